@@ -1,0 +1,108 @@
+# llmc fine-tuning tool. `make` builds train_gpt2 and train_lora for the CPU backend when no GPU
+# is present (CUDA when one is); BACKEND=cpu|cuda overrides. `make test` builds and runs the whole
+# test suite (plain, then again under ASan+UBSan). Feature areas add their own rules in mk/*.mk.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+
+CC ?= gcc
+CXX ?= g++
+NVCC ?= nvcc
+OPT ?= -O3 -march=native
+WARN := -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Werror=implicit-function-declaration
+CFLAGS_BASE := -std=gnu11 $(WARN) -fopenmp -Illmc -I.
+CXXFLAGS_BASE := -std=gnu++17 $(WARN) -fopenmp -Illmc -I.
+
+# ---------------------------------------------------------------------------
+# backend selection
+HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
+HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+ifeq ($(BACKEND),)
+  ifeq ($(HAVE_NVCC)$(HAVE_GPU),11)
+    BACKEND := cuda
+  else
+    BACKEND := cpu
+  endif
+endif
+
+# BLAS for the CPU backend (Debian libopenblas-dev). OpenBLAS' serial/pthread flavours both
+# work; we drive threading with OpenMP around it.
+BLAS_LIBS ?= -lopenblas
+LDLIBS_CPU := $(BLAS_LIBS) -lm -lpthread
+
+# Sanitizer build: `make SAN=1 ...` puts everything under build-san/.
+ifeq ($(SAN),1)
+  BUILD := build-san
+  BINDIR := build-san
+  OPT := -O1 -g -fno-omit-frame-pointer
+  SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+else
+  BUILD := build
+  BINDIR := .
+  SANFLAGS :=
+endif
+
+CFLAGS := $(CFLAGS_BASE) $(OPT) $(SANFLAGS)
+CXXFLAGS := $(CXXFLAGS_BASE) $(OPT) $(SANFLAGS)
+LDFLAGS := -fopenmp $(SANFLAGS)
+
+# ---------------------------------------------------------------------------
+# the shared library: every llmc/*.c plus the CPU backend
+LIB_SRCS := $(wildcard llmc/*.c)
+CPU_SRCS := $(wildcard llmc/cpu/*.c)
+LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRCS))
+CPU_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CPU_SRCS))
+EXTRA_LIBS :=
+
+$(BUILD)/%.o: %.c $(wildcard llmc/*.h llmc/cpu/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# The entry files are .cu (one name for both backends); on the CPU backend they are plain C.
+$(BUILD)/%.entry.o: %.cu $(wildcard llmc/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -x c -c $< -o $@
+
+# ---------------------------------------------------------------------------
+# tests: each test/test_*.c is a program; mk/*.mk may add more programs and scripts.
+# TEST_PROGS: binaries run by test/run_tests.sh; TEST_SCRIPTS: shell tests.
+TEST_C_SRCS := $(wildcard test/test_*.c)
+TEST_PROGS := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_C_SRCS))
+TEST_SCRIPTS :=
+TEST_SAN_SKIP :=
+
+$(BUILD)/test/%: test/%.c $(LIB_OBJS) $(CPU_OBJS) test/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB_OBJS) $(CPU_OBJS) -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
+
+-include $(sort $(wildcard mk/*.mk))
+
+# ---------------------------------------------------------------------------
+# binaries
+# (the sanitizer build puts its binaries in build-san/ so they never replace the real ones)
+ifeq ($(BACKEND),cpu)
+$(BINDIR)/train_gpt2 $(BINDIR)/train_lora: $(BINDIR)/%: $(BUILD)/%.entry.o $(LIB_OBJS) $(CPU_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $^ -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
+endif
+ifneq ($(BINDIR),.)
+train_gpt2 train_lora: %: $(BINDIR)/%
+endif
+
+BINS := $(BINDIR)/train_gpt2 $(BINDIR)/train_lora $(EXTRA_BINS)
+all: $(BINS)
+
+test-build: $(BINS) $(TEST_PROGS)
+
+# `make test`: the whole suite, then the whole suite again under ASan+UBSan.
+test:
+	$(MAKE) --no-print-directory test-run
+	$(MAKE) --no-print-directory SAN=1 test-run
+
+test-run: test-build
+	SAN=$(SAN) BUILD=$(BUILD) BIN_DIR=$(BINDIR) bash test/run_tests.sh $(TEST_PROGS) $(TEST_SCRIPTS)
+
+clean:
+	rm -rf build build-san train_gpt2 train_lora $(EXTRA_BINS) dev/cuda/build
+
+.PHONY: all test test-run test-build clean

@@ -1,0 +1,75 @@
+#include "check.h"
+#include "fileio.h"
+
+static llmc_fatal_hook_fn g_fatal_hook = NULL;
+void llmc_set_fatal_hook(llmc_fatal_hook_fn fn) { g_fatal_hook = fn; }
+void llmc_run_fatal_hook(void) {
+    llmc_fatal_hook_fn fn = g_fatal_hook;
+    g_fatal_hook = NULL; // a failure inside the hook must not recurse
+    if (fn) fn();
+}
+
+void llmc_fatal_at(const char* file, int line, const char* hint, const char* fmt, ...) {
+    fflush(stdout);
+    fprintf(stderr, "error: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    if (hint && hint[0]) fprintf(stderr, "  hint: %s\n", hint);
+    fprintf(stderr, "  (at %s:%d)\n", file, line);
+    fflush(stderr);
+    atomic_abort_all(); // nothing half-written stays behind
+    llmc_run_fatal_hook();
+    exit(1);
+}
+
+FILE* fopen_check(const char* path, const char* mode, const char* file, int line) {
+    FILE* fp = fopen(path, mode);
+    if (!fp) {
+        int e = errno;
+        llmc_fatal_at(file, line,
+            mode[0] == 'r' ? "check that the path exists and is readable" : "check that the directory exists and is writable",
+            "cannot open '%s' (mode %s): %s", path, mode, strerror(e));
+    }
+    return fp;
+}
+
+void fread_check(void* ptr, size_t size, size_t nmemb, FILE* fp, const char* path, const char* file, int line) {
+    size_t got = fread(ptr, size, nmemb, fp);
+    if (got != nmemb) {
+        llmc_fatal_at(file, line, "the file is truncated or corrupt; re-download or re-create it",
+            "'%s': short read (%s): wanted %zu items of %zu bytes, got %zu",
+            path, feof(fp) ? "unexpected end of file" : "read error", nmemb, size, got);
+    }
+}
+
+void fwrite_check(const void* ptr, size_t size, size_t nmemb, FILE* fp, const char* path, const char* file, int line) {
+    size_t put = fwrite(ptr, size, nmemb, fp);
+    if (put != nmemb) {
+        int e = errno;
+        llmc_fatal_at(file, line, "is the disk full?", "'%s': write failed: %s", path, strerror(e));
+    }
+}
+
+void fseek_check(FILE* fp, long off, int whence, const char* path, const char* file, int line) {
+    if (fseek(fp, off, whence) != 0) {
+        int e = errno;
+        llmc_fatal_at(file, line, "the file is truncated or not seekable", "'%s': seek failed: %s", path, strerror(e));
+    }
+}
+
+void* malloc_check(size_t size, const char* file, int line) {
+    void* p = malloc(size ? size : 1);
+    if (!p) llmc_fatal_at(file, line, "use a smaller --batch-size / --seq-len or a smaller model",
+                          "out of memory allocating %zu bytes", size);
+    return p;
+}
+
+void* calloc_check(size_t n, size_t size, const char* file, int line) {
+    void* p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) llmc_fatal_at(file, line, "use a smaller --batch-size / --seq-len or a smaller model",
+                          "out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}

@@ -1,0 +1,55 @@
+// Error checking helpers in the llm.c style: every failure prints where it happened,
+// what went wrong and a hint on how to fix it, then exits non-zero. Nothing in the
+// library returns error codes for conditions the user has to fix; it stops with a message.
+#ifndef LLMC_CHECK_H
+#define LLMC_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <string.h>
+#include <errno.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Called before exiting on a fatal error (e.g. to remove temporary files, abort MPI).
+// The trainer installs one; the default does nothing.
+typedef void (*llmc_fatal_hook_fn)(void);
+void llmc_set_fatal_hook(llmc_fatal_hook_fn fn);
+void llmc_run_fatal_hook(void);
+
+// Print "error: <message>" (+ optional hint) and exit(1).
+#if defined(__GNUC__)
+__attribute__((noreturn, format(printf, 4, 5)))
+#endif
+void llmc_fatal_at(const char* file, int line, const char* hint, const char* fmt, ...);
+
+// fatal("hint or NULL", "fmt", ...): a user-facing error. The file:line is printed too,
+// which is what developers want and costs users nothing.
+#define fatal(hint, ...) llmc_fatal_at(__FILE__, __LINE__, hint, __VA_ARGS__)
+
+// Checked wrappers around libc. They name the file involved.
+FILE* fopen_check(const char* path, const char* mode, const char* file, int line);
+void fread_check(void* ptr, size_t size, size_t nmemb, FILE* fp, const char* path, const char* file, int line);
+void fwrite_check(const void* ptr, size_t size, size_t nmemb, FILE* fp, const char* path, const char* file, int line);
+void fseek_check(FILE* fp, long off, int whence, const char* path, const char* file, int line);
+void* malloc_check(size_t size, const char* file, int line);
+void* calloc_check(size_t n, size_t size, const char* file, int line);
+#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
+#define freadCheck(ptr, size, nmemb, fp, path) fread_check(ptr, size, nmemb, fp, path, __FILE__, __LINE__)
+#define fwriteCheck(ptr, size, nmemb, fp, path) fwrite_check(ptr, size, nmemb, fp, path, __FILE__, __LINE__)
+#define fseekCheck(fp, off, whence, path) fseek_check(fp, off, whence, path, __FILE__, __LINE__)
+#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+#define callocCheck(n, size) calloc_check(n, size, __FILE__, __LINE__)
+
+// Internal invariant (a bug in this program, not the user's input).
+#define assertCheck(cond) do { if (!(cond)) llmc_fatal_at(__FILE__, __LINE__, \
+    "this is a bug in llmc; please report it with the command line you ran", \
+    "internal check failed: %s", #cond); } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_CHECK_H

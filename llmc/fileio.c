@@ -1,0 +1,143 @@
+#define _GNU_SOURCE
+#include "fileio.h"
+#include "check.h"
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <libgen.h>
+
+// Open atomic files, so that a fatal error can remove their temporaries.
+#define MAX_OPEN_ATOMIC 64
+static AtomicFile* g_open_atomic[MAX_OPEN_ATOMIC];
+
+static void atomic_register(AtomicFile* af) {
+    for (int i = 0; i < MAX_OPEN_ATOMIC; i++) if (!g_open_atomic[i]) { g_open_atomic[i] = af; return; }
+    fatal("this is a bug in llmc", "too many files open for atomic writing");
+}
+static void atomic_unregister(AtomicFile* af) {
+    for (int i = 0; i < MAX_OPEN_ATOMIC; i++) if (g_open_atomic[i] == af) g_open_atomic[i] = NULL;
+}
+
+FILE* atomic_open(AtomicFile* af, const char* path) {
+    if (strlen(path) + 32 >= sizeof(af->path)) fatal(NULL, "output path too long: '%s'", path);
+    snprintf(af->path, sizeof(af->path), "%s", path);
+    snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%d", path, (int)getpid());
+    af->fp = fopen(af->tmp_path, "wb");
+    if (!af->fp) {
+        int e = errno;
+        fatal("check that the output directory exists and is writable",
+              "cannot create '%s': %s", af->tmp_path, strerror(e));
+    }
+    atomic_register(af);
+    return af->fp;
+}
+
+static void fsync_dir_of(const char* path) {
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", path);
+    const char* dir = dirname(buf);
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) { fsync(fd); close(fd); }
+}
+
+void atomic_commit(AtomicFile* af) {
+    int bad = fflush(af->fp) != 0;
+    bad |= fsync(fileno(af->fp)) != 0;
+    bad |= fclose(af->fp) != 0;
+    af->fp = NULL;
+    if (bad) {
+        int e = errno;
+        unlink(af->tmp_path);
+        atomic_unregister(af);
+        fatal("is the disk full?", "writing '%s' failed: %s", af->path, strerror(e));
+    }
+    if (rename(af->tmp_path, af->path) != 0) {
+        int e = errno;
+        unlink(af->tmp_path);
+        atomic_unregister(af);
+        fatal(NULL, "cannot rename '%s' to '%s': %s", af->tmp_path, af->path, strerror(e));
+    }
+    atomic_unregister(af);
+    fsync_dir_of(af->path);
+}
+
+void atomic_abort(AtomicFile* af) {
+    if (af->fp) { fclose(af->fp); af->fp = NULL; }
+    unlink(af->tmp_path);
+    atomic_unregister(af);
+}
+
+void atomic_abort_all(void) {
+    for (int i = 0; i < MAX_OPEN_ATOMIC; i++) {
+        AtomicFile* af = g_open_atomic[i];
+        if (af) {
+            if (af->fp) { fclose(af->fp); af->fp = NULL; }
+            unlink(af->tmp_path);
+            g_open_atomic[i] = NULL;
+        }
+    }
+}
+
+void atomic_write_file(const char* path, const void* data, size_t n) {
+    AtomicFile af;
+    FILE* fp = atomic_open(&af, path);
+    fwriteCheck(data, 1, n, fp, af.tmp_path);
+    atomic_commit(&af);
+}
+
+int file_exists(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int dir_exists(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int64_t file_size(const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    return (int64_t)st.st_size;
+}
+
+char* read_file_all(const char* path, size_t* out_len) {
+    FILE* fp = fopenCheck(path, "rb");
+    fseekCheck(fp, 0, SEEK_END, path);
+    long n = ftell(fp);
+    if (n < 0) fatal(NULL, "'%s': cannot determine file size", path);
+    fseekCheck(fp, 0, SEEK_SET, path);
+    char* buf = (char*)mallocCheck((size_t)n + 1);
+    if (n > 0) freadCheck(buf, 1, (size_t)n, fp, path);
+    buf[n] = '\0';
+    fclose(fp);
+    if (out_len) *out_len = (size_t)n;
+    return buf;
+}
+
+void mkdir_p(const char* path) {
+    char buf[4096];
+    if (strlen(path) >= sizeof(buf)) fatal(NULL, "path too long: '%s'", path);
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char* p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+                int e = errno;
+                fatal("check permissions of the parent directory", "cannot create directory '%s': %s", buf, strerror(e));
+            }
+            *p = '/';
+        }
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        fatal("check permissions of the parent directory", "cannot create directory '%s': %s", buf, strerror(e));
+    }
+    if (!dir_exists(buf)) fatal(NULL, "'%s' exists and is not a directory", buf);
+}
+
+void path_join(char* out, size_t cap, const char* dir, const char* name) {
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap) fatal(NULL, "path too long: '%s/%s'", dir, name);
+}

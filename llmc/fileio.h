@@ -1,0 +1,46 @@
+// File helpers: atomic writes (temp file, fsync, rename, fsync dir) so that a crash or a
+// fatal error at any moment leaves the previous file intact, plus small read utilities.
+#ifndef LLMC_FILEIO_H
+#define LLMC_FILEIO_H
+
+#include <stdio.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    FILE* fp;
+    char path[4096];     // final destination
+    char tmp_path[4096]; // where we write until commit
+} AtomicFile;
+
+// Opens "<path>.tmp.<pid>" for writing. Registered so that a fatal error removes it.
+FILE* atomic_open(AtomicFile* af, const char* path);
+// Flush, fsync, close, rename onto path, fsync the directory.
+void atomic_commit(AtomicFile* af);
+// Close and delete the temporary file; the destination is untouched.
+void atomic_abort(AtomicFile* af);
+// Abort every atomic file still open (called on fatal errors).
+void atomic_abort_all(void);
+
+// Write a whole buffer atomically.
+void atomic_write_file(const char* path, const void* data, size_t n);
+
+int file_exists(const char* path);
+int dir_exists(const char* path);
+// Size of a regular file in bytes, or -1 if it cannot be stat'ed.
+int64_t file_size(const char* path);
+// Read a whole file into a malloc'd, NUL-terminated buffer (fatal on error).
+char* read_file_all(const char* path, size_t* out_len);
+// mkdir -p (fatal on error).
+void mkdir_p(const char* path);
+// Join dir and name into out (fatal if it does not fit).
+void path_join(char* out, size_t cap, const char* dir, const char* name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_FILEIO_H

@@ -1,0 +1,122 @@
+// The op interface (DESIGN.md section 1): every piece of tensor arithmetic the model and the
+// trainer need, implemented once per backend. The CPU backend (llmc/cpu/) works in fp32
+// (floatX = float); the CUDA backend (llmc/cuda/) stores floatX = bf16 and accumulates in fp32.
+// The model code (gpt2.c, lora.c) only does pointer arithmetic on these buffers and calls ops,
+// so it is the same source for both backends.
+//
+// Conventions (all backends):
+// - Row-major. B = batch, T = time, C = channels, N = rows (B*T), OC = output channels.
+// - Matmul weights are [OC, C] (llm.c orientation): out[n, o] = sum_c inp[n, c] * w[o, c] + b[o].
+// - Every backward op ACCUMULATES (+=) into each gradient output it is given, and a NULL gradient
+//   pointer means "not needed" (frozen tensor: no weight gradient is computed at all). Callers
+//   zero activation gradients before backward; parameter gradients are zeroed once per step, so
+//   micro-steps of gradient accumulation simply keep adding.
+// - Targets < 0 are ignored (loss mask / padding): they contribute no loss and no gradient.
+#ifndef LLMC_OPS_H
+#define LLMC_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(LLMC_CUDA)
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 floatX;
+#else
+typedef float floatX;
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ----------------------------------------------------------------------------
+// backend lifetime and memory
+
+void ops_init(int threads);           // threads <= 0: backend default (all cores on CPU)
+const char* ops_backend_name(void);   // "cpu (OpenBLAS ...)" / "cuda (...)"
+void* ops_alloc(size_t bytes);        // device memory on CUDA, aligned host memory on CPU
+void ops_free(void* p);
+void ops_zero(void* p, size_t bytes);
+// Host <-> backend copies (plain memcpy on the CPU backend).
+void ops_to_device(void* dst, const void* src_host, size_t bytes);
+void ops_to_host(void* dst_host, const void* src, size_t bytes);
+// Host fp32 <-> backend floatX conversion copies (n elements).
+void ops_upload_f32(floatX* dst, const float* src_host, size_t n);
+void ops_download_f32(float* dst_host, const floatX* src, size_t n);
+void ops_synchronize(void);
+
+// ----------------------------------------------------------------------------
+// forward ops
+
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C);
+// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic. Either may be NULL.
+void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T, int C);
+
+// Layernorm over the last dim (eps 1e-5). mean/rstd (N floats each) are saved for backward.
+void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
+                       const floatX* weight, const floatX* bias, int N, int C);
+void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                        const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
+                        int N, int C);
+// Fused residual + layernorm: residual_out = a + b; ln_out = layernorm(residual_out).
+void fused_residual_layernorm_forward(floatX* residual_out, floatX* ln_out, float* mean, float* rstd,
+                                      const floatX* a, const floatX* b, const floatX* weight,
+                                      const floatX* bias, int N, int C);
+
+// out[N, OC] = inp[N, C] @ weight[OC, C]^T (+ bias[OC]); bias may be NULL.
+// With gelu_out != NULL the GELU epilogue also writes gelu_out = gelu(out) (out keeps the
+// pre-activation, which backward needs).
+void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floatX* weight,
+                    const floatX* bias, int N, int C, int OC);
+// dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout. Any may be NULL.
+void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                     const floatX* inp, const floatX* weight, int N, int C, int OC);
+
+// GELU, tanh approximation (HF "gelu_new").
+void gelu_forward(floatX* out, const floatX* inp, size_t n);
+void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n);
+
+// out = a + b
+void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n);
+// dst += src
+void add_inplace(floatX* dst, const floatX* src, size_t n);
+// dst = src * scale (dst may alias src)
+void scale_copy(floatX* dst, const floatX* src, float scale, size_t n);
+
+// Causal multi-head self attention, flash-style: the (T, T) matrix is never materialised.
+// qkv: (B, T, 3, NH, HS) i.e. (B, T, 3C) as produced by the fused c_attn matmul.
+// out: (B, T, C) with heads concatenated. lse: (B, NH, T) log-sum-exp of each row's scaled
+// scores (natural log), saved for backward.
+void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH);
+// dqkv += gradient w.r.t. qkv. Recomputes probabilities from lse.
+void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                        const float* lse, int B, int T, int C, int NH);
+
+// Fused classifier: for each of N rows of logits (row stride Vp, first V columns real),
+// losses[n] = -log softmax(logits[n])[targets[n]] (0 when targets[n] < 0).
+// If dloss != 0, logits are overwritten in place with the gradient
+// dloss * (softmax - onehot(target)) (zero for ignored rows and for padded columns).
+void fused_classifier(float* losses, floatX* logits, const int* targets, float dloss,
+                      int N, int V, int Vp);
+
+// ----------------------------------------------------------------------------
+// optimizer and reductions
+
+// AdamW on n contiguous elements (PyTorch semantics, decoupled weight decay):
+//   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+//   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p )
+// master (fp32 copy of params) may be NULL when params are fp32 (CPU); when given, the update
+// is done on master and written to params (rounded stochastically with `seed` on bf16).
+void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int t, uint32_t seed);
+// Sum of squares of n elements, in double.
+double sum_squares(const floatX* x, size_t n);
+// Sum of n fp32 values (the per-token losses), in double.
+double sum_f32(const float* x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_OPS_H

@@ -1,0 +1,45 @@
+// Minimal test helpers: each test program runs its checks, prints one line per failure with
+// file:line, and exits non-zero if any check failed. test/run_tests.sh aggregates programs.
+#ifndef LLMC_TEST_H
+#define LLMC_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+#include <string.h>
+
+static int test_failures = 0;
+static int test_checks = 0;
+
+#define TEST_CHECK(cond, ...) do { test_checks++; if (!(cond)) { test_failures++; \
+    fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); fprintf(stderr, __VA_ARGS__); \
+    fprintf(stderr, "\n"); } } while (0)
+
+// Compare two float arrays: |a-b| <= atol + rtol*|b| elementwise. Prints the worst element.
+static inline int test_allclose(const char* what, const float* a, const float* b, size_t n,
+                                double rtol, double atol) {
+    size_t worst = 0, bad = 0; double worst_excess = -1.0, maxabs = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        double tol = atol + rtol * fabs((double)b[i]);
+        if (d > maxabs) maxabs = d;
+        if (!(d <= tol)) { bad++; if (d - tol > worst_excess) { worst_excess = d - tol; worst = i; } }
+    }
+    test_checks++;
+    if (bad) {
+        test_failures++;
+        fprintf(stderr, "FAIL %s: %zu/%zu elements out of tolerance (rtol %g atol %g); worst [%zu]: got %.9g want %.9g\n",
+                what, bad, n, rtol, atol, worst, a[worst], b[worst]);
+        return 0;
+    }
+    printf("ok   %s (%zu elements, max abs diff %.3g)\n", what, n, maxabs);
+    return 1;
+}
+
+static inline int test_finish(const char* name) {
+    if (test_failures) { fprintf(stderr, "%s: %d of %d checks FAILED\n", name, test_failures, test_checks); return 1; }
+    printf("%s: all %d checks passed\n", name, test_checks);
+    return 0;
+}
+
+#endif // LLMC_TEST_H
