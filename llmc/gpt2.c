@@ -1,0 +1,208 @@
+#include "gpt2.h"
+#include "check.h"
+#include "linear.h"
+#include <string.h>
+
+void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask) {
+    memset(m, 0, sizeof(*m));
+    m->cfg = *cfg;
+    gpt2_config_validate(cfg, "model config");
+    params_build(&m->pt, cfg);
+    m->trainable = trainable_mask;
+    m->params = (floatX*)ops_alloc(m->pt.total * sizeof(floatX));
+    ops_zero(m->params, m->pt.total * sizeof(floatX));
+    // Gradients only for trainable tensors: a frozen base costs no gradient memory at all.
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) if (trainable_mask & (1u << i)) m->grads_n += m->pt.t[i].numel;
+    if (m->grads_n) {
+        m->grads = (floatX*)ops_alloc(m->grads_n * sizeof(floatX));
+        ops_zero(m->grads, m->grads_n * sizeof(floatX));
+    }
+    size_t goff = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        m->p[i] = m->params + m->pt.t[i].offset;
+        m->g[i] = NULL;
+        if (trainable_mask & (1u << i)) { m->g[i] = m->grads + goff; goff += m->pt.t[i].numel; }
+    }
+}
+
+// One allocation for all activations: sizes listed once, pointers carved in order.
+static size_t carve(void* base, void** ptrs[], const size_t* bytes, int n) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (ptrs) *ptrs[i] = base ? (void*)((char*)base + off) : NULL;
+        off += (bytes[i] + 255) & ~(size_t)255; // keep every buffer 256-byte aligned
+    }
+    return off;
+}
+
+void gpt2_alloc_acts(GPT2* m, int B, int T) {
+    if (m->act_memory && m->B == B && m->T == T) return;
+    if (T > m->cfg.max_seq_len)
+        fatal("use --seq-len <= the model's n_positions", "sequence length %d exceeds the model's maximum %d",
+              T, m->cfg.max_seq_len);
+    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
+    m->B = B; m->T = T;
+    size_t L = (size_t)m->cfg.num_layers, C = (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
+    size_t BT = (size_t)B * T, Vp = (size_t)m->cfg.padded_vocab_size, X = sizeof(floatX), F = sizeof(float);
+    GPT2Acts* a = &m->acts;
+    void** aptr[] = {
+        (void**)&a->encoded, (void**)&a->ln1, (void**)&a->ln1_mean, (void**)&a->ln1_rstd, (void**)&a->qkv,
+        (void**)&a->atty, (void**)&a->att_lse, (void**)&a->attproj, (void**)&a->residual2, (void**)&a->ln2,
+        (void**)&a->ln2_mean, (void**)&a->ln2_rstd, (void**)&a->fch, (void**)&a->fch_gelu, (void**)&a->fcproj,
+        (void**)&a->residual3, (void**)&a->lnf, (void**)&a->lnf_mean, (void**)&a->lnf_rstd, (void**)&a->logits,
+        (void**)&a->losses };
+    size_t abytes[] = {
+        BT * C * X, L * BT * C * X, L * BT * F, L * BT * F, L * BT * 3 * C * X,
+        L * BT * C * X, L * B * NH * T * F, L * BT * C * X, L * BT * C * X, L * BT * C * X,
+        L * BT * F, L * BT * F, L * BT * 4 * C * X, L * BT * 4 * C * X, L * BT * C * X,
+        L * BT * C * X, BT * C * X, BT * F, BT * F, BT * Vp * X,
+        BT * F };
+    int na = (int)(sizeof(abytes) / sizeof(abytes[0]));
+    m->act_bytes = carve(NULL, NULL, abytes, na);
+    m->act_memory = ops_alloc(m->act_bytes);
+    carve(m->act_memory, aptr, abytes, na);
+
+    GPT2Scratch* s = &m->scr;
+    void** sptr[] = { (void**)&s->dresidual, (void**)&s->dln, (void**)&s->datty, (void**)&s->dqkv,
+                      (void**)&s->dfch, (void**)&s->dfch_gelu };
+    size_t sbytes[] = { BT * C * X, BT * C * X, BT * C * X, BT * 3 * C * X, BT * 4 * C * X, BT * 4 * C * X };
+    m->scr_bytes = carve(NULL, NULL, sbytes, 6);
+    m->scr_memory = ops_alloc(m->scr_bytes);
+    carve(m->scr_memory, sptr, sbytes, 6);
+
+    m->inputs = (int*)ops_alloc(BT * sizeof(int));
+    m->targets = (int*)ops_alloc(BT * sizeof(int));
+    m->losses_host = (float*)mallocCheck(BT * sizeof(float));
+}
+
+void gpt2_free(GPT2* m) {
+    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
+    if (m->params) ops_free(m->params);
+    if (m->grads) ops_free(m->grads);
+    memset(m, 0, sizeof(*m));
+}
+
+void gpt2_set_params(GPT2* m, const float* host) { ops_upload_f32(m->params, host, m->pt.total); }
+void gpt2_get_params(GPT2* m, float* host) { ops_download_f32(host, m->params, m->pt.total); }
+
+void gpt2_zero_grads(GPT2* m) {
+    if (m->grads) ops_zero(m->grads, m->grads_n * sizeof(floatX));
+    linear_zero_grads(m);
+}
+
+size_t gpt2_param_bytes(const GPT2* m) { return m->pt.total * sizeof(floatX); }
+size_t gpt2_grad_bytes(const GPT2* m) { return m->grads_n * sizeof(floatX); }
+
+// Layer l's slice of a per-layer parameter (or its gradient; NULL stays NULL).
+static inline floatX* LP(floatX* const* base, const GPT2* m, ParamId id, int l) {
+    return base[id] ? base[id] + (size_t)l * params_layer_numel(&m->pt, id) : NULL;
+}
+
+double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, long* n_valid) {
+    if (B > m->B || T > m->T) fatal("this is a bug in llmc", "forward with B=%d T=%d beyond allocated %d x %d", B, T, m->B, m->T);
+    const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads;
+    const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    const int N = B * T;
+    const size_t BTC = (size_t)N * C;
+    for (int i = 0; i < N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V)
+            fatal("the data was tokenized with a different vocabulary than the model's",
+                  "input token id %d at position %d is out of range for the model's vocabulary (%d)", inputs[i], i, V);
+        if (targets && targets[i] >= V)
+            fatal("the data was tokenized with a different vocabulary than the model's",
+                  "target token id %d at position %d is out of range for the model's vocabulary (%d)", targets[i], i, V);
+    }
+    m->cur_B = B; m->cur_T = T;
+    ops_to_device(m->inputs, inputs, (size_t)N * sizeof(int));
+    if (targets) ops_to_device(m->targets, targets, (size_t)N * sizeof(int));
+    GPT2Acts* a = &m->acts;
+
+    encoder_forward(a->encoded, m->inputs, m->p[PT_WTE], m->p[PT_WPE], B, T, C);
+    // The first layernorm stands alone; every later one is fused with the residual add before it.
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, m->p[PT_LN1W], m->p[PT_LN1B], N, C);
+    for (int l = 0; l < L; l++) {
+        const floatX* residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BTC;
+        floatX* ln1 = a->ln1 + l * BTC;
+        floatX* qkv = a->qkv + l * BTC * 3;
+        floatX* atty = a->atty + l * BTC;
+        float* lse = a->att_lse + (size_t)l * B * NH * T;
+        floatX* attproj = a->attproj + l * BTC;
+        floatX* residual2 = a->residual2 + l * BTC;
+        floatX* ln2 = a->ln2 + l * BTC;
+        floatX* fch = a->fch + l * BTC * 4;
+        floatX* fch_gelu = a->fch_gelu + l * BTC * 4;
+        floatX* fcproj = a->fcproj + l * BTC;
+        floatX* residual3 = a->residual3 + l * BTC;
+
+        linear_forward(m, PT_QKVW, l, qkv, NULL, ln1, N);
+        attention_forward(atty, lse, qkv, B, T, C, NH);
+        linear_forward(m, PT_ATTPROJW, l, attproj, NULL, atty, N);
+        fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N,
+                                         residual, attproj, LP(m->p, m, PT_LN2W, l), LP(m->p, m, PT_LN2B, l), N, C);
+        linear_forward(m, PT_FCW, l, fch, fch_gelu, ln2, N);
+        linear_forward(m, PT_FCPROJW, l, fcproj, NULL, fch_gelu, N);
+        if (l + 1 < L) {
+            fused_residual_layernorm_forward(residual3, a->ln1 + (size_t)(l + 1) * BTC,
+                                             a->ln1_mean + (size_t)(l + 1) * N, a->ln1_rstd + (size_t)(l + 1) * N,
+                                             residual2, fcproj, LP(m->p, m, PT_LN1W, l + 1), LP(m->p, m, PT_LN1B, l + 1), N, C);
+        } else {
+            fused_residual_layernorm_forward(residual3, a->lnf, a->lnf_mean, a->lnf_rstd,
+                                             residual2, fcproj, m->p[PT_LNFW], m->p[PT_LNFB], N, C);
+        }
+    }
+    // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
+    matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, C, Vp);
+    m->has_targets = targets != NULL;
+    if (!targets) { if (n_valid) *n_valid = 0; return 0.0; }
+    fused_classifier(a->losses, a->logits, m->targets, dloss, N, V, Vp);
+    ops_to_host(m->losses_host, a->losses, (size_t)N * sizeof(float));
+    double sum = 0.0; long cnt = 0;
+    for (int i = 0; i < N; i++) if (targets[i] >= 0) { sum += m->losses_host[i]; cnt++; }
+    if (n_valid) *n_valid = cnt;
+    return sum;
+}
+
+void gpt2_backward(GPT2* m) {
+    if (!m->has_targets) fatal("this is a bug in llmc", "gpt2_backward without a training forward");
+    const int B = m->cur_B, T = m->cur_T;
+    const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads;
+    const int Vp = m->cfg.padded_vocab_size;
+    const int N = B * T;
+    const size_t BTC = (size_t)N * C, XB = sizeof(floatX);
+    GPT2Acts* a = &m->acts;
+    GPT2Scratch* s = &m->scr;
+
+    // logits now hold dlogits. lm_head backward: the tied wte gets its first gradient here.
+    ops_zero(s->dln, BTC * XB);
+    matmul_backward(s->dln, m->g[PT_WTE], NULL, a->logits, a->lnf, m->p[PT_WTE], N, C, Vp);
+    ops_zero(s->dresidual, BTC * XB);
+    layernorm_backward(s->dresidual, m->g[PT_LNFW], m->g[PT_LNFB], s->dln, a->residual3 + (size_t)(L - 1) * BTC,
+                       m->p[PT_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        const floatX* residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BTC;
+        // dresidual is the gradient of this layer's output residual3 = residual2 + fcproj; it
+        // flows unchanged into residual2 and is also the gradient of fcproj.
+        ops_zero(s->dfch_gelu, BTC * 4 * XB);
+        linear_backward(m, PT_FCPROJW, l, s->dfch_gelu, s->dresidual, a->fch_gelu + l * BTC * 4, N);
+        ops_zero(s->dfch, BTC * 4 * XB);
+        gelu_backward(s->dfch, a->fch + l * BTC * 4, s->dfch_gelu, BTC * 4);
+        ops_zero(s->dln, BTC * XB);
+        linear_backward(m, PT_FCW, l, s->dln, s->dfch, a->ln2 + l * BTC, N);
+        layernorm_backward(s->dresidual, LP(m->g, m, PT_LN2W, l), LP(m->g, m, PT_LN2B, l), s->dln,
+                           a->residual2 + l * BTC, LP(m->p, m, PT_LN2W, l),
+                           a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
+        // dresidual is now the gradient of residual2 = residual + attproj.
+        ops_zero(s->datty, BTC * XB);
+        linear_backward(m, PT_ATTPROJW, l, s->datty, s->dresidual, a->atty + l * BTC, N);
+        ops_zero(s->dqkv, BTC * 3 * XB);
+        attention_backward(s->dqkv, s->datty, a->qkv + l * BTC * 3, a->atty + l * BTC,
+                           a->att_lse + (size_t)l * B * NH * T, B, T, C, NH);
+        ops_zero(s->dln, BTC * XB);
+        linear_backward(m, PT_QKVW, l, s->dln, s->dqkv, a->ln1 + l * BTC, N);
+        layernorm_backward(s->dresidual, LP(m->g, m, PT_LN1W, l), LP(m->g, m, PT_LN1B, l), s->dln,
+                           residual, LP(m->p, m, PT_LN1W, l),
+                           a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
+    }
+    encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, B, T, C);
+}

@@ -1,0 +1,110 @@
+// GPT-2 forward and backward over the op interface (llmc/ops.h). Backend-neutral: the same
+// source is compiled for the CPU backend (floatX = float) and the CUDA backend (floatX = bf16).
+// The model never touches tensor data itself; it only slices buffers and calls ops.
+#ifndef LLMC_GPT2_H
+#define LLMC_GPT2_H
+
+#include <stddef.h>
+#include "config.h"
+#include "params.h"
+#include "ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Activations kept for backward, every one [L, B, T, ...] except the final ones.
+typedef struct {
+    floatX* encoded;   // (B, T, C): input of layer 0
+    floatX* ln1;       // (L, B, T, C)
+    float*  ln1_mean;  // (L, B, T)
+    float*  ln1_rstd;  // (L, B, T)
+    floatX* qkv;       // (L, B, T, 3C)
+    floatX* atty;      // (L, B, T, C)
+    float*  att_lse;   // (L, B, NH, T)
+    floatX* attproj;   // (L, B, T, C)
+    floatX* residual2; // (L, B, T, C)  residual + attproj
+    floatX* ln2;       // (L, B, T, C)
+    float*  ln2_mean;  // (L, B, T)
+    float*  ln2_rstd;  // (L, B, T)
+    floatX* fch;       // (L, B, T, 4C) pre-GELU
+    floatX* fch_gelu;  // (L, B, T, 4C)
+    floatX* fcproj;    // (L, B, T, C)
+    floatX* residual3; // (L, B, T, C)  residual2 + fcproj: output of layer l
+    floatX* lnf;       // (B, T, C)
+    float*  lnf_mean;  // (B, T)
+    float*  lnf_rstd;  // (B, T)
+    floatX* logits;    // (B, T, Vp); overwritten by dlogits in a training forward
+    float*  losses;    // (B, T)
+} GPT2Acts;
+
+// Scratch for backward: one layer's worth, reused for every layer (backward is sequential).
+typedef struct {
+    floatX* dresidual; // (B, T, C) gradient of the residual stream
+    floatX* dln;       // (B, T, C)
+    floatX* datty;     // (B, T, C)
+    floatX* dqkv;      // (B, T, 3C)
+    floatX* dfch;      // (B, T, 4C)
+    floatX* dfch_gelu; // (B, T, 4C)
+} GPT2Scratch;
+
+struct LoraModel;  // llmc/lora.h: optional adapters on the linear layers
+struct Nf4Base;    // llmc/qlora.h: optional NF4-quantized frozen base weights
+
+typedef struct GPT2 {
+    GPT2Config cfg;
+    ParamTable pt;
+    floatX* params;                    // flat, backend memory (pt.total elements)
+    floatX* grads;                     // gradients of the trainable tensors only, packed in table
+                                       // order (NULL when every base tensor is frozen)
+    size_t grads_n;                    // elements in grads
+    unsigned trainable;                // bit i set: tensor i is trained
+    floatX* p[NUM_PARAM_TENSORS];      // tensor views into params
+    floatX* g[NUM_PARAM_TENSORS];      // tensor views into grads (NULL entries = frozen)
+    int B, T;                          // activation capacity
+    GPT2Acts acts;
+    GPT2Scratch scr;
+    void* act_memory;
+    void* scr_memory;
+    size_t act_bytes, scr_bytes;
+    int* inputs;                       // (B, T) backend memory
+    int* targets;                      // (B, T)
+    int cur_B, cur_T;                  // shape of the last forward
+    int has_targets;                   // the last forward computed losses
+    float* losses_host;                // (B, T)
+    struct LoraModel* lora;            // NULL: plain model
+    struct Nf4Base* nf4;               // NULL: base weights in floatX
+} GPT2;
+
+#define GPT2_TRAIN_ALL ((1u << NUM_PARAM_TENSORS) - 1u)
+// Set up the table and allocate parameters, and gradients for the tensors whose bit is set in
+// trainable_mask (GPT2_TRAIN_ALL for full training, 0 for a frozen base).
+void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask);
+// Allocate activations and scratch for batches up to B x T (idempotent for the same sizes).
+void gpt2_alloc_acts(GPT2* m, int B, int T);
+void gpt2_free(GPT2* m);
+
+// Host fp32 <-> model parameters (table layout).
+void gpt2_set_params(GPT2* m, const float* host);
+void gpt2_get_params(GPT2* m, float* host);
+
+// Forward on host token arrays (B*T each; targets may be NULL). With targets, computes the
+// per-token losses and returns the sum of losses over targets >= 0 (count in *n_valid).
+// If dloss != 0 the logits buffer is turned into dlogits scaled by dloss, ready for backward.
+// Without targets returns 0 and leaves logits in acts.logits.
+double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss,
+                    long* n_valid);
+// Backward of the last training forward. Accumulates into parameter gradients (m->g, the
+// LoRA gradients) so micro-steps of gradient accumulation just add up. Frozen tensors get no
+// weight gradient, only the gradient flowing through them.
+void gpt2_backward(GPT2* m);
+void gpt2_zero_grads(GPT2* m);
+
+// Bytes of parameters, gradients, activations (for the memory report).
+size_t gpt2_param_bytes(const GPT2* m);
+size_t gpt2_grad_bytes(const GPT2* m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_GPT2_H

@@ -1,0 +1,54 @@
+// AdamW over the trainable parameters, seen as one flat space made of segments (one segment
+// per trainable tensor: the whole GPT-2 table for full training, the adapters for LoRA). The
+// optimizer owns m, v (and fp32 master weights when parameters are stored in bf16) for the
+// range [begin, end) of that flat space that this rank updates (everything on a single rank,
+// its ZeRO shard otherwise).
+#ifndef LLMC_OPTIMIZER_H
+#define LLMC_OPTIMIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char* name;
+    floatX* p;          // parameters (backend memory)
+    floatX* g;          // gradients (backend memory)
+    size_t n;
+    int weight_decay;   // 1: decayed (2-D tensors)
+    size_t offset;      // position in the flat trainable space
+} TrainSeg;
+
+typedef struct {
+    TrainSeg* segs;
+    int nseg;
+    size_t total;       // elements of the flat trainable space
+    size_t begin, end;  // this rank's range
+    float* m;           // (end - begin) each, backend memory
+    float* v;
+    float* master;      // NULL when parameters are fp32
+    int t;              // updates applied so far (AdamW bias correction)
+} Optimizer;
+
+// segs are copied; offsets are assigned here in order.
+void opt_init(Optimizer* o, const TrainSeg* segs, int nseg, size_t begin, size_t end);
+void opt_free(Optimizer* o);
+// Sum of squares of the gradients in [begin, end) of the flat space (all of it by default).
+double opt_grad_sumsq(const Optimizer* o, size_t begin, size_t end);
+// One AdamW update of this rank's range.
+void opt_step(Optimizer* o, float lr, float beta1, float beta2, float eps, float weight_decay,
+              float grad_scale, uint32_t seed);
+// Gradient scale that clips the global norm to max_norm, exactly as
+// torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0.
+float opt_clip_scale(double norm, float max_norm);
+// Bytes of optimizer state held by this rank.
+size_t opt_state_bytes(const Optimizer* o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_OPTIMIZER_H

@@ -1,0 +1,437 @@
+#define _GNU_SOURCE
+#include "trainer.h"
+#include "args.h"
+#include "check.h"
+#include "checkpoint.h"
+#include "config.h"
+#include "dataloader.h"
+#include "fileio.h"
+#include "gpt2.h"
+#include "model_io.h"
+#include "ops.h"
+#include "optimizer.h"
+#include "params.h"
+#include "schedule.h"
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+// ----------------------------------------------------------------------------
+// flags
+
+typedef struct {
+    const char* model;
+    const char* train_data;
+    const char* val_data;
+    const char* out_dir;
+    int resume;
+    int batch_size, seq_len;
+    long total_batch_tokens;
+    int steps, stop_after;
+    float lr;
+    int warmup;
+    const char* schedule;
+    float final_lr_frac, cooldown_frac;
+    float weight_decay, grad_clip, beta1, beta2, eps;
+    int eval_every, eval_batches, save_every, keep_checkpoints;
+    int seed, threads, shuffle, max_skipped;
+    const char* save_format;
+} TrainArgs;
+
+static const char* const SCHEDULES[] = {"cosine", "linear", "constant", "wsd", NULL};
+static const char* const SAVE_FORMATS[] = {"hf", "llmc", "both", "none", NULL};
+
+static volatile sig_atomic_t g_stop_signal = 0;
+static void on_signal(int sig) { g_stop_signal = sig; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
+    memset(a, 0, sizeof(*a));
+    a->batch_size = 4; a->seq_len = 256; a->total_batch_tokens = 0; a->steps = 100;
+    a->lr = mode == TRAIN_LORA ? 2e-4f : 3e-4f; a->warmup = 0; a->schedule = "cosine";
+    a->final_lr_frac = 0.0f; a->cooldown_frac = 0.2f;
+    a->weight_decay = mode == TRAIN_LORA ? 0.0f : 0.1f; a->grad_clip = 1.0f;
+    a->beta1 = 0.9f; a->beta2 = 0.95f; a->eps = 1e-8f;
+    a->eval_every = 0; a->eval_batches = 8; a->save_every = 0; a->keep_checkpoints = 2;
+    a->seed = 1337; a->threads = 0; a->shuffle = 0; a->max_skipped = 10;
+    a->save_format = "both";
+    const ArgSpec specs[] = {
+        {"--model", "-e", ARG_STR, &a->model, "PATH|dN", "model to start from: llm.c .bin, .safetensors, sharded index, HF model dir; or d6/d12/d24/d36/d48/tiny to train from scratch", 1, 0, NULL},
+        {"--train-data", "-i", ARG_STR, &a->train_data, "GLOB", "training token shards (llm.c format; data/prepare makes them)", 1, 0, NULL},
+        {"--val-data", "-j", ARG_STR, &a->val_data, "GLOB", "validation token shards", 1, 0, NULL},
+        {"--out", "-o", ARG_STR, &a->out_dir, "DIR", "output directory: log.jsonl, checkpoints, final model", 1, 0, NULL},
+        {"--resume", NULL, ARG_BOOL, &a->resume, NULL, "continue from the newest complete checkpoint in --out", 1, 0, NULL},
+        {"--batch-size", "-b", ARG_INT, &a->batch_size, "B", "micro-batch size per rank", 1, 65536, NULL},
+        {"--seq-len", "-t", ARG_INT, &a->seq_len, "T", "sequence length", 1, 1 << 20, NULL},
+        {"--total-batch-tokens", "-d", ARG_LONG, &a->total_batch_tokens, "N", "tokens per optimizer step (gradient accumulation); 0 = one micro-batch per rank", 0, 1e15, NULL},
+        {"--steps", "-x", ARG_INT, &a->steps, "N", "total optimizer steps of the run", 1, 1e9, NULL},
+        {"--stop-after", NULL, ARG_INT, &a->stop_after, "N", "stop after N steps of this invocation with a checkpoint (for time-limited jobs); 0 = run to --steps", 0, 1e9, NULL},
+        {"--lr", "-l", ARG_FLOAT, &a->lr, "LR", "peak learning rate", 0, 10, NULL},
+        {"--warmup-steps", "-u", ARG_INT, &a->warmup, "N", "linear warmup steps", 0, 1e9, NULL},
+        {"--schedule", NULL, ARG_STR, &a->schedule, "NAME", "learning-rate schedule after warmup", 1, 0, SCHEDULES},
+        {"--final-lr-frac", "-q", ARG_FLOAT, &a->final_lr_frac, "F", "final learning rate as a fraction of --lr", 0, 1, NULL},
+        {"--cooldown-frac", NULL, ARG_FLOAT, &a->cooldown_frac, "F", "wsd: fraction of steps spent decaying", 0, 1, NULL},
+        {"--weight-decay", "-c", ARG_FLOAT, &a->weight_decay, "WD", "AdamW decoupled weight decay (2-D tensors only)", 0, 10, NULL},
+        {"--grad-clip", NULL, ARG_FLOAT, &a->grad_clip, "G", "clip the global gradient norm to G; 0 = off", 0, 1e9, NULL},
+        {"--beta1", NULL, ARG_FLOAT, &a->beta1, "B1", "AdamW beta1", 0, 0.999999, NULL},
+        {"--beta2", NULL, ARG_FLOAT, &a->beta2, "B2", "AdamW beta2", 0, 0.999999, NULL},
+        {"--eps", NULL, ARG_FLOAT, &a->eps, "E", "AdamW epsilon", 0, 1, NULL},
+        {"--eval-every", "-v", ARG_INT, &a->eval_every, "N", "evaluate the validation loss every N steps; 0 = only at the end", 0, 1e9, NULL},
+        {"--eval-batches", "-m", ARG_INT, &a->eval_batches, "N", "validation batches per evaluation", 1, 1e9, NULL},
+        {"--save-every", "-n", ARG_INT, &a->save_every, "N", "write a checkpoint every N steps; 0 = only at the end", 0, 1e9, NULL},
+        {"--keep-checkpoints", NULL, ARG_INT, &a->keep_checkpoints, "N", "keep the newest N complete checkpoints; 0 = keep all", 0, 1e9, NULL},
+        {"--save-format", NULL, ARG_STR, &a->save_format, "F", "final model: hf (config.json + model.safetensors), llmc (model.bin), both, none", 1, 0, SAVE_FORMATS},
+        {"--seed", NULL, ARG_INT, &a->seed, "S", "random seed (init from scratch, shuffling, dropout)", 0, 2147483647, NULL},
+        {"--shuffle", NULL, ARG_BOOL, &a->shuffle, NULL, "shuffle shard and batch order every epoch (default: sequential)", 1, 0, NULL},
+        {"--threads", NULL, ARG_INT, &a->threads, "N", "CPU threads; 0 = all cores", 0, 4096, NULL},
+        {"--max-skipped-steps", NULL, ARG_INT, &a->max_skipped, "N", "stop after N consecutive steps with a non-finite loss or gradient", 1, 1e9, NULL},
+    };
+    const char* head = mode == TRAIN_FULL
+        ? "usage: train_gpt2 --model PATH|dN --train-data GLOB [options]\n\nTrains every parameter of a GPT-2 model (fine-tuning, or pretraining from scratch with --model d12)."
+        : "usage: train_lora --model PATH --train-data GLOB [options]\n\nTrains LoRA adapters on a frozen GPT-2.";
+    args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])), head);
+    const char* hint = "run with --help to see every flag";
+    if (!a->model) fatal(hint, "--model is required");
+    if (!a->train_data) fatal(hint, "--train-data is required");
+    if (a->resume && !a->out_dir) fatal(hint, "--resume needs --out DIR (the directory holding the checkpoints)");
+    if (a->warmup > a->steps) fatal(hint, "--warmup-steps (%d) is larger than --steps (%d)", a->warmup, a->steps);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the run
+
+typedef struct {
+    TrainArgs a;
+    TrainMode mode;
+    int rank, world;
+    GPT2 model;
+    Optimizer opt;
+    DataLoader train, val;
+    int has_val;
+    int accum;                 // micro-steps per optimizer step
+    int *inputs, *targets;     // host, accum * B * T
+    LRSchedule sched;
+    long step;                 // optimizer steps completed
+    uint64_t rng;
+    long skipped_total;
+    FILE* log;
+} Run;
+
+static void run_log_json(Run* r, const char* fmt, ...) {
+    if (!r->log) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(r->log, fmt, ap);
+    va_end(ap);
+    fputc('\n', r->log);
+    fflush(r->log);
+}
+
+// Fill the trainable segments: every tensor of the table, in table order.
+static int build_segments(Run* r, TrainSeg* segs) {
+    GPT2* m = &r->model;
+    int n = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (!m->g[i]) continue;
+        segs[n].name = m->pt.t[i].name;
+        segs[n].p = m->p[i];
+        segs[n].g = m->g[i];
+        segs[n].n = m->pt.t[i].numel;
+        segs[n].weight_decay = m->pt.t[i].weight_decay;
+        n++;
+    }
+    return n;
+}
+
+static double evaluate(Run* r) {
+    const int B = r->a.batch_size, T = r->a.seq_len;
+    dl_reset(&r->val);
+    double sum = 0.0; long cnt = 0;
+    for (int i = 0; i < r->a.eval_batches; i++) {
+        dl_next(&r->val, r->inputs, r->targets);
+        long n = 0;
+        sum += gpt2_forward(&r->model, r->inputs, r->targets, B, T, 0.0f, &n);
+        cnt += n;
+    }
+    return cnt ? sum / (double)cnt : NAN;
+}
+
+static void save_checkpoint(Run* r) {
+    const char* dir = r->a.out_dir;
+    if (!dir) return;
+    char path[4200];
+    float* host = NULL;
+    if (r->rank == 0) {
+        host = (float*)mallocCheck(r->model.pt.total * sizeof(float));
+        gpt2_get_params(&r->model, host);
+        ckpt_path(path, sizeof(path), dir, "model", r->step, 0);
+        model_save_llmc(path, &r->model.pt, host, 0);
+        free(host);
+    }
+    StateHeader h;
+    memset(&h, 0, sizeof(h));
+    h.h[SH_MAGIC] = STATE_MAGIC; h.h[SH_VERSION] = STATE_VERSION;
+    h.h[SH_WORLD] = r->world; h.h[SH_RANK] = r->rank; h.h[SH_HAS_MASTER] = r->opt.master != NULL;
+    h.h[SH_STEP] = r->step; h.h[SH_OPT_T] = r->opt.t; h.h[SH_RNG] = (int64_t)r->rng;
+    DataLoaderState ds = dl_get_state(&r->train);
+    h.h[SH_DL_EPOCH] = ds.epoch; h.h[SH_DL_SHARD] = ds.shard_i; h.h[SH_DL_CHUNK] = ds.chunk_i;
+    h.h[SH_BEGIN] = (int64_t)r->opt.begin; h.h[SH_END] = (int64_t)r->opt.end; h.h[SH_TOTAL] = (int64_t)r->opt.total;
+    h.h[SH_MODE] = r->mode; h.h[SH_B] = r->a.batch_size; h.h[SH_T] = r->a.seq_len; h.h[SH_ACCUM] = r->accum;
+    h.h[SH_SKIPPED] = r->skipped_total; h.h[SH_ZERO] = 0; h.h[SH_SEED] = r->a.seed;
+    size_t n = r->opt.end - r->opt.begin;
+    float* mh = (float*)mallocCheck(n * sizeof(float));
+    float* vh = (float*)mallocCheck(n * sizeof(float));
+    float* mas = r->opt.master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
+    ops_to_host(mh, r->opt.m, n * sizeof(float));
+    ops_to_host(vh, r->opt.v, n * sizeof(float));
+    if (mas) ops_to_host(mas, r->opt.master, n * sizeof(float));
+    ckpt_path(path, sizeof(path), dir, "state", r->step, r->rank);
+    ckpt_write_state(path, &h, mh, vh, mas);
+    free(mh); free(vh); free(mas);
+    if (r->rank == 0) {
+        ckpt_write_done(dir, r->step);
+        ckpt_prune(dir, r->a.keep_checkpoints, r->world);
+        printf("checkpoint: step %ld written to %s\n", r->step, dir);
+    }
+}
+
+static void restore_checkpoint(Run* r, long step) {
+    char path[4200];
+    StateHeader h;
+    ckpt_path(path, sizeof(path), r->a.out_dir, "state", step, r->rank);
+    ckpt_read_state_header(path, &h);
+    const char* hint = "resume with the same --batch-size, --seq-len, --total-batch-tokens and model as the checkpointed run";
+    if (h.h[SH_MODE] != r->mode) fatal(hint, "'%s' was written by %s, not by this program", path, h.h[SH_MODE] ? "train_lora" : "train_gpt2");
+    if (h.h[SH_WORLD] != r->world) fatal("resume with the same number of ranks", "'%s' was written by %lld ranks, this run has %d",
+                                         path, (long long)h.h[SH_WORLD], r->world);
+    if (h.h[SH_B] != r->a.batch_size || h.h[SH_T] != r->a.seq_len || h.h[SH_ACCUM] != r->accum)
+        fatal(hint, "'%s' was written with batch %lld x %lld and %lld accumulation steps; this run has %d x %d and %d",
+              path, (long long)h.h[SH_B], (long long)h.h[SH_T], (long long)h.h[SH_ACCUM], r->a.batch_size, r->a.seq_len, r->accum);
+    if ((size_t)h.h[SH_TOTAL] != r->opt.total || (size_t)h.h[SH_BEGIN] != r->opt.begin || (size_t)h.h[SH_END] != r->opt.end)
+        fatal(hint, "'%s' holds optimizer state for %lld trainable parameters [%lld, %lld); this run has %zu [%zu, %zu)",
+              path, (long long)h.h[SH_TOTAL], (long long)h.h[SH_BEGIN], (long long)h.h[SH_END], r->opt.total, r->opt.begin, r->opt.end);
+    size_t n = r->opt.end - r->opt.begin;
+    float* mh = (float*)mallocCheck(n * sizeof(float));
+    float* vh = (float*)mallocCheck(n * sizeof(float));
+    float* mas = r->opt.master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
+    ckpt_read_state_body(path, &h, mh, vh, mas);
+    ops_to_device(r->opt.m, mh, n * sizeof(float));
+    ops_to_device(r->opt.v, vh, n * sizeof(float));
+    if (mas && h.h[SH_HAS_MASTER]) ops_to_device(r->opt.master, mas, n * sizeof(float));
+    free(mh); free(vh); free(mas);
+    r->opt.t = (int)h.h[SH_OPT_T];
+    r->step = (long)h.h[SH_STEP];
+    r->rng = (uint64_t)h.h[SH_RNG];
+    r->skipped_total = (long)h.h[SH_SKIPPED];
+    DataLoaderState ds = { h.h[SH_DL_EPOCH], h.h[SH_DL_SHARD], h.h[SH_DL_CHUNK] };
+    dl_set_state(&r->train, ds);
+}
+
+static void save_final(Run* r) {
+    const char* dir = r->a.out_dir;
+    if (!dir || r->rank != 0 || !strcmp(r->a.save_format, "none")) return;
+    float* host = (float*)mallocCheck(r->model.pt.total * sizeof(float));
+    gpt2_get_params(&r->model, host);
+    int hf = !strcmp(r->a.save_format, "hf") || !strcmp(r->a.save_format, "both");
+    int llmc = !strcmp(r->a.save_format, "llmc") || !strcmp(r->a.save_format, "both");
+    if (hf) { model_save_hf(dir, &r->model.pt, host); printf("saved: %s/model.safetensors + config.json (transformers)\n", dir); }
+    if (llmc) {
+        char path[4200];
+        path_join(path, sizeof(path), dir, "model.bin");
+        model_save_llmc(path, &r->model.pt, host, 0);
+        printf("saved: %s (llm.c)\n", path);
+    }
+    free(host);
+}
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+int trainer_main(int argc, char** argv, TrainMode mode) {
+    Run run;
+    memset(&run, 0, sizeof(run));
+    Run* r = &run;
+    r->mode = mode;
+    parse_args(&r->a, argc, argv, mode);
+    TrainArgs* a = &r->a;
+    if (mode == TRAIN_LORA) fatal("LoRA training is being built; use train_gpt2 for full fine-tuning meanwhile",
+                                  "train_lora is not available yet");
+    r->rank = 0; r->world = 1;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    ops_init(a->threads);
+    r->rng = (uint64_t)a->seed * 0x9E3779B97F4A7C15ull + 1;
+
+    // ---- model
+    long resume_step = -1;
+    if (a->out_dir) {
+        mkdir_p(a->out_dir);
+        if (a->resume) {
+            resume_step = ckpt_find_latest(a->out_dir);
+            if (resume_step < 0) fatal("drop --resume to start a new run, or point --out at the run's directory",
+                                       "no complete checkpoint (DONE_* marker) in '%s'", a->out_dir);
+        }
+    }
+    GPT2Config cfg;
+    ParamTable pt;
+    float* host = NULL;
+    char src[4200];
+    if (resume_step >= 0 && mode == TRAIN_FULL) {
+        ckpt_path(src, sizeof(src), a->out_dir, "model", resume_step, 0);
+        model_load(src, &cfg, &pt, &host);
+    } else if (gpt2_config_from_descriptor(&cfg, a->model) == 0) {
+        params_build(&pt, &cfg);
+        host = (float*)mallocCheck(pt.total * sizeof(float));
+        model_init_gpt2(&pt, host, (uint64_t)a->seed);
+        snprintf(src, sizeof(src), "%s (GPT-2 init, seed %d)", a->model, a->seed);
+    } else {
+        model_load(a->model, &cfg, &pt, &host);
+        snprintf(src, sizeof(src), "%s", a->model);
+    }
+    if (a->seq_len > cfg.max_seq_len)
+        fatal("use a --seq-len no larger than the model's n_positions", "--seq-len %d exceeds the model's maximum sequence length %d",
+              a->seq_len, cfg.max_seq_len);
+    gpt2_init(&r->model, &cfg, GPT2_TRAIN_ALL);
+    gpt2_set_params(&r->model, host);
+    free(host);
+    gpt2_alloc_acts(&r->model, a->batch_size, a->seq_len);
+
+    // ---- batch geometry
+    long micro = (long)a->batch_size * a->seq_len * r->world;
+    if (a->total_batch_tokens == 0) a->total_batch_tokens = micro;
+    if (a->total_batch_tokens % micro != 0)
+        fatal("make --total-batch-tokens a multiple of batch-size x seq-len x ranks",
+              "--total-batch-tokens %ld is not a multiple of %d x %d x %d = %ld",
+              a->total_batch_tokens, a->batch_size, a->seq_len, r->world, micro);
+    r->accum = (int)(a->total_batch_tokens / micro);
+    r->inputs = (int*)mallocCheck((size_t)r->accum * a->batch_size * a->seq_len * sizeof(int));
+    r->targets = (int*)mallocCheck((size_t)r->accum * a->batch_size * a->seq_len * sizeof(int));
+
+    // ---- data
+    dl_init(&r->train, a->train_data, a->batch_size, a->seq_len, r->rank, r->world, cfg.vocab_size, a->shuffle, (uint64_t)a->seed);
+    if (a->val_data) {
+        dl_init(&r->val, a->val_data, a->batch_size, a->seq_len, r->rank, r->world, cfg.vocab_size, 0, 0);
+        r->has_val = 1;
+    }
+
+    // ---- optimizer
+    TrainSeg segs[NUM_PARAM_TENSORS];
+    int nseg = build_segments(r, segs);
+    opt_init(&r->opt, segs, nseg, 0, (size_t)-1);
+    r->sched.kind = (SchedKind)sched_parse(a->schedule);
+    r->sched.lr = a->lr; r->sched.warmup = a->warmup; r->sched.total = a->steps;
+    r->sched.final_frac = a->final_lr_frac; r->sched.cooldown_frac = a->cooldown_frac;
+
+    if (resume_step >= 0) {
+        restore_checkpoint(r, resume_step);
+        printf("resumed: step %ld from %s\n", r->step, a->out_dir);
+    }
+
+    // ---- report
+    size_t trainable = r->opt.total, total_params = params_count_unpadded(&r->model.pt);
+    printf("backend: %s\n", ops_backend_name());
+    printf("model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", src,
+           cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, total_params);
+    printf("trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)r->model.pt.total);
+    printf("data: %s (%lld tokens, %lld batches/epoch)%s%s\n", a->train_data, (long long)r->train.total_tokens,
+           (long long)dl_batches_per_epoch(&r->train), r->has_val ? " | val: " : "", r->has_val ? a->val_data : "");
+    printf("batch: %d x %d per rank x %d ranks x %d accumulation = %ld tokens/step\n",
+           a->batch_size, a->seq_len, r->world, r->accum, a->total_batch_tokens);
+    size_t pb = gpt2_param_bytes(&r->model), gb = gpt2_grad_bytes(&r->model), ob = opt_state_bytes(&r->opt);
+    size_t ab = r->model.act_bytes + r->model.scr_bytes;
+    printf("memory (this rank): params %.1f MiB | grads %.1f MiB | optimizer %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
+           mib(pb), mib(gb), mib(ob), mib(ab), mib(pb + gb + ob + ab));
+
+    if (a->out_dir && r->rank == 0) {
+        char lp[4200];
+        path_join(lp, sizeof(lp), a->out_dir, "log.jsonl");
+        r->log = fopen(lp, resume_step >= 0 ? "ab" : "wb");
+        if (!r->log) fatal("check that --out is writable", "cannot open '%s' for writing", lp);
+    }
+
+    // ---- loop
+    const int B = a->batch_size, T = a->seq_len;
+    const size_t BT = (size_t)B * T;
+    long consecutive_bad = 0;
+    long steps_this_run = 0;
+    int interrupted = 0;
+    while (1) {
+        int last = r->step >= a->steps;
+        if (r->has_val && ((a->eval_every > 0 && r->step % a->eval_every == 0) || last)) {
+            double vl = evaluate(r);
+            printf("step %ld | val loss %.6f\n", r->step, vl);
+            run_log_json(r, "{\"step\": %ld, \"val_loss\": %.9g}", r->step, vl);
+        }
+        if (last) break;
+        double t0 = now_s();
+        // All micro-batches of the step are read first: the loss is the mean over every target
+        // token of the whole accumulation window, so each micro-batch's gradient is scaled by
+        // 1 / (valid targets in the window), which must be known before the first backward.
+        long valid = 0;
+        for (int k = 0; k < r->accum; k++) {
+            dl_next(&r->train, r->inputs + k * BT, r->targets + k * BT);
+            for (size_t i = 0; i < BT; i++) valid += r->targets[k * BT + i] >= 0;
+        }
+        gpt2_zero_grads(&r->model);
+        double loss_sum = 0.0;
+        float dloss = valid > 0 ? 1.0f / (float)valid : 0.0f;
+        for (int k = 0; k < r->accum; k++) {
+            long n = 0;
+            loss_sum += gpt2_forward(&r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, &n);
+            gpt2_backward(&r->model);
+        }
+        double loss = valid > 0 ? loss_sum / (double)valid : NAN;
+        double norm = sqrt(opt_grad_sumsq(&r->opt, 0, r->opt.total));
+        float lr = sched_lr(&r->sched, (int)r->step);
+        float grad_scale = opt_clip_scale(norm, a->grad_clip);
+        int bad = !isfinite(loss) || !isfinite(norm);
+        if (bad) {
+            r->skipped_total++;
+            consecutive_bad++;
+            printf("step %ld: non-finite %s, update skipped (%ld in a row, %ld in total)\n", r->step + 1,
+                   !isfinite(loss) ? "loss" : "gradient norm", consecutive_bad, r->skipped_total);
+            if (consecutive_bad >= a->max_skipped)
+                fatal("lower --lr, raise --warmup-steps or --grad-clip, or check the data",
+                      "%ld consecutive steps had a non-finite loss or gradient norm; stopping", consecutive_bad);
+        } else {
+            consecutive_bad = 0;
+            opt_step(&r->opt, lr, a->beta1, a->beta2, a->eps, a->weight_decay, grad_scale,
+                     (uint32_t)(a->seed + 7919 * r->step));
+        }
+        r->step++;
+        steps_this_run++;
+        double ms = (now_s() - t0) * 1000.0;
+        double tps = (double)a->total_batch_tokens / (ms / 1000.0);
+        printf("step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n",
+               r->step, a->steps, loss, lr, norm, ms, tps);
+        fflush(stdout);
+        run_log_json(r, "{\"step\": %ld, \"train_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f%s}",
+                     r->step, loss, lr, norm, ms, tps, bad ? ", \"skipped\": true" : "");
+        int stop_now = g_stop_signal || (a->stop_after > 0 && steps_this_run >= a->stop_after && r->step < a->steps);
+        if (stop_now || (a->save_every > 0 && r->step % a->save_every == 0 && r->step < a->steps)) save_checkpoint(r);
+        if (stop_now) {
+            interrupted = 1;
+            if (g_stop_signal) printf("interrupted by signal %d at step %ld; resume with --resume\n", (int)g_stop_signal, r->step);
+            else printf("stopping after %d steps of this run at step %ld; resume with --resume\n", a->stop_after, r->step);
+            break;
+        }
+    }
+    if (!interrupted) {
+        save_checkpoint(r);
+        save_final(r);
+    }
+
+    if (r->log) fclose(r->log);
+    free(r->inputs); free(r->targets);
+    dl_free(&r->train);
+    if (r->has_val) dl_free(&r->val);
+    opt_free(&r->opt);
+    gpt2_free(&r->model);
+    return 0;
+}
