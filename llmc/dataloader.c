@@ -1,24 +1,16 @@
 #include "dataloader.h"
 #include "check.h"
 #include "fileio.h"
+#include "rand.h"
 #include <glob.h>
 #include <string.h>
 #include <stdlib.h>
 
-// splitmix64: small, well-mixed, reproducible everywhere; enough for permutations.
-static uint64_t dl_mix(uint64_t* s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static void dl_permute(int64_t* a, int64_t n, int shuffle, uint64_t seed) {
     for (int64_t i = 0; i < n; i++) a[i] = i;
     if (!shuffle) return;
-    uint64_t s = seed;
     for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)(dl_mix(&s) % (uint64_t)(i + 1));
+        int64_t j = (int64_t)(rand_u64(seed, 0, (uint64_t)i) % (uint64_t)(i + 1));
         int64_t t = a[i]; a[i] = a[j]; a[j] = t;
     }
 }

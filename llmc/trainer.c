@@ -276,6 +276,10 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
             resume_step = ckpt_find_latest(a->out_dir);
             if (resume_step < 0) fatal("drop --resume to start a new run, or point --out at the run's directory",
                                        "no complete checkpoint (DONE_* marker) in '%s'", a->out_dir);
+        } else if (ckpt_find_latest(a->out_dir) >= 0) {
+            // never clobber another run's checkpoints and log
+            fatal("add --resume to continue that run, or choose another --out",
+                  "'%s' holds checkpoints of an earlier run", a->out_dir);
         }
     }
     GPT2Config cfg;
@@ -334,11 +338,13 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     }
 
     // ---- report
-    size_t trainable = r->opt.total, total_params = params_count_unpadded(&r->model.pt);
+    // the vocabulary padding rows of wte are never trained: count what HF would count
+    size_t pad_rows = r->model.g[PT_WTE] ? (size_t)(cfg.padded_vocab_size - cfg.vocab_size) * (size_t)cfg.channels : 0;
+    size_t trainable = r->opt.total - pad_rows, total_params = params_count_unpadded(&r->model.pt);
     printf("backend: %s\n", ops_backend_name());
     printf("model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", src,
            cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, total_params);
-    printf("trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)r->model.pt.total);
+    printf("trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)total_params);
     printf("data: %s (%lld tokens, %lld batches/epoch)%s%s\n", a->train_data, (long long)r->train.total_tokens,
            (long long)dl_batches_per_epoch(&r->train), r->has_val ? " | val: " : "", r->has_val ? a->val_data : "");
     printf("batch: %d x %d per rank x %d ranks x %d accumulation = %ld tokens/step\n",

@@ -1,0 +1,46 @@
+# Helpers for the shell tests (sourced). BIN_DIR: where train_gpt2 / train_lora live.
+set -u
+BIN_DIR="${BIN_DIR:-.}"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/llmc-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+fails=0; checks=0
+
+ok()   { checks=$((checks+1)); echo "ok   $*"; }
+bad()  { checks=$((checks+1)); fails=$((fails+1)); echo "FAIL $*" >&2; }
+
+# expect_fail "what" "substring of stderr" cmd args...: the command must exit non-zero and
+# print the substring (one clear message), and leave no temporary files in $TMP.
+expect_fail() {
+  local what="$1" want="$2"; shift 2
+  local out rc
+  out=$("$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq 0 ]; then bad "$what: exit 0, expected failure"; return; fi
+  if ! grep -qF -- "$want" <<<"$out"; then bad "$what: message lacks '$want': $out"; return; fi
+  if ! grep -q "^error: " <<<"$out"; then bad "$what: no 'error:' line: $out"; return; fi
+  if find "$TMP" -name '*.tmp.*' | grep -q .; then bad "$what: temporary file left behind"; return; fi
+  ok "$what -> $(grep -m1 '^error: ' <<<"$out")"
+}
+
+# make_shard PATH NTOK VOCAB SEED: an llm.c token shard with pseudo-random tokens < VOCAB.
+make_shard() {
+  python3 - "$@" <<'PY'
+import struct, sys, random
+path, n, vocab, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = random.Random(seed)
+# a little structure (repeated phrases) so that training has something to learn
+phrases = [[rng.randrange(vocab) for _ in range(rng.randrange(3, 9))] for _ in range(12)]
+toks = []
+while len(toks) < n:
+    toks.extend(rng.choice(phrases))
+toks = toks[:n]
+hdr = [20240520, 1, n] + [0] * 253
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", *hdr))
+    f.write(struct.pack("<%dH" % n, *toks))
+PY
+}
+
+finish() {
+  echo "$checks checks, $fails failed"
+  [ $fails -eq 0 ]
+}
