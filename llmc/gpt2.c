@@ -22,7 +22,29 @@ void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask) {
         m->p[i] = m->params + m->pt.t[i].offset;
         m->g[i] = NULL;
         if (trainable_mask & (1u << i)) { m->g[i] = m->grads + goff; goff += m->pt.t[i].numel; }
+        m->g_stride[i] = m->pt.t[i].per_layer ? params_layer_numel(&m->pt, (ParamId)i) : 0;
     }
+}
+
+void gpt2_use_grad_buckets(GPT2* m, void (*hook)(void* ctx, int bucket), void* ctx) {
+    assertCheck(m->trainable == GPT2_TRAIN_ALL);
+    if (m->grads) { ops_free(m->grads); m->grads = NULL; m->grads_n = 0; }
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (m->pt.t[i].per_layer) m->layer_bucket_n += params_layer_numel(&m->pt, (ParamId)i);
+        else m->final_bucket_n += m->pt.t[i].numel;
+    }
+    m->layer_bucket = (floatX*)ops_alloc(m->layer_bucket_n * sizeof(floatX));
+    m->final_bucket = (floatX*)ops_alloc(m->final_bucket_n * sizeof(floatX));
+    ops_zero(m->layer_bucket, m->layer_bucket_n * sizeof(floatX));
+    ops_zero(m->final_bucket, m->final_bucket_n * sizeof(floatX));
+    size_t lo = 0, fo = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (m->pt.t[i].per_layer) { m->g[i] = m->layer_bucket + lo; lo += params_layer_numel(&m->pt, (ParamId)i); }
+        else { m->g[i] = m->final_bucket + fo; fo += m->pt.t[i].numel; }
+        m->g_stride[i] = 0; // every layer writes into the same bucket slot
+    }
+    m->grad_hook = hook;
+    m->grad_hook_ctx = ctx;
 }
 
 // One allocation for all activations: sizes listed once, pointers carved in order.
@@ -79,6 +101,7 @@ void gpt2_free(GPT2* m) {
     if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
     if (m->params) ops_free(m->params);
     if (m->grads) ops_free(m->grads);
+    if (m->layer_bucket) { ops_free(m->layer_bucket); ops_free(m->final_bucket); }
     memset(m, 0, sizeof(*m));
 }
 
@@ -87,15 +110,22 @@ void gpt2_get_params(GPT2* m, float* host) { ops_download_f32(host, m->params, m
 
 void gpt2_zero_grads(GPT2* m) {
     if (m->grads) ops_zero(m->grads, m->grads_n * sizeof(floatX));
+    if (m->layer_bucket) {
+        ops_zero(m->layer_bucket, m->layer_bucket_n * sizeof(floatX));
+        ops_zero(m->final_bucket, m->final_bucket_n * sizeof(floatX));
+    }
     linear_zero_grads(m);
 }
 
 size_t gpt2_param_bytes(const GPT2* m) { return m->pt.total * sizeof(floatX); }
-size_t gpt2_grad_bytes(const GPT2* m) { return m->grads_n * sizeof(floatX); }
+size_t gpt2_grad_bytes(const GPT2* m) { return (m->grads_n + m->layer_bucket_n + m->final_bucket_n) * sizeof(floatX); }
 
-// Layer l's slice of a per-layer parameter (or its gradient; NULL stays NULL).
-static inline floatX* LP(floatX* const* base, const GPT2* m, ParamId id, int l) {
-    return base[id] ? base[id] + (size_t)l * params_layer_numel(&m->pt, id) : NULL;
+// Layer l's slice of a per-layer parameter, and of its gradient (NULL stays NULL).
+static inline floatX* LP(const GPT2* m, ParamId id, int l) {
+    return m->p[id] + (size_t)l * params_layer_numel(&m->pt, id);
+}
+static inline floatX* LG(const GPT2* m, ParamId id, int l) {
+    return m->g[id] ? m->g[id] + (size_t)l * m->g_stride[id] : NULL;
 }
 
 double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, long* n_valid) {
@@ -138,13 +168,13 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
         attention_forward(atty, lse, qkv, B, T, C, NH);
         linear_forward(m, PT_ATTPROJW, l, attproj, NULL, atty, N);
         fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N,
-                                         residual, attproj, LP(m->p, m, PT_LN2W, l), LP(m->p, m, PT_LN2B, l), N, C);
+                                         residual, attproj, LP(m, PT_LN2W, l), LP(m, PT_LN2B, l), N, C);
         linear_forward(m, PT_FCW, l, fch, fch_gelu, ln2, N);
         linear_forward(m, PT_FCPROJW, l, fcproj, NULL, fch_gelu, N);
         if (l + 1 < L) {
             fused_residual_layernorm_forward(residual3, a->ln1 + (size_t)(l + 1) * BTC,
                                              a->ln1_mean + (size_t)(l + 1) * N, a->ln1_rstd + (size_t)(l + 1) * N,
-                                             residual2, fcproj, LP(m->p, m, PT_LN1W, l + 1), LP(m->p, m, PT_LN1B, l + 1), N, C);
+                                             residual2, fcproj, LP(m, PT_LN1W, l + 1), LP(m, PT_LN1B, l + 1), N, C);
         } else {
             fused_residual_layernorm_forward(residual3, a->lnf, a->lnf_mean, a->lnf_rstd,
                                              residual2, fcproj, m->p[PT_LNFW], m->p[PT_LNFB], N, C);
@@ -189,8 +219,8 @@ void gpt2_backward(GPT2* m) {
         gelu_backward(s->dfch, a->fch + l * BTC * 4, s->dfch_gelu, BTC * 4);
         ops_zero(s->dln, BTC * XB);
         linear_backward(m, PT_FCW, l, s->dln, s->dfch, a->ln2 + l * BTC, N);
-        layernorm_backward(s->dresidual, LP(m->g, m, PT_LN2W, l), LP(m->g, m, PT_LN2B, l), s->dln,
-                           a->residual2 + l * BTC, LP(m->p, m, PT_LN2W, l),
+        layernorm_backward(s->dresidual, LG(m, PT_LN2W, l), LG(m, PT_LN2B, l), s->dln,
+                           a->residual2 + l * BTC, LP(m, PT_LN2W, l),
                            a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
         // dresidual is now the gradient of residual2 = residual + attproj.
         ops_zero(s->datty, BTC * XB);
@@ -200,9 +230,11 @@ void gpt2_backward(GPT2* m) {
                            a->att_lse + (size_t)l * B * NH * T, B, T, C, NH);
         ops_zero(s->dln, BTC * XB);
         linear_backward(m, PT_QKVW, l, s->dln, s->dqkv, a->ln1 + l * BTC, N);
-        layernorm_backward(s->dresidual, LP(m->g, m, PT_LN1W, l), LP(m->g, m, PT_LN1B, l), s->dln,
-                           residual, LP(m->p, m, PT_LN1W, l),
+        layernorm_backward(s->dresidual, LG(m, PT_LN1W, l), LG(m, PT_LN1B, l), s->dln,
+                           residual, LP(m, PT_LN1W, l),
                            a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
+        if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, L - 1 - l);
     }
     encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, B, T, C);
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, L);
 }

@@ -61,6 +61,16 @@ typedef struct GPT2 {
     unsigned trainable;                // bit i set: tensor i is trained
     floatX* p[NUM_PARAM_TENSORS];      // tensor views into params
     floatX* g[NUM_PARAM_TENSORS];      // tensor views into grads (NULL entries = frozen)
+    size_t g_stride[NUM_PARAM_TENSORS];// elements between layer slices of g[i]: the layer size,
+                                       // or 0 when g[i] is a one-layer bucket (ZeRO-2)
+    // Called during backward as soon as a bucket of gradients is complete: bucket L-1-l after
+    // layer l, bucket L (wte, wpe, ln_f and everything outside the blocks) at the end. ZeRO-2
+    // reduces and empties the bucket there; NULL otherwise.
+    void (*grad_hook)(void* ctx, int bucket);
+    void* grad_hook_ctx;
+    floatX* layer_bucket;              // ZeRO-2: one layer's packed per-layer gradients
+    floatX* final_bucket;              // ZeRO-2: wte, wpe, lnfw, lnfb gradients
+    size_t layer_bucket_n, final_bucket_n;
     int B, T;                          // activation capacity
     GPT2Acts acts;
     GPT2Scratch scr;
@@ -83,6 +93,11 @@ void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask);
 // Allocate activations and scratch for batches up to B x T (idempotent for the same sizes).
 void gpt2_alloc_acts(GPT2* m, int B, int T);
 void gpt2_free(GPT2* m);
+
+// ZeRO-2: replace the full gradient buffer by a one-layer bucket (per-layer tensors, packed in
+// table order) and a bucket for the other tensors (table order), and call hook(ctx, bucket) as
+// each bucket completes during backward. Only for fully trainable models.
+void gpt2_use_grad_buckets(GPT2* m, void (*hook)(void* ctx, int bucket), void* ctx);
 
 // Host fp32 <-> model parameters (table layout).
 void gpt2_set_params(GPT2* m, const float* host);

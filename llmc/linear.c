@@ -17,8 +17,8 @@ void linear_backward(GPT2* m, ParamId wid, int l, floatX* dinp, const floatX* do
     const int OC = (int)w->rows, C = (int)w->cols;
     const size_t lw = (size_t)l * params_layer_numel(&m->pt, wid);
     const floatX* W = m->p[wid] + lw;
-    floatX* dW = m->g[wid] ? m->g[wid] + lw : NULL;
-    floatX* db = m->g[bias_of(wid)] ? m->g[bias_of(wid)] + (size_t)l * OC : NULL;
+    floatX* dW = m->g[wid] ? m->g[wid] + (size_t)l * m->g_stride[wid] : NULL;
+    floatX* db = m->g[bias_of(wid)] ? m->g[bias_of(wid)] + (size_t)l * m->g_stride[bias_of(wid)] : NULL;
     matmul_backward(dinp, dW, db, dout, inp, W, N, C, OC);
 }
 

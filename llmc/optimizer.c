@@ -44,6 +44,7 @@ void opt_free(Optimizer* o) {
 }
 
 double opt_grad_sumsq(const Optimizer* o, size_t begin, size_t end) {
+    if (o->gshard) return sum_squares(o->gshard, o->end - o->begin);
     double s = 0.0;
     for (int i = 0; i < o->nseg; i++) {
         const TrainSeg* g = &o->segs[i];
@@ -62,7 +63,8 @@ void opt_step(Optimizer* o, float lr, float beta1, float beta2, float eps, float
         size_t e = s->offset + s->n < o->end ? s->offset + s->n : o->end;
         if (b >= e) continue;
         size_t k = b - o->begin;
-        adamw_update(s->p + (b - s->offset), o->master ? o->master + k : NULL, s->g + (b - s->offset),
+        const floatX* g = o->gshard ? o->gshard + k : s->g + (b - s->offset);
+        adamw_update(s->p + (b - s->offset), o->master ? o->master + k : NULL, g,
                      o->m + k, o->v + k, e - b, lr, beta1, beta2, eps,
                      s->weight_decay ? weight_decay : 0.0f, grad_scale, o->t, seed + (uint32_t)i);
     }

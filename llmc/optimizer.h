@@ -31,13 +31,16 @@ typedef struct {
     float* m;           // (end - begin) each, backend memory
     float* v;
     float* master;      // NULL when parameters are fp32
+    floatX* gshard;     // ZeRO-2: this rank's reduced gradients for [begin, end) (then the
+                        // segments' g pointers are not used by the optimizer); NULL otherwise
     int t;              // updates applied so far (AdamW bias correction)
 } Optimizer;
 
 // segs are copied; offsets are assigned here in order.
 void opt_init(Optimizer* o, const TrainSeg* segs, int nseg, size_t begin, size_t end);
 void opt_free(Optimizer* o);
-// Sum of squares of the gradients in [begin, end) of the flat space (all of it by default).
+// Sum of squares of the gradients in [begin, end) of the flat space (with gshard: of this
+// rank's range, whatever begin/end say).
 double opt_grad_sumsq(const Optimizer* o, size_t begin, size_t end);
 // One AdamW update of this rank's range.
 void opt_step(Optimizer* o, float lr, float beta1, float beta2, float eps, float weight_decay,
