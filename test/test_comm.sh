@@ -47,6 +47,15 @@ for np in 1 2 4; do
   done
 done
 
+# Started without mpirun, a binary with MPI runs as one rank without touching MPI (test_comm run by
+# run_tests.sh covers that); LLMC_COMM=mpi forces MPI_Init as an OpenMPI singleton, which must work.
+LLMC_COMM=mpi timeout 60 "$prog" >"$log" 2>&1; rc=$?
+if [ $rc -ne 0 ] || ! grep -q "impl mpi" "$log" || ! grep -q "all [0-9]* checks passed" "$log"; then
+  fail "singleton (LLMC_COMM=mpi, no mpirun): exit $rc"; tail -n 30 "$log"
+else
+  echo "ok   singleton MPI without mpirun"
+fi
+
 # A failure on one rank must end every rank, non-zero, within 30 s.
 check_failure() { # name args... ; expects a message pattern in $want
   local name=$1; shift
