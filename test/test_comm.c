@@ -1,0 +1,264 @@
+// Collectives of llmc/comm.h checked bit-exactly against serial sums. Run alone (single process,
+// by `make test`) and under `mpirun -np 1/2/4` by test/test_comm.sh. Every rank generates every
+// rank's input from a hash, so each rank can compute the serial reference itself: contributions of
+// ranks 0..N-1 added in rank order in double and rounded once (the order comm.h promises).
+//
+//   test_comm                 run the collective checks
+//   test_comm --has-mpi       print "mpi" or "none" (whether this build contains MPI)
+//   test_comm --fatal-rank R  rank R calls fatal() while the others wait in a collective
+//   test_comm --kill-rank R   rank R is SIGKILLed by a helper thread while all ranks are in a loop
+//                             of collectives
+#include <stdint.h>
+#include <signal.h>
+#include <unistd.h>
+#include <pthread.h>
+#include <time.h>
+#include "../llmc/comm.h"
+#include "../llmc/check.h"
+#include "test.h"
+
+static Comm comm;
+
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+    return x;
+}
+// Values spread over 2^-12..2^12 with both signs, so the order of additions changes the result.
+static double gen(uint64_t seed, int rank, size_t i) {
+    uint64_t h = mix(seed * 0x9e3779b97f4a7c15ULL ^ mix((uint64_t)rank * 0x632be59bd9b4e019ULL + i + 1));
+    double u = (double)(h >> 11) / 9007199254740992.0 - 0.5;
+    int e = (int)((h & 31) % 25) - 12;
+    return ldexp(u, e);
+}
+static float genf(uint64_t seed, int rank, size_t i) { return (float)gen(seed, rank, i); }
+
+static double ref_sum_f32(uint64_t seed, size_t i) {
+    double s = genf(seed, 0, i);
+    for (int r = 1; r < comm.world; r++) s += genf(seed, r, i);
+    return s;
+}
+
+static size_t count_bit_mismatch(const void* a, const void* b, size_t n, size_t es, size_t* first) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp((const char*)a + i * es, (const char*)b + i * es, es) != 0) { if (!bad) *first = i; bad++; }
+    return bad;
+}
+
+#define CHECK_BITS(what, got, want, n, es) do { size_t first_ = 0; \
+    size_t bad_ = count_bit_mismatch(got, want, n, es, &first_); \
+    TEST_CHECK(bad_ == 0, "%s (n=%zu, rank %d/%d): %zu elements differ, first at %zu", what, (size_t)(n), comm.rank, comm.world, bad_, first_); \
+} while (0)
+
+static void test_allreduce_f32(size_t n, uint64_t seed) {
+    float* buf = (float*)mallocCheck(n * sizeof(float));
+    float* want = (float*)mallocCheck(n * sizeof(float));
+    float* again = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { buf[i] = genf(seed, comm.rank, i); want[i] = (float)ref_sum_f32(seed, i); }
+    memcpy(again, buf, n * sizeof(float));
+    comm_allreduce_sum_f32(&comm, buf, n);
+    CHECK_BITS("allreduce_f32", buf, want, n, sizeof(float));
+    comm_allreduce_sum_f32(&comm, again, n); // run to run: bit-identical
+    CHECK_BITS("allreduce_f32 repeated", again, buf, n, sizeof(float));
+    free(buf); free(want); free(again);
+}
+
+static void test_allreduce_f64(size_t n, uint64_t seed) {
+    double* buf = (double*)mallocCheck(n * sizeof(double));
+    double* want = (double*)mallocCheck(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = gen(seed, comm.rank, i);
+        double s = gen(seed, 0, i);
+        for (int r = 1; r < comm.world; r++) s += gen(seed, r, i);
+        want[i] = s;
+    }
+    comm_allreduce_sum_f64(&comm, buf, n);
+    CHECK_BITS("allreduce_f64", buf, want, n, sizeof(double));
+    free(buf); free(want);
+}
+
+static void test_allreduce_i64_max(size_t n) {
+    int64_t* buf = (int64_t*)mallocCheck(n * sizeof(int64_t));
+    double* mx = (double*)mallocCheck(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) { buf[i] = ((int64_t)1 << 40) * (comm.rank + 1) + (int64_t)i; mx[i] = gen(7, comm.rank, i); }
+    comm_allreduce_sum_i64(&comm, buf, n);
+    comm_allreduce_max_f64(&comm, mx, n);
+    size_t bad = 0, badmax = 0;
+    int64_t w = comm.world;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] != ((int64_t)1 << 40) * (w * (w + 1) / 2) + w * (int64_t)i) bad++;
+        double m = gen(7, 0, i);
+        for (int r = 1; r < comm.world; r++) if (gen(7, r, i) > m) m = gen(7, r, i);
+        if (mx[i] != m) badmax++;
+    }
+    TEST_CHECK(bad == 0, "allreduce_i64 n=%zu: %zu wrong", n, bad);
+    TEST_CHECK(badmax == 0, "allreduce_max_f64 n=%zu: %zu wrong", n, badmax);
+    free(buf); free(mx);
+}
+
+static void test_reduce_scatter(size_t shard, uint64_t seed, int in_place) {
+    size_t W = (size_t)comm.world, me = (size_t)comm.rank;
+    float* send = (float*)mallocCheck(W * shard * sizeof(float));
+    float* recv = (float*)mallocCheck(shard * sizeof(float));
+    float* want = (float*)mallocCheck(shard * sizeof(float));
+    for (size_t i = 0; i < W * shard; i++) send[i] = genf(seed, comm.rank, i);
+    for (size_t i = 0; i < shard; i++) want[i] = (float)ref_sum_f32(seed, me * shard + i);
+    float* out = in_place ? send + me * shard : recv;
+    comm_reduce_scatter_sum_f32(&comm, send, out, shard);
+    CHECK_BITS(in_place ? "reduce_scatter in place" : "reduce_scatter", out, want, shard, sizeof(float));
+    free(send); free(recv); free(want);
+}
+
+static void test_allgather(size_t shard, uint64_t seed, int in_place) {
+    size_t W = (size_t)comm.world, me = (size_t)comm.rank;
+    float* mine = (float*)mallocCheck(shard * sizeof(float));
+    float* full = (float*)mallocCheck(W * shard * sizeof(float));
+    float* want = (float*)mallocCheck(W * shard * sizeof(float));
+    for (size_t i = 0; i < W * shard; i++) { full[i] = -1.0f; want[i] = genf(seed, (int)(i / (shard ? shard : 1)), i % (shard ? shard : 1)); }
+    for (size_t i = 0; i < shard; i++) mine[i] = genf(seed, comm.rank, i);
+    if (in_place) {
+        memcpy(full + me * shard, mine, shard * sizeof(float));
+        comm_allgather_f32(&comm, full + me * shard, full, shard);
+    } else {
+        comm_allgather_f32(&comm, mine, full, shard);
+    }
+    CHECK_BITS(in_place ? "allgather in place" : "allgather", full, want, W * shard, sizeof(float));
+    free(mine); free(full); free(want);
+}
+
+static void test_reduce(size_t n, uint64_t seed, int root, int in_place) {
+    float* send = (float*)mallocCheck(n * sizeof(float));
+    float* recv = (float*)mallocCheck(n * sizeof(float));
+    float* want = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { send[i] = genf(seed, comm.rank, i); want[i] = (float)ref_sum_f32(seed, i); recv[i] = 0.0f; }
+    float* out = in_place ? send : recv;
+    comm_reduce_sum_f32(&comm, send, out, n, root);
+    if (comm.rank == root) CHECK_BITS("reduce to root", out, want, n, sizeof(float));
+    free(send); free(recv); free(want);
+}
+
+static void test_broadcast(size_t bytes, int root) {
+    unsigned char* buf = (unsigned char*)mallocCheck(bytes);
+    for (size_t i = 0; i < bytes; i++) buf[i] = (unsigned char)(comm.rank == root ? mix(i + 11 * (size_t)root) : 0xAB);
+    comm_broadcast(&comm, buf, bytes, root);
+    size_t bad = 0;
+    for (size_t i = 0; i < bytes; i++) if (buf[i] != (unsigned char)mix(i + 11 * (size_t)root)) bad++;
+    TEST_CHECK(bad == 0, "broadcast %zu bytes from root %d: %zu bytes wrong on rank %d", bytes, root, bad, comm.rank);
+    free(buf);
+}
+
+// The host path of the bf16 device calls: widened to f32, summed like f32, rounded to bf16.
+static uint16_t genb(uint64_t seed, int rank, size_t i) { return comm_f32_to_bf16(genf(seed, rank, i)); }
+static uint16_t ref_bf16(uint64_t seed, size_t i) {
+    double s = comm_bf16_to_f32(genb(seed, 0, i));
+    for (int r = 1; r < comm.world; r++) s += comm_bf16_to_f32(genb(seed, r, i));
+    return comm_f32_to_bf16((float)s);
+}
+
+static void test_dev_bf16(size_t shard, uint64_t seed) {
+    size_t W = (size_t)comm.world, me = (size_t)comm.rank, n = W * shard;
+    uint16_t* a = (uint16_t*)mallocCheck(n * 2);
+    uint16_t* want = (uint16_t*)mallocCheck(n * 2);
+    uint16_t* rs = (uint16_t*)mallocCheck(shard * 2 + 2);
+    for (size_t i = 0; i < n; i++) { a[i] = genb(seed, comm.rank, i); want[i] = ref_bf16(seed, i); }
+    comm_dev_reduce_scatter_sum(&comm, a, rs, shard, COMM_BF16, NULL);
+    CHECK_BITS("dev reduce_scatter bf16", rs, want + me * shard, shard, 2);
+    comm_dev_allgather(&comm, rs, a, shard, COMM_BF16, NULL);
+    CHECK_BITS("dev allgather bf16", a, want, n, 2);
+    for (size_t i = 0; i < n; i++) a[i] = genb(seed, comm.rank, i);
+    comm_dev_allreduce_sum(&comm, a, n, COMM_BF16, NULL);
+    CHECK_BITS("dev allreduce bf16", a, want, n, 2);
+    for (size_t i = 0; i < n; i++) a[i] = genb(seed, comm.rank, i);
+    int root = comm.world - 1;
+    comm_dev_group_begin(&comm);
+    comm_dev_reduce_sum(&comm, a, a, n, COMM_BF16, root, NULL);
+    comm_dev_group_end(&comm);
+    if (comm.rank == root) CHECK_BITS("dev reduce bf16", a, want, n, 2);
+    // f32 device calls are the host calls
+    float* f = (float*)mallocCheck(n * sizeof(float) + 4);
+    float* fw = (float*)mallocCheck(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) { f[i] = genf(seed, comm.rank, i); fw[i] = (float)ref_sum_f32(seed, i); }
+    comm_dev_allreduce_sum(&comm, f, n, COMM_F32, NULL);
+    CHECK_BITS("dev allreduce f32", f, fw, n, 4);
+    free(a); free(want); free(rs); free(f); free(fw);
+}
+
+// Every rank must end with the same bytes: compare a checksum with rank 0's.
+static void check_same_everywhere(void) {
+    double mine = (double)test_failures;
+    double max = mine;
+    comm_allreduce_max_f64(&comm, &max, 1);
+    TEST_CHECK(max == 0.0, "some rank reported %g failures", max);
+}
+
+static int64_t g_kill_rank = -1;
+static void* killer(void* arg) {
+    (void)arg;
+    struct timespec ts = { 0, 300 * 1000 * 1000 };
+    nanosleep(&ts, NULL);
+    fprintf(stderr, "rank %d: killing myself with SIGKILL in the middle of collectives\n", comm.rank);
+    fflush(stderr);
+    kill(getpid(), SIGKILL);
+    return NULL;
+}
+
+int main(int argc, char** argv) {
+    if (argc >= 2 && strcmp(argv[1], "--has-mpi") == 0) { printf("%s\n", comm_have_mpi() ? "mpi" : "none"); return 0; }
+    comm_init(&comm, &argc, &argv);
+    printf("rank %d of %d (local %d of %d), impl %s\n", comm.rank, comm.world, comm.local_rank, comm.local_world, comm_impl_name(&comm));
+    const char* ws = getenv("OMPI_COMM_WORLD_SIZE");
+    TEST_CHECK(comm.world == (ws ? atoi(ws) : 1), "world %d, launcher says %s", comm.world, ws ? ws : "(none)");
+
+    if (argc >= 3 && strcmp(argv[1], "--fatal-rank") == 0) {
+        int r = atoi(argv[2]);
+        comm_barrier(&comm);
+        if (comm.rank == r) fatal("this is the failure test of test/test_comm.sh", "rank %d fails on purpose", r);
+        float x = 1.0f;
+        comm_allreduce_sum_f32(&comm, &x, 1); // never completes: rank r is gone
+        fprintf(stderr, "rank %d: collective returned although rank %d failed\n", comm.rank, r);
+        return 3;
+    }
+    if (argc >= 3 && strcmp(argv[1], "--kill-rank") == 0) {
+        g_kill_rank = atoi(argv[2]);
+        comm_barrier(&comm);
+        pthread_t th;
+        if (comm.rank == g_kill_rank && pthread_create(&th, NULL, killer, NULL) != 0) { perror("pthread_create"); return 2; }
+        size_t n = (size_t)1 << 20;
+        float* buf = (float*)callocCheck(n, sizeof(float));
+        for (int it = 0; it < 1000000; it++) comm_allreduce_sum_f32(&comm, buf, n);
+        fprintf(stderr, "rank %d: collectives kept completing although rank %lld was killed\n", comm.rank, (long long)g_kill_rank);
+        return 3;
+    }
+
+    // sizes around the small-message threshold (1024) and, with a small LLMC_COMM_TEST_SCRATCH,
+    // across many chunks; odd sizes leave ranks with empty pieces
+    const size_t sizes[] = { 0, 1, 2, 3, 5, 64, 1000, 1024, 1025, 4099, 70001 };
+    const size_t nsizes = sizeof(sizes) / sizeof(sizes[0]);
+    for (size_t k = 0; k < nsizes; k++) {
+        test_allreduce_f32(sizes[k], 100 + k);
+        test_allreduce_f64(sizes[k], 200 + k);
+        test_allreduce_i64_max(sizes[k]);
+    }
+    const size_t shards[] = { 0, 1, 7, 64, 1000, 33333 };
+    for (size_t k = 0; k < sizeof(shards) / sizeof(shards[0]); k++) {
+        for (int ip = 0; ip < 2; ip++) {
+            test_reduce_scatter(shards[k], 300 + k, ip);
+            test_allgather(shards[k], 400 + k, ip);
+        }
+        test_dev_bf16(shards[k], 500 + k);
+    }
+    for (int root = 0; root < comm.world; root++) {
+        test_reduce(3, 600, root, 0);
+        test_reduce(20000, 601, root, 1);
+        test_broadcast(0, root);
+        test_broadcast(3, root);
+        test_broadcast(100000, root);
+    }
+    comm_barrier(&comm);
+    check_same_everywhere();
+    char name[64];
+    snprintf(name, sizeof(name), "test_comm rank %d/%d", comm.rank, comm.world);
+    int rc = test_finish(name);
+    comm_finalize(&comm);
+    return rc;
+}
