@@ -68,6 +68,23 @@ void ckpt_read_state_body(const char* path, const StateHeader* hdr, float* m, fl
     fclose(fp);
 }
 
+size_t ckpt_read_state_overlap(const char* path, const StateHeader* hdr, size_t begin, size_t end,
+                               float* m, float* v, float* master) {
+    size_t fb = (size_t)hdr->h[SH_BEGIN], fe = (size_t)hdr->h[SH_END], n = fe - fb;
+    size_t b = fb > begin ? fb : begin, e = fe < end ? fe : end;
+    if (b >= e) return 0;
+    FILE* fp = fopenCheck(path, "rb");
+    float* dst[3] = { m, v, master };
+    int parts = hdr->h[SH_HAS_MASTER] ? 3 : 2;
+    for (int k = 0; k < parts; k++) {
+        if (!dst[k]) continue;
+        fseekCheck(fp, (long)(1024 + ((size_t)k * n + (b - fb)) * sizeof(float)), SEEK_SET, path);
+        freadCheck(dst[k] + (b - begin), sizeof(float), e - b, fp, path);
+    }
+    fclose(fp);
+    return e - b;
+}
+
 void ckpt_write_done(const char* dir, long step) {
     char path[4200];
     ckpt_path(path, sizeof(path), dir, "DONE", step, 0);

@@ -24,7 +24,7 @@ extern "C" {
 typedef enum {
     SH_MAGIC = 0, SH_VERSION, SH_WORLD, SH_RANK, SH_HAS_MASTER, SH_STEP, SH_OPT_T, SH_RNG,
     SH_DL_EPOCH, SH_DL_SHARD, SH_DL_CHUNK, SH_BEGIN, SH_END, SH_TOTAL, SH_MODE, SH_B, SH_T,
-    SH_ACCUM, SH_SKIPPED, SH_ZERO, SH_SEED, SH_VAL_DL_EPOCH, SH_VAL_DL_SHARD, SH_VAL_DL_CHUNK,
+    SH_ACCUM, SH_SKIPPED, SH_ZERO, SH_SEED, SH_TOKENS_PER_STEP, SH_SHUFFLE,
     SH_NUM_FIELDS
 } StateField;
 
@@ -40,6 +40,11 @@ void ckpt_write_state(const char* path, const StateHeader* hdr, const float* m, 
 // Reads the header; validates magic and version and that the file size matches.
 void ckpt_read_state_header(const char* path, StateHeader* hdr);
 void ckpt_read_state_body(const char* path, const StateHeader* hdr, float* m, float* v, float* master);
+// Copy the part of the file's range [SH_BEGIN, SH_END) that overlaps [begin, end) into m, v and
+// master (arrays indexed from begin; master may be NULL). Returns the number of elements copied.
+// Used to re-shard optimizer state when resuming with a different number of ranks or ZeRO stage.
+size_t ckpt_read_state_overlap(const char* path, const StateHeader* hdr, size_t begin, size_t end,
+                               float* m, float* v, float* master);
 void ckpt_write_done(const char* dir, long step);
 // Remove complete checkpoints older than the newest `keep` (0 = keep all).
 void ckpt_prune(const char* dir, int keep, int world);

@@ -3,6 +3,7 @@
 #include "args.h"
 #include "check.h"
 #include "checkpoint.h"
+#include "comm.h"
 #include "config.h"
 #include "dataloader.h"
 #include "fileio.h"
@@ -12,6 +13,7 @@
 #include "optimizer.h"
 #include "params.h"
 #include "schedule.h"
+#include "zero.h"
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -36,6 +38,7 @@ typedef struct {
     float weight_decay, grad_clip, beta1, beta2, eps;
     int eval_every, eval_batches, save_every, keep_checkpoints;
     int seed, threads, shuffle, max_skipped;
+    int zero;
     const char* save_format;
 } TrainArgs;
 
@@ -60,7 +63,7 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
     a->beta1 = 0.9f; a->beta2 = 0.95f; a->eps = 1e-8f;
     a->eval_every = 0; a->eval_batches = 8; a->save_every = 0; a->keep_checkpoints = 2;
     a->seed = 1337; a->threads = 0; a->shuffle = 0; a->max_skipped = 10;
-    a->save_format = "both";
+    a->save_format = "both"; a->zero = 0;
     const ArgSpec specs[] = {
         {"--model", "-e", ARG_STR, &a->model, "PATH|dN", "model to start from: llm.c .bin, .safetensors, sharded index, HF model dir; or d6/d12/d24/d36/d48/tiny to train from scratch", 1, 0, NULL},
         {"--train-data", "-i", ARG_STR, &a->train_data, "GLOB", "training token shards (llm.c format; data/prepare makes them)", 1, 0, NULL},
@@ -90,6 +93,7 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
         {"--seed", NULL, ARG_INT, &a->seed, "S", "random seed (init from scratch, shuffling, dropout)", 0, 2147483647, NULL},
         {"--shuffle", NULL, ARG_BOOL, &a->shuffle, NULL, "shuffle shard and batch order every epoch (default: sequential)", 1, 0, NULL},
         {"--threads", NULL, ARG_INT, &a->threads, "N", "CPU threads; 0 = all cores", 0, 4096, NULL},
+        {"--zero", "-z", ARG_INT, &a->zero, "S", "ZeRO stage across ranks: 0 all-reduce gradients, 1 shard optimizer state, 2 shard gradients too", 0, 2, NULL},
         {"--max-skipped-steps", NULL, ARG_INT, &a->max_skipped, "N", "stop after N consecutive steps with a non-finite loss or gradient", 1, 1e9, NULL},
     };
     const char* head = mode == TRAIN_FULL
@@ -107,10 +111,19 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
 // ----------------------------------------------------------------------------
 // the run
 
+#if defined(LLMC_CUDA)
+#define COMM_FLOATX COMM_BF16
+#else
+#define COMM_FLOATX COMM_F32
+#endif
+
 typedef struct {
     TrainArgs a;
     TrainMode mode;
     int rank, world;
+    Comm comm;
+    ZeroLayout zl;             // the flat trainable space split over ranks
+    floatX* gshard;            // ZeRO-2: this rank's reduced gradients
     GPT2 model;
     Optimizer opt;
     DataLoader train, val;
@@ -123,6 +136,9 @@ typedef struct {
     long skipped_total;
     FILE* log;
 } Run;
+
+// Console output comes from rank 0 only.
+#define say(r, ...) do { if ((r)->rank == 0) { printf(__VA_ARGS__); fflush(stdout); } } while (0)
 
 static void run_log_json(Run* r, const char* fmt, ...) {
     if (!r->log) return;
@@ -150,6 +166,80 @@ static int build_segments(Run* r, TrainSeg* segs) {
     return n;
 }
 
+
+// ----------------------------------------------------------------------------
+// distributed: the trainable space is split into contiguous ranges, one per rank (llmc/zero.h).
+// A "piece" is the part of one trainable segment inside one rank's range.
+
+typedef void (*PieceFn)(Run* r, const TrainSeg* s, size_t seg_off, size_t n, int owner);
+
+static void for_each_piece(Run* r, PieceFn fn) {
+    for (int i = 0; i < r->opt.nseg; i++) {
+        const TrainSeg* s = &r->opt.segs[i];
+        for (int o = 0; o < r->world; o++) {
+            ZeroRange x = zero_intersect(&r->zl, o, s->offset, s->n);
+            if (x.begin < x.end) fn(r, s, x.begin - s->offset, x.end - x.begin, o);
+        }
+    }
+}
+
+static void piece_reduce(Run* r, const TrainSeg* s, size_t off, size_t n, int owner) {
+    comm_dev_reduce_sum(&r->comm, s->g + off, s->g + off, n, COMM_FLOATX, owner, NULL);
+}
+// ZeRO-2: reduce to the owner, who adds it to its gradient shard; the source is then emptied.
+static void piece_reduce_into_shard(Run* r, const TrainSeg* s, size_t off, size_t n, int owner) {
+    comm_dev_reduce_sum(&r->comm, s->g + off, s->g + off, n, COMM_FLOATX, owner, NULL);
+    if (owner == r->rank) add_inplace(r->gshard + (s->offset + off - r->opt.begin), s->g + off, n);
+}
+static void piece_broadcast(Run* r, const TrainSeg* s, size_t off, size_t n, int owner) {
+    comm_dev_broadcast(&r->comm, s->p + off, n * sizeof(floatX), owner, NULL);
+}
+
+// ZeRO-2 backward hook (full training): a bucket of the model's gradients is complete.
+static void zero2_bucket_hook(void* ctx, int bucket) {
+    Run* r = (Run*)ctx;
+    GPT2* m = &r->model;
+    ZeroRange ranges[ZERO_GPT2_MAX_RANGES];
+    int nr = zero_gpt2_bucket(&m->pt, bucket, ranges);
+    ZeroSegment segs[ZERO_GPT2_MAX_RANGES * 64];
+    int ns = zero_segments(&r->zl, ranges, nr, segs, (int)(sizeof(segs) / sizeof(segs[0])));
+    assertCheck(ns <= (int)(sizeof(segs) / sizeof(segs[0])));
+    floatX* buf = bucket < m->cfg.num_layers ? m->layer_bucket : m->final_bucket;
+    size_t nbuf = bucket < m->cfg.num_layers ? m->layer_bucket_n : m->final_bucket_n;
+    comm_dev_group_begin(&r->comm);
+    for (int k = 0; k < ns; k++)
+        comm_dev_reduce_sum(&r->comm, buf + segs[k].bucket_off, buf + segs[k].bucket_off,
+                            segs[k].end - segs[k].begin, COMM_FLOATX, segs[k].owner, NULL);
+    comm_dev_group_end(&r->comm);
+    for (int k = 0; k < ns; k++)
+        if (segs[k].owner == r->rank)
+            add_inplace(r->gshard + (segs[k].begin - r->opt.begin), buf + segs[k].bucket_off, segs[k].end - segs[k].begin);
+    ops_zero(buf, nbuf * sizeof(floatX)); // the next layer accumulates into the same bucket
+}
+
+// After the backward passes of a step: make every rank's own range hold the summed gradient.
+static void reduce_gradients(Run* r) {
+    if (r->world == 1) return;
+    if (r->a.zero == 0) {
+        for (int i = 0; i < r->opt.nseg; i++)
+            comm_dev_allreduce_sum(&r->comm, r->opt.segs[i].g, r->opt.segs[i].n, COMM_FLOATX, NULL);
+    } else if (r->a.zero == 1) {
+        for_each_piece(r, piece_reduce);
+    }
+    // ZeRO-2 reduced each micro-step's gradients as they were produced
+}
+
+// Global gradient norm, the same on every rank.
+static double global_grad_norm(Run* r) {
+    double ss;
+    if (r->world == 1 || r->a.zero == 0) ss = opt_grad_sumsq(&r->opt, 0, r->opt.total);
+    else {
+        ss = opt_grad_sumsq(&r->opt, r->opt.begin, r->opt.end);
+        comm_allreduce_sum_f64(&r->comm, &ss, 1);
+    }
+    return sqrt(ss);
+}
+
 static double evaluate(Run* r) {
     const int B = r->a.batch_size, T = r->a.seq_len;
     dl_reset(&r->val);
@@ -160,7 +250,9 @@ static double evaluate(Run* r) {
         sum += gpt2_forward(&r->model, r->inputs, r->targets, B, T, 0.0f, &n);
         cnt += n;
     }
-    return cnt ? sum / (double)cnt : NAN;
+    double agg[2] = { sum, (double)cnt };
+    comm_allreduce_sum_f64(&r->comm, agg, 2);
+    return agg[1] > 0 ? agg[0] / agg[1] : NAN;
 }
 
 static void save_checkpoint(Run* r) {
@@ -184,7 +276,8 @@ static void save_checkpoint(Run* r) {
     h.h[SH_DL_EPOCH] = ds.epoch; h.h[SH_DL_SHARD] = ds.shard_i; h.h[SH_DL_CHUNK] = ds.chunk_i;
     h.h[SH_BEGIN] = (int64_t)r->opt.begin; h.h[SH_END] = (int64_t)r->opt.end; h.h[SH_TOTAL] = (int64_t)r->opt.total;
     h.h[SH_MODE] = r->mode; h.h[SH_B] = r->a.batch_size; h.h[SH_T] = r->a.seq_len; h.h[SH_ACCUM] = r->accum;
-    h.h[SH_SKIPPED] = r->skipped_total; h.h[SH_ZERO] = 0; h.h[SH_SEED] = r->a.seed;
+    h.h[SH_SKIPPED] = r->skipped_total; h.h[SH_ZERO] = r->a.zero; h.h[SH_SEED] = r->a.seed;
+    h.h[SH_TOKENS_PER_STEP] = r->a.total_batch_tokens; h.h[SH_SHUFFLE] = r->a.shuffle;
     size_t n = r->opt.end - r->opt.begin;
     float* mh = (float*)mallocCheck(n * sizeof(float));
     float* vh = (float*)mallocCheck(n * sizeof(float));
@@ -195,42 +288,71 @@ static void save_checkpoint(Run* r) {
     ckpt_path(path, sizeof(path), dir, "state", r->step, r->rank);
     ckpt_write_state(path, &h, mh, vh, mas);
     free(mh); free(vh); free(mas);
+    comm_barrier(&r->comm); // the checkpoint is complete only when every rank has written its part
     if (r->rank == 0) {
         ckpt_write_done(dir, r->step);
         ckpt_prune(dir, r->a.keep_checkpoints, r->world);
         printf("checkpoint: step %ld written to %s\n", r->step, dir);
     }
+    comm_barrier(&r->comm);
 }
 
 static void restore_checkpoint(Run* r, long step) {
     char path[4200];
-    StateHeader h;
-    ckpt_path(path, sizeof(path), r->a.out_dir, "state", step, r->rank);
-    ckpt_read_state_header(path, &h);
-    const char* hint = "resume with the same --batch-size, --seq-len, --total-batch-tokens and model as the checkpointed run";
-    if (h.h[SH_MODE] != r->mode) fatal(hint, "'%s' was written by %s, not by this program", path, h.h[SH_MODE] ? "train_lora" : "train_gpt2");
-    if (h.h[SH_WORLD] != r->world) fatal("resume with the same number of ranks", "'%s' was written by %lld ranks, this run has %d",
-                                         path, (long long)h.h[SH_WORLD], r->world);
-    if (h.h[SH_B] != r->a.batch_size || h.h[SH_T] != r->a.seq_len || h.h[SH_ACCUM] != r->accum)
-        fatal(hint, "'%s' was written with batch %lld x %lld and %lld accumulation steps; this run has %d x %d and %d",
-              path, (long long)h.h[SH_B], (long long)h.h[SH_T], (long long)h.h[SH_ACCUM], r->a.batch_size, r->a.seq_len, r->accum);
-    if ((size_t)h.h[SH_TOTAL] != r->opt.total || (size_t)h.h[SH_BEGIN] != r->opt.begin || (size_t)h.h[SH_END] != r->opt.end)
-        fatal(hint, "'%s' holds optimizer state for %lld trainable parameters [%lld, %lld); this run has %zu [%zu, %zu)",
-              path, (long long)h.h[SH_TOTAL], (long long)h.h[SH_BEGIN], (long long)h.h[SH_END], r->opt.total, r->opt.begin, r->opt.end);
-    size_t n = r->opt.end - r->opt.begin;
+    StateHeader h0;
+    ckpt_path(path, sizeof(path), r->a.out_dir, "state", step, 0);
+    ckpt_read_state_header(path, &h0);
+    const char* hint = "resume with the same model, --batch-size, --seq-len and --total-batch-tokens as the checkpointed run";
+    if (h0.h[SH_MODE] != r->mode) fatal(hint, "'%s' was written by %s, not by this program", path, h0.h[SH_MODE] ? "train_lora" : "train_gpt2");
+    if (h0.h[SH_B] != r->a.batch_size || h0.h[SH_T] != r->a.seq_len || h0.h[SH_TOKENS_PER_STEP] != r->a.total_batch_tokens)
+        fatal(hint, "'%s' was written with batch %lld x %lld and %lld tokens per step; this run has %d x %d and %ld",
+              path, (long long)h0.h[SH_B], (long long)h0.h[SH_T], (long long)h0.h[SH_TOKENS_PER_STEP],
+              r->a.batch_size, r->a.seq_len, r->a.total_batch_tokens);
+    if ((size_t)h0.h[SH_TOTAL] != r->opt.total)
+        fatal(hint, "'%s' holds optimizer state for %lld trainable parameters; this run has %zu",
+              path, (long long)h0.h[SH_TOTAL], r->opt.total);
+    int old_world = (int)h0.h[SH_WORLD];
+    // Optimizer state: copy whatever part of every old rank's range overlaps this rank's range.
+    // With the same ranks and stage that is exactly this rank's own file; otherwise this
+    // re-shards the state (ranks added or lost, or another --zero).
+    size_t n = r->opt.end - r->opt.begin, got = 0;
     float* mh = (float*)mallocCheck(n * sizeof(float));
     float* vh = (float*)mallocCheck(n * sizeof(float));
     float* mas = r->opt.master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
-    ckpt_read_state_body(path, &h, mh, vh, mas);
+    int have_master = 1;
+    for (int q = 0; q < old_world && got < n; q++) {
+        StateHeader hq;
+        ckpt_path(path, sizeof(path), r->a.out_dir, "state", step, q);
+        ckpt_read_state_header(path, &hq);
+        if (hq.h[SH_WORLD] != old_world || hq.h[SH_RANK] != q || hq.h[SH_STEP] != step)
+            fatal("the checkpoint directory mixes files of different runs", "'%s' does not belong to step %ld of a %d-rank run", path, step, old_world);
+        have_master &= (int)hq.h[SH_HAS_MASTER];
+        got += ckpt_read_state_overlap(path, &hq, r->opt.begin, r->opt.end, mh, vh, hq.h[SH_HAS_MASTER] ? mas : NULL);
+        if (r->a.zero == 0 && hq.h[SH_ZERO] == 0) break; // every old rank holds the full state
+    }
+    if (got != n) fatal("the checkpoint is incomplete", "the state files of step %ld in '%s' cover %zu of this rank's %zu elements",
+                        step, r->a.out_dir, got, n);
     ops_to_device(r->opt.m, mh, n * sizeof(float));
     ops_to_device(r->opt.v, vh, n * sizeof(float));
-    if (mas && h.h[SH_HAS_MASTER]) ops_to_device(r->opt.master, mas, n * sizeof(float));
+    if (mas && have_master) ops_to_device(r->opt.master, mas, n * sizeof(float));
     free(mh); free(vh); free(mas);
-    r->opt.t = (int)h.h[SH_OPT_T];
-    r->step = (long)h.h[SH_STEP];
-    r->rng = (uint64_t)h.h[SH_RNG];
-    r->skipped_total = (long)h.h[SH_SKIPPED];
-    DataLoaderState ds = { h.h[SH_DL_EPOCH], h.h[SH_DL_SHARD], h.h[SH_DL_CHUNK] };
+    r->opt.t = (int)h0.h[SH_OPT_T];
+    r->step = (long)h0.h[SH_STEP];
+    r->rng = (uint64_t)h0.h[SH_RNG];
+    r->skipped_total = (long)h0.h[SH_SKIPPED];
+    DataLoaderState ds = { h0.h[SH_DL_EPOCH], h0.h[SH_DL_SHARD], h0.h[SH_DL_CHUNK] };
+    if (old_world != r->world) {
+        // the loader walks chunks of one global micro-batch (ranks x B x T tokens): convert the
+        // position to this run's chunk size
+        if (h0.h[SH_SHUFFLE] || r->a.shuffle)
+            fatal("resume a --shuffle run with the same number of ranks", "the shuffled batch order depends on the number of ranks (%d before, %d now)", old_world, r->world);
+        int64_t tokens = ds.chunk_i * (int64_t)old_world * r->a.batch_size * r->a.seq_len;
+        int64_t chunk = (int64_t)r->world * r->a.batch_size * r->a.seq_len;
+        if (tokens % chunk) fatal("resume with a number of ranks that divides the position", "the data position (%lld tokens into the shard) is not a multiple of %lld",
+                                  (long long)tokens, (long long)chunk);
+        ds.chunk_i = tokens / chunk;
+        say(r, "re-sharded: %d ranks -> %d ranks (ZeRO %lld -> %d)\n", old_world, r->world, (long long)h0.h[SH_ZERO], r->a.zero);
+    }
     dl_set_state(&r->train, ds);
 }
 
@@ -258,11 +380,12 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     memset(&run, 0, sizeof(run));
     Run* r = &run;
     r->mode = mode;
+    comm_init(&r->comm, &argc, &argv); // first: MPI may take its own arguments out of argv
+    r->rank = r->comm.rank; r->world = r->comm.world;
     parse_args(&r->a, argc, argv, mode);
     TrainArgs* a = &r->a;
     if (mode == TRAIN_LORA) fatal("LoRA training is being built; use train_gpt2 for full fine-tuning meanwhile",
                                   "train_lora is not available yet");
-    r->rank = 0; r->world = 1;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     ops_init(a->threads);
@@ -271,7 +394,8 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     // ---- model
     long resume_step = -1;
     if (a->out_dir) {
-        mkdir_p(a->out_dir);
+        if (r->rank == 0) mkdir_p(a->out_dir);
+        comm_barrier(&r->comm);
         if (a->resume) {
             resume_step = ckpt_find_latest(a->out_dir);
             if (resume_step < 0) fatal("drop --resume to start a new run, or point --out at the run's directory",
@@ -327,32 +451,61 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     // ---- optimizer
     TrainSeg segs[NUM_PARAM_TENSORS];
     int nseg = build_segments(r, segs);
-    opt_init(&r->opt, segs, nseg, 0, (size_t)-1);
+    size_t ntrain = 0;
+    for (int i = 0; i < nseg; i++) ntrain += segs[i].n;
+    zero_layout_init(&r->zl, ntrain, r->world, ZERO_ALIGN_DEFAULT);
+    if (a->zero >= 1 && r->world > 1) {
+        // this rank keeps AdamW state (and master weights) for its own range only
+        opt_init(&r->opt, segs, nseg, zero_shard_begin(&r->zl, r->rank), zero_shard_end(&r->zl, r->rank));
+    } else {
+        opt_init(&r->opt, segs, nseg, 0, (size_t)-1);
+    }
+    if (a->zero == 2 && r->world > 1) {
+        // gradients: only this rank's reduced range persists; backward fills a reusable bucket
+        size_t n = r->opt.end - r->opt.begin;
+        r->gshard = (floatX*)ops_alloc((n ? n : 1) * sizeof(floatX));
+        ops_zero(r->gshard, (n ? n : 1) * sizeof(floatX));
+        r->opt.gshard = r->gshard;
+        if (mode == TRAIN_FULL) {
+            gpt2_use_grad_buckets(&r->model, zero2_bucket_hook, r);
+            for (int i = 0; i < r->opt.nseg; i++) r->opt.segs[i].g = NULL; // only gshard holds gradients now
+        }
+    }
     r->sched.kind = (SchedKind)sched_parse(a->schedule);
     r->sched.lr = a->lr; r->sched.warmup = a->warmup; r->sched.total = a->steps;
     r->sched.final_frac = a->final_lr_frac; r->sched.cooldown_frac = a->cooldown_frac;
 
     if (resume_step >= 0) {
         restore_checkpoint(r, resume_step);
-        printf("resumed: step %ld from %s\n", r->step, a->out_dir);
+        say(r, "resumed: step %ld from %s\n", r->step, a->out_dir);
     }
 
     // ---- report
     // the vocabulary padding rows of wte are never trained: count what HF would count
     size_t pad_rows = r->model.g[PT_WTE] ? (size_t)(cfg.padded_vocab_size - cfg.vocab_size) * (size_t)cfg.channels : 0;
     size_t trainable = r->opt.total - pad_rows, total_params = params_count_unpadded(&r->model.pt);
-    printf("backend: %s\n", ops_backend_name());
-    printf("model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", src,
+    say(r, "backend: %s\n", ops_backend_name());
+    say(r, "model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", src,
            cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, total_params);
-    printf("trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)total_params);
-    printf("data: %s (%lld tokens, %lld batches/epoch)%s%s\n", a->train_data, (long long)r->train.total_tokens,
+    say(r, "trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)total_params);
+    say(r, "data: %s (%lld tokens, %lld batches/epoch)%s%s\n", a->train_data, (long long)r->train.total_tokens,
            (long long)dl_batches_per_epoch(&r->train), r->has_val ? " | val: " : "", r->has_val ? a->val_data : "");
-    printf("batch: %d x %d per rank x %d ranks x %d accumulation = %ld tokens/step\n",
+    say(r, "comm: %s, rank %d of %d\n", comm_impl_name(&r->comm), r->rank, r->world);
+    say(r, "batch: %d x %d per rank x %d ranks x %d accumulation = %ld tokens/step\n",
            a->batch_size, a->seq_len, r->world, r->accum, a->total_batch_tokens);
     size_t pb = gpt2_param_bytes(&r->model), gb = gpt2_grad_bytes(&r->model), ob = opt_state_bytes(&r->opt);
     size_t ab = r->model.act_bytes + r->model.scr_bytes;
-    printf("memory (this rank): params %.1f MiB | grads %.1f MiB | optimizer %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
-           mib(pb), mib(gb), mib(ob), mib(ab), mib(pb + gb + ob + ab));
+    size_t gsb = r->gshard ? (r->opt.end - r->opt.begin) * sizeof(floatX) : 0;
+    say(r, "memory (this rank): params %.1f MiB | grads %.1f MiB | optimizer %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
+           mib(pb), mib(gb + gsb), mib(ob), mib(ab), mib(pb + gb + gsb + ob + ab));
+    if (r->world > 1) {
+        // exact element counts, so tests can check the sharding
+        say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
+               "gradient elements per rank %zu (+ %zu in buckets)\n",
+               a->zero, r->world, r->zl.total, r->zl.padded, r->opt.end - r->opt.begin, r->opt.master ? 3 : 2,
+               r->gshard ? r->opt.end - r->opt.begin : r->model.grads_n,
+               r->gshard ? r->model.layer_bucket_n + r->model.final_bucket_n : (size_t)0);
+    }
 
     if (a->out_dir && r->rank == 0) {
         char lp[4200];
@@ -371,7 +524,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         int last = r->step >= a->steps;
         if (r->has_val && ((a->eval_every > 0 && r->step % a->eval_every == 0) || last)) {
             double vl = evaluate(r);
-            printf("step %ld | val loss %.6f\n", r->step, vl);
+            say(r, "step %ld | val loss %.6f\n", r->step, vl);
             run_log_json(r, "{\"step\": %ld, \"val_loss\": %.9g}", r->step, vl);
         }
         if (last) break;
@@ -379,28 +532,38 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         // All micro-batches of the step are read first: the loss is the mean over every target
         // token of the whole accumulation window, so each micro-batch's gradient is scaled by
         // 1 / (valid targets in the window), which must be known before the first backward.
-        long valid = 0;
+        int64_t valid = 0;
         for (int k = 0; k < r->accum; k++) {
             dl_next(&r->train, r->inputs + k * BT, r->targets + k * BT);
             for (size_t i = 0; i < BT; i++) valid += r->targets[k * BT + i] >= 0;
         }
+        comm_allreduce_sum_i64(&r->comm, &valid, 1); // targets of the whole global batch
         gpt2_zero_grads(&r->model);
+        if (r->gshard) ops_zero(r->gshard, (r->opt.end - r->opt.begin) * sizeof(floatX));
         double loss_sum = 0.0;
         float dloss = valid > 0 ? 1.0f / (float)valid : 0.0f;
         for (int k = 0; k < r->accum; k++) {
             long n = 0;
             loss_sum += gpt2_forward(&r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, &n);
             gpt2_backward(&r->model);
+            if (r->gshard && !r->model.grad_hook) {
+                // ZeRO-2 without per-layer buckets (adapters): reduce this micro-step's gradients
+                // now and empty them, so only the shard accumulates across micro-steps
+                for_each_piece(r, piece_reduce_into_shard);
+                for (int i = 0; i < r->opt.nseg; i++) ops_zero(r->opt.segs[i].g, r->opt.segs[i].n * sizeof(floatX));
+            }
         }
+        comm_allreduce_sum_f64(&r->comm, &loss_sum, 1);
+        reduce_gradients(r);
         double loss = valid > 0 ? loss_sum / (double)valid : NAN;
-        double norm = sqrt(opt_grad_sumsq(&r->opt, 0, r->opt.total));
+        double norm = global_grad_norm(r);
         float lr = sched_lr(&r->sched, (int)r->step);
         float grad_scale = opt_clip_scale(norm, a->grad_clip);
         int bad = !isfinite(loss) || !isfinite(norm);
         if (bad) {
             r->skipped_total++;
             consecutive_bad++;
-            printf("step %ld: non-finite %s, update skipped (%ld in a row, %ld in total)\n", r->step + 1,
+            say(r, "step %ld: non-finite %s, update skipped (%ld in a row, %ld in total)\n", r->step + 1,
                    !isfinite(loss) ? "loss" : "gradient norm", consecutive_bad, r->skipped_total);
             if (consecutive_bad >= a->max_skipped)
                 fatal("lower --lr, raise --warmup-steps or --grad-clip, or check the data",
@@ -409,22 +572,26 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
             consecutive_bad = 0;
             opt_step(&r->opt, lr, a->beta1, a->beta2, a->eps, a->weight_decay, grad_scale,
                      (uint32_t)(a->seed + 7919 * r->step));
+            // each owner updated its range: everyone gets the new parameters
+            if (r->world > 1 && a->zero >= 1) for_each_piece(r, piece_broadcast);
         }
         r->step++;
         steps_this_run++;
         double ms = (now_s() - t0) * 1000.0;
         double tps = (double)a->total_batch_tokens / (ms / 1000.0);
-        printf("step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n",
+        say(r, "step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n",
                r->step, a->steps, loss, lr, norm, ms, tps);
-        fflush(stdout);
         run_log_json(r, "{\"step\": %ld, \"train_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f%s}",
                      r->step, loss, lr, norm, ms, tps, bad ? ", \"skipped\": true" : "");
-        int stop_now = g_stop_signal || (a->stop_after > 0 && steps_this_run >= a->stop_after && r->step < a->steps);
+        // every rank must stop at the same step: agree on the signal flag
+        double sig = (double)g_stop_signal;
+        if (r->world > 1) comm_allreduce_max_f64(&r->comm, &sig, 1);
+        int stop_now = sig > 0 || (a->stop_after > 0 && steps_this_run >= a->stop_after && r->step < a->steps);
         if (stop_now || (a->save_every > 0 && r->step % a->save_every == 0 && r->step < a->steps)) save_checkpoint(r);
         if (stop_now) {
             interrupted = 1;
-            if (g_stop_signal) printf("interrupted by signal %d at step %ld; resume with --resume\n", (int)g_stop_signal, r->step);
-            else printf("stopping after %d steps of this run at step %ld; resume with --resume\n", a->stop_after, r->step);
+            if (sig > 0) say(r, "interrupted by signal %d at step %ld; resume with --resume\n", (int)sig, r->step);
+            else say(r, "stopping after %d steps of this run at step %ld; resume with --resume\n", a->stop_after, r->step);
             break;
         }
     }
@@ -438,6 +605,8 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     dl_free(&r->train);
     if (r->has_val) dl_free(&r->val);
     opt_free(&r->opt);
+    if (r->gshard) ops_free(r->gshard);
     gpt2_free(&r->model);
+    comm_finalize(&r->comm);
     return 0;
 }
