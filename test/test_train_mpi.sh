@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Data-parallel training under mpirun: 1, 2 and 4 ranks (oversubscribed) with ZeRO 0, 1 and 2
+# give the losses of a single process with the same global batch; the memory report shows the
+# sharded sizes; resume with 2 ranks is exact and 2 -> 4 ranks continues to tolerance; a killed
+# rank ends the whole job within 30 s.
+source "$(dirname "$0")/lib.sh"
+skipmsg="skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"
+command -v mpirun >/dev/null 2>&1 || { echo "$skipmsg"; exit 0; }
+"$BIN_DIR/train_gpt2" --help >/dev/null 2>&1 || { echo "train_gpt2 not built"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_rmaps_base_oversubscribe=1
+if [ "${SAN:-}" = "1" ]; then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}:fast_unwind_on_malloc=0"
+  export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:print_suppressions=0"
+fi
+MODEL=test/ref/gpt2_tiny
+make_shard "$TMP/train.bin" 8000 100 5
+BINS=("$BIN_DIR/train_gpt2")
+[ -n "${TRAIN_LORA_MPI:-}" ] && BINS+=("$BIN_DIR/train_lora")
+COMMON=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128
+        --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none)
+
+losses() { grep -o '"train_loss": [0-9.e+-]*' "$1/log.jsonl" | awk '{print $2}'; }
+cmp_losses() { # cmp_losses what dirA dirB tol
+  if paste <(losses "$2") <(losses "$3") | awk -v t="$4" 'NF!=2 {bad=1} {d=$1-$2; if (d<0) d=-d; if (d>t) bad=1; if (d>m) m=d} END {printf "max diff %.2e ", m; exit bad}'; then
+    ok "$1 ($(losses "$2" | wc -l) steps)"
+  else bad "$1"; paste <(losses "$2") <(losses "$3") >&2; fi
+}
+
+"$BIN_DIR/train_gpt2" "${COMMON[@]}" --out "$TMP/ref" > "$TMP/ref.log" 2>&1 || { cat "$TMP/ref.log"; bad "single-process reference failed"; }
+for np in 1 2 4; do
+  for z in 0 1 2; do
+    d="$TMP/np${np}_z$z"
+    if timeout 120 mpirun -np $np "$BIN_DIR/train_gpt2" "${COMMON[@]}" --zero $z --out "$d" > "$d.log" 2>&1; then
+      cmp_losses "np=$np zero=$z matches one process" "$TMP/ref" "$d" 1e-5
+    else cat "$d.log" | tail -20; bad "np=$np zero=$z failed"; fi
+    if [ $np -gt 1 ]; then
+      line=$(grep '^zero:' "$d.log")
+      padded=$(sed -E 's/.*\(padded ([0-9]+)\).*/\1/' <<<"$line")
+      opt=$(sed -E 's/.*optimizer state per rank ([0-9]+) elements.*/\1/' <<<"$line")
+      grad=$(sed -E 's/.*gradient elements per rank ([0-9]+) .*/\1/' <<<"$line")
+      want_opt=$([ $z -ge 1 ] && echo $((padded / np)) || echo "$padded")
+      # rank 0's range is a full shard; stage 0 keeps the whole (unpadded) space
+      if [ $z -ge 1 ]; then [ "$opt" = "$want_opt" ] && ok "np=$np zero=$z optimizer state per rank = $opt = total/$np" || bad "np=$np zero=$z optimizer state $opt, want $want_opt ($line)"; fi
+      if [ $z -eq 2 ]; then [ "$grad" = $((padded / np)) ] && ok "np=$np zero=2 gradients per rank = $grad = total/$np" || bad "np=$np zero=2 gradient shard $grad, want $((padded / np))"; fi
+    fi
+  done
+done
+
+# resume with 2 ranks is exact; 2 -> 4 ranks matches to tolerance
+R=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128 --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --zero 1)
+timeout 120 mpirun -np 2 "$BIN_DIR/train_gpt2" "${R[@]}" --out "$TMP/r2" --stop-after 3 > "$TMP/r2a.log" 2>&1 || { tail "$TMP/r2a.log"; bad "2-rank first half failed"; }
+cp -r "$TMP/r2" "$TMP/r4"
+timeout 120 mpirun -np 2 "$BIN_DIR/train_gpt2" "${R[@]}" --out "$TMP/r2" --resume > "$TMP/r2b.log" 2>&1 || { tail "$TMP/r2b.log"; bad "2-rank resume failed"; }
+cmp_losses "resume with 2 ranks is exact" "$TMP/np2_z1" "$TMP/r2" 0
+timeout 120 mpirun -np 4 "$BIN_DIR/train_gpt2" "${R[@]}" --out "$TMP/r4" --resume > "$TMP/r4b.log" 2>&1 || { tail "$TMP/r4b.log"; bad "2 -> 4 rank resume failed"; }
+grep -q "re-sharded: 2 ranks -> 4 ranks" "$TMP/r4b.log" && ok "optimizer state re-sharded 2 -> 4 ranks" || bad "no re-shard message"
+cmp_losses "resume 2 -> 4 ranks matches" "$TMP/np2_z1" "$TMP/r4" 1e-5
+
+# a killed rank ends the whole job, non-zero, within 30 s
+make_shard "$TMP/big.bin" 60000 100 6
+start=$(date +%s)
+timeout 60 mpirun -np 2 "$BIN_DIR/train_gpt2" --model "$MODEL" --train-data "$TMP/big.bin" --batch-size 4 --seq-len 64 --steps 100000 --threads 1 --save-format none > "$TMP/kill.log" 2>&1 &
+job=$!
+for i in $(seq 50); do pids=$(pgrep -f "train_gpt2 --model $MODEL --train-data $TMP/big.bin" | head -2); [ $(wc -w <<<"$pids") -ge 2 ] && break; sleep 0.2; done
+sleep 2
+victim=$(pgrep -f "train_gpt2 --model $MODEL --train-data $TMP/big.bin" | tail -1)
+kill -9 "$victim" 2>/dev/null
+wait $job; rc=$?
+el=$(( $(date +%s) - start ))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $el -le 32 ]; then ok "killed rank: job exited $rc after ${el}s"; else bad "killed rank: exit $rc after ${el}s"; tail "$TMP/kill.log"; fi
+pkill -9 -f "train_gpt2 --model $MODEL --train-data $TMP/big.bin" 2>/dev/null
+finish
