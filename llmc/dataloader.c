@@ -56,11 +56,8 @@ void dl_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int wo
     for (char* save = NULL, *tok = strtok_r(pat, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         glob_t g;
         int rc = glob(tok, 0, NULL, &g);
-        if (rc != 0 || g.gl_pathc == 0) {
-            globfree(&g);
-            free(pat);
+        if (rc != 0 || g.gl_pathc == 0)
             fatal("check the path; create token shards with data/prepare", "no data files match '%s'", tok);
-        }
         for (size_t i = 0; i < g.gl_pathc; i++) {
             if (dl->n_files == cap) { cap = cap ? 2 * cap : 16; dl->files = (char**)realloc(dl->files, (size_t)cap * sizeof(char*)); }
             dl->files[dl->n_files++] = strdup(g.gl_pathv[i]);
