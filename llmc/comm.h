@@ -128,8 +128,10 @@ void comm_dev_group_end(Comm* c);
 
 // Implemented in llmc/cuda/comm_nccl.cu (CUDA builds only): creates the NCCL communicator for
 // the ranks of c on the current CUDA device (ncclGetUniqueId on rank 0, broadcast over c,
-// ncclCommInitRank) and switches comm_dev_* to NCCL. comm_nccl_detach destroys it (call before
-// comm_finalize).
+// ncclCommInitRank) and switches comm_dev_* to NCCL. Call it after cudaSetDevice(c->local_rank),
+// also with a single rank (the device calls then become device-to-device copies; the host path
+// would touch device pointers). comm_nccl_detach destroys it (call before comm_finalize). The
+// CUDA-on-CPU harness build does not attach: its device memory is host memory.
 void comm_nccl_attach(Comm* c);
 void comm_nccl_detach(Comm* c);
 
