@@ -111,6 +111,10 @@ void comm_allgather_f32(Comm* c, const float* send_shard, float* recv_full, size
 void comm_reduce_sum_f32(Comm* c, const float* send, float* recv, size_t n, int root);
 // Copies bytes from rank root to every rank.
 void comm_broadcast(Comm* c, void* buf, size_t bytes, int root);
+// Number of ranks whose buf (bytes long on every rank) differs from rank 0's; the same answer on
+// every rank. For checks that all ranks agree (config, flags, data files, resume step): compares a
+// 64-bit hash of the bytes, so a difference goes unnoticed only with probability ~2^-64.
+int comm_count_differing(Comm* c, const void* buf, size_t bytes);
 
 // ---------------------------------------------------------------------------------------------
 // Device collectives. Same semantics as the host calls above, on device buffers of type dt,

@@ -333,6 +333,14 @@ int main(int argc, char** argv) {
         test_broadcast(100000, root);
     }
     test_zero_stages();
+    {   // agreement check: same bytes everywhere, then rank 1 (if any) different
+        char cfg[40]; memset(cfg, 7, sizeof(cfg));
+        TEST_CHECK(comm_count_differing(&comm, cfg, sizeof(cfg)) == 0, "identical buffers reported different");
+        if (comm.rank == 1) cfg[39] = 8;
+        int want_diff = comm.world > 1 ? 1 : 0;
+        int got_diff = comm_count_differing(&comm, cfg, sizeof(cfg));
+        TEST_CHECK(got_diff == want_diff, "count_differing %d, want %d", got_diff, want_diff);
+    }
     comm_barrier(&comm);
     check_same_everywhere();
     char name[64];
