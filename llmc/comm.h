@@ -86,7 +86,7 @@ void comm_abort(Comm* c, int code);
 // The fatal hook comm_init installs when world > 1 (MPI_Abort of the whole job). A program that
 // installs its own hook with llmc_set_fatal_hook afterwards must call this at the end of it.
 void comm_fatal_hook(void);
-// Name of the implementation in use, for logs: "single", "mpi", "mpi+nccl".
+// Name of the implementation in use, for logs: "single", "mpi", "mpi+nccl", "single+cuda".
 const char* comm_impl_name(const Comm* c);
 // 1 if this build contains the MPI implementation.
 int comm_have_mpi(void);
