@@ -163,6 +163,18 @@ void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {
     (void)buf; (void)bytes;
 }
 
+int comm_count_differing(Comm* c, const void* buf, size_t bytes) {
+    uint64_t h = 0xcbf29ce484222325ULL; // FNV-1a, 64 bit
+    const unsigned char* p = (const unsigned char*)buf;
+    for (size_t i = 0; i < bytes; i++) { h ^= p[i]; h *= 0x100000001b3ULL; }
+    h ^= (uint64_t)bytes * 0x9e3779b97f4a7c15ULL;
+    uint64_t h0 = h;
+    comm_broadcast(c, &h0, sizeof(h0), 0);
+    int64_t differs = h0 != h;
+    comm_allreduce_sum_i64(c, &differs, 1);
+    return (int)differs;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Device calls. With NCCL attached they go to its table. Otherwise device memory is host memory
 // (CPU backend, CUDA-on-CPU harness) and they run on the host implementation; bf16 buffers are

@@ -86,7 +86,7 @@ void comm_abort(Comm* c, int code);
 // The fatal hook comm_init installs when world > 1 (MPI_Abort of the whole job). A program that
 // installs its own hook with llmc_set_fatal_hook afterwards must call this at the end of it.
 void comm_fatal_hook(void);
-// Name of the implementation in use, for logs: "single", "mpi", "mpi+nccl".
+// Name of the implementation in use, for logs: "single", "mpi", "mpi+nccl", "single+cuda".
 const char* comm_impl_name(const Comm* c);
 // 1 if this build contains the MPI implementation.
 int comm_have_mpi(void);
@@ -111,6 +111,10 @@ void comm_allgather_f32(Comm* c, const float* send_shard, float* recv_full, size
 void comm_reduce_sum_f32(Comm* c, const float* send, float* recv, size_t n, int root);
 // Copies bytes from rank root to every rank.
 void comm_broadcast(Comm* c, void* buf, size_t bytes, int root);
+// Number of ranks whose buf (bytes long on every rank) differs from rank 0's; the same answer on
+// every rank. For checks that all ranks agree (config, flags, data files, resume step): compares a
+// 64-bit hash of the bytes, so a difference goes unnoticed only with probability ~2^-64.
+int comm_count_differing(Comm* c, const void* buf, size_t bytes);
 
 // ---------------------------------------------------------------------------------------------
 // Device collectives. Same semantics as the host calls above, on device buffers of type dt,
@@ -128,8 +132,10 @@ void comm_dev_group_end(Comm* c);
 
 // Implemented in llmc/cuda/comm_nccl.cu (CUDA builds only): creates the NCCL communicator for
 // the ranks of c on the current CUDA device (ncclGetUniqueId on rank 0, broadcast over c,
-// ncclCommInitRank) and switches comm_dev_* to NCCL. comm_nccl_detach destroys it (call before
-// comm_finalize).
+// ncclCommInitRank) and switches comm_dev_* to NCCL. Call it after cudaSetDevice(c->local_rank),
+// also with a single rank (the device calls then become device-to-device copies; the host path
+// would touch device pointers). comm_nccl_detach destroys it (call before comm_finalize). The
+// CUDA-on-CPU harness build does not attach: its device memory is host memory.
 void comm_nccl_attach(Comm* c);
 void comm_nccl_detach(Comm* c);
 

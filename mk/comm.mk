@@ -23,10 +23,12 @@ TEST_SCRIPTS += test/test_comm.sh
 
 # NCCL implementation (CUDA builds). Compile check, usable without a GPU:
 #   make comm-nccl-check
-# The CUDA build links $(COMM_NCCL_OBJ) and -lnccl into the binaries and calls comm_nccl_attach.
+# The CUDA build adds $(COMM_NCCL_OBJ) to the objects of its binaries and $(COMM_NCCL_LIBS) (plus
+# -lcudart) to their link line, and the trainer calls comm_nccl_attach after cudaSetDevice.
+# nccl.h / libnccl.so come with the CUDA toolkit here (/usr/local/cuda/include, lib64).
 COMM_NCCL_OBJ := $(BUILD)/llmc/cuda/comm_nccl.o
 COMM_NCCL_LIBS := -lnccl
-NVCC_COMM_FLAGS ?= -std=c++17 -Werror all-warnings -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Illmc -I.
+NVCC_COMM_FLAGS ?= -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Illmc -I.
 $(COMM_NCCL_OBJ): llmc/cuda/comm_nccl.cu llmc/comm.h llmc/comm_internal.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_COMM_FLAGS) -c $< -o $@

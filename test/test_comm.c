@@ -15,6 +15,8 @@
 #include <time.h>
 #include "../llmc/comm.h"
 #include "../llmc/check.h"
+#include "../llmc/zero.h"
+#include "../llmc/params.h"
 #include "test.h"
 
 static Comm comm;
@@ -183,6 +185,82 @@ static void test_dev_bf16(size_t shard, uint64_t seed) {
     free(a); free(want); free(rs); free(f); free(fw);
 }
 
+
+// One optimizer step of a tiny GPT-2 parameter table at ZeRO stages 0, 1 and 2, the way the
+// trainer does it (see llmc/zero.h). Every rank has its own gradient; the update is
+// p -= lr * (g + wd * p) with wd only on weight-decayed tensors (per tensor via zero_intersect).
+// All three stages must give bit-identical parameters on every rank, equal to a serial reference
+// (every stage sums each element over ranks in the same order), and the same gradient norm.
+static void update_range(const ParamTable* pt, const ZeroLayout* z, int rank, float* p_shard, const float* g_shard) {
+    const float lr = 0.01f, wd = 0.1f;
+    size_t base = zero_shard_begin(z, rank);
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+        ZeroRange r = zero_intersect(z, rank, pt->t[id].offset, pt->t[id].numel);
+        float decay = pt->t[id].weight_decay ? wd : 0.0f;
+        for (size_t i = r.begin; i < r.end; i++)
+            p_shard[i - base] -= lr * (g_shard[i - base] + decay * p_shard[i - base]);
+    }
+}
+
+static void test_zero_stages(void) {
+    GPT2Config cfg = { 16, 100, 128, 3, 2, 8 }; // maxT, V, Vp, L, NH, C: small, with odd tensor sizes
+    ParamTable pt;
+    params_build(&pt, &cfg);
+    ZeroLayout z;
+    zero_layout_init(&z, pt.total, comm.world, 4);
+    size_t P = z.padded, S = z.shard, me = (size_t)comm.rank;
+    float* p0 = (float*)callocCheck(P, sizeof(float));
+    float* g = (float*)callocCheck(P, sizeof(float));
+    float* want = (float*)callocCheck(P, sizeof(float));
+    float* got[3];
+    double norm[3];
+    for (size_t i = 0; i < pt.total; i++) p0[i] = genf(900, 0, i);
+    // serial reference: gradient summed in rank order in double, then the update on every element
+    memcpy(want, p0, P * sizeof(float));
+    double wnorm = 0.0;
+    for (size_t i = 0; i < pt.total; i++) { g[i] = (float)ref_sum_f32(901, i); wnorm += (double)g[i] * g[i]; }
+    for (int r = 0; r < comm.world; r++) update_range(&pt, &z, r, want + (size_t)r * S, g + (size_t)r * S);
+    for (int stage = 0; stage < 3; stage++) {
+        float* p = got[stage] = (float*)mallocCheck(P * sizeof(float));
+        memcpy(p, p0, P * sizeof(float));
+        memset(g, 0, P * sizeof(float));
+        for (size_t i = 0; i < pt.total; i++) g[i] = genf(901, comm.rank, i); // this rank's backward
+        double sq = 0.0;
+        if (stage == 0) {
+            comm_allreduce_sum_f32(&comm, g, P);
+            for (size_t i = 0; i < P; i++) sq += (double)g[i] * g[i];
+            for (int r = 0; r < comm.world; r++) update_range(&pt, &z, r, p + (size_t)r * S, g + (size_t)r * S);
+        } else {
+            if (stage == 1) {
+                comm_reduce_scatter_sum_f32(&comm, g, g + me * S, S);
+            } else { // buckets in backward order, each segment reduced to its owner
+                ZeroRange rs[ZERO_GPT2_MAX_RANGES];
+                ZeroSegment seg[ZERO_GPT2_MAX_RANGES * 8];
+                for (int b = 0; b < zero_gpt2_num_buckets(&pt); b++) {
+                    int nr = zero_gpt2_bucket(&pt, b, rs);
+                    int ns = zero_segments(&z, rs, nr, seg, (int)(sizeof(seg) / sizeof(seg[0])));
+                    TEST_CHECK(ns <= (int)(sizeof(seg) / sizeof(seg[0])), "bucket %d: %d segments", b, ns);
+                    comm_dev_group_begin(&comm);
+                    for (int k = 0; k < ns; k++)
+                        comm_reduce_sum_f32(&comm, g + seg[k].begin, g + seg[k].begin, seg[k].end - seg[k].begin, seg[k].owner);
+                    comm_dev_group_end(&comm);
+                }
+            }
+            for (size_t i = 0; i < S; i++) sq += (double)g[me * S + i] * g[me * S + i];
+            comm_allreduce_sum_f64(&comm, &sq, 1);
+            update_range(&pt, &z, comm.rank, p + me * S, g + me * S);
+            comm_allgather_f32(&comm, p + me * S, p, S);
+        }
+        norm[stage] = sq;
+        char what[64];
+        snprintf(what, sizeof(what), "ZeRO stage %d step", stage);
+        CHECK_BITS(what, p, want, P, sizeof(float));
+        TEST_CHECK(fabs(norm[stage] - wnorm) <= 1e-12 * wnorm, "stage %d grad norm^2 %.17g vs %.17g", stage, norm[stage], wnorm);
+    }
+    free(p0); free(g); free(want);
+    for (int s2 = 0; s2 < 3; s2++) free(got[s2]);
+}
+
 // Every rank must end with the same bytes: compare a checksum with rank 0's.
 static void check_same_everywhere(void) {
     double mine = (double)test_failures;
@@ -253,6 +331,15 @@ int main(int argc, char** argv) {
         test_broadcast(0, root);
         test_broadcast(3, root);
         test_broadcast(100000, root);
+    }
+    test_zero_stages();
+    {   // agreement check: same bytes everywhere, then rank 1 (if any) different
+        char cfg[40]; memset(cfg, 7, sizeof(cfg));
+        TEST_CHECK(comm_count_differing(&comm, cfg, sizeof(cfg)) == 0, "identical buffers reported different");
+        if (comm.rank == 1) cfg[39] = 8;
+        int want_diff = comm.world > 1 ? 1 : 0;
+        int got_diff = comm_count_differing(&comm, cfg, sizeof(cfg));
+        TEST_CHECK(got_diff == want_diff, "count_differing %d, want %d", got_diff, want_diff);
     }
     comm_barrier(&comm);
     check_same_everywhere();
