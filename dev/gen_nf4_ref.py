@@ -68,6 +68,17 @@ def quantize_case(name, x, tensors, store_input_dtype=torch.float32, dequant_row
     assert torch.equal(sd.state2.code, F.create_dynamic_map())
 
 
+def formula_vector(n, scale, shift):
+    """x[i] = (((i * 2654435761) mod 100003) / 100003 - shift) * s(i / 64), with a per-64-block
+    scale s(b) = ((b * 7919) mod 101 + 1) * scale, every step an fp32 op (the C test recomputes it)."""
+    i = np.arange(n, dtype=np.uint64)
+    k = ((i * np.uint64(2654435761)) % np.uint64(100003)).astype(np.float32)
+    v = k / np.float32(100003)
+    b = ((i // np.uint64(64)) * np.uint64(7919)) % np.uint64(101) + np.uint64(1)
+    s = b.astype(np.float32) * np.float32(scale)
+    return ((v - np.float32(shift)) * s).astype(np.float32)
+
+
 def edge_input(gen):
     blocks = []
     blocks.append(torch.zeros(64))                                    # all-zero block
@@ -123,6 +134,31 @@ def main():
         v = torch.randn(n, generator=gen).abs() * 0.05
         t[f"mean.{n}.input"] = v
         t[f"mean.{n}.mean"] = v.mean().reshape(1)
+
+    # PyTorch's mean with several threads (bitsandbytes' offset for tensors of >= 32768 blocks)
+    # and a GPT-2 c_fc-sized quantization (3072 x 768: 36864 blocks) under 1, 2, 4 and 16 threads.
+    # The inputs come from a formula the C test recomputes exactly, so only results are stored.
+    for n in (40000, 65537, 200001):
+        v = formula_vector(n, 0.001, 0.0)
+        means = []
+        for threads in (1, 2, 3, 4, 16):
+            torch.set_num_threads(threads)
+            means.append(torch.from_numpy(v).mean().item())
+        torch.set_num_threads(1)
+        t[f"mtmean.{n}"] = torch.tensor(means, dtype=torch.float32)
+        print(f"torch.mean of {n} values with 1, 2, 3, 4, 16 threads:", means)
+    w = torch.from_numpy(formula_vector(3072 * 768, 0.001, 0.5)).reshape(3072, 768)
+    offsets = []
+    for threads in (1, 2, 4, 16):
+        torch.set_num_threads(threads)
+        _, sd = F.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)
+        offsets.append(sd.offset.item())
+        if threads == 2:
+            t["big.t2.absmax_q"] = sd.absmax.clone()
+            t["big.t2.nested_absmax"] = sd.state2.absmax.clone()
+    torch.set_num_threads(1)
+    t["big.offsets"] = torch.tensor(offsets, dtype=torch.float32)
+    print("c_fc-sized offsets for 1, 2, 4, 16 PyTorch threads:", offsets)
 
     t = {k: v.contiguous() for k, v in t.items()}
     save_file(t, os.path.join(OUT, "nf4_ref.safetensors"), metadata={

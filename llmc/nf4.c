@@ -131,8 +131,8 @@ static void torch_row_sum(const float* x, int64_t stride, int64_t size, int w, f
     memcpy(ret, part, (size_t)w * sizeof(float));
 }
 
-float nf4_torch_mean(const float* x, int64_t n) {
-    assertCheck(n > 0);
+// one thread's cascade sum of x[0..n) (cascade_sum's loop on one contiguous range)
+static float torch_serial_sum(const float* x, int64_t n) {
     enum { VEC = 8 };
     float sum;
     if (n >= VEC) {  // vectorized_inner_sum
@@ -144,6 +144,29 @@ float nf4_torch_mean(const float* x, int64_t n) {
         for (int l = 0; l < VEC; l++) sum += lanes[l];
     } else {         // scalar_inner_sum
         torch_row_sum(x, 1, n, 1, &sum);
+    }
+    return 0.0f + sum;  // accumulated into the zero-filled output
+}
+
+float nf4_torch_mean(const float* x, int64_t n, int torch_threads) {
+    assertCheck(n > 0);
+    const int64_t grain = 32768;  // at::internal::GRAIN_SIZE
+    float sum;
+    if (n < grain || torch_threads <= 1) {
+        sum = torch_serial_sum(x, n);
+    } else {
+        // two_pass_reduction: at::parallel_for splits [0, n) into min(threads, ceil(n / grain))
+        // equal chunks, each summed into its own slot of a zeroed per-thread buffer, then the
+        // buffer (one slot per thread, used or not) is summed the same way
+        const int64_t tasks = torch_threads < (n + grain - 1) / grain ? torch_threads : (n + grain - 1) / grain;
+        const int64_t chunk = (n + tasks - 1) / tasks;
+        float* buf = (float*)callocCheck((size_t)torch_threads, sizeof(float));
+        for (int64_t t = 0; t < tasks; t++) {
+            const int64_t b = t * chunk, e = (b + chunk < n) ? b + chunk : n;
+            if (b < n) buf[t] = torch_serial_sum(x + b, e - b);
+        }
+        sum = torch_serial_sum(buf, torch_threads);
+        free(buf);
     }
     return sum / (float)n;
 }
@@ -245,6 +268,11 @@ static void nf4_quantize_8bit(const float* x, int64_t n, const float code[256], 
 }
 
 void nf4_quantize(NF4Tensor* t, const float* w, int ndim, const int64_t* shape, int double_quant) {
+    nf4_quantize_ex(t, w, ndim, shape, double_quant, 1);
+}
+
+void nf4_quantize_ex(NF4Tensor* t, const float* w, int ndim, const int64_t* shape, int double_quant,
+                     int torch_threads) {
     memset(t, 0, sizeof(*t));
     if (ndim < 1 || ndim > NF4_MAX_DIMS) fatal(NULL, "nf4_quantize: %d dimensions (1..%d supported)", ndim, NF4_MAX_DIMS);
     int64_t n = 1;
@@ -266,7 +294,7 @@ void nf4_quantize(NF4Tensor* t, const float* w, int ndim, const int64_t* shape, 
         return;
     }
     nf4_dynamic_map(t->code8);
-    t->offset = nf4_torch_mean(absmax, t->n_blocks);
+    t->offset = nf4_torch_mean(absmax, t->n_blocks, torch_threads);
     for (int64_t b = 0; b < t->n_blocks; b++) absmax[b] -= t->offset;
     t->n_dq_blocks = (t->n_blocks + NF4_DQ_BLOCK - 1) / NF4_DQ_BLOCK;
     t->absmax_q = (uint8_t*)mallocCheck((size_t)t->n_blocks);

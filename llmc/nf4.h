@@ -1,7 +1,7 @@
 // NF4 4-bit quantization of frozen base weights for QLoRA, bit-compatible with bitsandbytes
 // (format facts: shared docs FORMATS.md "QLoRA NF4"). Quantizing the same fp32 weights gives the
 // same packed bytes, absmax and double-quantization constants that bitsandbytes' CPU path
-// (bitsandbytes 0.50.2 + PyTorch CPU, one thread) produces, and dequantization gives the same
+// (bitsandbytes 0.50.2 + PyTorch CPU) produces, and dequantization gives the same
 // fp32 values to the last bit. Layout:
 //   - blocks of NF4_BLOCK (64) consecutive weights of the flattened [out, in] matrix, each with
 //     an fp32 absmax; weight w maps to the nearest of the 16 NF4 code values of w/absmax;
@@ -49,14 +49,20 @@ extern const float nf4_code_values[16];
 // its defining formula with the same fp32 arithmetic PyTorch uses (256 sorted values).
 void nf4_dynamic_map(float code[256]);
 
-// The fp32 mean that PyTorch's CPU tensor.mean() returns for a contiguous 1-D fp32 tensor when it
-// runs on one thread (its cascade sum over 8-lane vectors, then sum / n). bitsandbytes takes the
-// double-quantization offset from it. Exposed for tests.
-float nf4_torch_mean(const float* x, int64_t n);
+// The fp32 mean that PyTorch's CPU tensor.mean() returns for a contiguous 1-D fp32 tensor on
+// x86-64, where bitsandbytes takes the double-quantization offset from: a cascade sum over 8-lane
+// vectors, split into per-thread partial sums when n >= 32768 and PyTorch runs torch_threads
+// threads (torch.get_num_threads()), then sum / n. Exposed for tests.
+float nf4_torch_mean(const float* x, int64_t n, int torch_threads);
 
 // Quantize n = prod(shape) fp32 weights (row-major) into t (allocates; free with nf4_free).
-// double_quant selects bitsandbytes' compress_statistics=True form.
+// double_quant selects bitsandbytes' compress_statistics=True form. The result is what bitsandbytes
+// computes with PyTorch on one thread; nf4_quantize_ex reproduces a PyTorch running torch_threads
+// threads instead (that only changes the offset, and only of tensors with >= 32768 blocks, i.e.
+// >= 2M weights, and there by at most a few ulp: the dequantized weights differ by about that).
 void nf4_quantize(NF4Tensor* t, const float* w, int ndim, const int64_t* shape, int double_quant);
+void nf4_quantize_ex(NF4Tensor* t, const float* w, int ndim, const int64_t* shape, int double_quant,
+                     int torch_threads);
 void nf4_free(NF4Tensor* t);
 
 // The fp32 absmax of every block (decoding the nested form if double-quantized): out[n_blocks].

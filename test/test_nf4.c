@@ -83,7 +83,7 @@ static void test_means(StFile* f) {
         float* x = read_f32(f, name, &n);
         snprintf(name, sizeof(name), "mean.%d.mean", lens[k]);
         float* want = read_f32(f, name, NULL);
-        float got = nf4_torch_mean(x, (int64_t)n);
+        float got = nf4_torch_mean(x, (int64_t)n, 1);
         total++;
         if (memcmp(&got, want, 4) == 0) ok++;
         else fprintf(stderr, "  torch.mean of %d values: got %.9g want %.9g\n", lens[k], got, want[0]);
@@ -92,6 +92,69 @@ static void test_means(StFile* f) {
     }
     TEST_CHECK(ok == total, "%d of %d means bit-identical to torch.mean", ok, total);
     if (ok == total) printf("ok   torch.mean emulation (%d lengths)\n", total);
+}
+
+// The generator's formula input (dev/gen_nf4_ref.py formula_vector), every step the same fp32 op.
+static float* formula_vector(int64_t n, float scale, float shift) {
+    float* x = (float*)mallocCheck((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t k = ((uint64_t)i * 2654435761ull) % 100003ull;
+        float v = (float)k / 100003.0f;
+        float s = (float)((((uint64_t)i / 64) * 7919ull) % 101ull + 1ull) * scale;
+        x[i] = (v - shift) * s;
+    }
+    return x;
+}
+
+// torch.mean with several PyTorch threads, and a GPT-2 c_fc-sized (3072 x 768) quantization.
+static void test_threads(StFile* f) {
+    static const int64_t lens[] = {40000, 65537, 200001};
+    static const int threads[] = {1, 2, 3, 4, 16};
+    int ok = 0, total = 0;
+    for (int k = 0; k < 3; k++) {
+        char name[64];
+        snprintf(name, sizeof(name), "mtmean.%lld", (long long)lens[k]);
+        size_t nref;
+        float* want = read_f32(f, name, &nref);
+        float* x = formula_vector(lens[k], 0.001f, 0.0f);
+        for (int j = 0; j < 5 && j < (int)nref; j++) {
+            float got = nf4_torch_mean(x, lens[k], threads[j]);
+            total++;
+            if (memcmp(&got, &want[j], 4) == 0) ok++;
+            else fprintf(stderr, "  torch.mean of %lld values, %d threads: got %.9g want %.9g\n",
+                         (long long)lens[k], threads[j], got, want[j]);
+        }
+        free(x);
+        free(want);
+    }
+    TEST_CHECK(ok == total && total == 15, "%d of %d multi-thread means bit-identical", ok, total);
+    if (ok == total) printf("ok   torch.mean emulation with 1..16 threads (%d cases)\n", total);
+
+    float* w = formula_vector(3072 * 768, 0.001f, 0.5f);
+    const int64_t shape[2] = {3072, 768};
+    float* offsets = read_f32(f, "big.offsets", NULL);
+    static const int big_threads[] = {1, 2, 4, 16};
+    for (int j = 0; j < 4; j++) {
+        NF4Tensor t;
+        char what[96];
+        nf4_quantize_ex(&t, w, 2, shape, 1, big_threads[j]);
+        snprintf(what, sizeof(what), "3072x768 offset, %d PyTorch threads", big_threads[j]);
+        same_f32(what, &t.offset, &offsets[j], 1);
+        if (big_threads[j] == 2) {
+            size_t n;
+            uint8_t* aq = read_u8(f, "big.t2.absmax_q", &n);
+            TEST_CHECK(n == (size_t)t.n_blocks, "big: %zu absmax codes", n);
+            same_bits("3072x768 absmax codes, 2 PyTorch threads", t.absmax_q, aq, n);
+            float* nested = read_f32(f, "big.t2.nested_absmax", &n);
+            TEST_CHECK(n == (size_t)t.n_dq_blocks, "big: %zu nested scales", n);
+            same_f32("3072x768 nested absmax, 2 PyTorch threads", t.absmax_scale, nested, n);
+            free(aq);
+            free(nested);
+        }
+        nf4_free(&t);
+    }
+    free(offsets);
+    free(w);
 }
 
 // One reference case: quantize its input both ways and compare everything bitsandbytes stored.
@@ -261,6 +324,7 @@ int main(void) {
            st_meta(&f, "torch") ? st_meta(&f, "torch") : "?");
     test_maps(&f);
     test_means(&f);
+    test_threads(&f);
     static const char* cases[] = {"normal", "edge", "len1", "len63", "len65", "len1000", "real"};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) test_case(&f, cases[i]);
     st_close(&f);
