@@ -463,3 +463,60 @@ void nf4_from_hf_state(NF4Tensor* t, StFile* f, const char* key) {
     json_free(qs);
     free(text);
 }
+
+// A double as Python's repr() writes it: the shortest digits that read back to the same value,
+// fixed notation for decimal exponents -4..15 (with ".0" if integral), else d.ddde+XX.
+static void nf4_python_repr(double v, char* out, size_t cap) {
+    if (v != v || v == INFINITY || v == -INFINITY) { snprintf(out, cap, "%s", v != v ? "NaN" : v > 0 ? "Infinity" : "-Infinity"); return; }
+    int p = 1;
+    char buf[64];
+    for (; p < 17; p++) {
+        snprintf(buf, sizeof(buf), "%.*e", p - 1, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    snprintf(buf, sizeof(buf), "%.*e", p - 1, v);
+    int e = atoi(strchr(buf, 'e') + 1);
+    if (e >= -4 && e < 16) {
+        int decimals = p - 1 - e;
+        if (decimals > 0) snprintf(out, cap, "%.*f", decimals, v);
+        else snprintf(out, cap, "%.1f", v);
+    } else {
+        snprintf(out, cap, "%s", buf);  // C writes at least two exponent digits, as Python does
+    }
+}
+
+void nf4_to_hf_state(NF4Tensor* t, StWriter* w, const char* key, const char* dtype) {
+    char name[1024], shape_txt[96] = "", num[64];
+    size_t len = 0;
+    if (strlen(dtype) > 16) fatal(NULL, "nf4_to_hf_state: dtype name '%s' is too long", dtype);
+    for (int d = 0; d < t->ndim; d++)
+        len += (size_t)snprintf(shape_txt + len, sizeof(shape_txt) - len, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (t->double_quant) {
+        nf4_python_repr((double)t->offset, num, sizeof(num));
+        snprintf(t->hf_quant_state, sizeof(t->hf_quant_state),
+                 "{\"quant_type\": \"nf4\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": [%s], "
+                 "\"nested_blocksize\": %d, \"nested_dtype\": \"float32\", \"nested_offset\": %s}",
+                 NF4_BLOCK, dtype, shape_txt, NF4_DQ_BLOCK, num);
+    } else {
+        snprintf(t->hf_quant_state, sizeof(t->hf_quant_state),
+                 "{\"quant_type\": \"nf4\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": [%s]}",
+                 NF4_BLOCK, dtype, shape_txt);
+    }
+    const int64_t packed_shape[2] = {(t->n + 1) / 2, 1};
+    const int64_t nb = t->n_blocks, nb2 = t->n_dq_blocks, n16 = 16, n256 = 256;
+    const int64_t qs_len = (int64_t)strlen(t->hf_quant_state);
+    st_writer_add(w, key, ST_U8, 2, packed_shape, t->packed);
+    snprintf(name, sizeof(name), "%s.absmax", key);
+    if (t->double_quant) st_writer_add(w, name, ST_U8, 1, &nb, t->absmax_q);
+    else st_writer_add(w, name, ST_F32, 1, &nb, t->absmax);
+    snprintf(name, sizeof(name), "%s.quant_map", key);
+    st_writer_add(w, name, ST_F32, 1, &n16, t->code4);
+    if (t->double_quant) {
+        snprintf(name, sizeof(name), "%s.nested_absmax", key);
+        st_writer_add(w, name, ST_F32, 1, &nb2, t->absmax_scale);
+        snprintf(name, sizeof(name), "%s.nested_quant_map", key);
+        st_writer_add(w, name, ST_F32, 1, &n256, t->code8);
+    }
+    snprintf(name, sizeof(name), "%s.quant_state.bitsandbytes__nf4", key);
+    st_writer_add(w, name, ST_U8, 1, &qs_len, t->hf_quant_state);
+}

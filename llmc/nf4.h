@@ -40,6 +40,7 @@ typedef struct {
     float* absmax_scale;         // [n_dq_blocks] nested absmax (fp32 scale per 256 codes)
     float offset;                // nested offset (mean of the fp32 absmax values)
     float code8[256];            // nested quant map (bitsandbytes' signed dynamic map)
+    char hf_quant_state[512];    // JSON written by nf4_to_hf_state (kept here until the save)
 } NF4Tensor;
 
 // The 16 NF4 code values (index order = code order, ascending).
@@ -85,6 +86,12 @@ void nf4_dequantize_rows(const NF4Tensor* t, int64_t row_begin, int64_t row_end,
 // Fatal, naming the file and key, for a missing key, another quant type or block size, or sizes
 // that do not agree with the shape. The stored code maps are used as stored.
 void nf4_from_hf_state(NF4Tensor* t, StFile* f, const char* key);
+
+// Add t to a safetensors writer under `key` exactly as transformers + bitsandbytes save it (the
+// keys above, same dtypes and shapes, the quant_state JSON formatted like Python's json.dumps);
+// dtype is the name of the weights' original dtype ("float32", "bfloat16", "float16"), which
+// bitsandbytes dequantizes to. t's arrays must stay valid until st_writer_save.
+void nf4_to_hf_state(NF4Tensor* t, StWriter* w, const char* key, const char* dtype);
 
 // Bytes the quantized tensor occupies: packed codes + absmax storage (+ nested scales and offset;
 // the shared 16- and 256-entry code maps are not counted). nf4_bytes_for computes it from n alone.

@@ -6,6 +6,7 @@
 #include "check.h"
 #include "safetensors.h"
 #include "test.h"
+#include "test_child.h"
 
 #include <stdint.h>
 
@@ -257,64 +258,178 @@ static void test_memory(void) {
     printf("ok   memory: %.4f bits/param with double quantization, %.4f without\n", dq, plain);
 }
 
-// The 4-bit checkpoint transformers saved: read it, compare with quantizing the fp32 original.
+// The 4-bit checkpoint transformers saved: read it, compare with quantizing the fp32 original,
+// and write our own quantization the same way: every tensor must come out byte-identical.
+static const char* hf_keys[] = {
+    "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight",
+    "transformer.h.0.mlp.c_fc.weight", "transformer.h.0.mlp.c_proj.weight",
+};
+#define N_HF_KEYS 4
+
 static void test_hf(void) {
-    static const char* keys[] = {
-        "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight",
-        "transformer.h.0.mlp.c_fc.weight", "transformer.h.0.mlp.c_proj.weight",
-    };
     StFile f32, q4;
     st_open(&f32, REF_DIR "hf_fp32/model.safetensors");
     st_open(&q4, REF_DIR "hf_4bit/model.safetensors");
-    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+    NF4Tensor mine[N_HF_KEYS];
+    StWriter w;
+    st_writer_init(&w);
+    for (int k = 0; k < N_HF_KEYS; k++) {
         char what[160];
-        NF4Tensor hf, mine;
-        nf4_from_hf_state(&hf, &q4, keys[k]);
+        NF4Tensor hf;
+        nf4_from_hf_state(&hf, &q4, hf_keys[k]);
         // HF GPT-2 stores Conv1D weights [in, out]; bitsandbytes quantized them as [out, in]
-        const StTensor* wt = need(&f32, keys[k]);
+        const StTensor* wt = need(&f32, hf_keys[k]);
         int64_t in = wt->shape[0], out = wt->shape[1];
-        float* w = (float*)mallocCheck(wt->numel * sizeof(float));
+        float* wf = (float*)mallocCheck(wt->numel * sizeof(float));
         float* wT = (float*)mallocCheck(wt->numel * sizeof(float));
-        st_read_f32(&f32, wt, w);
+        st_read_f32(&f32, wt, wf);
         for (int64_t i = 0; i < in; i++)
-            for (int64_t o = 0; o < out; o++) wT[o * in + i] = w[i * out + o];
+            for (int64_t o = 0; o < out; o++) wT[o * in + i] = wf[i * out + o];
         int64_t shape[2] = {out, in};
-        nf4_quantize(&mine, wT, 2, shape, 1);
+        nf4_quantize(&mine[k], wT, 2, shape, 1);
         TEST_CHECK(hf.double_quant && hf.ndim == 2 && hf.shape[0] == out && hf.shape[1] == in,
-                   "%s: quant_state shape [%lld, %lld]", keys[k], (long long)hf.shape[0], (long long)hf.shape[1]);
-        snprintf(what, sizeof(what), "hf %s: packed codes", keys[k]);
-        same_bits(what, mine.packed, hf.packed, (size_t)(hf.n + 1) / 2);
-        snprintf(what, sizeof(what), "hf %s: absmax codes", keys[k]);
-        same_bits(what, mine.absmax_q, hf.absmax_q, (size_t)hf.n_blocks);
-        snprintf(what, sizeof(what), "hf %s: nested absmax", keys[k]);
-        same_f32(what, mine.absmax_scale, hf.absmax_scale, (size_t)hf.n_dq_blocks);
-        snprintf(what, sizeof(what), "hf %s: offset", keys[k]);
-        same_f32(what, &mine.offset, &hf.offset, 1);
-        snprintf(what, sizeof(what), "hf %s: quant_map / nested_quant_map", keys[k]);
-        same_f32(what, mine.code4, hf.code4, 16);
-        same_f32(what, mine.code8, hf.code8, 256);
+                   "%s: quant_state shape [%lld, %lld]", hf_keys[k], (long long)hf.shape[0], (long long)hf.shape[1]);
+        snprintf(what, sizeof(what), "hf %s: packed codes", hf_keys[k]);
+        same_bits(what, mine[k].packed, hf.packed, (size_t)(hf.n + 1) / 2);
+        snprintf(what, sizeof(what), "hf %s: absmax codes", hf_keys[k]);
+        same_bits(what, mine[k].absmax_q, hf.absmax_q, (size_t)hf.n_blocks);
+        snprintf(what, sizeof(what), "hf %s: nested absmax", hf_keys[k]);
+        same_f32(what, mine[k].absmax_scale, hf.absmax_scale, (size_t)hf.n_dq_blocks);
+        snprintf(what, sizeof(what), "hf %s: offset", hf_keys[k]);
+        same_f32(what, &mine[k].offset, &hf.offset, 1);
+        snprintf(what, sizeof(what), "hf %s: quant_map / nested_quant_map", hf_keys[k]);
+        same_f32(what, mine[k].code4, hf.code4, 16);
+        same_f32(what, mine[k].code8, hf.code8, 256);
         if (k == 0) {
             StFile dq;
             st_open(&dq, REF_DIR "hf_4bit_dequant.safetensors");
-            const StTensor* rt = need(&dq, keys[k]);
+            const StTensor* rt = need(&dq, hf_keys[k]);
             float* want = (float*)mallocCheck(rt->numel * sizeof(float));
             st_read_f32(&dq, rt, want);
             float* y = (float*)mallocCheck((size_t)hf.n * sizeof(float));
             nf4_dequantize(&hf, y);
             TEST_CHECK(rt->numel == (uint64_t)hf.n, "dequant size");
-            snprintf(what, sizeof(what), "hf %s: dequantized (bitsandbytes dequantize_4bit)", keys[k]);
+            snprintf(what, sizeof(what), "hf %s: dequantized (bitsandbytes dequantize_4bit)", hf_keys[k]);
             same_f32(what, y, want, (size_t)hf.n);
             free(y);
             free(want);
             st_close(&dq);
         }
+        nf4_to_hf_state(&mine[k], &w, hf_keys[k], "float32");
         nf4_free(&hf);
-        nf4_free(&mine);
-        free(w);
+        free(wf);
         free(wT);
     }
+    // our writer's output against transformers' file, tensor by tensor
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/llmc_test_nf4_%d.safetensors", (int)getpid());
+    st_writer_save(&w, path);
+    st_writer_free(&w);
+    StFile ours;
+    st_open(&ours, path);
+    int compared = 0, same = 0;
+    for (int i = 0; i < ours.n_tensors; i++) {
+        const StTensor* a = &ours.tensors[i];
+        const StTensor* b = st_find(&q4, a->name);
+        compared++;
+        if (!b || a->dtype != b->dtype || a->ndim != b->ndim || a->numel != b->numel ||
+            memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) != 0) {
+            fprintf(stderr, "  written tensor '%s' has no twin of the same dtype/shape in transformers' file\n", a->name);
+            continue;
+        }
+        size_t bytes = (size_t)(a->end - a->begin);
+        uint8_t* x = (uint8_t*)mallocCheck(bytes + 1);
+        uint8_t* y = (uint8_t*)mallocCheck(bytes + 1);
+        st_read_raw(&ours, a, x);
+        st_read_raw(&q4, b, y);
+        if (memcmp(x, y, bytes) == 0) same++;
+        else fprintf(stderr, "  written tensor '%s' differs from transformers' bytes\n", a->name);
+        free(x);
+        free(y);
+    }
+    TEST_CHECK(compared == 6 * N_HF_KEYS && same == compared, "%d of %d written tensors identical", same, compared);
+    if (same == compared) printf("ok   nf4_to_hf_state: %d tensors byte-identical to transformers' 4-bit checkpoint\n", same);
+    st_close(&ours);
+    remove(path);
+    for (int k = 0; k < N_HF_KEYS; k++) nf4_free(&mine[k]);
     st_close(&f32);
     st_close(&q4);
+}
+
+// Bad 4-bit checkpoints: one clear message naming the file and the key.
+typedef struct { const char* path; const char* key; } HfLoadArg;
+
+static void child_load(void* p) {
+    HfLoadArg* a = (HfLoadArg*)p;
+    StFile f;
+    NF4Tensor t;
+    st_open(&f, a->path);
+    nf4_from_hf_state(&t, &f, a->key);
+}
+
+static void write_variant(const char* path, const char* json, int64_t packed_bytes, int64_t n_absmax) {
+    static uint8_t zeros[4096];
+    static float fz[256];
+    StWriter w;
+    st_writer_init(&w);
+    const int64_t ps[2] = {packed_bytes, 1}, n16 = 16, n256 = 256, nb2 = 1, qs = (int64_t)strlen(json);
+    st_writer_add(&w, "w", ST_U8, 2, ps, zeros);
+    st_writer_add(&w, "w.absmax", ST_U8, 1, &n_absmax, zeros);
+    st_writer_add(&w, "w.quant_map", ST_F32, 1, &n16, fz);
+    st_writer_add(&w, "w.nested_absmax", ST_F32, 1, &nb2, fz);
+    st_writer_add(&w, "w.nested_quant_map", ST_F32, 1, &n256, fz);
+    st_writer_add(&w, "w.quant_state.bitsandbytes__nf4", ST_U8, 1, &qs, json);
+    st_writer_save(&w, path);
+    st_writer_free(&w);
+}
+
+static void test_hf_errors(void) {
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/llmc_test_nf4_bad_%d.safetensors", (int)getpid());
+    const char* good = "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": \"float32\", \"shape\": [16, 64], "
+                       "\"nested_blocksize\": 256, \"nested_dtype\": \"float32\", \"nested_offset\": 0.5}";
+    HfLoadArg a = {path, "w"};
+    {   // the well-formed variant loads (so the failures below are about what each one breaks)
+        write_variant(path, good, 512, 16);
+        StFile f;
+        NF4Tensor t;
+        st_open(&f, path);
+        nf4_from_hf_state(&t, &f, "w");
+        TEST_CHECK(t.n == 1024 && t.double_quant && t.offset == 0.5f, "well-formed variant: n %lld", (long long)t.n);
+        nf4_free(&t);
+        st_close(&f);
+    }
+    {
+        const char* want[] = {path, "'x.quant_state.bitsandbytes__nf4' is missing", NULL};
+        HfLoadArg x = {path, "x"};
+        TEST_CHECK(test_expect_fatal("missing key", child_load, &x, want), "fatal path");
+    }
+    {
+        write_variant(path, "{\"quant_type\": \"fp4\", \"blocksize\": 64, \"dtype\": \"float32\", \"shape\": [16, 64]}", 512, 16);
+        const char* want[] = {path, "quant_type fp4", NULL};
+        TEST_CHECK(test_expect_fatal("fp4 quant_type", child_load, &a, want), "fatal path");
+    }
+    {
+        write_variant(path, "{\"quant_type\": \"nf4\", \"blocksize\": 128, \"dtype\": \"float32\", \"shape\": [16, 64]}", 512, 16);
+        const char* want[] = {path, "blocksize 128", NULL};
+        TEST_CHECK(test_expect_fatal("blocksize 128", child_load, &a, want), "fatal path");
+    }
+    {
+        write_variant(path, good, 500, 16);
+        const char* want[] = {path, "holds 500 bytes, the shape needs 512", NULL};
+        TEST_CHECK(test_expect_fatal("packed size vs shape", child_load, &a, want), "fatal path");
+    }
+    {
+        write_variant(path, good, 512, 15);
+        const char* want[] = {path, "'w.absmax' has 15 elements, expected 16", NULL};
+        TEST_CHECK(test_expect_fatal("absmax count", child_load, &a, want), "fatal path");
+    }
+    {
+        write_variant(path, "{\"quant_type\": \"nf4\", \"blocksize\": 64", 512, 16);
+        const char* want[] = {path, "not a JSON object", NULL};
+        TEST_CHECK(test_expect_fatal("truncated quant_state JSON", child_load, &a, want), "fatal path");
+    }
+    remove(path);
 }
 
 int main(void) {
@@ -330,5 +445,6 @@ int main(void) {
     st_close(&f);
     test_memory();
     test_hf();
+    test_hf_errors();
     return test_finish("test_nf4");
 }
