@@ -13,10 +13,11 @@
 #   make cuda-check        nvcc -Werror for sm_80 + sm_90 of every CUDA source (compile only),
 #                          ptxas spills / local memory in production kernels fail it.
 #
-# Harness test programs: test/cuda_cpu/test_*.cu and test/cuda/test_*.cu are found automatically.
-# A test elsewhere: add $(BUILD)/cuda_cpu/<path without .cu> to TEST_PROGS. Every harness program
-# links the harness build of every llmc/cuda/*.cu, the runtime, and the C library + CPU backend
-# (so kernels can be compared with the CPU ops).
+# Harness test programs here: test/cuda_cpu/test_*.cu and test/cuda/test_*.cu, each linked with
+# the runtime and the C library (llmc/*.c); they go into TEST_PROGS. Harness programs built by
+# other fragments (e.g. the CUDA backend's op test) are picked up by orders.sh automatically (it
+# reruns every program of TEST_PROGS that contains the harness runtime) and by test-tsan when
+# their name contains "cuda" or they are listed in CUDA_CPU_HARNESS_PROGS.
 
 CUDA_HOME ?= /usr/local/cuda
 CUDA_CPU_INC := $(CUDA_HOME)/include
@@ -27,7 +28,6 @@ CUDA_CPU_HDRS := test/cuda_cpu/cuda_cpu.h $(wildcard llmc/cuda/*.cuh llmc/cuda/*
 # (the C-only -Werror=implicit-function-declaration of WARN would make g++ warn on every file)
 CUDA_CPU_CXX = $(CXX) $(filter-out -Werror=implicit-function-declaration,$(CXXFLAGS)) -isystem $(CUDA_CPU_INC)
 CUDA_CPU_RT := $(CUDA_CPU_DIR)/runtime.o
-CUDA_CPU_KERNEL_OBJS := $(patsubst %.cu,$(CUDA_CPU_DIR)/%.o,$(wildcard llmc/cuda/*.cu))
 CUDA_CPU_TEST_SRCS := $(wildcard test/cuda_cpu/test_*.cu test/cuda/test_*.cu)
 CUDA_CPU_TESTS := $(patsubst %.cu,$(CUDA_CPU_DIR)/%,$(CUDA_CPU_TEST_SRCS))
 # the mutant: test_harness_kernels.cu with the barrier marked MUTATION-TARGET deleted
@@ -50,9 +50,9 @@ $(CUDA_CPU_DIR)/mutation/test_harness_kernels_nosync.cu: test/cuda_cpu/test_harn
 $(CUDA_CPU_DIR)/mutation/%.o: $(CUDA_CPU_DIR)/mutation/%.cu $(CUDA_CPU_HDRS)
 	$(CUDA_CPU_CXX) -x c++ -include test/cuda_cpu/cuda_cpu.h -c $< -o $@
 
-# a harness test program: its object + runtime + all harness-compiled kernels + library + CPU backend
-$(CUDA_CPU_DIR)/%: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_RT) $(CUDA_CPU_KERNEL_OBJS) $(LIB_OBJS) $(CPU_OBJS)
-	$(CXX) $< $(CUDA_CPU_RT) $(CUDA_CPU_KERNEL_OBJS) $(LIB_OBJS) $(CPU_OBJS) -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS) -lpthread
+# a harness test program: its object + runtime + the C library
+$(CUDA_CPU_DIR)/%: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_RT) $(LIB_OBJS)
+	$(CXX) $< $(CUDA_CPU_RT) $(LIB_OBJS) -o $@ $(LDFLAGS) -lm -lpthread
 
 .PRECIOUS: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_MUTANT).o $(CUDA_CPU_MUTANT).cu $(CUDA_CPU_TESTS:=.o)
 
@@ -67,11 +67,11 @@ else
 TEST_SCRIPTS += test/cuda_cpu/no_toolkit.sh
 endif
 
-# The harness programs of this build, for orders.sh (expanded when the recipe runs, so programs
-# that other mk/*.mk fragments add to TEST_PROGS are included).
+# All test programs of this build, for orders.sh, which reruns those that contain the harness
+# runtime (expanded when the recipe runs: programs other mk/*.mk fragments add are included).
 $(CUDA_CPU_DIR)/tests.list: cuda-cpu-force
 	@mkdir -p $(dir $@)
-	@printf '%s\n' $(filter $(CUDA_CPU_DIR)/%,$(TEST_PROGS)) > $@.tmp && mv $@.tmp $@
+	@printf '%s\n' $(TEST_PROGS) > $@.tmp && mv $@.tmp $@
 cuda-cpu-force:
 TEST_SCRIPTS += test/lint_launch.sh
 
@@ -85,10 +85,12 @@ test-tsan:
 	@$(MAKE) --no-print-directory $(CUDA_CPU_TSAN_VARS) cuda-cpu-tsan-run
 
 # internal: runs inside the recursive make with BUILD=build-tsan. The program list is expanded in
-# the recipe, after every mk/*.mk had its say in TEST_PROGS.
+# the recipe, after every mk/*.mk had its say in TEST_PROGS / CUDA_CPU_HARNESS_PROGS.
+CUDA_CPU_TSAN_PROGS = $(sort $(filter $(CUDA_CPU_DIR)/%,$(TEST_PROGS)) $(CUDA_CPU_HARNESS_PROGS) \
+    $(foreach p,$(TEST_PROGS),$(if $(findstring cuda,$(notdir $(p))),$(p))))
 cuda-cpu-tsan-run:
-	@$(MAKE) --no-print-directory $(CUDA_CPU_TSAN_VARS) $(filter $(CUDA_CPU_DIR)/%,$(TEST_PROGS)) $(CUDA_CPU_MUTANT)
-	BUILD=$(BUILD) bash test/cuda_cpu/tsan.sh $(filter $(CUDA_CPU_DIR)/%,$(TEST_PROGS))
+	@$(MAKE) --no-print-directory $(CUDA_CPU_TSAN_VARS) $(CUDA_CPU_TSAN_PROGS) $(CUDA_CPU_MUTANT)
+	BUILD=$(BUILD) bash test/cuda_cpu/tsan.sh $(CUDA_CPU_TSAN_PROGS)
 
 # ---------------------------------------------------------------------------------------------
 # nvcc compile check (no GPU needed). One target per source so `make -j2 cuda-check` overlaps them.

@@ -7,6 +7,8 @@
 //   CUDA_CPU_THREADS = N (default 1)   OS threads taking blocks (2 under TSan: races between blocks)
 //   CUDA_CPU_STACK_KB= fiber stack size (default 256; sanitizer builds use more stack)
 //   CUDA_CPU_VERBOSE = 1               print every launch
+//   CUDA_CPU_UCONTEXT= 1               switch fibers with swapcontext (the default on x86-64 is a
+//                                      20x faster hand-written switch)
 #include "cuda_cpu.h"
 
 #include <stdarg.h>
@@ -96,7 +98,8 @@ struct Fiber {
     int w_op, w_arg, w_width, w_nbytes;  // pending warp op
     unsigned w_mask;
     uint64_t w_val, w_res;
-    ucontext_t ctx;
+    ucontext_t ctx;  // ucontext switching (CUDA_CPU_UCONTEXT=1 or not x86-64)
+    void* sp;        // saved stack pointer (hand-written x86-64 switch)
     char* stack;     // usable stack (a guard page sits below it)
     size_t stack_size;
     void* tsan_fiber;
@@ -120,6 +123,36 @@ static uint64_t g_seed = 1;
 static int g_nthreads = 1;
 static size_t g_stack_size = 256 * 1024;
 static int g_verbose = 0;
+static int g_ucontext = 0;  // 1: switch fibers with swapcontext instead of the x86-64 routine
+
+#if defined(__x86_64__)
+// Fiber switch: push the callee-saved registers, save the stack pointer through *save, load
+// `to` and pop the other fiber's registers; its return address resumes it. swapcontext does the
+// same plus a sigprocmask system call and the FPU environment: ~1 us against ~0.05 us here.
+// (Floating-point control state is never changed by kernels, so it need not be switched.)
+extern "C" void cuda_cpu_switch(void** save, void* to);
+asm(".text\n"
+    ".globl cuda_cpu_switch\n"
+    ".type cuda_cpu_switch, @function\n"
+    "cuda_cpu_switch:\n"
+    "    pushq %rbp\n"
+    "    pushq %rbx\n"
+    "    pushq %r12\n"
+    "    pushq %r13\n"
+    "    pushq %r14\n"
+    "    pushq %r15\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    popq %r15\n"
+    "    popq %r14\n"
+    "    popq %r13\n"
+    "    popq %r12\n"
+    "    popq %rbx\n"
+    "    popq %rbp\n"
+    "    ret\n"
+    ".size cuda_cpu_switch, .-cuda_cpu_switch\n");
+#define CUDA_CPU_HAVE_ASM_SWITCH 1
+#endif
 
 // One per OS thread that runs blocks.
 struct Worker {
@@ -129,6 +162,7 @@ struct Worker {
     int nfibers = 0;
     int order[1024] = {0};
     ucontext_t sched_ctx;
+    void* sched_sp = nullptr;
     void* sched_tsan = nullptr;
     void* sched_asan_fake = nullptr;
     const void* sched_stack_bottom = nullptr;
@@ -172,6 +206,8 @@ static void init_once() {
         if (kb < 16 || kb > 65536) fatal_env("CUDA_CPU_STACK_KB must be 16..65536");
         g_stack_size = (size_t)kb * 1024;
     }
+    const char* u = getenv("CUDA_CPU_UCONTEXT");
+    g_ucontext = u && *u && *u != '0';
     const char* v = getenv("CUDA_CPU_VERBOSE");
     g_verbose = v && *v && *v != '0';
 }
@@ -189,6 +225,10 @@ NOTSAN static void to_fiber(Worker* w, Fiber* f) {
 #ifdef CUDA_CPU_TSAN
     __tsan_switch_to_fiber(f->tsan_fiber, __tsan_switch_to_fiber_no_sync);
 #endif
+#ifdef CUDA_CPU_HAVE_ASM_SWITCH
+    if (!g_ucontext) cuda_cpu_switch(&w->sched_sp, f->sp);
+    else
+#endif
     swapcontext(&w->sched_ctx, &f->ctx);
 #ifdef CUDA_CPU_ASAN
     __sanitizer_finish_switch_fiber(w->sched_asan_fake, nullptr, nullptr);
@@ -201,6 +241,10 @@ NOTSAN static void to_scheduler(Worker* w, Fiber* f) {
 #endif
 #ifdef CUDA_CPU_TSAN
     __tsan_switch_to_fiber(w->sched_tsan, __tsan_switch_to_fiber_no_sync);
+#endif
+#ifdef CUDA_CPU_HAVE_ASM_SWITCH
+    if (!g_ucontext) cuda_cpu_switch(&f->sp, w->sched_sp);
+    else
 #endif
     swapcontext(&f->ctx, &w->sched_ctx);
 #ifdef CUDA_CPU_ASAN
@@ -219,6 +263,20 @@ NOTSAN static Fiber* new_fiber(int lin) {
     mprotect(m, page, PROT_NONE);  // guard page: a fiber stack overflow faults instead of corrupting
     f->stack = (char*)m + page;
     f->stack_size = g_stack_size;
+#ifdef CUDA_CPU_HAVE_ASM_SWITCH
+    if (!g_ucontext) {
+        // initial frame for cuda_cpu_switch: six zero registers (rbp = 0 ends frame-pointer
+        // unwinding here), then the return address fiber_main, entered with the stack aligned
+        // as after a call; a zero fake return address above it.
+        uintptr_t top = ((uintptr_t)f->stack + f->stack_size) & ~(uintptr_t)15;
+        void** p = (void**)(top - 16);
+        p[1] = nullptr;
+        p[0] = (void*)&fiber_main;
+        for (int i = 1; i <= 6; i++) p[-i] = nullptr;
+        f->sp = (void*)(p - 6);
+        goto annotate;
+    }
+#endif
     if (getcontext(&f->ctx) != 0) { perror("cuda_cpu: getcontext"); abort(); }
     f->ctx.uc_stack.ss_sp = f->stack;
     f->ctx.uc_stack.ss_size = f->stack_size;
@@ -230,6 +288,9 @@ NOTSAN static Fiber* new_fiber(int lin) {
     // the fiber-switch annotations tell ASan about the stacks instead.
     f->ctx.uc_stack.ss_sp = nullptr;
     f->ctx.uc_stack.ss_size = 0;
+#ifdef CUDA_CPU_HAVE_ASM_SWITCH
+annotate:
+#endif
 #ifdef CUDA_CPU_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
     char name[32]; snprintf(name, sizeof name, "cuda thread %d", lin);
