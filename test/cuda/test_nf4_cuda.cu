@@ -108,5 +108,5 @@ int main(void) {
     static const char* cases[] = {"normal", "edge", "len1", "len63", "len65", "len1000", "real"};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) test_case(&f, cases[i]);
     st_close(&f);
-    return test_finish("test_nf4 (cuda)");
+    return test_finish("test_nf4_cuda");
 }
