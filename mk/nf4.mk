@@ -10,3 +10,10 @@ ifneq ($(CUDA_CPU_DIR),)
 $(CUDA_CPU_DIR)/test/cuda/test_nf4_cuda: $(CUDA_CPU_DIR)/test/cuda/test_nf4_cuda.o $(CUDA_CPU_DIR)/llmc/cuda/nf4.o $(CUDA_CPU_RT) $(LIB_OBJS)
 	$(CXX) $^ -o $@ $(LDFLAGS) -lm -lpthread
 endif
+
+# dev benchmark (not a test): make bench-nf4 && ./build/dev/bench_nf4
+$(BUILD)/dev/bench_nf4: dev/bench_nf4.c $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDFLAGS) -lm
+bench-nf4: $(BUILD)/dev/bench_nf4
+.PHONY: bench-nf4
