@@ -10,6 +10,11 @@
 //   - double quantization ("compress_statistics"): offset = mean of the absmax values, the
 //     absmax - offset values quantized to 8 bits in blocks of NF4_DQ_BLOCK (256) with the signed
 //     dynamic 8-bit code map and an fp32 scale per block: ~4.127 bits per parameter in all.
+// bitsandbytes' CUDA kernels quantize the same way (same fp32 midpoints, same tie-breaking)
+// except in corners: an all-zero block gets code 0 (-1.0 * 0) instead of 7, the last partial
+// block is scaled by a reciprocal instead of a division, the 8-bit absmax codes come from a
+// nearest-value search instead of the CPU's 65536-entry table, and torch.mean on the GPU sums in
+// another order. Any of those files loads and dequantizes here exactly as bitsandbytes does.
 #ifndef LLMC_NF4_H
 #define LLMC_NF4_H
 
