@@ -103,6 +103,6 @@ test-run: test-build
 	SAN=$(SAN) BUILD=$(BUILD) BIN_DIR=$(BINDIR) bash test/run_tests.sh $(TEST_PROGS) $(TEST_SCRIPTS)
 
 clean:
-	rm -rf build build-san train_gpt2 train_lora $(EXTRA_BINS) dev/cuda/build
+	rm -rf build build-san build-tsan train_gpt2 train_lora $(EXTRA_BINS) dev/cuda/build
 
 .PHONY: all test test-run test-build clean
