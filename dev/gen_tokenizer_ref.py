@@ -7,6 +7,9 @@ Writes:
   test/ref/tok_shakespeare.u16        ids of data/tinyshakespeare.txt (encode_ordinary), uint16 LE
   test/ref/tok_stress.txt             Unicode stress cases: "#case <nbytes> <ordinary|special>\n<bytes>\n"
   test/ref/tok_stress_ids.txt         per case: "<count> id id ..."
+  test/ref/prepare_sft.jsonl          a small JSONL input for test/test_prepare.sh, and
+  test/ref/prepare_sft_expected.txt   the tokens and loss mask data/prepare must produce for it
+                                      (layout rules of data/README.md applied to tiktoken's ids)
   test/ref/tok_unicode_classes.txt    how tiktoken's pattern classifies every code point
                                       (letter 1 / number 2 / whitespace 4 / other 0), as runs
                                       "<first code point hex> <class>"; --no-probe skips it (3 min)
@@ -99,6 +102,49 @@ def stress_cases():
     return c
 
 
+SFT_RECORDS = [
+    {"prompt": "Is the sky blue?\nAnswer:", "completion": " Yes, on a clear day."},
+    {"text": "A plain document, trained on entirely.\n"},
+    {"messages": [{"role": "system", "content": "You are terse."},
+                  {"role": "user", "content": "Capital of France?"},
+                  {"role": "assistant", "content": "Paris."},
+                  {"role": "user", "content": "And of Japan? 日本"},
+                  {"role": "assistant", "content": "Tokyo (東京)."}]},
+    {"prompt": "Empty completion:", "completion": ""},
+    {"prompt": "", "completion": "Only a completion <|endoftext|> with the marker as text."},
+]
+
+
+def sft_expected(enc):
+    """data/prepare's documented layout: each record starts with <|endoftext|> whose mask is the
+    mask of the token before it (0 at the start); a final <|endoftext|> closes the last record.
+    prompt: mask 0, completion: mask 1; text: mask 1; chat: "Role:" mask 0, then
+    " content\n" with mask 1 for the assistant, 0 otherwise. Segments are encoded separately."""
+    EOT = 50256
+    toks, mask = [], []
+    def doc():
+        mask.append(mask[-1] if mask else 0)
+        toks.append(EOT)
+    def seg(text, m):
+        ids = enc.encode_ordinary(text)
+        toks.extend(ids)
+        mask.extend([m] * len(ids))
+    for r in SFT_RECORDS:
+        doc()
+        if "messages" in r:
+            for msg in r["messages"]:
+                seg({"system": "System:", "user": "User:", "assistant": "Assistant:"}[msg["role"]], 0)
+                seg(" " + msg["content"] + "\n", 1 if msg["role"] == "assistant" else 0)
+        elif "prompt" in r:
+            seg(r["prompt"], 0)
+            seg(r["completion"], 1)
+        else:
+            seg(r["text"], 1)
+    mask.append(mask[-1])
+    toks.append(EOT)
+    return toks, mask
+
+
 def unicode_probe(enc_unused):
     """Classify each code point the way tiktoken's compiled pattern does: with a vocabulary of
     the 256 bytes plus every byte prefix of "a"+c, "1"+c and "\\n"+c, a probe string becomes one
@@ -150,6 +196,17 @@ def main():
             assert enc.decode_bytes(t) == b
             g.write("%d %s\n" % (len(t), " ".join(map(str, t))))
     print("stress: %d cases" % len(cases))
+
+    with open(os.path.join(REF, "prepare_sft.jsonl"), "w", encoding="utf-8") as f:
+        for i, r in enumerate(SFT_RECORDS):
+            f.write(json.dumps(r, ensure_ascii=(i % 2 == 0)) + "\n")
+            if i == 1:
+                f.write("\n")  # a blank line is skipped
+    toks, mask = sft_expected(enc)
+    with open(os.path.join(REF, "prepare_sft_expected.txt"), "w") as f:
+        f.write(" ".join(map(str, toks)) + "\n")
+        f.write(" ".join(map(str, mask)) + "\n")
+    print("sft: %d tokens, %d trained" % (len(toks), sum(mask)))
 
     if "--no-probe" not in sys.argv:
         runs = unicode_probe(enc)

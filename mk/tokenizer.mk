@@ -12,7 +12,7 @@ $(PREPARE_BIN): $(BUILD)/data/prepare.o $(LIB_OBJS) $(CPU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $^ -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
 
-#TEST_SCRIPTS += test/test_prepare.sh
+TEST_SCRIPTS += test/test_prepare.sh
 
 # tokenizer throughput benchmark (not part of the test suite): make bench-tokenizer
 $(BUILD)/dev/bench_tokenizer: dev/bench_tokenizer.c $(LIB_OBJS) $(CPU_OBJS)
