@@ -718,34 +718,42 @@ void tok_load(Tokenizer* t, const char* path) {
 
 typedef struct { int32_t rank; uint32_t pos, end; } HeapEnt;
 
+// One cache slot: the piece's hash (0 = empty), where its bytes are, and its ids (inline when
+// there is just one, which is most words). One slot fits in one load, so a hit costs one or two
+// cache-line reads plus a short memcmp.
+typedef struct {
+    uint64_t hash;
+    uint32_t key_off;
+    uint16_t key_len, val_n;
+    uint32_t val;        // the id if val_n == 1, else the offset of the ids in vals
+} CacheEnt;
+
 struct TokCache {
-    // piece -> ids, open addressing. Cleared wholesale when full (simple, and the working set
-    // of common words refills within a few KB of text).
-    uint64_t* hash;      // 0 = empty slot
-    uint32_t* key_off; uint32_t* key_len; uint32_t* val_off; uint32_t* val_n;
+    // piece -> ids, open addressing, grown by doubling up to CACHE_MAX_SLOTS, then cleared
+    // wholesale when full (simple, and the working set of common words refills quickly).
+    CacheEnt* ent;
     size_t mask, count;
     Buf keys;            // piece bytes
     int* vals; size_t nvals, cap_vals;
     uint64_t hits, misses;
+    size_t max_slots;
     // scratch for the merge loop
     uint32_t* next; uint32_t* prev; uint8_t* alive;
     HeapEnt* heap; size_t cap_piece, cap_heap;
 };
 
-#define CACHE_SLOTS (1u << 18)
+#define CACHE_MIN_SLOTS (1u << 14)
+#define CACHE_MAX_SLOTS (1u << 22)
 #define CACHE_MAX_PIECE 256
-#define CACHE_MAX_KEYS (32u << 20)
-#define CACHE_MAX_VALS (8u << 20)
+#define CACHE_MAX_KEYS (64u << 20)
+#define CACHE_MAX_VALS (16u << 20)
 
 static TokCache* cache_get(Tokenizer* t) {
     if (t->cache) return t->cache;
     TokCache* c = (TokCache*)callocCheck(1, sizeof(TokCache));
-    c->hash = (uint64_t*)callocCheck(CACHE_SLOTS, sizeof(uint64_t));
-    c->key_off = (uint32_t*)mallocCheck(CACHE_SLOTS * sizeof(uint32_t));
-    c->key_len = (uint32_t*)mallocCheck(CACHE_SLOTS * sizeof(uint32_t));
-    c->val_off = (uint32_t*)mallocCheck(CACHE_SLOTS * sizeof(uint32_t));
-    c->val_n = (uint32_t*)mallocCheck(CACHE_SLOTS * sizeof(uint32_t));
-    c->mask = CACHE_SLOTS - 1;
+    c->ent = (CacheEnt*)callocCheck(CACHE_MIN_SLOTS, sizeof(CacheEnt));
+    c->mask = CACHE_MIN_SLOTS - 1;
+    c->max_slots = CACHE_MAX_SLOTS;
     c->cap_vals = 1 << 16;
     c->vals = (int*)mallocCheck(c->cap_vals * sizeof(int));
     t->cache = c;
@@ -753,8 +761,26 @@ static TokCache* cache_get(Tokenizer* t) {
 }
 
 static void cache_clear(TokCache* c) {
-    memset(c->hash, 0, CACHE_SLOTS * sizeof(uint64_t));
+    memset(c->ent, 0, (c->mask + 1) * sizeof(CacheEnt));
     c->count = 0; c->keys.n = 0; c->nvals = 0;
+}
+
+// Double the table (same entries, rehashed), or clear it once it is at its largest.
+static void cache_make_room(TokCache* c, size_t key_len, size_t nv) {
+    if (c->keys.n + key_len > CACHE_MAX_KEYS || c->nvals + nv > CACHE_MAX_VALS) { cache_clear(c); return; }
+    if (c->count + 1 <= ((c->mask + 1) / 4) * 3) return;
+    size_t slots = c->mask + 1;
+    if (slots >= c->max_slots) { cache_clear(c); return; }
+    CacheEnt* old = c->ent;
+    c->ent = (CacheEnt*)callocCheck(2 * slots, sizeof(CacheEnt));
+    c->mask = 2 * slots - 1;
+    for (size_t i = 0; i < slots; i++) {
+        if (!old[i].hash) continue;
+        size_t j = (size_t)old[i].hash & c->mask;
+        while (c->ent[j].hash) j = (j + 1) & c->mask;
+        c->ent[j] = old[i];
+    }
+    free(old);
 }
 
 static inline int heap_less(const HeapEnt* a, const HeapEnt* b) {
@@ -842,14 +868,16 @@ static void encode_piece(Tokenizer* t, const char* p, size_t n, TokIds* out) {
     if (n == 1) { tokids_push(out, t->byte_id[(uint8_t)p[0]]); return; }
     TokCache* c = cache_get(t);
     uint64_t h = 0;
-    size_t slot = 0;
     if (n <= CACHE_MAX_PIECE) {
         h = hash_bytes(p, n) | 1; // never 0 (0 marks an empty slot)
-        slot = (size_t)h & c->mask;
-        while (c->hash[slot]) {
-            if (c->hash[slot] == h && c->key_len[slot] == n && memcmp(c->keys.p + c->key_off[slot], p, n) == 0) {
+        size_t slot = (size_t)h & c->mask;
+        for (;;) {
+            const CacheEnt* e = &c->ent[slot];
+            if (!e->hash) break;
+            if (e->hash == h && e->key_len == n && memcmp(c->keys.p + e->key_off, p, n) == 0) {
                 c->hits++;
-                for (uint32_t k = 0; k < c->val_n[slot]; k++) tokids_push(out, c->vals[c->val_off[slot] + k]);
+                if (e->val_n == 1) tokids_push(out, (int)e->val);
+                else for (uint32_t k = 0; k < e->val_n; k++) tokids_push(out, c->vals[e->val + k]);
                 return;
             }
             slot = (slot + 1) & c->mask;
@@ -862,22 +890,26 @@ static void encode_piece(Tokenizer* t, const char* p, size_t n, TokIds* out) {
     if (whole >= 0 && t->rank[whole] >= 0) tokids_push(out, whole);
     else bpe_piece(t, c, p, (uint32_t)n, out);
     if (n > CACHE_MAX_PIECE) return;
-    size_t nv = out->n - before;
-    if (c->count + 1 > (CACHE_SLOTS / 4) * 3 || c->keys.n + n > CACHE_MAX_KEYS || c->nvals + nv > CACHE_MAX_VALS) {
-        cache_clear(c);
-        slot = (size_t)h & c->mask;
-    }
-    if (c->nvals + nv > c->cap_vals) {
-        while (c->nvals + nv > c->cap_vals) c->cap_vals *= 2;
-        c->vals = (int*)realloc(c->vals, c->cap_vals * sizeof(int));
-        if (!c->vals) fatal(NULL, "out of memory in the tokenizer cache");
-    }
-    c->hash[slot] = h;
-    c->key_off[slot] = (uint32_t)c->keys.n; c->key_len[slot] = (uint32_t)n;
+    size_t nv = out->n - before; // <= n <= CACHE_MAX_PIECE, fits uint16
+    cache_make_room(c, n, nv);
+    size_t slot = (size_t)h & c->mask;
+    while (c->ent[slot].hash) slot = (slot + 1) & c->mask;
+    CacheEnt* e = &c->ent[slot];
+    e->hash = h;
+    e->key_off = (uint32_t)c->keys.n; e->key_len = (uint16_t)n; e->val_n = (uint16_t)nv;
     buf_put(&c->keys, p, n);
-    c->val_off[slot] = (uint32_t)c->nvals; c->val_n[slot] = (uint32_t)nv;
-    memcpy(c->vals + c->nvals, out->ids + before, nv * sizeof(int));
-    c->nvals += nv;
+    if (nv == 1) {
+        e->val = (uint32_t)out->ids[before];
+    } else {
+        if (c->nvals + nv > c->cap_vals) {
+            while (c->nvals + nv > c->cap_vals) c->cap_vals *= 2;
+            c->vals = (int*)realloc(c->vals, c->cap_vals * sizeof(int));
+            if (!c->vals) fatal(NULL, "out of memory in the tokenizer cache");
+        }
+        e->val = (uint32_t)c->nvals;
+        memcpy(c->vals + c->nvals, out->ids + before, nv * sizeof(int));
+        c->nvals += nv;
+    }
     c->count++;
 }
 
@@ -949,6 +981,13 @@ char* tok_decode(const Tokenizer* t, const int* ids, size_t n, size_t* out_len) 
     return s;
 }
 
+void tok_cache_limit(Tokenizer* t, size_t max_slots) {
+    TokCache* c = cache_get(t);
+    size_t m = CACHE_MIN_SLOTS;
+    while (m < max_slots && m < CACHE_MAX_SLOTS) m *= 2;
+    c->max_slots = m;
+}
+
 void tok_cache_stats(const Tokenizer* t, uint64_t* hits, uint64_t* misses) {
     *hits = t->cache ? t->cache->hits : 0;
     *misses = t->cache ? t->cache->misses : 0;
@@ -958,8 +997,7 @@ void tok_free(Tokenizer* t) {
     free(t->blob); free(t->tok_off); free(t->tok_len); free(t->rank); free(t->map); free(t->special_ids);
     TokCache* c = t->cache;
     if (c) {
-        free(c->hash); free(c->key_off); free(c->key_len); free(c->val_off); free(c->val_n);
-        free(c->keys.p); free(c->vals); free(c->next); free(c->prev); free(c->alive); free(c->heap);
+        free(c->ent); free(c->keys.p); free(c->vals); free(c->next); free(c->prev); free(c->alive); free(c->heap);
         free(c);
     }
     memset(t, 0, sizeof(*t));

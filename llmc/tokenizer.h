@@ -79,6 +79,9 @@ size_t tok_next_piece(const char* text, size_t len, size_t pos);
 // 4 whitespace (\s), 0 anything else.
 int tok_codepoint_class(int32_t cp);
 
+// Cap the piece cache at about max_slots entries (rounded to a power of two, at least 16384;
+// default 4M); it is cleared when full. For tests of the clearing path and for small machines.
+void tok_cache_limit(Tokenizer* t, size_t max_slots);
 // Piece cache statistics (hits, misses) since load, for benchmarks.
 void tok_cache_stats(const Tokenizer* t, uint64_t* hits, uint64_t* misses);
 

@@ -189,6 +189,20 @@ int main(void) {
     tok_encode(&tok, text, text_len, 0, &ids, &nids);
     TEST_CHECK(ids_equal(ids, nids, ref, nref, "tinyshakespeare (cached)"), "cached encode differs");
     size_t m;
+    {
+        // a small cache that fills up and is cleared many times on the way gives the same ids
+        Tokenizer t3;
+        tok_load(&t3, "data/gpt2");
+        tok_cache_limit(&t3, 1);
+        int* ids3; size_t n3;
+        tok_encode(&t3, text, text_len, 0, &ids3, &n3);
+        uint64_t hits, misses;
+        tok_cache_stats(&t3, &hits, &misses);
+        TEST_CHECK(ids_equal(ids3, n3, ref, nref, "tinyshakespeare (small cache)") && misses > 15030,
+                   "small-cache encode differs (misses %llu)", (unsigned long long)misses);
+        free(ids3);
+        tok_free(&t3);
+    }
     char* back = tok_decode(&tok, ids, nids, &m);
     TEST_CHECK(m == text_len && memcmp(back, text, m) == 0, "decode(encode(shakespeare)) != shakespeare");
     free(back); free(ids);
