@@ -215,22 +215,25 @@ typedef struct {
     Buf bytes;                  // token and merge strings, back to back
     size_t n_tok, cap_tok;
     size_t* tok_off; uint32_t* tok_len; int64_t* tok_id;
+    uint8_t* tok_added;         // 1: from tokenizer.json's added_tokens (raw text, not the byte alphabet)
     size_t n_merge, cap_merge;
     size_t* m_off; uint32_t* m_len; // 2 per merge: a, b
     long* m_line;               // line (merges.txt) or index (tokenizer.json) for messages
 } VocabSrc;
 
-static void vs_add_token(VocabSrc* v, const char* s, size_t n, int64_t id) {
+static void vs_add_token(VocabSrc* v, const char* s, size_t n, int64_t id, int added) {
     if (v->n_tok == v->cap_tok) {
         v->cap_tok = v->cap_tok ? v->cap_tok * 2 : 65536;
         v->tok_off = (size_t*)realloc(v->tok_off, v->cap_tok * sizeof(size_t));
         v->tok_len = (uint32_t*)realloc(v->tok_len, v->cap_tok * sizeof(uint32_t));
         v->tok_id = (int64_t*)realloc(v->tok_id, v->cap_tok * sizeof(int64_t));
-        if (!v->tok_off || !v->tok_len || !v->tok_id) fatal(NULL, "out of memory loading the vocabulary");
+        v->tok_added = (uint8_t*)realloc(v->tok_added, v->cap_tok);
+        if (!v->tok_off || !v->tok_len || !v->tok_id || !v->tok_added) fatal(NULL, "out of memory loading the vocabulary");
     }
     v->tok_off[v->n_tok] = v->bytes.n;
     v->tok_len[v->n_tok] = (uint32_t)n;
     v->tok_id[v->n_tok] = id;
+    v->tok_added[v->n_tok] = (uint8_t)added;
     v->n_tok++;
     buf_put(&v->bytes, s, n);
 }
@@ -251,7 +254,7 @@ static void vs_add_merge(VocabSrc* v, const char* a, size_t na, const char* b, s
 }
 
 static void vs_free(VocabSrc* v) {
-    free(v->bytes.p); free(v->tok_off); free(v->tok_len); free(v->tok_id);
+    free(v->bytes.p); free(v->tok_off); free(v->tok_len); free(v->tok_id); free(v->tok_added);
     free(v->m_off); free(v->m_len); free(v->m_line);
     memset(v, 0, sizeof(*v));
 }
@@ -430,7 +433,7 @@ static void js_vocab_object(Js* j, VocabSrc* v) {
                   "'%s': token id %lld is written with character U+%04X, which is not in the "
                   "byte-level alphabet", j->path, (long long)id, (unsigned)bad);
         }
-        vs_add_token(v, raw.p, raw.n, id);
+        vs_add_token(v, raw.p, raw.n, id, 0);
         int d = js_peek(j);
         if (d == ',') { j->i++; continue; }
         if (d == '}') { j->i++; break; }
@@ -544,6 +547,34 @@ static void load_tokenizer_json(const char* path, VocabSrc* v) {
                 if (d == '}') { j.i++; break; }
                 js_fail(&j, "expected ',' or '}' in model");
             } else j.i++;
+        } else if (key.n == 12 && memcmp(key.p, "added_tokens", 12) == 0 && js_peek(&j) == '[') {
+            // [{"id": 50256, "content": "<|endoftext|>", ...}, ...]: content is plain text
+            j.i++;
+            if (js_peek(&j) != ']') for (;;) {
+                js_expect(&j, '{');
+                int64_t id = -1; int have_content = 0;
+                if (js_peek(&j) != '}') for (;;) {
+                    js_string(&j, &key);
+                    js_expect(&j, ':');
+                    if (key.n == 2 && memcmp(key.p, "id", 2) == 0) {
+                        size_t at = j.i;
+                        id = js_int(&j);
+                        if (id < 0 || id >= (1 << 24)) { j.i = at; js_fail(&j, "added token id out of range (0..16777215)"); }
+                    } else if (key.n == 7 && memcmp(key.p, "content", 7) == 0) {
+                        js_string(&j, &s1); have_content = 1;
+                    } else js_skip(&j, 2);
+                    int d = js_peek(&j);
+                    if (d == ',') { j.i++; continue; }
+                    if (d == '}') { j.i++; break; }
+                    js_fail(&j, "expected ',' or '}' in an added token");
+                } else j.i++;
+                if (id < 0 || !have_content || s1.n == 0) js_fail(&j, "an added token needs an \"id\" and a non-empty \"content\"");
+                vs_add_token(v, s1.p, s1.n, id, 1);
+                int d = js_peek(&j);
+                if (d == ',') { j.i++; continue; }
+                if (d == ']') { j.i++; break; }
+                js_fail(&j, "expected ',' or ']' in added_tokens");
+            } else j.i++;
         } else {
             js_skip(&j, 1);
         }
@@ -577,11 +608,17 @@ static void build(Tokenizer* t, VocabSrc* v, const char* vocab_path, const char*
     t->map = (uint32_t*)callocCheck(cap, sizeof(uint32_t));
     t->map_mask = cap - 1;
     size_t boff = 0;
-    for (size_t k = 0; k < v->n_tok; k++) {
+    // vocabulary entries first, then added tokens (tokenizer.json), which may repeat one of them
+    for (int pass = 0; pass < 2; pass++) for (size_t k = 0; k < v->n_tok; k++) {
+        if (v->tok_added[k] != pass) continue;
         int id = (int)v->tok_id[k];
         const char* s = v->bytes.p + v->tok_off[k];
         size_t n = v->tok_len[k];
-        if (seen[id]) fatal("the vocabulary file is damaged", "'%s': token id %d appears twice", vocab_path, id);
+        if (seen[id]) {
+            if (pass == 1 && t->tok_len[id] == n && memcmp(t->blob + t->tok_off[id], s, n) == 0) continue;
+            fatal("the vocabulary file is damaged", "'%s': token id %d appears twice%s", vocab_path, id,
+                  pass ? " (added_tokens gives it another text than model.vocab)" : "");
+        }
         if (n == 0) fatal("the vocabulary file is damaged", "'%s': token id %d is an empty string", vocab_path, id);
         seen[id] = 1;
         memcpy(t->blob + boff, s, n);

@@ -94,12 +94,16 @@ static void append(char** b, size_t* bn, size_t* bcap, const char* s) {
 
 // Build a tokenizer.json from encoder.json + vocab.bpe: merges as "a b" strings or ["a","b"] pairs.
 static void write_tokenizer_json(const char* path, int pairs) {
+    // the pairs variant also carries an added token that model.vocab lacks
+    const char* extra = pairs ? ", {\"id\": 50257, \"content\": \"<|im_start|>\", \"special\": true}" : "";
     size_t ne, nm;
     char* enc = read_file_all("data/gpt2/encoder.json", &ne);
     char* mer = read_file_all("data/gpt2/vocab.bpe", &nm);
     char* b = NULL; size_t bn = 0, bcap = 0;
     append(&b, &bn, &bcap, "{\"version\": \"1.0\", \"truncation\": null, \"added_tokens\": [{\"id\": 50256, "
-           "\"content\": \"<|endoftext|>\", \"special\": true}], \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
+           "\"content\": \"<|endoftext|>\", \"special\": true}");
+    append(&b, &bn, &bcap, extra);
+    append(&b, &bn, &bcap, "], \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
            "\"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true},\n\"model\": {\"type\": \"BPE\", "
            "\"dropout\": null, \"unk_token\": null, \"fuse_unk\": false, \"byte_fallback\": false, \"vocab\": ");
     // encoder.json's text is already a JSON object: embed it as is
@@ -311,7 +315,21 @@ int main(void) {
         for (int v = 0; v < 4; v++) {
             Tokenizer t2;
             tok_load(&t2, variants[v]);
-            TEST_CHECK(t2.vocab_size == 50257 && t2.eot_id == 50256, "%s: vocab %d eot %d", variants[v], t2.vocab_size, t2.eot_id);
+            int want_v = v == 3 ? 50258 : 50257;
+            TEST_CHECK(t2.vocab_size == want_v && t2.eot_id == 50256, "%s: vocab %d eot %d", variants[v], t2.vocab_size, t2.eot_id);
+            if (v == 3) { // the added token is a special token: recognised only when asked
+                const char* sx = "x<|im_start|>assistant<|endoftext|>";
+                tok_encode(&t2, sx, strlen(sx), 1, &ids, &nids);
+                TEST_CHECK(nids >= 4 && ids[0] != 50257 && ids[1] == 50257 && ids[nids - 1] == 50256, "added token: %zu ids", nids);
+                char* d = tok_decode(&t2, ids, nids, &m);
+                TEST_CHECK(m == strlen(sx) && memcmp(d, sx, m) == 0, "added token decode");
+                free(d); free(ids);
+                tok_encode(&t2, sx, strlen(sx), 0, &ids, &nids);
+                int hit = 0;
+                for (size_t k = 0; k < nids; k++) hit |= ids[k] >= 50256;
+                TEST_CHECK(!hit, "added token used without allow_special");
+                free(ids);
+            }
             TEST_CHECK(memcmp(t2.rank, tok.rank, sizeof(int32_t) * 50257) == 0, "%s: merge ranks differ", variants[v]);
             tok_encode(&t2, text, sub, 0, &ids, &nids);
             TEST_CHECK(ids_equal(ids, nids, want, nwant, variants[v]), "%s: ids differ", variants[v]);
