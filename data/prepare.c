@@ -178,6 +178,7 @@ static void add_jsonl_file(Stream* s, Tokenizer* tk, const Args* a, const char* 
     long line = 0, records = 0;
     char err[256];
     char* buf = NULL; size_t cap = 0;
+    if (n >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) i = 3; // a UTF-8 byte order mark is not JSON
     while (i < n) {
         char* nl = (char*)memchr(text + i, '\n', n - i);
         size_t e = nl ? (size_t)(nl - text) : n;
@@ -403,7 +404,9 @@ int main(int argc, char** argv) {
     }
     // a final <|endoftext|> closes the last document (for a trained completion: the stop token)
     if (a.doc_sep != 2) st_push(&s, s.eot, s.n ? s.mask[s.n - 1] : 0);
-    if (s.n < 2) fatal("give more text", "the input has only %zu token(s)", s.n);
+    size_t content = s.n - s.n_doc - (a.doc_sep != 2);
+    if (content == 0) fatal("check the --input files", "the input holds no text (only empty documents)");
+    if (s.n < 2) fatal("give more text", "the input has only %zu token", s.n);
 
     // Split: validation is the first documents, cut at the document boundary nearest to the
     // requested size (so no document is split), or exactly at it if there is no inner boundary.
