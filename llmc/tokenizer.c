@@ -190,13 +190,19 @@ size_t tok_next_piece(const char* text, size_t len, size_t pos) {
 // ----------------------------------------------------------------------------------------------
 // vocabulary: bytes -> id table
 
+// A slot holds id + 1 (0 = empty) in the low 32 bits and the upper half of the key's hash in
+// the high 32 bits: most non-matching slots are rejected without touching the token bytes.
 static int map_find(const Tokenizer* t, const char* s, size_t n) {
-    size_t i = (size_t)hash_bytes(s, n) & t->map_mask;
+    uint64_t h = hash_bytes(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    size_t i = (size_t)h & t->map_mask;
     for (;;) {
-        uint32_t e = t->map[i];
+        uint64_t e = t->map[i];
         if (!e) return -1;
-        int id = (int)e - 1;
-        if (t->tok_len[id] == n && memcmp(t->blob + t->tok_off[id], s, n) == 0) return id;
+        if ((uint32_t)(e >> 32) == tag) {
+            int id = (int)(uint32_t)e - 1;
+            if (t->tok_len[id] == n && memcmp(t->blob + t->tok_off[id], s, n) == 0) return id;
+        }
         i = (i + 1) & t->map_mask;
     }
 }
@@ -605,7 +611,7 @@ static void build(Tokenizer* t, VocabSrc* v, const char* vocab_path, const char*
     t->blob = (char*)mallocCheck(v->bytes.n + 1);
     size_t cap = 1;
     while (cap < 4 * V) cap *= 2;
-    t->map = (uint32_t*)callocCheck(cap, sizeof(uint32_t));
+    t->map = (uint64_t*)callocCheck(cap, sizeof(uint64_t));
     t->map_mask = cap - 1;
     size_t boff = 0;
     // vocabulary entries first, then added tokens (tokenizer.json), which may repeat one of them
@@ -627,9 +633,10 @@ static void build(Tokenizer* t, VocabSrc* v, const char* vocab_path, const char*
         boff += n;
         int other = map_find(t, s, n);
         if (other >= 0) fatal("the vocabulary file is damaged", "'%s': token ids %d and %d have the same text", vocab_path, other, id);
-        size_t i = (size_t)hash_bytes(s, n) & t->map_mask;
+        uint64_t h = hash_bytes(s, n);
+        size_t i = (size_t)h & t->map_mask;
         while (t->map[i]) i = (i + 1) & t->map_mask;
-        t->map[i] = (uint32_t)id + 1;
+        t->map[i] = ((h >> 32) << 32) | ((uint64_t)id + 1);
     }
     free(seen);
     for (int b = 0; b < 256; b++) {

@@ -17,6 +17,9 @@
 // decode(encode(x)) == x for every byte string x.
 //
 // Special tokens (<|endoftext|>) are only recognised in the text when the caller asks for it.
+//
+// Threads: encoding updates the tokenizer's piece cache, so use one Tokenizer per thread for
+// encoding; decoding only reads and may be shared.
 #ifndef LLMC_TOKENIZER_H
 #define LLMC_TOKENIZER_H
 
@@ -41,7 +44,7 @@ typedef struct {
     uint32_t* tok_off;     // token id -> offset of its bytes in blob
     uint32_t* tok_len;     // token id -> number of bytes (0 for ids missing from the vocab)
     int32_t* rank;         // token id -> merge rank (-1: not made by a merge, e.g. bytes, specials)
-    uint32_t* map;         // bytes -> id hash table (open addressing; stores id + 1, 0 = empty)
+    uint64_t* map;         // bytes -> id hash table (open addressing; id + 1 | hash tag << 32, 0 = empty)
     size_t map_mask;       // capacity - 1 (power of two)
     int byte_id[256];      // token id of each single byte
     int eot_id;            // id of <|endoftext|>, -1 if the vocabulary has none
