@@ -518,7 +518,6 @@ static void load_tokenizer_json(const char* path, VocabSrc* v) {
                             const char* sp = (const char*)memchr(s1.p, ' ', s1.n);
                             if (!sp || sp == s1.p || sp + 1 == s1.p + s1.n || memchr(sp + 1, ' ', (size_t)(s1.p + s1.n - sp - 1)))
                                 js_fail(&j, "merge is not two tokens separated by one space");
-                            buf_reserve(&s2, 1);
                             size_t la = (size_t)(sp - s1.p);
                             s2.n = 0; buf_put(&s2, sp + 1, s1.n - la - 1);
                             s1.n = la;
