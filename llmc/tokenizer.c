@@ -418,7 +418,7 @@ static void js_skip(Js* j, int depth) {
     }
     // number or literal
     size_t st = j->i;
-    while (j->i < j->n && strchr("+-0123456789.eEtruefalsn", j->s[j->i])) j->i++;
+    while (j->i < j->n && j->s[j->i] && strchr("+-0123456789.eEtruefalsn", j->s[j->i])) j->i++;
     if (j->i == st) js_fail(j, "unexpected character");
 }
 

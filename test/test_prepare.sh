@@ -133,6 +133,18 @@ mkdir -p "$T/badmerges"; cp data/gpt2/encoder.json "$T/badmerges/"; printf '#ver
 expect_fail "malformed merge line" "vocab.bpe' line 3: malformed merge rule 'xyz'" --input "$T/f1.txt" --out-dir "$T/x" --vocab "$T/badmerges"
 printf '#version: 0.2\nh e\nQ Z\n' > "$T/badmerges/vocab.bpe"
 expect_fail "merge not in vocabulary" "vocab.bpe' line 3: the merged token is not in" --input "$T/f1.txt" --out-dir "$T/x" --vocab "$T/badmerges"
+printf '#version: 0.2\nh e\nQZQ X\n' > "$T/badmerges/vocab.bpe"
+expect_fail "merge side not in vocabulary" "vocab.bpe' line 3: a side of the merge is not a token" --input "$T/f1.txt" --out-dir "$T/x" --vocab "$T/badmerges"
+mkdir -p "$T/tj"; printf '{"model": {"type": "BPE", "vocab": {"a": 0}}}' > "$T/tj/tokenizer.json"
+expect_fail "tokenizer.json without merges" "tokenizer.json': no model.merges found" --input "$T/f1.txt" --out-dir "$T/x" --vocab "$T/tj"
+printf '{"model": {"type": "WordPiece", "vocab": {}}}' > "$T/tj/tokenizer.json"
+expect_fail "tokenizer.json of another kind" "model.type is 'WordPiece', not 'BPE'" --input "$T/f1.txt" --out-dir "$T/x" --vocab "$T/tj/tokenizer.json"
+mkdir -p "$T/alpha"; printf '{"a": 0, "\\u4e2d": 1}' > "$T/alpha/vocab.json"; printf '' > "$T/alpha/merges.txt"
+expect_fail "token outside the byte alphabet" "token id 1 is written with character U\+4E2D" --input "$T/f1.txt" --out-dir "$T/x" --vocab "$T/alpha"
+printf '{"a": 0, "b": 0}' > "$T/alpha/vocab.json"
+expect_fail "duplicate token id" "token id 0 appears twice" --input "$T/f1.txt" --out-dir "$T/x" --vocab "$T/alpha/vocab.json"
+printf '{"a": 0, "b": 1}' > "$T/alpha/vocab.json"
+expect_fail "vocabulary without all 256 bytes" "no token for byte 0x00" --input "$T/f1.txt" --out-dir "$T/x" --vocab "$T/alpha/merges.txt"
 check "failed runs wrote nothing" [ -z "$(ls "$T/x" 2>/dev/null)" ]
 # --help works and exits 0
 check "--help" bash -c "'$P' --help | grep -q -- '--val-frac'"
