@@ -11,6 +11,7 @@
 #include "fileio.h"
 #include "check.h"
 #include "../test/test.h"
+#include "../test/test_child.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,12 @@ static void write_tokenizer_json(const char* path, int pairs) {
     free(b); free(enc); free(mer);
 }
 
+static void decode_bad_id(void* arg) {
+    int id = 50257; // a padded-vocabulary row: never a token
+    char* s = tok_decode((const Tokenizer*)arg, &id, 1, NULL);
+    free(s);
+}
+
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 static uint32_t rnd(void) {
     rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
@@ -244,6 +251,11 @@ int main(void) {
         back = tok_decode(&tok, &eot, 1, &m);
         TEST_CHECK(m == 13 && memcmp(back, "<|endoftext|>", 13) == 0, "decode(50256)");
         free(back);
+    }
+
+    {
+        static const char* const want[] = {"token id 50257 is not in the vocabulary", NULL};
+        TEST_CHECK(test_expect_fatal("decode of an id past the vocabulary", decode_bad_id, &tok, want), "decode(50257)");
     }
 
     // --- invalid UTF-8 and random bytes survive encode -> decode
