@@ -413,8 +413,9 @@ int main(int argc, char** argv) {
     size_t total = s.n;
     size_t target = a.val_tokens >= 0 ? (size_t)a.val_tokens : (size_t)(a.val_frac * (double)total + 0.5);
     size_t cut = 0, val_hi = 0;
+    int exact_cut = 0;
     if (target > 0) {
-        if (target >= total) fatal("ask for fewer validation tokens", "--val-tokens %zu leaves no training tokens (the input has %zu)", target, total);
+        if (target >= total) fatal("ask for fewer validation tokens", "a validation split of %zu tokens leaves no training tokens (the input has %zu)", target, total);
         size_t best = 0, bestd = SIZE_MAX;
         for (size_t d = 0; d < s.n_doc; d++) {
             size_t b = s.doc_start[d];
@@ -423,7 +424,7 @@ int main(int argc, char** argv) {
             if (dist < bestd) { bestd = dist; best = b; }
         }
         if (best) { cut = best; val_hi = best + 1; } // val keeps the EOT that closes its last document
-        else { cut = target; val_hi = target; }
+        else { cut = target; val_hi = target; exact_cut = 1; }
     }
     mkdir_p(a.out_dir);
     size_t per = (size_t)a.shard_tokens;
@@ -438,9 +439,9 @@ int main(int argc, char** argv) {
     if (!a.quiet) {
         printf("%s: %zu documents, %zu tokens (val %zu, train %zu)%s\n", a.name, s.n_doc, total, val_hi, total - cut,
                s.has_mask ? "; loss masks written" : "");
-        if (target && val_hi && s.n_doc > 1 && val_hi != target && cut != target)
+        if (target && !exact_cut && val_hi != target)
             printf("note: validation ends at a document boundary: %zu tokens for a target of %zu\n", val_hi, target);
-        if (target && cut == target) printf("note: no document boundary to cut at; validation cut at token %zu\n", target);
+        if (exact_cut) printf("note: no document boundary to cut at; validation cut at token %zu\n", target);
         if (s.docs_without_target) printf("warning: %lld record(s) have no trained tokens (empty completion / no assistant turn)\n", s.docs_without_target);
         double mb = (double)tok_bytes / 1e6;
         printf("tokenized %.2f MB in %.3f s (%.1f MB/s)\n", mb, tok_seconds, tok_seconds > 0 ? mb / tok_seconds : 0.0);
