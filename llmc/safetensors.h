@@ -52,6 +52,8 @@ const char* st_meta(const StFile* f, const char* key); // NULL if absent
 void st_read_raw(StFile* f, const StTensor* t, void* dst);
 // Read a tensor converting F32/BF16/F16/F64 to fp32 (fatal for integer dtypes).
 void st_read_f32(StFile* f, const StTensor* t, float* dst);
+// Parse a dtype name ("F32", "BF16", ...); -1 if unknown.
+int st_dtype_from_name(const char* name);
 // Read an integer tensor (I32/I64/I16/I8/U8) into int32 (fatal if a value does not fit).
 void st_read_i32(StFile* f, const StTensor* t, int32_t* dst);
 
@@ -68,6 +70,13 @@ typedef struct {
 
 void st_writer_init(StWriter* w);
 void st_writer_add(StWriter* w, const char* name, StDtype dtype, int ndim, const int64_t* shape, const void* data);
+// Like st_writer_add, but the bytes are produced at save time, chunk by chunk, by
+// fill(ctx, dst, first, count): write elements [first, first + count) of the tensor (in file
+// order, count * dtype size bytes) into dst. Lets a saver transpose or convert large tensors
+// without a full-size temporary copy.
+typedef void (*StFillFn)(void* ctx, void* dst, uint64_t first, uint64_t count);
+void st_writer_add_fn(StWriter* w, const char* name, StDtype dtype, int ndim, const int64_t* shape,
+                      StFillFn fill, void* ctx);
 void st_writer_meta(StWriter* w, const char* key, const char* value);
 void st_writer_save(StWriter* w, const char* path);
 void st_writer_free(StWriter* w);
