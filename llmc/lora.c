@@ -518,7 +518,12 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
             const char* s = json_as_string(&tm->items[i]);
             if (!s) LFAIL("'%s': target_modules[%d] is not a string", cpath, i);
             int known = 0;
-            for (int k = 0; k < LORA_NUM_LIN; k++) if (ends_with_module(LIN_MODULE[k], s)) known = 1;
+            for (int l = 0; l < cfg->num_layers && !known; l++)
+                for (int k = 0; k < LORA_NUM_LIN; k++) {
+                    char full[128];
+                    snprintf(full, sizeof(full), "transformer.h.%d.%s", l, LIN_MODULE[k]);
+                    if (ends_with_module(full, s)) known = 1;
+                }
             if (!known) LFAIL("'%s': unknown target module \"%s\" for GPT-2 (LoRA applies to c_attn, attn.c_proj, c_fc, mlp.c_proj)", cpath, s);
         }
     } else LFAIL("'%s': key \"target_modules\" must be a list of strings", cpath);
