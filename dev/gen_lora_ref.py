@@ -169,10 +169,15 @@ def check_c(export_dir):
             logits = model(input_ids=x).logits
         ours = load_file(os.path.join(d, "merged_logits.safetensors"))["logits"]
         diff = (logits - ours).abs().max().item()
+        with torch.no_grad():
+            effect = (base_model()(input_ids=x).logits - logits).abs().max().item()
+        if effect < 1e-3:  # PEFT must really have applied the adapter
+            print(f"{name}: the adapter changes the logits by only {effect:.3e}")
+            diff = float("inf")
         worst = max(worst, diff)
         cfg = json.load(open(os.path.join(d, "adapter_config.json")))
         print(f"{name}: PEFT-loaded C adapter vs C merged model: max abs logit diff {diff:.3e} "
-              f"(targets {cfg['target_modules']}, r {cfg['r']}, rank_pattern {cfg['rank_pattern']})")
+              f"(adapter effect {effect:.3e}; targets {cfg['target_modules']}, r {cfg['r']}, rank_pattern {cfg['rank_pattern']})")
     print(f"worst {worst:.3e}")
     return 0 if worst < 1e-4 else 1
 

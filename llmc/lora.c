@@ -477,6 +477,7 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
     path_join(cpath, sizeof(cpath), dir, "adapter_config.json");
     if (dir_exists(path)) path_join(tpath, sizeof(tpath), dir, "adapter_model.safetensors");
     else snprintf(tpath, sizeof(tpath), "%s", path);
+    if (!dir_exists(path) && !file_exists(path)) LFAIL("'%s' does not exist (expected an adapter directory with adapter_config.json and adapter_model.safetensors)", path);
     if (!file_exists(cpath)) LFAIL("'%s' does not exist: an adapter directory holds adapter_config.json and adapter_model.safetensors", cpath);
     if (!file_exists(tpath)) {
         char bin[4200];
@@ -555,6 +556,8 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
         const char* name = f.tensors[i].name;
         if (strncmp(name, KEY_PREFIX, strlen(KEY_PREFIX)) != 0)
             LFAIL("'%s': unexpected tensor '%s' (expected " KEY_PREFIX "<layer>.<module>.lora_A|lora_B.weight)", tpath, name);
+        int l = atoi(name + strlen(KEY_PREFIX));
+        if (l < 0 || l >= L) LFAIL("'%s': tensor '%s' is for layer %d but the base model has %d layers (wrong base model?)", tpath, name, l, L);
     }
     ad = (LoraAdapter*)callocCheck((size_t)(L > 0 ? L : 1) * LORA_NUM_LIN, sizeof(LoraAdapter));
     int n = 0, matched = 0;
@@ -600,11 +603,6 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
         }
     }
     if (matched != f.n_tensors) {
-        for (int i = 0; i < f.n_tensors; i++) {
-            const char* name = f.tensors[i].name;
-            int l = atoi(name + strlen(KEY_PREFIX));
-            if (l < 0 || l >= L) LFAIL("'%s': tensor '%s' is for layer %d but the base model has %d layers (wrong base model?)", tpath, name, l, L);
-        }
         for (int i = 0; i < f.n_tensors; i++) {
             const char* name = f.tensors[i].name;
             int known = 0;
