@@ -91,10 +91,95 @@ static float scaling_of(float alpha, int rank, int rslora) {
     return rslora ? alpha / sqrtf((float)rank) : alpha / (float)rank;
 }
 
+static const ParamId LIN_BIAS[LORA_NUM_LIN] = {PT_QKVB, PT_ATTPROJB, PT_FCB, PT_FCPROJB};
+
+static void add_extra(LoraModel* lm, ParamId id, int layer, const char* key) {
+    for (int i = 0; i < lm->n_extra; i++) if (lm->extra[i].id == id && lm->extra[i].layer == layer) return;
+    LoraExtra* e = &lm->extra[lm->n_extra++];
+    e->id = id; e->layer = layer;
+    snprintf(e->key, sizeof(e->key), "%s", key);
+}
+
+// The bias of linear k in layer l, named as PEFT names it (base_layer when LoRA wraps it).
+static void add_linear_bias(LoraModel* lm, int l, int k) {
+    char key[160];
+    snprintf(key, sizeof(key), KEY_PREFIX "%d.%s.%sbias", l, LIN_MODULE[k], lm->lookup[l][k] >= 0 ? "base_layer." : "");
+    add_extra(lm, LIN_BIAS[k], l, key);
+}
+
+// Trained base slices of spec.bias / spec.train_ln_f, in PEFT's parameter order.
+static void build_extras(LoraModel* lm) {
+    const int L = lm->cfg.num_layers;
+    lm->extra = (LoraExtra*)callocCheck((size_t)L * 6 + 3, sizeof(LoraExtra));
+    char key[160];
+    if (lm->spec.bias == LORA_BIAS_ALL) {
+        for (int l = 0; l < L; l++) {
+            snprintf(key, sizeof(key), KEY_PREFIX "%d.ln_1.bias", l);
+            add_extra(lm, PT_LN1B, l, key);
+            add_linear_bias(lm, l, LORA_LIN_QKV);
+            add_linear_bias(lm, l, LORA_LIN_ATTPROJ);
+            snprintf(key, sizeof(key), KEY_PREFIX "%d.ln_2.bias", l);
+            add_extra(lm, PT_LN2B, l, key);
+            add_linear_bias(lm, l, LORA_LIN_FC);
+            add_linear_bias(lm, l, LORA_LIN_FCPROJ);
+        }
+    } else if (lm->spec.bias == LORA_BIAS_LORA_ONLY) {
+        for (int i = 0; i < lm->n; i++) add_linear_bias(lm, lm->ad[i].layer, lm->ad[i].lin);
+    }
+    if (lm->spec.train_ln_f) add_extra(lm, PT_LNFW, -1, "base_model.model.transformer.ln_f.weight");
+    if (lm->spec.bias == LORA_BIAS_ALL || lm->spec.train_ln_f) add_extra(lm, PT_LNFB, -1, "base_model.model.transformer.ln_f.bias");
+}
+
+static size_t extra_numel(const LoraModel* lm, const LoraExtra* e) { return params_layer_numel(&lm->pt, e->id); }
+static size_t extra_offset(const LoraModel* lm, const LoraExtra* e) {
+    return params_layer_offset(&lm->pt, e->id, e->layer < 0 ? 0 : e->layer);
+}
+
+unsigned lora_base_trainable_mask(const LoraModel* lm) {
+    unsigned mask = 0;
+    for (int i = 0; i < lm->n_extra; i++) mask |= 1u << lm->extra[i].id;
+    return mask;
+}
+
+void lora_attach(LoraModel* lm, GPT2* m) {
+    m->lora = lm;
+    lora_alloc_scratch(lm, m->B * m->T);
+    if (lm->extra_host) {
+        size_t off = 0;
+        for (int i = 0; i < lm->n_extra; i++) {
+            size_t n = extra_numel(lm, &lm->extra[i]);
+            ops_upload_f32(m->params + extra_offset(lm, &lm->extra[i]), lm->extra_host + off, n);
+            off += n;
+        }
+        free(lm->extra_host);
+        lm->extra_host = NULL;
+    }
+}
+
+int lora_segments(const LoraModel* lm, GPT2* m, TrainSeg* segs) {
+    int n = 0;
+    memset(segs, 0, sizeof(TrainSeg) * (size_t)(1 + lm->n_extra));
+    segs[n].name = "lora"; segs[n].p = lm->params; segs[n].g = lm->grads; segs[n].n = lm->total; segs[n].weight_decay = 1;
+    n++;
+    for (int i = 0; i < lm->n_extra; i++) {
+        const LoraExtra* e = &lm->extra[i];
+        size_t in_tensor = extra_offset(lm, e) - lm->pt.t[e->id].offset;
+        if (!m->g[e->id]) fatal("this is a bug in llmc", "trained base tensor %s has no gradient (gpt2_init mask)", lm->pt.t[e->id].name);
+        segs[n].name = lm->pt.t[e->id].name;
+        segs[n].p = m->p[e->id] + in_tensor;
+        segs[n].g = m->g[e->id] + in_tensor;
+        segs[n].n = extra_numel(lm, e);
+        segs[n].weight_decay = 0;
+        n++;
+    }
+    return n;
+}
+
 // Lay out adapters (wid/lin/layer/in/out/rank/scaling/alpha/blocks already set) and allocate.
 static LoraModel* lm_build(const GPT2Config* cfg, const LoraSpec* spec, LoraAdapter* ad, int n) {
     LoraModel* lm = (LoraModel*)callocCheck(1, sizeof(LoraModel));
     lm->cfg = *cfg;
+    params_build(&lm->pt, cfg);
     lm->spec = *spec;
     lm->n = n;
     lm->ad = ad;
@@ -141,6 +226,7 @@ static LoraModel* lm_build(const GPT2Config* cfg, const LoraSpec* spec, LoraAdap
         free(hm);
     }
     lm->dropout = spec->dropout;
+    build_extras(lm);
     return lm;
 }
 
@@ -192,6 +278,8 @@ void lora_free(LoraModel* lm) {
     if (lm->masks) ops_free(lm->masks);
     if (lm->xd) { ops_free(lm->xd); ops_free(lm->h); ops_free(lm->dh); ops_free(lm->tmp); }
     free(lm->ad);
+    free(lm->extra);
+    free(lm->extra_host);
     free(lm);
 }
 
@@ -305,11 +393,25 @@ static void key_of(char* out, size_t cap, const LoraAdapter* a, char which) {
     snprintf(out, cap, KEY_PREFIX "%d.%s.lora_%c.weight", a->layer, LIN_MODULE[a->lin], which);
 }
 
-void lora_save_tensors(const LoraModel* lm, const char* path) {
+void lora_save_tensors(const LoraModel* lm, const GPT2* m, const char* path) {
     float* host = (float*)mallocCheck((lm->total ? lm->total : 1) * sizeof(float));
     lora_get_params(lm, host);
+    size_t ne = 0;
+    for (int i = 0; i < lm->n_extra; i++) ne += extra_numel(lm, &lm->extra[i]);
+    float* ehost = (float*)mallocCheck((ne ? ne : 1) * sizeof(float));
+    if (lm->n_extra && !m) fatal("this is a bug in llmc", "lora_save_tensors without the model holding the trained base tensors");
     StWriter w;
     st_writer_init(&w);
+    // PEFT's order: the trained base slices interleave with the adapters by module name; the
+    // order in the file does not matter to any reader, so they simply go first.
+    for (int i = 0, off = 0; i < lm->n_extra; i++) {
+        const LoraExtra* e = &lm->extra[i];
+        size_t n = extra_numel(lm, e);
+        ops_download_f32(ehost + off, m->params + extra_offset(lm, e), n);
+        int64_t shape[1] = {(int64_t)n};
+        st_writer_add(&w, e->key, ST_F32, 1, shape, ehost + off);
+        off += (int)n;
+    }
     char (*keys)[160] = (char(*)[160])mallocCheck((size_t)lm->n * 2 * 160);
     for (int i = 0; i < lm->n; i++) {
         const LoraAdapter* a = &lm->ad[i];
@@ -323,9 +425,10 @@ void lora_save_tensors(const LoraModel* lm, const char* path) {
     st_writer_free(&w);
     free(keys);
     free(host);
+    free(ehost);
 }
 
-void lora_load_tensors(LoraModel* lm, const char* path) {
+void lora_load_tensors(LoraModel* lm, GPT2* m, const char* path) {
     StFile f;
     st_open(&f, path);
     const char* hint = "resume with the same --lora-* flags as the run that wrote the checkpoint";
@@ -346,6 +449,19 @@ void lora_load_tensors(LoraModel* lm, const char* path) {
             found++;
         }
     }
+    for (int i = 0; i < lm->n_extra; i++) {
+        const LoraExtra* e = &lm->extra[i];
+        const StTensor* t = st_find(&f, e->key);
+        size_t n = extra_numel(lm, e);
+        if (!t) fatal(hint, "'%s': trained base tensor '%s' is missing", path, e->key);
+        if (t->numel != n || t->ndim != 1) fatal(hint, "'%s': tensor '%s' has %llu elements, expected %zu", path, e->key, (unsigned long long)t->numel, n);
+        if (!m) fatal("this is a bug in llmc", "lora_load_tensors without the model for the trained base tensors");
+        float* tmp = (float*)mallocCheck(n * sizeof(float));
+        st_read_f32(&f, t, tmp);
+        ops_upload_f32(m->params + extra_offset(lm, e), tmp, n);
+        free(tmp);
+        found++;
+    }
     if (found != f.n_tensors)
         fatal(hint, "'%s' holds %d tensors; this run's adapters have %d", path, f.n_tensors, found);
     lora_set_params(lm, host);
@@ -359,11 +475,11 @@ static void jw_number(JsonWriter* w, double x) {
     if (is_integral(x)) jw_int(w, (int64_t)x); else jw_double(w, x);
 }
 
-void lora_save_peft(const LoraModel* lm, const char* dir) {
+void lora_save_peft(const LoraModel* lm, const GPT2* m, const char* dir) {
     mkdir_p(dir);
     char path[4200];
     path_join(path, sizeof(path), dir, "adapter_model.safetensors");
-    lora_save_tensors(lm, path);
+    lora_save_tensors(lm, m, path);
 
     const LoraSpec* s = &lm->spec;
     unsigned lins = 0;
@@ -384,10 +500,11 @@ void lora_save_peft(const LoraModel* lm, const char* dir) {
     if (lins & (1u << LORA_LIN_FC)) jw_string(&w, "c_fc");
     jw_end_array(&w);
     jw_key(&w, "fan_in_fan_out"); jw_bool(&w, 1);
-    jw_key(&w, "bias"); jw_string(&w, "none");
+    jw_key(&w, "bias"); jw_string(&w, s->bias == LORA_BIAS_ALL ? "all" : s->bias == LORA_BIAS_LORA_ONLY ? "lora_only" : "none");
     jw_key(&w, "use_rslora"); jw_bool(&w, s->rslora);
     jw_key(&w, "use_dora"); jw_bool(&w, 0);
-    jw_key(&w, "modules_to_save"); jw_null(&w);
+    jw_key(&w, "modules_to_save");
+    if (s->train_ln_f) { jw_begin_array(&w); jw_string(&w, "ln_f"); jw_end_array(&w); } else jw_null(&w);
     jw_key(&w, "init_lora_weights"); jw_bool(&w, 1);
     jw_key(&w, "inference_mode"); jw_bool(&w, 1);
     jw_key(&w, "base_model_name_or_path"); jw_string(&w, lm->base_name);
@@ -504,10 +621,20 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
         LFAIL("'%s': key \"use_rslora\" must be true or false", cpath);
     if (json_as_bool(json_get(js, "use_dora"), &dora) && dora) LFAIL("'%s': DoRA adapters (use_dora true) are not supported", cpath);
     const char* bias = json_as_string(json_get(js, "bias"));
-    if (bias && strcmp(bias, "none")) LFAIL("'%s': bias \"%s\" is not supported (only \"none\")", cpath, bias);
+    int bias_mode = LORA_BIAS_NONE, ln_f = 0;
+    if (!bias || !strcmp(bias, "none")) bias_mode = LORA_BIAS_NONE;
+    else if (!strcmp(bias, "all")) bias_mode = LORA_BIAS_ALL;
+    else if (!strcmp(bias, "lora_only")) bias_mode = LORA_BIAS_LORA_ONLY;
+    else LFAIL("'%s': bias \"%s\" is not one of \"none\", \"all\", \"lora_only\"", cpath, bias);
     const JsonValue* mts = json_get(js, "modules_to_save");
-    if (mts && !json_is_null(mts) && !(mts->type == JSON_ARRAY && mts->n == 0))
-        LFAIL("'%s': modules_to_save is not supported", cpath);
+    if (mts && !json_is_null(mts)) {
+        if (mts->type != JSON_ARRAY) LFAIL("'%s': modules_to_save must be null or a list", cpath);
+        for (int i = 0; i < mts->n; i++) {
+            const char* s = json_as_string(&mts->items[i]);
+            if (s && (!strcmp(s, "ln_f") || !strcmp(s, "transformer.ln_f"))) ln_f = 1;
+            else LFAIL("'%s': modules_to_save entry %s%s%s is not supported (only \"ln_f\")", cpath, s ? "\"" : "", s ? s : "(not a string)", s ? "\"" : "");
+        }
+    }
     const JsonValue* tm = json_get(js, "target_modules");
     if (!tm) LFAIL("'%s': key \"target_modules\" is missing", cpath);
     int all_linear = 0;
@@ -602,26 +729,13 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
             a->alpha = (float)al; a->scaling = scaling_of((float)al, rk, rslora); a->blocks = 0;
         }
     }
-    if (matched != f.n_tensors) {
-        for (int i = 0; i < f.n_tensors; i++) {
-            const char* name = f.tensors[i].name;
-            int known = 0;
-            for (int l = 0; l < L && !known; l++)
-                for (int k = 0; k < LORA_NUM_LIN && !known; k++)
-                    for (int w = 0; w < 2 && !known; w++) {
-                        char key[160];
-                        snprintf(key, sizeof(key), KEY_PREFIX "%d.%s.lora_%c.weight", l, LIN_MODULE[k], w ? 'B' : 'A');
-                        known = !strcmp(key, name);
-                    }
-            if (!known) LFAIL("'%s': unknown tensor '%s' (not the lora_A / lora_B of a GPT-2 linear layer)", tpath, name);
-        }
-    }
     if (n == 0) LFAIL("'%s' holds no LoRA tensors", tpath);
     if (dropout < 0.0 || dropout >= 1.0) LFAIL("'%s': lora_dropout %g is outside [0, 1)", cpath, dropout);
     LoraSpec spec;
     memset(&spec, 0, sizeof(spec));
     spec.rank = r; spec.alpha = (float)alpha; spec.rslora = rslora; spec.dropout = (float)dropout;
     spec.all_layers = all_layers;
+    spec.bias = bias_mode; spec.train_ln_f = ln_f;
     for (int i = 0; i < n; i++) {
         spec.layers[ad[i].layer] = 1;
         spec.targets |= ad[i].lin == LORA_LIN_QKV ? LORA_T_CATTN : ad[i].lin == LORA_LIN_ATTPROJ ? LORA_T_ATTPROJ
@@ -630,6 +744,34 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
     if (!all_layers) for (int l = 0; l < L; l++) spec.layers[l] = layer_ok[l];
     lm = lm_build(cfg, &spec, ad, n);
     ad = NULL;
+    // the trained base slices the config announces must all be there
+    size_t ne = 0;
+    for (int i = 0; i < lm->n_extra; i++) {
+        const StTensor* t = st_find(&f, lm->extra[i].key);
+        if (!t) LFAIL("'%s': bias \"%s\"%s in '%s' needs tensor '%s', which is missing (config/tensor disagreement)",
+                      tpath, bias ? bias : "none", ln_f ? " / modules_to_save [\"ln_f\"]" : "", cpath, lm->extra[i].key);
+        if (t->ndim != 1 || t->numel != extra_numel(lm, &lm->extra[i]))
+            LFAIL("'%s': '%s' has %llu elements; the base model's tensor has %zu (wrong base model?)", tpath, lm->extra[i].key,
+                  (unsigned long long)t->numel, extra_numel(lm, &lm->extra[i]));
+        ne += extra_numel(lm, &lm->extra[i]);
+        matched++;
+    }
+    if (matched != f.n_tensors) {
+        for (int i = 0; i < f.n_tensors; i++) {
+            const char* name = f.tensors[i].name;
+            int known = 0;
+            for (int e = 0; e < lm->n_extra && !known; e++) known = !strcmp(lm->extra[e].key, name);
+            for (int l = 0; l < L && !known; l++)
+                for (int k = 0; k < LORA_NUM_LIN && !known; k++)
+                    for (int w = 0; w < 2 && !known; w++) {
+                        char key[160];
+                        snprintf(key, sizeof(key), KEY_PREFIX "%d.%s.lora_%c.weight", l, LIN_MODULE[k], w ? 'B' : 'A');
+                        known = !strcmp(key, name);
+                    }
+            if (!known) LFAIL("'%s': unknown tensor '%s' (neither a lora_A / lora_B of a GPT-2 linear layer nor a base tensor trained by the config's bias / modules_to_save)", tpath, name);
+        }
+    }
+
     host = (float*)callocCheck(lm->total, sizeof(float));
     for (int i = 0; i < lm->n; i++) {
         const LoraAdapter* a = &lm->ad[i];
@@ -646,6 +788,11 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
         st_read_f32(&f, tb, host + a->b_off);
     }
     lora_set_params(lm, host);
+    lm->extra_host = (float*)mallocCheck((ne ? ne : 1) * sizeof(float));
+    for (int i = 0, off = 0; i < lm->n_extra; i++) {
+        st_read_f32(&f, st_find(&f, lm->extra[i].key), lm->extra_host + off);
+        off += (int)extra_numel(lm, &lm->extra[i]);
+    }
     const char* base = json_as_string(json_get(js, "base_model_name_or_path"));
     if (base) snprintf(lm->base_name, sizeof(lm->base_name), "%s", base);
     free(host);

@@ -26,6 +26,8 @@
 #include "config.h"
 #include "params.h"
 #include "ops.h"
+#include "gpt2.h"
+#include "optimizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,7 +56,21 @@ typedef struct {
     unsigned targets;          // LORA_T_* bits
     unsigned char layers[LORA_MAX_LAYERS]; // 1 = layer adapted
     int all_layers;            // layers[] covers every layer (no layers_to_transform in the export)
+    int bias;                  // LORA_BIAS_*: PEFT bias= (which base biases are trained too)
+    int train_ln_f;            // PEFT modules_to_save=["ln_f"]: the final layernorm is trained too
 } LoraSpec;
+
+enum { LORA_BIAS_NONE = 0, LORA_BIAS_ALL, LORA_BIAS_LORA_ONLY };
+
+// A slice of a base tensor trained alongside the adapters (bias="all" / "lora_only",
+// modules_to_save ["ln_f"]): one layer's slice of table tensor id (layer -1: not per layer).
+// key: its name in the adapter file, exactly as PEFT writes it (the bias of a LoRA-wrapped
+// linear is "...<module>.base_layer.bias", others "...<module>.bias", ln_f "...ln_f.weight").
+typedef struct {
+    ParamId id;
+    int layer;
+    char key[160];
+} LoraExtra;
 
 typedef struct {
     ParamId wid;               // PT_QKVW, PT_ATTPROJW, PT_FCW, PT_FCPROJW
@@ -71,6 +87,7 @@ typedef struct {
 
 typedef struct LoraModel {
     GPT2Config cfg;
+    ParamTable pt;             // the base model's table (for the trained base slices)
     LoraSpec spec;
     int n;                     // adapters
     LoraAdapter* ad;
@@ -92,6 +109,9 @@ typedef struct LoraModel {
     floatX* dh;                // (N, max rank)
     floatX* tmp;               // (N, max(out, in))
     char base_name[1024];      // base_model_name_or_path for the export
+    int n_extra;               // trained base slices
+    LoraExtra* extra;
+    float* extra_host;         // values read by lora_load_peft, until lora_attach puts them in the model
 } LoraModel;
 
 // Parse "--lora-targets": comma list of c_attn, q, k, v, attn.c_proj, mlp.c_fc, mlp.c_proj,
@@ -124,14 +144,27 @@ void lora_linear_forward(LoraModel* lm, int lin, int layer, floatX* out, const f
 void lora_linear_backward(LoraModel* lm, int lin, int layer, floatX* dinp, const floatX* dout,
                           const floatX* inp, int N);
 
+// ---- trained base slices
+// Table tensors that have trained slices (the trainable mask for gpt2_init).
+unsigned lora_base_trainable_mask(const LoraModel* lm);
+// Attach the adapters to model m (m->lora = lm, scratch for m's batch size) and, for an adapter
+// from lora_load_peft, write its trained base slices into m's parameters.
+void lora_attach(LoraModel* lm, GPT2* m);
+// Optimizer segments: the adapters (one segment, decayed: all 2-D) then every trained base
+// slice (not decayed: 1-D, as HF Trainer does for biases and LayerNorm). segs needs room for
+// 1 + lm->n_extra. Returns the count.
+int lora_segments(const LoraModel* lm, GPT2* m, TrainSeg* segs);
+
 // ---- files
-// Adapter tensors alone (PEFT keys, F32): checkpoints and adapter_model.safetensors. Atomic.
-void lora_save_tensors(const LoraModel* lm, const char* path);
+// Adapter tensors (PEFT keys, F32) plus the trained base slices read from m (m may be NULL
+// when there are none): checkpoints and adapter_model.safetensors. Atomic.
+void lora_save_tensors(const LoraModel* lm, const GPT2* m, const char* path);
 // Load tensors written by lora_save_tensors (or PEFT) into an existing model with the same
-// adapters; every adapter tensor must be present with its shape, no other may be.
-void lora_load_tensors(LoraModel* lm, const char* path);
+// adapters (and the trained base slices into m); every tensor must be present with its shape,
+// no other may be.
+void lora_load_tensors(LoraModel* lm, GPT2* m, const char* path);
 // dir/adapter_model.safetensors + dir/adapter_config.json (creates dir).
-void lora_save_peft(const LoraModel* lm, const char* dir);
+void lora_save_peft(const LoraModel* lm, const GPT2* m, const char* dir);
 // Load a PEFT adapter: path is the adapter directory (or its adapter_model.safetensors). The
 // structure (targets, ranks, scalings) comes from the files; fatal with a message naming the
 // file and key on anything inconsistent. try_ variant: returns NULL and fills err instead.

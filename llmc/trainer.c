@@ -43,12 +43,14 @@ typedef struct {
     float lora_alpha, lora_dropout;
     const char* lora_targets;
     const char* lora_layers;
-    int rslora, merge;
+    int rslora, merge, train_ln_f;
     const char* adapter;
+    const char* lora_bias;
 } TrainArgs;
 
 static const char* const SCHEDULES[] = {"cosine", "linear", "constant", "wsd", NULL};
 static const char* const SAVE_FORMATS[] = {"hf", "llmc", "both", "none", NULL};
+static const char* const LORA_BIAS[] = {"none", "all", "lora_only", NULL};
 
 static volatile sig_atomic_t g_stop_signal = 0;
 static void on_signal(int sig) { g_stop_signal = sig; }
@@ -69,7 +71,7 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
     a->eval_every = 0; a->eval_batches = 8; a->save_every = 0; a->keep_checkpoints = 2;
     a->seed = 1337; a->threads = 0; a->shuffle = 0; a->max_skipped = 10;
     a->save_format = "both";
-    a->lora_rank = 8; a->lora_alpha = 16.0f; a->lora_dropout = 0.0f; a->lora_targets = "c_attn"; a->lora_layers = "all";
+    a->lora_rank = 8; a->lora_alpha = 16.0f; a->lora_dropout = 0.0f; a->lora_targets = "c_attn"; a->lora_layers = "all"; a->lora_bias = "none";
     const ArgSpec common[] = {
         {"--model", "-e", ARG_STR, &a->model, "PATH|dN", "model to start from: llm.c .bin, .safetensors, sharded index, HF model dir; or d6/d12/d24/d36/d48/tiny to train from scratch", 1, 0, NULL},
         {"--train-data", "-i", ARG_STR, &a->train_data, "GLOB", "training token shards (llm.c format; data/prepare makes them)", 1, 0, NULL},
@@ -109,6 +111,8 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
         {"--lora-targets", NULL, ARG_STR, &a->lora_targets, "LIST", "layers to adapt, comma list of c_attn, q, k, v (blocks of c_attn), attn.c_proj, mlp.c_fc, mlp.c_proj, c_proj (both projections), all-linear", 1, 0, NULL},
         {"--lora-layers", NULL, ARG_STR, &a->lora_layers, "LIST", "blocks to adapt: all, or indices and ranges like 0-5,8", 1, 0, NULL},
         {"--rslora", NULL, ARG_BOOL, &a->rslora, NULL, "rank-stabilized LoRA: scaling alpha / sqrt(r)", 1, 0, NULL},
+        {"--lora-bias", NULL, ARG_STR, &a->lora_bias, "B", "also train base biases (PEFT bias=): all = every bias incl. layernorm biases, lora_only = the biases of the adapted layers", 1, 0, LORA_BIAS},
+        {"--train-ln-f", NULL, ARG_BOOL, &a->train_ln_f, NULL, "also train the final layernorm (PEFT modules_to_save=[\"ln_f\"])", 1, 0, NULL},
         {"--adapter", NULL, ARG_STR, &a->adapter, "DIR", "start from this PEFT adapter (adapter_config.json + adapter_model.safetensors); its targets, ranks and alphas replace the --lora-* flags", 1, 0, NULL},
         {"--merge", NULL, ARG_BOOL, &a->merge, NULL, "also save the base with the adapter merged in: OUT/merged/ (transformers dir) and OUT/merged/model.bin (llm.c), per --save-format", 1, 0, NULL},
     };
@@ -170,11 +174,7 @@ static void run_log_json(Run* r, const char* fmt, ...) {
 static int build_segments(Run* r, TrainSeg* segs) {
     GPT2* m = &r->model;
     int n = 0;
-    if (r->lora) {
-        segs[n].name = "lora"; segs[n].p = r->lora->params; segs[n].g = r->lora->grads;
-        segs[n].n = r->lora->total; segs[n].weight_decay = 1;
-        n++;
-    }
+    if (r->lora) return lora_segments(r->lora, m, segs); // adapters + the base slices trained with them
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         if (!m->g[i]) continue;
         segs[n].name = m->pt.t[i].name;
@@ -209,7 +209,7 @@ static void save_checkpoint(Run* r) {
     if (r->rank == 0 && r->lora) {
         // LoRA: the base is frozen and reloaded from --model; only the adapter is saved
         ckpt_path(path, sizeof(path), dir, "adapter", r->step, 0);
-        lora_save_tensors(r->lora, path);
+        lora_save_tensors(r->lora, &r->model, path);
     } else if (r->rank == 0) {
         host = (float*)mallocCheck(r->model.pt.total * sizeof(float));
         gpt2_get_params(&r->model, host);
@@ -281,7 +281,7 @@ static void save_final(Run* r) {
     char mdir[4200];
     if (!dir || r->rank != 0) return;
     if (r->lora) {
-        lora_save_peft(r->lora, dir);
+        lora_save_peft(r->lora, &r->model, dir);
         printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT)\n", dir);
         if (!r->a.merge || !strcmp(r->a.save_format, "none")) return;
         path_join(mdir, sizeof(mdir), dir, "merged");
@@ -303,14 +303,14 @@ static void save_final(Run* r) {
     free(host);
 }
 
-// train_lora: attach the adapters to the frozen base: new (PEFT init), from --adapter, or, when
-// resuming, the structure from the flags / --adapter and the values of the checkpoint.
-static void setup_lora(Run* r, const GPT2Config* cfg, long resume_step) {
+// train_lora: the adapters for the frozen base: new (PEFT init) or from --adapter. When resuming,
+// the structure comes from the same flags / --adapter and the values from the checkpoint.
+static void create_lora(Run* r, const GPT2Config* cfg) {
     TrainArgs* a = &r->a;
     char err[1024];
     if (a->adapter) {
-        const char* flags[] = {"--lora-rank", "--lora-alpha", "--lora-targets", "--lora-layers", "--rslora"};
-        for (int i = 0; i < 5; i++)
+        const char* flags[] = {"--lora-rank", "--lora-alpha", "--lora-targets", "--lora-layers", "--rslora", "--lora-bias", "--train-ln-f"};
+        for (int i = 0; i < 7; i++)
             if (args_given(flags[i])) printf("note: %s is ignored: the structure of the adapter in --adapter %s is used\n", flags[i], a->adapter);
         r->lora = lora_load_peft(a->adapter, cfg);
         r->lora->dropout = a->lora_dropout;
@@ -319,6 +319,8 @@ static void setup_lora(Run* r, const GPT2Config* cfg, long resume_step) {
         LoraSpec spec;
         memset(&spec, 0, sizeof(spec));
         spec.rank = a->lora_rank; spec.alpha = a->lora_alpha; spec.rslora = a->rslora; spec.dropout = a->lora_dropout;
+        spec.bias = !strcmp(a->lora_bias, "all") ? LORA_BIAS_ALL : !strcmp(a->lora_bias, "lora_only") ? LORA_BIAS_LORA_ONLY : LORA_BIAS_NONE;
+        spec.train_ln_f = a->train_ln_f;
         if (lora_parse_targets(a->lora_targets, &spec.targets, err, sizeof(err)))
             fatal("run with --help to see the LoRA targets", "%s", err);
         if (lora_parse_layers(a->lora_layers, cfg->num_layers, &spec, err, sizeof(err)))
@@ -328,13 +330,6 @@ static void setup_lora(Run* r, const GPT2Config* cfg, long resume_step) {
     }
     snprintf(r->lora->base_name, sizeof(r->lora->base_name), "%s", a->model);
     r->lora->dropout_seed = (uint64_t)a->seed;
-    if (resume_step >= 0) {
-        char path[4200];
-        ckpt_path(path, sizeof(path), a->out_dir, "adapter", resume_step, 0);
-        lora_load_tensors(r->lora, path);
-    }
-    r->model.lora = r->lora;
-    lora_alloc_scratch(r->lora, a->batch_size * a->seq_len);
 }
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
@@ -381,11 +376,19 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (a->seq_len > cfg.max_seq_len)
         fatal("use a --seq-len no larger than the model's n_positions", "--seq-len %d exceeds the model's maximum sequence length %d",
               a->seq_len, cfg.max_seq_len);
-    gpt2_init(&r->model, &cfg, mode == TRAIN_LORA ? 0u : GPT2_TRAIN_ALL);
+    if (mode == TRAIN_LORA) create_lora(r, &cfg);
+    gpt2_init(&r->model, &cfg, mode == TRAIN_LORA ? lora_base_trainable_mask(r->lora) : GPT2_TRAIN_ALL);
     gpt2_set_params(&r->model, host);
     free(host);
     gpt2_alloc_acts(&r->model, a->batch_size, a->seq_len);
-    if (mode == TRAIN_LORA) setup_lora(r, &cfg, resume_step);
+    if (mode == TRAIN_LORA) {
+        lora_attach(r->lora, &r->model);
+        if (resume_step >= 0) {
+            char path[4200];
+            ckpt_path(path, sizeof(path), a->out_dir, "adapter", resume_step, 0);
+            lora_load_tensors(r->lora, &r->model, path);
+        }
+    }
 
     // ---- batch geometry
     long micro = (long)a->batch_size * a->seq_len * r->world;
@@ -406,9 +409,10 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     }
 
     // ---- optimizer
-    TrainSeg segs[NUM_PARAM_TENSORS + 1];
+    TrainSeg* segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (NUM_PARAM_TENSORS + 1 + (r->lora ? (size_t)r->lora->n_extra : 0)));
     int nseg = build_segments(r, segs);
     opt_init(&r->opt, segs, nseg, 0, (size_t)-1);
+    free(segs);
     r->sched.kind = (SchedKind)sched_parse(a->schedule);
     r->sched.lr = a->lr; r->sched.warmup = a->warmup; r->sched.total = a->steps;
     r->sched.final_frac = a->final_lr_frac; r->sched.cooldown_frac = a->cooldown_frac;
@@ -426,9 +430,11 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
            cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, total_params);
     if (r->lora) {
         const LoraSpec* ls = &r->lora->spec;
-        printf("lora: %d adapters | r=%d alpha=%g%s dropout=%g | targets %s | layers %s%s%s\n", r->lora->n, ls->rank, ls->alpha,
+        printf("lora: %d adapters | r=%d alpha=%g%s dropout=%g | targets %s | layers %s%s%s%s%s\n", r->lora->n, ls->rank, ls->alpha,
                ls->rslora ? " (rsLoRA)" : "", ls->dropout, a->adapter ? "from the adapter" : a->lora_targets,
-               a->adapter ? "from the adapter" : a->lora_layers, a->adapter ? " | initial adapter: " : "", a->adapter ? a->adapter : "");
+               a->adapter ? "from the adapter" : a->lora_layers,
+               ls->bias == LORA_BIAS_ALL ? " | biases trained" : ls->bias == LORA_BIAS_LORA_ONLY ? " | biases of adapted layers trained" : "",
+               ls->train_ln_f ? " | ln_f trained" : "", a->adapter ? " | initial adapter: " : "", a->adapter ? a->adapter : "");
         printf("trainable: %zu parameters (%.4f%% of %zu)\n", trainable, 100.0 * (double)trainable / (double)total_params, total_params);
     } else
     printf("trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)r->model.pt.total);

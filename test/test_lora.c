@@ -80,8 +80,7 @@ static void model_with(GPT2* m, const float* params, unsigned mask, LoraModel* l
     gpt2_init(m, &g_cfg, mask);
     gpt2_set_params(m, params);
     gpt2_alloc_acts(m, g_B, g_T);
-    m->lora = lm;
-    if (lm) lora_alloc_scratch(lm, g_B * g_T);
+    if (lm) lora_attach(lm, m);
 }
 
 // Compare lm's gradients with grad.<key> (prefix "grad." or "accum.grad.") of ref.
@@ -122,7 +121,7 @@ static void test_set(const SetSpec* s) {
     TEST_CHECK(lm->n_trainable == (strcmp(s->name, "qv") ? lm->total : (size_t)2 * 2 * (2 * 64 + 64 * 2)),
                "%s: %zu trainable", s->name, lm->n_trainable);
     snprintf(path, sizeof(path), LREF "/%s/adapter_model.safetensors", s->name);
-    lora_load_tensors(lm, path);
+    lora_load_tensors(lm, NULL, path);
     snprintf(path, sizeof(path), LREF "/%s", s->name);
     LoraModel* lp = lora_load_peft(path, &g_cfg);
     TEST_CHECK(lp->n == lm->n && lp->total == lm->total, "%s: loaded by config: %d adapters / %zu params vs %d / %zu",
@@ -210,7 +209,7 @@ static void test_set(const SetSpec* s) {
         free(al); free(ai); free(at);
         gpt2_free(&m);
         snprintf(path, sizeof(path), LREF "/%s/adapter_model.safetensors", s->name);
-        lora_load_tensors(lm, path); // back to the reference's starting point
+        lora_load_tensors(lm, NULL, path); // back to the reference's starting point
     }
 
     // 10 AdamW steps
@@ -265,7 +264,7 @@ static void test_set(const SetSpec* s) {
     // and our loader reads our export back to the same values
     char dir[1024];
     snprintf(dir, sizeof(dir), "%s/lora_export/%s", g_build, s->name);
-    lora_save_peft(lm, dir);
+    lora_save_peft(lm, NULL, dir);
     LoraModel* back = lora_load_peft(dir, &g_cfg);
     float* pa = (float*)mallocCheck(lm->total * sizeof(float));
     float* pb = (float*)mallocCheck(back->total * sizeof(float));
@@ -337,7 +336,7 @@ static void test_dropout(void) {
     // differences along the gradient direction (a wrong mask in backward would not).
     const SetSpec s = {"all_linear", "all-linear", 2, 4, 0, "all"};
     LoraModel* lm = make_lora(&s, 0.25f);
-    lora_load_tensors(lm, LREF "/all_linear/adapter_model.safetensors");
+    lora_load_tensors(lm, NULL, LREF "/all_linear/adapter_model.safetensors");
     lm->dropout_seed = 99;
     lm->tick = 5;
     GPT2 m;
