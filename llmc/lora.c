@@ -681,6 +681,7 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
     // Every tensor must be an A or B of a known module of an existing layer.
     for (int i = 0; i < f.n_tensors; i++) {
         const char* name = f.tensors[i].name;
+        if (!strncmp(name, "base_model.model.transformer.ln_f.", 34)) continue; // modules_to_save / bias: checked below
         if (strncmp(name, KEY_PREFIX, strlen(KEY_PREFIX)) != 0)
             LFAIL("'%s': unexpected tensor '%s' (expected " KEY_PREFIX "<layer>.<module>.lora_A|lora_B.weight)", tpath, name);
         int l = atoi(name + strlen(KEY_PREFIX));

@@ -20,14 +20,16 @@
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define LREF "test/ref/lora_tiny"
 
-typedef struct { const char* name; const char* targets; int rank; float alpha; int rslora; const char* layers; } SetSpec;
+typedef struct { const char* name; const char* targets; int rank; float alpha; int rslora; const char* layers; int bias, ln_f; } SetSpec;
 static const SetSpec SETS[] = {
-    {"c_attn", "c_attn", 4, 8, 0, "all"},
-    {"proj_fc", "attn.c_proj,mlp.c_fc,mlp.c_proj", 4, 16, 0, "all"},
-    {"all_linear", "all-linear", 2, 4, 0, "all"},
-    {"rslora", "c_attn,c_proj", 4, 8, 1, "all"},
-    {"layers", "c_attn,mlp.c_fc", 3, 6, 0, "1"},
-    {"qv", "q,v", 2, 4, 0, "all"},
+    {"c_attn", "c_attn", 4, 8, 0, "all", 0, 0},
+    {"proj_fc", "attn.c_proj,mlp.c_fc,mlp.c_proj", 4, 16, 0, "all", 0, 0},
+    {"all_linear", "all-linear", 2, 4, 0, "all", 0, 0},
+    {"rslora", "c_attn,c_proj", 4, 8, 1, "all", 0, 0},
+    {"layers", "c_attn,mlp.c_fc", 3, 6, 0, "1", 0, 0},
+    {"qv", "q,v", 2, 4, 0, "all", 0, 0},
+    {"bias_lnf", "c_attn", 2, 4, 0, "all", LORA_BIAS_LORA_ONLY, 1},
+    {"bias_all", "mlp.c_fc,attn.c_proj", 2, 2, 0, "all", LORA_BIAS_ALL, 0},
 };
 static const char* const LIN_NAME[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 
@@ -58,6 +60,7 @@ static LoraModel* make_lora(const SetSpec* s, float dropout) {
     memset(&spec, 0, sizeof(spec));
     char err[512];
     spec.rank = s->rank; spec.alpha = s->alpha; spec.rslora = s->rslora; spec.dropout = dropout;
+    spec.bias = s->bias; spec.train_ln_f = s->ln_f;
     if (lora_parse_targets(s->targets, &spec.targets, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
     if (lora_parse_layers(s->layers, g_cfg.num_layers, &spec, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
     LoraModel* lm = lora_create(&g_cfg, &spec);
@@ -84,7 +87,7 @@ static void model_with(GPT2* m, const float* params, unsigned mask, LoraModel* l
 }
 
 // Compare lm's gradients with grad.<key> (prefix "grad." or "accum.grad.") of ref.
-static void check_grads(const char* set, LoraModel* lm, StFile* ref, const char* prefix) {
+static void check_grads(const char* set, LoraModel* lm, GPT2* m, StFile* ref, const char* prefix) {
     float* g = (float*)mallocCheck(lm->total * sizeof(float));
     lora_get_grads(lm, g);
     for (int i = 0; i < lm->n; i++) {
@@ -102,6 +105,20 @@ static void check_grads(const char* set, LoraModel* lm, StFile* ref, const char*
         }
     }
     free(g);
+    for (int i = 0; m && i < lm->n_extra; i++) { // trained base slices (PEFT bias= / modules_to_save)
+        const LoraExtra* e = &lm->extra[i];
+        char key[256], what[300];
+        snprintf(key, sizeof(key), "%s%s", prefix, e->key);
+        size_t n;
+        float* want = read_ref(ref, key, &n);
+        size_t ln = params_layer_numel(&g_pt, e->id);
+        TEST_CHECK(n == ln, "%s size", key);
+        float* ours = (float*)mallocCheck(ln * sizeof(float));
+        ops_download_f32(ours, m->g[e->id] + (e->layer < 0 ? 0 : (size_t)e->layer * ln), ln);
+        snprintf(what, sizeof(what), "%s %s", set, key);
+        test_allclose(what, ours, want, n, 1e-3, 1e-4 * max_abs(want, n) + 1e-7);
+        free(want); free(ours);
+    }
 }
 
 static void test_set(const SetSpec* s) {
@@ -120,8 +137,20 @@ static void test_set(const SetSpec* s) {
                s->name, lm->total, st_meta(&ref, "n_trainable"));
     TEST_CHECK(lm->n_trainable == (strcmp(s->name, "qv") ? lm->total : (size_t)2 * 2 * (2 * 64 + 64 * 2)),
                "%s: %zu trainable", s->name, lm->n_trainable);
+    TEST_CHECK(lm->n_extra == 0 || st_meta(&ref, "n_extra") != NULL, "n_extra");
+    {
+        size_t ne = 0;
+        for (int i = 0; i < lm->n_extra; i++) ne += params_layer_numel(&g_pt, lm->extra[i].id);
+        TEST_CHECK(ne == (size_t)atol(st_meta(&ref, "n_extra")), "%s: %zu trained base parameters vs PEFT %s", s->name, ne, st_meta(&ref, "n_extra"));
+    }
+    // the base as the adapter file leaves it (trained biases / ln_f replaced), read back from a model
+    const unsigned xmask = lora_base_trainable_mask(lm);
+    GPT2 m;
+    float* start = (float*)mallocCheck(g_pt.total * sizeof(float));
+    model_with(&m, g_base, xmask | (1u << PT_WTE), lm);
     snprintf(path, sizeof(path), LREF "/%s/adapter_model.safetensors", s->name);
-    lora_load_tensors(lm, NULL, path);
+    lora_load_tensors(lm, &m, path);
+    gpt2_get_params(&m, start);
     snprintf(path, sizeof(path), LREF "/%s", s->name);
     LoraModel* lp = lora_load_peft(path, &g_cfg);
     TEST_CHECK(lp->n == lm->n && lp->total == lm->total, "%s: loaded by config: %d adapters / %zu params vs %d / %zu",
@@ -137,11 +166,21 @@ static void test_set(const SetSpec* s) {
     lora_get_params(lm, p0);
     lora_get_params(lp, p1);
     TEST_CHECK(lp->total != lm->total || memcmp(p0, p1, lm->total * sizeof(float)) == 0, "%s: same values both ways", s->name);
+    TEST_CHECK(lp->n_extra == lm->n_extra, "%s: %d trained base slices from the config vs %d from the flags", s->name, lp->n_extra, lm->n_extra);
+    for (int i = 0; i < lp->n_extra && i < lm->n_extra; i++)
+        TEST_CHECK(!strcmp(lp->extra[i].key, lm->extra[i].key), "extra key %s vs %s", lp->extra[i].key, lm->extra[i].key);
+    {   // the PEFT-loaded adapter puts the same base values in place
+        GPT2 m2;
+        float* p2 = (float*)mallocCheck(g_pt.total * sizeof(float));
+        model_with(&m2, g_base, lora_base_trainable_mask(lp), lp);
+        gpt2_get_params(&m2, p2);
+        TEST_CHECK(memcmp(p2, start, g_pt.total * sizeof(float)) == 0, "%s: base slices from lora_load_peft", s->name);
+        free(p2);
+        gpt2_free(&m2);
+    }
     lora_free(lp);
 
     // forward / backward, with wte trainable to read the gradient that reaches the embedding
-    GPT2 m;
-    model_with(&m, g_base, 1u << PT_WTE, lm);
     gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
     float* logits = get_logits(&m);
     size_t nl;
@@ -158,7 +197,7 @@ static void test_set(const SetSpec* s) {
     TEST_CHECK(fabs(loss - rl[0]) < 1e-5, "%s loss %.7f vs PEFT %.7f", s->name, loss, rl[0]);
     printf("%s: loss %.7f (PEFT %.7f)\n", s->name, loss, rl[0]);
     free(rl);
-    check_grads(s->name, lm, &ref, "grad.");
+    check_grads(s->name, lm, &m, &ref, "grad.");
     {
         size_t n;
         float* wg = read_ref(&ref, "grad.wte", &n);
@@ -173,7 +212,7 @@ static void test_set(const SetSpec* s) {
 
     // merge (PEFT merge_and_unload of the same adapter)
     float* merged = (float*)mallocCheck(g_pt.total * sizeof(float));
-    memcpy(merged, g_base, g_pt.total * sizeof(float));
+    memcpy(merged, start, g_pt.total * sizeof(float));
     lora_merge(lm, &g_pt, merged);
     model_with(&m, merged, 0, NULL);
     gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
@@ -192,7 +231,7 @@ static void test_set(const SetSpec* s) {
         int* at = (int*)mallocCheck((size_t)AB * AT * sizeof(int));
         st_read_i32(&ref, ti, ai);
         st_read_i32(&ref, st_find(&ref, "accum.targets"), at);
-        model_with(&m, g_base, 0, lm);
+        model_with(&m, start, xmask, lm);
         long valid = 0;
         for (int i = 0; i < AB * AT; i++) valid += at[i] >= 0;
         gpt2_zero_grads(&m);
@@ -205,11 +244,9 @@ static void test_set(const SetSpec* s) {
         float* al = read_ref(&ref, "accum.loss", NULL);
         TEST_CHECK(fabs(sum / (double)valid - al[0]) < 1e-5, "accumulated loss %.7f vs PEFT big batch %.7f", sum / (double)valid, al[0]);
         printf("%s: 4 micro-batches: loss %.7f (PEFT, one batch of 4: %.7f)\n", s->name, sum / (double)valid, al[0]);
-        check_grads("4 accumulated micro-batches vs one 4x batch:", lm, &ref, "accum.grad.");
+        check_grads("4 accumulated micro-batches vs one 4x batch:", lm, &m, &ref, "accum.grad.");
         free(al); free(ai); free(at);
         gpt2_free(&m);
-        snprintf(path, sizeof(path), LREF "/%s/adapter_model.safetensors", s->name);
-        lora_load_tensors(lm, NULL, path); // back to the reference's starting point
     }
 
     // 10 AdamW steps
@@ -219,10 +256,12 @@ static void test_set(const SetSpec* s) {
     int steps = atoi(st_meta(&ref, "steps"));
     float* ref_losses = read_ref(&ref, "train_losses", NULL);
     float* ref_norms = read_ref(&ref, "train_grad_norms", NULL);
-    model_with(&m, g_base, 0, lm);
-    TrainSeg seg = {"lora", lm->params, lm->grads, lm->total, 1, 0};
+    model_with(&m, start, xmask, lm);
+    TrainSeg* segs = (TrainSeg*)mallocCheck((size_t)(1 + lm->n_extra) * sizeof(TrainSeg));
+    int nseg = lora_segments(lm, &m, segs);
     Optimizer opt;
-    opt_init(&opt, &seg, 1, 0, (size_t)-1);
+    opt_init(&opt, segs, nseg, 0, (size_t)-1);
+    free(segs);
     float* losses = (float*)mallocCheck((size_t)steps * sizeof(float));
     float* norms = (float*)mallocCheck((size_t)steps * sizeof(float));
     for (int st = 0; st < steps; st++) {
@@ -258,13 +297,12 @@ static void test_set(const SetSpec* s) {
         free(pv); free(mk);
     }
     opt_free(&opt);
-    gpt2_free(&m);
 
     // export (PEFT layout) + the logits of our merged trained model, for dev/gen_lora_ref.py --check-c;
     // and our loader reads our export back to the same values
     char dir[1024];
     snprintf(dir, sizeof(dir), "%s/lora_export/%s", g_build, s->name);
-    lora_save_peft(lm, NULL, dir);
+    lora_save_peft(lm, &m, dir);
     LoraModel* back = lora_load_peft(dir, &g_cfg);
     float* pa = (float*)mallocCheck(lm->total * sizeof(float));
     float* pb = (float*)mallocCheck(back->total * sizeof(float));
@@ -276,7 +314,10 @@ static void test_set(const SetSpec* s) {
         TEST_CHECK(fabsf(back->ad[i].scaling - lm->ad[i].scaling) < 1e-6f && back->ad[i].rank == lm->ad[i].rank,
                    "%s: exported adapter %d scaling %g rank %d vs %g %d", s->name, i, back->ad[i].scaling, back->ad[i].rank,
                    lm->ad[i].scaling, lm->ad[i].rank);
-    memcpy(merged, g_base, g_pt.total * sizeof(float));
+    gpt2_free(&m);
+    model_with(&m, g_base, lora_base_trainable_mask(back), back); // puts the exported base slices in place
+    gpt2_get_params(&m, merged);
+    gpt2_free(&m);
     lora_merge(back, &g_pt, merged);
     model_with(&m, merged, 0, NULL);
     gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
@@ -295,7 +336,7 @@ static void test_set(const SetSpec* s) {
     lora_free(back);
     (void)N;
 
-    free(losses); free(norms); free(ref_losses); free(ref_norms); free(merged); free(p0); free(p1);
+    free(losses); free(norms); free(ref_losses); free(ref_norms); free(merged); free(p0); free(p1); free(start);
     lora_free(lm);
     st_close(&ref);
 }
@@ -334,7 +375,7 @@ static void test_dropout(void) {
     // Exact regeneration of the mask in backward: with dropout active the loss is a
     // deterministic function of the adapter, and the analytic gradient must match central
     // differences along the gradient direction (a wrong mask in backward would not).
-    const SetSpec s = {"all_linear", "all-linear", 2, 4, 0, "all"};
+    const SetSpec s = {"all_linear", "all-linear", 2, 4, 0, "all", 0, 0};
     LoraModel* lm = make_lora(&s, 0.25f);
     lora_load_tensors(lm, NULL, LREF "/all_linear/adapter_model.safetensors");
     lm->dropout_seed = 99;

@@ -20,7 +20,7 @@ perl -e 'for $f (["train",3000],["val",600]) { open(F,">","'"$D"'/data/tiny_$$f[
 
 export OMP_NUM_THREADS=1
 COMMON=(--model test/ref/gpt2_tiny --train-data "$D/data/tiny_train_*.bin" -b 2 -t 16 --steps 6 --lr 1e-3
-        --lora-rank 4 --lora-alpha 8 --lora-targets q,v,mlp.c_fc --lora-dropout 0.1 --save-every 3 --seed 5)
+        --lora-rank 4 --lora-alpha 8 --lora-targets q,v,mlp.c_fc --lora-dropout 0.1 --lora-bias lora_only --train-ln-f --save-every 3 --seed 5)
 
 # ---- a full run
 "$BIN" "${COMMON[@]}" --val-data "$D/data/tiny_val_*.bin" --eval-every 3 --merge --out "$D/run1" >"$D/run1.log" 2>&1
@@ -31,8 +31,12 @@ for f in adapter_model.safetensors adapter_config.json merged/model.safetensors 
   [ -f "$D/run1/$f" ] || fail "run1 did not write $f"
 done
 [ -f "$D/run1/model_00000003.bin" ] && fail "a LoRA checkpoint must not hold the full model"
-# trainable: per layer q and v (A 4x64 + B 64x4 each: 1024) + c_fc (A 4x64 + B 256x4: 1280); 2 layers = 4608
-grep -q "trainable: 4608 parameters" "$D/run1.log" && ok "trainable count 4608 printed" || fail "trainable count: $(grep trainable "$D/run1.log")"
+# trainable: per layer q and v (A 4x64 + B 64x4 each: 1024) + c_fc (A 4x64 + B 256x4: 1280), 2 layers = 4608;
+# + the biases of the adapted c_attn (192) and c_fc (256) of both layers + ln_f (128) = 5632
+grep -q "trainable: 5632 parameters" "$D/run1.log" && ok "trainable count 5632 printed" || fail "trainable count: $(grep trainable "$D/run1.log")"
+grep -q '"bias": "lora_only"' "$D/run1/adapter_config.json" && grep -A1 '"modules_to_save"' "$D/run1/adapter_config.json" | grep -q ln_f \
+  && grep -q 'h.1.mlp.c_fc.base_layer.bias' "$D/run1/adapter_model.safetensors" && grep -q 'transformer.ln_f.weight' "$D/run1/adapter_model.safetensors" \
+  && ok "bias lora_only + modules_to_save ln_f saved the PEFT way" || fail "bias / ln_f not in the adapter"
 grep -q '"rank_pattern": {' "$D/run1/adapter_config.json" && grep -q '"attn.c_attn": 8' "$D/run1/adapter_config.json" \
   && ok "q/v split exported as a rank-8 c_attn adapter (rank_pattern)" || fail "adapter_config.json: $(cat "$D/run1/adapter_config.json")"
 loss1=$(grep -c '"train_loss"' "$D/run1/log.jsonl")
