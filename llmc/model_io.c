@@ -478,17 +478,32 @@ void model_load(const char* path, GPT2Config* cfg_out, ParamTable* pt_out, float
     fclose(fp);
     int32_t magic = 0;
     if (got >= 4) memcpy(&magic, head, 4);
-    if (magic == LLMC_MODEL_MAGIC || magic == LLMC_TOKENS_MAGIC || magic == LLMC_STATE_MAGIC || ends_with(path, ".bin")) {
+    if (magic == LLMC_MODEL_MAGIC || magic == LLMC_TOKENS_MAGIC || magic == LLMC_STATE_MAGIC) {
         load_llmc(path, cfg_out, pt_out, params_out);
         return;
     }
+    if (got >= 2 && head[0] == 'P' && head[1] == 'K')
+        fatal("convert it to safetensors (model.save_pretrained(dir, safe_serialization=True)) and pass that",
+              "'%s': this is a PyTorch pickle/zip checkpoint, which is not supported", path);
     char dir[4096], cfgp[4096];
     dir_of(path, dir, sizeof(dir));
     path_join(cfgp, sizeof(cfgp), dir, "config.json");
     const char* cp = file_exists(cfgp) ? cfgp : NULL;
     HfSource s; memset(&s, 0, sizeof(s));
-    if (ends_with(path, ".json") || head[0] == '{') hf_open_index(&s, path);
-    else hf_open_file(&s, path);
+    if (ends_with(path, ".json") || head[0] == '{') {
+        hf_open_index(&s, path);
+    } else {
+        // a safetensors file under any name; otherwise a .bin gets the llm.c diagnosis (bad
+        // magic) and anything else the safetensors one
+        StFile probe;
+        char err[1024];
+        if (st_try_open(&probe, path, err, sizeof(err)) != 0) {
+            if (ends_with(path, ".bin")) { load_llmc(path, cfg_out, pt_out, params_out); return; }
+            fatal("pass an llm.c .bin, a .safetensors file, a model.safetensors.index.json or a model directory", "%s", err);
+        }
+        st_close(&probe);
+        hf_open_file(&s, path);
+    }
     load_hf(&s, cp, cfg_out, pt_out, params_out);
     hf_close(&s);
 }
@@ -594,8 +609,15 @@ void model_init_gpt2(const ParamTable* pt, float* params, uint64_t seed) {
         }
         double std = (id == PT_ATTPROJW || id == PT_FCPROJW) ? resid_std : 0.02;
         if (id == PT_WTE) n = (long long)c->vocab_size * c->channels; // real vocab rows only
+        // element i = rand_normal(seed, id, i); generated in Box-Muller pairs
+        long long npairs = (n + 1) / 2;
         #pragma omp parallel for schedule(static)
-        for (long long i = 0; i < n; i++) dst[i] = (float)(std * rand_normal(seed, (uint64_t)id, (uint64_t)i));
+        for (long long j = 0; j < npairs; j++) {
+            double e, o;
+            rand_normal_pair(seed, (uint64_t)id, (uint64_t)j, &e, &o);
+            dst[2 * j] = (float)(std * e);
+            if (2 * j + 1 < n) dst[2 * j + 1] = (float)(std * o);
+        }
     }
     zero_vocab_padding(pt, params);
 }

@@ -7,8 +7,10 @@
 //   rand_u64(seed, stream, i) = mix(mix(seed ^ mix(stream + G)) + G * (i + 1))
 //     with mix = the SplitMix64 finalizer and G = 0x9E3779B97F4A7C15 (SplitMix64's increment);
 //   rand_uniform(seed, stream, i) = ((rand_u64 >> 11) + 0.5) * 2^-53, in (0, 1), never 0 or 1;
-//   rand_normal(seed, stream, i) = sqrt(-2 ln u1) * cos(2 pi u2), Box-Muller with
-//     u1 = rand_uniform(seed, stream, 2i), u2 = rand_uniform(seed, stream, 2i + 1).
+//   rand_normal(seed, stream, i): Box-Muller on the pair j = i / 2 with
+//     u1 = rand_uniform(seed, stream, 2j), u2 = rand_uniform(seed, stream, 2j + 1),
+//     r = sqrt(-2 ln u1); element 2j is r cos(2 pi u2), element 2j + 1 is r sin(2 pi u2).
+//     rand_normal_pair computes both at once (what bulk fills use).
 #ifndef LLMC_RAND_H
 #define LLMC_RAND_H
 
@@ -32,10 +34,19 @@ static inline double rand_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
     return ((double)(rand_u64(seed, stream, i) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
+static inline void rand_normal_pair(uint64_t seed, uint64_t stream, uint64_t j, double* even, double* odd) {
+    double u1 = rand_uniform(seed, stream, 2 * j);
+    double u2 = rand_uniform(seed, stream, 2 * j + 1);
+    double r = sqrt(-2.0 * log(u1));
+    double a = 6.283185307179586476925 * u2;
+    *even = r * cos(a);
+    *odd = r * sin(a);
+}
+
 static inline double rand_normal(uint64_t seed, uint64_t stream, uint64_t i) {
-    double u1 = rand_uniform(seed, stream, 2 * i);
-    double u2 = rand_uniform(seed, stream, 2 * i + 1);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);
+    double e, o;
+    rand_normal_pair(seed, stream, i >> 1, &e, &o);
+    return (i & 1) ? o : e;
 }
 
 #endif // LLMC_RAND_H

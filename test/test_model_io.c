@@ -12,6 +12,7 @@
 #include "model_io.h"
 #include "safetensors.h"
 #include "fileio.h"
+#include "rand.h"
 #include <stdint.h>
 #include <unistd.h>
 #include <omp.h>
@@ -223,6 +224,16 @@ static void test_init(void) {
     model_init_gpt2(&pt, b, 42);
     omp_set_num_threads(saved_threads);
     TEST_CHECK(memcmp(a, b, pt.total * sizeof(float)) == 0, "init differs between 1 and 2 threads");
+    // the documented definition (llmc/rand.h): element i of tensor id is std * rand_normal(seed, id, i)
+    {
+        size_t idx[] = { 0, 1, 2, 777, 8191 };
+        int bad = 0;
+        for (size_t k = 0; k < sizeof(idx) / sizeof(idx[0]); k++) {
+            if (a[pt.t[PT_QKVW].offset + idx[k]] != (float)(0.02 * rand_normal(42, PT_QKVW, idx[k]))) bad++;
+            if (a[pt.t[PT_FCPROJW].offset + idx[k]] != (float)(0.01 * rand_normal(42, PT_FCPROJW, idx[k]))) bad++;
+        }
+        TEST_CHECK(bad == 0, "init does not follow the documented rand_normal definition (%d mismatches)", bad);
+    }
     model_init_gpt2(&pt, b, 43);
     size_t same = 0;
     for (size_t i = 0; i < pt.total; i++) same += a[i] == b[i] && a[i] != 0.0f && a[i] != 1.0f;
@@ -292,6 +303,14 @@ int main(void) {
         expect_same_model("our v5 reloaded", p, &rcfg, eb, total);
         free(eb);
     }
+    // a safetensors file under a .bin name is still recognized (config.json next to it)
+    tpath(d, sizeof(d), "named_bin");
+    mkdir_p(d);
+    snprintf(p, sizeof(p), "%s/config.json", d);
+    copy_file(REFDIR "/hf_tiny/config.json", p);
+    snprintf(p, sizeof(p), "%s/weights.bin", d);
+    copy_file(REFDIR "/hf_tiny/model.safetensors", p);
+    expect_same_model("safetensors file named weights.bin", p, &rcfg, ref, total);
     // v3: our writer reproduces the python-written file, and round-trips
     tpath(p, sizeof(p), "ours_v3.bin");
     model_save_llmc(p, &rpt, ref, 0);
