@@ -529,6 +529,26 @@ static void test_bad_adapters(void) {
     TEST_CHECK(lora_parse_layers("1,x", 2, &spec, err, sizeof(err)) != 0, "malformed layer list");
 }
 
+// GPT-2 124M, r=8 on c_attn: 294,912 trainable parameters (FORMATS.md); the q/v split of the
+// same rank has the same count (2 blocks of r=8 on 768 -> 768 instead of one on 768 -> 2304).
+static void test_124M_counts(void) {
+    GPT2Config cfg;
+    TEST_CHECK(gpt2_config_from_descriptor(&cfg, "d12") == 0, "d12 descriptor");
+    const char* targets[2] = {"c_attn", "q,v"};
+    for (int i = 0; i < 2; i++) {
+        LoraSpec spec;
+        memset(&spec, 0, sizeof(spec));
+        char err[256];
+        spec.rank = 8; spec.alpha = 16;
+        TEST_CHECK(lora_parse_targets(targets[i], &spec.targets, err, sizeof(err)) == 0, "%s", err);
+        TEST_CHECK(lora_parse_layers("all", cfg.num_layers, &spec, err, sizeof(err)) == 0, "%s", err);
+        LoraModel* lm = lora_create(&cfg, &spec);
+        TEST_CHECK(lm->n_trainable == 294912, "124M r=8 %s: %zu trainable, expected 294,912", targets[i], lm->n_trainable);
+        printf("ok   124M r=8 %s: %zu trainable parameters\n", targets[i], lm->n_trainable);
+        lora_free(lm);
+    }
+}
+
 int main(void) {
     ops_init(0);
     const char* b = getenv("BUILD");
@@ -550,6 +570,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof(SETS) / sizeof(SETS[0]); i++) test_set(&SETS[i]);
     test_dropout();
     test_bad_adapters();
+    test_124M_counts();
 
     free(g_base); free(g_inputs); free(g_targets);
     return test_finish("test_lora");
