@@ -192,10 +192,8 @@ static LoraModel* lm_build(const GPT2Config* cfg, const LoraSpec* spec, LoraAdap
         a->b_off = off; off += (size_t)a->out * a->rank;
         if (a->blocks) {
             moff += (size_t)a->out * a->rank;
-            int nb = 0;
-            for (int j = 0; j < 3; j++) nb += (a->blocks >> j) & 1;
-            zeros += (size_t)a->out * a->rank - (size_t)(a->out / 3) * a->rank; // each row of B keeps r of nb*r
-            (void)nb;
+            // each B row of a targeted block keeps r of the nb*r columns; the untargeted rows none
+            zeros += (size_t)a->out * a->rank - (size_t)(a->out / 3) * a->rank;
         }
     }
     lm->total = off;
@@ -331,11 +329,14 @@ int lora_has(const LoraModel* lm, int lin, int layer) {
 }
 
 // The input of the LoRA branch: inp itself, or its dropped-out copy in lm->xd.
-static const floatX* branch_input(LoraModel* lm, int idx, const LoraAdapter* a, const floatX* inp, int N) {
+// The mask's RNG stream: (training tick, adapter's (layer, linear)); 4 * 256 layers < 2^12.
+static uint64_t dropout_stream(const LoraModel* lm, const LoraAdapter* a) {
+    return (lm->tick << 12) | (uint64_t)(a->layer * LORA_NUM_LIN + a->lin);
+}
+
+static const floatX* branch_input(LoraModel* lm, const LoraAdapter* a, const floatX* inp, int N) {
     if (!(lm->train_mode && lm->dropout > 0.0f)) return inp;
-    dropout_forward(lm->xd, inp, (size_t)N * a->in, lm->dropout, lm->dropout_seed ^ RNG_SEED_DROPOUT,
-                    (lm->tick << 12) | (uint64_t)(a->layer * LORA_NUM_LIN + a->lin));
-    (void)idx;
+    dropout_forward(lm->xd, inp, (size_t)N * a->in, lm->dropout, lm->dropout_seed ^ RNG_SEED_DROPOUT, dropout_stream(lm, a));
     return lm->xd;
 }
 
@@ -344,7 +345,7 @@ void lora_linear_forward(LoraModel* lm, int lin, int layer, floatX* out, const f
     int idx = lm->lookup[layer][lin];
     const LoraAdapter* a = &lm->ad[idx];
     if (N > lm->scratch_N) fatal("this is a bug in llmc", "LoRA scratch for %d rows used with %d", lm->scratch_N, N);
-    const floatX* x = branch_input(lm, idx, a, inp, N);
+    const floatX* x = branch_input(lm, a, inp, N);
     // h = scaling * x A^T (N x rank); out += h B^T. Only N x rank intermediates besides tmp.
     matmul_forward(lm->h, NULL, x, lm->params + a->a_off, NULL, N, a->in, a->rank);
     scale_copy(lm->h, lm->h, a->scaling, (size_t)N * a->rank);
@@ -364,7 +365,7 @@ void lora_linear_backward(LoraModel* lm, int lin, int layer, floatX* dinp, const
     const size_t Nr = (size_t)N * a->rank, X = sizeof(floatX);
     // Recompute h = scaling * drop(x) A^T (cheaper than keeping it per layer; the dropout mask
     // is regenerated from the counter RNG, so it is the forward's mask exactly).
-    const floatX* x = branch_input(lm, idx, a, inp, N);
+    const floatX* x = branch_input(lm, a, inp, N);
     matmul_forward(lm->h, NULL, x, A, NULL, N, a->in, a->rank);
     scale_copy(lm->h, lm->h, a->scaling, Nr);
     // out = h B^T: dB += dout^T h, dh = dout B
@@ -380,8 +381,7 @@ void lora_linear_backward(LoraModel* lm, int lin, int layer, floatX* dinp, const
         ops_zero(lm->tmp, nx * X);
         matmul_backward(lm->tmp, dA, NULL, lm->dh, x, A, N, a->in, a->rank);
         // d/dx of drop(x) is the same mask and scale
-        dropout_forward(lm->tmp, lm->tmp, nx, lm->dropout, lm->dropout_seed ^ RNG_SEED_DROPOUT,
-                        (lm->tick << 12) | (uint64_t)(a->layer * LORA_NUM_LIN + a->lin));
+        dropout_forward(lm->tmp, lm->tmp, nx, lm->dropout, lm->dropout_seed ^ RNG_SEED_DROPOUT, dropout_stream(lm, a));
         add_inplace(dinp, lm->tmp, nx);
     }
 }

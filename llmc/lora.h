@@ -15,7 +15,8 @@
 //
 // All adapter parameters live in one flat buffer (A then B per adapter, adapters in (layer,
 // linear) order), with one gradient buffer of the same layout: the optimizer sees one segment.
-// Dropout (PEFT: inverted dropout on the input of the LoRA branch only) uses the counter-based
+// Dropout (PEFT: inverted dropout on the input of the LoRA branch only; one mask per adapted
+// layer, so the q and v blocks of a split c_attn share theirs) uses the counter-based
 // RNG: the mask of adapter i at training tick t is a pure function of (seed, t, i, element), so
 // backward regenerates it instead of storing it, and resumed runs draw the same masks.
 #ifndef LLMC_LORA_H

@@ -313,8 +313,10 @@ static void create_lora(Run* r, const GPT2Config* cfg) {
         for (int i = 0; i < 7; i++)
             if (args_given(flags[i])) printf("note: %s is ignored: the structure of the adapter in --adapter %s is used\n", flags[i], a->adapter);
         r->lora = lora_load_peft(a->adapter, cfg);
-        r->lora->dropout = a->lora_dropout;
-        r->lora->spec.dropout = a->lora_dropout;
+        if (args_given("--lora-dropout")) { // else the adapter's own lora_dropout, as PEFT would continue
+            r->lora->dropout = a->lora_dropout;
+            r->lora->spec.dropout = a->lora_dropout;
+        }
     } else {
         LoraSpec spec;
         memset(&spec, 0, sizeof(spec));
