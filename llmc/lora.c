@@ -135,6 +135,21 @@ static size_t extra_offset(const LoraModel* lm, const LoraExtra* e) {
     return params_layer_offset(&lm->pt, e->id, e->layer < 0 ? 0 : e->layer);
 }
 
+// Find a trained base slice in a file. PEFT before the base_layer wrapping (< 0.7) saved the bias
+// of a LoRA-wrapped linear as "...<module>.bias"; accept that spelling too.
+static const StTensor* find_extra(const StFile* f, const LoraExtra* e, const char** name) {
+    const StTensor* t = st_find(f, e->key);
+    *name = e->key;
+    const char* bl = strstr(e->key, ".base_layer.bias");
+    if (!t && bl) {
+        static char alt[160];
+        snprintf(alt, sizeof(alt), "%.*s.bias", (int)(bl - e->key), e->key);
+        t = st_find(f, alt);
+        if (t) *name = alt;
+    }
+    return t;
+}
+
 unsigned lora_base_trainable_mask(const LoraModel* lm) {
     unsigned mask = 0;
     for (int i = 0; i < lm->n_extra; i++) mask |= 1u << lm->extra[i].id;
@@ -451,7 +466,8 @@ void lora_load_tensors(LoraModel* lm, GPT2* m, const char* path) {
     }
     for (int i = 0; i < lm->n_extra; i++) {
         const LoraExtra* e = &lm->extra[i];
-        const StTensor* t = st_find(&f, e->key);
+        const char* tname;
+        const StTensor* t = find_extra(&f, e, &tname);
         size_t n = extra_numel(lm, e);
         if (!t) fatal(hint, "'%s': trained base tensor '%s' is missing", path, e->key);
         if (t->numel != n || t->ndim != 1) fatal(hint, "'%s': tensor '%s' has %llu elements, expected %zu", path, e->key, (unsigned long long)t->numel, n);
@@ -748,7 +764,8 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
     // the trained base slices the config announces must all be there
     size_t ne = 0;
     for (int i = 0; i < lm->n_extra; i++) {
-        const StTensor* t = st_find(&f, lm->extra[i].key);
+        const char* tname;
+        const StTensor* t = find_extra(&f, &lm->extra[i], &tname);
         if (!t) LFAIL("'%s': bias \"%s\"%s in '%s' needs tensor '%s', which is missing (config/tensor disagreement)",
                       tpath, bias ? bias : "none", ln_f ? " / modules_to_save [\"ln_f\"]" : "", cpath, lm->extra[i].key);
         if (t->ndim != 1 || t->numel != extra_numel(lm, &lm->extra[i]))
@@ -761,7 +778,10 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
         for (int i = 0; i < f.n_tensors; i++) {
             const char* name = f.tensors[i].name;
             int known = 0;
-            for (int e = 0; e < lm->n_extra && !known; e++) known = !strcmp(lm->extra[e].key, name);
+            for (int e = 0; e < lm->n_extra && !known; e++) {
+                const char* tname;
+                known = find_extra(&f, &lm->extra[e], &tname) != NULL && !strcmp(tname, name);
+            }
             for (int l = 0; l < L && !known; l++)
                 for (int k = 0; k < LORA_NUM_LIN && !known; k++)
                     for (int w = 0; w < 2 && !known; w++) {
@@ -791,7 +811,8 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
     lora_set_params(lm, host);
     lm->extra_host = (float*)mallocCheck((ne ? ne : 1) * sizeof(float));
     for (int i = 0, off = 0; i < lm->n_extra; i++) {
-        st_read_f32(&f, st_find(&f, lm->extra[i].key), lm->extra_host + off);
+        const char* tname;
+        st_read_f32(&f, find_extra(&f, &lm->extra[i], &tname), lm->extra_host + off);
         off += (int)extra_numel(lm, &lm->extra[i]);
     }
     const char* base = json_as_string(json_get(js, "base_model_name_or_path"));

@@ -427,7 +427,7 @@ static void write_adapter(const char* dir, const char* config, int nt, const cha
     StWriter w;
     st_writer_init(&w);
     static float zeros[4 * 4096];
-    for (int i = 0; i < nt; i++) st_writer_add(&w, names[i], ST_F32, 2, shapes[i], zeros);
+    for (int i = 0; i < nt; i++) st_writer_add(&w, names[i], ST_F32, shapes[i][1] ? 2 : 1, shapes[i], zeros); // [n, 0]: 1-D
     snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
     st_writer_save(&w, path);
     st_writer_free(&w);
@@ -459,6 +459,24 @@ static void test_bad_adapters(void) {
     LoraModel* lm = lora_try_load_peft(d, &g_cfg, err, sizeof(err));
     TEST_CHECK(lm != NULL, "a well-formed adapter loads: %s", lm ? "" : err);
     if (lm) lora_free(lm);
+
+    // bias="lora_only" as PEFT >= 0.7 names it (base_layer) and as older PEFT did
+    const char* bl[6] = {ca[0], ca[1], ca[2], ca[3], "base_model.model.transformer.h.0.attn.c_attn.base_layer.bias",
+                         "base_model.model.transformer.h.1.attn.c_attn.base_layer.bias"};
+    const char* bo[6] = {ca[0], ca[1], ca[2], ca[3], "base_model.model.transformer.h.0.attn.c_attn.bias",
+                         "base_model.model.transformer.h.1.attn.c_attn.bias"};
+    const int64_t bs[6][2] = {{4, 64}, {192, 4}, {4, 64}, {192, 4}, {192, 0}, {192, 0}};
+    for (int v = 0; v < 2; v++) {
+        snprintf(d, sizeof(d), "%s/lora_bad/bias_%s", g_build, v ? "old" : "new");
+        const char* cfgtext = "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"c_attn\"], \"bias\": \"lora_only\"}";
+        write_adapter(d, cfgtext, 6, v ? bo : bl, bs);
+        lm = lora_try_load_peft(d, &g_cfg, err, sizeof(err));
+        TEST_CHECK(lm != NULL && lm->n_extra == 2, "bias lora_only adapter (%s key spelling) loads: %s", v ? "old" : "base_layer", lm ? "" : err);
+        if (lm) { printf("ok   bias=lora_only adapter with %s bias keys loads\n", v ? "pre-0.7 PEFT" : "base_layer"); lora_free(lm); }
+    }
+    snprintf(d, sizeof(d), "%s/lora_bad/bias_missing", g_build);
+    write_adapter(d, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"c_attn\"], \"bias\": \"all\"}", 6, bl, bs);
+    expect_refused("bias all without every bias", d, (const char*[]){"needs tensor", "ln_1.bias", "config/tensor disagreement", NULL});
 
     const int64_t wrong_in[4][2] = {{4, 32}, {192, 4}, {4, 32}, {192, 4}};
     snprintf(d, sizeof(d), "%s/lora_bad/wrong_shape", g_build);
