@@ -5,7 +5,7 @@
 // In the table every linear weight is directly followed by its bias.
 static inline ParamId bias_of(ParamId wid) { return (ParamId)(wid + 1); }
 
-// LORA_LIN_* index of a linear weight (the four are spaced two apart in the table).
+// LORA_LIN_* index of a linear weight.
 static inline int lin_of(ParamId wid) {
     switch (wid) {
     case PT_QKVW: return LORA_LIN_QKV;
