@@ -8,6 +8,9 @@ that directory with GPT2LMHeadModel.from_pretrained and requires:
   - every parameter equal (bit for bit) to the original transformers model's,
   - identical logits for a random batch (same weights, same code: exact equality),
   - lm_head tied to wte.
+It also opens $BUILD/test-tmp/test_safetensors/written.safetensors (several dtypes, a scalar, an
+empty tensor, custom metadata; written by test_safetensors.c) with the Python safetensors library
+and checks its contents.
 Run after `make test` (or after running build/test/test_model_io):
   /opt/refenv/bin/python dev/check_hf_saved.py [dir]
 """
@@ -34,7 +37,23 @@ class Capture(logging.Handler):
         self.records.append(record.getMessage())
 
 
+def check_st_writer():
+    from safetensors import safe_open
+    p = os.path.join(ROOT, "build", "test-tmp", "test_safetensors", "written.safetensors")
+    with safe_open(p, "pt") as f:
+        meta = f.metadata()
+        assert meta == {"format": "pt", "who": 'test "quoted"'}, meta
+        a, b, s, z, filled = (f.get_tensor(k) for k in ("a", "b.bf16", "scalar", "zero", "filled"))
+    assert a.dtype == torch.float32 and a.shape == (2, 3) and a.flatten().tolist()[:5] == [1.0, -2.0, 3.5, 0.0, -0.0], a
+    assert b.dtype == torch.bfloat16 and b.float().tolist()[:2] == [1.0, -2.0] and torch.isinf(b[2]), b
+    assert s.shape == () and s.item() == 3.5, s
+    assert z.shape == (0, 5), z.shape
+    assert filled.dtype == torch.int32 and torch.equal(filled, torch.arange(7, 7 + filled.numel(), dtype=torch.int32))
+    print(f"OK: Python safetensors reads {p} (5 tensors, metadata) as written")
+
+
 def main():
+    check_st_writer()
     cap = Capture()
     hf_logging.get_logger().addHandler(cap)  # the "transformers" root logger
     with warnings.catch_warnings(record=True) as w:

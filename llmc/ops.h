@@ -84,6 +84,15 @@ void add_inplace(floatX* dst, const floatX* src, size_t n);
 // dst = src * scale (dst may alias src)
 void scale_copy(floatX* dst, const floatX* src, float scale, size_t n);
 
+// LoRA helpers (llmc/lora.c).
+// Inverted dropout with a counter-based mask: element i is kept iff
+// rand_uniform(seed, stream, i) >= p (llmc/rand.h), and kept elements are scaled by 1 / (1 - p):
+// out[i] = keep(i) ? inp[i] / (1 - p) : 0. The mask is a pure function of (seed, stream, i), so
+// backward regenerates it by calling this again on the gradient. out may alias inp.
+void dropout_forward(floatX* out, const floatX* inp, size_t n, float p, uint64_t seed, uint64_t stream);
+// dst[i] *= mask[i]
+void mul_inplace(floatX* dst, const floatX* mask, size_t n);
+
 // Causal multi-head self attention, flash-style: the (T, T) matrix is never materialised.
 // qkv: (B, T, 3, NH, HS) i.e. (B, T, 3C) as produced by the fused c_attn matmul.
 // out: (B, T, C) with heads concatenated. lse: (B, NH, T) log-sum-exp of each row's scaled

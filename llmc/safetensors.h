@@ -38,6 +38,8 @@ typedef struct {
 
 size_t st_dtype_size(StDtype d);
 const char* st_dtype_name(StDtype d);
+// Parse a dtype name ("F32", "BF16", ...); -1 if unknown.
+int st_dtype_from_name(const char* name);
 
 // Open and validate; fatal with "'<path>': <rule>" on any violation.
 void st_open(StFile* f, const char* path);
@@ -52,9 +54,7 @@ const char* st_meta(const StFile* f, const char* key); // NULL if absent
 void st_read_raw(StFile* f, const StTensor* t, void* dst);
 // Read a tensor converting F32/BF16/F16/F64 to fp32 (fatal for integer dtypes).
 void st_read_f32(StFile* f, const StTensor* t, float* dst);
-// Parse a dtype name ("F32", "BF16", ...); -1 if unknown.
-int st_dtype_from_name(const char* name);
-// Read an integer tensor (I32/I64/I16/I8/U8) into int32 (fatal if a value does not fit).
+// Read an integer tensor (I32/I64/I16/I8/U8/BOOL) into int32 (fatal if a value does not fit).
 void st_read_i32(StFile* f, const StTensor* t, int32_t* dst);
 
 // Writer: collect tensors (the data pointers must stay valid until st_writer_save), then save

@@ -8,6 +8,7 @@
 #include "dataloader.h"
 #include "fileio.h"
 #include "gpt2.h"
+#include "lora.h"
 #include "model_io.h"
 #include "ops.h"
 #include "optimizer.h"
@@ -40,10 +41,19 @@ typedef struct {
     int seed, threads, shuffle, max_skipped;
     int zero;
     const char* save_format;
+    // ---- LoRA (train_lora only)
+    int lora_rank;
+    float lora_alpha, lora_dropout;
+    const char* lora_targets;
+    const char* lora_layers;
+    int rslora, merge, train_ln_f;
+    const char* adapter;
+    const char* lora_bias;
 } TrainArgs;
 
 static const char* const SCHEDULES[] = {"cosine", "linear", "constant", "wsd", NULL};
 static const char* const SAVE_FORMATS[] = {"hf", "llmc", "both", "none", NULL};
+static const char* const LORA_BIAS[] = {"none", "all", "lora_only", NULL};
 
 static volatile sig_atomic_t g_stop_signal = 0;
 static void on_signal(int sig) { g_stop_signal = sig; }
@@ -64,7 +74,8 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
     a->eval_every = 0; a->eval_batches = 8; a->save_every = 0; a->keep_checkpoints = 2;
     a->seed = 1337; a->threads = 0; a->shuffle = 0; a->max_skipped = 10;
     a->save_format = "both"; a->zero = 0;
-    const ArgSpec specs[] = {
+    a->lora_rank = 8; a->lora_alpha = 16.0f; a->lora_dropout = 0.0f; a->lora_targets = "c_attn"; a->lora_layers = "all"; a->lora_bias = "none";
+    const ArgSpec common[] = {
         {"--model", "-e", ARG_STR, &a->model, "PATH|dN", "model to start from: llm.c .bin, .safetensors, sharded index, HF model dir; or d6/d12/d24/d36/d48/tiny to train from scratch", 1, 0, NULL},
         {"--train-data", "-i", ARG_STR, &a->train_data, "GLOB", "training token shards (llm.c format; data/prepare makes them)", 1, 0, NULL},
         {"--val-data", "-j", ARG_STR, &a->val_data, "GLOB", "validation token shards", 1, 0, NULL},
@@ -96,15 +107,38 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
         {"--zero", "-z", ARG_INT, &a->zero, "S", "ZeRO stage across ranks: 0 all-reduce gradients, 1 shard optimizer state, 2 shard gradients too", 0, 2, NULL},
         {"--max-skipped-steps", NULL, ARG_INT, &a->max_skipped, "N", "stop after N consecutive steps with a non-finite loss or gradient", 1, 1e9, NULL},
     };
+    // LoRA flags (PEFT defaults where PEFT has one: dropout 0)
+    const ArgSpec lora[] = {
+        {"--lora-rank", "-r", ARG_INT, &a->lora_rank, "R", "LoRA rank r", 1, 65536, NULL},
+        {"--lora-alpha", NULL, ARG_FLOAT, &a->lora_alpha, "A", "LoRA alpha: the branch is scaled by alpha / r (alpha / sqrt(r) with --rslora)", 0, 1e6, NULL},
+        {"--lora-dropout", NULL, ARG_FLOAT, &a->lora_dropout, "P", "dropout on the input of the LoRA branch (PEFT lora_dropout)", 0, 0.999, NULL},
+        {"--lora-targets", NULL, ARG_STR, &a->lora_targets, "LIST", "layers to adapt, comma list of c_attn, q, k, v (blocks of c_attn), attn.c_proj, mlp.c_fc, mlp.c_proj, c_proj (both projections), all-linear", 1, 0, NULL},
+        {"--lora-layers", NULL, ARG_STR, &a->lora_layers, "LIST", "blocks to adapt: all, or indices and ranges like 0-5,8", 1, 0, NULL},
+        {"--rslora", NULL, ARG_BOOL, &a->rslora, NULL, "rank-stabilized LoRA: scaling alpha / sqrt(r)", 1, 0, NULL},
+        {"--lora-bias", NULL, ARG_STR, &a->lora_bias, "B", "also train base biases (PEFT bias=): all = every bias incl. layernorm biases, lora_only = the biases of the adapted layers", 1, 0, LORA_BIAS},
+        {"--train-ln-f", NULL, ARG_BOOL, &a->train_ln_f, NULL, "also train the final layernorm (PEFT modules_to_save=[\"ln_f\"])", 1, 0, NULL},
+        {"--adapter", NULL, ARG_STR, &a->adapter, "DIR", "start from this PEFT adapter (adapter_config.json + adapter_model.safetensors); its targets, ranks and alphas replace the --lora-* flags", 1, 0, NULL},
+        {"--merge", NULL, ARG_BOOL, &a->merge, NULL, "also save the base with the adapter merged in: OUT/merged/ (transformers dir) and OUT/merged/model.bin (llm.c), per --save-format", 1, 0, NULL},
+    };
+    const int n_common = (int)(sizeof(common) / sizeof(common[0])), n_lora = mode == TRAIN_LORA ? (int)(sizeof(lora) / sizeof(lora[0])) : 0;
+    ArgSpec specs[sizeof(common) / sizeof(common[0]) + sizeof(lora) / sizeof(lora[0])];
+    memcpy(specs, common, sizeof(common));
+    memcpy(specs + n_common, lora, (size_t)n_lora * sizeof(ArgSpec));
     const char* head = mode == TRAIN_FULL
         ? "usage: train_gpt2 --model PATH|dN --train-data GLOB [options]\n\nTrains every parameter of a GPT-2 model (fine-tuning, or pretraining from scratch with --model d12)."
         : "usage: train_lora --model PATH --train-data GLOB [options]\n\nTrains LoRA adapters on a frozen GPT-2.";
-    args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])), head);
+    args_parse(argc, argv, specs, n_common + n_lora, head);
     const char* hint = "run with --help to see every flag";
     if (!a->model) fatal(hint, "--model is required");
     if (!a->train_data) fatal(hint, "--train-data is required");
     if (a->resume && !a->out_dir) fatal(hint, "--resume needs --out DIR (the directory holding the checkpoints)");
     if (a->warmup > a->steps) fatal(hint, "--warmup-steps (%d) is larger than --steps (%d)", a->warmup, a->steps);
+    if (mode == TRAIN_LORA) {
+        if (a->merge && !a->out_dir) fatal(hint, "--merge needs --out DIR (where the merged model is written)");
+        if (gpt2_config_from_descriptor(&(GPT2Config){0}, a->model) == 0)
+            fatal("pass a pretrained checkpoint (llm.c .bin, safetensors or a transformers model dir)",
+                  "--model %s: LoRA trains adapters on a pretrained base; a model built from scratch has nothing to adapt", a->model);
+    }
     return 0;
 }
 
@@ -125,6 +159,7 @@ typedef struct {
     ZeroLayout zl;             // the flat trainable space split over ranks
     floatX* gshard;            // ZeRO-2: this rank's reduced gradients
     GPT2 model;
+    LoraModel* lora;           // train_lora: the adapters (model.lora points here)
     Optimizer opt;
     DataLoader train, val;
     int has_val;
@@ -150,10 +185,12 @@ static void run_log_json(Run* r, const char* fmt, ...) {
     fflush(r->log);
 }
 
-// Fill the trainable segments: every tensor of the table, in table order.
+// Fill the trainable segments: every trainable tensor of the table, in table order, then the
+// LoRA adapters (one segment: all of them are 2-D matrices and decayed, as HF Trainer does).
 static int build_segments(Run* r, TrainSeg* segs) {
     GPT2* m = &r->model;
     int n = 0;
+    if (r->lora) return lora_segments(r->lora, m, segs); // adapters + the base slices trained with them
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         if (!m->g[i]) continue;
         segs[n].name = m->pt.t[i].name;
@@ -244,6 +281,7 @@ static double evaluate(Run* r) {
     const int B = r->a.batch_size, T = r->a.seq_len;
     dl_reset(&r->val);
     double sum = 0.0; long cnt = 0;
+    if (r->lora) r->lora->train_mode = 0; // no dropout when evaluating
     for (int i = 0; i < r->a.eval_batches; i++) {
         dl_next(&r->val, r->inputs, r->targets);
         long n = 0;
@@ -260,7 +298,11 @@ static void save_checkpoint(Run* r) {
     if (!dir) return;
     char path[4200];
     float* host = NULL;
-    if (r->rank == 0) {
+    if (r->rank == 0 && r->lora) {
+        // LoRA: the base is frozen and reloaded from --model; only the adapter is saved
+        ckpt_path(path, sizeof(path), dir, "adapter", r->step, 0);
+        lora_save_tensors(r->lora, &r->model, path);
+    } else if (r->rank == 0) {
         host = (float*)mallocCheck(r->model.pt.total * sizeof(float));
         gpt2_get_params(&r->model, host);
         ckpt_path(path, sizeof(path), dir, "model", r->step, 0);
@@ -358,9 +400,19 @@ static void restore_checkpoint(Run* r, long step) {
 
 static void save_final(Run* r) {
     const char* dir = r->a.out_dir;
-    if (!dir || r->rank != 0 || !strcmp(r->a.save_format, "none")) return;
+    char mdir[4200];
+    if (!dir || r->rank != 0) return;
+    if (r->lora) {
+        lora_save_peft(r->lora, &r->model, dir);
+        printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT)\n", dir);
+        if (!r->a.merge || !strcmp(r->a.save_format, "none")) return;
+        path_join(mdir, sizeof(mdir), dir, "merged");
+        mkdir_p(mdir);
+        dir = mdir;
+    } else if (!strcmp(r->a.save_format, "none")) return;
     float* host = (float*)mallocCheck(r->model.pt.total * sizeof(float));
     gpt2_get_params(&r->model, host);
+    if (r->lora) lora_merge(r->lora, &r->model.pt, host); // W += scaling * B A
     int hf = !strcmp(r->a.save_format, "hf") || !strcmp(r->a.save_format, "both");
     int llmc = !strcmp(r->a.save_format, "llmc") || !strcmp(r->a.save_format, "both");
     if (hf) { model_save_hf(dir, &r->model.pt, host); printf("saved: %s/model.safetensors + config.json (transformers)\n", dir); }
@@ -371,6 +423,37 @@ static void save_final(Run* r) {
         printf("saved: %s (llm.c)\n", path);
     }
     free(host);
+}
+
+// train_lora: the adapters for the frozen base: new (PEFT init) or from --adapter. When resuming,
+// the structure comes from the same flags / --adapter and the values from the checkpoint.
+static void create_lora(Run* r, const GPT2Config* cfg) {
+    TrainArgs* a = &r->a;
+    char err[1024];
+    if (a->adapter) {
+        const char* flags[] = {"--lora-rank", "--lora-alpha", "--lora-targets", "--lora-layers", "--rslora", "--lora-bias", "--train-ln-f"};
+        for (int i = 0; i < 7; i++)
+            if (args_given(flags[i])) printf("note: %s is ignored: the structure of the adapter in --adapter %s is used\n", flags[i], a->adapter);
+        r->lora = lora_load_peft(a->adapter, cfg);
+        if (args_given("--lora-dropout")) { // else the adapter's own lora_dropout, as PEFT would continue
+            r->lora->dropout = a->lora_dropout;
+            r->lora->spec.dropout = a->lora_dropout;
+        }
+    } else {
+        LoraSpec spec;
+        memset(&spec, 0, sizeof(spec));
+        spec.rank = a->lora_rank; spec.alpha = a->lora_alpha; spec.rslora = a->rslora; spec.dropout = a->lora_dropout;
+        spec.bias = !strcmp(a->lora_bias, "all") ? LORA_BIAS_ALL : !strcmp(a->lora_bias, "lora_only") ? LORA_BIAS_LORA_ONLY : LORA_BIAS_NONE;
+        spec.train_ln_f = a->train_ln_f;
+        if (lora_parse_targets(a->lora_targets, &spec.targets, err, sizeof(err)))
+            fatal("run with --help to see the LoRA targets", "%s", err);
+        if (lora_parse_layers(a->lora_layers, cfg->num_layers, &spec, err, sizeof(err)))
+            fatal("give layer indices of the base model, e.g. --lora-layers 0-5,8", "%s", err);
+        r->lora = lora_create(cfg, &spec);
+        lora_init_params(r->lora, (uint64_t)a->seed);
+    }
+    snprintf(r->lora->base_name, sizeof(r->lora->base_name), "%s", a->model);
+    r->lora->dropout_seed = (uint64_t)a->seed;
 }
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
@@ -384,8 +467,6 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     r->rank = r->comm.rank; r->world = r->comm.world;
     parse_args(&r->a, argc, argv, mode);
     TrainArgs* a = &r->a;
-    if (mode == TRAIN_LORA) fatal("LoRA training is being built; use train_gpt2 for full fine-tuning meanwhile",
-                                  "train_lora is not available yet");
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     ops_init(a->threads);
@@ -410,7 +491,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     ParamTable pt;
     float* host = NULL;
     char src[4200];
-    if (resume_step >= 0 && mode == TRAIN_FULL) {
+    if (resume_step >= 0 && mode == TRAIN_FULL) { // (LoRA resumes from the base in --model + the adapter checkpoint)
         ckpt_path(src, sizeof(src), a->out_dir, "model", resume_step, 0);
         model_load(src, &cfg, &pt, &host);
     } else if (gpt2_config_from_descriptor(&cfg, a->model) == 0) {
@@ -425,10 +506,19 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (a->seq_len > cfg.max_seq_len)
         fatal("use a --seq-len no larger than the model's n_positions", "--seq-len %d exceeds the model's maximum sequence length %d",
               a->seq_len, cfg.max_seq_len);
-    gpt2_init(&r->model, &cfg, GPT2_TRAIN_ALL);
+    if (mode == TRAIN_LORA) create_lora(r, &cfg);
+    gpt2_init(&r->model, &cfg, mode == TRAIN_LORA ? lora_base_trainable_mask(r->lora) : GPT2_TRAIN_ALL);
     gpt2_set_params(&r->model, host);
     free(host);
     gpt2_alloc_acts(&r->model, a->batch_size, a->seq_len);
+    if (mode == TRAIN_LORA) {
+        lora_attach(r->lora, &r->model);
+        if (resume_step >= 0) {
+            char path[4200];
+            ckpt_path(path, sizeof(path), a->out_dir, "adapter", resume_step, 0);
+            lora_load_tensors(r->lora, &r->model, path);
+        }
+    }
 
     // ---- batch geometry
     long micro = (long)a->batch_size * a->seq_len * r->world;
@@ -449,7 +539,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     }
 
     // ---- optimizer
-    TrainSeg segs[NUM_PARAM_TENSORS];
+    TrainSeg* segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (NUM_PARAM_TENSORS + 1 + (r->lora ? (size_t)r->lora->n_extra : 0)));
     int nseg = build_segments(r, segs);
     size_t ntrain = 0;
     for (int i = 0; i < nseg; i++) ntrain += segs[i].n;
@@ -471,6 +561,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
             for (int i = 0; i < r->opt.nseg; i++) r->opt.segs[i].g = NULL; // only gshard holds gradients now
         }
     }
+    free(segs);
     r->sched.kind = (SchedKind)sched_parse(a->schedule);
     r->sched.lr = a->lr; r->sched.warmup = a->warmup; r->sched.total = a->steps;
     r->sched.final_frac = a->final_lr_frac; r->sched.cooldown_frac = a->cooldown_frac;
@@ -484,16 +575,27 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     // the vocabulary padding rows of wte are never trained: count what HF would count
     size_t pad_rows = r->model.g[PT_WTE] ? (size_t)(cfg.padded_vocab_size - cfg.vocab_size) * (size_t)cfg.channels : 0;
     size_t trainable = r->opt.total - pad_rows, total_params = params_count_unpadded(&r->model.pt);
+    if (r->lora) trainable = r->opt.total - (r->lora->total - r->lora->n_trainable); // without the q/k/v split's structural zeros
     say(r, "backend: %s\n", ops_backend_name());
     say(r, "model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", src,
            cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, total_params);
-    say(r, "trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)total_params);
+    if (r->lora) {
+        const LoraSpec* ls = &r->lora->spec;
+        say(r, "lora: %d adapters | r=%d alpha=%g%s dropout=%g | targets %s | layers %s%s%s%s%s\n", r->lora->n, ls->rank, ls->alpha,
+               ls->rslora ? " (rsLoRA)" : "", ls->dropout, a->adapter ? "from the adapter" : a->lora_targets,
+               a->adapter ? "from the adapter" : a->lora_layers,
+               ls->bias == LORA_BIAS_ALL ? " | biases trained" : ls->bias == LORA_BIAS_LORA_ONLY ? " | biases of adapted layers trained" : "",
+               ls->train_ln_f ? " | ln_f trained" : "", a->adapter ? " | initial adapter: " : "", a->adapter ? a->adapter : "");
+        say(r, "trainable: %zu parameters (%.4f%% of %zu)\n", trainable, 100.0 * (double)trainable / (double)total_params, total_params);
+    } else
+        say(r, "trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)total_params);
     say(r, "data: %s (%lld tokens, %lld batches/epoch)%s%s\n", a->train_data, (long long)r->train.total_tokens,
            (long long)dl_batches_per_epoch(&r->train), r->has_val ? " | val: " : "", r->has_val ? a->val_data : "");
     say(r, "comm: %s, rank %d of %d\n", comm_impl_name(&r->comm), r->rank, r->world);
     say(r, "batch: %d x %d per rank x %d ranks x %d accumulation = %ld tokens/step\n",
            a->batch_size, a->seq_len, r->world, r->accum, a->total_batch_tokens);
     size_t pb = gpt2_param_bytes(&r->model), gb = gpt2_grad_bytes(&r->model), ob = opt_state_bytes(&r->opt);
+    if (r->lora) { pb += r->lora->total * sizeof(floatX); gb += r->lora->total * sizeof(floatX); }
     size_t ab = r->model.act_bytes + r->model.scr_bytes;
     size_t gsb = r->gshard ? (r->opt.end - r->opt.begin) * sizeof(floatX) : 0;
     say(r, "memory (this rank): params %.1f MiB | grads %.1f MiB | optimizer %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
@@ -544,6 +646,10 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         float dloss = valid > 0 ? 1.0f / (float)valid : 0.0f;
         for (int k = 0; k < r->accum; k++) {
             long n = 0;
+            if (r->lora) { // dropout masks: a pure function of (seed, rank, micro-step), so a resumed run draws the same ones
+                r->lora->train_mode = 1;
+                r->lora->tick = ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)r->accum + (uint64_t)k;
+            }
             loss_sum += gpt2_forward(&r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, &n);
             gpt2_backward(&r->model);
             if (r->gshard && !r->model.grad_hook) {
@@ -607,6 +713,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     opt_free(&r->opt);
     if (r->gshard) ops_free(r->gshard);
     gpt2_free(&r->model);
+    lora_free(r->lora);
     comm_finalize(&r->comm);
     return 0;
 }

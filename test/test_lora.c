@@ -1,0 +1,595 @@
+// LoRA test against PEFT (test/ref/lora_tiny, made by dev/gen_lora_ref.py on the tiny GPT-2 of
+// test/ref/gpt2_tiny). For each target set: the adapter PEFT saved loads (by our flags and by its
+// adapter_config.json, giving the same structure), logits / loss / every lora_A, lora_B gradient
+// and the gradient reaching the embedding match PEFT, the merged model matches PEFT's
+// merge_and_unload, and 10 AdamW steps give PEFT's losses and gradient norms. Then: gradient
+// accumulation over 4 micro-batches equals PEFT's 4x larger batch, the dropout mask statistics
+// and its exact regeneration in backward (finite differences), and bad adapters are refused
+// with a message naming the file and the problem. After training, each set's adapter is
+// exported to $BUILD/lora_export/<set>/ with the logits of our merged model, for
+// `dev/gen_lora_ref.py --check-c` (PEFT loads our adapter).
+#include "test.h"
+#include "../llmc/gpt2.h"
+#include "../llmc/lora.h"
+#include "../llmc/model_io.h"
+#include "../llmc/optimizer.h"
+#include "../llmc/safetensors.h"
+#include "../llmc/fileio.h"
+#include "../llmc/check.h"
+
+#define BASE_DIR "test/ref/gpt2_tiny"
+#define LREF "test/ref/lora_tiny"
+
+typedef struct { const char* name; const char* targets; int rank; float alpha; int rslora; const char* layers; int bias, ln_f; } SetSpec;
+static const SetSpec SETS[] = {
+    {"c_attn", "c_attn", 4, 8, 0, "all", 0, 0},
+    {"proj_fc", "attn.c_proj,mlp.c_fc,mlp.c_proj", 4, 16, 0, "all", 0, 0},
+    {"all_linear", "all-linear", 2, 4, 0, "all", 0, 0},
+    {"rslora", "c_attn,c_proj", 4, 8, 1, "all", 0, 0},
+    {"layers", "c_attn,mlp.c_fc", 3, 6, 0, "1", 0, 0},
+    {"qv", "q,v", 2, 4, 0, "all", 0, 0},
+    {"bias_lnf", "c_attn", 2, 4, 0, "all", LORA_BIAS_LORA_ONLY, 1},
+    {"bias_all", "mlp.c_fc,attn.c_proj", 2, 2, 0, "all", LORA_BIAS_ALL, 0},
+};
+static const char* const LIN_NAME[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+
+static GPT2Config g_cfg;
+static ParamTable g_pt;
+static float* g_base;
+static int g_B, g_T;
+static int *g_inputs, *g_targets;
+static long g_valid;
+static char g_build[512];
+
+static float* read_ref(StFile* f, const char* name, size_t* n) {
+    const StTensor* t = st_find(f, name);
+    if (!t) { fprintf(stderr, "reference tensor %s missing in %s\n", name, f->path); exit(1); }
+    float* buf = (float*)mallocCheck(t->numel * sizeof(float));
+    st_read_f32(f, t, buf);
+    if (n) *n = t->numel;
+    return buf;
+}
+
+static double max_abs(const float* x, size_t n) {
+    double m = 0; for (size_t i = 0; i < n; i++) if (fabs(x[i]) > m) m = fabs(x[i]);
+    return m;
+}
+
+static LoraModel* make_lora(const SetSpec* s, float dropout) {
+    LoraSpec spec;
+    memset(&spec, 0, sizeof(spec));
+    char err[512];
+    spec.rank = s->rank; spec.alpha = s->alpha; spec.rslora = s->rslora; spec.dropout = dropout;
+    spec.bias = s->bias; spec.train_ln_f = s->ln_f;
+    if (lora_parse_targets(s->targets, &spec.targets, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
+    if (lora_parse_layers(s->layers, g_cfg.num_layers, &spec, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
+    LoraModel* lm = lora_create(&g_cfg, &spec);
+    snprintf(lm->base_name, sizeof(lm->base_name), "%s", BASE_DIR);
+    return lm;
+}
+
+// Logits of the last forward, without the vocabulary padding.
+static float* get_logits(GPT2* m) {
+    const int V = g_cfg.vocab_size, Vp = g_cfg.padded_vocab_size, N = g_B * g_T;
+    float* lp = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
+    float* out = (float*)mallocCheck((size_t)N * V * sizeof(float));
+    ops_download_f32(lp, m->acts.logits, (size_t)N * Vp);
+    for (int i = 0; i < N; i++) memcpy(out + (size_t)i * V, lp + (size_t)i * Vp, V * sizeof(float));
+    free(lp);
+    return out;
+}
+
+static void model_with(GPT2* m, const float* params, unsigned mask, LoraModel* lm) {
+    gpt2_init(m, &g_cfg, mask);
+    gpt2_set_params(m, params);
+    gpt2_alloc_acts(m, g_B, g_T);
+    if (lm) lora_attach(lm, m);
+}
+
+// Compare lm's gradients with grad.<key> (prefix "grad." or "accum.grad.") of ref.
+static void check_grads(const char* set, LoraModel* lm, GPT2* m, StFile* ref, const char* prefix) {
+    float* g = (float*)mallocCheck(lm->total * sizeof(float));
+    lora_get_grads(lm, g);
+    for (int i = 0; i < lm->n; i++) {
+        const LoraAdapter* a = &lm->ad[i];
+        for (int w = 0; w < 2; w++) {
+            char key[256], what[300];
+            snprintf(key, sizeof(key), "%sbase_model.model.transformer.h.%d.%s.lora_%c.weight", prefix, a->layer, LIN_NAME[a->lin], w ? 'B' : 'A');
+            size_t n;
+            float* want = read_ref(ref, key, &n);
+            size_t off = w ? a->b_off : a->a_off;
+            TEST_CHECK(n == (size_t)a->rank * (w ? a->out : a->in), "%s size", key);
+            snprintf(what, sizeof(what), "%s %s", set, key);
+            test_allclose(what, g + off, want, n, 1e-3, 1e-4 * max_abs(want, n) + 1e-7);
+            free(want);
+        }
+    }
+    free(g);
+    for (int i = 0; m && i < lm->n_extra; i++) { // trained base slices (PEFT bias= / modules_to_save)
+        const LoraExtra* e = &lm->extra[i];
+        char key[256], what[300];
+        snprintf(key, sizeof(key), "%s%s", prefix, e->key);
+        size_t n;
+        float* want = read_ref(ref, key, &n);
+        size_t ln = params_layer_numel(&g_pt, e->id);
+        TEST_CHECK(n == ln, "%s size", key);
+        float* ours = (float*)mallocCheck(ln * sizeof(float));
+        ops_download_f32(ours, m->g[e->id] + (e->layer < 0 ? 0 : (size_t)e->layer * ln), ln);
+        snprintf(what, sizeof(what), "%s %s", set, key);
+        test_allclose(what, ours, want, n, 1e-3, 1e-4 * max_abs(want, n) + 1e-7);
+        free(want); free(ours);
+    }
+}
+
+static void test_set(const SetSpec* s) {
+    char path[1200];
+    printf("---- %s\n", s->name);
+    snprintf(path, sizeof(path), LREF "/%s/ref.safetensors", s->name);
+    StFile ref;
+    st_open(&ref, path);
+    const int V = g_cfg.vocab_size, N = g_B * g_T;
+
+    // structure from our flags == structure PEFT saved
+    LoraModel* lm = make_lora(s, 0.0f);
+    // (the q/v split is stored as PEFT's rank-2r c_attn adapter; its trainable count excludes the
+    // structural zeros of B: 2 layers x 2 blocks x (A 2x64 + B 64x2))
+    TEST_CHECK(lm->total == (size_t)atol(st_meta(&ref, "n_trainable")), "%s: %zu adapter parameters vs PEFT %s",
+               s->name, lm->total, st_meta(&ref, "n_trainable"));
+    TEST_CHECK(lm->n_trainable == (strcmp(s->name, "qv") ? lm->total : (size_t)2 * 2 * (2 * 64 + 64 * 2)),
+               "%s: %zu trainable", s->name, lm->n_trainable);
+    TEST_CHECK(lm->n_extra == 0 || st_meta(&ref, "n_extra") != NULL, "n_extra");
+    {
+        size_t ne = 0;
+        for (int i = 0; i < lm->n_extra; i++) ne += params_layer_numel(&g_pt, lm->extra[i].id);
+        TEST_CHECK(ne == (size_t)atol(st_meta(&ref, "n_extra")), "%s: %zu trained base parameters vs PEFT %s", s->name, ne, st_meta(&ref, "n_extra"));
+    }
+    // the base as the adapter file leaves it (trained biases / ln_f replaced), read back from a model
+    const unsigned xmask = lora_base_trainable_mask(lm);
+    GPT2 m;
+    float* start = (float*)mallocCheck(g_pt.total * sizeof(float));
+    model_with(&m, g_base, xmask | (1u << PT_WTE), lm);
+    snprintf(path, sizeof(path), LREF "/%s/adapter_model.safetensors", s->name);
+    lora_load_tensors(lm, &m, path);
+    gpt2_get_params(&m, start);
+    snprintf(path, sizeof(path), LREF "/%s", s->name);
+    LoraModel* lp = lora_load_peft(path, &g_cfg);
+    TEST_CHECK(lp->n == lm->n && lp->total == lm->total, "%s: loaded by config: %d adapters / %zu params vs %d / %zu",
+               s->name, lp->n, lp->total, lm->n, lm->total);
+    for (int i = 0; i < lp->n && i < lm->n; i++) {
+        const LoraAdapter *a = &lm->ad[i], *b = &lp->ad[i];
+        TEST_CHECK(a->layer == b->layer && a->lin == b->lin && a->rank == b->rank && fabsf(a->scaling - b->scaling) < 1e-6f,
+                   "%s adapter %d: (%d,%d,r%d,s%g) vs PEFT config (%d,%d,r%d,s%g)", s->name, i, a->layer, a->lin, a->rank,
+                   a->scaling, b->layer, b->lin, b->rank, b->scaling);
+    }
+    float* p0 = (float*)mallocCheck(lm->total * sizeof(float));
+    float* p1 = (float*)mallocCheck(lm->total * sizeof(float));
+    lora_get_params(lm, p0);
+    lora_get_params(lp, p1);
+    TEST_CHECK(lp->total != lm->total || memcmp(p0, p1, lm->total * sizeof(float)) == 0, "%s: same values both ways", s->name);
+    TEST_CHECK(lp->n_extra == lm->n_extra, "%s: %d trained base slices from the config vs %d from the flags", s->name, lp->n_extra, lm->n_extra);
+    for (int i = 0; i < lp->n_extra && i < lm->n_extra; i++)
+        TEST_CHECK(!strcmp(lp->extra[i].key, lm->extra[i].key), "extra key %s vs %s", lp->extra[i].key, lm->extra[i].key);
+    {   // the PEFT-loaded adapter puts the same base values in place
+        GPT2 m2;
+        float* p2 = (float*)mallocCheck(g_pt.total * sizeof(float));
+        model_with(&m2, g_base, lora_base_trainable_mask(lp), lp);
+        gpt2_get_params(&m2, p2);
+        TEST_CHECK(memcmp(p2, start, g_pt.total * sizeof(float)) == 0, "%s: base slices from lora_load_peft", s->name);
+        free(p2);
+        gpt2_free(&m2);
+    }
+    lora_free(lp);
+
+    // forward / backward, with wte trainable to read the gradient that reaches the embedding
+    gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
+    float* logits = get_logits(&m);
+    size_t nl;
+    float* want = read_ref(&ref, "logits", &nl);
+    char what[256];
+    snprintf(what, sizeof(what), "%s logits", s->name);
+    test_allclose(what, logits, want, nl, 1e-4, 1e-4 * max_abs(want, nl));
+    free(want); free(logits);
+    gpt2_zero_grads(&m);
+    long nv;
+    double loss = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv) / (double)nv;
+    gpt2_backward(&m);
+    float* rl = read_ref(&ref, "loss", NULL);
+    TEST_CHECK(fabs(loss - rl[0]) < 1e-5, "%s loss %.7f vs PEFT %.7f", s->name, loss, rl[0]);
+    printf("%s: loss %.7f (PEFT %.7f)\n", s->name, loss, rl[0]);
+    free(rl);
+    check_grads(s->name, lm, &m, &ref, "grad.");
+    {
+        size_t n;
+        float* wg = read_ref(&ref, "grad.wte", &n);
+        float* ours = (float*)mallocCheck(g_pt.t[PT_WTE].numel * sizeof(float));
+        ops_download_f32(ours, m.g[PT_WTE], g_pt.t[PT_WTE].numel);
+        snprintf(what, sizeof(what), "%s grad reaching wte (input path through frozen layers + adapters)", s->name);
+        TEST_CHECK(n == (size_t)V * g_cfg.channels, "grad.wte size");
+        test_allclose(what, ours, wg, n, 1e-3, 1e-4 * max_abs(wg, n));
+        free(wg); free(ours);
+    }
+    gpt2_free(&m);
+
+    // merge (PEFT merge_and_unload of the same adapter)
+    float* merged = (float*)mallocCheck(g_pt.total * sizeof(float));
+    memcpy(merged, start, g_pt.total * sizeof(float));
+    lora_merge(lm, &g_pt, merged);
+    model_with(&m, merged, 0, NULL);
+    gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
+    logits = get_logits(&m);
+    want = read_ref(&ref, "merged_logits", &nl);
+    snprintf(what, sizeof(what), "%s merged-model logits vs PEFT merge_and_unload", s->name);
+    test_allclose(what, logits, want, nl, 1e-4, 1e-4 * max_abs(want, nl));
+    free(want); free(logits);
+    gpt2_free(&m);
+
+    // gradient accumulation: 4 micro-batches of 1 sequence == PEFT on the batch of 4
+    if (st_find(&ref, "accum.input_ids")) {
+        const StTensor* ti = st_find(&ref, "accum.input_ids");
+        int AB = (int)ti->shape[0], AT = (int)ti->shape[1];
+        int* ai = (int*)mallocCheck((size_t)AB * AT * sizeof(int));
+        int* at = (int*)mallocCheck((size_t)AB * AT * sizeof(int));
+        st_read_i32(&ref, ti, ai);
+        st_read_i32(&ref, st_find(&ref, "accum.targets"), at);
+        model_with(&m, start, xmask, lm);
+        long valid = 0;
+        for (int i = 0; i < AB * AT; i++) valid += at[i] >= 0;
+        gpt2_zero_grads(&m);
+        double sum = 0;
+        for (int k = 0; k < AB; k++) {
+            long n1;
+            sum += gpt2_forward(&m, ai + (size_t)k * AT, at + (size_t)k * AT, 1, AT, 1.0f / (float)valid, &n1);
+            gpt2_backward(&m);
+        }
+        float* al = read_ref(&ref, "accum.loss", NULL);
+        TEST_CHECK(fabs(sum / (double)valid - al[0]) < 1e-5, "accumulated loss %.7f vs PEFT big batch %.7f", sum / (double)valid, al[0]);
+        printf("%s: 4 micro-batches: loss %.7f (PEFT, one batch of 4: %.7f)\n", s->name, sum / (double)valid, al[0]);
+        check_grads("4 accumulated micro-batches vs one 4x batch:", lm, &m, &ref, "accum.grad.");
+        free(al); free(ai); free(at);
+        gpt2_free(&m);
+    }
+
+    // 10 AdamW steps
+    float lr = (float)atof(st_meta(&ref, "lr")), b1 = (float)atof(st_meta(&ref, "beta1"));
+    float b2 = (float)atof(st_meta(&ref, "beta2")), eps = (float)atof(st_meta(&ref, "eps"));
+    float wd = (float)atof(st_meta(&ref, "weight_decay")), clip = (float)atof(st_meta(&ref, "grad_clip"));
+    int steps = atoi(st_meta(&ref, "steps"));
+    float* ref_losses = read_ref(&ref, "train_losses", NULL);
+    float* ref_norms = read_ref(&ref, "train_grad_norms", NULL);
+    model_with(&m, start, xmask, lm);
+    TrainSeg* segs = (TrainSeg*)mallocCheck((size_t)(1 + lm->n_extra) * sizeof(TrainSeg));
+    int nseg = lora_segments(lm, &m, segs);
+    Optimizer opt;
+    opt_init(&opt, segs, nseg, 0, (size_t)-1);
+    free(segs);
+    float* losses = (float*)mallocCheck((size_t)steps * sizeof(float));
+    float* norms = (float*)mallocCheck((size_t)steps * sizeof(float));
+    for (int st = 0; st < steps; st++) {
+        gpt2_zero_grads(&m);
+        long n1;
+        double ls = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &n1);
+        gpt2_backward(&m);
+        double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
+        opt_step(&opt, lr, b1, b2, eps, wd, opt_clip_scale(norm, clip), 1234);
+        losses[st] = (float)(ls / (double)n1);
+        norms[st] = (float)norm;
+    }
+    printf("%s: 10 steps: loss %.6f -> %.6f (PEFT %.6f -> %.6f)\n", s->name, losses[0], losses[steps - 1], ref_losses[0], ref_losses[steps - 1]);
+    snprintf(what, sizeof(what), "%s 10 AdamW step losses", s->name);
+    test_allclose(what, losses, ref_losses, (size_t)steps, 0.0, 1e-4);
+    snprintf(what, sizeof(what), "%s 10 AdamW step grad norms", s->name);
+    test_allclose(what, norms, ref_norms, (size_t)steps, 1e-3, 1e-6);
+    if (!strcmp(s->name, "qv")) {
+        // the structural zeros of the split adapter stay exactly zero
+        float* pv = (float*)mallocCheck(lm->total * sizeof(float));
+        float* mk = (float*)mallocCheck((size_t)lm->ad[0].out * lm->ad[0].rank * sizeof(float));
+        lora_get_params(lm, pv);
+        size_t bad = 0, nz = 0;
+        for (int i = 0; i < lm->n; i++) {
+            const LoraAdapter* a = &lm->ad[i];
+            ops_download_f32(mk, a->b_mask, (size_t)a->out * a->rank);
+            for (size_t j = 0; j < (size_t)a->out * a->rank; j++) {
+                if (mk[j] == 0.0f && pv[a->b_off + j] != 0.0f) bad++;
+                nz += mk[j] != 0.0f && pv[a->b_off + j] != 0.0f;
+            }
+        }
+        TEST_CHECK(bad == 0 && nz > 0, "qv: %zu structural zeros of B moved (%zu trained entries non-zero)", bad, nz);
+        free(pv); free(mk);
+    }
+    opt_free(&opt);
+
+    // export (PEFT layout) + the logits of our merged trained model, for dev/gen_lora_ref.py --check-c;
+    // and our loader reads our export back to the same values
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/lora_export/%s", g_build, s->name);
+    lora_save_peft(lm, &m, dir);
+    LoraModel* back = lora_load_peft(dir, &g_cfg);
+    float* pa = (float*)mallocCheck(lm->total * sizeof(float));
+    float* pb = (float*)mallocCheck(back->total * sizeof(float));
+    lora_get_params(lm, pa);
+    lora_get_params(back, pb);
+    TEST_CHECK(back->total == lm->total && memcmp(pa, pb, lm->total * sizeof(float)) == 0 && back->n == lm->n,
+               "%s: exported adapter reads back identically", s->name);
+    for (int i = 0; i < back->n && i < lm->n; i++)
+        TEST_CHECK(fabsf(back->ad[i].scaling - lm->ad[i].scaling) < 1e-6f && back->ad[i].rank == lm->ad[i].rank,
+                   "%s: exported adapter %d scaling %g rank %d vs %g %d", s->name, i, back->ad[i].scaling, back->ad[i].rank,
+                   lm->ad[i].scaling, lm->ad[i].rank);
+    gpt2_free(&m);
+    model_with(&m, g_base, lora_base_trainable_mask(back), back); // puts the exported base slices in place
+    gpt2_get_params(&m, merged);
+    gpt2_free(&m);
+    lora_merge(back, &g_pt, merged);
+    model_with(&m, merged, 0, NULL);
+    gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
+    logits = get_logits(&m);
+    {
+        StWriter w;
+        st_writer_init(&w);
+        int64_t shape[3] = {g_B, g_T, V};
+        st_writer_add(&w, "logits", ST_F32, 3, shape, logits);
+        snprintf(path, sizeof(path), "%s/merged_logits.safetensors", dir);
+        st_writer_save(&w, path);
+        st_writer_free(&w);
+    }
+    free(logits); free(pa); free(pb);
+    gpt2_free(&m);
+    lora_free(back);
+    (void)N;
+
+    free(losses); free(norms); free(ref_losses); free(ref_norms); free(merged); free(p0); free(p1); free(start);
+    lora_free(lm);
+    st_close(&ref);
+}
+
+// ---- dropout
+static double loss_at(GPT2* m) {
+    long n;
+    double l = gpt2_forward(m, g_inputs, g_targets, g_B, g_T, 0.0f, &n);
+    return l / (double)n;
+}
+
+static void test_dropout(void) {
+    printf("---- dropout\n");
+    const size_t n = 200000;
+    const float p = 0.3f;
+    float* x = (float*)mallocCheck(n * sizeof(float));
+    float* y = (float*)mallocCheck(n * sizeof(float));
+    float* z = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = 1.0f + (float)(i % 7);
+    dropout_forward(y, x, n, p, 42, 7);
+    dropout_forward(z, x, n, p, 42, 7);
+    size_t kept = 0, wrong = 0, same_other = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (y[i] != 0.0f) { kept++; if (fabsf(y[i] - x[i] / (1.0f - p)) > 1e-6f * y[i]) wrong++; }
+    }
+    TEST_CHECK(memcmp(y, z, n * sizeof(float)) == 0, "dropout mask is a pure function of (seed, stream, i)");
+    double frac = (double)kept / (double)n;
+    TEST_CHECK(fabs(frac - (1.0 - p)) < 0.005, "kept fraction %.4f, expected %.2f", frac, 1.0 - p);
+    TEST_CHECK(wrong == 0, "%zu kept elements not scaled by 1/(1-p)", wrong);
+    dropout_forward(z, x, n, p, 42, 8);
+    for (size_t i = 0; i < n; i++) same_other += (y[i] != 0.0f) == (z[i] != 0.0f);
+    TEST_CHECK(fabs((double)same_other / n - (p * p + (1 - p) * (1 - p))) < 0.01, "another stream gives an independent mask");
+    printf("ok   dropout p=%.1f: kept %.4f, scale 1/(1-p), deterministic, streams independent\n", p, frac);
+    free(x); free(y); free(z);
+
+    // Exact regeneration of the mask in backward: with dropout active the loss is a
+    // deterministic function of the adapter, and the analytic gradient must match central
+    // differences along the gradient direction (a wrong mask in backward would not).
+    const SetSpec s = {"all_linear", "all-linear", 2, 4, 0, "all", 0, 0};
+    LoraModel* lm = make_lora(&s, 0.25f);
+    lora_load_tensors(lm, NULL, LREF "/all_linear/adapter_model.safetensors");
+    lm->dropout_seed = 99;
+    lm->tick = 5;
+    GPT2 m;
+    model_with(&m, g_base, 0, lm);
+    lm->train_mode = 0;
+    double l_eval = loss_at(&m);
+    lm->train_mode = 1;
+    double l_train = loss_at(&m);
+    TEST_CHECK(fabs(l_train - l_eval) > 1e-5, "dropout changes the training loss (%.7f vs eval %.7f)", l_train, l_eval);
+    gpt2_zero_grads(&m);
+    long nv;
+    gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv);
+    gpt2_backward(&m);
+    float* g = (float*)mallocCheck(lm->total * sizeof(float));
+    float* p0 = (float*)mallocCheck(lm->total * sizeof(float));
+    float* pp = (float*)mallocCheck(lm->total * sizeof(float));
+    lora_get_grads(lm, g);
+    lora_get_params(lm, p0);
+    double gn = 0;
+    for (size_t i = 0; i < lm->total; i++) gn += (double)g[i] * g[i];
+    gn = sqrt(gn);
+    const double h = 1e-2;
+    for (size_t i = 0; i < lm->total; i++) pp[i] = p0[i] + (float)(h * g[i] / gn);
+    lora_set_params(lm, pp);
+    double lp = loss_at(&m);
+    for (size_t i = 0; i < lm->total; i++) pp[i] = p0[i] - (float)(h * g[i] / gn);
+    lora_set_params(lm, pp);
+    double lmn = loss_at(&m);
+    double fd = (lp - lmn) / (2 * h);
+    printf("dropout p=0.25 backward: directional derivative %.6f, finite differences %.6f\n", gn, fd);
+    TEST_CHECK(fabs(fd - gn) < 0.01 * gn, "dropout backward: |grad| %.6f vs finite differences %.6f", gn, fd);
+    lm->tick = 6;
+    lora_set_params(lm, p0);
+    double l_other = loss_at(&m);
+    TEST_CHECK(fabs(l_other - l_train) > 1e-6, "another tick draws another mask");
+    free(g); free(p0); free(pp);
+    gpt2_free(&m);
+    lora_free(lm);
+}
+
+// ---- bad adapters
+static void write_adapter(const char* dir, const char* config, int nt, const char* const* names, const int64_t (*shapes)[2]) {
+    mkdir_p(dir);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
+    atomic_write_file(path, config, strlen(config));
+    StWriter w;
+    st_writer_init(&w);
+    static float zeros[4 * 4096];
+    for (int i = 0; i < nt; i++) st_writer_add(&w, names[i], ST_F32, shapes[i][1] ? 2 : 1, shapes[i], zeros); // [n, 0]: 1-D
+    snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
+    st_writer_save(&w, path);
+    st_writer_free(&w);
+}
+
+static void expect_refused(const char* what, const char* dir, const char* const* want) {
+    char err[1024];
+    LoraModel* lm = lora_try_load_peft(dir, &g_cfg, err, sizeof(err));
+    int ok = lm == NULL;
+    for (const char* const* w = want; ok && *w; w++) if (!strstr(err, *w)) ok = 0;
+    TEST_CHECK(ok, "%s: expected a refusal mentioning '%s', got %s", what, want[0], lm ? "success" : err);
+    if (ok) printf("ok   refused %s: %s\n", what, err);
+    if (lm) lora_free(lm);
+}
+
+#define CFG(targets, r, extra) "{\"peft_type\": \"LORA\", \"r\": " #r ", \"lora_alpha\": 8, \"target_modules\": " targets \
+    ", \"bias\": \"none\", \"fan_in_fan_out\": true" extra "}"
+#define KA(l, mod) "base_model.model.transformer.h." #l "." mod ".lora_A.weight"
+#define KB(l, mod) "base_model.model.transformer.h." #l "." mod ".lora_B.weight"
+
+static void test_bad_adapters(void) {
+    printf("---- bad adapters\n");
+    char d[1024];
+    const char* ca[4] = {KA(0, "attn.c_attn"), KB(0, "attn.c_attn"), KA(1, "attn.c_attn"), KB(1, "attn.c_attn")};
+    const int64_t good[4][2] = {{4, 64}, {192, 4}, {4, 64}, {192, 4}};
+    snprintf(d, sizeof(d), "%s/lora_bad/good", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, good);
+    char err[1024];
+    LoraModel* lm = lora_try_load_peft(d, &g_cfg, err, sizeof(err));
+    TEST_CHECK(lm != NULL, "a well-formed adapter loads: %s", lm ? "" : err);
+    if (lm) lora_free(lm);
+
+    // bias="lora_only" as PEFT >= 0.7 names it (base_layer) and as older PEFT did
+    const char* bl[6] = {ca[0], ca[1], ca[2], ca[3], "base_model.model.transformer.h.0.attn.c_attn.base_layer.bias",
+                         "base_model.model.transformer.h.1.attn.c_attn.base_layer.bias"};
+    const char* bo[6] = {ca[0], ca[1], ca[2], ca[3], "base_model.model.transformer.h.0.attn.c_attn.bias",
+                         "base_model.model.transformer.h.1.attn.c_attn.bias"};
+    const int64_t bs[6][2] = {{4, 64}, {192, 4}, {4, 64}, {192, 4}, {192, 0}, {192, 0}};
+    for (int v = 0; v < 2; v++) {
+        snprintf(d, sizeof(d), "%s/lora_bad/bias_%s", g_build, v ? "old" : "new");
+        const char* cfgtext = "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"c_attn\"], \"bias\": \"lora_only\"}";
+        write_adapter(d, cfgtext, 6, v ? bo : bl, bs);
+        lm = lora_try_load_peft(d, &g_cfg, err, sizeof(err));
+        TEST_CHECK(lm != NULL && lm->n_extra == 2, "bias lora_only adapter (%s key spelling) loads: %s", v ? "old" : "base_layer", lm ? "" : err);
+        if (lm) { printf("ok   bias=lora_only adapter with %s bias keys loads\n", v ? "pre-0.7 PEFT" : "base_layer"); lora_free(lm); }
+    }
+    snprintf(d, sizeof(d), "%s/lora_bad/bias_missing", g_build);
+    write_adapter(d, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"c_attn\"], \"bias\": \"all\"}", 6, bl, bs);
+    expect_refused("bias all without every bias", d, (const char*[]){"needs tensor", "ln_1.bias", "config/tensor disagreement", NULL});
+
+    const int64_t wrong_in[4][2] = {{4, 32}, {192, 4}, {4, 32}, {192, 4}};
+    snprintf(d, sizeof(d), "%s/lora_bad/wrong_shape", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, wrong_in);
+    expect_refused("wrong shape for the base", d, (const char*[]){"wrong base model", KA(0, "attn.c_attn"), "adapter_model.safetensors", NULL});
+
+    const int64_t wrong_out[4][2] = {{4, 64}, {96, 4}, {4, 64}, {96, 4}};
+    snprintf(d, sizeof(d), "%s/lora_bad/wrong_out", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, wrong_out);
+    expect_refused("wrong output size for the base", d, (const char*[]){"192 outputs", NULL});
+
+    const int64_t rank_mm[4][2] = {{4, 64}, {192, 3}, {4, 64}, {192, 4}};
+    snprintf(d, sizeof(d), "%s/lora_bad/rank_mismatch", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, rank_mm);
+    expect_refused("rank mismatch between A and B", d, (const char*[]){"rank mismatch", KB(0, "attn.c_attn"), NULL});
+
+    snprintf(d, sizeof(d), "%s/lora_bad/unknown_target", g_build);
+    write_adapter(d, CFG("[\"c_attn\", \"q_proj\"]", 4, ""), 4, ca, good);
+    expect_refused("unknown target module", d, (const char*[]){"unknown target module", "q_proj", "adapter_config.json", NULL});
+
+    snprintf(d, sizeof(d), "%s/lora_bad/config_rank", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 8, ""), 4, ca, good);
+    expect_refused("config r disagrees with the tensors", d, (const char*[]){"config/tensor disagreement", "r = 8", NULL});
+
+    snprintf(d, sizeof(d), "%s/lora_bad/config_targets", g_build);
+    write_adapter(d, CFG("[\"c_attn\", \"c_fc\"]", 4, ""), 4, ca, good);
+    expect_refused("config targets a module without tensors", d, (const char*[]){"config/tensor disagreement", "mlp.c_fc", NULL});
+
+    snprintf(d, sizeof(d), "%s/lora_bad/untargeted_tensor", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"layers_to_transform\": [0]"), 4, ca, good);
+    expect_refused("tensor for a layer the config excludes", d, (const char*[]){"config/tensor disagreement", "transformer.h.1.attn.c_attn", NULL});
+
+    snprintf(d, sizeof(d), "%s/lora_bad/a_without_b", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ""), 3, ca, good);
+    expect_refused("lora_A without lora_B", d, (const char*[]){"no matching lora_B", KA(1, "attn.c_attn"), NULL});
+
+    const char* deep[2] = {KA(5, "attn.c_attn"), KB(5, "attn.c_attn")};
+    snprintf(d, sizeof(d), "%s/lora_bad/too_deep", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ""), 2, deep, good);
+    expect_refused("adapter for a deeper model", d, (const char*[]){"wrong base model", "layer 5", NULL});
+
+    const char* odd[5] = {ca[0], ca[1], ca[2], ca[3], "base_model.model.transformer.h.0.attn.c_attn.bias"};
+    const int64_t odd_s[5][2] = {{4, 64}, {192, 4}, {4, 64}, {192, 4}, {1, 192}};
+    snprintf(d, sizeof(d), "%s/lora_bad/unknown_tensor", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ""), 5, odd, odd_s);
+    expect_refused("unknown tensor", d, (const char*[]){"unknown tensor", "c_attn.bias", NULL});
+
+    snprintf(d, sizeof(d), "%s/lora_bad/bad_json", g_build);
+    write_adapter(d, "{\"r\": 4, \"lora_alpha\": 8,}", 4, ca, good);
+    expect_refused("malformed adapter_config.json", d, (const char*[]){"adapter_config.json", "JSON", NULL});
+
+    snprintf(d, sizeof(d), "%s/lora_bad/dora", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"use_dora\": true"), 4, ca, good);
+    expect_refused("DoRA", d, (const char*[]){"DoRA", NULL});
+
+    snprintf(d, sizeof(d), "%s/lora_bad/missing", g_build);
+    expect_refused("missing directory", d, (const char*[]){"lora_bad/missing'", "does not exist", NULL});
+
+    // flag parsing
+    unsigned t;
+    LoraSpec spec;
+    TEST_CHECK(lora_parse_targets("c_attn,foo", &t, err, sizeof(err)) != 0 && strstr(err, "'foo'"), "unknown --lora-targets entry");
+    TEST_CHECK(lora_parse_targets("c_proj", &t, err, sizeof(err)) == 0 && t == (LORA_T_ATTPROJ | LORA_T_FCPROJ), "c_proj = both projections");
+    TEST_CHECK(lora_parse_targets("c_attn,q", &t, err, sizeof(err)) != 0, "c_attn with q refused");
+    TEST_CHECK(lora_parse_layers("0-1", 2, &spec, err, sizeof(err)) == 0 && spec.all_layers, "0-1 is all layers of a 2-layer model");
+    TEST_CHECK(lora_parse_layers("1", 2, &spec, err, sizeof(err)) == 0 && !spec.all_layers && spec.layers[1] && !spec.layers[0], "layer subset");
+    TEST_CHECK(lora_parse_layers("0-2", 2, &spec, err, sizeof(err)) != 0 && strstr(err, "outside"), "layer range beyond the model");
+    TEST_CHECK(lora_parse_layers("1,x", 2, &spec, err, sizeof(err)) != 0, "malformed layer list");
+}
+
+// GPT-2 124M, r=8 on c_attn: 294,912 trainable parameters (FORMATS.md); the q/v split of the
+// same rank has the same count (2 blocks of r=8 on 768 -> 768 instead of one on 768 -> 2304).
+static void test_124M_counts(void) {
+    GPT2Config cfg;
+    TEST_CHECK(gpt2_config_from_descriptor(&cfg, "d12") == 0, "d12 descriptor");
+    const char* targets[2] = {"c_attn", "q,v"};
+    for (int i = 0; i < 2; i++) {
+        LoraSpec spec;
+        memset(&spec, 0, sizeof(spec));
+        char err[256];
+        spec.rank = 8; spec.alpha = 16;
+        TEST_CHECK(lora_parse_targets(targets[i], &spec.targets, err, sizeof(err)) == 0, "%s", err);
+        TEST_CHECK(lora_parse_layers("all", cfg.num_layers, &spec, err, sizeof(err)) == 0, "%s", err);
+        LoraModel* lm = lora_create(&cfg, &spec);
+        TEST_CHECK(lm->n_trainable == 294912, "124M r=8 %s: %zu trainable, expected 294,912", targets[i], lm->n_trainable);
+        printf("ok   124M r=8 %s: %zu trainable parameters\n", targets[i], lm->n_trainable);
+        lora_free(lm);
+    }
+}
+
+int main(void) {
+    ops_init(0);
+    const char* b = getenv("BUILD");
+    snprintf(g_build, sizeof(g_build), "%s", b && *b ? b : "build");
+    model_load(BASE_DIR, &g_cfg, &g_pt, &g_base);
+    StFile ref;
+    st_open(&ref, BASE_DIR "/ref.safetensors");
+    const StTensor* ti = st_find(&ref, "input_ids");
+    g_B = (int)ti->shape[0]; g_T = (int)ti->shape[1];
+    g_inputs = (int*)mallocCheck((size_t)g_B * g_T * sizeof(int));
+    g_targets = (int*)mallocCheck((size_t)g_B * g_T * sizeof(int));
+    st_read_i32(&ref, ti, g_inputs);
+    st_read_i32(&ref, st_find(&ref, "targets"), g_targets);
+    st_close(&ref);
+    g_valid = 0;
+    for (int i = 0; i < g_B * g_T; i++) g_valid += g_targets[i] >= 0;
+    TEST_CHECK(g_valid < g_B * g_T, "the batch has masked targets (the loss is over the unmasked ones only)");
+
+    for (size_t i = 0; i < sizeof(SETS) / sizeof(SETS[0]); i++) test_set(&SETS[i]);
+    test_dropout();
+    test_bad_adapters();
+    test_124M_counts();
+
+    free(g_base); free(g_inputs); free(g_targets);
+    return test_finish("test_lora");
+}
