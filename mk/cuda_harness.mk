@@ -30,8 +30,8 @@ CUDA_CPU_CXX = $(CXX) $(filter-out -Werror=implicit-function-declaration,$(CXXFL
 CUDA_CPU_RT := $(CUDA_CPU_DIR)/runtime.o
 CUDA_CPU_TEST_SRCS := $(wildcard test/cuda_cpu/test_*.cu test/cuda/test_*.cu)
 CUDA_CPU_TESTS := $(patsubst %.cu,$(CUDA_CPU_DIR)/%,$(CUDA_CPU_TEST_SRCS))
-# the mutant: test_harness_kernels.cu with the barrier marked MUTATION-TARGET deleted
-CUDA_CPU_MUTANT := $(CUDA_CPU_DIR)/mutation/test_harness_kernels_nosync
+# the mutants: the self-tests with the one barrier marked MUTATION-TARGET deleted
+CUDA_CPU_MUTANT := $(CUDA_CPU_DIR)/mutation/test_harness_kernels_nosync $(CUDA_CPU_DIR)/mutation/test_harness_wmma_nosync
 # faulty kernels that faults.sh expects the harness / ASan / TSan to catch
 CUDA_CPU_FAULTS := $(CUDA_CPU_DIR)/test/cuda_cpu/harness_faults
 
@@ -44,7 +44,7 @@ $(CUDA_CPU_DIR)/%.o: %.cu $(CUDA_CPU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CUDA_CPU_CXX) -x c++ -include test/cuda_cpu/cuda_cpu.h -c $< -o $@
 
-$(CUDA_CPU_DIR)/mutation/test_harness_kernels_nosync.cu: test/cuda_cpu/test_harness_kernels.cu
+$(CUDA_CPU_DIR)/mutation/%_nosync.cu: test/cuda_cpu/%.cu
 	@mkdir -p $(dir $@)
 	@test $$(grep -c '__syncthreads();.*MUTATION-TARGET' $<) -eq 1 || { echo "expected exactly one '__syncthreads(); // MUTATION-TARGET' line in $<"; exit 1; }
 	sed '/__syncthreads();.*MUTATION-TARGET/d' $< > $@
@@ -56,7 +56,7 @@ $(CUDA_CPU_DIR)/mutation/%.o: $(CUDA_CPU_DIR)/mutation/%.cu $(CUDA_CPU_HDRS)
 $(CUDA_CPU_DIR)/%: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_RT) $(LIB_OBJS)
 	$(CXX) $< $(CUDA_CPU_RT) $(LIB_OBJS) -o $@ $(LDFLAGS) -lm -lpthread
 
-.PRECIOUS: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_MUTANT).o $(CUDA_CPU_MUTANT).cu $(CUDA_CPU_FAULTS).o $(CUDA_CPU_TESTS:=.o)
+.PRECIOUS: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_MUTANT:=.o) $(CUDA_CPU_MUTANT:=.cu) $(CUDA_CPU_FAULTS).o $(CUDA_CPU_TESTS:=.o)
 
 ifeq ($(NO_CUDA_HARNESS),1)
 # explicitly skipped

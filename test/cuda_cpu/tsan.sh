@@ -26,16 +26,19 @@ for prog in "$@"; do
     fi
   done
 done
-mut="$BUILD/cuda_cpu/mutation/test_harness_kernels_nosync"
-for o in forward reverse random:$seed; do   # reverse: the order in which the mutant's result is right
-  log="$logdir/mutant.tsan.${o/:/-}.log"
-  CUDA_CPU_ORDER=$o "$mut" >"$log" 2>&1; rc=$?
-  if [ $rc -eq 66 ] && grep -q 'WARNING: ThreadSanitizer: data race' "$log" && grep -q 'block_sum_kernel' "$log"; then
-    pass=$((pass+1)); res=$(grep -q '^FAIL block_sum' "$log" && echo "wrong result too" || echo "result happened to be right")
-    echo "PASS  tsan reports the missing __syncthreads in order $o ($res)"
-  else
-    fail=$((fail+1)); echo "FAIL  tsan did not report the missing __syncthreads in order $o (exit $rc): $log"
-  fi
+# the mutants (one barrier deleted): a race report naming the kernel in every order
+for m in test_harness_kernels:block_sum_kernel test_harness_wmma:wmma_gemm_kernel; do
+  mut="$BUILD/cuda_cpu/mutation/${m%%:*}_nosync"; kernel=${m##*:}
+  for o in forward reverse random:$seed; do
+    log="$logdir/${m%%:*}_nosync.tsan.${o/:/-}.log"
+    CUDA_CPU_ORDER=$o "$mut" >"$log" 2>&1; rc=$?
+    if [ $rc -eq 66 ] && grep -q 'WARNING: ThreadSanitizer: data race' "$log" && grep -q "$kernel" "$log"; then
+      pass=$((pass+1)); res=$(grep -q '^FAIL ' "$log" && echo "wrong result too" || echo "result happened to be right")
+      echo "PASS  tsan reports the missing __syncthreads in $kernel, order $o ($res)"
+    else
+      fail=$((fail+1)); echo "FAIL  tsan did not report the missing __syncthreads in $kernel, order $o (exit $rc): $log"
+    fi
+  done
 done
 if BUILD="$BUILD" bash test/cuda_cpu/faults.sh tsan; then pass=$((pass+1)); else fail=$((fail+1)); fi
 echo "[tsan] $pass passed, $fail failed"
