@@ -28,7 +28,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -824,6 +823,14 @@ void launch(const char* name, const void* kernel_id, KernelThunk thunk, const vo
             dim3 grid, dim3 block, size_t smem, cudaStream_t stream) {
     init_once();
     register_exit();
+    // LAUNCH((kernel<T, N>), ...) stringizes the parentheses: report the bare name
+    static __thread char namebuf[256];
+    size_t nlen = strlen(name);
+    if (nlen >= 2 && name[0] == '(' && name[nlen - 1] == ')' && nlen - 2 < sizeof namebuf) {
+        memcpy(namebuf, name + 1, nlen - 2);
+        namebuf[nlen - 2] = '\0';
+        name = namebuf;
+    }
     if (tw && tw->L) {
         fprintf(stderr, "cuda_cpu: kernel %s launched from inside kernel %s: dynamic parallelism is not supported\n",
                 name, tw->L->name);

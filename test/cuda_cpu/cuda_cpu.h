@@ -102,8 +102,7 @@
 // ---------------------------------------------------------------------------------------------
 // per-fiber / per-block builtins
 namespace cuda_cpu {
-struct Fiber;  // opaque to kernels except for the first member
-struct FiberHead { uint3 tid; };
+struct FiberHead { uint3 tid; };  // first member of the runtime's fiber record
 }
 // __thread (not thread_local): plain TLS, no init wrappers, so builtins cost one TLS load
 extern __thread cuda_cpu::FiberHead* cuda_cpu_cur;  // the running CUDA thread
