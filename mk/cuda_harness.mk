@@ -129,3 +129,8 @@ cuda-check:
 endif
 
 .PHONY: test-tsan cuda-cpu-tsan-run cuda-check cuda-cpu-force
+
+clean: cuda-cpu-clean
+cuda-cpu-clean:
+	rm -rf build-tsan
+.PHONY: cuda-cpu-clean
