@@ -121,7 +121,7 @@ $(NVCC_DEV_OBJS): $(NVCC_CHECK_DIR)/dev-%.o: %.cu $(wildcard llmc/cuda/*.cuh llm
 
 ifeq ($(HAVE_NVCC),1)
 cuda-check: $(NVCC_PROD_OBJS) $(NVCC_DEV_OBJS)
-	@echo "cuda-check: $(words $(NVCC_PROD_SRCS)) production/test and $(words $(NVCC_DEV_SRCS)) dev CUDA sources compile with nvcc -Werror for sm_80 and sm_90 (ptxas: no spills, no local memory in production code)"
+	@$(if $(strip $(NVCC_PROD_SRCS) $(NVCC_DEV_SRCS)),echo "cuda-check: $(words $(NVCC_PROD_SRCS)) production/test and $(words $(NVCC_DEV_SRCS)) dev CUDA sources compile with nvcc -Werror for sm_80 and sm_90 (ptxas: no spills, no local memory in production code)",echo "cuda-check: no CUDA sources found: nothing to compile")
 	@$(if $(wildcard llmc/cuda/*.cu),true,echo "cuda-check: note: no llmc/cuda/*.cu kernel sources yet: nothing of the production backend to compile")
 else
 cuda-check:
