@@ -63,6 +63,10 @@ $(BUILD)/%.entry.o: %.cu $(wildcard llmc/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -x c -c $< -o $@
 
+# What any program using the library links (recursive: mk/*.mk fragments add to EXTRA_LIBS).
+LIB_ALL_OBJS = $(LIB_OBJS) $(CPU_OBJS)
+LIB_LINK_FLAGS = $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
+
 # ---------------------------------------------------------------------------
 # tests: each test/test_*.c is a program; mk/*.mk may add more programs and scripts.
 # TEST_PROGS: binaries run by test/run_tests.sh; TEST_SCRIPTS: shell tests.

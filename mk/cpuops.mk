@@ -3,9 +3,9 @@
 # `make test` (timings never gate CI).
 CPU_BENCHES := $(BUILD)/dev/bench_gemm $(BUILD)/dev/bench_ops $(BUILD)/dev/bench_step
 
-$(CPU_BENCHES): $(BUILD)/dev/%: dev/%.c $(LIB_OBJS) $(CPU_OBJS)
+$(CPU_BENCHES): $(BUILD)/dev/%: dev/%.c $(LIB_ALL_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIB_OBJS) $(CPU_OBJS) -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
+	$(CC) $(CFLAGS) $< $(LIB_ALL_OBJS) -o $@ $(LIB_LINK_FLAGS)
 
 bench-cpu: $(CPU_BENCHES)
 

@@ -59,8 +59,9 @@ $(CUDA_CPU_DIR)/mutation/%.o: $(CUDA_CPU_DIR)/mutation/%.cu $(CUDA_CPU_HDRS)
 	$(CUDA_CPU_CXX) -x c++ -include test/cuda_cpu/cuda_cpu.h -c $< -o $@
 
 # a harness test program: its object + runtime + the C library
-$(CUDA_CPU_DIR)/%: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_RT) $(LIB_OBJS)
-	$(CXX) $< $(CUDA_CPU_RT) $(LIB_OBJS) -o $@ $(LDFLAGS) -lm -lpthread
+# (the whole library links: it needs the CPU backend and the libraries other fragments add)
+$(CUDA_CPU_DIR)/%: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_RT) $(LIB_ALL_OBJS)
+	$(CXX) $< $(CUDA_CPU_RT) $(LIB_ALL_OBJS) -o $@ $(LIB_LINK_FLAGS)
 
 .PRECIOUS: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_MUTANT:=.o) $(CUDA_CPU_MUTANT:=.cu) $(CUDA_CPU_FAULTS).o $(CUDA_CPU_TESTS:=.o)
 

@@ -7,13 +7,13 @@ $(BUILD)/llmc/nf4.o: CFLAGS += -ffp-contract=off
 # llmc/cuda/nf4.cu next to the runtime and the C library (mk/cuda_harness.mk links neither kernel
 # sources nor anything else by default).
 ifneq ($(CUDA_CPU_DIR),)
-$(CUDA_CPU_DIR)/test/cuda/test_nf4_cuda: $(CUDA_CPU_DIR)/test/cuda/test_nf4_cuda.o $(CUDA_CPU_DIR)/llmc/cuda/nf4.o $(CUDA_CPU_RT) $(LIB_OBJS)
-	$(CXX) $^ -o $@ $(LDFLAGS) -lm -lpthread
+$(CUDA_CPU_DIR)/test/cuda/test_nf4_cuda: $(CUDA_CPU_DIR)/test/cuda/test_nf4_cuda.o $(CUDA_CPU_DIR)/llmc/cuda/nf4.o $(CUDA_CPU_RT) $(LIB_ALL_OBJS)
+	$(CXX) $^ -o $@ $(LIB_LINK_FLAGS)
 endif
 
 # dev benchmark (not a test): make bench-nf4 && ./build/dev/bench_nf4
-$(BUILD)/dev/bench_nf4: dev/bench_nf4.c $(LIB_OBJS)
+$(BUILD)/dev/bench_nf4: dev/bench_nf4.c $(LIB_ALL_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDFLAGS) -lm
+	$(CC) $(CFLAGS) $< $(LIB_ALL_OBJS) -o $@ $(LIB_LINK_FLAGS)
 bench-nf4: $(BUILD)/dev/bench_nf4
 .PHONY: bench-nf4

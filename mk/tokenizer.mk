@@ -8,16 +8,16 @@ PREPARE_BIN := $(if $(filter .,$(BINDIR)),data/prepare,$(BUILD)/prepare)
 export PREPARE_BIN
 EXTRA_BINS += $(PREPARE_BIN)
 
-$(PREPARE_BIN): $(BUILD)/data/prepare.o $(LIB_OBJS) $(CPU_OBJS)
+$(PREPARE_BIN): $(BUILD)/data/prepare.o $(LIB_ALL_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $^ -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
+	$(CC) $^ -o $@ $(LIB_LINK_FLAGS)
 
 TEST_SCRIPTS += test/test_prepare.sh
 
 # tokenizer throughput benchmark (not part of the test suite): make bench-tokenizer
-$(BUILD)/dev/bench_tokenizer: dev/bench_tokenizer.c $(LIB_OBJS) $(CPU_OBJS)
+$(BUILD)/dev/bench_tokenizer: dev/bench_tokenizer.c $(LIB_ALL_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIB_OBJS) $(CPU_OBJS) -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
+	$(CC) $(CFLAGS) $< $(LIB_ALL_OBJS) -o $@ $(LIB_LINK_FLAGS)
 bench-tokenizer: $(BUILD)/dev/bench_tokenizer
 	$(BUILD)/dev/bench_tokenizer
 .PHONY: bench-tokenizer
