@@ -9,6 +9,7 @@
 #include <cblas.h>
 
 void gemm_init(void) {}
+void gemm_release(void) {}
 
 static float* to_f32(const floatX* x, size_t n) {
     float* f = (float*)malloc((n ? n : 1) * sizeof(float));
@@ -61,6 +62,13 @@ void gemm_init(void) {
     if (g_lt) return;
     LT_CHECK(cublasLtCreate(&g_lt));
     cudaCheck(cudaMalloc(&g_ws, GEMM_WORKSPACE));
+}
+
+void gemm_release(void) {
+    if (g_ws) (void)cudaFree(g_ws);
+    if (g_lt) (void)cublasLtDestroy(g_lt);
+    g_ws = NULL;
+    g_lt = NULL;
 }
 
 void gemm_bf16(int transa, int transb, int m, int n, int k,

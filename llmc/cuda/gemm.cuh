@@ -7,7 +7,8 @@
 
 #include "ops.h"
 
-void gemm_init(void);   // idempotent; creates the cuBLASLt handle and workspace
+void gemm_init(void);      // idempotent; creates the cuBLASLt handle and workspace
+void gemm_release(void);   // frees them (at exit)
 
 // Column-major (BLAS convention) D[m, n] = op(A)[m, k] @ op(B)[k, n], fp32 accumulation, with
 //   bias != NULL:      + bias[m] on every column (CUBLASLT_EPILOGUE_BIAS);

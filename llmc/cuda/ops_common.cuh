@@ -55,42 +55,23 @@ __device__ inline float ops_block_sum(float v) {
 }
 
 // ----------------------------------------------------------------------------
-// 8 x bf16 = 128-bit packs
-
-struct alignas(16) Pack8 { floatX v[8]; };
-
-__device__ inline Pack8 pack8_load(const floatX* p) {
-    Pack8 r;
-#ifdef __CUDA_ARCH__
-    *reinterpret_cast<uint4*>(&r) = *reinterpret_cast<const uint4*>(p);
-#else
-    memcpy(&r, p, sizeof(r));
-#endif
-    return r;
-}
-__device__ inline void pack8_store(floatX* p, const Pack8& r) {
-#ifdef __CUDA_ARCH__
-    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(&r);
-#else
-    memcpy(p, &r, sizeof(r));
-#endif
-}
+// 8 x bf16 = 128-bit packs: x128 / load128 / store128 from common.cuh
 
 // Load elements [c, c+8) of a row of length C into fp32 (zeros past the end). vec != 0 means
 // the row is 16-byte aligned and C % 8 == 0, so one 128-bit load does it.
 __device__ inline void load8f(float* dst, const floatX* row, int c, int C, int vec) {
     if (vec) {
-        Pack8 p = pack8_load(row + c);
-        for (int k = 0; k < 8; k++) dst[k] = __bfloat162float(p.v[k]);
+        x128 p = load128(row + c);
+        for (int k = 0; k < 8; k++) dst[k] = __bfloat162float(p[k]);
     } else {
         for (int k = 0; k < 8; k++) dst[k] = c + k < C ? __bfloat162float(row[c + k]) : 0.0f;
     }
 }
 __device__ inline void store8f(floatX* row, const float* src, int c, int C, int vec) {
     if (vec) {
-        Pack8 p;
-        for (int k = 0; k < 8; k++) p.v[k] = __float2bfloat16(src[k]);
-        pack8_store(row + c, p);
+        x128 p;
+        for (int k = 0; k < 8; k++) p[k] = __float2bfloat16(src[k]);
+        store128(row + c, p);
     } else {
         for (int k = 0; k < 8; k++) if (c + k < C) row[c + k] = __float2bfloat16(src[k]);
     }
