@@ -1,0 +1,77 @@
+// sgemm throughput on the GPT-2 124M training shapes (B*T = 1024 rows), through the same CBLAS
+// calls the CPU backend makes (forward, dinp and dweight orientations). Not a test: a measuring
+// tool for choosing/tuning the BLAS. Build: make bench-cpu (rule in mk/cpuops.mk).
+//   build/dev/bench_gemm [threads]   (what the trainer gets: the backend may pick OPENBLAS_CORETYPE)
+//   OPENBLAS_CORETYPE=Haswell build/dev/bench_gemm   (force a kernel set to compare)
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cblas.h>
+#include "ops.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float* rand_buf(size_t n) {
+    float* p = (float*)ops_alloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = (float)((double)rand() / RAND_MAX - 0.5);
+    return p;
+}
+
+// kind 0: out[N,OC] = inp[N,C] W[OC,C]^T   (forward)
+// kind 1: dinp[N,C] += dout[N,OC] W[OC,C]  (backward, input grad)
+// kind 2: dW[OC,C] += dout[N,OC]^T inp[N,C] (backward, weight grad)
+static double bench(int kind, int N, int C, int OC, int reps) {
+    float* inp = rand_buf((size_t)N * C);
+    float* w = rand_buf((size_t)OC * C);
+    float* out = rand_buf((size_t)N * OC);
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) {
+        double t0 = now_s();
+        if (kind == 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
+        else if (kind == 1)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, out, OC, w, C, 1.0f, inp, C);
+        else
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, out, OC, inp, C, 1.0f, w, C);
+        double dt = now_s() - t0;
+        if (r > 0 && dt < best) best = dt; // first call warms caches / thread pool
+    }
+    ops_free(inp); ops_free(w); ops_free(out);
+    return 2.0 * N * C * OC / best * 1e-9;
+}
+
+int main(int argc, char** argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 0;
+    int reps = argc > 2 ? atoi(argv[2]) : 5;
+    ops_init(threads);
+    printf("backend: %s\n", ops_backend_name());
+    const char* ct = getenv("OPENBLAS_CORETYPE");
+    printf("OPENBLAS_CORETYPE=%s\n", ct ? ct : "(unset)");
+    static const struct { const char* name; int C, OC; } shapes[] = {
+        {"c_attn  768->2304", 768, 2304}, {"c_proj  768->768 ", 768, 768},
+        {"c_fc    768->3072", 768, 3072}, {"mlp_prj 3072->768", 3072, 768},
+        {"lm_head 768->50304", 768, 50304},
+    };
+    const int N = 1024;
+    double tot_flop = 0, tot_time = 0;
+    printf("%-20s %10s %10s %10s   (GFLOP/s, N=%d)\n", "shape", "fwd", "bwd dinp", "bwd dW", N);
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        double g[3];
+        for (int k = 0; k < 3; k++) {
+            g[k] = bench(k, N, shapes[s].C, shapes[s].OC, reps);
+            double flop = 2.0 * N * shapes[s].C * shapes[s].OC;
+            // weight the per-step mix: 12 layers for the block matmuls, 1 for the lm head
+            double mult = s == 4 ? 1.0 : 12.0;
+            tot_flop += mult * flop; tot_time += mult * flop / (g[k] * 1e9);
+        }
+        printf("%-20s %10.1f %10.1f %10.1f\n", shapes[s].name, g[0], g[1], g[2]);
+    }
+    printf("GPT-2 124M step matmuls (B*T=1024): %.0f GFLOP in %.2f s -> %.1f GFLOP/s\n",
+           tot_flop * 1e-9, tot_time, tot_flop / tot_time * 1e-9);
+    return 0;
+}

@@ -1,0 +1,806 @@
+// Op tests for the backend in llmc/ops.h (the CPU backend when built here). Every op is compared
+// with a straightforward double-precision reference written below (naive attention with the
+// full T x T matrix, two-pass softmax, textbook layernorm ...). Each reference backward is itself
+// checked against central finite differences of the reference forward, so the gradients are
+// pinned to the forward definitions, not to a second copy of the same derivation. Backward ops
+// are called with random non-zero gradient buffers to check that they accumulate (+=), and with
+// NULL gradients to check that those are skipped.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+#include "ops.h"
+#include "cpu/vecmath.h"
+#include "test/test.h"
+
+// ----------------------------------------------------------------------------
+// helpers
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static double urand(void) {   // uniform [0, 1), xorshift64*
+    rng_state ^= rng_state >> 12; rng_state ^= rng_state << 25; rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
+}
+static float frand(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
+
+static float* fbuf(size_t n) { return (float*)ops_alloc((n ? n : 1) * sizeof(float)); }
+static float* frandbuf(size_t n, float lo, float hi) {
+    float* p = fbuf(n);
+    for (size_t i = 0; i < n; i++) p[i] = frand(lo, hi);
+    return p;
+}
+static double* dbuf(size_t n) { return (double*)calloc(n ? n : 1, sizeof(double)); }
+static float* fcopy(const float* src, size_t n) { float* p = fbuf(n); memcpy(p, src, n * sizeof(float)); return p; }
+static double* to_d(const float* x, size_t n) { double* d = dbuf(n); for (size_t i = 0; i < n; i++) d[i] = x[i]; return d; }
+// want_f[i] = base[i] + (float)add[i] (what an accumulating backward must produce)
+static float* expect_acc(const float* base, const double* add, size_t n) {
+    float* p = fbuf(n);
+    for (size_t i = 0; i < n; i++) p[i] = (float)((double)base[i] + add[i]);
+    return p;
+}
+static double maxabs_d(const double* x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    return m;
+}
+static double maxabs_f(const float* x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fabs((double)x[i]) > m ? fabs((double)x[i]) : m;
+    return m;
+}
+// got (fp32 op) vs want (double reference): |got - want| <= rtol*|want| + atol_rel*max|want|
+static int close_fd(const char* what, const float* got, const double* want, size_t n, double rtol, double atol_rel) {
+    float* w = fbuf(n);
+    for (size_t i = 0; i < n; i++) w[i] = (float)want[i];
+    int ok = test_allclose(what, got, w, n, rtol, atol_rel * maxabs_d(want, n) + 1e-30);
+    ops_free(w);
+    return ok;
+}
+static int bitwise_equal(const float* a, const float* b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+// Finite differences: grad[i] = d/dx_i sum(G .* f(x)) by central differences, with f given as
+// a closure over the rest of the inputs. Relative step keeps the truncation error ~1e-10.
+typedef void (*fwd_fn)(void* ctx, double* out);
+static void fd_grad(fwd_fn f, void* ctx, double* x, size_t nx, const double* G, size_t nout, double* grad) {
+    double* o1 = dbuf(nout);
+    double* o2 = dbuf(nout);
+    for (size_t i = 0; i < nx; i++) {
+        double x0 = x[i], h = 1e-5 * (fabs(x0) > 1.0 ? fabs(x0) : 1.0);
+        x[i] = x0 + h; f(ctx, o1);
+        x[i] = x0 - h; f(ctx, o2);
+        x[i] = x0;
+        double s = 0.0;
+        for (size_t k = 0; k < nout; k++) s += G[k] * (o1[k] - o2[k]);
+        grad[i] = s / (2.0 * h);
+    }
+    free(o1); free(o2);
+}
+// reference analytic gradient vs finite differences (both double)
+static int close_dd(const char* what, const double* got, const double* want, size_t n, double tol_rel) {
+    double scale = maxabs_d(want, n) + 1e-300, worst = 0.0; size_t wi = 0;
+    for (size_t i = 0; i < n; i++) { double d = fabs(got[i] - want[i]); if (d > worst) { worst = d; wi = i; } }
+    TEST_CHECK(worst <= tol_rel * scale, "%s: reference gradient disagrees with finite differences at [%zu]: %.12g vs %.12g",
+               what, wi, n ? got[wi] : 0.0, n ? want[wi] : 0.0);
+    if (worst <= tol_rel * scale) printf("ok   %s (finite differences, max rel err %.2g)\n", what, worst / scale);
+    return worst <= tol_rel * scale;
+}
+
+// ----------------------------------------------------------------------------
+// double-precision references
+
+static double ref_gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double ref_gelu_grad(double x) {
+    double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+static void ref_layernorm(double* out, double* mean, double* rstd, const double* x, const double* w,
+                          const double* b, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double* xn = x + (size_t)n * C;
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++) m += xn[c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);
+        v /= C;
+        double rs = 1.0 / sqrt(v + 1e-5);
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (xn[c] - m) * rs * w[c] + b[c];
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = rs;
+    }
+}
+static void ref_layernorm_backward(double* dx, double* dw, double* db, const double* dy, const double* x,
+                                   const double* w, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double* xn = x + (size_t)n * C;
+        const double* g = dy + (size_t)n * C;
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++) m += xn[c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);
+        v /= C;
+        double rs = 1.0 / sqrt(v + 1e-5), a = 0.0, bsum = 0.0;
+        for (int c = 0; c < C; c++) { double xh = (xn[c] - m) * rs; a += w[c] * g[c]; bsum += w[c] * g[c] * xh; }
+        for (int c = 0; c < C; c++) {
+            double xh = (xn[c] - m) * rs;
+            dx[(size_t)n * C + c] = rs * (w[c] * g[c] - a / C - xh * bsum / C);
+            dw[c] += xh * g[c];
+            db[c] += g[c];
+        }
+    }
+}
+
+static void ref_matmul(double* out, const double* inp, const double* w, const double* bias, int N, int C, int OC) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = bias ? bias[o] : 0.0;
+            for (int c = 0; c < C; c++) s += inp[(size_t)n * C + c] * w[(size_t)o * C + c];
+            out[(size_t)n * OC + o] = s;
+        }
+}
+
+// Naive causal attention with the full (T, T) probability matrix. att (B,NH,T,T) and lse are
+// optional outputs.
+static void ref_attention(double* out, double* lse, double* att, const double* qkv, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    double scale = 1.0 / sqrt((double)HS);
+    double* row = dbuf((size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double* q = qkv + ((size_t)b * T + i) * 3 * C + (size_t)h * HS;
+                double mx = -INFINITY;
+                for (int j = 0; j <= i; j++) {
+                    const double* k = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * HS;
+                    double s = 0.0;
+                    for (int d = 0; d < HS; d++) s += q[d] * k[d];
+                    row[j] = s * scale;
+                    if (row[j] > mx) mx = row[j];
+                }
+                double sum = 0.0;
+                for (int j = 0; j <= i; j++) { row[j] = exp(row[j] - mx); sum += row[j]; }
+                double* o = out + ((size_t)b * T + i) * C + (size_t)h * HS;
+                for (int d = 0; d < HS; d++) o[d] = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    double p = row[j] / sum;
+                    const double* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * HS;
+                    for (int d = 0; d < HS; d++) o[d] += p * v[d];
+                    if (att) att[(((size_t)b * NH + h) * T + i) * T + j] = p;
+                }
+                if (att) for (int j = i + 1; j < T; j++) att[(((size_t)b * NH + h) * T + i) * T + j] = 0.0;
+                if (lse) lse[((size_t)b * NH + h) * T + i] = mx + log(sum);
+            }
+    free(row);
+}
+
+// Textbook backward through the materialised attention matrix (softmax Jacobian row by row).
+static void ref_attention_backward(double* dqkv, const double* dout, const double* qkv, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    double scale = 1.0 / sqrt((double)HS);
+    double* out = dbuf((size_t)B * T * C);
+    double* att = dbuf((size_t)B * NH * T * T);
+    ref_attention(out, NULL, att, qkv, B, T, C, NH);
+    double* dp = dbuf((size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double* p = att + (((size_t)b * NH + h) * T + i) * T;
+                const double* g = dout + ((size_t)b * T + i) * C + (size_t)h * HS;
+                double dot = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const double* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * HS;
+                    double* dv = dqkv + ((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * HS;
+                    double s = 0.0;
+                    for (int d = 0; d < HS; d++) { s += g[d] * v[d]; dv[d] += p[j] * g[d]; }
+                    dp[j] = s;
+                    dot += p[j] * s;
+                }
+                const double* q = qkv + ((size_t)b * T + i) * 3 * C + (size_t)h * HS;
+                double* dq = dqkv + ((size_t)b * T + i) * 3 * C + (size_t)h * HS;
+                for (int j = 0; j <= i; j++) {
+                    double ds = p[j] * (dp[j] - dot) * scale;
+                    const double* k = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * HS;
+                    double* dk = dqkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * HS;
+                    for (int d = 0; d < HS; d++) { dq[d] += ds * k[d]; dk[d] += ds * q[d]; }
+                }
+            }
+    free(out); free(att); free(dp);
+}
+
+// ----------------------------------------------------------------------------
+// the CPU backend's vectorisable exp (softmax, classifier and GELU all go through it)
+
+static void test_vm_expf(void) {
+    double worst = 0.0, wx = 0.0;
+    for (double x = -87.2; x < 88.0; x += 0.000731) {
+        float f = (float)x;
+        double want = exp((double)f), e = fabs((double)vm_expf(f) - want) / want;
+        if (e > worst) { worst = e; wx = f; }
+    }
+    TEST_CHECK(worst < 1.5e-7, "vm_expf max relative error %.3g at x=%g (want < 1.5e-7, ~2.5 ulp)", worst, wx);
+    TEST_CHECK(vm_expf(-INFINITY) == 0.0f && vm_expf(-100.0f) == 0.0f && vm_expf(0.0f) == 1.0f &&
+               isnan(vm_expf(NAN)) && vm_expf(100.0f) > 1e38f, "vm_expf special values");
+    printf("ok   vm_expf (max rel err %.3g)\n", worst);
+}
+
+// ----------------------------------------------------------------------------
+// encoder
+
+static void test_encoder(void) {
+    const int B = 2, T = 5, C = 7, V = 4;   // V < B*T: tokens repeat, so dwte rows collect several positions
+    int inp[10];
+    for (int i = 0; i < B * T; i++) inp[i] = (int)(urand() * V);
+    inp[3] = inp[7] = 2;
+    float* wte = frandbuf((size_t)V * C, -1, 1);
+    float* wpe = frandbuf((size_t)T * C, -1, 1);
+    float* out = fbuf((size_t)B * T * C);
+    encoder_forward(out, inp, wte, wpe, B, T, C);
+    double* want = dbuf((size_t)B * T * C);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++)
+                want[((size_t)b * T + t) * C + c] = (double)wte[inp[b * T + t] * C + c] + wpe[t * C + c];
+    close_fd("encoder_forward", out, want, (size_t)B * T * C, 1e-7, 0);
+
+    float* dout = frandbuf((size_t)B * T * C, -1, 1);
+    float* dwte = frandbuf((size_t)V * C, -1, 1);
+    float* dwpe = frandbuf((size_t)T * C, -1, 1);
+    double* gwte = dbuf((size_t)V * C);
+    double* gwpe = dbuf((size_t)T * C);
+    for (int bt = 0; bt < B * T; bt++)
+        for (int c = 0; c < C; c++) { gwte[inp[bt] * C + c] += dout[bt * C + c]; gwpe[(bt % T) * C + c] += dout[bt * C + c]; }
+    float* wte_want = expect_acc(dwte, gwte, (size_t)V * C);
+    float* wpe_want = expect_acc(dwpe, gwpe, (size_t)T * C);
+    float* dwte0 = fcopy(dwte, (size_t)V * C);
+    encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    test_allclose("encoder_backward dwte (+=)", dwte, wte_want, (size_t)V * C, 1e-6, 1e-6);
+    test_allclose("encoder_backward dwpe (+=)", dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
+    // NULL dwte: dwpe still accumulates, nothing else touched
+    encoder_backward(NULL, dwpe, dout, inp, B, T, C);
+    for (size_t i = 0; i < (size_t)T * C; i++) wpe_want[i] = (float)((double)wpe_want[i] + gwpe[i]);
+    test_allclose("encoder_backward NULL dwte", dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
+    encoder_backward(dwte0, NULL, dout, inp, B, T, C);
+    test_allclose("encoder_backward NULL dwpe", dwte0, wte_want, (size_t)V * C, 1e-6, 1e-6);
+    ops_free(wte); ops_free(wpe); ops_free(out); ops_free(dout); ops_free(dwte); ops_free(dwpe);
+    ops_free(wte_want); ops_free(wpe_want); ops_free(dwte0);
+    free(want); free(gwte); free(gwpe);
+}
+
+// ----------------------------------------------------------------------------
+// layernorm
+
+struct ln_ctx { double *x, *w, *b; int N, C; };
+static void ln_fwd_cb(void* p, double* out) {
+    struct ln_ctx* c = (struct ln_ctx*)p;
+    ref_layernorm(out, NULL, NULL, c->x, c->w, c->b, c->N, c->C);
+}
+
+static void test_layernorm_shape(int N, int C, float offset) {
+    char what[128];
+    size_t NC = (size_t)N * C;
+    float* x = frandbuf(NC, -2 + offset, 2 + offset);
+    float* w = frandbuf(C, 0.5f, 1.5f);
+    float* b = frandbuf(C, -0.5f, 0.5f);
+    float* out = fbuf(NC);
+    float* mean = fbuf(N);
+    float* rstd = fbuf(N);
+    layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    double *xd = to_d(x, NC), *wd = to_d(w, C), *bd = to_d(b, C);
+    double* want = dbuf(NC);
+    double* wmean = dbuf(N);
+    double* wrstd = dbuf(N);
+    ref_layernorm(want, wmean, wrstd, xd, wd, bd, N, C);
+    snprintf(what, sizeof(what), "layernorm_forward N=%d C=%d", N, C);
+    close_fd(what, out, want, NC, 1e-5, 1e-6);
+    snprintf(what, sizeof(what), "layernorm_forward mean/rstd N=%d C=%d", N, C);
+    close_fd(what, mean, wmean, N, 1e-5, 1e-6);
+    close_fd(what, rstd, wrstd, N, 1e-5, 0);
+
+    // fused residual: a + b' = x with a random split
+    float* a = frandbuf(NC, -1, 1);
+    float* bb = fbuf(NC);
+    for (size_t i = 0; i < NC; i++) bb[i] = frand(-1, 1);
+    float* res = fbuf(NC);
+    float* out2 = fbuf(NC);
+    fused_residual_layernorm_forward(res, out2, mean, rstd, a, bb, w, b, N, C);
+    double* ab = dbuf(NC);
+    for (size_t i = 0; i < NC; i++) ab[i] = (double)a[i] + (double)bb[i];
+    double* want2 = dbuf(NC);
+    ref_layernorm(want2, NULL, NULL, ab, wd, bd, N, C);
+    snprintf(what, sizeof(what), "fused_residual_layernorm_forward residual N=%d C=%d", N, C);
+    close_fd(what, res, ab, NC, 1e-7, 0);
+    snprintf(what, sizeof(what), "fused_residual_layernorm_forward ln N=%d C=%d", N, C);
+    close_fd(what, out2, want2, NC, 1e-5, 1e-6);
+
+    // backward: reference vs finite differences, then the op vs the reference (accumulating)
+    layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    float* dy = frandbuf(NC, -1, 1);
+    double* dyd = to_d(dy, NC);
+    double* gx = dbuf(NC);
+    double* gw = dbuf(C);
+    double* gb = dbuf(C);
+    ref_layernorm_backward(gx, gw, gb, dyd, xd, wd, N, C);
+    if (NC <= 200) {
+        struct ln_ctx ctx = {xd, wd, bd, N, C};
+        double* fd = dbuf(NC);
+        fd_grad(ln_fwd_cb, &ctx, xd, NC, dyd, NC, fd);
+        close_dd("layernorm reference dx", gx, fd, NC, 1e-7);
+        fd_grad(ln_fwd_cb, &ctx, wd, C, dyd, NC, fd);
+        close_dd("layernorm reference dweight", gw, fd, C, 1e-7);
+        fd_grad(ln_fwd_cb, &ctx, bd, C, dyd, NC, fd);
+        close_dd("layernorm reference dbias", gb, fd, C, 1e-7);
+        free(fd);
+    }
+    float* dx = frandbuf(NC, -1, 1);
+    float* dw = frandbuf(C, -1, 1);
+    float* db = frandbuf(C, -1, 1);
+    float* dx_want = expect_acc(dx, gx, NC);
+    float* dw_want = expect_acc(dw, gw, C);
+    float* db_want = expect_acc(db, gb, C);
+    layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+    double sx = maxabs_d(gx, NC), sw = maxabs_d(gw, C);
+    snprintf(what, sizeof(what), "layernorm_backward dinp (+=) N=%d C=%d", N, C);
+    test_allclose(what, dx, dx_want, NC, 1e-5, 2e-6 * sx);
+    snprintf(what, sizeof(what), "layernorm_backward dweight (+=) N=%d C=%d", N, C);
+    test_allclose(what, dw, dw_want, C, 1e-5, 2e-6 * sw * sqrt((double)N));
+    snprintf(what, sizeof(what), "layernorm_backward dbias (+=) N=%d C=%d", N, C);
+    test_allclose(what, db, db_want, C, 1e-5, 2e-6 * sqrt((double)N));
+    // NULL parameter gradients (frozen layernorm): dinp only
+    float* dx2 = fbuf(NC);
+    memset(dx2, 0, NC * sizeof(float));
+    layernorm_backward(dx2, NULL, NULL, dy, x, w, mean, rstd, N, C);
+    snprintf(what, sizeof(what), "layernorm_backward NULL dweight/dbias N=%d C=%d", N, C);
+    close_fd(what, dx2, gx, NC, 1e-5, 2e-6);
+    float* dw2 = fcopy(dw, C);
+    layernorm_backward(NULL, dw2, NULL, dy, x, w, mean, rstd, N, C);
+    for (int c = 0; c < C; c++) dw_want[c] = (float)((double)dw[c] + gw[c]);
+    snprintf(what, sizeof(what), "layernorm_backward NULL dinp N=%d C=%d", N, C);
+    test_allclose(what, dw2, dw_want, C, 1e-5, 2e-6 * sw * sqrt((double)N));
+
+    float* bufs[] = {x, w, b, out, mean, rstd, a, bb, res, out2, dy, dx, dw, db, dx_want, dw_want, db_want, dx2, dw2};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
+    double* dbufs[] = {xd, wd, bd, want, wmean, wrstd, ab, want2, dyd, gx, gw, gb};
+    for (size_t i = 0; i < sizeof(dbufs) / sizeof(dbufs[0]); i++) free(dbufs[i]);
+}
+
+// ----------------------------------------------------------------------------
+// matmul
+
+struct mm_ctx { double *inp, *w, *bias; int N, C, OC; };
+static void mm_fwd_cb(void* p, double* out) {
+    struct mm_ctx* c = (struct mm_ctx*)p;
+    ref_matmul(out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
+}
+
+static void test_matmul_shape(int N, int C, int OC) {
+    char what[128];
+    float* inp = frandbuf((size_t)N * C, -1, 1);
+    float* w = frandbuf((size_t)OC * C, -1, 1);
+    float* bias = frandbuf(OC, -1, 1);
+    size_t NO = (size_t)N * OC;
+    double *ind = to_d(inp, (size_t)N * C), *wd = to_d(w, (size_t)OC * C), *bd = to_d(bias, OC);
+    double* want = dbuf(NO);
+    double* want_nb = dbuf(NO);
+    ref_matmul(want, ind, wd, bd, N, C, OC);
+    ref_matmul(want_nb, ind, wd, NULL, N, C, OC);
+    double* want_gelu = dbuf(NO);
+    for (size_t i = 0; i < NO; i++) want_gelu[i] = ref_gelu(want[i]);
+    float* out = fbuf(NO);
+    float* gout = fbuf(NO);
+    double atol = 1e-6 * sqrt((double)C);
+    matmul_forward(out, NULL, inp, w, bias, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_forward bias N=%d C=%d OC=%d", N, C, OC);
+    close_fd(what, out, want, NO, 1e-5, atol / (maxabs_d(want, NO) + 1e-30));
+    matmul_forward(out, NULL, inp, w, NULL, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_forward no bias N=%d C=%d OC=%d", N, C, OC);
+    close_fd(what, out, want_nb, NO, 1e-5, atol / (maxabs_d(want_nb, NO) + 1e-30));
+    matmul_forward(out, gout, inp, w, bias, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_forward +gelu pre-activation N=%d C=%d OC=%d", N, C, OC);
+    close_fd(what, out, want, NO, 1e-5, atol / (maxabs_d(want, NO) + 1e-30));
+    snprintf(what, sizeof(what), "matmul_forward +gelu output N=%d C=%d OC=%d", N, C, OC);
+    close_fd(what, gout, want_gelu, NO, 1e-5, atol / (maxabs_d(want_gelu, NO) + 1e-30));
+
+    // backward
+    float* dout = frandbuf(NO, -1, 1);
+    double* doutd = to_d(dout, NO);
+    double* gi = dbuf((size_t)N * C);
+    double* gw = dbuf((size_t)OC * C);
+    double* gb = dbuf(OC);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double g = doutd[(size_t)n * OC + o];
+            gb[o] += g;
+            for (int c = 0; c < C; c++) {
+                gi[(size_t)n * C + c] += g * wd[(size_t)o * C + c];
+                gw[(size_t)o * C + c] += g * ind[(size_t)n * C + c];
+            }
+        }
+    if ((size_t)N * C + (size_t)OC * C <= 400) {
+        struct mm_ctx ctx = {ind, wd, bd, N, C, OC};
+        double* fd = dbuf((size_t)OC * C + (size_t)N * C);
+        fd_grad(mm_fwd_cb, &ctx, ind, (size_t)N * C, doutd, NO, fd);
+        close_dd("matmul reference dinp", gi, fd, (size_t)N * C, 1e-8);
+        fd_grad(mm_fwd_cb, &ctx, wd, (size_t)OC * C, doutd, NO, fd);
+        close_dd("matmul reference dweight", gw, fd, (size_t)OC * C, 1e-8);
+        fd_grad(mm_fwd_cb, &ctx, bd, OC, doutd, NO, fd);
+        close_dd("matmul reference dbias", gb, fd, OC, 1e-8);
+        free(fd);
+    }
+    float* di = frandbuf((size_t)N * C, -1, 1);
+    float* dw = frandbuf((size_t)OC * C, -1, 1);
+    float* db = frandbuf(OC, -1, 1);
+    float* di_want = expect_acc(di, gi, (size_t)N * C);
+    float* dw_want = expect_acc(dw, gw, (size_t)OC * C);
+    float* db_want = expect_acc(db, gb, OC);
+    float* di0 = fcopy(di, (size_t)N * C);
+    float* dw0 = fcopy(dw, (size_t)OC * C);
+    float* db0 = fcopy(db, OC);
+    matmul_backward(di, dw, db, dout, inp, w, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_backward dinp (+=) N=%d C=%d OC=%d", N, C, OC);
+    test_allclose(what, di, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
+    snprintf(what, sizeof(what), "matmul_backward dweight (+=) N=%d C=%d OC=%d", N, C, OC);
+    test_allclose(what, dw, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
+    snprintf(what, sizeof(what), "matmul_backward dbias (+=) N=%d C=%d OC=%d", N, C, OC);
+    test_allclose(what, db, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    // NULL combinations: the requested gradient is right, the others stay untouched
+    float* di1 = fcopy(di0, (size_t)N * C);
+    float* dw1 = fcopy(dw0, (size_t)OC * C);
+    float* db1 = fcopy(db0, OC);
+    matmul_backward(di1, NULL, NULL, dout, inp, w, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_backward dinp only N=%d C=%d OC=%d", N, C, OC);
+    test_allclose(what, di1, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
+    matmul_backward(NULL, dw1, NULL, dout, inp, w, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_backward dweight only N=%d C=%d OC=%d", N, C, OC);
+    test_allclose(what, dw1, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
+    matmul_backward(NULL, NULL, db1, dout, inp, w, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_backward dbias only N=%d C=%d OC=%d", N, C, OC);
+    test_allclose(what, db1, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    matmul_backward(NULL, NULL, NULL, dout, inp, w, N, C, OC);   // all frozen: must be a no-op
+
+    float* bufs[] = {inp, w, bias, out, gout, dout, di, dw, db, di_want, dw_want, db_want, di0, dw0, db0, di1, dw1, db1};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
+    double* dbufs[] = {ind, wd, bd, want, want_nb, want_gelu, doutd, gi, gw, gb};
+    for (size_t i = 0; i < sizeof(dbufs) / sizeof(dbufs[0]); i++) free(dbufs[i]);
+}
+
+// ----------------------------------------------------------------------------
+// elementwise
+
+static void test_elementwise(void) {
+    const size_t n = 40009;   // > one parallel chunk, not a multiple of any vector width
+    float* x = fbuf(n);
+    for (size_t i = 0; i < n; i++) {
+        // cover the tails (|x| up to 12, where tanh saturates), tiny values and exact zero
+        double u = urand();
+        x[i] = i % 7 == 0 ? frand(-1e-3f, 1e-3f) : (float)(24.0 * u - 12.0);
+    }
+    x[0] = 0.0f;
+    float* y = fbuf(n);
+    double* want = dbuf(n);
+    double* wantg = dbuf(n);
+    for (size_t i = 0; i < n; i++) { want[i] = ref_gelu(x[i]); wantg[i] = ref_gelu_grad(x[i]); }
+    gelu_forward(y, x, n);
+    close_fd("gelu_forward", y, want, n, 1e-5, 2e-8 / 12.0);
+    // reference gradient vs finite differences of the reference forward
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i += 97) {
+        double h = 1e-6, fd = (ref_gelu(x[i] + h) - ref_gelu(x[i] - h)) / (2 * h);
+        double e = fabs(fd - wantg[i]);
+        worst = e > worst ? e : worst;
+    }
+    TEST_CHECK(worst < 1e-8, "gelu reference gradient vs finite differences: %g", worst);
+    float* dout = frandbuf(n, -1, 1);
+    float* dinp = frandbuf(n, -1, 1);
+    double* add = dbuf(n);
+    for (size_t i = 0; i < n; i++) add[i] = wantg[i] * dout[i];
+    float* dwant = expect_acc(dinp, add, n);
+    gelu_backward(dinp, x, dout, n);
+    test_allclose("gelu_backward (+=)", dinp, dwant, n, 1e-5, 3e-7);   // |dinp| ~ 1: 3 ulp
+
+    float* a = frandbuf(n, -1, 1);
+    float* b = frandbuf(n, -1, 1);
+    float* o = fbuf(n);
+    residual_forward(o, a, b, n);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= o[i] == a[i] + b[i];
+    TEST_CHECK(ok, "residual_forward: out != a + b");
+    float* a0 = fcopy(a, n);
+    add_inplace(a, b, n);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= a[i] == a0[i] + b[i];
+    TEST_CHECK(ok, "add_inplace: dst != dst + src");
+    scale_copy(o, b, 0.37f, n);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= o[i] == b[i] * 0.37f;
+    TEST_CHECK(ok, "scale_copy: dst != src * scale");
+    scale_copy(b, b, -2.5f, n);   // aliasing allowed
+    ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= b[i] == o[i] / 0.37f * -2.5f || fabsf(b[i] - o[i] / 0.37f * -2.5f) <= 1e-6f * fabsf(b[i]);
+    TEST_CHECK(ok, "scale_copy in place");
+    float* bufs[] = {x, y, dout, dinp, dwant, a, b, o, a0};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
+    free(want); free(wantg); free(add);
+}
+
+// ----------------------------------------------------------------------------
+// attention
+
+struct att_ctx { double* qkv; int B, T, C, NH; };
+static void att_fwd_cb(void* p, double* out) {
+    struct att_ctx* c = (struct att_ctx*)p;
+    ref_attention(out, NULL, NULL, c->qkv, c->B, c->T, c->C, c->NH);
+}
+
+static void test_attention_shape(int B, int T, int NH, int HS, int check_fd) {
+    char what[160];
+    int C = NH * HS;
+    size_t n3 = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float* qkv = frandbuf(n3, -1.5f, 1.5f);
+    double* qkvd = to_d(qkv, n3);
+    float* out = fbuf(nout);
+    float* lse = fbuf(nl);
+    attention_forward(out, lse, qkv, B, T, C, NH);
+    double* want = dbuf(nout);
+    double* wlse = dbuf(nl);
+    ref_attention(want, wlse, NULL, qkvd, B, T, C, NH);
+    snprintf(what, sizeof(what), "attention_forward out B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    close_fd(what, out, want, nout, 1e-5, 2e-6);
+    snprintf(what, sizeof(what), "attention_forward lse B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    close_fd(what, lse, wlse, nl, 1e-5, 1e-6);
+
+    float* dout = frandbuf(nout, -1, 1);
+    double* doutd = to_d(dout, nout);
+    double* g = dbuf(n3);
+    ref_attention_backward(g, doutd, qkvd, B, T, C, NH);
+    if (check_fd) {
+        struct att_ctx ctx = {qkvd, B, T, C, NH};
+        double* fd = dbuf(n3);
+        fd_grad(att_fwd_cb, &ctx, qkvd, n3, doutd, nout, fd);
+        snprintf(what, sizeof(what), "attention reference backward B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+        close_dd(what, g, fd, n3, 1e-7);
+        free(fd);
+    }
+    float* dqkv = frandbuf(n3, -1, 1);
+    float* dwant = expect_acc(dqkv, g, n3);
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    snprintf(what, sizeof(what), "attention_backward dqkv (+=) B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    test_allclose(what, dqkv, dwant, n3, 1e-5, 4e-6 * maxabs_d(g, n3));
+
+    // thread-count independence: forward and backward are bitwise identical on 1 thread
+    int nthr = omp_get_max_threads();
+    if (nthr > 1) {
+        float* out1 = fbuf(nout);
+        float* lse1 = fbuf(nl);
+        float* dq1 = fbuf(n3);
+        float* dq2 = fbuf(n3);
+        memset(dq1, 0, n3 * sizeof(float));
+        memset(dq2, 0, n3 * sizeof(float));
+        attention_backward(dq2, dout, qkv, out, lse, B, T, C, NH);
+        omp_set_num_threads(1);
+        attention_forward(out1, lse1, qkv, B, T, C, NH);
+        attention_backward(dq1, dout, qkv, out, lse, B, T, C, NH);
+        omp_set_num_threads(nthr);
+        TEST_CHECK(bitwise_equal(out, out1, nout) && bitwise_equal(lse, lse1, nl) && bitwise_equal(dq1, dq2, n3),
+                   "attention B=%d T=%d NH=%d HS=%d differs between 1 and %d threads", B, T, NH, HS, nthr);
+        ops_free(out1); ops_free(lse1); ops_free(dq1); ops_free(dq2);
+    }
+    ops_free(qkv); ops_free(out); ops_free(lse); ops_free(dout); ops_free(dqkv); ops_free(dwant);
+    free(qkvd); free(want); free(wlse); free(doutd); free(g);
+}
+
+// ----------------------------------------------------------------------------
+// fused classifier
+
+struct cls_ctx { double* logits; const int* targets; int N, V, Vp; };
+static void ref_losses(const double* logits, const int* targets, int N, int V, int Vp, double* losses) {
+    for (int n = 0; n < N; n++) {
+        const double* x = logits + (size_t)n * Vp;
+        if (targets[n] < 0) { losses[n] = 0.0; continue; }
+        double mx = -INFINITY, s = 0.0;
+        for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < V; i++) s += exp(x[i] - mx);
+        losses[n] = log(s) + mx - x[targets[n]];
+    }
+}
+static void cls_cb(void* p, double* out) {
+    struct cls_ctx* c = (struct cls_ctx*)p;
+    ref_losses(c->logits, c->targets, c->N, c->V, c->Vp, out);
+}
+
+static void test_classifier_shape(int N, int V, int Vp, float amp) {
+    char what[128];
+    size_t n = (size_t)N * Vp;
+    float* logits = frandbuf(n, -amp, amp);
+    for (int r = 0; r < N; r++)
+        for (int i = V; i < Vp; i++) logits[(size_t)r * Vp + i] = 1000.0f;   // padding must be ignored
+    int* targets = (int*)malloc((size_t)N * sizeof(int));
+    for (int r = 0; r < N; r++)
+        targets[r] = r % 3 == 1 ? -1 : (int)(urand() * V);   // every third position is masked
+    targets[N - 1] = V - 1;                                   // the last real column is a target
+    int valid = 0;
+    for (int r = 0; r < N; r++) valid += targets[r] >= 0;
+    double* ld = to_d(logits, n);
+    double* wl = dbuf(N);
+    ref_losses(ld, targets, N, V, Vp, wl);
+    float* losses = fbuf(N);
+    for (int r = 0; r < N; r++) losses[r] = 123.0f;
+
+    // dloss = 0: losses only, logits untouched
+    float* lg = fcopy(logits, n);
+    fused_classifier(losses, lg, targets, 0.0f, N, V, Vp);
+    snprintf(what, sizeof(what), "fused_classifier losses (no grad) N=%d V=%d Vp=%d", N, V, Vp);
+    close_fd(what, losses, wl, N, 1e-5, 1e-6);
+    TEST_CHECK(bitwise_equal(lg, logits, n), "fused_classifier with dloss=0 modified the logits");
+
+    // with gradient: dloss * (softmax - onehot), zero for ignored rows and padded columns
+    float dloss = 1.0f / (float)(valid > 0 ? valid : 1);
+    fused_classifier(losses, lg, targets, dloss, N, V, Vp);
+    snprintf(what, sizeof(what), "fused_classifier losses N=%d V=%d Vp=%d", N, V, Vp);
+    close_fd(what, losses, wl, N, 1e-5, 1e-6);
+    double* gw = dbuf(n);
+    for (int r = 0; r < N; r++) {
+        if (targets[r] < 0) continue;
+        const double* x = ld + (size_t)r * Vp;
+        double mx = -INFINITY, s = 0.0;
+        for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < V; i++) s += exp(x[i] - mx);
+        for (int i = 0; i < V; i++) gw[(size_t)r * Vp + i] = (double)dloss * (exp(x[i] - mx) / s - (i == targets[r]));
+    }
+    if (n <= 400) {   // the analytic gradient is d(dloss * sum(losses)) / dlogits
+        struct cls_ctx ctx = {ld, targets, N, V, Vp};
+        double* G = dbuf(N);
+        for (int r = 0; r < N; r++) G[r] = dloss;
+        double* fd = dbuf(n);
+        fd_grad(cls_cb, &ctx, ld, n, G, N, fd);
+        close_dd("fused_classifier reference dlogits", gw, fd, n, 1e-7);
+        free(G); free(fd);
+    }
+    snprintf(what, sizeof(what), "fused_classifier dlogits N=%d V=%d Vp=%d", N, V, Vp);
+    close_fd(what, lg, gw, n, 1e-5, 1e-6);
+    int zero_ok = 1;
+    for (int r = 0; r < N; r++)
+        for (int i = 0; i < Vp; i++)
+            if ((targets[r] < 0 || i >= V) && lg[(size_t)r * Vp + i] != 0.0f) zero_ok = 0;
+    TEST_CHECK(zero_ok, "fused_classifier: ignored rows / padded columns must get exactly zero gradient");
+    ops_free(logits); ops_free(losses); ops_free(lg);
+    free(targets); free(ld); free(wl); free(gw);
+}
+
+// ----------------------------------------------------------------------------
+// AdamW and reductions
+
+static void test_adamw(int with_master) {
+    const size_t n = 20011;
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    float* p = frandbuf(n, -1, 1);
+    float* m = fbuf(n);
+    float* v = fbuf(n);
+    memset(m, 0, n * sizeof(float));
+    memset(v, 0, n * sizeof(float));
+    float* master = with_master ? fcopy(p, n) : NULL;
+    double *pd = to_d(p, n), *md = dbuf(n), *vd = dbuf(n);
+    float* g = fbuf(n);
+    for (int t = 1; t <= 5; t++) {
+        for (size_t i = 0; i < n; i++) g[i] = frand(-1, 1) * (i % 5 == 0 ? 1e-3f : 1.0f);
+        adamw_update(p, master, g, m, v, n, lr, b1, b2, eps, wd, gs, t, 1234u + (uint32_t)t);
+        double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+        for (size_t i = 0; i < n; i++) {
+            double gi = (double)g[i] * gs;
+            md[i] = b1 * md[i] + (1.0 - b1) * gi;
+            vd[i] = b2 * vd[i] + (1.0 - b2) * gi * gi;
+            pd[i] -= lr * ((md[i] / bc1) / (sqrt(vd[i] / bc2) + eps) + wd * pd[i]);
+        }
+    }
+    const char* tag = with_master ? " (master weights)" : "";
+    char what[96];
+    snprintf(what, sizeof(what), "adamw_update params after 5 steps%s", tag);
+    close_fd(what, p, pd, n, 1e-5, 1e-6);
+    snprintf(what, sizeof(what), "adamw_update m%s", tag);
+    close_fd(what, m, md, n, 1e-5, 1e-6);
+    snprintf(what, sizeof(what), "adamw_update v%s", tag);
+    close_fd(what, v, vd, n, 1e-5, 1e-6);
+    if (master) {
+        TEST_CHECK(bitwise_equal(master, p, n), "adamw_update with master: params must equal master on fp32");
+        ops_free(master);
+    }
+    ops_free(p); ops_free(m); ops_free(v); ops_free(g);
+    free(pd); free(md); free(vd);
+}
+
+static void test_reductions(void) {
+    const size_t n = 100003;
+    float* x = frandbuf(n, -3, 3);
+    double ss = 0.0, s = 0.0;
+    for (size_t i = 0; i < n; i++) { ss += (double)x[i] * x[i]; s += x[i]; }
+    double got = sum_squares(x, n);
+    TEST_CHECK(fabs(got - ss) <= 1e-12 * ss, "sum_squares %.17g want %.17g", got, ss);
+    double got2 = sum_f32(x, n);
+    TEST_CHECK(fabs(got2 - s) <= 1e-12 * maxabs_f(x, n) * n, "sum_f32 %.17g want %.17g", got2, s);
+    TEST_CHECK(sum_squares(x, 0) == 0.0 && sum_f32(x, 0) == 0.0, "empty sums must be 0");
+    TEST_CHECK(sum_squares(x, 3) == (double)x[0] * x[0] + (double)x[1] * x[1] + (double)x[2] * x[2], "sum_squares n=3");
+    printf("ok   sum_squares / sum_f32 (n=%zu)\n", n);
+    ops_free(x);
+}
+
+// ----------------------------------------------------------------------------
+// thread-count independence of the row reductions (deterministic by design)
+
+static void test_determinism(void) {
+    int nthr = omp_get_max_threads();
+    if (nthr < 2) { printf("note: determinism across thread counts not checked (1 thread)\n"); return; }
+    const int N = 300, C = 200, V = 37;
+    float* x = frandbuf((size_t)N * C, -1, 1);
+    float* w = frandbuf(C, 0.5f, 1.5f);
+    float* dy = frandbuf((size_t)N * C, -1, 1);
+    float* mean = fbuf(N);
+    float* rstd = fbuf(N);
+    float* y = fbuf((size_t)N * C);
+    layernorm_forward(y, mean, rstd, x, w, w, N, C);
+    int inp[300];
+    for (int i = 0; i < N; i++) inp[i] = (int)(urand() * V);
+    float* r[2][4];
+    for (int k = 0; k < 2; k++) {
+        omp_set_num_threads(k == 0 ? 1 : nthr);
+        r[k][0] = fbuf(C); memset(r[k][0], 0, C * sizeof(float));
+        r[k][1] = fbuf(C); memset(r[k][1], 0, C * sizeof(float));
+        r[k][2] = fbuf((size_t)V * C); memset(r[k][2], 0, (size_t)V * C * sizeof(float));
+        r[k][3] = fbuf(C); memset(r[k][3], 0, C * sizeof(float));
+        layernorm_backward(NULL, r[k][0], r[k][1], dy, x, w, mean, rstd, N, C);
+        encoder_backward(r[k][2], NULL, dy, inp, 1, N, C);
+        matmul_backward(NULL, NULL, r[k][3], dy, x, w, N, 1, C);
+    }
+    omp_set_num_threads(nthr);
+    TEST_CHECK(bitwise_equal(r[0][0], r[1][0], C) && bitwise_equal(r[0][1], r[1][1], C),
+               "layernorm_backward dweight/dbias differ between 1 and %d threads", nthr);
+    TEST_CHECK(bitwise_equal(r[0][2], r[1][2], (size_t)V * C), "encoder_backward differs between 1 and %d threads", nthr);
+    TEST_CHECK(bitwise_equal(r[0][3], r[1][3], C), "matmul_backward dbias differs between 1 and %d threads", nthr);
+    printf("ok   row reductions bitwise identical on 1 and %d threads\n", nthr);
+    for (int k = 0; k < 2; k++) for (int j = 0; j < 4; j++) ops_free(r[k][j]);
+    ops_free(x); ops_free(w); ops_free(dy); ops_free(mean); ops_free(rstd); ops_free(y);
+}
+
+int main(void) {
+    ops_init(0);
+    printf("backend: %s\n", ops_backend_name());
+    TEST_CHECK(strncmp(ops_backend_name(), "cpu", 3) == 0, "backend name '%s'", ops_backend_name());
+    void* p = ops_alloc(1000);
+    TEST_CHECK(((uintptr_t)p & 63) == 0, "ops_alloc must return 64-byte aligned memory");
+    ops_free(p);
+
+    test_vm_expf();
+    test_encoder();
+    test_layernorm_shape(5, 7, 0.0f);
+    test_layernorm_shape(3, 768, 30.0f);   // large mean: two-pass variance needed
+    test_layernorm_shape(67, 129, 0.0f);
+    test_matmul_shape(5, 7, 9);
+    test_matmul_shape(67, 129, 250);
+    test_elementwise();
+
+    // attention: ragged T around the 64-row tiles, vector (16, 64) and plain-loop (24) head sizes
+    test_attention_shape(1, 5, 1, 16, 1);
+    test_attention_shape(2, 17, 3, 16, 1);
+    test_attention_shape(1, 9, 2, 24, 1);
+    test_attention_shape(1, 3, 1, 64, 1);
+    static const int Ts[] = {1, 17, 64, 130};
+    static const int HSs[] = {16, 64};
+    for (int a = 0; a < 4; a++)
+        for (int hsi = 0; hsi < 2; hsi++)
+            for (int nh = 1; nh <= 3; nh += 2)
+                for (int b = 1; b <= 2; b++)
+                    test_attention_shape(b, Ts[a], nh, HSs[hsi], 0);
+    test_attention_shape(1, 70, 2, 24, 0);
+    test_attention_shape(1, 200, 1, 32, 0);
+    test_attention_shape(1, 66, 1, 128, 0);
+
+    test_classifier_shape(5, 7, 9, 3.0f);
+    test_classifier_shape(3, 1, 4, 3.0f);        // V = 1: loss 0, gradient 0
+    test_classifier_shape(37, 1000, 1024, 8.0f);
+    test_classifier_shape(7, 50257, 50304, 20.0f);
+    test_adamw(0);
+    test_adamw(1);
+    test_reductions();
+    test_determinism();
+    return test_finish("test_ops");
+}
