@@ -74,6 +74,7 @@ struct DevI {
 };
 
 static double g_worst_rel = 0.0;   // summary: worst |diff| / (atol + rtol |ref|) over all checks
+static char g_worst_name[160];
 static void check(const char* what, const vecf& got, const vecf& want, double rtol, double atol) {
     double worst = 0.0;
     for (size_t i = 0; i < want.size(); i++) {
@@ -81,7 +82,7 @@ static void check(const char* what, const vecf& got, const vecf& want, double rt
         double r = tol > 0.0 ? d / tol : (d == 0.0 ? 0.0 : INFINITY);
         if (!(r <= worst)) worst = r;   // NaN sticks
     }
-    if (worst > g_worst_rel || worst != worst) g_worst_rel = worst;
+    if (worst > g_worst_rel || worst != worst) { g_worst_rel = worst; snprintf(g_worst_name, sizeof(g_worst_name), "%s", what); }
     test_allclose(what, got.data(), want.data(), want.size(), rtol, atol);
 }
 
@@ -401,11 +402,22 @@ static void test_adamw(size_t n, int with_master) {
         snprintf(name, sizeof(name), "adamw master (n=%zu)", n);
         check(name, dmaster.get(), wp, 1e-5, 1e-6);
     }
-    // params: stochastic rounding of the update, so within one bf16 ulp of the exact value and
-    // either neighbour of it
+    // params: stochastic rounding of the fp32 result, so within one bf16 ulp of the exact value
     vecf got = dp.get();
     snprintf(name, sizeof(name), "adamw params, stochastic rounding (n=%zu master=%d)", n, with_master);
     check(name, got, wp, 8e-3, 1e-6);
+    if (with_master) {
+        // exactly: the bf16 just below or just above the device's fp32 master value
+        vecf mst = dmaster.get();
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u; memcpy(&u, &mst[i], 4);
+            uint32_t lo = u & 0xFFFF0000u, hi = lo + 0x10000u;   // toward / away from zero
+            float flo, fhi; memcpy(&flo, &lo, 4); memcpy(&fhi, &hi, 4);
+            if (!(got[i] == flo || (got[i] == fhi && lo != u))) bad++;
+        }
+        TEST_CHECK(bad == 0, "adamw: %zu of %zu params are not a bf16 neighbour of their fp32 master", bad, n);
+    }
     // deterministic given the seed; a different seed rounds differently somewhere
     adamw_update(dp2.p, with_master ? dmaster2.p : NULL, dg.p, dm2.p, dv2.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
     TEST_CHECK(dp2.get() == got, "adamw: same seed gave different params");
@@ -453,19 +465,23 @@ int main(void) {
     TIMED(test_layernorm(5, 7));
     TIMED(test_layernorm(11, 40));
     TIMED(test_layernorm(3, 264));      // several chunks per lane
+    TIMED(test_layernorm(130, 768));    // GPT-2 width, three column-sum chunks
     TIMED(test_matmul(5, 7, 9, 1, 1));  // unaligned OC: GEMM + separate gelu
     TIMED(test_matmul(5, 7, 9, 0, 0));
     TIMED(test_matmul(70, 16, 24, 1, 1));   // fused GELU epilogue; N > one column-sum chunk
     TIMED(test_matmul(6, 8, 16, 0, 1));
+    TIMED(test_matmul(129, 64, 256, 1, 1));
     TIMED(test_attention(2, 5, 8, 2));      // HS 4
     TIMED(test_attention(1, 35, 48, 1));    // HS 48: two key tiles, two dims per lane
+    TIMED(test_attention(2, 70, 128, 2));   // HS 64 (GPT-2), three key tiles
+    TIMED(test_attention(1, 9, 128, 1));    // HS 128: the largest supported
     TIMED(test_classifier(4, 37, 40));      // vector path, padded columns
     TIMED(test_classifier(3, 13, 13));      // scalar path
     TIMED(test_classifier(2, 3000, 3008));  // several chunks per thread
     TIMED(test_adamw(1000, 1));
     TIMED(test_adamw(333, 0));
     TIMED(test_reductions(7));
-    TIMED(test_reductions(5000));           // more than the (emulated) fixed grid: grid-stride loop
-    printf("worst error over all checks: %.3f of tolerance\n", g_worst_rel);
+    TIMED(test_reductions(300000));         // more than the fixed grid: grid-stride loop
+    printf("worst error over all checks: %.3f of tolerance, in %s\n", g_worst_rel, g_worst_name);
     return test_finish("test_cuda_ops");
 }

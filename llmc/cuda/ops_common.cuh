@@ -11,6 +11,12 @@
 #ifndef LLMC_CUDA_OPS_COMMON_CUH
 #define LLMC_CUDA_OPS_COMMON_CUH
 
+// Everything under llmc/cuda/ is the CUDA backend: floatX is bf16 there (llmc/ops.h), whatever
+// the command line says.
+#ifndef LLMC_CUDA
+#define LLMC_CUDA 1
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>

@@ -245,13 +245,7 @@ extern "C" void adamw_update(floatX* params, float* master, const floatX* grads,
 // so the result is bit-identical from run to run and GPU to GPU.
 
 #define RED_THREADS 256
-#ifdef LLMC_CUDA_EMULATED
-// Under the CPU harness every CUDA thread is a fiber, so a smaller fixed grid keeps the tests
-// fast; the kernels and the grid-stride / capped-grid logic are the same.
-#define RED_BLOCKS 16
-#else
 #define RED_BLOCKS 512
-#endif
 
 __global__ void sum_squares_partial_kernel(float* partial, const floatX* x, size_t n) {
     float acc = 0.0f;
