@@ -6,9 +6,9 @@
 # The harness' orders.sh reruns test_cuda_ops in other fiber orders, test-tsan under TSan.
 #
 # Symbol clashes: the emulated CUDA ops define the same C symbols as the CPU backend
-# (encoder_forward, ...), so test_cuda_ops links the emulated CUDA objects plus only the
-# backend-free llmc/check.o and llmc/fileio.o, never llmc/cpu/*.o; its references are
-# double-precision loops written in the test from the definitions in llmc/ops.h.
+# (encoder_forward, ...). test_cuda_ops links the CPU backend too, as a reference, from copies of
+# llmc/cpu/*.o whose op symbols objcopy renamed to cpu_<name> (the list below = llmc/ops.h);
+# the test declares them by including ops.h with those names #defined (see its top).
 
 CUDAKERN_SRCS := $(wildcard llmc/cuda/*.cu)
 CUDAKERN_EMU_OBJS := $(patsubst %.cu,$(BUILD)/cuda_cpu/emu/%.o,$(CUDAKERN_SRCS))
@@ -18,12 +18,27 @@ $(BUILD)/cuda_cpu/emu/%.o: %.cu $(CUDA_CPU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CUDAKERN_EMU_CXX) -c $< -o $@
 
-$(BUILD)/test/test_cuda_ops: test/test_cuda_ops.cpp $(CUDAKERN_EMU_OBJS) $(CUDA_CPU_RT) \
-        $(BUILD)/llmc/check.o $(BUILD)/llmc/fileio.o test/test.h
+CUDAKERN_OPS_SYMS := ops_init ops_backend_name ops_alloc ops_free ops_zero ops_to_device ops_to_host \
+    ops_upload_f32 ops_download_f32 ops_synchronize encoder_forward encoder_backward layernorm_forward \
+    layernorm_backward fused_residual_layernorm_forward matmul_forward matmul_backward gelu_forward \
+    gelu_backward residual_forward add_inplace scale_copy attention_forward attention_backward \
+    fused_classifier adamw_update sum_squares sum_f32
+CUDAKERN_CPUREF_OBJS := $(patsubst $(BUILD)/%,$(BUILD)/cuda_cpu/cpuref/%,$(CPU_OBJS))
+
+$(BUILD)/cuda_cpu/cpuref/syms.txt: mk/cudakern.mk
+	@mkdir -p $(dir $@)
+	@printf '%s\n' $(foreach s,$(CUDAKERN_OPS_SYMS),"$(s) cpu_$(s)") > $@
+
+$(BUILD)/cuda_cpu/cpuref/%.o: $(BUILD)/%.o $(BUILD)/cuda_cpu/cpuref/syms.txt
+	@mkdir -p $(dir $@)
+	objcopy --redefine-syms=$(BUILD)/cuda_cpu/cpuref/syms.txt $< $@
+
+$(BUILD)/test/test_cuda_ops: test/test_cuda_ops.cpp $(CUDAKERN_EMU_OBJS) $(CUDA_CPU_RT) $(CUDAKERN_CPUREF_OBJS) \
+        $(LIB_OBJS) test/test.h
 	@mkdir -p $(dir $@)
 	$(CUDAKERN_EMU_CXX) -c $< -o $@.o
-	$(CXX) $@.o $(CUDAKERN_EMU_OBJS) $(CUDA_CPU_RT) $(BUILD)/llmc/check.o $(BUILD)/llmc/fileio.o \
-	    -o $@ $(LDFLAGS) $(BLAS_LIBS) -lm -lpthread
+	$(CXX) $@.o $(CUDAKERN_EMU_OBJS) $(CUDA_CPU_RT) $(CUDAKERN_CPUREF_OBJS) $(LIB_OBJS) \
+	    -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
 
 ifeq ($(NO_CUDA_HARNESS),1)
 else ifeq ($(HAVE_CUDA_HEADERS),1)

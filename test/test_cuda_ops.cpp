@@ -1,6 +1,6 @@
 // Every CUDA-backend op (llmc/cuda/*.cu), run on the CPU through the CUDA-on-CPU harness
 // (test/cuda_cpu/), checked against a straightforward double-precision reference written here
-// from the definitions in llmc/ops.h, at small shapes: ragged ones (scalar paths: sizes not a
+// from the definitions in llmc/ops.h and against the CPU backend's op ("vs cpu:"), at small shapes: ragged ones (scalar paths: sizes not a
 // multiple of 8, misaligned pointers) and aligned ones (128-bit paths).
 //
 // Inputs are rounded to bf16 before both sides see them, so the only differences are the
@@ -15,6 +15,71 @@
 #include <math.h>
 #include <vector>
 #include <algorithm>
+// The CPU backend (llmc/cpu/*.o) is linked in with every op symbol renamed to cpu_<name>
+// (objcopy --redefine-syms, mk/cudakern.mk), so both backends live in this program: ops.h is
+// included twice, first with fp32 floatX and cpu_ names, then as the CUDA backend's header.
+#undef LLMC_CUDA
+#define floatX cpu_floatX
+#define ops_init cpu_ops_init
+#define ops_backend_name cpu_ops_backend_name
+#define ops_alloc cpu_ops_alloc
+#define ops_free cpu_ops_free
+#define ops_zero cpu_ops_zero
+#define ops_to_device cpu_ops_to_device
+#define ops_to_host cpu_ops_to_host
+#define ops_upload_f32 cpu_ops_upload_f32
+#define ops_download_f32 cpu_ops_download_f32
+#define ops_synchronize cpu_ops_synchronize
+#define encoder_forward cpu_encoder_forward
+#define encoder_backward cpu_encoder_backward
+#define layernorm_forward cpu_layernorm_forward
+#define layernorm_backward cpu_layernorm_backward
+#define fused_residual_layernorm_forward cpu_fused_residual_layernorm_forward
+#define matmul_forward cpu_matmul_forward
+#define matmul_backward cpu_matmul_backward
+#define gelu_forward cpu_gelu_forward
+#define gelu_backward cpu_gelu_backward
+#define residual_forward cpu_residual_forward
+#define add_inplace cpu_add_inplace
+#define scale_copy cpu_scale_copy
+#define attention_forward cpu_attention_forward
+#define attention_backward cpu_attention_backward
+#define fused_classifier cpu_fused_classifier
+#define adamw_update cpu_adamw_update
+#define sum_squares cpu_sum_squares
+#define sum_f32 cpu_sum_f32
+#include "ops.h"
+#undef floatX
+#undef ops_init
+#undef ops_backend_name
+#undef ops_alloc
+#undef ops_free
+#undef ops_zero
+#undef ops_to_device
+#undef ops_to_host
+#undef ops_upload_f32
+#undef ops_download_f32
+#undef ops_synchronize
+#undef encoder_forward
+#undef encoder_backward
+#undef layernorm_forward
+#undef layernorm_backward
+#undef fused_residual_layernorm_forward
+#undef matmul_forward
+#undef matmul_backward
+#undef gelu_forward
+#undef gelu_backward
+#undef residual_forward
+#undef add_inplace
+#undef scale_copy
+#undef attention_forward
+#undef attention_backward
+#undef fused_classifier
+#undef adamw_update
+#undef sum_squares
+#undef sum_f32
+#undef LLMC_OPS_H
+#define LLMC_CUDA 1
 #include "ops.h"
 #include "test/test.h"
 
@@ -134,6 +199,16 @@ static void test_elementwise(size_t n, int off) {
     for (size_t i = 0; i < n; i++) want[i] = b[i] * -0.37f;
     snprintf(name, sizeof(name), "scale_copy in place (n=%zu, offset %d)", n, off);
     check(name, db.get(), want, 8e-3, 1e-6);
+    // the CPU backend on the same inputs
+    vecf c1(n), c2 = acc;
+    cpu_gelu_forward(c1.data(), a.data(), n);
+    snprintf(name, sizeof(name), "vs cpu: gelu_backward (n=%zu)", n);
+    cpu_gelu_backward(c2.data(), a.data(), g.data(), n);
+    check(name, dacc.get(), c2, RT, 1e-2);
+    Dev dgl(a, off);
+    gelu_forward(dgl.p, dgl.p, n);   // in place
+    snprintf(name, sizeof(name), "vs cpu: gelu_forward in place (n=%zu)", n);
+    check(name, dgl.get(), c1, RT, 1e-3);
 }
 
 static void test_encoder(int B, int T, int C, int V) {
@@ -164,6 +239,16 @@ static void test_encoder(int B, int T, int C, int V) {
     check(name, dgwte.get(), vecf(rw.begin(), rw.end()), RT, 1e-2);
     snprintf(name, sizeof(name), "encoder_backward dwpe += (B=%d T=%d C=%d)", B, T, C);
     check(name, dgwpe.get(), vecf(rp.begin(), rp.end()), RT, 1e-2);
+    vecf co((size_t)B * T * C), cw = gwte, cp = gwpe;
+    cpu_encoder_forward(co.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    snprintf(name, sizeof(name), "vs cpu: encoder_forward (B=%d T=%d C=%d)", B, T, C);
+    check(name, dout.get(), co, 8e-3, 1e-6);
+    cpu_encoder_backward(cw.data(), cp.data(), g.data(), tok.data(), B, T, C);
+    snprintf(name, sizeof(name), "vs cpu: encoder_backward dwte, dwpe (B=%d T=%d C=%d)", B, T, C);
+    vecf gotw = dgwte.get(), gotp = dgwpe.get();
+    gotw.insert(gotw.end(), gotp.begin(), gotp.end());
+    cw.insert(cw.end(), cp.begin(), cp.end());
+    check(name, gotw, cw, RT, 1e-2);
 }
 
 // reference layernorm of one row, double
@@ -230,6 +315,22 @@ static void test_layernorm(int N, int C) {
     check(name, dgw.get(), vecf(rw.begin(), rw.end()), RT, 2e-2);
     snprintf(name, sizeof(name), "layernorm_backward dbias += (N=%d C=%d)", N, C);
     check(name, dgb.get(), vecf(rb.begin(), rb.end()), RT, 2e-2);
+    vecf co((size_t)N * C), cm(N), cr(N), cres((size_t)N * C), ci = gi, cw = gw, cb = gb;
+    cpu_layernorm_forward(co.data(), cm.data(), cr.data(), x.data(), w.data(), b.data(), N, C);
+    snprintf(name, sizeof(name), "vs cpu: layernorm_forward out, rstd (N=%d C=%d)", N, C);
+    layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C);
+    check(name, dout.get(), co, RT, 1e-2);
+    check(name, drstd.get(), cr, 1e-4, 1e-6);
+    cpu_fused_residual_layernorm_forward(cres.data(), co.data(), cm.data(), cr.data(), x.data(), y.data(), w.data(), b.data(), N, C);
+    fused_residual_layernorm_forward(dres.p, dout.p, dmean.p, drstd.p, dx.p, dy.p, dw.p, db.p, N, C);
+    snprintf(name, sizeof(name), "vs cpu: fused_residual_layernorm_forward (N=%d C=%d)", N, C);
+    check(name, dout.get(), co, RT, 2e-2);   // CPU normalises the unrounded fp32 residual
+    cpu_layernorm_backward(ci.data(), cw.data(), cb.data(), g.data(), x.data(), w.data(), wmean.data(), wrstd.data(), N, C);
+    snprintf(name, sizeof(name), "vs cpu: layernorm_backward dinp, dweight, dbias (N=%d C=%d)", N, C);
+    vecf got = dgi.get(), t1 = dgw.get(), t2 = dgb.get();
+    got.insert(got.end(), t1.begin(), t1.end()); got.insert(got.end(), t2.begin(), t2.end());
+    ci.insert(ci.end(), cw.begin(), cw.end()); ci.insert(ci.end(), cb.begin(), cb.end());
+    check(name, got, ci, RT, 2e-2);
 }
 
 static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
@@ -276,6 +377,16 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     } else {
         TEST_CHECK(dgb.get() == gb, "matmul_backward changed a dbias it was not given");
     }
+    vecf co((size_t)N * OC), cg((size_t)N * OC), ci = gi, cw = gw, cb = gb;
+    cpu_matmul_forward(co.data(), with_gelu ? cg.data() : NULL, x.data(), w.data(), with_bias ? b.data() : NULL, N, C, OC);
+    snprintf(name, sizeof(name), "vs cpu: matmul_forward (N=%d C=%d OC=%d bias=%d gelu=%d)", N, C, OC, with_bias, with_gelu);
+    check(name, dout.get(), co, RT, 1e-2);
+    if (with_gelu) check(name, dgelu.get(), cg, RT, 1e-2);
+    cpu_matmul_backward(ci.data(), cw.data(), with_bias ? cb.data() : NULL, g.data(), x.data(), w.data(), N, C, OC);
+    snprintf(name, sizeof(name), "vs cpu: matmul_backward (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgi.get(), ci, RT, 2e-2);
+    check(name, dgw.get(), cw, RT, 2e-2);
+    check(name, dgb.get(), cb, RT, 2e-2);
 }
 
 static void test_attention(int B, int T, int C, int NH) {
@@ -342,6 +453,15 @@ static void test_attention(int B, int T, int C, int NH) {
             }
     snprintf(name, sizeof(name), "attention_backward dqkv += (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dacc.get(), vecf(r.begin(), r.end()), RT, 2e-2);
+    // the CPU backend end to end (its own out / lse feed its backward)
+    vecf co((size_t)B * T * C), cl((size_t)B * NH * T), cd = acc;
+    cpu_attention_forward(co.data(), cl.data(), qkv.data(), B, T, C, NH);
+    snprintf(name, sizeof(name), "vs cpu: attention_forward out, lse (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dout.get(), co, RT, 1e-2);
+    check(name, dlse.get(), cl, 1e-4, 1e-4);
+    cpu_attention_backward(cd.data(), g.data(), qkv.data(), co.data(), cl.data(), B, T, C, NH);
+    snprintf(name, sizeof(name), "vs cpu: attention_backward (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dacc.get(), cd, RT, 2e-2);
 }
 
 static void test_classifier(int N, int V, int Vp) {
@@ -375,6 +495,11 @@ static void test_classifier(int N, int V, int Vp) {
     check(name, dloss.get(), wloss, 1e-5, 1e-5);
     snprintf(name, sizeof(name), "fused_classifier dlogits, padded cols zero (N=%d V=%d Vp=%d)", N, V, Vp);
     check(name, dl.get(), wgrad, RT, 1e-4 * dscale);
+    vecf cl(N), cx = logits;
+    cpu_fused_classifier(cl.data(), cx.data(), tgt.data(), dscale, N, V, Vp);
+    snprintf(name, sizeof(name), "vs cpu: fused_classifier loss, dlogits (N=%d V=%d Vp=%d)", N, V, Vp);
+    check(name, dloss.get(), cl, 1e-5, 1e-5);
+    check(name, dl.get(), cx, RT, 1e-4 * dscale);
 }
 
 static void test_adamw(size_t n, int with_master) {
@@ -429,6 +554,14 @@ static void test_adamw(size_t n, int with_master) {
     double bias = 0.0, mag = 0.0;
     for (size_t i = 0; i < n; i++) { bias += got[i] - wp[i]; mag += fabs(bf16_round(wp[i]) - wp[i]); }
     TEST_CHECK(fabs(bias) < 0.5 * mag + 1e-6, "adamw: stochastic rounding looks biased (%g vs %g)", bias, mag);
+    if (with_master) {
+        vecf cp = p, cm = m, cv = v, cmaster = p;
+        cpu_adamw_update(cp.data(), cmaster.data(), g.data(), cm.data(), cv.data(), n, lr, b1, b2, eps, wd, gs, t, 1234u);
+        snprintf(name, sizeof(name), "vs cpu: adamw master, m, v (n=%zu)", n);
+        check(name, dmaster.get(), cmaster, 1e-5, 1e-6);
+        check(name, dm.get(), cm, 1e-5, 1e-7);
+        check(name, dv.get(), cv, 1e-5, 1e-9);
+    }
 }
 
 static void test_reductions(size_t n) {
@@ -446,6 +579,9 @@ static void test_reductions(size_t n) {
     vecf a2{(float)got_s}, w2{(float)s};
     check(name, a2, w2, 1e-5, 1e-4);
     TEST_CHECK(sum_squares(dx.p, n) == got_ss, "sum_squares not deterministic");
+    snprintf(name, sizeof(name), "vs cpu: sum_squares, sum_f32 (n=%zu)", n);
+    vecf a3{(float)got_ss, (float)got_s}, w3{(float)cpu_sum_squares(x.data(), n), (float)cpu_sum_f32(x.data(), n)};
+    check(name, a3, w3, 1e-5, 1e-4);
 }
 
 #include <time.h>
@@ -454,6 +590,7 @@ static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &
 #define TIMED(call) do { double t0_ = now_s(); call; printf("time %-40s %.2fs\n", #call, now_s() - t0_); } while (0)
 
 int main(void) {
+    cpu_ops_init(1);
     ops_init(0);
     printf("backend: %s\n", ops_backend_name());
     TIMED(test_casts());
