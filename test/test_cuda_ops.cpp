@@ -500,6 +500,17 @@ static void test_classifier(int N, int V, int Vp) {
     snprintf(name, sizeof(name), "vs cpu: fused_classifier loss, dlogits (N=%d V=%d Vp=%d)", N, V, Vp);
     check(name, dloss.get(), cl, 1e-5, 1e-5);
     check(name, dl.get(), cx, RT, 1e-4 * dscale);
+    // a target outside the vocabulary: NaN loss (caught by the trainer), zero gradient, no
+    // out-of-row read
+    std::vector<int> tbad(tgt);
+    tbad[0] = V;
+    DevI dtb(tbad);
+    Dev dl2(logits);
+    fused_classifier(dloss.p, dl2.p, dtb.p, dscale, N, V, Vp);
+    vecf lb = dloss.get(), gb = dl2.get();
+    int zero_row = 1;
+    for (int v = 0; v < Vp; v++) zero_row &= gb[v] == 0.0f;
+    TEST_CHECK(std::isnan(lb[0]) && zero_row, "fused_classifier: target %d >= V gave loss %g (want NaN) / nonzero grads", V, lb[0]);
 }
 
 static void test_adamw(size_t n, int with_master) {
