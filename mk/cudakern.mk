@@ -45,3 +45,21 @@ else ifeq ($(HAVE_CUDA_HEADERS),1)
 TEST_PROGS += $(BUILD)/test/test_cuda_ops
 TEST_SCRIPTS += test/check_cuda_kernels_ran.sh
 endif
+
+# ---------------------------------------------------------------------------------------------
+# Production (nvcc) objects of the CUDA backend, for a BACKEND=cuda link: $(CUDA_OPS_OBJS) with
+# $(CUDA_LDLIBS). bench-cuda-ops links them into dev/cuda/build/bench_ops (needs a GPU to run).
+CUDA_OPS_OBJS := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CUDAKERN_SRCS))
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart
+NVCC_OPS_FLAGS := -std=c++17 -O3 -DLLMC_CUDA $(NVCC_ARCHS) -Illmc -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
+
+$(BUILD)/cuda/llmc/cuda/%.o: llmc/cuda/%.cu $(wildcard llmc/cuda/*.cuh) llmc/ops.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_OPS_FLAGS) -c $< -o $@
+
+dev/cuda/build/bench_ops: dev/cuda/bench_ops.cu $(CUDA_OPS_OBJS) $(BUILD)/llmc/check.o $(BUILD)/llmc/fileio.o
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_OPS_FLAGS) $< $(CUDA_OPS_OBJS) $(BUILD)/llmc/check.o $(BUILD)/llmc/fileio.o -o $@ $(CUDA_LDLIBS)
+
+bench-cuda-ops: dev/cuda/build/bench_ops
+.PHONY: bench-cuda-ops
