@@ -575,6 +575,57 @@ static void test_adamw(size_t n, int with_master) {
     }
 }
 
+// NULL gradient outputs mean "not needed" (frozen tensors): the others must still be right and
+// nothing may be written for the NULL ones
+static void test_null_grads(void) {
+    const int N = 9, C = 16, OC = 24, B = 3, T = 3, V = 6;
+    vecf x = rnd_vec((size_t)N * C, 1.0f), w = rnd_vec((size_t)OC * C, 0.5f), g = rnd_vec((size_t)N * OC, 1.0f);
+    vecf gi = rnd_vec((size_t)N * C, 0.5f), gw = rnd_vec((size_t)OC * C, 0.5f), gb = rnd_vec(OC, 0.5f);
+    Dev dx(x), dw(w), dg(g), dgi(gi), dgw(gw), dgb(gb);
+    vecf ci = gi, cw = gw, cb = gb;
+    // dinp only (a frozen linear layer inside the network)
+    matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC);
+    cpu_matmul_backward(ci.data(), NULL, NULL, g.data(), x.data(), w.data(), N, C, OC);
+    check("matmul_backward dinp only (dweight, dbias NULL)", dgi.get(), ci, RT, 2e-2);
+    // dweight only (first layer: no dinp), then dbias only
+    matmul_backward(NULL, dgw.p, NULL, dg.p, dx.p, dw.p, N, C, OC);
+    cpu_matmul_backward(NULL, cw.data(), NULL, g.data(), x.data(), w.data(), N, C, OC);
+    check("matmul_backward dweight only", dgw.get(), cw, RT, 2e-2);
+    matmul_backward(NULL, NULL, dgb.p, dg.p, dx.p, dw.p, N, C, OC);
+    cpu_matmul_backward(NULL, NULL, cb.data(), g.data(), x.data(), w.data(), N, C, OC);
+    check("matmul_backward dbias only", dgb.get(), cb, RT, 2e-2);
+
+    // layernorm: dinp only, then dweight/dbias only
+    vecf lw = rnd_vec(C, 1.0f), lb = rnd_vec(C, 0.5f), lg = rnd_vec((size_t)N * C, 1.0f);
+    vecf lo((size_t)N * C), mean(N), rstd(N);
+    cpu_layernorm_forward(lo.data(), mean.data(), rstd.data(), x.data(), lw.data(), lb.data(), N, C);
+    Dev dlw(lw), dlg(lg), dli(gi), dlww(gw), dlbb(gb);
+    DevF dmean(mean), drstd(rstd);
+    vecf li = gi, lww(gw.begin(), gw.begin() + C), lbb(gb.begin(), gb.begin() + C);
+    layernorm_backward(dli.p, NULL, NULL, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
+    cpu_layernorm_backward(li.data(), NULL, NULL, lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
+    check("layernorm_backward dinp only", dli.get(), li, RT, 2e-2);
+    layernorm_backward(NULL, dlww.p, dlbb.p, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
+    cpu_layernorm_backward(NULL, lww.data(), lbb.data(), lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
+    vecf got_w = dlww.get(), got_b = dlbb.get();
+    check("layernorm_backward dweight only", vecf(got_w.begin(), got_w.begin() + C), lww, RT, 2e-2);
+    check("layernorm_backward dbias only", vecf(got_b.begin(), got_b.begin() + C), lbb, RT, 2e-2);
+
+    // encoder: dwpe only, then dwte only
+    std::vector<int> tok(B * T);
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 5) % V;
+    DevI dtok(tok);
+    vecf eg = rnd_vec((size_t)B * T * C, 1.0f), ew = rnd_vec((size_t)V * C, 0.5f), ep = rnd_vec((size_t)T * C, 0.5f);
+    Dev deg(eg), dew(ew), dep(ep);
+    vecf cw2 = ew, cp2 = ep;
+    encoder_backward(NULL, dep.p, deg.p, dtok.p, B, T, C);
+    cpu_encoder_backward(NULL, cp2.data(), eg.data(), tok.data(), B, T, C);
+    check("encoder_backward dwpe only", dep.get(), cp2, RT, 1e-2);
+    encoder_backward(dew.p, NULL, deg.p, dtok.p, B, T, C);
+    cpu_encoder_backward(cw2.data(), NULL, eg.data(), tok.data(), B, T, C);
+    check("encoder_backward dwte only", dew.get(), cw2, RT, 1e-2);
+}
+
 static void test_reductions(size_t n) {
     char name[128];
     vecf x = rnd_vec(n, 2.0f);
@@ -628,6 +679,8 @@ int main(void) {
     TIMED(test_classifier(2, 3000, 3008));  // several chunks per thread
     TIMED(test_adamw(1000, 1));
     TIMED(test_adamw(333, 0));
+    TIMED(test_null_grads());
+    TIMED(test_attention(2, 1, 8, 2));      // T = 1
     TIMED(test_reductions(7));
     TIMED(test_reductions(300000));         // more than the fixed grid: grid-stride loop
     printf("worst error over all checks: %.3f of tolerance, in %s\n", g_worst_rel, g_worst_name);
