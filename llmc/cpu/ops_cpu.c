@@ -355,6 +355,8 @@ void scale_copy(floatX* dst, const floatX* src, float scale, size_t n) {
 // ----------------------------------------------------------------------------
 // fused classifier: softmax + cross-entropy + dlogits, one row per iteration
 
+#define CLS_BLOCK 2048   // floats: 8 KB, stays in L1 between the max and the exp-sum loops
+
 void fused_classifier(float* losses, floatX* logits, const int* targets, float dloss,
                       int N, int V, int Vp) {
     for (int n = 0; n < N; n++)
@@ -370,24 +372,27 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
             if (dloss != 0.0f) memset(x, 0, (size_t)Vp * sizeof(float));
             continue;
         }
+        // One pass over memory for max and sum: blocks small enough to stay in L1 get their own
+        // max and exp-sum, merged into the running (mx, sum) online-softmax style.
         float mx = -INFINITY;
-        #pragma omp simd reduction(max:mx)
-        for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
-        float xt = x[tgt];
         double sum = 0.0;
-        if (dloss != 0.0f) {
-            // keep exp(x - max) in place; it becomes the gradient in the next pass
-            #pragma omp simd reduction(+:sum)
-            for (int i = 0; i < V; i++) { float e = vm_expf(x[i] - mx); x[i] = e; sum += e; }
-        } else {
-            #pragma omp simd reduction(+:sum)
-            for (int i = 0; i < V; i++) sum += vm_expf(x[i] - mx);
+        for (int i0 = 0; i0 < V; i0 += CLS_BLOCK) {
+            int i1 = i0 + CLS_BLOCK < V ? i0 + CLS_BLOCK : V;
+            float bm = -INFINITY;
+            #pragma omp simd reduction(max:bm)
+            for (int i = i0; i < i1; i++) bm = x[i] > bm ? x[i] : bm;
+            float bs = 0.0f;
+            #pragma omp simd reduction(+:bs)
+            for (int i = i0; i < i1; i++) bs += vm_expf(x[i] - bm);
+            if (bm > mx) { sum = sum * exp((double)mx - (double)bm) + bs; mx = bm; }
+            else sum += (double)bs * exp((double)bm - (double)mx);
         }
+        float xt = x[tgt];
         losses[n] = (float)(log(sum) + (double)mx - (double)xt);
         if (dloss != 0.0f) {
             float s = (float)((double)dloss / sum);
             #pragma omp simd
-            for (int i = 0; i < V; i++) x[i] *= s;
+            for (int i = 0; i < V; i++) x[i] = vm_expf(x[i] - mx) * s;
             x[tgt] -= dloss;
             for (int i = V; i < Vp; i++) x[i] = 0.0f;
         }
