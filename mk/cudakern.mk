@@ -63,3 +63,14 @@ dev/cuda/build/bench_ops: dev/cuda/bench_ops.cu $(CUDA_OPS_OBJS) $(BUILD)/llmc/c
 
 bench-cuda-ops: dev/cuda/build/bench_ops
 .PHONY: bench-cuda-ops
+
+# The same op test against the real GPU kernels (nvcc objects + cuBLASLt) for machines with a
+# GPU: `make test-cuda-gpu`. Same references, same tolerances (no fast-math in the kernels).
+$(BUILD)/test/test_cuda_ops_gpu: test/test_cuda_ops.cpp $(CUDA_OPS_OBJS) $(CUDAKERN_CPUREF_OBJS) $(LIB_OBJS) test/test.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(filter-out -Werror=%,$(CXXFLAGS)) -isystem $(CUDA_HOME)/include -DLLMC_CUDA -c $< -o $@.o
+	$(CXX) $@.o $(CUDA_OPS_OBJS) $(CUDAKERN_CPUREF_OBJS) $(LIB_OBJS) -o $@ $(LDFLAGS) $(CUDA_LDLIBS) $(LDLIBS_CPU) $(EXTRA_LIBS)
+
+test-cuda-gpu: $(BUILD)/test/test_cuda_ops_gpu
+	$(BUILD)/test/test_cuda_ops_gpu
+.PHONY: test-cuda-gpu

@@ -44,6 +44,13 @@ void* ops_scratch(int slot, size_t bytes) {
 
 extern "C" void ops_init(int threads) {
     (void)threads;
+#ifndef LLMC_CUDA_EMULATED
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0)
+        fatal("this binary is the CUDA build; on a machine without a GPU build with `make BACKEND=cpu`",
+              "no usable CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+#endif
     gemm_init();
 }
 
