@@ -205,6 +205,14 @@ static void test_elementwise(size_t n, int off) {
     snprintf(name, sizeof(name), "vs cpu: gelu_backward (n=%zu)", n);
     cpu_gelu_backward(c2.data(), a.data(), g.data(), n);
     check(name, dacc.get(), c2, RT, 1e-2);
+    vecf c3(n), c4 = a, c5(n);
+    cpu_residual_forward(c3.data(), a.data(), b.data(), n);
+    cpu_add_inplace(c4.data(), b.data(), n);
+    cpu_scale_copy(c5.data(), b.data(), -0.37f, n);
+    snprintf(name, sizeof(name), "vs cpu: residual_forward, add_inplace, scale_copy (n=%zu)", n);
+    check(name, dout.get(), c3, 8e-3, 1e-6);
+    check(name, da.get(), c4, 8e-3, 1e-6);
+    check(name, db.get(), c5, 8e-3, 1e-6);
     Dev dgl(a, off);
     gelu_forward(dgl.p, dgl.p, n);   // in place
     snprintf(name, sizeof(name), "vs cpu: gelu_forward in place (n=%zu)", n);
