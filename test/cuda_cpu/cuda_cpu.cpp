@@ -28,7 +28,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -164,6 +163,7 @@ struct Worker {
     Fiber* fibers[1024] = {nullptr};
     int nfibers = 0;
     int order[1024] = {0};
+    const void* slots[1024] = {nullptr};  // warp_slot_set / get (WMMA)
     ucontext_t sched_ctx;
     void* sched_sp = nullptr;
     void* sched_tsan = nullptr;
@@ -507,6 +507,21 @@ NOTSAN uint64_t warp_op(int op, unsigned mask, uint64_t bits, int nbytes, int ar
     return f->w_res;
 }
 
+NOTSAN int lane_id() {
+    check_in_kernel("wmma");
+    return cur_fiber()->lin % 32;
+}
+NOTSAN void warp_slot_set(const void* p) {
+    Worker* w = check_in_kernel("wmma");
+    w->slots[cur_fiber()->lin] = p;
+}
+NOTSAN const void* warp_slot_get(int lane) {
+    Worker* w = check_in_kernel("wmma");
+    int i = cur_fiber()->lin / 32 * 32 + lane;
+    if (i >= w->nthreads) kernel_error(w, "WMMA needs full warps: lane %d of this warp does not exist", lane);
+    return w->slots[i];
+}
+
 NOTSAN unsigned activemask() {
     Worker* w = check_in_kernel("__activemask");
     Fiber* f = cur_fiber();
@@ -808,6 +823,14 @@ void launch(const char* name, const void* kernel_id, KernelThunk thunk, const vo
             dim3 grid, dim3 block, size_t smem, cudaStream_t stream) {
     init_once();
     register_exit();
+    // LAUNCH((kernel<T, N>), ...) stringizes the parentheses: report the bare name
+    static __thread char namebuf[256];
+    size_t nlen = strlen(name);
+    if (nlen >= 2 && name[0] == '(' && name[nlen - 1] == ')' && nlen - 2 < sizeof namebuf) {
+        memcpy(namebuf, name + 1, nlen - 2);
+        namebuf[nlen - 2] = '\0';
+        name = namebuf;
+    }
     if (tw && tw->L) {
         fprintf(stderr, "cuda_cpu: kernel %s launched from inside kernel %s: dynamic parallelism is not supported\n",
                 name, tw->L->name);
@@ -866,10 +889,6 @@ using namespace cuda_cpu;
 
 struct CUstream_st { int id; };
 struct CUevent_st { double t; bool recorded; };
-
-static double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 static cudaError_t alloc_common(void** p, size_t size, bool host) {
     init_once();
@@ -1015,7 +1034,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cuda
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     if (!e) return set_error(cudaErrorInvalidResourceHandle);
-    e->t = now_s(); e->recorded = true;
+    e->t = steady_s(); e->recorded = true;
     return check_stream(s);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle); }

@@ -16,7 +16,7 @@ pass=0; fail=0
 expect() {
   local scen=$1 want=$2; shift 2
   local out rc ok=1
-  out=$(CUDA_CPU_TIMEOUT=2 "$prog" "$scen" 2>&1); rc=$?
+  out=$(CUDA_CPU_TIMEOUT=2 ${CUDA_CPU_RUN_PREFIX:-} "$prog" "$scen" 2>&1); rc=$?
   case $want in
     nonzero) [ $rc -ne 0 ] || ok=0 ;;
     any) ;;
