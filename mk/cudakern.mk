@@ -10,7 +10,8 @@
 # llmc/cpu/*.o whose op symbols objcopy renamed to cpu_<name> (the list below = llmc/ops.h);
 # the test declares them by including ops.h with those names #defined (see its top).
 
-CUDAKERN_SRCS := $(wildcard llmc/cuda/*.cu)
+# (comm_nccl.cu is the NCCL implementation: real GPUs only, never emulated)
+CUDAKERN_SRCS := $(filter-out llmc/cuda/comm_nccl.cu,$(wildcard llmc/cuda/*.cu))
 CUDAKERN_EMU_OBJS := $(patsubst %.cu,$(BUILD)/cuda_cpu/emu/%.o,$(CUDAKERN_SRCS))
 CUDAKERN_EMU_CXX = $(CUDA_CPU_CXX) -DLLMC_CUDA -DLLMC_CUDA_EMULATED -x c++ -include test/cuda_cpu/cuda_cpu.h
 
@@ -22,7 +23,7 @@ CUDAKERN_OPS_SYMS := ops_init ops_backend_name ops_alloc ops_free ops_zero ops_t
     ops_upload_f32 ops_download_f32 ops_synchronize encoder_forward encoder_backward layernorm_forward \
     layernorm_backward fused_residual_layernorm_forward matmul_forward matmul_backward gelu_forward \
     gelu_backward residual_forward add_inplace scale_copy attention_forward attention_backward \
-    fused_classifier adamw_update sum_squares sum_f32
+    fused_classifier adamw_update sum_squares sum_f32 dropout_forward mul_inplace
 CUDAKERN_CPUREF_OBJS := $(patsubst $(BUILD)/%,$(BUILD)/cuda_cpu/cpuref/%,$(CPU_OBJS))
 
 $(BUILD)/cuda_cpu/cpuref/syms.txt: mk/cudakern.mk

@@ -48,6 +48,8 @@
 #define adamw_update cpu_adamw_update
 #define sum_squares cpu_sum_squares
 #define sum_f32 cpu_sum_f32
+#define dropout_forward cpu_dropout_forward
+#define mul_inplace cpu_mul_inplace
 #include "ops.h"
 #undef floatX
 #undef ops_init
@@ -78,6 +80,8 @@
 #undef adamw_update
 #undef sum_squares
 #undef sum_f32
+#undef dropout_forward
+#undef mul_inplace
 #undef LLMC_OPS_H
 #define LLMC_CUDA 1
 #include "ops.h"
@@ -669,6 +673,31 @@ static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &
 // runs one test and prints how long it took under the harness (CI time is budgeted)
 #define TIMED(call) do { double t0_ = now_s(); call; printf("time %-40s %.2fs\n", #call, now_s() - t0_); } while (0)
 
+// The LoRA branch's element-wise ops: the dropout mask must be the CPU backend's, element for
+// element (same counter-based RNG), so both backends drop the same inputs.
+static void test_lora_ops(size_t n) {
+    char name[128];
+    vecf a = rnd_vec(n, 2.0f), m(n);
+    for (size_t i = 0; i < n; i++) m[i] = (i % 3) ? 1.0f : 0.0f;
+    Dev da(a, 0), dout(n, 0), dm(m, 0);
+    const float p = 0.3f;
+    dropout_forward(dout.p, da.p, n, p, 1234, 7);
+    vecf want(n);
+    cpu_dropout_forward(want.data(), a.data(), n, p, 1234, 7);
+    for (size_t i = 0; i < n; i++) want[i] = bf16_round(want[i]);
+    snprintf(name, sizeof(name), "vs cpu: dropout_forward (n=%zu, p=%.1f)", n, p);
+    check(name, dout.get(), want, 8e-3, 1e-6);
+    vecf got = dout.get();
+    size_t zeros_ok = 0;
+    for (size_t i = 0; i < n; i++) zeros_ok += (got[i] == 0.0f) == (want[i] == 0.0f);
+    TEST_CHECK(zeros_ok == n, "dropout masks differ between backends at %zu of %zu elements", n - zeros_ok, n);
+    mul_inplace(da.p, dm.p, n);
+    vecf c = a;
+    cpu_mul_inplace(c.data(), m.data(), n);
+    snprintf(name, sizeof(name), "vs cpu: mul_inplace (n=%zu)", n);
+    check(name, da.get(), c, 0.0, 0.0);
+}
+
 int main(void) {
     cpu_ops_init(1);
     ops_init(0);
@@ -700,6 +729,7 @@ int main(void) {
     TIMED(test_null_grads());
     TIMED(test_attention(2, 1, 8, 2));      // T = 1
     TIMED(test_reductions(7));
+    TIMED(test_lora_ops(1000));
     TIMED(test_reductions(300000));         // more than the fixed grid: grid-stride loop
     printf("worst error over all checks: %.3f of tolerance, in %s\n", g_worst_rel, g_worst_name);
     return test_finish("test_cuda_ops");
