@@ -282,23 +282,21 @@ NOTSAN static Fiber* new_fiber(int lin) {
         p[0] = (void*)&fiber_main;
         for (int i = 1; i <= 6; i++) p[-i] = nullptr;
         f->sp = (void*)(p - 6);
-        goto annotate;
+    } else
+#endif
+    {
+        if (getcontext(&f->ctx) != 0) { perror("cuda_cpu: getcontext"); abort(); }
+        f->ctx.uc_stack.ss_sp = f->stack;
+        f->ctx.uc_stack.ss_size = f->stack_size;
+        f->ctx.uc_link = nullptr;
+        makecontext(&f->ctx, fiber_main, 0);
+        // The stack now lives in the saved registers. Forget it in uc_stack: ASan's swapcontext
+        // interceptor clears the shadow of uc_stack on every switch into the context (1 MB of
+        // stack = 128 KB of shadow per switch, and it would erase the redzones of the suspended
+        // frames); the fiber-switch annotations tell ASan about the stacks instead.
+        f->ctx.uc_stack.ss_sp = nullptr;
+        f->ctx.uc_stack.ss_size = 0;
     }
-#endif
-    if (getcontext(&f->ctx) != 0) { perror("cuda_cpu: getcontext"); abort(); }
-    f->ctx.uc_stack.ss_sp = f->stack;
-    f->ctx.uc_stack.ss_size = f->stack_size;
-    f->ctx.uc_link = nullptr;
-    makecontext(&f->ctx, fiber_main, 0);
-    // The stack now lives in the saved registers. Forget it in uc_stack: ASan's swapcontext
-    // interceptor clears the shadow of uc_stack on every switch into the context (1 MB of stack
-    // = 128 KB of shadow per switch, and it would erase the redzones of the suspended frames);
-    // the fiber-switch annotations tell ASan about the stacks instead.
-    f->ctx.uc_stack.ss_sp = nullptr;
-    f->ctx.uc_stack.ss_size = 0;
-#ifdef CUDA_CPU_HAVE_ASM_SWITCH
-annotate:
-#endif
 #ifdef CUDA_CPU_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
     char name[32]; snprintf(name, sizeof name, "cuda thread %d", lin);
@@ -372,15 +370,16 @@ void trap(const char* what) { kernel_error(tw, "%s", what); }
 // ---------------------------------------------------------------------------------------------
 // barriers and warp rendezvous (called on fiber stacks)
 
+// Every waiting thread gets (number of threads at the barrier << 32) | (number with pred != 0).
 NOTSAN static void release_barrier(Worker* w) {
-    int count = 0;
+    uint64_t count = 0, n = 0;
     for (int i = 0; i < w->nthreads; i++) {
         Fiber* f = w->fibers[i];
-        if (f->state == BAR_WAIT) count += (f->w_val != 0);
+        if (f->state == BAR_WAIT) { count += (f->w_val != 0); n++; }
     }
     for (int i = 0; i < w->nthreads; i++) {
         Fiber* f = w->fibers[i];
-        if (f->state == BAR_WAIT) { f->state = RUNNABLE; f->w_res = (uint64_t)count; }
+        if (f->state == BAR_WAIT) { f->state = RUNNABLE; f->w_res = n << 32 | count; }
     }
     w->bar_arrived = 0;
 }
@@ -400,7 +399,7 @@ NOTSAN static Worker* check_in_kernel(const char* what) {
     return w;
 }
 
-NOTSAN int syncthreads_count(int pred) {
+NOTSAN uint64_t syncthreads_vote(int pred) {
     Worker* w = check_in_kernel("__syncthreads");
     Fiber* f = cur_fiber();
 #ifdef CUDA_CPU_TSAN
@@ -411,10 +410,10 @@ NOTSAN int syncthreads_count(int pred) {
 #ifdef CUDA_CPU_TSAN
     __tsan_acquire(&w->bar_sync);
 #endif
-    return (int)f->w_res;
+    return f->w_res;
 }
 
-void syncthreads() { (void)syncthreads_count(0); }
+void syncthreads() { (void)syncthreads_vote(0); }
 
 static inline uint64_t poison_bits(int nbytes) {
     return nbytes >= 8 ? ~0ull : ((1ull << (8 * nbytes)) - 1);

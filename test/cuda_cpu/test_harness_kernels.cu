@@ -105,6 +105,18 @@ __global__ void warp_ops_kernel(int* scan, int* bcast, int* down, unsigned* ball
     }
 }
 
+// Block-wide votes; threads with a negative input exit first and do not take part.
+__global__ void block_vote_kernel(int* out, const int* in) {
+    int v = in[threadIdx.x];
+    if (v < 0) return;
+    int c = __syncthreads_count(v % 2);
+    int a = __syncthreads_and(v >= 0);  // true for every thread that takes part
+    int o = __syncthreads_or(v > 95);
+    out[3 * threadIdx.x] = c;
+    out[3 * threadIdx.x + 1] = a;
+    out[3 * threadIdx.x + 2] = o;
+}
+
 // 3-D block, 2-D grid: every thread writes its own linear index at its global coordinate.
 __global__ void index_kernel(int* out, int W, int H) {
     int x = blockIdx.x * blockDim.x + threadIdx.x;
@@ -307,6 +319,27 @@ static void test_warp_ops(void) {
     TEST_CHECK(bad_down == 0, "__shfl_down_sync: %d wrong", bad_down);
     TEST_CHECK(bad_vote == 0, "ballot/any/all: %d wrong", bad_vote);
     if (!bad_scan && !bad_bcast && !bad_down && !bad_vote) printf("ok   warp shuffles (up/idx width 16/down) and votes\n");
+
+    // __syncthreads_count / _and / _or over the threads that did not exit
+    int hv[96], res[3 * 96];
+    for (int i = 0; i < 96; i++) { seed = seed * 1664525u + 1013904223u; hv[i] = (int)(seed >> 24) % 110 - 5; }
+    int *d_v, *d_res;
+    cudaCheck(cudaMalloc(&d_v, sizeof hv));
+    cudaCheck(cudaMalloc(&d_res, sizeof res));
+    cudaCheck(cudaMemcpy(d_v, hv, sizeof hv, cudaMemcpyHostToDevice));
+    LAUNCH(block_vote_kernel, 1, 96, 0, 0, d_res, d_v);
+    cudaCheckLast();
+    cudaCheck(cudaMemcpy(res, d_res, sizeof res, cudaMemcpyDeviceToHost));
+    int wc = 0, wa = 1, wo = 0, nlive = 0, bad_bv = 0;
+    for (int i = 0; i < 96; i++) {
+        if (hv[i] < 0) continue;
+        nlive++; wc += hv[i] % 2; wa &= hv[i] >= 0; wo |= hv[i] > 95;
+    }
+    for (int i = 0; i < 96; i++)
+        if (hv[i] >= 0) bad_bv += (res[3 * i] != wc) + (res[3 * i + 1] != wa) + (res[3 * i + 2] != wo);
+    TEST_CHECK(nlive < 96 && bad_bv == 0, "__syncthreads_count/and/or with exited threads: %d wrong (%d live)", bad_bv, nlive);
+    if (bad_bv == 0) printf("ok   __syncthreads_count/and/or (%d of 96 threads live, count %d)\n", nlive, wc);
+    cudaCheck(cudaFree(d_v)); cudaCheck(cudaFree(d_res));
     cudaCheck(cudaFree(d_in)); cudaCheck(cudaFree(d_scan)); cudaCheck(cudaFree(d_bcast));
     cudaCheck(cudaFree(d_down)); cudaCheck(cudaFree(d_bal)); cudaCheck(cudaFree(d_votes));
 }
