@@ -972,8 +972,13 @@ cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitc
     }
     return cudaSuccess;
 }
+// __device__ / __constant__ variables are ordinary globals here
 cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset, cudaMemcpyKind) {
     memcpy((char*)symbol + offset, src, count);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset, cudaMemcpyKind) {
+    memcpy(dst, (const char*)symbol + offset, count);
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int value, size_t n) {

@@ -190,6 +190,11 @@ static inline cudaError_t cudaMemcpyToSymbol(const T& symbol, const void* src, s
                                              cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
     return ::cudaMemcpyToSymbol((const void*)&symbol, src, count, offset, kind);
 }
+template <typename T>
+static inline cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t count, size_t offset = 0,
+                                               cudaMemcpyKind kind = cudaMemcpyDeviceToHost) {
+    return ::cudaMemcpyFromSymbol(dst, (const void*)&symbol, count, offset, kind);
+}
 
 #define CUDA_CPU_LAUNCH(kernel, grid, block, smem, stream, ...) \
     cuda_cpu::launch_kernel(#kernel, kernel, dim3(grid), dim3(block), (size_t)(smem), stream, ##__VA_ARGS__)

@@ -126,6 +126,18 @@ __global__ void index_kernel(int* out, int W, int H) {
     out[(z * H + y) * W + x] = tid * 1000 + (blockIdx.y * gridDim.x + blockIdx.x);
 }
 
+// __constant__ and __device__ variables, a kernel without arguments
+__constant__ float c_coef[4];
+__device__ unsigned d_launch_count;
+
+__global__ void count_kernel() {
+    if (threadIdx.x == 0) atomicAdd(&d_launch_count, 1u);
+}
+
+__global__ void coef_kernel(float* out) {
+    out[threadIdx.x] = c_coef[threadIdx.x % 4] * threadIdx.x;
+}
+
 // A template kernel: LAUNCH takes it in parentheses (the comma would split the macro arguments).
 template <typename T, int N>
 __global__ void scale_kernel(T* out, const T* in, float s, int n) {
@@ -375,6 +387,20 @@ static void test_index_and_launch_errors(void) {
     int bad3 = 0;
     for (int i = 0; i < 40; i++) bad3 += hb[i] != 1.5f * i;
     TEST_CHECK(bad3 == 0, "template kernel launch: %d wrong", bad3);
+
+    const float coef[4] = {0.5f, -1.0f, 2.0f, 0.25f};
+    const unsigned zero = 0;
+    cudaCheck(cudaMemcpyToSymbol(c_coef, coef, sizeof coef));
+    cudaCheck(cudaMemcpyToSymbol(d_launch_count, &zero, sizeof zero));
+    LAUNCH(coef_kernel, 1, 40, 0, 0, d_b);
+    cudaCheckLast();
+    for (int i = 0; i < 3; i++) LAUNCH(count_kernel, 5, 32, 0, 0);
+    cudaCheckLast();
+    unsigned launches = 0;
+    cudaCheck(cudaMemcpyFromSymbol(&launches, d_launch_count, sizeof launches));
+    cudaCheck(cudaMemcpy(hb, d_b, sizeof hb, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 40; i++) bad3 += hb[i] != coef[i % 4] * i;
+    TEST_CHECK(bad3 == 0 && launches == 15, "__constant__ / __device__ symbols: %d wrong, count %u (want 15)", bad3, launches);
     cudaCheck(cudaFree(d_a));
     cudaCheck(cudaFree(d_b));
 
