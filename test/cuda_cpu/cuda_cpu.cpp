@@ -808,8 +808,9 @@ static void at_exit_cleanup() {
                 "(cudaFree / cudaFreeHost them)\n", n, bytes);
         for (auto& kv : g_allocs) free((void*)kv.first);
         g_allocs.clear();
+        fflush(stdout);
         fflush(stderr);
-        _exit(1);
+        _exit(1);  // from an atexit handler: exit() may not be called again
     }
 }
 
