@@ -75,7 +75,7 @@ TEST_PROGS := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_C_SRCS))
 TEST_SCRIPTS :=
 TEST_SAN_SKIP :=
 
-$(BUILD)/test/%: test/%.c $(LIB_OBJS) $(CPU_OBJS) test/test.h
+$(BUILD)/test/%: test/%.c $(LIB_OBJS) $(CPU_OBJS) $(wildcard test/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB_OBJS) $(CPU_OBJS) -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
 
