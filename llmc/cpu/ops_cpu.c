@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include <omp.h>
 #include <cblas.h>
@@ -73,27 +74,31 @@ static void (*const cpu_preinit_entry)(int, char**, char**) = cpu_preinit;
 // ----------------------------------------------------------------------------
 // backend lifetime and memory
 
-static int cpu_threads = 1;
 static char cpu_name[160];
+
+// OpenBLAS kernel sets that use AVX-512 for sgemm (openblas_get_corename() spellings).
+static int core_is_avx512(const char* core) {
+    static const char* fast[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    for (size_t i = 0; i < sizeof(fast) / sizeof(fast[0]); i++)
+        if (strncasecmp(core, fast[i], strlen(fast[i])) == 0) return 1;
+    return 0;
+}
 
 void ops_init(int threads) {
     if (threads <= 0) threads = omp_get_max_threads(); // OMP_NUM_THREADS, else all cores
     if (threads < 1) threads = 1;
-    cpu_threads = threads;
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
     const char* core = openblas_get_corename();
-    // Only reached on OpenBLAS builds whose kernel set we could not steer (or the user forced
-    // a slow one): say so once, with the fix.
+    // Only reached when the re-exec above could not steer OpenBLAS (a build without
+    // DYNAMIC_ARCH, exec impossible) or the user forced slower kernels: say so once, with the fix.
     static int warned = 0;
-    if (!warned && cpu_avx512_ok() && core != NULL &&
-        (strstr(core, "Haswell") || strstr(core, "Zen") || strstr(core, "Sandy") ||
-         strstr(core, "Prescott") || strstr(core, "Nehalem") || strstr(core, "Core2") ||
-         strstr(core, "Barcelona") || strstr(core, "Bulldozer") || strstr(core, "Excavator"))) {
+    if (!warned && cpu_avx512_ok() && core != NULL && !core_is_avx512(core)) {
         warned = 1;
-        fprintf(stderr, "warning: OpenBLAS is using its %s kernels on this AVX-512 CPU; sgemm runs "
-                "2-4x slower than it could.\n  fix: run with OPENBLAS_CORETYPE=SkylakeX in the "
-                "environment (Cooperlake on CPUs with AVX512-BF16)\n", core);
+        fprintf(stderr, "warning: OpenBLAS is using its %s kernels on this AVX-512 CPU, so matmuls "
+                "run up to several times slower than they could.\n  fix: run with "
+                "OPENBLAS_CORETYPE=SkylakeX in the environment (Cooperlake on CPUs with "
+                "AVX512-BF16); this needs an OpenBLAS built with DYNAMIC_ARCH, as Debian's is\n", core);
     }
     char* cfg = openblas_get_config();
     const char* ver = (cfg && strncmp(cfg, "OpenBLAS ", 9) == 0) ? cfg + 9 : "?";
