@@ -767,6 +767,18 @@ int main(void) {
     ops_init(0);
     printf("backend: %s\n", ops_backend_name());
     TEST_CHECK(strncmp(ops_backend_name(), "cpu", 3) == 0, "backend name '%s'", ops_backend_name());
+#if defined(__linux__)
+    // the pre-main re-exec of the CPU backend (ops_cpu.c) put its settings in place
+    if (getenv("LLMC_NO_REEXEC") == NULL && strncmp(ops_backend_name(), "cpu", 3) == 0) {
+        TEST_CHECK(getenv("OMP_WAIT_POLICY") != NULL, "OMP_WAIT_POLICY was not set before main()");
+#if defined(__x86_64__)
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+            TEST_CHECK(getenv("OPENBLAS_CORETYPE") != NULL, "OPENBLAS_CORETYPE was not set before main() on an AVX-512 CPU");
+#endif
+    }
+#endif
     void* p = ops_alloc(1000);
     TEST_CHECK(((uintptr_t)p & 63) == 0, "ops_alloc must return 64-byte aligned memory");
     ops_free(p);
