@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Every __global__ kernel in llmc/cuda/*.cu must have been executed by the CUDA-on-CPU harness
+# in test_cuda_ops (DESIGN.md section 2: a kernel that has not run under the harness is not done).
+# Runs test_cuda_ops with the harness' launch log on (CUDA_CPU_VERBOSE=1), in other fiber orders
+# than the plain run (reverse and random; random only under the sanitizers), and compares the launched kernel names with the
+# kernels defined in the sources.
+set -u
+cd "$(dirname "$0")/.."
+BUILD="${BUILD:-build}"
+prog="$BUILD/test/test_cuda_ops"
+[ -x "$prog" ] || { echo "FAIL: $prog not built"; exit 1; }
+defined=$(grep -ho '__global__[^(]*(' llmc/cuda/*.cu | sed -E 's/.*[[:space:]]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*\($/\1/' | sort -u)
+[ -n "$defined" ] || { echo "FAIL: found no __global__ kernels in llmc/cuda/*.cu"; exit 1; }
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+orders="reverse random:7"
+[ "${SAN:-}" = "1" ] && orders="random:7"   # the sanitizer pass is slow enough already
+for order in $orders; do
+  if ! CUDA_CPU_VERBOSE=1 CUDA_CPU_ORDER=$order "$prog" >>"$log" 2>&1; then
+    echo "FAIL: $prog failed with CUDA_CPU_ORDER=$order:"; grep -v '^cuda_cpu: launch ' "$log" | tail -n 20; exit 1
+  fi
+  echo "ok   test_cuda_ops passes with CUDA_CPU_ORDER=$order"
+done
+# "cuda_cpu: launch NAME <<<...>>>" (harness log) or "ran kernel: NAME" (either is accepted)
+ran=$(sed -n -e 's/^cuda_cpu: launch \([A-Za-z_][A-Za-z0-9_]*\).*/\1/p' -e 's/^ran kernel: \([A-Za-z_][A-Za-z0-9_]*\).*/\1/p' "$log" | sort -u)
+missing=0
+for k in $defined; do
+  if grep -qx "$k" <<<"$ran"; then echo "ran kernel: $k"; else echo "MISSING $k (defined in llmc/cuda but never launched by test_cuda_ops)"; missing=1; fi
+done
+n=$(wc -w <<<"$defined")
+[ $missing -eq 0 ] && echo "all $n kernels in llmc/cuda/*.cu ran under the harness"
+exit $missing

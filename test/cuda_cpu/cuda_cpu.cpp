@@ -1,0 +1,1074 @@
+// CUDA-on-CPU harness runtime: fiber scheduler for kernels, and the CUDA runtime API calls the
+// project uses, implemented on host memory. See cuda_cpu.h for the model. Test code only.
+//
+// Environment:
+//   CUDA_CPU_ORDER   = forward (default) | reverse | random:<seed>   order in which the fibers of a
+//                      block are resumed after each barrier / warp rendezvous
+//   CUDA_CPU_THREADS = N (default 1)   OS threads taking blocks (2 under TSan: races between blocks)
+//   CUDA_CPU_STACK_KB= fiber stack size (default 256; sanitizer builds use more stack)
+//   CUDA_CPU_VERBOSE = 1               print every launch
+//   CUDA_CPU_UCONTEXT= 1               switch fibers with swapcontext (the default on x86-64 is a
+//                                      20x faster hand-written switch)
+#include "cuda_cpu.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <errno.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CUDA_CPU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CUDA_CPU_ASAN 1
+#endif
+#endif
+#ifdef CUDA_CPU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef CUDA_CPU_TSAN
+#include <sanitizer/tsan_interface.h>
+// The scheduler's own bookkeeping (fiber states, warp slots) is touched by every fiber; it must
+// be invisible to TSan, or it would both report false races and create happens-before edges
+// that hide the real ones. Only the barriers create happens-before, explicitly.
+#define NOTSAN __attribute__((no_sanitize("thread"), noinline))
+#else
+#define NOTSAN
+#endif
+
+extern "C" const int warpSize = 32;
+__thread cuda_cpu::FiberHead* cuda_cpu_cur;
+__thread uint3 cuda_cpu_blockIdx;
+__thread uint3 cuda_cpu_blockDim;
+__thread uint3 cuda_cpu_gridDim;
+
+// ---------------------------------------------------------------------------------------------
+// Dynamic shared memory: one per-OS-thread buffer with every name kernels may give to
+// `extern __shared__ T name[]`. Add a name here if a kernel needs another one.
+#define CUDA_CPU_DYN_SMEM_MAX 232448  // 227 KB: sharedMemPerBlockOptin of sm_90
+__thread unsigned char cuda_cpu_dyn_smem[CUDA_CPU_DYN_SMEM_MAX] __attribute__((aligned(256)));
+#define CUDA_CPU_DYN_SMEM_NAME(n) \
+    extern __thread unsigned char n[CUDA_CPU_DYN_SMEM_MAX] __attribute__((alias("cuda_cpu_dyn_smem")));
+CUDA_CPU_DYN_SMEM_NAME(smem)
+CUDA_CPU_DYN_SMEM_NAME(shared)
+CUDA_CPU_DYN_SMEM_NAME(sdata)
+CUDA_CPU_DYN_SMEM_NAME(shmem)
+CUDA_CPU_DYN_SMEM_NAME(smem_buf)
+CUDA_CPU_DYN_SMEM_NAME(shared_mem)
+CUDA_CPU_DYN_SMEM_NAME(shared_memory)
+CUDA_CPU_DYN_SMEM_NAME(dyn_smem)
+CUDA_CPU_DYN_SMEM_NAME(dynamic_smem)
+CUDA_CPU_DYN_SMEM_NAME(s_data)
+CUDA_CPU_DYN_SMEM_NAME(sbuf)
+
+namespace cuda_cpu {
+
+enum State { RUNNABLE = 0, BAR_WAIT, WARP_WAIT, DONE };
+static const char* state_name(int s) {
+    switch (s) { case RUNNABLE: return "runnable"; case BAR_WAIT: return "__syncthreads";
+                 case WARP_WAIT: return "warp op"; default: return "exited"; }
+}
+static const char* op_name(int op) {
+    static const char* n[] = {"?", "__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
+                              "__shfl_xor_sync", "__ballot_sync", "__all_sync", "__any_sync",
+                              "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync",
+                              "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
+                              "__match_any_sync"};
+    return (op >= 0 && op <= W_MATCH_ANY) ? n[op] : "?";
+}
+
+struct Fiber {
+    FiberHead head;  // first member: cuda_cpu_cur points here
+    int lin;         // linear thread index in the block
+    int state;
+    int w_op, w_arg, w_width, w_nbytes;  // pending warp op
+    unsigned w_mask;
+    uint64_t w_val, w_res;
+    ucontext_t ctx;  // ucontext switching (CUDA_CPU_UCONTEXT=1 or not x86-64)
+    void* sp;        // saved stack pointer (hand-written x86-64 switch)
+    char* stack;     // usable stack (a guard page sits below it)
+    size_t stack_size;
+    void* tsan_fiber;
+    void* asan_fake;
+};
+
+struct Launch {
+    const char* name;
+    KernelThunk thunk;
+    const void* ctx;
+    uint3 grid, block;
+    size_t smem;
+    int nthreads;
+    long nblocks;
+    std::atomic<long> next_block;
+};
+
+enum Order { ORDER_FORWARD, ORDER_REVERSE, ORDER_RANDOM };
+static int g_order = ORDER_FORWARD;
+static uint64_t g_seed = 1;
+static int g_nthreads = 1;
+static size_t g_stack_size = 256 * 1024;
+static int g_verbose = 0;
+static int g_ucontext = 0;  // 1: switch fibers with swapcontext instead of the x86-64 routine
+
+#if defined(__x86_64__)
+// Fiber switch: push the callee-saved registers, save the stack pointer through *save, load
+// `to` and pop the other fiber's registers; its return address resumes it. swapcontext does the
+// same plus a sigprocmask system call and the FPU environment: ~1 us against ~0.05 us here.
+// (Floating-point control state is never changed by kernels, so it need not be switched.)
+extern "C" void cuda_cpu_switch(void** save, void* to);
+asm(".text\n"
+    ".globl cuda_cpu_switch\n"
+    ".type cuda_cpu_switch, @function\n"
+    "cuda_cpu_switch:\n"
+    "    pushq %rbp\n"
+    "    pushq %rbx\n"
+    "    pushq %r12\n"
+    "    pushq %r13\n"
+    "    pushq %r14\n"
+    "    pushq %r15\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    popq %r15\n"
+    "    popq %r14\n"
+    "    popq %r13\n"
+    "    popq %r12\n"
+    "    popq %rbx\n"
+    "    popq %rbp\n"
+    "    ret\n"
+    ".size cuda_cpu_switch, .-cuda_cpu_switch\n");
+#define CUDA_CPU_HAVE_ASM_SWITCH 1
+#endif
+
+// One per OS thread that runs blocks.
+struct Worker {
+    // fixed arrays, not std::vector: fibers read them in NOTSAN code, and an out-of-line
+    // (instrumented) vector accessor would make TSan see those reads
+    Fiber* fibers[1024] = {nullptr};
+    int nfibers = 0;
+    int order[1024] = {0};
+    ucontext_t sched_ctx;
+    void* sched_sp = nullptr;
+    void* sched_tsan = nullptr;
+    void* sched_asan_fake = nullptr;
+    const void* sched_stack_bottom = nullptr;
+    size_t sched_stack_size = 0;
+    Launch* L = nullptr;
+    long block = 0;
+    int nthreads = 0, live = 0, bar_arrived = 0, bar_count = 0;
+    uint64_t rng = 0;
+    // TSan sync objects (addresses only)
+    char bar_sync = 0, block_start_sync = 0, block_end_sync = 0;
+    char warp_sync[32] = {0};
+};
+static __thread Worker* tw;
+
+static void fatal_env(const char* msg) { fprintf(stderr, "cuda_cpu: %s\n", msg); exit(2); }
+
+static void init_once() {
+    static bool done = false;
+    if (done) return;
+    done = true;
+    const char* o = getenv("CUDA_CPU_ORDER");
+    if (o && *o) {
+        if (!strcmp(o, "forward")) g_order = ORDER_FORWARD;
+        else if (!strcmp(o, "reverse")) g_order = ORDER_REVERSE;
+        else if (!strncmp(o, "random", 6)) {
+            g_order = ORDER_RANDOM;
+            g_seed = (o[6] == ':') ? strtoull(o + 7, nullptr, 10) : 1;
+        } else fatal_env("CUDA_CPU_ORDER must be forward, reverse or random:<seed>");
+    }
+    const char* t = getenv("CUDA_CPU_THREADS");
+    if (t && *t) {
+        g_nthreads = atoi(t);
+        if (g_nthreads < 1 || g_nthreads > 64) fatal_env("CUDA_CPU_THREADS must be 1..64");
+    }
+    const char* s = getenv("CUDA_CPU_STACK_KB");
+#if defined(CUDA_CPU_ASAN) || defined(CUDA_CPU_TSAN)
+    g_stack_size = 1024 * 1024;
+#endif
+    if (s && *s) {
+        long kb = atol(s);
+        if (kb < 16 || kb > 65536) fatal_env("CUDA_CPU_STACK_KB must be 16..65536");
+        g_stack_size = (size_t)kb * 1024;
+    }
+    const char* u = getenv("CUDA_CPU_UCONTEXT");
+    g_ucontext = u && *u && *u != '0';
+    const char* v = getenv("CUDA_CPU_VERBOSE");
+    g_verbose = v && *v && *v != '0';
+}
+
+// ---------------------------------------------------------------------------------------------
+// fiber switching
+
+static void fiber_main();
+
+NOTSAN static void to_fiber(Worker* w, Fiber* f) {
+    cuda_cpu_cur = &f->head;
+#ifdef CUDA_CPU_ASAN
+    __sanitizer_start_switch_fiber(&w->sched_asan_fake, f->stack, f->stack_size);
+#endif
+#ifdef CUDA_CPU_TSAN
+    __tsan_switch_to_fiber(f->tsan_fiber, __tsan_switch_to_fiber_no_sync);
+#endif
+#ifdef CUDA_CPU_HAVE_ASM_SWITCH
+    if (!g_ucontext) cuda_cpu_switch(&w->sched_sp, f->sp);
+    else
+#endif
+    swapcontext(&w->sched_ctx, &f->ctx);
+#ifdef CUDA_CPU_ASAN
+    __sanitizer_finish_switch_fiber(w->sched_asan_fake, nullptr, nullptr);
+#endif
+}
+
+NOTSAN static void to_scheduler(Worker* w, Fiber* f) {
+#ifdef CUDA_CPU_ASAN
+    __sanitizer_start_switch_fiber(&f->asan_fake, w->sched_stack_bottom, w->sched_stack_size);
+#endif
+#ifdef CUDA_CPU_TSAN
+    __tsan_switch_to_fiber(w->sched_tsan, __tsan_switch_to_fiber_no_sync);
+#endif
+#ifdef CUDA_CPU_HAVE_ASM_SWITCH
+    if (!g_ucontext) cuda_cpu_switch(&f->sp, w->sched_sp);
+    else
+#endif
+    swapcontext(&f->ctx, &w->sched_ctx);
+#ifdef CUDA_CPU_ASAN
+    __sanitizer_finish_switch_fiber(f->asan_fake, nullptr, nullptr);
+#endif
+}
+
+NOTSAN static Fiber* new_fiber(int lin) {
+    Fiber* f = new Fiber();
+    memset((void*)f, 0, sizeof(Fiber));
+    f->lin = lin;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t total = g_stack_size + page;
+    void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED) { perror("cuda_cpu: mmap fiber stack"); abort(); }
+    mprotect(m, page, PROT_NONE);  // guard page: a fiber stack overflow faults instead of corrupting
+    f->stack = (char*)m + page;
+    f->stack_size = g_stack_size;
+#ifdef CUDA_CPU_HAVE_ASM_SWITCH
+    if (!g_ucontext) {
+        // initial frame for cuda_cpu_switch: six zero registers (rbp = 0 ends frame-pointer
+        // unwinding here), then the return address fiber_main, entered with the stack aligned
+        // as after a call; a zero fake return address above it.
+        uintptr_t top = ((uintptr_t)f->stack + f->stack_size) & ~(uintptr_t)15;
+        void** p = (void**)(top - 16);
+        p[1] = nullptr;
+        p[0] = (void*)&fiber_main;
+        for (int i = 1; i <= 6; i++) p[-i] = nullptr;
+        f->sp = (void*)(p - 6);
+        goto annotate;
+    }
+#endif
+    if (getcontext(&f->ctx) != 0) { perror("cuda_cpu: getcontext"); abort(); }
+    f->ctx.uc_stack.ss_sp = f->stack;
+    f->ctx.uc_stack.ss_size = f->stack_size;
+    f->ctx.uc_link = nullptr;
+    makecontext(&f->ctx, fiber_main, 0);
+    // The stack now lives in the saved registers. Forget it in uc_stack: ASan's swapcontext
+    // interceptor clears the shadow of uc_stack on every switch into the context (1 MB of stack
+    // = 128 KB of shadow per switch, and it would erase the redzones of the suspended frames);
+    // the fiber-switch annotations tell ASan about the stacks instead.
+    f->ctx.uc_stack.ss_sp = nullptr;
+    f->ctx.uc_stack.ss_size = 0;
+#ifdef CUDA_CPU_HAVE_ASM_SWITCH
+annotate:
+#endif
+#ifdef CUDA_CPU_TSAN
+    f->tsan_fiber = __tsan_create_fiber(0);
+    char name[32]; snprintf(name, sizeof name, "cuda thread %d", lin);
+    __tsan_set_fiber_name(f->tsan_fiber, name);
+#endif
+    return f;
+}
+
+static void free_fiber(Fiber* f) {
+#ifdef CUDA_CPU_TSAN
+    __tsan_destroy_fiber(f->tsan_fiber);
+#endif
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    munmap(f->stack - page, f->stack_size + page);
+    delete f;
+}
+
+static void free_worker(Worker* w) {
+    for (int i = 0; i < w->nfibers; i++) free_fiber(w->fibers[i]);
+    delete w;
+}
+
+NOTSAN static Worker* get_worker() {
+    if (!tw) {
+        tw = new Worker();
+#ifdef CUDA_CPU_TSAN
+        tw->sched_tsan = __tsan_get_current_fiber();
+#endif
+    }
+    return tw;
+}
+
+// ---------------------------------------------------------------------------------------------
+// diagnostics
+
+NOTSAN static Fiber* cur_fiber() { return reinterpret_cast<Fiber*>(cuda_cpu_cur); }
+
+[[noreturn]] NOTSAN static void kernel_error(Worker* w, const char* fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "cuda_cpu: error in kernel %s, block (%u,%u,%u)", w && w->L ? w->L->name : "?",
+            cuda_cpu_blockIdx.x, cuda_cpu_blockIdx.y, cuda_cpu_blockIdx.z);
+    if (cuda_cpu_cur) fprintf(stderr, ", thread (%u,%u,%u)", cuda_cpu_cur->tid.x, cuda_cpu_cur->tid.y, cuda_cpu_cur->tid.z);
+    fprintf(stderr, ": ");
+    va_start(ap, fmt); vfprintf(stderr, fmt, ap); va_end(ap);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+    abort();
+}
+
+void trap(const char* what) { kernel_error(tw, "%s", what); }
+
+[[noreturn]] NOTSAN static void deadlock(Worker* w) {
+    fprintf(stderr, "cuda_cpu: DEADLOCK in kernel %s, block (%u,%u,%u): no thread can run.\n"
+            "  hint: __syncthreads() must be reached by every live thread; a warp op's mask must name\n"
+            "  only lanes that execute the same op with the same mask (or have exited).\n",
+            w->L->name, cuda_cpu_blockIdx.x, cuda_cpu_blockIdx.y, cuda_cpu_blockIdx.z);
+    int shown = 0;
+    for (int i = 0; i < w->nthreads && shown < 64; i++) {
+        Fiber* f = w->fibers[i];
+        if (f->state == DONE) continue;
+        shown++;
+        fprintf(stderr, "  thread (%u,%u,%u) warp %d lane %d: waiting in %s", f->head.tid.x, f->head.tid.y,
+                f->head.tid.z, i / 32, i % 32, f->state == WARP_WAIT ? op_name(f->w_op) : state_name(f->state));
+        if (f->state == WARP_WAIT) fprintf(stderr, " mask 0x%08x", f->w_mask);
+        fprintf(stderr, "\n");
+    }
+    fflush(stderr);
+    abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+// barriers and warp rendezvous (called on fiber stacks)
+
+NOTSAN static void release_barrier(Worker* w) {
+    int count = 0;
+    for (int i = 0; i < w->nthreads; i++) {
+        Fiber* f = w->fibers[i];
+        if (f->state == BAR_WAIT) count += (f->w_val != 0);
+    }
+    for (int i = 0; i < w->nthreads; i++) {
+        Fiber* f = w->fibers[i];
+        if (f->state == BAR_WAIT) { f->state = RUNNABLE; f->w_res = (uint64_t)count; }
+    }
+    w->bar_arrived = 0;
+}
+
+NOTSAN static void bar_arrive(Worker* w, Fiber* f, int pred) {
+    f->w_val = (uint64_t)(pred != 0);
+    f->state = BAR_WAIT;
+    if (++w->bar_arrived == w->live) release_barrier(w);
+}
+
+NOTSAN static Worker* check_in_kernel(const char* what) {
+    Worker* w = tw;
+    if (!w || !w->L || !cuda_cpu_cur) {
+        fprintf(stderr, "cuda_cpu: %s called outside a kernel\n", what);
+        abort();
+    }
+    return w;
+}
+
+NOTSAN int syncthreads_count(int pred) {
+    Worker* w = check_in_kernel("__syncthreads");
+    Fiber* f = cur_fiber();
+#ifdef CUDA_CPU_TSAN
+    __tsan_release(&w->bar_sync);
+#endif
+    bar_arrive(w, f, pred);
+    to_scheduler(w, f);
+#ifdef CUDA_CPU_TSAN
+    __tsan_acquire(&w->bar_sync);
+#endif
+    return (int)f->w_res;
+}
+
+void syncthreads() { (void)syncthreads_count(0); }
+
+static inline uint64_t poison_bits(int nbytes) {
+    return nbytes >= 8 ? ~0ull : ((1ull << (8 * nbytes)) - 1);
+}
+
+// If every lane named in `mask` of warp `warp` is waiting in the same warp op with this mask (or
+// has exited), compute all their results and make them runnable.
+NOTSAN static void try_complete(Worker* w, int warp, unsigned mask, Fiber* who) {
+    int base = warp * 32;
+    int nl = w->nthreads - base < 32 ? w->nthreads - base : 32;
+    Fiber* part[32];
+    unsigned pmask = 0;
+    for (int l = 0; l < 32; l++) {
+        if (!(mask >> l & 1u)) continue;
+        if (l >= nl) continue;  // lane beyond blockDim: treated as exited
+        Fiber* g = w->fibers[base + l];
+        if (g->state == DONE) continue;
+        if (g->state != WARP_WAIT || g->w_mask != mask) return;  // not everybody here yet
+        if (g->w_op != who->w_op || g->w_width != who->w_width || g->w_nbytes != who->w_nbytes)
+            kernel_error(w, "lanes %d and %d of warp %d meet with mask 0x%08x in different warp ops "
+                         "(%s width %d, %s width %d): every lane in the mask must execute the same op",
+                         who->lin % 32, l, warp, mask, op_name(who->w_op), who->w_width, op_name(g->w_op), g->w_width);
+        part[l] = g;
+        pmask |= 1u << l;
+    }
+    int op = who->w_op, width = who->w_width;
+    uint64_t poison = poison_bits(who->w_nbytes);
+    uint64_t agg = 0;
+    switch (op) {
+        case W_BALLOT: for (int l = 0; l < 32; l++) if ((pmask >> l & 1u) && part[l]->w_val) agg |= 1ull << l; break;
+        case W_ALL: agg = 1; for (int l = 0; l < 32; l++) if ((pmask >> l & 1u) && !part[l]->w_val) agg = 0; break;
+        case W_ANY: agg = 0; for (int l = 0; l < 32; l++) if ((pmask >> l & 1u) && part[l]->w_val) agg = 1; break;
+        case W_RED_ADD: { uint32_t a = 0; for (int l = 0; l < 32; l++) if (pmask >> l & 1u) a += (uint32_t)part[l]->w_val; agg = a; break; }
+        case W_RED_MIN: { uint32_t a = ~0u; for (int l = 0; l < 32; l++) if (pmask >> l & 1u) a = (uint32_t)part[l]->w_val < a ? (uint32_t)part[l]->w_val : a; agg = a; break; }
+        case W_RED_MAX: { uint32_t a = 0; for (int l = 0; l < 32; l++) if (pmask >> l & 1u) a = (uint32_t)part[l]->w_val > a ? (uint32_t)part[l]->w_val : a; agg = a; break; }
+        case W_RED_AND: { uint32_t a = ~0u; for (int l = 0; l < 32; l++) if (pmask >> l & 1u) a &= (uint32_t)part[l]->w_val; agg = a; break; }
+        case W_RED_OR: { uint32_t a = 0; for (int l = 0; l < 32; l++) if (pmask >> l & 1u) a |= (uint32_t)part[l]->w_val; agg = a; break; }
+        case W_RED_XOR: { uint32_t a = 0; for (int l = 0; l < 32; l++) if (pmask >> l & 1u) a ^= (uint32_t)part[l]->w_val; agg = a; break; }
+        default: break;
+    }
+    for (int l = 0; l < 32; l++) {
+        if (!(pmask >> l & 1u)) continue;
+        Fiber* g = part[l];
+        int seg = l & ~(width - 1);
+        int src = -1;
+        switch (op) {
+            case W_SHFL_IDX: src = seg + (g->w_arg & (width - 1)); break;
+            case W_SHFL_UP: src = l - g->w_arg; if (src < seg) src = l; break;
+            case W_SHFL_DOWN: src = l + g->w_arg; if (src >= seg + width) src = l; break;
+            case W_SHFL_XOR: src = l ^ (g->w_arg & 31); if (src >= seg + width) src = l; break;
+            default: break;
+        }
+        if (src >= 0) {
+            // reading a lane that does not take part is undefined on the GPU: give poison
+            g->w_res = (src < 32 && (pmask >> src & 1u)) ? part[src]->w_val : poison;
+        } else if (op == W_MATCH_ANY) {
+            unsigned m = 0;
+            for (int k = 0; k < 32; k++) if ((pmask >> k & 1u) && part[k]->w_val == g->w_val) m |= 1u << k;
+            g->w_res = m;
+        } else {
+            g->w_res = agg;
+        }
+        g->state = RUNNABLE;
+    }
+}
+
+NOTSAN static void warp_arrive(Worker* w, Fiber* f, int op, unsigned mask, uint64_t bits, int nbytes, int arg, int width) {
+    int lane = f->lin % 32;
+    if (!(mask >> lane & 1u))
+        kernel_error(w, "%s with mask 0x%08x that does not include the calling lane %d", op_name(op), mask, lane);
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        kernel_error(w, "%s width %d is not a power of two in 1..32", op_name(op), width);
+    f->w_op = op; f->w_mask = mask; f->w_val = bits; f->w_nbytes = nbytes; f->w_arg = arg; f->w_width = width;
+    f->state = WARP_WAIT;
+    try_complete(w, f->lin / 32, mask, f);
+}
+
+NOTSAN uint64_t warp_op(int op, unsigned mask, uint64_t bits, int nbytes, int arg, int width) {
+    Worker* w = check_in_kernel(op_name(op));
+    Fiber* f = cur_fiber();
+#ifdef CUDA_CPU_TSAN
+    // __syncwarp orders memory among the participating lanes; shuffles and votes do not.
+    if (op == W_SYNC) __tsan_release(&w->warp_sync[(f->lin / 32) % 32]);
+#endif
+    warp_arrive(w, f, op, mask, bits, nbytes, arg, width);
+    to_scheduler(w, f);
+#ifdef CUDA_CPU_TSAN
+    if (op == W_SYNC) __tsan_acquire(&w->warp_sync[(f->lin / 32) % 32]);
+#endif
+    return f->w_res;
+}
+
+NOTSAN unsigned activemask() {
+    Worker* w = check_in_kernel("__activemask");
+    Fiber* f = cur_fiber();
+    int base = f->lin / 32 * 32;
+    unsigned m = 0;
+    for (int l = 0; l < 32 && base + l < w->nthreads; l++)
+        if (w->fibers[base + l]->state != DONE) m |= 1u << l;
+    return m;
+}
+
+NOTSAN static void thread_exit(Worker* w, Fiber* f) {
+    f->state = DONE;
+    w->live--;
+    if (w->bar_arrived > 0 && w->bar_arrived == w->live) release_barrier(w);
+    // lanes of this warp waiting for this one in a warp op may now be complete
+    int base = f->lin / 32 * 32;
+    int lane = f->lin % 32;
+    for (int l = 0; l < 32 && base + l < w->nthreads; l++) {
+        Fiber* g = w->fibers[base + l];
+        if (g->state == WARP_WAIT && (g->w_mask >> lane & 1u)) try_complete(w, f->lin / 32, g->w_mask, g);
+    }
+}
+
+NOTSAN static void fiber_main() {
+#ifdef CUDA_CPU_ASAN
+    {
+        Worker* w0 = tw;
+        __sanitizer_finish_switch_fiber(nullptr, &w0->sched_stack_bottom, &w0->sched_stack_size);
+    }
+#endif
+    for (;;) {
+        Worker* w = tw;
+        Fiber* f = cur_fiber();
+#ifdef CUDA_CPU_TSAN
+        __tsan_acquire(&w->block_start_sync);
+#endif
+        w->L->thunk(w->L->ctx);
+#ifdef CUDA_CPU_TSAN
+        __tsan_release(&w->block_end_sync);
+#endif
+        thread_exit(w, f);
+        to_scheduler(w, f);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// blocks and launches (scheduler side)
+
+static inline uint64_t splitmix(uint64_t* s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+NOTSAN static void run_block(Worker* w, long b) {
+    Launch* L = w->L;
+    int n = L->nthreads;
+    while (w->nfibers < n) { w->fibers[w->nfibers] = new_fiber(w->nfibers); w->nfibers++; }
+    w->nthreads = n;
+    w->block = b;
+    uint3 bd = L->block, gd = L->grid;
+    cuda_cpu_blockDim = bd;
+    cuda_cpu_gridDim = gd;
+    cuda_cpu_blockIdx.x = (unsigned)(b % gd.x);
+    cuda_cpu_blockIdx.y = (unsigned)((b / gd.x) % gd.y);
+    cuda_cpu_blockIdx.z = (unsigned)(b / ((long)gd.x * gd.y));
+    for (int i = 0; i < n; i++) {
+        Fiber* f = w->fibers[i];
+        f->lin = i;
+        f->head.tid.x = (unsigned)(i % bd.x);
+        f->head.tid.y = (unsigned)((i / bd.x) % bd.y);
+        f->head.tid.z = (unsigned)(i / (bd.x * bd.y));
+        f->state = RUNNABLE;
+    }
+    w->live = n;
+    w->bar_arrived = 0;
+#ifdef CUDA_CPU_TSAN
+    // blocks that run one after another on this OS thread share its shared memory and fiber
+    // stacks: order them (races between blocks are found between OS threads, CUDA_CPU_THREADS=2)
+    __tsan_acquire(&w->block_end_sync);
+#endif
+    // dynamic shared memory is garbage at block start on the GPU: poison it
+#ifdef CUDA_CPU_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(cuda_cpu_dyn_smem, CUDA_CPU_DYN_SMEM_MAX);
+#endif
+    if (L->smem) memset(cuda_cpu_dyn_smem, 0xFF, L->smem);
+#ifdef CUDA_CPU_ASAN
+    size_t used = (L->smem + 7) & ~(size_t)7;
+    if (used < CUDA_CPU_DYN_SMEM_MAX) ASAN_POISON_MEMORY_REGION(cuda_cpu_dyn_smem + used, CUDA_CPU_DYN_SMEM_MAX - used);
+#endif
+#ifdef CUDA_CPU_TSAN
+    __tsan_release(&w->block_start_sync);
+#endif
+    for (int i = 0; i < n; i++) w->order[i] = (g_order == ORDER_REVERSE) ? n - 1 - i : i;
+    w->rng = g_seed * 0x9e3779b97f4a7c15ull + (uint64_t)b;
+    for (;;) {
+        if (g_order == ORDER_RANDOM)
+            for (int i = n - 1; i > 0; i--) {
+                int j = (int)(splitmix(&w->rng) % (uint64_t)(i + 1));
+                int t = w->order[i]; w->order[i] = w->order[j]; w->order[j] = t;
+            }
+        bool ran = false;
+        for (int k = 0; k < n; k++) {
+            Fiber* f = w->fibers[w->order[k]];
+            if (f->state != RUNNABLE) continue;
+            ran = true;
+            to_fiber(w, f);
+        }
+        if (w->live == 0) break;
+        if (!ran) deadlock(w);
+    }
+    cuda_cpu_cur = nullptr;
+}
+
+NOTSAN static void run_blocks(Launch* L) {
+    Worker* w = get_worker();
+    w->L = L;
+    for (;;) {
+        long b = L->next_block.fetch_add(1, std::memory_order_relaxed);
+        if (b >= L->nblocks) break;
+        run_block(w, b);
+    }
+#ifdef CUDA_CPU_TSAN
+    __tsan_acquire(&w->block_end_sync);
+#endif
+#ifdef CUDA_CPU_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(cuda_cpu_dyn_smem, CUDA_CPU_DYN_SMEM_MAX);
+#endif
+    w->L = nullptr;
+}
+
+// Worker OS threads (CUDA_CPU_THREADS > 1): persistent, joined at exit.
+struct Pool {
+    std::mutex mu;
+    std::condition_variable cv_work, cv_done;
+    std::vector<std::thread> threads;
+    Launch* L = nullptr;
+    uint64_t gen = 0;
+    int busy = 0;
+    bool quit = false;
+};
+static Pool* g_pool;
+
+static void pool_thread() {
+    uint64_t seen = 0;
+    for (;;) {
+        Launch* L;
+        {
+            std::unique_lock<std::mutex> lk(g_pool->mu);
+            g_pool->cv_work.wait(lk, [&] { return g_pool->quit || g_pool->gen != seen; });
+            if (g_pool->quit) break;
+            seen = g_pool->gen;
+            L = g_pool->L;
+        }
+        run_blocks(L);
+        {
+            std::lock_guard<std::mutex> lk(g_pool->mu);
+            if (--g_pool->busy == 0) g_pool->cv_done.notify_all();
+        }
+    }
+    if (tw) { free_worker(tw); tw = nullptr; }
+}
+
+static void at_exit_cleanup();
+
+static void run_launch(Launch* L) {
+    if (g_nthreads > 1 && L->nblocks > 1) {
+        if (!g_pool) {
+            g_pool = new Pool();
+            for (int i = 1; i < g_nthreads; i++) g_pool->threads.emplace_back(pool_thread);
+        }
+        {
+            std::lock_guard<std::mutex> lk(g_pool->mu);
+            g_pool->L = L;
+            g_pool->gen++;
+            g_pool->busy = (int)g_pool->threads.size();
+        }
+        g_pool->cv_work.notify_all();
+        run_blocks(L);
+        std::unique_lock<std::mutex> lk(g_pool->mu);
+        g_pool->cv_done.wait(lk, [] { return g_pool->busy == 0; });
+    } else {
+        run_blocks(L);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// runtime state: allocations, streams, events, errors
+
+struct Alloc { size_t size; bool host; };
+static std::mutex g_mu;
+static std::map<uintptr_t, Alloc> g_allocs;
+static std::set<const void*> g_streams;
+static std::map<const void*, int> g_func_max_smem;
+static cudaError_t g_last_error = cudaSuccess;
+static bool g_exit_registered = false;
+
+static cudaError_t set_error(cudaError_t e) {
+    if (e != cudaSuccess) g_last_error = e;
+    return e;
+}
+
+static void register_exit() {
+    if (!g_exit_registered) { g_exit_registered = true; atexit(at_exit_cleanup); }
+}
+
+// Is [p, p+n) inside one live device allocation? (n == 0 allowed anywhere inside or at the end)
+static bool in_device_alloc(const void* p, size_t n, bool* host_alloc = nullptr) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    uintptr_t a = (uintptr_t)p;
+    auto it = g_allocs.upper_bound(a);
+    if (it == g_allocs.begin()) return false;
+    --it;
+    if (a < it->first || a + n > it->first + it->second.size || (n == 0 && a > it->first + it->second.size)) return false;
+    if (host_alloc) *host_alloc = it->second.host;
+    return !it->second.host;
+}
+
+static void at_exit_cleanup() {
+    if (g_pool) {
+        {
+            std::lock_guard<std::mutex> lk(g_pool->mu);
+            g_pool->quit = true;
+        }
+        g_pool->cv_work.notify_all();
+        for (auto& t : g_pool->threads) t.join();
+        delete g_pool;
+        g_pool = nullptr;
+    }
+    if (tw) { free_worker(tw); tw = nullptr; }
+    size_t n = 0, bytes = 0;
+    for (auto& kv : g_allocs) { n++; bytes += kv.second.size; }
+    if (n) {
+        fprintf(stderr, "cuda_cpu: %zu device/pinned allocations (%zu bytes) were never freed "
+                "(cudaFree / cudaFreeHost them)\n", n, bytes);
+        for (auto& kv : g_allocs) free((void*)kv.first);
+        g_allocs.clear();
+        fflush(stderr);
+        _exit(1);
+    }
+}
+
+void launch(const char* name, const void* kernel_id, KernelThunk thunk, const void* ctx,
+            dim3 grid, dim3 block, size_t smem, cudaStream_t stream) {
+    init_once();
+    register_exit();
+    if (tw && tw->L) {
+        fprintf(stderr, "cuda_cpu: kernel %s launched from inside kernel %s: dynamic parallelism is not supported\n",
+                name, tw->L->name);
+        abort();
+    }
+    long nthreads = (long)block.x * block.y * block.z;
+    const char* bad = nullptr;
+    cudaError_t err = cudaErrorInvalidConfiguration;
+    if (block.x < 1 || block.y < 1 || block.z < 1 || block.x > 1024 || block.y > 1024 || block.z > 64 || nthreads > 1024)
+        bad = "block dimensions out of range (at most 1024 threads, z at most 64)";
+    else if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+        bad = "grid dimensions out of range (x 1..2^31-1, y and z 1..65535)";
+    else {
+        int maxsmem = 48 * 1024;
+        {
+            std::lock_guard<std::mutex> lk(g_mu);
+            auto it = g_func_max_smem.find(kernel_id);
+            if (it != g_func_max_smem.end()) maxsmem = std::max(maxsmem, it->second);
+        }
+        if (smem > (size_t)maxsmem) {
+            bad = "dynamic shared memory above the kernel's limit (48 KB unless raised with "
+                  "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))";
+            err = cudaErrorInvalidValue;
+        } else if (stream) {
+            std::lock_guard<std::mutex> lk(g_mu);
+            if (!g_streams.count(stream)) { bad = "stream was not created or was destroyed"; err = cudaErrorInvalidResourceHandle; }
+        }
+    }
+    if (bad) {
+        fprintf(stderr, "cuda_cpu: launch of %s (grid (%u,%u,%u), block (%u,%u,%u), smem %zu) fails: %s\n", name,
+                grid.x, grid.y, grid.z, block.x, block.y, block.z, smem, bad);
+        set_error(err);
+        return;
+    }
+    if (g_verbose)
+        fprintf(stderr, "cuda_cpu: launch %s (grid (%u,%u,%u), block (%u,%u,%u), smem %zu)\n", name, grid.x, grid.y,
+                grid.z, block.x, block.y, block.z, smem);
+    Launch L;
+    L.name = name; L.thunk = thunk; L.ctx = ctx;
+    L.grid = make_uint3(grid.x, grid.y, grid.z);
+    L.block = make_uint3(block.x, block.y, block.z);
+    L.smem = smem;
+    L.nthreads = (int)nthreads;
+    L.nblocks = (long)grid.x * grid.y * grid.z;
+    L.next_block.store(0);
+    run_launch(&L);
+}
+
+}  // namespace cuda_cpu
+
+using namespace cuda_cpu;
+
+// ---------------------------------------------------------------------------------------------
+// CUDA runtime API (the subset the project uses). Streams are synchronous: work runs at the call.
+
+struct CUstream_st { int id; };
+struct CUevent_st { double t; bool recorded; };
+
+static double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static cudaError_t alloc_common(void** p, size_t size, bool host) {
+    init_once();
+    register_exit();
+    if (!p) return set_error(cudaErrorInvalidValue);
+    *p = nullptr;
+    if (size == 0) return cudaSuccess;
+    void* m = nullptr;
+    // exact size (no rounding up), so ASan's redzone starts right after the last valid byte
+    if (posix_memalign(&m, 256, size) != 0 || !m) return set_error(cudaErrorMemoryAllocation);
+    memset(m, 0xFF, size);  // poison: every float / bf16 reads as NaN until written
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_allocs[(uintptr_t)m] = Alloc{size, host};
+    *p = m;
+    return cudaSuccess;
+}
+
+static cudaError_t free_common(void* p, bool host) {
+    if (!p) return cudaSuccess;
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = g_allocs.find((uintptr_t)p);
+    if (it == g_allocs.end() || it->second.host != host) {
+        fprintf(stderr, "cuda_cpu: %s(%p): not a pointer returned by %s\n", host ? "cudaFreeHost" : "cudaFree",
+                p, host ? "cudaMallocHost" : "cudaMalloc");
+        return set_error(cudaErrorInvalidValue);
+    }
+    g_allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, size_t size) { return alloc_common(p, size, false); }
+cudaError_t cudaMallocAsync(void** p, size_t size, cudaStream_t) { return alloc_common(p, size, false); }
+cudaError_t cudaMallocManaged(void** p, size_t size, unsigned int) { return alloc_common(p, size, false); }
+cudaError_t cudaFree(void* p) { return free_common(p, false); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return free_common(p, false); }
+cudaError_t cudaMallocHost(void** p, size_t size) { return alloc_common(p, size, true); }
+cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) { return alloc_common(p, size, true); }
+cudaError_t cudaFreeHost(void* p) { return free_common(p, true); }
+
+// Check a device-side range: inside one cudaMalloc allocation.
+static bool check_dev(const char* fn, const char* which, const void* p, size_t n) {
+    if (in_device_alloc(p, n)) return true;
+    fprintf(stderr, "cuda_cpu: %s: %s range [%p, +%zu) is not inside one cudaMalloc allocation\n", fn, which, p, n);
+    return false;
+}
+static bool check_host(const char* fn, const char* which, const void* p, size_t n) {
+    if (n && in_device_alloc(p, 1)) {
+        fprintf(stderr, "cuda_cpu: %s: %s %p is device memory but the copy kind says host\n", fn, which, p);
+        return false;
+    }
+    return true;
+}
+
+static cudaError_t memcpy_common(const char* fn, void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    if (n == 0) return cudaSuccess;
+    if (!dst || !src) return set_error(cudaErrorInvalidValue);
+    bool ok = true;
+    switch (kind) {
+        case cudaMemcpyHostToDevice: ok = check_dev(fn, "dst", dst, n) && check_host(fn, "src", src, n); break;
+        case cudaMemcpyDeviceToHost: ok = check_dev(fn, "src", src, n) && check_host(fn, "dst", dst, n); break;
+        case cudaMemcpyDeviceToDevice: ok = check_dev(fn, "dst", dst, n) && check_dev(fn, "src", src, n); break;
+        case cudaMemcpyHostToHost: ok = check_host(fn, "dst", dst, n) && check_host(fn, "src", src, n); break;
+        case cudaMemcpyDefault:
+            if (in_device_alloc(dst, 1)) ok = check_dev(fn, "dst", dst, n);
+            if (ok && in_device_alloc(src, 1)) ok = check_dev(fn, "src", src, n);
+            break;
+        default: ok = false;
+    }
+    if (!ok) return set_error(cudaErrorInvalidValue);
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    return memcpy_common("cudaMemcpy", dst, src, n, kind);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+    return memcpy_common("cudaMemcpyAsync", dst, src, n, kind);
+}
+cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                         cudaMemcpyKind kind) {
+    if (width > dpitch || width > spitch) return set_error(cudaErrorInvalidPitchValue);
+    for (size_t r = 0; r < height; r++) {
+        cudaError_t e = memcpy_common("cudaMemcpy2D", (char*)dst + r * dpitch, (const char*)src + r * spitch, width, kind);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset, cudaMemcpyKind) {
+    memcpy((char*)symbol + offset, src, count);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int value, size_t n) {
+    if (n == 0) return cudaSuccess;
+    if (!check_dev("cudaMemset", "dst", p, n)) return set_error(cudaErrorInvalidValue);
+    memset(p, value, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
+cudaError_t cudaMemGetInfo(size_t* fr, size_t* total) {
+    if (fr) *fr = (size_t)64 << 30;
+    if (total) *total = (size_t)80 << 30;
+    return cudaSuccess;
+}
+cudaError_t cudaMemPrefetchAsync(const void*, size_t, struct cudaMemLocation, unsigned int, cudaStream_t) {
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+    static int next_id = 1;
+    if (!s) return set_error(cudaErrorInvalidValue);
+    *s = new CUstream_st{next_id++};
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_streams.insert(*s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (!g_streams.erase(s)) return set_error(cudaErrorInvalidResourceHandle);
+    delete s;
+    return cudaSuccess;
+}
+static cudaError_t check_stream(cudaStream_t s) {
+    if (!s) return cudaSuccess;
+    std::lock_guard<std::mutex> lk(g_mu);
+    return g_streams.count(s) ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return check_stream(s); }
+cudaError_t cudaStreamQuery(cudaStream_t s) { return check_stream(s); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t, unsigned int) { return check_stream(s); }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSetLimit(cudaLimit, size_t) { return cudaSuccess; }
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+    if (!e) return set_error(cudaErrorInvalidValue);
+    *e = new CUevent_st{0.0, false};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (!e) return set_error(cudaErrorInvalidResourceHandle);
+    e->t = now_s(); e->recorded = true;
+    return check_stream(s);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!ms || !a || !b) return set_error(cudaErrorInvalidValue);
+    if (!a->recorded || !b->recorded) return set_error(cudaErrorInvalidResourceHandle);
+    *ms = (float)((b->t - a->t) * 1e3);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) { cudaError_t e = g_last_error; g_last_error = cudaSuccess; return e; }
+cudaError_t cudaPeekAtLastError(void) { return g_last_error; }
+
+const char* cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+        case cudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
+        case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        case cudaErrorNotSupported: return "cudaErrorNotSupported";
+        default: return "cudaErrorUnknown";
+    }
+}
+const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorInvalidPitchValue: return "invalid pitch argument";
+        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorNotSupported: return "operation not supported";
+        default: return "unknown error (cuda_cpu harness)";
+    }
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || value > CUDA_CPU_DYN_SMEM_MAX) return set_error(cudaErrorInvalidValue);
+        std::lock_guard<std::mutex> lk(g_mu);
+        g_func_max_smem[func] = value;
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* a, const void* func) {
+    if (!a) return set_error(cudaErrorInvalidValue);
+    memset(a, 0, sizeof *a);
+    a->maxThreadsPerBlock = 1024;
+    a->numRegs = 32;
+    a->ptxVersion = 90;
+    a->binaryVersion = 90;
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = g_func_max_smem.find(func);
+    a->maxDynamicSharedSizeBytes = it != g_func_max_smem.end() ? it->second : 48 * 1024;
+    return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, int blockSize, size_t smem) {
+    if (!n || blockSize <= 0) return set_error(cudaErrorInvalidValue);
+    int b = std::min(32, 2048 / blockSize);
+    if (smem) b = std::min(b, (int)(233472 / smem));
+    *n = std::max(b, 0);
+    return cudaSuccess;
+}
+
+// A plausible H100 (sm_90): kernels that size themselves from the properties see real numbers.
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int device) {
+    if (!p) return set_error(cudaErrorInvalidValue);
+    if (device != 0) return set_error(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CUDA-on-CPU harness (emulating sm_90)");
+    p->totalGlobalMem = (size_t)80 << 30;
+    p->sharedMemPerBlock = 48 * 1024;
+    p->sharedMemPerBlockOptin = CUDA_CPU_DYN_SMEM_MAX;
+    p->sharedMemPerMultiprocessor = 233472;
+    p->regsPerBlock = 65536;
+    p->regsPerMultiprocessor = 65536;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
+    p->totalConstMem = 65536;
+    p->major = 9; p->minor = 0;
+    p->multiProcessorCount = 132;
+    p->maxThreadsPerMultiProcessor = 2048;
+    p->maxBlocksPerMultiProcessor = 32;
+    p->l2CacheSize = 50 * 1024 * 1024;
+    p->memoryBusWidth = 5120;
+    p->concurrentKernels = 1;
+    p->unifiedAddressing = 1;
+    p->managedMemory = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+    if (!value) return set_error(cudaErrorInvalidValue);
+    if (device != 0) return set_error(cudaErrorInvalidDevice);
+    switch (attr) {
+        case cudaDevAttrMultiProcessorCount: *value = 132; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = CUDA_CPU_DYN_SMEM_MAX; break;
+        case cudaDevAttrMaxSharedMemoryPerBlock: *value = 48 * 1024; break;
+        case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = 233472; break;
+        case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+        case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+        case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
+        case cudaDevAttrMaxThreadsPerMultiProcessor: *value = 2048; break;
+        case cudaDevAttrWarpSize: *value = 32; break;
+        case cudaDevAttrL2CacheSize: *value = 50 * 1024 * 1024; break;
+        case cudaDevAttrMaxRegistersPerBlock: *value = 65536; break;
+        default: return set_error(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* d) { if (!d) return set_error(cudaErrorInvalidValue); *d = 0; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice); }
+cudaError_t cudaGetDeviceCount(int* n) { if (!n) return set_error(cudaErrorInvalidValue); *n = 1; return cudaSuccess; }

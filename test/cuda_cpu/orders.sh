@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Reruns every test program that is linked with the CUDA-on-CPU harness in other fiber orders (make test ran them in the
+# default forward order): a kernel that depends on the order in which the threads of a block run
+# between barriers (a missing __syncthreads / __syncwarp) gives a different result in some order.
+# Orders: CUDA_CPU_EXTRA_ORDERS (default "reverse random:<seed>"; the seed changes daily so that
+# over time many orders are tried, and it is printed so a failure can be reproduced).
+set -u
+BUILD="${BUILD:-build}"
+list="$BUILD/cuda_cpu/tests.list"
+[ -f "$list" ] || { echo "missing $list (built by make test-build)"; exit 1; }
+seed=$(( $(date -u +%Y%m%d) % 100000 ))
+orders="${CUDA_CPU_EXTRA_ORDERS:-reverse random:$seed}"
+fail=0; n=0
+while read -r prog; do
+  [ -n "$prog" ] || continue
+  case "$prog" in *.sh) continue;; esac
+  grep -q -a -F CUDA_CPU_ORDER "$prog" 2>/dev/null || continue   # not linked with the harness
+  for o in $orders; do
+    n=$((n+1))
+    start=$(date +%s.%N)
+    if out=$(CUDA_CPU_ORDER="$o" "$prog" 2>&1); then
+      printf 'ok   %-60s order %-14s %ss\n' "$prog" "$o" "$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')"
+    else
+      fail=$((fail+1))
+      echo "FAIL $prog with CUDA_CPU_ORDER=$o (reproduce: CUDA_CPU_ORDER=$o $prog):"
+      echo "$out" | tail -n 20 | sed 's/^/     /'
+    fi
+  done
+done < "$list"
+echo "orders.sh: $n runs, $fail failed"
+[ "$n" -gt 0 ] && [ "$fail" -eq 0 ]
