@@ -32,6 +32,8 @@ CUDA_CPU_TEST_SRCS := $(wildcard test/cuda_cpu/test_*.cu test/cuda/test_*.cu)
 CUDA_CPU_TESTS := $(patsubst %.cu,$(CUDA_CPU_DIR)/%,$(CUDA_CPU_TEST_SRCS))
 # the mutant: test_harness_kernels.cu with the barrier marked MUTATION-TARGET deleted
 CUDA_CPU_MUTANT := $(CUDA_CPU_DIR)/mutation/test_harness_kernels_nosync
+# faulty kernels that faults.sh expects the harness / ASan / TSan to catch
+CUDA_CPU_FAULTS := $(CUDA_CPU_DIR)/test/cuda_cpu/harness_faults
 
 $(CUDA_CPU_RT): test/cuda_cpu/cuda_cpu.cpp test/cuda_cpu/cuda_cpu.h
 	@mkdir -p $(dir $@)
@@ -54,14 +56,14 @@ $(CUDA_CPU_DIR)/mutation/%.o: $(CUDA_CPU_DIR)/mutation/%.cu $(CUDA_CPU_HDRS)
 $(CUDA_CPU_DIR)/%: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_RT) $(LIB_OBJS)
 	$(CXX) $< $(CUDA_CPU_RT) $(LIB_OBJS) -o $@ $(LDFLAGS) -lm -lpthread
 
-.PRECIOUS: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_MUTANT).o $(CUDA_CPU_MUTANT).cu $(CUDA_CPU_TESTS:=.o)
+.PRECIOUS: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_MUTANT).o $(CUDA_CPU_MUTANT).cu $(CUDA_CPU_FAULTS).o $(CUDA_CPU_TESTS:=.o)
 
 ifeq ($(NO_CUDA_HARNESS),1)
 # explicitly skipped
 else ifeq ($(HAVE_CUDA_HEADERS),1)
 TEST_PROGS += $(CUDA_CPU_TESTS)
-TEST_SCRIPTS += test/cuda_cpu/orders.sh test/cuda_cpu/mutation.sh
-test-build: $(CUDA_CPU_MUTANT) $(CUDA_CPU_DIR)/tests.list
+TEST_SCRIPTS += test/cuda_cpu/orders.sh test/cuda_cpu/mutation.sh test/cuda_cpu/faults.sh
+test-build: $(CUDA_CPU_MUTANT) $(CUDA_CPU_FAULTS) $(CUDA_CPU_DIR)/tests.list
 else
 # no toolkit headers: say so loudly (a failing test), unless NO_CUDA_HARNESS=1 asks to skip
 TEST_SCRIPTS += test/cuda_cpu/no_toolkit.sh
@@ -89,7 +91,7 @@ test-tsan:
 CUDA_CPU_TSAN_PROGS = $(sort $(filter $(CUDA_CPU_DIR)/%,$(TEST_PROGS)) $(CUDA_CPU_HARNESS_PROGS) \
     $(foreach p,$(TEST_PROGS),$(if $(findstring cuda,$(notdir $(p))),$(p))))
 cuda-cpu-tsan-run:
-	@$(MAKE) --no-print-directory $(CUDA_CPU_TSAN_VARS) $(CUDA_CPU_TSAN_PROGS) $(CUDA_CPU_MUTANT)
+	@$(MAKE) --no-print-directory $(CUDA_CPU_TSAN_VARS) $(CUDA_CPU_TSAN_PROGS) $(CUDA_CPU_MUTANT) $(CUDA_CPU_FAULTS)
 	BUILD=$(BUILD) bash test/cuda_cpu/tsan.sh $(CUDA_CPU_TSAN_PROGS)
 
 # ---------------------------------------------------------------------------------------------

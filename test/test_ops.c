@@ -12,6 +12,7 @@
 #include <string.h>
 #include <omp.h>
 #include "ops.h"
+#include "cpu/vecmath.h"
 #include "test/test.h"
 
 // ----------------------------------------------------------------------------
@@ -206,6 +207,22 @@ static void ref_attention_backward(double* dqkv, const double* dout, const doubl
                 }
             }
     free(out); free(att); free(dp);
+}
+
+// ----------------------------------------------------------------------------
+// the CPU backend's vectorisable exp (softmax, classifier and GELU all go through it)
+
+static void test_vm_expf(void) {
+    double worst = 0.0, wx = 0.0;
+    for (double x = -87.2; x < 88.0; x += 0.000731) {
+        float f = (float)x;
+        double want = exp((double)f), e = fabs((double)vm_expf(f) - want) / want;
+        if (e > worst) { worst = e; wx = f; }
+    }
+    TEST_CHECK(worst < 1.5e-7, "vm_expf max relative error %.3g at x=%g (want < 1.5e-7, ~2.5 ulp)", worst, wx);
+    TEST_CHECK(vm_expf(-INFINITY) == 0.0f && vm_expf(-100.0f) == 0.0f && vm_expf(0.0f) == 1.0f &&
+               isnan(vm_expf(NAN)) && vm_expf(100.0f) > 1e38f, "vm_expf special values");
+    printf("ok   vm_expf (max rel err %.3g)\n", worst);
 }
 
 // ----------------------------------------------------------------------------
@@ -752,6 +769,7 @@ int main(void) {
     TEST_CHECK(((uintptr_t)p & 63) == 0, "ops_alloc must return 64-byte aligned memory");
     ops_free(p);
 
+    test_vm_expf();
     test_encoder();
     test_layernorm_shape(5, 7, 0.0f);
     test_layernorm_shape(3, 768, 30.0f);   // large mean: two-pass variance needed

@@ -88,19 +88,27 @@ __global__ void cast_bf16_to_f32_kernel(float* out, const floatX* inp, size_t n)
     for (size_t k = i; k < i + 8 && k < n; k++) out[k] = __bfloat162float(inp[k]);
 }
 
+// Staged through a fp32 device buffer in chunks, so converting a whole model costs at most
+// CAST_CHUNK * 4 bytes of scratch memory.
+#define CAST_CHUNK ((size_t)1 << 24)
+
 extern "C" void ops_upload_f32(floatX* dst, const float* src_host, size_t n) {
-    if (!n) return;
-    float* tmp = (float*)ops_scratch(OPS_SCRATCH_CAST, n * sizeof(float));
-    cudaCheck(cudaMemcpy(tmp, src_host, n * sizeof(float), cudaMemcpyHostToDevice));
-    LAUNCH(cast_f32_to_bf16_kernel, ops_blocks(n, EW_BLOCK * 8), EW_BLOCK, 0, 0, dst, tmp, n);
-    cudaCheck(cudaGetLastError());
+    for (size_t off = 0; off < n; off += CAST_CHUNK) {
+        size_t len = n - off < CAST_CHUNK ? n - off : CAST_CHUNK;
+        float* tmp = (float*)ops_scratch(OPS_SCRATCH_CAST, len * sizeof(float));
+        cudaCheck(cudaMemcpy(tmp, src_host + off, len * sizeof(float), cudaMemcpyHostToDevice));
+        LAUNCH(cast_f32_to_bf16_kernel, ops_blocks(len, EW_BLOCK * 8), EW_BLOCK, 0, 0, dst + off, tmp, len);
+        cudaCheck(cudaGetLastError());
+    }
 }
 extern "C" void ops_download_f32(float* dst_host, const floatX* src, size_t n) {
-    if (!n) return;
-    float* tmp = (float*)ops_scratch(OPS_SCRATCH_CAST, n * sizeof(float));
-    LAUNCH(cast_bf16_to_f32_kernel, ops_blocks(n, EW_BLOCK * 8), EW_BLOCK, 0, 0, tmp, src, n);
-    cudaCheck(cudaGetLastError());
-    cudaCheck(cudaMemcpy(dst_host, tmp, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t off = 0; off < n; off += CAST_CHUNK) {
+        size_t len = n - off < CAST_CHUNK ? n - off : CAST_CHUNK;
+        float* tmp = (float*)ops_scratch(OPS_SCRATCH_CAST, len * sizeof(float));
+        LAUNCH(cast_bf16_to_f32_kernel, ops_blocks(len, EW_BLOCK * 8), EW_BLOCK, 0, 0, tmp, src + off, len);
+        cudaCheck(cudaGetLastError());
+        cudaCheck(cudaMemcpy(dst_host + off, tmp, len * sizeof(float), cudaMemcpyDeviceToHost));
+    }
 }
 
 // ----------------------------------------------------------------------------

@@ -7,6 +7,9 @@
 //   CUDA_CPU_THREADS = N (default 1)   OS threads taking blocks (2 under TSan: races between blocks)
 //   CUDA_CPU_STACK_KB= fiber stack size (default 256; sanitizer builds use more stack)
 //   CUDA_CPU_VERBOSE = 1               print every launch
+//   CUDA_CPU_TIMEOUT = seconds a single launch may run before the process stops with a message
+//                      (default 300, 0 = none): a thread that spins on memory another thread or
+//                      block writes never gives up its fiber, so it would hang forever
 //   CUDA_CPU_UCONTEXT= 1               switch fibers with swapcontext (the default on x86-64 is a
 //                                      20x faster hand-written switch)
 #include "cuda_cpu.h"
@@ -114,7 +117,6 @@ struct Launch {
     size_t smem;
     int nthreads;
     long nblocks;
-    std::atomic<long> next_block;
 };
 
 enum Order { ORDER_FORWARD, ORDER_REVERSE, ORDER_RANDOM };
@@ -123,6 +125,7 @@ static uint64_t g_seed = 1;
 static int g_nthreads = 1;
 static size_t g_stack_size = 256 * 1024;
 static int g_verbose = 0;
+static int g_timeout_s = 300;
 static int g_ucontext = 0;  // 1: switch fibers with swapcontext instead of the x86-64 routine
 
 #if defined(__x86_64__)
@@ -210,6 +213,11 @@ static void init_once() {
     g_ucontext = u && *u && *u != '0';
     const char* v = getenv("CUDA_CPU_VERBOSE");
     g_verbose = v && *v && *v != '0';
+    const char* to = getenv("CUDA_CPU_TIMEOUT");
+    if (to && *to) {
+        g_timeout_s = atoi(to);
+        if (g_timeout_s < 0) fatal_env("CUDA_CPU_TIMEOUT must be seconds >= 0 (0: no limit)");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -614,14 +622,13 @@ NOTSAN static void run_block(Worker* w, long b) {
     cuda_cpu_cur = nullptr;
 }
 
-NOTSAN static void run_blocks(Launch* L) {
+// OS thread k of T runs blocks k, k+T, k+2T, ...: neighbouring blocks always run concurrently on
+// different OS threads, so TSan sees every race between them that the grid has (a shared work
+// counter would let one thread take all blocks of a small grid before the other wakes up).
+NOTSAN static void run_blocks(Launch* L, int k, int T) {
     Worker* w = get_worker();
     w->L = L;
-    for (;;) {
-        long b = L->next_block.fetch_add(1, std::memory_order_relaxed);
-        if (b >= L->nblocks) break;
-        run_block(w, b);
-    }
+    for (long b = k; b < L->nblocks; b += T) run_block(w, b);
 #ifdef CUDA_CPU_TSAN
     __tsan_acquire(&w->block_end_sync);
 #endif
@@ -643,7 +650,7 @@ struct Pool {
 };
 static Pool* g_pool;
 
-static void pool_thread() {
+static void pool_thread(int k) {
     uint64_t seen = 0;
     for (;;) {
         Launch* L;
@@ -654,7 +661,7 @@ static void pool_thread() {
             seen = g_pool->gen;
             L = g_pool->L;
         }
-        run_blocks(L);
+        run_blocks(L, k, g_nthreads);
         {
             std::lock_guard<std::mutex> lk(g_pool->mu);
             if (--g_pool->busy == 0) g_pool->cv_done.notify_all();
@@ -669,7 +676,7 @@ static void run_launch(Launch* L) {
     if (g_nthreads > 1 && L->nblocks > 1) {
         if (!g_pool) {
             g_pool = new Pool();
-            for (int i = 1; i < g_nthreads; i++) g_pool->threads.emplace_back(pool_thread);
+            for (int i = 1; i < g_nthreads; i++) g_pool->threads.emplace_back(pool_thread, i);
         }
         {
             std::lock_guard<std::mutex> lk(g_pool->mu);
@@ -678,11 +685,11 @@ static void run_launch(Launch* L) {
             g_pool->busy = (int)g_pool->threads.size();
         }
         g_pool->cv_work.notify_all();
-        run_blocks(L);
+        run_blocks(L, 0, g_nthreads);
         std::unique_lock<std::mutex> lk(g_pool->mu);
         g_pool->cv_done.wait(lk, [] { return g_pool->busy == 0; });
     } else {
-        run_blocks(L);
+        run_blocks(L, 0, 1);
     }
 }
 
@@ -718,7 +725,62 @@ static bool in_device_alloc(const void* p, size_t n, bool* host_alloc = nullptr)
     return !it->second.host;
 }
 
+// Watchdog: a thread that checks once a second how long the current launch has been running.
+struct Watchdog {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::thread th;
+    bool quit = false;
+    std::atomic<double> started{0.0};         // launch start (steady clock s), 0: none running
+    std::atomic<const char*> name{nullptr};
+};
+static Watchdog* g_watchdog;
+
+static double steady_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static void watchdog_thread() {
+    std::unique_lock<std::mutex> lk(g_watchdog->mu);
+    while (!g_watchdog->quit) {
+        g_watchdog->cv.wait_for(lk, std::chrono::milliseconds(250));
+        double t0 = g_watchdog->started.load();
+        if (t0 > 0.0 && steady_s() - t0 > g_timeout_s) {
+            fprintf(stderr, "cuda_cpu: kernel %s has run for more than %d s (CUDA_CPU_TIMEOUT): a thread that "
+                    "waits in a loop for memory written by another thread or block never gives up its fiber "
+                    "on the harness (threads switch only at barriers and warp intrinsics); if the kernel is "
+                    "just slow, raise CUDA_CPU_TIMEOUT\n", g_watchdog->name.load(), g_timeout_s);
+            fflush(stderr);
+            _exit(124);
+        }
+    }
+}
+
+static void watchdog_begin(const char* name) {
+    if (g_timeout_s <= 0) return;
+    if (!g_watchdog) {
+        g_watchdog = new Watchdog();
+        g_watchdog->th = std::thread(watchdog_thread);
+    }
+    g_watchdog->name.store(name);
+    g_watchdog->started.store(steady_s());
+}
+
+static void watchdog_end() {
+    if (g_watchdog) g_watchdog->started.store(0.0);
+}
+
 static void at_exit_cleanup() {
+    if (g_watchdog) {
+        {
+            std::lock_guard<std::mutex> lk(g_watchdog->mu);
+            g_watchdog->quit = true;
+        }
+        g_watchdog->cv.notify_all();
+        g_watchdog->th.join();
+        delete g_watchdog;
+        g_watchdog = nullptr;
+    }
     if (g_pool) {
         {
             std::lock_guard<std::mutex> lk(g_pool->mu);
@@ -790,8 +852,9 @@ void launch(const char* name, const void* kernel_id, KernelThunk thunk, const vo
     L.smem = smem;
     L.nthreads = (int)nthreads;
     L.nblocks = (long)grid.x * grid.y * grid.z;
-    L.next_block.store(0);
+    watchdog_begin(name);
     run_launch(&L);
+    watchdog_end();
 }
 
 }  // namespace cuda_cpu
