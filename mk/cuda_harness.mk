@@ -53,8 +53,14 @@ $(CUDA_CPU_DIR)/mutation/%.o: $(CUDA_CPU_DIR)/mutation/%.cu $(CUDA_CPU_HDRS)
 	$(CUDA_CPU_CXX) -x c++ -include test/cuda_cpu/cuda_cpu.h -c $< -o $@
 
 # a harness test program: its object + runtime + the C library
-$(CUDA_CPU_DIR)/%: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_RT) $(LIB_OBJS)
-	$(CXX) $< $(CUDA_CPU_RT) $(LIB_OBJS) -o $@ $(LDFLAGS) -lm -lpthread
+# (the C library as an archive: only the objects a test uses are linked, so the parts that call
+# backend ops, e.g. trainer.c, need no backend)
+CUDA_CPU_LIB := $(CUDA_CPU_DIR)/libllmc.a
+$(CUDA_CPU_LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(CUDA_CPU_DIR)/%: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_RT) $(CUDA_CPU_LIB)
+	$(CXX) $< $(CUDA_CPU_RT) $(CUDA_CPU_LIB) -o $@ $(LDFLAGS) -lm -lpthread
 
 .PRECIOUS: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_MUTANT).o $(CUDA_CPU_MUTANT).cu $(CUDA_CPU_FAULTS).o $(CUDA_CPU_TESTS:=.o)
 

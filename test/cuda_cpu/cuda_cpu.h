@@ -370,4 +370,7 @@ static inline __nv_bfloat16 hsqrt(__nv_bfloat16 a) { return __float2bfloat16(sqr
 static inline __nv_bfloat16 hrsqrt(__nv_bfloat16 a) { return __float2bfloat16(1.0f / sqrtf(__bfloat162float(a))); }
 static inline __nv_bfloat16 __ldg(const __nv_bfloat16* p) { return *p; }
 
+// warp-level matrix API (nvcuda::wmma)
+#include "cuda_cpu_wmma.h"
+
 #endif  // CUDA_CPU_H
