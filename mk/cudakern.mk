@@ -9,7 +9,8 @@
 # llmc/check.o and llmc/fileio.o, never llmc/cpu/*.o: its references are written in the test.
 
 CUDA_HOME ?= /usr/local/cuda
-CUDAKERN_SRCS := $(wildcard llmc/cuda/*.cu)
+# (comm_nccl.cu is host code for NCCL, built by mk/comm.mk, not a kernel source)
+CUDAKERN_SRCS := $(filter-out llmc/cuda/comm_nccl.cu,$(wildcard llmc/cuda/*.cu))
 CUDAKERN_EMU_OBJS := $(patsubst %.cu,$(BUILD)/emu/%.o,$(CUDAKERN_SRCS))
 CUDAKERN_EMU_FLAGS := -std=gnu++17 $(filter-out -Werror=%,$(WARN)) -Wno-class-memaccess -Illmc -I. $(OPT) $(SANFLAGS) \
     -include test/cuda_cpu/cuda_cpu.h -isystem $(CUDA_HOME)/include -DLLMC_CUDA -DLLMC_CUDA_EMULATED
