@@ -1,0 +1,42 @@
+# Flash attention of the CUDA backend (llmc/cuda/flash_attention.cu).
+#
+#   test_cuda_flash_attention   the kernels under the CUDA-on-CPU harness against the CPU backend's
+#                               attention (llmc/cpu/attention_cpu.c, compiled with its symbols
+#                               renamed to cpuref_*, since the emulated CUDA objects define the
+#                               same op symbols); rerun in other fiber orders by orders.sh and
+#                               under TSan by test-tsan (its name contains "cuda").
+#   test/check_flash_ptx.sh     the PTX of the production kernels (sm_80, sm_90) contains
+#                               tensor-core mma instructions (skips when nvcc is absent).
+#   make flash-bench            dev/cuda/attention_bench.cu (naive / cuBLAS + softmax / flash,
+#                               timings and TFLOP/s on a GPU); `make cuda-check` compiles it.
+
+FLASH_CPUREF_OBJ := $(BUILD)/flash/attention_cpu_ref.o
+FLASH_CPUREF_RENAMES := -Dattention_forward=cpuref_attention_forward -Dattention_backward=cpuref_attention_backward \
+    -Dops_alloc=cpuref_alloc -Dops_free=cpuref_free
+
+$(FLASH_CPUREF_OBJ): llmc/cpu/attention_cpu.c llmc/ops.h $(wildcard llmc/cpu/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(FLASH_CPUREF_RENAMES) -c $< -o $@
+
+# the WMMA emulation is a harness header the kernels' emulated objects depend on
+$(CUDAKERN_EMU_OBJS): test/cuda_cpu/cuda_cpu_wmma.h
+
+$(BUILD)/test/test_cuda_flash_attention: test/test_cuda_flash_attention.cpp $(CUDAKERN_EMU_OBJS) $(CUDAKERN_RT_OBJ) \
+        $(FLASH_CPUREF_OBJ) $(BUILD)/llmc/check.o $(BUILD)/llmc/fileio.o test/test.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CUDAKERN_EMU_FLAGS) -x c++ -c $< -o $@.o
+	$(CXX) $@.o $(CUDAKERN_EMU_OBJS) $(CUDAKERN_RT_OBJ) $(FLASH_CPUREF_OBJ) $(BUILD)/llmc/check.o $(BUILD)/llmc/fileio.o \
+	    -o $@ $(LDFLAGS) $(BLAS_LIBS) -lm -lpthread
+
+TEST_PROGS += $(BUILD)/test/test_cuda_flash_attention
+TEST_SCRIPTS += test/check_flash_ptx.sh
+
+# benchmark on a GPU (not run in CI: there is none)
+FLASH_BENCH := dev/cuda/build/attention_bench
+$(FLASH_BENCH): dev/cuda/attention_bench.cu llmc/cuda/flash_attention.cu $(wildcard llmc/cuda/*.cuh) llmc/ops.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 -O3 -DLLMC_CUDA -I. -Illmc -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	    $< -o $@ -lcublas
+flash-bench: $(FLASH_BENCH)
+
+.PHONY: flash-bench
