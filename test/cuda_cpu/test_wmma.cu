@@ -21,10 +21,17 @@ using namespace nvcuda;
 // out (M x N, fp32, row-major) = scale * A B + C, where A (M x K) and B (K x N) are bf16 in
 // global memory in the layouts selected by la / lb (0 row-major, 1 col-major) and C is read in
 // layout lc. Warp w computes rows [16 w, 16 w + 16); B is staged through shared memory.
+// (raw bytes in a non-template function: a __shared__ bf16 array is a thread_local of class type
+// under the harness, and g++ mishandles over-aligned thread_locals declared in templates)
+__device__ inline bf16* b_stage() {
+    __shared__ __align__(32) unsigned char buf[K * N * sizeof(bf16)];
+    return reinterpret_cast<bf16*>(buf);
+}
+
 template <typename LA, typename LB>
 __global__ void wmma_kernel(float* out, const bf16* A, const bf16* B, const float* C, float scale, int lc) {
-    __shared__ __align__(32) bf16 sB[K * N];
-    for (int i = threadIdx.x; i < K * N; i += blockDim.x) sB[i] = B[i];
+    bf16* sB = b_stage();
+    for (int i = threadIdx.x; i < K * N; i += 64) sB[i] = B[i];   // 64 threads (blockDim in a template trips UBSan under g++)
     __syncthreads();
     int warp = threadIdx.x / 32;
     wmma::layout_t cl = lc ? wmma::mem_col_major : wmma::mem_row_major;
