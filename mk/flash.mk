@@ -33,10 +33,10 @@ TEST_SCRIPTS += test/check_flash_ptx.sh
 
 # benchmark on a GPU (not run in CI: there is none)
 FLASH_BENCH := dev/cuda/build/attention_bench
-$(FLASH_BENCH): dev/cuda/attention_bench.cu llmc/cuda/flash_attention.cu $(wildcard llmc/cuda/*.cuh) llmc/ops.h
+$(FLASH_BENCH): dev/cuda/attention_bench.cu llmc/cuda/flash_attention.cu llmc/cuda/attention.cu $(wildcard llmc/cuda/*.cuh) llmc/ops.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -std=c++17 -O3 -DLLMC_CUDA -I. -Illmc -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-	    $< -o $@ -lcublas
+	    $< llmc/check.c llmc/fileio.c -o $@ -lcublas
 flash-bench: $(FLASH_BENCH)
 
 .PHONY: flash-bench
