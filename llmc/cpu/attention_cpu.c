@@ -3,19 +3,24 @@
 // Forward: one work item per (batch, head, query tile of BQ rows). The item walks the key tiles
 // of BK keys left of (and on) the diagonal, keeping a running row max m, running denominator l
 // and an unnormalised output accumulator (online softmax), so the T x T score matrix is never
-// formed: the only things kept for backward are out and lse = m + log(l) per row.
+// formed: the only things kept for backward are out and lse = m + log(l) per row. K is
+// transposed once per call into a (B, NH, HS, T) scratch (the size of one activation), so each
+// item reads its key tiles contiguously instead of gathering 256-byte rows 9 KB apart again and
+// again; Q and V are read in place.
 // Backward: one work item per (batch, head). It walks key tiles (outer) and the query tiles that
 // can see them (inner), recomputing P = exp(S - lse) tile by tile, with D_i = dO_i . O_i:
 //   dV_j += sum_i P_ij dO_i,  dS_ij = P_ij (dO_i . v_j - D_i),
 //   dK_j += scale sum_i dS_ij q_i,  dQ_i += scale sum_j dS_ij k_j.
-// dK/dV of a key tile live in the tile buffer until its last query tile; dQ accumulates in a
-// (T, HS) per-thread buffer. Memory is O(T * HS) per thread, independent of T^2.
+// dK/dV of a key tile stay in tile buffers until its last query tile; dQ accumulates in a
+// (T, HS) per-thread buffer; the item owns its head's slice of dqkv, so there are no races and
+// the result does not depend on the thread count. Memory: O(T * HS) per thread, no T^2 term.
 //
 // The inner products are tiny GEMMs (64 x HS x 64). They are written with GCC/Clang vector
 // extensions (16 floats: one AVX-512 register, two AVX2 ones, four NEON ones) with the head size
 // a compile-time constant for HS in {16, 32, 64, 128} (GPT-2 uses 64 everywhere), so the
 // accumulators stay in registers; other head sizes use plain loops.
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <omp.h>
 #include "ops.h"
@@ -35,18 +40,19 @@ static inline void v16_store(float* p, v16 v) { memcpy(p, &v, sizeof(v)); }
 static inline v16 v16_splat(float x) { return (v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 
 // ----------------------------------------------------------------------------
-// micro-kernels
+// micro-kernels. X/Y/Z row strides (ldx, ldy, ldz) let them read q, k, v, dout and write dqkv
+// in place in the (B, T, 3, NH, HS) / (B, T, C) layouts.
 
-// Z[i][0:BK] = X[i][0:HS] . YT[0:HS][0:BK] for i < M (Z row stride BK). Vectorised along the
-// 64 keys, two rows at a time: 8 accumulators, 4 loads per 8 FMAs.
-static void mk_rows_times_t(float* Z, const float* X, const float* YT, int M, int HS) {
+// Z[i][0:BK] = sum_d X[i][d] YT[d][0:BK], i < M (Z row stride BK). Vectorised along the 64
+// keys, two rows at a time: 8 accumulators, 4 loads per 8 FMAs.
+static void mk_rows_times_t(float* Z, const float* X, size_t ldx, const float* YT, size_t ldyt, int M, int HS) {
     int i = 0;
     for (; i + 1 < M; i += 2) {
-        const float* x0 = X + (size_t)i * HS;
-        const float* x1 = x0 + HS;
+        const float* x0 = X + (size_t)i * ldx;
+        const float* x1 = x0 + ldx;
         v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
         for (int d = 0; d < HS; d++) {
-            const float* y = YT + (size_t)d * BK;
+            const float* y = YT + (size_t)d * ldyt;
             v16 y0 = v16_load(y), y1 = v16_load(y + 16), y2 = v16_load(y + 32), y3 = v16_load(y + 48);
             v16 s0 = v16_splat(x0[d]), s1 = v16_splat(x1[d]);
             a0 += s0 * y0; a1 += s0 * y1; a2 += s0 * y2; a3 += s0 * y3;
@@ -58,10 +64,10 @@ static void mk_rows_times_t(float* Z, const float* X, const float* YT, int M, in
         v16_store(z, b0); v16_store(z + 16, b1); v16_store(z + 32, b2); v16_store(z + 48, b3);
     }
     for (; i < M; i++) {
-        const float* x0 = X + (size_t)i * HS;
+        const float* x0 = X + (size_t)i * ldx;
         v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
         for (int d = 0; d < HS; d++) {
-            const float* y = YT + (size_t)d * BK;
+            const float* y = YT + (size_t)d * ldyt;
             v16 s0 = v16_splat(x0[d]);
             a0 += s0 * v16_load(y); a1 += s0 * v16_load(y + 16);
             a2 += s0 * v16_load(y + 32); a3 += s0 * v16_load(y + 48);
@@ -74,31 +80,30 @@ static void mk_rows_times_t(float* Z, const float* X, const float* YT, int M, in
 // Z[i][0:HS] += sum_{j<K} X[i][j] Y[j][0:HS], i < M; X row stride BK. Vectorised along HS with
 // NV = HS/16 a compile-time constant (always_inline + constant argument), two rows at a time.
 static inline __attribute__((always_inline))
-void mk_rows_times_n_v(float* Z, const float* X, const float* Y, int M, int K, const int NV) {
-    const int HS = NV * 16;
+void mk_rows_times_n_v(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, const int NV) {
     int i = 0;
     for (; i + 1 < M; i += 2) {
         v16 a[8], b[8];
-        float* z0 = Z + (size_t)i * HS;
-        float* z1 = z0 + HS;
+        float* z0 = Z + (size_t)i * ldz;
+        float* z1 = z0 + ldz;
         for (int c = 0; c < NV; c++) { a[c] = v16_load(z0 + 16 * c); b[c] = v16_load(z1 + 16 * c); }
         const float* x0 = X + (size_t)i * BK;
         const float* x1 = x0 + BK;
         for (int j = 0; j < K; j++) {
             v16 s0 = v16_splat(x0[j]), s1 = v16_splat(x1[j]);
-            const float* y = Y + (size_t)j * HS;
+            const float* y = Y + (size_t)j * ldy;
             for (int c = 0; c < NV; c++) { v16 yv = v16_load(y + 16 * c); a[c] += s0 * yv; b[c] += s1 * yv; }
         }
         for (int c = 0; c < NV; c++) { v16_store(z0 + 16 * c, a[c]); v16_store(z1 + 16 * c, b[c]); }
     }
     for (; i < M; i++) {
         v16 a[8];
-        float* z0 = Z + (size_t)i * HS;
+        float* z0 = Z + (size_t)i * ldz;
         for (int c = 0; c < NV; c++) a[c] = v16_load(z0 + 16 * c);
         const float* x0 = X + (size_t)i * BK;
         for (int j = 0; j < K; j++) {
             v16 s0 = v16_splat(x0[j]);
-            const float* y = Y + (size_t)j * HS;
+            const float* y = Y + (size_t)j * ldy;
             for (int c = 0; c < NV; c++) a[c] += s0 * v16_load(y + 16 * c);
         }
         for (int c = 0; c < NV; c++) v16_store(z0 + 16 * c, a[c]);
@@ -107,28 +112,27 @@ void mk_rows_times_n_v(float* Z, const float* X, const float* Y, int M, int K, c
 
 // Z[j][0:HS] += sum_{i<M} X[i][j] Y[i][0:HS], j < K; X row stride BK (i.e. Z += X^T Y).
 static inline __attribute__((always_inline))
-void mk_trows_times_n_v(float* Z, const float* X, const float* Y, int M, int K, const int NV) {
-    const int HS = NV * 16;
+void mk_trows_times_n_v(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, const int NV) {
     int j = 0;
     for (; j + 1 < K; j += 2) {
         v16 a[8], b[8];
-        float* z0 = Z + (size_t)j * HS;
-        float* z1 = z0 + HS;
+        float* z0 = Z + (size_t)j * ldz;
+        float* z1 = z0 + ldz;
         for (int c = 0; c < NV; c++) { a[c] = v16_load(z0 + 16 * c); b[c] = v16_load(z1 + 16 * c); }
         for (int i = 0; i < M; i++) {
             v16 s0 = v16_splat(X[(size_t)i * BK + j]), s1 = v16_splat(X[(size_t)i * BK + j + 1]);
-            const float* y = Y + (size_t)i * HS;
+            const float* y = Y + (size_t)i * ldy;
             for (int c = 0; c < NV; c++) { v16 yv = v16_load(y + 16 * c); a[c] += s0 * yv; b[c] += s1 * yv; }
         }
         for (int c = 0; c < NV; c++) { v16_store(z0 + 16 * c, a[c]); v16_store(z1 + 16 * c, b[c]); }
     }
     for (; j < K; j++) {
         v16 a[8];
-        float* z0 = Z + (size_t)j * HS;
+        float* z0 = Z + (size_t)j * ldz;
         for (int c = 0; c < NV; c++) a[c] = v16_load(z0 + 16 * c);
         for (int i = 0; i < M; i++) {
             v16 s0 = v16_splat(X[(size_t)i * BK + j]);
-            const float* y = Y + (size_t)i * HS;
+            const float* y = Y + (size_t)i * ldy;
             for (int c = 0; c < NV; c++) a[c] += s0 * v16_load(y + 16 * c);
         }
         for (int c = 0; c < NV; c++) v16_store(z0 + 16 * c, a[c]);
@@ -136,24 +140,24 @@ void mk_trows_times_n_v(float* Z, const float* X, const float* Y, int M, int K, 
 }
 
 // Plain-loop versions for head sizes that are not a multiple of 16 (or larger than 128).
-static void mk_rows_times_n_any(float* Z, const float* X, const float* Y, int M, int K, int HS) {
+static void mk_rows_times_n_any(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, int HS) {
     for (int i = 0; i < M; i++) {
-        float* z = Z + (size_t)i * HS;
+        float* z = Z + (size_t)i * ldz;
         for (int j = 0; j < K; j++) {
             float s = X[(size_t)i * BK + j];
-            const float* y = Y + (size_t)j * HS;
+            const float* y = Y + (size_t)j * ldy;
             #pragma omp simd
             for (int d = 0; d < HS; d++) z[d] += s * y[d];
         }
     }
 }
 
-static void mk_trows_times_n_any(float* Z, const float* X, const float* Y, int M, int K, int HS) {
-    for (int i = 0; i < M; i++) {
-        const float* y = Y + (size_t)i * HS;
-        for (int j = 0; j < K; j++) {
+static void mk_trows_times_n_any(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, int HS) {
+    for (int j = 0; j < K; j++) {
+        float* z = Z + (size_t)j * ldz;
+        for (int i = 0; i < M; i++) {
             float s = X[(size_t)i * BK + j];
-            float* z = Z + (size_t)j * HS;
+            const float* y = Y + (size_t)i * ldy;
             #pragma omp simd
             for (int d = 0; d < HS; d++) z[d] += s * y[d];
         }
@@ -161,31 +165,141 @@ static void mk_trows_times_n_any(float* Z, const float* X, const float* Y, int M
 }
 
 // Dispatch on the head size: constant NV gives register accumulators.
-static void mk_rows_times_n(float* Z, const float* X, const float* Y, int M, int K, int HS) {
+static void mk_rows_times_n(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, int HS) {
     switch (HS) {
-    case 16: mk_rows_times_n_v(Z, X, Y, M, K, 1); break;
-    case 32: mk_rows_times_n_v(Z, X, Y, M, K, 2); break;
-    case 64: mk_rows_times_n_v(Z, X, Y, M, K, 4); break;
-    case 128: mk_rows_times_n_v(Z, X, Y, M, K, 8); break;
-    default: mk_rows_times_n_any(Z, X, Y, M, K, HS); break;
+    case 16: mk_rows_times_n_v(Z, ldz, X, Y, ldy, M, K, 1); break;
+    case 32: mk_rows_times_n_v(Z, ldz, X, Y, ldy, M, K, 2); break;
+    case 64: mk_rows_times_n_v(Z, ldz, X, Y, ldy, M, K, 4); break;
+    case 128: mk_rows_times_n_v(Z, ldz, X, Y, ldy, M, K, 8); break;
+    default: mk_rows_times_n_any(Z, ldz, X, Y, ldy, M, K, HS); break;
     }
 }
 
-static void mk_trows_times_n(float* Z, const float* X, const float* Y, int M, int K, int HS) {
+static void mk_trows_times_n(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, int HS) {
     switch (HS) {
-    case 16: mk_trows_times_n_v(Z, X, Y, M, K, 1); break;
-    case 32: mk_trows_times_n_v(Z, X, Y, M, K, 2); break;
-    case 64: mk_trows_times_n_v(Z, X, Y, M, K, 4); break;
-    case 128: mk_trows_times_n_v(Z, X, Y, M, K, 8); break;
-    default: mk_trows_times_n_any(Z, X, Y, M, K, HS); break;
+    case 16: mk_trows_times_n_v(Z, ldz, X, Y, ldy, M, K, 1); break;
+    case 32: mk_trows_times_n_v(Z, ldz, X, Y, ldy, M, K, 2); break;
+    case 64: mk_trows_times_n_v(Z, ldz, X, Y, ldy, M, K, 4); break;
+    case 128: mk_trows_times_n_v(Z, ldz, X, Y, ldy, M, K, 8); break;
+    default: mk_trows_times_n_any(Z, ldz, X, Y, ldy, M, K, HS); break;
+    }
+}
+
+// dst[k][r] = src row (t0 + r)[k] for r < n, zero for n <= r < cols (dst row stride ld).
+static void transpose_rows(float* dst, size_t ld, const float* src, size_t stride, int t0, int n, int cols, int HS) {
+    for (int r = 0; r < cols; r++) {
+        if (r < n) {
+            const float* s = src + (size_t)(t0 + r) * stride;
+            for (int k = 0; k < HS; k++) dst[(size_t)k * ld + r] = s[k];
+        } else {
+            for (int k = 0; k < HS; k++) dst[(size_t)k * ld + r] = 0.0f;
+        }
+    }
+}
+
+// One call-sized scratch buffer for K^T, reused across calls (ops are called from one host
+// thread); released at exit so leak checkers stay quiet.
+static float* kt_scratch = NULL;
+static size_t kt_scratch_n = 0;
+static void kt_scratch_free(void) { ops_free(kt_scratch); kt_scratch = NULL; kt_scratch_n = 0; }
+static float* kt_scratch_get(size_t n) {
+    if (n > kt_scratch_n) {
+        if (kt_scratch == NULL) atexit(kt_scratch_free);
+        ops_free(kt_scratch);
+        kt_scratch = (float*)ops_alloc(n * sizeof(float));
+        kt_scratch_n = n;
+    }
+    return kt_scratch;
+}
+
+// ----------------------------------------------------------------------------
+// forward
+
+void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+    assertCheck(NH > 0 && C % NH == 0);
+    if (B <= 0 || T <= 0) return;
+    const int HS = C / NH;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const size_t stride = 3 * (size_t)C;   // between consecutive t of one (b, q/k/v, h)
+    const int ntiles = (T + BQ - 1) / BQ;
+    const int Tp = ((T + BK - 1) / BK) * BK;
+    const int nitems = B * NH * ntiles;
+    float* KTall = kt_scratch_get((size_t)B * NH * HS * Tp);   // (B, NH, HS, Tp), zero-padded
+    #pragma omp parallel
+    {
+        #pragma omp for schedule(static)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            transpose_rows(KTall + (size_t)bh * HS * Tp, (size_t)Tp,
+                           qkv + (size_t)b * T * stride + C + (size_t)h * HS, stride, 0, T, Tp, HS);
+        }
+        float* S = (float*)ops_alloc((size_t)BQ * BK * sizeof(float));
+        float* O = (float*)ops_alloc((size_t)BQ * HS * sizeof(float));
+        float m[BQ], l[BQ];
+        // longest items (last query tiles see the most keys) first, for load balance
+        #pragma omp for schedule(dynamic, 1)
+        for (int it = 0; it < nitems; it++) {
+            int qt = ntiles - 1 - it / (B * NH);
+            int bh = it % (B * NH);
+            int b = bh / NH, h = bh % NH;
+            const float* qb = qkv + (size_t)b * T * stride + (size_t)h * HS;
+            const float* vb = qb + 2 * (size_t)C;
+            const float* KT = KTall + (size_t)bh * HS * Tp;
+            int q0 = qt * BQ, nq = T - q0 < BQ ? T - q0 : BQ;
+            const float* Q = qb + (size_t)q0 * stride;
+            memset(O, 0, (size_t)nq * HS * sizeof(float));
+            for (int i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+            int last_key = q0 + nq - 1;
+            for (int k0 = 0; k0 <= last_key; k0 += BK) {
+                int nk = T - k0 < BK ? T - k0 : BK;
+                mk_rows_times_t(S, Q, stride, KT + k0, (size_t)Tp, nq, HS);
+                for (int i = 0; i < nq; i++) {
+                    float* s = S + (size_t)i * BK;
+                    int lim = q0 + i - k0 + 1;   // keys j < lim are visible (causal, in range)
+                    if (lim > nk) lim = nk;
+                    float mx = m[i];
+                    #pragma omp simd reduction(max:mx)
+                    for (int j = 0; j < BK; j++) {
+                        float v = j < lim ? s[j] * scale : -INFINITY;
+                        s[j] = v;
+                        mx = v > mx ? v : mx;
+                    }
+                    float alpha = vm_expf(m[i] - mx);   // 0 on the first tile (m = -inf)
+                    float sum = 0.0f;
+                    #pragma omp simd reduction(+:sum)
+                    for (int j = 0; j < BK; j++) {
+                        float p = vm_expf(s[j] - mx);   // exp(-inf) = 0 for masked keys
+                        s[j] = p;
+                        sum += p;
+                    }
+                    l[i] = l[i] * alpha + sum;
+                    m[i] = mx;
+                    if (alpha != 1.0f) {
+                        float* o = O + (size_t)i * HS;
+                        #pragma omp simd
+                        for (int d = 0; d < HS; d++) o[d] *= alpha;
+                    }
+                }
+                mk_rows_times_n(O, (size_t)HS, S, vb + (size_t)k0 * stride, stride, nq, nk, HS);
+            }
+            for (int i = 0; i < nq; i++) {
+                float inv = 1.0f / l[i];
+                float* dst = out + ((size_t)b * T + q0 + i) * C + (size_t)h * HS;
+                const float* o = O + (size_t)i * HS;
+                #pragma omp simd
+                for (int d = 0; d < HS; d++) dst[d] = o[d] * inv;
+                lse[(size_t)bh * T + q0 + i] = m[i] + logf(l[i]);
+            }
+        }
+        ops_free(S); ops_free(O);
     }
 }
 
 // ----------------------------------------------------------------------------
-// tile loads from the (B, T, 3, NH, HS) qkv layout
+// backward
 
 // dst[r][0:HS] = scale * src row (t0 + r), r < n; rows n..rows-1 zeroed.
-static void load_rows(float* dst, const float* src, int t0, int n, int rows, int HS, size_t stride, float scale) {
+static void load_rows(float* dst, const float* src, size_t stride, int t0, int n, int rows, int HS, float scale) {
     for (int r = 0; r < rows; r++) {
         float* d = dst + (size_t)r * HS;
         if (r < n) {
@@ -198,106 +312,18 @@ static void load_rows(float* dst, const float* src, int t0, int n, int rows, int
     }
 }
 
-// dst[k][r] = src row (t0 + r)[k] for r < n, zero for n <= r < BK.
-static void load_rows_t(float* dst, const float* src, int t0, int n, int HS, size_t stride) {
-    for (int r = 0; r < BK; r++) {
-        if (r < n) {
-            const float* s = src + (size_t)(t0 + r) * stride;
-            for (int k = 0; k < HS; k++) dst[(size_t)k * BK + r] = s[k];
-        } else {
-            for (int k = 0; k < HS; k++) dst[(size_t)k * BK + r] = 0.0f;
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------
-// forward
-
-void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
-    assertCheck(NH > 0 && C % NH == 0);
-    const int HS = C / NH;
-    const float scale = 1.0f / sqrtf((float)HS);
-    const size_t stride = 3 * (size_t)C;   // between consecutive t of one (b, q/k/v, h)
-    const int ntiles = (T + BQ - 1) / BQ;
-    const int nitems = B * NH * ntiles;
-    #pragma omp parallel
-    {
-        float* Qs = (float*)ops_alloc((size_t)BQ * HS * sizeof(float));
-        float* KT = (float*)ops_alloc((size_t)HS * BK * sizeof(float));
-        float* Vs = (float*)ops_alloc((size_t)BK * HS * sizeof(float));
-        float* S = (float*)ops_alloc((size_t)BQ * BK * sizeof(float));
-        float* O = (float*)ops_alloc((size_t)BQ * HS * sizeof(float));
-        float m[BQ], l[BQ];
-        // longest items (last query tiles see the most keys) first, for load balance
-        #pragma omp for schedule(dynamic, 1)
-        for (int it = 0; it < nitems; it++) {
-            int qt = ntiles - 1 - it / (B * NH);
-            int bh = it % (B * NH);
-            int b = bh / NH, h = bh % NH;
-            const float* qb = qkv + (size_t)b * T * stride + (size_t)h * HS;
-            const float* kb = qb + C;
-            const float* vb = qb + 2 * (size_t)C;
-            int q0 = qt * BQ, nq = T - q0 < BQ ? T - q0 : BQ;
-            load_rows(Qs, qb, q0, nq, nq, HS, stride, scale);   // scale folded into q
-            memset(O, 0, (size_t)nq * HS * sizeof(float));
-            for (int i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
-            int last_key = q0 + nq - 1;
-            for (int k0 = 0; k0 <= last_key; k0 += BK) {
-                int nk = T - k0 < BK ? T - k0 : BK;
-                load_rows_t(KT, kb, k0, nk, HS, stride);
-                load_rows(Vs, vb, k0, nk, BK, HS, stride, 1.0f);
-                mk_rows_times_t(S, Qs, KT, nq, HS);
-                for (int i = 0; i < nq; i++) {
-                    float* s = S + (size_t)i * BK;
-                    int lim = q0 + i - k0 + 1;   // keys j < lim are visible (causal, in range)
-                    if (lim > nk) lim = nk;
-                    float mx = m[i];
-                    for (int j = 0; j < lim; j++) mx = s[j] > mx ? s[j] : mx;
-                    float alpha = vm_expf(m[i] - mx);   // 0 on the first tile (m = -inf)
-                    float sum = 0.0f;
-                    #pragma omp simd reduction(+:sum)
-                    for (int j = 0; j < BK; j++) {
-                        float p = j < lim ? vm_expf(s[j] - mx) : 0.0f;
-                        s[j] = p;
-                        sum += p;
-                    }
-                    l[i] = l[i] * alpha + sum;
-                    m[i] = mx;
-                    if (alpha != 1.0f) {
-                        float* o = O + (size_t)i * HS;
-                        #pragma omp simd
-                        for (int d = 0; d < HS; d++) o[d] *= alpha;
-                    }
-                }
-                mk_rows_times_n(O, S, Vs, nq, nk, HS);
-            }
-            for (int i = 0; i < nq; i++) {
-                float inv = 1.0f / l[i];
-                float* dst = out + ((size_t)b * T + q0 + i) * C + (size_t)h * HS;
-                const float* o = O + (size_t)i * HS;
-                #pragma omp simd
-                for (int d = 0; d < HS; d++) dst[d] = o[d] * inv;
-                lse[((size_t)b * NH + h) * T + q0 + i] = m[i] + logf(l[i]);
-            }
-        }
-        ops_free(Qs); ops_free(KT); ops_free(Vs); ops_free(S); ops_free(O);
-    }
-}
-
-// ----------------------------------------------------------------------------
-// backward
-
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, int B, int T, int C, int NH) {
     assertCheck(NH > 0 && C % NH == 0);
+    if (B <= 0 || T <= 0) return;
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t stride = 3 * (size_t)C;
-    const int ntiles = (T + BQ - 1) / BQ;
-    const int Tp = ntiles * BQ;   // row count of the per-head buffers, padded to whole tiles
+    const int Tp = ((T + BQ - 1) / BQ) * BQ;   // row count of the per-head buffers, whole tiles
     #pragma omp parallel
     {
-        float* Qh = (float*)ops_alloc((size_t)Tp * HS * sizeof(float));   // scale * q, whole head
+        // per-thread, per-head contiguous copies: strided in-place access measured slower
+        float* Qh = (float*)ops_alloc((size_t)Tp * HS * sizeof(float));   // scale * q
         float* dOh = (float*)ops_alloc((size_t)Tp * HS * sizeof(float));
         float* dQh = (float*)ops_alloc((size_t)Tp * HS * sizeof(float));
         float* Dh = (float*)ops_alloc((size_t)Tp * sizeof(float));
@@ -320,8 +346,8 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
             float* dqb = dqkv + (size_t)b * T * stride + (size_t)h * HS;
             float* dkb = dqb + C;
             float* dvb = dqb + 2 * (size_t)C;
-            load_rows(Qh, qb, 0, T, Tp, HS, stride, scale);
-            load_rows(dOh, dob, 0, T, Tp, HS, (size_t)C, 1.0f);
+            load_rows(Qh, qb, stride, 0, T, Tp, HS, scale);   // scale folded into q: S = Qh . k
+            load_rows(dOh, dob, (size_t)C, 0, T, Tp, HS, 1.0f);
             memset(dQh, 0, (size_t)Tp * HS * sizeof(float));
             for (int t = 0; t < T; t++) {   // D_t = dO_t . O_t  (= sum_j P_tj dP_tj)
                 const float* o = ob + (size_t)t * C;
@@ -333,17 +359,17 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
             }
             for (int k0 = 0; k0 < T; k0 += BK) {
                 int nk = T - k0 < BK ? T - k0 : BK;
-                load_rows(Ks, kb, k0, nk, BK, HS, stride, 1.0f);
-                load_rows_t(KT, kb, k0, nk, HS, stride);
-                load_rows_t(VT, vb, k0, nk, HS, stride);
+                load_rows(Ks, kb, stride, k0, nk, BK, HS, 1.0f);
+                transpose_rows(KT, BK, Ks, (size_t)HS, 0, BK, BK, HS);
+                transpose_rows(VT, BK, vb, stride, k0, nk, BK, HS);
                 memset(dK, 0, (size_t)BK * HS * sizeof(float));
                 memset(dV, 0, (size_t)BK * HS * sizeof(float));
                 for (int q0 = (k0 / BQ) * BQ; q0 < T; q0 += BQ) {   // query tiles that see these keys
                     int nq = T - q0 < BQ ? T - q0 : BQ;
                     const float* Qt = Qh + (size_t)q0 * HS;
                     const float* dOt = dOh + (size_t)q0 * HS;
-                    mk_rows_times_t(P, Qt, KT, nq, HS);      // scores
-                    mk_rows_times_t(dS, dOt, VT, nq, HS);    // dP = dO V^T
+                    mk_rows_times_t(P, Qt, (size_t)HS, KT, BK, nq, HS);    // scores
+                    mk_rows_times_t(dS, dOt, (size_t)HS, VT, BK, nq, HS);  // dP = dO . v
                     for (int i = 0; i < nq; i++) {
                         float* p = P + (size_t)i * BK;
                         float* ds = dS + (size_t)i * BK;
@@ -357,9 +383,9 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
                             ds[j] = pj * (ds[j] - Di);
                         }
                     }
-                    mk_trows_times_n(dV, P, dOt, nq, nk, HS);        // dV += P^T dO
-                    mk_trows_times_n(dK, dS, Qt, nq, nk, HS);        // dK += dS^T (scale q)
-                    mk_rows_times_n(dQh + (size_t)q0 * HS, dS, Ks, nq, nk, HS); // dQ += dS K
+                    mk_trows_times_n(dV, (size_t)HS, P, dOt, (size_t)HS, nq, nk, HS);  // dV += P^T dO
+                    mk_trows_times_n(dK, (size_t)HS, dS, Qt, (size_t)HS, nq, nk, HS);  // dK += dS^T (scale q)
+                    mk_rows_times_n(dQh + (size_t)q0 * HS, (size_t)HS, dS, Ks, (size_t)HS, nq, nk, HS); // dQ += dS K
                 }
                 for (int r = 0; r < nk; r++) {
                     float* dk = dkb + (size_t)(k0 + r) * stride;

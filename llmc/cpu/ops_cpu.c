@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include <omp.h>
 #include <cblas.h>
@@ -73,27 +74,31 @@ static void (*const cpu_preinit_entry)(int, char**, char**) = cpu_preinit;
 // ----------------------------------------------------------------------------
 // backend lifetime and memory
 
-static int cpu_threads = 1;
 static char cpu_name[160];
+
+// OpenBLAS kernel sets that use AVX-512 for sgemm (openblas_get_corename() spellings).
+static int core_is_avx512(const char* core) {
+    static const char* fast[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    for (size_t i = 0; i < sizeof(fast) / sizeof(fast[0]); i++)
+        if (strncasecmp(core, fast[i], strlen(fast[i])) == 0) return 1;
+    return 0;
+}
 
 void ops_init(int threads) {
     if (threads <= 0) threads = omp_get_max_threads(); // OMP_NUM_THREADS, else all cores
     if (threads < 1) threads = 1;
-    cpu_threads = threads;
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
     const char* core = openblas_get_corename();
-    // Only reached on OpenBLAS builds whose kernel set we could not steer (or the user forced
-    // a slow one): say so once, with the fix.
+    // Only reached when the re-exec above could not steer OpenBLAS (a build without
+    // DYNAMIC_ARCH, exec impossible) or the user forced slower kernels: say so once, with the fix.
     static int warned = 0;
-    if (!warned && cpu_avx512_ok() && core != NULL &&
-        (strstr(core, "Haswell") || strstr(core, "Zen") || strstr(core, "Sandy") ||
-         strstr(core, "Prescott") || strstr(core, "Nehalem") || strstr(core, "Core2") ||
-         strstr(core, "Barcelona") || strstr(core, "Bulldozer") || strstr(core, "Excavator"))) {
+    if (!warned && cpu_avx512_ok() && core != NULL && !core_is_avx512(core)) {
         warned = 1;
-        fprintf(stderr, "warning: OpenBLAS is using its %s kernels on this AVX-512 CPU; sgemm runs "
-                "2-4x slower than it could.\n  fix: run with OPENBLAS_CORETYPE=SkylakeX in the "
-                "environment (Cooperlake on CPUs with AVX512-BF16)\n", core);
+        fprintf(stderr, "warning: OpenBLAS is using its %s kernels on this AVX-512 CPU, so matmuls "
+                "run up to several times slower than they could.\n  fix: run with "
+                "OPENBLAS_CORETYPE=SkylakeX in the environment (Cooperlake on CPUs with "
+                "AVX512-BF16); this needs an OpenBLAS built with DYNAMIC_ARCH, as Debian's is\n", core);
     }
     char* cfg = openblas_get_config();
     const char* ver = (cfg && strncmp(cfg, "OpenBLAS ", 9) == 0) ? cfg + 9 : "?";
@@ -355,6 +360,8 @@ void scale_copy(floatX* dst, const floatX* src, float scale, size_t n) {
 // ----------------------------------------------------------------------------
 // fused classifier: softmax + cross-entropy + dlogits, one row per iteration
 
+#define CLS_BLOCK 2048   // floats: 8 KB, stays in L1 between the max and the exp-sum loops
+
 void fused_classifier(float* losses, floatX* logits, const int* targets, float dloss,
                       int N, int V, int Vp) {
     for (int n = 0; n < N; n++)
@@ -370,24 +377,27 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
             if (dloss != 0.0f) memset(x, 0, (size_t)Vp * sizeof(float));
             continue;
         }
+        // One pass over memory for max and sum: blocks small enough to stay in L1 get their own
+        // max and exp-sum, merged into the running (mx, sum) online-softmax style.
         float mx = -INFINITY;
-        #pragma omp simd reduction(max:mx)
-        for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
-        float xt = x[tgt];
         double sum = 0.0;
-        if (dloss != 0.0f) {
-            // keep exp(x - max) in place; it becomes the gradient in the next pass
-            #pragma omp simd reduction(+:sum)
-            for (int i = 0; i < V; i++) { float e = vm_expf(x[i] - mx); x[i] = e; sum += e; }
-        } else {
-            #pragma omp simd reduction(+:sum)
-            for (int i = 0; i < V; i++) sum += vm_expf(x[i] - mx);
+        for (int i0 = 0; i0 < V; i0 += CLS_BLOCK) {
+            int i1 = i0 + CLS_BLOCK < V ? i0 + CLS_BLOCK : V;
+            float bm = -INFINITY;
+            #pragma omp simd reduction(max:bm)
+            for (int i = i0; i < i1; i++) bm = x[i] > bm ? x[i] : bm;
+            float bs = 0.0f;
+            #pragma omp simd reduction(+:bs)
+            for (int i = i0; i < i1; i++) bs += vm_expf(x[i] - bm);
+            if (bm > mx) { sum = sum * exp((double)mx - (double)bm) + bs; mx = bm; }
+            else sum += (double)bs * exp((double)bm - (double)mx);
         }
+        float xt = x[tgt];
         losses[n] = (float)(log(sum) + (double)mx - (double)xt);
         if (dloss != 0.0f) {
             float s = (float)((double)dloss / sum);
             #pragma omp simd
-            for (int i = 0; i < V; i++) x[i] *= s;
+            for (int i = 0; i < V; i++) x[i] = vm_expf(x[i] - mx) * s;
             x[tgt] -= dloss;
             for (int i = V; i < Vp; i++) x[i] = 0.0f;
         }

@@ -14,7 +14,8 @@
 // classic Cephes coefficients) and 2^n built directly in the exponent bits.
 static inline float vm_expf(float x) {
     const float lo = -87.3f, hi = 88.0f;   // keeps 2^n a normal float
-    float xc = x < lo ? lo : (x > hi ? hi : x);
+    float xc = x > hi ? hi : x;
+    xc = xc >= lo ? xc : lo;   // NaN -> lo, so the integer conversion below never sees a NaN
     // round-to-nearest via the 1.5*2^23 trick (exact without -ffast-math reassociation)
     const float shifter = 12582912.0f;
     float n = (xc * 1.44269504088896341f + shifter) - shifter;
@@ -27,11 +28,12 @@ static inline float vm_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     float y = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;   // n in [-126, 127]: a normal 2^n
     float scale;
     memcpy(&scale, &bits, sizeof(scale));
     y = y * scale;
-    return x < lo ? 0.0f : y;
+    y = x < lo ? 0.0f : y;
+    return x == x ? y : x;   // NaN in, NaN out
 }
 
 #define VM_GELU_SCALE 0.7978845608028654f   // sqrt(2/pi)
