@@ -40,3 +40,37 @@ $(FLASH_BENCH): dev/cuda/attention_bench.cu llmc/cuda/flash_attention.cu llmc/cu
 flash-bench: $(FLASH_BENCH)
 
 .PHONY: flash-bench
+
+# ---------------------------------------------------------------------------------------------
+# Mutation check (make test-tsan): flash_attention.cu with one barrier deleted (lines marked
+# "(MUTATION-TARGET <name>)") must be reported as a data race by TSan in every order tried:
+#   fwd-syncwarp     the __syncwarp between the softmax (lanes write P, read S) and P V (collective
+#                    wmma loads and stores of the same scratch); the wmma rendezvous order the
+#                    fibers, so results stay right and only TSan can see it
+#   dkv-syncthreads  the barrier after the query tile loads of the dK/dV kernel
+FLASH_MUTANTS := fwd-syncwarp dkv-syncthreads
+FLASH_MUT_DIR := $(BUILD)/flash/mutants
+FLASH_EMU_OTHERS = $(filter-out %/flash_attention.o,$(CUDAKERN_EMU_OBJS))
+
+$(FLASH_MUT_DIR)/flash_attention_%.cu: llmc/cuda/flash_attention.cu
+	@mkdir -p $(dir $@)
+	@test $$(grep -c '(MUTATION-TARGET $*)' $<) -eq 1 || { echo "expected one line marked (MUTATION-TARGET $*) in $<"; exit 1; }
+	sed '/(MUTATION-TARGET $*)/d' $< > $@
+
+$(FLASH_MUT_DIR)/flash_attention_%.o: $(FLASH_MUT_DIR)/flash_attention_%.cu $(wildcard llmc/cuda/*.cuh) llmc/ops.h \
+        test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h
+	$(CXX) $(CUDAKERN_EMU_FLAGS) -x c++ -c $< -o $@
+
+# the test's object comes from the intact test program's rule
+$(FLASH_MUT_DIR)/test_flash_%: $(FLASH_MUT_DIR)/flash_attention_%.o $(BUILD)/test/test_cuda_flash_attention
+	$(CXX) $(BUILD)/test/test_cuda_flash_attention.o $(FLASH_EMU_OTHERS) $< $(CUDAKERN_RT_OBJ) $(FLASH_CPUREF_OBJ) \
+	    $(BUILD)/llmc/check.o $(BUILD)/llmc/fileio.o -o $@ $(LDFLAGS) $(BLAS_LIBS) -lm -lpthread
+
+.PRECIOUS: $(FLASH_MUT_DIR)/flash_attention_%.cu $(FLASH_MUT_DIR)/flash_attention_%.o
+
+test-tsan: flash-tsan-mutants
+flash-tsan-mutants:
+	@$(MAKE) --no-print-directory $(CUDA_CPU_TSAN_VARS) $(patsubst %,build-tsan/flash/mutants/test_flash_%,$(FLASH_MUTANTS))
+	BUILD=build-tsan bash test/check_flash_mutants.sh $(FLASH_MUTANTS)
+
+.PHONY: flash-tsan-mutants

@@ -228,7 +228,7 @@ FA_UNROLL
         m = mx;
 FA_UNROLL
         for (int i = 0; i < HS / 2; i++) o[i] *= alpha;
-        __syncwarp();   // sP complete, sS read by every lane
+        __syncwarp();   // sP complete, sS read by every lane  (MUTATION-TARGET fwd-syncwarp)
         FragC pv[KT];
 FA_UNROLL
         for (int n = 0; n < KT; n++) wmma::fill_fragment(pv[n], 0.0f);
@@ -321,7 +321,7 @@ FA_UNROLL
             sLse[i] = q < T ? lse[(size_t)bh * T + q] * FA_LOG2E : 0.0f;
             sD[i] = q < T ? D[(size_t)bh * T + q] : 0.0f;
         }
-        __syncthreads();
+        __syncthreads();   // (MUTATION-TARGET dkv-syncthreads)
         if (kw >= T) continue;   // warp-uniform: this warp's keys are all padding
         fa_rows_dot_rows<KT>(sS, LDB, sK + 16 * warp * LDH, LDH, sQ, LDH, FA_COLS / 16);    // S^T
         fa_rows_dot_rows<KT>(sdP, LDB, sV + 16 * warp * LDH, LDH, sdO, LDH, FA_COLS / 16);  // dP^T
