@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The production flash attention kernels run on tensor cores: the PTX nvcc generates from
 # llmc/cuda/flash_attention.cu for sm_80 and sm_90 has, in every instantiation of the forward,
-# dK/dV and dQ kernels, warp-level matrix multiply-accumulate instructions (wmma.mma.sync /
+# dK/dV (both variants) and dQ kernels, warp-level matrix multiply-accumulate instructions (wmma.mma.sync /
 # mma.sync). Skips (passes, with a message) when nvcc is not installed; runs once (not again in
 # the sanitizer pass: the PTX does not depend on it).
 set -u
@@ -24,13 +24,14 @@ for arch in sm_80 sm_90; do
   nk=0
   while read -r name count; do
     case "$name" in
-      *flash_attention_forward_kernel*|*flash_attention_backward_dkv_kernel*|*flash_attention_backward_dq_kernel*)
+      *flash_attention_forward_kernel*|*flash_attention_backward_dkv_kernel*|*flash_attention_backward_dkv_atomic_kernel*|*flash_attention_backward_dq_kernel*)
         nk=$((nk+1))
         if [ "$count" -gt 0 ]; then echo "ok   $arch $name: $count mma instructions"
         else echo "FAIL $arch $name: no tensor-core mma instruction in its PTX"; fail=1; fi ;;
     esac
   done <<<"$report"
-  if [ $nk -lt 24 ]; then echo "FAIL $arch: expected 24 flash kernel instantiations (3 kernels x 8 head sizes), found $nk"; fail=1; fi
+  # forward, dK/dV, dQ for 8 head sizes; the atomic-dQ dK/dV variant for the 4 head sizes <= 64
+  if [ $nk -ne 28 ]; then echo "FAIL $arch: expected 28 flash kernel instantiations, found $nk"; fail=1; fi
 done
 [ $fail -eq 0 ] && echo "check_flash_ptx: every flash attention kernel uses tensor-core mma for sm_80 and sm_90"
 exit $fail

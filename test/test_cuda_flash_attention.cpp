@@ -6,7 +6,7 @@
 //   combination of T in {1, 17, 64, 130} (one row; ragged tile; one whole tile; three tiles, the
 //   last ragged), HS in {16, 64}, NH in {1, 3}, B in {1, 2}; plus HS 128 and HS 32 shapes,
 //   misaligned buffers (the scalar load/store paths) and sharply peaked scores (the online
-//   softmax's rescaling).
+//   softmax's rescaling); then the non-deterministic backward (dQ by atomics) on a subset.
 // Each side runs its own backward from its own forward outputs, as training does.
 //
 // Tolerances (bf16 outputs and bf16 tensor-core operands P, dS): out |d| <= 1e-2 + 1.6e-2 |ref|;
@@ -97,8 +97,8 @@ static double max_abs(const vecf& x) {
 
 static void test_case(int B, int T, int HS, int NH, float in_scale, int offset) {
     char name[200], cfg[120];
-    snprintf(cfg, sizeof(cfg), "B=%d T=%d HS=%d NH=%d%s%s", B, T, HS, NH, in_scale > 2.0f ? " peaked" : "",
-             offset ? " misaligned" : "");
+    snprintf(cfg, sizeof(cfg), "B=%d T=%d HS=%d NH=%d%s%s%s", B, T, HS, NH, in_scale > 2.0f ? " peaked" : "",
+             offset ? " misaligned" : "", attention_get_deterministic() ? "" : " atomic-dQ");
     int C = NH * HS;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     vecf qkv = rnd_vec(nqkv, in_scale), dout = rnd_vec(nout, 1.0f), acc0 = rnd_vec(nqkv, 0.5f);
@@ -154,6 +154,14 @@ int main(void) {
     test_case(1, 70, 128, 1, 1.5f, 0);    // largest head size
     test_case(2, 33, 32, 2, 1.5f, 1);     // misaligned: scalar loads and stores
     test_case(1, 130, 64, 2, 4.0f, 0);    // peaked scores: the running max moves a lot
+    // non-deterministic mode: dQ by fp32 atomics from the dK/dV kernel
+    TEST_CHECK(attention_get_deterministic() == 1, "the deterministic backward must be the default");
+    attention_set_deterministic(0);
+    for (int T : {1, 17, 64, 130})
+        for (int HS : {16, 64}) test_case(2, T, HS, 3, 1.5f, 0);
+    test_case(1, 70, 128, 1, 1.5f, 0);
+    test_case(2, 33, 32, 2, 1.5f, 1);
+    attention_set_deterministic(1);
     printf("worst error over all checks: %.3f of tolerance\n", g_worst);
     printf("time %.2fs\n", now_s() - t0);
     return test_finish("test_cuda_flash_attention");

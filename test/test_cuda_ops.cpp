@@ -16,6 +16,7 @@
 #include <vector>
 #include <algorithm>
 #include "ops.h"
+#include "cuda/attention.cuh"
 #include "test/test.h"
 
 typedef std::vector<float> vecf;
@@ -459,6 +460,9 @@ int main(void) {
     TIMED(test_matmul(6, 8, 16, 0, 1));
     TIMED(test_attention(2, 5, 8, 2));      // HS 4
     TIMED(test_attention(1, 35, 48, 1));    // HS 48: two key tiles, two dims per lane
+    attention_set_deterministic(0);         // flash backward with dQ by atomics
+    TIMED(test_attention(2, 70, 96, 3));    // HS 32, two tiles
+    attention_set_deterministic(1);
     TIMED(test_classifier(4, 37, 40));      // vector path, padded columns
     TIMED(test_classifier(3, 13, 13));      // scalar path
     TIMED(test_classifier(2, 3000, 3008));  // several chunks per thread

@@ -269,6 +269,9 @@ int main(int argc, char** argv) {
     check_against("flash", out, lse, out0, lse0, T, NH, HS);
     float ms_flash = time_ms([&] { attention_forward(out, lse, qkv, B, T, C, NH); }, iters);
     float ms_flash_bwd = time_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    attention_set_deterministic(0);
+    float ms_flash_bwd_atomic = time_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    attention_set_deterministic(1);
     cudaCheck(cudaDeviceSynchronize());
 
     printf("forward:\n");
@@ -277,6 +280,8 @@ int main(int argc, char** argv) {
     report("flash (wmma)", ms_flash, fwd_flops, fwd_bytes);
     printf("backward (deterministic: 7 T x T x HS products executed where 5 are needed; FLOPs count the 5):\n");
     report("flash (wmma)", ms_flash_bwd, bwd_flops, bwd_bytes);
+    printf("backward, atomic dQ (non-deterministic; head sizes <= 64, else the same as above):\n");
+    report("flash (wmma)", ms_flash_bwd_atomic, bwd_flops, bwd_bytes);
 
     cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(dout));
     cudaCheck(cudaFree(lse));

@@ -29,6 +29,10 @@
 //     dP (two more products than a dQ-by-atomics scheme: the price of determinism); dQ += dS K.
 //   dK and dQ get the 1/sqrt(HS) factor at the end; results are added to dqkv in fp32 and rounded
 //   to bf16 once.
+// Non-deterministic backward (attention_set_deterministic(0), head sizes <= 64): the dK/dV kernel
+// also forms dQ = dS K for each query tile it visits (all four warps' dS^T, read column-major, after
+// a block barrier) and adds it with fp32 atomics to a (B, T, C) accumulator; a small kernel adds
+// that to dqkv. Saves the dQ kernel's recomputation of S and dP (5 instead of 7 products).
 #include <mma.h>
 #include "cuda/ops_common.cuh"
 #include "cuda/attention.cuh"
@@ -41,6 +45,7 @@ using namespace nvcuda;
 #define FA_WARPS (FA_ROWS / 16)    // 4 warps, 16 rows each
 #define FA_THREADS (FA_WARPS * 32)
 #define FA_MAX_HS 128
+#define FA_ATOMIC_MAX_HS 64        // largest head size with the atomic-dQ backward (registers)
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
 #if defined(__CUDACC__)
@@ -84,6 +89,7 @@ __device__ inline unsigned char* fa_smem() {
 }
 
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> FragA;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> FragAT;    // A[m][k] at p[k ldm + m]
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> FragB;     // B[k][n] at p[k ldm + n]
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> FragBT;    // B[k][n] at p[n ldm + k]
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
@@ -278,9 +284,11 @@ __device__ inline void fa_probs_grads(float p_and_ds[2], float sc, float dp, flo
 }
 
 // dK, dV of one key tile (16 keys per warp), over the query tiles from the diagonal to T.
-template <int HS>
-__global__ void flash_attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                                    const float* lse, const float* D, int T, int NH, int vec) {
+// ATOMIC_DQ (non-deterministic mode): also dQ of each query tile from this key tile, dQ += dS K,
+// added with fp32 atomics to dq_acc (B, T, NH, HS) (unscaled).
+template <int HS, bool ATOMIC_DQ>
+__device__ __forceinline__ void fa_backward_dkv(floatX* dqkv, float* dq_acc, const floatX* dout, const floatX* qkv,
+                                                const float* lse, const float* D, int T, int NH, int vec) {
     typedef FaDims<HS> Dm;
     constexpr int LDH = Dm::LDH, LDB = Dm::LDB, LDP = Dm::LDP, KT = Dm::KT;
     unsigned char* smem = fa_smem();
@@ -322,20 +330,51 @@ FA_UNROLL
             sD[i] = q < T ? D[(size_t)bh * T + q] : 0.0f;
         }
         __syncthreads();   // (MUTATION-TARGET dkv-syncthreads)
-        if (kw >= T) continue;   // warp-uniform: this warp's keys are all padding
-        fa_rows_dot_rows<KT>(sS, LDB, sK + 16 * warp * LDH, LDH, sQ, LDH, FA_COLS / 16);    // S^T
-        fa_rows_dot_rows<KT>(sdP, LDB, sV + 16 * warp * LDH, LDH, sdO, LDH, FA_COLS / 16);  // dP^T
-        __syncwarp();
-        for (int c = par; c < FA_COLS; c += 2) {
-            int q = q0 + c;
-            float pd[2];
-            fa_probs_grads(pd, sS[r * LDB + c], sdP[r * LDB + c], sLse[c], sD[c], sl2, s <= q && q < T && s < T);
-            sP[r * LDP + c] = __float2bfloat16(pd[0]);
-            sdS[r * LDP + c] = __float2bfloat16(pd[1]);
+        if (kw < T) {   // warp-uniform: else this warp's keys are all padding
+            fa_rows_dot_rows<KT>(sS, LDB, sK + 16 * warp * LDH, LDH, sQ, LDH, FA_COLS / 16);    // S^T
+            fa_rows_dot_rows<KT>(sdP, LDB, sV + 16 * warp * LDH, LDH, sdO, LDH, FA_COLS / 16);  // dP^T
+            __syncwarp();
+            for (int c = par; c < FA_COLS; c += 2) {
+                int q = q0 + c;
+                float pd[2];
+                fa_probs_grads(pd, sS[r * LDB + c], sdP[r * LDB + c], sLse[c], sD[c], sl2, s <= q && q < T && s < T);
+                sP[r * LDP + c] = __float2bfloat16(pd[0]);
+                sdS[r * LDP + c] = __float2bfloat16(pd[1]);
+            }
+            __syncwarp();
+            fa_probs_times_rows<KT>(dv, sP, LDP, sdO, LDH, FA_COLS / 16);   // dV += P^T dO
+            fa_probs_times_rows<KT>(dk, sdS, LDP, sQ, LDH, FA_COLS / 16);   // dK += dS^T Q
         }
-        __syncwarp();
-        fa_probs_times_rows<KT>(dv, sP, LDP, sdO, LDH, FA_COLS / 16);   // dV += P^T dO
-        fa_probs_times_rows<KT>(dk, sdS, LDP, sQ, LDH, FA_COLS / 16);   // dK += dS^T Q
+        if (ATOMIC_DQ) {
+            __syncthreads();   // every warp's dS^T is in shared memory
+            int qw = q0 + 16 * warp;   // this warp's 16 queries of the tile
+            if (qw < T) {
+                // dQ (16 x HS) = dS (16 queries x the tile's real keys) K: A[q][key] = dS^T[key][q] of
+                // the warp owning the key block, read column-major; one fragment at a time (registers)
+                int nkb = min(FA_ROWS / 16, (T - k0 + 15) / 16);
+                const bf16* sdS0 = sP + 16 * LDP - warp * 2 * 16 * LDP;   // warp 0's dS^T
+                constexpr int LDE = HS + 4;
+FA_UNROLL
+                for (int n = 0; n < KT; n++) {
+                    FragC acc;
+                    wmma::fill_fragment(acc, 0.0f);
+                    for (int kb = 0; kb < nkb; kb++) {
+                        FragAT fa;
+                        FragB fb;
+                        wmma::load_matrix_sync(fa, sdS0 + kb * 2 * 16 * LDP + 16 * warp, LDP);
+                        wmma::load_matrix_sync(fb, sK + (16 * kb) * LDH + 16 * n, LDH);
+                        wmma::mma_sync(acc, fa, fb, acc);
+                    }
+                    wmma::store_matrix_sync(sS + 16 * n, acc, LDE, wmma::mem_row_major);
+                }
+                __syncwarp();
+                int t = qw + r;
+                if (t < T) {
+                    float* dst = dq_acc + (((size_t)b * T + t) * NH + h) * HS;
+                    for (int c = par * (HS / 2); c < (par + 1) * (HS / 2); c++) atomicAdd(dst + c, sS[r * LDE + c]);
+                }
+            }
+        }
     }
     if (kw >= T) return;
     // epilogue through the warp's scratch (16 x (HS + 4) fp32 over its S/dP area)
@@ -355,6 +394,26 @@ FA_UNROLL
     for (int n = 0; n < KT; n++) wmma::store_matrix_sync(sS + 16 * n, dv[n], LDE, wmma::mem_row_major);
     __syncwarp();
     fa_add_rows<HS>(dk_row0 + C, stride, sS, LDE, kw, T, vec);
+}
+
+template <int HS>
+__global__ void flash_attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                                    const float* lse, const float* D, int T, int NH, int vec) {
+    fa_backward_dkv<HS, false>(dqkv, NULL, dout, qkv, lse, D, T, NH, vec);
+}
+// (instantiated for HS <= 64 only: with HS 128 the extra dQ product would not fit the registers)
+template <int HS>
+__global__ void flash_attention_backward_dkv_atomic_kernel(floatX* dqkv, float* dq_acc, const floatX* dout, const floatX* qkv,
+                                                           const float* lse, const float* D, int T, int NH, int vec) {
+    fa_backward_dkv<HS, true>(dqkv, dq_acc, dout, qkv, lse, D, T, NH, vec);
+}
+
+// Non-deterministic mode: dqkv's q section += scale * dq_acc, (B, T, NH, HS) fp32.
+__global__ void flash_attention_dq_accumulate_kernel(floatX* dqkv, const float* dq_acc, int B, int T, int C, float scale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * T * C) return;
+    bf16* p = dqkv + (i / C) * 3 * C + i % C;
+    *p = __float2bfloat16(__bfloat162float(*p) + scale * dq_acc[i]);
 }
 
 // dQ of one query tile (16 queries per warp), over the key tiles up to the diagonal.
@@ -427,6 +486,10 @@ FA_UNROLL
 
 int attention_flash_supported(int HS) { return HS % 16 == 0 && HS >= 16 && HS <= FA_MAX_HS; }
 
+static int g_deterministic = 1;
+extern "C" void attention_set_deterministic(int on) { g_deterministic = on != 0; }
+extern "C" int attention_get_deterministic(void) { return g_deterministic; }
+
 // Dynamic shared memory above the default 48 KB must be allowed per kernel, once.
 template <typename K>
 static void fa_allow_smem(K kernel, size_t bytes, int* done) {
@@ -446,13 +509,26 @@ static void fa_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
 }
 
 template <int HS>
-static void fa_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
+static void fa_backward(floatX* dqkv, float* dq_acc, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
                         int B, int T, int NH, int vec) {
     static int smem_ok_kv = 0, smem_ok_q = 0;
     size_t smem = FaDims<HS>::BWD_SMEM;
+    dim3 grid(ops_blocks(T, FA_ROWS), B * NH);
+    if constexpr (HS <= FA_ATOMIC_MAX_HS) {
+        if (dq_acc) {
+            static int smem_ok_atomic = 0;
+            fa_allow_smem(flash_attention_backward_dkv_atomic_kernel<HS>, smem, &smem_ok_atomic);
+            LAUNCH(flash_attention_backward_dkv_atomic_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dq_acc, dout, qkv, lse, D, T, NH, vec);
+            cudaCheck(cudaGetLastError());
+            size_t n = (size_t)B * T * NH * HS;
+            LAUNCH(flash_attention_dq_accumulate_kernel, ops_blocks(n, 256), 256, 0, 0, dqkv, dq_acc, B, T, NH * HS,
+                   1.0f / sqrtf((float)HS));
+            cudaCheck(cudaGetLastError());
+            return;
+        }
+    }
     fa_allow_smem(flash_attention_backward_dkv_kernel<HS>, smem, &smem_ok_kv);
     fa_allow_smem(flash_attention_backward_dq_kernel<HS>, smem, &smem_ok_q);
-    dim3 grid(ops_blocks(T, FA_ROWS), B * NH);
     LAUNCH(flash_attention_backward_dkv_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dout, qkv, lse, D, T, NH, vec);
     cudaCheck(cudaGetLastError());
     LAUNCH(flash_attention_backward_dq_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dout, qkv, lse, D, T, NH, vec);
@@ -488,11 +564,15 @@ extern "C" void attention_backward(floatX* dqkv, const floatX* dout, const float
     if (!attention_flash_supported(HS)) { attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, C, NH); return; }
     if (B <= 0 || T <= 0) return;
     size_t rows = (size_t)B * NH * T;
-    float* D = (float*)ops_scratch(OPS_SCRATCH_ATTN, rows * sizeof(float));
+    // scratch: D (rows), then in non-deterministic mode the fp32 dQ accumulator (B, T, C)
+    size_t nacc = g_deterministic || HS > FA_ATOMIC_MAX_HS ? 0 : (size_t)B * T * C;
+    float* D = (float*)ops_scratch(OPS_SCRATCH_ATTN, (rows + nacc) * sizeof(float));
+    float* dq_acc = nacc ? D + rows : NULL;
+    if (dq_acc) cudaCheck(cudaMemsetAsync(dq_acc, 0, nacc * sizeof(float), 0));
     LAUNCH(flash_attention_backward_preprocess_kernel, ops_blocks(rows, 8), 256, 0, 0, D, dout, out, B, T, NH, HS);
     cudaCheck(cudaGetLastError());
     int vec = ops_aligned16(dqkv) && ops_aligned16(dout) && ops_aligned16(qkv);
-#define FA_BWD(hs) fa_backward<hs>(dqkv, dout, qkv, lse, D, B, T, NH, vec)
+#define FA_BWD(hs) fa_backward<hs>(dqkv, dq_acc, dout, qkv, lse, D, B, T, NH, vec)
     FA_DISPATCH(HS, FA_BWD)
 #undef FA_BWD
 }
