@@ -1,17 +1,23 @@
 # CUDA-on-CPU harness (test code): every CUDA kernel runs in CI on the CPU, compiled by g++ with
 # test/cuda_cpu/cuda_cpu.h force-included; plus the nvcc compile check and the launch lint.
+# test/cuda_cpu/README.md describes the harness.
 #
 # Targets:
 #   make test              runs the harness tests (forward fiber order), then
 #                          test/cuda_cpu/orders.sh reruns each in reverse and random order,
-#                          test/cuda_cpu/mutation.sh checks a barrier-less mutant is caught,
+#                          test/cuda_cpu/mutation.sh checks that a barrier-less mutant is caught,
+#                          test/cuda_cpu/faults.sh that faulty kernels are caught,
 #                          test/lint_launch.sh forbids raw kernel launches outside launch.cuh;
 #                          under SAN=1 all of it again with ASan+UBSan.
 #   make test-tsan         harness tests built with -fsanitize=thread in build-tsan/, run with 2 OS
-#                          threads taking blocks in forward, reverse and random order; the mutant
-#                          must be reported as a data race in every order.
+#                          threads taking blocks in forward and random order: no report allowed;
+#                          the mutants must be reported as data races in every order.
 #   make cuda-check        nvcc -Werror for sm_80 + sm_90 of every CUDA source (compile only),
 #                          ptxas spills / local memory in production kernels fail it.
+#
+# Variables other fragments use: CUDA_CPU_CXX (compile line for .cu under the harness, add
+# -x c++ -include test/cuda_cpu/cuda_cpu.h), CUDA_CPU_RT (runtime object), CUDA_CPU_HDRS,
+# HAVE_CUDA_HEADERS, NO_CUDA_HARNESS=1 (skip), CUDA_CPU_HARNESS_PROGS (extra programs for TSan).
 #
 # Harness test programs here: test/cuda_cpu/test_*.cu and test/cuda/test_*.cu, each linked with
 # the runtime and the C library (llmc/*.c); they go into TEST_PROGS. Harness programs built by
@@ -24,18 +30,18 @@ CUDA_CPU_INC := $(CUDA_HOME)/include
 HAVE_CUDA_HEADERS := $(shell test -f $(CUDA_CPU_INC)/cuda_runtime.h && test -f $(CUDA_CPU_INC)/cuda_bf16.h && echo 1)
 
 CUDA_CPU_DIR := $(BUILD)/cuda_cpu
-CUDA_CPU_HDRS := test/cuda_cpu/cuda_cpu.h $(wildcard llmc/cuda/*.cuh llmc/cuda/*.h llmc/*.h)
+CUDA_CPU_HDRS := test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h $(wildcard llmc/cuda/*.cuh llmc/cuda/*.h llmc/*.h)
 # (the C-only -Werror=implicit-function-declaration of WARN would make g++ warn on every file)
 CUDA_CPU_CXX = $(CXX) $(filter-out -Werror=implicit-function-declaration,$(CXXFLAGS)) -isystem $(CUDA_CPU_INC)
 CUDA_CPU_RT := $(CUDA_CPU_DIR)/runtime.o
 CUDA_CPU_TEST_SRCS := $(wildcard test/cuda_cpu/test_*.cu test/cuda/test_*.cu)
 CUDA_CPU_TESTS := $(patsubst %.cu,$(CUDA_CPU_DIR)/%,$(CUDA_CPU_TEST_SRCS))
-# the mutant: test_harness_kernels.cu with the barrier marked MUTATION-TARGET deleted
-CUDA_CPU_MUTANT := $(CUDA_CPU_DIR)/mutation/test_harness_kernels_nosync
+# the mutants: the self-tests with the one barrier marked MUTATION-TARGET deleted
+CUDA_CPU_MUTANT := $(CUDA_CPU_DIR)/mutation/test_harness_kernels_nosync $(CUDA_CPU_DIR)/mutation/test_harness_wmma_nosync
 # faulty kernels that faults.sh expects the harness / ASan / TSan to catch
 CUDA_CPU_FAULTS := $(CUDA_CPU_DIR)/test/cuda_cpu/harness_faults
 
-$(CUDA_CPU_RT): test/cuda_cpu/cuda_cpu.cpp test/cuda_cpu/cuda_cpu.h
+$(CUDA_CPU_RT): test/cuda_cpu/cuda_cpu.cpp test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h
 	@mkdir -p $(dir $@)
 	$(CUDA_CPU_CXX) -c $< -o $@
 
@@ -44,7 +50,7 @@ $(CUDA_CPU_DIR)/%.o: %.cu $(CUDA_CPU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CUDA_CPU_CXX) -x c++ -include test/cuda_cpu/cuda_cpu.h -c $< -o $@
 
-$(CUDA_CPU_DIR)/mutation/test_harness_kernels_nosync.cu: test/cuda_cpu/test_harness_kernels.cu
+$(CUDA_CPU_DIR)/mutation/%_nosync.cu: test/cuda_cpu/%.cu
 	@mkdir -p $(dir $@)
 	@test $$(grep -c '__syncthreads();.*MUTATION-TARGET' $<) -eq 1 || { echo "expected exactly one '__syncthreads(); // MUTATION-TARGET' line in $<"; exit 1; }
 	sed '/__syncthreads();.*MUTATION-TARGET/d' $< > $@
@@ -62,7 +68,7 @@ $(CUDA_CPU_LIB): $(LIB_OBJS)
 $(CUDA_CPU_DIR)/%: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_RT) $(CUDA_CPU_LIB)
 	$(CXX) $< $(CUDA_CPU_RT) $(CUDA_CPU_LIB) -o $@ $(LDFLAGS) -lm -lpthread
 
-.PRECIOUS: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_MUTANT).o $(CUDA_CPU_MUTANT).cu $(CUDA_CPU_FAULTS).o $(CUDA_CPU_TESTS:=.o)
+.PRECIOUS: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_MUTANT:=.o) $(CUDA_CPU_MUTANT:=.cu) $(CUDA_CPU_FAULTS).o $(CUDA_CPU_TESTS:=.o)
 
 ifeq ($(NO_CUDA_HARNESS),1)
 # explicitly skipped
@@ -127,7 +133,7 @@ $(NVCC_DEV_OBJS): $(NVCC_CHECK_DIR)/dev-%.o: %.cu $(wildcard llmc/cuda/*.cuh llm
 
 ifeq ($(HAVE_NVCC),1)
 cuda-check: $(NVCC_PROD_OBJS) $(NVCC_DEV_OBJS)
-	@echo "cuda-check: $(words $(NVCC_PROD_SRCS)) production/test and $(words $(NVCC_DEV_SRCS)) dev CUDA sources compile with nvcc -Werror for sm_80 and sm_90 (ptxas: no spills, no local memory in production code)"
+	@$(if $(strip $(NVCC_PROD_SRCS) $(NVCC_DEV_SRCS)),echo "cuda-check: $(words $(NVCC_PROD_SRCS)) production/test and $(words $(NVCC_DEV_SRCS)) dev CUDA sources compile with nvcc -Werror for sm_80 and sm_90 (ptxas: no spills, no local memory in production code)",echo "cuda-check: no CUDA sources found: nothing to compile")
 	@$(if $(wildcard llmc/cuda/*.cu),true,echo "cuda-check: note: no llmc/cuda/*.cu kernel sources yet: nothing of the production backend to compile")
 else
 cuda-check:
@@ -135,3 +141,13 @@ cuda-check:
 endif
 
 .PHONY: test-tsan cuda-cpu-tsan-run cuda-check cuda-cpu-force
+
+clean: cuda-cpu-clean
+cuda-cpu-clean:
+	rm -rf build-tsan
+.PHONY: cuda-cpu-clean
+
+# fiber switch cost (not a test): make cuda-cpu-bench
+cuda-cpu-bench: $(CUDA_CPU_DIR)/test/cuda_cpu/bench_switch
+	$< && CUDA_CPU_UCONTEXT=1 $<
+.PHONY: cuda-cpu-bench

@@ -5,25 +5,36 @@
 //      and link test/cuda_cpu/cuda_cpu.cpp (the runtime). mk/cuda_harness.mk has the rules.
 //
 // Model (see DESIGN.md section 2):
-//  - every CUDA thread of a block is a fiber (ucontext); the blocks of a grid run one after another
-//    on each OS thread (CUDA_CPU_THREADS=N OS threads take blocks; use 2 under TSan);
-//  - __syncthreads() is a counting barrier over the block's live fibers; warp shuffles / votes /
-//    __syncwarp are rendezvous points where the last lane to arrive computes every lane's result;
-//    reading a lane that does not take part (not in the mask, exited, beyond blockDim) yields
-//    poison (all bits set: NaN for float/bf16);
-//  - __shared__ is thread_local (per OS thread, so per running block); `extern __shared__ T name[]`
-//    resolves to one per-OS-thread 227 KB buffer under a fixed list of names (cuda_cpu.cpp:
-//    CUDA_CPU_DYN_SMEM_NAMES), filled with 0xFF at each block start; under ASan the bytes past
-//    the launch's dynamic smem size are poisoned, so overruns are reported;
-//  - device memory is host memory (cudaMalloc = aligned malloc filled with 0xFF = NaN); the runtime
-//    keeps a table of allocations and checks every cudaMemcpy/cudaMemset range against it;
+//  - every CUDA thread of a block is a fiber (hand-written x86-64 stack switch, ~0.07 us; ucontext
+//    elsewhere); the blocks of a grid run one after another on each OS thread. CUDA_CPU_THREADS=N
+//    OS threads take blocks k, k+N, ... (use 2 under TSan: races between blocks);
+//  - __syncthreads() is a counting barrier over the block's live (not exited) fibers; warp
+//    shuffles / votes / __syncwarp are rendezvous points where the last lane to arrive computes
+//    every lane's result; reading a lane that does not take part (not in the mask, exited, beyond
+//    blockDim) yields poison (all bits set: NaN for float/bf16); a block where no fiber can go on
+//    is reported as a DEADLOCK with every thread's wait;
+//  - __shared__ is (constinit) thread_local (per OS thread, so per running block; static shared memory keeps
+//    the previous block's values, it is not poisoned); `extern __shared__ T name[]` resolves to one
+//    per-OS-thread 227 KB buffer under a fixed list of names (smem, shared, sdata, shmem, smem_buf,
+//    shared_mem, shared_memory, dyn_smem, dynamic_smem, s_data, sbuf: see cuda_cpu.cpp), filled
+//    with 0xFF at each block start; under ASan the bytes past the launch's size are poisoned;
+//  - device memory is host memory (cudaMalloc = malloc filled with 0xFF = NaN); the runtime keeps a
+//    table of allocations, checks every cudaMemcpy/cudaMemset range against it and fails the
+//    process at exit if device memory leaked;
 //  - the fiber scheduling order is CUDA_CPU_ORDER=forward|reverse|random:<seed>; a data race that
-//    a missing barrier causes shows up as a wrong result in some orders and as a TSan report in all.
-//  - launch errors (too many threads, too much dynamic smem without cudaFuncSetAttribute, zero or
-//    oversized grid) are reported by cudaGetLastError() like the real runtime.
-// Not supported (compile or link error): inline PTX, cooperative_groups, texture objects, spin-waits
-// on memory written by another block, dynamic parallelism. Kernels must be launched with LAUNCH()
-// from llmc/cuda/launch.cuh (g++ cannot parse the triple-chevron launch syntax).
+//    a missing barrier causes shows up as a wrong result in some orders and as a TSan report in all;
+//  - launch errors (too many threads, too much dynamic smem without cudaFuncSetAttribute, bad
+//    grid, unknown stream) are reported by cudaGetLastError() like the real runtime;
+//  - a launch running longer than CUDA_CPU_TIMEOUT seconds (default 300) stops the process: a
+//    thread spinning on memory that another thread writes never yields its fiber;
+//  - streams and events are synchronous: work runs when it is issued;
+//  - WMMA (nvcuda::wmma, bf16/fp16 inputs, fp32/fp16 accumulator): cuda_cpu_wmma.h.
+// Numerics are CPU numerics (libm, no fast-math approximations, FMA contraction as g++ decides):
+// compare with tolerances. Not supported (compile or link error, or a hang caught by the timeout):
+// inline PTX, cooperative_groups, texture objects, spin-waits between threads or blocks,
+// dynamic parallelism. Kernels are launched with LAUNCH() from llmc/cuda/launch.cuh (g++ cannot
+// parse the triple-chevron launch syntax). Kernel-side code that must differ (library calls)
+// can test CUDA_CPU_HARNESS.
 #ifndef CUDA_CPU_H
 #define CUDA_CPU_H
 
@@ -66,7 +77,15 @@
 #define __global__
 #define __device__
 #define __host__
+// __shared__ variables must not need dynamic initialization (CUDA forbids it too): __constinit
+// (a g++ extension before C++20) makes g++ check that and skip the per-OS-thread init guard that
+// it would otherwise emit for arrays of bf16 / fp16 (the guard, written by the first fiber and
+// read by the others, would be a false race for TSan). clang needs no guard for these.
+#if defined(__clang__)
 #define __shared__ thread_local
+#else
+#define __shared__ __constinit thread_local
+#endif
 #define __constant__
 #define __managed__
 #define __launch_bounds__(...)
@@ -83,8 +102,7 @@
 // ---------------------------------------------------------------------------------------------
 // per-fiber / per-block builtins
 namespace cuda_cpu {
-struct Fiber;  // opaque to kernels except for the first member
-struct FiberHead { uint3 tid; };
+struct FiberHead { uint3 tid; };  // first member of the runtime's fiber record
 }
 // __thread (not thread_local): plain TLS, no init wrappers, so builtins cost one TLS load
 extern __thread cuda_cpu::FiberHead* cuda_cpu_cur;  // the running CUDA thread
@@ -96,10 +114,16 @@ extern __thread uint3 cuda_cpu_gridDim;
 #undef blockIdx
 #undef blockDim
 #undef gridDim
-#define threadIdx (static_cast<const uint3&>(cuda_cpu_cur->tid))
-#define blockIdx (static_cast<const uint3&>(cuda_cpu_blockIdx))
-#define blockDim (static_cast<const uint3&>(cuda_cpu_blockDim))
-#define gridDim (static_cast<const uint3&>(cuda_cpu_gridDim))
+// Values, not references: read-only like the CUDA builtins, and no reference to a TLS variable
+// (g++ 12 with -fsanitize=undefined miscompiles the null check of such a reference).
+static inline uint3 cuda_cpu_threadIdx() { return cuda_cpu_cur->tid; }
+static inline uint3 cuda_cpu_blockIdx_v() { return cuda_cpu_blockIdx; }
+static inline uint3 cuda_cpu_blockDim_v() { return cuda_cpu_blockDim; }
+static inline uint3 cuda_cpu_gridDim_v() { return cuda_cpu_gridDim; }
+#define threadIdx (cuda_cpu_threadIdx())
+#define blockIdx (cuda_cpu_blockIdx_v())
+#define blockDim (cuda_cpu_blockDim_v())
+#define gridDim (cuda_cpu_gridDim_v())
 // warpSize: the toolkit header declares it as extern "C" const int; cuda_cpu.cpp defines it (32)
 
 // ---------------------------------------------------------------------------------------------
@@ -108,7 +132,8 @@ namespace cuda_cpu {
 enum WarpOp { W_SYNC = 1, W_SHFL_IDX, W_SHFL_UP, W_SHFL_DOWN, W_SHFL_XOR, W_BALLOT, W_ALL, W_ANY,
               W_RED_ADD, W_RED_MIN, W_RED_MAX, W_RED_AND, W_RED_OR, W_RED_XOR, W_MATCH_ANY };
 void syncthreads();
-int syncthreads_count(int pred);  // number of live threads with pred != 0
+// barrier + vote: (threads at the barrier << 32) | (how many of them have pred != 0)
+uint64_t syncthreads_vote(int pred);
 // One warp rendezvous; bits holds the value (zero-extended), nbytes its size (for poison).
 uint64_t warp_op(int op, unsigned mask, uint64_t bits, int nbytes, int arg, int width);
 unsigned activemask();
@@ -165,6 +190,11 @@ static inline cudaError_t cudaMemcpyToSymbol(const T& symbol, const void* src, s
                                              cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
     return ::cudaMemcpyToSymbol((const void*)&symbol, src, count, offset, kind);
 }
+template <typename T>
+static inline cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t count, size_t offset = 0,
+                                               cudaMemcpyKind kind = cudaMemcpyDeviceToHost) {
+    return ::cudaMemcpyFromSymbol(dst, (const void*)&symbol, count, offset, kind);
+}
 
 #define CUDA_CPU_LAUNCH(kernel, grid, block, smem, stream, ...) \
     cuda_cpu::launch_kernel(#kernel, kernel, dim3(grid), dim3(block), (size_t)(smem), stream, ##__VA_ARGS__)
@@ -172,12 +202,12 @@ static inline cudaError_t cudaMemcpyToSymbol(const T& symbol, const void* src, s
 // ---------------------------------------------------------------------------------------------
 // synchronization and warp intrinsics
 static inline void __syncthreads() { cuda_cpu::syncthreads(); }
-static inline int __syncthreads_count(int p) { return cuda_cpu::syncthreads_count(p); }
+static inline int __syncthreads_count(int p) { return (int)(uint32_t)cuda_cpu::syncthreads_vote(p); }
 static inline int __syncthreads_and(int p) {
-    return cuda_cpu::syncthreads_count(p != 0) == (int)(cuda_cpu_blockDim.x * cuda_cpu_blockDim.y * cuda_cpu_blockDim.z)
-        ? 1 : 0;
+    uint64_t v = cuda_cpu::syncthreads_vote(p);
+    return (uint32_t)v == (uint32_t)(v >> 32);
 }
-static inline int __syncthreads_or(int p) { return cuda_cpu::syncthreads_count(p) != 0; }
+static inline int __syncthreads_or(int p) { return (uint32_t)cuda_cpu::syncthreads_vote(p) != 0; }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) {
     cuda_cpu::warp_op(cuda_cpu::W_SYNC, mask, 0, 0, 0, 32);
 }
@@ -370,7 +400,6 @@ static inline __nv_bfloat16 hsqrt(__nv_bfloat16 a) { return __float2bfloat16(sqr
 static inline __nv_bfloat16 hrsqrt(__nv_bfloat16 a) { return __float2bfloat16(1.0f / sqrtf(__bfloat162float(a))); }
 static inline __nv_bfloat16 __ldg(const __nv_bfloat16* p) { return *p; }
 
-// warp-level matrix API (nvcuda::wmma)
 #include "cuda_cpu_wmma.h"
 
 #endif  // CUDA_CPU_H

@@ -31,7 +31,7 @@ __device__ inline bf16* b_stage() {
 template <typename LA, typename LB>
 __global__ void wmma_kernel(float* out, const bf16* A, const bf16* B, const float* C, float scale, int lc) {
     bf16* sB = b_stage();
-    for (int i = threadIdx.x; i < K * N; i += 64) sB[i] = B[i];   // 64 threads (blockDim in a template trips UBSan under g++)
+    for (int i = threadIdx.x; i < K * N; i += 64) sB[i] = B[i];   // 64 threads
     __syncthreads();
     int warp = threadIdx.x / 32;
     wmma::layout_t cl = lc ? wmma::mem_col_major : wmma::mem_row_major;
