@@ -109,7 +109,7 @@ cuda-cpu-tsan-run:
 # ---------------------------------------------------------------------------------------------
 # nvcc compile check (no GPU needed). One target per source so `make -j2 cuda-check` overlaps them.
 NVCC_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-NVCC_CHECK_FLAGS := -std=c++17 -O3 -DLLMC_CUDA -Werror all-warnings $(NVCC_ARCHS) -I. -Illmc \
+NVCC_CHECK_FLAGS := -std=c++17 -O3 -Werror all-warnings $(NVCC_ARCHS) -I. -Illmc \
     -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-unused-function
 # production code: spills and local-memory use are errors (ptxas), and checked again in the log
 NVCC_PROD_FLAGS := -Xptxas -v,-warn-spills,-warn-lmem-usage

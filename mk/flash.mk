@@ -1,34 +1,27 @@
 # Flash attention of the CUDA backend (llmc/cuda/flash_attention.cu).
 #
 #   test_cuda_flash_attention   the kernels under the CUDA-on-CPU harness against the CPU backend's
-#                               attention (llmc/cpu/attention_cpu.c, compiled with its symbols
-#                               renamed to cpuref_*, since the emulated CUDA objects define the
-#                               same op symbols); rerun in other fiber orders by orders.sh and
-#                               under TSan by test-tsan (its name contains "cuda").
+#                               attention (llmc/cpu/attention_cpu.c, linked with its op symbols
+#                               renamed to cpu_* like test_cuda_ops, mk/cudakern.mk); rerun in
+#                               other fiber orders by orders.sh and under TSan by test-tsan (its
+#                               name contains "cuda").
 #   test/check_flash_ptx.sh     the PTX of the production kernels (sm_80, sm_90) contains
 #                               tensor-core mma instructions (skips when nvcc is absent).
 #   make flash-bench            dev/cuda/attention_bench.cu (naive / cuBLAS + softmax / flash,
 #                               timings and TFLOP/s on a GPU); `make cuda-check` compiles it.
 
-FLASH_CPUREF_OBJ := $(BUILD)/flash/attention_cpu_ref.o
-FLASH_CPUREF_RENAMES := -Dattention_forward=cpuref_attention_forward -Dattention_backward=cpuref_attention_backward \
-    -Dops_alloc=cpuref_alloc -Dops_free=cpuref_free
+FLASH_TEST_LINK = $(CUDA_CPU_RT) $(CUDAKERN_CPUREF_OBJS) $(LIB_OBJS) $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
 
-$(FLASH_CPUREF_OBJ): llmc/cpu/attention_cpu.c llmc/ops.h $(wildcard llmc/cpu/*.h)
+$(BUILD)/test/test_cuda_flash_attention: test/test_cuda_flash_attention.cpp $(CUDAKERN_EMU_OBJS) $(CUDA_CPU_RT) \
+        $(CUDAKERN_CPUREF_OBJS) $(LIB_OBJS) test/test.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(FLASH_CPUREF_RENAMES) -c $< -o $@
+	$(CUDAKERN_EMU_CXX) -c $< -o $@.o
+	$(CXX) $@.o $(CUDAKERN_EMU_OBJS) $(FLASH_TEST_LINK) -o $@
 
-# the WMMA emulation is a harness header the kernels' emulated objects depend on
-$(CUDAKERN_EMU_OBJS): test/cuda_cpu/cuda_cpu_wmma.h
-
-$(BUILD)/test/test_cuda_flash_attention: test/test_cuda_flash_attention.cpp $(CUDAKERN_EMU_OBJS) $(CUDAKERN_RT_OBJ) \
-        $(FLASH_CPUREF_OBJ) $(BUILD)/llmc/check.o $(BUILD)/llmc/fileio.o test/test.h
-	@mkdir -p $(dir $@)
-	$(CXX) $(CUDAKERN_EMU_FLAGS) -x c++ -c $< -o $@.o
-	$(CXX) $@.o $(CUDAKERN_EMU_OBJS) $(CUDAKERN_RT_OBJ) $(FLASH_CPUREF_OBJ) $(BUILD)/llmc/check.o $(BUILD)/llmc/fileio.o \
-	    -o $@ $(LDFLAGS) $(BLAS_LIBS) -lm -lpthread
-
+ifeq ($(NO_CUDA_HARNESS),1)
+else ifeq ($(HAVE_CUDA_HEADERS),1)
 TEST_PROGS += $(BUILD)/test/test_cuda_flash_attention
+endif
 TEST_SCRIPTS += test/check_flash_ptx.sh
 
 # benchmark on a GPU (not run in CI: there is none)
@@ -57,14 +50,12 @@ $(FLASH_MUT_DIR)/flash_attention_%.cu: llmc/cuda/flash_attention.cu
 	@test $$(grep -c '(MUTATION-TARGET $*)' $<) -eq 1 || { echo "expected one line marked (MUTATION-TARGET $*) in $<"; exit 1; }
 	sed '/(MUTATION-TARGET $*)/d' $< > $@
 
-$(FLASH_MUT_DIR)/flash_attention_%.o: $(FLASH_MUT_DIR)/flash_attention_%.cu $(wildcard llmc/cuda/*.cuh) llmc/ops.h \
-        test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h
-	$(CXX) $(CUDAKERN_EMU_FLAGS) -x c++ -c $< -o $@
+$(FLASH_MUT_DIR)/flash_attention_%.o: $(FLASH_MUT_DIR)/flash_attention_%.cu $(CUDA_CPU_HDRS)
+	$(CUDAKERN_EMU_CXX) -c $< -o $@
 
 # the test's object comes from the intact test program's rule
 $(FLASH_MUT_DIR)/test_flash_%: $(FLASH_MUT_DIR)/flash_attention_%.o $(BUILD)/test/test_cuda_flash_attention
-	$(CXX) $(BUILD)/test/test_cuda_flash_attention.o $(FLASH_EMU_OTHERS) $< $(CUDAKERN_RT_OBJ) $(FLASH_CPUREF_OBJ) \
-	    $(BUILD)/llmc/check.o $(BUILD)/llmc/fileio.o -o $@ $(LDFLAGS) $(BLAS_LIBS) -lm -lpthread
+	$(CXX) $(BUILD)/test/test_cuda_flash_attention.o $(FLASH_EMU_OTHERS) $< $(FLASH_TEST_LINK) -o $@
 
 .PRECIOUS: $(FLASH_MUT_DIR)/flash_attention_%.cu $(FLASH_MUT_DIR)/flash_attention_%.o
 

@@ -13,8 +13,8 @@
 // lse |d| <= 2e-4 + 1e-5 |ref| (fp32 all the way); dqkv |d| <= 2e-2 max|ref| + 2e-2 |ref| per
 // section (dQ, dK, dV scale differently). The worst error found is printed relative to them.
 //
-// The CPU reference is attention_cpu.c compiled with its symbols renamed (mk/flash.mk):
-// cpuref_attention_forward / cpuref_attention_backward, allocating through cpuref_alloc/free.
+// The CPU backend is linked in with its op symbols renamed to cpu_<name> (objcopy, mk/cudakern.mk):
+// cpu_attention_forward / cpu_attention_backward (host memory: the harness' device memory is too).
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
@@ -25,18 +25,10 @@
 #include "test/test.h"
 
 extern "C" {
-void cpuref_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
-void cpuref_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                               const float* lse, int B, int T, int C, int NH);
-void* cpuref_alloc(size_t bytes);
-void cpuref_free(void* p);
+void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                            const float* lse, int B, int T, int C, int NH);
 }
-void* cpuref_alloc(size_t bytes) {
-    void* p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-    if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
-    return p;
-}
-void cpuref_free(void* p) { free(p); }
 
 typedef std::vector<float> vecf;
 
@@ -105,8 +97,8 @@ static void test_case(int B, int T, int HS, int NH, float in_scale, int offset) 
 
     // CPU backend, fp32
     vecf r_out(nout), r_lse(nlse), r_dqkv = acc0;
-    cpuref_attention_forward(r_out.data(), r_lse.data(), qkv.data(), B, T, C, NH);
-    cpuref_attention_backward(r_dqkv.data(), dout.data(), qkv.data(), r_out.data(), r_lse.data(), B, T, C, NH);
+    cpu_attention_forward(r_out.data(), r_lse.data(), qkv.data(), B, T, C, NH);
+    cpu_attention_backward(r_dqkv.data(), dout.data(), qkv.data(), r_out.data(), r_lse.data(), B, T, C, NH);
 
     // CUDA backend under the harness
     Dev d_qkv(qkv, offset), d_out(nout, offset), d_dout(dout, offset), d_dqkv(acc0, offset);

@@ -1,6 +1,6 @@
 // Every CUDA-backend op (llmc/cuda/*.cu), run on the CPU through the CUDA-on-CPU harness
 // (test/cuda_cpu/), checked against a straightforward double-precision reference written here
-// from the definitions in llmc/ops.h, at small shapes: ragged ones (scalar paths: sizes not a
+// from the definitions in llmc/ops.h and against the CPU backend's op ("vs cpu:"), at small shapes: ragged ones (scalar paths: sizes not a
 // multiple of 8, misaligned pointers) and aligned ones (128-bit paths).
 //
 // Inputs are rounded to bf16 before both sides see them, so the only differences are the
@@ -15,6 +15,71 @@
 #include <math.h>
 #include <vector>
 #include <algorithm>
+// The CPU backend (llmc/cpu/*.o) is linked in with every op symbol renamed to cpu_<name>
+// (objcopy --redefine-syms, mk/cudakern.mk), so both backends live in this program: ops.h is
+// included twice, first with fp32 floatX and cpu_ names, then as the CUDA backend's header.
+#undef LLMC_CUDA
+#define floatX cpu_floatX
+#define ops_init cpu_ops_init
+#define ops_backend_name cpu_ops_backend_name
+#define ops_alloc cpu_ops_alloc
+#define ops_free cpu_ops_free
+#define ops_zero cpu_ops_zero
+#define ops_to_device cpu_ops_to_device
+#define ops_to_host cpu_ops_to_host
+#define ops_upload_f32 cpu_ops_upload_f32
+#define ops_download_f32 cpu_ops_download_f32
+#define ops_synchronize cpu_ops_synchronize
+#define encoder_forward cpu_encoder_forward
+#define encoder_backward cpu_encoder_backward
+#define layernorm_forward cpu_layernorm_forward
+#define layernorm_backward cpu_layernorm_backward
+#define fused_residual_layernorm_forward cpu_fused_residual_layernorm_forward
+#define matmul_forward cpu_matmul_forward
+#define matmul_backward cpu_matmul_backward
+#define gelu_forward cpu_gelu_forward
+#define gelu_backward cpu_gelu_backward
+#define residual_forward cpu_residual_forward
+#define add_inplace cpu_add_inplace
+#define scale_copy cpu_scale_copy
+#define attention_forward cpu_attention_forward
+#define attention_backward cpu_attention_backward
+#define fused_classifier cpu_fused_classifier
+#define adamw_update cpu_adamw_update
+#define sum_squares cpu_sum_squares
+#define sum_f32 cpu_sum_f32
+#include "ops.h"
+#undef floatX
+#undef ops_init
+#undef ops_backend_name
+#undef ops_alloc
+#undef ops_free
+#undef ops_zero
+#undef ops_to_device
+#undef ops_to_host
+#undef ops_upload_f32
+#undef ops_download_f32
+#undef ops_synchronize
+#undef encoder_forward
+#undef encoder_backward
+#undef layernorm_forward
+#undef layernorm_backward
+#undef fused_residual_layernorm_forward
+#undef matmul_forward
+#undef matmul_backward
+#undef gelu_forward
+#undef gelu_backward
+#undef residual_forward
+#undef add_inplace
+#undef scale_copy
+#undef attention_forward
+#undef attention_backward
+#undef fused_classifier
+#undef adamw_update
+#undef sum_squares
+#undef sum_f32
+#undef LLMC_OPS_H
+#define LLMC_CUDA 1
 #include "ops.h"
 #include "cuda/attention.cuh"
 #include "test/test.h"
@@ -75,6 +140,7 @@ struct DevI {
 };
 
 static double g_worst_rel = 0.0;   // summary: worst |diff| / (atol + rtol |ref|) over all checks
+static char g_worst_name[160];
 static void check(const char* what, const vecf& got, const vecf& want, double rtol, double atol) {
     double worst = 0.0;
     for (size_t i = 0; i < want.size(); i++) {
@@ -82,7 +148,7 @@ static void check(const char* what, const vecf& got, const vecf& want, double rt
         double r = tol > 0.0 ? d / tol : (d == 0.0 ? 0.0 : INFINITY);
         if (!(r <= worst)) worst = r;   // NaN sticks
     }
-    if (worst > g_worst_rel || worst != worst) g_worst_rel = worst;
+    if (worst > g_worst_rel || worst != worst) { g_worst_rel = worst; snprintf(g_worst_name, sizeof(g_worst_name), "%s", what); }
     test_allclose(what, got.data(), want.data(), want.size(), rtol, atol);
 }
 
@@ -134,6 +200,24 @@ static void test_elementwise(size_t n, int off) {
     for (size_t i = 0; i < n; i++) want[i] = b[i] * -0.37f;
     snprintf(name, sizeof(name), "scale_copy in place (n=%zu, offset %d)", n, off);
     check(name, db.get(), want, 8e-3, 1e-6);
+    // the CPU backend on the same inputs
+    vecf c1(n), c2 = acc;
+    cpu_gelu_forward(c1.data(), a.data(), n);
+    snprintf(name, sizeof(name), "vs cpu: gelu_backward (n=%zu)", n);
+    cpu_gelu_backward(c2.data(), a.data(), g.data(), n);
+    check(name, dacc.get(), c2, RT, 1e-2);
+    vecf c3(n), c4 = a, c5(n);
+    cpu_residual_forward(c3.data(), a.data(), b.data(), n);
+    cpu_add_inplace(c4.data(), b.data(), n);
+    cpu_scale_copy(c5.data(), b.data(), -0.37f, n);
+    snprintf(name, sizeof(name), "vs cpu: residual_forward, add_inplace, scale_copy (n=%zu)", n);
+    check(name, dout.get(), c3, 8e-3, 1e-6);
+    check(name, da.get(), c4, 8e-3, 1e-6);
+    check(name, db.get(), c5, 8e-3, 1e-6);
+    Dev dgl(a, off);
+    gelu_forward(dgl.p, dgl.p, n);   // in place
+    snprintf(name, sizeof(name), "vs cpu: gelu_forward in place (n=%zu)", n);
+    check(name, dgl.get(), c1, RT, 1e-3);
 }
 
 static void test_encoder(int B, int T, int C, int V) {
@@ -164,6 +248,16 @@ static void test_encoder(int B, int T, int C, int V) {
     check(name, dgwte.get(), vecf(rw.begin(), rw.end()), RT, 1e-2);
     snprintf(name, sizeof(name), "encoder_backward dwpe += (B=%d T=%d C=%d)", B, T, C);
     check(name, dgwpe.get(), vecf(rp.begin(), rp.end()), RT, 1e-2);
+    vecf co((size_t)B * T * C), cw = gwte, cp = gwpe;
+    cpu_encoder_forward(co.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    snprintf(name, sizeof(name), "vs cpu: encoder_forward (B=%d T=%d C=%d)", B, T, C);
+    check(name, dout.get(), co, 8e-3, 1e-6);
+    cpu_encoder_backward(cw.data(), cp.data(), g.data(), tok.data(), B, T, C);
+    snprintf(name, sizeof(name), "vs cpu: encoder_backward dwte, dwpe (B=%d T=%d C=%d)", B, T, C);
+    vecf gotw = dgwte.get(), gotp = dgwpe.get();
+    gotw.insert(gotw.end(), gotp.begin(), gotp.end());
+    cw.insert(cw.end(), cp.begin(), cp.end());
+    check(name, gotw, cw, RT, 1e-2);
 }
 
 // reference layernorm of one row, double
@@ -230,6 +324,22 @@ static void test_layernorm(int N, int C) {
     check(name, dgw.get(), vecf(rw.begin(), rw.end()), RT, 2e-2);
     snprintf(name, sizeof(name), "layernorm_backward dbias += (N=%d C=%d)", N, C);
     check(name, dgb.get(), vecf(rb.begin(), rb.end()), RT, 2e-2);
+    vecf co((size_t)N * C), cm(N), cr(N), cres((size_t)N * C), ci = gi, cw = gw, cb = gb;
+    cpu_layernorm_forward(co.data(), cm.data(), cr.data(), x.data(), w.data(), b.data(), N, C);
+    snprintf(name, sizeof(name), "vs cpu: layernorm_forward out, rstd (N=%d C=%d)", N, C);
+    layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C);
+    check(name, dout.get(), co, RT, 1e-2);
+    check(name, drstd.get(), cr, 1e-4, 1e-6);
+    cpu_fused_residual_layernorm_forward(cres.data(), co.data(), cm.data(), cr.data(), x.data(), y.data(), w.data(), b.data(), N, C);
+    fused_residual_layernorm_forward(dres.p, dout.p, dmean.p, drstd.p, dx.p, dy.p, dw.p, db.p, N, C);
+    snprintf(name, sizeof(name), "vs cpu: fused_residual_layernorm_forward (N=%d C=%d)", N, C);
+    check(name, dout.get(), co, RT, 2e-2);   // CPU normalises the unrounded fp32 residual
+    cpu_layernorm_backward(ci.data(), cw.data(), cb.data(), g.data(), x.data(), w.data(), wmean.data(), wrstd.data(), N, C);
+    snprintf(name, sizeof(name), "vs cpu: layernorm_backward dinp, dweight, dbias (N=%d C=%d)", N, C);
+    vecf got = dgi.get(), t1 = dgw.get(), t2 = dgb.get();
+    got.insert(got.end(), t1.begin(), t1.end()); got.insert(got.end(), t2.begin(), t2.end());
+    ci.insert(ci.end(), cw.begin(), cw.end()); ci.insert(ci.end(), cb.begin(), cb.end());
+    check(name, got, ci, RT, 2e-2);
 }
 
 static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
@@ -276,6 +386,16 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     } else {
         TEST_CHECK(dgb.get() == gb, "matmul_backward changed a dbias it was not given");
     }
+    vecf co((size_t)N * OC), cg((size_t)N * OC), ci = gi, cw = gw, cb = gb;
+    cpu_matmul_forward(co.data(), with_gelu ? cg.data() : NULL, x.data(), w.data(), with_bias ? b.data() : NULL, N, C, OC);
+    snprintf(name, sizeof(name), "vs cpu: matmul_forward (N=%d C=%d OC=%d bias=%d gelu=%d)", N, C, OC, with_bias, with_gelu);
+    check(name, dout.get(), co, RT, 1e-2);
+    if (with_gelu) check(name, dgelu.get(), cg, RT, 1e-2);
+    cpu_matmul_backward(ci.data(), cw.data(), with_bias ? cb.data() : NULL, g.data(), x.data(), w.data(), N, C, OC);
+    snprintf(name, sizeof(name), "vs cpu: matmul_backward (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgi.get(), ci, RT, 2e-2);
+    check(name, dgw.get(), cw, RT, 2e-2);
+    check(name, dgb.get(), cb, RT, 2e-2);
 }
 
 static void test_attention(int B, int T, int C, int NH) {
@@ -342,6 +462,15 @@ static void test_attention(int B, int T, int C, int NH) {
             }
     snprintf(name, sizeof(name), "attention_backward dqkv += (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dacc.get(), vecf(r.begin(), r.end()), RT, 2e-2);
+    // the CPU backend end to end (its own out / lse feed its backward)
+    vecf co((size_t)B * T * C), cl((size_t)B * NH * T), cd = acc;
+    cpu_attention_forward(co.data(), cl.data(), qkv.data(), B, T, C, NH);
+    snprintf(name, sizeof(name), "vs cpu: attention_forward out, lse (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dout.get(), co, RT, 1e-2);
+    check(name, dlse.get(), cl, 1e-4, 1e-4);
+    cpu_attention_backward(cd.data(), g.data(), qkv.data(), co.data(), cl.data(), B, T, C, NH);
+    snprintf(name, sizeof(name), "vs cpu: attention_backward (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dacc.get(), cd, RT, 2e-2);
 }
 
 static void test_classifier(int N, int V, int Vp) {
@@ -375,6 +504,22 @@ static void test_classifier(int N, int V, int Vp) {
     check(name, dloss.get(), wloss, 1e-5, 1e-5);
     snprintf(name, sizeof(name), "fused_classifier dlogits, padded cols zero (N=%d V=%d Vp=%d)", N, V, Vp);
     check(name, dl.get(), wgrad, RT, 1e-4 * dscale);
+    vecf cl(N), cx = logits;
+    cpu_fused_classifier(cl.data(), cx.data(), tgt.data(), dscale, N, V, Vp);
+    snprintf(name, sizeof(name), "vs cpu: fused_classifier loss, dlogits (N=%d V=%d Vp=%d)", N, V, Vp);
+    check(name, dloss.get(), cl, 1e-5, 1e-5);
+    check(name, dl.get(), cx, RT, 1e-4 * dscale);
+    // a target outside the vocabulary: NaN loss (caught by the trainer), zero gradient, no
+    // out-of-row read
+    std::vector<int> tbad(tgt);
+    tbad[0] = V;
+    DevI dtb(tbad);
+    Dev dl2(logits);
+    fused_classifier(dloss.p, dl2.p, dtb.p, dscale, N, V, Vp);
+    vecf lb = dloss.get(), gb = dl2.get();
+    int zero_row = 1;
+    for (int v = 0; v < Vp; v++) zero_row &= gb[v] == 0.0f;
+    TEST_CHECK(std::isnan(lb[0]) && zero_row, "fused_classifier: target %d >= V gave loss %g (want NaN) / nonzero grads", V, lb[0]);
 }
 
 static void test_adamw(size_t n, int with_master) {
@@ -402,11 +547,22 @@ static void test_adamw(size_t n, int with_master) {
         snprintf(name, sizeof(name), "adamw master (n=%zu)", n);
         check(name, dmaster.get(), wp, 1e-5, 1e-6);
     }
-    // params: stochastic rounding of the update, so within one bf16 ulp of the exact value and
-    // either neighbour of it
+    // params: stochastic rounding of the fp32 result, so within one bf16 ulp of the exact value
     vecf got = dp.get();
     snprintf(name, sizeof(name), "adamw params, stochastic rounding (n=%zu master=%d)", n, with_master);
     check(name, got, wp, 8e-3, 1e-6);
+    if (with_master) {
+        // exactly: the bf16 just below or just above the device's fp32 master value
+        vecf mst = dmaster.get();
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u; memcpy(&u, &mst[i], 4);
+            uint32_t lo = u & 0xFFFF0000u, hi = lo + 0x10000u;   // toward / away from zero
+            float flo, fhi; memcpy(&flo, &lo, 4); memcpy(&fhi, &hi, 4);
+            if (!(got[i] == flo || (got[i] == fhi && lo != u))) bad++;
+        }
+        TEST_CHECK(bad == 0, "adamw: %zu of %zu params are not a bf16 neighbour of their fp32 master", bad, n);
+    }
     // deterministic given the seed; a different seed rounds differently somewhere
     adamw_update(dp2.p, with_master ? dmaster2.p : NULL, dg.p, dm2.p, dv2.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
     TEST_CHECK(dp2.get() == got, "adamw: same seed gave different params");
@@ -418,6 +574,75 @@ static void test_adamw(size_t n, int with_master) {
     double bias = 0.0, mag = 0.0;
     for (size_t i = 0; i < n; i++) { bias += got[i] - wp[i]; mag += fabs(bf16_round(wp[i]) - wp[i]); }
     TEST_CHECK(fabs(bias) < 0.5 * mag + 1e-6, "adamw: stochastic rounding looks biased (%g vs %g)", bias, mag);
+    // the scalar path (misaligned params) rounds exactly like the 128-bit path: same random bits
+    Dev dp4(p, 1);
+    DevF dmaster4(p), dm4(m), dv4(v);
+    adamw_update(dp4.p, with_master ? dmaster4.p : NULL, dg.p, dm4.p, dv4.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
+    snprintf(name, sizeof(name), "adamw scalar path vs 128-bit path (n=%zu master=%d)", n, with_master);
+#ifdef LLMC_CUDA_EMULATED
+    check(name, dp4.get(), got, 0.0, 0.0);   // same CPU arithmetic on both paths
+#else
+    check(name, dp4.get(), got, 8e-3, 1e-6);   // the GPU may contract the two paths differently
+#endif
+    if (with_master) {
+        vecf cp = p, cm = m, cv = v, cmaster = p;
+        cpu_adamw_update(cp.data(), cmaster.data(), g.data(), cm.data(), cv.data(), n, lr, b1, b2, eps, wd, gs, t, 1234u);
+        snprintf(name, sizeof(name), "vs cpu: adamw master, m, v (n=%zu)", n);
+        check(name, dmaster.get(), cmaster, 1e-5, 1e-6);
+        check(name, dm.get(), cm, 1e-5, 1e-7);
+        check(name, dv.get(), cv, 1e-5, 1e-9);
+    }
+}
+
+// NULL gradient outputs mean "not needed" (frozen tensors): the others must still be right and
+// nothing may be written for the NULL ones
+static void test_null_grads(void) {
+    const int N = 9, C = 16, OC = 24, B = 3, T = 3, V = 6;
+    vecf x = rnd_vec((size_t)N * C, 1.0f), w = rnd_vec((size_t)OC * C, 0.5f), g = rnd_vec((size_t)N * OC, 1.0f);
+    vecf gi = rnd_vec((size_t)N * C, 0.5f), gw = rnd_vec((size_t)OC * C, 0.5f), gb = rnd_vec(OC, 0.5f);
+    Dev dx(x), dw(w), dg(g), dgi(gi), dgw(gw), dgb(gb);
+    vecf ci = gi, cw = gw, cb = gb;
+    // dinp only (a frozen linear layer inside the network)
+    matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC);
+    cpu_matmul_backward(ci.data(), NULL, NULL, g.data(), x.data(), w.data(), N, C, OC);
+    check("matmul_backward dinp only (dweight, dbias NULL)", dgi.get(), ci, RT, 2e-2);
+    // dweight only (first layer: no dinp), then dbias only
+    matmul_backward(NULL, dgw.p, NULL, dg.p, dx.p, dw.p, N, C, OC);
+    cpu_matmul_backward(NULL, cw.data(), NULL, g.data(), x.data(), w.data(), N, C, OC);
+    check("matmul_backward dweight only", dgw.get(), cw, RT, 2e-2);
+    matmul_backward(NULL, NULL, dgb.p, dg.p, dx.p, dw.p, N, C, OC);
+    cpu_matmul_backward(NULL, NULL, cb.data(), g.data(), x.data(), w.data(), N, C, OC);
+    check("matmul_backward dbias only", dgb.get(), cb, RT, 2e-2);
+
+    // layernorm: dinp only, then dweight/dbias only
+    vecf lw = rnd_vec(C, 1.0f), lb = rnd_vec(C, 0.5f), lg = rnd_vec((size_t)N * C, 1.0f);
+    vecf lo((size_t)N * C), mean(N), rstd(N);
+    cpu_layernorm_forward(lo.data(), mean.data(), rstd.data(), x.data(), lw.data(), lb.data(), N, C);
+    Dev dlw(lw), dlg(lg), dli(gi), dlww(gw), dlbb(gb);
+    DevF dmean(mean), drstd(rstd);
+    vecf li = gi, lww(gw.begin(), gw.begin() + C), lbb(gb.begin(), gb.begin() + C);
+    layernorm_backward(dli.p, NULL, NULL, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
+    cpu_layernorm_backward(li.data(), NULL, NULL, lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
+    check("layernorm_backward dinp only", dli.get(), li, RT, 2e-2);
+    layernorm_backward(NULL, dlww.p, dlbb.p, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
+    cpu_layernorm_backward(NULL, lww.data(), lbb.data(), lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
+    vecf got_w = dlww.get(), got_b = dlbb.get();
+    check("layernorm_backward dweight only", vecf(got_w.begin(), got_w.begin() + C), lww, RT, 2e-2);
+    check("layernorm_backward dbias only", vecf(got_b.begin(), got_b.begin() + C), lbb, RT, 2e-2);
+
+    // encoder: dwpe only, then dwte only
+    std::vector<int> tok(B * T);
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 5) % V;
+    DevI dtok(tok);
+    vecf eg = rnd_vec((size_t)B * T * C, 1.0f), ew = rnd_vec((size_t)V * C, 0.5f), ep = rnd_vec((size_t)T * C, 0.5f);
+    Dev deg(eg), dew(ew), dep(ep);
+    vecf cw2 = ew, cp2 = ep;
+    encoder_backward(NULL, dep.p, deg.p, dtok.p, B, T, C);
+    cpu_encoder_backward(NULL, cp2.data(), eg.data(), tok.data(), B, T, C);
+    check("encoder_backward dwpe only", dep.get(), cp2, RT, 1e-2);
+    encoder_backward(dew.p, NULL, deg.p, dtok.p, B, T, C);
+    cpu_encoder_backward(cw2.data(), NULL, eg.data(), tok.data(), B, T, C);
+    check("encoder_backward dwte only", dew.get(), cw2, RT, 1e-2);
 }
 
 static void test_reductions(size_t n) {
@@ -435,6 +660,9 @@ static void test_reductions(size_t n) {
     vecf a2{(float)got_s}, w2{(float)s};
     check(name, a2, w2, 1e-5, 1e-4);
     TEST_CHECK(sum_squares(dx.p, n) == got_ss, "sum_squares not deterministic");
+    snprintf(name, sizeof(name), "vs cpu: sum_squares, sum_f32 (n=%zu)", n);
+    vecf a3{(float)got_ss, (float)got_s}, w3{(float)cpu_sum_squares(x.data(), n), (float)cpu_sum_f32(x.data(), n)};
+    check(name, a3, w3, 1e-5, 1e-4);
 }
 
 #include <time.h>
@@ -443,6 +671,7 @@ static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &
 #define TIMED(call) do { double t0_ = now_s(); call; printf("time %-40s %.2fs\n", #call, now_s() - t0_); } while (0)
 
 int main(void) {
+    cpu_ops_init(1);
     ops_init(0);
     printf("backend: %s\n", ops_backend_name());
     TIMED(test_casts());
@@ -454,12 +683,16 @@ int main(void) {
     TIMED(test_layernorm(5, 7));
     TIMED(test_layernorm(11, 40));
     TIMED(test_layernorm(3, 264));      // several chunks per lane
+    TIMED(test_layernorm(130, 768));    // GPT-2 width, three column-sum chunks
     TIMED(test_matmul(5, 7, 9, 1, 1));  // unaligned OC: GEMM + separate gelu
     TIMED(test_matmul(5, 7, 9, 0, 0));
     TIMED(test_matmul(70, 16, 24, 1, 1));   // fused GELU epilogue; N > one column-sum chunk
     TIMED(test_matmul(6, 8, 16, 0, 1));
+    TIMED(test_matmul(129, 64, 256, 1, 1));
     TIMED(test_attention(2, 5, 8, 2));      // HS 4
     TIMED(test_attention(1, 35, 48, 1));    // HS 48: two key tiles, two dims per lane
+    TIMED(test_attention(2, 70, 128, 2));   // HS 64 (GPT-2), three key tiles
+    TIMED(test_attention(1, 9, 128, 1));    // HS 128: the largest supported
     attention_set_deterministic(0);         // flash backward with dQ by atomics
     TIMED(test_attention(2, 70, 96, 3));    // HS 32, two tiles
     attention_set_deterministic(1);
@@ -468,8 +701,10 @@ int main(void) {
     TIMED(test_classifier(2, 3000, 3008));  // several chunks per thread
     TIMED(test_adamw(1000, 1));
     TIMED(test_adamw(333, 0));
+    TIMED(test_null_grads());
+    TIMED(test_attention(2, 1, 8, 2));      // T = 1
     TIMED(test_reductions(7));
-    TIMED(test_reductions(5000));           // more than the (emulated) fixed grid: grid-stride loop
-    printf("worst error over all checks: %.3f of tolerance\n", g_worst_rel);
+    TIMED(test_reductions(300000));         // more than the fixed grid: grid-stride loop
+    printf("worst error over all checks: %.3f of tolerance, in %s\n", g_worst_rel, g_worst_name);
     return test_finish("test_cuda_ops");
 }

@@ -1,4 +1,5 @@
-// Fused classifier: softmax + cross-entropy + dlogits in place, one block per row. Two passes over
+// Fused classifier: softmax + cross-entropy + dlogits in place, one block per row (targets < 0:
+// no loss, zero gradient row; padded columns V..Vp get zero gradient). Two passes over
 // the row: an online max/sum (log-sum-exp), then the gradient written over the logits.
 #include "cuda/ops_common.cuh"
 
@@ -18,6 +19,11 @@ __global__ void fused_classifier_kernel(float* losses, floatX* logits, const int
     int lane = threadIdx.x % OPS_WARP, warp = threadIdx.x / OPS_WARP, nwarps = blockDim.x / OPS_WARP;
     floatX* x = logits + (size_t)row * Vp;
     int target = targets[row];
+    // A target >= V (data that does not match the vocabulary) must not index past the row; it
+    // gets a NaN loss and a zero gradient, so the trainer's non-finite-loss check reports it
+    // (the CPU backend stops with a message; here the targets live on the device).
+    int bad_target = target >= V;
+    if (bad_target) target = -1;
     // -FLT_MAX rather than -inf: a thread without elements then combines as (m, 0) without NaN
     float m = -FLT_MAX, s = 0.0f;
     for (int c = threadIdx.x * 8; c < V; c += blockDim.x * 8) {
@@ -39,7 +45,7 @@ __global__ void fused_classifier_kernel(float* losses, floatX* logits, const int
     m = -FLT_MAX; s = 0.0f;
     for (int w = 0; w < nwarps; w++) lse_combine(m, s, sm[w], ss[w]);   // same order in every thread
     float lse = m + logf(s);
-    if (threadIdx.x == 0) losses[row] = target >= 0 ? lse - xt : 0.0f;
+    if (threadIdx.x == 0) losses[row] = bad_target ? NAN : (target >= 0 ? lse - xt : 0.0f);
     if (dloss == 0.0f) return;
     for (int c = threadIdx.x * 8; c < Vp; c += blockDim.x * 8) {
         float v[8];

@@ -120,27 +120,32 @@ __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout,
 // Partial column sums over chunks of OPS_COLSUM_ROWS rows (same scheme as bias_grad_partial_kernel):
 // pw[chunk][c] = sum dout * norm, pb[chunk][c] = sum dout.
 __global__ void layernorm_backward_params_partial_kernel(float* pw, float* pb, const floatX* dout, const floatX* inp,
-                                                         const float* mean, const float* rstd, int N, int C) {
+                                                         const float* mean, const float* rstd, int N, int C, int vec) {
     __shared__ float sw[8][OPS_COLSUM_COLS];
     __shared__ float sb[8][OPS_COLSUM_COLS];
     int lane = threadIdx.x % OPS_WARP, warp = threadIdx.x / OPS_WARP;
-    int c = blockIdx.x * OPS_COLSUM_COLS + lane;
+    int c0 = blockIdx.x * OPS_COLSUM_COLS + lane * 8;
     int r0 = blockIdx.y * OPS_COLSUM_ROWS, r1 = min(r0 + OPS_COLSUM_ROWS, N);
-    float aw = 0.0f, ab = 0.0f;
-    if (c < C) {
+    float aw[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    float ab[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (c0 < C) {
         for (int r = r0 + warp; r < r1; r += 8) {
-            size_t at = (size_t)r * C + c;
-            float g = __bfloat162float(dout[at]);
-            aw += g * (__bfloat162float(inp[at]) - mean[r]) * rstd[r];
-            ab += g;
+            float g[8], x[8];
+            load8f(g, dout + (size_t)r * C, c0, C, vec);
+            load8f(x, inp + (size_t)r * C, c0, C, vec);
+            float mu = mean[r], rs = rstd[r];
+            for (int k = 0; k < 8; k++) {
+                aw[k] += g[k] * (x[k] - mu) * rs;
+                ab[k] += g[k];
+            }
         }
     }
-    sw[warp][lane] = aw;
-    sb[warp][lane] = ab;
+    for (int k = 0; k < 8; k++) { sw[warp][lane * 8 + k] = aw[k]; sb[warp][lane * 8 + k] = ab[k]; }
     __syncthreads();
-    if (warp == 0 && c < C) {
+    int c = blockIdx.x * OPS_COLSUM_COLS + threadIdx.x;   // one column per thread
+    if (c < C) {
         float tw = 0.0f, tb = 0.0f;
-        for (int w = 0; w < 8; w++) { tw += sw[w][lane]; tb += sb[w][lane]; }
+        for (int w = 0; w < 8; w++) { tw += sw[w][threadIdx.x]; tb += sb[w][threadIdx.x]; }
         pw[(size_t)blockIdx.y * C + c] = tw;
         pb[(size_t)blockIdx.y * C + c] = tb;
     }
@@ -161,7 +166,8 @@ extern "C" void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias,
         float* pw = (float*)ops_scratch(OPS_SCRATCH_COLSUM, 2 * (size_t)nchunks * C * sizeof(float));
         float* pb = pw + (size_t)nchunks * C;
         dim3 grid(ops_blocks(C, OPS_COLSUM_COLS), nchunks);
-        LAUNCH(layernorm_backward_params_partial_kernel, grid, 256, 0, 0, pw, pb, dout, inp, mean, rstd, N, C);
+        int vec = C % 8 == 0 && ops_aligned16(dout) && ops_aligned16(inp);
+        LAUNCH(layernorm_backward_params_partial_kernel, grid, 256, 0, 0, pw, pb, dout, inp, mean, rstd, N, C, vec);
         cudaCheck(cudaGetLastError());
         if (dweight) ops_colsum_finalize(dweight, pw, nchunks, C);
         if (dbias) ops_colsum_finalize(dbias, pb, nchunks, C);

@@ -18,22 +18,27 @@ extern "C" void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp,
     }
 }
 
-// Partial column sums of dout[N, OC] over chunks of OPS_COLSUM_ROWS rows: block (blockIdx.x,
-// blockIdx.y) sums columns [32 bx, 32 bx + 32) over chunk by; lane = column (coalesced row
-// reads), the 8 warps split the chunk's rows and are combined in a fixed order.
-__global__ void bias_grad_partial_kernel(float* partial, const floatX* dout, int N, int OC) {
+// Partial column sums of dout[N, OC] over chunks of OPS_COLSUM_ROWS rows: block (bx, by) sums
+// columns [256 bx, 256 bx + 256) over row chunk by into partial[by][c] (see ops_common.cuh).
+__global__ void bias_grad_partial_kernel(float* partial, const floatX* dout, int N, int OC, int vec) {
     __shared__ float sums[8][OPS_COLSUM_COLS];
     int lane = threadIdx.x % OPS_WARP, warp = threadIdx.x / OPS_WARP;
-    int c = blockIdx.x * OPS_COLSUM_COLS + lane;
+    int c0 = blockIdx.x * OPS_COLSUM_COLS + lane * 8;
     int r0 = blockIdx.y * OPS_COLSUM_ROWS, r1 = min(r0 + OPS_COLSUM_ROWS, N);
-    float acc = 0.0f;
-    if (c < OC)
-        for (int r = r0 + warp; r < r1; r += 8) acc += __bfloat162float(dout[(size_t)r * OC + c]);
-    sums[warp][lane] = acc;
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (c0 < OC) {
+        for (int r = r0 + warp; r < r1; r += 8) {
+            float g[8];
+            load8f(g, dout + (size_t)r * OC, c0, OC, vec);
+            for (int k = 0; k < 8; k++) acc[k] += g[k];
+        }
+    }
+    for (int k = 0; k < 8; k++) sums[warp][lane * 8 + k] = acc[k];
     __syncthreads();
-    if (warp == 0 && c < OC) {
+    int c = blockIdx.x * OPS_COLSUM_COLS + threadIdx.x;   // one column per thread
+    if (c < OC) {
         float s = 0.0f;
-        for (int w = 0; w < 8; w++) s += sums[w][lane];
+        for (int w = 0; w < 8; w++) s += sums[w][threadIdx.x];
         partial[(size_t)blockIdx.y * OC + c] = s;
     }
 }
@@ -48,7 +53,8 @@ extern "C" void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, co
         int nchunks = (int)ops_blocks(N, OPS_COLSUM_ROWS);
         float* partial = (float*)ops_scratch(OPS_SCRATCH_COLSUM, (size_t)nchunks * OC * sizeof(float));
         dim3 grid(ops_blocks(OC, OPS_COLSUM_COLS), nchunks);
-        LAUNCH(bias_grad_partial_kernel, grid, 256, 0, 0, partial, dout, N, OC);
+        int vec = OC % 8 == 0 && ops_aligned16(dout);
+        LAUNCH(bias_grad_partial_kernel, grid, 256, 0, 0, partial, dout, N, OC, vec);
         cudaCheck(cudaGetLastError());
         ops_colsum_finalize(dbias, partial, nchunks, OC);
     }

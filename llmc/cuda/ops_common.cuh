@@ -11,6 +11,12 @@
 #ifndef LLMC_CUDA_OPS_COMMON_CUH
 #define LLMC_CUDA_OPS_COMMON_CUH
 
+// Everything under llmc/cuda/ is the CUDA backend: floatX is bf16 there (llmc/ops.h), whatever
+// the command line says.
+#ifndef LLMC_CUDA
+#define LLMC_CUDA 1
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -132,8 +138,10 @@ void* ops_scratch(int slot, size_t bytes);
 
 // Column sums in fixed order (deterministic): partial[chunk][c] for nchunks chunks of rows,
 // then out[c] += sum over chunks. Shared by layernorm_backward and matmul_backward's dbias.
+// Blocks of 256 threads: each lane owns 8 adjacent columns (one 128-bit load per row when the
+// rows are aligned), the 8 warps split the chunk's rows and are combined in a fixed order.
 #define OPS_COLSUM_ROWS 64    // rows per chunk
-#define OPS_COLSUM_COLS 32    // columns per block (one warp wide)
+#define OPS_COLSUM_COLS 256   // columns per block (32 lanes x 8)
 void ops_colsum_finalize(floatX* out, const float* partial, int nchunks, int C);
 
 #endif // LLMC_CUDA_OPS_COMMON_CUH

@@ -44,6 +44,13 @@ void* ops_scratch(int slot, size_t bytes) {
 
 extern "C" void ops_init(int threads) {
     (void)threads;
+#ifndef LLMC_CUDA_EMULATED
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0)
+        fatal("this binary is the CUDA build; on a machine without a GPU build with `make BACKEND=cpu`",
+              "no usable CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+#endif
     gemm_init();
 }
 
@@ -212,21 +219,49 @@ extern "C" void scale_copy(floatX* dst, const floatX* src, float scale, size_t n
 // AdamW (PyTorch semantics, decoupled weight decay) on fp32 master weights; the bf16 params are
 // written with stochastic rounding seeded by (seed, index), so a run is reproducible.
 
+__device__ inline float adamw_one(float p, float g, float* mi, float* vi, float lr, float beta1, float beta2,
+                                  float eps, float wd, float bc1, float bc2) {
+    float m = beta1 * *mi + (1.0f - beta1) * g;
+    float v = beta2 * *vi + (1.0f - beta2) * g * g;
+    *mi = m;
+    *vi = v;
+    return p - lr * ((m / bc1) / (sqrtf(v / bc2) + eps) + wd * p);
+}
+
+// 8 consecutive elements per thread: 128-bit loads of params/grads (x128) and m/v/master (two f128
+// each) when every pointer is 16-byte aligned (vec), scalar otherwise and for the tail. The random
+// bits depend only on (seed, element index), so both paths round identically.
 __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
                              size_t n, float lr, float beta1, float beta2, float eps, float wd,
-                             float grad_scale, float bc1, float bc2, uint32_t seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float g = __bfloat162float(grads[i]) * grad_scale;
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float p = master ? master[i] : __bfloat162float(params[i]);
-    float mhat = mi / bc1, vhat = vi / bc2;
-    p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
-    if (master) master[i] = p;
-    params[i] = ops_round_stochastic(p, ops_hash(seed, i));
+                             float grad_scale, float bc1, float bc2, uint32_t seed, int vec) {
+    size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i0 >= n) return;
+    if (vec && i0 + 8 <= n) {
+        x128 g8 = load128(grads + i0), p8 = load128(params + i0);
+        f128 m8[2] = {load128(m + i0), load128(m + i0 + 4)}, v8[2] = {load128(v + i0), load128(v + i0 + 4)};
+        f128 w8[2];
+        if (master) { w8[0] = load128(master + i0); w8[1] = load128(master + i0 + 4); }
+        for (int k = 0; k < 8; k++) {
+            float p = master ? w8[k / 4][k % 4] : __bfloat162float(p8[k]);
+            p = adamw_one(p, __bfloat162float(g8[k]) * grad_scale, &m8[k / 4][k % 4], &v8[k / 4][k % 4],
+                          lr, beta1, beta2, eps, wd, bc1, bc2);
+            if (master) w8[k / 4][k % 4] = p;
+            p8[k] = ops_round_stochastic(p, ops_hash(seed, i0 + k));
+        }
+        store128(params + i0, p8);
+        for (int h = 0; h < 2; h++) {
+            store128(m + i0 + 4 * h, m8[h]);
+            store128(v + i0 + 4 * h, v8[h]);
+            if (master) store128(master + i0 + 4 * h, w8[h]);
+        }
+    } else {
+        for (size_t i = i0; i < i0 + 8 && i < n; i++) {
+            float p = master ? master[i] : __bfloat162float(params[i]);
+            p = adamw_one(p, __bfloat162float(grads[i]) * grad_scale, &m[i], &v[i], lr, beta1, beta2, eps, wd, bc1, bc2);
+            if (master) master[i] = p;
+            params[i] = ops_round_stochastic(p, ops_hash(seed, i));
+        }
+    }
 }
 
 extern "C" void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
@@ -234,8 +269,10 @@ extern "C" void adamw_update(floatX* params, float* master, const floatX* grads,
                              float grad_scale, int t, uint32_t seed) {
     if (!n) return;
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-    LAUNCH(adamw_kernel, ops_blocks(n, 256), 256, 0, 0, params, master, grads, m, v, n, lr, beta1, beta2,
-           eps, weight_decay, grad_scale, bc1, bc2, seed);
+    int vec = ops_aligned16(params) && ops_aligned16(grads) && ops_aligned16(m) && ops_aligned16(v) &&
+              (master == NULL || ops_aligned16(master));
+    LAUNCH(adamw_kernel, ops_blocks(n, EW_BLOCK * 8), EW_BLOCK, 0, 0, params, master, grads, m, v, n, lr, beta1, beta2,
+           eps, weight_decay, grad_scale, bc1, bc2, seed, vec);
     cudaCheck(cudaGetLastError());
 }
 
@@ -245,13 +282,7 @@ extern "C" void adamw_update(floatX* params, float* master, const floatX* grads,
 // so the result is bit-identical from run to run and GPU to GPU.
 
 #define RED_THREADS 256
-#ifdef LLMC_CUDA_EMULATED
-// Under the CPU harness every CUDA thread is a fiber, so a smaller fixed grid keeps the tests
-// fast; the kernels and the grid-stride / capped-grid logic are the same.
-#define RED_BLOCKS 16
-#else
 #define RED_BLOCKS 512
-#endif
 
 __global__ void sum_squares_partial_kernel(float* partial, const floatX* x, size_t n) {
     float acc = 0.0f;
