@@ -207,7 +207,7 @@ FA_UNROLL
         __syncthreads();   // previous tiles consumed (first time: nothing)
         fa_load_rows<HS>(sK, base + C, k0, T, stride, vec);
         fa_load_rows<HS>(sV, base + 2 * C, k0, T, stride, vec);
-        __syncthreads();
+        __syncthreads();   // (MUTATION-TARGET fwd-syncthreads)
         if (w0 >= T || k0 > w0 + 15) continue;   // warp-uniform: no row of this warp sees this tile
         // key blocks of 16 with at least one key visible to some row of the warp
         int nkb = min(FA_COLS / 16, (w0 + 15 - k0) / 16 + 1);
@@ -234,7 +234,7 @@ FA_UNROLL
         m = mx;
 FA_UNROLL
         for (int i = 0; i < HS / 2; i++) o[i] *= alpha;
-        __syncwarp();   // sP complete, sS read by every lane  (MUTATION-TARGET fwd-syncwarp)
+        __syncwarp();   // sP complete, sS read by every lane
         FragC pv[KT];
 FA_UNROLL
         for (int n = 0; n < KT; n++) wmma::fill_fragment(pv[n], 0.0f);
