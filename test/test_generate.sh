@@ -54,5 +54,28 @@ lb=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear -
 [ ${#la} -eq 10 ] && [ "$la" = "$lb" ] && ok "adapter: 10 characters, cache == no cache ('$la')" || bad "adapter: '$la' vs '$lb'"
 expect_fail "bad adapter dir" "$TMP/noadapter" "$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/noadapter" --vocab data/gpt2 --prompt '!'
 
+# the trainers' --sample-* flags: samples during and after training, on stdout and in samples.txt
+"$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 2 --threads 2 \
+    --sample-every 1 --sample-tokens 8 --prompt "Hello there" --out "$TMP/s" > "$TMP/s.log" 2>&1 || { cat "$TMP/s.log"; bad "train_gpt2 --sample-every failed"; }
+grep -q "^sample (step 1):" "$TMP/s.log" && grep -q "^sample (step 2):" "$TMP/s.log" && [ "$(grep -c '^Hello there' "$TMP/s/samples.txt")" = 2 ] \
+  && ok "train_gpt2 --sample-every 1: samples at steps 1 and 2, in samples.txt" || { cat "$TMP/s.log"; bad "train_gpt2 samples missing"; }
+# train_lora's final sample (kv cache, adapter, seed) is what generate prints with the saved adapter
+LORA=(--model test/ref/gpt2_tiny --train-data "$TMP/train100.bin" --batch-size 2 --seq-len 16 --steps 3 --lr 1e-2 --threads 2
+      --lora-targets all-linear --seed 5 --save-format none)
+make_shard "$TMP/train100.bin" 2000 100 4
+"$BIN_DIR/train_lora" "${LORA[@]}" --sample-tokens 10 --vocab data/gpt2 --prompt '!#%' --out "$TMP/l" > "$TMP/l.log" 2>&1 \
+  || { cat "$TMP/l.log"; bad "train_lora --sample-tokens failed"; }
+ts=$(grep -A1 "^sample (step 3):" "$TMP/l.log" | tail -1)
+gs=$("$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/l" --vocab data/gpt2 --prompt '!#%' -n 10 --seed 5 -q --threads 2 2>"$TMP/err")
+[ -n "$ts" ] && [ "$ts" = "!#%$gs" ] && ok "train_lora final sample == generate --adapter on the saved adapter ('$ts')" \
+  || { cat "$TMP/err"; bad "train_lora sample '$ts' vs generate '!#%$gs'"; }
+# a missing vocabulary matters only when sampling is asked for
+( cd "$TMP/elsewhere" && expect_fail "train_gpt2 sampling without a vocabulary" "sampling needs a vocabulary" \
+    "$(cd "$ROOT/$BIN_DIR" && pwd)/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --sample-tokens 4 )
+( cd "$TMP/elsewhere" && "$(cd "$ROOT/$BIN_DIR" && pwd)/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --threads 2 > "$TMP/n.log" 2>&1 ) \
+  && ok "no vocabulary needed without sampling" || { cat "$TMP/n.log"; bad "train_gpt2 without sampling failed outside the repo"; }
+expect_fail "train_gpt2 --sample-tokens beyond n_positions" "--sample-tokens" "$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" \
+    --batch-size 1 --seq-len 16 --steps 1 --sample-tokens 300
+
 echo "test_generate.sh: $checks checks, $fails failed"
 [ $fails -eq 0 ]
