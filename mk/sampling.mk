@@ -12,3 +12,10 @@ generate: $(BINDIR)/generate
 endif
 EXTRA_BINS += $(BINDIR)/generate
 TEST_SCRIPTS += test/test_generate.sh
+
+# The harness test of the key/value-cache attention kernels (test/cuda/test_attention_kv_cuda.cu)
+# links the harness build of llmc/cuda/attention_kv.cu (as mk/nf4.mk does for the NF4 kernels).
+ifneq ($(CUDA_CPU_DIR),)
+$(CUDA_CPU_DIR)/test/cuda/test_attention_kv_cuda: $(CUDA_CPU_DIR)/test/cuda/test_attention_kv_cuda.o $(CUDA_CPU_DIR)/llmc/cuda/attention_kv.o $(CUDA_CPU_RT) $(LIB_ALL_OBJS)
+	$(CXX) $^ -o $@ $(LIB_LINK_FLAGS)
+endif
