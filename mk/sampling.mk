@@ -19,3 +19,10 @@ ifneq ($(CUDA_CPU_DIR),)
 $(CUDA_CPU_DIR)/test/cuda/test_attention_kv_cuda: $(CUDA_CPU_DIR)/test/cuda/test_attention_kv_cuda.o $(CUDA_CPU_DIR)/llmc/cuda/attention_kv.o $(CUDA_CPU_RT) $(LIB_ALL_OBJS)
 	$(CXX) $^ -o $@ $(LIB_LINK_FLAGS)
 endif
+
+# dev benchmark (not a test): make bench-sampling && ./build/dev/bench_sampling [prompt] [new] [threads]
+$(BUILD)/dev/bench_sampling: dev/bench_sampling.c $(LIB_ALL_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB_ALL_OBJS) -o $@ $(LIB_LINK_FLAGS)
+bench-sampling: $(BUILD)/dev/bench_sampling
+.PHONY: bench-sampling
