@@ -168,6 +168,7 @@ int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n
     const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
     if (n_prompt < 1) fatal("give a prompt of at least one token", "sampling needs a prompt (got %d tokens)", n_prompt);
     if (n_new < 1) return 0;
+    if (kv && kv->B != 1) fatal("this is a bug in llmc", "sample_generate with a cache of %d sequences (it generates one)", kv->B);
     const int need = n_prompt + n_new - 1; // the last token is emitted, never fed back
     if (kv ? need > kv->maxT : (m->B < 1 || need > m->T))
         fatal("generate fewer tokens or use a shorter prompt", "prompt (%d tokens) + %d new tokens exceed the %d positions available",

@@ -59,7 +59,7 @@ int sample_token(const float* logits, int V, const SampleParams* sp, uint64_t co
 typedef void (*SampleCallback)(void* ctx, int token, const float* logits, int V);
 
 // Generate up to n_new tokens after prompt[0..n_prompt) for one sequence (n_prompt >= 1).
-// kv: a cache (reset here) or NULL to recompute the full forward for every token, which needs
+// kv: a cache for B = 1 (reset here) or NULL to recompute the full forward for every token, which needs
 // activations for B >= 1 and T >= n_prompt + n_new - 1 (gpt2_alloc_acts). Stops early after
 // emitting stop_id (-1: never). Writes the generated ids to out (may be NULL); returns how many.
 int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n_new,
