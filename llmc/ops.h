@@ -102,6 +102,14 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, int B, int T, int C, int NH);
 
+// Attention of Tn new tokens at positions [pos, pos + Tn) over a key/value cache (sampling).
+// qkv_new: (B, Tn, 3C) as produced by c_attn for the new tokens. First writes their K and V into
+// the caches, laid out (B, NH, maxT, HS) (rows [pos, pos + Tn) of each head), then each new query
+// at position pos + t attends over cache rows [0, pos + t] (causal within the new tokens).
+// out: (B, Tn, C), heads concatenated. Requires pos + Tn <= maxT.
+void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, floatX* vcache,
+                          int B, int pos, int Tn, int maxT, int C, int NH);
+
 // Fused classifier: for each of N rows of logits (row stride Vp, first V columns real),
 // losses[n] = -log softmax(logits[n])[targets[n]] (0 when targets[n] < 0).
 // If dloss != 0, logits are overwritten in place with the gradient

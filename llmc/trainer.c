@@ -7,12 +7,14 @@
 #include "config.h"
 #include "dataloader.h"
 #include "fileio.h"
+#include "generate.h"
 #include "gpt2.h"
 #include "lora.h"
 #include "model_io.h"
 #include "ops.h"
 #include "optimizer.h"
 #include "params.h"
+#include "sampler.h"
 #include "schedule.h"
 #include "zero.h"
 #include <math.h>
@@ -49,6 +51,11 @@ typedef struct {
     int rslora, merge, train_ln_f;
     const char* adapter;
     const char* lora_bias;
+    // ---- sampling (rank 0 prints a completion during / after training)
+    int sample_every, sample_tokens, top_k;
+    float temperature;
+    const char* prompt;
+    const char* vocab;
 } TrainArgs;
 
 static const char* const SCHEDULES[] = {"cosine", "linear", "constant", "wsd", NULL};
@@ -74,6 +81,7 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
     a->eval_every = 0; a->eval_batches = 8; a->save_every = 0; a->keep_checkpoints = 2;
     a->seed = 1337; a->threads = 0; a->shuffle = 0; a->max_skipped = 10;
     a->save_format = "both"; a->zero = 0;
+    a->temperature = 1.0f; a->prompt = "<|endoftext|>";
     a->lora_rank = 8; a->lora_alpha = 16.0f; a->lora_dropout = 0.0f; a->lora_targets = "c_attn"; a->lora_layers = "all"; a->lora_bias = "none";
     const ArgSpec common[] = {
         {"--model", "-e", ARG_STR, &a->model, "PATH|dN", "model to start from: llm.c .bin, .safetensors, sharded index, HF model dir; or d6/d12/d24/d36/d48/tiny to train from scratch", 1, 0, NULL},
@@ -106,6 +114,12 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
         {"--threads", NULL, ARG_INT, &a->threads, "N", "CPU threads; 0 = all cores", 0, 4096, NULL},
         {"--zero", "-z", ARG_INT, &a->zero, "S", "ZeRO stage across ranks: 0 all-reduce gradients, 1 shard optimizer state, 2 shard gradients too", 0, 2, NULL},
         {"--max-skipped-steps", NULL, ARG_INT, &a->max_skipped, "N", "stop after N consecutive steps with a non-finite loss or gradient", 1, 1e9, NULL},
+        {"--sample-every", NULL, ARG_INT, &a->sample_every, "N", "print a sampled completion every N steps and at the end; 0 = only at the end, if --sample-tokens > 0", 0, 1e9, NULL},
+        {"--sample-tokens", NULL, ARG_INT, &a->sample_tokens, "K", "tokens per sample; 0 = no sampling (64 when --sample-every is set)", 0, 1 << 20, NULL},
+        {"--prompt", NULL, ARG_STR, &a->prompt, "TEXT", "prompt of the samples (default <|endoftext|>)", 1, 0, NULL},
+        {"--temperature", NULL, ARG_FLOAT, &a->temperature, "T", "sampling temperature; 0 = greedy", 0, 100, NULL},
+        {"--top-k", NULL, ARG_INT, &a->top_k, "K", "sample among the K most likely tokens; 0 = all", 0, 1 << 30, NULL},
+        {"--vocab", NULL, ARG_STR, &a->vocab, "PATH", "vocabulary for the samples (default: next to --model, else data/gpt2)", 1, 0, NULL},
     };
     // LoRA flags (PEFT defaults where PEFT has one: dropout 0)
     const ArgSpec lora[] = {
@@ -132,6 +146,7 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
     if (!a->model) fatal(hint, "--model is required");
     if (!a->train_data) fatal(hint, "--train-data is required");
     if (a->resume && !a->out_dir) fatal(hint, "--resume needs --out DIR (the directory holding the checkpoints)");
+    if (a->sample_every > 0 && a->sample_tokens == 0) a->sample_tokens = 64;
     if (a->warmup > a->steps) fatal(hint, "--warmup-steps (%d) is larger than --steps (%d)", a->warmup, a->steps);
     if (mode == TRAIN_LORA) {
         if (a->merge && !a->out_dir) fatal(hint, "--merge needs --out DIR (where the merged model is written)");
@@ -170,6 +185,11 @@ typedef struct {
     uint64_t rng;
     long skipped_total;
     FILE* log;
+    // sampling (rank 0)
+    Tokenizer* tok;
+    int* prompt_ids;
+    int n_prompt;
+    KVCache* kv;
 } Run;
 
 // Console output comes from rank 0 only.
@@ -456,6 +476,57 @@ static void create_lora(Run* r, const GPT2Config* cfg) {
     r->lora->dropout_seed = (uint64_t)a->seed;
 }
 
+// ----------------------------------------------------------------------------
+// sampling (--sample-*): rank 0 continues --prompt with the current model. The vocabulary and
+// the prompt are checked before training starts, so a bad one fails at once, not hours later.
+
+static void sample_setup(Run* r, const GPT2Config* cfg) {
+    TrainArgs* a = &r->a;
+    if (a->sample_tokens <= 0 || r->rank != 0) return;
+    char vpath[4200];
+    if (gen_find_vocab(a->vocab, a->model, vpath, sizeof(vpath)) != 0)
+        fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or drop --sample-tokens / --sample-every",
+              "sampling needs a vocabulary and none was found for --model %s (nor data/gpt2)", a->model);
+    r->tok = (Tokenizer*)mallocCheck(sizeof(Tokenizer));
+    tok_load(r->tok, vpath);
+    gen_encode_prompt(r->tok, a->prompt, cfg->vocab_size, "--prompt", &r->prompt_ids, &r->n_prompt);
+    if (r->n_prompt + a->sample_tokens - 1 > cfg->max_seq_len)
+        fatal("lower --sample-tokens or shorten --prompt", "the prompt (%d tokens) + --sample-tokens %d exceed the model's %d positions",
+              r->n_prompt, a->sample_tokens, cfg->max_seq_len);
+}
+
+static void sample_now(Run* r) {
+    TrainArgs* a = &r->a;
+    if (!r->tok) return;
+    if (!r->kv) { // allocated at the first sample, kept for the others
+        r->kv = (KVCache*)mallocCheck(sizeof(KVCache));
+        kv_init(r->kv, &r->model, 1, r->n_prompt + a->sample_tokens - 1);
+    }
+    FILE* copy = NULL;
+    if (a->out_dir) {
+        char path[4200];
+        path_join(path, sizeof(path), a->out_dir, "samples.txt");
+        copy = fopen(path, "ab"); // a log, appended like log.jsonl (NULL: console only)
+        if (copy) fprintf(copy, "step %ld:\n", r->step);
+    }
+    printf("sample (step %ld):\n", r->step);
+    char* text = tok_decode(r->tok, r->prompt_ids, (size_t)r->n_prompt, NULL);
+    if (!(r->n_prompt == 1 && r->prompt_ids[0] == r->tok->eot_id)) { fputs(text, stdout); if (copy) fputs(text, copy); }
+    free(text);
+    SampleParams sp = { a->temperature, a->top_k, (uint64_t)a->seed };
+    GenStream gs = { r->tok, stdout, copy, r->tok->eot_id };
+    sample_generate(&r->model, r->kv, r->prompt_ids, r->n_prompt, a->sample_tokens, &sp, r->tok->eot_id, NULL, gen_stream_token, &gs);
+    printf("\n---\n");
+    fflush(stdout);
+    if (copy) { fputs("\n\n", copy); fclose(copy); }
+}
+
+static void sample_free(Run* r) {
+    if (r->kv) { kv_free(r->kv); free(r->kv); }
+    if (r->tok) { tok_free(r->tok); free(r->tok); }
+    free(r->prompt_ids);
+}
+
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 int trainer_main(int argc, char** argv, TrainMode mode) {
@@ -506,6 +577,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (a->seq_len > cfg.max_seq_len)
         fatal("use a --seq-len no larger than the model's n_positions", "--seq-len %d exceeds the model's maximum sequence length %d",
               a->seq_len, cfg.max_seq_len);
+    sample_setup(r, &cfg);
     if (mode == TRAIN_LORA) create_lora(r, &cfg);
     gpt2_init(&r->model, &cfg, mode == TRAIN_LORA ? lora_base_trainable_mask(r->lora) : GPT2_TRAIN_ALL);
     gpt2_set_params(&r->model, host);
@@ -693,6 +765,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         double sig = (double)g_stop_signal;
         if (r->world > 1) comm_allreduce_max_f64(&r->comm, &sig, 1);
         int stop_now = sig > 0 || (a->stop_after > 0 && steps_this_run >= a->stop_after && r->step < a->steps);
+        if (a->sample_every > 0 && r->step % a->sample_every == 0 && r->step < a->steps) sample_now(r);
         if (stop_now || (a->save_every > 0 && r->step % a->save_every == 0 && r->step < a->steps)) save_checkpoint(r);
         if (stop_now) {
             interrupted = 1;
@@ -702,11 +775,13 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         }
     }
     if (!interrupted) {
+        sample_now(r);
         save_checkpoint(r);
         save_final(r);
     }
 
     if (r->log) fclose(r->log);
+    sample_free(r);
     free(r->inputs); free(r->targets);
     dl_free(&r->train);
     if (r->has_val) dl_free(&r->val);

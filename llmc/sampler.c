@@ -1,0 +1,204 @@
+#include "sampler.h"
+#include "check.h"
+#include "linear.h"
+#include "lora.h"
+#include "rand.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KV_MAX_CHUNK 256 // prompt tokens per forward call: bounds the activations, not the prompt
+
+void kv_init(KVCache* kv, GPT2* m, int B, int maxT) {
+    memset(kv, 0, sizeof(*kv));
+    if (B < 1 || maxT < 1 || maxT > m->cfg.max_seq_len)
+        fatal("ask for at most n_positions tokens in all", "key/value cache of %d sequences x %d tokens: the model holds at most %d positions",
+              B, maxT, m->cfg.max_seq_len);
+    kv->m = m; kv->B = B; kv->maxT = maxT;
+    kv->chunk = maxT < KV_MAX_CHUNK ? maxT : KV_MAX_CHUNK;
+    if (m->lora) { // the adapters' scratch holds lm->scratch_N rows
+        int rows = m->lora->scratch_N / B;
+        if (rows < 1) fatal("this is a bug in llmc", "LoRA scratch of %d rows for a cache of %d sequences", m->lora->scratch_N, B);
+        if (kv->chunk > rows) kv->chunk = rows;
+    }
+    const size_t L = (size_t)m->cfg.num_layers, C = (size_t)m->cfg.channels, Vp = (size_t)m->cfg.padded_vocab_size;
+    const size_t cache = L * (size_t)B * (size_t)maxT * C * sizeof(floatX);
+    kv->kcache = (floatX*)ops_alloc(cache);
+    kv->vcache = (floatX*)ops_alloc(cache);
+    const size_t N = (size_t)B * kv->chunk, X = sizeof(floatX);
+    void** ptr[] = { (void**)&kv->x, (void**)&kv->res2, (void**)&kv->ln, (void**)&kv->qkv, (void**)&kv->atty, (void**)&kv->proj,
+                     (void**)&kv->fch, (void**)&kv->fch_gelu, (void**)&kv->fcproj, (void**)&kv->logits, (void**)&kv->mean,
+                     (void**)&kv->rstd, (void**)&kv->tokens_dev };
+    size_t bytes[] = { N * C * X, N * C * X, N * C * X, N * 3 * C * X, N * C * X, N * C * X,
+                       N * 4 * C * X, N * 4 * C * X, N * C * X, (size_t)B * Vp * X, N * sizeof(float),
+                       N * sizeof(float), N * sizeof(int) };
+    const int n = (int)(sizeof(bytes) / sizeof(bytes[0]));
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (bytes[i] + 255) & ~(size_t)255;
+    kv->mem = ops_alloc(total);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) { *ptr[i] = (char*)kv->mem + off; off += (bytes[i] + 255) & ~(size_t)255; }
+    kv->logits_host = (float*)mallocCheck((size_t)B * Vp * sizeof(float));
+}
+
+void kv_free(KVCache* kv) {
+    if (kv->kcache) { ops_free(kv->kcache); ops_free(kv->vcache); ops_free(kv->mem); }
+    free(kv->logits_host);
+    memset(kv, 0, sizeof(*kv));
+}
+
+void kv_reset(KVCache* kv) { kv->pos = 0; }
+
+size_t kv_bytes(const KVCache* kv) {
+    const GPT2Config* c = &kv->m->cfg;
+    size_t cache = 2 * (size_t)c->num_layers * kv->B * kv->maxT * c->channels * sizeof(floatX);
+    size_t N = (size_t)kv->B * kv->chunk;
+    return cache + N * (size_t)c->channels * 15 * sizeof(floatX) + (size_t)kv->B * c->padded_vocab_size * sizeof(floatX);
+}
+
+// Layer l's slice of a per-layer parameter.
+static inline const floatX* LP(const GPT2* m, ParamId id, int l) {
+    return m->p[id] + (size_t)l * params_layer_numel(&m->pt, id);
+}
+
+// One forward over Tn <= chunk new tokens per sequence (ids already checked).
+static void kv_forward_chunk(KVCache* kv, const int* tokens, int Tn) {
+    GPT2* m = kv->m;
+    const int B = kv->B, L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads, Vp = m->cfg.padded_vocab_size;
+    const int N = B * Tn;
+    const size_t layer_cache = (size_t)B * kv->maxT * C;
+    int* dev_tokens = kv->tokens_dev;
+    ops_to_device(dev_tokens, tokens, (size_t)N * sizeof(int));
+    // positions pos.. use rows pos.. of wpe
+    encoder_forward(kv->x, dev_tokens, m->p[PT_WTE], m->p[PT_WPE] + (size_t)kv->pos * C, B, Tn, C);
+    layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->x, m->p[PT_LN1W], m->p[PT_LN1B], N, C);
+    for (int l = 0; l < L; l++) {
+        linear_forward(m, PT_QKVW, l, kv->qkv, NULL, kv->ln, N);
+        attention_forward_kv(kv->atty, kv->qkv, kv->kcache + l * layer_cache, kv->vcache + l * layer_cache,
+                             B, kv->pos, Tn, kv->maxT, C, NH);
+        linear_forward(m, PT_ATTPROJW, l, kv->proj, NULL, kv->atty, N);
+        fused_residual_layernorm_forward(kv->res2, kv->ln, kv->mean, kv->rstd, kv->x, kv->proj,
+                                         LP(m, PT_LN2W, l), LP(m, PT_LN2B, l), N, C);
+        linear_forward(m, PT_FCW, l, kv->fch, kv->fch_gelu, kv->ln, N);
+        linear_forward(m, PT_FCPROJW, l, kv->fcproj, NULL, kv->fch_gelu, N);
+        // the layer's output replaces its input in x; ln gets the next layernorm (or ln_f)
+        const floatX* w = l + 1 < L ? LP(m, PT_LN1W, l + 1) : m->p[PT_LNFW];
+        const floatX* b = l + 1 < L ? LP(m, PT_LN1B, l + 1) : m->p[PT_LNFB];
+        fused_residual_layernorm_forward(kv->x, kv->ln, kv->mean, kv->rstd, kv->res2, kv->fcproj, w, b, N, C);
+    }
+    // logits of the last new position of each sequence only (lm_head tied to wte)
+    for (int b = 0; b < B; b++)
+        matmul_forward(kv->logits + (size_t)b * Vp, NULL, kv->ln + ((size_t)b * Tn + Tn - 1) * C, m->p[PT_WTE], NULL, 1, C, Vp);
+    kv->pos += Tn;
+}
+
+const float* kv_forward(KVCache* kv, const int* tokens, int Tn) {
+    GPT2* m = kv->m;
+    const int B = kv->B, V = m->cfg.vocab_size;
+    if (Tn < 1 || kv->pos + Tn > kv->maxT)
+        fatal("generate fewer tokens or use a shorter prompt", "%d tokens in all exceed the key/value cache of %d positions",
+              kv->pos + Tn, kv->maxT);
+    for (int i = 0; i < B * Tn; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            fatal("the prompt was tokenized with a different vocabulary than the model's",
+                  "token id %d is out of range for the model's vocabulary (%d)", tokens[i], V);
+    int* part = (int*)mallocCheck((size_t)B * kv->chunk * sizeof(int));
+    for (int t0 = 0; t0 < Tn; t0 += kv->chunk) {
+        int cn = Tn - t0 < kv->chunk ? Tn - t0 : kv->chunk;
+        for (int b = 0; b < B; b++) memcpy(part + (size_t)b * cn, tokens + (size_t)b * Tn + t0, (size_t)cn * sizeof(int));
+        kv_forward_chunk(kv, part, cn);
+    }
+    free(part);
+    ops_download_f32(kv->logits_host, kv->logits, (size_t)B * m->cfg.padded_vocab_size);
+    return kv->logits_host;
+}
+
+// ----------------------------------------------------------------------------
+// choosing a token
+
+// min-heap on (logit, then higher id counts as smaller so lower ids win ties) of the top k
+static int heap_less(const float* lg, int a, int b) { return lg[a] < lg[b] || (lg[a] == lg[b] && a > b); }
+static void heap_down(int* h, int n, int i, const float* lg) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, s = i;
+        if (l < n && heap_less(lg, h[l], h[s])) s = l;
+        if (r < n && heap_less(lg, h[r], h[s])) s = r;
+        if (s == i) return;
+        int t = h[i]; h[i] = h[s]; h[s] = t;
+        i = s;
+    }
+}
+static int cmp_int(const void* a, const void* b) { int x = *(const int*)a, y = *(const int*)b; return (x > y) - (x < y); }
+
+int sample_token(const float* logits, int V, const SampleParams* sp, uint64_t counter, float* scratch_f, int* scratch_i) {
+    if (sp->temperature <= 0.0f || sp->top_k == 1) {
+        int best = 0;
+        for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    float* p = scratch_f ? scratch_f : (float*)mallocCheck((size_t)V * sizeof(float));
+    int* idx = scratch_i ? scratch_i : (int*)mallocCheck((size_t)V * sizeof(int));
+    int n = V;
+    if (sp->top_k > 0 && sp->top_k < V) {
+        // keep the k largest in a min-heap, then visit them in increasing id order
+        n = sp->top_k;
+        for (int i = 0; i < n; i++) idx[i] = i;
+        for (int i = n / 2 - 1; i >= 0; i--) heap_down(idx, n, i, logits);
+        for (int i = n; i < V; i++)
+            if (heap_less(logits, idx[0], i)) { idx[0] = i; heap_down(idx, n, 0, logits); }
+        qsort(idx, (size_t)n, sizeof(int), cmp_int);
+    } else {
+        for (int i = 0; i < V; i++) idx[i] = i;
+    }
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) if (logits[idx[i]] > mx) mx = logits[idx[i]];
+    double sum = 0.0;
+    const float inv_t = 1.0f / sp->temperature;
+    for (int i = 0; i < n; i++) { p[i] = expf((logits[idx[i]] - mx) * inv_t); sum += p[i]; }
+    double u = rand_uniform(sp->seed, SAMPLE_RNG_STREAM, counter) * sum, c = 0.0;
+    int tok = idx[n - 1];
+    for (int i = 0; i < n; i++) { c += p[i]; if (u < c) { tok = idx[i]; break; } }
+    if (!scratch_f) free(p);
+    if (!scratch_i) free(idx);
+    return tok;
+}
+
+int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n_new,
+                    const SampleParams* sp, int stop_id, int* out, SampleCallback cb, void* ctx) {
+    const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    if (n_prompt < 1) fatal("give a prompt of at least one token", "sampling needs a prompt (got %d tokens)", n_prompt);
+    if (n_new < 1) return 0;
+    if (kv && kv->B != 1) fatal("this is a bug in llmc", "sample_generate with a cache of %d sequences (it generates one)", kv->B);
+    const int need = n_prompt + n_new - 1; // the last token is emitted, never fed back
+    if (kv ? need > kv->maxT : (m->B < 1 || need > m->T))
+        fatal("generate fewer tokens or use a shorter prompt", "prompt (%d tokens) + %d new tokens exceed the %d positions available",
+              n_prompt, n_new, kv ? kv->maxT : m->T);
+    int saved_mode = 0;
+    if (m->lora) { saved_mode = m->lora->train_mode; m->lora->train_mode = 0; } // no dropout
+    int* seq = (int*)mallocCheck((size_t)(need + 1) * sizeof(int));
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof(int));
+    float* sf = (float*)mallocCheck((size_t)V * sizeof(float));
+    int* si = (int*)mallocCheck((size_t)V * sizeof(int));
+    float* row = kv ? NULL : (float*)mallocCheck((size_t)Vp * sizeof(float));
+    int len = n_prompt, produced = 0;
+    if (kv) kv_reset(kv);
+    for (int i = 0; i < n_new; i++) {
+        const float* logits;
+        if (kv) {
+            logits = kv_forward(kv, seq + kv->pos, len - kv->pos);
+        } else {
+            gpt2_forward(m, seq, NULL, 1, len, 0.0f, NULL);
+            ops_download_f32(row, m->acts.logits + (size_t)(len - 1) * Vp, (size_t)Vp);
+            logits = row;
+        }
+        int tok = sample_token(logits, V, sp, (uint64_t)i, sf, si);
+        if (out) out[produced] = tok;
+        produced++;
+        if (cb) cb(ctx, tok, logits, V);
+        if (tok == stop_id) break;
+        seq[len++] = tok;
+    }
+    free(seq); free(sf); free(si); free(row);
+    if (m->lora) m->lora->train_mode = saved_mode;
+    return produced;
+}

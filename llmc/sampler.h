@@ -1,0 +1,71 @@
+// Sampling from a GPT-2: a key/value cache with an incremental forward (each new token costs one
+// row through the model instead of the whole sequence), and the token choice (greedy, or
+// temperature + top-k with a counter-based RNG, so a seed reproduces a completion exactly).
+//
+// The incremental forward runs the same layers as gpt2_forward (linear_forward, so LoRA
+// adapters apply; layernorms and attention through the op interface) and computes logits for
+// the last position only. Without a cache, the same generation loop recomputes gpt2_forward
+// over the whole sequence for every token (slow, for tests and --no-kv-cache).
+#ifndef LLMC_SAMPLER_H
+#define LLMC_SAMPLER_H
+
+#include <stdint.h>
+#include "gpt2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    GPT2* m;
+    int B, maxT;        // capacity: B sequences of up to maxT tokens
+    int chunk;          // most new tokens per forward call (prompts are fed in chunks)
+    int pos;            // tokens already in the cache
+    floatX* kcache;     // (L, B, NH, maxT, HS)
+    floatX* vcache;
+    void* mem;          // one allocation for the per-call activations below
+    floatX *x, *res2, *ln, *qkv, *atty, *proj, *fch, *fch_gelu, *fcproj, *logits; // rows: B * chunk
+    float *mean, *rstd;
+    int* tokens_dev;    // (B * chunk) ids of the new tokens, backend memory
+    float* logits_host; // (B, Vp): fp32 logits of the last position of each sequence
+} KVCache;
+
+// Allocate a cache for B sequences of up to maxT tokens (maxT <= the model's n_positions).
+// With LoRA adapters, attach them before this (their scratch bounds the chunk size).
+void kv_init(KVCache* kv, GPT2* m, int B, int maxT);
+void kv_free(KVCache* kv);
+void kv_reset(KVCache* kv);          // forget the cached tokens
+size_t kv_bytes(const KVCache* kv);  // cache + activations, for the memory report
+// Feed Tn new tokens per sequence (tokens: host (B, Tn)), at positions [pos, pos + Tn).
+// Returns host fp32 logits (B, Vp) of the last new position (valid until the next call).
+const float* kv_forward(KVCache* kv, const int* tokens, int Tn);
+
+typedef struct {
+    float temperature;  // <= 0: greedy (argmax)
+    int top_k;          // 0: whole vocabulary; 1: greedy
+    uint64_t seed;
+} SampleParams;
+
+// RNG stream of token choices (llmc/rand.h): token i of a completion uses counter i.
+#define SAMPLE_RNG_STREAM 0x53414d504c45ull
+
+// Choose a token from fp32 logits[0..V). scratch: V floats + V ints (or NULL: allocated here).
+// Greedy picks the first maximum. Otherwise the top_k largest logits (all with top_k 0) are
+// scaled by 1 / temperature, softmaxed, and one is drawn with u = rand_uniform(seed, stream,
+// counter): the first token, in increasing id order, whose cumulative probability exceeds u.
+int sample_token(const float* logits, int V, const SampleParams* sp, uint64_t counter, float* scratch_f, int* scratch_i);
+
+// Per generated token: its id, and the logits it was drawn from (fp32, V entries).
+typedef void (*SampleCallback)(void* ctx, int token, const float* logits, int V);
+
+// Generate up to n_new tokens after prompt[0..n_prompt) for one sequence (n_prompt >= 1).
+// kv: a cache for B = 1 (reset here) or NULL to recompute the full forward for every token, which needs
+// activations for B >= 1 and T >= n_prompt + n_new - 1 (gpt2_alloc_acts). Stops early after
+// emitting stop_id (-1: never). Writes the generated ids to out (may be NULL); returns how many.
+int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n_new,
+                    const SampleParams* sp, int stop_id, int* out, SampleCallback cb, void* ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_SAMPLER_H

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# End-to-end `generate`: a tiny model with the GPT-2 vocabulary (train_gpt2 --model tiny, one
+# step) continues a text prompt; a seed reproduces the text; the key/value cache gives the text
+# of the full recomputation; the vocabulary is found next to the model or in data/gpt2; a LoRA
+# adapter applies; bad flags and a missing vocabulary get their message.
+source "$(dirname "$0")/lib.sh"
+GEN="$(cd "$BIN_DIR" && pwd)/generate"
+ROOT=$(pwd)
+make_shard "$TMP/train.bin" 2000 50257 1
+"$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --steps 1 \
+    --save-format hf --out "$TMP/m" --threads 2 > "$TMP/train.log" 2>&1 || { cat "$TMP/train.log"; bad "train_gpt2 tiny failed"; }
+M="$TMP/m"
+run() { "$GEN" --model "$M" --threads 2 "$@" 2> "$TMP/err"; }
+
+out=$(run --prompt "The quick brown fox" -n 16 --seed 7) || { cat "$TMP/err"; bad "generate failed"; }
+[[ "$out" == "The quick brown fox"* ]] && [ ${#out} -gt 19 ] && ok "text prompt continued: $(head -c 80 <<<"$out" | tr '\n' ' ')" \
+  || bad "output does not continue the prompt: '$out'"
+grep -q "generated 16 tokens" "$TMP/err" && ok "16 tokens generated" || { cat "$TMP/err"; bad "token count line missing"; }
+
+a=$(run --prompt "The quick brown fox" -n 16 --seed 7 -q); b=$(run --prompt "The quick brown fox" -n 16 --seed 7 -q)
+c=$(run --prompt "The quick brown fox" -n 16 --seed 8 -q)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "same seed, same text" || bad "seed 7 twice: '$a' vs '$b'"
+[ "$a" != "$c" ] && ok "another seed, another text" || bad "seeds 7 and 8 gave the same text"
+d=$(run --prompt "The quick brown fox" -n 16 --seed 7 -q --no-kv-cache)
+[ "$a" = "$d" ] && ok "kv cache == full recomputation (sampled, seed 7)" || bad "cache '$a' vs no cache '$d'"
+g1=$(run --prompt "Once upon a time" -n 12 --temperature 0 -q); g2=$(run --prompt "Once upon a time" -n 12 --top-k 1 --seed 3 -q)
+g3=$(run --prompt "Once upon a time" -n 12 --temperature 0 -q --no-kv-cache)
+[ -n "$g1" ] && [ "$g1" = "$g2" ] && [ "$g1" = "$g3" ] && ok "greedy: temperature 0 == top-k 1 == no cache" || bad "greedy variants differ: '$g1' '$g2' '$g3'"
+k=$(run --prompt "Once upon a time" -n 12 --top-k 40 --temperature 0.8 --seed 1 -q)
+[ -n "$k" ] && ok "top-k 40 at temperature 0.8 runs" || bad "top-k sampling printed nothing"
+
+# the vocabulary: next to the model, or data/gpt2 relative to the working directory
+mkdir -p "$TMP/elsewhere"
+( cd "$TMP/elsewhere" && expect_fail "no vocabulary anywhere" "no vocabulary found" "$GEN" --model "$M" --prompt hi -n 2 )
+cp "$ROOT"/data/gpt2/* "$M"/
+v=$( cd "$TMP/elsewhere" && "$GEN" --model "$M" --prompt "The quick brown fox" -n 16 --seed 7 -q --threads 2 2>"$TMP/err" )
+[ "$v" = "$a" ] && ok "vocabulary found next to the model" || { cat "$TMP/err"; bad "vocab next to the model: '$v'"; }
+expect_fail "--vocab missing" "nope" "$GEN" --model "$M" --vocab "$TMP/nope" --prompt hi
+
+# bad flags and inputs
+expect_fail "no --model" "--model is required" "$GEN" --prompt hi
+expect_fail "negative temperature" "--temperature" "$GEN" --model "$M" --temperature -1
+expect_fail "unknown flag" "--bogus" "$GEN" --model "$M" --bogus
+expect_fail "too many tokens" "--max-new-tokens" "$GEN" --model "$M" --prompt hi --max-new-tokens 1000
+expect_fail "missing model" "$TMP/none" "$GEN" --model "$TMP/none" --vocab data/gpt2
+# a model with a smaller vocabulary than the prompt's tokens
+expect_fail "prompt outside the model's vocabulary" "outside the model's vocabulary" "$GEN" --model test/ref/gpt2_tiny --vocab data/gpt2 --prompt "Hello"
+
+# LoRA: ids < 100 of the GPT-2 vocabulary are single ASCII characters, so the vocab-100 test
+# model continues a prompt of them
+la=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear --vocab data/gpt2 --prompt '!#%' -n 10 --seed 2 -q 2>"$TMP/err") \
+  || { cat "$TMP/err"; bad "generate with --adapter failed"; }
+lb=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear --vocab data/gpt2 --prompt '!#%' -n 10 --seed 2 -q --no-kv-cache 2>"$TMP/err")
+[ ${#la} -eq 10 ] && [ "$la" = "$lb" ] && ok "adapter: 10 characters, cache == no cache ('$la')" || bad "adapter: '$la' vs '$lb'"
+expect_fail "bad adapter dir" "$TMP/noadapter" "$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/noadapter" --vocab data/gpt2 --prompt '!'
+
+# the trainers' --sample-* flags: samples during and after training, on stdout and in samples.txt
+"$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 2 --threads 2 \
+    --sample-every 1 --sample-tokens 8 --prompt "Hello there" --out "$TMP/s" > "$TMP/s.log" 2>&1 || { cat "$TMP/s.log"; bad "train_gpt2 --sample-every failed"; }
+grep -q "^sample (step 1):" "$TMP/s.log" && grep -q "^sample (step 2):" "$TMP/s.log" && [ "$(grep -c '^Hello there' "$TMP/s/samples.txt")" = 2 ] \
+  && ok "train_gpt2 --sample-every 1: samples at steps 1 and 2, in samples.txt" || { cat "$TMP/s.log"; bad "train_gpt2 samples missing"; }
+# train_lora's final sample (kv cache, adapter, seed) is what generate prints with the saved adapter
+LORA=(--model test/ref/gpt2_tiny --train-data "$TMP/train100.bin" --batch-size 2 --seq-len 16 --steps 3 --lr 1e-2 --threads 2
+      --lora-targets all-linear --seed 5 --save-format none)
+make_shard "$TMP/train100.bin" 2000 100 4
+"$BIN_DIR/train_lora" "${LORA[@]}" --sample-tokens 10 --vocab data/gpt2 --prompt '!#%' --out "$TMP/l" > "$TMP/l.log" 2>&1 \
+  || { cat "$TMP/l.log"; bad "train_lora --sample-tokens failed"; }
+ts=$(grep -A1 "^sample (step 3):" "$TMP/l.log" | tail -1)
+gs=$("$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/l" --vocab data/gpt2 --prompt '!#%' -n 10 --seed 5 -q --threads 2 2>"$TMP/err")
+[ -n "$ts" ] && [ "$ts" = "!#%$gs" ] && ok "train_lora final sample == generate --adapter on the saved adapter ('$ts')" \
+  || { cat "$TMP/err"; bad "train_lora sample '$ts' vs generate '!#%$gs'"; }
+# a missing vocabulary matters only when sampling is asked for
+( cd "$TMP/elsewhere" && expect_fail "train_gpt2 sampling without a vocabulary" "sampling needs a vocabulary" \
+    "$(cd "$ROOT/$BIN_DIR" && pwd)/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --sample-tokens 4 )
+( cd "$TMP/elsewhere" && "$(cd "$ROOT/$BIN_DIR" && pwd)/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --threads 2 > "$TMP/n.log" 2>&1 ) \
+  && ok "no vocabulary needed without sampling" || { cat "$TMP/n.log"; bad "train_gpt2 without sampling failed outside the repo"; }
+expect_fail "train_gpt2 --sample-tokens beyond n_positions" "--sample-tokens" "$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" \
+    --batch-size 1 --seq-len 16 --steps 1 --sample-tokens 300
+
+echo "test_generate.sh: $checks checks, $fails failed"
+[ $fails -eq 0 ]
