@@ -50,6 +50,7 @@
 #define sum_f32 cpu_sum_f32
 #define dropout_forward cpu_dropout_forward
 #define mul_inplace cpu_mul_inplace
+#define attention_forward_kv cpu_attention_forward_kv
 #include "ops.h"
 #undef floatX
 #undef ops_init
@@ -82,6 +83,7 @@
 #undef sum_f32
 #undef dropout_forward
 #undef mul_inplace
+#undef attention_forward_kv
 #undef LLMC_OPS_H
 #define LLMC_CUDA 1
 #include "ops.h"

@@ -299,9 +299,11 @@ void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floa
 
 void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floatX* weight,
                     const floatX* bias, int N, int C, int OC) {
-    // out[N,OC] = inp[N,C] * weight[OC,C]^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
-                0.0f, out, OC);
+    // out[N,OC] = inp[N,C] * weight[OC,C]^T. One row (token-by-token generation with the KV
+    // cache) is a GEMV: sgemm would first pack the whole weight matrix, 2-3x the cost here.
+    if (N == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, 0.0f, out, 1);
+    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
+                     0.0f, out, OC);
     if (bias == NULL && gelu_out == NULL) return;
     // epilogue: one pass over the output while it is still warm in L2/L3
     #pragma omp parallel for schedule(static)
