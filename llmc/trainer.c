@@ -1,5 +1,8 @@
 #define _GNU_SOURCE
 #include "trainer.h"
+#if defined(LLMC_CUDA)
+#include "device.h"
+#endif
 #include "args.h"
 #include "check.h"
 #include "checkpoint.h"
@@ -469,7 +472,13 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     TrainArgs* a = &r->a;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+#if defined(LLMC_CUDA)
+    device_select(&r->comm); // before ops_init: the backend's handles belong to the current GPU
+#endif
     ops_init(a->threads);
+#if defined(LLMC_CUDA)
+    device_attach(&r->comm); // NCCL for the device collectives, even with one rank
+#endif
     r->rng = (uint64_t)a->seed * 0x9E3779B97F4A7C15ull + 1;
 
     // ---- model
@@ -714,6 +723,9 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (r->gshard) ops_free(r->gshard);
     gpt2_free(&r->model);
     lora_free(r->lora);
+#if defined(LLMC_CUDA)
+    device_detach(&r->comm);
+#endif
     comm_finalize(&r->comm);
     return 0;
 }
