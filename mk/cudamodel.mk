@@ -29,7 +29,7 @@ endif
 
 # ---- real CUDA link (nvcc objects)
 CUDA_BIN_DIR := $(BUILD)/cudabin
-CUDA_ALL_OBJS = $(CUDAC_OBJS) $(CUDA_OPS_OBJS) $(COMM_NCCL_OBJ)
+CUDA_ALL_OBJS = $(CUDAC_OBJS) $(CUDA_OPS_OBJS) $(BUILD)/cuda/llmc/cuda/device.o $(COMM_NCCL_OBJ)
 CUDA_LINK_LIBS = $(CUDA_LDLIBS) $(COMM_NCCL_LIBS) $(EXTRA_LIBS) -lgomp -lm -lpthread
 NVCC_ENTRY_FLAGS := -std=c++17 -O3 -DLLMC_CUDA $(NVCC_ARCHS) -Illmc -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
 
@@ -55,9 +55,11 @@ test-gpt2-gpu: $(BUILD)/test/test_gpt2_gpu
 .PHONY: test-gpt2-gpu
 
 # link check, no GPU needed: `make test` runs it when nvcc is found
-cuda-build-check: $(CUDA_BIN_DIR)/train_gpt2 $(CUDA_BIN_DIR)/train_lora $(BUILD)/test/test_gpt2_gpu
+# (also the GPU op test and the op benchmark of mk/cudakern.mk)
+cuda-build-check: $(CUDA_BIN_DIR)/train_gpt2 $(CUDA_BIN_DIR)/train_lora $(BUILD)/test/test_gpt2_gpu \
+        $(BUILD)/test/test_cuda_ops_gpu dev/cuda/build/bench_ops
 	@for b in $^; do nm -u $$b | grep -q cublasLtMatmul || { echo "cuda-build-check: $$b does not use cuBLASLt"; exit 1; }; done
-	@echo "cuda-build-check: train_gpt2, train_lora and test_gpt2_gpu compile and link for the CUDA backend (cuBLASLt, cudart, NCCL, MPI)"
+	@echo "cuda-build-check: train_gpt2, train_lora, test_gpt2_gpu, test_cuda_ops_gpu and bench_ops compile and link for the CUDA backend (cuBLASLt, cudart, NCCL, MPI)"
 .PHONY: cuda-build-check
 
 # `make test` (plain pass) links the CUDA binaries when nvcc is found
