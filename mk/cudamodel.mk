@@ -66,3 +66,4 @@ cuda-build-check: $(CUDA_BIN_DIR)/train_gpt2 $(CUDA_BIN_DIR)/train_lora $(BUILD)
 ifeq ($(HAVE_NVCC)$(SAN),1)
 test-build: cuda-build-check
 endif
+TEST_SCRIPTS += test/test_recompute.sh
