@@ -51,6 +51,43 @@ static double rel_to_max(const float* a, const float* b, size_t n) {
     return m > 0 ? d / m : d;
 }
 
+// Every parameter gradient of m against transformers'; returns the worst error relative to max |ref|.
+static double check_grads(GPT2* mp, const ParamTable* ptp, const GPT2Config* cfgp, StFile* refp, char* worst_key_out, size_t wk) {
+    GPT2& m = *mp; const ParamTable& pt = *ptp; const GPT2Config& cfg = *cfgp; StFile& ref = *refp;
+    const int V = cfg.vocab_size;
+    double worst = 0; char worst_key[300] = "";
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+        const ParamInfo* p = &pt.t[id];
+        int layers = p->per_layer ? cfg.num_layers : 1;
+        size_t rows = id == PT_WTE ? (size_t)V : p->rows, cols = p->cols;
+        size_t ln = params_layer_numel(&pt, (ParamId)id);
+        float* ours = (float*)mallocCheck(rows * cols * sizeof(float));
+        float* gl = (float*)mallocCheck(ln * sizeof(float));
+        for (int l = 0; l < layers; l++) {
+            char key[256], gkey[300];
+            params_hf_key(key, sizeof(key), (ParamId)id, l, "transformer.");
+            snprintf(gkey, sizeof(gkey), "grad.%s", key);
+            size_t n;
+            float* want = read_ref(&ref, gkey, &n);
+            TEST_CHECK(n == rows * cols, "%s size", gkey);
+            ops_download_f32(gl, m.g[id] + (size_t)l * ln, ln);
+            // HF Conv1D weights are [in, out]; ours are [out, in]
+            for (size_t r = 0; r < rows; r++)
+                for (size_t c = 0; c < cols; c++)
+                    ours[p->hf_transposed ? c * rows + r : r * cols + c] = gl[r * cols + c];
+            if (id == PT_WTE) // the padding rows of the vocabulary never get a gradient
+                for (size_t i = (size_t)V * cols; i < p->rows * cols; i++) TEST_CHECK(gl[i] == 0.0f, "wte padding grad");
+            double e = rel_to_max(ours, want, n);
+            if (e > worst) { worst = e; snprintf(worst_key, sizeof(worst_key), "%s", gkey); }
+            test_allclose(gkey, ours, want, n, 0.0, TOL_GRAD * max_abs(want, n));
+            free(want);
+        }
+        free(ours); free(gl);
+    }
+    snprintf(worst_key_out, wk, "%s", worst_key);
+    return worst;
+}
+
 int main(void) {
     ops_init(0);
     printf("backend: %s\n", ops_backend_name());
@@ -95,36 +132,30 @@ int main(void) {
     printf("loss %.7f (transformers %.7f, error %.3g)\n", loss, ref_loss[0], fabs((double)loss - ref_loss[0]));
     TEST_CHECK(fabs((double)loss - ref_loss[0]) <= TOL_LOSS, "loss %.7f vs transformers %.7f", loss, ref_loss[0]);
     gpt2_backward(&m);
-    double worst = 0; char worst_key[300] = "";
-    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
-        const ParamInfo* p = &pt.t[id];
-        int layers = p->per_layer ? cfg.num_layers : 1;
-        size_t rows = id == PT_WTE ? (size_t)V : p->rows, cols = p->cols;
-        size_t ln = params_layer_numel(&pt, (ParamId)id);
-        float* ours = (float*)mallocCheck(rows * cols * sizeof(float));
-        float* gl = (float*)mallocCheck(ln * sizeof(float));
-        for (int l = 0; l < layers; l++) {
-            char key[256], gkey[300];
-            params_hf_key(key, sizeof(key), (ParamId)id, l, "transformer.");
-            snprintf(gkey, sizeof(gkey), "grad.%s", key);
-            size_t n;
-            float* want = read_ref(&ref, gkey, &n);
-            TEST_CHECK(n == rows * cols, "%s size", gkey);
-            ops_download_f32(gl, m.g[id] + (size_t)l * ln, ln);
-            // HF Conv1D weights are [in, out]; ours are [out, in]
-            for (size_t r = 0; r < rows; r++)
-                for (size_t c = 0; c < cols; c++)
-                    ours[p->hf_transposed ? c * rows + r : r * cols + c] = gl[r * cols + c];
-            if (id == PT_WTE) // the padding rows of the vocabulary never get a gradient
-                for (size_t i = (size_t)V * cols; i < p->rows * cols; i++) TEST_CHECK(gl[i] == 0.0f, "wte padding grad");
-            double e = rel_to_max(ours, want, n);
-            if (e > worst) { worst = e; snprintf(worst_key, sizeof(worst_key), "%s", gkey); }
-            test_allclose(gkey, ours, want, n, 0.0, TOL_GRAD * max_abs(want, n));
-            free(want);
-        }
-        free(ours); free(gl);
-    }
+    char worst_key[300];
+    double worst = check_grads(&m, &pt, &cfg, &ref, worst_key, sizeof(worst_key));
     printf("gradients: worst error %.3g of max |ref| (%s)\n", worst, worst_key);
+
+    // ---- the same loss and gradients with activation recompute level 2 (GELU and layernorms
+    // recomputed in backward by the GELU / layernorm kernels instead of kept from the forward)
+    {
+        GPT2 mr;
+        gpt2_init(&mr, &cfg, GPT2_TRAIN_ALL);
+        gpt2_set_params(&mr, host);
+        gpt2_set_recompute(&mr, GPT2_RECOMPUTE_LN);
+        gpt2_alloc_acts(&mr, B, T);
+        TEST_CHECK(mr.act_bytes < m.act_bytes, "recompute 2 does not shrink the activations");
+        gpt2_zero_grads(&mr);
+        long nvr = 0;
+        double lr_sum = gpt2_forward(&mr, inputs, targets, B, T, 1.0f / (float)valid, &nvr);
+        gpt2_backward(&mr);
+        double lr_err = fabs(lr_sum / (double)nvr - ref_loss[0]);
+        TEST_CHECK(lr_err <= TOL_LOSS, "recompute 2: loss error %.3g", lr_err);
+        char wk[300];
+        double wr = check_grads(&mr, &pt, &cfg, &ref, wk, sizeof(wk));
+        printf("recompute 2: loss error %.3g, gradients: worst error %.3g of max |ref| (%s)\n", lr_err, wr, wk);
+        gpt2_free(&mr);
+    }
 
     // ---- 10 AdamW steps (fp32 master weights, stochastic rounding to bf16), hyperparameters as
     // stated in the reference's metadata
