@@ -27,6 +27,7 @@ typedef __nv_bfloat16 floatX;
 // __nv_bfloat16, which is a struct of one unsigned short too) keeps the C code away from
 // cuda_bf16.h (C++ only) and turns any accidental arithmetic into a compile error.
 typedef struct { unsigned short bits; } floatX;
+_Static_assert(sizeof(floatX) == 2, "floatX must have the size of __nv_bfloat16");
 #else
 typedef float floatX;
 #endif

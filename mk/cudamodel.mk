@@ -30,7 +30,8 @@ endif
 # ---- real CUDA link (nvcc objects)
 CUDA_BIN_DIR := $(BUILD)/cudabin
 CUDA_ALL_OBJS = $(CUDAC_OBJS) $(CUDA_OPS_OBJS) $(BUILD)/cuda/llmc/cuda/device.o $(COMM_NCCL_OBJ)
-CUDA_LINK_LIBS = $(CUDA_LDLIBS) $(COMM_NCCL_LIBS) $(EXTRA_LIBS) -lgomp -lm -lpthread
+# ($(LDFLAGS): OpenMP of the shared C, and the sanitizers of a SAN=1 build)
+CUDA_LINK_LIBS = $(LDFLAGS) $(CUDA_LDLIBS) $(COMM_NCCL_LIBS) $(EXTRA_LIBS) -lm -lpthread
 NVCC_ENTRY_FLAGS := -std=c++17 -O3 -DLLMC_CUDA $(NVCC_ARCHS) -Illmc -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
 
 $(BUILD)/cuda/%.entry.o: %.cu $(wildcard llmc/*.h)
