@@ -57,6 +57,14 @@ static size_t carve(void* base, void** ptrs[], const size_t* bytes, int n) {
     return off;
 }
 
+void gpt2_set_recompute(GPT2* m, int level) {
+    if (level < GPT2_RECOMPUTE_NONE || level > GPT2_RECOMPUTE_LN)
+        fatal("use --recompute 0 (keep every activation), 1 (recompute GELU) or 2 (GELU and layernorms)",
+              "recompute level %d is out of range", level);
+    if (level != m->recompute && m->act_memory) m->B = m->T = 0; // carve again at the next alloc
+    m->recompute = level;
+}
+
 void gpt2_alloc_acts(GPT2* m, int B, int T) {
     if (m->act_memory && m->B == B && m->T == T) return;
     if (T > m->cfg.max_seq_len)
@@ -66,6 +74,8 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
     m->B = B; m->T = T;
     size_t L = (size_t)m->cfg.num_layers, C = (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
     size_t BT = (size_t)B * T, Vp = (size_t)m->cfg.padded_vocab_size, X = sizeof(floatX), F = sizeof(float);
+    // layers kept: L, or 1 for the buffers backward recomputes (one layer at a time)
+    size_t Lg = m->recompute >= GPT2_RECOMPUTE_GELU ? 1 : L, Lln = m->recompute >= GPT2_RECOMPUTE_LN ? 1 : L;
     GPT2Acts* a = &m->acts;
     void** aptr[] = {
         (void**)&a->encoded, (void**)&a->ln1, (void**)&a->ln1_mean, (void**)&a->ln1_rstd, (void**)&a->qkv,
@@ -74,9 +84,9 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
         (void**)&a->residual3, (void**)&a->lnf, (void**)&a->lnf_mean, (void**)&a->lnf_rstd, (void**)&a->logits,
         (void**)&a->losses };
     size_t abytes[] = {
-        BT * C * X, L * BT * C * X, L * BT * F, L * BT * F, L * BT * 3 * C * X,
-        L * BT * C * X, L * B * NH * T * F, L * BT * C * X, L * BT * C * X, L * BT * C * X,
-        L * BT * F, L * BT * F, L * BT * 4 * C * X, L * BT * 4 * C * X, L * BT * C * X,
+        BT * C * X, Lln * BT * C * X, L * BT * F, L * BT * F, L * BT * 3 * C * X,
+        L * BT * C * X, L * B * NH * T * F, L * BT * C * X, L * BT * C * X, Lln * BT * C * X,
+        L * BT * F, L * BT * F, L * BT * 4 * C * X, Lg * BT * 4 * C * X, L * BT * C * X,
         L * BT * C * X, BT * C * X, BT * F, BT * F, BT * Vp * X,
         BT * F };
     int na = (int)(sizeof(abytes) / sizeof(abytes[0]));
@@ -86,11 +96,13 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
 
     GPT2Scratch* s = &m->scr;
     void** sptr[] = { (void**)&s->dresidual, (void**)&s->dln, (void**)&s->datty, (void**)&s->dqkv,
-                      (void**)&s->dfch, (void**)&s->dfch_gelu };
-    size_t sbytes[] = { BT * C * X, BT * C * X, BT * C * X, BT * 3 * C * X, BT * 4 * C * X, BT * 4 * C * X };
-    m->scr_bytes = carve(NULL, NULL, sbytes, 6);
+                      (void**)&s->dfch, (void**)&s->dfch_gelu, (void**)&s->ln_mean, (void**)&s->ln_rstd };
+    size_t sbytes[] = { BT * C * X, BT * C * X, BT * C * X, BT * 3 * C * X, BT * 4 * C * X, BT * 4 * C * X,
+                        m->recompute >= GPT2_RECOMPUTE_LN ? BT * F : 0, m->recompute >= GPT2_RECOMPUTE_LN ? BT * F : 0 };
+    int ns = (int)(sizeof(sbytes) / sizeof(sbytes[0]));
+    m->scr_bytes = carve(NULL, NULL, sbytes, ns);
     m->scr_memory = ops_alloc(m->scr_bytes);
-    carve(m->scr_memory, sptr, sbytes, 6);
+    carve(m->scr_memory, sptr, sbytes, ns);
 
     m->inputs = (int*)ops_alloc(BT * sizeof(int));
     m->targets = (int*)ops_alloc(BT * sizeof(int));
@@ -127,6 +139,11 @@ static inline floatX* LP(const GPT2* m, ParamId id, int l) {
 static inline floatX* LG(const GPT2* m, ParamId id, int l) {
     return m->g[id] ? m->g[id] + (size_t)l * m->g_stride[id] : NULL;
 }
+// Layer l's slice of an activation buffer that holds every layer, or the one-layer buffer of an
+// activation that backward recomputes (keep_all = 0).
+static inline floatX* LA(floatX* base, int l, size_t per_layer, int keep_all) {
+    return keep_all ? base + (size_t)l * per_layer : base;
+}
 
 double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, long* n_valid) {
     if (B > m->B || T > m->T) fatal("this is a bug in llmc", "forward with B=%d T=%d beyond allocated %d x %d", B, T, m->B, m->T);
@@ -152,15 +169,16 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, m->p[PT_LN1W], m->p[PT_LN1B], N, C);
     for (int l = 0; l < L; l++) {
         const floatX* residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BTC;
-        floatX* ln1 = a->ln1 + l * BTC;
+        const int keep_gelu = m->recompute < GPT2_RECOMPUTE_GELU, keep_ln = m->recompute < GPT2_RECOMPUTE_LN;
+        floatX* ln1 = LA(a->ln1, l, BTC, keep_ln);
         floatX* qkv = a->qkv + l * BTC * 3;
         floatX* atty = a->atty + l * BTC;
         float* lse = a->att_lse + (size_t)l * B * NH * T;
         floatX* attproj = a->attproj + l * BTC;
         floatX* residual2 = a->residual2 + l * BTC;
-        floatX* ln2 = a->ln2 + l * BTC;
+        floatX* ln2 = LA(a->ln2, l, BTC, keep_ln);
         floatX* fch = a->fch + l * BTC * 4;
-        floatX* fch_gelu = a->fch_gelu + l * BTC * 4;
+        floatX* fch_gelu = LA(a->fch_gelu, l, BTC * 4, keep_gelu);
         floatX* fcproj = a->fcproj + l * BTC;
         floatX* residual3 = a->residual3 + l * BTC;
 
@@ -172,7 +190,7 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
         linear_forward(m, PT_FCW, l, fch, fch_gelu, ln2, N);
         linear_forward(m, PT_FCPROJW, l, fcproj, NULL, fch_gelu, N);
         if (l + 1 < L) {
-            fused_residual_layernorm_forward(residual3, a->ln1 + (size_t)(l + 1) * BTC,
+            fused_residual_layernorm_forward(residual3, LA(a->ln1, l + 1, BTC, keep_ln),
                                              a->ln1_mean + (size_t)(l + 1) * N, a->ln1_rstd + (size_t)(l + 1) * N,
                                              residual2, fcproj, LP(m, PT_LN1W, l + 1), LP(m, PT_LN1B, l + 1), N, C);
         } else {
@@ -209,16 +227,23 @@ void gpt2_backward(GPT2* m) {
     layernorm_backward(s->dresidual, m->g[PT_LNFW], m->g[PT_LNFB], s->dln, a->residual3 + (size_t)(L - 1) * BTC,
                        m->p[PT_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
 
+    const int keep_gelu = m->recompute < GPT2_RECOMPUTE_GELU, keep_ln = m->recompute < GPT2_RECOMPUTE_LN;
     for (int l = L - 1; l >= 0; l--) {
         const floatX* residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BTC;
         // dresidual is the gradient of this layer's output residual3 = residual2 + fcproj; it
         // flows unchanged into residual2 and is also the gradient of fcproj.
+        floatX* fch = a->fch + l * BTC * 4;
+        floatX* fch_gelu = LA(a->fch_gelu, l, BTC * 4, keep_gelu);
+        if (!keep_gelu) gelu_forward(fch_gelu, fch, BTC * 4);
         ops_zero(s->dfch_gelu, BTC * 4 * XB);
-        linear_backward(m, PT_FCPROJW, l, s->dfch_gelu, s->dresidual, a->fch_gelu + l * BTC * 4, N);
+        linear_backward(m, PT_FCPROJW, l, s->dfch_gelu, s->dresidual, fch_gelu, N);
         ops_zero(s->dfch, BTC * 4 * XB);
-        gelu_backward(s->dfch, a->fch + l * BTC * 4, s->dfch_gelu, BTC * 4);
+        gelu_backward(s->dfch, fch, s->dfch_gelu, BTC * 4);
+        floatX* ln2 = LA(a->ln2, l, BTC, keep_ln);
+        if (!keep_ln) // same op and input as the forward's fused residual + layernorm: same rounding
+            layernorm_forward(ln2, s->ln_mean, s->ln_rstd, a->residual2 + l * BTC, LP(m, PT_LN2W, l), LP(m, PT_LN2B, l), N, C);
         ops_zero(s->dln, BTC * XB);
-        linear_backward(m, PT_FCW, l, s->dln, s->dfch, a->ln2 + l * BTC, N);
+        linear_backward(m, PT_FCW, l, s->dln, s->dfch, ln2, N);
         layernorm_backward(s->dresidual, LG(m, PT_LN2W, l), LG(m, PT_LN2B, l), s->dln,
                            a->residual2 + l * BTC, LP(m, PT_LN2W, l),
                            a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
@@ -228,8 +253,11 @@ void gpt2_backward(GPT2* m) {
         ops_zero(s->dqkv, BTC * 3 * XB);
         attention_backward(s->dqkv, s->datty, a->qkv + l * BTC * 3, a->atty + l * BTC,
                            a->att_lse + (size_t)l * B * NH * T, B, T, C, NH);
+        floatX* ln1 = LA(a->ln1, l, BTC, keep_ln);
+        if (!keep_ln)
+            layernorm_forward(ln1, s->ln_mean, s->ln_rstd, residual, LP(m, PT_LN1W, l), LP(m, PT_LN1B, l), N, C);
         ops_zero(s->dln, BTC * XB);
-        linear_backward(m, PT_QKVW, l, s->dln, s->dqkv, a->ln1 + l * BTC, N);
+        linear_backward(m, PT_QKVW, l, s->dln, s->dqkv, ln1, N);
         layernorm_backward(s->dresidual, LG(m, PT_LN1W, l), LG(m, PT_LN1B, l), s->dln,
                            residual, LP(m, PT_LN1W, l),
                            a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);

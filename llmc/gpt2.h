@@ -46,7 +46,17 @@ typedef struct {
     floatX* dqkv;      // (B, T, 3C)
     floatX* dfch;      // (B, T, 4C)
     floatX* dfch_gelu; // (B, T, 4C)
+    float*  ln_mean;   // (B, T) statistics of a recomputed layernorm (the saved ones stay as they are)
+    float*  ln_rstd;   // (B, T)
 } GPT2Scratch;
+
+// Activation recompute levels (--recompute): what backward recomputes instead of keeping per layer.
+// The acts buffers concerned then hold one layer, (B, T, ...), instead of (L, B, T, ...).
+enum {
+    GPT2_RECOMPUTE_NONE = 0,  // keep every activation
+    GPT2_RECOMPUTE_GELU = 1,  // fch_gelu = gelu(fch) recomputed in backward (saves L * B*T*4C)
+    GPT2_RECOMPUTE_LN = 2,    // also ln1 / ln2 recomputed from the residual stream (saves 2 L * B*T*C)
+};
 
 struct LoraModel;  // llmc/lora.h: optional adapters on the linear layers
 struct Nf4Base;    // llmc/qlora.h: optional NF4-quantized frozen base weights
@@ -71,6 +81,7 @@ typedef struct GPT2 {
     floatX* layer_bucket;              // ZeRO-2: one layer's packed per-layer gradients
     floatX* final_bucket;              // ZeRO-2: wte, wpe, lnfw, lnfb gradients
     size_t layer_bucket_n, final_bucket_n;
+    int recompute;                     // GPT2_RECOMPUTE_*: set with gpt2_set_recompute
     int B, T;                          // activation capacity
     GPT2Acts acts;
     GPT2Scratch scr;
@@ -92,6 +103,11 @@ typedef struct GPT2 {
 void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask);
 // Allocate activations and scratch for batches up to B x T (idempotent for the same sizes).
 void gpt2_alloc_acts(GPT2* m, int B, int T);
+// Activation recompute level (GPT2_RECOMPUTE_*, 0..2). Call before gpt2_alloc_acts (a later call
+// reallocates the activations). Every level gives bit-identical results on a given backend as long
+// as the recomputing op rounds as the forward did (the CPU backend: always; CUDA: the GELU of
+// cuBLASLt's epilogue and the GELU kernel may differ in the last bf16 bit).
+void gpt2_set_recompute(GPT2* m, int level);
 void gpt2_free(GPT2* m);
 
 // ZeRO-2: replace the full gradient buffer by a one-layer bucket (per-layer tensors, packed in

@@ -18,9 +18,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(LLMC_CUDA)
+#if defined(LLMC_CUDA) && defined(__cplusplus)
 #include <cuda_bf16.h>
 typedef __nv_bfloat16 floatX;
+#elif defined(LLMC_CUDA)
+// The shared C code (llmc/*.c) of a CUDA build only moves floatX pointers and sizes buffers; it
+// never does arithmetic on elements. An opaque 2-byte struct (same size and alignment as
+// __nv_bfloat16, which is a struct of one unsigned short too) keeps the C code away from
+// cuda_bf16.h (C++ only) and turns any accidental arithmetic into a compile error.
+typedef struct { unsigned short bits; } floatX;
+_Static_assert(sizeof(floatX) == 2, "floatX must have the size of __nv_bfloat16");
 #else
 typedef float floatX;
 #endif

@@ -1,5 +1,8 @@
 #define _GNU_SOURCE
 #include "trainer.h"
+#if defined(LLMC_CUDA)
+#include "device.h"
+#endif
 #include "args.h"
 #include "check.h"
 #include "checkpoint.h"
@@ -41,7 +44,7 @@ typedef struct {
     float weight_decay, grad_clip, beta1, beta2, eps;
     int eval_every, eval_batches, save_every, keep_checkpoints;
     int seed, threads, shuffle, max_skipped;
-    int zero;
+    int zero, recompute;
     const char* save_format;
     // ---- LoRA (train_lora only)
     int lora_rank;
@@ -113,6 +116,7 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
         {"--shuffle", NULL, ARG_BOOL, &a->shuffle, NULL, "shuffle shard and batch order every epoch (default: sequential)", 1, 0, NULL},
         {"--threads", NULL, ARG_INT, &a->threads, "N", "CPU threads; 0 = all cores", 0, 4096, NULL},
         {"--zero", "-z", ARG_INT, &a->zero, "S", "ZeRO stage across ranks: 0 all-reduce gradients, 1 shard optimizer state, 2 shard gradients too", 0, 2, NULL},
+        {"--recompute", NULL, ARG_INT, &a->recompute, "K", "activation recompute in backward to save memory: 0 none, 1 GELU, 2 GELU and layernorms", 0, 2, NULL},
         {"--max-skipped-steps", NULL, ARG_INT, &a->max_skipped, "N", "stop after N consecutive steps with a non-finite loss or gradient", 1, 1e9, NULL},
         {"--sample-every", NULL, ARG_INT, &a->sample_every, "N", "print a sampled completion every N steps and at the end; 0 = only at the end, if --sample-tokens > 0", 0, 1e9, NULL},
         {"--sample-tokens", NULL, ARG_INT, &a->sample_tokens, "K", "tokens per sample; 0 = no sampling (64 when --sample-every is set)", 0, 1 << 20, NULL},
@@ -540,7 +544,13 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     TrainArgs* a = &r->a;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+#if defined(LLMC_CUDA)
+    device_select(&r->comm); // before ops_init: the backend's handles belong to the current GPU
+#endif
     ops_init(a->threads);
+#if defined(LLMC_CUDA)
+    device_attach(&r->comm); // NCCL for the device collectives, even with one rank
+#endif
     r->rng = (uint64_t)a->seed * 0x9E3779B97F4A7C15ull + 1;
 
     // ---- model
@@ -582,6 +592,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     gpt2_init(&r->model, &cfg, mode == TRAIN_LORA ? lora_base_trainable_mask(r->lora) : GPT2_TRAIN_ALL);
     gpt2_set_params(&r->model, host);
     free(host);
+    gpt2_set_recompute(&r->model, a->recompute);
     gpt2_alloc_acts(&r->model, a->batch_size, a->seq_len);
     if (mode == TRAIN_LORA) {
         lora_attach(r->lora, &r->model);
@@ -670,8 +681,13 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (r->lora) { pb += r->lora->total * sizeof(floatX); gb += r->lora->total * sizeof(floatX); }
     size_t ab = r->model.act_bytes + r->model.scr_bytes;
     size_t gsb = r->gshard ? (r->opt.end - r->opt.begin) * sizeof(floatX) : 0;
-    say(r, "memory (this rank): params %.1f MiB | grads %.1f MiB | optimizer %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
-           mib(pb), mib(gb + gsb), mib(ob), mib(ab), mib(pb + gb + gsb + ob + ab));
+    // floatX is 2 bytes on the CUDA backend (bf16 params, grads, activations) and 4 on the CPU;
+    // the optimizer state is fp32 m, v and, with bf16 params, an fp32 master copy
+    const char* xt = sizeof(floatX) == 2 ? "bf16" : "fp32";
+    say(r, "memory (this rank): params %.1f MiB (%s) | grads %.1f MiB (%s) | optimizer %.1f MiB (fp32 m, v%s) | "
+           "activations %.1f MiB (%s, recompute %d) | total %.1f MiB\n",
+           mib(pb), xt, mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "", mib(ab), xt, a->recompute,
+           mib(pb + gb + gsb + ob + ab));
     if (r->world > 1) {
         // exact element counts, so tests can check the sharding
         say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
@@ -789,6 +805,9 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (r->gshard) ops_free(r->gshard);
     gpt2_free(&r->model);
     lora_free(r->lora);
+#if defined(LLMC_CUDA)
+    device_detach(&r->comm);
+#endif
     comm_finalize(&r->comm);
     return 0;
 }

@@ -7,7 +7,7 @@
 #
 # Symbol clashes: the emulated CUDA ops define the same C symbols as the CPU backend
 # (encoder_forward, ...). test_cuda_ops links the CPU backend too, as a reference, from copies of
-# llmc/cpu/*.o whose op symbols objcopy renamed to cpu_<name> (the list below = llmc/ops.h);
+# llmc/cpu/*.o whose op symbols objcopy renamed to cpu_<name> (the names extracted from llmc/ops.h by mk/ops_names.sh);
 # the test declares them by including ops.h with those names #defined (see its top).
 
 # (comm_nccl.cu is host code for NCCL, built by mk/comm.mk, not a kernel source)
@@ -19,25 +19,25 @@ $(BUILD)/cuda_cpu/emu/%.o: %.cu $(CUDA_CPU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CUDAKERN_EMU_CXX) -c $< -o $@
 
-CUDAKERN_OPS_SYMS := ops_init ops_backend_name ops_alloc ops_free ops_zero ops_to_device ops_to_host \
-    ops_upload_f32 ops_download_f32 ops_synchronize encoder_forward encoder_backward layernorm_forward \
-    layernorm_backward fused_residual_layernorm_forward matmul_forward matmul_backward gelu_forward \
-    gelu_backward residual_forward add_inplace scale_copy attention_forward attention_backward \
-    fused_classifier adamw_update sum_squares sum_f32 dropout_forward mul_inplace attention_forward_kv
 CUDAKERN_CPUREF_OBJS := $(patsubst $(BUILD)/%,$(BUILD)/cuda_cpu/cpuref/%,$(CPU_OBJS))
 
-$(BUILD)/cuda_cpu/cpuref/syms.txt: mk/cudakern.mk
+# The op list has one source, llmc/ops.h: mk/ops_names.sh extracts the names for objcopy and for
+# the header that declares the cpu_ copies in the test.
+$(BUILD)/cuda_cpu/cpuref/syms.txt: llmc/ops.h mk/ops_names.sh
 	@mkdir -p $(dir $@)
-	@printf '%s\n' $(foreach s,$(CUDAKERN_OPS_SYMS),"$(s) cpu_$(s)") > $@
+	@bash mk/ops_names.sh llmc/ops.h --syms > $@.tmp && mv $@.tmp $@
+$(BUILD)/cuda_cpu/cpuref/ops_cpu_names.h: llmc/ops.h mk/ops_names.sh
+	@mkdir -p $(dir $@)
+	@bash mk/ops_names.sh llmc/ops.h --header > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/cuda_cpu/cpuref/%.o: $(BUILD)/%.o $(BUILD)/cuda_cpu/cpuref/syms.txt
 	@mkdir -p $(dir $@)
 	objcopy --redefine-syms=$(BUILD)/cuda_cpu/cpuref/syms.txt $< $@
 
 $(BUILD)/test/test_cuda_ops: test/test_cuda_ops.cpp $(CUDAKERN_EMU_OBJS) $(CUDA_CPU_RT) $(CUDAKERN_CPUREF_OBJS) \
-        $(LIB_OBJS) test/test.h
+        $(LIB_OBJS) test/test.h $(BUILD)/cuda_cpu/cpuref/ops_cpu_names.h
 	@mkdir -p $(dir $@)
-	$(CUDAKERN_EMU_CXX) -c $< -o $@.o
+	$(CUDAKERN_EMU_CXX) -I$(BUILD)/cuda_cpu/cpuref -c $< -o $@.o
 	$(CXX) $@.o $(CUDAKERN_EMU_OBJS) $(CUDA_CPU_RT) $(CUDAKERN_CPUREF_OBJS) $(LIB_OBJS) \
 	    -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
 
@@ -50,7 +50,8 @@ endif
 # ---------------------------------------------------------------------------------------------
 # Production (nvcc) objects of the CUDA backend, for a BACKEND=cuda link: $(CUDA_OPS_OBJS) with
 # $(CUDA_LDLIBS). bench-cuda-ops links them into dev/cuda/build/bench_ops (needs a GPU to run).
-CUDA_OPS_OBJS := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CUDAKERN_SRCS))
+# (device.cu, GPU selection + NCCL attach, goes with comm_nccl.o into the trainer's link: mk/cudamodel.mk)
+CUDA_OPS_OBJS := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(filter-out llmc/cuda/device.cu,$(CUDAKERN_SRCS)))
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart
 NVCC_OPS_FLAGS := -std=c++17 -O3 -DLLMC_CUDA $(NVCC_ARCHS) -Illmc -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
 
@@ -67,9 +68,10 @@ bench-cuda-ops: dev/cuda/build/bench_ops
 
 # The same op test against the real GPU kernels (nvcc objects + cuBLASLt) for machines with a
 # GPU: `make test-cuda-gpu`. Same references, same tolerances (no fast-math in the kernels).
-$(BUILD)/test/test_cuda_ops_gpu: test/test_cuda_ops.cpp $(CUDA_OPS_OBJS) $(CUDAKERN_CPUREF_OBJS) $(LIB_OBJS) test/test.h
+$(BUILD)/test/test_cuda_ops_gpu: test/test_cuda_ops.cpp $(CUDA_OPS_OBJS) $(CUDAKERN_CPUREF_OBJS) $(LIB_OBJS) test/test.h \
+        $(BUILD)/cuda_cpu/cpuref/ops_cpu_names.h
 	@mkdir -p $(dir $@)
-	$(CXX) $(filter-out -Werror=%,$(CXXFLAGS)) -isystem $(CUDA_HOME)/include -DLLMC_CUDA -c $< -o $@.o
+	$(CXX) $(filter-out -Werror=%,$(CXXFLAGS)) -isystem $(CUDA_HOME)/include -I$(BUILD)/cuda_cpu/cpuref -DLLMC_CUDA -c $< -o $@.o
 	$(CXX) $@.o $(CUDA_OPS_OBJS) $(CUDAKERN_CPUREF_OBJS) $(LIB_OBJS) -o $@ $(LDFLAGS) $(CUDA_LDLIBS) $(LDLIBS_CPU) $(EXTRA_LIBS)
 
 test-cuda-gpu: $(BUILD)/test/test_cuda_ops_gpu

@@ -16,7 +16,7 @@ LORA_STEPS="${LORA_STEPS:-100}"
 THREADS="${THREADS:-0}"
 DATA="$OUT/data"
 
-make -j2 train_gpt2 train_lora data/prepare
+make -j2 train_gpt2 train_lora generate data/prepare
 if [ ! -f "$DATA/tinyshakespeare_train_000000.bin" ]; then
   data/prepare --input data/tinyshakespeare.txt --out-dir "$DATA" --doc-sep blank
 fi
@@ -34,3 +34,6 @@ fi
   --lora-targets q,v,mlp.c_fc --lora-rank 8 --lora-alpha 16 --lora-dropout 0.05 \
   --save-every 50 --merge --threads "$THREADS" --out "$OUT/lora"
 echo "adapter: $OUT/lora/adapter_model.safetensors + adapter_config.json; merged model: $OUT/lora/merged/"
+# what the fine-tuned model writes (base + adapter, sampled with the KV cache)
+./generate --model "$OUT/base/model.bin" --adapter "$OUT/lora" --prompt "ROMEO:" --max-new-tokens 48 \
+  --temperature 0.8 --top-k 40 --seed 42 --threads "$THREADS"

@@ -20,70 +20,12 @@
 // included twice, first with fp32 floatX and cpu_ names, then as the CUDA backend's header.
 #undef LLMC_CUDA
 #define floatX cpu_floatX
-#define ops_init cpu_ops_init
-#define ops_backend_name cpu_ops_backend_name
-#define ops_alloc cpu_ops_alloc
-#define ops_free cpu_ops_free
-#define ops_zero cpu_ops_zero
-#define ops_to_device cpu_ops_to_device
-#define ops_to_host cpu_ops_to_host
-#define ops_upload_f32 cpu_ops_upload_f32
-#define ops_download_f32 cpu_ops_download_f32
-#define ops_synchronize cpu_ops_synchronize
-#define encoder_forward cpu_encoder_forward
-#define encoder_backward cpu_encoder_backward
-#define layernorm_forward cpu_layernorm_forward
-#define layernorm_backward cpu_layernorm_backward
-#define fused_residual_layernorm_forward cpu_fused_residual_layernorm_forward
-#define matmul_forward cpu_matmul_forward
-#define matmul_backward cpu_matmul_backward
-#define gelu_forward cpu_gelu_forward
-#define gelu_backward cpu_gelu_backward
-#define residual_forward cpu_residual_forward
-#define add_inplace cpu_add_inplace
-#define scale_copy cpu_scale_copy
-#define attention_forward cpu_attention_forward
-#define attention_backward cpu_attention_backward
-#define fused_classifier cpu_fused_classifier
-#define adamw_update cpu_adamw_update
-#define sum_squares cpu_sum_squares
-#define sum_f32 cpu_sum_f32
-#define dropout_forward cpu_dropout_forward
-#define mul_inplace cpu_mul_inplace
-#define attention_forward_kv cpu_attention_forward_kv
+#include "ops_cpu_names.h" // generated from ops.h by mk/ops_names.sh (mk/cudakern.mk)
 #include "ops.h"
 #undef floatX
-#undef ops_init
-#undef ops_backend_name
-#undef ops_alloc
-#undef ops_free
-#undef ops_zero
-#undef ops_to_device
-#undef ops_to_host
-#undef ops_upload_f32
-#undef ops_download_f32
-#undef ops_synchronize
-#undef encoder_forward
-#undef encoder_backward
-#undef layernorm_forward
-#undef layernorm_backward
-#undef fused_residual_layernorm_forward
-#undef matmul_forward
-#undef matmul_backward
-#undef gelu_forward
-#undef gelu_backward
-#undef residual_forward
-#undef add_inplace
-#undef scale_copy
-#undef attention_forward
-#undef attention_backward
-#undef fused_classifier
-#undef adamw_update
-#undef sum_squares
-#undef sum_f32
-#undef dropout_forward
-#undef mul_inplace
-#undef attention_forward_kv
+#define LLMC_OPS_CPU_UNDO
+#include "ops_cpu_names.h"
+#undef LLMC_OPS_CPU_UNDO
 #undef LLMC_OPS_H
 #define LLMC_CUDA 1
 #include "ops.h"

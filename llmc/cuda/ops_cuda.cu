@@ -63,7 +63,8 @@ extern "C" const char* ops_backend_name(void) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDevice(&dev));
     cudaCheck(cudaGetDeviceProperties(&prop, dev));
-    snprintf(name, sizeof(name), "cuda (%s, bf16, cuBLASLt)", prop.name);
+    snprintf(name, sizeof(name), "cuda (GPU %d: %s, sm_%d%d, %.1f GiB, %d SMs; bf16, cuBLASLt)", dev, prop.name,
+             prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), prop.multiProcessorCount);
     return name;
 #endif
 }

@@ -1,0 +1,35 @@
+// GPU selection and NCCL attachment (llmc/device.h).
+#include "common.cuh"
+#include "../device.h"
+
+extern "C" void device_select(const Comm* c) {
+#ifdef LLMC_CUDA_EMULATED
+    (void)c;
+#else
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0)
+        fatal("this binary is the CUDA build; on a machine without a GPU build with `make BACKEND=cpu`",
+              "no usable CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    if (c->local_rank >= ndev)
+        fatal("start at most one rank per GPU (mpirun -np <number of GPUs per node>), or limit the visible GPUs with CUDA_VISIBLE_DEVICES",
+              "rank %d is local rank %d of its node, which has only %d GPU(s)", c->rank, c->local_rank, ndev);
+    cudaCheck(cudaSetDevice(c->local_rank));
+#endif
+}
+
+extern "C" void device_attach(Comm* c) {
+#ifdef LLMC_CUDA_EMULATED
+    (void)c;
+#else
+    comm_nccl_attach(c);
+#endif
+}
+
+extern "C" void device_detach(Comm* c) {
+#ifdef LLMC_CUDA_EMULATED
+    (void)c;
+#else
+    comm_nccl_detach(c);
+#endif
+}

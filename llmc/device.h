@@ -1,0 +1,25 @@
+// GPU selection and device collectives of the CUDA backend (implemented in llmc/cuda/device.cu;
+// the CPU backend has no such step and does not call these). One process per GPU: rank r of a
+// node uses GPU local_rank, and NCCL moves the device buffers between ranks (llmc/comm.h).
+#ifndef LLMC_DEVICE_H
+#define LLMC_DEVICE_H
+
+#include "comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// cudaSetDevice(c->local_rank): call before ops_init (the backend's streams and cuBLASLt handle
+// belong to the current device). Fatal, with a hint, when the node has fewer GPUs than ranks.
+void device_select(const Comm* c);
+// comm_nccl_attach(c) (every rank, even a single one, so device collectives are NCCL calls on
+// device memory). device_detach before comm_finalize. No-ops in the CUDA-on-CPU harness build,
+// whose device memory is host memory (the host collectives serve it).
+void device_attach(Comm* c);
+void device_detach(Comm* c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_DEVICE_H
