@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 static const ParamId QLORA_IDS[QLORA_NQ] = {PT_QKVW, PT_ATTPROJW, PT_FCW, PT_FCPROJW};
 
@@ -41,6 +45,21 @@ Nf4Base* qlora_quantize(const ParamTable* pt, const float* host) {
     }
     base_account(b);
     return b;
+}
+
+void qlora_release_host(const ParamTable* pt, float* host) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (int q = 0; q < QLORA_NQ; q++) {
+        const ParamInfo* w = &pt->t[QLORA_IDS[q]];
+        uintptr_t b = (uintptr_t)(host + w->offset), e = (uintptr_t)(host + w->offset + w->numel);
+        b = (b + page - 1) & ~(page - 1); // whole pages inside the tensor only
+        e &= ~(page - 1);
+        if (e > b) madvise((void*)b, e - b, MADV_DONTNEED);
+    }
+#else
+    (void)pt; (void)host;
+#endif
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -37,6 +37,12 @@ int qlora_is_quantized(ParamId id);
 // quantization, as bitsandbytes' Linear4bit does on one PyTorch thread.
 Nf4Base* qlora_quantize(const ParamTable* pt, const float* host);
 
+// Give the pages of host (a malloc'd ParamTable-layout fp32 array) that only hold quantized
+// tensors back to the OS (their contents become zero): after qlora_quantize the load no longer
+// holds the fp32 copy of the weights it quantized while the model is set up. No-op where the
+// platform has no madvise.
+void qlora_release_host(const ParamTable* pt, float* host);
+
 // 1 if path (a model directory or .safetensors file) is a Hugging Face GPT-2 saved 4-bit by
 // transformers + bitsandbytes (holds "<...>.weight.quant_state.bitsandbytes__nf4" tensors).
 int qlora_is_hf4bit(const char* path);

@@ -519,7 +519,10 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         fatal("use a --seq-len no larger than the model's n_positions", "--seq-len %d exceeds the model's maximum sequence length %d",
               a->seq_len, cfg.max_seq_len);
     if (mode == TRAIN_LORA) create_lora(r, &cfg);
-    if (a->qlora && !r->nf4) r->nf4 = qlora_quantize(&pt, host);
+    if (a->qlora && !r->nf4) {
+        r->nf4 = qlora_quantize(&pt, host);
+        qlora_release_host(&pt, host); // the fp32 copies of the quantized weights are not needed any more
+    }
     gpt2_init_ex(&r->model, &cfg, mode == TRAIN_LORA ? lora_base_trainable_mask(r->lora) : GPT2_TRAIN_ALL,
                  r->nf4 ? QLORA_MASK : 0u);
     if (r->nf4) qlora_attach(r->nf4, &r->model);
