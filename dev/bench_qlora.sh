@@ -31,7 +31,9 @@ run() { # name, extra flags...
     if grep -qE "^step +2/" "$tmp/$name.log" && [ "$rss" = 0 ]; then
       rss=$(awk '/VmRSS/ {print int($2/1024)}' /proc/$pid/status 2>/dev/null || echo 0)
     fi
-    hwm=$(awk '/VmHWM/ {print int($2/1024)}' /proc/$pid/status 2>/dev/null || echo "$hwm")
+    local h
+    h=$(awk '/VmHWM/ {print int($2/1024)}' /proc/$pid/status 2>/dev/null || true)
+    [ -n "$h" ] && hwm=$h  # (a zombie's status has no VmHWM line)
     sleep 0.2
   done
   wait $pid

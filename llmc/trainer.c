@@ -136,6 +136,10 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
     if (!a->train_data) fatal(hint, "--train-data is required");
     if (a->resume && !a->out_dir) fatal(hint, "--resume needs --out DIR (the directory holding the checkpoints)");
     if (a->warmup > a->steps) fatal(hint, "--warmup-steps (%d) is larger than --steps (%d)", a->warmup, a->steps);
+    if (mode == TRAIN_FULL && qlora_is_hf4bit(a->model))
+        fatal("fine-tune it with train_lora (QLoRA), or give train_gpt2 the full-precision model",
+              "--model %s: the linear weights are stored 4-bit (bitsandbytes NF4); training every parameter needs them in full precision",
+              a->model);
     if (mode == TRAIN_LORA) {
         if (a->merge && !a->out_dir) fatal(hint, "--merge needs --out DIR (where the merged model is written)");
         if (gpt2_config_from_descriptor(&(GPT2Config){0}, a->model) == 0)
@@ -506,7 +510,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         host = (float*)mallocCheck(pt.total * sizeof(float));
         model_init_gpt2(&pt, host, (uint64_t)a->seed);
         snprintf(src, sizeof(src), "%s (GPT-2 init, seed %d)", a->model, a->seed);
-    } else if (mode == TRAIN_LORA && qlora_is_hf4bit(a->model)) {
+    } else if (qlora_is_hf4bit(a->model)) {
         // a transformers + bitsandbytes 4-bit checkpoint: its linear weights stay as stored
         r->nf4 = qlora_load_hf4bit(a->model, &cfg, &pt, &host);
         a->qlora = 1;

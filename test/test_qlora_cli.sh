@@ -74,6 +74,8 @@ expect_refused() { # what, expected text, command...
 }
 expect_refused "train_gpt2 has no --qlora" "--qlora" "$BIN_FULL" --model test/ref/gpt2_tiny "${DATA[@]}" --qlora --out "$D/bad1"
 [ -e "$D/bad1" ] && fail "refused train_gpt2 run created its --out"
+expect_refused "train_gpt2 on a 4-bit checkpoint" "stored 4-bit" "$BIN_FULL" --model test/ref/qlora_tiny/base_4bit "${DATA[@]}" --out "$D/bad3"
+[ -e "$D/bad3" ] && fail "refused train_gpt2 run created its --out"
 expect_refused "--qlora on a model built from scratch" "from scratch" "$BIN" --model d6 "${DATA[@]}" --qlora --out "$D/bad2"
 [ -e "$D/bad2" ] && fail "refused train_lora run created its --out"
 
