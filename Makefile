@@ -11,7 +11,7 @@ NVCC ?= nvcc
 OPT ?= -O3 -march=native
 WARN := -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Werror=implicit-function-declaration
 CFLAGS_BASE := -std=gnu11 $(WARN) -fopenmp -Illmc -I.
-CXXFLAGS_BASE := -std=gnu++17 $(WARN) -fopenmp -Illmc -I.
+CXXFLAGS_BASE := -std=gnu++17 $(filter-out -Werror=implicit-function-declaration,$(WARN)) -fopenmp -Illmc -I.
 
 # ---------------------------------------------------------------------------
 # backend selection
@@ -75,7 +75,7 @@ TEST_PROGS := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_C_SRCS))
 TEST_SCRIPTS :=
 TEST_SAN_SKIP :=
 
-$(BUILD)/test/%: test/%.c $(LIB_OBJS) $(CPU_OBJS) test/test.h
+$(BUILD)/test/%: test/%.c $(LIB_OBJS) $(CPU_OBJS) $(wildcard test/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB_OBJS) $(CPU_OBJS) -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
 
@@ -98,10 +98,14 @@ all: $(BINS)
 
 test-build: $(BINS) $(TEST_PROGS)
 
-# `make test`: the whole suite, then the whole suite again under ASan+UBSan.
+# `make test`: every CUDA source through nvcc (sm_80 + sm_90, -Werror, no spills), the whole
+# suite, the whole suite again under ASan+UBSan, and the CUDA-on-CPU harness programs under TSan.
 test:
+	@if [ "$(HAVE_NVCC)" = 1 ]; then $(MAKE) --no-print-directory cuda-check; \
+	 else echo "skip: nvcc not found: the CUDA sources were not compiled (install the CUDA toolkit)"; fi
 	$(MAKE) --no-print-directory test-run
 	$(MAKE) --no-print-directory SAN=1 test-run
+	$(MAKE) --no-print-directory test-tsan
 
 test-run: test-build
 	SAN=$(SAN) BUILD=$(BUILD) BIN_DIR=$(BINDIR) bash test/run_tests.sh $(TEST_PROGS) $(TEST_SCRIPTS)

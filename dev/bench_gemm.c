@@ -1,13 +1,14 @@
 // sgemm throughput on the GPT-2 124M training shapes (B*T = 1024 rows), through the same CBLAS
 // calls the CPU backend makes (forward, dinp and dweight orientations). Not a test: a measuring
 // tool for choosing/tuning the BLAS. Build: make bench-cpu (rule in mk/cpuops.mk).
-//   build/dev/bench_gemm [threads]   (what the trainer gets: the backend may pick OPENBLAS_CORETYPE)
+//   build/dev/bench_gemm [threads] [reps] [split]   (split=1: OpenMP splits rows, 1-thread sgemm each)
 //   OPENBLAS_CORETYPE=Haswell build/dev/bench_gemm   (force a kernel set to compare)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <cblas.h>
+#include <omp.h>
 #include "ops.h"
 
 static double now_s(void) {
@@ -25,6 +26,8 @@ static float* rand_buf(size_t n) {
 // kind 0: out[N,OC] = inp[N,C] W[OC,C]^T   (forward)
 // kind 1: dinp[N,C] += dout[N,OC] W[OC,C]  (backward, input grad)
 // kind 2: dW[OC,C] += dout[N,OC]^T inp[N,C] (backward, weight grad)
+static int split = 0;   // 1: OpenMP splits the rows, OpenBLAS runs single-threaded per slice
+
 static double bench(int kind, int N, int C, int OC, int reps) {
     float* inp = rand_buf((size_t)N * C);
     float* w = rand_buf((size_t)OC * C);
@@ -32,7 +35,24 @@ static double bench(int kind, int N, int C, int OC, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps + 1; r++) {
         double t0 = now_s();
-        if (kind == 0)
+        if (split) {
+            // one single-threaded sgemm per OpenMP thread on a slice of the output rows
+            #pragma omp parallel
+            {
+                int nt = omp_get_num_threads(), id = omp_get_thread_num();
+                int M = kind == 2 ? OC : N;
+                int r0 = (int)((long)M * id / nt), r1 = (int)((long)M * (id + 1) / nt);
+                if (kind == 0)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, OC, C, 1.0f, inp + (size_t)r0 * C, C,
+                                w, C, 0.0f, out + (size_t)r0 * OC, OC);
+                else if (kind == 1)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, C, OC, 1.0f, out + (size_t)r0 * OC, OC,
+                                w, C, 1.0f, inp + (size_t)r0 * C, C);
+                else
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, C, N, 1.0f, out + r0, OC, inp, C,
+                                1.0f, w + (size_t)r0 * C, C);
+            }
+        } else if (kind == 0)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
         else if (kind == 1)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, out, OC, w, C, 1.0f, inp, C);
@@ -48,8 +68,10 @@ static double bench(int kind, int N, int C, int OC, int reps) {
 int main(int argc, char** argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 0;
     int reps = argc > 2 ? atoi(argv[2]) : 5;
+    split = argc > 3 ? atoi(argv[3]) : 0;
     ops_init(threads);
-    printf("backend: %s\n", ops_backend_name());
+    if (split) openblas_set_num_threads(1);
+    printf("backend: %s%s\n", ops_backend_name(), split ? " [rows split by OpenMP, 1-thread sgemm per slice]" : "");
     const char* ct = getenv("OPENBLAS_CORETYPE");
     printf("OPENBLAS_CORETYPE=%s\n", ct ? ct : "(unset)");
     static const struct { const char* name; int C, OC; } shapes[] = {

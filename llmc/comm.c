@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include "comm_internal.h"
 #include "check.h"
+#include "bf16.h"
 
 int comm_have_mpi(void) {
 #ifdef LLMC_HAVE_MPI
@@ -188,8 +189,8 @@ static size_t dt_size(CommDtype dt) {
     fatal(NULL, "unknown CommDtype %d", (int)dt);
 }
 
-static void widen(float* dst, const uint16_t* src, size_t n) { for (size_t i = 0; i < n; i++) dst[i] = comm_bf16_to_f32(src[i]); }
-static void narrow(uint16_t* dst, const float* src, size_t n) { for (size_t i = 0; i < n; i++) dst[i] = comm_f32_to_bf16(src[i]); }
+static void widen(float* dst, const uint16_t* src, size_t n) { for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]); }
+static void narrow(uint16_t* dst, const float* src, size_t n) { for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]); }
 static size_t conv_elems(const Comm* c) { return c->conv_bytes / sizeof(float); }
 
 void comm_dev_allreduce_sum(Comm* c, void* buf, size_t n, CommDtype dt, void* stream) {

@@ -139,17 +139,6 @@ void comm_dev_group_end(Comm* c);
 void comm_nccl_attach(Comm* c);
 void comm_nccl_detach(Comm* c);
 
-// bf16 <-> f32 helpers used by the host implementation of the bf16 device calls.
-static inline float comm_bf16_to_f32(uint16_t h) {
-    union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
-}
-static inline uint16_t comm_f32_to_bf16(float f) { // round to nearest even; NaN stays NaN
-    union { uint32_t u; float f; } v; v.f = f;
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
-    uint32_t rounding = 0x7fffu + ((v.u >> 16) & 1u);
-    return (uint16_t)((v.u + rounding) >> 16);
-}
-
 #ifdef __cplusplus
 }
 #endif

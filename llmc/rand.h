@@ -19,22 +19,29 @@
 
 #define RAND_GOLDEN 0x9E3779B97F4A7C15ull
 
-static inline uint64_t rand_mix64(uint64_t z) {
+// Usable from CUDA kernels too (the same numbers on every backend: dropout masks must agree).
+#if defined(__CUDACC__)
+#define RAND_HD __host__ __device__
+#else
+#define RAND_HD
+#endif
+
+RAND_HD static inline uint64_t rand_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
 
-static inline uint64_t rand_u64(uint64_t seed, uint64_t stream, uint64_t i) {
+RAND_HD static inline uint64_t rand_u64(uint64_t seed, uint64_t stream, uint64_t i) {
     uint64_t key = rand_mix64(seed ^ rand_mix64(stream + RAND_GOLDEN));
     return rand_mix64(key + RAND_GOLDEN * (i + 1));
 }
 
-static inline double rand_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
+RAND_HD static inline double rand_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
     return ((double)(rand_u64(seed, stream, i) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-static inline void rand_normal_pair(uint64_t seed, uint64_t stream, uint64_t j, double* even, double* odd) {
+RAND_HD static inline void rand_normal_pair(uint64_t seed, uint64_t stream, uint64_t j, double* even, double* odd) {
     double u1 = rand_uniform(seed, stream, 2 * j);
     double u2 = rand_uniform(seed, stream, 2 * j + 1);
     double r = sqrt(-2.0 * log(u1));
@@ -43,7 +50,7 @@ static inline void rand_normal_pair(uint64_t seed, uint64_t stream, uint64_t j, 
     *odd = r * sin(a);
 }
 
-static inline double rand_normal(uint64_t seed, uint64_t stream, uint64_t i) {
+RAND_HD static inline double rand_normal(uint64_t seed, uint64_t stream, uint64_t i) {
     double e, o;
     rand_normal_pair(seed, stream, i >> 1, &e, &o);
     return (i & 1) ? o : e;

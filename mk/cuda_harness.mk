@@ -141,3 +141,8 @@ clean: cuda-cpu-clean
 cuda-cpu-clean:
 	rm -rf build-tsan
 .PHONY: cuda-cpu-clean
+
+# fiber switch cost (not a test): make cuda-cpu-bench
+cuda-cpu-bench: $(CUDA_CPU_DIR)/test/cuda_cpu/bench_switch
+	$< && CUDA_CPU_UCONTEXT=1 $<
+.PHONY: cuda-cpu-bench

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <time.h>
 #include "../llmc/comm.h"
+#include "../llmc/bf16.h"
 #include "../llmc/check.h"
 #include "../llmc/zero.h"
 #include "../llmc/params.h"
@@ -150,11 +151,11 @@ static void test_broadcast(size_t bytes, int root) {
 }
 
 // The host path of the bf16 device calls: widened to f32, summed like f32, rounded to bf16.
-static uint16_t genb(uint64_t seed, int rank, size_t i) { return comm_f32_to_bf16(genf(seed, rank, i)); }
+static uint16_t genb(uint64_t seed, int rank, size_t i) { return bf16_from_f32(genf(seed, rank, i)); }
 static uint16_t ref_bf16(uint64_t seed, size_t i) {
-    double s = comm_bf16_to_f32(genb(seed, 0, i));
-    for (int r = 1; r < comm.world; r++) s += comm_bf16_to_f32(genb(seed, r, i));
-    return comm_f32_to_bf16((float)s);
+    double s = bf16_to_f32(genb(seed, 0, i));
+    for (int r = 1; r < comm.world; r++) s += bf16_to_f32(genb(seed, r, i));
+    return bf16_from_f32((float)s);
 }
 
 static void test_dev_bf16(size_t shard, uint64_t seed) {

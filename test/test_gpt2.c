@@ -2,6 +2,7 @@
 // dev/gen_gpt2_ref.py) must give transformers' logits, loss and every parameter gradient, and
 // 10 AdamW steps must give the same losses as torch.optim.AdamW.
 #include "test.h"
+#include "ref.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/model_io.h"
 #include "../llmc/optimizer.h"
@@ -10,19 +11,6 @@
 
 #define REF_DIR "test/ref/gpt2_tiny"
 
-static float* read_ref(StFile* f, const char* name, size_t* n) {
-    const StTensor* t = st_find(f, name);
-    if (!t) { fprintf(stderr, "reference tensor %s missing\n", name); exit(1); }
-    float* buf = (float*)mallocCheck(t->numel * sizeof(float));
-    st_read_f32(f, t, buf);
-    if (n) *n = t->numel;
-    return buf;
-}
-
-static double max_abs(const float* x, size_t n) {
-    double m = 0; for (size_t i = 0; i < n; i++) if (fabs(x[i]) > m) m = fabs(x[i]);
-    return m;
-}
 
 int main(void) {
     ops_init(0);
@@ -46,13 +34,13 @@ int main(void) {
     // ---- logits (forward without targets)
     gpt2_forward(&m, inputs, NULL, B, T, 0.0f, NULL);
     size_t nl;
-    float* ref_logits = read_ref(&ref, "logits", &nl);
+    float* ref_logits = ref_read(&ref, "logits", &nl);
     TEST_CHECK(nl == (size_t)B * T * V, "logits size");
     float* logits = (float*)mallocCheck(nl * sizeof(float));
     float* lp = (float*)mallocCheck((size_t)B * T * Vp * sizeof(float));
     ops_download_f32(lp, m.acts.logits, (size_t)B * T * Vp);
     for (int i = 0; i < B * T; i++) memcpy(logits + (size_t)i * V, lp + (size_t)i * Vp, V * sizeof(float));
-    test_allclose("logits", logits, ref_logits, nl, 1e-4, 1e-4 * max_abs(ref_logits, nl));
+    test_allclose("logits", logits, ref_logits, nl, 1e-4, 1e-4 * ref_max_abs(ref_logits, nl));
 
     // ---- loss and gradients
     long valid = 0;
@@ -62,7 +50,7 @@ int main(void) {
     double loss_sum = gpt2_forward(&m, inputs, targets, B, T, 1.0f / (float)valid, &n_valid);
     TEST_CHECK(n_valid == valid, "valid target count %ld vs %ld", n_valid, valid);
     float loss = (float)(loss_sum / (double)n_valid);
-    float* ref_loss = read_ref(&ref, "loss", NULL);
+    float* ref_loss = ref_read(&ref, "loss", NULL);
     TEST_CHECK(fabsf(loss - ref_loss[0]) < 1e-5f, "loss %.7f vs transformers %.7f", loss, ref_loss[0]);
     printf("loss %.7f (transformers %.7f)\n", loss, ref_loss[0]);
     gpt2_backward(&m);
@@ -76,7 +64,7 @@ int main(void) {
             params_hf_key(key, sizeof(key), (ParamId)id, l, "transformer.");
             snprintf(gkey, sizeof(gkey), "grad.%s", key);
             size_t n;
-            float* want = read_ref(&ref, gkey, &n);
+            float* want = ref_read(&ref, gkey, &n);
             TEST_CHECK(n == rows * cols, "%s size", gkey);
             float* gl = (float*)mallocCheck(params_layer_numel(&pt, (ParamId)id) * sizeof(float));
             ops_download_f32(gl, m.g[id] + (size_t)l * params_layer_numel(&pt, (ParamId)id), params_layer_numel(&pt, (ParamId)id));
@@ -86,7 +74,7 @@ int main(void) {
                     ours[p->hf_transposed ? c * rows + r : r * cols + c] = gl[r * cols + c];
             if (id == PT_WTE) // the padding rows of the vocabulary never get a gradient
                 for (size_t i = (size_t)V * cols; i < p->rows * cols; i++) TEST_CHECK(gl[i] == 0.0f, "wte padding grad");
-            test_allclose(gkey, ours, want, n, 1e-4, 1e-4 * max_abs(want, n));
+            test_allclose(gkey, ours, want, n, 1e-4, 1e-4 * ref_max_abs(want, n));
             free(want); free(gl);
         }
         free(ours);
@@ -98,8 +86,8 @@ int main(void) {
     float wd = (float)atof(st_meta(&ref, "weight_decay")), clip = (float)atof(st_meta(&ref, "grad_clip"));
     int steps = atoi(st_meta(&ref, "steps"));
     size_t ns;
-    float* ref_losses = read_ref(&ref, "train_losses", &ns);
-    float* ref_norms = read_ref(&ref, "train_grad_norms", NULL);
+    float* ref_losses = ref_read(&ref, "train_losses", &ns);
+    float* ref_norms = ref_read(&ref, "train_grad_norms", NULL);
     TEST_CHECK((int)ns == steps, "train_losses length");
     TrainSeg segs[NUM_PARAM_TENSORS];
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {

@@ -9,6 +9,7 @@
 // exported to $BUILD/lora_export/<set>/ with the logits of our merged model, for
 // `dev/gen_lora_ref.py --check-c` (PEFT loads our adapter).
 #include "test.h"
+#include "ref.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/lora.h"
 #include "../llmc/model_io.h"
@@ -41,19 +42,6 @@ static int *g_inputs, *g_targets;
 static long g_valid;
 static char g_build[512];
 
-static float* read_ref(StFile* f, const char* name, size_t* n) {
-    const StTensor* t = st_find(f, name);
-    if (!t) { fprintf(stderr, "reference tensor %s missing in %s\n", name, f->path); exit(1); }
-    float* buf = (float*)mallocCheck(t->numel * sizeof(float));
-    st_read_f32(f, t, buf);
-    if (n) *n = t->numel;
-    return buf;
-}
-
-static double max_abs(const float* x, size_t n) {
-    double m = 0; for (size_t i = 0; i < n; i++) if (fabs(x[i]) > m) m = fabs(x[i]);
-    return m;
-}
 
 static LoraModel* make_lora(const SetSpec* s, float dropout) {
     LoraSpec spec;
@@ -96,11 +84,11 @@ static void check_grads(const char* set, LoraModel* lm, GPT2* m, StFile* ref, co
             char key[256], what[300];
             snprintf(key, sizeof(key), "%sbase_model.model.transformer.h.%d.%s.lora_%c.weight", prefix, a->layer, LIN_NAME[a->lin], w ? 'B' : 'A');
             size_t n;
-            float* want = read_ref(ref, key, &n);
+            float* want = ref_read(ref, key, &n);
             size_t off = w ? a->b_off : a->a_off;
             TEST_CHECK(n == (size_t)a->rank * (w ? a->out : a->in), "%s size", key);
             snprintf(what, sizeof(what), "%s %s", set, key);
-            test_allclose(what, g + off, want, n, 1e-3, 1e-4 * max_abs(want, n) + 1e-7);
+            test_allclose(what, g + off, want, n, 1e-3, 1e-4 * ref_max_abs(want, n) + 1e-7);
             free(want);
         }
     }
@@ -110,13 +98,13 @@ static void check_grads(const char* set, LoraModel* lm, GPT2* m, StFile* ref, co
         char key[256], what[300];
         snprintf(key, sizeof(key), "%s%s", prefix, e->key);
         size_t n;
-        float* want = read_ref(ref, key, &n);
+        float* want = ref_read(ref, key, &n);
         size_t ln = params_layer_numel(&g_pt, e->id);
         TEST_CHECK(n == ln, "%s size", key);
         float* ours = (float*)mallocCheck(ln * sizeof(float));
         ops_download_f32(ours, m->g[e->id] + (e->layer < 0 ? 0 : (size_t)e->layer * ln), ln);
         snprintf(what, sizeof(what), "%s %s", set, key);
-        test_allclose(what, ours, want, n, 1e-3, 1e-4 * max_abs(want, n) + 1e-7);
+        test_allclose(what, ours, want, n, 1e-3, 1e-4 * ref_max_abs(want, n) + 1e-7);
         free(want); free(ours);
     }
 }
@@ -184,28 +172,28 @@ static void test_set(const SetSpec* s) {
     gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
     float* logits = get_logits(&m);
     size_t nl;
-    float* want = read_ref(&ref, "logits", &nl);
+    float* want = ref_read(&ref, "logits", &nl);
     char what[256];
     snprintf(what, sizeof(what), "%s logits", s->name);
-    test_allclose(what, logits, want, nl, 1e-4, 1e-4 * max_abs(want, nl));
+    test_allclose(what, logits, want, nl, 1e-4, 1e-4 * ref_max_abs(want, nl));
     free(want); free(logits);
     gpt2_zero_grads(&m);
     long nv;
     double loss = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv) / (double)nv;
     gpt2_backward(&m);
-    float* rl = read_ref(&ref, "loss", NULL);
+    float* rl = ref_read(&ref, "loss", NULL);
     TEST_CHECK(fabs(loss - rl[0]) < 1e-5, "%s loss %.7f vs PEFT %.7f", s->name, loss, rl[0]);
     printf("%s: loss %.7f (PEFT %.7f)\n", s->name, loss, rl[0]);
     free(rl);
     check_grads(s->name, lm, &m, &ref, "grad.");
     {
         size_t n;
-        float* wg = read_ref(&ref, "grad.wte", &n);
+        float* wg = ref_read(&ref, "grad.wte", &n);
         float* ours = (float*)mallocCheck(g_pt.t[PT_WTE].numel * sizeof(float));
         ops_download_f32(ours, m.g[PT_WTE], g_pt.t[PT_WTE].numel);
         snprintf(what, sizeof(what), "%s grad reaching wte (input path through frozen layers + adapters)", s->name);
         TEST_CHECK(n == (size_t)V * g_cfg.channels, "grad.wte size");
-        test_allclose(what, ours, wg, n, 1e-3, 1e-4 * max_abs(wg, n));
+        test_allclose(what, ours, wg, n, 1e-3, 1e-4 * ref_max_abs(wg, n));
         free(wg); free(ours);
     }
     gpt2_free(&m);
@@ -217,9 +205,9 @@ static void test_set(const SetSpec* s) {
     model_with(&m, merged, 0, NULL);
     gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
     logits = get_logits(&m);
-    want = read_ref(&ref, "merged_logits", &nl);
+    want = ref_read(&ref, "merged_logits", &nl);
     snprintf(what, sizeof(what), "%s merged-model logits vs PEFT merge_and_unload", s->name);
-    test_allclose(what, logits, want, nl, 1e-4, 1e-4 * max_abs(want, nl));
+    test_allclose(what, logits, want, nl, 1e-4, 1e-4 * ref_max_abs(want, nl));
     free(want); free(logits);
     gpt2_free(&m);
 
@@ -241,7 +229,7 @@ static void test_set(const SetSpec* s) {
             sum += gpt2_forward(&m, ai + (size_t)k * AT, at + (size_t)k * AT, 1, AT, 1.0f / (float)valid, &n1);
             gpt2_backward(&m);
         }
-        float* al = read_ref(&ref, "accum.loss", NULL);
+        float* al = ref_read(&ref, "accum.loss", NULL);
         TEST_CHECK(fabs(sum / (double)valid - al[0]) < 1e-5, "accumulated loss %.7f vs PEFT big batch %.7f", sum / (double)valid, al[0]);
         printf("%s: 4 micro-batches: loss %.7f (PEFT, one batch of 4: %.7f)\n", s->name, sum / (double)valid, al[0]);
         check_grads("4 accumulated micro-batches vs one 4x batch:", lm, &m, &ref, "accum.grad.");
@@ -254,8 +242,8 @@ static void test_set(const SetSpec* s) {
     float b2 = (float)atof(st_meta(&ref, "beta2")), eps = (float)atof(st_meta(&ref, "eps"));
     float wd = (float)atof(st_meta(&ref, "weight_decay")), clip = (float)atof(st_meta(&ref, "grad_clip"));
     int steps = atoi(st_meta(&ref, "steps"));
-    float* ref_losses = read_ref(&ref, "train_losses", NULL);
-    float* ref_norms = read_ref(&ref, "train_grad_norms", NULL);
+    float* ref_losses = ref_read(&ref, "train_losses", NULL);
+    float* ref_norms = ref_read(&ref, "train_grad_norms", NULL);
     model_with(&m, start, xmask, lm);
     TrainSeg* segs = (TrainSeg*)mallocCheck((size_t)(1 + lm->n_extra) * sizeof(TrainSeg));
     int nseg = lora_segments(lm, &m, segs);

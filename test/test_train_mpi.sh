@@ -15,10 +15,9 @@ if [ "${SAN:-}" = "1" ]; then
 fi
 MODEL=test/ref/gpt2_tiny
 make_shard "$TMP/train.bin" 8000 100 5
-BINS=("$BIN_DIR/train_gpt2")
-[ -n "${TRAIN_LORA_MPI:-}" ] && BINS+=("$BIN_DIR/train_lora")
 COMMON=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128
         --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none)
+LORA=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear --lora-bias lora_only)
 
 losses() { grep -o '"train_loss": [0-9.e+-]*' "$1/log.jsonl" | awk '{print $2}'; }
 cmp_losses() { # cmp_losses what dirA dirB tol
@@ -27,23 +26,25 @@ cmp_losses() { # cmp_losses what dirA dirB tol
   else bad "$1"; paste <(losses "$2") <(losses "$3") >&2; fi
 }
 
-"$BIN_DIR/train_gpt2" "${COMMON[@]}" --out "$TMP/ref" > "$TMP/ref.log" 2>&1 || { cat "$TMP/ref.log"; bad "single-process reference failed"; }
-for np in 1 2 4; do
-  for z in 0 1 2; do
-    d="$TMP/np${np}_z$z"
-    if timeout 120 mpirun -np $np "$BIN_DIR/train_gpt2" "${COMMON[@]}" --zero $z --out "$d" > "$d.log" 2>&1; then
-      cmp_losses "np=$np zero=$z matches one process" "$TMP/ref" "$d" 1e-5
-    else cat "$d.log" | tail -20; bad "np=$np zero=$z failed"; fi
-    if [ $np -gt 1 ]; then
-      line=$(grep '^zero:' "$d.log")
-      padded=$(sed -E 's/.*\(padded ([0-9]+)\).*/\1/' <<<"$line")
-      opt=$(sed -E 's/.*optimizer state per rank ([0-9]+) elements.*/\1/' <<<"$line")
-      grad=$(sed -E 's/.*gradient elements per rank ([0-9]+) .*/\1/' <<<"$line")
-      want_opt=$([ $z -ge 1 ] && echo $((padded / np)) || echo "$padded")
-      # rank 0's range is a full shard; stage 0 keeps the whole (unpadded) space
-      if [ $z -ge 1 ]; then [ "$opt" = "$want_opt" ] && ok "np=$np zero=$z optimizer state per rank = $opt = total/$np" || bad "np=$np zero=$z optimizer state $opt, want $want_opt ($line)"; fi
-      if [ $z -eq 2 ]; then [ "$grad" = $((padded / np)) ] && ok "np=$np zero=2 gradients per rank = $grad = total/$np" || bad "np=$np zero=2 gradient shard $grad, want $((padded / np))"; fi
-    fi
+for prog in train_gpt2 train_lora; do
+  extra=(); [ $prog = train_lora ] && extra=("${LORA[@]}")
+  "$BIN_DIR/$prog" "${COMMON[@]}" "${extra[@]}" --out "$TMP/${prog}_ref" > "$TMP/${prog}_ref.log" 2>&1 || { cat "$TMP/${prog}_ref.log"; bad "$prog: single-process reference failed"; }
+  for np in 1 2 4; do
+    for z in 0 1 2; do
+      d="$TMP/${prog}_np${np}_z$z"
+      if timeout 120 mpirun -np $np "$BIN_DIR/$prog" "${COMMON[@]}" "${extra[@]}" --zero $z --out "$d" > "$d.log" 2>&1; then
+        cmp_losses "$prog np=$np zero=$z matches one process" "$TMP/${prog}_ref" "$d" 1e-5
+      else tail -20 "$d.log"; bad "$prog np=$np zero=$z failed"; fi
+      if [ $np -gt 1 ]; then
+        line=$(grep '^zero:' "$d.log")
+        padded=$(sed -E 's/.*\(padded ([0-9]+)\).*/\1/' <<<"$line")
+        opt=$(sed -E 's/.*optimizer state per rank ([0-9]+) elements.*/\1/' <<<"$line")
+        grad=$(sed -E 's/.*gradient elements per rank ([0-9]+) .*/\1/' <<<"$line")
+        # (rank 0 reports; its range is one full shard)
+        if [ $z -ge 1 ]; then [ "$opt" = $((padded / np)) ] && ok "$prog np=$np zero=$z optimizer state per rank = $opt = total/$np" || bad "$prog np=$np zero=$z optimizer state $opt, want $((padded / np)) ($line)"; fi
+        if [ $z -eq 2 ]; then [ "$grad" = $((padded / np)) ] && ok "$prog np=$np zero=2 gradients per rank = $grad = total/$np" || bad "$prog np=$np zero=2 gradient shard $grad, want $((padded / np))"; fi
+      fi
+    done
   done
 done
 
@@ -52,10 +53,10 @@ R=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --
 timeout 120 mpirun -np 2 "$BIN_DIR/train_gpt2" "${R[@]}" --out "$TMP/r2" --stop-after 3 > "$TMP/r2a.log" 2>&1 || { tail "$TMP/r2a.log"; bad "2-rank first half failed"; }
 cp -r "$TMP/r2" "$TMP/r4"
 timeout 120 mpirun -np 2 "$BIN_DIR/train_gpt2" "${R[@]}" --out "$TMP/r2" --resume > "$TMP/r2b.log" 2>&1 || { tail "$TMP/r2b.log"; bad "2-rank resume failed"; }
-cmp_losses "resume with 2 ranks is exact" "$TMP/np2_z1" "$TMP/r2" 0
+cmp_losses "resume with 2 ranks is exact" "$TMP/train_gpt2_np2_z1" "$TMP/r2" 0
 timeout 120 mpirun -np 4 "$BIN_DIR/train_gpt2" "${R[@]}" --out "$TMP/r4" --resume > "$TMP/r4b.log" 2>&1 || { tail "$TMP/r4b.log"; bad "2 -> 4 rank resume failed"; }
 grep -q "re-sharded: 2 ranks -> 4 ranks" "$TMP/r4b.log" && ok "optimizer state re-sharded 2 -> 4 ranks" || bad "no re-shard message"
-cmp_losses "resume 2 -> 4 ranks matches" "$TMP/np2_z1" "$TMP/r4" 1e-5
+cmp_losses "resume 2 -> 4 ranks matches" "$TMP/train_gpt2_np2_z1" "$TMP/r4" 1e-5
 
 # a killed rank ends the whole job, non-zero, within 30 s
 make_shard "$TMP/big.bin" 60000 100 6

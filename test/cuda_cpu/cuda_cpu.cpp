@@ -93,6 +93,16 @@ static const char* op_name(int op) {
     return (op >= 0 && op <= W_MATCH_ANY) ? n[op] : "?";
 }
 
+// A stack to run on and the state to resume it.
+struct Context {
+    ucontext_t uc;          // ucontext switching (CUDA_CPU_UCONTEXT=1 or not x86-64)
+    void* sp;               // saved stack pointer (hand-written x86-64 switch)
+    char* stack;            // lowest usable address (fibers: a guard page sits below it)
+    size_t stack_size;
+    void* tsan_fiber;
+    void* asan_fake;        // ASan's fake-stack handle while switched away
+};
+
 struct Fiber {
     FiberHead head;  // first member: cuda_cpu_cur points here
     int lin;         // linear thread index in the block
@@ -100,12 +110,7 @@ struct Fiber {
     int w_op, w_arg, w_width, w_nbytes;  // pending warp op
     unsigned w_mask;
     uint64_t w_val, w_res;
-    ucontext_t ctx;  // ucontext switching (CUDA_CPU_UCONTEXT=1 or not x86-64)
-    void* sp;        // saved stack pointer (hand-written x86-64 switch)
-    char* stack;     // usable stack (a guard page sits below it)
-    size_t stack_size;
-    void* tsan_fiber;
-    void* asan_fake;
+    Context ctx;
 };
 
 struct Launch {
@@ -164,12 +169,7 @@ struct Worker {
     int nfibers = 0;
     int order[1024] = {0};
     const void* slots[1024] = {nullptr};  // warp_slot_set / get (WMMA)
-    ucontext_t sched_ctx;
-    void* sched_sp = nullptr;
-    void* sched_tsan = nullptr;
-    void* sched_asan_fake = nullptr;
-    const void* sched_stack_bottom = nullptr;
-    size_t sched_stack_size = 0;
+    Context sched;  // the OS thread's own stack, where run_block runs
     Launch* L = nullptr;
     long block = 0;
     int nthreads = 0, live = 0, bar_arrived = 0, bar_count = 0;
@@ -225,40 +225,32 @@ static void init_once() {
 
 static void fiber_main();
 
-NOTSAN static void to_fiber(Worker* w, Fiber* f) {
-    cuda_cpu_cur = &f->head;
+// Leave `from` (saving its state) for `to`; returns when something switches back to `from`.
+// The sanitizers are told about every switch: ASan about the stack it runs on, TSan about the
+// fiber (without synchronizing: happens-before comes only from barriers).
+NOTSAN static void switch_context(Context* from, Context* to) {
 #ifdef CUDA_CPU_ASAN
-    __sanitizer_start_switch_fiber(&w->sched_asan_fake, f->stack, f->stack_size);
+    __sanitizer_start_switch_fiber(&from->asan_fake, to->stack, to->stack_size);
 #endif
 #ifdef CUDA_CPU_TSAN
-    __tsan_switch_to_fiber(f->tsan_fiber, __tsan_switch_to_fiber_no_sync);
+    __tsan_switch_to_fiber(to->tsan_fiber, __tsan_switch_to_fiber_no_sync);
 #endif
 #ifdef CUDA_CPU_HAVE_ASM_SWITCH
-    if (!g_ucontext) cuda_cpu_switch(&w->sched_sp, f->sp);
+    if (!g_ucontext) cuda_cpu_switch(&from->sp, to->sp);
     else
 #endif
-    swapcontext(&w->sched_ctx, &f->ctx);
+    swapcontext(&from->uc, &to->uc);
 #ifdef CUDA_CPU_ASAN
-    __sanitizer_finish_switch_fiber(w->sched_asan_fake, nullptr, nullptr);
+    __sanitizer_finish_switch_fiber(from->asan_fake, nullptr, nullptr);
 #endif
 }
 
-NOTSAN static void to_scheduler(Worker* w, Fiber* f) {
-#ifdef CUDA_CPU_ASAN
-    __sanitizer_start_switch_fiber(&f->asan_fake, w->sched_stack_bottom, w->sched_stack_size);
-#endif
-#ifdef CUDA_CPU_TSAN
-    __tsan_switch_to_fiber(w->sched_tsan, __tsan_switch_to_fiber_no_sync);
-#endif
-#ifdef CUDA_CPU_HAVE_ASM_SWITCH
-    if (!g_ucontext) cuda_cpu_switch(&f->sp, w->sched_sp);
-    else
-#endif
-    swapcontext(&f->ctx, &w->sched_ctx);
-#ifdef CUDA_CPU_ASAN
-    __sanitizer_finish_switch_fiber(f->asan_fake, nullptr, nullptr);
-#endif
+NOTSAN static void to_fiber(Worker* w, Fiber* f) {
+    cuda_cpu_cur = &f->head;
+    switch_context(&w->sched, &f->ctx);
 }
+
+NOTSAN static void to_scheduler(Worker* w, Fiber* f) { switch_context(&f->ctx, &w->sched); }
 
 NOTSAN static Fiber* new_fiber(int lin) {
     Fiber* f = new Fiber();
@@ -269,50 +261,49 @@ NOTSAN static Fiber* new_fiber(int lin) {
     void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (m == MAP_FAILED) { perror("cuda_cpu: mmap fiber stack"); abort(); }
     mprotect(m, page, PROT_NONE);  // guard page: a fiber stack overflow faults instead of corrupting
-    f->stack = (char*)m + page;
-    f->stack_size = g_stack_size;
+    Context* c = &f->ctx;
+    c->stack = (char*)m + page;
+    c->stack_size = g_stack_size;
 #ifdef CUDA_CPU_HAVE_ASM_SWITCH
     if (!g_ucontext) {
         // initial frame for cuda_cpu_switch: six zero registers (rbp = 0 ends frame-pointer
         // unwinding here), then the return address fiber_main, entered with the stack aligned
         // as after a call; a zero fake return address above it.
-        uintptr_t top = ((uintptr_t)f->stack + f->stack_size) & ~(uintptr_t)15;
+        uintptr_t top = ((uintptr_t)c->stack + c->stack_size) & ~(uintptr_t)15;
         void** p = (void**)(top - 16);
         p[1] = nullptr;
         p[0] = (void*)&fiber_main;
         for (int i = 1; i <= 6; i++) p[-i] = nullptr;
-        f->sp = (void*)(p - 6);
-        goto annotate;
+        c->sp = (void*)(p - 6);
+    } else
+#endif
+    {
+        if (getcontext(&c->uc) != 0) { perror("cuda_cpu: getcontext"); abort(); }
+        c->uc.uc_stack.ss_sp = c->stack;
+        c->uc.uc_stack.ss_size = c->stack_size;
+        c->uc.uc_link = nullptr;
+        makecontext(&c->uc, fiber_main, 0);
+        // The stack now lives in the saved registers. Forget it in uc_stack: ASan's swapcontext
+        // interceptor clears the shadow of uc_stack on every switch into the context (1 MB of
+        // stack = 128 KB of shadow per switch, and it would erase the redzones of the suspended
+        // frames); the fiber-switch annotations tell ASan about the stacks instead.
+        c->uc.uc_stack.ss_sp = nullptr;
+        c->uc.uc_stack.ss_size = 0;
     }
-#endif
-    if (getcontext(&f->ctx) != 0) { perror("cuda_cpu: getcontext"); abort(); }
-    f->ctx.uc_stack.ss_sp = f->stack;
-    f->ctx.uc_stack.ss_size = f->stack_size;
-    f->ctx.uc_link = nullptr;
-    makecontext(&f->ctx, fiber_main, 0);
-    // The stack now lives in the saved registers. Forget it in uc_stack: ASan's swapcontext
-    // interceptor clears the shadow of uc_stack on every switch into the context (1 MB of stack
-    // = 128 KB of shadow per switch, and it would erase the redzones of the suspended frames);
-    // the fiber-switch annotations tell ASan about the stacks instead.
-    f->ctx.uc_stack.ss_sp = nullptr;
-    f->ctx.uc_stack.ss_size = 0;
-#ifdef CUDA_CPU_HAVE_ASM_SWITCH
-annotate:
-#endif
 #ifdef CUDA_CPU_TSAN
-    f->tsan_fiber = __tsan_create_fiber(0);
+    c->tsan_fiber = __tsan_create_fiber(0);
     char name[32]; snprintf(name, sizeof name, "cuda thread %d", lin);
-    __tsan_set_fiber_name(f->tsan_fiber, name);
+    __tsan_set_fiber_name(c->tsan_fiber, name);
 #endif
     return f;
 }
 
 static void free_fiber(Fiber* f) {
 #ifdef CUDA_CPU_TSAN
-    __tsan_destroy_fiber(f->tsan_fiber);
+    __tsan_destroy_fiber(f->ctx.tsan_fiber);
 #endif
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    munmap(f->stack - page, f->stack_size + page);
+    munmap(f->ctx.stack - page, f->ctx.stack_size + page);
     delete f;
 }
 
@@ -325,7 +316,7 @@ NOTSAN static Worker* get_worker() {
     if (!tw) {
         tw = new Worker();
 #ifdef CUDA_CPU_TSAN
-        tw->sched_tsan = __tsan_get_current_fiber();
+        tw->sched.tsan_fiber = __tsan_get_current_fiber();
 #endif
     }
     return tw;
@@ -372,15 +363,16 @@ void trap(const char* what) { kernel_error(tw, "%s", what); }
 // ---------------------------------------------------------------------------------------------
 // barriers and warp rendezvous (called on fiber stacks)
 
+// Every waiting thread gets (number of threads at the barrier << 32) | (number with pred != 0).
 NOTSAN static void release_barrier(Worker* w) {
-    int count = 0;
+    uint64_t count = 0, n = 0;
     for (int i = 0; i < w->nthreads; i++) {
         Fiber* f = w->fibers[i];
-        if (f->state == BAR_WAIT) count += (f->w_val != 0);
+        if (f->state == BAR_WAIT) { count += (f->w_val != 0); n++; }
     }
     for (int i = 0; i < w->nthreads; i++) {
         Fiber* f = w->fibers[i];
-        if (f->state == BAR_WAIT) { f->state = RUNNABLE; f->w_res = (uint64_t)count; }
+        if (f->state == BAR_WAIT) { f->state = RUNNABLE; f->w_res = n << 32 | count; }
     }
     w->bar_arrived = 0;
 }
@@ -400,7 +392,7 @@ NOTSAN static Worker* check_in_kernel(const char* what) {
     return w;
 }
 
-NOTSAN int syncthreads_count(int pred) {
+NOTSAN uint64_t syncthreads_vote(int pred) {
     Worker* w = check_in_kernel("__syncthreads");
     Fiber* f = cur_fiber();
 #ifdef CUDA_CPU_TSAN
@@ -411,10 +403,10 @@ NOTSAN int syncthreads_count(int pred) {
 #ifdef CUDA_CPU_TSAN
     __tsan_acquire(&w->bar_sync);
 #endif
-    return (int)f->w_res;
+    return f->w_res;
 }
 
-void syncthreads() { (void)syncthreads_count(0); }
+void syncthreads() { (void)syncthreads_vote(0); }
 
 static inline uint64_t poison_bits(int nbytes) {
     return nbytes >= 8 ? ~0ull : ((1ull << (8 * nbytes)) - 1);
@@ -549,7 +541,9 @@ NOTSAN static void fiber_main() {
 #ifdef CUDA_CPU_ASAN
     {
         Worker* w0 = tw;
-        __sanitizer_finish_switch_fiber(nullptr, &w0->sched_stack_bottom, &w0->sched_stack_size);
+        const void* bottom;
+        __sanitizer_finish_switch_fiber(nullptr, &bottom, &w0->sched.stack_size);
+        w0->sched.stack = (char*)bottom;
     }
 #endif
     for (;;) {
@@ -814,8 +808,9 @@ static void at_exit_cleanup() {
                 "(cudaFree / cudaFreeHost them)\n", n, bytes);
         for (auto& kv : g_allocs) free((void*)kv.first);
         g_allocs.clear();
+        fflush(stdout);
         fflush(stderr);
-        _exit(1);
+        _exit(1);  // from an atexit handler: exit() may not be called again
     }
 }
 
@@ -978,8 +973,13 @@ cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitc
     }
     return cudaSuccess;
 }
+// __device__ / __constant__ variables are ordinary globals here
 cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset, cudaMemcpyKind) {
     memcpy((char*)symbol + offset, src, count);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset, cudaMemcpyKind) {
+    memcpy(dst, (const char*)symbol + offset, count);
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int value, size_t n) {

@@ -132,7 +132,8 @@ namespace cuda_cpu {
 enum WarpOp { W_SYNC = 1, W_SHFL_IDX, W_SHFL_UP, W_SHFL_DOWN, W_SHFL_XOR, W_BALLOT, W_ALL, W_ANY,
               W_RED_ADD, W_RED_MIN, W_RED_MAX, W_RED_AND, W_RED_OR, W_RED_XOR, W_MATCH_ANY };
 void syncthreads();
-int syncthreads_count(int pred);  // number of live threads with pred != 0
+// barrier + vote: (threads at the barrier << 32) | (how many of them have pred != 0)
+uint64_t syncthreads_vote(int pred);
 // One warp rendezvous; bits holds the value (zero-extended), nbytes its size (for poison).
 uint64_t warp_op(int op, unsigned mask, uint64_t bits, int nbytes, int arg, int width);
 unsigned activemask();
@@ -189,6 +190,11 @@ static inline cudaError_t cudaMemcpyToSymbol(const T& symbol, const void* src, s
                                              cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
     return ::cudaMemcpyToSymbol((const void*)&symbol, src, count, offset, kind);
 }
+template <typename T>
+static inline cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t count, size_t offset = 0,
+                                               cudaMemcpyKind kind = cudaMemcpyDeviceToHost) {
+    return ::cudaMemcpyFromSymbol(dst, (const void*)&symbol, count, offset, kind);
+}
 
 #define CUDA_CPU_LAUNCH(kernel, grid, block, smem, stream, ...) \
     cuda_cpu::launch_kernel(#kernel, kernel, dim3(grid), dim3(block), (size_t)(smem), stream, ##__VA_ARGS__)
@@ -196,12 +202,12 @@ static inline cudaError_t cudaMemcpyToSymbol(const T& symbol, const void* src, s
 // ---------------------------------------------------------------------------------------------
 // synchronization and warp intrinsics
 static inline void __syncthreads() { cuda_cpu::syncthreads(); }
-static inline int __syncthreads_count(int p) { return cuda_cpu::syncthreads_count(p); }
+static inline int __syncthreads_count(int p) { return (int)(uint32_t)cuda_cpu::syncthreads_vote(p); }
 static inline int __syncthreads_and(int p) {
-    return cuda_cpu::syncthreads_count(p != 0) == (int)(cuda_cpu_blockDim.x * cuda_cpu_blockDim.y * cuda_cpu_blockDim.z)
-        ? 1 : 0;
+    uint64_t v = cuda_cpu::syncthreads_vote(p);
+    return (uint32_t)v == (uint32_t)(v >> 32);
 }
-static inline int __syncthreads_or(int p) { return cuda_cpu::syncthreads_count(p) != 0; }
+static inline int __syncthreads_or(int p) { return (uint32_t)cuda_cpu::syncthreads_vote(p) != 0; }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) {
     cuda_cpu::warp_op(cuda_cpu::W_SYNC, mask, 0, 0, 0, 32);
 }

@@ -105,6 +105,18 @@ __global__ void warp_ops_kernel(int* scan, int* bcast, int* down, unsigned* ball
     }
 }
 
+// Block-wide votes; threads with a negative input exit first and do not take part.
+__global__ void block_vote_kernel(int* out, const int* in) {
+    int v = in[threadIdx.x];
+    if (v < 0) return;
+    int c = __syncthreads_count(v % 2);
+    int a = __syncthreads_and(v >= 0);  // true for every thread that takes part
+    int o = __syncthreads_or(v > 95);
+    out[3 * threadIdx.x] = c;
+    out[3 * threadIdx.x + 1] = a;
+    out[3 * threadIdx.x + 2] = o;
+}
+
 // 3-D block, 2-D grid: every thread writes its own linear index at its global coordinate.
 __global__ void index_kernel(int* out, int W, int H) {
     int x = blockIdx.x * blockDim.x + threadIdx.x;
@@ -112,6 +124,18 @@ __global__ void index_kernel(int* out, int W, int H) {
     int z = threadIdx.z;
     int tid = threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y;
     out[(z * H + y) * W + x] = tid * 1000 + (blockIdx.y * gridDim.x + blockIdx.x);
+}
+
+// __constant__ and __device__ variables, a kernel without arguments
+__constant__ float c_coef[4];
+__device__ unsigned d_launch_count;
+
+__global__ void count_kernel() {
+    if (threadIdx.x == 0) atomicAdd(&d_launch_count, 1u);
+}
+
+__global__ void coef_kernel(float* out) {
+    out[threadIdx.x] = c_coef[threadIdx.x % 4] * threadIdx.x;
 }
 
 // A template kernel: LAUNCH takes it in parentheses (the comma would split the macro arguments).
@@ -307,6 +331,27 @@ static void test_warp_ops(void) {
     TEST_CHECK(bad_down == 0, "__shfl_down_sync: %d wrong", bad_down);
     TEST_CHECK(bad_vote == 0, "ballot/any/all: %d wrong", bad_vote);
     if (!bad_scan && !bad_bcast && !bad_down && !bad_vote) printf("ok   warp shuffles (up/idx width 16/down) and votes\n");
+
+    // __syncthreads_count / _and / _or over the threads that did not exit
+    int hv[96], res[3 * 96];
+    for (int i = 0; i < 96; i++) { seed = seed * 1664525u + 1013904223u; hv[i] = (int)(seed >> 24) % 110 - 5; }
+    int *d_v, *d_res;
+    cudaCheck(cudaMalloc(&d_v, sizeof hv));
+    cudaCheck(cudaMalloc(&d_res, sizeof res));
+    cudaCheck(cudaMemcpy(d_v, hv, sizeof hv, cudaMemcpyHostToDevice));
+    LAUNCH(block_vote_kernel, 1, 96, 0, 0, d_res, d_v);
+    cudaCheckLast();
+    cudaCheck(cudaMemcpy(res, d_res, sizeof res, cudaMemcpyDeviceToHost));
+    int wc = 0, wa = 1, wo = 0, nlive = 0, bad_bv = 0;
+    for (int i = 0; i < 96; i++) {
+        if (hv[i] < 0) continue;
+        nlive++; wc += hv[i] % 2; wa &= hv[i] >= 0; wo |= hv[i] > 95;
+    }
+    for (int i = 0; i < 96; i++)
+        if (hv[i] >= 0) bad_bv += (res[3 * i] != wc) + (res[3 * i + 1] != wa) + (res[3 * i + 2] != wo);
+    TEST_CHECK(nlive < 96 && bad_bv == 0, "__syncthreads_count/and/or with exited threads: %d wrong (%d live)", bad_bv, nlive);
+    if (bad_bv == 0) printf("ok   __syncthreads_count/and/or (%d of 96 threads live, count %d)\n", nlive, wc);
+    cudaCheck(cudaFree(d_v)); cudaCheck(cudaFree(d_res));
     cudaCheck(cudaFree(d_in)); cudaCheck(cudaFree(d_scan)); cudaCheck(cudaFree(d_bcast));
     cudaCheck(cudaFree(d_down)); cudaCheck(cudaFree(d_bal)); cudaCheck(cudaFree(d_votes));
 }
@@ -342,6 +387,20 @@ static void test_index_and_launch_errors(void) {
     int bad3 = 0;
     for (int i = 0; i < 40; i++) bad3 += hb[i] != 1.5f * i;
     TEST_CHECK(bad3 == 0, "template kernel launch: %d wrong", bad3);
+
+    const float coef[4] = {0.5f, -1.0f, 2.0f, 0.25f};
+    const unsigned zero = 0;
+    cudaCheck(cudaMemcpyToSymbol(c_coef, coef, sizeof coef));
+    cudaCheck(cudaMemcpyToSymbol(d_launch_count, &zero, sizeof zero));
+    LAUNCH(coef_kernel, 1, 40, 0, 0, d_b);
+    cudaCheckLast();
+    for (int i = 0; i < 3; i++) LAUNCH(count_kernel, 5, 32, 0, 0);
+    cudaCheckLast();
+    unsigned launches = 0;
+    cudaCheck(cudaMemcpyFromSymbol(&launches, d_launch_count, sizeof launches));
+    cudaCheck(cudaMemcpy(hb, d_b, sizeof hb, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 40; i++) bad3 += hb[i] != coef[i % 4] * i;
+    TEST_CHECK(bad3 == 0 && launches == 15, "__constant__ / __device__ symbols: %d wrong, count %u (want 15)", bad3, launches);
     cudaCheck(cudaFree(d_a));
     cudaCheck(cudaFree(d_b));
 

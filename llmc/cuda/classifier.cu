@@ -1,0 +1,69 @@
+// Fused classifier: softmax + cross-entropy + dlogits in place, one block per row (targets < 0:
+// no loss, zero gradient row; padded columns V..Vp get zero gradient). Two passes over
+// the row: an online max/sum (log-sum-exp), then the gradient written over the logits.
+#include "cuda/ops_common.cuh"
+
+#define CLS_THREADS 512
+
+// combine two (max, sum-of-exp relative to max) pairs
+__device__ inline void lse_combine(float& m, float& s, float om, float os) {
+    float mn = fmaxf(m, om);
+    s = s * expf(m - mn) + os * expf(om - mn);
+    m = mn;
+}
+
+__global__ void fused_classifier_kernel(float* losses, floatX* logits, const int* targets, float dloss,
+                                        int V, int Vp, int vec) {
+    __shared__ float sm[CLS_THREADS / OPS_WARP], ss[CLS_THREADS / OPS_WARP];
+    int row = blockIdx.x;
+    int lane = threadIdx.x % OPS_WARP, warp = threadIdx.x / OPS_WARP, nwarps = blockDim.x / OPS_WARP;
+    floatX* x = logits + (size_t)row * Vp;
+    int target = targets[row];
+    // A target >= V (data that does not match the vocabulary) must not index past the row; it
+    // gets a NaN loss and a zero gradient, so the trainer's non-finite-loss check reports it
+    // (the CPU backend stops with a message; here the targets live on the device).
+    int bad_target = target >= V;
+    if (bad_target) target = -1;
+    // -FLT_MAX rather than -inf: a thread without elements then combines as (m, 0) without NaN
+    float m = -FLT_MAX, s = 0.0f;
+    for (int c = threadIdx.x * 8; c < V; c += blockDim.x * 8) {
+        float v[8];
+        load8f(v, x, c, Vp, vec);
+        for (int k = 0; k < 8 && c + k < V; k++) {
+            if (v[k] > m) { s = s * expf(m - v[k]) + 1.0f; m = v[k]; }
+            else s += expf(v[k] - m);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float om = __shfl_xor_sync(OPS_FULL_MASK, m, o), os = __shfl_xor_sync(OPS_FULL_MASK, s, o);
+        lse_combine(m, s, om, os);
+    }
+    if (lane == 0) { sm[warp] = m; ss[warp] = s; }
+    // the target logit is read before the barrier: after it, other threads overwrite the row
+    float xt = (threadIdx.x == 0 && target >= 0) ? __bfloat162float(x[target]) : 0.0f;
+    __syncthreads();
+    m = -FLT_MAX; s = 0.0f;
+    for (int w = 0; w < nwarps; w++) lse_combine(m, s, sm[w], ss[w]);   // same order in every thread
+    float lse = m + logf(s);
+    if (threadIdx.x == 0) losses[row] = bad_target ? NAN : (target >= 0 ? lse - xt : 0.0f);
+    if (dloss == 0.0f) return;
+    for (int c = threadIdx.x * 8; c < Vp; c += blockDim.x * 8) {
+        float v[8];
+        load8f(v, x, c, Vp, vec);
+        for (int k = 0; k < 8; k++) {
+            int i = c + k;
+            float g = 0.0f;
+            if (target >= 0 && i < V) g = dloss * (expf(v[k] - lse) - (i == target ? 1.0f : 0.0f));
+            v[k] = g;
+        }
+        store8f(x, v, c, Vp, vec);
+    }
+}
+
+extern "C" void fused_classifier(float* losses, floatX* logits, const int* targets, float dloss,
+                                 int N, int V, int Vp) {
+    if (N <= 0) return;
+    int vec = Vp % 8 == 0 && ops_aligned16(logits);
+    LAUNCH(fused_classifier_kernel, N, CLS_THREADS, 0, 0, losses, logits, targets, dloss, V, Vp, vec);
+    cudaCheck(cudaGetLastError());
+}

@@ -1,0 +1,97 @@
+// Token + position embedding forward and a deterministic backward (no float atomics): the wte
+// gradient is computed per vocabulary row from a host-side bucketing of the token positions,
+// and each row's positions are summed in a fixed order.
+#include <stdlib.h>
+#include <algorithm>
+#include <vector>
+#include "cuda/ops_common.cuh"
+
+// one thread per 8 channels of one (b, t)
+__global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+                                       int BT, int T, int C, int vec) {
+    int chunks = (C + 7) / 8;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)BT * chunks) return;
+    int bt = (int)(idx / chunks), c = (int)(idx % chunks) * 8, t = bt % T;
+    float a[8], b[8];
+    load8f(a, wte + (size_t)inp[bt] * C, c, C, vec);
+    load8f(b, wpe + (size_t)t * C, c, C, vec);
+    for (int k = 0; k < 8; k++) a[k] += b[k];
+    store8f(out + (size_t)bt * C, a, c, C, vec);
+}
+
+// dwpe[t, c..c+8) += sum_b dout[b, t, c..c+8), b in order
+__global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, int B, int T, int C, int vec) {
+    int chunks = (C + 7) / 8;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)T * chunks) return;
+    int t = (int)(idx / chunks), c = (int)(idx % chunks) * 8;
+    float acc[8], d[8];
+    load8f(acc, dwpe + (size_t)t * C, c, C, vec);
+    for (int b = 0; b < B; b++) {
+        load8f(d, dout + ((size_t)b * T + t) * C, c, C, vec);
+        for (int k = 0; k < 8; k++) acc[k] += d[k];
+    }
+    store8f(dwpe + (size_t)t * C, acc, c, C, vec);
+}
+
+// Block = one distinct token (bucket); threads stride over 8-channel chunks. pos[start[u] ..
+// start[u+1]) are the (b*T + t) positions holding token tok[u], ascending.
+__global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* tok, const int* start,
+                                            const int* pos, int C, int vec) {
+    int u = blockIdx.x;
+    int p0 = start[u], p1 = start[u + 1];
+    floatX* row = dwte + (size_t)tok[u] * C;
+    for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
+        float acc[8], d[8];
+        load8f(acc, row, c, C, vec);
+        for (int p = p0; p < p1; p++) {
+            load8f(d, dout + (size_t)pos[p] * C, c, C, vec);
+            for (int k = 0; k < 8; k++) acc[k] += d[k];
+        }
+        store8f(row, acc, c, C, vec);
+    }
+}
+
+extern "C" void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C) {
+    int BT = B * T, vec = C % 8 == 0 && ops_aligned16(out) && ops_aligned16(wte) && ops_aligned16(wpe);
+    size_t work = (size_t)BT * ((C + 7) / 8);
+    if (!work) return;
+    LAUNCH(encoder_forward_kernel, ops_blocks(work, 256), 256, 0, 0, out, inp, wte, wpe, BT, T, C, vec);
+    cudaCheck(cudaGetLastError());
+}
+
+extern "C" void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T, int C) {
+    int BT = B * T;
+    if (BT == 0 || C == 0) return;
+    if (dwpe) {
+        int vec = C % 8 == 0 && ops_aligned16(dwpe) && ops_aligned16(dout);
+        size_t work = (size_t)T * ((C + 7) / 8);
+        LAUNCH(encoder_backward_wpe_kernel, ops_blocks(work, 256), 256, 0, 0, dwpe, dout, B, T, C, vec);
+        cudaCheck(cudaGetLastError());
+    }
+    if (dwte) {
+        // bucket positions by token on the host (stable, so each bucket is in position order)
+        std::vector<int> tokens(BT), order(BT);
+        cudaCheck(cudaMemcpy(tokens.data(), inp, (size_t)BT * sizeof(int), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < BT; i++) order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return tokens[x] < tokens[y]; });
+        // layout of the upload: tok[nb] | start[nb + 1] | pos[BT]
+        std::vector<int> buf;
+        std::vector<int> tok, start;
+        for (int i = 0; i < BT; i++) {
+            if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) { tok.push_back(tokens[order[i]]); start.push_back(i); }
+        }
+        int nb = (int)tok.size();
+        start.push_back(BT);
+        buf.insert(buf.end(), tok.begin(), tok.end());
+        buf.insert(buf.end(), start.begin(), start.end());
+        buf.insert(buf.end(), order.begin(), order.end());
+        int* dbuf = (int*)ops_scratch(OPS_SCRATCH_ENCODER, buf.size() * sizeof(int));
+        cudaCheck(cudaMemcpy(dbuf, buf.data(), buf.size() * sizeof(int), cudaMemcpyHostToDevice));
+        int vec = C % 8 == 0 && ops_aligned16(dwte) && ops_aligned16(dout);
+        int threads = std::min(256, std::max(32, ((C + 7) / 8 + 31) / 32 * 32));
+        LAUNCH(encoder_backward_wte_kernel, nb, threads, 0, 0, dwte, dout, dbuf, dbuf + nb, dbuf + 2 * nb + 1, C, vec);
+        cudaCheck(cudaGetLastError());
+    }
+}

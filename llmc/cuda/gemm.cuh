@@ -1,0 +1,28 @@
+// Thin wrapper around every GEMM of the CUDA backend. The production build calls cuBLASLt
+// (bf16 in/out, fp32 compute, bias / GELU epilogues); the emulated build (LLMC_CUDA_EMULATED,
+// the CUDA-on-CPU test harness) converts to fp32 and calls cblas_sgemm instead, since library
+// kernels cannot run there. Nothing else in the backend touches cuBLASLt.
+#ifndef LLMC_CUDA_GEMM_CUH
+#define LLMC_CUDA_GEMM_CUH
+
+#ifndef LLMC_CUDA
+#define LLMC_CUDA 1   // llmc/cuda/ is the bf16 backend
+#endif
+#include "ops.h"
+
+void gemm_init(void);      // idempotent; creates the cuBLASLt handle and workspace
+void gemm_release(void);   // frees them (at exit)
+
+// Column-major (BLAS convention) D[m, n] = op(A)[m, k] @ op(B)[k, n], fp32 accumulation, with
+//   bias != NULL:      + bias[m] on every column (CUBLASLT_EPILOGUE_BIAS);
+//   pre_gelu != NULL:  pre_gelu = the result (leading dimension ldd), D = gelu(result)
+//                      (CUBLASLT_EPILOGUE_GELU_AUX[_BIAS]);
+//   accumulate:        D = result + D (beta = 1). D is bf16, so the sum is rounded to bf16 each
+//                      time: accumulating many micro-steps in place loses low-order bits. That is
+//                      the accepted cost of bf16 gradients (as in llm.c).
+// op(X) = X^T when trans is set. A is stored (trans ? k x m : m x k) with leading dim lda, etc.
+void gemm_bf16(int transa, int transb, int m, int n, int k,
+               const floatX* A, int lda, const floatX* B, int ldb, floatX* D, int ldd,
+               const floatX* bias, floatX* pre_gelu, int accumulate);
+
+#endif // LLMC_CUDA_GEMM_CUH

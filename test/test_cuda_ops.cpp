@@ -1,0 +1,736 @@
+// Every CUDA-backend op (llmc/cuda/*.cu), run on the CPU through the CUDA-on-CPU harness
+// (test/cuda_cpu/), checked against a straightforward double-precision reference written here
+// from the definitions in llmc/ops.h and against the CPU backend's op ("vs cpu:"), at small shapes: ragged ones (scalar paths: sizes not a
+// multiple of 8, misaligned pointers) and aligned ones (128-bit paths).
+//
+// Inputs are rounded to bf16 before both sides see them, so the only differences are the
+// kernels' fp32 arithmetic and the bf16 rounding of their outputs: tolerances are a few bf16
+// ulps (2^-8 relative) plus an absolute term for values that cancel.
+//
+// Built by mk/cudakern.mk with g++ -include test/cuda_cpu/cuda_cpu.h -DLLMC_CUDA
+// -DLLMC_CUDA_EMULATED; the kernel names the harness launched are checked against every
+// __global__ in llmc/cuda/*.cu by test/check_cuda_kernels_ran.sh.
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+#include <vector>
+#include <algorithm>
+// The CPU backend (llmc/cpu/*.o) is linked in with every op symbol renamed to cpu_<name>
+// (objcopy --redefine-syms, mk/cudakern.mk), so both backends live in this program: ops.h is
+// included twice, first with fp32 floatX and cpu_ names, then as the CUDA backend's header.
+#undef LLMC_CUDA
+#define floatX cpu_floatX
+#define ops_init cpu_ops_init
+#define ops_backend_name cpu_ops_backend_name
+#define ops_alloc cpu_ops_alloc
+#define ops_free cpu_ops_free
+#define ops_zero cpu_ops_zero
+#define ops_to_device cpu_ops_to_device
+#define ops_to_host cpu_ops_to_host
+#define ops_upload_f32 cpu_ops_upload_f32
+#define ops_download_f32 cpu_ops_download_f32
+#define ops_synchronize cpu_ops_synchronize
+#define encoder_forward cpu_encoder_forward
+#define encoder_backward cpu_encoder_backward
+#define layernorm_forward cpu_layernorm_forward
+#define layernorm_backward cpu_layernorm_backward
+#define fused_residual_layernorm_forward cpu_fused_residual_layernorm_forward
+#define matmul_forward cpu_matmul_forward
+#define matmul_backward cpu_matmul_backward
+#define gelu_forward cpu_gelu_forward
+#define gelu_backward cpu_gelu_backward
+#define residual_forward cpu_residual_forward
+#define add_inplace cpu_add_inplace
+#define scale_copy cpu_scale_copy
+#define attention_forward cpu_attention_forward
+#define attention_backward cpu_attention_backward
+#define fused_classifier cpu_fused_classifier
+#define adamw_update cpu_adamw_update
+#define sum_squares cpu_sum_squares
+#define sum_f32 cpu_sum_f32
+#define dropout_forward cpu_dropout_forward
+#define mul_inplace cpu_mul_inplace
+#include "ops.h"
+#undef floatX
+#undef ops_init
+#undef ops_backend_name
+#undef ops_alloc
+#undef ops_free
+#undef ops_zero
+#undef ops_to_device
+#undef ops_to_host
+#undef ops_upload_f32
+#undef ops_download_f32
+#undef ops_synchronize
+#undef encoder_forward
+#undef encoder_backward
+#undef layernorm_forward
+#undef layernorm_backward
+#undef fused_residual_layernorm_forward
+#undef matmul_forward
+#undef matmul_backward
+#undef gelu_forward
+#undef gelu_backward
+#undef residual_forward
+#undef add_inplace
+#undef scale_copy
+#undef attention_forward
+#undef attention_backward
+#undef fused_classifier
+#undef adamw_update
+#undef sum_squares
+#undef sum_f32
+#undef dropout_forward
+#undef mul_inplace
+#undef LLMC_OPS_H
+#define LLMC_CUDA 1
+#include "ops.h"
+#include "test/test.h"
+
+typedef std::vector<float> vecf;
+
+// ---------------------------------------------------------------------------- helpers
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+static float rnd_uniform(void) {   // [-1, 1)
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+static vecf rnd_vec(size_t n, float scale) {
+    vecf v(n);
+    for (size_t i = 0; i < n; i++) v[i] = bf16_round(scale * rnd_uniform());
+    return v;
+}
+// device bf16 copy of a host vector; `offset` elements of slack in front misalign the result
+struct Dev {
+    void* base = NULL;
+    floatX* p = NULL;
+    size_t n = 0;
+    Dev(const vecf& h, int offset = 0) : n(h.size()) {
+        base = ops_alloc((h.size() + offset + 8) * sizeof(floatX));
+        p = (floatX*)base + offset;
+        ops_upload_f32(p, h.data(), h.size());
+    }
+    explicit Dev(size_t count, int offset = 0) : n(count) {
+        base = ops_alloc((count + offset + 8) * sizeof(floatX));
+        p = (floatX*)base + offset;
+    }
+    vecf get() const { vecf h(n); ops_download_f32(h.data(), p, n); return h; }
+    ~Dev() { ops_free(base); }
+    Dev(const Dev&) = delete;
+    Dev& operator=(const Dev&) = delete;
+};
+struct DevF {   // fp32 device buffer
+    float* p = NULL;
+    size_t n = 0;
+    explicit DevF(size_t count) : n(count) { p = (float*)ops_alloc((count ? count : 1) * sizeof(float)); }
+    DevF(const vecf& h) : DevF(h.size()) { ops_to_device(p, h.data(), h.size() * sizeof(float)); }
+    vecf get() const { vecf h(n); ops_to_host(h.data(), p, n * sizeof(float)); return h; }
+    ~DevF() { ops_free(p); }
+    DevF(const DevF&) = delete;
+    DevF& operator=(const DevF&) = delete;
+};
+struct DevI {
+    int* p = NULL;
+    DevI(const std::vector<int>& h) {
+        p = (int*)ops_alloc(h.size() * sizeof(int) + 4);
+        ops_to_device(p, h.data(), h.size() * sizeof(int));
+    }
+    ~DevI() { ops_free(p); }
+    DevI(const DevI&) = delete;
+    DevI& operator=(const DevI&) = delete;
+};
+
+static double g_worst_rel = 0.0;   // summary: worst |diff| / (atol + rtol |ref|) over all checks
+static char g_worst_name[160];
+static void check(const char* what, const vecf& got, const vecf& want, double rtol, double atol) {
+    double worst = 0.0;
+    for (size_t i = 0; i < want.size(); i++) {
+        double d = fabs((double)got[i] - want[i]), tol = atol + rtol * fabs((double)want[i]);
+        double r = tol > 0.0 ? d / tol : (d == 0.0 ? 0.0 : INFINITY);
+        if (!(r <= worst)) worst = r;   // NaN sticks
+    }
+    if (worst > g_worst_rel || worst != worst) { g_worst_rel = worst; snprintf(g_worst_name, sizeof(g_worst_name), "%s", what); }
+    test_allclose(what, got.data(), want.data(), want.size(), rtol, atol);
+}
+
+// bf16 outputs: a few ulps of 2^-8 relative
+#define RT 1.6e-2
+static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double gelu_grad_ref(double x) {
+    double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x), th = tanh(u);
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// ---------------------------------------------------------------------------- tests
+
+static void test_casts(void) {
+    vecf h(19);
+    for (size_t i = 0; i < h.size(); i++) h[i] = 3.0f * rnd_uniform();
+    Dev d(h);
+    vecf back = d.get(), want(h.size());
+    for (size_t i = 0; i < h.size(); i++) want[i] = bf16_round(h[i]);   // round to nearest even
+    check("cast f32->bf16->f32 (n=19)", back, want, 0.0, 0.0);
+}
+
+static void test_elementwise(size_t n, int off) {
+    char name[128];
+    vecf a = rnd_vec(n, 3.0f), b = rnd_vec(n, 2.0f), g = rnd_vec(n, 1.0f), acc = rnd_vec(n, 0.5f);
+    Dev da(a, off), db(b, off), dg(g, off), dacc(acc, off), dout(n, off);
+    vecf want(n);
+
+    gelu_forward(dout.p, da.p, n);
+    for (size_t i = 0; i < n; i++) want[i] = (float)gelu_ref(a[i]);
+    snprintf(name, sizeof(name), "gelu_forward (n=%zu, offset %d)", n, off);
+    check(name, dout.get(), want, RT, 1e-3);
+
+    gelu_backward(dacc.p, da.p, dg.p, n);   // accumulates
+    for (size_t i = 0; i < n; i++) want[i] = (float)(acc[i] + gelu_grad_ref(a[i]) * g[i]);
+    snprintf(name, sizeof(name), "gelu_backward += (n=%zu, offset %d)", n, off);
+    check(name, dacc.get(), want, RT, 1e-2);
+
+    residual_forward(dout.p, da.p, db.p, n);
+    for (size_t i = 0; i < n; i++) want[i] = a[i] + b[i];
+    snprintf(name, sizeof(name), "residual_forward (n=%zu, offset %d)", n, off);
+    check(name, dout.get(), want, 8e-3, 1e-6);
+
+    add_inplace(da.p, db.p, n);   // da = a + b
+    snprintf(name, sizeof(name), "add_inplace (n=%zu, offset %d)", n, off);
+    check(name, da.get(), want, 8e-3, 1e-6);
+
+    scale_copy(db.p, db.p, -0.37f, n);   // in place
+    for (size_t i = 0; i < n; i++) want[i] = b[i] * -0.37f;
+    snprintf(name, sizeof(name), "scale_copy in place (n=%zu, offset %d)", n, off);
+    check(name, db.get(), want, 8e-3, 1e-6);
+    // the CPU backend on the same inputs
+    vecf c1(n), c2 = acc;
+    cpu_gelu_forward(c1.data(), a.data(), n);
+    snprintf(name, sizeof(name), "vs cpu: gelu_backward (n=%zu)", n);
+    cpu_gelu_backward(c2.data(), a.data(), g.data(), n);
+    check(name, dacc.get(), c2, RT, 1e-2);
+    vecf c3(n), c4 = a, c5(n);
+    cpu_residual_forward(c3.data(), a.data(), b.data(), n);
+    cpu_add_inplace(c4.data(), b.data(), n);
+    cpu_scale_copy(c5.data(), b.data(), -0.37f, n);
+    snprintf(name, sizeof(name), "vs cpu: residual_forward, add_inplace, scale_copy (n=%zu)", n);
+    check(name, dout.get(), c3, 8e-3, 1e-6);
+    check(name, da.get(), c4, 8e-3, 1e-6);
+    check(name, db.get(), c5, 8e-3, 1e-6);
+    Dev dgl(a, off);
+    gelu_forward(dgl.p, dgl.p, n);   // in place
+    snprintf(name, sizeof(name), "vs cpu: gelu_forward in place (n=%zu)", n);
+    check(name, dgl.get(), c1, RT, 1e-3);
+}
+
+static void test_encoder(int B, int T, int C, int V) {
+    char name[128];
+    vecf wte = rnd_vec((size_t)V * C, 1.0f), wpe = rnd_vec((size_t)T * C, 1.0f);
+    std::vector<int> tok(B * T);
+    for (int i = 0; i < B * T; i++) tok[i] = (int)((rnd_uniform() + 1.0f) * 0.5f * V) % V;
+    tok[B * T - 1] = tok[0];   // repeated tokens exercise the buckets
+    Dev dwte(wte), dwpe(wpe), dout((size_t)B * T * C);
+    DevI dtok(tok);
+    encoder_forward(dout.p, dtok.p, dwte.p, dwpe.p, B, T, C);
+    vecf want((size_t)B * T * C);
+    for (int bt = 0; bt < B * T; bt++)
+        for (int c = 0; c < C; c++) want[(size_t)bt * C + c] = wte[(size_t)tok[bt] * C + c] + wpe[(size_t)(bt % T) * C + c];
+    snprintf(name, sizeof(name), "encoder_forward (B=%d T=%d C=%d)", B, T, C);
+    check(name, dout.get(), want, 8e-3, 1e-6);
+
+    vecf g = rnd_vec((size_t)B * T * C, 1.0f), gwte = rnd_vec((size_t)V * C, 0.5f), gwpe = rnd_vec((size_t)T * C, 0.5f);
+    Dev dg(g), dgwte(gwte), dgwpe(gwpe);
+    encoder_backward(dgwte.p, dgwpe.p, dg.p, dtok.p, B, T, C);
+    std::vector<double> rw(gwte.begin(), gwte.end()), rp(gwpe.begin(), gwpe.end());
+    for (int bt = 0; bt < B * T; bt++)
+        for (int c = 0; c < C; c++) {
+            rw[(size_t)tok[bt] * C + c] += g[(size_t)bt * C + c];
+            rp[(size_t)(bt % T) * C + c] += g[(size_t)bt * C + c];
+        }
+    snprintf(name, sizeof(name), "encoder_backward dwte += (B=%d T=%d C=%d)", B, T, C);
+    check(name, dgwte.get(), vecf(rw.begin(), rw.end()), RT, 1e-2);
+    snprintf(name, sizeof(name), "encoder_backward dwpe += (B=%d T=%d C=%d)", B, T, C);
+    check(name, dgwpe.get(), vecf(rp.begin(), rp.end()), RT, 1e-2);
+    vecf co((size_t)B * T * C), cw = gwte, cp = gwpe;
+    cpu_encoder_forward(co.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    snprintf(name, sizeof(name), "vs cpu: encoder_forward (B=%d T=%d C=%d)", B, T, C);
+    check(name, dout.get(), co, 8e-3, 1e-6);
+    cpu_encoder_backward(cw.data(), cp.data(), g.data(), tok.data(), B, T, C);
+    snprintf(name, sizeof(name), "vs cpu: encoder_backward dwte, dwpe (B=%d T=%d C=%d)", B, T, C);
+    vecf gotw = dgwte.get(), gotp = dgwpe.get();
+    gotw.insert(gotw.end(), gotp.begin(), gotp.end());
+    cw.insert(cw.end(), cp.begin(), cp.end());
+    check(name, gotw, cw, RT, 1e-2);
+}
+
+// reference layernorm of one row, double
+static void ln_ref(const float* x, const float* w, const float* b, int C, float* out, float* mean, float* rstd) {
+    double m = 0.0, v = 0.0;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    double rs = 1.0 / sqrt(v / C + 1e-5);
+    for (int c = 0; c < C; c++) out[c] = (float)((x[c] - m) * rs * w[c] + b[c]);
+    *mean = (float)m; *rstd = (float)rs;
+}
+
+static void test_layernorm(int N, int C) {
+    char name[128];
+    vecf x = rnd_vec((size_t)N * C, 2.0f), y = rnd_vec((size_t)N * C, 1.0f), w = rnd_vec(C, 1.0f), b = rnd_vec(C, 0.5f);
+    for (int i = 0; i < N * C; i++) x[i] = bf16_round(x[i] + 0.5f);   // nonzero mean
+    Dev dx(x), dy(y), dw(w), db(b), dout((size_t)N * C), dres((size_t)N * C);
+    DevF dmean(N), drstd(N);
+    vecf want((size_t)N * C), wmean(N), wrstd(N);
+    for (int n = 0; n < N; n++) ln_ref(&x[(size_t)n * C], w.data(), b.data(), C, &want[(size_t)n * C], &wmean[n], &wrstd[n]);
+    layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C);
+    snprintf(name, sizeof(name), "layernorm_forward out (N=%d C=%d)", N, C);
+    check(name, dout.get(), want, RT, 1e-2);
+    snprintf(name, sizeof(name), "layernorm_forward mean (N=%d C=%d)", N, C);
+    check(name, dmean.get(), wmean, 1e-5, 1e-6);
+    snprintf(name, sizeof(name), "layernorm_forward rstd (N=%d C=%d)", N, C);
+    check(name, drstd.get(), wrstd, 1e-4, 1e-6);
+
+    // fused residual: the residual is rounded to bf16 first, then normalised
+    vecf res((size_t)N * C);
+    for (size_t i = 0; i < res.size(); i++) res[i] = bf16_round(x[i] + y[i]);
+    for (int n = 0; n < N; n++) ln_ref(&res[(size_t)n * C], w.data(), b.data(), C, &want[(size_t)n * C], &wmean[n], &wrstd[n]);
+    fused_residual_layernorm_forward(dres.p, dout.p, dmean.p, drstd.p, dx.p, dy.p, dw.p, db.p, N, C);
+    snprintf(name, sizeof(name), "fused_residual_layernorm_forward residual (N=%d C=%d)", N, C);
+    check(name, dres.get(), res, 0.0, 0.0);
+    snprintf(name, sizeof(name), "fused_residual_layernorm_forward out (N=%d C=%d)", N, C);
+    check(name, dout.get(), want, RT, 1e-2);
+    snprintf(name, sizeof(name), "fused_residual_layernorm_forward rstd (N=%d C=%d)", N, C);
+    check(name, drstd.get(), wrstd, 1e-4, 1e-6);
+
+    // backward from the stats of x
+    for (int n = 0; n < N; n++) ln_ref(&x[(size_t)n * C], w.data(), b.data(), C, &want[(size_t)n * C], &wmean[n], &wrstd[n]);
+    DevF smean(wmean), srstd(wrstd);
+    vecf g = rnd_vec((size_t)N * C, 1.0f), gi = rnd_vec((size_t)N * C, 0.5f), gw = rnd_vec(C, 0.5f), gb = rnd_vec(C, 0.5f);
+    Dev dg(g), dgi(gi), dgw(gw), dgb(gb);
+    layernorm_backward(dgi.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, smean.p, srstd.p, N, C);
+    std::vector<double> ri(gi.begin(), gi.end()), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
+    for (int n = 0; n < N; n++) {
+        const float* xr = &x[(size_t)n * C]; const float* gr = &g[(size_t)n * C];
+        double m = wmean[n], rs = wrstd[n], s1 = 0.0, s2 = 0.0;
+        for (int c = 0; c < C; c++) { double dn = w[c] * gr[c]; s1 += dn; s2 += dn * (xr[c] - m) * rs; }
+        s1 /= C; s2 /= C;
+        for (int c = 0; c < C; c++) {
+            double norm = (xr[c] - m) * rs;
+            ri[(size_t)n * C + c] += (w[c] * gr[c] - s1 - norm * s2) * rs;
+            rw[c] += gr[c] * norm;
+            rb[c] += gr[c];
+        }
+    }
+    snprintf(name, sizeof(name), "layernorm_backward dinp += (N=%d C=%d)", N, C);
+    check(name, dgi.get(), vecf(ri.begin(), ri.end()), RT, 2e-2);
+    snprintf(name, sizeof(name), "layernorm_backward dweight += (N=%d C=%d)", N, C);
+    check(name, dgw.get(), vecf(rw.begin(), rw.end()), RT, 2e-2);
+    snprintf(name, sizeof(name), "layernorm_backward dbias += (N=%d C=%d)", N, C);
+    check(name, dgb.get(), vecf(rb.begin(), rb.end()), RT, 2e-2);
+    vecf co((size_t)N * C), cm(N), cr(N), cres((size_t)N * C), ci = gi, cw = gw, cb = gb;
+    cpu_layernorm_forward(co.data(), cm.data(), cr.data(), x.data(), w.data(), b.data(), N, C);
+    snprintf(name, sizeof(name), "vs cpu: layernorm_forward out, rstd (N=%d C=%d)", N, C);
+    layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C);
+    check(name, dout.get(), co, RT, 1e-2);
+    check(name, drstd.get(), cr, 1e-4, 1e-6);
+    cpu_fused_residual_layernorm_forward(cres.data(), co.data(), cm.data(), cr.data(), x.data(), y.data(), w.data(), b.data(), N, C);
+    fused_residual_layernorm_forward(dres.p, dout.p, dmean.p, drstd.p, dx.p, dy.p, dw.p, db.p, N, C);
+    snprintf(name, sizeof(name), "vs cpu: fused_residual_layernorm_forward (N=%d C=%d)", N, C);
+    check(name, dout.get(), co, RT, 2e-2);   // CPU normalises the unrounded fp32 residual
+    cpu_layernorm_backward(ci.data(), cw.data(), cb.data(), g.data(), x.data(), w.data(), wmean.data(), wrstd.data(), N, C);
+    snprintf(name, sizeof(name), "vs cpu: layernorm_backward dinp, dweight, dbias (N=%d C=%d)", N, C);
+    vecf got = dgi.get(), t1 = dgw.get(), t2 = dgb.get();
+    got.insert(got.end(), t1.begin(), t1.end()); got.insert(got.end(), t2.begin(), t2.end());
+    ci.insert(ci.end(), cw.begin(), cw.end()); ci.insert(ci.end(), cb.begin(), cb.end());
+    check(name, got, ci, RT, 2e-2);
+}
+
+static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
+    char name[160];
+    vecf x = rnd_vec((size_t)N * C, 1.0f), w = rnd_vec((size_t)OC * C, 0.5f), b = rnd_vec(OC, 0.5f);
+    Dev dx(x), dw(w), db(b), dout((size_t)N * OC), dgelu((size_t)N * OC);
+    vecf want((size_t)N * OC), wgelu((size_t)N * OC);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = with_bias ? b[o] : 0.0;
+            for (int c = 0; c < C; c++) s += (double)x[(size_t)n * C + c] * w[(size_t)o * C + c];
+            want[(size_t)n * OC + o] = (float)s;
+            wgelu[(size_t)n * OC + o] = (float)gelu_ref(s);
+        }
+    matmul_forward(dout.p, with_gelu ? dgelu.p : NULL, dx.p, dw.p, with_bias ? db.p : NULL, N, C, OC);
+    snprintf(name, sizeof(name), "matmul_forward out (N=%d C=%d OC=%d bias=%d gelu=%d)", N, C, OC, with_bias, with_gelu);
+    check(name, dout.get(), want, RT, 1e-2);
+    if (with_gelu) {
+        snprintf(name, sizeof(name), "matmul_forward gelu_out (N=%d C=%d OC=%d bias=%d)", N, C, OC, with_bias);
+        check(name, dgelu.get(), wgelu, RT, 1e-2);
+    }
+
+    vecf g = rnd_vec((size_t)N * OC, 1.0f), gi = rnd_vec((size_t)N * C, 0.5f), gw = rnd_vec((size_t)OC * C, 0.5f),
+         gb = rnd_vec(OC, 0.5f);
+    Dev dg(g), dgi(gi), dgw(gw), dgb(gb);
+    matmul_backward(dgi.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, dx.p, dw.p, N, C, OC);
+    std::vector<double> ri(gi.begin(), gi.end()), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double go = g[(size_t)n * OC + o];
+            rb[o] += go;
+            for (int c = 0; c < C; c++) {
+                ri[(size_t)n * C + c] += go * w[(size_t)o * C + c];
+                rw[(size_t)o * C + c] += go * x[(size_t)n * C + c];
+            }
+        }
+    snprintf(name, sizeof(name), "matmul_backward dinp += (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgi.get(), vecf(ri.begin(), ri.end()), RT, 2e-2);
+    snprintf(name, sizeof(name), "matmul_backward dweight += (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgw.get(), vecf(rw.begin(), rw.end()), RT, 2e-2);
+    if (with_bias) {
+        snprintf(name, sizeof(name), "matmul_backward dbias += (N=%d C=%d OC=%d)", N, C, OC);
+        check(name, dgb.get(), vecf(rb.begin(), rb.end()), RT, 2e-2);
+    } else {
+        TEST_CHECK(dgb.get() == gb, "matmul_backward changed a dbias it was not given");
+    }
+    vecf co((size_t)N * OC), cg((size_t)N * OC), ci = gi, cw = gw, cb = gb;
+    cpu_matmul_forward(co.data(), with_gelu ? cg.data() : NULL, x.data(), w.data(), with_bias ? b.data() : NULL, N, C, OC);
+    snprintf(name, sizeof(name), "vs cpu: matmul_forward (N=%d C=%d OC=%d bias=%d gelu=%d)", N, C, OC, with_bias, with_gelu);
+    check(name, dout.get(), co, RT, 1e-2);
+    if (with_gelu) check(name, dgelu.get(), cg, RT, 1e-2);
+    cpu_matmul_backward(ci.data(), cw.data(), with_bias ? cb.data() : NULL, g.data(), x.data(), w.data(), N, C, OC);
+    snprintf(name, sizeof(name), "vs cpu: matmul_backward (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgi.get(), ci, RT, 2e-2);
+    check(name, dgw.get(), cw, RT, 2e-2);
+    check(name, dgb.get(), cb, RT, 2e-2);
+}
+
+static void test_attention(int B, int T, int C, int NH) {
+    char name[160];
+    int HS = C / NH;
+    vecf qkv = rnd_vec((size_t)B * T * 3 * C, 1.5f);
+    Dev dqkv(qkv), dout((size_t)B * T * C);
+    DevF dlse((size_t)B * NH * T);
+    attention_forward(dout.p, dlse.p, dqkv.p, B, T, C, NH);
+    vecf want((size_t)B * T * C), wlse((size_t)B * NH * T);
+    // reference probabilities P[b][h][t][s], double
+    std::vector<double> P((size_t)B * NH * T * T, 0.0);
+    double sc = 1.0 / sqrt((double)HS);
+    auto Q = [&](int b, int t, int h, int d) { return (double)qkv[((size_t)b * T + t) * 3 * C + (size_t)h * HS + d]; };
+    auto K = [&](int b, int t, int h, int d) { return (double)qkv[((size_t)b * T + t) * 3 * C + C + (size_t)h * HS + d]; };
+    auto Vv = [&](int b, int t, int h, int d) { return (double)qkv[((size_t)b * T + t) * 3 * C + 2 * C + (size_t)h * HS + d]; };
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                double* p = &P[(((size_t)b * NH + h) * T + t) * T];
+                double mx = -1e300, sum = 0.0;
+                for (int s = 0; s <= t; s++) {
+                    double a = 0.0;
+                    for (int d = 0; d < HS; d++) a += Q(b, t, h, d) * K(b, s, h, d);
+                    p[s] = a * sc; mx = std::max(mx, p[s]);
+                }
+                for (int s = 0; s <= t; s++) sum += exp(p[s] - mx);
+                wlse[((size_t)b * NH + h) * T + t] = (float)(mx + log(sum));
+                for (int s = 0; s <= t; s++) p[s] = exp(p[s] - mx) / sum;
+                for (int d = 0; d < HS; d++) {
+                    double o = 0.0;
+                    for (int s = 0; s <= t; s++) o += p[s] * Vv(b, s, h, d);
+                    want[((size_t)b * T + t) * C + (size_t)h * HS + d] = (float)o;
+                }
+            }
+    snprintf(name, sizeof(name), "attention_forward out (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dout.get(), want, RT, 1e-2);
+    snprintf(name, sizeof(name), "attention_forward lse (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dlse.get(), wlse, 1e-4, 1e-4);
+
+    // backward; the kernel gets its own (bf16) out and lse, as in training
+    vecf g = rnd_vec((size_t)B * T * C, 1.0f), acc = rnd_vec((size_t)B * T * 3 * C, 0.5f);
+    Dev dg(g), dacc(acc);
+    vecf out_bf = dout.get();
+    attention_backward(dacc.p, dg.p, dqkv.p, dout.p, dlse.p, B, T, C, NH);
+    std::vector<double> r(acc.begin(), acc.end());
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double* p = &P[(((size_t)b * NH + h) * T + t) * T];
+                const float* go = &g[((size_t)b * T + t) * C + (size_t)h * HS];
+                double Dt = 0.0;
+                for (int d = 0; d < HS; d++) Dt += go[d] * (double)out_bf[((size_t)b * T + t) * C + (size_t)h * HS + d];
+                for (int s = 0; s <= t; s++) {
+                    double dp = 0.0;
+                    for (int d = 0; d < HS; d++) dp += go[d] * Vv(b, s, h, d);
+                    double ds = p[s] * (dp - Dt);
+                    for (int d = 0; d < HS; d++) {
+                        r[((size_t)b * T + t) * 3 * C + (size_t)h * HS + d] += sc * ds * K(b, s, h, d);
+                        r[((size_t)b * T + s) * 3 * C + C + (size_t)h * HS + d] += sc * ds * Q(b, t, h, d);
+                        r[((size_t)b * T + s) * 3 * C + 2 * C + (size_t)h * HS + d] += p[s] * go[d];
+                    }
+                }
+            }
+    snprintf(name, sizeof(name), "attention_backward dqkv += (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dacc.get(), vecf(r.begin(), r.end()), RT, 2e-2);
+    // the CPU backend end to end (its own out / lse feed its backward)
+    vecf co((size_t)B * T * C), cl((size_t)B * NH * T), cd = acc;
+    cpu_attention_forward(co.data(), cl.data(), qkv.data(), B, T, C, NH);
+    snprintf(name, sizeof(name), "vs cpu: attention_forward out, lse (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dout.get(), co, RT, 1e-2);
+    check(name, dlse.get(), cl, 1e-4, 1e-4);
+    cpu_attention_backward(cd.data(), g.data(), qkv.data(), co.data(), cl.data(), B, T, C, NH);
+    snprintf(name, sizeof(name), "vs cpu: attention_backward (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dacc.get(), cd, RT, 2e-2);
+}
+
+static void test_classifier(int N, int V, int Vp) {
+    char name[160];
+    vecf logits = rnd_vec((size_t)N * Vp, 4.0f);
+    std::vector<int> tgt(N);
+    for (int n = 0; n < N; n++) tgt[n] = (n * 7 + 3) % V;
+    tgt[1 % N] = -1;   // ignored row
+    DevI dt(tgt);
+    DevF dloss(N);
+    Dev dl(logits);
+    vecf wloss(N), wgrad((size_t)N * Vp, 0.0f);
+    float dscale = 1.0f / N;
+    for (int n = 0; n < N; n++) {
+        const float* x = &logits[(size_t)n * Vp];
+        double mx = -1e300, s = 0.0;
+        for (int v = 0; v < V; v++) mx = std::max(mx, (double)x[v]);
+        for (int v = 0; v < V; v++) s += exp(x[v] - mx);
+        double lse = mx + log(s);
+        wloss[n] = tgt[n] < 0 ? 0.0f : (float)(lse - x[tgt[n]]);
+        if (tgt[n] >= 0)
+            for (int v = 0; v < V; v++) wgrad[(size_t)n * Vp + v] = (float)(dscale * (exp(x[v] - lse) - (v == tgt[n])));
+    }
+    fused_classifier(dloss.p, dl.p, dt.p, 0.0f, N, V, Vp);   // loss only: logits untouched
+    snprintf(name, sizeof(name), "fused_classifier loss, dloss=0 (N=%d V=%d Vp=%d)", N, V, Vp);
+    check(name, dloss.get(), wloss, 1e-5, 1e-5);
+    snprintf(name, sizeof(name), "fused_classifier dloss=0 leaves logits (N=%d V=%d Vp=%d)", N, V, Vp);
+    check(name, dl.get(), logits, 0.0, 0.0);
+    fused_classifier(dloss.p, dl.p, dt.p, dscale, N, V, Vp);
+    snprintf(name, sizeof(name), "fused_classifier loss (N=%d V=%d Vp=%d)", N, V, Vp);
+    check(name, dloss.get(), wloss, 1e-5, 1e-5);
+    snprintf(name, sizeof(name), "fused_classifier dlogits, padded cols zero (N=%d V=%d Vp=%d)", N, V, Vp);
+    check(name, dl.get(), wgrad, RT, 1e-4 * dscale);
+    vecf cl(N), cx = logits;
+    cpu_fused_classifier(cl.data(), cx.data(), tgt.data(), dscale, N, V, Vp);
+    snprintf(name, sizeof(name), "vs cpu: fused_classifier loss, dlogits (N=%d V=%d Vp=%d)", N, V, Vp);
+    check(name, dloss.get(), cl, 1e-5, 1e-5);
+    check(name, dl.get(), cx, RT, 1e-4 * dscale);
+    // a target outside the vocabulary: NaN loss (caught by the trainer), zero gradient, no
+    // out-of-row read
+    std::vector<int> tbad(tgt);
+    tbad[0] = V;
+    DevI dtb(tbad);
+    Dev dl2(logits);
+    fused_classifier(dloss.p, dl2.p, dtb.p, dscale, N, V, Vp);
+    vecf lb = dloss.get(), gb = dl2.get();
+    int zero_row = 1;
+    for (int v = 0; v < Vp; v++) zero_row &= gb[v] == 0.0f;
+    TEST_CHECK(std::isnan(lb[0]) && zero_row, "fused_classifier: target %d >= V gave loss %g (want NaN) / nonzero grads", V, lb[0]);
+}
+
+static void test_adamw(size_t n, int with_master) {
+    char name[160];
+    vecf p = rnd_vec(n, 1.0f), g = rnd_vec(n, 1.0f), m = rnd_vec(n, 0.1f), v(n);
+    for (size_t i = 0; i < n; i++) v[i] = 0.01f * (1.5f + rnd_uniform());
+    float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    int t = 3;
+    Dev dp(p), dg(g), dp2(p);
+    DevF dmaster(p), dm(m), dv(v), dmaster2(p), dm2(m), dv2(v);
+    adamw_update(dp.p, with_master ? dmaster.p : NULL, dg.p, dm.p, dv.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
+    vecf wp(n), wm(n), wv(n);
+    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    for (size_t i = 0; i < n; i++) {
+        double gg = (double)g[i] * gs;
+        double mi = b1 * (double)m[i] + (1.0 - b1) * gg, vi = b2 * (double)v[i] + (1.0 - b2) * gg * gg;
+        wm[i] = (float)mi; wv[i] = (float)vi;
+        wp[i] = (float)(p[i] - lr * ((mi / bc1) / (sqrt(vi / bc2) + eps) + wd * p[i]));
+    }
+    snprintf(name, sizeof(name), "adamw m (n=%zu master=%d)", n, with_master);
+    check(name, dm.get(), wm, 1e-5, 1e-7);
+    snprintf(name, sizeof(name), "adamw v (n=%zu master=%d)", n, with_master);
+    check(name, dv.get(), wv, 1e-5, 1e-9);
+    if (with_master) {
+        snprintf(name, sizeof(name), "adamw master (n=%zu)", n);
+        check(name, dmaster.get(), wp, 1e-5, 1e-6);
+    }
+    // params: stochastic rounding of the fp32 result, so within one bf16 ulp of the exact value
+    vecf got = dp.get();
+    snprintf(name, sizeof(name), "adamw params, stochastic rounding (n=%zu master=%d)", n, with_master);
+    check(name, got, wp, 8e-3, 1e-6);
+    if (with_master) {
+        // exactly: the bf16 just below or just above the device's fp32 master value
+        vecf mst = dmaster.get();
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u; memcpy(&u, &mst[i], 4);
+            uint32_t lo = u & 0xFFFF0000u, hi = lo + 0x10000u;   // toward / away from zero
+            float flo, fhi; memcpy(&flo, &lo, 4); memcpy(&fhi, &hi, 4);
+            if (!(got[i] == flo || (got[i] == fhi && lo != u))) bad++;
+        }
+        TEST_CHECK(bad == 0, "adamw: %zu of %zu params are not a bf16 neighbour of their fp32 master", bad, n);
+    }
+    // deterministic given the seed; a different seed rounds differently somewhere
+    adamw_update(dp2.p, with_master ? dmaster2.p : NULL, dg.p, dm2.p, dv2.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
+    TEST_CHECK(dp2.get() == got, "adamw: same seed gave different params");
+    Dev dp3(p);
+    DevF dmaster3(p), dm3(m), dv3(v);
+    adamw_update(dp3.p, with_master ? dmaster3.p : NULL, dg.p, dm3.p, dv3.p, n, lr, b1, b2, eps, wd, gs, t, 99u);
+    TEST_CHECK(!(dp3.get() == got), "adamw: a different seed gave identical rounding of %zu values", n);
+    // unbiased: over all elements, rounding up happens in proportion to the discarded fraction
+    double bias = 0.0, mag = 0.0;
+    for (size_t i = 0; i < n; i++) { bias += got[i] - wp[i]; mag += fabs(bf16_round(wp[i]) - wp[i]); }
+    TEST_CHECK(fabs(bias) < 0.5 * mag + 1e-6, "adamw: stochastic rounding looks biased (%g vs %g)", bias, mag);
+    // the scalar path (misaligned params) rounds exactly like the 128-bit path: same random bits
+    Dev dp4(p, 1);
+    DevF dmaster4(p), dm4(m), dv4(v);
+    adamw_update(dp4.p, with_master ? dmaster4.p : NULL, dg.p, dm4.p, dv4.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
+    snprintf(name, sizeof(name), "adamw scalar path vs 128-bit path (n=%zu master=%d)", n, with_master);
+#ifdef LLMC_CUDA_EMULATED
+    check(name, dp4.get(), got, 0.0, 0.0);   // same CPU arithmetic on both paths
+#else
+    check(name, dp4.get(), got, 8e-3, 1e-6);   // the GPU may contract the two paths differently
+#endif
+    if (with_master) {
+        vecf cp = p, cm = m, cv = v, cmaster = p;
+        cpu_adamw_update(cp.data(), cmaster.data(), g.data(), cm.data(), cv.data(), n, lr, b1, b2, eps, wd, gs, t, 1234u);
+        snprintf(name, sizeof(name), "vs cpu: adamw master, m, v (n=%zu)", n);
+        check(name, dmaster.get(), cmaster, 1e-5, 1e-6);
+        check(name, dm.get(), cm, 1e-5, 1e-7);
+        check(name, dv.get(), cv, 1e-5, 1e-9);
+    }
+}
+
+// NULL gradient outputs mean "not needed" (frozen tensors): the others must still be right and
+// nothing may be written for the NULL ones
+static void test_null_grads(void) {
+    const int N = 9, C = 16, OC = 24, B = 3, T = 3, V = 6;
+    vecf x = rnd_vec((size_t)N * C, 1.0f), w = rnd_vec((size_t)OC * C, 0.5f), g = rnd_vec((size_t)N * OC, 1.0f);
+    vecf gi = rnd_vec((size_t)N * C, 0.5f), gw = rnd_vec((size_t)OC * C, 0.5f), gb = rnd_vec(OC, 0.5f);
+    Dev dx(x), dw(w), dg(g), dgi(gi), dgw(gw), dgb(gb);
+    vecf ci = gi, cw = gw, cb = gb;
+    // dinp only (a frozen linear layer inside the network)
+    matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC);
+    cpu_matmul_backward(ci.data(), NULL, NULL, g.data(), x.data(), w.data(), N, C, OC);
+    check("matmul_backward dinp only (dweight, dbias NULL)", dgi.get(), ci, RT, 2e-2);
+    // dweight only (first layer: no dinp), then dbias only
+    matmul_backward(NULL, dgw.p, NULL, dg.p, dx.p, dw.p, N, C, OC);
+    cpu_matmul_backward(NULL, cw.data(), NULL, g.data(), x.data(), w.data(), N, C, OC);
+    check("matmul_backward dweight only", dgw.get(), cw, RT, 2e-2);
+    matmul_backward(NULL, NULL, dgb.p, dg.p, dx.p, dw.p, N, C, OC);
+    cpu_matmul_backward(NULL, NULL, cb.data(), g.data(), x.data(), w.data(), N, C, OC);
+    check("matmul_backward dbias only", dgb.get(), cb, RT, 2e-2);
+
+    // layernorm: dinp only, then dweight/dbias only
+    vecf lw = rnd_vec(C, 1.0f), lb = rnd_vec(C, 0.5f), lg = rnd_vec((size_t)N * C, 1.0f);
+    vecf lo((size_t)N * C), mean(N), rstd(N);
+    cpu_layernorm_forward(lo.data(), mean.data(), rstd.data(), x.data(), lw.data(), lb.data(), N, C);
+    Dev dlw(lw), dlg(lg), dli(gi), dlww(gw), dlbb(gb);
+    DevF dmean(mean), drstd(rstd);
+    vecf li = gi, lww(gw.begin(), gw.begin() + C), lbb(gb.begin(), gb.begin() + C);
+    layernorm_backward(dli.p, NULL, NULL, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
+    cpu_layernorm_backward(li.data(), NULL, NULL, lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
+    check("layernorm_backward dinp only", dli.get(), li, RT, 2e-2);
+    layernorm_backward(NULL, dlww.p, dlbb.p, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
+    cpu_layernorm_backward(NULL, lww.data(), lbb.data(), lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
+    vecf got_w = dlww.get(), got_b = dlbb.get();
+    check("layernorm_backward dweight only", vecf(got_w.begin(), got_w.begin() + C), lww, RT, 2e-2);
+    check("layernorm_backward dbias only", vecf(got_b.begin(), got_b.begin() + C), lbb, RT, 2e-2);
+
+    // encoder: dwpe only, then dwte only
+    std::vector<int> tok(B * T);
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 5) % V;
+    DevI dtok(tok);
+    vecf eg = rnd_vec((size_t)B * T * C, 1.0f), ew = rnd_vec((size_t)V * C, 0.5f), ep = rnd_vec((size_t)T * C, 0.5f);
+    Dev deg(eg), dew(ew), dep(ep);
+    vecf cw2 = ew, cp2 = ep;
+    encoder_backward(NULL, dep.p, deg.p, dtok.p, B, T, C);
+    cpu_encoder_backward(NULL, cp2.data(), eg.data(), tok.data(), B, T, C);
+    check("encoder_backward dwpe only", dep.get(), cp2, RT, 1e-2);
+    encoder_backward(dew.p, NULL, deg.p, dtok.p, B, T, C);
+    cpu_encoder_backward(cw2.data(), NULL, eg.data(), tok.data(), B, T, C);
+    check("encoder_backward dwte only", dew.get(), cw2, RT, 1e-2);
+}
+
+static void test_reductions(size_t n) {
+    char name[128];
+    vecf x = rnd_vec(n, 2.0f);
+    Dev dx(x);
+    DevF df(x);
+    double ss = 0.0, s = 0.0;
+    for (size_t i = 0; i < n; i++) { ss += (double)x[i] * x[i]; s += x[i]; }
+    double got_ss = sum_squares(dx.p, n), got_s = sum_f32(df.p, n);
+    snprintf(name, sizeof(name), "sum_squares (n=%zu)", n);
+    vecf a1{(float)got_ss}, w1{(float)ss};
+    check(name, a1, w1, 1e-5, 1e-5);
+    snprintf(name, sizeof(name), "sum_f32 (n=%zu)", n);
+    vecf a2{(float)got_s}, w2{(float)s};
+    check(name, a2, w2, 1e-5, 1e-4);
+    TEST_CHECK(sum_squares(dx.p, n) == got_ss, "sum_squares not deterministic");
+    snprintf(name, sizeof(name), "vs cpu: sum_squares, sum_f32 (n=%zu)", n);
+    vecf a3{(float)got_ss, (float)got_s}, w3{(float)cpu_sum_squares(x.data(), n), (float)cpu_sum_f32(x.data(), n)};
+    check(name, a3, w3, 1e-5, 1e-4);
+}
+
+#include <time.h>
+static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
+// runs one test and prints how long it took under the harness (CI time is budgeted)
+#define TIMED(call) do { double t0_ = now_s(); call; printf("time %-40s %.2fs\n", #call, now_s() - t0_); } while (0)
+
+// The LoRA branch's element-wise ops: the dropout mask must be the CPU backend's, element for
+// element (same counter-based RNG), so both backends drop the same inputs.
+static void test_lora_ops(size_t n) {
+    char name[128];
+    vecf a = rnd_vec(n, 2.0f), m(n);
+    for (size_t i = 0; i < n; i++) m[i] = (i % 3) ? 1.0f : 0.0f;
+    Dev da(a, 0), dout(n, 0), dm(m, 0);
+    const float p = 0.3f;
+    dropout_forward(dout.p, da.p, n, p, 1234, 7);
+    vecf want(n);
+    cpu_dropout_forward(want.data(), a.data(), n, p, 1234, 7);
+    for (size_t i = 0; i < n; i++) want[i] = bf16_round(want[i]);
+    snprintf(name, sizeof(name), "vs cpu: dropout_forward (n=%zu, p=%.1f)", n, p);
+    check(name, dout.get(), want, 8e-3, 1e-6);
+    vecf got = dout.get();
+    size_t zeros_ok = 0;
+    for (size_t i = 0; i < n; i++) zeros_ok += (got[i] == 0.0f) == (want[i] == 0.0f);
+    TEST_CHECK(zeros_ok == n, "dropout masks differ between backends at %zu of %zu elements", n - zeros_ok, n);
+    mul_inplace(da.p, dm.p, n);
+    vecf c = a;
+    cpu_mul_inplace(c.data(), m.data(), n);
+    snprintf(name, sizeof(name), "vs cpu: mul_inplace (n=%zu)", n);
+    check(name, da.get(), c, 0.0, 0.0);
+}
+
+int main(void) {
+    cpu_ops_init(1);
+    ops_init(0);
+    printf("backend: %s\n", ops_backend_name());
+    TIMED(test_casts());
+    TIMED(test_elementwise(13, 0));     // ragged tail
+    TIMED(test_elementwise(64, 0));     // 128-bit path
+    TIMED(test_elementwise(40, 1));     // misaligned: scalar path
+    TIMED(test_encoder(2, 3, 7, 5));
+    TIMED(test_encoder(2, 5, 24, 4));
+    TIMED(test_layernorm(5, 7));
+    TIMED(test_layernorm(11, 40));
+    TIMED(test_layernorm(3, 264));      // several chunks per lane
+    TIMED(test_layernorm(130, 768));    // GPT-2 width, three column-sum chunks
+    TIMED(test_matmul(5, 7, 9, 1, 1));  // unaligned OC: GEMM + separate gelu
+    TIMED(test_matmul(5, 7, 9, 0, 0));
+    TIMED(test_matmul(70, 16, 24, 1, 1));   // fused GELU epilogue; N > one column-sum chunk
+    TIMED(test_matmul(6, 8, 16, 0, 1));
+    TIMED(test_matmul(129, 64, 256, 1, 1));
+    TIMED(test_attention(2, 5, 8, 2));      // HS 4
+    TIMED(test_attention(1, 35, 48, 1));    // HS 48: two key tiles, two dims per lane
+    TIMED(test_attention(2, 70, 128, 2));   // HS 64 (GPT-2), three key tiles
+    TIMED(test_attention(1, 9, 128, 1));    // HS 128: the largest supported
+    TIMED(test_classifier(4, 37, 40));      // vector path, padded columns
+    TIMED(test_classifier(3, 13, 13));      // scalar path
+    TIMED(test_classifier(2, 3000, 3008));  // several chunks per thread
+    TIMED(test_adamw(1000, 1));
+    TIMED(test_adamw(333, 0));
+    TIMED(test_null_grads());
+    TIMED(test_attention(2, 1, 8, 2));      // T = 1
+    TIMED(test_reductions(7));
+    TIMED(test_lora_ops(1000));
+    TIMED(test_reductions(300000));         // more than the fixed grid: grid-stride loop
+    printf("worst error over all checks: %.3f of tolerance, in %s\n", g_worst_rel, g_worst_name);
+    return test_finish("test_cuda_ops");
+}
