@@ -23,7 +23,8 @@ CUDAKERN_OPS_SYMS := ops_init ops_backend_name ops_alloc ops_free ops_zero ops_t
     ops_upload_f32 ops_download_f32 ops_synchronize encoder_forward encoder_backward layernorm_forward \
     layernorm_backward fused_residual_layernorm_forward matmul_forward matmul_backward gelu_forward \
     gelu_backward residual_forward add_inplace scale_copy attention_forward attention_backward \
-    fused_classifier adamw_update sum_squares sum_f32 dropout_forward mul_inplace
+    fused_classifier adamw_update sum_squares sum_f32 dropout_forward mul_inplace \
+    nf4_op_upload nf4_op_free nf4_op_bytes nf4_dequantize_op
 CUDAKERN_CPUREF_OBJS := $(patsubst $(BUILD)/%,$(BUILD)/cuda_cpu/cpuref/%,$(CPU_OBJS))
 
 $(BUILD)/cuda_cpu/cpuref/syms.txt: mk/cudakern.mk

@@ -50,6 +50,10 @@
 #define sum_f32 cpu_sum_f32
 #define dropout_forward cpu_dropout_forward
 #define mul_inplace cpu_mul_inplace
+#define nf4_op_upload cpu_nf4_op_upload
+#define nf4_op_free cpu_nf4_op_free
+#define nf4_op_bytes cpu_nf4_op_bytes
+#define nf4_dequantize_op cpu_nf4_dequantize_op
 #include "ops.h"
 #undef floatX
 #undef ops_init
@@ -82,6 +86,10 @@
 #undef sum_f32
 #undef dropout_forward
 #undef mul_inplace
+#undef nf4_op_upload
+#undef nf4_op_free
+#undef nf4_op_bytes
+#undef nf4_dequantize_op
 #undef LLMC_OPS_H
 #define LLMC_CUDA 1
 #include "ops.h"
