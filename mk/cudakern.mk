@@ -10,7 +10,7 @@
 # llmc/cpu/*.o whose op symbols objcopy renamed to cpu_<name> (the list below = llmc/ops.h);
 # the test declares them by including ops.h with those names #defined (see its top).
 
-# (comm_nccl.cu is the NCCL implementation: real GPUs only, never emulated)
+# (comm_nccl.cu is host code for NCCL, built by mk/comm.mk, not a kernel source)
 CUDAKERN_SRCS := $(filter-out llmc/cuda/comm_nccl.cu,$(wildcard llmc/cuda/*.cu))
 CUDAKERN_EMU_OBJS := $(patsubst %.cu,$(BUILD)/cuda_cpu/emu/%.o,$(CUDAKERN_SRCS))
 CUDAKERN_EMU_CXX = $(CUDA_CPU_CXX) -DLLMC_CUDA -DLLMC_CUDA_EMULATED -x c++ -include test/cuda_cpu/cuda_cpu.h

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include <omp.h>
 #include <cblas.h>
@@ -16,21 +17,28 @@
 #include "cpu/vecmath.h"
 
 // ----------------------------------------------------------------------------
-// choosing OpenBLAS' kernels
+// the environment the CPU backend needs before main()
 //
-// Debian's OpenBLAS is a DYNAMIC_ARCH build: it picks its kernel set once, in its library
-// constructor, from CPUID or from $OPENBLAS_CORETYPE. On some AVX-512 machines the detection
-// falls back to Haswell/Zen kernels, which run sgemm 2-4x slower than the SkylakeX kernels the
-// CPU can run. The variable has to be in the environment before that constructor runs, i.e.
-// before main(), and setenv() that early does not stick (libc installs the original environment
-// array when it initialises). So an ELF .preinit_array entry of the executable -- it runs before
-// every shared library's constructor and gets argv and envp -- re-executes the program once
-// with OPENBLAS_CORETYPE added: Cooperlake (= SkylakeX kernels + bf16) on CPUs with
-// AVX512-BF16, SkylakeX on other AVX-512 CPUs. Nothing has happened yet at that point (no file
-// opened, no output, no MPI), so the re-exec is invisible apart from the variable.
-// It is skipped when OPENBLAS_CORETYPE is already set (the user's choice always wins), when
-// LLMC_NO_REEXEC is set, on CPUs without AVX-512, and on non-Linux systems. ops_init() warns
-// once if the kernels in use are still known to be slow.
+// Two settings are only read from the environment, by library constructors that run before
+// main(), so the program cannot make them later:
+// 1. OPENBLAS_CORETYPE. Debian's OpenBLAS is a DYNAMIC_ARCH build: it picks its kernel set once,
+//    from CPUID or from this variable. CPUs it does not recognise (new models, virtual machines
+//    that mask the model number) get Prescott (SSE3) kernels: measured here 29 GFLOP/s per core
+//    instead of 95 with the SkylakeX kernels, i.e. the ~55 GFLOP/s on 2 threads in DESIGN.md. On
+//    CPUs with AVX-512 we name the kernels ourselves: Cooperlake (SkylakeX + bf16) where
+//    AVX512-BF16 is present, SkylakeX otherwise.
+// 2. OMP_WAIT_POLICY=passive. Two thread pools share the cores: OpenBLAS' (GEMMs) and OpenMP's
+//    (all other ops). With libgomp's default, an OpenMP thread that finished its part keeps
+//    spinning on its core while the next GEMM's OpenBLAS threads want it: measured 15% of all CPU
+//    time spent in libgomp spin loops over a GPT-2 124M step (11.6 -> 9.6 CPU-s per step with
+//    passive threads). Waking a sleeping thread costs microseconds per op; ops take milliseconds.
+// setenv() that early does not stick (libc installs the original environment array when it
+// initialises), so an ELF .preinit_array entry -- it runs before every shared library's
+// constructor and is given argv and envp -- re-executes the program once with the missing
+// settings added. Nothing has happened yet at that point (no file opened, no output, no MPI),
+// so the re-exec is invisible apart from the variables. A variable the user has set is never
+// changed; LLMC_NO_REEXEC=1 turns the mechanism off; non-Linux systems do without it.
+// ops_init() warns once if OpenBLAS still runs slow kernels on an AVX-512 CPU.
 static int cpu_avx512_ok(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
@@ -41,7 +49,7 @@ static int cpu_avx512_ok(void) {
 #endif
 }
 
-#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__)
+#if defined(__linux__) && defined(__GNUC__)
 static int env_has(char** envp, const char* name) {   // getenv() is not usable this early
     size_t len = strlen(name);
     for (char** e = envp; e != NULL && *e != NULL; e++)
@@ -51,19 +59,30 @@ static int env_has(char** envp, const char* name) {   // getenv() is not usable 
 
 static void cpu_preinit(int argc, char** argv, char** envp) {
     (void)argc;
-    if (argv == NULL || envp == NULL || env_has(envp, "OPENBLAS_CORETYPE") ||
-        env_has(envp, "LLMC_NO_REEXEC") || !cpu_avx512_ok()) return;
-    static char setting[] = "OPENBLAS_CORETYPE=SkylakeX";
-    static char setting_bf16[] = "OPENBLAS_CORETYPE=Cooperlake";
+    if (argv == NULL || envp == NULL || env_has(envp, "LLMC_NO_REEXEC")) return;
+    static char coretype[] = "OPENBLAS_CORETYPE=SkylakeX";
+    static char coretype_bf16[] = "OPENBLAS_CORETYPE=Cooperlake";
+    static char wait_policy[] = "OMP_WAIT_POLICY=passive";
+    char* add[2];
+    int nadd = 0;
+    if (!env_has(envp, "OPENBLAS_CORETYPE") && cpu_avx512_ok()) {
+#if defined(__x86_64__)
+        add[nadd++] = __builtin_cpu_supports("avx512bf16") ? coretype_bf16 : coretype;
+#else
+        add[nadd++] = coretype;
+#endif
+    }
+    if (!env_has(envp, "OMP_WAIT_POLICY")) add[nadd++] = wait_policy;
+    if (nadd == 0) return;
     size_t n = 0;
     while (envp[n] != NULL) n++;
-    char** env = (char**)malloc((n + 2) * sizeof(char*));
+    char** env = (char**)malloc((n + (size_t)nadd + 1) * sizeof(char*));
     if (env == NULL) return;
     memcpy(env, envp, n * sizeof(char*));
-    env[n] = __builtin_cpu_supports("avx512bf16") ? setting_bf16 : setting;
-    env[n + 1] = NULL;
+    for (int i = 0; i < nadd; i++) env[n + (size_t)i] = add[i];
+    env[n + (size_t)nadd] = NULL;
     execve("/proc/self/exe", argv, env);
-    free(env);   // exec failed (no /proc?): carry on with OpenBLAS' own choice
+    free(env);   // exec failed (no /proc?): carry on with the libraries' defaults
 }
 
 __attribute__((section(".preinit_array"), used))
@@ -73,27 +92,31 @@ static void (*const cpu_preinit_entry)(int, char**, char**) = cpu_preinit;
 // ----------------------------------------------------------------------------
 // backend lifetime and memory
 
-static int cpu_threads = 1;
 static char cpu_name[160];
+
+// OpenBLAS kernel sets that use AVX-512 for sgemm (openblas_get_corename() spellings).
+static int core_is_avx512(const char* core) {
+    static const char* fast[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    for (size_t i = 0; i < sizeof(fast) / sizeof(fast[0]); i++)
+        if (strncasecmp(core, fast[i], strlen(fast[i])) == 0) return 1;
+    return 0;
+}
 
 void ops_init(int threads) {
     if (threads <= 0) threads = omp_get_max_threads(); // OMP_NUM_THREADS, else all cores
     if (threads < 1) threads = 1;
-    cpu_threads = threads;
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
     const char* core = openblas_get_corename();
-    // Only reached on OpenBLAS builds whose kernel set we could not steer (or the user forced
-    // a slow one): say so once, with the fix.
+    // Only reached when the re-exec above could not steer OpenBLAS (a build without
+    // DYNAMIC_ARCH, LLMC_NO_REEXEC) or the user forced slower kernels: say so once, with the fix.
     static int warned = 0;
-    if (!warned && cpu_avx512_ok() && core != NULL &&
-        (strstr(core, "Haswell") || strstr(core, "Zen") || strstr(core, "Sandy") ||
-         strstr(core, "Prescott") || strstr(core, "Nehalem") || strstr(core, "Core2") ||
-         strstr(core, "Barcelona") || strstr(core, "Bulldozer") || strstr(core, "Excavator"))) {
+    if (!warned && cpu_avx512_ok() && core != NULL && !core_is_avx512(core)) {
         warned = 1;
-        fprintf(stderr, "warning: OpenBLAS is using its %s kernels on this AVX-512 CPU; sgemm runs "
-                "2-4x slower than it could.\n  fix: run with OPENBLAS_CORETYPE=SkylakeX in the "
-                "environment (Cooperlake on CPUs with AVX512-BF16)\n", core);
+        fprintf(stderr, "warning: OpenBLAS is using its %s kernels on this AVX-512 CPU, so matmuls "
+                "run up to several times slower than they could.\n  fix: run with "
+                "OPENBLAS_CORETYPE=SkylakeX in the environment (Cooperlake on CPUs with "
+                "AVX512-BF16); this needs an OpenBLAS built with DYNAMIC_ARCH, as Debian's is\n", core);
     }
     char* cfg = openblas_get_config();
     const char* ver = (cfg && strncmp(cfg, "OpenBLAS ", 9) == 0) ? cfg + 9 : "?";

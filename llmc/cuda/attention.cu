@@ -1,5 +1,7 @@
 // Causal self-attention, flash-style (O(T) memory: out + lse only), simple version: CUDA cores,
-// fp32 math, online softmax. Kept in its own file so a tensor-core flash attention can replace it.
+// fp32 math, online softmax. The backend's attention_forward / attention_backward use the
+// tensor-core kernels of flash_attention.cu; these serve head sizes those do not (not a multiple
+// of 16), see attention.cuh.
 //
 // Layout: qkv (B, T, 3, NH, HS); out (B, T, NH*HS); lse (B, NH, T) natural-log log-sum-exp of
 // the scaled scores of each query row.
@@ -13,6 +15,7 @@
 // exactly one writer: deterministic, no atomics.
 #include "cuda/ops_common.cuh"
 #include "check.h"
+#include "cuda/attention.cuh"
 
 #define ATT_MAX_HS 128              // head sizes up to 128 (GPT-2 uses 64)
 #define ATT_DPL (ATT_MAX_HS / 32)   // head dims per lane
@@ -91,7 +94,7 @@ __global__ void attention_forward_kernel(floatX* out, float* lse, const floatX* 
     }
 }
 
-extern "C" void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
     int HS = C / NH;
     if (NH <= 0 || C % NH != 0 || HS > ATT_MAX_HS)
         fatal("use a model whose head size is at most 128", "attention_forward (cuda): head size C/NH = %d/%d must divide and be <= %d", C, NH, ATT_MAX_HS);
@@ -228,7 +231,7 @@ __global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, 
     }
 }
 
-extern "C" void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+void attention_backward_simple(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                    const float* lse, int B, int T, int C, int NH) {
     int HS = C / NH;
     if (NH <= 0 || C % NH != 0 || HS > ATT_MAX_HS)

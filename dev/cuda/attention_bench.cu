@@ -1,0 +1,289 @@
+// Causal attention on the GPU, three ways side by side (forward; flash also backward):
+//   1 naive   one thread per query row, two passes over the keys on CUDA cores (fp32 math)
+//   2 cublas  permute qkv to (B, NH, T, HS), S = Q K^T with a strided-batched cuBLAS GEMM (bf16 in,
+//             fp32 out: the whole B x NH x T x T matrix), causal softmax kernel (P in bf16, lse),
+//             O = P V with a second GEMM, un-permute to (B, T, C)
+//   3 flash   the backend's kernels (llmc/cuda/flash_attention.cu: WMMA tensor cores, O(T) memory)
+// For each: correctness against a CPU reference (batch 0, every head, double accumulation),
+// time per call with cudaEvents, FLOPs (causal: only the T (T + 1) / 2 visible pairs count),
+// minimum bytes moved, achieved TFLOP/s and % of the H100 SXM dense bf16 peak (989 TFLOP/s).
+//
+// Build: make flash-bench (mk/flash.mk) -> dev/cuda/build/attention_bench; `make cuda-check`
+// compiles it too. Run: attention_bench [B T NH HS] (default 8 1024 12 64: GPT-2 124M).
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+#include <vector>
+#include <cublas_v2.h>
+#include "llmc/cuda/flash_attention.cu"
+#include "llmc/cuda/attention.cu"
+
+#define H100_PEAK_TFLOPS 989.0
+
+// the backend's scratch allocator (llmc/cuda/ops_cuda.cu), reduced to what attention needs
+void* ops_scratch(int slot, size_t bytes) {
+    static void* p[OPS_SCRATCH_COUNT];
+    static size_t have[OPS_SCRATCH_COUNT];
+    if (bytes > have[slot]) {
+        if (p[slot]) cudaCheck(cudaFree(p[slot]));
+        cudaCheck(cudaMalloc(&p[slot], bytes));
+        have[slot] = bytes;
+    }
+    return p[slot];
+}
+
+static void cublas_check(cublasStatus_t s, int line) {
+    if (s != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "cuBLAS error %d at line %d\n", (int)s, line); exit(1); }
+}
+#define cublasCheck(x) cublas_check((x), __LINE__)
+
+// ------------------------------------------------------------------------------------------
+// 1 naive
+
+__global__ void naive_attention_kernel(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;   // (b, h, t)
+    if (idx >= B * NH * T) return;
+    int t = idx % T, bh = idx / T, b = bh / NH, h = bh % NH, C = NH * HS;
+    const bf16* q = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * HS;
+    float scale = 1.0f / sqrtf((float)HS), m = -INFINITY, l = 0.0f;
+    for (int s = 0; s <= t; s++) {
+        const bf16* k = qkv + ((size_t)b * T + s) * 3 * C + C + (size_t)h * HS;
+        float a = 0.0f;
+        for (int d = 0; d < HS; d++) a += __bfloat162float(q[d]) * __bfloat162float(k[d]);
+        m = fmaxf(m, a * scale);
+    }
+    for (int s = 0; s <= t; s++) {
+        const bf16* k = qkv + ((size_t)b * T + s) * 3 * C + C + (size_t)h * HS;
+        float a = 0.0f;
+        for (int d = 0; d < HS; d++) a += __bfloat162float(q[d]) * __bfloat162float(k[d]);
+        l += expf(a * scale - m);
+    }
+    float acc[128];   // HS <= 128 (local memory: this is the naive version)
+    for (int d = 0; d < HS; d++) acc[d] = 0.0f;
+    for (int s = 0; s <= t; s++) {
+        const bf16* k = qkv + ((size_t)b * T + s) * 3 * C + C + (size_t)h * HS;
+        const bf16* v = k + C;
+        float a = 0.0f;
+        for (int e = 0; e < HS; e++) a += __bfloat162float(q[e]) * __bfloat162float(k[e]);
+        float p = expf(a * scale - m);
+        for (int d = 0; d < HS; d++) acc[d] += p * __bfloat162float(v[d]);
+    }
+    bf16* o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
+    for (int d = 0; d < HS; d++) o[d] = __float2bfloat16(acc[d] / l);
+    lse[idx] = m + logf(l);
+}
+
+// ------------------------------------------------------------------------------------------
+// 2 cuBLAS + softmax
+
+// qkv (B, T, 3, NH, HS) -> q, k, v each (B, NH, T, HS)
+__global__ void permute_kernel(bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int T, int NH, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * NH * T * HS) return;
+    int d = idx % HS, t = (idx / HS) % T, h = (idx / ((size_t)HS * T)) % NH, b = idx / ((size_t)HS * T * NH);
+    int C = NH * HS;
+    const bf16* src = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * HS + d;
+    q[idx] = src[0];
+    k[idx] = src[C];
+    v[idx] = src[2 * C];
+}
+// y (B, NH, T, HS) -> out (B, T, NH, HS)
+__global__ void unpermute_kernel(bf16* out, const bf16* y, int B, int T, int NH, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * NH * T * HS) return;
+    int d = idx % HS, t = (idx / HS) % T, h = (idx / ((size_t)HS * T)) % NH, b = idx / ((size_t)HS * T * NH);
+    out[((size_t)b * T + t) * NH * HS + (size_t)h * HS + d] = y[idx];
+}
+// one warp per row of S (B NH T rows of T): P = softmax(scale S) causal, bf16; zeros right of t
+__global__ void causal_softmax_kernel(bf16* P, float* lse, const float* S, int rows, int T, float scale) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    int t = row % T;
+    const float* s = S + (size_t)row * T;
+    float m = -INFINITY;
+    for (int j = lane; j <= t; j += 32) m = fmaxf(m, s[j] * scale);
+    m = warp_reduce_max(m);
+    float l = 0.0f;
+    for (int j = lane; j <= t; j += 32) l += expf(s[j] * scale - m);
+    l = warp_reduce_sum(l);
+    for (int j = lane; j < T; j += 32) P[(size_t)row * T + j] = __float2bfloat16(j <= t ? expf(s[j] * scale - m) / l : 0.0f);
+    if (lane == 0) lse[row] = m + logf(l);
+}
+
+struct CublasAttn {
+    cublasHandle_t handle;
+    bf16 *q, *k, *v, *P, *y;
+    float* S;
+    int B, T, NH, HS;
+    CublasAttn(int B_, int T_, int NH_, int HS_) : B(B_), T(T_), NH(NH_), HS(HS_) {
+        cublasCheck(cublasCreate(&handle));
+        size_t n = (size_t)B * NH * T * HS, nn = (size_t)B * NH * T * T;
+        cudaCheck(cudaMalloc(&q, n * sizeof(bf16))); cudaCheck(cudaMalloc(&k, n * sizeof(bf16)));
+        cudaCheck(cudaMalloc(&v, n * sizeof(bf16))); cudaCheck(cudaMalloc(&y, n * sizeof(bf16)));
+        cudaCheck(cudaMalloc(&P, nn * sizeof(bf16))); cudaCheck(cudaMalloc(&S, nn * sizeof(float)));
+    }
+    ~CublasAttn() {
+        cudaCheck(cudaFree(q)); cudaCheck(cudaFree(k)); cudaCheck(cudaFree(v)); cudaCheck(cudaFree(y));
+        cudaCheck(cudaFree(P)); cudaCheck(cudaFree(S));
+        cublasCheck(cublasDestroy(handle));
+    }
+    void forward(bf16* out, float* lse, const bf16* qkv) {
+        size_t n = (size_t)B * NH * T * HS;
+        LAUNCH(permute_kernel, ceil_div(n, (size_t)256), 256, 0, 0, q, k, v, qkv, B, T, NH, HS);
+        cudaCheckLast();
+        const float one = 1.0f, zero = 0.0f;
+        // column-major view: S^T (T x T, per head) = K Q^T  <=>  row-major S = Q K^T
+        cublasCheck(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, &one,
+                                               k, CUDA_R_16BF, HS, (long long)T * HS, q, CUDA_R_16BF, HS, (long long)T * HS,
+                                               &zero, S, CUDA_R_32F, T, (long long)T * T, B * NH,
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        int rows = B * NH * T;
+        LAUNCH(causal_softmax_kernel, ceil_div(rows, 8), 256, 0, 0, P, lse, S, rows, T, 1.0f / sqrtf((float)HS));
+        cudaCheckLast();
+        // row-major y (T x HS) = P (T x T) V (T x HS)  <=>  column-major y^T = V^T P^T
+        cublasCheck(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, &one,
+                                               v, CUDA_R_16BF, HS, (long long)T * HS, P, CUDA_R_16BF, T, (long long)T * T,
+                                               &zero, y, CUDA_R_16BF, HS, (long long)T * HS, B * NH,
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        LAUNCH(unpermute_kernel, ceil_div(n, (size_t)256), 256, 0, 0, out, y, B, T, NH, HS);
+        cudaCheckLast();
+    }
+};
+
+// ------------------------------------------------------------------------------------------
+// harness
+
+static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// reference for batch 0: out0 (T, C), lse0 (NH, T)
+static void cpu_reference(std::vector<float>& out0, std::vector<float>& lse0, const std::vector<float>& qkv, int T, int NH, int HS) {
+    int C = NH * HS;
+    std::vector<double> p(T);
+    for (int h = 0; h < NH; h++)
+        for (int t = 0; t < T; t++) {
+            const float* q = &qkv[(size_t)t * 3 * C + (size_t)h * HS];
+            double m = -1e300, l = 0.0;
+            for (int s = 0; s <= t; s++) {
+                const float* k = &qkv[(size_t)s * 3 * C + C + (size_t)h * HS];
+                double a = 0.0;
+                for (int d = 0; d < HS; d++) a += (double)q[d] * k[d];
+                p[s] = a / sqrt((double)HS);
+                if (p[s] > m) m = p[s];
+            }
+            for (int s = 0; s <= t; s++) { p[s] = exp(p[s] - m); l += p[s]; }
+            for (int d = 0; d < HS; d++) {
+                double o = 0.0;
+                for (int s = 0; s <= t; s++) o += p[s] * qkv[(size_t)s * 3 * C + 2 * C + (size_t)h * HS + d];
+                out0[(size_t)t * C + (size_t)h * HS + d] = (float)(o / l);
+            }
+            lse0[(size_t)h * T + t] = (float)(m + log(l));
+        }
+}
+
+static void check_against(const char* name, const bf16* d_out, const float* d_lse, const std::vector<float>& out0,
+                          const std::vector<float>& lse0, int T, int NH, int HS) {
+    int C = NH * HS;
+    std::vector<bf16> o((size_t)T * C);
+    std::vector<float> l((size_t)NH * T);
+    cudaCheck(cudaMemcpy(o.data(), d_out, o.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(l.data(), d_lse, l.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    double eo = 0.0, el = 0.0;
+    for (size_t i = 0; i < o.size(); i++) eo = fmax(eo, fabs(__bfloat162float(o[i]) - out0[i]));
+    for (size_t i = 0; i < l.size(); i++) el = fmax(el, fabs(l[i] - lse0[i]));
+    printf("  %-8s batch 0 vs CPU: max |out err| %.3g, max |lse err| %.3g  %s\n", name, eo, el,
+           eo < 2e-2 && el < 1e-3 ? "OK" : "MISMATCH");
+}
+
+template <typename F>
+static float time_ms(F f, int iters) {
+    cudaEvent_t a, b;
+    cudaCheck(cudaEventCreate(&a)); cudaCheck(cudaEventCreate(&b));
+    f();   // warm-up
+    cudaCheck(cudaEventRecord(a));
+    for (int i = 0; i < iters; i++) f();
+    cudaCheck(cudaEventRecord(b));
+    cudaCheck(cudaEventSynchronize(b));
+    float ms;
+    cudaCheck(cudaEventElapsedTime(&ms, a, b));
+    cudaCheck(cudaEventDestroy(a)); cudaCheck(cudaEventDestroy(b));
+    return ms / iters;
+}
+
+static void report(const char* name, float ms, double flops, double bytes) {
+    double tf = flops / (ms * 1e-3) / 1e12;
+    printf("  %-18s %9.3f ms  %8.2f TFLOP/s (%5.1f%% of H100 bf16 peak)  %8.1f GB/s (min bytes)\n", name, ms, tf,
+           100.0 * tf / H100_PEAK_TFLOPS, bytes / (ms * 1e-3) / 1e9);
+}
+
+int main(int argc, char** argv) {
+    int B = argc > 1 ? atoi(argv[1]) : 8, T = argc > 2 ? atoi(argv[2]) : 1024;
+    int NH = argc > 3 ? atoi(argv[3]) : 12, HS = argc > 4 ? atoi(argv[4]) : 64;
+    int iters = 20, C = NH * HS;
+    if (B <= 0 || T <= 0 || NH <= 0 || !attention_flash_supported(HS)) {
+        fprintf(stderr, "usage: %s [B T NH HS] (HS a multiple of 16 up to 128)\n", argv[0]);
+        return 1;
+    }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    printf("%s: B=%d T=%d NH=%d HS=%d\n", prop.name, B, T, NH, HS);
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    std::vector<float> h_qkv(nqkv);
+    std::vector<bf16> h_qkv_bf(nqkv);
+    unsigned s = 1234u;
+    for (size_t i = 0; i < nqkv; i++) {
+        s = s * 1664525u + 1013904223u;
+        h_qkv[i] = bf(((float)(s >> 8) / 16777216.0f * 2.0f - 1.0f) * 1.5f);
+        h_qkv_bf[i] = __float2bfloat16(h_qkv[i]);
+    }
+    bf16 *qkv, *out, *dout, *dqkv;
+    float* lse;
+    cudaCheck(cudaMalloc(&qkv, nqkv * sizeof(bf16))); cudaCheck(cudaMalloc(&dqkv, nqkv * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&out, nout * sizeof(bf16))); cudaCheck(cudaMalloc(&dout, nout * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&lse, nlse * sizeof(float)));
+    cudaCheck(cudaMemcpy(qkv, h_qkv_bf.data(), nqkv * sizeof(bf16), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dout, h_qkv_bf.data(), nout * sizeof(bf16), cudaMemcpyHostToDevice));   // any values
+    cudaCheck(cudaMemset(dqkv, 0, nqkv * sizeof(bf16)));
+
+    std::vector<float> out0((size_t)T * C), lse0((size_t)NH * T);
+    cpu_reference(out0, lse0, h_qkv, T, NH, HS);
+
+    double pairs = (double)B * NH * T * (T + 1) / 2.0;         // visible (query, key) pairs
+    double fwd_flops = 4.0 * pairs * HS;                        // QK^T and PV
+    double bwd_flops = 10.0 * pairs * HS;                       // recompute QK^T, dP, dV, dK, dQ (useful work)
+    double fwd_bytes = (double)nqkv * 2 + (double)nout * 2 + (double)nlse * 4;
+    double bwd_bytes = (double)nqkv * 2 * 2 + (double)nout * 2 * 2 + (double)nlse * 4 * 2;
+    printf("forward: %.3g FLOP (causal), at least %.3g bytes moved; backward: %.3g FLOP, %.3g bytes\n",
+           fwd_flops, fwd_bytes, bwd_flops, bwd_bytes);
+
+    LAUNCH(naive_attention_kernel, ceil_div(B * NH * T, 128), 128, 0, 0, out, lse, qkv, B, T, NH, HS);
+    cudaCheckLast();
+    check_against("naive", out, lse, out0, lse0, T, NH, HS);
+    float ms_naive = time_ms([&] { LAUNCH(naive_attention_kernel, ceil_div(B * NH * T, 128), 128, 0, 0, out, lse, qkv, B, T, NH, HS); }, 2);
+
+    CublasAttn cb(B, T, NH, HS);
+    cb.forward(out, lse, qkv);
+    check_against("cublas", out, lse, out0, lse0, T, NH, HS);
+    float ms_cublas = time_ms([&] { cb.forward(out, lse, qkv); }, iters);
+
+    attention_forward(out, lse, qkv, B, T, C, NH);
+    check_against("flash", out, lse, out0, lse0, T, NH, HS);
+    float ms_flash = time_ms([&] { attention_forward(out, lse, qkv, B, T, C, NH); }, iters);
+    float ms_flash_bwd = time_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    attention_set_deterministic(0);
+    float ms_flash_bwd_atomic = time_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    attention_set_deterministic(1);
+    cudaCheck(cudaDeviceSynchronize());
+
+    printf("forward:\n");
+    report("naive", ms_naive, fwd_flops, fwd_bytes);
+    report("cublas+softmax", ms_cublas, fwd_flops, fwd_bytes + (double)B * NH * T * T * (4 * 2 + 2 * 2));
+    report("flash (wmma)", ms_flash, fwd_flops, fwd_bytes);
+    printf("backward (deterministic: 7 T x T x HS products executed where 5 are needed; FLOPs count the 5):\n");
+    report("flash (wmma)", ms_flash_bwd, bwd_flops, bwd_bytes);
+    printf("backward, atomic dQ (non-deterministic; head sizes <= 64, else the same as above):\n");
+    report("flash (wmma)", ms_flash_bwd_atomic, bwd_flops, bwd_bytes);
+
+    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(dout));
+    cudaCheck(cudaFree(lse));
+    return 0;
+}

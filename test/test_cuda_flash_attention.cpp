@@ -1,0 +1,160 @@
+// The CUDA backend's flash attention (llmc/cuda/flash_attention.cu: WMMA tensor-core kernels),
+// run on the CPU through the CUDA-on-CPU harness, against the CPU backend's attention
+// (llmc/cpu/attention_cpu.c, fp32; itself checked against double-precision references and finite
+// differences in test_ops), on the same bf16-exact inputs:
+//   forward out and lse, backward dQ, dK, dV (accumulated into a non-zero dqkv), for every
+//   combination of T in {1, 17, 64, 130} (one row; ragged tile; one whole tile; three tiles, the
+//   last ragged), HS in {16, 64}, NH in {1, 3}, B in {1, 2}; plus HS 128 and HS 32 shapes,
+//   misaligned buffers (the scalar load/store paths) and sharply peaked scores (the online
+//   softmax's rescaling); then the non-deterministic backward (dQ by atomics) on a subset.
+// Each side runs its own backward from its own forward outputs, as training does.
+//
+// Tolerances (bf16 outputs and bf16 tensor-core operands P, dS): out |d| <= 1e-2 + 1.6e-2 |ref|;
+// lse |d| <= 2e-4 + 1e-5 |ref| (fp32 all the way); dqkv |d| <= 2e-2 max|ref| + 2e-2 |ref| per
+// section (dQ, dK, dV scale differently). The worst error found is printed relative to them.
+//
+// The CPU backend is linked in with its op symbols renamed to cpu_<name> (objcopy, mk/cudakern.mk):
+// cpu_attention_forward / cpu_attention_backward (host memory: the harness' device memory is too).
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+#include <vector>
+#include <algorithm>
+#include "ops.h"
+#include "cuda/attention.cuh"
+#include "test/test.h"
+
+extern "C" {
+void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                            const float* lse, int B, int T, int C, int NH);
+}
+
+typedef std::vector<float> vecf;
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float rnd_uniform(void) {   // [-1, 1)
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+static vecf rnd_vec(size_t n, float scale) {
+    vecf v(n);
+    for (size_t i = 0; i < n; i++) v[i] = bf16_round(scale * rnd_uniform());
+    return v;
+}
+
+// device bf16 buffer holding a host vector; `offset` elements in front misalign it
+struct Dev {
+    void* base = NULL;
+    floatX* p = NULL;
+    size_t n = 0;
+    Dev(const vecf& h, int offset) : n(h.size()) {
+        base = ops_alloc((n + offset + 8) * sizeof(floatX));
+        p = (floatX*)base + offset;
+        ops_upload_f32(p, h.data(), n);
+    }
+    Dev(size_t count, int offset) : n(count) {
+        base = ops_alloc((n + offset + 8) * sizeof(floatX));
+        p = (floatX*)base + offset;
+    }
+    vecf get() const { vecf h(n); ops_download_f32(h.data(), p, n); return h; }
+    ~Dev() { ops_free(base); }
+    Dev(const Dev&) = delete;
+    Dev& operator=(const Dev&) = delete;
+};
+
+static double g_worst = 0.0;   // worst |diff| / tolerance over all checks
+static void check(const char* what, const vecf& got, const vecf& want, double rtol, double atol) {
+    for (size_t i = 0; i < want.size(); i++) {
+        double d = fabs((double)got[i] - want[i]), tol = atol + rtol * fabs((double)want[i]);
+        double r = d / tol;
+        if (!(r <= g_worst)) g_worst = r;   // NaN sticks
+    }
+    test_allclose(what, got.data(), want.data(), want.size(), rtol, atol);
+}
+
+// one section (0 q, 1 k, 2 v) of a (B, T, 3, C) tensor
+static vecf section(const vecf& x, int B, int T, int C, int sec) {
+    vecf s((size_t)B * T * C);
+    for (size_t bt = 0; bt < (size_t)B * T; bt++)
+        for (int c = 0; c < C; c++) s[bt * C + c] = x[bt * 3 * C + (size_t)sec * C + c];
+    return s;
+}
+static double max_abs(const vecf& x) {
+    double m = 0.0;
+    for (float v : x) m = std::max(m, (double)fabs(v));
+    return m;
+}
+
+static void test_case(int B, int T, int HS, int NH, float in_scale, int offset) {
+    char name[200], cfg[120];
+    snprintf(cfg, sizeof(cfg), "B=%d T=%d HS=%d NH=%d%s%s%s", B, T, HS, NH, in_scale > 2.0f ? " peaked" : "",
+             offset ? " misaligned" : "", attention_get_deterministic() ? "" : " atomic-dQ");
+    int C = NH * HS;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    vecf qkv = rnd_vec(nqkv, in_scale), dout = rnd_vec(nout, 1.0f), acc0 = rnd_vec(nqkv, 0.5f);
+
+    // CPU backend, fp32
+    vecf r_out(nout), r_lse(nlse), r_dqkv = acc0;
+    cpu_attention_forward(r_out.data(), r_lse.data(), qkv.data(), B, T, C, NH);
+    cpu_attention_backward(r_dqkv.data(), dout.data(), qkv.data(), r_out.data(), r_lse.data(), B, T, C, NH);
+
+    // CUDA backend under the harness
+    Dev d_qkv(qkv, offset), d_out(nout, offset), d_dout(dout, offset), d_dqkv(acc0, offset);
+    float* d_lse = (float*)ops_alloc(nlse * sizeof(float));
+    attention_forward(d_out.p, d_lse, d_qkv.p, B, T, C, NH);
+    vecf g_lse(nlse);
+    ops_to_host(g_lse.data(), d_lse, nlse * sizeof(float));
+    snprintf(name, sizeof(name), "flash forward out (%s)", cfg);
+    check(name, d_out.get(), r_out, 1.6e-2, 1e-2);
+    snprintf(name, sizeof(name), "flash forward lse (%s)", cfg);
+    check(name, g_lse, r_lse, 1e-5, 2e-4);
+
+    attention_backward(d_dqkv.p, d_dout.p, d_qkv.p, d_out.p, d_lse, B, T, C, NH);
+    vecf g_dqkv = d_dqkv.get();
+    static const char* sec_name[3] = {"dQ", "dK", "dV"};
+    for (int sec = 0; sec < 3; sec++) {
+        vecf g = section(g_dqkv, B, T, C, sec), w = section(r_dqkv, B, T, C, sec);
+        vecf delta = section(r_dqkv, B, T, C, sec), a0 = section(acc0, B, T, C, sec);
+        for (size_t i = 0; i < delta.size(); i++) delta[i] -= a0[i];   // the gradient alone sets the scale
+        snprintf(name, sizeof(name), "flash backward %s += (%s)", sec_name[sec], cfg);
+        check(name, g, w, 2e-2, 2e-2 * std::max(max_abs(delta), 1e-3));
+    }
+    ops_free(d_lse);
+}
+
+#include <time.h>
+static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
+
+int main(void) {
+    ops_init(0);
+    double t0 = now_s();
+    TEST_CHECK(attention_flash_supported(16) && attention_flash_supported(64) && attention_flash_supported(128),
+               "flash kernels must serve head sizes 16, 64, 128");
+    TEST_CHECK(!attention_flash_supported(8) && !attention_flash_supported(72) && !attention_flash_supported(144),
+               "head sizes not a multiple of 16, or above 128, go to the simple kernels");
+    if (getenv("FLASH_TEST_QUICK")) {   // one shape (the mutation checks of check_flash_mutants.sh)
+        test_case(1, 130, 64, 1, 1.5f, 0);
+        return test_finish("test_cuda_flash_attention (quick)");
+    }
+    const int Ts[] = {1, 17, 64, 130}, HSs[] = {16, 64}, NHs[] = {1, 3}, Bs[] = {1, 2};
+    for (int T : Ts)
+        for (int HS : HSs)
+            for (int NH : NHs)
+                for (int B : Bs) test_case(B, T, HS, NH, 1.5f, 0);
+    test_case(1, 70, 128, 1, 1.5f, 0);    // largest head size
+    test_case(2, 33, 32, 2, 1.5f, 1);     // misaligned: scalar loads and stores
+    test_case(1, 130, 64, 2, 4.0f, 0);    // peaked scores: the running max moves a lot
+    // non-deterministic mode: dQ by fp32 atomics from the dK/dV kernel
+    TEST_CHECK(attention_get_deterministic() == 1, "the deterministic backward must be the default");
+    attention_set_deterministic(0);
+    for (int T : {1, 17, 64, 130})
+        for (int HS : {16, 64}) test_case(2, T, HS, 3, 1.5f, 0);
+    test_case(1, 70, 128, 1, 1.5f, 0);
+    test_case(2, 33, 32, 2, 1.5f, 1);
+    attention_set_deterministic(1);
+    printf("worst error over all checks: %.3f of tolerance\n", g_worst);
+    printf("time %.2fs\n", now_s() - t0);
+    return test_finish("test_cuda_flash_attention");
+}
