@@ -1,25 +1,32 @@
 #include "gpt2.h"
 #include "check.h"
 #include "linear.h"
+#include "qlora.h"
 #include <string.h>
 
-void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask) {
+void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask) { gpt2_init_ex(m, cfg, trainable_mask, 0); }
+
+void gpt2_init_ex(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     gpt2_config_validate(cfg, "model config");
     params_build(&m->pt, cfg);
+    if (trainable_mask & skip_mask) fatal("this is a bug in llmc", "gpt2_init: a tensor without a floatX copy cannot be trained");
     m->trainable = trainable_mask;
-    m->params = (floatX*)ops_alloc(m->pt.total * sizeof(floatX));
-    ops_zero(m->params, m->pt.total * sizeof(floatX));
+    m->skipped = skip_mask;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) if (!(skip_mask & (1u << i))) m->params_n += m->pt.t[i].numel;
+    m->params = (floatX*)ops_alloc(m->params_n * sizeof(floatX));
+    ops_zero(m->params, m->params_n * sizeof(floatX));
     // Gradients only for trainable tensors: a frozen base costs no gradient memory at all.
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) if (trainable_mask & (1u << i)) m->grads_n += m->pt.t[i].numel;
     if (m->grads_n) {
         m->grads = (floatX*)ops_alloc(m->grads_n * sizeof(floatX));
         ops_zero(m->grads, m->grads_n * sizeof(floatX));
     }
-    size_t goff = 0;
+    size_t goff = 0, poff = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        m->p[i] = m->params + m->pt.t[i].offset;
+        m->p[i] = NULL;
+        if (!(skip_mask & (1u << i))) { m->p[i] = m->params + poff; poff += m->pt.t[i].numel; }
         m->g[i] = NULL;
         if (trainable_mask & (1u << i)) { m->g[i] = m->grads + goff; goff += m->pt.t[i].numel; }
         m->g_stride[i] = m->pt.t[i].per_layer ? params_layer_numel(&m->pt, (ParamId)i) : 0;
@@ -117,8 +124,19 @@ void gpt2_free(GPT2* m) {
     memset(m, 0, sizeof(*m));
 }
 
-void gpt2_set_params(GPT2* m, const float* host) { ops_upload_f32(m->params, host, m->pt.total); }
-void gpt2_get_params(GPT2* m, float* host) { ops_download_f32(host, m->params, m->pt.total); }
+void gpt2_set_params(GPT2* m, const float* host) {
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+        if (m->p[i]) ops_upload_f32(m->p[i], host + m->pt.t[i].offset, m->pt.t[i].numel);
+}
+
+void gpt2_get_params(GPT2* m, float* host) {
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        float* h = host + m->pt.t[i].offset;
+        if (m->p[i]) ops_download_f32(h, m->p[i], m->pt.t[i].numel);
+        else if (m->nf4 && qlora_is_quantized((ParamId)i)) qlora_dequant_host(m->nf4, &m->pt, (ParamId)i, h);
+        else memset(h, 0, m->pt.t[i].numel * sizeof(float));
+    }
+}
 
 void gpt2_zero_grads(GPT2* m) {
     if (m->grads) ops_zero(m->grads, m->grads_n * sizeof(floatX));
@@ -129,7 +147,7 @@ void gpt2_zero_grads(GPT2* m) {
     linear_zero_grads(m);
 }
 
-size_t gpt2_param_bytes(const GPT2* m) { return m->pt.total * sizeof(floatX); }
+size_t gpt2_param_bytes(const GPT2* m) { return m->params_n * sizeof(floatX); }
 size_t gpt2_grad_bytes(const GPT2* m) { return (m->grads_n + m->layer_bucket_n + m->final_bucket_n) * sizeof(floatX); }
 
 // Layer l's slice of a per-layer parameter, and of its gradient (NULL stays NULL).

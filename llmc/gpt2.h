@@ -64,7 +64,10 @@ struct Nf4Base;    // llmc/qlora.h: optional NF4-quantized frozen base weights
 typedef struct GPT2 {
     GPT2Config cfg;
     ParamTable pt;
-    floatX* params;                    // flat, backend memory (pt.total elements)
+    floatX* params;                    // backend memory: every allocated tensor in table order
+    size_t params_n;                   // elements in params (pt.total minus the skipped tensors)
+    unsigned skipped;                  // bit i set: tensor i has no floatX copy (p[i] == NULL;
+                                       // QLoRA keeps it quantized in nf4)
     floatX* grads;                     // gradients of the trainable tensors only, packed in table
                                        // order (NULL when every base tensor is frozen)
     size_t grads_n;                    // elements in grads
@@ -101,6 +104,9 @@ typedef struct GPT2 {
 // Set up the table and allocate parameters, and gradients for the tensors whose bit is set in
 // trainable_mask (GPT2_TRAIN_ALL for full training, 0 for a frozen base).
 void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask);
+// Same, without allocating the tensors whose bit is set in skip_mask (frozen tensors held
+// elsewhere: the NF4 base of QLoRA, see llmc/qlora.h). Skipped tensors cannot be trainable.
+void gpt2_init_ex(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask);
 // Allocate activations and scratch for batches up to B x T (idempotent for the same sizes).
 void gpt2_alloc_acts(GPT2* m, int B, int T);
 // Activation recompute level (GPT2_RECOMPUTE_*, 0..2). Call before gpt2_alloc_acts (a later call
@@ -115,7 +121,8 @@ void gpt2_free(GPT2* m);
 // each bucket completes during backward. Only for fully trainable models.
 void gpt2_use_grad_buckets(GPT2* m, void (*hook)(void* ctx, int bucket), void* ctx);
 
-// Host fp32 <-> model parameters (table layout).
+// Host fp32 <-> model parameters (table layout, pt.total floats). set skips the tensors without
+// a floatX copy; get fills them with dequant(quant(W)) from m->nf4 (zeros if there is none).
 void gpt2_set_params(GPT2* m, const float* host);
 void gpt2_get_params(GPT2* m, float* host);
 
@@ -131,7 +138,7 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
 void gpt2_backward(GPT2* m);
 void gpt2_zero_grads(GPT2* m);
 
-// Bytes of parameters, gradients, activations (for the memory report).
+// Bytes of the floatX parameters (skipped tensors not counted) and gradients (memory report).
 size_t gpt2_param_bytes(const GPT2* m);
 size_t gpt2_grad_bytes(const GPT2* m);
 

@@ -134,6 +134,10 @@ static size_t extra_numel(const LoraModel* lm, const LoraExtra* e) { return para
 static size_t extra_offset(const LoraModel* lm, const LoraExtra* e) {
     return params_layer_offset(&lm->pt, e->id, e->layer < 0 ? 0 : e->layer);
 }
+// The slice in the model's memory (tensors are views: m->params need not hold every tensor).
+static floatX* extra_ptr(const LoraModel* lm, const GPT2* m, const LoraExtra* e) {
+    return m->p[e->id] + (extra_offset(lm, e) - lm->pt.t[e->id].offset);
+}
 
 // Find a trained base slice in a file. PEFT before the base_layer wrapping (< 0.7) saved the bias
 // of a LoRA-wrapped linear as "...<module>.bias"; accept that spelling too.
@@ -163,7 +167,7 @@ void lora_attach(LoraModel* lm, GPT2* m) {
         size_t off = 0;
         for (int i = 0; i < lm->n_extra; i++) {
             size_t n = extra_numel(lm, &lm->extra[i]);
-            ops_upload_f32(m->params + extra_offset(lm, &lm->extra[i]), lm->extra_host + off, n);
+            ops_upload_f32(extra_ptr(lm, m, &lm->extra[i]), lm->extra_host + off, n);
             off += n;
         }
         free(lm->extra_host);
@@ -422,7 +426,7 @@ void lora_save_tensors(const LoraModel* lm, const GPT2* m, const char* path) {
     for (int i = 0, off = 0; i < lm->n_extra; i++) {
         const LoraExtra* e = &lm->extra[i];
         size_t n = extra_numel(lm, e);
-        ops_download_f32(ehost + off, m->params + extra_offset(lm, e), n);
+        ops_download_f32(ehost + off, extra_ptr(lm, m, e), n);
         int64_t shape[1] = {(int64_t)n};
         st_writer_add(&w, e->key, ST_F32, 1, shape, ehost + off);
         off += (int)n;
@@ -474,7 +478,7 @@ void lora_load_tensors(LoraModel* lm, GPT2* m, const char* path) {
         if (!m) fatal("this is a bug in llmc", "lora_load_tensors without the model for the trained base tensors");
         float* tmp = (float*)mallocCheck(n * sizeof(float));
         st_read_f32(&f, t, tmp);
-        ops_upload_f32(m->params + extra_offset(lm, e), tmp, n);
+        ops_upload_f32(extra_ptr(lm, m, e), tmp, n);
         free(tmp);
         found++;
     }

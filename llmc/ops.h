@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nf4.h"
+
 #if defined(LLMC_CUDA) && defined(__cplusplus)
 #include <cuda_bf16.h>
 typedef __nv_bfloat16 floatX;
@@ -139,6 +141,22 @@ void adamw_update(floatX* params, float* master, const floatX* grads, float* m, 
 double sum_squares(const floatX* x, size_t n);
 // Sum of n fp32 values (the per-token losses), in double.
 double sum_f32(const float* x, size_t n);
+
+// ----------------------------------------------------------------------------
+// NF4 frozen base weights (QLoRA, llmc/qlora.c)
+
+// One NF4-quantized tensor (llmc/nf4.h layout) placed in backend memory. nf4_op_upload copies
+// every array of t to the device (CUDA) or borrows t (CPU: t must outlive the handle).
+typedef struct Nf4Op Nf4Op;
+Nf4Op* nf4_op_upload(const NF4Tensor* t);
+void nf4_op_free(Nf4Op* d);
+// Backend bytes the handle holds (0 on the CPU backend, where the host tensor is the storage).
+size_t nf4_op_bytes(const Nf4Op* d);
+// out[rows, cols] = dequant(rows [row_begin, row_begin + rows) of the tensor viewed as
+// [shape[0], cols = n / shape[0]]): the fp32 values bitsandbytes' dequantize_4bit gives, stored as
+// floatX (rounded to nearest even on bf16). For dequantizing a frozen weight into a scratch
+// buffer right before its matmul.
+void nf4_dequantize_op(floatX* out, const Nf4Op* t, size_t row_begin, size_t rows);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include "model_io.h"
 #include "ops.h"
 #include "optimizer.h"
+#include "qlora.h"
 #include "params.h"
 #include "sampler.h"
 #include "schedule.h"
@@ -54,6 +55,7 @@ typedef struct {
     int rslora, merge, train_ln_f;
     const char* adapter;
     const char* lora_bias;
+    int qlora;
     // ---- sampling (rank 0 prints a completion during / after training)
     int sample_every, sample_tokens, top_k;
     float temperature;
@@ -136,6 +138,7 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
         {"--lora-bias", NULL, ARG_STR, &a->lora_bias, "B", "also train base biases (PEFT bias=): all = every bias incl. layernorm biases, lora_only = the biases of the adapted layers", 1, 0, LORA_BIAS},
         {"--train-ln-f", NULL, ARG_BOOL, &a->train_ln_f, NULL, "also train the final layernorm (PEFT modules_to_save=[\"ln_f\"])", 1, 0, NULL},
         {"--adapter", NULL, ARG_STR, &a->adapter, "DIR", "start from this PEFT adapter (adapter_config.json + adapter_model.safetensors); its targets, ranks and alphas replace the --lora-* flags", 1, 0, NULL},
+        {"--qlora", NULL, ARG_BOOL, &a->qlora, NULL, "QLoRA: hold the frozen matmul weights as NF4 with double quantization (bitsandbytes-compatible, ~4.13 bits per weight), dequantized layer by layer; implied by a 4-bit transformers + bitsandbytes checkpoint", 1, 0, NULL},
         {"--merge", NULL, ARG_BOOL, &a->merge, NULL, "also save the base with the adapter merged in: OUT/merged/ (transformers dir) and OUT/merged/model.bin (llm.c), per --save-format", 1, 0, NULL},
     };
     const int n_common = (int)(sizeof(common) / sizeof(common[0])), n_lora = mode == TRAIN_LORA ? (int)(sizeof(lora) / sizeof(lora[0])) : 0;
@@ -152,6 +155,10 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
     if (a->resume && !a->out_dir) fatal(hint, "--resume needs --out DIR (the directory holding the checkpoints)");
     if (a->sample_every > 0 && a->sample_tokens == 0) a->sample_tokens = 64;
     if (a->warmup > a->steps) fatal(hint, "--warmup-steps (%d) is larger than --steps (%d)", a->warmup, a->steps);
+    if (mode == TRAIN_FULL && qlora_is_hf4bit(a->model))
+        fatal("fine-tune it with train_lora (QLoRA), or give train_gpt2 the full-precision model",
+              "--model %s: the linear weights are stored 4-bit (bitsandbytes NF4); training every parameter needs them in full precision",
+              a->model);
     if (mode == TRAIN_LORA) {
         if (a->merge && !a->out_dir) fatal(hint, "--merge needs --out DIR (where the merged model is written)");
         if (gpt2_config_from_descriptor(&(GPT2Config){0}, a->model) == 0)
@@ -179,6 +186,7 @@ typedef struct {
     floatX* gshard;            // ZeRO-2: this rank's reduced gradients
     GPT2 model;
     LoraModel* lora;           // train_lora: the adapters (model.lora points here)
+    Nf4Base* nf4;              // --qlora: the quantized base weights (model.nf4 points here)
     Optimizer opt;
     DataLoader train, val;
     int has_val;
@@ -437,6 +445,9 @@ static void save_final(Run* r) {
     float* host = (float*)mallocCheck(r->model.pt.total * sizeof(float));
     gpt2_get_params(&r->model, host);
     if (r->lora) lora_merge(r->lora, &r->model.pt, host); // W += scaling * B A
+    // QLoRA: host holds dequant(quant(W)) for the quantized weights (gpt2_get_params), the
+    // matrices the adapter was trained against, so that is what the adapter is merged into
+    if (r->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
     int hf = !strcmp(r->a.save_format, "hf") || !strcmp(r->a.save_format, "both");
     int llmc = !strcmp(r->a.save_format, "llmc") || !strcmp(r->a.save_format, "both");
     if (hf) { model_save_hf(dir, &r->model.pt, host); printf("saved: %s/model.safetensors + config.json (transformers)\n", dir); }
@@ -580,6 +591,11 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         host = (float*)mallocCheck(pt.total * sizeof(float));
         model_init_gpt2(&pt, host, (uint64_t)a->seed);
         snprintf(src, sizeof(src), "%s (GPT-2 init, seed %d)", a->model, a->seed);
+    } else if (qlora_is_hf4bit(a->model)) {
+        // a transformers + bitsandbytes 4-bit checkpoint: its linear weights stay as stored
+        r->nf4 = qlora_load_hf4bit(a->model, &cfg, &pt, &host);
+        a->qlora = 1;
+        snprintf(src, sizeof(src), "%s (bitsandbytes 4-bit)", a->model);
     } else {
         model_load(a->model, &cfg, &pt, &host);
         snprintf(src, sizeof(src), "%s", a->model);
@@ -589,7 +605,13 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
               a->seq_len, cfg.max_seq_len);
     sample_setup(r, &cfg);
     if (mode == TRAIN_LORA) create_lora(r, &cfg);
-    gpt2_init(&r->model, &cfg, mode == TRAIN_LORA ? lora_base_trainable_mask(r->lora) : GPT2_TRAIN_ALL);
+    if (a->qlora && !r->nf4) {
+        r->nf4 = qlora_quantize(&pt, host);
+        qlora_release_host(&pt, host); // the fp32 copies of the quantized weights are not needed any more
+    }
+    gpt2_init_ex(&r->model, &cfg, mode == TRAIN_LORA ? lora_base_trainable_mask(r->lora) : GPT2_TRAIN_ALL,
+                 r->nf4 ? QLORA_MASK : 0u);
+    if (r->nf4) qlora_attach(r->nf4, &r->model);
     gpt2_set_params(&r->model, host);
     free(host);
     gpt2_set_recompute(&r->model, a->recompute);
@@ -681,13 +703,23 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (r->lora) { pb += r->lora->total * sizeof(floatX); gb += r->lora->total * sizeof(floatX); }
     size_t ab = r->model.act_bytes + r->model.scr_bytes;
     size_t gsb = r->gshard ? (r->opt.end - r->opt.begin) * sizeof(floatX) : 0;
+    size_t qb = 0;
+    if (r->nf4) {
+        // the quantized base: codes + 8-bit absmax + nested scales, and the one dequant buffer
+        qb = r->nf4->bytes + r->nf4->scratch_n * sizeof(floatX);
+        say(r, "qlora: NF4 base (double quant, blocks of %d) %lld weights in %.3f MiB = %.3f bits/weight (replaces %.1f MiB of %s) "
+               "| dequant scratch %.2f MiB | float params %.1f MiB\n",
+               NF4_BLOCK, (long long)r->nf4->n_quant, mib(r->nf4->bytes), 8.0 * (double)r->nf4->bytes / (double)r->nf4->n_quant,
+               mib(qlora_replaced_numel(&r->model.pt) * sizeof(floatX)), sizeof(floatX) == 4 ? "fp32" : "bf16",
+               mib(r->nf4->scratch_n * sizeof(floatX)), mib(gpt2_param_bytes(&r->model)));
+    }
     // floatX is 2 bytes on the CUDA backend (bf16 params, grads, activations) and 4 on the CPU;
     // the optimizer state is fp32 m, v and, with bf16 params, an fp32 master copy
     const char* xt = sizeof(floatX) == 2 ? "bf16" : "fp32";
-    say(r, "memory (this rank): params %.1f MiB (%s) | grads %.1f MiB (%s) | optimizer %.1f MiB (fp32 m, v%s) | "
+    say(r, "memory (this rank): params %.1f MiB (%s%s) | grads %.1f MiB (%s) | optimizer %.1f MiB (fp32 m, v%s) | "
            "activations %.1f MiB (%s, recompute %d) | total %.1f MiB\n",
-           mib(pb), xt, mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "", mib(ab), xt, a->recompute,
-           mib(pb + gb + gsb + ob + ab));
+           mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",
+           mib(ab), xt, a->recompute, mib(pb + qb + gb + gsb + ob + ab));
     if (r->world > 1) {
         // exact element counts, so tests can check the sharding
         say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
@@ -804,6 +836,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     opt_free(&r->opt);
     if (r->gshard) ops_free(r->gshard);
     gpt2_free(&r->model);
+    qlora_free(r->nf4);
     lora_free(r->lora);
 #if defined(LLMC_CUDA)
     device_detach(&r->comm);
