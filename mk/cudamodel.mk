@@ -17,7 +17,7 @@ $(BUILD)/cudac/%.o: %.c $(wildcard llmc/*.h)
 	$(CC) $(CFLAGS) -DLLMC_CUDA -c $< -o $@
 
 # ---- the model test under the harness
-$(BUILD)/test/test_gpt2_cuda: test/test_gpt2.cu $(CUDAKERN_EMU_OBJS) $(CUDA_CPU_RT) $(CUDAC_OBJS) test/test.h
+$(BUILD)/test/test_gpt2_cuda: test/test_gpt2.cu test/test_gpt2.c $(CUDAKERN_EMU_OBJS) $(CUDA_CPU_RT) $(CUDAC_OBJS) $(wildcard test/*.h)
 	@mkdir -p $(dir $@)
 	$(CUDAKERN_EMU_CXX) -c $< -o $@.o
 	$(CXX) $@.o $(CUDAKERN_EMU_OBJS) $(CUDA_CPU_RT) $(CUDAC_OBJS) -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
@@ -47,7 +47,7 @@ $(BINDIR)/train_gpt2 $(BINDIR)/train_lora: $(BINDIR)/%: $(CUDA_BIN_DIR)/%
 	cp $< $@
 endif
 
-$(BUILD)/test/test_gpt2_gpu: test/test_gpt2.cu $(CUDA_ALL_OBJS) test/test.h
+$(BUILD)/test/test_gpt2_gpu: test/test_gpt2.cu test/test_gpt2.c $(CUDA_ALL_OBJS) $(wildcard test/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_ENTRY_FLAGS) -c $< -o $@.o
 	$(CXX) $@.o $(CUDA_ALL_OBJS) -o $@ $(CUDA_LINK_LIBS)
