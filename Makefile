@@ -100,12 +100,16 @@ test-build: $(BINS) $(TEST_PROGS)
 
 # `make test`: every CUDA source through nvcc (sm_80 + sm_90, -Werror, no spills), the whole
 # suite, the whole suite again under ASan+UBSan, and the CUDA-on-CPU harness programs under TSan.
+# Builds use every core (JOBS); the tests themselves run one after another.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test:
-	@if [ "$(HAVE_NVCC)" = 1 ]; then $(MAKE) --no-print-directory cuda-check; \
+	@if [ "$(HAVE_NVCC)" = 1 ]; then $(MAKE) --no-print-directory -j$(JOBS) cuda-check; \
 	 else echo "skip: nvcc not found: the CUDA sources were not compiled (install the CUDA toolkit)"; fi
+	$(MAKE) --no-print-directory -j$(JOBS) test-build
 	$(MAKE) --no-print-directory test-run
+	$(MAKE) --no-print-directory -j$(JOBS) SAN=1 test-build
 	$(MAKE) --no-print-directory SAN=1 test-run
-	$(MAKE) --no-print-directory test-tsan
+	$(MAKE) --no-print-directory -j$(JOBS) test-tsan
 
 test-run: test-build
 	SAN=$(SAN) BUILD=$(BUILD) BIN_DIR=$(BINDIR) bash test/run_tests.sh $(TEST_PROGS) $(TEST_SCRIPTS)
