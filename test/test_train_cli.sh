@@ -40,4 +40,28 @@ l1=$(grep -m1 "step    1/1" "$TMP/c.log" | awk '{print $5}'); l2=$(grep -m1 "ste
 # training from scratch with a size descriptor
 "$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/d_train_000.bin" --batch-size 1 --seq-len 16 --steps 2 --threads 2 > "$TMP/e.log" 2>&1 \
   && ok "from-scratch tiny model trains" || { cat "$TMP/e.log"; bad "from-scratch run failed"; }
+# prompt/completion data end to end: data/prepare writes shards + loss masks, the trainer reads
+# them, and the masks change what counts (prompt tokens carry no loss)
+PREP="${PREPARE_BIN:-data/prepare}"
+if [ -x "$PREP" ]; then
+  python3 - "$TMP/sft.jsonl" <<'PY'
+import json, sys, random
+r = random.Random(3)
+with open(sys.argv[1], "w") as f:
+    for i in range(300):
+        q = " ".join(r.choice(["why", "is", "the", "sky", "blue", "what", "time", "it"]) for _ in range(8))
+        f.write(json.dumps({"prompt": "Q: " + q + "?\nA:", "completion": " because " + q.split()[0] + "."}) + "\n")
+PY
+  "$PREP" --input "$TMP/sft.jsonl" --out-dir "$TMP/sft" --name sft --val-frac 0.2 --quiet
+  ls "$TMP"/sft/sft_train_000000.mask "$TMP"/sft/sft_val_000000.mask >/dev/null 2>&1 && ok "data/prepare wrote loss masks" || bad "no mask files"
+  S=(--model tiny --train-data "$TMP/sft/sft_train_*.bin" --val-data "$TMP/sft/sft_val_*.bin" --batch-size 2 --seq-len 32 --steps 1 --lr 0 --eval-batches 4 --threads 2)
+  "$BIN_DIR/train_gpt2" "${S[@]}" --out "$TMP/sft_masked" > "$TMP/sftm.log" 2>&1 || { tail "$TMP/sftm.log"; bad "training on masked shards failed"; }
+  mkdir -p "$TMP/sft_nomask" && cp "$TMP"/sft/*.bin "$TMP/sft_nomask/"
+  S2=("${S[@]}"); S2[3]="$TMP/sft_nomask/sft_train_*.bin"; S2[5]="$TMP/sft_nomask/sft_val_*.bin"
+  "$BIN_DIR/train_gpt2" "${S2[@]}" --out "$TMP/sft_unmasked" > "$TMP/sftu.log" 2>&1 || { tail "$TMP/sftu.log"; bad "training on unmasked shards failed"; }
+  vm=$(grep -o '"val_loss": [0-9.e+-]*' "$TMP/sft_masked/log.jsonl" | head -1); vu=$(grep -o '"val_loss": [0-9.e+-]*' "$TMP/sft_unmasked/log.jsonl" | head -1)
+  [ -n "$vm" ] && [ -n "$vu" ] && [ "$vm" != "$vu" ] && ok "masked val loss ($vm) differs from unmasked ($vu)" || bad "masks did not change the loss: '$vm' vs '$vu'"
+else
+  echo "note: $PREP not built; JSONL end-to-end check skipped"
+fi
 finish
