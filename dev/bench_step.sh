@@ -15,10 +15,15 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
     f.write(struct.pack("<%dH" % n, *[r.randrange(50257) for _ in range(n)]))
 PY
+# LoRA needs a base model file: a randomly initialised GPT-2 124M (speed does not depend on values)
+if [ "$MODE" != full ]; then
+  ./train_gpt2 --model d12 --train-data "$tmp/bench.bin" --batch-size 1 --seq-len 8 --steps 1 --lr 0 \
+      --save-format llmc --out "$tmp/base" > /dev/null
+fi
 case "$MODE" in
   full) ours=(./train_gpt2 --model d12); torch_args=() ;;
-  lora-c_attn) ours=(./train_lora --model d12 --lora-targets c_attn --lora-rank 8); torch_args=(--lora c_attn --rank 8) ;;
-  lora-all-linear) ours=(./train_lora --model d12 --lora-targets all-linear --lora-rank 8); torch_args=(--lora all-linear --rank 8) ;;
+  lora-c_attn) ours=(./train_lora --model "$tmp/base/model.bin" --lora-targets c_attn --lora-rank 8 --lora-alpha 16); torch_args=(--lora c_attn --rank 8) ;;
+  lora-all-linear) ours=(./train_lora --model "$tmp/base/model.bin" --lora-targets all-linear --lora-rank 8 --lora-alpha 16); torch_args=(--lora all-linear --rank 8) ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
 esac
 /usr/bin/time -v "${ours[@]}" --train-data "$tmp/bench.bin" --batch-size 4 --seq-len 256 --steps $((STEPS + 1)) \
