@@ -56,16 +56,6 @@ static LoraModel* make_lora(const SetSpec* s, float dropout) {
     return lm;
 }
 
-// Logits of the last forward, without the vocabulary padding.
-static float* get_logits(GPT2* m) {
-    const int V = g_cfg.vocab_size, Vp = g_cfg.padded_vocab_size, N = g_B * g_T;
-    float* lp = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
-    float* out = (float*)mallocCheck((size_t)N * V * sizeof(float));
-    ops_download_f32(lp, m->acts.logits, (size_t)N * Vp);
-    for (int i = 0; i < N; i++) memcpy(out + (size_t)i * V, lp + (size_t)i * Vp, V * sizeof(float));
-    free(lp);
-    return out;
-}
 
 static void model_with(GPT2* m, const float* params, unsigned mask, LoraModel* lm) {
     gpt2_init(m, &g_cfg, mask);
@@ -108,6 +98,8 @@ static void check_grads(const char* set, LoraModel* lm, GPT2* m, StFile* ref, co
         free(want); free(ours);
     }
 }
+
+static float* test_logits(GPT2* m) { return ref_logits_unpadded(m, g_B * g_T); }
 
 static void test_set(const SetSpec* s) {
     char path[1200];
@@ -170,7 +162,7 @@ static void test_set(const SetSpec* s) {
 
     // forward / backward, with wte trainable to read the gradient that reaches the embedding
     gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
-    float* logits = get_logits(&m);
+    float* logits = test_logits(&m);
     size_t nl;
     float* want = ref_read(&ref, "logits", &nl);
     char what[256];
@@ -204,7 +196,7 @@ static void test_set(const SetSpec* s) {
     lora_merge(lm, &g_pt, merged);
     model_with(&m, merged, 0, NULL);
     gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
-    logits = get_logits(&m);
+    logits = test_logits(&m);
     want = ref_read(&ref, "merged_logits", &nl);
     snprintf(what, sizeof(what), "%s merged-model logits vs PEFT merge_and_unload", s->name);
     test_allclose(what, logits, want, nl, 1e-4, 1e-4 * ref_max_abs(want, nl));
@@ -309,7 +301,7 @@ static void test_set(const SetSpec* s) {
     lora_merge(back, &g_pt, merged);
     model_with(&m, merged, 0, NULL);
     gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
-    logits = get_logits(&m);
+    logits = test_logits(&m);
     {
         StWriter w;
         st_writer_init(&w);

@@ -15,6 +15,7 @@
 // see dev/gen_qlora_ref.py), so the only differences are GEMM summation orders: observed ~1.5e-7
 // on logits, ~5e-9 on gradients, <1e-6 on the losses.
 #include "test.h"
+#include "ref.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/lora.h"
 #include "../llmc/qlora.h"
@@ -33,29 +34,7 @@ static int g_B, g_T;
 static int *g_inputs, *g_targets;
 static long g_valid;
 
-static float* read_ref(StFile* f, const char* name, size_t* n) {
-    const StTensor* t = st_find(f, name);
-    if (!t) { fprintf(stderr, "reference tensor %s missing in %s\n", name, f->path); exit(1); }
-    float* buf = (float*)mallocCheck(t->numel * sizeof(float));
-    st_read_f32(f, t, buf);
-    if (n) *n = t->numel;
-    return buf;
-}
 
-static double max_abs(const float* x, size_t n) {
-    double m = 0; for (size_t i = 0; i < n; i++) if (fabs(x[i]) > m) m = fabs(x[i]);
-    return m;
-}
-
-static float* get_logits(GPT2* m) {
-    const int V = g_cfg.vocab_size, Vp = g_cfg.padded_vocab_size, N = g_B * g_T;
-    float* lp = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
-    float* out = (float*)mallocCheck((size_t)N * V * sizeof(float));
-    ops_download_f32(lp, m->acts.logits, (size_t)N * Vp);
-    for (int i = 0; i < N; i++) memcpy(out + (size_t)i * V, lp + (size_t)i * Vp, V * sizeof(float));
-    free(lp);
-    return out;
-}
 
 static int same_nf4(const NF4Tensor* a, const NF4Tensor* b) {
     if (a->n != b->n || a->double_quant != b->double_quant || a->n_blocks != b->n_blocks) return 0;
@@ -131,6 +110,8 @@ static void test_quantization(void) {
     qlora_free(ours); qlora_free(hf); free(h2);
 }
 
+static float* test_logits(GPT2* m) { return ref_logits_unpadded(m, g_B * g_T); }
+
 static void test_set(const char* name) {
     char path[512];
     printf("---- %s\n", name);
@@ -153,17 +134,17 @@ static void test_set(const char* name) {
 
     gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
     size_t nl;
-    float* logits = get_logits(&m);
-    float* want = read_ref(&ref, "logits", &nl);
+    float* logits = test_logits(&m);
+    float* want = ref_read(&ref, "logits", &nl);
     char what[400];
     snprintf(what, sizeof(what), "%s logits vs PEFT on Linear4bit", name);
-    test_allclose(what, logits, want, nl, 1e-5, 1e-5 * max_abs(want, nl));
+    test_allclose(what, logits, want, nl, 1e-5, 1e-5 * ref_max_abs(want, nl));
     free(want); free(logits);
     gpt2_zero_grads(&m);
     long nv;
     double loss = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv) / (double)nv;
     gpt2_backward(&m);
-    float* rl = read_ref(&ref, "loss", NULL);
+    float* rl = ref_read(&ref, "loss", NULL);
     TEST_CHECK(fabs(loss - rl[0]) < 2e-6, "%s loss %.7f vs PEFT %.7f", name, loss, rl[0]);
     printf("%s: loss %.7f (PEFT+bnb %.7f, diff %.2e)\n", name, loss, rl[0], fabs(loss - rl[0]));
     free(rl);
@@ -176,10 +157,10 @@ static void test_set(const char* name) {
             char key[256];
             snprintf(key, sizeof(key), "grad.base_model.model.transformer.h.%d.%s.lora_%c.weight", a->layer, LIN[a->lin], w ? 'B' : 'A');
             size_t n;
-            float* wg = read_ref(&ref, key, &n);
+            float* wg = ref_read(&ref, key, &n);
             TEST_CHECK(n == (size_t)a->rank * (w ? a->out : a->in), "%s size", key);
             snprintf(what, sizeof(what), "%s %s", name, key);
-            test_allclose(what, g + (w ? a->b_off : a->a_off), wg, n, 1e-3, 1e-4 * max_abs(wg, n) + 1e-7);
+            test_allclose(what, g + (w ? a->b_off : a->a_off), wg, n, 1e-3, 1e-4 * ref_max_abs(wg, n) + 1e-7);
             free(wg);
         }
     }
@@ -194,10 +175,10 @@ static void test_set(const char* name) {
     gpt2_set_params(&mm, merged);
     gpt2_alloc_acts(&mm, g_B, g_T);
     gpt2_forward(&mm, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
-    logits = get_logits(&mm);
-    want = read_ref(&ref, "merged_logits", &nl);
+    logits = test_logits(&mm);
+    want = ref_read(&ref, "merged_logits", &nl);
     snprintf(what, sizeof(what), "%s merged into dequant(quant(W)): logits", name);
-    test_allclose(what, logits, want, nl, 1e-5, 1e-5 * max_abs(want, nl));
+    test_allclose(what, logits, want, nl, 1e-5, 1e-5 * ref_max_abs(want, nl));
     free(want); free(logits); free(merged);
     gpt2_free(&mm);
 
@@ -206,8 +187,8 @@ static void test_set(const char* name) {
     float b2 = (float)atof(st_meta(&ref, "beta2")), eps = (float)atof(st_meta(&ref, "eps"));
     float wd = (float)atof(st_meta(&ref, "weight_decay")), clip = (float)atof(st_meta(&ref, "grad_clip"));
     int steps = atoi(st_meta(&ref, "steps"));
-    float* ref_losses = read_ref(&ref, "train_losses", NULL);
-    float* ref_norms = read_ref(&ref, "train_grad_norms", NULL);
+    float* ref_losses = ref_read(&ref, "train_losses", NULL);
+    float* ref_norms = ref_read(&ref, "train_grad_norms", NULL);
     TrainSeg segs[1 + NUM_PARAM_TENSORS];
     int nseg = lora_segments(lm, &m, segs);
     Optimizer opt;
