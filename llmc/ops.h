@@ -53,6 +53,10 @@ void ops_to_host(void* dst_host, const void* src, size_t bytes);
 void ops_upload_f32(floatX* dst, const float* src_host, size_t n);
 void ops_download_f32(float* dst_host, const floatX* src, size_t n);
 void ops_synchronize(void);
+// Deterministic kernels (the default): results identical run to run. The CUDA backend then runs
+// the attention backward without float atomics; 0 allows its faster atomic variant. The CPU
+// backend is always deterministic.
+void ops_set_deterministic(int on);
 
 // ----------------------------------------------------------------------------
 // forward ops

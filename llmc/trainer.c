@@ -45,7 +45,7 @@ typedef struct {
     float weight_decay, grad_clip, beta1, beta2, eps;
     int eval_every, eval_batches, save_every, keep_checkpoints;
     int seed, threads, shuffle, max_skipped;
-    int zero, recompute;
+    int zero, recompute, deterministic;
     const char* save_format;
     // ---- LoRA (train_lora only)
     int lora_rank;
@@ -85,7 +85,7 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
     a->beta1 = 0.9f; a->beta2 = 0.95f; a->eps = 1e-8f;
     a->eval_every = 0; a->eval_batches = 8; a->save_every = 0; a->keep_checkpoints = 2;
     a->seed = 1337; a->threads = 0; a->shuffle = 0; a->max_skipped = 10;
-    a->save_format = "both"; a->zero = 0;
+    a->save_format = "both"; a->zero = 0; a->deterministic = 1;
     a->temperature = 1.0f; a->prompt = "<|endoftext|>";
     a->lora_rank = 8; a->lora_alpha = 16.0f; a->lora_dropout = 0.0f; a->lora_targets = "c_attn"; a->lora_layers = "all"; a->lora_bias = "none";
     const ArgSpec common[] = {
@@ -117,6 +117,7 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
         {"--seed", NULL, ARG_INT, &a->seed, "S", "random seed (init from scratch, shuffling, dropout)", 0, 2147483647, NULL},
         {"--shuffle", NULL, ARG_BOOL, &a->shuffle, NULL, "shuffle shard and batch order every epoch (default: sequential)", 1, 0, NULL},
         {"--threads", NULL, ARG_INT, &a->threads, "N", "CPU threads; 0 = all cores", 0, 4096, NULL},
+        {"--deterministic", NULL, ARG_INT, &a->deterministic, "0|1", "1: kernels give identical results run to run; 0 allows faster non-deterministic ones (CUDA attention backward)", 0, 1, NULL},
         {"--zero", "-z", ARG_INT, &a->zero, "S", "ZeRO stage across ranks: 0 all-reduce gradients, 1 shard optimizer state, 2 shard gradients too", 0, 2, NULL},
         {"--recompute", NULL, ARG_INT, &a->recompute, "K", "activation recompute in backward to save memory: 0 none, 1 GELU, 2 GELU and layernorms", 0, 2, NULL},
         {"--max-skipped-steps", NULL, ARG_INT, &a->max_skipped, "N", "stop after N consecutive steps with a non-finite loss or gradient", 1, 1e9, NULL},
@@ -559,6 +560,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     device_select(&r->comm); // before ops_init: the backend's handles belong to the current GPU
 #endif
     ops_init(a->threads);
+    ops_set_deterministic(a->deterministic);
 #if defined(LLMC_CUDA)
     device_attach(&r->comm); // NCCL for the device collectives, even with one rank
 #endif

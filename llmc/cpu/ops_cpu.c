@@ -151,6 +151,7 @@ void ops_to_host(void* dst_host, const void* src, size_t bytes) { if (bytes) mem
 void ops_upload_f32(floatX* dst, const float* src_host, size_t n) { if (n) memcpy(dst, src_host, n * sizeof(float)); }
 void ops_download_f32(float* dst_host, const floatX* src, size_t n) { if (n) memcpy(dst_host, src, n * sizeof(float)); }
 void ops_synchronize(void) {}
+void ops_set_deterministic(int on) { (void)on; } // every CPU op is deterministic
 
 // Column blocks for the deterministic reductions over rows (see the top of the file).
 #define COLBLOCK 64
