@@ -27,6 +27,27 @@ static inline double ref_max_abs(const float* x, size_t n) {
     return m;
 }
 
+// The batch of a reference file: input_ids and targets (B x T, malloc'd); returns the number of
+// targets that count (>= 0).
+typedef struct { int B, T; int* inputs; int* targets; long valid; } RefBatch;
+static inline RefBatch ref_read_batch(StFile* f) {
+    RefBatch b;
+    const StTensor* ti = st_find(f, "input_ids");
+    const StTensor* tt = st_find(f, "targets");
+    if (!ti || ti->ndim != 2 || !tt || tt->numel != ti->numel) {
+        fprintf(stderr, "%s: input_ids [B, T] and targets of the same size are required\n", f->path);
+        exit(1);
+    }
+    b.B = (int)ti->shape[0]; b.T = (int)ti->shape[1];
+    b.inputs = (int*)mallocCheck(ti->numel * sizeof(int));
+    b.targets = (int*)mallocCheck(ti->numel * sizeof(int));
+    st_read_i32(f, ti, b.inputs);
+    st_read_i32(f, tt, b.targets);
+    b.valid = 0;
+    for (size_t i = 0; i < ti->numel; i++) b.valid += b.targets[i] >= 0;
+    return b;
+}
+
 // Logits of the model's last forward (N rows), without the vocabulary padding (malloc'd).
 static inline float* ref_logits_unpadded(GPT2* m, int N) {
     const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;

@@ -82,13 +82,10 @@ int main(void) {
     model_load(REF_DIR, &cfg, &pt, &host);
     StFile ref;
     st_open(&ref, REF_DIR "/ref.safetensors");
-    const StTensor* ti = st_find(&ref, "input_ids");
-    TEST_CHECK(ti && ti->ndim == 2, "input_ids shape");
-    const int B = (int)ti->shape[0], T = (int)ti->shape[1], V = cfg.vocab_size;
-    int* inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
-    int* targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
-    st_read_i32(&ref, ti, inputs);
-    st_read_i32(&ref, st_find(&ref, "targets"), targets);
+    RefBatch batch = ref_read_batch(&ref);
+    const int B = batch.B, T = batch.T, V = cfg.vocab_size;
+    int* inputs = batch.inputs;
+    int* targets = batch.targets;
 
     GPT2 m;
     gpt2_init(&m, &cfg, GPT2_TRAIN_ALL);
@@ -105,8 +102,7 @@ int main(void) {
     test_allclose("logits", logits, ref_logits, nl, TOL_REL, TOL_LOGITS * ref_max_abs(ref_logits, nl));
 
     // ---- loss and gradients
-    long valid = 0;
-    for (int i = 0; i < B * T; i++) valid += targets[i] >= 0;
+    const long valid = batch.valid;
     long n_valid = 0;
     gpt2_zero_grads(&m);
     double loss_sum = gpt2_forward(&m, inputs, targets, B, T, 1.0f / (float)valid, &n_valid);

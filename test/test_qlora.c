@@ -222,15 +222,9 @@ int main(void) {
     model_load(BASE_DIR, &g_cfg, &g_pt, &g_base);
     StFile ref;
     st_open(&ref, BASE_DIR "/ref.safetensors");
-    const StTensor* ti = st_find(&ref, "input_ids");
-    g_B = (int)ti->shape[0]; g_T = (int)ti->shape[1];
-    g_inputs = (int*)mallocCheck((size_t)g_B * g_T * sizeof(int));
-    g_targets = (int*)mallocCheck((size_t)g_B * g_T * sizeof(int));
-    st_read_i32(&ref, ti, g_inputs);
-    st_read_i32(&ref, st_find(&ref, "targets"), g_targets);
+    RefBatch batch = ref_read_batch(&ref);
     st_close(&ref);
-    g_valid = 0;
-    for (int i = 0; i < g_B * g_T; i++) g_valid += g_targets[i] >= 0;
+    g_B = batch.B; g_T = batch.T; g_inputs = batch.inputs; g_targets = batch.targets; g_valid = batch.valid;
 
     test_quantization();
     test_set("c_attn");

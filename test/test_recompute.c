@@ -3,6 +3,7 @@
 // and the same loss after an AdamW step at levels 0, 1 and 2 (CPU backend), while the activation
 // memory shrinks by exactly the buffers backward recomputes.
 #include "test.h"
+#include "ref.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/model_io.h"
 #include "../llmc/optimizer.h"
@@ -57,13 +58,10 @@ int main(void) {
     model_load(REF_DIR, &cfg, &pt, &host);
     StFile ref;
     st_open(&ref, REF_DIR "/ref.safetensors");
-    const StTensor* ti = st_find(&ref, "input_ids");
-    TEST_CHECK(ti && ti->ndim == 2, "input_ids shape");
-    const int B = (int)ti->shape[0], T = (int)ti->shape[1];
-    int* inputs = (int*)mallocCheck((size_t)B * T * sizeof(int));
-    int* targets = (int*)mallocCheck((size_t)B * T * sizeof(int));
-    st_read_i32(&ref, ti, inputs);
-    st_read_i32(&ref, st_find(&ref, "targets"), targets);
+    RefBatch batch = ref_read_batch(&ref);
+    const int B = batch.B, T = batch.T;
+    int* inputs = batch.inputs;
+    int* targets = batch.targets;
 
     Run r[3];
     for (int k = 0; k < 3; k++) r[k] = run_level(k, &cfg, host, inputs, targets, B, T);
