@@ -8,32 +8,22 @@
 #include "model_io.h"
 #include "ops.h"
 #include "sampler.h"
+#include "vocab.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static int dir_has_vocab(const char* dir) {
-    char a[4200], b[4200];
-    path_join(a, sizeof(a), dir, "encoder.json"); path_join(b, sizeof(b), dir, "vocab.bpe");
-    if (file_exists(a) && file_exists(b)) return 1;
-    path_join(a, sizeof(a), dir, "vocab.json"); path_join(b, sizeof(b), dir, "merges.txt");
-    if (file_exists(a) && file_exists(b)) return 1;
-    path_join(a, sizeof(a), dir, "tokenizer.json");
-    return file_exists(a);
-}
-
 int gen_find_vocab(const char* vocab_flag, const char* model_path, char* out, size_t cap) {
     if (vocab_flag) { snprintf(out, cap, "%s", vocab_flag); return 0; }
-    if (model_path && dir_exists(model_path) && dir_has_vocab(model_path)) { snprintf(out, cap, "%s", model_path); return 0; }
+    if (model_path && dir_exists(model_path) && vocab_dir_has(model_path)) { snprintf(out, cap, "%s", model_path); return 0; }
     if (model_path && !dir_exists(model_path)) {
         char dir[4200];
         snprintf(dir, sizeof(dir), "%s", model_path);
         char* slash = strrchr(dir, '/');
         if (slash) { *slash = 0; if (!*dir) strcpy(dir, "/"); } else strcpy(dir, ".");
-        if (dir_has_vocab(dir)) { snprintf(out, cap, "%s", dir); return 0; }
+        if (vocab_dir_has(dir)) { snprintf(out, cap, "%s", dir); return 0; }
     }
-    if (dir_has_vocab("data/gpt2")) { snprintf(out, cap, "data/gpt2"); return 0; }
-    return -1;
+    return vocab_find_bundled(out, cap);
 }
 
 void gen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, const char* flag, int** ids, int* n) {
@@ -85,7 +75,7 @@ int generate_main(int argc, char** argv) {
         {"--top-k", NULL, ARG_INT, &top_k, "K", "sample among the K most likely tokens only; 0 = all", 0, 1 << 30, NULL},
         {"--seed", NULL, ARG_INT, &seed, "S", "random seed: the same seed gives the same completion", 0, 2147483647, NULL},
         {"--no-kv-cache", NULL, ARG_BOOL, &no_kv, NULL, "recompute the whole sequence for every token (slow; for checking the cache)", 1, 0, NULL},
-        {"--vocab", NULL, ARG_STR, &vocab, "PATH", "vocabulary (dir or file; default: next to the model, else data/gpt2)", 1, 0, NULL},
+        {"--vocab", NULL, ARG_STR, &vocab, "PATH", "vocabulary (dir or file; default: next to the model, else data/gpt2 here or near this program)", 1, 0, NULL},
         {"--threads", NULL, ARG_INT, &threads, "N", "CPU threads; 0 = all cores", 0, 4096, NULL},
         {"--quiet", "-q", ARG_BOOL, &quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL},
     };
@@ -95,7 +85,7 @@ int generate_main(int argc, char** argv) {
     if (!model) fatal("run with --help to see every flag", "--model is required");
     char vpath[4200];
     if (gen_find_vocab(vocab, model, vpath, sizeof(vpath)) != 0)
-        fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or run from the repository root (data/gpt2)",
+        fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or keep data/gpt2 next to this program",
               "no vocabulary found for --model %s", model);
     ops_init(threads);
 
