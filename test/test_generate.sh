@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end `generate`: a tiny model with the GPT-2 vocabulary (train_gpt2 --model tiny, one
 # step) continues a text prompt; a seed reproduces the text; the key/value cache gives the text
-# of the full recomputation; the vocabulary is found next to the model or in data/gpt2; a LoRA
+# of the full recomputation; the vocabulary is found next to the model (the trainer writes it
+# there) or in data/gpt2 of the working directory or near the program; a LoRA
 # adapter applies; bad flags and a missing vocabulary get their message.
 source "$(dirname "$0")/lib.sh"
 GEN="$(cd "$BIN_DIR" && pwd)/generate"
@@ -29,12 +30,19 @@ g3=$(run --prompt "Once upon a time" -n 12 --temperature 0 -q --no-kv-cache)
 k=$(run --prompt "Once upon a time" -n 12 --top-k 40 --temperature 0.8 --seed 1 -q)
 [ -n "$k" ] && ok "top-k 40 at temperature 0.8 runs" || bad "top-k sampling printed nothing"
 
-# the vocabulary: next to the model, or data/gpt2 relative to the working directory
-mkdir -p "$TMP/elsewhere"
-( cd "$TMP/elsewhere" && expect_fail "no vocabulary anywhere" "no vocabulary found" "$GEN" --model "$M" --prompt hi -n 2 )
-cp "$ROOT"/data/gpt2/* "$M"/
-v=$( cd "$TMP/elsewhere" && "$GEN" --model "$M" --prompt "The quick brown fox" -n 16 --seed 7 -q --threads 2 2>"$TMP/err" )
+# the vocabulary: written next to the model by the trainer (vocab.json + merges.txt), else the
+# bundled data/gpt2 in the working directory or near the program; a copy of the program far from
+# the repository, on a model directory without tokenizer files, has none
+[ -f "$M/vocab.json" ] && [ -f "$M/merges.txt" ] && ok "the trainer wrote vocab.json + merges.txt next to the model" \
+  || bad "no tokenizer files in $M: $(ls "$M")"
+mkdir -p "$TMP/elsewhere" "$TMP/bin" "$TMP/bare"
+cp "$M/config.json" "$M/model.safetensors" "$TMP/bare/"
+cp "$GEN" "$TMP/bin/generate"
+( cd "$TMP/elsewhere" && expect_fail "no vocabulary anywhere" "no vocabulary found" "$TMP/bin/generate" --model "$TMP/bare" --prompt hi -n 2 )
+v=$( cd "$TMP/elsewhere" && "$TMP/bin/generate" --model "$M" --prompt "The quick brown fox" -n 16 --seed 7 -q --threads 2 2>"$TMP/err" )
 [ "$v" = "$a" ] && ok "vocabulary found next to the model" || { cat "$TMP/err"; bad "vocab next to the model: '$v'"; }
+v=$( cd "$TMP/elsewhere" && "$GEN" --model "$TMP/bare" --prompt "The quick brown fox" -n 16 --seed 7 -q --threads 2 2>"$TMP/err" )
+[ "$v" = "$a" ] && ok "vocabulary found near the program (data/gpt2 of its checkout)" || { cat "$TMP/err"; bad "vocab near the program: '$v'"; }
 expect_fail "--vocab missing" "nope" "$GEN" --model "$M" --vocab "$TMP/nope" --prompt hi
 
 # bad flags and inputs
@@ -69,10 +77,12 @@ ts=$(grep -A1 "^sample (step 3):" "$TMP/l.log" | tail -1)
 gs=$("$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/l" --vocab data/gpt2 --prompt '!#%' -n 10 --seed 5 -q --threads 2 2>"$TMP/err")
 [ -n "$ts" ] && [ "$ts" = "!#%$gs" ] && ok "train_lora final sample == generate --adapter on the saved adapter ('$ts')" \
   || { cat "$TMP/err"; bad "train_lora sample '$ts' vs generate '!#%$gs'"; }
-# a missing vocabulary matters only when sampling is asked for
+# a missing vocabulary matters only when sampling is asked for (a copy of the program far from
+# the repository finds none)
+cp "$BIN_DIR/train_gpt2" "$TMP/bin/train_gpt2"
 ( cd "$TMP/elsewhere" && expect_fail "train_gpt2 sampling without a vocabulary" "sampling needs a vocabulary" \
-    "$(cd "$ROOT/$BIN_DIR" && pwd)/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --sample-tokens 4 )
-( cd "$TMP/elsewhere" && "$(cd "$ROOT/$BIN_DIR" && pwd)/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --threads 2 > "$TMP/n.log" 2>&1 ) \
+    "$TMP/bin/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --sample-tokens 4 )
+( cd "$TMP/elsewhere" && "$TMP/bin/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --threads 2 > "$TMP/n.log" 2>&1 ) \
   && ok "no vocabulary needed without sampling" || { cat "$TMP/n.log"; bad "train_gpt2 without sampling failed outside the repo"; }
 expect_fail "train_gpt2 --sample-tokens beyond n_positions" "--sample-tokens" "$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" \
     --batch-size 1 --seq-len 16 --steps 1 --sample-tokens 300
