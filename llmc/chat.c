@@ -80,8 +80,8 @@ void chat_stop_init(ChatStopFilter* s, const char* stop) {
 }
 
 size_t chat_stop_feed(ChatStopFilter* s, const char* bytes, size_t n, const char** out) {
-    *out = s->out;
-    if (s->stopped) return 0;
+    *out = "";
+    if (s->stopped || n == 0) return 0;
     size_t len = s->held + n;
     chat_grow(&s->buf, &s->cap, len);
     chat_grow(&s->out, &s->out_cap, len);
@@ -106,7 +106,7 @@ size_t chat_stop_feed(ChatStopFilter* s, const char* bytes, size_t n, const char
 }
 
 size_t chat_stop_flush(ChatStopFilter* s, const char** out) {
-    *out = s->buf;
+    *out = s->held ? s->buf : "";
     size_t n = s->stopped ? 0 : s->held;
     s->held = 0;
     return n;
