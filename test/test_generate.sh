@@ -62,6 +62,32 @@ lb=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear -
 [ ${#la} -eq 10 ] && [ "$la" = "$lb" ] && ok "adapter: 10 characters, cache == no cache ('$la')" || bad "adapter: '$la' vs '$lb'"
 expect_fail "bad adapter dir" "$TMP/noadapter" "$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/noadapter" --vocab data/gpt2 --prompt '!'
 
+# --chat: the prompt is rendered as data/prepare renders a conversation (ChatML text ==
+# transformers' apply_chat_template, test/ref/prepare_chatml_prompt.txt), and the reply ends at the
+# template's stop text. A tiny model trained on one ChatML conversation (one record per window)
+# answers exactly "Paris." (the <|im_end|> it goes on to write, and everything after, is not printed).
+PREP="${PREPARE_BIN:-data/prepare}"
+cp=$(run --chat chatml --prompt "Capital of France?" -n 1 --seed 1)
+[ "$(head -c "$(stat -c %s test/ref/prepare_chatml_prompt.txt)" <<<"$cp")" = "$(cat test/ref/prepare_chatml_prompt.txt)" ] \
+  && grep -q "^prompt: 32 tokens" "$TMP/err" && ok "--chat chatml echoes transformers' generation prompt (32 tokens with the leading <|endoftext|>)" \
+  || bad "--chat chatml prompt: '$cp' / $(grep '^prompt' "$TMP/err")"
+python3 -c "
+import json
+for _ in range(50): print(json.dumps({'messages': [{'role': 'user', 'content': 'Capital of France?'}, {'role': 'assistant', 'content': 'Paris.'}]}))
+" > "$TMP/chat.jsonl"
+"$PREP" --input "$TMP/chat.jsonl" --out-dir "$TMP/chatd" --chat-template chatml --val-tokens 0 --record-windows 48 --quiet || bad "data/prepare --chat-template chatml"
+"$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/chatd/chat_train_*.bin" --batch-size 4 --seq-len 48 --steps 60 --lr 1e-2 --warmup-steps 0 \
+    --threads 2 --save-format hf --out "$TMP/chatm" > "$TMP/chat.log" 2>&1 || { cat "$TMP/chat.log"; bad "train_gpt2 on ChatML data failed"; }
+reply=$("$GEN" --model "$TMP/chatm" --chat chatml --prompt "Capital of France?" --temperature 0 -n 30 -q --threads 2 2>"$TMP/err")
+[ "$reply" = "Paris." ] && ok "--chat chatml: the trained reply 'Paris.' ends at <|im_end|>" || { cat "$TMP/err"; bad "--chat reply: '$reply'"; }
+rp="$(cat test/ref/prepare_chatml_prompt.txt; printf x)"   # (x keeps the trailing newline)
+raw=$("$GEN" --model "$TMP/chatm" --prompt "<|endoftext|>${rp%x}" --temperature 0 -n 30 -q --threads 2 2>"$TMP/err")
+[[ "$raw" == "Paris.<|im_end|>"* ]] && ok "without --chat the same model goes on past <|im_end|>: '$(head -c 30 <<<"$raw" | tr '\n' ' ')'" \
+  || bad "raw continuation: '$raw'"
+expect_fail "--system without --chat" "--system is for --chat" "$GEN" --model "$M" --system hi --prompt hi
+expect_fail "--chat without --prompt" "--chat needs --prompt" "$GEN" --model "$M" --chat plain
+expect_fail "unknown --chat template" "--chat: 'llama' is not one of: plain, chatml" "$GEN" --model "$M" --chat llama --prompt hi
+
 # the trainers' --sample-* flags: samples during and after training, on stdout and in samples.txt
 "$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 2 --threads 2 \
     --sample-every 1 --sample-tokens 8 --prompt "Hello there" --out "$TMP/s" > "$TMP/s.log" 2>&1 || { cat "$TMP/s.log"; bad "train_gpt2 --sample-every failed"; }
