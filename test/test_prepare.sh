@@ -253,6 +253,15 @@ if [ -x "$TRAIN" ]; then
 else
   echo "skip: $TRAIN not built: the trainer's --seq-len check was not run"
 fi
+# the vocabulary without --vocab: data/gpt2 of the working directory, else near the program
+mkdir -p "$T/elsewhere" "$T/bin"; ROOT=$(pwd); PABS=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
+( cd "$T/elsewhere" && "$PABS" --input "$ROOT/$T/f1.txt" --out-dir out --val-tokens 0 --quiet ) \
+  && [ "$(toks "$T/elsewhere/out/f1_train_000000.bin" | tr '\n' ' ')" = "$(toks "$T/c/two_train_000000.bin" | head -5 | tr '\n' ' ')" ] \
+  && ok "run from another directory: the vocabulary is found near the program" || bad "prepare from another directory"
+FAR=$(mktemp -d "${TMPDIR:-/tmp}/llmc-prepare.XXXXXX"); mkdir -p "$FAR/bin"; cp "$P" "$FAR/bin/prepare"
+( cd "$FAR" && expect_failF "a copy far from the repository finds no vocabulary" "the GPT-2 vocabulary (data/gpt2) is neither in the working directory nor near this program" \
+    "$FAR/bin/prepare" --input "$ROOT/$T/f1.txt" --out-dir "$ROOT/$T/x" )
+rm -rf "$FAR"
 check "failed runs wrote nothing" [ -z "$(ls "$T/x" 2>/dev/null)" ]
 # --help works and exits 0
 check "--help" bash -c "'$P' --help | grep -q -- '--val-frac'"
