@@ -50,7 +50,7 @@ cuda-build-check:
 
 # ---- nvcc compile check (no GPU needed); one target per source so -j overlaps them
 NVCC_CHECK_DIR := build/nvcc-check
-NVCC_CHECK_FLAGS := -std=c++17 -O3 -Werror all-warnings $(GENCODE) -I. -Illmc \
+NVCC_CHECK_FLAGS := -std=c++17 -O3 -DLLMC_CUDA -Werror all-warnings $(GENCODE) -I. -Illmc \
     -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-unused-function
 # production code: spills and local-memory use are errors (ptxas), and checked again in the log
 NVCC_PROD_FLAGS := -Xptxas -v,-warn-spills,-warn-lmem-usage

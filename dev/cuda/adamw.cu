@@ -1,6 +1,6 @@
 // AdamW with fp32 master weights and stochastic rounding to bf16 params: CPU reference (fp32,
 // PyTorch semantics), version 1 (one thread per element, round-to-nearest bf16), version 2 (the
-// production kernel of llmc/cuda/ops_cuda.cu via ops.h: 8 elements per thread, 128-bit accesses,
+// production kernel of llmc/cuda/adamw.cu via ops.h: 8 elements per thread, 128-bit accesses,
 // stochastic rounding). Check (master exactly-ish, params within one bf16 ulp) + timing.
 //   make bench-cuda && build/cuda/dev/cuda/adamw [n]
 #include "common.cuh"

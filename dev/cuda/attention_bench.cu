@@ -3,7 +3,7 @@
 //   2 cublas  permute qkv to (B, NH, T, HS), S = Q K^T with a strided-batched cuBLAS GEMM (bf16 in,
 //             fp32 out: the whole B x NH x T x T matrix), causal softmax kernel (P in bf16, lse),
 //             O = P V with a second GEMM, un-permute to (B, T, C)
-//   3 flash   the backend's kernels (llmc/cuda/flash_attention.cu: WMMA tensor cores, O(T) memory)
+//   3 flash   the backend's kernels (llmc/cuda/attention.cu: WMMA tensor cores, O(T) memory)
 // For each: correctness against a CPU reference (batch 0, every head, double accumulation),
 // time per call with cudaEvents, FLOPs (causal: only the T (T + 1) / 2 visible pairs count),
 // minimum bytes moved, achieved TFLOP/s and % of the H100 SXM dense bf16 peak (989 TFLOP/s).
@@ -15,12 +15,12 @@
 #include <math.h>
 #include <vector>
 #include <cublas_v2.h>
-#include "llmc/cuda/flash_attention.cu"
 #include "llmc/cuda/attention.cu"
+#include "llmc/cuda/attention_simple.cu"
 
 #define H100_PEAK_TFLOPS 989.0
 
-// the backend's scratch allocator (llmc/cuda/ops_cuda.cu), reduced to what attention needs
+// the backend's scratch allocator (llmc/cuda/backend.cu), reduced to what attention needs
 void* ops_scratch(int slot, size_t bytes) {
     static void* p[OPS_SCRATCH_COUNT];
     static size_t have[OPS_SCRATCH_COUNT];
@@ -265,12 +265,12 @@ int main(int argc, char** argv) {
     check_against("cublas", out, lse, out0, lse0, T, NH, HS);
     float ms_cublas = time_ms([&] { cb.forward(out, lse, qkv); }, iters);
 
-    attention_forward(out, lse, qkv, B, T, C, NH);
+    cuda_attention_forward(out, lse, qkv, B, T, C, NH);
     check_against("flash", out, lse, out0, lse0, T, NH, HS);
-    float ms_flash = time_ms([&] { attention_forward(out, lse, qkv, B, T, C, NH); }, iters);
-    float ms_flash_bwd = time_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    float ms_flash = time_ms([&] { cuda_attention_forward(out, lse, qkv, B, T, C, NH); }, iters);
+    float ms_flash_bwd = time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
     attention_set_deterministic(0);
-    float ms_flash_bwd_atomic = time_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    float ms_flash_bwd_atomic = time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
     attention_set_deterministic(1);
     cudaCheck(cudaDeviceSynchronize());
 

@@ -1,5 +1,5 @@
 // GELU (tanh approximation) forward and backward: CPU reference, version 1 (one thread per
-// element, scalar bf16 loads), version 2 (the production kernels of llmc/cuda/ops_cuda.cu through
+// element, scalar bf16 loads), version 2 (the production kernels of llmc/cuda/elementwise.cu through
 // ops.h: 128-bit loads/stores). Check + timing. `make bench-cuda && build/cuda/dev/cuda/gelu [n]`
 #include "common.cuh"
 
