@@ -1,14 +1,12 @@
 #define _GNU_SOURCE
 #include "trainer.h"
-#if defined(LLMC_CUDA)
-#include "device.h"
-#endif
 #include "args.h"
 #include "check.h"
 #include "checkpoint.h"
 #include "comm.h"
 #include "config.h"
 #include "dataloader.h"
+#include "device.h"
 #include "fileio.h"
 #include "generate.h"
 #include "gpt2.h"
@@ -172,11 +170,8 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
 // ----------------------------------------------------------------------------
 // the run
 
-#if defined(LLMC_CUDA)
-#define COMM_FLOATX COMM_BF16
-#else
-#define COMM_FLOATX COMM_F32
-#endif
+// gradients travel between ranks in the backend's floatX format
+static CommDtype comm_floatx(void) { return ops_caps().floatx == OPS_BF16 ? COMM_BF16 : COMM_F32; }
 
 typedef struct {
     TrainArgs a;
@@ -254,11 +249,11 @@ static void for_each_piece(Run* r, PieceFn fn) {
 }
 
 static void piece_reduce(Run* r, const TrainSeg* s, size_t off, size_t n, int owner) {
-    comm_dev_reduce_sum(&r->comm, s->g + off, s->g + off, n, COMM_FLOATX, owner, NULL);
+    comm_dev_reduce_sum(&r->comm, s->g + off, s->g + off, n, comm_floatx(), owner, NULL);
 }
 // ZeRO-2: reduce to the owner, who adds it to its gradient shard; the source is then emptied.
 static void piece_reduce_into_shard(Run* r, const TrainSeg* s, size_t off, size_t n, int owner) {
-    comm_dev_reduce_sum(&r->comm, s->g + off, s->g + off, n, COMM_FLOATX, owner, NULL);
+    comm_dev_reduce_sum(&r->comm, s->g + off, s->g + off, n, comm_floatx(), owner, NULL);
     if (owner == r->rank) add_inplace(r->gshard + (s->offset + off - r->opt.begin), s->g + off, n);
 }
 static void piece_broadcast(Run* r, const TrainSeg* s, size_t off, size_t n, int owner) {
@@ -279,7 +274,7 @@ static void zero2_bucket_hook(void* ctx, int bucket) {
     comm_dev_group_begin(&r->comm);
     for (int k = 0; k < ns; k++)
         comm_dev_reduce_sum(&r->comm, buf + segs[k].bucket_off, buf + segs[k].bucket_off,
-                            segs[k].end - segs[k].begin, COMM_FLOATX, segs[k].owner, NULL);
+                            segs[k].end - segs[k].begin, comm_floatx(), segs[k].owner, NULL);
     comm_dev_group_end(&r->comm);
     for (int k = 0; k < ns; k++)
         if (segs[k].owner == r->rank)
@@ -292,7 +287,7 @@ static void reduce_gradients(Run* r) {
     if (r->world == 1) return;
     if (r->a.zero == 0) {
         for (int i = 0; i < r->opt.nseg; i++)
-            comm_dev_allreduce_sum(&r->comm, r->opt.segs[i].g, r->opt.segs[i].n, COMM_FLOATX, NULL);
+            comm_dev_allreduce_sum(&r->comm, r->opt.segs[i].g, r->opt.segs[i].n, comm_floatx(), NULL);
     } else if (r->a.zero == 1) {
         for_each_piece(r, piece_reduce);
     }
@@ -574,14 +569,10 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     TrainArgs* a = &r->a;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-#if defined(LLMC_CUDA)
     device_select(&r->comm); // before ops_init: the backend's handles belong to the current GPU
-#endif
     ops_init(a->threads);
     ops_set_deterministic(a->deterministic);
-#if defined(LLMC_CUDA)
-    device_attach(&r->comm); // NCCL for the device collectives, even with one rank
-#endif
+    device_attach(&r->comm); // CUDA: NCCL for the device collectives, even with one rank
     r->rng = (uint64_t)a->seed * 0x9E3779B97F4A7C15ull + 1;
 
     // ---- model
@@ -858,9 +849,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     gpt2_free(&r->model);
     qlora_free(r->nf4);
     lora_free(r->lora);
-#if defined(LLMC_CUDA)
     device_detach(&r->comm);
-#endif
     comm_finalize(&r->comm);
     return 0;
 }
