@@ -1,8 +1,8 @@
 // sgemm throughput on the GPT-2 124M training shapes (B*T = 1024 rows), through the same CBLAS
 // calls the CPU backend makes (forward, dinp and dweight orientations). Not a test: a measuring
-// tool for choosing/tuning the BLAS. Build: make bench-cpu (rule in mk/cpuops.mk).
-//   build/dev/bench_gemm [threads] [reps] [split]   (split=1: OpenMP splits rows, 1-thread sgemm each)
-//   OPENBLAS_CORETYPE=Haswell build/dev/bench_gemm   (force a kernel set to compare)
+// tool for choosing/tuning the BLAS. Build: make bench-cpu (rule in mk/bench.mk).
+//   build/cpu/dev/bench_gemm [threads] [reps] [split]   (split=1: OpenMP splits rows, 1-thread sgemm each)
+//   OPENBLAS_CORETYPE=Haswell build/cpu/dev/bench_gemm   (force a kernel set to compare)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 // Times the CPU backend's ops at GPT-2 124M training shapes (B=4, T=256, C=768, NH=12,
 // V=50257, Vp=50304) and prints ms per call and per training step (x12 layers where the op runs
-// per layer). Not a test. Build: make bench-cpu; run: build/dev/bench_ops [threads] [B] [T]
+// per layer). Not a test. Build: make bench-cpu; run: build/cpu/dev/bench_ops [threads] [B] [T]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 // Generation speed with and without the key/value cache at GPT-2 124M shape (a randomly
 // initialised d12 model: speed does not depend on the weights). Not a test.
-//   make bench-sampling && ./build/dev/bench_sampling [prompt_tokens] [new_tokens] [threads] [kv-only]
+//   make bench-cpu && build/cpu/dev/bench_sampling [prompt_tokens] [new_tokens] [threads] [kv-only]
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>

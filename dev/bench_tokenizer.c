@@ -1,6 +1,7 @@
 // Tokenizer throughput: tinyshakespeare with a cold piece cache, again with a warm one, and a
 // ~50 MB file made by repeating it (what preparing a big corpus looks like once common words are
-// cached). Single thread; times are thread CPU seconds. Build and run: make bench-tokenizer
+// cached). Single thread; times are thread CPU seconds.
+//   make bench-cpu && build/cpu/dev/bench_tokenizer
 //   usage: bench_tokenizer [text file [vocab path [repeat MB]]]
 #include "tokenizer.h"
 #include "fileio.h"

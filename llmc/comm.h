@@ -3,7 +3,7 @@
 // One interface, three implementations:
 //   - single process: world = 1, every collective is a copy or a no-op. No MPI at build or run
 //     time. Used when the binary was built without MPI or was not started by mpirun.
-//   - MPI (llmc/comm_mpi.c, built when mk/comm.mk finds mpicc): moves host memory. Ranks are the
+//   - MPI (llmc/comm_mpi.c, built when mk/config.mk finds mpicc): moves host memory. Ranks are the
 //     processes of `mpirun -np N`. A binary built with MPI but started without mpirun runs as
 //     the single-process implementation and never calls MPI_Init (set LLMC_COMM=mpi to force an
 //     OpenMPI singleton instead).

@@ -1,5 +1,5 @@
 // The MPI implementation of llmc/comm.h (host memory). Compiled to an empty unit unless the build
-// found MPI (mk/comm.mk adds -DLLMC_HAVE_MPI and mpicc's include path to CFLAGS).
+// found MPI (mk/config.mk adds -DLLMC_HAVE_MPI and mpicc's include path to CFLAGS).
 //
 // Floating-point sums do not use MPI_Allreduce / MPI_Reduce_scatter: the MPI library chooses its
 // reduction algorithm (and with it the order of the additions) by message size and process count,

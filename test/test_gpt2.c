@@ -6,7 +6,7 @@
 // Builds: test/test_gpt2.c as C on the CPU backend (fp32); test/test_gpt2.cu includes this file
 // for the CUDA backend (bf16 storage, fp32 accumulation and master weights), run in CI under the
 // CUDA-on-CPU harness (GEMMs routed to the CPU BLAS on bf16-rounded inputs) and, with
-// `make test-gpt2-gpu`, on a real GPU (mk/cudamodel.mk).
+// test_gpt2_gpu (`make BACKEND=cuda gpu-tests`, mk/cuda.mk), on a real GPU.
 //
 // Tolerances. Errors are measured relative to the largest magnitude of each reference tensor
 // (elementwise relative errors of values near zero are meaningless after bf16 rounding).

@@ -18,7 +18,7 @@
 // are summed by NCCL in bf16 steps (rounded at every hop); reduce gradients in fp32 where accuracy
 // matters more than bandwidth.
 //
-// Compile check without a GPU: make comm-nccl-check (nvcc, warnings as errors, sm_80 and sm_90).
+// Compile check without a GPU: make cuda-check (nvcc, warnings as errors, every GPU architecture).
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
