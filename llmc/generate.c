@@ -2,6 +2,7 @@
 #include "generate.h"
 #include "args.h"
 #include "check.h"
+#include "cli.h"
 #include "fileio.h"
 #include "gpt2.h"
 #include "lora.h"
@@ -73,25 +74,26 @@ static double now_s(void) {
 }
 
 int generate_main(int argc, char** argv) {
-    const char* model = NULL; const char* adapter = NULL; const char* prompt = "<|endoftext|>"; const char* vocab = NULL;
-    int max_new = 64, top_k = 0, seed = 1337, no_kv = 0, threads = 0, quiet = 0;
-    float temperature = 1.0f;
-    const ArgSpec specs[] = {
-        {"--model", "-e", ARG_STR, &model, "PATH", "model: llm.c .bin, .safetensors, sharded index, transformers model dir", 1, 0, NULL},
-        {"--adapter", NULL, ARG_STR, &adapter, "DIR", "apply this LoRA adapter (PEFT: adapter_config.json + adapter_model.safetensors)", 1, 0, NULL},
-        {"--prompt", NULL, ARG_STR, &prompt, "TEXT", "text to continue (<|endoftext|> is the special token; empty = <|endoftext|>)", 1, 0, NULL},
-        {"--max-new-tokens", "-n", ARG_INT, &max_new, "N", "tokens to generate (fewer if <|endoftext|> comes first)", 1, 1 << 20, NULL},
-        {"--temperature", NULL, ARG_FLOAT, &temperature, "T", "softmax temperature; 0 = greedy (always the most likely token)", 0, 100, NULL},
-        {"--top-k", NULL, ARG_INT, &top_k, "K", "sample among the K most likely tokens only; 0 = all", 0, 1 << 30, NULL},
-        {"--seed", NULL, ARG_INT, &seed, "S", "random seed: the same seed gives the same completion", 0, 2147483647, NULL},
-        {"--no-kv-cache", NULL, ARG_BOOL, &no_kv, NULL, "recompute the whole sequence for every token (slow; for checking the cache)", 1, 0, NULL},
-        {"--vocab", NULL, ARG_STR, &vocab, "PATH", "vocabulary (dir or file; default: next to the model, else data/gpt2)", 1, 0, NULL},
-        {"--threads", NULL, ARG_INT, &threads, "N", "CPU threads; 0 = all cores", 0, 4096, NULL},
-        {"--quiet", "-q", ARG_BOOL, &quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL},
-    };
-    args_parse(argc, argv, specs, (int)(sizeof(specs) / sizeof(specs[0])),
+    const char* model = NULL; const char* adapter = NULL;
+    int max_new = 64, seed = 1337, no_kv = 0, threads = 0, quiet = 0;
+    SampleFlags sf;
+    cli_sample_defaults(&sf);
+    ArgSpec specs[16];
+    int n = 0;
+    specs[n++] = cli_flag_model(&model, "model: llm.c .bin, .safetensors, sharded index, transformers model dir");
+    specs[n++] = (ArgSpec){"--adapter", NULL, ARG_STR, &adapter, "DIR", "apply this LoRA adapter (PEFT: adapter_config.json + adapter_model.safetensors)", 1, 0, NULL};
+    cli_sample_flags(&sf, specs + n);
+    n += CLI_SAMPLE_NFLAGS;
+    specs[n++] = (ArgSpec){"--max-new-tokens", "-n", ARG_INT, &max_new, "N", "tokens to generate (fewer if <|endoftext|> comes first)", 1, 1 << 20, NULL};
+    specs[n++] = cli_flag_seed(&seed);
+    specs[n++] = (ArgSpec){"--no-kv-cache", NULL, ARG_BOOL, &no_kv, NULL, "recompute the whole sequence for every token (slow; for checking the cache)", 1, 0, NULL};
+    specs[n++] = cli_flag_threads(&threads);
+    specs[n++] = (ArgSpec){"--quiet", "-q", ARG_BOOL, &quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
+    args_parse(argc, argv, specs, n,
                "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n\n"
-               "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout.");
+               "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout.", NULL);
+    const char* prompt = sf.prompt; const char* vocab = sf.vocab;
+    const float temperature = sf.temperature; const int top_k = sf.top_k;
     if (!model) fatal("run with --help to see every flag", "--model is required");
     char vpath[4200];
     if (gen_find_vocab(vocab, model, vpath, sizeof(vpath)) != 0)
