@@ -33,25 +33,15 @@ void gpt2_init_ex(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsig
     }
 }
 
-void gpt2_use_grad_buckets(GPT2* m, void (*hook)(void* ctx, int bucket), void* ctx) {
+void gpt2_grads_into_buckets(GPT2* m, floatX* layer_bucket, floatX* final_bucket) {
     assertCheck(m->trainable == GPT2_TRAIN_ALL);
     if (m->grads) { ops_free(m->grads); m->grads = NULL; m->grads_n = 0; }
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        if (m->pt.t[i].per_layer) m->layer_bucket_n += params_layer_numel(&m->pt, (ParamId)i);
-        else m->final_bucket_n += m->pt.t[i].numel;
-    }
-    m->layer_bucket = (floatX*)ops_alloc(m->layer_bucket_n * sizeof(floatX));
-    m->final_bucket = (floatX*)ops_alloc(m->final_bucket_n * sizeof(floatX));
-    ops_zero(m->layer_bucket, m->layer_bucket_n * sizeof(floatX));
-    ops_zero(m->final_bucket, m->final_bucket_n * sizeof(floatX));
     size_t lo = 0, fo = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        if (m->pt.t[i].per_layer) { m->g[i] = m->layer_bucket + lo; lo += params_layer_numel(&m->pt, (ParamId)i); }
-        else { m->g[i] = m->final_bucket + fo; fo += m->pt.t[i].numel; }
+        if (m->pt.t[i].per_layer) { m->g[i] = layer_bucket + lo; lo += params_layer_numel(&m->pt, (ParamId)i); }
+        else { m->g[i] = final_bucket + fo; fo += m->pt.t[i].numel; }
         m->g_stride[i] = 0; // every layer writes into the same bucket slot
     }
-    m->grad_hook = hook;
-    m->grad_hook_ctx = ctx;
 }
 
 // One allocation for all activations: sizes listed once, pointers carved in order.
@@ -120,7 +110,6 @@ void gpt2_free(GPT2* m) {
     if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
     if (m->params) ops_free(m->params);
     if (m->grads) ops_free(m->grads);
-    if (m->layer_bucket) { ops_free(m->layer_bucket); ops_free(m->final_bucket); }
     memset(m, 0, sizeof(*m));
 }
 
@@ -140,15 +129,11 @@ void gpt2_get_params(GPT2* m, float* host) {
 
 void gpt2_zero_grads(GPT2* m) {
     if (m->grads) ops_zero(m->grads, m->grads_n * sizeof(floatX));
-    if (m->layer_bucket) {
-        ops_zero(m->layer_bucket, m->layer_bucket_n * sizeof(floatX));
-        ops_zero(m->final_bucket, m->final_bucket_n * sizeof(floatX));
-    }
     linear_zero_grads(m);
 }
 
 size_t gpt2_param_bytes(const GPT2* m) { return m->params_n * sizeof(floatX); }
-size_t gpt2_grad_bytes(const GPT2* m) { return (m->grads_n + m->layer_bucket_n + m->final_bucket_n) * sizeof(floatX); }
+size_t gpt2_grad_bytes(const GPT2* m) { return m->grads_n * sizeof(floatX); }
 
 // Layer l's slice of a per-layer parameter, and of its gradient (NULL stays NULL).
 static inline floatX* LP(const GPT2* m, ParamId id, int l) {
@@ -228,7 +213,7 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
     return sum;
 }
 
-void gpt2_backward(GPT2* m) {
+void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
     if (!m->has_targets) fatal("this is a bug in llmc", "gpt2_backward without a training forward");
     const int B = m->cur_B, T = m->cur_T;
     const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads;
@@ -279,8 +264,8 @@ void gpt2_backward(GPT2* m) {
         layernorm_backward(s->dresidual, LG(m, PT_LN1W, l), LG(m, PT_LN1B, l), s->dln,
                            residual, LP(m, PT_LN1W, l),
                            a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
-        if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, L - 1 - l);
+        if (sink) sink->bucket_done(sink->ctx, L - 1 - l);
     }
     encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, B, T, C);
-    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, L);
+    if (sink) sink->bucket_done(sink->ctx, L);
 }

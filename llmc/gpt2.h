@@ -75,15 +75,7 @@ typedef struct GPT2 {
     floatX* p[NUM_PARAM_TENSORS];      // tensor views into params
     floatX* g[NUM_PARAM_TENSORS];      // tensor views into grads (NULL entries = frozen)
     size_t g_stride[NUM_PARAM_TENSORS];// elements between layer slices of g[i]: the layer size,
-                                       // or 0 when g[i] is a one-layer bucket (ZeRO-2)
-    // Called during backward as soon as a bucket of gradients is complete: bucket L-1-l after
-    // layer l, bucket L (wte, wpe, ln_f and everything outside the blocks) at the end. ZeRO-2
-    // reduces and empties the bucket there; NULL otherwise.
-    void (*grad_hook)(void* ctx, int bucket);
-    void* grad_hook_ctx;
-    floatX* layer_bucket;              // ZeRO-2: one layer's packed per-layer gradients
-    floatX* final_bucket;              // ZeRO-2: wte, wpe, lnfw, lnfb gradients
-    size_t layer_bucket_n, final_bucket_n;
+                                       // or 0 when g[i] is a one-layer bucket (gpt2_grads_into_buckets)
     int recompute;                     // GPT2_RECOMPUTE_*: set with gpt2_set_recompute
     int B, T;                          // activation capacity
     GPT2Acts acts;
@@ -116,10 +108,13 @@ void gpt2_alloc_acts(GPT2* m, int B, int T);
 void gpt2_set_recompute(GPT2* m, int level);
 void gpt2_free(GPT2* m);
 
-// ZeRO-2: replace the full gradient buffer by a one-layer bucket (per-layer tensors, packed in
-// table order) and a bucket for the other tensors (table order), and call hook(ctx, bucket) as
-// each bucket completes during backward. Only for fully trainable models.
-void gpt2_use_grad_buckets(GPT2* m, void (*hook)(void* ctx, int bucket), void* ctx);
+// Gradients in buckets (ZeRO-2, llmc/gradsync.h): replace the full gradient buffer by views into
+// two caller-owned buffers: layer_bucket holds one layer's slices of every per-layer tensor, packed
+// in table order (params_layer_numel elements each), final_bucket the other tensors (wte, wpe,
+// lnfw, lnfb) packed in table order; the layout of zero_gpt2_bucket's ranges. Every layer's
+// backward then writes into the same layer bucket, which the sink of gpt2_backward must empty
+// after each layer. Only for fully trainable models.
+void gpt2_grads_into_buckets(GPT2* m, floatX* layer_bucket, floatX* final_bucket);
 
 // Host fp32 <-> model parameters (table layout, pt.total floats). set skips the tensors without
 // a floatX copy; get fills them with dequant(quant(W)) from m->nf4 (zeros if there is none).
@@ -132,13 +127,22 @@ void gpt2_get_params(GPT2* m, float* host);
 // Without targets returns 0 and leaves logits in acts.logits.
 double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss,
                     long* n_valid);
+// Called by gpt2_backward as soon as a bucket of parameter gradients is complete: bucket L-1-l
+// after block l, bucket L (wte, wpe, ln_f and everything outside the blocks) at the end.
+typedef struct {
+    void (*bucket_done)(void* ctx, int bucket);
+    void* ctx;
+} GPT2GradSink;
+
 // Backward of the last training forward. Accumulates into parameter gradients (m->g, the
 // LoRA gradients) so micro-steps of gradient accumulation just add up. Frozen tensors get no
-// weight gradient, only the gradient flowing through them.
-void gpt2_backward(GPT2* m);
+// weight gradient, only the gradient flowing through them. sink: NULL, or told of every
+// completed bucket (ZeRO-2 reduces it there).
+void gpt2_backward(GPT2* m, const GPT2GradSink* sink);
 void gpt2_zero_grads(GPT2* m);
 
-// Bytes of the floatX parameters (skipped tensors not counted) and gradients (memory report).
+// Bytes of the floatX parameters (skipped tensors not counted) and of the full gradient buffer
+// (memory report; 0 with buckets, which their owner counts).
 size_t gpt2_param_bytes(const GPT2* m);
 size_t gpt2_grad_bytes(const GPT2* m);
 

@@ -11,6 +11,7 @@
 #include "fileio.h"
 #include "generate.h"
 #include "gpt2.h"
+#include "gradsync.h"
 #include "lora.h"
 #include "model_io.h"
 #include "ops.h"
@@ -25,12 +26,6 @@
 #include <string.h>
 #include <time.h>
 
-#if defined(LLMC_CUDA)
-#define COMM_FLOATX COMM_BF16
-#else
-#define COMM_FLOATX COMM_F32
-#endif
-
 static volatile sig_atomic_t g_stop_signal = 0;
 static void on_signal(int sig) { g_stop_signal = sig; }
 
@@ -44,8 +39,7 @@ typedef struct {
     const RunConfig* c;        // the validated configuration (read-only)
     int rank, world;
     Comm comm;
-    ZeroLayout zl;             // the flat trainable space split over ranks
-    floatX* gshard;            // ZeRO-2: this rank's reduced gradients
+    GradSync gs;               // gradients across ranks (ZeRO stages)
     GPT2 model;
     LoraModel* lora;           // train_lora: the adapters (model.lora points here)
     Nf4Base* nf4;              // QLoRA: the quantized base weights (model.nf4 points here)
@@ -78,79 +72,6 @@ static void run_log_json(Run* r, const char* fmt, ...) {
     va_end(ap);
     fputc('\n', r->log);
     fflush(r->log);
-}
-
-// ----------------------------------------------------------------------------
-// distributed: the trainable space is split into contiguous ranges, one per rank (llmc/zero.h).
-// A "piece" is the part of one trainable segment inside one rank's range.
-
-typedef void (*PieceFn)(Run* r, const TrainSeg* s, size_t seg_off, size_t n, int owner);
-
-static void for_each_piece(Run* r, PieceFn fn) {
-    for (int i = 0; i < r->opt.nseg; i++) {
-        const TrainSeg* s = &r->opt.segs[i];
-        for (int o = 0; o < r->world; o++) {
-            ZeroRange x = zero_intersect(&r->zl, o, s->offset, s->n);
-            if (x.begin < x.end) fn(r, s, x.begin - s->offset, x.end - x.begin, o);
-        }
-    }
-}
-
-static void piece_reduce(Run* r, const TrainSeg* s, size_t off, size_t n, int owner) {
-    comm_dev_reduce_sum(&r->comm, s->g + off, s->g + off, n, COMM_FLOATX, owner, NULL);
-}
-// ZeRO-2: reduce to the owner, who adds it to its gradient shard; the source is then emptied.
-static void piece_reduce_into_shard(Run* r, const TrainSeg* s, size_t off, size_t n, int owner) {
-    comm_dev_reduce_sum(&r->comm, s->g + off, s->g + off, n, COMM_FLOATX, owner, NULL);
-    if (owner == r->rank) add_inplace(r->gshard + (s->offset + off - r->opt.begin), s->g + off, n);
-}
-static void piece_broadcast(Run* r, const TrainSeg* s, size_t off, size_t n, int owner) {
-    comm_dev_broadcast(&r->comm, s->p + off, n * sizeof(floatX), owner, NULL);
-}
-
-// ZeRO-2 backward hook (full training): a bucket of the model's gradients is complete.
-static void zero2_bucket_hook(void* ctx, int bucket) {
-    Run* r = (Run*)ctx;
-    GPT2* m = &r->model;
-    ZeroRange ranges[ZERO_GPT2_MAX_RANGES];
-    int nr = zero_gpt2_bucket(&m->pt, bucket, ranges);
-    ZeroSegment segs[ZERO_GPT2_MAX_RANGES * 64];
-    int ns = zero_segments(&r->zl, ranges, nr, segs, (int)(sizeof(segs) / sizeof(segs[0])));
-    assertCheck(ns <= (int)(sizeof(segs) / sizeof(segs[0])));
-    floatX* buf = bucket < m->cfg.num_layers ? m->layer_bucket : m->final_bucket;
-    size_t nbuf = bucket < m->cfg.num_layers ? m->layer_bucket_n : m->final_bucket_n;
-    comm_dev_group_begin(&r->comm);
-    for (int k = 0; k < ns; k++)
-        comm_dev_reduce_sum(&r->comm, buf + segs[k].bucket_off, buf + segs[k].bucket_off,
-                            segs[k].end - segs[k].begin, COMM_FLOATX, segs[k].owner, NULL);
-    comm_dev_group_end(&r->comm);
-    for (int k = 0; k < ns; k++)
-        if (segs[k].owner == r->rank)
-            add_inplace(r->gshard + (segs[k].begin - r->opt.begin), buf + segs[k].bucket_off, segs[k].end - segs[k].begin);
-    ops_zero(buf, nbuf * sizeof(floatX)); // the next layer accumulates into the same bucket
-}
-
-// After the backward passes of a step: make every rank's own range hold the summed gradient.
-static void reduce_gradients(Run* r) {
-    if (r->world == 1) return;
-    if (r->c->f.zero == 0) {
-        for (int i = 0; i < r->opt.nseg; i++)
-            comm_dev_allreduce_sum(&r->comm, r->opt.segs[i].g, r->opt.segs[i].n, COMM_FLOATX, NULL);
-    } else if (r->c->f.zero == 1) {
-        for_each_piece(r, piece_reduce);
-    }
-    // ZeRO-2 reduced each micro-step's gradients as they were produced
-}
-
-// Global gradient norm, the same on every rank.
-static double global_grad_norm(Run* r) {
-    double ss;
-    if (r->world == 1 || r->c->f.zero == 0) ss = opt_grad_sumsq(&r->opt, 0, r->opt.total);
-    else {
-        ss = opt_grad_sumsq(&r->opt, r->opt.begin, r->opt.end);
-        comm_allreduce_sum_f64(&r->comm, &ss, 1);
-    }
-    return sqrt(ss);
 }
 
 // ----------------------------------------------------------------------------
@@ -215,33 +136,42 @@ static void check_state_matches(Run* r, const char* path, const StateHeader* h0)
               path, (long long)h0->h[SH_TOTAL], r->opt.total);
 }
 
-// Optimizer state: copy whatever part of every old rank's range overlaps this rank's range. With
-// the same ranks and stage that is exactly this rank's own file; otherwise this re-shards the
-// state (ranks added or lost, or another --zero).
-static void restore_optimizer(Run* r, long step, int old_world) {
+// Optimizer state, re-sharded by zero_reshard_plan when the ranks or the stage changed: the old
+// run's ranges are the shards of its layout (one shard holding everything when it was not
+// sharded), this rank's range is its shard of this run's layout, and each copy of the plan reads
+// exactly its part of one old rank's file.
+static void restore_optimizer(Run* r, long step, const StateHeader* h0) {
     const char* dir = r->c->f.out_dir;
-    char path[4200];
-    size_t n = r->opt.end - r->opt.begin, got = 0;
+    const int old_world = (int)h0->h[SH_WORLD], old_sharded = h0->h[SH_ZERO] >= 1 && old_world > 1;
+    ZeroLayout from, to;
+    zero_layout_init(&from, r->opt.total, old_sharded ? old_world : 1, ZERO_ALIGN_DEFAULT);
+    zero_layout_init(&to, r->opt.total, r->gs.sharded ? r->world : 1, ZERO_ALIGN_DEFAULT);
+    ZeroCopy* plan = (ZeroCopy*)mallocCheck((size_t)from.world * sizeof(ZeroCopy));
+    const int ncopy = zero_reshard_plan(&from, &to, r->gs.sharded ? r->rank : 0, plan, from.world);
+    const size_t n = r->opt.end - r->opt.begin;
     float* mh = (float*)mallocCheck(n * sizeof(float));
     float* vh = (float*)mallocCheck(n * sizeof(float));
     float* mas = r->opt.master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
     int have_master = 1;
-    for (int q = 0; q < old_world && got < n; q++) {
+    for (int k = 0; k < ncopy; k++) {
+        const ZeroCopy* cp = &plan[k];
+        char path[4200];
         StateHeader hq;
-        ckpt_path(path, sizeof(path), dir, "state", step, q);
+        ckpt_path(path, sizeof(path), dir, "state", step, cp->src_rank);
         ckpt_read_state_header(path, &hq);
-        if (hq.h[SH_WORLD] != old_world || hq.h[SH_RANK] != q || hq.h[SH_STEP] != step)
+        if (hq.h[SH_WORLD] != old_world || hq.h[SH_RANK] != cp->src_rank || hq.h[SH_STEP] != step)
             fatal("the checkpoint directory mixes files of different runs", "'%s' does not belong to step %ld of a %d-rank run", path, step, old_world);
         have_master &= (int)hq.h[SH_HAS_MASTER];
-        got += ckpt_read_state_overlap(path, &hq, r->opt.begin, r->opt.end, mh, vh, hq.h[SH_HAS_MASTER] ? mas : NULL);
-        if (r->c->f.zero == 0 && hq.h[SH_ZERO] == 0) break; // every old rank holds the full state
+        const size_t b = zero_shard_begin(&from, cp->src_rank) + cp->src_off;
+        size_t got = ckpt_read_state_overlap(path, &hq, b, b + cp->n, mh + cp->dst_off, vh + cp->dst_off,
+                                             hq.h[SH_HAS_MASTER] && mas ? mas + cp->dst_off : NULL);
+        if (got != cp->n) fatal("the checkpoint is incomplete", "'%s' holds %zu of the %zu elements of optimizer state this rank needs from it",
+                                path, got, cp->n);
     }
-    if (got != n) fatal("the checkpoint is incomplete", "the state files of step %ld in '%s' cover %zu of this rank's %zu elements",
-                        step, dir, got, n);
     ops_to_device(r->opt.m, mh, n * sizeof(float));
     ops_to_device(r->opt.v, vh, n * sizeof(float));
     if (mas && have_master) ops_to_device(r->opt.master, mas, n * sizeof(float));
-    free(mh); free(vh); free(mas);
+    free(mh); free(vh); free(mas); free(plan);
 }
 
 // The data position: the loader walks chunks of one global micro-batch (ranks x B x T tokens), so
@@ -269,7 +199,7 @@ static void restore_checkpoint(Run* r, long step) {
     ckpt_path(path, sizeof(path), r->c->f.out_dir, "state", step, 0);
     ckpt_read_state_header(path, &h0);
     check_state_matches(r, path, &h0);
-    restore_optimizer(r, step, (int)h0.h[SH_WORLD]);
+    restore_optimizer(r, step, &h0);
     r->opt.t = (int)h0.h[SH_OPT_T];
     r->step = (long)h0.h[SH_STEP];
     r->skipped_total = (long)h0.h[SH_SKIPPED];
@@ -501,24 +431,10 @@ static void setup_optimizer(Run* r) {
     int nseg = build_segments(r, segs);
     size_t ntrain = 0;
     for (int i = 0; i < nseg; i++) ntrain += segs[i].n;
-    zero_layout_init(&r->zl, ntrain, r->world, ZERO_ALIGN_DEFAULT);
-    if (f->zero >= 1 && r->world > 1) {
-        // this rank keeps AdamW state (and master weights) for its own range only
-        opt_init(&r->opt, segs, nseg, zero_shard_begin(&r->zl, r->rank), zero_shard_end(&r->zl, r->rank));
-    } else {
-        opt_init(&r->opt, segs, nseg, 0, (size_t)-1);
-    }
-    if (f->zero == 2 && r->world > 1) {
-        // gradients: only this rank's reduced range persists; backward fills a reusable bucket
-        size_t n = r->opt.end - r->opt.begin;
-        r->gshard = (floatX*)ops_alloc((n ? n : 1) * sizeof(floatX));
-        ops_zero(r->gshard, (n ? n : 1) * sizeof(floatX));
-        r->opt.gshard = r->gshard;
-        if (c->mode == TRAIN_FULL) {
-            gpt2_use_grad_buckets(&r->model, zero2_bucket_hook, r);
-            for (int i = 0; i < r->opt.nseg; i++) r->opt.segs[i].g = NULL; // only gshard holds gradients now
-        }
-    }
+    // with ZeRO >= 1 this rank keeps AdamW state (and master weights) for its own range only
+    gradsync_init(&r->gs, &r->comm, f->zero, ntrain);
+    opt_init(&r->opt, segs, nseg, gradsync_range_begin(&r->gs), gradsync_range_end(&r->gs));
+    gradsync_attach(&r->gs, &r->opt, c->mode == TRAIN_FULL ? &r->model : NULL);
     free(segs);
     r->sched.kind = (SchedKind)c->schedule;
     r->sched.lr = f->lr; r->sched.warmup = f->warmup; r->sched.total = f->steps;
@@ -571,7 +487,7 @@ static void report_memory(Run* r) {
     size_t pb = gpt2_param_bytes(&r->model), gb = gpt2_grad_bytes(&r->model), ob = opt_state_bytes(&r->opt);
     if (r->lora) { pb += r->lora->total * sizeof(floatX); gb += r->lora->total * sizeof(floatX); }
     size_t ab = r->model.act_bytes + r->model.scr_bytes;
-    size_t gsb = r->gshard ? (r->opt.end - r->opt.begin) * sizeof(floatX) : 0;
+    size_t gsb = gradsync_grad_bytes(&r->gs);
     size_t qb = 0;
     if (r->nf4) {
         // the quantized base: codes + 8-bit absmax + nested scales, and the one dequant buffer
@@ -593,9 +509,8 @@ static void report_memory(Run* r) {
         // exact element counts, so tests can check the sharding
         say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
                "gradient elements per rank %zu (+ %zu in buckets)\n",
-               f->zero, r->world, r->zl.total, r->zl.padded, r->opt.end - r->opt.begin, r->opt.master ? 3 : 2,
-               r->gshard ? r->opt.end - r->opt.begin : r->model.grads_n,
-               r->gshard ? r->model.layer_bucket_n + r->model.final_bucket_n : (size_t)0);
+               f->zero, r->world, r->gs.zl.total, r->gs.zl.padded, r->opt.end - r->opt.begin, r->opt.master ? 3 : 2,
+               r->gs.gshard ? r->opt.end - r->opt.begin : r->model.grads_n, gradsync_bucket_numel(&r->gs));
     }
 }
 
@@ -643,7 +558,7 @@ static StepResult train_step(Run* r) {
     const size_t BT = (size_t)B * T;
     const int64_t valid = read_step_batches(r);
     gpt2_zero_grads(&r->model);
-    if (r->gshard) ops_zero(r->gshard, (r->opt.end - r->opt.begin) * sizeof(floatX));
+    gradsync_step_begin(&r->gs);
     double loss_sum = 0.0;
     float dloss = valid > 0 ? 1.0f / (float)valid : 0.0f;
     for (int k = 0; k < c->accum; k++) {
@@ -653,26 +568,20 @@ static StepResult train_step(Run* r) {
             r->lora->tick = ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)c->accum + (uint64_t)k;
         }
         loss_sum += gpt2_forward(&r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, &n);
-        gpt2_backward(&r->model);
-        if (r->gshard && !r->model.grad_hook) {
-            // ZeRO-2 without per-layer buckets (adapters): reduce this micro-step's gradients
-            // now and empty them, so only the shard accumulates across micro-steps
-            for_each_piece(r, piece_reduce_into_shard);
-            for (int i = 0; i < r->opt.nseg; i++) ops_zero(r->opt.segs[i].g, r->opt.segs[i].n * sizeof(floatX));
-        }
+        gpt2_backward(&r->model, gradsync_sink(&r->gs));
+        gradsync_micro_done(&r->gs);
     }
     comm_allreduce_sum_f64(&r->comm, &loss_sum, 1);
-    reduce_gradients(r);
+    gradsync_reduce(&r->gs);
     StepResult s;
     s.loss = valid > 0 ? loss_sum / (double)valid : NAN;
-    s.norm = global_grad_norm(r);
+    s.norm = gradsync_grad_norm(&r->gs);
     s.lr = sched_lr(&r->sched, (int)r->step);
     s.skipped = !isfinite(s.loss) || !isfinite(s.norm);
     if (s.skipped) return s;
     opt_step(&r->opt, s.lr, f->beta1, f->beta2, f->eps, f->weight_decay, opt_clip_scale(s.norm, f->grad_clip),
              (uint32_t)(f->seed + 7919 * r->step));
-    // each owner updated its range: everyone gets the new parameters
-    if (r->world > 1 && f->zero >= 1) for_each_piece(r, piece_broadcast);
+    gradsync_share_params(&r->gs);
     return s;
 }
 
@@ -757,7 +666,7 @@ static void run_free(Run* r) {
     dl_free(&r->train);
     if (r->has_val) dl_free(&r->val);
     opt_free(&r->opt);
-    if (r->gshard) ops_free(r->gshard);
+    gradsync_free(&r->gs);
     gpt2_free(&r->model);
     qlora_free(r->nf4);
     lora_free(r->lora);

@@ -111,7 +111,7 @@ int main(void) {
     float* ref_loss = ref_read(&ref, "loss", NULL);
     printf("loss %.7f (transformers %.7f, error %.3g)\n", loss, ref_loss[0], fabs((double)loss - ref_loss[0]));
     TEST_CHECK(fabs((double)loss - ref_loss[0]) <= TOL_LOSS, "loss %.7f vs transformers %.7f", loss, ref_loss[0]);
-    gpt2_backward(&m);
+    gpt2_backward(&m, NULL);
     char worst_key[300];
     double worst = check_grads(&m, &pt, &cfg, &ref, worst_key, sizeof(worst_key));
     printf("gradients: worst error %.3g of max |ref| (%s)\n", worst, worst_key);
@@ -128,7 +128,7 @@ int main(void) {
         gpt2_zero_grads(&mr);
         long nvr = 0;
         double lr_sum = gpt2_forward(&mr, inputs, targets, B, T, 1.0f / (float)valid, &nvr);
-        gpt2_backward(&mr);
+        gpt2_backward(&mr, NULL);
         double lr_err = fabs(lr_sum / (double)nvr - ref_loss[0]);
         TEST_CHECK(lr_err <= TOL_LOSS, "recompute 2: loss error %.3g", lr_err);
         char wk[300];
@@ -164,7 +164,7 @@ int main(void) {
         gpt2_zero_grads(&m);
         long nv = 0;
         double ls = gpt2_forward(&m, inputs, targets, B, T, 1.0f / (float)valid, &nv);
-        gpt2_backward(&m);
+        gpt2_backward(&m, NULL);
         double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
         opt_step(&opt, lr, b1, b2, eps, wd, opt_clip_scale(norm, clip), 1234u + (uint32_t)s);
         losses[s] = (float)(ls / (double)nv);

@@ -172,7 +172,7 @@ static void test_set(const SetSpec* s) {
     gpt2_zero_grads(&m);
     long nv;
     double loss = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv) / (double)nv;
-    gpt2_backward(&m);
+    gpt2_backward(&m, NULL);
     float* rl = ref_read(&ref, "loss", NULL);
     TEST_CHECK(fabs(loss - rl[0]) < 1e-5, "%s loss %.7f vs PEFT %.7f", s->name, loss, rl[0]);
     printf("%s: loss %.7f (PEFT %.7f)\n", s->name, loss, rl[0]);
@@ -219,7 +219,7 @@ static void test_set(const SetSpec* s) {
         for (int k = 0; k < AB; k++) {
             long n1;
             sum += gpt2_forward(&m, ai + (size_t)k * AT, at + (size_t)k * AT, 1, AT, 1.0f / (float)valid, &n1);
-            gpt2_backward(&m);
+            gpt2_backward(&m, NULL);
         }
         float* al = ref_read(&ref, "accum.loss", NULL);
         TEST_CHECK(fabs(sum / (double)valid - al[0]) < 1e-5, "accumulated loss %.7f vs PEFT big batch %.7f", sum / (double)valid, al[0]);
@@ -248,7 +248,7 @@ static void test_set(const SetSpec* s) {
         gpt2_zero_grads(&m);
         long n1;
         double ls = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &n1);
-        gpt2_backward(&m);
+        gpt2_backward(&m, NULL);
         double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
         opt_step(&opt, lr, b1, b2, eps, wd, opt_clip_scale(norm, clip), 1234);
         losses[st] = (float)(ls / (double)n1);
@@ -370,7 +370,7 @@ static void test_dropout(void) {
     gpt2_zero_grads(&m);
     long nv;
     gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv);
-    gpt2_backward(&m);
+    gpt2_backward(&m, NULL);
     float* g = (float*)mallocCheck(lm->total * sizeof(float));
     float* p0 = (float*)mallocCheck(lm->total * sizeof(float));
     float* pp = (float*)mallocCheck(lm->total * sizeof(float));

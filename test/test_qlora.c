@@ -143,7 +143,7 @@ static void test_set(const char* name) {
     gpt2_zero_grads(&m);
     long nv;
     double loss = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv) / (double)nv;
-    gpt2_backward(&m);
+    gpt2_backward(&m, NULL);
     float* rl = ref_read(&ref, "loss", NULL);
     TEST_CHECK(fabs(loss - rl[0]) < 2e-6, "%s loss %.7f vs PEFT %.7f", name, loss, rl[0]);
     printf("%s: loss %.7f (PEFT+bnb %.7f, diff %.2e)\n", name, loss, rl[0], fabs(loss - rl[0]));
@@ -198,7 +198,7 @@ static void test_set(const char* name) {
         gpt2_zero_grads(&m);
         long n1;
         double ls = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &n1);
-        gpt2_backward(&m);
+        gpt2_backward(&m, NULL);
         double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
         opt_step(&opt, lr, b1, b2, eps, wd, opt_clip_scale(norm, clip), 1234);
         losses[st] = (float)(ls / (double)n1);

@@ -26,7 +26,7 @@ static Run run_level(int level, const GPT2Config* cfg, const float* host, const 
     gpt2_zero_grads(&m);
     long nv = 0;
     r.loss = gpt2_forward(&m, inputs, targets, B, T, 1.0f / (float)(B * T), &nv);
-    gpt2_backward(&m);
+    gpt2_backward(&m, NULL);
     r.n = m.grads_n;
     r.grads = (float*)mallocCheck(r.n * sizeof(float));
     ops_download_f32(r.grads, m.grads, r.n);
@@ -42,7 +42,7 @@ static Run run_level(int level, const GPT2Config* cfg, const float* host, const 
     opt_step(&opt, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 7);
     gpt2_zero_grads(&m);
     r.loss2 = gpt2_forward(&m, inputs, targets, B, T, 1.0f / (float)(B * T), &nv);
-    gpt2_backward(&m);
+    gpt2_backward(&m, NULL);
     r.grads2 = (float*)mallocCheck(r.n * sizeof(float));
     ops_download_f32(r.grads2, m.grads, r.n);
     opt_free(&opt);
