@@ -2,16 +2,15 @@
 #include "generate.h"
 #include "args.h"
 #include "check.h"
+#include "timer.h"
 #include "cli.h"
 #include "fileio.h"
 #include "gpt2.h"
-#include "lora.h"
-#include "model_io.h"
+#include "model.h"
 #include "ops.h"
 #include "sampler.h"
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static int dir_has_vocab(const char* dir) {
     char a[4200], b[4200];
@@ -67,84 +66,92 @@ void gen_stream_token(void* ctx, int token, const float* logits, int V) {
     if (s->copy) fwrite(bytes, 1, len, s->copy);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+typedef struct {
+    const char* model;
+    const char* adapter;
+    SampleFlags s;
+    int max_new, seed, no_kv, threads, quiet;
+} GenFlags;
 
-int generate_main(int argc, char** argv) {
-    const char* model = NULL; const char* adapter = NULL;
-    int max_new = 64, seed = 1337, no_kv = 0, threads = 0, quiet = 0;
-    SampleFlags sf;
-    cli_sample_defaults(&sf);
+static void gen_parse(GenFlags* g, int argc, char** argv) {
+    memset(g, 0, sizeof(*g));
+    g->max_new = 64; g->seed = 1337;
+    cli_sample_defaults(&g->s);
     ArgSpec specs[16];
     int n = 0;
-    specs[n++] = cli_flag_model(&model, "model: llm.c .bin, .safetensors, sharded index, transformers model dir");
-    specs[n++] = (ArgSpec){"--adapter", NULL, ARG_STR, &adapter, "DIR", "apply this LoRA adapter (PEFT: adapter_config.json + adapter_model.safetensors)", 1, 0, NULL};
-    cli_sample_flags(&sf, specs + n);
+    specs[n++] = cli_flag_model(&g->model, "model: llm.c .bin, .safetensors, sharded index, transformers model dir (also 4-bit bitsandbytes)");
+    specs[n++] = (ArgSpec){"--adapter", NULL, ARG_STR, &g->adapter, "DIR", "apply this LoRA adapter (PEFT: adapter_config.json + adapter_model.safetensors)", 1, 0, NULL};
+    cli_sample_flags(&g->s, specs + n);
     n += CLI_SAMPLE_NFLAGS;
-    specs[n++] = (ArgSpec){"--max-new-tokens", "-n", ARG_INT, &max_new, "N", "tokens to generate (fewer if <|endoftext|> comes first)", 1, 1 << 20, NULL};
-    specs[n++] = cli_flag_seed(&seed);
-    specs[n++] = (ArgSpec){"--no-kv-cache", NULL, ARG_BOOL, &no_kv, NULL, "recompute the whole sequence for every token (slow; for checking the cache)", 1, 0, NULL};
-    specs[n++] = cli_flag_threads(&threads);
-    specs[n++] = (ArgSpec){"--quiet", "-q", ARG_BOOL, &quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--max-new-tokens", "-n", ARG_INT, &g->max_new, "N", "tokens to generate (fewer if <|endoftext|> comes first)", 1, 1 << 20, NULL};
+    specs[n++] = cli_flag_seed(&g->seed);
+    specs[n++] = (ArgSpec){"--no-kv-cache", NULL, ARG_BOOL, &g->no_kv, NULL, "recompute the whole sequence for every token (slow; for checking the cache)", 1, 0, NULL};
+    specs[n++] = cli_flag_threads(&g->threads);
+    specs[n++] = (ArgSpec){"--quiet", "-q", ARG_BOOL, &g->quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
     args_parse(argc, argv, specs, n,
                "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n\n"
                "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout.", NULL);
-    const char* prompt = sf.prompt; const char* vocab = sf.vocab;
-    const float temperature = sf.temperature; const int top_k = sf.top_k;
-    if (!model) fatal("run with --help to see every flag", "--model is required");
-    char vpath[4200];
-    if (gen_find_vocab(vocab, model, vpath, sizeof(vpath)) != 0)
-        fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or run from the repository root (data/gpt2)",
-              "no vocabulary found for --model %s", model);
-    ops_init(threads);
+    if (!g->model) fatal("run with --help to see every flag", "--model is required");
+}
 
-    GPT2Config cfg; ParamTable pt; float* host = NULL;
-    model_load(model, &cfg, &pt, &host);
+// The model (any kind the trainers write, incl. 4-bit NF4 checkpoints) and its adapter; the
+// activations are sized once the prompt is known (model_alloc_acts).
+static void gen_model(Model* m, const GenFlags* g) {
+    LoraSource src;
+    ModelSpec spec;
+    memset(&src, 0, sizeof(src));
+    memset(&spec, 0, sizeof(spec));
+    spec.path = g->model;
+    spec.B = 1; spec.T = 1;
+    src.adapter = g->adapter;
+    if (g->adapter) spec.lora_src = &src;
+    model_assemble(m, &spec);
+}
+
+int generate_main(int argc, char** argv) {
+    GenFlags g;
+    gen_parse(&g, argc, argv);
+    char vpath[4200];
+    if (gen_find_vocab(g.s.vocab, g.model, vpath, sizeof(vpath)) != 0)
+        fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or run from the repository root (data/gpt2)",
+              "no vocabulary found for --model %s", g.model);
+    ops_init(g.threads);
+    Model m;
+    gen_model(&m, &g);
+    const GPT2Config* cfg = &m.gpt.cfg;
     Tokenizer tok;
     tok_load(&tok, vpath);
     int* prompt_ids = NULL; int np = 0;
-    gen_encode_prompt(&tok, prompt, cfg.vocab_size, "--prompt", &prompt_ids, &np);
-    if (np + max_new - 1 > cfg.max_seq_len)
+    gen_encode_prompt(&tok, g.s.prompt, cfg->vocab_size, "--prompt", &prompt_ids, &np);
+    if (np + g.max_new - 1 > cfg->max_seq_len)
         fatal("lower --max-new-tokens or shorten --prompt", "the prompt (%d tokens) + --max-new-tokens %d exceed the model's %d positions",
-              np, max_new, cfg.max_seq_len);
-    LoraModel* lm = adapter ? lora_load_peft(adapter, &cfg) : NULL;
-    GPT2 m;
-    gpt2_init(&m, &cfg, 0);
-    gpt2_set_params(&m, host);
-    free(host);
-    const int need = np + max_new - 1;
+              np, g.max_new, cfg->max_seq_len);
+    const int need = np + g.max_new - 1;
     // without the cache the full forward needs activations for the whole sequence; with it,
     // only the adapters' scratch (sized by the activations) bounds the prompt chunk
-    gpt2_alloc_acts(&m, 1, no_kv ? need : (lm ? (need < 64 ? need : 64) : 1));
-    if (lm) lora_attach(lm, &m);
+    model_alloc_acts(&m, 1, g.no_kv ? need : (m.lora ? (need < 64 ? need : 64) : 1));
     KVCache kv;
-    if (!no_kv) kv_init(&kv, &m, 1, need);
-
-    if (!quiet) {
-        fprintf(stderr, "model: %s | L=%d C=%d NH=%d vocab=%d | backend %s%s%s\n", model, cfg.num_layers, cfg.channels,
-                cfg.num_heads, cfg.vocab_size, ops_backend_name(), lm ? " | adapter " : "", lm ? adapter : "");
-        fprintf(stderr, "prompt: %d tokens | temperature %g | top-k %d | seed %d | %s\n", np, temperature, top_k, seed,
-                no_kv ? "no kv cache" : "kv cache");
+    if (!g.no_kv) kv_init(&kv, &m.gpt, 1, need);
+    if (!g.quiet) {
+        fprintf(stderr, "model: %s | L=%d C=%d NH=%d vocab=%d | backend %s%s%s\n", m.source, cfg->num_layers, cfg->channels,
+                cfg->num_heads, cfg->vocab_size, ops_backend_name(), m.lora ? " | adapter " : "", m.lora ? g.adapter : "");
+        fprintf(stderr, "prompt: %d tokens | temperature %g | top-k %d | seed %d | %s\n", np, g.s.temperature, g.s.top_k, g.seed,
+                g.no_kv ? "no kv cache" : "kv cache");
         char* text = tok_decode(&tok, prompt_ids, (size_t)np, NULL);
         if (!(np == 1 && prompt_ids[0] == tok.eot_id)) { fputs(text, stdout); fflush(stdout); }
         free(text);
     }
-    SampleParams sp = { temperature, top_k, (uint64_t)seed };
+    SampleParams sp = { g.s.temperature, g.s.top_k, (uint64_t)g.seed };
     GenStream gs = { &tok, stdout, NULL, tok.eot_id };
-    double t0 = now_s();
-    int got = sample_generate(&m, no_kv ? NULL : &kv, prompt_ids, np, max_new, &sp, tok.eot_id, NULL, gen_stream_token, &gs);
-    double dt = now_s() - t0;
+    double t0 = timer_now_s();
+    int got = sample_generate(&m.gpt, g.no_kv ? NULL : &kv, prompt_ids, np, g.max_new, &sp, tok.eot_id, NULL, gen_stream_token, &gs);
+    double dt = timer_now_s() - t0;
     fputc('\n', stdout);
     fflush(stdout);
-    if (!quiet) fprintf(stderr, "generated %d tokens in %.3f s (%.2f tokens/s)\n", got, dt, dt > 0 ? got / dt : 0.0);
-
-    if (!no_kv) kv_free(&kv);
+    if (!g.quiet) fprintf(stderr, "generated %d tokens in %.3f s (%.2f tokens/s)\n", got, dt, dt > 0 ? got / dt : 0.0);
+    if (!g.no_kv) kv_free(&kv);
     free(prompt_ids);
     tok_free(&tok);
-    gpt2_free(&m);
-    lora_free(lm);
+    model_free(&m);
     return 0;
 }

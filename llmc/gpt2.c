@@ -4,9 +4,7 @@
 #include "qlora.h"
 #include <string.h>
 
-void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask) { gpt2_init_ex(m, cfg, trainable_mask, 0); }
-
-void gpt2_init_ex(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask) {
+void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     gpt2_config_validate(cfg, "model config");
@@ -65,8 +63,8 @@ void gpt2_set_recompute(GPT2* m, int level) {
 void gpt2_alloc_acts(GPT2* m, int B, int T) {
     if (m->act_memory && m->B == B && m->T == T) return;
     if (T > m->cfg.max_seq_len)
-        fatal("use --seq-len <= the model's n_positions", "sequence length %d exceeds the model's maximum %d",
-              T, m->cfg.max_seq_len);
+        fatal("use a --seq-len (or prompt + new tokens) no larger than the model's n_positions",
+              "sequences of %d tokens exceed the model's maximum sequence length %d (n_positions)", T, m->cfg.max_seq_len);
     if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
     m->B = B; m->T = T;
     size_t L = (size_t)m->cfg.num_layers, C = (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;

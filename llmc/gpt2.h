@@ -94,11 +94,10 @@ typedef struct GPT2 {
 
 #define GPT2_TRAIN_ALL ((1u << NUM_PARAM_TENSORS) - 1u)
 // Set up the table and allocate parameters, and gradients for the tensors whose bit is set in
-// trainable_mask (GPT2_TRAIN_ALL for full training, 0 for a frozen base).
-void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask);
-// Same, without allocating the tensors whose bit is set in skip_mask (frozen tensors held
-// elsewhere: the NF4 base of QLoRA, see llmc/qlora.h). Skipped tensors cannot be trainable.
-void gpt2_init_ex(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask);
+// trainable_mask (GPT2_TRAIN_ALL for full training, 0 for a frozen base), without the tensors whose
+// bit is set in skip_mask (frozen tensors held elsewhere: the NF4 base of QLoRA, llmc/qlora.h;
+// skipped tensors cannot be trainable). Programs and tests assemble models with llmc/model.h.
+void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask);
 // Allocate activations and scratch for batches up to B x T (idempotent for the same sizes).
 void gpt2_alloc_acts(GPT2* m, int B, int T);
 // Activation recompute level (GPT2_RECOMPUTE_*, 0..2). Call before gpt2_alloc_acts (a later call

@@ -4,6 +4,7 @@
 #include "device.h"
 #endif
 #include "check.h"
+#include "timer.h"
 #include "checkpoint.h"
 #include "comm.h"
 #include "config.h"
@@ -13,6 +14,7 @@
 #include "gpt2.h"
 #include "gradsync.h"
 #include "lora.h"
+#include "model.h"
 #include "model_io.h"
 #include "ops.h"
 #include "optimizer.h"
@@ -24,26 +26,19 @@
 #include <math.h>
 #include <signal.h>
 #include <string.h>
-#include <time.h>
 
 static volatile sig_atomic_t g_stop_signal = 0;
 static void on_signal(int sig) { g_stop_signal = sig; }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct {
     const RunConfig* c;        // the validated configuration (read-only)
     int rank, world;
     Comm comm;
     GradSync gs;               // gradients across ranks (ZeRO stages)
-    GPT2 model;
-    LoraModel* lora;           // train_lora: the adapters (model.lora points here)
-    Nf4Base* nf4;              // QLoRA: the quantized base weights (model.nf4 points here)
-    char model_source[4200];   // what the model was loaded from, for the report
+    Model m;                   // the model with its adapters (train_lora) and NF4 base (QLoRA)
+    GPT2* model;               // &m.gpt
+    LoraModel* lora;           // m.lora
+    Nf4Base* nf4;              // m.nf4
     Optimizer opt;
     DataLoader train, val;
     int has_val;
@@ -84,12 +79,12 @@ static void save_checkpoint(Run* r) {
     if (r->rank == 0 && r->lora) {
         // LoRA: the base is frozen and reloaded from --model; only the adapter is saved
         ckpt_path(path, sizeof(path), f->out_dir, "adapter", r->step, 0);
-        lora_save_tensors(r->lora, &r->model, path);
+        lora_save_tensors(r->lora, r->model, path);
     } else if (r->rank == 0) {
-        float* host = (float*)mallocCheck(r->model.pt.total * sizeof(float));
-        gpt2_get_params(&r->model, host);
+        float* host = (float*)mallocCheck(r->model->pt.total * sizeof(float));
+        gpt2_get_params(r->model, host);
         ckpt_path(path, sizeof(path), f->out_dir, "model", r->step, 0);
-        model_save_llmc(path, &r->model.pt, host, 0);
+        model_save_llmc(path, &r->model->pt, host, 0);
         free(host);
     }
     StateHeader h;
@@ -214,120 +209,36 @@ static void save_final(Run* r) {
     char mdir[4200];
     if (!dir || r->rank != 0) return;
     if (r->lora) {
-        lora_save_peft(r->lora, &r->model, dir);
+        lora_save_peft(r->lora, r->model, dir);
         printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT)\n", dir);
         if (!f->merge || !(r->c->save_hf || r->c->save_llmc)) return;
         path_join(mdir, sizeof(mdir), dir, "merged");
         mkdir_p(mdir);
         dir = mdir;
     } else if (!(r->c->save_hf || r->c->save_llmc)) return;
-    float* host = (float*)mallocCheck(r->model.pt.total * sizeof(float));
-    gpt2_get_params(&r->model, host);
-    if (r->lora) lora_merge(r->lora, &r->model.pt, host); // W += scaling * B A
+    float* host = (float*)mallocCheck(r->model->pt.total * sizeof(float));
+    gpt2_get_params(r->model, host);
+    if (r->lora) lora_merge(r->lora, &r->model->pt, host); // W += scaling * B A
     // QLoRA: host holds dequant(quant(W)) for the quantized weights (gpt2_get_params), the
     // matrices the adapter was trained against, so that is what the adapter is merged into
     if (r->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
-    if (r->c->save_hf) { model_save_hf(dir, &r->model.pt, host); printf("saved: %s/model.safetensors + config.json (transformers)\n", dir); }
+    if (r->c->save_hf) { model_save_hf(dir, &r->model->pt, host); printf("saved: %s/model.safetensors + config.json (transformers)\n", dir); }
     if (r->c->save_llmc) {
         char path[4200];
         path_join(path, sizeof(path), dir, "model.bin");
-        model_save_llmc(path, &r->model.pt, host, 0);
+        model_save_llmc(path, &r->model->pt, host, 0);
         printf("saved: %s (llm.c)\n", path);
     }
     free(host);
 }
 
 // ----------------------------------------------------------------------------
-// the model
-
-// train_lora: the adapters for the frozen base: new (PEFT init) or from --adapter. When resuming,
-// the structure comes from the same flags / --adapter and the values from the checkpoint.
-static void create_lora(Run* r, const GPT2Config* cfg) {
-    const RunConfig* c = r->c;
-    const TrainFlags* f = &c->f;
-    char err[1024];
-    if (f->adapter) {
-        const char* flags[] = {"--lora-rank", "--lora-alpha", "--lora-targets", "--lora-layers", "--rslora", "--lora-bias", "--train-ln-f"};
-        for (int i = 0; i < 7; i++)
-            if (runconfig_given(c, flags[i])) say(r, "note: %s is ignored: the structure of the adapter in --adapter %s is used\n", flags[i], f->adapter);
-        r->lora = lora_load_peft(f->adapter, cfg);
-        if (c->lora_dropout_given) { // else the adapter's own lora_dropout, as PEFT would continue
-            r->lora->dropout = f->lora_dropout;
-            r->lora->spec.dropout = f->lora_dropout;
-        }
-    } else {
-        LoraSpec spec;
-        memset(&spec, 0, sizeof(spec));
-        spec.rank = f->lora_rank; spec.alpha = f->lora_alpha; spec.rslora = f->rslora; spec.dropout = f->lora_dropout;
-        spec.bias = c->lora_bias; spec.train_ln_f = f->train_ln_f; spec.targets = c->lora_targets;
-        if (lora_parse_layers(f->lora_layers, cfg->num_layers, &spec, err, sizeof(err)))
-            fatal("give layer indices of the base model, e.g. --lora-layers 0-5,8", "%s", err);
-        r->lora = lora_create(cfg, &spec);
-        lora_init_params(r->lora, (uint64_t)f->seed);
-    }
-    snprintf(r->lora->base_name, sizeof(r->lora->base_name), "%s", f->model);
-    r->lora->dropout_seed = (uint64_t)f->seed;
-}
-
-static void sample_setup(Run* r, const GPT2Config* cfg);
-
-// Load (or initialize) the model and put it together with its adapters / NF4 base.
-static void build_model(Run* r, long resume_step) {
-    const RunConfig* c = r->c;
-    const TrainFlags* f = &c->f;
-    GPT2Config cfg;
-    ParamTable pt;
-    float* host = NULL;
-    char* src = r->model_source;
-    const size_t srccap = sizeof(r->model_source);
-    if (resume_step >= 0 && c->mode == TRAIN_FULL) { // (LoRA resumes from the base in --model + the adapter checkpoint)
-        ckpt_path(src, srccap, f->out_dir, "model", resume_step, 0);
-        model_load(src, &cfg, &pt, &host);
-    } else if (gpt2_config_from_descriptor(&cfg, f->model) == 0) {
-        params_build(&pt, &cfg);
-        host = (float*)mallocCheck(pt.total * sizeof(float));
-        model_init_gpt2(&pt, host, (uint64_t)f->seed);
-        snprintf(src, srccap, "%s (GPT-2 init, seed %d)", f->model, f->seed);
-    } else if (c->model_4bit) {
-        // a transformers + bitsandbytes 4-bit checkpoint: its linear weights stay as stored
-        r->nf4 = qlora_load_hf4bit(f->model, &cfg, &pt, &host);
-        snprintf(src, srccap, "%s (bitsandbytes 4-bit)", f->model);
-    } else {
-        model_load(f->model, &cfg, &pt, &host);
-        snprintf(src, srccap, "%s", f->model);
-    }
-    if (f->seq_len > cfg.max_seq_len)
-        fatal("use a --seq-len no larger than the model's n_positions", "--seq-len %d exceeds the model's maximum sequence length %d",
-              f->seq_len, cfg.max_seq_len);
-    sample_setup(r, &cfg);
-    if (c->mode == TRAIN_LORA) create_lora(r, &cfg);
-    if (c->qlora && !r->nf4) {
-        r->nf4 = qlora_quantize(&pt, host);
-        qlora_release_host(&pt, host); // the fp32 copies of the quantized weights are not needed any more
-    }
-    gpt2_init_ex(&r->model, &cfg, c->mode == TRAIN_LORA ? lora_base_trainable_mask(r->lora) : GPT2_TRAIN_ALL,
-                 r->nf4 ? QLORA_MASK : 0u);
-    if (r->nf4) qlora_attach(r->nf4, &r->model);
-    gpt2_set_params(&r->model, host);
-    free(host);
-    gpt2_set_recompute(&r->model, f->recompute);
-    gpt2_alloc_acts(&r->model, f->batch_size, f->seq_len);
-    if (c->mode == TRAIN_LORA) {
-        lora_attach(r->lora, &r->model);
-        if (resume_step >= 0) {
-            char path[4200];
-            ckpt_path(path, sizeof(path), f->out_dir, "adapter", resume_step, 0);
-            lora_load_tensors(r->lora, &r->model, path);
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------
 // sampling (--sample-*): rank 0 continues --prompt with the current model. The vocabulary and
 // the prompt are checked before training starts, so a bad one fails at once, not hours later.
 
-static void sample_setup(Run* r, const GPT2Config* cfg) {
+static void sample_setup(Run* r) {
     const TrainFlags* f = &r->c->f;
+    const GPT2Config* cfg = &r->model->cfg;
     if (r->c->sample_tokens <= 0 || r->rank != 0) return;
     char vpath[4200];
     if (gen_find_vocab(f->sample.vocab, f->model, vpath, sizeof(vpath)) != 0)
@@ -346,7 +257,7 @@ static void sample_now(Run* r) {
     if (!r->tok) return;
     if (!r->kv) { // allocated at the first sample, kept for the others
         r->kv = (KVCache*)mallocCheck(sizeof(KVCache));
-        kv_init(r->kv, &r->model, 1, r->n_prompt + r->c->sample_tokens - 1);
+        kv_init(r->kv, r->model, 1, r->n_prompt + r->c->sample_tokens - 1);
     }
     FILE* copy = NULL;
     if (f->out_dir) {
@@ -361,7 +272,7 @@ static void sample_now(Run* r) {
     free(text);
     SampleParams sp = { f->sample.temperature, f->sample.top_k, (uint64_t)f->seed };
     GenStream gs = { r->tok, stdout, copy, r->tok->eot_id };
-    sample_generate(&r->model, r->kv, r->prompt_ids, r->n_prompt, r->c->sample_tokens, &sp, r->tok->eot_id, NULL, gen_stream_token, &gs);
+    sample_generate(r->model, r->kv, r->prompt_ids, r->n_prompt, r->c->sample_tokens, &sp, r->tok->eot_id, NULL, gen_stream_token, &gs);
     printf("\n---\n");
     fflush(stdout);
     if (copy) { fputs("\n\n", copy); fclose(copy); }
@@ -371,6 +282,62 @@ static void sample_free(Run* r) {
     if (r->kv) { kv_free(r->kv); free(r->kv); }
     if (r->tok) { tok_free(r->tok); free(r->tok); }
     free(r->prompt_ids);
+}
+
+// ----------------------------------------------------------------------------
+// the model
+
+// train_lora: the adapters for the frozen base: new (PEFT init) or from --adapter. When resuming,
+// the structure comes from the same flags / --adapter and the values from the checkpoint.
+static void lora_source(Run* r, long resume_step, LoraSource* src, char* values, size_t cap) {
+    const RunConfig* c = r->c;
+    const TrainFlags* f = &c->f;
+    memset(src, 0, sizeof(*src));
+    src->adapter = f->adapter;
+    if (f->adapter) {
+        const char* flags[] = {"--lora-rank", "--lora-alpha", "--lora-targets", "--lora-layers", "--rslora", "--lora-bias", "--train-ln-f"};
+        for (int i = 0; i < 7; i++)
+            if (runconfig_given(c, flags[i])) say(r, "note: %s is ignored: the structure of the adapter in --adapter %s is used\n", flags[i], f->adapter);
+    }
+    src->spec.rank = f->lora_rank; src->spec.alpha = f->lora_alpha; src->spec.rslora = f->rslora;
+    src->spec.dropout = f->lora_dropout; src->spec.bias = c->lora_bias; src->spec.train_ln_f = f->train_ln_f;
+    src->spec.targets = c->lora_targets;
+    src->layers = f->lora_layers;
+    src->dropout_override = c->lora_dropout_given;
+    src->seed = (uint64_t)f->seed;
+    src->base_name = f->model;
+    if (resume_step >= 0) {
+        ckpt_path(values, cap, f->out_dir, "adapter", resume_step, 0);
+        src->values = values;
+    }
+}
+
+// The model: --model (or, resuming full training, the checkpoint's model) with its adapters and
+// NF4 base, activations for --batch-size x --seq-len.
+static void build_model(Run* r, long resume_step) {
+    const RunConfig* c = r->c;
+    const TrainFlags* f = &c->f;
+    char ckpt_model[4200], ckpt_adapter[4200];
+    LoraSource src;
+    ModelSpec spec;
+    memset(&spec, 0, sizeof(spec));
+    spec.path = f->model;
+    if (resume_step >= 0 && c->mode == TRAIN_FULL) { // (LoRA resumes from the base in --model + the adapter checkpoint)
+        ckpt_path(ckpt_model, sizeof(ckpt_model), f->out_dir, "model", resume_step, 0);
+        spec.path = ckpt_model;
+    }
+    spec.seed = (uint64_t)f->seed;
+    spec.qlora = c->qlora;
+    spec.trainable = c->mode == TRAIN_FULL ? GPT2_TRAIN_ALL : 0u;
+    spec.recompute = f->recompute;
+    spec.B = f->batch_size; spec.T = f->seq_len;
+    if (c->mode == TRAIN_LORA) {
+        lora_source(r, resume_step, &src, ckpt_adapter, sizeof(ckpt_adapter));
+        spec.lora_src = &src;
+    }
+    model_assemble(&r->m, &spec);
+    r->model = &r->m.gpt; r->lora = r->m.lora; r->nf4 = r->m.nf4;
+    sample_setup(r);
 }
 
 // ----------------------------------------------------------------------------
@@ -397,7 +364,7 @@ static void setup_data(Run* r) {
     const size_t n = (size_t)c->accum * f->batch_size * f->seq_len; // bounded by RUNCFG_MAX_RANK_STEP_TOKENS
     r->inputs = (int*)mallocCheck(n * sizeof(int));
     r->targets = (int*)mallocCheck(n * sizeof(int));
-    const int V = r->model.cfg.vocab_size;
+    const int V = r->model->cfg.vocab_size;
     dl_init(&r->train, f->train_data, f->batch_size, f->seq_len, r->rank, r->world, V, f->shuffle, (uint64_t)f->seed);
     if (f->val_data) {
         dl_init(&r->val, f->val_data, f->batch_size, f->seq_len, r->rank, r->world, V, 0, 0);
@@ -405,36 +372,17 @@ static void setup_data(Run* r) {
     }
 }
 
-// Fill the trainable segments: every trainable tensor of the table, in table order, or the LoRA
-// adapters (one segment: all of them are 2-D matrices and decayed, as HF Trainer does) and the
-// base slices trained with them.
-static int build_segments(Run* r, TrainSeg* segs) {
-    GPT2* m = &r->model;
-    int n = 0;
-    if (r->lora) return lora_segments(r->lora, m, segs);
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        if (!m->g[i]) continue;
-        segs[n].name = m->pt.t[i].name;
-        segs[n].p = m->p[i];
-        segs[n].g = m->g[i];
-        segs[n].n = m->pt.t[i].numel;
-        segs[n].weight_decay = m->pt.t[i].weight_decay;
-        n++;
-    }
-    return n;
-}
-
 static void setup_optimizer(Run* r) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
-    TrainSeg* segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (NUM_PARAM_TENSORS + 1 + (r->lora ? (size_t)r->lora->n_extra : 0)));
-    int nseg = build_segments(r, segs);
+    TrainSeg* segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (size_t)model_max_segments(&r->m));
+    int nseg = model_segments(&r->m, segs);
     size_t ntrain = 0;
     for (int i = 0; i < nseg; i++) ntrain += segs[i].n;
     // with ZeRO >= 1 this rank keeps AdamW state (and master weights) for its own range only
     gradsync_init(&r->gs, &r->comm, f->zero, ntrain);
     opt_init(&r->opt, segs, nseg, gradsync_range_begin(&r->gs), gradsync_range_end(&r->gs));
-    gradsync_attach(&r->gs, &r->opt, c->mode == TRAIN_FULL ? &r->model : NULL);
+    gradsync_attach(&r->gs, &r->opt, c->mode == TRAIN_FULL ? r->model : NULL);
     free(segs);
     r->sched.kind = (SchedKind)c->schedule;
     r->sched.lr = f->lr; r->sched.warmup = f->warmup; r->sched.total = f->steps;
@@ -457,13 +405,13 @@ static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 static void report_model(Run* r) {
     const TrainFlags* f = &r->c->f;
-    const GPT2Config* cfg = &r->model.cfg;
+    const GPT2Config* cfg = &r->model->cfg;
     // the vocabulary padding rows of wte are never trained: count what HF would count
-    size_t pad_rows = r->model.g[PT_WTE] ? (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * (size_t)cfg->channels : 0;
-    size_t trainable = r->opt.total - pad_rows, total_params = params_count_unpadded(&r->model.pt);
+    size_t pad_rows = r->model->g[PT_WTE] ? (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * (size_t)cfg->channels : 0;
+    size_t trainable = r->opt.total - pad_rows, total_params = params_count_unpadded(&r->model->pt);
     if (r->lora) trainable = r->opt.total - (r->lora->total - r->lora->n_trainable); // without the q/k/v split's structural zeros
     say(r, "backend: %s\n", ops_backend_name());
-    say(r, "model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", r->model_source,
+    say(r, "model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", r->m.source,
            cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, total_params);
     if (r->lora) {
         const LoraSpec* ls = &r->lora->spec;
@@ -484,9 +432,9 @@ static void report_model(Run* r) {
 
 static void report_memory(Run* r) {
     const TrainFlags* f = &r->c->f;
-    size_t pb = gpt2_param_bytes(&r->model), gb = gpt2_grad_bytes(&r->model), ob = opt_state_bytes(&r->opt);
+    size_t pb = gpt2_param_bytes(r->model), gb = gpt2_grad_bytes(r->model), ob = opt_state_bytes(&r->opt);
     if (r->lora) { pb += r->lora->total * sizeof(floatX); gb += r->lora->total * sizeof(floatX); }
-    size_t ab = r->model.act_bytes + r->model.scr_bytes;
+    size_t ab = r->model->act_bytes + r->model->scr_bytes;
     size_t gsb = gradsync_grad_bytes(&r->gs);
     size_t qb = 0;
     if (r->nf4) {
@@ -495,8 +443,8 @@ static void report_memory(Run* r) {
         say(r, "qlora: NF4 base (double quant, blocks of %d) %lld weights in %.3f MiB = %.3f bits/weight (replaces %.1f MiB of %s) "
                "| dequant scratch %.2f MiB | float params %.1f MiB\n",
                NF4_BLOCK, (long long)r->nf4->n_quant, mib(r->nf4->bytes), 8.0 * (double)r->nf4->bytes / (double)r->nf4->n_quant,
-               mib(qlora_replaced_numel(&r->model.pt) * sizeof(floatX)), sizeof(floatX) == 4 ? "fp32" : "bf16",
-               mib(r->nf4->scratch_n * sizeof(floatX)), mib(gpt2_param_bytes(&r->model)));
+               mib(qlora_replaced_numel(&r->model->pt) * sizeof(floatX)), sizeof(floatX) == 4 ? "fp32" : "bf16",
+               mib(r->nf4->scratch_n * sizeof(floatX)), mib(gpt2_param_bytes(r->model)));
     }
     // floatX is 2 bytes on the CUDA backend (bf16 params, grads, activations) and 4 on the CPU;
     // the optimizer state is fp32 m, v and, with bf16 params, an fp32 master copy
@@ -510,7 +458,7 @@ static void report_memory(Run* r) {
         say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
                "gradient elements per rank %zu (+ %zu in buckets)\n",
                f->zero, r->world, r->gs.zl.total, r->gs.zl.padded, r->opt.end - r->opt.begin, r->opt.master ? 3 : 2,
-               r->gs.gshard ? r->opt.end - r->opt.begin : r->model.grads_n, gradsync_bucket_numel(&r->gs));
+               r->gs.gshard ? r->opt.end - r->opt.begin : r->model->grads_n, gradsync_bucket_numel(&r->gs));
     }
 }
 
@@ -525,7 +473,7 @@ static double evaluate(Run* r) {
     for (int i = 0; i < r->c->f.eval_batches; i++) {
         dl_next(&r->val, r->inputs, r->targets);
         long n = 0;
-        sum += gpt2_forward(&r->model, r->inputs, r->targets, B, T, 0.0f, &n);
+        sum += gpt2_forward(r->model, r->inputs, r->targets, B, T, 0.0f, &n);
         cnt += n;
     }
     double agg[2] = { sum, (double)cnt };
@@ -557,7 +505,7 @@ static StepResult train_step(Run* r) {
     const int B = f->batch_size, T = f->seq_len;
     const size_t BT = (size_t)B * T;
     const int64_t valid = read_step_batches(r);
-    gpt2_zero_grads(&r->model);
+    gpt2_zero_grads(r->model);
     gradsync_step_begin(&r->gs);
     double loss_sum = 0.0;
     float dloss = valid > 0 ? 1.0f / (float)valid : 0.0f;
@@ -567,8 +515,8 @@ static StepResult train_step(Run* r) {
             r->lora->train_mode = 1;
             r->lora->tick = ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)c->accum + (uint64_t)k;
         }
-        loss_sum += gpt2_forward(&r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, &n);
-        gpt2_backward(&r->model, gradsync_sink(&r->gs));
+        loss_sum += gpt2_forward(r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, &n);
+        gpt2_backward(r->model, gradsync_sink(&r->gs));
         gradsync_micro_done(&r->gs);
     }
     comm_allreduce_sum_f64(&r->comm, &loss_sum, 1);
@@ -629,12 +577,12 @@ static int train_loop(Run* r) {
         const int last = r->step >= f->steps;
         if (r->has_val && ((f->eval_every > 0 && r->step % f->eval_every == 0) || last)) eval_and_log(r);
         if (last) return 0;
-        double t0 = now_s();
+        double t0 = timer_now_s();
         StepResult s = train_step(r);
         note_skipped(r, &s);
         r->step++;
         r->steps_this_run++;
-        log_step(r, &s, now_s() - t0);
+        log_step(r, &s, timer_now_s() - t0);
         const int stop = stop_reason(r);
         if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < f->steps) sample_now(r);
         if (stop || (f->save_every > 0 && r->step % f->save_every == 0 && r->step < f->steps)) save_checkpoint(r);
@@ -667,9 +615,7 @@ static void run_free(Run* r) {
     if (r->has_val) dl_free(&r->val);
     opt_free(&r->opt);
     gradsync_free(&r->gs);
-    gpt2_free(&r->model);
-    qlora_free(r->nf4);
-    lora_free(r->lora);
+    model_free(&r->m);
 #if defined(LLMC_CUDA)
     device_detach(&r->comm);
 #endif
