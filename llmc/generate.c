@@ -4,67 +4,12 @@
 #include "check.h"
 #include "timer.h"
 #include "cli.h"
-#include "fileio.h"
-#include "gpt2.h"
+#include "textgen.h"
 #include "model.h"
 #include "ops.h"
 #include "sampler.h"
 #include <stdlib.h>
 #include <string.h>
-
-static int dir_has_vocab(const char* dir) {
-    char a[4200], b[4200];
-    path_join(a, sizeof(a), dir, "encoder.json"); path_join(b, sizeof(b), dir, "vocab.bpe");
-    if (file_exists(a) && file_exists(b)) return 1;
-    path_join(a, sizeof(a), dir, "vocab.json"); path_join(b, sizeof(b), dir, "merges.txt");
-    if (file_exists(a) && file_exists(b)) return 1;
-    path_join(a, sizeof(a), dir, "tokenizer.json");
-    return file_exists(a);
-}
-
-int gen_find_vocab(const char* vocab_flag, const char* model_path, char* out, size_t cap) {
-    if (vocab_flag) { snprintf(out, cap, "%s", vocab_flag); return 0; }
-    if (model_path && dir_exists(model_path) && dir_has_vocab(model_path)) { snprintf(out, cap, "%s", model_path); return 0; }
-    if (model_path && !dir_exists(model_path)) {
-        char dir[4200];
-        snprintf(dir, sizeof(dir), "%s", model_path);
-        char* slash = strrchr(dir, '/');
-        if (slash) { *slash = 0; if (!*dir) strcpy(dir, "/"); } else strcpy(dir, ".");
-        if (dir_has_vocab(dir)) { snprintf(out, cap, "%s", dir); return 0; }
-    }
-    if (dir_has_vocab("data/gpt2")) { snprintf(out, cap, "data/gpt2"); return 0; }
-    return -1;
-}
-
-void gen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, const char* flag, int** ids, int* n) {
-    size_t cnt = 0;
-    *ids = NULL;
-    if (prompt && *prompt) tok_encode(tok, prompt, strlen(prompt), 1, ids, &cnt);
-    if (cnt == 0) {
-        if (tok->eot_id < 0) fatal("give a non-empty --prompt", "%s is empty and the vocabulary %s has no <|endoftext|> to start from", flag, tok->source);
-        free(*ids);
-        *ids = (int*)mallocCheck(sizeof(int));
-        (*ids)[0] = tok->eot_id;
-        cnt = 1;
-    }
-    for (size_t i = 0; i < cnt; i++)
-        if ((*ids)[i] >= model_vocab)
-            fatal("pass the vocabulary the model was trained with (--vocab)",
-                  "%s: token id %d of the prompt (vocabulary %s) is outside the model's vocabulary of %d tokens",
-                  flag, (*ids)[i], tok->source, model_vocab);
-    *n = (int)cnt;
-}
-
-void gen_stream_token(void* ctx, int token, const float* logits, int V) {
-    GenStream* s = (GenStream*)ctx;
-    if (token == s->eot) return; // the end of the text, not part of it
-    size_t len = 0;
-    const char* bytes = token < s->tok->vocab_size ? tok_token_bytes(s->tok, token, &len) : NULL;
-    if (!bytes) return; // an id the model has but the vocabulary does not (padding of a tiny vocabulary)
-    fwrite(bytes, 1, len, s->out);
-    fflush(s->out);
-    if (s->copy) fwrite(bytes, 1, len, s->copy);
-}
 
 typedef struct {
     const char* model;
@@ -112,7 +57,7 @@ int generate_main(int argc, char** argv) {
     GenFlags g;
     gen_parse(&g, argc, argv);
     char vpath[4200];
-    if (gen_find_vocab(g.s.vocab, g.model, vpath, sizeof(vpath)) != 0)
+    if (textgen_find_vocab(g.s.vocab, g.model, vpath, sizeof(vpath)) != 0)
         fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or run from the repository root (data/gpt2)",
               "no vocabulary found for --model %s", g.model);
     ops_init(g.threads);
@@ -122,7 +67,7 @@ int generate_main(int argc, char** argv) {
     Tokenizer tok;
     tok_load(&tok, vpath);
     int* prompt_ids = NULL; int np = 0;
-    gen_encode_prompt(&tok, g.s.prompt, cfg->vocab_size, "--prompt", &prompt_ids, &np);
+    textgen_encode_prompt(&tok, g.s.prompt, cfg->vocab_size, "--prompt", &prompt_ids, &np);
     if (np + g.max_new - 1 > cfg->max_seq_len)
         fatal("lower --max-new-tokens or shorten --prompt", "the prompt (%d tokens) + --max-new-tokens %d exceed the model's %d positions",
               np, g.max_new, cfg->max_seq_len);
@@ -137,14 +82,12 @@ int generate_main(int argc, char** argv) {
                 cfg->num_heads, cfg->vocab_size, ops_backend_name(), m.lora ? " | adapter " : "", m.lora ? g.adapter : "");
         fprintf(stderr, "prompt: %d tokens | temperature %g | top-k %d | seed %d | %s\n", np, g.s.temperature, g.s.top_k, g.seed,
                 g.no_kv ? "no kv cache" : "kv cache");
-        char* text = tok_decode(&tok, prompt_ids, (size_t)np, NULL);
-        if (!(np == 1 && prompt_ids[0] == tok.eot_id)) { fputs(text, stdout); fflush(stdout); }
-        free(text);
+        textgen_echo_prompt(&tok, prompt_ids, np, stdout, NULL);
     }
     SampleParams sp = { g.s.temperature, g.s.top_k, (uint64_t)g.seed };
-    GenStream gs = { &tok, stdout, NULL, tok.eot_id };
+    TextStream gs = { &tok, stdout, NULL, tok.eot_id };
     double t0 = timer_now_s();
-    int got = sample_generate(&m.gpt, g.no_kv ? NULL : &kv, prompt_ids, np, g.max_new, &sp, tok.eot_id, NULL, gen_stream_token, &gs);
+    int got = sample_generate(&m.gpt, g.no_kv ? NULL : &kv, prompt_ids, np, g.max_new, &sp, tok.eot_id, NULL, textgen_stream_token, &gs);
     double dt = timer_now_s() - t0;
     fputc('\n', stdout);
     fflush(stdout);

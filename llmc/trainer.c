@@ -10,7 +10,6 @@
 #include "config.h"
 #include "dataloader.h"
 #include "fileio.h"
-#include "generate.h"
 #include "gpt2.h"
 #include "gradsync.h"
 #include "lora.h"
@@ -22,6 +21,7 @@
 #include "params.h"
 #include "sampler.h"
 #include "schedule.h"
+#include "textgen.h"
 #include "zero.h"
 #include <math.h>
 #include <signal.h>
@@ -241,12 +241,12 @@ static void sample_setup(Run* r) {
     const GPT2Config* cfg = &r->model->cfg;
     if (r->c->sample_tokens <= 0 || r->rank != 0) return;
     char vpath[4200];
-    if (gen_find_vocab(f->sample.vocab, f->model, vpath, sizeof(vpath)) != 0)
+    if (textgen_find_vocab(f->sample.vocab, f->model, vpath, sizeof(vpath)) != 0)
         fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or drop --sample-tokens / --sample-every",
               "sampling needs a vocabulary and none was found for --model %s (nor data/gpt2)", f->model);
     r->tok = (Tokenizer*)mallocCheck(sizeof(Tokenizer));
     tok_load(r->tok, vpath);
-    gen_encode_prompt(r->tok, f->sample.prompt, cfg->vocab_size, "--prompt", &r->prompt_ids, &r->n_prompt);
+    textgen_encode_prompt(r->tok, f->sample.prompt, cfg->vocab_size, "--prompt", &r->prompt_ids, &r->n_prompt);
     if (r->n_prompt + r->c->sample_tokens - 1 > cfg->max_seq_len)
         fatal("lower --sample-tokens or shorten --prompt", "the prompt (%d tokens) + --sample-tokens %d exceed the model's %d positions",
               r->n_prompt, r->c->sample_tokens, cfg->max_seq_len);
@@ -267,12 +267,10 @@ static void sample_now(Run* r) {
         if (copy) fprintf(copy, "step %ld:\n", r->step);
     }
     printf("sample (step %ld):\n", r->step);
-    char* text = tok_decode(r->tok, r->prompt_ids, (size_t)r->n_prompt, NULL);
-    if (!(r->n_prompt == 1 && r->prompt_ids[0] == r->tok->eot_id)) { fputs(text, stdout); if (copy) fputs(text, copy); }
-    free(text);
+    textgen_echo_prompt(r->tok, r->prompt_ids, r->n_prompt, stdout, copy);
     SampleParams sp = { f->sample.temperature, f->sample.top_k, (uint64_t)f->seed };
-    GenStream gs = { r->tok, stdout, copy, r->tok->eot_id };
-    sample_generate(r->model, r->kv, r->prompt_ids, r->n_prompt, r->c->sample_tokens, &sp, r->tok->eot_id, NULL, gen_stream_token, &gs);
+    TextStream gs = { r->tok, stdout, copy, r->tok->eot_id };
+    sample_generate(r->model, r->kv, r->prompt_ids, r->n_prompt, r->c->sample_tokens, &sp, r->tok->eot_id, NULL, textgen_stream_token, &gs);
     printf("\n---\n");
     fflush(stdout);
     if (copy) { fputs("\n\n", copy); fclose(copy); }

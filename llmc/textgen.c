@@ -1,0 +1,68 @@
+#include "textgen.h"
+#include "check.h"
+#include "fileio.h"
+#include <stdlib.h>
+#include <string.h>
+
+static int dir_has_vocab(const char* dir) {
+    char a[4200], b[4200];
+    path_join(a, sizeof(a), dir, "encoder.json"); path_join(b, sizeof(b), dir, "vocab.bpe");
+    if (file_exists(a) && file_exists(b)) return 1;
+    path_join(a, sizeof(a), dir, "vocab.json"); path_join(b, sizeof(b), dir, "merges.txt");
+    if (file_exists(a) && file_exists(b)) return 1;
+    path_join(a, sizeof(a), dir, "tokenizer.json");
+    return file_exists(a);
+}
+
+int textgen_find_vocab(const char* vocab_flag, const char* model_path, char* out, size_t cap) {
+    if (vocab_flag) { snprintf(out, cap, "%s", vocab_flag); return 0; }
+    if (model_path && dir_exists(model_path) && dir_has_vocab(model_path)) { snprintf(out, cap, "%s", model_path); return 0; }
+    if (model_path && !dir_exists(model_path)) {
+        char dir[4200];
+        snprintf(dir, sizeof(dir), "%s", model_path);
+        char* slash = strrchr(dir, '/');
+        if (slash) { *slash = 0; if (!*dir) strcpy(dir, "/"); } else strcpy(dir, ".");
+        if (dir_has_vocab(dir)) { snprintf(out, cap, "%s", dir); return 0; }
+    }
+    if (dir_has_vocab("data/gpt2")) { snprintf(out, cap, "data/gpt2"); return 0; }
+    return -1;
+}
+
+void textgen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, const char* flag, int** ids, int* n) {
+    size_t cnt = 0;
+    *ids = NULL;
+    if (prompt && *prompt) tok_encode(tok, prompt, strlen(prompt), 1, ids, &cnt);
+    if (cnt == 0) {
+        if (tok->eot_id < 0) fatal("give a non-empty --prompt", "%s is empty and the vocabulary %s has no <|endoftext|> to start from", flag, tok->source);
+        free(*ids);
+        *ids = (int*)mallocCheck(sizeof(int));
+        (*ids)[0] = tok->eot_id;
+        cnt = 1;
+    }
+    for (size_t i = 0; i < cnt; i++)
+        if ((*ids)[i] >= model_vocab)
+            fatal("pass the vocabulary the model was trained with (--vocab)",
+                  "%s: token id %d of the prompt (vocabulary %s) is outside the model's vocabulary of %d tokens",
+                  flag, (*ids)[i], tok->source, model_vocab);
+    *n = (int)cnt;
+}
+
+void textgen_stream_token(void* ctx, int token, const float* logits, int V) {
+    TextStream* s = (TextStream*)ctx;
+    if (token == s->eot) return; // the end of the text, not part of it
+    size_t len = 0;
+    const char* bytes = token < s->tok->vocab_size ? tok_token_bytes(s->tok, token, &len) : NULL;
+    if (!bytes) return; // an id the model has but the vocabulary does not (padding of a tiny vocabulary)
+    fwrite(bytes, 1, len, s->out);
+    fflush(s->out);
+    if (s->copy) fwrite(bytes, 1, len, s->copy);
+}
+
+void textgen_echo_prompt(const Tokenizer* tok, const int* ids, int n, FILE* out, FILE* copy) {
+    if (n == 1 && ids[0] == tok->eot_id) return; // the default prompt is no text
+    char* text = tok_decode(tok, ids, (size_t)n, NULL);
+    fputs(text, out);
+    fflush(out);
+    if (copy) fputs(text, copy);
+    free(text);
+}

@@ -1,0 +1,35 @@
+// The text side of sampling, shared by generate and the trainers' --sample-* output: where the
+// vocabulary is, a prompt as token ids, and sampled tokens streamed out as text.
+#ifndef LLMC_TEXTGEN_H
+#define LLMC_TEXTGEN_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Where the vocabulary is: vocab_flag when given; else model_path when it is a directory that
+// holds one (encoder.json + vocab.bpe, vocab.json + merges.txt or tokenizer.json), or the
+// directory of a model file that does; else data/gpt2 (the bundled GPT-2 vocabulary). Writes the
+// path to out and returns 0, or returns -1 when there is none.
+int textgen_find_vocab(const char* vocab_flag, const char* model_path, char* out, size_t cap);
+
+// Token ids of a prompt (special tokens such as <|endoftext|> recognised; an empty prompt is
+// <|endoftext|>). Fatal, naming `flag`, if a token is outside the model's vocabulary. *ids is
+// malloc'd.
+void textgen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, const char* flag, int** ids, int* n);
+
+// Print the prompt's text to out (and copy, if not NULL); nothing for the lone <|endoftext|>.
+void textgen_echo_prompt(const Tokenizer* tok, const int* ids, int n, FILE* out, FILE* copy);
+
+// Streams sampled tokens as bytes to up to two files (the second may be NULL); stops nothing.
+typedef struct { const Tokenizer* tok; FILE* out; FILE* copy; int eot; } TextStream;
+void textgen_stream_token(void* ctx, int token, const float* logits, int V); // a SampleCallback
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_TEXTGEN_H
