@@ -126,6 +126,44 @@ void gpt2_get_params(GPT2* m, float* host);
 // Without targets returns 0 and leaves logits in acts.logits.
 double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss,
                     long* n_valid);
+// ---- the forward pass in pieces, shared with the key/value-cache forward (llmc/sampler.c)
+
+// Token + position embeddings of tokens (backend memory, B x T) at positions [pos, pos + T) into
+// x (N, C), and the first block's ln_1 of it into ln (mean / rstd: (N) statistics).
+void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd, const int* tokens, int B, int T, int pos);
+
+// One transformer block over N = B x T rows. ln1 holds ln_1 of the block's input on entry (the
+// embedding or the previous block computed it); the block writes its output residual3 and, fused
+// with that add, the next layernorm's output into ln_next: block l + 1's ln_1, or ln_f after the
+// last block. Buffers may alias where the data flow allows it (the cache forward reuses one set
+// of row buffers: residual3 = residual, ln2 = ln_next = ln1).
+typedef struct {
+    const floatX* residual;   // (N, C) the block's input
+    const floatX* ln1;        // (N, C) ln_1(residual)
+    floatX* qkv;              // (N, 3C)
+    floatX* atty;             // (N, C) attention output
+    float* lse;               // (B, NH, T) softmax log-sum-exp kept for backward (unused with a cache)
+    floatX* attproj;          // (N, C)
+    floatX* residual2;        // (N, C) residual + attproj
+    floatX* ln2;              // (N, C)
+    float* ln2_mean;          // (N)
+    float* ln2_rstd;          // (N)
+    floatX* fch;              // (N, 4C) pre-GELU
+    floatX* fch_gelu;         // (N, 4C)
+    floatX* fcproj;           // (N, C)
+    floatX* residual3;        // (N, C) the block's output
+    floatX* ln_next;          // (N, C) the next layernorm of residual3
+    float* ln_next_mean;      // (N)
+    float* ln_next_rstd;      // (N)
+} GPT2BlockIO;
+
+// Attention against a key/value cache: the T new rows of each of B sequences are positions
+// [pos, pos + T); k / v hold this layer's cache for up to maxT positions.
+typedef struct { floatX* k; floatX* v; int pos; int maxT; } GPT2KVSlot;
+
+// kv NULL: causal attention over the T rows themselves (training / full forward).
+void gpt2_block_forward(GPT2* m, int l, const GPT2BlockIO* io, int B, int T, const GPT2KVSlot* kv);
+
 // Called by gpt2_backward as soon as a bucket of parameter gradients is complete: bucket L-1-l
 // after block l, bucket L (wte, wpe, ln_f and everything outside the blocks) at the end.
 typedef struct {
