@@ -58,16 +58,6 @@ void ckpt_read_state_header(const char* path, StateHeader* hdr) {
                                        path, (long long)file_size(path), (long long)want);
 }
 
-void ckpt_read_state_body(const char* path, const StateHeader* hdr, float* m, float* v, float* master) {
-    size_t n = (size_t)(hdr->h[SH_END] - hdr->h[SH_BEGIN]);
-    FILE* fp = fopenCheck(path, "rb");
-    fseekCheck(fp, 1024, SEEK_SET, path);
-    freadCheck(m, sizeof(float), n, fp, path);
-    freadCheck(v, sizeof(float), n, fp, path);
-    if (hdr->h[SH_HAS_MASTER] && master) freadCheck(master, sizeof(float), n, fp, path);
-    fclose(fp);
-}
-
 size_t ckpt_read_state_overlap(const char* path, const StateHeader* hdr, size_t begin, size_t end,
                                float* m, float* v, float* master) {
     size_t fb = (size_t)hdr->h[SH_BEGIN], fe = (size_t)hdr->h[SH_END], n = fe - fb;
