@@ -338,7 +338,6 @@ void lora_zero_grads(LoraModel* lm) { ops_zero(lm->grads, lm->total * sizeof(flo
 void lora_get_params(const LoraModel* lm, float* host) { ops_download_f32(host, lm->params, lm->total); }
 void lora_set_params(LoraModel* lm, const float* host) { ops_upload_f32(lm->params, host, lm->total); }
 void lora_get_grads(const LoraModel* lm, float* host) { ops_download_f32(host, lm->grads, lm->total); }
-size_t lora_param_bytes(const LoraModel* lm) { return lm->total * sizeof(floatX) * 2; }
 
 // ----------------------------------------------------------------------------
 // forward / backward of the LoRA branch
