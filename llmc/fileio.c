@@ -62,12 +62,6 @@ void atomic_commit(AtomicFile* af) {
     fsync_dir_of(af->path);
 }
 
-void atomic_abort(AtomicFile* af) {
-    if (af->fp) { fclose(af->fp); af->fp = NULL; }
-    unlink(af->tmp_path);
-    atomic_unregister(af);
-}
-
 void atomic_abort_all(void) {
     for (int i = 0; i < MAX_OPEN_ATOMIC; i++) {
         AtomicFile* af = g_open_atomic[i];

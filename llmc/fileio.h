@@ -21,8 +21,6 @@ typedef struct {
 FILE* atomic_open(AtomicFile* af, const char* path);
 // Flush, fsync, close, rename onto path, fsync the directory.
 void atomic_commit(AtomicFile* af);
-// Close and delete the temporary file; the destination is untouched.
-void atomic_abort(AtomicFile* af);
 // Abort every atomic file still open (called on fatal errors).
 void atomic_abort_all(void);
 
