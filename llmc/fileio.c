@@ -30,6 +30,7 @@ FILE* atomic_open(AtomicFile* af, const char* path) {
               "cannot create '%s': %s", af->tmp_path, strerror(e));
     }
     atomic_register(af);
+    llmc_on_fatal(atomic_abort_all); // a fatal error leaves nothing half-written behind
     return af->fp;
 }
 
