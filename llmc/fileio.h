@@ -11,6 +11,9 @@
 extern "C" {
 #endif
 
+// Room for a path the user gave plus a file name joined to it (path_join checks it fits).
+#define LLMC_PATH_MAX 4200
+
 typedef struct {
     FILE* fp;
     char path[4096];     // final destination
