@@ -4,6 +4,7 @@
 #include "check.h"
 #include "timer.h"
 #include "cli.h"
+#include "fileio.h"
 #include "textgen.h"
 #include "model.h"
 #include "ops.h"
@@ -56,7 +57,7 @@ static void gen_model(Model* m, const GenFlags* g) {
 int generate_main(int argc, char** argv) {
     GenFlags g;
     gen_parse(&g, argc, argv);
-    char vpath[4200];
+    char vpath[LLMC_PATH_MAX];
     if (textgen_find_vocab(g.s.vocab, g.model, vpath, sizeof(vpath)) != 0)
         fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or run from the repository root (data/gpt2)",
               "no vocabulary found for --model %s", g.model);

@@ -12,6 +12,7 @@
 #define LLMC_MODEL_H
 
 #include <stdint.h>
+#include "fileio.h"
 #include "gpt2.h"
 #include "lora.h"
 #include "optimizer.h"
@@ -21,7 +22,7 @@
 extern "C" {
 #endif
 
-#define MODEL_SOURCE_MAX 4300
+#define MODEL_SOURCE_MAX (LLMC_PATH_MAX + 64)
 
 // Adapters built during assembly (the Model owns them).
 typedef struct {

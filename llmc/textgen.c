@@ -5,7 +5,7 @@
 #include <string.h>
 
 static int dir_has_vocab(const char* dir) {
-    char a[4200], b[4200];
+    char a[LLMC_PATH_MAX], b[LLMC_PATH_MAX];
     path_join(a, sizeof(a), dir, "encoder.json"); path_join(b, sizeof(b), dir, "vocab.bpe");
     if (file_exists(a) && file_exists(b)) return 1;
     path_join(a, sizeof(a), dir, "vocab.json"); path_join(b, sizeof(b), dir, "merges.txt");
@@ -18,7 +18,7 @@ int textgen_find_vocab(const char* vocab_flag, const char* model_path, char* out
     if (vocab_flag) { snprintf(out, cap, "%s", vocab_flag); return 0; }
     if (model_path && dir_exists(model_path) && dir_has_vocab(model_path)) { snprintf(out, cap, "%s", model_path); return 0; }
     if (model_path && !dir_exists(model_path)) {
-        char dir[4200];
+        char dir[LLMC_PATH_MAX];
         snprintf(dir, sizeof(dir), "%s", model_path);
         char* slash = strrchr(dir, '/');
         if (slash) { *slash = 0; if (!*dir) strcpy(dir, "/"); } else strcpy(dir, ".");

@@ -75,7 +75,7 @@ static void run_log_json(Run* r, const char* fmt, ...) {
 static void save_checkpoint(Run* r) {
     const TrainFlags* f = &r->c->f;
     if (!f->out_dir) return;
-    char path[4200];
+    char path[LLMC_PATH_MAX];
     if (r->rank == 0 && r->lora) {
         // LoRA: the base is frozen and reloaded from --model; only the adapter is saved
         ckpt_path(path, sizeof(path), f->out_dir, "adapter", r->step, 0);
@@ -150,7 +150,7 @@ static void restore_optimizer(Run* r, long step, const StateHeader* h0) {
     int have_master = 1;
     for (int k = 0; k < ncopy; k++) {
         const ZeroCopy* cp = &plan[k];
-        char path[4200];
+        char path[LLMC_PATH_MAX];
         StateHeader hq;
         ckpt_path(path, sizeof(path), dir, "state", step, cp->src_rank);
         ckpt_read_state_header(path, &hq);
@@ -189,7 +189,7 @@ static void restore_data_position(Run* r, const StateHeader* h0) {
 }
 
 static void restore_checkpoint(Run* r, long step) {
-    char path[4200];
+    char path[LLMC_PATH_MAX];
     StateHeader h0;
     ckpt_path(path, sizeof(path), r->c->f.out_dir, "state", step, 0);
     ckpt_read_state_header(path, &h0);
@@ -206,7 +206,7 @@ static void restore_checkpoint(Run* r, long step) {
 static void save_final(Run* r) {
     const TrainFlags* f = &r->c->f;
     const char* dir = f->out_dir;
-    char mdir[4200];
+    char mdir[LLMC_PATH_MAX];
     if (!dir || r->rank != 0) return;
     if (r->lora) {
         lora_save_peft(r->lora, r->model, dir);
@@ -224,7 +224,7 @@ static void save_final(Run* r) {
     if (r->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
     if (r->c->save_hf) { model_save_hf(dir, &r->model->pt, host); printf("saved: %s/model.safetensors + config.json (transformers)\n", dir); }
     if (r->c->save_llmc) {
-        char path[4200];
+        char path[LLMC_PATH_MAX];
         path_join(path, sizeof(path), dir, "model.bin");
         model_save_llmc(path, &r->model->pt, host, 0);
         printf("saved: %s (llm.c)\n", path);
@@ -240,7 +240,7 @@ static void sample_setup(Run* r) {
     const TrainFlags* f = &r->c->f;
     const GPT2Config* cfg = &r->model->cfg;
     if (r->c->sample_tokens <= 0 || r->rank != 0) return;
-    char vpath[4200];
+    char vpath[LLMC_PATH_MAX];
     if (textgen_find_vocab(f->sample.vocab, f->model, vpath, sizeof(vpath)) != 0)
         fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or drop --sample-tokens / --sample-every",
               "sampling needs a vocabulary and none was found for --model %s (nor data/gpt2)", f->model);
@@ -261,7 +261,7 @@ static void sample_now(Run* r) {
     }
     FILE* copy = NULL;
     if (f->out_dir) {
-        char path[4200];
+        char path[LLMC_PATH_MAX];
         path_join(path, sizeof(path), f->out_dir, "samples.txt");
         copy = fopen(path, "ab"); // a log, appended like log.jsonl (NULL: console only)
         if (copy) fprintf(copy, "step %ld:\n", r->step);
@@ -315,7 +315,7 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
 static void build_model(Run* r, long resume_step) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
-    char ckpt_model[4200], ckpt_adapter[4200];
+    char ckpt_model[LLMC_PATH_MAX], ckpt_adapter[LLMC_PATH_MAX];
     LoraSource src;
     ModelSpec spec;
     memset(&spec, 0, sizeof(spec));
@@ -390,7 +390,7 @@ static void setup_optimizer(Run* r) {
 static void open_log(Run* r, int resumed) {
     const TrainFlags* f = &r->c->f;
     if (!f->out_dir || r->rank != 0) return;
-    char lp[4200];
+    char lp[LLMC_PATH_MAX];
     path_join(lp, sizeof(lp), f->out_dir, "log.jsonl");
     r->log = fopen(lp, resumed ? "ab" : "wb");
     if (!r->log) fatal("check that --out is writable", "cannot open '%s' for writing", lp);
