@@ -76,7 +76,7 @@ size_t ckpt_read_state_overlap(const char* path, const StateHeader* hdr, size_t 
 }
 
 void ckpt_write_done(const char* dir, long step) {
-    char path[4200];
+    char path[LLMC_PATH_MAX];
     ckpt_path(path, sizeof(path), dir, "DONE", step, 0);
     atomic_write_file(path, "", 0);
 }
@@ -95,7 +95,7 @@ void ckpt_prune(const char* dir, int keep, int world) {
     // sort descending, drop everything after the newest `keep`
     for (int i = 0; i < n; i++) for (int j = i + 1; j < n; j++) if (steps[j] > steps[i]) { long t = steps[i]; steps[i] = steps[j]; steps[j] = t; }
     for (int i = keep; i < n; i++) {
-        char p[4200];
+        char p[LLMC_PATH_MAX];
         // the marker goes first, so a crash mid-prune never leaves a "complete" checkpoint with files missing
         ckpt_path(p, sizeof(p), dir, "DONE", steps[i], 0); unlink(p);
         ckpt_path(p, sizeof(p), dir, "model", steps[i], 0); unlink(p);

@@ -496,7 +496,7 @@ static void jw_number(JsonWriter* w, double x) {
 
 void lora_save_peft(const LoraModel* lm, const GPT2* m, const char* dir) {
     mkdir_p(dir);
-    char path[4200];
+    char path[LLMC_PATH_MAX];
     path_join(path, sizeof(path), dir, "adapter_model.safetensors");
     lora_save_tensors(lm, m, path);
 
@@ -596,7 +596,7 @@ static const JsonValue* pattern_lookup(const JsonValue* pat, const char* full) {
 }
 
 LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err, size_t errcap) {
-    char dir[4096], cpath[4200], tpath[4200];
+    char dir[4096], cpath[LLMC_PATH_MAX], tpath[LLMC_PATH_MAX];
     JsonValue* js = NULL;
     char* text = NULL;
     StFile f;
@@ -616,7 +616,7 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
     if (!dir_exists(path) && !file_exists(path)) LFAIL("'%s' does not exist (expected an adapter directory with adapter_config.json and adapter_model.safetensors)", path);
     if (!file_exists(cpath)) LFAIL("'%s' does not exist: an adapter directory holds adapter_config.json and adapter_model.safetensors", cpath);
     if (!file_exists(tpath)) {
-        char bin[4200];
+        char bin[LLMC_PATH_MAX];
         path_join(bin, sizeof(bin), dir, "adapter_model.bin");
         if (file_exists(bin)) LFAIL("'%s': pickled adapters are not supported; save it with safe_serialization=True", bin);
         LFAIL("'%s' does not exist", tpath);
