@@ -16,7 +16,7 @@ static const char* const HINT = "run with --help to see every flag";
 
 const char* runconfig_program(TrainMode mode) { return mode == TRAIN_LORA ? "train_lora" : "train_gpt2"; }
 
-static void runconfig_defaults(TrainFlags* f, TrainMode mode) {
+static void flag_defaults(TrainFlags* f, TrainMode mode) {
     memset(f, 0, sizeof(*f));
     f->batch_size = 4; f->seq_len = 256; f->total_batch_tokens = 0; f->steps = 100;
     f->lr = mode == TRAIN_LORA ? 2e-4f : 3e-4f; f->warmup = 0; f->schedule = "cosine";
@@ -170,8 +170,7 @@ static int runconfig_derive_batch(RunConfig* rc, char* err, size_t cap, const ch
     return 0;
 }
 
-// validate -> derive. 0, or -1 with the message in err.
-static int runconfig_finish(RunConfig* rc, int world, char* err, size_t cap, const char** hint) {
+int runconfig_derive(RunConfig* rc, int world, char* err, size_t cap, const char** hint) {
     const TrainFlags* f = &rc->f;
     rc->world = world;
     rc->model_4bit = f->model ? qlora_is_hf4bit(f->model) : 0;
@@ -192,20 +191,31 @@ static int runconfig_finish(RunConfig* rc, int world, char* err, size_t cap, con
     return 0;
 }
 
-void runconfig_from_args(RunConfig* rc, int argc, char** argv, TrainMode mode, int world) {
+void runconfig_defaults(RunConfig* rc, TrainMode mode) {
+    free(rc->strings);
     memset(rc, 0, sizeof(*rc));
     rc->mode = mode;
-    runconfig_defaults(&rc->f, mode);
+    flag_defaults(&rc->f, mode);
+    runconfig_own_strings(rc);
+}
+
+void runconfig_parse_args(RunConfig* rc, int argc, char** argv) {
     ArgSpec specs[RUNCFG_MAX_FLAGS];
-    int n = runconfig_specs(&rc->f, mode, specs);
-    const char* head = mode == TRAIN_FULL
+    int n = runconfig_specs(&rc->f, rc->mode, specs);
+    const char* head = rc->mode == TRAIN_FULL
         ? "usage: train_gpt2 --model PATH|dN --train-data GLOB [options]\n\nTrains every parameter of a GPT-2 model (fine-tuning, or pretraining from scratch with --model d12)."
         : "usage: train_lora --model PATH --train-data GLOB [options]\n\nTrains LoRA adapters on a frozen GPT-2.";
     args_parse(argc, argv, specs, n, head, rc->given);
     runconfig_own_strings(rc);
+}
+
+void runconfig_from_args(RunConfig* rc, int argc, char** argv, TrainMode mode, int world) {
+    memset(rc, 0, sizeof(*rc));
+    runconfig_defaults(rc, mode);
+    runconfig_parse_args(rc, argc, argv);
     char err[1024];
     const char* hint = NULL;
-    if (runconfig_finish(rc, world, err, sizeof(err), &hint) != 0) fatal(hint, "%s", err);
+    if (runconfig_derive(rc, world, err, sizeof(err), &hint) != 0) fatal(hint, "%s", err);
 }
 
 void runconfig_free(RunConfig* rc) {
@@ -319,11 +329,11 @@ static int runconfig_read(RunConfig* rc, const JsonValue* root, char* err, size_
     }
     if (!json_as_int(json_get(root, "world"), &world) || world < 1) { snprintf(err, cap, "\"world\" must be a rank count >= 1"); return -1; }
     rc->mode = !strcmp(program, "train_lora") ? TRAIN_LORA : TRAIN_FULL;
-    runconfig_defaults(&rc->f, rc->mode);
+    flag_defaults(&rc->f, rc->mode);
     if (runconfig_read_flags(rc, root, err, cap)) return -1;
     runconfig_own_strings(rc);
     const char* hint = NULL;
-    if (runconfig_finish(rc, world, err, cap, &hint)) return -1;
+    if (runconfig_derive(rc, world, err, cap, &hint)) return -1;
     const JsonValue* derived = json_get(root, "derived");
     Derived d[16];
     int nd = runconfig_derived(rc, d);

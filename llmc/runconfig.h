@@ -92,10 +92,20 @@ typedef struct {
     char* strings;               // storage of the flag strings
 } RunConfig;
 
-// Parse argv for mode, validate and derive for `world` ranks. Fatal with a message naming the
-// flag on anything wrong; --help prints the flags and exits 0.
+// Parse argv for mode, validate and derive for `world` ranks: runconfig_defaults, then
+// runconfig_parse_args, then runconfig_derive. Fatal with a message naming the flag on anything
+// wrong; --help prints the flags and exits 0.
 void runconfig_from_args(RunConfig* rc, int argc, char** argv, TrainMode mode, int world);
 void runconfig_free(RunConfig* rc);
+
+// The steps, for callers that start from a recorded configuration (runconfig_from_json) and let
+// the command line override it: every flag at its default (rc must be zeroed or hold a
+// configuration); the command line's flags over what rc holds (given[] then marks exactly
+// those); the checks and derived values for `world` ranks (0, or -1 with the message in err and
+// a hint in *hint).
+void runconfig_defaults(RunConfig* rc, TrainMode mode);
+void runconfig_parse_args(RunConfig* rc, int argc, char** argv);
+int runconfig_derive(RunConfig* rc, int world, char* err, size_t errcap, const char** hint);
 // Whether a flag ("--lora-rank") was given on the command line.
 int runconfig_given(const RunConfig* rc, const char* flag);
 const char* runconfig_program(TrainMode mode); // "train_gpt2" / "train_lora"

@@ -60,6 +60,16 @@ static void test_derived(void) {
                    back.sample_tokens == rc.sample_tokens && !memcmp(back.given, rc.given, sizeof(rc.given)), "derived values differ");
         printf("ok   round trip of a train_lora configuration (%zu bytes of JSON)\n", strlen(j1));
         free(j2);
+        // a recorded configuration with command-line flags over it (what a resume reads)
+        char* over[] = {"train_lora", "--lr", "0.01", "--total-batch-tokens", "128", "--out", "elsewhere"};
+        runconfig_parse_args(&back, ARGC(over), over);
+        const char* hint = NULL;
+        rcode = runconfig_derive(&back, 2, err, sizeof(err), &hint);
+        TEST_CHECK(rcode == 0, "derive after overriding: %s", rcode ? err : "");
+        TEST_CHECK(back.f.lr == 0.01f && !strcmp(back.f.out_dir, "elsewhere") && back.accum == 2 && back.f.batch_size == 2 &&
+                   !strcmp(back.f.sample.prompt, "Hi there") && back.qlora, "overridden flags / derived values");
+        TEST_CHECK(runconfig_given(&back, "--lr") && runconfig_given(&back, "--out") && !runconfig_given(&back, "--prompt"),
+                   "given marks exactly the overriding flags");
         runconfig_free(&back);
     }
     free(j1);
