@@ -68,10 +68,7 @@ int generate_main(int argc, char** argv) {
     Tokenizer tok;
     tok_load(&tok, vpath);
     int* prompt_ids = NULL; int np = 0;
-    textgen_encode_prompt(&tok, g.s.prompt, cfg->vocab_size, "--prompt", &prompt_ids, &np);
-    if (np + g.max_new - 1 > cfg->max_seq_len)
-        fatal("lower --max-new-tokens or shorten --prompt", "the prompt (%d tokens) + --max-new-tokens %d exceed the model's %d positions",
-              np, g.max_new, cfg->max_seq_len);
+    textgen_encode_prompt(&tok, g.s.prompt, cfg->vocab_size, cfg->max_seq_len, g.max_new, "--max-new-tokens", &prompt_ids, &np);
     const int need = np + g.max_new - 1;
     // without the cache the full forward needs activations for the whole sequence; with it,
     // only the adapters' scratch (sized by the activations) bounds the prompt chunk

@@ -1,6 +1,7 @@
 #include "textgen.h"
 #include "check.h"
 #include "fileio.h"
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +29,9 @@ int textgen_find_vocab(const char* vocab_flag, const char* model_path, char* out
     return -1;
 }
 
-void textgen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, const char* flag, int** ids, int* n) {
+void textgen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, int max_seq_len, int n_new,
+                           const char* n_flag, int** ids, int* n) {
+    const char* flag = "--prompt";
     size_t cnt = 0;
     *ids = NULL;
     if (prompt && *prompt) tok_encode(tok, prompt, strlen(prompt), 1, ids, &cnt);
@@ -44,6 +47,11 @@ void textgen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, 
             fatal("pass the vocabulary the model was trained with (--vocab)",
                   "%s: token id %d of the prompt (vocabulary %s) is outside the model's vocabulary of %d tokens",
                   flag, (*ids)[i], tok->source, model_vocab);
+    if ((int64_t)cnt + n_new - 1 > max_seq_len) {
+        char hint[128];
+        snprintf(hint, sizeof(hint), "lower %s or shorten --prompt", n_flag);
+        fatal(hint, "the prompt (%zu tokens) + %s %d exceed the model's %d positions", cnt, n_flag, n_new, max_seq_len);
+    }
     *n = (int)cnt;
 }
 

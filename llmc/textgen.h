@@ -17,10 +17,12 @@ extern "C" {
 // path to out and returns 0, or returns -1 when there is none.
 int textgen_find_vocab(const char* vocab_flag, const char* model_path, char* out, size_t cap);
 
-// Token ids of a prompt (special tokens such as <|endoftext|> recognised; an empty prompt is
-// <|endoftext|>). Fatal, naming `flag`, if a token is outside the model's vocabulary. *ids is
-// malloc'd.
-void textgen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, const char* flag, int** ids, int* n);
+// Token ids of --prompt (special tokens such as <|endoftext|> recognised; an empty prompt is
+// <|endoftext|>), with room for n_new more tokens in the model's positions. Fatal if a token is
+// outside the model's vocabulary or the prompt + n_new - 1 tokens (the last one is never fed back)
+// exceed max_seq_len, naming the flag that sets n_new. *ids is malloc'd.
+void textgen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, int max_seq_len, int n_new,
+                           const char* n_flag, int** ids, int* n);
 
 // Print the prompt's text to out (and copy, if not NULL); nothing for the lone <|endoftext|>.
 void textgen_echo_prompt(const Tokenizer* tok, const int* ids, int n, FILE* out, FILE* copy);

@@ -246,10 +246,8 @@ static void sample_setup(Run* r) {
               "sampling needs a vocabulary and none was found for --model %s (nor data/gpt2)", f->model);
     r->tok = (Tokenizer*)mallocCheck(sizeof(Tokenizer));
     tok_load(r->tok, vpath);
-    textgen_encode_prompt(r->tok, f->sample.prompt, cfg->vocab_size, "--prompt", &r->prompt_ids, &r->n_prompt);
-    if (r->n_prompt + r->c->sample_tokens - 1 > cfg->max_seq_len)
-        fatal("lower --sample-tokens or shorten --prompt", "the prompt (%d tokens) + --sample-tokens %d exceed the model's %d positions",
-              r->n_prompt, r->c->sample_tokens, cfg->max_seq_len);
+    textgen_encode_prompt(r->tok, f->sample.prompt, cfg->vocab_size, cfg->max_seq_len, r->c->sample_tokens, "--sample-tokens",
+                          &r->prompt_ids, &r->n_prompt);
 }
 
 static void sample_now(Run* r) {
