@@ -72,6 +72,12 @@ void model_assemble(Model* m, const ModelSpec* s) {
     if (m->nf4) qlora_attach(m->nf4, &m->gpt);
     gpt2_set_params(&m->gpt, host);
     if (owned) free(host);
+    if (s->B > 0 && s->T > cfg.max_seq_len) {
+        const char* what = s->T_flag ? s->T_flag : "sequence length";
+        char hint[128];
+        snprintf(hint, sizeof(hint), "use a %s no larger than the model's n_positions", what);
+        fatal(hint, "%s %d exceeds the model's maximum sequence length %d", what, s->T, cfg.max_seq_len);
+    }
     gpt2_set_recompute(&m->gpt, s->recompute);
     if (s->B > 0) gpt2_alloc_acts(&m->gpt, s->B, s->T);
     if (m->lora) {

@@ -45,6 +45,7 @@ typedef struct {
                                // slices the adapters train are added
     int recompute;             // GPT2_RECOMPUTE_*
     int B, T;                  // activations for batches up to B x T (B = 0: none)
+    const char* T_flag;        // the flag that set T, for the message when it exceeds n_positions
     LoraModel* lora;           // adapters to attach (the caller keeps them), or
     const LoraSource* lora_src;//   adapters to build
 } ModelSpec;

@@ -326,7 +326,7 @@ static void build_model(Run* r, long resume_step) {
     spec.qlora = c->qlora;
     spec.trainable = c->mode == TRAIN_FULL ? GPT2_TRAIN_ALL : 0u;
     spec.recompute = f->recompute;
-    spec.B = f->batch_size; spec.T = f->seq_len;
+    spec.B = f->batch_size; spec.T = f->seq_len; spec.T_flag = "--seq-len";
     if (c->mode == TRAIN_LORA) {
         lora_source(r, resume_step, &src, ckpt_adapter, sizeof(ckpt_adapter));
         spec.lora_src = &src;
