@@ -1,14 +1,15 @@
 #define _GNU_SOURCE
 #include "generate.h"
 #include "args.h"
+#include "chat.h"
 #include "check.h"
-#include "timer.h"
 #include "cli.h"
 #include "fileio.h"
-#include "textgen.h"
 #include "model.h"
 #include "ops.h"
 #include "sampler.h"
+#include "textgen.h"
+#include "timer.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,10 +17,13 @@ typedef struct {
     const char* model;
     const char* adapter;
     SampleFlags s;
+    const char* chat;     // chat template name, or NULL: plain continuation
+    const char* system;   // --chat: a system message
     int max_new, seed, no_kv, threads, quiet;
 } GenFlags;
 
 static void gen_parse(GenFlags* g, int argc, char** argv) {
+    static const char* const chat_choices[] = { "plain", "chatml", NULL };
     memset(g, 0, sizeof(*g));
     g->max_new = 64; g->seed = 1337;
     cli_sample_defaults(&g->s);
@@ -27,17 +31,24 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     int n = 0;
     specs[n++] = cli_flag_model(&g->model, "model: llm.c .bin, .safetensors, sharded index, transformers model dir (also 4-bit bitsandbytes)");
     specs[n++] = (ArgSpec){"--adapter", NULL, ARG_STR, &g->adapter, "DIR", "apply this LoRA adapter (PEFT: adapter_config.json + adapter_model.safetensors)", 1, 0, NULL};
+    const int i_prompt = n;
     cli_sample_flags(&g->s, specs + n);
+    specs[i_prompt].help = "text to continue (<|endoftext|> is the special token; empty = <|endoftext|>); with --chat the user's message";
     n += CLI_SAMPLE_NFLAGS;
     specs[n++] = (ArgSpec){"--max-new-tokens", "-n", ARG_INT, &g->max_new, "N", "tokens to generate (fewer if <|endoftext|> comes first)", 1, 1 << 20, NULL};
     specs[n++] = cli_flag_seed(&g->seed);
     specs[n++] = (ArgSpec){"--no-kv-cache", NULL, ARG_BOOL, &g->no_kv, NULL, "recompute the whole sequence for every token (slow; for checking the cache)", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--chat", NULL, ARG_STR, &g->chat, "TEMPLATE", "--prompt is a user message: render it with this chat template as data/prepare --chat-template does, answer as the assistant", 1, 0, chat_choices};
+    specs[n++] = (ArgSpec){"--system", NULL, ARG_STR, &g->system, "TEXT", "with --chat: a system message before the user's", 1, 0, NULL};
     specs[n++] = cli_flag_threads(&g->threads);
     specs[n++] = (ArgSpec){"--quiet", "-q", ARG_BOOL, &g->quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
+    unsigned char given[16];
     args_parse(argc, argv, specs, n,
                "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n\n"
-               "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout.", NULL);
+               "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout.", given);
     if (!g->model) fatal("run with --help to see every flag", "--model is required");
+    if (g->system && !g->chat) fatal("add --chat plain|chatml", "--system is for --chat");
+    if (g->chat && !given[i_prompt]) fatal("with --chat, --prompt is the user's message", "--chat needs --prompt");
 }
 
 // The model (any kind the trainers write, incl. 4-bit NF4 checkpoints) and its adapter; the
@@ -54,12 +65,57 @@ static void gen_model(Model* m, const GenFlags* g) {
     model_assemble(m, &spec);
 }
 
+// --chat: the reply is printed up to the template's stop text (held back while it may be
+// starting), and nothing after it.
+typedef struct { TextStream ts; ChatStopFilter stop; } ChatStream;
+
+static void gen_chat_stream_token(void* ctx, int token, const float* logits, int V) {
+    ChatStream* c = (ChatStream*)ctx;
+    if (token == c->ts.eot || c->stop.stopped) return;
+    size_t len = 0;
+    const char* bytes = token < c->ts.tok->vocab_size ? tok_token_bytes(c->ts.tok, token, &len) : NULL;
+    if (!bytes) return;
+    const char* out;
+    size_t n = chat_stop_feed(&c->stop, bytes, len, &out);
+    fwrite(out, 1, n, c->ts.out);
+    fflush(c->ts.out);
+}
+
+// The prompt of --chat: --system (if any) and --prompt as the user's message, rendered as
+// data/prepare renders a conversation, then the assistant's header.
+static void gen_chat_prompt(const ChatTemplate* t, Tokenizer* tok, const GenFlags* g, const GPT2Config* cfg, int** ids, int* n) {
+    ChatMessage msgs[2];
+    int nm = 0;
+    if (g->system) msgs[nm++] = (ChatMessage){ CHAT_SYSTEM, g->system, strlen(g->system) };
+    msgs[nm++] = (ChatMessage){ CHAT_USER, g->s.prompt, strlen(g->s.prompt) };
+    TokIds out = {0};
+    chat_encode_prompt(t, tok, msgs, nm, 0, &out);
+    for (size_t i = 0; i < out.n; i++)
+        if (out.ids[i] >= cfg->vocab_size)
+            fatal("pass the vocabulary the model was trained with (--vocab)",
+                  "--prompt: token id %d of the chat prompt is outside the model's vocabulary of %d tokens", out.ids[i], cfg->vocab_size);
+    textgen_check_fits((int)out.n, g->max_new, "--max-new-tokens", cfg->max_seq_len);
+    *ids = out.ids;
+    *n = (int)out.n;
+}
+
+static void gen_report(const Model* m, const GenFlags* g, const Tokenizer* tok, const int* ids, int np, int chat) {
+    const GPT2Config* cfg = &m->gpt.cfg;
+    fprintf(stderr, "model: %s | L=%d C=%d NH=%d vocab=%d | backend %s%s%s\n", m->source, cfg->num_layers, cfg->channels,
+            cfg->num_heads, cfg->vocab_size, ops_backend_name(), m->lora ? " | adapter " : "", m->lora ? g->adapter : "");
+    fprintf(stderr, "prompt: %d tokens | temperature %g | top-k %d | seed %d | %s\n", np, g->s.temperature, g->s.top_k, g->seed,
+            g->no_kv ? "no kv cache" : "kv cache");
+    const int skip = chat && tok->eot_id >= 0; // --chat: the rendered prompt without its leading <|endoftext|>
+    textgen_echo_prompt(tok, ids + skip, np - skip, stdout, NULL);
+}
+
 int generate_main(int argc, char** argv) {
     GenFlags g;
     gen_parse(&g, argc, argv);
+    const ChatTemplate* tpl = g.chat ? chat_template_get(g.chat) : NULL;
     char vpath[LLMC_PATH_MAX];
     if (textgen_find_vocab(g.s.vocab, g.model, vpath, sizeof(vpath)) != 0)
-        fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or run from the repository root (data/gpt2)",
+        fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or keep data/gpt2 next to this program",
               "no vocabulary found for --model %s", g.model);
     ops_init(g.threads);
     Model m;
@@ -68,25 +124,28 @@ int generate_main(int argc, char** argv) {
     Tokenizer tok;
     tok_load(&tok, vpath);
     int* prompt_ids = NULL; int np = 0;
-    textgen_encode_prompt(&tok, g.s.prompt, cfg->vocab_size, cfg->max_seq_len, g.max_new, "--max-new-tokens", &prompt_ids, &np);
+    if (tpl) gen_chat_prompt(tpl, &tok, &g, cfg, &prompt_ids, &np);
+    else textgen_encode_prompt(&tok, g.s.prompt, cfg->vocab_size, cfg->max_seq_len, g.max_new, "--max-new-tokens", &prompt_ids, &np);
     const int need = np + g.max_new - 1;
     // without the cache the full forward needs activations for the whole sequence; with it,
     // only the adapters' scratch (sized by the activations) bounds the prompt chunk
     model_alloc_acts(&m, 1, g.no_kv ? need : (m.lora ? (need < 64 ? need : 64) : 1));
     KVCache kv;
     if (!g.no_kv) kv_init(&kv, &m.gpt, 1, need);
-    if (!g.quiet) {
-        fprintf(stderr, "model: %s | L=%d C=%d NH=%d vocab=%d | backend %s%s%s\n", m.source, cfg->num_layers, cfg->channels,
-                cfg->num_heads, cfg->vocab_size, ops_backend_name(), m.lora ? " | adapter " : "", m.lora ? g.adapter : "");
-        fprintf(stderr, "prompt: %d tokens | temperature %g | top-k %d | seed %d | %s\n", np, g.s.temperature, g.s.top_k, g.seed,
-                g.no_kv ? "no kv cache" : "kv cache");
-        textgen_echo_prompt(&tok, prompt_ids, np, stdout, NULL);
-    }
+    if (!g.quiet) gen_report(&m, &g, &tok, prompt_ids, np, tpl != NULL);
     SampleParams sp = { g.s.temperature, g.s.top_k, (uint64_t)g.seed };
-    TextStream gs = { &tok, stdout, NULL, tok.eot_id };
+    ChatStream cs = { { &tok, stdout, NULL, tok.eot_id }, {0} };
+    if (tpl) chat_stop_init(&cs.stop, tpl->stop);
     double t0 = timer_now_s();
-    int got = sample_generate(&m.gpt, g.no_kv ? NULL : &kv, prompt_ids, np, g.max_new, &sp, tok.eot_id, NULL, textgen_stream_token, &gs);
+    int got = sample_generate(&m.gpt, g.no_kv ? NULL : &kv, prompt_ids, np, g.max_new, &sp, tok.eot_id, NULL,
+                              tpl ? gen_chat_stream_token : textgen_stream_token, tpl ? (void*)&cs : (void*)&cs.ts);
     double dt = timer_now_s() - t0;
+    if (tpl) {
+        const char* rest;
+        size_t n = chat_stop_flush(&cs.stop, &rest);
+        fwrite(rest, 1, n, stdout);
+        chat_stop_free(&cs.stop);
+    }
     fputc('\n', stdout);
     fflush(stdout);
     if (!g.quiet) fprintf(stderr, "generated %d tokens in %.3f s (%.2f tokens/s)\n", got, dt, dt > 0 ? got / dt : 0.0);

@@ -1,32 +1,29 @@
 #include "textgen.h"
 #include "check.h"
 #include "fileio.h"
+#include "vocab.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int dir_has_vocab(const char* dir) {
-    char a[LLMC_PATH_MAX], b[LLMC_PATH_MAX];
-    path_join(a, sizeof(a), dir, "encoder.json"); path_join(b, sizeof(b), dir, "vocab.bpe");
-    if (file_exists(a) && file_exists(b)) return 1;
-    path_join(a, sizeof(a), dir, "vocab.json"); path_join(b, sizeof(b), dir, "merges.txt");
-    if (file_exists(a) && file_exists(b)) return 1;
-    path_join(a, sizeof(a), dir, "tokenizer.json");
-    return file_exists(a);
+void textgen_check_fits(int n_prompt, int n_new, const char* n_flag, int max_seq_len) {
+    if ((int64_t)n_prompt + n_new - 1 <= max_seq_len) return;
+    char hint[128];
+    snprintf(hint, sizeof(hint), "lower %s or shorten --prompt", n_flag);
+    fatal(hint, "the prompt (%d tokens) + %s %d exceed the model's %d positions", n_prompt, n_flag, n_new, max_seq_len);
 }
 
 int textgen_find_vocab(const char* vocab_flag, const char* model_path, char* out, size_t cap) {
     if (vocab_flag) { snprintf(out, cap, "%s", vocab_flag); return 0; }
-    if (model_path && dir_exists(model_path) && dir_has_vocab(model_path)) { snprintf(out, cap, "%s", model_path); return 0; }
+    if (model_path && dir_exists(model_path) && vocab_dir_has(model_path)) { snprintf(out, cap, "%s", model_path); return 0; }
     if (model_path && !dir_exists(model_path)) {
         char dir[LLMC_PATH_MAX];
         snprintf(dir, sizeof(dir), "%s", model_path);
         char* slash = strrchr(dir, '/');
         if (slash) { *slash = 0; if (!*dir) strcpy(dir, "/"); } else strcpy(dir, ".");
-        if (dir_has_vocab(dir)) { snprintf(out, cap, "%s", dir); return 0; }
+        if (vocab_dir_has(dir)) { snprintf(out, cap, "%s", dir); return 0; }
     }
-    if (dir_has_vocab("data/gpt2")) { snprintf(out, cap, "data/gpt2"); return 0; }
-    return -1;
+    return vocab_find_bundled(out, cap);
 }
 
 void textgen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, int max_seq_len, int n_new,
@@ -47,11 +44,7 @@ void textgen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, 
             fatal("pass the vocabulary the model was trained with (--vocab)",
                   "%s: token id %d of the prompt (vocabulary %s) is outside the model's vocabulary of %d tokens",
                   flag, (*ids)[i], tok->source, model_vocab);
-    if ((int64_t)cnt + n_new - 1 > max_seq_len) {
-        char hint[128];
-        snprintf(hint, sizeof(hint), "lower %s or shorten --prompt", n_flag);
-        fatal(hint, "the prompt (%zu tokens) + %s %d exceed the model's %d positions", cnt, n_flag, n_new, max_seq_len);
-    }
+    textgen_check_fits((int)cnt, n_new, n_flag, max_seq_len);
     *n = (int)cnt;
 }
 

@@ -201,8 +201,22 @@ static void restore_checkpoint(Run* r, long step) {
     restore_data_position(r, &h0);
 }
 
+// The tokenizer next to a saved model or adapter, so the directory loads on its own
+// (AutoTokenizer / pipeline). The vocabulary is the one --sample-* would use.
+static void save_tokenizer_files(Run* r, const char* dir) {
+    const TrainFlags* f = &r->c->f;
+    char vpath[LLMC_PATH_MAX], why[LLMC_PATH_MAX + 200];
+    if (textgen_find_vocab(f->sample.vocab, f->model, vpath, sizeof(vpath)) != 0)
+        snprintf(why, sizeof(why), "no vocabulary found (pass --vocab)");
+    else if (model_save_hf_tokenizer(dir, vpath, &r->model->pt.cfg, why, sizeof(why)) == 0) {
+        printf("saved: %s/ tokenizer files (vocabulary %s)\n", dir, vpath);
+        return;
+    }
+    printf("note: no tokenizer files in %s: %s\n", dir, why);
+}
+
 // The final model: the PEFT adapter (and with --merge the merged model) or the trained model, in
-// the formats of --save-format.
+// the formats of --save-format, each directory with the tokenizer files.
 static void save_final(Run* r) {
     const TrainFlags* f = &r->c->f;
     const char* dir = f->out_dir;
@@ -211,6 +225,7 @@ static void save_final(Run* r) {
     if (r->lora) {
         lora_save_peft(r->lora, r->model, dir);
         printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT)\n", dir);
+        save_tokenizer_files(r, dir);
         if (!f->merge || !(r->c->save_hf || r->c->save_llmc)) return;
         path_join(mdir, sizeof(mdir), dir, "merged");
         mkdir_p(mdir);
@@ -222,7 +237,11 @@ static void save_final(Run* r) {
     // QLoRA: host holds dequant(quant(W)) for the quantized weights (gpt2_get_params), the
     // matrices the adapter was trained against, so that is what the adapter is merged into
     if (r->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
-    if (r->c->save_hf) { model_save_hf(dir, &r->model->pt, host); printf("saved: %s/model.safetensors + config.json (transformers)\n", dir); }
+    if (r->c->save_hf) {
+        model_save_hf(dir, &r->model->pt, host);
+        printf("saved: %s/model.safetensors + config.json (transformers)\n", dir);
+        save_tokenizer_files(r, dir);
+    }
     if (r->c->save_llmc) {
         char path[LLMC_PATH_MAX];
         path_join(path, sizeof(path), dir, "model.bin");
