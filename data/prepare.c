@@ -259,7 +259,7 @@ static void add_text_file(Stream* s, Tokenizer* tk, const Args* a, const char* p
 // One JSON object per line (blank lines skipped). Returns the number of records.
 static long add_json_lines(Stream* s, Tokenizer* tk, const Args* a, const char* path, const char* text, size_t n, size_t i) {
     long line = 0, records = 0;
-    char err[256], where[4200];
+    char err[256], where[LLMC_PATH_MAX];
     while (i < n) {
         const char* nl = (const char*)memchr(text + i, '\n', n - i);
         size_t e = nl ? (size_t)(nl - text) : n;
@@ -284,7 +284,7 @@ static long add_json_lines(Stream* s, Tokenizer* tk, const Args* a, const char* 
 // A JSON file: an array of records, one record, or (as HF datasets' to_json writes) one record
 // per line. Returns the number of records.
 static long add_json_doc(Stream* s, Tokenizer* tk, const Args* a, const char* path, const char* text, size_t n, size_t i) {
-    char err[256], where[4200];
+    char err[256], where[LLMC_PATH_MAX];
     JsonValue* v = json_parse(text + i, n - i, err, sizeof(err));
     if (!v) {
         size_t b = i;
@@ -548,7 +548,7 @@ static void print_summary(const Args* a, const Stream* s, size_t target, size_t 
 }
 
 static void load_vocab(Tokenizer* tk, const Args* a) {
-    char vpath[4200];
+    char vpath[LLMC_PATH_MAX];
     if (a->vocab) snprintf(vpath, sizeof(vpath), "%s", a->vocab);
     else if (vocab_find_bundled(vpath, sizeof(vpath)) != 0)
         fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json)",
