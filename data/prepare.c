@@ -8,6 +8,7 @@
 #include "records.h"
 #include "vocab.h"
 #include "fileio.h"
+#include "timer.h"
 #include "check.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -15,7 +16,6 @@
 #include <string.h>
 #include <dirent.h>
 #include <unistd.h>
-#include <time.h>
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
@@ -183,16 +183,11 @@ static TokIds scratch;
 static double tok_seconds = 0;
 static size_t tok_bytes = 0;
 
-static double now_s(void) {
-    struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void st_encode(Stream* s, Tokenizer* tk, const char* text, size_t len, int allow_special, uint8_t m) {
-    double t0 = now_s();
+    double t0 = timer_now_s();
     scratch.n = 0;
     tok_encode_append(tk, text, len, allow_special, &scratch);
-    tok_seconds += now_s() - t0;
+    tok_seconds += timer_now_s() - t0;
     tok_bytes += len;
     st_reserve(s, scratch.n);
     for (size_t i = 0; i < scratch.n; i++) st_push(s, scratch.ids[i], m);
