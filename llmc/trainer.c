@@ -46,6 +46,7 @@ typedef struct {
     int eval_every, eval_batches, save_every, keep_checkpoints;
     int seed, threads, shuffle, max_skipped;
     int zero, recompute, deterministic;
+    float watchdog_timeout;
     const char* save_format;
     // ---- LoRA (train_lora only)
     int lora_rank;
@@ -86,7 +87,7 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
     a->eval_every = 0; a->eval_batches = 8; a->save_every = 0; a->keep_checkpoints = 2;
     a->seed = 1337; a->threads = 0; a->shuffle = 0; a->max_skipped = 10;
     a->save_format = "both"; a->zero = 0; a->deterministic = 1;
-    a->temperature = 1.0f; a->prompt = "<|endoftext|>";
+    a->temperature = 1.0f; a->prompt = "<|endoftext|>"; a->watchdog_timeout = (float)COMM_WATCHDOG_DEFAULT_S;
     a->lora_rank = 8; a->lora_alpha = 16.0f; a->lora_dropout = 0.0f; a->lora_targets = "c_attn"; a->lora_layers = "all"; a->lora_bias = "none";
     const ArgSpec common[] = {
         {"--model", "-e", ARG_STR, &a->model, "PATH|dN", "model to start from: llm.c .bin, .safetensors, sharded index, HF model dir; or d6/d12/d24/d36/d48/tiny to train from scratch", 1, 0, NULL},
@@ -117,6 +118,7 @@ static int parse_args(TrainArgs* a, int argc, char** argv, TrainMode mode) {
         {"--seed", NULL, ARG_INT, &a->seed, "S", "random seed (init from scratch, shuffling, dropout)", 0, 2147483647, NULL},
         {"--shuffle", NULL, ARG_BOOL, &a->shuffle, NULL, "shuffle shard and batch order every epoch (default: sequential)", 1, 0, NULL},
         {"--threads", NULL, ARG_INT, &a->threads, "N", "CPU threads; 0 = all cores", 0, 4096, NULL},
+        {"--watchdog-timeout", NULL, ARG_FLOAT, &a->watchdog_timeout, "SECONDS", "end every rank with a message naming the stuck one when a rank makes no progress (stopped, hung GPU, deadlock) for SECONDS beyond the slowest step seen; 0 = off", 0, 1e6, NULL},
         {"--deterministic", NULL, ARG_INT, &a->deterministic, "0|1", "1: kernels give identical results run to run; 0 allows faster non-deterministic ones (CUDA attention backward)", 0, 1, NULL},
         {"--zero", "-z", ARG_INT, &a->zero, "S", "ZeRO stage across ranks: 0 all-reduce gradients, 1 shard optimizer state, 2 shard gradients too", 0, 2, NULL},
         {"--recompute", NULL, ARG_INT, &a->recompute, "K", "activation recompute in backward to save memory: 0 none, 1 GELU, 2 GELU and layernorms", 0, 2, NULL},
@@ -553,6 +555,8 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     comm_init(&r->comm, &argc, &argv); // first: MPI may take its own arguments out of argv
     r->rank = r->comm.rank; r->world = r->comm.world;
     parse_args(&r->a, argc, argv, mode);
+    comm_watchdog_start(&r->comm, r->a.watchdog_timeout); // (every rank; before NCCL's init, which it covers)
+    comm_watchdog_op(&r->comm, "startup");
     TrainArgs* a = &r->a;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -739,6 +743,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     }
 
     // ---- loop
+    comm_watchdog_step(&r->comm); // training starts: the watchdog measures steps from here
     const int B = a->batch_size, T = a->seq_len;
     const size_t BT = (size_t)B * T;
     long consecutive_bad = 0;
@@ -747,12 +752,14 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     while (1) {
         int last = r->step >= a->steps;
         if (r->has_val && ((a->eval_every > 0 && r->step % a->eval_every == 0) || last)) {
+            comm_watchdog_op(&r->comm, "eval at step %ld", r->step);
             double vl = evaluate(r);
             say(r, "step %ld | val loss %.6f\n", r->step, vl);
             run_log_json(r, "{\"step\": %ld, \"val_loss\": %.9g}", r->step, vl);
         }
         if (last) break;
         double t0 = now_s();
+        comm_watchdog_op(&r->comm, "step %ld", r->step + 1);
         // All micro-batches of the step are read first: the loss is the mean over every target
         // token of the whole accumulation window, so each micro-batch's gradient is scaled by
         // 1 / (valid targets in the window), which must be known before the first backward.
@@ -815,8 +822,10 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         double sig = (double)g_stop_signal;
         if (r->world > 1) comm_allreduce_max_f64(&r->comm, &sig, 1);
         int stop_now = sig > 0 || (a->stop_after > 0 && steps_this_run >= a->stop_after && r->step < a->steps);
+        comm_watchdog_op(&r->comm, "sample / checkpoint after step %ld", r->step);
         if (a->sample_every > 0 && r->step % a->sample_every == 0 && r->step < a->steps) sample_now(r);
         if (stop_now || (a->save_every > 0 && r->step % a->save_every == 0 && r->step < a->steps)) save_checkpoint(r);
+        comm_watchdog_step(&r->comm);
         if (stop_now) {
             interrupted = 1;
             if (sig > 0) say(r, "interrupted by signal %d at step %ld; resume with --resume\n", (int)sig, r->step);
@@ -824,6 +833,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
             break;
         }
     }
+    comm_watchdog_op(&r->comm, "final sample and save");
     if (!interrupted) {
         sample_now(r);
         save_checkpoint(r);
