@@ -187,7 +187,7 @@ static int wd_judge(CommWatchdog* w, const CommWdStatus* mine, char* msg, size_t
     int silent = 0, stuck = 0, busy = 0;
     char line[256];
     describe(mine, line, sizeof(line));
-    snprintf(msg, cap, "watchdog: %s (limit %.1f s = --watchdog-timeout %.1f s + slowest step %.1f s); ", line,
+    snprintf(msg, cap, "watchdog: %s (limit %.1f s = --watchdog-timeout %.1f s + slowest step %.2f s); ", line,
              mine->limit, w->timeout, w->slowest);
     for (int r = 0; r < W; r++) {
         const CommWdStatus* s = &w->peers[r];
@@ -239,7 +239,7 @@ static void wd_check(CommWatchdog* w) {
             char line[256];
             describe(&mine, line, sizeof(line));
             snprintf(msg, sizeof(msg), "watchdog: STUCK: %s, over the limit of %.1f s (--watchdog-timeout %.1f s + slowest "
-                     "step %.1f s): a hung kernel, device or loop on this rank", line, mine.limit, w->timeout, w->slowest);
+                     "step %.2f s): a hung kernel, device or loop on this rank", line, mine.limit, w->timeout, w->slowest);
             wd_fail(w, msg);
         }
         return;
