@@ -17,9 +17,10 @@ ifeq ($(HAVE_MPI),1)
   EXTRA_LIBS += $(MPI_LIBS)
 endif
 
-# test/test_comm.c is built and run (as one process) by the generic test rules; this script runs
-# it again under mpirun with 1, 2 and 4 ranks, plus the failure tests.
-TEST_SCRIPTS += test/test_comm.sh
+# test/test_comm.c is built and run (as one process) by the generic test rules; test_comm.sh runs
+# it again under mpirun with 1, 2 and 4 ranks, plus the failure and watchdog tests;
+# test_watchdog.sh stops trainer ranks; test_multihost.sh runs across network-namespace hosts.
+TEST_SCRIPTS += test/test_comm.sh test/test_watchdog.sh test/test_multihost.sh
 
 # NCCL implementation (CUDA builds). Compile check, usable without a GPU:
 #   make comm-nccl-check
