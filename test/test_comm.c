@@ -14,7 +14,9 @@
 //   test_comm --stuck-rank R TIMEOUT   rank R spins outside collectives forever after a few steps
 //   test_comm --deadlock TIMEOUT       every rank waits for a message no rank sends
 //   test_comm --slow-rank R SECS TIMEOUT  rank R computes for SECS (< TIMEOUT) once; the others
-//                             wait, and check that waiting used under 10% of a core; all finish
+//                             wait, and check that waiting used under 5% of a core (OpenMPI's
+//                             blocking MPI_Barrier, which spins, took 17-36% of a core on a 2-core
+//                             machine at load 9, all of one on an idle machine); all finish
 #include <stdint.h>
 #include <signal.h>
 #include <unistd.h>
@@ -391,7 +393,7 @@ static int watchdog_mode(const char* mode, int argc, char** argv) {
         double cpu = cpu_seconds() - c0, wall = wall_seconds() - w0;
         if (comm.rank != R) {
             TEST_CHECK(wall > 0.8 * secs, "rank %d waited only %.2f s", comm.rank, wall);
-            TEST_CHECK(cpu < 0.1 * wall, "rank %d used %.3f s of CPU while waiting %.2f s for rank %d (%.0f%% of a core)", comm.rank,
+            TEST_CHECK(cpu < 0.05 * wall, "rank %d used %.3f s of CPU while waiting %.2f s for rank %d (%.0f%% of a core)", comm.rank,
                        cpu, wall, R, 100.0 * cpu / wall);
             printf("rank %d waited %.2f s for rank %d using %.3f s of CPU (%.1f%% of a core)\n", comm.rank, wall, R, cpu, 100.0 * cpu / wall);
         }
