@@ -149,27 +149,38 @@ void comm_wait(Comm* c, CommRequest* req);
 //     completed) for longer than the limit asks every peer for its status over a separate
 //     channel that only the peers' watchdog threads serve (a duplicated MPI communicator); a
 //     stopped or dead process answers nothing. It then ends the whole job with a message naming
-//     the ranks that did not answer, or that answered but are busy outside the collective (and
-//     their current operation), or, when every rank waits, the collectives they wait in;
-//   - a rank whose own step has run for longer than the limit without reaching a collective or
-//     the next step mark ends the job naming itself and its operation (a stuck kernel or loop);
+//     the ranks that did not answer, or that answered but have been busy in a training step for
+//     longer than their limit (and their current operation), or, when every rank waits, the
+//     collectives they wait in;
+//   - a rank whose own training step has run for longer than the limit without reaching a
+//     collective or the next step mark ends the job naming itself and its operation (a stuck
+//     kernel or loop);
 //   - with NCCL: NCCL's asynchronous errors end the job, and a timed-out device collective aborts
 //     the NCCL communicator (ncclCommAbort) before the job ends.
-// limit = timeout_s + the slowest step seen so far (intervals between comm_watchdog_step calls),
-// so it adapts to the work: a step may take as long as the slowest one did, plus timeout_s.
+// limit = timeout_s + the slowest step seen so far (intervals between comm_watchdog_step calls,
+// without the time spent in unbounded operations), so it adapts to the work: a step may take as
+// long as the slowest one did, plus timeout_s. Work whose length the steps do not bound
+// (evaluation, checkpoint writes, sampling, loading) is named with comm_watchdog_op_unbounded:
+// a rank in it is ended only if it stops answering, and its peers wait for it.
 // Start it on every rank at the same point (it duplicates the communicator); timeout_s <= 0
 // leaves it off. It stops in comm_finalize. Needs MPI_THREAD_MULTIPLE when world > 1 (Debian's
 // OpenMPI has it); without it the watchdog stays off and rank 0 says so.
 #define COMM_WATCHDOG_DEFAULT_S 30.0
 void comm_watchdog_start(Comm* c, double timeout_s);
-// Marks the end of a training step (progress): resets this rank's clock, updates the slowest step.
+// Marks the end of a training step (progress). Call it once when training starts and after every
+// step: the intervals between calls are the steps the limit adapts to.
 void comm_watchdog_step(Comm* c);
-// Names what this rank is doing now, for the messages ("step 12", "checkpoint", "eval"); printf
-// format. Cheap: call it at every phase change.
+// Names what this rank is doing now, for the messages ("step 12"); printf format. Cheap: call
+// it at every phase change. _op: a bounded operation (part of a training step);
+// _op_unbounded: an operation of unbounded length ("checkpoint at step 12", "eval").
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
 void comm_watchdog_op(Comm* c, const char* fmt, ...);
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+void comm_watchdog_op_unbounded(Comm* c, const char* fmt, ...);
 
 // Implemented in llmc/cuda/comm_nccl.cu (CUDA builds only): creates the NCCL communicator for
 // the ranks of c on the current CUDA device (ncclGetUniqueId on rank 0, broadcast over c,

@@ -33,7 +33,8 @@ typedef enum { COMM_WD_COMPUTING = 0, COMM_WD_WAITING = 1, COMM_WD_DEVICE = 2 } 
 typedef struct {
     int32_t rank;
     int32_t state;     // CommWdState
-    int32_t armed;     // the slowest step is known (training has started): computing is bounded
+    int32_t armed;     // the slowest step is known and the current operation is a bounded one:
+                       // computing for longer than the limit means stuck
     int32_t pad;
     int64_t coll_seq;  // WAITING/DEVICE: the collective waited in; COMPUTING: the last one finished
     int64_t steps;     // comm_watchdog_step calls so far

@@ -10,16 +10,21 @@
 //      duplicated communicator that only the peers' watchdog threads serve, so a peer whose main
 //      thread is stuck still answers, and a stopped or dead process does not) and judges:
 //        - a peer that does not answer within WD_QUERY_S: stuck (stopped, hung, host unreachable);
-//        - a peer that answers, is outside collectives, has measured a step and has been busy for
-//          longer than its own limit: stuck in compute;
+//        - a peer that answers, is outside collectives in a bounded operation (a training step,
+//          comm_watchdog_op), has measured a step and has been busy for longer than its own
+//          limit: stuck in compute;
 //        - a peer whose device collective has been pending for longer than its limit: stuck GPU;
 //        - every rank waiting in a collective for more than half its limit: a deadlock
 //          (collectives called in a different order on different ranks, or a network hang); all
 //          of them are listed.
-//      A peer that answers and is busy but within its limit (or still starting up: no step
-//      measured yet, so nothing bounds it) is alive: this rank keeps waiting and asks again later.
-//   2. computing (not in a collective) for longer than the limit since the last progress (a step
-//      mark or a finished collective), once a step has been measured: this rank itself is stuck.
+//      A peer that answers and is busy but within its limit, still starting up (no step measured
+//      yet, so nothing bounds it) or in an unbounded operation (comm_watchdog_op_unbounded:
+//      evaluation, checkpoint writes, sampling) is alive: this rank keeps waiting and asks again
+//      later. Only a silent peer is stuck there.
+//   2. computing (not in a collective) in a bounded operation for longer than the limit since the
+//      last progress (a step mark, a finished collective), once a step has been measured: this
+//      rank itself is stuck.
+// Time in unbounded operations does not count into the step intervals either.
 // A verdict aborts the device communicator (NCCL: ncclCommAbort), prints one message and ends
 // every rank (fatal(): its hook is MPI_Abort with world > 1).
 //
@@ -47,7 +52,10 @@ struct CommWatchdog {
     int channel;             // the side channel is open (world > 1)
     double timeout, slowest; // slowest: longest interval between step marks; 0 until one is measured
     double last_mark;        // last comm_watchdog_step (0: none yet)
-    double last_progress;    // last step mark or end of a collective
+    double last_progress;    // last step mark, end of a collective, or end of an unbounded operation
+    int unbounded;           // in an operation named by comm_watchdog_op_unbounded, since unbounded_since
+    double unbounded_since;
+    double excluded;         // unbounded time since the last step mark (not part of the step)
     int64_t steps;
     int waiting;             // in a collective since wait_since
     double wait_since;
@@ -93,28 +101,57 @@ void comm_set_dev(Comm* c, const CommOps* dev, void* dev_state) {
     if (w) wd_unlock(w);
 }
 
+// Time spent in an unbounded operation up to now moves out of the step being measured.
+static void wd_exclude_unbounded(CommWatchdog* w, double now) {
+    if (!w->unbounded) return;
+    w->excluded += now - w->unbounded_since;
+    w->unbounded_since = now;
+}
+
 void comm_watchdog_step(Comm* c) {
     CommWatchdog* w = c->wd;
     if (!w) return;
     wd_lock(w);
     double now = comm_now();
-    if (w->last_mark > 0 && now - w->last_mark > w->slowest) w->slowest = now - w->last_mark;
+    wd_exclude_unbounded(w, now);
+    double step = now - w->last_mark - w->excluded;
+    if (w->last_mark > 0 && step > w->slowest) w->slowest = step;
     w->last_mark = w->last_progress = now;
+    w->excluded = 0;
     w->steps++;
     wd_unlock(w);
 }
 
-void comm_watchdog_op(Comm* c, const char* fmt, ...) {
+static void wd_name_op(Comm* c, int unbounded, const char* fmt, va_list ap) {
     CommWatchdog* w = c->wd;
-    if (!w) return;
     char buf[sizeof(w->op)];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
     wd_lock(w);
     memcpy(w->op, buf, sizeof(buf));
+    double now = comm_now();
+    if (w->unbounded && !unbounded) { // back to bounded work: the clock starts now
+        wd_exclude_unbounded(w, now);
+        w->last_progress = now;
+    }
+    if (!w->unbounded && unbounded) w->unbounded_since = now;
+    w->unbounded = unbounded;
     wd_unlock(w);
+}
+
+void comm_watchdog_op(Comm* c, const char* fmt, ...) {
+    if (!c->wd) return;
+    va_list ap;
+    va_start(ap, fmt);
+    wd_name_op(c, 0, fmt, ap);
+    va_end(ap);
+}
+
+void comm_watchdog_op_unbounded(Comm* c, const char* fmt, ...) {
+    if (!c->wd) return;
+    va_list ap;
+    va_start(ap, fmt);
+    wd_name_op(c, 1, fmt, ap);
+    va_end(ap);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -129,7 +166,7 @@ static CommWdStatus wd_status(const CommWatchdog* w, double now, double dev_age,
     memset(&s, 0, sizeof(s));
     s.rank = w->c->rank;
     s.steps = w->steps;
-    s.armed = w->slowest > 0;
+    s.armed = w->slowest > 0 && !w->unbounded;
     s.limit = w->timeout + w->slowest;
     copy_str(s.op, sizeof(s.op), w->op);
     if (w->waiting) {
@@ -262,6 +299,7 @@ static void wd_check(CommWatchdog* w) {
 static void wd_skip(CommWatchdog* w, double gap) {
     w->wait_since += gap;
     w->last_progress += gap;
+    w->unbounded_since += gap;
     if (w->last_mark > 0) w->last_mark += gap;
 }
 

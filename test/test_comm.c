@@ -13,7 +13,9 @@
 //   test_comm --hang-rank R TIMEOUT    rank R stops itself (SIGSTOP) after a few steps
 //   test_comm --stuck-rank R TIMEOUT   rank R spins outside collectives forever after a few steps
 //   test_comm --deadlock TIMEOUT       every rank waits for a message no rank sends
-//   test_comm --slow-rank R SECS TIMEOUT  rank R computes for SECS (< TIMEOUT) once; the others
+//   test_comm --slow-rank R SECS [unbounded] TIMEOUT
+//                             rank R computes for SECS (< TIMEOUT; unbounded: in an unbounded
+//                             operation, for any SECS) once; the others
 //                             wait, and check that waiting used under 5% of a core (OpenMPI's
 //                             blocking MPI_Barrier, which spins, took 17-36% of a core on a 2-core
 //                             machine at load 9, all of one on an idle machine); all finish
@@ -384,7 +386,11 @@ static int watchdog_mode(const char* mode, int argc, char** argv) {
     } else if (strcmp(mode, "--slow-rank") == 0) {
         double secs = atof(argv[3]);
         double c0 = cpu_seconds(), w0 = wall_seconds();
-        if (comm.rank == R) {
+        if (comm.rank == R && argc >= 6 && strcmp(argv[4], "unbounded") == 0) {
+            comm_watchdog_op_unbounded(&comm, "slow checkpoint write");
+            struct timespec ts = { (time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9) };
+            nanosleep(&ts, NULL);
+        } else if (comm.rank == R) {
             comm_watchdog_op(&comm, "slow compute");
             struct timespec ts = { (time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9) };
             nanosleep(&ts, NULL);
