@@ -556,7 +556,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     r->rank = r->comm.rank; r->world = r->comm.world;
     parse_args(&r->a, argc, argv, mode);
     comm_watchdog_start(&r->comm, r->a.watchdog_timeout); // (every rank; before NCCL's init, which it covers)
-    comm_watchdog_op(&r->comm, "startup");
+    comm_watchdog_op_unbounded(&r->comm, "startup");
     TrainArgs* a = &r->a;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -752,7 +752,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     while (1) {
         int last = r->step >= a->steps;
         if (r->has_val && ((a->eval_every > 0 && r->step % a->eval_every == 0) || last)) {
-            comm_watchdog_op(&r->comm, "eval at step %ld", r->step);
+            comm_watchdog_op_unbounded(&r->comm, "eval at step %ld", r->step);
             double vl = evaluate(r);
             say(r, "step %ld | val loss %.6f\n", r->step, vl);
             run_log_json(r, "{\"step\": %ld, \"val_loss\": %.9g}", r->step, vl);
@@ -822,7 +822,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         double sig = (double)g_stop_signal;
         if (r->world > 1) comm_allreduce_max_f64(&r->comm, &sig, 1);
         int stop_now = sig > 0 || (a->stop_after > 0 && steps_this_run >= a->stop_after && r->step < a->steps);
-        comm_watchdog_op(&r->comm, "sample / checkpoint after step %ld", r->step);
+        comm_watchdog_op_unbounded(&r->comm, "sample / checkpoint after step %ld", r->step);
         if (a->sample_every > 0 && r->step % a->sample_every == 0 && r->step < a->steps) sample_now(r);
         if (stop_now || (a->save_every > 0 && r->step % a->save_every == 0 && r->step < a->steps)) save_checkpoint(r);
         comm_watchdog_step(&r->comm);
@@ -833,7 +833,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
             break;
         }
     }
-    comm_watchdog_op(&r->comm, "final sample and save");
+    comm_watchdog_op_unbounded(&r->comm, "final sample and save");
     if (!interrupted) {
         sample_now(r);
         save_checkpoint(r);
