@@ -190,7 +190,7 @@ static void wd_fail(CommWatchdog* w, const char* msg) {
     wd_unlock(w);
     if (dev->wd_abort) dev->wd_abort(c); // release a device collective that will never complete
     llmc_fatal_at(__FILE__, __LINE__,
-                  "if a rank may legitimately be this slow (e.g. writing a checkpoint to slow storage), raise "
+                  "if a training step may legitimately take this much longer than the slowest one so far, raise "
                   "--watchdog-timeout; 0 turns the watchdog off",
                   "%s", msg);
 }
