@@ -103,6 +103,8 @@ void comm_poll_sleep(CommBackoff* b);
 // wait_begin/end bracket a host wait (the poll loop of a collective); what: the collective.
 void comm_wd_wait_begin(Comm* c, const char* what);
 void comm_wd_wait_end(Comm* c);
+// A part of the collective being waited in has completed (data is moving): restarts its clock.
+void comm_wd_progress(Comm* c);
 void comm_wd_stop(Comm* c);      // joins the thread and closes the channel (comm_finalize)
 // Installs a device table (NCCL attach / detach) safely against the watchdog thread, which reads
 // c->dev and c->dev_state.

@@ -83,18 +83,21 @@ static MPI_Datatype mpi_type(CommDtype dt) {
     fatal(NULL, "unknown CommDtype %d", (int)dt);
 }
 
-// Completes n requests, sleeping between tests (comm.c: comm_poll_sleep).
-static void mpi_wait(int n, MPI_Request* reqs) {
+// Completes n requests, sleeping between tests (comm.c: comm_poll_sleep). Each completed wait is
+// progress for the watchdog: a large collective moves in chunks, so a slow network that keeps
+// moving data is not mistaken for a hung one.
+static void mpi_wait(Comm* c, int n, MPI_Request* reqs) {
     CommBackoff b;
     comm_poll_begin(&b);
     for (;;) {
         int done = 0;
         mpiCheck(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
-        if (done) return;
+        if (done) break;
         comm_poll_sleep(&b);
     }
+    comm_wd_progress(c);
 }
-static void mpi_wait1(MPI_Request* r) { mpi_wait(1, r); }
+static void mpi_wait1(Comm* c, MPI_Request* r) { mpi_wait(c, 1, r); }
 
 // out[i] = contributions of ranks 0..world-1 added in rank order in double, rounded once.
 // Rank r's contribution is own[i] for r == me, else scratch[r*stride + i]. out may alias own.
@@ -133,7 +136,7 @@ static void allreduce_exact(Comm* c, void* buf, size_t n, CommDtype dt, CommRedO
         MPI_Request r;
         mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, (char*)buf + off * es, (int)len, mpi_type(dt), op == COMM_OP_MAX ? MPI_MAX : MPI_SUM,
                                 st(c)->comm, &r));
-        mpi_wait1(&r);
+        mpi_wait1(c, &r);
     }
 }
 
@@ -157,12 +160,12 @@ static void allreduce_chunk(Comm* c, char* base, size_t m, CommDtype dt) {
         if (mine) mpiCheck(MPI_Irecv(scratch + (size_t)r * p * es, mine, T, r, COMM_TAG, s->comm, &s->reqs[nreq++]));
         if (s->counts[r]) mpiCheck(MPI_Isend(base + (size_t)r * p * es, s->counts[r], T, r, COMM_TAG, s->comm, &s->reqs[nreq++]));
     }
-    mpi_wait(nreq, s->reqs);
+    mpi_wait(c, nreq, s->reqs);
     char* my = base + (size_t)me * p * es;
     sum_block(dt, my, my, scratch, p, (size_t)mine, W, me);
     MPI_Request r;
     mpiCheck(MPI_Iallgatherv(MPI_IN_PLACE, 0, T, base, s->counts, s->displs, T, s->comm, &r));
-    mpi_wait1(&r);
+    mpi_wait1(c, &r);
 }
 
 static void mpi_allreduce(Comm* c, void* buf, size_t n, CommDtype dt, CommRedOp op, void* stream) {
@@ -174,7 +177,7 @@ static void mpi_allreduce(Comm* c, void* buf, size_t n, CommDtype dt, CommRedOp 
     if (n <= COMM_SMALL_ALLREDUCE && n * (size_t)W <= cap) {
         MPI_Request r;
         mpiCheck(MPI_Iallgather(buf, (int)n, mpi_type(dt), s->scratch, (int)n, mpi_type(dt), s->comm, &r));
-        mpi_wait1(&r);
+        mpi_wait1(c, &r);
         sum_block(dt, buf, (char*)s->scratch + (size_t)c->rank * n * es, s->scratch, n, n, W, c->rank);
         return;
     }
@@ -197,7 +200,7 @@ static void mpi_reduce_scatter(Comm* c, const void* send, void* recv, size_t sha
             mpiCheck(MPI_Irecv(scratch + (size_t)r * len * es, (int)len, mpi_type(dt), r, COMM_TAG, s->comm, &s->reqs[nreq++]));
             mpiCheck(MPI_Isend(snd + ((size_t)r * shard + off) * es, (int)len, mpi_type(dt), r, COMM_TAG, s->comm, &s->reqs[nreq++]));
         }
-        mpi_wait(nreq, s->reqs);
+        mpi_wait(c, nreq, s->reqs);
         // in place (recv == send + me*shard) is fine: element i is read before it is written
         sum_block(dt, (char*)recv + off * es, snd + ((size_t)me * shard + off) * es, scratch, len, len, W, me);
     }
@@ -218,7 +221,7 @@ static void mpi_reduce(Comm* c, const void* send, void* recv, size_t n, CommDtyp
             for (int r = 0; r < W; r++)
                 if (r != me) mpiCheck(MPI_Irecv(scratch + (size_t)r * len * es, (int)len, mpi_type(dt), r, COMM_TAG, s->comm, &s->reqs[nreq++]));
         }
-        mpi_wait(nreq, s->reqs);
+        mpi_wait(c, nreq, s->reqs);
         if (me == root) sum_block(dt, (char*)recv + off * es, mine, scratch, len, len, W, me);
     }
 }
@@ -251,7 +254,7 @@ static void mpi_allgather(Comm* c, const void* send, void* recv, size_t shard, C
     MPI_Request r;
     MPI_Datatype type;
     iallgather_start(c, send, recv, shard, dt, &r, &type);
-    mpi_wait1(&r);
+    mpi_wait1(c, &r);
     if (type != MPI_BYTE) mpiCheck(MPI_Type_free(&type));
 }
 
@@ -261,14 +264,14 @@ static void mpi_broadcast(Comm* c, void* buf, size_t bytes, int root, void* stre
         size_t len = bytes - off < piece ? bytes - off : piece;
         MPI_Request r;
         mpiCheck(MPI_Ibcast((char*)buf + off, (int)len, MPI_BYTE, root, st(c)->comm, &r));
-        mpi_wait1(&r);
+        mpi_wait1(c, &r);
     }
 }
 
 static void mpi_barrier(Comm* c) {
     MPI_Request r;
     mpiCheck(MPI_Ibarrier(st(c)->comm, &r));
-    mpi_wait1(&r);
+    mpi_wait1(c, &r);
 }
 
 static void mpi_nothing(Comm* c) { (void)c; }
@@ -306,7 +309,7 @@ static void mpi_istart(Comm* c, CommReq* q) {
 
 static void mpi_wait_req(Comm* c, CommReq* q) {
     MpiReq* m = (MpiReq*)q->impl;
-    mpi_wait(m->n, m->r);
+    mpi_wait(c, m->n, m->r);
     if (m->type != MPI_DATATYPE_NULL && m->type != MPI_BYTE) mpiCheck(MPI_Type_free(&m->type));
     if (q->kind == COMM_REQ_REDUCE_SCATTER && q->shard) {
         const size_t es = comm_dtype_size(q->dt);
@@ -422,7 +425,7 @@ static int mpi_wd_open(Comm* c) {
     if (!s->thread_multiple) return 0;
     MPI_Request r;
     mpiCheck(MPI_Comm_idup(s->comm, &s->wd, &r));
-    mpi_wait1(&r);
+    mpi_wait1(c, &r);
     mpiCheck(MPI_Comm_set_errhandler(s->wd, MPI_ERRORS_RETURN));
     const size_t W = (size_t)c->world;
     s->wd_reply_req = (MPI_Request*)mallocCheck(W * sizeof(MPI_Request));

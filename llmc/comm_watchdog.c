@@ -93,6 +93,14 @@ void comm_wd_wait_end(Comm* c) {
     wd_unlock(w);
 }
 
+void comm_wd_progress(Comm* c) {
+    CommWatchdog* w = c->wd;
+    if (!w) return;
+    wd_lock(w);
+    if (w->waiting) w->wait_since = comm_now();
+    wd_unlock(w);
+}
+
 void comm_set_dev(Comm* c, const CommOps* dev, void* dev_state) {
     CommWatchdog* w = c->wd;
     if (w) wd_lock(w);
@@ -198,7 +206,7 @@ static void wd_fail(CommWatchdog* w, const char* msg) {
 static void describe(const CommWdStatus* s, char* out, size_t cap) {
     const char* op = s->op[0] ? s->op : "(no operation named)";
     if (s->state == COMM_WD_WAITING)
-        snprintf(out, cap, "rank %d has waited %.1f s in %s (collective #%lld) during '%s'", s->rank, s->seconds, s->coll,
+        snprintf(out, cap, "rank %d has waited %.1f s without progress in %s (collective #%lld) during '%s'", s->rank, s->seconds, s->coll,
                  (long long)s->coll_seq, op);
     else if (s->state == COMM_WD_DEVICE)
         snprintf(out, cap, "rank %d has a device collective %s pending for %.1f s during '%s'", s->rank, s->coll, s->seconds, op);

@@ -19,6 +19,9 @@
 //                             wait, and check that waiting used under 5% of a core (OpenMPI's
 //                             blocking MPI_Barrier, which spins, took 17-36% of a core on a 2-core
 //                             machine at load 9, all of one on an idle machine); all finish
+//   test_comm --big-allreduce N TIMEOUT  an all-reduce of N floats, checked; over a slow network
+//                             (test_multihost.sh) it takes longer than TIMEOUT, but it progresses
+//                             chunk by chunk, so the watchdog lets it finish
 #include <stdint.h>
 #include <signal.h>
 #include <unistd.h>
@@ -383,6 +386,15 @@ static int watchdog_mode(const char* mode, int argc, char** argv) {
         comm_watchdog_op(&comm, "deadlock test");
         float x = 1.0f;
         comm_reduce_sum_f32(&comm, &x, &x, 1, comm.rank); // every rank waits to receive, nobody sends
+    } else if (strcmp(mode, "--big-allreduce") == 0) {
+        size_t n = (size_t)atol(argv[2]);
+        comm_watchdog_op(&comm, "big allreduce");
+        double w0 = wall_seconds();
+        test_allreduce_f32(n, 900);
+        printf("rank %d: allreduce of %zu floats (twice) took %.1f s with a %.1f s watchdog timeout\n", comm.rank, n,
+               wall_seconds() - w0, timeout);
+        wd_steps(2);
+        return 1;
     } else if (strcmp(mode, "--slow-rank") == 0) {
         double secs = atof(argv[3]);
         double c0 = cpu_seconds(), w0 = wall_seconds();
@@ -428,10 +440,11 @@ int main(int argc, char** argv) {
         return 3;
     }
     if (argc >= 2 && (strcmp(argv[1], "--hang-rank") == 0 || strcmp(argv[1], "--stuck-rank") == 0 ||
-                      strcmp(argv[1], "--deadlock") == 0 || strcmp(argv[1], "--slow-rank") == 0)) {
+                      strcmp(argv[1], "--deadlock") == 0 || strcmp(argv[1], "--slow-rank") == 0 ||
+                      strcmp(argv[1], "--big-allreduce") == 0)) {
         if (!watchdog_mode(argv[1], argc, argv)) return 3;
         check_same_everywhere();
-        int rc = test_finish("test_comm --slow-rank");
+        int rc = test_finish(argv[1]);
         comm_finalize(&comm);
         return rc;
     }

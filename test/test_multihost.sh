@@ -9,7 +9,9 @@
 #     global batch (to 1e-5, as test_train_mpi.sh on one host);
 #   - a rank on the second host killed (SIGKILL): every process on both hosts gone within 30 s;
 #   - a rank on the second host stopped (SIGSTOP): the watchdog (--watchdog-timeout 5) ends every
-#     process on both hosts within 60 s, non-zero, naming the stopped rank.
+#     process on both hosts within 60 s, non-zero, naming the stopped rank;
+#   - a slow network (tc tbf, 2 Mbit/s): an all-reduce longer than the watchdog's timeout that
+#     keeps moving data finishes (it is not taken for a hang).
 # docs/MULTINODE.md shows the same commands for real hosts. Needs root and network namespaces;
 # skipped with a message where they are not permitted.
 source "$(dirname "$0")/lib.sh"
@@ -54,10 +56,10 @@ hosts=$(timeout 60 "${MPIRUN[@]}" hostname 2>"$TMP/hostname.err" | sort | uniq -
 if [ "$hosts" = "hosta:2 hostb:2 " ]; then ok "4 ranks on two hosts: $hosts"; else bad "rank placement: '$hosts'"; cat "$TMP/hostname.err"; fi
 
 # ---- collectives, bit-exact
-prog="$(cd "$BUILD/test" && pwd)/test_comm"
+comm_prog="$(cd "$BUILD/test" && pwd)/test_comm"
 for scratch in "" 256; do
   what="collectives across hosts${scratch:+, scratch $scratch bytes}"
-  LLMC_COMM_TEST_SCRATCH=$scratch timeout 120 "${MPIRUN[@]}" "$prog" > "$TMP/comm.log" 2>&1; rc=$?
+  LLMC_COMM_TEST_SCRATCH=$scratch timeout 120 "${MPIRUN[@]}" "$comm_prog" > "$TMP/comm.log" 2>&1; rc=$?
   npass=$(grep -c "all [0-9]* checks passed" "$TMP/comm.log")
   nlocal=$(grep -c "(local [01] of 2)" "$TMP/comm.log")
   if [ $rc -eq 0 ] && [ "$npass" = 4 ] && [ "$nlocal" = 4 ]; then ok "$what: 4 ranks passed, 2 per host"
@@ -89,6 +91,20 @@ fault_test "across hosts, rank 3 killed" KILL 3 30 "$TMP/kill" \
   timeout 120 "${MPIRUN[@]}" "$BIN_DIR/train_gpt2" "${LONG[@]}" --zero 1 --out "$TMP/kill"
 fault_test "across hosts, rank 2 stopped, --watchdog-timeout 5" STOP 2 60 "$TMP/stop" \
   timeout 120 "${MPIRUN[@]}" "$BIN_DIR/train_lora" "${LONG[@]}" "${LORA[@]}" --zero 2 --watchdog-timeout 5 --out "$TMP/stop"
+# ---- a slow network (2 Mbit/s each way) is not a hang: a collective that takes longer than the
+# watchdog's timeout but moves data chunk by chunk (64 KiB staging buffers) finishes
+if ip netns exec "$NSA" tc qdisc add dev veth_a root tbf rate 2mbit burst 32kbit latency 400ms 2>/dev/null &&
+   ip netns exec "$NSB" tc qdisc add dev veth_b root tbf rate 2mbit burst 32kbit latency 400ms 2>/dev/null; then
+  LLMC_COMM_TEST_SCRATCH=65536 timeout 120 "${MPIRUN[@]}" "$comm_prog" --big-allreduce 100000 2 > "$TMP/slow.log" 2>&1; rc=$?
+  secs=$(grep -m1 -o "took [0-9.]* s" "$TMP/slow.log" | awk '{print $2}')
+  if [ $rc -eq 0 ] && [ "$(grep -c "checks passed" "$TMP/slow.log")" = 4 ] && awk -v s="${secs:-0}" 'BEGIN{exit !(s > 2)}'; then
+    ok "2 Mbit/s network: an all-reduce of 100000 floats (twice) took ${secs}s > the 2 s timeout, progressed, and finished"
+  else bad "slow network: exit $rc, took ${secs:-?}s"; cat "$TMP/slow.log" | cut -c1-400 | head -40; fi
+  ip netns exec "$NSA" tc qdisc del dev veth_a root; ip netns exec "$NSB" tc qdisc del dev veth_b root
+else
+  echo "note: tc's tbf qdisc is not available: the slow-network check was skipped"
+fi
+
 for ns in "$NSA" "$NSB"; do
   n=$(ip netns pids "$ns" | wc -l)
   [ "$n" -eq 0 ] && ok "no process left in $ns" || bad "$n processes left in $ns"
