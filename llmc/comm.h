@@ -139,6 +139,9 @@ void comm_dev_group_end(Comm* c);
 // enqueued there afterwards sees the result. Every rank must start the requests in the same order;
 // they may be waited for in any order. At most COMM_MAX_REQUESTS in flight (fatal beyond).
 // MPI receive buffers for reduce-scatter requests grow to the largest request seen, then stay.
+// Overlap on CPU ranks: OpenMPI moves a request's data only while some thread is inside MPI (no
+// progress thread of its own over TCP / shared memory); the watchdog thread's polls (every 0.1 s)
+// do that when it runs, and comm_wait finishes whatever is left.
 CommRequest comm_dev_iallgather(Comm* c, const void* send_shard, void* recv_full, size_t shard, CommDtype dt, void* stream);
 CommRequest comm_dev_ireduce_scatter_sum(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, void* stream);
 void comm_wait(Comm* c, CommRequest* req);
