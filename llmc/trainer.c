@@ -588,19 +588,26 @@ static int stop_reason(Run* r) {
 // Train to --steps (or until stopped). Returns 1 when stopped early (a checkpoint was written).
 static int train_loop(Run* r) {
     const TrainFlags* f = &r->c->f;
+    comm_watchdog_step(&r->comm); // training starts: the watchdog measures steps from here
     for (;;) {
         const int last = r->step >= f->steps;
-        if (r->has_val && ((f->eval_every > 0 && r->step % f->eval_every == 0) || last)) eval_and_log(r);
+        if (r->has_val && ((f->eval_every > 0 && r->step % f->eval_every == 0) || last)) {
+            comm_watchdog_op_unbounded(&r->comm, "eval at step %ld", r->step);
+            eval_and_log(r);
+        }
         if (last) return 0;
         double t0 = timer_now_s();
+        comm_watchdog_op(&r->comm, "step %ld", r->step + 1);
         StepResult s = train_step(r);
         note_skipped(r, &s);
         r->step++;
         r->steps_this_run++;
         log_step(r, &s, timer_now_s() - t0);
         const int stop = stop_reason(r);
+        comm_watchdog_op_unbounded(&r->comm, "sample / checkpoint after step %ld", r->step);
         if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < f->steps) sample_now(r);
         if (stop || (f->save_every > 0 && r->step % f->save_every == 0 && r->step < f->steps)) save_checkpoint(r);
+        comm_watchdog_step(&r->comm);
         if (stop > 0) say(r, "interrupted by signal %d at step %ld; resume with --resume\n", stop, r->step);
         if (stop < 0) say(r, "stopping after %d steps of this run at step %ld; resume with --resume\n", f->stop_after, r->step);
         if (stop) return 1;
@@ -645,6 +652,8 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     RunConfig rc;
     runconfig_from_args(&rc, argc, argv, mode, r->world);
     r->c = &rc;
+    comm_watchdog_start(&r->comm, rc.f.watchdog_timeout); // every rank; before NCCL's init, which it covers
+    comm_watchdog_op_unbounded(&r->comm, "startup");
     start_backend(r);
     const long resume_step = prepare_out_dir(r);
     build_model(r, resume_step);
@@ -657,7 +666,9 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     report_model(r);
     report_memory(r);
     open_log(r, resume_step >= 0);
-    if (!train_loop(r)) {
+    const int stopped = train_loop(r);
+    comm_watchdog_op_unbounded(&r->comm, "final sample and save");
+    if (!stopped) {
         sample_now(r);
         save_checkpoint(r);
         save_final(r);
