@@ -10,12 +10,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include "ops.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "../llmc/timer.h"
 
 // CPU time of all threads: on a shared (loaded) machine wall time says little, while GFLOP per
 // CPU-second still shows the kernels' efficiency (spin-waiting threads count against it).
@@ -44,7 +39,7 @@ static double bench(int kind, int N, int C, int OC, int reps) {
     double best = 1e30;
     best_cpu = 1e30;
     for (int r = 0; r < reps + 1; r++) {
-        double t0 = now_s(), c0 = cpu_s();
+        double t0 = timer_now_s(), c0 = cpu_s();
         if (split) {
             // one single-threaded sgemm per OpenMP thread on a slice of the output rows
             #pragma omp parallel
@@ -68,7 +63,7 @@ static double bench(int kind, int N, int C, int OC, int reps) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, out, OC, w, C, 1.0f, inp, C);
         else
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, out, OC, inp, C, 1.0f, w, C);
-        double dt = now_s() - t0, dc = cpu_s() - c0;
+        double dt = timer_now_s() - t0, dc = cpu_s() - c0;
         if (r > 0 && dt < best) best = dt; // first call warms caches / thread pool
         if (r > 0 && dc < best_cpu) best_cpu = dc;
     }
