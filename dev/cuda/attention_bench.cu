@@ -17,6 +17,7 @@
 #include <cublas_v2.h>
 #include "llmc/cuda/attention.cu"
 #include "llmc/cuda/attention_simple.cu"
+#include "common.cuh"   // dev/cuda: dev_time_ms
 
 #define H100_PEAK_TFLOPS 989.0
 
@@ -194,21 +195,6 @@ static void check_against(const char* name, const bf16* d_out, const float* d_ls
            eo < 2e-2 && el < 1e-3 ? "OK" : "MISMATCH");
 }
 
-template <typename F>
-static float time_ms(F f, int iters) {
-    cudaEvent_t a, b;
-    cudaCheck(cudaEventCreate(&a)); cudaCheck(cudaEventCreate(&b));
-    f();   // warm-up
-    cudaCheck(cudaEventRecord(a));
-    for (int i = 0; i < iters; i++) f();
-    cudaCheck(cudaEventRecord(b));
-    cudaCheck(cudaEventSynchronize(b));
-    float ms;
-    cudaCheck(cudaEventElapsedTime(&ms, a, b));
-    cudaCheck(cudaEventDestroy(a)); cudaCheck(cudaEventDestroy(b));
-    return ms / iters;
-}
-
 static void report(const char* name, float ms, double flops, double bytes) {
     double tf = flops / (ms * 1e-3) / 1e12;
     printf("  %-18s %9.3f ms  %8.2f TFLOP/s (%5.1f%% of H100 bf16 peak)  %8.1f GB/s (min bytes)\n", name, ms, tf,
@@ -258,19 +244,19 @@ int main(int argc, char** argv) {
     LAUNCH(naive_attention_kernel, ceil_div(B * NH * T, 128), 128, 0, 0, out, lse, qkv, B, T, NH, HS);
     cudaCheckLast();
     check_against("naive", out, lse, out0, lse0, T, NH, HS);
-    float ms_naive = time_ms([&] { LAUNCH(naive_attention_kernel, ceil_div(B * NH * T, 128), 128, 0, 0, out, lse, qkv, B, T, NH, HS); }, 2);
+    float ms_naive = dev_time_ms([&] { LAUNCH(naive_attention_kernel, ceil_div(B * NH * T, 128), 128, 0, 0, out, lse, qkv, B, T, NH, HS); }, 2);
 
     CublasAttn cb(B, T, NH, HS);
     cb.forward(out, lse, qkv);
     check_against("cublas", out, lse, out0, lse0, T, NH, HS);
-    float ms_cublas = time_ms([&] { cb.forward(out, lse, qkv); }, iters);
+    float ms_cublas = dev_time_ms([&] { cb.forward(out, lse, qkv); }, iters);
 
     cuda_attention_forward(out, lse, qkv, B, T, C, NH);
     check_against("flash", out, lse, out0, lse0, T, NH, HS);
-    float ms_flash = time_ms([&] { cuda_attention_forward(out, lse, qkv, B, T, C, NH); }, iters);
-    float ms_flash_bwd = time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    float ms_flash = dev_time_ms([&] { cuda_attention_forward(out, lse, qkv, B, T, C, NH); }, iters);
+    float ms_flash_bwd = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
     attention_set_deterministic(0);
-    float ms_flash_bwd_atomic = time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    float ms_flash_bwd_atomic = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
     attention_set_deterministic(1);
     cudaCheck(cudaDeviceSynchronize());
 

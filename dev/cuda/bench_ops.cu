@@ -10,25 +10,13 @@
 #include <string.h>
 #include <vector>
 #include <cuda_runtime.h>
-#include "ops.h"
-#include "cuda/common.cuh"
+#include "common.cuh"   // dev/cuda: dev_time_ms
 
-static cudaEvent_t ev0, ev1;
 static int g_reps;   // --reps / --small: the same count for every op (0: each op's default)
 
-// runs fn `reps` times after one warm-up call and returns milliseconds per call
+// milliseconds per call of fn: one warm-up call, then `reps` timed ones (--reps overrides)
 template <typename F>
-static float time_ms(F fn, int reps = 20) {
-    if (g_reps > 0) reps = g_reps;
-    fn();
-    cudaCheck(cudaEventRecord(ev0));
-    for (int i = 0; i < reps; i++) fn();
-    cudaCheck(cudaEventRecord(ev1));
-    cudaCheck(cudaEventSynchronize(ev1));
-    float ms = 0.0f;
-    cudaCheck(cudaEventElapsedTime(&ms, ev0, ev1));
-    return ms / reps;
-}
+static float time_ms(F fn, int reps = 20) { return dev_time_ms(fn, g_reps > 0 ? g_reps : reps); }
 
 static void report(const char* name, float ms, double bytes, double flops) {
     if (flops > 0) printf("%-44s %9.3f ms  %8.1f TFLOP/s\n", name, ms, flops / (ms * 1e-3) / 1e12);
@@ -74,8 +62,6 @@ int main(int argc, char** argv) {
     const int N = B * T;
     ops_init(0);
     printf("%s, B=%d T=%d C=%d NH=%d Vp=%d, AdamW over %zu\n", ops_backend_name(), B, T, C, NH, Vp, np);
-    cudaCheck(cudaEventCreate(&ev0));
-    cudaCheck(cudaEventCreate(&ev1));
     const double bf = sizeof(floatX);
 
     floatX* wte = rand_bf16((size_t)Vp * C, 0.1f);
@@ -142,7 +128,5 @@ int main(int argc, char** argv) {
     float* fbufs[] = {mean, rstd, lse, losses, master, m, v};
     for (float* p : fbufs) ops_free(p);
     ops_free(dtok);
-    cudaCheck(cudaEventDestroy(ev0));
-    cudaCheck(cudaEventDestroy(ev1));
     return 0;
 }
