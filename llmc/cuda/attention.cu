@@ -489,6 +489,9 @@ int attention_flash_supported(int HS) { return HS % 16 == 0 && HS >= 16 && HS <=
 
 static int g_deterministic = 1;
 extern "C" void attention_set_deterministic(int on) { g_deterministic = on != 0; }
+// ops_set_deterministic lives here, not in backend.cu: attention backward is the only op with a
+// faster non-deterministic variant (and a program that never runs attention need not link it)
+extern "C" void cuda_ops_set_deterministic(int on) { attention_set_deterministic(on); }
 extern "C" int attention_get_deterministic(void) { return g_deterministic; }
 
 // Dynamic shared memory above the default 48 KB must be allowed per kernel, once.

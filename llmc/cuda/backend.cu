@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include "cuda/common.cuh"
 #include "cuda/gemm.cuh"
-#include "cuda/attention.cuh"
 #include "cuda/ops_cuda.h"
 
 // ----------------------------------------------------------------------------
@@ -87,8 +86,6 @@ extern "C" void cuda_ops_to_host(void* dst_host, const void* src, size_t bytes) 
     if (bytes) cudaCheck(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost));
 }
 extern "C" void cuda_ops_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
-// the only op with a faster non-deterministic variant: attention backward (attention.cuh)
-extern "C" void cuda_ops_set_deterministic(int on) { attention_set_deterministic(on); }
 
 // ----------------------------------------------------------------------------
 // casts (round to nearest even on the way to bf16)
