@@ -14,6 +14,15 @@
 // bit-identical dequantized weights (the reference keeps bitsandbytes off its bf16 CPU shortcut,
 // see dev/gen_qlora_ref.py), so the only differences are GEMM summation orders: observed ~1.5e-7
 // on logits, ~5e-9 on gradients, <1e-6 on the losses.
+//
+// Builds: as C on the CPU backend (the figures above); test/test_qlora.cu includes this file for
+// the CUDA backend, run in CI under the CUDA-on-CPU harness and, as test_qlora_gpu, on a real GPU
+// (mk/gpucheck.mk). There the dequantized weights, activations and adapters are bf16, so the
+// tolerances are test_gpt2.c's bf16 ones (relative to the largest magnitude of each reference):
+// logits 2e-2, loss 5e-3 nats, gradients 2.5e-2, step losses 5e-3, grad norms 2e-2 relative
+// (measured under the harness: loss 1.4e-4, step losses 3.8e-4, logits and gradients well inside);
+// the NF4 bytes and the host dequantization stay exact, and nf4_dequantize_op gives them rounded
+// to bf16 bit for bit.
 #include "test.h"
 #include "ref.h"
 #include "../llmc/gpt2.h"
@@ -23,9 +32,24 @@
 #include "../llmc/optimizer.h"
 #include "../llmc/safetensors.h"
 #include "../llmc/check.h"
+#include "../llmc/bf16.h"
 
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define QREF "test/ref/qlora_tiny"
+
+#if defined(LLMC_CUDA)
+static const double TOL_LOGITS = 2e-2, TOL_LOGITS_REL = 0.0, TOL_LOSS = 5e-3, TOL_GRAD = 2.5e-2, TOL_GRAD_REL = 0.0;
+static const double TOL_STEP_LOSS = 5e-3, TOL_NORM = 2e-2;
+#else
+static const double TOL_LOGITS = 1e-5, TOL_LOGITS_REL = 1e-5, TOL_LOSS = 2e-6, TOL_GRAD = 1e-4, TOL_GRAD_REL = 1e-3;
+static const double TOL_STEP_LOSS = 1e-5, TOL_NORM = 1e-3;
+#endif
+
+// x as the backend stores a floatX: rounded to bf16 on CUDA, unchanged on the CPU
+static void as_stored(float* x, size_t n) {
+    if (sizeof(floatX) == 2)
+        for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(bf16_from_f32(x[i]));
+}
 
 static GPT2Config g_cfg;
 static ParamTable g_pt;
@@ -87,6 +111,7 @@ static void test_quantization(void) {
     const size_t ranges[3][2] = {{0, 256}, {3, 17}, {255, 1}};
     for (int k = 0; k < 3; k++) {
         nf4_dequantize_rows(t, (int64_t)ranges[k][0], (int64_t)(ranges[k][0] + ranges[k][1]), a);
+        as_stored(a, ranges[k][1] * 64);
         nf4_dequantize_op(d, ours->dev[2 * ours->L + 1], ranges[k][0], ranges[k][1]);
         ops_download_f32(b, d, ranges[k][1] * 64);
         TEST_CHECK(!memcmp(a, b, ranges[k][1] * 64 * sizeof(float)), "nf4_dequantize_op rows [%zu, +%zu)", ranges[k][0], ranges[k][1]);
@@ -97,7 +122,11 @@ static void test_quantization(void) {
     gpt2_get_params(&m, h);
     qlora_dequant_host(ours, &g_pt, PT_ATTPROJW, a);
     TEST_CHECK(!memcmp(h + g_pt.t[PT_ATTPROJW].offset, a, g_pt.t[PT_ATTPROJW].numel * sizeof(float)), "get_params dequantizes");
-    TEST_CHECK(!memcmp(h + g_pt.t[PT_WTE].offset, g_base + g_pt.t[PT_WTE].offset, g_pt.t[PT_WTE].numel * sizeof(float)), "get_params wte");
+    float* wte = (float*)mallocCheck(g_pt.t[PT_WTE].numel * sizeof(float));
+    memcpy(wte, g_base + g_pt.t[PT_WTE].offset, g_pt.t[PT_WTE].numel * sizeof(float));
+    as_stored(wte, g_pt.t[PT_WTE].numel);
+    TEST_CHECK(!memcmp(h + g_pt.t[PT_WTE].offset, wte, g_pt.t[PT_WTE].numel * sizeof(float)), "get_params wte");
+    free(wte);
     double err = 0, ref = 0;
     for (size_t i = 0; i < g_pt.t[PT_QKVW].numel; i++) {
         size_t o = g_pt.t[PT_QKVW].offset + i;
@@ -138,14 +167,14 @@ static void test_set(const char* name) {
     float* want = ref_read(&ref, "logits", &nl);
     char what[400];
     snprintf(what, sizeof(what), "%s logits vs PEFT on Linear4bit", name);
-    test_allclose(what, logits, want, nl, 1e-5, 1e-5 * ref_max_abs(want, nl));
+    test_allclose(what, logits, want, nl, TOL_LOGITS_REL, TOL_LOGITS * ref_max_abs(want, nl));
     free(want); free(logits);
     gpt2_zero_grads(&m);
     long nv;
     double loss = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv) / (double)nv;
     gpt2_backward(&m);
     float* rl = ref_read(&ref, "loss", NULL);
-    TEST_CHECK(fabs(loss - rl[0]) < 2e-6, "%s loss %.7f vs PEFT %.7f", name, loss, rl[0]);
+    TEST_CHECK(fabs(loss - rl[0]) < TOL_LOSS, "%s loss %.7f vs PEFT %.7f", name, loss, rl[0]);
     printf("%s: loss %.7f (PEFT+bnb %.7f, diff %.2e)\n", name, loss, rl[0], fabs(loss - rl[0]));
     free(rl);
     float* g = (float*)mallocCheck(lm->total * sizeof(float));
@@ -160,7 +189,7 @@ static void test_set(const char* name) {
             float* wg = ref_read(&ref, key, &n);
             TEST_CHECK(n == (size_t)a->rank * (w ? a->out : a->in), "%s size", key);
             snprintf(what, sizeof(what), "%s %s", name, key);
-            test_allclose(what, g + (w ? a->b_off : a->a_off), wg, n, 1e-3, 1e-4 * ref_max_abs(wg, n) + 1e-7);
+            test_allclose(what, g + (w ? a->b_off : a->a_off), wg, n, TOL_GRAD_REL, TOL_GRAD * ref_max_abs(wg, n) + 1e-7);
             free(wg);
         }
     }
@@ -178,7 +207,7 @@ static void test_set(const char* name) {
     logits = test_logits(&mm);
     want = ref_read(&ref, "merged_logits", &nl);
     snprintf(what, sizeof(what), "%s merged into dequant(quant(W)): logits", name);
-    test_allclose(what, logits, want, nl, 1e-5, 1e-5 * ref_max_abs(want, nl));
+    test_allclose(what, logits, want, nl, TOL_LOGITS_REL, TOL_LOGITS * ref_max_abs(want, nl));
     free(want); free(logits); free(merged);
     gpt2_free(&mm);
 
@@ -206,9 +235,9 @@ static void test_set(const char* name) {
     }
     printf("%s: 10 steps: loss %.6f -> %.6f (PEFT+bnb %.6f -> %.6f)\n", name, losses[0], losses[steps - 1], ref_losses[0], ref_losses[steps - 1]);
     snprintf(what, sizeof(what), "%s 10 AdamW step losses", name);
-    test_allclose(what, losses, ref_losses, (size_t)steps, 0.0, 1e-5);
+    test_allclose(what, losses, ref_losses, (size_t)steps, 0.0, TOL_STEP_LOSS);
     snprintf(what, sizeof(what), "%s 10 AdamW step grad norms", name);
-    test_allclose(what, norms, ref_norms, (size_t)steps, 1e-3, 1e-6);
+    test_allclose(what, norms, ref_norms, (size_t)steps, TOL_NORM, 1e-6);
     opt_free(&opt);
     free(ref_losses); free(ref_norms); free(p0);
     gpt2_free(&m);
