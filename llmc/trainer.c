@@ -13,6 +13,7 @@
 #include "generate.h"
 #include "gpt2.h"
 #include "lora.h"
+#include "mfu.h"
 #include "model_io.h"
 #include "ops.h"
 #include "optimizer.h"
@@ -738,6 +739,13 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         if (!r->log) fatal("check that --out is writable", "cannot open '%s' for writing", lp);
     }
 
+    // model FLOPs of one step on this rank, and the device's peak (0: unknown, MFU "n/a")
+    const double step_flops = mfu_flops_per_token(total_params, r->lora != NULL, r->lora ? r->lora->n_trainable : 0, cfg.num_layers,
+                                                  cfg.channels, a->seq_len) * (double)a->total_batch_tokens / (double)r->world;
+    const char* peak_model = NULL;
+    const double peak_flops = mfu_peak_bf16_flops(ops_backend_name(), &peak_model);
+    if (peak_flops > 0) say(r, "mfu: %.3g TFLOP per step per rank, peak %.1f TFLOP/s bf16 (%s)\n", step_flops / 1e12, peak_flops / 1e12, peak_model);
+
     // ---- loop
     const int B = a->batch_size, T = a->seq_len;
     const size_t BT = (size_t)B * T;
@@ -805,12 +813,21 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         }
         r->step++;
         steps_this_run++;
+        // the step ends when the device has finished its work (the optimizer's kernels are
+        // asynchronous on CUDA): the time is everything the user waits for
+        ops_synchronize();
         double ms = (now_s() - t0) * 1000.0;
         double tps = (double)a->total_batch_tokens / (ms / 1000.0);
-        say(r, "step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n",
-               r->step, a->steps, loss, lr, norm, ms, tps);
-        run_log_json(r, "{\"step\": %ld, \"train_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f%s}",
-                     r->step, loss, lr, norm, ms, tps, bad ? ", \"skipped\": true" : "");
+        double tflops = step_flops / (ms / 1000.0) / 1e12;
+        char mfu[32] = "n/a";
+        if (peak_flops > 0) snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * tflops * 1e12 / peak_flops);
+        say(r, "step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.1f TFLOP/s | MFU %s\n",
+               r->step, a->steps, loss, lr, norm, ms, tps, tflops, mfu);
+        char mfu_json[32] = "null";
+        if (peak_flops > 0) snprintf(mfu_json, sizeof(mfu_json), "%.4f", tflops * 1e12 / peak_flops);
+        run_log_json(r, "{\"step\": %ld, \"train_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f, "
+                        "\"tflops\": %.3f, \"mfu\": %s%s}",
+                     r->step, loss, lr, norm, ms, tps, tflops, mfu_json, bad ? ", \"skipped\": true" : "");
         // every rank must stop at the same step: agree on the signal flag
         double sig = (double)g_stop_signal;
         if (r->world > 1) comm_allreduce_max_f64(&r->comm, &sig, 1);
