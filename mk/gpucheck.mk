@@ -115,3 +115,12 @@ gpucheck-emu: $(GPUCHECK_EMU_TARGETS)
 gpu-check-emulated: gpucheck-emu
 	BUILD=$(BUILD) bash scripts/gpu_check.sh --emulated --bin $(GPUCHECK_EMU_DIR) --out $(BUILD)/gpucheck-emu-report
 .PHONY: gpucheck-emu gpu-check-emulated
+
+# `make test`: the emulated check end to end (plain pass; the SAN pass skips it)
+ifeq ($(NO_CUDA_HARNESS),1)
+else ifeq ($(HAVE_CUDA_HEADERS),1)
+TEST_SCRIPTS += test/test_gpu_check.sh
+ifeq ($(SAN),)
+test-build: gpucheck-emu
+endif
+endif

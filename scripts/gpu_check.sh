@@ -32,7 +32,7 @@
 #   kernels   the dev/cuda kernel programs (checks vs a CPU reference, GB/s, TFLOP/s vs the peaks)
 #   sanitize  compute-sanitizer memcheck, initcheck, racecheck, synccheck on the test programs
 # Every item records pass / fail / timeout / skip with the reason, and the check goes on after a
-# failure. Time: about 9 minutes for env..torch, 8 more for kernels and sanitize on an H100. An
+# failure; the exit status is 0 when nothing failed or timed out, 1 otherwise (2: bad options). Time: about 9 minutes for env..torch, 8 more for kernels and sanitize on an H100. An
 # item that cannot finish inside --budget (default 540 s, under a 10-minute command) is recorded
 # as skipped for the time budget; running the check again with the same --out runs only those
 # (and anything not yet run), keeping the other results (--redo starts over). Each command of an
@@ -77,7 +77,8 @@ for s in ${SECTIONS//,/ }; do
 done
 if [ "$EMULATED" = 1 ]; then BIN=${BIN:-build/gpucheck-emu}; OUT=${OUT:-${BUILD:-build}/gpucheck-emu-report}
 else BIN=${BIN:-build/gpu-bundle}; OUT=${OUT:-gpu-report}; fi
-BIN=$(cd "$BIN" 2>/dev/null && pwd) || { echo "error: gpu_check.sh: the program folder '$BIN' (--bin) does not exist; build it with $( [ "$EMULATED" = 1 ] && echo 'make gpu-check-emulated' || echo 'make gpu-bundle')" >&2; exit 2; }
+BIN_ARG=$BIN
+BIN=$(cd "$BIN" 2>/dev/null && pwd) || { echo "error: gpu_check.sh: the program folder '$BIN_ARG' (--bin) does not exist; build it with $( [ "$EMULATED" = 1 ] && echo 'make gpu-check-emulated' || echo 'make gpu-bundle')" >&2; exit 2; }
 mkdir -p "$OUT/logs" || { echo "error: gpu_check.sh: cannot create the report folder '$OUT' (--out)" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
 RESULTS="$OUT/results.jsonl"
@@ -257,6 +258,7 @@ ensure_base() {  # the frozen base of the LoRA runs: a randomly initialised GPT-
   else BASE_FAILED=1; record train base_model fail "could not save the LoRA base: $(grep -m1 -E 'error|fatal' "$log" | cut -c1-200)" $(($(date +%s) - t0)) logs/train/base_model.log; fi
   [ -f "$LORA_BASE" ]
 }
+MEM_PID=""
 mem_poll_start() {
   MEM_PID=""
   [ "$EMULATED" = 1 ] && return 0
@@ -316,6 +318,8 @@ section_train() {
       else
         record train "${mode}_determinism" fail "B=$b: the two runs differ: $(diff <(losses_of "$a") <(losses_of "$r") | head -n 3 | tr '\n' ' ')" 0
       fi
+    elif ! have_result train "${mode}_b${b}_repeat" || ! have_result train "${mode}_b$b"; then
+      record train "${mode}_determinism" skip "time budget: the runs of B=$b did not fit (run again with the same --out)" 0
     else
       record train "${mode}_determinism" skip "a run of B=$b did not complete" 0
     fi
@@ -384,6 +388,6 @@ section_sanitize() {
 for s in env tests train torch kernels sanitize; do
   if want "$s"; then "section_$s"; fi
 done
-mem_poll_stop 2>/dev/null
+mem_poll_stop
 echo "gpu_check: $(( $(date +%s) - START ))s; writing the report"
 "$PY" "$ROOT/scripts/gpu_report.py" "$OUT"

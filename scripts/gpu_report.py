@@ -4,6 +4,8 @@ of a key wins) and the logs it names, writes DIR/report.md and DIR/report.json. 
 library only (CI has no ML stack).
 
   python3 scripts/gpu_report.py DIR
+
+Exit status: 0 when no item failed or timed out, 1 when one did, 2 when DIR has no results.
 """
 import json, os, re, statistics, sys
 
@@ -401,7 +403,7 @@ def main():
     c = rep["summary"]
     print("report: %s/report.md (%s)" % (d, ", ".join("%s %d/%d/%d/%d" % (s, c[s]["pass"], c[s]["fail"], c[s]["timeout"], c[s]["skip"])
                                                       for s, _ in SECTIONS)) + " [pass/fail/timeout/skip]")
-    return 0
+    return 1 if any(c[s]["fail"] or c[s]["timeout"] for s, _ in SECTIONS) else 0
 
 
 if __name__ == "__main__":
