@@ -39,6 +39,14 @@ $(BUILD)/test/test_qlora_gpu: test/test_qlora.cu test/test_qlora.c $(CUDA_ALL_OB
 	$(NVCC) $(NVCC_ENTRY_FLAGS) -c $< -o $@.o
 	$(CXX) $@.o $(CUDA_ALL_OBJS) -o $@ $(CUDA_LINK_LIBS)
 
+# `make cuda-check` (nvcc -Werror for sm_80 + sm_90) covers them too, as the CUDA build compiles them
+GPUCHECK_NVCC_CHECK := $(NVCC_CHECK_DIR)/test/test_lora.o $(NVCC_CHECK_DIR)/test/test_qlora.o
+$(GPUCHECK_NVCC_CHECK): $(NVCC_CHECK_DIR)/%.o: %.cu test/test_lora.c test/test_qlora.c $(wildcard test/*.h llmc/*.h)
+	@mkdir -p $(dir $@)
+	@echo "nvcc $<"
+	@$(NVCC) $(NVCC_CHECK_FLAGS) -DLLMC_CUDA -c $< -o $@ > $@.log 2>&1 || { cat $@.log; rm -f $@; exit 1; }
+cuda-check: $(GPUCHECK_NVCC_CHECK)
+
 test-lora-gpu: $(BUILD)/test/test_lora_gpu $(BUILD)/test/test_qlora_gpu
 	$(BUILD)/test/test_lora_gpu && $(BUILD)/test/test_qlora_gpu
 .PHONY: test-lora-gpu

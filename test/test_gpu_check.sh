@@ -50,7 +50,7 @@ n=$(q "$J" "len(r['kernel_times'])"); c=$(q "$J" "sum(1 for c in r['kernel_check
 [ "$(status_of kernels/attention_bench)" = skip ] && ok "attention_bench skipped (cuBLAS baseline)" || bad "attention_bench: $(status_of kernels/attention_bench)"
 
 n=$(q "$J" "sum(1 for s in r['sanitize'] if s['status'] == 'skip' and 'emulated' in s['reason'])")
-[ "$n" = 32 ] && ok "32 compute-sanitizer items skipped: emulated" || bad "sanitizer items skipped as emulated: $n"
+[ "$n" = 22 ] && ok "22 compute-sanitizer items skipped: emulated" || bad "sanitizer items skipped as emulated: $n"
 [ "$(status_of env/gpu_info)" = pass ] && [ "$(status_of env/nvidia_smi)" = skip ] && ok "env: gpu_info runs, nvidia-smi skipped" \
   || bad "env: gpu_info $(status_of env/gpu_info), nvidia_smi $(status_of env/nvidia_smi)"
 if "$PY" -c 'import torch, transformers, peft' 2>/dev/null; then

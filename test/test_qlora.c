@@ -171,7 +171,9 @@ static void test_set(const char* name) {
     free(want); free(logits);
     gpt2_zero_grads(&m);
     long nv;
-    double loss = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv) / (double)nv;
+    // (two statements: the operands of / are unsequenced, nv must be read after the call)
+    double loss = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv);
+    loss /= (double)nv;
     gpt2_backward(&m);
     float* rl = ref_read(&ref, "loss", NULL);
     TEST_CHECK(fabs(loss - rl[0]) < TOL_LOSS, "%s loss %.7f vs PEFT %.7f", name, loss, rl[0]);
