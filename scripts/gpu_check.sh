@@ -85,7 +85,8 @@ RESULTS="$OUT/results.jsonl"
 if [ "$REPORT_ONLY" = 1 ]; then exec "$PY" "$ROOT/scripts/gpu_report.py" "$OUT"; fi
 if [ "$REDO" = 1 ]; then rm -rf "$OUT/logs" "$RESULTS" "$OUT/runs.jsonl"; mkdir -p "$OUT/logs"; fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpucheck.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+MEM_PID=""
+trap 'mem_poll_stop; rm -rf "$WORK"' EXIT
 START=$(date +%s); DEADLINE=$((START + BUDGET))
 MODE_NAME=$([ "$EMULATED" = 1 ] && echo emulated || echo gpu)
 
@@ -251,14 +252,14 @@ ensure_base() {  # the frozen base of the LoRA runs: a randomly initialised GPT-
   [ -f "$LORA_BASE" ] && return 0
   [ "$BASE_FAILED" = 1 ] && return 1
   # (recorded, but not kept across runs like the other items: a new run saves it again)
-  local log="$OUT/logs/train/base_model.log" t0; t0=$(date +%s)
-  timeout -k 10 300 "$BIN/train_gpt2" --model d12 --train-data "$WORK/train.bin" --batch-size 1 --seq-len 64 \
+  local log="$OUT/logs/train/base_model.log" t0 l; t0=$(date +%s); l=$(left)
+  [ "$l" -lt 30 ] && return 1
+  timeout -k 10 $((l < 300 ? l : 300)) "$BIN/train_gpt2" --model d12 --train-data "$WORK/train.bin" --batch-size 1 --seq-len 64 \
       --steps 1 --lr 0 --save-format llmc --out "$WORK/base" > "$log" 2>&1
   if [ -f "$LORA_BASE" ]; then record train base_model pass "saved for the LoRA runs" $(($(date +%s) - t0)) logs/train/base_model.log
   else BASE_FAILED=1; record train base_model fail "could not save the LoRA base: $(grep -m1 -E 'error|fatal' "$log" | cut -c1-200)" $(($(date +%s) - t0)) logs/train/base_model.log; fi
   [ -f "$LORA_BASE" ]
 }
-MEM_PID=""
 mem_poll_start() {
   MEM_PID=""
   [ "$EMULATED" = 1 ] && return 0
@@ -306,7 +307,12 @@ section_train() {
   local mode b
   for mode in full lora qlora; do
     mode_pending "$mode" || { printf '  %-9s %-34s (kept from the earlier run)\n' train "$mode runs"; continue; }
-    if [ "$mode" != full ] && ! ensure_base; then continue; fi
+    if [ "$mode" != full ] && ! ensure_base; then
+      local why="time budget: no time left to save the LoRA base (run again with the same --out)"
+      [ "$BASE_FAILED" = 1 ] && why="the LoRA base could not be saved (train/base_model)"
+      for b in $BATCHES; do have_result train "${mode}_b$b" || record train "${mode}_b$b" skip "$why" 0; done
+      continue
+    fi
     for b in $BATCHES; do train_one "$mode" "$b"; done
     # determinism: the smallest batch again, the same losses and norms step for step
     b=${BATCHES%% *}
