@@ -19,8 +19,9 @@
 // the CUDA backend, run in CI under the CUDA-on-CPU harness and, as test_qlora_gpu, on a real GPU
 // (mk/gpucheck.mk). There the dequantized weights, activations and adapters are bf16, so the
 // tolerances are test_gpt2.c's bf16 ones (relative to the largest magnitude of each reference):
-// logits 2e-2, loss 5e-3 nats, gradients 2.5e-2, step losses 5e-3, grad norms 2e-2 relative
-// (measured under the harness: loss 1.4e-4, step losses 3.8e-4, logits and gradients well inside);
+// logits 2e-2, loss 5e-3 nats, step losses 5e-3, grad norms 2e-2 relative, and test_lora.c's 6e-2
+// for the adapter gradients (the LoRA branch's extra bf16 roundings; measured under the harness:
+// adapter gradients up to 2.3e-2, loss 1.4e-4, step losses 3.8e-4);
 // the NF4 bytes and the host dequantization stay exact, and nf4_dequantize_op gives them rounded
 // to bf16 bit for bit.
 #include "test.h"
@@ -38,7 +39,7 @@
 #define QREF "test/ref/qlora_tiny"
 
 #if defined(LLMC_CUDA)
-static const double TOL_LOGITS = 2e-2, TOL_LOGITS_REL = 0.0, TOL_LOSS = 5e-3, TOL_GRAD = 2.5e-2, TOL_GRAD_REL = 0.0;
+static const double TOL_LOGITS = 2e-2, TOL_LOGITS_REL = 0.0, TOL_LOSS = 5e-3, TOL_GRAD = 6e-2, TOL_GRAD_REL = 0.0;
 static const double TOL_STEP_LOSS = 5e-3, TOL_NORM = 2e-2;
 #else
 static const double TOL_LOGITS = 1e-5, TOL_LOGITS_REL = 1e-5, TOL_LOSS = 2e-6, TOL_GRAD = 1e-4, TOL_GRAD_REL = 1e-3;
