@@ -58,16 +58,6 @@ void ckpt_read_state_header(const char* path, StateHeader* hdr) {
                                        path, (long long)file_size(path), (long long)want);
 }
 
-void ckpt_read_state_body(const char* path, const StateHeader* hdr, float* m, float* v, float* master) {
-    size_t n = (size_t)(hdr->h[SH_END] - hdr->h[SH_BEGIN]);
-    FILE* fp = fopenCheck(path, "rb");
-    fseekCheck(fp, 1024, SEEK_SET, path);
-    freadCheck(m, sizeof(float), n, fp, path);
-    freadCheck(v, sizeof(float), n, fp, path);
-    if (hdr->h[SH_HAS_MASTER] && master) freadCheck(master, sizeof(float), n, fp, path);
-    fclose(fp);
-}
-
 size_t ckpt_read_state_overlap(const char* path, const StateHeader* hdr, size_t begin, size_t end,
                                float* m, float* v, float* master) {
     size_t fb = (size_t)hdr->h[SH_BEGIN], fe = (size_t)hdr->h[SH_END], n = fe - fb;
@@ -86,7 +76,7 @@ size_t ckpt_read_state_overlap(const char* path, const StateHeader* hdr, size_t 
 }
 
 void ckpt_write_done(const char* dir, long step) {
-    char path[4200];
+    char path[LLMC_PATH_MAX];
     ckpt_path(path, sizeof(path), dir, "DONE", step, 0);
     atomic_write_file(path, "", 0);
 }
@@ -105,7 +95,7 @@ void ckpt_prune(const char* dir, int keep, int world) {
     // sort descending, drop everything after the newest `keep`
     for (int i = 0; i < n; i++) for (int j = i + 1; j < n; j++) if (steps[j] > steps[i]) { long t = steps[i]; steps[i] = steps[j]; steps[j] = t; }
     for (int i = keep; i < n; i++) {
-        char p[4200];
+        char p[LLMC_PATH_MAX];
         // the marker goes first, so a crash mid-prune never leaves a "complete" checkpoint with files missing
         ckpt_path(p, sizeof(p), dir, "DONE", steps[i], 0); unlink(p);
         ckpt_path(p, sizeof(p), dir, "model", steps[i], 0); unlink(p);

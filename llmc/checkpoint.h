@@ -39,7 +39,6 @@ void ckpt_path(char* out, size_t cap, const char* dir, const char* kind, long st
 void ckpt_write_state(const char* path, const StateHeader* hdr, const float* m, const float* v, const float* master);
 // Reads the header; validates magic and version and that the file size matches.
 void ckpt_read_state_header(const char* path, StateHeader* hdr);
-void ckpt_read_state_body(const char* path, const StateHeader* hdr, float* m, float* v, float* master);
 // Copy the part of the file's range [SH_BEGIN, SH_END) that overlaps [begin, end) into m, v and
 // master (arrays indexed from begin; master may be NULL). Returns the number of elements copied.
 // Used to re-shard optimizer state when resuming with a different number of ranks or ZeRO stage.

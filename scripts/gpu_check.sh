@@ -20,9 +20,9 @@
 # Sections, in the order they run (the most valuable first); --sections picks some (comma list):
 #   env       nvidia-smi, driver, CUDA runtime / cuBLASLt / NCCL versions (gpu_info), the
 #             libraries resolved, PyTorch version, the device's peak bf16 FLOP/s and bandwidth
-#   tests     every GPU test program: each kernel vs the CPU backend (test_cuda_ops_gpu, NF4,
-#             KV-cache attention), flash attention vs the CPU, GPT-2 vs transformers, LoRA vs PEFT,
-#             QLoRA vs bitsandbytes + PEFT (test_*_gpu)
+#   tests     every GPU test program: each op vs the CPU backend (test_cuda_ops_gpu), flash
+#             attention in depth vs the CPU backend, GPT-2 vs transformers, LoRA vs PEFT, QLoRA vs
+#             bitsandbytes + PEFT (test_*_gpu)
 #   train     train_gpt2 / train_lora / train_lora --qlora (r=8 on c_attn) at GPT-2 124M shapes,
 #             T=1024, B in {8, 16, 32}: ms/step, tokens/s, TFLOP/s, MFU, peak device memory; the
 #             B=8 runs twice: identical losses and norms step for step (--deterministic 1)
@@ -39,12 +39,12 @@
 # item has its own time limit.
 #
 # Without a GPU (CI: `make test` runs it through test/test_gpu_check.sh):
-#      scripts/gpu_check.sh --emulated [--bin build/gpucheck-emu]
-#    runs the same sections against the CUDA-on-CPU harness builds of the same programs (make
-#    gpu-check-emulated gathers them) at small shapes (the tiny test GPT-2, T=64); nvidia-smi and
+#      make gpucheck-emu && scripts/gpu_check.sh --emulated     (or: make gpu-check-emulated)
+#    runs the same sections against the CUDA-on-CPU harness builds of the same programs (linked
+#    under the bundle's names in build/cpu/gpucheck-emu/) at small shapes (the tiny test GPT-2, T=64); nvidia-smi and
 #    compute-sanitizer items say "skipped: emulated", PyTorch runs on the CPU if it is installed.
 #
-# Other options: --bin DIR (the programs; default build/gpu-bundle, emulated build/gpucheck-emu),
+# Other options: --bin DIR (the programs; default build/gpu-bundle, emulated build/cpu/gpucheck-emu),
 # --report-only (rebuild the report from DIR's results), --python PY (default python3).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -75,7 +75,7 @@ for s in ${SECTIONS//,/ }; do
     *) echo "error: gpu_check.sh: unknown section '$s' in --sections (env, tests, train, torch, kernels, sanitize)" >&2; exit 2 ;;
   esac
 done
-if [ "$EMULATED" = 1 ]; then BIN=${BIN:-build/gpucheck-emu}; OUT=${OUT:-${BUILD:-build}/gpucheck-emu-report}
+if [ "$EMULATED" = 1 ]; then BIN=${BIN:-build/cpu/gpucheck-emu}; OUT=${OUT:-build/cpu/gpucheck-emu-report}
 else BIN=${BIN:-build/gpu-bundle}; OUT=${OUT:-gpu-report}; fi
 BIN_ARG=$BIN
 BIN=$(cd "$BIN" 2>/dev/null && pwd) || { echo "error: gpu_check.sh: the program folder '$BIN_ARG' (--bin) does not exist; build it with $( [ "$EMULATED" = 1 ] && echo 'make gpu-check-emulated' || echo 'make gpu-bundle')" >&2; exit 2; }
@@ -223,7 +223,7 @@ except ImportError: print("peft not installed")'
 }
 
 # ---------------------------------------------------------------------------------------------
-TEST_PROGS="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu test_nf4_gpu test_nf4_ops_gpu test_attention_kv_gpu"
+TEST_PROGS="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu"
 section_tests() {
   echo "== tests"
   local p
@@ -378,8 +378,8 @@ section_kernels() {
 # (shared-memory hazards, barrier misuse) on the programs whose kernels share memory across threads
 # (the flash test on its one-shape quick case: racecheck tracks every shared-memory access);
 # initcheck (reads of device memory never written) on every program.
-SAN_ALL="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu test_nf4_gpu test_nf4_ops_gpu test_attention_kv_gpu"
-SAN_SHARED="test_cuda_ops_gpu test_flash_attention_gpu test_attention_kv_gpu"
+SAN_ALL="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu"
+SAN_SHARED="test_cuda_ops_gpu test_flash_attention_gpu"
 section_sanitize() {
   echo "== sanitize"
   local tool p cs progs

@@ -9,7 +9,7 @@
 // minimum bytes moved and achieved TFLOP/s, as report.cuh's lines (scripts/gpu_check.sh's report
 // divides by the device's peak). Exit status 1 when a version does not match the CPU.
 //
-// Build: make flash-bench (mk/flash.mk) -> dev/cuda/build/attention_bench; `make cuda-check`
+// Build: make bench-cuda (mk/bench.mk) -> build/cuda/dev/cuda/attention_bench; `make cuda-check`
 // compiles it too. Run: attention_bench [B T NH HS] (default 8 1024 12 64: GPT-2 124M).
 #include <stdio.h>
 #include <stdlib.h>
