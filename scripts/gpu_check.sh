@@ -4,13 +4,19 @@
 #
 # 1. On a CPU machine with this repository and the CUDA toolkit (no GPU needed):
 #      make gpu-bundle
-#    builds build/gpu-bundle/: portable (ARCH=x86-64-v3), MPI-free CUDA binaries of every program
-#    the check runs (train_gpt2, train_lora, the GPU test programs, the dev/cuda kernel programs,
-#    gpu_info). They need nothing beyond libc/libstdc++, libcudart, libcublasLt, libnccl (and
-#    libcublas for attention_bench), which a GPU machine's CUDA toolkit or PyTorch wheels carry.
+#    builds build/gpu-bundle/ (~90 MB) and the same packed as build/gpu-bundle.tar.xz (~5 MB):
+#    portable (ARCH=x86-64-v3), MPI-free CUDA binaries of every program the check runs
+#    (train_gpt2, train_lora, the GPU test programs, the dev/cuda kernel programs, gpu_info). They
+#    need nothing beyond libc/libstdc++, libcudart, libcublasLt, libnccl (and libcublas for
+#    attention_bench), which a GPU machine's CUDA toolkit or PyTorch wheels carry.
 # 2. Carry the repository's files (the tests read test/ref/, the check reads dev/) and
-#    build/gpu-bundle/ (a few tens of MiB) to the GPU machine, e.g. with the project's device tool:
-#    run(command="scripts/gpu_check.sh --out gpu-report; cp -r gpu-report $OUT/", carry=["build/gpu-bundle"])
+#    build/gpu-bundle.tar.xz to the GPU machine; the check unpacks it when build/gpu-bundle/ is
+#    missing. With the project's device tool, one call:
+#      run(command="scripts/gpu_check.sh --out gpu-report; cp -r gpu-report $OUT/",
+#          carry=["build/gpu-bundle.tar.xz"])
+#    and the same command again (while the machine is warm, gpu-report/ is still there) to run
+#    what the budget left out; or carry=["build/gpu-bundle.tar.xz", "gpu-report"] with the
+#    report fetched back into ./gpu-report.
 # 3. On the GPU machine (NVIDIA driver, CUDA toolkit, python3 with PyTorch; no build, no MPI):
 #      scripts/gpu_check.sh [--out DIR] [--budget SECONDS] [--sections LIST]
 #    It finds libcudart.so.13 / libcublasLt.so.13 / libcublas.so.13 / libnccl.so.2 in the bundle,
@@ -78,6 +84,11 @@ done
 if [ "$EMULATED" = 1 ]; then BIN=${BIN:-build/cpu/gpucheck-emu}; OUT=${OUT:-build/cpu/gpucheck-emu-report}
 else BIN=${BIN:-build/gpu-bundle}; OUT=${OUT:-gpu-report}; fi
 BIN_ARG=$BIN
+# the bundle travels packed: unpack it next to where it is expected
+if [ "$EMULATED" = 0 ] && [[ "$BIN" == *build/gpu-bundle ]] && [ ! -d "$BIN" ] && [ -f "$BIN.tar.xz" ]; then
+  echo "gpu_check: unpacking $BIN.tar.xz"
+  tar -xJf "$BIN.tar.xz" -C "$(dirname "$(dirname "$BIN")")" || { echo "error: gpu_check.sh: cannot unpack '$BIN.tar.xz'" >&2; exit 2; }
+fi
 BIN=$(cd "$BIN" 2>/dev/null && pwd) || { echo "error: gpu_check.sh: the program folder '$BIN_ARG' (--bin) does not exist; build it with $( [ "$EMULATED" = 1 ] && echo 'make gpu-check-emulated' || echo 'make gpu-bundle')" >&2; exit 2; }
 mkdir -p "$OUT/logs" || { echo "error: gpu_check.sh: cannot create the report folder '$OUT' (--out)" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
