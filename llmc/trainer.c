@@ -363,10 +363,11 @@ static void save_checkpoint(Run* r) {
     ckpt_path(path, sizeof(path), dir, "state", r->step, r->rank);
     ckpt_write_state(path, &h, mh, vh, mas);
     free(mh); free(vh); free(mas);
-    comm_barrier(&r->comm); // the checkpoint is complete only when every rank has written its part
+    // the checkpoint is complete only when every rank has written its part: the DONE manifest
+    // (sizes and checksums of every file) is written last
+    ckpt_commit(&r->comm, dir, r->step, r->lora ? "adapter" : "model");
     if (r->rank == 0) {
-        ckpt_write_done(dir, r->step);
-        ckpt_prune(dir, r->a.keep_checkpoints, r->world);
+        ckpt_prune(dir, r->a.keep_checkpoints);
         printf("checkpoint: step %ld written to %s\n", r->step, dir);
     }
     comm_barrier(&r->comm);
@@ -375,8 +376,11 @@ static void save_checkpoint(Run* r) {
 static void restore_checkpoint(Run* r, long step) {
     char path[4200];
     StateHeader h0;
+    ckpt_check_states(r->a.out_dir, step, &h0); // every rank's header, validated and cross-checked
     ckpt_path(path, sizeof(path), r->a.out_dir, "state", step, 0);
-    ckpt_read_state_header(path, &h0);
+    if (h0.h[SH_STEP] > r->a.steps)
+        fatal("raise --steps to continue the run", "the checkpoint in '%s' is at step %lld, beyond --steps %d",
+              r->a.out_dir, (long long)h0.h[SH_STEP], r->a.steps);
     const char* hint = "resume with the same model, --batch-size, --seq-len and --total-batch-tokens as the checkpointed run";
     if (h0.h[SH_MODE] != r->mode) fatal(hint, "'%s' was written by %s, not by this program", path, h0.h[SH_MODE] ? "train_lora" : "train_gpt2");
     if (h0.h[SH_B] != r->a.batch_size || h0.h[SH_T] != r->a.seq_len || h0.h[SH_TOKENS_PER_STEP] != r->a.total_batch_tokens)
@@ -580,6 +584,8 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
             fatal("add --resume to continue that run, or choose another --out",
                   "'%s' holds checkpoints of an earlier run", a->out_dir);
         }
+        if (r->rank == 0) ckpt_clean(a->out_dir); // temporaries and orphans of interrupted runs
+        if (resume_step >= 0) ckpt_verify(&r->comm, a->out_dir, resume_step); // before anything is read
     }
     GPT2Config cfg;
     ParamTable pt;
