@@ -104,7 +104,7 @@ int64_t file_size(const char* path) {
 }
 
 void file_crc32c(const char* path, uint64_t* size, uint32_t* crc) {
-    const size_t chunk = (size_t)4 << 20;
+    const size_t chunk = (size_t)1 << 20;
     unsigned char* buf = (unsigned char*)mallocCheck(chunk);
     FILE* fp = fopenCheck(path, "rb");
     uint64_t n = 0;
