@@ -107,7 +107,10 @@ expect_fail "loss-mask byte 2" "train.mask': mask byte 2 at byte offset 1074 (to
 if command -v mpirun >/dev/null 2>&1; then
   rm -f "$TMP/train.mask"
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
-  [ "${SAN:-}" = "1" ] && export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:print_suppressions=0"
+  if [ "${SAN:-}" = "1" ]; then # MPI's own allocations, as in test_train_mpi.sh
+    export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}:fast_unwind_on_malloc=0"
+    export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:print_suppressions=0"
+  fi
   MPI=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --total-batch-tokens 32 --steps 4 --lr 1e-3 --save-every 2 --threads 1 --save-format none --zero 1)
   if timeout 120 mpirun -np 2 "$T" "${MPI[@]}" --out "$TMP/mpi" --stop-after 2 > "$TMP/mpi.log" 2>&1; then
     grep -q state_00000002_00001.bin "$TMP/mpi/DONE_00000002" && ok "2-rank manifest lists both state files" || bad "2-rank manifest"
