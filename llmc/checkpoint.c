@@ -66,7 +66,6 @@ static void sh_validate(const char* path, const StateHeader* hdr) {
               (long long)h[SH_STEP], (long long)h[SH_OPT_T], (long long)h[SH_SKIPPED]);
     sh_range(path, hdr, SH_DL_EPOCH, 0, INT64_MAX);
     sh_range(path, hdr, SH_DL_SHARD, 0, INT32_MAX);
-    sh_range(path, hdr, SH_DL_CHUNK, 0, INT64_MAX);
     sh_range(path, hdr, SH_TOTAL, 1, CKPT_MAX_ELEMS);
     sh_range(path, hdr, SH_BEGIN, 0, h[SH_TOTAL]);
     sh_range(path, hdr, SH_END, h[SH_BEGIN], h[SH_TOTAL]);
@@ -78,6 +77,8 @@ static void sh_validate(const char* path, const StateHeader* hdr) {
     sh_range(path, hdr, SH_SHUFFLE, 0, 1);
     int64_t micro = h[SH_B] * h[SH_T] * h[SH_WORLD]; // <= 2^16 * 2^20 * 2^17
     sh_range(path, hdr, SH_ACCUM, 1, INT64_MAX / micro);
+    // the data position: chunks of one global micro-batch into a shard, whose token count is an int32
+    sh_range(path, hdr, SH_DL_CHUNK, 0, INT32_MAX / micro);
     if (h[SH_TOKENS_PER_STEP] != micro * h[SH_ACCUM])
         fatal(HINT_CORRUPT, "'%s': header says %lld tokens per step, but batch %lld x %lld x %lld ranks x %lld accumulation = %lld",
               path, (long long)h[SH_TOKENS_PER_STEP], (long long)h[SH_B], (long long)h[SH_T], (long long)h[SH_WORLD],

@@ -210,7 +210,7 @@ static void test_headers(void) {
         { SH_B, 0, "batch_size" }, { SH_T, -16, "seq_len" }, { SH_ACCUM, 0, "accum" }, { SH_ZERO, 3, "zero" },
         { SH_SEED, -1, "seed" }, { SH_SHUFFLE, 2, "shuffle" }, { SH_TOKENS_PER_STEP, 65, "tokens per step" },
         { SH_OPT_T, 3, "updates" }, { (StateField)100, 1, "header word 100" }, { SH_END, INT64_MAX, "end" },
-        { SH_BEGIN, INT64_MIN, "begin" }, { SH_ACCUM, INT64_MAX, "accum" },
+        { SH_BEGIN, INT64_MIN, "begin" }, { SH_ACCUM, INT64_MAX, "accum" }, { SH_DL_CHUNK, 67108864, "dl_chunk" },
     };
     snprintf(a.path, sizeof(a.path), "%s/field.bin", g_dir);
     int nok = 0;
