@@ -9,11 +9,13 @@
 #                                            many inputs (test/fuzz/run.sh; corpus kept in
 #                                            build-fuzz/corpus/, findings in build-fuzz/artifacts/)
 #   make fuzz-long FUZZ_TARGETS=json         ... only some of them
+#   make fuzz-long FUZZ_MAX_SECONDS=600      ... each for at most that long
 FUZZ_CC ?= clang
 FUZZ_DIR := build-fuzz
 FUZZ_NAMES := json safetensors model hf_config shard state peft vocab tokenizer
 FUZZ_TARGETS ?= $(FUZZ_NAMES)
 FUZZ_RUNS ?= 10000000
+FUZZ_MAX_SECONDS ?= 0
 HAVE_FUZZ := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && \
     test -f "$$($(FUZZ_CC) -print-resource-dir 2>/dev/null)/lib/linux/libclang_rt.fuzzer-x86_64.a" && echo 1)
 
@@ -33,7 +35,7 @@ $(FUZZ_DIR)/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz.h $(FUZZ_LIB_OBJS)
 fuzz-build: $(FUZZ_BINS)
 
 fuzz-long: fuzz-build
-	@for t in $(FUZZ_TARGETS); do bash test/fuzz/run.sh $$t --runs $(FUZZ_RUNS) || exit 1; done
+	@for t in $(FUZZ_TARGETS); do bash test/fuzz/run.sh $$t --runs $(FUZZ_RUNS) --max-seconds $(FUZZ_MAX_SECONDS) || exit 1; done
 
 ifeq ($(HAVE_FUZZ),1)
 test-build: fuzz-build

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs one fuzz harness (build-fuzz/fuzz_NAME, built by `make fuzz-build`) from its seed corpus.
 #   run.sh NAME --seconds S   short run on a copy of the corpus (make test), ends with one summary line
-#   run.sh NAME --runs N      long run: N inputs, in chunks of a fresh process each (the harnesses
-#                             leak what a refused parse held, test/fuzz/fuzz.h), the corpus kept
-#                             in build-fuzz/corpus/NAME, findings in build-fuzz/artifacts/NAME
+#   run.sh NAME --runs N [--max-seconds S]
+#                             long run: N inputs (or until S seconds have passed), in chunks of a
+#                             fresh process each (the harnesses leak what a refused parse held,
+#                             test/fuzz/fuzz.h), the corpus kept in build-fuzz/corpus/NAME,
+#                             findings in build-fuzz/artifacts/NAME
 # Exit status non-zero when libFuzzer reports a finding (crash, sanitizer error, leak, timeout, OOM).
 set -u
-name="$1"; mode="$2"; amount="$3"
+name="$1"; mode="$2"; amount="$3"; budget=0
+[ "${4:-}" = "--max-seconds" ] && budget="$5"
 bin="build-fuzz/fuzz_$name"
 [ -x "$bin" ] || { echo "fuzz $name: $bin not built (make fuzz-build)"; exit 1; }
 seeds="test/fuzz/corpus/$name"
@@ -38,9 +41,14 @@ fi
 corpus="build-fuzz/corpus/$name"; art="build-fuzz/artifacts/$name"; log="build-fuzz/fuzz_$name.log"
 mkdir -p "$corpus" "$art"; cp -n "$seeds"/* "$corpus/"; : > "$log"
 total=0; start=$(date +%s)
+limit=()
 while [ "$total" -lt "$amount" ]; do
   n=$(( amount - total < chunk ? amount - total : chunk ))
-  "$bin" "${opts[@]}" -runs="$n" -artifact_prefix="$art/" "$corpus" > "$log.chunk" 2>&1; rc=$?
+  if [ "$budget" -gt 0 ]; then
+    left=$(( budget - ($(date +%s) - start) )); [ "$left" -gt 0 ] || break
+    limit=(-max_total_time="$left")
+  fi
+  "$bin" "${opts[@]}" -runs="$n" "${limit[@]}" -artifact_prefix="$art/" "$corpus" > "$log.chunk" 2>&1; rc=$?
   cat "$log.chunk" >> "$log"
   got=$(stat number_of_executed_units "$log.chunk"); total=$(( total + ${got:-0} ))
   if [ $rc -ne 0 ]; then tail -40 "$log.chunk"; echo "fuzz $name: FINDING after $total runs (exit $rc), see $art/"; exit 1; fi
@@ -48,4 +56,5 @@ while [ "$total" -lt "$amount" ]; do
 done
 rm -f "$log.chunk"
 secs=$(( $(date +%s) - start )); [ $secs -gt 0 ] || secs=1
-echo "fuzz $name: $total runs in ${secs}s ($(( total / secs )) exec/s), corpus $(ls "$corpus" | wc -l) files, findings: $(ls "$art" | wc -l)"
+cut=""; [ "$total" -lt "$amount" ] && cut=" (stopped at the ${budget}s limit)"
+echo "fuzz $name: $total runs in ${secs}s ($(( total / secs )) exec/s)$cut, corpus $(ls "$corpus" | wc -l) files, findings: $(ls "$art" | wc -l)"
