@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "checkpoint.h"
 #include "check.h"
+#include "crc32c.h"
 #include "fileio.h"
 #include "json.h"
 #include <dirent.h>
@@ -196,12 +197,12 @@ void ckpt_commit(Comm* c, const char* dir, long step, const char* main_kind) {
     uint64_t bytes;
     uint32_t crc;
     ckpt_path(path, sizeof(path), dir, "state", step, rank);
-    file_crc32c(path, &bytes, &crc);
+    crc32c_file(path, &bytes, &crc);
     g[2 * (1 + (size_t)rank)] = (int64_t)bytes;
     g[2 * (1 + (size_t)rank) + 1] = crc;
     if (rank == 0) {
         ckpt_path(path, sizeof(path), dir, main_kind, step, 0);
-        file_crc32c(path, &bytes, &crc);
+        crc32c_file(path, &bytes, &crc);
         g[0] = (int64_t)bytes;
         g[1] = crc;
     }
@@ -247,7 +248,7 @@ static void verify_file(const char* dir, long step, const CkptFile* f) {
               path, (long long)size, done, (unsigned long long)f->bytes);
     uint64_t bytes;
     uint32_t crc;
-    file_crc32c(path, &bytes, &crc);
+    crc32c_file(path, &bytes, &crc);
     if (bytes != f->bytes || crc != f->crc)
         fatal(hint, "'%s': checksum mismatch: CRC-32C %08x, but '%s' records %08x (the file changed after it was written: corrupted bytes)",
               path, (unsigned)crc, done, (unsigned)f->crc);

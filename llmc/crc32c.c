@@ -1,4 +1,7 @@
 #include "crc32c.h"
+#include "check.h"
+#include <stdio.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -60,4 +63,24 @@ int crc32c_hw_available(void) { return 0; }
 
 uint32_t crc32c(uint32_t crc, const void* data, size_t n) {
     return crc32c_hw_available() ? crc32c_hw(crc, data, n) : crc32c_sw(crc, data, n);
+}
+
+void crc32c_file(const char* path, uint64_t* size, uint32_t* crc) {
+    const size_t chunk = (size_t)1 << 20;
+    unsigned char* buf = (unsigned char*)mallocCheck(chunk);
+    FILE* fp = fopenCheck(path, "rb");
+    uint64_t n = 0;
+    uint32_t c = 0;
+    for (;;) {
+        size_t got = fread(buf, 1, chunk, fp);
+        c = crc32c(c, buf, got);
+        n += got;
+        if (got < chunk) break;
+    }
+    int err = ferror(fp);
+    fclose(fp);
+    free(buf);
+    if (err) fatal("the file system returned a read error", "'%s': read error while computing its checksum", path);
+    *size = n;
+    *crc = c;
 }

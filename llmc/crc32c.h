@@ -19,6 +19,8 @@ uint32_t crc32c(uint32_t crc, const void* data, size_t n);
 uint32_t crc32c_sw(uint32_t crc, const void* data, size_t n);
 // 1 when crc32c() uses the CPU's CRC instruction.
 int crc32c_hw_available(void);
+// Size and CRC-32C of a whole file, read in 1 MiB chunks; fatal if it cannot be read.
+void crc32c_file(const char* path, uint64_t* size, uint32_t* crc);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,6 @@
 #define _GNU_SOURCE
 #include "fileio.h"
 #include "check.h"
-#include "crc32c.h"
 #include <fcntl.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -101,26 +100,6 @@ int64_t file_size(const char* path) {
     struct stat st;
     if (stat(path, &st) != 0) return -1;
     return (int64_t)st.st_size;
-}
-
-void file_crc32c(const char* path, uint64_t* size, uint32_t* crc) {
-    const size_t chunk = (size_t)1 << 20;
-    unsigned char* buf = (unsigned char*)mallocCheck(chunk);
-    FILE* fp = fopenCheck(path, "rb");
-    uint64_t n = 0;
-    uint32_t c = 0;
-    for (;;) {
-        size_t got = fread(buf, 1, chunk, fp);
-        c = crc32c(c, buf, got);
-        n += got;
-        if (got < chunk) break;
-    }
-    int err = ferror(fp);
-    fclose(fp);
-    free(buf);
-    if (err) fatal("the file system returned a read error", "'%s': read error while computing its checksum", path);
-    *size = n;
-    *crc = c;
 }
 
 char* read_file_all(const char* path, size_t* out_len) {

@@ -33,8 +33,6 @@ int file_exists(const char* path);
 int dir_exists(const char* path);
 // Size of a regular file in bytes, or -1 if it cannot be stat'ed.
 int64_t file_size(const char* path);
-// Size and CRC-32C (llmc/crc32c.h) of a whole file, read in large chunks; fatal if it cannot be read.
-void file_crc32c(const char* path, uint64_t* size, uint32_t* crc);
 // Read a whole file into a malloc'd, NUL-terminated buffer (fatal on error).
 char* read_file_all(const char* path, size_t* out_len);
 // mkdir -p (fatal on error).

@@ -32,7 +32,7 @@ $(FUZZ_DIR)/llmc/%.o: llmc/%.c $(wildcard llmc/*.h llmc/cpu/*.h)
 $(FUZZ_DIR)/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz.h $(FUZZ_LIB_OBJS)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJS) -o $@ $(BLAS_LIBS) -lm -lpthread -lutf8proc
 
-fuzz-build: $(FUZZ_BINS)
+fuzz-build: $(FUZZ_LIB_OBJS) $(FUZZ_BINS) # (the objects named here so make keeps them)
 
 fuzz-long: fuzz-build
 	@for t in $(FUZZ_TARGETS); do bash test/fuzz/run.sh $$t --runs $(FUZZ_RUNS) --max-seconds $(FUZZ_MAX_SECONDS) || exit 1; done

@@ -58,7 +58,7 @@ static void test_crc(void) {
     snprintf(path, sizeof(path), "%s/crc.bin", g_dir);
     atomic_write_file(path, buf, sizeof(buf));
     uint64_t size; uint32_t crc;
-    file_crc32c(path, &size, &crc);
+    crc32c_file(path, &size, &crc);
     TEST_CHECK(size == sizeof(buf) && crc == crc32c(0, buf, sizeof(buf)), "file_crc32c");
 }
 
@@ -102,7 +102,7 @@ static void make_checkpoint(const char* dir, int world, long step, int64_t total
         if (q > 0) { StateHeader h; make_header(&h, world, q - 1, step, total); write_state_file(dir, &h, step, q - 1); }
         ckpt_name(mf.files[q].name, sizeof(mf.files[q].name), q ? "state" : "model", step, q - 1);
         path_join(path, sizeof(path), dir, mf.files[q].name);
-        file_crc32c(path, &mf.files[q].bytes, &mf.files[q].crc);
+        crc32c_file(path, &mf.files[q].bytes, &mf.files[q].crc);
     }
     ckpt_manifest_write(dir, &mf);
     ckpt_manifest_free(&mf);
