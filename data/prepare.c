@@ -1,9 +1,12 @@
-// data/prepare: text or JSONL -> llm.c token shards (+ loss masks for JSONL), with a
-// train/validation split. See data/README.md for the flags, the record formats and the exact
+// data/prepare: text, JSONL or JSON records -> llm.c token shards (+ loss masks), with a
+// train/validation split. See data/README.md for the flags, the record schemas and the exact
 // layout of the .bin and .mask files.
 #define _GNU_SOURCE
 #include "tokenizer.h"
 #include "json.h"
+#include "chat.h"
+#include "records.h"
+#include "vocab.h"
 #include "fileio.h"
 #include "check.h"
 #include <stdint.h>
@@ -18,20 +21,41 @@
 #define SHARD_VERSION 1
 #define MASK_MAGIC 20261122
 #define MASK_VERSION 1
+#define HEADER_WINDOW 3   // header field: record window length (0: one token stream)
 #define MAX_INPUTS 4096
+
+enum { FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_JSON };
+enum { SEP_FILE, SEP_BLANK, SEP_NONE };
 
 static void usage(FILE* f) {
     fprintf(f,
 "usage: data/prepare --input FILE [FILE...] --out-dir DIR [options]\n"
 "\n"
-"Tokenizes text or JSONL with the GPT-2 tokenizer into llm.c token shards\n"
-"(DIR/NAME_val_000000.bin, DIR/NAME_train_000000.bin, ...). JSONL input also gets a loss mask\n"
-"per shard (same name, .mask) that marks which tokens are trained on. See data/README.md.\n"
+"Tokenizes text, JSONL or JSON records with the GPT-2 tokenizer into llm.c token shards\n"
+"(DIR/NAME_val_000000.bin, DIR/NAME_train_000000.bin, ...). Records also get a loss mask per\n"
+"shard (same name, .mask) that marks which tokens are trained on. See data/README.md.\n"
 "\n"
 "  --input FILE...        input files; several may follow one --input, and --input may repeat\n"
 "  --out-dir DIR          output directory (created if missing)\n"
 "  --name NAME            shard file prefix (default: first input's file name without extension)\n"
-"  --format text|jsonl    input format (default: jsonl for *.jsonl files, text otherwise)\n"
+"  --format text|jsonl|json\n"
+"                         input format (default: jsonl for *.jsonl, json for *.json, else text).\n"
+"                         json: a JSON array of records (as HF datasets and Alpaca ship them),\n"
+"                         one record, or one record per line\n"
+"  --schema " REC_SCHEMA_NAMES "\n"
+"                         how records are read (default auto: detected per record)\n"
+"  --field NAME=KEY[,...] the data calls field NAME KEY; NAME is one of\n"
+"                         " REC_FIELD_NAMES "\n"
+"  --role NAME=ROLE[,...] conversation role NAME is system, user or assistant (defaults:\n"
+"                         system, user, human=user, assistant, gpt=assistant)\n"
+"  --chat-template " CHAT_TEMPLATE_NAMES "\n"
+"                         how conversations are written (default plain; generate --chat takes\n"
+"                         the same names)\n"
+"  --record-windows T     one record per window of T tokens (train with --seq-len T): longer\n"
+"                         records are cut, shorter ones padded with untrained <|endoftext|>\n"
+"  --overlong truncate|drop\n"
+"                         with --record-windows: what happens to records longer than T\n"
+"                         (default truncate)\n"
 "  --doc-sep file|blank|none\n"
 "                         text input: what a document is. file: each input file (default);\n"
 "                         blank: text is cut after every blank line (\"\\n\\n\"), as llm.c's\n"
@@ -39,15 +63,11 @@ static void usage(FILE* f) {
 "  --val-frac F           fraction of tokens for validation (default 0.1)\n"
 "  --val-tokens N         number of validation tokens instead (0: no validation split)\n"
 "  --shard-tokens N       most tokens per shard file (default 100000000)\n"
-"  --vocab PATH           tokenizer directory or file (default data/gpt2)\n"
+"  --vocab PATH           tokenizer directory or file (default data/gpt2, here or near this program)\n"
 "  --allow-special        recognise <|endoftext|> written in the input as the special token\n"
 "                         (default: it is ordinary text)\n"
 "  --quiet                print only errors\n"
-"  --help                 this text\n"
-"\n"
-"JSONL records (one JSON object per line): {\"text\": ...} (all trained), {\"prompt\": ...,\n"
-"\"completion\": ...} (completion trained), {\"messages\": [{\"role\": \"system\"|\"user\"|\n"
-"\"assistant\", \"content\": ...}, ...]} (assistant turns trained).\n");
+"  --help                 this text\n");
 }
 
 typedef struct {
@@ -55,14 +75,19 @@ typedef struct {
     int n_inputs;
     const char* out_dir;
     char name[256];
-    int format;        // 0 auto, 1 text, 2 jsonl
-    int doc_sep;       // 0 file, 1 blank, 2 none
+    int format;
+    int doc_sep;
     double val_frac;
     long long val_tokens; // -1: use val_frac
     long long shard_tokens;
     const char* vocab;
     int allow_special;
     int quiet;
+    RecMapping map;
+    const ChatTemplate* chat;
+    int window;           // --record-windows T (0: one stream)
+    int drop_overlong;
+    int json_flags_given; // --schema / --field / --role / --chat-template (refused for text)
 } Args;
 
 // ----------------------------------------------------------------------------------------------
@@ -73,7 +98,10 @@ typedef struct {
     size_t* doc_start; size_t n_doc, cap_doc;
     int has_mask;
     int eot;
-    long long docs_without_target;
+    int window;               // record windows of this many tokens (0: a plain stream)
+    int drop_overlong;
+    int open;                 // a document is open (st_end_doc not yet called)
+    long long no_target, truncated, dropped_long, dropped_empty;
 } Stream;
 
 static void st_reserve(Stream* s, size_t extra) {
@@ -96,17 +124,59 @@ static void st_push(Stream* s, int id, uint8_t m) {
     s->n++;
 }
 
-// Every document starts with <|endoftext|> (llm.c's convention). Its mask copies the token before
-// it: after a trained completion the EOT is trained too, so the model learns to stop; after a
-// prompt (or at the very start) it is not.
+static long long st_trained(const Stream* s, size_t from, size_t to) {
+    long long k = 0;
+    for (size_t i = from; i < to; i++) k += s->mask[i];
+    return k;
+}
+
+// Record windows: the open document becomes exactly one window of s->window tokens. A longer one
+// is cut (or dropped); a shorter one gets its closing <|endoftext|> (trained after a trained
+// completion, like in a stream) and then untrained <|endoftext|> padding. A window that trains
+// nothing is dropped: it would cost a full window of compute for no loss.
+static void st_close_window(Stream* s, size_t start) {
+    size_t T = (size_t)s->window, len = s->n - start;
+    if (len > T) {
+        if (s->drop_overlong) { s->n = start; s->n_doc--; s->dropped_long++; return; }
+        s->n = start + T;
+        s->truncated++;
+    } else if (len < T) {
+        st_push(s, s->eot, s->mask[s->n - 1]);
+        while (s->n < start + T) st_push(s, s->eot, 0);
+    }
+    if (st_trained(s, start + 1, s->n) == 0) { s->n = start; s->n_doc--; s->dropped_empty++; }
+}
+
+static void st_end_doc(Stream* s) {
+    if (!s->open) return;
+    s->open = 0;
+    size_t start = s->doc_start[s->n_doc - 1];
+    if (s->window) { st_close_window(s, start); return; }
+    if (s->has_mask && st_trained(s, start + 1, s->n) == 0) s->no_target++;
+}
+
+// Every document starts with <|endoftext|> (llm.c's convention). In a stream its mask copies the
+// token before it: after a trained completion the EOT is trained too, so the model learns to
+// stop; after a prompt (or at the very start) it is not. A window's first token is never trained:
+// its "predecessor" is the last token of another record's window.
 static void st_begin_doc(Stream* s) {
+    st_end_doc(s);
     if (s->n_doc == s->cap_doc) {
         s->cap_doc = s->cap_doc ? 2 * s->cap_doc : 1024;
         s->doc_start = (size_t*)realloc(s->doc_start, s->cap_doc * sizeof(size_t));
         if (!s->doc_start) fatal(NULL, "out of memory");
     }
     s->doc_start[s->n_doc++] = s->n;
-    st_push(s, s->eot, s->n ? s->mask[s->n - 1] : 0);
+    s->open = 1;
+    st_push(s, s->eot, s->n && !s->window ? s->mask[s->n - 1] : 0);
+}
+
+// After the last document: the stream's closing <|endoftext|> (for a trained completion: the stop
+// token); for windows, the token the last window's last position predicts (untrained).
+static void st_finish(Stream* s, int separators) {
+    st_end_doc(s);
+    if (s->window) st_push(s, s->eot, 0);
+    else if (separators) st_push(s, s->eot, s->n ? s->mask[s->n - 1] : 0);
 }
 
 static TokIds scratch;
@@ -129,15 +199,45 @@ static void st_encode(Stream* s, Tokenizer* tk, const char* text, size_t len, in
 }
 
 // ----------------------------------------------------------------------------------------------
+// records -> tokens
+
+typedef struct { Stream* s; Tokenizer* tk; const Args* a; } EmitCtx;
+
+// A chat piece. <|endoftext|> written in a message counts as the special token only with
+// --allow-special; the templates' markers are ordinary text to GPT-2 either way.
+static void emit_piece(void* ctx, const char* text, size_t len, int trained) {
+    EmitCtx* e = (EmitCtx*)ctx;
+    st_encode(e->s, e->tk, text, len, e->a->allow_special, (uint8_t)trained);
+}
+
+static Record g_record; // reused for every record
+
+static void add_record(Stream* s, Tokenizer* tk, const Args* a, const JsonValue* obj, const char* where) {
+    Record r = g_record;
+    rec_from_json(&a->map, obj, where, &r);
+    g_record = r;
+    st_begin_doc(s);
+    if (r.schema == REC_TEXT) st_encode(s, tk, r.text, r.text_len, a->allow_special, 1);
+    else if (r.schema == REC_PROMPT) {
+        st_encode(s, tk, r.prompt, r.prompt_len, a->allow_special, 0);
+        st_encode(s, tk, r.completion, r.completion_len, a->allow_special, 1);
+    } else {
+        EmitCtx e = { s, tk, a };
+        chat_render(a->chat, r.msgs, r.n_msgs, 0, emit_piece, &e);
+    }
+    st_end_doc(s);
+}
+
+// ----------------------------------------------------------------------------------------------
 // inputs
 
 static void add_text_file(Stream* s, Tokenizer* tk, const Args* a, const char* path) {
     size_t n;
     char* text = read_file_all(path, &n);
-    if (a->doc_sep == 0) {
+    if (a->doc_sep == SEP_FILE) {
         st_begin_doc(s);
         st_encode(s, tk, text, n, a->allow_special, 1);
-    } else if (a->doc_sep == 2) {
+    } else if (a->doc_sep == SEP_NONE) {
         st_encode(s, tk, text, n, a->allow_special, 1);
     } else {
         // cut after every "\n\n" (the separator stays with the paragraph before it)
@@ -150,94 +250,74 @@ static void add_text_file(Stream* s, Tokenizer* tk, const Args* a, const char* p
             i = e;
         }
     }
+    st_end_doc(s);
     free(text);
 }
 
-static const char* role_header(const char* role) {
-    if (strcmp(role, "system") == 0) return "System:";
-    if (strcmp(role, "user") == 0) return "User:";
-    if (strcmp(role, "assistant") == 0) return "Assistant:";
-    return NULL;
-}
+#define JSONL_HINT "each line must be one JSON object (a record; see data/README.md)"
 
-#define JSONL_HINT "each line must be one JSON object: {\"text\": ...}, {\"prompt\": ..., \"completion\": ...} " \
-                   "or {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} (see data/README.md)"
-
-static const char* need_string(const JsonValue* obj, const char* key, const char* path, long line, const char* where) {
-    const JsonValue* v = json_get(obj, key);
-    if (!v) fatal(JSONL_HINT, "'%s' line %ld: %s has no \"%s\" field", path, line, where, key);
-    const char* s = json_as_string(v);
-    if (!s) fatal(JSONL_HINT, "'%s' line %ld: \"%s\" in %s must be a string, not %s", path, line, key, where, json_type_name(v->type));
-    return s;
-}
-
-static void add_jsonl_file(Stream* s, Tokenizer* tk, const Args* a, const char* path) {
-    size_t n;
-    char* text = read_file_all(path, &n);
-    size_t i = 0;
+// One JSON object per line (blank lines skipped). Returns the number of records.
+static long add_json_lines(Stream* s, Tokenizer* tk, const Args* a, const char* path, const char* text, size_t n, size_t i) {
     long line = 0, records = 0;
-    char err[256];
-    char* buf = NULL; size_t cap = 0;
-    if (n >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) i = 3; // a UTF-8 byte order mark is not JSON
+    char err[256], where[4200];
     while (i < n) {
-        char* nl = (char*)memchr(text + i, '\n', n - i);
+        const char* nl = (const char*)memchr(text + i, '\n', n - i);
         size_t e = nl ? (size_t)(nl - text) : n;
         line++;
         size_t b = i;
         while (b < e && (text[b] == ' ' || text[b] == '\t' || text[b] == '\r')) b++;
         if (b == e) { i = e + 1; continue; } // blank line
         JsonValue* v = json_parse(text + i, e - i, err, sizeof(err));
+        if (!v && records == 0 && text[b] == '[')
+            fatal("a file holding one JSON array of records is read with --format json (the default for *.json)",
+                  "'%s' line %ld: malformed JSON: %s", path, line, err);
         if (!v) fatal(JSONL_HINT, "'%s' line %ld: malformed JSON: %s", path, line, err);
-        if (v->type != JSON_OBJECT) fatal(JSONL_HINT, "'%s' line %ld: expected a JSON object, got %s", path, line, json_type_name(v->type));
-        const JsonValue* msgs = json_get(v, "messages");
-        size_t before = s->n;
-        long long trained = 0;
-        if (msgs) {
-            if (msgs->type != JSON_ARRAY || msgs->n == 0)
-                fatal(JSONL_HINT, "'%s' line %ld: \"messages\" must be a non-empty array", path, line);
-            st_begin_doc(s);
-            for (int k = 0; k < msgs->n; k++) {
-                const JsonValue* m = json_at(msgs, k);
-                char where[64]; snprintf(where, sizeof(where), "message %d", k);
-                if (m->type != JSON_OBJECT) fatal(JSONL_HINT, "'%s' line %ld: %s is not an object", path, line, where);
-                const char* role = need_string(m, "role", path, line, where);
-                const JsonValue* cv = json_get(m, "content");
-                if (!cv) fatal(JSONL_HINT, "'%s' line %ld: %s has no \"content\" field", path, line, where);
-                if (!json_as_string(cv)) fatal(JSONL_HINT, "'%s' line %ld: \"content\" in %s must be a string, not %s",
-                                               path, line, where, json_type_name(cv->type));
-                const char* hdr = role_header(role);
-                if (!hdr) fatal("roles are \"system\", \"user\" and \"assistant\"", "'%s' line %ld: %s has unknown role '%s'",
-                                path, line, where, role);
-                uint8_t m1 = strcmp(role, "assistant") == 0;
-                // "Role:" (never trained), then " content\n" (trained for the assistant)
-                st_encode(s, tk, hdr, strlen(hdr), 0, 0);
-                size_t cl = cv->string_len;
-                if (cl + 3 > cap) { cap = cl + 3; buf = (char*)realloc(buf, cap); if (!buf) fatal(NULL, "out of memory"); }
-                buf[0] = ' ';
-                memcpy(buf + 1, cv->string, cl);
-                buf[cl + 1] = '\n';
-                st_encode(s, tk, buf, cl + 2, a->allow_special, m1);
-            }
-        } else if (json_get(v, "prompt") || json_get(v, "completion")) {
-            const char* p = need_string(v, "prompt", path, line, "the record");
-            const char* c = need_string(v, "completion", path, line, "the record");
-            st_begin_doc(s);
-            st_encode(s, tk, p, json_get(v, "prompt")->string_len, a->allow_special, 0);
-            st_encode(s, tk, c, json_get(v, "completion")->string_len, a->allow_special, 1);
-        } else if (json_get(v, "text")) {
-            const char* t = need_string(v, "text", path, line, "the record");
-            st_begin_doc(s);
-            st_encode(s, tk, t, json_get(v, "text")->string_len, a->allow_special, 1);
-        } else {
-            fatal(JSONL_HINT, "'%s' line %ld: the object has none of \"text\", \"prompt\"/\"completion\", \"messages\"", path, line);
-        }
-        for (size_t k = before + 1; k < s->n; k++) trained += s->mask[k];
-        if (trained == 0) s->docs_without_target++;
+        snprintf(where, sizeof(where), "'%s' line %ld", path, line);
+        add_record(s, tk, a, v, where);
         json_free(v);
         records++;
         i = e + 1;
     }
-    free(buf);
+    return records;
+}
+
+// A JSON file: an array of records, one record, or (as HF datasets' to_json writes) one record
+// per line. Returns the number of records.
+static long add_json_doc(Stream* s, Tokenizer* tk, const Args* a, const char* path, const char* text, size_t n, size_t i) {
+    char err[256], where[4200];
+    JsonValue* v = json_parse(text + i, n - i, err, sizeof(err));
+    if (!v) {
+        size_t b = i;
+        while (b < n && (text[b] == ' ' || text[b] == '\t' || text[b] == '\r' || text[b] == '\n')) b++;
+        if (b < n && text[b] == '[') fatal("the file must hold one JSON array of records", "'%s': malformed JSON: %s", path, err);
+        return add_json_lines(s, tk, a, path, text, n, i);
+    }
+    long records = 0;
+    if (v->type == JSON_ARRAY) {
+        for (int k = 0; k < v->n; k++) {
+            snprintf(where, sizeof(where), "'%s' array element %d", path, k);
+            add_record(s, tk, a, json_at(v, k), where);
+            records++;
+        }
+    } else if (v->type == JSON_OBJECT) {
+        snprintf(where, sizeof(where), "'%s' (one JSON object, read as one record)", path);
+        add_record(s, tk, a, v, where);
+        records = 1;
+    } else {
+        fatal("a .json input is an array of records, one record, or one record per line",
+              "'%s' holds a JSON %s, not records", path, json_type_name(v->type));
+    }
+    json_free(v);
+    return records;
+}
+
+static void add_json_file(Stream* s, Tokenizer* tk, const Args* a, const char* path) {
+    size_t n;
+    char* text = read_file_all(path, &n);
+    size_t i = 0;
+    if (n >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) i = 3; // a UTF-8 byte order mark is not JSON
+    long records = a->format == FMT_JSON ? add_json_doc(s, tk, a, path, text, n, i)
+                                         : add_json_lines(s, tk, a, path, text, n, i);
     free(text);
     if (records == 0) fatal("the file must hold at least one JSON record", "'%s': no records", path);
 }
@@ -245,41 +325,45 @@ static void add_jsonl_file(Stream* s, Tokenizer* tk, const Args* a, const char* 
 // ----------------------------------------------------------------------------------------------
 // output
 
+static void write_file(const Args* a, const char* fname, const int32_t* header, const void* data, size_t elem, size_t n) {
+    char path[4096];
+    path_join(path, sizeof(path), a->out_dir, fname);
+    AtomicFile af;
+    FILE* fp = atomic_open(&af, path);
+    fwriteCheck(header, sizeof(int32_t), 256, fp, af.tmp_path);
+    fwriteCheck(data, elem, n, fp, af.tmp_path);
+    atomic_commit(&af);
+}
+
+// Shard k of a split holds tokens [a0, a1). In a stream, shards are consecutive slices. With
+// record windows a shard holds whole windows plus the next window's first token (the target of
+// its last position), so a window never straddles two files.
 static void write_split(const Args* a, const Stream* s, const char* split, size_t lo, size_t hi, char written[][512], int* nw) {
-    size_t n = hi - lo;
-    size_t per = (size_t)a->shard_tokens;
-    int nshards = (int)((n + per - 1) / per);
+    size_t per = (size_t)a->shard_tokens, step = per;
+    if (s->window) step = (per - 1) / (size_t)s->window * (size_t)s->window;
+    size_t body = s->window ? hi - lo - 1 : hi - lo;
+    int nshards = (int)((body + step - 1) / step);
     for (int k = 0; k < nshards; k++) {
-        size_t a0 = lo + (size_t)k * per, a1 = a0 + per < hi ? a0 + per : hi;
+        size_t a0 = lo + (size_t)k * step, a1 = a0 + step < lo + body ? a0 + step : lo + body;
+        if (s->window) a1++;
         int32_t header[256] = {0};
         header[0] = SHARD_MAGIC; header[1] = SHARD_VERSION; header[2] = (int32_t)(a1 - a0);
-        char fname[512], path[4096];
+        header[HEADER_WINDOW] = s->window;
+        char fname[512];
         snprintf(fname, sizeof(fname), "%s_%s_%06d.bin", a->name, split, k);
-        path_join(path, sizeof(path), a->out_dir, fname);
-        AtomicFile af;
-        FILE* fp = atomic_open(&af, path);
-        fwriteCheck(header, sizeof(int32_t), 256, fp, af.tmp_path);
-        fwriteCheck(s->tok + a0, sizeof(uint16_t), a1 - a0, fp, af.tmp_path);
-        atomic_commit(&af);
+        write_file(a, fname, header, s->tok + a0, sizeof(uint16_t), a1 - a0);
         snprintf(written[(*nw)++], 512, "%s", fname);
-        long long trained = 0;
         if (s->has_mask) {
             header[0] = MASK_MAGIC; header[1] = MASK_VERSION;
             snprintf(fname, sizeof(fname), "%s_%s_%06d.mask", a->name, split, k);
-            path_join(path, sizeof(path), a->out_dir, fname);
-            fp = atomic_open(&af, path);
-            fwriteCheck(header, sizeof(int32_t), 256, fp, af.tmp_path);
-            fwriteCheck(s->mask + a0, 1, a1 - a0, fp, af.tmp_path);
-            // (the count printed is of targets inside this shard: its first token has no
-            // predecessor here)
-            for (size_t i = a0 + 1; i < a1; i++) trained += s->mask[i];
-            atomic_commit(&af);
+            write_file(a, fname, header, s->mask + a0, 1, a1 - a0);
             snprintf(written[(*nw)++], 512, "%s", fname);
         }
-        if (!a->quiet) {
-            if (s->has_mask) printf("wrote %s/%s_%s_%06d.bin (+ .mask): %zu tokens, %lld trained\n", a->out_dir, a->name, split, k, a1 - a0, trained);
-            else printf("wrote %s/%s_%s_%06d.bin: %zu tokens\n", a->out_dir, a->name, split, k, a1 - a0);
-        }
+        if (a->quiet) continue;
+        // (the count printed is of targets inside this shard: its first token has no predecessor here)
+        if (s->has_mask) printf("wrote %s/%s_%s_%06d.bin (+ .mask): %zu tokens, %lld trained\n", a->out_dir, a->name, split, k,
+                                a1 - a0, st_trained(s, a0 + 1, a1));
+        else printf("wrote %s/%s_%s_%06d.bin: %zu tokens\n", a->out_dir, a->name, split, k, a1 - a0);
     }
 }
 
@@ -312,6 +396,7 @@ static void remove_stale(const Args* a, char written[][512], int nw) {
 }
 
 // ----------------------------------------------------------------------------------------------
+// flags
 
 static long long parse_ll(const char* flag, const char* v, long long lo, long long hi) {
     char* end;
@@ -325,129 +410,195 @@ static int ends_with(const char* s, const char* suf) {
     return n >= m && strcmp(s + n - m, suf) == 0;
 }
 
-int main(int argc, char** argv) {
-    Args a;
-    memset(&a, 0, sizeof(a));
-    a.val_frac = 0.1; a.val_tokens = -1; a.shard_tokens = 100000000; a.vocab = "data/gpt2";
-    int have_frac = 0;
+static int pick(const char* flag, const char* v, const char* const* names, const char* list) {
+    for (int i = 0; names[i]; i++) if (strcmp(v, names[i]) == 0) return i;
+    fatal("run data/prepare --help", "%s: unknown value '%s' (use %s)", flag, v, list);
+}
+
+// The flags that take a value; returns 0 when f is none of them.
+static int parse_value_flag(Args* a, const char* f, char* v, int* have_frac) {
+    static const char* const formats[] = { "auto", "text", "jsonl", "json", NULL };
+    static const char* const seps[] = { "file", "blank", "none", NULL };
+    static const char* const overlong[] = { "truncate", "drop", NULL };
+    char err[512];
+    if (strcmp(f, "--out-dir") == 0) a->out_dir = v;
+    else if (strcmp(f, "--name") == 0) {
+        if (!*v || strlen(v) >= sizeof(a->name) || strchr(v, '/')) fatal("a plain file name prefix, e.g. tinyshakespeare", "--name: '%s' is not usable", v);
+        snprintf(a->name, sizeof(a->name), "%s", v);
+    } else if (strcmp(f, "--format") == 0) a->format = pick(f, v, formats, "text, jsonl or json");
+    else if (strcmp(f, "--doc-sep") == 0) a->doc_sep = pick(f, v, seps, "file, blank or none");
+    else if (strcmp(f, "--overlong") == 0) a->drop_overlong = pick(f, v, overlong, "truncate or drop");
+    else if (strcmp(f, "--schema") == 0) {
+        int sc = rec_schema_parse(v);
+        if (sc < 0) fatal("run data/prepare --help", "--schema: unknown schema '%s' (use %s)", v, REC_SCHEMA_NAMES);
+        a->map.schema = (RecSchema)sc; a->json_flags_given = 1;
+    } else if (strcmp(f, "--field") == 0) {
+        if (rec_mapping_set_fields(&a->map, v, err, sizeof(err))) fatal("e.g. --field prompt=question,completion=answer", "--field: %s", err);
+        a->json_flags_given = 1;
+    } else if (strcmp(f, "--role") == 0) {
+        if (rec_mapping_set_roles(&a->map, v, err, sizeof(err))) fatal("e.g. --role bot=assistant,customer=user", "--role: %s", err);
+        a->json_flags_given = 1;
+    } else if (strcmp(f, "--chat-template") == 0) {
+        a->chat = chat_template_get(v);
+        if (!a->chat) fatal("run data/prepare --help", "--chat-template: unknown template '%s' (use %s)", v, CHAT_TEMPLATE_NAMES);
+        a->json_flags_given = 1;
+    } else if (strcmp(f, "--val-frac") == 0) {
+        char* end;
+        a->val_frac = strtod(v, &end);
+        if (!*v || *end || !(a->val_frac >= 0.0 && a->val_frac < 1.0)) fatal("a fraction like 0.1", "--val-frac: '%s' is not in [0, 1)", v);
+        *have_frac = 1;
+    } else if (strcmp(f, "--val-tokens") == 0) a->val_tokens = parse_ll(f, v, 0, INT32_MAX);
+    else if (strcmp(f, "--shard-tokens") == 0) a->shard_tokens = parse_ll(f, v, 1, INT32_MAX);
+    else if (strcmp(f, "--record-windows") == 0) a->window = (int)parse_ll(f, v, 2, 1 << 20);
+    else if (strcmp(f, "--vocab") == 0) a->vocab = v;
+    else return 0;
+    return 1;
+}
+
+static void parse_args(Args* a, int argc, char** argv) {
+    memset(a, 0, sizeof(*a));
+    a->val_frac = 0.1; a->val_tokens = -1; a->shard_tokens = 100000000;
+    rec_mapping_init(&a->map);
+    a->chat = chat_template_get("plain");
+    int have_frac = 0, overlong_given = 0;
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
-        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) { usage(stdout); return 0; }
-        if (strcmp(f, "--allow-special") == 0) { a.allow_special = 1; continue; }
-        if (strcmp(f, "--quiet") == 0) { a.quiet = 1; continue; }
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) { usage(stdout); exit(0); }
+        if (strcmp(f, "--allow-special") == 0) { a->allow_special = 1; continue; }
+        if (strcmp(f, "--quiet") == 0) { a->quiet = 1; continue; }
         if (strcmp(f, "--input") == 0) {
             int got = 0;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
-                if (a.n_inputs == MAX_INPUTS) fatal("prepare the data in several runs with different --name", "more than %d input files", MAX_INPUTS);
-                a.inputs[a.n_inputs++] = argv[++i]; got++;
+                if (a->n_inputs == MAX_INPUTS) fatal("prepare the data in several runs with different --name", "more than %d input files", MAX_INPUTS);
+                a->inputs[a->n_inputs++] = argv[++i]; got++;
             }
             if (!got) fatal("run data/prepare --help", "--input needs at least one file");
             continue;
         }
         if (i + 1 >= argc) fatal("run data/prepare --help", "%s needs a value (or is not a flag)", f);
-        const char* v = argv[++i];
-        if (strcmp(f, "--out-dir") == 0) a.out_dir = v;
-        else if (strcmp(f, "--name") == 0) {
-            if (!*v || strlen(v) >= sizeof(a.name) || strchr(v, '/')) fatal("a plain file name prefix, e.g. tinyshakespeare", "--name: '%s' is not usable", v);
-            snprintf(a.name, sizeof(a.name), "%s", v);
-        } else if (strcmp(f, "--format") == 0) {
-            if (strcmp(v, "text") == 0) a.format = 1;
-            else if (strcmp(v, "jsonl") == 0) a.format = 2;
-            else fatal("use text or jsonl", "--format: unknown format '%s'", v);
-        } else if (strcmp(f, "--doc-sep") == 0) {
-            if (strcmp(v, "file") == 0) a.doc_sep = 0;
-            else if (strcmp(v, "blank") == 0) a.doc_sep = 1;
-            else if (strcmp(v, "none") == 0) a.doc_sep = 2;
-            else fatal("use file, blank or none", "--doc-sep: unknown value '%s'", v);
-        } else if (strcmp(f, "--val-frac") == 0) {
-            char* end;
-            a.val_frac = strtod(v, &end);
-            if (!*v || *end || !(a.val_frac >= 0.0 && a.val_frac < 1.0)) fatal("a fraction like 0.1", "--val-frac: '%s' is not in [0, 1)", v);
-            have_frac = 1;
-        } else if (strcmp(f, "--val-tokens") == 0) a.val_tokens = parse_ll(f, v, 0, INT32_MAX);
-        else if (strcmp(f, "--shard-tokens") == 0) a.shard_tokens = parse_ll(f, v, 1, INT32_MAX);
-        else if (strcmp(f, "--vocab") == 0) a.vocab = v;
-        else fatal("run data/prepare --help", "unknown flag '%s'", f);
+        overlong_given |= strcmp(f, "--overlong") == 0;
+        if (!parse_value_flag(a, f, argv[++i], &have_frac)) fatal("run data/prepare --help", "unknown flag '%s'", f);
     }
-    if (a.n_inputs == 0) { usage(stderr); fatal("run data/prepare --help", "--input is required"); }
-    if (!a.out_dir) fatal("run data/prepare --help", "--out-dir is required");
-    if (have_frac && a.val_tokens >= 0) fatal("give one of them", "--val-frac and --val-tokens are mutually exclusive");
-    for (int k = 0; k < a.n_inputs; k++)
-        if (!file_exists(a.inputs[k])) fatal("check the path given to --input", "input file '%s' not found", a.inputs[k]);
-    if (!a.format) {
-        int nj = 0;
-        for (int k = 0; k < a.n_inputs; k++) nj += ends_with(a.inputs[k], ".jsonl");
-        if (nj && nj != a.n_inputs) fatal("pass --format, or prepare text and JSONL files separately", "inputs mix *.jsonl and other files");
-        a.format = nj ? 2 : 1;
-    }
-    if (a.format == 2 && a.doc_sep != 0) fatal("--doc-sep is for text input; in JSONL each line is a document", "--doc-sep given with JSONL input");
-    if (!a.name[0]) {
-        const char* b = strrchr(a.inputs[0], '/');
-        b = b ? b + 1 : a.inputs[0];
-        snprintf(a.name, sizeof(a.name), "%s", b);
-        char* dot = strrchr(a.name, '.');
-        if (dot && dot != a.name) *dot = '\0';
-    }
+    if (a->n_inputs == 0) { usage(stderr); fatal("run data/prepare --help", "--input is required"); }
+    if (!a->out_dir) fatal("run data/prepare --help", "--out-dir is required");
+    if (have_frac && a->val_tokens >= 0) fatal("give one of them", "--val-frac and --val-tokens are mutually exclusive");
+    if (overlong_given && !a->window) fatal("--overlong is for --record-windows", "--overlong given without --record-windows");
+}
 
+static void check_inputs(Args* a) {
+    for (int k = 0; k < a->n_inputs; k++)
+        if (!file_exists(a->inputs[k])) fatal("check the path given to --input", "input file '%s' not found", a->inputs[k]);
+    if (a->format == FMT_AUTO) {
+        int nl = 0, nj = 0;
+        for (int k = 0; k < a->n_inputs; k++) { nl += ends_with(a->inputs[k], ".jsonl"); nj += ends_with(a->inputs[k], ".json"); }
+        if ((nl || nj) && nl + nj != a->n_inputs) fatal("pass --format, or prepare text and JSON files separately", "inputs mix *.jsonl / *.json and other files");
+        if (nl && nj) fatal("pass --format json (it reads one record per line too), or prepare them separately", "inputs mix *.jsonl and *.json files");
+        a->format = nl ? FMT_JSONL : nj ? FMT_JSON : FMT_TEXT;
+    }
+    if (a->format != FMT_TEXT && a->doc_sep != SEP_FILE) fatal("--doc-sep is for text input; each JSON record is a document", "--doc-sep given with JSON input");
+    if (a->format == FMT_TEXT && a->json_flags_given)
+        fatal("--schema, --field, --role and --chat-template are for JSON records (pass --format jsonl or json)", "they were given with text input");
+    if (a->window && a->doc_sep == SEP_NONE) fatal("--record-windows needs documents: use --doc-sep file or blank", "--record-windows with --doc-sep none");
+    if (a->window && a->shard_tokens <= a->window) fatal("raise --shard-tokens", "--shard-tokens %lld cannot hold one window of %d tokens + 1", a->shard_tokens, a->window);
+    if (!a->name[0]) {
+        const char* b = strrchr(a->inputs[0], '/');
+        b = b ? b + 1 : a->inputs[0];
+        snprintf(a->name, sizeof(a->name), "%s", b);
+        char* dot = strrchr(a->name, '.');
+        if (dot && dot != a->name) *dot = '\0';
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+
+// Validation is the first documents, cut at the document boundary nearest to the requested size
+// (so no document is split), or exactly at it if there is no inner boundary. Returns the size
+// asked for; *cut is where training starts, *val_hi where validation ends (one past the EOT
+// that closes its last document, which also starts training).
+static size_t split_point(const Args* a, const Stream* s, size_t* cut, size_t* val_hi, int* exact) {
+    size_t total = s->n;
+    size_t target = a->val_tokens >= 0 ? (size_t)a->val_tokens : (size_t)(a->val_frac * (double)total + 0.5);
+    *cut = *val_hi = 0; *exact = 0;
+    if (target == 0) return 0;
+    if (target >= total) fatal("ask for fewer validation tokens", "a validation split of %zu tokens leaves no training tokens (the input has %zu)", target, total);
+    size_t best = 0, bestd = SIZE_MAX;
+    for (size_t d = 0; d < s->n_doc; d++) {
+        size_t b = s->doc_start[d];
+        if (b == 0) continue;
+        size_t dist = b > target ? b - target : target - b;
+        if (dist < bestd) { bestd = dist; best = b; }
+    }
+    if (best) { *cut = best; *val_hi = best + 1; }
+    else if (s->window) fatal("ask for --val-tokens 0, or give more records", "a validation split needs two record windows; there is %zu", s->n_doc);
+    else { *cut = target; *val_hi = target; *exact = 1; }
+    return target;
+}
+
+static void print_summary(const Args* a, const Stream* s, size_t target, size_t cut, size_t val_hi, int exact) {
+    printf("%s: %zu documents, %zu tokens (val %zu, train %zu)%s\n", a->name, s->n_doc, s->n, val_hi, s->n - cut,
+           s->has_mask ? "; loss masks written" : "");
+    if (s->window) printf("record windows of %d tokens: %lld record(s) truncated, %lld dropped as too long, %lld dropped with no trained token\n",
+                          s->window, s->truncated, s->dropped_long, s->dropped_empty);
+    if (target && !exact && val_hi != target)
+        printf("note: validation ends at a document boundary: %zu tokens for a target of %zu\n", val_hi, target);
+    if (exact) printf("note: no document boundary to cut at; validation cut at token %zu\n", target);
+    if (s->no_target) printf("warning: %lld record(s) have no trained tokens (empty completion / no assistant turn)\n", s->no_target);
+    double mb = (double)tok_bytes / 1e6;
+    printf("tokenized %.2f MB in %.3f s (%.1f MB/s)\n", mb, tok_seconds, tok_seconds > 0 ? mb / tok_seconds : 0.0);
+}
+
+static void load_vocab(Tokenizer* tk, const Args* a) {
+    char vpath[4200];
+    if (a->vocab) snprintf(vpath, sizeof(vpath), "%s", a->vocab);
+    else if (vocab_find_bundled(vpath, sizeof(vpath)) != 0)
+        fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json)",
+              "the GPT-2 vocabulary (data/gpt2) is neither in the working directory nor near this program");
+    tok_load(tk, vpath);
+    if (tk->eot_id < 0 && a->doc_sep != SEP_NONE) fatal("use --doc-sep none, or a vocabulary with <|endoftext|>", "'%s' has no <|endoftext|> token", tk->source);
+    if (tk->vocab_size > 65536) fatal("llm.c shards store uint16 tokens", "vocabulary '%s' has %d tokens, more than 65536", tk->source, tk->vocab_size);
+}
+
+int main(int argc, char** argv) {
+    Args a;
+    parse_args(&a, argc, argv);
+    check_inputs(&a);
     Tokenizer tk;
-    tok_load(&tk, a.vocab);
-    if (tk.eot_id < 0 && a.doc_sep != 2) fatal("use --doc-sep none, or a vocabulary with <|endoftext|>", "'%s' has no <|endoftext|> token", tk.source);
-    if (tk.vocab_size > 65536) fatal("llm.c shards store uint16 tokens", "vocabulary '%s' has %d tokens, more than 65536", tk.source, tk.vocab_size);
+    load_vocab(&tk, &a);
 
     Stream s;
     memset(&s, 0, sizeof(s));
     s.eot = tk.eot_id;
-    s.has_mask = a.format == 2;
+    s.window = a.window;
+    s.drop_overlong = a.drop_overlong;
+    s.has_mask = a.format != FMT_TEXT || a.window; // window padding must not be trained
     for (int k = 0; k < a.n_inputs; k++) {
-        if (a.format == 2) add_jsonl_file(&s, &tk, &a, a.inputs[k]);
-        else add_text_file(&s, &tk, &a, a.inputs[k]);
+        if (a.format == FMT_TEXT) add_text_file(&s, &tk, &a, a.inputs[k]);
+        else add_json_file(&s, &tk, &a, a.inputs[k]);
     }
-    // a final <|endoftext|> closes the last document (for a trained completion: the stop token)
-    if (a.doc_sep != 2) st_push(&s, s.eot, s.n ? s.mask[s.n - 1] : 0);
-    size_t content = s.n - s.n_doc - (a.doc_sep != 2);
-    if (content == 0) fatal("check the --input files", "the input holds no text (only empty documents)");
+    st_finish(&s, a.doc_sep != SEP_NONE);
+    if (s.window && s.n_doc == 0) fatal("raise --record-windows, or use --overlong truncate", "no record fits a window (%lld too long, %lld with no trained token)",
+                                        s.dropped_long, s.dropped_empty);
+    size_t content = s.n - s.n_doc - (a.doc_sep != SEP_NONE);
+    if (!s.window && content == 0) fatal("check the --input files", "the input holds no text (only empty documents)");
     if (s.n < 2) fatal("give more text", "the input has only %zu token", s.n);
 
-    // Split: validation is the first documents, cut at the document boundary nearest to the
-    // requested size (so no document is split), or exactly at it if there is no inner boundary.
-    size_t total = s.n;
-    size_t target = a.val_tokens >= 0 ? (size_t)a.val_tokens : (size_t)(a.val_frac * (double)total + 0.5);
-    size_t cut = 0, val_hi = 0;
-    int exact_cut = 0;
-    if (target > 0) {
-        if (target >= total) fatal("ask for fewer validation tokens", "a validation split of %zu tokens leaves no training tokens (the input has %zu)", target, total);
-        size_t best = 0, bestd = SIZE_MAX;
-        for (size_t d = 0; d < s.n_doc; d++) {
-            size_t b = s.doc_start[d];
-            if (b == 0) continue;
-            size_t dist = b > target ? b - target : target - b;
-            if (dist < bestd) { bestd = dist; best = b; }
-        }
-        if (best) { cut = best; val_hi = best + 1; } // val keeps the EOT that closes its last document
-        else { cut = target; val_hi = target; exact_cut = 1; }
-    }
+    size_t cut, val_hi;
+    int exact;
+    size_t target = split_point(&a, &s, &cut, &val_hi, &exact);
     mkdir_p(a.out_dir);
     size_t per = (size_t)a.shard_tokens;
-    size_t max_files = 2 * ((val_hi + per - 1) / per + (total - cut + per - 1) / per);
+    if (a.window) per = (per - 1) / (size_t)a.window * (size_t)a.window; // whole windows per shard
+    size_t max_files = 2 * ((val_hi + per - 1) / per + (s.n - cut + per - 1) / per) + 4;
     if (max_files > 100000) fatal("raise --shard-tokens", "that would write %zu files", max_files);
     char (*written)[512] = (char (*)[512])callocCheck(max_files, 512);
     int nw = 0;
     if (val_hi) write_split(&a, &s, "val", 0, val_hi, written, &nw);
-    write_split(&a, &s, "train", cut, total, written, &nw);
+    write_split(&a, &s, "train", cut, s.n, written, &nw);
     remove_stale(&a, written, nw);
-
-    if (!a.quiet) {
-        printf("%s: %zu documents, %zu tokens (val %zu, train %zu)%s\n", a.name, s.n_doc, total, val_hi, total - cut,
-               s.has_mask ? "; loss masks written" : "");
-        if (target && !exact_cut && val_hi != target)
-            printf("note: validation ends at a document boundary: %zu tokens for a target of %zu\n", val_hi, target);
-        if (exact_cut) printf("note: no document boundary to cut at; validation cut at token %zu\n", target);
-        if (s.docs_without_target) printf("warning: %lld record(s) have no trained tokens (empty completion / no assistant turn)\n", s.docs_without_target);
-        double mb = (double)tok_bytes / 1e6;
-        printf("tokenized %.2f MB in %.3f s (%.1f MB/s)\n", mb, tok_seconds, tok_seconds > 0 ? mb / tok_seconds : 0.0);
-    }
+    if (!a.quiet) print_summary(&a, &s, target, cut, val_hi, exact);
     free(written);
     free(s.tok); free(s.mask); free(s.doc_start);
+    rec_free(&g_record);
     tokids_free(&scratch);
     tok_free(&tk);
     return 0;

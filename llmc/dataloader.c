@@ -45,6 +45,24 @@ static int64_t read_header(const char* path, int magic, int elem_bytes, const ch
     return n;
 }
 
+// data/prepare --record-windows T writes one record per window of T tokens (+ one closing token)
+// and keeps T in header field 3 (0: one token stream). Batches start at multiples of T, so the
+// windows stay whole exactly when the model trains with --seq-len T.
+static void dl_check_window(const char* path, int64_t ntok, int T) {
+    FILE* fp = fopenCheck(path, "rb");
+    int32_t h[4];
+    freadCheck(h, sizeof(int32_t), 4, fp, path);
+    fclose(fp);
+    if (h[3] == 0) return;
+    if (h[3] < 0 || (ntok - 1) % h[3] != 0)
+        fatal("the file is corrupt; re-create it with data/prepare", "'%s': %lld tokens do not make windows of %d tokens + 1",
+              path, (long long)ntok, h[3]);
+    if (h[3] != T)
+        fatal("train with --seq-len equal to the window length, or prepare the data again with --record-windows set to your --seq-len",
+              "'%s' holds one record per window of %d tokens (data/prepare --record-windows %d), but --seq-len is %d",
+              path, h[3], h[3], T);
+}
+
 void dl_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int world,
              int vocab_size, int shuffle, uint64_t seed) {
     memset(dl, 0, sizeof(*dl));
@@ -69,6 +87,7 @@ void dl_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int wo
     dl->has_mask = (int*)callocCheck((size_t)dl->n_files, sizeof(int));
     for (int i = 0; i < dl->n_files; i++) {
         dl->ntok[i] = read_header(dl->files[i], SHARD_MAGIC, 2, "token shard");
+        dl_check_window(dl->files[i], dl->ntok[i], T);
         char mp[4200];
         mask_path(mp, sizeof(mp), dl->files[i]);
         if (file_exists(mp)) {

@@ -14,8 +14,9 @@ extern "C" {
 
 // Where the vocabulary is: vocab_flag when given; else model_path when it is a directory that
 // holds one (encoder.json + vocab.bpe, vocab.json + merges.txt or tokenizer.json), or the
-// directory of a model file that does; else data/gpt2 (the bundled GPT-2 vocabulary). Writes the
-// path to out and returns 0, or returns -1 when there is none.
+// directory of a model file that does; else the bundled GPT-2 vocabulary (vocab_find_bundled:
+// data/gpt2 in the working directory or near the program). Writes the path to out and returns 0,
+// or returns -1 when there is none.
 int gen_find_vocab(const char* vocab_flag, const char* model_path, char* out, size_t cap);
 
 // Token ids of a prompt (special tokens such as <|endoftext|> recognised; an empty prompt is

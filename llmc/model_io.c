@@ -6,6 +6,8 @@
 #include "rand.h"
 #include "check.h"
 #include "fileio.h"
+#include "tokenizer.h"
+#include "vocab.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -530,6 +532,8 @@ static void fill_transposed(void* ctx, void* dst, uint64_t first, uint64_t count
     }
 }
 
+static void write_hf_generation_config(const char* dir, const GPT2Config* c);
+
 static void write_hf_config(const char* path, const GPT2Config* c) {
     int tok = c->vocab_size == 50257 ? 50256 : c->vocab_size - 1;
     JsonWriter w;
@@ -596,6 +600,7 @@ void model_save_hf(const char* dir, const ParamTable* pt, const float* params) {
     free(ctx);
     path_join(path, sizeof(path), dir, "config.json");
     write_hf_config(path, c);
+    write_hf_generation_config(dir, c);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -626,4 +631,84 @@ void model_init_gpt2(const ParamTable* pt, float* params, uint64_t seed) {
         }
     }
     zero_vocab_padding(pt, params);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the rest of a Hugging Face model directory: generation and tokenizer files
+
+// generation_config.json as save_pretrained writes it for GPT-2: generation stops at the
+// end-of-text token (pipeline() and generate() read it from here).
+static void write_hf_generation_config(const char* dir, const GPT2Config* c) {
+    int tok = c->vocab_size == 50257 ? 50256 : c->vocab_size - 1; // as write_hf_config
+    char path[4096];
+    path_join(path, sizeof(path), dir, "generation_config.json");
+    JsonWriter w;
+    jw_init(&w, 1);
+    jw_begin_object(&w);
+    jw_key(&w, "_from_model_config"); jw_bool(&w, 1);
+    jw_key(&w, "bos_token_id"); jw_int(&w, tok);
+    jw_key(&w, "eos_token_id"); jw_int(&w, tok);
+    jw_end_object(&w);
+    atomic_write_file(path, w.buf, w.len);
+    jw_free(&w);
+}
+
+static void copy_file_atomic(const char* src, const char* dir, const char* name) {
+    char dst[4096];
+    path_join(dst, sizeof(dst), dir, name);
+    size_t n;
+    char* data = read_file_all(src, &n);
+    atomic_write_file(dst, data, n);
+    free(data);
+}
+
+// tokenizer_config.json + special_tokens_map.json: GPT-2's settings (no BOS added, no prefix
+// space, <|endoftext|> as bos/eos/unk when the vocabulary has it).
+static void write_hf_tokenizer_config(const char* dir, const Tokenizer* tk, int max_len, int fast_only) {
+    char path[4096];
+    const char* eot = tk->eot_id >= 0 ? "<|endoftext|>" : NULL;
+    for (int file = 0; file < 2; file++) {
+        JsonWriter w;
+        jw_init(&w, 1);
+        jw_begin_object(&w);
+        if (file == 0) {
+            jw_key(&w, "add_bos_token"); jw_bool(&w, 0);
+            jw_key(&w, "add_prefix_space"); jw_bool(&w, 0);
+        }
+        const char* keys[3] = { "bos_token", "eos_token", "unk_token" };
+        for (int k = 0; k < 3 && eot; k++) { jw_key(&w, keys[k]); jw_string(&w, eot); }
+        if (file == 0) {
+            jw_key(&w, "clean_up_tokenization_spaces"); jw_bool(&w, 0);
+            jw_key(&w, "errors"); jw_string(&w, "replace");
+            jw_key(&w, "model_max_length"); jw_int(&w, max_len);
+            jw_key(&w, "tokenizer_class"); jw_string(&w, fast_only ? "GPT2TokenizerFast" : "GPT2Tokenizer");
+        }
+        jw_end_object(&w);
+        path_join(path, sizeof(path), dir, file == 0 ? "tokenizer_config.json" : "special_tokens_map.json");
+        atomic_write_file(path, w.buf, w.len);
+        jw_free(&w);
+    }
+}
+
+int model_save_hf_tokenizer(const char* dir, const char* vocab_path, const GPT2Config* cfg, char* why, size_t why_cap) {
+    VocabFiles f;
+    if (vocab_files(vocab_path, &f) != 0) { snprintf(why, why_cap, "'%s' holds no vocabulary", vocab_path); return -1; }
+    Tokenizer tk;
+    tok_load(&tk, vocab_path); // fatal on a broken vocabulary: better now than in the user's transformers
+    int V = tk.vocab_size;
+    if (V != cfg->vocab_size) {
+        snprintf(why, why_cap, "the vocabulary '%s' has %d tokens, the model %d", vocab_path, V, cfg->vocab_size);
+        tok_free(&tk);
+        return -1;
+    }
+    mkdir_p(dir);
+    if (f.tokenizer_json[0]) copy_file_atomic(f.tokenizer_json, dir, "tokenizer.json");
+    else {
+        // OpenAI's encoder.json / vocab.bpe are Hugging Face's vocab.json / merges.txt
+        copy_file_atomic(f.vocab, dir, "vocab.json");
+        copy_file_atomic(f.merges, dir, "merges.txt");
+    }
+    write_hf_tokenizer_config(dir, &tk, cfg->max_seq_len, f.tokenizer_json[0] != 0);
+    tok_free(&tk);
+    return 0;
 }

@@ -36,8 +36,17 @@ void model_save_llmc(const char* path, const ParamTable* pt, const float* params
 
 // Writes a Hugging Face model directory: dir/config.json and dir/model.safetensors (F32,
 // "transformer."-prefixed keys, Conv1D [in, out] weights, unpadded vocab, no lm_head), the
-// layout GPT2LMHeadModel.save_pretrained produces. Creates dir; each file is written atomically.
+// layout GPT2LMHeadModel.save_pretrained produces, and generation_config.json (eos = the
+// end-of-text token). Creates dir; each file is written atomically.
 void model_save_hf(const char* dir, const ParamTable* pt, const float* params);
+
+// Adds the tokenizer to a Hugging Face model directory, so AutoTokenizer.from_pretrained(dir)
+// and pipeline("text-generation", model=dir) work: vocab.json + merges.txt (copies of
+// encoder.json + vocab.bpe, or of vocab.json + merges.txt) or tokenizer.json, from the vocabulary
+// at vocab_path (a directory or file, as tok_load takes), plus tokenizer_config.json and
+// special_tokens_map.json. Returns 0; or -1 with the reason in why, writing nothing, when
+// vocab_path holds no vocabulary or one of another size than the model's (cfg->vocab_size).
+int model_save_hf_tokenizer(const char* dir, const char* vocab_path, const GPT2Config* cfg, char* why, size_t why_cap);
 
 // GPT-2 initialization for training from scratch: matmul weights and embeddings N(0, 0.02),
 // the residual projections (attprojw, fcprojw) N(0, 0.02 / sqrt(2 L)), biases 0, layernorm

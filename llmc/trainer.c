@@ -435,6 +435,19 @@ static void restore_checkpoint(Run* r, long step) {
     dl_set_state(&r->train, ds);
 }
 
+// The tokenizer next to a saved model or adapter, so the directory loads on its own
+// (AutoTokenizer / pipeline). The vocabulary is the one --sample-* would use.
+static void save_tokenizer_files(Run* r, const char* dir) {
+    char vpath[4200], why[4400];
+    if (gen_find_vocab(r->a.vocab, r->a.model, vpath, sizeof(vpath)) != 0)
+        snprintf(why, sizeof(why), "no vocabulary found (pass --vocab)");
+    else if (model_save_hf_tokenizer(dir, vpath, &r->model.pt.cfg, why, sizeof(why)) == 0) {
+        printf("saved: %s/ tokenizer files (vocabulary %s)\n", dir, vpath);
+        return;
+    }
+    printf("note: no tokenizer files in %s: %s\n", dir, why);
+}
+
 static void save_final(Run* r) {
     const char* dir = r->a.out_dir;
     char mdir[4200];
@@ -442,6 +455,7 @@ static void save_final(Run* r) {
     if (r->lora) {
         lora_save_peft(r->lora, &r->model, dir);
         printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT)\n", dir);
+        save_tokenizer_files(r, dir);
         if (!r->a.merge || !strcmp(r->a.save_format, "none")) return;
         path_join(mdir, sizeof(mdir), dir, "merged");
         mkdir_p(mdir);
@@ -455,7 +469,11 @@ static void save_final(Run* r) {
     if (r->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
     int hf = !strcmp(r->a.save_format, "hf") || !strcmp(r->a.save_format, "both");
     int llmc = !strcmp(r->a.save_format, "llmc") || !strcmp(r->a.save_format, "both");
-    if (hf) { model_save_hf(dir, &r->model.pt, host); printf("saved: %s/model.safetensors + config.json (transformers)\n", dir); }
+    if (hf) {
+        model_save_hf(dir, &r->model.pt, host);
+        printf("saved: %s/model.safetensors + config.json (transformers)\n", dir);
+        save_tokenizer_files(r, dir);
+    }
     if (llmc) {
         char path[4200];
         path_join(path, sizeof(path), dir, "model.bin");

@@ -13,6 +13,8 @@ $(PREPARE_BIN): $(BUILD)/data/prepare.o $(LIB_ALL_OBJS)
 	$(CC) $^ -o $@ $(LIB_LINK_FLAGS)
 
 TEST_SCRIPTS += test/test_prepare.sh
+# scripts/plot_loss.py (loss curves from log.jsonl as a PNG)
+TEST_SCRIPTS += test/test_plot.sh
 
 # tokenizer throughput benchmark (not part of the test suite): make bench-tokenizer
 $(BUILD)/dev/bench_tokenizer: dev/bench_tokenizer.c $(LIB_ALL_OBJS)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end `generate`: a tiny model with the GPT-2 vocabulary (train_gpt2 --model tiny, one
 # step) continues a text prompt; a seed reproduces the text; the key/value cache gives the text
-# of the full recomputation; the vocabulary is found next to the model or in data/gpt2; a LoRA
+# of the full recomputation; the vocabulary is found next to the model (the trainer writes it
+# there) or in data/gpt2 of the working directory or near the program; a LoRA
 # adapter applies; bad flags and a missing vocabulary get their message.
 source "$(dirname "$0")/lib.sh"
 GEN="$(cd "$BIN_DIR" && pwd)/generate"
@@ -29,12 +30,19 @@ g3=$(run --prompt "Once upon a time" -n 12 --temperature 0 -q --no-kv-cache)
 k=$(run --prompt "Once upon a time" -n 12 --top-k 40 --temperature 0.8 --seed 1 -q)
 [ -n "$k" ] && ok "top-k 40 at temperature 0.8 runs" || bad "top-k sampling printed nothing"
 
-# the vocabulary: next to the model, or data/gpt2 relative to the working directory
-mkdir -p "$TMP/elsewhere"
-( cd "$TMP/elsewhere" && expect_fail "no vocabulary anywhere" "no vocabulary found" "$GEN" --model "$M" --prompt hi -n 2 )
-cp "$ROOT"/data/gpt2/* "$M"/
-v=$( cd "$TMP/elsewhere" && "$GEN" --model "$M" --prompt "The quick brown fox" -n 16 --seed 7 -q --threads 2 2>"$TMP/err" )
+# the vocabulary: written next to the model by the trainer (vocab.json + merges.txt), else the
+# bundled data/gpt2 in the working directory or near the program; a copy of the program far from
+# the repository, on a model directory without tokenizer files, has none
+[ -f "$M/vocab.json" ] && [ -f "$M/merges.txt" ] && ok "the trainer wrote vocab.json + merges.txt next to the model" \
+  || bad "no tokenizer files in $M: $(ls "$M")"
+mkdir -p "$TMP/elsewhere" "$TMP/bin" "$TMP/bare"
+cp "$M/config.json" "$M/model.safetensors" "$TMP/bare/"
+cp "$GEN" "$TMP/bin/generate"
+( cd "$TMP/elsewhere" && expect_fail "no vocabulary anywhere" "no vocabulary found" "$TMP/bin/generate" --model "$TMP/bare" --prompt hi -n 2 )
+v=$( cd "$TMP/elsewhere" && "$TMP/bin/generate" --model "$M" --prompt "The quick brown fox" -n 16 --seed 7 -q --threads 2 2>"$TMP/err" )
 [ "$v" = "$a" ] && ok "vocabulary found next to the model" || { cat "$TMP/err"; bad "vocab next to the model: '$v'"; }
+v=$( cd "$TMP/elsewhere" && "$GEN" --model "$TMP/bare" --prompt "The quick brown fox" -n 16 --seed 7 -q --threads 2 2>"$TMP/err" )
+[ "$v" = "$a" ] && ok "vocabulary found near the program (data/gpt2 of its checkout)" || { cat "$TMP/err"; bad "vocab near the program: '$v'"; }
 expect_fail "--vocab missing" "nope" "$GEN" --model "$M" --vocab "$TMP/nope" --prompt hi
 
 # bad flags and inputs
@@ -54,6 +62,32 @@ lb=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear -
 [ ${#la} -eq 10 ] && [ "$la" = "$lb" ] && ok "adapter: 10 characters, cache == no cache ('$la')" || bad "adapter: '$la' vs '$lb'"
 expect_fail "bad adapter dir" "$TMP/noadapter" "$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/noadapter" --vocab data/gpt2 --prompt '!'
 
+# --chat: the prompt is rendered as data/prepare renders a conversation (ChatML text ==
+# transformers' apply_chat_template, test/ref/prepare_chatml_prompt.txt), and the reply ends at the
+# template's stop text. A tiny model trained on one ChatML conversation (one record per window)
+# answers exactly "Paris." (the <|im_end|> it goes on to write, and everything after, is not printed).
+PREP="${PREPARE_BIN:-data/prepare}"
+cp=$(run --chat chatml --prompt "Capital of France?" -n 1 --seed 1)
+[ "$(head -c "$(stat -c %s test/ref/prepare_chatml_prompt.txt)" <<<"$cp")" = "$(cat test/ref/prepare_chatml_prompt.txt)" ] \
+  && grep -q "^prompt: 32 tokens" "$TMP/err" && ok "--chat chatml echoes transformers' generation prompt (32 tokens with the leading <|endoftext|>)" \
+  || bad "--chat chatml prompt: '$cp' / $(grep '^prompt' "$TMP/err")"
+python3 -c "
+import json
+for _ in range(50): print(json.dumps({'messages': [{'role': 'user', 'content': 'Capital of France?'}, {'role': 'assistant', 'content': 'Paris.'}]}))
+" > "$TMP/chat.jsonl"
+"$PREP" --input "$TMP/chat.jsonl" --out-dir "$TMP/chatd" --chat-template chatml --val-tokens 0 --record-windows 48 --quiet || bad "data/prepare --chat-template chatml"
+"$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/chatd/chat_train_*.bin" --batch-size 4 --seq-len 48 --steps 60 --lr 1e-2 --warmup-steps 0 \
+    --threads 2 --save-format hf --out "$TMP/chatm" > "$TMP/chat.log" 2>&1 || { cat "$TMP/chat.log"; bad "train_gpt2 on ChatML data failed"; }
+reply=$("$GEN" --model "$TMP/chatm" --chat chatml --prompt "Capital of France?" --temperature 0 -n 30 -q --threads 2 2>"$TMP/err")
+[ "$reply" = "Paris." ] && ok "--chat chatml: the trained reply 'Paris.' ends at <|im_end|>" || { cat "$TMP/err"; bad "--chat reply: '$reply'"; }
+rp="$(cat test/ref/prepare_chatml_prompt.txt; printf x)"   # (x keeps the trailing newline)
+raw=$("$GEN" --model "$TMP/chatm" --prompt "<|endoftext|>${rp%x}" --temperature 0 -n 30 -q --threads 2 2>"$TMP/err")
+[[ "$raw" == "Paris.<|im_end|>"* ]] && ok "without --chat the same model goes on past <|im_end|>: '$(head -c 30 <<<"$raw" | tr '\n' ' ')'" \
+  || bad "raw continuation: '$raw'"
+expect_fail "--system without --chat" "--system is for --chat" "$GEN" --model "$M" --system hi --prompt hi
+expect_fail "--chat without --prompt" "--chat needs --prompt" "$GEN" --model "$M" --chat plain
+expect_fail "unknown --chat template" "--chat: 'llama' is not one of: plain, chatml" "$GEN" --model "$M" --chat llama --prompt hi
+
 # the trainers' --sample-* flags: samples during and after training, on stdout and in samples.txt
 "$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 2 --threads 2 \
     --sample-every 1 --sample-tokens 8 --prompt "Hello there" --out "$TMP/s" > "$TMP/s.log" 2>&1 || { cat "$TMP/s.log"; bad "train_gpt2 --sample-every failed"; }
@@ -69,10 +103,12 @@ ts=$(grep -A1 "^sample (step 3):" "$TMP/l.log" | tail -1)
 gs=$("$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/l" --vocab data/gpt2 --prompt '!#%' -n 10 --seed 5 -q --threads 2 2>"$TMP/err")
 [ -n "$ts" ] && [ "$ts" = "!#%$gs" ] && ok "train_lora final sample == generate --adapter on the saved adapter ('$ts')" \
   || { cat "$TMP/err"; bad "train_lora sample '$ts' vs generate '!#%$gs'"; }
-# a missing vocabulary matters only when sampling is asked for
+# a missing vocabulary matters only when sampling is asked for (a copy of the program far from
+# the repository finds none)
+cp "$BIN_DIR/train_gpt2" "$TMP/bin/train_gpt2"
 ( cd "$TMP/elsewhere" && expect_fail "train_gpt2 sampling without a vocabulary" "sampling needs a vocabulary" \
-    "$(cd "$ROOT/$BIN_DIR" && pwd)/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --sample-tokens 4 )
-( cd "$TMP/elsewhere" && "$(cd "$ROOT/$BIN_DIR" && pwd)/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --threads 2 > "$TMP/n.log" 2>&1 ) \
+    "$TMP/bin/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --sample-tokens 4 )
+( cd "$TMP/elsewhere" && "$TMP/bin/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --threads 2 > "$TMP/n.log" 2>&1 ) \
   && ok "no vocabulary needed without sampling" || { cat "$TMP/n.log"; bad "train_gpt2 without sampling failed outside the repo"; }
 expect_fail "train_gpt2 --sample-tokens beyond n_positions" "--sample-tokens" "$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" \
     --batch-size 1 --seq-len 16 --steps 1 --sample-tokens 300

@@ -3,6 +3,11 @@
 # (test/ref/tok_shakespeare.u16), document separation, the JSONL loss-mask layout against
 # test/ref/prepare_sft_expected.txt (both written by dev/gen_tokenizer_ref.py), train/val split,
 # multi-shard output, stale-file removal, and the error messages for bad input.
+# Record schemas and chat templates: Alpaca (a JSON array) and ShareGPT records rendered with the
+# plain and ChatML templates give exactly the tokens and assistant masks of transformers'
+# apply_chat_template (test/ref/prepare_*_expected.txt, dev/gen_prepare_ref.py); field and role
+# mapping; record windows (one record per window, padding untrained, window length in the header,
+# a trainer with another --seq-len refused).
 set -u
 BUILD="${BUILD:-build}"; BIN_DIR="${BIN_DIR:-.}"
 if [ -z "${PREPARE_BIN:-}" ]; then
@@ -29,11 +34,18 @@ mask_ok() {
   local f="$1" b="${1%.mask}.bin" n; n=$(hdr "$f" 2)
   [ "$(hdr "$f" 0)" = 20261122 ] && [ "$(hdr "$f" 1)" = 1 ] && [ "$(stat -c %s "$f")" = $((1024 + n)) ] && [ "$n" = "$(hdr "$b" 2)" ]
 }
-# run prepare expecting failure with a message matching a pattern
+# run prepare expecting failure with a message matching a pattern (expect_fail: extended regular
+# expression; expect_failF: a fixed string, for any command)
 expect_fail() {
   local what="$1" pat="$2"; shift 2
   local out; out=$("$P" "$@" 2>&1); local rc=$?
   if [ $rc -ne 0 ] && grep -qE -- "$pat" <<<"$out"; then ok "$what"
+  else bad "$what (rc $rc): $out"; fi
+}
+expect_failF() {
+  local what="$1" pat="$2"; shift 2
+  local out; out=$("$@" 2>&1); local rc=$?
+  if [ $rc -ne 0 ] && grep -qF -- "$pat" <<<"$out" && grep -q '^error: ' <<<"$out"; then ok "$what"
   else bad "$what (rc $rc): $out"; fi
 }
 
@@ -114,7 +126,7 @@ expect_fail "unknown role" "unknown role 'robot'" --input "$T/bad4.jsonl" --out-
 printf '{"messages": [{"role": "user"}]}\n' > "$T/bad5.jsonl"
 expect_fail "message without content" "message 0 has no \"content\" field" --input "$T/bad5.jsonl" --out-dir "$T/x"
 printf '{"foo": 1}\n' > "$T/bad6.jsonl"
-expect_fail "unknown record" "none of \"text\"" --input "$T/bad6.jsonl" --out-dir "$T/x"
+expect_failF "unknown record" "none of the fields \"messages\", \"conversations\", \"instruction\", \"prompt\"/\"completion\", \"text\" (it has \"foo\")" "$P" --input "$T/bad6.jsonl" --out-dir "$T/x"
 printf '["text"]\n' > "$T/bad7.jsonl"
 expect_fail "not an object" "expected a JSON object" --input "$T/bad7.jsonl" --out-dir "$T/x"
 printf '{"text": "a\xff"}\n' > "$T/bad8.jsonl"
@@ -145,6 +157,111 @@ printf '{"a": 0, "b": 0}' > "$T/alpha/vocab.json"
 expect_fail "duplicate token id" "token id 0 appears twice" --input "$T/f1.txt" --out-dir "$T/x" --vocab "$T/alpha/vocab.json"
 printf '{"a": 0, "b": 1}' > "$T/alpha/vocab.json"
 expect_fail "vocabulary without all 256 bytes" "no token for byte 0x00" --input "$T/f1.txt" --out-dir "$T/x" --vocab "$T/alpha/merges.txt"
+# --- 6. record schemas and chat templates: tokens and masks exactly as transformers renders them
+same_as_ref() { # same_as_ref DIR/NAME_train_000000 REF_FILE
+  [ "$(toks "$1.bin" | tr '\n' ' ' | sed 's/ $//')" = "$(sed -n 1p "$2")" ] && \
+  [ "$(masks "$1.mask" | tr '\n' ' ' | sed 's/ $//')" = "$(sed -n 2p "$2")" ]
+}
+for tpl in plain chatml; do
+  "$P" --input test/ref/prepare_alpaca.json --out-dir "$T/al$tpl" --name al --val-tokens 0 --chat-template $tpl --quiet || bad "prepare alpaca $tpl"
+  check "Alpaca (JSON array, auto-detected), $tpl: tokens and mask == apply_chat_template" same_as_ref "$T/al$tpl/al_train_000000" test/ref/prepare_alpaca_${tpl}_expected.txt
+  "$P" --input test/ref/prepare_sharegpt.jsonl --out-dir "$T/sg$tpl" --name sg --val-tokens 0 --chat-template $tpl --quiet || bad "prepare sharegpt $tpl"
+  check "ShareGPT (from/value, human/gpt/system), $tpl: tokens and mask == apply_chat_template" same_as_ref "$T/sg$tpl/sg_train_000000" test/ref/prepare_sharegpt_${tpl}_expected.txt
+done
+"$P" --input test/ref/prepare_sharegpt.jsonl --out-dir "$T/sgx" --name sg --val-tokens 0 --chat-template chatml --schema sharegpt --quiet || bad "--schema sharegpt"
+check "--schema sharegpt == auto-detected" same_as_ref "$T/sgx/sg_train_000000" test/ref/prepare_sharegpt_chatml_expected.txt
+expect_failF "--schema alpaca on ShareGPT records" "prepare_sharegpt.jsonl' line 1: the record has no \"instruction\" field" "$P" \
+  --input test/ref/prepare_sharegpt.jsonl --out-dir "$T/x" --schema alpaca
+# the same conversations under other names: --field and --role map them
+python3 - "$T" <<'PY'
+import json, sys
+t = sys.argv[1]
+recs = [json.loads(l) for l in open("test/ref/prepare_sharegpt.jsonl", encoding="utf-8")]
+names = {"system": "sys", "human": "customer", "gpt": "bot"}
+with open(t + "/renamed.jsonl", "w") as f:
+    for r in recs:
+        f.write(json.dumps({"dialog": [{"speaker": names[m["from"]], "says": m["value"]} for m in r["conversations"]]}) + "\n")
+alp = json.load(open("test/ref/prepare_alpaca.json", encoding="utf-8"))
+with open(t + "/alpaca_lines.json", "w") as f:  # what HF datasets' to_json writes: one record per line
+    for r in alp:
+        f.write(json.dumps({"task": r["instruction"], "context": r["input"], "answer": r["output"], **({"system": r["system"]} if "system" in r else {})}) + "\n")
+with open(t + "/qa.jsonl", "w") as f:
+    f.write(json.dumps({"question": "Is the sky blue?\nAnswer:", "answer": " Yes, on a clear day."}) + "\n")
+PY
+"$P" --input "$T/renamed.jsonl" --out-dir "$T/rn" --name sg --val-tokens 0 --chat-template chatml --quiet \
+  --field messages=dialog,role=speaker --field content=says --role sys=system,customer=user --role bot=assistant || bad "prepare with --field/--role"
+check "--field messages=dialog,role=speaker,content=says --role ...: same tokens and mask as ShareGPT" same_as_ref "$T/rn/sg_train_000000" test/ref/prepare_sharegpt_chatml_expected.txt
+"$P" --input "$T/alpaca_lines.json" --out-dir "$T/al2" --name al --val-tokens 0 --field instruction=task,input=context,output=answer --quiet \
+  || bad "prepare JSON lines in a .json file"
+check "a .json file of JSON lines (HF to_json) with renamed Alpaca fields == the Alpaca array" same_as_ref "$T/al2/al_train_000000" test/ref/prepare_alpaca_plain_expected.txt
+"$P" --input "$T/qa.jsonl" --out-dir "$T/qa" --name qa --val-tokens 0 --field prompt=question,completion=answer --quiet || bad "prepare --field prompt=question"
+# (qa.jsonl is the first record of prepare_sft.jsonl under other names: its 17 tokens are the reference's first)
+check "--field prompt=question,completion=answer reads prompt/completion" \
+  eval '[ "$(toks "$T/qa/qa_train_000000.bin" | tr "\n" " " | sed "s/ $//")" = "$(sed -n 1p test/ref/prepare_sft_expected.txt | cut -d" " -f1-17)" ] &&
+        [ "$(masks "$T/qa/qa_train_000000.mask" | tr "\n" " " | sed "s/ $//")" = "$(sed -n 2p test/ref/prepare_sft_expected.txt | cut -d" " -f1-17)" ]'
+expect_failF "unknown role names --role" "line 1: message 0 has unknown role 'sys'" "$P" --input "$T/renamed.jsonl" --out-dir "$T/x" --field messages=dialog,role=speaker,content=says
+expect_failF "bad --field" "--field: unknown field 'question'" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --field question=prompt
+expect_failF "bad --role" "--role: 'robot' is not a role" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --role bot=robot
+expect_failF "bad --chat-template" "--chat-template: unknown template 'llama'" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --chat-template llama
+expect_failF "bad --schema" "--schema: unknown schema 'csv'" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --schema csv
+expect_failF "--chat-template with text input" "they were given with text input" "$P" --input "$T/f1.txt" --out-dir "$T/x" --chat-template chatml
+# JSON files: an array is read as records; what is not records gets its message
+printf '[{"text": "one"},\n "two"]\n' > "$T/arr_bad.json"
+expect_failF "array element that is not a record" "arr_bad.json' array element 1: expected a JSON object (a record), got string" "$P" --input "$T/arr_bad.json" --out-dir "$T/x"
+printf '[{"text": "one"},\n {"text": "two"}\n' > "$T/arr_cut.json"
+expect_failF "truncated JSON array" "arr_cut.json': malformed JSON" "$P" --input "$T/arr_cut.json" --out-dir "$T/x"
+printf '"just a string"\n' > "$T/str.json"
+expect_failF "JSON that holds no records" "str.json' holds a JSON string, not records" "$P" --input "$T/str.json" --out-dir "$T/x"
+printf '[\n  {"text": "one"}\n]\n' > "$T/arr.jsonl"
+expect_failF "a JSON array in a .jsonl file" "read with --format json" "$P" --input "$T/arr.jsonl" --out-dir "$T/x"
+"$P" --input "$T/arr.jsonl" --format json --out-dir "$T/arrj" --val-tokens 0 --quiet && ok "--format json reads an array from any file name" || bad "--format json on arr.jsonl"
+printf '[]' > "$T/empty.json"
+expect_failF "empty JSON array" "empty.json': no records" "$P" --input "$T/empty.json" --out-dir "$T/x"
+
+# --- 7. record windows: one record per window of T tokens, padding untrained
+"$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/w" --name w --val-tokens 0 --record-windows 24 > "$T/w.log" || bad "prepare --record-windows"
+check "windows: tokens and mask == the documented rule on tiktoken's ids" same_as_ref "$T/w/w_train_000000" test/ref/prepare_windows_expected.txt
+check "window length 24 in the shard and mask headers" eval '[ "$(hdr "$T/w/w_train_000000.bin" 3)" = 24 ] && [ "$(hdr "$T/w/w_train_000000.mask" 3)" = 24 ]'
+check "stream shards keep header field 3 at 0" [ "$(hdr "$T/e/sft_train_000000.bin" 3)" = 0 ]
+wt=($(toks "$T/w/w_train_000000.bin")); wm=($(masks "$T/w/w_train_000000.mask"))
+nwin=$(( (${#wt[@]} - 1) / 24 )); okw=1
+for ((k = 0; k < nwin; k++)); do [ "${wt[$((k*24))]}" = 50256 ] && [ "${wm[$((k*24))]}" = 0 ] || okw=0; done
+check "each of the $nwin windows starts with an untrained <|endoftext|> (no record spans two windows)" [ $okw = 1 ] 
+check "summary: 1 truncated, 1 dropped (no trained token)" grep -q "1 record(s) truncated, 0 dropped as too long, 1 dropped with no trained token" "$T/w.log"
+"$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/w2" --name w --val-tokens 0 --record-windows 24 --overlong drop --quiet || bad "--overlong drop"
+check "--overlong drop: the conversation longer than 24 tokens is left out" [ "$(hdr "$T/w2/w_train_000000.bin" 2)" = $(( (nwin - 1) * 24 + 1 )) ]
+"$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/w3" --name w --val-tokens 30 --record-windows 24 --shard-tokens 50 --quiet || bad "windows + split + shards"
+v3=$(hdr "$T/w3/w_val_000000.bin" 2); n3=0; for f in "$T"/w3/w_train_*.bin; do n3=$((n3 + $(hdr "$f" 2) - 1)); done
+check "windows: val is whole windows + 1 ($v3 tokens), shards hold 2 windows + 1" \
+  eval '[ "$v3" = 25 ] && [ "$(hdr "$T/w3/w_train_000000.bin" 2)" = 49 ] && [ $((v3 - 1 + n3)) = $((nwin * 24)) ]'
+printf 'First paragraph of the text.\n\nA second, longer paragraph of text that goes on.\n' > "$T/paras.txt"
+"$P" --input "$T/paras.txt" --doc-sep blank --out-dir "$T/wt" --name p --val-tokens 0 --record-windows 16 --quiet || bad "text windows"
+pm=$(masks "$T/wt/p_train_000000.mask" | tr '\n' ' ')
+# the paragraphs are 7 and 12 tokens (tiktoken): EOT, text, trained closing EOT, untrained padding
+check "text documents in windows: 2 windows + 1, with a mask (padding untrained): $pm" \
+  eval '[ "$(hdr "$T/wt/p_train_000000.bin" 2)" = 33 ] && [ "$pm" = "0 1 1 1 1 1 1 1 1 0 0 0 0 0 0 0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 0 0 0 " ]'
+expect_failF "--record-windows with --doc-sep none" "--record-windows with --doc-sep none" "$P" --input "$T/paras.txt" --doc-sep none --out-dir "$T/x" --record-windows 16
+expect_failF "--overlong without windows" "--overlong given without --record-windows" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --overlong drop
+expect_failF "no record fits" "no record fits a window" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --field prompt=question,completion=answer --record-windows 4 --overlong drop
+# the trainer takes the windows only with the matching --seq-len
+TRAIN="${BIN_DIR}/train_gpt2"
+if [ -x "$TRAIN" ]; then
+  "$TRAIN" --model tiny --train-data "$T/w/w_train_*.bin" --batch-size 2 --seq-len 24 --steps 1 --threads 2 > "$T/wtrain.log" 2>&1 \
+    && ok "train_gpt2 --seq-len 24 trains on 24-token windows" || { cat "$T/wtrain.log"; bad "train on windows"; }
+  expect_failF "train_gpt2 refuses another --seq-len" "holds one record per window of 24 tokens (data/prepare --record-windows 24), but --seq-len is 16" \
+    "$TRAIN" --model tiny --train-data "$T/w/w_train_*.bin" --batch-size 1 --seq-len 16 --steps 1 --threads 2
+else
+  echo "skip: $TRAIN not built: the trainer's --seq-len check was not run"
+fi
+# the vocabulary without --vocab: data/gpt2 of the working directory, else near the program
+mkdir -p "$T/elsewhere" "$T/bin"; ROOT=$(pwd); PABS=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
+( cd "$T/elsewhere" && "$PABS" --input "$ROOT/$T/f1.txt" --out-dir out --val-tokens 0 --quiet ) \
+  && [ "$(toks "$T/elsewhere/out/f1_train_000000.bin" | tr '\n' ' ')" = "$(toks "$T/c/two_train_000000.bin" | head -5 | tr '\n' ' ')" ] \
+  && ok "run from another directory: the vocabulary is found near the program" || bad "prepare from another directory"
+FAR=$(mktemp -d "${TMPDIR:-/tmp}/llmc-prepare.XXXXXX"); mkdir -p "$FAR/bin"; cp "$P" "$FAR/bin/prepare"
+( cd "$FAR" && expect_failF "a copy far from the repository finds no vocabulary" "the GPT-2 vocabulary (data/gpt2) is neither in the working directory nor near this program" \
+    "$FAR/bin/prepare" --input "$ROOT/$T/f1.txt" --out-dir "$ROOT/$T/x" )
+rm -rf "$FAR"
 check "failed runs wrote nothing" [ -z "$(ls "$T/x" 2>/dev/null)" ]
 # --help works and exits 0
 check "--help" bash -c "'$P' --help | grep -q -- '--val-frac'"

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Reference tokens and loss masks for data/prepare's record schemas, chat templates and record
+windows (test/test_prepare.sh), produced with Hugging Face transformers and tiktoken.
+
+The conversations are rendered by transformers' apply_chat_template with each template written
+in Jinja (the form transformers and TRL use) and {% generation %} marking the assistant's
+trained text; return_assistant_tokens_mask=True gives the trained tokens. The tokenizer is
+GPT2TokenizerFast built from the bundled data/gpt2 files (encoder.json = vocab.json, vocab.bpe =
+merges.txt), cross-checked against tiktoken. What data/README.md adds on top (one <|endoftext|>
+before each record, whose mask copies the token before it, and one closing the last) is applied
+here. Alpaca records become conversations by the documented rule: an optional system message,
+the user's instruction (+ "\\n\\n" + input when the input is not empty), the assistant's output.
+
+Writes (inputs and expectations; one "ids..." line then one "mask..." line per expectation):
+  test/ref/prepare_alpaca.json                   a JSON array of Alpaca records
+  test/ref/prepare_sharegpt.jsonl                ShareGPT records (from/value, human/gpt/system)
+  test/ref/prepare_{alpaca,sharegpt}_{plain,chatml}_expected.txt
+  test/ref/prepare_chatml_prompt.txt             generate --chat chatml's prompt text for the
+                                                 user message "Capital of France?" (add_generation_prompt)
+  test/ref/prepare_windows_expected.txt          prepare_sft.jsonl with --record-windows 24
+                                                 (windows rule of data/README.md on tiktoken's ids)
+Run: python3 dev/gen_prepare_ref.py
+"""
+import json
+import os
+import sys
+import tempfile
+import shutil
+
+from transformers import GPT2TokenizerFast
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_tokenizer_ref import gpt2_encoding, SFT_RECORDS  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REF = os.path.join(ROOT, "test", "ref")
+EOT = 50256
+
+PLAIN = (
+    "{%- for m in messages -%}"
+    "{%- if m['role'] == 'system' -%}System:{%- elif m['role'] == 'user' -%}User:{%- else -%}Assistant:{%- endif -%}"
+    "{%- if m['role'] == 'assistant' -%}{% generation %}{{ ' ' + m['content'] + '\\n' }}{% endgeneration %}"
+    "{%- else -%}{{ ' ' + m['content'] + '\\n' }}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}Assistant:{%- endif -%}"
+)
+CHATML = (
+    "{%- for m in messages -%}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' }}"
+    "{%- if m['role'] == 'assistant' -%}{% generation %}{{ m['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{%- else -%}{{ m['content'] + '<|im_end|>' }}{%- endif -%}"
+    "{{ '\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
+)
+
+ALPACA = [
+    {"instruction": "Give three tips for staying healthy.", "input": "",
+     "output": "1. Eat well.\n2. Exercise.\n3. Sleep enough."},
+    {"instruction": "Translate to French.", "input": "The cat sleeps.", "output": "Le chat dort."},
+    {"instruction": "Summarize in one word.", "input": "Rain, rain, and more rain; the café was empty.",
+     "output": "Wet.", "system": "You answer briefly."},
+]
+SHAREGPT = [
+    {"id": "a1", "conversations": [
+        {"from": "system", "value": "You are a helpful assistant."},
+        {"from": "human", "value": "What is 2+2?"},
+        {"from": "gpt", "value": "4."},
+        {"from": "human", "value": "And 3+3? Answer in words."},
+        {"from": "gpt", "value": "Six."}]},
+    {"id": "b2", "conversations": [
+        {"from": "human", "value": "Name a colour of the sky (空)."},
+        {"from": "gpt", "value": "Blue."}]},
+]
+
+
+def alpaca_to_messages(r):
+    msgs = []
+    if r.get("system"):
+        msgs.append({"role": "system", "content": r["system"]})
+    user = r["instruction"] + ("\n\n" + r["input"] if r.get("input") else "")
+    msgs.append({"role": "user", "content": user})
+    msgs.append({"role": "assistant", "content": r["output"]})
+    return msgs
+
+
+def sharegpt_to_messages(r):
+    role = {"system": "system", "human": "user", "gpt": "assistant"}
+    return [{"role": role[m["from"]], "content": m["value"]} for m in r["conversations"]]
+
+
+def hf_tokenizer():
+    d = tempfile.mkdtemp()
+    shutil.copy(os.path.join(ROOT, "data", "gpt2", "encoder.json"), os.path.join(d, "vocab.json"))
+    shutil.copy(os.path.join(ROOT, "data", "gpt2", "vocab.bpe"), os.path.join(d, "merges.txt"))
+    tok = GPT2TokenizerFast.from_pretrained(d)
+    shutil.rmtree(d)
+    assert len(tok) == 50257 and tok.eos_token_id == EOT
+    return tok
+
+
+def render(tok, enc, template, conversations):
+    """Stream of records: EOT (mask of the token before), the rendered conversation, ...,
+    closing EOT."""
+    toks, mask = [], []
+    for msgs in conversations:
+        mask.append(mask[-1] if mask else 0)
+        toks.append(EOT)
+        text = tok.apply_chat_template(msgs, chat_template=template, tokenize=False)
+        out = tok.apply_chat_template(msgs, chat_template=template, tokenize=True, return_dict=True,
+                                      return_assistant_tokens_mask=True)
+        ids, am = list(out["input_ids"]), list(out["assistant_masks"])
+        assert ids == enc.encode_ordinary(text), "transformers and tiktoken disagree on %r" % text
+        assert sum(am) > 0, "no assistant tokens marked in %r" % text
+        toks.extend(ids)
+        mask.extend(am)
+    mask.append(mask[-1])
+    toks.append(EOT)
+    return toks, mask
+
+
+def sft_windows(enc, T):
+    """data/README.md's record windows for prepare_sft.jsonl: each record's stream tokens
+    (EOT first, untrained) cut to T, or followed by the closing EOT (mask of the token before)
+    and untrained EOT padding; a window with no trained token is dropped; one closing EOT."""
+    toks, mask = [], []
+    for r in SFT_RECORDS:
+        t, m = [EOT], [0]
+        def seg(text, k):
+            ids = enc.encode_ordinary(text)
+            t.extend(ids)
+            m.extend([k] * len(ids))
+        if "messages" in r:
+            for msg in r["messages"]:
+                seg({"system": "System:", "user": "User:", "assistant": "Assistant:"}[msg["role"]], 0)
+                seg(" " + msg["content"] + "\n", 1 if msg["role"] == "assistant" else 0)
+        elif "prompt" in r:
+            seg(r["prompt"], 0)
+            seg(r["completion"], 1)
+        else:
+            seg(r["text"], 1)
+        if len(t) > T:
+            t, m = t[:T], m[:T]
+        elif len(t) < T:
+            t.append(EOT)
+            m.append(m[-1])
+            t += [EOT] * (T - len(t))
+            m += [0] * (T - len(m))
+        if sum(m[1:]) == 0:
+            continue
+        toks += t
+        mask += m
+    toks.append(EOT)
+    mask.append(0)
+    return toks, mask
+
+
+def write_expected(name, toks, mask):
+    with open(os.path.join(REF, name), "w") as f:
+        f.write(" ".join(map(str, toks)) + "\n")
+        f.write(" ".join(map(str, mask)) + "\n")
+    print("wrote test/ref/%s: %d tokens, %d trained" % (name, len(toks), sum(mask)))
+
+
+def main():
+    enc = gpt2_encoding()
+    tok = hf_tokenizer()
+    with open(os.path.join(REF, "prepare_alpaca.json"), "w", encoding="utf-8") as f:
+        json.dump(ALPACA, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    with open(os.path.join(REF, "prepare_sharegpt.jsonl"), "w", encoding="utf-8") as f:
+        for r in SHAREGPT:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    convs = {"alpaca": [alpaca_to_messages(r) for r in ALPACA],
+             "sharegpt": [sharegpt_to_messages(r) for r in SHAREGPT]}
+    for data, msgs in convs.items():
+        for name, template in (("plain", PLAIN), ("chatml", CHATML)):
+            write_expected("prepare_%s_%s_expected.txt" % (data, name), *render(tok, enc, template, msgs))
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Capital of France?"}], chat_template=CHATML,
+                                     tokenize=False, add_generation_prompt=True)
+    with open(os.path.join(REF, "prepare_chatml_prompt.txt"), "w", encoding="utf-8") as f:
+        f.write(prompt)
+    print("wrote test/ref/prepare_chatml_prompt.txt: %d tokens" % len(enc.encode_ordinary(prompt)))
+    write_expected("prepare_windows_expected.txt", *sft_windows(enc, 24))
+
+
+if __name__ == "__main__":
+    main()
