@@ -1,120 +1,74 @@
-# llmc fine-tuning tool. `make` builds train_gpt2 and train_lora for the CPU backend when no GPU
-# is present (CUDA when one is); BACKEND=cpu|cuda overrides. `make test` builds and runs the whole
-# test suite (plain, then again under ASan+UBSan). Feature areas add their own rules in mk/*.mk.
+# llmc fine-tuning tool.
+#
+#   make                     train_gpt2, train_lora, generate, data/prepare for the CPU backend
+#                            when no GPU is present (CUDA when one is); BACKEND=cpu|cuda overrides
+#   make test                the whole test suite (mk/tests.mk says what it holds)
+#   make gpu-bundle          build/gpu-bundle/: portable CUDA programs, GPU tests and benchmarks
+#                            for a bare GPU machine (mk/cuda.mk)
+#   make bench-cpu / bench-cuda   benchmark programs (mk/bench.mk)
+#   make clean               removes every build tree and the programs
+# Options: BACKEND, ARCH (native or a -march target such as x86-64-v3, for binaries that
+# travel), SAN=1 (ASan+UBSan), NO_MPI=1. Each configuration builds in a tree of its own under
+# build/ (mk/config.mk); ./train_gpt2 etc. are copies of the selected tree's programs.
+#
+# Fragments, by concern:
+#   mk/config.mk     options -> build tree; compilers, flags, GPU architectures, libraries
+#   mk/cpu.mk        the CPU backend (and the CPU backend as reference for the CUDA op tests)
+#   mk/cuda.mk       the CUDA backend (nvcc), the GPU test programs, the GPU bundle
+#   mk/programs.mk   the tree's library and the four programs, for either backend
+#   mk/harness.mk    the CUDA-on-CPU harness: the CUDA kernels run in CI, TSan
+#   mk/tests.mk      the test suite and the build checks (nvcc -Werror, clean-tree CUDA build)
+#   mk/bench.mk      benchmarks (CPU and dev/cuda)
+# Any other mk/*.mk is included after these (a new area adds its rules there, appending to
+# TEST_PROGS / TEST_SCRIPTS / TEST_EXTRA_BUILD / GPU_TEST_PROGS); the aggregate targets below
+# come last so that they see every addition.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
 
-CC ?= gcc
-CXX ?= g++
-NVCC ?= nvcc
-OPT ?= -O3 -march=native
-WARN := -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Werror=implicit-function-declaration
-CFLAGS_BASE := -std=gnu11 $(WARN) -fopenmp -Illmc -I.
-CXXFLAGS_BASE := -std=gnu++17 $(filter-out -Werror=implicit-function-declaration,$(WARN)) -fopenmp -Illmc -I.
+MK_CORE := mk/config.mk mk/cpu.mk mk/cuda.mk mk/programs.mk mk/harness.mk mk/tests.mk mk/bench.mk
+include $(MK_CORE)
+include $(filter-out $(MK_CORE),$(sort $(wildcard mk/*.mk)))
 
-# ---------------------------------------------------------------------------
-# backend selection
-HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
-HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
-ifeq ($(BACKEND),)
-  ifeq ($(HAVE_NVCC)$(HAVE_GPU),11)
-    BACKEND := cuda
-  else
-    BACKEND := cpu
-  endif
-endif
+# ---------------------------------------------------------------------------------------------
+# aggregate targets
 
-# BLAS for the CPU backend (Debian libopenblas-dev). OpenBLAS' serial/pthread flavours both
-# work; we drive threading with OpenMP around it.
-BLAS_LIBS ?= -lopenblas
-LDLIBS_CPU := $(BLAS_LIBS) -lm -lpthread
+all: $(PROGRAMS) $(if $(SAN),,$(ROOT_PROGRAMS))
 
-# Sanitizer build: `make SAN=1 ...` puts everything under build-san/.
-ifeq ($(SAN),1)
-  BUILD := build-san
-  BINDIR := build-san
-  OPT := -O1 -g -fno-omit-frame-pointer
-  SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
-else
-  BUILD := build
-  BINDIR := .
-  SANFLAGS :=
-endif
-
-CFLAGS := $(CFLAGS_BASE) $(OPT) $(SANFLAGS)
-CXXFLAGS := $(CXXFLAGS_BASE) $(OPT) $(SANFLAGS)
-LDFLAGS := -fopenmp $(SANFLAGS)
-
-# ---------------------------------------------------------------------------
-# the shared library: every llmc/*.c plus the CPU backend
-LIB_SRCS := $(wildcard llmc/*.c)
-CPU_SRCS := $(wildcard llmc/cpu/*.c)
-LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRCS))
-CPU_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CPU_SRCS))
-EXTRA_LIBS :=
-
-$(BUILD)/%.o: %.c $(wildcard llmc/*.h llmc/cpu/*.h)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
-
-# The entry files are .cu (one name for both backends); on the CPU backend they are plain C.
-$(BUILD)/%.entry.o: %.cu $(wildcard llmc/*.h)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -x c -c $< -o $@
-
-# What any program using the library links (recursive: mk/*.mk fragments add to EXTRA_LIBS).
-LIB_ALL_OBJS = $(LIB_OBJS) $(CPU_OBJS)
-LIB_LINK_FLAGS = $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
-
-# ---------------------------------------------------------------------------
-# tests: each test/test_*.c is a program; mk/*.mk may add more programs and scripts.
-# TEST_PROGS: binaries run by test/run_tests.sh; TEST_SCRIPTS: shell tests.
-TEST_C_SRCS := $(wildcard test/test_*.c)
-TEST_PROGS := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_C_SRCS))
-TEST_SCRIPTS :=
-TEST_SAN_SKIP :=
-
-$(BUILD)/test/%: test/%.c $(LIB_OBJS) $(CPU_OBJS) $(wildcard test/*.h)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIB_OBJS) $(CPU_OBJS) -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
-
--include $(sort $(wildcard mk/*.mk))
-
-# ---------------------------------------------------------------------------
-# binaries
-# (the sanitizer build puts its binaries in build-san/ so they never replace the real ones)
 ifeq ($(BACKEND),cpu)
-$(BINDIR)/train_gpt2 $(BINDIR)/train_lora: $(BINDIR)/%: $(BUILD)/%.entry.o $(LIB_OBJS) $(CPU_OBJS)
-	@mkdir -p $(dir $@)
-	$(CC) $^ -o $@ $(LDFLAGS) $(LDLIBS_CPU) $(EXTRA_LIBS)
-endif
-ifneq ($(BINDIR),.)
-train_gpt2 train_lora: %: $(BINDIR)/%
-endif
-
-BINS := $(BINDIR)/train_gpt2 $(BINDIR)/train_lora $(EXTRA_BINS)
-all: $(BINS)
-
-test-build: $(BINS) $(TEST_PROGS)
-
-# `make test`: every CUDA source through nvcc (sm_80 + sm_90, -Werror, no spills), the whole
-# suite, the whole suite again under ASan+UBSan, and the CUDA-on-CPU harness programs under TSan.
-# Builds use every core (JOBS); the tests themselves run one after another.
-JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-test:
-	@if [ "$(HAVE_NVCC)" = 1 ]; then $(MAKE) --no-print-directory -j$(JOBS) cuda-check; \
-	 else echo "skip: nvcc not found: the CUDA sources were not compiled (install the CUDA toolkit)"; fi
-	$(MAKE) --no-print-directory -j$(JOBS) test-build
-	$(MAKE) --no-print-directory test-run
-	$(MAKE) --no-print-directory -j$(JOBS) SAN=1 test-build
-	$(MAKE) --no-print-directory SAN=1 test-run
-	$(MAKE) --no-print-directory -j$(JOBS) test-tsan
-
+test-build: $(PROGRAMS) $(TEST_PROGS) $(TEST_EXTRA_BUILD)
 test-run: test-build
-	SAN=$(SAN) BUILD=$(BUILD) BIN_DIR=$(BINDIR) bash test/run_tests.sh $(TEST_PROGS) $(TEST_SCRIPTS)
+	SAN=$(SAN) BUILD=$(TREE) BIN_DIR=$(TREE)/bin bash test/run_tests.sh $(TEST_PROGS) $(TEST_SCRIPTS)
+else
+test-build test-run:
+	@echo "the test suite runs in the CPU trees (the CUDA kernels run there under the harness): use 'make test', or BACKEND=cpu; on a GPU: make BACKEND=cuda gpu-tests"; exit 1
+endif
+
+ifeq ($(BACKEND),cuda)
+gpu-tests: $(GPU_TEST_PROGS)
+	@for t in $(GPU_TEST_PROGS); do echo "== $$t"; $$t || exit 1; done
+
+# the bundle: a copy of everything the GPU check runs, its manifest, and the same packed into one
+# file for the trip (the programs share most of their bytes, the kernels' code: xz packs ~50 MB
+# into a few)
+gpu-bundle-files: $(PROGRAMS) $(GPU_TEST_PROGS) $(DEV_CUDA_PROGS)
+	@rm -rf $(GPU_BUNDLE) $(GPU_BUNDLE).tar.xz && mkdir -p $(GPU_BUNDLE)
+	@cp $^ $(GPU_BUNDLE)/
+	@{ echo "llmc-ft GPU bundle from $(TREE) (ARCH=$(ARCH), NO_MPI=$(NO_MPI), sm $(CUDA_ARCHS)), $$(git describe --always --dirty 2>/dev/null || echo 'no git')"; \
+	   echo "Run from the repository root (the tests read test/ref/, the programs data/gpt2/), with the"; \
+	   echo "directories of libcudart.so.13, libcublasLt.so.13 and libnccl.so.2 (pip: nvidia-cuda-runtime,"; \
+	   echo "nvidia-cublas, nvidia-nccl-cu13) on LD_LIBRARY_PATH."; \
+	   (cd $(GPU_BUNDLE) && for f in $(notdir $^); do printf '%10d %s\n' $$(stat -c %s $$f) $$f; done); } > $(GPU_BUNDLE)/MANIFEST
+	@tar -cJf $(GPU_BUNDLE).tar.xz $(GPU_BUNDLE)
+	@echo "gpu-bundle: $(GPU_BUNDLE)/ ($$(du -sh $(GPU_BUNDLE) | cut -f1)), packed $(GPU_BUNDLE).tar.xz ($$(du -h $(GPU_BUNDLE).tar.xz | cut -f1)): $(notdir $^)"
+else
+gpu-tests:
+	@$(MAKE) --no-print-directory BACKEND=cuda gpu-tests
+endif
+.PHONY: all test-build test-run gpu-tests gpu-bundle-files
 
 clean:
-	rm -rf build build-san build-tsan train_gpt2 train_lora $(EXTRA_BINS) dev/cuda/build
-
-.PHONY: all test test-run test-build clean
+	rm -rf build train_gpt2 train_lora generate data/prepare
+	@# trees of the earlier layout
+	rm -rf build-san build-tsan dev/cuda/build
+.PHONY: clean

@@ -8,6 +8,7 @@
 #include "records.h"
 #include "vocab.h"
 #include "fileio.h"
+#include "timer.h"
 #include "check.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -15,7 +16,6 @@
 #include <string.h>
 #include <dirent.h>
 #include <unistd.h>
-#include <time.h>
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
@@ -183,16 +183,11 @@ static TokIds scratch;
 static double tok_seconds = 0;
 static size_t tok_bytes = 0;
 
-static double now_s(void) {
-    struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void st_encode(Stream* s, Tokenizer* tk, const char* text, size_t len, int allow_special, uint8_t m) {
-    double t0 = now_s();
+    double t0 = timer_now_s();
     scratch.n = 0;
     tok_encode_append(tk, text, len, allow_special, &scratch);
-    tok_seconds += now_s() - t0;
+    tok_seconds += timer_now_s() - t0;
     tok_bytes += len;
     st_reserve(s, scratch.n);
     for (size_t i = 0; i < scratch.n; i++) st_push(s, scratch.ids[i], m);
@@ -259,7 +254,7 @@ static void add_text_file(Stream* s, Tokenizer* tk, const Args* a, const char* p
 // One JSON object per line (blank lines skipped). Returns the number of records.
 static long add_json_lines(Stream* s, Tokenizer* tk, const Args* a, const char* path, const char* text, size_t n, size_t i) {
     long line = 0, records = 0;
-    char err[256], where[4200];
+    char err[256], where[LLMC_PATH_MAX];
     while (i < n) {
         const char* nl = (const char*)memchr(text + i, '\n', n - i);
         size_t e = nl ? (size_t)(nl - text) : n;
@@ -284,7 +279,7 @@ static long add_json_lines(Stream* s, Tokenizer* tk, const Args* a, const char* 
 // A JSON file: an array of records, one record, or (as HF datasets' to_json writes) one record
 // per line. Returns the number of records.
 static long add_json_doc(Stream* s, Tokenizer* tk, const Args* a, const char* path, const char* text, size_t n, size_t i) {
-    char err[256], where[4200];
+    char err[256], where[LLMC_PATH_MAX];
     JsonValue* v = json_parse(text + i, n - i, err, sizeof(err));
     if (!v) {
         size_t b = i;
@@ -548,7 +543,7 @@ static void print_summary(const Args* a, const Stream* s, size_t target, size_t 
 }
 
 static void load_vocab(Tokenizer* tk, const Args* a) {
-    char vpath[4200];
+    char vpath[LLMC_PATH_MAX];
     if (a->vocab) snprintf(vpath, sizeof(vpath), "%s", a->vocab);
     else if (vocab_find_bundled(vpath, sizeof(vpath)) != 0)
         fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json)",

@@ -1,8 +1,8 @@
 // sgemm throughput on the GPT-2 124M training shapes (B*T = 1024 rows), through the same CBLAS
 // calls the CPU backend makes (forward, dinp and dweight orientations). Not a test: a measuring
-// tool for choosing/tuning the BLAS. Build: make bench-cpu (rule in mk/cpuops.mk).
-//   build/dev/bench_gemm [threads] [reps] [split]   (split=1: OpenMP splits rows, 1-thread sgemm each)
-//   OPENBLAS_CORETYPE=Haswell build/dev/bench_gemm   (force a kernel set to compare)
+// tool for choosing/tuning the BLAS. Build: make bench-cpu (rule in mk/bench.mk).
+//   build/cpu/dev/bench_gemm [threads] [reps] [split]   (split=1: OpenMP splits rows, 1-thread sgemm each)
+//   OPENBLAS_CORETYPE=Haswell build/cpu/dev/bench_gemm   (force a kernel set to compare)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,12 +10,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include "ops.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "../llmc/timer.h"
 
 // CPU time of all threads: on a shared (loaded) machine wall time says little, while GFLOP per
 // CPU-second still shows the kernels' efficiency (spin-waiting threads count against it).
@@ -44,7 +39,7 @@ static double bench(int kind, int N, int C, int OC, int reps) {
     double best = 1e30;
     best_cpu = 1e30;
     for (int r = 0; r < reps + 1; r++) {
-        double t0 = now_s(), c0 = cpu_s();
+        double t0 = timer_now_s(), c0 = cpu_s();
         if (split) {
             // one single-threaded sgemm per OpenMP thread on a slice of the output rows
             #pragma omp parallel
@@ -68,7 +63,7 @@ static double bench(int kind, int N, int C, int OC, int reps) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, out, OC, w, C, 1.0f, inp, C);
         else
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, out, OC, inp, C, 1.0f, w, C);
-        double dt = now_s() - t0, dc = cpu_s() - c0;
+        double dt = timer_now_s() - t0, dc = cpu_s() - c0;
         if (r > 0 && dt < best) best = dt; // first call warms caches / thread pool
         if (r > 0 && dc < best_cpu) best_cpu = dc;
     }

@@ -1,17 +1,11 @@
 // Times the CPU backend's ops at GPT-2 124M training shapes (B=4, T=256, C=768, NH=12,
 // V=50257, Vp=50304) and prints ms per call and per training step (x12 layers where the op runs
-// per layer). Not a test. Build: make bench-cpu; run: build/dev/bench_ops [threads] [B] [T]
+// per layer). Not a test. Build: make bench-cpu; run: build/cpu/dev/bench_ops [threads] [B] [T]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "ops.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "../llmc/timer.h"
 
 static float* rand_buf(size_t n, float amp) {
     float* p = (float*)ops_alloc(n * sizeof(float));
@@ -22,7 +16,7 @@ static float* rand_buf(size_t n, float amp) {
 #define TIME_BEST(label, per_step, reps, stmt) do { \
         double best_ = 1e30; \
         for (int r_ = 0; r_ < (reps) + 1; r_++) { \
-            double t0_ = now_s(); stmt; double dt_ = now_s() - t0_; \
+            double t0_ = timer_now_s(); stmt; double dt_ = timer_now_s() - t0_; \
             if (r_ > 0 && dt_ < best_) best_ = dt_; } \
         printf("%-34s %9.3f ms   x%-2d = %8.1f ms/step\n", label, best_ * 1e3, per_step, best_ * 1e3 * (per_step)); \
         total_ms += best_ * 1e3 * (per_step); } while (0)

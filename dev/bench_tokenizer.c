@@ -1,6 +1,7 @@
 // Tokenizer throughput: tinyshakespeare with a cold piece cache, again with a warm one, and a
 // ~50 MB file made by repeating it (what preparing a big corpus looks like once common words are
-// cached). Single thread; times are thread CPU seconds. Build and run: make bench-tokenizer
+// cached). Single thread; times are thread CPU seconds.
+//   make bench-cpu && build/cpu/dev/bench_tokenizer
 //   usage: bench_tokenizer [text file [vocab path [repeat MB]]]
 #include "tokenizer.h"
 #include "fileio.h"
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "../llmc/timer.h"
 
 // Thread CPU time, not wall time: the numbers stay meaningful on a busy shared machine.
 static double now_s(void) {
@@ -18,9 +20,9 @@ static double now_s(void) {
 
 static double run(Tokenizer* t, const char* s, size_t n, size_t* ntok) {
     TokIds v = {0};
-    double t0 = now_s();
+    double t0 = timer_now_s();
     tok_encode_append(t, s, n, 0, &v);
-    double dt = now_s() - t0;
+    double dt = timer_now_s() - t0;
     *ntok = v.n;
     tokids_free(&v);
     return dt;
@@ -33,9 +35,9 @@ int main(int argc, char** argv) {
     size_t n;
     char* text = read_file_all(path, &n);
     Tokenizer t;
-    double t0 = now_s();
+    double t0 = timer_now_s();
     tok_load(&t, vocab);
-    printf("load %s: %.3f s\n", t.source, now_s() - t0);
+    printf("load %s: %.3f s\n", t.source, timer_now_s() - t0);
     size_t ntok;
     double dt = run(&t, text, n, &ntok);
     printf("%s, cold cache: %.2f MB, %zu tokens, %.3f s, %.1f MB/s\n", path, n / 1e6, ntok, dt, n / 1e6 / dt);

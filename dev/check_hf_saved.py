@@ -11,7 +11,7 @@ that directory with GPT2LMHeadModel.from_pretrained and requires:
 It also opens $BUILD/test-tmp/test_safetensors/written.safetensors (several dtypes, a scalar, an
 empty tensor, custom metadata; written by test_safetensors.c) with the Python safetensors library
 and checks its contents.
-Run after `make test` (or after running build/test/test_model_io):
+Run after `make test` (or after running build/cpu/test/test_model_io):
   /opt/refenv/bin/python dev/check_hf_saved.py [dir]
 """
 import logging

@@ -6,15 +6,6 @@
 #include <errno.h>
 #include <math.h>
 
-#define MAX_GIVEN 256
-static const char* g_given[MAX_GIVEN];
-static int g_n_given = 0;
-
-int args_given(const char* name) {
-    for (int i = 0; i < g_n_given; i++) if (strcmp(g_given[i], name) == 0) return 1;
-    return 0;
-}
-
 void args_print_help(const ArgSpec* specs, int n, const char* usage_head) {
     printf("%s\n\nOptions:\n", usage_head);
     for (int i = 0; i < n; i++) {
@@ -25,7 +16,7 @@ void args_print_help(const ArgSpec* specs, int n, const char* usage_head) {
         printf("%-34s %s", left, s->help);
         switch (s->type) {
         case ARG_INT: printf(" (default %d)", *(int*)s->dst); break;
-        case ARG_LONG: printf(" (default %ld)", *(long*)s->dst); break;
+        case ARG_INT64: printf(" (default %lld)", (long long)*(int64_t*)s->dst); break;
         case ARG_FLOAT: printf(" (default %g)", *(float*)s->dst); break;
         case ARG_STR: if (*(const char**)s->dst) printf(" (default %s)", *(const char**)s->dst); break;
         case ARG_BOOL: break;
@@ -42,80 +33,158 @@ void args_print_help(const ArgSpec* specs, int n, const char* usage_head) {
 
 static const char* HINT = "run with --help to see every flag and its range";
 
-static void set_value(const ArgSpec* s, const char* val) {
+static int int_value(const ArgSpec* s, const char* val, char* err, size_t cap) {
     char* end = NULL;
     errno = 0;
-    switch (s->type) {
-    case ARG_INT: case ARG_LONG: {
-        long long v = strtoll(val, &end, 10);
-        if (end == val || *end || errno) fatal(HINT, "%s: '%s' is not an integer", s->name, val);
-        if (s->min <= s->max && (v < s->min || v > s->max))
-            fatal(HINT, "%s: %lld is out of range [%.0f, %.0f]", s->name, v, s->min, s->max);
-        if (s->type == ARG_INT) {
-            if (v < -2147483647LL || v > 2147483647LL) fatal(HINT, "%s: %lld is too large", s->name, v);
-            *(int*)s->dst = (int)v;
-        } else *(long*)s->dst = (long)v;
-        break;
+    long long v = strtoll(val, &end, 10);
+    if (end == val || *end || errno) { snprintf(err, cap, "%s: '%s' is not an integer", s->name, val); return -1; }
+    if (s->min <= s->max && (v < s->min || v > s->max)) {
+        snprintf(err, cap, "%s: %lld is out of range [%.0f, %.0f]", s->name, v, s->min, s->max);
+        return -1;
     }
-    case ARG_FLOAT: {
-        double v = strtod(val, &end);
-        if (end == val || *end || errno || !isfinite(v)) fatal(HINT, "%s: '%s' is not a finite number", s->name, val);
-        if (s->min <= s->max && (v < s->min || v > s->max))
-            fatal(HINT, "%s: %g is out of range [%g, %g]", s->name, v, s->min, s->max);
-        *(float*)s->dst = (float)v;
-        break;
-    }
-    case ARG_STR:
-        if (s->choices) {
-            int ok = 0;
-            for (int c = 0; s->choices[c]; c++) if (strcmp(s->choices[c], val) == 0) ok = 1;
-            if (!ok) {
-                char buf[512] = {0};
-                for (int c = 0; s->choices[c]; c++) {
-                    strncat(buf, c ? ", " : "", sizeof(buf) - strlen(buf) - 1);
-                    strncat(buf, s->choices[c], sizeof(buf) - strlen(buf) - 1);
-                }
-                fatal(HINT, "%s: '%s' is not one of: %s", s->name, val, buf);
+    if (s->type == ARG_INT64) { *(int64_t*)s->dst = (int64_t)v; return 0; }
+    if (v < -2147483647LL || v > 2147483647LL) { snprintf(err, cap, "%s: %lld is too large", s->name, v); return -1; }
+    *(int*)s->dst = (int)v;
+    return 0;
+}
+
+static int str_value(const ArgSpec* s, const char* val, char* err, size_t cap) {
+    if (s->choices) {
+        int ok = 0;
+        for (int c = 0; s->choices[c]; c++) if (strcmp(s->choices[c], val) == 0) ok = 1;
+        if (!ok) {
+            char buf[512] = {0};
+            for (int c = 0; s->choices[c]; c++) {
+                strncat(buf, c ? ", " : "", sizeof(buf) - strlen(buf) - 1);
+                strncat(buf, s->choices[c], sizeof(buf) - strlen(buf) - 1);
             }
+            snprintf(err, cap, "%s: '%s' is not one of: %s", s->name, val, buf);
+            return -1;
         }
-        if (!val[0]) fatal(HINT, "%s: empty value", s->name);
-        *(const char**)s->dst = val;
-        break;
+    }
+    if (!val[0]) { snprintf(err, cap, "%s: empty value", s->name); return -1; }
+    *(const char**)s->dst = val;
+    return 0;
+}
+
+// Parse val (text) into the flag's destination; 0, or -1 with the reason in err.
+static int set_value(const ArgSpec* s, const char* val, char* err, size_t cap) {
+    switch (s->type) {
+    case ARG_INT: case ARG_INT64: return int_value(s, val, err, cap);
+    case ARG_FLOAT: {
+        char* end = NULL;
+        errno = 0;
+        double v = strtod(val, &end);
+        if (end == val || *end || errno || !isfinite(v)) { snprintf(err, cap, "%s: '%s' is not a finite number", s->name, val); return -1; }
+        if (s->min <= s->max && (v < s->min || v > s->max)) {
+            snprintf(err, cap, "%s: %g is out of range [%g, %g]", s->name, v, s->min, s->max);
+            return -1;
+        }
+        *(float*)s->dst = (float)v;
+        return 0;
+    }
+    case ARG_STR: return str_value(s, val, err, cap);
     case ARG_BOOL:
         if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "yes")) *(int*)s->dst = 1;
         else if (!strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "no")) *(int*)s->dst = 0;
-        else fatal(HINT, "%s: '%s' is not a boolean (use 0/1, true/false)", s->name, val);
-        break;
+        else { snprintf(err, cap, "%s: '%s' is not a boolean (use 0/1, true/false)", s->name, val); return -1; }
+        return 0;
     }
+    return -1;
 }
 
-void args_parse(int argc, char** argv, const ArgSpec* specs, int n, const char* usage_head) {
-    g_n_given = 0;
+static const ArgSpec* find_spec(const ArgSpec* specs, int n, const char* a, size_t keylen) {
+    for (int k = 0; k < n; k++) {
+        if ((strlen(specs[k].name) == keylen && !strncmp(specs[k].name, a, keylen)) ||
+            (specs[k].alias && strlen(specs[k].alias) == keylen && !strncmp(specs[k].alias, a, keylen)))
+            return &specs[k];
+    }
+    return NULL;
+}
+
+static int is_bool_word(const char* s) {
+    return !strcmp(s, "0") || !strcmp(s, "1") || !strcmp(s, "true") || !strcmp(s, "false");
+}
+
+void args_parse(int argc, char** argv, const ArgSpec* specs, int n, const char* usage_head, unsigned char* given) {
+    if (given) memset(given, 0, (size_t)n);
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { args_print_help(specs, n, usage_head); exit(0); }
         if (a[0] != '-') fatal(HINT, "unexpected argument '%s' (flags start with --)", a);
         const char* eq = strchr(a, '=');
         size_t keylen = eq ? (size_t)(eq - a) : strlen(a);
-        const ArgSpec* s = NULL;
-        for (int k = 0; k < n && !s; k++) {
-            if ((strlen(specs[k].name) == keylen && !strncmp(specs[k].name, a, keylen)) ||
-                (specs[k].alias && strlen(specs[k].alias) == keylen && !strncmp(specs[k].alias, a, keylen)))
-                s = &specs[k];
-        }
+        const ArgSpec* s = find_spec(specs, n, a, keylen);
         if (!s) fatal(HINT, "unknown flag '%.*s'", (int)keylen, a);
         const char* val;
         if (eq) val = eq + 1;
-        else if (s->type == ARG_BOOL) {
-            // a bool takes an explicit value only when the next word is one
-            if (i + 1 < argc && (!strcmp(argv[i + 1], "0") || !strcmp(argv[i + 1], "1") ||
-                                 !strcmp(argv[i + 1], "true") || !strcmp(argv[i + 1], "false"))) val = argv[++i];
-            else val = "1";
-        } else {
+        else if (s->type == ARG_BOOL) // a bool takes an explicit value only when the next word is one
+            val = i + 1 < argc && is_bool_word(argv[i + 1]) ? argv[++i] : "1";
+        else {
             if (i + 1 >= argc) fatal(HINT, "%s needs a value (%s)", s->name, s->metavar ? s->metavar : "X");
             val = argv[++i];
         }
-        set_value(s, val);
-        if (g_n_given < MAX_GIVEN) g_given[g_n_given++] = s->name;
+        char err[768];
+        if (set_value(s, val, err, sizeof(err)) != 0) fatal(HINT, "%s", err);
+        if (given) given[s - specs] = 1;
     }
+}
+
+void args_json_key(const ArgSpec* s, char* out, size_t cap) {
+    const char* p = s->name;
+    while (*p == '-') p++;
+    snprintf(out, cap, "%s", p);
+    for (char* c = out; *c; c++) if (*c == '-') *c = '_';
+}
+
+// The shortest decimal that reads back as the same float (0.0002, not 0.00019999999494757503).
+static double float_shortest(float f) {
+    char t[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(t, sizeof(t), "%.*g", p, (double)f);
+        if ((float)strtod(t, NULL) == f) break;
+    }
+    return strtod(t, NULL);
+}
+
+void args_write_json(JsonWriter* w, const ArgSpec* s) {
+    char key[128];
+    args_json_key(s, key, sizeof(key));
+    jw_key(w, key);
+    switch (s->type) {
+    case ARG_INT: jw_int(w, *(int*)s->dst); break;
+    case ARG_INT64: jw_int(w, *(int64_t*)s->dst); break;
+    case ARG_FLOAT: jw_double(w, float_shortest(*(float*)s->dst)); break;
+    case ARG_STR: if (*(const char**)s->dst) jw_string(w, *(const char**)s->dst); else jw_null(w); break;
+    case ARG_BOOL: jw_bool(w, *(int*)s->dst); break;
+    }
+}
+
+int args_set_json(const ArgSpec* s, const JsonValue* v, char* err, size_t cap) {
+    char text[64];
+    const char* val = text;
+    int64_t i64;
+    double d;
+    int b;
+    switch (s->type) {
+    case ARG_INT: case ARG_INT64:
+        if (!json_as_int64(v, &i64)) { snprintf(err, cap, "%s: not an integer", s->name); return -1; }
+        snprintf(text, sizeof(text), "%lld", (long long)i64);
+        break;
+    case ARG_FLOAT: // 9 significant digits give back the same float
+        if (!json_as_number(v, &d)) { snprintf(err, cap, "%s: not a number", s->name); return -1; }
+        snprintf(text, sizeof(text), "%.9g", d);
+        break;
+    case ARG_STR:
+        if (json_is_null(v)) { *(const char**)s->dst = NULL; return 0; }
+        val = json_as_string(v);
+        if (!val) { snprintf(err, cap, "%s: not a string", s->name); return -1; }
+        if (strlen(val) != v->string_len) { snprintf(err, cap, "%s: the string holds a NUL byte", s->name); return -1; }
+        break;
+    case ARG_BOOL:
+        if (!json_as_bool(v, &b)) { snprintf(err, cap, "%s: not true or false", s->name); return -1; }
+        val = b ? "1" : "0";
+        break;
+    }
+    return set_value(s, val, err, cap);
 }

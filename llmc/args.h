@@ -1,20 +1,25 @@
 // Command-line flags from a table: long --flags (with short llm.c-style aliases), typed values,
 // ranges, and --help generated from the same table. Bad values stop with a message naming the
-// flag and what is wrong.
+// flag and what is wrong. The same table reads and writes the values as JSON members (the run
+// configuration of a training run is recorded that way, see llmc/runconfig.h).
 #ifndef LLMC_ARGS_H
 #define LLMC_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "json.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum { ARG_INT, ARG_LONG, ARG_FLOAT, ARG_STR, ARG_BOOL } ArgType;
+typedef enum { ARG_INT, ARG_INT64, ARG_FLOAT, ARG_STR, ARG_BOOL } ArgType;
 
 typedef struct {
     const char* name;     // "--batch-size"
     const char* alias;    // "-b" or NULL
     ArgType type;
-    void* dst;            // int*, long*, float*, const char**, int* (bool)
+    void* dst;            // int*, int64_t*, float*, const char**, int* (bool)
     const char* metavar;  // "N", "PATH" ...
     const char* help;
     double min, max;      // inclusive range for numbers (ignored when min > max)
@@ -23,10 +28,18 @@ typedef struct {
 
 // Parse argv against specs. "--help"/"-h" prints usage and exits 0. Both "--flag value" and
 // "--flag=value" work; bools take no value ("--merge") or an explicit 0/1/true/false.
-void args_parse(int argc, char** argv, const ArgSpec* specs, int n_specs, const char* usage_head);
+// given (n_specs entries, may be NULL) gets 1 for every flag that was on the command line.
+void args_parse(int argc, char** argv, const ArgSpec* specs, int n_specs, const char* usage_head,
+                unsigned char* given);
 void args_print_help(const ArgSpec* specs, int n_specs, const char* usage_head);
-// Whether the flag was given explicitly on the command line (after args_parse).
-int args_given(const char* name);
+
+// The JSON member name of a flag: the long name without "--", '-' -> '_' ("batch_size").
+void args_json_key(const ArgSpec* s, char* out, size_t cap);
+// Write the flag's current value (strings: null when unset) as a member of the open object.
+void args_write_json(JsonWriter* w, const ArgSpec* s);
+// Set the flag from a JSON value with the same checks as the command line (type, range,
+// choices); returns 0, or -1 with a message naming the flag in err.
+int args_set_json(const ArgSpec* s, const JsonValue* v, char* err, size_t errcap);
 
 #ifdef __cplusplus
 }

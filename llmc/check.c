@@ -1,7 +1,16 @@
 #include "check.h"
-#include "fileio.h"
 
 static llmc_fatal_hook_fn g_fatal_hook = NULL;
+#define MAX_FATAL_CLEANUPS 8
+static llmc_fatal_hook_fn g_cleanups[MAX_FATAL_CLEANUPS];
+static int g_n_cleanups = 0;
+
+void llmc_on_fatal(llmc_fatal_hook_fn fn) {
+    for (int i = 0; i < g_n_cleanups; i++) if (g_cleanups[i] == fn) return;
+    assertCheck(g_n_cleanups < MAX_FATAL_CLEANUPS);
+    g_cleanups[g_n_cleanups++] = fn;
+}
+
 void llmc_set_fatal_hook(llmc_fatal_hook_fn fn) { g_fatal_hook = fn; }
 void llmc_run_fatal_hook(void) {
     llmc_fatal_hook_fn fn = g_fatal_hook;
@@ -20,7 +29,9 @@ void llmc_fatal_at(const char* file, int line, const char* hint, const char* fmt
     if (hint && hint[0]) fprintf(stderr, "  hint: %s\n", hint);
     fprintf(stderr, "  (at %s:%d)\n", file, line);
     fflush(stderr);
-    atomic_abort_all(); // nothing half-written stays behind
+    const int n = g_n_cleanups;
+    g_n_cleanups = 0; // a failure inside a clean-up must not run them again
+    for (int i = 0; i < n; i++) g_cleanups[i]();
     llmc_run_fatal_hook();
     exit(1);
 }

@@ -14,11 +14,15 @@
 extern "C" {
 #endif
 
-// Called before exiting on a fatal error (e.g. to remove temporary files, abort MPI).
-// The trainer installs one; the default does nothing.
+// Called before exiting on a fatal error (e.g. to abort MPI). One at a time: whoever installs one
+// decides how the process ends; the default does nothing.
 typedef void (*llmc_fatal_hook_fn)(void);
 void llmc_set_fatal_hook(llmc_fatal_hook_fn fn);
 void llmc_run_fatal_hook(void);
+// Clean-ups that run on every fatal error, before the hook, in the order registered (e.g. the
+// atomic writers of llmc/fileio.h remove their temporary files). Registering a function twice
+// runs it once.
+void llmc_on_fatal(llmc_fatal_hook_fn fn);
 
 // Print "error: <message>" (+ optional hint) and exit(1).
 #if defined(__GNUC__)

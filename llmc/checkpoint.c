@@ -116,7 +116,7 @@ void ckpt_check_states(const char* dir, long step, StateHeader* h0) {
     CkptManifest mf;
     ckpt_manifest_read(dir, step, &mf);
     const char* mix = "the checkpoint directory mixes files of different runs or checkpoints";
-    char path[4200];
+    char path[LLMC_PATH_MAX];
     int64_t prev_end = 0;
     for (int q = 0; q < mf.world; q++) {
         StateHeader hq;
@@ -146,16 +146,6 @@ void ckpt_check_states(const char* dir, long step, StateHeader* h0) {
         prev_end = hq.h[SH_END];
     }
     ckpt_manifest_free(&mf);
-}
-
-void ckpt_read_state_body(const char* path, const StateHeader* hdr, float* m, float* v, float* master) {
-    size_t n = (size_t)(hdr->h[SH_END] - hdr->h[SH_BEGIN]);
-    FILE* fp = fopenCheck(path, "rb");
-    fseekCheck(fp, 1024, SEEK_SET, path);
-    freadCheck(m, sizeof(float), n, fp, path);
-    freadCheck(v, sizeof(float), n, fp, path);
-    if (hdr->h[SH_HAS_MASTER] && master) freadCheck(master, sizeof(float), n, fp, path);
-    fclose(fp);
 }
 
 size_t ckpt_read_state_overlap(const char* path, const StateHeader* hdr, size_t begin, size_t end,

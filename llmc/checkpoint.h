@@ -90,7 +90,6 @@ void ckpt_read_state_header(const char* path, StateHeader* hdr);
 // Reads and cross-checks the headers of every rank's state file of the checkpoint (same run,
 // step and settings; shard ranges that tile [0, total)); returns rank 0's header.
 void ckpt_check_states(const char* dir, long step, StateHeader* h0);
-void ckpt_read_state_body(const char* path, const StateHeader* hdr, float* m, float* v, float* master);
 // Copy the part of the file's range [SH_BEGIN, SH_END) that overlaps [begin, end) into m, v and
 // master (arrays indexed from begin; master may be NULL). Returns the number of elements copied.
 // Used to re-shard optimizer state when resuming with a different number of ranks or ZeRO stage.

@@ -84,7 +84,7 @@ void ckpt_manifest_write(const char* dir, const CkptManifest* mf) {
     }
     jw_end_array(&w);
     jw_end_object(&w);
-    char path[4200];
+    char path[LLMC_PATH_MAX];
     ckpt_path(path, sizeof(path), dir, "DONE", mf->step, 0);
     atomic_write_file(path, w.buf, w.len);
     jw_free(&w);
@@ -165,7 +165,7 @@ int ckpt_manifest_parse(const char* text, size_t len, const char* what, long ste
 }
 
 int ckpt_manifest_try_read(const char* dir, long step, CkptManifest* mf, char* err, size_t errcap) {
-    char path[4200];
+    char path[LLMC_PATH_MAX];
     ckpt_path(path, sizeof(path), dir, "DONE", step, 0);
     memset(mf, 0, sizeof(*mf));
     int64_t size = file_size(path);
@@ -193,7 +193,7 @@ void ckpt_commit(Comm* c, const char* dir, long step, const char* main_kind) {
     // leaves a slot 0, so a sum over the ranks gathers them all
     size_t n = 2 * ((size_t)world + 1);
     int64_t* g = (int64_t*)callocCheck(n, sizeof(int64_t));
-    char path[4200];
+    char path[LLMC_PATH_MAX];
     uint64_t bytes;
     uint32_t crc;
     ckpt_path(path, sizeof(path), dir, "state", step, rank);
@@ -235,7 +235,7 @@ static long previous_step(const char* dir, long step) {
 }
 
 static void verify_file(const char* dir, long step, const CkptFile* f) {
-    char path[4200], done[4200], hint[4600];
+    char path[LLMC_PATH_MAX], done[LLMC_PATH_MAX], hint[2 * LLMC_PATH_MAX];
     path_join(path, sizeof(path), dir, f->name);
     ckpt_path(done, sizeof(done), dir, "DONE", step, 0);
     long prev = previous_step(dir, step);
@@ -290,7 +290,7 @@ void ckpt_prune(const char* dir, int keep) {
     // sort descending, drop everything after the newest `keep`
     for (int i = 0; i < n; i++) for (int j = i + 1; j < n; j++) if (steps[j] > steps[i]) { long t = steps[i]; steps[i] = steps[j]; steps[j] = t; }
     if (n <= keep) return;
-    char p[4200];
+    char p[LLMC_PATH_MAX];
     // the markers go first, so a crash mid-prune never leaves a "complete" checkpoint with files
     // missing (what it leaves, ckpt_clean removes at the next start)
     for (int i = keep; i < n; i++) { ckpt_path(p, sizeof(p), dir, "DONE", steps[i], 0); unlink(p); }
@@ -324,7 +324,7 @@ static int clean_dir(const char* dir, int checkpoints, uint64_t* bytes, char* na
     if (!d) return 0;
     int removed = 0;
     struct dirent* e;
-    char p[4200];
+    char p[LLMC_PATH_MAX];
     while ((e = readdir(d)) != NULL) {
         int rank, orphan = 0;
         long s = checkpoints ? ckpt_file_step(e->d_name, &rank) : -1;
@@ -353,7 +353,7 @@ static int clean_dir(const char* dir, int checkpoints, uint64_t* bytes, char* na
 }
 
 void ckpt_clean(const char* dir) {
-    char merged[4200], names[1024] = "";
+    char merged[LLMC_PATH_MAX], names[1024] = "";
     uint64_t bytes = 0;
     int n = clean_dir(dir, 1, &bytes, names, sizeof(names));
     path_join(merged, sizeof(merged), dir, "merged");

@@ -1,10 +1,12 @@
-// Dispatch for llmc/comm.h, the single-process implementation, and the host path of the device
-// calls. The MPI implementation lives in comm_mpi.c; this file needs no MPI headers.
+// Dispatch of llmc/comm.h to the function tables (llmc/comm_internal.h), the single-process
+// implementation, and helpers shared by the implementations. Needs no MPI headers: the MPI
+// implementation (llmc/comm_mpi.c) exists only in builds with MPI, and this file refers to it in
+// one place (comm_init).
 #include <string.h>
 #include <stdlib.h>
+#include <time.h>
 #include "comm_internal.h"
 #include "check.h"
-#include "bf16.h"
 
 int comm_have_mpi(void) {
 #ifdef LLMC_HAVE_MPI
@@ -13,6 +15,87 @@ int comm_have_mpi(void) {
     return 0;
 #endif
 }
+
+double comm_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+size_t comm_dtype_size(CommDtype dt) {
+    switch (dt) {
+        case COMM_F32: return 4;
+        case COMM_BF16: return 2;
+        case COMM_F64: return 8;
+        case COMM_I64: return 8;
+    }
+    fatal(NULL, "unknown CommDtype %d", (int)dt);
+}
+
+void comm_check_root(const Comm* c, int root, const char* what) {
+    if (root < 0 || root >= c->world) fatal(NULL, "%s: root %d is not a rank of this %d-rank run", what, root, c->world);
+}
+
+#define COMM_SPIN_S 50e-6
+#define COMM_MIN_SLEEP_S 10e-6
+#define COMM_MAX_SLEEP_S 1e-3
+
+void comm_poll_begin(CommBackoff* b) { b->t0 = comm_now(); }
+
+void comm_poll_sleep(CommBackoff* b) {
+    double waited = comm_now() - b->t0;
+    if (waited < COMM_SPIN_S) return;
+    double s = waited / 16.0;
+    if (s < COMM_MIN_SLEEP_S) s = COMM_MIN_SLEEP_S;
+    if (s > COMM_MAX_SLEEP_S) s = COMM_MAX_SLEEP_S;
+    struct timespec ts = { 0, (long)(s * 1e9) };
+    nanosleep(&ts, NULL);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The single-process implementation: world = 1, so a sum is the own contribution and a gather
+// or scatter is a copy (of device memory too: in the builds that use it, device memory is host
+// memory).
+
+static void copy_if(void* dst, const void* src, size_t bytes) { if (dst != src && bytes) memmove(dst, src, bytes); }
+
+static void single_allreduce(Comm* c, void* buf, size_t n, CommDtype dt, CommRedOp op, void* stream) { (void)comm_dtype_size(dt); }
+static void single_reduce_scatter(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, void* stream) {
+    copy_if(recv, send, shard * comm_dtype_size(dt));
+}
+static void single_allgather(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, void* stream) {
+    copy_if(recv, send, shard * comm_dtype_size(dt));
+}
+static void single_reduce(Comm* c, const void* send, void* recv, size_t n, CommDtype dt, int root, void* stream) {
+    copy_if(recv, send, n * comm_dtype_size(dt));
+}
+static void single_nothing(Comm* c) { (void)c; }
+static void single_broadcast(Comm* c, void* buf, size_t bytes, int root, void* stream) {}
+// non-blocking: the copy happens at the start; there is nothing to wait for
+static void single_istart(Comm* c, CommReq* r) { copy_if(r->recv, r->send, r->shard * comm_dtype_size(r->dt)); }
+static void single_wait(Comm* c, CommReq* r) {}
+static void single_abort(Comm* c, int code) {
+    fflush(stdout); fflush(stderr);
+    exit(code);
+}
+
+const CommOps comm_single_ops = {
+    .name = "single",
+    .allreduce = single_allreduce,
+    .reduce_scatter = single_reduce_scatter,
+    .allgather = single_allgather,
+    .reduce = single_reduce,
+    .broadcast = single_broadcast,
+    .barrier = single_nothing,
+    .group_begin = single_nothing,
+    .group_end = single_nothing,
+    .istart = single_istart,
+    .wait = single_wait,
+    .abort = single_abort,
+};
+
+// ---------------------------------------------------------------------------------------------
+// lifetime
 
 // Did an MPI launcher start this process? OpenMPI's mpirun sets OMPI_COMM_WORLD_SIZE; MPICH's
 // hydra and Slurm's PMI set PMI_SIZE; PMIx launchers set PMIX_RANK. Returns the world size the
@@ -27,141 +110,103 @@ static int launcher_world(void) {
     return -1;
 }
 
-#ifndef LLMC_HAVE_MPI
-static int single_rank_hint(void) {
+static int launcher_rank(void) {
     const char* v = getenv("OMPI_COMM_WORLD_RANK");
     if (!v) v = getenv("PMI_RANK");
     if (!v) v = getenv("PMIX_RANK");
     return v ? atoi(v) : 0;
 }
-#endif
+
+// fatal() on any rank of a multi-rank run ends all of them (MPI_Abort: mpirun kills every process).
+static Comm* g_fatal_comm;
+static void comm_fatal_abort(void) {
+    Comm* c = g_fatal_comm;
+    if (c) c->ops->abort(c, 1);
+}
 
 void comm_init(Comm* c, int* argc, char*** argv) {
     memset(c, 0, sizeof(*c));
     c->rank = 0; c->world = 1; c->local_rank = 0; c->local_world = 1;
-    c->impl = COMM_SINGLE; c->dev_impl = COMM_DEV_HOST;
+    c->ops = c->dev = &comm_single_ops;
+    c->reqs = (CommReq*)callocCheck(COMM_MAX_REQUESTS, sizeof(CommReq));
     int lw = launcher_world();
     const char* force = getenv("LLMC_COMM");
-    int want_mpi = lw >= 0 || (force && strcmp(force, "mpi") == 0);
     if (force && force[0] && strcmp(force, "mpi") != 0 && strcmp(force, "auto") != 0)
         fatal("LLMC_COMM may be 'auto' (default) or 'mpi'", "LLMC_COMM='%s' is not a known setting", force);
+    int want_mpi = lw >= 0 || (force && strcmp(force, "mpi") == 0);
+    if (want_mpi && comm_have_mpi()) {
 #ifdef LLMC_HAVE_MPI
-    if (want_mpi) comm_mpi_init(c, argc, argv);
-#else
-    (void)argc; (void)argv;
-    if (lw > 1 || (lw == 0 && single_rank_hint() != 0))
+        comm_mpi_open(c, argc, argv);
+#endif
+    } else if (lw > 1 || (lw == 0 && launcher_rank() != 0)) {
         fatal("install MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) and rebuild with `make clean && make`",
               "this process was started by an MPI launcher as one of %d ranks, but this build has no MPI support"
               " (every rank would run as rank 0 of 1)", lw > 0 ? lw : 2);
-    if (force && strcmp(force, "mpi") == 0)
+    } else if (force && strcmp(force, "mpi") == 0) {
         fatal("install MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) and rebuild",
               "LLMC_COMM=mpi was set, but this build has no MPI support");
-    (void)want_mpi;
-#endif
+    }
+    c->dev = c->ops;
+    if (c->world > 1) {
+        g_fatal_comm = c;
+        llmc_set_fatal_hook(comm_fatal_abort);
+    }
 }
 
 void comm_finalize(Comm* c) {
-#ifdef LLMC_HAVE_MPI
-    if (c->impl == COMM_MPI) comm_mpi_finalize(c);
-#endif
-    c->impl = COMM_SINGLE; c->world = 1; c->rank = 0;
+    for (int i = 0; i < COMM_MAX_REQUESTS; i++)
+        if (c->reqs[i].busy) fatal("call comm_wait on every request", "comm_finalize: non-blocking request %d is still in flight", i);
+    comm_barrier(c); // watched: a rank that never gets here is named
+    comm_wd_stop(c);
+    if (c->world > 1) { llmc_set_fatal_hook(NULL); g_fatal_comm = NULL; }
+    if (c->ops->finalize) c->ops->finalize(c);
+    free(c->reqs);
+    memset(c, 0, sizeof(*c));
+    c->world = 1; c->local_world = 1;
+    c->ops = c->dev = &comm_single_ops;
 }
 
-void comm_abort(Comm* c, int code) {
-    fflush(stdout); fflush(stderr);
-#ifdef LLMC_HAVE_MPI
-    if (c->impl == COMM_MPI) comm_mpi_abort(c, code);
-#endif
-    exit(code);
-}
+const char* comm_impl_name(const Comm* c) { return c->dev != c->ops ? c->dev->name : c->ops->name; }
 
-void comm_fatal_hook(void) {
-#ifdef LLMC_HAVE_MPI
-    comm_mpi_fatal_hook();
-#endif
-}
+// ---------------------------------------------------------------------------------------------
+// dispatch: every call counts as one collective for the watchdog, which sees this rank as
+// waiting while it is inside one
 
-const char* comm_impl_name(const Comm* c) {
-    if (c->dev_ops) return c->dev_ops->name;
-    return c->impl == COMM_MPI ? "mpi" : "single";
+static const CommOps* enter(Comm* c, const CommOps* ops, const char* what) {
+    c->coll_seq++;
+    c->coll_name = what;
+    comm_wd_wait_begin(c, what);
+    return ops;
 }
+static void leave(Comm* c) { comm_wd_wait_end(c); }
 
-// True when collectives must talk to other processes.
-static int multi(const Comm* c) {
-#ifdef LLMC_HAVE_MPI
-    return c->impl == COMM_MPI && c->world > 1;
-#else
-    (void)c; return 0;
-#endif
-}
-
-static void check_root(const Comm* c, int root, const char* what) {
-    if (root < 0 || root >= c->world) fatal(NULL, "%s: root %d is not a rank of this %d-rank run", what, root, c->world);
-}
-
-void comm_barrier(Comm* c) {
-#ifdef LLMC_HAVE_MPI
-    if (multi(c)) comm_mpi_barrier(c);
-#endif
-    (void)c;
-}
+void comm_barrier(Comm* c) { enter(c, c->ops, "barrier")->barrier(c); leave(c); }
 
 void comm_allreduce_sum_f32(Comm* c, float* buf, size_t n) {
-#ifdef LLMC_HAVE_MPI
-    if (multi(c)) { comm_mpi_allreduce_sum_f32(c, buf, n); return; }
-#endif
-    (void)c; (void)buf; (void)n;
+    enter(c, c->ops, "allreduce_sum_f32")->allreduce(c, buf, n, COMM_F32, COMM_OP_SUM, NULL); leave(c);
 }
-
 void comm_allreduce_sum_f64(Comm* c, double* buf, size_t n) {
-#ifdef LLMC_HAVE_MPI
-    if (multi(c)) { comm_mpi_allreduce_sum_f64(c, buf, n); return; }
-#endif
-    (void)c; (void)buf; (void)n;
+    enter(c, c->ops, "allreduce_sum_f64")->allreduce(c, buf, n, COMM_F64, COMM_OP_SUM, NULL); leave(c);
 }
-
 void comm_allreduce_sum_i64(Comm* c, int64_t* buf, size_t n) {
-#ifdef LLMC_HAVE_MPI
-    if (multi(c)) { comm_mpi_allreduce_sum_i64(c, buf, n); return; }
-#endif
-    (void)c; (void)buf; (void)n;
+    enter(c, c->ops, "allreduce_sum_i64")->allreduce(c, buf, n, COMM_I64, COMM_OP_SUM, NULL); leave(c);
 }
-
 void comm_allreduce_max_f64(Comm* c, double* buf, size_t n) {
-#ifdef LLMC_HAVE_MPI
-    if (multi(c)) { comm_mpi_allreduce_max_f64(c, buf, n); return; }
-#endif
-    (void)c; (void)buf; (void)n;
+    enter(c, c->ops, "allreduce_max_f64")->allreduce(c, buf, n, COMM_F64, COMM_OP_MAX, NULL); leave(c);
 }
-
 void comm_reduce_scatter_sum_f32(Comm* c, const float* send, float* recv, size_t shard) {
-#ifdef LLMC_HAVE_MPI
-    if (multi(c)) { comm_mpi_reduce_scatter_sum_f32(c, send, recv, shard); return; }
-#endif
-    if (recv != send && shard) memmove(recv, send, shard * sizeof(float));
+    enter(c, c->ops, "reduce_scatter_sum_f32")->reduce_scatter(c, send, recv, shard, COMM_F32, NULL); leave(c);
 }
-
 void comm_allgather_f32(Comm* c, const float* send_shard, float* recv_full, size_t shard) {
-#ifdef LLMC_HAVE_MPI
-    if (multi(c)) { comm_mpi_allgather_bytes(c, send_shard, recv_full, shard * sizeof(float)); return; }
-#endif
-    if (recv_full != send_shard && shard) memmove(recv_full, send_shard, shard * sizeof(float));
+    enter(c, c->ops, "allgather_f32")->allgather(c, send_shard, recv_full, shard, COMM_F32, NULL); leave(c);
 }
-
 void comm_reduce_sum_f32(Comm* c, const float* send, float* recv, size_t n, int root) {
-    check_root(c, root, "comm_reduce_sum_f32");
-#ifdef LLMC_HAVE_MPI
-    if (multi(c)) { comm_mpi_reduce_sum_f32(c, send, recv, n, root); return; }
-#endif
-    if (recv != send && n) memmove(recv, send, n * sizeof(float));
+    comm_check_root(c, root, "comm_reduce_sum_f32");
+    enter(c, c->ops, "reduce_sum_f32")->reduce(c, send, recv, n, COMM_F32, root, NULL); leave(c);
 }
-
 void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {
-    check_root(c, root, "comm_broadcast");
-#ifdef LLMC_HAVE_MPI
-    if (multi(c)) { comm_mpi_broadcast(c, buf, bytes, root); return; }
-#endif
-    (void)buf; (void)bytes;
+    comm_check_root(c, root, "comm_broadcast");
+    enter(c, c->ops, "broadcast")->broadcast(c, buf, bytes, root, NULL); leave(c);
 }
 
 int comm_count_differing(Comm* c, const void* buf, size_t bytes) {
@@ -177,82 +222,64 @@ int comm_count_differing(Comm* c, const void* buf, size_t bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Device calls. With NCCL attached they go to its table. Otherwise device memory is host memory
-// (CPU backend, CUDA-on-CPU harness) and they run on the host implementation; bf16 buffers are
-// widened to f32 in the staging buffer c->conv chunk by chunk, summed there and rounded back.
-
-static size_t dt_size(CommDtype dt) {
-    switch (dt) {
-        case COMM_F32: return 4;
-        case COMM_BF16: return 2;
-    }
-    fatal(NULL, "unknown CommDtype %d", (int)dt);
-}
-
-static void widen(float* dst, const uint16_t* src, size_t n) { for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]); }
-static void narrow(uint16_t* dst, const float* src, size_t n) { for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]); }
-static size_t conv_elems(const Comm* c) { return c->conv_bytes / sizeof(float); }
+// device calls: the same, through the device table
 
 void comm_dev_allreduce_sum(Comm* c, void* buf, size_t n, CommDtype dt, void* stream) {
-    if (c->dev_ops) { c->dev_ops->allreduce_sum(c, buf, n, dt, stream); return; }
-    if (dt == COMM_F32) { comm_allreduce_sum_f32(c, (float*)buf, n); return; }
-    (void)dt_size(dt);
-    if (!multi(c)) return;
-    uint16_t* b = (uint16_t*)buf; float* f = (float*)c->conv; size_t cap = conv_elems(c);
-    for (size_t off = 0; off < n; off += cap) {
-        size_t len = n - off < cap ? n - off : cap;
-        widen(f, b + off, len);
-        comm_allreduce_sum_f32(c, f, len);
-        narrow(b + off, f, len);
-    }
+    enter(c, c->dev, "dev_allreduce_sum")->allreduce(c, buf, n, dt, COMM_OP_SUM, stream); leave(c);
 }
-
 void comm_dev_reduce_scatter_sum(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, void* stream) {
-    if (c->dev_ops) { c->dev_ops->reduce_scatter_sum(c, send, recv, shard, dt, stream); return; }
-    if (dt == COMM_F32) { comm_reduce_scatter_sum_f32(c, (const float*)send, (float*)recv, shard); return; }
-    size_t es = dt_size(dt);
-    if (!multi(c)) { if (recv != send && shard) memmove(recv, send, shard * es); return; }
-    // stage world blocks of len elements plus len results: (world + 1) * len floats
-    const uint16_t* s = (const uint16_t*)send; uint16_t* r = (uint16_t*)recv; float* f = (float*)c->conv;
-    size_t cap = conv_elems(c) / (size_t)(c->world + 1);
-    for (size_t off = 0; off < shard; off += cap) {
-        size_t len = shard - off < cap ? shard - off : cap;
-        for (int q = 0; q < c->world; q++) widen(f + (size_t)q * len, s + (size_t)q * shard + off, len);
-        float* out = f + (size_t)c->world * len;
-        comm_reduce_scatter_sum_f32(c, f, out, len);
-        narrow(r + off, out, len);
-    }
+    enter(c, c->dev, "dev_reduce_scatter_sum")->reduce_scatter(c, send, recv, shard, dt, stream); leave(c);
 }
-
 void comm_dev_allgather(Comm* c, const void* send_shard, void* recv_full, size_t shard, CommDtype dt, void* stream) {
-    if (c->dev_ops) { c->dev_ops->allgather(c, send_shard, recv_full, shard, dt, stream); return; }
-    size_t es = dt_size(dt);
-#ifdef LLMC_HAVE_MPI
-    if (multi(c)) { comm_mpi_allgather_bytes(c, send_shard, recv_full, shard * es); return; }
-#endif
-    if (recv_full != send_shard && shard) memmove(recv_full, send_shard, shard * es);
+    enter(c, c->dev, "dev_allgather")->allgather(c, send_shard, recv_full, shard, dt, stream); leave(c);
 }
-
 void comm_dev_reduce_sum(Comm* c, const void* send, void* recv, size_t n, CommDtype dt, int root, void* stream) {
-    if (c->dev_ops) { c->dev_ops->reduce_sum(c, send, recv, n, dt, root, stream); return; }
-    if (dt == COMM_F32) { comm_reduce_sum_f32(c, (const float*)send, (float*)recv, n, root); return; }
-    size_t es = dt_size(dt);
-    check_root(c, root, "comm_dev_reduce_sum");
-    if (!multi(c)) { if (recv != send && n) memmove(recv, send, n * es); return; }
-    const uint16_t* s = (const uint16_t*)send; uint16_t* r = (uint16_t*)recv; float* f = (float*)c->conv;
-    size_t cap = conv_elems(c);
-    for (size_t off = 0; off < n; off += cap) {
-        size_t len = n - off < cap ? n - off : cap;
-        widen(f, s + off, len);
-        comm_reduce_sum_f32(c, f, f, len, root);
-        if (c->rank == root) narrow(r + off, f, len);
-    }
+    comm_check_root(c, root, "comm_dev_reduce_sum");
+    enter(c, c->dev, "dev_reduce_sum")->reduce(c, send, recv, n, dt, root, stream); leave(c);
 }
-
 void comm_dev_broadcast(Comm* c, void* buf, size_t bytes, int root, void* stream) {
-    if (c->dev_ops) { c->dev_ops->broadcast(c, buf, bytes, root, stream); return; }
-    comm_broadcast(c, buf, bytes, root);
+    comm_check_root(c, root, "comm_dev_broadcast");
+    enter(c, c->dev, "dev_broadcast")->broadcast(c, buf, bytes, root, stream); leave(c);
+}
+void comm_dev_group_begin(Comm* c) { c->dev->group_begin(c); }
+void comm_dev_group_end(Comm* c) { enter(c, c->dev, "dev_group_end")->group_end(c); leave(c); }
+
+// ---------------------------------------------------------------------------------------------
+// non-blocking device calls: a request is a slot of c->reqs
+
+static CommRequest istart(Comm* c, CommReqKind kind, const char* what, const void* send, void* recv, size_t shard,
+                          CommDtype dt, void* stream) {
+    int id = 0;
+    while (id < COMM_MAX_REQUESTS && c->reqs[id].busy) id++;
+    if (id == COMM_MAX_REQUESTS)
+        fatal("call comm_wait on finished requests before starting more", "%s: %d non-blocking requests are already in flight",
+              what, COMM_MAX_REQUESTS);
+    (void)comm_dtype_size(dt);
+    CommReq* r = &c->reqs[id];
+    void* impl = r->impl; // the implementation's slot state persists between requests
+    memset(r, 0, sizeof(*r));
+    r->busy = 1; r->kind = kind; r->name = what; r->ops = c->dev; r->impl = impl;
+    r->send = send; r->recv = recv; r->shard = shard; r->dt = dt; r->stream = stream;
+    enter(c, c->dev, what)->istart(c, r);
+    leave(c);
+    return (CommRequest){ id };
 }
 
-void comm_dev_group_begin(Comm* c) { if (c->dev_ops) c->dev_ops->group_begin(c); }
-void comm_dev_group_end(Comm* c) { if (c->dev_ops) c->dev_ops->group_end(c); }
+CommRequest comm_dev_iallgather(Comm* c, const void* send_shard, void* recv_full, size_t shard, CommDtype dt, void* stream) {
+    return istart(c, COMM_REQ_ALLGATHER, "dev_iallgather", send_shard, recv_full, shard, dt, stream);
+}
+CommRequest comm_dev_ireduce_scatter_sum(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, void* stream) {
+    return istart(c, COMM_REQ_REDUCE_SCATTER, "dev_ireduce_scatter_sum", send, recv, shard, dt, stream);
+}
+
+void comm_wait(Comm* c, CommRequest* req) {
+    if (!req || req->id < 0) return;
+    if (req->id >= COMM_MAX_REQUESTS || !c->reqs[req->id].busy)
+        fatal("wait for each request once", "comm_wait: request %d is not in flight", req->id);
+    CommReq* r = &c->reqs[req->id];
+    comm_wd_wait_begin(c, r->name); // (the same collective as its start: not counted again)
+    r->ops->wait(c, r);
+    comm_wd_wait_end(c);
+    r->busy = 0;
+    req->id = -1;
+}

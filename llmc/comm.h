@@ -1,33 +1,38 @@
-// Collective communication between the ranks of one training run (DESIGN.md section 6).
+// Collective communication between the ranks of one training run.
 //
-// One interface, three implementations:
-//   - single process: world = 1, every collective is a copy or a no-op. No MPI at build or run
-//     time. Used when the binary was built without MPI or was not started by mpirun.
-//   - MPI (llmc/comm_mpi.c, built when mk/comm.mk finds mpicc): moves host memory. Ranks are the
-//     processes of `mpirun -np N`. A binary built with MPI but started without mpirun runs as
-//     the single-process implementation and never calls MPI_Init (set LLMC_COMM=mpi to force an
+// One interface, one mechanism: every call goes through a function table (CommOps,
+// llmc/comm_internal.h) of one of three implementations:
+//   - single process (llmc/comm.c): world = 1, every collective is a copy or a no-op. No MPI at
+//     build or run time. Used when the binary was built without MPI or was not started by mpirun.
+//   - MPI (llmc/comm_mpi.c, compiled only when mk/config.mk finds mpicc): moves host memory. Ranks
+//     are the processes of `mpirun -np N`. A binary built with MPI but started without mpirun runs
+//     as the single-process implementation and never calls MPI_Init (set LLMC_COMM=mpi to force an
 //     OpenMPI singleton instead).
 //   - NCCL (llmc/cuda/comm_nccl.cu, CUDA builds): moves device memory, bootstrapped over the MPI
-//     implementation. It serves only the comm_dev_* calls; host calls keep going through MPI.
+//     implementation. comm_nccl_attach installs it as the table of the device calls (comm_dev_*);
+//     host calls keep going through the host table.
+// A Comm holds two table pointers: `ops` for host calls, `dev` for device calls. Without NCCL
+// (CPU backend, CUDA-on-CPU harness, where device memory is host memory) `dev` is `ops`.
 //
 // Host calls (comm_allreduce_sum_f32, ...) take host memory. Device calls (comm_dev_*) take
-// buffers of the backend's "device" memory and a stream: with NCCL attached they are NCCL calls on
-// that stream; without it (CPU backend, CUDA-on-CPU harness, where device memory is host memory)
-// they route to the host implementation and run synchronously.
+// buffers of the backend's "device" memory and a stream (cudaStream_t, or NULL): NCCL enqueues
+// them on that stream; the host implementations run them synchronously and ignore the stream.
 //
-// Determinism: every floating-point sum is computed in a fixed order that depends only on the
-// world size: for each element, the contributions of ranks 0, 1, ..., N-1 are added in that order
-// in double precision and rounded once to the buffer's type (f64 sums: added in rank order in
-// double). Results are therefore bit-identical from run to run for the same N, identical on every
-// rank, and independent of message sizes or the MPI library's algorithm choice. Across different
-// N they agree only to rounding (the per-rank partial sums differ), which is expected.
-// (NCCL's own reduction order is fixed for a given topology and NCCL version; see comm_nccl.cu.)
+// Determinism: every floating-point sum of the single-process and MPI implementations is computed
+// in a fixed order that depends only on the world size: for each element, the contributions of
+// ranks 0, 1, ..., N-1 are added in that order in double precision and rounded once to the
+// buffer's type (bf16: rounded to fp32, then to bf16). Results are therefore bit-identical from
+// run to run for the same N, identical on every rank, and independent of message sizes, of
+// blocking or non-blocking calls, and of the MPI library's algorithm choice. Across different N
+// they agree only to rounding (the per-rank partial sums differ), which is expected. NCCL's own
+// reduction order is fixed for a given topology, NCCL version and algorithm (see comm_nccl.cu).
 //
-// Failures: with world > 1, comm_init installs a fatal hook (llmc/check.h) that calls
-// MPI_Abort, so a fatal() on any rank ends every rank. A rank that dies any other way (signal,
-// OOM kill, exit without comm_finalize) makes mpirun kill the remaining ranks: that is OpenMPI's
-// default (mpirun aborts the job when a process exits abnormally), so no rank waits forever in a
-// collective for a peer that is gone. test/test_comm.sh checks both cases.
+// Failures: with world > 1, comm_init installs a fatal hook (llmc/check.h) that aborts the whole
+// job (MPI_Abort), so a fatal() on any rank ends every rank. A rank that dies any other way
+// (signal, OOM kill) makes mpirun kill the remaining ranks (OpenMPI's default). A rank that stops
+// making progress (SIGSTOP, a hung GPU, a deadlock) is caught by the watchdog (below), which ends
+// every rank with a message naming the stuck rank and the operation. Waiting ranks poll with a
+// back-off sleep instead of spinning, so a rank that waits for a slow peer does not burn a core.
 //
 // All collectives must be called by every rank in the same order with the same sizes (the MPI
 // rule); sizes are element counts unless the name says bytes.
@@ -42,33 +47,36 @@ extern "C" {
 #endif
 
 typedef enum {
-    COMM_SINGLE = 0, // one process, no MPI
-    COMM_MPI = 1,    // MPI over MPI_COMM_WORLD
-} CommImpl;
-
-typedef enum {
-    COMM_DEV_HOST = 0, // comm_dev_* route to the host implementation (memory is host memory)
-    COMM_DEV_NCCL = 1, // comm_dev_* are NCCL calls (after comm_nccl_attach)
-} CommDevImpl;
-
-typedef enum {
     COMM_F32 = 0,
-    COMM_BF16 = 1, // stored as uint16 (upper half of an fp32); sums computed in fp32/double, rounded to nearest even
+    COMM_BF16 = 1, // stored as uint16 (upper half of an fp32); host sums in double, rounded to nearest even
+    COMM_F64 = 2,
+    COMM_I64 = 3,
 } CommDtype;
+
+// Most non-blocking requests that may be in flight at once (ZeRO-3 prefetch needs two or three).
+#define COMM_MAX_REQUESTS 8
+
+// A non-blocking collective in flight; id < 0: none (comm_wait on it does nothing).
+typedef struct {
+    int id;
+} CommRequest;
+
+struct CommOps;
+struct CommWatchdog;
+struct CommReq;
 
 typedef struct {
     int rank, world;             // this process and the number of processes
     int local_rank, local_world; // within this node (pick the GPU with local_rank)
-    CommImpl impl;
-    CommDevImpl dev_impl;
-    // implementation state (opaque to users)
-    void* scratch;               // MPI: receive buffer for reductions, allocated once in comm_init
-    size_t scratch_bytes;
-    void* conv;                  // MPI: f32 staging for bf16 device calls on the host path
-    size_t conv_bytes;
-    void* mpi;                   // MPI state (our duplicate of MPI_COMM_WORLD)
-    const struct CommDevOps* dev_ops; // NULL: host path; set by comm_nccl_attach
-    void* nccl;                  // NCCL state, set by comm_nccl_attach
+    // implementation (opaque to users)
+    const struct CommOps* ops;   // host calls: single process or MPI
+    const struct CommOps* dev;   // device calls: ops, or NCCL after comm_nccl_attach
+    void* host_state;            // state of the host implementation (MPI: communicator, scratch)
+    void* dev_state;             // state of the NCCL implementation
+    struct CommWatchdog* wd;     // NULL until comm_watchdog_start
+    struct CommReq* reqs;        // COMM_MAX_REQUESTS request slots, allocated by comm_init
+    int64_t coll_seq;            // collectives called so far (the watchdog reports it)
+    const char* coll_name;       // the collective being called (a string literal)
 } Comm;
 
 // Starts the communication layer (call first thing in main; MPI may consume its arguments).
@@ -76,16 +84,9 @@ typedef struct {
 // LLMC_COMM=mpi), else the single-process implementation. Fatal if the process was started as
 // one of several ranks but this build has no MPI (every rank would think it is rank 0).
 void comm_init(Comm* c, int* argc, char*** argv);
-// Ends it (MPI_Finalize after a barrier). Call on the normal exit path of every rank.
+// Ends it (stops the watchdog, MPI_Finalize after a barrier). Call on the normal exit path of
+// every rank.
 void comm_finalize(Comm* c);
-// Ends every rank with this exit code (MPI_Abort; exit() when world == 1). Does not return.
-#if defined(__GNUC__)
-__attribute__((noreturn))
-#endif
-void comm_abort(Comm* c, int code);
-// The fatal hook comm_init installs when world > 1 (MPI_Abort of the whole job). A program that
-// installs its own hook with llmc_set_fatal_hook afterwards must call this at the end of it.
-void comm_fatal_hook(void);
 // Name of the implementation in use, for logs: "single", "mpi", "mpi+nccl", "single+cuda".
 const char* comm_impl_name(const Comm* c);
 // 1 if this build contains the MPI implementation.
@@ -117,11 +118,10 @@ void comm_broadcast(Comm* c, void* buf, size_t bytes, int root);
 int comm_count_differing(Comm* c, const void* buf, size_t bytes);
 
 // ---------------------------------------------------------------------------------------------
-// Device collectives. Same semantics as the host calls above, on device buffers of type dt,
-// enqueued on `stream` (a cudaStream_t, or NULL). Without NCCL they run synchronously on the
-// host implementation (the stream is ignored). Between comm_dev_group_begin/end, NCCL calls are
-// fused into one launch (use it for the per-owner reduces of a ZeRO-2 bucket); on the host
-// implementation the group calls do nothing.
+// Device collectives. Same semantics as the host calls above, on device buffers of type dt
+// (F32 or BF16; the host implementations also take F64), enqueued on `stream`. Between
+// comm_dev_group_begin/end, NCCL calls are fused into one launch (use it for the per-owner reduces
+// of a ZeRO-2 bucket); the host implementations run each call at once.
 void comm_dev_allreduce_sum(Comm* c, void* buf, size_t n, CommDtype dt, void* stream);
 void comm_dev_reduce_scatter_sum(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, void* stream);
 void comm_dev_allgather(Comm* c, const void* send_shard, void* recv_full, size_t shard, CommDtype dt, void* stream);
@@ -130,12 +130,68 @@ void comm_dev_broadcast(Comm* c, void* buf, size_t bytes, int root, void* stream
 void comm_dev_group_begin(Comm* c);
 void comm_dev_group_end(Comm* c);
 
+// Non-blocking device collectives (ZeRO-3 prefetch: gather the next unit's parameters while this
+// one computes). Same arguments, semantics and sums (bit for bit) as comm_dev_allgather /
+// comm_dev_reduce_scatter_sum; they return at once. Until comm_wait returns, the caller must not
+// touch recv, nor modify send. comm_wait(c, &req) completes the request: on the host
+// implementations it returns when the data is in place; with NCCL the collective runs on a side
+// stream and comm_wait makes `stream` (the one given when it started) wait for it, so work
+// enqueued there afterwards sees the result. Every rank must start the requests in the same order;
+// they may be waited for in any order. At most COMM_MAX_REQUESTS in flight (fatal beyond).
+// MPI receive buffers for reduce-scatter requests grow to the largest request seen, then stay.
+// Overlap on CPU ranks: OpenMPI moves a request's data only while some thread is inside MPI (no
+// progress thread of its own over TCP / shared memory); the watchdog thread's polls (every 0.1 s)
+// do that when it runs, and comm_wait finishes whatever is left.
+CommRequest comm_dev_iallgather(Comm* c, const void* send_shard, void* recv_full, size_t shard, CommDtype dt, void* stream);
+CommRequest comm_dev_ireduce_scatter_sum(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, void* stream);
+void comm_wait(Comm* c, CommRequest* req);
+
+// ---------------------------------------------------------------------------------------------
+// Watchdog (llmc/comm_watchdog.c). A helper thread per rank watches this rank's progress:
+//   - a rank that has waited in a collective (host poll loop, or a device collective that has not
+//     completed) for longer than the limit asks every peer for its status over a separate
+//     channel that only the peers' watchdog threads serve (a duplicated MPI communicator); a
+//     stopped or dead process answers nothing. It then ends the whole job with a message naming
+//     the ranks that did not answer, or that answered but have been busy in a training step for
+//     longer than their limit (and their current operation), or, when every rank waits, the
+//     collectives they wait in;
+//   - a rank whose own training step has run for longer than the limit without reaching a
+//     collective or the next step mark ends the job naming itself and its operation (a stuck
+//     kernel or loop);
+//   - with NCCL: NCCL's asynchronous errors end the job, and a timed-out device collective aborts
+//     the NCCL communicator (ncclCommAbort) before the job ends.
+// limit = timeout_s + the slowest step seen so far (intervals between comm_watchdog_step calls,
+// without the time spent in unbounded operations), so it adapts to the work: a step may take as
+// long as the slowest one did, plus timeout_s. Work whose length the steps do not bound
+// (evaluation, checkpoint writes, sampling, loading) is named with comm_watchdog_op_unbounded:
+// a rank in it is ended only if it stops answering, and its peers wait for it.
+// Start it on every rank at the same point (it duplicates the communicator); timeout_s <= 0
+// leaves it off. It stops in comm_finalize. Needs MPI_THREAD_MULTIPLE when world > 1 (Debian's
+// OpenMPI has it); without it the watchdog stays off and rank 0 says so.
+#define COMM_WATCHDOG_DEFAULT_S 30.0
+void comm_watchdog_start(Comm* c, double timeout_s);
+// Marks the end of a training step (progress). Call it once when training starts and after every
+// step: the intervals between calls are the steps the limit adapts to.
+void comm_watchdog_step(Comm* c);
+// Names what this rank is doing now, for the messages ("step 12"); printf format. Cheap: call
+// it at every phase change. _op: a bounded operation (part of a training step);
+// _op_unbounded: an operation of unbounded length ("checkpoint at step 12", "eval").
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+void comm_watchdog_op(Comm* c, const char* fmt, ...);
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+void comm_watchdog_op_unbounded(Comm* c, const char* fmt, ...);
+
 // Implemented in llmc/cuda/comm_nccl.cu (CUDA builds only): creates the NCCL communicator for
 // the ranks of c on the current CUDA device (ncclGetUniqueId on rank 0, broadcast over c,
-// ncclCommInitRank) and switches comm_dev_* to NCCL. Call it after cudaSetDevice(c->local_rank),
-// also with a single rank (the device calls then become device-to-device copies; the host path
-// would touch device pointers). comm_nccl_detach destroys it (call before comm_finalize). The
-// CUDA-on-CPU harness build does not attach: its device memory is host memory.
+// non-blocking ncclCommInitRankConfig) and makes it the table of the device calls. Call it after
+// cudaSetDevice(c->local_rank), also with a single rank (the device calls then become
+// device-to-device copies; the host path would touch device pointers). comm_nccl_detach destroys
+// it (call before comm_finalize). The CUDA-on-CPU harness build does not attach: its device
+// memory is host memory.
 void comm_nccl_attach(Comm* c);
 void comm_nccl_detach(Comm* c);
 

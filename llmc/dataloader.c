@@ -88,7 +88,7 @@ void dl_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int wo
     for (int i = 0; i < dl->n_files; i++) {
         dl->ntok[i] = read_header(dl->files[i], SHARD_MAGIC, 2, "token shard");
         dl_check_window(dl->files[i], dl->ntok[i], T);
-        char mp[4200];
+        char mp[LLMC_PATH_MAX];
         mask_path(mp, sizeof(mp), dl->files[i]);
         if (file_exists(mp)) {
             int64_t nm = read_header(mp, MASK_MAGIC, 1, "loss mask");
@@ -153,7 +153,7 @@ void dl_next(DataLoader* dl, int* inputs, int* targets) {
     freadCheck(dl->tok_buf, sizeof(uint16_t), n, fp, path);
     fclose(fp);
     if (dl->has_mask[shard]) {
-        char mp[4200];
+        char mp[LLMC_PATH_MAX];
         mask_path(mp, sizeof(mp), path);
         FILE* mf = fopenCheck(mp, "rb");
         fseekCheck(mf, 1024 + start, SEEK_SET, mp);

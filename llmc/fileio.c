@@ -30,6 +30,7 @@ FILE* atomic_open(AtomicFile* af, const char* path) {
               "cannot create '%s': %s", af->tmp_path, strerror(e));
     }
     atomic_register(af);
+    llmc_on_fatal(atomic_abort_all); // a fatal error leaves nothing half-written behind
     return af->fp;
 }
 
@@ -60,12 +61,6 @@ void atomic_commit(AtomicFile* af) {
     }
     atomic_unregister(af);
     fsync_dir_of(af->path);
-}
-
-void atomic_abort(AtomicFile* af) {
-    if (af->fp) { fclose(af->fp); af->fp = NULL; }
-    unlink(af->tmp_path);
-    atomic_unregister(af);
 }
 
 void atomic_abort_all(void) {

@@ -11,6 +11,9 @@
 extern "C" {
 #endif
 
+// Room for a path the user gave plus a file name joined to it (path_join checks it fits).
+#define LLMC_PATH_MAX 4200
+
 typedef struct {
     FILE* fp;
     char path[4096];     // final destination
@@ -21,8 +24,6 @@ typedef struct {
 FILE* atomic_open(AtomicFile* af, const char* path);
 // Flush, fsync, close, rename onto path, fsync the directory.
 void atomic_commit(AtomicFile* af);
-// Close and delete the temporary file; the destination is untouched.
-void atomic_abort(AtomicFile* af);
 // Abort every atomic file still open (called on fatal errors).
 void atomic_abort_all(void);
 

@@ -4,9 +4,7 @@
 #include "qlora.h"
 #include <string.h>
 
-void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask) { gpt2_init_ex(m, cfg, trainable_mask, 0); }
-
-void gpt2_init_ex(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask) {
+void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     gpt2_config_validate(cfg, "model config");
@@ -33,25 +31,15 @@ void gpt2_init_ex(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsig
     }
 }
 
-void gpt2_use_grad_buckets(GPT2* m, void (*hook)(void* ctx, int bucket), void* ctx) {
+void gpt2_grads_into_buckets(GPT2* m, floatX* layer_bucket, floatX* final_bucket) {
     assertCheck(m->trainable == GPT2_TRAIN_ALL);
     if (m->grads) { ops_free(m->grads); m->grads = NULL; m->grads_n = 0; }
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        if (m->pt.t[i].per_layer) m->layer_bucket_n += params_layer_numel(&m->pt, (ParamId)i);
-        else m->final_bucket_n += m->pt.t[i].numel;
-    }
-    m->layer_bucket = (floatX*)ops_alloc(m->layer_bucket_n * sizeof(floatX));
-    m->final_bucket = (floatX*)ops_alloc(m->final_bucket_n * sizeof(floatX));
-    ops_zero(m->layer_bucket, m->layer_bucket_n * sizeof(floatX));
-    ops_zero(m->final_bucket, m->final_bucket_n * sizeof(floatX));
     size_t lo = 0, fo = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        if (m->pt.t[i].per_layer) { m->g[i] = m->layer_bucket + lo; lo += params_layer_numel(&m->pt, (ParamId)i); }
-        else { m->g[i] = m->final_bucket + fo; fo += m->pt.t[i].numel; }
+        if (m->pt.t[i].per_layer) { m->g[i] = layer_bucket + lo; lo += params_layer_numel(&m->pt, (ParamId)i); }
+        else { m->g[i] = final_bucket + fo; fo += m->pt.t[i].numel; }
         m->g_stride[i] = 0; // every layer writes into the same bucket slot
     }
-    m->grad_hook = hook;
-    m->grad_hook_ctx = ctx;
 }
 
 // One allocation for all activations: sizes listed once, pointers carved in order.
@@ -75,8 +63,8 @@ void gpt2_set_recompute(GPT2* m, int level) {
 void gpt2_alloc_acts(GPT2* m, int B, int T) {
     if (m->act_memory && m->B == B && m->T == T) return;
     if (T > m->cfg.max_seq_len)
-        fatal("use --seq-len <= the model's n_positions", "sequence length %d exceeds the model's maximum %d",
-              T, m->cfg.max_seq_len);
+        fatal("use a --seq-len (or prompt + new tokens) no larger than the model's n_positions",
+              "sequences of %d tokens exceed the model's maximum sequence length %d (n_positions)", T, m->cfg.max_seq_len);
     if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
     m->B = B; m->T = T;
     size_t L = (size_t)m->cfg.num_layers, C = (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
@@ -120,7 +108,6 @@ void gpt2_free(GPT2* m) {
     if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
     if (m->params) ops_free(m->params);
     if (m->grads) ops_free(m->grads);
-    if (m->layer_bucket) { ops_free(m->layer_bucket); ops_free(m->final_bucket); }
     memset(m, 0, sizeof(*m));
 }
 
@@ -140,15 +127,11 @@ void gpt2_get_params(GPT2* m, float* host) {
 
 void gpt2_zero_grads(GPT2* m) {
     if (m->grads) ops_zero(m->grads, m->grads_n * sizeof(floatX));
-    if (m->layer_bucket) {
-        ops_zero(m->layer_bucket, m->layer_bucket_n * sizeof(floatX));
-        ops_zero(m->final_bucket, m->final_bucket_n * sizeof(floatX));
-    }
     linear_zero_grads(m);
 }
 
 size_t gpt2_param_bytes(const GPT2* m) { return m->params_n * sizeof(floatX); }
-size_t gpt2_grad_bytes(const GPT2* m) { return (m->grads_n + m->layer_bucket_n + m->final_bucket_n) * sizeof(floatX); }
+size_t gpt2_grad_bytes(const GPT2* m) { return m->grads_n * sizeof(floatX); }
 
 // Layer l's slice of a per-layer parameter, and of its gradient (NULL stays NULL).
 static inline floatX* LP(const GPT2* m, ParamId id, int l) {
@@ -163,12 +146,64 @@ static inline floatX* LA(floatX* base, int l, size_t per_layer, int keep_all) {
     return keep_all ? base + (size_t)l * per_layer : base;
 }
 
+void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd, const int* tokens, int B, int T, int pos) {
+    const int C = m->cfg.channels;
+    // positions pos.. use rows pos.. of wpe
+    encoder_forward(x, tokens, m->p[PT_WTE], m->p[PT_WPE] + (size_t)pos * C, B, T, C);
+    // The first layernorm stands alone; every later one is fused with the residual add before it.
+    layernorm_forward(ln, mean, rstd, x, m->p[PT_LN1W], m->p[PT_LN1B], B * T, C);
+}
+
+void gpt2_block_forward(GPT2* m, int l, const GPT2BlockIO* io, int B, int T, const GPT2KVSlot* kv) {
+    const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
+    linear_forward(m, PT_QKVW, l, io->qkv, NULL, io->ln1, N);
+    if (kv) attention_forward_kv(io->atty, io->qkv, kv->k, kv->v, B, kv->pos, T, kv->maxT, C, NH);
+    else attention_forward(io->atty, io->lse, io->qkv, B, T, C, NH);
+    linear_forward(m, PT_ATTPROJW, l, io->attproj, NULL, io->atty, N);
+    fused_residual_layernorm_forward(io->residual2, io->ln2, io->ln2_mean, io->ln2_rstd, io->residual, io->attproj,
+                                     LP(m, PT_LN2W, l), LP(m, PT_LN2B, l), N, C);
+    linear_forward(m, PT_FCW, l, io->fch, io->fch_gelu, io->ln2, N);
+    linear_forward(m, PT_FCPROJW, l, io->fcproj, NULL, io->fch_gelu, N);
+    // the block's output, and the next layernorm of the residual stream: block l + 1's ln_1, or ln_f
+    const floatX* w = l + 1 < L ? LP(m, PT_LN1W, l + 1) : m->p[PT_LNFW];
+    const floatX* b = l + 1 < L ? LP(m, PT_LN1B, l + 1) : m->p[PT_LNFB];
+    fused_residual_layernorm_forward(io->residual3, io->ln_next, io->ln_next_mean, io->ln_next_rstd, io->residual2, io->fcproj,
+                                     w, b, N, C);
+}
+
+// Block l's slices of the training activations (every layer kept, or one layer for what backward
+// recomputes).
+static GPT2BlockIO block_io(GPT2* m, int l, int B, int T) {
+    const int L = m->cfg.num_layers, N = B * T;
+    const size_t BTC = (size_t)N * m->cfg.channels;
+    const int keep_gelu = m->recompute < GPT2_RECOMPUTE_GELU, keep_ln = m->recompute < GPT2_RECOMPUTE_LN;
+    GPT2Acts* a = &m->acts;
+    GPT2BlockIO io;
+    io.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BTC;
+    io.ln1 = LA(a->ln1, l, BTC, keep_ln);
+    io.qkv = a->qkv + l * BTC * 3;
+    io.atty = a->atty + l * BTC;
+    io.lse = a->att_lse + (size_t)l * B * m->cfg.num_heads * T;
+    io.attproj = a->attproj + l * BTC;
+    io.residual2 = a->residual2 + l * BTC;
+    io.ln2 = LA(a->ln2, l, BTC, keep_ln);
+    io.ln2_mean = a->ln2_mean + (size_t)l * N;
+    io.ln2_rstd = a->ln2_rstd + (size_t)l * N;
+    io.fch = a->fch + l * BTC * 4;
+    io.fch_gelu = LA(a->fch_gelu, l, BTC * 4, keep_gelu);
+    io.fcproj = a->fcproj + l * BTC;
+    io.residual3 = a->residual3 + l * BTC;
+    io.ln_next = l + 1 < L ? LA(a->ln1, l + 1, BTC, keep_ln) : a->lnf;
+    io.ln_next_mean = l + 1 < L ? a->ln1_mean + (size_t)(l + 1) * N : a->lnf_mean;
+    io.ln_next_rstd = l + 1 < L ? a->ln1_rstd + (size_t)(l + 1) * N : a->lnf_rstd;
+    return io;
+}
+
 double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, long* n_valid) {
     if (B > m->B || T > m->T) fatal("this is a bug in llmc", "forward with B=%d T=%d beyond allocated %d x %d", B, T, m->B, m->T);
-    const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads;
+    const int L = m->cfg.num_layers, C = m->cfg.channels;
     const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
     const int N = B * T;
-    const size_t BTC = (size_t)N * C;
     for (int i = 0; i < N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V)
             fatal("the data was tokenized with a different vocabulary than the model's",
@@ -181,40 +216,10 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
     ops_to_device(m->inputs, inputs, (size_t)N * sizeof(int));
     if (targets) ops_to_device(m->targets, targets, (size_t)N * sizeof(int));
     GPT2Acts* a = &m->acts;
-
-    encoder_forward(a->encoded, m->inputs, m->p[PT_WTE], m->p[PT_WPE], B, T, C);
-    // The first layernorm stands alone; every later one is fused with the residual add before it.
-    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, m->p[PT_LN1W], m->p[PT_LN1B], N, C);
+    gpt2_embed_forward(m, a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, m->inputs, B, T, 0);
     for (int l = 0; l < L; l++) {
-        const floatX* residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BTC;
-        const int keep_gelu = m->recompute < GPT2_RECOMPUTE_GELU, keep_ln = m->recompute < GPT2_RECOMPUTE_LN;
-        floatX* ln1 = LA(a->ln1, l, BTC, keep_ln);
-        floatX* qkv = a->qkv + l * BTC * 3;
-        floatX* atty = a->atty + l * BTC;
-        float* lse = a->att_lse + (size_t)l * B * NH * T;
-        floatX* attproj = a->attproj + l * BTC;
-        floatX* residual2 = a->residual2 + l * BTC;
-        floatX* ln2 = LA(a->ln2, l, BTC, keep_ln);
-        floatX* fch = a->fch + l * BTC * 4;
-        floatX* fch_gelu = LA(a->fch_gelu, l, BTC * 4, keep_gelu);
-        floatX* fcproj = a->fcproj + l * BTC;
-        floatX* residual3 = a->residual3 + l * BTC;
-
-        linear_forward(m, PT_QKVW, l, qkv, NULL, ln1, N);
-        attention_forward(atty, lse, qkv, B, T, C, NH);
-        linear_forward(m, PT_ATTPROJW, l, attproj, NULL, atty, N);
-        fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N,
-                                         residual, attproj, LP(m, PT_LN2W, l), LP(m, PT_LN2B, l), N, C);
-        linear_forward(m, PT_FCW, l, fch, fch_gelu, ln2, N);
-        linear_forward(m, PT_FCPROJW, l, fcproj, NULL, fch_gelu, N);
-        if (l + 1 < L) {
-            fused_residual_layernorm_forward(residual3, LA(a->ln1, l + 1, BTC, keep_ln),
-                                             a->ln1_mean + (size_t)(l + 1) * N, a->ln1_rstd + (size_t)(l + 1) * N,
-                                             residual2, fcproj, LP(m, PT_LN1W, l + 1), LP(m, PT_LN1B, l + 1), N, C);
-        } else {
-            fused_residual_layernorm_forward(residual3, a->lnf, a->lnf_mean, a->lnf_rstd,
-                                             residual2, fcproj, m->p[PT_LNFW], m->p[PT_LNFB], N, C);
-        }
+        GPT2BlockIO io = block_io(m, l, B, T);
+        gpt2_block_forward(m, l, &io, B, T, NULL);
     }
     // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
     matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, C, Vp);
@@ -228,7 +233,7 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
     return sum;
 }
 
-void gpt2_backward(GPT2* m) {
+void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
     if (!m->has_targets) fatal("this is a bug in llmc", "gpt2_backward without a training forward");
     const int B = m->cur_B, T = m->cur_T;
     const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads;
@@ -279,8 +284,8 @@ void gpt2_backward(GPT2* m) {
         layernorm_backward(s->dresidual, LG(m, PT_LN1W, l), LG(m, PT_LN1B, l), s->dln,
                            residual, LP(m, PT_LN1W, l),
                            a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
-        if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, L - 1 - l);
+        if (sink) sink->bucket_done(sink->ctx, L - 1 - l);
     }
     encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, B, T, C);
-    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, L);
+    if (sink) sink->bucket_done(sink->ctx, L);
 }

@@ -75,15 +75,7 @@ typedef struct GPT2 {
     floatX* p[NUM_PARAM_TENSORS];      // tensor views into params
     floatX* g[NUM_PARAM_TENSORS];      // tensor views into grads (NULL entries = frozen)
     size_t g_stride[NUM_PARAM_TENSORS];// elements between layer slices of g[i]: the layer size,
-                                       // or 0 when g[i] is a one-layer bucket (ZeRO-2)
-    // Called during backward as soon as a bucket of gradients is complete: bucket L-1-l after
-    // layer l, bucket L (wte, wpe, ln_f and everything outside the blocks) at the end. ZeRO-2
-    // reduces and empties the bucket there; NULL otherwise.
-    void (*grad_hook)(void* ctx, int bucket);
-    void* grad_hook_ctx;
-    floatX* layer_bucket;              // ZeRO-2: one layer's packed per-layer gradients
-    floatX* final_bucket;              // ZeRO-2: wte, wpe, lnfw, lnfb gradients
-    size_t layer_bucket_n, final_bucket_n;
+                                       // or 0 when g[i] is a one-layer bucket (gpt2_grads_into_buckets)
     int recompute;                     // GPT2_RECOMPUTE_*: set with gpt2_set_recompute
     int B, T;                          // activation capacity
     GPT2Acts acts;
@@ -102,11 +94,10 @@ typedef struct GPT2 {
 
 #define GPT2_TRAIN_ALL ((1u << NUM_PARAM_TENSORS) - 1u)
 // Set up the table and allocate parameters, and gradients for the tensors whose bit is set in
-// trainable_mask (GPT2_TRAIN_ALL for full training, 0 for a frozen base).
-void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask);
-// Same, without allocating the tensors whose bit is set in skip_mask (frozen tensors held
-// elsewhere: the NF4 base of QLoRA, see llmc/qlora.h). Skipped tensors cannot be trainable.
-void gpt2_init_ex(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask);
+// trainable_mask (GPT2_TRAIN_ALL for full training, 0 for a frozen base), without the tensors whose
+// bit is set in skip_mask (frozen tensors held elsewhere: the NF4 base of QLoRA, llmc/qlora.h;
+// skipped tensors cannot be trainable). Programs and tests assemble models with llmc/model.h.
+void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask);
 // Allocate activations and scratch for batches up to B x T (idempotent for the same sizes).
 void gpt2_alloc_acts(GPT2* m, int B, int T);
 // Activation recompute level (GPT2_RECOMPUTE_*, 0..2). Call before gpt2_alloc_acts (a later call
@@ -116,10 +107,13 @@ void gpt2_alloc_acts(GPT2* m, int B, int T);
 void gpt2_set_recompute(GPT2* m, int level);
 void gpt2_free(GPT2* m);
 
-// ZeRO-2: replace the full gradient buffer by a one-layer bucket (per-layer tensors, packed in
-// table order) and a bucket for the other tensors (table order), and call hook(ctx, bucket) as
-// each bucket completes during backward. Only for fully trainable models.
-void gpt2_use_grad_buckets(GPT2* m, void (*hook)(void* ctx, int bucket), void* ctx);
+// Gradients in buckets (ZeRO-2, llmc/gradsync.h): replace the full gradient buffer by views into
+// two caller-owned buffers: layer_bucket holds one layer's slices of every per-layer tensor, packed
+// in table order (params_layer_numel elements each), final_bucket the other tensors (wte, wpe,
+// lnfw, lnfb) packed in table order; the layout of zero_gpt2_bucket's ranges. Every layer's
+// backward then writes into the same layer bucket, which the sink of gpt2_backward must empty
+// after each layer. Only for fully trainable models.
+void gpt2_grads_into_buckets(GPT2* m, floatX* layer_bucket, floatX* final_bucket);
 
 // Host fp32 <-> model parameters (table layout, pt.total floats). set skips the tensors without
 // a floatX copy; get fills them with dequant(quant(W)) from m->nf4 (zeros if there is none).
@@ -132,13 +126,60 @@ void gpt2_get_params(GPT2* m, float* host);
 // Without targets returns 0 and leaves logits in acts.logits.
 double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss,
                     long* n_valid);
+// ---- the forward pass in pieces, shared with the key/value-cache forward (llmc/sampler.c)
+
+// Token + position embeddings of tokens (backend memory, B x T) at positions [pos, pos + T) into
+// x (N, C), and the first block's ln_1 of it into ln (mean / rstd: (N) statistics).
+void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd, const int* tokens, int B, int T, int pos);
+
+// One transformer block over N = B x T rows. ln1 holds ln_1 of the block's input on entry (the
+// embedding or the previous block computed it); the block writes its output residual3 and, fused
+// with that add, the next layernorm's output into ln_next: block l + 1's ln_1, or ln_f after the
+// last block. Buffers may alias where the data flow allows it (the cache forward reuses one set
+// of row buffers: residual3 = residual, ln2 = ln_next = ln1).
+typedef struct {
+    const floatX* residual;   // (N, C) the block's input
+    const floatX* ln1;        // (N, C) ln_1(residual)
+    floatX* qkv;              // (N, 3C)
+    floatX* atty;             // (N, C) attention output
+    float* lse;               // (B, NH, T) softmax log-sum-exp kept for backward (unused with a cache)
+    floatX* attproj;          // (N, C)
+    floatX* residual2;        // (N, C) residual + attproj
+    floatX* ln2;              // (N, C)
+    float* ln2_mean;          // (N)
+    float* ln2_rstd;          // (N)
+    floatX* fch;              // (N, 4C) pre-GELU
+    floatX* fch_gelu;         // (N, 4C)
+    floatX* fcproj;           // (N, C)
+    floatX* residual3;        // (N, C) the block's output
+    floatX* ln_next;          // (N, C) the next layernorm of residual3
+    float* ln_next_mean;      // (N)
+    float* ln_next_rstd;      // (N)
+} GPT2BlockIO;
+
+// Attention against a key/value cache: the T new rows of each of B sequences are positions
+// [pos, pos + T); k / v hold this layer's cache for up to maxT positions.
+typedef struct { floatX* k; floatX* v; int pos; int maxT; } GPT2KVSlot;
+
+// kv NULL: causal attention over the T rows themselves (training / full forward).
+void gpt2_block_forward(GPT2* m, int l, const GPT2BlockIO* io, int B, int T, const GPT2KVSlot* kv);
+
+// Called by gpt2_backward as soon as a bucket of parameter gradients is complete: bucket L-1-l
+// after block l, bucket L (wte, wpe, ln_f and everything outside the blocks) at the end.
+typedef struct {
+    void (*bucket_done)(void* ctx, int bucket);
+    void* ctx;
+} GPT2GradSink;
+
 // Backward of the last training forward. Accumulates into parameter gradients (m->g, the
 // LoRA gradients) so micro-steps of gradient accumulation just add up. Frozen tensors get no
-// weight gradient, only the gradient flowing through them.
-void gpt2_backward(GPT2* m);
+// weight gradient, only the gradient flowing through them. sink: NULL, or told of every
+// completed bucket (ZeRO-2 reduces it there).
+void gpt2_backward(GPT2* m, const GPT2GradSink* sink);
 void gpt2_zero_grads(GPT2* m);
 
-// Bytes of the floatX parameters (skipped tensors not counted) and gradients (memory report).
+// Bytes of the floatX parameters (skipped tensors not counted) and of the full gradient buffer
+// (memory report; 0 with buckets, which their owner counts).
 size_t gpt2_param_bytes(const GPT2* m);
 size_t gpt2_grad_bytes(const GPT2* m);
 

@@ -338,7 +338,6 @@ void lora_zero_grads(LoraModel* lm) { ops_zero(lm->grads, lm->total * sizeof(flo
 void lora_get_params(const LoraModel* lm, float* host) { ops_download_f32(host, lm->params, lm->total); }
 void lora_set_params(LoraModel* lm, const float* host) { ops_upload_f32(lm->params, host, lm->total); }
 void lora_get_grads(const LoraModel* lm, float* host) { ops_download_f32(host, lm->grads, lm->total); }
-size_t lora_param_bytes(const LoraModel* lm) { return lm->total * sizeof(floatX) * 2; }
 
 // ----------------------------------------------------------------------------
 // forward / backward of the LoRA branch
@@ -497,7 +496,7 @@ static void jw_number(JsonWriter* w, double x) {
 
 void lora_save_peft(const LoraModel* lm, const GPT2* m, const char* dir) {
     mkdir_p(dir);
-    char path[4200];
+    char path[LLMC_PATH_MAX];
     path_join(path, sizeof(path), dir, "adapter_model.safetensors");
     lora_save_tensors(lm, m, path);
 
@@ -597,7 +596,7 @@ static const JsonValue* pattern_lookup(const JsonValue* pat, const char* full) {
 }
 
 LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err, size_t errcap) {
-    char dir[4096], cpath[4200], tpath[4200];
+    char dir[4096], cpath[LLMC_PATH_MAX], tpath[LLMC_PATH_MAX];
     JsonValue* js = NULL;
     char* text = NULL;
     StFile f;
@@ -617,7 +616,7 @@ LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err
     if (!dir_exists(path) && !file_exists(path)) LFAIL("'%s' does not exist (expected an adapter directory with adapter_config.json and adapter_model.safetensors)", path);
     if (!file_exists(cpath)) LFAIL("'%s' does not exist: an adapter directory holds adapter_config.json and adapter_model.safetensors", cpath);
     if (!file_exists(tpath)) {
-        char bin[4200];
+        char bin[LLMC_PATH_MAX];
         path_join(bin, sizeof(bin), dir, "adapter_model.bin");
         if (file_exists(bin)) LFAIL("'%s': pickled adapters are not supported; save it with safe_serialization=True", bin);
         LFAIL("'%s' does not exist", tpath);

@@ -135,7 +135,6 @@ void lora_zero_grads(LoraModel* lm);
 void lora_get_params(const LoraModel* lm, float* host);
 void lora_set_params(LoraModel* lm, const float* host);
 void lora_get_grads(const LoraModel* lm, float* host);
-size_t lora_param_bytes(const LoraModel* lm);
 
 // The LoRA term of one linear layer, called by llmc/linear.c. No-op when (layer, lin) has no
 // adapter. forward: out[N, OC] += scaling * B (A drop(inp)). backward: accumulates dA, dB and

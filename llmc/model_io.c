@@ -69,7 +69,7 @@ static void load_llmc(const char* path, GPT2Config* cfg, ParamTable* pt, float**
     cfg->num_heads = h[5];
     cfg->channels = h[6];
     cfg->padded_vocab_size = h[7];
-    char src[4200];
+    char src[LLMC_PATH_MAX];
     snprintf(src, sizeof(src), "'%s' (llm.c header)", path);
     gpt2_config_validate(cfg, src);
     params_build(pt, cfg);
@@ -368,7 +368,7 @@ static void load_hf(HfSource* s, const char* config_path, GPT2Config* cfg, Param
         fprintf(stderr, "note: '%s': no config.json next to it; inferred n_layer %d, n_embd %d, vocab %d, n_positions %d "
                 "from the tensors and assumed n_head = n_embd / 64 = %d (GPT-2's head size)\n",
                 s->src, cfg->num_layers, cfg->channels, cfg->vocab_size, cfg->max_seq_len, cfg->num_heads);
-        char src[4200];
+        char src[LLMC_PATH_MAX];
         snprintf(src, sizeof(src), "'%s' (inferred config)", s->src);
         gpt2_config_validate(cfg, src);
     }

@@ -54,11 +54,6 @@ void params_build(ParamTable* pt, const GPT2Config* cfg) {
     pt->total = off;
 }
 
-int params_find(const char* name) {
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) if (strcmp(SPECS[i].name, name) == 0) return i;
-    return -1;
-}
-
 void params_hf_key(char* out, size_t cap, ParamId id, int layer, const char* prefix) {
     char tmp[256];
     if (SPECS[id].per_layer) snprintf(tmp, sizeof(tmp), SPECS[id].hf_name, layer);

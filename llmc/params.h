@@ -64,8 +64,6 @@ static inline size_t params_layer_numel(const ParamTable* pt, ParamId id) {
 static inline size_t params_layer_offset(const ParamTable* pt, ParamId id, int l) {
     return pt->t[id].offset + (pt->t[id].per_layer ? (size_t)l * params_layer_numel(pt, id) : 0);
 }
-// Look up a tensor by short name ("qkvw"); returns -1 if unknown.
-int params_find(const char* name);
 // Format the HF key of (id, layer) into out, with the given prefix ("" or "transformer.").
 void params_hf_key(char* out, size_t cap, ParamId id, int layer, const char* prefix);
 // Number of parameters excluding the vocabulary padding rows (what HF counts).

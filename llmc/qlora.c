@@ -87,7 +87,7 @@ static int hf4_paths(const char* path, char* st, size_t stcap, char* cfg, size_t
 }
 
 int qlora_is_hf4bit(const char* path) {
-    char st[4200], cfg[4200], err[512];
+    char st[LLMC_PATH_MAX], cfg[LLMC_PATH_MAX], err[512];
     if (!hf4_paths(path, st, sizeof(st), cfg, sizeof(cfg))) return 0;
     StFile f;
     if (st_try_open(&f, st, err, sizeof(err)) != 0) return 0; // model_load reports the problem
@@ -101,7 +101,7 @@ int qlora_is_hf4bit(const char* path) {
 }
 
 Nf4Base* qlora_load_hf4bit(const char* path, GPT2Config* cfg, ParamTable* pt, float** host_out) {
-    char stp[4200], cfgp[4200], key[512];
+    char stp[LLMC_PATH_MAX], cfgp[LLMC_PATH_MAX], key[512];
     if (!hf4_paths(path, stp, sizeof(stp), cfgp, sizeof(cfgp)))
         fatal("pass the directory transformers' save_pretrained wrote", "'%s': no model.safetensors", path);
     if (!is_file(cfgp))

@@ -5,7 +5,7 @@
 // [out, in] before quantize_4bit), so the blocks of 64 and the double-quantization groups are the
 // same. Before each forward / backward matmul the layer's weight is dequantized into one scratch
 // buffer (sized for the largest [OC, C]) by the backend op nf4_dequantize_op; the base gets no
-// weight gradient. The floatX copies of these weights are never allocated (gpt2_init_ex skip mask).
+// weight gradient. The floatX copies of these weights are never allocated (gpt2_init skip mask).
 #ifndef LLMC_QLORA_H
 #define LLMC_QLORA_H
 

@@ -23,7 +23,6 @@
 static const char* DTYPE_NAMES[ST_NUM_DTYPES] = { "F32", "BF16", "F16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL" };
 static const size_t DTYPE_SIZES[ST_NUM_DTYPES] = { 4, 2, 2, 8, 8, 4, 2, 1, 1, 1 };
 
-size_t st_dtype_size(StDtype d) { return (unsigned)d < ST_NUM_DTYPES ? DTYPE_SIZES[d] : 0; }
 const char* st_dtype_name(StDtype d) { return (unsigned)d < ST_NUM_DTYPES ? DTYPE_NAMES[d] : "?"; }
 
 int st_dtype_from_name(const char* name) {

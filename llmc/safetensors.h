@@ -36,7 +36,6 @@ typedef struct {
     char** meta_values;
 } StFile;
 
-size_t st_dtype_size(StDtype d);
 const char* st_dtype_name(StDtype d);
 // Parse a dtype name ("F32", "BF16", ...); -1 if unknown.
 int st_dtype_from_name(const char* name);

@@ -1,6 +1,5 @@
 #include "sampler.h"
 #include "check.h"
-#include "linear.h"
 #include "lora.h"
 #include "rand.h"
 #include <math.h>
@@ -56,37 +55,25 @@ size_t kv_bytes(const KVCache* kv) {
     return cache + N * (size_t)c->channels * 15 * sizeof(floatX) + (size_t)kv->B * c->padded_vocab_size * sizeof(floatX);
 }
 
-// Layer l's slice of a per-layer parameter.
-static inline const floatX* LP(const GPT2* m, ParamId id, int l) {
-    return m->p[id] + (size_t)l * params_layer_numel(&m->pt, id);
-}
-
-// One forward over Tn <= chunk new tokens per sequence (ids already checked).
+// One forward over Tn <= chunk new tokens per sequence (ids already checked): the blocks of
+// gpt2_forward (gpt2_block_forward) with attention against the cache, one set of row buffers
+// reused by every layer (each block's output replaces its input in x; ln holds the next
+// layernorm's output), and logits for the last new position of each sequence only.
 static void kv_forward_chunk(KVCache* kv, const int* tokens, int Tn) {
     GPT2* m = kv->m;
-    const int B = kv->B, L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads, Vp = m->cfg.padded_vocab_size;
-    const int N = B * Tn;
+    const int B = kv->B, L = m->cfg.num_layers, C = m->cfg.channels, Vp = m->cfg.padded_vocab_size;
     const size_t layer_cache = (size_t)B * kv->maxT * C;
-    int* dev_tokens = kv->tokens_dev;
-    ops_to_device(dev_tokens, tokens, (size_t)N * sizeof(int));
-    // positions pos.. use rows pos.. of wpe
-    encoder_forward(kv->x, dev_tokens, m->p[PT_WTE], m->p[PT_WPE] + (size_t)kv->pos * C, B, Tn, C);
-    layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->x, m->p[PT_LN1W], m->p[PT_LN1B], N, C);
+    ops_to_device(kv->tokens_dev, tokens, (size_t)B * Tn * sizeof(int));
+    gpt2_embed_forward(m, kv->x, kv->ln, kv->mean, kv->rstd, kv->tokens_dev, B, Tn, kv->pos);
+    GPT2BlockIO io = {
+        kv->x, kv->ln, kv->qkv, kv->atty, NULL, kv->proj, kv->res2, kv->ln, kv->mean, kv->rstd,
+        kv->fch, kv->fch_gelu, kv->fcproj, kv->x, kv->ln, kv->mean, kv->rstd,
+    };
     for (int l = 0; l < L; l++) {
-        linear_forward(m, PT_QKVW, l, kv->qkv, NULL, kv->ln, N);
-        attention_forward_kv(kv->atty, kv->qkv, kv->kcache + l * layer_cache, kv->vcache + l * layer_cache,
-                             B, kv->pos, Tn, kv->maxT, C, NH);
-        linear_forward(m, PT_ATTPROJW, l, kv->proj, NULL, kv->atty, N);
-        fused_residual_layernorm_forward(kv->res2, kv->ln, kv->mean, kv->rstd, kv->x, kv->proj,
-                                         LP(m, PT_LN2W, l), LP(m, PT_LN2B, l), N, C);
-        linear_forward(m, PT_FCW, l, kv->fch, kv->fch_gelu, kv->ln, N);
-        linear_forward(m, PT_FCPROJW, l, kv->fcproj, NULL, kv->fch_gelu, N);
-        // the layer's output replaces its input in x; ln gets the next layernorm (or ln_f)
-        const floatX* w = l + 1 < L ? LP(m, PT_LN1W, l + 1) : m->p[PT_LNFW];
-        const floatX* b = l + 1 < L ? LP(m, PT_LN1B, l + 1) : m->p[PT_LNFB];
-        fused_residual_layernorm_forward(kv->x, kv->ln, kv->mean, kv->rstd, kv->res2, kv->fcproj, w, b, N, C);
+        GPT2KVSlot slot = { kv->kcache + l * layer_cache, kv->vcache + l * layer_cache, kv->pos, kv->maxT };
+        gpt2_block_forward(m, l, &io, B, Tn, &slot);
     }
-    // logits of the last new position of each sequence only (lm_head tied to wte)
+    // (lm_head tied to wte)
     for (int b = 0; b < B; b++)
         matmul_forward(kv->logits + (size_t)b * Vp, NULL, kv->ln + ((size_t)b * Tn + Tn - 1) * C, m->p[PT_WTE], NULL, 1, C, Vp);
     kv->pos += Tn;

@@ -2,13 +2,13 @@
 #include <math.h>
 #include <string.h>
 
-static const char* NAMES[] = {"cosine", "linear", "constant", "wsd"};
+const char* const SCHED_NAMES[] = {"cosine", "linear", "constant", "wsd", NULL};
 
 int sched_parse(const char* name) {
-    for (int i = 0; i < 4; i++) if (strcmp(name, NAMES[i]) == 0) return i;
+    for (int i = 0; SCHED_NAMES[i]; i++) if (strcmp(name, SCHED_NAMES[i]) == 0) return i;
     return -1;
 }
-const char* sched_name(SchedKind k) { return NAMES[k]; }
+const char* sched_name(SchedKind k) { return SCHED_NAMES[k]; }
 
 float sched_lr(const LRSchedule* s, int step) {
     const double lr = s->lr, lr_min = s->lr * s->final_frac;

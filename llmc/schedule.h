@@ -18,6 +18,8 @@ typedef struct {
     float cooldown_frac;  // wsd: fraction of steps spent decaying
 } LRSchedule;
 
+// The schedule names in SchedKind order, NULL-terminated (the --schedule choices).
+extern const char* const SCHED_NAMES[];
 // Parse "cosine" | "linear" | "constant" | "wsd"; -1 if unknown.
 int sched_parse(const char* name);
 const char* sched_name(SchedKind k);

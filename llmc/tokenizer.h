@@ -25,6 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "fileio.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,7 +52,7 @@ typedef struct {
     int n_special;
     int* special_ids;      // tokens written <|...|> that no merge produces
     TokCache* cache;       // piece -> ids cache (see tokenizer.c)
-    char source[4200];     // what was loaded, for messages
+    char source[LLMC_PATH_MAX];     // what was loaded, for messages
 } Tokenizer;
 
 // Load a vocabulary. path is a directory (searched for encoder.json + vocab.bpe, then

@@ -60,7 +60,7 @@ int vocab_find_bundled(char* out, size_t cap) {
     char* slash = strrchr(exe, '/');
     if (!slash) return -1;
     *slash = 0; // the program's directory
-    char dir[4096], cand[4200];
+    char dir[4096], cand[LLMC_PATH_MAX];
     snprintf(cand, sizeof(cand), "%s/gpt2", exe);
     if (vocab_dir_has(cand)) { snprintf(out, cap, "%s", cand); return 0; }
     snprintf(dir, sizeof(dir), "%s", exe);

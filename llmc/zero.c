@@ -2,12 +2,6 @@
 #include "zero.h"
 #include "check.h"
 
-void zero_check_stage(int stage, const char* flag) {
-    if (stage < 0 || stage > 2)
-        fatal("0 = all-reduce gradients, 1 = shard optimizer state, 2 = also shard gradients",
-              "%s %d: the ZeRO stage must be 0, 1 or 2", flag, stage);
-}
-
 void zero_layout_init(ZeroLayout* z, size_t total, int world, size_t align) {
     if (world < 1) fatal(NULL, "ZeRO layout: world size %d must be at least 1", world);
     if (align < 1) fatal(NULL, "ZeRO layout: alignment must be at least 1 element");

@@ -67,9 +67,6 @@ typedef struct { size_t begin, end; size_t bucket_off; int owner; } ZeroSegment;
 // new shard at dst_off (offsets local to the shards).
 typedef struct { int src_rank; size_t src_off; size_t dst_off; size_t n; } ZeroCopy;
 
-// Fatal unless stage is 0, 1 or 2 (names the flag in the message).
-void zero_check_stage(int stage, const char* flag);
-
 // world >= 1, align >= 1 (fatal otherwise).
 void zero_layout_init(ZeroLayout* z, size_t total, int world, size_t align);
 

@@ -4,12 +4,14 @@
 # The global batch (--total-batch-tokens) is the same whatever NP is; each rank reads its own
 # slice of it. --zero 1 shards the AdamW state, --zero 2 also the gradients.
 #
-# Multi-node: the binary and the data must be at the same path on every node; list the nodes in
-# a hostfile (`node1 slots=8`, one line per node) and run
+# Multi-node (docs/MULTINODE.md: hostfiles, network interfaces, NCCL variables, the watchdog): the
+# binary and the data must be at the same path on every node; list the nodes in a hostfile
+# (`node1 slots=8`, one line per node) and run
 #   mpirun -np 16 --hostfile hosts -x PATH -x LD_LIBRARY_PATH ./train_lora ...
 # On GPUs NCCL moves the gradients (bootstrapped through MPI); on CPUs MPI does. Rank 0 writes the
 # logs and the model; every rank writes its optimizer shard, and a checkpoint counts only when the
-# DONE_ marker exists, so put --out on a filesystem all nodes share.
+# DONE_ marker exists, so put --out on a filesystem all nodes share. A rank that hangs ends the
+# whole job after --watchdog-timeout seconds (default 30) beyond the slowest step, naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-gpt2}; NP=${NP:-4}; OUT=${OUT:-out/lora_np$NP}

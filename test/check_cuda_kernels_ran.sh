@@ -7,7 +7,7 @@
 # harness' orders.sh reruns test_cuda_ops.)
 set -u
 cd "$(dirname "$0")/.."
-BUILD="${BUILD:-build}"
+BUILD="${BUILD:-build/cpu}"
 prog="$BUILD/test/test_cuda_ops"
 [ -x "$prog" ] || { echo "FAIL: $prog not built"; exit 1; }
 defined=$(grep -ho '__global__[^(]*(' llmc/cuda/*.cu | sed -E 's/.*[[:space:]]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*\($/\1/' | sort -u)

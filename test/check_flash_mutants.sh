@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# TSan mutation check of the flash attention kernels (make test-tsan, see mk/flash.mk): each
+# TSan mutation check of the flash attention kernels (make test-tsan, see mk/harness.mk): each
 # mutant (llmc/cuda/flash_attention.cu without the barrier marked "(MUTATION-TARGET <name>)")
 # runs one shape (FLASH_TEST_QUICK=1) with 2 OS threads in two fiber orders and must be reported
 # as a data race inside a flash attention kernel every time.
 set -u
-BUILD="${BUILD:-build-tsan}"
+BUILD="${BUILD:-build/cpu-tsan}"
 export CUDA_CPU_THREADS=2 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 FLASH_TEST_QUICK=1
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 history_size=4"
 logdir="$BUILD/test-logs"; mkdir -p "$logdir"

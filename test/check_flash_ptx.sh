@@ -12,7 +12,7 @@ if [ "${SAN:-}" = "1" ]; then echo "SKIP check_flash_ptx under SAN=1 (checked in
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
-for arch in sm_80 sm_90; do
+for arch in $(printf "sm_%s " ${CUDA_ARCHS:-80 90}); do
   ptx="$tmp/flash_$arch.ptx"
   if ! "$NVCC" -std=c++17 -O3 -DLLMC_CUDA -I. -Illmc -arch=$arch --ptx llmc/cuda/flash_attention.cu -o "$ptx" 2>"$tmp/err"; then
     echo "FAIL: nvcc --ptx -arch=$arch llmc/cuda/flash_attention.cu:"; cat "$tmp/err"; exit 1

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
+#include <stdint.h>
+#include "../llmc/rand.h"
 
 static int test_failures = 0;
 static int test_checks = 0;
@@ -35,6 +37,11 @@ static inline int test_allclose(const char* what, const float* a, const float* b
     printf("ok   %s (%zu elements, max abs diff %.3g)\n", what, n, maxabs);
     return 1;
 }
+
+// Reproducible random test inputs: one stream of llmc/rand.h's counter-based generator per seed.
+typedef struct { uint64_t seed, i; } TestRng;
+static inline uint64_t test_rand_u64(TestRng* r) { return rand_u64(r->seed, 0, r->i++); }
+static inline double test_rand_uniform(TestRng* r) { return rand_uniform(r->seed, 0, r->i++); } // (0, 1)
 
 static inline int test_finish(const char* name) {
     if (test_failures) { fprintf(stderr, "%s: %d of %d checks FAILED\n", name, test_failures, test_checks); return 1; }

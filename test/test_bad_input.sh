@@ -52,6 +52,10 @@ expect_fail "lr not a number" "--lr" "$T" --model "$MODEL" "${RUN[@]}" --lr abc
 expect_fail "unknown schedule" "--schedule" "$T" --model "$MODEL" "${RUN[@]}" --schedule sawtooth
 expect_fail "seq-len beyond n_positions" "--seq-len" "$T" --model "$MODEL" "${RUN[@]}" --seq-len 65
 expect_fail "total batch not a multiple" "--total-batch-tokens" "$T" --model "$MODEL" "${RUN[@]}" --total-batch-tokens 33
+# batch arithmetic in 64 bits: 2 x 16 tokens per micro-step and 2^32 micro-steps once trained
+# nothing and exited 0, 2^31 asked for an 18 EB allocation
+expect_fail "2^32 micro-steps per step" "--total-batch-tokens 137438953472 needs 4294967296 micro-steps" "$T" --model "$MODEL" "${RUN[@]}" --total-batch-tokens 137438953472
+expect_fail "2^31 micro-steps per step" "--total-batch-tokens 68719476736 needs 2147483648 micro-steps" "$T" --model "$MODEL" "${RUN[@]}" --total-batch-tokens 68719476736
 expect_fail "missing value" "--steps needs a value" "$T" --model "$MODEL" --train-data "$TMP/ok.bin" --steps
 expect_fail "resume without checkpoint" "no complete checkpoint" "$T" --model "$MODEL" "${RUN[@]}" --out "$TMP/empty" --resume
 # ---- nothing overwritten: a new run never clobbers an earlier run's directory, and a resumed

@@ -3,16 +3,31 @@
 // rank's input from a hash, so each rank can compute the serial reference itself: contributions of
 // ranks 0..N-1 added in rank order in double and rounded once (the order comm.h promises).
 //
-//   test_comm                 run the collective checks
+//   test_comm                 run the collective checks (blocking and non-blocking)
 //   test_comm --has-mpi       print "mpi" or "none" (whether this build contains MPI)
 //   test_comm --fatal-rank R  rank R calls fatal() while the others wait in a collective
 //   test_comm --kill-rank R   rank R is SIGKILLed by a helper thread while all ranks are in a loop
 //                             of collectives
+// Watchdog (comm_watchdog_start with TIMEOUT seconds; every rank loops over collectives, marking a
+// step per iteration):
+//   test_comm --hang-rank R TIMEOUT    rank R stops itself (SIGSTOP) after a few steps
+//   test_comm --stuck-rank R TIMEOUT   rank R spins outside collectives forever after a few steps
+//   test_comm --deadlock TIMEOUT       every rank waits for a message no rank sends
+//   test_comm --slow-rank R SECS [unbounded] TIMEOUT
+//                             rank R computes for SECS (< TIMEOUT; unbounded: in an unbounded
+//                             operation, for any SECS) once; the others
+//                             wait, and check that waiting used under 5% of a core (OpenMPI's
+//                             blocking MPI_Barrier, which spins, took 17-36% of a core on a 2-core
+//                             machine at load 9, all of one on an idle machine); all finish
+//   test_comm --big-allreduce N TIMEOUT  an all-reduce of N floats, checked; over a slow network
+//                             (test_multihost.sh) it takes longer than TIMEOUT, but it progresses
+//                             chunk by chunk, so the watchdog lets it finish
 #include <stdint.h>
 #include <signal.h>
 #include <unistd.h>
 #include <pthread.h>
 #include <time.h>
+#include <sys/resource.h>
 #include "../llmc/comm.h"
 #include "../llmc/bf16.h"
 #include "../llmc/check.h"
@@ -186,6 +201,54 @@ static void test_dev_bf16(size_t shard, uint64_t seed) {
     free(a); free(want); free(rs); free(f); free(fw);
 }
 
+// Non-blocking reduce-scatter and all-gather: three requests in flight at once, waited for in
+// reverse order; results bit-identical to the serial reference (and so to the blocking calls).
+static void fill(CommDtype dt, void* buf, uint64_t seed, int rank, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (dt == COMM_F32) ((float*)buf)[i] = genf(seed, rank, i);
+        else ((uint16_t*)buf)[i] = genb(seed, rank, i);
+    }
+}
+static void ref_sums(CommDtype dt, void* out, uint64_t seed, size_t first, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (dt == COMM_F32) ((float*)out)[i] = (float)ref_sum_f32(seed, first + i);
+        else ((uint16_t*)out)[i] = ref_bf16(seed, first + i);
+    }
+}
+
+static void test_nonblocking(size_t shard, uint64_t seed, CommDtype dt) {
+    const size_t W = (size_t)comm.world, me = (size_t)comm.rank, n = W * shard, es = dt == COMM_F32 ? 4 : 2;
+    char* a = (char*)mallocCheck(n * es + es);       // reduce-scatter, out of place
+    char* a_out = (char*)mallocCheck(shard * es + es);
+    char* b = (char*)mallocCheck(n * es + es);       // reduce-scatter, in place
+    char* g = (char*)mallocCheck(n * es + es);       // all-gather, in place
+    char* want = (char*)mallocCheck(n * es + es);
+    char* gwant = (char*)mallocCheck(n * es + es);
+    fill(dt, a, seed, comm.rank, n);
+    fill(dt, b, seed, comm.rank, n);
+    for (size_t r = 0; r < W; r++) fill(dt, gwant + r * shard * es, seed + 1, (int)r, shard);
+    memset(g, 0xEE, n * es);
+    memcpy(g + me * shard * es, gwant + me * shard * es, shard * es);
+    ref_sums(dt, want, seed, me * shard, shard);
+    CommRequest ra = comm_dev_ireduce_scatter_sum(&comm, a, a_out, shard, dt, NULL);
+    CommRequest rb = comm_dev_ireduce_scatter_sum(&comm, b, b + me * shard * es, shard, dt, NULL);
+    CommRequest rg = comm_dev_iallgather(&comm, g + me * shard * es, g, shard, dt, NULL);
+    comm_wait(&comm, &rg);
+    comm_wait(&comm, &rb);
+    comm_wait(&comm, &ra);
+    TEST_CHECK(ra.id < 0 && rb.id < 0 && rg.id < 0, "comm_wait leaves the requests empty");
+    comm_wait(&comm, &ra); // waiting on an empty request does nothing
+    const char* t = dt == COMM_F32 ? "f32" : "bf16";
+    char what[64];
+    snprintf(what, sizeof(what), "ireduce_scatter %s", t);
+    CHECK_BITS(what, a_out, want, shard, es);
+    snprintf(what, sizeof(what), "ireduce_scatter %s in place", t);
+    CHECK_BITS(what, b + me * shard * es, want, shard, es);
+    snprintf(what, sizeof(what), "iallgather %s", t);
+    CHECK_BITS(what, g, gwant, n, es);
+    free(a); free(a_out); free(b); free(g); free(want); free(gwant);
+}
+
 
 // One optimizer step of a tiny GPT-2 parameter table at ZeRO stages 0, 1 and 2, the way the
 // trainer does it (see llmc/zero.h). Every rank has its own gradient; the update is
@@ -281,6 +344,85 @@ static void* killer(void* arg) {
     return NULL;
 }
 
+// ---------------------------------------------------------------------------------------------
+// watchdog modes
+
+static double cpu_seconds(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u); // the whole process: main thread, watchdog, MPI's threads
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
+}
+static double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// A few "steps" of collectives with step marks, so the watchdog has measured its slowest step.
+static void wd_steps(int n) {
+    for (int it = 0; it < n; it++) {
+        comm_watchdog_op(&comm, "watchdog test step %d", it);
+        float x[64] = { 0 };
+        comm_allreduce_sum_f32(&comm, x, 64);
+        comm_watchdog_step(&comm);
+    }
+}
+
+// Returns only when the watchdog did not end the job (a failure for every mode but --slow-rank).
+static int watchdog_mode(const char* mode, int argc, char** argv) {
+    int R = argc >= 3 ? atoi(argv[2]) : 0;
+    double timeout = atof(argv[argc - 1]);
+    comm_watchdog_start(&comm, timeout);
+    comm_watchdog_step(&comm); // training starts
+    wd_steps(5);
+    fprintf(stderr, "rank %d pid %d: steps done, mode %s\n", comm.rank, (int)getpid(), mode);
+    if (strcmp(mode, "--hang-rank") == 0 && comm.rank == R) {
+        comm_watchdog_op(&comm, "about to stop");
+        kill(getpid(), SIGSTOP);
+    } else if (strcmp(mode, "--stuck-rank") == 0 && comm.rank == R) {
+        comm_watchdog_op(&comm, "spinning forever");
+        for (volatile unsigned long k = 0;; k++) {}
+    } else if (strcmp(mode, "--deadlock") == 0) {
+        comm_watchdog_op(&comm, "deadlock test");
+        float x = 1.0f;
+        comm_reduce_sum_f32(&comm, &x, &x, 1, comm.rank); // every rank waits to receive, nobody sends
+    } else if (strcmp(mode, "--big-allreduce") == 0) {
+        size_t n = (size_t)atol(argv[2]);
+        comm_watchdog_op(&comm, "big allreduce");
+        double w0 = wall_seconds();
+        test_allreduce_f32(n, 900);
+        printf("rank %d: allreduce of %zu floats (twice) took %.1f s with a %.1f s watchdog timeout\n", comm.rank, n,
+               wall_seconds() - w0, timeout);
+        wd_steps(2);
+        return 1;
+    } else if (strcmp(mode, "--slow-rank") == 0) {
+        double secs = atof(argv[3]);
+        double c0 = cpu_seconds(), w0 = wall_seconds();
+        if (comm.rank == R && argc >= 6 && strcmp(argv[4], "unbounded") == 0) {
+            comm_watchdog_op_unbounded(&comm, "slow checkpoint write");
+            struct timespec ts = { (time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9) };
+            nanosleep(&ts, NULL);
+        } else if (comm.rank == R) {
+            comm_watchdog_op(&comm, "slow compute");
+            struct timespec ts = { (time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9) };
+            nanosleep(&ts, NULL);
+        }
+        comm_barrier(&comm);
+        double cpu = cpu_seconds() - c0, wall = wall_seconds() - w0;
+        if (comm.rank != R) {
+            TEST_CHECK(wall > 0.8 * secs, "rank %d waited only %.2f s", comm.rank, wall);
+            TEST_CHECK(cpu < 0.05 * wall, "rank %d used %.3f s of CPU while waiting %.2f s for rank %d (%.0f%% of a core)", comm.rank,
+                       cpu, wall, R, 100.0 * cpu / wall);
+            printf("rank %d waited %.2f s for rank %d using %.3f s of CPU (%.1f%% of a core)\n", comm.rank, wall, R, cpu, 100.0 * cpu / wall);
+        }
+        wd_steps(3);
+        return 1;
+    }
+    wd_steps(1000000);
+    fprintf(stderr, "rank %d: collectives kept completing, the watchdog did not end the job\n", comm.rank);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc >= 2 && strcmp(argv[1], "--has-mpi") == 0) { printf("%s\n", comm_have_mpi() ? "mpi" : "none"); return 0; }
     comm_init(&comm, &argc, &argv);
@@ -296,6 +438,15 @@ int main(int argc, char** argv) {
         comm_allreduce_sum_f32(&comm, &x, 1); // never completes: rank r is gone
         fprintf(stderr, "rank %d: collective returned although rank %d failed\n", comm.rank, r);
         return 3;
+    }
+    if (argc >= 2 && (strcmp(argv[1], "--hang-rank") == 0 || strcmp(argv[1], "--stuck-rank") == 0 ||
+                      strcmp(argv[1], "--deadlock") == 0 || strcmp(argv[1], "--slow-rank") == 0 ||
+                      strcmp(argv[1], "--big-allreduce") == 0)) {
+        if (!watchdog_mode(argv[1], argc, argv)) return 3;
+        check_same_everywhere();
+        int rc = test_finish(argv[1]);
+        comm_finalize(&comm);
+        return rc;
     }
     if (argc >= 3 && strcmp(argv[1], "--kill-rank") == 0) {
         g_kill_rank = atoi(argv[2]);
@@ -325,6 +476,8 @@ int main(int argc, char** argv) {
             test_allgather(shards[k], 400 + k, ip);
         }
         test_dev_bf16(shards[k], 500 + k);
+        test_nonblocking(shards[k], 700 + k, COMM_F32);
+        test_nonblocking(shards[k], 800 + k, COMM_BF16);
     }
     for (int root = 0; root < comm.world; root++) {
         test_reduce(3, 600, root, 0);

@@ -2,7 +2,10 @@
 # Multi-rank tests of llmc/comm.h: runs $BUILD/test/test_comm (built by `make test-build`) under
 # `mpirun -np 1, 2, 4`, with the default staging buffers and with tiny ones (every collective then
 # goes through many chunks), and checks that a failing rank (fatal() or SIGKILL in the middle of
-# collectives) ends the whole job with a non-zero exit within 30 s.
+# collectives) ends the whole job with a non-zero exit within 30 s. The watchdog: a stopped
+# (SIGSTOP), a stuck (spinning) and a deadlocked rank end the whole job, non-zero, with a message
+# naming the rank, within the timeout + 15 s, and no process of the job is left; a slow rank
+# within the timeout does not, and its peers wait without burning a core.
 set -u
 BUILD="${BUILD:-build}"
 prog="$BUILD/test/test_comm"
@@ -81,6 +84,48 @@ check_failure() { # name args... ; expects a message pattern in $want
 }
 want="rank 1 fails on purpose"; check_failure "fatal() on rank 1" --fatal-rank 1
 want="killing myself with SIGKILL"; check_failure "SIGKILL of rank 1 mid-collective" --kill-rank 1
+
+# The watchdog (timeout 2 s here; the trainer's default is 30 s, test_watchdog.sh). np=3: two
+# ranks wait for the third. progabs: the absolute path, so that pgrep finds only this job.
+progabs="$(cd "$(dirname "$prog")" && pwd)/$(basename "$prog")"
+check_watchdog() { # name want-pattern args...
+  local name=$1 pat=$2; shift 2
+  local t0=$(date +%s.%N)
+  env timeout 60 mpirun -np 3 --oversubscribe "$progabs" "$@" >"$log" 2>&1; local rc=$?
+  local secs=$(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')
+  local left=$(pgrep -f "$progabs $*" | wc -l)
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || awk -v s="$secs" 'BEGIN{exit !(s >= 17)}'; then
+    fail "watchdog, $name: exit $rc after ${secs}s (want non-zero within 2 + 15 s)"; tail -n 30 "$log"
+  elif ! grep -q "error: watchdog: .*$pat" "$log"; then
+    fail "watchdog, $name: exit $rc but no message matching '$pat'"; tail -n 30 "$log"
+  elif [ "$left" -ne 0 ]; then
+    fail "watchdog, $name: $left process(es) of the job still running"; pkill -9 -f "$progabs $*"
+  else
+    echo "ok   watchdog, $name: whole job exited $rc after ${secs}s: $(grep -m1 -o "$pat" "$log")"
+  fi
+}
+check_watchdog "SIGSTOP of rank 1" "STUCK: rank 1 did not answer a status query" --hang-rank 1 2
+check_watchdog "rank 2 spinning outside collectives" "STUCK: rank 2 is busy outside collectives for [0-9.]* s in 'spinning forever'" --stuck-rank 2 2
+check_watchdog "deadlock" "DEADLOCK: every rank waits in a collective" --deadlock 2
+# one rank (no peers to ask): its own stuck loop
+t0=$(date +%s.%N)
+timeout 60 "$progabs" --stuck-rank 0 2 >"$log" 2>&1; rc=$?
+secs=$(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^error: watchdog: STUCK: rank 0 is busy outside collectives" "$log"; then
+  echo "ok   watchdog, one process spinning: exited $rc after ${secs}s"
+else fail "watchdog, one process spinning: exit $rc after ${secs}s"; tail -n 20 "$log"; fi
+# a rank slower than usual but within the timeout, or in an unbounded operation (a checkpoint
+# write) for longer than the timeout: the others wait for it, asleep, and nobody is ended
+for slow in "3 10" "5 unbounded 2"; do
+  run 3 "${leakenv[@]}" -- --slow-rank 1 $slow; rc=$?  # (leak-checked: the watchdog's start and stop)
+  npass=$(grep -c "all [0-9]* checks passed" "$log")
+  what="slow rank (--slow-rank 1 $slow)"
+  if [ $rc -ne 0 ] || [ "$npass" -ne 3 ]; then
+    fail "watchdog, $what: exit $rc, $npass of 3 ranks passed"; tail -n 30 "$log"
+  else
+    echo "ok   watchdog, $what: no abort; $(grep -m1 -o 'waited.*core)' "$log")"
+  fi
+done
 
 if [ $fails -ne 0 ]; then echo "test_comm.sh: $fails FAILED"; exit 1; fi
 echo "test_comm.sh: all passed"

@@ -13,7 +13,7 @@
 // lse |d| <= 2e-4 + 1e-5 |ref| (fp32 all the way); dqkv |d| <= 2e-2 max|ref| + 2e-2 |ref| per
 // section (dQ, dK, dV scale differently). The worst error found is printed relative to them.
 //
-// The CPU backend is linked in with its op symbols renamed to cpu_<name> (objcopy, mk/cudakern.mk):
+// The CPU backend is linked in with its op symbols renamed to cpu_<name> (objcopy, mk/cpu.mk):
 // cpu_attention_forward / cpu_attention_backward (host memory: the harness' device memory is too).
 #include <stdio.h>
 #include <stdlib.h>

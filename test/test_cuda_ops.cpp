@@ -7,7 +7,7 @@
 // kernels' fp32 arithmetic and the bf16 rounding of their outputs: tolerances are a few bf16
 // ulps (2^-8 relative) plus an absolute term for values that cancel.
 //
-// Built by mk/cudakern.mk with g++ -include test/cuda_cpu/cuda_cpu.h -DLLMC_CUDA
+// Built by mk/harness.mk with g++ -include test/cuda_cpu/cuda_cpu.h -DLLMC_CUDA
 // -DLLMC_CUDA_EMULATED; the kernel names the harness launched are checked against every
 // __global__ in llmc/cuda/*.cu by test/check_cuda_kernels_ran.sh.
 #include <stdio.h>
@@ -16,11 +16,11 @@
 #include <vector>
 #include <algorithm>
 // The CPU backend (llmc/cpu/*.o) is linked in with every op symbol renamed to cpu_<name>
-// (objcopy --redefine-syms, mk/cudakern.mk), so both backends live in this program: ops.h is
+// (objcopy --redefine-syms, mk/cpu.mk), so both backends live in this program: ops.h is
 // included twice, first with fp32 floatX and cpu_ names, then as the CUDA backend's header.
 #undef LLMC_CUDA
 #define floatX cpu_floatX
-#include "ops_cpu_names.h" // generated from ops.h by mk/ops_names.sh (mk/cudakern.mk)
+#include "ops_cpu_names.h" // generated from ops.h by mk/ops_names.sh (mk/cpu.mk)
 #include "ops.h"
 #undef floatX
 #define LLMC_OPS_CPU_UNDO

@@ -5,7 +5,7 @@
 set -u
 if [ "${SAN:-}" = "1" ]; then echo "skip: the fuzzers are sanitized builds already and ran in the plain pass"; exit 0; fi
 names="json safetensors model hf_config shard state peft vocab tokenizer"
-if [ ! -x build-fuzz/fuzz_json ]; then
+if [ ! -x build/fuzz/fuzz_json ]; then
   echo "skip: fuzzers not built: clang with its libFuzzer runtime is needed (Debian: clang, libclang-rt-dev)"; exit 0
 fi
 secs="${FUZZ_SECONDS:-3}"; fails=0

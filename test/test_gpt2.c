@@ -6,7 +6,7 @@
 // Builds: test/test_gpt2.c as C on the CPU backend (fp32); test/test_gpt2.cu includes this file
 // for the CUDA backend (bf16 storage, fp32 accumulation and master weights), run in CI under the
 // CUDA-on-CPU harness (GEMMs routed to the CPU BLAS on bf16-rounded inputs) and, with
-// `make test-gpt2-gpu`, on a real GPU (mk/cudamodel.mk).
+// test_gpt2_gpu (`make BACKEND=cuda gpu-tests`, mk/cuda.mk), on a real GPU.
 //
 // Tolerances. Errors are measured relative to the largest magnitude of each reference tensor
 // (elementwise relative errors of values near zero are meaningless after bf16 rounding).
@@ -17,13 +17,7 @@
 //     (1.3e-5), every gradient 2.5e-2 * max|ref| (worst 9.1e-3, ln_1.weight), step losses 5e-3
 //     (7.2e-4), grad norms 2e-2 relative (3.9e-3): about 3x the harness' errors, since a GPU rounds
 //     in other places (cuBLASLt's accumulation order, FMA contraction) with the same storage.
-#include "test.h"
-#include "ref.h"
-#include "../llmc/gpt2.h"
-#include "../llmc/model_io.h"
-#include "../llmc/optimizer.h"
-#include "../llmc/safetensors.h"
-#include "../llmc/check.h"
+#include "fixtures.h"
 
 #define REF_DIR "test/ref/gpt2_tiny"
 #if defined(LLMC_CUDA)
@@ -78,109 +72,78 @@ static double check_grads(GPT2* mp, const ParamTable* ptp, const GPT2Config* cfg
 int main(void) {
     ops_init(0);
     printf("backend: %s\n", ops_backend_name());
-    GPT2Config cfg; ParamTable pt; float* host = NULL;
-    model_load(REF_DIR, &cfg, &pt, &host);
+    TestBase tb;
+    test_base_load(&tb, REF_DIR);
+    const GPT2Config cfg = tb.cfg;
+    const ParamTable pt = tb.pt;
     StFile ref;
     st_open(&ref, REF_DIR "/ref.safetensors");
-    RefBatch batch = ref_read_batch(&ref);
-    const int B = batch.B, T = batch.T, V = cfg.vocab_size;
-    int* inputs = batch.inputs;
-    int* targets = batch.targets;
+    const int B = tb.batch.B, T = tb.batch.T, V = cfg.vocab_size;
+    const int* inputs = tb.batch.inputs;
+    const int* targets = tb.batch.targets;
 
-    GPT2 m;
-    gpt2_init(&m, &cfg, GPT2_TRAIN_ALL);
-    gpt2_set_params(&m, host);
-    gpt2_alloc_acts(&m, B, T);
+    Model model;
+    test_model(&model, &tb, tb.weights, GPT2_TRAIN_ALL, NULL, 0, GPT2_RECOMPUTE_NONE);
+    GPT2* m = &model.gpt;
 
     // ---- logits (forward without targets)
-    gpt2_forward(&m, inputs, NULL, B, T, 0.0f, NULL);
+    gpt2_forward(m, inputs, NULL, B, T, 0.0f, NULL);
     size_t nl;
     float* ref_logits = ref_read(&ref, "logits", &nl);
     TEST_CHECK(nl == (size_t)B * T * V, "logits size");
-    float* logits = ref_logits_unpadded(&m, B * T);
+    float* logits = ref_logits_unpadded(m, B * T);
     printf("logits: max error %.3g of max |ref|\n", rel_to_max(logits, ref_logits, nl));
     test_allclose("logits", logits, ref_logits, nl, TOL_REL, TOL_LOGITS * ref_max_abs(ref_logits, nl));
 
     // ---- loss and gradients
-    const long valid = batch.valid;
+    const long valid = tb.batch.valid;
     long n_valid = 0;
-    gpt2_zero_grads(&m);
-    double loss_sum = gpt2_forward(&m, inputs, targets, B, T, 1.0f / (float)valid, &n_valid);
+    gpt2_zero_grads(m);
+    double loss_sum = gpt2_forward(m, inputs, targets, B, T, 1.0f / (float)valid, &n_valid);
     TEST_CHECK(n_valid == valid, "valid target count %ld vs %ld", n_valid, valid);
     float loss = (float)(loss_sum / (double)n_valid);
     float* ref_loss = ref_read(&ref, "loss", NULL);
     printf("loss %.7f (transformers %.7f, error %.3g)\n", loss, ref_loss[0], fabs((double)loss - ref_loss[0]));
     TEST_CHECK(fabs((double)loss - ref_loss[0]) <= TOL_LOSS, "loss %.7f vs transformers %.7f", loss, ref_loss[0]);
-    gpt2_backward(&m);
+    gpt2_backward(m, NULL);
     char worst_key[300];
-    double worst = check_grads(&m, &pt, &cfg, &ref, worst_key, sizeof(worst_key));
+    double worst = check_grads(m, &pt, &cfg, &ref, worst_key, sizeof(worst_key));
     printf("gradients: worst error %.3g of max |ref| (%s)\n", worst, worst_key);
 
     // ---- the same loss and gradients with activation recompute level 2 (GELU and layernorms
     // recomputed in backward by the GELU / layernorm kernels instead of kept from the forward)
     {
-        GPT2 mr;
-        gpt2_init(&mr, &cfg, GPT2_TRAIN_ALL);
-        gpt2_set_params(&mr, host);
-        gpt2_set_recompute(&mr, GPT2_RECOMPUTE_LN);
-        gpt2_alloc_acts(&mr, B, T);
-        TEST_CHECK(mr.act_bytes < m.act_bytes, "recompute 2 does not shrink the activations");
-        gpt2_zero_grads(&mr);
+        Model mr;
+        test_model(&mr, &tb, tb.weights, GPT2_TRAIN_ALL, NULL, 0, GPT2_RECOMPUTE_LN);
+        TEST_CHECK(mr.gpt.act_bytes < m->act_bytes, "recompute 2 does not shrink the activations");
+        gpt2_zero_grads(&mr.gpt);
         long nvr = 0;
-        double lr_sum = gpt2_forward(&mr, inputs, targets, B, T, 1.0f / (float)valid, &nvr);
-        gpt2_backward(&mr);
+        double lr_sum = gpt2_forward(&mr.gpt, inputs, targets, B, T, 1.0f / (float)valid, &nvr);
+        gpt2_backward(&mr.gpt, NULL);
         double lr_err = fabs(lr_sum / (double)nvr - ref_loss[0]);
         TEST_CHECK(lr_err <= TOL_LOSS, "recompute 2: loss error %.3g", lr_err);
         char wk[300];
-        double wr = check_grads(&mr, &pt, &cfg, &ref, wk, sizeof(wk));
+        double wr = check_grads(&mr.gpt, &pt, &cfg, &ref, wk, sizeof(wk));
         printf("recompute 2: loss error %.3g, gradients: worst error %.3g of max |ref| (%s)\n", lr_err, wr, wk);
-        gpt2_free(&mr);
+        model_free(&mr);
     }
 
     // ---- 10 AdamW steps (fp32 master weights, stochastic rounding to bf16), hyperparameters as
     // stated in the reference's metadata
-    float lr = (float)atof(st_meta(&ref, "lr")), b1 = (float)atof(st_meta(&ref, "beta1"));
-    float b2 = (float)atof(st_meta(&ref, "beta2")), eps = (float)atof(st_meta(&ref, "eps"));
-    float wd = (float)atof(st_meta(&ref, "weight_decay")), clip = (float)atof(st_meta(&ref, "grad_clip"));
-    int steps = atoi(st_meta(&ref, "steps"));
-    size_t ns;
-    float* ref_losses = ref_read(&ref, "train_losses", &ns);
-    float* ref_norms = ref_read(&ref, "train_grad_norms", NULL);
-    TEST_CHECK((int)ns == steps, "train_losses length");
-    TrainSeg segs[NUM_PARAM_TENSORS];
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        segs[i].name = pt.t[i].name; segs[i].p = m.p[i]; segs[i].g = m.g[i];
-        segs[i].n = pt.t[i].numel; segs[i].weight_decay = pt.t[i].weight_decay;
-    }
-    Optimizer opt;
-    opt_init(&opt, segs, NUM_PARAM_TENSORS, 0, (size_t)-1);
+    RefAdamW h = ref_adamw(&ref);
+    float* losses = (float*)mallocCheck((size_t)h.steps * sizeof(float));
+    float* norms = (float*)mallocCheck((size_t)h.steps * sizeof(float));
+    int had_master = ref_train(&model, &tb.batch, &h, losses, norms);
 #if defined(LLMC_CUDA)
-    TEST_CHECK(opt.master != NULL, "the CUDA backend keeps fp32 master weights");
+    TEST_CHECK(had_master, "the CUDA backend keeps fp32 master weights");
+#else
+    (void)had_master;
 #endif
-    float* losses = (float*)mallocCheck((size_t)steps * sizeof(float));
-    float* norms = (float*)mallocCheck((size_t)steps * sizeof(float));
-    double worst_loss = 0, worst_norm = 0;
-    for (int s = 0; s < steps; s++) {
-        gpt2_zero_grads(&m);
-        long nv = 0;
-        double ls = gpt2_forward(&m, inputs, targets, B, T, 1.0f / (float)valid, &nv);
-        gpt2_backward(&m);
-        double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
-        opt_step(&opt, lr, b1, b2, eps, wd, opt_clip_scale(norm, clip), 1234u + (uint32_t)s);
-        losses[s] = (float)(ls / (double)nv);
-        norms[s] = (float)norm;
-        worst_loss = fmax(worst_loss, fabs((double)losses[s] - ref_losses[s]));
-        worst_norm = fmax(worst_norm, fabs((double)norms[s] - ref_norms[s]) / ref_norms[s]);
-        printf("step %d: loss %.6f (ref %.6f) norm %.6f (ref %.6f)\n", s, losses[s], ref_losses[s], norms[s], ref_norms[s]);
-    }
-    printf("AdamW steps: worst loss error %.3g, worst relative norm error %.3g\n", worst_loss, worst_norm);
-    test_allclose("10 AdamW step losses", losses, ref_losses, (size_t)steps, 0.0, TOL_STEP_LOSS);
-    test_allclose("10 AdamW step grad norms", norms, ref_norms, (size_t)steps, TOL_NORM, 1e-6);
+    ref_check_train("gpt2_tiny", &ref, losses, norms, h.steps, TOL_STEP_LOSS, TOL_NORM);
 
-    opt_free(&opt);
-    gpt2_free(&m);
+    model_free(&model);
     st_close(&ref);
-    free(host); free(inputs); free(targets); free(ref_logits); free(logits); free(ref_loss);
-    free(ref_losses); free(ref_norms); free(losses); free(norms);
+    test_base_free(&tb);
+    free(ref_logits); free(logits); free(ref_loss); free(losses); free(norms);
     return test_finish("test_gpt2");
 }

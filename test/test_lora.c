@@ -8,15 +8,8 @@
 // with a message naming the file and the problem. After training, each set's adapter is
 // exported to $BUILD/lora_export/<set>/ with the logits of our merged model, for
 // `dev/gen_lora_ref.py --check-c` (PEFT loads our adapter).
-#include "test.h"
-#include "ref.h"
-#include "../llmc/gpt2.h"
-#include "../llmc/lora.h"
-#include "../llmc/model_io.h"
-#include "../llmc/optimizer.h"
-#include "../llmc/safetensors.h"
+#include "fixtures.h"
 #include "../llmc/fileio.h"
-#include "../llmc/check.h"
 
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define LREF "test/ref/lora_tiny"
@@ -32,14 +25,7 @@ static const SetSpec SETS[] = {
     {"bias_lnf", "c_attn", 2, 4, 0, "all", LORA_BIAS_LORA_ONLY, 1},
     {"bias_all", "mlp.c_fc,attn.c_proj", 2, 2, 0, "all", LORA_BIAS_ALL, 0},
 };
-static const char* const LIN_NAME[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
-
-static GPT2Config g_cfg;
-static ParamTable g_pt;
-static float* g_base;
-static int g_B, g_T;
-static int *g_inputs, *g_targets;
-static long g_valid;
+static TestBase g_tb; // the tiny GPT-2 and its reference batch
 static char g_build[512];
 
 
@@ -50,56 +36,14 @@ static LoraModel* make_lora(const SetSpec* s, float dropout) {
     spec.rank = s->rank; spec.alpha = s->alpha; spec.rslora = s->rslora; spec.dropout = dropout;
     spec.bias = s->bias; spec.train_ln_f = s->ln_f;
     if (lora_parse_targets(s->targets, &spec.targets, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
-    if (lora_parse_layers(s->layers, g_cfg.num_layers, &spec, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
-    LoraModel* lm = lora_create(&g_cfg, &spec);
+    if (lora_parse_layers(s->layers, g_tb.cfg.num_layers, &spec, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
+    LoraModel* lm = lora_create(&g_tb.cfg, &spec);
     snprintf(lm->base_name, sizeof(lm->base_name), "%s", BASE_DIR);
     return lm;
 }
 
 
-static void model_with(GPT2* m, const float* params, unsigned mask, LoraModel* lm) {
-    gpt2_init(m, &g_cfg, mask);
-    gpt2_set_params(m, params);
-    gpt2_alloc_acts(m, g_B, g_T);
-    if (lm) lora_attach(lm, m);
-}
-
-// Compare lm's gradients with grad.<key> (prefix "grad." or "accum.grad.") of ref.
-static void check_grads(const char* set, LoraModel* lm, GPT2* m, StFile* ref, const char* prefix) {
-    float* g = (float*)mallocCheck(lm->total * sizeof(float));
-    lora_get_grads(lm, g);
-    for (int i = 0; i < lm->n; i++) {
-        const LoraAdapter* a = &lm->ad[i];
-        for (int w = 0; w < 2; w++) {
-            char key[256], what[300];
-            snprintf(key, sizeof(key), "%sbase_model.model.transformer.h.%d.%s.lora_%c.weight", prefix, a->layer, LIN_NAME[a->lin], w ? 'B' : 'A');
-            size_t n;
-            float* want = ref_read(ref, key, &n);
-            size_t off = w ? a->b_off : a->a_off;
-            TEST_CHECK(n == (size_t)a->rank * (w ? a->out : a->in), "%s size", key);
-            snprintf(what, sizeof(what), "%s %s", set, key);
-            test_allclose(what, g + off, want, n, 1e-3, 1e-4 * ref_max_abs(want, n) + 1e-7);
-            free(want);
-        }
-    }
-    free(g);
-    for (int i = 0; m && i < lm->n_extra; i++) { // trained base slices (PEFT bias= / modules_to_save)
-        const LoraExtra* e = &lm->extra[i];
-        char key[256], what[300];
-        snprintf(key, sizeof(key), "%s%s", prefix, e->key);
-        size_t n;
-        float* want = ref_read(ref, key, &n);
-        size_t ln = params_layer_numel(&g_pt, e->id);
-        TEST_CHECK(n == ln, "%s size", key);
-        float* ours = (float*)mallocCheck(ln * sizeof(float));
-        ops_download_f32(ours, m->g[e->id] + (e->layer < 0 ? 0 : (size_t)e->layer * ln), ln);
-        snprintf(what, sizeof(what), "%s %s", set, key);
-        test_allclose(what, ours, want, n, 1e-3, 1e-4 * ref_max_abs(want, n) + 1e-7);
-        free(want); free(ours);
-    }
-}
-
-static float* test_logits(GPT2* m) { return ref_logits_unpadded(m, g_B * g_T); }
+static float* test_logits(Model* m) { return ref_logits_unpadded(&m->gpt, g_tb.batch.B * g_tb.batch.T); }
 
 static void test_set(const SetSpec* s) {
     char path[1200];
@@ -107,7 +51,7 @@ static void test_set(const SetSpec* s) {
     snprintf(path, sizeof(path), LREF "/%s/ref.safetensors", s->name);
     StFile ref;
     st_open(&ref, path);
-    const int V = g_cfg.vocab_size, N = g_B * g_T;
+    const int V = g_tb.cfg.vocab_size, N = g_tb.batch.B * g_tb.batch.T;
 
     // structure from our flags == structure PEFT saved
     LoraModel* lm = make_lora(s, 0.0f);
@@ -120,19 +64,19 @@ static void test_set(const SetSpec* s) {
     TEST_CHECK(lm->n_extra == 0 || st_meta(&ref, "n_extra") != NULL, "n_extra");
     {
         size_t ne = 0;
-        for (int i = 0; i < lm->n_extra; i++) ne += params_layer_numel(&g_pt, lm->extra[i].id);
+        for (int i = 0; i < lm->n_extra; i++) ne += params_layer_numel(&g_tb.pt, lm->extra[i].id);
         TEST_CHECK(ne == (size_t)atol(st_meta(&ref, "n_extra")), "%s: %zu trained base parameters vs PEFT %s", s->name, ne, st_meta(&ref, "n_extra"));
     }
     // the base as the adapter file leaves it (trained biases / ln_f replaced), read back from a model
     const unsigned xmask = lora_base_trainable_mask(lm);
-    GPT2 m;
-    float* start = (float*)mallocCheck(g_pt.total * sizeof(float));
-    model_with(&m, g_base, xmask | (1u << PT_WTE), lm);
+    Model m;
+    float* start = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
+    test_model(&m, &g_tb, g_tb.weights, xmask | (1u << PT_WTE), lm, 0, 0);
     snprintf(path, sizeof(path), LREF "/%s/adapter_model.safetensors", s->name);
-    lora_load_tensors(lm, &m, path);
-    gpt2_get_params(&m, start);
+    lora_load_tensors(lm, &m.gpt, path);
+    gpt2_get_params(&m.gpt, start);
     snprintf(path, sizeof(path), LREF "/%s", s->name);
-    LoraModel* lp = lora_load_peft(path, &g_cfg);
+    LoraModel* lp = lora_load_peft(path, &g_tb.cfg);
     TEST_CHECK(lp->n == lm->n && lp->total == lm->total, "%s: loaded by config: %d adapters / %zu params vs %d / %zu",
                s->name, lp->n, lp->total, lm->n, lm->total);
     for (int i = 0; i < lp->n && i < lm->n; i++) {
@@ -150,18 +94,18 @@ static void test_set(const SetSpec* s) {
     for (int i = 0; i < lp->n_extra && i < lm->n_extra; i++)
         TEST_CHECK(!strcmp(lp->extra[i].key, lm->extra[i].key), "extra key %s vs %s", lp->extra[i].key, lm->extra[i].key);
     {   // the PEFT-loaded adapter puts the same base values in place
-        GPT2 m2;
-        float* p2 = (float*)mallocCheck(g_pt.total * sizeof(float));
-        model_with(&m2, g_base, lora_base_trainable_mask(lp), lp);
-        gpt2_get_params(&m2, p2);
-        TEST_CHECK(memcmp(p2, start, g_pt.total * sizeof(float)) == 0, "%s: base slices from lora_load_peft", s->name);
+        Model m2;
+        float* p2 = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
+        test_model(&m2, &g_tb, g_tb.weights, lora_base_trainable_mask(lp), lp, 0, 0);
+        gpt2_get_params(&m2.gpt, p2);
+        TEST_CHECK(memcmp(p2, start, g_tb.pt.total * sizeof(float)) == 0, "%s: base slices from lora_load_peft", s->name);
         free(p2);
-        gpt2_free(&m2);
+        model_free(&m2);
     }
     lora_free(lp);
 
     // forward / backward, with wte trainable to read the gradient that reaches the embedding
-    gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
+    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
     float* logits = test_logits(&m);
     size_t nl;
     float* want = ref_read(&ref, "logits", &nl);
@@ -169,39 +113,39 @@ static void test_set(const SetSpec* s) {
     snprintf(what, sizeof(what), "%s logits", s->name);
     test_allclose(what, logits, want, nl, 1e-4, 1e-4 * ref_max_abs(want, nl));
     free(want); free(logits);
-    gpt2_zero_grads(&m);
+    gpt2_zero_grads(&m.gpt);
     long nv;
-    double loss = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv) / (double)nv;
-    gpt2_backward(&m);
+    double loss = gpt2_forward(&m.gpt, g_tb.batch.inputs, g_tb.batch.targets, g_tb.batch.B, g_tb.batch.T, 1.0f / (float)g_tb.batch.valid, &nv) / (double)nv;
+    gpt2_backward(&m.gpt, NULL);
     float* rl = ref_read(&ref, "loss", NULL);
     TEST_CHECK(fabs(loss - rl[0]) < 1e-5, "%s loss %.7f vs PEFT %.7f", s->name, loss, rl[0]);
     printf("%s: loss %.7f (PEFT %.7f)\n", s->name, loss, rl[0]);
     free(rl);
-    check_grads(s->name, lm, &m, &ref, "grad.");
+    ref_check_lora_grads(s->name, lm, &m.gpt, &ref, "grad.");
     {
         size_t n;
         float* wg = ref_read(&ref, "grad.wte", &n);
-        float* ours = (float*)mallocCheck(g_pt.t[PT_WTE].numel * sizeof(float));
-        ops_download_f32(ours, m.g[PT_WTE], g_pt.t[PT_WTE].numel);
+        float* ours = (float*)mallocCheck(g_tb.pt.t[PT_WTE].numel * sizeof(float));
+        ops_download_f32(ours, m.gpt.g[PT_WTE], g_tb.pt.t[PT_WTE].numel);
         snprintf(what, sizeof(what), "%s grad reaching wte (input path through frozen layers + adapters)", s->name);
-        TEST_CHECK(n == (size_t)V * g_cfg.channels, "grad.wte size");
+        TEST_CHECK(n == (size_t)V * g_tb.cfg.channels, "grad.wte size");
         test_allclose(what, ours, wg, n, 1e-3, 1e-4 * ref_max_abs(wg, n));
         free(wg); free(ours);
     }
-    gpt2_free(&m);
+    model_free(&m);
 
     // merge (PEFT merge_and_unload of the same adapter)
-    float* merged = (float*)mallocCheck(g_pt.total * sizeof(float));
-    memcpy(merged, start, g_pt.total * sizeof(float));
-    lora_merge(lm, &g_pt, merged);
-    model_with(&m, merged, 0, NULL);
-    gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
+    float* merged = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
+    memcpy(merged, start, g_tb.pt.total * sizeof(float));
+    lora_merge(lm, &g_tb.pt, merged);
+    test_model(&m, &g_tb, merged, 0, NULL, 0, 0);
+    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
     logits = test_logits(&m);
     want = ref_read(&ref, "merged_logits", &nl);
     snprintf(what, sizeof(what), "%s merged-model logits vs PEFT merge_and_unload", s->name);
     test_allclose(what, logits, want, nl, 1e-4, 1e-4 * ref_max_abs(want, nl));
     free(want); free(logits);
-    gpt2_free(&m);
+    model_free(&m);
 
     // gradient accumulation: 4 micro-batches of 1 sequence == PEFT on the batch of 4
     if (st_find(&ref, "accum.input_ids")) {
@@ -211,54 +155,31 @@ static void test_set(const SetSpec* s) {
         int* at = (int*)mallocCheck((size_t)AB * AT * sizeof(int));
         st_read_i32(&ref, ti, ai);
         st_read_i32(&ref, st_find(&ref, "accum.targets"), at);
-        model_with(&m, start, xmask, lm);
+        test_model(&m, &g_tb, start, xmask, lm, 0, 0);
         long valid = 0;
         for (int i = 0; i < AB * AT; i++) valid += at[i] >= 0;
-        gpt2_zero_grads(&m);
+        gpt2_zero_grads(&m.gpt);
         double sum = 0;
         for (int k = 0; k < AB; k++) {
             long n1;
-            sum += gpt2_forward(&m, ai + (size_t)k * AT, at + (size_t)k * AT, 1, AT, 1.0f / (float)valid, &n1);
-            gpt2_backward(&m);
+            sum += gpt2_forward(&m.gpt, ai + (size_t)k * AT, at + (size_t)k * AT, 1, AT, 1.0f / (float)valid, &n1);
+            gpt2_backward(&m.gpt, NULL);
         }
         float* al = ref_read(&ref, "accum.loss", NULL);
         TEST_CHECK(fabs(sum / (double)valid - al[0]) < 1e-5, "accumulated loss %.7f vs PEFT big batch %.7f", sum / (double)valid, al[0]);
         printf("%s: 4 micro-batches: loss %.7f (PEFT, one batch of 4: %.7f)\n", s->name, sum / (double)valid, al[0]);
-        check_grads("4 accumulated micro-batches vs one 4x batch:", lm, &m, &ref, "accum.grad.");
+        ref_check_lora_grads("4 accumulated micro-batches vs one 4x batch:", lm, &m.gpt, &ref, "accum.grad.");
         free(al); free(ai); free(at);
-        gpt2_free(&m);
+        model_free(&m);
     }
 
     // 10 AdamW steps
-    float lr = (float)atof(st_meta(&ref, "lr")), b1 = (float)atof(st_meta(&ref, "beta1"));
-    float b2 = (float)atof(st_meta(&ref, "beta2")), eps = (float)atof(st_meta(&ref, "eps"));
-    float wd = (float)atof(st_meta(&ref, "weight_decay")), clip = (float)atof(st_meta(&ref, "grad_clip"));
-    int steps = atoi(st_meta(&ref, "steps"));
-    float* ref_losses = ref_read(&ref, "train_losses", NULL);
-    float* ref_norms = ref_read(&ref, "train_grad_norms", NULL);
-    model_with(&m, start, xmask, lm);
-    TrainSeg* segs = (TrainSeg*)mallocCheck((size_t)(1 + lm->n_extra) * sizeof(TrainSeg));
-    int nseg = lora_segments(lm, &m, segs);
-    Optimizer opt;
-    opt_init(&opt, segs, nseg, 0, (size_t)-1);
-    free(segs);
-    float* losses = (float*)mallocCheck((size_t)steps * sizeof(float));
-    float* norms = (float*)mallocCheck((size_t)steps * sizeof(float));
-    for (int st = 0; st < steps; st++) {
-        gpt2_zero_grads(&m);
-        long n1;
-        double ls = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &n1);
-        gpt2_backward(&m);
-        double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
-        opt_step(&opt, lr, b1, b2, eps, wd, opt_clip_scale(norm, clip), 1234);
-        losses[st] = (float)(ls / (double)n1);
-        norms[st] = (float)norm;
-    }
-    printf("%s: 10 steps: loss %.6f -> %.6f (PEFT %.6f -> %.6f)\n", s->name, losses[0], losses[steps - 1], ref_losses[0], ref_losses[steps - 1]);
-    snprintf(what, sizeof(what), "%s 10 AdamW step losses", s->name);
-    test_allclose(what, losses, ref_losses, (size_t)steps, 0.0, 1e-4);
-    snprintf(what, sizeof(what), "%s 10 AdamW step grad norms", s->name);
-    test_allclose(what, norms, ref_norms, (size_t)steps, 1e-3, 1e-6);
+    RefAdamW h = ref_adamw(&ref);
+    float* losses = (float*)mallocCheck((size_t)h.steps * sizeof(float));
+    float* norms = (float*)mallocCheck((size_t)h.steps * sizeof(float));
+    test_model(&m, &g_tb, start, xmask, lm, 0, 0);
+    ref_train(&m, &g_tb.batch, &h, losses, norms);
+    ref_check_train(s->name, &ref, losses, norms, h.steps, 1e-4, 1e-3);
     if (!strcmp(s->name, "qv")) {
         // the structural zeros of the split adapter stay exactly zero
         float* pv = (float*)mallocCheck(lm->total * sizeof(float));
@@ -276,14 +197,13 @@ static void test_set(const SetSpec* s) {
         TEST_CHECK(bad == 0 && nz > 0, "qv: %zu structural zeros of B moved (%zu trained entries non-zero)", bad, nz);
         free(pv); free(mk);
     }
-    opt_free(&opt);
 
     // export (PEFT layout) + the logits of our merged trained model, for dev/gen_lora_ref.py --check-c;
     // and our loader reads our export back to the same values
     char dir[1024];
     snprintf(dir, sizeof(dir), "%s/lora_export/%s", g_build, s->name);
-    lora_save_peft(lm, &m, dir);
-    LoraModel* back = lora_load_peft(dir, &g_cfg);
+    lora_save_peft(lm, &m.gpt, dir);
+    LoraModel* back = lora_load_peft(dir, &g_tb.cfg);
     float* pa = (float*)mallocCheck(lm->total * sizeof(float));
     float* pb = (float*)mallocCheck(back->total * sizeof(float));
     lora_get_params(lm, pa);
@@ -294,37 +214,37 @@ static void test_set(const SetSpec* s) {
         TEST_CHECK(fabsf(back->ad[i].scaling - lm->ad[i].scaling) < 1e-6f && back->ad[i].rank == lm->ad[i].rank,
                    "%s: exported adapter %d scaling %g rank %d vs %g %d", s->name, i, back->ad[i].scaling, back->ad[i].rank,
                    lm->ad[i].scaling, lm->ad[i].rank);
-    gpt2_free(&m);
-    model_with(&m, g_base, lora_base_trainable_mask(back), back); // puts the exported base slices in place
-    gpt2_get_params(&m, merged);
-    gpt2_free(&m);
-    lora_merge(back, &g_pt, merged);
-    model_with(&m, merged, 0, NULL);
-    gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
+    model_free(&m);
+    test_model(&m, &g_tb, g_tb.weights, lora_base_trainable_mask(back), back, 0, 0); // puts the exported base slices in place
+    gpt2_get_params(&m.gpt, merged);
+    model_free(&m);
+    lora_merge(back, &g_tb.pt, merged);
+    test_model(&m, &g_tb, merged, 0, NULL, 0, 0);
+    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
     logits = test_logits(&m);
     {
         StWriter w;
         st_writer_init(&w);
-        int64_t shape[3] = {g_B, g_T, V};
+        int64_t shape[3] = {g_tb.batch.B, g_tb.batch.T, V};
         st_writer_add(&w, "logits", ST_F32, 3, shape, logits);
         snprintf(path, sizeof(path), "%s/merged_logits.safetensors", dir);
         st_writer_save(&w, path);
         st_writer_free(&w);
     }
     free(logits); free(pa); free(pb);
-    gpt2_free(&m);
+    model_free(&m);
     lora_free(back);
     (void)N;
 
-    free(losses); free(norms); free(ref_losses); free(ref_norms); free(merged); free(p0); free(p1); free(start);
+    free(losses); free(norms); free(merged); free(p0); free(p1); free(start);
     lora_free(lm);
     st_close(&ref);
 }
 
 // ---- dropout
-static double loss_at(GPT2* m) {
+static double loss_at(Model* m) {
     long n;
-    double l = gpt2_forward(m, g_inputs, g_targets, g_B, g_T, 0.0f, &n);
+    double l = gpt2_forward(&m->gpt, g_tb.batch.inputs, g_tb.batch.targets, g_tb.batch.B, g_tb.batch.T, 0.0f, &n);
     return l / (double)n;
 }
 
@@ -360,17 +280,17 @@ static void test_dropout(void) {
     lora_load_tensors(lm, NULL, LREF "/all_linear/adapter_model.safetensors");
     lm->dropout_seed = 99;
     lm->tick = 5;
-    GPT2 m;
-    model_with(&m, g_base, 0, lm);
+    Model m;
+    test_model(&m, &g_tb, g_tb.weights, 0, lm, 0, 0);
     lm->train_mode = 0;
     double l_eval = loss_at(&m);
     lm->train_mode = 1;
     double l_train = loss_at(&m);
     TEST_CHECK(fabs(l_train - l_eval) > 1e-5, "dropout changes the training loss (%.7f vs eval %.7f)", l_train, l_eval);
-    gpt2_zero_grads(&m);
+    gpt2_zero_grads(&m.gpt);
     long nv;
-    gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv);
-    gpt2_backward(&m);
+    gpt2_forward(&m.gpt, g_tb.batch.inputs, g_tb.batch.targets, g_tb.batch.B, g_tb.batch.T, 1.0f / (float)g_tb.batch.valid, &nv);
+    gpt2_backward(&m.gpt, NULL);
     float* g = (float*)mallocCheck(lm->total * sizeof(float));
     float* p0 = (float*)mallocCheck(lm->total * sizeof(float));
     float* pp = (float*)mallocCheck(lm->total * sizeof(float));
@@ -394,7 +314,7 @@ static void test_dropout(void) {
     double l_other = loss_at(&m);
     TEST_CHECK(fabs(l_other - l_train) > 1e-6, "another tick draws another mask");
     free(g); free(p0); free(pp);
-    gpt2_free(&m);
+    model_free(&m);
     lora_free(lm);
 }
 
@@ -415,7 +335,7 @@ static void write_adapter(const char* dir, const char* config, int nt, const cha
 
 static void expect_refused(const char* what, const char* dir, const char* const* want) {
     char err[1024];
-    LoraModel* lm = lora_try_load_peft(dir, &g_cfg, err, sizeof(err));
+    LoraModel* lm = lora_try_load_peft(dir, &g_tb.cfg, err, sizeof(err));
     int ok = lm == NULL;
     for (const char* const* w = want; ok && *w; w++) if (!strstr(err, *w)) ok = 0;
     TEST_CHECK(ok, "%s: expected a refusal mentioning '%s', got %s", what, want[0], lm ? "success" : err);
@@ -436,7 +356,7 @@ static void test_bad_adapters(void) {
     snprintf(d, sizeof(d), "%s/lora_bad/good", g_build);
     write_adapter(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, good);
     char err[1024];
-    LoraModel* lm = lora_try_load_peft(d, &g_cfg, err, sizeof(err));
+    LoraModel* lm = lora_try_load_peft(d, &g_tb.cfg, err, sizeof(err));
     TEST_CHECK(lm != NULL, "a well-formed adapter loads: %s", lm ? "" : err);
     if (lm) lora_free(lm);
 
@@ -450,7 +370,7 @@ static void test_bad_adapters(void) {
         snprintf(d, sizeof(d), "%s/lora_bad/bias_%s", g_build, v ? "old" : "new");
         const char* cfgtext = "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"c_attn\"], \"bias\": \"lora_only\"}";
         write_adapter(d, cfgtext, 6, v ? bo : bl, bs);
-        lm = lora_try_load_peft(d, &g_cfg, err, sizeof(err));
+        lm = lora_try_load_peft(d, &g_tb.cfg, err, sizeof(err));
         TEST_CHECK(lm != NULL && lm->n_extra == 2, "bias lora_only adapter (%s key spelling) loads: %s", v ? "old" : "base_layer", lm ? "" : err);
         if (lm) { printf("ok   bias=lora_only adapter with %s bias keys loads\n", v ? "pre-0.7 PEFT" : "base_layer"); lora_free(lm); }
     }
@@ -551,19 +471,14 @@ int main(void) {
     ops_init(0);
     const char* b = getenv("BUILD");
     snprintf(g_build, sizeof(g_build), "%s", b && *b ? b : "build");
-    model_load(BASE_DIR, &g_cfg, &g_pt, &g_base);
-    StFile ref;
-    st_open(&ref, BASE_DIR "/ref.safetensors");
-    RefBatch batch = ref_read_batch(&ref);
-    st_close(&ref);
-    g_B = batch.B; g_T = batch.T; g_inputs = batch.inputs; g_targets = batch.targets; g_valid = batch.valid;
-    TEST_CHECK(g_valid < g_B * g_T, "the batch has masked targets (the loss is over the unmasked ones only)");
+    test_base_load(&g_tb, BASE_DIR);
+    TEST_CHECK(g_tb.batch.valid < g_tb.batch.B * g_tb.batch.T, "the batch has masked targets (the loss is over the unmasked ones only)");
 
     for (size_t i = 0; i < sizeof(SETS) / sizeof(SETS[0]); i++) test_set(&SETS[i]);
     test_dropout();
     test_bad_adapters();
     test_124M_counts();
 
-    free(g_base); free(g_inputs); free(g_targets);
+    test_base_free(&g_tb);
     return test_finish("test_lora");
 }

@@ -18,11 +18,8 @@
 // ----------------------------------------------------------------------------
 // helpers
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static double urand(void) {   // uniform [0, 1), xorshift64*
-    rng_state ^= rng_state >> 12; rng_state ^= rng_state << 25; rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
-}
+static TestRng g_rng = { 0x9E3779B97F4A7C15ull, 0 };
+static double urand(void) { return test_rand_uniform(&g_rng); }
 static float frand(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
 
 static float* fbuf(size_t n) { return (float*)ops_alloc((n ? n : 1) * sizeof(float)); }

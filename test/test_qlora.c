@@ -14,27 +14,12 @@
 // bit-identical dequantized weights (the reference keeps bitsandbytes off its bf16 CPU shortcut,
 // see dev/gen_qlora_ref.py), so the only differences are GEMM summation orders: observed ~1.5e-7
 // on logits, ~5e-9 on gradients, <1e-6 on the losses.
-#include "test.h"
-#include "ref.h"
-#include "../llmc/gpt2.h"
-#include "../llmc/lora.h"
-#include "../llmc/qlora.h"
-#include "../llmc/model_io.h"
-#include "../llmc/optimizer.h"
-#include "../llmc/safetensors.h"
-#include "../llmc/check.h"
+#include "fixtures.h"
 
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define QREF "test/ref/qlora_tiny"
 
-static GPT2Config g_cfg;
-static ParamTable g_pt;
-static float* g_base;
-static int g_B, g_T;
-static int *g_inputs, *g_targets;
-static long g_valid;
-
-
+static TestBase g_tb; // the tiny GPT-2 and its reference batch
 
 static int same_nf4(const NF4Tensor* a, const NF4Tensor* b) {
     if (a->n != b->n || a->double_quant != b->double_quant || a->n_blocks != b->n_blocks) return 0;
@@ -49,19 +34,22 @@ static int same_nf4(const NF4Tensor* a, const NF4Tensor* b) {
 
 static void test_quantization(void) {
     printf("---- quantization vs transformers + bitsandbytes 4-bit checkpoint\n");
-    Nf4Base* ours = qlora_quantize(&g_pt, g_base);
+    // the model quantizes the fp32 base itself (model_assemble with qlora)
+    Model m;
+    test_model(&m, &g_tb, g_tb.weights, 0, NULL, 1, 0);
+    Nf4Base* ours = m.nf4;
     TEST_CHECK(qlora_is_hf4bit(QREF "/base_4bit") && !qlora_is_hf4bit(BASE_DIR), "4-bit checkpoint detection");
     GPT2Config c2; ParamTable p2; float* h2 = NULL;
     Nf4Base* hf = qlora_load_hf4bit(QREF "/base_4bit", &c2, &p2, &h2);
-    TEST_CHECK(p2.total == g_pt.total && hf->L == ours->L, "same table");
+    TEST_CHECK(p2.total == g_tb.pt.total && hf->L == ours->L, "same table");
     int same = 0;
     for (int i = 0; i < QLORA_NQ * ours->L; i++) same += same_nf4(&ours->t[i], &hf->t[i]);
     TEST_CHECK(same == QLORA_NQ * ours->L, "%d of %d quantized weights bit-identical to bitsandbytes'", same, QLORA_NQ * ours->L);
     printf("ok   %d of %d weights quantized ([out, in], double quant) bit-identical to the bitsandbytes checkpoint\n", same, QLORA_NQ * ours->L);
     size_t diff = 0, nq = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        if (qlora_is_quantized((ParamId)i)) { nq += g_pt.t[i].numel; continue; }
-        diff += memcmp(h2 + g_pt.t[i].offset, g_base + g_pt.t[i].offset, g_pt.t[i].numel * sizeof(float)) != 0;
+        if (qlora_is_quantized((ParamId)i)) { nq += g_tb.pt.t[i].numel; continue; }
+        diff += memcmp(h2 + g_tb.pt.t[i].offset, g_tb.weights + g_tb.pt.t[i].offset, g_tb.pt.t[i].numel * sizeof(float)) != 0;
     }
     TEST_CHECK(diff == 0, "%zu unquantized tensors of the 4-bit checkpoint differ from the fp32 base", diff);
     TEST_CHECK((int64_t)nq == ours->n_quant && ours->n_quant == hf->n_quant && ours->bytes == hf->bytes, "accounting");
@@ -74,12 +62,10 @@ static void test_quantization(void) {
            nf4_bits_per_param(768 * 2304, 1));
 
     // the backend op on row ranges == the reference dequantization
-    GPT2 m;
-    gpt2_init_ex(&m, &g_cfg, 0, QLORA_MASK);
-    qlora_attach(ours, &m);
-    TEST_CHECK(m.params_n == g_pt.total - qlora_replaced_numel(&g_pt) && !m.p[PT_QKVW] && !m.p[PT_FCPROJW] && m.p[PT_FCB],
-               "no floatX copy of the quantized weights (%zu of %zu elements allocated)", m.params_n, g_pt.total);
-    TEST_CHECK(ours->scratch_n == params_layer_numel(&g_pt, PT_FCW), "scratch = the largest layer weight");
+    const GPT2* g = &m.gpt;
+    TEST_CHECK(g->params_n == g_tb.pt.total - qlora_replaced_numel(&g_tb.pt) && !g->p[PT_QKVW] && !g->p[PT_FCPROJW] && g->p[PT_FCB],
+               "no floatX copy of the quantized weights (%zu of %zu elements allocated)", g->params_n, g_tb.pt.total);
+    TEST_CHECK(ours->scratch_n == params_layer_numel(&g_tb.pt, PT_FCW), "scratch = the largest layer weight");
     const NF4Tensor* t = &ours->t[2 * ours->L + 1]; // fcw of layer 1: [256, 64]
     float* a = (float*)mallocCheck((size_t)t->n * sizeof(float));
     float* b = (float*)mallocCheck((size_t)t->n * sizeof(float));
@@ -92,25 +78,25 @@ static void test_quantization(void) {
         TEST_CHECK(!memcmp(a, b, ranges[k][1] * 64 * sizeof(float)), "nf4_dequantize_op rows [%zu, +%zu)", ranges[k][0], ranges[k][1]);
     }
     // gpt2_get_params: dequant(quant(W)) for the quantized weights, the rest as set
-    float* h = (float*)mallocCheck(g_pt.total * sizeof(float));
-    gpt2_set_params(&m, g_base);
-    gpt2_get_params(&m, h);
-    qlora_dequant_host(ours, &g_pt, PT_ATTPROJW, a);
-    TEST_CHECK(!memcmp(h + g_pt.t[PT_ATTPROJW].offset, a, g_pt.t[PT_ATTPROJW].numel * sizeof(float)), "get_params dequantizes");
-    TEST_CHECK(!memcmp(h + g_pt.t[PT_WTE].offset, g_base + g_pt.t[PT_WTE].offset, g_pt.t[PT_WTE].numel * sizeof(float)), "get_params wte");
+    float* h = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
+    gpt2_set_params(&m.gpt, g_tb.weights);
+    gpt2_get_params(&m.gpt, h);
+    qlora_dequant_host(ours, &g_tb.pt, PT_ATTPROJW, a);
+    TEST_CHECK(!memcmp(h + g_tb.pt.t[PT_ATTPROJW].offset, a, g_tb.pt.t[PT_ATTPROJW].numel * sizeof(float)), "get_params dequantizes");
+    TEST_CHECK(!memcmp(h + g_tb.pt.t[PT_WTE].offset, g_tb.weights + g_tb.pt.t[PT_WTE].offset, g_tb.pt.t[PT_WTE].numel * sizeof(float)), "get_params wte");
     double err = 0, ref = 0;
-    for (size_t i = 0; i < g_pt.t[PT_QKVW].numel; i++) {
-        size_t o = g_pt.t[PT_QKVW].offset + i;
-        err += (h[o] - g_base[o]) * (double)(h[o] - g_base[o]); ref += (double)g_base[o] * g_base[o];
+    for (size_t i = 0; i < g_tb.pt.t[PT_QKVW].numel; i++) {
+        size_t o = g_tb.pt.t[PT_QKVW].offset + i;
+        err += (h[o] - g_tb.weights[o]) * (double)(h[o] - g_tb.weights[o]); ref += (double)g_tb.weights[o] * g_tb.weights[o];
     }
     printf("ok   NF4 round trip of qkvw: relative RMS error %.4f\n", sqrt(err / ref));
     TEST_CHECK(sqrt(err / ref) > 1e-3 && sqrt(err / ref) < 0.2, "NF4 error %.4f is in the expected range", sqrt(err / ref));
     free(a); free(b); free(h); ops_free(d);
-    gpt2_free(&m);
-    qlora_free(ours); qlora_free(hf); free(h2);
+    model_free(&m);
+    qlora_free(hf); free(h2);
 }
 
-static float* test_logits(GPT2* m) { return ref_logits_unpadded(m, g_B * g_T); }
+static float* test_logits(Model* m) { return ref_logits_unpadded(&m->gpt, g_tb.batch.B * g_tb.batch.T); }
 
 static void test_set(const char* name) {
     char path[512];
@@ -119,20 +105,16 @@ static void test_set(const char* name) {
     StFile ref;
     st_open(&ref, path);
     snprintf(path, sizeof(path), QREF "/%s", name);
-    LoraModel* lm = lora_load_peft(path, &g_cfg);
+    LoraModel* lm = lora_load_peft(path, &g_tb.cfg);
     TEST_CHECK(lm->total == (size_t)atol(st_meta(&ref, "n_trainable")), "%s: %zu adapter parameters vs PEFT %s",
                name, lm->total, st_meta(&ref, "n_trainable"));
     float* p0 = (float*)mallocCheck(lm->total * sizeof(float));
     lora_get_params(lm, p0);
-    Nf4Base* nb = qlora_quantize(&g_pt, g_base);
-    GPT2 m;
-    gpt2_init_ex(&m, &g_cfg, 0, QLORA_MASK);
-    qlora_attach(nb, &m);
-    gpt2_set_params(&m, g_base);
-    gpt2_alloc_acts(&m, g_B, g_T);
-    lora_attach(lm, &m);
+    Model m;
+    test_model(&m, &g_tb, g_tb.weights, 0, lm, 1, 0);
+    const RefBatch* b = &g_tb.batch;
 
-    gpt2_forward(&m, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
+    gpt2_forward(&m.gpt, b->inputs, NULL, b->B, b->T, 0.0f, NULL);
     size_t nl;
     float* logits = test_logits(&m);
     float* want = ref_read(&ref, "logits", &nl);
@@ -140,96 +122,50 @@ static void test_set(const char* name) {
     snprintf(what, sizeof(what), "%s logits vs PEFT on Linear4bit", name);
     test_allclose(what, logits, want, nl, 1e-5, 1e-5 * ref_max_abs(want, nl));
     free(want); free(logits);
-    gpt2_zero_grads(&m);
+    gpt2_zero_grads(&m.gpt);
     long nv;
-    double loss = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &nv) / (double)nv;
-    gpt2_backward(&m);
+    double loss = gpt2_forward(&m.gpt, b->inputs, b->targets, b->B, b->T, 1.0f / (float)b->valid, &nv) / (double)nv;
+    gpt2_backward(&m.gpt, NULL);
     float* rl = ref_read(&ref, "loss", NULL);
     TEST_CHECK(fabs(loss - rl[0]) < 2e-6, "%s loss %.7f vs PEFT %.7f", name, loss, rl[0]);
     printf("%s: loss %.7f (PEFT+bnb %.7f, diff %.2e)\n", name, loss, rl[0], fabs(loss - rl[0]));
     free(rl);
-    float* g = (float*)mallocCheck(lm->total * sizeof(float));
-    lora_get_grads(lm, g);
-    static const char* const LIN[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
-    for (int i = 0; i < lm->n; i++) {
-        const LoraAdapter* a = &lm->ad[i];
-        for (int w = 0; w < 2; w++) {
-            char key[256];
-            snprintf(key, sizeof(key), "grad.base_model.model.transformer.h.%d.%s.lora_%c.weight", a->layer, LIN[a->lin], w ? 'B' : 'A');
-            size_t n;
-            float* wg = ref_read(&ref, key, &n);
-            TEST_CHECK(n == (size_t)a->rank * (w ? a->out : a->in), "%s size", key);
-            snprintf(what, sizeof(what), "%s %s", name, key);
-            test_allclose(what, g + (w ? a->b_off : a->a_off), wg, n, 1e-3, 1e-4 * ref_max_abs(wg, n) + 1e-7);
-            free(wg);
-        }
-    }
-    free(g);
+    ref_check_lora_grads(name, lm, &m.gpt, &ref, "grad.");
 
     // merge into dequant(quant(W)) == the fp32 model of bitsandbytes' dequantized weights + B A
-    float* merged = (float*)mallocCheck(g_pt.total * sizeof(float));
-    gpt2_get_params(&m, merged);
-    lora_merge(lm, &g_pt, merged);
-    GPT2 mm;
-    gpt2_init(&mm, &g_cfg, 0);
-    gpt2_set_params(&mm, merged);
-    gpt2_alloc_acts(&mm, g_B, g_T);
-    gpt2_forward(&mm, g_inputs, NULL, g_B, g_T, 0.0f, NULL);
+    float* merged = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
+    gpt2_get_params(&m.gpt, merged);
+    lora_merge(lm, &g_tb.pt, merged);
+    Model mm;
+    test_model(&mm, &g_tb, merged, 0, NULL, 0, 0);
+    gpt2_forward(&mm.gpt, b->inputs, NULL, b->B, b->T, 0.0f, NULL);
     logits = test_logits(&mm);
     want = ref_read(&ref, "merged_logits", &nl);
     snprintf(what, sizeof(what), "%s merged into dequant(quant(W)): logits", name);
     test_allclose(what, logits, want, nl, 1e-5, 1e-5 * ref_max_abs(want, nl));
     free(want); free(logits); free(merged);
-    gpt2_free(&mm);
+    model_free(&mm);
 
     // 10 AdamW steps
-    float lr = (float)atof(st_meta(&ref, "lr")), b1 = (float)atof(st_meta(&ref, "beta1"));
-    float b2 = (float)atof(st_meta(&ref, "beta2")), eps = (float)atof(st_meta(&ref, "eps"));
-    float wd = (float)atof(st_meta(&ref, "weight_decay")), clip = (float)atof(st_meta(&ref, "grad_clip"));
-    int steps = atoi(st_meta(&ref, "steps"));
-    float* ref_losses = ref_read(&ref, "train_losses", NULL);
-    float* ref_norms = ref_read(&ref, "train_grad_norms", NULL);
-    TrainSeg segs[1 + NUM_PARAM_TENSORS];
-    int nseg = lora_segments(lm, &m, segs);
-    Optimizer opt;
-    opt_init(&opt, segs, nseg, 0, (size_t)-1);
-    float losses[64], norms[64];
-    for (int st = 0; st < steps && st < 64; st++) {
-        gpt2_zero_grads(&m);
-        long n1;
-        double ls = gpt2_forward(&m, g_inputs, g_targets, g_B, g_T, 1.0f / (float)g_valid, &n1);
-        gpt2_backward(&m);
-        double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
-        opt_step(&opt, lr, b1, b2, eps, wd, opt_clip_scale(norm, clip), 1234);
-        losses[st] = (float)(ls / (double)n1);
-        norms[st] = (float)norm;
-    }
-    printf("%s: 10 steps: loss %.6f -> %.6f (PEFT+bnb %.6f -> %.6f)\n", name, losses[0], losses[steps - 1], ref_losses[0], ref_losses[steps - 1]);
-    snprintf(what, sizeof(what), "%s 10 AdamW step losses", name);
-    test_allclose(what, losses, ref_losses, (size_t)steps, 0.0, 1e-5);
-    snprintf(what, sizeof(what), "%s 10 AdamW step grad norms", name);
-    test_allclose(what, norms, ref_norms, (size_t)steps, 1e-3, 1e-6);
-    opt_free(&opt);
-    free(ref_losses); free(ref_norms); free(p0);
-    gpt2_free(&m);
-    qlora_free(nb);
+    RefAdamW h = ref_adamw(&ref);
+    float* losses = (float*)mallocCheck((size_t)h.steps * sizeof(float));
+    float* norms = (float*)mallocCheck((size_t)h.steps * sizeof(float));
+    ref_train(&m, b, &h, losses, norms);
+    ref_check_train(name, &ref, losses, norms, h.steps, 1e-5, 1e-3);
+    free(losses); free(norms); free(p0);
+    model_free(&m);
     lora_free(lm);
     st_close(&ref);
 }
 
 int main(void) {
     ops_init(0);
-    model_load(BASE_DIR, &g_cfg, &g_pt, &g_base);
-    StFile ref;
-    st_open(&ref, BASE_DIR "/ref.safetensors");
-    RefBatch batch = ref_read_batch(&ref);
-    st_close(&ref);
-    g_B = batch.B; g_T = batch.T; g_inputs = batch.inputs; g_targets = batch.targets; g_valid = batch.valid;
+    test_base_load(&g_tb, BASE_DIR);
 
     test_quantization();
     test_set("c_attn");
     test_set("all_linear");
 
-    free(g_base); free(g_inputs); free(g_targets);
+    test_base_free(&g_tb);
     return test_finish("test_qlora");
 }

@@ -9,9 +9,7 @@
 // - sample_token draws from the right distribution (frequencies of many draws) and never
 //   outside the top k.
 #include "test.h"
-#include "../llmc/gpt2.h"
-#include "../llmc/lora.h"
-#include "../llmc/model_io.h"
+#include "../llmc/model.h"
 #include "../llmc/sampler.h"
 #include "../llmc/safetensors.h"
 #include "../llmc/check.h"
@@ -28,26 +26,24 @@ static void rec_cb(void* ctx, int tok, const float* logits, int V) {
     r->ids[r->n++] = tok;
 }
 
-typedef struct { GPT2 m; LoraModel* lm; } Model;
-
 // acts_T: activations for the no-cache path (also bounds the LoRA scratch, i.e. the cache chunk)
 static void model_open(Model* x, const char* path, const char* adapter, int acts_T) {
-    GPT2Config cfg; ParamTable pt; float* host = NULL;
-    model_load(path, &cfg, &pt, &host);
-    x->lm = adapter ? lora_load_peft(adapter, &cfg) : NULL;
-    gpt2_init(&x->m, &cfg, x->lm ? lora_base_trainable_mask(x->lm) : 0);
-    gpt2_set_params(&x->m, host);
-    free(host);
-    gpt2_alloc_acts(&x->m, 1, acts_T);
-    if (x->lm) lora_attach(x->lm, &x->m);
+    LoraSource src;
+    ModelSpec spec;
+    memset(&src, 0, sizeof(src));
+    memset(&spec, 0, sizeof(spec));
+    spec.path = path;
+    spec.B = 1; spec.T = acts_T;
+    src.adapter = adapter;
+    if (adapter) spec.lora_src = &src;
+    model_assemble(x, &spec);
 }
-static void model_close(Model* x) { gpt2_free(&x->m); lora_free(x->lm); }
 
 static int gen(Model* x, int use_kv, const int* prompt, int np, int n, SampleParams sp, Rec* r) {
     KVCache kv;
     r->n = 0;
-    if (use_kv) kv_init(&kv, &x->m, 1, x->m.cfg.max_seq_len);
-    int got = sample_generate(&x->m, use_kv ? &kv : NULL, prompt, np, n, &sp, -1, NULL, rec_cb, r);
+    if (use_kv) kv_init(&kv, &x->gpt, 1, x->gpt.cfg.max_seq_len);
+    int got = sample_generate(&x->gpt, use_kv ? &kv : NULL, prompt, np, n, &sp, -1, NULL, rec_cb, r);
     if (use_kv) kv_free(&kv);
     return got;
 }
@@ -86,14 +82,14 @@ static void test_reference(const char* key, const char* model, const char* adapt
         test_allclose(what, r.logits, wl, (size_t)n * V, 1e-4, 1e-4);
     }
     free(r.logits); free(wl);
-    model_close(&x);
+    model_free(&x);
 }
 
 static void test_kv_equals_full(void) {
     Model x;
     const int np = 7, n = 30;
     model_open(&x, "test/ref/sampling_tiny", NULL, np + n);
-    const int V = x.m.cfg.vocab_size;
+    const int V = x.gpt.cfg.vocab_size;
     int prompt[7] = { 1, 2, 3, 50, 60, 70, 99 };
     Rec a, b;
     a.logits = (float*)mallocCheck((size_t)n * V * sizeof(float));
@@ -130,13 +126,13 @@ static void test_kv_equals_full(void) {
     free(a.logits); free(b.logits);
 
     // a sequence fed at once, in chunks of 5, and token by token: the same last logits
-    const int Vp = x.m.cfg.padded_vocab_size, L = 30;
+    const int Vp = x.gpt.cfg.padded_vocab_size, L = 30;
     int seq[30];
     for (int i = 0; i < L; i++) seq[i] = (i * 37 + 11) % V;
     float* once = (float*)mallocCheck((size_t)Vp * sizeof(float));
     float* other = (float*)mallocCheck((size_t)Vp * sizeof(float));
     KVCache kv;
-    kv_init(&kv, &x.m, 1, 40);
+    kv_init(&kv, &x.gpt, 1, 40);
     memcpy(once, kv_forward(&kv, seq, L), (size_t)Vp * sizeof(float));
     kv_reset(&kv);
     const float* lg = NULL;
@@ -151,16 +147,16 @@ static void test_kv_equals_full(void) {
     // B = 2: row 0 is seq, row 1 another sequence; each equals its B = 1 result
     int two[60];
     for (int i = 0; i < L; i++) { two[i] = seq[i]; two[L + i] = (i * 13 + 5) % V; }
-    kv_init(&kv, &x.m, 2, 40);
+    kv_init(&kv, &x.gpt, 2, 40);
     const float* l2 = kv_forward(&kv, two, L);
     test_allclose("cache B=2: sequence 0 vs B=1", l2, once, (size_t)V, 1e-5, 1e-5);
     memcpy(other, l2 + Vp, (size_t)V * sizeof(float));
     kv_free(&kv);
-    kv_init(&kv, &x.m, 1, 40);
+    kv_init(&kv, &x.gpt, 1, 40);
     test_allclose("cache B=2: sequence 1 vs B=1", other, kv_forward(&kv, two + L, L), (size_t)V, 1e-5, 1e-5);
     kv_free(&kv);
     free(once); free(other);
-    model_close(&x);
+    model_free(&x);
 }
 
 // sample_token alone: frequencies of many draws against the softmax.

@@ -142,11 +142,8 @@ static void decode_bad_id(void* arg) {
     free(s);
 }
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
+static TestRng g_rng = { 0x9E3779B97F4A7C15ULL, 0 };
+static uint32_t rnd(void) { return (uint32_t)(test_rand_u64(&g_rng) >> 32); }
 
 int main(void) {
     Tokenizer tok;

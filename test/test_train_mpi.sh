@@ -51,12 +51,20 @@ done
 # resume with 2 ranks is exact; 2 -> 4 ranks matches to tolerance
 R=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128 --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --zero 1)
 timeout 120 mpirun -np 2 "$BIN_DIR/train_gpt2" "${R[@]}" --out "$TMP/r2" --stop-after 3 > "$TMP/r2a.log" 2>&1 || { tail "$TMP/r2a.log"; bad "2-rank first half failed"; }
-cp -r "$TMP/r2" "$TMP/r4"
+cp -r "$TMP/r2" "$TMP/r4"; cp -r "$TMP/r2" "$TMP/r1"; cp -r "$TMP/r2" "$TMP/r4z2"
 timeout 120 mpirun -np 2 "$BIN_DIR/train_gpt2" "${R[@]}" --out "$TMP/r2" --resume > "$TMP/r2b.log" 2>&1 || { tail "$TMP/r2b.log"; bad "2-rank resume failed"; }
 cmp_losses "resume with 2 ranks is exact" "$TMP/train_gpt2_np2_z1" "$TMP/r2" 0
 timeout 120 mpirun -np 4 "$BIN_DIR/train_gpt2" "${R[@]}" --out "$TMP/r4" --resume > "$TMP/r4b.log" 2>&1 || { tail "$TMP/r4b.log"; bad "2 -> 4 rank resume failed"; }
 grep -q "re-sharded: 2 ranks -> 4 ranks" "$TMP/r4b.log" && ok "optimizer state re-sharded 2 -> 4 ranks" || bad "no re-shard message"
 cmp_losses "resume 2 -> 4 ranks matches" "$TMP/train_gpt2_np2_z1" "$TMP/r4" 1e-5
+
+# 2 ranks at ZeRO 1 -> one process at ZeRO 0, and 2 ranks -> 4 at ZeRO 2: the sharded state is
+# gathered / re-sharded (zero_reshard_plan) and training continues to tolerance
+timeout 120 "$BIN_DIR/train_gpt2" "${R[@]}" --zero 0 --out "$TMP/r1" --resume > "$TMP/r1b.log" 2>&1 || { tail "$TMP/r1b.log"; bad "2 -> 1 rank resume failed"; }
+grep -q "re-sharded: 2 ranks -> 1 ranks (ZeRO 1 -> 0)" "$TMP/r1b.log" && ok "optimizer state gathered 2 ranks -> 1 (ZeRO 1 -> 0)" || bad "no 2 -> 1 re-shard message"
+cmp_losses "resume 2 ranks -> 1 matches" "$TMP/train_gpt2_np2_z1" "$TMP/r1" 1e-5
+timeout 120 mpirun -np 4 "$BIN_DIR/train_gpt2" "${R[@]}" --zero 2 --out "$TMP/r4z2" --resume > "$TMP/r4z2.log" 2>&1 || { tail "$TMP/r4z2.log"; bad "2 -> 4 rank ZeRO 2 resume failed"; }
+cmp_losses "resume 2 ranks ZeRO 1 -> 4 ranks ZeRO 2 matches" "$TMP/train_gpt2_np2_z1" "$TMP/r4z2" 1e-5
 
 # a killed rank ends the whole job, non-zero, within 30 s
 make_shard "$TMP/big.bin" 60000 100 6

@@ -8,8 +8,8 @@
 #include "../llmc/check.h"
 #include "test.h"
 
-static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
-static uint64_t rnd(void) { rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17; return rng_state; }
+static TestRng g_rng = { 0x2545F4914F6CDD1DULL, 0 };
+static uint64_t rnd(void) { return test_rand_u64(&g_rng); }
 static size_t rnd_below(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
 // Layout invariants and owner of every element.

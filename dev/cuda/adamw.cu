@@ -2,7 +2,7 @@
 // PyTorch semantics), version 1 (one thread per element, round-to-nearest bf16), version 2 (the
 // production kernel of llmc/cuda/ops_cuda.cu via ops.h: 8 elements per thread, 128-bit accesses,
 // stochastic rounding). Check (master exactly-ish, params within one bf16 ulp) + timing.
-//   make -C dev/cuda && dev/cuda/build/adamw [n]
+//   make bench-cuda && build/cuda/dev/cuda/adamw [n]
 #include "common.cuh"
 
 __global__ void adamw_v1(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,

@@ -8,7 +8,7 @@
 // time per call with cudaEvents, FLOPs (causal: only the T (T + 1) / 2 visible pairs count),
 // minimum bytes moved, achieved TFLOP/s and % of the H100 SXM dense bf16 peak (989 TFLOP/s).
 //
-// Build: make flash-bench (mk/flash.mk) -> dev/cuda/build/attention_bench; `make cuda-check`
+// Build: make bench-cuda (mk/bench.mk) -> build/cuda/dev/cuda/attention_bench; `make cuda-check`
 // compiles it too. Run: attention_bench [B T NH HS] (default 8 1024 12 64: GPT-2 124M).
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,20 +1,25 @@
 // Times every op of the CUDA backend at GPT-2 124M training shapes (B=8, T=1024 by default) and
 // prints milliseconds per call and the effective memory bandwidth (bytes each op must move at
-// least once / time) or TFLOP/s for the GEMMs. Needs a GPU; not a test.
+// least once / time) or TFLOP/s for the GEMMs. Needs a GPU; not a test. `--small` runs tiny
+// shapes once each: `make test` runs it that way under the CUDA-on-CPU harness with ASan, so every
+// buffer here is known to be large enough before the program meets a GPU.
 //
-//   make bench-cuda-ops && ./dev/cuda/build/bench_ops [B T]
+//   make bench-cuda && build/cuda/dev/cuda/bench_ops [--batch B] [--seq T] [--small]
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <vector>
 #include <cuda_runtime.h>
 #include "ops.h"
 #include "cuda/common.cuh"
 
 static cudaEvent_t ev0, ev1;
+static int g_reps;   // --reps / --small: the same count for every op (0: each op's default)
 
 // runs fn `reps` times after one warm-up call and returns milliseconds per call
 template <typename F>
 static float time_ms(F fn, int reps = 20) {
+    if (g_reps > 0) reps = g_reps;
     fn();
     cudaCheck(cudaEventRecord(ev0));
     for (int i = 0; i < reps; i++) fn();
@@ -39,12 +44,36 @@ static floatX* rand_bf16(size_t n, float scale) {
     return d;
 }
 
+static void usage(int code) {
+    printf("usage: bench_ops [--batch B] [--seq T] [--small] [--reps N]\n"
+           "  --batch B   batch size (default 8)\n"
+           "  --seq T     sequence length (default 1024)\n"
+           "  --small     tiny shapes (B=2 T=64 C=64 NH=4 V=1000, AdamW over 64Ki elements), one call each\n"
+           "  --reps N    timed calls per op (default 20, 3-5 for the slow ones)\n");
+    exit(code);
+}
+
+static int int_arg(int argc, char** argv, int* i) {
+    if (*i + 1 >= argc) { fprintf(stderr, "bench_ops: %s needs a value\n", argv[*i]); usage(2); }
+    int v = atoi(argv[++*i]);
+    if (v <= 0) { fprintf(stderr, "bench_ops: %s %s: expected a positive integer\n", argv[*i - 1], argv[*i]); usage(2); }
+    return v;
+}
+
 int main(int argc, char** argv) {
-    int B = argc > 2 ? atoi(argv[1]) : 8, T = argc > 2 ? atoi(argv[2]) : 1024;
-    const int C = 768, NH = 12, V = 50257, Vp = 50304;
+    int B = 8, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
+    size_t np = (size_t)124 << 20;   // AdamW over ~124M parameters
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--batch")) B = int_arg(argc, argv, &i);
+        else if (!strcmp(argv[i], "--seq")) T = int_arg(argc, argv, &i);
+        else if (!strcmp(argv[i], "--reps")) g_reps = int_arg(argc, argv, &i);
+        else if (!strcmp(argv[i], "--small")) { B = 2; T = 64; C = 64; NH = 4; V = 1000; Vp = 1024; np = (size_t)1 << 16; g_reps = 1; }
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) usage(0);
+        else { fprintf(stderr, "bench_ops: unknown argument %s\n", argv[i]); usage(2); }
+    }
     const int N = B * T;
     ops_init(0);
-    printf("%s, B=%d T=%d C=%d NH=%d Vp=%d\n", ops_backend_name(), B, T, C, NH, Vp);
+    printf("%s, B=%d T=%d C=%d NH=%d Vp=%d, AdamW over %zu\n", ops_backend_name(), B, T, C, NH, Vp, np);
     cudaCheck(cudaEventCreate(&ev0));
     cudaCheck(cudaEventCreate(&ev1));
     const double bf = sizeof(floatX);
@@ -59,6 +88,8 @@ int main(int argc, char** argv) {
     floatX* dqkv = rand_bf16((size_t)N * 3 * C, 0.0f);
     floatX* w = rand_bf16((size_t)4 * C * C, 0.02f);
     floatX* dw = rand_bf16((size_t)4 * C * C, 0.0f);
+    floatX* dwte = rand_bf16((size_t)Vp * C, 0.0f);   // token ids reach V - 1: a row per vocab entry
+    floatX* dwpe = rand_bf16((size_t)T * C, 0.0f);
     floatX* bias = rand_bf16(4 * C, 0.02f);
     floatX* dbias = rand_bf16(4 * C, 0.0f);
     floatX* lnw = rand_bf16(C, 1.0f);
@@ -68,7 +99,6 @@ int main(int argc, char** argv) {
     float* rstd = (float*)ops_alloc(N * sizeof(float));
     float* lse = (float*)ops_alloc((size_t)B * NH * T * sizeof(float));
     float* losses = (float*)ops_alloc(N * sizeof(float));
-    size_t np = (size_t)124 << 20;   // AdamW over ~124M parameters
     floatX* params = (floatX*)ops_alloc(np * sizeof(floatX));
     floatX* grads = (floatX*)ops_alloc(np * sizeof(floatX));
     float* master = (float*)ops_alloc(np * sizeof(float));
@@ -83,7 +113,7 @@ int main(int argc, char** argv) {
 
     const double act = (double)N * C * bf;
     report("encoder_forward", time_ms([&] { encoder_forward(x, dtok, wte, wpe, B, T, C); }), 3 * act, 0);
-    report("encoder_backward (dwte, dwpe)", time_ms([&] { encoder_backward(dw, dw, x, dtok, B, T, C); }, 5), 3 * act, 0);
+    report("encoder_backward (dwte, dwpe)", time_ms([&] { encoder_backward(dwte, dwpe, x, dtok, B, T, C); }, 5), 3 * act, 0);
     report("layernorm_forward", time_ms([&] { layernorm_forward(y, mean, rstd, x, lnw, lnb, N, C); }), 2 * act, 0);
     report("fused_residual_layernorm_forward", time_ms([&] {
         fused_residual_layernorm_forward(out, y, mean, rstd, x, out2, lnw, lnb, N, C); }), 4 * act, 0);
@@ -102,15 +132,17 @@ int main(int argc, char** argv) {
     report("attention_backward", time_ms([&] { attention_backward(dqkv, x, qkv, y, lse, B, T, C, NH); }, 3), 8 * act, 0);
     report("fused_classifier (loss + dlogits)", time_ms([&] {
         fused_classifier(losses, logits, dtok, 1.0f / N, N, V, Vp); }, 5), 2.0 * N * Vp * bf, 0);
-    report("adamw_update (124M, master)", time_ms([&] {
+    report("adamw_update (all parameters, master)", time_ms([&] {
         adamw_update(params, master, grads, m, v, np, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7u); }, 5),
            np * (2 * bf + 2 * bf + 6 * 4.0), 0);
-    report("sum_squares (124M)", time_ms([&] { (void)sum_squares(params, np); }, 5), np * bf, 0);
+    report("sum_squares (all parameters)", time_ms([&] { (void)sum_squares(params, np); }, 5), np * bf, 0);
 
-    floatX* bufs[] = {wte, wpe, x, y, out, out2, qkv, dqkv, w, dw, bias, dbias, lnw, lnb, logits, params, grads};
+    floatX* bufs[] = {wte, wpe, x, y, out, out2, qkv, dqkv, w, dw, dwte, dwpe, bias, dbias, lnw, lnb, logits, params, grads};
     for (floatX* p : bufs) ops_free(p);
     float* fbufs[] = {mean, rstd, lse, losses, master, m, v};
     for (float* p : fbufs) ops_free(p);
     ops_free(dtok);
+    cudaCheck(cudaEventDestroy(ev0));
+    cudaCheck(cudaEventDestroy(ev1));
     return 0;
 }

@@ -1,7 +1,7 @@
 // Fused classifier (softmax + cross-entropy + dlogits in place): CPU reference (double), version 1
 // (one thread per row, three passes), version 2 (the production kernel of llmc/cuda/classifier.cu
 // via ops.h: one block per row, online log-sum-exp). Check of losses and dlogits + timing.
-//   make -C dev/cuda && dev/cuda/build/classifier [N]
+//   make bench-cuda && build/cuda/dev/cuda/classifier [N]
 #include "common.cuh"
 
 __global__ void classifier_v1(float* losses, floatX* logits, const int* targets, float dloss, int N, int V, int Vp) {

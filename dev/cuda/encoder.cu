@@ -1,7 +1,7 @@
 // Encoder (token + position embedding) forward and backward: CPU reference, version 1 (forward:
 // one thread per element), version 2 (production kernels of llmc/cuda/encoder.cu via ops.h; the
 // backward is deterministic: tokens bucketed per vocabulary row, no atomics). Check + timing.
-//   make -C dev/cuda && dev/cuda/build/encoder [B T]
+//   make bench-cuda && build/cuda/dev/cuda/encoder [B T]
 #include "common.cuh"
 
 __global__ void encoder_forward_v1(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C) {

@@ -1,6 +1,6 @@
 // GELU (tanh approximation) forward and backward: CPU reference, version 1 (one thread per
 // element, scalar bf16 loads), version 2 (the production kernels of llmc/cuda/ops_cuda.cu through
-// ops.h: 128-bit loads/stores). Check + timing. `make -C dev/cuda && dev/cuda/build/gelu [n]`
+// ops.h: 128-bit loads/stores). Check + timing. `make bench-cuda && build/cuda/dev/cuda/gelu [n]`
 #include "common.cuh"
 
 static float gelu_ref(float x) {

@@ -1,7 +1,7 @@
 // Layernorm forward and backward: CPU reference (double), version 1 (forward: one thread per row),
 // version 2 (production kernels of llmc/cuda/layernorm.cu via ops.h: a warp per row, 128-bit loads;
 // backward with deterministic column sums for dweight / dbias). Check + timing.
-//   make -C dev/cuda && dev/cuda/build/layernorm [N]
+//   make bench-cuda && build/cuda/dev/cuda/layernorm [N]
 #include "common.cuh"
 
 __global__ void layernorm_forward_v1(floatX* out, float* mean, float* rstd, const floatX* inp,

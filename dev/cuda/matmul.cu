@@ -2,7 +2,7 @@
 // checked to keep the CPU side quick), version 1 (one thread per output element, fp32
 // accumulation), version 2 (production: cuBLASLt through llmc/cuda/matmul.cu + gemm.cu, with the
 // BIAS / GELU_AUX_BIAS epilogues). Check + timing in TFLOP/s.
-//   make -C dev/cuda && dev/cuda/build/matmul [N C OC]
+//   make bench-cuda && build/cuda/dev/cuda/matmul [N C OC]
 #include "common.cuh"
 
 __global__ void matmul_forward_v1(floatX* out, const floatX* inp, const floatX* w, const floatX* bias, int N, int C, int OC) {

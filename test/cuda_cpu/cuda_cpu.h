@@ -2,7 +2,7 @@
 // Test code only: it exists so that every kernel runs in CI, where there is no GPU.
 //
 // Use: g++ -std=gnu++17 -x c++ -include test/cuda_cpu/cuda_cpu.h -isystem /usr/local/cuda/include k.cu
-//      and link test/cuda_cpu/cuda_cpu.cpp (the runtime). mk/cuda_harness.mk has the rules.
+//      and link test/cuda_cpu/cuda_cpu.cpp (the runtime). mk/harness.mk has the rules.
 //
 // Model (see DESIGN.md section 2):
 //  - every CUDA thread of a block is a fiber (hand-written x86-64 stack switch, ~0.07 us; ucontext

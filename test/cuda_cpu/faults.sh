@@ -4,7 +4,7 @@
 # and leaked device memory by the harness itself; shared / global memory overruns by ASan (SAN=1
 # build); races between warps and between blocks by TSan (`faults.sh tsan` from make test-tsan).
 set -u
-BUILD="${BUILD:-build}"
+BUILD="${BUILD:-build/cpu}"
 prog="$BUILD/cuda_cpu/test/cuda_cpu/harness_faults"
 [ -x "$prog" ] || { echo "missing $prog (make test-build builds it)"; exit 1; }
 mode=plain

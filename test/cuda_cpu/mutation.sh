@@ -7,7 +7,7 @@
 # the result on the harness, whatever the order; make test-tsan requires a TSan report for both
 # mutants in every order, which is why the TSan pass exists.
 set -u
-BUILD="${BUILD:-build}"
+BUILD="${BUILD:-build/cpu}"
 orders="forward reverse random:1 random:2 random:3"
 bad=0
 check_mutant() {  # name, required (1: must be caught by a wrong result in some order)

@@ -5,7 +5,7 @@
 # Orders: CUDA_CPU_EXTRA_ORDERS (default "reverse random:<seed>"; the seed changes daily so that
 # over time many orders are tried, and it is printed so a failure can be reproduced).
 set -u
-BUILD="${BUILD:-build}"
+BUILD="${BUILD:-build/cpu}"
 list="$BUILD/cuda_cpu/tests.list"
 [ -f "$list" ] || { echo "missing $list (built by make test-build)"; exit 1; }
 seed=$(( $(date -u +%Y%m%d) % 100000 ))

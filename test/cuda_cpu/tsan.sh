@@ -5,7 +5,7 @@
 # reported as a data race in block_sum_kernel in every order. Fibers are TSan fibers: only
 # __syncthreads / __syncwarp / atomics / the launch boundary order memory between CUDA threads.
 set -u
-BUILD="${BUILD:-build-tsan}"
+BUILD="${BUILD:-build/cpu-tsan}"
 export CUDA_CPU_THREADS=2 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export TSAN_OPTIONS="halt_on_error=0 exitcode=66 history_size=4 ${TSAN_OPTIONS:-}"
 seed=$(( $(date -u +%Y%m%d) % 100000 ))

@@ -18,7 +18,8 @@ static void read_one(const char* name) {
     size_t n = (size_t)(h.h[SH_END] - h.h[SH_BEGIN]);
     if (1024 + 8 * n > (size_t)1 << 26) abort(); // the size check bounds n by the file size
     float* buf = (float*)malloc(3 * (n ? n : 1) * sizeof(float));
-    ckpt_read_state_body(fuzz_path(name), &h, buf, buf + n, buf + 2 * n);
+    size_t whole = ckpt_read_state_overlap(fuzz_path(name), &h, (size_t)h.h[SH_BEGIN], (size_t)h.h[SH_END], buf, buf + n, buf + 2 * n);
+    if (whole != n) abort();
     size_t b = (size_t)g_lo, e = (size_t)g_hi;
     if (e > b && e - b <= 3 * (n ? n : 1)) {
         float* o = (float*)malloc(3 * (e - b) * sizeof(float));

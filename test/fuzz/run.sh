@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Runs one fuzz harness (build-fuzz/fuzz_NAME, built by `make fuzz-build`) from its seed corpus.
+# Runs one fuzz harness (build/fuzz/fuzz_NAME, built by `make fuzz-build`) from its seed corpus.
 #   run.sh NAME --seconds S   short run on a copy of the corpus (make test), ends with one summary line
 #   run.sh NAME --runs N [--max-seconds S]
 #                             long run: N inputs (or until S seconds have passed), in chunks of a
 #                             fresh process each (the harnesses leak what a refused parse held,
-#                             test/fuzz/fuzz.h), the corpus kept in build-fuzz/corpus/NAME,
-#                             findings in build-fuzz/artifacts/NAME
+#                             test/fuzz/fuzz.h), the corpus kept in build/fuzz/corpus/NAME,
+#                             findings in build/fuzz/artifacts/NAME
 # Exit status non-zero when libFuzzer reports a finding (crash, sanitizer error, leak, timeout, OOM).
 set -u
 name="$1"; mode="$2"; amount="$3"; budget=0
 [ "${4:-}" = "--max-seconds" ] && budget="$5"
-bin="build-fuzz/fuzz_$name"
+bin="build/fuzz/fuzz_$name"
 [ -x "$bin" ] || { echo "fuzz $name: $bin not built (make fuzz-build)"; exit 1; }
 seeds="test/fuzz/corpus/$name"
 leaks=0; chunk=100000
@@ -38,7 +38,7 @@ if [ "$mode" = "--seconds" ]; then
   exit 0
 fi
 
-corpus="build-fuzz/corpus/$name"; art="build-fuzz/artifacts/$name"; log="build-fuzz/fuzz_$name.log"
+corpus="build/fuzz/corpus/$name"; art="build/fuzz/artifacts/$name"; log="build/fuzz/fuzz_$name.log"
 mkdir -p "$corpus" "$art"; cp -n "$seeds"/* "$corpus/"; : > "$log"
 total=0; start=$(date +%s)
 limit=()

@@ -1,0 +1,34 @@
+// Flag definitions shared by the programs (train_gpt2, train_lora, generate): a flag that more than
+// one program takes is defined here once (name, alias, type, range, help), so it means the same
+// everywhere. Each program lists its own flags (llmc/runconfig.c, llmc/generate.c) around these.
+#ifndef LLMC_CLI_H
+#define LLMC_CLI_H
+
+#include "args.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// How a completion is sampled (generate, and the trainers' --sample-* output).
+typedef struct {
+    const char* prompt;   // text to continue; <|endoftext|> by default
+    float temperature;    // 0 = greedy
+    int top_k;            // 0 = the whole vocabulary
+    const char* vocab;    // NULL: next to the model, else data/gpt2
+} SampleFlags;
+
+#define CLI_SAMPLE_NFLAGS 4
+void cli_sample_defaults(SampleFlags* f);
+// --prompt, --temperature, --top-k, --vocab into out[0 .. CLI_SAMPLE_NFLAGS).
+void cli_sample_flags(SampleFlags* f, ArgSpec* out);
+
+// --model (help: what the program accepts), --seed, --threads.
+ArgSpec cli_flag_model(const char** dst, const char* help);
+ArgSpec cli_flag_seed(int* dst);
+ArgSpec cli_flag_threads(int* dst);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_CLI_H

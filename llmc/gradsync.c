@@ -1,0 +1,155 @@
+#include "gradsync.h"
+#include "check.h"
+#include <math.h>
+#include <string.h>
+
+// The collectives move the parameters' own dtype: bf16 on the CUDA backend, fp32 on the CPU.
+#define GS_DTYPE (sizeof(floatX) == 2 ? COMM_BF16 : COMM_F32)
+
+void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain) {
+    memset(gs, 0, sizeof(*gs));
+    gs->comm = comm;
+    gs->rank = comm->rank;
+    gs->world = comm->world;
+    gs->zero = zero;
+    gs->sharded = zero >= 1 && comm->world > 1;
+    zero_layout_init(&gs->zl, ntrain, comm->world, ZERO_ALIGN_DEFAULT);
+}
+
+size_t gradsync_range_begin(const GradSync* gs) { return gs->sharded ? zero_shard_begin(&gs->zl, gs->rank) : 0; }
+size_t gradsync_range_end(const GradSync* gs) { return gs->sharded ? zero_shard_end(&gs->zl, gs->rank) : (size_t)-1; }
+
+// ZeRO-2 sink (full training): a bucket of the model's gradients is complete. Reduce each of its
+// pieces to the owning rank, who adds it to its gradient shard, then empty the bucket for the next
+// layer.
+static void gradsync_bucket_done(void* ctx, int bucket) {
+    GradSync* gs = (GradSync*)ctx;
+    const ParamTable* pt = &gs->model->pt;
+    ZeroRange ranges[ZERO_GPT2_MAX_RANGES];
+    int nr = zero_gpt2_bucket(pt, bucket, ranges);
+    ZeroSegment segs[ZERO_GPT2_MAX_RANGES * 64];
+    int ns = zero_segments(&gs->zl, ranges, nr, segs, (int)(sizeof(segs) / sizeof(segs[0])));
+    assertCheck(ns <= (int)(sizeof(segs) / sizeof(segs[0])));
+    const int last = bucket == pt->cfg.num_layers;
+    floatX* buf = last ? gs->final_bucket : gs->layer_bucket;
+    comm_dev_group_begin(gs->comm);
+    for (int k = 0; k < ns; k++)
+        comm_dev_reduce_sum(gs->comm, buf + segs[k].bucket_off, buf + segs[k].bucket_off,
+                            segs[k].end - segs[k].begin, GS_DTYPE, segs[k].owner, NULL);
+    comm_dev_group_end(gs->comm);
+    for (int k = 0; k < ns; k++)
+        if (segs[k].owner == gs->rank)
+            add_inplace(gs->gshard + (segs[k].begin - gs->opt->begin), buf + segs[k].bucket_off, segs[k].end - segs[k].begin);
+    ops_zero(buf, (last ? gs->final_bucket_n : gs->layer_bucket_n) * sizeof(floatX));
+}
+
+// Sum of a bucket's ranges (zero_gpt2_bucket): the bucket buffer's size.
+static size_t bucket_numel(const ParamTable* pt, int bucket) {
+    ZeroRange r[ZERO_GPT2_MAX_RANGES];
+    int n = zero_gpt2_bucket(pt, bucket, r);
+    size_t s = 0;
+    for (int k = 0; k < n; k++) s += r[k].end - r[k].begin;
+    return s;
+}
+
+void gradsync_attach(GradSync* gs, Optimizer* opt, GPT2* model) {
+    gs->opt = opt;
+    if (gs->zero < 2 || gs->world == 1) return;
+    // gradients: only this rank's reduced range persists
+    size_t n = opt->end - opt->begin;
+    gs->gshard = (floatX*)ops_alloc((n ? n : 1) * sizeof(floatX));
+    ops_zero(gs->gshard, (n ? n : 1) * sizeof(floatX));
+    opt->gshard = gs->gshard;
+    if (!model) return; // adapters: reduced after each micro-step (gradsync_micro_done)
+    // full training: backward fills one reusable bucket per layer (and one for the rest)
+    gs->model = model;
+    gs->layer_bucket_n = bucket_numel(&model->pt, 0);
+    gs->final_bucket_n = bucket_numel(&model->pt, model->cfg.num_layers);
+    gs->layer_bucket = (floatX*)ops_alloc(gs->layer_bucket_n * sizeof(floatX));
+    gs->final_bucket = (floatX*)ops_alloc(gs->final_bucket_n * sizeof(floatX));
+    ops_zero(gs->layer_bucket, gs->layer_bucket_n * sizeof(floatX));
+    ops_zero(gs->final_bucket, gs->final_bucket_n * sizeof(floatX));
+    gpt2_grads_into_buckets(model, gs->layer_bucket, gs->final_bucket);
+    for (int i = 0; i < opt->nseg; i++) opt->segs[i].g = NULL; // only gshard holds gradients now
+    gs->sink.bucket_done = gradsync_bucket_done;
+    gs->sink.ctx = gs;
+}
+
+void gradsync_free(GradSync* gs) {
+    if (gs->gshard) ops_free(gs->gshard);
+    if (gs->layer_bucket) { ops_free(gs->layer_bucket); ops_free(gs->final_bucket); }
+    memset(gs, 0, sizeof(*gs));
+}
+
+const GPT2GradSink* gradsync_sink(const GradSync* gs) { return gs->sink.bucket_done ? &gs->sink : NULL; }
+
+void gradsync_step_begin(GradSync* gs) {
+    if (gs->gshard) ops_zero(gs->gshard, (gs->opt->end - gs->opt->begin) * sizeof(floatX));
+}
+
+// A "piece": the part of one trainable segment inside one rank's range.
+typedef void (*PieceFn)(GradSync* gs, const TrainSeg* s, size_t seg_off, size_t n, int owner);
+
+static void for_each_piece(GradSync* gs, PieceFn fn) {
+    for (int i = 0; i < gs->opt->nseg; i++) {
+        const TrainSeg* s = &gs->opt->segs[i];
+        for (int o = 0; o < gs->world; o++) {
+            ZeroRange x = zero_intersect(&gs->zl, o, s->offset, s->n);
+            if (x.begin < x.end) fn(gs, s, x.begin - s->offset, x.end - x.begin, o);
+        }
+    }
+}
+
+static void piece_reduce(GradSync* gs, const TrainSeg* s, size_t off, size_t n, int owner) {
+    comm_dev_reduce_sum(gs->comm, s->g + off, s->g + off, n, GS_DTYPE, owner, NULL);
+}
+// ZeRO-2: reduce to the owner, who adds it to its gradient shard.
+static void piece_reduce_into_shard(GradSync* gs, const TrainSeg* s, size_t off, size_t n, int owner) {
+    comm_dev_reduce_sum(gs->comm, s->g + off, s->g + off, n, GS_DTYPE, owner, NULL);
+    if (owner == gs->rank) add_inplace(gs->gshard + (s->offset + off - gs->opt->begin), s->g + off, n);
+}
+static void piece_broadcast(GradSync* gs, const TrainSeg* s, size_t off, size_t n, int owner) {
+    comm_dev_broadcast(gs->comm, s->p + off, n * sizeof(floatX), owner, NULL);
+}
+
+void gradsync_micro_done(GradSync* gs) {
+    if (!gs->gshard || gs->model) return;
+    // ZeRO-2 without per-layer buckets (adapters): reduce this micro-step's gradients now and
+    // empty them, so only the shard accumulates across micro-steps
+    for_each_piece(gs, piece_reduce_into_shard);
+    for (int i = 0; i < gs->opt->nseg; i++) ops_zero(gs->opt->segs[i].g, gs->opt->segs[i].n * sizeof(floatX));
+}
+
+void gradsync_reduce(GradSync* gs) {
+    if (gs->world == 1) return;
+    if (gs->zero == 0) {
+        for (int i = 0; i < gs->opt->nseg; i++)
+            comm_dev_allreduce_sum(gs->comm, gs->opt->segs[i].g, gs->opt->segs[i].n, GS_DTYPE, NULL);
+    } else if (gs->zero == 1) {
+        for_each_piece(gs, piece_reduce);
+    }
+    // ZeRO-2 reduced each micro-step's gradients as they were produced
+}
+
+double gradsync_grad_norm(GradSync* gs) {
+    const Optimizer* o = gs->opt;
+    double ss;
+    if (!gs->sharded) ss = opt_grad_sumsq(o, 0, o->total);
+    else {
+        ss = opt_grad_sumsq(o, o->begin, o->end);
+        comm_allreduce_sum_f64(gs->comm, &ss, 1);
+    }
+    return sqrt(ss);
+}
+
+void gradsync_share_params(GradSync* gs) {
+    // each owner updated its range: everyone gets the new parameters
+    if (gs->sharded) for_each_piece(gs, piece_broadcast);
+}
+
+size_t gradsync_grad_bytes(const GradSync* gs) {
+    size_t shard = gs->gshard ? gs->opt->end - gs->opt->begin : 0;
+    return (shard + gs->layer_bucket_n + gs->final_bucket_n) * sizeof(floatX);
+}
+
+size_t gradsync_bucket_numel(const GradSync* gs) { return gs->layer_bucket_n + gs->final_bucket_n; }

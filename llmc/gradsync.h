@@ -1,0 +1,73 @@
+// Gradient synchronisation across ranks: after the backward passes of a step, the range of the
+// flat trainable space that this rank's optimizer updates must hold the gradient summed over every
+// rank; after the update, every rank needs the new parameters. The arithmetic of who owns what is
+// llmc/zero.h, the data moves through llmc/comm.h (device collectives, in the parameters' dtype).
+//
+//   ZeRO 0  every segment's gradients are all-reduced once per step; every rank updates everything.
+//   ZeRO 1  each segment's pieces are reduced to the rank owning them once per step; each owner
+//           updates its shard and broadcasts the new parameters.
+//   ZeRO 2  gradients are reduced while backward runs and only the own shard persists (gshard).
+//           Full training hands gpt2_backward a sink (gradsync_sink) that reduces each layer's
+//           bucket as soon as that layer is done, the model's gradients living in two one-layer
+//           buckets owned here; adapters are reduced after each micro-step instead.
+// The global gradient norm: at stage 0 every rank holds the whole sum; at stages 1/2 each rank sums
+// the squares of its shard and one all-reduce of that partial sum gives every rank the same norm.
+//
+// One step:  gradsync_step_begin; per micro-step: gpt2_backward(m, gradsync_sink(gs)),
+//            gradsync_micro_done; then gradsync_reduce, gradsync_grad_norm, opt_step,
+//            gradsync_share_params.
+#ifndef LLMC_GRADSYNC_H
+#define LLMC_GRADSYNC_H
+
+#include <stddef.h>
+#include "comm.h"
+#include "gpt2.h"
+#include "optimizer.h"
+#include "zero.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    Comm* comm;
+    int rank, world, zero;
+    int sharded;               // zero >= 1 on more than one rank: each rank updates its shard only
+    ZeroLayout zl;             // the flat trainable space split over the ranks
+    Optimizer* opt;            // its segments are the trainable space (gradsync_attach)
+    floatX* gshard;            // ZeRO-2: this rank's reduced gradients for [opt->begin, opt->end)
+    GPT2* model;               // ZeRO-2 full training: the model whose gradients live in the buckets
+    floatX* layer_bucket;      //   one layer's per-layer gradients, packed (gpt2_grads_into_buckets)
+    floatX* final_bucket;      //   wte, wpe, ln_f gradients, packed
+    size_t layer_bucket_n, final_bucket_n;
+    GPT2GradSink sink;
+} GradSync;
+
+// The layout of `ntrain` trainable elements over the communicator's ranks at ZeRO stage `zero`.
+void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain);
+// The part of the flat trainable space this rank's optimizer keeps state for and updates.
+size_t gradsync_range_begin(const GradSync* gs);
+size_t gradsync_range_end(const GradSync* gs);
+// After opt_init over that range. ZeRO-2: allocates the gradient shard (opt->gshard); with a
+// full-training model, also moves its gradients into the reduce buckets (the optimizer then reads
+// gradients from the shard only). model: NULL for adapters.
+void gradsync_attach(GradSync* gs, Optimizer* opt, GPT2* model);
+void gradsync_free(GradSync* gs);
+
+// The sink to pass to gpt2_backward (NULL when gradients are not reduced during backward).
+const GPT2GradSink* gradsync_sink(const GradSync* gs);
+void gradsync_step_begin(GradSync* gs);
+void gradsync_micro_done(GradSync* gs);
+void gradsync_reduce(GradSync* gs);
+// Global gradient norm, the same on every rank.
+double gradsync_grad_norm(GradSync* gs);
+void gradsync_share_params(GradSync* gs);
+
+// Gradient memory held here (shard and buckets) and the bucket elements, for the report.
+size_t gradsync_grad_bytes(const GradSync* gs);
+size_t gradsync_bucket_numel(const GradSync* gs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_GRADSYNC_H

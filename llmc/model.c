@@ -1,0 +1,117 @@
+#include "model.h"
+#include "check.h"
+#include "config.h"
+#include "model_io.h"
+#include <string.h>
+
+// Step 1: the config and the fp32 weights. *host is malloc'd here (*owned = 1) or the caller's.
+// A 4-bit checkpoint also gives its NF4 weights (their fp32 slots stay zero).
+static void model_weights(Model* m, const ModelSpec* s, GPT2Config* cfg, float** host, int* owned) {
+    ParamTable pt;
+    *owned = 1;
+    if (!s->path) {
+        if (!s->cfg || !s->host) fatal("this is a bug in llmc", "model_assemble: neither a path nor weights in memory");
+        *cfg = *s->cfg;
+        *host = (float*)s->host;
+        *owned = 0;
+        snprintf(m->source, sizeof(m->source), "(weights in memory)");
+    } else if (gpt2_config_from_descriptor(cfg, s->path) == 0) {
+        params_build(&pt, cfg);
+        *host = (float*)mallocCheck(pt.total * sizeof(float));
+        model_init_gpt2(&pt, *host, s->seed);
+        snprintf(m->source, sizeof(m->source), "%s (GPT-2 init, seed %llu)", s->path, (unsigned long long)s->seed);
+    } else if (qlora_is_hf4bit(s->path)) {
+        m->nf4 = qlora_load_hf4bit(s->path, cfg, &pt, host);
+        snprintf(m->source, sizeof(m->source), "%s (bitsandbytes 4-bit)", s->path);
+    } else {
+        model_load(s->path, cfg, &pt, host);
+        snprintf(m->source, sizeof(m->source), "%s", s->path);
+    }
+}
+
+// Step 2: adapters from a PEFT directory or new ones, now that the base's shape is known.
+static LoraModel* model_build_lora(const LoraSource* src, const GPT2Config* cfg, const char* model_path) {
+    LoraModel* lm;
+    if (src->adapter) {
+        lm = lora_load_peft(src->adapter, cfg);
+        if (src->dropout_override) { // else the adapter's own lora_dropout, as PEFT would continue
+            lm->dropout = src->spec.dropout;
+            lm->spec.dropout = src->spec.dropout;
+        }
+    } else {
+        LoraSpec spec = src->spec;
+        char err[1024];
+        if (lora_parse_layers(src->layers ? src->layers : "all", cfg->num_layers, &spec, err, sizeof(err)))
+            fatal("give layer indices of the base model, e.g. --lora-layers 0-5,8", "%s", err);
+        lm = lora_create(cfg, &spec);
+        lora_init_params(lm, src->seed);
+    }
+    const char* base = src->base_name ? src->base_name : model_path;
+    snprintf(lm->base_name, sizeof(lm->base_name), "%s", base ? base : "");
+    lm->dropout_seed = src->seed;
+    return lm;
+}
+
+void model_assemble(Model* m, const ModelSpec* s) {
+    memset(m, 0, sizeof(*m));
+    GPT2Config cfg;
+    float* host = NULL;
+    int owned = 0;
+    model_weights(m, s, &cfg, &host, &owned);
+    if (s->lora) m->lora = s->lora;
+    else if (s->lora_src) { m->lora = model_build_lora(s->lora_src, &cfg, s->path); m->owns_lora = 1; }
+    ParamTable pt;
+    params_build(&pt, &cfg);
+    if (s->qlora && !m->nf4) {
+        m->nf4 = qlora_quantize(&pt, host);
+        // the fp32 copies of the quantized weights are not needed any more
+        if (owned) qlora_release_host(&pt, host);
+    }
+    const unsigned trainable = s->trainable | (m->lora ? lora_base_trainable_mask(m->lora) : 0u);
+    gpt2_init(&m->gpt, &cfg, trainable, m->nf4 ? QLORA_MASK : 0u);
+    if (m->nf4) qlora_attach(m->nf4, &m->gpt);
+    gpt2_set_params(&m->gpt, host);
+    if (owned) free(host);
+    if (s->B > 0 && s->T > cfg.max_seq_len) {
+        const char* what = s->T_flag ? s->T_flag : "sequence length";
+        char hint[128];
+        snprintf(hint, sizeof(hint), "use a %s no larger than the model's n_positions", what);
+        fatal(hint, "%s %d exceeds the model's maximum sequence length %d", what, s->T, cfg.max_seq_len);
+    }
+    gpt2_set_recompute(&m->gpt, s->recompute);
+    if (s->B > 0) gpt2_alloc_acts(&m->gpt, s->B, s->T);
+    if (m->lora) {
+        lora_attach(m->lora, &m->gpt);
+        if (s->lora_src && s->lora_src->values) lora_load_tensors(m->lora, &m->gpt, s->lora_src->values);
+    }
+}
+
+void model_alloc_acts(Model* m, int B, int T) {
+    gpt2_alloc_acts(&m->gpt, B, T);
+    if (m->lora) lora_alloc_scratch(m->lora, B * T);
+}
+
+void model_free(Model* m) {
+    gpt2_free(&m->gpt);
+    qlora_free(m->nf4);
+    if (m->owns_lora) lora_free(m->lora);
+    memset(m, 0, sizeof(*m));
+}
+
+int model_max_segments(const Model* m) { return NUM_PARAM_TENSORS + 1 + (m->lora ? m->lora->n_extra : 0); }
+
+int model_segments(Model* m, TrainSeg* segs) {
+    if (m->lora) return lora_segments(m->lora, &m->gpt, segs);
+    int n = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (!m->gpt.g[i]) continue;
+        memset(&segs[n], 0, sizeof(segs[n]));
+        segs[n].name = m->gpt.pt.t[i].name;
+        segs[n].p = m->gpt.p[i];
+        segs[n].g = m->gpt.g[i];
+        segs[n].n = m->gpt.pt.t[i].numel;
+        segs[n].weight_decay = m->gpt.pt.t[i].weight_decay;
+        n++;
+    }
+    return n;
+}

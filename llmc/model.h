@@ -1,0 +1,77 @@
+// Model assembly: the one way every program, test and tool puts a ready-to-run GPT-2 together.
+//   1. weights: a model file or directory (llm.c .bin, safetensors, HF dir), a transformers +
+//      bitsandbytes 4-bit checkpoint (its linear weights stay NF4), a size descriptor (d12, tiny)
+//      initialized from a seed, or fp32 values already in memory;
+//   2. adapters: given by the caller, loaded from a PEFT directory, or new ones (PEFT init), once
+//      the base's shape is known;
+//   3. QLoRA: the linear weights quantized to NF4 (always for a 4-bit checkpoint);
+//   4. the GPT2 tensors (gradients for the trainable tensors and the base slices the adapters
+//      train; no floatX copy of NF4 weights), the parameters, the recompute level, activations;
+//   5. the NF4 base and the adapters attached (and adapter values from a checkpoint, on resume).
+#ifndef LLMC_MODEL_H
+#define LLMC_MODEL_H
+
+#include <stdint.h>
+#include "fileio.h"
+#include "gpt2.h"
+#include "lora.h"
+#include "optimizer.h"
+#include "qlora.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MODEL_SOURCE_MAX (LLMC_PATH_MAX + 64)
+
+// Adapters built during assembly (the Model owns them).
+typedef struct {
+    const char* adapter;       // a PEFT adapter directory: structure and values; or NULL and
+    LoraSpec spec;             // new adapters of this structure (targets, rank, alpha, ...),
+    const char* layers;        //   on these blocks ("all" or "0-5,8"; NULL = all)
+    int dropout_override;      // with adapter: spec.dropout replaces the adapter's lora_dropout
+    uint64_t seed;             // PEFT init of new adapters, and the dropout masks
+    const char* base_name;     // base_model_name_or_path of the export (NULL: the model path)
+    const char* values;        // then load the adapter tensors from this file (a checkpoint)
+} LoraSource;
+
+typedef struct {
+    const char* path;          // model file / directory, or a size descriptor (d12, tiny); or
+    const GPT2Config* cfg;     //   with path NULL: fp32 weights in ParamTable layout (the caller's)
+    const float* host;
+    uint64_t seed;             // initialization of a size descriptor
+    int qlora;                 // the linear weights as NF4 (a 4-bit checkpoint always is)
+    unsigned trainable;        // table tensors with gradients (GPT2_TRAIN_ALL, or 0); the base
+                               // slices the adapters train are added
+    int recompute;             // GPT2_RECOMPUTE_*
+    int B, T;                  // activations for batches up to B x T (B = 0: none)
+    const char* T_flag;        // the flag that set T, for the message when it exceeds n_positions
+    LoraModel* lora;           // adapters to attach (the caller keeps them), or
+    const LoraSource* lora_src;//   adapters to build
+} ModelSpec;
+
+typedef struct {
+    GPT2 gpt;
+    LoraModel* lora;           // the attached adapters, or NULL
+    Nf4Base* nf4;              // the NF4 base weights, or NULL
+    int owns_lora;
+    char source[MODEL_SOURCE_MAX]; // where the weights came from, for reports and messages
+} Model;
+
+// Assemble m from spec. Fatal with a message naming the file or flag value on anything wrong.
+// m must not move afterwards (the adapters and the NF4 base point into m->gpt).
+void model_assemble(Model* m, const ModelSpec* spec);
+// (Re)allocate the activations, and the adapters' scratch, for batches up to B x T: for callers
+// that know the sequence length only once the model's config is known (generate).
+void model_alloc_acts(Model* m, int B, int T);
+void model_free(Model* m);
+
+// The optimizer's segments: with adapters, the adapters (one segment) and the base slices they
+// train; otherwise every trainable tensor in table order. segs needs model_max_segments entries.
+int model_segments(Model* m, TrainSeg* segs);
+int model_max_segments(const Model* m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_MODEL_H

@@ -1,0 +1,367 @@
+#include "runconfig.h"
+#include "comm.h"
+#include "check.h"
+#include "config.h"
+#include "json.h"
+#include "lora.h"
+#include "qlora.h"
+#include "schedule.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char* const SAVE_FORMATS[] = {"hf", "llmc", "both", "none", NULL};
+// in LORA_BIAS_* order
+static const char* const LORA_BIAS_NAMES[] = {"none", "all", "lora_only", NULL};
+static const char* const HINT = "run with --help to see every flag";
+
+const char* runconfig_program(TrainMode mode) { return mode == TRAIN_LORA ? "train_lora" : "train_gpt2"; }
+
+static void flag_defaults(TrainFlags* f, TrainMode mode) {
+    memset(f, 0, sizeof(*f));
+    f->batch_size = 4; f->seq_len = 256; f->total_batch_tokens = 0; f->steps = 100;
+    f->lr = mode == TRAIN_LORA ? 2e-4f : 3e-4f; f->warmup = 0; f->schedule = "cosine";
+    f->final_lr_frac = 0.0f; f->cooldown_frac = 0.2f;
+    f->weight_decay = mode == TRAIN_LORA ? 0.0f : 0.1f; f->grad_clip = 1.0f;
+    f->beta1 = 0.9f; f->beta2 = 0.95f; f->eps = 1e-8f;
+    f->eval_every = 0; f->eval_batches = 8; f->save_every = 0; f->keep_checkpoints = 2;
+    f->seed = 1337; f->threads = 0; f->shuffle = 0; f->max_skipped = 10;
+    f->save_format = "both"; f->zero = 0; f->deterministic = 1;
+    f->watchdog_timeout = (float)COMM_WATCHDOG_DEFAULT_S;
+    cli_sample_defaults(&f->sample);
+    // LoRA: PEFT's defaults where PEFT has one (dropout 0)
+    f->lora_rank = 8; f->lora_alpha = 16.0f; f->lora_dropout = 0.0f; f->lora_targets = "c_attn";
+    f->lora_layers = "all"; f->lora_bias = "none";
+}
+
+// The flag table of a mode, pointing into f: the one list behind the parser, --help and the JSON
+// form. A long table of data, not logic: one line per flag.
+static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
+    const ArgSpec common[] = {
+        cli_flag_model(&f->model, "model to start from: llm.c .bin, .safetensors, sharded index, HF model dir; or d6/d12/d24/d36/d48/tiny to train from scratch"),
+        {"--train-data", "-i", ARG_STR, &f->train_data, "GLOB", "training token shards (llm.c format; data/prepare makes them)", 1, 0, NULL},
+        {"--val-data", "-j", ARG_STR, &f->val_data, "GLOB", "validation token shards", 1, 0, NULL},
+        {"--out", "-o", ARG_STR, &f->out_dir, "DIR", "output directory: log.jsonl, checkpoints, final model", 1, 0, NULL},
+        {"--resume", NULL, ARG_BOOL, &f->resume, NULL, "continue from the newest complete checkpoint in --out", 1, 0, NULL},
+        {"--batch-size", "-b", ARG_INT, &f->batch_size, "B", "micro-batch size per rank", 1, 65536, NULL},
+        {"--seq-len", "-t", ARG_INT, &f->seq_len, "T", "sequence length", 1, 1 << 20, NULL},
+        {"--total-batch-tokens", "-d", ARG_INT64, &f->total_batch_tokens, "N", "tokens per optimizer step (gradient accumulation); 0 = one micro-batch per rank", 0, 1e15, NULL},
+        {"--steps", "-x", ARG_INT, &f->steps, "N", "total optimizer steps of the run", 1, 1e9, NULL},
+        {"--stop-after", NULL, ARG_INT, &f->stop_after, "N", "stop after N steps of this invocation with a checkpoint (for time-limited jobs); 0 = run to --steps", 0, 1e9, NULL},
+        {"--lr", "-l", ARG_FLOAT, &f->lr, "LR", "peak learning rate", 0, 10, NULL},
+        {"--warmup-steps", "-u", ARG_INT, &f->warmup, "N", "linear warmup steps", 0, 1e9, NULL},
+        {"--schedule", NULL, ARG_STR, &f->schedule, "NAME", "learning-rate schedule after warmup", 1, 0, SCHED_NAMES},
+        {"--final-lr-frac", "-q", ARG_FLOAT, &f->final_lr_frac, "F", "final learning rate as a fraction of --lr", 0, 1, NULL},
+        {"--cooldown-frac", NULL, ARG_FLOAT, &f->cooldown_frac, "F", "wsd: fraction of steps spent decaying", 0, 1, NULL},
+        {"--weight-decay", "-c", ARG_FLOAT, &f->weight_decay, "WD", "AdamW decoupled weight decay (2-D tensors only)", 0, 10, NULL},
+        {"--grad-clip", NULL, ARG_FLOAT, &f->grad_clip, "G", "clip the global gradient norm to G; 0 = off", 0, 1e9, NULL},
+        {"--beta1", NULL, ARG_FLOAT, &f->beta1, "B1", "AdamW beta1", 0, 0.999999, NULL},
+        {"--beta2", NULL, ARG_FLOAT, &f->beta2, "B2", "AdamW beta2", 0, 0.999999, NULL},
+        {"--eps", NULL, ARG_FLOAT, &f->eps, "E", "AdamW epsilon", 0, 1, NULL},
+        {"--eval-every", "-v", ARG_INT, &f->eval_every, "N", "evaluate the validation loss every N steps; 0 = only at the end", 0, 1e9, NULL},
+        {"--eval-batches", "-m", ARG_INT, &f->eval_batches, "N", "validation batches per evaluation", 1, 1e9, NULL},
+        {"--save-every", "-n", ARG_INT, &f->save_every, "N", "write a checkpoint every N steps; 0 = only at the end", 0, 1e9, NULL},
+        {"--keep-checkpoints", NULL, ARG_INT, &f->keep_checkpoints, "N", "keep the newest N complete checkpoints; 0 = keep all", 0, 1e9, NULL},
+        {"--save-format", NULL, ARG_STR, &f->save_format, "F", "final model: hf (config.json + model.safetensors), llmc (model.bin), both, none", 1, 0, SAVE_FORMATS},
+        cli_flag_seed(&f->seed),
+        {"--shuffle", NULL, ARG_BOOL, &f->shuffle, NULL, "shuffle shard and batch order every epoch (default: sequential)", 1, 0, NULL},
+        cli_flag_threads(&f->threads),
+        {"--watchdog-timeout", NULL, ARG_FLOAT, &f->watchdog_timeout, "SECONDS", "end every rank with a message naming the stuck one when a rank makes no progress (stopped, hung GPU, deadlock) for SECONDS beyond the slowest step seen; 0 = off", 0, 1e6, NULL},
+        {"--deterministic", NULL, ARG_INT, &f->deterministic, "0|1", "1: kernels give identical results run to run; 0 allows faster non-deterministic ones (CUDA attention backward)", 0, 1, NULL},
+        {"--zero", "-z", ARG_INT, &f->zero, "S", "ZeRO stage across ranks: 0 all-reduce gradients, 1 shard optimizer state, 2 shard gradients too", 0, 2, NULL},
+        {"--recompute", NULL, ARG_INT, &f->recompute, "K", "activation recompute in backward to save memory: 0 none, 1 GELU, 2 GELU and layernorms", 0, 2, NULL},
+        {"--max-skipped-steps", NULL, ARG_INT, &f->max_skipped, "N", "stop after N consecutive steps with a non-finite loss or gradient", 1, 1e9, NULL},
+        {"--sample-every", NULL, ARG_INT, &f->sample_every, "N", "print a sampled completion every N steps and at the end; 0 = only at the end, if --sample-tokens > 0", 0, 1e9, NULL},
+        {"--sample-tokens", NULL, ARG_INT, &f->sample_tokens, "K", "tokens per sample; 0 = no sampling (64 when --sample-every is set)", 0, 1 << 20, NULL},
+    };
+    const ArgSpec lora[] = {
+        {"--lora-rank", "-r", ARG_INT, &f->lora_rank, "R", "LoRA rank r", 1, 65536, NULL},
+        {"--lora-alpha", NULL, ARG_FLOAT, &f->lora_alpha, "A", "LoRA alpha: the branch is scaled by alpha / r (alpha / sqrt(r) with --rslora)", 0, 1e6, NULL},
+        {"--lora-dropout", NULL, ARG_FLOAT, &f->lora_dropout, "P", "dropout on the input of the LoRA branch (PEFT lora_dropout)", 0, 0.999, NULL},
+        {"--lora-targets", NULL, ARG_STR, &f->lora_targets, "LIST", "layers to adapt, comma list of c_attn, q, k, v (blocks of c_attn), attn.c_proj, mlp.c_fc, mlp.c_proj, c_proj (both projections), all-linear", 1, 0, NULL},
+        {"--lora-layers", NULL, ARG_STR, &f->lora_layers, "LIST", "blocks to adapt: all, or indices and ranges like 0-5,8", 1, 0, NULL},
+        {"--rslora", NULL, ARG_BOOL, &f->rslora, NULL, "rank-stabilized LoRA: scaling alpha / sqrt(r)", 1, 0, NULL},
+        {"--lora-bias", NULL, ARG_STR, &f->lora_bias, "B", "also train base biases (PEFT bias=): all = every bias incl. layernorm biases, lora_only = the biases of the adapted layers", 1, 0, LORA_BIAS_NAMES},
+        {"--train-ln-f", NULL, ARG_BOOL, &f->train_ln_f, NULL, "also train the final layernorm (PEFT modules_to_save=[\"ln_f\"])", 1, 0, NULL},
+        {"--adapter", NULL, ARG_STR, &f->adapter, "DIR", "start from this PEFT adapter (adapter_config.json + adapter_model.safetensors); its targets, ranks and alphas replace the --lora-* flags", 1, 0, NULL},
+        {"--qlora", NULL, ARG_BOOL, &f->qlora, NULL, "QLoRA: hold the frozen matmul weights as NF4 with double quantization (bitsandbytes-compatible, ~4.13 bits per weight), dequantized layer by layer; implied by a 4-bit transformers + bitsandbytes checkpoint", 1, 0, NULL},
+        {"--merge", NULL, ARG_BOOL, &f->merge, NULL, "also save the base with the adapter merged in: OUT/merged/ (transformers dir) and OUT/merged/model.bin (llm.c), per --save-format", 1, 0, NULL},
+    };
+    const int nc = (int)(sizeof(common) / sizeof(common[0])), nl = (int)(sizeof(lora) / sizeof(lora[0]));
+    int n = 0;
+    for (int i = 0; i < nc; i++) out[n++] = common[i];
+    cli_sample_flags(&f->sample, out + n);
+    n += CLI_SAMPLE_NFLAGS;
+    for (int i = 0; mode == TRAIN_LORA && i < nl; i++) out[n++] = lora[i];
+    assertCheck(n <= RUNCFG_MAX_FLAGS);
+    return n;
+}
+
+// Copy every flag string into one allocation owned by the configuration (argv or a JSON tree may
+// go away).
+static void runconfig_own_strings(RunConfig* rc) {
+    ArgSpec specs[RUNCFG_MAX_FLAGS];
+    int n = runconfig_specs(&rc->f, rc->mode, specs);
+    size_t total = 1;
+    for (int i = 0; i < n; i++)
+        if (specs[i].type == ARG_STR && *(const char**)specs[i].dst) total += strlen(*(const char**)specs[i].dst) + 1;
+    char* store = (char*)mallocCheck(total);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const char** p = (const char**)specs[i].dst;
+        if (specs[i].type != ARG_STR || !*p) continue;
+        size_t len = strlen(*p) + 1;
+        memcpy(store + off, *p, len);
+        *p = store + off;
+        off += len;
+    }
+    free(rc->strings);
+    rc->strings = store;
+}
+
+// The flags' checks that need no model; 0, or -1 with the message in err and a hint in *hint.
+static int runconfig_check_flags(const RunConfig* rc, char* err, size_t cap, const char** hint) {
+    const TrainFlags* f = &rc->f;
+    *hint = HINT;
+    if (!f->model) { snprintf(err, cap, "--model is required"); return -1; }
+    if (!f->train_data) { snprintf(err, cap, "--train-data is required"); return -1; }
+    if (f->resume && !f->out_dir) { snprintf(err, cap, "--resume needs --out DIR (the directory holding the checkpoints)"); return -1; }
+    if (f->warmup > f->steps) { snprintf(err, cap, "--warmup-steps (%d) is larger than --steps (%d)", f->warmup, f->steps); return -1; }
+    if (rc->mode == TRAIN_FULL && rc->model_4bit) {
+        *hint = "fine-tune it with train_lora (QLoRA), or give train_gpt2 the full-precision model";
+        snprintf(err, cap, "--model %s: the linear weights are stored 4-bit (bitsandbytes NF4); training every parameter needs them in full precision", f->model);
+        return -1;
+    }
+    if (rc->mode != TRAIN_LORA) return 0;
+    if (f->merge && !f->out_dir) { snprintf(err, cap, "--merge needs --out DIR (where the merged model is written)"); return -1; }
+    GPT2Config scratch;
+    if (gpt2_config_from_descriptor(&scratch, f->model) == 0) {
+        *hint = "pass a pretrained checkpoint (llm.c .bin, safetensors or a transformers model dir)";
+        snprintf(err, cap, "--model %s: LoRA trains adapters on a pretrained base; a model built from scratch has nothing to adapt", f->model);
+        return -1;
+    }
+    return 0;
+}
+
+// Tokens per step -> micro-steps, in 64-bit arithmetic with the limits of runconfig.h.
+static int runconfig_derive_batch(RunConfig* rc, char* err, size_t cap, const char** hint) {
+    const TrainFlags* f = &rc->f;
+    const int64_t bt = (int64_t)f->batch_size * f->seq_len;
+    *hint = "lower --batch-size or --seq-len";
+    if (bt > RUNCFG_MAX_MICRO_TOKENS) {
+        snprintf(err, cap, "--batch-size %d x --seq-len %d = %lld tokens per micro-batch; at most %d are supported",
+                 f->batch_size, f->seq_len, (long long)bt, RUNCFG_MAX_MICRO_TOKENS);
+        return -1;
+    }
+    rc->micro_tokens = bt * rc->world;
+    rc->tokens_per_step = f->total_batch_tokens ? f->total_batch_tokens : rc->micro_tokens;
+    *hint = "make --total-batch-tokens a multiple of batch-size x seq-len x ranks";
+    if (rc->tokens_per_step % rc->micro_tokens != 0) {
+        snprintf(err, cap, "--total-batch-tokens %lld is not a multiple of %d x %d x %d = %lld", (long long)rc->tokens_per_step,
+                 f->batch_size, f->seq_len, rc->world, (long long)rc->micro_tokens);
+        return -1;
+    }
+    const int64_t accum = rc->tokens_per_step / rc->micro_tokens;
+    *hint = "lower --total-batch-tokens, or raise --batch-size (or the number of ranks)";
+    if (accum > RUNCFG_MAX_ACCUM || accum * bt > RUNCFG_MAX_RANK_STEP_TOKENS) {
+        snprintf(err, cap, "--total-batch-tokens %lld needs %lld micro-steps of %lld tokens per optimizer step; at most %d micro-steps "
+                 "and %lld tokens per rank and step are supported", (long long)rc->tokens_per_step, (long long)accum,
+                 (long long)rc->micro_tokens, RUNCFG_MAX_ACCUM, (long long)RUNCFG_MAX_RANK_STEP_TOKENS);
+        return -1;
+    }
+    rc->accum = (int)accum;
+    return 0;
+}
+
+int runconfig_derive(RunConfig* rc, int world, char* err, size_t cap, const char** hint) {
+    const TrainFlags* f = &rc->f;
+    rc->world = world;
+    rc->model_4bit = f->model ? qlora_is_hf4bit(f->model) : 0;
+    if (runconfig_check_flags(rc, err, cap, hint) || runconfig_derive_batch(rc, err, cap, hint)) return -1;
+    rc->sample_tokens = f->sample_every > 0 && f->sample_tokens == 0 ? 64 : f->sample_tokens;
+    rc->qlora = rc->mode == TRAIN_LORA && (f->qlora || rc->model_4bit);
+    rc->schedule = sched_parse(f->schedule);
+    rc->save_hf = !strcmp(f->save_format, "hf") || !strcmp(f->save_format, "both");
+    rc->save_llmc = !strcmp(f->save_format, "llmc") || !strcmp(f->save_format, "both");
+    rc->lora_bias = LORA_BIAS_NONE;
+    for (int i = 0; LORA_BIAS_NAMES[i]; i++) if (!strcmp(f->lora_bias, LORA_BIAS_NAMES[i])) rc->lora_bias = i;
+    rc->lora_targets = 0;
+    rc->lora_dropout_given = runconfig_given(rc, "--lora-dropout");
+    if (rc->mode == TRAIN_LORA && !f->adapter && lora_parse_targets(f->lora_targets, &rc->lora_targets, err, cap)) {
+        *hint = "run with --help to see the LoRA targets";
+        return -1;
+    }
+    return 0;
+}
+
+void runconfig_defaults(RunConfig* rc, TrainMode mode) {
+    free(rc->strings);
+    memset(rc, 0, sizeof(*rc));
+    rc->mode = mode;
+    flag_defaults(&rc->f, mode);
+    runconfig_own_strings(rc);
+}
+
+void runconfig_parse_args(RunConfig* rc, int argc, char** argv) {
+    ArgSpec specs[RUNCFG_MAX_FLAGS];
+    int n = runconfig_specs(&rc->f, rc->mode, specs);
+    const char* head = rc->mode == TRAIN_FULL
+        ? "usage: train_gpt2 --model PATH|dN --train-data GLOB [options]\n\nTrains every parameter of a GPT-2 model (fine-tuning, or pretraining from scratch with --model d12)."
+        : "usage: train_lora --model PATH --train-data GLOB [options]\n\nTrains LoRA adapters on a frozen GPT-2.";
+    args_parse(argc, argv, specs, n, head, rc->given);
+    runconfig_own_strings(rc);
+}
+
+void runconfig_from_args(RunConfig* rc, int argc, char** argv, TrainMode mode, int world) {
+    memset(rc, 0, sizeof(*rc));
+    runconfig_defaults(rc, mode);
+    runconfig_parse_args(rc, argc, argv);
+    char err[1024];
+    const char* hint = NULL;
+    if (runconfig_derive(rc, world, err, sizeof(err), &hint) != 0) fatal(hint, "%s", err);
+}
+
+void runconfig_free(RunConfig* rc) {
+    free(rc->strings);
+    memset(rc, 0, sizeof(*rc));
+}
+
+int runconfig_given(const RunConfig* rc, const char* flag) {
+    ArgSpec specs[RUNCFG_MAX_FLAGS];
+    TrainFlags scratch; // only the names are looked at
+    int n = runconfig_specs(&scratch, rc->mode, specs);
+    for (int i = 0; i < n; i++) if (!strcmp(specs[i].name, flag)) return rc->given[i];
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// JSON
+
+#define RUNCFG_FORMAT "llmc-ft run config"
+#define RUNCFG_VERSION 1
+
+// The derived values written to (and checked when reading) the "derived" object.
+typedef struct { const char* key; int64_t value; } Derived;
+static int runconfig_derived(const RunConfig* rc, Derived* out) {
+    const Derived d[] = {
+        {"micro_tokens", rc->micro_tokens}, {"tokens_per_step", rc->tokens_per_step}, {"accum", rc->accum},
+        {"sample_tokens", rc->sample_tokens}, {"model_4bit", rc->model_4bit}, {"qlora", rc->qlora},
+    };
+    const int n = (int)(sizeof(d) / sizeof(d[0]));
+    for (int i = 0; i < n; i++) out[i] = d[i];
+    return n;
+}
+
+char* runconfig_to_json(const RunConfig* rc) {
+    ArgSpec specs[RUNCFG_MAX_FLAGS];
+    TrainFlags f = rc->f; // the writer only reads through the table
+    int n = runconfig_specs(&f, rc->mode, specs);
+    JsonWriter w;
+    jw_init(&w, 1);
+    jw_begin_object(&w);
+    jw_key(&w, "format"); jw_string(&w, RUNCFG_FORMAT);
+    jw_key(&w, "version"); jw_int(&w, RUNCFG_VERSION);
+    jw_key(&w, "program"); jw_string(&w, runconfig_program(rc->mode));
+    jw_key(&w, "world"); jw_int(&w, rc->world);
+    jw_key(&w, "flags"); jw_begin_object(&w);
+    for (int i = 0; i < n; i++) args_write_json(&w, &specs[i]);
+    jw_end_object(&w);
+    jw_key(&w, "given"); jw_begin_array(&w);
+    for (int i = 0; i < n; i++) {
+        char key[128];
+        args_json_key(&specs[i], key, sizeof(key));
+        if (rc->given[i]) jw_string(&w, key);
+    }
+    jw_end_array(&w);
+    Derived d[16];
+    int nd = runconfig_derived(rc, d);
+    jw_key(&w, "derived"); jw_begin_object(&w);
+    for (int i = 0; i < nd; i++) { jw_key(&w, d[i].key); jw_int(&w, d[i].value); }
+    jw_end_object(&w);
+    jw_end_object(&w);
+    size_t len = w.len;
+    char* out = (char*)mallocCheck(len + 1);
+    memcpy(out, w.buf, len + 1);
+    jw_free(&w);
+    return out;
+}
+
+static int find_flag(const ArgSpec* specs, int n, const char* key) {
+    for (int i = 0; i < n; i++) {
+        char k[128];
+        args_json_key(&specs[i], k, sizeof(k));
+        if (!strcmp(k, key)) return i;
+    }
+    return -1;
+}
+
+// The "flags" and "given" members into rc (defaults for missing flags).
+static int runconfig_read_flags(RunConfig* rc, const JsonValue* root, char* err, size_t cap) {
+    ArgSpec specs[RUNCFG_MAX_FLAGS];
+    int n = runconfig_specs(&rc->f, rc->mode, specs);
+    const JsonValue* flags = json_get(root, "flags");
+    const JsonValue* given = json_get(root, "given");
+    if (!flags || flags->type != JSON_OBJECT) { snprintf(err, cap, "no \"flags\" object"); return -1; }
+    for (int i = 0; i < flags->n; i++) {
+        int k = find_flag(specs, n, flags->keys[i]);
+        if (k < 0) { snprintf(err, cap, "flags: unknown member \"%s\" for %s", flags->keys[i], runconfig_program(rc->mode)); return -1; }
+        char e[768];
+        if (args_set_json(&specs[k], &flags->items[i], e, sizeof(e))) { snprintf(err, cap, "flags: %s", e); return -1; }
+    }
+    for (int i = 0; given && i < given->n; i++) {
+        const char* key = json_as_string(&given->items[i]);
+        int k = key ? find_flag(specs, n, key) : -1;
+        if (k < 0) { snprintf(err, cap, "given: element %d is not a flag of %s", i, runconfig_program(rc->mode)); return -1; }
+        rc->given[k] = 1;
+    }
+    return 0;
+}
+
+static int runconfig_read(RunConfig* rc, const JsonValue* root, char* err, size_t cap) {
+    const char* format = json_as_string(json_get(root, "format"));
+    const char* program = json_as_string(json_get(root, "program"));
+    int version = 0, world = 0;
+    if (!format || strcmp(format, RUNCFG_FORMAT)) { snprintf(err, cap, "not a run configuration (\"format\" is not \"%s\")", RUNCFG_FORMAT); return -1; }
+    if (!json_as_int(json_get(root, "version"), &version) || version != RUNCFG_VERSION) {
+        snprintf(err, cap, "\"version\" must be %d", RUNCFG_VERSION);
+        return -1;
+    }
+    if (!program || (strcmp(program, "train_gpt2") && strcmp(program, "train_lora"))) {
+        snprintf(err, cap, "\"program\" must be \"train_gpt2\" or \"train_lora\"");
+        return -1;
+    }
+    if (!json_as_int(json_get(root, "world"), &world) || world < 1) { snprintf(err, cap, "\"world\" must be a rank count >= 1"); return -1; }
+    rc->mode = !strcmp(program, "train_lora") ? TRAIN_LORA : TRAIN_FULL;
+    flag_defaults(&rc->f, rc->mode);
+    if (runconfig_read_flags(rc, root, err, cap)) return -1;
+    runconfig_own_strings(rc);
+    const char* hint = NULL;
+    if (runconfig_derive(rc, world, err, cap, &hint)) return -1;
+    const JsonValue* derived = json_get(root, "derived");
+    Derived d[16];
+    int nd = runconfig_derived(rc, d);
+    for (int i = 0; derived && i < nd; i++) {
+        int64_t v;
+        const JsonValue* x = json_get(derived, d[i].key);
+        if (x && (!json_as_int64(x, &v) || v != d[i].value)) {
+            snprintf(err, cap, "derived: \"%s\" is recorded as %s but the flags give %lld", d[i].key,
+                     json_as_int64(x, &v) ? "another value" : "a non-integer", (long long)d[i].value);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int runconfig_from_json(RunConfig* rc, const char* text, size_t len, const char* source, char* err, size_t cap) {
+    memset(rc, 0, sizeof(*rc));
+    char e[1024];
+    JsonValue* root = json_parse(text, len, e, sizeof(e));
+    int rcode = -1;
+    if (!root) snprintf(err, cap, "'%s': %s", source, e);
+    else if (root->type != JSON_OBJECT) snprintf(err, cap, "'%s': not a JSON object", source);
+    else if (runconfig_read(rc, root, e, sizeof(e))) snprintf(err, cap, "'%s': %s", source, e);
+    else rcode = 0;
+    json_free(root);
+    if (rcode) runconfig_free(rc);
+    return rcode;
+}

@@ -1,0 +1,123 @@
+// The run configuration of the trainers: every flag, validated, and the values derived from them
+// (micro-steps of gradient accumulation, tokens per step, sampling length, QLoRA implied by a 4-bit
+// checkpoint, ...). Built once at start-up, parse -> validate -> derive, and read-only afterwards:
+// the trainer takes a const RunConfig and never rewrites a flag. The flags keep what was given
+// (with the defaults filled in); anything computed from them lives in the derived fields.
+//
+// Sizes and counts are 64-bit with explicit ranges (RUNCFG_MAX_*), so no combination of flags
+// wraps: a total batch that would need more micro-steps than RUNCFG_MAX_ACCUM is refused with a
+// message naming --total-batch-tokens instead of training nothing.
+//
+// The configuration converts to JSON and back (runconfig_to_json / runconfig_from_json):
+//   {"format": "llmc-ft run config", "version": 1, "program": "train_lora", "world": 2,
+//    "flags": {"model": "gpt2", "batch_size": 4, ..., "vocab": null},
+//    "given": ["model", "train_data", ...],            // flags that were on the command line
+//    "derived": {"tokens_per_step": 8192, "accum": 4, ...}}
+// Flag members are named like the flags ("--total-batch-tokens" -> "total_batch_tokens"); reading
+// applies the command line's checks to every value and derives again, and the "derived" members
+// must then agree with what was written.
+#ifndef LLMC_RUNCONFIG_H
+#define LLMC_RUNCONFIG_H
+
+#include <stdint.h>
+#include "cli.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { TRAIN_FULL = 0, TRAIN_LORA = 1 } TrainMode;
+
+#define RUNCFG_MAX_FLAGS 64
+// Micro-steps of gradient accumulation per optimizer step, and the tokens of one rank's
+// micro-batch (B x T): beyond these the host batch buffers or the int row counts of the ops
+// would not fit.
+#define RUNCFG_MAX_ACCUM (1 << 20)
+#define RUNCFG_MAX_MICRO_TOKENS (1 << 24)
+// Tokens one rank reads per optimizer step (accum x B x T), held in host memory (8 bytes each).
+#define RUNCFG_MAX_RANK_STEP_TOKENS ((int64_t)1 << 31)
+
+// Every flag of train_gpt2 / train_lora, as given (defaults filled in). Strings are owned by the
+// RunConfig; NULL = not given.
+typedef struct {
+    const char* model;
+    const char* train_data;
+    const char* val_data;
+    const char* out_dir;
+    int resume;
+    int batch_size, seq_len;
+    int64_t total_batch_tokens;  // 0 = one micro-batch per rank (see RunConfig.tokens_per_step)
+    int steps, stop_after;
+    float lr;
+    int warmup;
+    const char* schedule;
+    float final_lr_frac, cooldown_frac;
+    float weight_decay, grad_clip, beta1, beta2, eps;
+    int eval_every, eval_batches, save_every, keep_checkpoints;
+    int seed, threads, shuffle, max_skipped;
+    int zero, recompute, deterministic;
+    float watchdog_timeout;      // seconds beyond the slowest step (llmc/comm.h); 0 = off
+    const char* save_format;
+    // sampling (rank 0 prints a completion during / after training)
+    int sample_every, sample_tokens;
+    SampleFlags sample;
+    // LoRA (train_lora only)
+    int lora_rank;
+    float lora_alpha, lora_dropout;
+    const char* lora_targets;
+    const char* lora_layers;
+    int rslora, merge, train_ln_f;
+    const char* adapter;
+    const char* lora_bias;
+    int qlora;
+} TrainFlags;
+
+typedef struct {
+    TrainMode mode;
+    TrainFlags f;                // the flags (read-only after runconfig_from_args)
+    unsigned char given[RUNCFG_MAX_FLAGS]; // by flag table index: 1 = on the command line
+    int world;                   // ranks the configuration was derived for
+    // ---- derived
+    int64_t micro_tokens;        // batch_size x seq_len x world: one micro-step of every rank
+    int64_t tokens_per_step;     // --total-batch-tokens, or micro_tokens when it is 0
+    int accum;                   // micro-steps per optimizer step
+    int sample_tokens;           // tokens per sample: --sample-tokens, 64 if only --sample-every
+                                 // is given; 0 = no sampling
+    int model_4bit;              // --model is a transformers + bitsandbytes 4-bit checkpoint
+    int qlora;                   // NF4 base weights: --qlora or a 4-bit checkpoint
+    int schedule;                // SchedKind of --schedule
+    int lora_bias;               // LORA_BIAS_* of --lora-bias
+    unsigned lora_targets;       // LORA_T_* of --lora-targets
+    int lora_dropout_given;      // --lora-dropout replaces the --adapter's own lora_dropout
+    int save_hf, save_llmc;      // --save-format
+    char* strings;               // storage of the flag strings
+} RunConfig;
+
+// Parse argv for mode, validate and derive for `world` ranks: runconfig_defaults, then
+// runconfig_parse_args, then runconfig_derive. Fatal with a message naming the flag on anything
+// wrong; --help prints the flags and exits 0.
+void runconfig_from_args(RunConfig* rc, int argc, char** argv, TrainMode mode, int world);
+void runconfig_free(RunConfig* rc);
+
+// The steps, for callers that start from a recorded configuration (runconfig_from_json) and let
+// the command line override it: every flag at its default (rc must be zeroed or hold a
+// configuration); the command line's flags over what rc holds (given[] then marks exactly
+// those); the checks and derived values for `world` ranks (0, or -1 with the message in err and
+// a hint in *hint).
+void runconfig_defaults(RunConfig* rc, TrainMode mode);
+void runconfig_parse_args(RunConfig* rc, int argc, char** argv);
+int runconfig_derive(RunConfig* rc, int world, char* err, size_t errcap, const char** hint);
+// Whether a flag ("--lora-rank") was given on the command line.
+int runconfig_given(const RunConfig* rc, const char* flag);
+const char* runconfig_program(TrainMode mode); // "train_gpt2" / "train_lora"
+
+// JSON text of the configuration (malloc'd, NUL-terminated; pretty-printed).
+char* runconfig_to_json(const RunConfig* rc);
+// Read a configuration written by runconfig_to_json. `source` names it in messages (a path).
+// Returns 0, or -1 with the reason in err (nothing to free then).
+int runconfig_from_json(RunConfig* rc, const char* text, size_t len, const char* source, char* err, size_t errcap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_RUNCONFIG_H

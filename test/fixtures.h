@@ -1,0 +1,140 @@
+// Fixtures shared by the model tests (test_gpt2, test_recompute, test_lora, test_qlora): a base
+// model with the batch of its reference file, models assembled on weights in memory
+// (llmc/model.h), the reference's AdamW training loop, and LoRA gradients checked against PEFT.
+// The references come from the dev/ generators (transformers, PEFT, bitsandbytes).
+#ifndef LLMC_TEST_FIXTURES_H
+#define LLMC_TEST_FIXTURES_H
+
+#include "test.h"
+#include "ref.h"
+#include "../llmc/model.h"
+#include "../llmc/model_io.h"
+#include "../llmc/optimizer.h"
+
+// A base model (fp32 weights in table layout) and the batch of DIR/ref.safetensors.
+typedef struct {
+    GPT2Config cfg;
+    ParamTable pt;
+    float* weights;
+    RefBatch batch;
+} TestBase;
+
+static inline void test_base_load(TestBase* tb, const char* dir) {
+    char path[1024];
+    model_load(dir, &tb->cfg, &tb->pt, &tb->weights);
+    snprintf(path, sizeof(path), "%s/ref.safetensors", dir);
+    StFile f;
+    st_open(&f, path);
+    tb->batch = ref_read_batch(&f);
+    st_close(&f);
+}
+
+static inline void test_base_free(TestBase* tb) {
+    free(tb->weights); free(tb->batch.inputs); free(tb->batch.targets);
+}
+
+// A model on weights in table layout, with gradients for `trainable` (plus what the adapters
+// train), activations for the base's batch, adapters lm (kept by the caller; may be NULL), NF4
+// linear weights with qlora.
+static inline void test_model(Model* m, const TestBase* tb, const float* weights, unsigned trainable, LoraModel* lm,
+                              int qlora, int recompute) {
+    ModelSpec s;
+    memset(&s, 0, sizeof(s));
+    s.cfg = &tb->cfg; s.host = weights;
+    s.trainable = trainable; s.lora = lm; s.qlora = qlora; s.recompute = recompute;
+    s.B = tb->batch.B; s.T = tb->batch.T;
+    model_assemble(m, &s);
+}
+
+// ---- the reference's training loop: `steps` AdamW steps on one batch, the hyperparameters in the
+// reference file's metadata, the losses and gradient norms (before clipping) as it recorded them.
+typedef struct { float lr, beta1, beta2, eps, weight_decay, grad_clip; int steps; } RefAdamW;
+
+static inline RefAdamW ref_adamw(StFile* ref) {
+    RefAdamW h;
+    h.lr = (float)atof(st_meta(ref, "lr")); h.beta1 = (float)atof(st_meta(ref, "beta1"));
+    h.beta2 = (float)atof(st_meta(ref, "beta2")); h.eps = (float)atof(st_meta(ref, "eps"));
+    h.weight_decay = (float)atof(st_meta(ref, "weight_decay")); h.grad_clip = (float)atof(st_meta(ref, "grad_clip"));
+    h.steps = atoi(st_meta(ref, "steps"));
+    return h;
+}
+
+// Trains m's trainable parameters (the optimizer segments of llmc/model.h) for h->steps steps;
+// losses and norms get h->steps entries. Returns 1 if the optimizer kept fp32 master weights.
+static inline int ref_train(Model* m, const RefBatch* b, const RefAdamW* h, float* losses, float* norms) {
+    TrainSeg* segs = (TrainSeg*)mallocCheck((size_t)model_max_segments(m) * sizeof(TrainSeg));
+    int nseg = model_segments(m, segs);
+    Optimizer opt;
+    opt_init(&opt, segs, nseg, 0, (size_t)-1);
+    free(segs);
+    const int had_master = opt.master != NULL;
+    for (int s = 0; s < h->steps; s++) {
+        gpt2_zero_grads(&m->gpt);
+        long nv = 0;
+        double ls = gpt2_forward(&m->gpt, b->inputs, b->targets, b->B, b->T, 1.0f / (float)b->valid, &nv);
+        gpt2_backward(&m->gpt, NULL);
+        double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
+        opt_step(&opt, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, opt_clip_scale(norm, h->grad_clip), 1234u + (uint32_t)s);
+        losses[s] = (float)(ls / (double)nv);
+        norms[s] = (float)norm;
+    }
+    opt_free(&opt);
+    return had_master;
+}
+
+// The losses (absolute tolerance) and gradient norms (relative) against the reference's
+// train_losses / train_grad_norms.
+static inline void ref_check_train(const char* what, StFile* ref, const float* losses, const float* norms, int steps,
+                                   double loss_atol, double norm_rtol) {
+    size_t ns;
+    float* want_l = ref_read(ref, "train_losses", &ns);
+    float* want_n = ref_read(ref, "train_grad_norms", NULL);
+    char w[400];
+    TEST_CHECK((int)ns == steps, "%s: train_losses has %zu steps, the run %d", what, ns, steps);
+    printf("%s: %d steps: loss %.6f -> %.6f (reference %.6f -> %.6f)\n", what, steps, losses[0], losses[steps - 1], want_l[0], want_l[steps - 1]);
+    snprintf(w, sizeof(w), "%s %d AdamW step losses", what, steps);
+    test_allclose(w, losses, want_l, (size_t)steps, 0.0, loss_atol);
+    snprintf(w, sizeof(w), "%s %d AdamW step grad norms", what, steps);
+    test_allclose(w, norms, want_n, (size_t)steps, norm_rtol, 1e-6);
+    free(want_l); free(want_n);
+}
+
+// ---- LoRA: every lora_A / lora_B gradient (and those of the trained base slices, read from m)
+// against <prefix><PEFT key> of the reference ("grad." or "accum.grad.").
+static const char* const TEST_LORA_LIN_NAME[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+
+static inline void ref_check_lora_grads(const char* set, LoraModel* lm, GPT2* m, StFile* ref, const char* prefix) {
+    float* g = (float*)mallocCheck(lm->total * sizeof(float));
+    lora_get_grads(lm, g);
+    for (int i = 0; i < lm->n; i++) {
+        const LoraAdapter* a = &lm->ad[i];
+        for (int w = 0; w < 2; w++) {
+            char key[256], what[300];
+            snprintf(key, sizeof(key), "%sbase_model.model.transformer.h.%d.%s.lora_%c.weight", prefix, a->layer,
+                     TEST_LORA_LIN_NAME[a->lin], w ? 'B' : 'A');
+            size_t n;
+            float* want = ref_read(ref, key, &n);
+            TEST_CHECK(n == (size_t)a->rank * (w ? a->out : a->in), "%s size", key);
+            snprintf(what, sizeof(what), "%s %s", set, key);
+            test_allclose(what, g + (w ? a->b_off : a->a_off), want, n, 1e-3, 1e-4 * ref_max_abs(want, n) + 1e-7);
+            free(want);
+        }
+    }
+    free(g);
+    for (int i = 0; m && i < lm->n_extra; i++) { // trained base slices (PEFT bias= / modules_to_save)
+        const LoraExtra* e = &lm->extra[i];
+        char key[256], what[300];
+        snprintf(key, sizeof(key), "%s%s", prefix, e->key);
+        size_t n;
+        float* want = ref_read(ref, key, &n);
+        size_t ln = params_layer_numel(&m->pt, e->id);
+        TEST_CHECK(n == ln, "%s size", key);
+        float* ours = (float*)mallocCheck(ln * sizeof(float));
+        ops_download_f32(ours, m->g[e->id] + (e->layer < 0 ? 0 : (size_t)e->layer * ln), ln);
+        snprintf(what, sizeof(what), "%s %s", set, key);
+        test_allclose(what, ours, want, n, 1e-3, 1e-4 * ref_max_abs(want, n) + 1e-7);
+        free(want); free(ours);
+    }
+}
+
+#endif // LLMC_TEST_FIXTURES_H

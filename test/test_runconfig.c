@@ -1,0 +1,159 @@
+// The run configuration (llmc/runconfig.h): flags -> validated configuration with derived values;
+// the parsed flags are never rewritten (a defaulted total batch, an implied --qlora, the default
+// sample length live in derived fields); batch arithmetic cannot wrap (a --total-batch-tokens that
+// would need 2^32 or 2^31 micro-steps is refused naming the flag, as is one over the limit); the
+// JSON form reads back to the same configuration, and a JSON file gets the command line's checks.
+#include "test.h"
+#include "test_child.h"
+#include "../llmc/runconfig.h"
+#include "../llmc/lora.h"
+#include "../llmc/schedule.h"
+
+#define ARGC(a) ((int)(sizeof(a) / sizeof(a[0])))
+
+static int same_str(const char* a, const char* b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
+
+// Every flag of two configurations equal (strings by value).
+static int same_flags(const TrainFlags* a, const TrainFlags* b) {
+    const char* const sa[] = {a->model, a->train_data, a->val_data, a->out_dir, a->schedule, a->save_format, a->sample.prompt,
+                              a->sample.vocab, a->lora_targets, a->lora_layers, a->adapter, a->lora_bias};
+    const char* const sb[] = {b->model, b->train_data, b->val_data, b->out_dir, b->schedule, b->save_format, b->sample.prompt,
+                              b->sample.vocab, b->lora_targets, b->lora_layers, b->adapter, b->lora_bias};
+    for (int i = 0; i < ARGC(sa); i++) if (!same_str(sa[i], sb[i])) return 0;
+    TrainFlags x = *a, y = *b; // the numbers: blank the pointers and compare the bytes
+    const char** px[] = {&x.model, &x.train_data, &x.val_data, &x.out_dir, &x.schedule, &x.save_format, &x.sample.prompt,
+                         &x.sample.vocab, &x.lora_targets, &x.lora_layers, &x.adapter, &x.lora_bias};
+    const char** py[] = {&y.model, &y.train_data, &y.val_data, &y.out_dir, &y.schedule, &y.save_format, &y.sample.prompt,
+                         &y.sample.vocab, &y.lora_targets, &y.lora_layers, &y.adapter, &y.lora_bias};
+    for (int i = 0; i < ARGC(px); i++) { *px[i] = NULL; *py[i] = NULL; }
+    return memcmp(&x, &y, sizeof(x)) == 0;
+}
+
+static void test_derived(void) {
+    char* lora_args[] = {"train_lora", "--model", "test/ref/qlora_tiny/base_4bit", "--train-data", "x.bin", "-b", "2", "-t", "16",
+                         "--sample-every", "5", "--lora-targets", "q,v", "--lora-bias", "lora_only", "--schedule", "wsd",
+                         "--lora-dropout", "0.1", "--prompt", "Hi there", "--save-format", "hf"};
+    RunConfig rc;
+    runconfig_from_args(&rc, ARGC(lora_args), lora_args, TRAIN_LORA, 2);
+    TEST_CHECK(rc.micro_tokens == 64 && rc.tokens_per_step == 64 && rc.accum == 1, "micro %lld step %lld accum %d",
+               (long long)rc.micro_tokens, (long long)rc.tokens_per_step, rc.accum);
+    TEST_CHECK(rc.f.total_batch_tokens == 0, "the --total-batch-tokens flag stays as given (0)");
+    TEST_CHECK(rc.sample_tokens == 64 && rc.f.sample_tokens == 0, "sample tokens derived 64, flag stays 0");
+    TEST_CHECK(rc.model_4bit && rc.qlora && !rc.f.qlora, "QLoRA implied by the 4-bit checkpoint; the flag stays 0");
+    TEST_CHECK(rc.schedule == SCHED_WSD && rc.lora_bias == LORA_BIAS_LORA_ONLY, "schedule / bias kinds");
+    TEST_CHECK(rc.lora_targets == (LORA_T_Q | LORA_T_V), "targets %#x", rc.lora_targets);
+    TEST_CHECK(rc.lora_dropout_given && runconfig_given(&rc, "--lora-dropout") && !runconfig_given(&rc, "--lora-rank"), "given flags");
+    TEST_CHECK(rc.save_hf && !rc.save_llmc, "--save-format hf");
+    TEST_CHECK(!strcmp(rc.f.sample.prompt, "Hi there") && rc.f.batch_size == 2 && rc.f.lr == 2e-4f, "flags and LoRA defaults");
+
+    // the JSON form reads back to the same configuration, and writes the same text again
+    char* j1 = runconfig_to_json(&rc);
+    RunConfig back;
+    char err[1024];
+    int rcode = runconfig_from_json(&back, j1, strlen(j1), "test.json", err, sizeof(err));
+    TEST_CHECK(rcode == 0, "read back: %s", rcode ? err : "");
+    if (rcode == 0) {
+        char* j2 = runconfig_to_json(&back);
+        TEST_CHECK(!strcmp(j1, j2), "JSON round trip changes the text:\n%s\nvs\n%s", j1, j2);
+        TEST_CHECK(same_flags(&rc.f, &back.f), "flags differ after the round trip");
+        TEST_CHECK(back.mode == rc.mode && back.world == 2 && back.accum == rc.accum && back.qlora == rc.qlora &&
+                   back.sample_tokens == rc.sample_tokens && !memcmp(back.given, rc.given, sizeof(rc.given)), "derived values differ");
+        printf("ok   round trip of a train_lora configuration (%zu bytes of JSON)\n", strlen(j1));
+        free(j2);
+        // a recorded configuration with command-line flags over it (what a resume reads)
+        char* over[] = {"train_lora", "--lr", "0.01", "--total-batch-tokens", "128", "--out", "elsewhere"};
+        runconfig_parse_args(&back, ARGC(over), over);
+        const char* hint = NULL;
+        rcode = runconfig_derive(&back, 2, err, sizeof(err), &hint);
+        TEST_CHECK(rcode == 0, "derive after overriding: %s", rcode ? err : "");
+        TEST_CHECK(back.f.lr == 0.01f && !strcmp(back.f.out_dir, "elsewhere") && back.accum == 2 && back.f.batch_size == 2 &&
+                   !strcmp(back.f.sample.prompt, "Hi there") && back.qlora, "overridden flags / derived values");
+        TEST_CHECK(runconfig_given(&back, "--lr") && runconfig_given(&back, "--out") && !runconfig_given(&back, "--prompt"),
+                   "given marks exactly the overriding flags");
+        runconfig_free(&back);
+    }
+    free(j1);
+    runconfig_free(&rc);
+
+    char* full_args[] = {"train_gpt2", "--model", "tiny", "--train-data", "x.bin", "-b", "4", "-t", "32", "--total-batch-tokens", "1024",
+                         "--lr", "0.001", "--val-data", "v.bin"};
+    runconfig_from_args(&rc, ARGC(full_args), full_args, TRAIN_FULL, 1);
+    TEST_CHECK(rc.accum == 8 && rc.tokens_per_step == 1024 && rc.sample_tokens == 0 && !rc.qlora, "accum %d", rc.accum);
+    j1 = runconfig_to_json(&rc);
+    rcode = runconfig_from_json(&back, j1, strlen(j1), "full.json", err, sizeof(err));
+    TEST_CHECK(rcode == 0 && same_flags(&rc.f, &back.f) && back.mode == TRAIN_FULL && back.accum == 8, "train_gpt2 round trip: %s", rcode ? err : "");
+    if (rcode == 0) runconfig_free(&back);
+    free(j1);
+    runconfig_free(&rc);
+}
+
+typedef struct { const char* total; int world; } BatchCase;
+static void child_batch(void* arg) {
+    const BatchCase* bc = (const BatchCase*)arg;
+    char* args[] = {"train_gpt2", "--model", "tiny", "--train-data", "x.bin", "-b", "2", "-t", "16", "--total-batch-tokens", (char*)bc->total};
+    RunConfig rc;
+    runconfig_from_args(&rc, ARGC(args), args, TRAIN_FULL, bc->world);
+    printf("accum %d\n", rc.accum); // not reached
+}
+
+static void test_batch_limits(void) {
+    // 32 tokens per micro-step: 32 x 2^32 made the old int accumulation count 0 (trains nothing,
+    // exits 0), 32 x 2^31 made it negative (an 18 EB allocation)
+    const char* want[] = {"--total-batch-tokens", "micro-steps", NULL};
+    BatchCase zero = {"137438953472", 1}, neg = {"68719476736", 1}, over = {"67108928", 2};
+    TEST_CHECK(test_expect_fatal("2^32 micro-steps", child_batch, &zero, want), "2^32 micro-steps not refused");
+    TEST_CHECK(test_expect_fatal("2^31 micro-steps", child_batch, &neg, want), "2^31 micro-steps not refused");
+    TEST_CHECK(test_expect_fatal("2^20 + 1 micro-steps", child_batch, &over, want), "2^20 + 1 micro-steps on 2 ranks not refused");
+    const char* multiple[] = {"--total-batch-tokens 33 is not a multiple of 2 x 16 x 1 = 32", NULL};
+    BatchCase odd = {"33", 1};
+    TEST_CHECK(test_expect_fatal("not a multiple", child_batch, &odd, multiple), "non-multiple not refused");
+    BatchCase ok = {"1048576", 1}; // 2^15 micro-steps: allowed
+    char out[4096];
+    TEST_CHECK(test_run_child(child_batch, &ok, out, sizeof(out)) == 0, "2^15 micro-steps refused: %s", out);
+}
+
+static void expect_json_error(const char* what, const char* text, const char* want) {
+    RunConfig rc;
+    char err[1024] = "";
+    int rcode = runconfig_from_json(&rc, text, strlen(text), "bad.json", err, sizeof(err));
+    TEST_CHECK(rcode != 0 && strstr(err, want) && strstr(err, "bad.json"), "%s: expected an error naming '%s', got %s", what, want,
+               rcode ? err : "success");
+    if (rcode == 0) runconfig_free(&rc);
+    else printf("ok   %s -> %s\n", what, err);
+}
+
+// A JSON configuration goes through the command line's checks.
+static void test_json_checks(void) {
+    char* args[] = {"train_gpt2", "--model", "tiny", "--train-data", "x.bin", "-b", "2", "-t", "16"};
+    RunConfig rc;
+    runconfig_from_args(&rc, ARGC(args), args, TRAIN_FULL, 1);
+    char* good = runconfig_to_json(&rc);
+    runconfig_free(&rc);
+    char buf[16384];
+    const struct { const char* what; const char* from; const char* to; const char* want; } cases[] = {
+        {"batch size out of range", "\"batch_size\": 2", "\"batch_size\": 0", "--batch-size: 0 is out of range"},
+        {"schedule not a choice", "\"schedule\": \"cosine\"", "\"schedule\": \"saw\"", "--schedule: 'saw'"},
+        {"string for a number", "\"seq_len\": 16", "\"seq_len\": \"16\"", "--seq-len: not an integer"},
+        {"unknown member", "\"seq_len\": 16", "\"seq_lenn\": 16", "unknown member \"seq_lenn\""},
+        {"LoRA flag in a train_gpt2 file", "\"seq_len\": 16", "\"lora_rank\": 4", "unknown member \"lora_rank\""},
+        {"derived value disagrees", "\"accum\": 1", "\"accum\": 2", "\"accum\""},
+        {"not a multiple", "\"total_batch_tokens\": 0", "\"total_batch_tokens\": 33", "--total-batch-tokens 33"},
+        {"wrong format", "llmc-ft run config", "something else", "not a run configuration"},
+    };
+    for (int i = 0; i < ARGC(cases); i++) {
+        const char* at = strstr(good, cases[i].from);
+        TEST_CHECK(at != NULL, "%s: '%s' not in the JSON", cases[i].what, cases[i].from);
+        if (!at) continue;
+        snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(at - good), good, cases[i].to, at + strlen(cases[i].from));
+        expect_json_error(cases[i].what, buf, cases[i].want);
+    }
+    expect_json_error("malformed JSON", "{\"format\": ", "bad.json");
+    free(good);
+}
+
+int main(void) {
+    test_derived();
+    test_batch_limits();
+    test_json_checks();
+    return test_finish("test_runconfig");
+}
