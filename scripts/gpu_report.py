@@ -240,8 +240,10 @@ def fmt(v, spec="%.1f", none="-"):
 
 
 def status_cell(r):
-    s = r["status"]
-    return s if not r.get("reason") else "%s: %s" % (s, r["reason"])
+    s, why = r["status"], r.get("reason") or ""
+    if why.startswith("skipped: "):
+        why = why[len("skipped: "):]
+    return s if not why else "%s: %s" % (s, why)
 
 
 def markdown(rep):
@@ -379,7 +381,7 @@ def markdown(rep):
     reasons = sorted({s["reason"] for s in rep["sanitize"] if s["status"] == "skip"})
     if reasons:
         L.append("")
-        L.append("Skipped: " + "; ".join(reasons))
+        L.append("Skipped: " + "; ".join(x.replace("skipped: ", "", 1) for x in reasons))
     L.append("")
     return "\n".join(L)
 
