@@ -11,6 +11,7 @@
 #include "gpt2.h"
 #include "gradsync.h"
 #include "lora.h"
+#include "mfu.h"
 #include "model.h"
 #include "model_io.h"
 #include "ops.h"
@@ -52,6 +53,8 @@ typedef struct {
     int* prompt_ids;
     int n_prompt;
     KVCache* kv;
+    // model FLOPs utilization (llmc/mfu.h): FLOPs of one step on this rank, the device's peak
+    double step_flops, peak_flops; // peak 0: unknown (CPU, unlisted GPU), MFU "n/a"
 } Run;
 
 // Console output comes from rank 0 only.
@@ -106,10 +109,11 @@ static void save_checkpoint(Run* r) {
     ckpt_path(path, sizeof(path), f->out_dir, "state", r->step, r->rank);
     ckpt_write_state(path, &h, mh, vh, mas);
     free(mh); free(vh); free(mas);
-    comm_barrier(&r->comm); // the checkpoint is complete only when every rank has written its part
+    // the checkpoint is complete only when every rank has written its part: the DONE manifest
+    // (sizes and checksums of every file) is written last
+    ckpt_commit(&r->comm, f->out_dir, r->step, r->lora ? "adapter" : "model");
     if (r->rank == 0) {
-        ckpt_write_done(f->out_dir, r->step);
-        ckpt_prune(f->out_dir, f->keep_checkpoints, r->world);
+        ckpt_prune(f->out_dir, f->keep_checkpoints);
         printf("checkpoint: step %ld written to %s\n", r->step, f->out_dir);
     }
     comm_barrier(&r->comm);
@@ -127,6 +131,9 @@ static void check_state_matches(Run* r, const char* path, const StateHeader* h0)
     if ((size_t)h0->h[SH_TOTAL] != r->opt.total)
         fatal(hint, "'%s' holds optimizer state for %lld trainable parameters; this run has %zu",
               path, (long long)h0->h[SH_TOTAL], r->opt.total);
+    if (h0->h[SH_STEP] > f->steps)
+        fatal("raise --steps to continue the run", "the checkpoint in '%s' is at step %lld, beyond --steps %d",
+              f->out_dir, (long long)h0->h[SH_STEP], f->steps);
 }
 
 // Optimizer state, re-sharded by zero_reshard_plan when the ranks or the stage changed: the old
@@ -189,8 +196,8 @@ static void restore_data_position(Run* r, const StateHeader* h0) {
 static void restore_checkpoint(Run* r, long step) {
     char path[LLMC_PATH_MAX];
     StateHeader h0;
+    ckpt_check_states(r->c->f.out_dir, step, &h0); // every rank's header, validated and cross-checked
     ckpt_path(path, sizeof(path), r->c->f.out_dir, "state", step, 0);
-    ckpt_read_state_header(path, &h0);
     check_state_matches(r, path, &h0);
     restore_optimizer(r, step, &h0);
     r->opt.t = (int)h0.h[SH_OPT_T];
@@ -368,6 +375,8 @@ static long prepare_out_dir(Run* r) {
               "no complete checkpoint (DONE_* marker) in '%s'", f->out_dir);
     if (!f->resume && latest >= 0) // never clobber another run's checkpoints and log
         fatal("add --resume to continue that run, or choose another --out", "'%s' holds checkpoints of an earlier run", f->out_dir);
+    if (r->rank == 0) ckpt_clean(f->out_dir); // temporaries and orphans of interrupted runs
+    if (f->resume) ckpt_verify(&r->comm, f->out_dir, latest); // every file against the manifest, before anything is read
     return f->resume ? latest : -1;
 }
 
@@ -441,6 +450,18 @@ static void report_model(Run* r) {
     say(r, "comm: %s, rank %d of %d\n", comm_impl_name(&r->comm), r->rank, r->world);
     say(r, "batch: %d x %d per rank x %d ranks x %d accumulation = %lld tokens/step\n",
            f->batch_size, f->seq_len, r->world, r->c->accum, (long long)r->c->tokens_per_step);
+}
+
+// The model FLOPs of a step on this rank and the device's peak bf16 FLOP/s, for the step line.
+static void setup_mfu(Run* r) {
+    const GPT2Config* cfg = &r->model->cfg;
+    const double per_token = mfu_flops_per_token(params_count_unpadded(&r->model->pt), r->lora != NULL,
+                                                 r->lora ? r->lora->n_trainable : 0, cfg->num_layers, cfg->channels, r->c->f.seq_len);
+    r->step_flops = per_token * (double)r->c->tokens_per_step / (double)r->world;
+    const char* model = NULL;
+    r->peak_flops = mfu_peak_bf16_flops(ops_backend_name(), &model);
+    if (r->peak_flops > 0)
+        say(r, "mfu: %.3g TFLOP per step per rank, peak %.1f TFLOP/s bf16 (%s)\n", r->step_flops / 1e12, r->peak_flops / 1e12, model);
 }
 
 static void report_memory(Run* r) {
@@ -561,10 +582,17 @@ static void note_skipped(Run* r, const StepResult* s) {
 static void log_step(Run* r, const StepResult* s, double seconds) {
     double ms = seconds * 1000.0;
     double tps = (double)r->c->tokens_per_step / seconds;
-    say(r, "step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n",
-           r->step, r->c->f.steps, s->loss, s->lr, s->norm, ms, tps);
-    run_log_json(r, "{\"step\": %ld, \"train_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f%s}",
-                 r->step, s->loss, s->lr, s->norm, ms, tps, s->skipped ? ", \"skipped\": true" : "");
+    double tflops = r->step_flops / seconds / 1e12;
+    char mfu[32] = "n/a", mfu_json[32] = "null";
+    if (r->peak_flops > 0) {
+        snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * tflops * 1e12 / r->peak_flops);
+        snprintf(mfu_json, sizeof(mfu_json), "%.4f", tflops * 1e12 / r->peak_flops);
+    }
+    say(r, "step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.1f TFLOP/s | MFU %s\n",
+           r->step, r->c->f.steps, s->loss, s->lr, s->norm, ms, tps, tflops, mfu);
+    run_log_json(r, "{\"step\": %ld, \"train_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f, "
+                    "\"tflops\": %.3f, \"mfu\": %s%s}",
+                 r->step, s->loss, s->lr, s->norm, ms, tps, tflops, mfu_json, s->skipped ? ", \"skipped\": true" : "");
 }
 
 static void eval_and_log(Run* r) {
@@ -597,10 +625,14 @@ static int train_loop(Run* r) {
         double t0 = timer_now_s();
         comm_watchdog_op(&r->comm, "step %ld", r->step + 1);
         StepResult s = train_step(r);
+        // the step ends when the device has finished its work (the optimizer's kernels are
+        // asynchronous on CUDA): the time is everything the user waits for
+        ops_synchronize();
+        const double seconds = timer_now_s() - t0;
         note_skipped(r, &s);
         r->step++;
         r->steps_this_run++;
-        log_step(r, &s, timer_now_s() - t0);
+        log_step(r, &s, seconds);
         const int stop = stop_reason(r);
         comm_watchdog_op_unbounded(&r->comm, "sample / checkpoint after step %ld", r->step);
         if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < f->steps) sample_now(r);
@@ -657,6 +689,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     }
     report_model(r);
     report_memory(r);
+    setup_mfu(r);
     open_log(r, resume_step >= 0);
     const int stopped = train_loop(r);
     comm_watchdog_op_unbounded(&r->comm, "final sample and save");

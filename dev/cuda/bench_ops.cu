@@ -10,7 +10,7 @@
 #include <string.h>
 #include <vector>
 #include <cuda_runtime.h>
-#include "common.cuh"   // dev/cuda: dev_time_ms
+#include "common.cuh"   // dev/cuda: dev_time_ms, report.cuh
 
 static int g_reps;   // --reps / --small: the same count for every op (0: each op's default)
 
@@ -18,10 +18,8 @@ static int g_reps;   // --reps / --small: the same count for every op (0: each o
 template <typename F>
 static float time_ms(F fn, int reps = 20) { return dev_time_ms(fn, g_reps > 0 ? g_reps : reps); }
 
-static void report(const char* name, float ms, double bytes, double flops) {
-    if (flops > 0) printf("%-44s %9.3f ms  %8.1f TFLOP/s\n", name, ms, flops / (ms * 1e-3) / 1e12);
-    else printf("%-44s %9.3f ms  %8.1f GB/s\n", name, ms, bytes / (ms * 1e-3) / 1e9);
-}
+// one `time` line (report.cuh): the GEMMs by their FLOPs, the other ops by their bytes
+static void report(const char* name, float ms, double bytes, double flops) { report_time(name, ms, bytes, flops); }
 
 static floatX* rand_bf16(size_t n, float scale) {
     std::vector<float> h(n);
@@ -61,7 +59,7 @@ int main(int argc, char** argv) {
     }
     const int N = B * T;
     cuda_ops_init(0);
-    printf("%s, B=%d T=%d C=%d NH=%d Vp=%d, AdamW over %zu\n", cuda_ops_backend_name(), B, T, C, NH, Vp, np);
+    report_begin("bench_ops", cuda_ops_backend_name(), "B=%d T=%d C=%d NH=%d Vp=%d, AdamW over %zu", B, T, C, NH, Vp, np);
     const double bf = sizeof(floatX);
 
     floatX* wte = rand_bf16((size_t)Vp * C, 0.1f);
