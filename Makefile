@@ -52,6 +52,7 @@ gpu-tests: $(GPU_TEST_PROGS)
 # file for the trip (the programs share most of their bytes, the kernels' code: xz packs ~50 MB
 # into a few)
 gpu-bundle-files: $(PROGRAMS) $(GPU_TEST_PROGS) $(DEV_CUDA_PROGS)
+	@[ "$(PORTABLE)$(NO_MPI)" = 11 ] || { echo "gpu-bundle-files is the inside of 'make gpu-bundle' (portable, MPI-free programs only)"; exit 1; }
 	@rm -rf $(GPU_BUNDLE) $(GPU_BUNDLE).tar.xz && mkdir -p $(GPU_BUNDLE)
 	@cp $^ $(GPU_BUNDLE)/
 	@{ echo "llmc-ft GPU bundle from $(TREE) (ARCH=$(ARCH), NO_MPI=$(NO_MPI), sm $(CUDA_ARCHS)), $$(git describe --always --dirty 2>/dev/null || echo 'no git')"; \

@@ -1,8 +1,25 @@
-// The op interface (DESIGN.md section 1): every piece of tensor arithmetic the model and the
-// trainer need, implemented once per backend. The CPU backend (llmc/cpu/) works in fp32
-// (floatX = float); the CUDA backend (llmc/cuda/) stores floatX = bf16 and accumulates in fp32.
-// The model code (gpt2.c, lora.c) only does pointer arithmetic on these buffers and calls ops,
-// so it is the same source for both backends.
+// The op interface: every piece of tensor arithmetic the model and the trainer need, and the
+// backend's lifetime, memory and capabilities. gpt2.c, linear.c, lora.c, ... call these neutral
+// names only, so they are the same source for both backends.
+//
+// Backends: llmc/cpu/ (fp32, OpenMP, OpenBLAS) and llmc/cuda/ (bf16 storage, fp32 accumulation,
+// cuBLASLt and our own kernels). Each implements every function below under its own prefix
+// (cpu_encoder_forward, cuda_encoder_forward, ...), declared in one header per backend
+// (llmc/cpu/ops_cpu.h, llmc/cuda/ops_cuda.h), in files split the same way in both folders (the
+// groups below name them), and one dispatch file per backend (llmc/cpu/dispatch.c,
+// llmc/cuda/dispatch.cu) defines these names by calling its backend's. A program links one
+// backend, so these names mean that backend; a test that compares the backends links both
+// implementations and calls cpu_* and cuda_* side by side (test/test_cuda_ops.cpp).
+// Why prefixes and a dispatch file rather than a table of function pointers (as ggml has): the
+// backend is chosen when a program is built, not while it runs (floatX differs in size, so the
+// shared C is compiled per backend anyway), and direct calls keep every signature type-checked
+// in its backend's own element type (float on the CPU, __nv_bfloat16 on CUDA), where a table
+// would pass one pointer type for both.
+//
+// floatX, the element type of activations, parameters and gradients, is the one compile-time
+// property of the backend that shared code sees (it sizes and indexes buffers in floatX units),
+// hence the #if below; whatever else shared code must know about the backend it asks at run
+// time: ops_caps(), and llmc/device.h for GPU selection and device collectives.
 //
 // Conventions (all backends):
 // - Row-major. B = batch, T = time, C = channels, N = rows (B*T), OC = output channels.
@@ -39,10 +56,19 @@ extern "C" {
 #endif
 
 // ----------------------------------------------------------------------------
-// backend lifetime and memory
+// backend lifetime, capabilities and memory (backend.c / backend.cu)
 
 void ops_init(int threads);           // threads <= 0: backend default (all cores on CPU)
 const char* ops_backend_name(void);   // "cpu (OpenBLAS ...)" / "cuda (...)"
+
+typedef enum { OPS_F32 = 0, OPS_BF16 = 1 } OpsDtype;
+typedef struct {
+    OpsDtype floatx;        // what floatX holds (the format gradients travel in between ranks)
+    size_t floatx_bytes;    // sizeof(floatX)
+    int master_weights;     // 1: the optimizer keeps fp32 master weights of the floatX parameters
+                            // and writes them back rounded (bf16 parameters)
+} OpsCaps;
+OpsCaps ops_caps(void);
 void* ops_alloc(size_t bytes);        // device memory on CUDA, aligned host memory on CPU
 void ops_free(void* p);
 void ops_zero(void* p, size_t bytes);
@@ -59,12 +85,15 @@ void ops_synchronize(void);
 void ops_set_deterministic(int on);
 
 // ----------------------------------------------------------------------------
-// forward ops
+// embeddings (encoder.c / encoder.cu)
 
 // out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
 void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C);
 // dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic. Either may be NULL.
 void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T, int C);
+
+// ----------------------------------------------------------------------------
+// layernorm (layernorm.c / layernorm.cu)
 
 // Layernorm over the last dim (eps 1e-5). mean/rstd (N floats each) are saved for backward.
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
@@ -77,6 +106,9 @@ void fused_residual_layernorm_forward(floatX* residual_out, floatX* ln_out, floa
                                       const floatX* a, const floatX* b, const floatX* weight,
                                       const floatX* bias, int N, int C);
 
+// ----------------------------------------------------------------------------
+// matmul (matmul.c / matmul.cu, with gemm.cu: cuBLASLt)
+
 // out[N, OC] = inp[N, C] @ weight[OC, C]^T (+ bias[OC]); bias may be NULL.
 // With gelu_out != NULL the GELU epilogue also writes gelu_out = gelu(out) (out keeps the
 // pre-activation, which backward needs).
@@ -85,6 +117,9 @@ void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floa
 // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout. Any may be NULL.
 void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC);
+
+// ----------------------------------------------------------------------------
+// element-wise (elementwise.c / elementwise.cu)
 
 // GELU, tanh approximation (HF "gelu_new").
 void gelu_forward(floatX* out, const floatX* inp, size_t n);
@@ -106,6 +141,10 @@ void dropout_forward(floatX* out, const floatX* inp, size_t n, float p, uint64_t
 // dst[i] *= mask[i]
 void mul_inplace(floatX* dst, const floatX* mask, size_t n);
 
+// ----------------------------------------------------------------------------
+// attention (attention.c / attention.cu, with attention_simple.cu), and over a key/value cache
+// (attention_kv.c / attention_kv.cu)
+
 // Causal multi-head self attention, flash-style: the (T, T) matrix is never materialised.
 // qkv: (B, T, 3, NH, HS) i.e. (B, T, 3C) as produced by the fused c_attn matmul.
 // out: (B, T, C) with heads concatenated. lse: (B, NH, T) log-sum-exp of each row's scaled
@@ -123,6 +162,9 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
 void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, floatX* vcache,
                           int B, int pos, int Tn, int maxT, int C, int NH);
 
+// ----------------------------------------------------------------------------
+// classifier (classifier.c / classifier.cu)
+
 // Fused classifier: for each of N rows of logits (row stride Vp, first V columns real),
 // losses[n] = -log softmax(logits[n])[targets[n]] (0 when targets[n] < 0).
 // If dloss != 0, logits are overwritten in place with the gradient
@@ -131,7 +173,7 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
                       int N, int V, int Vp);
 
 // ----------------------------------------------------------------------------
-// optimizer and reductions
+// optimizer (adamw.c / adamw.cu) and reductions (reduce.c / reduce.cu)
 
 // AdamW on n contiguous elements (PyTorch semantics, decoupled weight decay):
 //   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
@@ -147,7 +189,7 @@ double sum_squares(const floatX* x, size_t n);
 double sum_f32(const float* x, size_t n);
 
 // ----------------------------------------------------------------------------
-// NF4 frozen base weights (QLoRA, llmc/qlora.c)
+// NF4 frozen base weights (QLoRA, llmc/qlora.c; nf4_ops.c / nf4_ops.cu, with nf4.cu)
 
 // One NF4-quantized tensor (llmc/nf4.h layout) placed in backend memory. nf4_op_upload copies
 // every array of t to the device (CUDA) or borrows t (CPU: t must outlive the handle).

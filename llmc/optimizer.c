@@ -21,7 +21,7 @@ void opt_init(Optimizer* o, const TrainSeg* segs, int nseg, size_t begin, size_t
     o->v = (float*)ops_alloc(n * sizeof(float));
     ops_zero(o->m, n * sizeof(float));
     ops_zero(o->v, n * sizeof(float));
-#if defined(LLMC_CUDA)
+    if (!ops_caps().master_weights) return;
     // bf16 parameters: keep fp32 master weights for this rank's range.
     o->master = (float*)ops_alloc(n * sizeof(float));
     for (int i = 0; i < nseg; i++) {
@@ -33,7 +33,6 @@ void opt_init(Optimizer* o, const TrainSeg* segs, int nseg, size_t begin, size_t
         ops_to_device(o->master + (b - begin), tmp, (e - b) * sizeof(float));
         free(tmp);
     }
-#endif
 }
 
 void opt_free(Optimizer* o) {

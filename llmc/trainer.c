@@ -1,14 +1,12 @@
 #define _GNU_SOURCE
 #include "trainer.h"
-#if defined(LLMC_CUDA)
-#include "device.h"
-#endif
 #include "check.h"
 #include "timer.h"
 #include "checkpoint.h"
 #include "comm.h"
 #include "config.h"
 #include "dataloader.h"
+#include "device.h"
 #include "fileio.h"
 #include "gpt2.h"
 #include "gradsync.h"
@@ -651,14 +649,10 @@ static int train_loop(Run* r) {
 static void start_backend(Run* r) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-#if defined(LLMC_CUDA)
     device_select(&r->comm); // before ops_init: the backend's handles belong to the current GPU
-#endif
     ops_init(r->c->f.threads);
     ops_set_deterministic(r->c->f.deterministic);
-#if defined(LLMC_CUDA)
-    device_attach(&r->comm); // NCCL for the device collectives, even with one rank
-#endif
+    device_attach(&r->comm); // CUDA: NCCL for the device collectives, even with one rank
 }
 
 static void run_free(Run* r) {
@@ -670,9 +664,7 @@ static void run_free(Run* r) {
     opt_free(&r->opt);
     gradsync_free(&r->gs);
     model_free(&r->m);
-#if defined(LLMC_CUDA)
     device_detach(&r->comm);
-#endif
 }
 
 int trainer_main(int argc, char** argv, TrainMode mode) {

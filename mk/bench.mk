@@ -27,7 +27,7 @@ $(TREE)/dev/cuda/attention_bench: DEV_CUDA_LIBS := -lcublas
 $(TREE)/dev/cuda/%: dev/cuda/%.cu dev/cuda/common.cuh $(LIB) $(CUDA_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@.o
-	$(CXX) $@.o $(LIB) -o $@ $(LDFLAGS) $(DEV_CUDA_LIBS) $(PROGRAM_LIBS)
+	$(CXX) $@.o $(LIB) -o $@ $(LDFLAGS) $(PROGRAM_LIBS) $(DEV_CUDA_LIBS)
 bench-cuda: $(DEV_CUDA_PROGS)
 else
 bench-cuda:

@@ -8,8 +8,9 @@
 #                         compiled with -DLLMC_CUDA (bf16 floatX), as BACKEND=cuda has it
 #   test programs         test/cuda_cpu/test_*.cu (the harness' own), test/cuda/test_*.cu,
 #                         test_cuda_ops and test_cuda_flash_attention (every op against the CPU
-#                         backend, $(CPUREF_LIB)), test_gpt2_cuda (the GPT-2 model test on the
-#                         CUDA kernels), bench_ops at a small size; all in TEST_PROGS/TEST_SCRIPTS
+#                         backend's implementation, $(CPUREF_LIB)), test_gpt2_cuda (the GPT-2
+#                         model test on the CUDA kernels), bench_ops at a small size; all in
+#                         TEST_PROGS / TEST_SCRIPTS
 #   make test             also: orders.sh reruns every harness program in reverse and random
 #                         fiber order, mutation.sh (a barrier-less mutant is caught), faults.sh
 #                         (faulty kernels are caught), check_cuda_kernels_ran.sh (every __global__
@@ -23,8 +24,8 @@
 CUDA_CPU_DIR := $(TREE)/cuda_cpu
 CUDA_CPU_HDRS := test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h $(CUDA_HDRS)
 CUDA_CPU_CXX = $(CXX) $(CXXFLAGS) -isystem $(CUDA_HOME)/include
-CUDA_CPU_CU = $(CUDA_CPU_CXX) -x c++ -include test/cuda_cpu/cuda_cpu.h
-CUDA_CPU_EMU_CU = $(CUDA_CPU_CU) -DLLMC_CUDA -DLLMC_CUDA_EMULATED
+CUDA_CPU_CU = $(CUDA_CPU_CXX) -x c++ -include test/cuda_cpu/cuda_cpu.h -DLLMC_CUDA
+CUDA_CPU_EMU_CU = $(CUDA_CPU_CU) -DLLMC_CUDA_EMULATED
 CUDA_CPU_RT := $(CUDA_CPU_DIR)/runtime.o
 
 ifeq ($(BACKEND),cpu)
@@ -57,22 +58,21 @@ $(CUDA_CPU_EMU_LIB): $(CUDA_CPU_CUDAC_OBJS) $(CUDA_CPU_EMU_OBJS)
 	ar rcs $@ $^
 
 # ---- test programs
-# the harness' own tests and the kernel-level tests of test/cuda/ (each links the kernels it tests)
+# the harness' own tests (runtime + the C library for check.c)
 CUDA_CPU_TESTS := $(patsubst %.cu,$(CUDA_CPU_DIR)/%,$(wildcard test/cuda_cpu/test_*.cu test/cuda/test_*.cu))
 $(CUDA_CPU_DIR)/test/cuda_cpu/%: $(CUDA_CPU_DIR)/test/cuda_cpu/%.o $(CUDA_CPU_RT) $(LIB)
 	$(CXX) $< $(CUDA_CPU_RT) $(LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
-$(CUDA_CPU_DIR)/test/cuda/test_nf4_cuda: $(CUDA_CPU_DIR)/test/cuda/test_nf4_cuda.o $(CUDA_CPU_DIR)/llmc/cuda/nf4.o
-$(CUDA_CPU_DIR)/test/cuda/test_attention_kv_cuda: $(CUDA_CPU_DIR)/test/cuda/test_attention_kv_cuda.o $(CUDA_CPU_DIR)/llmc/cuda/attention_kv.o
-# (the harness builds of nf4.cu and nf4_ops.cu stand in for the CPU backend's NF4 ops)
-$(CUDA_CPU_DIR)/test/cuda/test_qlora_cuda: $(CUDA_CPU_DIR)/test/cuda/test_qlora_cuda.o $(CUDA_CPU_DIR)/llmc/cuda/nf4.o $(CUDA_CPU_DIR)/llmc/cuda/nf4_ops.o
-$(CUDA_CPU_DIR)/test/cuda/%: $(CUDA_CPU_DIR)/test/cuda/%.o $(CUDA_CPU_RT) $(LIB)
-	$(CXX) $(filter %.o,$^) $(LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
 
-# every op of the CUDA backend against the CPU backend; flash attention in depth
+# Tests of the CUDA backend: the emulated backend (neutral names mean CUDA there) and the CPU
+# backend's implementation as the reference (cpu_* names). test/cuda/test_*.cu test kernels
+# through their own interfaces; test_cuda_ops / test_cuda_flash_attention compare every op with
+# the CPU backend's.
+$(CUDA_CPU_DIR)/test/cuda/%: $(CUDA_CPU_DIR)/test/cuda/%.o $(CUDA_CPU_RT) $(CPUREF_LIB) $(CUDA_CPU_EMU_LIB)
+	$(CXX) $< $(CUDA_CPU_RT) $(CPUREF_LIB) $(CUDA_CPU_EMU_LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
 CUDA_CPU_OP_TESTS := $(TREE)/test/test_cuda_ops $(TREE)/test/test_cuda_flash_attention
-$(CUDA_CPU_OP_TESTS): $(TREE)/test/%: test/%.cpp $(CUDA_CPU_RT) $(CUDA_CPU_EMU_LIB) $(CPUREF_LIB) $(CPUREF_NAMES_H) test/test.h
+$(CUDA_CPU_OP_TESTS): $(TREE)/test/%: test/%.cpp $(CUDA_CPU_RT) $(CUDA_CPU_EMU_LIB) $(CPUREF_LIB) test/test.h
 	@mkdir -p $(dir $@)
-	$(CUDA_CPU_EMU_CU) -I$(CPUREF_DIR) -c $< -o $@.o
+	$(CUDA_CPU_EMU_CU) -c $< -o $@.o
 	$(CXX) $@.o $(CUDA_CPU_RT) $(CPUREF_LIB) $(CUDA_CPU_EMU_LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
 
 # the GPT-2 model test (test/test_gpt2.cu) on the CUDA kernels, against transformers' reference
@@ -104,17 +104,17 @@ $(CUDA_CPU_DIR)/mutation/%.o: $(CUDA_CPU_DIR)/mutation/%.cu $(CUDA_CPU_HDRS)
 $(CUDA_CPU_DIR)/mutation/%: $(CUDA_CPU_DIR)/mutation/%.o $(CUDA_CPU_RT) $(LIB)
 	$(CXX) $< $(CUDA_CPU_RT) $(LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
 
-# Flash attention mutants (make test-tsan): flash_attention.cu with one barrier deleted (lines
+# Flash attention mutants (make test-tsan): llmc/cuda/attention.cu with one barrier deleted (lines
 # marked "(MUTATION-TARGET <name>)") must be reported as a data race by TSan in every order tried:
 #   fwd-syncthreads  the barrier after the K/V tile loads of the forward kernel
 #   dkv-syncthreads  the barrier after the query tile loads of the dK/dV kernel
 # (The kernels' __syncwarps between lanes' plain shared-memory accesses and wmma loads/stores are
 # not mutated: the harness models wmma load/store as warp barriers that order memory, so it
 # cannot see them missing.) The mutant object goes before the library on the link line, so the
-# archive's intact flash_attention.o is never pulled.
+# archive's intact attention.o is never pulled.
 FLASH_MUTANTS := fwd-syncthreads dkv-syncthreads
 FLASH_MUT_DIR := $(TREE)/flash/mutants
-$(FLASH_MUT_DIR)/flash_attention_%.cu: llmc/cuda/flash_attention.cu
+$(FLASH_MUT_DIR)/flash_attention_%.cu: llmc/cuda/attention.cu
 	@mkdir -p $(dir $@)
 	@test $$(grep -c '(MUTATION-TARGET $*)' $<) -eq 1 || { echo "expected one line marked (MUTATION-TARGET $*) in $<"; exit 1; }
 	sed '/(MUTATION-TARGET $*)/d' $< > $@

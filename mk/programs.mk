@@ -26,6 +26,7 @@ $(TREE)/obj/%.o: %.c $(LIB_HDRS)
 NF4_CFLAGS := -ffp-contract=off
 $(TREE)/obj/llmc/nf4.o: CFLAGS += $(NF4_CFLAGS)
 
+# (made afresh each time: members with the same name, llmc/nf4.o and llmc/cuda/nf4.o, both stay)
 $(LIB): $(LIB_OBJS) $(BACKEND_OBJS)
 	@rm -f $@
 	ar rcs $@ $^

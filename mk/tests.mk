@@ -20,7 +20,8 @@ ifeq ($(BACKEND),cpu)
 TEST_PROGS += $(patsubst test/%.c,$(TREE)/test/%,$(wildcard test/test_*.c))
 TEST_SCRIPTS += test/test_train_cli.sh test/test_bad_input.sh test/test_checkpoint_integrity.sh test/test_train_mpi.sh test/test_comm.sh test/test_watchdog.sh test/test_multihost.sh \
     test/test_lora_cli.sh test/test_qlora_cli.sh test/test_generate.sh test/test_prepare.sh \
-    test/test_recompute.sh test/test_plot.sh test/check_flash_ptx.sh test/lint_launch.sh
+    test/test_recompute.sh test/test_plot.sh test/check_flash_ptx.sh test/lint_launch.sh \
+    test/lint_backend.sh
 
 $(TREE)/test/%: test/%.c $(LIB) $(wildcard test/*.h)
 	@mkdir -p $(dir $@)
@@ -50,7 +51,7 @@ cuda-build-check:
 
 # ---- nvcc compile check (no GPU needed); one target per source so -j overlaps them
 NVCC_CHECK_DIR := build/nvcc-check
-NVCC_CHECK_FLAGS := -std=c++17 -O3 -Werror all-warnings $(GENCODE) -I. -Illmc \
+NVCC_CHECK_FLAGS := -std=c++17 -O3 -DLLMC_CUDA -Werror all-warnings $(GENCODE) -I. -Illmc \
     -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-unused-function
 # production code: spills and local-memory use are errors (ptxas), and checked again in the log
 NVCC_PROD_FLAGS := -Xptxas -v,-warn-spills,-warn-lmem-usage

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Every __global__ kernel in llmc/cuda/*.cu must have been executed by the CUDA-on-CPU harness
-# in test_cuda_ops or one of the harness tests in test/cuda/ (DESIGN.md section 2: a kernel that
-# has not run under the harness is not done). Runs them with the harness' launch log on
+# in test_cuda_ops or one of the harness tests in test/cuda/: CI has no GPU, so a kernel that has
+# not run under the harness has not run at all. Runs them with the harness' launch log on
 # (CUDA_CPU_VERBOSE=1) and compares the launched kernel names with the kernels defined in the
-# sources. (Other fiber orders: the
-# harness' orders.sh reruns test_cuda_ops.)
+# sources. (Other fiber orders: the harness' orders.sh reruns test_cuda_ops.)
 set -u
 cd "$(dirname "$0")/.."
 BUILD="${BUILD:-build/cpu}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # TSan mutation check of the flash attention kernels (make test-tsan, see mk/harness.mk): each
-# mutant (llmc/cuda/flash_attention.cu without the barrier marked "(MUTATION-TARGET <name>)")
+# mutant (llmc/cuda/attention.cu without the barrier marked "(MUTATION-TARGET <name>)")
 # runs one shape (FLASH_TEST_QUICK=1) with 2 OS threads in two fiber orders and must be reported
 # as a data race inside a flash attention kernel every time.
 set -u

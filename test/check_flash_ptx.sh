@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The production flash attention kernels run on tensor cores: the PTX nvcc generates from
-# llmc/cuda/flash_attention.cu for sm_80 and sm_90 has, in every instantiation of the forward,
+# llmc/cuda/attention.cu for sm_80 and sm_90 has, in every instantiation of the forward,
 # dK/dV (both variants) and dQ kernels, warp-level matrix multiply-accumulate instructions (wmma.mma.sync /
 # mma.sync). Skips (passes, with a message) when nvcc is not installed; runs once (not again in
 # the sanitizer pass: the PTX does not depend on it).
@@ -14,8 +14,8 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 for arch in $(printf "sm_%s " ${CUDA_ARCHS:-80 90}); do
   ptx="$tmp/flash_$arch.ptx"
-  if ! "$NVCC" -std=c++17 -O3 -DLLMC_CUDA -I. -Illmc -arch=$arch --ptx llmc/cuda/flash_attention.cu -o "$ptx" 2>"$tmp/err"; then
-    echo "FAIL: nvcc --ptx -arch=$arch llmc/cuda/flash_attention.cu:"; cat "$tmp/err"; exit 1
+  if ! "$NVCC" -std=c++17 -O3 -DLLMC_CUDA -I. -Illmc -arch=$arch --ptx llmc/cuda/attention.cu -o "$ptx" 2>"$tmp/err"; then
+    echo "FAIL: nvcc --ptx -arch=$arch llmc/cuda/attention.cu:"; cat "$tmp/err"; exit 1
   fi
   # per entry point: number of mma instructions
   report=$(awk '/^\.visible \.entry / { name = $3; sub(/\(.*/, "", name); n[name] = 0; order[++k] = name }

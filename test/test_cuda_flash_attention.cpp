@@ -1,6 +1,6 @@
-// The CUDA backend's flash attention (llmc/cuda/flash_attention.cu: WMMA tensor-core kernels),
+// The CUDA backend's flash attention (llmc/cuda/attention.cu: WMMA tensor-core kernels),
 // run on the CPU through the CUDA-on-CPU harness, against the CPU backend's attention
-// (llmc/cpu/attention_cpu.c, fp32; itself checked against double-precision references and finite
+// (llmc/cpu/attention.c, fp32; itself checked against double-precision references and finite
 // differences in test_ops), on the same bf16-exact inputs:
 //   forward out and lse, backward dQ, dK, dV (accumulated into a non-zero dqkv), for every
 //   combination of T in {1, 17, 64, 130} (one row; ragged tile; one whole tile; three tiles, the
@@ -13,22 +13,18 @@
 // lse |d| <= 2e-4 + 1e-5 |ref| (fp32 all the way); dqkv |d| <= 2e-2 max|ref| + 2e-2 |ref| per
 // section (dQ, dK, dV scale differently). The worst error found is printed relative to them.
 //
-// The CPU backend is linked in with its op symbols renamed to cpu_<name> (objcopy, mk/cpu.mk):
-// cpu_attention_forward / cpu_attention_backward (host memory: the harness' device memory is too).
+// Both backends live in this program, each through its own header: cuda_attention_* on bf16
+// device buffers, cpu_attention_* on fp32 host buffers (the harness' device memory is host memory).
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
 #include <vector>
 #include <algorithm>
 #include "ops.h"
+#include "cpu/ops_cpu.h"
+#include "cuda/ops_cuda.h"
 #include "cuda/attention.cuh"
 #include "test/test.h"
-
-extern "C" {
-void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
-void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                            const float* lse, int B, int T, int C, int NH);
-}
 
 typedef std::vector<float> vecf;
 
@@ -50,16 +46,16 @@ struct Dev {
     floatX* p = NULL;
     size_t n = 0;
     Dev(const vecf& h, int offset) : n(h.size()) {
-        base = ops_alloc((n + offset + 8) * sizeof(floatX));
+        base = cuda_ops_alloc((n + offset + 8) * sizeof(floatX));
         p = (floatX*)base + offset;
-        ops_upload_f32(p, h.data(), n);
+        cuda_ops_upload_f32(p, h.data(), n);
     }
     Dev(size_t count, int offset) : n(count) {
-        base = ops_alloc((n + offset + 8) * sizeof(floatX));
+        base = cuda_ops_alloc((n + offset + 8) * sizeof(floatX));
         p = (floatX*)base + offset;
     }
-    vecf get() const { vecf h(n); ops_download_f32(h.data(), p, n); return h; }
-    ~Dev() { ops_free(base); }
+    vecf get() const { vecf h(n); cuda_ops_download_f32(h.data(), p, n); return h; }
+    ~Dev() { cuda_ops_free(base); }
     Dev(const Dev&) = delete;
     Dev& operator=(const Dev&) = delete;
 };
@@ -102,16 +98,16 @@ static void test_case(int B, int T, int HS, int NH, float in_scale, int offset) 
 
     // CUDA backend under the harness
     Dev d_qkv(qkv, offset), d_out(nout, offset), d_dout(dout, offset), d_dqkv(acc0, offset);
-    float* d_lse = (float*)ops_alloc(nlse * sizeof(float));
-    attention_forward(d_out.p, d_lse, d_qkv.p, B, T, C, NH);
+    float* d_lse = (float*)cuda_ops_alloc(nlse * sizeof(float));
+    cuda_attention_forward(d_out.p, d_lse, d_qkv.p, B, T, C, NH);
     vecf g_lse(nlse);
-    ops_to_host(g_lse.data(), d_lse, nlse * sizeof(float));
+    cuda_ops_to_host(g_lse.data(), d_lse, nlse * sizeof(float));
     snprintf(name, sizeof(name), "flash forward out (%s)", cfg);
     check(name, d_out.get(), r_out, 1.6e-2, 1e-2);
     snprintf(name, sizeof(name), "flash forward lse (%s)", cfg);
     check(name, g_lse, r_lse, 1e-5, 2e-4);
 
-    attention_backward(d_dqkv.p, d_dout.p, d_qkv.p, d_out.p, d_lse, B, T, C, NH);
+    cuda_attention_backward(d_dqkv.p, d_dout.p, d_qkv.p, d_out.p, d_lse, B, T, C, NH);
     vecf g_dqkv = d_dqkv.get();
     static const char* sec_name[3] = {"dQ", "dK", "dV"};
     for (int sec = 0; sec < 3; sec++) {
@@ -121,14 +117,14 @@ static void test_case(int B, int T, int HS, int NH, float in_scale, int offset) 
         snprintf(name, sizeof(name), "flash backward %s += (%s)", sec_name[sec], cfg);
         check(name, g, w, 2e-2, 2e-2 * std::max(max_abs(delta), 1e-3));
     }
-    ops_free(d_lse);
+    cuda_ops_free(d_lse);
 }
 
 #include <time.h>
 static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
 
 int main(void) {
-    ops_init(0);
+    cuda_ops_init(0);
     double t0 = now_s();
     TEST_CHECK(attention_flash_supported(16) && attention_flash_supported(64) && attention_flash_supported(128),
                "flash kernels must serve head sizes 16, 64, 128");

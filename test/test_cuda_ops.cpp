@@ -8,27 +8,20 @@
 // ulps (2^-8 relative) plus an absolute term for values that cancel.
 //
 // Built by mk/harness.mk with g++ -include test/cuda_cpu/cuda_cpu.h -DLLMC_CUDA
-// -DLLMC_CUDA_EMULATED; the kernel names the harness launched are checked against every
-// __global__ in llmc/cuda/*.cu by test/check_cuda_kernels_ran.sh.
+// -DLLMC_CUDA_EMULATED (and by mk/cuda.mk for a GPU: test_cuda_ops_gpu); the kernel names the
+// harness launched are checked against every __global__ in llmc/cuda/*.cu by
+// test/check_cuda_kernels_ran.sh.
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
 #include <vector>
 #include <algorithm>
-// The CPU backend (llmc/cpu/*.o) is linked in with every op symbol renamed to cpu_<name>
-// (objcopy --redefine-syms, mk/cpu.mk), so both backends live in this program: ops.h is
-// included twice, first with fp32 floatX and cpu_ names, then as the CUDA backend's header.
-#undef LLMC_CUDA
-#define floatX cpu_floatX
-#include "ops_cpu_names.h" // generated from ops.h by mk/ops_names.sh (mk/cpu.mk)
+// Both backends live in this program, each through its own header and element type: the CUDA
+// backend (cuda_*, bf16 device buffers: under the harness, or on a GPU) and the CPU backend's
+// implementation (cpu_*, fp32 host buffers), linked as a library of its own (mk/cpu.mk).
 #include "ops.h"
-#undef floatX
-#define LLMC_OPS_CPU_UNDO
-#include "ops_cpu_names.h"
-#undef LLMC_OPS_CPU_UNDO
-#undef LLMC_OPS_H
-#define LLMC_CUDA 1
-#include "ops.h"
+#include "cpu/ops_cpu.h"
+#include "cuda/ops_cuda.h"
 #include "cuda/attention.cuh"
 #include "test/test.h"
 
@@ -53,36 +46,36 @@ struct Dev {
     floatX* p = NULL;
     size_t n = 0;
     Dev(const vecf& h, int offset = 0) : n(h.size()) {
-        base = ops_alloc((h.size() + offset + 8) * sizeof(floatX));
+        base = cuda_ops_alloc((h.size() + offset + 8) * sizeof(floatX));
         p = (floatX*)base + offset;
-        ops_upload_f32(p, h.data(), h.size());
+        cuda_ops_upload_f32(p, h.data(), h.size());
     }
     explicit Dev(size_t count, int offset = 0) : n(count) {
-        base = ops_alloc((count + offset + 8) * sizeof(floatX));
+        base = cuda_ops_alloc((count + offset + 8) * sizeof(floatX));
         p = (floatX*)base + offset;
     }
-    vecf get() const { vecf h(n); ops_download_f32(h.data(), p, n); return h; }
-    ~Dev() { ops_free(base); }
+    vecf get() const { vecf h(n); cuda_ops_download_f32(h.data(), p, n); return h; }
+    ~Dev() { cuda_ops_free(base); }
     Dev(const Dev&) = delete;
     Dev& operator=(const Dev&) = delete;
 };
 struct DevF {   // fp32 device buffer
     float* p = NULL;
     size_t n = 0;
-    explicit DevF(size_t count) : n(count) { p = (float*)ops_alloc((count ? count : 1) * sizeof(float)); }
-    DevF(const vecf& h) : DevF(h.size()) { ops_to_device(p, h.data(), h.size() * sizeof(float)); }
-    vecf get() const { vecf h(n); ops_to_host(h.data(), p, n * sizeof(float)); return h; }
-    ~DevF() { ops_free(p); }
+    explicit DevF(size_t count) : n(count) { p = (float*)cuda_ops_alloc((count ? count : 1) * sizeof(float)); }
+    DevF(const vecf& h) : DevF(h.size()) { cuda_ops_to_device(p, h.data(), h.size() * sizeof(float)); }
+    vecf get() const { vecf h(n); cuda_ops_to_host(h.data(), p, n * sizeof(float)); return h; }
+    ~DevF() { cuda_ops_free(p); }
     DevF(const DevF&) = delete;
     DevF& operator=(const DevF&) = delete;
 };
 struct DevI {
     int* p = NULL;
     DevI(const std::vector<int>& h) {
-        p = (int*)ops_alloc(h.size() * sizeof(int) + 4);
-        ops_to_device(p, h.data(), h.size() * sizeof(int));
+        p = (int*)cuda_ops_alloc(h.size() * sizeof(int) + 4);
+        cuda_ops_to_device(p, h.data(), h.size() * sizeof(int));
     }
-    ~DevI() { ops_free(p); }
+    ~DevI() { cuda_ops_free(p); }
     DevI(const DevI&) = delete;
     DevI& operator=(const DevI&) = delete;
 };
@@ -125,26 +118,26 @@ static void test_elementwise(size_t n, int off) {
     Dev da(a, off), db(b, off), dg(g, off), dacc(acc, off), dout(n, off);
     vecf want(n);
 
-    gelu_forward(dout.p, da.p, n);
+    cuda_gelu_forward(dout.p, da.p, n);
     for (size_t i = 0; i < n; i++) want[i] = (float)gelu_ref(a[i]);
     snprintf(name, sizeof(name), "gelu_forward (n=%zu, offset %d)", n, off);
     check(name, dout.get(), want, RT, 1e-3);
 
-    gelu_backward(dacc.p, da.p, dg.p, n);   // accumulates
+    cuda_gelu_backward(dacc.p, da.p, dg.p, n);   // accumulates
     for (size_t i = 0; i < n; i++) want[i] = (float)(acc[i] + gelu_grad_ref(a[i]) * g[i]);
     snprintf(name, sizeof(name), "gelu_backward += (n=%zu, offset %d)", n, off);
     check(name, dacc.get(), want, RT, 1e-2);
 
-    residual_forward(dout.p, da.p, db.p, n);
+    cuda_residual_forward(dout.p, da.p, db.p, n);
     for (size_t i = 0; i < n; i++) want[i] = a[i] + b[i];
     snprintf(name, sizeof(name), "residual_forward (n=%zu, offset %d)", n, off);
     check(name, dout.get(), want, 8e-3, 1e-6);
 
-    add_inplace(da.p, db.p, n);   // da = a + b
+    cuda_add_inplace(da.p, db.p, n);   // da = a + b
     snprintf(name, sizeof(name), "add_inplace (n=%zu, offset %d)", n, off);
     check(name, da.get(), want, 8e-3, 1e-6);
 
-    scale_copy(db.p, db.p, -0.37f, n);   // in place
+    cuda_scale_copy(db.p, db.p, -0.37f, n);   // in place
     for (size_t i = 0; i < n; i++) want[i] = b[i] * -0.37f;
     snprintf(name, sizeof(name), "scale_copy in place (n=%zu, offset %d)", n, off);
     check(name, db.get(), want, 8e-3, 1e-6);
@@ -163,7 +156,7 @@ static void test_elementwise(size_t n, int off) {
     check(name, da.get(), c4, 8e-3, 1e-6);
     check(name, db.get(), c5, 8e-3, 1e-6);
     Dev dgl(a, off);
-    gelu_forward(dgl.p, dgl.p, n);   // in place
+    cuda_gelu_forward(dgl.p, dgl.p, n);   // in place
     snprintf(name, sizeof(name), "vs cpu: gelu_forward in place (n=%zu)", n);
     check(name, dgl.get(), c1, RT, 1e-3);
 }
@@ -176,7 +169,7 @@ static void test_encoder(int B, int T, int C, int V) {
     tok[B * T - 1] = tok[0];   // repeated tokens exercise the buckets
     Dev dwte(wte), dwpe(wpe), dout((size_t)B * T * C);
     DevI dtok(tok);
-    encoder_forward(dout.p, dtok.p, dwte.p, dwpe.p, B, T, C);
+    cuda_encoder_forward(dout.p, dtok.p, dwte.p, dwpe.p, B, T, C);
     vecf want((size_t)B * T * C);
     for (int bt = 0; bt < B * T; bt++)
         for (int c = 0; c < C; c++) want[(size_t)bt * C + c] = wte[(size_t)tok[bt] * C + c] + wpe[(size_t)(bt % T) * C + c];
@@ -185,7 +178,7 @@ static void test_encoder(int B, int T, int C, int V) {
 
     vecf g = rnd_vec((size_t)B * T * C, 1.0f), gwte = rnd_vec((size_t)V * C, 0.5f), gwpe = rnd_vec((size_t)T * C, 0.5f);
     Dev dg(g), dgwte(gwte), dgwpe(gwpe);
-    encoder_backward(dgwte.p, dgwpe.p, dg.p, dtok.p, B, T, C);
+    cuda_encoder_backward(dgwte.p, dgwpe.p, dg.p, dtok.p, B, T, C);
     std::vector<double> rw(gwte.begin(), gwte.end()), rp(gwpe.begin(), gwpe.end());
     for (int bt = 0; bt < B * T; bt++)
         for (int c = 0; c < C; c++) {
@@ -227,7 +220,7 @@ static void test_layernorm(int N, int C) {
     DevF dmean(N), drstd(N);
     vecf want((size_t)N * C), wmean(N), wrstd(N);
     for (int n = 0; n < N; n++) ln_ref(&x[(size_t)n * C], w.data(), b.data(), C, &want[(size_t)n * C], &wmean[n], &wrstd[n]);
-    layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C);
+    cuda_layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C);
     snprintf(name, sizeof(name), "layernorm_forward out (N=%d C=%d)", N, C);
     check(name, dout.get(), want, RT, 1e-2);
     snprintf(name, sizeof(name), "layernorm_forward mean (N=%d C=%d)", N, C);
@@ -239,7 +232,7 @@ static void test_layernorm(int N, int C) {
     vecf res((size_t)N * C);
     for (size_t i = 0; i < res.size(); i++) res[i] = bf16_round(x[i] + y[i]);
     for (int n = 0; n < N; n++) ln_ref(&res[(size_t)n * C], w.data(), b.data(), C, &want[(size_t)n * C], &wmean[n], &wrstd[n]);
-    fused_residual_layernorm_forward(dres.p, dout.p, dmean.p, drstd.p, dx.p, dy.p, dw.p, db.p, N, C);
+    cuda_fused_residual_layernorm_forward(dres.p, dout.p, dmean.p, drstd.p, dx.p, dy.p, dw.p, db.p, N, C);
     snprintf(name, sizeof(name), "fused_residual_layernorm_forward residual (N=%d C=%d)", N, C);
     check(name, dres.get(), res, 0.0, 0.0);
     snprintf(name, sizeof(name), "fused_residual_layernorm_forward out (N=%d C=%d)", N, C);
@@ -252,7 +245,7 @@ static void test_layernorm(int N, int C) {
     DevF smean(wmean), srstd(wrstd);
     vecf g = rnd_vec((size_t)N * C, 1.0f), gi = rnd_vec((size_t)N * C, 0.5f), gw = rnd_vec(C, 0.5f), gb = rnd_vec(C, 0.5f);
     Dev dg(g), dgi(gi), dgw(gw), dgb(gb);
-    layernorm_backward(dgi.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, smean.p, srstd.p, N, C);
+    cuda_layernorm_backward(dgi.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, smean.p, srstd.p, N, C);
     std::vector<double> ri(gi.begin(), gi.end()), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
     for (int n = 0; n < N; n++) {
         const float* xr = &x[(size_t)n * C]; const float* gr = &g[(size_t)n * C];
@@ -275,11 +268,11 @@ static void test_layernorm(int N, int C) {
     vecf co((size_t)N * C), cm(N), cr(N), cres((size_t)N * C), ci = gi, cw = gw, cb = gb;
     cpu_layernorm_forward(co.data(), cm.data(), cr.data(), x.data(), w.data(), b.data(), N, C);
     snprintf(name, sizeof(name), "vs cpu: layernorm_forward out, rstd (N=%d C=%d)", N, C);
-    layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C);
+    cuda_layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C);
     check(name, dout.get(), co, RT, 1e-2);
     check(name, drstd.get(), cr, 1e-4, 1e-6);
     cpu_fused_residual_layernorm_forward(cres.data(), co.data(), cm.data(), cr.data(), x.data(), y.data(), w.data(), b.data(), N, C);
-    fused_residual_layernorm_forward(dres.p, dout.p, dmean.p, drstd.p, dx.p, dy.p, dw.p, db.p, N, C);
+    cuda_fused_residual_layernorm_forward(dres.p, dout.p, dmean.p, drstd.p, dx.p, dy.p, dw.p, db.p, N, C);
     snprintf(name, sizeof(name), "vs cpu: fused_residual_layernorm_forward (N=%d C=%d)", N, C);
     check(name, dout.get(), co, RT, 2e-2);   // CPU normalises the unrounded fp32 residual
     cpu_layernorm_backward(ci.data(), cw.data(), cb.data(), g.data(), x.data(), w.data(), wmean.data(), wrstd.data(), N, C);
@@ -302,7 +295,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
             want[(size_t)n * OC + o] = (float)s;
             wgelu[(size_t)n * OC + o] = (float)gelu_ref(s);
         }
-    matmul_forward(dout.p, with_gelu ? dgelu.p : NULL, dx.p, dw.p, with_bias ? db.p : NULL, N, C, OC);
+    cuda_matmul_forward(dout.p, with_gelu ? dgelu.p : NULL, dx.p, dw.p, with_bias ? db.p : NULL, N, C, OC);
     snprintf(name, sizeof(name), "matmul_forward out (N=%d C=%d OC=%d bias=%d gelu=%d)", N, C, OC, with_bias, with_gelu);
     check(name, dout.get(), want, RT, 1e-2);
     if (with_gelu) {
@@ -313,7 +306,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     vecf g = rnd_vec((size_t)N * OC, 1.0f), gi = rnd_vec((size_t)N * C, 0.5f), gw = rnd_vec((size_t)OC * C, 0.5f),
          gb = rnd_vec(OC, 0.5f);
     Dev dg(g), dgi(gi), dgw(gw), dgb(gb);
-    matmul_backward(dgi.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, dx.p, dw.p, N, C, OC);
+    cuda_matmul_backward(dgi.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, dx.p, dw.p, N, C, OC);
     std::vector<double> ri(gi.begin(), gi.end()), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
@@ -352,7 +345,7 @@ static void test_attention(int B, int T, int C, int NH) {
     vecf qkv = rnd_vec((size_t)B * T * 3 * C, 1.5f);
     Dev dqkv(qkv), dout((size_t)B * T * C);
     DevF dlse((size_t)B * NH * T);
-    attention_forward(dout.p, dlse.p, dqkv.p, B, T, C, NH);
+    cuda_attention_forward(dout.p, dlse.p, dqkv.p, B, T, C, NH);
     vecf want((size_t)B * T * C), wlse((size_t)B * NH * T);
     // reference probabilities P[b][h][t][s], double
     std::vector<double> P((size_t)B * NH * T * T, 0.0);
@@ -388,7 +381,7 @@ static void test_attention(int B, int T, int C, int NH) {
     vecf g = rnd_vec((size_t)B * T * C, 1.0f), acc = rnd_vec((size_t)B * T * 3 * C, 0.5f);
     Dev dg(g), dacc(acc);
     vecf out_bf = dout.get();
-    attention_backward(dacc.p, dg.p, dqkv.p, dout.p, dlse.p, B, T, C, NH);
+    cuda_attention_backward(dacc.p, dg.p, dqkv.p, dout.p, dlse.p, B, T, C, NH);
     std::vector<double> r(acc.begin(), acc.end());
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -442,12 +435,12 @@ static void test_classifier(int N, int V, int Vp) {
         if (tgt[n] >= 0)
             for (int v = 0; v < V; v++) wgrad[(size_t)n * Vp + v] = (float)(dscale * (exp(x[v] - lse) - (v == tgt[n])));
     }
-    fused_classifier(dloss.p, dl.p, dt.p, 0.0f, N, V, Vp);   // loss only: logits untouched
+    cuda_fused_classifier(dloss.p, dl.p, dt.p, 0.0f, N, V, Vp);   // loss only: logits untouched
     snprintf(name, sizeof(name), "fused_classifier loss, dloss=0 (N=%d V=%d Vp=%d)", N, V, Vp);
     check(name, dloss.get(), wloss, 1e-5, 1e-5);
     snprintf(name, sizeof(name), "fused_classifier dloss=0 leaves logits (N=%d V=%d Vp=%d)", N, V, Vp);
     check(name, dl.get(), logits, 0.0, 0.0);
-    fused_classifier(dloss.p, dl.p, dt.p, dscale, N, V, Vp);
+    cuda_fused_classifier(dloss.p, dl.p, dt.p, dscale, N, V, Vp);
     snprintf(name, sizeof(name), "fused_classifier loss (N=%d V=%d Vp=%d)", N, V, Vp);
     check(name, dloss.get(), wloss, 1e-5, 1e-5);
     snprintf(name, sizeof(name), "fused_classifier dlogits, padded cols zero (N=%d V=%d Vp=%d)", N, V, Vp);
@@ -463,7 +456,7 @@ static void test_classifier(int N, int V, int Vp) {
     tbad[0] = V;
     DevI dtb(tbad);
     Dev dl2(logits);
-    fused_classifier(dloss.p, dl2.p, dtb.p, dscale, N, V, Vp);
+    cuda_fused_classifier(dloss.p, dl2.p, dtb.p, dscale, N, V, Vp);
     vecf lb = dloss.get(), gb = dl2.get();
     int zero_row = 1;
     for (int v = 0; v < Vp; v++) zero_row &= gb[v] == 0.0f;
@@ -478,7 +471,7 @@ static void test_adamw(size_t n, int with_master) {
     int t = 3;
     Dev dp(p), dg(g), dp2(p);
     DevF dmaster(p), dm(m), dv(v), dmaster2(p), dm2(m), dv2(v);
-    adamw_update(dp.p, with_master ? dmaster.p : NULL, dg.p, dm.p, dv.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
+    cuda_adamw_update(dp.p, with_master ? dmaster.p : NULL, dg.p, dm.p, dv.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
     vecf wp(n), wm(n), wv(n);
     double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
     for (size_t i = 0; i < n; i++) {
@@ -512,11 +505,11 @@ static void test_adamw(size_t n, int with_master) {
         TEST_CHECK(bad == 0, "adamw: %zu of %zu params are not a bf16 neighbour of their fp32 master", bad, n);
     }
     // deterministic given the seed; a different seed rounds differently somewhere
-    adamw_update(dp2.p, with_master ? dmaster2.p : NULL, dg.p, dm2.p, dv2.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
+    cuda_adamw_update(dp2.p, with_master ? dmaster2.p : NULL, dg.p, dm2.p, dv2.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
     TEST_CHECK(dp2.get() == got, "adamw: same seed gave different params");
     Dev dp3(p);
     DevF dmaster3(p), dm3(m), dv3(v);
-    adamw_update(dp3.p, with_master ? dmaster3.p : NULL, dg.p, dm3.p, dv3.p, n, lr, b1, b2, eps, wd, gs, t, 99u);
+    cuda_adamw_update(dp3.p, with_master ? dmaster3.p : NULL, dg.p, dm3.p, dv3.p, n, lr, b1, b2, eps, wd, gs, t, 99u);
     TEST_CHECK(!(dp3.get() == got), "adamw: a different seed gave identical rounding of %zu values", n);
     // unbiased: over all elements, rounding up happens in proportion to the discarded fraction
     double bias = 0.0, mag = 0.0;
@@ -525,7 +518,7 @@ static void test_adamw(size_t n, int with_master) {
     // the scalar path (misaligned params) rounds exactly like the 128-bit path: same random bits
     Dev dp4(p, 1);
     DevF dmaster4(p), dm4(m), dv4(v);
-    adamw_update(dp4.p, with_master ? dmaster4.p : NULL, dg.p, dm4.p, dv4.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
+    cuda_adamw_update(dp4.p, with_master ? dmaster4.p : NULL, dg.p, dm4.p, dv4.p, n, lr, b1, b2, eps, wd, gs, t, 1234u);
     snprintf(name, sizeof(name), "adamw scalar path vs 128-bit path (n=%zu master=%d)", n, with_master);
 #ifdef LLMC_CUDA_EMULATED
     check(name, dp4.get(), got, 0.0, 0.0);   // same CPU arithmetic on both paths
@@ -551,14 +544,14 @@ static void test_null_grads(void) {
     Dev dx(x), dw(w), dg(g), dgi(gi), dgw(gw), dgb(gb);
     vecf ci = gi, cw = gw, cb = gb;
     // dinp only (a frozen linear layer inside the network)
-    matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC);
+    cuda_matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC);
     cpu_matmul_backward(ci.data(), NULL, NULL, g.data(), x.data(), w.data(), N, C, OC);
     check("matmul_backward dinp only (dweight, dbias NULL)", dgi.get(), ci, RT, 2e-2);
     // dweight only (first layer: no dinp), then dbias only
-    matmul_backward(NULL, dgw.p, NULL, dg.p, dx.p, dw.p, N, C, OC);
+    cuda_matmul_backward(NULL, dgw.p, NULL, dg.p, dx.p, dw.p, N, C, OC);
     cpu_matmul_backward(NULL, cw.data(), NULL, g.data(), x.data(), w.data(), N, C, OC);
     check("matmul_backward dweight only", dgw.get(), cw, RT, 2e-2);
-    matmul_backward(NULL, NULL, dgb.p, dg.p, dx.p, dw.p, N, C, OC);
+    cuda_matmul_backward(NULL, NULL, dgb.p, dg.p, dx.p, dw.p, N, C, OC);
     cpu_matmul_backward(NULL, NULL, cb.data(), g.data(), x.data(), w.data(), N, C, OC);
     check("matmul_backward dbias only", dgb.get(), cb, RT, 2e-2);
 
@@ -569,10 +562,10 @@ static void test_null_grads(void) {
     Dev dlw(lw), dlg(lg), dli(gi), dlww(gw), dlbb(gb);
     DevF dmean(mean), drstd(rstd);
     vecf li = gi, lww(gw.begin(), gw.begin() + C), lbb(gb.begin(), gb.begin() + C);
-    layernorm_backward(dli.p, NULL, NULL, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
+    cuda_layernorm_backward(dli.p, NULL, NULL, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
     cpu_layernorm_backward(li.data(), NULL, NULL, lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
     check("layernorm_backward dinp only", dli.get(), li, RT, 2e-2);
-    layernorm_backward(NULL, dlww.p, dlbb.p, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
+    cuda_layernorm_backward(NULL, dlww.p, dlbb.p, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
     cpu_layernorm_backward(NULL, lww.data(), lbb.data(), lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
     vecf got_w = dlww.get(), got_b = dlbb.get();
     check("layernorm_backward dweight only", vecf(got_w.begin(), got_w.begin() + C), lww, RT, 2e-2);
@@ -585,10 +578,10 @@ static void test_null_grads(void) {
     vecf eg = rnd_vec((size_t)B * T * C, 1.0f), ew = rnd_vec((size_t)V * C, 0.5f), ep = rnd_vec((size_t)T * C, 0.5f);
     Dev deg(eg), dew(ew), dep(ep);
     vecf cw2 = ew, cp2 = ep;
-    encoder_backward(NULL, dep.p, deg.p, dtok.p, B, T, C);
+    cuda_encoder_backward(NULL, dep.p, deg.p, dtok.p, B, T, C);
     cpu_encoder_backward(NULL, cp2.data(), eg.data(), tok.data(), B, T, C);
     check("encoder_backward dwpe only", dep.get(), cp2, RT, 1e-2);
-    encoder_backward(dew.p, NULL, deg.p, dtok.p, B, T, C);
+    cuda_encoder_backward(dew.p, NULL, deg.p, dtok.p, B, T, C);
     cpu_encoder_backward(cw2.data(), NULL, eg.data(), tok.data(), B, T, C);
     check("encoder_backward dwte only", dew.get(), cw2, RT, 1e-2);
 }
@@ -600,14 +593,14 @@ static void test_reductions(size_t n) {
     DevF df(x);
     double ss = 0.0, s = 0.0;
     for (size_t i = 0; i < n; i++) { ss += (double)x[i] * x[i]; s += x[i]; }
-    double got_ss = sum_squares(dx.p, n), got_s = sum_f32(df.p, n);
+    double got_ss = cuda_sum_squares(dx.p, n), got_s = cuda_sum_f32(df.p, n);
     snprintf(name, sizeof(name), "sum_squares (n=%zu)", n);
     vecf a1{(float)got_ss}, w1{(float)ss};
     check(name, a1, w1, 1e-5, 1e-5);
     snprintf(name, sizeof(name), "sum_f32 (n=%zu)", n);
     vecf a2{(float)got_s}, w2{(float)s};
     check(name, a2, w2, 1e-5, 1e-4);
-    TEST_CHECK(sum_squares(dx.p, n) == got_ss, "sum_squares not deterministic");
+    TEST_CHECK(cuda_sum_squares(dx.p, n) == got_ss, "sum_squares not deterministic");
     snprintf(name, sizeof(name), "vs cpu: sum_squares, sum_f32 (n=%zu)", n);
     vecf a3{(float)got_ss, (float)got_s}, w3{(float)cpu_sum_squares(x.data(), n), (float)cpu_sum_f32(x.data(), n)};
     check(name, a3, w3, 1e-5, 1e-4);
@@ -626,7 +619,7 @@ static void test_lora_ops(size_t n) {
     for (size_t i = 0; i < n; i++) m[i] = (i % 3) ? 1.0f : 0.0f;
     Dev da(a, 0), dout(n, 0), dm(m, 0);
     const float p = 0.3f;
-    dropout_forward(dout.p, da.p, n, p, 1234, 7);
+    cuda_dropout_forward(dout.p, da.p, n, p, 1234, 7);
     vecf want(n);
     cpu_dropout_forward(want.data(), a.data(), n, p, 1234, 7);
     for (size_t i = 0; i < n; i++) want[i] = bf16_round(want[i]);
@@ -636,7 +629,7 @@ static void test_lora_ops(size_t n) {
     size_t zeros_ok = 0;
     for (size_t i = 0; i < n; i++) zeros_ok += (got[i] == 0.0f) == (want[i] == 0.0f);
     TEST_CHECK(zeros_ok == n, "dropout masks differ between backends at %zu of %zu elements", n - zeros_ok, n);
-    mul_inplace(da.p, dm.p, n);
+    cuda_mul_inplace(da.p, dm.p, n);
     vecf c = a;
     cpu_mul_inplace(c.data(), m.data(), n);
     snprintf(name, sizeof(name), "vs cpu: mul_inplace (n=%zu)", n);
@@ -645,8 +638,8 @@ static void test_lora_ops(size_t n) {
 
 int main(void) {
     cpu_ops_init(1);
-    ops_init(0);
-    printf("backend: %s\n", ops_backend_name());
+    cuda_ops_init(0);
+    printf("backend: %s\n", cuda_ops_backend_name());
     TIMED(test_casts());
     TIMED(test_elementwise(13, 0));     // ragged tail
     TIMED(test_elementwise(64, 0));     // 128-bit path

@@ -33,15 +33,15 @@
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define LREF "test/ref/lora_tiny"
 
-#if defined(LLMC_CUDA)
-static const double TOL_LOGITS = 2e-2, TOL_LOGITS_REL = 0.0, TOL_LOSS = 5e-3, TOL_GRAD = 6e-2, TOL_GRAD_REL = 0.0;
-static const double TOL_STEP_LOSS = 5e-3, TOL_NORM = 2e-2, TOL_FD = 5e-2, FD_STEP = 5e-2, TOL_ELEM = 1.0 / 256;
-static const char* const OUT_SUBDIR = "test_lora_cuda"; // exports and bad adapters: apart from the CPU test's
-#else
-static const double TOL_LOGITS = 1e-4, TOL_LOGITS_REL = 1e-4, TOL_LOSS = 1e-5, TOL_GRAD = 1e-4, TOL_GRAD_REL = 1e-3;
-static const double TOL_STEP_LOSS = 1e-4, TOL_NORM = 1e-3, TOL_FD = 1e-2, FD_STEP = 1e-2, TOL_ELEM = 1e-6;
-static const char* const OUT_SUBDIR = "";
-#endif
+// tolerances by the backend's element type (ops_caps()): bf16 storage (CUDA) or fp32 (CPU); the CUDA
+// test writes its exports and bad adapters apart from the CPU test's (out_subdir)
+typedef struct {
+    double logits, logits_rel, loss, grad, grad_rel, step_loss, norm, fd, fd_step, elem;
+    const char* out_subdir;
+} Tols;
+static const Tols TOL_BF16 = { 2e-2, 0.0, 5e-3, 6e-2, 0.0, 5e-3, 2e-2, 5e-2, 5e-2, 1.0 / 256, "test_lora_cuda" };
+static const Tols TOL_F32 = { 1e-4, 1e-4, 1e-5, 1e-4, 1e-3, 1e-4, 1e-3, 1e-2, 1e-2, 1e-6, "" };
+static const Tols* tols(void) { return ops_caps().floatx == OPS_BF16 ? &TOL_BF16 : &TOL_F32; }
 
 typedef struct { const char* name; const char* targets; int rank; float alpha; int rslora; const char* layers; int bias, ln_f; } SetSpec;
 static const SetSpec SETS[] = {
@@ -140,7 +140,7 @@ static void test_set(const SetSpec* s) {
     float* want = ref_read(&ref, "logits", &nl);
     char what[256];
     snprintf(what, sizeof(what), "%s logits", s->name);
-    test_allclose(what, logits, want, nl, TOL_LOGITS_REL, TOL_LOGITS * ref_max_abs(want, nl));
+    test_allclose(what, logits, want, nl, tols()->logits_rel, tols()->logits * ref_max_abs(want, nl));
     free(want); free(logits);
     gpt2_zero_grads(&m.gpt);
     long nv;
@@ -149,10 +149,10 @@ static void test_set(const SetSpec* s) {
     loss /= (double)nv;
     gpt2_backward(&m.gpt, NULL);
     float* rl = ref_read(&ref, "loss", NULL);
-    TEST_CHECK(fabs(loss - rl[0]) < TOL_LOSS, "%s loss %.7f vs PEFT %.7f", s->name, loss, rl[0]);
+    TEST_CHECK(fabs(loss - rl[0]) < tols()->loss, "%s loss %.7f vs PEFT %.7f", s->name, loss, rl[0]);
     printf("%s: loss %.7f (PEFT %.7f)\n", s->name, loss, rl[0]);
     free(rl);
-    ref_check_lora_grads(s->name, lm, &m.gpt, &ref, "grad.", TOL_GRAD_REL, TOL_GRAD);
+    ref_check_lora_grads(s->name, lm, &m.gpt, &ref, "grad.", tols()->grad_rel, tols()->grad);
     {
         size_t n;
         float* wg = ref_read(&ref, "grad.wte", &n);
@@ -160,7 +160,7 @@ static void test_set(const SetSpec* s) {
         ops_download_f32(ours, m.gpt.g[PT_WTE], g_tb.pt.t[PT_WTE].numel);
         snprintf(what, sizeof(what), "%s grad reaching wte (input path through frozen layers + adapters)", s->name);
         TEST_CHECK(n == (size_t)V * g_tb.cfg.channels, "grad.wte size");
-        test_allclose(what, ours, wg, n, TOL_GRAD_REL, TOL_GRAD * ref_max_abs(wg, n));
+        test_allclose(what, ours, wg, n, tols()->grad_rel, tols()->grad * ref_max_abs(wg, n));
         free(wg); free(ours);
     }
     model_free(&m);
@@ -174,7 +174,7 @@ static void test_set(const SetSpec* s) {
     logits = test_logits(&m);
     want = ref_read(&ref, "merged_logits", &nl);
     snprintf(what, sizeof(what), "%s merged-model logits vs PEFT merge_and_unload", s->name);
-    test_allclose(what, logits, want, nl, TOL_LOGITS_REL, TOL_LOGITS * ref_max_abs(want, nl));
+    test_allclose(what, logits, want, nl, tols()->logits_rel, tols()->logits * ref_max_abs(want, nl));
     free(want); free(logits);
     model_free(&m);
 
@@ -197,9 +197,9 @@ static void test_set(const SetSpec* s) {
             gpt2_backward(&m.gpt, NULL);
         }
         float* al = ref_read(&ref, "accum.loss", NULL);
-        TEST_CHECK(fabs(sum / (double)valid - al[0]) < TOL_LOSS, "accumulated loss %.7f vs PEFT big batch %.7f", sum / (double)valid, al[0]);
+        TEST_CHECK(fabs(sum / (double)valid - al[0]) < tols()->loss, "accumulated loss %.7f vs PEFT big batch %.7f", sum / (double)valid, al[0]);
         printf("%s: 4 micro-batches: loss %.7f (PEFT, one batch of 4: %.7f)\n", s->name, sum / (double)valid, al[0]);
-        ref_check_lora_grads("4 accumulated micro-batches vs one 4x batch:", lm, &m.gpt, &ref, "accum.grad.", TOL_GRAD_REL, TOL_GRAD);
+        ref_check_lora_grads("4 accumulated micro-batches vs one 4x batch:", lm, &m.gpt, &ref, "accum.grad.", tols()->grad_rel, tols()->grad);
         free(al); free(ai); free(at);
         model_free(&m);
     }
@@ -210,7 +210,7 @@ static void test_set(const SetSpec* s) {
     float* norms = (float*)mallocCheck((size_t)h.steps * sizeof(float));
     test_model(&m, &g_tb, start, xmask, lm, 0, 0);
     ref_train(&m, &g_tb.batch, &h, losses, norms);
-    ref_check_train(s->name, &ref, losses, norms, h.steps, TOL_STEP_LOSS, TOL_NORM);
+    ref_check_train(s->name, &ref, losses, norms, h.steps, tols()->step_loss, tols()->norm);
     if (!strcmp(s->name, "qv")) {
         // the structural zeros of the split adapter stay exactly zero
         float* pv = (float*)mallocCheck(lm->total * sizeof(float));
@@ -297,7 +297,7 @@ static void test_dropout(void) {
     ops_download_f32(z, dy, n);
     size_t kept = 0, wrong = 0, same_other = 0;
     for (size_t i = 0; i < n; i++) {
-        if (y[i] != 0.0f) { kept++; if (fabsf(y[i] - x[i] / (1.0f - p)) > (float)TOL_ELEM * y[i]) wrong++; }
+        if (y[i] != 0.0f) { kept++; if (fabsf(y[i] - x[i] / (1.0f - p)) > (float)tols()->elem * y[i]) wrong++; }
     }
     TEST_CHECK(memcmp(y, z, n * sizeof(float)) == 0, "dropout mask is a pure function of (seed, stream, i)");
     double frac = (double)kept / (double)n;
@@ -337,7 +337,7 @@ static void test_dropout(void) {
     double gn = 0;
     for (size_t i = 0; i < lm->total; i++) gn += (double)g[i] * g[i];
     gn = sqrt(gn);
-    const double h = FD_STEP;
+    const double h = tols()->fd_step;
     for (size_t i = 0; i < lm->total; i++) pp[i] = p0[i] + (float)(h * g[i] / gn);
     lora_set_params(lm, pp);
     double lp = loss_at(&m);
@@ -346,7 +346,7 @@ static void test_dropout(void) {
     double lmn = loss_at(&m);
     double fd = (lp - lmn) / (2 * h);
     printf("dropout p=0.25 backward: directional derivative %.6f, finite differences %.6f\n", gn, fd);
-    TEST_CHECK(fabs(fd - gn) < TOL_FD * gn, "dropout backward: |grad| %.6f vs finite differences %.6f", gn, fd);
+    TEST_CHECK(fabs(fd - gn) < tols()->fd * gn, "dropout backward: |grad| %.6f vs finite differences %.6f", gn, fd);
     lm->tick = 6;
     lora_set_params(lm, p0);
     double l_other = loss_at(&m);
@@ -517,7 +517,7 @@ static void test_124M_counts(void) {
 int main(void) {
     ops_init(0);
     const char* b = getenv("BUILD");
-    snprintf(g_build, sizeof(g_build), "%s%s%s", b && *b ? b : "build", *OUT_SUBDIR ? "/" : "", OUT_SUBDIR);
+    snprintf(g_build, sizeof(g_build), "%s%s%s", b && *b ? b : "build", *tols()->out_subdir ? "/" : "", tols()->out_subdir);
     test_base_load(&g_tb, BASE_DIR);
     TEST_CHECK(g_tb.batch.valid < g_tb.batch.B * g_tb.batch.T, "the batch has masked targets (the loss is over the unmasked ones only)");
 

@@ -30,13 +30,11 @@
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define QREF "test/ref/qlora_tiny"
 
-#if defined(LLMC_CUDA)
-static const double TOL_LOGITS = 2e-2, TOL_LOGITS_REL = 0.0, TOL_LOSS = 5e-3, TOL_GRAD = 6e-2, TOL_GRAD_REL = 0.0;
-static const double TOL_STEP_LOSS = 5e-3, TOL_NORM = 2e-2;
-#else
-static const double TOL_LOGITS = 1e-5, TOL_LOGITS_REL = 1e-5, TOL_LOSS = 2e-6, TOL_GRAD = 1e-4, TOL_GRAD_REL = 1e-3;
-static const double TOL_STEP_LOSS = 1e-5, TOL_NORM = 1e-3;
-#endif
+// tolerances by the backend's element type (ops_caps()): bf16 storage (CUDA) or fp32 (CPU)
+typedef struct { double logits, logits_rel, loss, grad, grad_rel, step_loss, norm; } Tols;
+static const Tols TOL_BF16 = { 2e-2, 0.0, 5e-3, 6e-2, 0.0, 5e-3, 2e-2 };
+static const Tols TOL_F32 = { 1e-5, 1e-5, 2e-6, 1e-4, 1e-3, 1e-5, 1e-3 };
+static const Tols* tols(void) { return ops_caps().floatx == OPS_BF16 ? &TOL_BF16 : &TOL_F32; }
 
 // x as the backend stores a floatX: rounded to bf16 on CUDA, unchanged on the CPU
 static void as_stored(float* x, size_t n) {
@@ -150,7 +148,7 @@ static void test_set(const char* name) {
     float* want = ref_read(&ref, "logits", &nl);
     char what[400];
     snprintf(what, sizeof(what), "%s logits vs PEFT on Linear4bit", name);
-    test_allclose(what, logits, want, nl, TOL_LOGITS_REL, TOL_LOGITS * ref_max_abs(want, nl));
+    test_allclose(what, logits, want, nl, tols()->logits_rel, tols()->logits * ref_max_abs(want, nl));
     free(want); free(logits);
     gpt2_zero_grads(&m.gpt);
     long nv;
@@ -159,10 +157,10 @@ static void test_set(const char* name) {
     loss /= (double)nv;
     gpt2_backward(&m.gpt, NULL);
     float* rl = ref_read(&ref, "loss", NULL);
-    TEST_CHECK(fabs(loss - rl[0]) < TOL_LOSS, "%s loss %.7f vs PEFT %.7f", name, loss, rl[0]);
+    TEST_CHECK(fabs(loss - rl[0]) < tols()->loss, "%s loss %.7f vs PEFT %.7f", name, loss, rl[0]);
     printf("%s: loss %.7f (PEFT+bnb %.7f, diff %.2e)\n", name, loss, rl[0], fabs(loss - rl[0]));
     free(rl);
-    ref_check_lora_grads(name, lm, &m.gpt, &ref, "grad.", TOL_GRAD_REL, TOL_GRAD);
+    ref_check_lora_grads(name, lm, &m.gpt, &ref, "grad.", tols()->grad_rel, tols()->grad);
 
     // merge into dequant(quant(W)) == the fp32 model of bitsandbytes' dequantized weights + B A
     float* merged = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
@@ -174,7 +172,7 @@ static void test_set(const char* name) {
     logits = test_logits(&mm);
     want = ref_read(&ref, "merged_logits", &nl);
     snprintf(what, sizeof(what), "%s merged into dequant(quant(W)): logits", name);
-    test_allclose(what, logits, want, nl, TOL_LOGITS_REL, TOL_LOGITS * ref_max_abs(want, nl));
+    test_allclose(what, logits, want, nl, tols()->logits_rel, tols()->logits * ref_max_abs(want, nl));
     free(want); free(logits); free(merged);
     model_free(&mm);
 
@@ -183,7 +181,7 @@ static void test_set(const char* name) {
     float* losses = (float*)mallocCheck((size_t)h.steps * sizeof(float));
     float* norms = (float*)mallocCheck((size_t)h.steps * sizeof(float));
     ref_train(&m, b, &h, losses, norms);
-    ref_check_train(name, &ref, losses, norms, h.steps, TOL_STEP_LOSS, TOL_NORM);
+    ref_check_train(name, &ref, losses, norms, h.steps, tols()->step_loss, tols()->norm);
     free(losses); free(norms); free(p0);
     model_free(&m);
     lora_free(lm);

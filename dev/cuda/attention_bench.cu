@@ -3,7 +3,7 @@
 //   2 cublas  permute qkv to (B, NH, T, HS), S = Q K^T with a strided-batched cuBLAS GEMM (bf16 in,
 //             fp32 out: the whole B x NH x T x T matrix), causal softmax kernel (P in bf16, lse),
 //             O = P V with a second GEMM, un-permute to (B, T, C)
-//   3 flash   the backend's kernels (llmc/cuda/flash_attention.cu: WMMA tensor cores, O(T) memory)
+//   3 flash   the backend's kernels (llmc/cuda/attention.cu: WMMA tensor cores, O(T) memory)
 // For each: correctness against a CPU reference (batch 0, every head, double accumulation),
 // time per call with cudaEvents, FLOPs (causal: only the T (T + 1) / 2 visible pairs count),
 // minimum bytes moved and achieved TFLOP/s, as report.cuh's lines (scripts/gpu_check.sh's report
@@ -16,11 +16,11 @@
 #include <math.h>
 #include <vector>
 #include <cublas_v2.h>
-#include "dev/cuda/report.cuh"
-#include "llmc/cuda/flash_attention.cu"
 #include "llmc/cuda/attention.cu"
+#include "llmc/cuda/attention_simple.cu"
+#include "common.cuh"   // dev/cuda: dev_time_ms, report.cuh
 
-// the backend's scratch allocator (llmc/cuda/ops_cuda.cu), reduced to what attention needs
+// the backend's scratch allocator (llmc/cuda/backend.cu), reduced to what attention needs
 void* ops_scratch(int slot, size_t bytes) {
     static void* p[OPS_SCRATCH_COUNT];
     static size_t have[OPS_SCRATCH_COUNT];
@@ -200,21 +200,6 @@ static void check_against(const char* name, const bf16* d_out, const float* d_ls
     g_all_ok &= eo < 2e-2 && el < 1e-3;
 }
 
-template <typename F>
-static float time_ms(F f, int iters) {
-    cudaEvent_t a, b;
-    cudaCheck(cudaEventCreate(&a)); cudaCheck(cudaEventCreate(&b));
-    f();   // warm-up
-    cudaCheck(cudaEventRecord(a));
-    for (int i = 0; i < iters; i++) f();
-    cudaCheck(cudaEventRecord(b));
-    cudaCheck(cudaEventSynchronize(b));
-    float ms;
-    cudaCheck(cudaEventElapsedTime(&ms, a, b));
-    cudaCheck(cudaEventDestroy(a)); cudaCheck(cudaEventDestroy(b));
-    return ms / iters;
-}
-
 static void report(const char* name, float ms, double flops, double bytes) { report_time(name, ms, bytes, flops); }
 
 int main(int argc, char** argv) {
@@ -260,19 +245,19 @@ int main(int argc, char** argv) {
     LAUNCH(naive_attention_kernel, ceil_div(B * NH * T, 128), 128, 0, 0, out, lse, qkv, B, T, NH, HS);
     cudaCheckLast();
     check_against("naive", out, lse, out0, lse0, T, NH, HS);
-    float ms_naive = time_ms([&] { LAUNCH(naive_attention_kernel, ceil_div(B * NH * T, 128), 128, 0, 0, out, lse, qkv, B, T, NH, HS); }, 2);
+    float ms_naive = dev_time_ms([&] { LAUNCH(naive_attention_kernel, ceil_div(B * NH * T, 128), 128, 0, 0, out, lse, qkv, B, T, NH, HS); }, 2);
 
     CublasAttn cb(B, T, NH, HS);
     cb.forward(out, lse, qkv);
     check_against("cublas", out, lse, out0, lse0, T, NH, HS);
-    float ms_cublas = time_ms([&] { cb.forward(out, lse, qkv); }, iters);
+    float ms_cublas = dev_time_ms([&] { cb.forward(out, lse, qkv); }, iters);
 
-    attention_forward(out, lse, qkv, B, T, C, NH);
+    cuda_attention_forward(out, lse, qkv, B, T, C, NH);
     check_against("flash", out, lse, out0, lse0, T, NH, HS);
-    float ms_flash = time_ms([&] { attention_forward(out, lse, qkv, B, T, C, NH); }, iters);
-    float ms_flash_bwd = time_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    float ms_flash = dev_time_ms([&] { cuda_attention_forward(out, lse, qkv, B, T, C, NH); }, iters);
+    float ms_flash_bwd = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
     attention_set_deterministic(0);
-    float ms_flash_bwd_atomic = time_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    float ms_flash_bwd_atomic = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
     attention_set_deterministic(1);
     cudaCheck(cudaDeviceSynchronize());
 

@@ -10,26 +10,13 @@
 #include <string.h>
 #include <vector>
 #include <cuda_runtime.h>
-#include "ops.h"
-#include "cuda/common.cuh"
-#include "report.cuh"
+#include "common.cuh"   // dev/cuda: dev_time_ms, report.cuh
 
-static cudaEvent_t ev0, ev1;
 static int g_reps;   // --reps / --small: the same count for every op (0: each op's default)
 
-// runs fn `reps` times after one warm-up call and returns milliseconds per call
+// milliseconds per call of fn: one warm-up call, then `reps` timed ones (--reps overrides)
 template <typename F>
-static float time_ms(F fn, int reps = 20) {
-    if (g_reps > 0) reps = g_reps;
-    fn();
-    cudaCheck(cudaEventRecord(ev0));
-    for (int i = 0; i < reps; i++) fn();
-    cudaCheck(cudaEventRecord(ev1));
-    cudaCheck(cudaEventSynchronize(ev1));
-    float ms = 0.0f;
-    cudaCheck(cudaEventElapsedTime(&ms, ev0, ev1));
-    return ms / reps;
-}
+static float time_ms(F fn, int reps = 20) { return dev_time_ms(fn, g_reps > 0 ? g_reps : reps); }
 
 // one `time` line (report.cuh): the GEMMs by their FLOPs, the other ops by their bytes
 static void report(const char* name, float ms, double bytes, double flops) { report_time(name, ms, bytes, flops); }
@@ -38,8 +25,8 @@ static floatX* rand_bf16(size_t n, float scale) {
     std::vector<float> h(n);
     uint32_t s = 12345u + (uint32_t)n;
     for (size_t i = 0; i < n; i++) { s = s * 1664525u + 1013904223u; h[i] = scale * ((s >> 8) * (1.0f / 16777216.0f) - 0.5f); }
-    floatX* d = (floatX*)ops_alloc(n * sizeof(floatX));
-    ops_upload_f32(d, h.data(), n);
+    floatX* d = (floatX*)cuda_ops_alloc(n * sizeof(floatX));
+    cuda_ops_upload_f32(d, h.data(), n);
     return d;
 }
 
@@ -71,10 +58,8 @@ int main(int argc, char** argv) {
         else { fprintf(stderr, "bench_ops: unknown argument %s\n", argv[i]); usage(2); }
     }
     const int N = B * T;
-    ops_init(0);
-    report_begin("bench_ops", ops_backend_name(), "B=%d T=%d C=%d NH=%d Vp=%d, AdamW over %zu", B, T, C, NH, Vp, np);
-    cudaCheck(cudaEventCreate(&ev0));
-    cudaCheck(cudaEventCreate(&ev1));
+    cuda_ops_init(0);
+    report_begin("bench_ops", cuda_ops_backend_name(), "B=%d T=%d C=%d NH=%d Vp=%d, AdamW over %zu", B, T, C, NH, Vp, np);
     const double bf = sizeof(floatX);
 
     floatX* wte = rand_bf16((size_t)Vp * C, 0.1f);
@@ -94,54 +79,52 @@ int main(int argc, char** argv) {
     floatX* lnw = rand_bf16(C, 1.0f);
     floatX* lnb = rand_bf16(C, 0.1f);
     floatX* logits = rand_bf16((size_t)N * Vp, 1.0f);
-    float* mean = (float*)ops_alloc(N * sizeof(float));
-    float* rstd = (float*)ops_alloc(N * sizeof(float));
-    float* lse = (float*)ops_alloc((size_t)B * NH * T * sizeof(float));
-    float* losses = (float*)ops_alloc(N * sizeof(float));
-    floatX* params = (floatX*)ops_alloc(np * sizeof(floatX));
-    floatX* grads = (floatX*)ops_alloc(np * sizeof(floatX));
-    float* master = (float*)ops_alloc(np * sizeof(float));
-    float* m = (float*)ops_alloc(np * sizeof(float));
-    float* v = (float*)ops_alloc(np * sizeof(float));
-    ops_zero(params, np * sizeof(floatX)); ops_zero(grads, np * sizeof(floatX));
-    ops_zero(master, np * sizeof(float)); ops_zero(m, np * sizeof(float)); ops_zero(v, np * sizeof(float));
+    float* mean = (float*)cuda_ops_alloc(N * sizeof(float));
+    float* rstd = (float*)cuda_ops_alloc(N * sizeof(float));
+    float* lse = (float*)cuda_ops_alloc((size_t)B * NH * T * sizeof(float));
+    float* losses = (float*)cuda_ops_alloc(N * sizeof(float));
+    floatX* params = (floatX*)cuda_ops_alloc(np * sizeof(floatX));
+    floatX* grads = (floatX*)cuda_ops_alloc(np * sizeof(floatX));
+    float* master = (float*)cuda_ops_alloc(np * sizeof(float));
+    float* m = (float*)cuda_ops_alloc(np * sizeof(float));
+    float* v = (float*)cuda_ops_alloc(np * sizeof(float));
+    cuda_ops_zero(params, np * sizeof(floatX)); cuda_ops_zero(grads, np * sizeof(floatX));
+    cuda_ops_zero(master, np * sizeof(float)); cuda_ops_zero(m, np * sizeof(float)); cuda_ops_zero(v, np * sizeof(float));
     std::vector<int> tok(N);
     for (int i = 0; i < N; i++) tok[i] = (i * 7919) % V;
-    int* dtok = (int*)ops_alloc(N * sizeof(int));
-    ops_to_device(dtok, tok.data(), N * sizeof(int));
+    int* dtok = (int*)cuda_ops_alloc(N * sizeof(int));
+    cuda_ops_to_device(dtok, tok.data(), N * sizeof(int));
 
     const double act = (double)N * C * bf;
-    report("encoder_forward", time_ms([&] { encoder_forward(x, dtok, wte, wpe, B, T, C); }), 3 * act, 0);
-    report("encoder_backward (dwte, dwpe)", time_ms([&] { encoder_backward(dwte, dwpe, x, dtok, B, T, C); }, 5), 3 * act, 0);
-    report("layernorm_forward", time_ms([&] { layernorm_forward(y, mean, rstd, x, lnw, lnb, N, C); }), 2 * act, 0);
+    report("encoder_forward", time_ms([&] { cuda_encoder_forward(x, dtok, wte, wpe, B, T, C); }), 3 * act, 0);
+    report("encoder_backward (dwte, dwpe)", time_ms([&] { cuda_encoder_backward(dwte, dwpe, x, dtok, B, T, C); }, 5), 3 * act, 0);
+    report("layernorm_forward", time_ms([&] { cuda_layernorm_forward(y, mean, rstd, x, lnw, lnb, N, C); }), 2 * act, 0);
     report("fused_residual_layernorm_forward", time_ms([&] {
-        fused_residual_layernorm_forward(out, y, mean, rstd, x, out2, lnw, lnb, N, C); }), 4 * act, 0);
+        cuda_fused_residual_layernorm_forward(out, y, mean, rstd, x, out2, lnw, lnb, N, C); }), 4 * act, 0);
     report("layernorm_backward", time_ms([&] {
-        layernorm_backward(out, dbias, dbias + C, y, x, lnw, mean, rstd, N, C); }), 4 * act, 0);
+        cuda_layernorm_backward(out, dbias, dbias + C, y, x, lnw, mean, rstd, N, C); }), 4 * act, 0);
     report("matmul_forward c_fc (+bias +gelu)", time_ms([&] {
-        matmul_forward(out, out2, x, w, bias, N, C, 4 * C); }), 0, 2.0 * N * C * 4 * C);
+        cuda_matmul_forward(out, out2, x, w, bias, N, C, 4 * C); }), 0, 2.0 * N * C * 4 * C);
     report("matmul_backward c_fc (dinp dweight dbias)", time_ms([&] {
-        matmul_backward(y, dw, dbias, out, x, w, N, C, 4 * C); }), 0, 4.0 * N * C * 4 * C);
-    report("matmul_forward lm_head", time_ms([&] { matmul_forward(logits, NULL, x, wte, NULL, N, C, Vp); }, 5),
+        cuda_matmul_backward(y, dw, dbias, out, x, w, N, C, 4 * C); }), 0, 4.0 * N * C * 4 * C);
+    report("matmul_forward lm_head", time_ms([&] { cuda_matmul_forward(logits, NULL, x, wte, NULL, N, C, Vp); }, 5),
            0, 2.0 * N * C * Vp);
-    report("gelu_forward (4C)", time_ms([&] { gelu_forward(out2, out, (size_t)N * 4 * C); }), 8 * act, 0);
-    report("gelu_backward (4C)", time_ms([&] { gelu_backward(out2, out, out2, (size_t)N * 4 * C); }), 16 * act, 0);
-    report("residual_forward", time_ms([&] { residual_forward(y, x, y, (size_t)N * C); }), 3 * act, 0);
-    report("attention_forward", time_ms([&] { attention_forward(y, lse, qkv, B, T, C, NH); }, 3), 4 * act, 0);
-    report("attention_backward", time_ms([&] { attention_backward(dqkv, x, qkv, y, lse, B, T, C, NH); }, 3), 8 * act, 0);
+    report("gelu_forward (4C)", time_ms([&] { cuda_gelu_forward(out2, out, (size_t)N * 4 * C); }), 8 * act, 0);
+    report("gelu_backward (4C)", time_ms([&] { cuda_gelu_backward(out2, out, out2, (size_t)N * 4 * C); }), 16 * act, 0);
+    report("residual_forward", time_ms([&] { cuda_residual_forward(y, x, y, (size_t)N * C); }), 3 * act, 0);
+    report("attention_forward", time_ms([&] { cuda_attention_forward(y, lse, qkv, B, T, C, NH); }, 3), 4 * act, 0);
+    report("attention_backward", time_ms([&] { cuda_attention_backward(dqkv, x, qkv, y, lse, B, T, C, NH); }, 3), 8 * act, 0);
     report("fused_classifier (loss + dlogits)", time_ms([&] {
-        fused_classifier(losses, logits, dtok, 1.0f / N, N, V, Vp); }, 5), 2.0 * N * Vp * bf, 0);
+        cuda_fused_classifier(losses, logits, dtok, 1.0f / N, N, V, Vp); }, 5), 2.0 * N * Vp * bf, 0);
     report("adamw_update (all parameters, master)", time_ms([&] {
-        adamw_update(params, master, grads, m, v, np, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7u); }, 5),
+        cuda_adamw_update(params, master, grads, m, v, np, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7u); }, 5),
            np * (2 * bf + 2 * bf + 6 * 4.0), 0);
-    report("sum_squares (all parameters)", time_ms([&] { (void)sum_squares(params, np); }, 5), np * bf, 0);
+    report("sum_squares (all parameters)", time_ms([&] { (void)cuda_sum_squares(params, np); }, 5), np * bf, 0);
 
     floatX* bufs[] = {wte, wpe, x, y, out, out2, qkv, dqkv, w, dw, dwte, dwpe, bias, dbias, lnw, lnb, logits, params, grads};
-    for (floatX* p : bufs) ops_free(p);
+    for (floatX* p : bufs) cuda_ops_free(p);
     float* fbufs[] = {mean, rstd, lse, losses, master, m, v};
-    for (float* p : fbufs) ops_free(p);
-    ops_free(dtok);
-    cudaCheck(cudaEventDestroy(ev0));
-    cudaCheck(cudaEventDestroy(ev1));
+    for (float* p : fbufs) cuda_ops_free(p);
+    cuda_ops_free(dtok);
     return 0;
 }

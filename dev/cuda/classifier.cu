@@ -1,6 +1,6 @@
 // Fused classifier (softmax + cross-entropy + dlogits in place): CPU reference (double), version 1
 // (one thread per row, three passes), version 2 (the production kernel of llmc/cuda/classifier.cu
-// via ops.h: one block per row, online log-sum-exp). Check of losses and dlogits + timing.
+// via ops_cuda.h: one block per row, online log-sum-exp). Check of losses and dlogits + timing.
 //   make bench-cuda && build/cuda/dev/cuda/classifier [N]
 #include "common.cuh"
 
@@ -24,8 +24,8 @@ int main(int argc, char** argv) {
     int N = argc > 1 ? atoi(argv[1]) : 1024;
     const int V = 50257, Vp = 50304;
     const float dloss = 1.0f / (float)N;
-    ops_init(0);
-    report_begin("classifier", ops_backend_name(), "N=%d V=%d Vp=%d", N, V, Vp);
+    cuda_ops_init(0);
+    report_begin("classifier", cuda_ops_backend_name(), "N=%d V=%d Vp=%d", N, V, Vp);
     vecf logits = dev_rand((size_t)N * Vp, 16.0f, 1);
     std::vector<int> tgt(N);
     for (int n = 0; n < N; n++) tgt[n] = n % 17 == 0 ? -1 : (int)(((uint32_t)n * 2654435761u) % (uint32_t)V);
@@ -40,24 +40,24 @@ int main(int argc, char** argv) {
             for (int i = 0; i < V; i++) dl_ref[(size_t)n * Vp + i] = (float)(dloss * (exp(r[i] - mx) / s - (i == tgt[n])));
     }
     floatX* d_logits = to_dev_bf16(logits);
-    float* d_losses = (float*)ops_alloc(N * sizeof(float));
-    int* d_tgt = (int*)ops_alloc(N * sizeof(int));
-    ops_to_device(d_tgt, tgt.data(), N * sizeof(int));
+    float* d_losses = (float*)cuda_ops_alloc(N * sizeof(float));
+    int* d_tgt = (int*)cuda_ops_alloc(N * sizeof(int));
+    cuda_ops_to_device(d_tgt, tgt.data(), N * sizeof(int));
     bool ok = true;
     const int block = 64, grid = (int)ceil_div(N, block);
     LAUNCH(classifier_v1, grid, block, 0, 0, d_losses, d_logits, d_tgt, dloss, N, V, Vp);
     cudaCheck(cudaGetLastError());
     ok &= dev_check("v1 losses", from_dev_f32(d_losses, N), loss_ref, 1e-4);
     ok &= dev_check("v1 dlogits", from_dev_bf16(d_logits, (size_t)N * Vp), dl_ref, 1e-2);
-    ops_upload_f32(d_logits, logits.data(), (size_t)N * Vp);
-    fused_classifier(d_losses, d_logits, d_tgt, dloss, N, V, Vp);
+    cuda_ops_upload_f32(d_logits, logits.data(), (size_t)N * Vp);
+    cuda_fused_classifier(d_losses, d_logits, d_tgt, dloss, N, V, Vp);
     ok &= dev_check("v2 losses (production)", from_dev_f32(d_losses, N), loss_ref, 1e-4);
     ok &= dev_check("v2 dlogits (production)", from_dev_bf16(d_logits, (size_t)N * Vp), dl_ref, 1e-2);
     // timing on logits that are already gradients: same work per row, values don't matter
     double bytes = 2.0 * N * Vp * sizeof(floatX);
     dev_report("v1", dev_time_ms([&] { LAUNCH(classifier_v1, grid, block, 0, 0, d_losses, d_logits, d_tgt, dloss, N, V, Vp); }, 3), bytes);
-    dev_report("v2 (production)", dev_time_ms([&] { fused_classifier(d_losses, d_logits, d_tgt, dloss, N, V, Vp); }), bytes);
-    ops_free(d_logits); ops_free(d_losses); ops_free(d_tgt);
+    dev_report("v2 (production)", dev_time_ms([&] { cuda_fused_classifier(d_losses, d_logits, d_tgt, dloss, N, V, Vp); }), bytes);
+    cuda_ops_free(d_logits); cuda_ops_free(d_losses); cuda_ops_free(d_tgt);
     printf("%s\n", ok ? "all versions match the CPU reference" : "MISMATCH");
     return ok ? 0 : 1;
 }

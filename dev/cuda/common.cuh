@@ -1,7 +1,9 @@
 // Shared helpers of the kernel programs in dev/cuda/ (one program per kernel: a CPU reference, the
 // kernel version(s), a correctness check of each against the reference, and cudaEvent timing).
 // Inputs are rounded to bf16 before the CPU reference sees them, so differences are the kernels'
-// fp32 arithmetic and the bf16 rounding of their outputs. Needs a GPU to run; compiled in CI.
+// fp32 arithmetic and the bf16 rounding of their outputs. The programs call the CUDA backend's ops
+// by their cuda_ names (llmc/cuda/ops_cuda.h), so each links only the kernels it times. Needs a GPU
+// to run; compiled in CI.
 #ifndef DEV_CUDA_COMMON_CUH
 #define DEV_CUDA_COMMON_CUH
 
@@ -9,8 +11,8 @@
 #include <stdlib.h>
 #include <math.h>
 #include <vector>
-#include "ops.h"
 #include "cuda/common.cuh"
+#include "cuda/ops_cuda.h"
 #include "report.cuh"
 
 typedef std::vector<float> vecf;
@@ -29,17 +31,17 @@ static inline vecf dev_rand(size_t n, float scale, uint32_t seed) {
 }
 
 static inline floatX* to_dev_bf16(const vecf& h) {
-    floatX* d = (floatX*)ops_alloc(h.size() * sizeof(floatX));
-    ops_upload_f32(d, h.data(), h.size());
+    floatX* d = (floatX*)cuda_ops_alloc(h.size() * sizeof(floatX));
+    cuda_ops_upload_f32(d, h.data(), h.size());
     return d;
 }
 static inline float* to_dev_f32(const vecf& h) {
-    float* d = (float*)ops_alloc(h.size() * sizeof(float));
-    ops_to_device(d, h.data(), h.size() * sizeof(float));
+    float* d = (float*)cuda_ops_alloc(h.size() * sizeof(float));
+    cuda_ops_to_device(d, h.data(), h.size() * sizeof(float));
     return d;
 }
-static inline vecf from_dev_bf16(const floatX* d, size_t n) { vecf h(n); ops_download_f32(h.data(), d, n); return h; }
-static inline vecf from_dev_f32(const float* d, size_t n) { vecf h(n); ops_to_host(h.data(), d, n * sizeof(float)); return h; }
+static inline vecf from_dev_bf16(const floatX* d, size_t n) { vecf h(n); cuda_ops_download_f32(h.data(), d, n); return h; }
+static inline vecf from_dev_f32(const float* d, size_t n) { vecf h(n); cuda_ops_to_host(h.data(), d, n * sizeof(float)); return h; }
 
 // max |got - want| relative to max |want|; reports it (a `check` line, report.cuh) and returns
 // whether it is within tol

@@ -1,6 +1,6 @@
 // GELU (tanh approximation) forward and backward: CPU reference, version 1 (one thread per
-// element, scalar bf16 loads), version 2 (the production kernels of llmc/cuda/ops_cuda.cu through
-// ops.h: 128-bit loads/stores). Check + timing. `make bench-cuda && build/cuda/dev/cuda/gelu [n]`
+// element, scalar bf16 loads), version 2 (the production kernels of llmc/cuda/elementwise.cu through
+// ops_cuda.h: 128-bit loads/stores). Check + timing. `make bench-cuda && build/cuda/dev/cuda/gelu [n]`
 #include "common.cuh"
 
 static float gelu_ref(float x) {
@@ -25,31 +25,31 @@ __global__ void gelu_forward_v1(floatX* out, const floatX* inp, size_t n) {
 
 int main(int argc, char** argv) {
     size_t n = argc > 1 ? (size_t)atoll(argv[1]) : (size_t)8 * 1024 * 3072; // GPT-2 124M fch, B=8 T=1024
-    ops_init(0);
-    report_begin("gelu", ops_backend_name(), "n=%zu", n);
+    cuda_ops_init(0);
+    report_begin("gelu", cuda_ops_backend_name(), "n=%zu", n);
     vecf x = dev_rand(n, 8.0f, 1), dy = dev_rand(n, 2.0f, 2);
     vecf y_ref(n), dx_ref(n);
     for (size_t i = 0; i < n; i++) { y_ref[i] = gelu_ref(x[i]); dx_ref[i] = gelu_grad_ref(x[i]) * dy[i]; }
     floatX* d_x = to_dev_bf16(x);
     floatX* d_dy = to_dev_bf16(dy);
-    floatX* d_y = (floatX*)ops_alloc(n * sizeof(floatX));
-    floatX* d_dx = (floatX*)ops_alloc(n * sizeof(floatX));
+    floatX* d_y = (floatX*)cuda_ops_alloc(n * sizeof(floatX));
+    floatX* d_dx = (floatX*)cuda_ops_alloc(n * sizeof(floatX));
     bool ok = true;
     const int block = 256;
     const int grid = (int)ceil_div(n, (size_t)block);
     LAUNCH(gelu_forward_v1, grid, block, 0, 0, d_y, d_x, n);
     cudaCheck(cudaGetLastError());
     ok &= dev_check("forward v1", from_dev_bf16(d_y, n), y_ref, 1e-2);
-    gelu_forward(d_y, d_x, n);
+    cuda_gelu_forward(d_y, d_x, n);
     ok &= dev_check("forward v2 (production)", from_dev_bf16(d_y, n), y_ref, 1e-2);
-    ops_zero(d_dx, n * sizeof(floatX));
-    gelu_backward(d_dx, d_x, d_dy, n); // accumulates into zero
+    cuda_ops_zero(d_dx, n * sizeof(floatX));
+    cuda_gelu_backward(d_dx, d_x, d_dy, n); // accumulates into zero
     ok &= dev_check("backward (production)", from_dev_bf16(d_dx, n), dx_ref, 1e-2);
     double fb = 2.0 * n * sizeof(floatX);
     dev_report("forward v1", dev_time_ms([&] { LAUNCH(gelu_forward_v1, grid, block, 0, 0, d_y, d_x, n); }), fb);
-    dev_report("forward v2 (production)", dev_time_ms([&] { gelu_forward(d_y, d_x, n); }), fb);
-    dev_report("backward (production)", dev_time_ms([&] { gelu_backward(d_dx, d_x, d_dy, n); }), 4.0 * n * sizeof(floatX));
-    ops_free(d_x); ops_free(d_dy); ops_free(d_y); ops_free(d_dx);
+    dev_report("forward v2 (production)", dev_time_ms([&] { cuda_gelu_forward(d_y, d_x, n); }), fb);
+    dev_report("backward (production)", dev_time_ms([&] { cuda_gelu_backward(d_dx, d_x, d_dy, n); }), 4.0 * n * sizeof(floatX));
+    cuda_ops_free(d_x); cuda_ops_free(d_dy); cuda_ops_free(d_y); cuda_ops_free(d_dx);
     printf("%s\n", ok ? "all versions match the CPU reference" : "MISMATCH");
     return ok ? 0 : 1;
 }

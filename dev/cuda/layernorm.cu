@@ -1,5 +1,5 @@
 // Layernorm forward and backward: CPU reference (double), version 1 (forward: one thread per row),
-// version 2 (production kernels of llmc/cuda/layernorm.cu via ops.h: a warp per row, 128-bit loads;
+// version 2 (production kernels of llmc/cuda/layernorm.cu via ops_cuda.h: a warp per row, 128-bit loads;
 // backward with deterministic column sums for dweight / dbias). Check + timing.
 //   make bench-cuda && build/cuda/dev/cuda/layernorm [N]
 #include "common.cuh"
@@ -22,8 +22,8 @@ __global__ void layernorm_forward_v1(floatX* out, float* mean, float* rstd, cons
 int main(int argc, char** argv) {
     int N = argc > 1 ? atoi(argv[1]) : 8 * 1024;
     const int C = 768;
-    ops_init(0);
-    report_begin("layernorm", ops_backend_name(), "N=%d C=%d", N, C);
+    cuda_ops_init(0);
+    report_begin("layernorm", cuda_ops_backend_name(), "N=%d C=%d", N, C);
     vecf x = dev_rand((size_t)N * C, 4.0f, 1), w = dev_rand(C, 2.0f, 2), b = dev_rand(C, 0.5f, 3), dy = dev_rand((size_t)N * C, 1.0f, 4);
     vecf y_ref((size_t)N * C), dx_ref((size_t)N * C), dw_ref(C, 0.0f), db_ref(C, 0.0f);
     std::vector<double> dw(C, 0.0), db(C, 0.0);
@@ -48,30 +48,30 @@ int main(int argc, char** argv) {
     }
     for (int c = 0; c < C; c++) { dw_ref[c] = (float)dw[c]; db_ref[c] = (float)db[c]; }
     floatX *d_x = to_dev_bf16(x), *d_w = to_dev_bf16(w), *d_b = to_dev_bf16(b), *d_dy = to_dev_bf16(dy);
-    floatX* d_y = (floatX*)ops_alloc((size_t)N * C * sizeof(floatX));
-    floatX* d_dx = (floatX*)ops_alloc((size_t)N * C * sizeof(floatX));
-    floatX* d_dw = (floatX*)ops_alloc(C * sizeof(floatX));
-    floatX* d_db = (floatX*)ops_alloc(C * sizeof(floatX));
-    float* d_mean = (float*)ops_alloc(N * sizeof(float));
-    float* d_rstd = (float*)ops_alloc(N * sizeof(float));
+    floatX* d_y = (floatX*)cuda_ops_alloc((size_t)N * C * sizeof(floatX));
+    floatX* d_dx = (floatX*)cuda_ops_alloc((size_t)N * C * sizeof(floatX));
+    floatX* d_dw = (floatX*)cuda_ops_alloc(C * sizeof(floatX));
+    floatX* d_db = (floatX*)cuda_ops_alloc(C * sizeof(floatX));
+    float* d_mean = (float*)cuda_ops_alloc(N * sizeof(float));
+    float* d_rstd = (float*)cuda_ops_alloc(N * sizeof(float));
     bool ok = true;
     const int block = 128, grid = (int)ceil_div(N, block);
     LAUNCH(layernorm_forward_v1, grid, block, 0, 0, d_y, d_mean, d_rstd, d_x, d_w, d_b, N, C);
     cudaCheck(cudaGetLastError());
     ok &= dev_check("forward v1", from_dev_bf16(d_y, (size_t)N * C), y_ref, 1e-2);
-    layernorm_forward(d_y, d_mean, d_rstd, d_x, d_w, d_b, N, C);
+    cuda_layernorm_forward(d_y, d_mean, d_rstd, d_x, d_w, d_b, N, C);
     ok &= dev_check("forward v2 (production)", from_dev_bf16(d_y, (size_t)N * C), y_ref, 1e-2);
-    ops_zero(d_dx, (size_t)N * C * sizeof(floatX)); ops_zero(d_dw, C * sizeof(floatX)); ops_zero(d_db, C * sizeof(floatX));
-    layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C);
+    cuda_ops_zero(d_dx, (size_t)N * C * sizeof(floatX)); cuda_ops_zero(d_dw, C * sizeof(floatX)); cuda_ops_zero(d_db, C * sizeof(floatX));
+    cuda_layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C);
     ok &= dev_check("backward dinp (production)", from_dev_bf16(d_dx, (size_t)N * C), dx_ref, 2e-2);
     ok &= dev_check("backward dweight (production)", from_dev_bf16(d_dw, C), dw_ref, 2e-2);
     ok &= dev_check("backward dbias (production)", from_dev_bf16(d_db, C), db_ref, 2e-2);
     double fb = 2.0 * N * C * sizeof(floatX);
     dev_report("forward v1", dev_time_ms([&] { LAUNCH(layernorm_forward_v1, grid, block, 0, 0, d_y, d_mean, d_rstd, d_x, d_w, d_b, N, C); }), fb);
-    dev_report("forward v2 (production)", dev_time_ms([&] { layernorm_forward(d_y, d_mean, d_rstd, d_x, d_w, d_b, N, C); }), fb);
-    dev_report("backward (production)", dev_time_ms([&] { layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C); }), 3.0 * N * C * sizeof(floatX));
-    ops_free(d_x); ops_free(d_w); ops_free(d_b); ops_free(d_dy); ops_free(d_y); ops_free(d_dx); ops_free(d_dw); ops_free(d_db);
-    ops_free(d_mean); ops_free(d_rstd);
+    dev_report("forward v2 (production)", dev_time_ms([&] { cuda_layernorm_forward(d_y, d_mean, d_rstd, d_x, d_w, d_b, N, C); }), fb);
+    dev_report("backward (production)", dev_time_ms([&] { cuda_layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C); }), 3.0 * N * C * sizeof(floatX));
+    cuda_ops_free(d_x); cuda_ops_free(d_w); cuda_ops_free(d_b); cuda_ops_free(d_dy); cuda_ops_free(d_y); cuda_ops_free(d_dx); cuda_ops_free(d_dw); cuda_ops_free(d_db);
+    cuda_ops_free(d_mean); cuda_ops_free(d_rstd);
     printf("%s\n", ok ? "all versions match the CPU reference" : "MISMATCH");
     return ok ? 0 : 1;
 }

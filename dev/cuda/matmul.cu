@@ -18,8 +18,8 @@ static float gelu_ref(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608028
 int main(int argc, char** argv) {
     int N = argc > 3 ? atoi(argv[1]) : 8 * 1024, C = argc > 3 ? atoi(argv[2]) : 768, OC = argc > 3 ? atoi(argv[3]) : 3072;
     const int NCHK = 64; // rows checked against the CPU
-    ops_init(0);
-    report_begin("matmul", ops_backend_name(), "N=%d C=%d OC=%d", N, C, OC);
+    cuda_ops_init(0);
+    report_begin("matmul", cuda_ops_backend_name(), "N=%d C=%d OC=%d", N, C, OC);
     vecf x = dev_rand((size_t)N * C, 2.0f, 1), w = dev_rand((size_t)OC * C, 0.1f, 2), b = dev_rand(OC, 0.2f, 3);
     vecf dy = dev_rand((size_t)N * OC, 1.0f, 4);
     vecf y_ref((size_t)NCHK * OC), g_ref((size_t)NCHK * OC), dx_ref((size_t)NCHK * C), dw_ref((size_t)OC * 8), db_ref(OC);
@@ -44,24 +44,24 @@ int main(int argc, char** argv) {
         }
     }
     floatX *d_x = to_dev_bf16(x), *d_w = to_dev_bf16(w), *d_b = to_dev_bf16(b), *d_dy = to_dev_bf16(dy);
-    floatX* d_y = (floatX*)ops_alloc((size_t)N * OC * sizeof(floatX));
-    floatX* d_g = (floatX*)ops_alloc((size_t)N * OC * sizeof(floatX));
-    floatX* d_dx = (floatX*)ops_alloc((size_t)N * C * sizeof(floatX));
-    floatX* d_dw = (floatX*)ops_alloc((size_t)OC * C * sizeof(floatX));
-    floatX* d_db = (floatX*)ops_alloc(OC * sizeof(floatX));
+    floatX* d_y = (floatX*)cuda_ops_alloc((size_t)N * OC * sizeof(floatX));
+    floatX* d_g = (floatX*)cuda_ops_alloc((size_t)N * OC * sizeof(floatX));
+    floatX* d_dx = (floatX*)cuda_ops_alloc((size_t)N * C * sizeof(floatX));
+    floatX* d_dw = (floatX*)cuda_ops_alloc((size_t)OC * C * sizeof(floatX));
+    floatX* d_db = (floatX*)cuda_ops_alloc(OC * sizeof(floatX));
     auto rows = [&](const floatX* d, int nrows, int cols) { return from_dev_bf16(d, (size_t)nrows * cols); };
     bool ok = true;
     dim3 grid((unsigned)ceil_div(OC, 256), (unsigned)N);
     LAUNCH(matmul_forward_v1, grid, 256, 0, 0, d_y, d_x, d_w, d_b, N, C, OC);
     cudaCheck(cudaGetLastError());
     ok &= dev_check("forward v1", rows(d_y, NCHK, OC), y_ref, 1e-2);
-    matmul_forward(d_y, NULL, d_x, d_w, d_b, N, C, OC);
+    cuda_matmul_forward(d_y, NULL, d_x, d_w, d_b, N, C, OC);
     ok &= dev_check("forward v2 (cuBLASLt, bias epilogue)", rows(d_y, NCHK, OC), y_ref, 1e-2);
-    matmul_forward(d_y, d_g, d_x, d_w, d_b, N, C, OC);
+    cuda_matmul_forward(d_y, d_g, d_x, d_w, d_b, N, C, OC);
     ok &= dev_check("forward v2 pre-GELU output", rows(d_y, NCHK, OC), y_ref, 1e-2);
     ok &= dev_check("forward v2 GELU epilogue", rows(d_g, NCHK, OC), g_ref, 1e-2);
-    ops_zero(d_dx, (size_t)N * C * sizeof(floatX)); ops_zero(d_dw, (size_t)OC * C * sizeof(floatX)); ops_zero(d_db, OC * sizeof(floatX));
-    matmul_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, N, C, OC);
+    cuda_ops_zero(d_dx, (size_t)N * C * sizeof(floatX)); cuda_ops_zero(d_dw, (size_t)OC * C * sizeof(floatX)); cuda_ops_zero(d_db, OC * sizeof(floatX));
+    cuda_matmul_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, N, C, OC);
     ok &= dev_check("backward dinp (production)", rows(d_dx, NCHK, C), dx_ref, 2e-2);
     vecf dw_all = from_dev_bf16(d_dw, (size_t)OC * C), dw8((size_t)OC * 8);
     for (int o = 0; o < OC; o++) for (int c = 0; c < 8; c++) dw8[(size_t)o * 8 + c] = dw_all[(size_t)o * C + c];
@@ -70,10 +70,10 @@ int main(int argc, char** argv) {
     double flops = 2.0 * N * C * OC;
     auto tf = [&](const char* what, float ms, double f) { report_time(what, ms, 0.0, f); };
     tf("forward v1", dev_time_ms([&] { LAUNCH(matmul_forward_v1, grid, 256, 0, 0, d_y, d_x, d_w, d_b, N, C, OC); }, 3), flops);
-    tf("forward v2 (cuBLASLt + bias)", dev_time_ms([&] { matmul_forward(d_y, NULL, d_x, d_w, d_b, N, C, OC); }), flops);
-    tf("forward v2 (cuBLASLt + bias + GELU)", dev_time_ms([&] { matmul_forward(d_y, d_g, d_x, d_w, d_b, N, C, OC); }), flops);
-    tf("backward (dinp + dweight + dbias)", dev_time_ms([&] { matmul_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, N, C, OC); }), 2.0 * flops);
-    ops_free(d_x); ops_free(d_w); ops_free(d_b); ops_free(d_dy); ops_free(d_y); ops_free(d_g); ops_free(d_dx); ops_free(d_dw); ops_free(d_db);
+    tf("forward v2 (cuBLASLt + bias)", dev_time_ms([&] { cuda_matmul_forward(d_y, NULL, d_x, d_w, d_b, N, C, OC); }), flops);
+    tf("forward v2 (cuBLASLt + bias + GELU)", dev_time_ms([&] { cuda_matmul_forward(d_y, d_g, d_x, d_w, d_b, N, C, OC); }), flops);
+    tf("backward (dinp + dweight + dbias)", dev_time_ms([&] { cuda_matmul_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, N, C, OC); }), 2.0 * flops);
+    cuda_ops_free(d_x); cuda_ops_free(d_w); cuda_ops_free(d_b); cuda_ops_free(d_dy); cuda_ops_free(d_y); cuda_ops_free(d_g); cuda_ops_free(d_dx); cuda_ops_free(d_dw); cuda_ops_free(d_db);
     printf("%s\n", ok ? "all versions match the CPU reference" : "MISMATCH");
     return ok ? 0 : 1;
 }

@@ -1,7 +1,7 @@
-// Attention of the CUDA backend: attention_forward / attention_backward (llmc/ops.h) are the
-// tensor-core flash attention of flash_attention.cu for head sizes that are a multiple of 16 up
+// Attention of the CUDA backend: attention_forward / cuda_attention_backward (llmc/ops.h) are the
+// tensor-core flash attention of attention.cu for head sizes that are a multiple of 16 up
 // to 128 (GPT-2: 64); other head sizes (<= 128) fall back to the simple CUDA-core kernels of
-// attention.cu, which have the same contract.
+// attention_simple.cu, which have the same contract.
 #ifndef LLMC_CUDA_ATTENTION_CUH
 #define LLMC_CUDA_ATTENTION_CUH
 
@@ -18,7 +18,7 @@ extern "C" {
 void attention_set_deterministic(int on);
 int attention_get_deterministic(void);
 
-// Simple kernels (attention.cu): fp32 math on CUDA cores, O(T) memory, deterministic.
+// Simple kernels (attention_simple.cu): fp32 math on CUDA cores, O(T) memory, deterministic.
 void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH);
 void attention_backward_simple(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                const float* lse, int B, int T, int C, int NH);

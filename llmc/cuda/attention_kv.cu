@@ -10,6 +10,7 @@
 #include "attention_kv.cuh"
 #include "launch.cuh"
 #include "../check.h"
+#include "ops_cuda.h"
 
 #define KV_BLOCK 128
 
@@ -123,11 +124,8 @@ void attention_forward_kv_cuda(bf16* out, const bf16* qkv_new, bf16* kcache, bf1
     attention_forward_kv_impl(out, qkv_new, kcache, vcache, B, pos, Tn, maxT, C, NH, stream);
 }
 
-#if defined(LLMC_CUDA)
-#include "../ops.h"
 // The op of the CUDA backend (floatX = bf16), on the default stream like the other ops.
-extern "C" void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, floatX* vcache,
-                                     int B, int pos, int Tn, int maxT, int C, int NH) {
+extern "C" void cuda_attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, floatX* vcache,
+                                          int B, int pos, int Tn, int maxT, int C, int NH) {
     attention_forward_kv_cuda(out, qkv_new, kcache, vcache, B, pos, Tn, maxT, C, NH, 0);
 }
-#endif

@@ -1,7 +1,8 @@
 // Fused classifier: softmax + cross-entropy + dlogits in place, one block per row (targets < 0:
 // no loss, zero gradient row; padded columns V..Vp get zero gradient). Two passes over
 // the row: an online max/sum (log-sum-exp), then the gradient written over the logits.
-#include "cuda/ops_common.cuh"
+#include "cuda/common.cuh"
+#include "cuda/ops_cuda.h"
 
 #define CLS_THREADS 512
 
@@ -14,9 +15,9 @@ __device__ inline void lse_combine(float& m, float& s, float om, float os) {
 
 __global__ void fused_classifier_kernel(float* losses, floatX* logits, const int* targets, float dloss,
                                         int V, int Vp, int vec) {
-    __shared__ float sm[CLS_THREADS / OPS_WARP], ss[CLS_THREADS / OPS_WARP];
+    __shared__ float sm[CLS_THREADS / WARP_SIZE], ss[CLS_THREADS / WARP_SIZE];
     int row = blockIdx.x;
-    int lane = threadIdx.x % OPS_WARP, warp = threadIdx.x / OPS_WARP, nwarps = blockDim.x / OPS_WARP;
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nwarps = blockDim.x / WARP_SIZE;
     floatX* x = logits + (size_t)row * Vp;
     int target = targets[row];
     // A target >= V (data that does not match the vocabulary) must not index past the row; it
@@ -35,7 +36,7 @@ __global__ void fused_classifier_kernel(float* losses, floatX* logits, const int
         }
     }
     for (int o = 16; o > 0; o >>= 1) {
-        float om = __shfl_xor_sync(OPS_FULL_MASK, m, o), os = __shfl_xor_sync(OPS_FULL_MASK, s, o);
+        float om = __shfl_xor_sync(FULL_MASK, m, o), os = __shfl_xor_sync(FULL_MASK, s, o);
         lse_combine(m, s, om, os);
     }
     if (lane == 0) { sm[warp] = m; ss[warp] = s; }
@@ -60,8 +61,8 @@ __global__ void fused_classifier_kernel(float* losses, floatX* logits, const int
     }
 }
 
-extern "C" void fused_classifier(float* losses, floatX* logits, const int* targets, float dloss,
-                                 int N, int V, int Vp) {
+extern "C" void cuda_fused_classifier(float* losses, floatX* logits, const int* targets, float dloss,
+                                      int N, int V, int Vp) {
     if (N <= 0) return;
     int vec = Vp % 8 == 0 && ops_aligned16(logits);
     LAUNCH(fused_classifier_kernel, N, CLS_THREADS, 0, 0, losses, logits, targets, dloss, V, Vp, vec);

@@ -1,28 +1,49 @@
-// Common helpers for the CUDA kernels. Compiles under nvcc and under the CUDA-on-CPU harness
-// (g++ with test/cuda_cpu/cuda_cpu.h force-included), so kernels written with these run in CI.
+// The CUDA backend's helper library: everything the kernels of llmc/cuda/ share. Compiles under
+// nvcc and under the CUDA-on-CPU harness (g++ with test/cuda_cpu/cuda_cpu.h force-included), so
+// kernels written with these run in CI. Kernels stick to what the harness emulates: no inline
+// PTX, no device-only intrinsics without a host fallback (test/cuda_cpu/README.md).
 //
 //   cudaCheck(expr)            stop with file:line, the CUDA error name/string and a hint
 //   cudaCheckLast()            cudaCheck(cudaGetLastError()) after a LAUNCH
-//   ceil_div(a, b)             integer ceil(a / b)
-//   WARP_SIZE                  32
-//   warp_reduce_sum(float)     sum over the 32 lanes (every lane gets the result), __shfl_xor_sync
-//   warp_reduce_max(float)     max over the 32 lanes
+//   ceil_div(a, b)             integer ceil(a / b); ops_blocks(work, per_block): the same as an
+//                              unsigned grid size
+//   WARP_SIZE, FULL_MASK       32, the mask of all its lanes
+//   warp_reduce_sum/max(float) sum / max over the 32 lanes (every lane gets the result)
 //   block_reduce<warp_reduce_sum>(val, final_sync = false, out_of_range = 0.0f)
 //                              reduce over a 1-D block whose blockDim.x is a multiple of 32 and
 //                              <= 1024; every thread gets the result. Pass final_sync = true when
 //                              the block calls block_reduce again right away (it reuses the same
 //                              shared scratch).
-//   bf16                       __nv_bfloat16
+//   block_sum(val)             block_reduce of a sum that may be called again right away (a
+//                              leading barrier protects the scratch)
+//   bf16                       __nv_bfloat16 (= floatX: everything under llmc/cuda is the bf16
+//                              backend, compiled with -DLLMC_CUDA)
 //   Packed128<T>               16 bytes of T (8 bf16, 4 float) for 128-bit loads and stores
 //   x128 / f128                Packed128<bf16> / Packed128<float>
 //   load128(p) / load128cs(p)  128-bit load (cs: streaming, evict-first: data read once)
 //   store128(p, v) / store128cs(p, v) / store128cg(p, v)   128-bit stores (cg: bypass L1)
 //                              p must be 16-byte aligned (cudaMalloc gives 256-byte alignment).
+//   ops_aligned16(p)           whether p allows the 128-bit paths
+//   load8f / store8f           8 elements of a bf16 row as fp32, 128-bit or scalar (ragged rows)
+//   ops_hash, ops_round_stochastic   deterministic stochastic rounding fp32 -> bf16
+//   ops_gelu(x)                tanh-approximation GELU, shared by kernels and the GEMM epilogue
+//   ops_scratch(slot, bytes)   the op-internal scratch buffers (backend.cu)
+//   ops_colsum_finalize        the fixed-order column sums of layernorm / matmul (reduce.cu)
 #ifndef LLMC_CUDA_COMMON_CUH
 #define LLMC_CUDA_COMMON_CUH
 
+#ifndef LLMC_CUDA
+#error "llmc/cuda is the CUDA backend: compile it with -DLLMC_CUDA (floatX = bf16), as mk/*.mk does"
+#endif
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <float.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include "../ops.h"
 #include "../check.h"
 #include "launch.cuh"
 
@@ -44,6 +65,7 @@ template <typename A, typename B>
 __host__ __device__ constexpr auto ceil_div(A a, B b) -> decltype(a + b) { return (a + b - 1) / b; }
 
 #define WARP_SIZE 32
+#define FULL_MASK 0xffffffffu
 
 typedef __nv_bfloat16 bf16;
 
@@ -76,6 +98,12 @@ __device__ inline float block_reduce(float val, bool final_sync = false, float o
     float r = warp_reduce(lane < nwarps ? partials[lane] : out_of_range);
     if (final_sync) __syncthreads();  // nobody may overwrite partials until everyone has read them
     return r;
+}
+
+// Sum over the block; the leading barrier lets callers use it several times in one kernel.
+__device__ inline float block_sum(float v) {
+    __syncthreads();
+    return block_reduce<warp_reduce_sum>(v);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -126,5 +154,100 @@ template <typename T>
 __device__ __forceinline__ void store128cg(T* p, Packed128<T> v) {
     __stcg(reinterpret_cast<int4*>(p), v.get_bits());
 }
+
+// ---------------------------------------------------------------------------------------------
+// grid sizes and alignment
+
+#define EW_BLOCK 256   // threads per block of the element-wise kernels
+
+static inline unsigned ops_blocks(size_t work, size_t per_block) {
+    return (unsigned)((work + per_block - 1) / per_block);
+}
+// 16-byte alignment test for the 128-bit (8 x bf16) paths.
+static inline int ops_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+// ---------------------------------------------------------------------------------------------
+// rows of 8 x bf16 (one 128-bit pack)
+
+// Load elements [c, c+8) of a row of length C into fp32 (zeros past the end). vec != 0 means
+// the row is 16-byte aligned and C % 8 == 0, so one 128-bit load does it.
+__device__ inline void load8f(float* dst, const floatX* row, int c, int C, int vec) {
+    if (vec) {
+        x128 p = load128(row + c);
+        for (int k = 0; k < 8; k++) dst[k] = __bfloat162float(p[k]);
+    } else {
+        for (int k = 0; k < 8; k++) dst[k] = c + k < C ? __bfloat162float(row[c + k]) : 0.0f;
+    }
+}
+__device__ inline void store8f(floatX* row, const float* src, int c, int C, int vec) {
+    if (vec) {
+        x128 p;
+        for (int k = 0; k < 8; k++) p[k] = __float2bfloat16(src[k]);
+        store128(row + c, p);
+    } else {
+        for (int k = 0; k < 8; k++) if (c + k < C) row[c + k] = __float2bfloat16(src[k]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// stochastic rounding fp32 -> bf16, deterministic given (seed, index)
+
+__device__ inline uint32_t ops_hash(uint32_t seed, uint64_t idx) {
+    uint32_t h = seed * 0x9E3779B1u ^ (uint32_t)idx ^ ((uint32_t)(idx >> 32) * 0x85EBCA77u);
+    h ^= h >> 16; h *= 0x7FEB352Du;
+    h ^= h >> 15; h *= 0x846CA68Bu;
+    h ^= h >> 16;
+    return h;
+}
+__device__ inline uint32_t ops_f2u(float x) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
+    uint32_t u; memcpy(&u, &x, 4); return u;
+#endif
+}
+__device__ inline float ops_u2f(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float x; memcpy(&x, &u, 4); return x;
+#endif
+}
+// Adds 16 random bits below the bf16 mantissa and truncates: rounds up with probability equal
+// to the discarded fraction, so the expected value is x (small AdamW steps are not lost).
+__device__ inline floatX ops_round_stochastic(float x, uint32_t rnd) {
+    uint32_t u = ops_f2u(x);
+    if ((u & 0x7F800000u) == 0x7F800000u) return __float2bfloat16(x);   // inf / nan unchanged
+    u = (u + (rnd & 0xFFFFu)) & 0xFFFF0000u;
+    return __float2bfloat16(ops_u2f(u));   // exact: the low bits are zero
+}
+
+// tanh-approximation GELU ("gelu_new"), shared by the kernels and the emulated GEMM epilogue
+#define OPS_GELU_SCALE 0.7978845608028654f   // sqrt(2/pi)
+__host__ __device__ inline float ops_gelu(float x) {
+    float u = OPS_GELU_SCALE * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+// ---------------------------------------------------------------------------------------------
+// scratch device buffers, one per purpose, grown on demand and kept for the process lifetime
+// (the model allocates everything up front; these are the few op-internal temporaries).
+enum {
+    OPS_SCRATCH_REDUCE = 0,   // per-block partial sums (sum_squares, sum_f32)
+    OPS_SCRATCH_COLSUM,       // per-chunk column partials (layernorm dweight/dbias, matmul dbias)
+    OPS_SCRATCH_ENCODER,      // encoder backward buckets
+    OPS_SCRATCH_ATTN,         // attention backward row terms
+    OPS_SCRATCH_CAST,         // fp32 staging of ops_upload_f32 / ops_download_f32
+    OPS_SCRATCH_COUNT
+};
+void* ops_scratch(int slot, size_t bytes);
+
+// Column sums in fixed order (deterministic): partial[chunk][c] for nchunks chunks of rows,
+// then out[c] += sum over chunks. Shared by layernorm_backward and matmul_backward's dbias.
+// Blocks of 256 threads: each lane owns 8 adjacent columns (one 128-bit load per row when the
+// rows are aligned), the 8 warps split the chunk's rows and are combined in a fixed order.
+#define OPS_COLSUM_ROWS 64    // rows per chunk
+#define OPS_COLSUM_COLS 256   // columns per block (32 lanes x 8)
+void ops_colsum_finalize(floatX* out, const float* partial, int nchunks, int C);
 
 #endif // LLMC_CUDA_COMMON_CUH

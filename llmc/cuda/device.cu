@@ -1,8 +1,9 @@
 // GPU selection and NCCL attachment (llmc/device.h).
 #include "common.cuh"
 #include "../device.h"
+#include "ops_cuda.h"
 
-extern "C" void device_select(const Comm* c) {
+extern "C" void cuda_device_select(const Comm* c) {
 #ifdef LLMC_CUDA_EMULATED
     (void)c;
 #else
@@ -18,7 +19,7 @@ extern "C" void device_select(const Comm* c) {
 #endif
 }
 
-extern "C" void device_attach(Comm* c) {
+extern "C" void cuda_device_attach(Comm* c) {
 #ifdef LLMC_CUDA_EMULATED
     (void)c;
 #else
@@ -26,7 +27,7 @@ extern "C" void device_attach(Comm* c) {
 #endif
 }
 
-extern "C" void device_detach(Comm* c) {
+extern "C" void cuda_device_detach(Comm* c) {
 #ifdef LLMC_CUDA_EMULATED
     (void)c;
 #else

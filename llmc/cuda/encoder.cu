@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <algorithm>
 #include <vector>
-#include "cuda/ops_common.cuh"
+#include "cuda/common.cuh"
+#include "cuda/ops_cuda.h"
 
 // one thread per 8 channels of one (b, t)
 __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
@@ -53,7 +54,7 @@ __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, co
     }
 }
 
-extern "C" void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C) {
+extern "C" void cuda_encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C) {
     int BT = B * T, vec = C % 8 == 0 && ops_aligned16(out) && ops_aligned16(wte) && ops_aligned16(wpe);
     size_t work = (size_t)BT * ((C + 7) / 8);
     if (!work) return;
@@ -61,7 +62,7 @@ extern "C" void encoder_forward(floatX* out, const int* inp, const floatX* wte, 
     cudaCheck(cudaGetLastError());
 }
 
-extern "C" void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T, int C) {
+extern "C" void cuda_encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T, int C) {
     int BT = B * T;
     if (BT == 0 || C == 0) return;
     if (dwpe) {

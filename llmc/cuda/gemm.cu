@@ -1,7 +1,7 @@
 // GEMM wrapper: cuBLASLt on the GPU, cblas_sgemm under the CUDA-on-CPU harness (see gemm.cuh).
 #include <stdio.h>
 #include <stdlib.h>
-#include "cuda/ops_common.cuh"
+#include "cuda/common.cuh"
 #include "cuda/gemm.cuh"
 
 #ifdef LLMC_CUDA_EMULATED

@@ -5,10 +5,7 @@
 #ifndef LLMC_CUDA_GEMM_CUH
 #define LLMC_CUDA_GEMM_CUH
 
-#ifndef LLMC_CUDA
-#define LLMC_CUDA 1   // llmc/cuda/ is the bf16 backend
-#endif
-#include "ops.h"
+#include "common.cuh"
 
 void gemm_init(void);      // idempotent; creates the cuBLASLt handle and workspace
 void gemm_release(void);   // frees them (at exit)

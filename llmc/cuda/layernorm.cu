@@ -1,7 +1,8 @@
 // LayerNorm forward (plain and fused with the residual add) and backward. One warp per row,
 // fp32 statistics; each lane handles 8-channel chunks (128-bit loads when the rows allow).
 // Backward: dinp per row, then dweight/dbias as deterministic two-pass column sums.
-#include "cuda/ops_common.cuh"
+#include "cuda/common.cuh"
+#include "cuda/ops_cuda.h"
 
 #define LN_EPS 1e-5f
 #define LN_ROWS_PER_BLOCK 8   // 256 threads = 8 warps = 8 rows
@@ -11,18 +12,18 @@ __device__ inline void ln_row(floatX* out, float* mean_out, float* rstd_out, con
                               const floatX* w, const floatX* b, int C, int vec, int lane) {
     float v[8];
     float s = 0.0f;
-    for (int c = lane * 8; c < C; c += OPS_WARP * 8) {
+    for (int c = lane * 8; c < C; c += WARP_SIZE * 8) {
         load8f(v, x, c, C, vec);
         for (int k = 0; k < 8; k++) s += v[k];
     }
-    float mean = ops_warp_sum(s) / C;
+    float mean = warp_reduce_sum(s) / C;
     float ss = 0.0f;
-    for (int c = lane * 8; c < C; c += OPS_WARP * 8) {
+    for (int c = lane * 8; c < C; c += WARP_SIZE * 8) {
         load8f(v, x, c, C, vec);
         for (int k = 0; k < 8; k++) if (c + k < C) { float d = v[k] - mean; ss += d * d; }
     }
-    float rstd = 1.0f / sqrtf(ops_warp_sum(ss) / C + LN_EPS);
-    for (int c = lane * 8; c < C; c += OPS_WARP * 8) {
+    float rstd = 1.0f / sqrtf(warp_reduce_sum(ss) / C + LN_EPS);
+    for (int c = lane * 8; c < C; c += WARP_SIZE * 8) {
         float wv[8], bv[8];
         load8f(v, x, c, C, vec);
         load8f(wv, w, c, C, vec);
@@ -35,8 +36,8 @@ __device__ inline void ln_row(floatX* out, float* mean_out, float* rstd_out, con
 
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
                                          const floatX* weight, const floatX* bias, int N, int C, int vec) {
-    int lane = threadIdx.x % OPS_WARP;
-    int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / OPS_WARP;
+    int lane = threadIdx.x % WARP_SIZE;
+    int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     if (row >= N) return;   // whole warp leaves together; no block barrier in this kernel
     ln_row(out + (size_t)row * C, mean + row, rstd + row, inp + (size_t)row * C, weight, bias, C, vec, lane);
 }
@@ -45,11 +46,11 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
 __global__ void fused_residual_layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd,
                                                         const floatX* a, const floatX* b, const floatX* weight,
                                                         const floatX* bias, int N, int C, int vec) {
-    int lane = threadIdx.x % OPS_WARP;
-    int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / OPS_WARP;
+    int lane = threadIdx.x % WARP_SIZE;
+    int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     if (row >= N) return;
     size_t off = (size_t)row * C;
-    for (int c = lane * 8; c < C; c += OPS_WARP * 8) {
+    for (int c = lane * 8; c < C; c += WARP_SIZE * 8) {
         float x[8], y[8];
         load8f(x, a + off, c, C, vec);
         load8f(y, b + off, c, C, vec);
@@ -61,22 +62,22 @@ __global__ void fused_residual_layernorm_forward_kernel(floatX* residual, floatX
     ln_row(out + off, mean + row, rstd + row, residual + off, weight, bias, C, vec, lane);
 }
 
-extern "C" void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
-                                  const floatX* weight, const floatX* bias, int N, int C) {
+extern "C" void cuda_layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                       const floatX* weight, const floatX* bias, int N, int C) {
     if (N <= 0) return;
     int vec = C % 8 == 0 && ops_aligned16(out) && ops_aligned16(inp) && ops_aligned16(weight) && ops_aligned16(bias);
-    LAUNCH(layernorm_forward_kernel, ops_blocks(N, LN_ROWS_PER_BLOCK), LN_ROWS_PER_BLOCK * OPS_WARP, 0, 0,
+    LAUNCH(layernorm_forward_kernel, ops_blocks(N, LN_ROWS_PER_BLOCK), LN_ROWS_PER_BLOCK * WARP_SIZE, 0, 0,
            out, mean, rstd, inp, weight, bias, N, C, vec);
     cudaCheck(cudaGetLastError());
 }
 
-extern "C" void fused_residual_layernorm_forward(floatX* residual_out, floatX* ln_out, float* mean, float* rstd,
-                                                 const floatX* a, const floatX* b, const floatX* weight,
-                                                 const floatX* bias, int N, int C) {
+extern "C" void cuda_fused_residual_layernorm_forward(floatX* residual_out, floatX* ln_out, float* mean, float* rstd,
+                                                      const floatX* a, const floatX* b, const floatX* weight,
+                                                      const floatX* bias, int N, int C) {
     if (N <= 0) return;
     int vec = C % 8 == 0 && ops_aligned16(residual_out) && ops_aligned16(ln_out) && ops_aligned16(a) &&
               ops_aligned16(b) && ops_aligned16(weight) && ops_aligned16(bias);
-    LAUNCH(fused_residual_layernorm_forward_kernel, ops_blocks(N, LN_ROWS_PER_BLOCK), LN_ROWS_PER_BLOCK * OPS_WARP,
+    LAUNCH(fused_residual_layernorm_forward_kernel, ops_blocks(N, LN_ROWS_PER_BLOCK), LN_ROWS_PER_BLOCK * WARP_SIZE,
            0, 0, residual_out, ln_out, mean, rstd, a, b, weight, bias, N, C, vec);
     cudaCheck(cudaGetLastError());
 }
@@ -85,13 +86,13 @@ extern "C" void fused_residual_layernorm_forward(floatX* residual_out, floatX* l
 __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
                                                const floatX* weight, const float* mean, const float* rstd,
                                                int N, int C, int vec) {
-    int lane = threadIdx.x % OPS_WARP;
-    int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / OPS_WARP;
+    int lane = threadIdx.x % WARP_SIZE;
+    int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     if (row >= N) return;
     size_t off = (size_t)row * C;
     float mu = mean[row], rs = rstd[row];
     float s1 = 0.0f, s2 = 0.0f;
-    for (int c = lane * 8; c < C; c += OPS_WARP * 8) {
+    for (int c = lane * 8; c < C; c += WARP_SIZE * 8) {
         float x[8], g[8], w[8];
         load8f(x, inp + off, c, C, vec);
         load8f(g, dout + off, c, C, vec);
@@ -102,8 +103,8 @@ __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout,
             s2 += dn * (x[k] - mu) * rs;
         }
     }
-    float dn_mean = ops_warp_sum(s1) / C, dnn_mean = ops_warp_sum(s2) / C;
-    for (int c = lane * 8; c < C; c += OPS_WARP * 8) {
+    float dn_mean = warp_reduce_sum(s1) / C, dnn_mean = warp_reduce_sum(s2) / C;
+    for (int c = lane * 8; c < C; c += WARP_SIZE * 8) {
         float x[8], g[8], w[8], d[8];
         load8f(x, inp + off, c, C, vec);
         load8f(g, dout + off, c, C, vec);
@@ -123,7 +124,7 @@ __global__ void layernorm_backward_params_partial_kernel(float* pw, float* pb, c
                                                          const float* mean, const float* rstd, int N, int C, int vec) {
     __shared__ float sw[8][OPS_COLSUM_COLS];
     __shared__ float sb[8][OPS_COLSUM_COLS];
-    int lane = threadIdx.x % OPS_WARP, warp = threadIdx.x / OPS_WARP;
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     int c0 = blockIdx.x * OPS_COLSUM_COLS + lane * 8;
     int r0 = blockIdx.y * OPS_COLSUM_ROWS, r1 = min(r0 + OPS_COLSUM_ROWS, N);
     float aw[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -151,13 +152,13 @@ __global__ void layernorm_backward_params_partial_kernel(float* pw, float* pb, c
     }
 }
 
-extern "C" void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
-                                   const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
-                                   int N, int C) {
+extern "C" void cuda_layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                                        const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
+                                        int N, int C) {
     if (N <= 0) return;
     if (dinp) {
         int vec = C % 8 == 0 && ops_aligned16(dinp) && ops_aligned16(dout) && ops_aligned16(inp) && ops_aligned16(weight);
-        LAUNCH(layernorm_backward_dinp_kernel, ops_blocks(N, LN_ROWS_PER_BLOCK), LN_ROWS_PER_BLOCK * OPS_WARP, 0, 0,
+        LAUNCH(layernorm_backward_dinp_kernel, ops_blocks(N, LN_ROWS_PER_BLOCK), LN_ROWS_PER_BLOCK * WARP_SIZE, 0, 0,
                dinp, dout, inp, weight, mean, rstd, N, C, vec);
         cudaCheck(cudaGetLastError());
     }

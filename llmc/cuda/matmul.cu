@@ -4,25 +4,26 @@
 // A row-major [R, K] buffer is the column-major K x R matrix (leading dim K). So out[N, OC] =
 // inp[N, C] @ W[OC, C]^T is, column-major, out (OC x N) = W^T (stored C x OC, transposed)
 // @ inp (C x N): gemm(transa=1, m=OC, n=N, k=C).
-#include "cuda/ops_common.cuh"
+#include "cuda/common.cuh"
 #include "cuda/gemm.cuh"
+#include "cuda/ops_cuda.h"
 
-extern "C" void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floatX* weight,
-                               const floatX* bias, int N, int C, int OC) {
+extern "C" void cuda_matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floatX* weight,
+                                    const floatX* bias, int N, int C, int OC) {
     if (gelu_out && OC % 8 == 0) {
         // fused: gelu_out = gelu(pre), out = pre (cuBLASLt's aux output needs ld % 8 == 0)
         gemm_bf16(1, 0, OC, N, C, weight, C, inp, C, gelu_out, OC, bias, out, 0);
     } else {
         gemm_bf16(1, 0, OC, N, C, weight, C, inp, C, out, OC, bias, NULL, 0);
-        if (gelu_out) gelu_forward(gelu_out, out, (size_t)N * OC);
+        if (gelu_out) cuda_gelu_forward(gelu_out, out, (size_t)N * OC);
     }
 }
 
 // Partial column sums of dout[N, OC] over chunks of OPS_COLSUM_ROWS rows: block (bx, by) sums
-// columns [256 bx, 256 bx + 256) over row chunk by into partial[by][c] (see ops_common.cuh).
+// columns [256 bx, 256 bx + 256) over row chunk by into partial[by][c] (see common.cuh).
 __global__ void bias_grad_partial_kernel(float* partial, const floatX* dout, int N, int OC, int vec) {
     __shared__ float sums[8][OPS_COLSUM_COLS];
-    int lane = threadIdx.x % OPS_WARP, warp = threadIdx.x / OPS_WARP;
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     int c0 = blockIdx.x * OPS_COLSUM_COLS + lane * 8;
     int r0 = blockIdx.y * OPS_COLSUM_ROWS, r1 = min(r0 + OPS_COLSUM_ROWS, N);
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -43,8 +44,8 @@ __global__ void bias_grad_partial_kernel(float* partial, const floatX* dout, int
     }
 }
 
-extern "C" void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
-                                const floatX* inp, const floatX* weight, int N, int C, int OC) {
+extern "C" void cuda_matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                                     const floatX* inp, const floatX* weight, int N, int C, int OC) {
     // dinp[N, C] += dout[N, OC] @ W[OC, C]   (column-major: C x N = (C x OC) @ (OC x N))
     if (dinp) gemm_bf16(0, 0, C, N, OC, weight, C, dout, OC, dinp, C, NULL, NULL, 1);
     // dweight[OC, C] += dout^T @ inp          (column-major: C x OC = (C x N) @ (N x OC))

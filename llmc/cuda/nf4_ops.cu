@@ -2,11 +2,8 @@
 // allocation (nf4_device_upload) and is dequantized to bf16 by the kernels of llmc/cuda/nf4.cu,
 // bit-equal to the CPU dequantization rounded to nearest even. Work goes on the legacy default
 // stream (0), which orders it with the backend's other work on blocking streams.
-#ifndef LLMC_CUDA
-#define LLMC_CUDA  // floatX = bf16: this file is part of the CUDA backend only
-#endif
 #include "nf4.cuh"
-#include "../ops.h"
+#include "ops_cuda.h"
 
 struct Nf4Op {
     NF4Device d;
@@ -14,7 +11,7 @@ struct Nf4Op {
     size_t bytes;
 };
 
-extern "C" Nf4Op* nf4_op_upload(const NF4Tensor* t) {
+extern "C" Nf4Op* cuda_nf4_op_upload(const NF4Tensor* t) {
     Nf4Op* op = (Nf4Op*)mallocCheck(sizeof(Nf4Op));
     nf4_device_upload(&op->d, t);
     op->cols = t->ndim >= 1 && t->shape[0] > 0 ? t->n / t->shape[0] : t->n;
@@ -22,14 +19,14 @@ extern "C" Nf4Op* nf4_op_upload(const NF4Tensor* t) {
     return op;
 }
 
-extern "C" void nf4_op_free(Nf4Op* op) {
+extern "C" void cuda_nf4_op_free(Nf4Op* op) {
     if (!op) return;
     nf4_device_free(&op->d);
     free(op);
 }
 
-extern "C" size_t nf4_op_bytes(const Nf4Op* op) { return op ? op->bytes : 0; }
+extern "C" size_t cuda_nf4_op_bytes(const Nf4Op* op) { return op ? op->bytes : 0; }
 
-extern "C" void nf4_dequantize_op(floatX* out, const Nf4Op* op, size_t row_begin, size_t rows) {
+extern "C" void cuda_nf4_dequantize_op(floatX* out, const Nf4Op* op, size_t row_begin, size_t rows) {
     nf4_dequantize_cuda(out, &op->d, (int64_t)row_begin * op->cols, (int64_t)(row_begin + rows) * op->cols, 0);
 }

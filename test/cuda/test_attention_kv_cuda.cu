@@ -1,5 +1,5 @@
 // The key/value-cache attention kernels (llmc/cuda/attention_kv.cu) against the CPU op
-// (llmc/cpu/attention_kv_cpu.c): a sequence of calls that fill a cache (a prompt, then single
+// (llmc/cpu/attention_kv.c): a sequence of calls that fill a cache (a prompt, then single
 // tokens, then a few at once) for several head sizes, in fp32 (outputs within 1e-5, caches
 // bit-identical) and bf16 storage (the CPU op run on the bf16-rounded inputs; outputs within
 // bf16 rounding, caches bit-identical). Runs under the CUDA-on-CPU harness in CI and as-is on a GPU.
@@ -9,7 +9,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "llmc/cuda/attention_kv.cuh"
-#include "llmc/ops.h"
+#include "llmc/cpu/ops_cpu.h"
 #include "llmc/rand.h"
 #include "llmc/bf16.h"
 #include "test/test.h"
@@ -49,7 +49,7 @@ static void run_case(int B, int C, int NH, int maxT, const int* steps, int nstep
             qkv[i] = is_bf16 ? bf16_round(x) : x;   // both sides see the same stored inputs
             qkv_t[i] = to_t<T>(x);
         }
-        attention_forward_kv(want, qkv, kc, vc, B, pos, Tn, maxT, C, NH);
+        cpu_attention_forward_kv(want, qkv, kc, vc, B, pos, Tn, maxT, C, NH);
         cudaCheck(cudaMemcpy(d_qkv, qkv_t, nq * sizeof(T), cudaMemcpyHostToDevice));
         attention_forward_kv_cuda(d_out, d_qkv, d_k, d_v, B, pos, Tn, maxT, C, NH, 0);
         cudaCheck(cudaDeviceSynchronize());
@@ -82,7 +82,7 @@ static void run_case(int B, int C, int NH, int maxT, const int* steps, int nstep
 }
 
 int main(void) {
-    ops_init(1);
+    cpu_ops_init(1);
     const int steps_a[] = { 5, 1, 1, 3, 1 };     // prompt, decode, a chunk, decode
     const int steps_b[] = { 1, 1, 2 };
     const int steps_c[] = { 17, 1 };             // more keys than 16 lanes of a group

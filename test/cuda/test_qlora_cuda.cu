@@ -2,9 +2,6 @@
 // ops.h interface QLoRA uses for its frozen weights) against the CPU dequantization: for row
 // ranges of double-quantized [out, in] weights, the bf16 output equals nf4_dequantize_rows
 // rounded to nearest even, bit for bit. Runs under the CUDA-on-CPU harness in CI and as-is on a GPU.
-#ifndef LLMC_CUDA
-#define LLMC_CUDA
-#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
 // Use: g++ -std=gnu++17 -x c++ -include test/cuda_cpu/cuda_cpu.h -isystem /usr/local/cuda/include k.cu
 //      and link test/cuda_cpu/cuda_cpu.cpp (the runtime). mk/harness.mk has the rules.
 //
-// Model (see DESIGN.md section 2):
+// Model (test/cuda_cpu/README.md says how to write kernels for it and what it catches):
 //  - every CUDA thread of a block is a fiber (hand-written x86-64 stack switch, ~0.07 us; ucontext
 //    elsewhere); the blocks of a grid run one after another on each OS thread. CUDA_CPU_THREADS=N
 //    OS threads take blocks k, k+N, ... (use 2 under TSan: races between blocks);

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
-#include "ops.h"
+#include "cpu/ops_cpu.h"
 #include "check.h"
 #include "cpu/vecmath.h"
 
@@ -201,12 +201,12 @@ static void transpose_rows(float* dst, size_t ld, const float* src, size_t strid
 // thread); released at exit so leak checkers stay quiet.
 static float* kt_scratch = NULL;
 static size_t kt_scratch_n = 0;
-static void kt_scratch_free(void) { ops_free(kt_scratch); kt_scratch = NULL; kt_scratch_n = 0; }
+static void kt_scratch_free(void) { cpu_ops_free(kt_scratch); kt_scratch = NULL; kt_scratch_n = 0; }
 static float* kt_scratch_get(size_t n) {
     if (n > kt_scratch_n) {
         if (kt_scratch == NULL) atexit(kt_scratch_free);
-        ops_free(kt_scratch);
-        kt_scratch = (float*)ops_alloc(n * sizeof(float));
+        cpu_ops_free(kt_scratch);
+        kt_scratch = (float*)cpu_ops_alloc(n * sizeof(float));
         kt_scratch_n = n;
     }
     return kt_scratch;
@@ -215,7 +215,7 @@ static float* kt_scratch_get(size_t n) {
 // ----------------------------------------------------------------------------
 // forward
 
-void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
     assertCheck(NH > 0 && C % NH == 0);
     if (B <= 0 || T <= 0) return;
     const int HS = C / NH;
@@ -233,8 +233,8 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
             transpose_rows(KTall + (size_t)bh * HS * Tp, (size_t)Tp,
                            qkv + (size_t)b * T * stride + C + (size_t)h * HS, stride, 0, T, Tp, HS);
         }
-        float* S = (float*)ops_alloc((size_t)BQ * BK * sizeof(float));
-        float* O = (float*)ops_alloc((size_t)BQ * HS * sizeof(float));
+        float* S = (float*)cpu_ops_alloc((size_t)BQ * BK * sizeof(float));
+        float* O = (float*)cpu_ops_alloc((size_t)BQ * HS * sizeof(float));
         float m[BQ], l[BQ];
         // longest items (last query tiles see the most keys) first, for load balance
         #pragma omp for schedule(dynamic, 1)
@@ -291,7 +291,7 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
                 lse[(size_t)bh * T + q0 + i] = m[i] + logf(l[i]);
             }
         }
-        ops_free(S); ops_free(O);
+        cpu_ops_free(S); cpu_ops_free(O);
     }
 }
 
@@ -312,8 +312,8 @@ static void load_rows(float* dst, const float* src, size_t stride, int t0, int n
     }
 }
 
-void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                        const float* lse, int B, int T, int C, int NH) {
+void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                            const float* lse, int B, int T, int C, int NH) {
     assertCheck(NH > 0 && C % NH == 0);
     if (B <= 0 || T <= 0) return;
     const int HS = C / NH;
@@ -323,17 +323,17 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
     #pragma omp parallel
     {
         // per-thread, per-head contiguous copies: strided in-place access measured slower
-        float* Qh = (float*)ops_alloc((size_t)Tp * HS * sizeof(float));   // scale * q
-        float* dOh = (float*)ops_alloc((size_t)Tp * HS * sizeof(float));
-        float* dQh = (float*)ops_alloc((size_t)Tp * HS * sizeof(float));
-        float* Dh = (float*)ops_alloc((size_t)Tp * sizeof(float));
-        float* Ks = (float*)ops_alloc((size_t)BK * HS * sizeof(float));
-        float* KT = (float*)ops_alloc((size_t)HS * BK * sizeof(float));
-        float* VT = (float*)ops_alloc((size_t)HS * BK * sizeof(float));
-        float* P = (float*)ops_alloc((size_t)BQ * BK * sizeof(float));
-        float* dS = (float*)ops_alloc((size_t)BQ * BK * sizeof(float));
-        float* dK = (float*)ops_alloc((size_t)BK * HS * sizeof(float));
-        float* dV = (float*)ops_alloc((size_t)BK * HS * sizeof(float));
+        float* Qh = (float*)cpu_ops_alloc((size_t)Tp * HS * sizeof(float));   // scale * q
+        float* dOh = (float*)cpu_ops_alloc((size_t)Tp * HS * sizeof(float));
+        float* dQh = (float*)cpu_ops_alloc((size_t)Tp * HS * sizeof(float));
+        float* Dh = (float*)cpu_ops_alloc((size_t)Tp * sizeof(float));
+        float* Ks = (float*)cpu_ops_alloc((size_t)BK * HS * sizeof(float));
+        float* KT = (float*)cpu_ops_alloc((size_t)HS * BK * sizeof(float));
+        float* VT = (float*)cpu_ops_alloc((size_t)HS * BK * sizeof(float));
+        float* P = (float*)cpu_ops_alloc((size_t)BQ * BK * sizeof(float));
+        float* dS = (float*)cpu_ops_alloc((size_t)BQ * BK * sizeof(float));
+        float* dK = (float*)cpu_ops_alloc((size_t)BK * HS * sizeof(float));
+        float* dV = (float*)cpu_ops_alloc((size_t)BK * HS * sizeof(float));
         #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
             int b = bh / NH, h = bh % NH;
@@ -403,7 +403,7 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
                 for (int d = 0; d < HS; d++) dq[d] += s[d] * scale;
             }
         }
-        ops_free(Qh); ops_free(dOh); ops_free(dQh); ops_free(Dh); ops_free(Ks); ops_free(KT);
-        ops_free(VT); ops_free(P); ops_free(dS); ops_free(dK); ops_free(dV);
+        cpu_ops_free(Qh); cpu_ops_free(dOh); cpu_ops_free(dQh); cpu_ops_free(Dh); cpu_ops_free(Ks); cpu_ops_free(KT);
+        cpu_ops_free(VT); cpu_ops_free(P); cpu_ops_free(dS); cpu_ops_free(dK); cpu_ops_free(dV);
     }
 }

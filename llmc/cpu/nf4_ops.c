@@ -1,7 +1,7 @@
 // NF4 ops of the CPU backend (llmc/ops.h): the quantized tensor stays where it is on the host and
 // dequantization is llmc/nf4.c's, bit-exact with bitsandbytes.
-#include "../ops.h"
-#include "../check.h"
+#include "cpu/ops_cpu.h"
+#include "check.h"
 #include <stdlib.h>
 
 struct Nf4Op {
@@ -9,18 +9,18 @@ struct Nf4Op {
     int64_t cols;       // n / shape[0]
 };
 
-Nf4Op* nf4_op_upload(const NF4Tensor* t) {
+Nf4Op* cpu_nf4_op_upload(const NF4Tensor* t) {
     Nf4Op* d = (Nf4Op*)mallocCheck(sizeof(Nf4Op));
     d->t = t;
     d->cols = t->ndim >= 1 && t->shape[0] > 0 ? t->n / t->shape[0] : t->n;
     return d;
 }
 
-void nf4_op_free(Nf4Op* d) { free(d); }
+void cpu_nf4_op_free(Nf4Op* d) { free(d); }
 
-size_t nf4_op_bytes(const Nf4Op* d) { (void)d; return 0; }
+size_t cpu_nf4_op_bytes(const Nf4Op* d) { (void)d; return 0; }
 
-void nf4_dequantize_op(floatX* out, const Nf4Op* d, size_t row_begin, size_t rows) {
+void cpu_nf4_dequantize_op(float* out, const Nf4Op* d, size_t row_begin, size_t rows) {
     // floatX is float here: dequantize straight into the scratch buffer
     nf4_dequantize_range(d->t, (int64_t)row_begin * d->cols, (int64_t)(row_begin + rows) * d->cols, out);
 }

@@ -6,11 +6,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "ops.h"
+#include "cpu/ops_cpu.h"
 #include "check.h"
 
-void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, floatX* vcache,
-                          int B, int pos, int Tn, int maxT, int C, int NH) {
+void cpu_attention_forward_kv(float* out, const float* qkv_new, float* kcache, float* vcache,
+                              int B, int pos, int Tn, int maxT, int C, int NH) {
     if (pos < 0 || Tn < 1 || pos + Tn > maxT || C % NH != 0)
         fatal("this is a bug in llmc", "attention_forward_kv: pos %d + %d new tokens beyond the cache of %d (C %d, NH %d)",
               pos, Tn, maxT, C, NH);
@@ -20,11 +20,11 @@ void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, fl
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < Tn; t++) {
-            const floatX* row = qkv_new + ((size_t)b * Tn + t) * 3 * C;
+            const float* row = qkv_new + ((size_t)b * Tn + t) * 3 * C;
             for (int h = 0; h < NH; h++) {
                 size_t dst = (((size_t)b * NH + h) * maxT + pos + t) * HS;
-                memcpy(kcache + dst, row + C + h * HS, (size_t)HS * sizeof(floatX));
-                memcpy(vcache + dst, row + 2 * C + h * HS, (size_t)HS * sizeof(floatX));
+                memcpy(kcache + dst, row + C + h * HS, (size_t)HS * sizeof(float));
+                memcpy(vcache + dst, row + 2 * C + h * HS, (size_t)HS * sizeof(float));
             }
         }
     // 2. attend
@@ -35,13 +35,13 @@ void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, fl
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
                 for (int t = 0; t < Tn; t++) {
-                    const floatX* q = qkv_new + ((size_t)b * Tn + t) * 3 * C + h * HS;
-                    const floatX* K = kcache + ((size_t)b * NH + h) * maxT * HS;
-                    const floatX* V = vcache + ((size_t)b * NH + h) * maxT * HS;
+                    const float* q = qkv_new + ((size_t)b * Tn + t) * 3 * C + h * HS;
+                    const float* K = kcache + ((size_t)b * NH + h) * maxT * HS;
+                    const float* V = vcache + ((size_t)b * NH + h) * maxT * HS;
                     const int n = pos + t + 1; // keys this query sees
                     float mx = -INFINITY;
                     for (int j = 0; j < n; j++) {
-                        const floatX* k = K + (size_t)j * HS;
+                        const float* k = K + (size_t)j * HS;
                         float d = 0.0f;
                         for (int i = 0; i < HS; i++) d += q[i] * k[i];
                         s[j] = d * scale;
@@ -50,11 +50,11 @@ void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, fl
                     float sum = 0.0f;
                     for (int j = 0; j < n; j++) { s[j] = expf(s[j] - mx); sum += s[j]; }
                     const float inv = 1.0f / sum;
-                    floatX* o = out + ((size_t)b * Tn + t) * C + h * HS;
+                    float* o = out + ((size_t)b * Tn + t) * C + h * HS;
                     for (int i = 0; i < HS; i++) o[i] = 0.0f;
                     for (int j = 0; j < n; j++) {
                         const float p = s[j] * inv;
-                        const floatX* v = V + (size_t)j * HS;
+                        const float* v = V + (size_t)j * HS;
                         for (int i = 0; i < HS; i++) o[i] += p * v[i];
                     }
                 }

@@ -1,0 +1,46 @@
+// CPU backend: element-wise ops: GELU forward/backward, residual add, add in place, scaled copy,
+// and the LoRA branch's dropout (a counter-based mask, llmc/rand.h: the same elements as on the
+// CUDA backend) and mask multiply.
+#include <stddef.h>
+#include <stdint.h>
+#include "cpu/ops_cpu.h"
+#include "cpu/parallel.h"
+#include "cpu/vecmath.h"
+#include "rand.h"
+
+void cpu_gelu_forward(float* out, const float* inp, size_t n) {
+    #pragma omp parallel for simd schedule(static, EW_CHUNK) if (n > EW_CHUNK)
+    for (size_t i = 0; i < n; i++) out[i] = vm_gelu(inp[i]);
+}
+
+void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+    #pragma omp parallel for simd schedule(static, EW_CHUNK) if (n > EW_CHUNK)
+    for (size_t i = 0; i < n; i++) dinp[i] += vm_gelu_grad(inp[i]) * dout[i];
+}
+
+void cpu_residual_forward(float* out, const float* a, const float* b, size_t n) {
+    #pragma omp parallel for simd schedule(static, EW_CHUNK) if (n > EW_CHUNK)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void cpu_add_inplace(float* dst, const float* src, size_t n) {
+    #pragma omp parallel for simd schedule(static, EW_CHUNK) if (n > EW_CHUNK)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+void cpu_scale_copy(float* dst, const float* src, float scale, size_t n) {
+    #pragma omp parallel for simd schedule(static, EW_CHUNK) if (n > EW_CHUNK)
+    for (size_t i = 0; i < n; i++) dst[i] = src[i] * scale;
+}
+
+void cpu_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_t seed, uint64_t stream) {
+    const float scale = 1.0f / (1.0f - p);
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        out[i] = rand_uniform(seed, stream, i) >= (double)p ? inp[i] * scale : 0.0f;
+}
+
+void cpu_mul_inplace(float* dst, const float* mask, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] *= mask[i];
+}

@@ -1,0 +1,100 @@
+// The CPU backend (fp32, OpenMP across rows/columns, OpenBLAS GEMMs): every function of llmc/ops.h
+// and llmc/device.h under the cpu_ prefix, with its element type spelled out (float: floatX is
+// float on this backend), so that this backend can sit in one program next to another (the CUDA
+// op tests compare the two). llmc/cpu/dispatch.c gives the neutral names to a CPU build; the
+// contracts are ops.h's. The files split the ops as ops.h's groups (and llmc/cuda/) do.
+#ifndef LLMC_CPU_OPS_CPU_H
+#define LLMC_CPU_OPS_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "../ops.h"
+#include "../device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- backend lifetime, capabilities and memory (backend.c)
+void cpu_ops_init(int threads);
+const char* cpu_ops_backend_name(void);
+OpsCaps cpu_ops_caps(void);
+void* cpu_ops_alloc(size_t bytes);
+void cpu_ops_free(void* p);
+void cpu_ops_zero(void* p, size_t bytes);
+void cpu_ops_to_device(void* dst, const void* src_host, size_t bytes);
+void cpu_ops_to_host(void* dst_host, const void* src, size_t bytes);
+void cpu_ops_upload_f32(float* dst, const float* src_host, size_t n);
+void cpu_ops_download_f32(float* dst_host, const float* src, size_t n);
+void cpu_ops_synchronize(void);
+void cpu_ops_set_deterministic(int on);
+
+// ---- device selection, llmc/device.h (backend.c: one device, the host)
+void cpu_device_select(const Comm* c);
+void cpu_device_attach(Comm* c);
+void cpu_device_detach(Comm* c);
+
+// ---- embeddings (encoder.c)
+void cpu_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B,
+                         int T, int C);
+void cpu_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T,
+                          int C);
+
+// ---- layernorm (layernorm.c)
+void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                           const float* weight, const float* bias, int N, int C);
+void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, const float* mean,
+                            const float* rstd, int N, int C);
+void cpu_fused_residual_layernorm_forward(float* residual_out, float* ln_out, float* mean,
+                                          float* rstd, const float* a, const float* b,
+                                          const float* weight, const float* bias, int N, int C);
+
+// ---- matmul (matmul.c)
+void cpu_matmul_forward(float* out, float* gelu_out, const float* inp, const float* weight,
+                        const float* bias, int N, int C, int OC);
+void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                         const float* inp, const float* weight, int N, int C, int OC);
+
+// ---- element-wise (elementwise.c)
+void cpu_gelu_forward(float* out, const float* inp, size_t n);
+void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+void cpu_residual_forward(float* out, const float* a, const float* b, size_t n);
+void cpu_add_inplace(float* dst, const float* src, size_t n);
+void cpu_scale_copy(float* dst, const float* src, float scale, size_t n);
+void cpu_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_t seed,
+                         uint64_t stream);
+void cpu_mul_inplace(float* dst, const float* mask, size_t n);
+
+// ---- attention (attention.c)
+void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                            const float* lse, int B, int T, int C, int NH);
+
+// ---- attention over a key/value cache (attention_kv.c)
+void cpu_attention_forward_kv(float* out, const float* qkv_new, float* kcache, float* vcache, int B,
+                              int pos, int Tn, int maxT, int C, int NH);
+
+// ---- classifier (classifier.c)
+void cpu_fused_classifier(float* losses, float* logits, const int* targets, float dloss, int N,
+                          int V, int Vp);
+
+// ---- optimizer (adamw.c)
+void cpu_adamw_update(float* params, float* master, const float* grads, float* m, float* v,
+                      size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                      float grad_scale, int t, uint32_t seed);
+
+// ---- reductions (reduce.c)
+double cpu_sum_squares(const float* x, size_t n);
+double cpu_sum_f32(const float* x, size_t n);
+
+// ---- NF4 frozen base weights (nf4_ops.c)
+Nf4Op* cpu_nf4_op_upload(const NF4Tensor* t);
+void cpu_nf4_op_free(Nf4Op* d);
+size_t cpu_nf4_op_bytes(const Nf4Op* d);
+void cpu_nf4_dequantize_op(float* out, const Nf4Op* t, size_t row_begin, size_t rows);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_CPU_OPS_CPU_H

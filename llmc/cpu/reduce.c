@@ -1,0 +1,18 @@
+// CPU backend: reductions in double (sum of squares for the gradient norm, sum of the per-token
+// losses).
+#include "cpu/ops_cpu.h"
+#include "cpu/parallel.h"
+
+double cpu_sum_squares(const float* x, size_t n) {
+    double s = 0.0;
+    #pragma omp parallel for simd reduction(+:s) schedule(static) if (n > EW_CHUNK)
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+double cpu_sum_f32(const float* x, size_t n) {
+    double s = 0.0;
+    #pragma omp parallel for simd reduction(+:s) schedule(static) if (n > EW_CHUNK)
+    for (size_t i = 0; i < n; i++) s += (double)x[i];
+    return s;
+}

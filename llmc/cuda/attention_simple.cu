@@ -1,0 +1,249 @@
+// Causal self-attention, flash-style (O(T) memory: out + lse only), simple version: CUDA cores,
+// fp32 math, online softmax. The backend's attention_forward / attention_backward use the
+// tensor-core kernels of attention.cu; these serve head sizes those do not (not a multiple
+// of 16), see attention.cuh.
+//
+// Layout: qkv (B, T, 3, NH, HS); out (B, T, NH*HS); lse (B, NH, T) natural-log log-sum-exp of
+// the scaled scores of each query row.
+//
+// Forward: block = 8 warps = 8 consecutive queries of one (b, h); keys stream through shared
+// memory in tiles of 32, lane j of a warp scores key j of the tile, then every lane updates the
+// output dims it owns (d = lane + 32 i). Backward recomputes probabilities from lse:
+//   p = exp(scale q.k - lse), dp = dout.v, ds = p (dp - D) with D = dout.out per query,
+//   dq = scale sum_s ds k, dk = scale sum_t ds q, dv = sum_t p dout,
+// in two kernels (one over queries for dq, one over keys for dk/dv) so every output element has
+// exactly one writer: deterministic, no atomics.
+#include "cuda/common.cuh"
+#include "check.h"
+#include "cuda/attention.cuh"
+
+#define ATT_MAX_HS 128              // head sizes up to 128 (GPT-2 uses 64)
+#define ATT_DPL (ATT_MAX_HS / 32)   // head dims per lane
+#define ATT_ROWS 8                  // queries (or keys) per block: one per warp
+#define ATT_TILE 32                 // keys (or queries) per shared-memory tile: one per lane
+#define ATT_THREADS (ATT_ROWS * WARP_SIZE)
+
+// rows [r0, r0 + ATT_TILE) of one head's q/k/v section into a [ATT_TILE][ATT_MAX_HS + 1] tile
+// (the +1 pad keeps lane-per-row reads free of bank conflicts); rows past T become zeros
+__device__ inline void att_load_tile(float (*tile)[ATT_MAX_HS + 1], const floatX* src, int r0, int T,
+                                     size_t row_stride, int HS) {
+    for (int i = threadIdx.x; i < ATT_TILE * HS; i += blockDim.x) {
+        int r = i / HS, d = i % HS;
+        tile[r][d] = r0 + r < T ? __bfloat162float(src[(size_t)(r0 + r) * row_stride + d]) : 0.0f;
+    }
+}
+// rows [r0, r0 + ATT_ROWS) into a [ATT_ROWS][ATT_MAX_HS] array
+__device__ inline void att_load_rows(float (*rows)[ATT_MAX_HS], const floatX* src, int r0, int T,
+                                     size_t row_stride, int HS) {
+    for (int i = threadIdx.x; i < ATT_ROWS * HS; i += blockDim.x) {
+        int r = i / HS, d = i % HS;
+        rows[r][d] = r0 + r < T ? __bfloat162float(src[(size_t)(r0 + r) * row_stride + d]) : 0.0f;
+    }
+}
+
+__global__ void attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH, int HS) {
+    __shared__ float sQ[ATT_ROWS][ATT_MAX_HS];
+    __shared__ float sK[ATT_TILE][ATT_MAX_HS + 1];
+    __shared__ float sV[ATT_TILE][ATT_MAX_HS + 1];
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int C = NH * HS;
+    size_t stride = 3 * (size_t)C;
+    const floatX* base = qkv + (size_t)b * T * stride + (size_t)h * HS;
+    int t0 = blockIdx.x * ATT_ROWS, t = t0 + warp;
+    int t_last = min(t0 + ATT_ROWS, T) - 1;
+    float scale = 1.0f / sqrtf((float)HS);
+    att_load_rows(sQ, base, t0, T, stride, HS);
+    float m = -FLT_MAX, l = 0.0f, acc[ATT_DPL];
+    for (int i = 0; i < ATT_DPL; i++) acc[i] = 0.0f;
+    for (int s0 = 0; s0 <= t_last; s0 += ATT_TILE) {
+        __syncthreads();   // previous tile fully consumed (first time: sQ complete)
+        att_load_tile(sK, base + C, s0, T, stride, HS);
+        att_load_tile(sV, base + 2 * C, s0, T, stride, HS);
+        __syncthreads();
+        if (t < T) {   // warp-uniform
+            int s = s0 + lane;
+            float sc = -FLT_MAX;
+            if (s <= t) {
+                sc = 0.0f;
+                for (int d = 0; d < HS; d++) sc += sQ[warp][d] * sK[lane][d];
+                sc *= scale;
+            }
+            float mn = fmaxf(m, warp_reduce_max(sc));
+            float p = s <= t ? expf(sc - mn) : 0.0f;
+            float corr = expf(m - mn);
+            l = l * corr + warp_reduce_sum(p);
+            for (int i = 0; i < ATT_DPL; i++) acc[i] *= corr;
+            for (int j = 0; j < ATT_TILE; j++) {
+                float pj = __shfl_sync(FULL_MASK, p, j);
+                for (int i = 0; i < ATT_DPL; i++) {
+                    int d = lane + 32 * i;
+                    if (d < HS) acc[i] += pj * sV[j][d];
+                }
+            }
+            m = mn;
+        }
+    }
+    if (t < T) {
+        floatX* o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
+        for (int i = 0; i < ATT_DPL; i++) {
+            int d = lane + 32 * i;
+            if (d < HS) o[d] = __float2bfloat16(acc[i] / l);
+        }
+        if (lane == 0) lse[(size_t)bh * T + t] = m + logf(l);
+    }
+}
+
+void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    if (NH <= 0 || C % NH != 0 || HS > ATT_MAX_HS)
+        fatal("use a model whose head size is at most 128", "attention_forward (cuda): head size C/NH = %d/%d must divide and be <= %d", C, NH, ATT_MAX_HS);
+    if (B <= 0 || T <= 0) return;
+    dim3 grid(ops_blocks(T, ATT_ROWS), B * NH);
+    LAUNCH(attention_forward_kernel, grid, ATT_THREADS, 0, 0, out, lse, qkv, T, NH, HS);
+    cudaCheck(cudaGetLastError());
+}
+
+// D[bh, t] = sum_d dout[b, t, h, d] * out[b, t, h, d]; one warp per (b, h, t)
+__global__ void attention_backward_preprocess_kernel(float* D, const floatX* dout, const floatX* out,
+                                                     int B, int T, int NH, int HS) {
+    int lane = threadIdx.x % WARP_SIZE;
+    size_t row = (size_t)blockIdx.x * ATT_ROWS + threadIdx.x / WARP_SIZE;   // = (b*NH + h)*T + t
+    if (row >= (size_t)B * NH * T) return;
+    int t = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH;
+    size_t off = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
+    float s = 0.0f;
+    for (int d = lane; d < HS; d += WARP_SIZE) s += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
+    s = warp_reduce_sum(s);
+    if (lane == 0) D[row] = s;
+}
+
+// dq: block = 8 queries of one (b, h), key tiles streamed as in the forward pass
+__global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                             const float* D, int T, int NH, int HS) {
+    __shared__ float sQ[ATT_ROWS][ATT_MAX_HS];
+    __shared__ float sdO[ATT_ROWS][ATT_MAX_HS];
+    __shared__ float sK[ATT_TILE][ATT_MAX_HS + 1];
+    __shared__ float sV[ATT_TILE][ATT_MAX_HS + 1];
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int C = NH * HS;
+    size_t stride = 3 * (size_t)C;
+    const floatX* base = qkv + (size_t)b * T * stride + (size_t)h * HS;
+    int t0 = blockIdx.x * ATT_ROWS, t = t0 + warp;
+    int t_last = min(t0 + ATT_ROWS, T) - 1;
+    float scale = 1.0f / sqrtf((float)HS);
+    att_load_rows(sQ, base, t0, T, stride, HS);
+    att_load_rows(sdO, dout + (size_t)b * T * C + (size_t)h * HS, t0, T, C, HS);
+    float lse_t = t < T ? lse[(size_t)bh * T + t] : 0.0f, D_t = t < T ? D[(size_t)bh * T + t] : 0.0f;
+    float acc[ATT_DPL];
+    for (int i = 0; i < ATT_DPL; i++) acc[i] = 0.0f;
+    for (int s0 = 0; s0 <= t_last; s0 += ATT_TILE) {
+        __syncthreads();
+        att_load_tile(sK, base + C, s0, T, stride, HS);
+        att_load_tile(sV, base + 2 * C, s0, T, stride, HS);
+        __syncthreads();
+        if (t < T) {
+            int s = s0 + lane;
+            float ds = 0.0f;
+            if (s <= t) {
+                float sc = 0.0f, dp = 0.0f;
+                for (int d = 0; d < HS; d++) { sc += sQ[warp][d] * sK[lane][d]; dp += sdO[warp][d] * sV[lane][d]; }
+                float p = expf(sc * scale - lse_t);
+                ds = p * (dp - D_t);
+            }
+            for (int j = 0; j < ATT_TILE; j++) {
+                float dsj = __shfl_sync(FULL_MASK, ds, j);
+                for (int i = 0; i < ATT_DPL; i++) {
+                    int d = lane + 32 * i;
+                    if (d < HS) acc[i] += dsj * sK[j][d];
+                }
+            }
+        }
+    }
+    if (t < T) {
+        floatX* dq = dqkv + ((size_t)b * T + t) * stride + (size_t)h * HS;
+        for (int i = 0; i < ATT_DPL; i++) {
+            int d = lane + 32 * i;
+            if (d < HS) dq[d] = __float2bfloat16(__bfloat162float(dq[d]) + scale * acc[i]);
+        }
+    }
+}
+
+// dk, dv: block = 8 keys of one (b, h); query tiles (with their dout, lse, D) streamed from the
+// tile holding the first key to the end
+__global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                              const float* D, int T, int NH, int HS) {
+    __shared__ float sK[ATT_ROWS][ATT_MAX_HS];
+    __shared__ float sV[ATT_ROWS][ATT_MAX_HS];
+    __shared__ float sQ[ATT_TILE][ATT_MAX_HS + 1];
+    __shared__ float sdO[ATT_TILE][ATT_MAX_HS + 1];
+    __shared__ float slse[ATT_TILE], sD[ATT_TILE];
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int C = NH * HS;
+    size_t stride = 3 * (size_t)C;
+    const floatX* base = qkv + (size_t)b * T * stride + (size_t)h * HS;
+    int k0 = blockIdx.x * ATT_ROWS, s = k0 + warp;
+    float scale = 1.0f / sqrtf((float)HS);
+    att_load_rows(sK, base + C, k0, T, stride, HS);
+    att_load_rows(sV, base + 2 * C, k0, T, stride, HS);
+    float dk[ATT_DPL], dv[ATT_DPL];
+    for (int i = 0; i < ATT_DPL; i++) { dk[i] = 0.0f; dv[i] = 0.0f; }
+    for (int q0 = k0 / ATT_TILE * ATT_TILE; q0 < T; q0 += ATT_TILE) {
+        __syncthreads();
+        att_load_tile(sQ, base, q0, T, stride, HS);
+        att_load_tile(sdO, dout + (size_t)b * T * C + (size_t)h * HS, q0, T, C, HS);
+        if (threadIdx.x < ATT_TILE) {
+            int q = q0 + threadIdx.x;
+            slse[threadIdx.x] = q < T ? lse[(size_t)bh * T + q] : 0.0f;
+            sD[threadIdx.x] = q < T ? D[(size_t)bh * T + q] : 0.0f;
+        }
+        __syncthreads();
+        if (s < T) {
+            int q = q0 + lane;
+            float p = 0.0f, ds = 0.0f;
+            if (q >= s && q < T) {
+                float sc = 0.0f, dp = 0.0f;
+                for (int d = 0; d < HS; d++) { sc += sQ[lane][d] * sK[warp][d]; dp += sdO[lane][d] * sV[warp][d]; }
+                p = expf(sc * scale - slse[lane]);
+                ds = p * (dp - sD[lane]);
+            }
+            for (int j = 0; j < ATT_TILE; j++) {
+                float pj = __shfl_sync(FULL_MASK, p, j), dsj = __shfl_sync(FULL_MASK, ds, j);
+                for (int i = 0; i < ATT_DPL; i++) {
+                    int d = lane + 32 * i;
+                    if (d < HS) { dv[i] += pj * sdO[j][d]; dk[i] += dsj * sQ[j][d]; }
+                }
+            }
+        }
+    }
+    if (s < T) {
+        floatX* dkp = dqkv + ((size_t)b * T + s) * stride + C + (size_t)h * HS;
+        floatX* dvp = dkp + C;
+        for (int i = 0; i < ATT_DPL; i++) {
+            int d = lane + 32 * i;
+            if (d < HS) {
+                dkp[d] = __float2bfloat16(__bfloat162float(dkp[d]) + scale * dk[i]);
+                dvp[d] = __float2bfloat16(__bfloat162float(dvp[d]) + dv[i]);
+            }
+        }
+    }
+}
+
+void attention_backward_simple(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                   const float* lse, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    if (NH <= 0 || C % NH != 0 || HS > ATT_MAX_HS)
+        fatal("use a model whose head size is at most 128", "attention_backward (cuda): head size C/NH = %d/%d must divide and be <= %d", C, NH, ATT_MAX_HS);
+    if (B <= 0 || T <= 0) return;
+    size_t rows = (size_t)B * NH * T;
+    float* D = (float*)ops_scratch(OPS_SCRATCH_ATTN, rows * sizeof(float));
+    LAUNCH(attention_backward_preprocess_kernel, ops_blocks(rows, ATT_ROWS), ATT_THREADS, 0, 0, D, dout, out, B, T, NH, HS);
+    cudaCheck(cudaGetLastError());
+    dim3 grid(ops_blocks(T, ATT_ROWS), B * NH);
+    LAUNCH(attention_backward_dq_kernel, grid, ATT_THREADS, 0, 0, dqkv, dout, qkv, lse, D, T, NH, HS);
+    cudaCheck(cudaGetLastError());
+    LAUNCH(attention_backward_dkv_kernel, grid, ATT_THREADS, 0, 0, dqkv, dout, qkv, lse, D, T, NH, HS);
+    cudaCheck(cudaGetLastError());
+}

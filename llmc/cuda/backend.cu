@@ -1,0 +1,124 @@
+// CUDA backend: lifetime, capabilities, memory, host <-> device copies and dtype casts, and the
+// op-internal scratch buffers.
+#include <stdio.h>
+#include <stdlib.h>
+#include "cuda/common.cuh"
+#include "cuda/gemm.cuh"
+#include "cuda/ops_cuda.h"
+
+// ----------------------------------------------------------------------------
+// lifetime and memory
+
+static void* g_scratch[OPS_SCRATCH_COUNT];
+static size_t g_scratch_size[OPS_SCRATCH_COUNT];
+
+// ops.h has no shutdown call, so the scratch buffers (and the GEMM workspace) are released at
+// exit. The handler is registered after the first scratch cudaMalloc, so it runs before the
+// CUDA runtime's / the harness' own exit handlers (the harness reports device memory never freed).
+static void scratch_release(void) {
+    for (int i = 0; i < OPS_SCRATCH_COUNT; i++) {
+        if (g_scratch[i]) (void)cudaFree(g_scratch[i]);
+        g_scratch[i] = NULL;
+        g_scratch_size[i] = 0;
+    }
+    gemm_release();
+}
+
+static void register_release(void) {
+    static int registered = 0;
+    if (!registered) { registered = 1; atexit(scratch_release); }
+}
+
+void* ops_scratch(int slot, size_t bytes) {
+    if (bytes > g_scratch_size[slot]) {
+        if (g_scratch[slot]) cudaCheck(cudaFree(g_scratch[slot]));   // synchronises: no user left
+        g_scratch[slot] = NULL;
+        cudaCheck(cudaMalloc(&g_scratch[slot], bytes));
+        g_scratch_size[slot] = bytes;
+        register_release();
+    }
+    return g_scratch[slot];
+}
+
+extern "C" void cuda_ops_init(int threads) {
+    (void)threads;
+#ifndef LLMC_CUDA_EMULATED
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0)
+        fatal("this binary is the CUDA build; on a machine without a GPU build with `make BACKEND=cpu`",
+              "no usable CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+#endif
+    gemm_init();
+}
+
+extern "C" OpsCaps cuda_ops_caps(void) {
+    OpsCaps caps = { OPS_BF16, sizeof(floatX), 1 };   // bf16 parameters: fp32 master weights
+    return caps;
+}
+
+extern "C" const char* cuda_ops_backend_name(void) {
+#ifdef LLMC_CUDA_EMULATED
+    return "cuda (emulated on CPU by the test harness)";
+#else
+    static char name[320];
+    int dev = 0;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    snprintf(name, sizeof(name), "cuda (GPU %d: %s, sm_%d%d, %.1f GiB, %d SMs; bf16, cuBLASLt)", dev, prop.name,
+             prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), prop.multiProcessorCount);
+    return name;
+#endif
+}
+
+extern "C" void* cuda_ops_alloc(size_t bytes) {
+    void* p = NULL;
+    cudaCheck(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+extern "C" void cuda_ops_free(void* p) { if (p) cudaCheck(cudaFree(p)); }
+extern "C" void cuda_ops_zero(void* p, size_t bytes) { if (bytes) cudaCheck(cudaMemset(p, 0, bytes)); }
+extern "C" void cuda_ops_to_device(void* dst, const void* src_host, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemcpy(dst, src_host, bytes, cudaMemcpyHostToDevice));
+}
+extern "C" void cuda_ops_to_host(void* dst_host, const void* src, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost));
+}
+extern "C" void cuda_ops_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
+
+// ----------------------------------------------------------------------------
+// casts (round to nearest even on the way to bf16)
+
+__global__ void cast_f32_to_bf16_kernel(floatX* out, const float* inp, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    for (size_t k = i; k < i + 8 && k < n; k++) out[k] = __float2bfloat16(inp[k]);
+}
+__global__ void cast_bf16_to_f32_kernel(float* out, const floatX* inp, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    for (size_t k = i; k < i + 8 && k < n; k++) out[k] = __bfloat162float(inp[k]);
+}
+
+// Staged through a fp32 device buffer in chunks, so converting a whole model costs at most
+// CAST_CHUNK * 4 bytes of scratch memory.
+#define CAST_CHUNK ((size_t)1 << 24)
+
+extern "C" void cuda_ops_upload_f32(floatX* dst, const float* src_host, size_t n) {
+    for (size_t off = 0; off < n; off += CAST_CHUNK) {
+        size_t len = n - off < CAST_CHUNK ? n - off : CAST_CHUNK;
+        float* tmp = (float*)ops_scratch(OPS_SCRATCH_CAST, len * sizeof(float));
+        cudaCheck(cudaMemcpy(tmp, src_host + off, len * sizeof(float), cudaMemcpyHostToDevice));
+        LAUNCH(cast_f32_to_bf16_kernel, ops_blocks(len, EW_BLOCK * 8), EW_BLOCK, 0, 0, dst + off, tmp, len);
+        cudaCheck(cudaGetLastError());
+    }
+}
+extern "C" void cuda_ops_download_f32(float* dst_host, const floatX* src, size_t n) {
+    for (size_t off = 0; off < n; off += CAST_CHUNK) {
+        size_t len = n - off < CAST_CHUNK ? n - off : CAST_CHUNK;
+        float* tmp = (float*)ops_scratch(OPS_SCRATCH_CAST, len * sizeof(float));
+        LAUNCH(cast_bf16_to_f32_kernel, ops_blocks(len, EW_BLOCK * 8), EW_BLOCK, 0, 0, tmp, src + off, len);
+        cudaCheck(cudaGetLastError());
+        cudaCheck(cudaMemcpy(dst_host + off, tmp, len * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+}
+

@@ -1,0 +1,135 @@
+// CUDA backend: element-wise ops: GELU forward/backward, residual add, add in place, scaled copy,
+// and the LoRA branch's dropout and mask multiply.
+#include "cuda/common.cuh"
+#include "cuda/ops_cuda.h"
+#include "rand.h"
+
+// ----------------------------------------------------------------------------
+// elementwise ops: each thread handles 8 consecutive elements, with one 128-bit load/store per
+// operand when every pointer is 16-byte aligned (vec), else (and for the ragged tail) one by one.
+// In-place use (out aliasing an input) is fine: each element is read before it is written by
+// the same thread.
+
+__device__ inline float ops_gelu_grad(float x) {
+    float x3 = 0.044715f * x * x * x;
+    float u = OPS_GELU_SCALE * (x + x3);
+    float th = tanhf(u);
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * OPS_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+__global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n, int vec) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    if (vec && i + 8 <= n) {
+        x128 x = load128(inp + i), o;
+        for (int k = 0; k < 8; k++) o[k] = __float2bfloat16(ops_gelu(__bfloat162float(x[k])));
+        store128(out + i, o);
+    } else {
+        for (size_t k = i; k < i + 8 && k < n; k++) out[k] = __float2bfloat16(ops_gelu(__bfloat162float(inp[k])));
+    }
+}
+
+// dinp += gelu'(inp) * dout
+__global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, int vec) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    if (vec && i + 8 <= n) {
+        x128 x = load128(inp + i), g = load128(dout + i), d = load128(dinp + i);
+        for (int k = 0; k < 8; k++) {
+            float v = __bfloat162float(d[k]) + ops_gelu_grad(__bfloat162float(x[k])) * __bfloat162float(g[k]);
+            d[k] = __float2bfloat16(v);
+        }
+        store128(dinp + i, d);
+    } else {
+        for (size_t k = i; k < i + 8 && k < n; k++) {
+            float v = __bfloat162float(dinp[k]) + ops_gelu_grad(__bfloat162float(inp[k])) * __bfloat162float(dout[k]);
+            dinp[k] = __float2bfloat16(v);
+        }
+    }
+}
+
+__global__ void residual_forward_kernel(floatX* out, const floatX* a, const floatX* b, size_t n, int vec) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    if (vec && i + 8 <= n) {
+        x128 x = load128(a + i), y = load128(b + i), o;
+        for (int k = 0; k < 8; k++) o[k] = __float2bfloat16(__bfloat162float(x[k]) + __bfloat162float(y[k]));
+        store128(out + i, o);
+    } else {
+        for (size_t k = i; k < i + 8 && k < n; k++) out[k] = __float2bfloat16(__bfloat162float(a[k]) + __bfloat162float(b[k]));
+    }
+}
+
+__global__ void scale_copy_kernel(floatX* dst, const floatX* src, float scale, size_t n, int vec) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    if (vec && i + 8 <= n) {
+        x128 x = load128(src + i), o;
+        for (int k = 0; k < 8; k++) o[k] = __float2bfloat16(__bfloat162float(x[k]) * scale);
+        store128(dst + i, o);
+    } else {
+        for (size_t k = i; k < i + 8 && k < n; k++) dst[k] = __float2bfloat16(__bfloat162float(src[k]) * scale);
+    }
+}
+
+extern "C" void cuda_gelu_forward(floatX* out, const floatX* inp, size_t n) {
+    if (!n) return;
+    int vec = ops_aligned16(out) && ops_aligned16(inp);
+    LAUNCH(gelu_forward_kernel, ops_blocks(n, EW_BLOCK * 8), EW_BLOCK, 0, 0, out, inp, n, vec);
+    cudaCheck(cudaGetLastError());
+}
+extern "C" void cuda_gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
+    if (!n) return;
+    int vec = ops_aligned16(dinp) && ops_aligned16(inp) && ops_aligned16(dout);
+    LAUNCH(gelu_backward_kernel, ops_blocks(n, EW_BLOCK * 8), EW_BLOCK, 0, 0, dinp, inp, dout, n, vec);
+    cudaCheck(cudaGetLastError());
+}
+extern "C" void cuda_residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
+    if (!n) return;
+    int vec = ops_aligned16(out) && ops_aligned16(a) && ops_aligned16(b);
+    LAUNCH(residual_forward_kernel, ops_blocks(n, EW_BLOCK * 8), EW_BLOCK, 0, 0, out, a, b, n, vec);
+    cudaCheck(cudaGetLastError());
+}
+extern "C" void cuda_add_inplace(floatX* dst, const floatX* src, size_t n) {
+    cuda_residual_forward(dst, dst, src, n);
+}
+extern "C" void cuda_scale_copy(floatX* dst, const floatX* src, float scale, size_t n) {
+    if (!n) return;
+    int vec = ops_aligned16(dst) && ops_aligned16(src);
+    LAUNCH(scale_copy_kernel, ops_blocks(n, EW_BLOCK * 8), EW_BLOCK, 0, 0, dst, src, scale, n, vec);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
+// LoRA: dropout with a counter-based mask (the same pure function of (seed, stream, index) as on
+// the CPU backend, llmc/rand.h, so both backends drop the same elements and a resumed run draws
+// the same masks) and the mask multiply; one element per thread
+
+
+__global__ void dropout_forward_kernel(floatX* out, const floatX* inp, size_t n, float p, float scale,
+                                       uint64_t seed, uint64_t stream) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = __bfloat162float(inp[i]);
+    out[i] = __float2bfloat16(rand_uniform(seed, stream, i) >= (double)p ? x * scale : 0.0f);
+}
+
+__global__ void mul_inplace_kernel(floatX* dst, const floatX* mask, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    dst[i] = __float2bfloat16(__bfloat162float(dst[i]) * __bfloat162float(mask[i]));
+}
+
+extern "C" void cuda_dropout_forward(floatX* out, const floatX* inp, size_t n, float p, uint64_t seed, uint64_t stream) {
+    if (!n) return;
+    LAUNCH(dropout_forward_kernel, (unsigned)((n + EW_BLOCK - 1) / EW_BLOCK), EW_BLOCK, 0, 0,
+           out, inp, n, p, 1.0f / (1.0f - p), seed, stream);
+    cudaCheck(cudaGetLastError());
+}
+
+extern "C" void cuda_mul_inplace(floatX* dst, const floatX* mask, size_t n) {
+    if (!n) return;
+    LAUNCH(mul_inplace_kernel, (unsigned)((n + EW_BLOCK - 1) / EW_BLOCK), EW_BLOCK, 0, 0, dst, mask, n);
+    cudaCheck(cudaGetLastError());
+}

@@ -1,0 +1,106 @@
+// The CUDA backend (bf16 storage, fp32 accumulation, cuBLASLt and our own kernels): every function
+// of llmc/ops.h and llmc/device.h under the cuda_ prefix, with its element type spelled out
+// (__nv_bfloat16: floatX on this backend), so that this backend can sit in one program next to
+// the CPU backend (the op tests compare the two). llmc/cuda/dispatch.cu gives the neutral names
+// to a CUDA build; the contracts are ops.h's. C++ (nvcc, or g++ with the CUDA headers); the
+// pointers are device memory. The files split the ops as ops.h's groups (and llmc/cpu/) do.
+#ifndef LLMC_CUDA_OPS_CUDA_H
+#define LLMC_CUDA_OPS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_bf16.h>
+#include "../ops.h"
+#include "../device.h"
+
+extern "C" {
+
+// ---- backend lifetime, capabilities and memory (backend.cu)
+void cuda_ops_init(int threads);
+const char* cuda_ops_backend_name(void);
+OpsCaps cuda_ops_caps(void);
+void* cuda_ops_alloc(size_t bytes);
+void cuda_ops_free(void* p);
+void cuda_ops_zero(void* p, size_t bytes);
+void cuda_ops_to_device(void* dst, const void* src_host, size_t bytes);
+void cuda_ops_to_host(void* dst_host, const void* src, size_t bytes);
+void cuda_ops_upload_f32(__nv_bfloat16* dst, const float* src_host, size_t n);
+void cuda_ops_download_f32(float* dst_host, const __nv_bfloat16* src, size_t n);
+void cuda_ops_synchronize(void);
+void cuda_ops_set_deterministic(int on);   // (attention.cu: the only op it concerns)
+
+// ---- device selection and device collectives, llmc/device.h (device.cu)
+void cuda_device_select(const Comm* c);
+void cuda_device_attach(Comm* c);
+void cuda_device_detach(Comm* c);
+
+// ---- embeddings (encoder.cu)
+void cuda_encoder_forward(__nv_bfloat16* out, const int* inp, const __nv_bfloat16* wte,
+                          const __nv_bfloat16* wpe, int B, int T, int C);
+void cuda_encoder_backward(__nv_bfloat16* dwte, __nv_bfloat16* dwpe, const __nv_bfloat16* dout,
+                           const int* inp, int B, int T, int C);
+
+// ---- layernorm (layernorm.cu)
+void cuda_layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
+                            const __nv_bfloat16* weight, const __nv_bfloat16* bias, int N, int C);
+void cuda_layernorm_backward(__nv_bfloat16* dinp, __nv_bfloat16* dweight, __nv_bfloat16* dbias,
+                             const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                             const __nv_bfloat16* weight, const float* mean, const float* rstd,
+                             int N, int C);
+void cuda_fused_residual_layernorm_forward(__nv_bfloat16* residual_out, __nv_bfloat16* ln_out,
+                                           float* mean, float* rstd, const __nv_bfloat16* a,
+                                           const __nv_bfloat16* b, const __nv_bfloat16* weight,
+                                           const __nv_bfloat16* bias, int N, int C);
+
+// ---- matmul (matmul.cu, gemm.cu)
+void cuda_matmul_forward(__nv_bfloat16* out, __nv_bfloat16* gelu_out, const __nv_bfloat16* inp,
+                         const __nv_bfloat16* weight, const __nv_bfloat16* bias, int N, int C,
+                         int OC);
+void cuda_matmul_backward(__nv_bfloat16* dinp, __nv_bfloat16* dweight, __nv_bfloat16* dbias,
+                          const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                          const __nv_bfloat16* weight, int N, int C, int OC);
+
+// ---- element-wise (elementwise.cu)
+void cuda_gelu_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, size_t n);
+void cuda_gelu_backward(__nv_bfloat16* dinp, const __nv_bfloat16* inp, const __nv_bfloat16* dout,
+                        size_t n);
+void cuda_residual_forward(__nv_bfloat16* out, const __nv_bfloat16* a, const __nv_bfloat16* b,
+                           size_t n);
+void cuda_add_inplace(__nv_bfloat16* dst, const __nv_bfloat16* src, size_t n);
+void cuda_scale_copy(__nv_bfloat16* dst, const __nv_bfloat16* src, float scale, size_t n);
+void cuda_dropout_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, size_t n, float p,
+                          uint64_t seed, uint64_t stream);
+void cuda_mul_inplace(__nv_bfloat16* dst, const __nv_bfloat16* mask, size_t n);
+
+// ---- attention (attention.cu, attention_simple.cu)
+void cuda_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
+                            int C, int NH);
+void cuda_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
+                             const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
+                             int B, int T, int C, int NH);
+
+// ---- attention over a key/value cache (attention_kv.cu)
+void cuda_attention_forward_kv(__nv_bfloat16* out, const __nv_bfloat16* qkv_new,
+                               __nv_bfloat16* kcache, __nv_bfloat16* vcache, int B, int pos, int Tn,
+                               int maxT, int C, int NH);
+
+// ---- classifier (classifier.cu)
+void cuda_fused_classifier(float* losses, __nv_bfloat16* logits, const int* targets, float dloss,
+                           int N, int V, int Vp);
+
+// ---- optimizer (adamw.cu)
+void cuda_adamw_update(__nv_bfloat16* params, float* master, const __nv_bfloat16* grads, float* m,
+                       float* v, size_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, float grad_scale, int t, uint32_t seed);
+
+// ---- reductions (reduce.cu)
+double cuda_sum_squares(const __nv_bfloat16* x, size_t n);
+double cuda_sum_f32(const float* x, size_t n);
+
+// ---- NF4 frozen base weights (nf4_ops.cu, nf4.cu)
+Nf4Op* cuda_nf4_op_upload(const NF4Tensor* t);
+void cuda_nf4_op_free(Nf4Op* d);
+size_t cuda_nf4_op_bytes(const Nf4Op* d);
+void cuda_nf4_dequantize_op(__nv_bfloat16* out, const Nf4Op* t, size_t row_begin, size_t rows);
+} // extern "C"
+#endif // LLMC_CUDA_OPS_CUDA_H
