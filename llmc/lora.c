@@ -267,6 +267,74 @@ LinearAdapter lora_linear_adapter(const LoraModel* lm, int i) {
 }
 
 // ----------------------------------------------------------------------------
+// the report
+
+void lora_split_name(unsigned blocks, char* out, size_t cap) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (int j = 0; j < 3 && n + 3 <= cap; j++)
+        if ((blocks >> j) & 1) n += (size_t)snprintf(out + n, cap - n, "%s%c", n ? "," : "", "qkv"[j]);
+}
+
+// The adapted modules: "q,v,mlp.c_fc", "c_attn,attn.c_proj", "all-linear".
+static void describe_targets(const LoraModel* lm, char* out, size_t cap) {
+    unsigned lins = 0, blocks = 0;
+    for (int i = 0; i < lm->n; i++) { lins |= 1u << lm->ad[i].lin; blocks |= lm->ad[i].blocks; }
+    if (lins == (1u << LINEAR_PER_BLOCK) - 1 && !blocks) { snprintf(out, cap, "all-linear"); return; }
+    lora_split_name(blocks, out, cap);
+    for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
+        if (!((lins >> k) & 1) || (k == LINEAR_QKV && blocks)) continue;
+        const size_t n = strlen(out);
+        snprintf(out + n, cap - n, "%s%s", n ? "," : "", k == LINEAR_QKV ? "c_attn" : LIN_MODULE[k]);
+    }
+}
+
+// The adapted layers: "all", or ranges "0-5,8".
+static void describe_layers(const LoraModel* lm, char* out, size_t cap) {
+    const int L = lm->cfg.num_layers;
+    const unsigned char* on = lm->spec.layers;
+    if (lm->spec.all_layers) { snprintf(out, cap, "all"); return; }
+    out[0] = '\0';
+    for (int l = 0; l < L; l++) {
+        if (!on[l] || (l > 0 && on[l - 1])) continue;
+        int e = l;
+        while (e + 1 < L && on[e + 1]) e++;
+        const size_t n = strlen(out);
+        if (e > l) snprintf(out + n, cap - n, "%s%d-%d", n ? "," : "", l, e);
+        else snprintf(out + n, cap - n, "%s%d", n ? "," : "", l);
+    }
+}
+
+// The adapters whose rank (per q/k/v block) or scaling differ from r and alpha (a loaded
+// adapter's rank_pattern / alpha_pattern): " | h.3.attn.c_attn r=16 scaling=2".
+static void describe_patterns(const LoraModel* lm, char* out, size_t cap) {
+    const LoraSpec* s = &lm->spec;
+    const float scaling = lora_scaling(s->alpha, s->rank, s->rslora);
+    out[0] = '\0';
+    for (int i = 0; i < lm->n; i++) {
+        const LoraAdapter* a = &lm->ad[i];
+        int nb = 0;
+        for (int j = 0; j < 3; j++) nb += (a->blocks >> j) & 1;
+        const int r = a->blocks ? a->rank / nb : a->rank;
+        if (r == s->rank && fabsf(a->scaling - scaling) <= 1e-6f * scaling) continue;
+        const size_t n = strlen(out);
+        snprintf(out + n, cap - n, " | h.%d.%s r=%d scaling=%g", a->layer, LIN_MODULE[a->lin], r, a->scaling);
+    }
+}
+
+void lora_describe(const LoraModel* lm, char* out, size_t cap) {
+    const LoraSpec* s = &lm->spec;
+    char targets[64], layers[LORA_MAX_LAYERS * 5], patterns[512];
+    describe_targets(lm, targets, sizeof(targets));
+    describe_layers(lm, layers, sizeof(layers));
+    describe_patterns(lm, patterns, sizeof(patterns));
+    snprintf(out, cap, "r=%d alpha=%g%s dropout=%g | targets %s | layers %s%s%s%s", s->rank, s->alpha, s->rslora ? " (rsLoRA)" : "",
+             s->dropout, targets, layers, patterns,
+             s->bias == LORA_BIAS_ALL ? " | biases trained" : s->bias == LORA_BIAS_LORA_ONLY ? " | biases of adapted layers trained" : "",
+             s->train_ln_f ? " | ln_f trained" : "");
+}
+
+// ----------------------------------------------------------------------------
 // trained base slices, optimizer, merge
 
 unsigned lora_base_trainable_mask(const LoraModel* lm) {

@@ -13,7 +13,8 @@
 // rows / columns r..2r, zeros elsewhere). The zero blocks of B get their gradient masked to zero
 // after every backward, so they stay exactly zero under AdamW (zero gradient, zero moments,
 // decay of zero) and training is exactly that of the separate adapters. The exported adapter
-// uses rank_pattern / alpha_pattern for c_attn so PEFT applies the same scaling.
+// uses rank_pattern / alpha_pattern for c_attn so PEFT applies the same scaling, and names the
+// split in its tensor file so that continuing from it keeps the split (llmc/peft_io.h).
 //
 // All adapter parameters live in one flat buffer (A then B per adapter, adapters in (layer,
 // linear) order), with one gradient buffer of the same layout: the optimizer sees one segment.
@@ -139,6 +140,11 @@ void lora_b_mask_host(const LoraAdapter* a, float* mask);
 // What the linear layer of adapter i computes with (llmc/linear.h): shapes, scaling, and the
 // adapter's slices of the flat parameter / gradient / mask buffers.
 LinearAdapter lora_linear_adapter(const LoraModel* lm, int i);
+// The q/k/v blocks of a split (bits 1, 2, 4) as a list: "q,v".
+void lora_split_name(unsigned blocks, char* out, size_t cap);
+// What is trained, for the report: "r=8 alpha=16 dropout=0 | targets q,v | layers all", from
+// the adapters themselves (a loaded adapter's targets, layers and rank / alpha patterns).
+void lora_describe(const LoraModel* lm, char* out, size_t cap);
 
 // ---- trained base slices
 // Table tensors that have trained slices (the trainable mask for gpt2_init).

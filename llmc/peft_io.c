@@ -42,6 +42,7 @@ void peft_save_tensors(const LoraModel* lm, const char* path) {
     for (int i = 0; i < lm->n_extra; i++) ne += extra_numel(lm, &lm->extra[i]);
     float* ehost = (float*)mallocCheck((ne ? ne : 1) * sizeof(float));
     char (*keys)[KEY_CAP] = (char(*)[KEY_CAP])mallocCheck((size_t)lm->n * 2 * KEY_CAP);
+    char split[8];
     StWriter w;
     st_writer_init(&w);
     // PEFT's order: the trained base slices interleave with the adapters by module name; the
@@ -63,6 +64,10 @@ void peft_save_tensors(const LoraModel* lm, const char* path) {
         st_writer_add(&w, keys[2 * i], ST_F32, 2, sa, host + a->a_off);
         st_writer_add(&w, keys[2 * i + 1], ST_F32, 2, sb, host + a->b_off);
     }
+    unsigned blocks = 0;
+    for (int i = 0; i < lm->n; i++) blocks |= lm->ad[i].blocks;
+    lora_split_name(blocks, split, sizeof(split));
+    if (split[0]) st_writer_meta(&w, PEFT_META_QKV_SPLIT, split);
     st_writer_save(&w, path);
     st_writer_free(&w);
     free(keys);
@@ -467,6 +472,38 @@ static int read_adapter(PeftReader* P, int l, int k, LoraAdapter* a, int* found)
     return 0;
 }
 
+// "q,v" -> the block bits 1 | 4 (lora_split_name's inverse); 0 if s names anything else.
+static unsigned split_blocks(const char* s) {
+    unsigned blocks = 0;
+    for (const char* p = s; *p; p++) {
+        const char* q = strchr("qkv", *p);
+        if (q) blocks |= 1u << (q - "qkv");
+        else if (*p != ',') return 0;
+    }
+    return blocks;
+}
+
+// The q/k/v split the tensor file names (PEFT_META_QKV_SPLIT) on every c_attn adapter.
+static int read_split(PeftReader* P, LoraAdapter* ad, int n) {
+    const char* s = st_meta(&P->f, PEFT_META_QKV_SPLIT);
+    if (!s) return 0;
+    const unsigned blocks = split_blocks(s);
+    if (!blocks) return refuse(P, "'%s': metadata %s \"%s\" is not a list of q, k, v", P->tpath, PEFT_META_QKV_SPLIT, s);
+    int nb = 0, on_qkv = 0;
+    for (int j = 0; j < 3; j++) nb += (blocks >> j) & 1;
+    for (int i = 0; i < n; i++) {
+        if (ad[i].lin != LINEAR_QKV) continue;
+        if (ad[i].rank % nb)
+            return refuse(P, "'%s': metadata %s \"%s\" does not divide the rank %d of layer %d's c_attn adapter", P->tpath,
+                          PEFT_META_QKV_SPLIT, s, ad[i].rank, ad[i].layer);
+        ad[i].blocks = blocks;
+        on_qkv = 1;
+    }
+    if (!on_qkv) return refuse(P, "'%s': metadata %s \"%s\" names a split of c_attn, which has no adapter", P->tpath, PEFT_META_QKV_SPLIT, s);
+    P->spec.targets = (P->spec.targets & ~LORA_T_CATTN) | (blocks << 1);
+    return 0;
+}
+
 // Every adapter of the file, checked against the config; the config's structure for them.
 static int read_adapters(PeftReader* P, LoraAdapter* ad, int* n) {
     const int L = P->cfg->num_layers;
@@ -482,7 +519,7 @@ static int read_adapters(PeftReader* P, LoraAdapter* ad, int* n) {
             (*n)++;
         }
     if (*n == 0) return refuse(P, "'%s' holds no LoRA tensors", P->tpath);
-    return 0;
+    return read_split(P, ad, *n);
 }
 
 // The trained base slices the config announces (bias, modules_to_save) must all be in the file.
@@ -526,6 +563,21 @@ static int check_unknown_tensors(PeftReader* P, const LoraModel* lm) {
     return 0;
 }
 
+// A split adapter's B must be zero outside its blocks (the file was not trained as a whole c_attn).
+static int check_split_zeros(PeftReader* P, const LoraAdapter* a, const float* B) {
+    const size_t n = (size_t)a->out * a->rank;
+    float* mask = (float*)mallocCheck(n * sizeof(float));
+    lora_b_mask_host(a, mask);
+    size_t bad = 0;
+    for (size_t j = 0; j < n; j++) bad += mask[j] == 0.0f && B[j] != 0.0f;
+    free(mask);
+    if (!bad) return 0;
+    char kb[KEY_CAP];
+    adapter_key(kb, sizeof(kb), a, 'B');
+    return refuse(P, "'%s': '%s' has %zu non-zero entries outside the q/k/v blocks its metadata %s \"%s\" names", P->tpath, kb, bad,
+                  PEFT_META_QKV_SPLIT, st_meta(&P->f, PEFT_META_QKV_SPLIT));
+}
+
 // The adapters' values into lm, the trained base slices' into lm->extra_host.
 static int read_values(PeftReader* P, LoraModel* lm) {
     float* host = (float*)callocCheck(lm->total ? lm->total : 1, sizeof(float));
@@ -540,6 +592,7 @@ static int read_values(PeftReader* P, LoraModel* lm) {
                 rc = refuse(P, "'%s': '%s' has dtype %s; expected F32, BF16 or F16", P->tpath, key, st_dtype_name(t->dtype));
             else st_read_f32(&P->f, t, host + (w ? a->b_off : a->a_off));
         }
+        if (!rc && a->blocks) rc = check_split_zeros(P, a, host + a->b_off);
     }
     if (!rc) lora_set_params(lm, host);
     free(host);

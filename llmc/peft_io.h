@@ -8,6 +8,12 @@
 // PEFT loads what we write (AutoPeftModelForCausalLM / PeftModel.from_pretrained) and we load what
 // PEFT writes, with a message naming the file and key for anything we cannot apply exactly.
 //
+// A q/k/v split of c_attn (llmc/lora.h) is a c_attn adapter of rank blocks x r for PEFT, which
+// computes the same function with it. So that continuing from the file keeps the split (the
+// structural zeros of B stay zero, the trainable count stays that of the split), the tensor file
+// names it in its metadata, key PEFT_META_QKV_SPLIT, value the blocks ("q,v"); PEFT reads only
+// the tensors and ignores it.
+//
 // The same tensor file (without adapter_config.json) is the adapter part of a LoRA checkpoint.
 #ifndef LLMC_PEFT_IO_H
 #define LLMC_PEFT_IO_H
@@ -20,6 +26,8 @@
 extern "C" {
 #endif
 
+#define PEFT_META_QKV_SPLIT "llmc_qkv_split"
+
 // The adapter tensors and the trained base slices (read from the model they are on: extra[i].p)
 // as one safetensors file, atomically.
 void peft_save_tensors(const LoraModel* lm, const char* path);
@@ -30,7 +38,7 @@ void peft_load_tensors(LoraModel* lm, const char* path);
 // dir/adapter_model.safetensors + dir/adapter_config.json (creates dir), each written atomically.
 void peft_save_adapter(const LoraModel* lm, const char* dir);
 // Load an adapter: path is the adapter directory (or its adapter_model.safetensors). The
-// structure (targets, layers, ranks, scalings) comes from the files; the trained
+// structure (targets, layers, ranks, scalings, q/k/v split) comes from the files; the trained
 // base slices' values wait in the adapters until lora_put_base_values. fatal with a message
 // naming the file and key on anything inconsistent; the try_ variant returns NULL and fills err.
 LoraModel* peft_load_adapter(const char* path, const GPT2Config* cfg);

@@ -430,12 +430,9 @@ static void report_model(Run* r) {
     say(r, "model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", r->m.source,
            cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, total_params);
     if (r->lora) {
-        const LoraSpec* ls = &r->lora->spec;
-        say(r, "lora: %d adapters | r=%d alpha=%g%s dropout=%g | targets %s | layers %s%s%s%s%s\n", r->lora->n, ls->rank, ls->alpha,
-               ls->rslora ? " (rsLoRA)" : "", ls->dropout, f->adapter ? "from the adapter" : f->lora_targets,
-               f->adapter ? "from the adapter" : f->lora_layers,
-               ls->bias == LORA_BIAS_ALL ? " | biases trained" : ls->bias == LORA_BIAS_LORA_ONLY ? " | biases of adapted layers trained" : "",
-               ls->train_ln_f ? " | ln_f trained" : "", f->adapter ? " | initial adapter: " : "", f->adapter ? f->adapter : "");
+        char what[1024];
+        lora_describe(r->lora, what, sizeof(what));
+        say(r, "lora: %d adapters | %s%s%s\n", r->lora->n, what, f->adapter ? " | initial adapter: " : "", f->adapter ? f->adapter : "");
         say(r, "trainable: %zu parameters (%.4f%% of %zu)\n", trainable, 100.0 * (double)trainable / (double)total_params, total_params);
     } else
         say(r, "trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)total_params);

@@ -183,7 +183,8 @@ static void check_split_zeros(const char* what, const LoraModel* lm) {
     free(pv);
 }
 
-// Our export (PEFT layout) reads back to the same adapters (values, ranks, scalings), and the logits of the model it merges into, for
+// Our export (PEFT layout) reads back to the same adapters (values, ranks, scalings, q/k/v split
+// and so the trainable count), and the logits of the model it merges into, for
 // dev/gen_lora_ref.py --check-c. lm must be on a model (its trained base slices are read there).
 static void check_export(const SetSpec* s, LoraModel* lm) {
     char dir[1024], path[1200];
@@ -196,10 +197,13 @@ static void check_export(const SetSpec* s, LoraModel* lm) {
     lora_get_params(back, pb);
     TEST_CHECK(back->total == lm->total && memcmp(pa, pb, lm->total * sizeof(float)) == 0 && back->n == lm->n,
                "%s: exported adapter reads back identically", s->name);
+    TEST_CHECK(back->n_trainable == lm->n_trainable && back->spec.targets == lm->spec.targets,
+               "%s: exported adapter reads back with %zu trainable parameters (targets %#x), trained %zu (%#x)", s->name,
+               back->n_trainable, back->spec.targets, lm->n_trainable, lm->spec.targets);
     for (int i = 0; i < back->n && i < lm->n; i++)
-        TEST_CHECK(fabsf(back->ad[i].scaling - lm->ad[i].scaling) < 1e-6f && back->ad[i].rank == lm->ad[i].rank,
-                   "%s: exported adapter %d scaling %g rank %d vs %g %d", s->name, i, back->ad[i].scaling, back->ad[i].rank,
-                   lm->ad[i].scaling, lm->ad[i].rank);
+        TEST_CHECK(fabsf(back->ad[i].scaling - lm->ad[i].scaling) < 1e-6f && back->ad[i].rank == lm->ad[i].rank &&
+                   back->ad[i].blocks == lm->ad[i].blocks, "%s: exported adapter %d scaling %g rank %d blocks %u vs %g %d %u", s->name,
+                   i, back->ad[i].scaling, back->ad[i].rank, back->ad[i].blocks, lm->ad[i].scaling, lm->ad[i].rank, lm->ad[i].blocks);
     Model m;
     float* base = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
     test_model(&m, &g_tb, g_tb.weights, lora_base_trainable_mask(back), back, 0, 0); // puts the exported base slices in place
@@ -337,19 +341,27 @@ static void test_dropout(void) {
 }
 
 // ---- adapter files made here: accepted and refused ones
-// An adapter directory: config as adapter_config.json, tensors names / shapes ([n, 0]: 1-D) of zeros.
-static void write_adapter(const char* dir, const char* config, int nt, const char* const* names, const int64_t (*shapes)[2]) {
+// An adapter directory: config as adapter_config.json, tensors names / shapes ([n, 0]: 1-D) all
+// holding value, and the q/k/v split metadata split (NULL: none).
+static void write_adapter_split(const char* dir, const char* config, int nt, const char* const* names, const int64_t (*shapes)[2],
+                                const char* split, float value) {
     mkdir_p(dir);
     char path[1024];
     snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
     atomic_write_file(path, config, strlen(config));
     StWriter w;
     st_writer_init(&w);
-    static float zeros[4 * 4096];
-    for (int i = 0; i < nt; i++) st_writer_add(&w, names[i], ST_F32, shapes[i][1] ? 2 : 1, shapes[i], zeros);
+    static float data[4 * 4096];
+    for (size_t i = 0; i < sizeof(data) / sizeof(data[0]); i++) data[i] = value;
+    for (int i = 0; i < nt; i++) st_writer_add(&w, names[i], ST_F32, shapes[i][1] ? 2 : 1, shapes[i], data);
+    if (split) st_writer_meta(&w, PEFT_META_QKV_SPLIT, split);
     snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
     st_writer_save(&w, path);
     st_writer_free(&w);
+}
+
+static void write_adapter(const char* dir, const char* config, int nt, const char* const* names, const int64_t (*shapes)[2]) {
+    write_adapter_split(dir, config, nt, names, shapes, NULL, 0.0f);
 }
 
 static void expect_refused(const char* what, const char* dir, const char* const* want) {
@@ -399,6 +411,13 @@ static void test_good_adapters(void) {
         TEST_CHECK(lm != NULL && lm->n_extra == 2, "bias lora_only adapter (%s key spelling) loads: %s", v ? "old" : "base_layer", lm ? "" : err);
         if (lm) { printf("ok   bias=lora_only adapter with %s bias keys loads\n", v ? "pre-0.7 PEFT" : "base_layer"); lora_free(lm); }
     }
+    // a q/v split (rank 2 per block) saved here: the split and its trainable count come back
+    snprintf(d, sizeof(d), "%s/lora_bad/split_qv", g_build);
+    write_adapter_split(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, CA_SHAPES, "q,v", 0.0f);
+    lm = peft_try_load_adapter(d, &g_tb.cfg, err, sizeof(err));
+    TEST_CHECK(lm && lm->ad[0].blocks == 5 && lm->ad[1].blocks == 5 && lm->n_trainable == 2 * (4 * 64 + 2 * 64 * 2) &&
+               lm->spec.targets == (LORA_T_Q | LORA_T_V), "q,v split adapter loads as a split: %s", lm ? "" : err);
+    if (lm) { printf("ok   q,v split adapter loads as a split: %zu trainable of %zu\n", lm->n_trainable, lm->total); lora_free(lm); }
 }
 
 static void test_bad_adapters(void) {
@@ -469,6 +488,16 @@ static void test_bad_adapters(void) {
     snprintf(d, sizeof(d), "%s/lora_bad/missing", g_build);
     expect_refused("missing directory", d, (const char*[]){"lora_bad/missing'", "does not exist", NULL});
 
+    snprintf(d, sizeof(d), "%s/lora_bad/split_trained", g_build);
+    write_adapter_split(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, good, "q,v", 0.5f);
+    expect_refused("q,v split whose k rows of B are not zero", d, (const char*[]){"non-zero entries outside the q/k/v blocks",
+                   KB(0, "attn.c_attn"), "adapter_model.safetensors", NULL});
+    snprintf(d, sizeof(d), "%s/lora_bad/split_rank", g_build);
+    write_adapter_split(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, good, "q,k,v", 0.0f);
+    expect_refused("q,k,v split of a rank-4 adapter", d, (const char*[]){"does not divide the rank 4", NULL});
+    snprintf(d, sizeof(d), "%s/lora_bad/split_name", g_build);
+    write_adapter_split(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, good, "q,x", 0.0f);
+    expect_refused("split metadata naming another block", d, (const char*[]){PEFT_META_QKV_SPLIT, "\"q,x\"", NULL});
 }
 
 static void test_flag_parsing(void) {

@@ -3,7 +3,8 @@
 # a run with a q/v split + mlp.c_fc, dropout, checkpoints, eval and --merge writes the PEFT adapter,
 # the merged model (transformers dir + llm.c .bin) and adapter checkpoints; an interrupted run
 # resumed from its checkpoint ends with a byte-identical adapter (dropout masks included);
-# --adapter continues from a saved adapter; bad adapters and bad LoRA flags stop with a clear
+# --adapter continues from a saved adapter with its structure (the q/v split stays a split: same
+# trainable count, the k rows of B stay exactly zero); bad adapters and bad LoRA flags stop with a clear
 # message, exit 1 and write nothing.
 source "$(dirname "$0")/lib.sh"
 BIN="$BIN_DIR/train_lora"
@@ -51,6 +52,30 @@ l2=$(grep '"train_loss"' "$D/run2/log.jsonl" | sed 's/.*"train_loss": \([^,]*\),
   --lora-rank 2 --out "$D/run3" >"$D/run3.log" 2>&1 || { bad "--adapter run exited $?"; tail -20 "$D/run3.log"; }
 grep -q "note: --lora-rank is ignored" "$D/run3.log" && grep -q "lora: 4 adapters" "$D/run3.log" \
   && ok "--adapter takes the adapter's structure" || bad "--adapter run: $(grep -E 'lora:|note' "$D/run3.log")"
+# run1's q/v split stays a split (issue 12: it used to train as a dense rank-8 c_attn adapter): the
+# same trainable count and targets, and the k rows of every c_attn lora_B still exactly zero after
+# the 2 steps while its q and v rows moved
+t1=$(grep -o "trainable: [0-9]* parameters" "$D/run1.log"); t3=$(grep -o "trainable: [0-9]* parameters" "$D/run3.log")
+[ -n "$t1" ] && [ "$t1" = "$t3" ] && grep -q "targets q,v,mlp.c_fc" "$D/run3.log" \
+  && ok "--adapter keeps the q,v split: $t3, $(grep -o 'targets [^|]*' "$D/run3.log")" || bad "--adapter on a q,v adapter: '$t1' then '$t3'"
+python3 - "$D/run1/adapter_model.safetensors" "$D/run3/adapter_model.safetensors" <<'PY' && ok "k rows of B exactly zero after continuing, q and v rows trained" || bad "k rows of B after --adapter"
+import json, struct, sys
+def tensors(path):  # safetensors: u64 header size, JSON header, F32 data
+    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    return {k: (v["shape"], struct.unpack("<%df" % (len(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) // 4),
+                                          b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])) for k, v in h.items() if k != "__metadata__"}
+before, after = tensors(sys.argv[1]), tensors(sys.argv[2])
+keys = [k for k in after if k.endswith("attn.c_attn.lora_B.weight")]
+ok = len(keys) == 2
+for k in keys:
+    (rows, r), vals = after[k]
+    C = rows // 3
+    k_rows = vals[C * r:2 * C * r]
+    moved = sum(a != b for a, b in zip(vals[:C * r] + vals[2 * C * r:], before[k][1][:C * r] + before[k][1][2 * C * r:]))
+    print("%s: k rows %d non-zero of %d, q/v rows: %d of %d moved" % (k, sum(x != 0 for x in k_rows), len(k_rows), moved, 2 * C * r))
+    ok = ok and all(x == 0.0 for x in k_rows) and moved > 0
+sys.exit(0 if ok else 1)
+PY
 
 # ---- bad input: exit 1, a message naming the problem, nothing written (stricter than lib.sh's
 # expect_fail: the exit status is 1 and the --out directory holds no adapter)
