@@ -4,7 +4,7 @@ every format, so that the fuzzers start from files the parsers accept and mutate
 Plain Python (struct, json); run from the repository root: python3 dev/gen_fuzz_seeds.py.
 Formats: llm.c model .bin (v3 fp32 / v5 bf16), safetensors, Hugging Face config.json, llm.c token
 shards with loss masks, checkpoint state files with their DONE manifest, PEFT adapters (the small
-ones of test/ref/lora_tiny), GPT-2 vocabularies in the three layouts, tokenizer text."""
+ones of test/ref/lora_tiny, and a q/v split as train_lora writes it), GPT-2 vocabularies in the three layouts, tokenizer text."""
 import json, os, struct, sys
 
 OUT = "test/fuzz/corpus"
@@ -137,6 +137,17 @@ def main():
         d = "test/ref/lora_tiny/" + name
         put("peft", i, open(d + "/adapter_config.json", "rb").read() + b"\n==adapter_model.safetensors==\n" +
             open(d + "/adapter_model.safetensors", "rb").read())
+    # a q/v split as train_lora writes it: rank 2 per block stacked to 4, the llmc_qkv_split
+    # metadata, B zero outside the q and v blocks (the k rows, and each block's other columns)
+    qv_cfg = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["c_attn"], "bias": "none",
+              "rank_pattern": {"attn.c_attn": 4}, "alpha_pattern": {"attn.c_attn": 8}}
+    qv = []
+    for l in range(2):
+        k = "base_model.model.transformer.h.%d.attn.c_attn." % l
+        b = [0.01 * ((o + j) % 7 - 3) if o // 64 == (0, 2)[j // 2] else 0.0 for o in range(192) for j in range(4)]
+        qv += [(k + "lora_A.weight", "F32", [4, 64], f32(4 * 64)), (k + "lora_B.weight", "F32", [192, 4], struct.pack("<768f", *b))]
+    put("peft", 5, json.dumps(qv_cfg, indent=2).encode() + b"\n==adapter_model.safetensors==\n" +
+        safetensors(qv, {"format": "pt", "llmc_qkv_split": "q,v"}))
     # ---- vocabularies: the 256 byte tokens (GPT-2's byte-to-unicode alphabet), a few merges,
     # <|endoftext|>; as encoder.json + vocab.bpe, vocab.json + merges.txt, tokenizer.json
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + list(range(ord("\xae"), ord("\xff") + 1))

@@ -1,8 +1,34 @@
 #include "gpt2.h"
 #include "check.h"
-#include "linear.h"
-#include "qlora.h"
 #include <string.h>
+
+// Layer l's slice of a per-layer parameter, and of its gradient (NULL stays NULL).
+static inline floatX* LP(const GPT2* m, ParamId id, int l) {
+    return m->p[id] + (size_t)l * params_layer_numel(&m->pt, id);
+}
+static inline floatX* LG(const GPT2* m, ParamId id, int l) {
+    return m->g[id] ? m->g[id] + (size_t)l * m->g_stride[id] : NULL;
+}
+// Layer l's slice of an activation buffer that holds every layer, or the one-layer buffer of an
+// activation that backward recomputes (keep_all = 0).
+static inline floatX* LA(floatX* base, int l, size_t per_layer, int keep_all) {
+    return keep_all ? base + (size_t)l * per_layer : base;
+}
+static inline Linear* LIN(const GPT2* m, int l, int kind) { return linear_at(m->lin, l, kind); }
+
+// Point every linear layer at its bias, its gradients and, where it is held as floatX, its weight
+// (the others get their source from the assembly, llmc/model.c).
+static void gpt2_bind_linears(GPT2* m) {
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
+            Linear* x = LIN(m, l, k);
+            const ParamId w = linear_weight_id(k), b = (ParamId)(w + 1); // the bias follows its weight
+            if (m->p[w]) linear_use_dense(x, LP(m, w, l));
+            x->b = LP(m, b, l);
+            x->dw = LG(m, w, l);
+            x->db = LG(m, b, l);
+        }
+}
 
 void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask) {
     memset(m, 0, sizeof(*m));
@@ -29,6 +55,8 @@ void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned
         if (trainable_mask & (1u << i)) { m->g[i] = m->grads + goff; goff += m->pt.t[i].numel; }
         m->g_stride[i] = m->pt.t[i].per_layer ? params_layer_numel(&m->pt, (ParamId)i) : 0;
     }
+    m->lin = linear_set_create(&m->pt);
+    gpt2_bind_linears(m);
 }
 
 void gpt2_grads_into_buckets(GPT2* m, floatX* layer_bucket, floatX* final_bucket) {
@@ -40,6 +68,7 @@ void gpt2_grads_into_buckets(GPT2* m, floatX* layer_bucket, floatX* final_bucket
         else { m->g[i] = final_bucket + fo; fo += m->pt.t[i].numel; }
         m->g_stride[i] = 0; // every layer writes into the same bucket slot
     }
+    gpt2_bind_linears(m);
 }
 
 // One allocation for all activations: sizes listed once, pointers carved in order.
@@ -102,12 +131,14 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
     m->inputs = (int*)ops_alloc(BT * sizeof(int));
     m->targets = (int*)ops_alloc(BT * sizeof(int));
     m->losses_host = (float*)mallocCheck(BT * sizeof(float));
+    linear_set_alloc(m->lin, B * T);
 }
 
 void gpt2_free(GPT2* m) {
     if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
     if (m->params) ops_free(m->params);
     if (m->grads) ops_free(m->grads);
+    linear_set_free(m->lin);
     memset(m, 0, sizeof(*m));
 }
 
@@ -119,32 +150,29 @@ void gpt2_set_params(GPT2* m, const float* host) {
 void gpt2_get_params(GPT2* m, float* host) {
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         float* h = host + m->pt.t[i].offset;
+        const int kind = linear_kind_of((ParamId)i);
+        const size_t per_layer = params_layer_numel(&m->pt, (ParamId)i);
         if (m->p[i]) ops_download_f32(h, m->p[i], m->pt.t[i].numel);
-        else if (m->nf4 && qlora_is_quantized((ParamId)i)) qlora_dequant_host(m->nf4, &m->pt, (ParamId)i, h);
+        else if (kind >= 0) // a linear weight held another way: its layers' weight source
+            for (int l = 0; l < m->cfg.num_layers; l++) linear_weight_to_host(LIN(m, l, kind), h + (size_t)l * per_layer);
         else memset(h, 0, m->pt.t[i].numel * sizeof(float));
     }
 }
 
+floatX* gpt2_param_slice(const GPT2* m, ParamId id, int l) {
+    return !m->p[id] ? NULL : l < 0 || !m->pt.t[id].per_layer ? m->p[id] : LP(m, id, l);
+}
+floatX* gpt2_grad_slice(const GPT2* m, ParamId id, int l) {
+    return l < 0 || !m->pt.t[id].per_layer ? m->g[id] : LG(m, id, l);
+}
+
 void gpt2_zero_grads(GPT2* m) {
     if (m->grads) ops_zero(m->grads, m->grads_n * sizeof(floatX));
-    linear_zero_grads(m);
+    linear_set_zero_grads(m->lin);
 }
 
 size_t gpt2_param_bytes(const GPT2* m) { return m->params_n * sizeof(floatX); }
 size_t gpt2_grad_bytes(const GPT2* m) { return m->grads_n * sizeof(floatX); }
-
-// Layer l's slice of a per-layer parameter, and of its gradient (NULL stays NULL).
-static inline floatX* LP(const GPT2* m, ParamId id, int l) {
-    return m->p[id] + (size_t)l * params_layer_numel(&m->pt, id);
-}
-static inline floatX* LG(const GPT2* m, ParamId id, int l) {
-    return m->g[id] ? m->g[id] + (size_t)l * m->g_stride[id] : NULL;
-}
-// Layer l's slice of an activation buffer that holds every layer, or the one-layer buffer of an
-// activation that backward recomputes (keep_all = 0).
-static inline floatX* LA(floatX* base, int l, size_t per_layer, int keep_all) {
-    return keep_all ? base + (size_t)l * per_layer : base;
-}
 
 void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd, const int* tokens, int B, int T, int pos) {
     const int C = m->cfg.channels;
@@ -156,14 +184,14 @@ void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd
 
 void gpt2_block_forward(GPT2* m, int l, const GPT2BlockIO* io, int B, int T, const GPT2KVSlot* kv) {
     const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
-    linear_forward(m, PT_QKVW, l, io->qkv, NULL, io->ln1, N);
+    linear_forward(LIN(m, l, LINEAR_QKV), io->qkv, NULL, io->ln1, N);
     if (kv) attention_forward_kv(io->atty, io->qkv, kv->k, kv->v, B, kv->pos, T, kv->maxT, C, NH);
     else attention_forward(io->atty, io->lse, io->qkv, B, T, C, NH);
-    linear_forward(m, PT_ATTPROJW, l, io->attproj, NULL, io->atty, N);
+    linear_forward(LIN(m, l, LINEAR_ATTPROJ), io->attproj, NULL, io->atty, N);
     fused_residual_layernorm_forward(io->residual2, io->ln2, io->ln2_mean, io->ln2_rstd, io->residual, io->attproj,
                                      LP(m, PT_LN2W, l), LP(m, PT_LN2B, l), N, C);
-    linear_forward(m, PT_FCW, l, io->fch, io->fch_gelu, io->ln2, N);
-    linear_forward(m, PT_FCPROJW, l, io->fcproj, NULL, io->fch_gelu, N);
+    linear_forward(LIN(m, l, LINEAR_FC), io->fch, io->fch_gelu, io->ln2, N);
+    linear_forward(LIN(m, l, LINEAR_FCPROJ), io->fcproj, NULL, io->fch_gelu, N);
     // the block's output, and the next layernorm of the residual stream: block l + 1's ln_1, or ln_f
     const floatX* w = l + 1 < L ? LP(m, PT_LN1W, l + 1) : m->p[PT_LNFW];
     const floatX* b = l + 1 < L ? LP(m, PT_LN1B, l + 1) : m->p[PT_LNFB];
@@ -259,20 +287,20 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
         floatX* fch_gelu = LA(a->fch_gelu, l, BTC * 4, keep_gelu);
         if (!keep_gelu) gelu_forward(fch_gelu, fch, BTC * 4);
         ops_zero(s->dfch_gelu, BTC * 4 * XB);
-        linear_backward(m, PT_FCPROJW, l, s->dfch_gelu, s->dresidual, fch_gelu, N);
+        linear_backward(LIN(m, l, LINEAR_FCPROJ), s->dfch_gelu, s->dresidual, fch_gelu, N);
         ops_zero(s->dfch, BTC * 4 * XB);
         gelu_backward(s->dfch, fch, s->dfch_gelu, BTC * 4);
         floatX* ln2 = LA(a->ln2, l, BTC, keep_ln);
         if (!keep_ln) // same op and input as the forward's fused residual + layernorm: same rounding
             layernorm_forward(ln2, s->ln_mean, s->ln_rstd, a->residual2 + l * BTC, LP(m, PT_LN2W, l), LP(m, PT_LN2B, l), N, C);
         ops_zero(s->dln, BTC * XB);
-        linear_backward(m, PT_FCW, l, s->dln, s->dfch, ln2, N);
+        linear_backward(LIN(m, l, LINEAR_FC), s->dln, s->dfch, ln2, N);
         layernorm_backward(s->dresidual, LG(m, PT_LN2W, l), LG(m, PT_LN2B, l), s->dln,
                            a->residual2 + l * BTC, LP(m, PT_LN2W, l),
                            a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
         // dresidual is now the gradient of residual2 = residual + attproj.
         ops_zero(s->datty, BTC * XB);
-        linear_backward(m, PT_ATTPROJW, l, s->datty, s->dresidual, a->atty + l * BTC, N);
+        linear_backward(LIN(m, l, LINEAR_ATTPROJ), s->datty, s->dresidual, a->atty + l * BTC, N);
         ops_zero(s->dqkv, BTC * 3 * XB);
         attention_backward(s->dqkv, s->datty, a->qkv + l * BTC * 3, a->atty + l * BTC,
                            a->att_lse + (size_t)l * B * NH * T, B, T, C, NH);
@@ -280,7 +308,7 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
         if (!keep_ln)
             layernorm_forward(ln1, s->ln_mean, s->ln_rstd, residual, LP(m, PT_LN1W, l), LP(m, PT_LN1B, l), N, C);
         ops_zero(s->dln, BTC * XB);
-        linear_backward(m, PT_QKVW, l, s->dln, s->dqkv, ln1, N);
+        linear_backward(LIN(m, l, LINEAR_QKV), s->dln, s->dqkv, ln1, N);
         layernorm_backward(s->dresidual, LG(m, PT_LN1W, l), LG(m, PT_LN1B, l), s->dln,
                            residual, LP(m, PT_LN1W, l),
                            a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "params.h"
 #include "ops.h"
+#include "linear.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,16 +59,13 @@ enum {
     GPT2_RECOMPUTE_LN = 2,    // also ln1 / ln2 recomputed from the residual stream (saves 2 L * B*T*C)
 };
 
-struct LoraModel;  // llmc/lora.h: optional adapters on the linear layers
-struct Nf4Base;    // llmc/qlora.h: optional NF4-quantized frozen base weights
-
 typedef struct GPT2 {
     GPT2Config cfg;
     ParamTable pt;
     floatX* params;                    // backend memory: every allocated tensor in table order
     size_t params_n;                   // elements in params (pt.total minus the skipped tensors)
-    unsigned skipped;                  // bit i set: tensor i has no floatX copy (p[i] == NULL;
-                                       // QLoRA keeps it quantized in nf4)
+    unsigned skipped;                  // bit i set: tensor i has no floatX copy (p[i] == NULL; its
+                                       // linear layers get another weight source, e.g. NF4)
     floatX* grads;                     // gradients of the trainable tensors only, packed in table
                                        // order (NULL when every base tensor is frozen)
     size_t grads_n;                    // elements in grads
@@ -88,17 +86,19 @@ typedef struct GPT2 {
     int cur_B, cur_T;                  // shape of the last forward
     int has_targets;                   // the last forward computed losses
     float* losses_host;                // (B, T)
-    struct LoraModel* lora;            // NULL: plain model
-    struct Nf4Base* nf4;               // NULL: base weights in floatX
+    LinearSet* lin;                    // the linear layers: weight sources, biases, gradients,
+                                       // adapters (llmc/linear.h)
 } GPT2;
 
 #define GPT2_TRAIN_ALL ((1u << NUM_PARAM_TENSORS) - 1u)
 // Set up the table and allocate parameters, and gradients for the tensors whose bit is set in
 // trainable_mask (GPT2_TRAIN_ALL for full training, 0 for a frozen base), without the tensors whose
-// bit is set in skip_mask (frozen tensors held elsewhere: the NF4 base of QLoRA, llmc/qlora.h;
-// skipped tensors cannot be trainable). Programs and tests assemble models with llmc/model.h.
+// bit is set in skip_mask (frozen linear weights held elsewhere: the NF4 base of QLoRA,
+// llmc/qlora.h, which the assembly gives their layers as weight source; skipped tensors cannot be
+// trainable). Programs and tests assemble models with llmc/model.h.
 void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask);
-// Allocate activations and scratch for batches up to B x T (idempotent for the same sizes).
+// Allocate activations and scratch (the linear layers' too) for batches up to B x T (idempotent
+// for the same sizes).
 void gpt2_alloc_acts(GPT2* m, int B, int T);
 // Activation recompute level (GPT2_RECOMPUTE_*, 0..2). Call before gpt2_alloc_acts (a later call
 // reallocates the activations). Every level gives bit-identical results on a given backend as long
@@ -116,9 +116,13 @@ void gpt2_free(GPT2* m);
 void gpt2_grads_into_buckets(GPT2* m, floatX* layer_bucket, floatX* final_bucket);
 
 // Host fp32 <-> model parameters (table layout, pt.total floats). set skips the tensors without
-// a floatX copy; get fills them with dequant(quant(W)) from m->nf4 (zeros if there is none).
+// a floatX copy; get fills them from their linear layers' weight source (NF4: dequant(quant(W))).
 void gpt2_set_params(GPT2* m, const float* host);
 void gpt2_get_params(GPT2* m, float* host);
+// Layer l's slice of tensor id (the whole tensor when it is not per layer or l < 0), and of its
+// gradient (NULL when the tensor is frozen).
+floatX* gpt2_param_slice(const GPT2* m, ParamId id, int l);
+floatX* gpt2_grad_slice(const GPT2* m, ParamId id, int l);
 
 // Forward on host token arrays (B*T each; targets may be NULL). With targets, computes the
 // per-token losses and returns the sum of losses over targets >= 0 (count in *n_valid).
@@ -172,10 +176,11 @@ typedef struct {
 } GPT2GradSink;
 
 // Backward of the last training forward. Accumulates into parameter gradients (m->g, the
-// LoRA gradients) so micro-steps of gradient accumulation just add up. Frozen tensors get no
+// adapters' gradients) so micro-steps of gradient accumulation just add up. Frozen tensors get no
 // weight gradient, only the gradient flowing through them. sink: NULL, or told of every
 // completed bucket (ZeRO-2 reduces it there).
 void gpt2_backward(GPT2* m, const GPT2GradSink* sink);
+// Zero every gradient the model accumulates into: m->grads and the adapters' (llmc/linear.h).
 void gpt2_zero_grads(GPT2* m);
 
 // Bytes of the floatX parameters (skipped tensors not counted) and of the full gradient buffer

@@ -1,58 +1,230 @@
 #include "linear.h"
-#include "lora.h"
 #include "check.h"
-#include "qlora.h"
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
-// In the table every linear weight is directly followed by its bias.
-static inline ParamId bias_of(ParamId wid) { return (ParamId)(wid + 1); }
+#define DROPOUT_SEED_MIX 0xD80F0D80Full // mixed into the dropout seed: masks apart from other draws
 
-// LORA_LIN_* index of a linear weight.
-static inline int lin_of(ParamId wid) {
-    switch (wid) {
-    case PT_QKVW: return LORA_LIN_QKV;
-    case PT_ATTPROJW: return LORA_LIN_ATTPROJ;
-    case PT_FCW: return LORA_LIN_FC;
-    default: return LORA_LIN_FCPROJ;
+static const ParamId WEIGHT_ID[LINEAR_PER_BLOCK] = {PT_QKVW, PT_ATTPROJW, PT_FCW, PT_FCPROJW};
+
+ParamId linear_weight_id(int kind) { return WEIGHT_ID[kind]; }
+
+int linear_kind_of(ParamId id) {
+    for (int k = 0; k < LINEAR_PER_BLOCK; k++) if (WEIGHT_ID[k] == id) return k;
+    return -1;
+}
+
+// ----------------------------------------------------------------------------
+// the set
+
+LinearSet* linear_set_create(const ParamTable* pt) {
+    LinearSet* s = (LinearSet*)callocCheck(1, sizeof(LinearSet));
+    s->n_layers = pt->cfg.num_layers;
+    s->layers = (Linear*)callocCheck((size_t)s->n_layers * LINEAR_PER_BLOCK, sizeof(Linear));
+    for (int l = 0; l < s->n_layers; l++)
+        for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
+            Linear* x = linear_at(s, l, k);
+            x->out = (int)pt->t[WEIGHT_ID[k]].rows;
+            x->in = (int)pt->t[WEIGHT_ID[k]].cols;
+            x->sh = &s->shared;
+        }
+    return s;
+}
+
+static void free_adapter_scratch(LinearShared* sh) {
+    if (!sh->xd) return;
+    ops_free(sh->xd); ops_free(sh->h); ops_free(sh->dh); ops_free(sh->tmp);
+    sh->xd = sh->h = sh->dh = sh->tmp = NULL;
+}
+
+void linear_set_free(LinearSet* s) {
+    if (!s) return;
+    free_adapter_scratch(&s->shared);
+    if (s->shared.wbuf) ops_free(s->shared.wbuf);
+    free(s->layers);
+    free(s);
+}
+
+Linear* linear_at(LinearSet* s, int layer, int kind) {
+    if (layer < 0 || layer >= s->n_layers || kind < 0 || kind >= LINEAR_PER_BLOCK)
+        fatal("this is a bug in llmc", "linear layer (%d, %d) of a model with %d layers", layer, kind, s->n_layers);
+    return &s->layers[(size_t)layer * LINEAR_PER_BLOCK + kind];
+}
+
+void linear_set_alloc(LinearSet* s, int rows) {
+    LinearShared* sh = &s->shared;
+    size_t wmax = 0;
+    int max_in = 0, max_r = 0, max_io = 0;
+    for (int i = 0; i < s->n_layers * LINEAR_PER_BLOCK; i++) {
+        const Linear* x = &s->layers[i];
+        const size_t n = (size_t)x->out * x->in;
+        if (x->w.kind != LINEAR_W_DENSE && n > wmax) wmax = n;
+        if (!x->has_adapter) continue;
+        if (x->in > max_in) max_in = x->in;
+        if (x->ad.rank > max_r) max_r = x->ad.rank;
+        if (x->in > max_io) max_io = x->in;
+        if (x->out > max_io) max_io = x->out;
+    }
+    if (wmax && !sh->wbuf) {
+        sh->wbuf = (floatX*)ops_alloc(wmax * sizeof(floatX));
+        sh->wbuf_n = wmax;
+    }
+    if (!sh->n_adapters || (sh->xd && sh->rows >= rows)) return;
+    free_adapter_scratch(sh);
+    const size_t N = (size_t)rows, X = sizeof(floatX);
+    // the dropped input is only needed with dropout; keep a token allocation otherwise
+    sh->xd = (floatX*)ops_alloc((sh->dropout > 0.0f ? N * max_in : 1) * X);
+    sh->h = (floatX*)ops_alloc(N * max_r * X);
+    sh->dh = (floatX*)ops_alloc(N * max_r * X);
+    sh->tmp = (floatX*)ops_alloc(N * max_io * X);
+    sh->rows = rows;
+}
+
+int linear_set_rows(const LinearSet* s) { return s->shared.n_adapters ? s->shared.rows : INT_MAX; }
+
+void linear_set_dropout(LinearSet* s, float p, uint64_t seed) {
+    if (s->shared.xd && p > 0.0f && s->shared.dropout == 0.0f)
+        fatal("this is a bug in llmc", "linear_set_dropout after the adapter scratch was sized without dropout");
+    s->shared.dropout = p;
+    s->shared.seed = seed;
+}
+
+void linear_set_training(LinearSet* s, int training, uint64_t tick) {
+    s->shared.training = training;
+    s->shared.tick = tick;
+}
+
+void linear_set_zero_grads(LinearSet* s) {
+    for (int i = 0; i < s->n_layers * LINEAR_PER_BLOCK; i++) {
+        const Linear* x = &s->layers[i];
+        if (!x->has_adapter) continue;
+        ops_zero(x->ad.dA, (size_t)x->ad.rank * x->in * sizeof(floatX));
+        ops_zero(x->ad.dB, (size_t)x->out * x->ad.rank * sizeof(floatX));
     }
 }
 
-// Layer l's weight [OC, C]: the floatX tensor, or (QLoRA) the NF4 weight dequantized into the
-// scratch buffer, valid until the next dequantization.
-static const floatX* weight_of(GPT2* m, ParamId wid, int l) {
-    if (!m->p[wid]) {
-        if (!m->nf4) fatal("this is a bug in llmc", "linear weight %s has neither a floatX nor an NF4 copy", m->pt.t[wid].name);
-        return qlora_weight(m->nf4, wid, l);
-    }
-    return m->p[wid] + (size_t)l * params_layer_numel(&m->pt, wid);
+// ----------------------------------------------------------------------------
+// weight sources
+
+void linear_use_dense(Linear* x, const floatX* W) {
+    x->w.kind = LINEAR_W_DENSE;
+    x->w.dense = W;
 }
 
-void linear_forward(GPT2* m, ParamId wid, int l, floatX* out, floatX* gelu_out, const floatX* inp, int N) {
-    const ParamInfo* w = &m->pt.t[wid];
-    const int OC = (int)w->rows, C = (int)w->cols;
-    const floatX* W = weight_of(m, wid, l);
-    const floatX* b = m->p[bias_of(wid)] + (size_t)l * OC;
-    const int lin = lin_of(wid);
-    if (!lora_has(m->lora, lin, l)) {
-        matmul_forward(out, gelu_out, inp, W, b, N, C, OC);
+void linear_use_nf4(Linear* x, const NF4Tensor* t, const Nf4Op* op) {
+    if (t->ndim != 2 || t->shape[0] != x->out || t->shape[1] != x->in)
+        fatal("this is a bug in llmc", "NF4 weight of %d dims for a [%d, %d] linear layer", t->ndim, x->out, x->in);
+    x->w.kind = LINEAR_W_NF4;
+    x->w.nf4 = t;
+    x->w.nf4_op = op;
+}
+
+void linear_set_adapter(Linear* x, const LinearAdapter* a) {
+    if (!x->has_adapter) x->sh->n_adapters++;
+    x->ad = *a;
+    x->has_adapter = 1;
+}
+
+// The weight [out, in] for a matmul: the dense tensor itself, or the weight decoded into the
+// shared buffer (valid until the next layer decodes its own).
+static const floatX* linear_weight(const Linear* x) {
+    switch (x->w.kind) {
+    case LINEAR_W_DENSE: return x->w.dense;
+    case LINEAR_W_NF4:
+        if (!x->sh->wbuf) fatal("this is a bug in llmc", "NF4 linear layer used before linear_set_alloc");
+        nf4_dequantize_op(x->sh->wbuf, x->w.nf4_op, 0, (size_t)x->out);
+        return x->sh->wbuf;
+    default: break;
+    }
+    fatal("this is a bug in llmc", "linear layer [%d, %d] has no weight source", x->out, x->in);
+    return NULL;
+}
+
+void linear_weight_to_host(const Linear* x, float* out) {
+    switch (x->w.kind) {
+    case LINEAR_W_DENSE: ops_download_f32(out, x->w.dense, (size_t)x->out * x->in); return;
+    case LINEAR_W_NF4: nf4_dequantize(x->w.nf4, out); return;
+    default: break;
+    }
+    fatal("this is a bug in llmc", "linear layer [%d, %d] has no weight source", x->out, x->in);
+}
+
+// ----------------------------------------------------------------------------
+// the adapter branch
+
+// The mask's RNG stream: (training tick, layer's stream); 4 * 256 layers < 2^12.
+static uint64_t dropout_stream(const Linear* x) { return (x->sh->tick << 12) | (uint64_t)x->ad.stream; }
+
+// The input of the branch: inp itself, or (dropout while training) its dropped-out copy.
+static const floatX* branch_input(const Linear* x, const floatX* inp, int N) {
+    const LinearShared* sh = x->sh;
+    if (!(sh->training && sh->dropout > 0.0f)) return inp;
+    dropout_forward(sh->xd, inp, (size_t)N * x->in, sh->dropout, sh->seed ^ DROPOUT_SEED_MIX, dropout_stream(x));
+    return sh->xd;
+}
+
+// h = scaling * drop(inp) A^T (N x rank) into the scratch; returns drop(inp).
+static const floatX* branch_h(const Linear* x, const floatX* inp, int N) {
+    const LinearAdapter* a = &x->ad;
+    if (N > x->sh->rows) fatal("this is a bug in llmc", "adapter scratch for %d rows used with %d", x->sh->rows, N);
+    const floatX* xin = branch_input(x, inp, N);
+    matmul_forward(x->sh->h, NULL, xin, a->A, NULL, N, x->in, a->rank);
+    scale_copy(x->sh->h, x->sh->h, a->scaling, (size_t)N * a->rank);
+    return xin;
+}
+
+// out += h B^T. Only N x rank intermediates besides tmp.
+static void adapter_forward(const Linear* x, floatX* out, const floatX* inp, int N) {
+    LinearShared* sh = x->sh;
+    branch_h(x, inp, N);
+    matmul_forward(sh->tmp, NULL, sh->h, x->ad.B, NULL, N, x->ad.rank, x->out);
+    add_inplace(out, sh->tmp, (size_t)N * x->out);
+}
+
+static void adapter_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N) {
+    const LinearAdapter* a = &x->ad;
+    LinearShared* sh = x->sh;
+    const size_t Nr = (size_t)N * a->rank, X = sizeof(floatX);
+    // h is recomputed (cheaper than keeping it per layer; the dropout mask is regenerated from
+    // the counter RNG, so it is the forward's mask exactly)
+    const floatX* xin = branch_h(x, inp, N);
+    // out = h B^T: dB += dout^T h, dh = dout B
+    ops_zero(sh->dh, Nr * X);
+    matmul_backward(sh->dh, a->dB, NULL, dout, sh->h, a->B, N, a->rank, x->out);
+    if (a->b_mask) mul_inplace(a->dB, a->b_mask, (size_t)x->out * a->rank);
+    // h = scaling * x A^T: dA += scaling dh^T x, dx += scaling dh A
+    scale_copy(sh->dh, sh->dh, a->scaling, Nr);
+    if (xin == inp) {
+        matmul_backward(dinp, a->dA, NULL, sh->dh, xin, a->A, N, x->in, a->rank);
         return;
     }
-    // LoRA: the GELU epilogue (mlp.c_fc) must see the pre-activation including the LoRA term,
-    // so the base matmul runs without it and GELU is applied after the add.
-    matmul_forward(out, NULL, inp, W, b, N, C, OC);
-    lora_linear_forward(m->lora, lin, l, out, inp, N);
-    if (gelu_out) gelu_forward(gelu_out, out, (size_t)N * OC);
+    const size_t nx = (size_t)N * x->in;
+    ops_zero(sh->tmp, nx * X);
+    matmul_backward(sh->tmp, a->dA, NULL, sh->dh, xin, a->A, N, x->in, a->rank);
+    // d/dx of drop(x) is the same mask and scale
+    dropout_forward(sh->tmp, sh->tmp, nx, sh->dropout, sh->seed ^ DROPOUT_SEED_MIX, dropout_stream(x));
+    add_inplace(dinp, sh->tmp, nx);
 }
 
-void linear_backward(GPT2* m, ParamId wid, int l, floatX* dinp, const floatX* dout, const floatX* inp, int N) {
-    const ParamInfo* w = &m->pt.t[wid];
-    const int OC = (int)w->rows, C = (int)w->cols;
-    const floatX* W = weight_of(m, wid, l); // (a frozen NF4 weight has no gradient: dW is NULL)
-    floatX* dW = m->g[wid] ? m->g[wid] + (size_t)l * m->g_stride[wid] : NULL;
-    floatX* db = m->g[bias_of(wid)] ? m->g[bias_of(wid)] + (size_t)l * m->g_stride[bias_of(wid)] : NULL;
-    matmul_backward(dinp, dW, db, dout, inp, W, N, C, OC);
-    lora_linear_backward(m->lora, lin_of(wid), l, dinp, dout, inp, N);
+// ----------------------------------------------------------------------------
+// the layer
+
+void linear_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX* inp, int N) {
+    const floatX* W = linear_weight(x);
+    if (!x->has_adapter) {
+        matmul_forward(out, gelu_out, inp, W, x->b, N, x->in, x->out);
+        return;
+    }
+    // the GELU epilogue (mlp.c_fc) must see the pre-activation including the adapter's term,
+    // so the base matmul runs without it and GELU is applied after the add
+    matmul_forward(out, NULL, inp, W, x->b, N, x->in, x->out);
+    adapter_forward(x, out, inp, N);
+    if (gelu_out) gelu_forward(gelu_out, out, (size_t)N * x->out);
 }
 
-void linear_zero_grads(GPT2* m) {
-    if (m->lora) lora_zero_grads(m->lora);
+void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N) {
+    // (a frozen weight, dense or NF4, has no gradient: dw is NULL)
+    matmul_backward(dinp, x->dw, x->db, dout, inp, linear_weight(x), N, x->in, x->out);
+    if (x->has_adapter) adapter_backward(x, dinp, dout, inp, N);
 }

@@ -1,21 +1,128 @@
-// The linear layers of GPT-2 (c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) in one place, so that
-// every variant of a linear layer is handled here and nowhere else: a plain weight, a weight
-// with LoRA adapters on top, an NF4-quantized frozen weight dequantized on the fly.
+// The linear layers of GPT-2 (c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj of every block), every
+// variant of them handled here and nowhere else. One layer computes
+//     y[N, out] = x[N, in] W^T + b   (+ scaling * B (A drop(x)) when it carries an adapter)
+// and is described by a Linear:
+//   - its weight source: where W comes from. LINEAR_W_DENSE, a floatX tensor of the model's
+//     parameters; LINEAR_W_NF4, QLoRA's frozen 4-bit weight (llmc/nf4.h, bitsandbytes' format),
+//     dequantized by the backend op into a buffer all layers share just before each matmul. A new
+//     kind (e.g. bf16 weights on the CPU backend) is one more LinearWeightKind, a setter like
+//     linear_use_nf4, and a case in linear.c's linear_weight() and linear_weight_to_host();
+//   - its bias, and the weight / bias gradients where they are trained (NULL where frozen);
+//   - optionally a low-rank adapter (LoRA, PEFT semantics): A [rank, in], B [out, rank] and their
+//     gradients, held in the owner's buffers (llmc/lora.h builds them, llmc/model.c puts them on
+//     the layers). With a 0/1 mask on B's gradient (the q/k/v split of c_attn) the masked entries
+//     of B stay exactly zero under AdamW.
+// The layers of a model are one LinearSet (GPT2.lin), which also holds what they share: the
+// decoded-weight buffer, the adapters' scratch (one layer's worth, backward is sequential) and the
+// dropout state. Dropout (PEFT: inverted dropout on the input of the adapter branch, one mask per
+// layer) draws from the counter-based RNG: the mask of a layer at training tick t is a pure
+// function of (seed, t, layer, element), so backward regenerates it instead of storing it and a
+// resumed run draws the same masks.
 #ifndef LLMC_LINEAR_H
 #define LLMC_LINEAR_H
 
-#include "gpt2.h"
+#include <stddef.h>
+#include <stdint.h>
+#include "ops.h"
+#include "params.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// out[N, OC] = inp[N, C] @ W_l^T + b_l (+ LoRA); with gelu_out, also gelu_out = gelu(out).
-void linear_forward(GPT2* m, ParamId wid, int l, floatX* out, floatX* gelu_out, const floatX* inp, int N);
-// dinp += dout @ W_l (+ LoRA path); weight / bias / LoRA gradients accumulate where trainable.
-void linear_backward(GPT2* m, ParamId wid, int l, floatX* dinp, const floatX* dout, const floatX* inp, int N);
-// Zero the gradients that live outside the flat parameter gradients (LoRA).
-void linear_zero_grads(GPT2* m);
+// The linear layers of a block, in block order (the order of their weights in the table).
+enum { LINEAR_QKV = 0, LINEAR_ATTPROJ, LINEAR_FC, LINEAR_FCPROJ, LINEAR_PER_BLOCK };
+
+// The table tensor of a kind's weight (its bias follows it in the table); the kind of a weight
+// tensor, -1 for a tensor that is not a linear weight.
+ParamId linear_weight_id(int kind);
+int linear_kind_of(ParamId id);
+
+typedef enum {
+    LINEAR_W_NONE = 0,    // no source yet (a bug if the layer runs)
+    LINEAR_W_DENSE,       // floatX [out, in] in the model's parameters
+    LINEAR_W_NF4,         // NF4 [out, in], dequantized into the shared buffer for each matmul
+} LinearWeightKind;
+
+typedef struct {
+    LinearWeightKind kind;
+    const floatX* dense;      // LINEAR_W_DENSE
+    const NF4Tensor* nf4;     // LINEAR_W_NF4: the host tensor (host copies of the weight) ...
+    const Nf4Op* nf4_op;      //   ... and its backend handle (the matmuls)
+} LinearWeight;
+
+typedef struct {
+    int rank;
+    float scaling;            // alpha / r (alpha / sqrt(r) with rsLoRA)
+    const floatX* A;          // [rank, in]
+    const floatX* B;          // [out, rank]
+    floatX* dA;               // gradients, same shapes
+    floatX* dB;
+    const floatX* b_mask;     // [out, rank] 0/1: the entries of B that are parameters, or NULL (all)
+    uint32_t stream;          // the layer's dropout stream: layer * LINEAR_PER_BLOCK + kind
+} LinearAdapter;
+
+typedef struct {
+    floatX* wbuf;             // one decoded weight (the largest non-dense one), or NULL
+    size_t wbuf_n;            // its elements
+    int n_adapters;
+    int rows;                 // rows the adapter scratch holds
+    floatX* xd;               // (rows, max in) the dropped-out input, with dropout
+    floatX* h;                // (rows, max rank)
+    floatX* dh;               // (rows, max rank)
+    floatX* tmp;              // (rows, max(out, in))
+    float dropout;            // p in [0, 1)
+    uint64_t seed;
+    uint64_t tick;            // the training micro-step whose masks are drawn
+    int training;             // 1: dropout active (a training forward / backward)
+} LinearShared;
+
+typedef struct {
+    int in, out;
+    LinearWeight w;
+    const floatX* b;          // bias [out]
+    floatX* dw;               // weight gradient [out, in], or NULL
+    floatX* db;               // bias gradient [out], or NULL
+    int has_adapter;
+    LinearAdapter ad;
+    LinearShared* sh;         // the set's shared state
+} Linear;
+
+typedef struct {
+    int n_layers;
+    Linear* layers;           // [n_layers * LINEAR_PER_BLOCK], layer-major
+    LinearShared shared;
+} LinearSet;
+
+// The linear layers of a model of table pt, with their shapes and no weight source yet.
+LinearSet* linear_set_create(const ParamTable* pt);
+void linear_set_free(LinearSet* s);
+Linear* linear_at(LinearSet* s, int layer, int kind);
+// Buffers for batches of up to rows = B x T rows: the decoded weight (once) and, with adapters,
+// their scratch (grows only). Call after every weight source and adapter is in place.
+void linear_set_alloc(LinearSet* s, int rows);
+// Rows the adapters' scratch holds (a bound on N of one call), or INT_MAX without adapters.
+int linear_set_rows(const LinearSet* s);
+// Dropout of every adapter: probability p, masks drawn from seed.
+void linear_set_dropout(LinearSet* s, float p, uint64_t seed);
+// training 1: the adapters apply dropout with the masks of micro-step tick; 0: evaluation.
+void linear_set_training(LinearSet* s, int training, uint64_t tick);
+// Zero the adapters' gradients (the weight / bias gradients are the model's).
+void linear_set_zero_grads(LinearSet* s);
+
+// Weight sources (shapes must be the layer's [out, in]).
+void linear_use_dense(Linear* x, const floatX* W);
+void linear_use_nf4(Linear* x, const NF4Tensor* t, const Nf4Op* op);
+// Put an adapter on the layer (copied; its buffers stay the caller's).
+void linear_set_adapter(Linear* x, const LinearAdapter* a);
+
+// out[N, out] = inp[N, in] W^T + b (+ the adapter); with gelu_out, also gelu_out = gelu(out).
+void linear_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX* inp, int N);
+// dinp += dout W (+ the adapter branch's part); the weight, bias and adapter gradients
+// accumulate where they are trained.
+void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N);
+// The weight as host fp32 [out, in] (an NF4 weight: dequant(quant(W))).
+void linear_weight_to_host(const Linear* x, float* out);
 
 #ifdef __cplusplus
 }

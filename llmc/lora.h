@@ -1,8 +1,10 @@
-// LoRA adapters on the linear layers of a frozen GPT-2 (PEFT semantics; format facts: shared
-// docs FORMATS.md). An adapter on a linear layer y = W x + b adds
+// LoRA adapters on the linear layers of a frozen GPT-2 (PEFT semantics; the file formats are
+// llmc/peft_io.h's). An adapter on a linear layer y = W x + b adds
 //     y += scaling * B (A dropout(x)),   A: [rank, in], B: [out, rank],
 // scaling = alpha / rank (or alpha / sqrt(rank) with rsLoRA). Adapters exist for any subset of
-// (layer, linear): c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj.
+// (layer, linear): c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj. This file holds their structure and
+// their values; the branch itself is computed by the linear layer that carries it (llmc/linear.h,
+// which gets a LinearAdapter view of each adapter from the model assembly).
 //
 // q / k / v only ("q,v" is our feature; PEFT cannot split GPT-2's fused c_attn): defined as
 // separate rank-r adapters on the q, k or v output rows of c_attn, each with scaling alpha / r.
@@ -11,31 +13,27 @@
 // rows / columns r..2r, zeros elsewhere). The zero blocks of B get their gradient masked to zero
 // after every backward, so they stay exactly zero under AdamW (zero gradient, zero moments,
 // decay of zero) and training is exactly that of the separate adapters. The exported adapter
-// uses rank_pattern / alpha_pattern for c_attn so PEFT applies the same scaling.
+// uses rank_pattern / alpha_pattern for c_attn so PEFT applies the same scaling, and names the
+// split in its tensor file so that continuing from it keeps the split (llmc/peft_io.h).
 //
 // All adapter parameters live in one flat buffer (A then B per adapter, adapters in (layer,
 // linear) order), with one gradient buffer of the same layout: the optimizer sees one segment.
-// Dropout (PEFT: inverted dropout on the input of the LoRA branch only; one mask per adapted
-// layer, so the q and v blocks of a split c_attn share theirs) uses the counter-based
-// RNG: the mask of adapter i at training tick t is a pure function of (seed, t, i, element), so
-// backward regenerates it instead of storing it, and resumed runs draw the same masks.
+// Dropout: one mask per adapted layer (the q and v blocks of a split c_attn share theirs), drawn
+// by the linear layers from dropout_seed.
 #ifndef LLMC_LORA_H
 #define LLMC_LORA_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include "config.h"
+#include "linear.h"
 #include "params.h"
 #include "ops.h"
-#include "gpt2.h"
 #include "optimizer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-// Linear layers in block order; index k of lora lookups.
-enum { LORA_LIN_QKV = 0, LORA_LIN_ATTPROJ, LORA_LIN_FC, LORA_LIN_FCPROJ, LORA_NUM_LIN };
 
 // Target bits (--lora-targets).
 #define LORA_T_CATTN   (1u << 0)  // c_attn, whole
@@ -48,6 +46,8 @@ enum { LORA_LIN_QKV = 0, LORA_LIN_ATTPROJ, LORA_LIN_FC, LORA_LIN_FCPROJ, LORA_NU
 #define LORA_T_ALL     (LORA_T_CATTN | LORA_T_ATTPROJ | LORA_T_FC | LORA_T_FCPROJ)
 
 #define LORA_MAX_LAYERS 256
+// Adapter tensor keys: LORA_KEY_PREFIX "<layer>.<module>.lora_A.weight" (module: lora_module_name).
+#define LORA_KEY_PREFIX "base_model.model.transformer.h."
 
 typedef struct {
     int rank;                  // r
@@ -67,15 +67,19 @@ enum { LORA_BIAS_NONE = 0, LORA_BIAS_ALL, LORA_BIAS_LORA_ONLY };
 // modules_to_save ["ln_f"]): one layer's slice of table tensor id (layer -1: not per layer).
 // key: its name in the adapter file, exactly as PEFT writes it (the bias of a LoRA-wrapped
 // linear is "...<module>.base_layer.bias", others "...<module>.bias", ln_f "...ln_f.weight").
+// p / g: the slice and its gradient in the model the adapters are on (set by the assembly,
+// llmc/model.c; NULL while they are on none).
 typedef struct {
     ParamId id;
     int layer;
     char key[160];
+    floatX* p;
+    floatX* g;
 } LoraExtra;
 
 typedef struct {
     ParamId wid;               // PT_QKVW, PT_ATTPROJW, PT_FCW, PT_FCPROJW
-    int lin;                   // LORA_LIN_*
+    int lin;                   // LINEAR_*
     int layer;
     int in, out;               // the base layer: [out, in]
     int rank;                  // stacked rank (blocks x r for a q/k/v split)
@@ -92,27 +96,17 @@ typedef struct LoraModel {
     LoraSpec spec;
     int n;                     // adapters
     LoraAdapter* ad;
-    int lookup[LORA_MAX_LAYERS][LORA_NUM_LIN]; // adapter index or -1
+    int lookup[LORA_MAX_LAYERS][LINEAR_PER_BLOCK]; // adapter index or -1
     floatX* params;            // flat adapter parameters (backend memory)
     floatX* grads;             // same layout
     size_t total;              // elements
     size_t n_trainable;        // elements minus the structural zeros of split adapters
     floatX* masks;             // backend memory holding every b_mask
-    // dropout
-    float dropout;
-    uint64_t dropout_seed;
-    uint64_t tick;             // set by the trainer before each training micro-step
-    int train_mode;            // 1: dropout active (training forward/backward)
-    // scratch, one layer's worth, allocated for up to scratch_N rows
-    int scratch_N;
-    floatX* xd;                // (N, max in)  dropped input
-    floatX* h;                 // (N, max rank)
-    floatX* dh;                // (N, max rank)
-    floatX* tmp;               // (N, max(out, in))
+    uint64_t dropout_seed;     // the dropout masks (probability: spec.dropout)
     char base_name[1024];      // base_model_name_or_path for the export
     int n_extra;               // trained base slices
     LoraExtra* extra;
-    float* extra_host;         // values read by lora_load_peft, until lora_attach puts them in the model
+    float* extra_host;         // values from an adapter file, until lora_put_base_values writes them
 } LoraModel;
 
 // Parse "--lora-targets": comma list of c_attn, q, k, v, attn.c_proj, mlp.c_fc, mlp.c_proj,
@@ -124,52 +118,44 @@ int lora_parse_layers(const char* s, int num_layers, LoraSpec* spec, char* err, 
 // Build the adapters for spec on a model of config cfg and allocate their parameters and
 // gradients (zeroed). fatal on an inconsistent spec (no target, rank < 1, ...).
 LoraModel* lora_create(const GPT2Config* cfg, const LoraSpec* spec);
+// The same from adapters already described (lin, wid, layer, in, out, rank, scaling, alpha,
+// blocks set; the rest is laid out here): lm takes ad (calloc'd, n entries) over.
+LoraModel* lora_from_adapters(const GPT2Config* cfg, const LoraSpec* spec, LoraAdapter* ad, int n);
 void lora_free(LoraModel* lm);
 // PEFT init: A ~ U(-1/sqrt(in), 1/sqrt(in)) from the counter RNG (stream = adapter's (layer,
 // linear)), B = 0. Deterministic in seed.
 void lora_init_params(LoraModel* lm, uint64_t seed);
-// Scratch for batches of up to N = B*T rows (idempotent).
-void lora_alloc_scratch(LoraModel* lm, int N);
-void lora_zero_grads(LoraModel* lm);
 // Host fp32 copies of the flat parameters (lm->total elements).
 void lora_get_params(const LoraModel* lm, float* host);
 void lora_set_params(LoraModel* lm, const float* host);
 void lora_get_grads(const LoraModel* lm, float* host);
 
-// The LoRA term of one linear layer, called by llmc/linear.c. No-op when (layer, lin) has no
-// adapter. forward: out[N, OC] += scaling * B (A drop(inp)). backward: accumulates dA, dB and
-// dinp += the gradient through the LoRA branch (the frozen W's part is linear.c's).
-int lora_has(const LoraModel* lm, int lin, int layer);
-void lora_linear_forward(LoraModel* lm, int lin, int layer, floatX* out, const floatX* inp, int N);
-void lora_linear_backward(LoraModel* lm, int lin, int layer, floatX* dinp, const floatX* dout,
-                          const floatX* inp, int N);
+// The scaling of an adapter of rank r (alpha / r, or alpha / sqrt(r) with rsLoRA).
+float lora_scaling(float alpha, int rank, int rslora);
+// PEFT's module name of a linear kind ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj").
+const char* lora_module_name(int lin);
+// The 0/1 mask of B's parameters of a split adapter (out x rank, host): B[o, j] is a parameter
+// iff output row o lies in the q/k/v block that rank column j belongs to; all 1 when unsplit.
+void lora_b_mask_host(const LoraAdapter* a, float* mask);
+// What the linear layer of adapter i computes with (llmc/linear.h): shapes, scaling, and the
+// adapter's slices of the flat parameter / gradient / mask buffers.
+LinearAdapter lora_linear_adapter(const LoraModel* lm, int i);
+// The q/k/v blocks of a split (bits 1, 2, 4) as a list: "q,v".
+void lora_split_name(unsigned blocks, char* out, size_t cap);
+// What is trained, for the report: "r=8 alpha=16 dropout=0 | targets q,v | layers all", from
+// the adapters themselves (a loaded adapter's targets, layers and rank / alpha patterns).
+void lora_describe(const LoraModel* lm, char* out, size_t cap);
 
 // ---- trained base slices
 // Table tensors that have trained slices (the trainable mask for gpt2_init).
 unsigned lora_base_trainable_mask(const LoraModel* lm);
-// Attach the adapters to model m (m->lora = lm, scratch for m's batch size) and, for an adapter
-// from lora_load_peft, write its trained base slices into m's parameters.
-void lora_attach(LoraModel* lm, GPT2* m);
+// Once every extra[i].p points into the model: write the values an adapter file gave the
+// trained base slices (no-op for new adapters).
+void lora_put_base_values(LoraModel* lm);
 // Optimizer segments: the adapters (one segment, decayed: all 2-D) then every trained base
-// slice (not decayed: 1-D, as HF Trainer does for biases and LayerNorm). segs needs room for
-// 1 + lm->n_extra. Returns the count.
-int lora_segments(const LoraModel* lm, GPT2* m, TrainSeg* segs);
-
-// ---- files
-// Adapter tensors (PEFT keys, F32) plus the trained base slices read from m (m may be NULL
-// when there are none): checkpoints and adapter_model.safetensors. Atomic.
-void lora_save_tensors(const LoraModel* lm, const GPT2* m, const char* path);
-// Load tensors written by lora_save_tensors (or PEFT) into an existing model with the same
-// adapters (and the trained base slices into m); every tensor must be present with its shape,
-// no other may be.
-void lora_load_tensors(LoraModel* lm, GPT2* m, const char* path);
-// dir/adapter_model.safetensors + dir/adapter_config.json (creates dir).
-void lora_save_peft(const LoraModel* lm, const GPT2* m, const char* dir);
-// Load a PEFT adapter: path is the adapter directory (or its adapter_model.safetensors). The
-// structure (targets, ranks, scalings) comes from the files; fatal with a message naming the
-// file and key on anything inconsistent. try_ variant: returns NULL and fills err instead.
-LoraModel* lora_load_peft(const char* path, const GPT2Config* cfg);
-LoraModel* lora_try_load_peft(const char* path, const GPT2Config* cfg, char* err, size_t errcap);
+// slice (not decayed: 1-D, as HF Trainer does for biases and LayerNorm; extra[i].p / .g must be
+// set). segs needs room for 1 + lm->n_extra. Returns the count.
+int lora_segments(const LoraModel* lm, TrainSeg* segs);
 // Merge every adapter into host fp32 base parameters (table layout): W += scaling * B A.
 void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params);
 

@@ -2,6 +2,7 @@
 #include "check.h"
 #include "config.h"
 #include "model_io.h"
+#include "peft_io.h"
 #include <string.h>
 
 // Step 1: the config and the fp32 weights. *host is malloc'd here (*owned = 1) or the caller's.
@@ -33,11 +34,9 @@ static void model_weights(Model* m, const ModelSpec* s, GPT2Config* cfg, float**
 static LoraModel* model_build_lora(const LoraSource* src, const GPT2Config* cfg, const char* model_path) {
     LoraModel* lm;
     if (src->adapter) {
-        lm = lora_load_peft(src->adapter, cfg);
-        if (src->dropout_override) { // else the adapter's own lora_dropout, as PEFT would continue
-            lm->dropout = src->spec.dropout;
-            lm->spec.dropout = src->spec.dropout;
-        }
+        lm = peft_load_adapter(src->adapter, cfg);
+        // else the adapter's own lora_dropout, as PEFT would continue
+        if (src->dropout_override) lm->spec.dropout = src->spec.dropout;
     } else {
         LoraSpec spec = src->spec;
         char err[1024];
@@ -50,6 +49,31 @@ static LoraModel* model_build_lora(const LoraSource* src, const GPT2Config* cfg,
     snprintf(lm->base_name, sizeof(lm->base_name), "%s", base ? base : "");
     lm->dropout_seed = src->seed;
     return lm;
+}
+
+// Step 5a: every linear layer's weight from the NF4 base (in backend memory first).
+static void model_bind_nf4(Model* m) {
+    Nf4Base* b = m->nf4;
+    qlora_upload(b);
+    for (int k = 0; k < QLORA_NQ; k++)
+        for (int l = 0; l < b->L; l++) linear_use_nf4(linear_at(m->gpt.lin, l, k), &b->t[k * b->L + l], b->dev[k * b->L + l]);
+}
+
+// Step 5b: the adapters onto their linear layers, their dropout, and the base slices they train
+// pointed at the model's (with the values an adapter file gave them).
+static void model_bind_lora(Model* m) {
+    LoraModel* lm = m->lora;
+    for (int i = 0; i < lm->n; i++) {
+        const LinearAdapter a = lora_linear_adapter(lm, i);
+        linear_set_adapter(linear_at(m->gpt.lin, lm->ad[i].layer, lm->ad[i].lin), &a);
+    }
+    linear_set_dropout(m->gpt.lin, lm->spec.dropout, lm->dropout_seed);
+    for (int i = 0; i < lm->n_extra; i++) {
+        LoraExtra* e = &lm->extra[i];
+        e->p = gpt2_param_slice(&m->gpt, e->id, e->layer);
+        e->g = gpt2_grad_slice(&m->gpt, e->id, e->layer);
+    }
+    lora_put_base_values(lm);
 }
 
 void model_assemble(Model* m, const ModelSpec* s) {
@@ -69,7 +93,7 @@ void model_assemble(Model* m, const ModelSpec* s) {
     }
     const unsigned trainable = s->trainable | (m->lora ? lora_base_trainable_mask(m->lora) : 0u);
     gpt2_init(&m->gpt, &cfg, trainable, m->nf4 ? QLORA_MASK : 0u);
-    if (m->nf4) qlora_attach(m->nf4, &m->gpt);
+    if (m->nf4) model_bind_nf4(m);
     gpt2_set_params(&m->gpt, host);
     if (owned) free(host);
     if (s->B > 0 && s->T > cfg.max_seq_len) {
@@ -78,20 +102,17 @@ void model_assemble(Model* m, const ModelSpec* s) {
         snprintf(hint, sizeof(hint), "use a %s no larger than the model's n_positions", what);
         fatal(hint, "%s %d exceeds the model's maximum sequence length %d", what, s->T, cfg.max_seq_len);
     }
+    if (m->lora) model_bind_lora(m);
     gpt2_set_recompute(&m->gpt, s->recompute);
     if (s->B > 0) gpt2_alloc_acts(&m->gpt, s->B, s->T);
-    if (m->lora) {
-        lora_attach(m->lora, &m->gpt);
-        if (s->lora_src && s->lora_src->values) lora_load_tensors(m->lora, &m->gpt, s->lora_src->values);
-    }
+    if (m->lora && s->lora_src && s->lora_src->values) peft_load_tensors(m->lora, s->lora_src->values);
 }
 
-void model_alloc_acts(Model* m, int B, int T) {
-    gpt2_alloc_acts(&m->gpt, B, T);
-    if (m->lora) lora_alloc_scratch(m->lora, B * T);
-}
+void model_alloc_acts(Model* m, int B, int T) { gpt2_alloc_acts(&m->gpt, B, T); }
 
 void model_free(Model* m) {
+    for (int i = 0; m->lora && i < m->lora->n_extra; i++) // a caller's adapters are on no model any more
+        m->lora->extra[i].p = m->lora->extra[i].g = NULL;
     gpt2_free(&m->gpt);
     qlora_free(m->nf4);
     if (m->owns_lora) lora_free(m->lora);
@@ -101,7 +122,7 @@ void model_free(Model* m) {
 int model_max_segments(const Model* m) { return NUM_PARAM_TENSORS + 1 + (m->lora ? m->lora->n_extra : 0); }
 
 int model_segments(Model* m, TrainSeg* segs) {
-    if (m->lora) return lora_segments(m->lora, &m->gpt, segs);
+    if (m->lora) return lora_segments(m->lora, segs);
     int n = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         if (!m->gpt.g[i]) continue;

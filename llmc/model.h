@@ -6,8 +6,10 @@
 //      the base's shape is known;
 //   3. QLoRA: the linear weights quantized to NF4 (always for a 4-bit checkpoint);
 //   4. the GPT2 tensors (gradients for the trainable tensors and the base slices the adapters
-//      train; no floatX copy of NF4 weights), the parameters, the recompute level, activations;
-//   5. the NF4 base and the adapters attached (and adapter values from a checkpoint, on resume).
+//      train; no floatX copy of NF4 weights) and the parameters;
+//   5. the linear layers' NF4 weights and adapters (llmc/linear.h), the base slices the adapters
+//      train pointed at the model's; the recompute level, the activations (and adapter values
+//      from a checkpoint, on resume).
 #ifndef LLMC_MODEL_H
 #define LLMC_MODEL_H
 
@@ -59,9 +61,9 @@ typedef struct {
 } Model;
 
 // Assemble m from spec. Fatal with a message naming the file or flag value on anything wrong.
-// m must not move afterwards (the adapters and the NF4 base point into m->gpt).
+// The adapters (lora) stay on m until model_free, also when they are the caller's.
 void model_assemble(Model* m, const ModelSpec* spec);
-// (Re)allocate the activations, and the adapters' scratch, for batches up to B x T: for callers
+// (Re)allocate the activations, and the linear layers' scratch, for batches up to B x T: for callers
 // that know the sequence length only once the model's config is known (generate).
 void model_alloc_acts(Model* m, int B, int T);
 void model_free(Model* m);

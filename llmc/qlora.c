@@ -11,14 +11,9 @@
 #include <unistd.h>
 #endif
 
-static const ParamId QLORA_IDS[QLORA_NQ] = {PT_QKVW, PT_ATTPROJW, PT_FCW, PT_FCPROJW};
+// Slot q of a layer holds the weight of linear kind q (linear_weight_id).
 
-static int slot_of(ParamId id) {
-    for (int q = 0; q < QLORA_NQ; q++) if (QLORA_IDS[q] == id) return q;
-    return -1;
-}
-
-int qlora_is_quantized(ParamId id) { return slot_of(id) >= 0; }
+int qlora_is_quantized(ParamId id) { return linear_kind_of(id) >= 0; }
 
 static Nf4Base* base_new(int L) {
     Nf4Base* b = (Nf4Base*)calloc(1, sizeof(Nf4Base));
@@ -38,10 +33,10 @@ Nf4Base* qlora_quantize(const ParamTable* pt, const float* host) {
     const int L = pt->cfg.num_layers;
     Nf4Base* b = base_new(L);
     for (int q = 0; q < QLORA_NQ; q++) {
-        const ParamInfo* w = &pt->t[QLORA_IDS[q]];
+        const ParamInfo* w = &pt->t[linear_weight_id(q)];
         const int64_t shape[2] = {(int64_t)w->rows, (int64_t)w->cols}; // [out, in], as Linear4bit holds it
         for (int l = 0; l < L; l++)
-            nf4_quantize(&b->t[q * L + l], host + params_layer_offset(pt, QLORA_IDS[q], l), 2, shape, 1);
+            nf4_quantize(&b->t[q * L + l], host + params_layer_offset(pt, linear_weight_id(q), l), 2, shape, 1);
     }
     base_account(b);
     return b;
@@ -51,7 +46,7 @@ void qlora_release_host(const ParamTable* pt, float* host) {
 #if defined(__linux__) && defined(MADV_DONTNEED)
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     for (int q = 0; q < QLORA_NQ; q++) {
-        const ParamInfo* w = &pt->t[QLORA_IDS[q]];
+        const ParamInfo* w = &pt->t[linear_weight_id(q)];
         uintptr_t b = (uintptr_t)(host + w->offset), e = (uintptr_t)(host + w->offset + w->numel);
         b = (b + page - 1) & ~(page - 1); // whole pages inside the tensor only
         e &= ~(page - 1);
@@ -119,7 +114,7 @@ Nf4Base* qlora_load_hf4bit(const char* path, GPT2Config* cfg, ParamTable* pt, fl
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         const ParamInfo* w = &pt->t[i];
         const int nl = w->per_layer ? L : 1;
-        const int q = slot_of((ParamId)i);
+        const int q = linear_kind_of((ParamId)i);
         for (int l = 0; l < nl; l++) {
             params_hf_key(key, sizeof(key), (ParamId)i, l, prefix);
             if (q >= 0) {
@@ -150,35 +145,20 @@ Nf4Base* qlora_load_hf4bit(const char* path, GPT2Config* cfg, ParamTable* pt, fl
 // ------------------------------------------------------------------------------------------------
 // use in the model
 
-void qlora_attach(Nf4Base* b, GPT2* m) {
+void qlora_upload(Nf4Base* b) {
     b->dev = (Nf4Op**)mallocCheck((size_t)QLORA_NQ * b->L * sizeof(Nf4Op*));
     for (int i = 0; i < QLORA_NQ * b->L; i++) b->dev[i] = nf4_op_upload(&b->t[i]);
-    b->scratch_n = 0;
-    for (int q = 0; q < QLORA_NQ; q++) {
-        size_t n = params_layer_numel(&m->pt, QLORA_IDS[q]);
-        if (n > b->scratch_n) b->scratch_n = n;
-    }
-    b->scratch = (floatX*)ops_alloc(b->scratch_n * sizeof(floatX));
-    m->nf4 = b;
-}
-
-const floatX* qlora_weight(Nf4Base* b, ParamId id, int l) {
-    const int q = slot_of(id);
-    if (q < 0 || l < 0 || l >= b->L || !b->dev) fatal("this is a bug in llmc", "qlora_weight(%d, %d)", (int)id, l);
-    const NF4Tensor* t = &b->t[q * b->L + l];
-    nf4_dequantize_op(b->scratch, b->dev[q * b->L + l], 0, (size_t)t->shape[0]);
-    return b->scratch;
 }
 
 void qlora_dequant_host(const Nf4Base* b, const ParamTable* pt, ParamId id, float* out) {
-    const int q = slot_of(id);
+    const int q = linear_kind_of(id);
     if (q < 0) fatal("this is a bug in llmc", "qlora_dequant_host of a tensor that is not quantized");
     for (int l = 0; l < b->L; l++) nf4_dequantize(&b->t[q * b->L + l], out + (size_t)l * params_layer_numel(pt, id));
 }
 
 size_t qlora_replaced_numel(const ParamTable* pt) {
     size_t n = 0;
-    for (int q = 0; q < QLORA_NQ; q++) n += pt->t[QLORA_IDS[q]].numel;
+    for (int q = 0; q < QLORA_NQ; q++) n += pt->t[linear_weight_id(q)].numel;
     return n;
 }
 
@@ -190,6 +170,5 @@ void qlora_free(Nf4Base* b) {
     }
     free(b->dev);
     free(b->t);
-    if (b->scratch) ops_free(b->scratch);
     free(b);
 }

@@ -3,29 +3,31 @@
 // Each layer's weight is one quantized tensor in [out, in] orientation: the matrix transformers'
 // bitsandbytes integration quantizes too (it transposes GPT-2's Conv1D weight to Linear4bit's
 // [out, in] before quantize_4bit), so the blocks of 64 and the double-quantization groups are the
-// same. Before each forward / backward matmul the layer's weight is dequantized into one scratch
-// buffer (sized for the largest [OC, C]) by the backend op nf4_dequantize_op; the base gets no
-// weight gradient. The floatX copies of these weights are never allocated (gpt2_init skip mask).
+// same. This file makes and loads those tensors; the model assembly (llmc/model.c) gives each
+// linear layer its tensor as weight source (llmc/linear.h), which dequantizes it into one shared
+// buffer before each forward / backward matmul with the backend op nf4_dequantize_op; the base
+// gets no weight gradient. The floatX copies of these weights are never allocated (gpt2_init skip
+// mask).
 #ifndef LLMC_QLORA_H
 #define LLMC_QLORA_H
 
-#include "gpt2.h"
+#include "linear.h"
 #include "nf4.h"
+#include "ops.h"
+#include "params.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// The tensors QLoRA quantizes.
+// The tensors QLoRA quantizes: the weights of the linear layers.
 #define QLORA_MASK ((1u << PT_QKVW) | (1u << PT_ATTPROJW) | (1u << PT_FCW) | (1u << PT_FCPROJW))
-#define QLORA_NQ 4
+#define QLORA_NQ LINEAR_PER_BLOCK
 
 typedef struct Nf4Base {
     int L;
-    NF4Tensor* t;      // [QLORA_NQ * L]: slot q (qkvw, attprojw, fcw, fcprojw) of layer l at q * L + l
-    Nf4Op** dev;       // backend handles of t (after qlora_attach)
-    floatX* scratch;   // one layer's dequantized weight
-    size_t scratch_n;  // elements of scratch
+    NF4Tensor* t;      // [QLORA_NQ * L]: the weight of linear kind q (LINEAR_*) of layer l at q * L + l
+    Nf4Op** dev;       // backend handles of t (after qlora_upload)
     int64_t n_quant;   // weights quantized
     size_t bytes;      // NF4 storage: codes + 8-bit absmax + nested scales / offsets
 } Nf4Base;
@@ -50,10 +52,8 @@ int qlora_is_hf4bit(const char* path);
 // tensor goes into *host (ParamTable layout, malloc'd; the quantized tensors' slots are zero).
 Nf4Base* qlora_load_hf4bit(const char* path, GPT2Config* cfg, ParamTable* pt, float** host);
 
-// Put the quantized tensors in backend memory and allocate the scratch buffer; sets m->nf4.
-void qlora_attach(Nf4Base* b, GPT2* m);
-// Dequantize layer l of tensor id into the scratch buffer and return it ([OC, C] floatX).
-const floatX* qlora_weight(Nf4Base* b, ParamId id, int l);
+// Put the quantized tensors in backend memory (b->dev).
+void qlora_upload(Nf4Base* b);
 // Host fp32 dequant(quant(W)) of every layer of tensor id (ParamTable layout of that tensor).
 void qlora_dequant_host(const Nf4Base* b, const ParamTable* pt, ParamId id, float* out);
 // Elements of the floatX copies the quantized tensors replace.

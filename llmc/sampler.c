@@ -1,6 +1,5 @@
 #include "sampler.h"
 #include "check.h"
-#include "lora.h"
 #include "rand.h"
 #include <math.h>
 #include <stdlib.h>
@@ -15,11 +14,9 @@ void kv_init(KVCache* kv, GPT2* m, int B, int maxT) {
               B, maxT, m->cfg.max_seq_len);
     kv->m = m; kv->B = B; kv->maxT = maxT;
     kv->chunk = maxT < KV_MAX_CHUNK ? maxT : KV_MAX_CHUNK;
-    if (m->lora) { // the adapters' scratch holds lm->scratch_N rows
-        int rows = m->lora->scratch_N / B;
-        if (rows < 1) fatal("this is a bug in llmc", "LoRA scratch of %d rows for a cache of %d sequences", m->lora->scratch_N, B);
-        if (kv->chunk > rows) kv->chunk = rows;
-    }
+    const int rows = linear_set_rows(m->lin) / B; // the adapters' scratch bounds the rows of a forward
+    if (rows < 1) fatal("this is a bug in llmc", "adapter scratch of %d rows for a cache of %d sequences", linear_set_rows(m->lin), B);
+    if (kv->chunk > rows) kv->chunk = rows;
     const size_t L = (size_t)m->cfg.num_layers, C = (size_t)m->cfg.channels, Vp = (size_t)m->cfg.padded_vocab_size;
     const size_t cache = L * (size_t)B * (size_t)maxT * C * sizeof(floatX);
     kv->kcache = (floatX*)ops_alloc(cache);
@@ -160,8 +157,9 @@ int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n
     if (kv ? need > kv->maxT : (m->B < 1 || need > m->T))
         fatal("generate fewer tokens or use a shorter prompt", "prompt (%d tokens) + %d new tokens exceed the %d positions available",
               n_prompt, n_new, kv ? kv->maxT : m->T);
-    int saved_mode = 0;
-    if (m->lora) { saved_mode = m->lora->train_mode; m->lora->train_mode = 0; } // no dropout
+    const int was_training = m->lin->shared.training;
+    const uint64_t tick = m->lin->shared.tick;
+    linear_set_training(m->lin, 0, tick); // no dropout
     int* seq = (int*)mallocCheck((size_t)(need + 1) * sizeof(int));
     memcpy(seq, prompt, (size_t)n_prompt * sizeof(int));
     float* sf = (float*)mallocCheck((size_t)V * sizeof(float));
@@ -186,6 +184,6 @@ int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n
         seq[len++] = tok;
     }
     free(seq); free(sf); free(si); free(row);
-    if (m->lora) m->lora->train_mode = saved_mode;
+    linear_set_training(m->lin, was_training, tick);
     return produced;
 }

@@ -16,6 +16,7 @@
 #include "model_io.h"
 #include "ops.h"
 #include "optimizer.h"
+#include "peft_io.h"
 #include "qlora.h"
 #include "params.h"
 #include "sampler.h"
@@ -80,7 +81,7 @@ static void save_checkpoint(Run* r) {
     if (r->rank == 0 && r->lora) {
         // LoRA: the base is frozen and reloaded from --model; only the adapter is saved
         ckpt_path(path, sizeof(path), f->out_dir, "adapter", r->step, 0);
-        lora_save_tensors(r->lora, r->model, path);
+        peft_save_tensors(r->lora, path);
     } else if (r->rank == 0) {
         float* host = (float*)mallocCheck(r->model->pt.total * sizeof(float));
         gpt2_get_params(r->model, host);
@@ -228,7 +229,7 @@ static void save_final(Run* r) {
     char mdir[LLMC_PATH_MAX];
     if (!dir || r->rank != 0) return;
     if (r->lora) {
-        lora_save_peft(r->lora, r->model, dir);
+        peft_save_adapter(r->lora, dir);
         printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT)\n", dir);
         save_tokenizer_files(r, dir);
         if (!f->merge || !(r->c->save_hf || r->c->save_llmc)) return;
@@ -436,12 +437,9 @@ static void report_model(Run* r) {
     say(r, "model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", r->m.source,
            cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, total_params);
     if (r->lora) {
-        const LoraSpec* ls = &r->lora->spec;
-        say(r, "lora: %d adapters | r=%d alpha=%g%s dropout=%g | targets %s | layers %s%s%s%s%s\n", r->lora->n, ls->rank, ls->alpha,
-               ls->rslora ? " (rsLoRA)" : "", ls->dropout, f->adapter ? "from the adapter" : f->lora_targets,
-               f->adapter ? "from the adapter" : f->lora_layers,
-               ls->bias == LORA_BIAS_ALL ? " | biases trained" : ls->bias == LORA_BIAS_LORA_ONLY ? " | biases of adapted layers trained" : "",
-               ls->train_ln_f ? " | ln_f trained" : "", f->adapter ? " | initial adapter: " : "", f->adapter ? f->adapter : "");
+        char what[1024];
+        lora_describe(r->lora, what, sizeof(what));
+        say(r, "lora: %d adapters | %s%s%s\n", r->lora->n, what, f->adapter ? " | initial adapter: " : "", f->adapter ? f->adapter : "");
         say(r, "trainable: %zu parameters (%.4f%% of %zu)\n", trainable, 100.0 * (double)trainable / (double)total_params, total_params);
     } else
         say(r, "trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)total_params);
@@ -473,12 +471,13 @@ static void report_memory(Run* r) {
     size_t qb = 0;
     if (r->nf4) {
         // the quantized base: codes + 8-bit absmax + nested scales, and the one dequant buffer
-        qb = r->nf4->bytes + r->nf4->scratch_n * sizeof(floatX);
+        const size_t wbuf = r->model->lin->shared.wbuf_n * sizeof(floatX);
+        qb = r->nf4->bytes + wbuf;
         say(r, "qlora: NF4 base (double quant, blocks of %d) %lld weights in %.3f MiB = %.3f bits/weight (replaces %.1f MiB of %s) "
                "| dequant scratch %.2f MiB | float params %.1f MiB\n",
                NF4_BLOCK, (long long)r->nf4->n_quant, mib(r->nf4->bytes), 8.0 * (double)r->nf4->bytes / (double)r->nf4->n_quant,
                mib(qlora_replaced_numel(&r->model->pt) * sizeof(floatX)), sizeof(floatX) == 4 ? "fp32" : "bf16",
-               mib(r->nf4->scratch_n * sizeof(floatX)), mib(gpt2_param_bytes(r->model)));
+               mib(wbuf), mib(gpt2_param_bytes(r->model)));
     }
     // floatX is 2 bytes on the CUDA backend (bf16 params, grads, activations) and 4 on the CPU;
     // the optimizer state is fp32 m, v and, with bf16 params, an fp32 master copy
@@ -503,7 +502,7 @@ static double evaluate(Run* r) {
     const int B = r->c->f.batch_size, T = r->c->f.seq_len;
     dl_reset(&r->val);
     double sum = 0.0; long cnt = 0;
-    if (r->lora) r->lora->train_mode = 0; // no dropout when evaluating
+    linear_set_training(r->model->lin, 0, 0); // no dropout when evaluating
     for (int i = 0; i < r->c->f.eval_batches; i++) {
         dl_next(&r->val, r->inputs, r->targets);
         long n = 0;
@@ -545,10 +544,8 @@ static StepResult train_step(Run* r) {
     float dloss = valid > 0 ? 1.0f / (float)valid : 0.0f;
     for (int k = 0; k < c->accum; k++) {
         long n = 0;
-        if (r->lora) { // dropout masks: a pure function of (seed, rank, micro-step), so a resumed run draws the same ones
-            r->lora->train_mode = 1;
-            r->lora->tick = ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)c->accum + (uint64_t)k;
-        }
+        // dropout masks: a pure function of (seed, rank, micro-step), so a resumed run draws the same ones
+        linear_set_training(r->model->lin, 1, ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)c->accum + (uint64_t)k);
         loss_sum += gpt2_forward(r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, &n);
         gpt2_backward(r->model, gradsync_sink(&r->gs));
         gradsync_micro_done(&r->gs);

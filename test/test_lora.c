@@ -74,38 +74,40 @@ static LoraModel* make_lora(const SetSpec* s, float dropout) {
 
 static float* test_logits(Model* m) { return ref_logits_unpadded(&m->gpt, g_tb.batch.B * g_tb.batch.T); }
 
-static void test_set(const SetSpec* s) {
-    char path[1200];
-    printf("---- %s\n", s->name);
-    snprintf(path, sizeof(path), LREF "/%s/ref.safetensors", s->name);
-    StFile ref;
-    st_open(&ref, path);
-    const int V = g_tb.cfg.vocab_size, N = g_tb.batch.B * g_tb.batch.T;
+// The logits of the plain model whose weights are base with lm merged in (W += scaling B A).
+static float* merged_logits(const LoraModel* lm, const float* base) {
+    float* merged = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
+    memcpy(merged, base, g_tb.pt.total * sizeof(float));
+    lora_merge(lm, &g_tb.pt, merged);
+    Model m;
+    test_model(&m, &g_tb, merged, 0, NULL, 0, 0);
+    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
+    float* logits = test_logits(&m);
+    model_free(&m);
+    free(merged);
+    return logits;
+}
 
-    // structure from our flags == structure PEFT saved
-    LoraModel* lm = make_lora(s, 0.0f);
+// Structure from our flags == structure PEFT saved: the counts of the reference's metadata.
+static void check_counts(const SetSpec* s, StFile* ref, const LoraModel* lm) {
     // (the q/v split is stored as PEFT's rank-2r c_attn adapter; its trainable count excludes the
     // structural zeros of B: 2 layers x 2 blocks x (A 2x64 + B 64x2))
-    TEST_CHECK(lm->total == (size_t)atol(st_meta(&ref, "n_trainable")), "%s: %zu adapter parameters vs PEFT %s",
-               s->name, lm->total, st_meta(&ref, "n_trainable"));
+    TEST_CHECK(lm->total == (size_t)atol(st_meta(ref, "n_trainable")), "%s: %zu adapter parameters vs PEFT %s",
+               s->name, lm->total, st_meta(ref, "n_trainable"));
     TEST_CHECK(lm->n_trainable == (strcmp(s->name, "qv") ? lm->total : (size_t)2 * 2 * (2 * 64 + 64 * 2)),
                "%s: %zu trainable", s->name, lm->n_trainable);
-    TEST_CHECK(lm->n_extra == 0 || st_meta(&ref, "n_extra") != NULL, "n_extra");
-    {
-        size_t ne = 0;
-        for (int i = 0; i < lm->n_extra; i++) ne += params_layer_numel(&g_tb.pt, lm->extra[i].id);
-        TEST_CHECK(ne == (size_t)atol(st_meta(&ref, "n_extra")), "%s: %zu trained base parameters vs PEFT %s", s->name, ne, st_meta(&ref, "n_extra"));
-    }
-    // the base as the adapter file leaves it (trained biases / ln_f replaced), read back from a model
-    const unsigned xmask = lora_base_trainable_mask(lm);
-    Model m;
-    float* start = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
-    test_model(&m, &g_tb, g_tb.weights, xmask | (1u << PT_WTE), lm, 0, 0);
-    snprintf(path, sizeof(path), LREF "/%s/adapter_model.safetensors", s->name);
-    lora_load_tensors(lm, &m.gpt, path);
-    gpt2_get_params(&m.gpt, start);
+    TEST_CHECK(lm->n_extra == 0 || st_meta(ref, "n_extra") != NULL, "n_extra");
+    size_t ne = 0;
+    for (int i = 0; i < lm->n_extra; i++) ne += params_layer_numel(&g_tb.pt, lm->extra[i].id);
+    TEST_CHECK(ne == (size_t)atol(st_meta(ref, "n_extra")), "%s: %zu trained base parameters vs PEFT %s", s->name, ne, st_meta(ref, "n_extra"));
+}
+
+// The adapter PEFT saved, loaded by its adapter_config.json, has the structure and values of lm
+// (built from our flags) and puts the same base values (start) in place.
+static void check_loaded_by_config(const SetSpec* s, const LoraModel* lm, const float* start) {
+    char path[1200];
     snprintf(path, sizeof(path), LREF "/%s", s->name);
-    LoraModel* lp = lora_load_peft(path, &g_tb.cfg);
+    LoraModel* lp = peft_load_adapter(path, &g_tb.cfg);
     TEST_CHECK(lp->n == lm->n && lp->total == lm->total, "%s: loaded by config: %d adapters / %zu params vs %d / %zu",
                s->name, lp->n, lp->total, lm->n, lm->total);
     for (int i = 0; i < lp->n && i < lm->n; i++) {
@@ -122,88 +124,161 @@ static void test_set(const SetSpec* s) {
     TEST_CHECK(lp->n_extra == lm->n_extra, "%s: %d trained base slices from the config vs %d from the flags", s->name, lp->n_extra, lm->n_extra);
     for (int i = 0; i < lp->n_extra && i < lm->n_extra; i++)
         TEST_CHECK(!strcmp(lp->extra[i].key, lm->extra[i].key), "extra key %s vs %s", lp->extra[i].key, lm->extra[i].key);
-    {   // the PEFT-loaded adapter puts the same base values in place
-        Model m2;
-        float* p2 = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
-        test_model(&m2, &g_tb, g_tb.weights, lora_base_trainable_mask(lp), lp, 0, 0);
-        gpt2_get_params(&m2.gpt, p2);
-        TEST_CHECK(memcmp(p2, start, g_tb.pt.total * sizeof(float)) == 0, "%s: base slices from lora_load_peft", s->name);
-        free(p2);
-        model_free(&m2);
-    }
+    Model m2;
+    float* p2 = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
+    test_model(&m2, &g_tb, g_tb.weights, lora_base_trainable_mask(lp), lp, 0, 0);
+    gpt2_get_params(&m2.gpt, p2);
+    TEST_CHECK(memcmp(p2, start, g_tb.pt.total * sizeof(float)) == 0, "%s: base slices from peft_load_adapter", s->name);
+    model_free(&m2);
+    free(p0); free(p1); free(p2);
     lora_free(lp);
+}
 
-    // forward / backward, with wte trainable to read the gradient that reaches the embedding
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
-    float* logits = test_logits(&m);
+// Logits, loss, every adapter gradient and the gradient that reaches wte (trainable in m) vs PEFT.
+static void check_forward_backward(const SetSpec* s, StFile* ref, Model* m, LoraModel* lm) {
+    gpt2_forward(&m->gpt, g_tb.batch.inputs, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
+    float* logits = test_logits(m);
     size_t nl;
-    float* want = ref_read(&ref, "logits", &nl);
+    float* want = ref_read(ref, "logits", &nl);
     char what[256];
     snprintf(what, sizeof(what), "%s logits", s->name);
     test_allclose(what, logits, want, nl, tols()->logits_rel, tols()->logits * ref_max_abs(want, nl));
     free(want); free(logits);
-    gpt2_zero_grads(&m.gpt);
+    gpt2_zero_grads(&m->gpt);
     long nv;
     // (two statements: the operands of / are unsequenced, nv must be read after the call)
-    double loss = gpt2_forward(&m.gpt, g_tb.batch.inputs, g_tb.batch.targets, g_tb.batch.B, g_tb.batch.T, 1.0f / (float)g_tb.batch.valid, &nv);
+    double loss = gpt2_forward(&m->gpt, g_tb.batch.inputs, g_tb.batch.targets, g_tb.batch.B, g_tb.batch.T, 1.0f / (float)g_tb.batch.valid, &nv);
     loss /= (double)nv;
-    gpt2_backward(&m.gpt, NULL);
-    float* rl = ref_read(&ref, "loss", NULL);
+    gpt2_backward(&m->gpt, NULL);
+    float* rl = ref_read(ref, "loss", NULL);
     TEST_CHECK(fabs(loss - rl[0]) < tols()->loss, "%s loss %.7f vs PEFT %.7f", s->name, loss, rl[0]);
     printf("%s: loss %.7f (PEFT %.7f)\n", s->name, loss, rl[0]);
     free(rl);
-    ref_check_lora_grads(s->name, lm, &m.gpt, &ref, "grad.", tols()->grad_rel, tols()->grad);
-    {
-        size_t n;
-        float* wg = ref_read(&ref, "grad.wte", &n);
-        float* ours = (float*)mallocCheck(g_tb.pt.t[PT_WTE].numel * sizeof(float));
-        ops_download_f32(ours, m.gpt.g[PT_WTE], g_tb.pt.t[PT_WTE].numel);
-        snprintf(what, sizeof(what), "%s grad reaching wte (input path through frozen layers + adapters)", s->name);
-        TEST_CHECK(n == (size_t)V * g_tb.cfg.channels, "grad.wte size");
-        test_allclose(what, ours, wg, n, tols()->grad_rel, tols()->grad * ref_max_abs(wg, n));
-        free(wg); free(ours);
-    }
-    model_free(&m);
+    ref_check_lora_grads(s->name, lm, 1, ref, "grad.", tols()->grad_rel, tols()->grad);
+    size_t n;
+    float* wg = ref_read(ref, "grad.wte", &n);
+    float* ours = (float*)mallocCheck(g_tb.pt.t[PT_WTE].numel * sizeof(float));
+    ops_download_f32(ours, m->gpt.g[PT_WTE], g_tb.pt.t[PT_WTE].numel);
+    snprintf(what, sizeof(what), "%s grad reaching wte (input path through frozen layers + adapters)", s->name);
+    TEST_CHECK(n == (size_t)g_tb.cfg.vocab_size * g_tb.cfg.channels, "grad.wte size");
+    test_allclose(what, ours, wg, n, tols()->grad_rel, tols()->grad * ref_max_abs(wg, n));
+    free(wg); free(ours);
+}
 
+// Gradient accumulation: 4 micro-batches of 1 sequence == PEFT on the batch of 4.
+static void check_accumulation(const SetSpec* s, StFile* ref, LoraModel* lm, const float* start) {
+    const StTensor* ti = st_find(ref, "accum.input_ids");
+    if (!ti) return;
+    int AB = (int)ti->shape[0], AT = (int)ti->shape[1];
+    int* ai = (int*)mallocCheck((size_t)AB * AT * sizeof(int));
+    int* at = (int*)mallocCheck((size_t)AB * AT * sizeof(int));
+    st_read_i32(ref, ti, ai);
+    st_read_i32(ref, st_find(ref, "accum.targets"), at);
+    Model m;
+    test_model(&m, &g_tb, start, lora_base_trainable_mask(lm), lm, 0, 0);
+    long valid = 0;
+    for (int i = 0; i < AB * AT; i++) valid += at[i] >= 0;
+    gpt2_zero_grads(&m.gpt);
+    double sum = 0;
+    for (int k = 0; k < AB; k++) {
+        long n1;
+        sum += gpt2_forward(&m.gpt, ai + (size_t)k * AT, at + (size_t)k * AT, 1, AT, 1.0f / (float)valid, &n1);
+        gpt2_backward(&m.gpt, NULL);
+    }
+    float* al = ref_read(ref, "accum.loss", NULL);
+    TEST_CHECK(fabs(sum / (double)valid - al[0]) < tols()->loss, "accumulated loss %.7f vs PEFT big batch %.7f", sum / (double)valid, al[0]);
+    printf("%s: 4 micro-batches: loss %.7f (PEFT, one batch of 4: %.7f)\n", s->name, sum / (double)valid, al[0]);
+    ref_check_lora_grads("4 accumulated micro-batches vs one 4x batch:", lm, 1, ref, "accum.grad.", tols()->grad_rel, tols()->grad);
+    free(al); free(ai); free(at);
+    model_free(&m);
+}
+
+// The structural zeros of split adapters are exactly zero and some trained entries are not.
+static void check_split_zeros(const char* what, const LoraModel* lm) {
+    float* pv = (float*)mallocCheck(lm->total * sizeof(float));
+    lora_get_params(lm, pv);
+    size_t bad = 0, nz = 0;
+    for (int i = 0; i < lm->n; i++) {
+        const LoraAdapter* a = &lm->ad[i];
+        if (!a->blocks) continue;
+        float* mk = (float*)mallocCheck((size_t)a->out * a->rank * sizeof(float));
+        ops_download_f32(mk, a->b_mask, (size_t)a->out * a->rank);
+        for (size_t j = 0; j < (size_t)a->out * a->rank; j++) {
+            if (mk[j] == 0.0f && pv[a->b_off + j] != 0.0f) bad++;
+            nz += mk[j] != 0.0f && pv[a->b_off + j] != 0.0f;
+        }
+        free(mk);
+    }
+    TEST_CHECK(bad == 0 && nz > 0, "%s: %zu structural zeros of B moved (%zu trained entries non-zero)", what, bad, nz);
+    free(pv);
+}
+
+// Our export (PEFT layout) reads back to the same adapters (values, ranks, scalings, q/k/v split
+// and so the trainable count), and the logits of the model it merges into, for
+// dev/gen_lora_ref.py --check-c. lm must be on a model (its trained base slices are read there).
+static void check_export(const SetSpec* s, LoraModel* lm) {
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof(dir), "%s/lora_export/%s", g_build, s->name);
+    peft_save_adapter(lm, dir);
+    LoraModel* back = peft_load_adapter(dir, &g_tb.cfg);
+    float* pa = (float*)mallocCheck(lm->total * sizeof(float));
+    float* pb = (float*)mallocCheck(back->total * sizeof(float));
+    lora_get_params(lm, pa);
+    lora_get_params(back, pb);
+    TEST_CHECK(back->total == lm->total && memcmp(pa, pb, lm->total * sizeof(float)) == 0 && back->n == lm->n,
+               "%s: exported adapter reads back identically", s->name);
+    TEST_CHECK(back->n_trainable == lm->n_trainable && back->spec.targets == lm->spec.targets,
+               "%s: exported adapter reads back with %zu trainable parameters (targets %#x), trained %zu (%#x)", s->name,
+               back->n_trainable, back->spec.targets, lm->n_trainable, lm->spec.targets);
+    for (int i = 0; i < back->n && i < lm->n; i++)
+        TEST_CHECK(fabsf(back->ad[i].scaling - lm->ad[i].scaling) < 1e-6f && back->ad[i].rank == lm->ad[i].rank &&
+                   back->ad[i].blocks == lm->ad[i].blocks, "%s: exported adapter %d scaling %g rank %d blocks %u vs %g %d %u", s->name,
+                   i, back->ad[i].scaling, back->ad[i].rank, back->ad[i].blocks, lm->ad[i].scaling, lm->ad[i].rank, lm->ad[i].blocks);
+    Model m;
+    float* base = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
+    test_model(&m, &g_tb, g_tb.weights, lora_base_trainable_mask(back), back, 0, 0); // puts the exported base slices in place
+    gpt2_get_params(&m.gpt, base);
+    model_free(&m);
+    float* logits = merged_logits(back, base);
+    StWriter w;
+    st_writer_init(&w);
+    int64_t shape[3] = {g_tb.batch.B, g_tb.batch.T, g_tb.cfg.vocab_size};
+    st_writer_add(&w, "logits", ST_F32, 3, shape, logits);
+    snprintf(path, sizeof(path), "%s/merged_logits.safetensors", dir);
+    st_writer_save(&w, path);
+    st_writer_free(&w);
+    free(logits); free(pa); free(pb); free(base);
+    lora_free(back);
+}
+
+static void test_set(const SetSpec* s) {
+    char path[1200], what[256];
+    printf("---- %s\n", s->name);
+    snprintf(path, sizeof(path), LREF "/%s/ref.safetensors", s->name);
+    StFile ref;
+    st_open(&ref, path);
+    LoraModel* lm = make_lora(s, 0.0f);
+    check_counts(s, &ref, lm);
+    // the base as the adapter file leaves it (trained biases / ln_f replaced), read back from a
+    // model with wte trainable (to read the gradient that reaches the embedding)
+    const unsigned xmask = lora_base_trainable_mask(lm);
+    Model m;
+    float* start = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
+    test_model(&m, &g_tb, g_tb.weights, xmask | (1u << PT_WTE), lm, 0, 0);
+    snprintf(path, sizeof(path), LREF "/%s/adapter_model.safetensors", s->name);
+    peft_load_tensors(lm, path);
+    gpt2_get_params(&m.gpt, start);
+    check_loaded_by_config(s, lm, start);
+    check_forward_backward(s, &ref, &m, lm);
+    model_free(&m);
     // merge (PEFT merge_and_unload of the same adapter)
-    float* merged = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
-    memcpy(merged, start, g_tb.pt.total * sizeof(float));
-    lora_merge(lm, &g_tb.pt, merged);
-    test_model(&m, &g_tb, merged, 0, NULL, 0, 0);
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
-    logits = test_logits(&m);
-    want = ref_read(&ref, "merged_logits", &nl);
+    size_t nl;
+    float* logits = merged_logits(lm, start);
+    float* want = ref_read(&ref, "merged_logits", &nl);
     snprintf(what, sizeof(what), "%s merged-model logits vs PEFT merge_and_unload", s->name);
     test_allclose(what, logits, want, nl, tols()->logits_rel, tols()->logits * ref_max_abs(want, nl));
     free(want); free(logits);
-    model_free(&m);
-
-    // gradient accumulation: 4 micro-batches of 1 sequence == PEFT on the batch of 4
-    if (st_find(&ref, "accum.input_ids")) {
-        const StTensor* ti = st_find(&ref, "accum.input_ids");
-        int AB = (int)ti->shape[0], AT = (int)ti->shape[1];
-        int* ai = (int*)mallocCheck((size_t)AB * AT * sizeof(int));
-        int* at = (int*)mallocCheck((size_t)AB * AT * sizeof(int));
-        st_read_i32(&ref, ti, ai);
-        st_read_i32(&ref, st_find(&ref, "accum.targets"), at);
-        test_model(&m, &g_tb, start, xmask, lm, 0, 0);
-        long valid = 0;
-        for (int i = 0; i < AB * AT; i++) valid += at[i] >= 0;
-        gpt2_zero_grads(&m.gpt);
-        double sum = 0;
-        for (int k = 0; k < AB; k++) {
-            long n1;
-            sum += gpt2_forward(&m.gpt, ai + (size_t)k * AT, at + (size_t)k * AT, 1, AT, 1.0f / (float)valid, &n1);
-            gpt2_backward(&m.gpt, NULL);
-        }
-        float* al = ref_read(&ref, "accum.loss", NULL);
-        TEST_CHECK(fabs(sum / (double)valid - al[0]) < tols()->loss, "accumulated loss %.7f vs PEFT big batch %.7f", sum / (double)valid, al[0]);
-        printf("%s: 4 micro-batches: loss %.7f (PEFT, one batch of 4: %.7f)\n", s->name, sum / (double)valid, al[0]);
-        ref_check_lora_grads("4 accumulated micro-batches vs one 4x batch:", lm, &m.gpt, &ref, "accum.grad.", tols()->grad_rel, tols()->grad);
-        free(al); free(ai); free(at);
-        model_free(&m);
-    }
-
+    check_accumulation(s, &ref, lm, start);
     // 10 AdamW steps
     RefAdamW h = ref_adamw(&ref);
     float* losses = (float*)mallocCheck((size_t)h.steps * sizeof(float));
@@ -211,63 +286,10 @@ static void test_set(const SetSpec* s) {
     test_model(&m, &g_tb, start, xmask, lm, 0, 0);
     ref_train(&m, &g_tb.batch, &h, losses, norms);
     ref_check_train(s->name, &ref, losses, norms, h.steps, tols()->step_loss, tols()->norm);
-    if (!strcmp(s->name, "qv")) {
-        // the structural zeros of the split adapter stay exactly zero
-        float* pv = (float*)mallocCheck(lm->total * sizeof(float));
-        float* mk = (float*)mallocCheck((size_t)lm->ad[0].out * lm->ad[0].rank * sizeof(float));
-        lora_get_params(lm, pv);
-        size_t bad = 0, nz = 0;
-        for (int i = 0; i < lm->n; i++) {
-            const LoraAdapter* a = &lm->ad[i];
-            ops_download_f32(mk, a->b_mask, (size_t)a->out * a->rank);
-            for (size_t j = 0; j < (size_t)a->out * a->rank; j++) {
-                if (mk[j] == 0.0f && pv[a->b_off + j] != 0.0f) bad++;
-                nz += mk[j] != 0.0f && pv[a->b_off + j] != 0.0f;
-            }
-        }
-        TEST_CHECK(bad == 0 && nz > 0, "qv: %zu structural zeros of B moved (%zu trained entries non-zero)", bad, nz);
-        free(pv); free(mk);
-    }
-
-    // export (PEFT layout) + the logits of our merged trained model, for dev/gen_lora_ref.py --check-c;
-    // and our loader reads our export back to the same values
-    char dir[1024];
-    snprintf(dir, sizeof(dir), "%s/lora_export/%s", g_build, s->name);
-    lora_save_peft(lm, &m.gpt, dir);
-    LoraModel* back = lora_load_peft(dir, &g_tb.cfg);
-    float* pa = (float*)mallocCheck(lm->total * sizeof(float));
-    float* pb = (float*)mallocCheck(back->total * sizeof(float));
-    lora_get_params(lm, pa);
-    lora_get_params(back, pb);
-    TEST_CHECK(back->total == lm->total && memcmp(pa, pb, lm->total * sizeof(float)) == 0 && back->n == lm->n,
-               "%s: exported adapter reads back identically", s->name);
-    for (int i = 0; i < back->n && i < lm->n; i++)
-        TEST_CHECK(fabsf(back->ad[i].scaling - lm->ad[i].scaling) < 1e-6f && back->ad[i].rank == lm->ad[i].rank,
-                   "%s: exported adapter %d scaling %g rank %d vs %g %d", s->name, i, back->ad[i].scaling, back->ad[i].rank,
-                   lm->ad[i].scaling, lm->ad[i].rank);
+    if (!strcmp(s->name, "qv")) check_split_zeros("qv after 10 steps", lm);
+    check_export(s, lm);
     model_free(&m);
-    test_model(&m, &g_tb, g_tb.weights, lora_base_trainable_mask(back), back, 0, 0); // puts the exported base slices in place
-    gpt2_get_params(&m.gpt, merged);
-    model_free(&m);
-    lora_merge(back, &g_tb.pt, merged);
-    test_model(&m, &g_tb, merged, 0, NULL, 0, 0);
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
-    logits = test_logits(&m);
-    {
-        StWriter w;
-        st_writer_init(&w);
-        int64_t shape[3] = {g_tb.batch.B, g_tb.batch.T, V};
-        st_writer_add(&w, "logits", ST_F32, 3, shape, logits);
-        snprintf(path, sizeof(path), "%s/merged_logits.safetensors", dir);
-        st_writer_save(&w, path);
-        st_writer_free(&w);
-    }
-    free(logits); free(pa); free(pb);
-    model_free(&m);
-    lora_free(back);
-    (void)N;
-
-    free(losses); free(norms); free(merged); free(p0); free(p1); free(start);
+    free(losses); free(norms); free(start);
     lora_free(lm);
     st_close(&ref);
 }
@@ -315,14 +337,13 @@ static void test_dropout(void) {
     // differences along the gradient direction (a wrong mask in backward would not).
     const SetSpec s = {"all_linear", "all-linear", 2, 4, 0, "all", 0, 0};
     LoraModel* lm = make_lora(&s, 0.25f);
-    lora_load_tensors(lm, NULL, LREF "/all_linear/adapter_model.safetensors");
+    peft_load_tensors(lm, LREF "/all_linear/adapter_model.safetensors");
     lm->dropout_seed = 99;
-    lm->tick = 5;
     Model m;
     test_model(&m, &g_tb, g_tb.weights, 0, lm, 0, 0);
-    lm->train_mode = 0;
+    linear_set_training(m.gpt.lin, 0, 5);
     double l_eval = loss_at(&m);
-    lm->train_mode = 1;
+    linear_set_training(m.gpt.lin, 1, 5);
     double l_train = loss_at(&m);
     TEST_CHECK(fabs(l_train - l_eval) > 1e-5, "dropout changes the training loss (%.7f vs eval %.7f)", l_train, l_eval);
     gpt2_zero_grads(&m.gpt);
@@ -347,7 +368,7 @@ static void test_dropout(void) {
     double fd = (lp - lmn) / (2 * h);
     printf("dropout p=0.25 backward: directional derivative %.6f, finite differences %.6f\n", gn, fd);
     TEST_CHECK(fabs(fd - gn) < tols()->fd * gn, "dropout backward: |grad| %.6f vs finite differences %.6f", gn, fd);
-    lm->tick = 6;
+    linear_set_training(m.gpt.lin, 1, 6);
     lora_set_params(lm, p0);
     double l_other = loss_at(&m);
     TEST_CHECK(fabs(l_other - l_train) > 1e-6, "another tick draws another mask");
@@ -356,26 +377,35 @@ static void test_dropout(void) {
     lora_free(lm);
 }
 
-// ---- bad adapters
-static void write_adapter(const char* dir, const char* config, int nt, const char* const* names, const int64_t (*shapes)[2]) {
+// ---- adapter files made here: accepted and refused ones
+// An adapter directory: config as adapter_config.json, tensors names / shapes ([n, 0]: 1-D) all
+// holding value, and the q/k/v split metadata split (NULL: none).
+static void write_adapter_split(const char* dir, const char* config, int nt, const char* const* names, const int64_t (*shapes)[2],
+                                const char* split, float value) {
     mkdir_p(dir);
     char path[1024];
     snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
     atomic_write_file(path, config, strlen(config));
     StWriter w;
     st_writer_init(&w);
-    static float zeros[4 * 4096];
-    for (int i = 0; i < nt; i++) st_writer_add(&w, names[i], ST_F32, shapes[i][1] ? 2 : 1, shapes[i], zeros); // [n, 0]: 1-D
+    static float data[4 * 4096];
+    for (size_t i = 0; i < sizeof(data) / sizeof(data[0]); i++) data[i] = value;
+    for (int i = 0; i < nt; i++) st_writer_add(&w, names[i], ST_F32, shapes[i][1] ? 2 : 1, shapes[i], data);
+    if (split) st_writer_meta(&w, PEFT_META_QKV_SPLIT, split);
     snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
     st_writer_save(&w, path);
     st_writer_free(&w);
+}
+
+static void write_adapter(const char* dir, const char* config, int nt, const char* const* names, const int64_t (*shapes)[2]) {
+    write_adapter_split(dir, config, nt, names, shapes, NULL, 0.0f);
 }
 
 // The load must fail with a message containing every string given (NULL-terminated list;
 // varargs rather than a compound literal, so the file also compiles as C++ for the CUDA build).
 static void expect_refused(const char* what, const char* dir, ...) {
     char err[1024];
-    LoraModel* lm = lora_try_load_peft(dir, &g_tb.cfg, err, sizeof(err));
+    LoraModel* lm = peft_try_load_adapter(dir, &g_tb.cfg, err, sizeof(err));
     int ok = lm == NULL;
     va_list ap;
     va_start(ap, dir);
@@ -395,32 +425,54 @@ static void expect_refused(const char* what, const char* dir, ...) {
 #define KA(l, mod) "base_model.model.transformer.h." #l "." mod ".lora_A.weight"
 #define KB(l, mod) "base_model.model.transformer.h." #l "." mod ".lora_B.weight"
 
-static void test_bad_adapters(void) {
-    printf("---- bad adapters\n");
+static const char* const CA[4] = {KA(0, "attn.c_attn"), KB(0, "attn.c_attn"), KA(1, "attn.c_attn"), KB(1, "attn.c_attn")};
+static const int64_t CA_SHAPES[4][2] = {{4, 64}, {192, 4}, {4, 64}, {192, 4}};
+// with the biases of the adapted layers (bias="lora_only"), as PEFT >= 0.7 names them
+static const char* const CA_BIAS[6] = {KA(0, "attn.c_attn"), KB(0, "attn.c_attn"), KA(1, "attn.c_attn"), KB(1, "attn.c_attn"),
+                                       "base_model.model.transformer.h.0.attn.c_attn.base_layer.bias",
+                                       "base_model.model.transformer.h.1.attn.c_attn.base_layer.bias"};
+static const int64_t CA_BIAS_SHAPES[6][2] = {{4, 64}, {192, 4}, {4, 64}, {192, 4}, {192, 0}, {192, 0}};
+
+static void test_good_adapters(void) {
+    printf("---- adapters made here\n");
     char d[1024];
-    const char* ca[4] = {KA(0, "attn.c_attn"), KB(0, "attn.c_attn"), KA(1, "attn.c_attn"), KB(1, "attn.c_attn")};
-    const int64_t good[4][2] = {{4, 64}, {192, 4}, {4, 64}, {192, 4}};
+    const char* const* ca = CA;
     snprintf(d, sizeof(d), "%s/lora_bad/good", g_build);
-    write_adapter(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, good);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, CA_SHAPES);
     char err[1024];
-    LoraModel* lm = lora_try_load_peft(d, &g_tb.cfg, err, sizeof(err));
+    LoraModel* lm = peft_try_load_adapter(d, &g_tb.cfg, err, sizeof(err));
     TEST_CHECK(lm != NULL, "a well-formed adapter loads: %s", lm ? "" : err);
     if (lm) lora_free(lm);
 
     // bias="lora_only" as PEFT >= 0.7 names it (base_layer) and as older PEFT did
-    const char* bl[6] = {ca[0], ca[1], ca[2], ca[3], "base_model.model.transformer.h.0.attn.c_attn.base_layer.bias",
-                         "base_model.model.transformer.h.1.attn.c_attn.base_layer.bias"};
+    const char* const* bl = CA_BIAS;
     const char* bo[6] = {ca[0], ca[1], ca[2], ca[3], "base_model.model.transformer.h.0.attn.c_attn.bias",
                          "base_model.model.transformer.h.1.attn.c_attn.bias"};
-    const int64_t bs[6][2] = {{4, 64}, {192, 4}, {4, 64}, {192, 4}, {192, 0}, {192, 0}};
+    const int64_t (*bs)[2] = CA_BIAS_SHAPES;
     for (int v = 0; v < 2; v++) {
         snprintf(d, sizeof(d), "%s/lora_bad/bias_%s", g_build, v ? "old" : "new");
         const char* cfgtext = "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"c_attn\"], \"bias\": \"lora_only\"}";
         write_adapter(d, cfgtext, 6, v ? bo : bl, bs);
-        lm = lora_try_load_peft(d, &g_tb.cfg, err, sizeof(err));
+        lm = peft_try_load_adapter(d, &g_tb.cfg, err, sizeof(err));
         TEST_CHECK(lm != NULL && lm->n_extra == 2, "bias lora_only adapter (%s key spelling) loads: %s", v ? "old" : "base_layer", lm ? "" : err);
         if (lm) { printf("ok   bias=lora_only adapter with %s bias keys loads\n", v ? "pre-0.7 PEFT" : "base_layer"); lora_free(lm); }
     }
+    // a q/v split (rank 2 per block) saved here: the split and its trainable count come back
+    snprintf(d, sizeof(d), "%s/lora_bad/split_qv", g_build);
+    write_adapter_split(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, CA_SHAPES, "q,v", 0.0f);
+    lm = peft_try_load_adapter(d, &g_tb.cfg, err, sizeof(err));
+    TEST_CHECK(lm && lm->ad[0].blocks == 5 && lm->ad[1].blocks == 5 && lm->n_trainable == 2 * (4 * 64 + 2 * 64 * 2) &&
+               lm->spec.targets == (LORA_T_Q | LORA_T_V), "q,v split adapter loads as a split: %s", lm ? "" : err);
+    if (lm) { printf("ok   q,v split adapter loads as a split: %zu trainable of %zu\n", lm->n_trainable, lm->total); lora_free(lm); }
+}
+
+static void test_bad_adapters(void) {
+    printf("---- bad adapters\n");
+    char d[1024];
+    const char* const* ca = CA;
+    const int64_t (*good)[2] = CA_SHAPES;
+    const char* const* bl = CA_BIAS;
+    const int64_t (*bs)[2] = CA_BIAS_SHAPES;
     snprintf(d, sizeof(d), "%s/lora_bad/bias_missing", g_build);
     write_adapter(d, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"c_attn\"], \"bias\": \"all\"}", 6, bl, bs);
     expect_refused("bias all without every bias", d, "needs tensor", "ln_1.bias", "config/tensor disagreement", (const char*)NULL);
@@ -482,7 +534,20 @@ static void test_bad_adapters(void) {
     snprintf(d, sizeof(d), "%s/lora_bad/missing", g_build);
     expect_refused("missing directory", d, "lora_bad/missing'", "does not exist", (const char*)NULL);
 
-    // flag parsing
+    snprintf(d, sizeof(d), "%s/lora_bad/split_trained", g_build);
+    write_adapter_split(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, good, "q,v", 0.5f);
+    expect_refused("q,v split whose k rows of B are not zero", d, "non-zero entries outside the q/k/v blocks",
+                   KB(0, "attn.c_attn"), "adapter_model.safetensors", (const char*)NULL);
+    snprintf(d, sizeof(d), "%s/lora_bad/split_rank", g_build);
+    write_adapter_split(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, good, "q,k,v", 0.0f);
+    expect_refused("q,k,v split of a rank-4 adapter", d, "does not divide the rank 4", (const char*)NULL);
+    snprintf(d, sizeof(d), "%s/lora_bad/split_name", g_build);
+    write_adapter_split(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, good, "q,x", 0.0f);
+    expect_refused("split metadata naming another block", d, PEFT_META_QKV_SPLIT, "\"q,x\"", (const char*)NULL);
+}
+
+static void test_flag_parsing(void) {
+    char err[1024];
     unsigned t;
     LoraSpec spec;
     TEST_CHECK(lora_parse_targets("c_attn,foo", &t, err, sizeof(err)) != 0 && strstr(err, "'foo'"), "unknown --lora-targets entry");
@@ -494,7 +559,7 @@ static void test_bad_adapters(void) {
     TEST_CHECK(lora_parse_layers("1,x", 2, &spec, err, sizeof(err)) != 0, "malformed layer list");
 }
 
-// GPT-2 124M, r=8 on c_attn: 294,912 trainable parameters (FORMATS.md); the q/v split of the
+// GPT-2 124M, r=8 on c_attn: 294,912 trainable parameters (12 x (8 x 768 + 2304 x 8)); the q/v split of the
 // same rank has the same count (2 blocks of r=8 on 768 -> 768 instead of one on 768 -> 2304).
 static void test_124M_counts(void) {
     GPT2Config cfg;
@@ -523,7 +588,9 @@ int main(void) {
 
     for (size_t i = 0; i < sizeof(SETS) / sizeof(SETS[0]); i++) test_set(&SETS[i]);
     test_dropout();
+    test_good_adapters();
     test_bad_adapters();
+    test_flag_parsing();
     test_124M_counts();
 
     test_base_free(&g_tb);

@@ -3,20 +3,15 @@
 # a run with a q/v split + mlp.c_fc, dropout, checkpoints, eval and --merge writes the PEFT adapter,
 # the merged model (transformers dir + llm.c .bin) and adapter checkpoints; an interrupted run
 # resumed from its checkpoint ends with a byte-identical adapter (dropout masks included);
-# --adapter continues from a saved adapter; bad adapters and bad LoRA flags stop with a clear
+# --adapter continues from a saved adapter with its structure (the q/v split stays a split: same
+# trainable count, the k rows of B stay exactly zero); bad adapters and bad LoRA flags stop with a clear
 # message, exit 1 and write nothing.
-set -u
-BIN="${BIN_DIR:-.}/train_lora"
+source "$(dirname "$0")/lib.sh"
+BIN="$BIN_DIR/train_lora"
 D="${BUILD:-build}/lora_cli"
 rm -rf "$D"; mkdir -p "$D/data"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails+1)); }
-ok() { echo "ok   $*"; }
-
-# token shards (llm.c format: 256 int32 header, magic 20240520, version 1, count; uint16 tokens < 100)
-perl -e 'for $f (["train",3000],["val",600]) { open(F,">","'"$D"'/data/tiny_$$f[0]_000000.bin") or die; binmode F;
-  my @h=(20240520,1,$$f[1]); push @h,(0)x253; print F pack("l<256",@h); srand(3);
-  print F pack("S<*", map { int(rand(100)) } 1..$$f[1]); close F }' || { echo "perl failed"; exit 1; }
+make_shard "$D/data/tiny_train_000000.bin" 3000 100 3   # tokens < 100: the tiny model's vocabulary
+make_shard "$D/data/tiny_val_000000.bin" 600 100 4
 
 export OMP_NUM_THREADS=1
 COMMON=(--model test/ref/gpt2_tiny --train-data "$D/data/tiny_train_*.bin" -b 2 -t 16 --steps 6 --lr 1e-3
@@ -25,48 +20,73 @@ COMMON=(--model test/ref/gpt2_tiny --train-data "$D/data/tiny_train_*.bin" -b 2 
 # ---- a full run
 "$BIN" "${COMMON[@]}" --val-data "$D/data/tiny_val_*.bin" --eval-every 3 --merge --out "$D/run1" >"$D/run1.log" 2>&1
 rc=$?
-[ $rc -eq 0 ] || { fail "run1 exited $rc"; tail -20 "$D/run1.log"; }
+[ $rc -eq 0 ] || { bad "run1 exited $rc"; tail -20 "$D/run1.log"; }
 for f in adapter_model.safetensors adapter_config.json merged/model.safetensors merged/config.json merged/model.bin \
          adapter_00000003.safetensors adapter_00000006.safetensors DONE_00000006 log.jsonl; do
-  [ -f "$D/run1/$f" ] || fail "run1 did not write $f"
+  [ -f "$D/run1/$f" ] || bad "run1 did not write $f"
 done
-[ -f "$D/run1/model_00000003.bin" ] && fail "a LoRA checkpoint must not hold the full model"
+[ -f "$D/run1/model_00000003.bin" ] && bad "a LoRA checkpoint must not hold the full model"
 # trainable: per layer q and v (A 4x64 + B 64x4 each: 1024) + c_fc (A 4x64 + B 256x4: 1280), 2 layers = 4608;
 # + the biases of the adapted c_attn (192) and c_fc (256) of both layers + ln_f (128) = 5632
-grep -q "trainable: 5632 parameters" "$D/run1.log" && ok "trainable count 5632 printed" || fail "trainable count: $(grep trainable "$D/run1.log")"
+grep -q "trainable: 5632 parameters" "$D/run1.log" && ok "trainable count 5632 printed" || bad "trainable count: $(grep trainable "$D/run1.log")"
 grep -q '"bias": "lora_only"' "$D/run1/adapter_config.json" && grep -A1 '"modules_to_save"' "$D/run1/adapter_config.json" | grep -q ln_f \
   && grep -q 'h.1.mlp.c_fc.base_layer.bias' "$D/run1/adapter_model.safetensors" && grep -q 'transformer.ln_f.weight' "$D/run1/adapter_model.safetensors" \
-  && ok "bias lora_only + modules_to_save ln_f saved the PEFT way" || fail "bias / ln_f not in the adapter"
+  && ok "bias lora_only + modules_to_save ln_f saved the PEFT way" || bad "bias / ln_f not in the adapter"
 grep -q '"rank_pattern": {' "$D/run1/adapter_config.json" && grep -q '"attn.c_attn": 8' "$D/run1/adapter_config.json" \
-  && ok "q/v split exported as a rank-8 c_attn adapter (rank_pattern)" || fail "adapter_config.json: $(cat "$D/run1/adapter_config.json")"
+  && ok "q/v split exported as a rank-8 c_attn adapter (rank_pattern)" || bad "adapter_config.json: $(cat "$D/run1/adapter_config.json")"
 loss1=$(grep -c '"train_loss"' "$D/run1/log.jsonl")
-[ "$loss1" = 6 ] && ok "6 steps logged" || fail "log.jsonl has $loss1 train_loss lines"
+[ "$loss1" = 6 ] && ok "6 steps logged" || bad "log.jsonl has $loss1 train_loss lines"
 
 # ---- interrupted after 3 steps, resumed: identical final adapter
-"$BIN" "${COMMON[@]}" --stop-after 3 --out "$D/run2" >"$D/run2a.log" 2>&1 || fail "run2 (first part) exited $?"
-"$BIN" "${COMMON[@]}" --resume --out "$D/run2" >"$D/run2b.log" 2>&1 || { fail "run2 (resume) exited $?"; tail -20 "$D/run2b.log"; }
-grep -q "resumed: step 3" "$D/run2b.log" || fail "resume did not start at step 3"
+"$BIN" "${COMMON[@]}" --stop-after 3 --out "$D/run2" >"$D/run2a.log" 2>&1 || bad "run2 (first part) exited $?"
+"$BIN" "${COMMON[@]}" --resume --out "$D/run2" >"$D/run2b.log" 2>&1 || { bad "run2 (resume) exited $?"; tail -20 "$D/run2b.log"; }
+grep -q "resumed: step 3" "$D/run2b.log" || bad "resume did not start at step 3"
 cmp -s "$D/run1/adapter_model.safetensors" "$D/run2/adapter_model.safetensors" \
-  && ok "resumed run ends with a byte-identical adapter" || fail "resumed adapter differs from the uninterrupted run's"
+  && ok "resumed run ends with a byte-identical adapter" || bad "resumed adapter differs from the uninterrupted run's"
 l1=$(grep '"train_loss"' "$D/run1/log.jsonl" | sed 's/.*"train_loss": \([^,]*\),.*/\1/' | tr '\n' ' ')
 l2=$(grep '"train_loss"' "$D/run2/log.jsonl" | sed 's/.*"train_loss": \([^,]*\),.*/\1/' | tr '\n' ' ')
-[ "$l1" = "$l2" ] && ok "same losses: $l1" || fail "losses differ: '$l1' vs '$l2'"
+[ "$l1" = "$l2" ] && ok "same losses: $l1" || bad "losses differ: '$l1' vs '$l2'"
 
 # ---- continue from a saved adapter
 "$BIN" --model test/ref/gpt2_tiny --train-data "$D/data/tiny_train_*.bin" -b 2 -t 16 --steps 2 --adapter "$D/run1" \
-  --lora-rank 2 --out "$D/run3" >"$D/run3.log" 2>&1 || { fail "--adapter run exited $?"; tail -20 "$D/run3.log"; }
+  --lora-rank 2 --out "$D/run3" >"$D/run3.log" 2>&1 || { bad "--adapter run exited $?"; tail -20 "$D/run3.log"; }
 grep -q "note: --lora-rank is ignored" "$D/run3.log" && grep -q "lora: 4 adapters" "$D/run3.log" \
-  && ok "--adapter takes the adapter's structure" || fail "--adapter run: $(grep -E 'lora:|note' "$D/run3.log")"
+  && ok "--adapter takes the adapter's structure" || bad "--adapter run: $(grep -E 'lora:|note' "$D/run3.log")"
+# run1's q/v split stays a split (issue 12: it used to train as a dense rank-8 c_attn adapter): the
+# same trainable count and targets, and the k rows of every c_attn lora_B still exactly zero after
+# the 2 steps while its q and v rows moved
+t1=$(grep -o "trainable: [0-9]* parameters" "$D/run1.log"); t3=$(grep -o "trainable: [0-9]* parameters" "$D/run3.log")
+[ -n "$t1" ] && [ "$t1" = "$t3" ] && grep -q "targets q,v,mlp.c_fc" "$D/run3.log" \
+  && ok "--adapter keeps the q,v split: $t3, $(grep -o 'targets [^|]*' "$D/run3.log")" || bad "--adapter on a q,v adapter: '$t1' then '$t3'"
+python3 - "$D/run1/adapter_model.safetensors" "$D/run3/adapter_model.safetensors" <<'PY' && ok "k rows of B exactly zero after continuing, q and v rows trained" || bad "k rows of B after --adapter"
+import json, struct, sys
+def tensors(path):  # safetensors: u64 header size, JSON header, F32 data
+    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    return {k: (v["shape"], struct.unpack("<%df" % (len(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) // 4),
+                                          b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])) for k, v in h.items() if k != "__metadata__"}
+before, after = tensors(sys.argv[1]), tensors(sys.argv[2])
+keys = [k for k in after if k.endswith("attn.c_attn.lora_B.weight")]
+ok = len(keys) == 2
+for k in keys:
+    (rows, r), vals = after[k]
+    C = rows // 3
+    k_rows = vals[C * r:2 * C * r]
+    moved = sum(a != b for a, b in zip(vals[:C * r] + vals[2 * C * r:], before[k][1][:C * r] + before[k][1][2 * C * r:]))
+    print("%s: k rows %d non-zero of %d, q/v rows: %d of %d moved" % (k, sum(x != 0 for x in k_rows), len(k_rows), moved, 2 * C * r))
+    ok = ok and all(x == 0.0 for x in k_rows) and moved > 0
+sys.exit(0 if ok else 1)
+PY
 
-# ---- bad input: exit 1, a message naming the problem, nothing written
+# ---- bad input: exit 1, a message naming the problem, nothing written (stricter than lib.sh's
+# expect_fail: the exit status is 1 and the --out directory holds no adapter)
 expect_fail() { # name, message, args...
   local name="$1" msg="$2"; shift 2
   rm -rf "$D/bad_out"
   "$BIN" "$@" >"$D/bad.log" 2>&1
   local rc=$?
-  if [ $rc -ne 1 ]; then fail "$name: exit $rc (want 1)"; cat "$D/bad.log"; return; fi
-  if ! grep -q -- "$msg" "$D/bad.log"; then fail "$name: message lacks '$msg':"; cat "$D/bad.log"; return; fi
-  if [ -e "$D/bad_out/adapter_model.safetensors" ] || ls "$D/bad_out"/*.tmp.* >/dev/null 2>&1; then fail "$name: wrote output"; return; fi
+  if [ $rc -ne 1 ]; then bad "$name: exit $rc (want 1)"; cat "$D/bad.log"; return; fi
+  if ! grep -q -- "$msg" "$D/bad.log"; then bad "$name: message lacks '$msg':"; cat "$D/bad.log"; return; fi
+  if [ -e "$D/bad_out/adapter_model.safetensors" ] || ls "$D/bad_out"/*.tmp.* >/dev/null 2>&1; then bad "$name: wrote output"; return; fi
   ok "$name -> $(grep -m1 error "$D/bad.log")"
 }
 BASEARGS=(--model test/ref/gpt2_tiny --train-data "$D/data/tiny_train_*.bin" -b 2 -t 16 --steps 2 --out "$D/bad_out")
@@ -88,5 +108,4 @@ expect_fail "--lora-rank 0" "lora-rank" "${BASEARGS[@]}" --lora-rank 0
 expect_fail "--merge without --out" "--merge needs --out" --model test/ref/gpt2_tiny --train-data "$D/data/tiny_train_*.bin" --merge
 expect_fail "LoRA on a from-scratch model" "nothing to adapt" --model d6 --train-data "$D/data/tiny_train_*.bin"
 
-echo "test_lora_cli: $fails failure(s)"
-[ $fails -eq 0 ]
+finish

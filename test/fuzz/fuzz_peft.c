@@ -1,4 +1,4 @@
-// PEFT adapters through the adapter loader (llmc/lora.c lora_try_load_peft): input is
+// PEFT adapters through the adapter loader (llmc/peft_io.c peft_try_load_adapter): input is
 // adapter_config.json, FUZZ_SEP, adapter_model.safetensors, loaded for a 2-layer, 64-channel
 // GPT-2 (the shapes of test/ref/lora_tiny). An adapter that loads is merged into a base, which
 // touches every adapter matrix at the shapes the loader accepted. The loader reports errors
@@ -6,6 +6,7 @@
 #include "fuzz.h"
 #include "lora.h"
 #include "ops.h"
+#include "peft_io.h"
 #include "params.h"
 
 #define FUZZ_SEP "\n==adapter_model.safetensors==\n"
@@ -30,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_write("adapter_model.safetensors", t, nt);
     char err[1024];
     LoraModel* lm = NULL;
-    FUZZ_RUN(lm = lora_try_load_peft(g_fuzz_dir, &g_cfg, err, sizeof(err)));
+    FUZZ_RUN(lm = peft_try_load_adapter(g_fuzz_dir, &g_cfg, err, sizeof(err)));
     if (lm) {
         lora_merge(lm, &g_pt, g_base);
         lora_free(lm);

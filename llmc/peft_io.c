@@ -1,0 +1,643 @@
+#include "peft_io.h"
+#include "check.h"
+#include "fileio.h"
+#include "json.h"
+#include "safetensors.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_CAP 160
+
+static void adapter_key(char* out, size_t cap, const LoraAdapter* a, char which) {
+    snprintf(out, cap, LORA_KEY_PREFIX "%d.%s.lora_%c.weight", a->layer, lora_module_name(a->lin), which);
+}
+
+static size_t extra_numel(const LoraModel* lm, const LoraExtra* e) { return params_layer_numel(&lm->pt, e->id); }
+
+// Find a trained base slice in a file. PEFT before the base_layer wrapping (< 0.7) saved the bias
+// of a LoRA-wrapped linear as "...<module>.bias"; accept that spelling too.
+static const StTensor* find_extra(const StFile* f, const LoraExtra* e, const char** name) {
+    static char alt[KEY_CAP];
+    const StTensor* t = st_find(f, e->key);
+    *name = e->key;
+    const char* bl = strstr(e->key, ".base_layer.bias");
+    if (!t && bl) {
+        snprintf(alt, sizeof(alt), "%.*s.bias", (int)(bl - e->key), e->key);
+        t = st_find(f, alt);
+        if (t) *name = alt;
+    }
+    return t;
+}
+
+// ----------------------------------------------------------------------------
+// tensors
+
+void peft_save_tensors(const LoraModel* lm, const char* path) {
+    float* host = (float*)mallocCheck((lm->total ? lm->total : 1) * sizeof(float));
+    lora_get_params(lm, host);
+    size_t ne = 0;
+    for (int i = 0; i < lm->n_extra; i++) ne += extra_numel(lm, &lm->extra[i]);
+    float* ehost = (float*)mallocCheck((ne ? ne : 1) * sizeof(float));
+    char (*keys)[KEY_CAP] = (char(*)[KEY_CAP])mallocCheck((size_t)lm->n * 2 * KEY_CAP);
+    char split[8];
+    StWriter w;
+    st_writer_init(&w);
+    // PEFT's order: the trained base slices interleave with the adapters by module name; the
+    // order in the file does not matter to any reader, so they simply go first.
+    for (size_t i = 0, off = 0; i < (size_t)lm->n_extra; i++) {
+        const LoraExtra* e = &lm->extra[i];
+        const size_t n = extra_numel(lm, e);
+        if (!e->p) fatal("this is a bug in llmc", "peft_save_tensors: the trained base slice %s is on no model", e->key);
+        ops_download_f32(ehost + off, e->p, n);
+        const int64_t shape[1] = {(int64_t)n};
+        st_writer_add(&w, e->key, ST_F32, 1, shape, ehost + off);
+        off += n;
+    }
+    for (int i = 0; i < lm->n; i++) {
+        const LoraAdapter* a = &lm->ad[i];
+        const int64_t sa[2] = {a->rank, a->in}, sb[2] = {a->out, a->rank};
+        adapter_key(keys[2 * i], KEY_CAP, a, 'A');
+        adapter_key(keys[2 * i + 1], KEY_CAP, a, 'B');
+        st_writer_add(&w, keys[2 * i], ST_F32, 2, sa, host + a->a_off);
+        st_writer_add(&w, keys[2 * i + 1], ST_F32, 2, sb, host + a->b_off);
+    }
+    unsigned blocks = 0;
+    for (int i = 0; i < lm->n; i++) blocks |= lm->ad[i].blocks;
+    lora_split_name(blocks, split, sizeof(split));
+    if (split[0]) st_writer_meta(&w, PEFT_META_QKV_SPLIT, split);
+    st_writer_save(&w, path);
+    st_writer_free(&w);
+    free(keys);
+    free(host);
+    free(ehost);
+}
+
+// The trained base slices of f into the model the adapters are on; returns how many were read.
+static int load_extras(LoraModel* lm, StFile* f, const char* path, const char* hint) {
+    for (int i = 0; i < lm->n_extra; i++) {
+        const LoraExtra* e = &lm->extra[i];
+        const char* tname;
+        const StTensor* t = find_extra(f, e, &tname);
+        const size_t n = extra_numel(lm, e);
+        if (!t) fatal(hint, "'%s': trained base tensor '%s' is missing", path, e->key);
+        if (t->numel != n || t->ndim != 1) fatal(hint, "'%s': tensor '%s' has %llu elements, expected %zu", path, e->key, (unsigned long long)t->numel, n);
+        if (!e->p) fatal("this is a bug in llmc", "peft_load_tensors: the trained base slice %s is on no model", e->key);
+        float* tmp = (float*)mallocCheck(n * sizeof(float));
+        st_read_f32(f, t, tmp);
+        ops_upload_f32(e->p, tmp, n);
+        free(tmp);
+    }
+    return lm->n_extra;
+}
+
+void peft_load_tensors(LoraModel* lm, const char* path) {
+    StFile f;
+    st_open(&f, path);
+    const char* hint = "resume with the same --lora-* flags as the run that wrote the checkpoint";
+    float* host = (float*)callocCheck(lm->total ? lm->total : 1, sizeof(float));
+    int found = 0;
+    for (int i = 0; i < lm->n; i++) {
+        const LoraAdapter* a = &lm->ad[i];
+        for (int w = 0; w < 2; w++) {
+            char key[KEY_CAP];
+            adapter_key(key, sizeof(key), a, w ? 'B' : 'A');
+            const StTensor* t = st_find(&f, key);
+            if (!t) fatal(hint, "'%s': adapter tensor '%s' is missing", path, key);
+            const int64_t r0 = w ? a->out : a->rank, r1 = w ? a->rank : a->in;
+            if (t->ndim != 2 || t->shape[0] != r0 || t->shape[1] != r1)
+                fatal(hint, "'%s': tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", path, key,
+                      (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)r0, (long long)r1);
+            st_read_f32(&f, t, host + (w ? a->b_off : a->a_off));
+            found++;
+        }
+    }
+    found += load_extras(lm, &f, path, hint);
+    if (found != f.n_tensors)
+        fatal(hint, "'%s' holds %d tensors; this run's adapters have %d", path, f.n_tensors, found);
+    lora_set_params(lm, host);
+    free(host);
+    st_close(&f);
+}
+
+// ----------------------------------------------------------------------------
+// adapter_config.json
+
+static int is_integral(double x) { return x == floor(x) && fabs(x) < 1e9; }
+
+static void jw_number(JsonWriter* w, double x) {
+    if (is_integral(x)) jw_int(w, (int64_t)x); else jw_double(w, x);
+}
+
+// target_modules: the fewest PEFT module names that select exactly the adapted linears.
+static void write_targets(JsonWriter* w, const LoraModel* lm) {
+    unsigned lins = 0;
+    for (int i = 0; i < lm->n; i++) lins |= 1u << lm->ad[i].lin;
+    jw_key(w, "target_modules");
+    jw_begin_array(w);
+    if (lins & (1u << LINEAR_QKV)) jw_string(w, "c_attn");
+    if ((lins & (1u << LINEAR_ATTPROJ)) && (lins & (1u << LINEAR_FCPROJ))) jw_string(w, "c_proj");
+    else if (lins & (1u << LINEAR_ATTPROJ)) jw_string(w, "attn.c_proj");
+    else if (lins & (1u << LINEAR_FCPROJ)) jw_string(w, "mlp.c_proj");
+    if (lins & (1u << LINEAR_FC)) jw_string(w, "c_fc");
+    jw_end_array(w);
+}
+
+static void write_layers(JsonWriter* w, const LoraModel* lm) {
+    const LoraSpec* s = &lm->spec;
+    jw_key(w, "layers_to_transform");
+    if (s->all_layers) jw_null(w);
+    else {
+        jw_begin_array(w);
+        for (int l = 0; l < lm->cfg.num_layers; l++) if (s->layers[l]) jw_int(w, l);
+        jw_end_array(w);
+    }
+    jw_key(w, "layers_pattern");
+    if (s->all_layers) jw_null(w); else jw_string(w, "h");
+}
+
+// rank_pattern (alpha = 0) or alpha_pattern (1): the adapters whose rank / alpha differ from the
+// global ones (the stacked q/k/v split, or a loaded adapter with patterns), by module when uniform
+// across layers, else by layer.
+static void write_pattern(JsonWriter* w, const LoraModel* lm, int alpha) {
+    const double global = alpha ? (double)lm->spec.alpha : (double)lm->spec.rank;
+    jw_key(w, alpha ? "alpha_pattern" : "rank_pattern");
+    jw_begin_object(w);
+    for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
+        int first = -1, uniform = 1, differs = 0;
+        for (int i = 0; i < lm->n; i++) {
+            if (lm->ad[i].lin != k) continue;
+            const double v = alpha ? (double)lm->ad[i].alpha : (double)lm->ad[i].rank;
+            if (v != global) differs = 1;
+            if (first < 0) first = i;
+            else if ((alpha ? (double)lm->ad[first].alpha : (double)lm->ad[first].rank) != v) uniform = 0;
+        }
+        for (int i = 0; differs && i < lm->n; i++) {
+            const LoraAdapter* a = &lm->ad[i];
+            if (a->lin != k) continue;
+            char key[128];
+            if (uniform) snprintf(key, sizeof(key), "%s", lora_module_name(k));
+            else snprintf(key, sizeof(key), "transformer.h.%d.%s", a->layer, lora_module_name(k));
+            jw_key(w, key);
+            if (alpha) jw_number(w, a->alpha); else jw_int(w, a->rank);
+            if (uniform) break;
+        }
+    }
+    jw_end_object(w);
+}
+
+void peft_save_adapter(const LoraModel* lm, const char* dir) {
+    mkdir_p(dir);
+    char path[LLMC_PATH_MAX];
+    path_join(path, sizeof(path), dir, "adapter_model.safetensors");
+    peft_save_tensors(lm, path);
+    const LoraSpec* s = &lm->spec;
+    JsonWriter w;
+    jw_init(&w, 1);
+    jw_begin_object(&w);
+    jw_key(&w, "peft_type"); jw_string(&w, "LORA");
+    jw_key(&w, "task_type"); jw_string(&w, "CAUSAL_LM");
+    jw_key(&w, "r"); jw_int(&w, s->rank);
+    jw_key(&w, "lora_alpha"); jw_number(&w, s->alpha);
+    jw_key(&w, "lora_dropout"); jw_double(&w, s->dropout);
+    write_targets(&w, lm);
+    jw_key(&w, "fan_in_fan_out"); jw_bool(&w, 1);
+    jw_key(&w, "bias"); jw_string(&w, s->bias == LORA_BIAS_ALL ? "all" : s->bias == LORA_BIAS_LORA_ONLY ? "lora_only" : "none");
+    jw_key(&w, "use_rslora"); jw_bool(&w, s->rslora);
+    jw_key(&w, "use_dora"); jw_bool(&w, 0);
+    jw_key(&w, "modules_to_save");
+    if (s->train_ln_f) { jw_begin_array(&w); jw_string(&w, "ln_f"); jw_end_array(&w); } else jw_null(&w);
+    jw_key(&w, "init_lora_weights"); jw_bool(&w, 1);
+    jw_key(&w, "inference_mode"); jw_bool(&w, 1);
+    jw_key(&w, "base_model_name_or_path"); jw_string(&w, lm->base_name);
+    jw_key(&w, "revision"); jw_null(&w);
+    write_layers(&w, lm);
+    write_pattern(&w, lm, 0);
+    write_pattern(&w, lm, 1);
+    jw_end_object(&w);
+    jw_raw(&w, "\n", 1);
+    path_join(path, sizeof(path), dir, "adapter_config.json");
+    atomic_write_file(path, w.buf, w.len);
+    jw_free(&w);
+}
+
+// ----------------------------------------------------------------------------
+// loading an adapter: the reader's state, then one function per part of the files
+
+typedef struct {
+    char* err;                     // the message of a refusal
+    size_t errcap;
+    const GPT2Config* cfg;
+    ParamTable pt;                 // the base's shapes
+    char cpath[LLMC_PATH_MAX];     // adapter_config.json
+    char tpath[LLMC_PATH_MAX];     // adapter_model.safetensors
+    char* text;
+    JsonValue* js;
+    StFile f;
+    int f_open;
+    LoraSpec spec;                 // r, alpha, rslora, dropout, bias, ln_f, layers of the config
+    const char* bias_name;
+    int all_linear;                // target_modules "all-linear", else the list:
+    const JsonValue* targets;
+    const JsonValue* rank_pattern;
+    const JsonValue* alpha_pattern;
+    int matched;                   // tensors of the file accounted for
+} PeftReader;
+
+static int refuse(PeftReader* P, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(P->err, P->errcap, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int ends_with_module(const char* name, const char* target) {
+    // PEFT list semantics: the module's key equals the target or ends with "." + target
+    size_t a = strlen(name), b = strlen(target);
+    if (a == b) return !strcmp(name, target);
+    return a > b && name[a - b - 1] == '.' && !strcmp(name + a - b, target);
+}
+
+// Value of a rank_pattern / alpha_pattern object for module "transformer.h.L.MOD": the first key
+// matching (PEFT: re.match("(.*\.)?KEY$"), taken literally here). NULL if none.
+static const JsonValue* pattern_lookup(const JsonValue* pat, const char* full) {
+    if (!pat || pat->type != JSON_OBJECT) return NULL;
+    for (int i = 0; i < pat->n; i++)
+        if (ends_with_module(full, pat->keys[i])) return &pat->items[i];
+    return NULL;
+}
+
+// The two files of path (a directory, or its adapter_model.safetensors), which must exist.
+static int reader_paths(PeftReader* P, const char* path) {
+    char dir[LLMC_PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    if (!dir_exists(path)) {
+        char* slash = strrchr(dir, '/');
+        if (slash) *slash = '\0'; else snprintf(dir, sizeof(dir), ".");
+    }
+    path_join(P->cpath, sizeof(P->cpath), dir, "adapter_config.json");
+    if (dir_exists(path)) path_join(P->tpath, sizeof(P->tpath), dir, "adapter_model.safetensors");
+    else snprintf(P->tpath, sizeof(P->tpath), "%s", path);
+    if (!dir_exists(path) && !file_exists(path))
+        return refuse(P, "'%s' does not exist (expected an adapter directory with adapter_config.json and adapter_model.safetensors)", path);
+    if (!file_exists(P->cpath))
+        return refuse(P, "'%s' does not exist: an adapter directory holds adapter_config.json and adapter_model.safetensors", P->cpath);
+    if (!file_exists(P->tpath)) {
+        char bin[LLMC_PATH_MAX];
+        path_join(bin, sizeof(bin), dir, "adapter_model.bin");
+        if (file_exists(bin)) return refuse(P, "'%s': pickled adapters are not supported; save it with safe_serialization=True", bin);
+        return refuse(P, "'%s' does not exist", P->tpath);
+    }
+    return 0;
+}
+
+// bias and modules_to_save: the base tensors trained with the adapters.
+static int read_config_extras(PeftReader* P) {
+    const char* c = P->cpath;
+    const char* bias = json_as_string(json_get(P->js, "bias"));
+    P->bias_name = bias ? bias : "none";
+    if (!bias || !strcmp(bias, "none")) P->spec.bias = LORA_BIAS_NONE;
+    else if (!strcmp(bias, "all")) P->spec.bias = LORA_BIAS_ALL;
+    else if (!strcmp(bias, "lora_only")) P->spec.bias = LORA_BIAS_LORA_ONLY;
+    else return refuse(P, "'%s': bias \"%s\" is not one of \"none\", \"all\", \"lora_only\"", c, bias);
+    const JsonValue* mts = json_get(P->js, "modules_to_save");
+    if (!mts || json_is_null(mts)) return 0;
+    if (mts->type != JSON_ARRAY) return refuse(P, "'%s': modules_to_save must be null or a list", c);
+    for (int i = 0; i < mts->n; i++) {
+        const char* s = json_as_string(&mts->items[i]);
+        if (s && (!strcmp(s, "ln_f") || !strcmp(s, "transformer.ln_f"))) P->spec.train_ln_f = 1;
+        else return refuse(P, "'%s': modules_to_save entry %s%s%s is not supported (only \"ln_f\")", c, s ? "\"" : "",
+                           s ? s : "(not a string)", s ? "\"" : "");
+    }
+    return 0;
+}
+
+// The JSON and its scalar keys: peft_type, r, lora_alpha, lora_dropout, use_rslora, use_dora.
+static int read_config_scalars(PeftReader* P) {
+    const char* c = P->cpath;
+    size_t len;
+    char jerr[256];
+    P->text = read_file_all(c, &len);
+    P->js = json_parse(P->text, len, jerr, sizeof(jerr));
+    if (!P->js) return refuse(P, "'%s': %s", c, jerr);
+    const JsonValue* js = P->js;
+    if (js->type != JSON_OBJECT) return refuse(P, "'%s': expected a JSON object", c);
+    const char* pt = json_as_string(json_get(js, "peft_type"));
+    if (pt && strcmp(pt, "LORA")) return refuse(P, "'%s': peft_type is \"%s\"; only LORA adapters are supported", c, pt);
+    double alpha, dropout = 0.0;
+    int dora = 0;
+    if (!json_as_int(json_get(js, "r"), &P->spec.rank) || P->spec.rank < 1) return refuse(P, "'%s': key \"r\" must be a positive integer", c);
+    if (!json_as_number(json_get(js, "lora_alpha"), &alpha)) return refuse(P, "'%s': key \"lora_alpha\" must be a number", c);
+    if (json_get(js, "lora_dropout") && !json_as_number(json_get(js, "lora_dropout"), &dropout))
+        return refuse(P, "'%s': key \"lora_dropout\" must be a number", c);
+    const JsonValue* rs = json_get(js, "use_rslora");
+    if (rs && !json_is_null(rs) && !json_as_bool(rs, &P->spec.rslora)) return refuse(P, "'%s': key \"use_rslora\" must be true or false", c);
+    if (json_as_bool(json_get(js, "use_dora"), &dora) && dora) return refuse(P, "'%s': DoRA adapters (use_dora true) are not supported", c);
+    if (dropout < 0.0 || dropout >= 1.0) return refuse(P, "'%s': lora_dropout %g is outside [0, 1)", c, dropout);
+    P->spec.alpha = (float)alpha;
+    P->spec.dropout = (float)dropout;
+    P->rank_pattern = json_get(js, "rank_pattern");
+    P->alpha_pattern = json_get(js, "alpha_pattern");
+    return read_config_extras(P);
+}
+
+// target_modules: "all-linear" or a list of module names of GPT-2's linear layers.
+static int read_config_targets(PeftReader* P) {
+    const char* c = P->cpath;
+    const JsonValue* tm = json_get(P->js, "target_modules");
+    if (!tm) return refuse(P, "'%s': key \"target_modules\" is missing", c);
+    if (tm->type == JSON_STRING) {
+        if (strcmp(tm->string, "all-linear"))
+            return refuse(P, "'%s': target_modules \"%s\" is a regular expression; only a list of module names or \"all-linear\" is supported", c, tm->string);
+        P->all_linear = 1;
+        return 0;
+    }
+    if (tm->type != JSON_ARRAY) return refuse(P, "'%s': key \"target_modules\" must be a list of strings", c);
+    for (int i = 0; i < tm->n; i++) {
+        const char* s = json_as_string(&tm->items[i]);
+        if (!s) return refuse(P, "'%s': target_modules[%d] is not a string", c, i);
+        int known = 0;
+        for (int l = 0; l < P->cfg->num_layers && !known; l++)
+            for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
+                char full[128];
+                snprintf(full, sizeof(full), "transformer.h.%d.%s", l, lora_module_name(k));
+                if (ends_with_module(full, s)) known = 1;
+            }
+        if (!known) return refuse(P, "'%s': unknown target module \"%s\" for GPT-2 (LoRA applies to c_attn, attn.c_proj, c_fc, mlp.c_proj)", c, s);
+    }
+    P->targets = tm;
+    return 0;
+}
+
+// layers_to_transform: null (every layer), a layer index or a list of them.
+static int read_config_layers(PeftReader* P) {
+    const char* c = P->cpath;
+    const int L = P->cfg->num_layers;
+    const JsonValue* ltt = json_get(P->js, "layers_to_transform");
+    int v;
+    if (!ltt || json_is_null(ltt)) {
+        for (int l = 0; l < L; l++) P->spec.layers[l] = 1;
+        P->spec.all_layers = 1;
+        return 0;
+    }
+    if (json_as_int(ltt, &v)) {
+        if (v < 0 || v >= L) return refuse(P, "'%s': layers_to_transform %d is outside 0-%d", c, v, L - 1);
+        P->spec.layers[v] = 1;
+        return 0;
+    }
+    if (ltt->type != JSON_ARRAY) return refuse(P, "'%s': key \"layers_to_transform\" must be null, an integer or a list of integers", c);
+    for (int i = 0; i < ltt->n; i++) {
+        if (!json_as_int(&ltt->items[i], &v) || v < 0 || v >= L)
+            return refuse(P, "'%s': layers_to_transform[%d] is not a layer index 0-%d", c, i, L - 1);
+        P->spec.layers[v] = 1;
+    }
+    return 0;
+}
+
+// Every tensor of the file must belong to a layer of the base (its names are checked later).
+static int check_tensor_layers(PeftReader* P) {
+    const size_t np = strlen(LORA_KEY_PREFIX);
+    for (int i = 0; i < P->f.n_tensors; i++) {
+        const char* name = P->f.tensors[i].name;
+        if (!strncmp(name, "base_model.model.transformer.ln_f.", 34)) continue; // modules_to_save / bias: checked below
+        if (strncmp(name, LORA_KEY_PREFIX, np) != 0)
+            return refuse(P, "'%s': unexpected tensor '%s' (expected " LORA_KEY_PREFIX "<layer>.<module>.lora_A|lora_B.weight)", P->tpath, name);
+        const int l = atoi(name + np);
+        if (l < 0 || l >= P->cfg->num_layers)
+            return refuse(P, "'%s': tensor '%s' is for layer %d but the base model has %d layers (wrong base model?)", P->tpath, name, l,
+                          P->cfg->num_layers);
+    }
+    return 0;
+}
+
+// Whether the config targets linear k of layer l.
+static int targeted(const PeftReader* P, int l, int k) {
+    char full[128];
+    snprintf(full, sizeof(full), "transformer.h.%d.%s", l, lora_module_name(k));
+    int t = P->all_linear;
+    for (int i = 0; !t && i < P->targets->n; i++) t = ends_with_module(full, P->targets->items[i].string);
+    return t && P->spec.layers[l];
+}
+
+// The rank and alpha of linear k of layer l: r / lora_alpha, or their rank_pattern / alpha_pattern.
+static int rank_alpha(PeftReader* P, const char* full, int* rank, double* alpha) {
+    *rank = P->spec.rank;
+    *alpha = P->spec.alpha;
+    const JsonValue* rv = pattern_lookup(P->rank_pattern, full);
+    if (rv && (!json_as_int(rv, rank) || *rank < 1)) return refuse(P, "'%s': rank_pattern value for %s must be a positive integer", P->cpath, full);
+    const JsonValue* av = pattern_lookup(P->alpha_pattern, full);
+    if (av && !json_as_number(av, alpha)) return refuse(P, "'%s': alpha_pattern value for %s must be a number", P->cpath, full);
+    return 0;
+}
+
+// The adapter on linear k of layer l, if the file has one (*found), checked against the config
+// and the base's shapes.
+static int read_adapter(PeftReader* P, int l, int k, LoraAdapter* a, int* found) {
+    const char *c = P->cpath, *t = P->tpath;
+    char ka[KEY_CAP], kb[KEY_CAP], full[128];
+    memset(a, 0, sizeof(*a));
+    a->lin = k; a->wid = linear_weight_id(k); a->layer = l;
+    a->out = (int)P->pt.t[a->wid].rows;
+    a->in = (int)P->pt.t[a->wid].cols;
+    adapter_key(ka, sizeof(ka), a, 'A');
+    adapter_key(kb, sizeof(kb), a, 'B');
+    snprintf(full, sizeof(full), "transformer.h.%d.%s", l, lora_module_name(k));
+    const StTensor* ta = st_find(&P->f, ka);
+    const StTensor* tb = st_find(&P->f, kb);
+    *found = ta || tb;
+    if (!*found) return targeted(P, l, k) ? refuse(P, "'%s' targets %s but '%s' has no tensors for it (config/tensor disagreement)", c, full, t) : 0;
+    if (!ta) return refuse(P, "'%s': '%s' has no matching lora_A tensor '%s'", t, kb, ka);
+    if (!tb) return refuse(P, "'%s': '%s' has no matching lora_B tensor '%s'", t, ka, kb);
+    if (!targeted(P, l, k)) return refuse(P, "'%s': tensor '%s' is for %s, which adapter_config.json does not target (config/tensor disagreement)", t, ka, full);
+    if (ta->ndim != 2 || tb->ndim != 2) return refuse(P, "'%s': '%s' and '%s' must be 2-D", t, ka, kb);
+    if (ta->shape[1] != a->in)
+        return refuse(P, "'%s': '%s' has shape [%lld, %lld]; the base model's %s takes %d inputs (wrong base model?)", t, ka,
+                      (long long)ta->shape[0], (long long)ta->shape[1], full, a->in);
+    if (tb->shape[0] != a->out)
+        return refuse(P, "'%s': '%s' has shape [%lld, %lld]; the base model's %s has %d outputs (wrong base model?)", t, kb,
+                      (long long)tb->shape[0], (long long)tb->shape[1], full, a->out);
+    if (ta->shape[0] != tb->shape[1])
+        return refuse(P, "'%s': rank mismatch: '%s' has rank %lld but '%s' has rank %lld", t, ka, (long long)ta->shape[0], kb, (long long)tb->shape[1]);
+    double alpha;
+    if (rank_alpha(P, full, &a->rank, &alpha)) return -1;
+    if (ta->shape[0] != a->rank)
+        return refuse(P, "'%s': '%s' has rank %lld but adapter_config.json says r = %d for %s (config/tensor disagreement)", t, ka,
+                      (long long)ta->shape[0], a->rank, full);
+    a->alpha = (float)alpha;
+    a->scaling = lora_scaling(a->alpha, a->rank, P->spec.rslora);
+    P->matched += 2;
+    return 0;
+}
+
+// "q,v" -> the block bits 1 | 4 (lora_split_name's inverse); 0 if s names anything else.
+static unsigned split_blocks(const char* s) {
+    unsigned blocks = 0;
+    for (const char* p = s; *p; p++) {
+        const char* q = strchr("qkv", *p);
+        if (q) blocks |= 1u << (q - "qkv");
+        else if (*p != ',') return 0;
+    }
+    return blocks;
+}
+
+// The q/k/v split the tensor file names (PEFT_META_QKV_SPLIT) on every c_attn adapter.
+static int read_split(PeftReader* P, LoraAdapter* ad, int n) {
+    const char* s = st_meta(&P->f, PEFT_META_QKV_SPLIT);
+    if (!s) return 0;
+    const unsigned blocks = split_blocks(s);
+    if (!blocks) return refuse(P, "'%s': metadata %s \"%s\" is not a list of q, k, v", P->tpath, PEFT_META_QKV_SPLIT, s);
+    int nb = 0, on_qkv = 0;
+    for (int j = 0; j < 3; j++) nb += (blocks >> j) & 1;
+    for (int i = 0; i < n; i++) {
+        if (ad[i].lin != LINEAR_QKV) continue;
+        if (ad[i].rank % nb)
+            return refuse(P, "'%s': metadata %s \"%s\" does not divide the rank %d of layer %d's c_attn adapter", P->tpath,
+                          PEFT_META_QKV_SPLIT, s, ad[i].rank, ad[i].layer);
+        ad[i].blocks = blocks;
+        on_qkv = 1;
+    }
+    if (!on_qkv) return refuse(P, "'%s': metadata %s \"%s\" names a split of c_attn, which has no adapter", P->tpath, PEFT_META_QKV_SPLIT, s);
+    P->spec.targets = (P->spec.targets & ~LORA_T_CATTN) | (blocks << 1);
+    return 0;
+}
+
+// Every adapter of the file, checked against the config; the config's structure for them.
+static int read_adapters(PeftReader* P, LoraAdapter* ad, int* n) {
+    const int L = P->cfg->num_layers;
+    static const unsigned TARGET_BIT[LINEAR_PER_BLOCK] = {LORA_T_CATTN, LORA_T_ATTPROJ, LORA_T_FC, LORA_T_FCPROJ};
+    if (check_tensor_layers(P)) return -1;
+    *n = 0;
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
+            int found;
+            if (read_adapter(P, l, k, &ad[*n], &found)) return -1;
+            if (!found) continue;
+            P->spec.targets |= TARGET_BIT[k];
+            (*n)++;
+        }
+    if (*n == 0) return refuse(P, "'%s' holds no LoRA tensors", P->tpath);
+    return read_split(P, ad, *n);
+}
+
+// The trained base slices the config announces (bias, modules_to_save) must all be in the file.
+static int check_extras(PeftReader* P, const LoraModel* lm) {
+    for (int i = 0; i < lm->n_extra; i++) {
+        const LoraExtra* e = &lm->extra[i];
+        const char* tname;
+        const StTensor* t = find_extra(&P->f, e, &tname);
+        if (!t)
+            return refuse(P, "'%s': bias \"%s\"%s in '%s' needs tensor '%s', which is missing (config/tensor disagreement)", P->tpath,
+                          P->bias_name, P->spec.train_ln_f ? " / modules_to_save [\"ln_f\"]" : "", P->cpath, e->key);
+        if (t->ndim != 1 || t->numel != extra_numel(lm, e))
+            return refuse(P, "'%s': '%s' has %llu elements; the base model's tensor has %zu (wrong base model?)", P->tpath, e->key,
+                          (unsigned long long)t->numel, extra_numel(lm, e));
+        P->matched++;
+    }
+    return 0;
+}
+
+// Whether name is a tensor of lm: an adapter's lora_A / lora_B or a trained base slice.
+static int known_tensor(const PeftReader* P, const LoraModel* lm, const char* name) {
+    for (int e = 0; e < lm->n_extra; e++) {
+        const char* tname;
+        if (find_extra(&P->f, &lm->extra[e], &tname) && !strcmp(tname, name)) return 1;
+    }
+    for (int i = 0; i < lm->n; i++)
+        for (int w = 0; w < 2; w++) {
+            char key[KEY_CAP];
+            adapter_key(key, sizeof(key), &lm->ad[i], w ? 'B' : 'A');
+            if (!strcmp(key, name)) return 1;
+        }
+    return 0;
+}
+
+static int check_unknown_tensors(PeftReader* P, const LoraModel* lm) {
+    if (P->matched == P->f.n_tensors) return 0;
+    for (int i = 0; i < P->f.n_tensors; i++)
+        if (!known_tensor(P, lm, P->f.tensors[i].name))
+            return refuse(P, "'%s': unknown tensor '%s' (neither a lora_A / lora_B of a GPT-2 linear layer nor a base tensor trained by the "
+                          "config's bias / modules_to_save)", P->tpath, P->f.tensors[i].name);
+    return 0;
+}
+
+// A split adapter's B must be zero outside its blocks (the file was not trained as a whole c_attn).
+static int check_split_zeros(PeftReader* P, const LoraAdapter* a, const float* B) {
+    const size_t n = (size_t)a->out * a->rank;
+    float* mask = (float*)mallocCheck(n * sizeof(float));
+    lora_b_mask_host(a, mask);
+    size_t bad = 0;
+    for (size_t j = 0; j < n; j++) bad += mask[j] == 0.0f && B[j] != 0.0f;
+    free(mask);
+    if (!bad) return 0;
+    char kb[KEY_CAP];
+    adapter_key(kb, sizeof(kb), a, 'B');
+    return refuse(P, "'%s': '%s' has %zu non-zero entries outside the q/k/v blocks its metadata %s \"%s\" names", P->tpath, kb, bad,
+                  PEFT_META_QKV_SPLIT, st_meta(&P->f, PEFT_META_QKV_SPLIT));
+}
+
+// The adapters' values into lm, the trained base slices' into lm->extra_host.
+static int read_values(PeftReader* P, LoraModel* lm) {
+    float* host = (float*)callocCheck(lm->total ? lm->total : 1, sizeof(float));
+    int rc = 0;
+    for (int i = 0; i < lm->n && !rc; i++) {
+        const LoraAdapter* a = &lm->ad[i];
+        for (int w = 0; w < 2 && !rc; w++) {
+            char key[KEY_CAP];
+            adapter_key(key, sizeof(key), a, w ? 'B' : 'A');
+            const StTensor* t = st_find(&P->f, key);
+            if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+                rc = refuse(P, "'%s': '%s' has dtype %s; expected F32, BF16 or F16", P->tpath, key, st_dtype_name(t->dtype));
+            else st_read_f32(&P->f, t, host + (w ? a->b_off : a->a_off));
+        }
+        if (!rc && a->blocks) rc = check_split_zeros(P, a, host + a->b_off);
+    }
+    if (!rc) lora_set_params(lm, host);
+    free(host);
+    size_t ne = 0;
+    for (int i = 0; i < lm->n_extra; i++) ne += extra_numel(lm, &lm->extra[i]);
+    lm->extra_host = (float*)mallocCheck((ne ? ne : 1) * sizeof(float));
+    for (size_t i = 0, off = 0; !rc && i < (size_t)lm->n_extra; i++) {
+        const char* tname;
+        st_read_f32(&P->f, find_extra(&P->f, &lm->extra[i], &tname), lm->extra_host + off);
+        off += extra_numel(lm, &lm->extra[i]);
+    }
+    return rc;
+}
+
+LoraModel* peft_try_load_adapter(const char* path, const GPT2Config* cfg, char* err, size_t errcap) {
+    PeftReader P;
+    memset(&P, 0, sizeof(P));
+    P.err = err; P.errcap = errcap; P.cfg = cfg;
+    params_build(&P.pt, cfg);
+    LoraModel* lm = NULL;
+    LoraAdapter* ad = (LoraAdapter*)callocCheck((size_t)cfg->num_layers * LINEAR_PER_BLOCK + 1, sizeof(LoraAdapter));
+    int n = 0, rc = cfg->num_layers > LORA_MAX_LAYERS ? refuse(&P, "models with more than %d layers are not supported", LORA_MAX_LAYERS) : 0;
+    if (!rc) rc = reader_paths(&P, path);
+    if (!rc) rc = read_config_scalars(&P);
+    if (!rc) rc = read_config_targets(&P);
+    if (!rc) rc = read_config_layers(&P);
+    if (!rc) { rc = st_try_open(&P.f, P.tpath, err, errcap); P.f_open = rc == 0; }
+    if (!rc) rc = read_adapters(&P, ad, &n);
+    if (!rc) { lm = lora_from_adapters(cfg, &P.spec, ad, n); ad = NULL; }
+    if (!rc) rc = check_extras(&P, lm);
+    if (!rc) rc = check_unknown_tensors(&P, lm);
+    if (!rc) rc = read_values(&P, lm);
+    const char* base = rc ? NULL : json_as_string(json_get(P.js, "base_model_name_or_path"));
+    if (base) snprintf(lm->base_name, sizeof(lm->base_name), "%s", base);
+    if (rc && lm) { lora_free(lm); lm = NULL; }
+    free(ad);
+    if (P.f_open) st_close(&P.f);
+    json_free(P.js);
+    free(P.text);
+    return lm;
+}
+
+LoraModel* peft_load_adapter(const char* path, const GPT2Config* cfg) {
+    char err[1024];
+    LoraModel* lm = peft_try_load_adapter(path, cfg, err, sizeof(err));
+    if (!lm) fatal("check that the adapter was trained for this base model (--model) and saved by PEFT or train_lora", "%s", err);
+    return lm;
+}

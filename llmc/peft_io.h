@@ -1,0 +1,50 @@
+// PEFT adapter files, beside the model files of llmc/model_io.h: a directory with
+//   adapter_config.json         PEFT's LoraConfig (r, lora_alpha, target_modules, bias,
+//                               modules_to_save, layers_to_transform, rank_pattern, alpha_pattern,
+//                               use_rslora, base_model_name_or_path, ...);
+//   adapter_model.safetensors   "base_model.model.transformer.h.<l>.<module>.lora_A.weight"
+//                               [r, in] and ".lora_B.weight" [out, r] (F32; BF16 / F16 read too),
+//                               plus the base tensors trained with bias= / modules_to_save.
+// PEFT loads what we write (AutoPeftModelForCausalLM / PeftModel.from_pretrained) and we load what
+// PEFT writes, with a message naming the file and key for anything we cannot apply exactly.
+//
+// A q/k/v split of c_attn (llmc/lora.h) is a c_attn adapter of rank blocks x r for PEFT, which
+// computes the same function with it. So that continuing from the file keeps the split (the
+// structural zeros of B stay zero, the trainable count stays that of the split), the tensor file
+// names it in its metadata, key PEFT_META_QKV_SPLIT, value the blocks ("q,v"); PEFT reads only
+// the tensors and ignores it.
+//
+// The same tensor file (without adapter_config.json) is the adapter part of a LoRA checkpoint.
+#ifndef LLMC_PEFT_IO_H
+#define LLMC_PEFT_IO_H
+
+#include <stddef.h>
+#include "config.h"
+#include "lora.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PEFT_META_QKV_SPLIT "llmc_qkv_split"
+
+// The adapter tensors and the trained base slices (read from the model they are on: extra[i].p)
+// as one safetensors file, atomically.
+void peft_save_tensors(const LoraModel* lm, const char* path);
+// Values of a file written by peft_save_tensors (or PEFT) into adapters of the same structure
+// (and the trained base slices into the model they are on); every tensor must be present with
+// its shape, no other may be. fatal naming the file and tensor otherwise.
+void peft_load_tensors(LoraModel* lm, const char* path);
+// dir/adapter_model.safetensors + dir/adapter_config.json (creates dir), each written atomically.
+void peft_save_adapter(const LoraModel* lm, const char* dir);
+// Load an adapter: path is the adapter directory (or its adapter_model.safetensors). The
+// structure (targets, layers, ranks, scalings, q/k/v split) comes from the files; the trained
+// base slices' values wait in the adapters until lora_put_base_values. fatal with a message
+// naming the file and key on anything inconsistent; the try_ variant returns NULL and fills err.
+LoraModel* peft_load_adapter(const char* path, const GPT2Config* cfg);
+LoraModel* peft_try_load_adapter(const char* path, const GPT2Config* cfg, char* err, size_t errcap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_PEFT_IO_H
