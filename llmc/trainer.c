@@ -540,21 +540,19 @@ static StepResult train_step(Run* r) {
     const int64_t valid = read_step_batches(r);
     gpt2_zero_grads(r->model);
     gradsync_step_begin(&r->gs);
-    double loss_sum = 0.0;
     float dloss = valid > 0 ? 1.0f / (float)valid : 0.0f;
     for (int k = 0; k < c->accum; k++) {
-        long n = 0;
         // dropout masks: a pure function of (seed, rank, micro-step), so a resumed run draws the same ones
         linear_set_training(r->model->lin, 1, ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)c->accum + (uint64_t)k);
-        loss_sum += gpt2_forward(r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, &n);
+        gpt2_forward_acc(r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, gradsync_loss_acc(&r->gs));
         gpt2_backward(r->model, gradsync_sink(&r->gs));
         gradsync_micro_done(&r->gs);
     }
-    comm_allreduce_sum_f64(&r->comm, &loss_sum, 1);
     gradsync_reduce(&r->gs);
     StepResult s;
+    double loss_sum; // the step's one read of the device: loss and gradient norm together
+    gradsync_step_stats(&r->gs, &loss_sum, &s.norm);
     s.loss = valid > 0 ? loss_sum / (double)valid : NAN;
-    s.norm = gradsync_grad_norm(&r->gs);
     s.lr = sched_lr(&r->sched, (int)r->step);
     s.skipped = !isfinite(s.loss) || !isfinite(s.norm);
     if (s.skipped) return s;

@@ -178,7 +178,7 @@ static void test_encoder(int B, int T, int C, int V) {
 
     vecf g = rnd_vec((size_t)B * T * C, 1.0f), gwte = rnd_vec((size_t)V * C, 0.5f), gwpe = rnd_vec((size_t)T * C, 0.5f);
     Dev dg(g), dgwte(gwte), dgwpe(gwpe);
-    cuda_encoder_backward(dgwte.p, dgwpe.p, dg.p, dtok.p, B, T, C);
+    cuda_encoder_backward(dgwte.p, dgwpe.p, dg.p, tok.data(), B, T, C);
     std::vector<double> rw(gwte.begin(), gwte.end()), rp(gwpe.begin(), gwpe.end());
     for (int bt = 0; bt < B * T; bt++)
         for (int c = 0; c < C; c++) {
@@ -578,10 +578,10 @@ static void test_null_grads(void) {
     vecf eg = rnd_vec((size_t)B * T * C, 1.0f), ew = rnd_vec((size_t)V * C, 0.5f), ep = rnd_vec((size_t)T * C, 0.5f);
     Dev deg(eg), dew(ew), dep(ep);
     vecf cw2 = ew, cp2 = ep;
-    cuda_encoder_backward(NULL, dep.p, deg.p, dtok.p, B, T, C);
+    cuda_encoder_backward(NULL, dep.p, deg.p, tok.data(), B, T, C);
     cpu_encoder_backward(NULL, cp2.data(), eg.data(), tok.data(), B, T, C);
     check("encoder_backward dwpe only", dep.get(), cp2, RT, 1e-2);
-    cuda_encoder_backward(dew.p, NULL, deg.p, dtok.p, B, T, C);
+    cuda_encoder_backward(dew.p, NULL, deg.p, tok.data(), B, T, C);
     cpu_encoder_backward(cw2.data(), NULL, eg.data(), tok.data(), B, T, C);
     check("encoder_backward dwte only", dew.get(), cw2, RT, 1e-2);
 }
@@ -604,6 +604,19 @@ static void test_reductions(size_t n) {
     snprintf(name, sizeof(name), "vs cpu: sum_squares, sum_f32 (n=%zu)", n);
     vecf a3{(float)got_ss, (float)got_s}, w3{(float)cpu_sum_squares(x.data(), n), (float)cpu_sum_f32(x.data(), n)};
     check(name, a3, w3, 1e-5, 1e-4);
+    // the accumulating forms: added onto what the accumulator holds, nothing read back until the
+    // end, and the same value as the reading forms (which are built on them)
+    double init[2] = {0.25, -1.5}, acc[2];
+    double* dacc = (double*)cuda_ops_alloc(sizeof(init));
+    cuda_ops_to_device_async(dacc, init, sizeof(init));
+    cuda_sum_squares_acc(dacc, dx.p, n);
+    cuda_sum_squares_acc(dacc, dx.p, n);
+    cuda_sum_f32_acc(dacc + 1, df.p, n);
+    cuda_ops_to_host(acc, dacc, sizeof(acc));
+    TEST_CHECK(acc[0] == (0.25 + got_ss) + got_ss && acc[1] == -1.5 + got_s,
+               "sum_squares_acc / sum_f32_acc (n=%zu): %.17g %.17g, want %.17g %.17g", n, acc[0], acc[1],
+               (0.25 + got_ss) + got_ss, -1.5 + got_s);
+    cuda_ops_free(dacc);
 }
 
 #include <time.h>

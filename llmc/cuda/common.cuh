@@ -241,6 +241,9 @@ enum {
     OPS_SCRATCH_COUNT
 };
 void* ops_scratch(int slot, size_t bytes);
+// Pinned host memory for an asynchronous upload (cudaMemcpyAsync on the default stream), valid
+// until the host next waits for the device (backend.cu says how).
+void* ops_stage_host(size_t bytes);
 
 // Column sums in fixed order (deterministic): partial[chunk][c] for nchunks chunks of rows,
 // then out[c] += sum over chunks. Shared by layernorm_backward and matmul_backward's dbias.
