@@ -23,6 +23,7 @@
 #include "cpu/ops_cpu.h"
 #include "cuda/ops_cuda.h"
 #include "cuda/attention.cuh"
+#include "cuda/gemm.cuh"
 #include "test/test.h"
 
 typedef std::vector<float> vecf;
@@ -619,6 +620,23 @@ static void test_reductions(size_t n) {
     cuda_ops_free(dacc);
 }
 
+// GEMM plans are built once per shape and epilogue, then reused (gemm.cu's cache)
+static void test_gemm_plans(void) {
+    const int N = 5, C = 24, OC = 40; // a shape no other test uses
+    Dev inp(rnd_vec((size_t)N * C, 1.0f)), w(rnd_vec((size_t)OC * C, 1.0f)), b(rnd_vec(OC, 1.0f)), out((size_t)N * OC);
+    const long p0 = gemm_plans_built();
+    cuda_matmul_forward(out.p, NULL, inp.p, w.p, b.p, N, C, OC);
+    const long p1 = gemm_plans_built();
+    cuda_matmul_forward(out.p, NULL, inp.p, w.p, b.p, N, C, OC);
+    const long p2 = gemm_plans_built();
+    cuda_matmul_forward(out.p, NULL, inp.p, w.p, NULL, N, C, OC); // another epilogue: another plan
+    const long p3 = gemm_plans_built();
+    TEST_CHECK(p1 - p0 == 1 && p2 == p1 && p3 - p2 == 1,
+               "GEMM plans built: %ld for a new shape (want 1), %ld for it again (want 0), %ld without bias (want 1)",
+               p1 - p0, p2 - p1, p3 - p2);
+    printf("ok   gemm plan cache (%ld plans built so far)\n", p3);
+}
+
 #include <time.h>
 static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
 // runs one test and prints how long it took under the harness (CI time is budgeted)
@@ -682,6 +700,7 @@ int main(void) {
     TIMED(test_adamw(333, 0));
     TIMED(test_null_grads());
     TIMED(test_attention(2, 1, 8, 2));      // T = 1
+    TIMED(test_gemm_plans());
     TIMED(test_reductions(7));
     TIMED(test_lora_ops(1000));
     TIMED(test_reductions(300000));         // more than the fixed grid: grid-stride loop
