@@ -19,6 +19,7 @@
 #include "optimizer.h"
 #include "qlora.h"
 #include "params.h"
+#include "runrecord.h"
 #include "sampler.h"
 #include "schedule.h"
 #include "textgen.h"
@@ -26,9 +27,45 @@
 #include <math.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+// ----------------------------------------------------------------------------
+// signals: during startup (reading the record, the model, the data: any of it may block, on a
+// FIFO or a slow network path) SIGINT / SIGTERM end the process at once, as by default: nothing
+// has been written yet. From the first write on they are only noted: the loop stops at the next
+// step with a checkpoint, and the process then ends by the same signal (status 130 / 143).
 
 static volatile sig_atomic_t g_stop_signal = 0;
-static void on_signal(int sig) { g_stop_signal = sig; }
+static void on_signal_noted(int sig) { g_stop_signal = sig; }
+
+static void on_signal_startup(int sig) {
+    static const char msg[] = "\ninterrupted while starting up: exiting (no checkpoint or output was written)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1); // (async-signal-safe, unlike stdio)
+    (void)w;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void signals_set(void (*handler)(int)) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+// The end of an interrupted run: by the signal itself, so that the shell sees 128 + signal and a
+// script stops as it does for any program killed by it. (The return value is what is left when
+// the signal cannot end the process.)
+static int exit_by_signal(int sig) {
+    fflush(stdout);
+    fflush(stderr);
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return 128 + sig;
+}
 
 typedef struct {
     const RunConfig* c;        // the validated configuration (read-only)
@@ -42,12 +79,18 @@ typedef struct {
     Optimizer opt;
     DataLoader train, val;
     int has_val;
+    int64_t eval_batches;      // validation batches per evaluation (global batches of the split)
     int *inputs, *targets;     // host, accum * B * T
     LRSchedule sched;
     long step;                 // optimizer steps completed
     long skipped_total;        // steps skipped for a non-finite loss or gradient (whole run)
     long consecutive_bad;      // ... in a row, up to now
     long steps_this_run;       // steps of this invocation (--stop-after)
+    int steps;                 // the run's length: --steps, or --epochs over the training data
+    long resume_step;          // the checkpoint this invocation resumes from; -1: a new run
+    RunConfig rec;             // resuming with a record: the recorded configuration (has_rec)
+    int has_rec;
+    RunChanges changes;        // ... and the flags this invocation changed
     FILE* log;
     // sampling (rank 0)
     Tokenizer* tok;
@@ -55,6 +98,8 @@ typedef struct {
     int n_prompt;
     KVCache* kv;
 } Run;
+
+static const char* const HINT_FLAGS = "run with --help to see every flag";
 
 // Console output comes from rank 0 only.
 #define say(r, ...) do { if ((r)->rank == 0) { printf(__VA_ARGS__); fflush(stdout); } } while (0)
@@ -358,19 +403,104 @@ static void build_model(Run* r, long resume_step) {
 // ----------------------------------------------------------------------------
 // set-up
 
-// --out: create it; the newest complete checkpoint to resume from (-1: a new run).
-static long prepare_out_dir(Run* r) {
+// ----------------------------------------------------------------------------
+// the configuration and the run directory
+
+// A directory of its own for a run without --out: out/<program>-<date>-<time> (-2, -3, ... when
+// that exists), chosen by rank 0 and sent to the others; made with the run's first write.
+static void default_out_dir(Run* r, RunConfig* rc) {
+    char dir[256] = {0};
+    if (r->rank == 0) {
+        char stamp[64];
+        time_t now = time(NULL);
+        strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", localtime(&now));
+        snprintf(dir, sizeof(dir), "out/%s-%s", runconfig_program(rc->mode), stamp);
+        for (int k = 2; file_exists(dir) || dir_exists(dir); k++)
+            snprintf(dir, sizeof(dir), "out/%s-%s-%d", runconfig_program(rc->mode), stamp, k);
+        printf("output: %s (no --out given)\n", dir);
+    }
+    comm_broadcast(&r->comm, dir, sizeof(dir), 0);
+    runconfig_set_default_out(rc, dir);
+}
+
+// A run directory without a record (written before records existed): at least the trainer
+// must match, before the model is built from the wrong files.
+static void check_state_mode(const char* dir, long step, TrainMode mode) {
+    char path[LLMC_PATH_MAX];
+    StateHeader h0;
+    ckpt_path(path, sizeof(path), dir, "state", step, 0);
+    ckpt_read_state_header(path, &h0);
+    if (h0.h[SH_MODE] != mode)
+        fatal("resume it with the program that started it", "--out %s holds a %s run (its checkpoint '%s' says so): resume it with %s",
+              dir, runconfig_program((TrainMode)h0.h[SH_MODE]), path, runconfig_program((TrainMode)h0.h[SH_MODE]));
+}
+
+// The configuration of this invocation: the command line; or, resuming, the run's record with
+// the command line over it. Decides what to resume from (r->resume_step).
+static void configure(Run* r, RunConfig* rc, int argc, char** argv, TrainMode mode) {
+    runconfig_defaults(rc, mode);
+    runconfig_parse_args(rc, argc, argv);
+    const char* out = rc->f.out_dir;
+    r->resume_step = -1;
+    if (rc->f.resume && out) { // (--resume without --out: runconfig_derive says it)
+        r->resume_step = ckpt_find_latest(out);
+        if (r->resume_step < 0 && !strcmp(rc->f.resume, "yes"))
+            fatal("drop --resume to start a new run (--resume auto starts one when there is nothing to resume), or point --out at the run's directory",
+                  "no complete checkpoint (DONE_* marker) in '%s'", out);
+        if (r->resume_step < 0) say(r, "resume auto: no checkpoint in %s: starting a new run\n", out);
+    }
+    if (r->resume_step >= 0 && runrecord_read(out, &r->rec)) {
+        r->has_rec = 1;
+        RunConfig cmd = *rc;
+        runrecord_resume_config(rc, &r->rec, cmd.f.out_dir, mode, argc, argv, r->world, &r->changes);
+        runconfig_free(&cmd);
+        return;
+    }
+    if (r->resume_step >= 0) {
+        check_state_mode(out, r->resume_step, mode);
+        say(r, "note: no %s in %s (a run of an earlier version): the settings come from the command line\n", RUNRECORD_FILE, out);
+    }
+    if (!out && !rc->f.resume) default_out_dir(r, rc);
+    char err[1024];
+    const char* hint = NULL;
+    if (runconfig_derive(rc, r->world, err, sizeof(err), &hint) != 0) fatal(hint, "%s", err);
+}
+
+// --out of a new run must not hold another run's checkpoints (a record alone, of a run stopped
+// before its first checkpoint, is replaced).
+static void check_out_dir(Run* r) {
     const TrainFlags* f = &r->c->f;
-    if (!f->out_dir) return -1;
-    if (r->rank == 0) mkdir_p(f->out_dir);
-    comm_barrier(&r->comm);
-    long latest = ckpt_find_latest(f->out_dir);
-    if (f->resume && latest < 0)
-        fatal("drop --resume to start a new run, or point --out at the run's directory",
-              "no complete checkpoint (DONE_* marker) in '%s'", f->out_dir);
-    if (!f->resume && latest >= 0) // never clobber another run's checkpoints and log
+    if (r->resume_step < 0 && ckpt_find_latest(f->out_dir) >= 0) // never clobber another run's checkpoints and log
         fatal("add --resume to continue that run, or choose another --out", "'%s' holds checkpoints of an earlier run", f->out_dir);
-    return f->resume ? latest : -1;
+}
+
+// After startup, the first writes: the directory, the record of the settings, the log.
+static void open_out_dir(Run* r) {
+    const RunConfig* c = r->c;
+    if (r->rank == 0) {
+        mkdir_p(c->f.out_dir);
+        if (r->resume_step < 0 || !r->has_rec || r->changes.n > 0 || r->rec.world != r->world) runrecord_write(c);
+    }
+    comm_barrier(&r->comm);
+}
+
+// The run's length in optimizer steps: --steps, or --epochs passes over the training data
+// (rounded up to whole steps).
+static int run_length(const RunConfig* c, int64_t batches_per_epoch) {
+    const TrainFlags* f = &c->f;
+    if (f->epochs <= 0) return f->steps;
+    const double steps = ceil((double)f->epochs * (double)batches_per_epoch / (double)c->accum - 1e-6);
+    if (steps > 1e9) fatal("lower --epochs", "--epochs %g is %.0f steps of %d micro-batches; at most 1e9 are supported", f->epochs, steps, c->accum);
+    const int n = steps < 1 ? 1 : (int)steps;
+    if (f->warmup > n) fatal(HINT_FLAGS, "--warmup-steps (%d) is larger than the %d steps of --epochs %g", f->warmup, n, f->epochs);
+    return n;
+}
+
+static void schedule_of(LRSchedule* s, const RunConfig* c, int steps) {
+    const TrainFlags* f = &c->f;
+    s->kind = (SchedKind)c->schedule;
+    s->lr = f->lr; s->warmup = f->warmup; s->total = steps;
+    s->final_frac = f->final_lr_frac; s->cooldown_frac = f->cooldown_frac;
 }
 
 static void setup_data(Run* r) {
@@ -384,7 +514,17 @@ static void setup_data(Run* r) {
     if (f->val_data) {
         dl_init(&r->val, f->val_data, f->batch_size, f->seq_len, r->rank, r->world, V, 0, 0);
         r->has_val = 1;
+        // each evaluation reads every batch at most once: a split smaller than --eval-batches is
+        // read whole, with a warning, rather than counting some batches twice
+        const int64_t split = dl_batches_per_epoch(&r->val);
+        r->eval_batches = c->eval_batches == 0 ? split : c->eval_batches;
+        if (r->eval_batches > split) {
+            say(r, "warning: --eval-batches %d is more than the %lld batches of the validation split (%s): each evaluation reads the whole split once\n",
+                c->eval_batches, (long long)split, f->val_data);
+            r->eval_batches = split;
+        }
     }
+    r->steps = run_length(c, dl_batches_per_epoch(&r->train));
 }
 
 static void setup_optimizer(Run* r) {
@@ -399,14 +539,34 @@ static void setup_optimizer(Run* r) {
     opt_init(&r->opt, segs, nseg, gradsync_range_begin(&r->gs), gradsync_range_end(&r->gs));
     gradsync_attach(&r->gs, &r->opt, c->mode == TRAIN_FULL ? r->model : NULL);
     free(segs);
-    r->sched.kind = (SchedKind)c->schedule;
-    r->sched.lr = f->lr; r->sched.warmup = f->warmup; r->sched.total = f->steps;
-    r->sched.final_frac = f->final_lr_frac; r->sched.cooldown_frac = f->cooldown_frac;
+    schedule_of(&r->sched, c, r->steps);
+}
+
+// What this invocation changed in the recorded settings; for a changed schedule, the learning
+// rate of the next step with the recorded and with the new one, so that no jump goes unnoticed.
+static void report_changes(Run* r) {
+    const RunChanges* ch = &r->changes;
+    int schedule = 0;
+    for (int i = 0; i < ch->n; i++) {
+        const RunChange* c = &ch->items[i];
+        say(r, "resume: %s %s (recorded: %s)%s\n", c->flag, c->after, c->before,
+            c->kind == CHANGE_OPTIMIZER ? ": applies from the next step on" : "");
+        schedule |= c->kind == CHANGE_SCHEDULE;
+    }
+    if (r->step > r->steps)
+        fatal("give a --steps (or --epochs) beyond the checkpoint's step to continue", "the checkpoint in '%s' is at step %ld, beyond the run's %d steps",
+              r->c->f.out_dir, r->step, r->steps);
+    if (!schedule || !r->has_rec) return;
+    LRSchedule was;
+    schedule_of(&was, &r->rec, run_length(&r->rec, dl_batches_per_epoch(&r->train)));
+    const float a = sched_lr(&was, (int)r->step), b = sched_lr(&r->sched, (int)r->step);
+    say(r, "resume: the schedule changed: the learning rate of step %ld is %.4e (with the recorded settings: %.4e%s); the run ends at step %d (recorded: %d)\n",
+        r->step + 1, b, a, a == b ? ", the same" : "", r->steps, was.total);
 }
 
 static void open_log(Run* r, int resumed) {
     const TrainFlags* f = &r->c->f;
-    if (!f->out_dir || r->rank != 0) return;
+    if (r->rank != 0) return;
     char lp[LLMC_PATH_MAX];
     path_join(lp, sizeof(lp), f->out_dir, "log.jsonl");
     r->log = fopen(lp, resumed ? "ab" : "wb");
@@ -485,7 +645,7 @@ static double evaluate(Run* r) {
     dl_reset(&r->val);
     double sum = 0.0; long cnt = 0;
     if (r->lora) r->lora->train_mode = 0; // no dropout when evaluating
-    for (int i = 0; i < r->c->f.eval_batches; i++) {
+    for (int64_t i = 0; i < r->eval_batches; i++) {
         dl_next(&r->val, r->inputs, r->targets);
         long n = 0;
         sum += gpt2_forward(r->model, r->inputs, r->targets, B, T, 0.0f, &n);
@@ -564,7 +724,7 @@ static void log_step(Run* r, const StepResult* s, double seconds) {
     double ms = seconds * 1000.0;
     double tps = (double)r->c->tokens_per_step / seconds;
     say(r, "step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n",
-           r->step, r->c->f.steps, s->loss, s->lr, s->norm, ms, tps);
+           r->step, r->steps, s->loss, s->lr, s->norm, ms, tps);
     run_log_json(r, "{\"step\": %ld, \"train_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f%s}",
                  r->step, s->loss, s->lr, s->norm, ms, tps, s->skipped ? ", \"skipped\": true" : "");
 }
@@ -582,15 +742,16 @@ static int stop_reason(Run* r) {
     double sig = (double)g_stop_signal;
     if (r->world > 1) comm_allreduce_max_f64(&r->comm, &sig, 1);
     if (sig > 0) return (int)sig;
-    return f->stop_after > 0 && r->steps_this_run >= f->stop_after && r->step < f->steps ? -1 : 0;
+    return f->stop_after > 0 && r->steps_this_run >= f->stop_after && r->step < r->steps ? -1 : 0;
 }
 
-// Train to --steps (or until stopped). Returns 1 when stopped early (a checkpoint was written).
+// Train to the run's length (or until stopped). Returns 0 at the end of the run, else what
+// stopped it (stop_reason) after writing a checkpoint.
 static int train_loop(Run* r) {
     const TrainFlags* f = &r->c->f;
     comm_watchdog_step(&r->comm); // training starts: the watchdog measures steps from here
     for (;;) {
-        const int last = r->step >= f->steps;
+        const int last = r->step >= r->steps;
         if (r->has_val && ((f->eval_every > 0 && r->step % f->eval_every == 0) || last)) {
             comm_watchdog_op_unbounded(&r->comm, "eval at step %ld", r->step);
             eval_and_log(r);
@@ -605,20 +766,18 @@ static int train_loop(Run* r) {
         log_step(r, &s, timer_now_s() - t0);
         const int stop = stop_reason(r);
         comm_watchdog_op_unbounded(&r->comm, "sample / checkpoint after step %ld", r->step);
-        if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < f->steps) sample_now(r);
-        if (stop || (f->save_every > 0 && r->step % f->save_every == 0 && r->step < f->steps)) save_checkpoint(r);
+        if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < r->steps) sample_now(r);
+        if (stop || (f->save_every > 0 && r->step % f->save_every == 0 && r->step < r->steps)) save_checkpoint(r);
         comm_watchdog_step(&r->comm);
-        if (stop > 0) say(r, "interrupted by signal %d at step %ld; resume with --resume\n", stop, r->step);
-        if (stop < 0) say(r, "stopping after %d steps of this run at step %ld; resume with --resume\n", f->stop_after, r->step);
-        if (stop) return 1;
+        if (stop > 0) say(r, "interrupted by signal %d at step %ld: checkpoint written; continue with --resume --out %s\n", stop, r->step, f->out_dir);
+        if (stop < 0) say(r, "stopping after %d steps of this run at step %ld; continue with --resume --out %s\n", f->stop_after, r->step, f->out_dir);
+        if (stop) return stop;
     }
 }
 
 // ----------------------------------------------------------------------------
 
 static void start_backend(Run* r) {
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
 #if defined(LLMC_CUDA)
     device_select(&r->comm); // before ops_init: the backend's handles belong to the current GPU
 #endif
@@ -649,26 +808,31 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     Run* r = &run;
     comm_init(&r->comm, &argc, &argv); // first: MPI may take its own arguments out of argv
     r->rank = r->comm.rank; r->world = r->comm.world;
+    signals_set(on_signal_startup); // until the first write, a signal ends the process at once
     RunConfig rc;
-    runconfig_from_args(&rc, argc, argv, mode, r->world);
+    memset(&rc, 0, sizeof(rc));
+    configure(r, &rc, argc, argv, mode);
     r->c = &rc;
     comm_watchdog_start(&r->comm, rc.f.watchdog_timeout); // every rank; before NCCL's init, which it covers
     comm_watchdog_op_unbounded(&r->comm, "startup");
     start_backend(r);
-    const long resume_step = prepare_out_dir(r);
-    build_model(r, resume_step);
+    check_out_dir(r);
+    build_model(r, r->resume_step);
     setup_data(r);
     setup_optimizer(r);
-    if (resume_step >= 0) {
-        restore_checkpoint(r, resume_step);
+    if (r->resume_step >= 0) {
+        restore_checkpoint(r, r->resume_step);
         say(r, "resumed: step %ld from %s\n", r->step, rc.f.out_dir);
+        report_changes(r);
     }
     report_model(r);
     report_memory(r);
-    open_log(r, resume_step >= 0);
-    const int stopped = train_loop(r);
+    signals_set(on_signal_noted); // from the first write on, a signal stops the loop with a checkpoint
+    open_out_dir(r);
+    open_log(r, r->resume_step >= 0);
+    const int stop = train_loop(r);
     comm_watchdog_op_unbounded(&r->comm, "final sample and save");
-    if (!stopped) {
+    if (!stop) {
         sample_now(r);
         save_checkpoint(r);
         save_final(r);
@@ -676,5 +840,6 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     run_free(r);
     comm_finalize(&r->comm);
     runconfig_free(&rc);
-    return 0;
+    if (r->has_rec) runconfig_free(&r->rec);
+    return stop > 0 ? exit_by_signal(stop) : 0;
 }
