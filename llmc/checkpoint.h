@@ -25,6 +25,10 @@ typedef enum {
     SH_MAGIC = 0, SH_VERSION, SH_WORLD, SH_RANK, SH_HAS_MASTER, SH_STEP, SH_OPT_T, SH_RNG,
     SH_DL_EPOCH, SH_DL_SHARD, SH_DL_CHUNK, SH_BEGIN, SH_END, SH_TOTAL, SH_MODE, SH_B, SH_T,
     SH_ACCUM, SH_SKIPPED, SH_ZERO, SH_SEED, SH_TOKENS_PER_STEP, SH_SHUFFLE,
+    // the validation loss across evaluations before the step's own (--keep-best, early
+    // stopping): SH_VAL_TRACKED 1 when the others are set (0 in files of earlier versions), the
+    // best loss as the bits of an IEEE double, its step, evaluations since it last improved
+    SH_VAL_TRACKED, SH_BEST_VAL_BITS, SH_BEST_STEP, SH_EVALS_SINCE_BEST,
     SH_NUM_FIELDS
 } StateField;
 

@@ -19,6 +19,7 @@
 #include "optimizer.h"
 #include "qlora.h"
 #include "params.h"
+#include "runlog.h"
 #include "runrecord.h"
 #include "sampler.h"
 #include "schedule.h"
@@ -67,6 +68,15 @@ static int exit_by_signal(int sig) {
     return 128 + sig;
 }
 
+// The validation loss across evaluations: the best one (--keep-best) and the evaluations since
+// it last improved by more than --early-stopping-min-delta (early stopping).
+typedef struct {
+    int has_best;
+    double best;
+    long best_step;
+    long since_improved;
+} ValTrack;
+
 typedef struct {
     const RunConfig* c;        // the validated configuration (read-only)
     int rank, world;
@@ -91,7 +101,14 @@ typedef struct {
     RunConfig rec;             // resuming with a record: the recorded configuration (has_rec)
     int has_rec;
     RunChanges changes;        // ... and the flags this invocation changed
-    FILE* log;
+    RunLog rl;                 // console lines, log.jsonl, the summary
+    ValTrack vtrack;           // the best validation loss so far (kept in checkpoints) ...
+    ValTrack vtrack_pre;       // ... and as it was before the evaluation at step vtrack_pre_step
+    long vtrack_pre_step;
+    double last_val;           // the last evaluation (has_last_val)
+    long last_val_step;
+    int has_last_val;
+    int early_stopped;
     // sampling (rank 0)
     Tokenizer* tok;
     int* prompt_ids;
@@ -103,16 +120,6 @@ static const char* const HINT_FLAGS = "run with --help to see every flag";
 
 // Console output comes from rank 0 only.
 #define say(r, ...) do { if ((r)->rank == 0) { printf(__VA_ARGS__); fflush(stdout); } } while (0)
-
-static void run_log_json(Run* r, const char* fmt, ...) {
-    if (!r->log) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(r->log, fmt, ap);
-    va_end(ap);
-    fputc('\n', r->log);
-    fflush(r->log);
-}
 
 // ----------------------------------------------------------------------------
 // checkpoints
@@ -143,6 +150,10 @@ static void save_checkpoint(Run* r) {
     h.h[SH_MODE] = r->c->mode; h.h[SH_B] = f->batch_size; h.h[SH_T] = f->seq_len; h.h[SH_ACCUM] = r->c->accum;
     h.h[SH_SKIPPED] = r->skipped_total; h.h[SH_ZERO] = f->zero; h.h[SH_SEED] = f->seed;
     h.h[SH_TOKENS_PER_STEP] = r->c->tokens_per_step; h.h[SH_SHUFFLE] = f->shuffle;
+    // the evaluation at this step (if it ran already, at the end) is run again on resuming
+    const ValTrack* v = r->has_last_val && r->vtrack_pre_step == r->step ? &r->vtrack_pre : &r->vtrack;
+    h.h[SH_VAL_TRACKED] = v->has_best; h.h[SH_BEST_STEP] = v->best_step; h.h[SH_EVALS_SINCE_BEST] = v->since_improved;
+    memcpy(&h.h[SH_BEST_VAL_BITS], &v->best, sizeof(double));
     size_t n = r->opt.end - r->opt.begin;
     float* mh = (float*)mallocCheck(n * sizeof(float));
     float* vh = (float*)mallocCheck(n * sizeof(float));
@@ -243,6 +254,10 @@ static void restore_checkpoint(Run* r, long step) {
     r->opt.t = (int)h0.h[SH_OPT_T];
     r->step = (long)h0.h[SH_STEP];
     r->skipped_total = (long)h0.h[SH_SKIPPED];
+    if (h0.h[SH_VAL_TRACKED]) {
+        r->vtrack.has_best = 1; r->vtrack.best_step = (long)h0.h[SH_BEST_STEP]; r->vtrack.since_improved = (long)h0.h[SH_EVALS_SINCE_BEST];
+        memcpy(&r->vtrack.best, &h0.h[SH_BEST_VAL_BITS], sizeof(double));
+    }
     restore_data_position(r, &h0);
 }
 
@@ -260,13 +275,12 @@ static void save_tokenizer_files(Run* r, const char* dir) {
     printf("note: no tokenizer files in %s: %s\n", dir, why);
 }
 
-// The final model: the PEFT adapter (and with --merge the merged model) or the trained model, in
-// the formats of --save-format, each directory with the tokenizer files.
-static void save_final(Run* r) {
+// The model into dir: the PEFT adapter (and with --merge the merged model) or the trained model,
+// in the formats of --save-format, each directory with the tokenizer files.
+static void save_model(Run* r, const char* dir) {
     const TrainFlags* f = &r->c->f;
-    const char* dir = f->out_dir;
     char mdir[LLMC_PATH_MAX];
-    if (!dir || r->rank != 0) return;
+    if (r->rank != 0) return;
     if (r->lora) {
         lora_save_peft(r->lora, r->model, dir);
         printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT)\n", dir);
@@ -294,6 +308,25 @@ static void save_final(Run* r) {
         printf("saved: %s (llm.c)\n", path);
     }
     free(host);
+}
+
+static void save_final(Run* r) { save_model(r, r->c->f.out_dir); }
+
+// --keep-best: the model of the best validation loss so far, saved like the final model into
+// OUT/best/, and OUT/best/best.json (step, val loss) written last: like a checkpoint's DONE
+// marker, it is removed before the files are replaced, so best/ with best.json is one whole model.
+static void save_best(Run* r) {
+    if (r->rank != 0) return;
+    char dir[LLMC_PATH_MAX], marker[LLMC_PATH_MAX];
+    path_join(dir, sizeof(dir), r->c->f.out_dir, "best");
+    path_join(marker, sizeof(marker), dir, "best.json");
+    mkdir_p(dir);
+    if (file_exists(marker) && remove(marker) != 0) fatal("check the permissions of --out", "cannot remove '%s'", marker);
+    printf("best: val loss %.6f at step %ld (the best so far) -> %s/\n", r->vtrack.best, r->vtrack.best_step, dir);
+    save_model(r, dir);
+    char text[256];
+    snprintf(text, sizeof(text), "{\"step\": %ld, \"val_loss\": %.9g, \"val_ppl\": %.9g}\n", r->vtrack.best_step, r->vtrack.best, exp(r->vtrack.best));
+    atomic_write_file(marker, text, strlen(text));
 }
 
 // ----------------------------------------------------------------------------
@@ -481,6 +514,12 @@ static void open_out_dir(Run* r) {
         mkdir_p(c->f.out_dir);
         if (r->resume_step < 0 || !r->has_rec || r->changes.n > 0 || r->rec.world != r->world) runrecord_write(c);
     }
+    RunLog* l = &r->rl;
+    l->steps = r->steps;
+    l->steps_per_epoch = (double)dl_batches_per_epoch(&r->train) / (double)c->accum;
+    l->tokens_per_step = c->tokens_per_step;
+    l->step0 = r->step;
+    runlog_open(l, c->f.out_dir, r->rank, r->resume_step);
     comm_barrier(&r->comm);
 }
 
@@ -562,15 +601,6 @@ static void report_changes(Run* r) {
     const float a = sched_lr(&was, (int)r->step), b = sched_lr(&r->sched, (int)r->step);
     say(r, "resume: the schedule changed: the learning rate of step %ld is %.4e (with the recorded settings: %.4e%s); the run ends at step %d (recorded: %d)\n",
         r->step + 1, b, a, a == b ? ", the same" : "", r->steps, was.total);
-}
-
-static void open_log(Run* r, int resumed) {
-    const TrainFlags* f = &r->c->f;
-    if (r->rank != 0) return;
-    char lp[LLMC_PATH_MAX];
-    path_join(lp, sizeof(lp), f->out_dir, "log.jsonl");
-    r->log = fopen(lp, resumed ? "ab" : "wb");
-    if (!r->log) fatal("check that --out is writable", "cannot open '%s' for writing", lp);
 }
 
 // ----------------------------------------------------------------------------
@@ -670,20 +700,23 @@ static int64_t read_step_batches(Run* r) {
     return valid;
 }
 
-typedef struct { double loss, norm; float lr; int skipped; } StepResult;
-
 // Forward and backward of every micro-batch, gradient reduction, clipping, and the AdamW update
-// unless the loss or the gradient is not finite.
+// unless the loss or the gradient is not finite. A micro-batch whose targets are all masked adds
+// nothing to the loss or the gradient (its rows of dlogits are zero) and nothing to the count
+// the loss is divided by; a step with no target at all in the global batch has nothing to learn
+// from: no forward, no update (it is no divergence either).
 static StepResult train_step(Run* r) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
     const int B = f->batch_size, T = f->seq_len;
     const size_t BT = (size_t)B * T;
     const int64_t valid = read_step_batches(r);
+    StepResult s = {0.0, 0.0, sched_lr(&r->sched, (int)r->step), 0, 0};
+    if (valid == 0) { s.no_targets = 1; return s; } // (valid is global: every rank returns here)
     gpt2_zero_grads(r->model);
     gradsync_step_begin(&r->gs);
     double loss_sum = 0.0;
-    float dloss = valid > 0 ? 1.0f / (float)valid : 0.0f;
+    const float dloss = 1.0f / (float)valid;
     for (int k = 0; k < c->accum; k++) {
         long n = 0;
         if (r->lora) { // dropout masks: a pure function of (seed, rank, micro-step), so a resumed run draws the same ones
@@ -696,10 +729,8 @@ static StepResult train_step(Run* r) {
     }
     comm_allreduce_sum_f64(&r->comm, &loss_sum, 1);
     gradsync_reduce(&r->gs);
-    StepResult s;
-    s.loss = valid > 0 ? loss_sum / (double)valid : NAN;
+    s.loss = loss_sum / (double)valid;
     s.norm = gradsync_grad_norm(&r->gs);
-    s.lr = sched_lr(&r->sched, (int)r->step);
     s.skipped = !isfinite(s.loss) || !isfinite(s.norm);
     if (s.skipped) return s;
     opt_step(&r->opt, s.lr, f->beta1, f->beta2, f->eps, f->weight_decay, opt_clip_scale(s.norm, f->grad_clip),
@@ -710,6 +741,7 @@ static StepResult train_step(Run* r) {
 
 // Count a skipped step; too many in a row stop the run.
 static void note_skipped(Run* r, const StepResult* s) {
+    if (s->no_targets) return; // neither a divergence nor a sign of recovery
     if (!s->skipped) { r->consecutive_bad = 0; return; }
     r->skipped_total++;
     r->consecutive_bad++;
@@ -720,19 +752,27 @@ static void note_skipped(Run* r, const StepResult* s) {
               "%ld consecutive steps had a non-finite loss or gradient norm; stopping", r->consecutive_bad);
 }
 
-static void log_step(Run* r, const StepResult* s, double seconds) {
-    double ms = seconds * 1000.0;
-    double tps = (double)r->c->tokens_per_step / seconds;
-    say(r, "step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n",
-           r->step, r->steps, s->loss, s->lr, s->norm, ms, tps);
-    run_log_json(r, "{\"step\": %ld, \"train_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f%s}",
-                 r->step, s->loss, s->lr, s->norm, ms, tps, s->skipped ? ", \"skipped\": true" : "");
-}
-
-static void eval_and_log(Run* r) {
-    double vl = evaluate(r);
-    say(r, "step %ld | val loss %.6f\n", r->step, vl);
-    run_log_json(r, "{\"step\": %ld, \"val_loss\": %.9g}", r->step, vl);
+// An evaluation: logged, and followed across evaluations: a new best is saved (--keep-best), and
+// --early-stopping-patience evaluations in a row without an improvement by more than the
+// min-delta end the run. Every rank takes the same decisions (the loss is reduced across them).
+static void eval_and_track(Run* r) {
+    const TrainFlags* f = &r->c->f;
+    const double vl = evaluate(r);
+    runlog_eval(&r->rl, r->step, vl);
+    r->last_val = vl; r->last_val_step = r->step; r->has_last_val = 1;
+    r->vtrack_pre = r->vtrack; r->vtrack_pre_step = r->step; // what a checkpoint of this step records
+    ValTrack* v = &r->vtrack;
+    const int improved = isfinite(vl) && (!v->has_best || vl < v->best - f->early_stopping_min_delta);
+    v->since_improved = improved ? 0 : v->since_improved + 1;
+    if (isfinite(vl) && (!v->has_best || vl < v->best)) {
+        v->has_best = 1; v->best = vl; v->best_step = r->step;
+        if (f->keep_best) save_best(r);
+    }
+    if (f->early_stopping_patience > 0 && v->since_improved >= f->early_stopping_patience) {
+        r->early_stopped = 1;
+        say(r, "early stopping: %ld evaluations in a row did not improve on the best val loss %.6f (step %ld) by more than %g\n",
+            v->since_improved, v->best, v->best_step, f->early_stopping_min_delta);
+    }
 }
 
 // Whether this run stops now with a checkpoint: the signal number (every rank must stop at the
@@ -754,16 +794,16 @@ static int train_loop(Run* r) {
         const int last = r->step >= r->steps;
         if (r->has_val && ((f->eval_every > 0 && r->step % f->eval_every == 0) || last)) {
             comm_watchdog_op_unbounded(&r->comm, "eval at step %ld", r->step);
-            eval_and_log(r);
+            eval_and_track(r);
         }
-        if (last) return 0;
+        if (last || r->early_stopped) return 0;
         double t0 = timer_now_s();
         comm_watchdog_op(&r->comm, "step %ld", r->step + 1);
         StepResult s = train_step(r);
         note_skipped(r, &s);
         r->step++;
         r->steps_this_run++;
-        log_step(r, &s, timer_now_s() - t0);
+        runlog_step(&r->rl, r->step, &s, timer_now_s() - t0);
         const int stop = stop_reason(r);
         comm_watchdog_op_unbounded(&r->comm, "sample / checkpoint after step %ld", r->step);
         if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < r->steps) sample_now(r);
@@ -773,6 +813,30 @@ static int train_loop(Run* r) {
         if (stop < 0) say(r, "stopping after %d steps of this run at step %ld; continue with --resume --out %s\n", f->stop_after, r->step, f->out_dir);
         if (stop) return stop;
     }
+}
+
+// The end of the run: how it ended, the validation losses, where the outputs are; and for a run
+// whose last steps were not finite, the error.
+static void summarize(Run* r, int stop, int diverged) {
+    const TrainFlags* f = &r->c->f;
+    char ending[160], best_dir[LLMC_PATH_MAX];
+    if (stop > 0) snprintf(ending, sizeof(ending), "interrupted by %s (checkpoint written)", stop == SIGINT ? "SIGINT" : stop == SIGTERM ? "SIGTERM" : "a signal");
+    else if (stop < 0) snprintf(ending, sizeof(ending), "stopped by --stop-after %d (checkpoint written)", f->stop_after);
+    else if (diverged) snprintf(ending, sizeof(ending), "failed: the last %ld steps were not finite", r->consecutive_bad);
+    else if (r->early_stopped) snprintf(ending, sizeof(ending), "stopped early (no improvement of the val loss in %d evaluations)", f->early_stopping_patience);
+    else snprintf(ending, sizeof(ending), "finished");
+    path_join(best_dir, sizeof(best_dir), f->out_dir, "best");
+    RunSummary s = {r->step, ending, r->has_last_val, r->last_val, r->last_val_step, r->vtrack.best, r->vtrack.best_step, f->out_dir,
+                    !stop && !diverged, f->keep_best && r->vtrack.has_best ? best_dir : NULL};
+    runlog_summary(&r->rl, &s);
+    if (!diverged || r->rank != 0) return;
+    const long kept = ckpt_find_latest(f->out_dir);
+    char kept_text[96];
+    if (kept >= 0) snprintf(kept_text, sizeof(kept_text), "the newest checkpoint (step %ld) is kept", kept);
+    else snprintf(kept_text, sizeof(kept_text), "no checkpoint was written");
+    fprintf(stderr, "error: the last %ld steps had a non-finite loss or gradient norm (no update since step %ld): the final model was not written; %s\n"
+                    "  hint: lower --lr, raise --warmup-steps or --grad-clip, or check the data, then continue from the checkpoint with --resume\n",
+            r->consecutive_bad, r->step - r->consecutive_bad, kept_text);
 }
 
 // ----------------------------------------------------------------------------
@@ -789,7 +853,7 @@ static void start_backend(Run* r) {
 }
 
 static void run_free(Run* r) {
-    if (r->log) fclose(r->log);
+    runlog_close(&r->rl);
     sample_free(r);
     free(r->inputs); free(r->targets);
     dl_free(&r->train);
@@ -829,17 +893,19 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     report_memory(r);
     signals_set(on_signal_noted); // from the first write on, a signal stops the loop with a checkpoint
     open_out_dir(r);
-    open_log(r, r->resume_step >= 0);
     const int stop = train_loop(r);
     comm_watchdog_op_unbounded(&r->comm, "final sample and save");
-    if (!stop) {
+    // a run whose last steps were not finite keeps its last good checkpoint and writes no model
+    const int diverged = !stop && r->consecutive_bad > 0;
+    if (!stop && !diverged) {
         sample_now(r);
         save_checkpoint(r);
         save_final(r);
     }
+    summarize(r, stop, diverged);
     run_free(r);
     comm_finalize(&r->comm);
     runconfig_free(&rc);
     if (r->has_rec) runconfig_free(&r->rec);
-    return stop > 0 ? exit_by_signal(stop) : 0;
+    return stop > 0 ? exit_by_signal(stop) : diverged ? 1 : 0;
 }
