@@ -1,10 +1,12 @@
 #include "runrecord.h"
 #include "args.h"
 #include "check.h"
+#include "checkpoint.h"
 #include "fileio.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char* const WHY_MODEL = "the run trains this model: full training continues from the checkpoint's weights, "
                                      "and a LoRA checkpoint holds an adapter of this base";
@@ -116,8 +118,10 @@ static void collect_changes(RunConfig* rc, const RunConfig* rec, RunChanges* ch)
     }
 }
 
-void runrecord_resume_config(RunConfig* rc, const RunConfig* rec, const char* dir, TrainMode mode, int argc, char** argv,
-                             int world, RunChanges* changes) {
+// The configuration of a resumed run: rec (the record of the run in dir, the --out given) with
+// the command line over it, derived for `world` ranks; the allowed changes in *changes.
+static void resume_config(RunConfig* rc, const RunConfig* rec, const char* dir, TrainMode mode, int argc, char** argv,
+                          int world, RunChanges* changes) {
     if (rec->mode != mode)
         fatal("resume it with the program that started it", "--out %s holds a %s run (its %s says so), not a %s one: resume it with %s",
               dir, runconfig_program(rec->mode), RUNRECORD_FILE, runconfig_program(mode), runconfig_program(rec->mode));
@@ -139,4 +143,68 @@ void runrecord_resume_config(RunConfig* rc, const RunConfig* rec, const char* di
     char err[1024];
     const char* hint = NULL;
     if (runconfig_derive(rc, world, err, sizeof(err), &hint) != 0) fatal(hint, "%s (with the settings recorded in %s)", err, RUNRECORD_FILE);
+}
+
+// A directory of its own for a run without --out: out/<program>-<date>-<time> (-2, -3, ... when
+// that exists), chosen by rank 0 and sent to the others; made with the run's first write.
+static void default_out_dir(Comm* comm, RunConfig* rc) {
+    char dir[256] = {0};
+    if (comm->rank == 0) {
+        char stamp[64];
+        time_t now = time(NULL);
+        strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", localtime(&now));
+        snprintf(dir, sizeof(dir), "out/%s-%s", runconfig_program(rc->mode), stamp);
+        for (int k = 2; file_exists(dir) || dir_exists(dir); k++)
+            snprintf(dir, sizeof(dir), "out/%s-%s-%d", runconfig_program(rc->mode), stamp, k);
+        printf("output: %s (no --out given)\n", dir);
+    }
+    comm_broadcast(comm, dir, sizeof(dir), 0);
+    runconfig_set_default_out(rc, dir);
+}
+
+// A run directory without a record (written before records existed): at least the trainer
+// must match, before the model is built from the wrong files.
+static void check_state_mode(const char* dir, long step, TrainMode mode) {
+    char path[LLMC_PATH_MAX];
+    StateHeader h0;
+    ckpt_path(path, sizeof(path), dir, "state", step, 0);
+    ckpt_read_state_header(path, &h0);
+    if (h0.h[SH_MODE] != mode)
+        fatal("resume it with the program that started it", "--out %s holds a %s run (its checkpoint '%s' says so): resume it with %s",
+              dir, runconfig_program((TrainMode)h0.h[SH_MODE]), path, runconfig_program((TrainMode)h0.h[SH_MODE]));
+}
+
+void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** argv, TrainMode mode) {
+    memset(st, 0, sizeof(*st));
+    runconfig_defaults(rc, mode);
+    runconfig_parse_args(rc, argc, argv);
+    const char* out = rc->f.out_dir;
+    st->resume_step = -1;
+    if (rc->f.resume && out) { // (--resume without --out: runconfig_derive says it)
+        st->resume_step = ckpt_find_latest(out);
+        if (st->resume_step < 0 && !strcmp(rc->f.resume, "yes"))
+            fatal("drop --resume to start a new run (--resume auto starts one when there is nothing to resume), or point --out at the run's directory",
+                  "no complete checkpoint (DONE_* marker) in '%s'", out);
+        if (st->resume_step < 0 && comm->rank == 0) printf("resume auto: no checkpoint in %s: starting a new run\n", out);
+    }
+    if (st->resume_step >= 0 && runrecord_read(out, &st->rec)) {
+        st->has_rec = 1;
+        RunConfig cmd = *rc; // (rc is rebuilt from the record; cmd keeps the command line's strings)
+        resume_config(rc, &st->rec, cmd.f.out_dir, mode, argc, argv, comm->world, &st->changes);
+        runconfig_free(&cmd);
+        return;
+    }
+    if (st->resume_step >= 0) {
+        check_state_mode(out, st->resume_step, mode);
+        if (comm->rank == 0) printf("note: no %s in %s (a run of an earlier version): the settings come from the command line\n", RUNRECORD_FILE, out);
+    }
+    if (!out && !rc->f.resume) default_out_dir(comm, rc);
+    char err[1024];
+    const char* hint = NULL;
+    if (runconfig_derive(rc, comm->world, err, sizeof(err), &hint) != 0) fatal(hint, "%s", err);
+}
+
+void runrecord_start_free(RunStart* st) {
+    if (st->has_rec) runconfig_free(&st->rec);
+    memset(st, 0, sizeof(*st));
 }

@@ -16,6 +16,7 @@
 #ifndef LLMC_RUNRECORD_H
 #define LLMC_RUNRECORD_H
 
+#include "comm.h"
 #include "runconfig.h"
 
 #ifdef __cplusplus
@@ -50,12 +51,22 @@ int runrecord_read(const char* dir, RunConfig* rec);
 // rc to rc->f.out_dir/run_config.json, atomically.
 void runrecord_write(const RunConfig* rc);
 
-// The configuration of a resumed run: rec (the record of the run in dir, the --out given) with
-// the command line over it, derived for `world` ranks. Fatal when the record belongs to the other trainer or
-// a flag would change what the checkpoint means (naming the flag, both values and why); the
-// allowed changes are listed in *changes.
-void runrecord_resume_config(RunConfig* rc, const RunConfig* rec, const char* dir, TrainMode mode, int argc, char** argv,
-                             int world, RunChanges* changes);
+// What an invocation runs: its configuration and the checkpoint it continues from.
+typedef struct {
+    long resume_step;     // the checkpoint resumed from; -1: a new run
+    int has_rec;          // resumed with a record: rec is it, changes what the command line changed
+    RunConfig rec;
+    RunChanges changes;
+} RunStart;
+
+// The configuration of this invocation into rc (derived for the communicator's ranks): the
+// command line; or with --resume and a checkpoint in --out, the run's record with the command
+// line over it (fatal when the record belongs to the other trainer or a flag would change what
+// the checkpoint means, naming the flag, both values and why). A new run without --out gets
+// out/<program>-<date>-<time> (-2, ... when taken), printed by rank 0. --resume with nothing to
+// resume is fatal, --resume auto then starts a new run.
+void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** argv, TrainMode mode);
+void runrecord_start_free(RunStart* st);
 
 // How changing a flag (its JSON key, "lora_rank") on resume is treated, and why a refused one is;
 // -1 for a key no rule covers (then it is refused).

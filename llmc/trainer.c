@@ -21,6 +21,7 @@
 #include "params.h"
 #include "runlog.h"
 #include "runrecord.h"
+#include "runsignal.h"
 #include "sampler.h"
 #include "schedule.h"
 #include "textgen.h"
@@ -28,45 +29,6 @@
 #include <math.h>
 #include <signal.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-// ----------------------------------------------------------------------------
-// signals: during startup (reading the record, the model, the data: any of it may block, on a
-// FIFO or a slow network path) SIGINT / SIGTERM end the process at once, as by default: nothing
-// has been written yet. From the first write on they are only noted: the loop stops at the next
-// step with a checkpoint, and the process then ends by the same signal (status 130 / 143).
-
-static volatile sig_atomic_t g_stop_signal = 0;
-static void on_signal_noted(int sig) { g_stop_signal = sig; }
-
-static void on_signal_startup(int sig) {
-    static const char msg[] = "\ninterrupted while starting up: exiting (no checkpoint or output was written)\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1); // (async-signal-safe, unlike stdio)
-    (void)w;
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static void signals_set(void (*handler)(int)) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = handler;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
-// The end of an interrupted run: by the signal itself, so that the shell sees 128 + signal and a
-// script stops as it does for any program killed by it. (The return value is what is left when
-// the signal cannot end the process.)
-static int exit_by_signal(int sig) {
-    fflush(stdout);
-    fflush(stderr);
-    signal(sig, SIG_DFL);
-    raise(sig);
-    return 128 + sig;
-}
 
 // The validation loss across evaluations: the best one (--keep-best) and the evaluations since
 // it last improved by more than --early-stopping-min-delta (early stopping).
@@ -97,10 +59,7 @@ typedef struct {
     long consecutive_bad;      // ... in a row, up to now
     long steps_this_run;       // steps of this invocation (--stop-after)
     int steps;                 // the run's length: --steps, or --epochs over the training data
-    long resume_step;          // the checkpoint this invocation resumes from; -1: a new run
-    RunConfig rec;             // resuming with a record: the recorded configuration (has_rec)
-    int has_rec;
-    RunChanges changes;        // ... and the flags this invocation changed
+    RunStart start;            // the checkpoint this invocation resumes from, the record, changes
     RunLog rl;                 // console lines, log.jsonl, the summary
     ValTrack vtrack;           // the best validation loss so far (kept in checkpoints) ...
     ValTrack vtrack_pre;       // ... and as it was before the evaluation at step vtrack_pre_step
@@ -439,71 +398,11 @@ static void build_model(Run* r, long resume_step) {
 // ----------------------------------------------------------------------------
 // the configuration and the run directory
 
-// A directory of its own for a run without --out: out/<program>-<date>-<time> (-2, -3, ... when
-// that exists), chosen by rank 0 and sent to the others; made with the run's first write.
-static void default_out_dir(Run* r, RunConfig* rc) {
-    char dir[256] = {0};
-    if (r->rank == 0) {
-        char stamp[64];
-        time_t now = time(NULL);
-        strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", localtime(&now));
-        snprintf(dir, sizeof(dir), "out/%s-%s", runconfig_program(rc->mode), stamp);
-        for (int k = 2; file_exists(dir) || dir_exists(dir); k++)
-            snprintf(dir, sizeof(dir), "out/%s-%s-%d", runconfig_program(rc->mode), stamp, k);
-        printf("output: %s (no --out given)\n", dir);
-    }
-    comm_broadcast(&r->comm, dir, sizeof(dir), 0);
-    runconfig_set_default_out(rc, dir);
-}
-
-// A run directory without a record (written before records existed): at least the trainer
-// must match, before the model is built from the wrong files.
-static void check_state_mode(const char* dir, long step, TrainMode mode) {
-    char path[LLMC_PATH_MAX];
-    StateHeader h0;
-    ckpt_path(path, sizeof(path), dir, "state", step, 0);
-    ckpt_read_state_header(path, &h0);
-    if (h0.h[SH_MODE] != mode)
-        fatal("resume it with the program that started it", "--out %s holds a %s run (its checkpoint '%s' says so): resume it with %s",
-              dir, runconfig_program((TrainMode)h0.h[SH_MODE]), path, runconfig_program((TrainMode)h0.h[SH_MODE]));
-}
-
-// The configuration of this invocation: the command line; or, resuming, the run's record with
-// the command line over it. Decides what to resume from (r->resume_step).
-static void configure(Run* r, RunConfig* rc, int argc, char** argv, TrainMode mode) {
-    runconfig_defaults(rc, mode);
-    runconfig_parse_args(rc, argc, argv);
-    const char* out = rc->f.out_dir;
-    r->resume_step = -1;
-    if (rc->f.resume && out) { // (--resume without --out: runconfig_derive says it)
-        r->resume_step = ckpt_find_latest(out);
-        if (r->resume_step < 0 && !strcmp(rc->f.resume, "yes"))
-            fatal("drop --resume to start a new run (--resume auto starts one when there is nothing to resume), or point --out at the run's directory",
-                  "no complete checkpoint (DONE_* marker) in '%s'", out);
-        if (r->resume_step < 0) say(r, "resume auto: no checkpoint in %s: starting a new run\n", out);
-    }
-    if (r->resume_step >= 0 && runrecord_read(out, &r->rec)) {
-        r->has_rec = 1;
-        RunConfig cmd = *rc;
-        runrecord_resume_config(rc, &r->rec, cmd.f.out_dir, mode, argc, argv, r->world, &r->changes);
-        runconfig_free(&cmd);
-        return;
-    }
-    if (r->resume_step >= 0) {
-        check_state_mode(out, r->resume_step, mode);
-        say(r, "note: no %s in %s (a run of an earlier version): the settings come from the command line\n", RUNRECORD_FILE, out);
-    }
-    if (!out && !rc->f.resume) default_out_dir(r, rc);
-    char err[1024];
-    const char* hint = NULL;
-    if (runconfig_derive(rc, r->world, err, sizeof(err), &hint) != 0) fatal(hint, "%s", err);
-}
-
 // --out of a new run must not hold another run's checkpoints (a record alone, of a run stopped
 // before its first checkpoint, is replaced).
 static void check_out_dir(Run* r) {
     const TrainFlags* f = &r->c->f;
-    if (r->resume_step < 0 && ckpt_find_latest(f->out_dir) >= 0) // never clobber another run's checkpoints and log
+    if (r->start.resume_step < 0 && ckpt_find_latest(f->out_dir) >= 0) // never clobber another run's checkpoints and log
         fatal("add --resume to continue that run, or choose another --out", "'%s' holds checkpoints of an earlier run", f->out_dir);
 }
 
@@ -512,14 +411,14 @@ static void open_out_dir(Run* r) {
     const RunConfig* c = r->c;
     if (r->rank == 0) {
         mkdir_p(c->f.out_dir);
-        if (r->resume_step < 0 || !r->has_rec || r->changes.n > 0 || r->rec.world != r->world) runrecord_write(c);
+        if (r->start.resume_step < 0 || !r->start.has_rec || r->start.changes.n > 0 || r->start.rec.world != r->world) runrecord_write(c);
     }
     RunLog* l = &r->rl;
     l->steps = r->steps;
     l->steps_per_epoch = (double)dl_batches_per_epoch(&r->train) / (double)c->accum;
     l->tokens_per_step = c->tokens_per_step;
     l->step0 = r->step;
-    runlog_open(l, c->f.out_dir, r->rank, r->resume_step);
+    runlog_open(l, c->f.out_dir, r->rank, r->start.resume_step);
     comm_barrier(&r->comm);
 }
 
@@ -584,7 +483,7 @@ static void setup_optimizer(Run* r) {
 // What this invocation changed in the recorded settings; for a changed schedule, the learning
 // rate of the next step with the recorded and with the new one, so that no jump goes unnoticed.
 static void report_changes(Run* r) {
-    const RunChanges* ch = &r->changes;
+    const RunChanges* ch = &r->start.changes;
     int schedule = 0;
     for (int i = 0; i < ch->n; i++) {
         const RunChange* c = &ch->items[i];
@@ -595,9 +494,9 @@ static void report_changes(Run* r) {
     if (r->step > r->steps)
         fatal("give a --steps (or --epochs) beyond the checkpoint's step to continue", "the checkpoint in '%s' is at step %ld, beyond the run's %d steps",
               r->c->f.out_dir, r->step, r->steps);
-    if (!schedule || !r->has_rec) return;
+    if (!schedule || !r->start.has_rec) return;
     LRSchedule was;
-    schedule_of(&was, &r->rec, run_length(&r->rec, dl_batches_per_epoch(&r->train)));
+    schedule_of(&was, &r->start.rec, run_length(&r->start.rec, dl_batches_per_epoch(&r->train)));
     const float a = sched_lr(&was, (int)r->step), b = sched_lr(&r->sched, (int)r->step);
     say(r, "resume: the schedule changed: the learning rate of step %ld is %.4e (with the recorded settings: %.4e%s); the run ends at step %d (recorded: %d)\n",
         r->step + 1, b, a, a == b ? ", the same" : "", r->steps, was.total);
@@ -779,7 +678,7 @@ static void eval_and_track(Run* r) {
 // same step, so they agree on the flag), -1 at the end of --stop-after, 0 to go on.
 static int stop_reason(Run* r) {
     const TrainFlags* f = &r->c->f;
-    double sig = (double)g_stop_signal;
+    double sig = (double)runsignal_pending();
     if (r->world > 1) comm_allreduce_max_f64(&r->comm, &sig, 1);
     if (sig > 0) return (int)sig;
     return f->stop_after > 0 && r->steps_this_run >= f->stop_after && r->step < r->steps ? -1 : 0;
@@ -872,26 +771,26 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     Run* r = &run;
     comm_init(&r->comm, &argc, &argv); // first: MPI may take its own arguments out of argv
     r->rank = r->comm.rank; r->world = r->comm.world;
-    signals_set(on_signal_startup); // until the first write, a signal ends the process at once
+    runsignal_startup(); // until the first write, SIGINT / SIGTERM end the process at once
     RunConfig rc;
     memset(&rc, 0, sizeof(rc));
-    configure(r, &rc, argc, argv, mode);
+    runrecord_start(&r->start, &rc, &r->comm, argc, argv, mode);
     r->c = &rc;
     comm_watchdog_start(&r->comm, rc.f.watchdog_timeout); // every rank; before NCCL's init, which it covers
     comm_watchdog_op_unbounded(&r->comm, "startup");
     start_backend(r);
     check_out_dir(r);
-    build_model(r, r->resume_step);
+    build_model(r, r->start.resume_step);
     setup_data(r);
     setup_optimizer(r);
-    if (r->resume_step >= 0) {
-        restore_checkpoint(r, r->resume_step);
+    if (r->start.resume_step >= 0) {
+        restore_checkpoint(r, r->start.resume_step);
         say(r, "resumed: step %ld from %s\n", r->step, rc.f.out_dir);
         report_changes(r);
     }
     report_model(r);
     report_memory(r);
-    signals_set(on_signal_noted); // from the first write on, a signal stops the loop with a checkpoint
+    runsignal_deferred(); // from the first write on, they stop the loop with a checkpoint
     open_out_dir(r);
     const int stop = train_loop(r);
     comm_watchdog_op_unbounded(&r->comm, "final sample and save");
@@ -906,6 +805,6 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     run_free(r);
     comm_finalize(&r->comm);
     runconfig_free(&rc);
-    if (r->has_rec) runconfig_free(&r->rec);
-    return stop > 0 ? exit_by_signal(stop) : diverged ? 1 : 0;
+    runrecord_start_free(&r->start);
+    return stop > 0 ? runsignal_exit(stop) : diverged ? 1 : 0;
 }

@@ -39,6 +39,10 @@ expect_fail "changed LoRA targets refused" "the adapter in the checkpoint has th
 expect_fail "changed seq-len refused" "--seq-len 32 differs" "$L" --resume --out "$TMP/r" --seq-len 32
 expect_fail "other trainer told which one" "holds a train_lora run (its run_config.json says so), not a train_gpt2 one: resume it with train_lora" \
   "$G" --resume --out "$TMP/r"
+# a run directory of an earlier version (no record): the checkpoint tells the trainer
+cp -r "$TMP/r" "$TMP/norec" && rm "$TMP/norec/run_config.json"
+expect_fail "other trainer, no record" "holds a train_lora run (its checkpoint '$TMP/norec/state_00000008_00000.bin' says so): resume it with train_lora" \
+  "$G" --model "$MODEL" --train-data "$TMP/t_*.bin" -b 2 -t 16 --resume --out "$TMP/norec"
 after=$(cd "$TMP/r" && ls -l --time-style=+%s.%N | sha256sum)
 [ "$before" = "$after" ] && ok "refused resumes left the run directory as it was" || bad "a refused resume changed the run directory"
 
