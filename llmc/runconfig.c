@@ -168,6 +168,10 @@ static int runconfig_check_eval(RunConfig* rc, char* err, size_t cap, const char
         snprintf(err, cap, "%s needs --val-data (it follows the validation loss)", f->keep_best ? "--keep-best" : "--early-stopping-patience");
         return -1;
     }
+    if (f->early_stopping_patience > 0 && f->eval_every == 0) {
+        snprintf(err, cap, "--early-stopping-patience needs --eval-every N (without it the only evaluation is at the end)");
+        return -1;
+    }
     return 0;
 }
 
@@ -232,8 +236,8 @@ void runconfig_defaults(RunConfig* rc, TrainMode mode) {
     runconfig_own_strings(rc);
 }
 
-void runconfig_set_default_out(RunConfig* rc, const char* dir) {
-    rc->f.out_dir = dir;
+void runconfig_set_string(RunConfig* rc, const char** flag, const char* value) {
+    *flag = value;
     runconfig_own_strings(rc);
 }
 

@@ -116,8 +116,9 @@ void runconfig_free(RunConfig* rc);
 // a hint in *hint).
 void runconfig_defaults(RunConfig* rc, TrainMode mode);
 void runconfig_parse_args(RunConfig* rc, int argc, char** argv);
-// Before runconfig_derive: the output directory when --out was not given (the trainer picks one).
-void runconfig_set_default_out(RunConfig* rc, const char* dir);
+// Before runconfig_derive: set a string flag (a member of rc->f) to a copy of value; e.g. the
+// output directory when --out was not given, or a path made absolute.
+void runconfig_set_string(RunConfig* rc, const char** flag, const char* value);
 int runconfig_derive(RunConfig* rc, int world, char* err, size_t errcap, const char** hint);
 // Whether a flag ("--lora-rank") was given on the command line.
 int runconfig_given(const RunConfig* rc, const char* flag);

@@ -2,7 +2,9 @@
 #include "args.h"
 #include "check.h"
 #include "checkpoint.h"
+#include "config.h"
 #include "fileio.h"
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +89,43 @@ void runrecord_write(const RunConfig* rc) {
     free(text);
 }
 
+// One path (a file, a directory or a glob) made absolute against the working directory: its
+// directory part resolved (symbolic links too), the last part kept as written. A path whose
+// directory does not exist stays as it is (opening it will say what is wrong).
+static void absolute_path(const char* in, char* out, size_t cap) {
+    const char* slash = strrchr(in, '/');
+    char dir[LLMC_PATH_MAX], real[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - in) : 1, slash ? in : ".");
+    const int n = in[0] != '/' && realpath(dir, real) ? snprintf(out, cap, "%s/%s", real, slash ? slash + 1 : in) : -1;
+    if (n < 0 || (size_t)n >= cap) snprintf(out, cap, "%s", in);
+}
+
+// The file flags given on the command line made absolute (each item of a comma list), so that
+// the record names the same files when the run is resumed from another directory, and a
+// resume's flags compare with it. A model descriptor (d12, tiny) is no path.
+static void absolute_paths(RunConfig* rc) {
+    TrainFlags* f = &rc->f;
+    const char** flags[] = {&f->model, &f->train_data, &f->val_data, &f->adapter, &f->sample.vocab};
+    const char* names[] = {"--model", "--train-data", "--val-data", "--adapter", "--vocab"};
+    GPT2Config scratch;
+    for (int i = 0; i < 5; i++) {
+        const char* v = *flags[i];
+        if (!v || !runconfig_given(rc, names[i]) || (flags[i] == &f->model && gpt2_config_from_descriptor(&scratch, v) == 0)) continue;
+        char joined[3 * LLMC_PATH_MAX] = "", item[LLMC_PATH_MAX], abs[LLMC_PATH_MAX];
+        for (const char* p = v; *p;) {
+            const char* comma = strchr(p, ',');
+            const size_t n = comma ? (size_t)(comma - p) : strlen(p);
+            snprintf(item, sizeof(item), "%.*s", (int)n, p);
+            absolute_path(item, abs, sizeof(abs));
+            if (strlen(joined) + strlen(abs) + 2 > sizeof(joined)) fatal("give shorter paths", "%s: the paths are too long", names[i]);
+            if (joined[0]) strcat(joined, ",");
+            strcat(joined, abs);
+            p += n + (comma ? 1 : 0);
+        }
+        runconfig_set_string(rc, flags[i], joined);
+    }
+}
+
 // Compare the flags of rc with the recorded ones; fatal on a refused change, the others listed.
 static void collect_changes(RunConfig* rc, const RunConfig* rec, RunChanges* ch) {
     RunConfig was = *rec; // a shallow copy to point a flag table at (the strings are rec's)
@@ -129,6 +168,7 @@ static void resume_config(RunConfig* rc, const RunConfig* rec, const char* dir, 
     rc->f.resume = NULL; // this invocation's own
     rc->f.stop_after = 0;
     runconfig_parse_args(rc, argc, argv); // rc->given: exactly the command line's flags now
+    absolute_paths(rc);
     const int cmd_steps = runconfig_given(rc, "--steps"), cmd_epochs = runconfig_given(rc, "--epochs");
     if (cmd_steps && !cmd_epochs) rc->f.epochs = 0; // the run's length given as steps replaces recorded epochs
     collect_changes(rc, rec, changes);
@@ -159,7 +199,7 @@ static void default_out_dir(Comm* comm, RunConfig* rc) {
         printf("output: %s (no --out given)\n", dir);
     }
     comm_broadcast(comm, dir, sizeof(dir), 0);
-    runconfig_set_default_out(rc, dir);
+    runconfig_set_string(rc, &rc->f.out_dir, dir);
 }
 
 // A run directory without a record (written before records existed): at least the trainer
@@ -199,6 +239,7 @@ void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** a
         if (comm->rank == 0) printf("note: no %s in %s (a run of an earlier version): the settings come from the command line\n", RUNRECORD_FILE, out);
     }
     if (!out && !rc->f.resume) default_out_dir(comm, rc);
+    absolute_paths(rc);
     char err[1024];
     const char* hint = NULL;
     if (runconfig_derive(rc, comm->world, err, sizeof(err), &hint) != 0) fatal(hint, "%s", err);

@@ -7,6 +7,7 @@
 # structure) are refused naming the flag; the other trainer is told which program to use;
 # --resume auto starts a new run when there is nothing to resume, plain --resume refuses.
 source "$(dirname "$0")/lib.sh"
+BIN_DIR=$(cd "$BIN_DIR" && pwd) # (one run starts in another directory)
 L="$BIN_DIR/train_lora"; G="$BIN_DIR/train_gpt2"
 MODEL=test/ref/gpt2_tiny
 make_shard "$TMP/t_000.bin" 4000 100 1
@@ -32,7 +33,7 @@ cmp -s "$TMP/straight/adapter_model.safetensors" "$TMP/r/adapter_model.safetenso
 
 # ---- what a resume may not change: one clear message naming the flag, exit 1, nothing written
 before=$(cd "$TMP/r" && ls -l --time-style=+%s.%N | sha256sum)
-expect_fail "changed model refused" "--model $TMP/other differs from the run's recorded $MODEL" "$L" --resume --out "$TMP/r" --model "$TMP/other"
+expect_fail "changed model refused" "--model $TMP/other differs from the run's recorded $PWD/$MODEL" "$L" --resume --out "$TMP/r" --model "$TMP/other"
 expect_fail "changed data refused" "--train-data $TMP/other.bin differs" "$L" --resume --out "$TMP/r" --train-data "$TMP/other.bin"
 expect_fail "changed LoRA rank refused" "--lora-rank 8 differs from the run's recorded 4" "$L" --resume --out "$TMP/r" --lora-rank 8
 expect_fail "changed LoRA targets refused" "the adapter in the checkpoint has the recorded structure" "$L" --resume --out "$TMP/r" --lora-targets c_attn
@@ -55,6 +56,13 @@ grep -q "^resume: the schedule changed: the learning rate of step 9 is .* (with 
 grep -q '"steps": 12' "$TMP/r/run_config.json" && grep -q '"lr": 0.001,' "$TMP/r/run_config.json" \
   && ok "run_config.json updated with the overrides" || bad "record not updated"
 [ "$(grep -c '"train_loss"' "$TMP/r/log.jsonl")" = 12 ] && ok "12 steps logged" || bad "log has $(grep -c '"train_loss"' "$TMP/r/log.jsonl") steps"
+
+# ---- the record names files by absolute paths: a resume from another directory finds them, and
+# the same file named another way (here through a symbolic link) is no change
+ln -s "$PWD/test" "$TMP/testlink"
+( cd "$TMP" && "$L" --resume --out r --steps 13 --model testlink/ref/gpt2_tiny > "$TMP/r4.log" 2>&1 ) && grep -q "resumed: step 12" "$TMP/r4.log" \
+  && grep -q "^resume: --steps 13 (recorded: 12)" "$TMP/r4.log" && [ "$(grep -c '^resume: --' "$TMP/r4.log")" = 1 ] \
+  && ok "resumed from another working directory; the model named through a link is the same model" || { bad "resume from elsewhere"; tail -5 "$TMP/r4.log"; }
 
 # ---- --resume auto and plain --resume with nothing to resume
 mkdir -p "$TMP/empty"

@@ -95,6 +95,7 @@ grep -q "^summary: finished at step $want of $want | $((want * 64)) tokens seen 
   || bad "summary: $(grep '^summary' "$TMP/ep.log")"
 expect_fail "--steps and --epochs" "--steps and --epochs both given" "$G" "${RUN[@]}" --steps 3 --epochs 1 --out "$TMP/x"
 expect_fail "--keep-best without --val-data" "--keep-best needs --val-data" "$G" "${RUN[@]}" --keep-best --out "$TMP/x"
+expect_fail "early stopping without --eval-every" "--early-stopping-patience needs --eval-every" "$G" "${RUN[@]}" "${VAL[@]}" --early-stopping-patience 3 --out "$TMP/x"
 expect_fail "bad --eval-batches" "--eval-batches: 'some' is not a count" "$G" "${RUN[@]}" "${VAL[@]}" --eval-batches some --out "$TMP/x"
 
 # ---- a crash leaves log lines after the newest checkpoint: the resumed run drops them
