@@ -142,7 +142,6 @@ static int runconfig_check_flags(const RunConfig* rc, char* err, size_t cap, con
         return -1;
     }
     if (rc->mode != TRAIN_LORA) return 0;
-    if (f->merge && !f->out_dir) { snprintf(err, cap, "--merge needs --out DIR (where the merged model is written)"); return -1; }
     GPT2Config scratch;
     if (gpt2_config_from_descriptor(&scratch, f->model) == 0) {
         *hint = "pass a pretrained checkpoint (llm.c .bin, safetensors or a transformers model dir)";
