@@ -393,10 +393,7 @@ static void build_model(Run* r, long resume_step) {
 }
 
 // ----------------------------------------------------------------------------
-// set-up
-
-// ----------------------------------------------------------------------------
-// the configuration and the run directory
+// set-up: the run directory, the run's length, data, optimizer
 
 // --out of a new run must not hold another run's checkpoints (a record alone, of a run stopped
 // before its first checkpoint, is replaced).
@@ -482,6 +479,7 @@ static void setup_optimizer(Run* r) {
 
 // What this invocation changed in the recorded settings; for a changed schedule, the learning
 // rate of the next step with the recorded and with the new one, so that no jump goes unnoticed.
+// A run's length shortened to before the checkpoint is refused.
 static void report_changes(Run* r) {
     const RunChanges* ch = &r->start.changes;
     int schedule = 0;
