@@ -22,7 +22,7 @@ void args_print_help(const ArgSpec* specs, int n, const char* usage_head) {
         case ARG_STR: if (*(const char**)s->dst) printf(" (default %s)", *(const char**)s->dst); break;
         case ARG_BOOL: case ARG_OPT_STR: break;
         }
-        if (s->choices) {
+        if (s->choices && s->type != ARG_OPT_STR) { // (an optional word is named in the help)
             printf(" [");
             for (int c = 0; s->choices[c]; c++) printf("%s%s", c ? "|" : "", s->choices[c]);
             printf("]");

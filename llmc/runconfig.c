@@ -14,6 +14,8 @@ static const char* const SAVE_FORMATS[] = {"hf", "llmc", "both", "none", NULL};
 // in LORA_BIAS_* order
 static const char* const LORA_BIAS_NAMES[] = {"none", "all", "lora_only", NULL};
 static const char* const RESUME_WORDS[] = {"yes", "auto", NULL};
+#define RUNCFG_EXIT_HELP "Exit status: 0 when the run finished (or stopped early, or by --stop-after); 1 on an error, or when its last steps " \
+    "were not finite (no final model written); 130 / 143 after SIGINT / SIGTERM (a checkpoint is written first, except during start-up)."
 static const char* const HINT = "run with --help to see every flag";
 
 const char* runconfig_program(TrainMode mode) { return mode == TRAIN_LORA ? "train_lora" : "train_gpt2"; }
@@ -252,8 +254,10 @@ void runconfig_parse_args(RunConfig* rc, int argc, char** argv) {
     ArgSpec specs[RUNCFG_MAX_FLAGS];
     int n = runconfig_specs(&rc->f, rc->mode, specs);
     const char* head = rc->mode == TRAIN_FULL
-        ? "usage: train_gpt2 --model PATH|dN --train-data GLOB [options]\n\nTrains every parameter of a GPT-2 model (fine-tuning, or pretraining from scratch with --model d12)."
-        : "usage: train_lora --model PATH --train-data GLOB [options]\n\nTrains LoRA adapters on a frozen GPT-2.";
+        ? "usage: train_gpt2 --model PATH|dN --train-data GLOB [options]\n       train_gpt2 --resume --out DIR [options]\n\n"
+          "Trains every parameter of a GPT-2 model (fine-tuning, or pretraining from scratch with --model d12).\n" RUNCFG_EXIT_HELP
+        : "usage: train_lora --model PATH --train-data GLOB [options]\n       train_lora --resume --out DIR [options]\n\n"
+          "Trains LoRA adapters on a frozen GPT-2.\n" RUNCFG_EXIT_HELP;
     args_parse(argc, argv, specs, n, head, rc->given);
     runconfig_own_strings(rc);
 }
