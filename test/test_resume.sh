@@ -44,6 +44,10 @@ expect_fail "other trainer told which one" "holds a train_lora run (its run_conf
 cp -r "$TMP/r" "$TMP/norec" && rm "$TMP/norec/run_config.json"
 expect_fail "other trainer, no record" "holds a train_lora run (its checkpoint '$TMP/norec/state_00000008_00000.bin' says so): resume it with train_lora" \
   "$G" --model "$MODEL" --train-data "$TMP/t_*.bin" -b 2 -t 16 --resume --out "$TMP/norec"
+# a damaged record: one message naming it
+cp -r "$TMP/r" "$TMP/badrec" && sed -i 's/"lora_rank": 4/"lora_rank": "four"/' "$TMP/badrec/run_config.json"
+expect_fail "damaged run_config.json" "the run's settings cannot be read: '$TMP/badrec/run_config.json': flags: --lora-rank: not an integer" \
+  "$L" --resume --out "$TMP/badrec"
 after=$(cd "$TMP/r" && ls -l --time-style=+%s.%N | sha256sum)
 [ "$before" = "$after" ] && ok "refused resumes left the run directory as it was" || bad "a refused resume changed the run directory"
 
