@@ -226,6 +226,7 @@ void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** a
             fatal("drop --resume to start a new run (--resume auto starts one when there is nothing to resume), or point --out at the run's directory",
                   "no complete checkpoint (DONE_* marker) in '%s'", out);
         if (st->resume_step < 0 && comm->rank == 0) printf("resume auto: no checkpoint in %s: starting a new run\n", out);
+        if (st->resume_step >= 0) ckpt_verify(comm, out, st->resume_step); // every file against its manifest, before anything is read
     }
     if (st->resume_step >= 0 && runrecord_read(out, &st->rec)) {
         st->has_rec = 1;

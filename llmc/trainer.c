@@ -56,6 +56,7 @@ typedef struct {
     LRSchedule sched;
     long step;                 // optimizer steps completed
     long skipped_total;        // steps skipped for a non-finite loss or gradient (whole run)
+    long no_target_total;      // steps without a target (whole run)
     long consecutive_bad;      // ... in a row, up to now
     long steps_this_run;       // steps of this invocation (--stop-after)
     int steps;                 // the run's length: --steps, or --epochs over the training data
@@ -107,7 +108,7 @@ static void save_checkpoint(Run* r) {
     h.h[SH_DL_EPOCH] = ds.epoch; h.h[SH_DL_SHARD] = ds.shard_i; h.h[SH_DL_CHUNK] = ds.chunk_i;
     h.h[SH_BEGIN] = (int64_t)r->opt.begin; h.h[SH_END] = (int64_t)r->opt.end; h.h[SH_TOTAL] = (int64_t)r->opt.total;
     h.h[SH_MODE] = r->c->mode; h.h[SH_B] = f->batch_size; h.h[SH_T] = f->seq_len; h.h[SH_ACCUM] = r->c->accum;
-    h.h[SH_SKIPPED] = r->skipped_total; h.h[SH_ZERO] = f->zero; h.h[SH_SEED] = f->seed;
+    h.h[SH_SKIPPED] = r->skipped_total; h.h[SH_NO_TARGETS] = r->no_target_total; h.h[SH_ZERO] = f->zero; h.h[SH_SEED] = f->seed;
     h.h[SH_TOKENS_PER_STEP] = r->c->tokens_per_step; h.h[SH_SHUFFLE] = f->shuffle;
     // the evaluation at this step (if it ran already, at the end) is run again on resuming
     const ValTrack* v = r->has_last_val && r->vtrack_pre_step == r->step ? &r->vtrack_pre : &r->vtrack;
@@ -123,10 +124,11 @@ static void save_checkpoint(Run* r) {
     ckpt_path(path, sizeof(path), f->out_dir, "state", r->step, r->rank);
     ckpt_write_state(path, &h, mh, vh, mas);
     free(mh); free(vh); free(mas);
-    comm_barrier(&r->comm); // the checkpoint is complete only when every rank has written its part
+    // the checkpoint is complete only when every rank has written its part: the DONE manifest
+    // (sizes and checksums of every file) is written last
+    ckpt_commit(&r->comm, f->out_dir, r->step, r->lora ? "adapter" : "model");
     if (r->rank == 0) {
-        ckpt_write_done(f->out_dir, r->step);
-        ckpt_prune(f->out_dir, f->keep_checkpoints, r->world);
+        ckpt_prune(f->out_dir, f->keep_checkpoints);
         printf("checkpoint: step %ld written to %s\n", r->step, f->out_dir);
     }
     comm_barrier(&r->comm);
@@ -144,6 +146,9 @@ static void check_state_matches(Run* r, const char* path, const StateHeader* h0)
     if ((size_t)h0->h[SH_TOTAL] != r->opt.total)
         fatal(hint, "'%s' holds optimizer state for %lld trainable parameters; this run has %zu",
               path, (long long)h0->h[SH_TOTAL], r->opt.total);
+    if (h0->h[SH_STEP] > r->steps)
+        fatal("give a --steps (or --epochs) beyond the checkpoint's step to continue the run", "the checkpoint in '%s' is at step %lld, beyond the run's %d steps",
+              f->out_dir, (long long)h0->h[SH_STEP], r->steps);
 }
 
 // Optimizer state, re-sharded by zero_reshard_plan when the ranks or the stage changed: the old
@@ -206,13 +211,14 @@ static void restore_data_position(Run* r, const StateHeader* h0) {
 static void restore_checkpoint(Run* r, long step) {
     char path[LLMC_PATH_MAX];
     StateHeader h0;
+    ckpt_check_states(r->c->f.out_dir, step, &h0); // every rank's header, validated and cross-checked
     ckpt_path(path, sizeof(path), r->c->f.out_dir, "state", step, 0);
-    ckpt_read_state_header(path, &h0);
     check_state_matches(r, path, &h0);
     restore_optimizer(r, step, &h0);
     r->opt.t = (int)h0.h[SH_OPT_T];
     r->step = (long)h0.h[SH_STEP];
     r->skipped_total = (long)h0.h[SH_SKIPPED];
+    r->no_target_total = (long)h0.h[SH_NO_TARGETS];
     if (h0.h[SH_VAL_TRACKED]) {
         r->vtrack.has_best = 1; r->vtrack.best_step = (long)h0.h[SH_BEST_STEP]; r->vtrack.since_improved = (long)h0.h[SH_EVALS_SINCE_BEST];
         memcpy(&r->vtrack.best, &h0.h[SH_BEST_VAL_BITS], sizeof(double));
@@ -396,11 +402,13 @@ static void build_model(Run* r, long resume_step) {
 // set-up: the run directory, the run's length, data, optimizer
 
 // --out of a new run must not hold another run's checkpoints (a record alone, of a run stopped
-// before its first checkpoint, is replaced).
+// before its first checkpoint, is replaced). What interrupted runs left there is removed.
 static void check_out_dir(Run* r) {
     const TrainFlags* f = &r->c->f;
     if (r->start.resume_step < 0 && ckpt_find_latest(f->out_dir) >= 0) // never clobber another run's checkpoints and log
         fatal("add --resume to continue that run, or choose another --out", "'%s' holds checkpoints of an earlier run", f->out_dir);
+    if (r->rank == 0 && dir_exists(f->out_dir)) ckpt_clean(f->out_dir); // temporaries and orphans of interrupted runs
+    comm_barrier(&r->comm);
 }
 
 // After startup, the first writes: the directory, the record of the settings, the log.
@@ -479,7 +487,6 @@ static void setup_optimizer(Run* r) {
 
 // What this invocation changed in the recorded settings; for a changed schedule, the learning
 // rate of the next step with the recorded and with the new one, so that no jump goes unnoticed.
-// A run's length shortened to before the checkpoint is refused.
 static void report_changes(Run* r) {
     const RunChanges* ch = &r->start.changes;
     int schedule = 0;
@@ -489,9 +496,6 @@ static void report_changes(Run* r) {
             c->kind == CHANGE_OPTIMIZER ? ": applies from the next step on" : "");
         schedule |= c->kind == CHANGE_SCHEDULE;
     }
-    if (r->step > r->steps)
-        fatal("give a --steps (or --epochs) beyond the checkpoint's step to continue", "the checkpoint in '%s' is at step %ld, beyond the run's %d steps",
-              r->c->f.out_dir, r->step, r->steps);
     if (!schedule || !r->start.has_rec) return;
     LRSchedule was;
     schedule_of(&was, &r->start.rec, run_length(&r->start.rec, dl_batches_per_epoch(&r->train)));
@@ -638,7 +642,7 @@ static StepResult train_step(Run* r) {
 
 // Count a skipped step; too many in a row stop the run.
 static void note_skipped(Run* r, const StepResult* s) {
-    if (s->no_targets) return; // neither a divergence nor a sign of recovery
+    if (s->no_targets) { r->no_target_total++; return; } // neither a divergence nor a sign of recovery
     if (!s->skipped) { r->consecutive_bad = 0; return; }
     r->skipped_total++;
     r->consecutive_bad++;

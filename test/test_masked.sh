@@ -55,6 +55,13 @@ grep -q "non-finite" "$TMP/p.log" && bad "reported as non-finite: $(grep -m1 non
 a=$(losses "$TMP/p"); b=$(losses "$TMP/r")
 [ -n "$b" ] && [ "$a" = "$b" ] && ok "no update without targets: the next 4 losses equal a fresh run's, bit for bit ($b)" || bad "losses '$a' vs '$b'"
 
+# steps without targets are counted in the checkpoint (updates + skipped + no-target steps =
+# steps): a run stopped after them resumes to the same losses
+"$G" "${RUN[@]}" --train-data "$TMP/prefix.bin" --steps 16 --stop-after 13 --out "$TMP/p2" > "$TMP/p2a.log" 2>&1 || { tail -3 "$TMP/p2a.log"; bad "first part failed"; }
+"$G" --resume --out "$TMP/p2" > "$TMP/p2b.log" 2>&1 || { tail -3 "$TMP/p2b.log"; bad "resume after steps without targets failed"; }
+a=$(losses "$TMP/p"); b=$(losses "$TMP/p2")
+[ -n "$b" ] && [ "$a" = "$b" ] && ok "resumed after 12 steps without targets: the same losses" || bad "losses '$a' vs '$b' after resume"
+
 # ---- an all-masked micro-batch in each step: zero loss, zero gradient, not counted
 "$G" "${RUN[@]}" --train-data "$TMP/odd.bin" --total-batch-tokens $((2 * T)) --steps 6 --out "$TMP/o" > "$TMP/o.log" 2>&1 || { tail "$TMP/o.log"; bad "masked micro-batch run failed"; }
 "$G" "${RUN[@]}" --train-data "$TMP/even.bin" --steps 6 --out "$TMP/e" > "$TMP/e.log" 2>&1 || { tail "$TMP/e.log"; bad "reference run failed"; }
