@@ -115,7 +115,7 @@ int ckpt_manifest_parse(const char* text, size_t len, const char* what, long ste
 void ckpt_manifest_free(CkptManifest* mf);
 
 // ---- leftovers
-// Removes what interrupted runs left in dir (and dir/merged): temporary files of atomic writes
+// Removes what interrupted runs left in dir (and dir/merged, dir/best, dir/best/merged): temporary files of atomic writes
 // ("*.tmp.<pid>") and checkpoint files that belong to no complete checkpoint (a step without a
 // DONE marker: an interrupted save or prune; a state file of a rank the step's manifest does not
 // list). Prints what it removed. Call it when a run starts in dir, before any rank writes there.

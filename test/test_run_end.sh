@@ -44,6 +44,10 @@ v0=$(grep '"val_loss"' "$TMP/kb_load/log.jsonl" | head -1 | sed 's/.*"val_loss":
 [ -n "$v0" ] && [ "$v0" = "$bval" ] && ok "best/model.bin loads and evaluates to the recorded best val loss, bit for bit" || bad "best model val loss $v0 vs $bval"
 [ -s "$TMP/kb/best/model.safetensors" ] && [ -s "$TMP/kb/best/config.json" ] && ok "best/ is a transformers directory too" || bad "best/ lacks the HF files"
 grep -q "^summary: .* | best model: $TMP/kb/best/" "$TMP/kb.log" && ok "the summary names best/" || bad "summary: $(grep '^summary' "$TMP/kb.log")"
+# an interrupted save of best/ leaves a temporary file: the next run in the directory removes it
+touch "$TMP/kb/best/model.bin.tmp.4242"
+"$G" --resume --out "$TMP/kb" --steps 17 > "$TMP/kb2.log" 2>&1 && [ ! -e "$TMP/kb/best/model.bin.tmp.4242" ] && grep -q "^cleanup: removed 1 leftover file" "$TMP/kb2.log" \
+  && ok "a leftover temporary file in best/ is removed when the run resumes" || { bad "best/ leftover"; grep cleanup "$TMP/kb2.log"; }
 
 # ---- early stopping: the val loss rises after a while
 "$G" "${RUN[@]}" "${BEST[@]}" --steps 200 --early-stopping-patience 2 --out "$TMP/es" > "$TMP/es.log" 2>&1; rc=$?
