@@ -71,7 +71,12 @@ void runlog_open(RunLog* l, const char* dir, int rank, long resume_step) {
 }
 
 void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
-    const double ms = seconds * 1000.0, tps = (double)l->tokens_per_step / seconds;
+    const double ms = seconds * 1000.0, tps = (double)l->tokens_per_step / seconds, tflops = l->step_flops / seconds / 1e12;
+    char mfu[32] = "n/a", mfu_json[32] = "null";
+    if (l->peak_flops > 0) {
+        snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * tflops * 1e12 / l->peak_flops);
+        snprintf(mfu_json, sizeof(mfu_json), "%.4f", tflops * 1e12 / l->peak_flops);
+    }
     const double epoch = l->steps_per_epoch > 0 ? (double)step / l->steps_per_epoch : 0.0;
     const double elapsed = timer_now_s() - l->t0;
     const double eta = step > l->step0 ? elapsed / (double)(step - l->step0) * (double)(l->steps - step) : 0.0;
@@ -83,8 +88,8 @@ void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
             printf("step %4ld/%d | no targets: every token of the batch is masked, no update | lr %.3e | %.1f ms | epoch %.2f | %s elapsed, ETA %s\n",
                    step, l->steps, s->lr, ms, epoch, te, tr);
         else
-            printf("step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | epoch %.2f | %s elapsed, ETA %s\n",
-                   step, l->steps, s->loss, s->lr, s->norm, ms, tps, epoch, te, tr);
+            printf("step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.1f TFLOP/s | MFU %s | epoch %.2f | %s elapsed, ETA %s\n",
+                   step, l->steps, s->loss, s->lr, s->norm, ms, tps, tflops, mfu, epoch, te, tr);
         fflush(stdout);
     }
     if (s->no_targets)
@@ -92,8 +97,8 @@ void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
                  step, s->lr, epoch, ms, tps, elapsed);
     else
         log_line(l, "{\"step\": %ld, \"train_loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"epoch\": %.6g, \"ms\": %.3f, \"tok_per_s\": %.1f, "
-                    "\"elapsed_s\": %.3f%s}", step, num(a, sizeof(a), s->loss), s->lr, num(b, sizeof(b), s->norm), epoch, ms, tps, elapsed,
-                 s->skipped ? ", \"skipped\": true" : "");
+                    "\"tflops\": %.3f, \"mfu\": %s, \"elapsed_s\": %.3f%s}", step, num(a, sizeof(a), s->loss), s->lr, num(b, sizeof(b), s->norm),
+                 epoch, ms, tps, tflops, mfu_json, elapsed, s->skipped ? ", \"skipped\": true" : "");
 }
 
 void runlog_eval(RunLog* l, long step, double val_loss) {

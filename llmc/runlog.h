@@ -3,7 +3,9 @@
 //
 // OUT/log.jsonl, one object per line (non-finite numbers are written as null):
 //   {"step": 12, "train_loss": 3.95, "lr": 0.0004, "grad_norm": 0.87, "epoch": 0.26,
-//    "ms": 35.3, "tok_per_s": 3631.0, "elapsed_s": 4.2}
+//    "ms": 35.3, "tok_per_s": 3631.0, "tflops": 0.1, "mfu": 0.0012, "elapsed_s": 4.2}
+//                                  (tflops: model TFLOP/s per rank; mfu: its fraction of the
+//                                  device's peak, null when the peak is unknown)
 //   ... "skipped": true            the loss or the gradient was not finite: no update
 //   {"step": 12, "no_targets": true, "lr": ..., "epoch": ..., ...}
 //                                  every target of the step was masked: no update
@@ -35,6 +37,8 @@ typedef struct {
     int steps;                // the run's length
     double steps_per_epoch;   // optimizer steps per pass over the training data
     int64_t tokens_per_step;
+    double step_flops;        // model FLOPs of one step on this rank (llmc/mfu.h) ...
+    double peak_flops;        // ... and the device's peak bf16 FLOP/s; 0: unknown, MFU "n/a"
     double t0;                // start of this invocation's training (timer_now_s)
     long step0;               // the step it started from
 } RunLog;

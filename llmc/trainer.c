@@ -13,6 +13,7 @@
 #include "gpt2.h"
 #include "gradsync.h"
 #include "lora.h"
+#include "mfu.h"
 #include "model.h"
 #include "model_io.h"
 #include "ops.h"
@@ -536,6 +537,20 @@ static void report_model(Run* r) {
            f->batch_size, f->seq_len, r->world, r->c->accum, (long long)r->c->tokens_per_step);
 }
 
+// The model FLOPs of a step on this rank and the device's peak bf16 FLOP/s, for the step line
+// (llmc/runlog.h: TFLOP/s and MFU).
+static void setup_mfu(Run* r) {
+    const GPT2Config* cfg = &r->model->cfg;
+    const double per_token = mfu_flops_per_token(params_count_unpadded(&r->model->pt), r->lora != NULL,
+                                                 r->lora ? r->lora->n_trainable : 0, cfg->num_layers, cfg->channels, r->c->f.seq_len);
+    RunLog* l = &r->rl;
+    l->step_flops = per_token * (double)r->c->tokens_per_step / (double)r->world;
+    const char* model = NULL;
+    l->peak_flops = mfu_peak_bf16_flops(ops_backend_name(), &model);
+    if (l->peak_flops > 0)
+        say(r, "mfu: %.3g TFLOP per step per rank, peak %.1f TFLOP/s bf16 (%s)\n", l->step_flops / 1e12, l->peak_flops / 1e12, model);
+}
+
 static void report_memory(Run* r) {
     const TrainFlags* f = &r->c->f;
     size_t pb = gpt2_param_bytes(r->model), gb = gpt2_grad_bytes(r->model), ob = opt_state_bytes(&r->opt);
@@ -701,10 +716,14 @@ static int train_loop(Run* r) {
         double t0 = timer_now_s();
         comm_watchdog_op(&r->comm, "step %ld", r->step + 1);
         StepResult s = train_step(r);
+        // the step ends when the device has finished its work (the optimizer's kernels are
+        // asynchronous on CUDA): the time is everything the user waits for
+        ops_synchronize();
+        const double seconds = timer_now_s() - t0;
         note_skipped(r, &s);
         r->step++;
         r->steps_this_run++;
-        runlog_step(&r->rl, r->step, &s, timer_now_s() - t0);
+        runlog_step(&r->rl, r->step, &s, seconds);
         const int stop = stop_reason(r);
         comm_watchdog_op_unbounded(&r->comm, "sample / checkpoint after step %ld", r->step);
         if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < r->steps) sample_now(r);
@@ -792,6 +811,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     }
     report_model(r);
     report_memory(r);
+    setup_mfu(r);
     runsignal_deferred(); // from the first write on, they stop the loop with a checkpoint
     open_out_dir(r);
     const int stop = train_loop(r);

@@ -67,7 +67,7 @@ PY
 # evaluation at 8, one without a new best), resumed, the run stops at the same step with the same log
 "$G" "${RUN[@]}" "${BEST[@]}" --steps 200 --early-stopping-patience 2 --keep-best --stop-after 9 --out "$TMP/es2" > /dev/null 2>&1
 "$G" --resume --out "$TMP/es2" > "$TMP/es2.log" 2>&1
-strip() { sed -E 's/, "ms": [0-9.]+, "tok_per_s": [0-9.]+, "elapsed_s": [0-9.]+//' "$1"; }
+strip() { sed -E 's/, "ms": [0-9.]+, "tok_per_s": [0-9.]+, "tflops": [0-9.]+, "mfu": [0-9.a-z]+, "elapsed_s": [0-9.]+//' "$1"; }
 v6=$(grep '"step": 6, "val_loss"' "$TMP/es/log.jsonl" | sed 's/.*"val_loss": \([^,]*\),.*/\1/')
 diff <(strip "$TMP/es/log.jsonl") <(strip "$TMP/es2/log.jsonl") > /dev/null && grep -q "^summary: stopped early" "$TMP/es2.log" \
   && [ "$(field "$TMP/es2/best/best.json" step)" = 6 ] && [ "$(field "$TMP/es2/best/best.json" val_loss)" = "$v6" ] \
