@@ -45,7 +45,7 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--train-data", "-i", ARG_STR, &f->train_data, "GLOB", "training token shards (llm.c format; data/prepare makes them)", 1, 0, NULL},
         {"--val-data", "-j", ARG_STR, &f->val_data, "GLOB", "validation token shards", 1, 0, NULL},
         {"--out", "-o", ARG_STR, &f->out_dir, "DIR", "output directory: run_config.json (the settings), log.jsonl, checkpoints, final model; "
-         "default: a new out/<program>-<date>-<time> (printed at start)", 1, 0, NULL},
+         "default: a new out/<program>-<date>-<time> (printed at start); none: write nothing (benchmarks, quick checks)", 1, 0, NULL},
         {"--resume", NULL, ARG_OPT_STR, &f->resume, "auto", "continue the run in --out from its newest complete checkpoint, with the settings recorded in "
          "OUT/run_config.json (flags given override them where that is safe, and are reported); auto: start a new run when there is no "
          "checkpoint (for jobs that may be restarted)", 1, 0, RESUME_WORDS},
@@ -137,7 +137,9 @@ static int runconfig_check_flags(const RunConfig* rc, char* err, size_t cap, con
     *hint = HINT;
     if (!f->model) { snprintf(err, cap, "--model is required"); return -1; }
     if (!f->train_data) { snprintf(err, cap, "--train-data is required"); return -1; }
-    if (f->resume && !f->out_dir) { snprintf(err, cap, "--resume needs --out DIR (the directory holding the checkpoints)"); return -1; }
+    const int none = f->out_dir && !strcmp(f->out_dir, "none");
+    if (f->resume && (!f->out_dir || none)) { snprintf(err, cap, "--resume needs --out DIR (the directory holding the checkpoints)"); return -1; }
+    if (none && f->keep_best) { snprintf(err, cap, "--keep-best needs an --out DIR to keep the model in (not --out none)"); return -1; }
     if (rc->mode == TRAIN_FULL && rc->model_4bit) {
         *hint = "fine-tune it with train_lora (QLoRA), or give train_gpt2 the full-precision model";
         snprintf(err, cap, "--model %s: the linear weights are stored 4-bit (bitsandbytes NF4); training every parameter needs them in full precision", f->model);
@@ -213,6 +215,7 @@ int runconfig_derive(RunConfig* rc, int world, char* err, size_t cap, const char
     if (runconfig_check_flags(rc, err, cap, hint) || runconfig_check_eval(rc, err, cap, hint) ||
         runconfig_derive_batch(rc, err, cap, hint)) return -1;
     rc->resume = !f->resume ? RESUME_NO : !strcmp(f->resume, "auto") ? RESUME_AUTO : RESUME_YES;
+    rc->write_outputs = !f->out_dir || strcmp(f->out_dir, "none") != 0;
     rc->sample_tokens = f->sample_every > 0 && f->sample_tokens == 0 ? 64 : f->sample_tokens;
     rc->qlora = rc->mode == TRAIN_LORA && (f->qlora || rc->model_4bit);
     rc->schedule = sched_parse(f->schedule);

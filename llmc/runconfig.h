@@ -87,6 +87,7 @@ typedef struct {
     int world;                   // ranks the configuration was derived for
     // ---- derived
     ResumeKind resume;           // --resume
+    int write_outputs;           // 0 with --out none: no record, log, checkpoint or model
     int eval_batches;            // validation batches per evaluation; 0 = the whole split
     int64_t micro_tokens;        // batch_size x seq_len x world: one micro-step of every rank
     int64_t tokens_per_step;     // --total-batch-tokens, or micro_tokens when it is 0

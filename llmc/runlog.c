@@ -53,7 +53,7 @@ void runlog_open(RunLog* l, const char* dir, int rank, long resume_step) {
     l->console = rank == 0;
     l->fp = NULL;
     l->t0 = timer_now_s();
-    if (rank != 0) return;
+    if (rank != 0 || !dir) return;
     char path[LLMC_PATH_MAX];
     path_join(path, sizeof(path), dir, "log.jsonl");
     if (resume_step >= 0 && file_exists(path)) {
@@ -120,7 +120,8 @@ void runlog_summary(const RunLog* l, const RunSummary* s) {
     if (s->has_val)
         printf("summary: val loss %.6f (perplexity %.4g) at step %ld | best %.6f (perplexity %.4g) at step %ld\n", s->final_val, exp(s->final_val),
                s->final_val_step, s->best_val, exp(s->best_val), s->best_step);
-    printf("summary: outputs in %s/ (log.jsonl, run_config.json, checkpoints%s)%s%s%s\n", s->out_dir, s->final_written ? ", final model" : "",
+    if (!s->out_dir) printf("summary: --out none: nothing was written\n");
+    else printf("summary: outputs in %s/ (log.jsonl, run_config.json, checkpoints%s)%s%s%s\n", s->out_dir, s->final_written ? ", final model" : "",
            s->best_dir ? " | best model: " : "", s->best_dir ? s->best_dir : "", s->best_dir ? "/" : "");
     fflush(stdout);
 }

@@ -52,13 +52,14 @@ typedef struct {
     long final_val_step;
     double best_val;          // ... and the best one
     long best_step;
-    const char* out_dir;
+    const char* out_dir;      // NULL: --out none
     int final_written;        // the final model is in out_dir
     const char* best_dir;     // NULL: none written
 } RunSummary;
 
 // Opens dir/log.jsonl for the run: a new one, or after resume_step >= 0 the existing one cut back
-// to what was logged up to that checkpoint (rewritten atomically when a crash left more).
+// to what was logged up to that checkpoint (rewritten atomically when a crash left more). dir
+// NULL (--out none): the console only.
 void runlog_open(RunLog* l, const char* dir, int rank, long resume_step);
 void runlog_step(RunLog* l, long step, const StepResult* s, double seconds);
 void runlog_eval(RunLog* l, long step, double val_loss);

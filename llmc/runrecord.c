@@ -220,7 +220,7 @@ void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** a
     runconfig_parse_args(rc, argc, argv);
     const char* out = rc->f.out_dir;
     st->resume_step = -1;
-    if (rc->f.resume && out) { // (--resume without --out: runconfig_derive says it)
+    if (rc->f.resume && out && strcmp(out, "none")) { // (--resume without --out: runconfig_derive says it)
         st->resume_step = ckpt_find_latest(out);
         if (st->resume_step < 0 && !strcmp(rc->f.resume, "yes"))
             fatal("drop --resume to start a new run (--resume auto starts one when there is nothing to resume), or point --out at the run's directory",

@@ -87,7 +87,7 @@ static const char* const HINT_FLAGS = "run with --help to see every flag";
 
 static void save_checkpoint(Run* r) {
     const TrainFlags* f = &r->c->f;
-    if (!f->out_dir) return;
+    if (!r->c->write_outputs) return;
     char path[LLMC_PATH_MAX];
     if (r->rank == 0 && r->lora) {
         // LoRA: the base is frozen and reloaded from --model; only the adapter is saved
@@ -276,7 +276,9 @@ static void save_model(Run* r, const char* dir) {
     free(host);
 }
 
-static void save_final(Run* r) { save_model(r, r->c->f.out_dir); }
+static void save_final(Run* r) {
+    if (r->c->write_outputs) save_model(r, r->c->f.out_dir);
+}
 
 // --keep-best: the model of the best validation loss so far, saved like the final model into
 // OUT/best/, and OUT/best/best.json (step, val loss) written last: like a checkpoint's DONE
@@ -321,7 +323,7 @@ static void sample_now(Run* r) {
         kv_init(r->kv, r->model, 1, r->n_prompt + r->c->sample_tokens - 1);
     }
     FILE* copy = NULL;
-    if (f->out_dir) {
+    if (r->c->write_outputs) {
         char path[LLMC_PATH_MAX];
         path_join(path, sizeof(path), f->out_dir, "samples.txt");
         copy = fopen(path, "ab"); // a log, appended like log.jsonl (NULL: console only)
@@ -406,6 +408,7 @@ static void build_model(Run* r, long resume_step) {
 // before its first checkpoint, is replaced). What interrupted runs left there is removed.
 static void check_out_dir(Run* r) {
     const TrainFlags* f = &r->c->f;
+    if (!r->c->write_outputs) return;
     if (r->start.resume_step < 0 && ckpt_find_latest(f->out_dir) >= 0) // never clobber another run's checkpoints and log
         fatal("add --resume to continue that run, or choose another --out", "'%s' holds checkpoints of an earlier run", f->out_dir);
     if (r->rank == 0 && dir_exists(f->out_dir)) ckpt_clean(f->out_dir); // temporaries and orphans of interrupted runs
@@ -415,7 +418,7 @@ static void check_out_dir(Run* r) {
 // After startup, the first writes: the directory, the record of the settings, the log.
 static void open_out_dir(Run* r) {
     const RunConfig* c = r->c;
-    if (r->rank == 0) {
+    if (r->rank == 0 && c->write_outputs) {
         mkdir_p(c->f.out_dir);
         if (r->start.resume_step < 0 || !r->start.has_rec || r->start.changes.n > 0 || r->start.rec.world != r->world) runrecord_write(c);
     }
@@ -424,7 +427,7 @@ static void open_out_dir(Run* r) {
     l->steps_per_epoch = (double)dl_batches_per_epoch(&r->train) / (double)c->accum;
     l->tokens_per_step = c->tokens_per_step;
     l->step0 = r->step;
-    runlog_open(l, c->f.out_dir, r->rank, r->start.resume_step);
+    runlog_open(l, c->write_outputs ? c->f.out_dir : NULL, r->rank, r->start.resume_step);
     comm_barrier(&r->comm);
 }
 
@@ -729,9 +732,13 @@ static int train_loop(Run* r) {
         if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < r->steps) sample_now(r);
         if (stop || (f->save_every > 0 && r->step % f->save_every == 0 && r->step < r->steps)) save_checkpoint(r);
         comm_watchdog_step(&r->comm);
-        if (stop > 0) say(r, "interrupted by signal %d at step %ld: checkpoint written; continue with --resume --out %s\n", stop, r->step, f->out_dir);
-        if (stop < 0) say(r, "stopping after %d steps of this run at step %ld; continue with --resume --out %s\n", f->stop_after, r->step, f->out_dir);
-        if (stop) return stop;
+        if (!stop) continue;
+        char what[96];
+        if (stop > 0) snprintf(what, sizeof(what), "interrupted by signal %d", stop);
+        else snprintf(what, sizeof(what), "stopping after %d steps of this run", f->stop_after);
+        if (r->c->write_outputs) say(r, "%s at step %ld: checkpoint written; continue with --resume --out %s\n", what, r->step, f->out_dir);
+        else say(r, "%s at step %ld (--out none: no checkpoint)\n", what, r->step);
+        return stop;
     }
 }
 
@@ -740,17 +747,19 @@ static int train_loop(Run* r) {
 static void summarize(Run* r, int stop, int diverged) {
     const TrainFlags* f = &r->c->f;
     char ending[160], best_dir[LLMC_PATH_MAX];
-    if (stop > 0) snprintf(ending, sizeof(ending), "interrupted by %s (checkpoint written)", stop == SIGINT ? "SIGINT" : stop == SIGTERM ? "SIGTERM" : "a signal");
-    else if (stop < 0) snprintf(ending, sizeof(ending), "stopped by --stop-after %d (checkpoint written)", f->stop_after);
+    const char* ckpt = r->c->write_outputs ? " (checkpoint written)" : "";
+    if (stop > 0) snprintf(ending, sizeof(ending), "interrupted by %s%s", stop == SIGINT ? "SIGINT" : stop == SIGTERM ? "SIGTERM" : "a signal", ckpt);
+    else if (stop < 0) snprintf(ending, sizeof(ending), "stopped by --stop-after %d%s", f->stop_after, ckpt);
     else if (diverged) snprintf(ending, sizeof(ending), "failed: the last %ld steps were not finite", r->consecutive_bad);
     else if (r->early_stopped) snprintf(ending, sizeof(ending), "stopped early (no improvement of the val loss in %d evaluations)", f->early_stopping_patience);
     else snprintf(ending, sizeof(ending), "finished");
     path_join(best_dir, sizeof(best_dir), f->out_dir, "best");
-    RunSummary s = {r->step, ending, r->has_last_val, r->last_val, r->last_val_step, r->vtrack.best, r->vtrack.best_step, f->out_dir,
+    RunSummary s = {r->step, ending, r->has_last_val, r->last_val, r->last_val_step, r->vtrack.best, r->vtrack.best_step,
+                    r->c->write_outputs ? f->out_dir : NULL,
                     !stop && !diverged, f->keep_best && r->vtrack.has_best ? best_dir : NULL};
     runlog_summary(&r->rl, &s);
     if (!diverged || r->rank != 0) return;
-    const long kept = ckpt_find_latest(f->out_dir);
+    const long kept = r->c->write_outputs ? ckpt_find_latest(f->out_dir) : -1;
     char kept_text[96];
     if (kept >= 0) snprintf(kept_text, sizeof(kept_text), "the newest checkpoint (step %ld) is kept", kept);
     else snprintf(kept_text, sizeof(kept_text), "no checkpoint was written");

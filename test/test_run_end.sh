@@ -102,6 +102,17 @@ expect_fail "--keep-best without --val-data" "--keep-best needs --val-data" "$G"
 expect_fail "early stopping without --eval-every" "--early-stopping-patience needs --eval-every" "$G" "${RUN[@]}" "${VAL[@]}" --early-stopping-patience 3 --out "$TMP/x"
 expect_fail "bad --eval-batches" "--eval-batches: 'some' is not a count" "$G" "${RUN[@]}" "${VAL[@]}" --eval-batches some --out "$TMP/x"
 
+# ---- without --out: a directory of its own, printed; --out none: nothing written
+G_ABS="$(cd "$(dirname "$G")" && pwd)/train_gpt2"; M_ABS="$PWD/$MODEL"
+mkdir -p "$TMP/cwd1" "$TMP/cwd2"
+( cd "$TMP/cwd1" && "$G_ABS" --model "$M_ABS" --train-data "$TMP/t_000.bin" -b 2 -t 32 --steps 2 --threads 2 > "$TMP/cwd1.log" 2>&1 ) || bad "run without --out failed"
+d=$(sed -n 's/^output: \(out\/train_gpt2-[0-9]*-[0-9]*\) (no --out given)$/\1/p' "$TMP/cwd1.log")
+[ -n "$d" ] && [ -s "$TMP/cwd1/$d/run_config.json" ] && [ -s "$TMP/cwd1/$d/model.safetensors" ] && grep -q "^summary: outputs in $d/" "$TMP/cwd1.log" \
+  && ok "without --out the run gets $d (printed at start and in the summary)" || { bad "default output directory"; tail -3 "$TMP/cwd1.log"; }
+( cd "$TMP/cwd2" && "$G_ABS" --model "$M_ABS" --train-data "$TMP/t_000.bin" -b 2 -t 32 --steps 2 --threads 2 --out none > "$TMP/cwd2.log" 2>&1 ) \
+  && [ -z "$(ls -A "$TMP/cwd2")" ] && grep -q "^summary: --out none: nothing was written" "$TMP/cwd2.log" && ok "--out none writes nothing" \
+  || { bad "--out none wrote $(ls -A "$TMP/cwd2")"; tail -3 "$TMP/cwd2.log"; }
+
 # ---- a crash leaves log lines after the newest checkpoint: the resumed run drops them
 C=("${RUN[@]}" "${VAL[@]}" --steps 8 --lr 3e-3 --eval-every 2 --eval-batches 2)
 "$G" "${C[@]}" --out "$TMP/s" > /dev/null 2>&1 || bad "straight run failed"
