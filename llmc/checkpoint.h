@@ -44,6 +44,12 @@ typedef enum {
     SH_MAGIC = 0, SH_VERSION, SH_WORLD, SH_RANK, SH_HAS_MASTER, SH_STEP, SH_OPT_T, SH_RNG,
     SH_DL_EPOCH, SH_DL_SHARD, SH_DL_CHUNK, SH_BEGIN, SH_END, SH_TOTAL, SH_MODE, SH_B, SH_T,
     SH_ACCUM, SH_SKIPPED, SH_ZERO, SH_SEED, SH_TOKENS_PER_STEP, SH_SHUFFLE,
+    // the validation loss across evaluations before the step's own (--keep-best, early
+    // stopping): SH_VAL_TRACKED 1 when the others are set (0 in files of earlier versions), the
+    // best loss as the bits of an IEEE double, its step, evaluations since it last improved
+    SH_VAL_TRACKED, SH_BEST_VAL_BITS, SH_BEST_STEP, SH_EVALS_SINCE_BEST,
+    // steps whose every target was masked (no update): opt_t + skipped + no_targets = step
+    SH_NO_TARGETS,
     SH_NUM_FIELDS
 } StateField;
 
@@ -109,7 +115,7 @@ int ckpt_manifest_parse(const char* text, size_t len, const char* what, long ste
 void ckpt_manifest_free(CkptManifest* mf);
 
 // ---- leftovers
-// Removes what interrupted runs left in dir (and dir/merged): temporary files of atomic writes
+// Removes what interrupted runs left in dir (and dir/merged, dir/best, dir/best/merged): temporary files of atomic writes
 // ("*.tmp.<pid>") and checkpoint files that belong to no complete checkpoint (a step without a
 // DONE marker: an interrupted save or prune; a state file of a rank the step's manifest does not
 // list). Prints what it removed. Call it when a run starts in dir, before any rank writes there.

@@ -353,11 +353,15 @@ static int clean_dir(const char* dir, int checkpoints, uint64_t* bytes, char* na
 }
 
 void ckpt_clean(const char* dir) {
-    char merged[LLMC_PATH_MAX], names[1024] = "";
+    char sub[LLMC_PATH_MAX], names[1024] = "";
     uint64_t bytes = 0;
     int n = clean_dir(dir, 1, &bytes, names, sizeof(names));
-    path_join(merged, sizeof(merged), dir, "merged");
-    n += clean_dir(merged, 0, &bytes, names, sizeof(names));
+    // the other directories a run writes models into: --merge, and --keep-best's (with its --merge)
+    const char* const subdirs[] = {"merged", "best", "best/merged"};
+    for (int i = 0; i < 3; i++) {
+        path_join(sub, sizeof(sub), dir, subdirs[i]);
+        n += clean_dir(sub, 0, &bytes, names, sizeof(names));
+    }
     if (n > 0)
         printf("cleanup: removed %d leftover file%s of interrupted saves or pruning in '%s' (%.1f MiB): %s%s\n",
                n, n == 1 ? "" : "s", dir, (double)bytes / (1024.0 * 1024.0), names,

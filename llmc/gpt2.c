@@ -251,7 +251,7 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
     }
     // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
     matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, C, Vp);
-    m->has_targets = targets != NULL;
+    m->has_targets = targets != NULL && dloss != 0.0f; // (with dloss 0 the logits stay logits)
     if (!targets) { if (n_valid) *n_valid = 0; return 0.0; }
     fused_classifier(a->losses, a->logits, m->targets, dloss, N, V, Vp);
     ops_to_host(m->losses_host, a->losses, (size_t)N * sizeof(float));
@@ -262,7 +262,7 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
 }
 
 void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
-    if (!m->has_targets) fatal("this is a bug in llmc", "gpt2_backward without a training forward");
+    if (!m->has_targets) fatal("this is a bug in llmc", "gpt2_backward without a training forward (targets and dloss != 0)");
     const int B = m->cur_B, T = m->cur_T;
     const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads;
     const int Vp = m->cfg.padded_vocab_size;

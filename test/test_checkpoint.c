@@ -211,6 +211,8 @@ static void test_headers(void) {
         { SH_SEED, -1, "seed" }, { SH_SHUFFLE, 2, "shuffle" }, { SH_TOKENS_PER_STEP, 65, "tokens per step" },
         { SH_OPT_T, 3, "updates" }, { (StateField)100, 1, "header word 100" }, { SH_END, INT64_MAX, "end" },
         { SH_BEGIN, INT64_MIN, "begin" }, { SH_ACCUM, INT64_MAX, "accum" }, { SH_DL_CHUNK, 67108864, "dl_chunk" },
+        { SH_NO_TARGETS, -1, "no_targets" }, { SH_NO_TARGETS, 1, "steps without targets" }, { SH_VAL_TRACKED, 2, "val_tracked" },
+        { SH_BEST_STEP, 3, "best_step" }, { SH_EVALS_SINCE_BEST, 7, "evals_since_best" }, { SH_BEST_VAL_BITS, 1, "best_val_bits" },
     };
     snprintf(a.path, sizeof(a.path), "%s/field.bin", g_dir);
     int nok = 0;

@@ -73,7 +73,7 @@ d="$TMP/fresh"; mkdir -p "$d"; : > "$d/model_00000002.bin.tmp.1"; : > "$d/state_
 [ ! -e "$d/model_00000002.bin.tmp.1" ] && [ ! -e "$d/state_00000002_00000.bin" ] && ok "a new run removes leftovers too" || bad "new run left leftovers"
 
 # ---- header fields against the run
-expect_fail "checkpoint beyond --steps" "beyond --steps 3" "$T" "${RUN[@]}" --steps 3 --out "$TMP/base" --resume
+expect_fail "checkpoint beyond --steps" "beyond the run's 3 steps" "$T" "${RUN[@]}" --steps 3 --out "$TMP/base" --resume
 
 # ---- LoRA checkpoints: the adapter is covered
 "$L" "${RUN[@]}" --lora-rank 2 --out "$TMP/lora" --stop-after 2 > "$TMP/lora.log" 2>&1 || { cat "$TMP/lora.log"; bad "lora run failed"; }

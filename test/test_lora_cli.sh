@@ -105,7 +105,6 @@ expect_fail "missing adapter" "does not exist" "${BASEARGS[@]}" --adapter "$D/no
 expect_fail "unknown --lora-targets" "unknown target 'foo'" "${BASEARGS[@]}" --lora-targets c_attn,foo
 expect_fail "--lora-layers beyond the model" "outside the model's layers" "${BASEARGS[@]}" --lora-layers 0-7
 expect_fail "--lora-rank 0" "lora-rank" "${BASEARGS[@]}" --lora-rank 0
-expect_fail "--merge without --out" "--merge needs --out" --model test/ref/gpt2_tiny --train-data "$D/data/tiny_train_*.bin" --merge
 expect_fail "LoRA on a from-scratch model" "nothing to adapt" --model d6 --train-data "$D/data/tiny_train_*.bin"
 
 finish
