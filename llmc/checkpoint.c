@@ -10,7 +10,7 @@ void ckpt_path(char* out, size_t cap, const char* dir, const char* kind, long st
     char name[128];
     if (!strcmp(kind, "state")) snprintf(name, sizeof(name), "state_%08ld_%05d.bin", step, rank);
     else if (!strcmp(kind, "model")) snprintf(name, sizeof(name), "model_%08ld.bin", step);
-    else if (!strcmp(kind, "adapter")) snprintf(name, sizeof(name), "adapter_%08ld.safetensors", step);
+    else if (!strcmp(kind, "adapter")) snprintf(name, sizeof(name), "adapter_%08ld/adapter_model.safetensors", step);
     else if (!strcmp(kind, "DONE")) snprintf(name, sizeof(name), "DONE_%08ld", step);
     else fatal("this is a bug in llmc", "unknown checkpoint file kind '%s'", kind);
     path_join(out, cap, dir, name);
@@ -81,6 +81,24 @@ void ckpt_write_done(const char* dir, long step) {
     atomic_write_file(path, "", 0);
 }
 
+// An adapter checkpoint's PEFT directory: its files (the tensors, adapter_config.json, the
+// tokenizer files; no subdirectories), then the directory.
+static void ckpt_remove_adapter_dir(const char* dir, long step) {
+    char p[LLMC_PATH_MAX], f[LLMC_PATH_MAX];
+    ckpt_path(p, sizeof(p), dir, "adapter", step, 0);
+    *strrchr(p, '/') = '\0';
+    DIR* d = opendir(p);
+    if (!d) return;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        path_join(f, sizeof(f), p, e->d_name);
+        unlink(f);
+    }
+    closedir(d);
+    rmdir(p);
+}
+
 void ckpt_prune(const char* dir, int keep, int world) {
     if (keep <= 0) return;
     DIR* d = opendir(dir);
@@ -99,7 +117,7 @@ void ckpt_prune(const char* dir, int keep, int world) {
         // the marker goes first, so a crash mid-prune never leaves a "complete" checkpoint with files missing
         ckpt_path(p, sizeof(p), dir, "DONE", steps[i], 0); unlink(p);
         ckpt_path(p, sizeof(p), dir, "model", steps[i], 0); unlink(p);
-        ckpt_path(p, sizeof(p), dir, "adapter", steps[i], 0); unlink(p);
+        ckpt_remove_adapter_dir(dir, steps[i]);
         for (int r = 0; r < world; r++) { ckpt_path(p, sizeof(p), dir, "state", steps[i], r); unlink(p); }
     }
 }

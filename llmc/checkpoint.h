@@ -1,6 +1,7 @@
 // Resumable training state. A checkpoint of step S in the output directory DIR is:
 //   DIR/model_SSSSSSSS.bin          full training: the model, llm.c .bin v3 (fp32) - loads in llm.c
-//   DIR/adapter_SSSSSSSS.safetensors  LoRA: the adapter (PEFT keys, fp32)
+//   DIR/adapter_SSSSSSSS/           LoRA: the adapter as a PEFT directory (llmc/run_outputs.h);
+//                                   resuming reads its adapter_model.safetensors (PEFT keys, fp32)
 //   DIR/state_SSSSSSSS_RRRRR.bin    one per rank: its optimizer shard and the run's position
 //   DIR/DONE_SSSSSSSS               written last, after every rank finished: only checkpoints
 //                                   with this marker are complete and ever resumed from

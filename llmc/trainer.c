@@ -19,6 +19,7 @@
 #include "optimizer.h"
 #include "qlora.h"
 #include "params.h"
+#include "run_outputs.h"
 #include "sampler.h"
 #include "schedule.h"
 #include "textgen.h"
@@ -49,6 +50,7 @@ typedef struct {
     long consecutive_bad;      // ... in a row, up to now
     long steps_this_run;       // steps of this invocation (--stop-after)
     FILE* log;
+    RunOutputs out;            // what the run writes for people and tools (llmc/run_outputs.h)
     // sampling (rank 0)
     Tokenizer* tok;
     int* prompt_ids;
@@ -76,17 +78,7 @@ static void save_checkpoint(Run* r) {
     const TrainFlags* f = &r->c->f;
     if (!f->out_dir) return;
     char path[LLMC_PATH_MAX];
-    if (r->rank == 0 && r->lora) {
-        // LoRA: the base is frozen and reloaded from --model; only the adapter is saved
-        ckpt_path(path, sizeof(path), f->out_dir, "adapter", r->step, 0);
-        lora_save_tensors(r->lora, r->model, path);
-    } else if (r->rank == 0) {
-        float* host = (float*)mallocCheck(r->model->pt.total * sizeof(float));
-        gpt2_get_params(r->model, host);
-        ckpt_path(path, sizeof(path), f->out_dir, "model", r->step, 0);
-        model_save_llmc(path, &r->model->pt, host, 0);
-        free(host);
-    }
+    outputs_checkpoint(&r->out, &r->m, r->step); // rank 0: the model, or the adapter as a PEFT directory
     StateHeader h;
     memset(&h, 0, sizeof(h));
     h.h[SH_MAGIC] = STATE_MAGIC; h.h[SH_VERSION] = STATE_VERSION;
@@ -201,56 +193,6 @@ static void restore_checkpoint(Run* r, long step) {
     restore_data_position(r, &h0);
 }
 
-// The tokenizer next to a saved model or adapter, so the directory loads on its own
-// (AutoTokenizer / pipeline). The vocabulary is the one --sample-* would use.
-static void save_tokenizer_files(Run* r, const char* dir) {
-    const TrainFlags* f = &r->c->f;
-    char vpath[LLMC_PATH_MAX], why[LLMC_PATH_MAX + 200];
-    if (textgen_find_vocab(f->sample.vocab, f->model, vpath, sizeof(vpath)) != 0)
-        snprintf(why, sizeof(why), "no vocabulary found (pass --vocab)");
-    else if (model_save_hf_tokenizer(dir, vpath, &r->model->pt.cfg, why, sizeof(why)) == 0) {
-        printf("saved: %s/ tokenizer files (vocabulary %s)\n", dir, vpath);
-        return;
-    }
-    printf("note: no tokenizer files in %s: %s\n", dir, why);
-}
-
-// The final model: the PEFT adapter (and with --merge the merged model) or the trained model, in
-// the formats of --save-format, each directory with the tokenizer files.
-static void save_final(Run* r) {
-    const TrainFlags* f = &r->c->f;
-    const char* dir = f->out_dir;
-    char mdir[LLMC_PATH_MAX];
-    if (!dir || r->rank != 0) return;
-    if (r->lora) {
-        lora_save_peft(r->lora, r->model, dir);
-        printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT)\n", dir);
-        save_tokenizer_files(r, dir);
-        if (!f->merge || !(r->c->save_hf || r->c->save_llmc)) return;
-        path_join(mdir, sizeof(mdir), dir, "merged");
-        mkdir_p(mdir);
-        dir = mdir;
-    } else if (!(r->c->save_hf || r->c->save_llmc)) return;
-    float* host = (float*)mallocCheck(r->model->pt.total * sizeof(float));
-    gpt2_get_params(r->model, host);
-    if (r->lora) lora_merge(r->lora, &r->model->pt, host); // W += scaling * B A
-    // QLoRA: host holds dequant(quant(W)) for the quantized weights (gpt2_get_params), the
-    // matrices the adapter was trained against, so that is what the adapter is merged into
-    if (r->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
-    if (r->c->save_hf) {
-        model_save_hf(dir, &r->model->pt, host);
-        printf("saved: %s/model.safetensors + config.json (transformers)\n", dir);
-        save_tokenizer_files(r, dir);
-    }
-    if (r->c->save_llmc) {
-        char path[LLMC_PATH_MAX];
-        path_join(path, sizeof(path), dir, "model.bin");
-        model_save_llmc(path, &r->model->pt, host, 0);
-        printf("saved: %s (llm.c)\n", path);
-    }
-    free(host);
-}
-
 // ----------------------------------------------------------------------------
 // sampling (--sample-*): rank 0 continues --prompt with the current model. The vocabulary and
 // the prompt are checked before training starts, so a bad one fails at once, not hours later.
@@ -352,6 +294,7 @@ static void build_model(Run* r, long resume_step) {
     }
     model_assemble(&r->m, &spec);
     r->model = &r->m.gpt; r->lora = r->m.lora; r->nf4 = r->m.nf4;
+    outputs_init(&r->out, c, &r->m, r->rank);
     sample_setup(r);
 }
 
@@ -671,7 +614,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (!stopped) {
         sample_now(r);
         save_checkpoint(r);
-        save_final(r);
+        outputs_final(&r->out, &r->m);
     }
     run_free(r);
     comm_finalize(&r->comm);

@@ -3,9 +3,9 @@
 #   $(TREE)/libllmc.a       the shared C (llmc/*.c) + the backend's objects (BACKEND_OBJS, from
 #                           mk/cpu.mk or mk/cuda.mk). Programs link the archive, so each one pulls
 #                           only the objects it uses (data/prepare needs no backend at all).
-#   $(TREE)/bin/            train_gpt2, train_lora, generate (entry files *.cu: plain C on the
-#                           CPU backend, nvcc on CUDA) and prepare (data/prepare.c)
-#   ./train_gpt2 ./train_lora ./generate ./data/prepare
+#   $(TREE)/bin/            train_gpt2, train_lora, generate, convert (entry files *.cu: plain C
+#                           on the CPU backend, nvcc on CUDA) and prepare (data/prepare.c)
+#   ./train_gpt2 ./train_lora ./generate ./convert ./data/prepare
 #                           where the README expects them: copies of the selected tree's
 #                           programs, refreshed by every `make` whose tree they do not match (so
 #                           switching BACKEND or ARCH never leaves another build's binary
@@ -30,10 +30,10 @@ $(LIB): $(LIB_OBJS) $(BACKEND_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-PROGRAMS := $(TREE)/bin/train_gpt2 $(TREE)/bin/train_lora $(TREE)/bin/generate $(TREE)/bin/prepare
+PROGRAMS := $(TREE)/bin/train_gpt2 $(TREE)/bin/train_lora $(TREE)/bin/generate $(TREE)/bin/convert $(TREE)/bin/prepare
 
 # (ENTRY_LINK, PROGRAM_LIBS: the backend's linker and libraries)
-$(TREE)/bin/train_gpt2 $(TREE)/bin/train_lora $(TREE)/bin/generate: $(TREE)/bin/%: $(TREE)/obj/%.entry.o $(LIB)
+$(TREE)/bin/train_gpt2 $(TREE)/bin/train_lora $(TREE)/bin/generate $(TREE)/bin/convert: $(TREE)/bin/%: $(TREE)/obj/%.entry.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(ENTRY_LINK) $< $(LIB) -o $@ $(LDFLAGS) $(PROGRAM_LIBS)
 
@@ -43,9 +43,9 @@ $(TREE)/bin/prepare: $(TREE)/obj/data/prepare.o $(LIB)
 	$(CC) $< $(LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
 
 # the root copies
-ROOT_PROGRAMS := train_gpt2 train_lora generate data/prepare
+ROOT_PROGRAMS := train_gpt2 train_lora generate convert data/prepare
 root_install = $(if $(SAN),@true,@cmp -s $< $@ || { cp $< $@.tmp && mv -f $@.tmp $@ && echo "$@ <- $<"; })
-train_gpt2 train_lora generate: %: $(TREE)/bin/% FORCE
+train_gpt2 train_lora generate convert: %: $(TREE)/bin/% FORCE
 	$(root_install)
 data/prepare: $(TREE)/bin/prepare FORCE
 	$(root_install)
