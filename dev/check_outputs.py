@@ -43,7 +43,10 @@ def greedy(model, tok, prompt, n):
     ids = tok(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=n, do_sample=False, pad_token_id=tok.eos_token_id)
-    return tok.decode(out[0, ids.shape[1]:])
+    new = out[0, ids.shape[1]:].tolist()
+    if new and new[-1] == tok.eos_token_id:
+        new = new[:-1]  # generation stopped at <|endoftext|>, which ./generate does not print
+    return tok.decode(new)
 
 
 def check_model_dir(d, prompts, n):
@@ -74,7 +77,7 @@ def quickstart_dirs(out):
     mid = sorted(glob.glob(os.path.join(lora, "adapter_*[0-9]")))
     if not mid:
         sys.exit("%s holds no mid-run adapter (adapter_SSSSSSSS/): run make quickstart first" % lora)
-    return [os.path.join(out, "base"), lora, os.path.join(lora, "merged"), mid[len(mid) // 2]]
+    return [os.path.join(out, "base"), lora, os.path.join(lora, "merged"), mid[0]]  # the oldest kept: mid-run
 
 
 def main():
