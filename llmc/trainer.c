@@ -262,7 +262,7 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
     src->layers = f->lora_layers;
     src->dropout_override = c->lora_dropout_given;
     src->seed = (uint64_t)f->seed;
-    src->base_name = f->model;
+    // (base_model_name_or_path of the saved adapters: outputs_init, once the base directory is known)
     if (resume_step >= 0) {
         ckpt_path(values, cap, f->out_dir, "adapter", resume_step, 0);
         src->values = values;
