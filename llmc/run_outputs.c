@@ -18,7 +18,7 @@ static void outputs_find_vocab(RunOutputs* o, const GPT2Config* cfg) {
     const int found = textgen_find_vocab(f->sample.vocab, f->model, o->vocab_buf, sizeof(o->vocab_buf)) == 0;
     o->vocab = NULL;
     if (convert_vocab_fits(found ? o->vocab_buf : NULL, cfg, why, sizeof(why)) == 0) o->vocab = o->vocab_buf;
-    else if (o->rank == 0 && f->out_dir) printf("note: the model directories in %s get no tokenizer files: %s\n", f->out_dir, why);
+    else if (f->out_dir) printf("note: the model directories in %s get no tokenizer files: %s\n", f->out_dir, why);
 }
 
 // The Hugging Face directory that --model is, or whose weights file it is; 0 if none.
@@ -53,8 +53,7 @@ static void outputs_resolve_base(RunOutputs* o) {
     if (!is_hf && !f->out_dir) { snprintf(o->base, sizeof(o->base), "%s", f->model); return; } // nothing is saved
     if (!is_hf) {
         path_join(dir, sizeof(dir), f->out_dir, "base");
-        if (o->rank == 0 && !convert_is_hf_dir(dir)) outputs_write_base(o, dir);
-        // every rank knows the path without waiting for rank 0's write: OUT exists on all of them
+        if (!convert_is_hf_dir(dir)) outputs_write_base(o, dir);
         if (!realpath(f->out_dir, abs)) fatal("check that --out is accessible", "cannot resolve '%s': %s", f->out_dir, strerror(errno));
         path_join(o->base, sizeof(o->base), abs, "base");
         return;
@@ -67,6 +66,7 @@ void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank) {
     memset(o, 0, sizeof(*o));
     o->c = c;
     o->rank = rank;
+    if (rank != 0) return; // rank 0 writes every output (other hosts need not see --out)
     outputs_find_vocab(o, &m->gpt.cfg);
     if (!m->lora) return;
     outputs_resolve_base(o);

@@ -37,9 +37,9 @@ typedef struct {
     char base[LLMC_PATH_MAX];     // train_lora: base_model_name_or_path of the adapters
 } RunOutputs;
 
-// After the model is assembled and --out exists: the vocabulary, and for train_lora the base the
-// adapters point to (rank 0 writes OUT/base/ when it is needed and not there yet), recorded in
-// m's adapters. Every rank calls it.
+// After the model is assembled and --out exists, on rank 0 (which writes every output; other
+// ranks only keep c and rank): the vocabulary, and for train_lora the base the adapters point to
+// (OUT/base/ written when it is needed and not there yet), recorded in m's adapters.
 void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank);
 // Rank 0: the model (train_gpt2) or the PEFT adapter directory (train_lora) of the checkpoint of
 // `step`, at the paths ckpt_path gives for "model" / "adapter".
