@@ -46,7 +46,7 @@ awk -v cut="$SPLIT" -v base="$DATA/base.txt" -v target="$DATA/target.txt" '
 "$PREPARE" --input "$DATA/target.txt" --out-dir "$DATA" --doc-sep blank --quiet
 echo "data: $(wc -l < "$DATA/base.txt") lines of Shakespeare for the base; the rest, $(grep -c . "$DATA/target.txt") speeches" \
      "in the new style, for fine-tuning, e.g.:"
-sed -n '5p' "$DATA/target.txt" | cut -c1-150
+grep -m1 ' / ' "$DATA/target.txt" | cut -c1-160
 
 # ---- 2. the base model
 if [ ! -f "$OUT/base/config.json" ]; then
