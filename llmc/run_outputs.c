@@ -100,9 +100,8 @@ void outputs_checkpoint(const RunOutputs* o, const Model* m, long step) {
     free(host);
 }
 
-void outputs_final(const RunOutputs* o, const Model* m) {
+void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
     const RunConfig* c = o->c;
-    const char* dir = c->f.out_dir;
     char mdir[LLMC_PATH_MAX], path[LLMC_PATH_MAX];
     if (!dir || o->rank != 0) return;
     if (m->lora) {

@@ -44,9 +44,9 @@ void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank);
 // Rank 0: the model (train_gpt2) or the PEFT adapter directory (train_lora) of the checkpoint of
 // `step`, at the paths ckpt_path gives for "model" / "adapter".
 void outputs_checkpoint(const RunOutputs* o, const Model* m, long step);
-// Rank 0: the final adapter (and with --merge the merged model) or the final model, in the
-// formats of --save-format.
-void outputs_final(const RunOutputs* o, const Model* m);
+// Rank 0: the adapter as a PEFT directory dir (and with --merge the merged model in dir/merged)
+// or the model in dir, in the formats of --save-format: the final model (dir = --out).
+void outputs_save(const RunOutputs* o, const Model* m, const char* dir);
 
 #ifdef __cplusplus
 }

@@ -614,7 +614,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (!stopped) {
         sample_now(r);
         save_checkpoint(r);
-        outputs_final(&r->out, &r->m);
+        outputs_save(&r->out, &r->m, rc.f.out_dir); // the final model
     }
     run_free(r);
     comm_finalize(&r->comm);
