@@ -1,33 +1,36 @@
+// Checkpoint state files: writing, reading, and the validation of their headers (range of every
+// field, consistency of all ranks' files). The DONE manifest, verification and directory
+// housekeeping are in checkpoint_manifest.c.
 #include "checkpoint.h"
 #include "check.h"
 #include "fileio.h"
-#include <dirent.h>
 #include <string.h>
 #include <stdlib.h>
-#include <unistd.h>
 
-void ckpt_path(char* out, size_t cap, const char* dir, const char* kind, long step, int rank) {
-    char name[128];
-    if (!strcmp(kind, "state")) snprintf(name, sizeof(name), "state_%08ld_%05d.bin", step, rank);
-    else if (!strcmp(kind, "model")) snprintf(name, sizeof(name), "model_%08ld.bin", step);
-    else if (!strcmp(kind, "adapter")) snprintf(name, sizeof(name), "adapter_%08ld/adapter_model.safetensors", step);
-    else if (!strcmp(kind, "DONE")) snprintf(name, sizeof(name), "DONE_%08ld", step);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint.c assumes a little-endian host (the state files are little-endian)"
+#endif
+
+static const char* const SH_NAMES[SH_NUM_FIELDS] = {
+    "magic", "version", "world", "rank", "has_master", "step", "opt_t", "rng",
+    "dl_epoch", "dl_shard", "dl_chunk", "begin", "end", "total", "mode", "batch_size", "seq_len",
+    "accum", "skipped", "zero", "seed", "tokens_per_step", "shuffle",
+};
+
+static const char* HINT_CORRUPT = "the checkpoint is corrupt; delete its DONE_* marker to resume from the previous checkpoint";
+
+void ckpt_name(char* out, size_t cap, const char* kind, long step, int rank) {
+    if (!strcmp(kind, "state")) snprintf(out, cap, "state_%08ld_%05d.bin", step, rank);
+    else if (!strcmp(kind, "model")) snprintf(out, cap, "model_%08ld.bin", step);
+    else if (!strcmp(kind, "adapter")) snprintf(out, cap, "adapter_%08ld/adapter_model.safetensors", step);
+    else if (!strcmp(kind, "DONE")) snprintf(out, cap, "DONE_%08ld", step);
     else fatal("this is a bug in llmc", "unknown checkpoint file kind '%s'", kind);
-    path_join(out, cap, dir, name);
 }
 
-long ckpt_find_latest(const char* dir) {
-    DIR* d = opendir(dir);
-    if (!d) return -1;
-    long best = -1;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        long step;
-        char tail;
-        if (sscanf(e->d_name, "DONE_%8ld%c", &step, &tail) == 1 && strlen(e->d_name) == 13 && step > best) best = step;
-    }
-    closedir(d);
-    return best;
+void ckpt_path(char* out, size_t cap, const char* dir, const char* kind, long step, int rank) {
+    char name[64];
+    ckpt_name(name, sizeof(name), kind, step, rank);
+    path_join(out, cap, dir, name);
 }
 
 void ckpt_write_state(const char* path, const StateHeader* hdr, const float* m, const float* v, const float* master) {
@@ -41,7 +44,53 @@ void ckpt_write_state(const char* path, const StateHeader* hdr, const float* m, 
     atomic_commit(&af);
 }
 
+static void sh_range(const char* path, const StateHeader* hdr, StateField f, int64_t lo, int64_t hi) {
+    int64_t v = hdr->h[f];
+    if (v < lo || v > hi)
+        fatal(HINT_CORRUPT, "'%s': header field %s = %lld is out of range [%lld, %lld]", path, SH_NAMES[f],
+              (long long)v, (long long)lo, (long long)hi);
+}
+
+// Every field against the range this program can have written; the arithmetic below stays far
+// from int64 overflow because each factor is bounded first.
+static void sh_validate(const char* path, const StateHeader* hdr) {
+    const int64_t* h = hdr->h;
+    sh_range(path, hdr, SH_WORLD, 1, CKPT_MAX_WORLD);
+    sh_range(path, hdr, SH_RANK, 0, h[SH_WORLD] - 1);
+    sh_range(path, hdr, SH_HAS_MASTER, 0, 1);
+    sh_range(path, hdr, SH_STEP, 0, CKPT_MAX_STEP);
+    sh_range(path, hdr, SH_OPT_T, 0, h[SH_STEP]);
+    sh_range(path, hdr, SH_SKIPPED, 0, h[SH_STEP]);
+    if (h[SH_OPT_T] + h[SH_SKIPPED] != h[SH_STEP]) // every step either updated or was skipped
+        fatal(HINT_CORRUPT, "'%s': header says step %lld but %lld updates + %lld skipped steps", path,
+              (long long)h[SH_STEP], (long long)h[SH_OPT_T], (long long)h[SH_SKIPPED]);
+    sh_range(path, hdr, SH_DL_EPOCH, 0, INT64_MAX);
+    sh_range(path, hdr, SH_DL_SHARD, 0, INT32_MAX);
+    sh_range(path, hdr, SH_TOTAL, 1, CKPT_MAX_ELEMS);
+    sh_range(path, hdr, SH_BEGIN, 0, h[SH_TOTAL]);
+    sh_range(path, hdr, SH_END, h[SH_BEGIN], h[SH_TOTAL]);
+    sh_range(path, hdr, SH_MODE, 0, 1);
+    sh_range(path, hdr, SH_B, 1, 65536);
+    sh_range(path, hdr, SH_T, 1, 1 << 20);
+    sh_range(path, hdr, SH_ZERO, 0, 2);
+    sh_range(path, hdr, SH_SEED, 0, INT32_MAX);
+    sh_range(path, hdr, SH_SHUFFLE, 0, 1);
+    int64_t micro = h[SH_B] * h[SH_T] * h[SH_WORLD]; // <= 2^16 * 2^20 * 2^17
+    sh_range(path, hdr, SH_ACCUM, 1, INT64_MAX / micro);
+    // the data position: chunks of one global micro-batch into a shard, whose token count is an int32
+    sh_range(path, hdr, SH_DL_CHUNK, 0, INT32_MAX / micro);
+    if (h[SH_TOKENS_PER_STEP] != micro * h[SH_ACCUM])
+        fatal(HINT_CORRUPT, "'%s': header says %lld tokens per step, but batch %lld x %lld x %lld ranks x %lld accumulation = %lld",
+              path, (long long)h[SH_TOKENS_PER_STEP], (long long)h[SH_B], (long long)h[SH_T], (long long)h[SH_WORLD],
+              (long long)h[SH_ACCUM], (long long)(micro * h[SH_ACCUM]));
+    for (int i = SH_NUM_FIELDS; i < 128; i++)
+        if (h[i] != 0) fatal(HINT_CORRUPT, "'%s': header word %d is %lld; this version writes 0 there", path, i, (long long)h[i]);
+}
+
 void ckpt_read_state_header(const char* path, StateHeader* hdr) {
+    int64_t size = file_size(path);
+    if (size < (int64_t)sizeof(hdr->h))
+        fatal(HINT_CORRUPT, "'%s': %lld bytes, shorter than the 1024-byte state header", path, (long long)size);
     FILE* fp = fopenCheck(path, "rb");
     freadCheck(hdr->h, sizeof(int64_t), 128, fp, path);
     fclose(fp);
@@ -49,13 +98,54 @@ void ckpt_read_state_header(const char* path, StateHeader* hdr) {
                                               "'%s': bad magic %lld", path, (long long)hdr->h[SH_MAGIC]);
     if (hdr->h[SH_VERSION] != STATE_VERSION) fatal("the checkpoint was written by an incompatible version",
                                                   "'%s': unsupported state version %lld", path, (long long)hdr->h[SH_VERSION]);
+    sh_validate(path, hdr);
+    // n <= 2^40 after validation, so the size cannot overflow
     int64_t n = hdr->h[SH_END] - hdr->h[SH_BEGIN];
-    if (n < 0 || hdr->h[SH_BEGIN] < 0 || hdr->h[SH_END] > hdr->h[SH_TOTAL])
-        fatal("the checkpoint is corrupt", "'%s': bad shard range [%lld, %lld)", path,
-              (long long)hdr->h[SH_BEGIN], (long long)hdr->h[SH_END]);
     int64_t want = 1024 + n * 4 * (hdr->h[SH_HAS_MASTER] ? 3 : 2);
-    if (file_size(path) != want) fatal("the checkpoint is truncated or corrupt", "'%s' has %lld bytes, expected %lld",
-                                       path, (long long)file_size(path), (long long)want);
+    if (size != want) fatal("the checkpoint is truncated or corrupt", "'%s' has %lld bytes, expected %lld",
+                            path, (long long)size, (long long)want);
+}
+
+// The fields every rank's header must agree on (what the run is and where it stands).
+static const StateField SHARED_FIELDS[] = {
+    SH_WORLD, SH_HAS_MASTER, SH_STEP, SH_OPT_T, SH_RNG, SH_DL_EPOCH, SH_DL_SHARD, SH_DL_CHUNK, SH_TOTAL,
+    SH_MODE, SH_B, SH_T, SH_ACCUM, SH_SKIPPED, SH_ZERO, SH_SEED, SH_TOKENS_PER_STEP, SH_SHUFFLE,
+};
+
+void ckpt_check_states(const char* dir, long step, StateHeader* h0) {
+    CkptManifest mf;
+    ckpt_manifest_read(dir, step, &mf);
+    const char* mix = "the checkpoint directory mixes files of different runs or checkpoints";
+    char path[LLMC_PATH_MAX];
+    int64_t prev_end = 0;
+    for (int q = 0; q < mf.world; q++) {
+        StateHeader hq;
+        ckpt_path(path, sizeof(path), dir, "state", step, q);
+        ckpt_read_state_header(path, &hq);
+        if (q == 0) {
+            *h0 = hq;
+            if (hq.h[SH_WORLD] != mf.world || hq.h[SH_STEP] != step)
+                fatal(mix, "'%s' belongs to step %lld of a %lld-rank run; DONE_%08ld lists %d ranks at step %ld",
+                      path, (long long)hq.h[SH_STEP], (long long)hq.h[SH_WORLD], step, mf.world, step);
+        }
+        if (hq.h[SH_RANK] != q) fatal(mix, "'%s' holds the state of rank %lld", path, (long long)hq.h[SH_RANK]);
+        for (size_t k = 0; k < sizeof(SHARED_FIELDS) / sizeof(SHARED_FIELDS[0]); k++) {
+            StateField f = SHARED_FIELDS[k];
+            if (hq.h[f] != h0->h[f])
+                fatal(mix, "'%s': %s = %lld, but rank 0's state file says %lld", path, SH_NAMES[f],
+                      (long long)hq.h[f], (long long)h0->h[f]);
+        }
+        // the ranges: every rank the whole space (one rank, or ZeRO 0), else consecutive shards
+        int whole = mf.world == 1 || hq.h[SH_ZERO] == 0;
+        int64_t want_begin = whole ? 0 : prev_end;
+        int last = q == mf.world - 1;
+        if (hq.h[SH_BEGIN] != want_begin || ((whole || last) && hq.h[SH_END] != hq.h[SH_TOTAL]))
+            fatal(HINT_CORRUPT, "'%s': optimizer range [%lld, %lld) of %lld elements does not continue the other ranks' ranges (expected to begin at %lld%s)",
+                  path, (long long)hq.h[SH_BEGIN], (long long)hq.h[SH_END], (long long)hq.h[SH_TOTAL], (long long)want_begin,
+                  whole || last ? " and end at the total" : "");
+        prev_end = hq.h[SH_END];
+    }
+    ckpt_manifest_free(&mf);
 }
 
 size_t ckpt_read_state_overlap(const char* path, const StateHeader* hdr, size_t begin, size_t end,
@@ -73,51 +163,4 @@ size_t ckpt_read_state_overlap(const char* path, const StateHeader* hdr, size_t 
     }
     fclose(fp);
     return e - b;
-}
-
-void ckpt_write_done(const char* dir, long step) {
-    char path[LLMC_PATH_MAX];
-    ckpt_path(path, sizeof(path), dir, "DONE", step, 0);
-    atomic_write_file(path, "", 0);
-}
-
-// An adapter checkpoint's PEFT directory: its files (the tensors, adapter_config.json, the
-// tokenizer files; no subdirectories), then the directory.
-static void ckpt_remove_adapter_dir(const char* dir, long step) {
-    char p[LLMC_PATH_MAX], f[LLMC_PATH_MAX];
-    ckpt_path(p, sizeof(p), dir, "adapter", step, 0);
-    *strrchr(p, '/') = '\0';
-    DIR* d = opendir(p);
-    if (!d) return;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        path_join(f, sizeof(f), p, e->d_name);
-        unlink(f);
-    }
-    closedir(d);
-    rmdir(p);
-}
-
-void ckpt_prune(const char* dir, int keep, int world) {
-    if (keep <= 0) return;
-    DIR* d = opendir(dir);
-    if (!d) return;
-    long steps[4096]; int n = 0;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL && n < 4096) {
-        long step; char tail;
-        if (sscanf(e->d_name, "DONE_%8ld%c", &step, &tail) == 1 && strlen(e->d_name) == 13) steps[n++] = step;
-    }
-    closedir(d);
-    // sort descending, drop everything after the newest `keep`
-    for (int i = 0; i < n; i++) for (int j = i + 1; j < n; j++) if (steps[j] > steps[i]) { long t = steps[i]; steps[i] = steps[j]; steps[j] = t; }
-    for (int i = keep; i < n; i++) {
-        char p[LLMC_PATH_MAX];
-        // the marker goes first, so a crash mid-prune never leaves a "complete" checkpoint with files missing
-        ckpt_path(p, sizeof(p), dir, "DONE", steps[i], 0); unlink(p);
-        ckpt_path(p, sizeof(p), dir, "model", steps[i], 0); unlink(p);
-        ckpt_remove_adapter_dir(dir, steps[i]);
-        for (int r = 0; r < world; r++) { ckpt_path(p, sizeof(p), dir, "state", steps[i], r); unlink(p); }
-    }
 }

@@ -3,17 +3,34 @@
 //   DIR/adapter_SSSSSSSS/           LoRA: the adapter as a PEFT directory (llmc/run_outputs.h);
 //                                   resuming reads its adapter_model.safetensors (PEFT keys, fp32)
 //   DIR/state_SSSSSSSS_RRRRR.bin    one per rank: its optimizer shard and the run's position
-//   DIR/DONE_SSSSSSSS               written last, after every rank finished: only checkpoints
-//                                   with this marker are complete and ever resumed from
+//   DIR/DONE_SSSSSSSS               the commit record, written last by rank 0 after every rank
+//                                   finished: only checkpoints with a valid one are resumed from
 // Every file is written atomically, so a crash leaves the previous checkpoint intact.
 //
+// Integrity. The DONE marker is a manifest (JSON): the step, the number of ranks and, for every
+// file of the checkpoint, its name, size in bytes and CRC-32C (llmc/crc32c.h). The checksums live
+// there rather than inside the files because model_*.bin and the adapters' safetensors must stay
+// byte-for-byte the formats llm.c, transformers and PEFT read, and because one record written
+// after everything else also proves the checkpoint is complete (every rank's file present, none
+// from another run). Before anything of a checkpoint is read, ckpt_verify checks every file
+// against it; a flipped, truncated, missing or replaced file is refused with its name.
+//   {"format": "llmc-ft checkpoint", "version": 1, "step": 100, "world": 2, "files": [
+//     {"name": "model_00000100.bin", "bytes": 497759232, "crc32c": "1a2b3c4d"},
+//     {"name": "state_00000100_00000.bin", ...}, {"name": "state_00000100_00001.bin", ...}]}
+// files[0] is the model or the adapter's tensors ("adapter_00000100/adapter_model.safetensors";
+// the directory's adapter_config.json and tokenizer files are for other loaders, resuming does not
+// read them), files[1 + r] rank r's state.
+//
 // State file: 128 little-endian int64 (1024 bytes) header, then float32 m, v (and fp32 master
-// weights when has_master) of the rank's range of the flat trainable space.
+// weights when has_master) of the rank's range of the flat trainable space. Every header field
+// is range-checked on reading (ckpt_read_state_header), and the headers of all ranks of a
+// checkpoint are cross-checked against each other and the manifest (ckpt_check_states).
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
 #include <stdint.h>
 #include <stddef.h>
+#include "comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +38,10 @@ extern "C" {
 
 #define STATE_MAGIC 20261123
 #define STATE_VERSION 1
+#define CKPT_MANIFEST_VERSION 1
+#define CKPT_MAX_STEP 99999999L       // eight digits in the file names
+#define CKPT_MAX_WORLD 99999          // five digits in the state file names
+#define CKPT_MAX_ELEMS (1LL << 40)    // trainable elements: far above any GPT-2
 
 typedef enum {
     SH_MAGIC = 0, SH_VERSION, SH_WORLD, SH_RANK, SH_HAS_MASTER, SH_STEP, SH_OPT_T, SH_RNG,
@@ -33,21 +54,70 @@ typedef struct {
     int64_t h[128];
 } StateHeader;
 
+typedef struct {
+    char name[64];
+    uint64_t bytes;
+    uint32_t crc;
+} CkptFile;
+
+typedef struct {
+    long step;
+    int world;
+    int nfiles;       // world + 1
+    CkptFile* files;  // malloc'd; ckpt_manifest_free
+} CkptManifest;
+
 // Newest step with a DONE marker in dir, or -1 when there is none.
 long ckpt_find_latest(const char* dir);
+// File name of a checkpoint file (kind "model", "adapter", "state", "DONE"), and its path in dir.
+void ckpt_name(char* out, size_t cap, const char* kind, long step, int rank);
 void ckpt_path(char* out, size_t cap, const char* dir, const char* kind, long step, int rank);
-// Write / read one rank's state. The float arrays are host memory of (end - begin) elements.
+
+// ---- writing (every rank)
 void ckpt_write_state(const char* path, const StateHeader* hdr, const float* m, const float* v, const float* master);
-// Reads the header; validates magic and version and that the file size matches.
+// After every rank has written its state file (and rank 0 the model or adapter, main_kind
+// "model" or "adapter"): each rank checksums its own file, the checksums are gathered, and rank 0
+// writes DONE_SSSSSSSS. Collective: every rank calls it. Returns when the marker is written.
+void ckpt_commit(Comm* c, const char* dir, long step, const char* main_kind);
+// Remove complete checkpoints older than the newest `keep` (0 = keep all): the marker first, then
+// every file of that step (whatever number of ranks wrote it).
+void ckpt_prune(const char* dir, int keep);
+
+// ---- resuming
+// Checks every file of the checkpoint against its manifest (size and CRC-32C), the files split
+// over the ranks; fatal with the file's name on any difference. Collective: every rank calls it
+// before reading anything of the checkpoint; it returns when all files have been checked.
+void ckpt_verify(Comm* c, const char* dir, long step);
+// Reads one header; validates magic, version, every field's range and that the file size matches.
 void ckpt_read_state_header(const char* path, StateHeader* hdr);
+// Reads and cross-checks the headers of every rank's state file of the checkpoint (same run,
+// step and settings; shard ranges that tile [0, total)); returns rank 0's header.
+void ckpt_check_states(const char* dir, long step, StateHeader* h0);
 // Copy the part of the file's range [SH_BEGIN, SH_END) that overlaps [begin, end) into m, v and
 // master (arrays indexed from begin; master may be NULL). Returns the number of elements copied.
 // Used to re-shard optimizer state when resuming with a different number of ranks or ZeRO stage.
 size_t ckpt_read_state_overlap(const char* path, const StateHeader* hdr, size_t begin, size_t end,
                                float* m, float* v, float* master);
-void ckpt_write_done(const char* dir, long step);
-// Remove complete checkpoints older than the newest `keep` (0 = keep all).
-void ckpt_prune(const char* dir, int keep, int world);
+
+// ---- the manifest
+void ckpt_manifest_write(const char* dir, const CkptManifest* mf);
+// Reads and validates DIR/DONE_SSSSSSSS (its step must be `step`, the file names those of that
+// step). try_: returns -1 with a message in err instead of exiting. 0 on success.
+int ckpt_manifest_try_read(const char* dir, long step, CkptManifest* mf, char* err, size_t errcap);
+void ckpt_manifest_read(const char* dir, long step, CkptManifest* mf);
+// Parse manifest text (what ckpt_manifest_try_read does after reading the file; for tests and
+// fuzzing). `what` names the source in messages.
+int ckpt_manifest_parse(const char* text, size_t len, const char* what, long step, CkptManifest* mf,
+                        char* err, size_t errcap);
+void ckpt_manifest_free(CkptManifest* mf);
+
+// ---- leftovers
+// Removes what interrupted runs left in dir (and dir/merged, dir/base): temporary files of atomic
+// writes ("*.tmp.<pid>") and checkpoint files or adapter directories that belong to no complete
+// checkpoint (a step without a DONE marker: an interrupted save or prune; a state file of a rank
+// the step's manifest does not list). Prints what it removed. Call it when a run starts in dir,
+// before any rank writes there.
+void ckpt_clean(const char* dir);
 
 #ifdef __cplusplus
 }

@@ -159,6 +159,11 @@ void dl_next(DataLoader* dl, int* inputs, int* targets) {
         fseekCheck(mf, 1024 + start, SEEK_SET, mp);
         freadCheck(dl->mask_buf, 1, n, mf, mp);
         fclose(mf);
+        for (size_t i = 0; i < n; i++)
+            if (dl->mask_buf[i] > 1)
+                fatal("a loss mask holds one byte per token, 0 (not trained) or 1 (trained); re-create it with data/prepare",
+                      "'%s': mask byte %d at byte offset %lld (token %lld) is not 0 or 1",
+                      mp, (int)dl->mask_buf[i], (long long)(1024 + start + (int64_t)i), (long long)(start + (int64_t)i));
     }
     for (size_t i = 0; i < n; i++) {
         if ((int)dl->tok_buf[i] >= dl->vocab_size)

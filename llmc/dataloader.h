@@ -8,8 +8,8 @@
 //
 // Loss masks: a shard X.bin may have a sidecar X.mask (header of 256 int32: magic 20261122,
 // version 1, token count; then one uint8 per token). A token whose mask byte is 0 is never a
-// target: its target slot becomes -1 (ignored by the loss). Shards without a sidecar train on
-// every token.
+// target: its target slot becomes -1 (ignored by the loss); 1 trains it, any other byte is refused
+// with the file and offset. Shards without a sidecar train on every token.
 //
 // Record windows: a shard whose header field 3 is T > 0 (data/prepare --record-windows T) holds
 // one record per window of T tokens; it is refused unless the loader's T is that length.

@@ -183,9 +183,15 @@ static void read_hf_config(const char* path, GPT2Config* cfg, int* tied) {
         fatal(HINT_HF, "'%s': scale_attn_by_inverse_layer_idx = true is not supported", path);
     if (json_as_bool(json_get(root, "add_cross_attention"), &b) && b)
         fatal(HINT_HF, "'%s': add_cross_attention = true is not supported", path);
-    double eps;
-    if (json_as_number(json_get(root, "layer_norm_epsilon"), &eps) && fabs(eps - 1e-5) > 1e-12)
-        fprintf(stderr, "warning: '%s': layer_norm_epsilon is %g; this tool always uses 1e-5\n", path, eps);
+    const JsonValue* lne = json_get(root, "layer_norm_epsilon");
+    if (lne && !json_is_null(lne)) {
+        double eps;
+        // 0 or less divides by zero (or worse) in every layernorm; 1e999 reads as infinity
+        if (!json_as_number(lne, &eps) || !isfinite(eps) || eps <= 0.0)
+            fatal(HINT_HF, "'%s': layer_norm_epsilon must be a positive finite number (GPT-2 uses 1e-5)", path);
+        if (fabs(eps - 1e-5) > 1e-12)
+            fprintf(stderr, "warning: '%s': layer_norm_epsilon is %g; this tool always uses 1e-5\n", path, eps);
+    }
     *tied = 1;
     const JsonValue* tie = json_get(root, "tie_word_embeddings");
     if (tie && !json_as_bool(tie, tied)) fatal(HINT_HF, "'%s': tie_word_embeddings must be true or false", path);

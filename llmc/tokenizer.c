@@ -24,6 +24,7 @@ static void buf_reserve(Buf* b, size_t extra) {
     b->p = p; b->cap = cap;
 }
 static void buf_put(Buf* b, const void* s, size_t n) {
+    if (n == 0) return; // b->p may still be NULL: no pointer arithmetic or memcpy on it
     buf_reserve(b, n);
     memcpy(b->p + b->n, s, n);
     b->n += n;

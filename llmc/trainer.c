@@ -100,10 +100,11 @@ static void save_checkpoint(Run* r) {
     ckpt_path(path, sizeof(path), f->out_dir, "state", r->step, r->rank);
     ckpt_write_state(path, &h, mh, vh, mas);
     free(mh); free(vh); free(mas);
-    comm_barrier(&r->comm); // the checkpoint is complete only when every rank has written its part
+    // the checkpoint is complete only when every rank has written its part: the DONE manifest
+    // (sizes and checksums of every file) is written last
+    ckpt_commit(&r->comm, f->out_dir, r->step, r->lora ? "adapter" : "model");
     if (r->rank == 0) {
-        ckpt_write_done(f->out_dir, r->step);
-        ckpt_prune(f->out_dir, f->keep_checkpoints, r->world);
+        ckpt_prune(f->out_dir, f->keep_checkpoints);
         printf("checkpoint: step %ld written to %s\n", r->step, f->out_dir);
     }
     comm_barrier(&r->comm);
@@ -121,6 +122,9 @@ static void check_state_matches(Run* r, const char* path, const StateHeader* h0)
     if ((size_t)h0->h[SH_TOTAL] != r->opt.total)
         fatal(hint, "'%s' holds optimizer state for %lld trainable parameters; this run has %zu",
               path, (long long)h0->h[SH_TOTAL], r->opt.total);
+    if (h0->h[SH_STEP] > f->steps)
+        fatal("raise --steps to continue the run", "the checkpoint in '%s' is at step %lld, beyond --steps %d",
+              f->out_dir, (long long)h0->h[SH_STEP], f->steps);
 }
 
 // Optimizer state, re-sharded by zero_reshard_plan when the ranks or the stage changed: the old
@@ -183,8 +187,8 @@ static void restore_data_position(Run* r, const StateHeader* h0) {
 static void restore_checkpoint(Run* r, long step) {
     char path[LLMC_PATH_MAX];
     StateHeader h0;
+    ckpt_check_states(r->c->f.out_dir, step, &h0); // every rank's header, validated and cross-checked
     ckpt_path(path, sizeof(path), r->c->f.out_dir, "state", step, 0);
-    ckpt_read_state_header(path, &h0);
     check_state_matches(r, path, &h0);
     restore_optimizer(r, step, &h0);
     r->opt.t = (int)h0.h[SH_OPT_T];
@@ -313,6 +317,8 @@ static long prepare_out_dir(Run* r) {
               "no complete checkpoint (DONE_* marker) in '%s'", f->out_dir);
     if (!f->resume && latest >= 0) // never clobber another run's checkpoints and log
         fatal("add --resume to continue that run, or choose another --out", "'%s' holds checkpoints of an earlier run", f->out_dir);
+    if (r->rank == 0) ckpt_clean(f->out_dir); // temporaries and orphans of interrupted runs
+    if (f->resume) ckpt_verify(&r->comm, f->out_dir, latest); // every file against the manifest, before anything is read
     return f->resume ? latest : -1;
 }
 

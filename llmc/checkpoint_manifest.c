@@ -1,0 +1,393 @@
+// The DONE_SSSSSSSS commit record of a checkpoint (format in checkpoint.h): writing it after
+// every rank finished, verifying every file against it before resuming, and the housekeeping of
+// the output directory (finding the newest checkpoint, pruning, removing leftovers).
+#define _GNU_SOURCE
+#include "checkpoint.h"
+#include "check.h"
+#include "crc32c.h"
+#include "fileio.h"
+#include "json.h"
+#include <dirent.h>
+#include <stdarg.h>
+#include <string.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static const char* MANIFEST_FORMAT = "llmc-ft checkpoint";
+// An adapter checkpoint is a PEFT directory, adapter_SSSSSSSS/; the manifest lists its tensors
+#define ADAPTER_TENSORS "/adapter_model.safetensors"
+
+// Exactly PREFIX + 8 digits + SUFFIX; the step, or -1.
+static long parse_step_name(const char* name, const char* prefix, const char* suffix) {
+    size_t np = strlen(prefix), ns = strlen(suffix), n = strlen(name);
+    if (n != np + 8 + ns || strncmp(name, prefix, np) != 0 || strcmp(name + np + 8, suffix) != 0) return -1;
+    long step = 0;
+    for (size_t i = np; i < np + 8; i++) {
+        if (name[i] < '0' || name[i] > '9') return -1;
+        step = step * 10 + (name[i] - '0');
+    }
+    return step;
+}
+
+// state_SSSSSSSS_RRRRR.bin: the step (and *rank), or -1.
+static long parse_state_name(const char* name, int* rank) {
+    if (strlen(name) != 24 || strncmp(name, "state_", 6) != 0 || name[14] != '_' || strcmp(name + 20, ".bin") != 0) return -1;
+    char head[16];
+    snprintf(head, sizeof(head), "%.14s", name); // "state_SSSSSSSS"
+    long step = parse_step_name(head, "state_", "");
+    int r = 0;
+    for (int i = 15; i < 20; i++) {
+        if (name[i] < '0' || name[i] > '9') return -1;
+        r = r * 10 + (name[i] - '0');
+    }
+    *rank = r;
+    return step;
+}
+
+long ckpt_find_latest(const char* dir) {
+    DIR* d = opendir(dir);
+    if (!d) return -1;
+    long best = -1;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        long step = parse_step_name(e->d_name, "DONE_", "");
+        if (step > best) best = step;
+    }
+    closedir(d);
+    return best;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the manifest
+
+void ckpt_manifest_free(CkptManifest* mf) {
+    free(mf->files);
+    memset(mf, 0, sizeof(*mf));
+}
+
+void ckpt_manifest_write(const char* dir, const CkptManifest* mf) {
+    JsonWriter w;
+    jw_init(&w, 1);
+    jw_begin_object(&w);
+    jw_key(&w, "format"); jw_string(&w, MANIFEST_FORMAT);
+    jw_key(&w, "version"); jw_int(&w, CKPT_MANIFEST_VERSION);
+    jw_key(&w, "step"); jw_int(&w, mf->step);
+    jw_key(&w, "world"); jw_int(&w, mf->world);
+    jw_key(&w, "files");
+    jw_begin_array(&w);
+    for (int i = 0; i < mf->nfiles; i++) {
+        char hex[16];
+        snprintf(hex, sizeof(hex), "%08x", (unsigned)mf->files[i].crc);
+        jw_begin_object(&w);
+        jw_key(&w, "name"); jw_string(&w, mf->files[i].name);
+        jw_key(&w, "bytes"); jw_uint(&w, mf->files[i].bytes);
+        jw_key(&w, "crc32c"); jw_string(&w, hex);
+        jw_end_object(&w);
+    }
+    jw_end_array(&w);
+    jw_end_object(&w);
+    char path[LLMC_PATH_MAX];
+    ckpt_path(path, sizeof(path), dir, "DONE", mf->step, 0);
+    atomic_write_file(path, w.buf, w.len);
+    jw_free(&w);
+}
+
+static int mf_fail(char* err, size_t cap, const char* what, const char* fmt, ...) {
+    int n = snprintf(err, cap, "'%s': ", what);
+    if (n >= 0 && (size_t)n < cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + n, cap - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+// "%08x" text -> crc; 0 on success.
+static int parse_crc_hex(const char* s, uint32_t* out) {
+    if (!s || strlen(s) != 8) return -1;
+    uint32_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        char ch = s[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = (v << 4) | (uint32_t)d;
+    }
+    *out = v;
+    return 0;
+}
+
+// The checks on the parsed JSON tree; the file names must be exactly those of `step`.
+static int mf_from_json(const JsonValue* root, const char* what, long step, CkptManifest* mf, char* err, size_t cap) {
+    if (root->type != JSON_OBJECT) return mf_fail(err, cap, what, "not a JSON object");
+    const char* fmt = json_as_string(json_get(root, "format"));
+    int version, world;
+    int64_t st;
+    if (!fmt || strcmp(fmt, MANIFEST_FORMAT) != 0) return mf_fail(err, cap, what, "\"format\" is not \"%s\"", MANIFEST_FORMAT);
+    if (!json_as_int(json_get(root, "version"), &version) || version != CKPT_MANIFEST_VERSION)
+        return mf_fail(err, cap, what, "unsupported manifest \"version\" (this program reads %d)", CKPT_MANIFEST_VERSION);
+    if (!json_as_int64(json_get(root, "step"), &st) || st != step)
+        return mf_fail(err, cap, what, "\"step\" is not %ld (the step in the file name)", step);
+    if (!json_as_int(json_get(root, "world"), &world) || world < 1 || world > CKPT_MAX_WORLD)
+        return mf_fail(err, cap, what, "\"world\" must be an integer in [1, %d]", CKPT_MAX_WORLD);
+    const JsonValue* files = json_get(root, "files");
+    if (!files || files->type != JSON_ARRAY || files->n != world + 1)
+        return mf_fail(err, cap, what, "\"files\" must list %d files (the model or adapter and one state file per rank)", world + 1);
+    mf->step = step; mf->world = world; mf->nfiles = world + 1;
+    mf->files = (CkptFile*)callocCheck((size_t)mf->nfiles, sizeof(CkptFile));
+    for (int i = 0; i < mf->nfiles; i++) {
+        const JsonValue* f = json_at(files, i);
+        CkptFile* cf = &mf->files[i];
+        const char* name = json_as_string(json_get(f, "name"));
+        if (!name || strlen(name) >= sizeof(cf->name)) return mf_fail(err, cap, what, "files[%d] has no valid \"name\"", i);
+        snprintf(cf->name, sizeof(cf->name), "%s", name);
+        int rank = -1;
+        int ok = i == 0 ? parse_step_name(name, "model_", ".bin") == step || parse_step_name(name, "adapter_", ADAPTER_TENSORS) == step
+                        : parse_state_name(name, &rank) == step && rank == i - 1;
+        if (!ok) return mf_fail(err, cap, what, "files[%d] is '%s', not the %s of step %ld", i, name,
+                                i == 0 ? "model or adapter" : "state file of its rank", step);
+        if (!json_as_uint64(json_get(f, "bytes"), &cf->bytes)) return mf_fail(err, cap, what, "'%s': \"bytes\" is not an integer", name);
+        if (parse_crc_hex(json_as_string(json_get(f, "crc32c")), &cf->crc) != 0)
+            return mf_fail(err, cap, what, "'%s': \"crc32c\" is not 8 lowercase hex digits", name);
+    }
+    return 0;
+}
+
+int ckpt_manifest_parse(const char* text, size_t len, const char* what, long step, CkptManifest* mf,
+                        char* err, size_t errcap) {
+    memset(mf, 0, sizeof(*mf));
+    char jerr[256];
+    if (len == 0) return mf_fail(err, errcap, what, "empty: a marker without checksums (written by an earlier version, or not by this program)");
+    JsonValue* root = json_parse(text, len, jerr, sizeof(jerr));
+    if (!root) return mf_fail(err, errcap, what, "%s", jerr);
+    int rc = mf_from_json(root, what, step, mf, err, errcap);
+    json_free(root);
+    if (rc != 0) ckpt_manifest_free(mf);
+    return rc;
+}
+
+int ckpt_manifest_try_read(const char* dir, long step, CkptManifest* mf, char* err, size_t errcap) {
+    char path[LLMC_PATH_MAX];
+    ckpt_path(path, sizeof(path), dir, "DONE", step, 0);
+    memset(mf, 0, sizeof(*mf));
+    int64_t size = file_size(path);
+    if (size < 0) return mf_fail(err, errcap, path, "missing");
+    if (size > (1 << 26)) return mf_fail(err, errcap, path, "%lld bytes: too large for a checkpoint manifest", (long long)size);
+    size_t len;
+    char* text = read_file_all(path, &len);
+    int rc = ckpt_manifest_parse(text, len, path, step, mf, err, errcap);
+    free(text);
+    return rc;
+}
+
+void ckpt_manifest_read(const char* dir, long step, CkptManifest* mf) {
+    char err[1024];
+    if (ckpt_manifest_try_read(dir, step, mf, err, sizeof(err)) != 0)
+        fatal("the checkpoint's DONE marker is not a valid manifest; delete it to resume from the previous checkpoint", "%s", err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// commit and verification
+
+void ckpt_commit(Comm* c, const char* dir, long step, const char* main_kind) {
+    int world = c->world, rank = c->rank;
+    // slot 0: the model or adapter (rank 0), slot 1 + r: rank r's state file; every other rank
+    // leaves a slot 0, so a sum over the ranks gathers them all
+    size_t n = 2 * ((size_t)world + 1);
+    int64_t* g = (int64_t*)callocCheck(n, sizeof(int64_t));
+    char path[LLMC_PATH_MAX];
+    uint64_t bytes;
+    uint32_t crc;
+    ckpt_path(path, sizeof(path), dir, "state", step, rank);
+    crc32c_file(path, &bytes, &crc);
+    g[2 * (1 + (size_t)rank)] = (int64_t)bytes;
+    g[2 * (1 + (size_t)rank) + 1] = crc;
+    if (rank == 0) {
+        ckpt_path(path, sizeof(path), dir, main_kind, step, 0);
+        crc32c_file(path, &bytes, &crc);
+        g[0] = (int64_t)bytes;
+        g[1] = crc;
+    }
+    comm_allreduce_sum_i64(c, g, n); // also the barrier: every rank has written its file
+    if (rank == 0) {
+        CkptManifest mf = { step, world, world + 1, (CkptFile*)callocCheck((size_t)world + 1, sizeof(CkptFile)) };
+        for (int i = 0; i <= world; i++) {
+            ckpt_name(mf.files[i].name, sizeof(mf.files[i].name), i == 0 ? main_kind : "state", step, i - 1);
+            mf.files[i].bytes = (uint64_t)g[2 * i];
+            mf.files[i].crc = (uint32_t)g[2 * i + 1];
+        }
+        ckpt_manifest_write(dir, &mf);
+        ckpt_manifest_free(&mf);
+    }
+    free(g);
+}
+
+// The newest complete checkpoint older than step (for the hint), or -1.
+static long previous_step(const char* dir, long step) {
+    DIR* d = opendir(dir);
+    if (!d) return -1;
+    long best = -1;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        long s = parse_step_name(e->d_name, "DONE_", "");
+        if (s < step && s > best) best = s;
+    }
+    closedir(d);
+    return best;
+}
+
+static void verify_file(const char* dir, long step, const CkptFile* f) {
+    char path[LLMC_PATH_MAX], done[LLMC_PATH_MAX], hint[2 * LLMC_PATH_MAX];
+    path_join(path, sizeof(path), dir, f->name);
+    ckpt_path(done, sizeof(done), dir, "DONE", step, 0);
+    long prev = previous_step(dir, step);
+    if (prev >= 0) snprintf(hint, sizeof(hint), "the checkpoint of step %ld is damaged; delete '%s' to resume from the previous one (step %ld), or restore the file", step, done, prev);
+    else snprintf(hint, sizeof(hint), "the checkpoint of step %ld is damaged and there is no earlier one; restore the file or start a new run", step);
+    int64_t size = file_size(path);
+    if (size < 0) fatal(hint, "'%s' is missing (listed in '%s')", path, done);
+    if ((uint64_t)size != f->bytes)
+        fatal(hint, "'%s' has %lld bytes, but '%s' records %llu (truncated or replaced after the checkpoint was written)",
+              path, (long long)size, done, (unsigned long long)f->bytes);
+    uint64_t bytes;
+    uint32_t crc;
+    crc32c_file(path, &bytes, &crc);
+    if (bytes != f->bytes || crc != f->crc)
+        fatal(hint, "'%s': checksum mismatch: CRC-32C %08x, but '%s' records %08x (the file changed after it was written: corrupted bytes)",
+              path, (unsigned)crc, done, (unsigned)f->crc);
+}
+
+void ckpt_verify(Comm* c, const char* dir, long step) {
+    CkptManifest mf;
+    ckpt_manifest_read(dir, step, &mf);
+    // the files are split over the ranks; a fatal() on one rank ends them all (comm.h)
+    for (int i = 0; i < mf.nfiles; i++)
+        if (i % c->world == c->rank) verify_file(dir, step, &mf.files[i]);
+    ckpt_manifest_free(&mf);
+    comm_barrier(c); // nobody reads a file before every file has been checked
+}
+
+// ---------------------------------------------------------------------------------------------
+// housekeeping
+
+// A checkpoint entry of the run directory (a model or state file, an adapter directory): its
+// step, else -1; *rank for state files.
+static long ckpt_file_step(const char* name, int* rank) {
+    *rank = -1;
+    long s = parse_step_name(name, "model_", ".bin");
+    if (s < 0) s = parse_step_name(name, "adapter_", "");
+    if (s < 0) s = parse_state_name(name, rank);
+    return s;
+}
+
+// Removes a checkpoint entry: a file, or an adapter checkpoint's directory (its files, it has no
+// subdirectories, then itself). Returns 0 and adds the bytes removed to *bytes, or -1.
+static int remove_entry(const char* path, uint64_t* bytes) {
+    if (!dir_exists(path)) {
+        int64_t sz = file_size(path);
+        if (unlink(path) != 0) return -1;
+        *bytes += sz > 0 ? (uint64_t)sz : 0;
+        return 0;
+    }
+    DIR* d = opendir(path);
+    if (!d) return -1;
+    struct dirent* e;
+    char p[LLMC_PATH_MAX];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        path_join(p, sizeof(p), path, e->d_name);
+        int64_t sz = file_size(p);
+        if (unlink(p) == 0) *bytes += sz > 0 ? (uint64_t)sz : 0;
+    }
+    closedir(d);
+    return rmdir(path);
+}
+
+void ckpt_prune(const char* dir, int keep) {
+    if (keep <= 0) return;
+    DIR* d = opendir(dir);
+    if (!d) return;
+    long steps[4096]; int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL && n < 4096) {
+        long step = parse_step_name(e->d_name, "DONE_", "");
+        if (step >= 0) steps[n++] = step;
+    }
+    closedir(d);
+    // sort descending, drop everything after the newest `keep`
+    for (int i = 0; i < n; i++) for (int j = i + 1; j < n; j++) if (steps[j] > steps[i]) { long t = steps[i]; steps[i] = steps[j]; steps[j] = t; }
+    if (n <= keep) return;
+    char p[LLMC_PATH_MAX];
+    // the markers go first, so a crash mid-prune never leaves a "complete" checkpoint with files
+    // missing (what it leaves, ckpt_clean removes at the next start)
+    for (int i = keep; i < n; i++) { ckpt_path(p, sizeof(p), dir, "DONE", steps[i], 0); unlink(p); }
+    long oldest_kept = steps[keep - 1];
+    d = opendir(dir);
+    if (!d) return;
+    while ((e = readdir(d)) != NULL) {
+        int rank;
+        long s = ckpt_file_step(e->d_name, &rank);
+        if (s < 0 || s >= oldest_kept) continue;
+        int pruned = 0;
+        for (int i = keep; i < n && !pruned; i++) pruned = steps[i] == s;
+        uint64_t bytes = 0;
+        if (pruned) { path_join(p, sizeof(p), dir, e->d_name); remove_entry(p, &bytes); }
+    }
+    closedir(d);
+}
+
+// NAME.tmp.<digits>: a temporary file of an atomic write (fileio.h).
+static int is_atomic_tmp(const char* name) {
+    const char* t = strstr(name, ".tmp.");
+    if (!t || t == name) return 0;
+    const char* p = t + 5;
+    if (!*p) return 0;
+    for (; *p; p++) if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
+// Removes the leftovers in one directory; returns the count and adds their bytes to *bytes.
+static int clean_dir(const char* dir, int checkpoints, uint64_t* bytes, char* names, size_t cap) {
+    DIR* d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent* e;
+    char p[LLMC_PATH_MAX];
+    while ((e = readdir(d)) != NULL) {
+        int rank, orphan = 0;
+        long s = checkpoints ? ckpt_file_step(e->d_name, &rank) : -1;
+        if (s >= 0) {
+            CkptManifest mf;
+            char err[1024];
+            ckpt_path(p, sizeof(p), dir, "DONE", s, 0);
+            if (!file_exists(p)) orphan = 1; // an interrupted save, or an interrupted prune
+            else if (rank >= 0 && ckpt_manifest_try_read(dir, s, &mf, err, sizeof(err)) == 0) {
+                orphan = rank >= mf.world; // a rank of an earlier, unfinished save of this step
+                ckpt_manifest_free(&mf);
+            }
+        }
+        if (!orphan && !is_atomic_tmp(e->d_name)) continue;
+        path_join(p, sizeof(p), dir, e->d_name);
+        if (!file_exists(p) && !dir_exists(p)) continue;
+        if (remove_entry(p, bytes) != 0) continue;
+        removed++;
+        size_t used = strlen(names);
+        if (used + strlen(e->d_name) + 8 < cap) snprintf(names + used, cap - used, "%s%s", used ? ", " : "", e->d_name);
+    }
+    closedir(d);
+    return removed;
+}
+
+void ckpt_clean(const char* dir) {
+    char sub[LLMC_PATH_MAX], names[1024] = "";
+    uint64_t bytes = 0;
+    int n = clean_dir(dir, 1, &bytes, names, sizeof(names));
+    const char* subdirs[] = { "merged", "base" }; // the other directories a run writes (llmc/run_outputs.h)
+    for (int i = 0; i < 2; i++) {
+        path_join(sub, sizeof(sub), dir, subdirs[i]);
+        n += clean_dir(sub, 0, &bytes, names, sizeof(names));
+    }
+    if (n > 0)
+        printf("cleanup: removed %d leftover file%s of interrupted saves or pruning in '%s' (%.1f MiB): %s%s\n",
+               n, n == 1 ? "" : "s", dir, (double)bytes / (1024.0 * 1024.0), names,
+               strlen(names) + 64 >= sizeof(names) ? ", ..." : "");
+}
