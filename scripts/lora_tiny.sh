@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job (`make quickstart`): fine-tuning that visibly works, on the CPU, with nothing to
-# download, in two to four minutes on two cores.
+# download, in about two and a half minutes on two cores.
 #   1. data: data/tinyshakespeare.txt is cut at the first speech boundary after line SPLIT. The
 #      part before is the base model's text, as it is. The rest (the end of Measure for Measure,
 #      The Taming of the Shrew, The Tempest: plays and characters the base never sees) is the
