@@ -13,6 +13,7 @@
 #include "gpt2.h"
 #include "gradsync.h"
 #include "lora.h"
+#include "mfu.h"
 #include "model.h"
 #include "model_io.h"
 #include "ops.h"
@@ -56,6 +57,8 @@ typedef struct {
     int* prompt_ids;
     int n_prompt;
     KVCache* kv;
+    // model FLOPs utilization (llmc/mfu.h): FLOPs of one step on this rank, the device's peak
+    double step_flops, peak_flops; // peak 0: unknown (CPU, unlisted GPU), MFU "n/a"
 } Run;
 
 // Console output comes from rank 0 only.
@@ -394,6 +397,18 @@ static void report_model(Run* r) {
            f->batch_size, f->seq_len, r->world, r->c->accum, (long long)r->c->tokens_per_step);
 }
 
+// The model FLOPs of a step on this rank and the device's peak bf16 FLOP/s, for the step line.
+static void setup_mfu(Run* r) {
+    const GPT2Config* cfg = &r->model->cfg;
+    const double per_token = mfu_flops_per_token(params_count_unpadded(&r->model->pt), r->lora != NULL,
+                                                 r->lora ? r->lora->n_trainable : 0, cfg->num_layers, cfg->channels, r->c->f.seq_len);
+    r->step_flops = per_token * (double)r->c->tokens_per_step / (double)r->world;
+    const char* model = NULL;
+    r->peak_flops = mfu_peak_bf16_flops(ops_backend_name(), &model);
+    if (r->peak_flops > 0)
+        say(r, "mfu: %.3g TFLOP per step per rank, peak %.1f TFLOP/s bf16 (%s)\n", r->step_flops / 1e12, r->peak_flops / 1e12, model);
+}
+
 static void report_memory(Run* r) {
     const TrainFlags* f = &r->c->f;
     size_t pb = gpt2_param_bytes(r->model), gb = gpt2_grad_bytes(r->model), ob = opt_state_bytes(&r->opt);
@@ -512,10 +527,17 @@ static void note_skipped(Run* r, const StepResult* s) {
 static void log_step(Run* r, const StepResult* s, double seconds) {
     double ms = seconds * 1000.0;
     double tps = (double)r->c->tokens_per_step / seconds;
-    say(r, "step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n",
-           r->step, r->c->f.steps, s->loss, s->lr, s->norm, ms, tps);
-    run_log_json(r, "{\"step\": %ld, \"train_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f%s}",
-                 r->step, s->loss, s->lr, s->norm, ms, tps, s->skipped ? ", \"skipped\": true" : "");
+    double tflops = r->step_flops / seconds / 1e12;
+    char mfu[32] = "n/a", mfu_json[32] = "null";
+    if (r->peak_flops > 0) {
+        snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * tflops * 1e12 / r->peak_flops);
+        snprintf(mfu_json, sizeof(mfu_json), "%.4f", tflops * 1e12 / r->peak_flops);
+    }
+    say(r, "step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.1f TFLOP/s | MFU %s\n",
+           r->step, r->c->f.steps, s->loss, s->lr, s->norm, ms, tps, tflops, mfu);
+    run_log_json(r, "{\"step\": %ld, \"train_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f, "
+                    "\"tflops\": %.3f, \"mfu\": %s%s}",
+                 r->step, s->loss, s->lr, s->norm, ms, tps, tflops, mfu_json, s->skipped ? ", \"skipped\": true" : "");
 }
 
 static void eval_and_log(Run* r) {
@@ -548,10 +570,14 @@ static int train_loop(Run* r) {
         double t0 = timer_now_s();
         comm_watchdog_op(&r->comm, "step %ld", r->step + 1);
         StepResult s = train_step(r);
+        // the step ends when the device has finished its work (the optimizer's kernels are
+        // asynchronous on CUDA): the time is everything the user waits for
+        ops_synchronize();
+        const double seconds = timer_now_s() - t0;
         note_skipped(r, &s);
         r->step++;
         r->steps_this_run++;
-        log_step(r, &s, timer_now_s() - t0);
+        log_step(r, &s, seconds);
         const int stop = stop_reason(r);
         comm_watchdog_op_unbounded(&r->comm, "sample / checkpoint after step %ld", r->step);
         if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < f->steps) sample_now(r);
@@ -614,6 +640,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     }
     report_model(r);
     report_memory(r);
+    setup_mfu(r);
     open_log(r, resume_step >= 0);
     const int stopped = train_loop(r);
     comm_watchdog_op_unbounded(&r->comm, "final sample and save");

@@ -94,16 +94,31 @@ static inline void ref_check_train(const char* what, StFile* ref, const float* l
     printf("%s: %d steps: loss %.6f -> %.6f (reference %.6f -> %.6f)\n", what, steps, losses[0], losses[steps - 1], want_l[0], want_l[steps - 1]);
     snprintf(w, sizeof(w), "%s %d AdamW step losses", what, steps);
     test_allclose(w, losses, want_l, (size_t)steps, 0.0, loss_atol);
+    double worst = 0;
+    for (int s = 0; s < steps; s++) worst = fmax(worst, fabs((double)norms[s] - want_n[s]) / want_n[s]);
+    printf("%s: %d steps: worst relative grad norm error %.3g\n", what, steps, worst);
     snprintf(w, sizeof(w), "%s %d AdamW step grad norms", what, steps);
     test_allclose(w, norms, want_n, (size_t)steps, norm_rtol, 1e-6);
     free(want_l); free(want_n);
 }
 
 // ---- LoRA: every lora_A / lora_B gradient (and those of the trained base slices, read from m)
-// against <prefix><PEFT key> of the reference ("grad." or "accum.grad.").
+// against <prefix><PEFT key> of the reference ("grad." or "accum.grad."), each element within
+// rtol * |ref| + atol_frac * max |ref| (+ 1e-7); prints the worst error relative to max |ref|.
 static const char* const TEST_LORA_LIN_NAME[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 
-static inline void ref_check_lora_grads(const char* set, LoraModel* lm, GPT2* m, StFile* ref, const char* prefix) {
+// max |a - b| / max |b|, kept in *worst (and its tensor's name in key) when it is the largest yet
+static inline void ref_note_error(const float* a, const float* b, size_t n, const char* what, double* worst, char* key, size_t kn) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++) { double e = fabs((double)a[i] - (double)b[i]); if (!(e <= d)) d = e; }
+    double mx = ref_max_abs(b, n), r = mx > 0 ? d / mx : d;
+    if (!(r <= *worst)) { *worst = r; snprintf(key, kn, "%s", what); }
+}
+
+static inline void ref_check_lora_grads(const char* set, LoraModel* lm, GPT2* m, StFile* ref, const char* prefix,
+                                        double rtol, double atol_frac) {
+    double worst = 0;
+    char worst_key[300] = "";
     float* g = (float*)mallocCheck(lm->total * sizeof(float));
     lora_get_grads(lm, g);
     for (int i = 0; i < lm->n; i++) {
@@ -116,7 +131,8 @@ static inline void ref_check_lora_grads(const char* set, LoraModel* lm, GPT2* m,
             float* want = ref_read(ref, key, &n);
             TEST_CHECK(n == (size_t)a->rank * (w ? a->out : a->in), "%s size", key);
             snprintf(what, sizeof(what), "%s %s", set, key);
-            test_allclose(what, g + (w ? a->b_off : a->a_off), want, n, 1e-3, 1e-4 * ref_max_abs(want, n) + 1e-7);
+            test_allclose(what, g + (w ? a->b_off : a->a_off), want, n, rtol, atol_frac * ref_max_abs(want, n) + 1e-7);
+            ref_note_error(g + (w ? a->b_off : a->a_off), want, n, key, &worst, worst_key, sizeof(worst_key));
             free(want);
         }
     }
@@ -132,9 +148,11 @@ static inline void ref_check_lora_grads(const char* set, LoraModel* lm, GPT2* m,
         float* ours = (float*)mallocCheck(ln * sizeof(float));
         ops_download_f32(ours, m->g[e->id] + (e->layer < 0 ? 0 : (size_t)e->layer * ln), ln);
         snprintf(what, sizeof(what), "%s %s", set, key);
-        test_allclose(what, ours, want, n, 1e-3, 1e-4 * ref_max_abs(want, n) + 1e-7);
+        test_allclose(what, ours, want, n, rtol, atol_frac * ref_max_abs(want, n) + 1e-7);
+        ref_note_error(ours, want, n, key, &worst, worst_key, sizeof(worst_key));
         free(want); free(ours);
     }
+    printf("%s: gradients: worst error %.3g of max |ref| (%s)\n", set, worst, worst_key);
 }
 
 #endif // LLMC_TEST_FIXTURES_H

@@ -10,6 +10,6 @@ prog="$BUILD/cuda_cpu/dev/cuda/bench_ops"
 out=$("$prog" --small 2>&1); rc=$?
 echo "$out"
 [ $rc -eq 0 ] || { echo "FAIL: bench_ops --small exited with $rc"; exit 1; }
-n=$(grep -cE ' ms +[0-9.]+ (GB|TFLOP)/s$' <<<"$out")
+n=$(grep -cE '^time  bench_ops \| .* \| [0-9.]+ ms \| ([0-9.]+|-) GB/s \| ([0-9.]+|-) TFLOP/s$' <<<"$out")
 [ "$n" -ge 16 ] || { echo "FAIL: expected a timing line for each of the 16 ops, got $n"; exit 1; }
 echo "bench_ops --small: $n ops ran under the harness"

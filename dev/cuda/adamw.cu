@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     const int t = 3;
     ops_init(0);
-    printf("%s: adamw, n=%zu\n", ops_backend_name(), n);
+    report_begin("adamw", ops_backend_name(), "n=%zu", n);
     vecf p = dev_rand(n, 0.2f, 1), g = dev_rand(n, 0.02f, 2), m0 = dev_rand(n, 0.01f, 3), v0 = dev_rand(n, 1e-4f, 4);
     for (size_t i = 0; i < n; i++) v0[i] = fabsf(v0[i]);
     float bc1 = (float)(1.0 - pow(b1, t)), bc2 = (float)(1.0 - pow(b2, t));

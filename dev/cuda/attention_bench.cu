@@ -6,7 +6,8 @@
 //   3 flash   the backend's kernels (llmc/cuda/flash_attention.cu: WMMA tensor cores, O(T) memory)
 // For each: correctness against a CPU reference (batch 0, every head, double accumulation),
 // time per call with cudaEvents, FLOPs (causal: only the T (T + 1) / 2 visible pairs count),
-// minimum bytes moved, achieved TFLOP/s and % of the H100 SXM dense bf16 peak (989 TFLOP/s).
+// minimum bytes moved and achieved TFLOP/s, as report.cuh's lines (scripts/gpu_check.sh's report
+// divides by the device's peak). Exit status 1 when a version does not match the CPU.
 //
 // Build: make bench-cuda (mk/bench.mk) -> build/cuda/dev/cuda/attention_bench; `make cuda-check`
 // compiles it too. Run: attention_bench [B T NH HS] (default 8 1024 12 64: GPT-2 124M).
@@ -15,10 +16,9 @@
 #include <math.h>
 #include <vector>
 #include <cublas_v2.h>
+#include "dev/cuda/report.cuh"
 #include "llmc/cuda/flash_attention.cu"
 #include "llmc/cuda/attention.cu"
-
-#define H100_PEAK_TFLOPS 989.0
 
 // the backend's scratch allocator (llmc/cuda/ops_cuda.cu), reduced to what attention needs
 void* ops_scratch(int slot, size_t bytes) {
@@ -180,6 +180,8 @@ static void cpu_reference(std::vector<float>& out0, std::vector<float>& lse0, co
         }
 }
 
+static bool g_all_ok = true;
+
 static void check_against(const char* name, const bf16* d_out, const float* d_lse, const std::vector<float>& out0,
                           const std::vector<float>& lse0, int T, int NH, int HS) {
     int C = NH * HS;
@@ -190,8 +192,12 @@ static void check_against(const char* name, const bf16* d_out, const float* d_ls
     double eo = 0.0, el = 0.0;
     for (size_t i = 0; i < o.size(); i++) eo = fmax(eo, fabs(__bfloat162float(o[i]) - out0[i]));
     for (size_t i = 0; i < l.size(); i++) el = fmax(el, fabs(l[i] - lse0[i]));
-    printf("  %-8s batch 0 vs CPU: max |out err| %.3g, max |lse err| %.3g  %s\n", name, eo, el,
-           eo < 2e-2 && el < 1e-3 ? "OK" : "MISMATCH");
+    char what[64];
+    snprintf(what, sizeof(what), "%s forward out (batch 0)", name);
+    report_check(what, eo, 2e-2, eo < 2e-2);
+    snprintf(what, sizeof(what), "%s forward lse (batch 0)", name);
+    report_check(what, el, 1e-3, el < 1e-3);
+    g_all_ok &= eo < 2e-2 && el < 1e-3;
 }
 
 template <typename F>
@@ -209,11 +215,7 @@ static float time_ms(F f, int iters) {
     return ms / iters;
 }
 
-static void report(const char* name, float ms, double flops, double bytes) {
-    double tf = flops / (ms * 1e-3) / 1e12;
-    printf("  %-18s %9.3f ms  %8.2f TFLOP/s (%5.1f%% of H100 bf16 peak)  %8.1f GB/s (min bytes)\n", name, ms, tf,
-           100.0 * tf / H100_PEAK_TFLOPS, bytes / (ms * 1e-3) / 1e9);
-}
+static void report(const char* name, float ms, double flops, double bytes) { report_time(name, ms, bytes, flops); }
 
 int main(int argc, char** argv) {
     int B = argc > 1 ? atoi(argv[1]) : 8, T = argc > 2 ? atoi(argv[2]) : 1024;
@@ -225,7 +227,7 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("%s: B=%d T=%d NH=%d HS=%d\n", prop.name, B, T, NH, HS);
+    report_begin("attention_bench", prop.name, "B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     std::vector<float> h_qkv(nqkv);
     std::vector<bf16> h_qkv_bf(nqkv);
@@ -274,16 +276,16 @@ int main(int argc, char** argv) {
     attention_set_deterministic(1);
     cudaCheck(cudaDeviceSynchronize());
 
-    printf("forward:\n");
-    report("naive", ms_naive, fwd_flops, fwd_bytes);
-    report("cublas+softmax", ms_cublas, fwd_flops, fwd_bytes + (double)B * NH * T * T * (4 * 2 + 2 * 2));
-    report("flash (wmma)", ms_flash, fwd_flops, fwd_bytes);
-    printf("backward (deterministic: 7 T x T x HS products executed where 5 are needed; FLOPs count the 5):\n");
-    report("flash (wmma)", ms_flash_bwd, bwd_flops, bwd_bytes);
-    printf("backward, atomic dQ (non-deterministic; head sizes <= 64, else the same as above):\n");
-    report("flash (wmma)", ms_flash_bwd_atomic, bwd_flops, bwd_bytes);
+    report("forward naive", ms_naive, fwd_flops, fwd_bytes);
+    report("forward cublas+softmax", ms_cublas, fwd_flops, fwd_bytes + (double)B * NH * T * T * (4 * 2 + 2 * 2));
+    report("forward flash (wmma)", ms_flash, fwd_flops, fwd_bytes);
+    // deterministic: 7 T x T x HS products executed where 5 are needed; FLOPs count the 5
+    report("backward flash (wmma, deterministic)", ms_flash_bwd, bwd_flops, bwd_bytes);
+    // atomic dQ: non-deterministic; head sizes <= 64, else the same kernels as above
+    report("backward flash (wmma, atomic dQ)", ms_flash_bwd_atomic, bwd_flops, bwd_bytes);
 
     cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(dout));
     cudaCheck(cudaFree(lse));
-    return 0;
+    printf("%s\n", g_all_ok ? "all versions match the CPU reference" : "MISMATCH");
+    return g_all_ok ? 0 : 1;
 }

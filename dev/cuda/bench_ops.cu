@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include "ops.h"
 #include "cuda/common.cuh"
+#include "report.cuh"
 
 static cudaEvent_t ev0, ev1;
 static int g_reps;   // --reps / --small: the same count for every op (0: each op's default)
@@ -30,10 +31,8 @@ static float time_ms(F fn, int reps = 20) {
     return ms / reps;
 }
 
-static void report(const char* name, float ms, double bytes, double flops) {
-    if (flops > 0) printf("%-44s %9.3f ms  %8.1f TFLOP/s\n", name, ms, flops / (ms * 1e-3) / 1e12);
-    else printf("%-44s %9.3f ms  %8.1f GB/s\n", name, ms, bytes / (ms * 1e-3) / 1e9);
-}
+// one `time` line (report.cuh): the GEMMs by their FLOPs, the other ops by their bytes
+static void report(const char* name, float ms, double bytes, double flops) { report_time(name, ms, bytes, flops); }
 
 static floatX* rand_bf16(size_t n, float scale) {
     std::vector<float> h(n);
@@ -73,7 +72,7 @@ int main(int argc, char** argv) {
     }
     const int N = B * T;
     ops_init(0);
-    printf("%s, B=%d T=%d C=%d NH=%d Vp=%d, AdamW over %zu\n", ops_backend_name(), B, T, C, NH, Vp, np);
+    report_begin("bench_ops", ops_backend_name(), "B=%d T=%d C=%d NH=%d Vp=%d, AdamW over %zu", B, T, C, NH, Vp, np);
     cudaCheck(cudaEventCreate(&ev0));
     cudaCheck(cudaEventCreate(&ev1));
     const double bf = sizeof(floatX);

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     const int V = 50257, Vp = 50304;
     const float dloss = 1.0f / (float)N;
     ops_init(0);
-    printf("%s: fused classifier, N=%d V=%d Vp=%d\n", ops_backend_name(), N, V, Vp);
+    report_begin("classifier", ops_backend_name(), "N=%d V=%d Vp=%d", N, V, Vp);
     vecf logits = dev_rand((size_t)N * Vp, 16.0f, 1);
     std::vector<int> tgt(N);
     for (int n = 0; n < N; n++) tgt[n] = n % 17 == 0 ? -1 : (int)(((uint32_t)n * 2654435761u) % (uint32_t)V);

@@ -11,6 +11,7 @@
 #include <vector>
 #include "ops.h"
 #include "cuda/common.cuh"
+#include "report.cuh"
 
 typedef std::vector<float> vecf;
 
@@ -40,7 +41,8 @@ static inline float* to_dev_f32(const vecf& h) {
 static inline vecf from_dev_bf16(const floatX* d, size_t n) { vecf h(n); ops_download_f32(h.data(), d, n); return h; }
 static inline vecf from_dev_f32(const float* d, size_t n) { vecf h(n); ops_to_host(h.data(), d, n * sizeof(float)); return h; }
 
-// max |got - want| relative to max |want|; prints it and returns whether it is within tol
+// max |got - want| relative to max |want|; reports it (a `check` line, report.cuh) and returns
+// whether it is within tol
 static inline bool dev_check(const char* what, const vecf& got, const vecf& want, double tol) {
     double maxd = 0.0, maxw = 0.0;
     size_t worst = 0;
@@ -51,8 +53,8 @@ static inline bool dev_check(const char* what, const vecf& got, const vecf& want
     }
     double rel = maxw > 0 ? maxd / maxw : maxd;
     bool ok = rel <= tol;
-    printf("  %-36s max error %.3g of max |ref| (tol %.1g)%s", what, rel, tol, ok ? "\n" : "");
-    if (!ok) printf("  MISMATCH at [%zu]: got %.6g want %.6g\n", worst, got[worst], want[worst]);
+    report_check(what, rel, tol, ok);
+    if (!ok) printf("      worst at [%zu]: got %.6g want %.6g\n", worst, got[worst], want[worst]);
     return ok;
 }
 
@@ -75,8 +77,6 @@ static float dev_time_ms(F fn, int reps = 20) {
 }
 
 // one line of timing: ms per call and the bandwidth of `bytes` (each byte the op must move once)
-static inline void dev_report(const char* version, float ms, double bytes) {
-    printf("  %-36s %9.4f ms  %8.1f GB/s\n", version, ms, bytes / (ms * 1e-3) / 1e9);
-}
+static inline void dev_report(const char* version, float ms, double bytes) { report_time(version, ms, bytes, 0.0); }
 
 #endif // DEV_CUDA_COMMON_CUH

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
     const int C = 768, V = 50257, Vp = 50304;
     const size_t N = (size_t)B * T;
     ops_init(0);
-    printf("%s: encoder, B=%d T=%d C=%d\n", ops_backend_name(), B, T, C);
+    report_begin("encoder", ops_backend_name(), "B=%d T=%d C=%d", B, T, C);
     vecf wte = dev_rand((size_t)Vp * C, 0.2f, 1), wpe = dev_rand((size_t)T * C, 0.2f, 2), dout = dev_rand(N * C, 1.0f, 3);
     std::vector<int> tok(N);
     uint32_t s = 7;

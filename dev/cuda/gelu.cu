@@ -26,7 +26,7 @@ __global__ void gelu_forward_v1(floatX* out, const floatX* inp, size_t n) {
 int main(int argc, char** argv) {
     size_t n = argc > 1 ? (size_t)atoll(argv[1]) : (size_t)8 * 1024 * 3072; // GPT-2 124M fch, B=8 T=1024
     ops_init(0);
-    printf("%s: gelu, n=%zu\n", ops_backend_name(), n);
+    report_begin("gelu", ops_backend_name(), "n=%zu", n);
     vecf x = dev_rand(n, 8.0f, 1), dy = dev_rand(n, 2.0f, 2);
     vecf y_ref(n), dx_ref(n);
     for (size_t i = 0; i < n; i++) { y_ref[i] = gelu_ref(x[i]); dx_ref[i] = gelu_grad_ref(x[i]) * dy[i]; }

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
     int N = argc > 1 ? atoi(argv[1]) : 8 * 1024;
     const int C = 768;
     ops_init(0);
-    printf("%s: layernorm, N=%d C=%d\n", ops_backend_name(), N, C);
+    report_begin("layernorm", ops_backend_name(), "N=%d C=%d", N, C);
     vecf x = dev_rand((size_t)N * C, 4.0f, 1), w = dev_rand(C, 2.0f, 2), b = dev_rand(C, 0.5f, 3), dy = dev_rand((size_t)N * C, 1.0f, 4);
     vecf y_ref((size_t)N * C), dx_ref((size_t)N * C), dw_ref(C, 0.0f), db_ref(C, 0.0f);
     std::vector<double> dw(C, 0.0), db(C, 0.0);

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     int N = argc > 3 ? atoi(argv[1]) : 8 * 1024, C = argc > 3 ? atoi(argv[2]) : 768, OC = argc > 3 ? atoi(argv[3]) : 3072;
     const int NCHK = 64; // rows checked against the CPU
     ops_init(0);
-    printf("%s: matmul, N=%d C=%d OC=%d\n", ops_backend_name(), N, C, OC);
+    report_begin("matmul", ops_backend_name(), "N=%d C=%d OC=%d", N, C, OC);
     vecf x = dev_rand((size_t)N * C, 2.0f, 1), w = dev_rand((size_t)OC * C, 0.1f, 2), b = dev_rand(OC, 0.2f, 3);
     vecf dy = dev_rand((size_t)N * OC, 1.0f, 4);
     vecf y_ref((size_t)NCHK * OC), g_ref((size_t)NCHK * OC), dx_ref((size_t)NCHK * C), dw_ref((size_t)OC * 8), db_ref(OC);
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     ok &= dev_check("backward dweight (production)", dw8, dw_ref, 2e-2);
     ok &= dev_check("backward dbias (production)", from_dev_bf16(d_db, OC), db_ref, 2e-2);
     double flops = 2.0 * N * C * OC;
-    auto tf = [&](const char* what, float ms, double f) { printf("  %-36s %9.4f ms  %8.1f TFLOP/s\n", what, ms, f / (ms * 1e-3) / 1e12); };
+    auto tf = [&](const char* what, float ms, double f) { report_time(what, ms, 0.0, f); };
     tf("forward v1", dev_time_ms([&] { LAUNCH(matmul_forward_v1, grid, 256, 0, 0, d_y, d_x, d_w, d_b, N, C, OC); }, 3), flops);
     tf("forward v2 (cuBLASLt + bias)", dev_time_ms([&] { matmul_forward(d_y, NULL, d_x, d_w, d_b, N, C, OC); }), flops);
     tf("forward v2 (cuBLASLt + bias + GELU)", dev_time_ms([&] { matmul_forward(d_y, d_g, d_x, d_w, d_b, N, C, OC); }), flops);

@@ -1,0 +1,417 @@
+#!/usr/bin/env bash
+# One command that validates and benchmarks llmc-ft on an NVIDIA GPU and writes one small report
+# (REPORT/report.md + REPORT/report.json, with the logs in REPORT/logs/).
+#
+# 1. On a CPU machine with this repository and the CUDA toolkit (no GPU needed):
+#      make gpu-bundle
+#    builds build/gpu-bundle/ (~90 MB) and the same packed as build/gpu-bundle.tar.xz (~5 MB):
+#    portable (ARCH=x86-64-v3), MPI-free CUDA binaries of every program the check runs
+#    (train_gpt2, train_lora, the GPU test programs, the dev/cuda kernel programs, gpu_info). They
+#    need nothing beyond libc/libstdc++, libcudart, libcublasLt, libnccl (and libcublas for
+#    attention_bench), which a GPU machine's CUDA toolkit or PyTorch wheels carry.
+# 2. Carry the repository's files (the tests read test/ref/, the check reads dev/) and
+#    build/gpu-bundle.tar.xz to the GPU machine; the check unpacks it when build/gpu-bundle/ is
+#    missing. With the project's device tool, one call:
+#      run(command="scripts/gpu_check.sh --out gpu-report; cp -r gpu-report $OUT/",
+#          carry=["build/gpu-bundle.tar.xz"])
+#    and the same command again (while the machine is warm, gpu-report/ is still there) to run
+#    what the budget left out; or carry=["build/gpu-bundle.tar.xz", "gpu-report"] with the
+#    report fetched back into ./gpu-report.
+# 3. On the GPU machine (NVIDIA driver, CUDA toolkit, python3 with PyTorch; no build, no MPI):
+#      scripts/gpu_check.sh [--out DIR] [--budget SECONDS] [--sections LIST]
+#    It finds libcudart.so.13 / libcublasLt.so.13 / libcublas.so.13 / libnccl.so.2 in the bundle,
+#    $CUDA_HOME and /usr/local/cuda*/ library folders, and Python's nvidia-* wheels (site-packages
+#    nvidia/*/lib), puts the folders it found first on LD_LIBRARY_PATH and records them.
+#
+# Sections, in the order they run (the most valuable first); --sections picks some (comma list):
+#   env       nvidia-smi, driver, CUDA runtime / cuBLASLt / NCCL versions (gpu_info), the
+#             libraries resolved, PyTorch version, the device's peak bf16 FLOP/s and bandwidth
+#   tests     every GPU test program: each op vs the CPU backend (test_cuda_ops_gpu), flash
+#             attention in depth vs the CPU backend, GPT-2 vs transformers, LoRA vs PEFT, QLoRA vs
+#             bitsandbytes + PEFT (test_*_gpu)
+#   train     train_gpt2 / train_lora / train_lora --qlora (r=8 on c_attn) at GPT-2 124M shapes,
+#             T=1024, B in {8, 16, 32}: ms/step, tokens/s, TFLOP/s, MFU, peak device memory; the
+#             B=8 runs twice: identical losses and norms step for step (--deterministic 1)
+#   torch     the same shapes in PyTorch on the same GPU (dev/bench_torch_gpu.py: transformers
+#             GPT2LMHeadModel, bf16 autocast, SDPA; + PEFT LoRA). No QLoRA there: the GPU machines
+#             have no bitsandbytes.
+#   kernels   the dev/cuda kernel programs (checks vs a CPU reference, GB/s, TFLOP/s vs the peaks)
+#   sanitize  compute-sanitizer memcheck, initcheck, racecheck, synccheck on the test programs
+# Every item records pass / fail / timeout / skip with the reason, and the check goes on after a
+# failure; the exit status is 0 when nothing failed or timed out, 1 otherwise (2: bad options). Time: about 9 minutes for env..torch, 8 more for kernels and sanitize on an H100. An
+# item that cannot finish inside --budget (default 540 s, under a 10-minute command) is recorded
+# as skipped for the time budget; running the check again with the same --out runs only those
+# (and anything not yet run), keeping the other results (--redo starts over). Each command of an
+# item has its own time limit.
+#
+# Without a GPU (CI: `make test` runs it through test/test_gpu_check.sh):
+#      make gpucheck-emu && scripts/gpu_check.sh --emulated     (or: make gpu-check-emulated)
+#    runs the same sections against the CUDA-on-CPU harness builds of the same programs (linked
+#    under the bundle's names in build/cpu/gpucheck-emu/) at small shapes (the tiny test GPT-2, T=64); nvidia-smi and
+#    compute-sanitizer items say "skipped: emulated", PyTorch runs on the CPU if it is installed.
+#
+# Other options: --bin DIR (the programs; default build/gpu-bundle, emulated build/cpu/gpucheck-emu),
+# --report-only (rebuild the report from DIR's results), --python PY (default python3).
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+EMULATED=0; BIN=""; OUT=""; BUDGET=540; SECTIONS="env,tests,train,torch,kernels,sanitize"; REDO=0; REPORT_ONLY=0
+PY=${PYTHON:-python3}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --emulated) EMULATED=1 ;;
+    --bin) BIN="$2"; shift ;;
+    --out) OUT="$2"; shift ;;
+    --budget) BUDGET="$2"; shift ;;
+    --sections) SECTIONS="$2"; shift ;;
+    --redo) REDO=1 ;;
+    --report-only) REPORT_ONLY=1 ;;
+    --python) PY="$2"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "error: gpu_check.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$BUDGET" in ''|*[!0-9]*) echo "error: gpu_check.sh: --budget takes whole seconds, got '$BUDGET'" >&2; exit 2 ;; esac
+for s in ${SECTIONS//,/ }; do
+  case "$s" in env|tests|train|torch|kernels|sanitize) ;;
+    *) echo "error: gpu_check.sh: unknown section '$s' in --sections (env, tests, train, torch, kernels, sanitize)" >&2; exit 2 ;;
+  esac
+done
+if [ "$EMULATED" = 1 ]; then BIN=${BIN:-build/cpu/gpucheck-emu}; OUT=${OUT:-build/cpu/gpucheck-emu-report}
+else BIN=${BIN:-build/gpu-bundle}; OUT=${OUT:-gpu-report}; fi
+BIN_ARG=$BIN
+# the bundle travels packed: unpack it next to where it is expected
+if [ "$EMULATED" = 0 ] && [[ "$BIN" == *build/gpu-bundle ]] && [ ! -d "$BIN" ] && [ -f "$BIN.tar.xz" ]; then
+  echo "gpu_check: unpacking $BIN.tar.xz"
+  tar -xJf "$BIN.tar.xz" -C "$(dirname "$(dirname "$BIN")")" || { echo "error: gpu_check.sh: cannot unpack '$BIN.tar.xz'" >&2; exit 2; }
+fi
+BIN=$(cd "$BIN" 2>/dev/null && pwd) || { echo "error: gpu_check.sh: the program folder '$BIN_ARG' (--bin) does not exist; build it with $( [ "$EMULATED" = 1 ] && echo 'make gpu-check-emulated' || echo 'make gpu-bundle')" >&2; exit 2; }
+mkdir -p "$OUT/logs" || { echo "error: gpu_check.sh: cannot create the report folder '$OUT' (--out)" >&2; exit 2; }
+OUT=$(cd "$OUT" && pwd)
+RESULTS="$OUT/results.jsonl"
+if [ "$REPORT_ONLY" = 1 ]; then exec "$PY" "$ROOT/scripts/gpu_report.py" "$OUT"; fi
+if [ "$REDO" = 1 ]; then rm -rf "$OUT/logs" "$RESULTS" "$OUT/runs.jsonl"; mkdir -p "$OUT/logs"; fi
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpucheck.XXXXXX")
+MEM_PID=""
+trap 'mem_poll_stop; rm -rf "$WORK"' EXIT
+START=$(date +%s); DEADLINE=$((START + BUDGET))
+MODE_NAME=$([ "$EMULATED" = 1 ] && echo emulated || echo gpu)
+
+# ---------------------------------------------------------------------------------------------
+# recording: one JSON object per item in results.jsonl (the last one of a key wins)
+json_str() {  # a JSON string literal of $1 (one line)
+  local s=${1//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\t'/ }; s=${s//$'\r'/ }; s=${s//$'\n'/ | }
+  printf '"%s"' "$s"
+}
+record() {  # section item status reason seconds log
+  printf '{"key": %s, "section": %s, "item": %s, "status": %s, "reason": %s, "seconds": %s, "log": %s, "mode": %s}\n' \
+    "$(json_str "$1/$2")" "$(json_str "$1")" "$(json_str "$2")" "$(json_str "$3")" "$(json_str "$4")" "${5:-0}" \
+    "$(json_str "${6:-}")" "$(json_str "$MODE_NAME")" >> "$RESULTS"
+  printf '  %-9s %-34s %-8s %s\n' "$1" "$2" "$3" "$4"
+}
+# whether section/item already has a result that a new run should keep (not a budget skip)
+have_result() {
+  [ -f "$RESULTS" ] || return 1
+  local last; last=$(grep -F "\"key\": $(json_str "$1/$2")," "$RESULTS" | tail -n 1)
+  [ -n "$last" ] && ! grep -q '"reason": "time budget' <<<"$last"
+}
+left() { echo $((DEADLINE - $(date +%s))); }
+
+# run_item SECTION ITEM EST LIMIT CMD...: run CMD (from the repository root) with a time limit of
+# LIMIT seconds (less if the budget ends sooner), log to logs/SECTION/ITEM.log; skipped when a
+# result exists or fewer than EST seconds of the budget are left. Returns 0 when it passed.
+LAST_LOG=""
+run_item() {
+  local sec=$1 item=$2 est=$3 limit=$4; shift 4
+  local log="logs/$sec/$item.log"
+  LAST_LOG="$OUT/$log"
+  if have_result "$sec" "$item"; then printf '  %-9s %-34s (kept from the earlier run)\n' "$sec" "$item"; return 0; fi
+  local l; l=$(left)
+  if [ "$l" -lt "$est" ]; then record "$sec" "$item" skip "time budget: needs ~${est}s, ${l}s left (run again with the same --out)" 0; return 1; fi
+  [ "$limit" -gt "$l" ] && limit=$l
+  mkdir -p "$OUT/logs/$sec"
+  local t0 t1 rc status reason
+  t0=$(date +%s.%N)
+  echo "\$ $*" | tr '\n' ' ' | cut -c1-600 > "$OUT/$log"; echo >> "$OUT/$log"   # the command, on one line
+  timeout -k 10 "$limit" "$@" >> "$OUT/$log" 2>&1; rc=$?
+  t1=$(date +%s.%N)
+  local secs; secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b - a}')
+  if [ $rc -eq 0 ]; then status=pass; reason=""
+  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status=timeout; reason="stopped after ${limit}s"
+  else status=fail; reason="exit $rc: $(grep -m1 -E 'FAIL|error|ERROR|MISMATCH|Assert|fatal' "$OUT/$log" | cut -c1-200)"; fi
+  # keep logs small: the last 200 KB
+  if [ "$(wc -c < "$OUT/$log")" -gt 204800 ]; then tail -c 204800 "$OUT/$log" > "$OUT/$log.tmp" && mv "$OUT/$log.tmp" "$OUT/$log"; fi
+  record "$sec" "$item" "$status" "$reason" "$secs" "$log"
+  [ $status = pass ]
+}
+skip_item() { have_result "$1" "$2" || record "$1" "$2" skip "$3" 0; }
+want() { [[ ",$SECTIONS," == *",$1,"* ]]; }
+prog() { [ -x "$BIN/$1" ]; }
+
+# ---------------------------------------------------------------------------------------------
+# libraries (GPU mode): the folders holding the sonames the bundle needs, first on the path
+find_libs() {
+  local dirs=() d f so
+  local py_nv; py_nv=$("$PY" -c 'import nvidia, os; print(" ".join(nvidia.__path__))' 2>/dev/null || true)
+  local cands=("$BIN" "$BIN/lib" "${CUDA_HOME:-/usr/local/cuda}/lib64" "${CUDA_HOME:-/usr/local/cuda}/lib"
+               /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib)
+  for d in /usr/local/cuda-*/lib64 /usr/local/cuda-*/targets/x86_64-linux/lib $py_nv; do [ -d "$d" ] && cands+=("$d"); done
+  : > "$OUT/logs/env/libraries.txt"
+  for so in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2; do
+    f=""
+    for d in "${cands[@]}"; do
+      [ -d "$d" ] || continue
+      f=$(find "$d" -maxdepth 3 -name "$so" 2>/dev/null | head -n 1)
+      [ -n "$f" ] && break
+    done
+    if [ -z "$f" ]; then f=$(ldconfig -p 2>/dev/null | awk -v s="$so" '$1 == s {print $NF; exit}'); fi
+    if [ -n "$f" ]; then
+      echo "$so $(readlink -f "$f")" >> "$OUT/logs/env/libraries.txt"
+      d=$(dirname "$f"); [[ " ${dirs[*]} " == *" $d "* ]] || dirs+=("$d")
+    else
+      echo "$so NOT FOUND" >> "$OUT/logs/env/libraries.txt"
+    fi
+  done
+  local p; p=$(IFS=:; echo "${dirs[*]}")
+  export LD_LIBRARY_PATH="$p${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >> "$OUT/logs/env/libraries.txt"
+}
+
+find_sanitizer() {
+  local c
+  for c in compute-sanitizer "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" /usr/local/cuda/bin/compute-sanitizer \
+           /usr/local/cuda/compute-sanitizer/compute-sanitizer /usr/local/cuda-*/bin/compute-sanitizer; do
+    if command -v "$c" >/dev/null 2>&1; then command -v "$c"; return 0; fi
+  done
+  return 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# shapes: GPT-2 124M on a GPU; the tiny test GPT-2 under the harness
+if [ "$EMULATED" = 1 ]; then
+  T=64; BATCHES="1 2 4"; STEPS=5; WARMUP=2; VOCAB=100; FULL_MODEL=test/ref/gpt2_tiny; LORA_BASE=test/ref/gpt2_tiny
+  TORCH_SHAPE=(--seq-len 64 --layers 2 --channels 64 --heads 4 --vocab 100 --steps 3 --warmup 1)
+  EST_TEST=30; EST_TRAIN=10; EST_TORCH=30; EST_KERNEL=20
+else
+  T=1024; BATCHES="8 16 32"; STEPS=12; WARMUP=2; VOCAB=50257; FULL_MODEL=d12; LORA_BASE="$WORK/base/model.bin"
+  TORCH_SHAPE=(--seq-len 1024 --steps 10 --warmup 2)
+  EST_TEST=45; EST_TRAIN=25; EST_TORCH=120; EST_KERNEL=25
+fi
+export BUILD="$WORK/testout"   # where test programs write their exports (not the repository)
+mkdir -p "$BUILD"
+
+echo "gpu_check: $MODE_NAME mode, programs in $BIN, report in $OUT, budget ${BUDGET}s, sections $SECTIONS"
+mkdir -p "$OUT/logs/env"
+if [ "$EMULATED" = 0 ]; then find_libs; fi
+printf '{"mode": %s, "bin": %s, "started": %s, "budget_s": %s, "sections": %s, "host": %s}\n' "$(json_str "$MODE_NAME")" \
+  "$(json_str "$BIN")" "$(json_str "$(date -u +%Y-%m-%dT%H:%M:%SZ)")" "$BUDGET" "$(json_str "$SECTIONS")" \
+  "$(json_str "$(uname -n)")" >> "$OUT/runs.jsonl"
+
+# ---------------------------------------------------------------------------------------------
+section_env() {
+  echo "== env"
+  run_item env host 1 30 bash -c 'uname -a; echo "cpu: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2-)"; echo "cores: $(nproc)";
+    echo "memory: $(awk "/MemTotal/ {printf \"%.1f GiB\", \$2 / 1048576}" /proc/meminfo)"; echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"'
+  if [ "$EMULATED" = 1 ]; then
+    skip_item env nvidia_smi "skipped: emulated (no GPU)"
+    skip_item env libraries "skipped: emulated (the harness builds link no CUDA library)"
+  else
+    run_item env nvidia_smi 2 60 bash -c 'nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit,compute_cap,pci.bus_id --format=csv && nvidia-smi'
+    run_item env libraries 1 60 bash -c "cat '$OUT/logs/env/libraries.txt'; echo; ldd '$BIN/train_gpt2'; ! grep -q 'NOT FOUND' '$OUT/logs/env/libraries.txt' && ! ldd '$BIN/train_gpt2' | grep -q 'not found'"
+  fi
+  if prog gpu_info; then run_item env gpu_info 2 60 "$BIN/gpu_info"; else record env gpu_info fail "gpu_info is not in $BIN" 0; fi
+  local ns; ns=$(find_sanitizer || true)
+  if [ "$EMULATED" = 1 ]; then skip_item env toolkit "skipped: emulated"
+  else run_item env toolkit 2 60 bash -c "command -v nvcc >/dev/null && nvcc --version || echo 'nvcc: not on PATH'; ${ns:-echo compute-sanitizer: not found} ${ns:+--version}"; fi
+  run_item env torch 20 120 "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-"); print("transformers", transformers.__version__)
+try:
+    import peft; print("peft", peft.__version__)
+except ImportError: print("peft not installed")'
+}
+
+# ---------------------------------------------------------------------------------------------
+TEST_PROGS="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu"
+section_tests() {
+  echo "== tests"
+  local p
+  for p in $TEST_PROGS; do
+    if prog "$p"; then run_item tests "$p" "$EST_TEST" 300 "$BIN/$p"
+    else record tests "$p" fail "$p is not in $BIN" 0; fi
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+# training throughput
+ensure_data() {
+  [ -f "$WORK/train.bin" ] && return 0
+  "$PY" - "$WORK/train.bin" "$VOCAB" <<'PY'
+import random, struct, sys
+n, vocab = 1200000, int(sys.argv[2])
+r = random.Random(0)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[r.randrange(vocab) for _ in range(n)]))
+PY
+}
+BASE_FAILED=0
+ensure_base() {  # the frozen base of the LoRA runs: a randomly initialised GPT-2 124M, saved
+  [ "$EMULATED" = 1 ] && return 0
+  [ -f "$LORA_BASE" ] && return 0
+  [ "$BASE_FAILED" = 1 ] && return 1
+  # (recorded, but not kept across runs like the other items: a new run saves it again)
+  local log="$OUT/logs/train/base_model.log" t0 l; t0=$(date +%s); l=$(left)
+  [ "$l" -lt 30 ] && return 1
+  timeout -k 10 $((l < 300 ? l : 300)) "$BIN/train_gpt2" --model d12 --train-data "$WORK/train.bin" --batch-size 1 --seq-len 64 \
+      --steps 1 --lr 0 --save-format llmc --out "$WORK/base" > "$log" 2>&1
+  if [ -f "$LORA_BASE" ]; then record train base_model pass "saved for the LoRA runs" $(($(date +%s) - t0)) logs/train/base_model.log
+  else BASE_FAILED=1; record train base_model fail "could not save the LoRA base: $(grep -m1 -E 'error|fatal' "$log" | cut -c1-200)" $(($(date +%s) - t0)) logs/train/base_model.log; fi
+  [ -f "$LORA_BASE" ]
+}
+mem_poll_start() {
+  MEM_PID=""
+  [ "$EMULATED" = 1 ] && return 0
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 > "$1.base" 2>/dev/null
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 > "$1" 2>/dev/null &
+  MEM_PID=$!
+}
+mem_poll_stop() { [ -n "$MEM_PID" ] && kill "$MEM_PID" 2>/dev/null && wait "$MEM_PID" 2>/dev/null; MEM_PID=""; }
+TRAIN_ARGV=()
+train_cmd() {  # MODE B: TRAIN_ARGV = the command line of one throughput run
+  local mode=$1 b=$2
+  local common=(--train-data "$WORK/train.bin" --batch-size "$b" --seq-len "$T" --total-batch-tokens $((b * T)) --steps "$STEPS"
+                --lr 1e-4 --warmup-steps 0 --seed 1 --deterministic 1)
+  local lora=(--model "$LORA_BASE" --lora-targets c_attn --lora-rank 8 --lora-alpha 16)
+  case "$mode" in
+    full) TRAIN_ARGV=("$BIN/train_gpt2" --model "$FULL_MODEL" "${common[@]}") ;;
+    lora) TRAIN_ARGV=("$BIN/train_lora" "${lora[@]}" "${common[@]}") ;;
+    qlora) TRAIN_ARGV=("$BIN/train_lora" "${lora[@]}" --qlora "${common[@]}") ;;
+  esac
+}
+train_one() {  # MODE B [ITEM]: one run, with the device memory polled
+  local item=${3:-$1_b$2}
+  train_cmd "$1" "$2"
+  mem_poll_start "$OUT/logs/train/$item.mem"
+  run_item train "$item" "$EST_TRAIN" 240 "${TRAIN_ARGV[@]}"; local rc=$?
+  mem_poll_stop
+  return $rc
+}
+mode_pending() {  # MODE: whether any of its runs still needs to run
+  local b
+  for b in $BATCHES; do have_result train "$1_b$b" || return 0; done
+  have_result train "$1_determinism" || return 0
+  return 1
+}
+losses_of() { grep -E '^step +[0-9]+/' "$1" | awk -F'|' '{print $2, $4}'; }
+section_train() {
+  echo "== train"
+  mkdir -p "$OUT/logs/train"
+  local missing=""
+  prog train_gpt2 || missing="train_gpt2 "
+  prog train_lora || missing="$missing train_lora"
+  if [ -n "$missing" ]; then record train programs fail "not in $BIN: $missing" 0; return; fi
+  ensure_data || { record train data fail "could not write the token shard" 0; return; }
+  local mode b
+  for mode in full lora qlora; do
+    mode_pending "$mode" || { printf '  %-9s %-34s (kept from the earlier run)\n' train "$mode runs"; continue; }
+    if [ "$mode" != full ] && ! ensure_base; then
+      local why="time budget: no time left to save the LoRA base (run again with the same --out)"
+      [ "$BASE_FAILED" = 1 ] && why="the LoRA base could not be saved (train/base_model)"
+      for b in $BATCHES; do have_result train "${mode}_b$b" || record train "${mode}_b$b" skip "$why" 0; done
+      continue
+    fi
+    for b in $BATCHES; do train_one "$mode" "$b"; done
+    # determinism: the smallest batch again, the same losses and norms step for step
+    b=${BATCHES%% *}
+    local a="$OUT/logs/train/${mode}_b$b.log" r="$OUT/logs/train/${mode}_b${b}_repeat.log"
+    if have_result train "${mode}_determinism"; then continue; fi
+    if train_one "$mode" "$b" "${mode}_b${b}_repeat" && [ -f "$a" ] && grep -q '^step ' "$a"; then
+      if [ "$(losses_of "$a")" = "$(losses_of "$r")" ]; then
+        record train "${mode}_determinism" pass "B=$b: two runs, identical losses and grad norms over $(losses_of "$a" | wc -l) steps" 0
+      else
+        record train "${mode}_determinism" fail "B=$b: the two runs differ: $(diff <(losses_of "$a") <(losses_of "$r") | head -n 3 | tr '\n' ' ')" 0
+      fi
+    elif ! have_result train "${mode}_b${b}_repeat" || ! have_result train "${mode}_b$b"; then
+      record train "${mode}_determinism" skip "time budget: the runs of B=$b did not fit (run again with the same --out)" 0
+    else
+      record train "${mode}_determinism" skip "a run of B=$b did not complete" 0
+    fi
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+section_torch() {
+  echo "== torch"
+  if ! "$PY" -c 'import torch, transformers' >/dev/null 2>&1; then
+    skip_item torch full "skipped: PyTorch / transformers not installed for $PY"
+    skip_item torch lora "skipped: PyTorch / transformers not installed for $PY"
+  else
+    local peak; peak=$(sed -n 's/^peak_bf16_tflops=\([0-9.]*\)$/\1/p' "$OUT/logs/env/gpu_info.log" 2>/dev/null | head -n 1)
+    local mode cfgs b
+    for mode in full lora; do
+      cfgs=""; for b in $BATCHES; do cfgs="$cfgs${cfgs:+,}$mode:$b"; done
+      run_item torch "$mode" "$EST_TORCH" 400 "$PY" dev/bench_torch_gpu.py --configs "$cfgs" "${TORCH_SHAPE[@]}" --peak-tflops "${peak:-0}"
+    done
+  fi
+  skip_item torch qlora "skipped: no bitsandbytes on the GPU machines (PyTorch QLoRA needs it)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# the dev/cuda kernel programs (default shapes: GPT-2 124M, B=8, T=1024)
+kernel_args() {
+  if [ "$EMULATED" = 0 ]; then return; fi
+  case "$1" in
+    gelu) echo 4096 ;; encoder) echo 2 64 ;; layernorm) echo 64 ;; adamw) echo 4096 ;; classifier) echo 4 ;;
+    matmul) echo 64 64 96 ;; bench_ops) echo --small ;; attention_bench) echo 1 64 2 64 ;;
+  esac
+}
+KERNEL_PROGS="matmul attention_bench layernorm gelu encoder classifier adamw bench_ops"
+section_kernels() {
+  echo "== kernels"
+  local p
+  for p in $KERNEL_PROGS; do
+    if [ "$EMULATED" = 1 ] && [ "$p" = attention_bench ]; then
+      skip_item kernels "$p" "skipped: emulated (its baseline calls cuBLAS, which the harness cannot run)"; continue
+    fi
+    # shellcheck disable=SC2046
+    if prog "$p"; then run_item kernels "$p" "$EST_KERNEL" 300 "$BIN/$p" $(kernel_args "$p")
+    else record kernels "$p" fail "$p is not in $BIN" 0; fi
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+# compute-sanitizer over the test programs (their shapes are small), the most telling first:
+# memcheck (out-of-bounds and misaligned accesses, leaks) on every program; racecheck and synccheck
+# (shared-memory hazards, barrier misuse) on the programs whose kernels share memory across threads
+# (the flash test on its one-shape quick case: racecheck tracks every shared-memory access);
+# initcheck (reads of device memory never written) on every program.
+SAN_ALL="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu"
+SAN_SHARED="test_cuda_ops_gpu test_flash_attention_gpu"
+section_sanitize() {
+  echo "== sanitize"
+  local tool p cs progs
+  cs=$([ "$EMULATED" = 0 ] && find_sanitizer || true)
+  for tool in memcheck racecheck synccheck initcheck; do
+    case $tool in racecheck|synccheck) progs=$SAN_SHARED ;; *) progs=$SAN_ALL ;; esac
+    for p in $progs; do
+      if [ "$EMULATED" = 1 ]; then skip_item sanitize "${tool}_$p" "skipped: emulated (compute-sanitizer needs a GPU)"; continue; fi
+      if [ -z "$cs" ]; then skip_item sanitize "${tool}_$p" "skipped: compute-sanitizer not found"; continue; fi
+      if ! prog "$p"; then record sanitize "${tool}_$p" fail "$p is not in $BIN" 0; continue; fi
+      local extra=() envs=()
+      [ "$tool" = memcheck ] && extra=(--leak-check full)
+      [ "$tool" != memcheck ] && [ "$tool" != initcheck ] && [ "$p" = test_flash_attention_gpu ] && envs=(FLASH_TEST_QUICK=1)
+      run_item sanitize "${tool}_$p" 40 240 env "${envs[@]}" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 97 "$BIN/$p"
+    done
+  done
+}
+
+for s in env tests train torch kernels sanitize; do
+  if want "$s"; then "section_$s"; fi
+done
+mem_poll_stop
+echo "gpu_check: $(( $(date +%s) - START ))s; writing the report"
+"$PY" "$ROOT/scripts/gpu_report.py" "$OUT"

@@ -1,0 +1,412 @@
+#!/usr/bin/env python3
+"""The report of scripts/gpu_check.sh: reads DIR/results.jsonl (one record per item, the last one
+of a key wins) and the logs it names, writes DIR/report.md and DIR/report.json. Python standard
+library only (CI has no ML stack).
+
+  python3 scripts/gpu_report.py DIR
+
+Exit status: 0 when no item failed or timed out, 1 when one did, 2 when DIR has no results.
+"""
+import json, os, re, statistics, sys
+
+SECTIONS = [("env", "Environment"), ("tests", "GPU test programs"), ("train", "Training throughput (llmc-ft)"),
+            ("torch", "PyTorch on the same device"), ("kernels", "Kernel programs (dev/cuda)"),
+            ("sanitize", "compute-sanitizer")]
+
+
+def read(path, limit=None):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read() if limit is None else f.read(limit)
+    except OSError:
+        return ""
+
+
+def load_results(d):
+    recs = {}
+    for line in read(os.path.join(d, "results.jsonl")).splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        recs[r["key"]] = r   # the last record of a key wins (a rerun replaces a budget skip)
+    return recs
+
+
+def logtext(d, r):
+    return read(os.path.join(d, r["log"])) if r.get("log") else ""
+
+
+def num(s):
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+def parse_env(d, recs):
+    env = {}
+    gi = recs.get("env/gpu_info")
+    if gi:
+        for line in logtext(d, gi).splitlines():
+            if "=" in line and not line.startswith("$"):
+                k, v = line.split("=", 1)
+                env[k.strip()] = v.strip()
+    smi = recs.get("env/nvidia_smi")
+    if smi:
+        lines = [l for l in logtext(d, smi).splitlines() if l and not l.startswith("$")]
+        if len(lines) >= 2 and "," in lines[1]:
+            keys = [k.strip() for k in lines[0].split(",")]
+            vals = [v.strip() for v in lines[1].split(",")]
+            env["nvidia_smi"] = dict(zip(keys, vals))
+        m = re.search(r"CUDA Version:\s*([0-9.]+)", logtext(d, smi))
+        if m:
+            env["driver_cuda_version"] = m.group(1)
+    libs = recs.get("env/libraries")
+    if libs:
+        env["libraries"] = {}
+        for line in logtext(d, libs).splitlines():
+            m = re.match(r"^(lib\S+\.so\.\d+) (.+)$", line)
+            if m:
+                env["libraries"][m.group(1)] = m.group(2)
+    t = recs.get("env/torch")
+    if t:
+        env["torch"] = ", ".join(l for l in logtext(d, t).splitlines() if re.match(r"^(torch|transformers|peft) ", l))[:300]
+    h = recs.get("env/host")
+    if h:
+        env["host"] = ", ".join(l for l in logtext(d, h).splitlines()[1:] if l)[:400]
+    return env
+
+
+def test_summary(text):
+    """The line a test program ends with, and its first failures."""
+    lines = text.splitlines()
+    fails = [l for l in lines if l.startswith("FAIL")][:3]
+    last = next((l for l in reversed(lines) if re.search(r"checks (passed|FAILED)|all .* passed|passed|failed", l)), "")
+    return (last or (lines[-1] if lines else "")).strip()[:200], fails
+
+
+STEP_RE = re.compile(r"^step +(\d+)/(\d+) \| loss ([-0-9.naninf]+) \| lr \S+ \| norm ([-0-9.naninf]+) \| ([0-9.]+) ms \| ([0-9.]+) tok/s"
+                     r"(?: \| ([0-9.]+) TFLOP/s \| MFU ([0-9.]+%|n/a))?")
+
+
+def parse_train_log(text, warmup):
+    steps = []
+    for line in text.splitlines():
+        m = STEP_RE.match(line)
+        if m:
+            steps.append({"step": int(m.group(1)), "loss": num(m.group(3)), "norm": num(m.group(4)), "ms": float(m.group(5)),
+                          "tok_per_s": float(m.group(6)), "tflops": num(m.group(7)),
+                          "mfu": num(m.group(8)[:-1]) / 100 if m.group(8) and m.group(8) != "n/a" else None})
+    out = {"steps": len(steps)}
+    timed = steps[warmup:] if len(steps) > warmup else steps
+    if timed:
+        out["ms_per_step"] = round(statistics.median(s["ms"] for s in timed), 3)
+        out["tok_per_s"] = round(statistics.median(s["tok_per_s"] for s in timed), 1)
+        tf = [s["tflops"] for s in timed if s["tflops"] is not None]
+        out["tflops"] = round(statistics.median(tf), 2) if tf else None
+        mf = [s["mfu"] for s in timed if s["mfu"] is not None]
+        out["mfu"] = round(statistics.median(mf), 4) if mf else None
+        out["loss_first"], out["loss_last"] = steps[0]["loss"], steps[-1]["loss"]
+    m = re.search(r"memory \(this rank\):.*\| total ([0-9.]+) MiB", text)
+    out["trainer_mib"] = float(m.group(1)) if m else None
+    m = re.search(r"^backend: (.*)$", text, re.M)
+    out["backend"] = m.group(1) if m else None
+    return out
+
+
+def peak_mem(d, item):
+    """The device memory used at most during a run minus before it (nvidia-smi, MiB)."""
+    base = [num(x) for x in read(os.path.join(d, "logs/train", item + ".mem.base")).split()]
+    vals = [num(x) for x in read(os.path.join(d, "logs/train", item + ".mem")).split()]
+    vals = [v for v in vals if v is not None]
+    base = [v for v in base if v is not None]
+    if not vals:
+        return None
+    return max(vals) - (base[0] if base else 0.0)
+
+
+def parse_kernels(text):
+    checks, times = [], []
+    for line in text.splitlines():
+        f = [x.strip() for x in line.split(" | ")]
+        if line.startswith("check ") and len(f) >= 5:
+            checks.append({"prog": f[0][6:].strip(), "what": f[1], "err": num(f[2].split()[-1]), "tol": num(f[3].split()[-1]),
+                           "ok": f[4] == "ok"})
+        elif line.startswith("time ") and len(f) >= 5:
+            times.append({"prog": f[0][5:].strip(), "what": f[1], "ms": num(f[2].split()[0]), "gbps": num(f[3].split()[0]),
+                          "tflops": num(f[4].split()[0])})
+    return checks, times
+
+
+def sanitizer_errors(text):
+    m = re.search(r"ERROR SUMMARY: (\d+) error", text)
+    return int(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------------------------------------
+def build(d):
+    recs = load_results(d)
+    runs = [json.loads(l) for l in read(os.path.join(d, "runs.jsonl")).splitlines() if l.strip()]
+    mode = runs[-1]["mode"] if runs else "?"
+    rep = {"mode": mode, "runs": runs, "summary": {}, "items": {}}
+    for key, r in recs.items():
+        rep["items"][key] = {k: r.get(k) for k in ("section", "item", "status", "reason", "seconds", "log")}
+    for sec, _ in SECTIONS:
+        rs = [r for r in recs.values() if r["section"] == sec]
+        c = {"pass": 0, "fail": 0, "timeout": 0, "skip": 0}
+        for r in rs:
+            c[r["status"]] = c.get(r["status"], 0) + 1
+        c["seconds"] = round(sum(float(r.get("seconds") or 0) for r in rs), 1)
+        rep["summary"][sec] = c
+    env = parse_env(d, recs)
+    rep["env"] = env
+    peak_tf = num(env.get("peak_bf16_tflops"))
+    peak_bw = num(env.get("peak_mem_gbps"))
+
+    # tests
+    rep["tests"] = []
+    for key, r in sorted(recs.items()):
+        if r["section"] != "tests":
+            continue
+        last, fails = test_summary(logtext(d, r))
+        rep["tests"].append({"program": r["item"], "status": r["status"], "reason": r["reason"], "seconds": r["seconds"],
+                             "summary": last, "failures": fails})
+
+    # training
+    warm = 2
+    rep["train"] = []
+    for key, r in recs.items():
+        if r["section"] != "train" or not re.match(r"^(full|lora|qlora)_b\d+$", r["item"]):
+            continue
+        mode_, b = r["item"].split("_b")
+        row = {"mode": mode_, "batch": int(b), "status": r["status"], "reason": r["reason"]}
+        row.update(parse_train_log(logtext(d, r), warm))
+        row["device_peak_mib"] = peak_mem(d, r["item"])
+        det = recs.get("train/%s_determinism" % mode_)
+        if det and recs.get("train/%s_b%s_repeat" % (mode_, b)):
+            row["deterministic"] = det["status"]
+        rep["train"].append(row)
+    order = {"full": 0, "lora": 1, "qlora": 2}
+    rep["train"].sort(key=lambda x: (order[x["mode"]], x["batch"]))
+    rep["determinism"] = [{"mode": r["item"].split("_")[0], "status": r["status"], "reason": r["reason"]}
+                          for r in recs.values() if r["section"] == "train" and r["item"].endswith("_determinism")]
+
+    # torch
+    rep["torch"] = []
+    for key, r in recs.items():
+        if r["section"] != "torch":
+            continue
+        for line in logtext(d, r).splitlines():
+            if line.startswith("torch_result "):
+                try:
+                    rep["torch"].append(json.loads(line[len("torch_result "):]))
+                except ValueError:
+                    pass
+            elif line.startswith("torch_info "):
+                try:
+                    rep["torch_info"] = json.loads(line[len("torch_info "):])
+                except ValueError:
+                    pass
+    rep["torch"].sort(key=lambda x: (order.get(x["mode"], 9), x["batch"]))
+
+    # kernels
+    rep["kernel_checks"], rep["kernel_times"] = [], []
+    for key, r in sorted(recs.items()):
+        if r["section"] != "kernels":
+            continue
+        c, t = parse_kernels(logtext(d, r))
+        rep["kernel_checks"] += c
+        for x in t:
+            x["pct_peak_bw"] = round(100 * x["gbps"] / peak_bw, 1) if x["gbps"] and peak_bw else None
+            x["pct_peak_tflops"] = round(100 * x["tflops"] / peak_tf, 1) if x["tflops"] and peak_tf else None
+        rep["kernel_times"] += t
+
+    # sanitizers
+    rep["sanitize"] = []
+    for key, r in sorted(recs.items()):
+        if r["section"] != "sanitize":
+            continue
+        tool, prog = r["item"].split("_", 1)
+        rep["sanitize"].append({"tool": tool, "program": prog, "status": r["status"], "reason": r["reason"],
+                                "errors": sanitizer_errors(logtext(d, r)), "seconds": r["seconds"]})
+    return rep
+
+
+# ---------------------------------------------------------------------------------------------
+def fmt(v, spec="%.1f", none="-"):
+    return none if v is None else spec % v
+
+
+def status_cell(r):
+    s, why = r["status"], r.get("reason") or ""
+    if why.startswith("skipped: "):
+        why = why[len("skipped: "):]
+    return s if not why else "%s: %s" % (s, why)
+
+
+def markdown(rep):
+    L = []
+    env = rep["env"]
+    L.append("# llmc-ft GPU check (%s mode)" % rep["mode"])
+    L.append("")
+    if rep["runs"]:
+        L.append("Runs: " + "; ".join("%s on %s (budget %ss, sections %s)" % (r["started"], r["host"], r["budget_s"], r["sections"])
+                                      for r in rep["runs"]))
+        L.append("")
+    L.append("| section | pass | fail | timeout | skip | seconds |")
+    L.append("|---|---|---|---|---|---|")
+    for sec, title in SECTIONS:
+        c = rep["summary"][sec]
+        L.append("| %s | %d | %d | %d | %d | %.0f |" % (sec, c["pass"], c["fail"], c["timeout"], c["skip"], c["seconds"]))
+    L.append("")
+
+    L.append("## Environment")
+    L.append("")
+    rows = [("device", env.get("device")), ("compute capability", env.get("compute_capability")), ("SMs", env.get("sms")),
+            ("memory", env.get("memory_gib") and env.get("memory_gib") + " GiB"),
+            ("peak bf16 tensor FLOP/s", "%s TFLOP/s (%s)" % (env["peak_bf16_tflops"], env.get("peak_model")) if num(env.get("peak_bf16_tflops"))
+             else "n/a (%s)" % ("the device is not in llmc/mfu.c's table" if env.get("device") else "no gpu_info")),
+            ("peak memory bandwidth", env["peak_mem_gbps"] + " GB/s" if num(env.get("peak_mem_gbps")) else "n/a"),
+            ("CUDA runtime / driver", "%s / %s" % (env.get("runtime", "-"), env.get("driver", "-"))),
+            ("cuBLASLt", env.get("cublaslt")), ("NCCL", env.get("nccl")),
+            ("driver (nvidia-smi)", (env.get("nvidia_smi") or {}).get("driver_version")),
+            ("driver's CUDA version", env.get("driver_cuda_version")), ("PyTorch", env.get("torch")), ("host", env.get("host"))]
+    L.append("| | |")
+    L.append("|---|---|")
+    for k, v in rows:
+        L.append("| %s | %s |" % (k, v if v else "-"))
+    for so, path in sorted((env.get("libraries") or {}).items()):
+        L.append("| %s | %s |" % (so, path))
+    for key, it in sorted(rep["items"].items()):
+        if it["section"] == "env" and it["status"] != "pass":
+            L.append("| %s | %s |" % (it["item"], status_cell(it)))
+    L.append("")
+
+    L.append("## GPU test programs")
+    L.append("")
+    L.append("| program | result | seconds | summary |")
+    L.append("|---|---|---|---|")
+    for t in rep["tests"]:
+        s = t["summary"] + ("; " + "; ".join(t["failures"]) if t["failures"] else "")
+        L.append("| %s | %s | %s | %s |" % (t["program"], status_cell(t), t["seconds"], s.replace("|", "/")))
+    L.append("")
+
+    L.append("## Training throughput")
+    L.append("")
+    L.append("GPT-2 124M shapes (emulated: the tiny test model), r=8 on c_attn for LoRA / QLoRA; median over the steps after two"
+             " warm-up steps. TFLOP/s and MFU count model FLOPs (llmc/mfu.h: 6N + 6LCT per token, 4N for a frozen base)."
+             " Device peak: nvidia-smi's memory.used during the run minus before it (CUDA context and workspaces included);"
+             " trainer: the memory the trainer's own report lists.")
+    L.append("")
+    L.append("| run | B | result | ms/step | tokens/s | TFLOP/s | MFU | device peak MiB | trainer MiB | identical rerun |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rep["train"]:
+        L.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["mode"], r["batch"], status_cell(r), fmt(r.get("ms_per_step")), fmt(r.get("tok_per_s"), "%.0f"),
+            fmt(r.get("tflops"), "%.1f"), fmt(r.get("mfu") and 100 * r["mfu"], "%.1f%%"), fmt(r.get("device_peak_mib"), "%.0f"),
+            fmt(r.get("trainer_mib"), "%.0f"), r.get("deterministic", "")))
+    L.append("")
+    for x in rep["determinism"]:
+        L.append("- determinism, %s: %s" % (x["mode"], status_cell(x)))
+    for key, it in sorted(rep["items"].items()):
+        if it["section"] == "train" and not re.match(r"^(full|lora|qlora)_(b\d+(_repeat)?|determinism)$", it["item"]):
+            L.append("- %s: %s" % (it["item"], status_cell(it)))
+    L.append("")
+
+    L.append("## PyTorch on the same device")
+    L.append("")
+    ti = rep.get("torch_info")
+    if ti:
+        L.append("torch %s (CUDA %s), transformers %s, peft %s on %s: GPT2LMHeadModel, fp32 weights, bf16 autocast, SDPA attention;"
+                 " LoRA by PEFT. No QLoRA row: bitsandbytes is not installed on the GPU machines." % (
+                     ti.get("torch"), ti.get("cuda"), ti.get("transformers"), ti.get("peft"), ti.get("device_name")))
+        L.append("")
+    ours = {(r["mode"], r["batch"]): r for r in rep["train"]}
+    L.append("| run | B | ms/step | tokens/s | TFLOP/s | MFU | peak allocated / reserved MiB | llmc-ft speed-up |")
+    L.append("|---|---|---|---|---|---|---|---|")
+    for r in rep["torch"]:
+        if "error" in r:
+            L.append("| %s | %d | %s | | | | | |" % (r["mode"], r["batch"], r["error"].replace("|", "/")))
+            continue
+        o = ours.get((r["mode"], r["batch"]))
+        sp = "%.2fx" % (r["ms_per_step"] / o["ms_per_step"]) if o and o.get("ms_per_step") else "-"
+        L.append("| %s | %d | %.1f | %.0f | %.1f | %s | %s / %s | %s |" % (
+            r["mode"], r["batch"], r["ms_per_step"], r["tok_per_s"], r["tflops"], fmt(r.get("mfu") and 100 * r["mfu"], "%.1f%%"),
+            fmt(r.get("peak_alloc_mib"), "%.0f"), fmt(r.get("peak_reserved_mib"), "%.0f"), sp))
+    for key, it in sorted(rep["items"].items()):
+        if it["section"] == "torch" and it["status"] != "pass":
+            L.append("")
+            L.append("- %s: %s" % (it["item"], status_cell(it)))
+    L.append("")
+
+    L.append("## Kernel programs (dev/cuda)")
+    L.append("")
+    L.append("| program | result | seconds | checks |")
+    L.append("|---|---|---|---|")
+    for key, it in sorted(rep["items"].items()):
+        if it["section"] != "kernels":
+            continue
+        cs = [c for c in rep["kernel_checks"] if c["prog"] == it["item"]]
+        bad = [c["what"] for c in cs if not c["ok"]]
+        L.append("| %s | %s | %s | %d checks%s |" % (it["item"], status_cell(it), it["seconds"], len(cs),
+                                                    ", MISMATCH: " + ", ".join(bad) if bad else ", all within tolerance" if cs else ""))
+    L.append("")
+    L.append("| program | op | ms | GB/s | % peak BW | TFLOP/s | % peak bf16 |")
+    L.append("|---|---|---|---|---|---|---|")
+    for t in rep["kernel_times"]:
+        L.append("| %s | %s | %s | %s | %s | %s | %s |" % (t["prog"], t["what"], fmt(t["ms"], "%.4f"), fmt(t["gbps"]),
+                                                          fmt(t["pct_peak_bw"]), fmt(t["tflops"], "%.2f"), fmt(t["pct_peak_tflops"])))
+    L.append("")
+
+    L.append("## compute-sanitizer")
+    L.append("")
+    tools = ["memcheck", "racecheck", "synccheck", "initcheck"]
+    progs = sorted({s["program"] for s in rep["sanitize"]})
+    cell = {(s["tool"], s["program"]): s for s in rep["sanitize"]}
+    L.append("| program | " + " | ".join(tools) + " |")
+    L.append("|---|" + "---|" * len(tools))
+    for p in progs:
+        cells = []
+        for t in tools:
+            s = cell.get((t, p))
+            if not s:
+                cells.append("")
+            elif s["status"] == "skip":
+                cells.append("skip")
+            else:
+                cells.append("%s%s" % (s["status"], " (%d errors)" % s["errors"] if s["errors"] else ""))
+        L.append("| %s | %s |" % (p, " | ".join(cells)))
+    reasons = sorted({s["reason"] for s in rep["sanitize"] if s["status"] == "skip"})
+    if reasons:
+        L.append("")
+        L.append("Skipped: " + "; ".join(x.replace("skipped: ", "", 1) for x in reasons))
+    L.append("")
+    return "\n".join(L)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    d = sys.argv[1]
+    if not os.path.isfile(os.path.join(d, "results.jsonl")):
+        print("error: gpu_report.py: %s has no results.jsonl (run scripts/gpu_check.sh --out %s first)" % (d, d), file=sys.stderr)
+        return 2
+    rep = build(d)
+    for name, text in (("report.json", json.dumps(rep, indent=1, sort_keys=True) + "\n"), ("report.md", markdown(rep) + "\n")):
+        tmp = os.path.join(d, name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(d, name))
+    c = rep["summary"]
+    print("report: %s/report.md (%s)" % (d, ", ".join("%s %d/%d/%d/%d" % (s, c[s]["pass"], c[s]["fail"], c[s]["timeout"], c[s]["skip"])
+                                                      for s, _ in SECTIONS)) + " [pass/fail/timeout/skip]")
+    return 1 if any(c[s]["fail"] or c[s]["timeout"] for s, _ in SECTIONS) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
