@@ -24,7 +24,7 @@ static const char* HINT_CORRUPT = "the checkpoint is corrupt; delete its DONE_* 
 void ckpt_name(char* out, size_t cap, const char* kind, long step, int rank) {
     if (!strcmp(kind, "state")) snprintf(out, cap, "state_%08ld_%05d.bin", step, rank);
     else if (!strcmp(kind, "model")) snprintf(out, cap, "model_%08ld.bin", step);
-    else if (!strcmp(kind, "adapter")) snprintf(out, cap, "adapter_%08ld.safetensors", step);
+    else if (!strcmp(kind, "adapter")) snprintf(out, cap, "adapter_%08ld/adapter_model.safetensors", step);
     else if (!strcmp(kind, "DONE")) snprintf(out, cap, "DONE_%08ld", step);
     else fatal("this is a bug in llmc", "unknown checkpoint file kind '%s'", kind);
 }

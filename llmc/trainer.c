@@ -22,6 +22,7 @@
 #include "runlog.h"
 #include "runrecord.h"
 #include "runsignal.h"
+#include "run_outputs.h"
 #include "sampler.h"
 #include "schedule.h"
 #include "textgen.h"
@@ -69,6 +70,7 @@ typedef struct {
     long last_val_step;
     int has_last_val;
     int early_stopped;
+    RunOutputs out;            // what the run writes for people and tools (llmc/run_outputs.h)
     // sampling (rank 0)
     Tokenizer* tok;
     int* prompt_ids;
@@ -88,17 +90,7 @@ static void save_checkpoint(Run* r) {
     const TrainFlags* f = &r->c->f;
     if (!r->c->write_outputs) return;
     char path[LLMC_PATH_MAX];
-    if (r->rank == 0 && r->lora) {
-        // LoRA: the base is frozen and reloaded from --model; only the adapter is saved
-        ckpt_path(path, sizeof(path), f->out_dir, "adapter", r->step, 0);
-        peft_save_tensors(r->lora, path);
-    } else if (r->rank == 0) {
-        float* host = (float*)mallocCheck(r->model->pt.total * sizeof(float));
-        gpt2_get_params(r->model, host);
-        ckpt_path(path, sizeof(path), f->out_dir, "model", r->step, 0);
-        model_save_llmc(path, &r->model->pt, host, 0);
-        free(host);
-    }
+    outputs_checkpoint(&r->out, &r->m, r->step); // rank 0: the model, or the adapter as a PEFT directory
     StateHeader h;
     memset(&h, 0, sizeof(h));
     h.h[SH_MAGIC] = STATE_MAGIC; h.h[SH_VERSION] = STATE_VERSION;
@@ -226,59 +218,6 @@ static void restore_checkpoint(Run* r, long step) {
     restore_data_position(r, &h0);
 }
 
-// The tokenizer next to a saved model or adapter, so the directory loads on its own
-// (AutoTokenizer / pipeline). The vocabulary is the one --sample-* would use.
-static void save_tokenizer_files(Run* r, const char* dir) {
-    const TrainFlags* f = &r->c->f;
-    char vpath[LLMC_PATH_MAX], why[LLMC_PATH_MAX + 200];
-    if (textgen_find_vocab(f->sample.vocab, f->model, vpath, sizeof(vpath)) != 0)
-        snprintf(why, sizeof(why), "no vocabulary found (pass --vocab)");
-    else if (model_save_hf_tokenizer(dir, vpath, &r->model->pt.cfg, why, sizeof(why)) == 0) {
-        printf("saved: %s/ tokenizer files (vocabulary %s)\n", dir, vpath);
-        return;
-    }
-    printf("note: no tokenizer files in %s: %s\n", dir, why);
-}
-
-// The model into dir: the PEFT adapter (and with --merge the merged model) or the trained model,
-// in the formats of --save-format, each directory with the tokenizer files.
-static void save_model(Run* r, const char* dir) {
-    const TrainFlags* f = &r->c->f;
-    char mdir[LLMC_PATH_MAX];
-    if (r->rank != 0) return;
-    if (r->lora) {
-        peft_save_adapter(r->lora, dir);
-        printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT)\n", dir);
-        save_tokenizer_files(r, dir);
-        if (!f->merge || !(r->c->save_hf || r->c->save_llmc)) return;
-        path_join(mdir, sizeof(mdir), dir, "merged");
-        mkdir_p(mdir);
-        dir = mdir;
-    } else if (!(r->c->save_hf || r->c->save_llmc)) return;
-    float* host = (float*)mallocCheck(r->model->pt.total * sizeof(float));
-    gpt2_get_params(r->model, host);
-    if (r->lora) lora_merge(r->lora, &r->model->pt, host); // W += scaling * B A
-    // QLoRA: host holds dequant(quant(W)) for the quantized weights (gpt2_get_params), the
-    // matrices the adapter was trained against, so that is what the adapter is merged into
-    if (r->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
-    if (r->c->save_hf) {
-        model_save_hf(dir, &r->model->pt, host);
-        printf("saved: %s/model.safetensors + config.json (transformers)\n", dir);
-        save_tokenizer_files(r, dir);
-    }
-    if (r->c->save_llmc) {
-        char path[LLMC_PATH_MAX];
-        path_join(path, sizeof(path), dir, "model.bin");
-        model_save_llmc(path, &r->model->pt, host, 0);
-        printf("saved: %s (llm.c)\n", path);
-    }
-    free(host);
-}
-
-static void save_final(Run* r) {
-    if (r->c->write_outputs) save_model(r, r->c->f.out_dir);
-}
-
 // --keep-best: the model of the best validation loss so far, saved like the final model into
 // OUT/best/, and OUT/best/best.json (step, val loss) written last: like a checkpoint's DONE
 // marker, it is removed before the files are replaced, so best/ with best.json is one whole model.
@@ -290,7 +229,7 @@ static void save_best(Run* r) {
     mkdir_p(dir);
     if (file_exists(marker) && remove(marker) != 0) fatal("check the permissions of --out", "cannot remove '%s'", marker);
     printf("best: val loss %.6f at step %ld (the best so far) -> %s/\n", r->vtrack.best, r->vtrack.best_step, dir);
-    save_model(r, dir);
+    outputs_save(&r->out, &r->m, dir);
     char text[256];
     snprintf(text, sizeof(text), "{\"step\": %ld, \"val_loss\": %.9g, \"val_ppl\": %.9g}\n", r->vtrack.best_step, r->vtrack.best, exp(r->vtrack.best));
     atomic_write_file(marker, text, strlen(text));
@@ -365,7 +304,7 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
     src->layers = f->lora_layers;
     src->dropout_override = c->lora_dropout_given;
     src->seed = (uint64_t)f->seed;
-    src->base_name = f->model;
+    // (base_model_name_or_path of the saved adapters: outputs_init, once the base directory is known)
     if (resume_step >= 0) {
         ckpt_path(values, cap, f->out_dir, "adapter", resume_step, 0);
         src->values = values;
@@ -397,6 +336,7 @@ static void build_model(Run* r, long resume_step) {
     }
     model_assemble(&r->m, &spec);
     r->model = &r->m.gpt; r->lora = r->m.lora; r->nf4 = r->m.nf4;
+    outputs_init(&r->out, c, &r->m, r->rank);
     sample_setup(r);
 }
 
@@ -819,7 +759,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (!stop && !diverged) {
         sample_now(r);
         save_checkpoint(r);
-        save_final(r);
+        outputs_save(&r->out, &r->m, rc.f.out_dir); // the final model
     }
     summarize(r, stop, diverged);
     run_free(r);

@@ -123,7 +123,7 @@ static void test_manifest(void) {
     ckpt_manifest_free(&mf);
     TEST_CHECK(ckpt_manifest_try_read(dir, 8, &mf, err, sizeof(err)) != 0 && strstr(err, "missing"), "absent marker: %s", err);
     const char* ok = "{\"format\": \"llmc-ft checkpoint\", \"version\": 1, \"step\": 7, \"world\": 1, \"files\": ["
-                     "{\"name\": \"adapter_00000007.safetensors\", \"bytes\": 5, \"crc32c\": \"0000abcd\"},"
+                     "{\"name\": \"adapter_00000007/adapter_model.safetensors\", \"bytes\": 5, \"crc32c\": \"0000abcd\"},"
                      "{\"name\": \"state_00000007_00000.bin\", \"bytes\": 1032, \"crc32c\": \"ffffffff\"}]}";
     TEST_CHECK(ckpt_manifest_parse(ok, strlen(ok), "x", 7, &mf, err, sizeof(err)) == 0 && mf.files[0].crc == 0xabcd, "adapter manifest: %s", err);
     ckpt_manifest_free(&mf);
