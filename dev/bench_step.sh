@@ -27,7 +27,7 @@ case "$MODE" in
   *) echo "unknown mode $MODE"; exit 2 ;;
 esac
 /usr/bin/time -v "${ours[@]}" --train-data "$tmp/bench.bin" --batch-size 4 --seq-len 256 --steps $((STEPS + 1)) \
-    --threads "$THREADS" > "$tmp/ours.log" 2> "$tmp/ours.time"
+    --threads "$THREADS" --out none > "$tmp/ours.log" 2> "$tmp/ours.time"
 grep -E "^(backend|memory|step)" "$tmp/ours.log"
 ours_ms=$(grep -E "^step +[0-9]+/" "$tmp/ours.log" | tail -n "$STEPS" | awk '{for(i=1;i<=NF;i++) if($i=="ms") print $(i-1)}' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
 ours_rss=$(awk -F: '/Maximum resident/ {printf "%.0f", $2/1024}' "$tmp/ours.time")

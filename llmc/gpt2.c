@@ -254,7 +254,7 @@ static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, int
     }
     // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
     matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, C, Vp);
-    m->has_targets = targets != NULL;
+    m->has_targets = targets != NULL && dloss != 0.0f; // (with dloss 0 the logits stay logits)
     if (targets) fused_classifier(a->losses, a->logits, m->targets, dloss, N, V, Vp);
 }
 
@@ -277,7 +277,7 @@ void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, int B, int
 }
 
 void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
-    if (!m->has_targets) fatal("this is a bug in llmc", "gpt2_backward without a training forward");
+    if (!m->has_targets) fatal("this is a bug in llmc", "gpt2_backward without a training forward (targets and dloss != 0)");
     const int B = m->cur_B, T = m->cur_T;
     const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads;
     const int Vp = m->cfg.padded_vocab_size;

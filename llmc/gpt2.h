@@ -86,7 +86,8 @@ typedef struct GPT2 {
                                        // buckets positions per token from them)
     int* targets;                      // (B, T)
     int cur_B, cur_T;                  // shape of the last forward
-    int has_targets;                   // the last forward computed losses
+    int has_targets;                   // the last forward computed losses and turned the logits into
+                                       // their gradient (targets given, dloss != 0)
     float* losses_host;                // (B, T)
     LinearSet* lin;                    // the linear layers: weight sources, biases, gradients,
                                        // adapters (llmc/linear.h)

@@ -22,7 +22,7 @@ MAX_D2H=1; MAX_SYNC=1; MAX_H2D=0; MAX_ALLOC=0
 counts() {
   local mode=$1 steps=$2 prog args rep="$TMP/sync_$1_$2.txt"
   local common=(--train-data "$TMP/train.bin" --batch-size 1 --seq-len 64 --total-batch-tokens 256 --steps "$steps"
-                --lr 1e-3 --warmup-steps 0 --seed 1)
+                --lr 1e-3 --warmup-steps 0 --seed 1 --out none)
   case "$mode" in
     full) prog="$EMU/train_gpt2"; args=(--model test/ref/gpt2_tiny) ;;
     lora) prog="$EMU/train_lora"; args=(--model test/ref/gpt2_tiny --lora-targets c_attn,c_fc --lora-rank 4) ;;
