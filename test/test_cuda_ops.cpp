@@ -686,6 +686,9 @@ int main(void) {
     TIMED(test_matmul(70, 16, 24, 1, 1));   // fused GELU epilogue; N > one column-sum chunk
     TIMED(test_matmul(6, 8, 16, 0, 1));
     TIMED(test_matmul(129, 64, 256, 1, 1));
+    // more row chunks than 2 x SMs (the harness reports 132): each block of the column sums strides
+    // over several chunks (ops_colsum_chunks; layernorm's dweight/dbias loop is the same)
+    TIMED(test_matmul(17000, 8, 8, 1, 0));
     TIMED(test_attention(2, 5, 8, 2));      // HS 4
     TIMED(test_attention(1, 35, 48, 1));    // HS 48: two key tiles, two dims per lane
     TIMED(test_attention(2, 70, 128, 2));   // HS 64 (GPT-2), three key tiles

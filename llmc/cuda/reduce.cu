@@ -76,6 +76,24 @@ __global__ void colsum_finalize_kernel(floatX* out, const float* partial, int nc
     out[c] = __float2bfloat16(__bfloat162float(out[c]) + acc);
 }
 
+int ops_sm_count(void) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        if (sms < 1) sms = 1;
+    }
+    return sms;
+}
+
+int ops_colsum_chunks(int N, int C) {
+    const int need = (int)ops_blocks(N, OPS_COLSUM_ROWS), colblocks = (int)ops_blocks(C, OPS_COLSUM_COLS);
+    int cap = 2 * ops_sm_count() / (colblocks > 0 ? colblocks : 1);
+    if (cap < 1) cap = 1;
+    return need < cap ? need : cap;
+}
+
 void ops_colsum_finalize(floatX* out, const float* partial, int nchunks, int C) {
     LAUNCH(colsum_finalize_kernel, ops_blocks(C, 256), 256, 0, 0, out, partial, nchunks, C);
     cudaCheck(cudaGetLastError());
