@@ -1,4 +1,4 @@
-// safetensors reader/writer. The reader checks every rule of the format (FORMATS.md) before
+// safetensors reader/writer. The reader checks every rule of the format (docs/FORMATS.md) before
 // anything is read, so a tensor that is reported present is also fully inside the file.
 #define _FILE_OFFSET_BITS 64
 #define _GNU_SOURCE

@@ -1,4 +1,4 @@
-// safetensors reader and writer (format facts: shared docs FORMATS.md). The reader validates
+// safetensors reader and writer (the rules: docs/FORMATS.md). The reader validates
 // every rule before any tensor is used and names the file and the broken rule on failure.
 #ifndef LLMC_SAFETENSORS_H
 #define LLMC_SAFETENSORS_H
