@@ -58,13 +58,13 @@ int main(int argc, char** argv) {
     float* gh = rand_buf(N * 4 * C, 1.0f);
     float* dh = rand_buf(N * 4 * C, 1.0f);
     TIME_BEST("gelu_forward", L, reps, gelu_forward(gh, h, N * 4 * C));
-    TIME_BEST("gelu_backward", L, reps, gelu_backward(dh, h, gh, N * 4 * C));
+    TIME_BEST("gelu_backward", L, reps, gelu_backward(dh, h, gh, N * 4 * C, 0));
     float* bias4 = rand_buf(4 * C, 1.0f);
     float* wfc = rand_buf((size_t)4 * C * C, 0.1f);
     TIME_BEST("matmul_forward fc +bias +gelu", L, reps, matmul_forward(h, gh, x, wfc, bias4, (int)N, C, 4 * C));
     TIME_BEST("matmul_forward fc +bias", 0, reps, matmul_forward(h, NULL, x, wfc, bias4, (int)N, C, 4 * C));
     TIME_BEST("matmul_backward fc (all grads)", L, reps,
-              matmul_backward(x, wfc, bias4, gh, y, wfc, (int)N, C, 4 * C));
+              matmul_backward(x, wfc, bias4, gh, y, wfc, (int)N, C, 4 * C, 0));
     TIME_BEST("residual_forward", 2 * L, reps, residual_forward(out, x, y, N * C));
 
     float* logits = rand_buf(N * Vp, 8.0f);

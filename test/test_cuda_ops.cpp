@@ -122,10 +122,24 @@ static void test_elementwise(size_t n, int off) {
     snprintf(name, sizeof(name), "gelu_forward (n=%zu, offset %d)", n, off);
     check(name, dout.get(), want, RT, 1e-3);
 
-    cuda_gelu_backward(dacc.p, da.p, dg.p, n);   // accumulates
+    cuda_gelu_backward(dacc.p, da.p, dg.p, n, 1);   // accumulates
     for (size_t i = 0; i < n; i++) want[i] = (float)(acc[i] + gelu_grad_ref(a[i]) * g[i]);
     snprintf(name, sizeof(name), "gelu_backward += (n=%zu, offset %d)", n, off);
     check(name, dacc.get(), want, RT, 1e-2);
+    {
+        Dev dw(acc, off), dalias(g, off);   // written over acc; and in place over g (dinp == dout)
+        cuda_gelu_backward(dw.p, da.p, dg.p, n, 0);
+        cuda_gelu_backward(dalias.p, da.p, dalias.p, n, 0);
+        vecf c0 = acc;
+        cpu_gelu_backward(c0.data(), a.data(), g.data(), n, 0);
+        for (size_t i = 0; i < n; i++) want[i] = (float)(gelu_grad_ref(a[i]) * g[i]);
+        snprintf(name, sizeof(name), "gelu_backward written (accumulate 0, n=%zu, offset %d)", n, off);
+        check(name, dw.get(), want, RT, 1e-2);
+        snprintf(name, sizeof(name), "gelu_backward in place (n=%zu, offset %d)", n, off);
+        check(name, dalias.get(), want, RT, 1e-2);
+        snprintf(name, sizeof(name), "vs cpu: gelu_backward written (n=%zu)", n);
+        check(name, dw.get(), c0, RT, 1e-2);
+    }
 
     cuda_residual_forward(dout.p, da.p, db.p, n);
     for (size_t i = 0; i < n; i++) want[i] = a[i] + b[i];
@@ -144,7 +158,7 @@ static void test_elementwise(size_t n, int off) {
     vecf c1(n), c2 = acc;
     cpu_gelu_forward(c1.data(), a.data(), n);
     snprintf(name, sizeof(name), "vs cpu: gelu_backward (n=%zu)", n);
-    cpu_gelu_backward(c2.data(), a.data(), g.data(), n);
+    cpu_gelu_backward(c2.data(), a.data(), g.data(), n, 1);
     check(name, dacc.get(), c2, RT, 1e-2);
     vecf c3(n), c4 = a, c5(n);
     cpu_residual_forward(c3.data(), a.data(), b.data(), n);
@@ -282,6 +296,46 @@ static void test_layernorm(int N, int C) {
     check(name, got, ci, RT, 2e-2);
 }
 
+// accumulate 0 (dinp written over what it held), and matmul_backward_gelu: dpre = (dout W) *
+// gelu'(pre), through cuBLASLt's DGELU epilogue when C % 8 == 0 (the emulated GEMM applies the
+// same derivative), else GEMM + gelu_backward in place. dweight / dbias still accumulate.
+static void test_matmul_backward_write(int N, int C, int OC, const vecf& x, const vecf& w, const vecf& g,
+                                       const vecf& gi, const vecf& gw, const vecf& gb) {
+    char name[160];
+    const size_t NC = (size_t)N * C;
+    vecf pre = rnd_vec(NC, 3.0f);
+    Dev dx(x), dw(w), dg(g), dgi(gi), dpre(pre), dgp(gi), dgw(gw), dgb(gb);
+    cuda_matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC, 0);
+    cuda_matmul_backward_gelu(dgp.p, dgw.p, dgb.p, dg.p, dx.p, dpre.p, dw.p, N, C, OC);
+    std::vector<double> ri(NC, 0.0), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double go = g[(size_t)n * OC + o];
+            rb[o] += go;
+            for (int c = 0; c < C; c++) {
+                ri[(size_t)n * C + c] += go * w[(size_t)o * C + c];
+                rw[(size_t)o * C + c] += go * x[(size_t)n * C + c];
+            }
+        }
+    vecf rp(NC);
+    for (size_t i = 0; i < NC; i++) rp[i] = (float)(ri[i] * gelu_grad_ref(pre[i]));
+    snprintf(name, sizeof(name), "matmul_backward dinp written (accumulate 0, N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgi.get(), vecf(ri.begin(), ri.end()), RT, 2e-2);
+    snprintf(name, sizeof(name), "matmul_backward_gelu dpre (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgp.get(), rp, RT, 2e-2);
+    snprintf(name, sizeof(name), "matmul_backward_gelu dweight, dbias += (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgw.get(), vecf(rw.begin(), rw.end()), RT, 2e-2);
+    check(name, dgb.get(), vecf(rb.begin(), rb.end()), RT, 2e-2);
+    vecf ci = gi, cp = gi, cw = gw, cb = gb;
+    cpu_matmul_backward(ci.data(), NULL, NULL, g.data(), x.data(), w.data(), N, C, OC, 0);
+    cpu_matmul_backward_gelu(cp.data(), cw.data(), cb.data(), g.data(), x.data(), pre.data(), w.data(), N, C, OC);
+    snprintf(name, sizeof(name), "vs cpu: matmul_backward written, matmul_backward_gelu (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgi.get(), ci, RT, 2e-2);
+    check(name, dgp.get(), cp, RT, 2e-2);
+    check(name, dgw.get(), cw, RT, 2e-2);
+    check(name, dgb.get(), cb, RT, 2e-2);
+}
+
 static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     char name[160];
     vecf x = rnd_vec((size_t)N * C, 1.0f), w = rnd_vec((size_t)OC * C, 0.5f), b = rnd_vec(OC, 0.5f);
@@ -305,7 +359,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     vecf g = rnd_vec((size_t)N * OC, 1.0f), gi = rnd_vec((size_t)N * C, 0.5f), gw = rnd_vec((size_t)OC * C, 0.5f),
          gb = rnd_vec(OC, 0.5f);
     Dev dg(g), dgi(gi), dgw(gw), dgb(gb);
-    cuda_matmul_backward(dgi.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, dx.p, dw.p, N, C, OC);
+    cuda_matmul_backward(dgi.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, dx.p, dw.p, N, C, OC, 1);
     std::vector<double> ri(gi.begin(), gi.end()), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
@@ -331,11 +385,12 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     snprintf(name, sizeof(name), "vs cpu: matmul_forward (N=%d C=%d OC=%d bias=%d gelu=%d)", N, C, OC, with_bias, with_gelu);
     check(name, dout.get(), co, RT, 1e-2);
     if (with_gelu) check(name, dgelu.get(), cg, RT, 1e-2);
-    cpu_matmul_backward(ci.data(), cw.data(), with_bias ? cb.data() : NULL, g.data(), x.data(), w.data(), N, C, OC);
+    cpu_matmul_backward(ci.data(), cw.data(), with_bias ? cb.data() : NULL, g.data(), x.data(), w.data(), N, C, OC, 1);
     snprintf(name, sizeof(name), "vs cpu: matmul_backward (N=%d C=%d OC=%d)", N, C, OC);
     check(name, dgi.get(), ci, RT, 2e-2);
     check(name, dgw.get(), cw, RT, 2e-2);
     check(name, dgb.get(), cb, RT, 2e-2);
+    test_matmul_backward_write(N, C, OC, x, w, g, gi, gw, gb);
 }
 
 static void test_attention(int B, int T, int C, int NH) {
@@ -543,15 +598,15 @@ static void test_null_grads(void) {
     Dev dx(x), dw(w), dg(g), dgi(gi), dgw(gw), dgb(gb);
     vecf ci = gi, cw = gw, cb = gb;
     // dinp only (a frozen linear layer inside the network)
-    cuda_matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC);
-    cpu_matmul_backward(ci.data(), NULL, NULL, g.data(), x.data(), w.data(), N, C, OC);
+    cuda_matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC, 1);
+    cpu_matmul_backward(ci.data(), NULL, NULL, g.data(), x.data(), w.data(), N, C, OC, 1);
     check("matmul_backward dinp only (dweight, dbias NULL)", dgi.get(), ci, RT, 2e-2);
     // dweight only (first layer: no dinp), then dbias only
-    cuda_matmul_backward(NULL, dgw.p, NULL, dg.p, dx.p, dw.p, N, C, OC);
-    cpu_matmul_backward(NULL, cw.data(), NULL, g.data(), x.data(), w.data(), N, C, OC);
+    cuda_matmul_backward(NULL, dgw.p, NULL, dg.p, dx.p, dw.p, N, C, OC, 1);
+    cpu_matmul_backward(NULL, cw.data(), NULL, g.data(), x.data(), w.data(), N, C, OC, 1);
     check("matmul_backward dweight only", dgw.get(), cw, RT, 2e-2);
-    cuda_matmul_backward(NULL, NULL, dgb.p, dg.p, dx.p, dw.p, N, C, OC);
-    cpu_matmul_backward(NULL, NULL, cb.data(), g.data(), x.data(), w.data(), N, C, OC);
+    cuda_matmul_backward(NULL, NULL, dgb.p, dg.p, dx.p, dw.p, N, C, OC, 1);
+    cpu_matmul_backward(NULL, NULL, cb.data(), g.data(), x.data(), w.data(), N, C, OC, 1);
     check("matmul_backward dbias only", dgb.get(), cb, RT, 2e-2);
 
     // layernorm: dinp only, then dweight/dbias only

@@ -371,6 +371,38 @@ static void mm_fwd_cb(void* p, double* out) {
     ref_matmul(out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
 }
 
+// accumulate 0: dinp is written over whatever it held (di0: random), the parameter gradients
+// still accumulate; and matmul_backward_gelu: dpre = (dout W) * gelu'(pre), written.
+static void test_matmul_backward_write(int N, int C, int OC, const float* dout, const float* inp, const float* w,
+                                       const double* gi, const double* gw, const double* gb,
+                                       const float* di0, const float* dw0, const float* db0) {
+    char what[128];
+    const size_t NC = (size_t)N * C;
+    float* di = fcopy(di0, NC);
+    matmul_backward(di, NULL, NULL, dout, inp, w, N, C, OC, 0);
+    snprintf(what, sizeof(what), "matmul_backward dinp written (accumulate 0) N=%d C=%d OC=%d", N, C, OC);
+    close_fd(what, di, gi, NC, 1e-5, 1e-6 * sqrt((double)OC));
+
+    float* pre = frandbuf(NC, -4, 4);
+    double* gpre = dbuf(NC);
+    for (size_t i = 0; i < NC; i++) gpre[i] = gi[i] * ref_gelu_grad(pre[i]);
+    float* dpre = fcopy(di0, NC);
+    float* dw = fcopy(dw0, (size_t)OC * C);
+    float* db = fcopy(db0, OC);
+    float* dw_want = expect_acc(dw0, gw, (size_t)OC * C);
+    float* db_want = expect_acc(db0, gb, OC);
+    matmul_backward_gelu(dpre, dw, db, dout, inp, pre, w, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_backward_gelu dpre N=%d C=%d OC=%d", N, C, OC);
+    close_fd(what, dpre, gpre, NC, 1e-5, 1e-6 * sqrt((double)OC));
+    snprintf(what, sizeof(what), "matmul_backward_gelu dweight (+=) N=%d C=%d OC=%d", N, C, OC);
+    test_allclose(what, dw, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
+    snprintf(what, sizeof(what), "matmul_backward_gelu dbias (+=) N=%d C=%d OC=%d", N, C, OC);
+    test_allclose(what, db, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    float* bufs[] = {di, pre, dpre, dw, db, dw_want, db_want};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
+    free(gpre);
+}
+
 static void test_matmul_shape(int N, int C, int OC) {
     char what[128];
     float* inp = frandbuf((size_t)N * C, -1, 1);
@@ -434,7 +466,7 @@ static void test_matmul_shape(int N, int C, int OC) {
     float* di0 = fcopy(di, (size_t)N * C);
     float* dw0 = fcopy(dw, (size_t)OC * C);
     float* db0 = fcopy(db, OC);
-    matmul_backward(di, dw, db, dout, inp, w, N, C, OC);
+    matmul_backward(di, dw, db, dout, inp, w, N, C, OC, 1);
     snprintf(what, sizeof(what), "matmul_backward dinp (+=) N=%d C=%d OC=%d", N, C, OC);
     test_allclose(what, di, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
     snprintf(what, sizeof(what), "matmul_backward dweight (+=) N=%d C=%d OC=%d", N, C, OC);
@@ -445,16 +477,17 @@ static void test_matmul_shape(int N, int C, int OC) {
     float* di1 = fcopy(di0, (size_t)N * C);
     float* dw1 = fcopy(dw0, (size_t)OC * C);
     float* db1 = fcopy(db0, OC);
-    matmul_backward(di1, NULL, NULL, dout, inp, w, N, C, OC);
+    matmul_backward(di1, NULL, NULL, dout, inp, w, N, C, OC, 1);
     snprintf(what, sizeof(what), "matmul_backward dinp only N=%d C=%d OC=%d", N, C, OC);
     test_allclose(what, di1, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
-    matmul_backward(NULL, dw1, NULL, dout, inp, w, N, C, OC);
+    matmul_backward(NULL, dw1, NULL, dout, inp, w, N, C, OC, 1);
     snprintf(what, sizeof(what), "matmul_backward dweight only N=%d C=%d OC=%d", N, C, OC);
     test_allclose(what, dw1, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
-    matmul_backward(NULL, NULL, db1, dout, inp, w, N, C, OC);
+    matmul_backward(NULL, NULL, db1, dout, inp, w, N, C, OC, 1);
     snprintf(what, sizeof(what), "matmul_backward dbias only N=%d C=%d OC=%d", N, C, OC);
     test_allclose(what, db1, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
-    matmul_backward(NULL, NULL, NULL, dout, inp, w, N, C, OC);   // all frozen: must be a no-op
+    matmul_backward(NULL, NULL, NULL, dout, inp, w, N, C, OC, 1);   // all frozen: must be a no-op
+    test_matmul_backward_write(N, C, OC, dout, inp, w, gi, gw, gb, di0, dw0, db0);
 
     float* bufs[] = {inp, w, bias, out, gout, dout, di, dw, db, di_want, dw_want, db_want, di0, dw0, db0, di1, dw1, db1};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
@@ -493,8 +526,14 @@ static void test_elementwise(void) {
     double* add = dbuf(n);
     for (size_t i = 0; i < n; i++) add[i] = wantg[i] * dout[i];
     float* dwant = expect_acc(dinp, add, n);
-    gelu_backward(dinp, x, dout, n);
+    gelu_backward(dinp, x, dout, n, 1);
     test_allclose("gelu_backward (+=)", dinp, dwant, n, 1e-5, 3e-7);   // |dinp| ~ 1: 3 ulp
+    gelu_backward(dinp, x, dout, n, 0);   // written over the sum above
+    close_fd("gelu_backward written (accumulate 0)", dinp, add, n, 1e-5, 3e-7);
+    float* dalias = fcopy(dout, n);
+    gelu_backward(dalias, x, dalias, n, 0);   // in place: dinp aliasing dout
+    close_fd("gelu_backward in place (dinp == dout)", dalias, add, n, 1e-5, 3e-7);
+    ops_free(dalias);
 
     float* a = frandbuf(n, -1, 1);
     float* b = frandbuf(n, -1, 1);
@@ -758,7 +797,7 @@ static void test_determinism(void) {
         r[k][3] = fbuf(C); memset(r[k][3], 0, C * sizeof(float));
         layernorm_backward(NULL, r[k][0], r[k][1], dy, x, w, mean, rstd, N, C);
         encoder_backward(r[k][2], NULL, dy, inp, inp, 1, N, C);
-        matmul_backward(NULL, NULL, r[k][3], dy, x, w, N, 1, C);
+        matmul_backward(NULL, NULL, r[k][3], dy, x, w, N, 1, C, 1);
     }
     omp_set_num_threads(nthr);
     TEST_CHECK(bitwise_equal(r[0][0], r[1][0], C) && bitwise_equal(r[0][1], r[1][1], C),

@@ -66,14 +66,18 @@ void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floa
     cpu_matmul_forward(out, gelu_out, inp, weight, bias, N, C, OC);
 }
 void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC) {
-    cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+                     const floatX* inp, const floatX* weight, int N, int C, int OC, int accumulate) {
+    cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate);
+}
+void matmul_backward_gelu(floatX* dpre, floatX* dweight, floatX* dbias, const floatX* dout,
+                          const floatX* inp, const floatX* pre, const floatX* weight, int N, int C, int OC) {
+    cpu_matmul_backward_gelu(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC);
 }
 
 // ---- element-wise
 void gelu_forward(floatX* out, const floatX* inp, size_t n) { cpu_gelu_forward(out, inp, n); }
-void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
-    cpu_gelu_backward(dinp, inp, dout, n);
+void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, int accumulate) {
+    cpu_gelu_backward(dinp, inp, dout, n, accumulate);
 }
 void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
     cpu_residual_forward(out, a, b, n);

@@ -31,10 +31,10 @@ void cpu_matmul_forward(float* out, float* gelu_out, const float* inp, const flo
 }
 
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                         const float* inp, const float* weight, int N, int C, int OC) {
-    if (dinp != NULL) // dinp[N,C] += dout[N,OC] * weight[OC,C]
+                         const float* inp, const float* weight, int N, int C, int OC, int accumulate) {
+    if (dinp != NULL) // dinp[N,C] (+)= dout[N,OC] * weight[OC,C]
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                    1.0f, dinp, C);
+                    accumulate ? 1.0f : 0.0f, dinp, C);
     if (dweight != NULL) // dweight[OC,C] += dout[N,OC]^T * inp[N,C]
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
                     1.0f, dweight, C);
@@ -53,4 +53,12 @@ void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float*
             for (int j = o0; j < o1; j++) dbias[j] += acc[j - o0];
         }
     }
+}
+
+void cpu_matmul_backward_gelu(float* dpre, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* pre, const float* weight, int N, int C,
+                              int OC) {
+    cpu_matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC, 0);
+    // the GELU derivative in place (the same product as gelu_backward into a zeroed buffer)
+    cpu_gelu_backward(dpre, pre, dpre, (size_t)N * C, 0);
 }

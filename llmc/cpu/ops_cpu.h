@@ -55,11 +55,14 @@ void cpu_fused_residual_layernorm_forward(float* residual_out, float* ln_out, fl
 void cpu_matmul_forward(float* out, float* gelu_out, const float* inp, const float* weight,
                         const float* bias, int N, int C, int OC);
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                         const float* inp, const float* weight, int N, int C, int OC);
+                         const float* inp, const float* weight, int N, int C, int OC, int accumulate);
+void cpu_matmul_backward_gelu(float* dpre, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* pre, const float* weight, int N, int C,
+                              int OC);
 
 // ---- element-wise (elementwise.c)
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
-void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, int accumulate);
 void cpu_residual_forward(float* out, const float* a, const float* b, size_t n);
 void cpu_add_inplace(float* dst, const float* src, size_t n);
 void cpu_scale_copy(float* dst, const float* src, float scale, size_t n);

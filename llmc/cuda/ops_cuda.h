@@ -60,12 +60,16 @@ void cuda_matmul_forward(__nv_bfloat16* out, __nv_bfloat16* gelu_out, const __nv
                          int OC);
 void cuda_matmul_backward(__nv_bfloat16* dinp, __nv_bfloat16* dweight, __nv_bfloat16* dbias,
                           const __nv_bfloat16* dout, const __nv_bfloat16* inp,
-                          const __nv_bfloat16* weight, int N, int C, int OC);
+                          const __nv_bfloat16* weight, int N, int C, int OC, int accumulate);
+void cuda_matmul_backward_gelu(__nv_bfloat16* dpre, __nv_bfloat16* dweight, __nv_bfloat16* dbias,
+                               const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                               const __nv_bfloat16* pre, const __nv_bfloat16* weight, int N, int C,
+                               int OC);
 
 // ---- element-wise (elementwise.cu)
 void cuda_gelu_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, size_t n);
 void cuda_gelu_backward(__nv_bfloat16* dinp, const __nv_bfloat16* inp, const __nv_bfloat16* dout,
-                        size_t n);
+                        size_t n, int accumulate);
 void cuda_residual_forward(__nv_bfloat16* out, const __nv_bfloat16* a, const __nv_bfloat16* b,
                            size_t n);
 void cuda_add_inplace(__nv_bfloat16* dst, const __nv_bfloat16* src, size_t n);
