@@ -287,8 +287,10 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
     GPT2Scratch* s = &m->scr;
 
     // logits now hold dlogits. lm_head backward: the tied wte gets its first gradient here.
-    ops_zero(s->dln, BTC * XB);
-    matmul_backward(s->dln, m->g[PT_WTE], NULL, a->logits, a->lnf, m->p[PT_WTE], N, C, Vp, 1);
+    // Each activation gradient is written by its first contribution (accumulate 0), so none is
+    // zeroed first except dresidual (layernorm_backward adds into it) and dqkv (attention_backward
+    // adds into it).
+    matmul_backward(s->dln, m->g[PT_WTE], NULL, a->logits, a->lnf, m->p[PT_WTE], N, C, Vp, 0);
     ops_zero(s->dresidual, BTC * XB);
     layernorm_backward(s->dresidual, m->g[PT_LNFW], m->g[PT_LNFB], s->dln, a->residual3 + (size_t)(L - 1) * BTC,
                        m->p[PT_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
@@ -301,29 +303,24 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
         floatX* fch = a->fch + l * BTC * 4;
         floatX* fch_gelu = LA(a->fch_gelu, l, BTC * 4, keep_gelu);
         if (!keep_gelu) gelu_forward(fch_gelu, fch, BTC * 4);
-        ops_zero(s->dfch_gelu, BTC * 4 * XB);
-        linear_backward(LIN(m, l, LINEAR_FCPROJ), s->dfch_gelu, s->dresidual, fch_gelu, N, 1);
-        ops_zero(s->dfch, BTC * 4 * XB);
-        gelu_backward(s->dfch, fch, s->dfch_gelu, BTC * 4, 1);
+        // through c_proj and the GELU at once: dfch = gelu'(fch) * (dresidual W_proj + adapter)
+        linear_backward_gelu(LIN(m, l, LINEAR_FCPROJ), s->dfch, s->dfch_gelu, s->dresidual, fch_gelu, fch, N);
         floatX* ln2 = LA(a->ln2, l, BTC, keep_ln);
         if (!keep_ln) // same op and input as the forward's fused residual + layernorm: same rounding
             layernorm_forward(ln2, s->ln_mean, s->ln_rstd, a->residual2 + l * BTC, LP(m, PT_LN2W, l), LP(m, PT_LN2B, l), N, C);
-        ops_zero(s->dln, BTC * XB);
-        linear_backward(LIN(m, l, LINEAR_FC), s->dln, s->dfch, ln2, N, 1);
+        linear_backward(LIN(m, l, LINEAR_FC), s->dln, s->dfch, ln2, N, 0);
         layernorm_backward(s->dresidual, LG(m, PT_LN2W, l), LG(m, PT_LN2B, l), s->dln,
                            a->residual2 + l * BTC, LP(m, PT_LN2W, l),
                            a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
         // dresidual is now the gradient of residual2 = residual + attproj.
-        ops_zero(s->datty, BTC * XB);
-        linear_backward(LIN(m, l, LINEAR_ATTPROJ), s->datty, s->dresidual, a->atty + l * BTC, N, 1);
+        linear_backward(LIN(m, l, LINEAR_ATTPROJ), s->datty, s->dresidual, a->atty + l * BTC, N, 0);
         ops_zero(s->dqkv, BTC * 3 * XB);
         attention_backward(s->dqkv, s->datty, a->qkv + l * BTC * 3, a->atty + l * BTC,
                            a->att_lse + (size_t)l * B * NH * T, B, T, C, NH);
         floatX* ln1 = LA(a->ln1, l, BTC, keep_ln);
         if (!keep_ln)
             layernorm_forward(ln1, s->ln_mean, s->ln_rstd, residual, LP(m, PT_LN1W, l), LP(m, PT_LN1B, l), N, C);
-        ops_zero(s->dln, BTC * XB);
-        linear_backward(LIN(m, l, LINEAR_QKV), s->dln, s->dqkv, ln1, N, 1);
+        linear_backward(LIN(m, l, LINEAR_QKV), s->dln, s->dqkv, ln1, N, 0);
         layernorm_backward(s->dresidual, LG(m, PT_LN1W, l), LG(m, PT_LN1B, l), s->dln,
                            residual, LP(m, PT_LN1W, l),
                            a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
