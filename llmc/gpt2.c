@@ -293,7 +293,7 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
     matmul_backward(s->dln, m->g[PT_WTE], NULL, a->logits, a->lnf, m->p[PT_WTE], N, C, Vp, 0);
     ops_zero(s->dresidual, BTC * XB);
     layernorm_backward(s->dresidual, m->g[PT_LNFW], m->g[PT_LNFB], s->dln, a->residual3 + (size_t)(L - 1) * BTC,
-                       m->p[PT_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+                       m->p[PT_LNFW], a->lnf_mean, a->lnf_rstd, N, C, 1);
 
     const int keep_gelu = m->recompute < GPT2_RECOMPUTE_GELU, keep_ln = m->recompute < GPT2_RECOMPUTE_LN;
     for (int l = L - 1; l >= 0; l--) {
@@ -311,19 +311,19 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
         linear_backward(LIN(m, l, LINEAR_FC), s->dln, s->dfch, ln2, N, 0);
         layernorm_backward(s->dresidual, LG(m, PT_LN2W, l), LG(m, PT_LN2B, l), s->dln,
                            a->residual2 + l * BTC, LP(m, PT_LN2W, l),
-                           a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
+                           a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C, 1);
         // dresidual is now the gradient of residual2 = residual + attproj.
         linear_backward(LIN(m, l, LINEAR_ATTPROJ), s->datty, s->dresidual, a->atty + l * BTC, N, 0);
         ops_zero(s->dqkv, BTC * 3 * XB);
         attention_backward(s->dqkv, s->datty, a->qkv + l * BTC * 3, a->atty + l * BTC,
-                           a->att_lse + (size_t)l * B * NH * T, B, T, C, NH);
+                           a->att_lse + (size_t)l * B * NH * T, B, T, C, NH, 1);
         floatX* ln1 = LA(a->ln1, l, BTC, keep_ln);
         if (!keep_ln)
             layernorm_forward(ln1, s->ln_mean, s->ln_rstd, residual, LP(m, PT_LN1W, l), LP(m, PT_LN1B, l), N, C);
         linear_backward(LIN(m, l, LINEAR_QKV), s->dln, s->dqkv, ln1, N, 0);
         layernorm_backward(s->dresidual, LG(m, PT_LN1W, l), LG(m, PT_LN1B, l), s->dln,
                            residual, LP(m, PT_LN1W, l),
-                           a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
+                           a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C, 1);
         if (sink) sink->bucket_done(sink->ctx, L - 1 - l);
     }
     encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, m->inputs_host, B, T, C);

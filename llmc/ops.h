@@ -107,9 +107,10 @@ void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int*
 // Layernorm over the last dim (eps 1e-5). mean/rstd (N floats each) are saved for backward.
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C);
+// dinp = the gradient of inp (+= with accumulate); dweight, dbias += theirs. Any may be NULL.
 void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
-                        int N, int C);
+                        int N, int C, int accumulate);
 // Fused residual + layernorm: residual_out = a + b; ln_out = layernorm(residual_out).
 void fused_residual_layernorm_forward(floatX* residual_out, floatX* ln_out, float* mean, float* rstd,
                                       const floatX* a, const floatX* b, const floatX* weight,
@@ -167,9 +168,9 @@ void mul_inplace(floatX* dst, const floatX* mask, size_t n);
 // out: (B, T, C) with heads concatenated. lse: (B, NH, T) log-sum-exp of each row's scaled
 // scores (natural log), saved for backward.
 void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH);
-// dqkv += gradient w.r.t. qkv. Recomputes probabilities from lse.
+// dqkv = gradient w.r.t. qkv (+= with accumulate). Recomputes probabilities from lse.
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                        const float* lse, int B, int T, int C, int NH);
+                        const float* lse, int B, int T, int C, int NH, int accumulate);
 
 // Attention of Tn new tokens at positions [pos, pos + Tn) over a key/value cache (sampling).
 // qkv_new: (B, Tn, 3C) as produced by c_attn for the new tokens. First writes their K and V into

@@ -258,7 +258,7 @@ static void test_layernorm(int N, int C) {
     DevF smean(wmean), srstd(wrstd);
     vecf g = rnd_vec((size_t)N * C, 1.0f), gi = rnd_vec((size_t)N * C, 0.5f), gw = rnd_vec(C, 0.5f), gb = rnd_vec(C, 0.5f);
     Dev dg(g), dgi(gi), dgw(gw), dgb(gb);
-    cuda_layernorm_backward(dgi.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, smean.p, srstd.p, N, C);
+    cuda_layernorm_backward(dgi.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, smean.p, srstd.p, N, C, 1);
     std::vector<double> ri(gi.begin(), gi.end()), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
     for (int n = 0; n < N; n++) {
         const float* xr = &x[(size_t)n * C]; const float* gr = &g[(size_t)n * C];
@@ -278,6 +278,17 @@ static void test_layernorm(int N, int C) {
     check(name, dgw.get(), vecf(rw.begin(), rw.end()), RT, 2e-2);
     snprintf(name, sizeof(name), "layernorm_backward dbias += (N=%d C=%d)", N, C);
     check(name, dgb.get(), vecf(rb.begin(), rb.end()), RT, 2e-2);
+    {   // accumulate 0: dinp written over what it held
+        Dev dw0(gi);
+        cuda_layernorm_backward(dw0.p, NULL, NULL, dg.p, dx.p, dw.p, smean.p, srstd.p, N, C, 0);
+        vecf r0((size_t)N * C), c0 = gi;
+        for (size_t i = 0; i < r0.size(); i++) r0[i] = (float)(ri[i] - gi[i]);
+        snprintf(name, sizeof(name), "layernorm_backward dinp written (accumulate 0, N=%d C=%d)", N, C);
+        check(name, dw0.get(), r0, RT, 2e-2);
+        cpu_layernorm_backward(c0.data(), NULL, NULL, g.data(), x.data(), w.data(), wmean.data(), wrstd.data(), N, C, 0);
+        snprintf(name, sizeof(name), "vs cpu: layernorm_backward dinp written (N=%d C=%d)", N, C);
+        check(name, dw0.get(), c0, RT, 2e-2);
+    }
     vecf co((size_t)N * C), cm(N), cr(N), cres((size_t)N * C), ci = gi, cw = gw, cb = gb;
     cpu_layernorm_forward(co.data(), cm.data(), cr.data(), x.data(), w.data(), b.data(), N, C);
     snprintf(name, sizeof(name), "vs cpu: layernorm_forward out, rstd (N=%d C=%d)", N, C);
@@ -288,7 +299,7 @@ static void test_layernorm(int N, int C) {
     cuda_fused_residual_layernorm_forward(dres.p, dout.p, dmean.p, drstd.p, dx.p, dy.p, dw.p, db.p, N, C);
     snprintf(name, sizeof(name), "vs cpu: fused_residual_layernorm_forward (N=%d C=%d)", N, C);
     check(name, dout.get(), co, RT, 2e-2);   // CPU normalises the unrounded fp32 residual
-    cpu_layernorm_backward(ci.data(), cw.data(), cb.data(), g.data(), x.data(), w.data(), wmean.data(), wrstd.data(), N, C);
+    cpu_layernorm_backward(ci.data(), cw.data(), cb.data(), g.data(), x.data(), w.data(), wmean.data(), wrstd.data(), N, C, 1);
     snprintf(name, sizeof(name), "vs cpu: layernorm_backward dinp, dweight, dbias (N=%d C=%d)", N, C);
     vecf got = dgi.get(), t1 = dgw.get(), t2 = dgb.get();
     got.insert(got.end(), t1.begin(), t1.end()); got.insert(got.end(), t2.begin(), t2.end());
@@ -435,7 +446,7 @@ static void test_attention(int B, int T, int C, int NH) {
     vecf g = rnd_vec((size_t)B * T * C, 1.0f), acc = rnd_vec((size_t)B * T * 3 * C, 0.5f);
     Dev dg(g), dacc(acc);
     vecf out_bf = dout.get();
-    cuda_attention_backward(dacc.p, dg.p, dqkv.p, dout.p, dlse.p, B, T, C, NH);
+    cuda_attention_backward(dacc.p, dg.p, dqkv.p, dout.p, dlse.p, B, T, C, NH, 1);
     std::vector<double> r(acc.begin(), acc.end());
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -457,15 +468,25 @@ static void test_attention(int B, int T, int C, int NH) {
             }
     snprintf(name, sizeof(name), "attention_backward dqkv += (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dacc.get(), vecf(r.begin(), r.end()), RT, 2e-2);
+    Dev dwr(acc);   // accumulate 0: written over acc
+    cuda_attention_backward(dwr.p, dg.p, dqkv.p, dout.p, dlse.p, B, T, C, NH, 0);
+    vecf r0(r.size());
+    for (size_t i = 0; i < r0.size(); i++) r0[i] = (float)(r[i] - acc[i]);
+    snprintf(name, sizeof(name), "attention_backward dqkv written (accumulate 0, B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dwr.get(), r0, RT, 2e-2);
     // the CPU backend end to end (its own out / lse feed its backward)
     vecf co((size_t)B * T * C), cl((size_t)B * NH * T), cd = acc;
     cpu_attention_forward(co.data(), cl.data(), qkv.data(), B, T, C, NH);
     snprintf(name, sizeof(name), "vs cpu: attention_forward out, lse (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dout.get(), co, RT, 1e-2);
     check(name, dlse.get(), cl, 1e-4, 1e-4);
-    cpu_attention_backward(cd.data(), g.data(), qkv.data(), co.data(), cl.data(), B, T, C, NH);
+    cpu_attention_backward(cd.data(), g.data(), qkv.data(), co.data(), cl.data(), B, T, C, NH, 1);
     snprintf(name, sizeof(name), "vs cpu: attention_backward (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dacc.get(), cd, RT, 2e-2);
+    vecf cw = acc;
+    cpu_attention_backward(cw.data(), g.data(), qkv.data(), co.data(), cl.data(), B, T, C, NH, 0);
+    snprintf(name, sizeof(name), "vs cpu: attention_backward written (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dwr.get(), cw, RT, 2e-2);
 }
 
 static void test_classifier(int N, int V, int Vp) {
@@ -616,11 +637,11 @@ static void test_null_grads(void) {
     Dev dlw(lw), dlg(lg), dli(gi), dlww(gw), dlbb(gb);
     DevF dmean(mean), drstd(rstd);
     vecf li = gi, lww(gw.begin(), gw.begin() + C), lbb(gb.begin(), gb.begin() + C);
-    cuda_layernorm_backward(dli.p, NULL, NULL, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
-    cpu_layernorm_backward(li.data(), NULL, NULL, lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
+    cuda_layernorm_backward(dli.p, NULL, NULL, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C, 1);
+    cpu_layernorm_backward(li.data(), NULL, NULL, lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C, 1);
     check("layernorm_backward dinp only", dli.get(), li, RT, 2e-2);
-    cuda_layernorm_backward(NULL, dlww.p, dlbb.p, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
-    cpu_layernorm_backward(NULL, lww.data(), lbb.data(), lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
+    cuda_layernorm_backward(NULL, dlww.p, dlbb.p, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C, 1);
+    cpu_layernorm_backward(NULL, lww.data(), lbb.data(), lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C, 1);
     vecf got_w = dlww.get(), got_b = dlbb.get();
     check("layernorm_backward dweight only", vecf(got_w.begin(), got_w.begin() + C), lww, RT, 2e-2);
     check("layernorm_backward dbias only", vecf(got_b.begin(), got_b.begin() + C), lbb, RT, 2e-2);

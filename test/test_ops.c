@@ -336,7 +336,7 @@ static void test_layernorm_shape(int N, int C, float offset) {
     float* dx_want = expect_acc(dx, gx, NC);
     float* dw_want = expect_acc(dw, gw, C);
     float* db_want = expect_acc(db, gb, C);
-    layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+    layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C, 1);
     double sx = maxabs_d(gx, NC), sw = maxabs_d(gw, C);
     snprintf(what, sizeof(what), "layernorm_backward dinp (+=) N=%d C=%d", N, C);
     test_allclose(what, dx, dx_want, NC, 1e-5, 2e-6 * sx);
@@ -344,14 +344,13 @@ static void test_layernorm_shape(int N, int C, float offset) {
     test_allclose(what, dw, dw_want, C, 1e-5, 2e-6 * sw * sqrt((double)N));
     snprintf(what, sizeof(what), "layernorm_backward dbias (+=) N=%d C=%d", N, C);
     test_allclose(what, db, db_want, C, 1e-5, 2e-6 * sqrt((double)N));
-    // NULL parameter gradients (frozen layernorm): dinp only
-    float* dx2 = fbuf(NC);
-    memset(dx2, 0, NC * sizeof(float));
-    layernorm_backward(dx2, NULL, NULL, dy, x, w, mean, rstd, N, C);
-    snprintf(what, sizeof(what), "layernorm_backward NULL dweight/dbias N=%d C=%d", N, C);
+    // NULL parameter gradients (frozen layernorm): dinp only, written over what it held
+    float* dx2 = fcopy(dx, NC);
+    layernorm_backward(dx2, NULL, NULL, dy, x, w, mean, rstd, N, C, 0);
+    snprintf(what, sizeof(what), "layernorm_backward NULL dweight/dbias, dinp written (accumulate 0) N=%d C=%d", N, C);
     close_fd(what, dx2, gx, NC, 1e-5, 2e-6);
     float* dw2 = fcopy(dw, C);
-    layernorm_backward(NULL, dw2, NULL, dy, x, w, mean, rstd, N, C);
+    layernorm_backward(NULL, dw2, NULL, dy, x, w, mean, rstd, N, C, 1);
     for (int c = 0; c < C; c++) dw_want[c] = (float)((double)dw[c] + gw[c]);
     snprintf(what, sizeof(what), "layernorm_backward NULL dinp N=%d C=%d", N, C);
     test_allclose(what, dw2, dw_want, C, 1e-5, 2e-6 * sw * sqrt((double)N));
@@ -602,9 +601,12 @@ static void test_attention_shape(int B, int T, int NH, int HS, int check_fd) {
     }
     float* dqkv = frandbuf(n3, -1, 1);
     float* dwant = expect_acc(dqkv, g, n3);
-    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 1);
     snprintf(what, sizeof(what), "attention_backward dqkv (+=) B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
     test_allclose(what, dqkv, dwant, n3, 1e-5, 4e-6 * maxabs_d(g, n3));
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0);   // written over the sum above
+    snprintf(what, sizeof(what), "attention_backward dqkv written (accumulate 0) B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    close_fd(what, dqkv, g, n3, 1e-5, 4e-6);
 
     // thread-count independence: forward and backward are bitwise identical on 1 thread
     int nthr = omp_get_max_threads();
@@ -615,10 +617,10 @@ static void test_attention_shape(int B, int T, int NH, int HS, int check_fd) {
         float* dq2 = fbuf(n3);
         memset(dq1, 0, n3 * sizeof(float));
         memset(dq2, 0, n3 * sizeof(float));
-        attention_backward(dq2, dout, qkv, out, lse, B, T, C, NH);
+        attention_backward(dq2, dout, qkv, out, lse, B, T, C, NH, 1);
         omp_set_num_threads(1);
         attention_forward(out1, lse1, qkv, B, T, C, NH);
-        attention_backward(dq1, dout, qkv, out, lse, B, T, C, NH);
+        attention_backward(dq1, dout, qkv, out, lse, B, T, C, NH, 1);
         omp_set_num_threads(nthr);
         TEST_CHECK(bitwise_equal(out, out1, nout) && bitwise_equal(lse, lse1, nl) && bitwise_equal(dq1, dq2, n3),
                    "attention B=%d T=%d NH=%d HS=%d differs between 1 and %d threads", B, T, NH, HS, nthr);
@@ -795,7 +797,7 @@ static void test_determinism(void) {
         r[k][1] = fbuf(C); memset(r[k][1], 0, C * sizeof(float));
         r[k][2] = fbuf((size_t)V * C); memset(r[k][2], 0, (size_t)V * C * sizeof(float));
         r[k][3] = fbuf(C); memset(r[k][3], 0, C * sizeof(float));
-        layernorm_backward(NULL, r[k][0], r[k][1], dy, x, w, mean, rstd, N, C);
+        layernorm_backward(NULL, r[k][0], r[k][1], dy, x, w, mean, rstd, N, C, 1);
         encoder_backward(r[k][2], NULL, dy, inp, inp, 1, N, C);
         matmul_backward(NULL, NULL, r[k][3], dy, x, w, N, 1, C, 1);
     }

@@ -46,7 +46,7 @@ void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* in
                            const float* weight, const float* bias, int N, int C);
 void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                             const float* inp, const float* weight, const float* mean,
-                            const float* rstd, int N, int C);
+                            const float* rstd, int N, int C, int accumulate);
 void cpu_fused_residual_layernorm_forward(float* residual_out, float* ln_out, float* mean,
                                           float* rstd, const float* a, const float* b,
                                           const float* weight, const float* bias, int N, int C);
@@ -73,7 +73,7 @@ void cpu_mul_inplace(float* dst, const float* mask, size_t n);
 // ---- attention (attention.c)
 void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
 void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                            const float* lse, int B, int T, int C, int NH);
+                            const float* lse, int B, int T, int C, int NH, int accumulate);
 
 // ---- attention over a key/value cache (attention_kv.c)
 void cpu_attention_forward_kv(float* out, const float* qkv_new, float* kcache, float* vcache, int B,

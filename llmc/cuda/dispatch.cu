@@ -52,8 +52,8 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 }
 void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
-                        const float* rstd, int N, int C) {
-    cuda_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+                        const float* rstd, int N, int C, int accumulate) {
+    cuda_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate);
 }
 void fused_residual_layernorm_forward(floatX* residual_out, floatX* ln_out, float* mean,
                                       float* rstd, const floatX* a, const floatX* b,
@@ -98,8 +98,8 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
     cuda_attention_forward(out, lse, qkv, B, T, C, NH);
 }
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                        const float* lse, int B, int T, int C, int NH) {
-    cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+                        const float* lse, int B, int T, int C, int NH, int accumulate) {
+    cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, accumulate);
 }
 
 // ---- attention over a key/value cache
