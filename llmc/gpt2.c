@@ -282,18 +282,16 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
     const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads;
     const int Vp = m->cfg.padded_vocab_size;
     const int N = B * T;
-    const size_t BTC = (size_t)N * C, XB = sizeof(floatX);
+    const size_t BTC = (size_t)N * C;
     GPT2Acts* a = &m->acts;
     GPT2Scratch* s = &m->scr;
 
     // logits now hold dlogits. lm_head backward: the tied wte gets its first gradient here.
-    // Each activation gradient is written by its first contribution (accumulate 0), so none is
-    // zeroed first except dresidual (layernorm_backward adds into it) and dqkv (attention_backward
-    // adds into it).
+    // Each activation gradient is written by its first contribution (accumulate 0) rather than
+    // zeroed and added to; only dresidual, which every block's layernorms add into, accumulates.
     matmul_backward(s->dln, m->g[PT_WTE], NULL, a->logits, a->lnf, m->p[PT_WTE], N, C, Vp, 0);
-    ops_zero(s->dresidual, BTC * XB);
     layernorm_backward(s->dresidual, m->g[PT_LNFW], m->g[PT_LNFB], s->dln, a->residual3 + (size_t)(L - 1) * BTC,
-                       m->p[PT_LNFW], a->lnf_mean, a->lnf_rstd, N, C, 1);
+                       m->p[PT_LNFW], a->lnf_mean, a->lnf_rstd, N, C, 0);
 
     const int keep_gelu = m->recompute < GPT2_RECOMPUTE_GELU, keep_ln = m->recompute < GPT2_RECOMPUTE_LN;
     for (int l = L - 1; l >= 0; l--) {
@@ -314,9 +312,8 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
                            a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C, 1);
         // dresidual is now the gradient of residual2 = residual + attproj.
         linear_backward(LIN(m, l, LINEAR_ATTPROJ), s->datty, s->dresidual, a->atty + l * BTC, N, 0);
-        ops_zero(s->dqkv, BTC * 3 * XB);
         attention_backward(s->dqkv, s->datty, a->qkv + l * BTC * 3, a->atty + l * BTC,
-                           a->att_lse + (size_t)l * B * NH * T, B, T, C, NH, 1);
+                           a->att_lse + (size_t)l * B * NH * T, B, T, C, NH, 0);
         floatX* ln1 = LA(a->ln1, l, BTC, keep_ln);
         if (!keep_ln)
             layernorm_forward(ln1, s->ln_mean, s->ln_rstd, residual, LP(m, PT_LN1W, l), LP(m, PT_LN1B, l), N, C);
