@@ -16,6 +16,15 @@ void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain) {
     zero_layout_init(&gs->zl, ntrain, comm->world, ZERO_ALIGN_DEFAULT);
 }
 
+void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep) {
+    if (gs->zero != 3) return;
+    fsdp_init(&gs->fsdp, gs->comm, model, full, keep);
+    gs->fsdp_on = 1;
+}
+
+void gradsync_unshard_model(GradSync* gs) { if (gs->fsdp_on) fsdp_unshard(&gs->fsdp); }
+void gradsync_reshard_model(GradSync* gs) { if (gs->fsdp_on) fsdp_reshard(&gs->fsdp); }
+
 size_t gradsync_range_begin(const GradSync* gs) { return gs->sharded ? zero_shard_begin(&gs->zl, gs->rank) : 0; }
 size_t gradsync_range_end(const GradSync* gs) { return gs->sharded ? zero_shard_end(&gs->zl, gs->rank) : (size_t)-1; }
 
@@ -54,6 +63,7 @@ static size_t bucket_numel(const ParamTable* pt, int bucket) {
 
 void gradsync_attach(GradSync* gs, Optimizer* opt, GPT2* model) {
     gs->opt = opt;
+    if (gs->fsdp_on && gs->fsdp.gshard) return; // full training at ZeRO 3: fsdp reduces the gradients
     if (gs->zero < 2 || gs->world == 1) return;
     // gradients: only this rank's reduced range persists
     size_t n = opt->end - opt->begin;
@@ -76,14 +86,19 @@ void gradsync_attach(GradSync* gs, Optimizer* opt, GPT2* model) {
 }
 
 void gradsync_free(GradSync* gs) {
+    if (gs->fsdp_on) fsdp_free(&gs->fsdp);
     if (gs->gshard) ops_free(gs->gshard);
     if (gs->layer_bucket) { ops_free(gs->layer_bucket); ops_free(gs->final_bucket); }
     memset(gs, 0, sizeof(*gs));
 }
 
-const GPT2GradSink* gradsync_sink(const GradSync* gs) { return gs->sink.bucket_done ? &gs->sink : NULL; }
+const GPT2GradSink* gradsync_sink(GradSync* gs) {
+    if (gs->fsdp_on && gs->fsdp.gshard) return fsdp_sink(&gs->fsdp);
+    return gs->sink.bucket_done ? &gs->sink : NULL;
+}
 
 void gradsync_step_begin(GradSync* gs) {
+    if (gs->fsdp_on) fsdp_zero_grads(&gs->fsdp);
     if (gs->gshard) ops_zero(gs->gshard, (gs->opt->end - gs->opt->begin) * sizeof(floatX));
 }
 
@@ -143,13 +158,15 @@ double gradsync_grad_norm(GradSync* gs) {
 }
 
 void gradsync_share_params(GradSync* gs) {
+    // ZeRO 3 full training: the next gathers read the updated pieces (the gathered copies are stale)
+    if (gs->fsdp_on && gs->fsdp.gshard) { fsdp_params_changed(&gs->fsdp); return; }
     // each owner updated its range: everyone gets the new parameters
     if (gs->sharded) for_each_piece(gs, piece_broadcast);
 }
 
 size_t gradsync_grad_bytes(const GradSync* gs) {
     size_t shard = gs->gshard ? gs->opt->end - gs->opt->begin : 0;
-    return (shard + gs->layer_bucket_n + gs->final_bucket_n) * sizeof(floatX);
+    return (shard + gs->layer_bucket_n + gs->final_bucket_n) * sizeof(floatX) + (gs->fsdp_on ? fsdp_grad_bytes(&gs->fsdp) : 0);
 }
 
 size_t gradsync_bucket_numel(const GradSync* gs) { return gs->layer_bucket_n + gs->final_bucket_n; }

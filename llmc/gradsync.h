@@ -6,6 +6,11 @@
 //   ZeRO 0  every segment's gradients are all-reduced once per step; every rank updates everything.
 //   ZeRO 1  each segment's pieces are reduced to the rank owning them once per step; each owner
 //           updates its shard and broadcasts the new parameters.
+//   ZeRO 3  the parameters are sharded too (llmc/fsdp.h): each rank keeps a piece of every unit
+//           (block, embedding/head), gathered when the model needs it. Full training: gradients
+//           are reduce-scattered unit by unit as backward leaves them and the optimizer updates
+//           this rank's pieces (its segments are fsdp_segments), which the next gathers read.
+//           Adapters (LoRA) are trained as at ZeRO 2 over a frozen sharded base.
 //   ZeRO 2  gradients are reduced while backward runs and only the own shard persists (gshard).
 //           Full training hands gpt2_backward a sink (gradsync_sink) that reduces each layer's
 //           bucket as soon as that layer is done, the model's gradients living in two one-layer
@@ -22,6 +27,7 @@
 #include <stddef.h>
 #include "comm.h"
 #include "gpt2.h"
+#include "fsdp.h"
 #include "optimizer.h"
 #include "zero.h"
 
@@ -41,10 +47,19 @@ typedef struct {
     floatX* final_bucket;      //   wte, wpe, ln_f gradients, packed
     size_t layer_bucket_n, final_bucket_n;
     GPT2GradSink sink;
+    int fsdp_on;               // ZeRO 3: the model's parameters are sharded by fsdp
+    Fsdp fsdp;
 } GradSync;
 
 // The layout of `ntrain` trainable elements over the communicator's ranks at ZeRO stage `zero`.
 void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain);
+// ZeRO 3, before opt_init: shard the model's parameters (full: with its gradients; the optimizer's
+// segments are then fsdp_segments(&gs->fsdp), over the range [0, all)). keep: --zero3-keep.
+void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep);
+// ZeRO 3, every rank: rank 0's model holds its full parameters (saving, sampling) until
+// gradsync_reshard_model. No-ops at other stages.
+void gradsync_unshard_model(GradSync* gs);
+void gradsync_reshard_model(GradSync* gs);
 // The part of the flat trainable space this rank's optimizer keeps state for and updates.
 size_t gradsync_range_begin(const GradSync* gs);
 size_t gradsync_range_end(const GradSync* gs);
@@ -55,7 +70,7 @@ void gradsync_attach(GradSync* gs, Optimizer* opt, GPT2* model);
 void gradsync_free(GradSync* gs);
 
 // The sink to pass to gpt2_backward (NULL when gradients are not reduced during backward).
-const GPT2GradSink* gradsync_sink(const GradSync* gs);
+const GPT2GradSink* gradsync_sink(GradSync* gs);
 void gradsync_step_begin(GradSync* gs);
 void gradsync_micro_done(GradSync* gs);
 void gradsync_reduce(GradSync* gs);

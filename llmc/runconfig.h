@@ -64,6 +64,7 @@ typedef struct {
     float early_stopping_min_delta;
     int seed, threads, shuffle, max_skipped;
     int zero, recompute, deterministic;
+    int zero3_keep;              // --zero 3: keep gathered units from forward to backward
     float watchdog_timeout;      // seconds beyond the slowest step (llmc/comm.h); 0 = off
     const char* save_format;
     // sampling (rank 0 prints a completion during / after training)

@@ -90,7 +90,9 @@ static void save_checkpoint(Run* r) {
     const TrainFlags* f = &r->c->f;
     if (!r->c->write_outputs) return;
     char path[LLMC_PATH_MAX];
+    gradsync_unshard_model(&r->gs); // ZeRO 3: rank 0 gathers the whole model
     outputs_checkpoint(&r->out, &r->m, r->step); // rank 0: the model, or the adapter as a PEFT directory
+    gradsync_reshard_model(&r->gs);
     StateHeader h;
     memset(&h, 0, sizeof(h));
     h.h[SH_MAGIC] = STATE_MAGIC; h.h[SH_VERSION] = STATE_VERSION;
@@ -239,6 +241,8 @@ static void save_best(Run* r) {
 // sampling (--sample-*): rank 0 continues --prompt with the current model. The vocabulary and
 // the prompt are checked before training starts, so a bad one fails at once, not hours later.
 
+static void sample_generate_now(Run* r);
+
 static void sample_setup(Run* r) {
     const TrainFlags* f = &r->c->f;
     const GPT2Config* cfg = &r->model->cfg;
@@ -254,8 +258,14 @@ static void sample_setup(Run* r) {
 }
 
 static void sample_now(Run* r) {
+    if (r->c->sample_tokens <= 0) return;
+    gradsync_unshard_model(&r->gs); // ZeRO 3 (every rank): rank 0 samples with the whole model
+    if (r->tok) sample_generate_now(r);
+    gradsync_reshard_model(&r->gs);
+}
+
+static void sample_generate_now(Run* r) {
     const TrainFlags* f = &r->c->f;
-    if (!r->tok) return;
     if (!r->kv) { // allocated at the first sample, kept for the others
         r->kv = (KVCache*)mallocCheck(sizeof(KVCache));
         kv_init(r->kv, r->model, 1, r->n_prompt + r->c->sample_tokens - 1);
@@ -413,16 +423,40 @@ static void setup_data(Run* r) {
     r->steps = run_length(c, dl_batches_per_epoch(&r->train));
 }
 
+// What --zero 3 does not cover yet: a clear message instead of a wrong run.
+static void check_zero3(Run* r) {
+    const RunConfig* c = r->c;
+    const TrainFlags* f = &c->f;
+    if (f->zero != 3) {
+        if (f->zero3_keep) fatal(HINT_FLAGS, "--zero3-keep needs --zero 3 (this run has --zero %d)", f->zero);
+        return;
+    }
+    if (c->qlora) fatal("use --zero 2 with --qlora", "--zero 3 does not shard an NF4 (--qlora) base yet");
+    if (c->mode == TRAIN_LORA && (c->lora_bias != LORA_BIAS_NONE || f->train_ln_f))
+        fatal("use --lora-bias none without --train-ln-f at --zero 3, or --zero 2",
+              "--zero 3 shards the frozen base: base tensors cannot be trained with it yet (--lora-bias %s%s)",
+              f->lora_bias, f->train_ln_f ? ", --train-ln-f" : "");
+    if (r->start.resume_step >= 0) fatal("resume at the stage the run was written with, and not at --zero 3", "resuming a --zero 3 run is not supported yet");
+}
+
 static void setup_optimizer(Run* r) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
+    check_zero3(r);
     TrainSeg* segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (size_t)model_max_segments(&r->m));
     int nseg = model_segments(&r->m, segs);
     size_t ntrain = 0;
     for (int i = 0; i < nseg; i++) ntrain += segs[i].n;
     // with ZeRO >= 1 this rank keeps AdamW state (and master weights) for its own range only
     gradsync_init(&r->gs, &r->comm, f->zero, ntrain);
-    opt_init(&r->opt, segs, nseg, gradsync_range_begin(&r->gs), gradsync_range_end(&r->gs));
+    gradsync_shard_model(&r->gs, r->model, c->mode == TRAIN_FULL, f->zero3_keep); // ZeRO 3
+    if (r->gs.fsdp_on && c->mode == TRAIN_FULL) { // the optimizer updates this rank's pieces of the units
+        free(segs);
+        segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (size_t)fsdp_max_segments(&r->gs.fsdp));
+        nseg = fsdp_segments(&r->gs.fsdp, segs);
+        opt_init(&r->opt, segs, nseg, 0, (size_t)-1);
+    } else
+        opt_init(&r->opt, segs, nseg, gradsync_range_begin(&r->gs), gradsync_range_end(&r->gs));
     gradsync_attach(&r->gs, &r->opt, c->mode == TRAIN_FULL ? r->model : NULL);
     free(segs);
     schedule_of(&r->sched, c, r->steps);
@@ -493,6 +527,7 @@ static void setup_mfu(Run* r) {
 static void report_memory(Run* r) {
     const TrainFlags* f = &r->c->f;
     size_t pb = gpt2_param_bytes(r->model), gb = gpt2_grad_bytes(r->model), ob = opt_state_bytes(&r->opt);
+    if (r->gs.fsdp_on) pb = fsdp_shard_bytes(&r->gs.fsdp) + fsdp_slot_bytes(&r->gs.fsdp); // the full buffer is gone
     if (r->lora) { pb += r->lora->total * sizeof(floatX); gb += r->lora->total * sizeof(floatX); }
     size_t ab = r->model->act_bytes + r->model->scr_bytes;
     size_t gsb = gradsync_grad_bytes(&r->gs);
@@ -514,6 +549,17 @@ static void report_memory(Run* r) {
            "activations %.1f MiB (%s, recompute %d) | total %.1f MiB\n",
            mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",
            mib(ab), xt, f->recompute, mib(pb + qb + gb + gsb + ob + ab));
+    if (r->gs.fsdp_on) {
+        // exact element counts, so tests can check the sharding: params per rank = the pieces
+        // (total / ranks + padding) plus the gather buffers (two units, or every unit with keep)
+        const Fsdp* z = &r->gs.fsdp;
+        size_t units_total = 0;
+        for (int u = 0; u < z->nunits; u++) units_total += z->unit_n[u];
+        say(r, "zero3: units %d | parameter elements %zu | per rank: parameter shard %zu elements, gather buffers %d x up to %zu elements "
+               "(%zu in all)%s | gradient shard %zu elements | largest unit %zu elements\n",
+            z->nunits, units_total, z->shard_n, z->nslots, z->max_unit, fsdp_slot_bytes(z) / sizeof(floatX),
+            z->keep ? " (--zero3-keep)" : "", z->gshard ? z->shard_n : 0, z->max_unit);
+    }
     if (r->world > 1) {
         // exact element counts, so tests can check the sharding
         say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
@@ -620,7 +666,7 @@ static void eval_and_track(Run* r) {
     v->since_improved = improved ? 0 : v->since_improved + 1;
     if (isfinite(vl) && (!v->has_best || vl < v->best)) {
         v->has_best = 1; v->best = vl; v->best_step = r->step;
-        if (f->keep_best) save_best(r);
+        if (f->keep_best) { gradsync_unshard_model(&r->gs); save_best(r); gradsync_reshard_model(&r->gs); }
     }
     if (f->early_stopping_patience > 0 && v->since_improved >= f->early_stopping_patience) {
         r->early_stopped = 1;
@@ -659,6 +705,7 @@ static int train_loop(Run* r) {
         ops_synchronize();
         const double seconds = timer_now_s() - t0;
         note_skipped(r, &s);
+        if (r->gs.fsdp_on) fsdp_trace_flush(&r->gs.fsdp, r->step + 1);
         r->step++;
         r->steps_this_run++;
         runlog_step(&r->rl, r->step, &s, seconds);
@@ -759,7 +806,9 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (!stop && !diverged) {
         sample_now(r);
         save_checkpoint(r);
+        gradsync_unshard_model(&r->gs);
         outputs_save(&r->out, &r->m, rc.f.out_dir); // the final model
+        gradsync_reshard_model(&r->gs);
     }
     summarize(r, stop, diverged);
     run_free(r);
