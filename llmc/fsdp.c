@@ -309,3 +309,57 @@ void fsdp_trace_flush(Fsdp* f, long step) {
     f->n_gather = f->n_rs = 0;
     f->trace_len = 0;
 }
+
+// ----------------------------------------------------------------------------
+// optimizer state <-> the ZeRO-1 layout
+
+// Real elements of this rank's piece of unit u, and where they start in the optimizer's arrays.
+static size_t piece_real(const Fsdp* f, int u) {
+    const size_t pb = (size_t)f->rank * f->piece[u];
+    return f->unit_n[u] > pb ? (f->unit_n[u] - pb < f->piece[u] ? f->unit_n[u] - pb : f->piece[u]) : 0;
+}
+static size_t piece_opt_offset(const Fsdp* f, int u) {
+    size_t off = 0;
+    for (int v = 0; v < u; v++) off += piece_real(f, v);
+    return off;
+}
+
+// Calls fn for each part of unit u inside this rank's ZeRO-1 range: packed offset, range offset, n.
+typedef void (*FlatFn)(float* unit, float* range, size_t packed, size_t at, size_t n);
+static void for_flat_parts(const Fsdp* f, const ZeroLayout* zl, int u, float* unit, float* range, FlatFn fn) {
+    const size_t rb = zero_shard_begin(zl, f->rank), re = zero_shard_end(zl, f->rank);
+    GPT2UnitTensor t[NUM_PARAM_TENSORS];
+    const int nt = gpt2_unit_tensors(f->model, u, t);
+    for (int k = 0; k < nt; k++) {
+        const ParamInfo* pi = &f->model->pt.t[t[k].id];
+        const size_t fo = pi->offset + (pi->per_layer ? (size_t)u * params_layer_numel(&f->model->pt, t[k].id) : 0);
+        const size_t b = fo > rb ? fo : rb, e = fo + t[k].n < re ? fo + t[k].n : re;
+        if (b < e) fn(unit, range, t[k].off + (b - fo), b - rb, e - b);
+    }
+}
+static void part_to_range(float* unit, float* range, size_t packed, size_t at, size_t n) { memcpy(range + at, unit + packed, n * sizeof(float)); }
+static void part_to_unit(float* unit, float* range, size_t packed, size_t at, size_t n) { memcpy(unit + packed, range + at, n * sizeof(float)); }
+
+void fsdp_state_to_flat(Fsdp* f, const ZeroLayout* zl, const float* local, float* range) {
+    float* unit = (float*)mallocCheck(f->max_unit * sizeof(float));
+    float* mine = (float*)mallocCheck(f->max_unit * sizeof(float));
+    for (int u = 0; u < f->nunits; u++) { // every rank's piece of the unit, then this rank's parts
+        const size_t real = piece_real(f, u);
+        memset(mine, 0, f->piece[u] * sizeof(float));
+        memcpy(mine, local + piece_opt_offset(f, u), real * sizeof(float));
+        comm_allgather_f32(f->comm, mine, unit, f->piece[u]);
+        for_flat_parts(f, zl, u, unit, range, part_to_range);
+    }
+    free(unit); free(mine);
+}
+
+void fsdp_state_from_flat(Fsdp* f, const ZeroLayout* zl, const float* range, float* local) {
+    float* unit = (float*)mallocCheck(f->max_unit * sizeof(float));
+    for (int u = 0; u < f->nunits; u++) { // the ranges are disjoint: the sum puts each value in place
+        memset(unit, 0, f->max_unit * sizeof(float));
+        for_flat_parts(f, zl, u, unit, (float*)range, part_to_unit);
+        comm_allreduce_sum_f32(f->comm, unit, f->piece[u] * (size_t)f->world);
+        memcpy(local + piece_opt_offset(f, u), unit + (size_t)f->rank * f->piece[u], piece_real(f, u) * sizeof(float));
+    }
+    free(unit);
+}

@@ -18,10 +18,11 @@
 // (comm_dev_ireduce_scatter_sum) while backward fills the other bucket; the head's bucket is
 // reduce-scattered when backward is over. Each piece is added into gshard (gradient accumulation).
 //
-// Collectives per micro-step with L blocks (fsdp_counters): reshard mode 2L + 1 all-gathers
-// (forward: H, blocks 0..L-1, H again for ln_f and the logits; backward: blocks L-2..0, since
-// block L-1 and H are still in the slots) and L + 1 reduce-scatters; keep mode L + 1 all-gathers
-// in the first micro-step of a step and none in the others.
+// Collectives per step of M micro-steps with L blocks (counted in n_gather / n_rs): reshard mode
+// 2L + 1 all-gathers in the first micro-step (forward: H, blocks 0..L-1, H again for ln_f and the
+// logits; backward: blocks L-2..0, since block L-1 and H are still in the slots) and 2L in each
+// later one (block 0 is still there from the backward before): 2LM + 1; keep mode L + 1 in all.
+// Reduce-scatters: L + 1 per micro-step, M(L + 1).
 #ifndef LLMC_FSDP_H
 #define LLMC_FSDP_H
 
@@ -29,6 +30,7 @@
 #include "comm.h"
 #include "gpt2.h"
 #include "optimizer.h"
+#include "zero.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -97,6 +99,12 @@ void fsdp_params_changed(Fsdp* f);
 // units until fsdp_reshard; the other ranks only take part in the gathers.
 void fsdp_unshard(Fsdp* f);
 void fsdp_reshard(Fsdp* f);
+// Checkpoints hold optimizer state in the ZeRO-1 layout (zl: the flat table space over the ranks),
+// so that any stage and rank count can resume from them. Collective (host memory): local is an
+// array over this rank's optimizer segments (fsdp_segments order), range this rank's part of zl
+// (zero_shard_begin .. min(zero_shard_end, total)).
+void fsdp_state_to_flat(Fsdp* f, const ZeroLayout* zl, const float* local, float* range);
+void fsdp_state_from_flat(Fsdp* f, const ZeroLayout* zl, const float* range, float* local);
 // Bytes: the parameter shard, the gather slots, the gradient shard and buckets.
 size_t fsdp_shard_bytes(const Fsdp* f);
 size_t fsdp_slot_bytes(const Fsdp* f);

@@ -80,6 +80,7 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--deterministic", NULL, ARG_INT, &f->deterministic, "0|1", "1: kernels give identical results run to run; 0 allows faster non-deterministic ones (CUDA attention backward)", 0, 1, NULL},
         {"--zero", "-z", ARG_INT, &f->zero, "S", "ZeRO stage across ranks: 0 all-reduce gradients, 1 shard optimizer state, 2 shard gradients too, 3 shard the parameters too (FSDP: one unit per block + embedding/head, gathered when used; docs/ZERO.md)", 0, 3, NULL},
         {"--zero3-keep", NULL, ARG_BOOL, &f->zero3_keep, NULL, "with --zero 3: keep the units forward gathered until backward and the step's other micro-steps (one gather per unit per step instead of two per micro-step; memory of a full replica)", 1, 0, NULL},
+        {"--memory-budget", NULL, ARG_FLOAT, &f->memory_budget, "MIB", "stop at start-up when this rank's parameters, gradients, optimizer state, gather buffers and activations (the memory report's total) exceed MIB; 0 = no limit", 0, 1e9, NULL},
         {"--recompute", NULL, ARG_INT, &f->recompute, "K", "activation recompute in backward to save memory: 0 none, 1 GELU, 2 GELU and layernorms", 0, 2, NULL},
         {"--max-skipped-steps", NULL, ARG_INT, &f->max_skipped, "N", "stop after N consecutive steps with a non-finite loss or gradient", 1, 1e9, NULL},
         {"--sample-every", NULL, ARG_INT, &f->sample_every, "N", "print a sampled completion every N steps and at the end; 0 = only at the end, if --sample-tokens > 0", 0, 1e9, NULL},

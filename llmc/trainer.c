@@ -86,6 +86,36 @@ static const char* const HINT_FLAGS = "run with --help to see every flag";
 // ----------------------------------------------------------------------------
 // checkpoints
 
+// The part of the flat trainable space this rank's state file holds: the optimizer's range; at
+// ZeRO 3 (full training) the ZeRO-1 range, into which the state of the units' pieces is moved, so
+// that a checkpoint reads the same whatever the stage that wrote it.
+static int state_is_fsdp(const Run* r) { return r->gs.fsdp_on && r->gs.fsdp.gshard; }
+static void state_range(const Run* r, size_t* begin, size_t* end, size_t* total) {
+    if (!state_is_fsdp(r)) { *begin = r->opt.begin; *end = r->opt.end; *total = r->opt.total; return; }
+    const ZeroLayout* z = &r->gs.zl;
+    *total = z->total;
+    *begin = zero_shard_begin(z, r->rank) < z->total ? zero_shard_begin(z, r->rank) : z->total;
+    *end = zero_shard_end(z, r->rank) < z->total ? zero_shard_end(z, r->rank) : z->total;
+}
+// One optimizer array (backend memory) -> host, in the file's layout (collective at ZeRO 3).
+static void state_download(Run* r, float* host, const float* dev) {
+    const size_t n = r->opt.end - r->opt.begin;
+    if (!state_is_fsdp(r)) { ops_to_host(host, dev, n * sizeof(float)); return; }
+    float* local = (float*)mallocCheck((n ? n : 1) * sizeof(float));
+    ops_to_host(local, dev, n * sizeof(float));
+    fsdp_state_to_flat(&r->gs.fsdp, &r->gs.zl, local, host);
+    free(local);
+}
+// ... and back (collective at ZeRO 3).
+static void state_upload(Run* r, float* dev, const float* host) {
+    const size_t n = r->opt.end - r->opt.begin;
+    if (!state_is_fsdp(r)) { ops_to_device(dev, host, n * sizeof(float)); return; }
+    float* local = (float*)mallocCheck((n ? n : 1) * sizeof(float));
+    fsdp_state_from_flat(&r->gs.fsdp, &r->gs.zl, host, local);
+    ops_to_device(dev, local, n * sizeof(float));
+    free(local);
+}
+
 static void save_checkpoint(Run* r) {
     const TrainFlags* f = &r->c->f;
     if (!r->c->write_outputs) return;
@@ -100,7 +130,9 @@ static void save_checkpoint(Run* r) {
     h.h[SH_STEP] = r->step; h.h[SH_OPT_T] = r->opt.t;
     DataLoaderState ds = dl_get_state(&r->train);
     h.h[SH_DL_EPOCH] = ds.epoch; h.h[SH_DL_SHARD] = ds.shard_i; h.h[SH_DL_CHUNK] = ds.chunk_i;
-    h.h[SH_BEGIN] = (int64_t)r->opt.begin; h.h[SH_END] = (int64_t)r->opt.end; h.h[SH_TOTAL] = (int64_t)r->opt.total;
+    size_t begin, end, total;
+    state_range(r, &begin, &end, &total);
+    h.h[SH_BEGIN] = (int64_t)begin; h.h[SH_END] = (int64_t)end; h.h[SH_TOTAL] = (int64_t)total;
     h.h[SH_MODE] = r->c->mode; h.h[SH_B] = f->batch_size; h.h[SH_T] = f->seq_len; h.h[SH_ACCUM] = r->c->accum;
     h.h[SH_SKIPPED] = r->skipped_total; h.h[SH_NO_TARGETS] = r->no_target_total; h.h[SH_ZERO] = f->zero; h.h[SH_SEED] = f->seed;
     h.h[SH_TOKENS_PER_STEP] = r->c->tokens_per_step; h.h[SH_SHUFFLE] = f->shuffle;
@@ -108,13 +140,13 @@ static void save_checkpoint(Run* r) {
     const ValTrack* v = r->has_last_val && r->vtrack_pre_step == r->step ? &r->vtrack_pre : &r->vtrack;
     h.h[SH_VAL_TRACKED] = v->has_best; h.h[SH_BEST_STEP] = v->best_step; h.h[SH_EVALS_SINCE_BEST] = v->since_improved;
     memcpy(&h.h[SH_BEST_VAL_BITS], &v->best, sizeof(double));
-    size_t n = r->opt.end - r->opt.begin;
+    size_t n = end - begin;
     float* mh = (float*)mallocCheck(n * sizeof(float));
     float* vh = (float*)mallocCheck(n * sizeof(float));
     float* mas = r->opt.master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
-    ops_to_host(mh, r->opt.m, n * sizeof(float));
-    ops_to_host(vh, r->opt.v, n * sizeof(float));
-    if (mas) ops_to_host(mas, r->opt.master, n * sizeof(float));
+    state_download(r, mh, r->opt.m);
+    state_download(r, vh, r->opt.v);
+    if (mas) state_download(r, mas, r->opt.master);
     ckpt_path(path, sizeof(path), f->out_dir, "state", r->step, r->rank);
     ckpt_write_state(path, &h, mh, vh, mas);
     free(mh); free(vh); free(mas);
@@ -137,9 +169,11 @@ static void check_state_matches(Run* r, const char* path, const StateHeader* h0)
         fatal(hint, "'%s' was written with batch %lld x %lld and %lld tokens per step; this run has %d x %d and %lld",
               path, (long long)h0->h[SH_B], (long long)h0->h[SH_T], (long long)h0->h[SH_TOKENS_PER_STEP],
               f->batch_size, f->seq_len, (long long)r->c->tokens_per_step);
-    if ((size_t)h0->h[SH_TOTAL] != r->opt.total)
+    size_t begin, end, total;
+    state_range(r, &begin, &end, &total);
+    if ((size_t)h0->h[SH_TOTAL] != total)
         fatal(hint, "'%s' holds optimizer state for %lld trainable parameters; this run has %zu",
-              path, (long long)h0->h[SH_TOTAL], r->opt.total);
+              path, (long long)h0->h[SH_TOTAL], total);
     if (h0->h[SH_STEP] > r->steps)
         fatal("give a --steps (or --epochs) beyond the checkpoint's step to continue the run", "the checkpoint in '%s' is at step %lld, beyond the run's %d steps",
               f->out_dir, (long long)h0->h[SH_STEP], r->steps);
@@ -152,12 +186,15 @@ static void check_state_matches(Run* r, const char* path, const StateHeader* h0)
 static void restore_optimizer(Run* r, long step, const StateHeader* h0) {
     const char* dir = r->c->f.out_dir;
     const int old_world = (int)h0->h[SH_WORLD], old_sharded = h0->h[SH_ZERO] >= 1 && old_world > 1;
+    size_t begin, end, total;
+    state_range(r, &begin, &end, &total);
+    const int sharded = r->gs.sharded || state_is_fsdp(r); // (ZeRO 3 reads the ZeRO-1 range)
     ZeroLayout from, to;
-    zero_layout_init(&from, r->opt.total, old_sharded ? old_world : 1, ZERO_ALIGN_DEFAULT);
-    zero_layout_init(&to, r->opt.total, r->gs.sharded ? r->world : 1, ZERO_ALIGN_DEFAULT);
+    zero_layout_init(&from, total, old_sharded ? old_world : 1, ZERO_ALIGN_DEFAULT);
+    zero_layout_init(&to, total, sharded ? r->world : 1, ZERO_ALIGN_DEFAULT);
     ZeroCopy* plan = (ZeroCopy*)mallocCheck((size_t)from.world * sizeof(ZeroCopy));
-    const int ncopy = zero_reshard_plan(&from, &to, r->gs.sharded ? r->rank : 0, plan, from.world);
-    const size_t n = r->opt.end - r->opt.begin;
+    const int ncopy = zero_reshard_plan(&from, &to, sharded ? r->rank : 0, plan, from.world);
+    const size_t n = end - begin;
     float* mh = (float*)mallocCheck(n * sizeof(float));
     float* vh = (float*)mallocCheck(n * sizeof(float));
     float* mas = r->opt.master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
@@ -177,9 +214,9 @@ static void restore_optimizer(Run* r, long step, const StateHeader* h0) {
         if (got != cp->n) fatal("the checkpoint is incomplete", "'%s' holds %zu of the %zu elements of optimizer state this rank needs from it",
                                 path, got, cp->n);
     }
-    ops_to_device(r->opt.m, mh, n * sizeof(float));
-    ops_to_device(r->opt.v, vh, n * sizeof(float));
-    if (mas && have_master) ops_to_device(r->opt.master, mas, n * sizeof(float));
+    state_upload(r, r->opt.m, mh);
+    state_upload(r, r->opt.v, vh);
+    if (mas && have_master) state_upload(r, r->opt.master, mas);
     free(mh); free(vh); free(mas); free(plan);
 }
 
@@ -436,7 +473,6 @@ static void check_zero3(Run* r) {
         fatal("use --lora-bias none without --train-ln-f at --zero 3, or --zero 2",
               "--zero 3 shards the frozen base: base tensors cannot be trained with it yet (--lora-bias %s%s)",
               f->lora_bias, f->train_ln_f ? ", --train-ln-f" : "");
-    if (r->start.resume_step >= 0) fatal("resume at the stage the run was written with, and not at --zero 3", "resuming a --zero 3 run is not supported yet");
 }
 
 static void setup_optimizer(Run* r) {
@@ -549,6 +585,10 @@ static void report_memory(Run* r) {
            "activations %.1f MiB (%s, recompute %d) | total %.1f MiB\n",
            mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",
            mib(ab), xt, f->recompute, mib(pb + qb + gb + gsb + ob + ab));
+    if (f->memory_budget > 0 && mib(pb + qb + gb + gsb + ob + ab) > f->memory_budget)
+        fatal("raise --memory-budget, or shard more (--zero 3 over more ranks), or lower --batch-size / raise --recompute",
+              "rank %d needs %.1f MiB (params, grads, optimizer, activations), more than --memory-budget %.1f MiB",
+              r->rank, mib(pb + qb + gb + gsb + ob + ab), f->memory_budget);
     if (r->gs.fsdp_on) {
         // exact element counts, so tests can check the sharding: params per rank = the pieces
         // (total / ranks + padding) plus the gather buffers (two units, or every unit with keep)
@@ -565,7 +605,8 @@ static void report_memory(Run* r) {
         say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
                "gradient elements per rank %zu (+ %zu in buckets)\n",
                f->zero, r->world, r->gs.zl.total, r->gs.zl.padded, r->opt.end - r->opt.begin, r->opt.master ? 3 : 2,
-               r->gs.gshard ? r->opt.end - r->opt.begin : r->model->grads_n, gradsync_bucket_numel(&r->gs));
+               r->gs.fsdp_on ? r->gs.fsdp.shard_n * (r->gs.fsdp.gshard != NULL) : r->gs.gshard ? r->opt.end - r->opt.begin : r->model->grads_n,
+               gradsync_bucket_numel(&r->gs));
     }
 }
 
