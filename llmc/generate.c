@@ -94,19 +94,20 @@ static void gen_model(Model* m, const GenFlags* g) {
 }
 
 // --chat: the reply is printed up to the template's stop text (held back while it may be
-// starting), and nothing after it.
+// starting), and generation ends with the token that completes it.
 typedef struct { TextStream ts; ChatStopFilter stop; } ChatStream;
 
-static void gen_chat_stream_token(void* ctx, int token, const float* logits, int V) {
+static int gen_chat_stream_token(void* ctx, int token, const float* logits, int V) {
     ChatStream* c = (ChatStream*)ctx;
-    if (token == c->ts.eot || c->stop.stopped) return;
+    if (token == c->ts.eot || c->stop.stopped) return c->stop.stopped;
     size_t len = 0;
     const char* bytes = token < c->ts.tok->vocab_size ? tok_token_bytes(c->ts.tok, token, &len) : NULL;
-    if (!bytes) return;
+    if (!bytes) return 0;
     const char* out;
     size_t n = chat_stop_feed(&c->stop, bytes, len, &out);
     fwrite(out, 1, n, c->ts.out);
     fflush(c->ts.out);
+    return c->stop.stopped;
 }
 
 // The prompt of --chat: --system (if any) and --prompt as the user's message, rendered as

@@ -72,10 +72,16 @@ void runlog_open(RunLog* l, const char* dir, int rank, long resume_step) {
 
 void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
     const double ms = seconds * 1000.0, tps = (double)l->tokens_per_step / seconds, tflops = l->step_flops / seconds / 1e12;
-    char mfu[32] = "n/a", mfu_json[32] = "null";
+    // the console's rate: TFLOP/s and MFU on a device with a known peak; GFLOP/s where a CPU's
+    // rate would read 0.0 TFLOP/s, and no MFU where the peak is unknown
+    char rate[64], mfu_json[32] = "null";
     if (l->peak_flops > 0) {
-        snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * tflops * 1e12 / l->peak_flops);
+        snprintf(rate, sizeof(rate), "%.1f TFLOP/s | MFU %.1f%%", tflops, 100.0 * tflops * 1e12 / l->peak_flops);
         snprintf(mfu_json, sizeof(mfu_json), "%.4f", tflops * 1e12 / l->peak_flops);
+    } else if (tflops >= 1.0) {
+        snprintf(rate, sizeof(rate), "%.1f TFLOP/s", tflops);
+    } else {
+        snprintf(rate, sizeof(rate), "%.1f GFLOP/s", tflops * 1e3);
     }
     const double epoch = l->steps_per_epoch > 0 ? (double)step / l->steps_per_epoch : 0.0;
     const double elapsed = timer_now_s() - l->t0;
@@ -88,8 +94,8 @@ void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
             printf("step %4ld/%d | no targets: every token of the batch is masked, no update | lr %.3e | %.1f ms | epoch %.2f | %s elapsed, ETA %s\n",
                    step, l->steps, s->lr, ms, epoch, te, tr);
         else
-            printf("step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.1f TFLOP/s | MFU %s | epoch %.2f | %s elapsed, ETA %s\n",
-                   step, l->steps, s->loss, s->lr, s->norm, ms, tps, tflops, mfu, epoch, te, tr);
+            printf("step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s | epoch %.2f | %s elapsed, ETA %s\n",
+                   step, l->steps, s->loss, s->lr, s->norm, ms, tps, rate, epoch, te, tr);
         fflush(stdout);
     }
     if (s->no_targets)
