@@ -199,9 +199,10 @@ static void fsdp_alloc_grads(Fsdp* f) {
     f->sink.ctx = f;
 }
 
-void fsdp_init(Fsdp* f, Comm* comm, GPT2* model, int grads, int keep) {
+void fsdp_init(Fsdp* f, Comm* comm, Comm* wcomm, Comm* replica, GPT2* model, int grads, int keep) {
     memset(f, 0, sizeof(*f));
     f->comm = comm; f->rank = comm->rank; f->world = comm->world;
+    f->wcomm = wcomm; f->wrank = wcomm->rank; f->replica = replica;
     f->model = model; f->keep = keep; f->grads = grads;
     const char* tr = getenv("LLMC_FSDP_TRACE");
     f->trace = tr && *tr && strcmp(tr, "0") != 0;
@@ -266,6 +267,11 @@ void fsdp_zero_grads(Fsdp* f) {
 
 void fsdp_params_changed(Fsdp* f) { slots_invalidate(f); }
 
+void fsdp_reduce_replicas(Fsdp* f) {
+    if (f->replica && f->replica->world > 1 && f->gshard)
+        comm_dev_allreduce_sum(f->replica, f->gshard, f->shard_n, FSDP_DTYPE, NULL);
+}
+
 void fsdp_unshard(Fsdp* f) {
     slots_invalidate(f);
     GPT2* m = f->model;
@@ -327,7 +333,7 @@ static size_t piece_opt_offset(const Fsdp* f, int u) {
 // Calls fn for each part of unit u inside this rank's ZeRO-1 range: packed offset, range offset, n.
 typedef void (*FlatFn)(float* unit, float* range, size_t packed, size_t at, size_t n);
 static void for_flat_parts(const Fsdp* f, const ZeroLayout* zl, int u, float* unit, float* range, FlatFn fn) {
-    const size_t rb = zero_shard_begin(zl, f->rank), re = zero_shard_end(zl, f->rank);
+    const size_t rb = zero_shard_begin(zl, f->wrank), re = zero_shard_end(zl, f->wrank);
     GPT2UnitTensor t[NUM_PARAM_TENSORS];
     const int nt = gpt2_unit_tensors(f->model, u, t);
     for (int k = 0; k < nt; k++) {
@@ -355,10 +361,10 @@ void fsdp_state_to_flat(Fsdp* f, const ZeroLayout* zl, const float* local, float
 
 void fsdp_state_from_flat(Fsdp* f, const ZeroLayout* zl, const float* range, float* local) {
     float* unit = (float*)mallocCheck(f->max_unit * sizeof(float));
-    for (int u = 0; u < f->nunits; u++) { // the ranges are disjoint: the sum puts each value in place
+    for (int u = 0; u < f->nunits; u++) { // the ranges of every rank are disjoint: the sum puts each value in place
         memset(unit, 0, f->max_unit * sizeof(float));
         for_flat_parts(f, zl, u, unit, (float*)range, part_to_unit);
-        comm_allreduce_sum_f32(f->comm, unit, f->piece[u] * (size_t)f->world);
+        comm_allreduce_sum_f32(f->wcomm, unit, f->piece[u] * (size_t)f->world);
         memcpy(local + piece_opt_offset(f, u), unit + (size_t)f->rank * f->piece[u], piece_real(f, u) * sizeof(float));
     }
     free(unit);

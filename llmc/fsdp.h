@@ -39,8 +39,12 @@ extern "C" {
 #define FSDP_MAX_SLOTS_SHARED 2
 
 typedef struct {
-    Comm* comm;
-    int rank, world;
+    Comm* comm;              // the ranks the units are sharded over (all, or this rank's group)
+    int rank, world;         // in comm
+    Comm* wcomm;             // every rank of the run
+    int wrank;               // in wcomm
+    Comm* replica;           // hybrid sharding: the ranks holding the same pieces (one per group),
+                             // whose gradients are all-reduced once per step; NULL without groups
     GPT2* model;
     int nunits;              // L + 1: blocks 0..L-1, then H
     int keep;                // 1: one slot per unit, kept from forward to backward
@@ -85,7 +89,11 @@ typedef struct {
 // Shards model (its full parameters, already loaded, are packed unit by unit, this rank keeps its
 // pieces, the full buffer is freed) and installs the units on it. grads: full training (the
 // model's gradients then live in the buckets). keep: see above.
-void fsdp_init(Fsdp* f, Comm* comm, GPT2* model, int grads, int keep);
+// Hybrid sharding: comm is this rank's group, replica the ranks of the other groups holding the
+// same pieces (else comm = wcomm, replica NULL).
+void fsdp_init(Fsdp* f, Comm* comm, Comm* wcomm, Comm* replica, GPT2* model, int grads, int keep);
+// After the step's backward passes (hybrid sharding): sum the gradient pieces over the replicas.
+void fsdp_reduce_replicas(Fsdp* f);
 void fsdp_free(Fsdp* f);
 // The optimizer's segments over this rank's pieces (one per tensor slice a piece meets, with the
 // tensor's weight decay flag); segs needs fsdp_max_segments entries.
@@ -99,7 +107,7 @@ void fsdp_params_changed(Fsdp* f);
 // units until fsdp_reshard; the other ranks only take part in the gathers.
 void fsdp_unshard(Fsdp* f);
 void fsdp_reshard(Fsdp* f);
-// Checkpoints hold optimizer state in the ZeRO-1 layout (zl: the flat table space over the ranks),
+// Checkpoints hold optimizer state in the ZeRO-1 layout (zl: the flat table space over every rank),
 // so that any stage and rank count can resume from them. Collective (host memory): local is an
 // array over this rank's optimizer segments (fsdp_segments order), range this rank's part of zl
 // (zero_shard_begin .. min(zero_shard_end, total)).

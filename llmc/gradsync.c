@@ -16,9 +16,20 @@ void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain) {
     zero_layout_init(&gs->zl, ntrain, comm->world, ZERO_ALIGN_DEFAULT);
 }
 
-void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep) {
+void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep, int group) {
     if (gs->zero != 3) return;
-    fsdp_init(&gs->fsdp, gs->comm, model, full, keep);
+    Comm* shard = gs->comm;
+    Comm* replica = NULL;
+    gs->groups = 1;
+    if (group > 0 && group != gs->world) {
+        if (gs->world % group)
+            fatal("give a --shard-group that divides the number of ranks", "--shard-group %d does not divide the %d ranks", group, gs->world);
+        gs->groups = gs->world / group;
+        comm_split(gs->comm, gs->rank / group, gs->rank, &gs->group);   // consecutive ranks: a node
+        comm_split(gs->comm, gs->rank % group, gs->rank, &gs->replica); // one rank of every group
+        shard = &gs->group; replica = &gs->replica;
+    }
+    fsdp_init(&gs->fsdp, shard, gs->comm, replica, model, full, keep);
     gs->fsdp_on = 1;
 }
 
@@ -87,6 +98,7 @@ void gradsync_attach(GradSync* gs, Optimizer* opt, GPT2* model) {
 
 void gradsync_free(GradSync* gs) {
     if (gs->fsdp_on) fsdp_free(&gs->fsdp);
+    if (gs->groups > 1) { comm_split_free(&gs->group); comm_split_free(&gs->replica); }
     if (gs->gshard) ops_free(gs->gshard);
     if (gs->layer_bucket) { ops_free(gs->layer_bucket); ops_free(gs->final_bucket); }
     memset(gs, 0, sizeof(*gs));
@@ -143,7 +155,9 @@ void gradsync_reduce(GradSync* gs) {
     } else if (gs->zero == 1) {
         for_each_piece(gs, piece_reduce);
     }
-    // ZeRO-2 reduced each micro-step's gradients as they were produced
+    // ZeRO-2 reduced each micro-step's gradients as they were produced; ZeRO-3 too, within the
+    // group: the groups' sums are added up here
+    if (gs->fsdp_on) fsdp_reduce_replicas(&gs->fsdp);
 }
 
 double gradsync_grad_norm(GradSync* gs) {
@@ -152,7 +166,8 @@ double gradsync_grad_norm(GradSync* gs) {
     if (!gs->sharded) ss = opt_grad_sumsq(o, 0, o->total);
     else {
         ss = opt_grad_sumsq(o, o->begin, o->end);
-        comm_allreduce_sum_f64(gs->comm, &ss, 1);
+        // (ZeRO-3 full training with groups: the group's pieces make up the whole gradient once)
+        comm_allreduce_sum_f64(gs->fsdp_on && gs->fsdp.gshard ? gs->fsdp.comm : gs->comm, &ss, 1);
     }
     return sqrt(ss);
 }

@@ -49,13 +49,18 @@ typedef struct {
     GPT2GradSink sink;
     int fsdp_on;               // ZeRO 3: the model's parameters are sharded by fsdp
     Fsdp fsdp;
+    int groups;                // hybrid sharding: groups of ranks (1: shard over every rank)
+    Comm group, replica;       //   this rank's group, and the ranks with its rank in theirs
 } GradSync;
 
 // The layout of `ntrain` trainable elements over the communicator's ranks at ZeRO stage `zero`.
 void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain);
 // ZeRO 3, before opt_init: shard the model's parameters (full: with its gradients; the optimizer's
 // segments are then fsdp_segments(&gs->fsdp), over the range [0, all)). keep: --zero3-keep.
-void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep);
+// group: hybrid sharding over groups of that many consecutive ranks (replicated across groups);
+// 0 = every rank in one group. It must divide the number of ranks (fatal otherwise). Nothing at
+// other stages.
+void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep, int group);
 // ZeRO 3, every rank: rank 0's model holds its full parameters (saving, sampling) until
 // gradsync_reshard_model. No-ops at other stages.
 void gradsync_unshard_model(GradSync* gs);

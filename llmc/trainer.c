@@ -464,8 +464,9 @@ static void setup_data(Run* r) {
 static void check_zero3(Run* r) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
-    if (f->zero != 3) {
-        if (f->zero3_keep) fatal(HINT_FLAGS, "--zero3-keep needs --zero 3 (this run has --zero %d)", f->zero);
+    if (f->zero != 3) { // (not an error: a run resumed at another stage carries them from its record)
+        if (f->zero3_keep) say(r, "note: --zero3-keep is ignored at --zero %d\n", f->zero);
+        if (f->shard_group) say(r, "note: --shard-group is ignored at --zero %d\n", f->zero);
         return;
     }
     if (c->qlora) fatal("use --zero 2 with --qlora", "--zero 3 does not shard an NF4 (--qlora) base yet");
@@ -485,7 +486,7 @@ static void setup_optimizer(Run* r) {
     for (int i = 0; i < nseg; i++) ntrain += segs[i].n;
     // with ZeRO >= 1 this rank keeps AdamW state (and master weights) for its own range only
     gradsync_init(&r->gs, &r->comm, f->zero, ntrain);
-    gradsync_shard_model(&r->gs, r->model, c->mode == TRAIN_FULL, f->zero3_keep); // ZeRO 3
+    gradsync_shard_model(&r->gs, r->model, c->mode == TRAIN_FULL, f->zero3_keep, f->shard_group); // ZeRO 3
     if (r->gs.fsdp_on && c->mode == TRAIN_FULL) { // the optimizer updates this rank's pieces of the units
         free(segs);
         segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (size_t)fsdp_max_segments(&r->gs.fsdp));
@@ -595,9 +596,9 @@ static void report_memory(Run* r) {
         const Fsdp* z = &r->gs.fsdp;
         size_t units_total = 0;
         for (int u = 0; u < z->nunits; u++) units_total += z->unit_n[u];
-        say(r, "zero3: units %d | parameter elements %zu | per rank: parameter shard %zu elements, gather buffers %d x up to %zu elements "
-               "(%zu in all)%s | gradient shard %zu elements | largest unit %zu elements\n",
-            z->nunits, units_total, z->shard_n, z->nslots, z->max_unit, fsdp_slot_bytes(z) / sizeof(floatX),
+        say(r, "zero3: units %d | parameter elements %zu | sharded over %d ranks x %d groups | per rank: parameter shard %zu elements, "
+               "gather buffers %d x up to %zu elements (%zu in all)%s | gradient shard %zu elements | largest unit %zu elements\n",
+            z->nunits, units_total, z->world, r->gs.groups, z->shard_n, z->nslots, z->max_unit, fsdp_slot_bytes(z) / sizeof(floatX),
             z->keep ? " (--zero3-keep)" : "", z->gshard ? z->shard_n : 0, z->max_unit);
     }
     if (r->world > 1) {

@@ -49,6 +49,18 @@ run 4 "$TMP/rc4" train_gpt2 "${COMMON[@]}" --zero 3 --recompute 2 --grad-clip 0.
 "$BIN_DIR/train_gpt2" "${COMMON[@]}" --recompute 2 --grad-clip 0.5 --out "$TMP/rc_ref" > "$TMP/rc_ref.log" 2>&1 || bad "recompute reference failed"
 cmp_losses "train_gpt2 np=4 zero=3 recompute 2, clip 0.5 matches one process" "$TMP/rc_ref" "$TMP/rc4" 1e-5
 
+# ---- hybrid sharding: 4 ranks in 2 groups of 2 (sharded within a group, replicated across groups)
+run 4 "$TMP/hyb" train_gpt2 "${COMMON[@]}" --zero 3 --shard-group 2
+cmp_losses "train_gpt2 np=4 zero=3 --shard-group 2 matches one process" "$TMP/train_gpt2_ref" "$TMP/hyb" 1e-5
+run 4 "$TMP/hybl" train_lora "${COMMON[@]}" "${LORA[@]}" --zero 3 --shard-group 2
+cmp_losses "train_lora np=4 zero=3 --shard-group 2 matches one process" "$TMP/train_lora_ref" "$TMP/hybl" 1e-5
+line=$(grep '^zero3:' "$TMP/hyb.log")
+shard=$(sed -E 's/.*parameter shard ([0-9]+) elements.*/\1/' <<<"$line")
+shard2=$(grep '^zero3:' "$TMP/train_gpt2_np2.log" | sed -E 's/.*parameter shard ([0-9]+) elements.*/\1/')
+grep -q "sharded over 2 ranks x 2 groups" <<<"$line" && [ "$shard" = "$shard2" ] && ok "--shard-group 2 of 4 ranks: 2 groups, parameter shard $shard elements = that of 2 ranks" || bad "hybrid memory report: $line (2 ranks: $shard2)"
+expect_fail "--shard-group that does not divide the ranks" "does not divide the 4 ranks" \
+  timeout 60 mpirun -np 4 "$BIN_DIR/train_gpt2" "${COMMON[@]}" --zero 3 --shard-group 3 --out none
+
 # ---- the final model a ZeRO-3 run saves (rank 0 gathers the units) equals the one-process one
 python3 - "$TMP/train_gpt2_ref/model_00000006.bin" "$TMP/train_gpt2_np4/model_00000006.bin" <<'PY' && ok "ZeRO-3 np=4 saved model matches one process (max |diff| < 1e-4)" || bad "ZeRO-3 saved model differs"
 import struct, sys
@@ -128,6 +140,11 @@ cmp_losses "resume ZeRO 3 np=4 -> one process matches" "$TMP/train_gpt2_ref" "$T
 run 2 "$TMP/rd" train_gpt2 "${R[@]}" --zero 1 --stop-after 3
 run 4 "$TMP/rd" train_gpt2 "${R[@]}" --zero 3 --resume
 cmp_losses "resume ZeRO 1 np=2 -> ZeRO 3 np=4 matches" "$TMP/train_gpt2_ref" "$TMP/rd" 1e-5
+
+run 4 "$TMP/re" train_gpt2 "${R[@]}" --zero 3 --shard-group 2 --stop-after 3
+run 2 "$TMP/re" train_gpt2 "${R[@]}" --zero 2 --resume
+cmp_losses "resume ZeRO 3 4 ranks in 2 groups -> ZeRO 2 np=2 matches" "$TMP/train_gpt2_ref" "$TMP/re" 1e-5
+grep -q "note: --shard-group is ignored at --zero 2" "$TMP/re.log" && ok "the recorded --shard-group is noted as ignored at ZeRO 2" || bad "no note on the recorded --shard-group"
 
 # ---- what --zero 3 does not cover says so
 "$BIN_DIR/train_lora" "${COMMON[@]}" "${LORA[@]}" --qlora --zero 3 --out none > "$TMP/q.log" 2>&1 && bad "--qlora --zero 3 accepted" || { grep -q "does not shard an NF4" "$TMP/q.log" && ok "--qlora --zero 3: clear message" || bad "--qlora --zero 3 message: $(tail -2 "$TMP/q.log")"; }
