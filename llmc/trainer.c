@@ -97,22 +97,23 @@ static void state_range(const Run* r, size_t* begin, size_t* end, size_t* total)
     *begin = zero_shard_begin(z, r->rank) < z->total ? zero_shard_begin(z, r->rank) : z->total;
     *end = zero_shard_end(z, r->rank) < z->total ? zero_shard_end(z, r->rank) : z->total;
 }
-// One optimizer array (backend memory) -> host, in the file's layout (collective at ZeRO 3).
-static void state_download(Run* r, float* host, const float* dev) {
+// One optimizer array (backend memory, or host memory with the offload) -> host, in the file's
+// layout (collective at ZeRO 3).
+static void state_download(Run* r, float* host, const float* state) {
     const size_t n = r->opt.end - r->opt.begin;
-    if (!state_is_fsdp(r)) { ops_to_host(host, dev, n * sizeof(float)); return; }
+    if (!state_is_fsdp(r)) { opt_state_to_host(&r->opt, state, host); return; }
     float* local = (float*)mallocCheck((n ? n : 1) * sizeof(float));
-    ops_to_host(local, dev, n * sizeof(float));
+    opt_state_to_host(&r->opt, state, local);
     fsdp_state_to_flat(&r->gs.fsdp, &r->gs.zl, local, host);
     free(local);
 }
 // ... and back (collective at ZeRO 3).
-static void state_upload(Run* r, float* dev, const float* host) {
+static void state_upload(Run* r, float* state, const float* host) {
     const size_t n = r->opt.end - r->opt.begin;
-    if (!state_is_fsdp(r)) { ops_to_device(dev, host, n * sizeof(float)); return; }
+    if (!state_is_fsdp(r)) { opt_state_from_host(&r->opt, state, host); return; }
     float* local = (float*)mallocCheck((n ? n : 1) * sizeof(float));
     fsdp_state_from_flat(&r->gs.fsdp, &r->gs.zl, host, local);
-    ops_to_device(dev, local, n * sizeof(float));
+    opt_state_from_host(&r->opt, state, local);
     free(local);
 }
 
@@ -494,6 +495,7 @@ static void setup_optimizer(Run* r) {
         opt_init(&r->opt, segs, nseg, 0, (size_t)-1);
     } else
         opt_init(&r->opt, segs, nseg, gradsync_range_begin(&r->gs), gradsync_range_end(&r->gs));
+    if (f->offload_optimizer) opt_offload(&r->opt); // AdamW state in pinned host memory, the update on the CPU
     gradsync_attach(&r->gs, &r->opt, c->mode == TRAIN_FULL ? r->model : NULL);
     free(segs);
     schedule_of(&r->sched, c, r->steps);
@@ -582,6 +584,14 @@ static void report_memory(Run* r) {
     // floatX is 2 bytes on the CUDA backend (bf16 params, grads, activations) and 4 on the CPU;
     // the optimizer state is fp32 m, v and, with bf16 params, an fp32 master copy
     const char* xt = sizeof(floatX) == 2 ? "bf16" : "fp32";
+    if (r->opt.offload) { // not in the backend's memory
+        say(r, "optimizer offload: fp32 m, v%s of %zu elements in pinned host memory (%.1f MiB), AdamW on the CPU; "
+               "per step %.1f MiB to the host (gradients%s), %.1f MiB back (parameters)\n",
+            r->opt.master ? ", master" : "", r->opt.end - r->opt.begin, mib(ob),
+            mib((r->opt.end - r->opt.begin) * sizeof(floatX) * (r->opt.master ? 1 : 2)), r->opt.master ? "" : " and parameters",
+            mib((r->opt.end - r->opt.begin) * sizeof(floatX)));
+        ob = 0;
+    }
     say(r, "memory (this rank): params %.1f MiB (%s%s) | grads %.1f MiB (%s) | optimizer %.1f MiB (fp32 m, v%s) | "
            "activations %.1f MiB (%s, recompute %d) | total %.1f MiB\n",
            mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",

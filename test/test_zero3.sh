@@ -6,7 +6,8 @@
 #     units; a --memory-budget one process cannot meet is met by 4 ranks at ZeRO 3;
 #   - the trace: the number of all-gathers / reduce-scatters per step is the formula's, and each
 #     unit's gather is started before the previous unit's forward compute ends (prefetch);
-#   - resume re-shards: ZeRO 3 with 4 ranks -> ZeRO 1 with 2 ranks, ZeRO 1 (2 ranks) -> ZeRO 3 (4).
+#   - resume re-shards: ZeRO 3 with 4 ranks -> ZeRO 1 with 2 ranks, ZeRO 1 (2 ranks) -> ZeRO 3 (4);
+#   - hybrid sharding (--shard-group), the optimizer offload (--offload-optimizer).
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null 2>&1 || { echo "skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"; exit 0; }
 "$BIN_DIR/train_gpt2" --help >/dev/null 2>&1 || { echo "train_gpt2 not built"; exit 1; }
@@ -145,6 +146,16 @@ run 4 "$TMP/re" train_gpt2 "${R[@]}" --zero 3 --shard-group 2 --stop-after 3
 run 2 "$TMP/re" train_gpt2 "${R[@]}" --zero 2 --resume
 cmp_losses "resume ZeRO 3 4 ranks in 2 groups -> ZeRO 2 np=2 matches" "$TMP/train_gpt2_ref" "$TMP/re" 1e-5
 grep -q "note: --shard-group is ignored at --zero 2" "$TMP/re.log" && ok "the recorded --shard-group is noted as ignored at ZeRO 2" || bad "no note on the recorded --shard-group"
+
+# ---- the optimizer offload (AdamW state on the host, the update on the CPU: llmc/adamw_host.c;
+# the CUDA backend's case runs under the harness in test/cuda/test_offload_cuda.cu)
+"$BIN_DIR/train_gpt2" "${COMMON[@]}" --offload-optimizer --out "$TMP/off1" > "$TMP/off1.log" 2>&1 || bad "--offload-optimizer failed"
+cmp_losses "--offload-optimizer: the losses of the backend's update, exactly" "$TMP/train_gpt2_ref" "$TMP/off1" 0
+grep -q "^optimizer offload: .* per step 0.9 MiB to the host (gradients and parameters), 0.4 MiB back (parameters)" "$TMP/off1.log" &&
+  ok "offload report: $(grep -o 'per step.*' "$TMP/off1.log")" || bad "offload report: $(grep '^optimizer offload' "$TMP/off1.log")"
+run 4 "$TMP/off4" train_gpt2 "${R[@]}" --zero 3 --offload-optimizer --stop-after 3
+run 2 "$TMP/off4" train_gpt2 "${R[@]}" --zero 1 --offload-optimizer --resume
+cmp_losses "--offload-optimizer at ZeRO 3 np=4, resumed at ZeRO 1 np=2, matches one process" "$TMP/train_gpt2_ref" "$TMP/off4" 1e-5
 
 # ---- what --zero 3 does not cover says so
 "$BIN_DIR/train_lora" "${COMMON[@]}" "${LORA[@]}" --qlora --zero 3 --out none > "$TMP/q.log" 2>&1 && bad "--qlora --zero 3 accepted" || { grep -q "does not shard an NF4" "$TMP/q.log" && ok "--qlora --zero 3: clear message" || bad "--qlora --zero 3 message: $(tail -2 "$TMP/q.log")"; }
