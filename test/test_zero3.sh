@@ -62,6 +62,16 @@ grep -q "sharded over 2 ranks x 2 groups" <<<"$line" && [ "$shard" = "$shard2" ]
 expect_fail "--shard-group that does not divide the ranks" "does not divide the 4 ranks" \
   timeout 60 mpirun -np 4 "$BIN_DIR/train_gpt2" "${COMMON[@]}" --zero 3 --shard-group 3 --out none
 
+# ---- evaluation (forward only, through the units) and --keep-best (rank 0 gathers the model)
+make_shard "$TMP/val.bin" 4000 100 9
+EV=("${COMMON[@]}" --val-data "$TMP/val.bin" --eval-every 2 --keep-best)
+run 4 "$TMP/ev0" train_gpt2 "${EV[@]}" --zero 0
+run 4 "$TMP/ev3" train_gpt2 "${EV[@]}" --zero 3
+vl() { grep -o '"val_loss": [0-9.e+-]*' "$1/log.jsonl" | awk '{print $2}'; }
+if [ -n "$(vl "$TMP/ev0")" ] && [ "$(vl "$TMP/ev0")" = "$(vl "$TMP/ev3")" ] && [ -s "$TMP/ev3/best/best.json" ]; then
+  ok "np=4: the validation losses at ZeRO 3 equal ZeRO 0's ($(vl "$TMP/ev3" | wc -l) evaluations), best/ saved"
+else bad "ZeRO 3 evaluation: $(vl "$TMP/ev3" | tr '\n' ' ') vs ZeRO 0 $(vl "$TMP/ev0" | tr '\n' ' ')"; fi
+
 # ---- the final model a ZeRO-3 run saves (rank 0 gathers the units) equals the one-process one
 python3 - "$TMP/train_gpt2_ref/model_00000006.bin" "$TMP/train_gpt2_np4/model_00000006.bin" <<'PY' && ok "ZeRO-3 np=4 saved model matches one process (max |diff| < 1e-4)" || bad "ZeRO-3 saved model differs"
 import struct, sys
