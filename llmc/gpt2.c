@@ -182,7 +182,7 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
     if (T > m->cfg.max_seq_len)
         fatal("use a --seq-len (or prompt + new tokens) no larger than the model's n_positions",
               "sequences of %d tokens exceed the model's maximum sequence length %d (n_positions)", T, m->cfg.max_seq_len);
-    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
+    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); free(m->inputs_host); }
     m->B = B; m->T = T;
     size_t L = (size_t)m->cfg.num_layers, C = (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
     size_t BT = (size_t)B * T, Vp = (size_t)m->cfg.padded_vocab_size, X = sizeof(floatX), F = sizeof(float);
@@ -219,11 +219,12 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
     m->inputs = (int*)ops_alloc(BT * sizeof(int));
     m->targets = (int*)ops_alloc(BT * sizeof(int));
     m->losses_host = (float*)mallocCheck(BT * sizeof(float));
+    m->inputs_host = (int*)mallocCheck(BT * sizeof(int));
     linear_set_alloc(m->lin, B * T);
 }
 
 void gpt2_free(GPT2* m) {
-    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
+    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); free(m->inputs_host); }
     if (m->params) ops_free(m->params);
     if (m->grads) ops_free(m->grads);
     free(m->lp);
@@ -325,7 +326,8 @@ static GPT2BlockIO block_io(GPT2* m, int l, int B, int T) {
     return io;
 }
 
-double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, long* n_valid) {
+// The forward up to the per-token losses (acts.losses, when targets are given).
+static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
     if (B > m->B || T > m->T) fatal("this is a bug in llmc", "forward with B=%d T=%d beyond allocated %d x %d", B, T, m->B, m->T);
     const int L = m->cfg.num_layers, C = m->cfg.channels;
     const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
@@ -339,8 +341,9 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
                   "target token id %d at position %d is out of range for the model's vocabulary (%d)", targets[i], i, V);
     }
     m->cur_B = B; m->cur_T = T;
-    ops_to_device(m->inputs, inputs, (size_t)N * sizeof(int));
-    if (targets) ops_to_device(m->targets, targets, (size_t)N * sizeof(int));
+    memcpy(m->inputs_host, inputs, (size_t)N * sizeof(int));
+    ops_to_device_async(m->inputs, inputs, (size_t)N * sizeof(int));
+    if (targets) ops_to_device_async(m->targets, targets, (size_t)N * sizeof(int));
     GPT2Acts* a = &m->acts;
     gpt2_embed_forward(m, a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, m->inputs, B, T, 0);
     for (int l = 0; l < L; l++) {
@@ -351,14 +354,26 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
     UNIT_NEED(m, UNIT_HEAD(m));
     matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, C, Vp);
     m->has_targets = targets != NULL && dloss != 0.0f; // (with dloss 0 the logits stay logits)
+    if (targets) fused_classifier(a->losses, a->logits, m->targets, dloss, N, V, Vp);
     if (!m->has_targets) UNIT_RELEASE(m, UNIT_HEAD(m)); // (else backward starts with this unit)
+}
+
+double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, long* n_valid) {
+    gpt2_forward_run(m, inputs, targets, B, T, dloss);
     if (!targets) { if (n_valid) *n_valid = 0; return 0.0; }
-    fused_classifier(a->losses, a->logits, m->targets, dloss, N, V, Vp);
-    ops_to_host(m->losses_host, a->losses, (size_t)N * sizeof(float));
+    const int N = B * T;
+    ops_to_host(m->losses_host, m->acts.losses, (size_t)N * sizeof(float));
     double sum = 0.0; long cnt = 0;
     for (int i = 0; i < N; i++) if (targets[i] >= 0) { sum += m->losses_host[i]; cnt++; }
     if (n_valid) *n_valid = cnt;
     return sum;
+}
+
+void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, double* loss_acc) {
+    if (!targets) fatal("this is a bug in llmc", "gpt2_forward_acc without targets");
+    gpt2_forward_run(m, inputs, targets, B, T, dloss);
+    // ignored targets have a loss of 0 (fused_classifier): the sum over every row is the sum over valid ones
+    sum_f32_acc(loss_acc, m->acts.losses, (size_t)B * T);
 }
 
 void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
@@ -420,6 +435,6 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
         UNIT_RELEASE(m, l);
         if (sink) sink->bucket_done(sink->ctx, L - 1 - l);
     }
-    encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, B, T, C);
+    encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, m->inputs_host, B, T, C);
     if (sink) sink->bucket_done(sink->ctx, L);
 }

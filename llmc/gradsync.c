@@ -14,6 +14,8 @@ void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain) {
     gs->zero = zero;
     gs->sharded = zero >= 1 && comm->world > 1;
     zero_layout_init(&gs->zl, ntrain, comm->world, ZERO_ALIGN_DEFAULT);
+    gs->stats = (double*)ops_alloc(2 * sizeof(double));
+    ops_zero(gs->stats, 2 * sizeof(double));
 }
 
 void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep, int group) {
@@ -101,6 +103,7 @@ void gradsync_free(GradSync* gs) {
     if (gs->groups > 1) { comm_split_free(&gs->group); comm_split_free(&gs->replica); }
     if (gs->gshard) ops_free(gs->gshard);
     if (gs->layer_bucket) { ops_free(gs->layer_bucket); ops_free(gs->final_bucket); }
+    if (gs->stats) ops_free(gs->stats);
     memset(gs, 0, sizeof(*gs));
 }
 
@@ -110,6 +113,7 @@ const GPT2GradSink* gradsync_sink(GradSync* gs) {
 }
 
 void gradsync_step_begin(GradSync* gs) {
+    ops_zero(gs->stats, 2 * sizeof(double));
     if (gs->fsdp_on) fsdp_zero_grads(&gs->fsdp);
     if (gs->gshard) ops_zero(gs->gshard, (gs->opt->end - gs->opt->begin) * sizeof(floatX));
 }
@@ -160,16 +164,21 @@ void gradsync_reduce(GradSync* gs) {
     if (gs->fsdp_on) fsdp_reduce_replicas(&gs->fsdp);
 }
 
-double gradsync_grad_norm(GradSync* gs) {
+double* gradsync_loss_acc(GradSync* gs) { return gs->stats; }
+
+void gradsync_step_stats(GradSync* gs, double* loss_sum, double* norm) {
     const Optimizer* o = gs->opt;
-    double ss;
-    if (!gs->sharded) ss = opt_grad_sumsq(o, 0, o->total);
-    else {
-        ss = opt_grad_sumsq(o, o->begin, o->end);
-        // (ZeRO-3 full training with groups: the group's pieces make up the whole gradient once)
-        comm_allreduce_sum_f64(gs->fsdp_on && gs->fsdp.gshard ? gs->fsdp.comm : gs->comm, &ss, 1);
-    }
-    return sqrt(ss);
+    // sharded: each rank's sum of squares covers its own shard; otherwise every rank holds all of it
+    if (gs->sharded) opt_grad_sumsq_acc(o, o->begin, o->end, gs->stats + 1);
+    else opt_grad_sumsq_acc(o, 0, o->total, gs->stats + 1);
+    double st[2];
+    ops_to_host(st, gs->stats, sizeof(st));
+    comm_allreduce_sum_f64(gs->comm, st, gs->sharded ? 2 : 1); // the losses always, the norm's shards
+    // ZeRO-3 full training with shard groups: every group's pieces cover the whole gradient once,
+    // so the sum over all ranks counted it once per group
+    if (gs->sharded && gs->fsdp_on && gs->fsdp.gshard && gs->groups > 1) st[1] /= (double)gs->groups;
+    *loss_sum = st[0];
+    *norm = sqrt(st[1]);
 }
 
 void gradsync_share_params(GradSync* gs) {

@@ -669,20 +669,18 @@ static StepResult train_step(Run* r) {
     if (valid == 0) { s.no_targets = 1; return s; } // (valid is global: every rank returns here)
     gpt2_zero_grads(r->model);
     gradsync_step_begin(&r->gs);
-    double loss_sum = 0.0;
     const float dloss = 1.0f / (float)valid;
     for (int k = 0; k < c->accum; k++) {
-        long n = 0;
         // dropout masks: a pure function of (seed, rank, micro-step), so a resumed run draws the same ones
         linear_set_training(r->model->lin, 1, ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)c->accum + (uint64_t)k);
-        loss_sum += gpt2_forward(r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, &n);
+        gpt2_forward_acc(r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, gradsync_loss_acc(&r->gs));
         gpt2_backward(r->model, gradsync_sink(&r->gs));
         gradsync_micro_done(&r->gs);
     }
-    comm_allreduce_sum_f64(&r->comm, &loss_sum, 1);
     gradsync_reduce(&r->gs);
+    double loss_sum; // the step's one read of the device: loss and gradient norm together
+    gradsync_step_stats(&r->gs, &loss_sum, &s.norm);
     s.loss = loss_sum / (double)valid;
-    s.norm = gradsync_grad_norm(&r->gs);
     s.skipped = !isfinite(s.loss) || !isfinite(s.norm);
     if (s.skipped) return s;
     opt_step(&r->opt, s.lr, f->beta1, f->beta2, f->eps, f->weight_decay, opt_clip_scale(s.norm, f->grad_clip),
