@@ -6,17 +6,19 @@
 //   ZeRO 0  every segment's gradients are all-reduced once per step; every rank updates everything.
 //   ZeRO 1  each segment's pieces are reduced to the rank owning them once per step; each owner
 //           updates its shard and broadcasts the new parameters.
+//   ZeRO 2  gradients are reduced while backward runs and only the own shard persists (gshard).
+//           Full training hands gpt2_backward a sink (gradsync_sink) that reduces each layer's
+//           bucket as soon as that layer is done, the model's gradients living in two one-layer
+//           buckets owned here; adapters are reduced after each micro-step instead.
 //   ZeRO 3  the parameters are sharded too (llmc/fsdp.h): each rank keeps a piece of every unit
 //           (block, embedding/head), gathered when the model needs it. Full training: gradients
 //           are reduce-scattered unit by unit as backward leaves them and the optimizer updates
 //           this rank's pieces (its segments are fsdp_segments), which the next gathers read.
 //           Adapters (LoRA) are trained as at ZeRO 2 over a frozen sharded base.
-//   ZeRO 2  gradients are reduced while backward runs and only the own shard persists (gshard).
-//           Full training hands gpt2_backward a sink (gradsync_sink) that reduces each layer's
-//           bucket as soon as that layer is done, the model's gradients living in two one-layer
-//           buckets owned here; adapters are reduced after each micro-step instead.
 // The global gradient norm: at stage 0 every rank holds the whole sum; at stages 1/2 each rank sums
-// the squares of its shard and one all-reduce of that partial sum gives every rank the same norm.
+// the squares of its shard and one all-reduce of that partial sum gives every rank the same norm;
+// at stage 3 the shards are the units' pieces (with --shard-group each group covers the gradient
+// once, so the sum over all ranks is divided by the number of groups).
 //
 // The step's loss and gradient norm stay on the device until gradsync_step_stats reads both at
 // once: the only time a step waits for the device before its update.
