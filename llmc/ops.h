@@ -83,6 +83,14 @@ void ops_synchronize(void);
 // the attention backward without float atomics; 0 allows its faster atomic variant. The CPU
 // backend is always deterministic.
 void ops_set_deterministic(int on);
+// The precision of the GEMMs (matmul_*): OPS_F32, or OPS_BF16 = operands rounded to bf16 (round
+// to nearest even), products accumulated and written in fp32 (floatX). The CPU backend does both
+// (fp32: OpenBLAS; bf16: oneDNN) and starts in fp32; the CUDA backend computes in bf16 only and
+// refuses OPS_F32. ops_bf16_native says whether bf16 GEMMs run natively here (the CPU: AVX512-BF16
+// or AMX-BF16; a GPU: always), with a phrase saying why, for --dtype auto and its banner line.
+void ops_set_gemm_dtype(OpsDtype d);
+OpsDtype ops_gemm_dtype(void);
+int ops_bf16_native(const char** why);
 
 // ----------------------------------------------------------------------------
 // embeddings (encoder.c / encoder.cu)
@@ -117,6 +125,14 @@ void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floa
 // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout. Any may be NULL.
 void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC);
+
+// The same with the weight held in bf16 (raw bit patterns, uint16_t [OC, C]): a frozen weight
+// kept at half the memory on a backend whose floatX is fp32 (LoRA's base on the CPU with --dtype
+// bf16). Computed in bf16 GEMMs whatever ops_gemm_dtype says; there is no weight gradient.
+void matmul_forward_w16(floatX* out, floatX* gelu_out, const floatX* inp, const uint16_t* weight,
+                        const floatX* bias, int N, int C, int OC);
+void matmul_backward_w16(floatX* dinp, floatX* dbias, const floatX* dout, const uint16_t* weight,
+                         int N, int C, int OC);
 
 // ----------------------------------------------------------------------------
 // element-wise (elementwise.c / elementwise.cu)

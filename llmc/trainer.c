@@ -56,6 +56,7 @@ typedef struct {
     KVCache* kv;
     // model FLOPs utilization (llmc/mfu.h): FLOPs of one step on this rank, the device's peak
     double step_flops, peak_flops; // peak 0: unknown (CPU, unlisted GPU), MFU "n/a"
+    char dtype_desc[160];      // --dtype as applied, for the banner
 } Run;
 
 // Console output comes from rank 0 only.
@@ -349,6 +350,7 @@ static void build_model(Run* r, long resume_step) {
     }
     spec.seed = (uint64_t)f->seed;
     spec.qlora = c->qlora;
+    spec.base_bf16 = ops_gemm_dtype() == OPS_BF16;
     spec.trainable = c->mode == TRAIN_FULL ? GPT2_TRAIN_ALL : 0u;
     spec.recompute = f->recompute;
     spec.B = f->batch_size; spec.T = f->seq_len; spec.T_flag = "--seq-len";
@@ -434,6 +436,7 @@ static void report_model(Run* r) {
     size_t trainable = r->opt.total - pad_rows, total_params = params_count_unpadded(&r->model->pt);
     if (r->lora) trainable = r->opt.total - (r->lora->total - r->lora->n_trainable); // without the q/k/v split's structural zeros
     say(r, "backend: %s\n", ops_backend_name());
+    say(r, "dtype: %s\n", r->dtype_desc);
     say(r, "model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", r->m.source,
            cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, total_params);
     if (r->lora) {
@@ -649,6 +652,7 @@ static void start_backend(Run* r) {
     device_select(&r->comm); // before ops_init: the backend's handles belong to the current GPU
     ops_init(r->c->f.threads);
     ops_set_deterministic(r->c->f.deterministic);
+    cli_apply_dtype(r->c->f.dtype, r->dtype_desc, sizeof(r->dtype_desc));
     device_attach(&r->comm); // CUDA: NCCL for the device collectives, even with one rank
 }
 

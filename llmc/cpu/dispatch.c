@@ -24,6 +24,9 @@ void ops_download_f32(float* dst_host, const floatX* src, size_t n) {
 }
 void ops_synchronize(void) { cpu_ops_synchronize(); }
 void ops_set_deterministic(int on) { cpu_ops_set_deterministic(on); }
+void ops_set_gemm_dtype(OpsDtype d) { cpu_ops_set_gemm_dtype(d); }
+OpsDtype ops_gemm_dtype(void) { return cpu_ops_gemm_dtype(); }
+int ops_bf16_native(const char** why) { return cpu_ops_bf16_native(why); }
 
 // ---- device selection and device collectives (llmc/device.h)
 void device_select(const Comm* c) { cpu_device_select(c); }
@@ -64,6 +67,14 @@ void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floa
 void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC) {
     cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+void matmul_forward_w16(floatX* out, floatX* gelu_out, const floatX* inp, const uint16_t* weight,
+                        const floatX* bias, int N, int C, int OC) {
+    cpu_matmul_forward_w16(out, gelu_out, inp, weight, bias, N, C, OC);
+}
+void matmul_backward_w16(floatX* dinp, floatX* dbias, const floatX* dout, const uint16_t* weight,
+                         int N, int C, int OC) {
+    cpu_matmul_backward_w16(dinp, dbias, dout, weight, N, C, OC);
 }
 
 // ---- element-wise

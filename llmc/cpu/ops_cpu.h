@@ -28,6 +28,9 @@ void cpu_ops_upload_f32(float* dst, const float* src_host, size_t n);
 void cpu_ops_download_f32(float* dst_host, const float* src, size_t n);
 void cpu_ops_synchronize(void);
 void cpu_ops_set_deterministic(int on);
+void cpu_ops_set_gemm_dtype(OpsDtype d);   // (matmul.c)
+OpsDtype cpu_ops_gemm_dtype(void);
+int cpu_ops_bf16_native(const char** why);
 
 // ---- device selection, llmc/device.h (backend.c: one device, the host)
 void cpu_device_select(const Comm* c);
@@ -55,6 +58,10 @@ void cpu_matmul_forward(float* out, float* gelu_out, const float* inp, const flo
                         const float* bias, int N, int C, int OC);
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                          const float* inp, const float* weight, int N, int C, int OC);
+void cpu_matmul_forward_w16(float* out, float* gelu_out, const float* inp, const uint16_t* weight,
+                            const float* bias, int N, int C, int OC);
+void cpu_matmul_backward_w16(float* dinp, float* dbias, const float* dout, const uint16_t* weight,
+                             int N, int C, int OC);
 
 // ---- element-wise (elementwise.c)
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
