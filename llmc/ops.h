@@ -91,6 +91,12 @@ void ops_set_deterministic(int on);
 void ops_set_gemm_dtype(OpsDtype d);
 OpsDtype ops_gemm_dtype(void);
 int ops_bf16_native(const char** why);
+// The step split by op (--profile): ops_profile(1) clears the tally and starts timing every op
+// call, 0 stops; ops_profile_print writes the tally per step over `steps` steps to stdout (op,
+// shape for GEMMs, ms per step, calls, share). The CPU backend tallies (its ops are synchronous);
+// the CUDA backend prints that it has no tally (profile it with Nsight Systems).
+void ops_profile(int on);
+void ops_profile_print(long steps);
 
 // ----------------------------------------------------------------------------
 // embeddings (encoder.c / encoder.cu)

@@ -67,6 +67,7 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--shuffle", NULL, ARG_BOOL, &f->shuffle, NULL, "shuffle shard and batch order every epoch (default: sequential)", 1, 0, NULL},
         cli_flag_threads(&f->threads),
         cli_flag_dtype(&f->dtype),
+        {"--profile", NULL, ARG_BOOL, &f->profile, NULL, "time every op and print the step split by op at the end (from the second step on; CPU backend)", 1, 0, NULL},
         {"--watchdog-timeout", NULL, ARG_FLOAT, &f->watchdog_timeout, "SECONDS", "end every rank with a message naming the stuck one when a rank makes no progress (stopped, hung GPU, deadlock) for SECONDS beyond the slowest step seen; 0 = off", 0, 1e6, NULL},
         {"--deterministic", NULL, ARG_INT, &f->deterministic, "0|1", "1: kernels give identical results run to run; 0 allows faster non-deterministic ones (CUDA attention backward)", 0, 1, NULL},
         {"--zero", "-z", ARG_INT, &f->zero, "S", "ZeRO stage across ranks: 0 all-reduce gradients, 1 shard optimizer state, 2 shard gradients too", 0, 2, NULL},

@@ -56,6 +56,7 @@ typedef struct {
     int eval_every, eval_batches, save_every, keep_checkpoints;
     int seed, threads, shuffle, max_skipped;
     int zero, recompute, deterministic;
+    int profile;                 // --profile: the step split by op at the end
     const char* dtype;           // --dtype fp32|bf16|auto (resolved by cli_apply_dtype at start-up)
     float watchdog_timeout;      // seconds beyond the slowest step (llmc/comm.h); 0 = off
     const char* save_format;

@@ -622,6 +622,8 @@ static int train_loop(Run* r) {
             eval_and_log(r);
         }
         if (last) return 0;
+        // --profile: the tally starts after this run's first step (it warms up), or with a lone step
+        if (f->profile && (r->steps_this_run == 1 || (r->steps_this_run == 0 && f->steps - r->step == 1))) ops_profile(1);
         double t0 = timer_now_s();
         comm_watchdog_op(&r->comm, "step %ld", r->step + 1);
         StepResult s = train_step(r);
@@ -693,6 +695,8 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     setup_mfu(r);
     open_log(r, resume_step >= 0);
     const int stopped = train_loop(r);
+    if (rc.f.profile && r->rank == 0) ops_profile_print(r->steps_this_run > 1 ? r->steps_this_run - 1 : 1);
+    ops_profile(0);
     comm_watchdog_op_unbounded(&r->comm, "final sample and save");
     if (!stopped) {
         sample_now(r);

@@ -15,6 +15,11 @@ void ops_set_gemm_dtype(OpsDtype d) {
         fatal("leave --dtype at auto or bf16 on a GPU", "the CUDA backend computes its GEMMs in bf16 only");
 }
 OpsDtype ops_gemm_dtype(void) { return OPS_BF16; }
+void ops_profile(int on) { (void)on; }
+void ops_profile_print(long steps) {
+    (void)steps;
+    printf("profile: the CUDA backend keeps no per-op tally (its kernels run asynchronously); use Nsight Systems (nsys profile)\n");
+}
 int ops_bf16_native(const char** why) {
     *why = "the CUDA backend's GEMMs are bf16 on tensor cores";
     return 1;
