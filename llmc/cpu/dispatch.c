@@ -118,6 +118,11 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
                       int Vp) {
     CPU_PROF("fused_classifier", 0, 0, cpu_fused_classifier(losses, logits, targets, dloss, N, V, Vp));
 }
+int classifier_rows(int N) { return cpu_classifier_rows(N); }
+void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
+                      const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
+    cpu_classifier_train(losses, dx, dw, logits, x, w, targets, dloss, N, C, V, Vp);
+}
 
 // ---- optimizer
 void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,

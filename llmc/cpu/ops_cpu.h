@@ -85,6 +85,9 @@ void cpu_attention_forward_kv(float* out, const float* qkv_new, float* kcache, f
 // ---- classifier (classifier.c)
 void cpu_fused_classifier(float* losses, float* logits, const int* targets, float dloss, int N,
                           int V, int Vp);
+int cpu_classifier_rows(int N);
+void cpu_classifier_train(float* losses, float* dx, float* dw, float* logits, const float* x,
+                          const float* w, const int* targets, float dloss, int N, int C, int V, int Vp);
 
 // ---- optimizer (adamw.c)
 void cpu_adamw_update(float* params, float* master, const float* grads, float* m, float* v,

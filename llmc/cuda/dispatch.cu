@@ -131,6 +131,15 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
     cuda_fused_classifier(losses, logits, targets, dloss, N, V, Vp);
 }
 
+// The classifier of a training forward: the kernels over all N rows at once.
+int classifier_rows(int N) { return N; }
+void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
+                      const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
+    cuda_matmul_forward(logits, NULL, x, w, NULL, N, C, Vp);
+    cuda_fused_classifier(losses, logits, targets, dloss, N, V, Vp);
+    if (dloss != 0.0f) cuda_matmul_backward(dx, dw, NULL, logits, x, w, N, C, Vp);
+}
+
 // ---- optimizer
 void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay,
