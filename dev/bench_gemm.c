@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
     };
     static const char* KIND[3] = {"fwd", "dinp", "dW"};
     const int N = 1024;
-    double step_s[N_LIBS] = {0}, step_flop = 0;
+    double step_s[N_LIBS] = {0}, step_flop = 0, kind_s[N_LIBS][3] = {{0}};
     printf("GFLOP/s, best of %d, N=%d\n%-20s %-5s", reps, N, "shape", "");
     for (int l = 0; l < N_LIBS; l++) printf(" %16s", LIB_NAME[l]);
     printf("\n");
@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
             for (int l = 0; l < N_LIBS; l++) {
                 double t = bench(l, &g, reps);
                 step_s[l] += mult * t;
+                kind_s[l][k] += mult * t;
                 printf(" %16.0f", flop / t * 1e-9);
             }
             printf("\n");
@@ -172,6 +173,9 @@ int main(int argc, char** argv) {
     for (int l = 0; l < N_LIBS; l++) printf(" %16.0f", step_flop / step_s[l] * 1e-9);
     printf("\n%-26s", "step GEMM seconds");
     for (int l = 0; l < N_LIBS; l++) printf(" %16.2f", step_s[l]);
+    // LoRA / QLoRA: the frozen weights (wte included) get no gradient, so no dW GEMMs
+    printf("\n%-26s", "LoRA step GEMM seconds");
+    for (int l = 0; l < N_LIBS; l++) printf(" %16.2f", kind_s[l][0] + kind_s[l][1]);
     // the conversion the bf16 path adds per matmul: one activation (N x 3072 at most) to bf16
     size_t n = (size_t)N * 3072;
     float* x = rand_f32(n);
