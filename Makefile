@@ -69,7 +69,7 @@ endif
 .PHONY: all test-build test-run gpu-tests gpu-bundle-files
 
 clean:
-	rm -rf build train_gpt2 train_lora generate data/prepare
+	rm -rf build train_gpt2 train_lora generate convert data/prepare
 	@# trees of the earlier layout
 	rm -rf build-san build-tsan dev/cuda/build
 .PHONY: clean

@@ -32,7 +32,7 @@ BASE="$tmp/base/model.bin"; [ -f "$BASE" ] || { echo "no base model written"; ca
 run() { # name, extra flags...
   local name=$1; shift
   ./train_lora --model "$BASE" --train-data "$tmp/bench.bin" -b 4 -t 256 --steps $((STEPS + 1)) --lora-rank 8 \
-      --lora-targets c_attn --threads "$THREADS" "$@" > "$tmp/$name.log" 2>&1 &
+      --lora-targets c_attn --threads "$THREADS" --out none "$@" > "$tmp/$name.log" 2>&1 &
   local pid=$! rss=0 hwm=0
   while kill -0 $pid 2>/dev/null; do
     if grep -qE "^step +2/" "$tmp/$name.log" 2>/dev/null && [ "$rss" = 0 ]; then

@@ -38,7 +38,7 @@ ours() {
   local name=$1; shift
   local l0; l0=$(load)
   env -u OPENBLAS_CORETYPE /usr/bin/time -v "$@" --model "$model" --train-data "$tmp/data.bin" --batch-size 4 --seq-len 256 \
-      --steps $((STEPS + 1)) --threads "$THREADS" --save-format none --out "$tmp/out_$name" > "$tmp/$name.log" 2> "$tmp/$name.time"
+      --steps $((STEPS + 1)) --threads "$THREADS" --out none > "$tmp/$name.log" 2> "$tmp/$name.time"
   local ms; ms=$(grep -E "^step +[0-9]+/" "$tmp/$name.log" | tail -n "$STEPS" | sed -E 's/.*\| ([0-9.]+) ms \|.*/\1/' | stats)
   printf "%-24s %s %s load %s -> %s\n" "$name" "$ms" "$(rss_mib "$tmp/$name.time")" "$l0" "$(load)" | tee -a "$tmp/table"
 }

@@ -11,17 +11,18 @@ void args_print_help(const ArgSpec* specs, int n, const char* usage_head) {
     for (int i = 0; i < n; i++) {
         const ArgSpec* s = &specs[i];
         char left[96];
-        snprintf(left, sizeof(left), "  %s%s%s%s%s", s->alias ? s->alias : "", s->alias ? ", " : "", s->name,
-                 s->type == ARG_BOOL ? "" : " ", s->type == ARG_BOOL ? "" : (s->metavar ? s->metavar : "X"));
+        const char* mv = s->type == ARG_BOOL ? "" : s->metavar ? s->metavar : "X";
+        snprintf(left, sizeof(left), "  %s%s%s%s%s%s", s->alias ? s->alias : "", s->alias ? ", " : "", s->name,
+                 s->type == ARG_BOOL ? "" : s->type == ARG_OPT_STR ? " [" : " ", mv, s->type == ARG_OPT_STR ? "]" : "");
         printf("%-34s %s", left, s->help);
         switch (s->type) {
         case ARG_INT: printf(" (default %d)", *(int*)s->dst); break;
         case ARG_INT64: printf(" (default %lld)", (long long)*(int64_t*)s->dst); break;
         case ARG_FLOAT: printf(" (default %g)", *(float*)s->dst); break;
         case ARG_STR: if (*(const char**)s->dst) printf(" (default %s)", *(const char**)s->dst); break;
-        case ARG_BOOL: break;
+        case ARG_BOOL: case ARG_OPT_STR: break;
         }
-        if (s->choices) {
+        if (s->choices && s->type != ARG_OPT_STR) { // (an optional word is named in the help)
             printf(" [");
             for (int c = 0; s->choices[c]; c++) printf("%s%s", c ? "|" : "", s->choices[c]);
             printf("]");
@@ -83,7 +84,7 @@ static int set_value(const ArgSpec* s, const char* val, char* err, size_t cap) {
         *(float*)s->dst = (float)v;
         return 0;
     }
-    case ARG_STR: return str_value(s, val, err, cap);
+    case ARG_STR: case ARG_OPT_STR: return str_value(s, val, err, cap);
     case ARG_BOOL:
         if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "yes")) *(int*)s->dst = 1;
         else if (!strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "no")) *(int*)s->dst = 0;
@@ -106,6 +107,11 @@ static int is_bool_word(const char* s) {
     return !strcmp(s, "0") || !strcmp(s, "1") || !strcmp(s, "true") || !strcmp(s, "false");
 }
 
+static int is_choice(const ArgSpec* s, const char* word) {
+    for (int c = 0; s->choices && s->choices[c]; c++) if (!strcmp(s->choices[c], word)) return 1;
+    return 0;
+}
+
 void args_parse(int argc, char** argv, const ArgSpec* specs, int n, const char* usage_head, unsigned char* given) {
     if (given) memset(given, 0, (size_t)n);
     for (int i = 1; i < argc; i++) {
@@ -120,6 +126,8 @@ void args_parse(int argc, char** argv, const ArgSpec* specs, int n, const char* 
         if (eq) val = eq + 1;
         else if (s->type == ARG_BOOL) // a bool takes an explicit value only when the next word is one
             val = i + 1 < argc && is_bool_word(argv[i + 1]) ? argv[++i] : "1";
+        else if (s->type == ARG_OPT_STR) // likewise: the next word only when it is one of the choices
+            val = i + 1 < argc && is_choice(s, argv[i + 1]) ? argv[++i] : s->choices[0];
         else {
             if (i + 1 >= argc) fatal(HINT, "%s needs a value (%s)", s->name, s->metavar ? s->metavar : "X");
             val = argv[++i];
@@ -147,6 +155,20 @@ static double float_shortest(float f) {
     return strtod(t, NULL);
 }
 
+void args_value_text(const ArgSpec* s, char* out, size_t cap) {
+    switch (s->type) {
+    case ARG_INT: snprintf(out, cap, "%d", *(const int*)s->dst); break;
+    case ARG_INT64: snprintf(out, cap, "%lld", (long long)*(const int64_t*)s->dst); break;
+    case ARG_FLOAT: snprintf(out, cap, "%.9g", float_shortest(*(const float*)s->dst)); break;
+    case ARG_BOOL: snprintf(out, cap, "%s", *(const int*)s->dst ? "on" : "off"); break;
+    case ARG_STR: case ARG_OPT_STR: {
+        const char* v = *(const char* const*)s->dst;
+        snprintf(out, cap, "%s", v ? v : "none");
+        break;
+    }
+    }
+}
+
 void args_write_json(JsonWriter* w, const ArgSpec* s) {
     char key[128];
     args_json_key(s, key, sizeof(key));
@@ -155,7 +177,7 @@ void args_write_json(JsonWriter* w, const ArgSpec* s) {
     case ARG_INT: jw_int(w, *(int*)s->dst); break;
     case ARG_INT64: jw_int(w, *(int64_t*)s->dst); break;
     case ARG_FLOAT: jw_double(w, float_shortest(*(float*)s->dst)); break;
-    case ARG_STR: if (*(const char**)s->dst) jw_string(w, *(const char**)s->dst); else jw_null(w); break;
+    case ARG_STR: case ARG_OPT_STR: if (*(const char**)s->dst) jw_string(w, *(const char**)s->dst); else jw_null(w); break;
     case ARG_BOOL: jw_bool(w, *(int*)s->dst); break;
     }
 }
@@ -175,7 +197,7 @@ int args_set_json(const ArgSpec* s, const JsonValue* v, char* err, size_t cap) {
         if (!json_as_number(v, &d)) { snprintf(err, cap, "%s: not a number", s->name); return -1; }
         snprintf(text, sizeof(text), "%.9g", d);
         break;
-    case ARG_STR:
+    case ARG_STR: case ARG_OPT_STR:
         if (json_is_null(v)) { *(const char**)s->dst = NULL; return 0; }
         val = json_as_string(v);
         if (!val) { snprintf(err, cap, "%s: not a string", s->name); return -1; }

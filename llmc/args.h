@@ -13,17 +13,20 @@
 extern "C" {
 #endif
 
-typedef enum { ARG_INT, ARG_INT64, ARG_FLOAT, ARG_STR, ARG_BOOL } ArgType;
+// ARG_OPT_STR: a string from choices whose value may be left out: the flag alone means
+// choices[0] ("--resume" = "--resume yes"), and the next word is its value only when it is one of
+// the choices ("--resume auto").
+typedef enum { ARG_INT, ARG_INT64, ARG_FLOAT, ARG_STR, ARG_BOOL, ARG_OPT_STR } ArgType;
 
 typedef struct {
     const char* name;     // "--batch-size"
     const char* alias;    // "-b" or NULL
     ArgType type;
-    void* dst;            // int*, int64_t*, float*, const char**, int* (bool)
+    void* dst;            // int*, int64_t*, float*, const char** (STR, OPT_STR), int* (bool)
     const char* metavar;  // "N", "PATH" ...
     const char* help;
     double min, max;      // inclusive range for numbers (ignored when min > max)
-    const char* const* choices; // NULL-terminated list of allowed strings (ARG_STR), or NULL
+    const char* const* choices; // NULL-terminated list of allowed strings (ARG_STR: or NULL; ARG_OPT_STR)
 } ArgSpec;
 
 // Parse argv against specs. "--help"/"-h" prints usage and exits 0. Both "--flag value" and
@@ -35,6 +38,9 @@ void args_print_help(const ArgSpec* specs, int n_specs, const char* usage_head);
 
 // The JSON member name of a flag: the long name without "--", '-' -> '_' ("batch_size").
 void args_json_key(const ArgSpec* s, char* out, size_t cap);
+// The flag's current value as text for messages: numbers as given (floats in the shortest form
+// that reads back), on / off, the string or "none".
+void args_value_text(const ArgSpec* s, char* out, size_t cap);
 // Write the flag's current value (strings: null when unset) as a member of the open object.
 void args_write_json(JsonWriter* w, const ArgSpec* s);
 // Set the flag from a JSON value with the same checks as the command line (type, range,

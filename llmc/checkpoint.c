@@ -4,6 +4,7 @@
 #include "checkpoint.h"
 #include "check.h"
 #include "fileio.h"
+#include <math.h>
 #include <string.h>
 #include <stdlib.h>
 
@@ -15,6 +16,7 @@ static const char* const SH_NAMES[SH_NUM_FIELDS] = {
     "magic", "version", "world", "rank", "has_master", "step", "opt_t", "rng",
     "dl_epoch", "dl_shard", "dl_chunk", "begin", "end", "total", "mode", "batch_size", "seq_len",
     "accum", "skipped", "zero", "seed", "tokens_per_step", "shuffle",
+    "val_tracked", "best_val_bits", "best_step", "evals_since_best", "no_targets",
 };
 
 static const char* HINT_CORRUPT = "the checkpoint is corrupt; delete its DONE_* marker to resume from the previous checkpoint";
@@ -22,7 +24,7 @@ static const char* HINT_CORRUPT = "the checkpoint is corrupt; delete its DONE_* 
 void ckpt_name(char* out, size_t cap, const char* kind, long step, int rank) {
     if (!strcmp(kind, "state")) snprintf(out, cap, "state_%08ld_%05d.bin", step, rank);
     else if (!strcmp(kind, "model")) snprintf(out, cap, "model_%08ld.bin", step);
-    else if (!strcmp(kind, "adapter")) snprintf(out, cap, "adapter_%08ld.safetensors", step);
+    else if (!strcmp(kind, "adapter")) snprintf(out, cap, "adapter_%08ld/adapter_model.safetensors", step);
     else if (!strcmp(kind, "DONE")) snprintf(out, cap, "DONE_%08ld", step);
     else fatal("this is a bug in llmc", "unknown checkpoint file kind '%s'", kind);
 }
@@ -53,6 +55,7 @@ static void sh_range(const char* path, const StateHeader* hdr, StateField f, int
 
 // Every field against the range this program can have written; the arithmetic below stays far
 // from int64 overflow because each factor is bounded first.
+static void sh_validate_val(const char* path, const StateHeader* hdr);
 static void sh_validate(const char* path, const StateHeader* hdr) {
     const int64_t* h = hdr->h;
     sh_range(path, hdr, SH_WORLD, 1, CKPT_MAX_WORLD);
@@ -61,9 +64,11 @@ static void sh_validate(const char* path, const StateHeader* hdr) {
     sh_range(path, hdr, SH_STEP, 0, CKPT_MAX_STEP);
     sh_range(path, hdr, SH_OPT_T, 0, h[SH_STEP]);
     sh_range(path, hdr, SH_SKIPPED, 0, h[SH_STEP]);
-    if (h[SH_OPT_T] + h[SH_SKIPPED] != h[SH_STEP]) // every step either updated or was skipped
-        fatal(HINT_CORRUPT, "'%s': header says step %lld but %lld updates + %lld skipped steps", path,
-              (long long)h[SH_STEP], (long long)h[SH_OPT_T], (long long)h[SH_SKIPPED]);
+    sh_range(path, hdr, SH_NO_TARGETS, 0, h[SH_STEP]);
+    if (h[SH_OPT_T] + h[SH_SKIPPED] + h[SH_NO_TARGETS] != h[SH_STEP]) // every step updated, was skipped, or had no target
+        fatal(HINT_CORRUPT, "'%s': header says step %lld but %lld updates + %lld skipped steps + %lld steps without targets", path,
+              (long long)h[SH_STEP], (long long)h[SH_OPT_T], (long long)h[SH_SKIPPED], (long long)h[SH_NO_TARGETS]);
+    sh_validate_val(path, hdr);
     sh_range(path, hdr, SH_DL_EPOCH, 0, INT64_MAX);
     sh_range(path, hdr, SH_DL_SHARD, 0, INT32_MAX);
     sh_range(path, hdr, SH_TOTAL, 1, CKPT_MAX_ELEMS);
@@ -85,6 +90,20 @@ static void sh_validate(const char* path, const StateHeader* hdr) {
               (long long)h[SH_ACCUM], (long long)(micro * h[SH_ACCUM]));
     for (int i = SH_NUM_FIELDS; i < 128; i++)
         if (h[i] != 0) fatal(HINT_CORRUPT, "'%s': header word %d is %lld; this version writes 0 there", path, i, (long long)h[i]);
+}
+
+// The validation tracking: a best loss (finite, of a step so far) only when tracked; at most one
+// evaluation per step index 0 .. step.
+static void sh_validate_val(const char* path, const StateHeader* hdr) {
+    const int64_t* h = hdr->h;
+    double best;
+    memcpy(&best, &h[SH_BEST_VAL_BITS], sizeof(best));
+    sh_range(path, hdr, SH_VAL_TRACKED, 0, 1);
+    sh_range(path, hdr, SH_BEST_STEP, 0, h[SH_VAL_TRACKED] ? h[SH_STEP] : 0);
+    sh_range(path, hdr, SH_EVALS_SINCE_BEST, 0, h[SH_STEP] + 1);
+    if (h[SH_VAL_TRACKED] ? !isfinite(best) : h[SH_BEST_VAL_BITS] != 0)
+        fatal(HINT_CORRUPT, "'%s': header field best_val_bits = %#llx is no %s", path, (unsigned long long)h[SH_BEST_VAL_BITS],
+              h[SH_VAL_TRACKED] ? "finite loss" : "0 (no best loss is tracked)");
 }
 
 void ckpt_read_state_header(const char* path, StateHeader* hdr) {
@@ -110,6 +129,7 @@ void ckpt_read_state_header(const char* path, StateHeader* hdr) {
 static const StateField SHARED_FIELDS[] = {
     SH_WORLD, SH_HAS_MASTER, SH_STEP, SH_OPT_T, SH_RNG, SH_DL_EPOCH, SH_DL_SHARD, SH_DL_CHUNK, SH_TOTAL,
     SH_MODE, SH_B, SH_T, SH_ACCUM, SH_SKIPPED, SH_ZERO, SH_SEED, SH_TOKENS_PER_STEP, SH_SHUFFLE,
+    SH_VAL_TRACKED, SH_BEST_VAL_BITS, SH_BEST_STEP, SH_EVALS_SINCE_BEST, SH_NO_TARGETS,
 };
 
 void ckpt_check_states(const char* dir, long step, StateHeader* h0) {

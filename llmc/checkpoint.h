@@ -1,6 +1,7 @@
 // Resumable training state. A checkpoint of step S in the output directory DIR is:
 //   DIR/model_SSSSSSSS.bin          full training: the model, llm.c .bin v3 (fp32) - loads in llm.c
-//   DIR/adapter_SSSSSSSS.safetensors  LoRA: the adapter (PEFT keys, fp32)
+//   DIR/adapter_SSSSSSSS/           LoRA: the adapter as a PEFT directory (llmc/run_outputs.h);
+//                                   resuming reads its adapter_model.safetensors (PEFT keys, fp32)
 //   DIR/state_SSSSSSSS_RRRRR.bin    one per rank: its optimizer shard and the run's position
 //   DIR/DONE_SSSSSSSS               the commit record, written last by rank 0 after every rank
 //                                   finished: only checkpoints with a valid one are resumed from
@@ -8,7 +9,7 @@
 //
 // Integrity. The DONE marker is a manifest (JSON): the step, the number of ranks and, for every
 // file of the checkpoint, its name, size in bytes and CRC-32C (llmc/crc32c.h). The checksums live
-// there rather than inside the files because model_*.bin and adapter_*.safetensors must stay
+// there rather than inside the files because model_*.bin and the adapters' safetensors must stay
 // byte-for-byte the formats llm.c, transformers and PEFT read, and because one record written
 // after everything else also proves the checkpoint is complete (every rank's file present, none
 // from another run). Before anything of a checkpoint is read, ckpt_verify checks every file
@@ -16,7 +17,9 @@
 //   {"format": "llmc-ft checkpoint", "version": 1, "step": 100, "world": 2, "files": [
 //     {"name": "model_00000100.bin", "bytes": 497759232, "crc32c": "1a2b3c4d"},
 //     {"name": "state_00000100_00000.bin", ...}, {"name": "state_00000100_00001.bin", ...}]}
-// files[0] is the model or adapter, files[1 + r] rank r's state.
+// files[0] is the model or the adapter's tensors ("adapter_00000100/adapter_model.safetensors";
+// the directory's adapter_config.json and tokenizer files are for other loaders, resuming does not
+// read them), files[1 + r] rank r's state.
 //
 // State file: 128 little-endian int64 (1024 bytes) header, then float32 m, v (and fp32 master
 // weights when has_master) of the rank's range of the flat trainable space. Every header field
@@ -44,6 +47,12 @@ typedef enum {
     SH_MAGIC = 0, SH_VERSION, SH_WORLD, SH_RANK, SH_HAS_MASTER, SH_STEP, SH_OPT_T, SH_RNG,
     SH_DL_EPOCH, SH_DL_SHARD, SH_DL_CHUNK, SH_BEGIN, SH_END, SH_TOTAL, SH_MODE, SH_B, SH_T,
     SH_ACCUM, SH_SKIPPED, SH_ZERO, SH_SEED, SH_TOKENS_PER_STEP, SH_SHUFFLE,
+    // the validation loss across evaluations before the step's own (--keep-best, early
+    // stopping): SH_VAL_TRACKED 1 when the others are set (0 in files of earlier versions), the
+    // best loss as the bits of an IEEE double, its step, evaluations since it last improved
+    SH_VAL_TRACKED, SH_BEST_VAL_BITS, SH_BEST_STEP, SH_EVALS_SINCE_BEST,
+    // steps whose every target was masked (no update): opt_t + skipped + no_targets = step
+    SH_NO_TARGETS,
     SH_NUM_FIELDS
 } StateField;
 
@@ -109,10 +118,11 @@ int ckpt_manifest_parse(const char* text, size_t len, const char* what, long ste
 void ckpt_manifest_free(CkptManifest* mf);
 
 // ---- leftovers
-// Removes what interrupted runs left in dir (and dir/merged): temporary files of atomic writes
-// ("*.tmp.<pid>") and checkpoint files that belong to no complete checkpoint (a step without a
-// DONE marker: an interrupted save or prune; a state file of a rank the step's manifest does not
-// list). Prints what it removed. Call it when a run starts in dir, before any rank writes there.
+// Removes what interrupted runs left in dir (and dir/merged, dir/base, dir/best, dir/best/merged):
+// temporary files of atomic writes ("*.tmp.<pid>") and checkpoint files or adapter directories
+// that belong to no complete checkpoint (a step without a DONE marker: an interrupted save or
+// prune; a state file of a rank the step's manifest does not list). Prints what it removed. Call
+// it when a run starts in dir, before any rank writes there.
 void ckpt_clean(const char* dir);
 
 #ifdef __cplusplus

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 static const char* MANIFEST_FORMAT = "llmc-ft checkpoint";
+// An adapter checkpoint is a PEFT directory, adapter_SSSSSSSS/; the manifest lists its tensors
+#define ADAPTER_TENSORS "/adapter_model.safetensors"
 
 // Exactly PREFIX + 8 digits + SUFFIX; the step, or -1.
 static long parse_step_name(const char* name, const char* prefix, const char* suffix) {
@@ -140,7 +142,7 @@ static int mf_from_json(const JsonValue* root, const char* what, long step, Ckpt
         if (!name || strlen(name) >= sizeof(cf->name)) return mf_fail(err, cap, what, "files[%d] has no valid \"name\"", i);
         snprintf(cf->name, sizeof(cf->name), "%s", name);
         int rank = -1;
-        int ok = i == 0 ? parse_step_name(name, "model_", ".bin") == step || parse_step_name(name, "adapter_", ".safetensors") == step
+        int ok = i == 0 ? parse_step_name(name, "model_", ".bin") == step || parse_step_name(name, "adapter_", ADAPTER_TENSORS) == step
                         : parse_state_name(name, &rank) == step && rank == i - 1;
         if (!ok) return mf_fail(err, cap, what, "files[%d] is '%s', not the %s of step %ld", i, name,
                                 i == 0 ? "model or adapter" : "state file of its rank", step);
@@ -267,13 +269,37 @@ void ckpt_verify(Comm* c, const char* dir, long step) {
 // ---------------------------------------------------------------------------------------------
 // housekeeping
 
-// A checkpoint file name (model, adapter or state): its step, else -1; *rank for state files.
+// A checkpoint entry of the run directory (a model or state file, an adapter directory): its
+// step, else -1; *rank for state files.
 static long ckpt_file_step(const char* name, int* rank) {
     *rank = -1;
     long s = parse_step_name(name, "model_", ".bin");
-    if (s < 0) s = parse_step_name(name, "adapter_", ".safetensors");
+    if (s < 0) s = parse_step_name(name, "adapter_", "");
     if (s < 0) s = parse_state_name(name, rank);
     return s;
+}
+
+// Removes a checkpoint entry: a file, or an adapter checkpoint's directory (its files, it has no
+// subdirectories, then itself). Returns 0 and adds the bytes removed to *bytes, or -1.
+static int remove_entry(const char* path, uint64_t* bytes) {
+    if (!dir_exists(path)) {
+        int64_t sz = file_size(path);
+        if (unlink(path) != 0) return -1;
+        *bytes += sz > 0 ? (uint64_t)sz : 0;
+        return 0;
+    }
+    DIR* d = opendir(path);
+    if (!d) return -1;
+    struct dirent* e;
+    char p[LLMC_PATH_MAX];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        path_join(p, sizeof(p), path, e->d_name);
+        int64_t sz = file_size(p);
+        if (unlink(p) == 0) *bytes += sz > 0 ? (uint64_t)sz : 0;
+    }
+    closedir(d);
+    return rmdir(path);
 }
 
 void ckpt_prune(const char* dir, int keep) {
@@ -303,7 +329,8 @@ void ckpt_prune(const char* dir, int keep) {
         if (s < 0 || s >= oldest_kept) continue;
         int pruned = 0;
         for (int i = keep; i < n && !pruned; i++) pruned = steps[i] == s;
-        if (pruned) { path_join(p, sizeof(p), dir, e->d_name); unlink(p); }
+        uint64_t bytes = 0;
+        if (pruned) { path_join(p, sizeof(p), dir, e->d_name); remove_entry(p, &bytes); }
     }
     closedir(d);
 }
@@ -340,11 +367,9 @@ static int clean_dir(const char* dir, int checkpoints, uint64_t* bytes, char* na
         }
         if (!orphan && !is_atomic_tmp(e->d_name)) continue;
         path_join(p, sizeof(p), dir, e->d_name);
-        if (!file_exists(p)) continue;
-        int64_t sz = file_size(p);
-        if (unlink(p) != 0) continue;
+        if (!file_exists(p) && !dir_exists(p)) continue;
+        if (remove_entry(p, bytes) != 0) continue;
         removed++;
-        *bytes += sz > 0 ? (uint64_t)sz : 0;
         size_t used = strlen(names);
         if (used + strlen(e->d_name) + 8 < cap) snprintf(names + used, cap - used, "%s%s", used ? ", " : "", e->d_name);
     }
@@ -353,11 +378,16 @@ static int clean_dir(const char* dir, int checkpoints, uint64_t* bytes, char* na
 }
 
 void ckpt_clean(const char* dir) {
-    char merged[LLMC_PATH_MAX], names[1024] = "";
+    char sub[LLMC_PATH_MAX], names[1024] = "";
     uint64_t bytes = 0;
     int n = clean_dir(dir, 1, &bytes, names, sizeof(names));
-    path_join(merged, sizeof(merged), dir, "merged");
-    n += clean_dir(merged, 0, &bytes, names, sizeof(names));
+    // the other directories a run writes models into (llmc/run_outputs.h): --merge, the base for
+    // base_model_name_or_path, and --keep-best's (with its --merge)
+    const char* const subdirs[] = {"merged", "base", "best", "best/merged"};
+    for (int i = 0; i < 4; i++) {
+        path_join(sub, sizeof(sub), dir, subdirs[i]);
+        n += clean_dir(sub, 0, &bytes, names, sizeof(names));
+    }
     if (n > 0)
         printf("cleanup: removed %d leftover file%s of interrupted saves or pruning in '%s' (%.1f MiB): %s%s\n",
                n, n == 1 ? "" : "s", dir, (double)bytes / (1024.0 * 1024.0), names,

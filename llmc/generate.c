@@ -5,6 +5,7 @@
 #include "check.h"
 #include "cli.h"
 #include "fileio.h"
+#include "json.h"
 #include "model.h"
 #include "ops.h"
 #include "sampler.h"
@@ -29,7 +30,8 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     cli_sample_defaults(&g->s);
     ArgSpec specs[16];
     int n = 0;
-    specs[n++] = cli_flag_model(&g->model, "model: llm.c .bin, .safetensors, sharded index, transformers model dir (also 4-bit bitsandbytes)");
+    specs[n++] = cli_flag_model(&g->model, "model: llm.c .bin, .safetensors, sharded index, transformers model dir (also 4-bit bitsandbytes); "
+                                           "with --adapter, default: the adapter's base_model_name_or_path");
     specs[n++] = (ArgSpec){"--adapter", NULL, ARG_STR, &g->adapter, "DIR", "apply this LoRA adapter (PEFT: adapter_config.json + adapter_model.safetensors)", 1, 0, NULL};
     const int i_prompt = n;
     cli_sample_flags(&g->s, specs + n);
@@ -44,11 +46,37 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     specs[n++] = (ArgSpec){"--quiet", "-q", ARG_BOOL, &g->quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
     unsigned char given[16];
     args_parse(argc, argv, specs, n,
-               "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n\n"
+               "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n"
+               "       generate --adapter DIR [--prompt TEXT] [options]     (the adapter's own base model)\n\n"
                "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout.", given);
-    if (!g->model) fatal("run with --help to see every flag", "--model is required");
+    if (!g->model && !g->adapter) fatal("run with --help to see every flag", "--model is required (or --adapter, whose base model is used)");
     if (g->system && !g->chat) fatal("add --chat plain|chatml", "--system is for --chat");
     if (g->chat && !given[i_prompt]) fatal("with --chat, --prompt is the user's message", "--chat needs --prompt");
+}
+
+// --adapter without --model: the base the adapter names (base_model_name_or_path in its
+// adapter_config.json), as PEFT's AutoPeftModelForCausalLM loads it: the path as written.
+static const char* gen_adapter_base(const char* adapter, char* out, size_t cap) {
+    char dir[LLMC_PATH_MAX], cpath[LLMC_PATH_MAX], err[256];
+    if (!dir_exists(adapter) && !file_exists(adapter))
+        fatal("pass the adapter directory (adapter_config.json + adapter_model.safetensors)", "--adapter '%s' does not exist", adapter);
+    snprintf(dir, sizeof(dir), "%s", adapter);
+    char* slash = strrchr(dir, '/');
+    if (!dir_exists(adapter)) { if (slash) *slash = '\0'; else snprintf(dir, sizeof(dir), "."); } // its adapter_model.safetensors
+    path_join(cpath, sizeof(cpath), dir, "adapter_config.json");
+    if (!file_exists(cpath)) fatal("pass the adapter directory (adapter_config.json + adapter_model.safetensors)", "'%s' does not exist", cpath);
+    size_t len;
+    char* text = read_file_all(cpath, &len);
+    JsonValue* js = json_parse(text, len, err, sizeof(err));
+    if (!js) fatal("the adapter's config is not valid JSON", "'%s': %s", cpath, err);
+    const char* base = json_as_string(json_get(js, "base_model_name_or_path"));
+    if (!base || !*base) fatal("pass the base model with --model", "'%s' names no base_model_name_or_path", cpath);
+    snprintf(out, cap, "%s", base);
+    json_free(js);
+    free(text);
+    if (!dir_exists(out) && !file_exists(out))
+        fatal("pass the base model with --model", "the adapter's base model '%s' (base_model_name_or_path in '%s') is not here", out, cpath);
+    return out;
 }
 
 // The model (any kind the trainers write, incl. 4-bit NF4 checkpoints) and its adapter; the
@@ -66,19 +94,20 @@ static void gen_model(Model* m, const GenFlags* g) {
 }
 
 // --chat: the reply is printed up to the template's stop text (held back while it may be
-// starting), and nothing after it.
+// starting), and generation ends with the token that completes it.
 typedef struct { TextStream ts; ChatStopFilter stop; } ChatStream;
 
-static void gen_chat_stream_token(void* ctx, int token, const float* logits, int V) {
+static int gen_chat_stream_token(void* ctx, int token, const float* logits, int V) {
     ChatStream* c = (ChatStream*)ctx;
-    if (token == c->ts.eot || c->stop.stopped) return;
+    if (token == c->ts.eot || c->stop.stopped) return c->stop.stopped;
     size_t len = 0;
     const char* bytes = token < c->ts.tok->vocab_size ? tok_token_bytes(c->ts.tok, token, &len) : NULL;
-    if (!bytes) return;
+    if (!bytes) return 0;
     const char* out;
     size_t n = chat_stop_feed(&c->stop, bytes, len, &out);
     fwrite(out, 1, n, c->ts.out);
     fflush(c->ts.out);
+    return c->stop.stopped;
 }
 
 // The prompt of --chat: --system (if any) and --prompt as the user's message, rendered as
@@ -112,6 +141,8 @@ static void gen_report(const Model* m, const GenFlags* g, const Tokenizer* tok, 
 int generate_main(int argc, char** argv) {
     GenFlags g;
     gen_parse(&g, argc, argv);
+    char base[LLMC_PATH_MAX];
+    if (!g.model) g.model = gen_adapter_base(g.adapter, base, sizeof(base));
     const ChatTemplate* tpl = g.chat ? chat_template_get(g.chat) : NULL;
     char vpath[LLMC_PATH_MAX];
     if (textgen_find_vocab(g.s.vocab, g.model, vpath, sizeof(vpath)) != 0)

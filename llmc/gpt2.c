@@ -94,7 +94,7 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
     if (T > m->cfg.max_seq_len)
         fatal("use a --seq-len (or prompt + new tokens) no larger than the model's n_positions",
               "sequences of %d tokens exceed the model's maximum sequence length %d (n_positions)", T, m->cfg.max_seq_len);
-    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
+    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); free(m->inputs_host); }
     if (m->acts.logits) ops_free(m->acts.logits);
     m->acts.logits = NULL;
     m->B = B; m->T = T;
@@ -133,12 +133,13 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
     m->inputs = (int*)ops_alloc(BT * sizeof(int));
     m->targets = (int*)ops_alloc(BT * sizeof(int));
     m->losses_host = (float*)mallocCheck(BT * sizeof(float));
+    m->inputs_host = (int*)mallocCheck(BT * sizeof(int));
     linear_set_alloc(m->lin, B * T);
 }
 
 void gpt2_free(GPT2* m) {
     if (m->acts.logits) ops_free(m->acts.logits);
-    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); }
+    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); free(m->inputs_host); }
     if (m->params) ops_free(m->params);
     if (m->grads) ops_free(m->grads);
     linear_set_free(m->lin);
@@ -240,7 +241,8 @@ static void gpt2_logits_forward(GPT2* m, int N) {
     matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, m->cfg.channels, (int)Vp);
 }
 
-double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, long* n_valid) {
+// The forward up to the per-token losses (acts.losses, when targets are given).
+static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
     if (B > m->B || T > m->T) fatal("this is a bug in llmc", "forward with B=%d T=%d beyond allocated %d x %d", B, T, m->B, m->T);
     const int L = m->cfg.num_layers, C = m->cfg.channels;
     const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
@@ -254,8 +256,9 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
                   "target token id %d at position %d is out of range for the model's vocabulary (%d)", targets[i], i, V);
     }
     m->cur_B = B; m->cur_T = T;
-    ops_to_device(m->inputs, inputs, (size_t)N * sizeof(int));
-    if (targets) ops_to_device(m->targets, targets, (size_t)N * sizeof(int));
+    memcpy(m->inputs_host, inputs, (size_t)N * sizeof(int));
+    ops_to_device_async(m->inputs, inputs, (size_t)N * sizeof(int));
+    if (targets) ops_to_device_async(m->targets, targets, (size_t)N * sizeof(int));
     GPT2Acts* a = &m->acts;
     gpt2_embed_forward(m, a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, m->inputs, B, T, 0);
     for (int l = 0; l < L; l++) {
@@ -264,22 +267,35 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
     }
     // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
     m->has_targets = targets != NULL && dloss != 0.0f;
-    if (!targets) { gpt2_logits_forward(m, N); if (n_valid) *n_valid = 0; return 0.0; }
+    if (!targets) { gpt2_logits_forward(m, N); return; }
     // With targets, the classifier op does lm_head, the losses and (training) their backward as
     // far as lnf and wte, in row blocks of classifier_rows: the logits never exist whole. dlnf
     // waits in the backward scratch's dln for gpt2_backward.
     if (dloss != 0.0f) ops_zero(m->scr.dln, (size_t)N * C * sizeof(floatX));
     classifier_train(a->losses, dloss != 0.0f ? m->scr.dln : NULL, dloss != 0.0f ? m->g[PT_WTE] : NULL, a->cls_logits,
                      a->lnf, m->p[PT_WTE], m->targets, dloss, N, C, V, Vp);
-    ops_to_host(m->losses_host, a->losses, (size_t)N * sizeof(float));
+}
+
+double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, long* n_valid) {
+    gpt2_forward_run(m, inputs, targets, B, T, dloss);
+    if (!targets) { if (n_valid) *n_valid = 0; return 0.0; }
+    const int N = B * T;
+    ops_to_host(m->losses_host, m->acts.losses, (size_t)N * sizeof(float));
     double sum = 0.0; long cnt = 0;
     for (int i = 0; i < N; i++) if (targets[i] >= 0) { sum += m->losses_host[i]; cnt++; }
     if (n_valid) *n_valid = cnt;
     return sum;
 }
 
+void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, double* loss_acc) {
+    if (!targets) fatal("this is a bug in llmc", "gpt2_forward_acc without targets");
+    gpt2_forward_run(m, inputs, targets, B, T, dloss);
+    // ignored targets have a loss of 0 (fused_classifier): the sum over every row is the sum over valid ones
+    sum_f32_acc(loss_acc, m->acts.losses, (size_t)B * T);
+}
+
 void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
-    if (!m->has_targets) fatal("this is a bug in llmc", "gpt2_backward without a training forward");
+    if (!m->has_targets) fatal("this is a bug in llmc", "gpt2_backward without a training forward (targets and dloss != 0)");
     const int B = m->cur_B, T = m->cur_T;
     const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads;
     const int N = B * T;
@@ -328,6 +344,6 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
                            a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
         if (sink) sink->bucket_done(sink->ctx, L - 1 - l);
     }
-    encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, B, T, C);
+    encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, m->inputs_host, B, T, C);
     if (sink) sink->bucket_done(sink->ctx, L);
 }

@@ -83,9 +83,12 @@ typedef struct GPT2 {
     void* scr_memory;
     size_t act_bytes, scr_bytes;
     int* inputs;                       // (B, T) backend memory
+    int* inputs_host;                  // (B, T) the same tokens on the host (encoder backward
+                                       // buckets positions per token from them)
     int* targets;                      // (B, T)
     int cur_B, cur_T;                  // shape of the last forward
-    int has_targets;                   // the last forward computed losses
+    int has_targets;                   // the last forward computed losses and turned the logits into
+                                       // their gradient (targets given, dloss != 0)
     float* losses_host;                // (B, T)
     LinearSet* lin;                    // the linear layers: weight sources, biases, gradients,
                                        // adapters (llmc/linear.h)
@@ -132,6 +135,11 @@ floatX* gpt2_grad_slice(const GPT2* m, ParamId id, int l);
 // forward). Without targets returns 0 and leaves logits in acts.logits.
 double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss,
                     long* n_valid);
+// The training forward (targets required): as gpt2_forward, but the sum of the losses is added
+// into *loss_acc (one double in backend memory) and nothing is read back, so a step's
+// micro-batches run without waiting for the device (the caller knows the valid targets).
+void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss,
+                      double* loss_acc);
 // ---- the forward pass in pieces, shared with the key/value-cache forward (llmc/sampler.c)
 
 // Token + position embeddings of tokens (backend memory, B x T) at positions [pos, pos + T) into

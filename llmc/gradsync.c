@@ -14,6 +14,8 @@ void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain) {
     gs->zero = zero;
     gs->sharded = zero >= 1 && comm->world > 1;
     zero_layout_init(&gs->zl, ntrain, comm->world, ZERO_ALIGN_DEFAULT);
+    gs->stats = (double*)ops_alloc(2 * sizeof(double));
+    ops_zero(gs->stats, 2 * sizeof(double));
 }
 
 size_t gradsync_range_begin(const GradSync* gs) { return gs->sharded ? zero_shard_begin(&gs->zl, gs->rank) : 0; }
@@ -78,12 +80,14 @@ void gradsync_attach(GradSync* gs, Optimizer* opt, GPT2* model) {
 void gradsync_free(GradSync* gs) {
     if (gs->gshard) ops_free(gs->gshard);
     if (gs->layer_bucket) { ops_free(gs->layer_bucket); ops_free(gs->final_bucket); }
+    if (gs->stats) ops_free(gs->stats);
     memset(gs, 0, sizeof(*gs));
 }
 
 const GPT2GradSink* gradsync_sink(const GradSync* gs) { return gs->sink.bucket_done ? &gs->sink : NULL; }
 
 void gradsync_step_begin(GradSync* gs) {
+    ops_zero(gs->stats, 2 * sizeof(double));
     if (gs->gshard) ops_zero(gs->gshard, (gs->opt->end - gs->opt->begin) * sizeof(floatX));
 }
 
@@ -131,15 +135,19 @@ void gradsync_reduce(GradSync* gs) {
     // ZeRO-2 reduced each micro-step's gradients as they were produced
 }
 
-double gradsync_grad_norm(GradSync* gs) {
+double* gradsync_loss_acc(GradSync* gs) { return gs->stats; }
+
+void gradsync_step_stats(GradSync* gs, double* loss_sum, double* norm) {
     const Optimizer* o = gs->opt;
-    double ss;
-    if (!gs->sharded) ss = opt_grad_sumsq(o, 0, o->total);
-    else {
-        ss = opt_grad_sumsq(o, o->begin, o->end);
-        comm_allreduce_sum_f64(gs->comm, &ss, 1);
-    }
-    return sqrt(ss);
+    // sharded: each rank's sum of squares covers its own shard; otherwise every rank holds all of it
+    if (gs->sharded) opt_grad_sumsq_acc(o, o->begin, o->end, gs->stats + 1);
+    else opt_grad_sumsq_acc(o, 0, o->total, gs->stats + 1);
+    double st[2];
+    ops_to_host(st, gs->stats, sizeof(st));
+    comm_allreduce_sum_f64(gs->comm, st, gs->sharded ? 2 : 1); // the losses always, the norm's shards
+
+    *loss_sum = st[0];
+    *norm = sqrt(st[1]);
 }
 
 void gradsync_share_params(GradSync* gs) {

@@ -13,9 +13,12 @@
 // The global gradient norm: at stage 0 every rank holds the whole sum; at stages 1/2 each rank sums
 // the squares of its shard and one all-reduce of that partial sum gives every rank the same norm.
 //
-// One step:  gradsync_step_begin; per micro-step: gpt2_backward(m, gradsync_sink(gs)),
-//            gradsync_micro_done; then gradsync_reduce, gradsync_grad_norm, opt_step,
-//            gradsync_share_params.
+// The step's loss and gradient norm stay on the device until gradsync_step_stats reads both at
+// once: the only time a step waits for the device before its update.
+//
+// One step:  gradsync_step_begin; per micro-step: gpt2_forward_acc(.., gradsync_loss_acc(gs)),
+//            gpt2_backward(m, gradsync_sink(gs)), gradsync_micro_done; then gradsync_reduce,
+//            gradsync_step_stats, opt_step, gradsync_share_params.
 #ifndef LLMC_GRADSYNC_H
 #define LLMC_GRADSYNC_H
 
@@ -41,6 +44,7 @@ typedef struct {
     floatX* final_bucket;      //   wte, wpe, ln_f gradients, packed
     size_t layer_bucket_n, final_bucket_n;
     GPT2GradSink sink;
+    double* stats;             // backend memory: [0] this rank's loss sum, [1] its gradient sum of squares
 } GradSync;
 
 // The layout of `ntrain` trainable elements over the communicator's ranks at ZeRO stage `zero`.
@@ -59,8 +63,12 @@ const GPT2GradSink* gradsync_sink(const GradSync* gs);
 void gradsync_step_begin(GradSync* gs);
 void gradsync_micro_done(GradSync* gs);
 void gradsync_reduce(GradSync* gs);
-// Global gradient norm, the same on every rank.
-double gradsync_grad_norm(GradSync* gs);
+// Where the forward passes of this step add their loss sums (backend memory, zeroed by
+// gradsync_step_begin).
+double* gradsync_loss_acc(GradSync* gs);
+// After gradsync_reduce: the loss sum over every rank's micro-batches and the global gradient norm
+// (the same on every rank), computed on the device and read back in one copy.
+void gradsync_step_stats(GradSync* gs, double* loss_sum, double* norm);
 void gradsync_share_params(GradSync* gs);
 
 // Gradient memory held here (shard and buckets) and the bucket elements, for the report.

@@ -598,9 +598,11 @@ void model_save_hf(const char* dir, const ParamTable* pt, const float* params) {
     st_writer_save(&w, path);
     st_writer_free(&w);
     free(ctx);
+    write_hf_generation_config(dir, c);
+    // last: a new directory holds config.json only once it is complete (until then transformers
+    // and model_load refuse it instead of loading a missing or partial model)
     path_join(path, sizeof(path), dir, "config.json");
     write_hf_config(path, c);
-    write_hf_generation_config(dir, c);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ void model_save_llmc(const char* path, const ParamTable* pt, const float* params
 // Writes a Hugging Face model directory: dir/config.json and dir/model.safetensors (F32,
 // "transformer."-prefixed keys, Conv1D [in, out] weights, unpadded vocab, no lm_head), the
 // layout GPT2LMHeadModel.save_pretrained produces, and generation_config.json (eos = the
-// end-of-text token). Creates dir; each file is written atomically.
+// end-of-text token). Creates dir; each file is written atomically, config.json last, so a
+// directory holding config.json is complete.
 void model_save_hf(const char* dir, const ParamTable* pt, const float* params);
 
 // Adds the tokenizer to a Hugging Face model directory, so AutoTokenizer.from_pretrained(dir)

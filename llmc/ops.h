@@ -75,6 +75,10 @@ void ops_zero(void* p, size_t bytes);
 // Host <-> backend copies (plain memcpy on the CPU backend).
 void ops_to_device(void* dst, const void* src_host, size_t bytes);
 void ops_to_host(void* dst_host, const void* src, size_t bytes);
+// Host -> backend copy that does not wait for the device: src is taken at once (it may be reused
+// as soon as this returns) and reaches the device in order with the ops issued after it. For the
+// batches of a training step (the CUDA backend stages them in pinned memory).
+void ops_to_device_async(void* dst, const void* src_host, size_t bytes);
 // Host fp32 <-> backend floatX conversion copies (n elements).
 void ops_upload_f32(floatX* dst, const float* src_host, size_t n);
 void ops_download_f32(float* dst_host, const floatX* src, size_t n);
@@ -104,7 +108,10 @@ void ops_profile_print(long steps);
 // out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
 void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C);
 // dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic. Either may be NULL.
-void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T, int C);
+// inp_host: the same tokens in host memory (the caller has them; the CUDA backend groups the
+// positions of each token on the host from them instead of reading the device's copy back).
+void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, const int* inp_host,
+                      int B, int T, int C);
 
 // ----------------------------------------------------------------------------
 // layernorm (layernorm.c / layernorm.cu)
@@ -219,6 +226,11 @@ void adamw_update(floatX* params, float* master, const floatX* grads, float* m, 
 double sum_squares(const floatX* x, size_t n);
 // Sum of n fp32 values (the per-token losses), in double.
 double sum_f32(const float* x, size_t n);
+// The same sums added into *acc, one double in backend memory, without reading anything back
+// (the training step accumulates its loss and gradient norm on the device and reads them once).
+// Deterministic; the result equals what sum_squares / sum_f32 return, added in order.
+void sum_squares_acc(double* acc, const floatX* x, size_t n);
+void sum_f32_acc(double* acc, const float* x, size_t n);
 
 // ----------------------------------------------------------------------------
 // NF4 frozen base weights (QLoRA, llmc/qlora.c; nf4_ops.c / nf4_ops.cu, with nf4.cu)

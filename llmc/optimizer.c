@@ -42,14 +42,22 @@ void opt_free(Optimizer* o) {
     memset(o, 0, sizeof(*o));
 }
 
-double opt_grad_sumsq(const Optimizer* o, size_t begin, size_t end) {
-    if (o->gshard) return sum_squares(o->gshard, o->end - o->begin);
-    double s = 0.0;
+void opt_grad_sumsq_acc(const Optimizer* o, size_t begin, size_t end, double* acc) {
+    if (o->gshard) { sum_squares_acc(acc, o->gshard, o->end - o->begin); return; }
     for (int i = 0; i < o->nseg; i++) {
         const TrainSeg* g = &o->segs[i];
         size_t b = g->offset > begin ? g->offset : begin, e = g->offset + g->n < end ? g->offset + g->n : end;
-        if (b < e) s += sum_squares(g->g + (b - g->offset), e - b);
+        if (b < e) sum_squares_acc(acc, g->g + (b - g->offset), e - b);
     }
+}
+
+double opt_grad_sumsq(const Optimizer* o, size_t begin, size_t end) {
+    double* acc = (double*)ops_alloc(sizeof(double));
+    ops_zero(acc, sizeof(double));
+    opt_grad_sumsq_acc(o, begin, end, acc);
+    double s = 0.0;
+    ops_to_host(&s, acc, sizeof(double));
+    ops_free(acc);
     return s;
 }
 

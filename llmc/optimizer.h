@@ -42,6 +42,8 @@ void opt_free(Optimizer* o);
 // Sum of squares of the gradients in [begin, end) of the flat space (with gshard: of this
 // rank's range, whatever begin/end say).
 double opt_grad_sumsq(const Optimizer* o, size_t begin, size_t end);
+// The same sum added into *acc (one double in backend memory), nothing read back.
+void opt_grad_sumsq_acc(const Optimizer* o, size_t begin, size_t end, double* acc);
 // One AdamW update of this rank's range.
 void opt_step(Optimizer* o, float lr, float beta1, float beta2, float eps, float weight_decay,
               float grad_scale, uint32_t seed);

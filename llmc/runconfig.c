@@ -13,6 +13,9 @@
 static const char* const SAVE_FORMATS[] = {"hf", "llmc", "both", "none", NULL};
 // in LORA_BIAS_* order
 static const char* const LORA_BIAS_NAMES[] = {"none", "all", "lora_only", NULL};
+static const char* const RESUME_WORDS[] = {"yes", "auto", NULL};
+#define RUNCFG_EXIT_HELP "Exit status: 0 when the run finished (or stopped early, or by --stop-after); 1 on an error, or when its last steps " \
+    "were not finite (no final model written); 130 / 143 after SIGINT / SIGTERM (a checkpoint is written first, except during start-up)."
 static const char* const HINT = "run with --help to see every flag";
 
 const char* runconfig_program(TrainMode mode) { return mode == TRAIN_LORA ? "train_lora" : "train_gpt2"; }
@@ -24,7 +27,7 @@ static void flag_defaults(TrainFlags* f, TrainMode mode) {
     f->final_lr_frac = 0.0f; f->cooldown_frac = 0.2f;
     f->weight_decay = mode == TRAIN_LORA ? 0.0f : 0.1f; f->grad_clip = 1.0f;
     f->beta1 = 0.9f; f->beta2 = 0.95f; f->eps = 1e-8f;
-    f->eval_every = 0; f->eval_batches = 8; f->save_every = 0; f->keep_checkpoints = 2;
+    f->eval_every = 0; f->eval_batches = "8"; f->save_every = 0; f->keep_checkpoints = 2;
     f->seed = 1337; f->threads = 0; f->shuffle = 0; f->max_skipped = 10;
     f->save_format = "both"; f->zero = 0; f->deterministic = 1; f->dtype = "auto";
     f->watchdog_timeout = (float)COMM_WATCHDOG_DEFAULT_S;
@@ -41,12 +44,16 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         cli_flag_model(&f->model, "model to start from: llm.c .bin, .safetensors, sharded index, HF model dir; or d6/d12/d24/d36/d48/tiny to train from scratch"),
         {"--train-data", "-i", ARG_STR, &f->train_data, "GLOB", "training token shards (llm.c format; data/prepare makes them)", 1, 0, NULL},
         {"--val-data", "-j", ARG_STR, &f->val_data, "GLOB", "validation token shards", 1, 0, NULL},
-        {"--out", "-o", ARG_STR, &f->out_dir, "DIR", "output directory: log.jsonl, checkpoints, final model", 1, 0, NULL},
-        {"--resume", NULL, ARG_BOOL, &f->resume, NULL, "continue from the newest complete checkpoint in --out", 1, 0, NULL},
+        {"--out", "-o", ARG_STR, &f->out_dir, "DIR", "output directory: run_config.json (the settings), log.jsonl, checkpoints, final model; "
+         "default: a new out/<program>-<date>-<time> (printed at start); none: write nothing (benchmarks, quick checks)", 1, 0, NULL},
+        {"--resume", NULL, ARG_OPT_STR, &f->resume, "auto", "continue the run in --out from its newest complete checkpoint, with the settings recorded in "
+         "OUT/run_config.json (flags given override them where that is safe, and are reported); auto: start a new run when there is no "
+         "checkpoint (for jobs that may be restarted)", 1, 0, RESUME_WORDS},
         {"--batch-size", "-b", ARG_INT, &f->batch_size, "B", "micro-batch size per rank", 1, 65536, NULL},
         {"--seq-len", "-t", ARG_INT, &f->seq_len, "T", "sequence length", 1, 1 << 20, NULL},
         {"--total-batch-tokens", "-d", ARG_INT64, &f->total_batch_tokens, "N", "tokens per optimizer step (gradient accumulation); 0 = one micro-batch per rank", 0, 1e15, NULL},
         {"--steps", "-x", ARG_INT, &f->steps, "N", "total optimizer steps of the run", 1, 1e9, NULL},
+        {"--epochs", NULL, ARG_FLOAT, &f->epochs, "E", "train for E passes over the training data (fractions allowed) instead of --steps; 0 = use --steps", 0, 1e6, NULL},
         {"--stop-after", NULL, ARG_INT, &f->stop_after, "N", "stop after N steps of this invocation with a checkpoint (for time-limited jobs); 0 = run to --steps", 0, 1e9, NULL},
         {"--lr", "-l", ARG_FLOAT, &f->lr, "LR", "peak learning rate", 0, 10, NULL},
         {"--warmup-steps", "-u", ARG_INT, &f->warmup, "N", "linear warmup steps", 0, 1e9, NULL},
@@ -59,7 +66,10 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--beta2", NULL, ARG_FLOAT, &f->beta2, "B2", "AdamW beta2", 0, 0.999999, NULL},
         {"--eps", NULL, ARG_FLOAT, &f->eps, "E", "AdamW epsilon", 0, 1, NULL},
         {"--eval-every", "-v", ARG_INT, &f->eval_every, "N", "evaluate the validation loss every N steps; 0 = only at the end", 0, 1e9, NULL},
-        {"--eval-batches", "-m", ARG_INT, &f->eval_batches, "N", "validation batches per evaluation", 1, 1e9, NULL},
+        {"--eval-batches", "-m", ARG_STR, &f->eval_batches, "N|all", "validation batches per evaluation; all = the whole validation split, each batch once", 1, 0, NULL},
+        {"--keep-best", NULL, ARG_BOOL, &f->keep_best, NULL, "keep the model of the best validation loss in OUT/best/ (saved like the final model; best.json says the step)", 1, 0, NULL},
+        {"--early-stopping-patience", NULL, ARG_INT, &f->early_stopping_patience, "N", "stop (saving as at the end) when N evaluations in a row did not lower the best validation loss by more than --early-stopping-min-delta; 0 = off", 0, 1e9, NULL},
+        {"--early-stopping-min-delta", NULL, ARG_FLOAT, &f->early_stopping_min_delta, "D", "the drop of the validation loss that counts as an improvement for early stopping", 0, 1e9, NULL},
         {"--save-every", "-n", ARG_INT, &f->save_every, "N", "write a checkpoint every N steps; 0 = only at the end", 0, 1e9, NULL},
         {"--keep-checkpoints", NULL, ARG_INT, &f->keep_checkpoints, "N", "keep the newest N complete checkpoints; 0 = keep all", 0, 1e9, NULL},
         {"--save-format", NULL, ARG_STR, &f->save_format, "F", "final model: hf (config.json + model.safetensors), llmc (model.bin), both, none", 1, 0, SAVE_FORMATS},
@@ -99,6 +109,8 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
     return n;
 }
 
+static int is_string(const ArgSpec* s) { return s->type == ARG_STR || s->type == ARG_OPT_STR; }
+
 // Copy every flag string into one allocation owned by the configuration (argv or a JSON tree may
 // go away).
 static void runconfig_own_strings(RunConfig* rc) {
@@ -106,12 +118,12 @@ static void runconfig_own_strings(RunConfig* rc) {
     int n = runconfig_specs(&rc->f, rc->mode, specs);
     size_t total = 1;
     for (int i = 0; i < n; i++)
-        if (specs[i].type == ARG_STR && *(const char**)specs[i].dst) total += strlen(*(const char**)specs[i].dst) + 1;
+        if (is_string(&specs[i]) && *(const char**)specs[i].dst) total += strlen(*(const char**)specs[i].dst) + 1;
     char* store = (char*)mallocCheck(total);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         const char** p = (const char**)specs[i].dst;
-        if (specs[i].type != ARG_STR || !*p) continue;
+        if (!is_string(&specs[i]) || !*p) continue;
         size_t len = strlen(*p) + 1;
         memcpy(store + off, *p, len);
         *p = store + off;
@@ -127,19 +139,42 @@ static int runconfig_check_flags(const RunConfig* rc, char* err, size_t cap, con
     *hint = HINT;
     if (!f->model) { snprintf(err, cap, "--model is required"); return -1; }
     if (!f->train_data) { snprintf(err, cap, "--train-data is required"); return -1; }
-    if (f->resume && !f->out_dir) { snprintf(err, cap, "--resume needs --out DIR (the directory holding the checkpoints)"); return -1; }
-    if (f->warmup > f->steps) { snprintf(err, cap, "--warmup-steps (%d) is larger than --steps (%d)", f->warmup, f->steps); return -1; }
+    const int none = f->out_dir && !strcmp(f->out_dir, "none");
+    if (f->resume && (!f->out_dir || none)) { snprintf(err, cap, "--resume needs --out DIR (the directory holding the checkpoints)"); return -1; }
+    if (none && f->keep_best) { snprintf(err, cap, "--keep-best needs an --out DIR to keep the model in (not --out none)"); return -1; }
     if (rc->mode == TRAIN_FULL && rc->model_4bit) {
         *hint = "fine-tune it with train_lora (QLoRA), or give train_gpt2 the full-precision model";
         snprintf(err, cap, "--model %s: the linear weights are stored 4-bit (bitsandbytes NF4); training every parameter needs them in full precision", f->model);
         return -1;
     }
     if (rc->mode != TRAIN_LORA) return 0;
-    if (f->merge && !f->out_dir) { snprintf(err, cap, "--merge needs --out DIR (where the merged model is written)"); return -1; }
     GPT2Config scratch;
     if (gpt2_config_from_descriptor(&scratch, f->model) == 0) {
         *hint = "pass a pretrained checkpoint (llm.c .bin, safetensors or a transformers model dir)";
         snprintf(err, cap, "--model %s: LoRA trains adapters on a pretrained base; a model built from scratch has nothing to adapt", f->model);
+        return -1;
+    }
+    return 0;
+}
+
+// The length of the run, evaluation, keep-best and early stopping; derives rc->eval_batches.
+static int runconfig_check_eval(RunConfig* rc, char* err, size_t cap, const char** hint) {
+    const TrainFlags* f = &rc->f;
+    *hint = HINT;
+    if (f->epochs > 0 && runconfig_given(rc, "--steps")) { snprintf(err, cap, "--steps and --epochs both given: the run's length is one of them"); return -1; }
+    // (with --epochs the steps are known once the data is: the trainer checks the warmup then)
+    if (f->epochs == 0 && f->warmup > f->steps) { snprintf(err, cap, "--warmup-steps (%d) is larger than --steps (%d)", f->warmup, f->steps); return -1; }
+    char* end = NULL;
+    long long n = strtoll(f->eval_batches, &end, 10);
+    if (!strcmp(f->eval_batches, "all")) rc->eval_batches = 0;
+    else if (end != f->eval_batches && !*end && n >= 1 && n <= 1000000000LL) rc->eval_batches = (int)n;
+    else { snprintf(err, cap, "--eval-batches: '%s' is not a count from 1 to 1e9, nor all", f->eval_batches); return -1; }
+    if (!f->val_data && (f->keep_best || f->early_stopping_patience > 0)) {
+        snprintf(err, cap, "%s needs --val-data (it follows the validation loss)", f->keep_best ? "--keep-best" : "--early-stopping-patience");
+        return -1;
+    }
+    if (f->early_stopping_patience > 0 && f->eval_every == 0) {
+        snprintf(err, cap, "--early-stopping-patience needs --eval-every N (without it the only evaluation is at the end)");
         return -1;
     }
     return 0;
@@ -179,7 +214,10 @@ int runconfig_derive(RunConfig* rc, int world, char* err, size_t cap, const char
     const TrainFlags* f = &rc->f;
     rc->world = world;
     rc->model_4bit = f->model ? qlora_is_hf4bit(f->model) : 0;
-    if (runconfig_check_flags(rc, err, cap, hint) || runconfig_derive_batch(rc, err, cap, hint)) return -1;
+    if (runconfig_check_flags(rc, err, cap, hint) || runconfig_check_eval(rc, err, cap, hint) ||
+        runconfig_derive_batch(rc, err, cap, hint)) return -1;
+    rc->resume = !f->resume ? RESUME_NO : !strcmp(f->resume, "auto") ? RESUME_AUTO : RESUME_YES;
+    rc->write_outputs = !f->out_dir || strcmp(f->out_dir, "none") != 0;
     rc->sample_tokens = f->sample_every > 0 && f->sample_tokens == 0 ? 64 : f->sample_tokens;
     rc->qlora = rc->mode == TRAIN_LORA && (f->qlora || rc->model_4bit);
     rc->schedule = sched_parse(f->schedule);
@@ -204,12 +242,27 @@ void runconfig_defaults(RunConfig* rc, TrainMode mode) {
     runconfig_own_strings(rc);
 }
 
+void runconfig_set_string(RunConfig* rc, const char** flag, const char* value) {
+    *flag = value;
+    runconfig_own_strings(rc);
+}
+
+int runconfig_flag_table(RunConfig* rc, ArgSpec* out) { return runconfig_specs(&rc->f, rc->mode, out); }
+
+void runconfig_copy(RunConfig* dst, const RunConfig* src) {
+    *dst = *src;
+    dst->strings = NULL; // the strings still point into src's storage: copy them into dst's own
+    runconfig_own_strings(dst);
+}
+
 void runconfig_parse_args(RunConfig* rc, int argc, char** argv) {
     ArgSpec specs[RUNCFG_MAX_FLAGS];
     int n = runconfig_specs(&rc->f, rc->mode, specs);
     const char* head = rc->mode == TRAIN_FULL
-        ? "usage: train_gpt2 --model PATH|dN --train-data GLOB [options]\n\nTrains every parameter of a GPT-2 model (fine-tuning, or pretraining from scratch with --model d12)."
-        : "usage: train_lora --model PATH --train-data GLOB [options]\n\nTrains LoRA adapters on a frozen GPT-2.";
+        ? "usage: train_gpt2 --model PATH|dN --train-data GLOB [options]\n       train_gpt2 --resume --out DIR [options]\n\n"
+          "Trains every parameter of a GPT-2 model (fine-tuning, or pretraining from scratch with --model d12).\n" RUNCFG_EXIT_HELP
+        : "usage: train_lora --model PATH --train-data GLOB [options]\n       train_lora --resume --out DIR [options]\n\n"
+          "Trains LoRA adapters on a frozen GPT-2.\n" RUNCFG_EXIT_HELP;
     args_parse(argc, argv, specs, n, head, rc->given);
     runconfig_own_strings(rc);
 }

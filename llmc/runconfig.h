@@ -27,6 +27,9 @@ extern "C" {
 #endif
 
 typedef enum { TRAIN_FULL = 0, TRAIN_LORA = 1 } TrainMode;
+// --resume: not given, "--resume" (a checkpoint must be there), "--resume auto" (a new run when
+// there is none).
+typedef enum { RESUME_NO = 0, RESUME_YES = 1, RESUME_AUTO = 2 } ResumeKind;
 
 #define RUNCFG_MAX_FLAGS 64
 // Micro-steps of gradient accumulation per optimizer step, and the tokens of one rank's
@@ -43,17 +46,22 @@ typedef struct {
     const char* model;
     const char* train_data;
     const char* val_data;
-    const char* out_dir;
-    int resume;
+    const char* out_dir;         // NULL until given or defaulted (runconfig_set_default_out)
+    const char* resume;          // NULL, "yes" or "auto" (RunConfig.resume)
     int batch_size, seq_len;
     int64_t total_batch_tokens;  // 0 = one micro-batch per rank (see RunConfig.tokens_per_step)
     int steps, stop_after;
+    float epochs;                // > 0: passes over the training data instead of --steps
     float lr;
     int warmup;
     const char* schedule;
     float final_lr_frac, cooldown_frac;
     float weight_decay, grad_clip, beta1, beta2, eps;
-    int eval_every, eval_batches, save_every, keep_checkpoints;
+    int eval_every, save_every, keep_checkpoints;
+    const char* eval_batches;    // a count or "all" (RunConfig.eval_batches)
+    int keep_best;               // OUT/best/: the model of the best validation loss
+    int early_stopping_patience; // evaluations without improvement before stopping; 0 = off
+    float early_stopping_min_delta;
     int seed, threads, shuffle, max_skipped;
     int zero, recompute, deterministic;
     int profile;                 // --profile: the step split by op at the end
@@ -80,6 +88,9 @@ typedef struct {
     unsigned char given[RUNCFG_MAX_FLAGS]; // by flag table index: 1 = on the command line
     int world;                   // ranks the configuration was derived for
     // ---- derived
+    ResumeKind resume;           // --resume
+    int write_outputs;           // 0 with --out none: no record, log, checkpoint or model
+    int eval_batches;            // validation batches per evaluation; 0 = the whole split
     int64_t micro_tokens;        // batch_size x seq_len x world: one micro-step of every rank
     int64_t tokens_per_step;     // --total-batch-tokens, or micro_tokens when it is 0
     int accum;                   // micro-steps per optimizer step
@@ -108,10 +119,18 @@ void runconfig_free(RunConfig* rc);
 // a hint in *hint).
 void runconfig_defaults(RunConfig* rc, TrainMode mode);
 void runconfig_parse_args(RunConfig* rc, int argc, char** argv);
+// Before runconfig_derive: set a string flag (a member of rc->f) to a copy of value; e.g. the
+// output directory when --out was not given, or a path made absolute.
+void runconfig_set_string(RunConfig* rc, const char** flag, const char* value);
 int runconfig_derive(RunConfig* rc, int world, char* err, size_t errcap, const char** hint);
 // Whether a flag ("--lora-rank") was given on the command line.
 int runconfig_given(const RunConfig* rc, const char* flag);
 const char* runconfig_program(TrainMode mode); // "train_gpt2" / "train_lora"
+// The flag table of rc's mode, pointing into rc->f (at most RUNCFG_MAX_FLAGS entries; returns
+// the count). The order is that of rc->given.
+int runconfig_flag_table(RunConfig* rc, ArgSpec* out);
+// A deep copy (the strings too); free both.
+void runconfig_copy(RunConfig* dst, const RunConfig* src);
 
 // JSON text of the configuration (malloc'd, NUL-terminated; pretty-printed).
 char* runconfig_to_json(const RunConfig* rc);

@@ -179,7 +179,7 @@ int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n
         int tok = sample_token(logits, V, sp, (uint64_t)i, sf, si);
         if (out) out[produced] = tok;
         produced++;
-        if (cb) cb(ctx, tok, logits, V);
+        if (cb && cb(ctx, tok, logits, V)) break;
         if (tok == stop_id) break;
         seq[len++] = tok;
     }

@@ -55,13 +55,14 @@ typedef struct {
 // counter): the first token, in increasing id order, whose cumulative probability exceeds u.
 int sample_token(const float* logits, int V, const SampleParams* sp, uint64_t counter, float* scratch_f, int* scratch_i);
 
-// Per generated token: its id, and the logits it was drawn from (fp32, V entries).
-typedef void (*SampleCallback)(void* ctx, int token, const float* logits, int V);
+// Per generated token: its id, and the logits it was drawn from (fp32, V entries). Returns non-zero
+// to end the generation after this token (e.g. a chat reply reached its stop text), 0 to go on.
+typedef int (*SampleCallback)(void* ctx, int token, const float* logits, int V);
 
 // Generate up to n_new tokens after prompt[0..n_prompt) for one sequence (n_prompt >= 1).
 // kv: a cache for B = 1 (reset here) or NULL to recompute the full forward for every token, which needs
 // activations for B >= 1 and T >= n_prompt + n_new - 1 (gpt2_alloc_acts). Stops early after
-// emitting stop_id (-1: never). Writes the generated ids to out (may be NULL); returns how many.
+// emitting stop_id (-1: never) or when cb asks to. Writes the generated ids to out (may be NULL); returns how many.
 int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n_new,
                     const SampleParams* sp, int stop_id, int* out, SampleCallback cb, void* ctx);
 

@@ -48,15 +48,16 @@ void textgen_encode_prompt(Tokenizer* tok, const char* prompt, int model_vocab, 
     *n = (int)cnt;
 }
 
-void textgen_stream_token(void* ctx, int token, const float* logits, int V) {
+int textgen_stream_token(void* ctx, int token, const float* logits, int V) {
     TextStream* s = (TextStream*)ctx;
-    if (token == s->eot) return; // the end of the text, not part of it
+    if (token == s->eot) return 0; // the end of the text, not part of it (sample_generate stops there)
     size_t len = 0;
     const char* bytes = token < s->tok->vocab_size ? tok_token_bytes(s->tok, token, &len) : NULL;
-    if (!bytes) return; // an id the model has but the vocabulary does not (padding of a tiny vocabulary)
+    if (!bytes) return 0; // an id the model has but the vocabulary does not (padding of a tiny vocabulary)
     fwrite(bytes, 1, len, s->out);
     fflush(s->out);
     if (s->copy) fwrite(bytes, 1, len, s->copy);
+    return 0;
 }
 
 void textgen_echo_prompt(const Tokenizer* tok, const int* ids, int n, FILE* out, FILE* copy) {

@@ -34,7 +34,7 @@ void textgen_echo_prompt(const Tokenizer* tok, const int* ids, int n, FILE* out,
 
 // Streams sampled tokens as bytes to up to two files (the second may be NULL); stops nothing.
 typedef struct { const Tokenizer* tok; FILE* out; FILE* copy; int eot; } TextStream;
-void textgen_stream_token(void* ctx, int token, const float* logits, int V); // a SampleCallback
+int textgen_stream_token(void* ctx, int token, const float* logits, int V); // a SampleCallback (never stops)
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,10 @@
 #include "peft_io.h"
 #include "qlora.h"
 #include "params.h"
+#include "runlog.h"
+#include "runrecord.h"
+#include "runsignal.h"
+#include "run_outputs.h"
 #include "sampler.h"
 #include "schedule.h"
 #include "textgen.h"
@@ -27,8 +31,14 @@
 #include <signal.h>
 #include <string.h>
 
-static volatile sig_atomic_t g_stop_signal = 0;
-static void on_signal(int sig) { g_stop_signal = sig; }
+// The validation loss across evaluations: the best one (--keep-best) and the evaluations since
+// it last improved by more than --early-stopping-min-delta (early stopping).
+typedef struct {
+    int has_best;
+    double best;
+    long best_step;
+    long since_improved;
+} ValTrack;
 
 typedef struct {
     const RunConfig* c;        // the validated configuration (read-only)
@@ -42,54 +52,46 @@ typedef struct {
     Optimizer opt;
     DataLoader train, val;
     int has_val;
+    int64_t eval_batches;      // validation batches per evaluation (global batches of the split)
     int *inputs, *targets;     // host, accum * B * T
     LRSchedule sched;
     long step;                 // optimizer steps completed
     long skipped_total;        // steps skipped for a non-finite loss or gradient (whole run)
+    long no_target_total;      // steps without a target (whole run)
     long consecutive_bad;      // ... in a row, up to now
     long steps_this_run;       // steps of this invocation (--stop-after)
-    FILE* log;
+    int steps;                 // the run's length: --steps, or --epochs over the training data
+    RunStart start;            // the checkpoint this invocation resumes from, the record, changes
+    RunLog rl;                 // console lines, log.jsonl, the summary
+    ValTrack vtrack;           // the best validation loss so far (kept in checkpoints) ...
+    ValTrack vtrack_pre;       // ... and as it was before the evaluation at step vtrack_pre_step
+    long vtrack_pre_step;
+    double last_val;           // the last evaluation (has_last_val)
+    long last_val_step;
+    int has_last_val;
+    int early_stopped;
+    RunOutputs out;            // what the run writes for people and tools (llmc/run_outputs.h)
     // sampling (rank 0)
     Tokenizer* tok;
     int* prompt_ids;
     int n_prompt;
     KVCache* kv;
-    // model FLOPs utilization (llmc/mfu.h): FLOPs of one step on this rank, the device's peak
-    double step_flops, peak_flops; // peak 0: unknown (CPU, unlisted GPU), MFU "n/a"
     char dtype_desc[160];      // --dtype as applied, for the banner
 } Run;
 
+static const char* const HINT_FLAGS = "run with --help to see every flag";
+
 // Console output comes from rank 0 only.
 #define say(r, ...) do { if ((r)->rank == 0) { printf(__VA_ARGS__); fflush(stdout); } } while (0)
-
-static void run_log_json(Run* r, const char* fmt, ...) {
-    if (!r->log) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(r->log, fmt, ap);
-    va_end(ap);
-    fputc('\n', r->log);
-    fflush(r->log);
-}
 
 // ----------------------------------------------------------------------------
 // checkpoints
 
 static void save_checkpoint(Run* r) {
     const TrainFlags* f = &r->c->f;
-    if (!f->out_dir) return;
+    if (!r->c->write_outputs) return;
     char path[LLMC_PATH_MAX];
-    if (r->rank == 0 && r->lora) {
-        // LoRA: the base is frozen and reloaded from --model; only the adapter is saved
-        ckpt_path(path, sizeof(path), f->out_dir, "adapter", r->step, 0);
-        peft_save_tensors(r->lora, path);
-    } else if (r->rank == 0) {
-        float* host = (float*)mallocCheck(r->model->pt.total * sizeof(float));
-        gpt2_get_params(r->model, host);
-        ckpt_path(path, sizeof(path), f->out_dir, "model", r->step, 0);
-        model_save_llmc(path, &r->model->pt, host, 0);
-        free(host);
-    }
+    outputs_checkpoint(&r->out, &r->m, r->step); // rank 0: the model, or the adapter as a PEFT directory
     StateHeader h;
     memset(&h, 0, sizeof(h));
     h.h[SH_MAGIC] = STATE_MAGIC; h.h[SH_VERSION] = STATE_VERSION;
@@ -99,8 +101,12 @@ static void save_checkpoint(Run* r) {
     h.h[SH_DL_EPOCH] = ds.epoch; h.h[SH_DL_SHARD] = ds.shard_i; h.h[SH_DL_CHUNK] = ds.chunk_i;
     h.h[SH_BEGIN] = (int64_t)r->opt.begin; h.h[SH_END] = (int64_t)r->opt.end; h.h[SH_TOTAL] = (int64_t)r->opt.total;
     h.h[SH_MODE] = r->c->mode; h.h[SH_B] = f->batch_size; h.h[SH_T] = f->seq_len; h.h[SH_ACCUM] = r->c->accum;
-    h.h[SH_SKIPPED] = r->skipped_total; h.h[SH_ZERO] = f->zero; h.h[SH_SEED] = f->seed;
+    h.h[SH_SKIPPED] = r->skipped_total; h.h[SH_NO_TARGETS] = r->no_target_total; h.h[SH_ZERO] = f->zero; h.h[SH_SEED] = f->seed;
     h.h[SH_TOKENS_PER_STEP] = r->c->tokens_per_step; h.h[SH_SHUFFLE] = f->shuffle;
+    // the evaluation at this step (if it ran already, at the end) is run again on resuming
+    const ValTrack* v = r->has_last_val && r->vtrack_pre_step == r->step ? &r->vtrack_pre : &r->vtrack;
+    h.h[SH_VAL_TRACKED] = v->has_best; h.h[SH_BEST_STEP] = v->best_step; h.h[SH_EVALS_SINCE_BEST] = v->since_improved;
+    memcpy(&h.h[SH_BEST_VAL_BITS], &v->best, sizeof(double));
     size_t n = r->opt.end - r->opt.begin;
     float* mh = (float*)mallocCheck(n * sizeof(float));
     float* vh = (float*)mallocCheck(n * sizeof(float));
@@ -133,9 +139,9 @@ static void check_state_matches(Run* r, const char* path, const StateHeader* h0)
     if ((size_t)h0->h[SH_TOTAL] != r->opt.total)
         fatal(hint, "'%s' holds optimizer state for %lld trainable parameters; this run has %zu",
               path, (long long)h0->h[SH_TOTAL], r->opt.total);
-    if (h0->h[SH_STEP] > f->steps)
-        fatal("raise --steps to continue the run", "the checkpoint in '%s' is at step %lld, beyond --steps %d",
-              f->out_dir, (long long)h0->h[SH_STEP], f->steps);
+    if (h0->h[SH_STEP] > r->steps)
+        fatal("give a --steps (or --epochs) beyond the checkpoint's step to continue the run", "the checkpoint in '%s' is at step %lld, beyond the run's %d steps",
+              f->out_dir, (long long)h0->h[SH_STEP], r->steps);
 }
 
 // Optimizer state, re-sharded by zero_reshard_plan when the ranks or the stage changed: the old
@@ -205,57 +211,29 @@ static void restore_checkpoint(Run* r, long step) {
     r->opt.t = (int)h0.h[SH_OPT_T];
     r->step = (long)h0.h[SH_STEP];
     r->skipped_total = (long)h0.h[SH_SKIPPED];
+    r->no_target_total = (long)h0.h[SH_NO_TARGETS];
+    if (h0.h[SH_VAL_TRACKED]) {
+        r->vtrack.has_best = 1; r->vtrack.best_step = (long)h0.h[SH_BEST_STEP]; r->vtrack.since_improved = (long)h0.h[SH_EVALS_SINCE_BEST];
+        memcpy(&r->vtrack.best, &h0.h[SH_BEST_VAL_BITS], sizeof(double));
+    }
     restore_data_position(r, &h0);
 }
 
-// The tokenizer next to a saved model or adapter, so the directory loads on its own
-// (AutoTokenizer / pipeline). The vocabulary is the one --sample-* would use.
-static void save_tokenizer_files(Run* r, const char* dir) {
-    const TrainFlags* f = &r->c->f;
-    char vpath[LLMC_PATH_MAX], why[LLMC_PATH_MAX + 200];
-    if (textgen_find_vocab(f->sample.vocab, f->model, vpath, sizeof(vpath)) != 0)
-        snprintf(why, sizeof(why), "no vocabulary found (pass --vocab)");
-    else if (model_save_hf_tokenizer(dir, vpath, &r->model->pt.cfg, why, sizeof(why)) == 0) {
-        printf("saved: %s/ tokenizer files (vocabulary %s)\n", dir, vpath);
-        return;
-    }
-    printf("note: no tokenizer files in %s: %s\n", dir, why);
-}
-
-// The final model: the PEFT adapter (and with --merge the merged model) or the trained model, in
-// the formats of --save-format, each directory with the tokenizer files.
-static void save_final(Run* r) {
-    const TrainFlags* f = &r->c->f;
-    const char* dir = f->out_dir;
-    char mdir[LLMC_PATH_MAX];
-    if (!dir || r->rank != 0) return;
-    if (r->lora) {
-        peft_save_adapter(r->lora, dir);
-        printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT)\n", dir);
-        save_tokenizer_files(r, dir);
-        if (!f->merge || !(r->c->save_hf || r->c->save_llmc)) return;
-        path_join(mdir, sizeof(mdir), dir, "merged");
-        mkdir_p(mdir);
-        dir = mdir;
-    } else if (!(r->c->save_hf || r->c->save_llmc)) return;
-    float* host = (float*)mallocCheck(r->model->pt.total * sizeof(float));
-    gpt2_get_params(r->model, host);
-    if (r->lora) lora_merge(r->lora, &r->model->pt, host); // W += scaling * B A
-    // QLoRA: host holds dequant(quant(W)) for the quantized weights (gpt2_get_params), the
-    // matrices the adapter was trained against, so that is what the adapter is merged into
-    if (r->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
-    if (r->c->save_hf) {
-        model_save_hf(dir, &r->model->pt, host);
-        printf("saved: %s/model.safetensors + config.json (transformers)\n", dir);
-        save_tokenizer_files(r, dir);
-    }
-    if (r->c->save_llmc) {
-        char path[LLMC_PATH_MAX];
-        path_join(path, sizeof(path), dir, "model.bin");
-        model_save_llmc(path, &r->model->pt, host, 0);
-        printf("saved: %s (llm.c)\n", path);
-    }
-    free(host);
+// --keep-best: the model of the best validation loss so far, saved like the final model into
+// OUT/best/, and OUT/best/best.json (step, val loss) written last: like a checkpoint's DONE
+// marker, it is removed before the files are replaced, so best/ with best.json is one whole model.
+static void save_best(Run* r) {
+    if (r->rank != 0) return;
+    char dir[LLMC_PATH_MAX], marker[LLMC_PATH_MAX];
+    path_join(dir, sizeof(dir), r->c->f.out_dir, "best");
+    path_join(marker, sizeof(marker), dir, "best.json");
+    mkdir_p(dir);
+    if (file_exists(marker) && remove(marker) != 0) fatal("check the permissions of --out", "cannot remove '%s'", marker);
+    printf("best: val loss %.6f at step %ld (the best so far) -> %s/\n", r->vtrack.best, r->vtrack.best_step, dir);
+    outputs_save(&r->out, &r->m, dir);
+    char text[256];
+    snprintf(text, sizeof(text), "{\"step\": %ld, \"val_loss\": %.9g, \"val_ppl\": %.9g}\n", r->vtrack.best_step, r->vtrack.best, exp(r->vtrack.best));
+    atomic_write_file(marker, text, strlen(text));
 }
 
 // ----------------------------------------------------------------------------
@@ -284,7 +262,7 @@ static void sample_now(Run* r) {
         kv_init(r->kv, r->model, 1, r->n_prompt + r->c->sample_tokens - 1);
     }
     FILE* copy = NULL;
-    if (f->out_dir) {
+    if (r->c->write_outputs) {
         char path[LLMC_PATH_MAX];
         path_join(path, sizeof(path), f->out_dir, "samples.txt");
         copy = fopen(path, "ab"); // a log, appended like log.jsonl (NULL: console only)
@@ -327,7 +305,7 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
     src->layers = f->lora_layers;
     src->dropout_override = c->lora_dropout_given;
     src->seed = (uint64_t)f->seed;
-    src->base_name = f->model;
+    // (base_model_name_or_path of the saved adapters: outputs_init, once the base directory is known)
     if (resume_step >= 0) {
         ckpt_path(values, cap, f->out_dir, "adapter", resume_step, 0);
         src->values = values;
@@ -360,27 +338,57 @@ static void build_model(Run* r, long resume_step) {
     }
     model_assemble(&r->m, &spec);
     r->model = &r->m.gpt; r->lora = r->m.lora; r->nf4 = r->m.nf4;
+    outputs_init(&r->out, c, &r->m, r->rank);
     sample_setup(r);
 }
 
 // ----------------------------------------------------------------------------
-// set-up
+// set-up: the run directory, the run's length, data, optimizer
 
-// --out: create it; the newest complete checkpoint to resume from (-1: a new run).
-static long prepare_out_dir(Run* r) {
+// --out of a new run must not hold another run's checkpoints (a record alone, of a run stopped
+// before its first checkpoint, is replaced). What interrupted runs left there is removed.
+static void check_out_dir(Run* r) {
     const TrainFlags* f = &r->c->f;
-    if (!f->out_dir) return -1;
-    if (r->rank == 0) mkdir_p(f->out_dir);
-    comm_barrier(&r->comm);
-    long latest = ckpt_find_latest(f->out_dir);
-    if (f->resume && latest < 0)
-        fatal("drop --resume to start a new run, or point --out at the run's directory",
-              "no complete checkpoint (DONE_* marker) in '%s'", f->out_dir);
-    if (!f->resume && latest >= 0) // never clobber another run's checkpoints and log
+    if (!r->c->write_outputs) return;
+    if (r->start.resume_step < 0 && ckpt_find_latest(f->out_dir) >= 0) // never clobber another run's checkpoints and log
         fatal("add --resume to continue that run, or choose another --out", "'%s' holds checkpoints of an earlier run", f->out_dir);
-    if (r->rank == 0) ckpt_clean(f->out_dir); // temporaries and orphans of interrupted runs
-    if (f->resume) ckpt_verify(&r->comm, f->out_dir, latest); // every file against the manifest, before anything is read
-    return f->resume ? latest : -1;
+    if (r->rank == 0 && dir_exists(f->out_dir)) ckpt_clean(f->out_dir); // temporaries and orphans of interrupted runs
+    comm_barrier(&r->comm);
+}
+
+// After startup, the first writes: the directory, the record of the settings, the log.
+static void open_out_dir(Run* r) {
+    const RunConfig* c = r->c;
+    if (r->rank == 0 && c->write_outputs) {
+        mkdir_p(c->f.out_dir);
+        if (r->start.resume_step < 0 || !r->start.has_rec || r->start.changes.n > 0 || r->start.rec.world != r->world) runrecord_write(c);
+    }
+    RunLog* l = &r->rl;
+    l->steps = r->steps;
+    l->steps_per_epoch = (double)dl_batches_per_epoch(&r->train) / (double)c->accum;
+    l->tokens_per_step = c->tokens_per_step;
+    l->step0 = r->step;
+    runlog_open(l, c->write_outputs ? c->f.out_dir : NULL, r->rank, r->start.resume_step);
+    comm_barrier(&r->comm);
+}
+
+// The run's length in optimizer steps: --steps, or --epochs passes over the training data
+// (rounded up to whole steps).
+static int run_length(const RunConfig* c, int64_t batches_per_epoch) {
+    const TrainFlags* f = &c->f;
+    if (f->epochs <= 0) return f->steps;
+    const double steps = ceil((double)f->epochs * (double)batches_per_epoch / (double)c->accum - 1e-6);
+    if (steps > 1e9) fatal("lower --epochs", "--epochs %g is %.0f steps of %d micro-batches; at most 1e9 are supported", f->epochs, steps, c->accum);
+    const int n = steps < 1 ? 1 : (int)steps;
+    if (f->warmup > n) fatal(HINT_FLAGS, "--warmup-steps (%d) is larger than the %d steps of --epochs %g", f->warmup, n, f->epochs);
+    return n;
+}
+
+static void schedule_of(LRSchedule* s, const RunConfig* c, int steps) {
+    const TrainFlags* f = &c->f;
+    s->kind = (SchedKind)c->schedule;
+    s->lr = f->lr; s->warmup = f->warmup; s->total = steps;
+    s->final_frac = f->final_lr_frac; s->cooldown_frac = f->cooldown_frac;
 }
 
 static void setup_data(Run* r) {
@@ -394,7 +402,17 @@ static void setup_data(Run* r) {
     if (f->val_data) {
         dl_init(&r->val, f->val_data, f->batch_size, f->seq_len, r->rank, r->world, V, 0, 0);
         r->has_val = 1;
+        // each evaluation reads every batch at most once: a split smaller than --eval-batches is
+        // read whole, with a warning, rather than counting some batches twice
+        const int64_t split = dl_batches_per_epoch(&r->val);
+        r->eval_batches = c->eval_batches == 0 ? split : c->eval_batches;
+        if (r->eval_batches > split) {
+            say(r, "warning: --eval-batches %d is more than the %lld batches of the validation split (%s): each evaluation reads the whole split once\n",
+                c->eval_batches, (long long)split, f->val_data);
+            r->eval_batches = split;
+        }
     }
+    r->steps = run_length(c, dl_batches_per_epoch(&r->train));
 }
 
 static void setup_optimizer(Run* r) {
@@ -409,18 +427,26 @@ static void setup_optimizer(Run* r) {
     opt_init(&r->opt, segs, nseg, gradsync_range_begin(&r->gs), gradsync_range_end(&r->gs));
     gradsync_attach(&r->gs, &r->opt, c->mode == TRAIN_FULL ? r->model : NULL);
     free(segs);
-    r->sched.kind = (SchedKind)c->schedule;
-    r->sched.lr = f->lr; r->sched.warmup = f->warmup; r->sched.total = f->steps;
-    r->sched.final_frac = f->final_lr_frac; r->sched.cooldown_frac = f->cooldown_frac;
+    schedule_of(&r->sched, c, r->steps);
 }
 
-static void open_log(Run* r, int resumed) {
-    const TrainFlags* f = &r->c->f;
-    if (!f->out_dir || r->rank != 0) return;
-    char lp[LLMC_PATH_MAX];
-    path_join(lp, sizeof(lp), f->out_dir, "log.jsonl");
-    r->log = fopen(lp, resumed ? "ab" : "wb");
-    if (!r->log) fatal("check that --out is writable", "cannot open '%s' for writing", lp);
+// What this invocation changed in the recorded settings; for a changed schedule, the learning
+// rate of the next step with the recorded and with the new one, so that no jump goes unnoticed.
+static void report_changes(Run* r) {
+    const RunChanges* ch = &r->start.changes;
+    int schedule = 0;
+    for (int i = 0; i < ch->n; i++) {
+        const RunChange* c = &ch->items[i];
+        say(r, "resume: %s %s (recorded: %s)%s\n", c->flag, c->after, c->before,
+            c->kind == CHANGE_OPTIMIZER ? ": applies from the next step on" : "");
+        schedule |= c->kind == CHANGE_SCHEDULE;
+    }
+    if (!schedule || !r->start.has_rec) return;
+    LRSchedule was;
+    schedule_of(&was, &r->start.rec, run_length(&r->start.rec, dl_batches_per_epoch(&r->train)));
+    const float a = sched_lr(&was, (int)r->step), b = sched_lr(&r->sched, (int)r->step);
+    say(r, "resume: the schedule changed: the learning rate of step %ld is %.4e (with the recorded settings: %.4e%s); the run ends at step %d (recorded: %d)\n",
+        r->step + 1, b, a, a == b ? ", the same" : "", r->steps, was.total);
 }
 
 // ----------------------------------------------------------------------------
@@ -453,16 +479,18 @@ static void report_model(Run* r) {
            f->batch_size, f->seq_len, r->world, r->c->accum, (long long)r->c->tokens_per_step);
 }
 
-// The model FLOPs of a step on this rank and the device's peak bf16 FLOP/s, for the step line.
+// The model FLOPs of a step on this rank and the device's peak bf16 FLOP/s, for the step line
+// (llmc/runlog.h: TFLOP/s and MFU).
 static void setup_mfu(Run* r) {
     const GPT2Config* cfg = &r->model->cfg;
     const double per_token = mfu_flops_per_token(params_count_unpadded(&r->model->pt), r->lora != NULL,
                                                  r->lora ? r->lora->n_trainable : 0, cfg->num_layers, cfg->channels, r->c->f.seq_len);
-    r->step_flops = per_token * (double)r->c->tokens_per_step / (double)r->world;
+    RunLog* l = &r->rl;
+    l->step_flops = per_token * (double)r->c->tokens_per_step / (double)r->world;
     const char* model = NULL;
-    r->peak_flops = mfu_peak_bf16_flops(ops_backend_name(), &model);
-    if (r->peak_flops > 0)
-        say(r, "mfu: %.3g TFLOP per step per rank, peak %.1f TFLOP/s bf16 (%s)\n", r->step_flops / 1e12, r->peak_flops / 1e12, model);
+    l->peak_flops = mfu_peak_bf16_flops(ops_backend_name(), &model);
+    if (l->peak_flops > 0)
+        say(r, "mfu: %.3g TFLOP per step per rank, peak %.1f TFLOP/s bf16 (%s)\n", l->step_flops / 1e12, l->peak_flops / 1e12, model);
 }
 
 static void report_memory(Run* r) {
@@ -506,7 +534,7 @@ static double evaluate(Run* r) {
     dl_reset(&r->val);
     double sum = 0.0; long cnt = 0;
     linear_set_training(r->model->lin, 0, 0); // no dropout when evaluating
-    for (int i = 0; i < r->c->f.eval_batches; i++) {
+    for (int64_t i = 0; i < r->eval_batches; i++) {
         dl_next(&r->val, r->inputs, r->targets);
         long n = 0;
         sum += gpt2_forward(r->model, r->inputs, r->targets, B, T, 0.0f, &n);
@@ -531,34 +559,33 @@ static int64_t read_step_batches(Run* r) {
     return valid;
 }
 
-typedef struct { double loss, norm; float lr; int skipped; } StepResult;
-
 // Forward and backward of every micro-batch, gradient reduction, clipping, and the AdamW update
-// unless the loss or the gradient is not finite.
+// unless the loss or the gradient is not finite. A micro-batch whose targets are all masked adds
+// nothing to the loss or the gradient (its rows of dlogits are zero) and nothing to the count
+// the loss is divided by; a step with no target at all in the global batch has nothing to learn
+// from: no forward, no update (it is no divergence either).
 static StepResult train_step(Run* r) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
     const int B = f->batch_size, T = f->seq_len;
     const size_t BT = (size_t)B * T;
     const int64_t valid = read_step_batches(r);
+    StepResult s = {0.0, 0.0, sched_lr(&r->sched, (int)r->step), 0, 0};
+    if (valid == 0) { s.no_targets = 1; return s; } // (valid is global: every rank returns here)
     gpt2_zero_grads(r->model);
     gradsync_step_begin(&r->gs);
-    double loss_sum = 0.0;
-    float dloss = valid > 0 ? 1.0f / (float)valid : 0.0f;
+    const float dloss = 1.0f / (float)valid;
     for (int k = 0; k < c->accum; k++) {
-        long n = 0;
         // dropout masks: a pure function of (seed, rank, micro-step), so a resumed run draws the same ones
         linear_set_training(r->model->lin, 1, ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)c->accum + (uint64_t)k);
-        loss_sum += gpt2_forward(r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, &n);
+        gpt2_forward_acc(r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, gradsync_loss_acc(&r->gs));
         gpt2_backward(r->model, gradsync_sink(&r->gs));
         gradsync_micro_done(&r->gs);
     }
-    comm_allreduce_sum_f64(&r->comm, &loss_sum, 1);
     gradsync_reduce(&r->gs);
-    StepResult s;
-    s.loss = valid > 0 ? loss_sum / (double)valid : NAN;
-    s.norm = gradsync_grad_norm(&r->gs);
-    s.lr = sched_lr(&r->sched, (int)r->step);
+    double loss_sum; // the step's one read of the device: loss and gradient norm together
+    gradsync_step_stats(&r->gs, &loss_sum, &s.norm);
+    s.loss = loss_sum / (double)valid;
     s.skipped = !isfinite(s.loss) || !isfinite(s.norm);
     if (s.skipped) return s;
     opt_step(&r->opt, s.lr, f->beta1, f->beta2, f->eps, f->weight_decay, opt_clip_scale(s.norm, f->grad_clip),
@@ -569,6 +596,7 @@ static StepResult train_step(Run* r) {
 
 // Count a skipped step; too many in a row stop the run.
 static void note_skipped(Run* r, const StepResult* s) {
+    if (s->no_targets) { r->no_target_total++; return; } // neither a divergence nor a sign of recovery
     if (!s->skipped) { r->consecutive_bad = 0; return; }
     r->skipped_total++;
     r->consecutive_bad++;
@@ -579,51 +607,53 @@ static void note_skipped(Run* r, const StepResult* s) {
               "%ld consecutive steps had a non-finite loss or gradient norm; stopping", r->consecutive_bad);
 }
 
-static void log_step(Run* r, const StepResult* s, double seconds) {
-    double ms = seconds * 1000.0;
-    double tps = (double)r->c->tokens_per_step / seconds;
-    double tflops = r->step_flops / seconds / 1e12;
-    char mfu[32] = "n/a", mfu_json[32] = "null";
-    if (r->peak_flops > 0) {
-        snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * tflops * 1e12 / r->peak_flops);
-        snprintf(mfu_json, sizeof(mfu_json), "%.4f", tflops * 1e12 / r->peak_flops);
+// An evaluation: logged, and followed across evaluations: a new best is saved (--keep-best), and
+// --early-stopping-patience evaluations in a row without an improvement by more than the
+// min-delta end the run. Every rank takes the same decisions (the loss is reduced across them).
+static void eval_and_track(Run* r) {
+    const TrainFlags* f = &r->c->f;
+    const double vl = evaluate(r);
+    runlog_eval(&r->rl, r->step, vl);
+    r->last_val = vl; r->last_val_step = r->step; r->has_last_val = 1;
+    r->vtrack_pre = r->vtrack; r->vtrack_pre_step = r->step; // what a checkpoint of this step records
+    ValTrack* v = &r->vtrack;
+    const int improved = isfinite(vl) && (!v->has_best || vl < v->best - f->early_stopping_min_delta);
+    v->since_improved = improved ? 0 : v->since_improved + 1;
+    if (isfinite(vl) && (!v->has_best || vl < v->best)) {
+        v->has_best = 1; v->best = vl; v->best_step = r->step;
+        if (f->keep_best) save_best(r);
     }
-    say(r, "step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.1f TFLOP/s | MFU %s\n",
-           r->step, r->c->f.steps, s->loss, s->lr, s->norm, ms, tps, tflops, mfu);
-    run_log_json(r, "{\"step\": %ld, \"train_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f, "
-                    "\"tflops\": %.3f, \"mfu\": %s%s}",
-                 r->step, s->loss, s->lr, s->norm, ms, tps, tflops, mfu_json, s->skipped ? ", \"skipped\": true" : "");
-}
-
-static void eval_and_log(Run* r) {
-    double vl = evaluate(r);
-    say(r, "step %ld | val loss %.6f\n", r->step, vl);
-    run_log_json(r, "{\"step\": %ld, \"val_loss\": %.9g}", r->step, vl);
+    if (f->early_stopping_patience > 0 && v->since_improved >= f->early_stopping_patience) {
+        r->early_stopped = 1;
+        say(r, "early stopping: %ld evaluations in a row did not improve on the best val loss %.6f (step %ld) by more than %g\n",
+            v->since_improved, v->best, v->best_step, f->early_stopping_min_delta);
+    }
 }
 
 // Whether this run stops now with a checkpoint: the signal number (every rank must stop at the
 // same step, so they agree on the flag), -1 at the end of --stop-after, 0 to go on.
 static int stop_reason(Run* r) {
     const TrainFlags* f = &r->c->f;
-    double sig = (double)g_stop_signal;
+    double sig = (double)runsignal_pending();
     if (r->world > 1) comm_allreduce_max_f64(&r->comm, &sig, 1);
     if (sig > 0) return (int)sig;
-    return f->stop_after > 0 && r->steps_this_run >= f->stop_after && r->step < f->steps ? -1 : 0;
+    return f->stop_after > 0 && r->steps_this_run >= f->stop_after && r->step < r->steps ? -1 : 0;
 }
 
-// Train to --steps (or until stopped). Returns 1 when stopped early (a checkpoint was written).
+// Train to the run's length (or until stopped). Returns 0 at the end of the run, else what
+// stopped it (stop_reason) after writing a checkpoint.
 static int train_loop(Run* r) {
     const TrainFlags* f = &r->c->f;
     comm_watchdog_step(&r->comm); // training starts: the watchdog measures steps from here
     for (;;) {
-        const int last = r->step >= f->steps;
+        const int last = r->step >= r->steps;
         if (r->has_val && ((f->eval_every > 0 && r->step % f->eval_every == 0) || last)) {
             comm_watchdog_op_unbounded(&r->comm, "eval at step %ld", r->step);
-            eval_and_log(r);
+            eval_and_track(r);
         }
-        if (last) return 0;
+        if (last || r->early_stopped) return 0;
         // --profile: the tally starts after this run's first step (it warms up), or with a lone step
-        if (f->profile && (r->steps_this_run == 1 || (r->steps_this_run == 0 && f->steps - r->step == 1))) ops_profile(1);
+        if (f->profile && (r->steps_this_run == 1 || (r->steps_this_run == 0 && r->steps - r->step == 1))) ops_profile(1);
         double t0 = timer_now_s();
         comm_watchdog_op(&r->comm, "step %ld", r->step + 1);
         StepResult s = train_step(r);
@@ -634,23 +664,51 @@ static int train_loop(Run* r) {
         note_skipped(r, &s);
         r->step++;
         r->steps_this_run++;
-        log_step(r, &s, seconds);
+        runlog_step(&r->rl, r->step, &s, seconds);
         const int stop = stop_reason(r);
         comm_watchdog_op_unbounded(&r->comm, "sample / checkpoint after step %ld", r->step);
-        if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < f->steps) sample_now(r);
-        if (stop || (f->save_every > 0 && r->step % f->save_every == 0 && r->step < f->steps)) save_checkpoint(r);
+        if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < r->steps) sample_now(r);
+        if (stop || (f->save_every > 0 && r->step % f->save_every == 0 && r->step < r->steps)) save_checkpoint(r);
         comm_watchdog_step(&r->comm);
-        if (stop > 0) say(r, "interrupted by signal %d at step %ld; resume with --resume\n", stop, r->step);
-        if (stop < 0) say(r, "stopping after %d steps of this run at step %ld; resume with --resume\n", f->stop_after, r->step);
-        if (stop) return 1;
+        if (!stop) continue;
+        char what[96];
+        if (stop > 0) snprintf(what, sizeof(what), "interrupted by signal %d", stop);
+        else snprintf(what, sizeof(what), "stopping after %d steps of this run", f->stop_after);
+        if (r->c->write_outputs) say(r, "%s at step %ld: checkpoint written; continue with --resume --out %s\n", what, r->step, f->out_dir);
+        else say(r, "%s at step %ld (--out none: no checkpoint)\n", what, r->step);
+        return stop;
     }
+}
+
+// The end of the run: how it ended, the validation losses, where the outputs are; and for a run
+// whose last steps were not finite, the error.
+static void summarize(Run* r, int stop, int diverged) {
+    const TrainFlags* f = &r->c->f;
+    char ending[160], best_dir[LLMC_PATH_MAX];
+    const char* ckpt = r->c->write_outputs ? " (checkpoint written)" : "";
+    if (stop > 0) snprintf(ending, sizeof(ending), "interrupted by %s%s", stop == SIGINT ? "SIGINT" : stop == SIGTERM ? "SIGTERM" : "a signal", ckpt);
+    else if (stop < 0) snprintf(ending, sizeof(ending), "stopped by --stop-after %d%s", f->stop_after, ckpt);
+    else if (diverged) snprintf(ending, sizeof(ending), "failed: the last %ld steps were not finite", r->consecutive_bad);
+    else if (r->early_stopped) snprintf(ending, sizeof(ending), "stopped early (no improvement of the val loss in %d evaluations)", f->early_stopping_patience);
+    else snprintf(ending, sizeof(ending), "finished");
+    path_join(best_dir, sizeof(best_dir), f->out_dir, "best");
+    RunSummary s = {r->step, ending, r->has_last_val, r->last_val, r->last_val_step, r->vtrack.best, r->vtrack.best_step,
+                    r->c->write_outputs ? f->out_dir : NULL,
+                    !stop && !diverged, f->keep_best && r->vtrack.has_best ? best_dir : NULL};
+    runlog_summary(&r->rl, &s);
+    if (!diverged || r->rank != 0) return;
+    const long kept = r->c->write_outputs ? ckpt_find_latest(f->out_dir) : -1;
+    char kept_text[96];
+    if (kept >= 0) snprintf(kept_text, sizeof(kept_text), "the newest checkpoint (step %ld) is kept", kept);
+    else snprintf(kept_text, sizeof(kept_text), "no checkpoint was written");
+    fprintf(stderr, "error: the last %ld steps had a non-finite loss or gradient norm (no update since step %ld): the final model was not written; %s\n"
+                    "  hint: lower --lr, raise --warmup-steps or --grad-clip, or check the data, then continue from the checkpoint with --resume\n",
+            r->consecutive_bad, r->step - r->consecutive_bad, kept_text);
 }
 
 // ----------------------------------------------------------------------------
 
 static void start_backend(Run* r) {
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
     device_select(&r->comm); // before ops_init: the backend's handles belong to the current GPU
     ops_init(r->c->f.threads);
     ops_set_deterministic(r->c->f.deterministic);
@@ -659,7 +717,7 @@ static void start_backend(Run* r) {
 }
 
 static void run_free(Run* r) {
-    if (r->log) fclose(r->log);
+    runlog_close(&r->rl);
     sample_free(r);
     free(r->inputs); free(r->targets);
     dl_free(&r->train);
@@ -676,35 +734,43 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     Run* r = &run;
     comm_init(&r->comm, &argc, &argv); // first: MPI may take its own arguments out of argv
     r->rank = r->comm.rank; r->world = r->comm.world;
+    runsignal_startup(); // until the first write, SIGINT / SIGTERM end the process at once
     RunConfig rc;
-    runconfig_from_args(&rc, argc, argv, mode, r->world);
+    memset(&rc, 0, sizeof(rc));
+    runrecord_start(&r->start, &rc, &r->comm, argc, argv, mode);
     r->c = &rc;
     comm_watchdog_start(&r->comm, rc.f.watchdog_timeout); // every rank; before NCCL's init, which it covers
     comm_watchdog_op_unbounded(&r->comm, "startup");
     start_backend(r);
-    const long resume_step = prepare_out_dir(r);
-    build_model(r, resume_step);
+    check_out_dir(r);
+    build_model(r, r->start.resume_step);
     setup_data(r);
     setup_optimizer(r);
-    if (resume_step >= 0) {
-        restore_checkpoint(r, resume_step);
+    if (r->start.resume_step >= 0) {
+        restore_checkpoint(r, r->start.resume_step);
         say(r, "resumed: step %ld from %s\n", r->step, rc.f.out_dir);
+        report_changes(r);
     }
     report_model(r);
     report_memory(r);
     setup_mfu(r);
-    open_log(r, resume_step >= 0);
-    const int stopped = train_loop(r);
+    runsignal_deferred(); // from the first write on, they stop the loop with a checkpoint
+    open_out_dir(r);
+    const int stop = train_loop(r);
     if (rc.f.profile && r->rank == 0) ops_profile_print(r->steps_this_run > 1 ? r->steps_this_run - 1 : 1);
     ops_profile(0);
     comm_watchdog_op_unbounded(&r->comm, "final sample and save");
-    if (!stopped) {
+    // a run whose last steps were not finite keeps its last good checkpoint and writes no model
+    const int diverged = !stop && r->consecutive_bad > 0;
+    if (!stop && !diverged) {
         sample_now(r);
         save_checkpoint(r);
-        save_final(r);
+        outputs_save(&r->out, &r->m, rc.f.out_dir); // the final model
     }
+    summarize(r, stop, diverged);
     run_free(r);
     comm_finalize(&r->comm);
     runconfig_free(&rc);
-    return 0;
+    runrecord_start_free(&r->start);
+    return stop > 0 ? runsignal_exit(stop) : diverged ? 1 : 0;
 }

@@ -58,6 +58,10 @@ ifeq ($(NO_CUDA_HARNESS),1)
 else ifeq ($(HAVE_CUDA_HEADERS),1)
 TEST_PROGS += $(GPUCHECK_HARNESS_TESTS)
 TEST_SCRIPTS += test/test_gpu_check.sh
+# host stalls of one training step, counted by the harness in its builds of the trainers (both
+# passes: under SAN=1 the step runs with ASan+UBSan too)
+TEST_SCRIPTS += test/test_step_syncs.sh
+TEST_EXTRA_BUILD += $(GPUCHECK_EMU_OBJ)/train_gpt2 $(GPUCHECK_EMU_OBJ)/train_lora
 # (the emulated check runs in the plain pass only: its programs are the suite's own harness
 # programs, which the SAN pass runs under ASan+UBSan anyway)
 ifeq ($(SAN),)

@@ -3,9 +3,9 @@
 #   $(TREE)/libllmc.a       the shared C (llmc/*.c) + the backend's objects (BACKEND_OBJS, from
 #                           mk/cpu.mk or mk/cuda.mk). Programs link the archive, so each one pulls
 #                           only the objects it uses (data/prepare needs no backend at all).
-#   $(TREE)/bin/            train_gpt2, train_lora, generate (entry files *.cu: plain C on the
-#                           CPU backend, nvcc on CUDA) and prepare (data/prepare.c)
-#   ./train_gpt2 ./train_lora ./generate ./data/prepare
+#   $(TREE)/bin/            train_gpt2, train_lora, generate, convert (entry files *.cu: plain C
+#                           on the CPU backend, nvcc on CUDA) and prepare (data/prepare.c)
+#   ./train_gpt2 ./train_lora ./generate ./convert ./data/prepare
 #                           where the README expects them: copies of the selected tree's
 #                           programs, refreshed by every `make` whose tree they do not match (so
 #                           switching BACKEND or ARCH never leaves another build's binary
@@ -31,10 +31,10 @@ $(LIB): $(LIB_OBJS) $(BACKEND_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-PROGRAMS := $(TREE)/bin/train_gpt2 $(TREE)/bin/train_lora $(TREE)/bin/generate $(TREE)/bin/prepare
+PROGRAMS := $(TREE)/bin/train_gpt2 $(TREE)/bin/train_lora $(TREE)/bin/generate $(TREE)/bin/convert $(TREE)/bin/prepare
 
 # (ENTRY_LINK, PROGRAM_LIBS: the backend's linker and libraries)
-$(TREE)/bin/train_gpt2 $(TREE)/bin/train_lora $(TREE)/bin/generate: $(TREE)/bin/%: $(TREE)/obj/%.entry.o $(LIB)
+$(TREE)/bin/train_gpt2 $(TREE)/bin/train_lora $(TREE)/bin/generate $(TREE)/bin/convert: $(TREE)/bin/%: $(TREE)/obj/%.entry.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(ENTRY_LINK) $< $(LIB) -o $@ $(LDFLAGS) $(PROGRAM_LIBS)
 
@@ -44,17 +44,18 @@ $(TREE)/bin/prepare: $(TREE)/obj/data/prepare.o $(LIB)
 	$(CC) $< $(LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
 
 # the root copies
-ROOT_PROGRAMS := train_gpt2 train_lora generate data/prepare
+ROOT_PROGRAMS := train_gpt2 train_lora generate convert data/prepare
 root_install = $(if $(SAN),@true,@cmp -s $< $@ || { cp $< $@.tmp && mv -f $@.tmp $@ && echo "$@ <- $<"; })
-train_gpt2 train_lora generate: %: $(TREE)/bin/% FORCE
+train_gpt2 train_lora generate convert: %: $(TREE)/bin/% FORCE
 	$(root_install)
 data/prepare: $(TREE)/bin/prepare FORCE
 	$(root_install)
 FORCE:
 .PHONY: FORCE
 
-# The README's main job: tokenize the bundled tinyshakespeare, pretrain a tiny GPT-2 on it with
-# train_gpt2 (the loss falls from ~10.8), then fine-tune it with train_lora and merge the adapter.
+# The README's main job (scripts/lora_tiny.sh): pretrain a tiny GPT-2 on most of the bundled
+# tinyshakespeare with train_gpt2, fine-tune it with train_lora on the held-out plays in another
+# style, report the validation loss on them before and after, samples and loss plots.
 quickstart: all
 	bash scripts/lora_tiny.sh
 .PHONY: quickstart

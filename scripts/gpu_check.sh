@@ -284,7 +284,7 @@ TRAIN_ARGV=()
 train_cmd() {  # MODE B: TRAIN_ARGV = the command line of one throughput run
   local mode=$1 b=$2
   local common=(--train-data "$WORK/train.bin" --batch-size "$b" --seq-len "$T" --total-batch-tokens $((b * T)) --steps "$STEPS"
-                --lr 1e-4 --warmup-steps 0 --seed 1 --deterministic 1)
+                --lr 1e-4 --warmup-steps 0 --seed 1 --deterministic 1 --out none)
   local lora=(--model "$LORA_BASE" --lora-targets c_attn --lora-rank 8 --lora-alpha 16)
   case "$mode" in
     full) TRAIN_ARGV=("$BIN/train_gpt2" --model "$FULL_MODEL" "${common[@]}") ;;

@@ -88,7 +88,7 @@ def test_summary(text):
 
 
 STEP_RE = re.compile(r"^step +(\d+)/(\d+) \| loss ([-0-9.naninf]+) \| lr \S+ \| norm ([-0-9.naninf]+) \| ([0-9.]+) ms \| ([0-9.]+) tok/s"
-                     r"(?: \| ([0-9.]+) TFLOP/s \| MFU ([0-9.]+%|n/a))?")
+                     r"(?: \| ([0-9.]+) TFLOP/s(?: \| MFU ([0-9.]+%))?)?")
 
 
 def parse_train_log(text, warmup):

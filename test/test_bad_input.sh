@@ -5,7 +5,7 @@ source "$(dirname "$0")/lib.sh"
 T="$BIN_DIR/train_gpt2"
 MODEL=test/ref/gpt2_tiny
 make_shard "$TMP/ok.bin" 3000 100 1
-RUN=(--train-data "$TMP/ok.bin" --batch-size 2 --seq-len 16 --steps 1 --threads 1)
+RUN=(--train-data "$TMP/ok.bin" --batch-size 2 --seq-len 16 --steps 1 --threads 1 --out "$TMP/scratch")
 
 # ---- missing files
 expect_fail "missing model file" "$TMP/nope.bin" "$T" --model "$TMP/nope.bin" "${RUN[@]}"
@@ -33,10 +33,10 @@ expect_fail "truncated .bin" "trunc.bin" "$T" --model "$TMP/trunc.bin" "${RUN[@]
 expect_fail "bad version .bin" "ver.bin" "$T" --model "$TMP/ver.bin" "${RUN[@]}"
 expect_fail "header-only .bin" "short.bin" "$T" --model "$TMP/short.bin" "${RUN[@]}"
 # ---- token shards
-expect_fail "shard wrong magic" "tmagic.bin" "$T" --model "$MODEL" --train-data "$TMP/tmagic.bin" --batch-size 2 --seq-len 16 --steps 1
-expect_fail "shard truncated" "ttrunc.bin" "$T" --model "$MODEL" --train-data "$TMP/ttrunc.bin" --batch-size 2 --seq-len 16 --steps 1
-expect_fail "token id out of range" "out of range for the model's vocabulary" "$T" --model "$MODEL" --train-data "$TMP/trange.bin" --batch-size 2 --seq-len 16 --steps 1
-expect_fail "shard smaller than a batch" "fewer than one global batch" "$T" --model "$MODEL" --train-data "$TMP/ok.bin" --batch-size 64 --seq-len 64 --steps 1
+expect_fail "shard wrong magic" "tmagic.bin" "$T" --model "$MODEL" --train-data "$TMP/tmagic.bin" --batch-size 2 --seq-len 16 --steps 1 --out "$TMP/scratch"
+expect_fail "shard truncated" "ttrunc.bin" "$T" --model "$MODEL" --train-data "$TMP/ttrunc.bin" --batch-size 2 --seq-len 16 --steps 1 --out "$TMP/scratch"
+expect_fail "token id out of range" "out of range for the model's vocabulary" "$T" --model "$MODEL" --train-data "$TMP/trange.bin" --batch-size 2 --seq-len 16 --steps 1 --out "$TMP/scratch"
+expect_fail "shard smaller than a batch" "fewer than one global batch" "$T" --model "$MODEL" --train-data "$TMP/ok.bin" --batch-size 64 --seq-len 64 --steps 1 --out "$TMP/scratch"
 # ---- HF directory: shape / config mismatch, malformed JSON, broken safetensors
 mkdir -p "$TMP/hf_shape" "$TMP/hf_json" "$TMP/hf_st"
 cp "$MODEL/model.safetensors" "$TMP/hf_shape/"; sed 's/"n_embd": 64/"n_embd": 128/' "$MODEL/config.json" > "$TMP/hf_shape/config.json"
@@ -68,7 +68,9 @@ d = sys.argv[1]
 s = bytearray(open(d + "/ok.bin", "rb").read()); s[1024 + 2 * 40: 1024 + 2 * 41] = struct.pack("<H", 150)
 open(d + "/trange2.bin", "wb").write(bytes(s))  # bad token in the second batch, read after resuming at step 1
 PY
-expect_fail "failing resumed run" "out of range" "$T" --model "$MODEL" --train-data "$TMP/trange2.bin" --batch-size 2 --seq-len 16 --steps 3 --threads 1 --out "$TMP/run" --resume
+# the data of the resumed run changes under the same name (a changed --train-data is refused)
+cp "$TMP/trange2.bin" "$TMP/ok.bin"
+expect_fail "failing resumed run" "out of range" "$T" --resume --out "$TMP/run" --steps 3
 after=$(cd "$TMP/run" && sha256sum model.bin model_00000001.bin state_00000001_00000.bin log.jsonl | sha256sum)
 [ "$before" = "$after" ] && ok "previous outputs intact after failed runs" || bad "outputs changed by a failed run"
 "$T" --help | grep -q -- "--total-batch-tokens" && ok "--help lists the flags" || bad "--help"

@@ -123,7 +123,7 @@ static void test_manifest(void) {
     ckpt_manifest_free(&mf);
     TEST_CHECK(ckpt_manifest_try_read(dir, 8, &mf, err, sizeof(err)) != 0 && strstr(err, "missing"), "absent marker: %s", err);
     const char* ok = "{\"format\": \"llmc-ft checkpoint\", \"version\": 1, \"step\": 7, \"world\": 1, \"files\": ["
-                     "{\"name\": \"adapter_00000007.safetensors\", \"bytes\": 5, \"crc32c\": \"0000abcd\"},"
+                     "{\"name\": \"adapter_00000007/adapter_model.safetensors\", \"bytes\": 5, \"crc32c\": \"0000abcd\"},"
                      "{\"name\": \"state_00000007_00000.bin\", \"bytes\": 1032, \"crc32c\": \"ffffffff\"}]}";
     TEST_CHECK(ckpt_manifest_parse(ok, strlen(ok), "x", 7, &mf, err, sizeof(err)) == 0 && mf.files[0].crc == 0xabcd, "adapter manifest: %s", err);
     ckpt_manifest_free(&mf);
@@ -211,6 +211,8 @@ static void test_headers(void) {
         { SH_SEED, -1, "seed" }, { SH_SHUFFLE, 2, "shuffle" }, { SH_TOKENS_PER_STEP, 65, "tokens per step" },
         { SH_OPT_T, 3, "updates" }, { (StateField)100, 1, "header word 100" }, { SH_END, INT64_MAX, "end" },
         { SH_BEGIN, INT64_MIN, "begin" }, { SH_ACCUM, INT64_MAX, "accum" }, { SH_DL_CHUNK, 67108864, "dl_chunk" },
+        { SH_NO_TARGETS, -1, "no_targets" }, { SH_NO_TARGETS, 1, "steps without targets" }, { SH_VAL_TRACKED, 2, "val_tracked" },
+        { SH_BEST_STEP, 3, "best_step" }, { SH_EVALS_SINCE_BEST, 7, "evals_since_best" }, { SH_BEST_VAL_BITS, 1, "best_val_bits" },
     };
     snprintf(a.path, sizeof(a.path), "%s/field.bin", g_dir);
     int nok = 0;

@@ -73,13 +73,20 @@ d="$TMP/fresh"; mkdir -p "$d"; : > "$d/model_00000002.bin.tmp.1"; : > "$d/state_
 [ ! -e "$d/model_00000002.bin.tmp.1" ] && [ ! -e "$d/state_00000002_00000.bin" ] && ok "a new run removes leftovers too" || bad "new run left leftovers"
 
 # ---- header fields against the run
-expect_fail "checkpoint beyond --steps" "beyond --steps 3" "$T" "${RUN[@]}" --steps 3 --out "$TMP/base" --resume
+expect_fail "checkpoint beyond --steps" "beyond the run's 3 steps" "$T" "${RUN[@]}" --steps 3 --out "$TMP/base" --resume
 
 # ---- LoRA checkpoints: the adapter is covered
 "$L" "${RUN[@]}" --lora-rank 2 --out "$TMP/lora" --stop-after 2 > "$TMP/lora.log" 2>&1 || { cat "$TMP/lora.log"; bad "lora run failed"; }
-grep -q adapter_00000002.safetensors "$TMP/lora/DONE_00000002" && ok "LoRA manifest lists the adapter" || bad "LoRA manifest"
-flip "$TMP/lora/adapter_00000002.safetensors" 500
-expect_fail "flipped byte in the adapter" "adapter_00000002.safetensors': checksum mismatch" "$L" "${RUN[@]}" --lora-rank 2 --out "$TMP/lora" --resume
+grep -q adapter_00000002/adapter_model.safetensors "$TMP/lora/DONE_00000002" && ok "LoRA manifest lists the adapter's tensors" || bad "LoRA manifest"
+# an adapter directory of an interrupted save (no DONE marker) is an orphan: removed at resume
+cp -r "$TMP/lora/adapter_00000002" "$TMP/lora/adapter_00000003"
+cp -r "$TMP/lora" "$TMP/lora_orphan"
+if "$L" "${RUN[@]}" --lora-rank 2 --out "$TMP/lora_orphan" --resume > "$TMP/lora_orphan.log" 2>&1; then
+  grep -q "cleanup: removed 1 leftover file.*adapter_00000003" "$TMP/lora_orphan.log" && [ ! -e "$TMP/lora_orphan/adapter_00000003" ] \
+    && ok "an orphan adapter directory is removed at resume" || bad "orphan adapter dir: $(grep cleanup "$TMP/lora_orphan.log"); $(ls "$TMP/lora_orphan")"
+else cat "$TMP/lora_orphan.log"; bad "LoRA resume with an orphan adapter directory failed"; fi
+flip "$TMP/lora/adapter_00000002/adapter_model.safetensors" 500
+expect_fail "flipped byte in the adapter" "adapter_00000002/adapter_model.safetensors': checksum mismatch" "$L" "${RUN[@]}" --lora-rank 2 --out "$TMP/lora" --resume
 
 # ---- item 8: layer_norm_epsilon in config.json, loss-mask bytes
 for eps in 0 -1e-05 1e999 '"1e-5"'; do
@@ -101,7 +108,7 @@ mask = bytearray([1] * n); mask[50] = 2
 with open(d + "/train.mask", "wb") as f:
     f.write(struct.pack("<256i", *([20261122, 1, n] + [0] * 253))); f.write(bytes(mask))
 PY
-expect_fail "loss-mask byte 2" "train.mask': mask byte 2 at byte offset 1074 (token 50) is not 0 or 1" "$T" "${RUN[@]}" --steps 2
+expect_fail "loss-mask byte 2" "train.mask': mask byte 2 at byte offset 1074 (token 50) is not 0 or 1" "$T" "${RUN[@]}" --steps 2 --out "$TMP/mask"
 
 # ---- two ranks: the manifest gathers both state files; a damaged rank-1 file ends the job
 if command -v mpirun >/dev/null 2>&1; then

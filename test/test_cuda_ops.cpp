@@ -23,6 +23,7 @@
 #include "cpu/ops_cpu.h"
 #include "cuda/ops_cuda.h"
 #include "cuda/attention.cuh"
+#include "cuda/gemm.cuh"
 #include "test/test.h"
 
 typedef std::vector<float> vecf;
@@ -178,7 +179,7 @@ static void test_encoder(int B, int T, int C, int V) {
 
     vecf g = rnd_vec((size_t)B * T * C, 1.0f), gwte = rnd_vec((size_t)V * C, 0.5f), gwpe = rnd_vec((size_t)T * C, 0.5f);
     Dev dg(g), dgwte(gwte), dgwpe(gwpe);
-    cuda_encoder_backward(dgwte.p, dgwpe.p, dg.p, dtok.p, B, T, C);
+    cuda_encoder_backward(dgwte.p, dgwpe.p, dg.p, tok.data(), B, T, C);
     std::vector<double> rw(gwte.begin(), gwte.end()), rp(gwpe.begin(), gwpe.end());
     for (int bt = 0; bt < B * T; bt++)
         for (int c = 0; c < C; c++) {
@@ -578,10 +579,10 @@ static void test_null_grads(void) {
     vecf eg = rnd_vec((size_t)B * T * C, 1.0f), ew = rnd_vec((size_t)V * C, 0.5f), ep = rnd_vec((size_t)T * C, 0.5f);
     Dev deg(eg), dew(ew), dep(ep);
     vecf cw2 = ew, cp2 = ep;
-    cuda_encoder_backward(NULL, dep.p, deg.p, dtok.p, B, T, C);
+    cuda_encoder_backward(NULL, dep.p, deg.p, tok.data(), B, T, C);
     cpu_encoder_backward(NULL, cp2.data(), eg.data(), tok.data(), B, T, C);
     check("encoder_backward dwpe only", dep.get(), cp2, RT, 1e-2);
-    cuda_encoder_backward(dew.p, NULL, deg.p, dtok.p, B, T, C);
+    cuda_encoder_backward(dew.p, NULL, deg.p, tok.data(), B, T, C);
     cpu_encoder_backward(cw2.data(), NULL, eg.data(), tok.data(), B, T, C);
     check("encoder_backward dwte only", dew.get(), cw2, RT, 1e-2);
 }
@@ -604,6 +605,36 @@ static void test_reductions(size_t n) {
     snprintf(name, sizeof(name), "vs cpu: sum_squares, sum_f32 (n=%zu)", n);
     vecf a3{(float)got_ss, (float)got_s}, w3{(float)cpu_sum_squares(x.data(), n), (float)cpu_sum_f32(x.data(), n)};
     check(name, a3, w3, 1e-5, 1e-4);
+    // the accumulating forms: added onto what the accumulator holds, nothing read back until the
+    // end, and the same value as the reading forms (which are built on them)
+    double init[2] = {0.25, -1.5}, acc[2];
+    double* dacc = (double*)cuda_ops_alloc(sizeof(init));
+    cuda_ops_to_device_async(dacc, init, sizeof(init));
+    cuda_sum_squares_acc(dacc, dx.p, n);
+    cuda_sum_squares_acc(dacc, dx.p, n);
+    cuda_sum_f32_acc(dacc + 1, df.p, n);
+    cuda_ops_to_host(acc, dacc, sizeof(acc));
+    TEST_CHECK(acc[0] == (0.25 + got_ss) + got_ss && acc[1] == -1.5 + got_s,
+               "sum_squares_acc / sum_f32_acc (n=%zu): %.17g %.17g, want %.17g %.17g", n, acc[0], acc[1],
+               (0.25 + got_ss) + got_ss, -1.5 + got_s);
+    cuda_ops_free(dacc);
+}
+
+// GEMM plans are built once per shape and epilogue, then reused (gemm.cu's cache)
+static void test_gemm_plans(void) {
+    const int N = 5, C = 24, OC = 40; // a shape no other test uses
+    Dev inp(rnd_vec((size_t)N * C, 1.0f)), w(rnd_vec((size_t)OC * C, 1.0f)), b(rnd_vec(OC, 1.0f)), out((size_t)N * OC);
+    const long p0 = gemm_plans_built();
+    cuda_matmul_forward(out.p, NULL, inp.p, w.p, b.p, N, C, OC);
+    const long p1 = gemm_plans_built();
+    cuda_matmul_forward(out.p, NULL, inp.p, w.p, b.p, N, C, OC);
+    const long p2 = gemm_plans_built();
+    cuda_matmul_forward(out.p, NULL, inp.p, w.p, NULL, N, C, OC); // another epilogue: another plan
+    const long p3 = gemm_plans_built();
+    TEST_CHECK(p1 - p0 == 1 && p2 == p1 && p3 - p2 == 1,
+               "GEMM plans built: %ld for a new shape (want 1), %ld for it again (want 0), %ld without bias (want 1)",
+               p1 - p0, p2 - p1, p3 - p2);
+    printf("ok   gemm plan cache (%ld plans built so far)\n", p3);
 }
 
 #include <time.h>
@@ -655,6 +686,9 @@ int main(void) {
     TIMED(test_matmul(70, 16, 24, 1, 1));   // fused GELU epilogue; N > one column-sum chunk
     TIMED(test_matmul(6, 8, 16, 0, 1));
     TIMED(test_matmul(129, 64, 256, 1, 1));
+    // more row chunks than 2 x SMs (the harness reports 132): each block of the column sums strides
+    // over several chunks (ops_colsum_chunks; layernorm's dweight/dbias loop is the same)
+    TIMED(test_matmul(17000, 8, 8, 1, 0));
     TIMED(test_attention(2, 5, 8, 2));      // HS 4
     TIMED(test_attention(1, 35, 48, 1));    // HS 48: two key tiles, two dims per lane
     TIMED(test_attention(2, 70, 128, 2));   // HS 64 (GPT-2), three key tiles
@@ -669,6 +703,7 @@ int main(void) {
     TIMED(test_adamw(333, 0));
     TIMED(test_null_grads());
     TIMED(test_attention(2, 1, 8, 2));      // T = 1
+    TIMED(test_gemm_plans());
     TIMED(test_reductions(7));
     TIMED(test_lora_ops(1000));
     TIMED(test_reductions(300000));         // more than the fixed grid: grid-stride loop

@@ -22,7 +22,7 @@ COMMON=(--model test/ref/gpt2_tiny --train-data "$D/data/tiny_train_*.bin" -b 2 
 rc=$?
 [ $rc -eq 0 ] || { bad "run1 exited $rc"; tail -20 "$D/run1.log"; }
 for f in adapter_model.safetensors adapter_config.json merged/model.safetensors merged/config.json merged/model.bin \
-         adapter_00000003.safetensors adapter_00000006.safetensors DONE_00000006 log.jsonl; do
+         adapter_00000003/adapter_model.safetensors adapter_00000006/adapter_model.safetensors DONE_00000006 log.jsonl; do
   [ -f "$D/run1/$f" ] || bad "run1 did not write $f"
 done
 [ -f "$D/run1/model_00000003.bin" ] && bad "a LoRA checkpoint must not hold the full model"
@@ -105,7 +105,6 @@ expect_fail "missing adapter" "does not exist" "${BASEARGS[@]}" --adapter "$D/no
 expect_fail "unknown --lora-targets" "unknown target 'foo'" "${BASEARGS[@]}" --lora-targets c_attn,foo
 expect_fail "--lora-layers beyond the model" "outside the model's layers" "${BASEARGS[@]}" --lora-layers 0-7
 expect_fail "--lora-rank 0" "lora-rank" "${BASEARGS[@]}" --lora-rank 0
-expect_fail "--merge without --out" "--merge needs --out" --model test/ref/gpt2_tiny --train-data "$D/data/tiny_train_*.bin" --merge
 expect_fail "LoRA on a from-scratch model" "nothing to adapt" --model d6 --train-data "$D/data/tiny_train_*.bin"
 
 finish

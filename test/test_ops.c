@@ -251,14 +251,14 @@ static void test_encoder(void) {
     float* wte_want = expect_acc(dwte, gwte, (size_t)V * C);
     float* wpe_want = expect_acc(dwpe, gwpe, (size_t)T * C);
     float* dwte0 = fcopy(dwte, (size_t)V * C);
-    encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    encoder_backward(dwte, dwpe, dout, inp, inp, B, T, C);
     test_allclose("encoder_backward dwte (+=)", dwte, wte_want, (size_t)V * C, 1e-6, 1e-6);
     test_allclose("encoder_backward dwpe (+=)", dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
     // NULL dwte: dwpe still accumulates, nothing else touched
-    encoder_backward(NULL, dwpe, dout, inp, B, T, C);
+    encoder_backward(NULL, dwpe, dout, inp, inp, B, T, C);
     for (size_t i = 0; i < (size_t)T * C; i++) wpe_want[i] = (float)((double)wpe_want[i] + gwpe[i]);
     test_allclose("encoder_backward NULL dwte", dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
-    encoder_backward(dwte0, NULL, dout, inp, B, T, C);
+    encoder_backward(dwte0, NULL, dout, inp, inp, B, T, C);
     test_allclose("encoder_backward NULL dwpe", dwte0, wte_want, (size_t)V * C, 1e-6, 1e-6);
     ops_free(wte); ops_free(wpe); ops_free(out); ops_free(dout); ops_free(dwte); ops_free(dwpe);
     ops_free(wte_want); ops_free(wpe_want); ops_free(dwte0);
@@ -794,7 +794,17 @@ static void test_reductions(void) {
     TEST_CHECK(fabs(got2 - s) <= 1e-12 * maxabs_f(x, n) * n, "sum_f32 %.17g want %.17g", got2, s);
     TEST_CHECK(sum_squares(x, 0) == 0.0 && sum_f32(x, 0) == 0.0, "empty sums must be 0");
     TEST_CHECK(sum_squares(x, 3) == (double)x[0] * x[0] + (double)x[1] * x[1] + (double)x[2] * x[2], "sum_squares n=3");
-    printf("ok   sum_squares / sum_f32 (n=%zu)\n", n);
+    double* acc = (double*)ops_alloc(2 * sizeof(double));
+    const double init[2] = {0.5, -2.0};
+    ops_to_device_async(acc, init, sizeof(init));
+    sum_squares_acc(acc, x, n);
+    sum_f32_acc(acc + 1, x, n);
+    sum_f32_acc(acc + 1, x, 0);
+    double h[2];
+    ops_to_host(h, acc, sizeof(h));
+    TEST_CHECK(h[0] == 0.5 + got && h[1] == -2.0 + got2, "sum_squares_acc / sum_f32_acc add onto the accumulator");
+    printf("ok   sum_squares / sum_f32 (n=%zu), and their accumulating forms\n", n);
+    ops_free(acc);
     ops_free(x);
 }
 
@@ -822,7 +832,7 @@ static void test_determinism(void) {
         r[k][2] = fbuf((size_t)V * C); memset(r[k][2], 0, (size_t)V * C * sizeof(float));
         r[k][3] = fbuf(C); memset(r[k][3], 0, C * sizeof(float));
         layernorm_backward(NULL, r[k][0], r[k][1], dy, x, w, mean, rstd, N, C);
-        encoder_backward(r[k][2], NULL, dy, inp, 1, N, C);
+        encoder_backward(r[k][2], NULL, dy, inp, inp, 1, N, C);
         matmul_backward(NULL, NULL, r[k][3], dy, x, w, N, 1, C);
     }
     omp_set_num_threads(nthr);

@@ -246,7 +246,7 @@ expect_failF "no record fits" "no record fits a window" "$P" --input "$T/qa.json
 # the trainer takes the windows only with the matching --seq-len
 TRAIN="${BIN_DIR}/train_gpt2"
 if [ -x "$TRAIN" ]; then
-  "$TRAIN" --model tiny --train-data "$T/w/w_train_*.bin" --batch-size 2 --seq-len 24 --steps 1 --threads 2 > "$T/wtrain.log" 2>&1 \
+  "$TRAIN" --model tiny --train-data "$T/w/w_train_*.bin" --batch-size 2 --seq-len 24 --steps 1 --threads 2 --out "$T/wtrain" > "$T/wtrain.log" 2>&1 \
     && ok "train_gpt2 --seq-len 24 trains on 24-token windows" || { cat "$T/wtrain.log"; bad "train on windows"; }
   expect_failF "train_gpt2 refuses another --seq-len" "holds one record per window of 24 tokens (data/prepare --record-windows 24), but --seq-len is 16" \
     "$TRAIN" --model tiny --train-data "$T/w/w_train_*.bin" --batch-size 1 --seq-len 16 --steps 1 --threads 2

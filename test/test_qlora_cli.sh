@@ -40,12 +40,12 @@ cmp -s "$D/run1/adapter_model.safetensors" "$D/run2/adapter_model.safetensors" \
   && ok "resumed --qlora run ends with a byte-identical adapter" || bad "resumed adapter differs from the uninterrupted run's"
 
 # ---- the merged model in train_gpt2: its val loss (step 0, before any update) is the QLoRA model's final one
-vl_of() { sed -n "s/^step $2 | val loss \([0-9.]*\)$/\1/p" "$1" | tail -1; }
+vl_of() { sed -n "s/^step $2 | val loss \([0-9.]*\) | .*$/\1/p" "$1" | tail -1; }
 q_vl=$(vl_of "$D/run1.log" 6)
-"$BIN_FULL" --model "$D/run1/merged/model.bin" "${DATA[@]}" -b 2 -t 16 --steps 1 --lr 0 --eval-every 1 >"$D/merged.log" 2>&1 \
+"$BIN_FULL" --model "$D/run1/merged/model.bin" "${DATA[@]}" -b 2 -t 16 --steps 1 --lr 0 --eval-every 1 --out "$D/merged_run" >"$D/merged.log" 2>&1 \
   || { bad "train_gpt2 on the merged model exited $?"; tail -5 "$D/merged.log"; }
 m_vl=$(vl_of "$D/merged.log" 0)
-"$BIN_FULL" --model test/ref/gpt2_tiny "${DATA[@]}" -b 2 -t 16 --steps 1 --lr 0 --eval-every 1 >"$D/base.log" 2>&1 || bad "train_gpt2 on the base exited $?"
+"$BIN_FULL" --model test/ref/gpt2_tiny "${DATA[@]}" -b 2 -t 16 --steps 1 --lr 0 --eval-every 1 --out "$D/base_run" >"$D/base.log" 2>&1 || bad "train_gpt2 on the base exited $?"
 b_vl=$(vl_of "$D/base.log" 0)
 if [ -n "$q_vl" ] && [ -n "$m_vl" ] && [ -n "$b_vl" ]; then
   perl -e 'exit !(abs($ARGV[0]-$ARGV[1]) < 2e-5 && abs($ARGV[0]-$ARGV[2]) > 1e-3)' "$q_vl" "$m_vl" "$b_vl" \

@@ -5,7 +5,7 @@ source "$(dirname "$0")/lib.sh"
 make_shard "$TMP/d_000.bin" 3000 100 5
 COMMON=(--model test/ref/gpt2_tiny --train-data "$TMP/d_000.bin" --batch-size 4 --seq-len 64 --steps 3 --lr 3e-3 --threads 2)
 for k in 0 1 2; do
-  "$BIN_DIR/train_gpt2" "${COMMON[@]}" --recompute $k > "$TMP/r$k.log" 2>&1 || { cat "$TMP/r$k.log"; bad "--recompute $k failed"; }
+  "$BIN_DIR/train_gpt2" "${COMMON[@]}" --recompute $k --out "$TMP/r$k" > "$TMP/r$k.log" 2>&1 || { cat "$TMP/r$k.log"; bad "--recompute $k failed"; }
 done
 losses() { grep -E '^step ' "$1" | awk '{print $2, $5}'; }
 act() { grep -m1 'memory (this rank)' "$1" | sed -E 's/.*activations ([0-9.]+) MiB.*/\1/'; }

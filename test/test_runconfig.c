@@ -6,6 +6,7 @@
 #include "test.h"
 #include "test_child.h"
 #include "../llmc/runconfig.h"
+#include "../llmc/runrecord.h"
 #include "../llmc/lora.h"
 #include "../llmc/schedule.h"
 
@@ -16,15 +17,15 @@ static int same_str(const char* a, const char* b) { return (!a && !b) || (a && b
 // Every flag of two configurations equal (strings by value).
 static int same_flags(const TrainFlags* a, const TrainFlags* b) {
     const char* const sa[] = {a->model, a->train_data, a->val_data, a->out_dir, a->schedule, a->save_format, a->sample.prompt,
-                              a->sample.vocab, a->lora_targets, a->lora_layers, a->adapter, a->lora_bias};
+                              a->sample.vocab, a->lora_targets, a->lora_layers, a->adapter, a->lora_bias, a->resume, a->eval_batches};
     const char* const sb[] = {b->model, b->train_data, b->val_data, b->out_dir, b->schedule, b->save_format, b->sample.prompt,
-                              b->sample.vocab, b->lora_targets, b->lora_layers, b->adapter, b->lora_bias};
+                              b->sample.vocab, b->lora_targets, b->lora_layers, b->adapter, b->lora_bias, b->resume, b->eval_batches};
     for (int i = 0; i < ARGC(sa); i++) if (!same_str(sa[i], sb[i])) return 0;
     TrainFlags x = *a, y = *b; // the numbers: blank the pointers and compare the bytes
     const char** px[] = {&x.model, &x.train_data, &x.val_data, &x.out_dir, &x.schedule, &x.save_format, &x.sample.prompt,
-                         &x.sample.vocab, &x.lora_targets, &x.lora_layers, &x.adapter, &x.lora_bias};
+                         &x.sample.vocab, &x.lora_targets, &x.lora_layers, &x.adapter, &x.lora_bias, &x.resume, &x.eval_batches};
     const char** py[] = {&y.model, &y.train_data, &y.val_data, &y.out_dir, &y.schedule, &y.save_format, &y.sample.prompt,
-                         &y.sample.vocab, &y.lora_targets, &y.lora_layers, &y.adapter, &y.lora_bias};
+                         &y.sample.vocab, &y.lora_targets, &y.lora_layers, &y.adapter, &y.lora_bias, &y.resume, &y.eval_batches};
     for (int i = 0; i < ARGC(px); i++) { *px[i] = NULL; *py[i] = NULL; }
     return memcmp(&x, &y, sizeof(x)) == 0;
 }
@@ -151,7 +152,30 @@ static void test_json_checks(void) {
     free(good);
 }
 
+// Every flag of both trainers has a rule for what changing it on resume does (llmc/runrecord.c):
+// a new flag without one would be refused on every resume that gives it.
+static void test_resume_rules(void) {
+    for (int mode = TRAIN_FULL; mode <= TRAIN_LORA; mode++) {
+        RunConfig rc;
+        memset(&rc, 0, sizeof(rc));
+        runconfig_defaults(&rc, (TrainMode)mode);
+        ArgSpec specs[RUNCFG_MAX_FLAGS];
+        int n = runconfig_flag_table(&rc, specs), missing = 0;
+        for (int i = 0; i < n; i++) {
+            char key[128];
+            ChangeKind kind;
+            const char* why;
+            args_json_key(&specs[i], key, sizeof(key));
+            if (runrecord_change_kind(key, &kind, &why) != 0) { missing++; printf("no resume rule for %s\n", specs[i].name); }
+        }
+        TEST_CHECK(missing == 0, "%s: %d flags without a resume rule", runconfig_program((TrainMode)mode), missing);
+        printf("ok   %s: all %d flags have a resume rule\n", runconfig_program((TrainMode)mode), n);
+        runconfig_free(&rc);
+    }
+}
+
 int main(void) {
+    test_resume_rules();
     test_derived();
     test_batch_limits();
     test_json_checks();

@@ -17,13 +17,14 @@
 #define REF "test/ref/sampling_ref.safetensors"
 #define MAXN 64
 
-typedef struct { int n; int ids[MAXN]; float* logits; int V; } Rec; // logits: n x V
+typedef struct { int n; int ids[MAXN]; float* logits; int V; int stop_after; } Rec; // logits: n x V; stop_after: the callback ends generation after that many tokens (0: never)
 
-static void rec_cb(void* ctx, int tok, const float* logits, int V) {
+static int rec_cb(void* ctx, int tok, const float* logits, int V) {
     Rec* r = (Rec*)ctx;
     r->V = V;
     memcpy(r->logits + (size_t)r->n * V, logits, (size_t)V * sizeof(float));
     r->ids[r->n++] = tok;
+    return r->stop_after > 0 && r->n >= r->stop_after;
 }
 
 // acts_T: activations for the no-cache path (also bounds the LoRA scratch, i.e. the cache chunk)
@@ -69,7 +70,7 @@ static void test_reference(const char* key, const char* model, const char* adapt
 
     Model x;
     model_open(&x, model, adapter, np + n);
-    Rec r; r.logits = (float*)mallocCheck((size_t)n * V * sizeof(float));
+    Rec r = {0}; r.logits = (float*)mallocCheck((size_t)n * V * sizeof(float));
     SampleParams greedy = { 0.0f, 0, 0 };
     for (int kv = 1; kv >= 0; kv--) {
         int got = gen(&x, kv, prompt, np, n, greedy, &r);
@@ -91,7 +92,7 @@ static void test_kv_equals_full(void) {
     model_open(&x, "test/ref/sampling_tiny", NULL, np + n);
     const int V = x.gpt.cfg.vocab_size;
     int prompt[7] = { 1, 2, 3, 50, 60, 70, 99 };
-    Rec a, b;
+    Rec a = {0}, b = {0};
     a.logits = (float*)mallocCheck((size_t)n * V * sizeof(float));
     b.logits = (float*)mallocCheck((size_t)n * V * sizeof(float));
     SampleParams cases[] = { {0.0f, 0, 1}, {1.0f, 0, 42}, {0.8f, 10, 7}, {1.5f, 3, 123} };
@@ -123,6 +124,14 @@ static void test_kv_equals_full(void) {
     gen(&x, 1, prompt, np, n, s1, &b);
     TEST_CHECK(memcmp(a.ids, b.ids, (size_t)n * sizeof(int)) != 0, "sampling at temperature 1 reproduced greedy");
     printf("ok   seeds reproduce; top-k 1 and temperature 0 are greedy\n");
+    // a callback that asks to stop ends generation after that token (generate --chat's stop text)
+    for (int kv = 1; kv >= 0; kv--) {
+        b.stop_after = 5;
+        int got = gen(&x, kv, prompt, np, n, g, &b);
+        b.stop_after = 0;
+        TEST_CHECK(got == 5 && b.n == 5 && memcmp(a.ids, b.ids, 5 * sizeof(int)) == 0,
+                   "a callback returning 1 after 5 tokens%s: %d tokens generated, %d seen", kv ? "" : " (no cache)", got, b.n);
+    }
     free(a.logits); free(b.logits);
 
     // a sequence fed at once, in chunks of 5, and token by token: the same last logits

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end train_gpt2: runs, logs, saves; resume is exact (10 steps straight == 5 steps, stop,
-# resume, 5 steps, loss for loss); outputs reload.
+# resume with --out alone, 5 steps, loss for loss); outputs reload.
 source "$(dirname "$0")/lib.sh"
 MODEL=test/ref/gpt2_tiny
 make_shard "$TMP/d_train_000.bin" 6000 100 1
@@ -13,10 +13,11 @@ COMMON=(--model "$MODEL" --train-data "$TMP/d_train_*.bin" --val-data "$TMP/d_va
 "$BIN_DIR/train_gpt2" "${COMMON[@]}" --out "$TMP/a" > "$TMP/a.log" 2>&1 || { cat "$TMP/a.log"; bad "straight run failed"; }
 "$BIN_DIR/train_gpt2" "${COMMON[@]}" --out "$TMP/b" --stop-after 5 > "$TMP/b1.log" 2>&1 || { cat "$TMP/b1.log"; bad "first half failed"; }
 [ -f "$TMP/b/DONE_00000005" ] && ok "checkpoint at step 5 complete" || bad "no DONE_00000005"
-"$BIN_DIR/train_gpt2" "${COMMON[@]}" --out "$TMP/b" --resume > "$TMP/b2.log" 2>&1 || { cat "$TMP/b2.log"; bad "resumed half failed"; }
+# the run directory records the settings: --out alone resumes
+"$BIN_DIR/train_gpt2" --resume --out "$TMP/b" > "$TMP/b2.log" 2>&1 || { cat "$TMP/b2.log"; bad "resumed half failed"; }
 grep -q "resumed: step 5" "$TMP/b2.log" && ok "resumed at step 5" || bad "resume message missing"
 
-strip() { sed -E 's/, "ms": [0-9.]+, "tok_per_s": [0-9.]+, "tflops": [0-9.]+, "mfu": [0-9.a-z]+//' "$1"; }
+strip() { sed -E 's/, "ms": [0-9.]+, "tok_per_s": [0-9.]+, "tflops": [0-9.]+, "mfu": [0-9.a-z]+, "elapsed_s": [0-9.]+//' "$1"; }
 if diff <(strip "$TMP/a/log.jsonl") <(strip "$TMP/b/log.jsonl") > "$TMP/diff"; then
   ok "resume is exact: $(grep -c train_loss "$TMP/a/log.jsonl") step losses and $(grep -c val_loss "$TMP/a/log.jsonl") val losses identical"
 else
@@ -30,15 +31,15 @@ for f in config.json model.safetensors model.bin; do
   [ -s "$TMP/a/$f" ] && ok "final $f written" || bad "final $f missing"
 done
 # the saved model continues training from where it ended (loads in both formats)
-"$BIN_DIR/train_gpt2" --model "$TMP/a/model.bin" --train-data "$TMP/d_train_000.bin" --batch-size 2 --seq-len 32 --steps 1 --threads 2 > "$TMP/c.log" 2>&1 \
+"$BIN_DIR/train_gpt2" --model "$TMP/a/model.bin" --train-data "$TMP/d_train_000.bin" --batch-size 2 --seq-len 32 --steps 1 --threads 2 --out "$TMP/c" > "$TMP/c.log" 2>&1 \
   && ok "final llm.c model.bin loads" || { cat "$TMP/c.log"; bad "model.bin does not load"; }
-"$BIN_DIR/train_gpt2" --model "$TMP/a" --train-data "$TMP/d_train_000.bin" --batch-size 2 --seq-len 32 --steps 1 --threads 2 > "$TMP/d.log" 2>&1 \
+"$BIN_DIR/train_gpt2" --model "$TMP/a" --train-data "$TMP/d_train_000.bin" --batch-size 2 --seq-len 32 --steps 1 --threads 2 --out "$TMP/d" > "$TMP/d.log" 2>&1 \
   && ok "final HF dir loads" || { cat "$TMP/d.log"; bad "HF dir does not load"; }
 l1=$(grep -m1 "step    1/1" "$TMP/c.log" | awk '{print $5}'); l2=$(grep -m1 "step    1/1" "$TMP/d.log" | awk '{print $5}')
 [ -n "$l1" ] && [ "$l1" = "$l2" ] && ok "both saved formats give the same loss ($l1)" || bad "saved formats disagree: '$l1' vs '$l2'"
 
 # training from scratch with a size descriptor
-"$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/d_train_000.bin" --batch-size 1 --seq-len 16 --steps 2 --threads 2 > "$TMP/e.log" 2>&1 \
+"$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/d_train_000.bin" --batch-size 1 --seq-len 16 --steps 2 --threads 2 --out "$TMP/e" > "$TMP/e.log" 2>&1 \
   && ok "from-scratch tiny model trains" || { cat "$TMP/e.log"; bad "from-scratch run failed"; }
 # prompt/completion data end to end: data/prepare writes shards + loss masks, the trainer reads
 # them, and the masks change what counts (prompt tokens carry no loss)

@@ -72,7 +72,7 @@ cmp_losses "resume 2 ranks ZeRO 1 -> 4 ranks ZeRO 2 matches" "$TMP/train_gpt2_np
 # a killed rank ends the whole job, non-zero, within 30 s
 make_shard "$TMP/big.bin" 60000 100 6
 start=$(date +%s)
-timeout 60 mpirun -np 2 "$BIN_DIR/train_gpt2" --model "$MODEL" --train-data "$TMP/big.bin" --batch-size 4 --seq-len 64 --steps 100000 --threads 1 --save-format none > "$TMP/kill.log" 2>&1 &
+timeout 60 mpirun -np 2 "$BIN_DIR/train_gpt2" --model "$MODEL" --train-data "$TMP/big.bin" --batch-size 4 --seq-len 64 --steps 100000 --threads 1 --save-format none --out "$TMP/kill" > "$TMP/kill.log" 2>&1 &
 job=$!
 for i in $(seq 50); do pids=$(pgrep -f "train_gpt2 --model $MODEL --train-data $TMP/big.bin" | head -2); [ $(wc -w <<<"$pids") -ge 2 ] && break; sleep 0.2; done
 sleep 2

@@ -47,13 +47,13 @@ int main(int argc, char** argv) {
     ok &= dev_check("forward v2 (production)", from_dev_bf16(d_out, N * C), out_ref, 1e-2);
     cuda_ops_zero(d_dwte, (size_t)Vp * C * sizeof(floatX));
     cuda_ops_zero(d_dwpe, (size_t)T * C * sizeof(floatX));
-    cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_tok, B, T, C);
+    cuda_encoder_backward(d_dwte, d_dwpe, d_dout, tok.data(), B, T, C);
     ok &= dev_check("backward dwte (production)", from_dev_bf16(d_dwte, (size_t)Vp * C), dwte_ref, 2e-2);
     ok &= dev_check("backward dwpe (production)", from_dev_bf16(d_dwpe, (size_t)T * C), dwpe_ref, 2e-2);
     double fb = 3.0 * N * C * sizeof(floatX);
     dev_report("forward v1", dev_time_ms([&] { LAUNCH(encoder_forward_v1, grid, block, 0, 0, d_out, d_tok, d_wte, d_wpe, B, T, C); }), fb);
     dev_report("forward v2 (production)", dev_time_ms([&] { cuda_encoder_forward(d_out, d_tok, d_wte, d_wpe, B, T, C); }), fb);
-    dev_report("backward (production)", dev_time_ms([&] { cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_tok, B, T, C); }), 3.0 * N * C * sizeof(floatX));
+    dev_report("backward (production)", dev_time_ms([&] { cuda_encoder_backward(d_dwte, d_dwpe, d_dout, tok.data(), B, T, C); }), 3.0 * N * C * sizeof(floatX));
     cuda_ops_free(d_wte); cuda_ops_free(d_wpe); cuda_ops_free(d_dout); cuda_ops_free(d_out); cuda_ops_free(d_dwte); cuda_ops_free(d_dwpe); cuda_ops_free(d_tok);
     printf("%s\n", ok ? "all versions match the CPU reference" : "MISMATCH");
     return ok ? 0 : 1;

@@ -17,6 +17,9 @@ void ops_to_device(void* dst, const void* src_host, size_t bytes) {
 void ops_to_host(void* dst_host, const void* src, size_t bytes) {
     cpu_ops_to_host(dst_host, src, bytes);
 }
+void ops_to_device_async(void* dst, const void* src_host, size_t bytes) {
+    cpu_ops_to_device_async(dst, src_host, bytes);
+}
 void ops_upload_f32(floatX* dst, const float* src_host, size_t n) {
     cpu_ops_upload_f32(dst, src_host, n);
 }
@@ -41,8 +44,9 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
                      int T, int C) {
     CPU_PROF("encoder_forward", 0, 0, cpu_encoder_forward(out, inp, wte, wpe, B, T, C));
 }
-void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T,
-                      int C) {
+void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
+                      const int* inp_host, int B, int T, int C) {
+    (void)inp_host; // inp is host memory here
     CPU_PROF("encoder_backward", 0, 0, cpu_encoder_backward(dwte, dwpe, dout, inp, B, T, C));
 }
 
@@ -138,6 +142,10 @@ double sum_squares(const floatX* x, size_t n) {
     return r;
 }
 double sum_f32(const float* x, size_t n) { return cpu_sum_f32(x, n); }
+void sum_squares_acc(double* acc, const floatX* x, size_t n) {
+    CPU_PROF("sum_squares", 0, 0, cpu_sum_squares_acc(acc, x, n));
+}
+void sum_f32_acc(double* acc, const float* x, size_t n) { cpu_sum_f32_acc(acc, x, n); }
 
 // ---- NF4 frozen base weights
 Nf4Op* nf4_op_upload(const NF4Tensor* t) { return cpu_nf4_op_upload(t); }

@@ -24,6 +24,7 @@ void cpu_ops_free(void* p);
 void cpu_ops_zero(void* p, size_t bytes);
 void cpu_ops_to_device(void* dst, const void* src_host, size_t bytes);
 void cpu_ops_to_host(void* dst_host, const void* src, size_t bytes);
+void cpu_ops_to_device_async(void* dst, const void* src_host, size_t bytes);
 void cpu_ops_upload_f32(float* dst, const float* src_host, size_t n);
 void cpu_ops_download_f32(float* dst_host, const float* src, size_t n);
 void cpu_ops_synchronize(void);
@@ -97,6 +98,8 @@ void cpu_adamw_update(float* params, float* master, const float* grads, float* m
 // ---- reductions (reduce.c)
 double cpu_sum_squares(const float* x, size_t n);
 double cpu_sum_f32(const float* x, size_t n);
+void cpu_sum_squares_acc(double* acc, const float* x, size_t n);
+void cpu_sum_f32_acc(double* acc, const float* x, size_t n);
 
 // ---- NF4 frozen base weights (nf4_ops.c)
 Nf4Op* cpu_nf4_op_upload(const NF4Tensor* t);

@@ -16,3 +16,6 @@ double cpu_sum_f32(const float* x, size_t n) {
     for (size_t i = 0; i < n; i++) s += (double)x[i];
     return s;
 }
+
+void cpu_sum_squares_acc(double* acc, const float* x, size_t n) { *acc += cpu_sum_squares(x, n); }
+void cpu_sum_f32_acc(double* acc, const float* x, size_t n) { *acc += cpu_sum_f32(x, n); }

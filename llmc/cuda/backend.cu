@@ -11,6 +11,9 @@
 
 static void* g_scratch[OPS_SCRATCH_COUNT];
 static size_t g_scratch_size[OPS_SCRATCH_COUNT];
+// pinned host staging (ops_stage_host)
+static char* g_stage;
+static size_t g_stage_cap, g_stage_used;
 
 // ops.h has no shutdown call, so the scratch buffers (and the GEMM workspace) are released at
 // exit. The handler is registered after the first scratch cudaMalloc, so it runs before the
@@ -21,6 +24,9 @@ static void scratch_release(void) {
         g_scratch[i] = NULL;
         g_scratch_size[i] = 0;
     }
+    if (g_stage) (void)cudaFreeHost(g_stage);
+    g_stage = NULL;
+    g_stage_cap = g_stage_used = 0;
     gemm_release();
 }
 
@@ -39,6 +45,29 @@ void* ops_scratch(int slot, size_t bytes) {
     }
     return g_scratch[slot];
 }
+
+// A bump allocator over one pinned buffer. Everything handed out stays valid until the host next
+// waits for the device (stage_drained: a read back or ops_synchronize; every copy out of the
+// buffer, issued on the default stream, has run by then). When the uploads issued between two
+// such waits do not fit, it waits once and grows to hold them all, so a training loop (which
+// reads back once per step) stops waiting here after its first step.
+void* ops_stage_host(size_t bytes) {
+    bytes = (bytes + 255) & ~(size_t)255;
+    if (g_stage_used + bytes > g_stage_cap) {
+        size_t want = g_stage_used + bytes, cap = g_stage_cap ? 2 * g_stage_cap : ((size_t)1 << 20);
+        while (cap < want) cap *= 2;
+        cudaCheck(cudaDeviceSynchronize()); // the buffer's copies have run: it can go
+        if (g_stage) cudaCheck(cudaFreeHost(g_stage));
+        cudaCheck(cudaMallocHost((void**)&g_stage, cap));
+        g_stage_cap = cap;
+        g_stage_used = 0;
+        register_release();
+    }
+    void* p = g_stage + g_stage_used;
+    g_stage_used += bytes;
+    return p;
+}
+static void stage_drained(void) { g_stage_used = 0; }
 
 extern "C" void cuda_ops_init(int threads) {
     (void)threads;
@@ -83,9 +112,20 @@ extern "C" void cuda_ops_to_device(void* dst, const void* src_host, size_t bytes
     if (bytes) cudaCheck(cudaMemcpy(dst, src_host, bytes, cudaMemcpyHostToDevice));
 }
 extern "C" void cuda_ops_to_host(void* dst_host, const void* src, size_t bytes) {
-    if (bytes) cudaCheck(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost));
+    if (!bytes) return;
+    cudaCheck(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost)); // waits for the default stream
+    stage_drained();
 }
-extern "C" void cuda_ops_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
+extern "C" void cuda_ops_to_device_async(void* dst, const void* src_host, size_t bytes) {
+    if (!bytes) return;
+    void* staged = ops_stage_host(bytes);
+    memcpy(staged, src_host, bytes);
+    cudaCheck(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, 0));
+}
+extern "C" void cuda_ops_synchronize(void) {
+    cudaCheck(cudaDeviceSynchronize());
+    stage_drained();
+}
 
 // ----------------------------------------------------------------------------
 // casts (round to nearest even on the way to bf16)

@@ -241,6 +241,9 @@ enum {
     OPS_SCRATCH_COUNT
 };
 void* ops_scratch(int slot, size_t bytes);
+// Pinned host memory for an asynchronous upload (cudaMemcpyAsync on the default stream), valid
+// until the host next waits for the device (backend.cu says how).
+void* ops_stage_host(size_t bytes);
 
 // Column sums in fixed order (deterministic): partial[chunk][c] for nchunks chunks of rows,
 // then out[c] += sum over chunks. Shared by layernorm_backward and matmul_backward's dbias.
@@ -249,5 +252,12 @@ void* ops_scratch(int slot, size_t bytes);
 #define OPS_COLSUM_ROWS 64    // rows per chunk
 #define OPS_COLSUM_COLS 256   // columns per block (32 lanes x 8)
 void ops_colsum_finalize(floatX* out, const float* partial, int nchunks, int C);
+// The device's SM count (queried once).
+int ops_sm_count(void);
+// Row chunks (grid.y) of a column sum over N rows and C columns: one per OPS_COLSUM_ROWS rows, but
+// no more than fill the GPU twice over (each block then strides over several chunks), so the
+// partials and the finalize's work scale with the SMs, not with the batch. Deterministic on a
+// given device (the grid depends on its SM count).
+int ops_colsum_chunks(int N, int C);
 
 #endif // LLMC_CUDA_COMMON_CUH

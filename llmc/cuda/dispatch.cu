@@ -33,6 +33,9 @@ void ops_to_device(void* dst, const void* src_host, size_t bytes) {
 void ops_to_host(void* dst_host, const void* src, size_t bytes) {
     cuda_ops_to_host(dst_host, src, bytes);
 }
+void ops_to_device_async(void* dst, const void* src_host, size_t bytes) {
+    cuda_ops_to_device_async(dst, src_host, bytes);
+}
 void ops_upload_f32(floatX* dst, const float* src_host, size_t n) {
     cuda_ops_upload_f32(dst, src_host, n);
 }
@@ -52,9 +55,10 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
                      int T, int C) {
     cuda_encoder_forward(out, inp, wte, wpe, B, T, C);
 }
-void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T,
-                      int C) {
-    cuda_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
+                      const int* inp_host, int B, int T, int C) {
+    (void)inp; // the kernels need only the positions of each token, grouped on the host
+    cuda_encoder_backward(dwte, dwpe, dout, inp_host, B, T, C);
 }
 
 // ---- layernorm
@@ -150,6 +154,8 @@ void adamw_update(floatX* params, float* master, const floatX* grads, float* m, 
 // ---- reductions
 double sum_squares(const floatX* x, size_t n) { return cuda_sum_squares(x, n); }
 double sum_f32(const float* x, size_t n) { return cuda_sum_f32(x, n); }
+void sum_squares_acc(double* acc, const floatX* x, size_t n) { cuda_sum_squares_acc(acc, x, n); }
+void sum_f32_acc(double* acc, const float* x, size_t n) { cuda_sum_f32_acc(acc, x, n); }
 
 // ---- NF4 frozen base weights
 Nf4Op* nf4_op_upload(const NF4Tensor* t) { return cuda_nf4_op_upload(t); }

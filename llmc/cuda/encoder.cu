@@ -62,7 +62,28 @@ extern "C" void cuda_encoder_forward(floatX* out, const int* inp, const floatX* 
     cudaCheck(cudaGetLastError());
 }
 
-extern "C" void cuda_encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, int B, int T, int C) {
+// The buckets of the wte gradient, grouped on the host from the caller's copy of the tokens (the
+// device is not waited for: the backward kernels before this one keep running) and uploaded
+// asynchronously from pinned memory. Layout: tok[nb] | start[nb + 1] | pos[BT]; returns nb.
+// A stable sort by token: buckets in token order, each bucket's positions ascending.
+static int encoder_buckets(int* out, const int* tokens, int BT) {
+    static std::vector<int> order;   // host scratch, kept between calls
+    order.resize(BT);
+    for (int i = 0; i < BT; i++) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return tokens[x] < tokens[y]; });
+    int nb = 0;
+    for (int i = 0; i < BT; i++)
+        if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) nb++;
+    int *tok = out, *start = out + nb, *pos = out + 2 * nb + 1, u = 0;
+    for (int i = 0; i < BT; i++) {
+        if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) { tok[u] = tokens[order[i]]; start[u] = i; u++; }
+        pos[i] = order[i];
+    }
+    start[nb] = BT;
+    return nb;
+}
+
+extern "C" void cuda_encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp_host, int B, int T, int C) {
     int BT = B * T;
     if (BT == 0 || C == 0) return;
     if (dwpe) {
@@ -72,24 +93,12 @@ extern "C" void cuda_encoder_backward(floatX* dwte, floatX* dwpe, const floatX* 
         cudaCheck(cudaGetLastError());
     }
     if (dwte) {
-        // bucket positions by token on the host (stable, so each bucket is in position order)
-        std::vector<int> tokens(BT), order(BT);
-        cudaCheck(cudaMemcpy(tokens.data(), inp, (size_t)BT * sizeof(int), cudaMemcpyDeviceToHost));
-        for (int i = 0; i < BT; i++) order[i] = i;
-        std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return tokens[x] < tokens[y]; });
-        // layout of the upload: tok[nb] | start[nb + 1] | pos[BT]
-        std::vector<int> buf;
-        std::vector<int> tok, start;
-        for (int i = 0; i < BT; i++) {
-            if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) { tok.push_back(tokens[order[i]]); start.push_back(i); }
-        }
-        int nb = (int)tok.size();
-        start.push_back(BT);
-        buf.insert(buf.end(), tok.begin(), tok.end());
-        buf.insert(buf.end(), start.begin(), start.end());
-        buf.insert(buf.end(), order.begin(), order.end());
-        int* dbuf = (int*)ops_scratch(OPS_SCRATCH_ENCODER, buf.size() * sizeof(int));
-        cudaCheck(cudaMemcpy(dbuf, buf.data(), buf.size() * sizeof(int), cudaMemcpyHostToDevice));
+        // sized for the most buckets (every token distinct), so the device buffer never changes size
+        const size_t cap = (3 * (size_t)BT + 1) * sizeof(int);
+        int* hbuf = (int*)ops_stage_host(cap);
+        int nb = encoder_buckets(hbuf, inp_host, BT);
+        int* dbuf = (int*)ops_scratch(OPS_SCRATCH_ENCODER, cap);
+        cudaCheck(cudaMemcpyAsync(dbuf, hbuf, (2 * (size_t)nb + 1 + BT) * sizeof(int), cudaMemcpyHostToDevice, 0));
         int vec = C % 8 == 0 && ops_aligned16(dwte) && ops_aligned16(dout);
         int threads = std::min(256, std::max(32, ((C + 7) / 8 + 31) / 32 * 32));
         LAUNCH(encoder_backward_wte_kernel, nb, threads, 0, 0, dwte, dout, dbuf, dbuf + nb, dbuf + 2 * nb + 1, C, vec);

@@ -1,15 +1,72 @@
 // GEMM wrapper: cuBLASLt on the GPU, cblas_sgemm under the CUDA-on-CPU harness (see gemm.cuh).
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "cuda/common.cuh"
 #include "cuda/gemm.cuh"
+#ifndef LLMC_CUDA_EMULATED
+#include <cublasLt.h>
+#endif
+
+// ----------------------------------------------------------------------------
+// plan cache: a training step runs the same dozen or so GEMM shapes over and over, so the
+// descriptors, layouts and the heuristic's algorithm are made once per shape and kept (llm.c
+// rebuilds them per call; the heuristic is a host-side search that costs tens of microseconds).
+// The key is everything the plan depends on; the pointers (operands, bias, aux) and beta are set
+// per call. The emulated build keeps the keys too, so the harness tests the lookup.
+typedef struct { int transa, transb, m, n, k, lda, ldb, ldd, bias, gelu; } GemmKey;
+#define GEMM_PLANS 64
+typedef struct {
+    GemmKey key;
+#ifndef LLMC_CUDA_EMULATED
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+#endif
+} GemmPlan;
+static GemmPlan g_plans[GEMM_PLANS];
+static int g_nplans;
+static long g_plans_built;
+
+long gemm_plans_built(void) { return g_plans_built; }
+
+static GemmKey gemm_key(int transa, int transb, int m, int n, int k, int lda, int ldb, int ldd, int bias, int gelu) {
+    GemmKey key;
+    memset(&key, 0, sizeof(key));
+    key.transa = transa; key.transb = transb; key.m = m; key.n = n; key.k = k;
+    key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.bias = bias; key.gelu = gelu;
+    return key;
+}
+
+static void gemm_plan_build(GemmPlan* p, const GemmKey* key);
+static void gemm_plan_destroy(GemmPlan* p);
+
+// The plan of key: found, or built (when all slots are taken, they are taken in turn).
+static GemmPlan* gemm_plan_get(const GemmKey* key) {
+    for (int i = 0; i < g_nplans; i++)
+        if (memcmp(&g_plans[i].key, key, sizeof(*key)) == 0) return &g_plans[i];
+    GemmPlan* p;
+    if (g_nplans < GEMM_PLANS) p = &g_plans[g_nplans++];
+    else { p = &g_plans[g_plans_built % GEMM_PLANS]; gemm_plan_destroy(p); }
+    p->key = *key;
+    gemm_plan_build(p, key);
+    g_plans_built++;
+    return p;
+}
+
+static void gemm_plans_release(void) {
+    for (int i = 0; i < g_nplans; i++) gemm_plan_destroy(&g_plans[i]);
+    g_nplans = 0;
+}
 
 #ifdef LLMC_CUDA_EMULATED
 // ---------------------------------------------------------------------------- emulated
 #include <cblas.h>
 
 void gemm_init(void) {}
-void gemm_release(void) {}
+void gemm_release(void) { gemm_plans_release(); }
+static void gemm_plan_build(GemmPlan* p, const GemmKey* key) { (void)p; (void)key; }
+static void gemm_plan_destroy(GemmPlan* p) { (void)p; }
 
 static float* to_f32(const floatX* x, size_t n) {
     float* f = (float*)malloc((n ? n : 1) * sizeof(float));
@@ -21,6 +78,8 @@ static float* to_f32(const floatX* x, size_t n) {
 void gemm_bf16(int transa, int transb, int m, int n, int k,
                const floatX* A, int lda, const floatX* B, int ldb, floatX* D, int ldd,
                const floatX* bias, floatX* pre_gelu, int accumulate) {
+    GemmKey key = gemm_key(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, pre_gelu != NULL);
+    (void)gemm_plan_get(&key);
     // sizes of the stored (column-major) matrices
     size_t na = (size_t)lda * (transa ? m : k), nb = (size_t)ldb * (transb ? k : n), nd = (size_t)ldd * n;
     float* Af = to_f32(A, na);
@@ -44,7 +103,6 @@ void gemm_bf16(int transa, int transb, int m, int n, int k,
 
 #else
 // ---------------------------------------------------------------------------- cuBLASLt
-#include <cublasLt.h>
 
 #define GEMM_WORKSPACE (32u << 20)
 static cublasLtHandle_t g_lt;
@@ -65,42 +123,37 @@ void gemm_init(void) {
 }
 
 void gemm_release(void) {
+    gemm_plans_release();
     if (g_ws) (void)cudaFree(g_ws);
     if (g_lt) (void)cublasLtDestroy(g_lt);
     g_ws = NULL;
     g_lt = NULL;
 }
 
-void gemm_bf16(int transa, int transb, int m, int n, int k,
-               const floatX* A, int lda, const floatX* B, int ldb, floatX* D, int ldd,
-               const floatX* bias, floatX* pre_gelu, int accumulate) {
-    gemm_init();
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, ld;
-    cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    LT_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+static void gemm_plan_build(GemmPlan* p, const GemmKey* key) {
+    cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int m = key->m, n = key->n, k = key->k;
+    LT_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (pre_gelu) {
-        epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-        int64_t aux_ld = ldd;
+    if (key->gelu) {
+        epi = key->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        int64_t aux_ld = key->ldd;
         cudaDataType_t aux_type = CUDA_R_16BF;
-        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_gelu, sizeof(pre_gelu)));
-        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
-    } else if (bias) {
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
+    } else if (key->bias) {
         epi = CUBLASLT_EPILOGUE_BIAS;
     }
-    if (bias) {
+    if (key->bias) {
         cudaDataType_t bias_type = CUDA_R_16BF;
-        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
-    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, transa ? k : m, transa ? m : k, lda));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, transb ? n : k, transb ? k : n, ldb));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, ldd));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, key->transa ? k : m, key->transa ? m : k, key->lda));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, key->transb ? n : k, key->transb ? k : n, key->ldb));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, m, n, key->ldd));
 
     cublasLtMatmulPreference_t pref;
     size_t ws = GEMM_WORKSPACE;
@@ -108,19 +161,35 @@ void gemm_bf16(int transa, int transb, int m, int n, int k,
     LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(g_lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
+    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(g_lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &heur, &found));
+    LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (found == 0) {
         fprintf(stderr, "cuBLASLt: no algorithm for m=%d n=%d k=%d transa=%d transb=%d bias=%d gelu=%d "
                 "(leading dimensions / pointers may need 16-byte alignment)\n",
-                m, n, k, transa, transb, bias != NULL, pre_gelu != NULL);
+                m, n, k, key->transa, key->transb, key->bias, key->gelu);
         exit(1);
     }
+    p->algo = heur.algo;
+}
+
+static void gemm_plan_destroy(GemmPlan* p) {
+    (void)cublasLtMatrixLayoutDestroy(p->la);
+    (void)cublasLtMatrixLayoutDestroy(p->lb);
+    (void)cublasLtMatrixLayoutDestroy(p->ld);
+    (void)cublasLtMatmulDescDestroy(p->op);
+}
+
+void gemm_bf16(int transa, int transb, int m, int n, int k,
+               const floatX* A, int lda, const floatX* B, int ldb, floatX* D, int ldd,
+               const floatX* bias, floatX* pre_gelu, int accumulate) {
+    gemm_init();
+    GemmKey key = gemm_key(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, pre_gelu != NULL);
+    GemmPlan* p = gemm_plan_get(&key);
+    // the per-call pointers of the epilogue (the rest of the descriptor is the plan's)
+    if (pre_gelu) LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_gelu, sizeof(pre_gelu)));
+    if (bias) LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    LT_CHECK(cublasLtMatmul(g_lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo, g_ws, ws, 0));
-    LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    LT_CHECK(cublasLtMatrixLayoutDestroy(la));
-    LT_CHECK(cublasLtMatrixLayoutDestroy(lb));
-    LT_CHECK(cublasLtMatrixLayoutDestroy(ld));
-    LT_CHECK(cublasLtMatmulDescDestroy(op));
+    LT_CHECK(cublasLtMatmul(g_lt, p->op, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld, &p->algo, g_ws,
+                            GEMM_WORKSPACE, 0));
 }
 #endif

@@ -8,7 +8,10 @@
 #include "common.cuh"
 
 void gemm_init(void);      // idempotent; creates the cuBLASLt handle and workspace
-void gemm_release(void);   // frees them (at exit)
+void gemm_release(void);   // frees them and the cached plans (at exit)
+// GEMM plans (descriptors, layouts, algorithm) built so far: one per distinct shape / epilogue,
+// cached (gemm.cu), so a training loop stops building them after its first step.
+long gemm_plans_built(void);
 
 // Column-major (BLAS convention) D[m, n] = op(A)[m, k] @ op(B)[k, n], fp32 accumulation, with
 //   bias != NULL:      + bias[m] on every column (CUBLASLT_EPILOGUE_BIAS);

@@ -126,18 +126,21 @@ __global__ void layernorm_backward_params_partial_kernel(float* pw, float* pb, c
     __shared__ float sb[8][OPS_COLSUM_COLS];
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     int c0 = blockIdx.x * OPS_COLSUM_COLS + lane * 8;
-    int r0 = blockIdx.y * OPS_COLSUM_ROWS, r1 = min(r0 + OPS_COLSUM_ROWS, N);
     float aw[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     float ab[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (c0 < C) {
-        for (int r = r0 + warp; r < r1; r += 8) {
-            float g[8], x[8];
-            load8f(g, dout + (size_t)r * C, c0, C, vec);
-            load8f(x, inp + (size_t)r * C, c0, C, vec);
-            float mu = mean[r], rs = rstd[r];
-            for (int k = 0; k < 8; k++) {
-                aw[k] += g[k] * (x[k] - mu) * rs;
-                ab[k] += g[k];
+        // this block's row chunks: blockIdx.y, then every gridDim.y-th (ops_colsum_chunks)
+        for (int r0 = blockIdx.y * OPS_COLSUM_ROWS; r0 < N; r0 += gridDim.y * OPS_COLSUM_ROWS) {
+            int r1 = min(r0 + OPS_COLSUM_ROWS, N);
+            for (int r = r0 + warp; r < r1; r += 8) {
+                float g[8], x[8];
+                load8f(g, dout + (size_t)r * C, c0, C, vec);
+                load8f(x, inp + (size_t)r * C, c0, C, vec);
+                float mu = mean[r], rs = rstd[r];
+                for (int k = 0; k < 8; k++) {
+                    aw[k] += g[k] * (x[k] - mu) * rs;
+                    ab[k] += g[k];
+                }
             }
         }
     }
@@ -163,7 +166,7 @@ extern "C" void cuda_layernorm_backward(floatX* dinp, floatX* dweight, floatX* d
         cudaCheck(cudaGetLastError());
     }
     if (dweight || dbias) {
-        int nchunks = (int)ops_blocks(N, OPS_COLSUM_ROWS);
+        int nchunks = ops_colsum_chunks(N, C);
         float* pw = (float*)ops_scratch(OPS_SCRATCH_COLSUM, 2 * (size_t)nchunks * C * sizeof(float));
         float* pb = pw + (size_t)nchunks * C;
         dim3 grid(ops_blocks(C, OPS_COLSUM_COLS), nchunks);

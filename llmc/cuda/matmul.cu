@@ -20,18 +20,22 @@ extern "C" void cuda_matmul_forward(floatX* out, floatX* gelu_out, const floatX*
 }
 
 // Partial column sums of dout[N, OC] over chunks of OPS_COLSUM_ROWS rows: block (bx, by) sums
+// (over row chunks by, by + gridDim.y, ...)
 // columns [256 bx, 256 bx + 256) over row chunk by into partial[by][c] (see common.cuh).
 __global__ void bias_grad_partial_kernel(float* partial, const floatX* dout, int N, int OC, int vec) {
     __shared__ float sums[8][OPS_COLSUM_COLS];
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     int c0 = blockIdx.x * OPS_COLSUM_COLS + lane * 8;
-    int r0 = blockIdx.y * OPS_COLSUM_ROWS, r1 = min(r0 + OPS_COLSUM_ROWS, N);
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (c0 < OC) {
-        for (int r = r0 + warp; r < r1; r += 8) {
-            float g[8];
-            load8f(g, dout + (size_t)r * OC, c0, OC, vec);
-            for (int k = 0; k < 8; k++) acc[k] += g[k];
+        // this block's row chunks: blockIdx.y, then every gridDim.y-th (ops_colsum_chunks)
+        for (int r0 = blockIdx.y * OPS_COLSUM_ROWS; r0 < N; r0 += gridDim.y * OPS_COLSUM_ROWS) {
+            int r1 = min(r0 + OPS_COLSUM_ROWS, N);
+            for (int r = r0 + warp; r < r1; r += 8) {
+                float g[8];
+                load8f(g, dout + (size_t)r * OC, c0, OC, vec);
+                for (int k = 0; k < 8; k++) acc[k] += g[k];
+            }
         }
     }
     for (int k = 0; k < 8; k++) sums[warp][lane * 8 + k] = acc[k];
@@ -51,7 +55,7 @@ extern "C" void cuda_matmul_backward(floatX* dinp, floatX* dweight, floatX* dbia
     // dweight[OC, C] += dout^T @ inp          (column-major: C x OC = (C x N) @ (N x OC))
     if (dweight) gemm_bf16(0, 1, C, OC, N, inp, C, dout, OC, dweight, C, NULL, NULL, 1);
     if (dbias) {
-        int nchunks = (int)ops_blocks(N, OPS_COLSUM_ROWS);
+        int nchunks = ops_colsum_chunks(N, OC);
         float* partial = (float*)ops_scratch(OPS_SCRATCH_COLSUM, (size_t)nchunks * OC * sizeof(float));
         dim3 grid(ops_blocks(OC, OPS_COLSUM_COLS), nchunks);
         int vec = OC % 8 == 0 && ops_aligned16(dout);

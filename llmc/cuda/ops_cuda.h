@@ -24,6 +24,7 @@ void cuda_ops_free(void* p);
 void cuda_ops_zero(void* p, size_t bytes);
 void cuda_ops_to_device(void* dst, const void* src_host, size_t bytes);
 void cuda_ops_to_host(void* dst_host, const void* src, size_t bytes);
+void cuda_ops_to_device_async(void* dst, const void* src_host, size_t bytes);
 void cuda_ops_upload_f32(__nv_bfloat16* dst, const float* src_host, size_t n);
 void cuda_ops_download_f32(float* dst_host, const __nv_bfloat16* src, size_t n);
 void cuda_ops_synchronize(void);
@@ -37,8 +38,9 @@ void cuda_device_detach(Comm* c);
 // ---- embeddings (encoder.cu)
 void cuda_encoder_forward(__nv_bfloat16* out, const int* inp, const __nv_bfloat16* wte,
                           const __nv_bfloat16* wpe, int B, int T, int C);
+// (the tokens in host memory: the backward groups their positions on the host)
 void cuda_encoder_backward(__nv_bfloat16* dwte, __nv_bfloat16* dwpe, const __nv_bfloat16* dout,
-                           const int* inp, int B, int T, int C);
+                           const int* inp_host, int B, int T, int C);
 
 // ---- layernorm (layernorm.cu)
 void cuda_layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
@@ -96,6 +98,8 @@ void cuda_adamw_update(__nv_bfloat16* params, float* master, const __nv_bfloat16
 // ---- reductions (reduce.cu)
 double cuda_sum_squares(const __nv_bfloat16* x, size_t n);
 double cuda_sum_f32(const float* x, size_t n);
+void cuda_sum_squares_acc(double* acc, const __nv_bfloat16* x, size_t n);
+void cuda_sum_f32_acc(double* acc, const float* x, size_t n);
 
 // ---- NF4 frozen base weights (nf4_ops.cu, nf4.cu)
 Nf4Op* cuda_nf4_op_upload(const NF4Tensor* t);

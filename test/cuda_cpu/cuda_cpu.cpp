@@ -722,6 +722,26 @@ static void register_exit() {
     if (!g_exit_registered) { g_exit_registered = true; atexit(at_exit_cleanup); }
 }
 
+// ---- host stalls (cuda_cpu.h: CudaCpuSyncCounts)
+static std::atomic<long> g_n_d2h{0}, g_n_h2d{0}, g_n_sync{0}, g_n_alloc{0};
+extern "C" CudaCpuSyncCounts cuda_cpu_sync_counts(void) {
+    return CudaCpuSyncCounts{g_n_d2h.load(), g_n_h2d.load(), g_n_sync.load(), g_n_alloc.load()};
+}
+static void sync_report_at_exit() {
+    const char* path = getenv("CUDA_CPU_SYNC_REPORT");
+    if (!path || !*path) return;
+    FILE* f = fopen(path, "a");
+    if (!f) { fprintf(stderr, "cuda_cpu: cannot open CUDA_CPU_SYNC_REPORT file '%s'\n", path); return; }
+    CudaCpuSyncCounts c = cuda_cpu_sync_counts();
+    fprintf(f, "d2h %ld h2d %ld sync %ld alloc %ld\n", c.d2h, c.h2d, c.sync, c.alloc);
+    fclose(f);
+}
+static void count_stall(std::atomic<long>& n) {
+    static std::once_flag once;
+    std::call_once(once, [] { atexit(sync_report_at_exit); });
+    n++;
+}
+
 // Is [p, p+n) inside one live device allocation? (n == 0 allowed anywhere inside or at the end)
 static bool in_device_alloc(const void* p, size_t n, bool* host_alloc = nullptr) {
     std::lock_guard<std::mutex> lk(g_mu);
@@ -915,14 +935,15 @@ static cudaError_t free_common(void* p, bool host) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMalloc(void** p, size_t size) { return alloc_common(p, size, false); }
+// (the stream-ordered cudaMallocAsync / cudaFreeAsync do not stall the host: not counted)
+cudaError_t cudaMalloc(void** p, size_t size) { count_stall(g_n_alloc); return alloc_common(p, size, false); }
 cudaError_t cudaMallocAsync(void** p, size_t size, cudaStream_t) { return alloc_common(p, size, false); }
-cudaError_t cudaMallocManaged(void** p, size_t size, unsigned int) { return alloc_common(p, size, false); }
-cudaError_t cudaFree(void* p) { return free_common(p, false); }
+cudaError_t cudaMallocManaged(void** p, size_t size, unsigned int) { count_stall(g_n_alloc); return alloc_common(p, size, false); }
+cudaError_t cudaFree(void* p) { if (p) count_stall(g_n_sync); return free_common(p, false); }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return free_common(p, false); }
-cudaError_t cudaMallocHost(void** p, size_t size) { return alloc_common(p, size, true); }
-cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) { return alloc_common(p, size, true); }
-cudaError_t cudaFreeHost(void* p) { return free_common(p, true); }
+cudaError_t cudaMallocHost(void** p, size_t size) { count_stall(g_n_alloc); return alloc_common(p, size, true); }
+cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) { count_stall(g_n_alloc); return alloc_common(p, size, true); }
+cudaError_t cudaFreeHost(void* p) { if (p) count_stall(g_n_sync); return free_common(p, true); }
 
 // Check a device-side range: inside one cudaMalloc allocation.
 static bool check_dev(const char* fn, const char* which, const void* p, size_t n) {
@@ -958,15 +979,36 @@ static cudaError_t memcpy_common(const char* fn, void* dst, const void* src, siz
     return cudaSuccess;
 }
 
+// Is p in pinned host memory (cudaMallocHost)?
+static bool is_pinned(const void* p) {
+    bool host = false;
+    return !in_device_alloc(p, 0, &host) && host;
+}
+// Count the stall a copy causes on a GPU: a synchronous copy to or from the host always waits;
+// an asynchronous one waits when the host side is pageable memory. Device-to-device copies
+// do not stall the host.
+static void count_copy(const void* dst, const void* src, size_t n, cudaMemcpyKind kind, bool async) {
+    if (n == 0) return;
+    if (kind == cudaMemcpyDefault) {
+        const bool ddev = in_device_alloc(dst, 0), sdev = in_device_alloc(src, 0);
+        kind = ddev && sdev ? cudaMemcpyDeviceToDevice : sdev ? cudaMemcpyDeviceToHost
+             : ddev ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost;
+    }
+    if (kind == cudaMemcpyDeviceToHost && (!async || !is_pinned(dst))) count_stall(g_n_d2h);
+    if (kind == cudaMemcpyHostToDevice && (!async || !is_pinned(src))) count_stall(g_n_h2d);
+}
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    count_copy(dst, src, n, kind, false);
     return memcpy_common("cudaMemcpy", dst, src, n, kind);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+    count_copy(dst, src, n, kind, true);
     return memcpy_common("cudaMemcpyAsync", dst, src, n, kind);
 }
 cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                          cudaMemcpyKind kind) {
     if (width > dpitch || width > spitch) return set_error(cudaErrorInvalidPitchValue);
+    count_copy(dst, src, width * height, kind, false);
     for (size_t r = 0; r < height; r++) {
         cudaError_t e = memcpy_common("cudaMemcpy2D", (char*)dst + r * dpitch, (const char*)src + r * spitch, width, kind);
         if (e != cudaSuccess) return e;
@@ -975,10 +1017,12 @@ cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitc
 }
 // __device__ / __constant__ variables are ordinary globals here
 cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset, cudaMemcpyKind) {
+    if (count) count_stall(g_n_h2d);
     memcpy((char*)symbol + offset, src, count);
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset, cudaMemcpyKind) {
+    if (count) count_stall(g_n_d2h);
     memcpy(dst, (const char*)symbol + offset, count);
     return cudaSuccess;
 }
@@ -1018,10 +1062,10 @@ static cudaError_t check_stream(cudaStream_t s) {
     std::lock_guard<std::mutex> lk(g_mu);
     return g_streams.count(s) ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle);
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { return check_stream(s); }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { count_stall(g_n_sync); return check_stream(s); }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return check_stream(s); }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t, unsigned int) { return check_stream(s); }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { count_stall(g_n_sync); return cudaSuccess; }
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 cudaError_t cudaDeviceSetLimit(cudaLimit, size_t) { return cudaSuccess; }
 
@@ -1037,7 +1081,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     e->t = steady_s(); e->recorded = true;
     return check_stream(s);
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { count_stall(g_n_sync); return e ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle); }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle); }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     if (!ms || !a || !b) return set_error(cudaErrorInvalidValue);

@@ -172,6 +172,21 @@ static inline void launch_kernel(const char* name, void (*fn)(P...), dim3 grid, 
 }
 }  // namespace cuda_cpu
 
+// Host stalls: the runtime calls that make the host wait for the GPU on a real device (CUDA's
+// "API synchronization behavior"), counted since the process started. A test reads them around
+// the code it measures; CUDA_CPU_SYNC_REPORT=FILE appends the totals to FILE at exit, one line
+// "d2h N h2d N sync N alloc N" (for tests that run a whole program).
+struct CudaCpuSyncCounts {
+    long d2h;    // device->host copies the host waits for: cudaMemcpy, cudaMemcpyAsync into
+                 // pageable memory, cudaMemcpyFromSymbol
+    long h2d;    // synchronous host->device copies: cudaMemcpy (a stream sync first from pageable
+                 // memory), cudaMemcpyAsync from pageable memory, cudaMemcpyToSymbol
+    long sync;   // cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, and
+                 // cudaFree / cudaFreeHost (an implicit device synchronization)
+    long alloc;  // cudaMalloc / cudaMallocHost (may synchronize; never wanted inside a step)
+};
+extern "C" CudaCpuSyncCounts cuda_cpu_sync_counts(void);
+
 // The C++ runtime API templates of cuda_runtime.h exist only under nvcc: the ones kernels use.
 template <typename... P>
 static inline cudaError_t cudaFuncSetAttribute(void (*f)(P...), cudaFuncAttribute attr, int value) {

@@ -1,0 +1,134 @@
+#define _GNU_SOURCE
+#include "run_outputs.h"
+#include "check.h"
+#include "checkpoint.h"
+#include "convert.h"
+#include "lora.h"
+#include "model_io.h"
+#include "peft_io.h"
+#include "textgen.h"
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+// The vocabulary the run samples with (--vocab, next to --model, or the bundled one), when its
+// size is the model's.
+static void outputs_find_vocab(RunOutputs* o, const GPT2Config* cfg) {
+    const TrainFlags* f = &o->c->f;
+    char why[LLMC_PATH_MAX + 200];
+    const int found = textgen_find_vocab(f->sample.vocab, f->model, o->vocab_buf, sizeof(o->vocab_buf)) == 0;
+    o->vocab = NULL;
+    if (convert_vocab_fits(found ? o->vocab_buf : NULL, cfg, why, sizeof(why)) == 0) o->vocab = o->vocab_buf;
+    else if (o->c->write_outputs) printf("note: the model directories in %s get no tokenizer files: %s\n", f->out_dir, why);
+}
+
+// The Hugging Face directory that --model is, or whose weights file it is; 0 if none.
+static int outputs_model_hf_dir(const char* model, char* dir, size_t cap) {
+    if (convert_is_hf_dir(model)) { snprintf(dir, cap, "%s", model); return 1; }
+    const char* slash = strrchr(model, '/');
+    const char* name = slash ? slash + 1 : model;
+    if (strcmp(name, "model.safetensors") != 0 && strcmp(name, "model.safetensors.index.json") != 0) return 0;
+    if (!slash) snprintf(dir, cap, ".");
+    else if (slash == model) snprintf(dir, cap, "/");
+    else snprintf(dir, cap, "%.*s", (int)(slash - model), model);
+    return convert_is_hf_dir(dir);
+}
+
+// OUT/base: the weights of --model as a Hugging Face directory. config.json is written last
+// (model_save_hf), so a directory with one is complete and is kept when the run resumes.
+static void outputs_write_base(const RunOutputs* o, const char* dir) {
+    const TrainFlags* f = &o->c->f;
+    HostModel hm;
+    convert_load(&hm, f->model, (uint64_t)f->seed);
+    convert_write_hf(dir, &hm.pt, hm.params, o->vocab);
+    printf("saved: %s/ (the base model %s as a transformers directory: the adapters' base_model_name_or_path)\n", dir, f->model);
+    convert_free(&hm);
+}
+
+// base_model_name_or_path: the absolute path of a directory transformers loads (PEFT passes it
+// to from_pretrained as it is, so a relative one would depend on the loader's working directory).
+static void outputs_resolve_base(RunOutputs* o) {
+    const TrainFlags* f = &o->c->f;
+    char dir[LLMC_PATH_MAX], abs[PATH_MAX];
+    const int is_hf = outputs_model_hf_dir(f->model, dir, sizeof(dir));
+    if (!is_hf && !o->c->write_outputs) { snprintf(o->base, sizeof(o->base), "%s", f->model); return; } // nothing is saved (--out none)
+    if (!is_hf) {
+        path_join(dir, sizeof(dir), f->out_dir, "base");
+        if (!convert_is_hf_dir(dir)) outputs_write_base(o, dir);
+        if (!realpath(f->out_dir, abs)) fatal("check that --out is accessible", "cannot resolve '%s': %s", f->out_dir, strerror(errno));
+        path_join(o->base, sizeof(o->base), abs, "base");
+        return;
+    }
+    if (!realpath(dir, abs)) fatal("check the path of --model", "cannot resolve '%s': %s", dir, strerror(errno));
+    snprintf(o->base, sizeof(o->base), "%s", abs);
+}
+
+void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank) {
+    memset(o, 0, sizeof(*o));
+    o->c = c;
+    o->rank = rank;
+    if (rank != 0) return; // rank 0 writes every output (other hosts need not see --out)
+    outputs_find_vocab(o, &m->gpt.cfg);
+    if (!m->lora) return;
+    outputs_resolve_base(o);
+    if (strlen(o->base) >= sizeof(m->lora->base_name))
+        fatal("use a shorter --out or --model path", "the base model's path '%s' is too long for adapter_config.json", o->base);
+    snprintf(m->lora->base_name, sizeof(m->lora->base_name), "%s", o->base);
+}
+
+// A PEFT directory: the adapter and the tokenizer files.
+static void outputs_write_adapter(const RunOutputs* o, const Model* m, const char* dir) {
+    peft_save_adapter(m->lora, dir);
+    if (o->vocab) convert_write_tokenizer(dir, o->vocab, &m->gpt.cfg);
+}
+
+void outputs_checkpoint(const RunOutputs* o, const Model* m, long step) {
+    const char* out = o->c->f.out_dir;
+    char path[LLMC_PATH_MAX];
+    if (!o->c->write_outputs || o->rank != 0) return;
+    if (m->lora) {
+        // the checkpoint's adapter tensors are adapter_model.safetensors of its PEFT directory
+        ckpt_path(path, sizeof(path), out, "adapter", step, 0);
+        char* slash = strrchr(path, '/');
+        *slash = '\0';
+        outputs_write_adapter(o, m, path);
+        return;
+    }
+    float* host = (float*)mallocCheck(m->gpt.pt.total * sizeof(float));
+    gpt2_get_params((GPT2*)&m->gpt, host);
+    ckpt_path(path, sizeof(path), out, "model", step, 0);
+    model_save_llmc(path, &m->gpt.pt, host, 0);
+    free(host);
+}
+
+void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
+    const RunConfig* c = o->c;
+    char mdir[LLMC_PATH_MAX], path[LLMC_PATH_MAX];
+    if (!c->write_outputs || o->rank != 0) return;
+    if (m->lora) {
+        outputs_write_adapter(o, m, dir);
+        printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT; base %s)%s\n", dir, o->base,
+               o->vocab ? " + tokenizer files" : "");
+        if (!c->f.merge || !(c->save_hf || c->save_llmc)) return;
+        path_join(mdir, sizeof(mdir), dir, "merged");
+        dir = mdir;
+    } else if (!(c->save_hf || c->save_llmc)) return;
+    const ParamTable* pt = &m->gpt.pt;
+    float* host = (float*)mallocCheck(pt->total * sizeof(float));
+    gpt2_get_params((GPT2*)&m->gpt, host);
+    if (m->lora) lora_merge(m->lora, pt, host); // W += scaling * B A
+    // QLoRA: host holds dequant(quant(W)) for the quantized weights (gpt2_get_params), the
+    // matrices the adapter was trained against, so that is what the adapter is merged into
+    if (m->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
+    if (c->save_hf) {
+        convert_write_hf(dir, pt, host, o->vocab);
+        printf("saved: %s/ config.json + model.safetensors + generation_config.json%s (transformers)\n", dir,
+               o->vocab ? " + tokenizer files" : "");
+    }
+    if (c->save_llmc) {
+        path_join(path, sizeof(path), dir, "model.bin");
+        model_save_llmc(path, pt, host, 0);
+        printf("saved: %s (llm.c)\n", path);
+    }
+    free(host);
+}

@@ -1,0 +1,54 @@
+// What a training run writes for people and other tools to load (the optimizer state and the
+// DONE marker of a checkpoint are the trainer's, llmc/checkpoint.h). Every directory loads on its
+// own: Hugging Face model directories carry config.json, model.safetensors,
+// generation_config.json and the tokenizer files; every LoRA adapter, mid-run ones too, is a PEFT
+// directory (adapter_config.json, adapter_model.safetensors, the tokenizer files) whose
+// base_model_name_or_path is the absolute path of a Hugging Face model directory.
+//
+//   OUT/model_SSSSSSSS.bin          train_gpt2 checkpoint: the model, llm.c .bin fp32
+//   OUT/adapter_SSSSSSSS/           train_lora checkpoint: a PEFT directory
+//   OUT/config.json, model.safetensors, generation_config.json, tokenizer files, model.bin
+//                                   train_gpt2's final model (--save-format hf / llmc / both)
+//   OUT/adapter_config.json, adapter_model.safetensors, tokenizer files
+//                                   train_lora's final adapter (OUT is a PEFT directory)
+//   OUT/merged/                     train_lora --merge: the merged model, as train_gpt2's final
+//   OUT/base/                       train_lora when --model is not a Hugging Face directory (an
+//                                   llm.c .bin, a lone .safetensors file, a size descriptor): the
+//                                   base as one, for base_model_name_or_path
+// Tokenizer files: vocab.json + merges.txt (or tokenizer.json), tokenizer_config.json,
+// special_tokens_map.json, copied from the run's vocabulary (--vocab, next to --model, or the
+// bundled data/gpt2) when its size is the model's; otherwise a note says why they are missing.
+#ifndef LLMC_RUN_OUTPUTS_H
+#define LLMC_RUN_OUTPUTS_H
+
+#include "fileio.h"
+#include "model.h"
+#include "runconfig.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const RunConfig* c;
+    int rank;
+    const char* vocab;            // the vocabulary of the tokenizer files, or NULL (none fits)
+    char vocab_buf[LLMC_PATH_MAX];
+    char base[LLMC_PATH_MAX];     // train_lora: base_model_name_or_path of the adapters
+} RunOutputs;
+
+// After the model is assembled and --out exists, on rank 0 (which writes every output; other
+// ranks only keep c and rank): the vocabulary, and for train_lora the base the adapters point to
+// (OUT/base/ written when it is needed and not there yet), recorded in m's adapters.
+void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank);
+// Rank 0: the model (train_gpt2) or the PEFT adapter directory (train_lora) of the checkpoint of
+// `step`, at the paths ckpt_path gives for "model" / "adapter".
+void outputs_checkpoint(const RunOutputs* o, const Model* m, long step);
+// Rank 0: the adapter as a PEFT directory dir (and with --merge the merged model in dir/merged)
+// or the model in dir, in the formats of --save-format: the final model (dir = --out).
+void outputs_save(const RunOutputs* o, const Model* m, const char* dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_RUN_OUTPUTS_H

@@ -1,0 +1,138 @@
+#define _GNU_SOURCE
+#include "runlog.h"
+#include "check.h"
+#include "fileio.h"
+#include "timer.h"
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+void runlog_hms(double seconds, char* out, size_t cap) {
+    if (!isfinite(seconds) || seconds < 0) seconds = 0;
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600) snprintf(out, cap, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+    else snprintf(out, cap, "%ld:%02ld", s / 60, s % 60);
+}
+
+// A number for log.jsonl: JSON has no NaN or infinity, so those are null.
+static const char* num(char* buf, size_t cap, double v) {
+    if (isfinite(v)) snprintf(buf, cap, "%.9g", v);
+    else snprintf(buf, cap, "null");
+    return buf;
+}
+
+static void log_line(RunLog* l, const char* fmt, ...) {
+    if (!l->fp) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(l->fp, fmt, ap);
+    va_end(ap);
+    fputc('\n', l->fp);
+    fflush(l->fp);
+}
+
+// The length of the log's first part that belongs to the checkpoint of step S: every line up
+// to the first one of a later step, or the evaluation at S (the run evaluates at S again).
+static size_t log_keep(const char* text, size_t len, long S) {
+    size_t pos = 0;
+    while (pos < len) {
+        const char* nl = memchr(text + pos, '\n', len - pos);
+        size_t end = nl ? (size_t)(nl - text) + 1 : len;
+        long step = -1;
+        char line[64];
+        snprintf(line, sizeof(line), "%.*s", (int)(end - pos < 63 ? end - pos : 63), text + pos);
+        if (sscanf(line, "{\"step\": %ld", &step) != 1 || step > S) break;
+        if (step == S && memmem(text + pos, end - pos, "\"val_loss\"", 10)) break;
+        if (!nl) break; // a last line cut short by a crash
+        pos = end;
+    }
+    return pos;
+}
+
+void runlog_open(RunLog* l, const char* dir, int rank, long resume_step) {
+    l->console = rank == 0;
+    l->fp = NULL;
+    l->t0 = timer_now_s();
+    if (rank != 0 || !dir) return;
+    char path[LLMC_PATH_MAX];
+    path_join(path, sizeof(path), dir, "log.jsonl");
+    if (resume_step >= 0 && file_exists(path)) {
+        size_t len = 0;
+        char* text = read_file_all(path, &len);
+        size_t keep = log_keep(text, len, resume_step);
+        if (keep < len) {
+            atomic_write_file(path, text, keep);
+            printf("log.jsonl: %zu bytes logged after the checkpoint of step %ld dropped (those steps run again)\n", len - keep, resume_step);
+        }
+        free(text);
+    }
+    l->fp = fopen(path, resume_step >= 0 ? "ab" : "wb");
+    if (!l->fp) fatal("check that --out is writable", "cannot open '%s' for writing", path);
+}
+
+void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
+    const double ms = seconds * 1000.0, tps = (double)l->tokens_per_step / seconds, tflops = l->step_flops / seconds / 1e12;
+    // the console's rate: TFLOP/s and MFU on a device with a known peak; GFLOP/s where a CPU's
+    // rate would read 0.0 TFLOP/s, and no MFU where the peak is unknown
+    char rate[64], mfu_json[32] = "null";
+    if (l->peak_flops > 0) {
+        snprintf(rate, sizeof(rate), "%.1f TFLOP/s | MFU %.1f%%", tflops, 100.0 * tflops * 1e12 / l->peak_flops);
+        snprintf(mfu_json, sizeof(mfu_json), "%.4f", tflops * 1e12 / l->peak_flops);
+    } else if (tflops >= 1.0) {
+        snprintf(rate, sizeof(rate), "%.1f TFLOP/s", tflops);
+    } else {
+        snprintf(rate, sizeof(rate), "%.1f GFLOP/s", tflops * 1e3);
+    }
+    const double epoch = l->steps_per_epoch > 0 ? (double)step / l->steps_per_epoch : 0.0;
+    const double elapsed = timer_now_s() - l->t0;
+    const double eta = step > l->step0 ? elapsed / (double)(step - l->step0) * (double)(l->steps - step) : 0.0;
+    char te[32], tr[32], a[32], b[32];
+    runlog_hms(elapsed, te, sizeof(te));
+    runlog_hms(eta, tr, sizeof(tr));
+    if (l->console) {
+        if (s->no_targets)
+            printf("step %4ld/%d | no targets: every token of the batch is masked, no update | lr %.3e | %.1f ms | epoch %.2f | %s elapsed, ETA %s\n",
+                   step, l->steps, s->lr, ms, epoch, te, tr);
+        else
+            printf("step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s | epoch %.2f | %s elapsed, ETA %s\n",
+                   step, l->steps, s->loss, s->lr, s->norm, ms, tps, rate, epoch, te, tr);
+        fflush(stdout);
+    }
+    if (s->no_targets)
+        log_line(l, "{\"step\": %ld, \"no_targets\": true, \"lr\": %.9g, \"epoch\": %.6g, \"ms\": %.3f, \"tok_per_s\": %.1f, \"elapsed_s\": %.3f}",
+                 step, s->lr, epoch, ms, tps, elapsed);
+    else
+        log_line(l, "{\"step\": %ld, \"train_loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"epoch\": %.6g, \"ms\": %.3f, \"tok_per_s\": %.1f, "
+                    "\"tflops\": %.3f, \"mfu\": %s, \"elapsed_s\": %.3f%s}", step, num(a, sizeof(a), s->loss), s->lr, num(b, sizeof(b), s->norm),
+                 epoch, ms, tps, tflops, mfu_json, elapsed, s->skipped ? ", \"skipped\": true" : "");
+}
+
+void runlog_eval(RunLog* l, long step, double val_loss) {
+    char a[32], b[32];
+    if (l->console) {
+        printf("step %ld | val loss %.6f | perplexity %.4g\n", step, val_loss, exp(val_loss));
+        fflush(stdout);
+    }
+    log_line(l, "{\"step\": %ld, \"val_loss\": %s, \"val_ppl\": %s}", step, num(a, sizeof(a), val_loss), num(b, sizeof(b), exp(val_loss)));
+}
+
+void runlog_summary(const RunLog* l, const RunSummary* s) {
+    if (!l->console) return;
+    char t[32];
+    runlog_hms(timer_now_s() - l->t0, t, sizeof(t));
+    printf("\nsummary: %s at step %ld of %d | %lld tokens seen (%.2f epochs) | this invocation: %ld steps in %s\n", s->ending, s->step,
+           l->steps, (long long)(s->step * l->tokens_per_step), l->steps_per_epoch > 0 ? (double)s->step / l->steps_per_epoch : 0.0,
+           s->step - l->step0, t);
+    if (s->has_val)
+        printf("summary: val loss %.6f (perplexity %.4g) at step %ld | best %.6f (perplexity %.4g) at step %ld\n", s->final_val, exp(s->final_val),
+               s->final_val_step, s->best_val, exp(s->best_val), s->best_step);
+    if (!s->out_dir) printf("summary: --out none: nothing was written\n");
+    else printf("summary: outputs in %s/ (log.jsonl, run_config.json, checkpoints%s)%s%s%s\n", s->out_dir, s->final_written ? ", final model" : "",
+           s->best_dir ? " | best model: " : "", s->best_dir ? s->best_dir : "", s->best_dir ? "/" : "");
+    fflush(stdout);
+}
+
+void runlog_close(RunLog* l) {
+    if (l->fp) fclose(l->fp);
+    l->fp = NULL;
+}

@@ -1,0 +1,74 @@
+// What a training run reports: a console line and a log.jsonl object per step and per
+// evaluation, and a summary at the end. Rank 0 writes; on the other ranks every call does nothing.
+//
+// OUT/log.jsonl, one object per line (non-finite numbers are written as null):
+//   {"step": 12, "train_loss": 3.95, "lr": 0.0004, "grad_norm": 0.87, "epoch": 0.26,
+//    "ms": 35.3, "tok_per_s": 3631.0, "tflops": 0.1, "mfu": 0.0012, "elapsed_s": 4.2}
+//                                  (tflops: model TFLOP/s per rank; mfu: its fraction of the
+//                                  device's peak, null when the peak is unknown)
+//   ... "skipped": true            the loss or the gradient was not finite: no update
+//   {"step": 12, "no_targets": true, "lr": ..., "epoch": ..., ...}
+//                                  every target of the step was masked: no update
+//   {"step": 12, "val_loss": 4.84, "val_ppl": 126.5}
+// elapsed_s counts from the start of this invocation's training. A run resumed from the
+// checkpoint of step S keeps the lines logged up to that checkpoint and drops those a crash left
+// after it (those steps are trained, evaluated and logged again).
+#ifndef LLMC_RUNLOG_H
+#define LLMC_RUNLOG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// One optimizer step as the trainer saw it.
+typedef struct {
+    double loss, norm;
+    float lr;
+    int skipped;        // non-finite loss or gradient: no update
+    int no_targets;     // every target of the step masked: no update (loss and norm 0)
+} StepResult;
+
+typedef struct {
+    FILE* fp;                 // OUT/log.jsonl (rank 0), else NULL
+    int console;              // rank 0
+    int steps;                // the run's length
+    double steps_per_epoch;   // optimizer steps per pass over the training data
+    int64_t tokens_per_step;
+    double step_flops;        // model FLOPs of one step on this rank (llmc/mfu.h) ...
+    double peak_flops;        // ... and the device's peak bf16 FLOP/s; 0: unknown, MFU "n/a"
+    double t0;                // start of this invocation's training (timer_now_s)
+    long step0;               // the step it started from
+} RunLog;
+
+// What the summary at the end says.
+typedef struct {
+    long step;                // steps done
+    const char* ending;       // "finished", "stopped early: ...", ...
+    int has_val;              // an evaluation happened
+    double final_val;         // the last evaluation ...
+    long final_val_step;
+    double best_val;          // ... and the best one
+    long best_step;
+    const char* out_dir;      // NULL: --out none
+    int final_written;        // the final model is in out_dir
+    const char* best_dir;     // NULL: none written
+} RunSummary;
+
+// Opens dir/log.jsonl for the run: a new one, or after resume_step >= 0 the existing one cut back
+// to what was logged up to that checkpoint (rewritten atomically when a crash left more). dir
+// NULL (--out none): the console only.
+void runlog_open(RunLog* l, const char* dir, int rank, long resume_step);
+void runlog_step(RunLog* l, long step, const StepResult* s, double seconds);
+void runlog_eval(RunLog* l, long step, double val_loss);
+void runlog_summary(const RunLog* l, const RunSummary* s);
+void runlog_close(RunLog* l);
+// h:mm:ss (or m:ss under an hour) into out.
+void runlog_hms(double seconds, char* out, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_RUNLOG_H

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The convert program, byte for byte against files transformers wrote (test/ref/hf_formats: the
+# model directories saved by save_pretrained and the same weights written as llm.c files by the
+# generator script, dev/gen_hf_formats.py):
+#   hf_tiny (F32) -> llm.c fp32 == expect_f32.bin; hf_bf16 -> llm.c bf16 == expect_bf16.bin;
+#   hf_f16_sharded (an index, two shards) -> llm.c fp32 == expect_f16.bin (fp16 widened);
+# round trips are exact: fp32 .bin -> HF -> fp32 .bin, bf16 .bin -> HF -> bf16 .bin, HF dir ->
+# .bin -> HF dir (same model.safetensors and config.json); an HF output carries config.json,
+# generation_config.json and the tokenizer files; base + adapter merged by convert == train_lora
+# --merge's merged model. Bad input: one message, non-zero exit, nothing written.
+source "$(dirname "$0")/lib.sh"
+CONV="$BIN_DIR/convert"
+REF=test/ref/hf_formats
+export OMP_NUM_THREADS=1
+
+conv() { local rc=0; "$CONV" "$@" >"$TMP/conv.log" 2>&1 || rc=$?; [ $rc -eq 0 ] || { cat "$TMP/conv.log"; bad "convert $* exited $rc"; }; return $rc; }
+same() { cmp -s "$1" "$2" && ok "$3" || bad "$3: $1 and $2 differ"; }
+
+# ---- transformers' files -> llm.c, against the Python-written expectations
+conv --model $REF/hf_tiny --out "$TMP/tiny.bin" && same "$TMP/tiny.bin" $REF/expect_f32.bin "hf_tiny (F32 safetensors dir) -> llm.c fp32 == expect_f32.bin"
+conv --model $REF/hf_bf16 --out "$TMP/bf16.bin" --format llmc-bf16 && same "$TMP/bf16.bin" $REF/expect_bf16.bin "hf_bf16 -> llm.c bf16 == expect_bf16.bin (torch's bf16 bits)"
+conv --model $REF/hf_f16_sharded/model.safetensors.index.json --out "$TMP/f16.bin" \
+  && same "$TMP/f16.bin" $REF/expect_f16.bin "hf_f16_sharded (index + 2 shards, F16) -> llm.c fp32 == expect_f16.bin"
+conv --model $REF/hf_tiny/model.safetensors --out "$TMP/tiny_file.bin" && same "$TMP/tiny_file.bin" $REF/expect_f32.bin "a lone .safetensors file -> llm.c"
+
+# ---- round trips
+conv --model $REF/expect_f32.bin --out "$TMP/hf32" && conv --model "$TMP/hf32" --out "$TMP/back32.bin" \
+  && same "$TMP/back32.bin" $REF/expect_f32.bin "fp32 .bin -> HF dir -> fp32 .bin: identical bytes"
+conv --model $REF/expect_bf16.bin --out "$TMP/hf16" && conv --model "$TMP/hf16" --out "$TMP/back16.bin" --format llmc-bf16 \
+  && same "$TMP/back16.bin" $REF/expect_bf16.bin "bf16 .bin -> HF dir (F32) -> bf16 .bin: identical bytes"
+conv --model "$TMP/hf32" --out "$TMP/again.bin" && conv --model "$TMP/again.bin" --out "$TMP/hf32b" \
+  && same "$TMP/hf32/model.safetensors" "$TMP/hf32b/model.safetensors" "HF dir -> .bin -> HF dir: same model.safetensors" \
+  && same "$TMP/hf32/config.json" "$TMP/hf32b/config.json" "... and the same config.json"
+conv --model $REF/expect_f32.bin --out "$TMP/fmt_dir.bin" --format hf && [ -f "$TMP/fmt_dir.bin/config.json" ] \
+  && ok "--format hf overrides the .bin name" || bad "--format hf with a .bin name"
+
+# ---- an HF output loads on its own: config, weights, generation config, tokenizer (for a model
+# with GPT-2's vocabulary; the 100-token test models get a note instead)
+conv --model tiny --seed 11 --out "$TMP/hf_init"
+missing=""
+for f in config.json model.safetensors generation_config.json vocab.json merges.txt tokenizer_config.json special_tokens_map.json; do
+  [ -f "$TMP/hf_init/$f" ] || missing="$missing $f"
+done
+[ -z "$missing" ] && ok "HF output has config.json, model.safetensors, generation_config.json and the tokenizer files" \
+  || bad "HF output lacks:$missing"
+cmp -s "$TMP/hf_init/vocab.json" data/gpt2/encoder.json && cmp -s "$TMP/hf_init/merges.txt" data/gpt2/vocab.bpe \
+  && ok "tokenizer files are the bundled GPT-2 vocabulary" || bad "tokenizer files differ from data/gpt2"
+conv --model $REF/expect_f32.bin --out "$TMP/hf_v100" && grep -q "note: no tokenizer files in $TMP/hf_v100: the vocabulary 'data/gpt2' has 50257 tokens, the model 100" "$TMP/conv.log" \
+  && [ ! -e "$TMP/hf_v100/vocab.json" ] && ok "a 100-token model: no tokenizer files, with the reason" || bad "vocab-100 model: $(cat "$TMP/conv.log")"
+
+# ---- a size descriptor: the trainers' initialization (seeded)
+conv --model tiny --seed 11 --out "$TMP/init11.bin" && conv --model tiny --seed 11 --out "$TMP/init11b.bin" \
+  && same "$TMP/init11.bin" "$TMP/init11b.bin" "tiny --seed 11 twice: the same weights"
+if [ -x "$BIN_DIR/train_gpt2" ]; then
+  # train_gpt2 with lr 0 keeps its initialization: its final model.bin is the same file
+  make_shard "$TMP/tr.bin" 2000 50257 1
+  "$BIN_DIR/train_gpt2" --model tiny --seed 11 --train-data "$TMP/tr.bin" -b 1 -t 16 --steps 1 --lr 0 --weight-decay 0 \
+      --save-format llmc --out "$TMP/init_run" >"$TMP/init_run.log" 2>&1 || { cat "$TMP/init_run.log"; bad "train_gpt2 lr 0 failed"; }
+  same "$TMP/init11.bin" "$TMP/init_run/model.bin" "tiny --seed 11 == train_gpt2 --model tiny --seed 11 at lr 0"
+fi
+
+# ---- base + adapter merged == train_lora --merge's merged model (the same merge, from files)
+if [ -x "$BIN_DIR/train_lora" ]; then
+  make_shard "$TMP/lt.bin" 3000 100 2
+  "$BIN_DIR/train_lora" --model test/ref/gpt2_tiny --train-data "$TMP/lt.bin" -b 2 -t 16 --steps 3 --lr 1e-2 --lora-targets q,v,mlp.c_fc \
+      --lora-bias all --merge --out "$TMP/lora" >"$TMP/lora.log" 2>&1 || { cat "$TMP/lora.log"; bad "train_lora failed"; }
+  conv --model test/ref/gpt2_tiny --adapter "$TMP/lora" --out "$TMP/merged.bin" \
+    && same "$TMP/merged.bin" "$TMP/lora/merged/model.bin" "convert --adapter (q,v,c_fc + biases) == train_lora --merge (same bytes)"
+  grep -q "^converted: .*(merged)" "$TMP/conv.log" && ok "$(grep '^converted' "$TMP/conv.log")" || bad "no merge in: $(cat "$TMP/conv.log")"
+fi
+
+# ---- bad input: one message, non-zero exit, nothing written
+expect_fail "no --model" "--model is required" "$CONV" --out "$TMP/x.bin"
+expect_fail "no --out" "--out is required" "$CONV" --model $REF/hf_tiny
+expect_fail "missing model" "does not exist" "$CONV" --model "$TMP/nope.bin" --out "$TMP/x1.bin"
+expect_fail "llm.c output onto a directory" "is a directory" "$CONV" --model $REF/hf_tiny --out "$TMP/hf32" --format llmc
+expect_fail "HF output onto a file" "is a file" "$CONV" --model $REF/hf_tiny --out "$TMP/tiny.bin" --format hf
+expect_fail "unknown format" "--format" "$CONV" --model $REF/hf_tiny --out "$TMP/x2" --format onnx
+expect_fail "a vocabulary of another size" "the model 100" "$CONV" --model test/ref/gpt2_tiny --out "$TMP/x3" --vocab data/gpt2
+expect_fail "an adapter for another model" "wrong base model" "$CONV" --model $REF/hf_hub --adapter test/ref/lora_tiny/qv --out "$TMP/x4.bin"
+[ ! -e "$TMP/x1.bin" ] && [ ! -e "$TMP/x2" ] && [ ! -e "$TMP/x3" ] && [ ! -e "$TMP/x4.bin" ] && same "$TMP/tiny.bin" $REF/expect_f32.bin "refused runs wrote nothing and changed nothing"
+finish
