@@ -510,12 +510,13 @@ static void report_memory(Run* r) {
                mib(qlora_replaced_numel(&r->model->pt) * sizeof(floatX)), sizeof(floatX) == 4 ? "fp32" : "bf16",
                mib(wbuf), mib(gpt2_param_bytes(r->model)));
     }
+    if (r->m.base16) qb = qlora_replaced_numel(&r->model->pt) * sizeof(uint16_t); // the frozen base held in bf16
     // floatX is 2 bytes on the CUDA backend (bf16 params, grads, activations) and 4 on the CPU;
     // the optimizer state is fp32 m, v and, with bf16 params, an fp32 master copy
     const char* xt = sizeof(floatX) == 2 ? "bf16" : "fp32";
     say(r, "memory (this rank): params %.1f MiB (%s%s) | grads %.1f MiB (%s) | optimizer %.1f MiB (fp32 m, v%s) | "
            "activations %.1f MiB (%s, recompute %d) | total %.1f MiB\n",
-           mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",
+           mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : r->m.base16 ? ", bf16 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",
            mib(ab), xt, f->recompute, mib(pb + qb + gb + gsb + ob + ab));
     if (r->world > 1) {
         // exact element counts, so tests can check the sharding

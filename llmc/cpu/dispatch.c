@@ -125,7 +125,7 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
 int classifier_rows(int N) { return cpu_classifier_rows(N); }
 void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
                       const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
-    cpu_classifier_train(losses, dx, dw, logits, x, w, targets, dloss, N, C, V, Vp);
+    CPU_PROF("classifier_train", C, Vp, cpu_classifier_train(losses, dx, dw, logits, x, w, targets, dloss, N, C, V, Vp));
 }
 
 // ---- optimizer
