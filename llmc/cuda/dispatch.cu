@@ -135,13 +135,10 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
     cuda_fused_classifier(losses, logits, targets, dloss, N, V, Vp);
 }
 
-// The classifier of a training forward: the kernels over all N rows at once.
-int classifier_rows(int N) { return N; }
+int classifier_rows(int N) { return cuda_classifier_rows(N); }
 void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
                       const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
-    cuda_matmul_forward(logits, NULL, x, w, NULL, N, C, Vp);
-    cuda_fused_classifier(losses, logits, targets, dloss, N, V, Vp);
-    if (dloss != 0.0f) cuda_matmul_backward(dx, dw, NULL, logits, x, w, N, C, Vp);
+    cuda_classifier_train(losses, dx, dw, logits, x, w, targets, dloss, N, C, V, Vp);
 }
 
 // ---- optimizer
