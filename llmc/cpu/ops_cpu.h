@@ -1,4 +1,7 @@
-// The CPU backend (fp32, OpenMP across rows/columns, OpenBLAS GEMMs): every function of llmc/ops.h
+// The CPU backend (fp32 storage, OpenMP across rows/columns; GEMMs in fp32 through OpenBLAS or, with
+// ops_set_gemm_dtype(OPS_BF16) = --dtype bf16, in bf16 with fp32 accumulation through oneDNN:
+// operands rounded at the GEMM as torch.autocast does, floatX stays fp32; docs/CPU.md has the
+// design and the measurements behind it): every function of llmc/ops.h
 // and llmc/device.h under the cpu_ prefix, with its element type spelled out (float: floatX is
 // float on this backend), so that this backend can sit in one program next to another (the CUDA
 // op tests compare the two). llmc/cpu/dispatch.c gives the neutral names to a CPU build; the
