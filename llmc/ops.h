@@ -3,8 +3,9 @@
 // names only, so they are the same source for both backends.
 //
 // Backends: llmc/cpu/ (fp32 storage, OpenMP, GEMMs in fp32 (OpenBLAS) or bf16 (oneDNN)) and
-// llmc/cuda/ (bf16 storage, fp32 accumulation, cuBLASLt and our own kernels). Each implements every function below under its own prefix
-// (cpu_encoder_forward, cuda_encoder_forward, ...), declared in one header per backend
+// llmc/cuda/ (bf16 storage, fp32 accumulation, cuBLASLt and our own kernels). Each implements
+// every function below under its own prefix (cpu_encoder_forward, cuda_encoder_forward, ...),
+// declared in one header per backend
 // (llmc/cpu/ops_cpu.h, llmc/cuda/ops_cuda.h), in files split the same way in both folders (the
 // groups below name them), and one dispatch file per backend (llmc/cpu/dispatch.c,
 // llmc/cuda/dispatch.cu) defines these names by calling its backend's. A program links one
