@@ -206,8 +206,8 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
 // wte), losses as fused_classifier's, and with dloss != 0 its backward as well:
 // dx[N, C] += dlogits @ w, dw[Vp, C] += dlogits^T @ x (dw may be NULL: frozen wte). logits is
 // scratch of classifier_rows(N) rows x Vp: the CPU backend goes through the rows in blocks of
-// that many, so the whole [N, Vp] logits never exist (206 MB at N = 1024); CUDA's kernels use
-// all N rows at once.
+// that many (512), so the whole [N, Vp] logits never exist (206 MB at N = 1024, 824 MB at 4096);
+// CUDA's kernels use all N rows at once.
 int classifier_rows(int N);
 void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
                       const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp);

@@ -668,7 +668,7 @@ static void test_classifier_shape(int N, int V, int Vp, float amp) {
 }
 
 // classifier_train: lm_head + fused classifier + lm_head backward in row blocks (N > the CPU's
-// 256-row block, with a ragged last block), against a double reference of the three ops; in fp32
+// 512-row block, with a ragged last block), against a double reference of the three ops; in fp32
 // GEMMs and, where the CPU has native bf16, in bf16 GEMMs (bf16 operands: 1e-2 of max |ref|).
 // dx and dw accumulate; NULL dx / dw are skipped.
 static void test_classifier_train(int N, int C, int V, int Vp, int bf16) {
@@ -895,9 +895,9 @@ int main(void) {
     test_classifier_shape(37, 1000, 1024, 8.0f);
     test_classifier_shape(7, 50257, 50304, 20.0f);
     test_classifier_train(3, 8, 50, 64, 0);       // one block
-    test_classifier_train(600, 24, 500, 512, 0);  // blocks of 256, 256 and 88 rows
+    test_classifier_train(1100, 24, 500, 512, 0); // blocks of 512, 512 and 76 rows
     const char* why;
-    if (ops_bf16_native(&why)) test_classifier_train(600, 24, 500, 512, 1);
+    if (ops_bf16_native(&why)) test_classifier_train(1100, 24, 500, 512, 1);
     else printf("skip classifier_train in bf16: %s\n", why);
     test_adamw(0);
     test_adamw(1);
