@@ -16,6 +16,12 @@ ENTRY_LINK = $(CC)
 PROGRAM_LIBS = $(HOST_LIBS)
 endif
 
+# AdamW's loop calls sqrtf: without -fno-math-errno GCC keeps a branch to set errno for negative
+# arguments and cannot vectorise the loop (measured: 200 ms -> 55 ms for 124M parameters). The
+# file never reads errno. (Every tree that compiles the CPU ops: the CPU trees and the CUDA
+# trees' reference library.)
+$(TREE)/obj/llmc/cpu/adamw.o: CFLAGS += -fno-math-errno
+
 # ---- the CPU backend's implementation as a library of its own: every object but dispatch.o, so
 # only cpu_* names (llmc/cpu/ops_cpu.h). The CUDA op tests link it as their reference next to the
 # CUDA backend (harness and GPU), in whichever tree they are built. It goes to GPU machines, which
