@@ -321,7 +321,7 @@ static void add_json_file(Stream* s, Tokenizer* tk, const Args* a, const char* p
 // output
 
 static void write_file(const Args* a, const char* fname, const int32_t* header, const void* data, size_t elem, size_t n) {
-    char path[4096];
+    char path[LLMC_PATH_MAX];
     path_join(path, sizeof(path), a->out_dir, fname);
     AtomicFile af;
     FILE* fp = atomic_open(&af, path);
@@ -383,7 +383,7 @@ static void remove_stale(const Args* a, char written[][512], int nw) {
         int mine = 0;
         for (int k = 0; k < nw; k++) mine |= strcmp(written[k], f) == 0;
         if (mine) continue;
-        char path[4096];
+        char path[LLMC_PATH_MAX];
         path_join(path, sizeof(path), a->out_dir, f);
         if (unlink(path) == 0 && !a->quiet) printf("removed stale %s (not part of this run)\n", path);
     }

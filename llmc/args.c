@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <math.h>
 
-void args_print_help(const ArgSpec* specs, int n, const char* usage_head) {
+static void args_print_help(const ArgSpec* specs, int n, const char* usage_head) {
     printf("%s\n\nOptions:\n", usage_head);
     for (int i = 0; i < n; i++) {
         const ArgSpec* s = &specs[i];

@@ -34,7 +34,6 @@ typedef struct {
 // given (n_specs entries, may be NULL) gets 1 for every flag that was on the command line.
 void args_parse(int argc, char** argv, const ArgSpec* specs, int n_specs, const char* usage_head,
                 unsigned char* given);
-void args_print_help(const ArgSpec* specs, int n_specs, const char* usage_head);
 
 // The JSON member name of a flag: the long name without "--", '-' -> '_' ("batch_size").
 void args_json_key(const ArgSpec* s, char* out, size_t cap);

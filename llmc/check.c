@@ -12,7 +12,7 @@ void llmc_on_fatal(llmc_fatal_hook_fn fn) {
 }
 
 void llmc_set_fatal_hook(llmc_fatal_hook_fn fn) { g_fatal_hook = fn; }
-void llmc_run_fatal_hook(void) {
+static void llmc_run_fatal_hook(void) {
     llmc_fatal_hook_fn fn = g_fatal_hook;
     g_fatal_hook = NULL; // a failure inside the hook must not recurse
     if (fn) fn();

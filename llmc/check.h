@@ -18,7 +18,6 @@ extern "C" {
 // decides how the process ends; the default does nothing.
 typedef void (*llmc_fatal_hook_fn)(void);
 void llmc_set_fatal_hook(llmc_fatal_hook_fn fn);
-void llmc_run_fatal_hook(void);
 // Clean-ups that run on every fatal error, before the hook, in the order registered (e.g. the
 // atomic writers of llmc/fileio.h remove their temporary files). Registering a function twice
 // runs it once.

@@ -302,27 +302,46 @@ static int remove_entry(const char* path, uint64_t* bytes) {
     return rmdir(path);
 }
 
+static int cmp_step_desc(const void* a, const void* b) {
+    const long x = *(const long*)a, y = *(const long*)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+// The steps of every complete checkpoint in dir (a DONE marker), newest first; *n of them.
+static long* complete_steps_desc(DIR* d, int* n) {
+    long* steps = NULL;
+    int cap = 0;
+    *n = 0;
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        long step = parse_step_name(e->d_name, "DONE_", "");
+        if (step < 0) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            steps = (long*)realloc(steps, (size_t)cap * sizeof(long));
+            if (!steps) fatal(NULL, "out of memory listing the checkpoints");
+        }
+        steps[(*n)++] = step;
+    }
+    if (*n > 1) qsort(steps, (size_t)*n, sizeof(long), cmp_step_desc);
+    return steps;
+}
+
 void ckpt_prune(const char* dir, int keep) {
     if (keep <= 0) return;
     DIR* d = opendir(dir);
     if (!d) return;
-    long steps[4096]; int n = 0;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL && n < 4096) {
-        long step = parse_step_name(e->d_name, "DONE_", "");
-        if (step >= 0) steps[n++] = step;
-    }
+    int n;
+    long* steps = complete_steps_desc(d, &n);
     closedir(d);
-    // sort descending, drop everything after the newest `keep`
-    for (int i = 0; i < n; i++) for (int j = i + 1; j < n; j++) if (steps[j] > steps[i]) { long t = steps[i]; steps[i] = steps[j]; steps[j] = t; }
-    if (n <= keep) return;
+    if (n <= keep) { free(steps); return; }
     char p[LLMC_PATH_MAX];
     // the markers go first, so a crash mid-prune never leaves a "complete" checkpoint with files
     // missing (what it leaves, ckpt_clean removes at the next start)
     for (int i = keep; i < n; i++) { ckpt_path(p, sizeof(p), dir, "DONE", steps[i], 0); unlink(p); }
     long oldest_kept = steps[keep - 1];
     d = opendir(dir);
-    if (!d) return;
+    if (!d) { free(steps); return; }
+    struct dirent* e;
     while ((e = readdir(d)) != NULL) {
         int rank;
         long s = ckpt_file_step(e->d_name, &rank);
@@ -333,6 +352,7 @@ void ckpt_prune(const char* dir, int keep) {
         if (pruned) { path_join(p, sizeof(p), dir, e->d_name); remove_entry(p, &bytes); }
     }
     closedir(d);
+    free(steps);
 }
 
 // NAME.tmp.<digits>: a temporary file of an atomic write (fileio.h).

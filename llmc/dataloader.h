@@ -1,4 +1,4 @@
-// Token-shard data loader (llm.c shard format, FORMATS.md) with optional loss masks.
+// Token-shard data loader (llm.c shard format: docs/FORMATS.md) with optional loss masks.
 //
 // A "global batch" is world * B * T tokens: rank r takes the r-th B*T slice of it (plus one
 // token for the shifted targets). Each shard is cut into chunks of one global batch; batches

@@ -15,12 +15,13 @@ static void atomic_register(AtomicFile* af) {
     for (int i = 0; i < MAX_OPEN_ATOMIC; i++) if (!g_open_atomic[i]) { g_open_atomic[i] = af; return; }
     fatal("this is a bug in llmc", "too many files open for atomic writing");
 }
+static void atomic_abort_all(void);
 static void atomic_unregister(AtomicFile* af) {
     for (int i = 0; i < MAX_OPEN_ATOMIC; i++) if (g_open_atomic[i] == af) g_open_atomic[i] = NULL;
 }
 
 FILE* atomic_open(AtomicFile* af, const char* path) {
-    if (strlen(path) + 32 >= sizeof(af->path)) fatal(NULL, "output path too long: '%s'", path);
+    if (strlen(path) >= sizeof(af->path)) fatal(NULL, "output path too long: '%s'", path);
     snprintf(af->path, sizeof(af->path), "%s", path);
     snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%d", path, (int)getpid());
     af->fp = fopen(af->tmp_path, "wb");
@@ -35,7 +36,7 @@ FILE* atomic_open(AtomicFile* af, const char* path) {
 }
 
 static void fsync_dir_of(const char* path) {
-    char buf[4096];
+    char buf[LLMC_PATH_MAX];
     snprintf(buf, sizeof(buf), "%s", path);
     const char* dir = dirname(buf);
     int fd = open(dir, O_RDONLY);
@@ -63,7 +64,8 @@ void atomic_commit(AtomicFile* af) {
     fsync_dir_of(af->path);
 }
 
-void atomic_abort_all(void) {
+// Abort every atomic file still open (a clean-up of fatal errors: llmc_on_fatal).
+static void atomic_abort_all(void) {
     for (int i = 0; i < MAX_OPEN_ATOMIC; i++) {
         AtomicFile* af = g_open_atomic[i];
         if (af) {
@@ -112,7 +114,7 @@ char* read_file_all(const char* path, size_t* out_len) {
 }
 
 void mkdir_p(const char* path) {
-    char buf[4096];
+    char buf[LLMC_PATH_MAX];
     if (strlen(path) >= sizeof(buf)) fatal(NULL, "path too long: '%s'", path);
     snprintf(buf, sizeof(buf), "%s", path);
     for (char* p = buf + 1; *p; p++) {

@@ -16,16 +16,14 @@ extern "C" {
 
 typedef struct {
     FILE* fp;
-    char path[4096];     // final destination
-    char tmp_path[4096]; // where we write until commit
+    char path[LLMC_PATH_MAX];          // final destination
+    char tmp_path[LLMC_PATH_MAX + 32]; // where we write until commit: path + ".tmp.<pid>"
 } AtomicFile;
 
 // Opens "<path>.tmp.<pid>" for writing. Registered so that a fatal error removes it.
 FILE* atomic_open(AtomicFile* af, const char* path);
 // Flush, fsync, close, rename onto path, fsync the directory.
 void atomic_commit(AtomicFile* af);
-// Abort every atomic file still open (called on fatal errors).
-void atomic_abort_all(void);
 
 // Write a whole buffer atomically.
 void atomic_write_file(const char* path, const void* data, size_t n);

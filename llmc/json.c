@@ -453,7 +453,8 @@ static void jw_pre_value(JsonWriter* w) {
     }
 }
 
-void jw_append_escaped(JsonWriter* w, const char* s) {
+// Append s as a quoted, escaped JSON string to w's buffer (no comma logic).
+static void jw_append_escaped(JsonWriter* w, const char* s) {
     jw_raw(w, "\"", 1);
     for (const unsigned char* p = (const unsigned char*)s; *p; p++) {
         char esc[8];

@@ -93,8 +93,6 @@ void jw_bool(JsonWriter* w, int v);
 void jw_null(JsonWriter* w);
 // Raw text appended as is (e.g. padding).
 void jw_raw(JsonWriter* w, const char* s, size_t n);
-// Append s as a quoted, escaped JSON string to w's buffer (no comma logic).
-void jw_append_escaped(JsonWriter* w, const char* s);
 
 #ifdef __cplusplus
 }

@@ -216,7 +216,7 @@ typedef struct {
 } HfEntry;
 
 typedef struct {
-    char src[4096];        // what the user passed (for messages)
+    char src[LLMC_PATH_MAX];        // what the user passed (for messages)
     int nfiles;
     StFile* files;
     int n;
@@ -258,7 +258,7 @@ static void hf_open_index(HfSource* s, const char* path) {
     if (!wm || wm->type != JSON_OBJECT) fatal(hint, "'%s': no \"weight_map\" object", path);
     const char* dup = json_find_duplicate_key(wm);
     if (dup) fatal(hint, "'%s': weight_map lists '%s' twice", path, dup);
-    char dir[4096];
+    char dir[LLMC_PATH_MAX];
     dir_of(path, dir, sizeof(dir));
     // unique shard names, in order of first appearance
     const char** shard = (const char**)callocCheck((size_t)wm->n + 1, sizeof(char*));
@@ -277,7 +277,7 @@ static void hf_open_index(HfSource* s, const char* path) {
     s->n = wm->n;
     s->files = (StFile*)callocCheck((size_t)s->nfiles + 1, sizeof(StFile));
     for (int k = 0; k < s->nfiles; k++) {
-        char sp[4096];
+        char sp[LLMC_PATH_MAX];
         path_join(sp, sizeof(sp), dir, shard[k]);
         if (!file_exists(sp)) fatal("download every shard the index names", "'%s': shard '%s' listed in the index does not exist", path, sp);
         st_open(&s->files[k], sp);
@@ -332,51 +332,52 @@ static void check_float_dtype(const HfSource* s, const HfEntry* e) {
               s->files[e->file].path, e->name, st_dtype_name(e->t->dtype));
 }
 
-static void load_hf(HfSource* s, const char* config_path, GPT2Config* cfg, ParamTable* pt, float** params_out) {
-    const char* prefix;
-    if (hf_find(s, "transformer.wte.weight")) prefix = "transformer.";
-    else if (hf_find(s, "wte.weight")) prefix = "";
-    else fatal(HINT_HF, "'%s': no 'wte.weight' or 'transformer.wte.weight' tensor: not a GPT-2 checkpoint", s->src);
-    int tied = 1;
-    if (config_path) {
-        read_hf_config(config_path, cfg, &tied);
-    } else {
-        // no config.json: infer the sizes from the tensors themselves
-        char key[256];
-        snprintf(key, sizeof(key), "%swte.weight", prefix);
-        const StTensor* wte = hf_find(s, key)->t;
-        snprintf(key, sizeof(key), "%swpe.weight", prefix);
-        HfEntry* wpe = hf_find(s, key);
-        if (wte->ndim != 2) fatal(HINT_HF, "'%s': %swte.weight must be 2-D", s->src, prefix);
-        if (!wpe || wpe->t->ndim != 2) fatal(HINT_HF, "'%s': missing or non-2-D tensor '%s'", s->src, key);
-        memset(cfg, 0, sizeof(*cfg));
-        cfg->vocab_size = (int)wte->shape[0];
-        cfg->channels = (int)wte->shape[1];
-        cfg->max_seq_len = (int)wpe->t->shape[0];
-        int L = 0;
-        for (;;) {
-            snprintf(key, sizeof(key), "%sh.%d.ln_1.weight", prefix, L);
-            if (!hf_find(s, key) || L > 100000) break;
-            L++;
-        }
-        cfg->num_layers = L;
-        if (cfg->channels % 64 != 0 || cfg->channels <= 0)
-            fatal("put the model's config.json next to the weights", "'%s': no config.json, and n_head cannot be inferred (n_embd %d is not a multiple of 64)",
-                  s->src, cfg->channels);
-        cfg->num_heads = cfg->channels / 64;
-        cfg->padded_vocab_size = gpt2_pad_vocab(cfg->vocab_size);
-        fprintf(stderr, "note: '%s': no config.json next to it; inferred n_layer %d, n_embd %d, vocab %d, n_positions %d "
-                "from the tensors and assumed n_head = n_embd / 64 = %d (GPT-2's head size)\n",
-                s->src, cfg->num_layers, cfg->channels, cfg->vocab_size, cfg->max_seq_len, cfg->num_heads);
-        char src[LLMC_PATH_MAX];
-        snprintf(src, sizeof(src), "'%s' (inferred config)", s->src);
-        gpt2_config_validate(cfg, src);
-    }
-    params_build(pt, cfg);
+// The key prefix of a GPT-2 checkpoint: "transformer." (files saved by current transformers) or
+// "" (the original gpt2 upload).
+static const char* hf_key_prefix(HfSource* s) {
+    if (hf_find(s, "transformer.wte.weight")) return "transformer.";
+    if (hf_find(s, "wte.weight")) return "";
+    fatal(HINT_HF, "'%s': no 'wte.weight' or 'transformer.wte.weight' tensor: not a GPT-2 checkpoint", s->src);
+}
 
-    // 1) every expected tensor is present with the exact shape and a float dtype
+// No config.json: the sizes from the tensors themselves, n_head from GPT-2's head size of 64.
+static void hf_infer_config(HfSource* s, const char* prefix, GPT2Config* cfg) {
     char key[256];
-    int L = cfg->num_layers;
+    snprintf(key, sizeof(key), "%swte.weight", prefix);
+    const StTensor* wte = hf_find(s, key)->t;
+    snprintf(key, sizeof(key), "%swpe.weight", prefix);
+    HfEntry* wpe = hf_find(s, key);
+    if (wte->ndim != 2) fatal(HINT_HF, "'%s': %swte.weight must be 2-D", s->src, prefix);
+    if (!wpe || wpe->t->ndim != 2) fatal(HINT_HF, "'%s': missing or non-2-D tensor '%s'", s->src, key);
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->vocab_size = (int)wte->shape[0];
+    cfg->channels = (int)wte->shape[1];
+    cfg->max_seq_len = (int)wpe->t->shape[0];
+    int L = 0;
+    for (;;) {
+        snprintf(key, sizeof(key), "%sh.%d.ln_1.weight", prefix, L);
+        if (!hf_find(s, key) || L > 100000) break;
+        L++;
+    }
+    cfg->num_layers = L;
+    if (cfg->channels % 64 != 0 || cfg->channels <= 0)
+        fatal("put the model's config.json next to the weights", "'%s': no config.json, and n_head cannot be inferred (n_embd %d is not a multiple of 64)",
+              s->src, cfg->channels);
+    cfg->num_heads = cfg->channels / 64;
+    cfg->padded_vocab_size = gpt2_pad_vocab(cfg->vocab_size);
+    fprintf(stderr, "note: '%s': no config.json next to it; inferred n_layer %d, n_embd %d, vocab %d, n_positions %d "
+            "from the tensors and assumed n_head = n_embd / 64 = %d (GPT-2's head size)\n",
+            s->src, cfg->num_layers, cfg->channels, cfg->vocab_size, cfg->max_seq_len, cfg->num_heads);
+    char src[LLMC_PATH_MAX + 32]; // the path and a note
+    snprintf(src, sizeof(src), "'%s' (inferred config)", s->src);
+    gpt2_config_validate(cfg, src);
+}
+
+// Every expected tensor is present with the exact shape and a float dtype, and nothing else is
+// there except the attention-mask buffers and an lm_head (returned, or NULL).
+static HfEntry* hf_check_tensors(HfSource* s, const char* prefix, const ParamTable* pt) {
+    char key[256];
+    const int L = pt->cfg.num_layers;
     for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
         int nl = pt->t[id].per_layer ? L : 1;
         for (int l = 0; l < nl; l++) {
@@ -398,7 +399,6 @@ static void load_hf(HfSource* s, const char* config_path, GPT2Config* cfg, Param
             e->used = 1;
         }
     }
-    // 2) nothing else, except the attention-mask buffers and a tied lm_head
     HfEntry* lm_head = NULL;
     for (int i = 0; i < s->n; i++) {
         HfEntry* e = &s->e[i];
@@ -407,16 +407,18 @@ static void load_hf(HfSource* s, const char* config_path, GPT2Config* cfg, Param
         fatal(HINT_HF, "'%s': unexpected tensor '%s' (not part of a GPT-2 with n_layer %d%s)", s->files[e->file].path, e->name, L,
               prefix[0] ? " and the 'transformer.' key prefix" : " and unprefixed keys");
     }
-    if (!tied && !lm_head)
-        fatal("this tool ties lm_head to wte (as GPT-2 does)", "'%s': config.json has tie_word_embeddings = false but the checkpoint has no lm_head.weight", s->src);
+    return lm_head;
+}
 
-    // 3) read, widening to fp32 and transposing Conv1D weights into [out, in]
+// Every tensor into the table's layout, widened to fp32, Conv1D weights transposed into [out, in].
+static float* hf_read_params(HfSource* s, const char* prefix, const ParamTable* pt) {
+    char key[256];
     float* params = (float*)callocCheck(pt->total, sizeof(float));
     float* tmp = NULL;
     size_t tmp_cap = 0;
     for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
         const ParamInfo* p = &pt->t[id];
-        int nl = p->per_layer ? L : 1;
+        int nl = p->per_layer ? pt->cfg.num_layers : 1;
         for (int l = 0; l < nl; l++) {
             params_hf_key(key, sizeof(key), (ParamId)id, l, prefix);
             HfEntry* e = hf_find(s, key);
@@ -433,21 +435,39 @@ static void load_hf(HfSource* s, const char* config_path, GPT2Config* cfg, Param
         }
     }
     free(tmp);
-    if (lm_head) {
-        // GPT-2 ties the output head to wte; an lm_head that differs would be silently dropped
-        int64_t want[2] = { cfg->vocab_size, cfg->channels };
-        int ok = lm_head->t->ndim == 2 && lm_head->t->shape[0] == want[0] && lm_head->t->shape[1] == want[1];
-        if (!ok) fatal(HINT_HF, "'%s': lm_head.weight has the wrong shape (expected [%d,%d])", s->files[lm_head->file].path, cfg->vocab_size, cfg->channels);
-        check_float_dtype(s, lm_head);
-        size_t n = (size_t)cfg->vocab_size * (size_t)cfg->channels;
-        float* head = (float*)mallocCheck(n * sizeof(float));
-        st_read_f32(&s->files[lm_head->file], lm_head->t, head);
-        int same = memcmp(head, params + pt->t[PT_WTE].offset, n * sizeof(float)) == 0;
-        free(head);
-        if (!same)
-            fatal("this tool supports GPT-2 with the output head tied to the token embedding only",
-                  "'%s': lm_head.weight differs from wte.weight (an untied output head is not supported)", s->files[lm_head->file].path);
-    }
+    return params;
+}
+
+// GPT-2 ties the output head to wte: an lm_head in the file must equal it, or it would be
+// silently dropped.
+static void hf_check_lm_head(HfSource* s, HfEntry* lm_head, const GPT2Config* cfg, const float* wte) {
+    int64_t want[2] = { cfg->vocab_size, cfg->channels };
+    int ok = lm_head->t->ndim == 2 && lm_head->t->shape[0] == want[0] && lm_head->t->shape[1] == want[1];
+    if (!ok) fatal(HINT_HF, "'%s': lm_head.weight has the wrong shape (expected [%d,%d])", s->files[lm_head->file].path, cfg->vocab_size, cfg->channels);
+    check_float_dtype(s, lm_head);
+    size_t n = (size_t)cfg->vocab_size * (size_t)cfg->channels;
+    float* head = (float*)mallocCheck(n * sizeof(float));
+    st_read_f32(&s->files[lm_head->file], lm_head->t, head);
+    int same = memcmp(head, wte, n * sizeof(float)) == 0;
+    free(head);
+    if (!same)
+        fatal("this tool supports GPT-2 with the output head tied to the token embedding only",
+              "'%s': lm_head.weight differs from wte.weight (an untied output head is not supported)", s->files[lm_head->file].path);
+}
+
+// A GPT-2 from Hugging Face tensors: the config (config.json, else inferred), every tensor
+// checked before any is read, then read into the table's layout.
+static void load_hf(HfSource* s, const char* config_path, GPT2Config* cfg, ParamTable* pt, float** params_out) {
+    const char* prefix = hf_key_prefix(s);
+    int tied = 1;
+    if (config_path) read_hf_config(config_path, cfg, &tied);
+    else hf_infer_config(s, prefix, cfg);
+    params_build(pt, cfg);
+    HfEntry* lm_head = hf_check_tensors(s, prefix, pt);
+    if (!tied && !lm_head)
+        fatal("this tool ties lm_head to wte (as GPT-2 does)", "'%s': config.json has tie_word_embeddings = false but the checkpoint has no lm_head.weight", s->src);
+    float* params = hf_read_params(s, prefix, pt);
+    if (lm_head) hf_check_lm_head(s, lm_head, cfg, params + pt->t[PT_WTE].offset);
     *params_out = params;
 }
 
@@ -455,9 +475,9 @@ static void load_hf(HfSource* s, const char* config_path, GPT2Config* cfg, Param
 // sniffing
 
 void model_load(const char* path, GPT2Config* cfg_out, ParamTable* pt_out, float** params_out) {
-    char buf[4096];
+    char buf[LLMC_PATH_MAX];
     if (dir_exists(path)) {
-        char cfgp[4096];
+        char cfgp[LLMC_PATH_MAX];
         path_join(cfgp, sizeof(cfgp), path, "config.json");
         const char* cp = file_exists(cfgp) ? cfgp : NULL;
         HfSource s; memset(&s, 0, sizeof(s));
@@ -493,7 +513,7 @@ void model_load(const char* path, GPT2Config* cfg_out, ParamTable* pt_out, float
     if (got >= 2 && head[0] == 'P' && head[1] == 'K')
         fatal("convert it to safetensors (model.save_pretrained(dir, safe_serialization=True)) and pass that",
               "'%s': this is a PyTorch pickle/zip checkpoint, which is not supported", path);
-    char dir[4096], cfgp[4096];
+    char dir[LLMC_PATH_MAX], cfgp[LLMC_PATH_MAX];
     dir_of(path, dir, sizeof(dir));
     path_join(cfgp, sizeof(cfgp), dir, "config.json");
     const char* cp = file_exists(cfgp) ? cfgp : NULL;
@@ -569,7 +589,7 @@ static void write_hf_config(const char* path, const GPT2Config* c) {
 
 void model_save_hf(const char* dir, const ParamTable* pt, const float* params) {
     mkdir_p(dir);
-    char path[4096];
+    char path[LLMC_PATH_MAX];
     const GPT2Config* c = &pt->cfg;
     int L = c->num_layers;
     StWriter w;
@@ -642,7 +662,7 @@ void model_init_gpt2(const ParamTable* pt, float* params, uint64_t seed) {
 // end-of-text token (pipeline() and generate() read it from here).
 static void write_hf_generation_config(const char* dir, const GPT2Config* c) {
     int tok = c->vocab_size == 50257 ? 50256 : c->vocab_size - 1; // as write_hf_config
-    char path[4096];
+    char path[LLMC_PATH_MAX];
     path_join(path, sizeof(path), dir, "generation_config.json");
     JsonWriter w;
     jw_init(&w, 1);
@@ -656,7 +676,7 @@ static void write_hf_generation_config(const char* dir, const GPT2Config* c) {
 }
 
 static void copy_file_atomic(const char* src, const char* dir, const char* name) {
-    char dst[4096];
+    char dst[LLMC_PATH_MAX];
     path_join(dst, sizeof(dst), dir, name);
     size_t n;
     char* data = read_file_all(src, &n);
@@ -667,7 +687,7 @@ static void copy_file_atomic(const char* src, const char* dir, const char* name)
 // tokenizer_config.json + special_tokens_map.json: GPT-2's settings (no BOS added, no prefix
 // space, <|endoftext|> as bos/eos/unk when the vocabulary has it).
 static void write_hf_tokenizer_config(const char* dir, const Tokenizer* tk, int max_len, int fast_only) {
-    char path[4096];
+    char path[LLMC_PATH_MAX];
     const char* eot = tk->eot_id >= 0 ? "<|endoftext|>" : NULL;
     for (int file = 0; file < 2; file++) {
         JsonWriter w;

@@ -1,4 +1,4 @@
-// Loading and saving GPT-2 weights (formats: shared docs FORMATS.md). In memory the model is
+// Loading and saving GPT-2 weights (formats: docs/FORMATS.md). In memory the model is
 // always one host fp32 array in ParamTable layout: llm.c orientation ([out, in] matmul weights),
 // vocabulary padded to a multiple of 128 with zero rows. Conversions (HF Conv1D transposes,
 // bf16/fp16 widening, padding) happen here, at the file boundary only.

@@ -1,8 +1,8 @@
 // NF4 4-bit quantization of frozen base weights for QLoRA, bit-compatible with bitsandbytes
-// (format facts: shared docs FORMATS.md "QLoRA NF4"). Quantizing the same fp32 weights gives the
-// same packed bytes, absmax and double-quantization constants that bitsandbytes' CPU path
-// (bitsandbytes 0.50.2 + PyTorch CPU) produces, and dequantization gives the same
-// fp32 values to the last bit. Layout:
+// (the checkpoint layout: docs/FORMATS.md, "bitsandbytes 4-bit"). Quantizing the same fp32
+// weights gives the same packed bytes, absmax and double-quantization constants that
+// bitsandbytes' CPU path (bitsandbytes 0.50.2 + PyTorch CPU) produces, and dequantization gives
+// the same fp32 values to the last bit. Layout:
 //   - blocks of NF4_BLOCK (64) consecutive weights of the flattened [out, in] matrix, each with
 //     an fp32 absmax; weight w maps to the nearest of the 16 NF4 code values of w/absmax;
 //   - two codes per byte, element 2j in the high nibble, 2j+1 in the low nibble (an odd count

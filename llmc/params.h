@@ -1,6 +1,7 @@
-// The named parameter table (DESIGN.md section 5). Every GPT-2 tensor has a name, a shape, a
-// trainable flag, a weight-decay flag and its Hugging Face key; loaders, savers, LoRA targets,
-// ZeRO sharding and tests walk this table instead of using magic indices.
+// The named parameter table. Every GPT-2 tensor has a name, a shape, a trainable flag, a
+// weight-decay flag and its Hugging Face key; loaders, savers, LoRA targets, ZeRO sharding and
+// tests walk this table instead of using magic indices. Its order is the tensors' order in an
+// llm.c .bin (docs/FORMATS.md).
 //
 // Storage: all parameters live in one flat buffer, tensor after tensor in table order (the llm.c
 // .bin order), each tensor holding all layers contiguously. Matmul weights are [out, in]

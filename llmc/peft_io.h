@@ -28,10 +28,7 @@ extern "C" {
 
 #define PEFT_META_QKV_SPLIT "llmc_qkv_split"
 
-// The adapter tensors and the trained base slices (read from the model they are on: extra[i].p)
-// as one safetensors file, atomically.
-void peft_save_tensors(const LoraModel* lm, const char* path);
-// Values of a file written by peft_save_tensors (or PEFT) into adapters of the same structure
+// Values of an adapter_model.safetensors written by peft_save_adapter (or PEFT) into adapters of the same structure
 // (and the trained base slices into the model they are on); every tensor must be present with
 // its shape, no other may be. fatal naming the file and tensor otherwise.
 void peft_load_tensors(LoraModel* lm, const char* path);

@@ -74,7 +74,7 @@ static int hf4_paths(const char* path, char* st, size_t stcap, char* cfg, size_t
     if (n < 12 || strcmp(path + n - 12, ".safetensors") != 0 || !is_file(path)) return 0;
     snprintf(st, stcap, "%s", path);
     const char* slash = strrchr(path, '/');
-    char dir[4096];
+    char dir[LLMC_PATH_MAX];
     if (!slash) snprintf(dir, sizeof(dir), ".");
     else snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path > 0 ? slash - path : 1), path);
     path_join(cfg, cfgcap, dir, "config.json");

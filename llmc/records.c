@@ -27,7 +27,6 @@ int rec_schema_parse(const char* name) {
     return -1;
 }
 
-const char* rec_schema_name(RecSchema s) { return (unsigned)s < REC_N_SCHEMA ? REC_SCHEMAS[s] : "?"; }
 
 int rec_mapping_set_fields(RecMapping* m, char* spec, char* err, size_t errcap) {
     for (char* save = NULL, *item = strtok_r(spec, ",", &save); item; item = strtok_r(NULL, ",", &save)) {

@@ -57,7 +57,6 @@ typedef struct {
 void rec_mapping_init(RecMapping* m);
 // Schema by name (one of REC_SCHEMA_NAMES), or -1.
 int rec_schema_parse(const char* name);
-const char* rec_schema_name(RecSchema s);
 // "NAME=KEY[,NAME=KEY...]": field NAME (one of REC_FIELD_NAMES) is called KEY in the data.
 // "NAME=ROLE[,...]": role NAME in the data is ROLE (system, user or assistant). Both return 0, or
 // -1 with the reason in err. The mapping keeps pointers into spec.

@@ -7,7 +7,8 @@
 #include <stdarg.h>
 #include <string.h>
 
-void runlog_hms(double seconds, char* out, size_t cap) {
+// h:mm:ss (or m:ss under an hour) into out.
+static void runlog_hms(double seconds, char* out, size_t cap) {
     if (!isfinite(seconds) || seconds < 0) seconds = 0;
     long s = (long)(seconds + 0.5);
     if (s >= 3600) snprintf(out, cap, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);

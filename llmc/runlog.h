@@ -65,8 +65,6 @@ void runlog_step(RunLog* l, long step, const StepResult* s, double seconds);
 void runlog_eval(RunLog* l, long step, double val_loss);
 void runlog_summary(const RunLog* l, const RunSummary* s);
 void runlog_close(RunLog* l);
-// h:mm:ss (or m:ss under an hour) into out.
-void runlog_hms(double seconds, char* out, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -70,7 +70,9 @@ int runrecord_change_kind(const char* key, ChangeKind* kind, const char** why) {
     return -1;
 }
 
-int runrecord_read(const char* dir, RunConfig* rec) {
+// The record in dir: 1 and rec filled (free it with runconfig_free), or 0 when dir holds none.
+// A record that does not read back is fatal, naming the file.
+static int runrecord_read(const char* dir, RunConfig* rec) {
     char path[LLMC_PATH_MAX], err[1200];
     path_join(path, sizeof(path), dir, RUNRECORD_FILE);
     if (!file_exists(path)) return 0;

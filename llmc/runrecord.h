@@ -44,10 +44,6 @@ typedef struct {
     int n;
     RunChange items[RUNCFG_MAX_FLAGS];
 } RunChanges;
-
-// The record in dir: 1 and rec filled (free it with runconfig_free), or 0 when dir holds none.
-// A record that does not read back is fatal, naming the file.
-int runrecord_read(const char* dir, RunConfig* rec);
 // rc to rc->f.out_dir/run_config.json, atomically.
 void runrecord_write(const RunConfig* rc);
 

@@ -1,4 +1,4 @@
-// safetensors reader/writer. The reader checks every rule of the format (FORMATS.md) before
+// safetensors reader/writer. The reader checks every rule of the format (docs/FORMATS.md) before
 // anything is read, so a tensor that is reported present is also fully inside the file.
 #define _FILE_OFFSET_BITS 64
 #define _GNU_SOURCE
@@ -25,7 +25,8 @@ static const size_t DTYPE_SIZES[ST_NUM_DTYPES] = { 4, 2, 2, 8, 8, 4, 2, 1, 1, 1 
 
 const char* st_dtype_name(StDtype d) { return (unsigned)d < ST_NUM_DTYPES ? DTYPE_NAMES[d] : "?"; }
 
-int st_dtype_from_name(const char* name) {
+// Parse a dtype name ("F32", "BF16", ...); -1 if unknown.
+static int st_dtype_from_name(const char* name) {
     for (int i = 0; i < ST_NUM_DTYPES; i++) if (strcmp(DTYPE_NAMES[i], name) == 0) return i;
     return -1;
 }
@@ -127,56 +128,64 @@ static int parse_entry(const char* path, const char* name, const JsonValue* e, S
     return 0;
 }
 
-int st_try_open(StFile* f, const char* path, char* err, size_t errcap) {
-    memset(f, 0, sizeof(*f));
-    if (err && errcap) err[0] = '\0';
-    if (strlen(path) >= sizeof(f->path)) return st_fail(err, errcap, path, "path too long");
-    snprintf(f->path, sizeof(f->path), "%s", path);
-    JsonValue* root = NULL;
-    char* hdr = NULL;
-    StTensor** order = NULL;
-    f->fp = fopen(path, "rb");
-    if (!f->fp) { int e = errno; return st_fail(err, errcap, path, "cannot open: %s", strerror(e)); }
+// The steps of st_try_open. Each returns 0, or -1 with the rule it found broken in err; the
+// caller frees what they allocated on f.
+
+// The header length N and the header's text (8 + N within the file), as a JSON object without
+// duplicate names; *fsize = the file's size.
+static int st_read_header(StFile* f, const char* path, JsonValue** root, uint64_t* fsize, char* err, size_t errcap) {
     struct stat sb;
-    if (fstat(fileno(f->fp), &sb) != 0 || !S_ISREG(sb.st_mode)) { st_fail(err, errcap, path, "not a regular file"); goto fail; }
-    uint64_t fsize = (uint64_t)sb.st_size;
-    if (fsize < 8) { st_fail(err, errcap, path, "file is shorter than 8 bytes (%llu bytes), not a safetensors file", (unsigned long long)fsize); goto fail; }
+    if (fstat(fileno(f->fp), &sb) != 0 || !S_ISREG(sb.st_mode)) return st_fail(err, errcap, path, "not a regular file");
+    *fsize = (uint64_t)sb.st_size;
+    if (*fsize < 8) return st_fail(err, errcap, path, "file is shorter than 8 bytes (%llu bytes), not a safetensors file", (unsigned long long)*fsize);
     unsigned char lenbuf[8];
-    if (fread(lenbuf, 1, 8, f->fp) != 8) { st_fail(err, errcap, path, "cannot read the header length"); goto fail; }
+    if (fread(lenbuf, 1, 8, f->fp) != 8) return st_fail(err, errcap, path, "cannot read the header length");
     uint64_t N = 0;
     for (int i = 7; i >= 0; i--) N = (N << 8) | lenbuf[i];
-    if (N > ST_MAX_HEADER) { st_fail(err, errcap, path, "header length %llu exceeds the 100000000-byte limit (not a safetensors file?)", (unsigned long long)N); goto fail; }
-    if (8 + N > fsize) { st_fail(err, errcap, path, "header (8 + %llu bytes) runs past the end of the file (%llu bytes): truncated", (unsigned long long)N, (unsigned long long)fsize); goto fail; }
+    if (N > ST_MAX_HEADER) return st_fail(err, errcap, path, "header length %llu exceeds the 100000000-byte limit (not a safetensors file?)", (unsigned long long)N);
+    if (8 + N > *fsize) return st_fail(err, errcap, path, "header (8 + %llu bytes) runs past the end of the file (%llu bytes): truncated", (unsigned long long)N, (unsigned long long)*fsize);
     f->header_len = N;
     f->data_start = 8 + N;
-    hdr = (char*)mallocCheck((size_t)N + 1);
-    if (N && fread(hdr, 1, (size_t)N, f->fp) != (size_t)N) { st_fail(err, errcap, path, "cannot read the %llu-byte header", (unsigned long long)N); goto fail; }
+    char* hdr = (char*)mallocCheck((size_t)N + 1);
     hdr[N] = '\0';
+    int rc = -1;
     size_t bad;
-    if (!json_utf8_valid(hdr, (size_t)N, &bad)) { st_fail(err, errcap, path, "header is not valid UTF-8 (byte 0x%02x at header offset %zu)", (unsigned char)hdr[bad], bad); goto fail; }
-    if (N == 0 || hdr[0] != '{') { st_fail(err, errcap, path, "header does not start with '{' (invalid JSON header)"); goto fail; }
     char jerr[256];
-    root = json_parse(hdr, (size_t)N, jerr, sizeof(jerr));
-    if (!root) { st_fail(err, errcap, path, "header is not valid JSON: %s", jerr); goto fail; }
-    if (root->type != JSON_OBJECT) { st_fail(err, errcap, path, "header is not a JSON object"); goto fail; }
-    const char* dup = json_find_duplicate_key(root);
-    if (dup) { st_fail(err, errcap, path, "duplicate tensor name '%s' in header", dup); goto fail; }
+    if (N && fread(hdr, 1, (size_t)N, f->fp) != (size_t)N) st_fail(err, errcap, path, "cannot read the %llu-byte header", (unsigned long long)N);
+    else if (!json_utf8_valid(hdr, (size_t)N, &bad))
+        st_fail(err, errcap, path, "header is not valid UTF-8 (byte 0x%02x at header offset %zu)", (unsigned char)hdr[bad], bad);
+    else if (N == 0 || hdr[0] != '{') st_fail(err, errcap, path, "header does not start with '{' (invalid JSON header)");
+    else if (!(*root = json_parse(hdr, (size_t)N, jerr, sizeof(jerr)))) st_fail(err, errcap, path, "header is not valid JSON: %s", jerr);
+    else if ((*root)->type != JSON_OBJECT) st_fail(err, errcap, path, "header is not a JSON object");
+    else if (json_find_duplicate_key(*root)) st_fail(err, errcap, path, "duplicate tensor name '%s' in header", json_find_duplicate_key(*root));
+    else rc = 0;
+    free(hdr);
+    return rc;
+}
 
+// "__metadata__": string values only, each key once.
+static int st_parse_metadata(StFile* f, const char* path, const JsonValue* m, char* err, size_t errcap) {
+    if (m->type != JSON_OBJECT) return st_fail(err, errcap, path, "__metadata__ is not a JSON object");
+    const char* mdup = json_find_duplicate_key(m);
+    if (mdup) return st_fail(err, errcap, path, "__metadata__ has the key '%s' twice", mdup);
+    f->meta_keys = (char**)callocCheck((size_t)m->n + 1, sizeof(char*));
+    f->meta_values = (char**)callocCheck((size_t)m->n + 1, sizeof(char*));
+    for (int k = 0; k < m->n; k++) {
+        if (m->items[k].type != JSON_STRING)
+            return st_fail(err, errcap, path, "__metadata__ value of '%s' is a %s; metadata values must be strings", m->keys[k], json_type_name(m->items[k].type));
+        f->meta_keys[k] = xstrdup(m->keys[k]);
+        f->meta_values[k] = xstrdup(m->items[k].string);
+        f->n_meta = k + 1;
+    }
+    return 0;
+}
+
+// Every member of the header: the metadata, and one tensor per other name.
+static int st_parse_entries(StFile* f, const char* path, const JsonValue* root, char* err, size_t errcap) {
     int n_entries = 0;
     for (int i = 0; i < root->n; i++) {
         if (strcmp(root->keys[i], "__metadata__") != 0) { n_entries++; continue; }
-        const JsonValue* m = &root->items[i];
-        if (m->type != JSON_OBJECT) { st_fail(err, errcap, path, "__metadata__ is not a JSON object"); goto fail; }
-        const char* mdup = json_find_duplicate_key(m);
-        if (mdup) { st_fail(err, errcap, path, "__metadata__ has the key '%s' twice", mdup); goto fail; }
-        f->meta_keys = (char**)callocCheck((size_t)m->n + 1, sizeof(char*));
-        f->meta_values = (char**)callocCheck((size_t)m->n + 1, sizeof(char*));
-        for (int k = 0; k < m->n; k++) {
-            if (m->items[k].type != JSON_STRING) { st_fail(err, errcap, path, "__metadata__ value of '%s' is a %s; metadata values must be strings", m->keys[k], json_type_name(m->items[k].type)); goto fail; }
-            f->meta_keys[k] = xstrdup(m->keys[k]);
-            f->meta_values[k] = xstrdup(m->items[k].string);
-            f->n_meta = k + 1;
-        }
+        if (st_parse_metadata(f, path, &root->items[i], err, errcap) != 0) return -1;
     }
     f->tensors = (StTensor*)callocCheck((size_t)n_entries + 1, sizeof(StTensor));
     for (int i = 0; i < root->n; i++) {
@@ -184,44 +193,57 @@ int st_try_open(StFile* f, const char* path, char* err, size_t errcap) {
         StTensor* t = &f->tensors[f->n_tensors];
         t->name = xstrdup(root->keys[i]);
         f->n_tensors++;
-        if (parse_entry(path, root->keys[i], &root->items[i], t, err, errcap) != 0) goto fail;
+        if (parse_entry(path, root->keys[i], &root->items[i], t, err, errcap) != 0) return -1;
     }
-    // the tensors, sorted by offset, must tile the data buffer from 0 without gaps or overlaps
-    order = (StTensor**)mallocCheck(((size_t)f->n_tensors + 1) * sizeof(StTensor*));
+    return 0;
+}
+
+// The tensors, sorted by offset, tile the data buffer from 0 to the end of the file, without
+// gaps or overlaps.
+static int st_check_tiling(const StFile* f, const char* path, uint64_t fsize, char* err, size_t errcap) {
+    StTensor** order = (StTensor**)mallocCheck(((size_t)f->n_tensors + 1) * sizeof(StTensor*));
     for (int i = 0; i < f->n_tensors; i++) order[i] = &f->tensors[i];
     qsort(order, (size_t)f->n_tensors, sizeof(StTensor*), cmp_by_offset);
     uint64_t pos = 0;
-    for (int i = 0; i < f->n_tensors; i++) {
-        StTensor* t = order[i];
-        if (t->begin > pos) {
-            st_fail(err, errcap, path, "gap in the data buffer: bytes %llu..%llu belong to no tensor (next tensor '%s' begins at %llu)",
-                    (unsigned long long)pos, (unsigned long long)t->begin, t->name, (unsigned long long)t->begin);
-            goto fail;
-        }
-        if (t->begin < pos) {
-            st_fail(err, errcap, path, "tensors overlap: '%s' begins at byte %llu, before the previous tensor '%s' ends (%llu)",
-                    t->name, (unsigned long long)t->begin, order[i - 1]->name, (unsigned long long)pos);
-            goto fail;
-        }
+    int rc = 0;
+    for (int i = 0; i < f->n_tensors && rc == 0; i++) {
+        const StTensor* t = order[i];
+        if (t->begin > pos)
+            rc = st_fail(err, errcap, path, "gap in the data buffer: bytes %llu..%llu belong to no tensor (next tensor '%s' begins at %llu)",
+                         (unsigned long long)pos, (unsigned long long)t->begin, t->name, (unsigned long long)t->begin);
+        else if (t->begin < pos)
+            rc = st_fail(err, errcap, path, "tensors overlap: '%s' begins at byte %llu, before the previous tensor '%s' ends (%llu)",
+                         t->name, (unsigned long long)t->begin, order[i - 1]->name, (unsigned long long)pos);
         pos = t->end;
     }
-    if (pos > fsize - f->data_start) {
-        st_fail(err, errcap, path, "truncated: the tensors need %llu data bytes but only %llu follow the header (last end + 8 + N != file size)",
-                (unsigned long long)pos, (unsigned long long)(fsize - f->data_start));
-        goto fail;
-    }
-    if (pos < fsize - f->data_start) {
-        st_fail(err, errcap, path, "%llu trailing bytes after the last tensor (last end + 8 + N = %llu != file size %llu)",
-                (unsigned long long)(fsize - f->data_start - pos), (unsigned long long)(pos + f->data_start), (unsigned long long)fsize);
-        goto fail;
-    }
-    qsort(f->tensors, (size_t)f->n_tensors, sizeof(StTensor), cmp_by_name);
-    free(order); json_free(root); free(hdr);
+    free(order);
+    if (rc) return rc;
+    const uint64_t avail = fsize - f->data_start;
+    if (pos > avail)
+        return st_fail(err, errcap, path, "truncated: the tensors need %llu data bytes but only %llu follow the header (last end + 8 + N != file size)",
+                       (unsigned long long)pos, (unsigned long long)avail);
+    if (pos < avail)
+        return st_fail(err, errcap, path, "%llu trailing bytes after the last tensor (last end + 8 + N = %llu != file size %llu)",
+                       (unsigned long long)(avail - pos), (unsigned long long)(pos + f->data_start), (unsigned long long)fsize);
     return 0;
-fail:
-    free(order); json_free(root); free(hdr);
-    st_free_contents(f);
-    return -1;
+}
+
+int st_try_open(StFile* f, const char* path, char* err, size_t errcap) {
+    memset(f, 0, sizeof(*f));
+    if (err && errcap) err[0] = '\0';
+    if (strlen(path) >= sizeof(f->path)) return st_fail(err, errcap, path, "path too long");
+    snprintf(f->path, sizeof(f->path), "%s", path);
+    f->fp = fopen(path, "rb");
+    if (!f->fp) { int e = errno; return st_fail(err, errcap, path, "cannot open: %s", strerror(e)); }
+    JsonValue* root = NULL;
+    uint64_t fsize = 0;
+    int rc = st_read_header(f, path, &root, &fsize, err, errcap);
+    if (rc == 0) rc = st_parse_entries(f, path, root, err, errcap);
+    if (rc == 0) rc = st_check_tiling(f, path, fsize, err, errcap);
+    json_free(root);
+    if (rc != 0) { st_free_contents(f); return -1; }
+    qsort(f->tensors, (size_t)f->n_tensors, sizeof(StTensor), cmp_by_name);
+    return 0;
 }
 
 void st_open(StFile* f, const char* path) {

@@ -1,4 +1,4 @@
-// safetensors reader and writer (format facts: shared docs FORMATS.md). The reader validates
+// safetensors reader and writer (the rules: docs/FORMATS.md). The reader validates
 // every rule before any tensor is used and names the file and the broken rule on failure.
 #ifndef LLMC_SAFETENSORS_H
 #define LLMC_SAFETENSORS_H
@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "fileio.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,7 +26,7 @@ typedef struct {
 } StTensor;
 
 typedef struct {
-    char path[4096];
+    char path[LLMC_PATH_MAX];
     FILE* fp;
     uint64_t header_len;   // N
     uint64_t data_start;   // 8 + N
@@ -37,8 +38,6 @@ typedef struct {
 } StFile;
 
 const char* st_dtype_name(StDtype d);
-// Parse a dtype name ("F32", "BF16", ...); -1 if unknown.
-int st_dtype_from_name(const char* name);
 
 // Open and validate; fatal with "'<path>': <rule>" on any violation.
 void st_open(StFile* f, const char* path);

@@ -489,115 +489,148 @@ static void load_merges_txt(const char* path, VocabSrc* v) {
 }
 
 // tokenizer.json: {"model": {"type": "BPE", "vocab": {...}, "merges": ["a b", ...] or [["a","b"], ...]}, ...}
+// Read by one function per part of the file; Tj holds the scanner and the scratch buffers.
+typedef struct {
+    Js j;
+    VocabSrc* v;
+    Buf key, s1, s2, r1, r2;
+    int have_model, have_vocab, have_merges;
+} Tj;
+
+// One merge of model.merges, "a b" or ["a", "b"], the idx-th (1-based).
+static void tj_merge(Tj* t, long idx) {
+    Js* j = &t->j;
+    int c = js_peek(j);
+    if (c == '"') { // "a b"
+        js_string(j, &t->s1);
+        const char* sp = (const char*)memchr(t->s1.p, ' ', t->s1.n);
+        if (!sp || sp == t->s1.p || sp + 1 == t->s1.p + t->s1.n || memchr(sp + 1, ' ', (size_t)(t->s1.p + t->s1.n - sp - 1)))
+            js_fail(j, "merge is not two tokens separated by one space");
+        size_t la = (size_t)(sp - t->s1.p);
+        t->s2.n = 0; buf_put(&t->s2, sp + 1, t->s1.n - la - 1);
+        t->s1.n = la;
+    } else if (c == '[') { // ["a", "b"]
+        j->i++;
+        js_string(j, &t->s1);
+        js_expect(j, ',');
+        js_string(j, &t->s2);
+        js_expect(j, ']');
+    } else js_fail(j, "a merge must be a string \"a b\" or a pair [\"a\", \"b\"]");
+    int32_t bad;
+    if (!alphabet_to_bytes(t->s1.p, t->s1.n, &t->r1, &bad) || !alphabet_to_bytes(t->s2.p, t->s2.n, &t->r2, &bad))
+        fatal("this does not look like a GPT-2 style byte-level BPE tokenizer",
+              "'%s': merge #%ld has character U+%04X, which is not in the byte-level alphabet", j->path, idx, (unsigned)bad);
+    vs_add_merge(t->v, t->r1.p, t->r1.n, t->r2.p, t->r2.n, idx);
+}
+
+static void tj_merges(Tj* t) {
+    Js* j = &t->j;
+    t->have_merges = 1;
+    js_expect(j, '[');
+    if (js_peek(j) == ']') { j->i++; return; }
+    for (long idx = 1;; idx++) {
+        tj_merge(t, idx);
+        int d = js_peek(j);
+        if (d == ',') { j->i++; continue; }
+        if (d == ']') { j->i++; return; }
+        js_fail(j, "expected ',' or ']' in model.merges");
+    }
+}
+
+// The "model" object: type (BPE only), vocab, merges; other members skipped.
+static void tj_model(Tj* t) {
+    Js* j = &t->j;
+    t->have_model = 1;
+    j->i++;
+    if (js_peek(j) == '}') { j->i++; return; }
+    for (;;) {
+        js_string(j, &t->key);
+        js_expect(j, ':');
+        if (t->key.n == 5 && memcmp(t->key.p, "vocab", 5) == 0) {
+            js_vocab_object(j, t->v); t->have_vocab = 1;
+        } else if (t->key.n == 6 && memcmp(t->key.p, "merges", 6) == 0) {
+            tj_merges(t);
+        } else if (t->key.n == 4 && memcmp(t->key.p, "type", 4) == 0 && js_peek(j) == '"') {
+            js_string(j, &t->s1);
+            if (!(t->s1.n == 3 && memcmp(t->s1.p, "BPE", 3) == 0))
+                fatal("only BPE tokenizers (like GPT-2's) are supported",
+                      "'%s': model.type is '%.*s', not 'BPE'", j->path, (int)t->s1.n, t->s1.p);
+        } else {
+            js_skip(j, 1);
+        }
+        int d = js_peek(j);
+        if (d == ',') { j->i++; continue; }
+        if (d == '}') { j->i++; return; }
+        js_fail(j, "expected ',' or '}' in model");
+    }
+}
+
+// One entry of added_tokens, {"id": 50256, "content": "<|endoftext|>", ...}: content is plain text.
+static void tj_added_token(Tj* t) {
+    Js* j = &t->j;
+    js_expect(j, '{');
+    int64_t id = -1; int have_content = 0;
+    if (js_peek(j) == '}') j->i++;
+    else for (;;) {
+        js_string(j, &t->key);
+        js_expect(j, ':');
+        if (t->key.n == 2 && memcmp(t->key.p, "id", 2) == 0) {
+            size_t at = j->i;
+            id = js_int(j);
+            if (id < 0 || id >= (1 << 24)) { j->i = at; js_fail(j, "added token id out of range (0..16777215)"); }
+        } else if (t->key.n == 7 && memcmp(t->key.p, "content", 7) == 0) {
+            js_string(j, &t->s1); have_content = 1;
+        } else js_skip(j, 2);
+        int d = js_peek(j);
+        if (d == ',') { j->i++; continue; }
+        if (d == '}') { j->i++; break; }
+        js_fail(j, "expected ',' or '}' in an added token");
+    }
+    if (id < 0 || !have_content || t->s1.n == 0) js_fail(j, "an added token needs an \"id\" and a non-empty \"content\"");
+    vs_add_token(t->v, t->s1.p, t->s1.n, id, 1);
+}
+
+static void tj_added_tokens(Tj* t) {
+    Js* j = &t->j;
+    j->i++;
+    if (js_peek(j) == ']') { j->i++; return; }
+    for (;;) {
+        tj_added_token(t);
+        int d = js_peek(j);
+        if (d == ',') { j->i++; continue; }
+        if (d == ']') { j->i++; return; }
+        js_fail(j, "expected ',' or ']' in added_tokens");
+    }
+}
+
 static void load_tokenizer_json(const char* path, VocabSrc* v) {
     size_t n;
     char* text = read_file_all(path, &n);
-    Js j = {text, n, 0, path};
-    Buf key = {0}, s1 = {0}, s2 = {0}, r1 = {0}, r2 = {0};
-    int have_model = 0, have_vocab = 0, have_merges = 0;
-    js_expect(&j, '{');
-    if (js_peek(&j) != '}') for (;;) {
-        js_string(&j, &key);
-        js_expect(&j, ':');
-        if (key.n == 5 && memcmp(key.p, "model", 5) == 0 && js_peek(&j) == '{') {
-            have_model = 1;
-            j.i++;
-            if (js_peek(&j) != '}') for (;;) {
-                js_string(&j, &key);
-                js_expect(&j, ':');
-                if (key.n == 5 && memcmp(key.p, "vocab", 5) == 0) {
-                    js_vocab_object(&j, v); have_vocab = 1;
-                } else if (key.n == 6 && memcmp(key.p, "merges", 6) == 0) {
-                    have_merges = 1;
-                    js_expect(&j, '[');
-                    long idx = 0;
-                    if (js_peek(&j) != ']') for (;;) {
-                        idx++;
-                        int c = js_peek(&j);
-                        if (c == '"') { // "a b"
-                            js_string(&j, &s1);
-                            const char* sp = (const char*)memchr(s1.p, ' ', s1.n);
-                            if (!sp || sp == s1.p || sp + 1 == s1.p + s1.n || memchr(sp + 1, ' ', (size_t)(s1.p + s1.n - sp - 1)))
-                                js_fail(&j, "merge is not two tokens separated by one space");
-                            size_t la = (size_t)(sp - s1.p);
-                            s2.n = 0; buf_put(&s2, sp + 1, s1.n - la - 1);
-                            s1.n = la;
-                        } else if (c == '[') { // ["a", "b"]
-                            j.i++;
-                            js_string(&j, &s1);
-                            js_expect(&j, ',');
-                            js_string(&j, &s2);
-                            js_expect(&j, ']');
-                        } else js_fail(&j, "a merge must be a string \"a b\" or a pair [\"a\", \"b\"]");
-                        int32_t bad;
-                        if (!alphabet_to_bytes(s1.p, s1.n, &r1, &bad) || !alphabet_to_bytes(s2.p, s2.n, &r2, &bad))
-                            fatal("this does not look like a GPT-2 style byte-level BPE tokenizer",
-                                  "'%s': merge #%ld has character U+%04X, which is not in the byte-level alphabet",
-                                  path, idx, (unsigned)bad);
-                        vs_add_merge(v, r1.p, r1.n, r2.p, r2.n, idx);
-                        int d = js_peek(&j);
-                        if (d == ',') { j.i++; continue; }
-                        if (d == ']') { j.i++; break; }
-                        js_fail(&j, "expected ',' or ']' in model.merges");
-                    } else j.i++;
-                } else if (key.n == 4 && memcmp(key.p, "type", 4) == 0 && js_peek(&j) == '"') {
-                    js_string(&j, &s1);
-                    if (!(s1.n == 3 && memcmp(s1.p, "BPE", 3) == 0))
-                        fatal("only BPE tokenizers (like GPT-2's) are supported",
-                              "'%s': model.type is '%.*s', not 'BPE'", path, (int)s1.n, s1.p);
-                } else {
-                    js_skip(&j, 1);
-                }
-                int d = js_peek(&j);
-                if (d == ',') { j.i++; continue; }
-                if (d == '}') { j.i++; break; }
-                js_fail(&j, "expected ',' or '}' in model");
-            } else j.i++;
-        } else if (key.n == 12 && memcmp(key.p, "added_tokens", 12) == 0 && js_peek(&j) == '[') {
-            // [{"id": 50256, "content": "<|endoftext|>", ...}, ...]: content is plain text
-            j.i++;
-            if (js_peek(&j) != ']') for (;;) {
-                js_expect(&j, '{');
-                int64_t id = -1; int have_content = 0;
-                if (js_peek(&j) != '}') for (;;) {
-                    js_string(&j, &key);
-                    js_expect(&j, ':');
-                    if (key.n == 2 && memcmp(key.p, "id", 2) == 0) {
-                        size_t at = j.i;
-                        id = js_int(&j);
-                        if (id < 0 || id >= (1 << 24)) { j.i = at; js_fail(&j, "added token id out of range (0..16777215)"); }
-                    } else if (key.n == 7 && memcmp(key.p, "content", 7) == 0) {
-                        js_string(&j, &s1); have_content = 1;
-                    } else js_skip(&j, 2);
-                    int d = js_peek(&j);
-                    if (d == ',') { j.i++; continue; }
-                    if (d == '}') { j.i++; break; }
-                    js_fail(&j, "expected ',' or '}' in an added token");
-                } else j.i++;
-                if (id < 0 || !have_content || s1.n == 0) js_fail(&j, "an added token needs an \"id\" and a non-empty \"content\"");
-                vs_add_token(v, s1.p, s1.n, id, 1);
-                int d = js_peek(&j);
-                if (d == ',') { j.i++; continue; }
-                if (d == ']') { j.i++; break; }
-                js_fail(&j, "expected ',' or ']' in added_tokens");
-            } else j.i++;
-        } else {
-            js_skip(&j, 1);
-        }
-        int d = js_peek(&j);
-        if (d == ',') { j.i++; continue; }
-        if (d == '}') { j.i++; break; }
-        js_fail(&j, "expected ',' or '}'");
-    } else j.i++;
-    if (js_peek(&j) != -1) js_fail(&j, "trailing data after the top-level object");
-    free(key.p); free(s1.p); free(s2.p); free(r1.p); free(r2.p); free(text);
-    if (!have_model || !have_vocab || !have_merges)
+    Tj t = {{text, n, 0, path}, v, {0}, {0}, {0}, {0}, {0}, 0, 0, 0};
+    Js* j = &t.j;
+    js_expect(j, '{');
+    if (js_peek(j) == '}') j->i++;
+    else for (;;) {
+        js_string(j, &t.key);
+        js_expect(j, ':');
+        if (t.key.n == 5 && memcmp(t.key.p, "model", 5) == 0 && js_peek(j) == '{') tj_model(&t);
+        else if (t.key.n == 12 && memcmp(t.key.p, "added_tokens", 12) == 0 && js_peek(j) == '[') tj_added_tokens(&t);
+        else js_skip(j, 1);
+        int d = js_peek(j);
+        if (d == ',') { j->i++; continue; }
+        if (d == '}') { j->i++; break; }
+        js_fail(j, "expected ',' or '}'");
+    }
+    if (js_peek(j) != -1) js_fail(j, "trailing data after the top-level object");
+    free(t.key.p); free(t.s1.p); free(t.s2.p); free(t.r1.p); free(t.r2.p); free(text);
+    if (!t.have_model || !t.have_vocab || !t.have_merges)
         fatal("expected a Hugging Face tokenizer.json with model.vocab and model.merges",
-              "'%s': no %s found", path, !have_model ? "\"model\" object" : !have_vocab ? "model.vocab" : "model.merges");
+              "'%s': no %s found", path, !t.have_model ? "\"model\" object" : !t.have_vocab ? "model.vocab" : "model.merges");
 }
 
-// Turn the loaded lists into the tokenizer's tables.
-static void build(Tokenizer* t, VocabSrc* v, const char* vocab_path, const char* merges_path) {
+// The token table: every id's bytes in one blob, and the hash map from bytes to id. Vocabulary
+// entries first, then added tokens (tokenizer.json), which may repeat one of them.
+static void build_tokens(Tokenizer* t, const VocabSrc* v, const char* vocab_path) {
     int64_t max_id = -1;
     for (size_t k = 0; k < v->n_tok; k++) if (v->tok_id[k] > max_id) max_id = v->tok_id[k];
     if (v->n_tok == 0) fatal("the vocabulary file is empty or damaged", "'%s': no tokens", vocab_path);
@@ -605,8 +638,6 @@ static void build(Tokenizer* t, VocabSrc* v, const char* vocab_path, const char*
     size_t V = (size_t)t->vocab_size;
     t->tok_off = (uint32_t*)callocCheck(V, sizeof(uint32_t));
     t->tok_len = (uint32_t*)callocCheck(V, sizeof(uint32_t));
-    t->rank = (int32_t*)mallocCheck(V * sizeof(int32_t));
-    for (size_t k = 0; k < V; k++) t->rank[k] = -1;
     uint8_t* seen = (uint8_t*)callocCheck(V, 1);
     t->blob = (char*)mallocCheck(v->bytes.n + 1);
     size_t cap = 1;
@@ -614,7 +645,6 @@ static void build(Tokenizer* t, VocabSrc* v, const char* vocab_path, const char*
     t->map = (uint64_t*)callocCheck(cap, sizeof(uint64_t));
     t->map_mask = cap - 1;
     size_t boff = 0;
-    // vocabulary entries first, then added tokens (tokenizer.json), which may repeat one of them
     for (int pass = 0; pass < 2; pass++) for (size_t k = 0; k < v->n_tok; k++) {
         if (v->tok_added[k] != pass) continue;
         int id = (int)v->tok_id[k];
@@ -646,12 +676,18 @@ static void build(Tokenizer* t, VocabSrc* v, const char* vocab_path, const char*
             fatal("a byte-level BPE vocabulary has a token for each of the 256 bytes",
                   "'%s': no token for byte 0x%02X", vocab_path, b);
     }
+}
+
+// The merge rank of every token a merge produces (the first, lowest rank wins); -1 for the others.
+static void build_ranks(Tokenizer* t, const VocabSrc* v, const char* vocab_path, const char* merges_path) {
+    t->rank = (int32_t*)mallocCheck((size_t)t->vocab_size * sizeof(int32_t));
+    for (int k = 0; k < t->vocab_size; k++) t->rank[k] = -1;
+    const char* where = strstr(merges_path, ".json") ? "merge #" : "line ";
     Buf cat = {0};
     for (size_t k = 0; k < v->n_merge; k++) {
         const char* a = v->bytes.p + v->m_off[2 * k];
         const char* b = v->bytes.p + v->m_off[2 * k + 1];
         size_t na = v->m_len[2 * k], nb = v->m_len[2 * k + 1];
-        const char* where = strstr(merges_path, ".json") ? "merge #" : "line ";
         if (map_find(t, a, na) < 0 || map_find(t, b, nb) < 0)
             fatal("the merges file does not belong to this vocabulary file",
                   "'%s' %s%ld: a side of the merge is not a token of '%s'", merges_path, where, v->m_line[k], vocab_path);
@@ -661,15 +697,18 @@ static void build(Tokenizer* t, VocabSrc* v, const char* vocab_path, const char*
             fatal("the merges file does not belong to this vocabulary file",
                   "'%s' %s%ld: the merged token is not in '%s'", merges_path, where, v->m_line[k], vocab_path);
         if (k >= INT32_MAX) fatal(NULL, "'%s': too many merges", merges_path);
-        if (t->rank[id] < 0) t->rank[id] = (int32_t)k; // first (lowest) rank wins
+        if (t->rank[id] < 0) t->rank[id] = (int32_t)k;
     }
     free(cat.p);
-    // Specials: multi-byte tokens no merge produces, spelled <|...|> (GPT-2: <|endoftext|>).
-    t->special_ids = (int*)mallocCheck(sizeof(int) * 8);
+}
+
+// Specials: multi-byte tokens no merge produces, spelled <|...|> (GPT-2: <|endoftext|>).
+static void build_specials(Tokenizer* t) {
     int cap_sp = 8;
+    t->special_ids = (int*)mallocCheck(sizeof(int) * (size_t)cap_sp);
     t->n_special = 0;
     t->eot_id = -1;
-    for (size_t id = 0; id < V; id++) {
+    for (size_t id = 0; id < (size_t)t->vocab_size; id++) {
         size_t n = t->tok_len[id];
         const char* s = t->blob + t->tok_off[id];
         if (n < 5 || t->rank[id] >= 0 || memcmp(s, "<|", 2) != 0 || memcmp(s + n - 2, "|>", 2) != 0) continue;
@@ -681,6 +720,13 @@ static void build(Tokenizer* t, VocabSrc* v, const char* vocab_path, const char*
         t->special_ids[t->n_special++] = (int)id;
         if (n == 13 && memcmp(s, "<|endoftext|>", 13) == 0) t->eot_id = (int)id;
     }
+}
+
+// Turn the loaded lists into the tokenizer's tables.
+static void build(Tokenizer* t, VocabSrc* v, const char* vocab_path, const char* merges_path) {
+    build_tokens(t, v, vocab_path);
+    build_ranks(t, v, vocab_path, merges_path);
+    build_specials(t);
 }
 
 static int ends_with(const char* s, const char* suf) {
@@ -712,7 +758,7 @@ void tok_load(Tokenizer* t, const char* path) {
     memset(t, 0, sizeof(*t));
     init_byte_alphabet();
     init_ascii_cls();
-    char a[4096], b[4096];
+    char a[LLMC_PATH_MAX], b[LLMC_PATH_MAX];
     if (dir_exists(path)) {
         static const char* pairs[2][2] = {{"encoder.json", "vocab.bpe"}, {"vocab.json", "merges.txt"}};
         for (int p = 0; p < 2; p++) {
@@ -735,7 +781,7 @@ void tok_load(Tokenizer* t, const char* path) {
     if (!file_exists(path))
         fatal(VOCAB_HINT, "vocabulary not found: '%s' is neither a file nor a directory", path);
     // A single file: tokenizer.json, or one half of a pair whose partner sits next to it.
-    char dir[4096];
+    char dir[LLMC_PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", path);
     char* slash = strrchr(dir, '/');
     if (slash) *slash = '\0'; else snprintf(dir, sizeof(dir), ".");

@@ -18,7 +18,7 @@ static int vocab_ends_with(const char* s, const char* suf) {
 
 // A single file: tokenizer.json, or one half of a pair whose partner sits next to it.
 static int vocab_file_partner(const char* path, VocabFiles* f) {
-    char dir[4096];
+    char dir[LLMC_PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", path);
     char* slash = strrchr(dir, '/');
     if (slash) *slash = '\0'; else snprintf(dir, sizeof(dir), ".");
@@ -26,7 +26,7 @@ static int vocab_file_partner(const char* path, VocabFiles* f) {
     if (!is_merges && vocab_ends_with(path, "tokenizer.json")) { snprintf(f->tokenizer_json, sizeof(f->tokenizer_json), "%s", path); return 0; }
     if (!is_merges && !vocab_ends_with(path, ".json")) return -1;
     for (int p = 0; p < 2; p++) {
-        char other[4096];
+        char other[LLMC_PATH_MAX];
         path_join(other, sizeof(other), dir, VOCAB_PAIRS[p][is_merges ? 0 : 1]);
         if (!file_exists(other)) continue;
         snprintf(f->vocab, sizeof(f->vocab), "%s", is_merges ? other : path);
@@ -53,20 +53,19 @@ int vocab_files(const char* path, VocabFiles* f) {
 
 int vocab_find_bundled(char* out, size_t cap) {
     if (vocab_dir_has("data/gpt2")) { snprintf(out, cap, "data/gpt2"); return 0; }
-    char exe[4096];
+    char exe[LLMC_PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n <= 0) return -1;
     exe[n] = 0;
     char* slash = strrchr(exe, '/');
     if (!slash) return -1;
     *slash = 0; // the program's directory
-    char dir[4096], cand[LLMC_PATH_MAX];
-    snprintf(cand, sizeof(cand), "%s/gpt2", exe);
-    if (vocab_dir_has(cand)) { snprintf(out, cap, "%s", cand); return 0; }
+    char dir[LLMC_PATH_MAX], cand[LLMC_PATH_MAX];
+    // (a candidate that does not fit is no candidate)
+    if (snprintf(cand, sizeof(cand), "%s/gpt2", exe) < (int)sizeof(cand) && vocab_dir_has(cand)) { snprintf(out, cap, "%s", cand); return 0; }
     snprintf(dir, sizeof(dir), "%s", exe);
     for (int up = 0; up <= 3; up++) {
-        snprintf(cand, sizeof(cand), "%s/data/gpt2", dir);
-        if (vocab_dir_has(cand)) { snprintf(out, cap, "%s", cand); return 0; }
+        if (snprintf(cand, sizeof(cand), "%s/data/gpt2", dir) < (int)sizeof(cand) && vocab_dir_has(cand)) { snprintf(out, cap, "%s", cand); return 0; }
         char* s = strrchr(dir, '/');
         if (!s || s == dir) break; // reached the root
         *s = 0;

@@ -4,6 +4,7 @@
 #define LLMC_VOCAB_H
 
 #include <stddef.h>
+#include "fileio.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,7 +23,7 @@ int vocab_find_bundled(char* out, size_t cap);
 // The files of a vocabulary path (a directory or one file, resolved as tok_load does): either
 // the pair vocab (encoder.json / vocab.json) + merges (vocab.bpe / merges.txt), or
 // tokenizer_json. Absent entries are "". Returns 0, or -1 when path holds no vocabulary.
-typedef struct { char vocab[4096]; char merges[4096]; char tokenizer_json[4096]; } VocabFiles;
+typedef struct { char vocab[LLMC_PATH_MAX]; char merges[LLMC_PATH_MAX]; char tokenizer_json[LLMC_PATH_MAX]; } VocabFiles;
 int vocab_files(const char* path, VocabFiles* f);
 
 #ifdef __cplusplus

@@ -1,4 +1,4 @@
-// ZeRO sharding arithmetic (DESIGN.md section 6): which rank owns which part of the flat
+// ZeRO sharding arithmetic (docs/ARCHITECTURE.md, "Ranks"): which rank owns which part of the flat
 // parameter space, how a shard meets each tensor, how a layer's gradients map to reduce calls,
 // and how optimizer state written by N ranks is re-sliced for M ranks. Pure functions, no I/O,
 // no communication (llmc/comm.h moves the data).

@@ -33,6 +33,7 @@
 #include "../llmc/check.h"
 #include "../llmc/zero.h"
 #include "../llmc/params.h"
+#include "../llmc/timer.h"
 #include "test.h"
 
 static Comm comm;
@@ -352,11 +353,6 @@ static double cpu_seconds(void) {
     getrusage(RUSAGE_SELF, &u); // the whole process: main thread, watchdog, MPI's threads
     return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
 }
-static double wall_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // A few "steps" of collectives with step marks, so the watchdog has measured its slowest step.
 static void wd_steps(int n) {
@@ -389,15 +385,15 @@ static int watchdog_mode(const char* mode, int argc, char** argv) {
     } else if (strcmp(mode, "--big-allreduce") == 0) {
         size_t n = (size_t)atol(argv[2]);
         comm_watchdog_op(&comm, "big allreduce");
-        double w0 = wall_seconds();
+        double w0 = timer_now_s();
         test_allreduce_f32(n, 900);
         printf("rank %d: allreduce of %zu floats (twice) took %.1f s with a %.1f s watchdog timeout\n", comm.rank, n,
-               wall_seconds() - w0, timeout);
+               timer_now_s() - w0, timeout);
         wd_steps(2);
         return 1;
     } else if (strcmp(mode, "--slow-rank") == 0) {
         double secs = atof(argv[3]);
-        double c0 = cpu_seconds(), w0 = wall_seconds();
+        double c0 = cpu_seconds(), w0 = timer_now_s();
         if (comm.rank == R && argc >= 6 && strcmp(argv[4], "unbounded") == 0) {
             comm_watchdog_op_unbounded(&comm, "slow checkpoint write");
             struct timespec ts = { (time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9) };
@@ -408,7 +404,7 @@ static int watchdog_mode(const char* mode, int argc, char** argv) {
             nanosleep(&ts, NULL);
         }
         comm_barrier(&comm);
-        double cpu = cpu_seconds() - c0, wall = wall_seconds() - w0;
+        double cpu = cpu_seconds() - c0, wall = timer_now_s() - w0;
         if (comm.rank != R) {
             TEST_CHECK(wall > 0.8 * secs, "rank %d waited only %.2f s", comm.rank, wall);
             TEST_CHECK(cpu < 0.05 * wall, "rank %d used %.3f s of CPU while waiting %.2f s for rank %d (%.0f%% of a core)", comm.rank,

@@ -25,14 +25,12 @@
 #include "cuda/ops_cuda.h"
 #include "cuda/attention.cuh"
 #include "test/test.h"
+#include "timer.h"
 
 typedef std::vector<float> vecf;
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static float rnd_uniform(void) {   // [-1, 1)
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
+static TestRng g_rng = { 0x9E3779B97F4A7C15ull, 0 };
+static float rnd_uniform(void) { return (float)(2.0 * test_rand_uniform(&g_rng) - 1.0); } // (-1, 1)
 static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 static vecf rnd_vec(size_t n, float scale) {
     vecf v(n);
@@ -121,11 +119,10 @@ static void test_case(int B, int T, int HS, int NH, float in_scale, int offset) 
 }
 
 #include <time.h>
-static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
 
 int main(void) {
     cuda_ops_init(0);
-    double t0 = now_s();
+    double t0 = timer_now_s();
     TEST_CHECK(attention_flash_supported(16) && attention_flash_supported(64) && attention_flash_supported(128),
                "flash kernels must serve head sizes 16, 64, 128");
     TEST_CHECK(!attention_flash_supported(8) && !attention_flash_supported(72) && !attention_flash_supported(144),
@@ -151,6 +148,6 @@ int main(void) {
     test_case(2, 33, 32, 2, 1.5f, 1);
     attention_set_deterministic(1);
     printf("worst error over all checks: %.3f of tolerance\n", g_worst);
-    printf("time %.2fs\n", now_s() - t0);
+    printf("time %.2fs\n", timer_now_s() - t0);
     return test_finish("test_cuda_flash_attention");
 }

@@ -25,16 +25,14 @@
 #include "cuda/attention.cuh"
 #include "cuda/gemm.cuh"
 #include "test/test.h"
+#include "timer.h"
 
 typedef std::vector<float> vecf;
 
 // ---------------------------------------------------------------------------- helpers
 
-static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static float rnd_uniform(void) {   // [-1, 1)
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
+static TestRng g_rng = { 0x243F6A8885A308D3ull, 0 };
+static float rnd_uniform(void) { return (float)(2.0 * test_rand_uniform(&g_rng) - 1.0); } // (-1, 1)
 static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 static vecf rnd_vec(size_t n, float scale) {
     vecf v(n);
@@ -661,9 +659,8 @@ static void test_gemm_plans(void) {
 }
 
 #include <time.h>
-static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
 // runs one test and prints how long it took under the harness (CI time is budgeted)
-#define TIMED(call) do { double t0_ = now_s(); call; printf("time %-40s %.2fs\n", #call, now_s() - t0_); } while (0)
+#define TIMED(call) do { double t0_ = timer_now_s(); call; printf("time %-40s %.2fs\n", #call, timer_now_s() - t0_); } while (0)
 
 // The LoRA branch's element-wise ops: the dropout mask must be the CPU backend's, element for
 // element (same counter-based RNG), so both backends drop the same inputs.

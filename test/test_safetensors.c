@@ -2,7 +2,7 @@
 // 1. A file written by Python's safetensors (dev/gen_hf_formats.py) opens, and every tensor reads
 //    back exactly as PyTorch sees it (fp32 bit patterns / ints in st_py_expect.json); torch's own
 //    fp32 -> bf16 / fp16 narrowing of a value set with ties, subnormals and overflow matches ours.
-// 2. Every reader rule of FORMATS.md: a malformed file is rejected with a message that names the
+// 2. Every reader rule of docs/FORMATS.md: a malformed file is rejected with a message that names the
 //    file and the rule.
 // 3. The writer: padding, metadata, data round trip, chunked fill callbacks.
 #include "test.h"
