@@ -77,7 +77,7 @@ static void sh_validate(const char* path, const StateHeader* hdr) {
     sh_range(path, hdr, SH_MODE, 0, 1);
     sh_range(path, hdr, SH_B, 1, 65536);
     sh_range(path, hdr, SH_T, 1, 1 << 20);
-    sh_range(path, hdr, SH_ZERO, 0, 2);
+    sh_range(path, hdr, SH_ZERO, 0, 3); // (ZeRO 3 writes its state in the ZeRO-1 layout)
     sh_range(path, hdr, SH_SEED, 0, INT32_MAX);
     sh_range(path, hdr, SH_SHUFFLE, 0, 1);
     int64_t micro = h[SH_B] * h[SH_T] * h[SH_WORLD]; // <= 2^16 * 2^20 * 2^17

@@ -166,6 +166,30 @@ void comm_finalize(Comm* c) {
     c->ops = c->dev = &comm_single_ops;
 }
 
+void comm_split(Comm* c, int color, int key, Comm* out) {
+    if (c->dev != c->ops)
+        fatal("use --shard-group 0 (shard over every rank) on GPUs for now", "sub-communicators are not implemented for the %s device calls", c->dev->name);
+    memset(out, 0, sizeof(*out));
+    out->rank = 0; out->world = 1; out->local_rank = 0; out->local_world = 1;
+    out->ops = &comm_single_ops;
+    out->reqs = (CommReq*)callocCheck(COMM_MAX_REQUESTS, sizeof(CommReq));
+#ifdef LLMC_HAVE_MPI
+    if (c->world > 1) comm_mpi_split(c, color, key, out); // (world > 1 is MPI)
+#endif
+    out->dev = out->ops;
+    out->wd = c->wd;
+}
+
+void comm_split_free(Comm* out) {
+    for (int i = 0; i < COMM_MAX_REQUESTS; i++)
+        if (out->reqs[i].busy) fatal("call comm_wait on every request", "comm_split_free: non-blocking request %d is still in flight", i);
+    if (out->ops != &comm_single_ops && out->ops->finalize) out->ops->finalize(out);
+    free(out->reqs);
+    memset(out, 0, sizeof(*out));
+    out->world = 1; out->local_world = 1;
+    out->ops = out->dev = &comm_single_ops;
+}
+
 const char* comm_impl_name(const Comm* c) { return c->dev != c->ops ? c->dev->name : c->ops->name; }
 
 // ---------------------------------------------------------------------------------------------

@@ -86,6 +86,9 @@ extern const CommOps comm_single_ops;
 // The MPI implementation (llmc/comm_mpi.c, compiled only with MPI): MPI_Init(_thread) and the
 // communicator; sets c->ops, c->host_state, rank and world.
 void comm_mpi_open(Comm* c, int* argc, char*** argv);
+// out: the ranks of c (MPI, world > 1) with the same color (comm_split); sets out's ops,
+// host_state, rank, world, local_rank, local_world. Its finalize frees it (no MPI_Finalize).
+void comm_mpi_split(Comm* c, int color, int key, Comm* out);
 
 // Shared helpers (llmc/comm.c).
 double comm_now(void);          // monotonic clock, seconds

@@ -329,12 +329,9 @@ static void mpi_abort(Comm* c, int code) {
     exit(code); // not reached when MPI_Abort ran
 }
 
+static void mpi_state_free(Comm* c);
 static void mpi_finalize(Comm* c) {
-    MpiState* s = st(c);
-    mpiCheck(MPI_Comm_free(&s->comm));
-    for (int k = 0; k < COMM_MAX_REQUESTS; k++) { free(s->slot[k].r); free(s->slot[k].buf); }
-    free(s->reqs); free(s->counts); free(s->displs); free(s->scratch); free(s);
-    c->host_state = NULL;
+    mpi_state_free(c);
     MPI_Finalize();
 }
 
@@ -380,16 +377,8 @@ static size_t scratch_bytes(int world) {
     return b < need ? need : b;
 }
 
-void comm_mpi_open(Comm* c, int* argc, char*** argv) {
-    int init = 0, provided = MPI_THREAD_SINGLE;
-    MPI_Initialized(&init);
-    // MPI_THREAD_MULTIPLE: the watchdog thread serves status queries while the main thread waits
-    if (!init) mpiCheck(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
-    else mpiCheck(MPI_Query_thread(&provided));
-    MpiState* s = (MpiState*)callocCheck(1, sizeof(MpiState));
-    s->thread_multiple = provided >= MPI_THREAD_MULTIPLE;
-    mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &s->comm));
-    // Errors come back to mpiCheck, which prints which call failed and aborts every rank.
+// The buffers of a state whose communicator is set: per-peer requests, counts, request slots, scratch.
+static void mpi_state_alloc(Comm* c, MpiState* s) {
     mpiCheck(MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN));
     mpiCheck(MPI_Comm_rank(s->comm, &c->rank));
     mpiCheck(MPI_Comm_size(s->comm, &c->world));
@@ -407,6 +396,47 @@ void comm_mpi_open(Comm* c, int* argc, char*** argv) {
     s->scratch = mallocCheck(s->scratch_bytes);
     s->wd = MPI_COMM_NULL;
     c->host_state = s;
+}
+
+static void mpi_state_free(Comm* c) {
+    MpiState* s = st(c);
+    mpiCheck(MPI_Comm_free(&s->comm));
+    for (int k = 0; k < COMM_MAX_REQUESTS; k++) { free(s->slot[k].r); free(s->slot[k].buf); }
+    free(s->reqs); free(s->counts); free(s->displs); free(s->scratch); free(s);
+    c->host_state = NULL;
+}
+
+// Sub-communicators: MPI's collectives, no side channel, freed without ending MPI.
+static CommOps comm_mpi_sub_ops, comm_mpi1_sub_ops;
+
+void comm_mpi_split(Comm* c, int color, int key, Comm* out) {
+    MpiState* s = (MpiState*)callocCheck(1, sizeof(MpiState));
+    s->thread_multiple = st(c)->thread_multiple;
+    mpiCheck(MPI_Comm_split(st(c)->comm, color, key, &s->comm));
+    mpi_state_alloc(out, s);
+    comm_mpi_sub_ops = comm_mpi_ops;
+    comm_mpi_sub_ops.name = "mpi (sub-communicator)";
+    comm_mpi_sub_ops.finalize = mpi_state_free;
+    comm_mpi_sub_ops.wd_open = NULL; comm_mpi_sub_ops.wd_serve = NULL;
+    comm_mpi_sub_ops.wd_query = NULL; comm_mpi_sub_ops.wd_close = NULL;
+    comm_mpi1_sub_ops = comm_single_ops;
+    comm_mpi1_sub_ops.name = "mpi (sub-communicator of one rank)";
+    comm_mpi1_sub_ops.finalize = mpi_state_free;
+    comm_mpi1_sub_ops.abort = mpi_abort;
+    out->ops = out->world > 1 ? &comm_mpi_sub_ops : &comm_mpi1_sub_ops;
+}
+
+void comm_mpi_open(Comm* c, int* argc, char*** argv) {
+    int init = 0, provided = MPI_THREAD_SINGLE;
+    MPI_Initialized(&init);
+    // MPI_THREAD_MULTIPLE: the watchdog thread serves status queries while the main thread waits
+    if (!init) mpiCheck(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    else mpiCheck(MPI_Query_thread(&provided));
+    MpiState* s = (MpiState*)callocCheck(1, sizeof(MpiState));
+    s->thread_multiple = provided >= MPI_THREAD_MULTIPLE;
+    mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &s->comm));
+    // Errors come back to mpiCheck, which prints which call failed and aborts every rank.
+    mpi_state_alloc(c, s);
     comm_mpi1_ops = comm_single_ops;
     comm_mpi1_ops.name = "mpi";
     comm_mpi1_ops.finalize = mpi_finalize;

@@ -4,7 +4,7 @@
 
 // Layer l's slice of a per-layer parameter, and of its gradient (NULL stays NULL).
 static inline floatX* LP(const GPT2* m, ParamId id, int l) {
-    return m->p[id] + (size_t)l * params_layer_numel(&m->pt, id);
+    return m->lp[(size_t)l * NUM_PARAM_TENSORS + id];
 }
 static inline floatX* LG(const GPT2* m, ParamId id, int l) {
     return m->g[id] ? m->g[id] + (size_t)l * m->g_stride[id] : NULL;
@@ -15,19 +15,37 @@ static inline floatX* LA(floatX* base, int l, size_t per_layer, int keep_all) {
     return keep_all ? base + (size_t)l * per_layer : base;
 }
 static inline Linear* LIN(const GPT2* m, int l, int kind) { return linear_at(m->lin, l, kind); }
+// FSDP units (gpt2_set_units): no-ops for a model that holds all its parameters.
+#define UNIT_HEAD(m) ((m)->cfg.num_layers)
+#define UNIT_NEED(m, u) do { if ((m)->units) (m)->units->need((m)->units->ctx, (u)); } while (0)
+#define UNIT_PREFETCH(m, u) do { if ((m)->units) (m)->units->prefetch((m)->units->ctx, (u)); } while (0)
+#define UNIT_RELEASE(m, u) do { if ((m)->units) (m)->units->release((m)->units->ctx, (u)); } while (0)
 
 // Point every linear layer at its bias, its gradients and, where it is held as floatX, its weight
 // (the others get their source from the assembly, llmc/model.c).
+static void gpt2_bind_layer_linears(GPT2* m, int l) {
+    for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
+        Linear* x = LIN(m, l, k);
+        const ParamId w = linear_weight_id(k), b = (ParamId)(w + 1); // the bias follows its weight
+        if (!(m->skipped & (1u << w))) linear_use_dense(x, LP(m, w, l));
+        x->b = LP(m, b, l);
+        x->dw = LG(m, w, l);
+        x->db = LG(m, b, l);
+    }
+}
 static void gpt2_bind_linears(GPT2* m) {
-    for (int l = 0; l < m->cfg.num_layers; l++)
-        for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
-            Linear* x = LIN(m, l, k);
-            const ParamId w = linear_weight_id(k), b = (ParamId)(w + 1); // the bias follows its weight
-            if (m->p[w]) linear_use_dense(x, LP(m, w, l));
-            x->b = LP(m, b, l);
-            x->dw = LG(m, w, l);
-            x->db = LG(m, b, l);
-        }
+    for (int l = 0; l < m->cfg.num_layers; l++) gpt2_bind_layer_linears(m, l);
+}
+
+// Tensor and layer views into a full parameter buffer (table order, skipped tensors left out).
+static void gpt2_bind_full(GPT2* m, floatX* params) {
+    size_t poff = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        m->p[i] = NULL;
+        if (!(m->skipped & (1u << i))) { m->p[i] = params + poff; poff += m->pt.t[i].numel; }
+        for (int l = 0; l < m->cfg.num_layers; l++)
+            m->lp[(size_t)l * NUM_PARAM_TENSORS + i] = !m->p[i] ? NULL : m->p[i] + (m->pt.t[i].per_layer ? (size_t)l * params_layer_numel(&m->pt, (ParamId)i) : 0);
+    }
 }
 
 void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask) {
@@ -47,10 +65,10 @@ void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned
         m->grads = (floatX*)ops_alloc(m->grads_n * sizeof(floatX));
         ops_zero(m->grads, m->grads_n * sizeof(floatX));
     }
-    size_t goff = 0, poff = 0;
+    m->lp = (floatX**)callocCheck((size_t)cfg->num_layers * NUM_PARAM_TENSORS, sizeof(floatX*));
+    gpt2_bind_full(m, m->params);
+    size_t goff = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        m->p[i] = NULL;
-        if (!(skip_mask & (1u << i))) { m->p[i] = m->params + poff; poff += m->pt.t[i].numel; }
         m->g[i] = NULL;
         if (trainable_mask & (1u << i)) { m->g[i] = m->grads + goff; goff += m->pt.t[i].numel; }
         m->g_stride[i] = m->pt.t[i].per_layer ? params_layer_numel(&m->pt, (ParamId)i) : 0;
@@ -70,6 +88,76 @@ void gpt2_grads_into_buckets(GPT2* m, floatX* layer_bucket, floatX* final_bucket
     }
     gpt2_bind_linears(m);
 }
+
+void gpt2_grads_layer_bucket(GPT2* m, floatX* layer_bucket) {
+    size_t lo = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (!m->pt.t[i].per_layer || !m->g[i]) continue;
+        m->g[i] = layer_bucket + lo; lo += params_layer_numel(&m->pt, (ParamId)i);
+    }
+    gpt2_bind_linears(m);
+}
+
+// ----------------------------------------------------------------------------
+// FSDP units: a unit's tensors packed back to back in table order (skipped tensors left out)
+
+// Whether tensor i belongs to unit u (block u < L: its per-layer tensors; the head: the rest).
+static int unit_has(const GPT2* m, int u, int i) {
+    return !(m->skipped & (1u << i)) && (m->pt.t[i].per_layer ? u < m->cfg.num_layers : u == UNIT_HEAD(m));
+}
+static size_t unit_tensor_numel(const GPT2* m, int u, int i) {
+    return u < m->cfg.num_layers ? params_layer_numel(&m->pt, (ParamId)i) : m->pt.t[i].numel;
+}
+
+size_t gpt2_unit_numel(const GPT2* m, int u) {
+    size_t n = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) if (unit_has(m, u, i)) n += unit_tensor_numel(m, u, i);
+    return n;
+}
+
+int gpt2_unit_tensors(const GPT2* m, int u, GPT2UnitTensor* out) {
+    int n = 0;
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (!unit_has(m, u, i)) continue;
+        out[n].id = (ParamId)i; out[n].off = off; out[n].n = unit_tensor_numel(m, u, i);
+        off += out[n].n;
+        n++;
+    }
+    return n;
+}
+
+void gpt2_bind_unit(GPT2* m, int u, floatX* buf) {
+    GPT2UnitTensor t[NUM_PARAM_TENSORS];
+    const int n = gpt2_unit_tensors(m, u, t);
+    for (int k = 0; k < n; k++) {
+        if (u == UNIT_HEAD(m)) m->p[t[k].id] = buf + t[k].off;
+        else m->lp[(size_t)u * NUM_PARAM_TENSORS + t[k].id] = buf + t[k].off;
+    }
+    if (u < m->cfg.num_layers) gpt2_bind_layer_linears(m, u);
+}
+
+void gpt2_unit_pack(const GPT2* m, int u, floatX* buf) {
+    GPT2UnitTensor t[NUM_PARAM_TENSORS];
+    const int n = gpt2_unit_tensors(m, u, t);
+    for (int k = 0; k < n; k++) // (a copy: x * 1 is exact)
+        scale_copy(buf + t[k].off, u == UNIT_HEAD(m) ? m->p[t[k].id] : LP(m, t[k].id, u), 1.0f, t[k].n);
+}
+
+void gpt2_params_drop(GPT2* m) {
+    if (m->params) ops_free(m->params);
+    m->params = NULL;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) m->p[i] = NULL;
+    for (size_t k = 0; k < (size_t)m->cfg.num_layers * NUM_PARAM_TENSORS; k++) m->lp[k] = NULL;
+}
+
+void gpt2_params_full(GPT2* m) {
+    if (!m->params) m->params = (floatX*)ops_alloc(m->params_n * sizeof(floatX));
+    gpt2_bind_full(m, m->params);
+    gpt2_bind_linears(m);
+}
+
+void gpt2_set_units(GPT2* m, const GPT2Units* units) { m->units = units; }
 
 // One allocation for all activations: sizes listed once, pointers carved in order.
 static size_t carve(void* base, void** ptrs[], const size_t* bytes, int n) {
@@ -142,6 +230,7 @@ void gpt2_free(GPT2* m) {
     if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); free(m->inputs_host); }
     if (m->params) ops_free(m->params);
     if (m->grads) ops_free(m->grads);
+    free(m->lp);
     linear_set_free(m->lin);
     memset(m, 0, sizeof(*m));
 }
@@ -181,13 +270,20 @@ size_t gpt2_grad_bytes(const GPT2* m) { return m->grads_n * sizeof(floatX); }
 void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd, const int* tokens, int B, int T, int pos) {
     const int C = m->cfg.channels;
     // positions pos.. use rows pos.. of wpe
+    UNIT_NEED(m, UNIT_HEAD(m));
+    UNIT_PREFETCH(m, 0);
     encoder_forward(x, tokens, m->p[PT_WTE], m->p[PT_WPE] + (size_t)pos * C, B, T, C);
+    UNIT_RELEASE(m, UNIT_HEAD(m));
     // The first layernorm stands alone; every later one is fused with the residual add before it.
-    layernorm_forward(ln, mean, rstd, x, m->p[PT_LN1W], m->p[PT_LN1B], B * T, C);
+    UNIT_NEED(m, 0);
+    layernorm_forward(ln, mean, rstd, x, LP(m, PT_LN1W, 0), LP(m, PT_LN1B, 0), B * T, C);
 }
 
 void gpt2_block_forward(GPT2* m, int l, const GPT2BlockIO* io, int B, int T, const GPT2KVSlot* kv) {
     const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
+    const int next = l + 1 < L ? l + 1 : UNIT_HEAD(m); // the unit whose layernorm ends this block
+    UNIT_NEED(m, l);
+    UNIT_PREFETCH(m, next);
     linear_forward(LIN(m, l, LINEAR_QKV), io->qkv, NULL, io->ln1, N);
     if (kv) attention_forward_kv(io->atty, io->qkv, kv->k, kv->v, B, kv->pos, T, kv->maxT, C, NH);
     else attention_forward(io->atty, io->lse, io->qkv, B, T, C, NH);
@@ -197,10 +293,12 @@ void gpt2_block_forward(GPT2* m, int l, const GPT2BlockIO* io, int B, int T, con
     linear_forward(LIN(m, l, LINEAR_FC), io->fch, io->fch_gelu, io->ln2, N);
     linear_forward(LIN(m, l, LINEAR_FCPROJ), io->fcproj, NULL, io->fch_gelu, N);
     // the block's output, and the next layernorm of the residual stream: block l + 1's ln_1, or ln_f
+    UNIT_NEED(m, next);
     const floatX* w = l + 1 < L ? LP(m, PT_LN1W, l + 1) : m->p[PT_LNFW];
     const floatX* b = l + 1 < L ? LP(m, PT_LN1B, l + 1) : m->p[PT_LNFB];
     fused_residual_layernorm_forward(io->residual3, io->ln_next, io->ln_next_mean, io->ln_next_rstd, io->residual2, io->fcproj,
                                      w, b, N, C);
+    UNIT_RELEASE(m, l);
 }
 
 // Block l's slices of the training activations (every layer kept, or one layer for what backward
@@ -266,14 +364,16 @@ static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, int
         gpt2_block_forward(m, l, &io, B, T, NULL);
     }
     // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
+    UNIT_NEED(m, UNIT_HEAD(m));
     m->has_targets = targets != NULL && dloss != 0.0f;
-    if (!targets) { gpt2_logits_forward(m, N); return; }
+    if (!targets) { gpt2_logits_forward(m, N); UNIT_RELEASE(m, UNIT_HEAD(m)); return; }
     // With targets, the classifier op does lm_head, the losses and (training) their backward as
     // far as lnf and wte, in row blocks of classifier_rows: the logits never exist whole. dlnf
     // waits in the backward scratch's dln for gpt2_backward.
     if (dloss != 0.0f) ops_zero(m->scr.dln, (size_t)N * C * sizeof(floatX));
     classifier_train(a->losses, dloss != 0.0f ? m->scr.dln : NULL, dloss != 0.0f ? m->g[PT_WTE] : NULL, a->cls_logits,
                      a->lnf, m->p[PT_WTE], m->targets, dloss, N, C, V, Vp);
+    if (!m->has_targets) UNIT_RELEASE(m, UNIT_HEAD(m)); // (else backward starts with this unit: ln_f)
 }
 
 double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, long* n_valid) {
@@ -304,12 +404,18 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
     GPT2Scratch* s = &m->scr;
 
     // the training forward did lm_head's backward: s->dln holds dlnf, wte has its first gradient
+    // (ZeRO 3: in the head's gradient bucket, reduced after the whole backward); ln_f's is next
+    UNIT_NEED(m, UNIT_HEAD(m));
+    UNIT_PREFETCH(m, L - 1);
     ops_zero(s->dresidual, BTC * XB);
     layernorm_backward(s->dresidual, m->g[PT_LNFW], m->g[PT_LNFB], s->dln, a->residual3 + (size_t)(L - 1) * BTC,
                        m->p[PT_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+    UNIT_RELEASE(m, UNIT_HEAD(m));
 
     const int keep_gelu = m->recompute < GPT2_RECOMPUTE_GELU, keep_ln = m->recompute < GPT2_RECOMPUTE_LN;
     for (int l = L - 1; l >= 0; l--) {
+        UNIT_NEED(m, l);
+        if (l > 0) UNIT_PREFETCH(m, l - 1);
         const floatX* residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BTC;
         // dresidual is the gradient of this layer's output residual3 = residual2 + fcproj; it
         // flows unchanged into residual2 and is also the gradient of fcproj.
@@ -342,6 +448,7 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
         layernorm_backward(s->dresidual, LG(m, PT_LN1W, l), LG(m, PT_LN1B, l), s->dln,
                            residual, LP(m, PT_LN1W, l),
                            a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
+        UNIT_RELEASE(m, l);
         if (sink) sink->bucket_done(sink->ctx, L - 1 - l);
     }
     encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, m->inputs_host, B, T, C);

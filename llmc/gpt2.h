@@ -60,6 +60,21 @@ enum {
     GPT2_RECOMPUTE_LN = 2,    // also ln1 / ln2 recomputed from the residual stream (saves 2 L * B*T*C)
 };
 
+// FSDP units (ZeRO-3, llmc/fsdp.h): the parameters of block l (unit l) and of the embedding / head
+// (unit L: wte, tied to lm_head, wpe, ln_f) need not be in memory all the time. With units set,
+// forward and backward say when each unit's parameters are needed (need: they must be bound on
+// return), which unit comes next (prefetch: start gathering it) and when a unit's compute is
+// over for now (release). The order, per training micro-step, is
+//   forward:  need H, prefetch 0, release H, need 0; block l: need l, prefetch l+1 (H after the
+//             last), need l+1 (its ln_1 ends block l), release l; need H (logits)
+//   backward: need H, prefetch L-1, release H; block l: need l, prefetch l-1, release l
+typedef struct {
+    void (*need)(void* ctx, int unit);
+    void (*prefetch)(void* ctx, int unit);
+    void (*release)(void* ctx, int unit);
+    void* ctx;
+} GPT2Units;
+
 typedef struct GPT2 {
     GPT2Config cfg;
     ParamTable pt;
@@ -72,6 +87,9 @@ typedef struct GPT2 {
     size_t grads_n;                    // elements in grads
     unsigned trainable;                // bit i set: tensor i is trained
     floatX* p[NUM_PARAM_TENSORS];      // tensor views into params
+    floatX** lp;                       // [L][NUM_PARAM_TENSORS]: layer l's slice of tensor i (per-layer
+                                       // tensors), into params or into a unit's gather buffer
+    const GPT2Units* units;            // NULL: every parameter is in params
     floatX* g[NUM_PARAM_TENSORS];      // tensor views into grads (NULL entries = frozen)
     size_t g_stride[NUM_PARAM_TENSORS];// elements between layer slices of g[i]: the layer size,
                                        // or 0 when g[i] is a one-layer bucket (gpt2_grads_into_buckets)
@@ -118,6 +136,26 @@ void gpt2_free(GPT2* m);
 // backward then writes into the same layer bucket, which the sink of gpt2_backward must empty
 // after each layer. Only for fully trainable models.
 void gpt2_grads_into_buckets(GPT2* m, floatX* layer_bucket, floatX* final_bucket);
+
+// One layer bucket for the per-layer gradients from now on (FSDP: two buckets take turns, one
+// being reduce-scattered while backward fills the other). After gpt2_grads_into_buckets.
+void gpt2_grads_layer_bucket(GPT2* m, floatX* layer_bucket);
+
+// ---- FSDP units (see GPT2Units). A unit's parameters packed: its tensors (one layer's slices for
+// a block) back to back in table order, tensors without a floatX copy left out; the same layout as
+// the gradient buckets of gpt2_grads_into_buckets for a fully trainable model.
+typedef struct { ParamId id; size_t off, n; } GPT2UnitTensor;
+size_t gpt2_unit_numel(const GPT2* m, int unit);
+// The unit's tensors and their offsets in the packed layout; out needs NUM_PARAM_TENSORS entries.
+int gpt2_unit_tensors(const GPT2* m, int unit, GPT2UnitTensor* out);
+// Copy the unit's parameters from where they are bound now into buf (packed).
+void gpt2_unit_pack(const GPT2* m, int unit, floatX* buf);
+// Point the unit's tensor views (and its linear layers) at buf (packed).
+void gpt2_bind_unit(GPT2* m, int unit, floatX* buf);
+// Free the full parameter buffer (every view NULL until bound), and allocate / bind it again.
+void gpt2_params_drop(GPT2* m);
+void gpt2_params_full(GPT2* m);
+void gpt2_set_units(GPT2* m, const GPT2Units* units);
 
 // Host fp32 <-> model parameters (table layout, pt.total floats). set skips the tensors without
 // a floatX copy; get fills them from their linear layers' weight source (NF4: dequant(quant(W))).

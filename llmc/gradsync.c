@@ -18,6 +18,26 @@ void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain) {
     ops_zero(gs->stats, 2 * sizeof(double));
 }
 
+void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep, int group) {
+    if (gs->zero != 3) return;
+    Comm* shard = gs->comm;
+    Comm* replica = NULL;
+    gs->groups = 1;
+    if (group > 0 && group != gs->world) {
+        if (gs->world % group)
+            fatal("give a --shard-group that divides the number of ranks", "--shard-group %d does not divide the %d ranks", group, gs->world);
+        gs->groups = gs->world / group;
+        comm_split(gs->comm, gs->rank / group, gs->rank, &gs->group);   // consecutive ranks: a node
+        comm_split(gs->comm, gs->rank % group, gs->rank, &gs->replica); // one rank of every group
+        shard = &gs->group; replica = &gs->replica;
+    }
+    fsdp_init(&gs->fsdp, shard, gs->comm, replica, model, full, keep);
+    gs->fsdp_on = 1;
+}
+
+void gradsync_unshard_model(GradSync* gs) { if (gs->fsdp_on) fsdp_unshard(&gs->fsdp); }
+void gradsync_reshard_model(GradSync* gs) { if (gs->fsdp_on) fsdp_reshard(&gs->fsdp); }
+
 size_t gradsync_range_begin(const GradSync* gs) { return gs->sharded ? zero_shard_begin(&gs->zl, gs->rank) : 0; }
 size_t gradsync_range_end(const GradSync* gs) { return gs->sharded ? zero_shard_end(&gs->zl, gs->rank) : (size_t)-1; }
 
@@ -56,6 +76,7 @@ static size_t bucket_numel(const ParamTable* pt, int bucket) {
 
 void gradsync_attach(GradSync* gs, Optimizer* opt, GPT2* model) {
     gs->opt = opt;
+    if (gs->fsdp_on && gs->fsdp.gshard) return; // full training at ZeRO 3: fsdp reduces the gradients
     if (gs->zero < 2 || gs->world == 1) return;
     // gradients: only this rank's reduced range persists
     size_t n = opt->end - opt->begin;
@@ -78,16 +99,22 @@ void gradsync_attach(GradSync* gs, Optimizer* opt, GPT2* model) {
 }
 
 void gradsync_free(GradSync* gs) {
+    if (gs->fsdp_on) fsdp_free(&gs->fsdp);
+    if (gs->groups > 1) { comm_split_free(&gs->group); comm_split_free(&gs->replica); }
     if (gs->gshard) ops_free(gs->gshard);
     if (gs->layer_bucket) { ops_free(gs->layer_bucket); ops_free(gs->final_bucket); }
     if (gs->stats) ops_free(gs->stats);
     memset(gs, 0, sizeof(*gs));
 }
 
-const GPT2GradSink* gradsync_sink(const GradSync* gs) { return gs->sink.bucket_done ? &gs->sink : NULL; }
+const GPT2GradSink* gradsync_sink(GradSync* gs) {
+    if (gs->fsdp_on && gs->fsdp.gshard) return fsdp_sink(&gs->fsdp);
+    return gs->sink.bucket_done ? &gs->sink : NULL;
+}
 
 void gradsync_step_begin(GradSync* gs) {
     ops_zero(gs->stats, 2 * sizeof(double));
+    if (gs->fsdp_on) fsdp_zero_grads(&gs->fsdp);
     if (gs->gshard) ops_zero(gs->gshard, (gs->opt->end - gs->opt->begin) * sizeof(floatX));
 }
 
@@ -132,7 +159,9 @@ void gradsync_reduce(GradSync* gs) {
     } else if (gs->zero == 1) {
         for_each_piece(gs, piece_reduce);
     }
-    // ZeRO-2 reduced each micro-step's gradients as they were produced
+    // ZeRO-2 reduced each micro-step's gradients as they were produced; ZeRO-3 too, within the
+    // group: the groups' sums are added up here
+    if (gs->fsdp_on) fsdp_reduce_replicas(&gs->fsdp);
 }
 
 double* gradsync_loss_acc(GradSync* gs) { return gs->stats; }
@@ -145,19 +174,23 @@ void gradsync_step_stats(GradSync* gs, double* loss_sum, double* norm) {
     double st[2];
     ops_to_host(st, gs->stats, sizeof(st));
     comm_allreduce_sum_f64(gs->comm, st, gs->sharded ? 2 : 1); // the losses always, the norm's shards
-
+    // ZeRO-3 full training with shard groups: every group's pieces cover the whole gradient once,
+    // so the sum over all ranks counted it once per group
+    if (gs->sharded && gs->fsdp_on && gs->fsdp.gshard && gs->groups > 1) st[1] /= (double)gs->groups;
     *loss_sum = st[0];
     *norm = sqrt(st[1]);
 }
 
 void gradsync_share_params(GradSync* gs) {
+    // ZeRO 3 full training: the next gathers read the updated pieces (the gathered copies are stale)
+    if (gs->fsdp_on && gs->fsdp.gshard) { fsdp_params_changed(&gs->fsdp); return; }
     // each owner updated its range: everyone gets the new parameters
     if (gs->sharded) for_each_piece(gs, piece_broadcast);
 }
 
 size_t gradsync_grad_bytes(const GradSync* gs) {
     size_t shard = gs->gshard ? gs->opt->end - gs->opt->begin : 0;
-    return (shard + gs->layer_bucket_n + gs->final_bucket_n) * sizeof(floatX);
+    return (shard + gs->layer_bucket_n + gs->final_bucket_n) * sizeof(floatX) + (gs->fsdp_on ? fsdp_grad_bytes(&gs->fsdp) : 0);
 }
 
 size_t gradsync_bucket_numel(const GradSync* gs) { return gs->layer_bucket_n + gs->final_bucket_n; }

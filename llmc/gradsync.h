@@ -10,8 +10,15 @@
 //           Full training hands gpt2_backward a sink (gradsync_sink) that reduces each layer's
 //           bucket as soon as that layer is done, the model's gradients living in two one-layer
 //           buckets owned here; adapters are reduced after each micro-step instead.
+//   ZeRO 3  the parameters are sharded too (llmc/fsdp.h): each rank keeps a piece of every unit
+//           (block, embedding/head), gathered when the model needs it. Full training: gradients
+//           are reduce-scattered unit by unit as backward leaves them and the optimizer updates
+//           this rank's pieces (its segments are fsdp_segments), which the next gathers read.
+//           Adapters (LoRA) are trained as at ZeRO 2 over a frozen sharded base.
 // The global gradient norm: at stage 0 every rank holds the whole sum; at stages 1/2 each rank sums
-// the squares of its shard and one all-reduce of that partial sum gives every rank the same norm.
+// the squares of its shard and one all-reduce of that partial sum gives every rank the same norm;
+// at stage 3 the shards are the units' pieces (with --shard-group each group covers the gradient
+// once, so the sum over all ranks is divided by the number of groups).
 //
 // The step's loss and gradient norm stay on the device until gradsync_step_stats reads both at
 // once: the only time a step waits for the device before its update.
@@ -25,6 +32,7 @@
 #include <stddef.h>
 #include "comm.h"
 #include "gpt2.h"
+#include "fsdp.h"
 #include "optimizer.h"
 #include "zero.h"
 
@@ -45,10 +53,24 @@ typedef struct {
     size_t layer_bucket_n, final_bucket_n;
     GPT2GradSink sink;
     double* stats;             // backend memory: [0] this rank's loss sum, [1] its gradient sum of squares
+    int fsdp_on;               // ZeRO 3: the model's parameters are sharded by fsdp
+    Fsdp fsdp;
+    int groups;                // hybrid sharding: groups of ranks (1: shard over every rank)
+    Comm group, replica;       //   this rank's group, and the ranks with its rank in theirs
 } GradSync;
 
 // The layout of `ntrain` trainable elements over the communicator's ranks at ZeRO stage `zero`.
 void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain);
+// ZeRO 3, before opt_init: shard the model's parameters (full: with its gradients; the optimizer's
+// segments are then fsdp_segments(&gs->fsdp), over the range [0, all)). keep: --zero3-keep.
+// group: hybrid sharding over groups of that many consecutive ranks (replicated across groups);
+// 0 = every rank in one group. It must divide the number of ranks (fatal otherwise). Nothing at
+// other stages.
+void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep, int group);
+// ZeRO 3, every rank: rank 0's model holds its full parameters (saving, sampling) until
+// gradsync_reshard_model. No-ops at other stages.
+void gradsync_unshard_model(GradSync* gs);
+void gradsync_reshard_model(GradSync* gs);
 // The part of the flat trainable space this rank's optimizer keeps state for and updates.
 size_t gradsync_range_begin(const GradSync* gs);
 size_t gradsync_range_end(const GradSync* gs);
@@ -59,7 +81,7 @@ void gradsync_attach(GradSync* gs, Optimizer* opt, GPT2* model);
 void gradsync_free(GradSync* gs);
 
 // The sink to pass to gpt2_backward (NULL when gradients are not reduced during backward).
-const GPT2GradSink* gradsync_sink(const GradSync* gs);
+const GPT2GradSink* gradsync_sink(GradSync* gs);
 void gradsync_step_begin(GradSync* gs);
 void gradsync_micro_done(GradSync* gs);
 void gradsync_reduce(GradSync* gs);

@@ -73,6 +73,10 @@ OpsCaps ops_caps(void);
 void* ops_alloc(size_t bytes);        // device memory on CUDA, aligned host memory on CPU
 void ops_free(void* p);
 void ops_zero(void* p, size_t bytes);
+// Host memory for data that moves to and from the backend often (the optimizer offload): pinned
+// (page-locked) on CUDA, so transfers run at full speed; aligned host memory on CPU.
+void* ops_alloc_host(size_t bytes);
+void ops_free_host(void* p);
 // Host <-> backend copies (plain memcpy on the CPU backend).
 void ops_to_device(void* dst, const void* src_host, size_t bytes);
 void ops_to_host(void* dst_host, const void* src, size_t bytes);

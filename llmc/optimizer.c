@@ -1,4 +1,5 @@
 #include "optimizer.h"
+#include "adamw_host.h"
 #include "check.h"
 #include <string.h>
 
@@ -35,9 +36,40 @@ void opt_init(Optimizer* o, const TrainSeg* segs, int nseg, size_t begin, size_t
     }
 }
 
+// Moves one state array to pinned host memory.
+static float* state_to_pinned(float* dev, size_t n) {
+    float* h = (float*)ops_alloc_host((n ? n : 1) * sizeof(float));
+    ops_to_host(h, dev, n * sizeof(float));
+    ops_free(dev);
+    return h;
+}
+
+void opt_offload(Optimizer* o) {
+    const size_t n = o->end - o->begin;
+    o->m = state_to_pinned(o->m, n);
+    o->v = state_to_pinned(o->v, n);
+    if (o->master) o->master = state_to_pinned(o->master, n);
+    o->stage_g = ops_alloc_host((n ? n : 1) * sizeof(floatX));
+    o->stage_p = ops_alloc_host((n ? n : 1) * sizeof(floatX));
+    o->offload = 1;
+}
+
+void opt_state_to_host(const Optimizer* o, const float* state, float* host) {
+    const size_t bytes = (o->end - o->begin) * sizeof(float);
+    if (o->offload) memcpy(host, state, bytes);
+    else ops_to_host(host, state, bytes);
+}
+void opt_state_from_host(const Optimizer* o, float* state, const float* host) {
+    const size_t bytes = (o->end - o->begin) * sizeof(float);
+    if (o->offload) memcpy(state, host, bytes);
+    else ops_to_device(state, host, bytes);
+}
+
 void opt_free(Optimizer* o) {
-    ops_free(o->m); ops_free(o->v);
-    if (o->master) ops_free(o->master);
+    void (*release)(void*) = o->offload ? ops_free_host : ops_free;
+    release(o->m); release(o->v);
+    if (o->master) release(o->master);
+    if (o->offload) { ops_free_host(o->stage_g); ops_free_host(o->stage_p); }
     free(o->segs);
     memset(o, 0, sizeof(*o));
 }
@@ -61,9 +93,28 @@ double opt_grad_sumsq(const Optimizer* o, size_t begin, size_t end) {
     return s;
 }
 
+// The offloaded update of one segment's piece [b, e) (k: its place in this rank's range): the
+// gradients over, AdamW on the CPU, the parameters back (fp32 parameters are also brought over:
+// without a master copy they are the weights being updated).
+static void opt_step_host(Optimizer* o, const TrainSeg* s, const floatX* g, size_t b, size_t e, size_t k,
+                          float lr, float beta1, float beta2, float eps, float wd, float grad_scale, uint32_t seed) {
+    const size_t n = e - b, X = sizeof(floatX);
+    floatX* p = s->p + (b - s->offset);
+    char* sg = (char*)o->stage_g + k * X;
+    char* sp = (char*)o->stage_p + k * X;
+    ops_to_host(sg, g, n * X);
+    o->moved_down += n * X;
+    if (!o->master) { ops_to_host(sp, p, n * X); o->moved_down += n * X; }
+    adamw_host_update(sp, o->master ? o->master + k : NULL, sg, o->m + k, o->v + k, n, lr, beta1, beta2, eps, wd,
+                      grad_scale, o->t, seed, ops_caps().floatx == OPS_BF16);
+    ops_to_device(p, sp, n * X);
+    o->moved_up += n * X;
+}
+
 void opt_step(Optimizer* o, float lr, float beta1, float beta2, float eps, float weight_decay,
               float grad_scale, uint32_t seed) {
     o->t++;
+    o->moved_down = o->moved_up = 0;
     for (int i = 0; i < o->nseg; i++) {
         const TrainSeg* s = &o->segs[i];
         size_t b = s->offset > o->begin ? s->offset : o->begin;
@@ -71,6 +122,10 @@ void opt_step(Optimizer* o, float lr, float beta1, float beta2, float eps, float
         if (b >= e) continue;
         size_t k = b - o->begin;
         const floatX* g = o->gshard ? o->gshard + k : s->g + (b - s->offset);
+        if (o->offload) {
+            opt_step_host(o, s, g, b, e, k, lr, beta1, beta2, eps, s->weight_decay ? weight_decay : 0.0f, grad_scale, seed + (uint32_t)i);
+            continue;
+        }
         adamw_update(s->p + (b - s->offset), o->master ? o->master + k : NULL, g,
                      o->m + k, o->v + k, e - b, lr, beta1, beta2, eps,
                      s->weight_decay ? weight_decay : 0.0f, grad_scale, o->t, seed + (uint32_t)i);

@@ -34,11 +34,24 @@ typedef struct {
     floatX* gshard;     // ZeRO-2: this rank's reduced gradients for [begin, end) (then the
                         // segments' g pointers are not used by the optimizer); NULL otherwise
     int t;              // updates applied so far (AdamW bias correction)
+    // offload (opt_offload): m, v and master in pinned host memory, the update on the CPU
+    int offload;
+    void* stage_g;      // (end - begin) floatX on the host: the gradients brought over
+    void* stage_p;      //   ... and the updated parameters sent back
+    size_t moved_down, moved_up; // bytes moved by the last opt_step (backend -> host, host -> backend)
 } Optimizer;
 
 // segs are copied; offsets are assigned here in order.
 void opt_init(Optimizer* o, const TrainSeg* segs, int nseg, size_t begin, size_t end);
 void opt_free(Optimizer* o);
+// Optimizer offload (--offload-optimizer), right after opt_init: m, v and the master weights move
+// to pinned host memory (ops_alloc_host) and opt_step runs AdamW on the CPU (llmc/adamw_host.h):
+// per segment it brings the gradients over, updates, and sends the parameters back (moved_down /
+// moved_up count the bytes). The result equals the backend's own update.
+void opt_offload(Optimizer* o);
+// An optimizer state array (o->m, o->v or o->master) to / from host memory, wherever it lives.
+void opt_state_to_host(const Optimizer* o, const float* state, float* host);
+void opt_state_from_host(const Optimizer* o, float* state, const float* host);
 // Sum of squares of the gradients in [begin, end) of the flat space (with gshard: of this
 // rank's range, whatever begin/end say).
 double opt_grad_sumsq(const Optimizer* o, size_t begin, size_t end);

@@ -87,11 +87,44 @@ static const char* const HINT_FLAGS = "run with --help to see every flag";
 // ----------------------------------------------------------------------------
 // checkpoints
 
+// The part of the flat trainable space this rank's state file holds: the optimizer's range; at
+// ZeRO 3 (full training) the ZeRO-1 range, into which the state of the units' pieces is moved, so
+// that a checkpoint reads the same whatever the stage that wrote it.
+static int state_is_fsdp(const Run* r) { return r->gs.fsdp_on && r->gs.fsdp.gshard; }
+static void state_range(const Run* r, size_t* begin, size_t* end, size_t* total) {
+    if (!state_is_fsdp(r)) { *begin = r->opt.begin; *end = r->opt.end; *total = r->opt.total; return; }
+    const ZeroLayout* z = &r->gs.zl;
+    *total = z->total;
+    *begin = zero_shard_begin(z, r->rank) < z->total ? zero_shard_begin(z, r->rank) : z->total;
+    *end = zero_shard_end(z, r->rank) < z->total ? zero_shard_end(z, r->rank) : z->total;
+}
+// One optimizer array (backend memory, or host memory with the offload) -> host, in the file's
+// layout (collective at ZeRO 3).
+static void state_download(Run* r, float* host, const float* state) {
+    const size_t n = r->opt.end - r->opt.begin;
+    if (!state_is_fsdp(r)) { opt_state_to_host(&r->opt, state, host); return; }
+    float* local = (float*)mallocCheck((n ? n : 1) * sizeof(float));
+    opt_state_to_host(&r->opt, state, local);
+    fsdp_state_to_flat(&r->gs.fsdp, &r->gs.zl, local, host);
+    free(local);
+}
+// ... and back (collective at ZeRO 3).
+static void state_upload(Run* r, float* state, const float* host) {
+    const size_t n = r->opt.end - r->opt.begin;
+    if (!state_is_fsdp(r)) { opt_state_from_host(&r->opt, state, host); return; }
+    float* local = (float*)mallocCheck((n ? n : 1) * sizeof(float));
+    fsdp_state_from_flat(&r->gs.fsdp, &r->gs.zl, host, local);
+    opt_state_from_host(&r->opt, state, local);
+    free(local);
+}
+
 static void save_checkpoint(Run* r) {
     const TrainFlags* f = &r->c->f;
     if (!r->c->write_outputs) return;
     char path[LLMC_PATH_MAX];
+    gradsync_unshard_model(&r->gs); // ZeRO 3: rank 0 gathers the whole model
     outputs_checkpoint(&r->out, &r->m, r->step); // rank 0: the model, or the adapter as a PEFT directory
+    gradsync_reshard_model(&r->gs);
     StateHeader h;
     memset(&h, 0, sizeof(h));
     h.h[SH_MAGIC] = STATE_MAGIC; h.h[SH_VERSION] = STATE_VERSION;
@@ -99,7 +132,9 @@ static void save_checkpoint(Run* r) {
     h.h[SH_STEP] = r->step; h.h[SH_OPT_T] = r->opt.t;
     DataLoaderState ds = dl_get_state(&r->train);
     h.h[SH_DL_EPOCH] = ds.epoch; h.h[SH_DL_SHARD] = ds.shard_i; h.h[SH_DL_CHUNK] = ds.chunk_i;
-    h.h[SH_BEGIN] = (int64_t)r->opt.begin; h.h[SH_END] = (int64_t)r->opt.end; h.h[SH_TOTAL] = (int64_t)r->opt.total;
+    size_t begin, end, total;
+    state_range(r, &begin, &end, &total);
+    h.h[SH_BEGIN] = (int64_t)begin; h.h[SH_END] = (int64_t)end; h.h[SH_TOTAL] = (int64_t)total;
     h.h[SH_MODE] = r->c->mode; h.h[SH_B] = f->batch_size; h.h[SH_T] = f->seq_len; h.h[SH_ACCUM] = r->c->accum;
     h.h[SH_SKIPPED] = r->skipped_total; h.h[SH_NO_TARGETS] = r->no_target_total; h.h[SH_ZERO] = f->zero; h.h[SH_SEED] = f->seed;
     h.h[SH_TOKENS_PER_STEP] = r->c->tokens_per_step; h.h[SH_SHUFFLE] = f->shuffle;
@@ -107,13 +142,13 @@ static void save_checkpoint(Run* r) {
     const ValTrack* v = r->has_last_val && r->vtrack_pre_step == r->step ? &r->vtrack_pre : &r->vtrack;
     h.h[SH_VAL_TRACKED] = v->has_best; h.h[SH_BEST_STEP] = v->best_step; h.h[SH_EVALS_SINCE_BEST] = v->since_improved;
     memcpy(&h.h[SH_BEST_VAL_BITS], &v->best, sizeof(double));
-    size_t n = r->opt.end - r->opt.begin;
+    size_t n = end - begin;
     float* mh = (float*)mallocCheck(n * sizeof(float));
     float* vh = (float*)mallocCheck(n * sizeof(float));
     float* mas = r->opt.master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
-    ops_to_host(mh, r->opt.m, n * sizeof(float));
-    ops_to_host(vh, r->opt.v, n * sizeof(float));
-    if (mas) ops_to_host(mas, r->opt.master, n * sizeof(float));
+    state_download(r, mh, r->opt.m);
+    state_download(r, vh, r->opt.v);
+    if (mas) state_download(r, mas, r->opt.master);
     ckpt_path(path, sizeof(path), f->out_dir, "state", r->step, r->rank);
     ckpt_write_state(path, &h, mh, vh, mas);
     free(mh); free(vh); free(mas);
@@ -136,9 +171,11 @@ static void check_state_matches(Run* r, const char* path, const StateHeader* h0)
         fatal(hint, "'%s' was written with batch %lld x %lld and %lld tokens per step; this run has %d x %d and %lld",
               path, (long long)h0->h[SH_B], (long long)h0->h[SH_T], (long long)h0->h[SH_TOKENS_PER_STEP],
               f->batch_size, f->seq_len, (long long)r->c->tokens_per_step);
-    if ((size_t)h0->h[SH_TOTAL] != r->opt.total)
+    size_t begin, end, total;
+    state_range(r, &begin, &end, &total);
+    if ((size_t)h0->h[SH_TOTAL] != total)
         fatal(hint, "'%s' holds optimizer state for %lld trainable parameters; this run has %zu",
-              path, (long long)h0->h[SH_TOTAL], r->opt.total);
+              path, (long long)h0->h[SH_TOTAL], total);
     if (h0->h[SH_STEP] > r->steps)
         fatal("give a --steps (or --epochs) beyond the checkpoint's step to continue the run", "the checkpoint in '%s' is at step %lld, beyond the run's %d steps",
               f->out_dir, (long long)h0->h[SH_STEP], r->steps);
@@ -151,12 +188,15 @@ static void check_state_matches(Run* r, const char* path, const StateHeader* h0)
 static void restore_optimizer(Run* r, long step, const StateHeader* h0) {
     const char* dir = r->c->f.out_dir;
     const int old_world = (int)h0->h[SH_WORLD], old_sharded = h0->h[SH_ZERO] >= 1 && old_world > 1;
+    size_t begin, end, total;
+    state_range(r, &begin, &end, &total);
+    const int sharded = r->gs.sharded || state_is_fsdp(r); // (ZeRO 3 reads the ZeRO-1 range)
     ZeroLayout from, to;
-    zero_layout_init(&from, r->opt.total, old_sharded ? old_world : 1, ZERO_ALIGN_DEFAULT);
-    zero_layout_init(&to, r->opt.total, r->gs.sharded ? r->world : 1, ZERO_ALIGN_DEFAULT);
+    zero_layout_init(&from, total, old_sharded ? old_world : 1, ZERO_ALIGN_DEFAULT);
+    zero_layout_init(&to, total, sharded ? r->world : 1, ZERO_ALIGN_DEFAULT);
     ZeroCopy* plan = (ZeroCopy*)mallocCheck((size_t)from.world * sizeof(ZeroCopy));
-    const int ncopy = zero_reshard_plan(&from, &to, r->gs.sharded ? r->rank : 0, plan, from.world);
-    const size_t n = r->opt.end - r->opt.begin;
+    const int ncopy = zero_reshard_plan(&from, &to, sharded ? r->rank : 0, plan, from.world);
+    const size_t n = end - begin;
     float* mh = (float*)mallocCheck(n * sizeof(float));
     float* vh = (float*)mallocCheck(n * sizeof(float));
     float* mas = r->opt.master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
@@ -176,9 +216,9 @@ static void restore_optimizer(Run* r, long step, const StateHeader* h0) {
         if (got != cp->n) fatal("the checkpoint is incomplete", "'%s' holds %zu of the %zu elements of optimizer state this rank needs from it",
                                 path, got, cp->n);
     }
-    ops_to_device(r->opt.m, mh, n * sizeof(float));
-    ops_to_device(r->opt.v, vh, n * sizeof(float));
-    if (mas && have_master) ops_to_device(r->opt.master, mas, n * sizeof(float));
+    state_upload(r, r->opt.m, mh);
+    state_upload(r, r->opt.v, vh);
+    if (mas && have_master) state_upload(r, r->opt.master, mas);
     free(mh); free(vh); free(mas); free(plan);
 }
 
@@ -240,6 +280,8 @@ static void save_best(Run* r) {
 // sampling (--sample-*): rank 0 continues --prompt with the current model. The vocabulary and
 // the prompt are checked before training starts, so a bad one fails at once, not hours later.
 
+static void sample_generate_now(Run* r);
+
 static void sample_setup(Run* r) {
     const TrainFlags* f = &r->c->f;
     const GPT2Config* cfg = &r->model->cfg;
@@ -255,8 +297,14 @@ static void sample_setup(Run* r) {
 }
 
 static void sample_now(Run* r) {
+    if (r->c->sample_tokens <= 0) return;
+    gradsync_unshard_model(&r->gs); // ZeRO 3 (every rank): rank 0 samples with the whole model
+    if (r->tok) sample_generate_now(r);
+    gradsync_reshard_model(&r->gs);
+}
+
+static void sample_generate_now(Run* r) {
     const TrainFlags* f = &r->c->f;
-    if (!r->tok) return;
     if (!r->kv) { // allocated at the first sample, kept for the others
         r->kv = (KVCache*)mallocCheck(sizeof(KVCache));
         kv_init(r->kv, r->model, 1, r->n_prompt + r->c->sample_tokens - 1);
@@ -415,16 +463,41 @@ static void setup_data(Run* r) {
     r->steps = run_length(c, dl_batches_per_epoch(&r->train));
 }
 
+// What --zero 3 does not cover yet: a clear message instead of a wrong run.
+static void check_zero3(Run* r) {
+    const RunConfig* c = r->c;
+    const TrainFlags* f = &c->f;
+    if (f->zero != 3) { // (not an error: a run resumed at another stage carries them from its record)
+        if (f->zero3_keep) say(r, "note: --zero3-keep is ignored at --zero %d\n", f->zero);
+        if (f->shard_group) say(r, "note: --shard-group is ignored at --zero %d\n", f->zero);
+        return;
+    }
+    if (c->qlora) fatal("use --zero 2 with --qlora", "--zero 3 does not shard an NF4 (--qlora) base yet");
+    if (c->mode == TRAIN_LORA && (c->lora_bias != LORA_BIAS_NONE || f->train_ln_f))
+        fatal("use --lora-bias none without --train-ln-f at --zero 3, or --zero 2",
+              "--zero 3 shards the frozen base: base tensors cannot be trained with it yet (--lora-bias %s%s)",
+              f->lora_bias, f->train_ln_f ? ", --train-ln-f" : "");
+}
+
 static void setup_optimizer(Run* r) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
+    check_zero3(r);
     TrainSeg* segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (size_t)model_max_segments(&r->m));
     int nseg = model_segments(&r->m, segs);
     size_t ntrain = 0;
     for (int i = 0; i < nseg; i++) ntrain += segs[i].n;
     // with ZeRO >= 1 this rank keeps AdamW state (and master weights) for its own range only
     gradsync_init(&r->gs, &r->comm, f->zero, ntrain);
-    opt_init(&r->opt, segs, nseg, gradsync_range_begin(&r->gs), gradsync_range_end(&r->gs));
+    gradsync_shard_model(&r->gs, r->model, c->mode == TRAIN_FULL, f->zero3_keep, f->shard_group); // ZeRO 3
+    if (r->gs.fsdp_on && c->mode == TRAIN_FULL) { // the optimizer updates this rank's pieces of the units
+        free(segs);
+        segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (size_t)fsdp_max_segments(&r->gs.fsdp));
+        nseg = fsdp_segments(&r->gs.fsdp, segs);
+        opt_init(&r->opt, segs, nseg, 0, (size_t)-1);
+    } else
+        opt_init(&r->opt, segs, nseg, gradsync_range_begin(&r->gs), gradsync_range_end(&r->gs));
+    if (f->offload_optimizer) opt_offload(&r->opt); // AdamW state in pinned host memory, the update on the CPU
     gradsync_attach(&r->gs, &r->opt, c->mode == TRAIN_FULL ? r->model : NULL);
     free(segs);
     schedule_of(&r->sched, c, r->steps);
@@ -496,6 +569,7 @@ static void setup_mfu(Run* r) {
 static void report_memory(Run* r) {
     const TrainFlags* f = &r->c->f;
     size_t pb = gpt2_param_bytes(r->model), gb = gpt2_grad_bytes(r->model), ob = opt_state_bytes(&r->opt);
+    if (r->gs.fsdp_on) pb = fsdp_shard_bytes(&r->gs.fsdp) + fsdp_slot_bytes(&r->gs.fsdp); // the full buffer is gone
     if (r->lora) { pb += r->lora->total * sizeof(floatX); gb += r->lora->total * sizeof(floatX); }
     size_t ab = r->model->act_bytes + r->model->scr_bytes;
     size_t gsb = gradsync_grad_bytes(&r->gs);
@@ -514,16 +588,40 @@ static void report_memory(Run* r) {
     // floatX is 2 bytes on the CUDA backend (bf16 params, grads, activations) and 4 on the CPU;
     // the optimizer state is fp32 m, v and, with bf16 params, an fp32 master copy
     const char* xt = sizeof(floatX) == 2 ? "bf16" : "fp32";
+    if (r->opt.offload) { // not in the backend's memory
+        say(r, "optimizer offload: fp32 m, v%s of %zu elements in pinned host memory (%.1f MiB), AdamW on the CPU; "
+               "per step %.1f MiB to the host (gradients%s), %.1f MiB back (parameters)\n",
+            r->opt.master ? ", master" : "", r->opt.end - r->opt.begin, mib(ob),
+            mib((r->opt.end - r->opt.begin) * sizeof(floatX) * (r->opt.master ? 1 : 2)), r->opt.master ? "" : " and parameters",
+            mib((r->opt.end - r->opt.begin) * sizeof(floatX)));
+        ob = 0;
+    }
     say(r, "memory (this rank): params %.1f MiB (%s%s) | grads %.1f MiB (%s) | optimizer %.1f MiB (fp32 m, v%s) | "
            "activations %.1f MiB (%s, recompute %d) | total %.1f MiB\n",
            mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : r->m.base16 ? ", bf16 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",
            mib(ab), xt, f->recompute, mib(pb + qb + gb + gsb + ob + ab));
+    if (f->memory_budget > 0 && mib(pb + qb + gb + gsb + ob + ab) > f->memory_budget)
+        fatal("raise --memory-budget, or shard more (--zero 3 over more ranks), or lower --batch-size / raise --recompute",
+              "rank %d needs %.1f MiB (params, grads, optimizer, activations), more than --memory-budget %.1f MiB",
+              r->rank, mib(pb + qb + gb + gsb + ob + ab), f->memory_budget);
+    if (r->gs.fsdp_on) {
+        // exact element counts, so tests can check the sharding: params per rank = the pieces
+        // (total / ranks + padding) plus the gather buffers (two units, or every unit with keep)
+        const Fsdp* z = &r->gs.fsdp;
+        size_t units_total = 0;
+        for (int u = 0; u < z->nunits; u++) units_total += z->unit_n[u];
+        say(r, "zero3: units %d | parameter elements %zu | sharded over %d ranks x %d groups | per rank: parameter shard %zu elements, "
+               "gather buffers %d x up to %zu elements (%zu in all)%s | gradient shard %zu elements | largest unit %zu elements\n",
+            z->nunits, units_total, z->world, r->gs.groups, z->shard_n, z->nslots, z->max_unit, fsdp_slot_bytes(z) / sizeof(floatX),
+            z->keep ? " (--zero3-keep)" : "", z->gshard ? z->shard_n : 0, z->max_unit);
+    }
     if (r->world > 1) {
         // exact element counts, so tests can check the sharding
         say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
                "gradient elements per rank %zu (+ %zu in buckets)\n",
                f->zero, r->world, r->gs.zl.total, r->gs.zl.padded, r->opt.end - r->opt.begin, r->opt.master ? 3 : 2,
-               r->gs.gshard ? r->opt.end - r->opt.begin : r->model->grads_n, gradsync_bucket_numel(&r->gs));
+               r->gs.fsdp_on ? r->gs.fsdp.shard_n * (r->gs.fsdp.gshard != NULL) : r->gs.gshard ? r->opt.end - r->opt.begin : r->model->grads_n,
+               gradsync_bucket_numel(&r->gs));
     }
 }
 
@@ -622,7 +720,7 @@ static void eval_and_track(Run* r) {
     v->since_improved = improved ? 0 : v->since_improved + 1;
     if (isfinite(vl) && (!v->has_best || vl < v->best)) {
         v->has_best = 1; v->best = vl; v->best_step = r->step;
-        if (f->keep_best) save_best(r);
+        if (f->keep_best) { gradsync_unshard_model(&r->gs); save_best(r); gradsync_reshard_model(&r->gs); }
     }
     if (f->early_stopping_patience > 0 && v->since_improved >= f->early_stopping_patience) {
         r->early_stopped = 1;
@@ -663,6 +761,7 @@ static int train_loop(Run* r) {
         ops_synchronize();
         const double seconds = timer_now_s() - t0;
         note_skipped(r, &s);
+        if (r->gs.fsdp_on) fsdp_trace_flush(&r->gs.fsdp, r->step + 1);
         r->step++;
         r->steps_this_run++;
         runlog_step(&r->rl, r->step, &s, seconds);
@@ -766,7 +865,9 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     if (!stop && !diverged) {
         sample_now(r);
         save_checkpoint(r);
+        gradsync_unshard_model(&r->gs);
         outputs_save(&r->out, &r->m, rc.f.out_dir); // the final model
+        gradsync_reshard_model(&r->gs);
     }
     summarize(r, stop, diverged);
     run_free(r);

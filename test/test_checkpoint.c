@@ -207,7 +207,7 @@ static void test_headers(void) {
         { SH_WORLD, 0, "world" }, { SH_RANK, 1, "rank" }, { SH_HAS_MASTER, 2, "has_master" }, { SH_STEP, -1, "step" },
         { SH_OPT_T, 9, "opt_t" }, { SH_SKIPPED, -1, "skipped" }, { SH_DL_EPOCH, -1, "dl_epoch" }, { SH_DL_CHUNK, -4, "dl_chunk" },
         { SH_BEGIN, -1, "begin" }, { SH_END, 101, "end" }, { SH_TOTAL, 0, "total" }, { SH_MODE, 3, "mode" },
-        { SH_B, 0, "batch_size" }, { SH_T, -16, "seq_len" }, { SH_ACCUM, 0, "accum" }, { SH_ZERO, 3, "zero" },
+        { SH_B, 0, "batch_size" }, { SH_T, -16, "seq_len" }, { SH_ACCUM, 0, "accum" }, { SH_ZERO, 4, "zero" },
         { SH_SEED, -1, "seed" }, { SH_SHUFFLE, 2, "shuffle" }, { SH_TOKENS_PER_STEP, 65, "tokens per step" },
         { SH_OPT_T, 3, "updates" }, { (StateField)100, 1, "header word 100" }, { SH_END, INT64_MAX, "end" },
         { SH_BEGIN, INT64_MIN, "begin" }, { SH_ACCUM, INT64_MAX, "accum" }, { SH_DL_CHUNK, 67108864, "dl_chunk" },

@@ -419,6 +419,30 @@ static int watchdog_mode(const char* mode, int argc, char** argv) {
     return 0;
 }
 
+// Sub-communicators (hybrid sharding): ranks split by parity, ordered by descending rank; a sum
+// and a non-blocking all-gather inside each see only that color's ranks, in the new order.
+static void test_split(void) {
+    Comm sub;
+    const int color = comm.rank % 2;
+    comm_split(&comm, color, -comm.rank, &sub);
+    int want_world = 0, want_rank = 0;
+    for (int r = 0; r < comm.world; r++) if (r % 2 == color) { want_world++; if (r > comm.rank) want_rank++; }
+    TEST_CHECK(sub.world == want_world && sub.rank == want_rank, "split: rank %d of %d, want %d of %d", sub.rank, sub.world, want_rank, want_world);
+    double x = (double)comm.rank, want = 0.0;
+    for (int r = 0; r < comm.world; r++) if (r % 2 == color) want += r;
+    comm_allreduce_sum_f64(&sub, &x, 1);
+    TEST_CHECK(x == want, "split: sum over color %d is %g, want %g", color, x, want);
+    float mine[3] = { (float)comm.rank, (float)comm.rank + 0.5f, -1.0f }, all[3 * 8];
+    CommRequest rq = comm_dev_iallgather(&sub, mine, all, 3, COMM_F32, NULL);
+    comm_wait(&sub, &rq);
+    for (int k = 0; k < sub.world && k < 8; k++) { // sub rank k is the k-th largest rank of the color
+        int r = -1, seen = 0;
+        for (int q = comm.world - 1; q >= 0; q--) if (q % 2 == color && seen++ == k) { r = q; break; }
+        TEST_CHECK(all[3 * k] == (float)r && all[3 * k + 1] == (float)r + 0.5f, "split: all-gather block %d holds %g, want rank %d", k, all[3 * k], r);
+    }
+    comm_split_free(&sub);
+}
+
 int main(int argc, char** argv) {
     if (argc >= 2 && strcmp(argv[1], "--has-mpi") == 0) { printf("%s\n", comm_have_mpi() ? "mpi" : "none"); return 0; }
     comm_init(&comm, &argc, &argv);
@@ -483,6 +507,7 @@ int main(int argc, char** argv) {
         test_broadcast(100000, root);
     }
     test_zero_stages();
+    test_split();
     {   // agreement check: same bytes everywhere, then rank 1 (if any) different
         char cfg[40]; memset(cfg, 7, sizeof(cfg));
         TEST_CHECK(comm_count_differing(&comm, cfg, sizeof(cfg)) == 0, "identical buffers reported different");

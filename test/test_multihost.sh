@@ -5,8 +5,8 @@
 # agent instead of ssh. 4 ranks, 2 per host:
 #   - the collectives of test_comm, bit-exact, with the default and with tiny staging buffers;
 #     ranks are grouped by host (local_world 2);
-#   - train_gpt2 and train_lora at ZeRO 1 and 2: losses equal to one process with the same
-#     global batch (to 1e-5, as test_train_mpi.sh on one host);
+#   - train_gpt2 and train_lora at ZeRO 1 and 2, and at ZeRO 3 (also hybrid: one shard group per
+#     host): losses equal to one process with the same global batch (to 1e-5, as on one host);
 #   - a rank on the second host killed (SIGKILL): every process on both hosts gone within 30 s;
 #   - a rank on the second host stopped (SIGSTOP): the watchdog (--watchdog-timeout 5) ends every
 #     process on both hosts within 60 s, non-zero, naming the stopped rank;
@@ -85,6 +85,20 @@ for prog in train_gpt2 train_lora; do
     else tail -20 "$d.log"; bad "$prog 4 ranks on 2 hosts zero=$z failed"; fi
   done
 done
+
+# ZeRO 3 (parameters sharded, llmc/fsdp.h): over all 4 ranks, and hybrid with one group per host
+# (--shard-group 2: the units' gathers stay inside a host, one all-reduce per step crosses)
+for sg in 0 2; do
+  d="$TMP/z3_sg$sg"
+  if timeout 120 "${MPIRUN[@]}" "$BIN_DIR/train_gpt2" "${COMMON[@]}" --zero 3 --shard-group $sg --out "$d" > "$d.log" 2>&1; then
+    cmp_losses "train_gpt2, 4 ranks on 2 hosts, zero=3, shard groups of ${sg/#0/4}, matches one process" "$TMP/train_gpt2_ref" "$d" 1e-5
+  else tail -20 "$d.log"; bad "train_gpt2 4 ranks on 2 hosts zero=3 --shard-group $sg failed"; fi
+done
+LORA3=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear) # (ZeRO 3 trains no base tensor: no --lora-bias)
+"$BIN_DIR/train_lora" "${COMMON[@]}" "${LORA3[@]}" --out "$TMP/lora3_ref" > "$TMP/lora3_ref.log" 2>&1 || bad "LoRA reference failed"
+if timeout 120 "${MPIRUN[@]}" "$BIN_DIR/train_lora" "${COMMON[@]}" "${LORA3[@]}" --zero 3 --out "$TMP/lora3" > "$TMP/lora3.log" 2>&1; then
+  cmp_losses "train_lora, 4 ranks on 2 hosts, zero=3, matches one process" "$TMP/lora3_ref" "$TMP/lora3" 1e-5
+else tail -20 "$TMP/lora3.log"; bad "train_lora 4 ranks on 2 hosts zero=3 failed"; fi
 
 # ---- a killed and a stopped rank on hostb (rank 3 and rank 2)
 make_shard "$TMP/big.bin" 60000 100 6

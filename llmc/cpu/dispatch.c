@@ -11,6 +11,8 @@ OpsCaps ops_caps(void) { return cpu_ops_caps(); }
 void* ops_alloc(size_t bytes) { return cpu_ops_alloc(bytes); }
 void ops_free(void* p) { cpu_ops_free(p); }
 void ops_zero(void* p, size_t bytes) { CPU_PROF("ops_zero", 0, 0, cpu_ops_zero(p, bytes)); }
+void* ops_alloc_host(size_t bytes) { return cpu_ops_alloc(bytes); }
+void ops_free_host(void* p) { cpu_ops_free(p); }
 void ops_to_device(void* dst, const void* src_host, size_t bytes) {
     cpu_ops_to_device(dst, src_host, bytes);
 }

@@ -107,6 +107,12 @@ extern "C" void* cuda_ops_alloc(size_t bytes) {
     return p;
 }
 extern "C" void cuda_ops_free(void* p) { if (p) cudaCheck(cudaFree(p)); }
+extern "C" void* cuda_ops_alloc_host(size_t bytes) {
+    void* p = NULL;
+    cudaCheck(cudaMallocHost(&p, bytes ? bytes : 1));
+    return p;
+}
+extern "C" void cuda_ops_free_host(void* p) { if (p) cudaCheck(cudaFreeHost(p)); }
 extern "C" void cuda_ops_zero(void* p, size_t bytes) { if (bytes) cudaCheck(cudaMemset(p, 0, bytes)); }
 extern "C" void cuda_ops_to_device(void* dst, const void* src_host, size_t bytes) {
     if (bytes) cudaCheck(cudaMemcpy(dst, src_host, bytes, cudaMemcpyHostToDevice));

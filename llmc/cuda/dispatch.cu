@@ -27,6 +27,8 @@ int ops_bf16_native(const char** why) {
 void* ops_alloc(size_t bytes) { return cuda_ops_alloc(bytes); }
 void ops_free(void* p) { cuda_ops_free(p); }
 void ops_zero(void* p, size_t bytes) { cuda_ops_zero(p, bytes); }
+void* ops_alloc_host(size_t bytes) { return cuda_ops_alloc_host(bytes); }
+void ops_free_host(void* p) { cuda_ops_free_host(p); }
 void ops_to_device(void* dst, const void* src_host, size_t bytes) {
     cuda_ops_to_device(dst, src_host, bytes);
 }

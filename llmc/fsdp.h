@@ -1,0 +1,126 @@
+// ZeRO-3 / FSDP: the model's parameters sharded across ranks in units (llmc/gpt2.h GPT2Units:
+// one unit per transformer block, plus the embedding/head unit H = wte (tied to lm_head), wpe,
+// ln_f). Each unit is a flat buffer (its tensors packed in table order) padded to a multiple of
+// world * align and split evenly: rank r keeps piece r of every unit (`piece[u]` elements), and
+// the concatenation of its pieces is its parameter shard (pshard) and, for full training, its
+// gradient shard (gshard) and the optimizer's range (fsdp_segments). Nothing else of the model's
+// parameters stays in memory between uses.
+//
+// Buffers: gather slots that hold whole units. Default (reshard after forward): two slots of the
+// largest unit, used in turns: while one unit computes, the next one is gathered into the other
+// slot (comm_dev_iallgather, started by the model's prefetch call, waited for by its need call).
+// --zero3-keep: one slot per unit, so that what forward gathered is still there for backward and
+// for the later micro-steps of the step (one gather per unit per step; memory of a full replica).
+// Slots are invalidated when the optimizer has changed the shards (fsdp_params_changed).
+//
+// Gradients (full training): backward writes a block's gradients into one of two layer buckets
+// (gpt2_grads_layer_bucket); when the block is done its bucket is reduce-scattered
+// (comm_dev_ireduce_scatter_sum) while backward fills the other bucket; the head's bucket is
+// reduce-scattered when backward is over. Each piece is added into gshard (gradient accumulation).
+//
+// Collectives per step of M micro-steps with L blocks (counted in n_gather / n_rs): reshard mode
+// 2L + 1 all-gathers in the first micro-step (forward: H, blocks 0..L-1, H again for ln_f and the
+// logits; backward: blocks L-2..0, since block L-1 and H are still in the slots) and 2L in each
+// later one (block 0 is still there from the backward before): 2LM + 1; keep mode L + 1 in all.
+// Reduce-scatters: L + 1 per micro-step, M(L + 1).
+#ifndef LLMC_FSDP_H
+#define LLMC_FSDP_H
+
+#include <stddef.h>
+#include "comm.h"
+#include "gpt2.h"
+#include "optimizer.h"
+#include "zero.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FSDP_MAX_SLOTS_SHARED 2
+
+typedef struct {
+    Comm* comm;              // the ranks the units are sharded over (all, or this rank's group)
+    int rank, world;         // in comm
+    Comm* wcomm;             // every rank of the run
+    int wrank;               // in wcomm
+    Comm* replica;           // hybrid sharding: the ranks holding the same pieces (one per group),
+                             // whose gradients are all-reduced once per step; NULL without groups
+    GPT2* model;
+    int nunits;              // L + 1: blocks 0..L-1, then H
+    int keep;                // 1: one slot per unit, kept from forward to backward
+    int grads;               // 1: full training, gradients reduce-scattered into gshard
+    size_t* unit_n;          // [nunits] real elements of each unit
+    size_t* piece;           // [nunits] elements of every rank's piece (unit padded / world)
+    size_t* loc;             // [nunits] where this rank's piece starts in pshard / gshard
+    size_t shard_n;          // sum of the pieces
+    size_t max_unit;         // largest padded unit (world * piece)
+    floatX* pshard;          // this rank's parameters
+    floatX* gshard;          // this rank's summed gradients (grads), else NULL
+    // gather slots
+    int nslots;
+    floatX** slot;
+    size_t* slot_cap;        // elements
+    int* slot_unit;          // unit held (or being gathered), -1: none
+    int* slot_busy;          // between need and release
+    int* slot_pending;       // a gather in flight
+    long* slot_used;         // last need (LRU among the free slots)
+    CommRequest* slot_req;
+    int* unit_slot;          // [nunits] slot holding the unit, -1: none
+    long tick;
+    // gradient buckets
+    floatX* lbucket[2];      // layer buckets, max block unit padded
+    floatX* lrecv[2];        // reduce-scatter results, one piece
+    CommRequest lreq[2];
+    int lreq_unit[2];        // unit being reduced from lbucket[i], -1: none
+    int lcur;                // the bucket backward writes into now
+    floatX* hbucket;         // the head's gradients (padded)
+    floatX* hrecv;
+    GPT2GradSink sink;
+    GPT2Units units;
+    // counters since fsdp_counters_reset, and the trace (LLMC_FSDP_TRACE=1: rank 0 prints each
+    // micro-step's events: G<u> gather started, W<u> waited / bound, R<u> released, S<u> gradient
+    // reduce-scatter started)
+    long n_gather, n_rs;
+    int trace;
+    char* trace_buf;
+    size_t trace_len, trace_cap;
+} Fsdp;
+
+// Shards model (its full parameters, already loaded, are packed unit by unit, this rank keeps its
+// pieces, the full buffer is freed) and installs the units on it. grads: full training (the
+// model's gradients then live in the buckets). keep: see above.
+// Hybrid sharding: comm is this rank's group, replica the ranks of the other groups holding the
+// same pieces (else comm = wcomm, replica NULL).
+void fsdp_init(Fsdp* f, Comm* comm, Comm* wcomm, Comm* replica, GPT2* model, int grads, int keep);
+// After the step's backward passes (hybrid sharding): sum the gradient pieces over the replicas.
+void fsdp_reduce_replicas(Fsdp* f);
+void fsdp_free(Fsdp* f);
+// The optimizer's segments over this rank's pieces (one per tensor slice a piece meets, with the
+// tensor's weight decay flag); segs needs fsdp_max_segments entries.
+int fsdp_max_segments(const Fsdp* f);
+int fsdp_segments(const Fsdp* f, TrainSeg* segs);
+const GPT2GradSink* fsdp_sink(Fsdp* f);
+void fsdp_zero_grads(Fsdp* f);
+// The optimizer changed the shards: gathered units are stale.
+void fsdp_params_changed(Fsdp* f);
+// Every rank: rank 0's model gets its full parameters back (saving, sampling) and runs without
+// units until fsdp_reshard; the other ranks only take part in the gathers.
+void fsdp_unshard(Fsdp* f);
+void fsdp_reshard(Fsdp* f);
+// Checkpoints hold optimizer state in the ZeRO-1 layout (zl: the flat table space over every rank),
+// so that any stage and rank count can resume from them. Collective (host memory): local is an
+// array over this rank's optimizer segments (fsdp_segments order), range this rank's part of zl
+// (zero_shard_begin .. min(zero_shard_end, total)).
+void fsdp_state_to_flat(Fsdp* f, const ZeroLayout* zl, const float* local, float* range);
+void fsdp_state_from_flat(Fsdp* f, const ZeroLayout* zl, const float* range, float* local);
+// Bytes: the parameter shard, the gather slots, the gradient shard and buckets.
+size_t fsdp_shard_bytes(const Fsdp* f);
+size_t fsdp_slot_bytes(const Fsdp* f);
+size_t fsdp_grad_bytes(const Fsdp* f);
+// Prints (rank 0) and clears the trace of the micro-steps since the last call.
+void fsdp_trace_flush(Fsdp* f, long step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_FSDP_H

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# ZeRO-3 / FSDP (--zero 3, llmc/fsdp.h) under mpirun with 1, 2 and 4 ranks (oversubscribed):
+#   - full fine-tuning and LoRA give the losses of one process at ZeRO 0 with the same global batch
+#     (also with --zero3-keep, recompute 2 and gradient accumulation);
+#   - the memory report: per-rank parameter shard = total / N plus padding, gather buffers = two
+#     units; a --memory-budget one process cannot meet is met by 4 ranks at ZeRO 3;
+#   - the trace: the number of all-gathers / reduce-scatters per step is the formula's, and each
+#     unit's gather is started before the previous unit's forward compute ends (prefetch);
+#   - resume re-shards: ZeRO 3 with 4 ranks -> ZeRO 1 with 2 ranks, ZeRO 1 (2 ranks) -> ZeRO 3 (4);
+#   - hybrid sharding (--shard-group), the optimizer offload (--offload-optimizer).
+source "$(dirname "$0")/lib.sh"
+command -v mpirun >/dev/null 2>&1 || { echo "skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"; exit 0; }
+"$BIN_DIR/train_gpt2" --help >/dev/null 2>&1 || { echo "train_gpt2 not built"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_rmaps_base_oversubscribe=1
+if [ "${SAN:-}" = "1" ]; then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}:fast_unwind_on_malloc=0"
+  export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:print_suppressions=0"
+fi
+MODEL=test/ref/gpt2_tiny # L = 2 blocks: 3 units
+L=2
+make_shard "$TMP/train.bin" 8000 100 5
+COMMON=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128
+        --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none)
+LORA=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear)
+
+losses() { grep -o '"train_loss": [0-9.e+-]*' "$1/log.jsonl" | awk '{print $2}'; }
+cmp_losses() { # cmp_losses what dirA dirB tol
+  if [ -s "$2/log.jsonl" ] && [ -s "$3/log.jsonl" ] && paste <(losses "$2") <(losses "$3") | awk -v t="$4" 'NF!=2 {bad=1} {d=$1-$2; if (d<0) d=-d; if (d>t) bad=1; if (d>m) m=d} END {printf "max diff %.2e ", m; exit bad}'; then
+    ok "$1 ($(losses "$2" | wc -l) steps)"
+  else bad "$1"; paste <(losses "$2") <(losses "$3") >&2; fi
+}
+run() { # run NP DIR PROG ARGS...: mpirun, log in DIR.log
+  local np=$1 d=$2 prog=$3; shift 3
+  timeout 180 mpirun -np "$np" "$BIN_DIR/$prog" "$@" --out "$d" > "$d.log" 2>&1 || { tail -20 "$d.log"; bad "$prog np=$np $* failed"; }
+}
+
+# ---- losses: np 1, 2, 4 against one process at ZeRO 0
+for prog in train_gpt2 train_lora; do
+  extra=(); [ $prog = train_lora ] && extra=("${LORA[@]}")
+  "$BIN_DIR/$prog" "${COMMON[@]}" "${extra[@]}" --out "$TMP/${prog}_ref" > "$TMP/${prog}_ref.log" 2>&1 || { cat "$TMP/${prog}_ref.log"; bad "$prog: reference failed"; }
+  for np in 1 2 4; do
+    run $np "$TMP/${prog}_np$np" $prog "${COMMON[@]}" "${extra[@]}" --zero 3
+    cmp_losses "$prog np=$np zero=3 matches one process" "$TMP/${prog}_ref" "$TMP/${prog}_np$np" 1e-5
+  done
+done
+run 2 "$TMP/keep" train_gpt2 "${COMMON[@]}" --zero 3 --zero3-keep
+cmp_losses "train_gpt2 np=2 zero=3 --zero3-keep matches one process" "$TMP/train_gpt2_ref" "$TMP/keep" 1e-5
+run 4 "$TMP/rc4" train_gpt2 "${COMMON[@]}" --zero 3 --recompute 2 --grad-clip 0.5
+"$BIN_DIR/train_gpt2" "${COMMON[@]}" --recompute 2 --grad-clip 0.5 --out "$TMP/rc_ref" > "$TMP/rc_ref.log" 2>&1 || bad "recompute reference failed"
+cmp_losses "train_gpt2 np=4 zero=3 recompute 2, clip 0.5 matches one process" "$TMP/rc_ref" "$TMP/rc4" 1e-5
+
+# ---- hybrid sharding: 4 ranks in 2 groups of 2 (sharded within a group, replicated across groups)
+run 4 "$TMP/hyb" train_gpt2 "${COMMON[@]}" --zero 3 --shard-group 2
+cmp_losses "train_gpt2 np=4 zero=3 --shard-group 2 matches one process" "$TMP/train_gpt2_ref" "$TMP/hyb" 1e-5
+run 4 "$TMP/hybl" train_lora "${COMMON[@]}" "${LORA[@]}" --zero 3 --shard-group 2
+cmp_losses "train_lora np=4 zero=3 --shard-group 2 matches one process" "$TMP/train_lora_ref" "$TMP/hybl" 1e-5
+line=$(grep '^zero3:' "$TMP/hyb.log")
+shard=$(sed -E 's/.*parameter shard ([0-9]+) elements.*/\1/' <<<"$line")
+shard2=$(grep '^zero3:' "$TMP/train_gpt2_np2.log" | sed -E 's/.*parameter shard ([0-9]+) elements.*/\1/')
+grep -q "sharded over 2 ranks x 2 groups" <<<"$line" && [ "$shard" = "$shard2" ] && ok "--shard-group 2 of 4 ranks: 2 groups, parameter shard $shard elements = that of 2 ranks" || bad "hybrid memory report: $line (2 ranks: $shard2)"
+expect_fail "--shard-group that does not divide the ranks" "does not divide the 4 ranks" \
+  timeout 60 mpirun -np 4 "$BIN_DIR/train_gpt2" "${COMMON[@]}" --zero 3 --shard-group 3 --out none
+
+# ---- evaluation (forward only, through the units) and --keep-best (rank 0 gathers the model)
+make_shard "$TMP/val.bin" 4000 100 9
+EV=("${COMMON[@]}" --val-data "$TMP/val.bin" --eval-every 2 --keep-best)
+run 4 "$TMP/ev0" train_gpt2 "${EV[@]}" --zero 0
+run 4 "$TMP/ev3" train_gpt2 "${EV[@]}" --zero 3
+vl() { grep -o '"val_loss": [0-9.e+-]*' "$1/log.jsonl" | awk '{print $2}'; }
+if [ -n "$(vl "$TMP/ev0")" ] && [ "$(vl "$TMP/ev0")" = "$(vl "$TMP/ev3")" ] && [ -s "$TMP/ev3/best/best.json" ]; then
+  ok "np=4: the validation losses at ZeRO 3 equal ZeRO 0's ($(vl "$TMP/ev3" | wc -l) evaluations), best/ saved"
+else bad "ZeRO 3 evaluation: $(vl "$TMP/ev3" | tr '\n' ' ') vs ZeRO 0 $(vl "$TMP/ev0" | tr '\n' ' ')"; fi
+
+# ---- the final model a ZeRO-3 run saves (rank 0 gathers the units) equals the one-process one
+python3 - "$TMP/train_gpt2_ref/model_00000006.bin" "$TMP/train_gpt2_np4/model_00000006.bin" <<'PY' && ok "ZeRO-3 np=4 saved model matches one process (max |diff| < 1e-4)" || bad "ZeRO-3 saved model differs"
+import struct, sys
+a, b = (open(p, "rb").read()[1024:] for p in sys.argv[1:3])
+n = len(a) // 4
+x, y = struct.unpack(f"{n}f", a), struct.unpack(f"{n}f", b)
+d = max(abs(p - q) for p, q in zip(x, y))
+print(f"max |diff| {d:.2e} over {n} floats", end=" ")
+sys.exit(0 if len(a) == len(b) and d < 1e-4 else 1)
+PY
+
+# ---- memory report: parameter shard = total / N (+ padding to 64 elements per unit), two gather buffers
+for np in 2 4; do
+  line=$(grep '^zero3:' "$TMP/train_gpt2_np$np.log")
+  total=$(sed -E 's/.*parameter elements ([0-9]+).*/\1/' <<<"$line")
+  shard=$(sed -E 's/.*parameter shard ([0-9]+) elements.*/\1/' <<<"$line")
+  nbuf=$(sed -E 's/.*gather buffers ([0-9]+) x up to ([0-9]+) elements \(([0-9]+) in all\).*/\1 \2 \3/' <<<"$line")
+  read -r nb unit all <<<"$nbuf"
+  lo=$(( (total + np - 1) / np )); hi=$(( lo + (L + 1) * 64 ))
+  if [ "$shard" -ge "$lo" ] && [ "$shard" -le "$hi" ] && [ "$nb" = 2 ] && [ "$all" -le $((2 * unit)) ]; then
+    ok "np=$np: parameter shard $shard elements in [total/N, total/N + units*64] = [$lo, $hi], gather buffers $nb x $unit (two units)"
+  else bad "np=$np memory report: $line"; fi
+done
+# the budget: between what one process at ZeRO 0 and a ZeRO-3 rank of 4 report needing
+need1=$(grep -o 'total [0-9.]* MiB' "$TMP/train_gpt2_ref.log" | head -1 | awk '{print $2}')
+need4=$(grep -o 'total [0-9.]* MiB' "$TMP/train_gpt2_np4.log" | head -1 | awk '{print $2}')
+budget=$(awk -v a="$need1" -v b="$need4" 'BEGIN {printf "%.2f", (a + b) / 2}')
+awk -v a="$need1" -v b="$need4" 'BEGIN {exit !(b < a)}' && ok "a ZeRO-3 rank of 4 needs $need4 MiB, one process at ZeRO 0 $need1 MiB" || bad "ZeRO 3 needs $need4 MiB per rank, not less than one process's $need1 MiB"
+if "$BIN_DIR/train_gpt2" "${COMMON[@]}" --memory-budget "$budget" --out none > "$TMP/budget1.log" 2>&1; then bad "one process fits --memory-budget $budget"
+else grep -q "more than --memory-budget" "$TMP/budget1.log" && ok "one process exceeds --memory-budget $budget MiB: $(grep -o 'needs [0-9.]* MiB' "$TMP/budget1.log")" || bad "no budget message"; fi
+run 4 "$TMP/budget4" train_gpt2 "${COMMON[@]}" --zero 3 --memory-budget "$budget"
+grep -q "summary: finished" "$TMP/budget4.log" && ok "4 ranks at ZeRO 3 train within --memory-budget $budget MiB" || bad "ZeRO-3 run over the budget"
+
+# ---- collectives per step and prefetch order (LLMC_FSDP_TRACE=1: rank 0 prints each step's events)
+# 4 micro-steps per step at np=1 (128 tokens / 32), 2 at np=2
+for np in 1 2; do
+  M=$(( 4 / np ))
+  LLMC_FSDP_TRACE=1 run $np "$TMP/trace$np" train_gpt2 "${COMMON[@]}" --zero 3 --steps 2
+  LLMC_FSDP_TRACE=1 run $np "$TMP/tracek$np" train_gpt2 "${COMMON[@]}" --zero 3 --zero3-keep --steps 2
+  python3 - "$TMP/trace$np.log" "$TMP/tracek$np.log" $L $M <<'PY' && ok "np=$np: $M micro-steps: $(( 2 * L * M + 1 )) all-gathers (keep: $(( L + 1 ))), $(( M * (L + 1) )) reduce-scatters per step; every block's next unit gathered before its compute ends" || bad "np=$np trace"
+import re, sys
+L, M = int(sys.argv[3]), int(sys.argv[4])
+def steps(path):
+    return [l for l in open(path) if l.startswith("fsdp: step")]
+bad = 0
+# reshard mode: forward H, 0..L-1, H; backward L-2..0 (L-1 and H are still there): 2L + 1 in the
+# first micro-step; the later ones find block 0 still there from the backward before: 2L
+for path, want_g in ((sys.argv[1], 2 * L * M + 1), (sys.argv[2], L + 1)):
+    for line in steps(path):
+        g, s = map(int, re.search(r"(\d+) all-gathers, (\d+) reduce-scatters", line).groups())
+        if g != want_g or s != M * (L + 1): print("counts", path, line); bad = 1
+    if len(steps(path)) != 2: print("steps", path); bad = 1
+# prefetch: in every forward, the gather of unit l+1 (H after the last block) starts before block l releases
+ev = steps(sys.argv[1])[0].split("trace:")[1].split()
+pos = {}
+for i, e in enumerate(ev): pos.setdefault(e, []).append(i)
+for l in range(L):
+    nxt = f"G{l + 1}" if l + 1 < L else "GH"
+    # the first release of block l (forward of the first micro-step) comes after that gather
+    first_R = pos[f"R{l}"][0]
+    if not any(i < first_R for i in pos.get(nxt, [])): print("no prefetch of", nxt, "before", f"R{l}", ev[:30]); bad = 1
+sys.exit(bad)
+PY
+done
+
+# ---- resume re-shards between stages and rank counts
+R=("${COMMON[@]}" --save-every 3)
+run 4 "$TMP/ra" train_gpt2 "${R[@]}" --zero 3 --stop-after 3
+cp -r "$TMP/ra" "$TMP/rb"; cp -r "$TMP/ra" "$TMP/rc"
+run 4 "$TMP/ra" train_gpt2 "${R[@]}" --zero 3 --resume
+cmp_losses "ZeRO 3 np=4: resume is exact" "$TMP/train_gpt2_np4" "$TMP/ra" 0
+run 2 "$TMP/rb" train_gpt2 "${R[@]}" --zero 1 --resume
+grep -q "re-sharded: 4 ranks -> 2 ranks (ZeRO 3 -> 1)" "$TMP/rb.log" && ok "re-shard message ZeRO 3 (4 ranks) -> ZeRO 1 (2 ranks)" || bad "no re-shard message"
+cmp_losses "resume ZeRO 3 np=4 -> ZeRO 1 np=2 matches" "$TMP/train_gpt2_ref" "$TMP/rb" 1e-5
+"$BIN_DIR/train_gpt2" "${R[@]}" --zero 0 --resume --out "$TMP/rc" > "$TMP/rc.log" 2>&1 || bad "ZeRO 3 -> one process failed"
+cmp_losses "resume ZeRO 3 np=4 -> one process matches" "$TMP/train_gpt2_ref" "$TMP/rc" 1e-5
+run 2 "$TMP/rd" train_gpt2 "${R[@]}" --zero 1 --stop-after 3
+run 4 "$TMP/rd" train_gpt2 "${R[@]}" --zero 3 --resume
+cmp_losses "resume ZeRO 1 np=2 -> ZeRO 3 np=4 matches" "$TMP/train_gpt2_ref" "$TMP/rd" 1e-5
+
+run 4 "$TMP/re" train_gpt2 "${R[@]}" --zero 3 --shard-group 2 --stop-after 3
+run 2 "$TMP/re" train_gpt2 "${R[@]}" --zero 2 --resume
+cmp_losses "resume ZeRO 3 4 ranks in 2 groups -> ZeRO 2 np=2 matches" "$TMP/train_gpt2_ref" "$TMP/re" 1e-5
+grep -q "note: --shard-group is ignored at --zero 2" "$TMP/re.log" && ok "the recorded --shard-group is noted as ignored at ZeRO 2" || bad "no note on the recorded --shard-group"
+
+# ---- the optimizer offload (AdamW state on the host, the update on the CPU: llmc/adamw_host.c;
+# the CUDA backend's case runs under the harness in test/cuda/test_offload_cuda.cu)
+"$BIN_DIR/train_gpt2" "${COMMON[@]}" --offload-optimizer --out "$TMP/off1" > "$TMP/off1.log" 2>&1 || bad "--offload-optimizer failed"
+cmp_losses "--offload-optimizer: the losses of the backend's update, exactly" "$TMP/train_gpt2_ref" "$TMP/off1" 0
+grep -q "^optimizer offload: .* per step 0.9 MiB to the host (gradients and parameters), 0.4 MiB back (parameters)" "$TMP/off1.log" &&
+  ok "offload report: $(grep -o 'per step.*' "$TMP/off1.log")" || bad "offload report: $(grep '^optimizer offload' "$TMP/off1.log")"
+run 4 "$TMP/off4" train_gpt2 "${R[@]}" --zero 3 --offload-optimizer --stop-after 3
+run 2 "$TMP/off4" train_gpt2 "${R[@]}" --zero 1 --offload-optimizer --resume
+cmp_losses "--offload-optimizer at ZeRO 3 np=4, resumed at ZeRO 1 np=2, matches one process" "$TMP/train_gpt2_ref" "$TMP/off4" 1e-5
+
+# ---- what --zero 3 does not cover says so
+expect_fail "--qlora at --zero 3" "does not shard an NF4" "$BIN_DIR/train_lora" "${COMMON[@]}" "${LORA[@]}" --qlora --zero 3 --out none
+expect_fail "--lora-bias at --zero 3" "base tensors cannot be trained with it yet" \
+  "$BIN_DIR/train_lora" "${COMMON[@]}" "${LORA[@]}" --lora-bias all --zero 3 --out none
+finish
