@@ -17,7 +17,7 @@ PROGRAM_LIBS = $(HOST_LIBS)
 endif
 
 # AdamW's loop calls sqrtf: without -fno-math-errno GCC keeps a branch to set errno for negative
-# arguments and cannot vectorise the loop (measured: 200 ms -> 55 ms for 124M parameters). The
+# arguments and cannot vectorise the loop (measured: 200 ms -> 75 ms for 124M parameters). The
 # file never reads errno. (Every tree that compiles the CPU ops: the CPU trees and the CUDA
 # trees' reference library.)
 $(TREE)/obj/llmc/cpu/adamw.o: CFLAGS += -fno-math-errno
