@@ -42,6 +42,8 @@ typedef enum {
     LINEAR_W_NONE = 0,    // no source yet (a bug if the layer runs)
     LINEAR_W_DENSE,       // floatX [out, in] in the model's parameters
     LINEAR_W_NF4,         // NF4 [out, in], dequantized into the shared buffer for each matmul
+    LINEAR_W_BF16,        // bf16 [out, in] (raw bit patterns) in backend memory: a frozen weight at
+                          // half the memory where floatX is fp32 (LoRA with --dtype bf16 on the CPU)
 } LinearWeightKind;
 
 typedef struct {
@@ -49,6 +51,7 @@ typedef struct {
     const floatX* dense;      // LINEAR_W_DENSE
     const NF4Tensor* nf4;     // LINEAR_W_NF4: the host tensor (host copies of the weight) ...
     const Nf4Op* nf4_op;      //   ... and its backend handle (the matmuls)
+    const uint16_t* bf16;     // LINEAR_W_BF16
 } LinearWeight;
 
 typedef struct {
@@ -113,6 +116,7 @@ void linear_set_zero_grads(LinearSet* s);
 // Weight sources (shapes must be the layer's [out, in]).
 void linear_use_dense(Linear* x, const floatX* W);
 void linear_use_nf4(Linear* x, const NF4Tensor* t, const Nf4Op* op);
+void linear_use_bf16(Linear* x, const uint16_t* W);
 // Put an adapter on the layer (copied; its buffers stay the caller's).
 void linear_set_adapter(Linear* x, const LinearAdapter* a);
 
