@@ -1,6 +1,7 @@
 // Times the CPU backend's ops at GPT-2 124M training shapes (B=4, T=256, C=768, NH=12,
 // V=50257, Vp=50304) and prints ms per call and per training step (x12 layers where the op runs
-// per layer). Not a test. Build: make bench-cpu; run: build/cpu/dev/bench_ops [threads] [B] [T]
+// per layer). Not a test. Build: make bench-cpu; run: build/cpu/dev/bench_ops [threads] [B] [T] [fp32|bf16]
+// (the last: the GEMM precision, ops_set_gemm_dtype; the matmuls and classifier_train use it)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,9 @@ int main(int argc, char** argv) {
     int T = argc > 3 ? atoi(argv[3]) : 256;
     const int C = 768, NH = 12, V = 50257, Vp = 50304, L = 12, reps = 5;
     ops_init(threads);
-    printf("backend: %s, B=%d T=%d C=%d NH=%d\n", ops_backend_name(), B, T, C, NH);
+    if (argc > 4 && strcmp(argv[4], "bf16") == 0) ops_set_gemm_dtype(OPS_BF16);
+    printf("backend: %s, B=%d T=%d C=%d NH=%d, %s GEMMs\n", ops_backend_name(), B, T, C, NH,
+           ops_gemm_dtype() == OPS_BF16 ? "bf16" : "fp32");
     size_t N = (size_t)B * T;
     double total_ms = 0.0;
     float* qkv = rand_buf(N * 3 * C, 4.0f);
@@ -76,6 +79,13 @@ int main(int argc, char** argv) {
     TIME_BEST("fused_classifier (with dlogits)", 1, reps,
               (memcpy(logits, logits0, N * Vp * sizeof(float)),
                fused_classifier(losses, logits, targets, 1.0f / (float)N, (int)N, V, Vp)));
+    float* xcls = rand_buf(N * C, 2.0f);
+    float* wte = rand_buf((size_t)Vp * C, 0.1f);
+    float* dwte = rand_buf((size_t)Vp * C, 0.0f);
+    float* scratch = (float*)ops_alloc((size_t)classifier_rows((int)N) * Vp * sizeof(float));
+    TIME_BEST("classifier_train (lm_head fwd+bwd)", 1, reps,
+              classifier_train(losses, dout, dwte, scratch, xcls, wte, targets, 1.0f / (float)N, (int)N, C, V, Vp));
+    ops_free(xcls); ops_free(wte); ops_free(dwte); ops_free(scratch);
     size_t nparam = 124475904;
     float* p = rand_buf(nparam, 0.1f);
     float* g = rand_buf(nparam, 0.1f);

@@ -1,4 +1,7 @@
 #include "cli.h"
+#include <stdio.h>
+#include <string.h>
+#include "ops.h"
 
 void cli_sample_defaults(SampleFlags* f) {
     f->prompt = "<|endoftext|>";
@@ -30,4 +33,22 @@ ArgSpec cli_flag_seed(int* dst) {
 ArgSpec cli_flag_threads(int* dst) {
     ArgSpec s = {"--threads", NULL, ARG_INT, dst, "N", "CPU threads; 0 = all cores", 0, 4096, NULL};
     return s;
+}
+
+static const char* const DTYPE_NAMES[] = {"auto", "fp32", "bf16", NULL};
+
+ArgSpec cli_flag_dtype(const char** dst) {
+    ArgSpec s = {"--dtype", NULL, ARG_STR, dst, "D", "GEMM precision: fp32, bf16 (bf16 operands, fp32 accumulation; with LoRA the frozen base is held in bf16), auto = bf16 where the hardware computes it natively (CPU: AVX512-BF16 or AMX), fp32 otherwise", 1, 0, DTYPE_NAMES};
+    return s;
+}
+
+int cli_apply_dtype(const char* dtype, char* desc, size_t cap) {
+    const char* why = "";
+    const int native = ops_bf16_native(&why);
+    const int autoset = dtype == NULL || strcmp(dtype, "auto") == 0;
+    const int bf16 = autoset ? native : strcmp(dtype, "bf16") == 0;
+    ops_set_gemm_dtype(bf16 ? OPS_BF16 : OPS_F32);
+    snprintf(desc, cap, "%s (%s: %s)", bf16 ? "bf16 GEMMs, fp32 accumulation" : "fp32",
+             autoset ? "auto" : "--dtype", why);
+    return bf16;
 }

@@ -183,6 +183,8 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
         fatal("use a --seq-len (or prompt + new tokens) no larger than the model's n_positions",
               "sequences of %d tokens exceed the model's maximum sequence length %d (n_positions)", T, m->cfg.max_seq_len);
     if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); free(m->inputs_host); }
+    if (m->acts.logits) ops_free(m->acts.logits);
+    m->acts.logits = NULL;
     m->B = B; m->T = T;
     size_t L = (size_t)m->cfg.num_layers, C = (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
     size_t BT = (size_t)B * T, Vp = (size_t)m->cfg.padded_vocab_size, X = sizeof(floatX), F = sizeof(float);
@@ -193,13 +195,13 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
         (void**)&a->encoded, (void**)&a->ln1, (void**)&a->ln1_mean, (void**)&a->ln1_rstd, (void**)&a->qkv,
         (void**)&a->atty, (void**)&a->att_lse, (void**)&a->attproj, (void**)&a->residual2, (void**)&a->ln2,
         (void**)&a->ln2_mean, (void**)&a->ln2_rstd, (void**)&a->fch, (void**)&a->fch_gelu, (void**)&a->fcproj,
-        (void**)&a->residual3, (void**)&a->lnf, (void**)&a->lnf_mean, (void**)&a->lnf_rstd, (void**)&a->logits,
+        (void**)&a->residual3, (void**)&a->lnf, (void**)&a->lnf_mean, (void**)&a->lnf_rstd, (void**)&a->cls_logits,
         (void**)&a->losses };
     size_t abytes[] = {
         BT * C * X, Lln * BT * C * X, L * BT * F, L * BT * F, L * BT * 3 * C * X,
         L * BT * C * X, L * B * NH * T * F, L * BT * C * X, L * BT * C * X, Lln * BT * C * X,
         L * BT * F, L * BT * F, L * BT * 4 * C * X, Lg * BT * 4 * C * X, L * BT * C * X,
-        L * BT * C * X, BT * C * X, BT * F, BT * F, BT * Vp * X,
+        L * BT * C * X, BT * C * X, BT * F, BT * F, (size_t)classifier_rows((int)BT) * Vp * X,
         BT * F };
     int na = (int)(sizeof(abytes) / sizeof(abytes[0]));
     m->act_bytes = carve(NULL, NULL, abytes, na);
@@ -224,6 +226,7 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
 }
 
 void gpt2_free(GPT2* m) {
+    if (m->acts.logits) ops_free(m->acts.logits);
     if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); free(m->inputs_host); }
     if (m->params) ops_free(m->params);
     if (m->grads) ops_free(m->grads);
@@ -326,6 +329,16 @@ static GPT2BlockIO block_io(GPT2* m, int l, int B, int T) {
     return io;
 }
 
+// The logits of all N rows into acts.logits, for the callers that read them (tests, sampling
+// without the key/value cache): allocated by the first forward without targets (training never
+// makes one).
+static void gpt2_logits_forward(GPT2* m, int N) {
+    GPT2Acts* a = &m->acts;
+    const size_t rows = (size_t)m->B * m->T, Vp = (size_t)m->cfg.padded_vocab_size;
+    if (!a->logits) a->logits = (floatX*)ops_alloc(rows * Vp * sizeof(floatX));
+    matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, m->cfg.channels, (int)Vp);
+}
+
 // The forward up to the per-token losses (acts.losses, when targets are given).
 static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
     if (B > m->B || T > m->T) fatal("this is a bug in llmc", "forward with B=%d T=%d beyond allocated %d x %d", B, T, m->B, m->T);
@@ -352,10 +365,15 @@ static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, int
     }
     // lm_head is tied to wte: logits = lnf @ wte^T over the padded vocabulary.
     UNIT_NEED(m, UNIT_HEAD(m));
-    matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, C, Vp);
-    m->has_targets = targets != NULL && dloss != 0.0f; // (with dloss 0 the logits stay logits)
-    if (targets) fused_classifier(a->losses, a->logits, m->targets, dloss, N, V, Vp);
-    if (!m->has_targets) UNIT_RELEASE(m, UNIT_HEAD(m)); // (else backward starts with this unit)
+    m->has_targets = targets != NULL && dloss != 0.0f;
+    if (!targets) { gpt2_logits_forward(m, N); UNIT_RELEASE(m, UNIT_HEAD(m)); return; }
+    // With targets, the classifier op does lm_head, the losses and (training) their backward as
+    // far as lnf and wte, in row blocks of classifier_rows: the logits never exist whole. dlnf
+    // waits in the backward scratch's dln for gpt2_backward.
+    if (dloss != 0.0f) ops_zero(m->scr.dln, (size_t)N * C * sizeof(floatX));
+    classifier_train(a->losses, dloss != 0.0f ? m->scr.dln : NULL, dloss != 0.0f ? m->g[PT_WTE] : NULL, a->cls_logits,
+                     a->lnf, m->p[PT_WTE], m->targets, dloss, N, C, V, Vp);
+    if (!m->has_targets) UNIT_RELEASE(m, UNIT_HEAD(m)); // (else backward starts with this unit: ln_f)
 }
 
 double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, long* n_valid) {
@@ -380,18 +398,17 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
     if (!m->has_targets) fatal("this is a bug in llmc", "gpt2_backward without a training forward (targets and dloss != 0)");
     const int B = m->cur_B, T = m->cur_T;
     const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads;
-    const int Vp = m->cfg.padded_vocab_size;
     const int N = B * T;
     const size_t BTC = (size_t)N * C;
     GPT2Acts* a = &m->acts;
     GPT2Scratch* s = &m->scr;
 
-    // logits now hold dlogits. lm_head backward: the tied wte gets its first gradient here.
+    // the training forward did lm_head's backward: s->dln holds dlnf, wte has its first gradient
+    // (ZeRO 3: in the head's gradient bucket, reduced after the whole backward); ln_f's is next
+    // Each activation gradient from here on is written by its first contribution (accumulate 0)
+    // rather than zeroed and added to; only dresidual, which every layernorm adds into, accumulates.
     UNIT_NEED(m, UNIT_HEAD(m));
     UNIT_PREFETCH(m, L - 1);
-    // Each activation gradient is written by its first contribution (accumulate 0) rather than
-    // zeroed and added to; only dresidual, which every block's layernorms add into, accumulates.
-    matmul_backward(s->dln, m->g[PT_WTE], NULL, a->logits, a->lnf, m->p[PT_WTE], N, C, Vp, 0);
     layernorm_backward(s->dresidual, m->g[PT_LNFW], m->g[PT_LNFB], s->dln, a->residual3 + (size_t)(L - 1) * BTC,
                        m->p[PT_LNFW], a->lnf_mean, a->lnf_rstd, N, C, 0);
     UNIT_RELEASE(m, UNIT_HEAD(m));

@@ -35,7 +35,8 @@ typedef struct {
     floatX* lnf;       // (B, T, C)
     float*  lnf_mean;  // (B, T)
     float*  lnf_rstd;  // (B, T)
-    floatX* logits;    // (B, T, Vp); overwritten by dlogits in a training forward
+    floatX* cls_logits;// (classifier_rows(B*T), Vp): the classifier's row block (llmc/ops.h)
+    floatX* logits;    // (B, T, Vp) of a forward without targets (allocated by the first one)
     float*  losses;    // (B, T)
 } GPT2Acts;
 
@@ -167,8 +168,9 @@ floatX* gpt2_grad_slice(const GPT2* m, ParamId id, int l);
 
 // Forward on host token arrays (B*T each; targets may be NULL). With targets, computes the
 // per-token losses and returns the sum of losses over targets >= 0 (count in *n_valid).
-// If dloss != 0 the logits buffer is turned into dlogits scaled by dloss, ready for backward.
-// Without targets returns 0 and leaves logits in acts.logits.
+// If dloss != 0 (a training forward) the classifier's backward is done too: the gradient of
+// lnf waits for gpt2_backward, and wte's gradient is ADDED here (zero gradients before the
+// forward). Without targets returns 0 and leaves logits in acts.logits.
 double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss,
                     long* n_valid);
 // The training forward (targets required): as gpt2_forward, but the sum of the losses is added

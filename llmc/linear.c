@@ -1,5 +1,6 @@
 #include "linear.h"
 #include "check.h"
+#include "bf16.h"
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,7 @@ void linear_set_alloc(LinearSet* s, int rows) {
     for (int i = 0; i < s->n_layers * LINEAR_PER_BLOCK; i++) {
         const Linear* x = &s->layers[i];
         const size_t n = (size_t)x->out * x->in;
-        if (x->w.kind != LINEAR_W_DENSE && n > wmax) wmax = n;
+        if (x->w.kind == LINEAR_W_NF4 && n > wmax) wmax = n;
         if (!x->has_adapter) continue;
         if (x->in > max_in) max_in = x->in;
         if (x->ad.rank > max_r) max_r = x->ad.rank;
@@ -120,6 +121,11 @@ void linear_use_nf4(Linear* x, const NF4Tensor* t, const Nf4Op* op) {
     x->w.nf4_op = op;
 }
 
+void linear_use_bf16(Linear* x, const uint16_t* W) {
+    x->w.kind = LINEAR_W_BF16;
+    x->w.bf16 = W;
+}
+
 void linear_set_adapter(Linear* x, const LinearAdapter* a) {
     if (!x->has_adapter) x->sh->n_adapters++;
     x->ad = *a;
@@ -145,6 +151,14 @@ void linear_weight_to_host(const Linear* x, float* out) {
     switch (x->w.kind) {
     case LINEAR_W_DENSE: ops_download_f32(out, x->w.dense, (size_t)x->out * x->in); return;
     case LINEAR_W_NF4: nf4_dequantize(x->w.nf4, out); return;
+    case LINEAR_W_BF16: {
+        const size_t n = (size_t)x->out * x->in;
+        uint16_t* h = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        ops_to_host(h, x->w.bf16, n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32(h[i]);
+        free(h);
+        return;
+    }
     default: break;
     }
     fatal("this is a bug in llmc", "linear layer [%d, %d] has no weight source", x->out, x->in);
@@ -208,31 +222,38 @@ static void adapter_backward(const Linear* x, floatX* dinp, const floatX* dout, 
 // ----------------------------------------------------------------------------
 // the layer
 
+// The base matmul, from whichever weight source the layer has.
+static void base_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX* inp, int N) {
+    if (x->w.kind == LINEAR_W_BF16) matmul_forward_w16(out, gelu_out, inp, x->w.bf16, x->b, N, x->in, x->out);
+    else matmul_forward(out, gelu_out, inp, linear_weight(x), x->b, N, x->in, x->out);
+}
+
 void linear_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX* inp, int N) {
-    const floatX* W = linear_weight(x);
     if (!x->has_adapter) {
-        matmul_forward(out, gelu_out, inp, W, x->b, N, x->in, x->out);
+        base_forward(x, out, gelu_out, inp, N);
         return;
     }
     // the GELU epilogue (mlp.c_fc) must see the pre-activation including the adapter's term,
     // so the base matmul runs without it and GELU is applied after the add
-    matmul_forward(out, NULL, inp, W, x->b, N, x->in, x->out);
+    base_forward(x, out, NULL, inp, N);
     adapter_forward(x, out, inp, N);
     if (gelu_out) gelu_forward(gelu_out, out, (size_t)N * x->out);
 }
 
 void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N, int accumulate) {
-    // (a frozen weight, dense or NF4, has no gradient: dw is NULL)
-    matmul_backward(dinp, x->dw, x->db, dout, inp, linear_weight(x), N, x->in, x->out, accumulate);
+    // (a frozen weight, dense, NF4 or bf16, has no gradient: dw is NULL)
+    if (x->w.kind == LINEAR_W_BF16) matmul_backward_w16(dinp, x->db, dout, x->w.bf16, N, x->in, x->out, accumulate);
+    else matmul_backward(dinp, x->dw, x->db, dout, inp, linear_weight(x), N, x->in, x->out, accumulate);
     if (x->has_adapter) adapter_backward(x, dinp, dout, inp, N);
 }
 
 void linear_backward_gelu(const Linear* x, floatX* dpre, floatX* dact, const floatX* dout, const floatX* inp,
                           const floatX* pre, int N) {
-    if (!x->has_adapter) {
+    if (!x->has_adapter && x->w.kind != LINEAR_W_BF16) {
         matmul_backward_gelu(dpre, x->dw, x->db, dout, inp, pre, linear_weight(x), N, x->in, x->out);
         return;
     }
+    // the adapter's part (or a weight held in bf16, which has no fused op) goes through dact
     linear_backward(x, dact, dout, inp, N, 0);
     gelu_backward(dpre, pre, dact, (size_t)N * x->in, 0);
 }

@@ -42,6 +42,8 @@ typedef enum {
     LINEAR_W_NONE = 0,    // no source yet (a bug if the layer runs)
     LINEAR_W_DENSE,       // floatX [out, in] in the model's parameters
     LINEAR_W_NF4,         // NF4 [out, in], dequantized into the shared buffer for each matmul
+    LINEAR_W_BF16,        // bf16 [out, in] (raw bit patterns) in backend memory: a frozen weight at
+                          // half the memory where floatX is fp32 (LoRA with --dtype bf16 on the CPU)
 } LinearWeightKind;
 
 typedef struct {
@@ -49,6 +51,7 @@ typedef struct {
     const floatX* dense;      // LINEAR_W_DENSE
     const NF4Tensor* nf4;     // LINEAR_W_NF4: the host tensor (host copies of the weight) ...
     const Nf4Op* nf4_op;      //   ... and its backend handle (the matmuls)
+    const uint16_t* bf16;     // LINEAR_W_BF16
 } LinearWeight;
 
 typedef struct {
@@ -113,6 +116,7 @@ void linear_set_zero_grads(LinearSet* s);
 // Weight sources (shapes must be the layer's [out, in]).
 void linear_use_dense(Linear* x, const floatX* W);
 void linear_use_nf4(Linear* x, const NF4Tensor* t, const Nf4Op* op);
+void linear_use_bf16(Linear* x, const uint16_t* W);
 // Put an adapter on the layer (copied; its buffers stay the caller's).
 void linear_set_adapter(Linear* x, const LinearAdapter* a);
 
@@ -123,8 +127,9 @@ void linear_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX
 void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N, int accumulate);
 // The backward of a layer whose input is inp = gelu(pre) (mlp.c_proj), to the gradient of pre:
 // dpre = gelu'(pre) * (dout W + the adapter branch's part), written. Without an adapter one GEMM
-// with the GELU derivative in its epilogue; with one, the gradient of inp goes through dact
-// (N x in scratch) first, since the adapter's part must be added before the derivative applies.
+// with the GELU derivative in its epilogue; with one (or a weight held in bf16), the gradient of
+// inp goes through dact (N x in scratch) first, since the adapter's part must be added before
+// the derivative applies.
 void linear_backward_gelu(const Linear* x, floatX* dpre, floatX* dact, const floatX* dout, const floatX* inp,
                           const floatX* pre, int N);
 // The weight as host fp32 [out, in] (an NF4 weight: dequant(quant(W))).

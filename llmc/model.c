@@ -3,6 +3,8 @@
 #include "config.h"
 #include "model_io.h"
 #include "peft_io.h"
+#include "bf16.h"
+#include <stdlib.h>
 #include <string.h>
 
 // Step 1: the config and the fp32 weights. *host is malloc'd here (*owned = 1) or the caller's.
@@ -59,6 +61,33 @@ static void model_bind_nf4(Model* m) {
         for (int l = 0; l < b->L; l++) linear_use_nf4(linear_at(m->gpt.lin, l, k), &b->t[k * b->L + l], b->dev[k * b->L + l]);
 }
 
+// Step 5a': the frozen linear weights rounded to bf16 (to nearest even, as torch's
+// .to(bfloat16)), in backend memory, as every layer's weight source; the fp32 copies are never
+// allocated (the same skip mask as NF4's).
+static void model_bind_bf16(Model* m, const ParamTable* pt, const float* host) {
+    const int L = pt->cfg.num_layers;
+    size_t total = 0, max_layer = 0;
+    for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
+        const size_t n = params_layer_numel(pt, linear_weight_id(k));
+        total += n * (size_t)L;
+        if (n > max_layer) max_layer = n;
+    }
+    m->base16 = (uint16_t*)ops_alloc(total * sizeof(uint16_t));
+    uint16_t* tmp = (uint16_t*)mallocCheck(max_layer * sizeof(uint16_t));
+    size_t off = 0;
+    for (int k = 0; k < LINEAR_PER_BLOCK; k++)
+        for (int l = 0; l < L; l++) {
+            const ParamId id = linear_weight_id(k);
+            const size_t n = params_layer_numel(pt, id);
+            const float* w = host + params_layer_offset(pt, id, l);
+            for (size_t i = 0; i < n; i++) tmp[i] = bf16_from_f32(w[i]);
+            ops_to_device(m->base16 + off, tmp, n * sizeof(uint16_t));
+            linear_use_bf16(linear_at(m->gpt.lin, l, k), m->base16 + off);
+            off += n;
+        }
+    free(tmp);
+}
+
 // Step 5b: the adapters onto their linear layers, their dropout, and the base slices they train
 // pointed at the model's (with the values an adapter file gave them).
 static void model_bind_lora(Model* m) {
@@ -92,8 +121,10 @@ void model_assemble(Model* m, const ModelSpec* s) {
         if (owned) qlora_release_host(&pt, host);
     }
     const unsigned trainable = s->trainable | (m->lora ? lora_base_trainable_mask(m->lora) : 0u);
-    gpt2_init(&m->gpt, &cfg, trainable, m->nf4 ? QLORA_MASK : 0u);
+    const int base16 = s->base_bf16 && m->lora && !m->nf4 && ops_caps().floatx == OPS_F32;
+    gpt2_init(&m->gpt, &cfg, trainable, m->nf4 || base16 ? QLORA_MASK : 0u);
     if (m->nf4) model_bind_nf4(m);
+    if (base16) model_bind_bf16(m, &pt, host);
     gpt2_set_params(&m->gpt, host);
     if (owned) free(host);
     if (s->B > 0 && s->T > cfg.max_seq_len) {
@@ -115,6 +146,7 @@ void model_free(Model* m) {
         m->lora->extra[i].p = m->lora->extra[i].g = NULL;
     gpt2_free(&m->gpt);
     qlora_free(m->nf4);
+    if (m->base16) ops_free(m->base16);
     if (m->owns_lora) lora_free(m->lora);
     memset(m, 0, sizeof(*m));
 }

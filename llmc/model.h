@@ -7,7 +7,7 @@
 //   3. QLoRA: the linear weights quantized to NF4 (always for a 4-bit checkpoint);
 //   4. the GPT2 tensors (gradients for the trainable tensors and the base slices the adapters
 //      train; no floatX copy of NF4 weights) and the parameters;
-//   5. the linear layers' NF4 weights and adapters (llmc/linear.h), the base slices the adapters
+//   5. the linear layers' NF4 or bf16 weights and adapters (llmc/linear.h), the base slices the adapters
 //      train pointed at the model's; the recompute level, the activations (and adapter values
 //      from a checkpoint, on resume).
 #ifndef LLMC_MODEL_H
@@ -43,6 +43,9 @@ typedef struct {
     const float* host;
     uint64_t seed;             // initialization of a size descriptor
     int qlora;                 // the linear weights as NF4 (a 4-bit checkpoint always is)
+    int base_bf16;             // with adapters and without NF4, on a backend whose floatX is fp32:
+                               // the frozen linear weights held in bf16 only (half the memory;
+                               // --dtype bf16 on the CPU), their matmuls in bf16
     unsigned trainable;        // table tensors with gradients (GPT2_TRAIN_ALL, or 0); the base
                                // slices the adapters train are added
     int recompute;             // GPT2_RECOMPUTE_*
@@ -56,6 +59,7 @@ typedef struct {
     GPT2 gpt;
     LoraModel* lora;           // the attached adapters, or NULL
     Nf4Base* nf4;              // the NF4 base weights, or NULL
+    uint16_t* base16;          // the bf16 base weights (ModelSpec.base_bf16), or NULL
     int owns_lora;
     char source[MODEL_SOURCE_MAX]; // where the weights came from, for reports and messages
 } Model;

@@ -2,9 +2,10 @@
 // backend's lifetime, memory and capabilities. gpt2.c, linear.c, lora.c, ... call these neutral
 // names only, so they are the same source for both backends.
 //
-// Backends: llmc/cpu/ (fp32, OpenMP, OpenBLAS) and llmc/cuda/ (bf16 storage, fp32 accumulation,
-// cuBLASLt and our own kernels). Each implements every function below under its own prefix
-// (cpu_encoder_forward, cuda_encoder_forward, ...), declared in one header per backend
+// Backends: llmc/cpu/ (fp32 storage, OpenMP, GEMMs in fp32 (OpenBLAS) or bf16 (oneDNN)) and
+// llmc/cuda/ (bf16 storage, fp32 accumulation, cuBLASLt and our own kernels). Each implements
+// every function below under its own prefix (cpu_encoder_forward, cuda_encoder_forward, ...),
+// declared in one header per backend
 // (llmc/cpu/ops_cpu.h, llmc/cuda/ops_cuda.h), in files split the same way in both folders (the
 // groups below name them), and one dispatch file per backend (llmc/cpu/dispatch.c,
 // llmc/cuda/dispatch.cu) defines these names by calling its backend's. A program links one
@@ -93,6 +94,20 @@ void ops_synchronize(void);
 // the attention backward without float atomics; 0 allows its faster atomic variant. The CPU
 // backend is always deterministic.
 void ops_set_deterministic(int on);
+// The precision of the GEMMs (matmul_*): OPS_F32, or OPS_BF16 = operands rounded to bf16 (round
+// to nearest even), products accumulated and written in fp32 (floatX). The CPU backend does both
+// (fp32: OpenBLAS; bf16: oneDNN) and starts in fp32; the CUDA backend computes in bf16 only and
+// refuses OPS_F32. ops_bf16_native says whether bf16 GEMMs run natively here (the CPU: AVX512-BF16
+// or AMX-BF16; a GPU: always), with a phrase saying why, for --dtype auto and its banner line.
+void ops_set_gemm_dtype(OpsDtype d);
+OpsDtype ops_gemm_dtype(void);
+int ops_bf16_native(const char** why);
+// The step split by op (--profile): ops_profile(1) clears the tally and starts timing every op
+// call, 0 stops; ops_profile_print writes the tally per step over `steps` steps to stdout (op,
+// shape for GEMMs, ms per step, calls, share). The CPU backend tallies (its ops are synchronous);
+// the CUDA backend prints that it has no tally (profile it with Nsight Systems).
+void ops_profile(int on);
+void ops_profile_print(long steps);
 
 // ----------------------------------------------------------------------------
 // embeddings (encoder.c / encoder.cu)
@@ -138,6 +153,14 @@ void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX*
 // d(inp) and reading it back (the CUDA backend: cuBLASLt's DGELU epilogue with pre as its aux).
 void matmul_backward_gelu(floatX* dpre, floatX* dweight, floatX* dbias, const floatX* dout,
                           const floatX* inp, const floatX* pre, const floatX* weight, int N, int C, int OC);
+
+// The same with the weight held in bf16 (raw bit patterns, uint16_t [OC, C]): a frozen weight
+// kept at half the memory on a backend whose floatX is fp32 (LoRA's base on the CPU with --dtype
+// bf16). Computed in bf16 GEMMs whatever ops_gemm_dtype says; there is no weight gradient.
+void matmul_forward_w16(floatX* out, floatX* gelu_out, const floatX* inp, const uint16_t* weight,
+                        const floatX* bias, int N, int C, int OC);
+void matmul_backward_w16(floatX* dinp, floatX* dbias, const floatX* dout, const uint16_t* weight,
+                         int N, int C, int OC, int accumulate);
 
 // ----------------------------------------------------------------------------
 // element-wise (elementwise.c / elementwise.cu)
@@ -193,6 +216,16 @@ void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, fl
 // dloss * (softmax - onehot(target)) (zero for ignored rows and for padded columns).
 void fused_classifier(float* losses, floatX* logits, const int* targets, float dloss,
                       int N, int V, int Vp);
+
+// The classifier of a training forward, whole: logits = x[N, C] @ w[Vp, C]^T (lm_head, the tied
+// wte), losses as fused_classifier's, and with dloss != 0 its backward as well:
+// dx[N, C] += dlogits @ w, dw[Vp, C] += dlogits^T @ x (dw may be NULL: frozen wte). logits is
+// scratch of classifier_rows(N) rows x Vp: the CPU backend goes through the rows in blocks of
+// that many (512), so the whole [N, Vp] logits never exist (206 MB at N = 1024, 824 MB at 4096);
+// CUDA's kernels use all N rows at once.
+int classifier_rows(int N);
+void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
+                      const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp);
 
 // ----------------------------------------------------------------------------
 // optimizer (adamw.c / adamw.cu) and reductions (reduce.c / reduce.cu)

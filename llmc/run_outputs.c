@@ -120,6 +120,8 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
     // QLoRA: host holds dequant(quant(W)) for the quantized weights (gpt2_get_params), the
     // matrices the adapter was trained against, so that is what the adapter is merged into
     if (m->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
+    // --dtype bf16 on a fp32 backend held the frozen weights in bf16 only: the same reasoning
+    if (m->base16) printf("merged: adapter merged into the bf16 base weights (--dtype bf16 holds the frozen weights in bf16: the weights it was trained against)\n");
     if (c->save_hf) {
         convert_write_hf(dir, pt, host, o->vocab);
         printf("saved: %s/ config.json + model.safetensors + generation_config.json%s (transformers)\n", dir,

@@ -29,7 +29,7 @@ static void flag_defaults(TrainFlags* f, TrainMode mode) {
     f->beta1 = 0.9f; f->beta2 = 0.95f; f->eps = 1e-8f;
     f->eval_every = 0; f->eval_batches = "8"; f->save_every = 0; f->keep_checkpoints = 2;
     f->seed = 1337; f->threads = 0; f->shuffle = 0; f->max_skipped = 10;
-    f->save_format = "both"; f->zero = 0; f->deterministic = 1;
+    f->save_format = "both"; f->zero = 0; f->deterministic = 1; f->dtype = "auto";
     f->watchdog_timeout = (float)COMM_WATCHDOG_DEFAULT_S;
     cli_sample_defaults(&f->sample);
     // LoRA: PEFT's defaults where PEFT has one (dropout 0)
@@ -76,6 +76,8 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         cli_flag_seed(&f->seed),
         {"--shuffle", NULL, ARG_BOOL, &f->shuffle, NULL, "shuffle shard and batch order every epoch (default: sequential)", 1, 0, NULL},
         cli_flag_threads(&f->threads),
+        cli_flag_dtype(&f->dtype),
+        {"--profile", NULL, ARG_BOOL, &f->profile, NULL, "time every op and print the step split by op at the end (from the second step on; CPU backend)", 1, 0, NULL},
         {"--watchdog-timeout", NULL, ARG_FLOAT, &f->watchdog_timeout, "SECONDS", "end every rank with a message naming the stuck one when a rank makes no progress (stopped, hung GPU, deadlock) for SECONDS beyond the slowest step seen; 0 = off", 0, 1e6, NULL},
         {"--deterministic", NULL, ARG_INT, &f->deterministic, "0|1", "1: kernels give identical results run to run; 0 allows faster non-deterministic ones (CUDA attention backward)", 0, 1, NULL},
         {"--zero", "-z", ARG_INT, &f->zero, "S", "ZeRO stage across ranks: 0 all-reduce gradients, 1 shard optimizer state, 2 shard gradients too, 3 shard the parameters too (FSDP: one unit per block + embedding/head, gathered when used; docs/ZERO.md)", 0, 3, NULL},

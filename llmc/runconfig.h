@@ -64,6 +64,8 @@ typedef struct {
     float early_stopping_min_delta;
     int seed, threads, shuffle, max_skipped;
     int zero, recompute, deterministic;
+    int profile;                 // --profile: the step split by op at the end
+    const char* dtype;           // --dtype fp32|bf16|auto (resolved by cli_apply_dtype at start-up)
     int zero3_keep;              // --zero 3: keep gathered units from forward to backward
     int shard_group;             // --zero 3: shard within groups of this many ranks; 0 = all
     float memory_budget;         // MiB per rank the model state and activations must fit; 0 = none

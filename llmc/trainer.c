@@ -76,6 +76,7 @@ typedef struct {
     int* prompt_ids;
     int n_prompt;
     KVCache* kv;
+    char dtype_desc[160];      // --dtype as applied, for the banner
 } Run;
 
 static const char* const HINT_FLAGS = "run with --help to see every flag";
@@ -375,6 +376,7 @@ static void build_model(Run* r, long resume_step) {
     }
     spec.seed = (uint64_t)f->seed;
     spec.qlora = c->qlora;
+    spec.base_bf16 = ops_gemm_dtype() == OPS_BF16;
     spec.trainable = c->mode == TRAIN_FULL ? GPT2_TRAIN_ALL : 0u;
     spec.recompute = f->recompute;
     spec.B = f->batch_size; spec.T = f->seq_len; spec.T_flag = "--seq-len";
@@ -533,6 +535,7 @@ static void report_model(Run* r) {
     size_t trainable = r->opt.total - pad_rows, total_params = params_count_unpadded(&r->model->pt);
     if (r->lora) trainable = r->opt.total - (r->lora->total - r->lora->n_trainable); // without the q/k/v split's structural zeros
     say(r, "backend: %s\n", ops_backend_name());
+    say(r, "dtype: %s\n", r->dtype_desc);
     say(r, "model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", r->m.source,
            cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, total_params);
     if (r->lora) {
@@ -581,6 +584,7 @@ static void report_memory(Run* r) {
                mib(qlora_replaced_numel(&r->model->pt) * sizeof(floatX)), sizeof(floatX) == 4 ? "fp32" : "bf16",
                mib(wbuf), mib(gpt2_param_bytes(r->model)));
     }
+    if (r->m.base16) qb = qlora_replaced_numel(&r->model->pt) * sizeof(uint16_t); // the frozen base held in bf16
     // floatX is 2 bytes on the CUDA backend (bf16 params, grads, activations) and 4 on the CPU;
     // the optimizer state is fp32 m, v and, with bf16 params, an fp32 master copy
     const char* xt = sizeof(floatX) == 2 ? "bf16" : "fp32";
@@ -594,7 +598,7 @@ static void report_memory(Run* r) {
     }
     say(r, "memory (this rank): params %.1f MiB (%s%s) | grads %.1f MiB (%s) | optimizer %.1f MiB (fp32 m, v%s) | "
            "activations %.1f MiB (%s, recompute %d) | total %.1f MiB\n",
-           mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",
+           mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : r->m.base16 ? ", bf16 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",
            mib(ab), xt, f->recompute, mib(pb + qb + gb + gsb + ob + ab));
     if (f->memory_budget > 0 && mib(pb + qb + gb + gsb + ob + ab) > f->memory_budget)
         fatal("raise --memory-budget, or shard more (--zero 3 over more ranks), or lower --batch-size / raise --recompute",
@@ -747,6 +751,8 @@ static int train_loop(Run* r) {
             eval_and_track(r);
         }
         if (last || r->early_stopped) return 0;
+        // --profile: the tally starts after this run's first step (it warms up), or with a lone step
+        if (f->profile && (r->steps_this_run == 1 || (r->steps_this_run == 0 && r->steps - r->step == 1))) ops_profile(1);
         double t0 = timer_now_s();
         comm_watchdog_op(&r->comm, "step %ld", r->step + 1);
         StepResult s = train_step(r);
@@ -806,6 +812,7 @@ static void start_backend(Run* r) {
     device_select(&r->comm); // before ops_init: the backend's handles belong to the current GPU
     ops_init(r->c->f.threads);
     ops_set_deterministic(r->c->f.deterministic);
+    cli_apply_dtype(r->c->f.dtype, r->dtype_desc, sizeof(r->dtype_desc));
     device_attach(&r->comm); // CUDA: NCCL for the device collectives, even with one rank
 }
 
@@ -850,6 +857,8 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     runsignal_deferred(); // from the first write on, they stop the loop with a checkpoint
     open_out_dir(r);
     const int stop = train_loop(r);
+    if (rc.f.profile && r->rank == 0) ops_profile_print(r->steps_this_run > 1 ? r->steps_this_run - 1 : 1);
+    ops_profile(0);
     comm_watchdog_op_unbounded(&r->comm, "final sample and save");
     // a run whose last steps were not finite keeps its last good checkpoint and writes no model
     const int diverged = !stop && r->consecutive_bad > 0;

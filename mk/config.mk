@@ -91,7 +91,10 @@ else
   HOST_LIBS := -lopenblas -l:libutf8proc.a -lm -lpthread
   LDFLAGS := -fopenmp $(SANFLAGS)
 endif
-HOST_LIBS += $(MPI_LIBS)
+# oneDNN: the CPU backend's bf16 GEMMs (llmc/cpu/gemm.c; Debian libdnnl-dev ships no static
+# library). --as-needed records it only in programs that call it (not the CUDA programs, whose
+# GPU machines lack it).
+HOST_LIBS += -Wl,--as-needed -ldnnl -Wl,--no-as-needed $(MPI_LIBS)
 
 # CUDA runtime libraries of a CUDA build (libcuda, the driver, is loaded by the runtime when it
 # runs: no GPU or driver is needed to link).

@@ -22,7 +22,7 @@ HAVE_FUZZ := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && \
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -fno-omit-frame-pointer -march=native -fopenmp -Illmc -I. -Itest/fuzz \
     -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-pass-failed \
     -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FUZZ_LIBS := -lopenblas -l:libutf8proc.a -lm -lpthread
+FUZZ_LIBS := -lopenblas -ldnnl -l:libutf8proc.a -lm -lpthread
 FUZZ_LIB_OBJS := $(patsubst %.c,$(FUZZ_DIR)/%.o,$(LIB_SRCS) $(CPU_SRCS))
 FUZZ_BINS := $(patsubst %,$(FUZZ_DIR)/fuzz_%,$(FUZZ_NAMES))
 

@@ -34,6 +34,18 @@ static inline void test_base_free(TestBase* tb) {
     free(tb->weights); free(tb->batch.inputs); free(tb->batch.targets);
 }
 
+// The model tests run as built (the CPU backend: fp32 GEMMs) or, with "bf16" as their argument,
+// with the CPU backend's bf16 GEMMs and, for adapters, the frozen base held in bf16: what
+// --dtype bf16 runs (test/test_cpu_bf16.sh). Then they take the CUDA backend's bf16 tolerances.
+static inline void test_gemm_dtype(int argc, char** argv) {
+    if (argc < 2) return;
+    if (argc > 2 || strcmp(argv[1], "bf16") != 0)
+        fatal("run a model test without arguments, or with bf16", "unknown arguments starting at '%s'", argv[1]);
+    ops_set_gemm_dtype(OPS_BF16);
+}
+// 1 when the model computes in bf16: bf16 storage (CUDA) or bf16 GEMMs (the CPU's bf16 mode).
+static inline int test_is_bf16(void) { return ops_caps().floatx == OPS_BF16 || ops_gemm_dtype() == OPS_BF16; }
+
 // A model on weights in table layout, with gradients for `trainable` (plus what the adapters
 // train), activations for the base's batch, adapters lm (kept by the caller; may be NULL), NF4
 // linear weights with qlora.
@@ -43,6 +55,7 @@ static inline void test_model(Model* m, const TestBase* tb, const float* weights
     memset(&s, 0, sizeof(s));
     s.cfg = &tb->cfg; s.host = weights;
     s.trainable = trainable; s.lora = lm; s.qlora = qlora; s.recompute = recompute;
+    s.base_bf16 = ops_gemm_dtype() == OPS_BF16;
     s.B = tb->batch.B; s.T = tb->batch.T;
     model_assemble(m, &s);
 }

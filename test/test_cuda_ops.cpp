@@ -489,6 +489,29 @@ static void test_attention(int B, int T, int C, int NH) {
     check(name, dwr.get(), cw, RT, 2e-2);
 }
 
+// classifier_train: lm_head, fused classifier and the lm_head's dx / dw (accumulated) against the
+// CPU backend's, which goes through the rows in blocks (N = 600: blocks of 512 and 88 rows there).
+static void test_classifier_train(int N, int C, int V, int Vp) {
+    char name[160];
+    vecf x = rnd_vec((size_t)N * C, 1.0f), w = rnd_vec((size_t)Vp * C, 1.0f);
+    vecf gx = rnd_vec((size_t)N * C, 0.01f), gw = rnd_vec((size_t)Vp * C, 0.01f);
+    std::vector<int> tgt(N);
+    for (int n = 0; n < N; n++) tgt[n] = n % 5 == 2 ? -1 : (n * 7 + 3) % V;
+    const float dscale = 1.0f / N;
+    Dev dx(x), dw(w), dgx(gx), dgw(gw), dlog((size_t)cuda_classifier_rows(N) * Vp);
+    DevI dt(tgt);
+    DevF dloss(N);
+    cuda_classifier_train(dloss.p, dgx.p, dgw.p, dlog.p, dx.p, dw.p, dt.p, dscale, N, C, V, Vp);
+    vecf cl(N), cgx = gx, cgw = gw, clog((size_t)cpu_classifier_rows(N) * Vp);
+    cpu_classifier_train(cl.data(), cgx.data(), cgw.data(), clog.data(), x.data(), w.data(), tgt.data(), dscale, N, C, V, Vp);
+    snprintf(name, sizeof(name), "vs cpu: classifier_train loss (N=%d C=%d V=%d Vp=%d)", N, C, V, Vp);
+    check(name, dloss.get(), cl, 2e-2, 2e-2);
+    snprintf(name, sizeof(name), "vs cpu: classifier_train dx += (N=%d C=%d V=%d Vp=%d)", N, C, V, Vp);
+    check(name, dgx.get(), cgx, RT, 2e-2 * dscale);
+    snprintf(name, sizeof(name), "vs cpu: classifier_train dw += (N=%d C=%d V=%d Vp=%d)", N, C, V, Vp);
+    check(name, dgw.get(), cgw, RT, 2e-2 * dscale);
+}
+
 static void test_classifier(int N, int V, int Vp) {
     char name[160];
     vecf logits = rnd_vec((size_t)N * Vp, 4.0f);
@@ -772,6 +795,7 @@ int main(void) {
     TIMED(test_classifier(4, 37, 40));      // vector path, padded columns
     TIMED(test_classifier(3, 13, 13));      // scalar path
     TIMED(test_classifier(2, 3000, 3008));  // several chunks per thread
+    TIMED(test_classifier_train(600, 32, 200, 256));
     TIMED(test_adamw(1000, 1));
     TIMED(test_adamw(333, 0));
     TIMED(test_null_grads());

@@ -24,7 +24,7 @@
 typedef struct { double logits, rel, loss, grad, step_loss, norm; } Tols;
 static const Tols TOL_BF16 = { 2e-2, 0.0, 5e-3, 2.5e-2, 5e-3, 2e-2 };
 static const Tols TOL_F32 = { 1e-4, 1e-4, 1e-5, 1e-4, 1e-4, 1e-4 };
-static const Tols* tols(void) { return ops_caps().floatx == OPS_BF16 ? &TOL_BF16 : &TOL_F32; }
+static const Tols* tols(void) { return test_is_bf16() ? &TOL_BF16 : &TOL_F32; }
 
 // max |a - b| / max |b|: the figure the tolerances above bound
 static double rel_to_max(const float* a, const float* b, size_t n) {
@@ -69,8 +69,9 @@ static double check_grads(GPT2* mp, const ParamTable* ptp, const GPT2Config* cfg
     return worst;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
     ops_init(0);
+    test_gemm_dtype(argc, argv);
     printf("backend: %s\n", ops_backend_name());
     TestBase tb;
     test_base_load(&tb, REF_DIR);

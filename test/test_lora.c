@@ -41,7 +41,7 @@ typedef struct {
 } Tols;
 static const Tols TOL_BF16 = { 2e-2, 0.0, 5e-3, 6e-2, 0.0, 5e-3, 2e-2, 5e-2, 5e-2, 1.0 / 256, "test_lora_cuda" };
 static const Tols TOL_F32 = { 1e-4, 1e-4, 1e-5, 1e-4, 1e-3, 1e-4, 1e-3, 1e-2, 1e-2, 1e-6, "" };
-static const Tols* tols(void) { return ops_caps().floatx == OPS_BF16 ? &TOL_BF16 : &TOL_F32; }
+static const Tols* tols(void) { return test_is_bf16() ? &TOL_BF16 : &TOL_F32; }
 
 typedef struct { const char* name; const char* targets; int rank; float alpha; int rslora; const char* layers; int bias, ln_f; } SetSpec;
 static const SetSpec SETS[] = {
@@ -176,6 +176,9 @@ static void check_accumulation(const SetSpec* s, StFile* ref, LoraModel* lm, con
     st_read_i32(ref, st_find(ref, "accum.targets"), at);
     Model m;
     test_model(&m, &g_tb, start, lora_base_trainable_mask(lm), lm, 0, 0);
+    if (ops_gemm_dtype() == OPS_BF16 && ops_caps().floatx == OPS_F32) // --dtype bf16 on the CPU
+        TEST_CHECK(m.base16 != NULL && m.gpt.p[PT_QKVW] == NULL && m.gpt.p[PT_FCPROJW] == NULL,
+                   "%s: the frozen linear weights held in bf16 only", s->name);
     long valid = 0;
     for (int i = 0; i < AB * AT; i++) valid += at[i] >= 0;
     gpt2_zero_grads(&m.gpt);
@@ -579,10 +582,13 @@ static void test_124M_counts(void) {
     }
 }
 
-int main(void) {
+int main(int argc, char** argv) {
     ops_init(0);
+    test_gemm_dtype(argc, argv);
     const char* b = getenv("BUILD");
-    snprintf(g_build, sizeof(g_build), "%s%s%s", b && *b ? b : "build", *tols()->out_subdir ? "/" : "", tols()->out_subdir);
+    // (the CPU's bf16 run writes apart from the fp32 one too)
+    const char* sub = ops_gemm_dtype() == OPS_BF16 && ops_caps().floatx == OPS_F32 ? "test_lora_bf16" : tols()->out_subdir;
+    snprintf(g_build, sizeof(g_build), "%s%s%s", b && *b ? b : "build", *sub ? "/" : "", sub);
     test_base_load(&g_tb, BASE_DIR);
     TEST_CHECK(g_tb.batch.valid < g_tb.batch.B * g_tb.batch.T, "the batch has masked targets (the loss is over the unmasked ones only)");
 

@@ -69,8 +69,10 @@ done
 # ---- training: losses equal to one process
 MODEL=test/ref/gpt2_tiny
 make_shard "$TMP/train.bin" 8000 100 5
+# fp32 GEMMs: with bf16 ones a last-bit difference of the reduction order can flip a weight's bf16
+# rounding (test_train_mpi.sh)
 COMMON=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128
-        --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none)
+        --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --dtype fp32)
 LORA=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear --lora-bias lora_only)
 for prog in train_gpt2 train_lora; do
   extra=(); [ $prog = train_lora ] && extra=("${LORA[@]}")

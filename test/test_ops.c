@@ -708,6 +708,81 @@ static void test_classifier_shape(int N, int V, int Vp, float amp) {
     free(targets); free(ld); free(wl); free(gw);
 }
 
+// classifier_train: lm_head + fused classifier + lm_head backward in row blocks (N > the CPU's
+// 512-row block, with a ragged last block), against a double reference of the three ops; in fp32
+// GEMMs and, where the CPU has native bf16, in bf16 GEMMs (bf16 operands: 1e-2 of max |ref|).
+// dx and dw accumulate; NULL dx / dw are skipped.
+static void test_classifier_train(int N, int C, int V, int Vp, int bf16) {
+    char what[160];
+    const size_t nx = (size_t)N * C, nw = (size_t)Vp * C, nl = (size_t)N * Vp;
+    float* x = frandbuf(nx, -1.0f, 1.0f);
+    float* w = frandbuf(nw, -1.0f, 1.0f);
+    int* targets = (int*)malloc((size_t)N * sizeof(int));
+    for (int r = 0; r < N; r++) targets[r] = r % 5 == 2 ? -1 : (int)(urand() * V);
+    const float dloss = 1.0f / (float)N;
+    // reference: logits, losses, dlogits, then dx = dlogits w and dw = dlogits^T x (double)
+    double* lg = dbuf(nl);
+    for (int r = 0; r < N; r++)
+        for (int v = 0; v < Vp; v++) {
+            double acc = 0.0;
+            for (int c = 0; c < C; c++) acc += (double)x[(size_t)r * C + c] * w[(size_t)v * C + c];
+            lg[(size_t)r * Vp + v] = acc;
+        }
+    double* wl = dbuf(N);
+    ref_losses(lg, targets, N, V, Vp, wl);
+    double* dlg = dbuf(nl);
+    for (int r = 0; r < N; r++) {
+        if (targets[r] < 0) continue;
+        const double* l = lg + (size_t)r * Vp;
+        double mx = -INFINITY, sum = 0.0;
+        for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+        for (int v = 0; v < V; v++) sum += exp(l[v] - mx);
+        for (int v = 0; v < V; v++) dlg[(size_t)r * Vp + v] = (double)dloss * (exp(l[v] - mx) / sum - (v == targets[r]));
+    }
+    double* dxw = dbuf(nx);
+    double* dww = dbuf(nw);
+    for (int r = 0; r < N; r++)
+        for (int v = 0; v < V; v++) {
+            const double g = dlg[(size_t)r * Vp + v];
+            if (g == 0.0) continue;
+            for (int c = 0; c < C; c++) {
+                dxw[(size_t)r * C + c] += g * w[(size_t)v * C + c];
+                dww[(size_t)v * C + c] += g * x[(size_t)r * C + c];
+            }
+        }
+    float* dx0 = frandbuf(nx, -0.01f, 0.01f);
+    float* dw0 = frandbuf(nw, -0.01f, 0.01f);
+    float* dx = fcopy(dx0, nx);
+    float* dw = fcopy(dw0, nw);
+    float* losses = fbuf(N);
+    float* scratch = fbuf((size_t)classifier_rows(N) * Vp);
+    ops_set_gemm_dtype(bf16 ? OPS_BF16 : OPS_F32);
+    const double tol = bf16 ? 1e-2 : 1e-5;
+    const char* mode = bf16 ? "bf16" : "fp32";
+    classifier_train(losses, dx, dw, scratch, x, w, targets, dloss, N, C, V, Vp);
+    snprintf(what, sizeof(what), "classifier_train %s losses N=%d C=%d V=%d", mode, N, C, V);
+    close_fd(what, losses, wl, N, tol, tol);
+    float* want = expect_acc(dx0, dxw, nx);
+    snprintf(what, sizeof(what), "classifier_train %s dx (accumulated) N=%d", mode, N);
+    test_allclose(what, dx, want, nx, 0.0, tol * maxabs_d(dxw, nx));
+    ops_free(want);
+    want = expect_acc(dw0, dww, nw);
+    snprintf(what, sizeof(what), "classifier_train %s dw (accumulated) N=%d", mode, N);
+    test_allclose(what, dw, want, nw, 0.0, tol * maxabs_d(dww, nw));
+    ops_free(want);
+    // losses only (dloss 0) and NULL gradients leave dx / dw alone
+    memcpy(dx, dx0, nx * sizeof(float));
+    classifier_train(losses, dx, NULL, scratch, x, w, targets, 0.0f, N, C, V, Vp);
+    snprintf(what, sizeof(what), "classifier_train %s losses without gradient N=%d", mode, N);
+    close_fd(what, losses, wl, N, tol, tol);
+    TEST_CHECK(bitwise_equal(dx, dx0, nx), "classifier_train with dloss 0 changed dx");
+    classifier_train(losses, NULL, NULL, scratch, x, w, targets, dloss, N, C, V, Vp);
+    ops_set_gemm_dtype(OPS_F32);
+    ops_free(x); ops_free(w); ops_free(dx0); ops_free(dw0); ops_free(dx); ops_free(dw);
+    ops_free(losses); ops_free(scratch);
+    free(targets); free(lg); free(wl); free(dlg); free(dxw); free(dww);
+}
+
 // ----------------------------------------------------------------------------
 // AdamW and reductions
 
@@ -860,6 +935,11 @@ int main(void) {
     test_classifier_shape(3, 1, 4, 3.0f);        // V = 1: loss 0, gradient 0
     test_classifier_shape(37, 1000, 1024, 8.0f);
     test_classifier_shape(7, 50257, 50304, 20.0f);
+    test_classifier_train(3, 8, 50, 64, 0);       // one block
+    test_classifier_train(1100, 24, 500, 512, 0); // blocks of 512, 512 and 76 rows
+    const char* why;
+    if (ops_bf16_native(&why)) test_classifier_train(1100, 24, 500, 512, 1);
+    else printf("skip classifier_train in bf16: %s\n", why);
     test_adamw(0);
     test_adamw(1);
     test_reductions();

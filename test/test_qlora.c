@@ -34,7 +34,7 @@
 typedef struct { double logits, logits_rel, loss, grad, grad_rel, step_loss, norm; } Tols;
 static const Tols TOL_BF16 = { 2e-2, 0.0, 5e-3, 6e-2, 0.0, 5e-3, 2e-2 };
 static const Tols TOL_F32 = { 1e-5, 1e-5, 2e-6, 1e-4, 1e-3, 1e-5, 1e-3 };
-static const Tols* tols(void) { return ops_caps().floatx == OPS_BF16 ? &TOL_BF16 : &TOL_F32; }
+static const Tols* tols(void) { return test_is_bf16() ? &TOL_BF16 : &TOL_F32; }
 
 // x as the backend stores a floatX: rounded to bf16 on CUDA, unchanged on the CPU
 static void as_stored(float* x, size_t n) {
@@ -188,8 +188,9 @@ static void test_set(const char* name) {
     st_close(&ref);
 }
 
-int main(void) {
+int main(int argc, char** argv) {
     ops_init(0);
+    test_gemm_dtype(argc, argv);
     test_base_load(&g_tb, BASE_DIR);
 
     test_quantization();

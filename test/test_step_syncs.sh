@@ -9,10 +9,11 @@
 # synchronize once (the step timer's end); it copies nothing synchronously to the device (the
 # batches go up asynchronously from pinned memory) and allocates nothing.
 # Memsets are counted too (not stalls, but passes over memory): backward writes its first
-# contribution to each activation gradient instead of zeroing the buffer and adding to it, so a
-# micro-step zeroes nothing; what is left is once per step, the gradients' zeroing (full: the one
-# gradient buffer and the loss/norm accumulators, 2; LoRA: dA and dB of 4 adapters and the
-# accumulators, 9). Zeroing every activation gradient before filling it cost 58 and 81.
+# contribution to each activation gradient instead of zeroing the buffer and adding to it. What
+# is left: per micro-step dlnf, which classifier_train adds into (its contract is +=), 4; per step
+# the gradients' zeroing (full: the one gradient buffer and the loss/norm accumulators, 2; LoRA:
+# dA and dB of 4 adapters and the accumulators, 9). Zeroing every activation gradient before
+# filling it cost 58 and 81.
 set -u
 BUILD="${BUILD:-build/cpu}"
 . "$(dirname "$0")/lib.sh"
@@ -22,7 +23,7 @@ for p in train_gpt2 train_lora; do [ -x "$EMU/$p" ] || { echo "FAIL: $EMU/$p not
 make_shard "$TMP/train.bin" 20000 100 1
 STEPS_LO=2; STEPS_HI=4   # (the first step may fill caches: both runs include it)
 MAX_D2H=1; MAX_SYNC=1; MAX_H2D=0; MAX_ALLOC=0
-declare -A MAX_MEMSET=([full]=2 [lora]=9)
+declare -A MAX_MEMSET=([full]=6 [lora]=13)
 
 # counts MODE STEPS: "d2h N h2d N sync N alloc N memset N" of one run
 counts() {

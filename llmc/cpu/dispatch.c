@@ -2,6 +2,7 @@
 // each a call of its cpu_ implementation (llmc/cpu/ops_cpu.h). The only file of the backend that
 // defines them (why prefixes and dispatch: llmc/ops.h).
 #include "cpu/ops_cpu.h"
+#include "cpu/profile.h"
 
 // ---- backend lifetime, capabilities and memory
 void ops_init(int threads) { cpu_ops_init(threads); }
@@ -9,7 +10,7 @@ const char* ops_backend_name(void) { return cpu_ops_backend_name(); }
 OpsCaps ops_caps(void) { return cpu_ops_caps(); }
 void* ops_alloc(size_t bytes) { return cpu_ops_alloc(bytes); }
 void ops_free(void* p) { cpu_ops_free(p); }
-void ops_zero(void* p, size_t bytes) { cpu_ops_zero(p, bytes); }
+void ops_zero(void* p, size_t bytes) { CPU_PROF("ops_zero", 0, 0, cpu_ops_zero(p, bytes)); }
 void* ops_alloc_host(size_t bytes) { return cpu_ops_alloc(bytes); }
 void ops_free_host(void* p) { cpu_ops_free(p); }
 void ops_to_device(void* dst, const void* src_host, size_t bytes) {
@@ -29,6 +30,11 @@ void ops_download_f32(float* dst_host, const floatX* src, size_t n) {
 }
 void ops_synchronize(void) { cpu_ops_synchronize(); }
 void ops_set_deterministic(int on) { cpu_ops_set_deterministic(on); }
+void ops_profile(int on) { cpu_ops_profile(on); }
+void ops_profile_print(long steps) { cpu_ops_profile_print(steps); }
+void ops_set_gemm_dtype(OpsDtype d) { cpu_ops_set_gemm_dtype(d); }
+OpsDtype ops_gemm_dtype(void) { return cpu_ops_gemm_dtype(); }
+int ops_bf16_native(const char** why) { return cpu_ops_bf16_native(why); }
 
 // ---- device selection and device collectives (llmc/device.h)
 void device_select(const Comm* c) { cpu_device_select(c); }
@@ -38,94 +44,113 @@ void device_detach(Comm* c) { cpu_device_detach(c); }
 // ---- embeddings
 void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B,
                      int T, int C) {
-    cpu_encoder_forward(out, inp, wte, wpe, B, T, C);
+    CPU_PROF("encoder_forward", 0, 0, cpu_encoder_forward(out, inp, wte, wpe, B, T, C));
 }
 void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
                       const int* inp_host, int B, int T, int C) {
     (void)inp_host; // inp is host memory here
-    cpu_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    CPU_PROF("encoder_backward", 0, 0, cpu_encoder_backward(dwte, dwpe, dout, inp, B, T, C));
 }
 
 // ---- layernorm
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C) {
-    cpu_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    CPU_PROF("layernorm_forward", 0, 0, cpu_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C));
 }
 void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
                         const float* rstd, int N, int C, int accumulate) {
-    cpu_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate);
+    CPU_PROF("layernorm_backward", 0, 0, cpu_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate));
 }
 void fused_residual_layernorm_forward(floatX* residual_out, floatX* ln_out, float* mean,
                                       float* rstd, const floatX* a, const floatX* b,
                                       const floatX* weight, const floatX* bias, int N, int C) {
-    cpu_fused_residual_layernorm_forward(residual_out, ln_out, mean, rstd, a, b, weight, bias, N, C);
+    CPU_PROF("fused_residual_layernorm_forward", 0, 0, cpu_fused_residual_layernorm_forward(residual_out, ln_out, mean, rstd, a, b, weight, bias, N, C));
 }
 
 // ---- matmul
 void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floatX* weight,
                     const floatX* bias, int N, int C, int OC) {
-    cpu_matmul_forward(out, gelu_out, inp, weight, bias, N, C, OC);
+    CPU_PROF("matmul_forward", C, OC, cpu_matmul_forward(out, gelu_out, inp, weight, bias, N, C, OC));
 }
 void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC, int accumulate) {
-    cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate);
+    CPU_PROF("matmul_backward", C, OC, cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate));
 }
 void matmul_backward_gelu(floatX* dpre, floatX* dweight, floatX* dbias, const floatX* dout,
                           const floatX* inp, const floatX* pre, const floatX* weight, int N, int C, int OC) {
-    cpu_matmul_backward_gelu(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC);
+    CPU_PROF("matmul_backward_gelu", C, OC, cpu_matmul_backward_gelu(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC));
+}
+void matmul_forward_w16(floatX* out, floatX* gelu_out, const floatX* inp, const uint16_t* weight,
+                        const floatX* bias, int N, int C, int OC) {
+    CPU_PROF("matmul_forward_w16", C, OC, cpu_matmul_forward_w16(out, gelu_out, inp, weight, bias, N, C, OC));
+}
+void matmul_backward_w16(floatX* dinp, floatX* dbias, const floatX* dout, const uint16_t* weight,
+                         int N, int C, int OC, int accumulate) {
+    CPU_PROF("matmul_backward_w16", C, OC, cpu_matmul_backward_w16(dinp, dbias, dout, weight, N, C, OC, accumulate));
 }
 
 // ---- element-wise
-void gelu_forward(floatX* out, const floatX* inp, size_t n) { cpu_gelu_forward(out, inp, n); }
+void gelu_forward(floatX* out, const floatX* inp, size_t n) { CPU_PROF("gelu_forward", 0, 0, cpu_gelu_forward(out, inp, n)); }
 void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, int accumulate) {
-    cpu_gelu_backward(dinp, inp, dout, n, accumulate);
+    CPU_PROF("gelu_backward", 0, 0, cpu_gelu_backward(dinp, inp, dout, n, accumulate));
 }
 void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
-    cpu_residual_forward(out, a, b, n);
+    CPU_PROF("residual_forward", 0, 0, cpu_residual_forward(out, a, b, n));
 }
-void add_inplace(floatX* dst, const floatX* src, size_t n) { cpu_add_inplace(dst, src, n); }
+void add_inplace(floatX* dst, const floatX* src, size_t n) { CPU_PROF("add_inplace", 0, 0, cpu_add_inplace(dst, src, n)); }
 void scale_copy(floatX* dst, const floatX* src, float scale, size_t n) {
-    cpu_scale_copy(dst, src, scale, n);
+    CPU_PROF("scale_copy", 0, 0, cpu_scale_copy(dst, src, scale, n));
 }
 void dropout_forward(floatX* out, const floatX* inp, size_t n, float p, uint64_t seed,
                      uint64_t stream) {
-    cpu_dropout_forward(out, inp, n, p, seed, stream);
+    CPU_PROF("dropout_forward", 0, 0, cpu_dropout_forward(out, inp, n, p, seed, stream));
 }
-void mul_inplace(floatX* dst, const floatX* mask, size_t n) { cpu_mul_inplace(dst, mask, n); }
+void mul_inplace(floatX* dst, const floatX* mask, size_t n) { CPU_PROF("mul_inplace", 0, 0, cpu_mul_inplace(dst, mask, n)); }
 
 // ---- attention
 void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
-    cpu_attention_forward(out, lse, qkv, B, T, C, NH);
+    CPU_PROF("attention_forward", 0, 0, cpu_attention_forward(out, lse, qkv, B, T, C, NH));
 }
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, int B, int T, int C, int NH, int accumulate) {
-    cpu_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, accumulate);
+    CPU_PROF("attention_backward", 0, 0, cpu_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, accumulate));
 }
 
 // ---- attention over a key/value cache
 void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, floatX* vcache, int B,
                           int pos, int Tn, int maxT, int C, int NH) {
-    cpu_attention_forward_kv(out, qkv_new, kcache, vcache, B, pos, Tn, maxT, C, NH);
+    CPU_PROF("attention_forward_kv", 0, 0, cpu_attention_forward_kv(out, qkv_new, kcache, vcache, B, pos, Tn, maxT, C, NH));
 }
 
 // ---- classifier
 void fused_classifier(float* losses, floatX* logits, const int* targets, float dloss, int N, int V,
                       int Vp) {
-    cpu_fused_classifier(losses, logits, targets, dloss, N, V, Vp);
+    CPU_PROF("fused_classifier", 0, 0, cpu_fused_classifier(losses, logits, targets, dloss, N, V, Vp));
+}
+int classifier_rows(int N) { return cpu_classifier_rows(N); }
+void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
+                      const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
+    CPU_PROF("classifier_train", C, Vp, cpu_classifier_train(losses, dx, dw, logits, x, w, targets, dloss, N, C, V, Vp));
 }
 
 // ---- optimizer
 void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int t, uint32_t seed) {
-    cpu_adamw_update(params, master, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t, seed);
+    CPU_PROF("adamw_update", 0, 0, cpu_adamw_update(params, master, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t, seed));
 }
 
 // ---- reductions
-double sum_squares(const floatX* x, size_t n) { return cpu_sum_squares(x, n); }
+double sum_squares(const floatX* x, size_t n) {
+    double r = 0.0;
+    CPU_PROF("sum_squares", 0, 0, r = cpu_sum_squares(x, n));
+    return r;
+}
 double sum_f32(const float* x, size_t n) { return cpu_sum_f32(x, n); }
-void sum_squares_acc(double* acc, const floatX* x, size_t n) { cpu_sum_squares_acc(acc, x, n); }
+void sum_squares_acc(double* acc, const floatX* x, size_t n) {
+    CPU_PROF("sum_squares", 0, 0, cpu_sum_squares_acc(acc, x, n));
+}
 void sum_f32_acc(double* acc, const float* x, size_t n) { cpu_sum_f32_acc(acc, x, n); }
 
 // ---- NF4 frozen base weights
@@ -133,5 +158,5 @@ Nf4Op* nf4_op_upload(const NF4Tensor* t) { return cpu_nf4_op_upload(t); }
 void nf4_op_free(Nf4Op* d) { cpu_nf4_op_free(d); }
 size_t nf4_op_bytes(const Nf4Op* d) { return cpu_nf4_op_bytes(d); }
 void nf4_dequantize_op(floatX* out, const Nf4Op* t, size_t row_begin, size_t rows) {
-    cpu_nf4_dequantize_op(out, t, row_begin, rows);
+    CPU_PROF("nf4_dequantize_op", 0, 0, cpu_nf4_dequantize_op(out, t, row_begin, rows));
 }

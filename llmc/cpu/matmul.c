@@ -1,20 +1,72 @@
-// CPU backend: matmul forward (with bias and GELU epilogues) and backward, GEMMs through CBLAS
-// (OpenBLAS), the bias gradient as deterministic column-block sums.
+// CPU backend: matmul forward (with bias and GELU epilogues) and backward. GEMMs in fp32 through
+// CBLAS (OpenBLAS), or, with the GEMM dtype set to bf16 (--dtype), in bf16 with fp32
+// accumulation through oneDNN (gemm.c): the operands are rounded to bf16 right before the GEMM
+// (fp32 weights, activations and gradients stay fp32 in memory), as torch.autocast("cpu",
+// bfloat16) does. A weight already held in bf16 (the frozen base of LoRA, *_w16) is used as is.
+// The bias gradient is a deterministic column-block sum.
 #include <stddef.h>
 #include <cblas.h>
+#include "cpu/gemm.h"
 #include "cpu/ops_cpu.h"
 #include "cpu/parallel.h"
 #include "cpu/vecmath.h"
+#include "bf16.h"
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
-void cpu_matmul_forward(float* out, float* gelu_out, const float* inp, const float* weight,
-                        const float* bias, int N, int C, int OC) {
-    // out[N,OC] = inp[N,C] * weight[OC,C]^T. One row (token-by-token generation with the KV
-    // cache) is a GEMV: sgemm would first pack the whole weight matrix, 2-3x the cost here.
-    if (N == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, 0.0f, out, 1);
-    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
-                     0.0f, out, OC);
+static OpsDtype gemm_dtype = OPS_F32;
+
+void cpu_ops_set_gemm_dtype(OpsDtype d) { gemm_dtype = d; }
+OpsDtype cpu_ops_gemm_dtype(void) { return gemm_dtype; }
+
+// CPUID leaf 7: AVX512-BF16 is sub-leaf 1 EAX bit 5, AMX-BF16 sub-leaf 0 EDX bit 22 (read
+// directly: not every compiler's __builtin_cpu_supports knows them). AVX-512 itself must be on,
+// which __builtin_cpu_supports checks with the OS's saved register state.
+int cpu_ops_bf16_native(const char** why) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a0 = 0, b0 = 0, c0 = 0, d0 = 0, a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    __builtin_cpu_init();
+    const int avx512 = __builtin_cpu_supports("avx512f");
+    if (__get_cpuid_count(7, 0, &a0, &b0, &c0, &d0) && avx512 && (d0 >> 22 & 1u)) {
+        *why = "the CPU has AMX-BF16";
+        return 1;
+    }
+    if (a0 >= 1 && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && avx512 && (a1 >> 5 & 1u)) {
+        *why = "the CPU has AVX512-BF16";
+        return 1;
+    }
+    *why = "the CPU has neither AVX512-BF16 nor AMX-BF16";
+#else
+    *why = "bf16 GEMMs are only fast on x86-64 CPUs with AVX512-BF16 or AMX-BF16";
+#endif
+    return 0;
+}
+
+// The bf16 operands of the GEMMs: scratch buffers that grow to the largest operand (during the
+// first step) and stay. Slot 0: the activation or output gradient, 1: the weight, 2: the input of
+// a weight gradient.
+#define BF16_SLOTS 3
+static uint16_t* scratch[BF16_SLOTS];
+static size_t scratch_n[BF16_SLOTS];
+
+// bf16 copy of an fp32 operand of n elements in scratch slot `slot`, rounded to nearest even
+// (what torch's .to(bfloat16) and autocast do)
+static const uint16_t* rounded(int slot, const float* x, size_t n) {
+    if (scratch_n[slot] < n) {
+        cpu_ops_free(scratch[slot]);
+        scratch[slot] = (uint16_t*)cpu_ops_alloc(n * sizeof(uint16_t));
+        scratch_n[slot] = n;
+    }
+    uint16_t* y = scratch[slot];
+    #pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) y[i] = bf16_from_f32(x[i]);
+    return y;
+}
+
+// one pass over the output while it is still warm in L2/L3
+static void forward_epilogue(float* out, float* gelu_out, const float* bias, int N, int OC) {
     if (bias == NULL && gelu_out == NULL) return;
-    // epilogue: one pass over the output while it is still warm in L2/L3
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* o = out + (size_t)n * OC;
@@ -30,29 +82,75 @@ void cpu_matmul_forward(float* out, float* gelu_out, const float* inp, const flo
     }
 }
 
+static void bias_backward(float* dbias, const float* dout, int N, int OC) {
+    int nblk = (OC + COLBLOCK - 1) / COLBLOCK;
+    #pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblk; blk++) {
+        int o0 = blk * COLBLOCK, o1 = o0 + COLBLOCK < OC ? o0 + COLBLOCK : OC;
+        float acc[COLBLOCK];
+        for (int j = 0; j < COLBLOCK; j++) acc[j] = 0.0f;
+        for (int n = 0; n < N; n++) {
+            const float* g = dout + (size_t)n * OC;
+            #pragma omp simd
+            for (int j = o0; j < o1; j++) acc[j - o0] += g[j];
+        }
+        for (int j = o0; j < o1; j++) dbias[j] += acc[j - o0];
+    }
+}
+
+// out[N,OC] = bf16(inp)[N,C] * w16[OC,C]^T, fp32 accumulation
+static void forward_bf16(float* out, const float* inp, const uint16_t* w16, int N, int C, int OC) {
+    const uint16_t* x16 = rounded(0, inp, (size_t)N * C);
+    cpu_gemm_bf16(0, 1, N, OC, C, x16, C, w16, C, 0, out);
+}
+
+void cpu_matmul_forward(float* out, float* gelu_out, const float* inp, const float* weight,
+                        const float* bias, int N, int C, int OC) {
+    if (gemm_dtype == OPS_BF16)
+        forward_bf16(out, inp, rounded(1, weight, (size_t)OC * C), N, C, OC);
+    // out[N,OC] = inp[N,C] * weight[OC,C]^T. One row (token-by-token generation with the KV
+    // cache) is a GEMV: sgemm would first pack the whole weight matrix, 2-3x the cost here.
+    else if (N == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, 0.0f, out, 1);
+    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
+                     0.0f, out, OC);
+    forward_epilogue(out, gelu_out, bias, N, OC);
+}
+
+void cpu_matmul_forward_w16(float* out, float* gelu_out, const float* inp, const uint16_t* weight,
+                            const float* bias, int N, int C, int OC) {
+    forward_bf16(out, inp, weight, N, C, OC);
+    forward_epilogue(out, gelu_out, bias, N, OC);
+}
+
+// dinp (+)= bf16(dout) w16, dweight += bf16(dout)^T bf16(inp); either may be NULL
+static void backward_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const uint16_t* w16, int N, int C, int OC, int accumulate) {
+    const uint16_t* g16 = rounded(0, dout, (size_t)N * OC);
+    if (dinp != NULL) cpu_gemm_bf16(0, 0, N, C, OC, g16, OC, w16, C, accumulate, dinp);
+    if (dweight != NULL) cpu_gemm_bf16(1, 0, OC, C, N, g16, OC, rounded(2, inp, (size_t)N * C), C, 1, dweight);
+}
+
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                          const float* inp, const float* weight, int N, int C, int OC, int accumulate) {
-    if (dinp != NULL) // dinp[N,C] (+)= dout[N,OC] * weight[OC,C]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                    accumulate ? 1.0f : 0.0f, dinp, C);
-    if (dweight != NULL) // dweight[OC,C] += dout[N,OC]^T * inp[N,C]
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
-                    1.0f, dweight, C);
-    if (dbias != NULL) {
-        int nblk = (OC + COLBLOCK - 1) / COLBLOCK;
-        #pragma omp parallel for schedule(static)
-        for (int blk = 0; blk < nblk; blk++) {
-            int o0 = blk * COLBLOCK, o1 = o0 + COLBLOCK < OC ? o0 + COLBLOCK : OC;
-            float acc[COLBLOCK];
-            for (int j = 0; j < COLBLOCK; j++) acc[j] = 0.0f;
-            for (int n = 0; n < N; n++) {
-                const float* g = dout + (size_t)n * OC;
-                #pragma omp simd
-                for (int j = o0; j < o1; j++) acc[j - o0] += g[j];
-            }
-            for (int j = o0; j < o1; j++) dbias[j] += acc[j - o0];
-        }
+    if (gemm_dtype == OPS_BF16) {
+        if (dinp != NULL || dweight != NULL)
+            backward_bf16(dinp, dweight, dout, inp, dinp ? rounded(1, weight, (size_t)OC * C) : NULL, N, C, OC,
+                          accumulate);
+    } else {
+        if (dinp != NULL) // dinp[N,C] (+)= dout[N,OC] * weight[OC,C]
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+                        accumulate ? 1.0f : 0.0f, dinp, C);
+        if (dweight != NULL) // dweight[OC,C] += dout[N,OC]^T * inp[N,C]
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                        1.0f, dweight, C);
     }
+    if (dbias != NULL) bias_backward(dbias, dout, N, OC);
+}
+
+void cpu_matmul_backward_w16(float* dinp, float* dbias, const float* dout, const uint16_t* weight,
+                             int N, int C, int OC, int accumulate) {
+    if (dinp != NULL) backward_bf16(dinp, NULL, dout, NULL, weight, N, C, OC, accumulate);
+    if (dbias != NULL) bias_backward(dbias, dout, N, OC);
 }
 
 void cpu_matmul_backward_gelu(float* dpre, float* dweight, float* dbias, const float* dout,

@@ -1,4 +1,7 @@
-// The CPU backend (fp32, OpenMP across rows/columns, OpenBLAS GEMMs): every function of llmc/ops.h
+// The CPU backend (fp32 storage, OpenMP across rows/columns; GEMMs in fp32 through OpenBLAS or, with
+// ops_set_gemm_dtype(OPS_BF16) = --dtype bf16, in bf16 with fp32 accumulation through oneDNN:
+// operands rounded at the GEMM as torch.autocast does, floatX stays fp32; docs/CPU.md has the
+// design and the measurements behind it): every function of llmc/ops.h
 // and llmc/device.h under the cpu_ prefix, with its element type spelled out (float: floatX is
 // float on this backend), so that this backend can sit in one program next to another (the CUDA
 // op tests compare the two). llmc/cpu/dispatch.c gives the neutral names to a CPU build; the
@@ -29,6 +32,9 @@ void cpu_ops_upload_f32(float* dst, const float* src_host, size_t n);
 void cpu_ops_download_f32(float* dst_host, const float* src, size_t n);
 void cpu_ops_synchronize(void);
 void cpu_ops_set_deterministic(int on);
+void cpu_ops_set_gemm_dtype(OpsDtype d);   // (matmul.c)
+OpsDtype cpu_ops_gemm_dtype(void);
+int cpu_ops_bf16_native(const char** why);
 
 // ---- device selection, llmc/device.h (backend.c: one device, the host)
 void cpu_device_select(const Comm* c);
@@ -59,6 +65,10 @@ void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float*
 void cpu_matmul_backward_gelu(float* dpre, float* dweight, float* dbias, const float* dout,
                               const float* inp, const float* pre, const float* weight, int N, int C,
                               int OC);
+void cpu_matmul_forward_w16(float* out, float* gelu_out, const float* inp, const uint16_t* weight,
+                            const float* bias, int N, int C, int OC);
+void cpu_matmul_backward_w16(float* dinp, float* dbias, const float* dout, const uint16_t* weight,
+                             int N, int C, int OC, int accumulate);
 
 // ---- element-wise (elementwise.c)
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
@@ -82,6 +92,9 @@ void cpu_attention_forward_kv(float* out, const float* qkv_new, float* kcache, f
 // ---- classifier (classifier.c)
 void cpu_fused_classifier(float* losses, float* logits, const int* targets, float dloss, int N,
                           int V, int Vp);
+int cpu_classifier_rows(int N);
+void cpu_classifier_train(float* losses, float* dx, float* dw, float* logits, const float* x,
+                          const float* w, const int* targets, float dloss, int N, int C, int V, int Vp);
 
 // ---- optimizer (adamw.c)
 void cpu_adamw_update(float* params, float* master, const float* grads, float* m, float* v,

@@ -1,6 +1,8 @@
 // Fused classifier: softmax + cross-entropy + dlogits in place, one block per row (targets < 0:
 // no loss, zero gradient row; padded columns V..Vp get zero gradient). Two passes over
 // the row: an online max/sum (log-sum-exp), then the gradient written over the logits.
+// classifier_train (ops.h): the lm_head GEMM, this kernel and the lm_head's backward GEMMs over
+// all N rows at once.
 #include "cuda/common.cuh"
 #include "cuda/ops_cuda.h"
 
@@ -67,4 +69,13 @@ extern "C" void cuda_fused_classifier(float* losses, floatX* logits, const int* 
     int vec = Vp % 8 == 0 && ops_aligned16(logits);
     LAUNCH(fused_classifier_kernel, N, CLS_THREADS, 0, 0, losses, logits, targets, dloss, V, Vp, vec);
     cudaCheck(cudaGetLastError());
+}
+
+extern "C" int cuda_classifier_rows(int N) { return N; }
+
+extern "C" void cuda_classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
+                                      const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
+    cuda_matmul_forward(logits, NULL, x, w, NULL, N, C, Vp);
+    cuda_fused_classifier(losses, logits, targets, dloss, N, V, Vp);
+    if (dloss != 0.0f && (dx || dw)) cuda_matmul_backward(dx, dw, NULL, logits, x, w, N, C, Vp, 1);
 }

@@ -3,11 +3,27 @@
 // that defines them (why prefixes and dispatch: llmc/ops.h). They keep the C linkage ops.h and
 // device.h declare.
 #include "cuda/ops_cuda.h"
+#include "check.h"
 
 // ---- backend lifetime, capabilities and memory
 void ops_init(int threads) { cuda_ops_init(threads); }
 const char* ops_backend_name(void) { return cuda_ops_backend_name(); }
 OpsCaps ops_caps(void) { return cuda_ops_caps(); }
+// GEMMs are bf16 (tensor cores) on this backend, always.
+void ops_set_gemm_dtype(OpsDtype d) {
+    if (d != OPS_BF16)
+        fatal("leave --dtype at auto or bf16 on a GPU", "the CUDA backend computes its GEMMs in bf16 only");
+}
+OpsDtype ops_gemm_dtype(void) { return OPS_BF16; }
+void ops_profile(int on) { (void)on; }
+void ops_profile_print(long steps) {
+    (void)steps;
+    printf("profile: the CUDA backend keeps no per-op tally (its kernels run asynchronously); use Nsight Systems (nsys profile)\n");
+}
+int ops_bf16_native(const char** why) {
+    *why = "the CUDA backend's GEMMs are bf16 on tensor cores";
+    return 1;
+}
 void* ops_alloc(size_t bytes) { return cuda_ops_alloc(bytes); }
 void ops_free(void* p) { cuda_ops_free(p); }
 void ops_zero(void* p, size_t bytes) { cuda_ops_zero(p, bytes); }
@@ -76,6 +92,15 @@ void matmul_backward_gelu(floatX* dpre, floatX* dweight, floatX* dbias, const fl
                           const floatX* inp, const floatX* pre, const floatX* weight, int N, int C, int OC) {
     cuda_matmul_backward_gelu(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC);
 }
+// A bf16 weight is a floatX weight on this backend: the same kernels.
+void matmul_forward_w16(floatX* out, floatX* gelu_out, const floatX* inp, const uint16_t* weight,
+                        const floatX* bias, int N, int C, int OC) {
+    cuda_matmul_forward(out, gelu_out, inp, (const floatX*)weight, bias, N, C, OC);
+}
+void matmul_backward_w16(floatX* dinp, floatX* dbias, const floatX* dout, const uint16_t* weight,
+                         int N, int C, int OC, int accumulate) {
+    cuda_matmul_backward(dinp, NULL, dbias, dout, NULL, (const floatX*)weight, N, C, OC, accumulate);
+}
 
 // ---- element-wise
 void gelu_forward(floatX* out, const floatX* inp, size_t n) { cuda_gelu_forward(out, inp, n); }
@@ -114,6 +139,12 @@ void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, fl
 void fused_classifier(float* losses, floatX* logits, const int* targets, float dloss, int N, int V,
                       int Vp) {
     cuda_fused_classifier(losses, logits, targets, dloss, N, V, Vp);
+}
+
+int classifier_rows(int N) { return cuda_classifier_rows(N); }
+void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
+                      const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
+    cuda_classifier_train(losses, dx, dw, logits, x, w, targets, dloss, N, C, V, Vp);
 }
 
 // ---- optimizer

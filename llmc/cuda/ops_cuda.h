@@ -95,6 +95,10 @@ void cuda_attention_forward_kv(__nv_bfloat16* out, const __nv_bfloat16* qkv_new,
 // ---- classifier (classifier.cu)
 void cuda_fused_classifier(float* losses, __nv_bfloat16* logits, const int* targets, float dloss,
                            int N, int V, int Vp);
+int cuda_classifier_rows(int N);
+void cuda_classifier_train(float* losses, __nv_bfloat16* dx, __nv_bfloat16* dw, __nv_bfloat16* logits,
+                           const __nv_bfloat16* x, const __nv_bfloat16* w, const int* targets, float dloss,
+                           int N, int C, int V, int Vp);
 
 // ---- optimizer (adamw.cu)
 void cuda_adamw_update(__nv_bfloat16* params, float* master, const __nv_bfloat16* grads, float* m,

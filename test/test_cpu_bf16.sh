@@ -1,0 +1,43 @@
+#!/bin/bash
+# The CPU backend's bf16 mode (--dtype bf16: bf16 GEMMs with fp32 accumulation through oneDNN, the
+# frozen base of LoRA held in bf16):
+# - the model tests with their "bf16" argument against the transformers / PEFT / bitsandbytes
+#   references with the CUDA backend's bf16 tolerances (full fine-tuning, LoRA, QLoRA);
+# - the trainers: --dtype auto / fp32 / bf16 as the banner reports them, a LoRA run in bf16 with
+#   its merged export, and --profile's table.
+# The model tests are skipped where the CPU has no native bf16 (oneDNN would emulate it slowly).
+source "$(dirname "$0")/lib.sh"
+BUILD=${BUILD:-build/cpu}
+native=0
+grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null && native=1
+
+if [ $native = 1 ]; then
+  for t in test_gpt2 test_lora test_qlora; do
+    if "$BUILD/test/$t" bf16 > "$TMP/$t.log" 2>&1; then ok "$t bf16: $(tail -1 "$TMP/$t.log")"
+    else bad "$t bf16"; grep FAIL "$TMP/$t.log" | head -5 >&2; fi
+  done
+else
+  echo "skip: the model tests in bf16 (this CPU has neither AVX512-BF16 nor AMX-BF16)"
+fi
+
+MODEL=test/ref/gpt2_tiny
+make_shard "$TMP/t.bin" 3000 100 3
+RUN=(--model "$MODEL" --train-data "$TMP/t.bin" -b 2 -t 16 --steps 3 --threads 2 --out none)
+"$BIN_DIR/train_gpt2" "${RUN[@]}" > "$TMP/auto.log" 2>&1 || bad "train_gpt2 --dtype auto failed"
+if [ $native = 1 ]; then want="dtype: bf16 GEMMs, fp32 accumulation (auto: the CPU has"; else want="dtype: fp32 (auto: "; fi
+grep -q "^$want" "$TMP/auto.log" && ok "auto: $(grep '^dtype' "$TMP/auto.log")" || bad "auto banner: $(grep '^dtype' "$TMP/auto.log")"
+"$BIN_DIR/train_gpt2" "${RUN[@]}" --dtype fp32 --profile > "$TMP/fp32.log" 2>&1 || bad "train_gpt2 --dtype fp32 failed"
+grep -q "^dtype: fp32 (--dtype: " "$TMP/fp32.log" && ok "--dtype fp32 in the banner" || bad "fp32 banner: $(grep '^dtype' "$TMP/fp32.log")"
+# --profile: a table of ops over the steps after the first, the GEMMs by shape, shares adding up
+if grep -q "^profile: time per step by op over 2 steps (fp32 GEMMs)" "$TMP/fp32.log" &&
+   grep -qE "^  matmul_forward 64->256 " "$TMP/fp32.log" && grep -qE "^  attention_backward " "$TMP/fp32.log" &&
+   awk '/^profile:/ {p=1; next} p && /%$/ {s += $NF + 0} END {exit !(s > 99 && s < 101)}' "$TMP/fp32.log"; then
+  ok "--profile: the step split by op ($(grep -c '%$' "$TMP/fp32.log") rows)"
+else bad "--profile table"; sed -n '/^profile/,$p' "$TMP/fp32.log" | head -8 >&2; fi
+if [ $native = 1 ]; then
+  "$BIN_DIR/train_lora" "${RUN[@]/none/$TMP/lora}" --dtype bf16 --lora-targets c_attn --merge > "$TMP/lora.log" 2>&1 \
+    || { bad "train_lora --dtype bf16 failed"; tail -3 "$TMP/lora.log" >&2; }
+  grep -q "^merged: adapter merged into the bf16 base weights" "$TMP/lora.log" && [ -s "$TMP/lora/merged/model.bin" ] \
+    && ok "train_lora --dtype bf16 --merge: merged into the bf16 base" || bad "bf16 merge: $(grep -i merge "$TMP/lora.log")"
+fi
+finish
