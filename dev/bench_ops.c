@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
     float* dqkv = rand_buf(N * 3 * C, 1.0f);
     float* lse = (float*)ops_alloc((size_t)B * NH * T * sizeof(float));
     TIME_BEST("attention_forward", L, reps, attention_forward(out, lse, qkv, B, T, C, NH));
-    TIME_BEST("attention_backward", L, reps, attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH));
+    TIME_BEST("attention_backward", L, reps, attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0));
     double att_flop = 4.0 * B * NH * (double)T * T / 2 * (C / NH);   // causal half, fwd
     printf("  (attention fwd ~%.2f GFLOP useful per call)\n", att_flop * 1e-9);
 
@@ -55,19 +55,19 @@ int main(int argc, char** argv) {
     TIME_BEST("fused_residual_layernorm_forward", 2 * L, reps,
               fused_residual_layernorm_forward(out, y, mean, rstd, x, dout, w, bb, (int)N, C));
     TIME_BEST("layernorm_backward", 2 * L + 1, reps,
-              layernorm_backward(dqkv, dw, db, dout, x, w, mean, rstd, (int)N, C));
+              layernorm_backward(dqkv, dw, db, dout, x, w, mean, rstd, (int)N, C, 1));
 
     float* h = rand_buf(N * 4 * C, 4.0f);
     float* gh = rand_buf(N * 4 * C, 1.0f);
     float* dh = rand_buf(N * 4 * C, 1.0f);
     TIME_BEST("gelu_forward", L, reps, gelu_forward(gh, h, N * 4 * C));
-    TIME_BEST("gelu_backward", L, reps, gelu_backward(dh, h, gh, N * 4 * C));
+    TIME_BEST("gelu_backward", L, reps, gelu_backward(dh, h, gh, N * 4 * C, 0));
     float* bias4 = rand_buf(4 * C, 1.0f);
     float* wfc = rand_buf((size_t)4 * C * C, 0.1f);
     TIME_BEST("matmul_forward fc +bias +gelu", L, reps, matmul_forward(h, gh, x, wfc, bias4, (int)N, C, 4 * C));
     TIME_BEST("matmul_forward fc +bias", 0, reps, matmul_forward(h, NULL, x, wfc, bias4, (int)N, C, 4 * C));
     TIME_BEST("matmul_backward fc (all grads)", L, reps,
-              matmul_backward(x, wfc, bias4, gh, y, wfc, (int)N, C, 4 * C));
+              matmul_backward(x, wfc, bias4, gh, y, wfc, (int)N, C, 4 * C, 0));
     TIME_BEST("residual_forward", 2 * L, reps, residual_forward(out, x, y, N * C));
 
     float* logits = rand_buf(N * Vp, 8.0f);

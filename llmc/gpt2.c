@@ -399,17 +399,18 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
     const int B = m->cur_B, T = m->cur_T;
     const int L = m->cfg.num_layers, C = m->cfg.channels, NH = m->cfg.num_heads;
     const int N = B * T;
-    const size_t BTC = (size_t)N * C, XB = sizeof(floatX);
+    const size_t BTC = (size_t)N * C;
     GPT2Acts* a = &m->acts;
     GPT2Scratch* s = &m->scr;
 
     // the training forward did lm_head's backward: s->dln holds dlnf, wte has its first gradient
     // (ZeRO 3: in the head's gradient bucket, reduced after the whole backward); ln_f's is next
+    // Each activation gradient from here on is written by its first contribution (accumulate 0)
+    // rather than zeroed and added to; only dresidual, which every layernorm adds into, accumulates.
     UNIT_NEED(m, UNIT_HEAD(m));
     UNIT_PREFETCH(m, L - 1);
-    ops_zero(s->dresidual, BTC * XB);
     layernorm_backward(s->dresidual, m->g[PT_LNFW], m->g[PT_LNFB], s->dln, a->residual3 + (size_t)(L - 1) * BTC,
-                       m->p[PT_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+                       m->p[PT_LNFW], a->lnf_mean, a->lnf_rstd, N, C, 0);
     UNIT_RELEASE(m, UNIT_HEAD(m));
 
     const int keep_gelu = m->recompute < GPT2_RECOMPUTE_GELU, keep_ln = m->recompute < GPT2_RECOMPUTE_LN;
@@ -422,32 +423,26 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
         floatX* fch = a->fch + l * BTC * 4;
         floatX* fch_gelu = LA(a->fch_gelu, l, BTC * 4, keep_gelu);
         if (!keep_gelu) gelu_forward(fch_gelu, fch, BTC * 4);
-        ops_zero(s->dfch_gelu, BTC * 4 * XB);
-        linear_backward(LIN(m, l, LINEAR_FCPROJ), s->dfch_gelu, s->dresidual, fch_gelu, N);
-        ops_zero(s->dfch, BTC * 4 * XB);
-        gelu_backward(s->dfch, fch, s->dfch_gelu, BTC * 4);
+        // through c_proj and the GELU at once: dfch = gelu'(fch) * (dresidual W_proj + adapter)
+        linear_backward_gelu(LIN(m, l, LINEAR_FCPROJ), s->dfch, s->dfch_gelu, s->dresidual, fch_gelu, fch, N);
         floatX* ln2 = LA(a->ln2, l, BTC, keep_ln);
         if (!keep_ln) // same op and input as the forward's fused residual + layernorm: same rounding
             layernorm_forward(ln2, s->ln_mean, s->ln_rstd, a->residual2 + l * BTC, LP(m, PT_LN2W, l), LP(m, PT_LN2B, l), N, C);
-        ops_zero(s->dln, BTC * XB);
-        linear_backward(LIN(m, l, LINEAR_FC), s->dln, s->dfch, ln2, N);
+        linear_backward(LIN(m, l, LINEAR_FC), s->dln, s->dfch, ln2, N, 0);
         layernorm_backward(s->dresidual, LG(m, PT_LN2W, l), LG(m, PT_LN2B, l), s->dln,
                            a->residual2 + l * BTC, LP(m, PT_LN2W, l),
-                           a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C);
+                           a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C, 1);
         // dresidual is now the gradient of residual2 = residual + attproj.
-        ops_zero(s->datty, BTC * XB);
-        linear_backward(LIN(m, l, LINEAR_ATTPROJ), s->datty, s->dresidual, a->atty + l * BTC, N);
-        ops_zero(s->dqkv, BTC * 3 * XB);
+        linear_backward(LIN(m, l, LINEAR_ATTPROJ), s->datty, s->dresidual, a->atty + l * BTC, N, 0);
         attention_backward(s->dqkv, s->datty, a->qkv + l * BTC * 3, a->atty + l * BTC,
-                           a->att_lse + (size_t)l * B * NH * T, B, T, C, NH);
+                           a->att_lse + (size_t)l * B * NH * T, B, T, C, NH, 0);
         floatX* ln1 = LA(a->ln1, l, BTC, keep_ln);
         if (!keep_ln)
             layernorm_forward(ln1, s->ln_mean, s->ln_rstd, residual, LP(m, PT_LN1W, l), LP(m, PT_LN1B, l), N, C);
-        ops_zero(s->dln, BTC * XB);
-        linear_backward(LIN(m, l, LINEAR_QKV), s->dln, s->dqkv, ln1, N);
+        linear_backward(LIN(m, l, LINEAR_QKV), s->dln, s->dqkv, ln1, N, 0);
         layernorm_backward(s->dresidual, LG(m, PT_LN1W, l), LG(m, PT_LN1B, l), s->dln,
                            residual, LP(m, PT_LN1W, l),
-                           a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C);
+                           a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C, 1);
         UNIT_RELEASE(m, l);
         if (sink) sink->bucket_done(sink->ctx, L - 1 - l);
     }

@@ -199,23 +199,21 @@ static void adapter_forward(const Linear* x, floatX* out, const floatX* inp, int
 static void adapter_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N) {
     const LinearAdapter* a = &x->ad;
     LinearShared* sh = x->sh;
-    const size_t Nr = (size_t)N * a->rank, X = sizeof(floatX);
+    const size_t Nr = (size_t)N * a->rank;
     // h is recomputed (cheaper than keeping it per layer; the dropout mask is regenerated from
     // the counter RNG, so it is the forward's mask exactly)
     const floatX* xin = branch_h(x, inp, N);
     // out = h B^T: dB += dout^T h, dh = dout B
-    ops_zero(sh->dh, Nr * X);
-    matmul_backward(sh->dh, a->dB, NULL, dout, sh->h, a->B, N, a->rank, x->out);
+    matmul_backward(sh->dh, a->dB, NULL, dout, sh->h, a->B, N, a->rank, x->out, 0);
     if (a->b_mask) mul_inplace(a->dB, a->b_mask, (size_t)x->out * a->rank);
     // h = scaling * x A^T: dA += scaling dh^T x, dx += scaling dh A
     scale_copy(sh->dh, sh->dh, a->scaling, Nr);
     if (xin == inp) {
-        matmul_backward(dinp, a->dA, NULL, sh->dh, xin, a->A, N, x->in, a->rank);
+        matmul_backward(dinp, a->dA, NULL, sh->dh, xin, a->A, N, x->in, a->rank, 1);
         return;
     }
     const size_t nx = (size_t)N * x->in;
-    ops_zero(sh->tmp, nx * X);
-    matmul_backward(sh->tmp, a->dA, NULL, sh->dh, xin, a->A, N, x->in, a->rank);
+    matmul_backward(sh->tmp, a->dA, NULL, sh->dh, xin, a->A, N, x->in, a->rank, 0);
     // d/dx of drop(x) is the same mask and scale
     dropout_forward(sh->tmp, sh->tmp, nx, sh->dropout, sh->seed ^ DROPOUT_SEED_MIX, dropout_stream(x));
     add_inplace(dinp, sh->tmp, nx);
@@ -242,9 +240,20 @@ void linear_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX
     if (gelu_out) gelu_forward(gelu_out, out, (size_t)N * x->out);
 }
 
-void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N) {
+void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N, int accumulate) {
     // (a frozen weight, dense, NF4 or bf16, has no gradient: dw is NULL)
-    if (x->w.kind == LINEAR_W_BF16) matmul_backward_w16(dinp, x->db, dout, x->w.bf16, N, x->in, x->out);
-    else matmul_backward(dinp, x->dw, x->db, dout, inp, linear_weight(x), N, x->in, x->out);
+    if (x->w.kind == LINEAR_W_BF16) matmul_backward_w16(dinp, x->db, dout, x->w.bf16, N, x->in, x->out, accumulate);
+    else matmul_backward(dinp, x->dw, x->db, dout, inp, linear_weight(x), N, x->in, x->out, accumulate);
     if (x->has_adapter) adapter_backward(x, dinp, dout, inp, N);
+}
+
+void linear_backward_gelu(const Linear* x, floatX* dpre, floatX* dact, const floatX* dout, const floatX* inp,
+                          const floatX* pre, int N) {
+    if (!x->has_adapter && x->w.kind != LINEAR_W_BF16) {
+        matmul_backward_gelu(dpre, x->dw, x->db, dout, inp, pre, linear_weight(x), N, x->in, x->out);
+        return;
+    }
+    // the adapter's part (or a weight held in bf16, which has no fused op) goes through dact
+    linear_backward(x, dact, dout, inp, N, 0);
+    gelu_backward(dpre, pre, dact, (size_t)N * x->in, 0);
 }

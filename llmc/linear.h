@@ -122,9 +122,16 @@ void linear_set_adapter(Linear* x, const LinearAdapter* a);
 
 // out[N, out] = inp[N, in] W^T + b (+ the adapter); with gelu_out, also gelu_out = gelu(out).
 void linear_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX* inp, int N);
-// dinp += dout W (+ the adapter branch's part); the weight, bias and adapter gradients
-// accumulate where they are trained.
-void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N);
+// dinp = dout W + the adapter branch's part (added to what dinp holds with accumulate); the
+// weight, bias and adapter gradients accumulate where they are trained.
+void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N, int accumulate);
+// The backward of a layer whose input is inp = gelu(pre) (mlp.c_proj), to the gradient of pre:
+// dpre = gelu'(pre) * (dout W + the adapter branch's part), written. Without an adapter one GEMM
+// with the GELU derivative in its epilogue; with one (or a weight held in bf16), the gradient of
+// inp goes through dact (N x in scratch) first, since the adapter's part must be added before
+// the derivative applies.
+void linear_backward_gelu(const Linear* x, floatX* dpre, floatX* dact, const floatX* dout, const floatX* inp,
+                          const floatX* pre, int N);
 // The weight as host fp32 [out, in] (an NF4 weight: dequant(quant(W))).
 void linear_weight_to_host(const Linear* x, float* out);
 

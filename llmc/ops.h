@@ -25,10 +25,12 @@
 // Conventions (all backends):
 // - Row-major. B = batch, T = time, C = channels, N = rows (B*T), OC = output channels.
 // - Matmul weights are [OC, C] (llm.c orientation): out[n, o] = sum_c inp[n, c] * w[o, c] + b[o].
-// - Every backward op ACCUMULATES (+=) into each gradient output it is given, and a NULL gradient
-//   pointer means "not needed" (frozen tensor: no weight gradient is computed at all). Callers
-//   zero activation gradients before backward; parameter gradients are zeroed once per step, so
-//   micro-steps of gradient accumulation simply keep adding.
+// - Backward ops ACCUMULATE (+=) into parameter gradients: those are zeroed once per optimizer
+//   step, so micro-steps of gradient accumulation simply keep adding. A gradient of an activation
+//   is written by the op that makes its first contribution and added to by later ones: ops that
+//   produce one take `accumulate` (0: dinp = ..., no need to zero it first; 1: dinp += ...), so
+//   backward zeroes no activation-gradient buffer it is about to fill (as llm.c does). A NULL
+//   gradient pointer means "not needed" (frozen tensor: no weight gradient is computed at all).
 // - Targets < 0 are ignored (loss mask / padding): they contribute no loss and no gradient.
 #ifndef LLMC_OPS_H
 #define LLMC_OPS_H
@@ -124,9 +126,10 @@ void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int*
 // Layernorm over the last dim (eps 1e-5). mean/rstd (N floats each) are saved for backward.
 void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C);
+// dinp = the gradient of inp (+= with accumulate); dweight, dbias += theirs. Any may be NULL.
 void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
-                        int N, int C);
+                        int N, int C, int accumulate);
 // Fused residual + layernorm: residual_out = a + b; ln_out = layernorm(residual_out).
 void fused_residual_layernorm_forward(floatX* residual_out, floatX* ln_out, float* mean, float* rstd,
                                       const floatX* a, const floatX* b, const floatX* weight,
@@ -140,9 +143,16 @@ void fused_residual_layernorm_forward(floatX* residual_out, floatX* ln_out, floa
 // pre-activation, which backward needs).
 void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floatX* weight,
                     const floatX* bias, int N, int C, int OC);
-// dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout. Any may be NULL.
+// dinp = dout @ weight (+= with accumulate); dweight += dout^T @ inp; dbias += sum_n dout.
+// Any may be NULL.
 void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC);
+                     const floatX* inp, const floatX* weight, int N, int C, int OC, int accumulate);
+// The backward of a matmul whose input is inp = gelu(pre) (mlp.c_proj after the GELU), straight
+// to the gradient of the pre-activation: dpre = (dout @ weight) * gelu'(pre), written (not
+// accumulated); dweight and dbias as matmul_backward. One pass over dpre instead of writing
+// d(inp) and reading it back (the CUDA backend: cuBLASLt's DGELU epilogue with pre as its aux).
+void matmul_backward_gelu(floatX* dpre, floatX* dweight, floatX* dbias, const floatX* dout,
+                          const floatX* inp, const floatX* pre, const floatX* weight, int N, int C, int OC);
 
 // The same with the weight held in bf16 (raw bit patterns, uint16_t [OC, C]): a frozen weight
 // kept at half the memory on a backend whose floatX is fp32 (LoRA's base on the CPU with --dtype
@@ -150,14 +160,15 @@ void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX*
 void matmul_forward_w16(floatX* out, floatX* gelu_out, const floatX* inp, const uint16_t* weight,
                         const floatX* bias, int N, int C, int OC);
 void matmul_backward_w16(floatX* dinp, floatX* dbias, const floatX* dout, const uint16_t* weight,
-                         int N, int C, int OC);
+                         int N, int C, int OC, int accumulate);
 
 // ----------------------------------------------------------------------------
 // element-wise (elementwise.c / elementwise.cu)
 
 // GELU, tanh approximation (HF "gelu_new").
 void gelu_forward(floatX* out, const floatX* inp, size_t n);
-void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n);
+// dinp = gelu'(inp) * dout (+= with accumulate). dinp may alias dout (accumulate 0).
+void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, int accumulate);
 
 // out = a + b
 void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n);
@@ -184,9 +195,9 @@ void mul_inplace(floatX* dst, const floatX* mask, size_t n);
 // out: (B, T, C) with heads concatenated. lse: (B, NH, T) log-sum-exp of each row's scaled
 // scores (natural log), saved for backward.
 void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH);
-// dqkv += gradient w.r.t. qkv. Recomputes probabilities from lse.
+// dqkv = gradient w.r.t. qkv (+= with accumulate). Recomputes probabilities from lse.
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                        const float* lse, int B, int T, int C, int NH);
+                        const float* lse, int B, int T, int C, int NH, int accumulate);
 
 // Attention of Tn new tokens at positions [pos, pos + Tn) over a key/value cache (sampling).
 // qkv_new: (B, Tn, 3C) as produced by c_attn for the new tokens. First writes their K and V into

@@ -92,7 +92,7 @@ static void test_case(int B, int T, int HS, int NH, float in_scale, int offset) 
     // CPU backend, fp32
     vecf r_out(nout), r_lse(nlse), r_dqkv = acc0;
     cpu_attention_forward(r_out.data(), r_lse.data(), qkv.data(), B, T, C, NH);
-    cpu_attention_backward(r_dqkv.data(), dout.data(), qkv.data(), r_out.data(), r_lse.data(), B, T, C, NH);
+    cpu_attention_backward(r_dqkv.data(), dout.data(), qkv.data(), r_out.data(), r_lse.data(), B, T, C, NH, 1);
 
     // CUDA backend under the harness
     Dev d_qkv(qkv, offset), d_out(nout, offset), d_dout(dout, offset), d_dqkv(acc0, offset);
@@ -105,7 +105,7 @@ static void test_case(int B, int T, int HS, int NH, float in_scale, int offset) 
     snprintf(name, sizeof(name), "flash forward lse (%s)", cfg);
     check(name, g_lse, r_lse, 1e-5, 2e-4);
 
-    cuda_attention_backward(d_dqkv.p, d_dout.p, d_qkv.p, d_out.p, d_lse, B, T, C, NH);
+    cuda_attention_backward(d_dqkv.p, d_dout.p, d_qkv.p, d_out.p, d_lse, B, T, C, NH, 1);
     vecf g_dqkv = d_dqkv.get();
     static const char* sec_name[3] = {"dQ", "dK", "dV"};
     for (int sec = 0; sec < 3; sec++) {
@@ -114,6 +114,17 @@ static void test_case(int B, int T, int HS, int NH, float in_scale, int offset) 
         for (size_t i = 0; i < delta.size(); i++) delta[i] -= a0[i];   // the gradient alone sets the scale
         snprintf(name, sizeof(name), "flash backward %s += (%s)", sec_name[sec], cfg);
         check(name, g, w, 2e-2, 2e-2 * std::max(max_abs(delta), 1e-3));
+    }
+    // accumulate 0: written over acc0 (the device buffer is not read), against the CPU's write
+    Dev d_w(acc0, offset);
+    vecf r_w = acc0;
+    cpu_attention_backward(r_w.data(), dout.data(), qkv.data(), r_out.data(), r_lse.data(), B, T, C, NH, 0);
+    cuda_attention_backward(d_w.p, d_dout.p, d_qkv.p, d_out.p, d_lse, B, T, C, NH, 0);
+    vecf g_w = d_w.get();
+    for (int sec = 0; sec < 3; sec++) {
+        vecf g = section(g_w, B, T, C, sec), w = section(r_w, B, T, C, sec);
+        snprintf(name, sizeof(name), "flash backward %s written (%s)", sec_name[sec], cfg);
+        check(name, g, w, 2e-2, 2e-2 * std::max(max_abs(w), 1e-3));
     }
     cuda_ops_free(d_lse);
 }

@@ -122,10 +122,24 @@ static void test_elementwise(size_t n, int off) {
     snprintf(name, sizeof(name), "gelu_forward (n=%zu, offset %d)", n, off);
     check(name, dout.get(), want, RT, 1e-3);
 
-    cuda_gelu_backward(dacc.p, da.p, dg.p, n);   // accumulates
+    cuda_gelu_backward(dacc.p, da.p, dg.p, n, 1);   // accumulates
     for (size_t i = 0; i < n; i++) want[i] = (float)(acc[i] + gelu_grad_ref(a[i]) * g[i]);
     snprintf(name, sizeof(name), "gelu_backward += (n=%zu, offset %d)", n, off);
     check(name, dacc.get(), want, RT, 1e-2);
+    {
+        Dev dw(acc, off), dalias(g, off);   // written over acc; and in place over g (dinp == dout)
+        cuda_gelu_backward(dw.p, da.p, dg.p, n, 0);
+        cuda_gelu_backward(dalias.p, da.p, dalias.p, n, 0);
+        vecf c0 = acc;
+        cpu_gelu_backward(c0.data(), a.data(), g.data(), n, 0);
+        for (size_t i = 0; i < n; i++) want[i] = (float)(gelu_grad_ref(a[i]) * g[i]);
+        snprintf(name, sizeof(name), "gelu_backward written (accumulate 0, n=%zu, offset %d)", n, off);
+        check(name, dw.get(), want, RT, 1e-2);
+        snprintf(name, sizeof(name), "gelu_backward in place (n=%zu, offset %d)", n, off);
+        check(name, dalias.get(), want, RT, 1e-2);
+        snprintf(name, sizeof(name), "vs cpu: gelu_backward written (n=%zu)", n);
+        check(name, dw.get(), c0, RT, 1e-2);
+    }
 
     cuda_residual_forward(dout.p, da.p, db.p, n);
     for (size_t i = 0; i < n; i++) want[i] = a[i] + b[i];
@@ -144,7 +158,7 @@ static void test_elementwise(size_t n, int off) {
     vecf c1(n), c2 = acc;
     cpu_gelu_forward(c1.data(), a.data(), n);
     snprintf(name, sizeof(name), "vs cpu: gelu_backward (n=%zu)", n);
-    cpu_gelu_backward(c2.data(), a.data(), g.data(), n);
+    cpu_gelu_backward(c2.data(), a.data(), g.data(), n, 1);
     check(name, dacc.get(), c2, RT, 1e-2);
     vecf c3(n), c4 = a, c5(n);
     cpu_residual_forward(c3.data(), a.data(), b.data(), n);
@@ -244,7 +258,7 @@ static void test_layernorm(int N, int C) {
     DevF smean(wmean), srstd(wrstd);
     vecf g = rnd_vec((size_t)N * C, 1.0f), gi = rnd_vec((size_t)N * C, 0.5f), gw = rnd_vec(C, 0.5f), gb = rnd_vec(C, 0.5f);
     Dev dg(g), dgi(gi), dgw(gw), dgb(gb);
-    cuda_layernorm_backward(dgi.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, smean.p, srstd.p, N, C);
+    cuda_layernorm_backward(dgi.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, smean.p, srstd.p, N, C, 1);
     std::vector<double> ri(gi.begin(), gi.end()), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
     for (int n = 0; n < N; n++) {
         const float* xr = &x[(size_t)n * C]; const float* gr = &g[(size_t)n * C];
@@ -264,6 +278,17 @@ static void test_layernorm(int N, int C) {
     check(name, dgw.get(), vecf(rw.begin(), rw.end()), RT, 2e-2);
     snprintf(name, sizeof(name), "layernorm_backward dbias += (N=%d C=%d)", N, C);
     check(name, dgb.get(), vecf(rb.begin(), rb.end()), RT, 2e-2);
+    {   // accumulate 0: dinp written over what it held
+        Dev dw0(gi);
+        cuda_layernorm_backward(dw0.p, NULL, NULL, dg.p, dx.p, dw.p, smean.p, srstd.p, N, C, 0);
+        vecf r0((size_t)N * C), c0 = gi;
+        for (size_t i = 0; i < r0.size(); i++) r0[i] = (float)(ri[i] - gi[i]);
+        snprintf(name, sizeof(name), "layernorm_backward dinp written (accumulate 0, N=%d C=%d)", N, C);
+        check(name, dw0.get(), r0, RT, 2e-2);
+        cpu_layernorm_backward(c0.data(), NULL, NULL, g.data(), x.data(), w.data(), wmean.data(), wrstd.data(), N, C, 0);
+        snprintf(name, sizeof(name), "vs cpu: layernorm_backward dinp written (N=%d C=%d)", N, C);
+        check(name, dw0.get(), c0, RT, 2e-2);
+    }
     vecf co((size_t)N * C), cm(N), cr(N), cres((size_t)N * C), ci = gi, cw = gw, cb = gb;
     cpu_layernorm_forward(co.data(), cm.data(), cr.data(), x.data(), w.data(), b.data(), N, C);
     snprintf(name, sizeof(name), "vs cpu: layernorm_forward out, rstd (N=%d C=%d)", N, C);
@@ -274,12 +299,52 @@ static void test_layernorm(int N, int C) {
     cuda_fused_residual_layernorm_forward(dres.p, dout.p, dmean.p, drstd.p, dx.p, dy.p, dw.p, db.p, N, C);
     snprintf(name, sizeof(name), "vs cpu: fused_residual_layernorm_forward (N=%d C=%d)", N, C);
     check(name, dout.get(), co, RT, 2e-2);   // CPU normalises the unrounded fp32 residual
-    cpu_layernorm_backward(ci.data(), cw.data(), cb.data(), g.data(), x.data(), w.data(), wmean.data(), wrstd.data(), N, C);
+    cpu_layernorm_backward(ci.data(), cw.data(), cb.data(), g.data(), x.data(), w.data(), wmean.data(), wrstd.data(), N, C, 1);
     snprintf(name, sizeof(name), "vs cpu: layernorm_backward dinp, dweight, dbias (N=%d C=%d)", N, C);
     vecf got = dgi.get(), t1 = dgw.get(), t2 = dgb.get();
     got.insert(got.end(), t1.begin(), t1.end()); got.insert(got.end(), t2.begin(), t2.end());
     ci.insert(ci.end(), cw.begin(), cw.end()); ci.insert(ci.end(), cb.begin(), cb.end());
     check(name, got, ci, RT, 2e-2);
+}
+
+// accumulate 0 (dinp written over what it held), and matmul_backward_gelu: dpre = (dout W) *
+// gelu'(pre), through cuBLASLt's DGELU epilogue when C % 8 == 0 (the emulated GEMM applies the
+// same derivative), else GEMM + gelu_backward in place. dweight / dbias still accumulate.
+static void test_matmul_backward_write(int N, int C, int OC, const vecf& x, const vecf& w, const vecf& g,
+                                       const vecf& gi, const vecf& gw, const vecf& gb) {
+    char name[160];
+    const size_t NC = (size_t)N * C;
+    vecf pre = rnd_vec(NC, 3.0f);
+    Dev dx(x), dw(w), dg(g), dgi(gi), dpre(pre), dgp(gi), dgw(gw), dgb(gb);
+    cuda_matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC, 0);
+    cuda_matmul_backward_gelu(dgp.p, dgw.p, dgb.p, dg.p, dx.p, dpre.p, dw.p, N, C, OC);
+    std::vector<double> ri(NC, 0.0), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double go = g[(size_t)n * OC + o];
+            rb[o] += go;
+            for (int c = 0; c < C; c++) {
+                ri[(size_t)n * C + c] += go * w[(size_t)o * C + c];
+                rw[(size_t)o * C + c] += go * x[(size_t)n * C + c];
+            }
+        }
+    vecf rp(NC);
+    for (size_t i = 0; i < NC; i++) rp[i] = (float)(ri[i] * gelu_grad_ref(pre[i]));
+    snprintf(name, sizeof(name), "matmul_backward dinp written (accumulate 0, N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgi.get(), vecf(ri.begin(), ri.end()), RT, 2e-2);
+    snprintf(name, sizeof(name), "matmul_backward_gelu dpre (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgp.get(), rp, RT, 2e-2);
+    snprintf(name, sizeof(name), "matmul_backward_gelu dweight, dbias += (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgw.get(), vecf(rw.begin(), rw.end()), RT, 2e-2);
+    check(name, dgb.get(), vecf(rb.begin(), rb.end()), RT, 2e-2);
+    vecf ci = gi, cp = gi, cw = gw, cb = gb;
+    cpu_matmul_backward(ci.data(), NULL, NULL, g.data(), x.data(), w.data(), N, C, OC, 0);
+    cpu_matmul_backward_gelu(cp.data(), cw.data(), cb.data(), g.data(), x.data(), pre.data(), w.data(), N, C, OC);
+    snprintf(name, sizeof(name), "vs cpu: matmul_backward written, matmul_backward_gelu (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dgi.get(), ci, RT, 2e-2);
+    check(name, dgp.get(), cp, RT, 2e-2);
+    check(name, dgw.get(), cw, RT, 2e-2);
+    check(name, dgb.get(), cb, RT, 2e-2);
 }
 
 static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
@@ -305,7 +370,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     vecf g = rnd_vec((size_t)N * OC, 1.0f), gi = rnd_vec((size_t)N * C, 0.5f), gw = rnd_vec((size_t)OC * C, 0.5f),
          gb = rnd_vec(OC, 0.5f);
     Dev dg(g), dgi(gi), dgw(gw), dgb(gb);
-    cuda_matmul_backward(dgi.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, dx.p, dw.p, N, C, OC);
+    cuda_matmul_backward(dgi.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, dx.p, dw.p, N, C, OC, 1);
     std::vector<double> ri(gi.begin(), gi.end()), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
@@ -331,11 +396,12 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     snprintf(name, sizeof(name), "vs cpu: matmul_forward (N=%d C=%d OC=%d bias=%d gelu=%d)", N, C, OC, with_bias, with_gelu);
     check(name, dout.get(), co, RT, 1e-2);
     if (with_gelu) check(name, dgelu.get(), cg, RT, 1e-2);
-    cpu_matmul_backward(ci.data(), cw.data(), with_bias ? cb.data() : NULL, g.data(), x.data(), w.data(), N, C, OC);
+    cpu_matmul_backward(ci.data(), cw.data(), with_bias ? cb.data() : NULL, g.data(), x.data(), w.data(), N, C, OC, 1);
     snprintf(name, sizeof(name), "vs cpu: matmul_backward (N=%d C=%d OC=%d)", N, C, OC);
     check(name, dgi.get(), ci, RT, 2e-2);
     check(name, dgw.get(), cw, RT, 2e-2);
     check(name, dgb.get(), cb, RT, 2e-2);
+    test_matmul_backward_write(N, C, OC, x, w, g, gi, gw, gb);
 }
 
 static void test_attention(int B, int T, int C, int NH) {
@@ -380,7 +446,7 @@ static void test_attention(int B, int T, int C, int NH) {
     vecf g = rnd_vec((size_t)B * T * C, 1.0f), acc = rnd_vec((size_t)B * T * 3 * C, 0.5f);
     Dev dg(g), dacc(acc);
     vecf out_bf = dout.get();
-    cuda_attention_backward(dacc.p, dg.p, dqkv.p, dout.p, dlse.p, B, T, C, NH);
+    cuda_attention_backward(dacc.p, dg.p, dqkv.p, dout.p, dlse.p, B, T, C, NH, 1);
     std::vector<double> r(acc.begin(), acc.end());
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -402,15 +468,25 @@ static void test_attention(int B, int T, int C, int NH) {
             }
     snprintf(name, sizeof(name), "attention_backward dqkv += (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dacc.get(), vecf(r.begin(), r.end()), RT, 2e-2);
+    Dev dwr(acc);   // accumulate 0: written over acc
+    cuda_attention_backward(dwr.p, dg.p, dqkv.p, dout.p, dlse.p, B, T, C, NH, 0);
+    vecf r0(r.size());
+    for (size_t i = 0; i < r0.size(); i++) r0[i] = (float)(r[i] - acc[i]);
+    snprintf(name, sizeof(name), "attention_backward dqkv written (accumulate 0, B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dwr.get(), r0, RT, 2e-2);
     // the CPU backend end to end (its own out / lse feed its backward)
     vecf co((size_t)B * T * C), cl((size_t)B * NH * T), cd = acc;
     cpu_attention_forward(co.data(), cl.data(), qkv.data(), B, T, C, NH);
     snprintf(name, sizeof(name), "vs cpu: attention_forward out, lse (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dout.get(), co, RT, 1e-2);
     check(name, dlse.get(), cl, 1e-4, 1e-4);
-    cpu_attention_backward(cd.data(), g.data(), qkv.data(), co.data(), cl.data(), B, T, C, NH);
+    cpu_attention_backward(cd.data(), g.data(), qkv.data(), co.data(), cl.data(), B, T, C, NH, 1);
     snprintf(name, sizeof(name), "vs cpu: attention_backward (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dacc.get(), cd, RT, 2e-2);
+    vecf cw = acc;
+    cpu_attention_backward(cw.data(), g.data(), qkv.data(), co.data(), cl.data(), B, T, C, NH, 0);
+    snprintf(name, sizeof(name), "vs cpu: attention_backward written (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    check(name, dwr.get(), cw, RT, 2e-2);
 }
 
 // classifier_train: lm_head, fused classifier and the lm_head's dx / dw (accumulated) against the
@@ -566,15 +642,15 @@ static void test_null_grads(void) {
     Dev dx(x), dw(w), dg(g), dgi(gi), dgw(gw), dgb(gb);
     vecf ci = gi, cw = gw, cb = gb;
     // dinp only (a frozen linear layer inside the network)
-    cuda_matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC);
-    cpu_matmul_backward(ci.data(), NULL, NULL, g.data(), x.data(), w.data(), N, C, OC);
+    cuda_matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC, 1);
+    cpu_matmul_backward(ci.data(), NULL, NULL, g.data(), x.data(), w.data(), N, C, OC, 1);
     check("matmul_backward dinp only (dweight, dbias NULL)", dgi.get(), ci, RT, 2e-2);
     // dweight only (first layer: no dinp), then dbias only
-    cuda_matmul_backward(NULL, dgw.p, NULL, dg.p, dx.p, dw.p, N, C, OC);
-    cpu_matmul_backward(NULL, cw.data(), NULL, g.data(), x.data(), w.data(), N, C, OC);
+    cuda_matmul_backward(NULL, dgw.p, NULL, dg.p, dx.p, dw.p, N, C, OC, 1);
+    cpu_matmul_backward(NULL, cw.data(), NULL, g.data(), x.data(), w.data(), N, C, OC, 1);
     check("matmul_backward dweight only", dgw.get(), cw, RT, 2e-2);
-    cuda_matmul_backward(NULL, NULL, dgb.p, dg.p, dx.p, dw.p, N, C, OC);
-    cpu_matmul_backward(NULL, NULL, cb.data(), g.data(), x.data(), w.data(), N, C, OC);
+    cuda_matmul_backward(NULL, NULL, dgb.p, dg.p, dx.p, dw.p, N, C, OC, 1);
+    cpu_matmul_backward(NULL, NULL, cb.data(), g.data(), x.data(), w.data(), N, C, OC, 1);
     check("matmul_backward dbias only", dgb.get(), cb, RT, 2e-2);
 
     // layernorm: dinp only, then dweight/dbias only
@@ -584,11 +660,11 @@ static void test_null_grads(void) {
     Dev dlw(lw), dlg(lg), dli(gi), dlww(gw), dlbb(gb);
     DevF dmean(mean), drstd(rstd);
     vecf li = gi, lww(gw.begin(), gw.begin() + C), lbb(gb.begin(), gb.begin() + C);
-    cuda_layernorm_backward(dli.p, NULL, NULL, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
-    cpu_layernorm_backward(li.data(), NULL, NULL, lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
+    cuda_layernorm_backward(dli.p, NULL, NULL, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C, 1);
+    cpu_layernorm_backward(li.data(), NULL, NULL, lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C, 1);
     check("layernorm_backward dinp only", dli.get(), li, RT, 2e-2);
-    cuda_layernorm_backward(NULL, dlww.p, dlbb.p, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C);
-    cpu_layernorm_backward(NULL, lww.data(), lbb.data(), lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
+    cuda_layernorm_backward(NULL, dlww.p, dlbb.p, dlg.p, dx.p, dlw.p, dmean.p, drstd.p, N, C, 1);
+    cpu_layernorm_backward(NULL, lww.data(), lbb.data(), lg.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C, 1);
     vecf got_w = dlww.get(), got_b = dlbb.get();
     check("layernorm_backward dweight only", vecf(got_w.begin(), got_w.begin() + C), lww, RT, 2e-2);
     check("layernorm_backward dbias only", vecf(got_b.begin(), got_b.begin() + C), lbb, RT, 2e-2);

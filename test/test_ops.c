@@ -336,7 +336,7 @@ static void test_layernorm_shape(int N, int C, float offset) {
     float* dx_want = expect_acc(dx, gx, NC);
     float* dw_want = expect_acc(dw, gw, C);
     float* db_want = expect_acc(db, gb, C);
-    layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+    layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C, 1);
     double sx = maxabs_d(gx, NC), sw = maxabs_d(gw, C);
     snprintf(what, sizeof(what), "layernorm_backward dinp (+=) N=%d C=%d", N, C);
     test_allclose(what, dx, dx_want, NC, 1e-5, 2e-6 * sx);
@@ -344,14 +344,13 @@ static void test_layernorm_shape(int N, int C, float offset) {
     test_allclose(what, dw, dw_want, C, 1e-5, 2e-6 * sw * sqrt((double)N));
     snprintf(what, sizeof(what), "layernorm_backward dbias (+=) N=%d C=%d", N, C);
     test_allclose(what, db, db_want, C, 1e-5, 2e-6 * sqrt((double)N));
-    // NULL parameter gradients (frozen layernorm): dinp only
-    float* dx2 = fbuf(NC);
-    memset(dx2, 0, NC * sizeof(float));
-    layernorm_backward(dx2, NULL, NULL, dy, x, w, mean, rstd, N, C);
-    snprintf(what, sizeof(what), "layernorm_backward NULL dweight/dbias N=%d C=%d", N, C);
+    // NULL parameter gradients (frozen layernorm): dinp only, written over what it held
+    float* dx2 = fcopy(dx, NC);
+    layernorm_backward(dx2, NULL, NULL, dy, x, w, mean, rstd, N, C, 0);
+    snprintf(what, sizeof(what), "layernorm_backward NULL dweight/dbias, dinp written (accumulate 0) N=%d C=%d", N, C);
     close_fd(what, dx2, gx, NC, 1e-5, 2e-6);
     float* dw2 = fcopy(dw, C);
-    layernorm_backward(NULL, dw2, NULL, dy, x, w, mean, rstd, N, C);
+    layernorm_backward(NULL, dw2, NULL, dy, x, w, mean, rstd, N, C, 1);
     for (int c = 0; c < C; c++) dw_want[c] = (float)((double)dw[c] + gw[c]);
     snprintf(what, sizeof(what), "layernorm_backward NULL dinp N=%d C=%d", N, C);
     test_allclose(what, dw2, dw_want, C, 1e-5, 2e-6 * sw * sqrt((double)N));
@@ -369,6 +368,38 @@ struct mm_ctx { double *inp, *w, *bias; int N, C, OC; };
 static void mm_fwd_cb(void* p, double* out) {
     struct mm_ctx* c = (struct mm_ctx*)p;
     ref_matmul(out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
+}
+
+// accumulate 0: dinp is written over whatever it held (di0: random), the parameter gradients
+// still accumulate; and matmul_backward_gelu: dpre = (dout W) * gelu'(pre), written.
+static void test_matmul_backward_write(int N, int C, int OC, const float* dout, const float* inp, const float* w,
+                                       const double* gi, const double* gw, const double* gb,
+                                       const float* di0, const float* dw0, const float* db0) {
+    char what[128];
+    const size_t NC = (size_t)N * C;
+    float* di = fcopy(di0, NC);
+    matmul_backward(di, NULL, NULL, dout, inp, w, N, C, OC, 0);
+    snprintf(what, sizeof(what), "matmul_backward dinp written (accumulate 0) N=%d C=%d OC=%d", N, C, OC);
+    close_fd(what, di, gi, NC, 1e-5, 1e-6 * sqrt((double)OC));
+
+    float* pre = frandbuf(NC, -4, 4);
+    double* gpre = dbuf(NC);
+    for (size_t i = 0; i < NC; i++) gpre[i] = gi[i] * ref_gelu_grad(pre[i]);
+    float* dpre = fcopy(di0, NC);
+    float* dw = fcopy(dw0, (size_t)OC * C);
+    float* db = fcopy(db0, OC);
+    float* dw_want = expect_acc(dw0, gw, (size_t)OC * C);
+    float* db_want = expect_acc(db0, gb, OC);
+    matmul_backward_gelu(dpre, dw, db, dout, inp, pre, w, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_backward_gelu dpre N=%d C=%d OC=%d", N, C, OC);
+    close_fd(what, dpre, gpre, NC, 1e-5, 1e-6 * sqrt((double)OC));
+    snprintf(what, sizeof(what), "matmul_backward_gelu dweight (+=) N=%d C=%d OC=%d", N, C, OC);
+    test_allclose(what, dw, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
+    snprintf(what, sizeof(what), "matmul_backward_gelu dbias (+=) N=%d C=%d OC=%d", N, C, OC);
+    test_allclose(what, db, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    float* bufs[] = {di, pre, dpre, dw, db, dw_want, db_want};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
+    free(gpre);
 }
 
 static void test_matmul_shape(int N, int C, int OC) {
@@ -434,7 +465,7 @@ static void test_matmul_shape(int N, int C, int OC) {
     float* di0 = fcopy(di, (size_t)N * C);
     float* dw0 = fcopy(dw, (size_t)OC * C);
     float* db0 = fcopy(db, OC);
-    matmul_backward(di, dw, db, dout, inp, w, N, C, OC);
+    matmul_backward(di, dw, db, dout, inp, w, N, C, OC, 1);
     snprintf(what, sizeof(what), "matmul_backward dinp (+=) N=%d C=%d OC=%d", N, C, OC);
     test_allclose(what, di, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
     snprintf(what, sizeof(what), "matmul_backward dweight (+=) N=%d C=%d OC=%d", N, C, OC);
@@ -445,16 +476,17 @@ static void test_matmul_shape(int N, int C, int OC) {
     float* di1 = fcopy(di0, (size_t)N * C);
     float* dw1 = fcopy(dw0, (size_t)OC * C);
     float* db1 = fcopy(db0, OC);
-    matmul_backward(di1, NULL, NULL, dout, inp, w, N, C, OC);
+    matmul_backward(di1, NULL, NULL, dout, inp, w, N, C, OC, 1);
     snprintf(what, sizeof(what), "matmul_backward dinp only N=%d C=%d OC=%d", N, C, OC);
     test_allclose(what, di1, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
-    matmul_backward(NULL, dw1, NULL, dout, inp, w, N, C, OC);
+    matmul_backward(NULL, dw1, NULL, dout, inp, w, N, C, OC, 1);
     snprintf(what, sizeof(what), "matmul_backward dweight only N=%d C=%d OC=%d", N, C, OC);
     test_allclose(what, dw1, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
-    matmul_backward(NULL, NULL, db1, dout, inp, w, N, C, OC);
+    matmul_backward(NULL, NULL, db1, dout, inp, w, N, C, OC, 1);
     snprintf(what, sizeof(what), "matmul_backward dbias only N=%d C=%d OC=%d", N, C, OC);
     test_allclose(what, db1, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
-    matmul_backward(NULL, NULL, NULL, dout, inp, w, N, C, OC);   // all frozen: must be a no-op
+    matmul_backward(NULL, NULL, NULL, dout, inp, w, N, C, OC, 1);   // all frozen: must be a no-op
+    test_matmul_backward_write(N, C, OC, dout, inp, w, gi, gw, gb, di0, dw0, db0);
 
     float* bufs[] = {inp, w, bias, out, gout, dout, di, dw, db, di_want, dw_want, db_want, di0, dw0, db0, di1, dw1, db1};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
@@ -493,8 +525,14 @@ static void test_elementwise(void) {
     double* add = dbuf(n);
     for (size_t i = 0; i < n; i++) add[i] = wantg[i] * dout[i];
     float* dwant = expect_acc(dinp, add, n);
-    gelu_backward(dinp, x, dout, n);
+    gelu_backward(dinp, x, dout, n, 1);
     test_allclose("gelu_backward (+=)", dinp, dwant, n, 1e-5, 3e-7);   // |dinp| ~ 1: 3 ulp
+    gelu_backward(dinp, x, dout, n, 0);   // written over the sum above
+    close_fd("gelu_backward written (accumulate 0)", dinp, add, n, 1e-5, 3e-7);
+    float* dalias = fcopy(dout, n);
+    gelu_backward(dalias, x, dalias, n, 0);   // in place: dinp aliasing dout
+    close_fd("gelu_backward in place (dinp == dout)", dalias, add, n, 1e-5, 3e-7);
+    ops_free(dalias);
 
     float* a = frandbuf(n, -1, 1);
     float* b = frandbuf(n, -1, 1);
@@ -563,9 +601,12 @@ static void test_attention_shape(int B, int T, int NH, int HS, int check_fd) {
     }
     float* dqkv = frandbuf(n3, -1, 1);
     float* dwant = expect_acc(dqkv, g, n3);
-    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 1);
     snprintf(what, sizeof(what), "attention_backward dqkv (+=) B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
     test_allclose(what, dqkv, dwant, n3, 1e-5, 4e-6 * maxabs_d(g, n3));
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0);   // written over the sum above
+    snprintf(what, sizeof(what), "attention_backward dqkv written (accumulate 0) B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    close_fd(what, dqkv, g, n3, 1e-5, 4e-6);
 
     // thread-count independence: forward and backward are bitwise identical on 1 thread
     int nthr = omp_get_max_threads();
@@ -576,10 +617,10 @@ static void test_attention_shape(int B, int T, int NH, int HS, int check_fd) {
         float* dq2 = fbuf(n3);
         memset(dq1, 0, n3 * sizeof(float));
         memset(dq2, 0, n3 * sizeof(float));
-        attention_backward(dq2, dout, qkv, out, lse, B, T, C, NH);
+        attention_backward(dq2, dout, qkv, out, lse, B, T, C, NH, 1);
         omp_set_num_threads(1);
         attention_forward(out1, lse1, qkv, B, T, C, NH);
-        attention_backward(dq1, dout, qkv, out, lse, B, T, C, NH);
+        attention_backward(dq1, dout, qkv, out, lse, B, T, C, NH, 1);
         omp_set_num_threads(nthr);
         TEST_CHECK(bitwise_equal(out, out1, nout) && bitwise_equal(lse, lse1, nl) && bitwise_equal(dq1, dq2, n3),
                    "attention B=%d T=%d NH=%d HS=%d differs between 1 and %d threads", B, T, NH, HS, nthr);
@@ -831,9 +872,9 @@ static void test_determinism(void) {
         r[k][1] = fbuf(C); memset(r[k][1], 0, C * sizeof(float));
         r[k][2] = fbuf((size_t)V * C); memset(r[k][2], 0, (size_t)V * C * sizeof(float));
         r[k][3] = fbuf(C); memset(r[k][3], 0, C * sizeof(float));
-        layernorm_backward(NULL, r[k][0], r[k][1], dy, x, w, mean, rstd, N, C);
+        layernorm_backward(NULL, r[k][0], r[k][1], dy, x, w, mean, rstd, N, C, 1);
         encoder_backward(r[k][2], NULL, dy, inp, inp, 1, N, C);
-        matmul_backward(NULL, NULL, r[k][3], dy, x, w, N, 1, C);
+        matmul_backward(NULL, NULL, r[k][3], dy, x, w, N, 1, C, 1);
     }
     omp_set_num_threads(nthr);
     TEST_CHECK(bitwise_equal(r[0][0], r[1][0], C) && bitwise_equal(r[0][1], r[1][1], C),

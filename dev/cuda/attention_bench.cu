@@ -255,9 +255,9 @@ int main(int argc, char** argv) {
     cuda_attention_forward(out, lse, qkv, B, T, C, NH);
     check_against("flash", out, lse, out0, lse0, T, NH, HS);
     float ms_flash = dev_time_ms([&] { cuda_attention_forward(out, lse, qkv, B, T, C, NH); }, iters);
-    float ms_flash_bwd = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    float ms_flash_bwd = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0); }, iters);
     attention_set_deterministic(0);
-    float ms_flash_bwd_atomic = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); }, iters);
+    float ms_flash_bwd_atomic = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0); }, iters);
     attention_set_deterministic(1);
     cudaCheck(cudaDeviceSynchronize());
 

@@ -102,18 +102,21 @@ int main(int argc, char** argv) {
     report("fused_residual_layernorm_forward", time_ms([&] {
         cuda_fused_residual_layernorm_forward(out, y, mean, rstd, x, out2, lnw, lnb, N, C); }), 4 * act, 0);
     report("layernorm_backward", time_ms([&] {
-        cuda_layernorm_backward(out, dbias, dbias + C, y, x, lnw, mean, rstd, N, C); }), 4 * act, 0);
+        cuda_layernorm_backward(out, dbias, dbias + C, y, x, lnw, mean, rstd, N, C, 1); }), 4 * act, 0);
     report("matmul_forward c_fc (+bias +gelu)", time_ms([&] {
         cuda_matmul_forward(out, out2, x, w, bias, N, C, 4 * C); }), 0, 2.0 * N * C * 4 * C);
     report("matmul_backward c_fc (dinp dweight dbias)", time_ms([&] {
-        cuda_matmul_backward(y, dw, dbias, out, x, w, N, C, 4 * C); }), 0, 4.0 * N * C * 4 * C);
+        cuda_matmul_backward(y, dw, dbias, out, x, w, N, C, 4 * C, 0); }), 0, 4.0 * N * C * 4 * C);
+    // c_proj's backward through the GELU: dpre (N x 4C) from dout (N x C), DGELU epilogue
+    report("matmul_backward_gelu c_proj (DGELU)", time_ms([&] {
+        cuda_matmul_backward_gelu(out2, dw, dbias, y, out, out, w, N, 4 * C, C); }), 0, 4.0 * N * C * 4 * C);
     report("matmul_forward lm_head", time_ms([&] { cuda_matmul_forward(logits, NULL, x, wte, NULL, N, C, Vp); }, 5),
            0, 2.0 * N * C * Vp);
     report("gelu_forward (4C)", time_ms([&] { cuda_gelu_forward(out2, out, (size_t)N * 4 * C); }), 8 * act, 0);
-    report("gelu_backward (4C)", time_ms([&] { cuda_gelu_backward(out2, out, out2, (size_t)N * 4 * C); }), 16 * act, 0);
+    report("gelu_backward (4C)", time_ms([&] { cuda_gelu_backward(out2, out, out2, (size_t)N * 4 * C, 0); }), 12 * act, 0);
     report("residual_forward", time_ms([&] { cuda_residual_forward(y, x, y, (size_t)N * C); }), 3 * act, 0);
     report("attention_forward", time_ms([&] { cuda_attention_forward(y, lse, qkv, B, T, C, NH); }, 3), 4 * act, 0);
-    report("attention_backward", time_ms([&] { cuda_attention_backward(dqkv, x, qkv, y, lse, B, T, C, NH); }, 3), 8 * act, 0);
+    report("attention_backward", time_ms([&] { cuda_attention_backward(dqkv, x, qkv, y, lse, B, T, C, NH, 0); }, 3), 8 * act, 0);
     report("fused_classifier (loss + dlogits)", time_ms([&] {
         cuda_fused_classifier(losses, logits, dtok, 1.0f / N, N, V, Vp); }, 5), 2.0 * N * Vp * bf, 0);
     report("adamw_update (all parameters, master)", time_ms([&] {

@@ -62,14 +62,14 @@ int main(int argc, char** argv) {
     cuda_layernorm_forward(d_y, d_mean, d_rstd, d_x, d_w, d_b, N, C);
     ok &= dev_check("forward v2 (production)", from_dev_bf16(d_y, (size_t)N * C), y_ref, 1e-2);
     cuda_ops_zero(d_dx, (size_t)N * C * sizeof(floatX)); cuda_ops_zero(d_dw, C * sizeof(floatX)); cuda_ops_zero(d_db, C * sizeof(floatX));
-    cuda_layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C);
+    cuda_layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C, 1);
     ok &= dev_check("backward dinp (production)", from_dev_bf16(d_dx, (size_t)N * C), dx_ref, 2e-2);
     ok &= dev_check("backward dweight (production)", from_dev_bf16(d_dw, C), dw_ref, 2e-2);
     ok &= dev_check("backward dbias (production)", from_dev_bf16(d_db, C), db_ref, 2e-2);
     double fb = 2.0 * N * C * sizeof(floatX);
     dev_report("forward v1", dev_time_ms([&] { LAUNCH(layernorm_forward_v1, grid, block, 0, 0, d_y, d_mean, d_rstd, d_x, d_w, d_b, N, C); }), fb);
     dev_report("forward v2 (production)", dev_time_ms([&] { cuda_layernorm_forward(d_y, d_mean, d_rstd, d_x, d_w, d_b, N, C); }), fb);
-    dev_report("backward (production)", dev_time_ms([&] { cuda_layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C); }), 3.0 * N * C * sizeof(floatX));
+    dev_report("backward (production)", dev_time_ms([&] { cuda_layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C, 1); }), 3.0 * N * C * sizeof(floatX));
     cuda_ops_free(d_x); cuda_ops_free(d_w); cuda_ops_free(d_b); cuda_ops_free(d_dy); cuda_ops_free(d_y); cuda_ops_free(d_dx); cuda_ops_free(d_dw); cuda_ops_free(d_db);
     cuda_ops_free(d_mean); cuda_ops_free(d_rstd);
     printf("%s\n", ok ? "all versions match the CPU reference" : "MISMATCH");

@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     ok &= dev_check("forward v2 pre-GELU output", rows(d_y, NCHK, OC), y_ref, 1e-2);
     ok &= dev_check("forward v2 GELU epilogue", rows(d_g, NCHK, OC), g_ref, 1e-2);
     cuda_ops_zero(d_dx, (size_t)N * C * sizeof(floatX)); cuda_ops_zero(d_dw, (size_t)OC * C * sizeof(floatX)); cuda_ops_zero(d_db, OC * sizeof(floatX));
-    cuda_matmul_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, N, C, OC);
+    cuda_matmul_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, N, C, OC, 1);
     ok &= dev_check("backward dinp (production)", rows(d_dx, NCHK, C), dx_ref, 2e-2);
     vecf dw_all = from_dev_bf16(d_dw, (size_t)OC * C), dw8((size_t)OC * 8);
     for (int o = 0; o < OC; o++) for (int c = 0; c < 8; c++) dw8[(size_t)o * 8 + c] = dw_all[(size_t)o * C + c];
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
     tf("forward v1", dev_time_ms([&] { LAUNCH(matmul_forward_v1, grid, 256, 0, 0, d_y, d_x, d_w, d_b, N, C, OC); }, 3), flops);
     tf("forward v2 (cuBLASLt + bias)", dev_time_ms([&] { cuda_matmul_forward(d_y, NULL, d_x, d_w, d_b, N, C, OC); }), flops);
     tf("forward v2 (cuBLASLt + bias + GELU)", dev_time_ms([&] { cuda_matmul_forward(d_y, d_g, d_x, d_w, d_b, N, C, OC); }), flops);
-    tf("backward (dinp + dweight + dbias)", dev_time_ms([&] { cuda_matmul_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, N, C, OC); }), 2.0 * flops);
+    tf("backward (dinp + dweight + dbias)", dev_time_ms([&] { cuda_matmul_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, N, C, OC, 0); }), 2.0 * flops);
     cuda_ops_free(d_x); cuda_ops_free(d_w); cuda_ops_free(d_b); cuda_ops_free(d_dy); cuda_ops_free(d_y); cuda_ops_free(d_g); cuda_ops_free(d_dx); cuda_ops_free(d_dw); cuda_ops_free(d_db);
     printf("%s\n", ok ? "all versions match the CPU reference" : "MISMATCH");
     return ok ? 0 : 1;

@@ -313,7 +313,7 @@ static void load_rows(float* dst, const float* src, size_t stride, int t0, int n
 }
 
 void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                            const float* lse, int B, int T, int C, int NH) {
+                            const float* lse, int B, int T, int C, int NH, int accumulate) {
     assertCheck(NH > 0 && C % NH == 0);
     if (B <= 0 || T <= 0) return;
     const int HS = C / NH;
@@ -392,15 +392,25 @@ void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, co
                     float* dv = dvb + (size_t)(k0 + r) * stride;
                     const float* sk = dK + (size_t)r * HS;
                     const float* sv = dV + (size_t)r * HS;
-                    #pragma omp simd
-                    for (int d = 0; d < HS; d++) { dk[d] += sk[d]; dv[d] += sv[d]; }
+                    if (accumulate) {
+                        #pragma omp simd
+                        for (int d = 0; d < HS; d++) { dk[d] += sk[d]; dv[d] += sv[d]; }
+                    } else { // each row of dK / dV is finished here once: written
+                        #pragma omp simd
+                        for (int d = 0; d < HS; d++) { dk[d] = sk[d]; dv[d] = sv[d]; }
+                    }
                 }
             }
             for (int t = 0; t < T; t++) {
                 float* dq = dqb + (size_t)t * stride;
                 const float* s = dQh + (size_t)t * HS;
-                #pragma omp simd
-                for (int d = 0; d < HS; d++) dq[d] += s[d] * scale;
+                if (accumulate) {
+                    #pragma omp simd
+                    for (int d = 0; d < HS; d++) dq[d] += s[d] * scale;
+                } else {
+                    #pragma omp simd
+                    for (int d = 0; d < HS; d++) dq[d] = s[d] * scale;
+                }
             }
         }
         cpu_ops_free(Qh); cpu_ops_free(dOh); cpu_ops_free(dQh); cpu_ops_free(Dh); cpu_ops_free(Ks); cpu_ops_free(KT);

@@ -88,8 +88,8 @@ void cpu_classifier_train(float* losses, float* dx, float* dw, float* logits, co
         if (dloss == 0.0f) continue;
         float* dxb = dx ? dx + (size_t)r0 * C : NULL;
         if (bf16) {
-            if (dxb) cpu_matmul_backward_w16(dxb, NULL, logits, wb, rows, C, Vp);
-            if (dw) cpu_matmul_backward(NULL, dw, NULL, logits, xb, w, rows, C, Vp);
-        } else cpu_matmul_backward(dxb, dw, NULL, logits, xb, w, rows, C, Vp);
+            if (dxb) cpu_matmul_backward_w16(dxb, NULL, logits, wb, rows, C, Vp, 1);
+            if (dw) cpu_matmul_backward(NULL, dw, NULL, logits, xb, w, rows, C, Vp, 1);
+        } else cpu_matmul_backward(dxb, dw, NULL, logits, xb, w, rows, C, Vp, 1);
     }
 }

@@ -13,9 +13,14 @@ void cpu_gelu_forward(float* out, const float* inp, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = vm_gelu(inp[i]);
 }
 
-void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-    #pragma omp parallel for simd schedule(static, EW_CHUNK) if (n > EW_CHUNK)
-    for (size_t i = 0; i < n; i++) dinp[i] += vm_gelu_grad(inp[i]) * dout[i];
+void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, int accumulate) {
+    if (accumulate) {
+        #pragma omp parallel for simd schedule(static, EW_CHUNK) if (n > EW_CHUNK)
+        for (size_t i = 0; i < n; i++) dinp[i] += vm_gelu_grad(inp[i]) * dout[i];
+    } else {
+        #pragma omp parallel for simd schedule(static, EW_CHUNK) if (n > EW_CHUNK)
+        for (size_t i = 0; i < n; i++) dinp[i] = vm_gelu_grad(inp[i]) * dout[i];
+    }
 }
 
 void cpu_residual_forward(float* out, const float* a, const float* b, size_t n) {

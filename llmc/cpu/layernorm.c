@@ -48,7 +48,7 @@ void cpu_fused_residual_layernorm_forward(float* residual_out, float* ln_out, fl
 
 void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                             const float* inp, const float* weight, const float* mean, const float* rstd,
-                            int N, int C) {
+                            int N, int C, int accumulate) {
     if (dinp != NULL) {
         // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = w * dout
         #pragma omp parallel for schedule(static)
@@ -69,7 +69,7 @@ void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const flo
             #pragma omp simd
             for (int c = 0; c < C; c++) {
                 float xhat = (x[c] - m) * rs;
-                dx[c] += rs * (weight[c] * dy[c] - sg - xhat * sgx);
+                dx[c] = (accumulate ? dx[c] : 0.0f) + rs * (weight[c] * dy[c] - sg - xhat * sgx);
             }
         }
     }

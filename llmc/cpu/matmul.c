@@ -122,23 +122,24 @@ void cpu_matmul_forward_w16(float* out, float* gelu_out, const float* inp, const
     forward_epilogue(out, gelu_out, bias, N, OC);
 }
 
-// dinp += bf16(dout) w16, dweight += bf16(dout)^T bf16(inp); either may be NULL
+// dinp (+)= bf16(dout) w16, dweight += bf16(dout)^T bf16(inp); either may be NULL
 static void backward_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
-                          const uint16_t* w16, int N, int C, int OC) {
+                          const uint16_t* w16, int N, int C, int OC, int accumulate) {
     const uint16_t* g16 = rounded(0, dout, (size_t)N * OC);
-    if (dinp != NULL) cpu_gemm_bf16(0, 0, N, C, OC, g16, OC, w16, C, 1, dinp);
+    if (dinp != NULL) cpu_gemm_bf16(0, 0, N, C, OC, g16, OC, w16, C, accumulate, dinp);
     if (dweight != NULL) cpu_gemm_bf16(1, 0, OC, C, N, g16, OC, rounded(2, inp, (size_t)N * C), C, 1, dweight);
 }
 
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                         const float* inp, const float* weight, int N, int C, int OC) {
+                         const float* inp, const float* weight, int N, int C, int OC, int accumulate) {
     if (gemm_dtype == OPS_BF16) {
         if (dinp != NULL || dweight != NULL)
-            backward_bf16(dinp, dweight, dout, inp, dinp ? rounded(1, weight, (size_t)OC * C) : NULL, N, C, OC);
+            backward_bf16(dinp, dweight, dout, inp, dinp ? rounded(1, weight, (size_t)OC * C) : NULL, N, C, OC,
+                          accumulate);
     } else {
-        if (dinp != NULL) // dinp[N,C] += dout[N,OC] * weight[OC,C]
+        if (dinp != NULL) // dinp[N,C] (+)= dout[N,OC] * weight[OC,C]
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                        1.0f, dinp, C);
+                        accumulate ? 1.0f : 0.0f, dinp, C);
         if (dweight != NULL) // dweight[OC,C] += dout[N,OC]^T * inp[N,C]
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
                         1.0f, dweight, C);
@@ -147,7 +148,15 @@ void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float*
 }
 
 void cpu_matmul_backward_w16(float* dinp, float* dbias, const float* dout, const uint16_t* weight,
-                             int N, int C, int OC) {
-    if (dinp != NULL) backward_bf16(dinp, NULL, dout, NULL, weight, N, C, OC);
+                             int N, int C, int OC, int accumulate) {
+    if (dinp != NULL) backward_bf16(dinp, NULL, dout, NULL, weight, N, C, OC, accumulate);
     if (dbias != NULL) bias_backward(dbias, dout, N, OC);
+}
+
+void cpu_matmul_backward_gelu(float* dpre, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* pre, const float* weight, int N, int C,
+                              int OC) {
+    cpu_matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC, 0);
+    // the GELU derivative in place (the same product as gelu_backward into a zeroed buffer)
+    cpu_gelu_backward(dpre, pre, dpre, (size_t)N * C, 0);
 }

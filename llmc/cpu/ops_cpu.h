@@ -52,7 +52,7 @@ void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* in
                            const float* weight, const float* bias, int N, int C);
 void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                             const float* inp, const float* weight, const float* mean,
-                            const float* rstd, int N, int C);
+                            const float* rstd, int N, int C, int accumulate);
 void cpu_fused_residual_layernorm_forward(float* residual_out, float* ln_out, float* mean,
                                           float* rstd, const float* a, const float* b,
                                           const float* weight, const float* bias, int N, int C);
@@ -61,15 +61,18 @@ void cpu_fused_residual_layernorm_forward(float* residual_out, float* ln_out, fl
 void cpu_matmul_forward(float* out, float* gelu_out, const float* inp, const float* weight,
                         const float* bias, int N, int C, int OC);
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                         const float* inp, const float* weight, int N, int C, int OC);
+                         const float* inp, const float* weight, int N, int C, int OC, int accumulate);
+void cpu_matmul_backward_gelu(float* dpre, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* pre, const float* weight, int N, int C,
+                              int OC);
 void cpu_matmul_forward_w16(float* out, float* gelu_out, const float* inp, const uint16_t* weight,
                             const float* bias, int N, int C, int OC);
 void cpu_matmul_backward_w16(float* dinp, float* dbias, const float* dout, const uint16_t* weight,
-                             int N, int C, int OC);
+                             int N, int C, int OC, int accumulate);
 
 // ---- element-wise (elementwise.c)
 void cpu_gelu_forward(float* out, const float* inp, size_t n);
-void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+void cpu_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, int accumulate);
 void cpu_residual_forward(float* out, const float* a, const float* b, size_t n);
 void cpu_add_inplace(float* dst, const float* src, size_t n);
 void cpu_scale_copy(float* dst, const float* src, float scale, size_t n);
@@ -80,7 +83,7 @@ void cpu_mul_inplace(float* dst, const float* mask, size_t n);
 // ---- attention (attention.c)
 void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
 void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                            const float* lse, int B, int T, int C, int NH);
+                            const float* lse, int B, int T, int C, int NH, int accumulate);
 
 // ---- attention over a key/value cache (attention_kv.c)
 void cpu_attention_forward_kv(float* out, const float* qkv_new, float* kcache, float* vcache, int B,

@@ -2,7 +2,7 @@
 // through the WMMA API (bf16 16x16x16 tiles, fp32 accumulation). The contract is llmc/ops.h:
 //   qkv (B, T, 3, NH, HS) bf16, read in place (no permute);  out (B, T, NH, HS) = (B, T, C) bf16;
 //   lse (B, NH, T) fp32: natural-log log-sum-exp of each row of scaled scores (the only thing
-//   kept besides out: the T x T matrices are never stored);  backward ACCUMULATES into dqkv.
+//   kept besides out: the T x T matrices are never stored);  backward writes dqkv (adds to it with accumulate).
 //
 // Tiles: a block is 4 warps; a query tile is 64 rows, 16 per warp; key tiles are 64 keys. Every
 // 16-row slice of a tile that a warp multiplies is a wmma fragment loaded from shared memory.
@@ -154,8 +154,9 @@ FA_UNROLL
 
 // dst row (16 lane-pair rows of a warp) += the warp's fp32 scratch rows (stride lds), for rows
 // t < T: lane l adds columns [HS/2 (l%2), HS/2 (l%2 + 1)) of row l/2. Rounds to bf16 once.
+// Without acc the rows are written (dst's old values are not read).
 template <int HS>
-__device__ inline void fa_add_rows(bf16* dst_row0, size_t stride, const float* s, int lds, int t0, int T, int vec) {
+__device__ inline void fa_add_rows(bf16* dst_row0, size_t stride, const float* s, int lds, int t0, int T, int acc, int vec) {
     int lane = threadIdx.x % 32, r = lane / 2, c0 = (lane % 2) * (HS / 2);
     if (t0 + r >= T) return;
     bf16* d = dst_row0 + (size_t)r * stride + c0;
@@ -163,11 +164,12 @@ __device__ inline void fa_add_rows(bf16* dst_row0, size_t stride, const float* s
 FA_UNROLL
     for (int c = 0; c < HS / 2; c += 8) {
         if (vec) {
-            x128 v = load128(d + c);
-            for (int k = 0; k < 8; k++) v[k] = __float2bfloat16(__bfloat162float(v[k]) + src[c + k]);
+            x128 v;
+            if (acc) v = load128(d + c);
+            for (int k = 0; k < 8; k++) v[k] = __float2bfloat16((acc ? __bfloat162float(v[k]) : 0.0f) + src[c + k]);
             store128(d + c, v);
         } else {
-            for (int k = 0; k < 8; k++) d[c + k] = __float2bfloat16(__bfloat162float(d[c + k]) + src[c + k]);
+            for (int k = 0; k < 8; k++) d[c + k] = __float2bfloat16((acc ? __bfloat162float(d[c + k]) : 0.0f) + src[c + k]);
         }
     }
 }
@@ -289,7 +291,7 @@ __device__ inline void fa_probs_grads(float p_and_ds[2], float sc, float dp, flo
 // added with fp32 atomics to dq_acc (B, T, NH, HS) (unscaled).
 template <int HS, bool ATOMIC_DQ>
 __device__ __forceinline__ void fa_backward_dkv(floatX* dqkv, float* dq_acc, const floatX* dout, const floatX* qkv,
-                                                const float* lse, const float* D, int T, int NH, int vec) {
+                                                const float* lse, const float* D, int T, int NH, int acc, int vec) {
     typedef FaDims<HS> Dm;
     constexpr int LDH = Dm::LDH, LDB = Dm::LDB, LDP = Dm::LDP, KT = Dm::KT;
     unsigned char* smem = fa_smem();
@@ -389,38 +391,39 @@ FA_UNROLL
         wmma::store_matrix_sync(sS + 16 * n, dk[n], LDE, wmma::mem_row_major);
     }
     __syncwarp();
-    fa_add_rows<HS>(dk_row0, stride, sS, LDE, kw, T, vec);
+    fa_add_rows<HS>(dk_row0, stride, sS, LDE, kw, T, acc, vec);
     __syncwarp();
 FA_UNROLL
     for (int n = 0; n < KT; n++) wmma::store_matrix_sync(sS + 16 * n, dv[n], LDE, wmma::mem_row_major);
     __syncwarp();
-    fa_add_rows<HS>(dk_row0 + C, stride, sS, LDE, kw, T, vec);
+    fa_add_rows<HS>(dk_row0 + C, stride, sS, LDE, kw, T, acc, vec);
 }
 
 template <int HS>
 __global__ void flash_attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                                    const float* lse, const float* D, int T, int NH, int vec) {
-    fa_backward_dkv<HS, false>(dqkv, NULL, dout, qkv, lse, D, T, NH, vec);
+                                                    const float* lse, const float* D, int T, int NH, int acc, int vec) {
+    fa_backward_dkv<HS, false>(dqkv, NULL, dout, qkv, lse, D, T, NH, acc, vec);
 }
 // (instantiated for HS <= 64 only: with HS 128 the extra dQ product would not fit the registers)
 template <int HS>
 __global__ void flash_attention_backward_dkv_atomic_kernel(floatX* dqkv, float* dq_acc, const floatX* dout, const floatX* qkv,
-                                                           const float* lse, const float* D, int T, int NH, int vec) {
-    fa_backward_dkv<HS, true>(dqkv, dq_acc, dout, qkv, lse, D, T, NH, vec);
+                                                           const float* lse, const float* D, int T, int NH, int acc, int vec) {
+    fa_backward_dkv<HS, true>(dqkv, dq_acc, dout, qkv, lse, D, T, NH, acc, vec);
 }
 
-// Non-deterministic mode: dqkv's q section += scale * dq_acc, (B, T, NH, HS) fp32.
-__global__ void flash_attention_dq_accumulate_kernel(floatX* dqkv, const float* dq_acc, int B, int T, int C, float scale) {
+// Non-deterministic mode: dqkv's q section (+)= scale * dq_acc, (B, T, NH, HS) fp32.
+__global__ void flash_attention_dq_accumulate_kernel(floatX* dqkv, const float* dq_acc, int B, int T, int C, float scale,
+                                                     int acc) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * T * C) return;
     bf16* p = dqkv + (i / C) * 3 * C + i % C;
-    *p = __float2bfloat16(__bfloat162float(*p) + scale * dq_acc[i]);
+    *p = __float2bfloat16((acc ? __bfloat162float(*p) : 0.0f) + scale * dq_acc[i]);
 }
 
 // dQ of one query tile (16 queries per warp), over the key tiles up to the diagonal.
 template <int HS>
 __global__ void flash_attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                                   const float* lse, const float* D, int T, int NH, int vec) {
+                                                   const float* lse, const float* D, int T, int NH, int acc, int vec) {
     typedef FaDims<HS> Dm;
     constexpr int LDH = Dm::LDH, LDB = Dm::LDB, LDP = Dm::LDP, KT = Dm::KT;
     unsigned char* smem = fa_smem();
@@ -479,7 +482,7 @@ FA_UNROLL
         wmma::store_matrix_sync(sS + 16 * n, dq[n], LDE, wmma::mem_row_major);
     }
     __syncwarp();
-    fa_add_rows<HS>(dqkv + ((size_t)b * T + w0) * stride + (size_t)h * HS, stride, sS, LDE, w0, T, vec);
+    fa_add_rows<HS>(dqkv + ((size_t)b * T + w0) * stride + (size_t)h * HS, stride, sS, LDE, w0, T, acc, vec);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -514,7 +517,7 @@ static void fa_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
 
 template <int HS>
 static void fa_backward(floatX* dqkv, float* dq_acc, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
-                        int B, int T, int NH, int vec) {
+                        int B, int T, int NH, int acc, int vec) {
     static int smem_ok_kv = 0, smem_ok_q = 0;
     size_t smem = FaDims<HS>::BWD_SMEM;
     dim3 grid(ops_blocks(T, FA_ROWS), B * NH);
@@ -522,20 +525,20 @@ static void fa_backward(floatX* dqkv, float* dq_acc, const floatX* dout, const f
         if (dq_acc) {
             static int smem_ok_atomic = 0;
             fa_allow_smem(flash_attention_backward_dkv_atomic_kernel<HS>, smem, &smem_ok_atomic);
-            LAUNCH(flash_attention_backward_dkv_atomic_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dq_acc, dout, qkv, lse, D, T, NH, vec);
+            LAUNCH(flash_attention_backward_dkv_atomic_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dq_acc, dout, qkv, lse, D, T, NH, acc, vec);
             cudaCheck(cudaGetLastError());
             size_t n = (size_t)B * T * NH * HS;
             LAUNCH(flash_attention_dq_accumulate_kernel, ops_blocks(n, 256), 256, 0, 0, dqkv, dq_acc, B, T, NH * HS,
-                   1.0f / sqrtf((float)HS));
+                   1.0f / sqrtf((float)HS), acc);
             cudaCheck(cudaGetLastError());
             return;
         }
     }
     fa_allow_smem(flash_attention_backward_dkv_kernel<HS>, smem, &smem_ok_kv);
     fa_allow_smem(flash_attention_backward_dq_kernel<HS>, smem, &smem_ok_q);
-    LAUNCH(flash_attention_backward_dkv_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dout, qkv, lse, D, T, NH, vec);
+    LAUNCH(flash_attention_backward_dkv_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dout, qkv, lse, D, T, NH, acc, vec);
     cudaCheck(cudaGetLastError());
-    LAUNCH(flash_attention_backward_dq_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dout, qkv, lse, D, T, NH, vec);
+    LAUNCH(flash_attention_backward_dq_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dout, qkv, lse, D, T, NH, acc, vec);
     cudaCheck(cudaGetLastError());
 }
 
@@ -561,11 +564,11 @@ extern "C" void cuda_attention_forward(floatX* out, float* lse, const floatX* qk
 }
 
 extern "C" void cuda_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                        const float* lse, int B, int T, int C, int NH) {
+                                        const float* lse, int B, int T, int C, int NH, int accumulate) {
     if (NH <= 0 || C % NH != 0)
         fatal("use a model whose n_embd is a multiple of n_head", "attention_backward (cuda): C = %d, NH = %d", C, NH);
     int HS = C / NH;
-    if (!attention_flash_supported(HS)) { attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, C, NH); return; }
+    if (!attention_flash_supported(HS)) { attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, C, NH, accumulate); return; }
     if (B <= 0 || T <= 0) return;
     size_t rows = (size_t)B * NH * T;
     // scratch: D (rows), then in non-deterministic mode the fp32 dQ accumulator (B, T, C)
@@ -576,7 +579,7 @@ extern "C" void cuda_attention_backward(floatX* dqkv, const floatX* dout, const 
     LAUNCH(flash_attention_backward_preprocess_kernel, ops_blocks(rows, 8), 256, 0, 0, D, dout, out, B, T, NH, HS);
     cudaCheck(cudaGetLastError());
     int vec = ops_aligned16(dqkv) && ops_aligned16(dout) && ops_aligned16(qkv);
-#define FA_BWD(hs) fa_backward<hs>(dqkv, dq_acc, dout, qkv, lse, D, B, T, NH, vec)
+#define FA_BWD(hs) fa_backward<hs>(dqkv, dq_acc, dout, qkv, lse, D, B, T, NH, accumulate, vec)
     FA_DISPATCH(HS, FA_BWD)
 #undef FA_BWD
 }

@@ -21,7 +21,7 @@ int attention_get_deterministic(void);
 // Simple kernels (attention_simple.cu): fp32 math on CUDA cores, O(T) memory, deterministic.
 void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH);
 void attention_backward_simple(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                               const float* lse, int B, int T, int C, int NH);
+                               const float* lse, int B, int T, int C, int NH, int accumulate);
 // Whether attention_forward / attention_backward use the flash kernels for head size HS.
 int attention_flash_supported(int HS);
 

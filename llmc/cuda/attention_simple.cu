@@ -120,7 +120,7 @@ __global__ void attention_backward_preprocess_kernel(float* D, const floatX* dou
 
 // dq: block = 8 queries of one (b, h), key tiles streamed as in the forward pass
 __global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                             const float* D, int T, int NH, int HS) {
+                                             const float* D, int T, int NH, int HS, int accumulate) {
     __shared__ float sQ[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sdO[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sK[ATT_TILE][ATT_MAX_HS + 1];
@@ -165,7 +165,7 @@ __global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, c
         floatX* dq = dqkv + ((size_t)b * T + t) * stride + (size_t)h * HS;
         for (int i = 0; i < ATT_DPL; i++) {
             int d = lane + 32 * i;
-            if (d < HS) dq[d] = __float2bfloat16(__bfloat162float(dq[d]) + scale * acc[i]);
+            if (d < HS) dq[d] = __float2bfloat16((accumulate ? __bfloat162float(dq[d]) : 0.0f) + scale * acc[i]);
         }
     }
 }
@@ -173,7 +173,7 @@ __global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, c
 // dk, dv: block = 8 keys of one (b, h); query tiles (with their dout, lse, D) streamed from the
 // tile holding the first key to the end
 __global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                              const float* D, int T, int NH, int HS) {
+                                              const float* D, int T, int NH, int HS, int accumulate) {
     __shared__ float sK[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sV[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sQ[ATT_TILE][ATT_MAX_HS + 1];
@@ -224,15 +224,15 @@ __global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, 
         for (int i = 0; i < ATT_DPL; i++) {
             int d = lane + 32 * i;
             if (d < HS) {
-                dkp[d] = __float2bfloat16(__bfloat162float(dkp[d]) + scale * dk[i]);
-                dvp[d] = __float2bfloat16(__bfloat162float(dvp[d]) + dv[i]);
+                dkp[d] = __float2bfloat16((accumulate ? __bfloat162float(dkp[d]) : 0.0f) + scale * dk[i]);
+                dvp[d] = __float2bfloat16((accumulate ? __bfloat162float(dvp[d]) : 0.0f) + dv[i]);
             }
         }
     }
 }
 
 void attention_backward_simple(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                   const float* lse, int B, int T, int C, int NH) {
+                                   const float* lse, int B, int T, int C, int NH, int accumulate) {
     int HS = C / NH;
     if (NH <= 0 || C % NH != 0 || HS > ATT_MAX_HS)
         fatal("use a model whose head size is at most 128", "attention_backward (cuda): head size C/NH = %d/%d must divide and be <= %d", C, NH, ATT_MAX_HS);
@@ -242,8 +242,8 @@ void attention_backward_simple(floatX* dqkv, const floatX* dout, const floatX* q
     LAUNCH(attention_backward_preprocess_kernel, ops_blocks(rows, ATT_ROWS), ATT_THREADS, 0, 0, D, dout, out, B, T, NH, HS);
     cudaCheck(cudaGetLastError());
     dim3 grid(ops_blocks(T, ATT_ROWS), B * NH);
-    LAUNCH(attention_backward_dq_kernel, grid, ATT_THREADS, 0, 0, dqkv, dout, qkv, lse, D, T, NH, HS);
+    LAUNCH(attention_backward_dq_kernel, grid, ATT_THREADS, 0, 0, dqkv, dout, qkv, lse, D, T, NH, HS, accumulate);
     cudaCheck(cudaGetLastError());
-    LAUNCH(attention_backward_dkv_kernel, grid, ATT_THREADS, 0, 0, dqkv, dout, qkv, lse, D, T, NH, HS);
+    LAUNCH(attention_backward_dkv_kernel, grid, ATT_THREADS, 0, 0, dqkv, dout, qkv, lse, D, T, NH, HS, accumulate);
     cudaCheck(cudaGetLastError());
 }

@@ -77,5 +77,5 @@ extern "C" void cuda_classifier_train(float* losses, floatX* dx, floatX* dw, flo
                                       const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
     cuda_matmul_forward(logits, NULL, x, w, NULL, N, C, Vp);
     cuda_fused_classifier(losses, logits, targets, dloss, N, V, Vp);
-    if (dloss != 0.0f && (dx || dw)) cuda_matmul_backward(dx, dw, NULL, logits, x, w, N, C, Vp);
+    if (dloss != 0.0f && (dx || dw)) cuda_matmul_backward(dx, dw, NULL, logits, x, w, N, C, Vp, 1);
 }

@@ -26,7 +26,8 @@
 //   ops_aligned16(p)           whether p allows the 128-bit paths
 //   load8f / store8f           8 elements of a bf16 row as fp32, 128-bit or scalar (ragged rows)
 //   ops_hash, ops_round_stochastic   deterministic stochastic rounding fp32 -> bf16
-//   ops_gelu(x)                tanh-approximation GELU, shared by kernels and the GEMM epilogue
+//   ops_gelu(x), ops_gelu_grad tanh-approximation GELU and its derivative, shared by kernels and
+//                              the emulated GEMM's epilogues
 //   ops_scratch(slot, bytes)   the op-internal scratch buffers (backend.cu)
 //   ops_colsum_finalize        the fixed-order column sums of layernorm / matmul (reduce.cu)
 #ifndef LLMC_CUDA_COMMON_CUH
@@ -227,6 +228,14 @@ __device__ inline floatX ops_round_stochastic(float x, uint32_t rnd) {
 __host__ __device__ inline float ops_gelu(float x) {
     float u = OPS_GELU_SCALE * (x + 0.044715f * x * x * x);
     return 0.5f * x * (1.0f + tanhf(u));
+}
+// its derivative, shared by gelu_backward and the emulated GEMM's DGELU epilogue
+__host__ __device__ inline float ops_gelu_grad(float x) {
+    float x3 = 0.044715f * x * x * x;
+    float u = OPS_GELU_SCALE * (x + x3);
+    float th = tanhf(u);
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * OPS_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 // ---------------------------------------------------------------------------------------------

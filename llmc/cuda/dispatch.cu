@@ -70,8 +70,8 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
 }
 void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean,
-                        const float* rstd, int N, int C) {
-    cuda_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+                        const float* rstd, int N, int C, int accumulate) {
+    cuda_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate);
 }
 void fused_residual_layernorm_forward(floatX* residual_out, floatX* ln_out, float* mean,
                                       float* rstd, const floatX* a, const floatX* b,
@@ -85,8 +85,12 @@ void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floa
     cuda_matmul_forward(out, gelu_out, inp, weight, bias, N, C, OC);
 }
 void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC) {
-    cuda_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+                     const floatX* inp, const floatX* weight, int N, int C, int OC, int accumulate) {
+    cuda_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate);
+}
+void matmul_backward_gelu(floatX* dpre, floatX* dweight, floatX* dbias, const floatX* dout,
+                          const floatX* inp, const floatX* pre, const floatX* weight, int N, int C, int OC) {
+    cuda_matmul_backward_gelu(dpre, dweight, dbias, dout, inp, pre, weight, N, C, OC);
 }
 // A bf16 weight is a floatX weight on this backend: the same kernels.
 void matmul_forward_w16(floatX* out, floatX* gelu_out, const floatX* inp, const uint16_t* weight,
@@ -94,14 +98,14 @@ void matmul_forward_w16(floatX* out, floatX* gelu_out, const floatX* inp, const 
     cuda_matmul_forward(out, gelu_out, inp, (const floatX*)weight, bias, N, C, OC);
 }
 void matmul_backward_w16(floatX* dinp, floatX* dbias, const floatX* dout, const uint16_t* weight,
-                         int N, int C, int OC) {
-    cuda_matmul_backward(dinp, NULL, dbias, dout, NULL, (const floatX*)weight, N, C, OC);
+                         int N, int C, int OC, int accumulate) {
+    cuda_matmul_backward(dinp, NULL, dbias, dout, NULL, (const floatX*)weight, N, C, OC, accumulate);
 }
 
 // ---- element-wise
 void gelu_forward(floatX* out, const floatX* inp, size_t n) { cuda_gelu_forward(out, inp, n); }
-void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
-    cuda_gelu_backward(dinp, inp, dout, n);
+void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, int accumulate) {
+    cuda_gelu_backward(dinp, inp, dout, n, accumulate);
 }
 void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
     cuda_residual_forward(out, a, b, n);
@@ -121,8 +125,8 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T,
     cuda_attention_forward(out, lse, qkv, B, T, C, NH);
 }
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                        const float* lse, int B, int T, int C, int NH) {
-    cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+                        const float* lse, int B, int T, int C, int NH, int accumulate) {
+    cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, accumulate);
 }
 
 // ---- attention over a key/value cache

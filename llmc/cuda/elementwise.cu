@@ -10,14 +10,6 @@
 // In-place use (out aliasing an input) is fine: each element is read before it is written by
 // the same thread.
 
-__device__ inline float ops_gelu_grad(float x) {
-    float x3 = 0.044715f * x * x * x;
-    float u = OPS_GELU_SCALE * (x + x3);
-    float th = tanhf(u);
-    float sech2 = 1.0f - th * th;
-    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * OPS_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n, int vec) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= n) return;
@@ -30,21 +22,23 @@ __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n, in
     }
 }
 
-// dinp += gelu'(inp) * dout
-__global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, int vec) {
+// dinp = gelu'(inp) * dout, plus dinp's old value with acc (dinp may alias dout: each thread
+// reads its elements before writing them)
+__global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, int acc, int vec) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= n) return;
     if (vec && i + 8 <= n) {
-        x128 x = load128(inp + i), g = load128(dout + i), d = load128(dinp + i);
+        x128 x = load128(inp + i), g = load128(dout + i), d;
+        if (acc) d = load128(dinp + i);
         for (int k = 0; k < 8; k++) {
-            float v = __bfloat162float(d[k]) + ops_gelu_grad(__bfloat162float(x[k])) * __bfloat162float(g[k]);
-            d[k] = __float2bfloat16(v);
+            float v = ops_gelu_grad(__bfloat162float(x[k])) * __bfloat162float(g[k]);
+            d[k] = __float2bfloat16(acc ? __bfloat162float(d[k]) + v : v);
         }
         store128(dinp + i, d);
     } else {
         for (size_t k = i; k < i + 8 && k < n; k++) {
-            float v = __bfloat162float(dinp[k]) + ops_gelu_grad(__bfloat162float(inp[k])) * __bfloat162float(dout[k]);
-            dinp[k] = __float2bfloat16(v);
+            float v = ops_gelu_grad(__bfloat162float(inp[k])) * __bfloat162float(dout[k]);
+            dinp[k] = __float2bfloat16(acc ? __bfloat162float(dinp[k]) + v : v);
         }
     }
 }
@@ -79,10 +73,10 @@ extern "C" void cuda_gelu_forward(floatX* out, const floatX* inp, size_t n) {
     LAUNCH(gelu_forward_kernel, ops_blocks(n, EW_BLOCK * 8), EW_BLOCK, 0, 0, out, inp, n, vec);
     cudaCheck(cudaGetLastError());
 }
-extern "C" void cuda_gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
+extern "C" void cuda_gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, int accumulate) {
     if (!n) return;
     int vec = ops_aligned16(dinp) && ops_aligned16(inp) && ops_aligned16(dout);
-    LAUNCH(gelu_backward_kernel, ops_blocks(n, EW_BLOCK * 8), EW_BLOCK, 0, 0, dinp, inp, dout, n, vec);
+    LAUNCH(gelu_backward_kernel, ops_blocks(n, EW_BLOCK * 8), EW_BLOCK, 0, 0, dinp, inp, dout, n, accumulate, vec);
     cudaCheck(cudaGetLastError());
 }
 extern "C" void cuda_residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {

@@ -14,7 +14,7 @@
 // rebuilds them per call; the heuristic is a host-side search that costs tens of microseconds).
 // The key is everything the plan depends on; the pointers (operands, bias, aux) and beta are set
 // per call. The emulated build keeps the keys too, so the harness tests the lookup.
-typedef struct { int transa, transb, m, n, k, lda, ldb, ldd, bias, gelu; } GemmKey;
+typedef struct { int transa, transb, m, n, k, lda, ldb, ldd, bias, epi; } GemmKey;
 #define GEMM_PLANS 64
 typedef struct {
     GemmKey key;
@@ -30,11 +30,11 @@ static long g_plans_built;
 
 long gemm_plans_built(void) { return g_plans_built; }
 
-static GemmKey gemm_key(int transa, int transb, int m, int n, int k, int lda, int ldb, int ldd, int bias, int gelu) {
+static GemmKey gemm_key(int transa, int transb, int m, int n, int k, int lda, int ldb, int ldd, int bias, int epi) {
     GemmKey key;
     memset(&key, 0, sizeof(key));
     key.transa = transa; key.transb = transb; key.m = m; key.n = n; key.k = k;
-    key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.bias = bias; key.gelu = gelu;
+    key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.bias = bias; key.epi = epi;
     return key;
 }
 
@@ -52,6 +52,14 @@ static GemmPlan* gemm_plan_get(const GemmKey* key) {
     gemm_plan_build(p, key);
     g_plans_built++;
     return p;
+}
+
+// The epilogue combinations this wrapper supports (the cuBLASLt ones the backend uses).
+static void gemm_check_epilogue(int m, const floatX* bias, GemmEpilogue epi, const floatX* aux, int accumulate) {
+    if (epi == GEMM_PLAIN) return;
+    if (!aux || m % 8 != 0 || (epi == GEMM_DGELU && (bias || accumulate)))
+        fatal("this is a bug in llmc", "gemm_bf16: epilogue %d with m=%d, aux %s, bias %s, accumulate %d",
+              (int)epi, m, aux ? "set" : "NULL", bias ? "set" : "NULL", accumulate);
 }
 
 static void gemm_plans_release(void) {
@@ -77,8 +85,9 @@ static float* to_f32(const floatX* x, size_t n) {
 
 void gemm_bf16(int transa, int transb, int m, int n, int k,
                const floatX* A, int lda, const floatX* B, int ldb, floatX* D, int ldd,
-               const floatX* bias, floatX* pre_gelu, int accumulate) {
-    GemmKey key = gemm_key(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, pre_gelu != NULL);
+               const floatX* bias, GemmEpilogue epi, floatX* aux, int accumulate) {
+    gemm_check_epilogue(m, bias, epi, aux, accumulate);
+    GemmKey key = gemm_key(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, (int)epi);
     (void)gemm_plan_get(&key);
     // sizes of the stored (column-major) matrices
     size_t na = (size_t)lda * (transa ? m : k), nb = (size_t)ldb * (transb ? k : n), nd = (size_t)ldd * n;
@@ -94,7 +103,8 @@ void gemm_bf16(int transa, int transb, int m, int n, int k,
             float r = Df[at];
             if (bias) r += __bfloat162float(bias[i]);
             if (accumulate) r += __bfloat162float(D[at]);
-            if (pre_gelu) { pre_gelu[at] = __float2bfloat16(r); r = ops_gelu(r); }
+            if (epi == GEMM_GELU_AUX) { aux[at] = __float2bfloat16(r); r = ops_gelu(r); }
+            else if (epi == GEMM_DGELU) r *= ops_gelu_grad(__bfloat162float(aux[at]));
             D[at] = __float2bfloat16(r);
         }
     }
@@ -137,8 +147,11 @@ static void gemm_plan_build(GemmPlan* p, const GemmKey* key) {
     LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (key->gelu) {
-        epi = key->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (key->epi != GEMM_PLAIN) {
+        // DGELU, not DGELU_BGRAD: its bias gradient would overwrite (ours accumulate across
+        // micro-steps) and sum in an order of its own (ours are deterministic column sums)
+        epi = key->epi == GEMM_DGELU ? CUBLASLT_EPILOGUE_DGELU
+            : key->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
         int64_t aux_ld = key->ldd;
         cudaDataType_t aux_type = CUDA_R_16BF;
         LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
@@ -164,9 +177,9 @@ static void gemm_plan_build(GemmPlan* p, const GemmKey* key) {
     LT_CHECK(cublasLtMatmulAlgoGetHeuristic(g_lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &heur, &found));
     LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (found == 0) {
-        fprintf(stderr, "cuBLASLt: no algorithm for m=%d n=%d k=%d transa=%d transb=%d bias=%d gelu=%d "
+        fprintf(stderr, "cuBLASLt: no algorithm for m=%d n=%d k=%d transa=%d transb=%d bias=%d epilogue=%d "
                 "(leading dimensions / pointers may need 16-byte alignment)\n",
-                m, n, k, key->transa, key->transb, key->bias, key->gelu);
+                m, n, k, key->transa, key->transb, key->bias, key->epi);
         exit(1);
     }
     p->algo = heur.algo;
@@ -181,12 +194,13 @@ static void gemm_plan_destroy(GemmPlan* p) {
 
 void gemm_bf16(int transa, int transb, int m, int n, int k,
                const floatX* A, int lda, const floatX* B, int ldb, floatX* D, int ldd,
-               const floatX* bias, floatX* pre_gelu, int accumulate) {
+               const floatX* bias, GemmEpilogue epi, floatX* aux, int accumulate) {
     gemm_init();
-    GemmKey key = gemm_key(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, pre_gelu != NULL);
+    gemm_check_epilogue(m, bias, epi, aux, accumulate);
+    GemmKey key = gemm_key(transa, transb, m, n, k, lda, ldb, ldd, bias != NULL, (int)epi);
     GemmPlan* p = gemm_plan_get(&key);
     // the per-call pointers of the epilogue (the rest of the descriptor is the plan's)
-    if (pre_gelu) LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_gelu, sizeof(pre_gelu)));
+    if (epi != GEMM_PLAIN) LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
     if (bias) LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     LT_CHECK(cublasLtMatmul(g_lt, p->op, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld, &p->algo, g_ws,

@@ -15,16 +15,25 @@ void gemm_release(void);   // frees them and the cached plans (at exit)
 // cached (gemm.cu), so a training loop stops building them after its first step.
 long gemm_plans_built(void);
 
+// What the epilogue does with the aux matrix (m x n, leading dimension ldd, like D).
+typedef enum {
+    GEMM_PLAIN = 0,     // no aux
+    GEMM_GELU_AUX = 1,  // aux = the result (the pre-activation), D = gelu(result)
+                        // (CUBLASLT_EPILOGUE_GELU_AUX[_BIAS])
+    GEMM_DGELU = 2,     // D = result * gelu'(aux): aux is the forward's pre-activation, read
+                        // (CUBLASLT_EPILOGUE_DGELU); no bias, no accumulate
+} GemmEpilogue;
+
 // Column-major (BLAS convention) D[m, n] = op(A)[m, k] @ op(B)[k, n], fp32 accumulation, with
 //   bias != NULL:      + bias[m] on every column (CUBLASLT_EPILOGUE_BIAS);
-//   pre_gelu != NULL:  pre_gelu = the result (leading dimension ldd), D = gelu(result)
-//                      (CUBLASLT_EPILOGUE_GELU_AUX[_BIAS]);
+//   epi, aux:          the GELU epilogues above (aux is written by GEMM_GELU_AUX, read by
+//                      GEMM_DGELU; m must be a multiple of 8 for either);
 //   accumulate:        D = result + D (beta = 1). D is bf16, so the sum is rounded to bf16 each
 //                      time: accumulating many micro-steps in place loses low-order bits. That is
 //                      the accepted cost of bf16 gradients (as in llm.c).
 // op(X) = X^T when trans is set. A is stored (trans ? k x m : m x k) with leading dim lda, etc.
 void gemm_bf16(int transa, int transb, int m, int n, int k,
                const floatX* A, int lda, const floatX* B, int ldb, floatX* D, int ldd,
-               const floatX* bias, floatX* pre_gelu, int accumulate);
+               const floatX* bias, GemmEpilogue epi, floatX* aux, int accumulate);
 
 #endif // LLMC_CUDA_GEMM_CUH

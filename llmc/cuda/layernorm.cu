@@ -82,10 +82,11 @@ extern "C" void cuda_fused_residual_layernorm_forward(floatX* residual_out, floa
     cudaCheck(cudaGetLastError());
 }
 
-// dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = weight * dout
+// dinp (+)= rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = weight * dout
+// (acc: added to dinp's old value, else written)
 __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
                                                const floatX* weight, const float* mean, const float* rstd,
-                                               int N, int C, int vec) {
+                                               int N, int C, int acc, int vec) {
     int lane = threadIdx.x % WARP_SIZE;
     int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
     if (row >= N) return;
@@ -109,7 +110,8 @@ __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout,
         load8f(x, inp + off, c, C, vec);
         load8f(g, dout + off, c, C, vec);
         load8f(w, weight, c, C, vec);
-        load8f(d, dinp + off, c, C, vec);
+        if (acc) load8f(d, dinp + off, c, C, vec);
+        else for (int k = 0; k < 8; k++) d[k] = 0.0f;
         for (int k = 0; k < 8; k++) {
             float norm = (x[k] - mu) * rs;
             d[k] += (w[k] * g[k] - dn_mean - norm * dnn_mean) * rs;
@@ -157,12 +159,12 @@ __global__ void layernorm_backward_params_partial_kernel(float* pw, float* pb, c
 
 extern "C" void cuda_layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                                         const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
-                                        int N, int C) {
+                                        int N, int C, int accumulate) {
     if (N <= 0) return;
     if (dinp) {
         int vec = C % 8 == 0 && ops_aligned16(dinp) && ops_aligned16(dout) && ops_aligned16(inp) && ops_aligned16(weight);
         LAUNCH(layernorm_backward_dinp_kernel, ops_blocks(N, LN_ROWS_PER_BLOCK), LN_ROWS_PER_BLOCK * WARP_SIZE, 0, 0,
-               dinp, dout, inp, weight, mean, rstd, N, C, vec);
+               dinp, dout, inp, weight, mean, rstd, N, C, accumulate, vec);
         cudaCheck(cudaGetLastError());
     }
     if (dweight || dbias) {

@@ -12,9 +12,9 @@ extern "C" void cuda_matmul_forward(floatX* out, floatX* gelu_out, const floatX*
                                     const floatX* bias, int N, int C, int OC) {
     if (gelu_out && OC % 8 == 0) {
         // fused: gelu_out = gelu(pre), out = pre (cuBLASLt's aux output needs ld % 8 == 0)
-        gemm_bf16(1, 0, OC, N, C, weight, C, inp, C, gelu_out, OC, bias, out, 0);
+        gemm_bf16(1, 0, OC, N, C, weight, C, inp, C, gelu_out, OC, bias, GEMM_GELU_AUX, out, 0);
     } else {
-        gemm_bf16(1, 0, OC, N, C, weight, C, inp, C, out, OC, bias, NULL, 0);
+        gemm_bf16(1, 0, OC, N, C, weight, C, inp, C, out, OC, bias, GEMM_PLAIN, NULL, 0);
         if (gelu_out) cuda_gelu_forward(gelu_out, out, (size_t)N * OC);
     }
 }
@@ -48,12 +48,11 @@ __global__ void bias_grad_partial_kernel(float* partial, const floatX* dout, int
     }
 }
 
-extern "C" void cuda_matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
-                                     const floatX* inp, const floatX* weight, int N, int C, int OC) {
-    // dinp[N, C] += dout[N, OC] @ W[OC, C]   (column-major: C x N = (C x OC) @ (OC x N))
-    if (dinp) gemm_bf16(0, 0, C, N, OC, weight, C, dout, OC, dinp, C, NULL, NULL, 1);
+// The parameter gradients of matmul_backward (always accumulated).
+static void matmul_backward_params(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                   int N, int C, int OC) {
     // dweight[OC, C] += dout^T @ inp          (column-major: C x OC = (C x N) @ (N x OC))
-    if (dweight) gemm_bf16(0, 1, C, OC, N, inp, C, dout, OC, dweight, C, NULL, NULL, 1);
+    if (dweight) gemm_bf16(0, 1, C, OC, N, inp, C, dout, OC, dweight, C, NULL, GEMM_PLAIN, NULL, 1);
     if (dbias) {
         int nchunks = ops_colsum_chunks(N, OC);
         float* partial = (float*)ops_scratch(OPS_SCRATCH_COLSUM, (size_t)nchunks * OC * sizeof(float));
@@ -63,4 +62,26 @@ extern "C" void cuda_matmul_backward(floatX* dinp, floatX* dweight, floatX* dbia
         cudaCheck(cudaGetLastError());
         ops_colsum_finalize(dbias, partial, nchunks, OC);
     }
+}
+
+extern "C" void cuda_matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
+                                     const floatX* inp, const floatX* weight, int N, int C, int OC,
+                                     int accumulate) {
+    // dinp[N, C] (+)= dout[N, OC] @ W[OC, C]  (column-major: C x N = (C x OC) @ (OC x N))
+    if (dinp) gemm_bf16(0, 0, C, N, OC, weight, C, dout, OC, dinp, C, NULL, GEMM_PLAIN, NULL, accumulate);
+    matmul_backward_params(dweight, dbias, dout, inp, N, C, OC);
+}
+
+extern "C" void cuda_matmul_backward_gelu(floatX* dpre, floatX* dweight, floatX* dbias, const floatX* dout,
+                                          const floatX* inp, const floatX* pre, const floatX* weight,
+                                          int N, int C, int OC) {
+    if (C % 8 == 0) {
+        // fused: dpre = (dout @ W) * gelu'(pre) in the GEMM's epilogue, rounded to bf16 once
+        // (cuBLASLt reads pre as the aux input; its leading dimension must be a multiple of 8)
+        gemm_bf16(0, 0, C, N, OC, weight, C, dout, OC, dpre, C, NULL, GEMM_DGELU, (floatX*)pre, 0);
+    } else {
+        gemm_bf16(0, 0, C, N, OC, weight, C, dout, OC, dpre, C, NULL, GEMM_PLAIN, NULL, 0);
+        cuda_gelu_backward(dpre, pre, dpre, (size_t)N * C, 0);
+    }
+    matmul_backward_params(dweight, dbias, dout, inp, N, C, OC);
 }

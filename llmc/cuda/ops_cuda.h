@@ -50,7 +50,7 @@ void cuda_layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const 
 void cuda_layernorm_backward(__nv_bfloat16* dinp, __nv_bfloat16* dweight, __nv_bfloat16* dbias,
                              const __nv_bfloat16* dout, const __nv_bfloat16* inp,
                              const __nv_bfloat16* weight, const float* mean, const float* rstd,
-                             int N, int C);
+                             int N, int C, int accumulate);
 void cuda_fused_residual_layernorm_forward(__nv_bfloat16* residual_out, __nv_bfloat16* ln_out,
                                            float* mean, float* rstd, const __nv_bfloat16* a,
                                            const __nv_bfloat16* b, const __nv_bfloat16* weight,
@@ -62,12 +62,16 @@ void cuda_matmul_forward(__nv_bfloat16* out, __nv_bfloat16* gelu_out, const __nv
                          int OC);
 void cuda_matmul_backward(__nv_bfloat16* dinp, __nv_bfloat16* dweight, __nv_bfloat16* dbias,
                           const __nv_bfloat16* dout, const __nv_bfloat16* inp,
-                          const __nv_bfloat16* weight, int N, int C, int OC);
+                          const __nv_bfloat16* weight, int N, int C, int OC, int accumulate);
+void cuda_matmul_backward_gelu(__nv_bfloat16* dpre, __nv_bfloat16* dweight, __nv_bfloat16* dbias,
+                               const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                               const __nv_bfloat16* pre, const __nv_bfloat16* weight, int N, int C,
+                               int OC);
 
 // ---- element-wise (elementwise.cu)
 void cuda_gelu_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, size_t n);
 void cuda_gelu_backward(__nv_bfloat16* dinp, const __nv_bfloat16* inp, const __nv_bfloat16* dout,
-                        size_t n);
+                        size_t n, int accumulate);
 void cuda_residual_forward(__nv_bfloat16* out, const __nv_bfloat16* a, const __nv_bfloat16* b,
                            size_t n);
 void cuda_add_inplace(__nv_bfloat16* dst, const __nv_bfloat16* src, size_t n);
@@ -81,7 +85,7 @@ void cuda_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16*
                             int C, int NH);
 void cuda_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                              const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                             int B, int T, int C, int NH);
+                             int B, int T, int C, int NH, int accumulate);
 
 // ---- attention over a key/value cache (attention_kv.cu)
 void cuda_attention_forward_kv(__nv_bfloat16* out, const __nv_bfloat16* qkv_new,

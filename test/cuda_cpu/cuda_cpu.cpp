@@ -723,9 +723,9 @@ static void register_exit() {
 }
 
 // ---- host stalls (cuda_cpu.h: CudaCpuSyncCounts)
-static std::atomic<long> g_n_d2h{0}, g_n_h2d{0}, g_n_sync{0}, g_n_alloc{0};
+static std::atomic<long> g_n_d2h{0}, g_n_h2d{0}, g_n_sync{0}, g_n_alloc{0}, g_n_memset{0};
 extern "C" CudaCpuSyncCounts cuda_cpu_sync_counts(void) {
-    return CudaCpuSyncCounts{g_n_d2h.load(), g_n_h2d.load(), g_n_sync.load(), g_n_alloc.load()};
+    return CudaCpuSyncCounts{g_n_d2h.load(), g_n_h2d.load(), g_n_sync.load(), g_n_alloc.load(), g_n_memset.load()};
 }
 static void sync_report_at_exit() {
     const char* path = getenv("CUDA_CPU_SYNC_REPORT");
@@ -733,7 +733,7 @@ static void sync_report_at_exit() {
     FILE* f = fopen(path, "a");
     if (!f) { fprintf(stderr, "cuda_cpu: cannot open CUDA_CPU_SYNC_REPORT file '%s'\n", path); return; }
     CudaCpuSyncCounts c = cuda_cpu_sync_counts();
-    fprintf(f, "d2h %ld h2d %ld sync %ld alloc %ld\n", c.d2h, c.h2d, c.sync, c.alloc);
+    fprintf(f, "d2h %ld h2d %ld sync %ld alloc %ld memset %ld\n", c.d2h, c.h2d, c.sync, c.alloc, c.memset);
     fclose(f);
 }
 static void count_stall(std::atomic<long>& n) {
@@ -1029,6 +1029,7 @@ cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, si
 cudaError_t cudaMemset(void* p, int value, size_t n) {
     if (n == 0) return cudaSuccess;
     if (!check_dev("cudaMemset", "dst", p, n)) return set_error(cudaErrorInvalidValue);
+    count_stall(g_n_memset);
     memset(p, value, n);
     return cudaSuccess;
 }

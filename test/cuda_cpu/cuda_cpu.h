@@ -175,7 +175,7 @@ static inline void launch_kernel(const char* name, void (*fn)(P...), dim3 grid, 
 // Host stalls: the runtime calls that make the host wait for the GPU on a real device (CUDA's
 // "API synchronization behavior"), counted since the process started. A test reads them around
 // the code it measures; CUDA_CPU_SYNC_REPORT=FILE appends the totals to FILE at exit, one line
-// "d2h N h2d N sync N alloc N" (for tests that run a whole program).
+// "d2h N h2d N sync N alloc N memset N" (for tests that run a whole program).
 struct CudaCpuSyncCounts {
     long d2h;    // device->host copies the host waits for: cudaMemcpy, cudaMemcpyAsync into
                  // pageable memory, cudaMemcpyFromSymbol
@@ -184,6 +184,8 @@ struct CudaCpuSyncCounts {
     long sync;   // cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, and
                  // cudaFree / cudaFreeHost (an implicit device synchronization)
     long alloc;  // cudaMalloc / cudaMallocHost (may synchronize; never wanted inside a step)
+    long memset; // cudaMemset / cudaMemsetAsync: not a stall, but a pass over memory that a
+                 // write-not-accumulate op makes unneeded (counted so a test can show they are gone)
 };
 extern "C" CudaCpuSyncCounts cuda_cpu_sync_counts(void);
 
