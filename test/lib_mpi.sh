@@ -1,5 +1,5 @@
 # Helpers for the shell tests that run training jobs under mpirun (sourced after test/lib.sh):
-# test_watchdog.sh and test_multihost.sh.
+# test_train_mpi.sh, test_zero3.sh, test_watchdog.sh and test_multihost.sh.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1
 if [ "${SAN:-}" = "1" ]; then

@@ -307,6 +307,20 @@ static void test_layernorm(int N, int C) {
     check(name, got, ci, RT, 2e-2);
 }
 
+// The matmul backward in double: ri += g W, rw += g^T x, rb += column sums of g.
+static void ref_matmul_backward(std::vector<double>& ri, std::vector<double>& rw, std::vector<double>& rb, const vecf& g,
+                                const vecf& x, const vecf& w, int N, int C, int OC) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double go = g[(size_t)n * OC + o];
+            rb[o] += go;
+            for (int c = 0; c < C; c++) {
+                ri[(size_t)n * C + c] += go * w[(size_t)o * C + c];
+                rw[(size_t)o * C + c] += go * x[(size_t)n * C + c];
+            }
+        }
+}
+
 // accumulate 0 (dinp written over what it held), and matmul_backward_gelu: dpre = (dout W) *
 // gelu'(pre), through cuBLASLt's DGELU epilogue when C % 8 == 0 (the emulated GEMM applies the
 // same derivative), else GEMM + gelu_backward in place. dweight / dbias still accumulate.
@@ -319,15 +333,7 @@ static void test_matmul_backward_write(int N, int C, int OC, const vecf& x, cons
     cuda_matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC, 0);
     cuda_matmul_backward_gelu(dgp.p, dgw.p, dgb.p, dg.p, dx.p, dpre.p, dw.p, N, C, OC);
     std::vector<double> ri(NC, 0.0), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) {
-            double go = g[(size_t)n * OC + o];
-            rb[o] += go;
-            for (int c = 0; c < C; c++) {
-                ri[(size_t)n * C + c] += go * w[(size_t)o * C + c];
-                rw[(size_t)o * C + c] += go * x[(size_t)n * C + c];
-            }
-        }
+    ref_matmul_backward(ri, rw, rb, g, x, w, N, C, OC);
     vecf rp(NC);
     for (size_t i = 0; i < NC; i++) rp[i] = (float)(ri[i] * gelu_grad_ref(pre[i]));
     snprintf(name, sizeof(name), "matmul_backward dinp written (accumulate 0, N=%d C=%d OC=%d)", N, C, OC);
@@ -372,15 +378,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     Dev dg(g), dgi(gi), dgw(gw), dgb(gb);
     cuda_matmul_backward(dgi.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, dx.p, dw.p, N, C, OC, 1);
     std::vector<double> ri(gi.begin(), gi.end()), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) {
-            double go = g[(size_t)n * OC + o];
-            rb[o] += go;
-            for (int c = 0; c < C; c++) {
-                ri[(size_t)n * C + c] += go * w[(size_t)o * C + c];
-                rw[(size_t)o * C + c] += go * x[(size_t)n * C + c];
-            }
-        }
+    ref_matmul_backward(ri, rw, rb, g, x, w, N, C, OC);
     snprintf(name, sizeof(name), "matmul_backward dinp += (N=%d C=%d OC=%d)", N, C, OC);
     check(name, dgi.get(), vecf(ri.begin(), ri.end()), RT, 2e-2);
     snprintf(name, sizeof(name), "matmul_backward dweight += (N=%d C=%d OC=%d)", N, C, OC);

@@ -7,12 +7,7 @@ source "$(dirname "$0")/lib.sh"
 skipmsg="skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"
 command -v mpirun >/dev/null 2>&1 || { echo "$skipmsg"; exit 0; }
 "$BIN_DIR/train_gpt2" --help >/dev/null 2>&1 || { echo "train_gpt2 not built"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMPI_MCA_rmaps_base_oversubscribe=1
-if [ "${SAN:-}" = "1" ]; then
-  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}:fast_unwind_on_malloc=0"
-  export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:print_suppressions=0"
-fi
+source "$(dirname "$0")/lib_mpi.sh"
 MODEL=test/ref/gpt2_tiny
 make_shard "$TMP/train.bin" 8000 100 5
 # fp32 GEMMs: ranks and one process sum the same gradients in another order, and with bf16 GEMMs
@@ -21,13 +16,6 @@ make_shard "$TMP/train.bin" 8000 100 5
 COMMON=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128
         --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --dtype fp32)
 LORA=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear --lora-bias lora_only)
-
-losses() { grep -o '"train_loss": [0-9.e+-]*' "$1/log.jsonl" | awk '{print $2}'; }
-cmp_losses() { # cmp_losses what dirA dirB tol
-  if paste <(losses "$2") <(losses "$3") | awk -v t="$4" 'NF!=2 {bad=1} {d=$1-$2; if (d<0) d=-d; if (d>t) bad=1; if (d>m) m=d} END {printf "max diff %.2e ", m; exit bad}'; then
-    ok "$1 ($(losses "$2" | wc -l) steps)"
-  else bad "$1"; paste <(losses "$2") <(losses "$3") >&2; fi
-}
 
 for prog in train_gpt2 train_lora; do
   extra=(); [ $prog = train_lora ] && extra=("${LORA[@]}")
