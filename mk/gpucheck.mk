@@ -78,7 +78,7 @@ ifeq ($(BACKEND),cuda)
 # ---- the GPU builds
 GPU_TEST_PROGS += $(TREE)/test/test_lora_gpu $(TREE)/test/test_qlora_gpu $(TREE)/test/test_flash_attention_gpu
 # flash attention in depth against the CPU backend: host C++ like test_cuda_ops_gpu
-$(TREE)/test/test_flash_attention_gpu: test/test_cuda_flash_attention.cpp $(LIB) $(CPUREF_LIB) test/test.h
+$(TREE)/test/test_flash_attention_gpu: test/test_cuda_flash_attention.cpp $(LIB) $(CPUREF_LIB) test/test.h test/cuda_test.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(filter-out -Werror%,$(CXXFLAGS)) -isystem $(CUDA_HOME)/include -DLLMC_CUDA -c $< -o $@.o
 	$(CXX) $@.o $(CPUREF_LIB) $(LIB) -o $@ $(LDFLAGS) $(PROGRAM_LIBS)

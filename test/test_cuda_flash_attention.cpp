@@ -24,49 +24,11 @@
 #include "cpu/ops_cpu.h"
 #include "cuda/ops_cuda.h"
 #include "cuda/attention.cuh"
-#include "test/test.h"
+#include "test/cuda_test.h"
 #include "timer.h"
 
-typedef std::vector<float> vecf;
-
 static TestRng g_rng = { 0x9E3779B97F4A7C15ull, 0 };
-static float rnd_uniform(void) { return (float)(2.0 * test_rand_uniform(&g_rng) - 1.0); } // (-1, 1)
-static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
-static vecf rnd_vec(size_t n, float scale) {
-    vecf v(n);
-    for (size_t i = 0; i < n; i++) v[i] = bf16_round(scale * rnd_uniform());
-    return v;
-}
-
-// device bf16 buffer holding a host vector; `offset` elements in front misalign it
-struct Dev {
-    void* base = NULL;
-    floatX* p = NULL;
-    size_t n = 0;
-    Dev(const vecf& h, int offset) : n(h.size()) {
-        base = cuda_ops_alloc((n + offset + 8) * sizeof(floatX));
-        p = (floatX*)base + offset;
-        cuda_ops_upload_f32(p, h.data(), n);
-    }
-    Dev(size_t count, int offset) : n(count) {
-        base = cuda_ops_alloc((n + offset + 8) * sizeof(floatX));
-        p = (floatX*)base + offset;
-    }
-    vecf get() const { vecf h(n); cuda_ops_download_f32(h.data(), p, n); return h; }
-    ~Dev() { cuda_ops_free(base); }
-    Dev(const Dev&) = delete;
-    Dev& operator=(const Dev&) = delete;
-};
-
-static double g_worst = 0.0;   // worst |diff| / tolerance over all checks
-static void check(const char* what, const vecf& got, const vecf& want, double rtol, double atol) {
-    for (size_t i = 0; i < want.size(); i++) {
-        double d = fabs((double)got[i] - want[i]), tol = atol + rtol * fabs((double)want[i]);
-        double r = d / tol;
-        if (!(r <= g_worst)) g_worst = r;   // NaN sticks
-    }
-    test_allclose(what, got.data(), want.data(), want.size(), rtol, atol);
-}
+static vecf rnd_vec(size_t n, float scale) { return cuda_test_rnd_vec(&g_rng, n, scale); }
 
 // one section (0 q, 1 k, 2 v) of a (B, T, 3, C) tensor
 static vecf section(const vecf& x, int B, int T, int C, int sec) {
@@ -158,7 +120,7 @@ int main(void) {
     test_case(1, 70, 128, 1, 1.5f, 0);
     test_case(2, 33, 32, 2, 1.5f, 1);
     attention_set_deterministic(1);
-    printf("worst error over all checks: %.3f of tolerance\n", g_worst);
+    printf("worst error over all checks: %.3f of tolerance, in %s\n", g_worst_rel, g_worst_name);
     printf("time %.2fs\n", timer_now_s() - t0);
     return test_finish("test_cuda_flash_attention");
 }

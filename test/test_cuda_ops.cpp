@@ -24,40 +24,15 @@
 #include "cuda/ops_cuda.h"
 #include "cuda/attention.cuh"
 #include "cuda/gemm.cuh"
-#include "test/test.h"
+#include "test/cuda_test.h"
 #include "timer.h"
-
-typedef std::vector<float> vecf;
 
 // ---------------------------------------------------------------------------- helpers
 
 static TestRng g_rng = { 0x243F6A8885A308D3ull, 0 };
-static float rnd_uniform(void) { return (float)(2.0 * test_rand_uniform(&g_rng) - 1.0); } // (-1, 1)
-static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
-static vecf rnd_vec(size_t n, float scale) {
-    vecf v(n);
-    for (size_t i = 0; i < n; i++) v[i] = bf16_round(scale * rnd_uniform());
-    return v;
-}
-// device bf16 copy of a host vector; `offset` elements of slack in front misalign the result
-struct Dev {
-    void* base = NULL;
-    floatX* p = NULL;
-    size_t n = 0;
-    Dev(const vecf& h, int offset = 0) : n(h.size()) {
-        base = cuda_ops_alloc((h.size() + offset + 8) * sizeof(floatX));
-        p = (floatX*)base + offset;
-        cuda_ops_upload_f32(p, h.data(), h.size());
-    }
-    explicit Dev(size_t count, int offset = 0) : n(count) {
-        base = cuda_ops_alloc((count + offset + 8) * sizeof(floatX));
-        p = (floatX*)base + offset;
-    }
-    vecf get() const { vecf h(n); cuda_ops_download_f32(h.data(), p, n); return h; }
-    ~Dev() { cuda_ops_free(base); }
-    Dev(const Dev&) = delete;
-    Dev& operator=(const Dev&) = delete;
-};
+static float rnd_uniform(void) { return cuda_test_uniform(&g_rng); }
+static float bf16_round(float x) { return cuda_test_bf16_round(x); }
+static vecf rnd_vec(size_t n, float scale) { return cuda_test_rnd_vec(&g_rng, n, scale); }
 struct DevF {   // fp32 device buffer
     float* p = NULL;
     size_t n = 0;
@@ -78,19 +53,6 @@ struct DevI {
     DevI(const DevI&) = delete;
     DevI& operator=(const DevI&) = delete;
 };
-
-static double g_worst_rel = 0.0;   // summary: worst |diff| / (atol + rtol |ref|) over all checks
-static char g_worst_name[160];
-static void check(const char* what, const vecf& got, const vecf& want, double rtol, double atol) {
-    double worst = 0.0;
-    for (size_t i = 0; i < want.size(); i++) {
-        double d = fabs((double)got[i] - want[i]), tol = atol + rtol * fabs((double)want[i]);
-        double r = tol > 0.0 ? d / tol : (d == 0.0 ? 0.0 : INFINITY);
-        if (!(r <= worst)) worst = r;   // NaN sticks
-    }
-    if (worst > g_worst_rel || worst != worst) { g_worst_rel = worst; snprintf(g_worst_name, sizeof(g_worst_name), "%s", what); }
-    test_allclose(what, got.data(), want.data(), want.size(), rtol, atol);
-}
 
 // bf16 outputs: a few ulps of 2^-8 relative
 #define RT 1.6e-2

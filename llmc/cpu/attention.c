@@ -312,6 +312,8 @@ static void load_rows(float* dst, const float* src, size_t stride, int t0, int n
     }
 }
 
+// (Longer than a screen: the per-thread tile buffers are allocated once around the loop over
+// (batch, head) and the tile stages share them; each stage is a line or a small helper above.)
 void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                             const float* lse, int B, int T, int C, int NH, int accumulate) {
     assertCheck(NH > 0 && C % NH == 0);

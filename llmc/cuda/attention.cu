@@ -177,6 +177,9 @@ FA_UNROLL
 // ---------------------------------------------------------------------------------------------
 // forward
 
+// (Longer than a screen on purpose: one tile loop whose shared-memory tiles, fragments and
+// running max / sum stay in registers across its stages; split into functions, the stages would
+// pass those by reference and ptxas has spilled them. The stages are marked by comments.)
 template <int HS>
 __global__ void flash_attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH, int vec) {
     typedef FaDims<HS> Dm;
@@ -287,6 +290,8 @@ __device__ inline void fa_probs_grads(float p_and_ds[2], float sc, float dp, flo
 }
 
 // dK, dV of one key tile (16 keys per warp), over the query tiles from the diagonal to T.
+// (Longer than a screen for the forward kernel's reason: one pipeline over query tiles whose
+// accumulator fragments must stay in registers between its stages.)
 // ATOMIC_DQ (non-deterministic mode): also dQ of each query tile from this key tile, dQ += dS K,
 // added with fp32 atomics to dq_acc (B, T, NH, HS) (unscaled).
 template <int HS, bool ATOMIC_DQ>
