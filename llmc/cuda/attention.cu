@@ -179,7 +179,8 @@ FA_UNROLL
 
 // (Longer than a screen on purpose: one tile loop whose shared-memory tiles, fragments and
 // running max / sum stay in registers across its stages; split into functions, the stages would
-// pass those by reference and ptxas has spilled them. The stages are marked by comments.)
+// pass them by reference and leave register allocation across calls to inlining, where a spill
+// (which cuda-check refuses) is easy to cause. The stages are marked by comments.)
 template <int HS>
 __global__ void flash_attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH, int vec) {
     typedef FaDims<HS> Dm;
