@@ -5,7 +5,8 @@
 #   2. every file a row names exists, and every function it names in backticks is defined in one
 #      of the row's files;
 #   3. the file map of docs/ARCHITECTURE.md names every source file of llmc/ and the programs;
-#   4. no file points readers to a DESIGN.md, to a FORMATS.md outside docs/, or to ../shared.
+#   4. no file points readers to a design or formats document outside docs/, or to the shared
+#      folder beside the repository.
 set -u
 cd "$(dirname "$0")/.."
 BIN_DIR="${BIN_DIR:-.}"
