@@ -54,15 +54,20 @@ static Gemm gemm_of(int kind, int N, int C, int OC) {
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
 
-// A oneDNN bf16 matmul primitive for g (transposes as strides), accumulating with a sum post-op.
-static dnnl_primitive_t dnnl_matmul_bf16(const Gemm* g) {
-    dnnl_memory_desc_t a, b, c;
+// The memory descriptors of g: A and B bf16 (transposes as strides), C fp32 row-major.
+static void dnnl_descs(const Gemm* g, dnnl_memory_desc_t* a, dnnl_memory_desc_t* b, dnnl_memory_desc_t* c) {
     dnnl_dims_t ad = {g->M, g->K}, bd = {g->K, g->Nn}, cd = {g->M, g->Nn};
     dnnl_dims_t as = {g->ta ? 1 : g->lda, g->ta ? g->lda : 1};
     dnnl_dims_t bs = {g->tb ? 1 : g->ldb, g->tb ? g->ldb : 1};
-    DNNL_OK(dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as));
-    DNNL_OK(dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs));
-    DNNL_OK(dnnl_memory_desc_init_by_tag(&c, 2, cd, dnnl_f32, dnnl_ab));
+    DNNL_OK(dnnl_memory_desc_init_by_strides(a, 2, ad, dnnl_bf16, as));
+    DNNL_OK(dnnl_memory_desc_init_by_strides(b, 2, bd, dnnl_bf16, bs));
+    DNNL_OK(dnnl_memory_desc_init_by_tag(c, 2, cd, dnnl_f32, dnnl_ab));
+}
+
+// A oneDNN bf16 matmul primitive for g (transposes as strides), accumulating with a sum post-op.
+static dnnl_primitive_t dnnl_matmul_bf16(const Gemm* g) {
+    dnnl_memory_desc_t a, b, c;
+    dnnl_descs(g, &a, &b, &c);
     dnnl_matmul_desc_t md;
     DNNL_OK(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c));
     dnnl_primitive_attr_t attr;
@@ -89,12 +94,7 @@ static dnnl_primitive_t dnnl_matmul_bf16(const Gemm* g) {
 
 static void dnnl_run(dnnl_primitive_t p, const Gemm* g, void* A, void* B, float* C) {
     dnnl_memory_desc_t a, b, c;
-    dnnl_dims_t ad = {g->M, g->K}, bd = {g->K, g->Nn}, cd = {g->M, g->Nn};
-    dnnl_dims_t as = {g->ta ? 1 : g->lda, g->ta ? g->lda : 1};
-    dnnl_dims_t bs = {g->tb ? 1 : g->ldb, g->tb ? g->ldb : 1};
-    DNNL_OK(dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as));
-    DNNL_OK(dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs));
-    DNNL_OK(dnnl_memory_desc_init_by_tag(&c, 2, cd, dnnl_f32, dnnl_ab));
+    dnnl_descs(g, &a, &b, &c);
     dnnl_memory_t ma, mb, mc;
     DNNL_OK(dnnl_memory_create(&ma, &a, engine, A));
     DNNL_OK(dnnl_memory_create(&mb, &b, engine, B));
