@@ -1,4 +1,5 @@
 #include "check.h"
+#include <unistd.h>
 
 static llmc_fatal_hook_fn g_fatal_hook = NULL;
 #define MAX_FATAL_CLEANUPS 8
@@ -18,22 +19,41 @@ static void llmc_run_fatal_hook(void) {
     if (fn) fn();
 }
 
-void llmc_fatal_at(const char* file, int line, const char* hint, const char* fmt, ...) {
+static void llmc_fatal_vprint(const char* file, int line, const char* hint, const char* fmt, va_list ap) {
     fflush(stdout);
     fprintf(stderr, "error: ");
-    va_list ap;
-    va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
-    va_end(ap);
     fprintf(stderr, "\n");
     if (hint && hint[0]) fprintf(stderr, "  hint: %s\n", hint);
     fprintf(stderr, "  (at %s:%d)\n", file, line);
     fflush(stderr);
+}
+
+void llmc_fatal_print_at(const char* file, int line, const char* hint, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    llmc_fatal_vprint(file, line, hint, fmt, ap);
+    va_end(ap);
+}
+
+void llmc_fatal_end(int now) {
     const int n = g_n_cleanups;
     g_n_cleanups = 0; // a failure inside a clean-up must not run them again
     for (int i = 0; i < n; i++) g_cleanups[i]();
     llmc_run_fatal_hook();
+    if (now) {
+        fflush(NULL); // (what _exit skips: the buffers of open files, e.g. the run log)
+        _exit(1);
+    }
     exit(1);
+}
+
+void llmc_fatal_at(const char* file, int line, const char* hint, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    llmc_fatal_vprint(file, line, hint, fmt, ap);
+    va_end(ap);
+    llmc_fatal_end(0);
 }
 
 FILE* fopen_check(const char* path, const char* mode, const char* file, int line) {

@@ -29,6 +29,21 @@ __attribute__((noreturn, format(printf, 4, 5)))
 #endif
 void llmc_fatal_at(const char* file, int line, const char* hint, const char* fmt, ...);
 
+// The two halves of llmc_fatal_at, for a caller with work between the message and the end (the
+// watchdog aborts the device communicator once its verdict is printed, because the abort itself
+// may hang behind a stuck kernel). llmc_fatal_end runs the clean-ups and the hook, then exits
+// with status 1: through exit(), or with now != 0 through _exit() after flushing every stdio
+// stream, skipping atexit handlers and static destructors (a library's teardown, e.g. the CUDA
+// runtime's, may wait for the thread or device that is stuck).
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+void llmc_fatal_print_at(const char* file, int line, const char* hint, const char* fmt, ...);
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
+void llmc_fatal_end(int now);
+
 // fatal("hint or NULL", "fmt", ...): a user-facing error. The file:line is printed too,
 // which is what developers want and costs users nothing.
 #define fatal(hint, ...) llmc_fatal_at(__FILE__, __LINE__, hint, __VA_ARGS__)

@@ -204,6 +204,13 @@ void comm_watchdog_op_unbounded(Comm* c, const char* fmt, ...);
 // memory is host memory.
 void comm_nccl_attach(Comm* c);
 void comm_nccl_detach(Comm* c);
+// A single process only (c->world == 1, no MPI needed): like comm_nccl_attach, but makes the NCCL
+// unique id here and creates a real non-blocking communicator of nccl_ranks ranks with this
+// process as rank 0. nccl_ranks = 1: the device calls go through NCCL (tracked by the watchdog)
+// instead of becoming copies. nccl_ranks > 1: nobody else has the id, so the init waits for ranks
+// that never join, until the watchdog ends the process naming nccl_init. For the GPU check
+// (test/test_nccl_watchdog.cu), which covers the watchdog's NCCL path on one GPU this way.
+void comm_nccl_attach_local(Comm* c, int nccl_ranks);
 
 #ifdef __cplusplus
 }

@@ -76,9 +76,13 @@ typedef struct CommOps {
     void (*wd_close)(Comm*);
     // device progress (NCCL; NULL otherwise), polled by the watchdog thread:
     //   wd_poll   returns the age in seconds of the oldest device collective not yet completed
-    //             (0 if none) and its name in *what; fatal on an asynchronous NCCL error
-    //   wd_abort  aborts the device communicator (before the job is ended)
-    double (*wd_poll)(Comm*, const char** what);
+    //             (0 if none) and its name in *what; on an asynchronous NCCL error it writes the
+    //             watchdog's message to err (err_cap bytes; left empty otherwise), and the watchdog
+    //             ends the job with it. Called with the watchdog's lock held: it must not end the
+    //             process itself.
+    //   wd_abort  aborts the device communicator (after the verdict is printed, before the job
+    //             ends; it may hang behind a stuck kernel: the watchdog bounds it)
+    double (*wd_poll)(Comm*, const char** what, char* err, size_t err_cap);
     void (*wd_abort)(Comm*);
 } CommOps;
 
@@ -109,6 +113,13 @@ void comm_wd_wait_end(Comm* c);
 // A part of the collective being waited in has completed (data is moving): restarts its clock.
 void comm_wd_progress(Comm* c);
 void comm_wd_stop(Comm* c);      // joins the thread and closes the channel (comm_finalize)
+// The watchdog's way of ending the job (from its thread): prints "error: msg" (+ hint), aborts the
+// device communicator, runs the fatal clean-ups and hook, and _exits with status 1; a backstop
+// thread ends the process 15 s later if any of that hangs. Does not return.
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
+void comm_wd_fail(Comm* c, const char* hint, const char* msg);
 // Installs a device table (NCCL attach / detach) safely against the watchdog thread, which reads
 // c->dev and c->dev_state.
 void comm_set_dev(Comm* c, const CommOps* dev, void* dev_state);

@@ -25,8 +25,10 @@
 //      last progress (a step mark, a finished collective), once a step has been measured: this
 //      rank itself is stuck.
 // Time in unbounded operations does not count into the step intervals either.
-// A verdict aborts the device communicator (NCCL: ncclCommAbort), prints one message and ends
-// every rank (fatal(): its hook is MPI_Abort with world > 1).
+// A verdict prints one message, aborts the device communicator (NCCL: ncclCommAbort) and ends
+// every rank (the fatal hook: MPI_Abort with world > 1), leaving through _exit; should any of
+// that hang (an abort queued behind a stuck kernel), a backstop thread ends the process
+// WD_EXIT_S later (comm_wd_fail).
 //
 // CPU cost: the thread sleeps between ticks; serving a query is a non-blocking test. The waiting
 // main thread sleeps too (comm_poll_sleep).
@@ -36,12 +38,18 @@
 #include <string.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 #include "comm_internal.h"
 #include "check.h"
 
 #define WD_TICK_S 0.1
 #define WD_QUERY_S 5.0
 #define WD_SUSPENDED_S 2.0 // a tick this late means this process was not running
+// After a verdict, the process ends within this many seconds even if what runs before the exit
+// hangs (ncclCommAbort behind a stuck kernel, MPI_Abort, a clean-up).
+#define WD_EXIT_S 15
+#define WD_STR_(x) #x
+#define WD_STR(x) WD_STR_(x)
 
 struct CommWatchdog {
     Comm* c;
@@ -190,17 +198,45 @@ static CommWdStatus wd_status(const CommWatchdog* w, double now, double dev_age,
     return s;
 }
 
-// Ends the job with msg (does not return).
-static void wd_fail(CommWatchdog* w, const char* msg) {
-    Comm* c = w->c;
-    wd_lock(w);
+// The backstop of a verdict: a detached thread that ends the process with _exit(1) WD_EXIT_S
+// seconds after it started, if nothing else has ended it by then.
+static void* wd_backstop_main(void* arg) {
+    (void)arg;
+    struct timespec ts = { WD_EXIT_S, 0 };
+    while (nanosleep(&ts, &ts) != 0) {}
+    static const char note[] = "error: watchdog: the process did not end within " WD_STR(WD_EXIT_S) " s of the verdict above (aborting the "
+                               "device communicator or the exit path hung); ending it now\n";
+    if (write(2, note, sizeof(note) - 1) < 0) {} // (nothing better to do if stderr is gone)
+    _exit(1);
+}
+
+// Ends the job with msg (does not return): the message first (so that it is out whatever hangs
+// next), then the device communicator's abort, the clean-ups and the hook (MPI_Abort with
+// world > 1), then _exit: the main thread may be blocked inside the CUDA runtime or NCCL, whose
+// exit-time teardown could wait for it.
+void comm_wd_fail(Comm* c, const char* hint, const char* msg) {
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int backstop = pthread_create(&t, &attr, wd_backstop_main, NULL) == 0;
+    pthread_attr_destroy(&attr);
+    llmc_fatal_print_at(__FILE__, __LINE__, hint, "%s", msg);
+    if (!backstop) fprintf(stderr, "warning: watchdog: no backstop thread; if the exit hangs, kill the process\n");
+    CommWatchdog* w = c->wd;
+    if (w) wd_lock(w);
     const CommOps* dev = c->dev;
-    wd_unlock(w);
+    if (w) wd_unlock(w);
     if (dev->wd_abort) dev->wd_abort(c); // release a device collective that will never complete
-    llmc_fatal_at(__FILE__, __LINE__,
-                  "if a training step may legitimately take this much longer than the slowest one so far, raise "
-                  "--watchdog-timeout; 0 turns the watchdog off",
-                  "%s", msg);
+    llmc_fatal_end(1);
+}
+
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
+static void wd_fail(CommWatchdog* w, const char* msg) {
+    comm_wd_fail(w->c, "if a training step may legitimately take this much longer than the slowest one so far, raise "
+                 "--watchdog-timeout; 0 turns the watchdog off", msg);
 }
 
 static void describe(const CommWdStatus* s, char* out, size_t cap) {
@@ -272,13 +308,15 @@ static int wd_lower_reporter(const CommWatchdog* w) {
 static void wd_check(CommWatchdog* w) {
     Comm* c = w->c;
     const char* dev_what = NULL;
+    char msg[2048];
+    msg[0] = '\0';
     wd_lock(w);
-    double dev_age = c->dev->wd_poll ? c->dev->wd_poll(c, &dev_what) : 0.0;
+    double dev_age = c->dev->wd_poll ? c->dev->wd_poll(c, &dev_what, msg, sizeof(msg)) : 0.0;
     double now = comm_now();
     CommWdStatus mine = wd_status(w, now, dev_age, dev_what);
     wd_unlock(w);
+    if (msg[0]) comm_wd_fail(c, "set NCCL_DEBUG=WARN for NCCL's own diagnostics; the other ranks' messages may name the cause", msg);
     if (w->channel) c->ops->wd_serve(c, &mine);
-    char msg[2048];
     if (mine.state == COMM_WD_COMPUTING) {
         if (mine.armed && mine.seconds > mine.limit) {
             char line[256];

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <signal.h>
+#include <time.h>
+#include <poll.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include "check.h"
@@ -64,6 +67,62 @@ static int test_expect_fatal(const char* what, TestChildFn fn, void* arg, const 
     else printf("ok   %s -> %s", what, strstr(out, "error: ") ? strstr(out, "error: ") : out);
     if (ok && out[0] && out[strlen(out) - 1] != '\n') printf("\n");
     return ok;
+}
+
+// Like test_run_child, but with a time limit, and the child ends as a program does (no test hook:
+// fatal() leaves through exit() or, for the watchdog, _exit()). A child still running limit_s
+// seconds after the fork is killed (SIGKILL) and TEST_CHILD_TIMED_OUT is returned; *seconds: from
+// the fork to the child's end. For paths that must end the process by themselves within a bound.
+#define TEST_CHILD_TIMED_OUT 1124
+static double test_child_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Appends what the pipe has (waiting up to ms); returns 0 at end of file.
+static int test_child_read(int fd, int ms, char* out, size_t cap, size_t* n) {
+    struct pollfd p = { fd, POLLIN, 0 };
+    if (poll(&p, 1, ms) <= 0) return 1;
+    char tmp[4096];
+    ssize_t r = read(fd, tmp, sizeof(tmp));
+    if (r <= 0) return 0;
+    for (ssize_t i = 0; i < r; i++) if (*n + 1 < cap) out[(*n)++] = tmp[i];
+    return 1;
+}
+
+static int test_run_child_for(TestChildFn fn, void* arg, char* out, size_t cap, double limit_s, double* seconds) {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) { perror("pipe"); exit(2); }
+    fflush(stdout); fflush(stderr);
+    const double t0 = test_child_now();
+    pid_t pid = fork();
+    if (pid < 0) { perror("fork"); exit(2); }
+    if (pid == 0) {
+        close(pipefd[0]);
+        dup2(pipefd[1], 2);
+        close(pipefd[1]);
+        fn(arg);
+        fflush(stdout); fflush(stderr);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    size_t n = 0;
+    int status = 0, open_ = 1, killed = 0;
+    for (;;) {
+        double left = t0 + limit_s - test_child_now();
+        if (left <= 0 && !killed) { kill(pid, SIGKILL); killed = 1; }
+        if (open_) open_ = test_child_read(pipefd[0], 20, out, cap, &n);
+        else { struct timespec ts = { 0, 20 * 1000 * 1000 }; nanosleep(&ts, NULL); }
+        if (waitpid(pid, &status, WNOHANG) == pid) break;
+    }
+    *seconds = test_child_now() - t0;
+    while (open_) open_ = test_child_read(pipefd[0], 1000, out, cap, &n); // what it wrote last (EOF: it is gone)
+    out[n] = '\0';
+    close(pipefd[0]);
+    if (killed) return TEST_CHILD_TIMED_OUT;
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
 #endif // LLMC_TEST_CHILD_H

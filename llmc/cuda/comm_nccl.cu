@@ -12,6 +12,9 @@
 //   comm_nccl_detach(&comm);
 //   comm_finalize(&comm);
 // With one rank no NCCL communicator is created; the calls become device-to-device copies.
+// comm_nccl_attach_local (a single process, no MPI: the unique id is made here) does create one,
+// of 1 rank (the calls go through NCCL) or of more ranks that never join: how the GPU check
+// (test/test_nccl_watchdog.cu) runs the watchdog's NCCL path on one GPU.
 //
 // Hangs and errors (the watchdog, llmc/comm_watchdog.c), as PyTorch's ProcessGroupNCCL does:
 //   - the communicator is non-blocking (ncclConfig_t.blocking = 0): its init and every call
@@ -22,8 +25,11 @@
 //     the watchdog thread polls them (wd_poll: the age of the oldest one not yet completed) and
 //     ncclCommGetAsyncError (an asynchronous error ends the job with NCCL's message);
 //   - when a device collective has been pending for longer than the limit, the watchdog asks the
-//     peers (over MPI) who is stuck, calls wd_abort (ncclCommAbort, which also releases a main
-//     thread blocked in a CUDA synchronization behind the collective) and ends the job.
+//     peers (over MPI) who is stuck, prints its verdict, calls wd_abort and ends the job. The
+//     abort takes the communicator out of this file's state first, so the main thread never
+//     touches it again (a call caught by the abort parks until the process ends), then calls
+//     ncclCommAbort, which may itself wait behind a hung kernel (NCCL synchronizes its streams
+//     while it cleans up): the watchdog's backstop ends the process regardless.
 //
 // Non-blocking requests (comm_dev_iallgather / comm_dev_ireduce_scatter_sum) run on a side
 // stream: an event on the caller's stream orders them after the work already enqueued there, and
@@ -39,6 +45,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../comm_internal.h"
@@ -58,7 +66,14 @@ typedef struct {
     double track_t[NCCL_TRACK];
     const char* track_what[NCCL_TRACK];
     int64_t head, tail;     // events [tail, head) are recorded and not yet seen completed
+    int aborted;            // the watchdog aborted comm (and set it to NULL)
 } NcclState;
+
+// A thread whose communicator the watchdog aborted waits here while the watchdog ends the process
+// with its verdict (the message that matters, not the aborted call's error).
+static void nccl_park(void) {
+    for (;;) sleep(1);
+}
 
 static void nccl_failed(ncclResult_t r, ncclComm_t comm, const char* call, const char* file, int line) {
     const char* last = comm ? ncclGetLastError(comm) : "";
@@ -67,19 +82,27 @@ static void nccl_failed(ncclResult_t r, ncclComm_t comm, const char* call, const
 }
 
 // A call on a non-blocking communicator may return ncclInProgress: poll until it has settled.
-static ncclResult_t nccl_settle(ncclComm_t comm, ncclResult_t r) {
-    if (r != ncclInProgress || !comm) return r;
+// The polls hold s->mu, and the communicator is the one of s: the watchdog thread may abort it at
+// any moment (nccl_wd_abort), after which NCCL frees it; a call caught by that parks.
+static ncclResult_t nccl_settle(NcclState* s, ncclComm_t comm, ncclResult_t r) {
+    if (!comm) return r;
     CommBackoff b;
     comm_poll_begin(&b);
     for (;;) {
-        ncclResult_t state = ncclSuccess;
-        ncclResult_t q = ncclCommGetAsyncError(comm, &state);
-        if (q != ncclSuccess) return q;
-        if (state != ncclInProgress) return state;
+        pthread_mutex_lock(&s->mu);
+        int aborted = s->comm != comm;
+        if (!aborted && r == ncclInProgress) {
+            ncclResult_t state = ncclSuccess;
+            ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+            r = q != ncclSuccess ? q : state;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (aborted) nccl_park();
+        if (r != ncclInProgress) return r;
         comm_poll_sleep(&b);
     }
 }
-#define ncclCheckComm(comm, call) do { ncclComm_t c_ = (comm); ncclResult_t r_ = nccl_settle(c_, (call)); \
+#define ncclCheckComm(s, comm, call) do { ncclComm_t c_ = (comm); ncclResult_t r_ = nccl_settle((s), c_, (call)); \
     if (r_ != ncclSuccess) nccl_failed(r_, c_, #call, __FILE__, __LINE__); } while (0)
 
 static void cuda_failed(cudaError_t e, const char* call, const char* file, int line) {
@@ -88,6 +111,17 @@ static void cuda_failed(cudaError_t e, const char* call, const char* file, int l
 #define cudaCheckComm(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) cuda_failed(e_, #call, __FILE__, __LINE__); } while (0)
 
 static NcclState* ns(const Comm* c) { return (NcclState*)c->dev_state; }
+
+// The communicator for a call: NULL with one rank and no NCCL communicator (the calls are copies);
+// parks once the watchdog has aborted it.
+static ncclComm_t nccl_comm(NcclState* s) {
+    pthread_mutex_lock(&s->mu);
+    ncclComm_t nc = s->comm;
+    int aborted = s->aborted;
+    pthread_mutex_unlock(&s->mu);
+    if (aborted) nccl_park();
+    return nc;
+}
 
 static ncclDataType_t nccl_type(CommDtype dt) {
     switch (dt) {
@@ -129,18 +163,14 @@ static void track(NcclState* s, void* stream, const char* what) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static double nccl_wd_poll(Comm* c, const char** what) {
+static double nccl_wd_poll(Comm* c, const char** what, char* err, size_t err_cap) {
     NcclState* s = ns(c);
     pthread_mutex_lock(&s->mu);
     ncclResult_t state = ncclSuccess;
     if (s->comm && ncclCommGetAsyncError(s->comm, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
         const char* last = ncclGetLastError(s->comm);
-        ncclCommAbort(s->comm);
-        s->comm = NULL;
-        pthread_mutex_unlock(&s->mu);
-        fatal("set NCCL_DEBUG=WARN for NCCL's own diagnostics; the other ranks' messages may name the cause",
-              "watchdog: NCCL reported an asynchronous error on rank %d: %s%s%s", c->rank, ncclGetErrorString(state),
-              last && last[0] ? ": " : "", last ? last : "");
+        snprintf(err, err_cap, "watchdog: NCCL reported an asynchronous error on rank %d: %s%s%s", c->rank,
+                 ncclGetErrorString(state), last && last[0] ? ": " : "", last ? last : "");
     }
     track_pop_done(s);
     double age = 0.0;
@@ -153,65 +183,73 @@ static double nccl_wd_poll(Comm* c, const char** what) {
     return age;
 }
 
+// Called by the watchdog once its verdict is printed. The communicator leaves s first, so that
+// the main thread stops polling it (nccl_settle); ncclCommAbort itself runs outside the lock: it
+// may wait for the device (its clean-up synchronizes NCCL's streams, which can sit behind a hung
+// kernel), and the watchdog's backstop bounds that.
 static void nccl_wd_abort(Comm* c) {
     NcclState* s = ns(c);
     if (!s) return;
     pthread_mutex_lock(&s->mu);
-    if (s->comm) ncclCommAbort(s->comm);
+    ncclComm_t comm = s->comm;
     s->comm = NULL;
+    s->aborted = comm != NULL;
     pthread_mutex_unlock(&s->mu);
+    if (comm) ncclCommAbort(comm);
 }
 
 // ---------------------------------------------------------------------------------------------
 // collectives
 
 static void nccl_allreduce(Comm* c, void* buf, size_t n, CommDtype dt, CommRedOp op, void* stream) {
-    ncclComm_t nc = ns(c)->comm;
+    ncclComm_t nc = nccl_comm(ns(c));
     if (!nc) return;
-    ncclCheckComm(nc, ncclAllReduce(buf, buf, n, nccl_type(dt), op == COMM_OP_MAX ? ncclMax : ncclSum, nc, (cudaStream_t)stream));
+    ncclCheckComm(ns(c), nc, ncclAllReduce(buf, buf, n, nccl_type(dt), op == COMM_OP_MAX ? ncclMax : ncclSum, nc, (cudaStream_t)stream));
     track(ns(c), stream, "dev_allreduce");
 }
 
 static void nccl_reduce_scatter(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, void* stream) {
-    ncclComm_t nc = ns(c)->comm;
+    ncclComm_t nc = nccl_comm(ns(c));
     if (!nc) { copy_d2d(recv, send, shard * comm_dtype_size(dt), stream); return; }
-    ncclCheckComm(nc, ncclReduceScatter(send, recv, shard, nccl_type(dt), ncclSum, nc, (cudaStream_t)stream));
+    ncclCheckComm(ns(c), nc, ncclReduceScatter(send, recv, shard, nccl_type(dt), ncclSum, nc, (cudaStream_t)stream));
     track(ns(c), stream, "dev_reduce_scatter");
 }
 
 static void nccl_allgather(Comm* c, const void* send_shard, void* recv_full, size_t shard, CommDtype dt, void* stream) {
-    ncclComm_t nc = ns(c)->comm;
+    ncclComm_t nc = nccl_comm(ns(c));
     if (!nc) { copy_d2d(recv_full, send_shard, shard * comm_dtype_size(dt), stream); return; }
-    ncclCheckComm(nc, ncclAllGather(send_shard, recv_full, shard, nccl_type(dt), nc, (cudaStream_t)stream));
+    ncclCheckComm(ns(c), nc, ncclAllGather(send_shard, recv_full, shard, nccl_type(dt), nc, (cudaStream_t)stream));
     track(ns(c), stream, "dev_allgather");
 }
 
 static void nccl_reduce(Comm* c, const void* send, void* recv, size_t n, CommDtype dt, int root, void* stream) {
-    ncclComm_t nc = ns(c)->comm;
+    ncclComm_t nc = nccl_comm(ns(c));
     if (!nc) { copy_d2d(recv, send, n * comm_dtype_size(dt), stream); return; }
     // recv is ignored by NCCL on non-root ranks; comm.h allows NULL there
     void* out = recv ? recv : const_cast<void*>(send);
-    ncclCheckComm(nc, ncclReduce(send, out, n, nccl_type(dt), ncclSum, root, nc, (cudaStream_t)stream));
+    ncclCheckComm(ns(c), nc, ncclReduce(send, out, n, nccl_type(dt), ncclSum, root, nc, (cudaStream_t)stream));
     track(ns(c), stream, "dev_reduce");
 }
 
 static void nccl_broadcast(Comm* c, void* buf, size_t bytes, int root, void* stream) {
-    ncclComm_t nc = ns(c)->comm;
+    ncclComm_t nc = nccl_comm(ns(c));
     if (!nc) return;
-    ncclCheckComm(nc, ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc, (cudaStream_t)stream));
+    ncclCheckComm(ns(c), nc, ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc, (cudaStream_t)stream));
     track(ns(c), stream, "dev_broadcast");
 }
 
 static void nccl_group_begin(Comm* c) {
     NcclState* s = ns(c);
-    if (!s->comm) return;
-    ncclCheckComm(s->comm, ncclGroupStart());
+    ncclComm_t nc = nccl_comm(s);
+    if (!nc) return;
+    ncclCheckComm(s, nc, ncclGroupStart());
     s->in_group++;
 }
 static void nccl_group_end(Comm* c) {
     NcclState* s = ns(c);
-    if (!s->comm) return;
-    ncclCheckComm(s->comm, ncclGroupEnd());
+    ncclComm_t nc = nccl_comm(s);
+    if (!nc) return;
+    ncclCheckComm(s, nc, ncclGroupEnd());
     if (--s->in_group == 0) track(s, s->group_stream, "dev_group");
 }
 
@@ -247,7 +285,7 @@ static CommOps nccl_ops(const char* name) {
     o.wd_abort = nccl_wd_abort;
     return o;
 }
-static CommOps NCCL_OPS, CUDA_SINGLE_OPS;
+static CommOps NCCL_OPS, CUDA_SINGLE_OPS, LOCAL_OPS;
 
 // ---------------------------------------------------------------------------------------------
 // lifetime
@@ -265,29 +303,50 @@ static NcclState* state_create(void) {
     return s;
 }
 
-extern "C" void comm_nccl_attach(Comm* c) {
-    if (c->dev != c->ops) fatal(NULL, "comm_nccl_attach called twice");
-    NCCL_OPS = nccl_ops("mpi+nccl");
-    CUDA_SINGLE_OPS = nccl_ops("single+cuda");
-    NcclState* s = state_create();
-    // installed before the init, so that the watchdog can abort a communicator stuck in it
-    comm_set_dev(c, c->world > 1 ? &NCCL_OPS : &CUDA_SINGLE_OPS, s);
-    if (c->world == 1) return;
-    ncclUniqueId id;
-    memset(&id, 0, sizeof(id));
-    if (c->rank == 0) ncclCheckComm(nullptr, ncclGetUniqueId(&id));
-    comm_broadcast(c, &id, sizeof(id), 0);
+// Joins the communicator of nranks ranks named by id as `rank` (non-blocking init, polled inside
+// the watchdog's bracket of a collective called "nccl_init", so a rank that never joins is named).
+static void nccl_join(Comm* c, NcclState* s, ncclUniqueId id, int nranks, int rank) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     c->coll_seq++;
     comm_wd_wait_begin(c, "nccl_init");
     ncclComm_t nc = NULL;
     pthread_mutex_lock(&s->mu);
-    ncclResult_t r = ncclCommInitRankConfig(&nc, c->world, id, c->rank, &config);
+    ncclResult_t r = ncclCommInitRankConfig(&nc, nranks, id, rank, &config);
     s->comm = nc;
     pthread_mutex_unlock(&s->mu);
-    ncclCheckComm(nc, r);
+    ncclCheckComm(s, nc, r);
     comm_wd_wait_end(c);
+}
+
+static NcclState* nccl_attach_state(Comm* c, const CommOps* ops) {
+    if (c->dev != c->ops) fatal(NULL, "comm_nccl_attach called twice");
+    NCCL_OPS = nccl_ops("mpi+nccl");
+    CUDA_SINGLE_OPS = nccl_ops("single+cuda");
+    LOCAL_OPS = nccl_ops("single+nccl");
+    NcclState* s = state_create();
+    // installed before the init, so that the watchdog can abort a communicator stuck in it
+    comm_set_dev(c, ops ? ops : c->world > 1 ? &NCCL_OPS : &CUDA_SINGLE_OPS, s);
+    return s;
+}
+
+extern "C" void comm_nccl_attach(Comm* c) {
+    NcclState* s = nccl_attach_state(c, NULL);
+    if (c->world == 1) return;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (c->rank == 0) ncclCheckComm(s, nullptr, ncclGetUniqueId(&id));
+    comm_broadcast(c, &id, sizeof(id), 0);
+    nccl_join(c, s, id, c->world, c->rank);
+}
+
+extern "C" void comm_nccl_attach_local(Comm* c, int nccl_ranks) {
+    if (c->world != 1) fatal(NULL, "comm_nccl_attach_local is for a single process; this one is rank %d of %d", c->rank, c->world);
+    if (nccl_ranks < 1) fatal(NULL, "comm_nccl_attach_local: %d NCCL ranks", nccl_ranks);
+    NcclState* s = nccl_attach_state(c, &LOCAL_OPS);
+    ncclUniqueId id;
+    ncclCheckComm(s, nullptr, ncclGetUniqueId(&id)); // made here: no other process can join
+    nccl_join(c, s, id, nccl_ranks, 0);
 }
 
 extern "C" void comm_nccl_detach(Comm* c) {
@@ -295,8 +354,8 @@ extern "C" void comm_nccl_detach(Comm* c) {
     if (!s) return;
     comm_set_dev(c, c->ops, NULL); // the watchdog stops polling it
     if (s->comm) {
-        ncclCheckComm(s->comm, ncclCommFinalize(s->comm)); // flushes outstanding operations on every rank
-        ncclCheckComm(s->comm, ncclCommDestroy(s->comm));
+        ncclCheckComm(s, s->comm, ncclCommFinalize(s->comm)); // flushes outstanding operations on every rank
+        ncclCheckComm(s, s->comm, ncclCommDestroy(s->comm));
     }
     for (int k = 0; k < COMM_MAX_REQUESTS; k++) { cudaEventDestroy(s->ready[k]); cudaEventDestroy(s->done[k]); }
     for (int k = 0; k < NCCL_TRACK; k++) cudaEventDestroy(s->track[k]);
