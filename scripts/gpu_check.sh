@@ -29,6 +29,14 @@
 #   tests     every GPU test program: each op vs the CPU backend (test_cuda_ops_gpu), flash
 #             attention in depth vs the CPU backend, GPT-2 vs transformers, LoRA vs PEFT, QLoRA vs
 #             bitsandbytes + PEFT (test_*_gpu)
+#   watchdog  the watchdog's NCCL path on the one GPU, in one process without MPI
+#             (test_nccl_watchdog_gpu, each case a child under a 60 s limit): init, a 2-rank
+#             communicator whose second rank never joins, must end (exit 1) naming rank 0 and
+#             nccl_init; stuck, a kernel that hangs before an all-reduce on a 1-rank communicator,
+#             must end naming rank 0, dev_allreduce and the operation; healthy, slow kernels under
+#             the limit before every device collective, must not trip it (results bit-exact).
+#             Needs 2 GPUs, not covered: a peer that stops while this rank waits inside an NCCL
+#             kernel, and the status queries between ranks (run on CPU ranks by make test).
 #   train     train_gpt2 / train_lora / train_lora --qlora (r=8 on c_attn) at GPT-2 124M shapes,
 #             T=1024, B in {8, 16, 32}: ms/step, tokens/s, TFLOP/s, MFU, peak device memory; the
 #             B=8 runs twice: identical losses and norms step for step (--deterministic 1)
@@ -38,7 +46,7 @@
 #   kernels   the dev/cuda kernel programs (checks vs a CPU reference, GB/s, TFLOP/s vs the peaks)
 #   sanitize  compute-sanitizer memcheck, initcheck, racecheck, synccheck on the test programs
 # Every item records pass / fail / timeout / skip with the reason, and the check goes on after a
-# failure; the exit status is 0 when nothing failed or timed out, 1 otherwise (2: bad options). Time: about 9 minutes for env..torch, 8 more for kernels and sanitize on an H100. An
+# failure; the exit status is 0 when nothing failed or timed out, 1 otherwise (2: bad options). Time: about 9 minutes for env..torch (measured before the watchdog section, whose three cases should add about 1), 8 more for kernels and sanitize on an H100. An
 # item that cannot finish inside --budget (default 540 s, under a 10-minute command) is recorded
 # as skipped for the time budget; running the check again with the same --out runs only those
 # (and anything not yet run), keeping the other results (--redo starts over). Each command of an
@@ -58,7 +66,7 @@ cd "$ROOT"
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-EMULATED=0; BIN=""; OUT=""; BUDGET=540; SECTIONS="env,tests,train,torch,kernels,sanitize"; REDO=0; REPORT_ONLY=0
+EMULATED=0; BIN=""; OUT=""; BUDGET=540; SECTIONS="env,tests,watchdog,train,torch,kernels,sanitize"; REDO=0; REPORT_ONLY=0
 PY=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -77,8 +85,8 @@ while [ $# -gt 0 ]; do
 done
 case "$BUDGET" in ''|*[!0-9]*) echo "error: gpu_check.sh: --budget takes whole seconds, got '$BUDGET'" >&2; exit 2 ;; esac
 for s in ${SECTIONS//,/ }; do
-  case "$s" in env|tests|train|torch|kernels|sanitize) ;;
-    *) echo "error: gpu_check.sh: unknown section '$s' in --sections (env, tests, train, torch, kernels, sanitize)" >&2; exit 2 ;;
+  case "$s" in env|tests|watchdog|train|torch|kernels|sanitize) ;;
+    *) echo "error: gpu_check.sh: unknown section '$s' in --sections (env, tests, watchdog, train, torch, kernels, sanitize)" >&2; exit 2 ;;
   esac
 done
 if [ "$EMULATED" = 1 ]; then BIN=${BIN:-build/cpu/gpucheck-emu}; OUT=${OUT:-build/cpu/gpucheck-emu-report}
@@ -241,6 +249,21 @@ section_tests() {
   for p in $TEST_PROGS; do
     if prog "$p"; then run_item tests "$p" "$EST_TEST" 300 "$BIN/$p"
     else record tests "$p" fail "$p is not in $BIN" 0; fi
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+# the watchdog's NCCL path: one item per case (each ~10-30 s: CUDA and NCCL start-up, a 5 s
+# timeout, or 8 s of slow kernels; a case that hangs is killed by the program at 60 s)
+WATCHDOG_CASES="init stuck healthy"
+section_watchdog() {
+  echo "== watchdog"
+  local c
+  for c in $WATCHDOG_CASES; do
+    if [ "$EMULATED" = 1 ]; then
+      skip_item watchdog "$c" "skipped: emulated (NCCL needs a GPU; make test runs the exit path on the CPU: test_watchdog_exit)"
+    elif prog test_nccl_watchdog_gpu; then run_item watchdog "$c" 30 120 "$BIN/test_nccl_watchdog_gpu" "$c"
+    else record watchdog "$c" fail "test_nccl_watchdog_gpu is not in $BIN" 0; fi
   done
 }
 
@@ -409,7 +432,7 @@ section_sanitize() {
   done
 }
 
-for s in env tests train torch kernels sanitize; do
+for s in env tests watchdog train torch kernels sanitize; do
   if want "$s"; then "section_$s"; fi
 done
 mem_poll_stop

@@ -9,7 +9,8 @@ Exit status: 0 when no item failed or timed out, 1 when one did, 2 when DIR has 
 """
 import json, os, re, statistics, sys
 
-SECTIONS = [("env", "Environment"), ("tests", "GPU test programs"), ("train", "Training throughput (llmc-ft)"),
+SECTIONS = [("env", "Environment"), ("tests", "GPU test programs"), ("watchdog", "Watchdog, NCCL path (one GPU)"),
+            ("train", "Training throughput (llmc-ft)"),
             ("torch", "PyTorch on the same device"), ("kernels", "Kernel programs (dev/cuda)"),
             ("sanitize", "compute-sanitizer")]
 
@@ -174,6 +175,17 @@ def build(d):
         rep["tests"].append({"program": r["item"], "status": r["status"], "reason": r["reason"], "seconds": r["seconds"],
                              "summary": last, "failures": fails})
 
+    # watchdog: one item per case of test_nccl_watchdog_gpu; its "ok" line says how the case ended
+    rep["watchdog"] = []
+    for key, r in sorted(recs.items()):
+        if r["section"] != "watchdog":
+            continue
+        last, fails = test_summary(logtext(d, r))
+        ok = next((l.strip()[5:] for l in logtext(d, r).splitlines() if l.startswith("ok   ")), "")
+        rep["watchdog"].append({"case": r["item"], "status": r["status"], "reason": r["reason"], "seconds": r["seconds"],
+                                "summary": ok or last, "failures": fails})
+    rep["watchdog"].sort(key=lambda t: {"init": 0, "stuck": 1, "healthy": 2}.get(t["case"], 9))
+
     # training
     warm = 2
     rep["train"] = []
@@ -291,6 +303,18 @@ def markdown(rep):
     for t in rep["tests"]:
         s = t["summary"] + ("; " + "; ".join(t["failures"]) if t["failures"] else "")
         L.append("| %s | %s | %s | %s |" % (t["program"], status_cell(t), t["seconds"], s.replace("|", "/")))
+    L.append("")
+
+    L.append("## Watchdog, NCCL path (one GPU)")
+    L.append("")
+    L.append("test_nccl_watchdog_gpu, one child process per case: init (a 2-rank communicator whose second rank never joins),"
+             " stuck (a kernel that hangs before an all-reduce), healthy (slow kernels under the limit: no verdict).")
+    L.append("")
+    L.append("| case | result | seconds | how it ended |")
+    L.append("|---|---|---|---|")
+    for t in rep["watchdog"]:
+        s = t["summary"] + ("; " + "; ".join(t["failures"]) if t["failures"] else "")
+        L.append("| %s | %s | %s | %s |" % (t["case"], status_cell(t), t["seconds"], s.replace("|", "/")))
     L.append("")
 
     L.append("## Training throughput")

@@ -3,7 +3,8 @@
 # programs, $BUILD/gpucheck-emu, made by `make gpucheck-emu`):
 #   - every section runs and the report (report.md + report.json) has each item with its status:
 #     the test programs pass, every training run passes and the deterministic reruns match, the
-#     kernel programs pass their checks, nvidia-smi / compute-sanitizer items say "emulated";
+#     kernel programs pass their checks, nvidia-smi / compute-sanitizer / watchdog (NCCL) items
+#     say "emulated";
 #   - a run with no time left records every item as skipped for the time budget, a later run with
 #     the same --out runs only what is missing, and a third keeps what exists;
 #   - a failing or missing program is recorded as failed and the check goes on;
@@ -27,10 +28,10 @@ echo "emulated check: $(( $(date +%s) - t0 ))s"
 [ $rc -eq 0 ] && ok "gpu_check.sh --emulated exits 0" || { bad "exit $rc"; tail -n 30 "$TMP/full.log"; }
 J="$TMP/full/report.json"
 if [ -f "$J" ] && [ -f "$TMP/full/report.md" ]; then ok "report.md and report.json written"; else bad "no report"; finish; exit 1; fi
-for h in "## Environment" "## GPU test programs" "## Training throughput" "## PyTorch on the same device" "## Kernel programs" "## compute-sanitizer"; do
+for h in "## Environment" "## GPU test programs" "## Watchdog, NCCL path" "## Training throughput" "## PyTorch on the same device" "## Kernel programs" "## compute-sanitizer"; do
   grep -qF "$h" "$TMP/full/report.md" || bad "report.md lacks '$h'"
 done
-ok "report.md has the six sections"
+ok "report.md has the seven sections"
 status_of() { q "$J" "r['items'].get('$1', {}).get('status')"; }
 
 n=$(q "$J" "sum(1 for t in r['tests'] if t['status'] == 'pass')")
@@ -49,6 +50,8 @@ n=$(q "$J" "len(r['kernel_times'])"); c=$(q "$J" "sum(1 for c in r['kernel_check
 [ "$n" -gt 10 ] && [ "$c" = 0 ] && ok "kernel programs: $n timings parsed, every check within tolerance" || bad "kernel timings $n, failed checks $c"
 [ "$(status_of kernels/attention_bench)" = skip ] && ok "attention_bench skipped (cuBLAS baseline)" || bad "attention_bench: $(status_of kernels/attention_bench)"
 
+n=$(q "$J" "sum(1 for t in r['watchdog'] if t['status'] == 'skip' and 'emulated' in t['reason'])")
+[ "$n" = 3 ] && ok "3 watchdog cases (NCCL) skipped: emulated" || bad "watchdog cases skipped as emulated: $n: $(q "$J" "r['watchdog']")"
 n=$(q "$J" "sum(1 for s in r['sanitize'] if s['status'] == 'skip' and 'emulated' in s['reason'])")
 [ "$n" = 14 ] && ok "14 compute-sanitizer items skipped: emulated" || bad "sanitizer items skipped as emulated: $n"
 [ "$(status_of env/gpu_info)" = pass ] && [ "$(status_of env/nvidia_smi)" = skip ] && ok "env: gpu_info runs, nvidia-smi skipped" \
