@@ -7,6 +7,8 @@
 #   - the whole job suspended (every rank SIGSTOPped) for longer than the timeout and resumed:
 #     nobody is to blame, the run finishes normally with the losses of an undisturbed run.
 # Run by `make test` (mk/tests.mk); test/test_multihost.sh runs the SIGSTOP case across hosts.
+# How a verdict ends one process (message first, _exit, the 15 s backstop) is tested without MPI
+# by test/test_watchdog_exit.c; the NCCL path on a GPU by the GPU check's watchdog section.
 source "$(dirname "$0")/lib.sh"
 skipmsg="skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"
 command -v mpirun >/dev/null 2>&1 || { echo "$skipmsg"; exit 0; }
