@@ -227,7 +227,7 @@ void comm_wd_fail(Comm* c, const char* hint, const char* msg) {
     if (w) wd_lock(w);
     const CommOps* dev = c->dev;
     if (w) wd_unlock(w);
-    if (dev->wd_abort) dev->wd_abort(c); // release a device collective that will never complete
+    if (dev->wd_abort) dev->wd_abort(c); // NCCL: ncclCommAbort, so that its kernels stop waiting for peers
     llmc_fatal_end(1);
 }
 
