@@ -93,6 +93,29 @@ J="$TMP/fail/report.json"
   && ok "a missing test program: fail, named" || bad "missing program: $(q "$J" "r['items'].get('tests/test_qlora_gpu')")"
 [ "$(q "$J" "r['summary']['tests']['pass']")" = 3 ] && ok "the other 3 test programs still ran" || bad "others: $(q "$J" "r['summary']['tests']")"
 
+# ---- the watchdog table of a GPU run (emulated runs skip its cases): results and logs as
+# test_nccl_watchdog_gpu writes them, two passing cases and one failing
+W="$TMP/wdrep"; mkdir -p "$W/logs/watchdog"
+printf '%s\n' '$ test_nccl_watchdog_gpu init' 'ok   init: exit 1 after 6.3 s (timeout 5 s), ended without the backstop' \
+  '     error: watchdog: STUCK: rank 0 has waited 5.0 s without progress in nccl_init' 'test_nccl_watchdog: all 5 checks passed' > "$W/logs/watchdog/init.log"
+printf '%s\n' '$ test_nccl_watchdog_gpu stuck' "FAIL test/test_nccl_watchdog.cu:155: rc == 1: stuck: exit 1124" \
+  'test_nccl_watchdog: 1 of 5 checks FAILED' > "$W/logs/watchdog/stuck.log"
+printf '%s\n' 'ok   healthy: kernels of 2, 2, 4 s with a 3 s timeout, exit 0 after 11.0 s' 'test_nccl_watchdog: all 2 checks passed' \
+  > "$W/logs/watchdog/healthy.log"
+for c in stuck:fail init:pass healthy:pass; do
+  printf '{"key": "watchdog/%s", "section": "watchdog", "item": "%s", "status": "%s", "reason": "", "seconds": 7.5, "log": "logs/watchdog/%s.log", "mode": "gpu"}\n' \
+    "${c%%:*}" "${c%%:*}" "${c#*:}" "${c%%:*}" >> "$W/results.jsonl"
+done
+"$PY" scripts/gpu_report.py "$W" > /dev/null 2>&1
+rows=$(grep -A4 '^| case ' "$W/report.md" | tail -n 3)
+if [ "$(cut -d'|' -f2 <<<"$rows" | tr -d ' \n')" = initstuckhealthy ] && grep -q '^| init | pass | 7.5 | init: exit 1 after 6.3 s (timeout 5 s), ended without the backstop |$' <<<"$rows" &&
+   grep -q '^| stuck | fail | 7.5 | test_nccl_watchdog: 1 of 5 checks FAILED; FAIL test/test_nccl_watchdog.cu:155' <<<"$rows" &&
+   [ "$(q "$W/report.json" "r['summary']['watchdog']['pass'], r['summary']['watchdog']['fail']")" = "(2, 1)" ]; then
+  ok "a GPU run's watchdog cases: in the order they run, how each ended or its first failure"
+else
+  bad "watchdog table: $rows"
+fi
+
 # ---- bad options
 expect_usage() {  # what, substring, args
   local what=$1 want=$2; shift 2
