@@ -23,6 +23,7 @@
 #include <string.h>
 #include "../llmc/comm.h"
 #include "../llmc/check.h"
+#include "../llmc/cuda/launch.cuh"
 #include "test.h"
 #include "test_child.h"
 
@@ -42,7 +43,7 @@ __global__ void spin_kernel(unsigned long long ns) {
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }
 static void spin(double seconds, cudaStream_t s) {
-    spin_kernel<<<1, 1, 0, s>>>((unsigned long long)(seconds * 1e9));
+    LAUNCH(spin_kernel, 1, 1, 0, s, (unsigned long long)(seconds * 1e9));
     cudaTestCheck(cudaGetLastError());
 }
 
