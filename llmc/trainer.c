@@ -472,7 +472,6 @@ static void check_zero3(Run* r) {
         if (f->shard_group) say(r, "note: --shard-group is ignored at --zero %d\n", f->zero);
         return;
     }
-    if (c->qlora) fatal("use --zero 2 with --qlora", "--zero 3 does not shard an NF4 (--qlora) base yet");
     if (c->mode == TRAIN_LORA && (c->lora_bias != LORA_BIAS_NONE || f->train_ln_f))
         fatal("use --lora-bias none without --train-ln-f at --zero 3, or --zero 2",
               "--zero 3 shards the frozen base: base tensors cannot be trained with it yet (--lora-bias %s%s)",
@@ -489,7 +488,7 @@ static void setup_optimizer(Run* r) {
     for (int i = 0; i < nseg; i++) ntrain += segs[i].n;
     // with ZeRO >= 1 this rank keeps AdamW state (and master weights) for its own range only
     gradsync_init(&r->gs, &r->comm, f->zero, ntrain);
-    gradsync_shard_model(&r->gs, r->model, c->mode == TRAIN_FULL, f->zero3_keep, f->shard_group); // ZeRO 3
+    gradsync_shard_model(&r->gs, r->model, r->nf4, c->mode == TRAIN_FULL, f->zero3_keep, f->shard_group); // ZeRO 3
     if (r->gs.fsdp_on && c->mode == TRAIN_FULL) { // the optimizer updates this rank's pieces of the units
         free(segs);
         segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (size_t)fsdp_max_segments(&r->gs.fsdp));
@@ -577,7 +576,7 @@ static void report_memory(Run* r) {
     if (r->nf4) {
         // the quantized base: codes + 8-bit absmax + nested scales, and the one dequant buffer
         const size_t wbuf = r->model->lin->shared.wbuf_n * sizeof(floatX);
-        qb = r->nf4->bytes + wbuf;
+        qb = (r->gs.fsdp_on ? fsdp_nf4_shard_bytes(&r->gs.fsdp) + fsdp_nf4_slot_bytes(&r->gs.fsdp) : r->nf4->bytes) + wbuf;
         say(r, "qlora: NF4 base (double quant, blocks of %d) %lld weights in %.3f MiB = %.3f bits/weight (replaces %.1f MiB of %s) "
                "| dequant scratch %.2f MiB | float params %.1f MiB\n",
                NF4_BLOCK, (long long)r->nf4->n_quant, mib(r->nf4->bytes), 8.0 * (double)r->nf4->bytes / (double)r->nf4->n_quant,
@@ -614,13 +613,16 @@ static void report_memory(Run* r) {
                "gather buffers %d x up to %zu elements (%zu in all)%s | gradient shard %zu elements | largest unit %zu elements\n",
             z->nunits, units_total, z->world, r->gs.groups, z->shard_n, z->nslots, z->max_unit, fsdp_slot_bytes(z) / sizeof(floatX),
             z->keep ? " (--zero3-keep)" : "", z->gshard ? z->shard_n : 0, z->max_unit);
+        if (z->nf4.base) // bytes, the same way: the packed images (codes, scales, code maps, aligned)
+            say(r, "zero3: NF4 base %zu bytes in packed images | per rank: NF4 shard %zu bytes, NF4 gather buffers %d x up to %zu bytes (%zu in all)\n",
+                z->nf4.total, z->nf4.shard_n, z->nslots, z->nf4.max_unit, fsdp_nf4_slot_bytes(z));
     }
     if (r->world > 1) {
         // exact element counts, so tests can check the sharding
         say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
                "gradient elements per rank %zu (+ %zu in buckets)\n",
                f->zero, r->world, r->gs.zl.total, r->gs.zl.padded, r->opt.end - r->opt.begin, r->opt.master ? 3 : 2,
-               r->gs.fsdp_on ? r->gs.fsdp.shard_n * (r->gs.fsdp.gshard != NULL) : r->gs.gshard ? r->opt.end - r->opt.begin : r->model->grads_n,
+               r->gs.fsdp_on && r->gs.fsdp.gshard ? r->gs.fsdp.shard_n : r->gs.gshard ? r->opt.end - r->opt.begin : r->model->grads_n,
                gradsync_bucket_numel(&r->gs));
     }
 }
