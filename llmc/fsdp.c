@@ -210,6 +210,9 @@ void fsdp_init(Fsdp* f, Comm* comm, Comm* wcomm, Comm* replica, GPT2* model, int
     f->model = model; f->keep = keep; f->grads = grads;
     const char* tr = getenv("LLMC_FSDP_TRACE");
     f->trace = tr && *tr && strcmp(tr, "0") != 0;
+    // LoRA: the base tensors it trains (biases, ln_f) stay whole on every rank, outside the units;
+    // their gradients are the adapters' kind (gradsync), not the units'
+    if (!grads) gpt2_set_resident(model, model->trainable);
     fsdp_layout(f);
     fsdp_alloc_slots(f);
     fsdp_take_shard(f);

@@ -463,25 +463,19 @@ static void setup_data(Run* r) {
     r->steps = run_length(c, dl_batches_per_epoch(&r->train));
 }
 
-// What --zero 3 does not cover yet: a clear message instead of a wrong run.
-static void check_zero3(Run* r) {
-    const RunConfig* c = r->c;
-    const TrainFlags* f = &c->f;
-    if (f->zero != 3) { // (not an error: a run resumed at another stage carries them from its record)
-        if (f->zero3_keep) say(r, "note: --zero3-keep is ignored at --zero %d\n", f->zero);
-        if (f->shard_group) say(r, "note: --shard-group is ignored at --zero %d\n", f->zero);
-        return;
-    }
-    if (c->mode == TRAIN_LORA && (c->lora_bias != LORA_BIAS_NONE || f->train_ln_f))
-        fatal("use --lora-bias none without --train-ln-f at --zero 3, or --zero 2",
-              "--zero 3 shards the frozen base: base tensors cannot be trained with it yet (--lora-bias %s%s)",
-              f->lora_bias, f->train_ln_f ? ", --train-ln-f" : "");
+// The ZeRO-3 flags at another stage: a note, not an error (a run resumed at another stage carries
+// them from its record).
+static void note_zero3_flags(Run* r) {
+    const TrainFlags* f = &r->c->f;
+    if (f->zero == 3) return;
+    if (f->zero3_keep) say(r, "note: --zero3-keep is ignored at --zero %d\n", f->zero);
+    if (f->shard_group) say(r, "note: --shard-group is ignored at --zero %d\n", f->zero);
 }
 
 static void setup_optimizer(Run* r) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
-    check_zero3(r);
+    note_zero3_flags(r);
     TrainSeg* segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (size_t)model_max_segments(&r->m));
     int nseg = model_segments(&r->m, segs);
     size_t ntrain = 0;
@@ -489,6 +483,10 @@ static void setup_optimizer(Run* r) {
     // with ZeRO >= 1 this rank keeps AdamW state (and master weights) for its own range only
     gradsync_init(&r->gs, &r->comm, f->zero, ntrain);
     gradsync_shard_model(&r->gs, r->model, r->nf4, c->mode == TRAIN_FULL, f->zero3_keep, f->shard_group); // ZeRO 3
+    if (r->gs.fsdp_on && c->mode == TRAIN_LORA) { // trained base tensors moved out of the units
+        model_lora_extras_rebind(&r->m);
+        nseg = model_segments(&r->m, segs);
+    }
     if (r->gs.fsdp_on && c->mode == TRAIN_FULL) { // the optimizer updates this rank's pieces of the units
         free(segs);
         segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (size_t)fsdp_max_segments(&r->gs.fsdp));
@@ -568,7 +566,8 @@ static void setup_mfu(Run* r) {
 static void report_memory(Run* r) {
     const TrainFlags* f = &r->c->f;
     size_t pb = gpt2_param_bytes(r->model), gb = gpt2_grad_bytes(r->model), ob = opt_state_bytes(&r->opt);
-    if (r->gs.fsdp_on) pb = fsdp_shard_bytes(&r->gs.fsdp) + fsdp_slot_bytes(&r->gs.fsdp); // the full buffer is gone
+    if (r->gs.fsdp_on) // the full buffer is gone; trained base tensors of LoRA stay whole
+        pb = fsdp_shard_bytes(&r->gs.fsdp) + fsdp_slot_bytes(&r->gs.fsdp) + gpt2_resident_bytes(r->model);
     if (r->lora) { pb += r->lora->total * sizeof(floatX); gb += r->lora->total * sizeof(floatX); }
     size_t ab = r->model->act_bytes + r->model->scr_bytes;
     size_t gsb = gradsync_grad_bytes(&r->gs);
