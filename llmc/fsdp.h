@@ -26,6 +26,7 @@
 // 2L + 1 all-gathers in the first micro-step (forward: H, blocks 0..L-1, H again for ln_f and the
 // logits; backward: blocks L-2..0, since block L-1 and H are still in the slots) and 2L in each
 // later one (block 0 is still there from the backward before): 2LM + 1; keep mode L + 1 in all.
+// A frozen base (LoRA, QLoRA) stays gathered across steps: 2LM in the steps after the first.
 // Reduce-scatters: L + 1 per micro-step, M(L + 1).
 #ifndef LLMC_FSDP_H
 #define LLMC_FSDP_H

@@ -128,6 +128,17 @@ sys.exit(bad)
 PY
 done
 
+# QLoRA: a block's gather is two all-gathers (its float part, its NF4 bytes), the head's one; the
+# frozen base does not change, so a later step finds block 0 still there from the step before
+for np in 1 2; do
+  M=$(( 4 / np ))
+  LLMC_FSDP_TRACE=1 run $np "$TMP/traceq$np" train_lora "${COMMON[@]}" "${LORA[@]}" --qlora --zero 3 --steps 2
+  g1=$(( 2 * L * M + 1 + (2 * L - 1) + (M - 1) * (2 * L - 2) )); g2=$(( 2 * L * M + M * (2 * L - 2) ))
+  got=$(grep '^fsdp: step' "$TMP/traceq$np.log" | sed -E 's/.*: ([0-9]+) all-gathers, ([0-9]+) reduce-scatters.*/\1 \2/' | tr '\n' ' ')
+  [ "$got" = "$g1 0 $g2 0 " ] && ok "QLoRA np=$np: $M micro-steps: $g1 all-gathers in the first step, $g2 in the next, no reduce-scatter" ||
+    bad "QLoRA np=$np collectives: '$got', want '$g1 0 $g2 0 '"
+done
+
 # ---- resume re-shards between stages and rank counts
 R=("${COMMON[@]}" --save-every 3)
 run 4 "$TMP/ra" train_gpt2 "${R[@]}" --zero 3 --stop-after 3
