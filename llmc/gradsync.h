@@ -14,7 +14,9 @@
 //           (block, embedding/head), gathered when the model needs it. Full training: gradients
 //           are reduce-scattered unit by unit as backward leaves them and the optimizer updates
 //           this rank's pieces (its segments are fsdp_segments), which the next gathers read.
-//           Adapters (LoRA) are trained as at ZeRO 2 over a frozen sharded base.
+//           Adapters (LoRA) are trained as at ZeRO 2 over a frozen sharded base (QLoRA: the NF4
+//           base sharded in its packed form); base tensors LoRA trains (biases, ln_f) stay whole
+//           on every rank, outside the units, and are trained with the adapters.
 // The global gradient norm: at stage 0 every rank holds the whole sum; at stages 1/2 each rank sums
 // the squares of its shard and one all-reduce of that partial sum gives every rank the same norm;
 // at stage 3 the shards are the units' pieces (with --shard-group each group covers the gradient
