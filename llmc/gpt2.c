@@ -291,6 +291,11 @@ void gpt2_zero_grads(GPT2* m) {
 
 size_t gpt2_param_bytes(const GPT2* m) { return m->params_n * sizeof(floatX); }
 size_t gpt2_grad_bytes(const GPT2* m) { return m->grads_n * sizeof(floatX); }
+size_t gpt2_resident_bytes(const GPT2* m) {
+    size_t n = 0;
+    for (int i = 0; m->resident_buf && i < NUM_PARAM_TENSORS; i++) if (m->resident & (1u << i)) n += m->pt.t[i].numel;
+    return n * sizeof(floatX);
+}
 
 void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd, const int* tokens, int B, int T, int pos) {
     const int C = m->cfg.channels;
@@ -302,11 +307,6 @@ void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd
     // The first layernorm stands alone; every later one is fused with the residual add before it.
     UNIT_NEED(m, 0);
     layernorm_forward(ln, mean, rstd, x, LP(m, PT_LN1W, 0), LP(m, PT_LN1B, 0), B * T, C);
-}
-size_t gpt2_resident_bytes(const GPT2* m) {
-    size_t n = 0;
-    for (int i = 0; m->resident_buf && i < NUM_PARAM_TENSORS; i++) if (m->resident & (1u << i)) n += m->pt.t[i].numel;
-    return n * sizeof(floatX);
 }
 
 void gpt2_block_forward(GPT2* m, int l, const GPT2BlockIO* io, int B, int T, const GPT2KVSlot* kv) {

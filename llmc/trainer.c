@@ -563,6 +563,21 @@ static void setup_mfu(Run* r) {
         say(r, "mfu: %.3g TFLOP per step per rank, peak %.1f TFLOP/s bf16 (%s)\n", l->step_flops / 1e12, l->peak_flops / 1e12, model);
 }
 
+// Stage 3's sharding in exact element counts, so tests can check it: params per rank = the pieces
+// (total / ranks + padding) plus the gather buffers (two units, or every unit with keep).
+static void report_zero3(Run* r) {
+    const Fsdp* z = &r->gs.fsdp;
+    size_t units_total = 0;
+    for (int u = 0; u < z->nunits; u++) units_total += z->unit_n[u];
+    say(r, "zero3: units %d | parameter elements %zu | sharded over %d ranks x %d groups | per rank: parameter shard %zu elements, "
+           "gather buffers %d x up to %zu elements (%zu in all)%s | gradient shard %zu elements | largest unit %zu elements\n",
+        z->nunits, units_total, z->world, r->gs.groups, z->shard_n, z->nslots, z->max_unit, fsdp_slot_bytes(z) / sizeof(floatX),
+        z->keep ? " (--zero3-keep)" : "", z->gshard ? z->shard_n : 0, z->max_unit);
+    if (z->nf4.base) // bytes, the same way: the packed images (codes, scales, code maps, aligned)
+        say(r, "zero3: NF4 base %zu bytes in packed images | per rank: NF4 shard %zu bytes, NF4 gather buffers %d x up to %zu bytes (%zu in all)\n",
+            z->nf4.total, z->nf4.shard_n, z->nslots, z->nf4.max_unit, fsdp_nf4_slot_bytes(z));
+}
+
 static void report_memory(Run* r) {
     const TrainFlags* f = &r->c->f;
     size_t pb = gpt2_param_bytes(r->model), gb = gpt2_grad_bytes(r->model), ob = opt_state_bytes(&r->opt);
@@ -602,20 +617,7 @@ static void report_memory(Run* r) {
         fatal("raise --memory-budget, or shard more (--zero 3 over more ranks), or lower --batch-size / raise --recompute",
               "rank %d needs %.1f MiB (params, grads, optimizer, activations), more than --memory-budget %.1f MiB",
               r->rank, mib(pb + qb + gb + gsb + ob + ab), f->memory_budget);
-    if (r->gs.fsdp_on) {
-        // exact element counts, so tests can check the sharding: params per rank = the pieces
-        // (total / ranks + padding) plus the gather buffers (two units, or every unit with keep)
-        const Fsdp* z = &r->gs.fsdp;
-        size_t units_total = 0;
-        for (int u = 0; u < z->nunits; u++) units_total += z->unit_n[u];
-        say(r, "zero3: units %d | parameter elements %zu | sharded over %d ranks x %d groups | per rank: parameter shard %zu elements, "
-               "gather buffers %d x up to %zu elements (%zu in all)%s | gradient shard %zu elements | largest unit %zu elements\n",
-            z->nunits, units_total, z->world, r->gs.groups, z->shard_n, z->nslots, z->max_unit, fsdp_slot_bytes(z) / sizeof(floatX),
-            z->keep ? " (--zero3-keep)" : "", z->gshard ? z->shard_n : 0, z->max_unit);
-        if (z->nf4.base) // bytes, the same way: the packed images (codes, scales, code maps, aligned)
-            say(r, "zero3: NF4 base %zu bytes in packed images | per rank: NF4 shard %zu bytes, NF4 gather buffers %d x up to %zu bytes (%zu in all)\n",
-                z->nf4.total, z->nf4.shard_n, z->nslots, z->nf4.max_unit, fsdp_nf4_slot_bytes(z));
-    }
+    if (r->gs.fsdp_on) report_zero3(r);
     if (r->world > 1) {
         // exact element counts, so tests can check the sharding
         say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
