@@ -376,7 +376,9 @@ static void build_model(Run* r, long resume_step) {
     }
     spec.seed = (uint64_t)f->seed;
     spec.qlora = c->qlora;
-    spec.base_bf16 = ops_gemm_dtype() == OPS_BF16;
+    // bf16 GEMMs hold LoRA's frozen base in bf16, outside the FSDP units: at --zero 3 it stays in
+    // the units (fp32, sharded, rounded to bf16 per GEMM), or every rank would hold all of it
+    spec.base_bf16 = ops_gemm_dtype() == OPS_BF16 && f->zero < 3;
     spec.trainable = c->mode == TRAIN_FULL ? GPT2_TRAIN_ALL : 0u;
     spec.recompute = f->recompute;
     spec.B = f->batch_size; spec.T = f->seq_len; spec.T_flag = "--seq-len";

@@ -46,6 +46,14 @@ run 4 "$TMP/hyb" train_gpt2 "${COMMON[@]}" --zero 3 --shard-group 2
 cmp_losses "train_gpt2 np=4 zero=3 --shard-group 2 matches one process" "$TMP/train_gpt2_ref" "$TMP/hyb" 1e-5
 run 4 "$TMP/hybl" train_lora "${COMMON[@]}" "${LORA[@]}" --zero 3 --shard-group 2
 cmp_losses "train_lora np=4 zero=3 --shard-group 2 matches one process" "$TMP/train_lora_ref" "$TMP/hybl" 1e-5
+# bf16 GEMMs (--dtype auto on a CPU with AVX512-BF16) hold LoRA's frozen base in bf16 outside the
+# units at ZeRO 0-2; at ZeRO 3 it must stay in the units, sharded, as with fp32 GEMMs
+if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null; then
+  run 2 "$TMP/lora_bf16" train_lora "${COMMON[@]/fp32/bf16}" "${LORA[@]}" --zero 3 --steps 2
+  a=$(grep -o 'parameter elements [0-9]*' "$TMP/train_lora_np2.log"); b=$(grep -o 'parameter elements [0-9]*' "$TMP/lora_bf16.log")
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok "train_lora --dtype bf16 np=2 zero=3: the frozen base is sharded in the units ($b, as with fp32)" ||
+    bad "train_lora --dtype bf16 at ZeRO 3 shards '$b', fp32 '$a'"
+else echo "skip: LoRA with bf16 GEMMs at ZeRO 3 (this CPU has neither AVX512-BF16 nor AMX-BF16)"; fi
 line=$(grep '^zero3:' "$TMP/hyb.log")
 shard=$(sed -E 's/.*parameter shard ([0-9]+) elements.*/\1/' <<<"$line")
 shard2=$(grep '^zero3:' "$TMP/train_gpt2_np2.log" | sed -E 's/.*parameter shard ([0-9]+) elements.*/\1/')
