@@ -230,7 +230,7 @@ typedef struct {
 
 static void vs_add_token(VocabSrc* v, const char* s, size_t n, int64_t id, int added) {
     if (v->n_tok == v->cap_tok) {
-        v->cap_tok = v->cap_tok ? v->cap_tok * 2 : 65536;
+        v->cap_tok = v->cap_tok ? v->cap_tok * 2 : 1024;
         v->tok_off = (size_t*)realloc(v->tok_off, v->cap_tok * sizeof(size_t));
         v->tok_len = (uint32_t*)realloc(v->tok_len, v->cap_tok * sizeof(uint32_t));
         v->tok_id = (int64_t*)realloc(v->tok_id, v->cap_tok * sizeof(int64_t));
@@ -247,7 +247,7 @@ static void vs_add_token(VocabSrc* v, const char* s, size_t n, int64_t id, int a
 
 static void vs_add_merge(VocabSrc* v, const char* a, size_t na, const char* b, size_t nb, long line) {
     if (v->n_merge == v->cap_merge) {
-        v->cap_merge = v->cap_merge ? v->cap_merge * 2 : 65536;
+        v->cap_merge = v->cap_merge ? v->cap_merge * 2 : 1024;
         v->m_off = (size_t*)realloc(v->m_off, 2 * v->cap_merge * sizeof(size_t));
         v->m_len = (uint32_t*)realloc(v->m_len, 2 * v->cap_merge * sizeof(uint32_t));
         v->m_line = (long*)realloc(v->m_line, v->cap_merge * sizeof(long));
@@ -832,7 +832,8 @@ struct TokCache {
     HeapEnt* heap; size_t cap_piece, cap_heap;
 };
 
-#define CACHE_MIN_SLOTS (1u << 14)
+#define CACHE_MIN_SLOTS (1u << 14)  // the smallest limit tok_cache_limit sets
+#define CACHE_START_SLOTS (1u << 10) // grown by doubling: a short text or a small vocabulary stays cheap
 #define CACHE_MAX_SLOTS (1u << 22)
 #define CACHE_MAX_PIECE 256
 #define CACHE_MAX_KEYS (64u << 20)
@@ -841,10 +842,10 @@ struct TokCache {
 static TokCache* cache_get(Tokenizer* t) {
     if (t->cache) return t->cache;
     TokCache* c = (TokCache*)callocCheck(1, sizeof(TokCache));
-    c->ent = (CacheEnt*)callocCheck(CACHE_MIN_SLOTS, sizeof(CacheEnt));
-    c->mask = CACHE_MIN_SLOTS - 1;
+    c->ent = (CacheEnt*)callocCheck(CACHE_START_SLOTS, sizeof(CacheEnt));
+    c->mask = CACHE_START_SLOTS - 1;
     c->max_slots = CACHE_MAX_SLOTS;
-    c->cap_vals = 1 << 16;
+    c->cap_vals = 1 << 10;
     c->vals = (int*)mallocCheck(c->cap_vals * sizeof(int));
     t->cache = c;
     return c;
