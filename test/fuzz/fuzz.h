@@ -4,8 +4,8 @@
 // clean refusal is the expected outcome, not a finding, so FUZZ_RUN installs a fatal hook that
 // jumps back into the harness instead of exiting. What the refused parse had allocated or opened
 // is then lost: the harness closes the file descriptors it leaked (else the process runs out of
-// them after ~1000 refusals), and the long runs restart the fuzzer every few hundred thousand
-// inputs to bound the memory (mk/fuzz.mk). Harnesses whose parsers never call fatal() keep
+// them after ~1000 refusals), and the long runs restart the fuzzer every 50,000 to 1,000,000
+// inputs to bound the memory (test/fuzz/run.sh). Harnesses whose parsers never call fatal() keep
 // LeakSanitizer on.
 //
 // Inputs reach file-based parsers through files in a private temporary directory (on /dev/shm
@@ -102,6 +102,17 @@ static void fuzz_split(const uint8_t* data, size_t n, const char* sep, const uin
     *a = data; *na = n; *b = data + n; *nb = 0;
     for (size_t i = 0; i + ls <= n; i++)
         if (memcmp(data + i, sep, ls) == 0) { *na = i; *b = data + i + ls; *nb = n - i - ls; return; }
+}
+
+// The input as two files: the part before sep goes to file a; the part after it to file b when
+// sep occurs, else b is removed (a missing second file is a case of its own for the parsers).
+static void fuzz_write_pair(const uint8_t* data, size_t n, const char* sep, const char* a, const char* b) {
+    const uint8_t *pa, *pb;
+    size_t na, nb;
+    fuzz_split(data, n, sep, &pa, &na, &pb, &nb);
+    fuzz_write(a, pa, na);
+    if (na < n) fuzz_write(b, pb, nb);
+    else fuzz_remove(b);
 }
 
 #endif // LLMC_FUZZ_H
