@@ -648,14 +648,15 @@ static void build_tokens(Tokenizer* t, const VocabSrc* v, const char* vocab_path
     for (int pass = 0; pass < 2; pass++) for (size_t k = 0; k < v->n_tok; k++) {
         if (v->tok_added[k] != pass) continue;
         int id = (int)v->tok_id[k];
-        const char* s = v->bytes.p + v->tok_off[k];
         size_t n = v->tok_len[k];
+        // refused before its bytes are looked at: with only empty tokens, v->bytes is still NULL
+        if (n == 0) fatal("the vocabulary file is damaged", "'%s': token id %d is an empty string", vocab_path, id);
+        const char* s = v->bytes.p + v->tok_off[k];
         if (seen[id]) {
             if (pass == 1 && t->tok_len[id] == n && memcmp(t->blob + t->tok_off[id], s, n) == 0) continue;
             fatal("the vocabulary file is damaged", "'%s': token id %d appears twice%s", vocab_path, id,
                   pass ? " (added_tokens gives it another text than model.vocab)" : "");
         }
-        if (n == 0) fatal("the vocabulary file is damaged", "'%s': token id %d is an empty string", vocab_path, id);
         seen[id] = 1;
         memcpy(t->blob + boff, s, n);
         t->tok_off[id] = (uint32_t)boff;
