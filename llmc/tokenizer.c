@@ -503,7 +503,8 @@ static void tj_merge(Tj* t, long idx) {
     int c = js_peek(j);
     if (c == '"') { // "a b"
         js_string(j, &t->s1);
-        const char* sp = (const char*)memchr(t->s1.p, ' ', t->s1.n);
+        // (an empty string has no buffer yet: t->s1.p may be NULL, which memchr must not get)
+        const char* sp = t->s1.n ? (const char*)memchr(t->s1.p, ' ', t->s1.n) : NULL;
         if (!sp || sp == t->s1.p || sp + 1 == t->s1.p + t->s1.n || memchr(sp + 1, ' ', (size_t)(t->s1.p + t->s1.n - sp - 1)))
             js_fail(j, "merge is not two tokens separated by one space");
         size_t la = (size_t)(sp - t->s1.p);
