@@ -1,5 +1,9 @@
 # Helpers for the shell tests that run training jobs under mpirun (sourced after test/lib.sh):
-# test_train_mpi.sh, test_zero3.sh, test_watchdog.sh and test_multihost.sh.
+# test_train_mpi.sh, test_zero3.sh, test_watchdog.sh and test_multihost.sh. Sourcing it skips the
+# test where MPI is not installed and fails it where train_gpt2 is not built.
+command -v mpirun >/dev/null 2>&1 || { echo "skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"; exit 0; }
+"$BIN_DIR/train_gpt2" --help >/dev/null 2>&1 || { echo "train_gpt2 not built"; exit 1; }
+MODEL=test/ref/gpt2_tiny
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1
 if [ "${SAN:-}" = "1" ]; then
@@ -24,6 +28,18 @@ wait_steps() {
   local i
   for i in $(seq 600); do [ "$(grep -c '^step ' "$1" 2>/dev/null)" -ge "$2" ] && return 0; sleep 0.1; done
   return 1
+}
+
+# mpi_loss_job: $TMP/train.bin and the flags (COMMON, LORA) of the small job whose losses ranks
+# must match one process with the same global batch. fp32 GEMMs: ranks and one process sum the
+# same gradients in another order, and with bf16 GEMMs (--dtype auto on a CPU with AVX512-BF16) a
+# last-bit difference of a master weight can flip its bf16 rounding, which the 1e-5 loss tolerance
+# would not allow for.
+mpi_loss_job() {
+  make_shard "$TMP/train.bin" 8000 100 5
+  COMMON=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128
+          --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --dtype fp32)
+  LORA=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear --lora-bias lora_only)
 }
 
 losses() { grep -o '"train_loss": [0-9.e+-]*' "$1/log.jsonl" | awk '{print $2}'; }
