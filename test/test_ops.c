@@ -644,6 +644,20 @@ static void ref_losses(const double* logits, const int* targets, int N, int V, i
         losses[n] = log(s) + mx - x[targets[n]];
     }
 }
+
+// The reference gradient of dloss * sum(losses) with respect to the logits: dloss * (softmax -
+// onehot) on rows with a target; out (zeroed by the caller) keeps zeros elsewhere.
+static void ref_dlogits(const double* logits, const int* targets, int N, int V, int Vp, float dloss, double* out) {
+    for (int r = 0; r < N; r++) {
+        if (targets[r] < 0) continue;
+        const double* x = logits + (size_t)r * Vp;
+        double mx = -INFINITY, s = 0.0;
+        for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < V; i++) s += exp(x[i] - mx);
+        for (int i = 0; i < V; i++) out[(size_t)r * Vp + i] = (double)dloss * (exp(x[i] - mx) / s - (i == targets[r]));
+    }
+}
+
 static void cls_cb(void* p, double* out) {
     struct cls_ctx* c = (struct cls_ctx*)p;
     ref_losses(c->logits, c->targets, c->N, c->V, c->Vp, out);
@@ -680,14 +694,7 @@ static void test_classifier_shape(int N, int V, int Vp, float amp) {
     snprintf(what, sizeof(what), "fused_classifier losses N=%d V=%d Vp=%d", N, V, Vp);
     close_fd(what, losses, wl, N, 1e-5, 1e-6);
     double* gw = dbuf(n);
-    for (int r = 0; r < N; r++) {
-        if (targets[r] < 0) continue;
-        const double* x = ld + (size_t)r * Vp;
-        double mx = -INFINITY, s = 0.0;
-        for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
-        for (int i = 0; i < V; i++) s += exp(x[i] - mx);
-        for (int i = 0; i < V; i++) gw[(size_t)r * Vp + i] = (double)dloss * (exp(x[i] - mx) / s - (i == targets[r]));
-    }
+    ref_dlogits(ld, targets, N, V, Vp, dloss, gw);
     if (n <= 400) {   // the analytic gradient is d(dloss * sum(losses)) / dlogits
         struct cls_ctx ctx = {ld, targets, N, V, Vp};
         double* G = dbuf(N);
@@ -731,14 +738,7 @@ static void test_classifier_train(int N, int C, int V, int Vp, int bf16) {
     double* wl = dbuf(N);
     ref_losses(lg, targets, N, V, Vp, wl);
     double* dlg = dbuf(nl);
-    for (int r = 0; r < N; r++) {
-        if (targets[r] < 0) continue;
-        const double* l = lg + (size_t)r * Vp;
-        double mx = -INFINITY, sum = 0.0;
-        for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-        for (int v = 0; v < V; v++) sum += exp(l[v] - mx);
-        for (int v = 0; v < V; v++) dlg[(size_t)r * Vp + v] = (double)dloss * (exp(l[v] - mx) / sum - (v == targets[r]));
-    }
+    ref_dlogits(lg, targets, N, V, Vp, dloss, dlg);
     double* dxw = dbuf(nx);
     double* dww = dbuf(nw);
     for (int r = 0; r < N; r++)
