@@ -400,6 +400,16 @@ static int64_t js_int(Js* j) {
     }
     return neg ? -v : v;
 }
+// After a member of an object or an element of a list: 1 (the ',' consumed) when another follows,
+// 0 (`close` consumed) at its end; anything else is malformed, named by `where` when given.
+static int js_more(Js* j, char close, const char* where) {
+    int d = js_peek(j);
+    if (d == ',') { j->i++; return 1; }
+    if (d == close) { j->i++; return 0; }
+    char msg[96];
+    snprintf(msg, sizeof(msg), "expected ',' or '%c'%s%s", close, where ? " in " : "", where ? where : "");
+    js_fail(j, msg);
+}
 static void js_skip(Js* j, int depth) {
     if (depth > 64) js_fail(j, "nesting too deep");
     int c = js_peek(j);
@@ -411,10 +421,7 @@ static void js_skip(Js* j, int depth) {
         for (;;) {
             if (c == '{') { Buf tmp = {0}; js_string(j, &tmp); free(tmp.p); js_expect(j, ':'); }
             js_skip(j, depth + 1);
-            int d = js_peek(j);
-            if (d == ',') { j->i++; continue; }
-            if (d == close) { j->i++; return; }
-            js_fail(j, c == '{' ? "expected ',' or '}'" : "expected ',' or ']'");
+            if (!js_more(j, close, NULL)) return;
         }
     }
     // number or literal
@@ -441,10 +448,7 @@ static void js_vocab_object(Js* j, VocabSrc* v) {
                   "byte-level alphabet", j->path, (long long)id, (unsigned)bad);
         }
         vs_add_token(v, raw.p, raw.n, id, 0);
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == '}') { j->i++; break; }
-        js_fail(j, "expected ',' or '}' in the vocabulary object");
+        if (!js_more(j, '}', "the vocabulary object")) break;
     }
     free(key.p); free(raw.p);
 }
@@ -530,10 +534,7 @@ static void tj_merges(Tj* t) {
     if (js_peek(j) == ']') { j->i++; return; }
     for (long idx = 1;; idx++) {
         tj_merge(t, idx);
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == ']') { j->i++; return; }
-        js_fail(j, "expected ',' or ']' in model.merges");
+        if (!js_more(j, ']', "model.merges")) return;
     }
 }
 
@@ -558,10 +559,7 @@ static void tj_model(Tj* t) {
         } else {
             js_skip(j, 1);
         }
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == '}') { j->i++; return; }
-        js_fail(j, "expected ',' or '}' in model");
+        if (!js_more(j, '}', "model")) return;
     }
 }
 
@@ -581,10 +579,7 @@ static void tj_added_token(Tj* t) {
         } else if (t->key.n == 7 && memcmp(t->key.p, "content", 7) == 0) {
             js_string(j, &t->s1); have_content = 1;
         } else js_skip(j, 2);
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == '}') { j->i++; break; }
-        js_fail(j, "expected ',' or '}' in an added token");
+        if (!js_more(j, '}', "an added token")) break;
     }
     if (id < 0 || !have_content || t->s1.n == 0) js_fail(j, "an added token needs an \"id\" and a non-empty \"content\"");
     vs_add_token(t->v, t->s1.p, t->s1.n, id, 1);
@@ -596,10 +591,7 @@ static void tj_added_tokens(Tj* t) {
     if (js_peek(j) == ']') { j->i++; return; }
     for (;;) {
         tj_added_token(t);
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == ']') { j->i++; return; }
-        js_fail(j, "expected ',' or ']' in added_tokens");
+        if (!js_more(j, ']', "added_tokens")) return;
     }
 }
 
@@ -616,10 +608,7 @@ static void load_tokenizer_json(const char* path, VocabSrc* v) {
         if (t.key.n == 5 && memcmp(t.key.p, "model", 5) == 0 && js_peek(j) == '{') tj_model(&t);
         else if (t.key.n == 12 && memcmp(t.key.p, "added_tokens", 12) == 0 && js_peek(j) == '[') tj_added_tokens(&t);
         else js_skip(j, 1);
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == '}') { j->i++; break; }
-        js_fail(j, "expected ',' or '}'");
+        if (!js_more(j, '}', NULL)) break;
     }
     if (js_peek(j) != -1) js_fail(j, "trailing data after the top-level object");
     free(t.key.p); free(t.s1.p); free(t.s2.p); free(t.r1.p); free(t.r2.p); free(text);
