@@ -34,24 +34,29 @@ __device__ inline void att_load(float (*dst)[W], const floatX* src, int r0, int 
     }
 }
 
-// What a block works on: its lane and warp, the (b, h) of blockIdx.y = b * NH + h, where that
-// head's q section starts in qkv / dqkv (k at + C, v at + 2C; row stride 3C) and in out / dout
-// (row stride C), and the score scale 1/sqrt(HS).
+// What a block works on: its lane and warp; its rows (queries or keys) r0 .. last, this warp's
+// row; the (b, h) of blockIdx.y = b * NH + h and where that head's q section starts in qkv / dqkv
+// (k at + C, v at + 2C; row stride 3C) and in out / dout (row stride C); the score scale.
 struct AttHead {
-    int lane, warp, bh, C;
+    int lane, warp, r0, row, last, bh, C;
     size_t stride, qkv_off, out_off;
+    const floatX* base;   // qkv + qkv_off
     float scale;
 };
-__device__ inline AttHead att_head(int T, int NH, int HS) {
+__device__ inline AttHead att_head(const floatX* qkv, int T, int NH, int HS) {
     AttHead a;
     a.lane = threadIdx.x % WARP_SIZE;
     a.warp = threadIdx.x / WARP_SIZE;
+    a.r0 = blockIdx.x * ATT_ROWS;
+    a.row = a.r0 + a.warp;
+    a.last = min(a.r0 + ATT_ROWS, T) - 1;
     a.bh = blockIdx.y;
     const int b = a.bh / NH, h = a.bh % NH;
     a.C = NH * HS;
     a.stride = 3 * (size_t)a.C;
     a.qkv_off = (size_t)b * T * a.stride + (size_t)h * HS;
     a.out_off = (size_t)b * T * a.C + (size_t)h * HS;
+    a.base = qkv + a.qkv_off;
     a.scale = 1.0f / sqrtf((float)HS);
     return a;
 }
@@ -68,18 +73,15 @@ __global__ void attention_forward_kernel(floatX* out, float* lse, const floatX* 
     __shared__ float sQ[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sK[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float sV[ATT_TILE][ATT_MAX_HS + 1];
-    const AttHead a = att_head(T, NH, HS);
-    const int lane = a.lane, warp = a.warp, C = a.C;
-    const floatX* base = qkv + a.qkv_off;
-    int t0 = blockIdx.x * ATT_ROWS, t = t0 + warp;
-    int t_last = min(t0 + ATT_ROWS, T) - 1;
-    att_load<ATT_ROWS>(sQ, base, t0, T, a.stride, HS);
+    const AttHead a = att_head(qkv, T, NH, HS);
+    const int lane = a.lane, warp = a.warp, C = a.C, t = a.row;
+    att_load<ATT_ROWS>(sQ, a.base, a.r0, T, a.stride, HS);
     float m = -FLT_MAX, l = 0.0f, acc[ATT_DPL];
     for (int i = 0; i < ATT_DPL; i++) acc[i] = 0.0f;
-    for (int s0 = 0; s0 <= t_last; s0 += ATT_TILE) {
+    for (int s0 = 0; s0 <= a.last; s0 += ATT_TILE) {
         __syncthreads();   // previous tile fully consumed (first time: sQ complete)
-        att_load<ATT_TILE>(sK, base + C, s0, T, a.stride, HS);
-        att_load<ATT_TILE>(sV, base + 2 * C, s0, T, a.stride, HS);
+        att_load<ATT_TILE>(sK, a.base + C, s0, T, a.stride, HS);
+        att_load<ATT_TILE>(sV, a.base + 2 * C, s0, T, a.stride, HS);
         __syncthreads();
         if (t < T) {   // warp-uniform
             int s = s0 + lane;
@@ -145,20 +147,17 @@ __global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, c
     __shared__ float sdO[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sK[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float sV[ATT_TILE][ATT_MAX_HS + 1];
-    const AttHead a = att_head(T, NH, HS);
-    const int lane = a.lane, warp = a.warp, C = a.C;
-    const floatX* base = qkv + a.qkv_off;
-    int t0 = blockIdx.x * ATT_ROWS, t = t0 + warp;
-    int t_last = min(t0 + ATT_ROWS, T) - 1;
-    att_load<ATT_ROWS>(sQ, base, t0, T, a.stride, HS);
-    att_load<ATT_ROWS>(sdO, dout + a.out_off, t0, T, C, HS);
+    const AttHead a = att_head(qkv, T, NH, HS);
+    const int lane = a.lane, warp = a.warp, C = a.C, t = a.row;
+    att_load<ATT_ROWS>(sQ, a.base, a.r0, T, a.stride, HS);
+    att_load<ATT_ROWS>(sdO, dout + a.out_off, a.r0, T, C, HS);
     float lse_t = t < T ? lse[(size_t)a.bh * T + t] : 0.0f, D_t = t < T ? D[(size_t)a.bh * T + t] : 0.0f;
     float acc[ATT_DPL];
     for (int i = 0; i < ATT_DPL; i++) acc[i] = 0.0f;
-    for (int s0 = 0; s0 <= t_last; s0 += ATT_TILE) {
+    for (int s0 = 0; s0 <= a.last; s0 += ATT_TILE) {
         __syncthreads();
-        att_load<ATT_TILE>(sK, base + C, s0, T, a.stride, HS);
-        att_load<ATT_TILE>(sV, base + 2 * C, s0, T, a.stride, HS);
+        att_load<ATT_TILE>(sK, a.base + C, s0, T, a.stride, HS);
+        att_load<ATT_TILE>(sV, a.base + 2 * C, s0, T, a.stride, HS);
         __syncthreads();
         if (t < T) {
             int s = s0 + lane;
@@ -190,17 +189,15 @@ __global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, 
     __shared__ float sQ[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float sdO[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float slse[ATT_TILE], sD[ATT_TILE];
-    const AttHead a = att_head(T, NH, HS);
-    const int lane = a.lane, warp = a.warp, C = a.C;
-    const floatX* base = qkv + a.qkv_off;
-    int k0 = blockIdx.x * ATT_ROWS, s = k0 + warp;
-    att_load<ATT_ROWS>(sK, base + C, k0, T, a.stride, HS);
-    att_load<ATT_ROWS>(sV, base + 2 * C, k0, T, a.stride, HS);
+    const AttHead a = att_head(qkv, T, NH, HS);
+    const int lane = a.lane, warp = a.warp, C = a.C, k0 = a.r0, s = a.row;
+    att_load<ATT_ROWS>(sK, a.base + C, k0, T, a.stride, HS);
+    att_load<ATT_ROWS>(sV, a.base + 2 * C, k0, T, a.stride, HS);
     float dk[ATT_DPL], dv[ATT_DPL];
     for (int i = 0; i < ATT_DPL; i++) { dk[i] = 0.0f; dv[i] = 0.0f; }
     for (int q0 = k0 / ATT_TILE * ATT_TILE; q0 < T; q0 += ATT_TILE) {
         __syncthreads();
-        att_load<ATT_TILE>(sQ, base, q0, T, a.stride, HS);
+        att_load<ATT_TILE>(sQ, a.base, q0, T, a.stride, HS);
         att_load<ATT_TILE>(sdO, dout + a.out_off, q0, T, C, HS);
         if (threadIdx.x < ATT_TILE) {
             int q = q0 + threadIdx.x;
