@@ -22,7 +22,10 @@ static char TMP[1024];
 
 static void tpath(char* out, size_t cap, const char* name) { snprintf(out, cap, "%s/%s", TMP, name); }
 
-static void copy_file(const char* src, const char* dst) {
+// Copies the file src to dir/name.
+static void copy_into(const char* src, const char* dir, const char* name) {
+    char dst[2048];
+    snprintf(dst, sizeof(dst), "%s/%s", dir, name);
     size_t n;
     char* buf = read_file_all(src, &n);
     atomic_write_file(dst, buf, n);
@@ -79,8 +82,7 @@ static void hf_dir_with_config(const char* name, const char* config_json, char* 
     tpath(dir_out, cap, name);
     mkdir_p(dir_out);
     char p[2048];
-    snprintf(p, sizeof(p), "%s/model.safetensors", dir_out);
-    copy_file(REFDIR "/hf_tiny/model.safetensors", p);
+    copy_into(REFDIR "/hf_tiny/model.safetensors", dir_out, "model.safetensors");
     if (config_json) { snprintf(p, sizeof(p), "%s/config.json", dir_out); write_text(p, config_json); }
 }
 
@@ -203,10 +205,8 @@ static void test_bad_inputs(const float* ref, size_t total) {
     // sharded: a shard missing
     tpath(d, sizeof(d), "sharded_missing");
     mkdir_p(d);
-    snprintf(p, sizeof(p), "%s/model.safetensors.index.json", d);
-    copy_file(REFDIR "/hf_f16_sharded/model.safetensors.index.json", p);
-    snprintf(p, sizeof(p), "%s/model-00001-of-00002.safetensors", d);
-    copy_file(REFDIR "/hf_f16_sharded/model-00001-of-00002.safetensors", p);
+    copy_into(REFDIR "/hf_f16_sharded/model.safetensors.index.json", d, "model.safetensors.index.json");
+    copy_into(REFDIR "/hf_f16_sharded/model-00001-of-00002.safetensors", d, "model-00001-of-00002.safetensors");
     expect_load_fails("missing shard", d, "model-00002-of-00002.safetensors' listed in the index does not exist", NULL);
 }
 
@@ -305,10 +305,9 @@ int main(void) {
     // a safetensors file under a .bin name is still recognized (config.json next to it)
     tpath(d, sizeof(d), "named_bin");
     mkdir_p(d);
-    snprintf(p, sizeof(p), "%s/config.json", d);
-    copy_file(REFDIR "/hf_tiny/config.json", p);
+    copy_into(REFDIR "/hf_tiny/config.json", d, "config.json");
+    copy_into(REFDIR "/hf_tiny/model.safetensors", d, "weights.bin");
     snprintf(p, sizeof(p), "%s/weights.bin", d);
-    copy_file(REFDIR "/hf_tiny/model.safetensors", p);
     expect_same_model("safetensors file named weights.bin", p, &rcfg, ref, total);
     // v3: our writer reproduces the python-written file, and round-trips
     tpath(p, sizeof(p), "ours_v3.bin");

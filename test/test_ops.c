@@ -93,16 +93,22 @@ static double ref_gelu_grad(double x) {
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+// Mean and 1 / sqrt(biased variance + 1e-5) of one row, as layernorm normalizes it.
+static double ref_row_stats(const double* x, int C, double* rstd) {
+    double m = 0.0, v = 0.0;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    v /= C;
+    *rstd = 1.0 / sqrt(v + 1e-5);
+    return m;
+}
+
 static void ref_layernorm(double* out, double* mean, double* rstd, const double* x, const double* w,
                           const double* b, int N, int C) {
     for (int n = 0; n < N; n++) {
         const double* xn = x + (size_t)n * C;
-        double m = 0.0, v = 0.0;
-        for (int c = 0; c < C; c++) m += xn[c];
-        m /= C;
-        for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);
-        v /= C;
-        double rs = 1.0 / sqrt(v + 1e-5);
+        double rs, m = ref_row_stats(xn, C, &rs);
         for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (xn[c] - m) * rs * w[c] + b[c];
         if (mean) mean[n] = m;
         if (rstd) rstd[n] = rs;
@@ -113,12 +119,7 @@ static void ref_layernorm_backward(double* dx, double* dw, double* db, const dou
     for (int n = 0; n < N; n++) {
         const double* xn = x + (size_t)n * C;
         const double* g = dy + (size_t)n * C;
-        double m = 0.0, v = 0.0;
-        for (int c = 0; c < C; c++) m += xn[c];
-        m /= C;
-        for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);
-        v /= C;
-        double rs = 1.0 / sqrt(v + 1e-5), a = 0.0, bsum = 0.0;
+        double rs, m = ref_row_stats(xn, C, &rs), a = 0.0, bsum = 0.0;
         for (int c = 0; c < C; c++) { double xh = (xn[c] - m) * rs; a += w[c] * g[c]; bsum += w[c] * g[c] * xh; }
         for (int c = 0; c < C; c++) {
             double xh = (xn[c] - m) * rs;
