@@ -371,6 +371,26 @@ static void mm_fwd_cb(void* p, double* out) {
     ref_matmul(out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
 }
 
+// The gradients of a matmul backward call against their expected values (a NULL one is not
+// checked): rtol 1e-5, atol growing with the length of the sum behind each element (OC terms for
+// dinp, N for dweight and dbias). Named "<op> dinp|dweight|dbias <tag> N=.. C=.. OC=..".
+static void mm_grads_close(const char* op, const char* tag, int N, int C, int OC, const float* di, const float* di_want,
+                           const float* dw, const float* dw_want, const float* db, const float* db_want) {
+    char what[160];
+    if (di) {
+        snprintf(what, sizeof(what), "%s dinp %s N=%d C=%d OC=%d", op, tag, N, C, OC);
+        test_allclose(what, di, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
+    }
+    if (dw) {
+        snprintf(what, sizeof(what), "%s dweight %s N=%d C=%d OC=%d", op, tag, N, C, OC);
+        test_allclose(what, dw, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
+    }
+    if (db) {
+        snprintf(what, sizeof(what), "%s dbias %s N=%d C=%d OC=%d", op, tag, N, C, OC);
+        test_allclose(what, db, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    }
+}
+
 // accumulate 0: dinp is written over whatever it held (di0: random), the parameter gradients
 // still accumulate; and matmul_backward_gelu: dpre = (dout W) * gelu'(pre), written.
 static void test_matmul_backward_write(int N, int C, int OC, const float* dout, const float* inp, const float* w,
@@ -394,10 +414,7 @@ static void test_matmul_backward_write(int N, int C, int OC, const float* dout, 
     matmul_backward_gelu(dpre, dw, db, dout, inp, pre, w, N, C, OC);
     snprintf(what, sizeof(what), "matmul_backward_gelu dpre N=%d C=%d OC=%d", N, C, OC);
     close_fd(what, dpre, gpre, NC, 1e-5, 1e-6 * sqrt((double)OC));
-    snprintf(what, sizeof(what), "matmul_backward_gelu dweight (+=) N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, dw, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
-    snprintf(what, sizeof(what), "matmul_backward_gelu dbias (+=) N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, db, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    mm_grads_close("matmul_backward_gelu", "(+=)", N, C, OC, NULL, NULL, dw, dw_want, db, db_want);
     float* bufs[] = {di, pre, dpre, dw, db, dw_want, db_want};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
     free(gpre);
@@ -467,25 +484,17 @@ static void test_matmul_shape(int N, int C, int OC) {
     float* dw0 = fcopy(dw, (size_t)OC * C);
     float* db0 = fcopy(db, OC);
     matmul_backward(di, dw, db, dout, inp, w, N, C, OC, 1);
-    snprintf(what, sizeof(what), "matmul_backward dinp (+=) N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, di, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
-    snprintf(what, sizeof(what), "matmul_backward dweight (+=) N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, dw, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
-    snprintf(what, sizeof(what), "matmul_backward dbias (+=) N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, db, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    mm_grads_close("matmul_backward", "(+=)", N, C, OC, di, di_want, dw, dw_want, db, db_want);
     // NULL combinations: the requested gradient is right, the others stay untouched
     float* di1 = fcopy(di0, (size_t)N * C);
     float* dw1 = fcopy(dw0, (size_t)OC * C);
     float* db1 = fcopy(db0, OC);
     matmul_backward(di1, NULL, NULL, dout, inp, w, N, C, OC, 1);
-    snprintf(what, sizeof(what), "matmul_backward dinp only N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, di1, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
+    mm_grads_close("matmul_backward", "only", N, C, OC, di1, di_want, NULL, NULL, NULL, NULL);
     matmul_backward(NULL, dw1, NULL, dout, inp, w, N, C, OC, 1);
-    snprintf(what, sizeof(what), "matmul_backward dweight only N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, dw1, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
+    mm_grads_close("matmul_backward", "only", N, C, OC, NULL, NULL, dw1, dw_want, NULL, NULL);
     matmul_backward(NULL, NULL, db1, dout, inp, w, N, C, OC, 1);
-    snprintf(what, sizeof(what), "matmul_backward dbias only N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, db1, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    mm_grads_close("matmul_backward", "only", N, C, OC, NULL, NULL, NULL, NULL, db1, db_want);
     matmul_backward(NULL, NULL, NULL, dout, inp, w, N, C, OC, 1);   // all frozen: must be a no-op
     test_matmul_backward_write(N, C, OC, dout, inp, w, gi, gw, gb, di0, dw0, db0);
 
