@@ -14,6 +14,7 @@
 #include "ops.h"
 #include "cpu/vecmath.h"
 #include "test/test.h"
+#include "test/ref_ops.h"
 
 // ----------------------------------------------------------------------------
 // helpers
@@ -86,12 +87,6 @@ static int close_dd(const char* what, const double* got, const double* want, siz
 
 // ----------------------------------------------------------------------------
 // double-precision references
-
-static double ref_gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
-static double ref_gelu_grad(double x) {
-    double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
-}
 
 // Mean and 1 / sqrt(biased variance + 1e-5) of one row, as layernorm normalizes it.
 static double ref_row_stats(const double* x, int C, double* rstd) {
@@ -454,15 +449,7 @@ static void test_matmul_shape(int N, int C, int OC) {
     double* gi = dbuf((size_t)N * C);
     double* gw = dbuf((size_t)OC * C);
     double* gb = dbuf(OC);
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) {
-            double g = doutd[(size_t)n * OC + o];
-            gb[o] += g;
-            for (int c = 0; c < C; c++) {
-                gi[(size_t)n * C + c] += g * wd[(size_t)o * C + c];
-                gw[(size_t)o * C + c] += g * ind[(size_t)n * C + c];
-            }
-        }
+    ref_matmul_backward(gi, gw, gb, dout, inp, w, N, C, OC);
     if ((size_t)N * C + (size_t)OC * C <= 400) {
         struct mm_ctx ctx = {ind, wd, bd, N, C, OC};
         double* fd = dbuf((size_t)OC * C + (size_t)N * C);
