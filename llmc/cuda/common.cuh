@@ -240,6 +240,9 @@ void* ops_stage_host(size_t bytes);
 void ops_colsum_finalize(floatX* out, const float* partial, int nchunks, int C);
 // The device's SM count (queried once).
 int ops_sm_count(void);
+// The number of CUDA devices, at least 1: none stops the program naming the CPU build
+// (backend.cu; not in the emulated backend).
+int ops_device_count(void);
 // Row chunks (grid.y) of a column sum over N rows and C columns: one per OPS_COLSUM_ROWS rows, but
 // no more than fill the GPU twice over (each block then strides over several chunks), so the
 // partials and the finalize's work scale with the SMs, not with the batch. Deterministic on a
