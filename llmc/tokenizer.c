@@ -5,6 +5,7 @@
 #include "tokenizer.h"
 #include "check.h"
 #include "fileio.h"
+#include "vocab.h"
 #include <utf8proc.h>
 #include <stdint.h>
 #include <string.h>
@@ -729,7 +730,8 @@ static void load_pair(Tokenizer* t, const char* vocab_path, const char* merges_p
     load_merges_txt(merges_path, &v);
     build(t, &v, vocab_path, merges_path);
     vs_free(&v);
-    snprintf(t->source, sizeof(t->source), "%s + %s", vocab_path, merges_path);
+    // a name for messages: each path cut at 2000 characters so that both fit
+    snprintf(t->source, sizeof(t->source), "%.2000s + %.2000s", vocab_path, merges_path);
 }
 
 static void load_tokjson(Tokenizer* t, const char* path) {
@@ -743,20 +745,11 @@ static void load_tokjson(Tokenizer* t, const char* path) {
 #define VOCAB_HINT "pass the directory holding GPT-2's encoder.json + vocab.bpe (bundled in data/gpt2/), " \
                    "or a Hugging Face model directory with vocab.json + merges.txt or tokenizer.json"
 
-void tok_load(Tokenizer* t, const char* path) {
-    memset(t, 0, sizeof(*t));
-    init_byte_alphabet();
-    init_ascii_cls();
+// Why path holds no vocabulary (vocab_files found none), as one message.
+__attribute__((noreturn)) static void tok_vocab_fatal(const char* path) {
+    static const char* pairs[2][2] = {{"encoder.json", "vocab.bpe"}, {"vocab.json", "merges.txt"}};
     char a[LLMC_PATH_MAX], b[LLMC_PATH_MAX];
     if (dir_exists(path)) {
-        static const char* pairs[2][2] = {{"encoder.json", "vocab.bpe"}, {"vocab.json", "merges.txt"}};
-        for (int p = 0; p < 2; p++) {
-            path_join(a, sizeof(a), path, pairs[p][0]);
-            path_join(b, sizeof(b), path, pairs[p][1]);
-            if (file_exists(a) && file_exists(b)) { load_pair(t, a, b); return; }
-        }
-        path_join(a, sizeof(a), path, "tokenizer.json");
-        if (file_exists(a)) { load_tokjson(t, a); return; }
         for (int p = 0; p < 2; p++) { // one half of a pair: say which half is missing
             path_join(a, sizeof(a), path, pairs[p][0]);
             path_join(b, sizeof(b), path, pairs[p][1]);
@@ -769,27 +762,23 @@ void tok_load(Tokenizer* t, const char* path) {
     }
     if (!file_exists(path))
         fatal(VOCAB_HINT, "vocabulary not found: '%s' is neither a file nor a directory", path);
-    // A single file: tokenizer.json, or one half of a pair whose partner sits next to it.
-    char dir[LLMC_PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char* slash = strrchr(dir, '/');
-    if (slash) *slash = '\0'; else snprintf(dir, sizeof(dir), ".");
+    // a single file that is not tokenizer.json: one half of a pair without its partner next to it
     int is_merges = ends_with(path, ".bpe") || ends_with(path, ".txt");
-    if (!is_merges && ends_with(path, "tokenizer.json")) { load_tokjson(t, path); return; }
     if (!is_merges && !ends_with(path, ".json"))
         fatal(VOCAB_HINT, "'%s': not a vocabulary file (expected encoder.json, vocab.json, vocab.bpe, "
               "merges.txt or tokenizer.json)", path);
-    static const char* partner_merges[2] = {"vocab.bpe", "merges.txt"};
-    static const char* partner_vocab[2] = {"encoder.json", "vocab.json"};
-    const char** partners = is_merges ? partner_vocab : partner_merges;
-    for (int p = 0; p < 2; p++) {
-        path_join(b, sizeof(b), dir, partners[p]);
-        if (file_exists(b)) {
-            if (is_merges) load_pair(t, b, path); else load_pair(t, path, b);
-            return;
-        }
-    }
-    fatal(VOCAB_HINT, "vocabulary incomplete: '%s' needs %s or %s next to it", path, partners[0], partners[1]);
+    fatal(VOCAB_HINT, "vocabulary incomplete: '%s' needs %s or %s next to it", path,
+          pairs[0][is_merges ? 0 : 1], pairs[1][is_merges ? 0 : 1]);
+}
+
+void tok_load(Tokenizer* t, const char* path) {
+    memset(t, 0, sizeof(*t));
+    init_byte_alphabet();
+    init_ascii_cls();
+    VocabFiles f;   // which files, found as llmc/vocab.c finds them for every other reader
+    if (vocab_files(path, &f) != 0) tok_vocab_fatal(path);
+    if (f.tokenizer_json[0]) load_tokjson(t, f.tokenizer_json);
+    else load_pair(t, f.vocab, f.merges);
 }
 
 // ----------------------------------------------------------------------------------------------
