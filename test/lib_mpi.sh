@@ -30,12 +30,13 @@ wait_steps() {
   return 1
 }
 
-# mpi_loss_job: $TMP/train.bin and the flags (COMMON, LORA) of the small job whose losses ranks
-# must match one process with the same global batch. fp32 GEMMs: ranks and one process sum the
-# same gradients in another order, and with bf16 GEMMs (--dtype auto on a CPU with AVX512-BF16) a
-# last-bit difference of a master weight can flip its bf16 rounding, which the 1e-5 loss tolerance
-# would not allow for.
-mpi_loss_job() {
+# train_setup: the tiny training job the multi-rank tests compare with one process: MODEL, the
+# shard $TMP/train.bin, COMMON and LORA (adapters on every linear layer, those layers' biases
+# trained). fp32 GEMMs: ranks and one process sum the same gradients in another order, and with
+# bf16 GEMMs (--dtype auto on a CPU with AVX512-BF16) a last-bit difference of a master weight can
+# flip its bf16 rounding, which the 1e-5 loss tolerance would not allow for.
+train_setup() {
+  MODEL=test/ref/gpt2_tiny
   make_shard "$TMP/train.bin" 8000 100 5
   COMMON=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128
           --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --dtype fp32)

@@ -5,7 +5,7 @@
 # rank ends the whole job within 30 s.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_mpi.sh"
-mpi_loss_job
+train_setup
 
 for prog in train_gpt2 train_lora; do
   extra=(); [ $prog = train_lora ] && extra=("${LORA[@]}")
