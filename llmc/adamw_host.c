@@ -1,27 +1,10 @@
 #include "adamw_host.h"
 #include "bf16.h"
 #include "check.h"
+#include "sround.h"
 #include <math.h>
-#include <string.h>
 
 #define ADAMW_HOST_CHUNK 16384 // elements per OpenMP chunk (results do not depend on it)
-
-// The CUDA kernel's hash and stochastic rounding (llmc/cuda/common.cuh: ops_hash,
-// ops_round_stochastic), on 16-bit patterns.
-static inline uint32_t adamw_hash(uint32_t seed, uint64_t idx) {
-    uint32_t h = seed * 0x9E3779B1u ^ (uint32_t)idx ^ ((uint32_t)(idx >> 32) * 0x85EBCA77u);
-    h ^= h >> 16; h *= 0x7FEB352Du;
-    h ^= h >> 15; h *= 0x846CA68Bu;
-    h ^= h >> 16;
-    return h;
-}
-static inline uint16_t adamw_round_stochastic(float x, uint32_t rnd) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7F800000u) == 0x7F800000u) return bf16_from_f32(x); // inf / nan unchanged
-    u = (u + (rnd & 0xFFFFu)) & 0xFFFF0000u;
-    return (uint16_t)(u >> 16);
-}
 
 static void adamw_host_bf16(uint16_t* params, float* master, const uint16_t* grads, float* m, float* v, size_t n,
                             float lr, float beta1, float beta2, float eps, float wd, float grad_scale, int t, uint32_t seed) {
@@ -35,7 +18,7 @@ static void adamw_host_bf16(uint16_t* params, float* master, const uint16_t* gra
         v[i] = vi;
         const float p = master[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * master[i]);
         master[i] = p;
-        params[i] = adamw_round_stochastic(p, adamw_hash(seed, i));
+        params[i] = sround_bf16(p, sround_hash(seed, i));   // as the CUDA kernel rounds
     }
 }
 

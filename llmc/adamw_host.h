@@ -4,7 +4,7 @@
 // update, so that offloading changes where the update runs, not its result:
 //   bf16 parameters (CUDA): as llmc/cuda/adamw.cu: bias corrections 1 - powf(beta, t) in fp32,
 //     the master weight updated and written back to the bf16 parameter with the stochastic
-//     rounding of the kernel (the same hash of (seed, element index));
+//     rounding of the kernel (llmc/sround.h: the same hash of (seed, element index));
 //   fp32 parameters (CPU): as llmc/cpu/adamw.c: bias corrections from pow in double, the parameter
 //     itself updated, nothing rounded.
 #ifndef LLMC_ADAMW_HOST_H

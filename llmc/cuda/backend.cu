@@ -69,14 +69,21 @@ void* ops_stage_host(size_t bytes) {
 }
 static void stage_drained(void) { g_stage_used = 0; }
 
-extern "C" void cuda_ops_init(int threads) {
-    (void)threads;
 #ifndef LLMC_CUDA_EMULATED
+int ops_device_count(void) {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0)
         fatal("this binary is the CUDA build; on a machine without a GPU build with `make BACKEND=cpu`",
               "no usable CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return ndev;
+}
+#endif
+
+extern "C" void cuda_ops_init(int threads) {
+    (void)threads;
+#ifndef LLMC_CUDA_EMULATED
+    (void)ops_device_count();
 #endif
     gemm_init();
 }
