@@ -20,18 +20,23 @@ static void llmc_run_fatal_hook(void) {
 
 void llmc_fatal_at(const char* file, int line, const char* hint, const char* fmt, ...) {
     fflush(stdout);
-    fprintf(stderr, "error: ");
+    // the whole message formatted first and written at once: stderr is unbuffered, and separate
+    // writes let another process's output (mpirun's abort banner) land inside the message
+    char msg[4096];
+    int n = snprintf(msg, sizeof(msg), "error: ");
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    n += vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n");
-    if (hint && hint[0]) fprintf(stderr, "  hint: %s\n", hint);
-    fprintf(stderr, "  (at %s:%d)\n", file, line);
+    if (n > (int)sizeof(msg) - 1) n = (int)sizeof(msg) - 1;
+    if (hint && hint[0]) n += snprintf(msg + n, sizeof(msg) - (size_t)n, "\n  hint: %s", hint);
+    if (n > (int)sizeof(msg) - 1) n = (int)sizeof(msg) - 1;
+    snprintf(msg + n, sizeof(msg) - (size_t)n, "\n  (at %s:%d)\n", file, line);
+    fputs(msg, stderr);
     fflush(stderr);
-    const int n = g_n_cleanups;
+    const int nc = g_n_cleanups;
     g_n_cleanups = 0; // a failure inside a clean-up must not run them again
-    for (int i = 0; i < n; i++) g_cleanups[i]();
+    for (int i = 0; i < nc; i++) g_cleanups[i]();
     llmc_run_fatal_hook();
     exit(1);
 }
