@@ -11,6 +11,9 @@ extern "C" {
 #endif
 
 typedef enum { COMM_OP_SUM = 0, COMM_OP_MAX = 1 } CommRedOp;
+// The MPI implementation sends every message as pieces of at most this many bytes, each its own
+// request (llmc/comm_mpi.c: why; test/test_comm.c checks it).
+#define COMM_PIECE_BYTES ((size_t)256 << 10)
 typedef struct CommWatchdog CommWatchdog; // llmc/comm_watchdog.c
 typedef enum { COMM_REQ_ALLGATHER = 1, COMM_REQ_REDUCE_SCATTER = 2 } CommReqKind;
 
