@@ -173,9 +173,10 @@ static void offload_update(Optimizer* o, const OffPiece* p, int k, const AdamwAr
     offload_trace(o, 'u', k);
 }
 
-// Two pieces in flight ahead of the one being updated: while the CPU updates piece k, piece k + 1
-// comes down and piece k - 1 goes up (one copy stream: they run in issue order). Each piece has
-// its own place in the staging buffers, so nothing waits for a buffer to come free.
+// The copies down run one piece ahead of the updates: piece k + 1's is issued before piece k's
+// update starts, so while the CPU updates piece k, piece k + 1 comes down and piece k - 1 goes up
+// (one copy stream: they run in issue order). Each piece has its own place in the staging
+// buffers, so nothing waits for a buffer to come free.
 static void opt_step_offload(Optimizer* o, const AdamwArgs* a) {
     OffPiece ring[3], last = { -1, 0, 0 };
     int mark[3], issued = 0, more = 1;
