@@ -28,8 +28,15 @@ size_t comm_dtype_size(CommDtype dt) {
         case COMM_BF16: return 2;
         case COMM_F64: return 8;
         case COMM_I64: return 8;
+        case COMM_U8: return 1;
     }
     fatal(NULL, "unknown CommDtype %d", (int)dt);
+}
+
+// Bytes are moved, never summed: a sum over them is a caller's mistake.
+static CommDtype summable(CommDtype dt, const char* what) {
+    if (dt == COMM_U8) fatal("this is a bug in llmc", "%s: COMM_U8 buffers can be gathered, not summed", what);
+    return dt;
 }
 
 void comm_check_root(const Comm* c, int root, const char* what) {
@@ -250,17 +257,17 @@ int comm_count_differing(Comm* c, const void* buf, size_t bytes) {
 // device calls: the same, through the device table
 
 void comm_dev_allreduce_sum(Comm* c, void* buf, size_t n, CommDtype dt, void* stream) {
-    enter(c, c->dev, "dev_allreduce_sum")->allreduce(c, buf, n, dt, COMM_OP_SUM, stream); leave(c);
+    enter(c, c->dev, "dev_allreduce_sum")->allreduce(c, buf, n, summable(dt, "comm_dev_allreduce_sum"), COMM_OP_SUM, stream); leave(c);
 }
 void comm_dev_reduce_scatter_sum(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, void* stream) {
-    enter(c, c->dev, "dev_reduce_scatter_sum")->reduce_scatter(c, send, recv, shard, dt, stream); leave(c);
+    enter(c, c->dev, "dev_reduce_scatter_sum")->reduce_scatter(c, send, recv, shard, summable(dt, "comm_dev_reduce_scatter_sum"), stream); leave(c);
 }
 void comm_dev_allgather(Comm* c, const void* send_shard, void* recv_full, size_t shard, CommDtype dt, void* stream) {
     enter(c, c->dev, "dev_allgather")->allgather(c, send_shard, recv_full, shard, dt, stream); leave(c);
 }
 void comm_dev_reduce_sum(Comm* c, const void* send, void* recv, size_t n, CommDtype dt, int root, void* stream) {
     comm_check_root(c, root, "comm_dev_reduce_sum");
-    enter(c, c->dev, "dev_reduce_sum")->reduce(c, send, recv, n, dt, root, stream); leave(c);
+    enter(c, c->dev, "dev_reduce_sum")->reduce(c, send, recv, n, summable(dt, "comm_dev_reduce_sum"), root, stream); leave(c);
 }
 void comm_dev_broadcast(Comm* c, void* buf, size_t bytes, int root, void* stream) {
     comm_check_root(c, root, "comm_dev_broadcast");
@@ -294,7 +301,7 @@ CommRequest comm_dev_iallgather(Comm* c, const void* send_shard, void* recv_full
     return istart(c, COMM_REQ_ALLGATHER, "dev_iallgather", send_shard, recv_full, shard, dt, stream);
 }
 CommRequest comm_dev_ireduce_scatter_sum(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, void* stream) {
-    return istart(c, COMM_REQ_REDUCE_SCATTER, "dev_ireduce_scatter_sum", send, recv, shard, dt, stream);
+    return istart(c, COMM_REQ_REDUCE_SCATTER, "dev_ireduce_scatter_sum", send, recv, shard, summable(dt, "comm_dev_ireduce_scatter_sum"), stream);
 }
 
 void comm_wait(Comm* c, CommRequest* req) {

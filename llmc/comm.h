@@ -51,6 +51,7 @@ typedef enum {
     COMM_BF16 = 1, // stored as uint16 (upper half of an fp32); host sums in double, rounded to nearest even
     COMM_F64 = 2,
     COMM_I64 = 3,
+    COMM_U8 = 4,   // raw bytes (a packed NF4 base): gathered and broadcast, never summed (fatal)
 } CommDtype;
 
 // Most non-blocking requests that may be in flight at once (ZeRO-3 prefetch needs two or three).
@@ -131,7 +132,8 @@ int comm_count_differing(Comm* c, const void* buf, size_t bytes);
 
 // ---------------------------------------------------------------------------------------------
 // Device collectives. Same semantics as the host calls above, on device buffers of type dt
-// (F32 or BF16; the host implementations also take F64), enqueued on `stream`. Between
+// (F32 or BF16; the host implementations also take F64; the all-gathers also U8), enqueued on
+// `stream`. Between
 // comm_dev_group_begin/end, NCCL calls are fused into one launch (use it for the per-owner reduces
 // of a ZeRO-2 bucket); the host implementations run each call at once.
 void comm_dev_allreduce_sum(Comm* c, void* buf, size_t n, CommDtype dt, void* stream);

@@ -94,6 +94,7 @@ static MPI_Datatype mpi_type(CommDtype dt) {
         case COMM_BF16: return MPI_UINT16_T;
         case COMM_F64: return MPI_DOUBLE;
         case COMM_I64: return MPI_INT64_T;
+        case COMM_U8: return MPI_UINT8_T;
     }
     fatal(NULL, "unknown CommDtype %d", (int)dt);
 }
@@ -171,7 +172,7 @@ static void sum_block(CommDtype dt, void* out, const void* own, const void* scra
         case COMM_F32: SUM_BLOCK(float, LOAD_F, STORE_F32); return;
         case COMM_F64: SUM_BLOCK(double, LOAD_F, STORE_F64); return;
         case COMM_BF16: SUM_BLOCK(uint16_t, LOAD_BF16, STORE_BF16); return;
-        case COMM_I64: break;
+        case COMM_I64: case COMM_U8: break;
     }
     fatal(NULL, "internal: no ordered sum for CommDtype %d", (int)dt);
 }

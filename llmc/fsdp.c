@@ -31,7 +31,7 @@ static void start_gather(Fsdp* f, int u, int s) {
     f->unit_slot[u] = s;
     f->slot_req[s] = comm_dev_iallgather(f->comm, f->pshard + f->loc[u], f->slot[s], f->piece[u], FSDP_DTYPE, NULL);
     f->slot_pending[s] = 1;
-    f->n_gather++;
+    f->n_gather += 1 + fsdp_nf4_gather(f, u, s);
     trace_event(f, 'G', u);
 }
 
@@ -62,12 +62,14 @@ static void unit_need(void* ctx, int u) {
     }
     if (f->slot_pending[s]) {
         comm_wait(f->comm, &f->slot_req[s]);
+        fsdp_nf4_wait(f, s);
         f->slot_pending[s] = 0;
         trace_event(f, 'W', u);
     }
     f->slot_busy[s] = 1;
     f->slot_used[s] = ++f->tick;
     gpt2_bind_unit(f->model, u, f->slot[s]);
+    fsdp_nf4_bind(f, u, s);
 }
 
 static void unit_release(void* ctx, int u) {
@@ -79,7 +81,7 @@ static void unit_release(void* ctx, int u) {
 
 static void slots_invalidate(Fsdp* f) {
     for (int s = 0; s < f->nslots; s++) {
-        if (f->slot_pending[s]) { comm_wait(f->comm, &f->slot_req[s]); f->slot_pending[s] = 0; }
+        if (f->slot_pending[s]) { comm_wait(f->comm, &f->slot_req[s]); fsdp_nf4_wait(f, s); f->slot_pending[s] = 0; }
         f->slot_unit[s] = -1; f->slot_busy[s] = 0;
     }
     for (int u = 0; u < f->nunits; u++) f->unit_slot[u] = -1;
@@ -169,16 +171,18 @@ static void fsdp_alloc_slots(Fsdp* f) {
     for (int u = 0; u < f->nunits; u++) f->unit_slot[u] = -1;
 }
 
-// The full parameters (bound on the model now) -> this rank's pieces, through slot 0.
+// The full parameters (bound on the model now) -> this rank's pieces, through a buffer of the
+// largest unit (slot 0 with --zero3-keep holds unit 0 only, which may be smaller than the head).
 static void fsdp_take_shard(Fsdp* f) {
     f->pshard = (floatX*)zalloc(f->shard_n);
-    floatX* tmp = f->slot[0];
+    floatX* tmp = (floatX*)zalloc(f->max_unit);
     for (int u = 0; u < f->nunits; u++) {
         const size_t padded = f->piece[u] * (size_t)f->world;
         ops_zero(tmp, padded * sizeof(floatX));
         gpt2_unit_pack(f->model, u, tmp);
         scale_copy(f->pshard + f->loc[u], tmp + (size_t)f->rank * f->piece[u], 1.0f, f->piece[u]);
     }
+    ops_free(tmp);
 }
 
 static void fsdp_alloc_grads(Fsdp* f) {
@@ -199,16 +203,20 @@ static void fsdp_alloc_grads(Fsdp* f) {
     f->sink.ctx = f;
 }
 
-void fsdp_init(Fsdp* f, Comm* comm, Comm* wcomm, Comm* replica, GPT2* model, int grads, int keep) {
+void fsdp_init(Fsdp* f, Comm* comm, Comm* wcomm, Comm* replica, GPT2* model, int grads, int keep, Nf4Base* nf4) {
     memset(f, 0, sizeof(*f));
     f->comm = comm; f->rank = comm->rank; f->world = comm->world;
     f->wcomm = wcomm; f->wrank = wcomm->rank; f->replica = replica;
     f->model = model; f->keep = keep; f->grads = grads;
     const char* tr = getenv("LLMC_FSDP_TRACE");
     f->trace = tr && *tr && strcmp(tr, "0") != 0;
+    // LoRA: the base tensors it trains (biases, ln_f) stay whole on every rank, outside the units;
+    // their gradients are the adapters' kind (gradsync), not the units'
+    if (!grads) gpt2_set_resident(model, model->trainable);
     fsdp_layout(f);
     fsdp_alloc_slots(f);
     fsdp_take_shard(f);
+    fsdp_nf4_init(f, nf4);
     if (grads) fsdp_alloc_grads(f);
     gpt2_params_drop(model);
     f->units.need = unit_need; f->units.prefetch = unit_prefetch; f->units.release = unit_release; f->units.ctx = f;
@@ -218,6 +226,7 @@ void fsdp_init(Fsdp* f, Comm* comm, Comm* wcomm, Comm* replica, GPT2* model, int
 void fsdp_free(Fsdp* f) {
     if (!f->unit_n) return;
     slots_invalidate(f);
+    fsdp_nf4_free(f);
     for (int s = 0; s < f->nslots; s++) ops_free(f->slot[s]);
     ops_free(f->pshard);
     if (f->gshard) {
@@ -286,9 +295,11 @@ void fsdp_unshard(Fsdp* f) {
         for (int k = 0; k < nt; k++)
             scale_copy(gpt2_param_slice(m, t[k].id, u < fsdp_head(f) ? u : -1), buf + t[k].off, 1.0f, t[k].n);
     }
+    fsdp_nf4_unshard(f);
 }
 
 void fsdp_reshard(Fsdp* f) {
+    fsdp_nf4_reshard(f);
     if (f->rank == 0) { gpt2_params_drop(f->model); gpt2_set_units(f->model, &f->units); }
 }
 
@@ -298,12 +309,15 @@ size_t fsdp_slot_bytes(const Fsdp* f) {
     for (int s = 0; s < f->nslots; s++) n += f->slot_cap[s];
     return n * sizeof(floatX);
 }
-size_t fsdp_grad_bytes(const Fsdp* f) {
+size_t fsdp_bucket_numel(const Fsdp* f) {
     if (!f->gshard) return 0;
     const int h = fsdp_head(f);
     size_t lmax = 0;
     for (int u = 0; u < h; u++) if (f->piece[u] > lmax) lmax = f->piece[u];
-    return (f->shard_n + 2 * lmax * ((size_t)f->world + 1) + f->piece[h] * ((size_t)f->world + 1)) * sizeof(floatX);
+    return 2 * lmax * ((size_t)f->world + 1) + f->piece[h] * ((size_t)f->world + 1); // buckets and their pieces
+}
+size_t fsdp_grad_bytes(const Fsdp* f) {
+    return f->gshard ? (f->shard_n + fsdp_bucket_numel(f)) * sizeof(floatX) : 0;
 }
 
 void fsdp_trace_flush(Fsdp* f, long step) {

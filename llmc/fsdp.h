@@ -18,10 +18,15 @@
 // (comm_dev_ireduce_scatter_sum) while backward fills the other bucket; the head's bucket is
 // reduce-scattered when backward is over. Each piece is added into gshard (gradient accumulation).
 //
+// QLoRA (llmc/fsdp_nf4.c): the NF4 base is sharded in its packed form, as bytes beside each block's
+// floatX part, gathered (COMM_U8) into a byte slot of the same index with it: a block's gather is
+// then two all-gathers (n_gather counts collectives).
+//
 // Collectives per step of M micro-steps with L blocks (counted in n_gather / n_rs): reshard mode
 // 2L + 1 all-gathers in the first micro-step (forward: H, blocks 0..L-1, H again for ln_f and the
 // logits; backward: blocks L-2..0, since block L-1 and H are still in the slots) and 2L in each
 // later one (block 0 is still there from the backward before): 2LM + 1; keep mode L + 1 in all.
+// A frozen base (LoRA, QLoRA) stays gathered across steps: 2LM in the steps after the first.
 // Reduce-scatters: L + 1 per micro-step, M(L + 1).
 #ifndef LLMC_FSDP_H
 #define LLMC_FSDP_H
@@ -30,6 +35,7 @@
 #include "comm.h"
 #include "gpt2.h"
 #include "optimizer.h"
+#include "qlora.h"
 #include "zero.h"
 
 #ifdef __cplusplus
@@ -37,6 +43,21 @@ extern "C" {
 #endif
 
 #define FSDP_MAX_SLOTS_SHARED 2
+
+// The NF4 base's bytes (llmc/fsdp_nf4.c); every size in bytes. Unused (base NULL) without one.
+typedef struct {
+    Nf4Base* base;           // its weights' handles view the slots (nf4_op_view); NULL: no NF4 base
+    size_t* n;               // [nunits] real bytes of each unit's images (0 for the head)
+    size_t* piece;           // [nunits] bytes of every rank's piece
+    size_t* loc;             // [nunits] where this rank's piece starts in shard
+    size_t* img;             // [QLORA_NQ * L] where weight q of block l starts in its unit (at q * L + l)
+    size_t shard_n, max_unit, total; // this rank's bytes, the largest padded unit, every unit's real bytes
+    uint8_t* shard;          // this rank's pieces (backend memory)
+    uint8_t** slot;          // [nslots] gather buffers, beside the floatX slots of the same index
+    size_t* slot_cap;
+    CommRequest* req;        // [nslots] a gather in flight (id < 0: none)
+    uint8_t* full;           // rank 0 between fsdp_unshard and fsdp_reshard: every unit's images
+} FsdpNf4;
 
 typedef struct {
     Comm* comm;              // the ranks the units are sharded over (all, or this rank's group)
@@ -77,6 +98,7 @@ typedef struct {
     floatX* hrecv;
     GPT2GradSink sink;
     GPT2Units units;
+    FsdpNf4 nf4;
     // counters since fsdp_counters_reset, and the trace (LLMC_FSDP_TRACE=1: rank 0 prints each
     // micro-step's events: G<u> gather started, W<u> waited / bound, R<u> released, S<u> gradient
     // reduce-scatter started)
@@ -90,8 +112,9 @@ typedef struct {
 // pieces, the full buffer is freed) and installs the units on it. grads: full training (the
 // model's gradients then live in the buckets). keep: see above.
 // Hybrid sharding: comm is this rank's group, replica the ranks of the other groups holding the
-// same pieces (else comm = wcomm, replica NULL).
-void fsdp_init(Fsdp* f, Comm* comm, Comm* wcomm, Comm* replica, GPT2* model, int grads, int keep);
+// same pieces (else comm = wcomm, replica NULL). nf4: the model's NF4 base (QLoRA; grads 0), whose
+// full tensors are replaced by this rank's byte pieces, or NULL.
+void fsdp_init(Fsdp* f, Comm* comm, Comm* wcomm, Comm* replica, GPT2* model, int grads, int keep, Nf4Base* nf4);
 // After the step's backward passes (hybrid sharding): sum the gradient pieces over the replicas.
 void fsdp_reduce_replicas(Fsdp* f);
 void fsdp_free(Fsdp* f);
@@ -113,12 +136,27 @@ void fsdp_reshard(Fsdp* f);
 // (zero_shard_begin .. min(zero_shard_end, total)).
 void fsdp_state_to_flat(Fsdp* f, const ZeroLayout* zl, const float* local, float* range);
 void fsdp_state_from_flat(Fsdp* f, const ZeroLayout* zl, const float* range, float* local);
-// Bytes: the parameter shard, the gather slots, the gradient shard and buckets.
+// Bytes: the parameter shard, the gather slots, the gradient shard and buckets; the buckets'
+// elements (the two layer buckets, the head's, and the pieces they are reduce-scattered into).
 size_t fsdp_shard_bytes(const Fsdp* f);
 size_t fsdp_slot_bytes(const Fsdp* f);
 size_t fsdp_grad_bytes(const Fsdp* f);
+size_t fsdp_bucket_numel(const Fsdp* f);
+// The NF4 base's bytes on this rank: its pieces, and its gather slots (0 without one).
+size_t fsdp_nf4_shard_bytes(const Fsdp* f);
+size_t fsdp_nf4_slot_bytes(const Fsdp* f);
 // Prints (rank 0) and clears the trace of the micro-steps since the last call.
 void fsdp_trace_flush(Fsdp* f, long step);
+
+// fsdp.c's side of llmc/fsdp_nf4.c (no-ops without an NF4 base): set-up after the slots, the gather
+// of unit u into slot s (returns 1 if one was started), its wait, binding the weights, unshard.
+void fsdp_nf4_init(Fsdp* f, Nf4Base* base);
+void fsdp_nf4_free(Fsdp* f);
+int fsdp_nf4_gather(Fsdp* f, int u, int s);
+void fsdp_nf4_wait(Fsdp* f, int s);
+void fsdp_nf4_bind(Fsdp* f, int u, int s);
+void fsdp_nf4_unshard(Fsdp* f);
+void fsdp_nf4_reshard(Fsdp* f);
 
 #ifdef __cplusplus
 }

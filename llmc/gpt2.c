@@ -37,14 +37,21 @@ static void gpt2_bind_linears(GPT2* m) {
     for (int l = 0; l < m->cfg.num_layers; l++) gpt2_bind_layer_linears(m, l);
 }
 
-// Tensor and layer views into a full parameter buffer (table order, skipped tensors left out).
+static void gpt2_bind_tensor(GPT2* m, int i, floatX* at) {
+    m->p[i] = at;
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        m->lp[(size_t)l * NUM_PARAM_TENSORS + i] = !at ? NULL : at + (m->pt.t[i].per_layer ? (size_t)l * params_layer_numel(&m->pt, (ParamId)i) : 0);
+}
+
+// Tensor and layer views into a full parameter buffer (table order, skipped tensors left out);
+// resident tensors (gpt2_set_resident) into their own buffer.
 static void gpt2_bind_full(GPT2* m, floatX* params) {
-    size_t poff = 0;
+    size_t poff = 0, roff = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-        m->p[i] = NULL;
-        if (!(m->skipped & (1u << i))) { m->p[i] = params + poff; poff += m->pt.t[i].numel; }
-        for (int l = 0; l < m->cfg.num_layers; l++)
-            m->lp[(size_t)l * NUM_PARAM_TENSORS + i] = !m->p[i] ? NULL : m->p[i] + (m->pt.t[i].per_layer ? (size_t)l * params_layer_numel(&m->pt, (ParamId)i) : 0);
+        floatX* at = NULL;
+        if (!(m->skipped & (1u << i))) { at = params + poff; poff += m->pt.t[i].numel; }
+        if (m->resident_buf && (m->resident & (1u << i))) { at = m->resident_buf + roff; roff += m->pt.t[i].numel; }
+        gpt2_bind_tensor(m, i, at);
     }
 }
 
@@ -103,7 +110,7 @@ void gpt2_grads_layer_bucket(GPT2* m, floatX* layer_bucket) {
 
 // Whether tensor i belongs to unit u (block u < L: its per-layer tensors; the head: the rest).
 static int unit_has(const GPT2* m, int u, int i) {
-    return !(m->skipped & (1u << i)) && (m->pt.t[i].per_layer ? u < m->cfg.num_layers : u == UNIT_HEAD(m));
+    return !(m->skipped & (1u << i)) && !(m->resident & (1u << i)) && (m->pt.t[i].per_layer ? u < m->cfg.num_layers : u == UNIT_HEAD(m));
 }
 static size_t unit_tensor_numel(const GPT2* m, int u, int i) {
     return u < m->cfg.num_layers ? params_layer_numel(&m->pt, (ParamId)i) : m->pt.t[i].numel;
@@ -147,8 +154,25 @@ void gpt2_unit_pack(const GPT2* m, int u, floatX* buf) {
 void gpt2_params_drop(GPT2* m) {
     if (m->params) ops_free(m->params);
     m->params = NULL;
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) m->p[i] = NULL;
-    for (size_t k = 0; k < (size_t)m->cfg.num_layers * NUM_PARAM_TENSORS; k++) m->lp[k] = NULL;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+        if (!(m->resident & (1u << i))) gpt2_bind_tensor(m, i, NULL);
+}
+
+void gpt2_set_resident(GPT2* m, unsigned mask) {
+    if (m->resident_buf || !m->params) fatal("this is a bug in llmc", "gpt2_set_resident: once, with the parameters full");
+    size_t n = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) if (mask & (1u << i)) n += m->pt.t[i].numel;
+    if (!n) return;
+    m->resident = mask;
+    m->resident_buf = (floatX*)ops_alloc(n * sizeof(floatX));
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (!(mask & (1u << i))) continue;
+        scale_copy(m->resident_buf + off, m->p[i], 1.0f, m->pt.t[i].numel); // (a copy: x * 1 is exact)
+        off += m->pt.t[i].numel;
+    }
+    gpt2_bind_full(m, m->params);
+    gpt2_bind_linears(m);
 }
 
 void gpt2_params_full(GPT2* m) {
@@ -229,6 +253,7 @@ void gpt2_free(GPT2* m) {
     if (m->acts.logits) ops_free(m->acts.logits);
     if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); free(m->inputs_host); }
     if (m->params) ops_free(m->params);
+    if (m->resident_buf) ops_free(m->resident_buf);
     if (m->grads) ops_free(m->grads);
     free(m->lp);
     linear_set_free(m->lin);
@@ -266,6 +291,11 @@ void gpt2_zero_grads(GPT2* m) {
 
 size_t gpt2_param_bytes(const GPT2* m) { return m->params_n * sizeof(floatX); }
 size_t gpt2_grad_bytes(const GPT2* m) { return m->grads_n * sizeof(floatX); }
+size_t gpt2_resident_bytes(const GPT2* m) {
+    size_t n = 0;
+    for (int i = 0; m->resident_buf && i < NUM_PARAM_TENSORS; i++) if (m->resident & (1u << i)) n += m->pt.t[i].numel;
+    return n * sizeof(floatX);
+}
 
 void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd, const int* tokens, int B, int T, int pos) {
     const int C = m->cfg.channels;

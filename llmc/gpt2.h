@@ -90,6 +90,8 @@ typedef struct GPT2 {
     floatX** lp;                       // [L][NUM_PARAM_TENSORS]: layer l's slice of tensor i (per-layer
                                        // tensors), into params or into a unit's gather buffer
     const GPT2Units* units;            // NULL: every parameter is in params
+    unsigned resident;                 // bit i set: tensor i stays whole in resident_buf, outside
+    floatX* resident_buf;              // the units (gpt2_set_resident)
     floatX* g[NUM_PARAM_TENSORS];      // tensor views into grads (NULL entries = frozen)
     size_t g_stride[NUM_PARAM_TENSORS];// elements between layer slices of g[i]: the layer size,
                                        // or 0 when g[i] is a one-layer bucket (gpt2_grads_into_buckets)
@@ -156,6 +158,11 @@ void gpt2_bind_unit(GPT2* m, int unit, floatX* buf);
 void gpt2_params_drop(GPT2* m);
 void gpt2_params_full(GPT2* m);
 void gpt2_set_units(GPT2* m, const GPT2Units* units);
+// Tensors kept whole on every rank, outside the units (ZeRO 3 of LoRA with trained base tensors:
+// biases, ln_f). Call once, before the units are laid out, with the parameters full: their values
+// move into a buffer of their own, where their views stay from then on (through gpt2_params_drop
+// and gpt2_params_full).
+void gpt2_set_resident(GPT2* m, unsigned mask);
 
 // Host fp32 <-> model parameters (table layout, pt.total floats). set skips the tensors without
 // a floatX copy; get fills them from their linear layers' weight source (NF4: dequant(quant(W))).
@@ -234,6 +241,7 @@ void gpt2_zero_grads(GPT2* m);
 // Bytes of the floatX parameters (skipped tensors not counted) and of the full gradient buffer
 // (memory report; 0 with buckets, which their owner counts).
 size_t gpt2_param_bytes(const GPT2* m);
+size_t gpt2_resident_bytes(const GPT2* m); // (gpt2_set_resident's buffer)
 size_t gpt2_grad_bytes(const GPT2* m);
 
 #ifdef __cplusplus

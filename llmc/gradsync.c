@@ -18,7 +18,7 @@ void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain) {
     ops_zero(gs->stats, 2 * sizeof(double));
 }
 
-void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep, int group) {
+void gradsync_shard_model(GradSync* gs, GPT2* model, Nf4Base* nf4, int full, int keep, int group) {
     if (gs->zero != 3) return;
     Comm* shard = gs->comm;
     Comm* replica = NULL;
@@ -31,7 +31,7 @@ void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep, int gro
         comm_split(gs->comm, gs->rank % group, gs->rank, &gs->replica); // one rank of every group
         shard = &gs->group; replica = &gs->replica;
     }
-    fsdp_init(&gs->fsdp, shard, gs->comm, replica, model, full, keep);
+    fsdp_init(&gs->fsdp, shard, gs->comm, replica, model, full, keep, nf4);
     gs->fsdp_on = 1;
 }
 
@@ -193,4 +193,6 @@ size_t gradsync_grad_bytes(const GradSync* gs) {
     return (shard + gs->layer_bucket_n + gs->final_bucket_n) * sizeof(floatX) + (gs->fsdp_on ? fsdp_grad_bytes(&gs->fsdp) : 0);
 }
 
-size_t gradsync_bucket_numel(const GradSync* gs) { return gs->layer_bucket_n + gs->final_bucket_n; }
+size_t gradsync_bucket_numel(const GradSync* gs) {
+    return gs->layer_bucket_n + gs->final_bucket_n + (gs->fsdp_on ? fsdp_bucket_numel(&gs->fsdp) : 0);
+}

@@ -14,7 +14,9 @@
 //           (block, embedding/head), gathered when the model needs it. Full training: gradients
 //           are reduce-scattered unit by unit as backward leaves them and the optimizer updates
 //           this rank's pieces (its segments are fsdp_segments), which the next gathers read.
-//           Adapters (LoRA) are trained as at ZeRO 2 over a frozen sharded base.
+//           Adapters (LoRA) are trained as at ZeRO 2 over a frozen sharded base (QLoRA: the NF4
+//           base sharded in its packed form); base tensors LoRA trains (biases, ln_f) stay whole
+//           on every rank, outside the units, and are trained with the adapters.
 // The global gradient norm: at stage 0 every rank holds the whole sum; at stages 1/2 each rank sums
 // the squares of its shard and one all-reduce of that partial sum gives every rank the same norm;
 // at stage 3 the shards are the units' pieces (with --shard-group each group covers the gradient
@@ -62,11 +64,12 @@ typedef struct {
 // The layout of `ntrain` trainable elements over the communicator's ranks at ZeRO stage `zero`.
 void gradsync_init(GradSync* gs, Comm* comm, int zero, size_t ntrain);
 // ZeRO 3, before opt_init: shard the model's parameters (full: with its gradients; the optimizer's
-// segments are then fsdp_segments(&gs->fsdp), over the range [0, all)). keep: --zero3-keep.
+// segments are then fsdp_segments(&gs->fsdp), over the range [0, all)), and its NF4 base (QLoRA;
+// NULL: none) in its packed form. keep: --zero3-keep.
 // group: hybrid sharding over groups of that many consecutive ranks (replicated across groups);
 // 0 = every rank in one group. It must divide the number of ranks (fatal otherwise). Nothing at
 // other stages.
-void gradsync_shard_model(GradSync* gs, GPT2* model, int full, int keep, int group);
+void gradsync_shard_model(GradSync* gs, GPT2* model, Nf4Base* nf4, int full, int keep, int group);
 // ZeRO 3, every rank: rank 0's model holds its full parameters (saving, sampling) until
 // gradsync_reshard_model. No-ops at other stages.
 void gradsync_unshard_model(GradSync* gs);

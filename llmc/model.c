@@ -97,12 +97,16 @@ static void model_bind_lora(Model* m) {
         linear_set_adapter(linear_at(m->gpt.lin, lm->ad[i].layer, lm->ad[i].lin), &a);
     }
     linear_set_dropout(m->gpt.lin, lm->spec.dropout, lm->dropout_seed);
-    for (int i = 0; i < lm->n_extra; i++) {
-        LoraExtra* e = &lm->extra[i];
+    model_lora_extras_rebind(m);
+    lora_put_base_values(lm);
+}
+
+void model_lora_extras_rebind(Model* m) {
+    for (int i = 0; m->lora && i < m->lora->n_extra; i++) {
+        LoraExtra* e = &m->lora->extra[i];
         e->p = gpt2_param_slice(&m->gpt, e->id, e->layer);
         e->g = gpt2_grad_slice(&m->gpt, e->id, e->layer);
     }
-    lora_put_base_values(lm);
 }
 
 void model_assemble(Model* m, const ModelSpec* s) {

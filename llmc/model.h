@@ -76,6 +76,9 @@ void model_free(Model* m);
 // train; otherwise every trainable tensor in table order. segs needs model_max_segments entries.
 int model_segments(Model* m, TrainSeg* segs);
 int model_max_segments(const Model* m);
+// The trained base slices of the adapters (biases, ln_f) pointed at where the model holds them
+// now (after ZeRO 3 moved them, llmc/fsdp.h).
+void model_lora_extras_rebind(Model* m);
 
 #ifdef __cplusplus
 }

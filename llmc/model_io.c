@@ -234,15 +234,23 @@ static HfEntry* hf_find(HfSource* s, const char* name) {
     return (HfEntry*)bsearch(&key, s->e, (size_t)s->n, sizeof(HfEntry), cmp_entry);
 }
 
-static void hf_open_file(HfSource* s, const char* path) {
+// A single safetensors file as the source; takes over f, already opened and validated (the
+// sniffing in model_load has parsed the header once: no need to parse it again).
+static void hf_adopt_file(HfSource* s, const char* path, const StFile* f) {
     snprintf(s->src, sizeof(s->src), "%s", path);
     s->nfiles = 1;
     s->files = (StFile*)callocCheck(1, sizeof(StFile));
-    st_open(&s->files[0], path);
+    s->files[0] = *f;
     s->n = s->files[0].n_tensors;
     s->e = (HfEntry*)callocCheck((size_t)s->n + 1, sizeof(HfEntry));
     for (int i = 0; i < s->n; i++) { s->e[i].name = s->files[0].tensors[i].name; s->e[i].file = 0; s->e[i].t = &s->files[0].tensors[i]; }
     qsort(s->e, (size_t)s->n, sizeof(HfEntry), cmp_entry);
+}
+
+static void hf_open_file(HfSource* s, const char* path) {
+    StFile f;
+    st_open(&f, path);
+    hf_adopt_file(s, path, &f);
 }
 
 static void hf_open_index(HfSource* s, const char* path) {
@@ -529,8 +537,7 @@ void model_load(const char* path, GPT2Config* cfg_out, ParamTable* pt_out, float
             if (ends_with(path, ".bin")) { load_llmc(path, cfg_out, pt_out, params_out); return; }
             fatal("pass an llm.c .bin, a .safetensors file, a model.safetensors.index.json or a model directory", "%s", err);
         }
-        st_close(&probe);
-        hf_open_file(&s, path);
+        hf_adopt_file(&s, path, &probe);
     }
     load_hf(&s, cp, cfg_out, pt_out, params_out);
     hf_close(&s);

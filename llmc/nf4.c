@@ -312,6 +312,72 @@ void nf4_free(NF4Tensor* t) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// the packed image (one buffer, 16-byte aligned sections)
+
+static size_t nf4_align16(size_t x) { return (x + 15) & ~(size_t)15; }
+
+void nf4_image_layout(const NF4Tensor* t, NF4Image* img) {
+    memset(img, 0, sizeof(*img));
+    size_t off = nf4_align16((size_t)((t->n + 1) / 2)); // the codes start at 0
+    if (!t->double_quant) {
+        img->absmax = off; off += nf4_align16((size_t)t->n_blocks * sizeof(float));
+    } else {
+        img->absmax_q = off; off += nf4_align16((size_t)t->n_blocks);
+        img->absmax_scale = off; off += nf4_align16((size_t)t->n_dq_blocks * sizeof(float));
+        img->code8 = off; off += 256 * sizeof(float);
+    }
+    img->code4 = off; off += 16 * sizeof(float);
+    img->bytes = off;
+}
+
+void nf4_image_pack(const NF4Tensor* t, uint8_t* out) {
+    NF4Image img;
+    nf4_image_layout(t, &img);
+    memset(out, 0, img.bytes); // (the alignment gaps too: the image's bytes are all defined)
+    memcpy(out, t->packed, (size_t)((t->n + 1) / 2));
+    if (!t->double_quant) memcpy(out + img.absmax, t->absmax, (size_t)t->n_blocks * sizeof(float));
+    else {
+        memcpy(out + img.absmax_q, t->absmax_q, (size_t)t->n_blocks);
+        memcpy(out + img.absmax_scale, t->absmax_scale, (size_t)t->n_dq_blocks * sizeof(float));
+        memcpy(out + img.code8, t->code8, sizeof(t->code8));
+    }
+    memcpy(out + img.code4, t->code4, sizeof(t->code4));
+}
+
+void nf4_image_view(NF4Tensor* view, const NF4Tensor* meta, const uint8_t* image) {
+    NF4Image img;
+    nf4_image_layout(meta, &img);
+    *view = *meta;
+    view->packed = (uint8_t*)image;
+    view->absmax = meta->double_quant ? NULL : (float*)(image + img.absmax);
+    view->absmax_q = meta->double_quant ? (uint8_t*)(image + img.absmax_q) : NULL;
+    view->absmax_scale = meta->double_quant ? (float*)(image + img.absmax_scale) : NULL;
+}
+
+void nf4_strip(NF4Tensor* t) {
+    free(t->packed); free(t->absmax); free(t->absmax_q); free(t->absmax_scale);
+    t->packed = NULL; t->absmax = NULL; t->absmax_q = NULL; t->absmax_scale = NULL;
+}
+
+void nf4_image_unpack(NF4Tensor* t, const uint8_t* image) {
+    NF4Tensor v;
+    nf4_image_view(&v, t, image);
+    nf4_strip(t);
+    const size_t nq = (size_t)((t->n + 1) / 2), nb = (size_t)t->n_blocks, nd = (size_t)t->n_dq_blocks;
+    t->packed = (uint8_t*)mallocCheck(nq ? nq : 1);
+    memcpy(t->packed, v.packed, nq);
+    if (!t->double_quant) {
+        t->absmax = (float*)mallocCheck((nb ? nb : 1) * sizeof(float));
+        memcpy(t->absmax, v.absmax, nb * sizeof(float));
+    } else {
+        t->absmax_q = (uint8_t*)mallocCheck(nb ? nb : 1);
+        memcpy(t->absmax_q, v.absmax_q, nb);
+        t->absmax_scale = (float*)mallocCheck((nd ? nd : 1) * sizeof(float));
+        memcpy(t->absmax_scale, v.absmax_scale, nd * sizeof(float));
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
 // dequantization
 
 static inline float nf4_block_absmax(const NF4Tensor* t, int64_t b) {

@@ -98,6 +98,24 @@ void nf4_from_hf_state(NF4Tensor* t, StFile* f, const char* key);
 // bitsandbytes dequantizes to. t's arrays must stay valid until st_writer_save.
 void nf4_to_hf_state(NF4Tensor* t, StWriter* w, const char* key, const char* dtype);
 
+// The packed image of a tensor: every array of it in one buffer, each section starting at a
+// multiple of 16 bytes, in this order: the codes ((n + 1) / 2 bytes); then either absmax (fp32
+// [n_blocks]) or, double-quantized, absmax_q ([n_blocks] bytes), absmax_scale (fp32 [n_dq_blocks])
+// and code8 (fp32 [256]); then code4 (fp32 [16]). What the CUDA backend uploads (one allocation)
+// and what ZeRO 3 shards and all-gathers as bytes (llmc/fsdp.h). Offsets of the sections (0 for
+// an absent one) and the image's bytes:
+typedef struct { size_t packed, absmax, absmax_q, absmax_scale, code8, code4, bytes; } NF4Image;
+void nf4_image_layout(const NF4Tensor* t, NF4Image* img);
+// Write t's image into out (host memory, nf4_image_layout bytes).
+void nf4_image_pack(const NF4Tensor* t, uint8_t* out);
+// view = meta with its arrays pointing into the image at `image` (host memory here; nothing is
+// read, so the CPU backend's handles use it on any image). The code maps stay meta's copies.
+void nf4_image_view(NF4Tensor* view, const NF4Tensor* meta, const uint8_t* image);
+// Free t's arrays and keep its description (shape, code maps, offset): its data lives in an
+// image elsewhere. nf4_image_unpack gives it arrays of its own again, copied from a host image.
+void nf4_strip(NF4Tensor* t);
+void nf4_image_unpack(NF4Tensor* t, const uint8_t* image);
+
 // Bytes the quantized tensor occupies: packed codes + absmax storage (+ nested scales and offset;
 // the shared 16- and 256-entry code maps are not counted). nf4_bytes_for computes it from n alone.
 size_t nf4_bytes_for(int64_t n, int double_quant);

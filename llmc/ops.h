@@ -280,6 +280,12 @@ size_t nf4_op_bytes(const Nf4Op* d);
 // floatX (rounded to nearest even on bf16). For dequantizing a frozen weight into a scratch
 // buffer right before its matmul.
 void nf4_dequantize_op(floatX* out, const Nf4Op* t, size_t row_begin, size_t rows);
+// ZeRO 3 (llmc/fsdp.h): a handle over t's packed image (llmc/nf4.h, nf4_image_layout) held in
+// backend memory by its caller, which moves between gather buffers: nf4_op_bind points the handle
+// at where the image is now, before the handle's next use. t gives the description only (its
+// arrays may be gone) and must outlive the handle; the handle owns no data (nf4_op_bytes 0).
+Nf4Op* nf4_op_view(const NF4Tensor* t);
+void nf4_op_bind(Nf4Op* d, const void* image);
 
 #ifdef __cplusplus
 }

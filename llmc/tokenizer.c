@@ -230,7 +230,7 @@ typedef struct {
 
 static void vs_add_token(VocabSrc* v, const char* s, size_t n, int64_t id, int added) {
     if (v->n_tok == v->cap_tok) {
-        v->cap_tok = v->cap_tok ? v->cap_tok * 2 : 65536;
+        v->cap_tok = v->cap_tok ? v->cap_tok * 2 : 1024;
         v->tok_off = (size_t*)realloc(v->tok_off, v->cap_tok * sizeof(size_t));
         v->tok_len = (uint32_t*)realloc(v->tok_len, v->cap_tok * sizeof(uint32_t));
         v->tok_id = (int64_t*)realloc(v->tok_id, v->cap_tok * sizeof(int64_t));
@@ -247,7 +247,7 @@ static void vs_add_token(VocabSrc* v, const char* s, size_t n, int64_t id, int a
 
 static void vs_add_merge(VocabSrc* v, const char* a, size_t na, const char* b, size_t nb, long line) {
     if (v->n_merge == v->cap_merge) {
-        v->cap_merge = v->cap_merge ? v->cap_merge * 2 : 65536;
+        v->cap_merge = v->cap_merge ? v->cap_merge * 2 : 1024;
         v->m_off = (size_t*)realloc(v->m_off, 2 * v->cap_merge * sizeof(size_t));
         v->m_len = (uint32_t*)realloc(v->m_len, 2 * v->cap_merge * sizeof(uint32_t));
         v->m_line = (long*)realloc(v->m_line, v->cap_merge * sizeof(long));
@@ -503,7 +503,8 @@ static void tj_merge(Tj* t, long idx) {
     int c = js_peek(j);
     if (c == '"') { // "a b"
         js_string(j, &t->s1);
-        const char* sp = (const char*)memchr(t->s1.p, ' ', t->s1.n);
+        // (an empty string has no buffer yet: t->s1.p may be NULL, which memchr must not get)
+        const char* sp = t->s1.n ? (const char*)memchr(t->s1.p, ' ', t->s1.n) : NULL;
         if (!sp || sp == t->s1.p || sp + 1 == t->s1.p + t->s1.n || memchr(sp + 1, ' ', (size_t)(t->s1.p + t->s1.n - sp - 1)))
             js_fail(j, "merge is not two tokens separated by one space");
         size_t la = (size_t)(sp - t->s1.p);
@@ -648,14 +649,15 @@ static void build_tokens(Tokenizer* t, const VocabSrc* v, const char* vocab_path
     for (int pass = 0; pass < 2; pass++) for (size_t k = 0; k < v->n_tok; k++) {
         if (v->tok_added[k] != pass) continue;
         int id = (int)v->tok_id[k];
-        const char* s = v->bytes.p + v->tok_off[k];
         size_t n = v->tok_len[k];
+        // refused before its bytes are looked at: with only empty tokens, v->bytes is still NULL
+        if (n == 0) fatal("the vocabulary file is damaged", "'%s': token id %d is an empty string", vocab_path, id);
+        const char* s = v->bytes.p + v->tok_off[k];
         if (seen[id]) {
             if (pass == 1 && t->tok_len[id] == n && memcmp(t->blob + t->tok_off[id], s, n) == 0) continue;
             fatal("the vocabulary file is damaged", "'%s': token id %d appears twice%s", vocab_path, id,
                   pass ? " (added_tokens gives it another text than model.vocab)" : "");
         }
-        if (n == 0) fatal("the vocabulary file is damaged", "'%s': token id %d is an empty string", vocab_path, id);
         seen[id] = 1;
         memcpy(t->blob + boff, s, n);
         t->tok_off[id] = (uint32_t)boff;
@@ -832,7 +834,8 @@ struct TokCache {
     HeapEnt* heap; size_t cap_piece, cap_heap;
 };
 
-#define CACHE_MIN_SLOTS (1u << 14)
+#define CACHE_MIN_SLOTS (1u << 14)  // the smallest limit tok_cache_limit sets
+#define CACHE_START_SLOTS (1u << 10) // grown by doubling: a short text or a small vocabulary stays cheap
 #define CACHE_MAX_SLOTS (1u << 22)
 #define CACHE_MAX_PIECE 256
 #define CACHE_MAX_KEYS (64u << 20)
@@ -841,10 +844,10 @@ struct TokCache {
 static TokCache* cache_get(Tokenizer* t) {
     if (t->cache) return t->cache;
     TokCache* c = (TokCache*)callocCheck(1, sizeof(TokCache));
-    c->ent = (CacheEnt*)callocCheck(CACHE_MIN_SLOTS, sizeof(CacheEnt));
-    c->mask = CACHE_MIN_SLOTS - 1;
+    c->ent = (CacheEnt*)callocCheck(CACHE_START_SLOTS, sizeof(CacheEnt));
+    c->mask = CACHE_START_SLOTS - 1;
     c->max_slots = CACHE_MAX_SLOTS;
-    c->cap_vals = 1 << 16;
+    c->cap_vals = 1 << 10;
     c->vals = (int*)mallocCheck(c->cap_vals * sizeof(int));
     t->cache = c;
     return c;

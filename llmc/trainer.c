@@ -376,7 +376,9 @@ static void build_model(Run* r, long resume_step) {
     }
     spec.seed = (uint64_t)f->seed;
     spec.qlora = c->qlora;
-    spec.base_bf16 = ops_gemm_dtype() == OPS_BF16;
+    // bf16 GEMMs hold LoRA's frozen base in bf16, outside the FSDP units: at --zero 3 it stays in
+    // the units (fp32, sharded, rounded to bf16 per GEMM), or every rank would hold all of it
+    spec.base_bf16 = ops_gemm_dtype() == OPS_BF16 && f->zero < 3;
     spec.trainable = c->mode == TRAIN_FULL ? GPT2_TRAIN_ALL : 0u;
     spec.recompute = f->recompute;
     spec.B = f->batch_size; spec.T = f->seq_len; spec.T_flag = "--seq-len";
@@ -463,33 +465,30 @@ static void setup_data(Run* r) {
     r->steps = run_length(c, dl_batches_per_epoch(&r->train));
 }
 
-// What --zero 3 does not cover yet: a clear message instead of a wrong run.
-static void check_zero3(Run* r) {
-    const RunConfig* c = r->c;
-    const TrainFlags* f = &c->f;
-    if (f->zero != 3) { // (not an error: a run resumed at another stage carries them from its record)
-        if (f->zero3_keep) say(r, "note: --zero3-keep is ignored at --zero %d\n", f->zero);
-        if (f->shard_group) say(r, "note: --shard-group is ignored at --zero %d\n", f->zero);
-        return;
-    }
-    if (c->qlora) fatal("use --zero 2 with --qlora", "--zero 3 does not shard an NF4 (--qlora) base yet");
-    if (c->mode == TRAIN_LORA && (c->lora_bias != LORA_BIAS_NONE || f->train_ln_f))
-        fatal("use --lora-bias none without --train-ln-f at --zero 3, or --zero 2",
-              "--zero 3 shards the frozen base: base tensors cannot be trained with it yet (--lora-bias %s%s)",
-              f->lora_bias, f->train_ln_f ? ", --train-ln-f" : "");
+// The ZeRO-3 flags at another stage: a note, not an error (a run resumed at another stage carries
+// them from its record).
+static void note_zero3_flags(Run* r) {
+    const TrainFlags* f = &r->c->f;
+    if (f->zero == 3) return;
+    if (f->zero3_keep) say(r, "note: --zero3-keep is ignored at --zero %d\n", f->zero);
+    if (f->shard_group) say(r, "note: --shard-group is ignored at --zero %d\n", f->zero);
 }
 
 static void setup_optimizer(Run* r) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
-    check_zero3(r);
+    note_zero3_flags(r);
     TrainSeg* segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (size_t)model_max_segments(&r->m));
     int nseg = model_segments(&r->m, segs);
     size_t ntrain = 0;
     for (int i = 0; i < nseg; i++) ntrain += segs[i].n;
     // with ZeRO >= 1 this rank keeps AdamW state (and master weights) for its own range only
     gradsync_init(&r->gs, &r->comm, f->zero, ntrain);
-    gradsync_shard_model(&r->gs, r->model, c->mode == TRAIN_FULL, f->zero3_keep, f->shard_group); // ZeRO 3
+    gradsync_shard_model(&r->gs, r->model, r->nf4, c->mode == TRAIN_FULL, f->zero3_keep, f->shard_group); // ZeRO 3
+    if (r->gs.fsdp_on && c->mode == TRAIN_LORA) { // trained base tensors moved out of the units
+        model_lora_extras_rebind(&r->m);
+        nseg = model_segments(&r->m, segs);
+    }
     if (r->gs.fsdp_on && c->mode == TRAIN_FULL) { // the optimizer updates this rank's pieces of the units
         free(segs);
         segs = (TrainSeg*)mallocCheck(sizeof(TrainSeg) * (size_t)fsdp_max_segments(&r->gs.fsdp));
@@ -566,10 +565,26 @@ static void setup_mfu(Run* r) {
         say(r, "mfu: %.3g TFLOP per step per rank, peak %.1f TFLOP/s bf16 (%s)\n", l->step_flops / 1e12, l->peak_flops / 1e12, model);
 }
 
+// Stage 3's sharding in exact element counts, so tests can check it: params per rank = the pieces
+// (total / ranks + padding) plus the gather buffers (two units, or every unit with keep).
+static void report_zero3(Run* r) {
+    const Fsdp* z = &r->gs.fsdp;
+    size_t units_total = 0;
+    for (int u = 0; u < z->nunits; u++) units_total += z->unit_n[u];
+    say(r, "zero3: units %d | parameter elements %zu | sharded over %d ranks x %d groups | per rank: parameter shard %zu elements, "
+           "gather buffers %d x up to %zu elements (%zu in all)%s | gradient shard %zu elements | largest unit %zu elements\n",
+        z->nunits, units_total, z->world, r->gs.groups, z->shard_n, z->nslots, z->max_unit, fsdp_slot_bytes(z) / sizeof(floatX),
+        z->keep ? " (--zero3-keep)" : "", z->gshard ? z->shard_n : 0, z->max_unit);
+    if (z->nf4.base) // bytes, the same way: the packed images (codes, scales, code maps, aligned)
+        say(r, "zero3: NF4 base %zu bytes in packed images | per rank: NF4 shard %zu bytes, NF4 gather buffers %d x up to %zu bytes (%zu in all)\n",
+            z->nf4.total, z->nf4.shard_n, z->nslots, z->nf4.max_unit, fsdp_nf4_slot_bytes(z));
+}
+
 static void report_memory(Run* r) {
     const TrainFlags* f = &r->c->f;
     size_t pb = gpt2_param_bytes(r->model), gb = gpt2_grad_bytes(r->model), ob = opt_state_bytes(&r->opt);
-    if (r->gs.fsdp_on) pb = fsdp_shard_bytes(&r->gs.fsdp) + fsdp_slot_bytes(&r->gs.fsdp); // the full buffer is gone
+    if (r->gs.fsdp_on) // the full buffer is gone; trained base tensors of LoRA stay whole
+        pb = fsdp_shard_bytes(&r->gs.fsdp) + fsdp_slot_bytes(&r->gs.fsdp) + gpt2_resident_bytes(r->model);
     if (r->lora) { pb += r->lora->total * sizeof(floatX); gb += r->lora->total * sizeof(floatX); }
     size_t ab = r->model->act_bytes + r->model->scr_bytes;
     size_t gsb = gradsync_grad_bytes(&r->gs);
@@ -577,7 +592,7 @@ static void report_memory(Run* r) {
     if (r->nf4) {
         // the quantized base: codes + 8-bit absmax + nested scales, and the one dequant buffer
         const size_t wbuf = r->model->lin->shared.wbuf_n * sizeof(floatX);
-        qb = r->nf4->bytes + wbuf;
+        qb = (r->gs.fsdp_on ? fsdp_nf4_shard_bytes(&r->gs.fsdp) + fsdp_nf4_slot_bytes(&r->gs.fsdp) : r->nf4->bytes) + wbuf;
         say(r, "qlora: NF4 base (double quant, blocks of %d) %lld weights in %.3f MiB = %.3f bits/weight (replaces %.1f MiB of %s) "
                "| dequant scratch %.2f MiB | float params %.1f MiB\n",
                NF4_BLOCK, (long long)r->nf4->n_quant, mib(r->nf4->bytes), 8.0 * (double)r->nf4->bytes / (double)r->nf4->n_quant,
@@ -604,23 +619,13 @@ static void report_memory(Run* r) {
         fatal("raise --memory-budget, or shard more (--zero 3 over more ranks), or lower --batch-size / raise --recompute",
               "rank %d needs %.1f MiB (params, grads, optimizer, activations), more than --memory-budget %.1f MiB",
               r->rank, mib(pb + qb + gb + gsb + ob + ab), f->memory_budget);
-    if (r->gs.fsdp_on) {
-        // exact element counts, so tests can check the sharding: params per rank = the pieces
-        // (total / ranks + padding) plus the gather buffers (two units, or every unit with keep)
-        const Fsdp* z = &r->gs.fsdp;
-        size_t units_total = 0;
-        for (int u = 0; u < z->nunits; u++) units_total += z->unit_n[u];
-        say(r, "zero3: units %d | parameter elements %zu | sharded over %d ranks x %d groups | per rank: parameter shard %zu elements, "
-               "gather buffers %d x up to %zu elements (%zu in all)%s | gradient shard %zu elements | largest unit %zu elements\n",
-            z->nunits, units_total, z->world, r->gs.groups, z->shard_n, z->nslots, z->max_unit, fsdp_slot_bytes(z) / sizeof(floatX),
-            z->keep ? " (--zero3-keep)" : "", z->gshard ? z->shard_n : 0, z->max_unit);
-    }
+    if (r->gs.fsdp_on) report_zero3(r);
     if (r->world > 1) {
         // exact element counts, so tests can check the sharding
         say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
                "gradient elements per rank %zu (+ %zu in buckets)\n",
                f->zero, r->world, r->gs.zl.total, r->gs.zl.padded, r->opt.end - r->opt.begin, r->opt.master ? 3 : 2,
-               r->gs.fsdp_on ? r->gs.fsdp.shard_n * (r->gs.fsdp.gshard != NULL) : r->gs.gshard ? r->opt.end - r->opt.begin : r->model->grads_n,
+               r->gs.fsdp_on && r->gs.fsdp.gshard ? r->gs.fsdp.shard_n : r->gs.gshard ? r->opt.end - r->opt.begin : r->model->grads_n,
                gradsync_bucket_numel(&r->gs));
     }
 }

@@ -26,6 +26,19 @@ wait_steps() {
   return 1
 }
 
+# train_setup: the tiny training job the multi-rank tests compare with one process: MODEL, the
+# shard $TMP/train.bin, COMMON and LORA (adapters on every linear layer, those layers' biases
+# trained). fp32 GEMMs: ranks and one process sum the same gradients in another order, and with
+# bf16 GEMMs (--dtype auto on a CPU with AVX512-BF16) a last-bit difference of a master weight can
+# flip its bf16 rounding, which the 1e-5 loss tolerance would not allow for.
+train_setup() {
+  MODEL=test/ref/gpt2_tiny
+  make_shard "$TMP/train.bin" 8000 100 5
+  COMMON=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128
+          --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --dtype fp32)
+  LORA=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear --lora-bias lora_only)
+}
+
 losses() { grep -o '"train_loss": [0-9.e+-]*' "$1/log.jsonl" | awk '{print $2}'; }
 # cmp_losses WHAT DIR_A DIR_B TOL: the same number of steps, losses equal to TOL
 cmp_losses() {

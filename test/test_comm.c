@@ -293,6 +293,25 @@ static void test_nonblocking(size_t shard, uint64_t seed, CommDtype dt) {
 }
 
 
+// Byte all-gathers (COMM_U8: the packed NF4 base at ZeRO 3), blocking and non-blocking, at odd
+// sizes: every rank ends with every rank's bytes in rank order, bit for bit.
+static void test_bytes(size_t shard, uint64_t seed) {
+    const size_t W = (size_t)comm.world, me = (size_t)comm.rank, n = W * shard;
+    uint8_t* want = (uint8_t*)mallocCheck(n + 1);
+    uint8_t* g = (uint8_t*)mallocCheck(n + 1);
+    uint8_t* h = (uint8_t*)mallocCheck(n + 1);
+    for (size_t r = 0; r < W; r++)
+        for (size_t i = 0; i < shard; i++) want[r * shard + i] = (uint8_t)mix(seed * 0x9e3779b97f4a7c15ULL + r * 0x10001 + i);
+    memset(g, 0xEE, n); memset(h, 0xEE, n);
+    comm_dev_allgather(&comm, want + me * shard, g, shard, COMM_U8, NULL);
+    memcpy(h + me * shard, want + me * shard, shard);
+    CommRequest r = comm_dev_iallgather(&comm, h + me * shard, h, shard, COMM_U8, NULL);
+    comm_wait(&comm, &r);
+    CHECK_BITS("allgather u8", g, want, n, 1);
+    CHECK_BITS("iallgather u8 in place", h, want, n, 1);
+    free(want); free(g); free(h);
+}
+
 // One optimizer step of a tiny GPT-2 parameter table at ZeRO stages 0, 1 and 2, the way the
 // trainer does it (see llmc/zero.h). Every rank has its own gradient; the update is
 // p -= lr * (g + wd * p) with wd only on weight-decayed tensors (per tensor via zero_intersect).
@@ -541,6 +560,7 @@ int main(int argc, char** argv) {
         test_dev_bf16(shards[k], 500 + k);
         test_nonblocking(shards[k], 700 + k, COMM_F32);
         test_nonblocking(shards[k], 800 + k, COMM_BF16);
+        test_bytes(shards[k] + 3, 900 + k);
     }
     for (int root = 0; root < comm.world; root++) {
         test_reduce(3, 600, root, 0);

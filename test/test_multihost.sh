@@ -6,7 +6,8 @@
 #   - the collectives of test_comm, bit-exact, with the default and with tiny staging buffers;
 #     ranks are grouped by host (local_world 2);
 #   - train_gpt2 and train_lora at ZeRO 1 and 2, and at ZeRO 3 (also hybrid: one shard group per
-#     host): losses equal to one process with the same global batch (to 1e-5, as on one host);
+#     host; LoRA training biases and ln_f; QLoRA): losses equal to one process with the same global
+#     batch (to 1e-5, as on one host);
 #   - a rank on the second host killed (SIGKILL): every process on both hosts gone within 30 s;
 #   - a rank on the second host stopped (SIGSTOP): the watchdog (--watchdog-timeout 5) ends every
 #     process on both hosts within 60 s, non-zero, naming the stopped rank;
@@ -67,13 +68,7 @@ for scratch in "" 256; do
 done
 
 # ---- training: losses equal to one process
-MODEL=test/ref/gpt2_tiny
-make_shard "$TMP/train.bin" 8000 100 5
-# fp32 GEMMs: with bf16 ones a last-bit difference of the reduction order can flip a weight's bf16
-# rounding (test_train_mpi.sh)
-COMMON=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128
-        --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --dtype fp32)
-LORA=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear --lora-bias lora_only)
+train_setup
 for prog in train_gpt2 train_lora; do
   extra=(); [ $prog = train_lora ] && extra=("${LORA[@]}")
   "$BIN_DIR/$prog" "${COMMON[@]}" "${extra[@]}" --out "$TMP/${prog}_ref" > "$TMP/${prog}_ref.log" 2>&1 ||
@@ -94,11 +89,21 @@ for sg in 0 2; do
     cmp_losses "train_gpt2, 4 ranks on 2 hosts, zero=3, shard groups of ${sg/#0/4}, matches one process" "$TMP/train_gpt2_ref" "$d" 1e-5
   else tail -20 "$d.log"; bad "train_gpt2 4 ranks on 2 hosts zero=3 --shard-group $sg failed"; fi
 done
-LORA3=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear) # (ZeRO 3 trains no base tensor: no --lora-bias)
-"$BIN_DIR/train_lora" "${COMMON[@]}" "${LORA3[@]}" --out "$TMP/lora3_ref" > "$TMP/lora3_ref.log" 2>&1 || bad "LoRA reference failed"
-if timeout 120 "${MPIRUN[@]}" "$BIN_DIR/train_lora" "${COMMON[@]}" "${LORA3[@]}" --zero 3 --out "$TMP/lora3" > "$TMP/lora3.log" 2>&1; then
-  cmp_losses "train_lora, 4 ranks on 2 hosts, zero=3, matches one process" "$TMP/lora3_ref" "$TMP/lora3" 1e-5
-else tail -20 "$TMP/lora3.log"; bad "train_lora 4 ranks on 2 hosts zero=3 failed"; fi
+# LoRA: adapters only (the whole base sharded); training base tensors (LORA's biases and ln_f,
+# kept whole on every rank outside the units); QLoRA (the NF4 base sharded in its packed form,
+# gathered as bytes)
+LORA3=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear)
+LORAB3=("${LORA[@]}" --train-ln-f)
+QLORA3=("${LORA3[@]}" --qlora)
+for vl in "LORA3:adapters" "LORAB3:adapters, biases and ln_f" "QLORA3:QLoRA"; do
+  v=${vl%%:*}
+  declare -n args=$v
+  "$BIN_DIR/train_lora" "${COMMON[@]}" "${args[@]}" --out "$TMP/${v}_ref" > "$TMP/${v}_ref.log" 2>&1 || bad "$v reference failed"
+  if timeout 120 "${MPIRUN[@]}" "$BIN_DIR/train_lora" "${COMMON[@]}" "${args[@]}" --zero 3 --out "$TMP/$v" > "$TMP/$v.log" 2>&1; then
+    cmp_losses "train_lora (${vl#*:}), 4 ranks on 2 hosts, zero=3, matches one process" "$TMP/${v}_ref" "$TMP/$v" 1e-5
+  else tail -20 "$TMP/$v.log"; bad "train_lora $v 4 ranks on 2 hosts zero=3 failed"; fi
+  unset -n args
+done
 
 # ---- a killed and a stopped rank on hostb (rank 3 and rank 2)
 make_shard "$TMP/big.bin" 60000 100 6

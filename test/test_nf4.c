@@ -239,6 +239,31 @@ static void test_case(StFile* f, const char* name) {
             snprintf(what, sizeof(what), "%s %s: elements 37..76 dequantized alone", name, tag);
             same_f32(what, part, y + 37, 40);
         }
+        // the packed image (what ZeRO 3 shards): a view of it, and a tensor stripped and unpacked
+        // from it, dequantize to the same bits as the tensor itself
+        {
+            NF4Image img;
+            nf4_image_layout(&t, &img);
+            uint8_t* image = (uint8_t*)mallocCheck(img.bytes + 16);
+            nf4_image_pack(&t, image + 16);
+            NF4Tensor v;
+            nf4_image_view(&v, &t, image + 16);
+            float* z = (float*)mallocCheck(n * sizeof(float));
+            nf4_dequantize(&v, z);
+            snprintf(what, sizeof(what), "%s %s: dequantized from its packed image (%zu bytes)", name, tag, img.bytes);
+            same_f32(what, z, y, n);
+            TEST_CHECK(img.bytes % 16 == 0 && img.bytes >= nf4_bytes(&t), "%s: image of %zu bytes for %zu of data", name, img.bytes, nf4_bytes(&t));
+            NF4Tensor u = t; // (a copy of the description; the arrays stay t's until the strip)
+            u.packed = NULL; u.absmax = NULL; u.absmax_q = NULL; u.absmax_scale = NULL;
+            nf4_image_unpack(&u, image + 16);
+            memset(z, 0, n * sizeof(float));
+            nf4_dequantize(&u, z);
+            snprintf(what, sizeof(what), "%s %s: unpacked from its packed image", name, tag);
+            same_f32(what, z, y, n);
+            nf4_strip(&u);
+            TEST_CHECK(!u.packed && !u.absmax && !u.absmax_q && !u.absmax_scale && u.n == t.n, "%s: strip keeps the description only", name);
+            free(z); free(image);
+        }
         free(y);
         free(want);
         TEST_CHECK(nf4_bytes(&t) == nf4_bytes_for(t.n, dq), "%s: byte count", name);

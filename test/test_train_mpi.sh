@@ -8,14 +8,7 @@ skipmsg="skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"
 command -v mpirun >/dev/null 2>&1 || { echo "$skipmsg"; exit 0; }
 "$BIN_DIR/train_gpt2" --help >/dev/null 2>&1 || { echo "train_gpt2 not built"; exit 1; }
 source "$(dirname "$0")/lib_mpi.sh"
-MODEL=test/ref/gpt2_tiny
-make_shard "$TMP/train.bin" 8000 100 5
-# fp32 GEMMs: ranks and one process sum the same gradients in another order, and with bf16 GEMMs
-# (--dtype auto on a CPU with AVX512-BF16) a last-bit difference of a master weight can flip its
-# bf16 rounding, which the 1e-5 loss tolerance would not allow for
-COMMON=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128
-        --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --dtype fp32)
-LORA=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear --lora-bias lora_only)
+train_setup
 
 for prog in train_gpt2 train_lora; do
   extra=(); [ $prog = train_lora ] && extra=("${LORA[@]}")

@@ -7,19 +7,19 @@
 #   - the trace: the number of all-gathers / reduce-scatters per step is the formula's, and each
 #     unit's gather is started before the previous unit's forward compute ends (prefetch);
 #   - resume re-shards: ZeRO 3 with 4 ranks -> ZeRO 1 with 2 ranks, ZeRO 1 (2 ranks) -> ZeRO 3 (4);
-#   - hybrid sharding (--shard-group), the optimizer offload (--offload-optimizer).
+#   - hybrid sharding (--shard-group), the optimizer offload (--offload-optimizer);
+#   - QLoRA (the NF4 base sharded in its packed form) and LoRA training base tensors (--lora-bias,
+#     --train-ln-f): losses of one process at np 1, 2, 4, hybrid and --zero3-keep; NF4 bytes per
+#     rank = total / N + two units' gather buffers; the saved adapter and merged model; resume
+#     from ZeRO 3 (4 ranks) at ZeRO 2 (2 ranks).
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null 2>&1 || { echo "skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"; exit 0; }
 "$BIN_DIR/train_gpt2" --help >/dev/null 2>&1 || { echo "train_gpt2 not built"; exit 1; }
 source "$(dirname "$0")/lib_mpi.sh"
-MODEL=test/ref/gpt2_tiny # L = 2 blocks: 3 units
+train_setup # MODEL: L = 2 blocks, 3 units
 L=2
-make_shard "$TMP/train.bin" 8000 100 5
-# fp32 GEMMs: with bf16 ones (--dtype auto on a CPU with AVX512-BF16) a last-bit difference of the
-# reduction order can flip a weight's bf16 rounding beyond the 1e-5 tolerance (test_train_mpi.sh)
-COMMON=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128
-        --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --dtype fp32)
-LORA=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear)
+LORAB=("${LORA[@]}")                                         # adapters, their layers' biases trained
+LORA=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear) # adapters only
 
 run() { # run NP DIR PROG ARGS...: mpirun, log in DIR.log
   local np=$1 d=$2 prog=$3; shift 3
@@ -46,6 +46,14 @@ run 4 "$TMP/hyb" train_gpt2 "${COMMON[@]}" --zero 3 --shard-group 2
 cmp_losses "train_gpt2 np=4 zero=3 --shard-group 2 matches one process" "$TMP/train_gpt2_ref" "$TMP/hyb" 1e-5
 run 4 "$TMP/hybl" train_lora "${COMMON[@]}" "${LORA[@]}" --zero 3 --shard-group 2
 cmp_losses "train_lora np=4 zero=3 --shard-group 2 matches one process" "$TMP/train_lora_ref" "$TMP/hybl" 1e-5
+# bf16 GEMMs (--dtype auto on a CPU with AVX512-BF16) hold LoRA's frozen base in bf16 outside the
+# units at ZeRO 0-2; at ZeRO 3 it must stay in the units, sharded, as with fp32 GEMMs
+if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null; then
+  run 2 "$TMP/lora_bf16" train_lora "${COMMON[@]/fp32/bf16}" "${LORA[@]}" --zero 3 --steps 2
+  a=$(grep -o 'parameter elements [0-9]*' "$TMP/train_lora_np2.log"); b=$(grep -o 'parameter elements [0-9]*' "$TMP/lora_bf16.log")
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok "train_lora --dtype bf16 np=2 zero=3: the frozen base is sharded in the units ($b, as with fp32)" ||
+    bad "train_lora --dtype bf16 at ZeRO 3 shards '$b', fp32 '$a'"
+else echo "skip: LoRA with bf16 GEMMs at ZeRO 3 (this CPU has neither AVX512-BF16 nor AMX-BF16)"; fi
 line=$(grep '^zero3:' "$TMP/hyb.log")
 shard=$(sed -E 's/.*parameter shard ([0-9]+) elements.*/\1/' <<<"$line")
 shard2=$(grep '^zero3:' "$TMP/train_gpt2_np2.log" | sed -E 's/.*parameter shard ([0-9]+) elements.*/\1/')
@@ -128,6 +136,17 @@ sys.exit(bad)
 PY
 done
 
+# QLoRA: a block's gather is two all-gathers (its float part, its NF4 bytes), the head's one; the
+# frozen base does not change, so a later step finds block 0 still there from the step before
+for np in 1 2; do
+  M=$(( 4 / np ))
+  LLMC_FSDP_TRACE=1 run $np "$TMP/traceq$np" train_lora "${COMMON[@]}" "${LORA[@]}" --qlora --zero 3 --steps 2
+  g1=$(( 2 * L * M + 1 + (2 * L - 1) + (M - 1) * (2 * L - 2) )); g2=$(( 2 * L * M + M * (2 * L - 2) ))
+  got=$(grep '^fsdp: step' "$TMP/traceq$np.log" | sed -E 's/.*: ([0-9]+) all-gathers, ([0-9]+) reduce-scatters.*/\1 \2/' | tr '\n' ' ')
+  [ "$got" = "$g1 0 $g2 0 " ] && ok "QLoRA np=$np: $M micro-steps: $g1 all-gathers in the first step, $g2 in the next, no reduce-scatter" ||
+    bad "QLoRA np=$np collectives: '$got', want '$g1 0 $g2 0 '"
+done
+
 # ---- resume re-shards between stages and rank counts
 R=("${COMMON[@]}" --save-every 3)
 run 4 "$TMP/ra" train_gpt2 "${R[@]}" --zero 3 --stop-after 3
@@ -177,8 +196,80 @@ run 4 "$TMP/off4" train_gpt2 "${R[@]}" --zero 3 --offload-optimizer --stop-after
 run 2 "$TMP/off4" train_gpt2 "${R[@]}" --zero 1 --offload-optimizer --resume
 cmp_losses "--offload-optimizer at ZeRO 3 np=4, resumed at ZeRO 1 np=2, matches one process" "$TMP/train_gpt2_ref" "$TMP/off4" 1e-5
 
-# ---- what --zero 3 does not cover says so
-expect_fail "--qlora at --zero 3" "does not shard an NF4" "$BIN_DIR/train_lora" "${COMMON[@]}" "${LORA[@]}" --qlora --zero 3 --out none
-expect_fail "--lora-bias at --zero 3" "base tensors cannot be trained with it yet" \
-  "$BIN_DIR/train_lora" "${COMMON[@]}" "${LORA[@]}" --lora-bias all --zero 3 --out none
+# ---- QLoRA (the NF4 base sharded as bytes, llmc/fsdp_nf4.c) and LoRA training base tensors (kept
+# whole on every rank outside the units)
+QL=("${LORA[@]}" --qlora)
+BA=("${LORA[@]}" --lora-bias all)
+LN=("${LORA[@]}" --train-ln-f)
+QB=("${QL[@]}" "${LORAB[@]:6}" --train-ln-f) # QLoRA with lora_only biases and ln_f
+for v in QL BA LN QB; do
+  declare -n args=$v
+  "$BIN_DIR/train_lora" "${COMMON[@]}" "${args[@]}" --out "$TMP/${v}_ref" > "$TMP/${v}_ref.log" 2>&1 || { tail "$TMP/${v}_ref.log"; bad "$v: reference failed"; }
+  nps="2 4"; [ $v = QL ] && nps="1 2 4"
+  for np in $nps; do
+    run $np "$TMP/${v}_np$np" train_lora "${COMMON[@]}" "${args[@]}" --zero 3
+    cmp_losses "train_lora ${args[*]:6} np=$np zero=3 matches one process" "$TMP/${v}_ref" "$TMP/${v}_np$np" 1e-5
+  done
+  unset -n args
+done
+run 4 "$TMP/QL_hyb" train_lora "${COMMON[@]}" "${QL[@]}" --zero 3 --shard-group 2
+cmp_losses "train_lora --qlora np=4 zero=3 --shard-group 2 matches one process" "$TMP/QL_ref" "$TMP/QL_hyb" 1e-5
+run 2 "$TMP/QL_keep" train_lora "${COMMON[@]}" "${QL[@]}" --zero 3 --zero3-keep --recompute 2
+cmp_losses "train_lora --qlora np=2 zero=3 --zero3-keep --recompute 2 matches one process" "$TMP/QL_ref" "$TMP/QL_keep" 1e-5
+run 4 "$TMP/BA_hyb" train_lora "${COMMON[@]}" "${BA[@]}" --train-ln-f --zero 3 --shard-group 2
+"$BIN_DIR/train_lora" "${COMMON[@]}" "${BA[@]}" --train-ln-f --out "$TMP/BAL_ref" > "$TMP/BAL_ref.log" 2>&1 || bad "reference failed"
+cmp_losses "train_lora --lora-bias all --train-ln-f np=4 zero=3 --shard-group 2 matches one process" "$TMP/BAL_ref" "$TMP/BA_hyb" 1e-5
+
+# the NF4 bytes per rank: the pieces = total / N (+ padding to 64 bytes per unit), and the gather
+# buffers two units; the floatX part as for the dense units
+for np in 2 4; do
+  line=$(grep '^zero3: NF4' "$TMP/QL_np$np.log")
+  read -r total shard nb unit all < <(sed -E 's/.*NF4 base ([0-9]+) bytes.*NF4 shard ([0-9]+) bytes, NF4 gather buffers ([0-9]+) x up to ([0-9]+) bytes \(([0-9]+) in all\).*/\1 \2 \3 \4 \5/' <<<"$line")
+  lo=$(( (total + np - 1) / np )); hi=$(( lo + L * 64 ))
+  if [ -n "$total" ] && [ "$total" -gt 0 ] && [ "$shard" -ge "$lo" ] && [ "$shard" -le "$hi" ] && [ "$nb" = 2 ] && [ "$all" -le $((2 * unit)) ] && [ "$unit" -le $(( (total / L + 63) / 64 * 64 + np * 64 )) ]; then
+    ok "np=$np: NF4 shard $shard bytes in [total/N, total/N + units*64] = [$lo, $hi] of $total, gather buffers $nb x $unit bytes (two units)"
+  else bad "np=$np NF4 memory report: $line"; fi
+done
+grep -q "gradient elements per rank [0-9]* (+ [1-9][0-9]* in buckets)" "$TMP/train_gpt2_np2.log" &&
+  ok "ZeRO 3 full training: the report counts FSDP's gradient buckets ($(grep -o '(+ [0-9]* in buckets)' "$TMP/train_gpt2_np2.log"))" ||
+  bad "bucket count at ZeRO 3: $(grep '^zero:' "$TMP/train_gpt2_np2.log")"
+
+# what a run saves: the adapter (with the trained biases and ln_f) and the merged model (rank 0
+# gathers the units, the NF4 bytes too) equal one process's
+for v in QL BA; do
+  declare -n args=$v
+  "$BIN_DIR/train_lora" "${COMMON[@]/none/hf}" "${args[@]}" --train-ln-f --merge --out "$TMP/${v}_sv1" > "$TMP/${v}_sv1.log" 2>&1 || bad "$v: save reference failed"
+  run 4 "$TMP/${v}_sv4" train_lora "${COMMON[@]/none/hf}" "${args[@]}" --train-ln-f --merge --zero 3
+  unset -n args
+  python3 - "$TMP/${v}_sv1" "$TMP/${v}_sv4" <<'PY' && ok "$v: ZeRO 3 np=4 adapter and merged model match one process" || bad "$v: saved outputs differ"
+import json, struct, sys
+def tensors(path):
+    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    return {k: struct.unpack(f"{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}f", d[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__" and v["dtype"] == "F32"}
+bad = 0
+for f in ("adapter_model.safetensors", "merged/model.safetensors"):
+    a, b = (tensors(f"{d}/{f}") for d in sys.argv[1:3])
+    d = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a) if a.keys() == b.keys() and a else 1.0
+    extra = sum(1 for k in a if "bias" in k or "ln_f" in k) if f.startswith("adapter") else len(a)
+    print(f"{f}: {len(a)} tensors ({extra} {'bias / ln_f' if f.startswith('adapter') else 'in all'}), max |diff| {d:.1e}", end="; ")
+    bad |= d > 1e-4 or extra == 0
+sys.exit(bad)
+PY
+done
+
+# resume: QLoRA and trained base tensors at ZeRO 3 with 4 ranks, continued exactly at ZeRO 3 and at
+# ZeRO 2 with 2 ranks
+for v in QL QB; do
+  declare -n args=$v
+  R=("${COMMON[@]}" "${args[@]}" --save-every 3)
+  run 4 "$TMP/${v}_ra" train_lora "${R[@]}" --zero 3 --stop-after 3
+  cp -r "$TMP/${v}_ra" "$TMP/${v}_rb"
+  run 4 "$TMP/${v}_ra" train_lora "${R[@]}" --zero 3 --resume
+  cmp_losses "$v: ZeRO 3 np=4 resume is exact" "$TMP/${v}_np4" "$TMP/${v}_ra" 0
+  run 2 "$TMP/${v}_rb" train_lora "${R[@]}" --zero 2 --resume
+  grep -q "re-sharded: 4 ranks -> 2 ranks (ZeRO 3 -> 2)" "$TMP/${v}_rb.log" && cmp_losses "$v: resume ZeRO 3 np=4 -> ZeRO 2 np=2 matches one process" "$TMP/${v}_ref" "$TMP/${v}_rb" 1e-5 ||
+    bad "$v: no re-shard message"
+  unset -n args
+done
 finish

@@ -163,6 +163,8 @@ void sum_f32_acc(double* acc, const float* x, size_t n) { cpu_sum_f32_acc(acc, x
 Nf4Op* nf4_op_upload(const NF4Tensor* t) { return cpu_nf4_op_upload(t); }
 void nf4_op_free(Nf4Op* d) { cpu_nf4_op_free(d); }
 size_t nf4_op_bytes(const Nf4Op* d) { return cpu_nf4_op_bytes(d); }
+Nf4Op* nf4_op_view(const NF4Tensor* t) { return cpu_nf4_op_view(t); }
+void nf4_op_bind(Nf4Op* d, const void* image) { cpu_nf4_op_bind(d, image); }
 void nf4_dequantize_op(floatX* out, const Nf4Op* t, size_t row_begin, size_t rows) {
     CPU_PROF("nf4_dequantize_op", 0, 0, cpu_nf4_dequantize_op(out, t, row_begin, rows));
 }

@@ -112,6 +112,8 @@ void cpu_sum_f32_acc(double* acc, const float* x, size_t n);
 Nf4Op* cpu_nf4_op_upload(const NF4Tensor* t);
 void cpu_nf4_op_free(Nf4Op* d);
 size_t cpu_nf4_op_bytes(const Nf4Op* d);
+Nf4Op* cpu_nf4_op_view(const NF4Tensor* t);
+void cpu_nf4_op_bind(Nf4Op* d, const void* image);
 void cpu_nf4_dequantize_op(float* out, const Nf4Op* t, size_t row_begin, size_t rows);
 
 #ifdef __cplusplus

@@ -100,6 +100,7 @@ static ncclDataType_t nccl_type(CommDtype dt) {
         case COMM_BF16: return ncclBfloat16;
         case COMM_F64: return ncclFloat64;
         case COMM_I64: return ncclInt64;
+        case COMM_U8: return ncclUint8;
     }
     fatal(NULL, "unknown CommDtype %d", (int)dt);
 }

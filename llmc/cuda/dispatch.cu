@@ -170,6 +170,8 @@ void sum_f32_acc(double* acc, const float* x, size_t n) { cuda_sum_f32_acc(acc, 
 Nf4Op* nf4_op_upload(const NF4Tensor* t) { return cuda_nf4_op_upload(t); }
 void nf4_op_free(Nf4Op* d) { cuda_nf4_op_free(d); }
 size_t nf4_op_bytes(const Nf4Op* d) { return cuda_nf4_op_bytes(d); }
+Nf4Op* nf4_op_view(const NF4Tensor* t) { return cuda_nf4_op_view(t); }
+void nf4_op_bind(Nf4Op* d, const void* image) { cuda_nf4_op_bind(d, image); }
 void nf4_dequantize_op(floatX* out, const Nf4Op* t, size_t row_begin, size_t rows) {
     cuda_nf4_dequantize_op(out, t, row_begin, rows);
 }

@@ -100,39 +100,39 @@ void nf4_dequantize_cuda(bf16* out, const NF4Device* t, int64_t begin, int64_t e
 }
 
 // ---------------------------------------------------------------------------------------------
-// upload: one device allocation holding every array, each 16-byte aligned
-
-static size_t nf4_align16(size_t x) { return (x + 15) & ~(size_t)15; }
+// upload: the tensor's packed image (llmc/nf4.h), one device allocation, each array 16-byte aligned
 
 size_t nf4_device_bytes(const NF4Tensor* t) {
-    size_t bytes = nf4_align16((size_t)((t->n + 1) / 2));
-    if (!t->double_quant) return bytes + nf4_align16((size_t)t->n_blocks * sizeof(float)) + 16 * sizeof(float);
-    return bytes + nf4_align16((size_t)t->n_blocks) + nf4_align16((size_t)t->n_dq_blocks * sizeof(float))
-           + 256 * sizeof(float) + 16 * sizeof(float);
+    NF4Image img;
+    nf4_image_layout(t, &img);
+    return img.bytes;
+}
+
+void nf4_device_view(NF4Device* d, const NF4Tensor* t, const uint8_t* image) {
+    NF4Image img;
+    nf4_image_layout(t, &img);
+    memset(d, 0, sizeof(*d));
+    d->n = t->n;
+    d->packed = image;
+    if (!t->double_quant) d->absmax = (const float*)(image + img.absmax);
+    else {
+        d->absmax_q = image + img.absmax_q;
+        d->absmax_scale = (const float*)(image + img.absmax_scale);
+        d->code8 = (const float*)(image + img.code8);
+        d->offset = t->offset;
+    }
+    d->code4 = (const float*)(image + img.code4);
 }
 
 void nf4_device_upload(NF4Device* d, const NF4Tensor* t) {
-    memset(d, 0, sizeof(*d));
+    const size_t bytes = nf4_device_bytes(t);
+    uint8_t* host = (uint8_t*)mallocCheck(bytes);
+    nf4_image_pack(t, host);
     uint8_t* base = NULL;
-    cudaCheck(cudaMalloc((void**)&base, nf4_device_bytes(t)));
-    size_t off = 0;
-    auto put = [&](const void* src, size_t bytes) {
-        uint8_t* dst = base + off;
-        cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-        off += nf4_align16(bytes);
-        return dst;
-    };
-    d->n = t->n;
-    d->packed = put(t->packed, (size_t)((t->n + 1) / 2));
-    if (!t->double_quant) {
-        d->absmax = (const float*)put(t->absmax, (size_t)t->n_blocks * sizeof(float));
-    } else {
-        d->absmax_q = put(t->absmax_q, (size_t)t->n_blocks);
-        d->absmax_scale = (const float*)put(t->absmax_scale, (size_t)t->n_dq_blocks * sizeof(float));
-        d->code8 = (const float*)put(t->code8, 256 * sizeof(float));
-        d->offset = t->offset;
-    }
-    d->code4 = (const float*)put(t->code4, 16 * sizeof(float));
+    cudaCheck(cudaMalloc((void**)&base, bytes));
+    cudaCheck(cudaMemcpy(base, host, bytes, cudaMemcpyHostToDevice));
+    free(host);
+    nf4_device_view(d, t, base);
 }
 
 void nf4_device_free(NF4Device* d) {

@@ -21,8 +21,10 @@ struct NF4Device {
     float offset;
 };
 
-// cudaMalloc + copy every array of t (one allocation); nf4_device_free releases it.
+// cudaMalloc + copy t's packed image (llmc/nf4.h; one allocation); nf4_device_free releases it.
+// nf4_device_view: d's arrays in an image that is already in device memory (not owned).
 void nf4_device_upload(NF4Device* d, const NF4Tensor* t);
+void nf4_device_view(NF4Device* d, const NF4Tensor* t, const uint8_t* image);
 void nf4_device_free(NF4Device* d);
 size_t nf4_device_bytes(const NF4Tensor* t);
 

@@ -120,6 +120,8 @@ void cuda_sum_f32_acc(double* acc, const float* x, size_t n);
 Nf4Op* cuda_nf4_op_upload(const NF4Tensor* t);
 void cuda_nf4_op_free(Nf4Op* d);
 size_t cuda_nf4_op_bytes(const Nf4Op* d);
+Nf4Op* cuda_nf4_op_view(const NF4Tensor* t);
+void cuda_nf4_op_bind(Nf4Op* d, const void* image);
 void cuda_nf4_dequantize_op(__nv_bfloat16* out, const Nf4Op* t, size_t row_begin, size_t rows);
 } // extern "C"
 #endif // LLMC_CUDA_OPS_CUDA_H

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "llmc/cuda/nf4.cuh"
+#include "llmc/ops.h"
 #include "llmc/bf16.h"
 #include "llmc/safetensors.h"
 #include "test/test.h"
@@ -54,6 +55,43 @@ static void check_range(const NF4Tensor* t, const NF4Device* d, int64_t begin, i
     free(got16);
 }
 
+// ZeRO 3 (llmc/fsdp_nf4.c): the tensor's packed image (llmc/nf4.h) gathered into a buffer after
+// another tensor's image, and viewed there: by nf4_device_view (the kernels' arguments) and by the
+// backend handle of nf4_op_view / nf4_op_bind (what the linear layers dequantize through).
+static void check_image_view(const NF4Tensor* t, const char* label) {
+    const size_t bytes = nf4_device_bytes(t), at = 48; // images in a slot start at multiples of 16
+    uint8_t* host = (uint8_t*)mallocCheck(bytes);
+    nf4_image_pack(t, host);
+    uint8_t* slot = NULL;
+    cudaCheck(cudaMalloc((void**)&slot, at + bytes));
+    cudaCheck(cudaMemcpy(slot + at, host, bytes, cudaMemcpyHostToDevice));
+    NF4Device v;
+    nf4_device_view(&v, t, slot + at);
+    char vlabel[128];
+    snprintf(vlabel, sizeof(vlabel), "%s, viewed in a gathered image", label);
+    check_range(t, &v, 0, t->n, 0, vlabel);
+    // the op: rows of the tensor as [shape[0], n / shape[0]], in bf16
+    const int64_t rows = t->ndim >= 1 && t->shape[0] > 0 ? t->shape[0] : 1, cols = t->n / rows;
+    Nf4Op* op = nf4_op_view(t);
+    nf4_op_bind(op, slot + at);
+    bf16* d_out = NULL;
+    cudaCheck(cudaMalloc((void**)&d_out, (size_t)t->n * sizeof(bf16)));
+    nf4_dequantize_op(d_out, op, 0, (size_t)rows);
+    cudaCheck(cudaDeviceSynchronize());
+    uint16_t* got = (uint16_t*)mallocCheck((size_t)t->n * sizeof(uint16_t));
+    float* want = (float*)mallocCheck((size_t)t->n * sizeof(float));
+    cudaCheck(cudaMemcpy(got, d_out, (size_t)t->n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    nf4_dequantize_range(t, 0, rows * cols, want);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < rows * cols; i++) bad += got[i] != bf16_from_f32(want[i]);
+    TEST_CHECK(bad == 0, "%s: nf4_op_view / nf4_op_bind: %lld of %lld weights differ", label, (long long)bad, (long long)(rows * cols));
+    TEST_CHECK(nf4_op_bytes(op) == 0, "%s: a view owns %zu device bytes", label, nf4_op_bytes(op));
+    nf4_op_free(op);
+    cudaCheck(cudaFree(d_out));
+    cudaCheck(cudaFree(slot));
+    free(host); free(got); free(want);
+}
+
 static void test_case(StFile* f, const char* name) {
     char key[128];
     snprintf(key, sizeof(key), "%s.input", name);
@@ -96,6 +134,7 @@ static void test_case(StFile* f, const char* name) {
             free(ref);
             free(got);
         }
+        check_image_view(&t, label);
         nf4_device_free(&d);
         nf4_free(&t);
     }

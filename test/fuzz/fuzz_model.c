@@ -23,12 +23,7 @@ static void load(void) {
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_setup();
-    const uint8_t *m, *c;
-    size_t nm, nc;
-    fuzz_split(data, size, FUZZ_SEP, &m, &nm, &c, &nc);
-    fuzz_write("model.bin", m, nm);
-    if (nm < size) fuzz_write("config.json", c, nc); // the separator was found
-    else fuzz_remove("config.json");
+    fuzz_write_pair(data, size, FUZZ_SEP, "model.bin", "config.json");
     FUZZ_RUN(load());
     return 0;
 }

@@ -24,11 +24,7 @@ int LLVMFuzzerInitialize(int* argc, char*** argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_setup();
-    const uint8_t *c, *t;
-    size_t nc, nt;
-    fuzz_split(data, size, FUZZ_SEP, &c, &nc, &t, &nt);
-    fuzz_write("adapter_config.json", c, nc);
-    fuzz_write("adapter_model.safetensors", t, nt);
+    fuzz_write_pair(data, size, FUZZ_SEP, "adapter_config.json", "adapter_model.safetensors");
     char err[1024];
     LoraModel* lm = NULL;
     FUZZ_RUN(lm = peft_try_load_adapter(g_fuzz_dir, &g_cfg, err, sizeof(err)));

@@ -30,12 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_setup();
     if (size < 4) return 0;
     memcpy(g_cfg, data, 4);
-    const uint8_t *s, *m;
-    size_t ns, nm;
-    fuzz_split(data + 4, size - 4, FUZZ_SEP, &s, &ns, &m, &nm);
-    fuzz_write("x.bin", s, ns);
-    if (ns < size - 4) fuzz_write("x.mask", m, nm);
-    else fuzz_remove("x.mask");
+    fuzz_write_pair(data + 4, size - 4, FUZZ_SEP, "x.bin", "x.mask");
     FUZZ_RUN(walk());
     return 0;
 }
