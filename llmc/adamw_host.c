@@ -7,7 +7,8 @@
 #define ADAMW_HOST_CHUNK 16384 // elements per OpenMP chunk (results do not depend on it)
 
 static void adamw_host_bf16(uint16_t* params, float* master, const uint16_t* grads, float* m, float* v, size_t n,
-                            float lr, float beta1, float beta2, float eps, float wd, float grad_scale, int t, uint32_t seed) {
+                            float lr, float beta1, float beta2, float eps, float wd, float grad_scale, int t, uint32_t seed,
+                            size_t idx0) {
     const float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     #pragma omp parallel for schedule(static, ADAMW_HOST_CHUNK) if (n > ADAMW_HOST_CHUNK)
     for (size_t i = 0; i < n; i++) {
@@ -18,7 +19,7 @@ static void adamw_host_bf16(uint16_t* params, float* master, const uint16_t* gra
         v[i] = vi;
         const float p = master[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * master[i]);
         master[i] = p;
-        params[i] = sround_bf16(p, sround_hash(seed, i));   // as the CUDA kernel rounds
+        params[i] = sround_bf16(p, sround_hash(seed, idx0 + i));   // as the CUDA kernel rounds element idx0 + i
     }
 }
 
@@ -42,11 +43,12 @@ static void adamw_host_f32(float* params, const float* grads, float* m, float* v
 
 void adamw_host_update(void* params, float* master, const void* grads, float* m, float* v, size_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay,
-                       float grad_scale, int t, uint32_t seed, int bf16) {
+                       float grad_scale, int t, uint32_t seed, size_t idx0, int bf16) {
     if (!n) return;
     if (bf16) {
         if (!master) fatal("this is a bug in llmc", "adamw_host_update: bf16 parameters need fp32 master weights");
-        adamw_host_bf16((uint16_t*)params, master, (const uint16_t*)grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t, seed);
+        adamw_host_bf16((uint16_t*)params, master, (const uint16_t*)grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t, seed,
+                        idx0);
     } else
         adamw_host_f32((float*)params, (const float*)grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 }

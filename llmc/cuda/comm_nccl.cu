@@ -45,9 +45,14 @@
 #include "../check.h"
 
 #define NCCL_TRACK 64 // device collectives the watchdog can track at once (more: the host waits)
+#define NCCL_MAX_SUBS 8 // sub-communicators (comm_split) alive at once per communicator
 
-typedef struct {
+typedef struct NcclState {
     ncclComm_t comm;        // NULL with one rank (and until the init call returned)
+    struct NcclState* top;  // the state of the communicator the watchdog polls: this one, or the
+                            // one it was split from (whose ring tracks this one's collectives)
+    struct NcclState* subs[NCCL_MAX_SUBS]; // (top only) its sub-communicators' states, for the
+                                           // watchdog's error polls and abort
     int device;
     cudaStream_t side;      // non-blocking requests
     cudaEvent_t ready[COMM_MAX_REQUESTS], done[COMM_MAX_REQUESTS];
@@ -111,9 +116,11 @@ static void track_pop_done(NcclState* s) { // (lock held)
     while (s->tail < s->head && cudaEventQuery(s->track[s->tail % NCCL_TRACK]) == cudaSuccess) s->tail++;
 }
 
-// After a collective on `stream` (outside groups): record its completion event.
+// After a collective on `stream` (outside groups): record its completion event (in the ring of
+// the top communicator: the one the watchdog polls).
 static void track(NcclState* s, void* stream, const char* what) {
     if (s->in_group) { s->group_stream = stream; return; } // recorded once, at the group's end
+    s = s->top;
     CommBackoff b;
     comm_poll_begin(&b);
     pthread_mutex_lock(&s->mu);
@@ -130,14 +137,32 @@ static void track(NcclState* s, void* stream, const char* what) {
     pthread_mutex_unlock(&s->mu);
 }
 
+// An asynchronous error on this communicator or one of its sub-communicators (lock held): the
+// failed communicator, else NULL.
+static ncclComm_t nccl_failed_comm(NcclState* s, ncclResult_t* state) {
+    for (int k = -1; k < NCCL_MAX_SUBS; k++) {
+        ncclComm_t nc = k < 0 ? s->comm : s->subs[k] ? s->subs[k]->comm : NULL;
+        if (nc && ncclCommGetAsyncError(nc, state) == ncclSuccess && *state != ncclSuccess && *state != ncclInProgress) return nc;
+    }
+    return NULL;
+}
+
+// Aborts this communicator and its sub-communicators (lock held).
+static void nccl_abort_all(NcclState* s) {
+    for (int k = 0; k < NCCL_MAX_SUBS; k++)
+        if (s->subs[k] && s->subs[k]->comm) { ncclCommAbort(s->subs[k]->comm); s->subs[k]->comm = NULL; }
+    if (s->comm) ncclCommAbort(s->comm);
+    s->comm = NULL;
+}
+
 static double nccl_wd_poll(Comm* c, const char** what) {
     NcclState* s = ns(c);
     pthread_mutex_lock(&s->mu);
     ncclResult_t state = ncclSuccess;
-    if (s->comm && ncclCommGetAsyncError(s->comm, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
-        const char* last = ncclGetLastError(s->comm);
-        ncclCommAbort(s->comm);
-        s->comm = NULL;
+    ncclComm_t bad = nccl_failed_comm(s, &state);
+    if (bad) {
+        const char* last = ncclGetLastError(bad);
+        nccl_abort_all(s);
         pthread_mutex_unlock(&s->mu);
         fatal("set NCCL_DEBUG=WARN for NCCL's own diagnostics; the other ranks' messages may name the cause",
               "watchdog: NCCL reported an asynchronous error on rank %d: %s%s%s", c->rank, ncclGetErrorString(state),
@@ -158,8 +183,7 @@ static void nccl_wd_abort(Comm* c) {
     NcclState* s = ns(c);
     if (!s) return;
     pthread_mutex_lock(&s->mu);
-    if (s->comm) ncclCommAbort(s->comm);
-    s->comm = NULL;
+    nccl_abort_all(s);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -230,6 +254,9 @@ static void nccl_wait(Comm* c, CommReq* q) {
     cudaCheckComm(cudaStreamWaitEvent((cudaStream_t)q->stream, s->done[q - c->reqs], 0));
 }
 
+static void nccl_split(Comm* c, int color, int key, Comm* out);
+static void nccl_split_free(Comm* out);
+
 // The device table: the collectives above; lifetime and the side channel stay with the host table.
 static CommOps nccl_ops(const char* name) {
     CommOps o;
@@ -246,6 +273,8 @@ static CommOps nccl_ops(const char* name) {
     o.wait = nccl_wait;
     o.wd_poll = nccl_wd_poll;
     o.wd_abort = nccl_wd_abort;
+    o.split = nccl_split;
+    o.split_free = nccl_split_free;
     return o;
 }
 static CommOps NCCL_OPS, CUDA_SINGLE_OPS;
@@ -263,7 +292,23 @@ static NcclState* state_create(void) {
     }
     for (int k = 0; k < NCCL_TRACK; k++) cudaCheckComm(cudaEventCreateWithFlags(&s->track[k], cudaEventDisableTiming));
     pthread_mutex_init(&s->mu, NULL);
+    s->top = s;
     return s;
+}
+
+static void state_free(NcclState* s) {
+    for (int k = 0; k < COMM_MAX_REQUESTS; k++) { cudaEventDestroy(s->ready[k]); cudaEventDestroy(s->done[k]); }
+    for (int k = 0; k < NCCL_TRACK; k++) cudaEventDestroy(s->track[k]);
+    cudaStreamDestroy(s->side);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+// Flushes and destroys a communicator (every rank of it at once).
+static void nccl_destroy(ncclComm_t nc) {
+    if (!nc) return;
+    ncclCheckComm(nc, ncclCommFinalize(nc)); // flushes outstanding operations on every rank
+    ncclCheckComm(nc, ncclCommDestroy(nc));
 }
 
 extern "C" void comm_nccl_attach(Comm* c) {
@@ -294,14 +339,81 @@ extern "C" void comm_nccl_attach(Comm* c) {
 extern "C" void comm_nccl_detach(Comm* c) {
     NcclState* s = ns(c);
     if (!s) return;
+    for (int k = 0; k < NCCL_MAX_SUBS; k++)
+        if (s->subs[k]) fatal("call comm_split_free on every sub-communicator first", "comm_nccl_detach: a sub-communicator is still alive");
     comm_set_dev(c, c->ops, NULL); // the watchdog stops polling it
-    if (s->comm) {
-        ncclCheckComm(s->comm, ncclCommFinalize(s->comm)); // flushes outstanding operations on every rank
-        ncclCheckComm(s->comm, ncclCommDestroy(s->comm));
-    }
-    for (int k = 0; k < COMM_MAX_REQUESTS; k++) { cudaEventDestroy(s->ready[k]); cudaEventDestroy(s->done[k]); }
-    for (int k = 0; k < NCCL_TRACK; k++) cudaEventDestroy(s->track[k]);
-    cudaStreamDestroy(s->side);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
+    nccl_destroy(s->comm);
+    state_free(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// sub-communicators (comm_split, hybrid sharding)
+
+// Registers s as a sub-communicator of its top communicator (the watchdog's error polls and abort
+// reach it from there; its collectives are tracked in the top's ring).
+static void sub_register(NcclState* s, NcclState* top) {
+    s->top = top;
+    pthread_mutex_lock(&top->mu);
+    int k = 0;
+    while (k < NCCL_MAX_SUBS && top->subs[k]) k++;
+    if (k < NCCL_MAX_SUBS) top->subs[k] = s;
+    pthread_mutex_unlock(&top->mu);
+    if (k == NCCL_MAX_SUBS) fatal("free sub-communicators that are no longer needed", "comm_split: more than %d NCCL sub-communicators", NCCL_MAX_SUBS);
+}
+
+// The new communicator: ncclCommSplit (NCCL 2.18 and later), else a unique id made by out's rank 0
+// and sent to its ranks over out's host calls. Both non-blocking, like comm_nccl_attach's.
+static ncclResult_t sub_create(Comm* c, NcclState* p, int color, int key, Comm* out, ncclComm_t* nc) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    (void)out;
+    c->coll_seq++;
+    comm_wd_wait_begin(c, "nccl_split");
+    return ncclCommSplit(p->comm, color, key, nc, &config);
+#else
+    (void)p; (void)color; (void)key;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (out->rank == 0) ncclCheckComm(nullptr, ncclGetUniqueId(&id));
+    comm_broadcast(out, &id, sizeof(id), 0);
+    c->coll_seq++;
+    comm_wd_wait_begin(c, "nccl_split");
+    return ncclCommInitRankConfig(nc, out->world, id, out->rank, &config);
+#endif
+}
+
+// comm_split's device side, on every rank of c: out gets an NCCL communicator of its ranks (with
+// one rank and no NCCL communicator in c, its device calls are copies like c's).
+static void nccl_split(Comm* c, int color, int key, Comm* out) {
+    NcclState* p = ns(c);
+    NcclState* s = state_create();
+    sub_register(s, p->top);
+    comm_set_dev(out, c->dev, s);
+    if (!p->comm) return;
+    ncclComm_t nc = NULL;
+    ncclResult_t r = sub_create(c, p, color, key, out, &nc);
+    pthread_mutex_lock(&s->top->mu); // (the watchdog may abort it from here on)
+    s->comm = nc;
+    pthread_mutex_unlock(&s->top->mu);
+    ncclCheckComm(nc, r);
+    comm_wd_wait_end(c);
+    int rank = -1, count = 0;
+    ncclCheckComm(nc, ncclCommUserRank(nc, &rank));
+    ncclCheckComm(nc, ncclCommCount(nc, &count));
+    if (rank != out->rank || count != out->world) // (both order by key, then by the rank in c)
+        fatal("this is a bug in llmc or NCCL", "comm_split: the NCCL sub-communicator has rank %d of %d, the host one %d of %d",
+              rank, count, out->rank, out->world);
+}
+
+static void nccl_split_free(Comm* out) {
+    NcclState* s = ns(out);
+    pthread_mutex_lock(&s->top->mu);
+    for (int k = 0; k < NCCL_MAX_SUBS; k++)
+        if (s->top->subs[k] == s) s->top->subs[k] = NULL;
+    ncclComm_t nc = s->comm; // (NULL if the watchdog aborted it)
+    pthread_mutex_unlock(&s->top->mu);
+    comm_set_dev(out, out->ops, NULL);
+    nccl_destroy(nc);
+    state_free(s);
 }
