@@ -20,6 +20,7 @@
 #include "ops.h"
 #include "bf16.h"
 #include "timer.h"
+#include "rand.h"
 
 #define DNNL_OK(x) do { dnnl_status_t s_ = (x); if (s_ != dnnl_success) { \
     fprintf(stderr, "oneDNN error %d at %s:%d\n", (int)s_, __FILE__, __LINE__); exit(1); } } while (0)
@@ -27,9 +28,12 @@
 enum { LIB_SGEMM, LIB_DNNL_F32, LIB_DNNL_BF16, N_LIBS };
 static const char* LIB_NAME[N_LIBS] = {"openblas sgemm", "onednn sgemm", "onednn bf16"};
 
+// Uniform in [-0.5, 0.5), each buffer from its own stream of llmc/rand.h.
 static float* rand_f32(size_t n) {
+    static uint64_t stream = 0;
+    stream++;
     float* p = (float*)ops_alloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) p[i] = (float)((double)rand() / RAND_MAX - 0.5);
+    for (size_t i = 0; i < n; i++) p[i] = (float)(rand_uniform(1, stream, i) - 0.5);
     return p;
 }
 static uint16_t* to_bf16(const float* x, size_t n) {

@@ -7,10 +7,16 @@
 #include <string.h>
 #include "ops.h"
 #include "../llmc/timer.h"
+#include "../llmc/rand.h"
 
+#define BENCH_SEED 1
+
+// Uniform in [-amp/2, amp/2), each buffer from its own stream of llmc/rand.h.
 static float* rand_buf(size_t n, float amp) {
+    static uint64_t stream = 0;
+    stream++;
     float* p = (float*)ops_alloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) p[i] = amp * (float)((double)rand() / RAND_MAX - 0.5);
+    for (size_t i = 0; i < n; i++) p[i] = amp * (float)(rand_uniform(BENCH_SEED, stream, i) - 0.5);
     return p;
 }
 
@@ -75,7 +81,7 @@ int main(int argc, char** argv) {
     memcpy(logits0, logits, N * Vp * sizeof(float));
     float* losses = (float*)ops_alloc(N * sizeof(float));
     int* targets = (int*)malloc(N * sizeof(int));
-    for (size_t i = 0; i < N; i++) targets[i] = rand() % V;
+    for (size_t i = 0; i < N; i++) targets[i] = (int)(rand_u64(BENCH_SEED, 0, i) % (uint64_t)V);
     TIME_BEST("fused_classifier (with dlogits)", 1, reps,
               (memcpy(logits, logits0, N * Vp * sizeof(float)),
                fused_classifier(losses, logits, targets, 1.0f / (float)N, (int)N, V, Vp)));

@@ -1,30 +1,14 @@
 #include "adamw_host.h"
 #include "bf16.h"
 #include "check.h"
+#include "sround.h"
 #include <math.h>
-#include <string.h>
 
 #define ADAMW_HOST_CHUNK 16384 // elements per OpenMP chunk (results do not depend on it)
 
-// The CUDA kernel's hash and stochastic rounding (llmc/cuda/common.cuh: ops_hash,
-// ops_round_stochastic), on 16-bit patterns.
-static inline uint32_t adamw_hash(uint32_t seed, uint64_t idx) {
-    uint32_t h = seed * 0x9E3779B1u ^ (uint32_t)idx ^ ((uint32_t)(idx >> 32) * 0x85EBCA77u);
-    h ^= h >> 16; h *= 0x7FEB352Du;
-    h ^= h >> 15; h *= 0x846CA68Bu;
-    h ^= h >> 16;
-    return h;
-}
-static inline uint16_t adamw_round_stochastic(float x, uint32_t rnd) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7F800000u) == 0x7F800000u) return bf16_from_f32(x); // inf / nan unchanged
-    u = (u + (rnd & 0xFFFFu)) & 0xFFFF0000u;
-    return (uint16_t)(u >> 16);
-}
-
 static void adamw_host_bf16(uint16_t* params, float* master, const uint16_t* grads, float* m, float* v, size_t n,
-                            float lr, float beta1, float beta2, float eps, float wd, float grad_scale, int t, uint32_t seed) {
+                            float lr, float beta1, float beta2, float eps, float wd, float grad_scale, int t, uint32_t seed,
+                            size_t idx0) {
     const float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     #pragma omp parallel for schedule(static, ADAMW_HOST_CHUNK) if (n > ADAMW_HOST_CHUNK)
     for (size_t i = 0; i < n; i++) {
@@ -35,7 +19,7 @@ static void adamw_host_bf16(uint16_t* params, float* master, const uint16_t* gra
         v[i] = vi;
         const float p = master[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * master[i]);
         master[i] = p;
-        params[i] = adamw_round_stochastic(p, adamw_hash(seed, i));
+        params[i] = sround_bf16(p, sround_hash(seed, idx0 + i));   // as the CUDA kernel rounds element idx0 + i
     }
 }
 
@@ -59,11 +43,12 @@ static void adamw_host_f32(float* params, const float* grads, float* m, float* v
 
 void adamw_host_update(void* params, float* master, const void* grads, float* m, float* v, size_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay,
-                       float grad_scale, int t, uint32_t seed, int bf16) {
+                       float grad_scale, int t, uint32_t seed, size_t idx0, int bf16) {
     if (!n) return;
     if (bf16) {
         if (!master) fatal("this is a bug in llmc", "adamw_host_update: bf16 parameters need fp32 master weights");
-        adamw_host_bf16((uint16_t*)params, master, (const uint16_t*)grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t, seed);
+        adamw_host_bf16((uint16_t*)params, master, (const uint16_t*)grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t, seed,
+                        idx0);
     } else
         adamw_host_f32((float*)params, (const float*)grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 }

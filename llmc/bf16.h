@@ -8,16 +8,22 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
+// an fp32 as its bit pattern and back
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+static inline float f32_from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof(f));
     return f;
 }
 
+static inline float bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+
 static inline uint16_t bf16_from_f32(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
+    uint32_t u = f32_bits(f);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u); // NaN: keep sign, quiet it
     // adding 0x7FFF plus the lowest kept bit rounds half-way cases to the even neighbour;
     // overflow past the largest finite value correctly carries into Inf
@@ -44,15 +50,12 @@ static inline float fp16_to_f32(uint16_t h) {
         man &= 0x3FFu;
         u = sign | ((uint32_t)(112 - e) << 23) | (man << 13);
     }
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
+    return f32_from_bits(u);
 }
 
 // fp32 to IEEE half, round to nearest even, overflow to Inf, NaN kept NaN.
 static inline uint16_t fp16_from_f32(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
+    uint32_t u = f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7FFFFFFFu;
     if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu));

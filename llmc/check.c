@@ -21,11 +21,16 @@ static void llmc_run_fatal_hook(void) {
 
 static void llmc_fatal_vprint(const char* file, int line, const char* hint, const char* fmt, va_list ap) {
     fflush(stdout);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    if (hint && hint[0]) fprintf(stderr, "  hint: %s\n", hint);
-    fprintf(stderr, "  (at %s:%d)\n", file, line);
+    // the whole message formatted first and written at once: stderr is unbuffered, and separate
+    // writes let another process's output (mpirun's abort banner) land inside the message
+    char msg[4096];
+    int n = snprintf(msg, sizeof(msg), "error: ");
+    n += vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
+    if (n > (int)sizeof(msg) - 1) n = (int)sizeof(msg) - 1;
+    if (hint && hint[0]) n += snprintf(msg + n, sizeof(msg) - (size_t)n, "\n  hint: %s", hint);
+    if (n > (int)sizeof(msg) - 1) n = (int)sizeof(msg) - 1;
+    snprintf(msg + n, sizeof(msg) - (size_t)n, "\n  (at %s:%d)\n", file, line);
+    fputs(msg, stderr);
     fflush(stderr);
 }
 
@@ -37,9 +42,9 @@ void llmc_fatal_print_at(const char* file, int line, const char* hint, const cha
 }
 
 void llmc_fatal_end(int now) {
-    const int n = g_n_cleanups;
+    const int nc = g_n_cleanups;
     g_n_cleanups = 0; // a failure inside a clean-up must not run them again
-    for (int i = 0; i < n; i++) g_cleanups[i]();
+    for (int i = 0; i < nc; i++) g_cleanups[i]();
     llmc_run_fatal_hook();
     if (now) {
         fflush(NULL); // (what _exit skips: the buffers of open files, e.g. the run log)

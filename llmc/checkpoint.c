@@ -13,7 +13,7 @@
 #endif
 
 static const char* const SH_NAMES[SH_NUM_FIELDS] = {
-    "magic", "version", "world", "rank", "has_master", "step", "opt_t", "rng",
+    "magic", "version", "world", "rank", "has_master", "step", "opt_t", "unused_7",
     "dl_epoch", "dl_shard", "dl_chunk", "begin", "end", "total", "mode", "batch_size", "seq_len",
     "accum", "skipped", "zero", "seed", "tokens_per_step", "shuffle",
     "val_tracked", "best_val_bits", "best_step", "evals_since_best", "no_targets",
@@ -127,7 +127,7 @@ void ckpt_read_state_header(const char* path, StateHeader* hdr) {
 
 // The fields every rank's header must agree on (what the run is and where it stands).
 static const StateField SHARED_FIELDS[] = {
-    SH_WORLD, SH_HAS_MASTER, SH_STEP, SH_OPT_T, SH_RNG, SH_DL_EPOCH, SH_DL_SHARD, SH_DL_CHUNK, SH_TOTAL,
+    SH_WORLD, SH_HAS_MASTER, SH_STEP, SH_OPT_T, SH_DL_EPOCH, SH_DL_SHARD, SH_DL_CHUNK, SH_TOTAL,
     SH_MODE, SH_B, SH_T, SH_ACCUM, SH_SKIPPED, SH_ZERO, SH_SEED, SH_TOKENS_PER_STEP, SH_SHUFFLE,
     SH_VAL_TRACKED, SH_BEST_VAL_BITS, SH_BEST_STEP, SH_EVALS_SINCE_BEST, SH_NO_TARGETS,
 };

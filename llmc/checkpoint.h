@@ -44,7 +44,9 @@ extern "C" {
 #define CKPT_MAX_ELEMS (1LL << 40)    // trainable elements: far above any GPT-2
 
 typedef enum {
-    SH_MAGIC = 0, SH_VERSION, SH_WORLD, SH_RANK, SH_HAS_MASTER, SH_STEP, SH_OPT_T, SH_RNG,
+    // SH_UNUSED_7: always 0 (every random draw of a run is a pure function of --seed and the
+    // step, so there is no generator state to save); the slot keeps the later fields in place
+    SH_MAGIC = 0, SH_VERSION, SH_WORLD, SH_RANK, SH_HAS_MASTER, SH_STEP, SH_OPT_T, SH_UNUSED_7,
     SH_DL_EPOCH, SH_DL_SHARD, SH_DL_CHUNK, SH_BEGIN, SH_END, SH_TOTAL, SH_MODE, SH_B, SH_T,
     SH_ACCUM, SH_SKIPPED, SH_ZERO, SH_SEED, SH_TOKENS_PER_STEP, SH_SHUFFLE,
     // the validation loss across evaluations before the step's own (--keep-best, early

@@ -8,6 +8,7 @@
 #include "fileio.h"
 #include "json.h"
 #include <dirent.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <string.h>
 #include <stdlib.h>
@@ -44,18 +45,21 @@ static long parse_state_name(const char* name, int* rank) {
     return step;
 }
 
-long ckpt_find_latest(const char* dir) {
+// The newest complete checkpoint (a DONE_ marker) in dir older than step `below`, or -1.
+static long newest_done_below(const char* dir, long below) {
     DIR* d = opendir(dir);
     if (!d) return -1;
     long best = -1;
     struct dirent* e;
     while ((e = readdir(d)) != NULL) {
         long step = parse_step_name(e->d_name, "DONE_", "");
-        if (step > best) best = step;
+        if (step < below && step > best) best = step;
     }
     closedir(d);
     return best;
 }
+
+long ckpt_find_latest(const char* dir) { return newest_done_below(dir, LONG_MAX); }
 
 // ---------------------------------------------------------------------------------------------
 // the manifest
@@ -222,25 +226,11 @@ void ckpt_commit(Comm* c, const char* dir, long step, const char* main_kind) {
     free(g);
 }
 
-// The newest complete checkpoint older than step (for the hint), or -1.
-static long previous_step(const char* dir, long step) {
-    DIR* d = opendir(dir);
-    if (!d) return -1;
-    long best = -1;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        long s = parse_step_name(e->d_name, "DONE_", "");
-        if (s < step && s > best) best = s;
-    }
-    closedir(d);
-    return best;
-}
-
 static void verify_file(const char* dir, long step, const CkptFile* f) {
     char path[LLMC_PATH_MAX], done[LLMC_PATH_MAX], hint[2 * LLMC_PATH_MAX];
     path_join(path, sizeof(path), dir, f->name);
     ckpt_path(done, sizeof(done), dir, "DONE", step, 0);
-    long prev = previous_step(dir, step);
+    long prev = newest_done_below(dir, step);   // for the hint
     if (prev >= 0) snprintf(hint, sizeof(hint), "the checkpoint of step %ld is damaged; delete '%s' to resume from the previous one (step %ld), or restore the file", step, done, prev);
     else snprintf(hint, sizeof(hint), "the checkpoint of step %ld is damaged and there is no earlier one; restore the file or start a new run", step);
     int64_t size = file_size(path);

@@ -174,8 +174,7 @@ void comm_finalize(Comm* c) {
 }
 
 void comm_split(Comm* c, int color, int key, Comm* out) {
-    if (c->dev != c->ops)
-        fatal("use --shard-group 0 (shard over every rank) on GPUs for now", "sub-communicators are not implemented for the %s device calls", c->dev->name);
+    if (color < 0) fatal(NULL, "comm_split: color %d must be >= 0", color);
     memset(out, 0, sizeof(*out));
     out->rank = 0; out->world = 1; out->local_rank = 0; out->local_world = 1;
     out->ops = &comm_single_ops;
@@ -185,11 +184,13 @@ void comm_split(Comm* c, int color, int key, Comm* out) {
 #endif
     out->dev = out->ops;
     out->wd = c->wd;
+    if (c->dev != c->ops) c->dev->split(c, color, key, out); // (NCCL: a communicator of out's ranks)
 }
 
 void comm_split_free(Comm* out) {
     for (int i = 0; i < COMM_MAX_REQUESTS; i++)
         if (out->reqs[i].busy) fatal("call comm_wait on every request", "comm_split_free: non-blocking request %d is still in flight", i);
+    if (out->dev != out->ops) out->dev->split_free(out);
     if (out->ops != &comm_single_ops && out->ops->finalize) out->ops->finalize(out);
     free(out->reqs);
     memset(out, 0, sizeof(*out));

@@ -96,12 +96,14 @@ int comm_have_mpi(void);
 void comm_barrier(Comm* c);
 
 // Sub-communicators (hybrid sharding: shard inside a group of ranks, replicate across groups).
-// Every rank of c calls comm_split at the same point; the ranks that pass the same color form
-// *out, ranked by key (ties by their rank in c). out takes host and device calls like c, through
-// c's host implementation (a separate MPI communicator, so its messages never match c's), with
-// c's watchdog watching its waits (no side channel of its own: start the watchdog on c before
-// splitting). Not with NCCL yet (fatal): the device table would need a communicator per group.
-// comm_split_free (every rank of out) releases it; call it before comm_finalize(c).
+// Every rank of c calls comm_split at the same point; the ranks that pass the same color (>= 0)
+// form *out, ranked by key (ties by their rank in c). out takes host and device calls like c:
+// host calls through c's host implementation (a separate MPI communicator, so its messages never
+// match c's); device calls, when c has NCCL attached, through an NCCL communicator of out's ranks
+// (llmc/cuda/comm_nccl.cu: ncclCommSplit, non-blocking like c's), else through out's host calls.
+// c's watchdog watches out's waits and device collectives (no side channel of its own: start the
+// watchdog on c, and attach NCCL, before splitting). comm_split_free (every rank of out) releases
+// it; call it before comm_nccl_detach(c) and comm_finalize(c).
 void comm_split(Comm* c, int color, int key, Comm* out);
 void comm_split_free(Comm* out);
 

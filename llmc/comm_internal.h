@@ -11,6 +11,9 @@ extern "C" {
 #endif
 
 typedef enum { COMM_OP_SUM = 0, COMM_OP_MAX = 1 } CommRedOp;
+// The MPI implementation sends every message as pieces of at most this many bytes, each its own
+// request (llmc/comm_mpi.c: why; test/test_comm.c checks it).
+#define COMM_PIECE_BYTES ((size_t)256 << 10)
 typedef struct CommWatchdog CommWatchdog; // llmc/comm_watchdog.c
 typedef enum { COMM_REQ_ALLGATHER = 1, COMM_REQ_REDUCE_SCATTER = 2 } CommReqKind;
 
@@ -84,6 +87,13 @@ typedef struct CommOps {
     //             ends; it may hang behind a stuck kernel: the watchdog bounds it)
     double (*wd_poll)(Comm*, const char** what, char* err, size_t err_cap);
     void (*wd_abort)(Comm*);
+    // sub-communicators of a device table of its own (NCCL; NULL for the host implementations,
+    // whose device calls are their host calls):
+    //   split       every rank of c, after comm_split has set up out's host side: gives out a
+    //               device communicator of the same ranks (out's dev and dev_state)
+    //   split_free  every rank of out, before its host side is freed
+    void (*split)(Comm* c, int color, int key, Comm* out);
+    void (*split_free)(Comm* out);
 } CommOps;
 
 extern const CommOps comm_single_ops;

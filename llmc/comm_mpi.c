@@ -11,10 +11,20 @@
 // that of a ring reduce-scatter / all-gather (each rank sends and receives (N-1)/N of the data per
 // phase); only the message count grows with N, which is fine at the rank counts we run.
 //
-// Waiting: every MPI operation is non-blocking, completed by comm_poll_sleep-paced MPI_Testall
+// Waiting: every MPI operation is non-blocking, completed by comm_poll_sleep-paced MPI_Testsome
 // (mpi_wait), so a rank waiting for a slow or stopped peer sleeps instead of spinning in the MPI
 // library, and the watchdog thread (MPI_THREAD_MULTIPLE) can serve status queries meanwhile on
 // its own duplicated communicator (the wd_* functions at the end).
+//
+// Pieces: the data of every collective travels as point-to-point messages of at most
+// COMM_PIECE_BYTES, each its own request. OpenMPI has no progress thread: it moves a message
+// (over shared memory, in 32 KiB fragments) only while the process is inside an MPI call, so a
+// wait that slept between tests of one large message let it crawl (measured on 2 ranks: an
+// all-gather of 31 M floats took 700 ms instead of 16 ms, and steps at ZeRO 1/2 were 20x the
+// compute). A completed piece shows the wait that data is moving, and it restarts its back-off
+// (polls again at once) while pieces keep completing; it sleeps only when nothing arrives.
+// Messages between two ranks match in the order they were posted (MPI's non-overtaking rule), so
+// both sides cut a message into the same pieces and need no tags of their own.
 #ifdef LLMC_HAVE_MPI
 
 #include <mpi.h>
@@ -36,11 +46,17 @@
 #define WD_TAG_QUERY 1
 #define WD_TAG_REPLY 2
 
+// Requests of one wait: the pieces of every message of a collective (or a chunk of one).
+// Grows to the most a collective has needed, then stays.
+typedef struct {
+    MPI_Request* r;
+    int* done;            // MPI_Testsome's indices
+    int n, cap;
+} ReqList;
+
 // A non-blocking request's MPI state (one per slot of Comm.reqs, allocated in comm_mpi_open).
 typedef struct {
-    MPI_Request* r;       // 2 * world
-    int n;
-    MPI_Datatype type;    // MPI_DATATYPE_NULL unless this request committed one
+    ReqList l;
     void* buf;            // reduce-scatter: the peers' blocks; grows to the largest request
     size_t cap;
 } MpiReq;
@@ -48,9 +64,8 @@ typedef struct {
 typedef struct {
     MPI_Comm comm;        // our duplicate of MPI_COMM_WORLD: our messages never match anyone else's
     int thread_multiple;  // the library gave MPI_THREAD_MULTIPLE (the watchdog needs it)
-    MPI_Request* reqs;    // 2 * world
+    ReqList blk;          // the blocking collectives' requests
     int* counts;          // world
-    int* displs;          // world
     void* scratch;
     size_t scratch_bytes;
     MpiReq slot[COMM_MAX_REQUESTS];
@@ -84,21 +99,58 @@ static MPI_Datatype mpi_type(CommDtype dt) {
     fatal(NULL, "unknown CommDtype %d", (int)dt);
 }
 
-// Completes n requests, sleeping between tests (comm.c: comm_poll_sleep). Each completed wait is
-// progress for the watchdog: a large collective moves in chunks, so a slow network that keeps
+static void* grow(void* p, size_t bytes) {
+    void* q = realloc(p, bytes);
+    if (!q) fatal("free memory or use fewer ranks per node", "comm: out of memory for %zu bytes of MPI requests", bytes);
+    return q;
+}
+static void reqs_reserve(ReqList* l, int more) {
+    if (l->n + more <= l->cap) return;
+    int cap = l->cap * 2 > l->n + more ? l->cap * 2 : l->n + more;
+    l->r = (MPI_Request*)grow(l->r, (size_t)cap * sizeof(MPI_Request));
+    l->done = (int*)grow(l->done, (size_t)cap * sizeof(int));
+    l->cap = cap;
+}
+static void reqs_free(ReqList* l) { free(l->r); free(l->done); memset(l, 0, sizeof(*l)); }
+
+// Posts the send (or receive) of count elements to (from) peer as pieces of at most
+// COMM_PIECE_BYTES, appended to l.
+static void post(MpiState* s, ReqList* l, int send, const void* buf, size_t count, MPI_Datatype T, size_t es, int peer, int tag) {
+    const size_t pe = COMM_PIECE_BYTES / es;
+    reqs_reserve(l, (int)((count + pe - 1) / pe));
+    for (size_t off = 0; off < count; off += pe) {
+        const int len = (int)(count - off < pe ? count - off : pe);
+        char* p = (char*)buf + off * es;
+        if (send) mpiCheck(MPI_Isend(p, len, T, peer, tag, s->comm, &l->r[l->n++]));
+        else mpiCheck(MPI_Irecv(p, len, T, peer, tag, s->comm, &l->r[l->n++]));
+    }
+}
+#define post_send(s, l, buf, count, dt, peer, tag) post(s, l, 1, buf, count, mpi_type(dt), comm_dtype_size(dt), peer, tag)
+#define post_recv(s, l, buf, count, dt, peer, tag) post(s, l, 0, buf, count, mpi_type(dt), comm_dtype_size(dt), peer, tag)
+
+// Completes the requests of l and empties it. Between tests it sleeps (comm.c: comm_poll_sleep),
+// but a completed piece restarts the back-off: while data moves, the wait keeps the MPI library
+// moving it. Each completion is also progress for the watchdog, so a slow network that keeps
 // moving data is not mistaken for a hung one.
-static void mpi_wait(Comm* c, int n, MPI_Request* reqs) {
+static void mpi_wait(Comm* c, ReqList* l) {
     CommBackoff b;
     comm_poll_begin(&b);
     for (;;) {
-        int done = 0;
-        mpiCheck(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
-        if (done) break;
+        int got = 0;
+        mpiCheck(MPI_Testsome(l->n, l->r, &got, l->done, MPI_STATUSES_IGNORE));
+        if (got == MPI_UNDEFINED) break; // none left
+        if (got > 0) { comm_wd_progress(c); comm_poll_begin(&b); continue; }
         comm_poll_sleep(&b);
     }
-    comm_wd_progress(c);
+    l->n = 0;
 }
-static void mpi_wait1(Comm* c, MPI_Request* r) { mpi_wait(c, 1, r); }
+// One request that is not a list's (small collectives of the MPI library).
+static void mpi_wait1(Comm* c, MPI_Request* r) {
+    ReqList l = { r, NULL, 1, 1 };
+    int done = 0;
+    l.done = &done;
+    mpi_wait(c, &l);
+}
 
 // out[i] = contributions of ranks 0..world-1 added in rank order in double, rounded once.
 // Rank r's contribution is own[i] for r == me, else scratch[r*stride + i]. out may alias own.
@@ -145,28 +197,28 @@ static void allreduce_exact(Comm* c, void* buf, size_t n, CommDtype dt, CommRedO
 static void allreduce_chunk(Comm* c, char* base, size_t m, CommDtype dt) {
     MpiState* s = st(c);
     const size_t es = comm_dtype_size(dt);
-    const MPI_Datatype T = mpi_type(dt);
     const int W = c->world, me = c->rank;
     const size_t p = (m + (size_t)W - 1) / (size_t)W;
     char* scratch = (char*)s->scratch;
-    int nreq = 0;
     for (int r = 0; r < W; r++) {
         size_t b = (size_t)r * p;
         s->counts[r] = (int)(b >= m ? 0 : (m - b < p ? m - b : p));
-        s->displs[r] = (int)b;
     }
     const int mine = s->counts[me];
     for (int r = 0; r < W; r++) {
         if (r == me) continue;
-        if (mine) mpiCheck(MPI_Irecv(scratch + (size_t)r * p * es, mine, T, r, COMM_TAG, s->comm, &s->reqs[nreq++]));
-        if (s->counts[r]) mpiCheck(MPI_Isend(base + (size_t)r * p * es, s->counts[r], T, r, COMM_TAG, s->comm, &s->reqs[nreq++]));
+        post_recv(s, &s->blk, scratch + (size_t)r * p * es, (size_t)mine, dt, r, COMM_TAG);
+        post_send(s, &s->blk, base + (size_t)r * p * es, (size_t)s->counts[r], dt, r, COMM_TAG);
     }
-    mpi_wait(c, nreq, s->reqs);
+    mpi_wait(c, &s->blk);
     char* my = base + (size_t)me * p * es;
     sum_block(dt, my, my, scratch, p, (size_t)mine, W, me);
-    MPI_Request r;
-    mpiCheck(MPI_Iallgatherv(MPI_IN_PLACE, 0, T, base, s->counts, s->displs, T, s->comm, &r));
-    mpi_wait1(c, &r);
+    for (int r = 0; r < W; r++) { // every rank's sums to everyone
+        if (r == me) continue;
+        post_recv(s, &s->blk, base + (size_t)r * p * es, (size_t)s->counts[r], dt, r, COMM_TAG);
+        post_send(s, &s->blk, my, (size_t)mine, dt, r, COMM_TAG);
+    }
+    mpi_wait(c, &s->blk);
 }
 
 static void mpi_allreduce(Comm* c, void* buf, size_t n, CommDtype dt, CommRedOp op, void* stream) {
@@ -195,13 +247,12 @@ static void mpi_reduce_scatter(Comm* c, const void* send, void* recv, size_t sha
     char* scratch = (char*)s->scratch;
     for (size_t off = 0; off < shard; off += cmax) {
         size_t len = shard - off < cmax ? shard - off : cmax;
-        int nreq = 0;
         for (int r = 0; r < W; r++) {
             if (r == me) continue;
-            mpiCheck(MPI_Irecv(scratch + (size_t)r * len * es, (int)len, mpi_type(dt), r, COMM_TAG, s->comm, &s->reqs[nreq++]));
-            mpiCheck(MPI_Isend(snd + ((size_t)r * shard + off) * es, (int)len, mpi_type(dt), r, COMM_TAG, s->comm, &s->reqs[nreq++]));
+            post_recv(s, &s->blk, scratch + (size_t)r * len * es, len, dt, r, COMM_TAG);
+            post_send(s, &s->blk, snd + ((size_t)r * shard + off) * es, len, dt, r, COMM_TAG);
         }
-        mpi_wait(c, nreq, s->reqs);
+        mpi_wait(c, &s->blk);
         // in place (recv == send + me*shard) is fine: element i is read before it is written
         sum_block(dt, (char*)recv + off * es, snd + ((size_t)me * shard + off) * es, scratch, len, len, W, me);
     }
@@ -215,58 +266,43 @@ static void mpi_reduce(Comm* c, const void* send, void* recv, size_t n, CommDtyp
     for (size_t off = 0; off < n; off += cmax) {
         size_t len = n - off < cmax ? n - off : cmax;
         const char* mine = (const char*)send + off * es;
-        int nreq = 0;
         if (me != root) {
-            mpiCheck(MPI_Isend(mine, (int)len, mpi_type(dt), root, COMM_TAG, s->comm, &s->reqs[nreq++]));
+            post_send(s, &s->blk, mine, len, dt, root, COMM_TAG);
         } else {
             for (int r = 0; r < W; r++)
-                if (r != me) mpiCheck(MPI_Irecv(scratch + (size_t)r * len * es, (int)len, mpi_type(dt), r, COMM_TAG, s->comm, &s->reqs[nreq++]));
+                if (r != me) post_recv(s, &s->blk, scratch + (size_t)r * len * es, len, dt, r, COMM_TAG);
         }
-        mpi_wait(c, nreq, s->reqs);
+        mpi_wait(c, &s->blk);
         if (me == root) sum_block(dt, (char*)recv + off * es, mine, scratch, len, len, W, me);
     }
 }
 
-// MPI counts are int: a shard of `bytes` goes in units of 2^k bytes (ZeRO shards are 64-element
-// aligned) so that shards beyond 2 GiB still go in one message. Returns the count; *type is
-// MPI_BYTE or a committed contiguous type the caller frees.
-static int byte_units(size_t bytes, MPI_Datatype* type) {
-    size_t unit = 1;
-    while (bytes / unit > (size_t)INT_MAX && unit < ((size_t)1 << 20) && bytes % (unit * 2) == 0) unit *= 2;
-    if (bytes / unit > (size_t)INT_MAX)
-        fatal("use more ranks or pad shards to a multiple of 1 KiB", "comm: a shard of %zu bytes is too large for one MPI message", bytes);
-    *type = MPI_BYTE;
-    if (unit > 1) {
-        mpiCheck(MPI_Type_contiguous((int)unit, MPI_BYTE, type));
-        mpiCheck(MPI_Type_commit(type));
-    }
-    return (int)(bytes / unit);
-}
-
-static void iallgather_start(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, MPI_Request* r, MPI_Datatype* type) {
+// All-gather as point-to-point pieces: this rank's shard to every peer, theirs into recv (and the
+// own block copied unless in place); posted into l, completed by the caller's mpi_wait.
+static void allgather_post(Comm* c, ReqList* l, const void* send, void* recv, size_t shard, CommDtype dt, int tag) {
+    MpiState* s = st(c);
     const size_t bytes = shard * comm_dtype_size(dt);
-    const int count = byte_units(bytes, type);
-    const void* sendp = (const char*)recv + (size_t)c->rank * bytes == (const char*)send ? MPI_IN_PLACE : send;
-    mpiCheck(MPI_Iallgather(sendp, count, *type, recv, count, *type, st(c)->comm, r));
+    char* mine = (char*)recv + (size_t)c->rank * bytes;
+    if (mine != (const char*)send && bytes) memmove(mine, send, bytes);
+    for (int r = 0; r < c->world; r++) {
+        if (r == c->rank) continue;
+        post_recv(s, l, (char*)recv + (size_t)r * bytes, shard, dt, r, tag);
+        post_send(s, l, mine, shard, dt, r, tag);
+    }
 }
 
 static void mpi_allgather(Comm* c, const void* send, void* recv, size_t shard, CommDtype dt, void* stream) {
-    if (shard == 0) return;
-    MPI_Request r;
-    MPI_Datatype type;
-    iallgather_start(c, send, recv, shard, dt, &r, &type);
-    mpi_wait1(c, &r);
-    if (type != MPI_BYTE) mpiCheck(MPI_Type_free(&type));
+    allgather_post(c, &st(c)->blk, send, recv, shard, dt, COMM_TAG);
+    mpi_wait(c, &st(c)->blk);
 }
 
+// Linear: the root sends the whole buffer to every peer (fine at the rank counts of one or a few
+// nodes; the ranks' other collectives dominate the traffic).
 static void mpi_broadcast(Comm* c, void* buf, size_t bytes, int root, void* stream) {
-    const size_t piece = (size_t)1 << 30;
-    for (size_t off = 0; off < bytes; off += piece) {
-        size_t len = bytes - off < piece ? bytes - off : piece;
-        MPI_Request r;
-        mpiCheck(MPI_Ibcast((char*)buf + off, (int)len, MPI_BYTE, root, st(c)->comm, &r));
-        mpi_wait1(c, &r);
-    }
+    MpiState* s = st(c);
+    if (c->rank != root) post(s, &s->blk, 0, buf, bytes, MPI_BYTE, 1, root, COMM_TAG);
+    else for (int r = 0; r < c->world; r++) if (r != root) post(s, &s->blk, 1, buf, bytes, MPI_BYTE, 1, r, COMM_TAG);
+    mpi_wait(c, &s->blk);
 }
 
 static void mpi_barrier(Comm* c) {
@@ -278,8 +314,8 @@ static void mpi_barrier(Comm* c) {
 static void mpi_nothing(Comm* c) { (void)c; }
 
 // ---------------------------------------------------------------------------------------------
-// non-blocking requests: all-gather is MPI_Iallgather; reduce-scatter posts the point-to-point
-// messages at the start and sums in rank order when they have arrived (comm_wait)
+// non-blocking requests: the start posts the point-to-point pieces; the wait completes them and,
+// for a reduce-scatter, sums in rank order
 
 static void mpi_istart(Comm* c, CommReq* q) {
     MpiState* s = st(c);
@@ -287,31 +323,20 @@ static void mpi_istart(Comm* c, CommReq* q) {
     const int W = c->world, me = c->rank, tag = COMM_TAG + 1 + (int)(q - c->reqs);
     const size_t es = comm_dtype_size(q->dt);
     q->impl = m;
-    m->n = 0;
-    m->type = MPI_DATATYPE_NULL;
-    if (q->shard == 0) return;
-    if (q->kind == COMM_REQ_ALLGATHER) {
-        iallgather_start(c, q->send, q->recv, q->shard, q->dt, &m->r[0], &m->type);
-        m->n = 1;
-        return;
-    }
-    if (q->shard > (size_t)INT_MAX)
-        fatal("split the reduce-scatter into pieces below 2^31 elements", "comm_dev_ireduce_scatter_sum: shard of %zu elements "
-              "is too large for one MPI message", q->shard);
+    m->l.n = 0;
+    if (q->kind == COMM_REQ_ALLGATHER) { allgather_post(c, &m->l, q->send, q->recv, q->shard, q->dt, tag); return; }
     size_t need = (size_t)W * q->shard * es;
     if (need > m->cap) { free(m->buf); m->buf = mallocCheck(need); m->cap = need; }
     for (int r = 0; r < W; r++) {
         if (r == me) continue;
-        mpiCheck(MPI_Irecv((char*)m->buf + (size_t)r * q->shard * es, (int)q->shard, mpi_type(q->dt), r, tag, s->comm, &m->r[m->n++]));
-        mpiCheck(MPI_Isend((const char*)q->send + (size_t)r * q->shard * es, (int)q->shard, mpi_type(q->dt), r, tag, s->comm,
-                           &m->r[m->n++]));
+        post_recv(s, &m->l, (char*)m->buf + (size_t)r * q->shard * es, q->shard, q->dt, r, tag);
+        post_send(s, &m->l, (const char*)q->send + (size_t)r * q->shard * es, q->shard, q->dt, r, tag);
     }
 }
 
 static void mpi_wait_req(Comm* c, CommReq* q) {
     MpiReq* m = (MpiReq*)q->impl;
-    mpi_wait(c, m->n, m->r);
-    if (m->type != MPI_DATATYPE_NULL && m->type != MPI_BYTE) mpiCheck(MPI_Type_free(&m->type));
+    mpi_wait(c, &m->l);
     if (q->kind == COMM_REQ_REDUCE_SCATTER && q->shard) {
         const size_t es = comm_dtype_size(q->dt);
         sum_block(q->dt, q->recv, (const char*)q->send + (size_t)c->rank * q->shard * es, m->buf, q->shard, q->shard, c->world, c->rank);
@@ -389,11 +414,10 @@ static void mpi_state_alloc(Comm* c, MpiState* s) {
     mpiCheck(MPI_Comm_size(node, &c->local_world));
     mpiCheck(MPI_Comm_free(&node));
     const size_t W = (size_t)c->world;
-    s->reqs = (MPI_Request*)mallocCheck(2 * W * sizeof(MPI_Request));
     s->counts = (int*)mallocCheck(W * sizeof(int));
-    s->displs = (int*)mallocCheck(W * sizeof(int));
-    for (int k = 0; k < COMM_MAX_REQUESTS; k++) s->slot[k].r = (MPI_Request*)mallocCheck(2 * W * sizeof(MPI_Request));
     s->scratch_bytes = scratch_bytes(c->world);
+    // the blocking collectives stage at most scratch_bytes per wait (each way): their pieces
+    reqs_reserve(&s->blk, (int)(2 * (s->scratch_bytes / COMM_PIECE_BYTES + 2 * W)));
     s->scratch = mallocCheck(s->scratch_bytes);
     s->wd = MPI_COMM_NULL;
     c->host_state = s;
@@ -402,8 +426,9 @@ static void mpi_state_alloc(Comm* c, MpiState* s) {
 static void mpi_state_free(Comm* c) {
     MpiState* s = st(c);
     mpiCheck(MPI_Comm_free(&s->comm));
-    for (int k = 0; k < COMM_MAX_REQUESTS; k++) { free(s->slot[k].r); free(s->slot[k].buf); }
-    free(s->reqs); free(s->counts); free(s->displs); free(s->scratch); free(s);
+    for (int k = 0; k < COMM_MAX_REQUESTS; k++) { reqs_free(&s->slot[k].l); free(s->slot[k].buf); }
+    reqs_free(&s->blk);
+    free(s->counts); free(s->scratch); free(s);
     c->host_state = NULL;
 }
 

@@ -86,6 +86,23 @@ void ops_to_host(void* dst_host, const void* src, size_t bytes);
 // as soon as this returns) and reaches the device in order with the ops issued after it. For the
 // batches of a training step (the CUDA backend stages them in pinned memory).
 void ops_to_device_async(void* dst, const void* src_host, size_t bytes);
+// Transfers that overlap host work (the optimizer offload, llmc/optimizer.c): copies between
+// pinned host memory (ops_alloc_host) and the backend on a copy stream of their own, issued at
+// once and run in issue order, while the host goes on (it updates one piece while the next comes
+// down and the previous goes up). CUDA: a non-blocking stream and events; CPU: a memcpy at once,
+// every mark reached when it is made.
+//   ops_copy_begin        the copies issued next wait for the backend work issued so far
+//   ops_copy_to_host / ops_copy_to_device   enqueue one copy (host side: pinned memory)
+//   ops_copy_mark         a mark after the copies issued so far; at most OPS_COPY_MARKS pending
+//   ops_copy_wait         the host waits until the copies before the mark have run
+//   ops_copy_end          the backend work issued next waits for every copy issued before
+#define OPS_COPY_MARKS 16
+void ops_copy_begin(void);
+void ops_copy_to_host(void* dst_host, const void* src, size_t bytes);
+void ops_copy_to_device(void* dst, const void* src_host, size_t bytes);
+int ops_copy_mark(void);
+void ops_copy_wait(int mark);
+void ops_copy_end(void);
 // Host fp32 <-> backend floatX conversion copies (n elements).
 void ops_upload_f32(floatX* dst, const float* src_host, size_t n);
 void ops_download_f32(float* dst_host, const floatX* src, size_t n);

@@ -39,15 +39,25 @@ typedef struct {
     void* stage_g;      // (end - begin) floatX on the host: the gradients brought over
     void* stage_p;      //   ... and the updated parameters sent back
     size_t moved_down, moved_up; // bytes moved by the last opt_step (backend -> host, host -> backend)
+    size_t offload_chunk; // elements per transfer piece (OPT_OFFLOAD_CHUNK; a test may lower it)
+    int pieces;         // pieces of the last opt_step
+    char* trace;        // LLMC_OFFLOAD_TRACE=1: each step's order of transfers and updates (printed)
+    size_t trace_len, trace_cap;
 } Optimizer;
+
+#define OPT_OFFLOAD_CHUNK ((size_t)1 << 20)
 
 // segs are copied; offsets are assigned here in order.
 void opt_init(Optimizer* o, const TrainSeg* segs, int nseg, size_t begin, size_t end);
 void opt_free(Optimizer* o);
 // Optimizer offload (--offload-optimizer), right after opt_init: m, v and the master weights move
-// to pinned host memory (ops_alloc_host) and opt_step runs AdamW on the CPU (llmc/adamw_host.h):
-// per segment it brings the gradients over, updates, and sends the parameters back (moved_down /
-// moved_up count the bytes). The result equals the backend's own update.
+// to pinned host memory (ops_alloc_host) and opt_step runs AdamW on the CPU (llmc/adamw_host.h).
+// The range goes in pieces (a segment's part, at most offload_chunk elements), pipelined on the
+// backend's copy stream (ops_copy_*): while the CPU updates piece i, the gradients of piece i + 1
+// come down and the parameters of piece i - 1 go up (moved_down / moved_up count the bytes).
+// The result equals the backend's own update. LLMC_OFFLOAD_TRACE=1 prints each step's order:
+// "Dk" piece k's copies to the host issued, "Uk" its update done, "uk" its parameters' copy back
+// issued.
 void opt_offload(Optimizer* o);
 // An optimizer state array (o->m, o->v or o->master) to / from host memory, wherever it lives.
 void opt_state_to_host(const Optimizer* o, const float* state, float* host);

@@ -280,23 +280,54 @@ void st_read_raw(StFile* f, const StTensor* t, void* dst) {
 
 #define ST_CHUNK_ELEMS (1u << 20)
 
-void st_read_f32(StFile* f, const StTensor* t, float* dst) {
-    if (t->dtype == ST_F32) { st_read_raw(f, t, dst); return; }
-    if (t->dtype != ST_BF16 && t->dtype != ST_F16 && t->dtype != ST_F64)
-        fatal("expected a floating-point tensor", "'%s': tensor '%s' has dtype %s, cannot read it as floats",
-              f->path, t->name, st_dtype_name(t->dtype));
+// Converts n elements of t's dtype at src to the caller's type at dst; first is the index of
+// src[0] in the tensor (for messages).
+typedef void (*StConvertFn)(const StFile* f, const StTensor* t, const void* src, size_t n, void* dst, uint64_t first);
+
+// Reads tensor t into dst (elements of dst_es bytes) through conv, in chunks so that a large
+// tensor needs no full-size temporary.
+static void st_read_converted(StFile* f, const StTensor* t, void* dst, size_t dst_es, StConvertFn conv) {
     size_t es = DTYPE_SIZES[t->dtype];
-    // convert in chunks so a large tensor needs no full-size temporary
     size_t chunk = t->numel < ST_CHUNK_ELEMS ? (size_t)t->numel : ST_CHUNK_ELEMS;
     void* buf = mallocCheck(chunk * es);
     for (uint64_t i = 0; i < t->numel; i += chunk) {
         size_t n = (size_t)(t->numel - i < chunk ? t->numel - i : chunk);
         st_read_bytes(f, t, i * es, buf, n * es);
-        if (t->dtype == ST_BF16) { const uint16_t* s = (const uint16_t*)buf; for (size_t j = 0; j < n; j++) dst[i + j] = bf16_to_f32(s[j]); }
-        else if (t->dtype == ST_F16) { const uint16_t* s = (const uint16_t*)buf; for (size_t j = 0; j < n; j++) dst[i + j] = fp16_to_f32(s[j]); }
-        else { const double* s = (const double*)buf; for (size_t j = 0; j < n; j++) dst[i + j] = (float)s[j]; }
+        conv(f, t, buf, n, (char*)dst + i * dst_es, i);
     }
     free(buf);
+}
+
+static void st_convert_f32(const StFile* f, const StTensor* t, const void* src, size_t n, void* dst, uint64_t first) {
+    float* d = (float*)dst;
+    if (t->dtype == ST_BF16) { const uint16_t* s = (const uint16_t*)src; for (size_t j = 0; j < n; j++) d[j] = bf16_to_f32(s[j]); }
+    else if (t->dtype == ST_F16) { const uint16_t* s = (const uint16_t*)src; for (size_t j = 0; j < n; j++) d[j] = fp16_to_f32(s[j]); }
+    else { const double* s = (const double*)src; for (size_t j = 0; j < n; j++) d[j] = (float)s[j]; }
+}
+
+void st_read_f32(StFile* f, const StTensor* t, float* dst) {
+    if (t->dtype == ST_F32) { st_read_raw(f, t, dst); return; }
+    if (t->dtype != ST_BF16 && t->dtype != ST_F16 && t->dtype != ST_F64)
+        fatal("expected a floating-point tensor", "'%s': tensor '%s' has dtype %s, cannot read it as floats",
+              f->path, t->name, st_dtype_name(t->dtype));
+    st_read_converted(f, t, dst, sizeof(float), st_convert_f32);
+}
+
+static void st_convert_i32(const StFile* f, const StTensor* t, const void* src, size_t n, void* dst, uint64_t first) {
+    int32_t* d = (int32_t*)dst;
+    for (size_t j = 0; j < n; j++) {
+        int64_t v;
+        switch (t->dtype) {
+            case ST_I64: v = ((const int64_t*)src)[j]; break;
+            case ST_I16: v = ((const int16_t*)src)[j]; break;
+            case ST_I8:  v = ((const int8_t*)src)[j]; break;
+            default:     v = ((const uint8_t*)src)[j]; break;
+        }
+        if (v < INT32_MIN || v > INT32_MAX)
+            fatal(NULL, "'%s': tensor '%s' element %llu = %lld does not fit in int32", f->path, t->name,
+                  (unsigned long long)(first + j), (long long)v);
+        d[j] = (int32_t)v;
+    }
 }
 
 void st_read_i32(StFile* f, const StTensor* t, int32_t* dst) {
@@ -304,27 +335,7 @@ void st_read_i32(StFile* f, const StTensor* t, int32_t* dst) {
     if (t->dtype != ST_I64 && t->dtype != ST_I16 && t->dtype != ST_I8 && t->dtype != ST_U8 && t->dtype != ST_BOOL)
         fatal("expected an integer tensor", "'%s': tensor '%s' has dtype %s, cannot read it as integers",
               f->path, t->name, st_dtype_name(t->dtype));
-    size_t es = DTYPE_SIZES[t->dtype];
-    size_t chunk = t->numel < ST_CHUNK_ELEMS ? (size_t)t->numel : ST_CHUNK_ELEMS;
-    void* buf = mallocCheck(chunk * es);
-    for (uint64_t i = 0; i < t->numel; i += chunk) {
-        size_t n = (size_t)(t->numel - i < chunk ? t->numel - i : chunk);
-        st_read_bytes(f, t, i * es, buf, n * es);
-        for (size_t j = 0; j < n; j++) {
-            int64_t v;
-            switch (t->dtype) {
-                case ST_I64: v = ((const int64_t*)buf)[j]; break;
-                case ST_I16: v = ((const int16_t*)buf)[j]; break;
-                case ST_I8:  v = ((const int8_t*)buf)[j]; break;
-                default:     v = ((const uint8_t*)buf)[j]; break;
-            }
-            if (v < INT32_MIN || v > INT32_MAX)
-                fatal(NULL, "'%s': tensor '%s' element %llu = %lld does not fit in int32", f->path, t->name,
-                      (unsigned long long)(i + j), (long long)v);
-            dst[i + j] = (int32_t)v;
-        }
-    }
-    free(buf);
+    st_read_converted(f, t, dst, sizeof(int32_t), st_convert_i32);
 }
 
 // ---------------------------------------------------------------------------------------------

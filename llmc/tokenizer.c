@@ -5,6 +5,7 @@
 #include "tokenizer.h"
 #include "check.h"
 #include "fileio.h"
+#include "vocab.h"
 #include <utf8proc.h>
 #include <stdint.h>
 #include <string.h>
@@ -400,6 +401,16 @@ static int64_t js_int(Js* j) {
     }
     return neg ? -v : v;
 }
+// After a member of an object or an element of a list: 1 (the ',' consumed) when another follows,
+// 0 (`close` consumed) at its end; anything else is malformed, named by `where` when given.
+static int js_more(Js* j, char close, const char* where) {
+    int d = js_peek(j);
+    if (d == ',') { j->i++; return 1; }
+    if (d == close) { j->i++; return 0; }
+    char msg[96];
+    snprintf(msg, sizeof(msg), "expected ',' or '%c'%s%s", close, where ? " in " : "", where ? where : "");
+    js_fail(j, msg);
+}
 static void js_skip(Js* j, int depth) {
     if (depth > 64) js_fail(j, "nesting too deep");
     int c = js_peek(j);
@@ -411,10 +422,7 @@ static void js_skip(Js* j, int depth) {
         for (;;) {
             if (c == '{') { Buf tmp = {0}; js_string(j, &tmp); free(tmp.p); js_expect(j, ':'); }
             js_skip(j, depth + 1);
-            int d = js_peek(j);
-            if (d == ',') { j->i++; continue; }
-            if (d == close) { j->i++; return; }
-            js_fail(j, c == '{' ? "expected ',' or '}'" : "expected ',' or ']'");
+            if (!js_more(j, close, NULL)) return;
         }
     }
     // number or literal
@@ -441,10 +449,7 @@ static void js_vocab_object(Js* j, VocabSrc* v) {
                   "byte-level alphabet", j->path, (long long)id, (unsigned)bad);
         }
         vs_add_token(v, raw.p, raw.n, id, 0);
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == '}') { j->i++; break; }
-        js_fail(j, "expected ',' or '}' in the vocabulary object");
+        if (!js_more(j, '}', "the vocabulary object")) break;
     }
     free(key.p); free(raw.p);
 }
@@ -531,10 +536,7 @@ static void tj_merges(Tj* t) {
     if (js_peek(j) == ']') { j->i++; return; }
     for (long idx = 1;; idx++) {
         tj_merge(t, idx);
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == ']') { j->i++; return; }
-        js_fail(j, "expected ',' or ']' in model.merges");
+        if (!js_more(j, ']', "model.merges")) return;
     }
 }
 
@@ -559,10 +561,7 @@ static void tj_model(Tj* t) {
         } else {
             js_skip(j, 1);
         }
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == '}') { j->i++; return; }
-        js_fail(j, "expected ',' or '}' in model");
+        if (!js_more(j, '}', "model")) return;
     }
 }
 
@@ -582,10 +581,7 @@ static void tj_added_token(Tj* t) {
         } else if (t->key.n == 7 && memcmp(t->key.p, "content", 7) == 0) {
             js_string(j, &t->s1); have_content = 1;
         } else js_skip(j, 2);
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == '}') { j->i++; break; }
-        js_fail(j, "expected ',' or '}' in an added token");
+        if (!js_more(j, '}', "an added token")) break;
     }
     if (id < 0 || !have_content || t->s1.n == 0) js_fail(j, "an added token needs an \"id\" and a non-empty \"content\"");
     vs_add_token(t->v, t->s1.p, t->s1.n, id, 1);
@@ -597,10 +593,7 @@ static void tj_added_tokens(Tj* t) {
     if (js_peek(j) == ']') { j->i++; return; }
     for (;;) {
         tj_added_token(t);
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == ']') { j->i++; return; }
-        js_fail(j, "expected ',' or ']' in added_tokens");
+        if (!js_more(j, ']', "added_tokens")) return;
     }
 }
 
@@ -617,10 +610,7 @@ static void load_tokenizer_json(const char* path, VocabSrc* v) {
         if (t.key.n == 5 && memcmp(t.key.p, "model", 5) == 0 && js_peek(j) == '{') tj_model(&t);
         else if (t.key.n == 12 && memcmp(t.key.p, "added_tokens", 12) == 0 && js_peek(j) == '[') tj_added_tokens(&t);
         else js_skip(j, 1);
-        int d = js_peek(j);
-        if (d == ',') { j->i++; continue; }
-        if (d == '}') { j->i++; break; }
-        js_fail(j, "expected ',' or '}'");
+        if (!js_more(j, '}', NULL)) break;
     }
     if (js_peek(j) != -1) js_fail(j, "trailing data after the top-level object");
     free(t.key.p); free(t.s1.p); free(t.s2.p); free(t.r1.p); free(t.r2.p); free(text);
@@ -742,7 +732,8 @@ static void load_pair(Tokenizer* t, const char* vocab_path, const char* merges_p
     load_merges_txt(merges_path, &v);
     build(t, &v, vocab_path, merges_path);
     vs_free(&v);
-    snprintf(t->source, sizeof(t->source), "%s + %s", vocab_path, merges_path);
+    // a name for messages: each path cut at 2000 characters so that both fit
+    snprintf(t->source, sizeof(t->source), "%.2000s + %.2000s", vocab_path, merges_path);
 }
 
 static void load_tokjson(Tokenizer* t, const char* path) {
@@ -756,20 +747,11 @@ static void load_tokjson(Tokenizer* t, const char* path) {
 #define VOCAB_HINT "pass the directory holding GPT-2's encoder.json + vocab.bpe (bundled in data/gpt2/), " \
                    "or a Hugging Face model directory with vocab.json + merges.txt or tokenizer.json"
 
-void tok_load(Tokenizer* t, const char* path) {
-    memset(t, 0, sizeof(*t));
-    init_byte_alphabet();
-    init_ascii_cls();
+// Why path holds no vocabulary (vocab_files found none), as one message.
+__attribute__((noreturn)) static void tok_vocab_fatal(const char* path) {
+    static const char* pairs[2][2] = {{"encoder.json", "vocab.bpe"}, {"vocab.json", "merges.txt"}};
     char a[LLMC_PATH_MAX], b[LLMC_PATH_MAX];
     if (dir_exists(path)) {
-        static const char* pairs[2][2] = {{"encoder.json", "vocab.bpe"}, {"vocab.json", "merges.txt"}};
-        for (int p = 0; p < 2; p++) {
-            path_join(a, sizeof(a), path, pairs[p][0]);
-            path_join(b, sizeof(b), path, pairs[p][1]);
-            if (file_exists(a) && file_exists(b)) { load_pair(t, a, b); return; }
-        }
-        path_join(a, sizeof(a), path, "tokenizer.json");
-        if (file_exists(a)) { load_tokjson(t, a); return; }
         for (int p = 0; p < 2; p++) { // one half of a pair: say which half is missing
             path_join(a, sizeof(a), path, pairs[p][0]);
             path_join(b, sizeof(b), path, pairs[p][1]);
@@ -782,27 +764,23 @@ void tok_load(Tokenizer* t, const char* path) {
     }
     if (!file_exists(path))
         fatal(VOCAB_HINT, "vocabulary not found: '%s' is neither a file nor a directory", path);
-    // A single file: tokenizer.json, or one half of a pair whose partner sits next to it.
-    char dir[LLMC_PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char* slash = strrchr(dir, '/');
-    if (slash) *slash = '\0'; else snprintf(dir, sizeof(dir), ".");
+    // a single file that is not tokenizer.json: one half of a pair without its partner next to it
     int is_merges = ends_with(path, ".bpe") || ends_with(path, ".txt");
-    if (!is_merges && ends_with(path, "tokenizer.json")) { load_tokjson(t, path); return; }
     if (!is_merges && !ends_with(path, ".json"))
         fatal(VOCAB_HINT, "'%s': not a vocabulary file (expected encoder.json, vocab.json, vocab.bpe, "
               "merges.txt or tokenizer.json)", path);
-    static const char* partner_merges[2] = {"vocab.bpe", "merges.txt"};
-    static const char* partner_vocab[2] = {"encoder.json", "vocab.json"};
-    const char** partners = is_merges ? partner_vocab : partner_merges;
-    for (int p = 0; p < 2; p++) {
-        path_join(b, sizeof(b), dir, partners[p]);
-        if (file_exists(b)) {
-            if (is_merges) load_pair(t, b, path); else load_pair(t, path, b);
-            return;
-        }
-    }
-    fatal(VOCAB_HINT, "vocabulary incomplete: '%s' needs %s or %s next to it", path, partners[0], partners[1]);
+    fatal(VOCAB_HINT, "vocabulary incomplete: '%s' needs %s or %s next to it", path,
+          pairs[0][is_merges ? 0 : 1], pairs[1][is_merges ? 0 : 1]);
+}
+
+void tok_load(Tokenizer* t, const char* path) {
+    memset(t, 0, sizeof(*t));
+    init_byte_alphabet();
+    init_ascii_cls();
+    VocabFiles f;   // which files, found as llmc/vocab.c finds them for every other reader
+    if (vocab_files(path, &f) != 0) tok_vocab_fatal(path);
+    if (f.tokenizer_json[0]) load_tokjson(t, f.tokenizer_json);
+    else load_pair(t, f.vocab, f.merges);
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ $(TREE)/test/%_gpu: test/%.cu $(LIB) $(CPUREF_LIB) $(wildcard test/*.h test/*.c)
 	$(CXX) $@.o $(CPUREF_LIB) $(LIB) -o $@ $(LDFLAGS) $(PROGRAM_LIBS)
 
 # the op test is C++ host code calling both backends (same source as the harness' test_cuda_ops)
-$(TREE)/test/test_cuda_ops_gpu: test/test_cuda_ops.cpp $(LIB) $(CPUREF_LIB) test/test.h test/cuda_test.h
+$(TREE)/test/test_cuda_ops_gpu: test/test_cuda_ops.cpp $(LIB) $(CPUREF_LIB) test/test.h test/cuda_test.h test/ref_ops.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -isystem $(CUDA_HOME)/include -DLLMC_CUDA -c $< -o $@.o
 	$(CXX) $@.o $(CPUREF_LIB) $(LIB) -o $@ $(LDFLAGS) $(PROGRAM_LIBS)

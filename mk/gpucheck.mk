@@ -8,11 +8,13 @@
 #               QLoRA one is not called test_qlora_cuda: that is the NF4 kernel test of test/cuda/.
 #   CUDA tree:  $(TREE)/test/test_lora_gpu, test_qlora_gpu (mk/cuda.mk's rule for test/NAME.cu),
 #               and test_flash_attention_gpu (test/test_cuda_flash_attention.cpp on the real
-#               kernels), in GPU_TEST_PROGS and so in `make gpu-bundle`.
+#               kernels), in GPU_TEST_PROGS and so in `make gpu-bundle`, and test_comm_split_gpu
+#               (test/test_comm_split.cu: sub-communicators with NCCL attached; CUDA tree only, the
+#               harness has no NCCL).
 # The watchdog's NCCL path on one GPU: test/test_nccl_watchdog.cu becomes
 # $(TREE)/test/test_nccl_watchdog_gpu (CUDA tree only: the harness has no NCCL), in the bundle,
-# run by the check's "watchdog" section. dev/cuda/gpu_info (the
-#               check's device and library facts) is one of mk/bench.mk's DEV_CUDA_PROGS.
+# run by the check's "watchdog" section. dev/cuda/gpu_info (the check's device and library facts)
+# is one of mk/bench.mk's DEV_CUDA_PROGS.
 #
 # The emulated check: `make gpucheck-emu` gathers harness builds of the same programs under the
 # names the bundle uses in $(TREE)/gpucheck-emu/ (links), `make gpu-check-emulated` runs
@@ -80,7 +82,7 @@ endif
 ifeq ($(BACKEND),cuda)
 # ---- the GPU builds
 GPU_TEST_PROGS += $(TREE)/test/test_lora_gpu $(TREE)/test/test_qlora_gpu $(TREE)/test/test_flash_attention_gpu \
-    $(TREE)/test/test_nccl_watchdog_gpu
+    $(TREE)/test/test_comm_split_gpu $(TREE)/test/test_nccl_watchdog_gpu
 # flash attention in depth against the CPU backend: host C++ like test_cuda_ops_gpu
 $(TREE)/test/test_flash_attention_gpu: test/test_cuda_flash_attention.cpp $(LIB) $(CPUREF_LIB) test/test.h test/cuda_test.h
 	@mkdir -p $(dir $@)
@@ -91,7 +93,7 @@ endif
 # ---- `make cuda-check` (nvcc -Werror for every GPU architecture) covers the test sources above, in
 # their CUDA configuration
 GPUCHECK_NVCC_CHECK := $(NVCC_CHECK_DIR)/test/test_lora.o $(NVCC_CHECK_DIR)/test/test_qlora.o \
-    $(NVCC_CHECK_DIR)/test/test_nccl_watchdog.o
+    $(NVCC_CHECK_DIR)/test/test_comm_split.o $(NVCC_CHECK_DIR)/test/test_nccl_watchdog.o
 $(GPUCHECK_NVCC_CHECK): $(NVCC_CHECK_DIR)/%.o: %.cu test/test_lora.c test/test_qlora.c $(wildcard test/*.h) $(CUDA_HDRS)
 	@mkdir -p $(dir $@)
 	@echo "nvcc $<"

@@ -70,7 +70,7 @@ $(CUDA_CPU_DIR)/test/cuda_cpu/%: $(CUDA_CPU_DIR)/test/cuda_cpu/%.o $(CUDA_CPU_RT
 $(CUDA_CPU_DIR)/test/cuda/%: $(CUDA_CPU_DIR)/test/cuda/%.o $(CUDA_CPU_RT) $(CPUREF_LIB) $(CUDA_CPU_EMU_LIB)
 	$(CXX) $< $(CUDA_CPU_RT) $(CPUREF_LIB) $(CUDA_CPU_EMU_LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
 CUDA_CPU_OP_TESTS := $(TREE)/test/test_cuda_ops $(TREE)/test/test_cuda_flash_attention
-$(CUDA_CPU_OP_TESTS): $(TREE)/test/%: test/%.cpp $(CUDA_CPU_RT) $(CUDA_CPU_EMU_LIB) $(CPUREF_LIB) test/test.h test/cuda_test.h
+$(CUDA_CPU_OP_TESTS): $(TREE)/test/%: test/%.cpp $(CUDA_CPU_RT) $(CUDA_CPU_EMU_LIB) $(CPUREF_LIB) test/test.h test/cuda_test.h test/ref_ops.h
 	@mkdir -p $(dir $@)
 	$(CUDA_CPU_EMU_CU) -c $< -o $@.o
 	$(CXX) $@.o $(CUDA_CPU_RT) $(CPUREF_LIB) $(CUDA_CPU_EMU_LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)

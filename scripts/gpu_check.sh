@@ -28,7 +28,10 @@
 #             libraries resolved, PyTorch version, the device's peak bf16 FLOP/s and bandwidth
 #   tests     every GPU test program: each op vs the CPU backend (test_cuda_ops_gpu), flash
 #             attention in depth vs the CPU backend, GPT-2 vs transformers, LoRA vs PEFT, QLoRA vs
-#             bitsandbytes + PEFT (test_*_gpu)
+#             bitsandbytes + PEFT (test_*_gpu); sub-communicators with NCCL attached, the split
+#             of --zero 3 --shard-group (test_comm_split_gpu: one process, so a split of one rank
+#             whose device calls are copies; ncclCommSplit itself needs mpirun and 2+ GPUs:
+#             `mpirun -np 4 build/cuda/test/test_comm_split_gpu 2` in a CUDA build with MPI)
 #   watchdog  the watchdog's NCCL path on the one GPU, in one process without MPI
 #             (test_nccl_watchdog_gpu, each case a child under a 60 s limit): init, a 2-rank
 #             communicator whose second rank never joins, must end (exit 1) naming rank 0 and
@@ -242,12 +245,14 @@ except ImportError: print("peft not installed")'
 }
 
 # ---------------------------------------------------------------------------------------------
-TEST_PROGS="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu"
+TEST_PROGS="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu test_comm_split_gpu"
 section_tests() {
   echo "== tests"
   local p
   for p in $TEST_PROGS; do
-    if prog "$p"; then run_item tests "$p" "$EST_TEST" 300 "$BIN/$p"
+    if [ "$EMULATED" = 1 ] && [ "$p" = test_comm_split_gpu ]; then
+      skip_item tests "$p" "skipped: emulated (NCCL needs a GPU; make test runs comm_split on CPU ranks: test_comm)"
+    elif prog "$p"; then run_item tests "$p" "$EST_TEST" 300 "$BIN/$p"
     else record tests "$p" fail "$p is not in $BIN" 0; fi
   done
 }

@@ -54,7 +54,7 @@ else
   tail -n 30 "$dest/make-bundle.log"; bad "make gpu-bundle failed (log: $dest/make-bundle.log)"
 fi
 bundle="$dest/src/build/gpu-bundle"
-for p in train_gpt2 train_lora generate prepare test_gpt2_gpu test_cuda_ops_gpu test_nccl_watchdog_gpu bench_ops attention_bench; do
+for p in train_gpt2 train_lora generate prepare test_gpt2_gpu test_cuda_ops_gpu test_comm_split_gpu test_nccl_watchdog_gpu bench_ops attention_bench; do
   [ -x "$bundle/$p" ] || bad "the bundle lacks $p"
 done
 allowed='linux-vdso|ld-linux-x86-64|libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|libcudart|libcublasLt|libnccl'

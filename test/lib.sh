@@ -40,6 +40,15 @@ with open(path, "wb") as f:
 PY
 }
 
+# tiny_data DIR SEED: DIR emptied, with DIR/data/tiny_train_000000.bin (3000 tokens, seed SEED)
+# and DIR/data/tiny_val_000000.bin (600 tokens, seed SEED + 1), tokens < 100: the vocabulary of
+# the tiny GPT-2 (test/ref/gpt2_tiny)
+tiny_data() {
+  rm -rf "$1"; mkdir -p "$1/data"
+  make_shard "$1/data/tiny_train_000000.bin" 3000 100 "$2"
+  make_shard "$1/data/tiny_val_000000.bin" 600 100 $(($2 + 1))
+}
+
 finish() {
   echo "$checks checks, $fails failed"
   [ $fails -eq 0 ]

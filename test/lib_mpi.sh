@@ -1,5 +1,9 @@
 # Helpers for the shell tests that run training jobs under mpirun (sourced after test/lib.sh):
-# test_train_mpi.sh, test_zero3.sh, test_watchdog.sh and test_multihost.sh.
+# test_train_mpi.sh, test_zero3.sh, test_watchdog.sh and test_multihost.sh. Sourcing it skips the
+# test where MPI is not installed and fails it where train_gpt2 is not built.
+command -v mpirun >/dev/null 2>&1 || { echo "skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"; exit 0; }
+"$BIN_DIR/train_gpt2" --help >/dev/null 2>&1 || { echo "train_gpt2 not built"; exit 1; }
+MODEL=test/ref/gpt2_tiny
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1
 if [ "${SAN:-}" = "1" ]; then

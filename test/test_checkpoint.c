@@ -70,7 +70,7 @@ static void make_header(StateHeader* h, int world, int rank, long step, int64_t 
     int64_t shard = (total + world - 1) / world;
     h->h[SH_MAGIC] = STATE_MAGIC; h->h[SH_VERSION] = STATE_VERSION;
     h->h[SH_WORLD] = world; h->h[SH_RANK] = rank; h->h[SH_HAS_MASTER] = 0;
-    h->h[SH_STEP] = step; h->h[SH_OPT_T] = step - 1; h->h[SH_SKIPPED] = 1; h->h[SH_RNG] = 12345;
+    h->h[SH_STEP] = step; h->h[SH_OPT_T] = step - 1; h->h[SH_SKIPPED] = 1;
     h->h[SH_DL_EPOCH] = 0; h->h[SH_DL_SHARD] = 0; h->h[SH_DL_CHUNK] = 3;
     h->h[SH_BEGIN] = world == 1 ? 0 : rank * shard;
     h->h[SH_END] = world == 1 ? total : ((rank + 1) * shard < total ? (rank + 1) * shard : total);
@@ -247,7 +247,7 @@ static void test_cross_check(void) {
     struct { StateField f; int64_t v; const char* msg; } cases[] = {
         { SH_RANK, 0, "holds the state of rank 0" },
         { SH_DL_CHUNK, 4, "dl_chunk = 4, but rank 0's" },
-        { SH_RNG, 1, "rng = 1, but rank 0's" },
+        { SH_SHUFFLE, 1, "shuffle = 1, but rank 0's" },
         { SH_SEED, 7, "seed = 7" },
         { SH_BEGIN, 499, "does not continue the other ranks' ranges" },
         { SH_END, 999, "does not continue" },

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <sys/resource.h>
 #include "../llmc/comm.h"
+#include "../llmc/comm_internal.h"
 #include "../llmc/bf16.h"
 #include "../llmc/check.h"
 #include "../llmc/zero.h"
@@ -37,6 +38,47 @@
 #include "test.h"
 
 static Comm comm;
+
+#ifdef LLMC_HAVE_MPI
+#include <mpi.h>
+// The MPI calls of llmc/comm_mpi.c pass through here (the MPI profiling interface: these
+// definitions take the place of the library's, which stay reachable as PMPI_*): the largest
+// message it handed to MPI, in bytes. Every message must be cut into pieces of at most
+// COMM_PIECE_BYTES (a large one crawls while a waiting rank sleeps between polls).
+static size_t g_max_msg;
+static void note_msg(int count, MPI_Datatype t) {
+    int sz = 0;
+    PMPI_Type_size(t, &sz);
+    size_t b = (size_t)count * (size_t)sz, cur = __atomic_load_n(&g_max_msg, __ATOMIC_RELAXED);
+    while (b > cur && !__atomic_compare_exchange_n(&g_max_msg, &cur, b, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+}
+int MPI_Isend(const void* buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm c, MPI_Request* r) {
+    note_msg(count, t);
+    return PMPI_Isend(buf, count, t, dest, tag, c, r);
+}
+int MPI_Irecv(void* buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Request* r) {
+    note_msg(count, t);
+    return PMPI_Irecv(buf, count, t, src, tag, c, r);
+}
+int MPI_Iallgather(const void* sb, int sc, MPI_Datatype st, void* rb, int rc, MPI_Datatype rt, MPI_Comm c, MPI_Request* r) {
+    note_msg(rc, rt);
+    return PMPI_Iallgather(sb, sc, st, rb, rc, rt, c, r);
+}
+int MPI_Iallgatherv(const void* sb, int sc, MPI_Datatype st, void* rb, const int* rcs, const int* displs, MPI_Datatype rt,
+                    MPI_Comm c, MPI_Request* r) {
+    int size = 0;
+    PMPI_Comm_size(c, &size);
+    for (int i = 0; i < size; i++) note_msg(rcs[i], rt);
+    return PMPI_Iallgatherv(sb, sc, st, rb, rcs, displs, rt, c, r);
+}
+int MPI_Ibcast(void* buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI_Request* r) {
+    note_msg(count, t);
+    return PMPI_Ibcast(buf, count, t, root, c, r);
+}
+static size_t max_msg_bytes(void) { return __atomic_load_n(&g_max_msg, __ATOMIC_RELAXED); }
+#else
+static size_t max_msg_bytes(void) { return 0; }
+#endif
 
 static uint64_t mix(uint64_t x) {
     x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
@@ -500,15 +542,16 @@ int main(int argc, char** argv) {
     }
 
     // sizes around the small-message threshold (1024) and, with a small LLMC_COMM_TEST_SCRATCH,
-    // across many chunks; odd sizes leave ranks with empty pieces
-    const size_t sizes[] = { 0, 1, 2, 3, 5, 64, 1000, 1024, 1025, 4099, 70001 };
+    // across many chunks; odd sizes leave ranks with empty pieces; the largest messages go in
+    // several COMM_PIECE_BYTES pieces
+    const size_t sizes[] = { 0, 1, 2, 3, 5, 64, 1000, 1024, 1025, 4099, 70001, 400003 };
     const size_t nsizes = sizeof(sizes) / sizeof(sizes[0]);
     for (size_t k = 0; k < nsizes; k++) {
         test_allreduce_f32(sizes[k], 100 + k);
         test_allreduce_f64(sizes[k], 200 + k);
         test_allreduce_i64_max(sizes[k]);
     }
-    const size_t shards[] = { 0, 1, 7, 64, 1000, 33333 };
+    const size_t shards[] = { 0, 1, 7, 64, 1000, 33333, 200001 };
     for (size_t k = 0; k < sizeof(shards) / sizeof(shards[0]); k++) {
         for (int ip = 0; ip < 2; ip++) {
             test_reduce_scatter(shards[k], 300 + k, ip);
@@ -525,7 +568,9 @@ int main(int argc, char** argv) {
         test_broadcast(0, root);
         test_broadcast(3, root);
         test_broadcast(100000, root);
+        test_broadcast(700001, root);
     }
+    test_reduce(300001, 602, comm.world - 1, 0);
     test_zero_stages();
     test_split();
     {   // agreement check: same bytes everywhere, then rank 1 (if any) different
@@ -536,6 +581,10 @@ int main(int argc, char** argv) {
         int got_diff = comm_count_differing(&comm, cfg, sizeof(cfg));
         TEST_CHECK(got_diff == want_diff, "count_differing %d, want %d", got_diff, want_diff);
     }
+    // every message above went to MPI in pieces (checked where there are messages: MPI, 2+ ranks)
+    TEST_CHECK(max_msg_bytes() <= COMM_PIECE_BYTES, "the largest MPI message was %zu bytes, more than a piece (%zu)",
+               max_msg_bytes(), COMM_PIECE_BYTES);
+    if (comm.world > 1 && comm.rank == 0) printf("largest MPI message: %zu bytes\n", max_msg_bytes());
     comm_barrier(&comm);
     check_same_everywhere();
     char name[64];

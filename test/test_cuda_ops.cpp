@@ -25,6 +25,7 @@
 #include "cuda/attention.cuh"
 #include "cuda/gemm.cuh"
 #include "test/cuda_test.h"
+#include "test/ref_ops.h"
 #include "timer.h"
 
 // ---------------------------------------------------------------------------- helpers
@@ -56,11 +57,6 @@ struct DevI {
 
 // bf16 outputs: a few ulps of 2^-8 relative
 #define RT 1.6e-2
-static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
-static double gelu_grad_ref(double x) {
-    double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x), th = tanh(u);
-    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * x * x);
-}
 
 // ---------------------------------------------------------------------------- tests
 
@@ -80,12 +76,12 @@ static void test_elementwise(size_t n, int off) {
     vecf want(n);
 
     cuda_gelu_forward(dout.p, da.p, n);
-    for (size_t i = 0; i < n; i++) want[i] = (float)gelu_ref(a[i]);
+    for (size_t i = 0; i < n; i++) want[i] = (float)ref_gelu(a[i]);
     snprintf(name, sizeof(name), "gelu_forward (n=%zu, offset %d)", n, off);
     check(name, dout.get(), want, RT, 1e-3);
 
     cuda_gelu_backward(dacc.p, da.p, dg.p, n, 1);   // accumulates
-    for (size_t i = 0; i < n; i++) want[i] = (float)(acc[i] + gelu_grad_ref(a[i]) * g[i]);
+    for (size_t i = 0; i < n; i++) want[i] = (float)(acc[i] + ref_gelu_grad(a[i]) * g[i]);
     snprintf(name, sizeof(name), "gelu_backward += (n=%zu, offset %d)", n, off);
     check(name, dacc.get(), want, RT, 1e-2);
     {
@@ -94,7 +90,7 @@ static void test_elementwise(size_t n, int off) {
         cuda_gelu_backward(dalias.p, da.p, dalias.p, n, 0);
         vecf c0 = acc;
         cpu_gelu_backward(c0.data(), a.data(), g.data(), n, 0);
-        for (size_t i = 0; i < n; i++) want[i] = (float)(gelu_grad_ref(a[i]) * g[i]);
+        for (size_t i = 0; i < n; i++) want[i] = (float)(ref_gelu_grad(a[i]) * g[i]);
         snprintf(name, sizeof(name), "gelu_backward written (accumulate 0, n=%zu, offset %d)", n, off);
         check(name, dw.get(), want, RT, 1e-2);
         snprintf(name, sizeof(name), "gelu_backward in place (n=%zu, offset %d)", n, off);
@@ -269,20 +265,6 @@ static void test_layernorm(int N, int C) {
     check(name, got, ci, RT, 2e-2);
 }
 
-// The matmul backward in double: ri += g W, rw += g^T x, rb += column sums of g.
-static void ref_matmul_backward(std::vector<double>& ri, std::vector<double>& rw, std::vector<double>& rb, const vecf& g,
-                                const vecf& x, const vecf& w, int N, int C, int OC) {
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) {
-            double go = g[(size_t)n * OC + o];
-            rb[o] += go;
-            for (int c = 0; c < C; c++) {
-                ri[(size_t)n * C + c] += go * w[(size_t)o * C + c];
-                rw[(size_t)o * C + c] += go * x[(size_t)n * C + c];
-            }
-        }
-}
-
 // accumulate 0 (dinp written over what it held), and matmul_backward_gelu: dpre = (dout W) *
 // gelu'(pre), through cuBLASLt's DGELU epilogue when C % 8 == 0 (the emulated GEMM applies the
 // same derivative), else GEMM + gelu_backward in place. dweight / dbias still accumulate.
@@ -295,9 +277,9 @@ static void test_matmul_backward_write(int N, int C, int OC, const vecf& x, cons
     cuda_matmul_backward(dgi.p, NULL, NULL, dg.p, dx.p, dw.p, N, C, OC, 0);
     cuda_matmul_backward_gelu(dgp.p, dgw.p, dgb.p, dg.p, dx.p, dpre.p, dw.p, N, C, OC);
     std::vector<double> ri(NC, 0.0), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
-    ref_matmul_backward(ri, rw, rb, g, x, w, N, C, OC);
+    ref_matmul_backward(ri.data(), rw.data(), rb.data(), g.data(), x.data(), w.data(), N, C, OC);
     vecf rp(NC);
-    for (size_t i = 0; i < NC; i++) rp[i] = (float)(ri[i] * gelu_grad_ref(pre[i]));
+    for (size_t i = 0; i < NC; i++) rp[i] = (float)(ri[i] * ref_gelu_grad(pre[i]));
     snprintf(name, sizeof(name), "matmul_backward dinp written (accumulate 0, N=%d C=%d OC=%d)", N, C, OC);
     check(name, dgi.get(), vecf(ri.begin(), ri.end()), RT, 2e-2);
     snprintf(name, sizeof(name), "matmul_backward_gelu dpre (N=%d C=%d OC=%d)", N, C, OC);
@@ -325,7 +307,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
             double s = with_bias ? b[o] : 0.0;
             for (int c = 0; c < C; c++) s += (double)x[(size_t)n * C + c] * w[(size_t)o * C + c];
             want[(size_t)n * OC + o] = (float)s;
-            wgelu[(size_t)n * OC + o] = (float)gelu_ref(s);
+            wgelu[(size_t)n * OC + o] = (float)ref_gelu(s);
         }
     cuda_matmul_forward(dout.p, with_gelu ? dgelu.p : NULL, dx.p, dw.p, with_bias ? db.p : NULL, N, C, OC);
     snprintf(name, sizeof(name), "matmul_forward out (N=%d C=%d OC=%d bias=%d gelu=%d)", N, C, OC, with_bias, with_gelu);
@@ -340,7 +322,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     Dev dg(g), dgi(gi), dgw(gw), dgb(gb);
     cuda_matmul_backward(dgi.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, dx.p, dw.p, N, C, OC, 1);
     std::vector<double> ri(gi.begin(), gi.end()), rw(gw.begin(), gw.end()), rb(gb.begin(), gb.end());
-    ref_matmul_backward(ri, rw, rb, g, x, w, N, C, OC);
+    ref_matmul_backward(ri.data(), rw.data(), rb.data(), g.data(), x.data(), w.data(), N, C, OC);
     snprintf(name, sizeof(name), "matmul_backward dinp += (N=%d C=%d OC=%d)", N, C, OC);
     check(name, dgi.get(), vecf(ri.begin(), ri.end()), RT, 2e-2);
     snprintf(name, sizeof(name), "matmul_backward dweight += (N=%d C=%d OC=%d)", N, C, OC);

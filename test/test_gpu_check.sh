@@ -36,6 +36,7 @@ status_of() { q "$J" "r['items'].get('$1', {}).get('status')"; }
 
 n=$(q "$J" "sum(1 for t in r['tests'] if t['status'] == 'pass')")
 [ "$n" = 5 ] && ok "5 GPU test programs pass (harness builds)" || bad "test programs passing: $n of 5: $(q "$J" "[(t['program'], t['status'], t['reason']) for t in r['tests'] if t['status'] != 'pass']")"
+[ "$(status_of tests/test_comm_split_gpu)" = skip ] && ok "test_comm_split_gpu (NCCL) skipped: emulated" || bad "test_comm_split_gpu: $(status_of tests/test_comm_split_gpu)"
 
 n=$(q "$J" "sum(1 for t in r['train'] if t['status'] == 'pass' and t.get('ms_per_step') and t.get('steps') == 5)")
 [ "$n" = 9 ] && ok "9 training runs (full, lora, qlora x 3 batch sizes) pass with step times" || bad "training runs with results: $n of 9"

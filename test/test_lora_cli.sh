@@ -9,9 +9,7 @@
 source "$(dirname "$0")/lib.sh"
 BIN="$BIN_DIR/train_lora"
 D="${BUILD:-build}/lora_cli"
-rm -rf "$D"; mkdir -p "$D/data"
-make_shard "$D/data/tiny_train_000000.bin" 3000 100 3   # tokens < 100: the tiny model's vocabulary
-make_shard "$D/data/tiny_val_000000.bin" 600 100 4
+tiny_data "$D" 3
 
 export OMP_NUM_THREADS=1
 COMMON=(--model test/ref/gpt2_tiny --train-data "$D/data/tiny_train_*.bin" -b 2 -t 16 --steps 6 --lr 1e-3

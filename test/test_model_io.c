@@ -22,7 +22,10 @@ static char TMP[1024];
 
 static void tpath(char* out, size_t cap, const char* name) { snprintf(out, cap, "%s/%s", TMP, name); }
 
-static void copy_file(const char* src, const char* dst) {
+// Copies the file src to dir/name.
+static void copy_into(const char* src, const char* dir, const char* name) {
+    char dst[2048];
+    snprintf(dst, sizeof(dst), "%s/%s", dir, name);
     size_t n;
     char* buf = read_file_all(src, &n);
     atomic_write_file(dst, buf, n);
@@ -79,8 +82,7 @@ static void hf_dir_with_config(const char* name, const char* config_json, char* 
     tpath(dir_out, cap, name);
     mkdir_p(dir_out);
     char p[2048];
-    snprintf(p, sizeof(p), "%s/model.safetensors", dir_out);
-    copy_file(REFDIR "/hf_tiny/model.safetensors", p);
+    copy_into(REFDIR "/hf_tiny/model.safetensors", dir_out, "model.safetensors");
     if (config_json) { snprintf(p, sizeof(p), "%s/config.json", dir_out); write_text(p, config_json); }
 }
 
@@ -114,57 +116,56 @@ static const char* CFG_FMT =
     "{\"model_type\": \"%s\", \"n_embd\": 32, \"n_layer\": %d, \"n_head\": 4, \"n_positions\": 64,"
     " \"vocab_size\": %d, \"activation_function\": \"%s\", \"layer_norm_epsilon\": 1e-05}";
 
+// The llm.c file `name` holding bin[0, n) must fail to load, saying w1 (and w2).
+static void expect_bin_fails(const char* what, const char* name, const void* bin, size_t n, const char* w1, const char* w2) {
+    char p[2048];
+    tpath(p, sizeof(p), name);
+    atomic_write_file(p, bin, n);
+    expect_load_fails(what, p, w1, w2);
+}
+
+// The HF directory `name` (the reference tensors, a config.json of model_type, n_layer,
+// vocab_size and activation_function) must fail to load, saying w1 (and w2).
+static void expect_hf_fails(const char* what, const char* name, const char* type, int n_layer, int vocab,
+                            const char* act, const char* w1, const char* w2) {
+    char cfg[1024], d[1300];
+    snprintf(cfg, sizeof(cfg), CFG_FMT, type, n_layer, vocab, act);
+    hf_dir_with_config(name, cfg, d, sizeof(d));
+    expect_load_fails(what, d, w1, w2);
+}
+
 static void test_bad_inputs(const float* ref, size_t total) {
     char p[2048], d[1300], cfg[1024];
     // --- llm.c .bin
     size_t n;
     char* bin = read_file_all(REFDIR "/expect_f32.bin", &n);
-    tpath(p, sizeof(p), "truncated.bin");
-    atomic_write_file(p, bin, n - 4);
-    expect_load_fails("truncated .bin", p, "truncated", "1024 = 127488 bytes");
+    expect_bin_fails("truncated .bin", "truncated.bin", bin, n - 4, "truncated", "1024 = 127488 bytes");
     tpath(p, sizeof(p), "trailing.bin");
     { char* b2 = (char*)malloc(n + 3); memcpy(b2, bin, n); memset(b2 + n, 0, 3); atomic_write_file(p, b2, n + 3); free(b2); }
     expect_load_fails("trailing bytes .bin", p, "3 trailing bytes", NULL);
-    tpath(p, sizeof(p), "header_only.bin");
-    atomic_write_file(p, bin, 100);
-    expect_load_fails("short .bin", p, "shorter than the 1024-byte llm.c header", NULL);
+    expect_bin_fails("short .bin", "header_only.bin", bin, 100, "shorter than the 1024-byte llm.c header", NULL);
     int32_t* h = (int32_t*)bin;
     h[0] = 12345;
-    tpath(p, sizeof(p), "magic.bin");
-    atomic_write_file(p, bin, n);
-    expect_load_fails("wrong magic", p, "bad magic number 12345 (expected 20240326)", NULL);
+    expect_bin_fails("wrong magic", "magic.bin", bin, n, "bad magic number 12345 (expected 20240326)", NULL);
     h[0] = 20240520;
-    tpath(p, sizeof(p), "shard.bin");
-    atomic_write_file(p, bin, n);
-    expect_load_fails("token shard as model", p, "token shard", NULL);
+    expect_bin_fails("token shard as model", "shard.bin", bin, n, "token shard", NULL);
     h[0] = 20240326; h[1] = 4;
-    tpath(p, sizeof(p), "version.bin");
-    atomic_write_file(p, bin, n);
-    expect_load_fails("wrong version", p, "unsupported llm.c checkpoint version 4", NULL);
+    expect_bin_fails("wrong version", "version.bin", bin, n, "unsupported llm.c checkpoint version 4", NULL);
     h[1] = 3; h[7] = 100; // padded vocab not a multiple of 128
-    tpath(p, sizeof(p), "badcfg.bin");
-    atomic_write_file(p, bin, n);
-    expect_load_fails("bad config in header", p, "padded_vocab_size = 100", NULL);
+    expect_bin_fails("bad config in header", "badcfg.bin", bin, n, "padded_vocab_size = 100", NULL);
     free(bin);
     tpath(p, sizeof(p), "nonexistent.bin");
     expect_load_fails("missing file", p, "does not exist", NULL);
 
     // --- Hugging Face
-    snprintf(cfg, sizeof(cfg), CFG_FMT, "gpt2", 3, 100, "gelu_new");
-    hf_dir_with_config("hf_missing", cfg, d, sizeof(d));
-    expect_load_fails("missing tensor", d, "missing tensor 'transformer.h.2.ln_1.weight'", NULL);
-    snprintf(cfg, sizeof(cfg), CFG_FMT, "gpt2", 1, 100, "gelu_new");
-    hf_dir_with_config("hf_extra_layer", cfg, d, sizeof(d));
-    expect_load_fails("unexpected tensor", d, "unexpected tensor 'transformer.h.1.", NULL);
-    snprintf(cfg, sizeof(cfg), CFG_FMT, "gpt2", 2, 101, "gelu_new");
-    hf_dir_with_config("hf_shape", cfg, d, sizeof(d));
-    expect_load_fails("shape mismatch", d, "shape mismatch with config: transformer.wte.weight is [100,32], expected [101,32]", NULL);
-    snprintf(cfg, sizeof(cfg), CFG_FMT, "llama", 2, 100, "gelu_new");
-    hf_dir_with_config("hf_llama", cfg, d, sizeof(d));
-    expect_load_fails("model_type llama", d, "model_type is \"llama\"", "only \"gpt2\"");
-    snprintf(cfg, sizeof(cfg), CFG_FMT, "gpt2", 2, 100, "relu");
-    hf_dir_with_config("hf_relu", cfg, d, sizeof(d));
-    expect_load_fails("activation relu", d, "activation_function is relu", NULL);
+    expect_hf_fails("missing tensor", "hf_missing", "gpt2", 3, 100, "gelu_new",
+                    "missing tensor 'transformer.h.2.ln_1.weight'", NULL);
+    expect_hf_fails("unexpected tensor", "hf_extra_layer", "gpt2", 1, 100, "gelu_new",
+                    "unexpected tensor 'transformer.h.1.", NULL);
+    expect_hf_fails("shape mismatch", "hf_shape", "gpt2", 2, 101, "gelu_new",
+                    "shape mismatch with config: transformer.wte.weight is [100,32], expected [101,32]", NULL);
+    expect_hf_fails("model_type llama", "hf_llama", "llama", 2, 100, "gelu_new", "model_type is \"llama\"", "only \"gpt2\"");
+    expect_hf_fails("activation relu", "hf_relu", "gpt2", 2, 100, "relu", "activation_function is relu", NULL);
     hf_dir_with_config("hf_badjson", "{\"n_embd\": 32,", d, sizeof(d));
     expect_load_fails("broken config.json", d, "config.json': invalid JSON", NULL);
     hf_dir_with_config("hf_noheads", "{\"n_embd\": 32, \"n_layer\": 2, \"n_positions\": 64, \"vocab_size\": 100}", d, sizeof(d));
@@ -204,10 +205,8 @@ static void test_bad_inputs(const float* ref, size_t total) {
     // sharded: a shard missing
     tpath(d, sizeof(d), "sharded_missing");
     mkdir_p(d);
-    snprintf(p, sizeof(p), "%s/model.safetensors.index.json", d);
-    copy_file(REFDIR "/hf_f16_sharded/model.safetensors.index.json", p);
-    snprintf(p, sizeof(p), "%s/model-00001-of-00002.safetensors", d);
-    copy_file(REFDIR "/hf_f16_sharded/model-00001-of-00002.safetensors", p);
+    copy_into(REFDIR "/hf_f16_sharded/model.safetensors.index.json", d, "model.safetensors.index.json");
+    copy_into(REFDIR "/hf_f16_sharded/model-00001-of-00002.safetensors", d, "model-00001-of-00002.safetensors");
     expect_load_fails("missing shard", d, "model-00002-of-00002.safetensors' listed in the index does not exist", NULL);
 }
 
@@ -306,10 +305,9 @@ int main(void) {
     // a safetensors file under a .bin name is still recognized (config.json next to it)
     tpath(d, sizeof(d), "named_bin");
     mkdir_p(d);
-    snprintf(p, sizeof(p), "%s/config.json", d);
-    copy_file(REFDIR "/hf_tiny/config.json", p);
+    copy_into(REFDIR "/hf_tiny/config.json", d, "config.json");
+    copy_into(REFDIR "/hf_tiny/model.safetensors", d, "weights.bin");
     snprintf(p, sizeof(p), "%s/weights.bin", d);
-    copy_file(REFDIR "/hf_tiny/model.safetensors", p);
     expect_same_model("safetensors file named weights.bin", p, &rcfg, ref, total);
     // v3: our writer reproduces the python-written file, and round-trips
     tpath(p, sizeof(p), "ours_v3.bin");

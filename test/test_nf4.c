@@ -158,10 +158,26 @@ static void test_threads(StFile* f) {
     free(w);
 }
 
+// Compares got with the reference tensor "<name>.<field>" (floats or bytes) bit for bit, named
+// "<name> <tag>: <what>"; n_want >= 0: the reference must hold that many elements (-1: as many as
+// it holds are compared, for references that keep only the first rows).
+static void same_as_ref(StFile* f, const char* name, const char* field, const char* tag, const char* what,
+                        const void* got, int is_f32, long long n_want) {
+    char key[128], label[200];
+    size_t nref;
+    snprintf(key, sizeof(key), "%s.%s", name, field);
+    snprintf(label, sizeof(label), "%s %s: %s", name, tag, what);
+    void* want = is_f32 ? (void*)read_f32(f, key, &nref) : (void*)read_u8(f, key, &nref);
+    if (n_want >= 0) TEST_CHECK(nref == (size_t)n_want, "%s: the reference holds %zu elements, want %lld", label, nref, n_want);
+    if (is_f32) same_f32(label, (const float*)got, (const float*)want, nref);
+    else same_bits(label, got, want, nref);
+    free(want);
+}
+
 // One reference case: quantize its input both ways and compare everything bitsandbytes stored.
 static void test_case(StFile* f, const char* name) {
     char key[128], what[160];
-    size_t n, nref;
+    size_t n;
     snprintf(key, sizeof(key), "%s.input", name);
     const StTensor* in = need(f, key);
     float* x = read_f32(f, key, &n);
@@ -174,55 +190,23 @@ static void test_case(StFile* f, const char* name) {
         nf4_quantize(&t, x, in->ndim, shape, dq);
         TEST_CHECK(t.n == (int64_t)n, "%s: n %lld", name, (long long)t.n);
 
-        snprintf(key, sizeof(key), "%s.packed", name);
-        uint8_t* packed = read_u8(f, key, &nref);
-        TEST_CHECK(nref == (n + 1) / 2, "%s: %zu packed bytes for %zu weights", name, nref, n);
-        snprintf(what, sizeof(what), "%s %s: packed codes", name, tag);
-        same_bits(what, t.packed, packed, nref);
-        free(packed);
-
+        same_as_ref(f, name, "packed", tag, "packed codes", t.packed, 0, (long long)(n + 1) / 2);
         float* absmax = (float*)mallocCheck((size_t)t.n_blocks * sizeof(float));
         nf4_absmax_f32(&t, absmax);
         if (!dq) {
-            snprintf(key, sizeof(key), "%s.absmax", name);
-            float* want = read_f32(f, key, &nref);
-            TEST_CHECK(nref == (size_t)t.n_blocks, "%s: %zu absmax for %lld blocks", name, nref, (long long)t.n_blocks);
-            snprintf(what, sizeof(what), "%s %s: absmax", name, tag);
-            same_f32(what, absmax, want, nref);
-            free(want);
+            same_as_ref(f, name, "absmax", tag, "absmax", absmax, 1, t.n_blocks);
         } else {
-            snprintf(key, sizeof(key), "%s.dq.absmax_q", name);
-            uint8_t* aq = read_u8(f, key, &nref);
-            TEST_CHECK(nref == (size_t)t.n_blocks, "%s: %zu absmax codes", name, nref);
-            snprintf(what, sizeof(what), "%s %s: 8-bit absmax codes", name, tag);
-            same_bits(what, t.absmax_q, aq, nref);
-            free(aq);
-            snprintf(key, sizeof(key), "%s.dq.nested_absmax", name);
-            float* nested = read_f32(f, key, &nref);
-            TEST_CHECK(nref == (size_t)t.n_dq_blocks, "%s: %zu nested scales", name, nref);
-            snprintf(what, sizeof(what), "%s %s: nested absmax", name, tag);
-            same_f32(what, t.absmax_scale, nested, nref);
-            free(nested);
-            snprintf(key, sizeof(key), "%s.dq.offset", name);
-            float* off = read_f32(f, key, NULL);
-            snprintf(what, sizeof(what), "%s %s: offset", name, tag);
-            same_f32(what, &t.offset, off, 1);
-            free(off);
-            snprintf(key, sizeof(key), "%s.dq.absmax", name);
-            float* want = read_f32(f, key, &nref);
-            snprintf(what, sizeof(what), "%s %s: decoded absmax", name, tag);
-            same_f32(what, absmax, want, nref);
-            free(want);
+            same_as_ref(f, name, "dq.absmax_q", tag, "8-bit absmax codes", t.absmax_q, 0, t.n_blocks);
+            same_as_ref(f, name, "dq.nested_absmax", tag, "nested absmax", t.absmax_scale, 1, t.n_dq_blocks);
+            same_as_ref(f, name, "dq.offset", tag, "offset", &t.offset, 1, 1);
+            same_as_ref(f, name, "dq.absmax", tag, "decoded absmax", absmax, 1, -1);
         }
         free(absmax);
 
         // dequantized weights (the reference may hold only the first rows)
-        snprintf(key, sizeof(key), dq ? "%s.dq.dequant" : "%s.dequant", name);
-        float* want = read_f32(f, key, &nref);
         float* y = (float*)mallocCheck(n * sizeof(float));
         nf4_dequantize(&t, y);
-        snprintf(what, sizeof(what), "%s %s: dequantized", name, tag);
-        same_f32(what, y, want, nref);
+        same_as_ref(f, name, dq ? "dq.dequant" : "dequant", tag, "dequantized", y, 1, -1);
         // a row range into a scratch buffer equals the same rows of the full dequantization
         if (t.ndim >= 2 && t.shape[0] >= 3) {
             int64_t row = t.n / t.shape[0];
@@ -265,7 +249,6 @@ static void test_case(StFile* f, const char* name) {
             free(z); free(image);
         }
         free(y);
-        free(want);
         TEST_CHECK(nf4_bytes(&t) == nf4_bytes_for(t.n, dq), "%s: byte count", name);
         nf4_free(&t);
     }

@@ -14,6 +14,7 @@
 #include "ops.h"
 #include "cpu/vecmath.h"
 #include "test/test.h"
+#include "test/ref_ops.h"
 
 // ----------------------------------------------------------------------------
 // helpers
@@ -87,22 +88,22 @@ static int close_dd(const char* what, const double* got, const double* want, siz
 // ----------------------------------------------------------------------------
 // double-precision references
 
-static double ref_gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
-static double ref_gelu_grad(double x) {
-    double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+// Mean and 1 / sqrt(biased variance + 1e-5) of one row, as layernorm normalizes it.
+static double ref_row_stats(const double* x, int C, double* rstd) {
+    double m = 0.0, v = 0.0;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    v /= C;
+    *rstd = 1.0 / sqrt(v + 1e-5);
+    return m;
 }
 
 static void ref_layernorm(double* out, double* mean, double* rstd, const double* x, const double* w,
                           const double* b, int N, int C) {
     for (int n = 0; n < N; n++) {
         const double* xn = x + (size_t)n * C;
-        double m = 0.0, v = 0.0;
-        for (int c = 0; c < C; c++) m += xn[c];
-        m /= C;
-        for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);
-        v /= C;
-        double rs = 1.0 / sqrt(v + 1e-5);
+        double rs, m = ref_row_stats(xn, C, &rs);
         for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (xn[c] - m) * rs * w[c] + b[c];
         if (mean) mean[n] = m;
         if (rstd) rstd[n] = rs;
@@ -113,12 +114,7 @@ static void ref_layernorm_backward(double* dx, double* dw, double* db, const dou
     for (int n = 0; n < N; n++) {
         const double* xn = x + (size_t)n * C;
         const double* g = dy + (size_t)n * C;
-        double m = 0.0, v = 0.0;
-        for (int c = 0; c < C; c++) m += xn[c];
-        m /= C;
-        for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);
-        v /= C;
-        double rs = 1.0 / sqrt(v + 1e-5), a = 0.0, bsum = 0.0;
+        double rs, m = ref_row_stats(xn, C, &rs), a = 0.0, bsum = 0.0;
         for (int c = 0; c < C; c++) { double xh = (xn[c] - m) * rs; a += w[c] * g[c]; bsum += w[c] * g[c] * xh; }
         for (int c = 0; c < C; c++) {
             double xh = (xn[c] - m) * rs;
@@ -370,6 +366,26 @@ static void mm_fwd_cb(void* p, double* out) {
     ref_matmul(out, c->inp, c->w, c->bias, c->N, c->C, c->OC);
 }
 
+// The gradients of a matmul backward call against their expected values (a NULL one is not
+// checked): rtol 1e-5, atol growing with the length of the sum behind each element (OC terms for
+// dinp, N for dweight and dbias). Named "<op> dinp|dweight|dbias <tag> N=.. C=.. OC=..".
+static void mm_grads_close(const char* op, const char* tag, int N, int C, int OC, const float* di, const float* di_want,
+                           const float* dw, const float* dw_want, const float* db, const float* db_want) {
+    char what[160];
+    if (di) {
+        snprintf(what, sizeof(what), "%s dinp %s N=%d C=%d OC=%d", op, tag, N, C, OC);
+        test_allclose(what, di, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
+    }
+    if (dw) {
+        snprintf(what, sizeof(what), "%s dweight %s N=%d C=%d OC=%d", op, tag, N, C, OC);
+        test_allclose(what, dw, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
+    }
+    if (db) {
+        snprintf(what, sizeof(what), "%s dbias %s N=%d C=%d OC=%d", op, tag, N, C, OC);
+        test_allclose(what, db, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    }
+}
+
 // accumulate 0: dinp is written over whatever it held (di0: random), the parameter gradients
 // still accumulate; and matmul_backward_gelu: dpre = (dout W) * gelu'(pre), written.
 static void test_matmul_backward_write(int N, int C, int OC, const float* dout, const float* inp, const float* w,
@@ -393,10 +409,7 @@ static void test_matmul_backward_write(int N, int C, int OC, const float* dout, 
     matmul_backward_gelu(dpre, dw, db, dout, inp, pre, w, N, C, OC);
     snprintf(what, sizeof(what), "matmul_backward_gelu dpre N=%d C=%d OC=%d", N, C, OC);
     close_fd(what, dpre, gpre, NC, 1e-5, 1e-6 * sqrt((double)OC));
-    snprintf(what, sizeof(what), "matmul_backward_gelu dweight (+=) N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, dw, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
-    snprintf(what, sizeof(what), "matmul_backward_gelu dbias (+=) N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, db, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    mm_grads_close("matmul_backward_gelu", "(+=)", N, C, OC, NULL, NULL, dw, dw_want, db, db_want);
     float* bufs[] = {di, pre, dpre, dw, db, dw_want, db_want};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
     free(gpre);
@@ -436,15 +449,7 @@ static void test_matmul_shape(int N, int C, int OC) {
     double* gi = dbuf((size_t)N * C);
     double* gw = dbuf((size_t)OC * C);
     double* gb = dbuf(OC);
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) {
-            double g = doutd[(size_t)n * OC + o];
-            gb[o] += g;
-            for (int c = 0; c < C; c++) {
-                gi[(size_t)n * C + c] += g * wd[(size_t)o * C + c];
-                gw[(size_t)o * C + c] += g * ind[(size_t)n * C + c];
-            }
-        }
+    ref_matmul_backward(gi, gw, gb, dout, inp, w, N, C, OC);
     if ((size_t)N * C + (size_t)OC * C <= 400) {
         struct mm_ctx ctx = {ind, wd, bd, N, C, OC};
         double* fd = dbuf((size_t)OC * C + (size_t)N * C);
@@ -466,25 +471,17 @@ static void test_matmul_shape(int N, int C, int OC) {
     float* dw0 = fcopy(dw, (size_t)OC * C);
     float* db0 = fcopy(db, OC);
     matmul_backward(di, dw, db, dout, inp, w, N, C, OC, 1);
-    snprintf(what, sizeof(what), "matmul_backward dinp (+=) N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, di, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
-    snprintf(what, sizeof(what), "matmul_backward dweight (+=) N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, dw, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
-    snprintf(what, sizeof(what), "matmul_backward dbias (+=) N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, db, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    mm_grads_close("matmul_backward", "(+=)", N, C, OC, di, di_want, dw, dw_want, db, db_want);
     // NULL combinations: the requested gradient is right, the others stay untouched
     float* di1 = fcopy(di0, (size_t)N * C);
     float* dw1 = fcopy(dw0, (size_t)OC * C);
     float* db1 = fcopy(db0, OC);
     matmul_backward(di1, NULL, NULL, dout, inp, w, N, C, OC, 1);
-    snprintf(what, sizeof(what), "matmul_backward dinp only N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, di1, di_want, (size_t)N * C, 1e-5, 1e-6 * sqrt((double)OC));
+    mm_grads_close("matmul_backward", "only", N, C, OC, di1, di_want, NULL, NULL, NULL, NULL);
     matmul_backward(NULL, dw1, NULL, dout, inp, w, N, C, OC, 1);
-    snprintf(what, sizeof(what), "matmul_backward dweight only N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, dw1, dw_want, (size_t)OC * C, 1e-5, 1e-6 * sqrt((double)N));
+    mm_grads_close("matmul_backward", "only", N, C, OC, NULL, NULL, dw1, dw_want, NULL, NULL);
     matmul_backward(NULL, NULL, db1, dout, inp, w, N, C, OC, 1);
-    snprintf(what, sizeof(what), "matmul_backward dbias only N=%d C=%d OC=%d", N, C, OC);
-    test_allclose(what, db1, db_want, OC, 1e-5, 1e-6 * sqrt((double)N));
+    mm_grads_close("matmul_backward", "only", N, C, OC, NULL, NULL, NULL, NULL, db1, db_want);
     matmul_backward(NULL, NULL, NULL, dout, inp, w, N, C, OC, 1);   // all frozen: must be a no-op
     test_matmul_backward_write(N, C, OC, dout, inp, w, gi, gw, gb, di0, dw0, db0);
 
@@ -644,6 +641,20 @@ static void ref_losses(const double* logits, const int* targets, int N, int V, i
         losses[n] = log(s) + mx - x[targets[n]];
     }
 }
+
+// The reference gradient of dloss * sum(losses) with respect to the logits: dloss * (softmax -
+// onehot) on rows with a target; out (zeroed by the caller) keeps zeros elsewhere.
+static void ref_dlogits(const double* logits, const int* targets, int N, int V, int Vp, float dloss, double* out) {
+    for (int r = 0; r < N; r++) {
+        if (targets[r] < 0) continue;
+        const double* x = logits + (size_t)r * Vp;
+        double mx = -INFINITY, s = 0.0;
+        for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < V; i++) s += exp(x[i] - mx);
+        for (int i = 0; i < V; i++) out[(size_t)r * Vp + i] = (double)dloss * (exp(x[i] - mx) / s - (i == targets[r]));
+    }
+}
+
 static void cls_cb(void* p, double* out) {
     struct cls_ctx* c = (struct cls_ctx*)p;
     ref_losses(c->logits, c->targets, c->N, c->V, c->Vp, out);
@@ -680,14 +691,7 @@ static void test_classifier_shape(int N, int V, int Vp, float amp) {
     snprintf(what, sizeof(what), "fused_classifier losses N=%d V=%d Vp=%d", N, V, Vp);
     close_fd(what, losses, wl, N, 1e-5, 1e-6);
     double* gw = dbuf(n);
-    for (int r = 0; r < N; r++) {
-        if (targets[r] < 0) continue;
-        const double* x = ld + (size_t)r * Vp;
-        double mx = -INFINITY, s = 0.0;
-        for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
-        for (int i = 0; i < V; i++) s += exp(x[i] - mx);
-        for (int i = 0; i < V; i++) gw[(size_t)r * Vp + i] = (double)dloss * (exp(x[i] - mx) / s - (i == targets[r]));
-    }
+    ref_dlogits(ld, targets, N, V, Vp, dloss, gw);
     if (n <= 400) {   // the analytic gradient is d(dloss * sum(losses)) / dlogits
         struct cls_ctx ctx = {ld, targets, N, V, Vp};
         double* G = dbuf(N);
@@ -731,14 +735,7 @@ static void test_classifier_train(int N, int C, int V, int Vp, int bf16) {
     double* wl = dbuf(N);
     ref_losses(lg, targets, N, V, Vp, wl);
     double* dlg = dbuf(nl);
-    for (int r = 0; r < N; r++) {
-        if (targets[r] < 0) continue;
-        const double* l = lg + (size_t)r * Vp;
-        double mx = -INFINITY, sum = 0.0;
-        for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-        for (int v = 0; v < V; v++) sum += exp(l[v] - mx);
-        for (int v = 0; v < V; v++) dlg[(size_t)r * Vp + v] = (double)dloss * (exp(l[v] - mx) / sum - (v == targets[r]));
-    }
+    ref_dlogits(lg, targets, N, V, Vp, dloss, dlg);
     double* dxw = dbuf(nx);
     double* dww = dbuf(nw);
     for (int r = 0; r < N; r++)

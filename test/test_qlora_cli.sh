@@ -10,9 +10,7 @@ source "$(dirname "$0")/lib.sh"
 BIN="$BIN_DIR/train_lora"
 BIN_FULL="$BIN_DIR/train_gpt2"
 D="${BUILD:-build}/qlora_cli"
-rm -rf "$D"; mkdir -p "$D/data"
-make_shard "$D/data/tiny_train_000000.bin" 3000 100 7   # tokens < 100: the tiny model's vocabulary
-make_shard "$D/data/tiny_val_000000.bin" 600 100 8
+tiny_data "$D" 7
 
 export OMP_NUM_THREADS=1
 DATA=(--train-data "$D/data/tiny_train_*.bin" --val-data "$D/data/tiny_val_*.bin" --eval-batches 4)

@@ -4,9 +4,6 @@
 # sharded sizes; resume with 2 ranks is exact and 2 -> 4 ranks continues to tolerance; a killed
 # rank ends the whole job within 30 s.
 source "$(dirname "$0")/lib.sh"
-skipmsg="skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"
-command -v mpirun >/dev/null 2>&1 || { echo "$skipmsg"; exit 0; }
-"$BIN_DIR/train_gpt2" --help >/dev/null 2>&1 || { echo "train_gpt2 not built"; exit 1; }
 source "$(dirname "$0")/lib_mpi.sh"
 train_setup
 
@@ -33,7 +30,7 @@ for prog in train_gpt2 train_lora; do
 done
 
 # resume with 2 ranks is exact; 2 -> 4 ranks matches to tolerance
-R=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --total-batch-tokens 128 --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --zero 1 --dtype fp32)
+R=("${COMMON[@]}" --zero 1)
 timeout 120 mpirun -np 2 "$BIN_DIR/train_gpt2" "${R[@]}" --out "$TMP/r2" --stop-after 3 > "$TMP/r2a.log" 2>&1 || { tail "$TMP/r2a.log"; bad "2-rank first half failed"; }
 cp -r "$TMP/r2" "$TMP/r4"; cp -r "$TMP/r2" "$TMP/r1"; cp -r "$TMP/r2" "$TMP/r4z2"
 timeout 120 mpirun -np 2 "$BIN_DIR/train_gpt2" "${R[@]}" --out "$TMP/r2" --resume > "$TMP/r2b.log" 2>&1 || { tail "$TMP/r2b.log"; bad "2-rank resume failed"; }

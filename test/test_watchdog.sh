@@ -10,11 +10,7 @@
 # How a verdict ends one process (message first, _exit, the 15 s backstop) is tested without MPI
 # by test/test_watchdog_exit.c; the NCCL path on a GPU by the GPU check's watchdog section.
 source "$(dirname "$0")/lib.sh"
-skipmsg="skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"
-command -v mpirun >/dev/null 2>&1 || { echo "$skipmsg"; exit 0; }
-"$BIN_DIR/train_gpt2" --help >/dev/null 2>&1 || { echo "train_gpt2 not built"; exit 1; }
 source "$(dirname "$0")/lib_mpi.sh"
-MODEL=test/ref/gpt2_tiny
 make_shard "$TMP/train.bin" 60000 100 6
 LONG=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 4 --seq-len 64 --steps 100000 --threads 1 --save-format none)
 LORA=(--lora-rank 4 --lora-alpha 8 --lora-targets all-linear)

@@ -167,12 +167,31 @@ run 2 "$TMP/re" train_gpt2 "${R[@]}" --zero 2 --resume
 cmp_losses "resume ZeRO 3 4 ranks in 2 groups -> ZeRO 2 np=2 matches" "$TMP/train_gpt2_ref" "$TMP/re" 1e-5
 grep -q "note: --shard-group is ignored at --zero 2" "$TMP/re.log" && ok "the recorded --shard-group is noted as ignored at ZeRO 2" || bad "no note on the recorded --shard-group"
 
-# ---- the optimizer offload (AdamW state on the host, the update on the CPU: llmc/adamw_host.c;
-# the CUDA backend's case runs under the harness in test/cuda/test_offload_cuda.cu)
-"$BIN_DIR/train_gpt2" "${COMMON[@]}" --offload-optimizer --out "$TMP/off1" > "$TMP/off1.log" 2>&1 || bad "--offload-optimizer failed"
+# ---- the optimizer offload (AdamW state on the host, the update on the CPU: llmc/adamw_host.c,
+# pipelined in pieces; the CUDA backend's case runs under the harness in
+# test/cuda/test_offload_cuda.cu)
+LLMC_OFFLOAD_TRACE=1 "$BIN_DIR/train_gpt2" "${COMMON[@]}" --offload-optimizer --out "$TMP/off1" > "$TMP/off1.log" 2>&1 ||
+  bad "--offload-optimizer failed"
 cmp_losses "--offload-optimizer: the losses of the backend's update, exactly" "$TMP/train_gpt2_ref" "$TMP/off1" 0
 grep -q "^optimizer offload: .* per step 0.9 MiB to the host (gradients and parameters), 0.4 MiB back (parameters)" "$TMP/off1.log" &&
   ok "offload report: $(grep -o 'per step.*' "$TMP/off1.log")" || bad "offload report: $(grep '^optimizer offload' "$TMP/off1.log")"
+# the pipeline (LLMC_OFFLOAD_TRACE: Dk piece k's copies to the host issued, Uk its CPU update done,
+# uk its parameters' copy back issued): every piece once, in order, and each piece's copies to the
+# host issued before the previous piece's update ended, its parameters' copy back before the next
+# piece's update ended
+trace=$(grep -m1 '^offload trace step 2:' "$TMP/off1.log" | cut -d: -f2)
+if awk -v t="$trace" 'BEGIN {
+      n = split(t, ev, " "); for (i = 1; i <= n; i++) { k = substr(ev[i], 2) + 0; c = substr(ev[i], 1, 1); if ((c, k) in at) exit 1; at[c, k] = i; if (k + 1 > np) np = k + 1 }
+      if (np < 3 || n != 3 * np) exit 1
+      for (k = 0; k < np; k++) {
+        if (!((("D", k) in at) && (("U", k) in at) && (("u", k) in at))) exit 1
+        if (!(at["D", k] < at["U", k] && at["U", k] < at["u", k])) exit 1
+        if (k >= 1 && !(at["D", k] < at["U", k - 1])) exit 1      # came down during the update before
+        if (k + 1 < np && !(at["u", k] < at["U", k + 1])) exit 1  # goes up during the update after
+      }
+      exit 0 }'; then
+  ok "offload pipeline: $(wc -w <<<"$trace") events, each piece's copies issued before the previous piece's update ended"
+else bad "offload pipeline order: '$trace'"; fi
 run 4 "$TMP/off4" train_gpt2 "${R[@]}" --zero 3 --offload-optimizer --stop-after 3
 run 2 "$TMP/off4" train_gpt2 "${R[@]}" --zero 1 --offload-optimizer --resume
 cmp_losses "--offload-optimizer at ZeRO 3 np=4, resumed at ZeRO 1 np=2, matches one process" "$TMP/train_gpt2_ref" "$TMP/off4" 1e-5

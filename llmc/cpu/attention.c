@@ -77,87 +77,49 @@ static void mk_rows_times_t(float* Z, const float* X, size_t ldx, const float* Y
     }
 }
 
-// Z[i][0:HS] += sum_{j<K} X[i][j] Y[j][0:HS], i < M; X row stride BK. Vectorised along HS with
-// NV = HS/16 a compile-time constant (always_inline + constant argument), two rows at a time.
+// Z[r][0:HS] += sum_{c<C} X[r * xr + c * xc] Y[c][0:HS], r < R, for X a tile of row stride BK:
+// (xr, xc) = (BK, 1) gives Z += X Y, (1, BK) gives Z += X^T Y. Vectorised along HS with NV = HS/16,
+// and the strides, compile-time constants (always_inline + constant arguments), two rows at a time.
 static inline __attribute__((always_inline))
-void mk_rows_times_n_v(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, const int NV) {
-    int i = 0;
-    for (; i + 1 < M; i += 2) {
+void mk_times_n_v(float* Z, size_t ldz, const float* X, const size_t xr, const size_t xc, const float* Y, size_t ldy,
+                  int R, int C, const int NV) {
+    int r = 0;
+    for (; r + 1 < R; r += 2) {
         v16 a[8], b[8];
-        float* z0 = Z + (size_t)i * ldz;
+        float* z0 = Z + (size_t)r * ldz;
         float* z1 = z0 + ldz;
-        for (int c = 0; c < NV; c++) { a[c] = v16_load(z0 + 16 * c); b[c] = v16_load(z1 + 16 * c); }
-        const float* x0 = X + (size_t)i * BK;
-        const float* x1 = x0 + BK;
-        for (int j = 0; j < K; j++) {
-            v16 s0 = v16_splat(x0[j]), s1 = v16_splat(x1[j]);
-            const float* y = Y + (size_t)j * ldy;
-            for (int c = 0; c < NV; c++) { v16 yv = v16_load(y + 16 * c); a[c] += s0 * yv; b[c] += s1 * yv; }
+        for (int v = 0; v < NV; v++) { a[v] = v16_load(z0 + 16 * v); b[v] = v16_load(z1 + 16 * v); }
+        const float* x0 = X + (size_t)r * xr;
+        for (int c = 0; c < C; c++) {
+            v16 s0 = v16_splat(x0[(size_t)c * xc]), s1 = v16_splat(x0[xr + (size_t)c * xc]);
+            const float* y = Y + (size_t)c * ldy;
+            for (int v = 0; v < NV; v++) { v16 yv = v16_load(y + 16 * v); a[v] += s0 * yv; b[v] += s1 * yv; }
         }
-        for (int c = 0; c < NV; c++) { v16_store(z0 + 16 * c, a[c]); v16_store(z1 + 16 * c, b[c]); }
+        for (int v = 0; v < NV; v++) { v16_store(z0 + 16 * v, a[v]); v16_store(z1 + 16 * v, b[v]); }
     }
-    for (; i < M; i++) {
+    for (; r < R; r++) {
         v16 a[8];
-        float* z0 = Z + (size_t)i * ldz;
-        for (int c = 0; c < NV; c++) a[c] = v16_load(z0 + 16 * c);
-        const float* x0 = X + (size_t)i * BK;
-        for (int j = 0; j < K; j++) {
-            v16 s0 = v16_splat(x0[j]);
-            const float* y = Y + (size_t)j * ldy;
-            for (int c = 0; c < NV; c++) a[c] += s0 * v16_load(y + 16 * c);
+        float* z0 = Z + (size_t)r * ldz;
+        for (int v = 0; v < NV; v++) a[v] = v16_load(z0 + 16 * v);
+        const float* x0 = X + (size_t)r * xr;
+        for (int c = 0; c < C; c++) {
+            v16 s0 = v16_splat(x0[(size_t)c * xc]);
+            const float* y = Y + (size_t)c * ldy;
+            for (int v = 0; v < NV; v++) a[v] += s0 * v16_load(y + 16 * v);
         }
-        for (int c = 0; c < NV; c++) v16_store(z0 + 16 * c, a[c]);
+        for (int v = 0; v < NV; v++) v16_store(z0 + 16 * v, a[v]);
     }
 }
 
-// Z[j][0:HS] += sum_{i<M} X[i][j] Y[i][0:HS], j < K; X row stride BK (i.e. Z += X^T Y).
+// The plain-loop version for head sizes that are not a multiple of 16 (or larger than 128).
 static inline __attribute__((always_inline))
-void mk_trows_times_n_v(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, const int NV) {
-    int j = 0;
-    for (; j + 1 < K; j += 2) {
-        v16 a[8], b[8];
-        float* z0 = Z + (size_t)j * ldz;
-        float* z1 = z0 + ldz;
-        for (int c = 0; c < NV; c++) { a[c] = v16_load(z0 + 16 * c); b[c] = v16_load(z1 + 16 * c); }
-        for (int i = 0; i < M; i++) {
-            v16 s0 = v16_splat(X[(size_t)i * BK + j]), s1 = v16_splat(X[(size_t)i * BK + j + 1]);
-            const float* y = Y + (size_t)i * ldy;
-            for (int c = 0; c < NV; c++) { v16 yv = v16_load(y + 16 * c); a[c] += s0 * yv; b[c] += s1 * yv; }
-        }
-        for (int c = 0; c < NV; c++) { v16_store(z0 + 16 * c, a[c]); v16_store(z1 + 16 * c, b[c]); }
-    }
-    for (; j < K; j++) {
-        v16 a[8];
-        float* z0 = Z + (size_t)j * ldz;
-        for (int c = 0; c < NV; c++) a[c] = v16_load(z0 + 16 * c);
-        for (int i = 0; i < M; i++) {
-            v16 s0 = v16_splat(X[(size_t)i * BK + j]);
-            const float* y = Y + (size_t)i * ldy;
-            for (int c = 0; c < NV; c++) a[c] += s0 * v16_load(y + 16 * c);
-        }
-        for (int c = 0; c < NV; c++) v16_store(z0 + 16 * c, a[c]);
-    }
-}
-
-// Plain-loop versions for head sizes that are not a multiple of 16 (or larger than 128).
-static void mk_rows_times_n_any(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, int HS) {
-    for (int i = 0; i < M; i++) {
-        float* z = Z + (size_t)i * ldz;
-        for (int j = 0; j < K; j++) {
-            float s = X[(size_t)i * BK + j];
-            const float* y = Y + (size_t)j * ldy;
-            #pragma omp simd
-            for (int d = 0; d < HS; d++) z[d] += s * y[d];
-        }
-    }
-}
-
-static void mk_trows_times_n_any(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, int HS) {
-    for (int j = 0; j < K; j++) {
-        float* z = Z + (size_t)j * ldz;
-        for (int i = 0; i < M; i++) {
-            float s = X[(size_t)i * BK + j];
-            const float* y = Y + (size_t)i * ldy;
+void mk_times_n_any(float* Z, size_t ldz, const float* X, const size_t xr, const size_t xc, const float* Y, size_t ldy,
+                    int R, int C, int HS) {
+    for (int r = 0; r < R; r++) {
+        float* z = Z + (size_t)r * ldz;
+        for (int c = 0; c < C; c++) {
+            float s = X[(size_t)r * xr + (size_t)c * xc];
+            const float* y = Y + (size_t)c * ldy;
             #pragma omp simd
             for (int d = 0; d < HS; d++) z[d] += s * y[d];
         }
@@ -165,24 +127,26 @@ static void mk_trows_times_n_any(float* Z, size_t ldz, const float* X, const flo
 }
 
 // Dispatch on the head size: constant NV gives register accumulators.
-static void mk_rows_times_n(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, int HS) {
+static inline __attribute__((always_inline))
+void mk_times_n(float* Z, size_t ldz, const float* X, const size_t xr, const size_t xc, const float* Y, size_t ldy,
+                int R, int C, int HS) {
     switch (HS) {
-    case 16: mk_rows_times_n_v(Z, ldz, X, Y, ldy, M, K, 1); break;
-    case 32: mk_rows_times_n_v(Z, ldz, X, Y, ldy, M, K, 2); break;
-    case 64: mk_rows_times_n_v(Z, ldz, X, Y, ldy, M, K, 4); break;
-    case 128: mk_rows_times_n_v(Z, ldz, X, Y, ldy, M, K, 8); break;
-    default: mk_rows_times_n_any(Z, ldz, X, Y, ldy, M, K, HS); break;
+    case 16: mk_times_n_v(Z, ldz, X, xr, xc, Y, ldy, R, C, 1); break;
+    case 32: mk_times_n_v(Z, ldz, X, xr, xc, Y, ldy, R, C, 2); break;
+    case 64: mk_times_n_v(Z, ldz, X, xr, xc, Y, ldy, R, C, 4); break;
+    case 128: mk_times_n_v(Z, ldz, X, xr, xc, Y, ldy, R, C, 8); break;
+    default: mk_times_n_any(Z, ldz, X, xr, xc, Y, ldy, R, C, HS); break;
     }
 }
 
+// Z[i][0:HS] += sum_{j<K} X[i][j] Y[j][0:HS], i < M (Z += X Y); X row stride BK.
+static void mk_rows_times_n(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, int HS) {
+    mk_times_n(Z, ldz, X, BK, 1, Y, ldy, M, K, HS);
+}
+
+// Z[j][0:HS] += sum_{i<M} X[i][j] Y[i][0:HS], j < K (Z += X^T Y); X row stride BK.
 static void mk_trows_times_n(float* Z, size_t ldz, const float* X, const float* Y, size_t ldy, int M, int K, int HS) {
-    switch (HS) {
-    case 16: mk_trows_times_n_v(Z, ldz, X, Y, ldy, M, K, 1); break;
-    case 32: mk_trows_times_n_v(Z, ldz, X, Y, ldy, M, K, 2); break;
-    case 64: mk_trows_times_n_v(Z, ldz, X, Y, ldy, M, K, 4); break;
-    case 128: mk_trows_times_n_v(Z, ldz, X, Y, ldy, M, K, 8); break;
-    default: mk_trows_times_n_any(Z, ldz, X, Y, ldy, M, K, HS); break;
-    }
+    mk_times_n(Z, ldz, X, 1, BK, Y, ldy, K, M, HS);
 }
 
 // dst[k][r] = src row (t0 + r)[k] for r < n, zero for n <= r < cols (dst row stride ld).

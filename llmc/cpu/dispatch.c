@@ -22,6 +22,12 @@ void ops_to_host(void* dst_host, const void* src, size_t bytes) {
 void ops_to_device_async(void* dst, const void* src_host, size_t bytes) {
     cpu_ops_to_device_async(dst, src_host, bytes);
 }
+void ops_copy_begin(void) {}
+void ops_copy_to_host(void* dst_host, const void* src, size_t bytes) { cpu_ops_copy(dst_host, src, bytes); }
+void ops_copy_to_device(void* dst, const void* src_host, size_t bytes) { cpu_ops_copy(dst, src_host, bytes); }
+int ops_copy_mark(void) { return 0; }
+void ops_copy_wait(int mark) { (void)mark; }
+void ops_copy_end(void) {}
 void ops_upload_f32(floatX* dst, const float* src_host, size_t n) {
     cpu_ops_upload_f32(dst, src_host, n);
 }

@@ -28,6 +28,7 @@ void cpu_ops_zero(void* p, size_t bytes);
 void cpu_ops_to_device(void* dst, const void* src_host, size_t bytes);
 void cpu_ops_to_host(void* dst_host, const void* src, size_t bytes);
 void cpu_ops_to_device_async(void* dst, const void* src_host, size_t bytes);
+void cpu_ops_copy(void* dst, const void* src, size_t bytes);
 void cpu_ops_upload_f32(float* dst, const float* src_host, size_t n);
 void cpu_ops_download_f32(float* dst_host, const float* src, size_t n);
 void cpu_ops_synchronize(void);

@@ -33,7 +33,7 @@ __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads,
             p = adamw_one(p, __bfloat162float(g8[k]) * grad_scale, &m8[k / 4][k % 4], &v8[k / 4][k % 4],
                           lr, beta1, beta2, eps, wd, bc1, bc2);
             if (master) w8[k / 4][k % 4] = p;
-            p8[k] = ops_round_stochastic(p, ops_hash(seed, i0 + k));
+            p8[k] = ops_round_stochastic(p, sround_hash(seed, i0 + k));
         }
         store128(params + i0, p8);
         for (int h = 0; h < 2; h++) {
@@ -46,7 +46,7 @@ __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads,
             float p = master ? master[i] : __bfloat162float(params[i]);
             p = adamw_one(p, __bfloat162float(grads[i]) * grad_scale, &m[i], &v[i], lr, beta1, beta2, eps, wd, bc1, bc2);
             if (master) master[i] = p;
-            params[i] = ops_round_stochastic(p, ops_hash(seed, i));
+            params[i] = ops_round_stochastic(p, sround_hash(seed, i));
         }
     }
 }

@@ -89,6 +89,57 @@ __device__ inline unsigned char* fa_smem() {
     return smem;
 }
 
+// The head a block works on: (b, h) of blockIdx.y = b * NH + h, that head's q section in qkv
+// (k at + C, v at + 2C; rows `stride` = 3C apart), and the factor taking scores to base-2
+// exponents (log2(e) / sqrt(HS)).
+struct FaHead {
+    int bh, b, h, C;
+    size_t stride;
+    const bf16* base;
+    float sl2;
+};
+template <int HS>
+__device__ __forceinline__ FaHead fa_head(const bf16* qkv, int T, int NH) {
+    FaHead a;
+    a.bh = blockIdx.y;
+    a.b = a.bh / NH;
+    a.h = a.bh % NH;
+    a.C = NH * HS;
+    a.stride = 3 * (size_t)a.C;
+    a.base = qkv + (size_t)a.b * T * a.stride + (size_t)a.h * HS;
+    a.sl2 = FA_LOG2E / sqrtf((float)HS);
+    return a;
+}
+
+// The backward kernels' shared memory (FaDims::BWD_SMEM): four bf16 tiles of FA_ROWS x LDH (the
+// block's own two, then the two streamed past them), this warp's two fp32 scratches of 16 x LDB
+// (S and dP), its two bf16 scratches of 16 x LDP (dK/dV kernel: P and dS; dQ kernel: dS), and the
+// streamed tile's lse and D (FA_ROWS floats each).
+struct FaBwdSmem {
+    bf16* tile[4];
+    float* s;
+    float* dp;
+    bf16* p[2];
+    float* lse;
+    float* d;
+};
+template <int HS>
+__device__ __forceinline__ FaBwdSmem fa_bwd_smem(int warp) {
+    typedef FaDims<HS> Dm;
+    FaBwdSmem m;
+    bf16* tiles = reinterpret_cast<bf16*>(fa_smem());
+    for (int i = 0; i < 4; i++) m.tile[i] = tiles + i * FA_ROWS * Dm::LDH;
+    float* f32 = reinterpret_cast<float*>(tiles + 4 * FA_ROWS * Dm::LDH);
+    m.s = f32 + warp * 2 * 16 * Dm::LDB;
+    m.dp = m.s + 16 * Dm::LDB;
+    bf16* b16 = reinterpret_cast<bf16*>(f32 + FA_WARPS * 2 * 16 * Dm::LDB);
+    m.p[0] = b16 + warp * 2 * 16 * Dm::LDP;
+    m.p[1] = m.p[0] + 16 * Dm::LDP;
+    m.lse = reinterpret_cast<float*>(b16 + FA_WARPS * 2 * 16 * Dm::LDP);
+    m.d = m.lse + FA_ROWS;
+    return m;
+}
+
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> FragA;
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> FragAT;    // A[m][k] at p[k ldm + m]
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> FragB;     // B[k][n] at p[k ldm + n]
@@ -174,11 +225,29 @@ FA_UNROLL
     }
 }
 
+// A warp's 16 rows of gradient fragments f (times 1/sqrt(HS) when SCALED) added to the rows of
+// dst (written over without acc) through the warp's fp32 scratch s: 16 x (HS + 4), over its S/dP
+// area (FaDims' static_assert says it fits).
+template <int HS, bool SCALED>
+__device__ __forceinline__ void fa_grad_rows_out(FragC* f, float* s, bf16* dst_row0, size_t stride, int t0, int T,
+                                                 int acc, int vec) {
+    constexpr int LDE = HS + 4;
+    const float scale = 1.0f / sqrtf((float)HS);
+    __syncwarp();
+FA_UNROLL
+    for (int n = 0; n < HS / 16; n++) {
+        if (SCALED) for (int i = 0; i < f[n].num_elements; i++) f[n].x[i] *= scale;
+        wmma::store_matrix_sync(s + 16 * n, f[n], LDE, wmma::mem_row_major);
+    }
+    __syncwarp();
+    fa_add_rows<HS>(dst_row0, stride, s, LDE, t0, T, acc, vec);
+}
+
 // ---------------------------------------------------------------------------------------------
 // forward
 
-// (Longer than a screen on purpose: one tile loop whose shared-memory tiles, fragments and
-// running max / sum stay in registers across its stages; split into functions, the stages would
+// (One function on purpose: one tile loop whose shared-memory tiles, fragments and running
+// max / sum stay in registers across its stages; split into functions, the stages would
 // pass them by reference and leave register allocation across calls to inlining, where a spill
 // (which cuda-check refuses) is easy to cause. The stages are marked by comments.)
 template <int HS>
@@ -194,11 +263,7 @@ __global__ void flash_attention_forward_kernel(floatX* out, float* lse, const fl
     bf16* sP = reinterpret_cast<bf16*>(reinterpret_cast<float*>(sV + FA_COLS * LDH) + FA_WARPS * 16 * LDS) + warp * 16 * LDP;
 
     int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS;   // the longest (last) query tiles first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int C = NH * HS;
-    size_t stride = 3 * (size_t)C;
-    const bf16* base = qkv + (size_t)b * T * stride + (size_t)h * HS;
-    const float sl2 = FA_LOG2E / sqrtf((float)HS);   // scores to base-2 exponents
+    const FaHead hd = fa_head<HS>(qkv, T, NH);
 
     int w0 = q0 + 16 * warp;        // this warp's first query
     int r = lane / 2, par = lane % 2;
@@ -208,12 +273,12 @@ FA_UNROLL
     for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
 
-    fa_load_rows<HS>(sQ, base, q0, T, stride, vec);
+    fa_load_rows<HS>(sQ, hd.base, q0, T, hd.stride, vec);
     int last_key = min(q0 + FA_ROWS, T) - 1;
     for (int k0 = 0; k0 <= last_key; k0 += FA_COLS) {
         __syncthreads();   // previous tiles consumed (first time: nothing)
-        fa_load_rows<HS>(sK, base + C, k0, T, stride, vec);
-        fa_load_rows<HS>(sV, base + 2 * C, k0, T, stride, vec);
+        fa_load_rows<HS>(sK, hd.base + hd.C, k0, T, hd.stride, vec);
+        fa_load_rows<HS>(sV, hd.base + 2 * hd.C, k0, T, hd.stride, vec);
         __syncthreads();   // (MUTATION-TARGET fwd-syncthreads)
         if (w0 >= T || k0 > w0 + 15) continue;   // warp-uniform: no row of this warp sees this tile
         // key blocks of 16 with at least one key visible to some row of the warp
@@ -226,13 +291,13 @@ FA_UNROLL
         float mx = m;
         for (int c = par; c < 16 * nkb; c += 2) {
             int s = k0 + c;
-            if (s <= t && s < T) mx = fmaxf(mx, srow[c] * sl2);
+            if (s <= t && s < T) mx = fmaxf(mx, srow[c] * hd.sl2);
         }
         mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
         float alpha = exp2f(m - mx), sum = 0.0f;
         for (int c = par; c < 16 * nkb; c += 2) {
             int s = k0 + c;
-            float p = s <= t && s < T ? exp2f(srow[c] * sl2 - mx) : 0.0f;
+            float p = s <= t && s < T ? exp2f(srow[c] * hd.sl2 - mx) : 0.0f;
             sP[r * LDP + c] = __float2bfloat16(p);
             sum += p;
         }
@@ -254,7 +319,7 @@ FA_UNROLL
     }
     if (t < T) {
         float inv = 1.0f / l;
-        bf16* dst = out + ((size_t)b * T + t) * C + (size_t)h * HS + par * (HS / 2);
+        bf16* dst = out + ((size_t)hd.b * T + t) * hd.C + (size_t)hd.h * HS + par * (HS / 2);
 FA_UNROLL
         for (int c = 0; c < HS / 2; c += 8) {
             x128 v;
@@ -262,7 +327,7 @@ FA_UNROLL
             if (vec) store128(dst + c, v);
             else for (int k = 0; k < 8; k++) dst[c + k] = v[k];
         }
-        if (par == 0) lse[(size_t)bh * T + t] = (m + log2f(l)) * FA_LN2;
+        if (par == 0) lse[(size_t)hd.bh * T + t] = (m + log2f(l)) * FA_LN2;
     }
 }
 
@@ -300,43 +365,30 @@ __device__ __forceinline__ void fa_backward_dkv(floatX* dqkv, float* dq_acc, con
                                                 const float* lse, const float* D, int T, int NH, int acc, int vec) {
     typedef FaDims<HS> Dm;
     constexpr int LDH = Dm::LDH, LDB = Dm::LDB, LDP = Dm::LDP, KT = Dm::KT;
-    unsigned char* smem = fa_smem();
-    bf16* sK = reinterpret_cast<bf16*>(smem);
-    bf16* sV = sK + FA_ROWS * LDH;
-    bf16* sQ = sV + FA_ROWS * LDH;
-    bf16* sdO = sQ + FA_ROWS * LDH;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float* sS = reinterpret_cast<float*>(sdO + FA_ROWS * LDH) + warp * 2 * 16 * LDB;
-    float* sdP = sS + 16 * LDB;
-    bf16* sP = reinterpret_cast<bf16*>(reinterpret_cast<float*>(sdO + FA_ROWS * LDH) + FA_WARPS * 2 * 16 * LDB) + warp * 2 * 16 * LDP;
-    bf16* sdS = sP + 16 * LDP;
-    float* sLse = reinterpret_cast<float*>(reinterpret_cast<bf16*>(reinterpret_cast<float*>(sdO + FA_ROWS * LDH) +
-                                                                   FA_WARPS * 2 * 16 * LDB) + FA_WARPS * 2 * 16 * LDP);
-    float* sD = sLse + FA_ROWS;
+    const FaBwdSmem sm = fa_bwd_smem<HS>(warp);
+    bf16 *sK = sm.tile[0], *sV = sm.tile[1], *sQ = sm.tile[2], *sdO = sm.tile[3], *sP = sm.p[0], *sdS = sm.p[1];
+    float *sS = sm.s, *sdP = sm.dp, *sLse = sm.lse, *sD = sm.d;
 
     int k0 = blockIdx.x * FA_ROWS;   // key tile 0 sees the most queries: launched first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int C = NH * HS;
-    size_t stride = 3 * (size_t)C;
-    const bf16* base = qkv + (size_t)b * T * stride + (size_t)h * HS;
-    const bf16* dbase = dout + (size_t)b * T * C + (size_t)h * HS;
-    const float sl2 = FA_LOG2E / sqrtf((float)HS);
+    const FaHead hd = fa_head<HS>(qkv, T, NH);
+    const bf16* dbase = dout + (size_t)hd.b * T * hd.C + (size_t)hd.h * HS;
     int kw = k0 + 16 * warp;        // this warp's first key
     int r = lane / 2, par = lane % 2, s = kw + r;   // this lane's key
 
     FragC dk[KT], dv[KT];
 FA_UNROLL
     for (int n = 0; n < KT; n++) { wmma::fill_fragment(dk[n], 0.0f); wmma::fill_fragment(dv[n], 0.0f); }
-    fa_load_rows<HS>(sK, base + C, k0, T, stride, vec);
-    fa_load_rows<HS>(sV, base + 2 * C, k0, T, stride, vec);
+    fa_load_rows<HS>(sK, hd.base + hd.C, k0, T, hd.stride, vec);
+    fa_load_rows<HS>(sV, hd.base + 2 * hd.C, k0, T, hd.stride, vec);
     for (int q0 = k0; q0 < T; q0 += FA_COLS) {
         __syncthreads();   // previous query tile consumed (first time: nothing)
-        fa_load_rows<HS>(sQ, base, q0, T, stride, vec);
-        fa_load_rows<HS>(sdO, dbase, q0, T, (size_t)C, vec);
+        fa_load_rows<HS>(sQ, hd.base, q0, T, hd.stride, vec);
+        fa_load_rows<HS>(sdO, dbase, q0, T, (size_t)hd.C, vec);
         for (int i = threadIdx.x; i < FA_COLS; i += FA_THREADS) {
             int q = q0 + i;
-            sLse[i] = q < T ? lse[(size_t)bh * T + q] * FA_LOG2E : 0.0f;
-            sD[i] = q < T ? D[(size_t)bh * T + q] : 0.0f;
+            sLse[i] = q < T ? lse[(size_t)hd.bh * T + q] * FA_LOG2E : 0.0f;
+            sD[i] = q < T ? D[(size_t)hd.bh * T + q] : 0.0f;
         }
         __syncthreads();   // (MUTATION-TARGET dkv-syncthreads)
         if (kw < T) {   // warp-uniform: else this warp's keys are all padding
@@ -346,7 +398,7 @@ FA_UNROLL
             for (int c = par; c < FA_COLS; c += 2) {
                 int q = q0 + c;
                 float pd[2];
-                fa_probs_grads(pd, sS[r * LDB + c], sdP[r * LDB + c], sLse[c], sD[c], sl2, s <= q && q < T && s < T);
+                fa_probs_grads(pd, sS[r * LDB + c], sdP[r * LDB + c], sLse[c], sD[c], hd.sl2, s <= q && q < T && s < T);
                 sP[r * LDP + c] = __float2bfloat16(pd[0]);
                 sdS[r * LDP + c] = __float2bfloat16(pd[1]);
             }
@@ -379,30 +431,16 @@ FA_UNROLL
                 __syncwarp();
                 int t = qw + r;
                 if (t < T) {
-                    float* dst = dq_acc + (((size_t)b * T + t) * NH + h) * HS;
+                    float* dst = dq_acc + (((size_t)hd.b * T + t) * NH + hd.h) * HS;
                     for (int c = par * (HS / 2); c < (par + 1) * (HS / 2); c++) atomicAdd(dst + c, sS[r * LDE + c]);
                 }
             }
         }
     }
     if (kw >= T) return;
-    // epilogue through the warp's scratch (16 x (HS + 4) fp32 over its S/dP area)
-    const float scale = 1.0f / sqrtf((float)HS);
-    constexpr int LDE = HS + 4;
-    bf16* dk_row0 = dqkv + ((size_t)b * T + kw) * stride + C + (size_t)h * HS;
-    __syncwarp();
-FA_UNROLL
-    for (int n = 0; n < KT; n++) {
-        for (int i = 0; i < dk[n].num_elements; i++) dk[n].x[i] *= scale;
-        wmma::store_matrix_sync(sS + 16 * n, dk[n], LDE, wmma::mem_row_major);
-    }
-    __syncwarp();
-    fa_add_rows<HS>(dk_row0, stride, sS, LDE, kw, T, acc, vec);
-    __syncwarp();
-FA_UNROLL
-    for (int n = 0; n < KT; n++) wmma::store_matrix_sync(sS + 16 * n, dv[n], LDE, wmma::mem_row_major);
-    __syncwarp();
-    fa_add_rows<HS>(dk_row0 + C, stride, sS, LDE, kw, T, acc, vec);
+    bf16* dk_row0 = dqkv + ((size_t)hd.b * T + kw) * hd.stride + hd.C + (size_t)hd.h * HS;
+    fa_grad_rows_out<HS, true>(dk, sS, dk_row0, hd.stride, kw, T, acc, vec);
+    fa_grad_rows_out<HS, false>(dv, sS, dk_row0 + hd.C, hd.stride, kw, T, acc, vec);
 }
 
 template <int HS>
@@ -432,37 +470,28 @@ __global__ void flash_attention_backward_dq_kernel(floatX* dqkv, const floatX* d
                                                    const float* lse, const float* D, int T, int NH, int acc, int vec) {
     typedef FaDims<HS> Dm;
     constexpr int LDH = Dm::LDH, LDB = Dm::LDB, LDP = Dm::LDP, KT = Dm::KT;
-    unsigned char* smem = fa_smem();
-    bf16* sQ = reinterpret_cast<bf16*>(smem);
-    bf16* sdO = sQ + FA_ROWS * LDH;
-    bf16* sK = sdO + FA_ROWS * LDH;
-    bf16* sV = sK + FA_ROWS * LDH;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float* sS = reinterpret_cast<float*>(sV + FA_ROWS * LDH) + warp * 2 * 16 * LDB;
-    float* sdP = sS + 16 * LDB;
-    bf16* sdS = reinterpret_cast<bf16*>(reinterpret_cast<float*>(sV + FA_ROWS * LDH) + FA_WARPS * 2 * 16 * LDB) + warp * 2 * 16 * LDP;
+    const FaBwdSmem sm = fa_bwd_smem<HS>(warp);
+    bf16 *sQ = sm.tile[0], *sdO = sm.tile[1], *sK = sm.tile[2], *sV = sm.tile[3], *sdS = sm.p[0];
+    float *sS = sm.s, *sdP = sm.dp;
 
     int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS;   // longest first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int C = NH * HS;
-    size_t stride = 3 * (size_t)C;
-    const bf16* base = qkv + (size_t)b * T * stride + (size_t)h * HS;
-    const float sl2 = FA_LOG2E / sqrtf((float)HS);
+    const FaHead hd = fa_head<HS>(qkv, T, NH);
     int w0 = q0 + 16 * warp;
     int r = lane / 2, par = lane % 2, t = w0 + r;
-    float lse2 = t < T ? lse[(size_t)bh * T + t] * FA_LOG2E : 0.0f;
-    float Dt = t < T ? D[(size_t)bh * T + t] : 0.0f;
+    float lse2 = t < T ? lse[(size_t)hd.bh * T + t] * FA_LOG2E : 0.0f;
+    float Dt = t < T ? D[(size_t)hd.bh * T + t] : 0.0f;
 
     FragC dq[KT];
 FA_UNROLL
     for (int n = 0; n < KT; n++) wmma::fill_fragment(dq[n], 0.0f);
-    fa_load_rows<HS>(sQ, base, q0, T, stride, vec);
-    fa_load_rows<HS>(sdO, dout + (size_t)b * T * C + (size_t)h * HS, q0, T, (size_t)C, vec);
+    fa_load_rows<HS>(sQ, hd.base, q0, T, hd.stride, vec);
+    fa_load_rows<HS>(sdO, dout + (size_t)hd.b * T * hd.C + (size_t)hd.h * HS, q0, T, (size_t)hd.C, vec);
     int last_key = min(q0 + FA_ROWS, T) - 1;
     for (int k0 = 0; k0 <= last_key; k0 += FA_COLS) {
         __syncthreads();
-        fa_load_rows<HS>(sK, base + C, k0, T, stride, vec);
-        fa_load_rows<HS>(sV, base + 2 * C, k0, T, stride, vec);
+        fa_load_rows<HS>(sK, hd.base + hd.C, k0, T, hd.stride, vec);
+        fa_load_rows<HS>(sV, hd.base + 2 * hd.C, k0, T, hd.stride, vec);
         __syncthreads();
         if (w0 >= T || k0 > w0 + 15) continue;   // warp-uniform
         int nkb = min(FA_COLS / 16, (w0 + 15 - k0) / 16 + 1);
@@ -472,23 +501,15 @@ FA_UNROLL
         for (int c = par; c < 16 * nkb; c += 2) {
             int s = k0 + c;
             float pd[2];
-            fa_probs_grads(pd, sS[r * LDB + c], sdP[r * LDB + c], lse2, Dt, sl2, s <= t && s < T && t < T);
+            fa_probs_grads(pd, sS[r * LDB + c], sdP[r * LDB + c], lse2, Dt, hd.sl2, s <= t && s < T && t < T);
             sdS[r * LDP + c] = __float2bfloat16(pd[1]);
         }
         __syncwarp();
         fa_probs_times_rows<KT>(dq, sdS, LDP, sK, LDH, nkb);   // dQ += dS K
     }
     if (w0 >= T) return;
-    const float scale = 1.0f / sqrtf((float)HS);
-    constexpr int LDE = HS + 4;
-    __syncwarp();
-FA_UNROLL
-    for (int n = 0; n < KT; n++) {
-        for (int i = 0; i < dq[n].num_elements; i++) dq[n].x[i] *= scale;
-        wmma::store_matrix_sync(sS + 16 * n, dq[n], LDE, wmma::mem_row_major);
-    }
-    __syncwarp();
-    fa_add_rows<HS>(dqkv + ((size_t)b * T + w0) * stride + (size_t)h * HS, stride, sS, LDE, w0, T, acc, vec);
+    fa_grad_rows_out<HS, true>(dq, sS, dqkv + ((size_t)hd.b * T + w0) * hd.stride + (size_t)hd.h * HS, hd.stride, w0, T,
+                               acc, vec);
 }
 
 // ---------------------------------------------------------------------------------------------

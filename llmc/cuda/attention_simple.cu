@@ -23,21 +23,49 @@
 #define ATT_TILE 32                 // keys (or queries) per shared-memory tile: one per lane
 #define ATT_THREADS (ATT_ROWS * WARP_SIZE)
 
-// rows [r0, r0 + ATT_TILE) of one head's q/k/v section into a [ATT_TILE][ATT_MAX_HS + 1] tile
-// (the +1 pad keeps lane-per-row reads free of bank conflicts); rows past T become zeros
-__device__ inline void att_load_tile(float (*tile)[ATT_MAX_HS + 1], const floatX* src, int r0, int T,
-                                     size_t row_stride, int HS) {
-    for (int i = threadIdx.x; i < ATT_TILE * HS; i += blockDim.x) {
+// rows [r0, r0 + ROWS) of one head's q/k/v (or dout) section into a [ROWS][W] shared array: W is
+// ATT_MAX_HS for the rows a block owns (one per warp), ATT_MAX_HS + 1 for the tiles streamed past
+// them (the pad keeps lane-per-row reads free of bank conflicts); rows past T become zeros
+template <int ROWS, int W>
+__device__ inline void att_load(float (*dst)[W], const floatX* src, int r0, int T, size_t row_stride, int HS) {
+    for (int i = threadIdx.x; i < ROWS * HS; i += blockDim.x) {
         int r = i / HS, d = i % HS;
-        tile[r][d] = r0 + r < T ? __bfloat162float(src[(size_t)(r0 + r) * row_stride + d]) : 0.0f;
+        dst[r][d] = r0 + r < T ? __bfloat162float(src[(size_t)(r0 + r) * row_stride + d]) : 0.0f;
     }
 }
-// rows [r0, r0 + ATT_ROWS) into a [ATT_ROWS][ATT_MAX_HS] array
-__device__ inline void att_load_rows(float (*rows)[ATT_MAX_HS], const floatX* src, int r0, int T,
-                                     size_t row_stride, int HS) {
-    for (int i = threadIdx.x; i < ATT_ROWS * HS; i += blockDim.x) {
-        int r = i / HS, d = i % HS;
-        rows[r][d] = r0 + r < T ? __bfloat162float(src[(size_t)(r0 + r) * row_stride + d]) : 0.0f;
+
+// What a block works on: its lane and warp; its rows (queries or keys) r0 .. last, this warp's
+// row; the (b, h) of blockIdx.y = b * NH + h and where that head's q section starts in qkv / dqkv
+// (k at + C, v at + 2C; row stride 3C) and in out / dout (row stride C); the score scale.
+struct AttHead {
+    int lane, warp, r0, row, last, bh, C;
+    size_t stride, qkv_off, out_off;
+    const floatX* base;   // qkv + qkv_off
+    float scale;
+};
+__device__ inline AttHead att_head(const floatX* qkv, int T, int NH, int HS) {
+    AttHead a;
+    a.lane = threadIdx.x % WARP_SIZE;
+    a.warp = threadIdx.x / WARP_SIZE;
+    a.r0 = blockIdx.x * ATT_ROWS;
+    a.row = a.r0 + a.warp;
+    a.last = min(a.r0 + ATT_ROWS, T) - 1;
+    a.bh = blockIdx.y;
+    const int b = a.bh / NH, h = a.bh % NH;
+    a.C = NH * HS;
+    a.stride = 3 * (size_t)a.C;
+    a.qkv_off = (size_t)b * T * a.stride + (size_t)h * HS;
+    a.out_off = (size_t)b * T * a.C + (size_t)h * HS;
+    a.base = qkv + a.qkv_off;
+    a.scale = 1.0f / sqrtf((float)HS);
+    return a;
+}
+
+// This lane's head dims (d = lane + 32 i) of a gradient row: dst[d] = (accumulate ? dst[d] : 0) + scale acc[i].
+__device__ inline void att_store_grad(floatX* dst, const float* acc, float scale, int accumulate, int lane, int HS) {
+    for (int i = 0; i < ATT_DPL; i++) {
+        int d = lane + 32 * i;
+        if (d < HS) dst[d] = __float2bfloat16((accumulate ? __bfloat162float(dst[d]) : 0.0f) + scale * acc[i]);
     }
 }
 
@@ -45,21 +73,15 @@ __global__ void attention_forward_kernel(floatX* out, float* lse, const floatX* 
     __shared__ float sQ[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sK[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float sV[ATT_TILE][ATT_MAX_HS + 1];
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int C = NH * HS;
-    size_t stride = 3 * (size_t)C;
-    const floatX* base = qkv + (size_t)b * T * stride + (size_t)h * HS;
-    int t0 = blockIdx.x * ATT_ROWS, t = t0 + warp;
-    int t_last = min(t0 + ATT_ROWS, T) - 1;
-    float scale = 1.0f / sqrtf((float)HS);
-    att_load_rows(sQ, base, t0, T, stride, HS);
+    const AttHead a = att_head(qkv, T, NH, HS);
+    const int lane = a.lane, warp = a.warp, C = a.C, t = a.row;
+    att_load<ATT_ROWS>(sQ, a.base, a.r0, T, a.stride, HS);
     float m = -FLT_MAX, l = 0.0f, acc[ATT_DPL];
     for (int i = 0; i < ATT_DPL; i++) acc[i] = 0.0f;
-    for (int s0 = 0; s0 <= t_last; s0 += ATT_TILE) {
+    for (int s0 = 0; s0 <= a.last; s0 += ATT_TILE) {
         __syncthreads();   // previous tile fully consumed (first time: sQ complete)
-        att_load_tile(sK, base + C, s0, T, stride, HS);
-        att_load_tile(sV, base + 2 * C, s0, T, stride, HS);
+        att_load<ATT_TILE>(sK, a.base + C, s0, T, a.stride, HS);
+        att_load<ATT_TILE>(sV, a.base + 2 * C, s0, T, a.stride, HS);
         __syncthreads();
         if (t < T) {   // warp-uniform
             int s = s0 + lane;
@@ -67,7 +89,7 @@ __global__ void attention_forward_kernel(floatX* out, float* lse, const floatX* 
             if (s <= t) {
                 sc = 0.0f;
                 for (int d = 0; d < HS; d++) sc += sQ[warp][d] * sK[lane][d];
-                sc *= scale;
+                sc *= a.scale;
             }
             float mn = fmaxf(m, warp_reduce_max(sc));
             float p = s <= t ? expf(sc - mn) : 0.0f;
@@ -85,12 +107,12 @@ __global__ void attention_forward_kernel(floatX* out, float* lse, const floatX* 
         }
     }
     if (t < T) {
-        floatX* o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
+        floatX* o = out + a.out_off + (size_t)t * C;
         for (int i = 0; i < ATT_DPL; i++) {
             int d = lane + 32 * i;
             if (d < HS) o[d] = __float2bfloat16(acc[i] / l);
         }
-        if (lane == 0) lse[(size_t)bh * T + t] = m + logf(l);
+        if (lane == 0) lse[(size_t)a.bh * T + t] = m + logf(l);
     }
 }
 
@@ -125,23 +147,17 @@ __global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, c
     __shared__ float sdO[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sK[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float sV[ATT_TILE][ATT_MAX_HS + 1];
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int C = NH * HS;
-    size_t stride = 3 * (size_t)C;
-    const floatX* base = qkv + (size_t)b * T * stride + (size_t)h * HS;
-    int t0 = blockIdx.x * ATT_ROWS, t = t0 + warp;
-    int t_last = min(t0 + ATT_ROWS, T) - 1;
-    float scale = 1.0f / sqrtf((float)HS);
-    att_load_rows(sQ, base, t0, T, stride, HS);
-    att_load_rows(sdO, dout + (size_t)b * T * C + (size_t)h * HS, t0, T, C, HS);
-    float lse_t = t < T ? lse[(size_t)bh * T + t] : 0.0f, D_t = t < T ? D[(size_t)bh * T + t] : 0.0f;
+    const AttHead a = att_head(qkv, T, NH, HS);
+    const int lane = a.lane, warp = a.warp, C = a.C, t = a.row;
+    att_load<ATT_ROWS>(sQ, a.base, a.r0, T, a.stride, HS);
+    att_load<ATT_ROWS>(sdO, dout + a.out_off, a.r0, T, C, HS);
+    float lse_t = t < T ? lse[(size_t)a.bh * T + t] : 0.0f, D_t = t < T ? D[(size_t)a.bh * T + t] : 0.0f;
     float acc[ATT_DPL];
     for (int i = 0; i < ATT_DPL; i++) acc[i] = 0.0f;
-    for (int s0 = 0; s0 <= t_last; s0 += ATT_TILE) {
+    for (int s0 = 0; s0 <= a.last; s0 += ATT_TILE) {
         __syncthreads();
-        att_load_tile(sK, base + C, s0, T, stride, HS);
-        att_load_tile(sV, base + 2 * C, s0, T, stride, HS);
+        att_load<ATT_TILE>(sK, a.base + C, s0, T, a.stride, HS);
+        att_load<ATT_TILE>(sV, a.base + 2 * C, s0, T, a.stride, HS);
         __syncthreads();
         if (t < T) {
             int s = s0 + lane;
@@ -149,7 +165,7 @@ __global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, c
             if (s <= t) {
                 float sc = 0.0f, dp = 0.0f;
                 for (int d = 0; d < HS; d++) { sc += sQ[warp][d] * sK[lane][d]; dp += sdO[warp][d] * sV[lane][d]; }
-                float p = expf(sc * scale - lse_t);
+                float p = expf(sc * a.scale - lse_t);
                 ds = p * (dp - D_t);
             }
             for (int j = 0; j < ATT_TILE; j++) {
@@ -161,13 +177,7 @@ __global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, c
             }
         }
     }
-    if (t < T) {
-        floatX* dq = dqkv + ((size_t)b * T + t) * stride + (size_t)h * HS;
-        for (int i = 0; i < ATT_DPL; i++) {
-            int d = lane + 32 * i;
-            if (d < HS) dq[d] = __float2bfloat16((accumulate ? __bfloat162float(dq[d]) : 0.0f) + scale * acc[i]);
-        }
-    }
+    if (t < T) att_store_grad(dqkv + a.qkv_off + (size_t)t * a.stride, acc, a.scale, accumulate, lane, HS);
 }
 
 // dk, dv: block = 8 keys of one (b, h); query tiles (with their dout, lse, D) streamed from the
@@ -179,25 +189,20 @@ __global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, 
     __shared__ float sQ[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float sdO[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float slse[ATT_TILE], sD[ATT_TILE];
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int C = NH * HS;
-    size_t stride = 3 * (size_t)C;
-    const floatX* base = qkv + (size_t)b * T * stride + (size_t)h * HS;
-    int k0 = blockIdx.x * ATT_ROWS, s = k0 + warp;
-    float scale = 1.0f / sqrtf((float)HS);
-    att_load_rows(sK, base + C, k0, T, stride, HS);
-    att_load_rows(sV, base + 2 * C, k0, T, stride, HS);
+    const AttHead a = att_head(qkv, T, NH, HS);
+    const int lane = a.lane, warp = a.warp, C = a.C, k0 = a.r0, s = a.row;
+    att_load<ATT_ROWS>(sK, a.base + C, k0, T, a.stride, HS);
+    att_load<ATT_ROWS>(sV, a.base + 2 * C, k0, T, a.stride, HS);
     float dk[ATT_DPL], dv[ATT_DPL];
     for (int i = 0; i < ATT_DPL; i++) { dk[i] = 0.0f; dv[i] = 0.0f; }
     for (int q0 = k0 / ATT_TILE * ATT_TILE; q0 < T; q0 += ATT_TILE) {
         __syncthreads();
-        att_load_tile(sQ, base, q0, T, stride, HS);
-        att_load_tile(sdO, dout + (size_t)b * T * C + (size_t)h * HS, q0, T, C, HS);
+        att_load<ATT_TILE>(sQ, a.base, q0, T, a.stride, HS);
+        att_load<ATT_TILE>(sdO, dout + a.out_off, q0, T, C, HS);
         if (threadIdx.x < ATT_TILE) {
             int q = q0 + threadIdx.x;
-            slse[threadIdx.x] = q < T ? lse[(size_t)bh * T + q] : 0.0f;
-            sD[threadIdx.x] = q < T ? D[(size_t)bh * T + q] : 0.0f;
+            slse[threadIdx.x] = q < T ? lse[(size_t)a.bh * T + q] : 0.0f;
+            sD[threadIdx.x] = q < T ? D[(size_t)a.bh * T + q] : 0.0f;
         }
         __syncthreads();
         if (s < T) {
@@ -206,7 +211,7 @@ __global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, 
             if (q >= s && q < T) {
                 float sc = 0.0f, dp = 0.0f;
                 for (int d = 0; d < HS; d++) { sc += sQ[lane][d] * sK[warp][d]; dp += sdO[lane][d] * sV[warp][d]; }
-                p = expf(sc * scale - slse[lane]);
+                p = expf(sc * a.scale - slse[lane]);
                 ds = p * (dp - sD[lane]);
             }
             for (int j = 0; j < ATT_TILE; j++) {
@@ -219,15 +224,9 @@ __global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, 
         }
     }
     if (s < T) {
-        floatX* dkp = dqkv + ((size_t)b * T + s) * stride + C + (size_t)h * HS;
-        floatX* dvp = dkp + C;
-        for (int i = 0; i < ATT_DPL; i++) {
-            int d = lane + 32 * i;
-            if (d < HS) {
-                dkp[d] = __float2bfloat16((accumulate ? __bfloat162float(dkp[d]) : 0.0f) + scale * dk[i]);
-                dvp[d] = __float2bfloat16((accumulate ? __bfloat162float(dvp[d]) : 0.0f) + dv[i]);
-            }
-        }
+        floatX* dkp = dqkv + a.qkv_off + (size_t)s * a.stride + C;
+        att_store_grad(dkp, dk, a.scale, accumulate, lane, HS);
+        att_store_grad(dkp + C, dv, 1.0f, accumulate, lane, HS);
     }
 }
 

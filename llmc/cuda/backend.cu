@@ -69,14 +69,21 @@ void* ops_stage_host(size_t bytes) {
 }
 static void stage_drained(void) { g_stage_used = 0; }
 
-extern "C" void cuda_ops_init(int threads) {
-    (void)threads;
 #ifndef LLMC_CUDA_EMULATED
+int ops_device_count(void) {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0)
         fatal("this binary is the CUDA build; on a machine without a GPU build with `make BACKEND=cpu`",
               "no usable CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return ndev;
+}
+#endif
+
+extern "C" void cuda_ops_init(int threads) {
+    (void)threads;
+#ifndef LLMC_CUDA_EMULATED
+    (void)ops_device_count();
 #endif
     gemm_init();
 }
@@ -128,6 +135,40 @@ extern "C" void cuda_ops_to_device_async(void* dst, const void* src_host, size_t
     memcpy(staged, src_host, bytes);
     cudaCheck(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, 0));
 }
+// The offload's copy stream (ops_copy_*): non-blocking, so that it does not wait for the default
+// stream's kernels implicitly; the events order it against them where the interface says so.
+static cudaStream_t g_copy;
+static cudaEvent_t g_copy_fence, g_copy_marks[OPS_COPY_MARKS];
+static int g_copy_next;
+static void copy_stream_init(void) {
+    if (g_copy) return;
+    cudaCheck(cudaStreamCreateWithFlags(&g_copy, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&g_copy_fence, cudaEventDisableTiming));
+    for (int k = 0; k < OPS_COPY_MARKS; k++) cudaCheck(cudaEventCreateWithFlags(&g_copy_marks[k], cudaEventDisableTiming));
+}
+extern "C" void cuda_ops_copy_begin(void) {
+    copy_stream_init();
+    cudaCheck(cudaEventRecord(g_copy_fence, 0));
+    cudaCheck(cudaStreamWaitEvent(g_copy, g_copy_fence, 0));
+}
+extern "C" void cuda_ops_copy(void* dst, const void* src, size_t bytes, int to_host) {
+    copy_stream_init();
+    if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, g_copy));
+}
+extern "C" int cuda_ops_copy_mark(void) {
+    copy_stream_init();
+    const int k = g_copy_next;
+    g_copy_next = (g_copy_next + 1) % OPS_COPY_MARKS;
+    cudaCheck(cudaEventRecord(g_copy_marks[k], g_copy));
+    return k;
+}
+extern "C" void cuda_ops_copy_wait(int mark) { cudaCheck(cudaEventSynchronize(g_copy_marks[mark])); }
+extern "C" void cuda_ops_copy_end(void) {
+    copy_stream_init();
+    cudaCheck(cudaEventRecord(g_copy_fence, g_copy));
+    cudaCheck(cudaStreamWaitEvent(0, g_copy_fence, 0));
+}
+
 extern "C" void cuda_ops_synchronize(void) {
     cudaCheck(cudaDeviceSynchronize());
     stage_drained();

@@ -31,6 +31,12 @@
 //     ncclCommAbort, which may itself wait behind a hung kernel (NCCL synchronizes its streams
 //     while it cleans up): the watchdog's backstop ends the process regardless.
 //
+// Sub-communicators (comm_split: hybrid sharding) get an NCCL communicator of their ranks
+// (ncclCommSplit, bracketed for the watchdog as "nccl_split"). The watchdog polls only the
+// communicator it was started on (the top one), so a sub-communicator's state hangs off the top's:
+// the top's lock guards its communicator handle, its collectives are tracked in the top's ring,
+// and the top's error poll and abort reach it (up to NCCL_MAX_SUBS at once).
+//
 // Non-blocking requests (comm_dev_iallgather / comm_dev_ireduce_scatter_sum) run on a side
 // stream: an event on the caller's stream orders them after the work already enqueued there, and
 // comm_wait makes the caller's stream wait for their completion event (the host does not block).
@@ -53,21 +59,31 @@
 #include "../check.h"
 
 #define NCCL_TRACK 64 // device collectives the watchdog can track at once (more: the host waits)
+#define NCCL_MAX_SUBS 8 // sub-communicators (comm_split) alive at once per communicator
 
-typedef struct {
+typedef struct NcclState {
     ncclComm_t comm;        // NULL with one rank (and until the init call returned)
+    struct NcclState* top;  // the state of the communicator the watchdog polls: this one, or the
+                            // one it was split from (whose ring tracks this one's collectives)
+    struct NcclState* subs[NCCL_MAX_SUBS]; // (top only) its sub-communicators' states, for the
+                                           // watchdog's error polls and abort
     int device;
     cudaStream_t side;      // non-blocking requests
     cudaEvent_t ready[COMM_MAX_REQUESTS], done[COMM_MAX_REQUESTS];
     int in_group;
     void* group_stream;     // the stream of the last call inside a group
-    pthread_mutex_t mu;     // guards comm (against wd_abort) and the ring
+    pthread_mutex_t mu;     // (top's) guards comm and aborted of the top and its subs (against
+                            // wd_abort), subs, and the ring
     cudaEvent_t track[NCCL_TRACK];
     double track_t[NCCL_TRACK];
     const char* track_what[NCCL_TRACK];
     int64_t head, tail;     // events [tail, head) are recorded and not yet seen completed
     int aborted;            // the watchdog aborted comm (and set it to NULL)
 } NcclState;
+
+// Every communicator of a tree (the top and its subs) is guarded by the top's lock.
+static void nccl_lock(NcclState* s) { pthread_mutex_lock(&s->top->mu); }
+static void nccl_unlock(NcclState* s) { pthread_mutex_unlock(&s->top->mu); }
 
 // A thread whose communicator the watchdog aborted waits here while the watchdog ends the process
 // with its verdict (the message that matters, not the aborted call's error).
@@ -82,21 +98,21 @@ static void nccl_failed(ncclResult_t r, ncclComm_t comm, const char* call, const
 }
 
 // A call on a non-blocking communicator may return ncclInProgress: poll until it has settled.
-// The polls hold s->mu, and the communicator is the one of s: the watchdog thread may abort it at
-// any moment (nccl_wd_abort), after which NCCL frees it; a call caught by that parks.
+// The polls hold the top's lock, and the communicator is the one of s: the watchdog thread may
+// abort it at any moment (nccl_wd_abort), after which NCCL frees it; a call caught by that parks.
 static ncclResult_t nccl_settle(NcclState* s, ncclComm_t comm, ncclResult_t r) {
     if (!comm) return r;
     CommBackoff b;
     comm_poll_begin(&b);
     for (;;) {
-        pthread_mutex_lock(&s->mu);
+        nccl_lock(s);
         int aborted = s->comm != comm;
         if (!aborted && r == ncclInProgress) {
             ncclResult_t state = ncclSuccess;
             ncclResult_t q = ncclCommGetAsyncError(comm, &state);
             r = q != ncclSuccess ? q : state;
         }
-        pthread_mutex_unlock(&s->mu);
+        nccl_unlock(s);
         if (aborted) nccl_park();
         if (r != ncclInProgress) return r;
         comm_poll_sleep(&b);
@@ -115,10 +131,10 @@ static NcclState* ns(const Comm* c) { return (NcclState*)c->dev_state; }
 // The communicator for a call: NULL with one rank and no NCCL communicator (the calls are copies);
 // parks once the watchdog has aborted it.
 static ncclComm_t nccl_comm(NcclState* s) {
-    pthread_mutex_lock(&s->mu);
+    nccl_lock(s);
     ncclComm_t nc = s->comm;
-    int aborted = s->aborted;
-    pthread_mutex_unlock(&s->mu);
+    int aborted = s->aborted || s->top->aborted; // (a sub without a communicator of its own too)
+    nccl_unlock(s);
     if (aborted) nccl_park();
     return nc;
 }
@@ -145,9 +161,11 @@ static void track_pop_done(NcclState* s) { // (lock held)
     while (s->tail < s->head && cudaEventQuery(s->track[s->tail % NCCL_TRACK]) == cudaSuccess) s->tail++;
 }
 
-// After a collective on `stream` (outside groups): record its completion event.
+// After a collective on `stream` (outside groups): record its completion event (in the ring of
+// the top communicator: the one the watchdog polls).
 static void track(NcclState* s, void* stream, const char* what) {
     if (s->in_group) { s->group_stream = stream; return; } // recorded once, at the group's end
+    s = s->top;
     CommBackoff b;
     comm_poll_begin(&b);
     pthread_mutex_lock(&s->mu);
@@ -164,14 +182,25 @@ static void track(NcclState* s, void* stream, const char* what) {
     pthread_mutex_unlock(&s->mu);
 }
 
+// An asynchronous error on this communicator or one of its sub-communicators (lock held): the
+// failed communicator, else NULL.
+static ncclComm_t nccl_failed_comm(NcclState* s, ncclResult_t* state) {
+    for (int k = -1; k < NCCL_MAX_SUBS; k++) {
+        ncclComm_t nc = k < 0 ? s->comm : s->subs[k] ? s->subs[k]->comm : NULL;
+        if (nc && ncclCommGetAsyncError(nc, state) == ncclSuccess && *state != ncclSuccess && *state != ncclInProgress) return nc;
+    }
+    return NULL;
+}
+
 static double nccl_wd_poll(Comm* c, const char** what, char* err, size_t err_cap) {
     NcclState* s = ns(c);
     pthread_mutex_lock(&s->mu);
     ncclResult_t state = ncclSuccess;
-    if (s->comm && ncclCommGetAsyncError(s->comm, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
-        const char* last = ncclGetLastError(s->comm);
-        snprintf(err, err_cap, "watchdog: NCCL reported an asynchronous error on rank %d: %s%s%s", c->rank,
-                 ncclGetErrorString(state), last && last[0] ? ": " : "", last ? last : "");
+    ncclComm_t bad = nccl_failed_comm(s, &state);
+    if (bad) {
+        const char* last = ncclGetLastError(bad);
+        snprintf(err, err_cap, "watchdog: NCCL reported an asynchronous error on rank %d%s: %s%s%s", c->rank,
+                 bad != s->comm ? " (in a sub-communicator)" : "", ncclGetErrorString(state), last && last[0] ? ": " : "", last ? last : "");
     }
     track_pop_done(s);
     double age = 0.0;
@@ -184,19 +213,31 @@ static double nccl_wd_poll(Comm* c, const char** what, char* err, size_t err_cap
     return age;
 }
 
-// Called by the watchdog once its verdict is printed. The communicator leaves s first, so that
-// the main thread stops polling it (nccl_settle); ncclCommAbort itself runs outside the lock: it
-// may wait for the device (its clean-up synchronizes NCCL's streams, which can sit behind a hung
-// kernel), and the watchdog's backstop bounds that.
-static void nccl_wd_abort(Comm* c) {
-    NcclState* s = ns(c);
-    if (!s) return;
-    pthread_mutex_lock(&s->mu);
+// Takes s's communicator out of s (lock held): the main thread stops polling it and parks at its
+// next call on s.
+static ncclComm_t nccl_take(NcclState* s) {
     ncclComm_t comm = s->comm;
     s->comm = NULL;
     s->aborted = comm != NULL;
+    return comm;
+}
+
+// Called by the watchdog once its verdict is printed, on the top communicator. Its communicator
+// and its sub-communicators' leave their states first, so that the main thread stops polling them
+// (nccl_settle); ncclCommAbort itself runs outside the lock: it may wait for the device (its
+// clean-up synchronizes NCCL's streams, which can sit behind a hung kernel), and the watchdog's
+// backstop bounds that. The subs first: they were split from the top.
+static void nccl_wd_abort(Comm* c) {
+    NcclState* s = ns(c);
+    if (!s) return;
+    ncclComm_t comms[NCCL_MAX_SUBS + 1];
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int k = 0; k < NCCL_MAX_SUBS; k++)
+        if (s->subs[k] && s->subs[k]->comm) comms[n++] = nccl_take(s->subs[k]);
+    if (s->comm) comms[n++] = nccl_take(s);
     pthread_mutex_unlock(&s->mu);
-    if (comm) ncclCommAbort(comm);
+    for (int k = 0; k < n; k++) ncclCommAbort(comms[k]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -268,6 +309,9 @@ static void nccl_wait(Comm* c, CommReq* q) {
     cudaCheckComm(cudaStreamWaitEvent((cudaStream_t)q->stream, s->done[q - c->reqs], 0));
 }
 
+static void nccl_split(Comm* c, int color, int key, Comm* out);
+static void nccl_split_free(Comm* out);
+
 // The device table: the collectives above; lifetime and the side channel stay with the host table.
 static CommOps nccl_ops(const char* name) {
     CommOps o;
@@ -284,6 +328,8 @@ static CommOps nccl_ops(const char* name) {
     o.wait = nccl_wait;
     o.wd_poll = nccl_wd_poll;
     o.wd_abort = nccl_wd_abort;
+    o.split = nccl_split;
+    o.split_free = nccl_split_free;
     return o;
 }
 static CommOps NCCL_OPS, CUDA_SINGLE_OPS, LOCAL_OPS;
@@ -301,7 +347,24 @@ static NcclState* state_create(void) {
     }
     for (int k = 0; k < NCCL_TRACK; k++) cudaCheckComm(cudaEventCreateWithFlags(&s->track[k], cudaEventDisableTiming));
     pthread_mutex_init(&s->mu, NULL);
+    s->top = s;
     return s;
+}
+
+static void state_free(NcclState* s) {
+    for (int k = 0; k < COMM_MAX_REQUESTS; k++) { cudaEventDestroy(s->ready[k]); cudaEventDestroy(s->done[k]); }
+    for (int k = 0; k < NCCL_TRACK; k++) cudaEventDestroy(s->track[k]);
+    cudaStreamDestroy(s->side);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+// Flushes and destroys s's communicator nc (every rank of it at once): the main thread's, taken
+// out of the watchdog's reach (nothing else aborts it).
+static void nccl_destroy(NcclState* s, ncclComm_t nc) {
+    if (!nc) return;
+    ncclCheckComm(s, nc, ncclCommFinalize(nc)); // flushes outstanding operations on every rank
+    ncclCheckComm(s, nc, ncclCommDestroy(nc));
 }
 
 // Joins the communicator of nranks ranks named by id as `rank` (non-blocking init, polled inside
@@ -353,14 +416,94 @@ extern "C" void comm_nccl_attach_local(Comm* c, int nccl_ranks) {
 extern "C" void comm_nccl_detach(Comm* c) {
     NcclState* s = ns(c);
     if (!s) return;
-    comm_set_dev(c, c->ops, NULL); // the watchdog stops polling it
-    if (s->comm) {
-        ncclCheckComm(s, s->comm, ncclCommFinalize(s->comm)); // flushes outstanding operations on every rank
-        ncclCheckComm(s, s->comm, ncclCommDestroy(s->comm));
-    }
-    for (int k = 0; k < COMM_MAX_REQUESTS; k++) { cudaEventDestroy(s->ready[k]); cudaEventDestroy(s->done[k]); }
-    for (int k = 0; k < NCCL_TRACK; k++) cudaEventDestroy(s->track[k]);
-    cudaStreamDestroy(s->side);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
+    for (int k = 0; k < NCCL_MAX_SUBS; k++)
+        if (s->subs[k]) fatal("call comm_split_free on every sub-communicator first", "comm_nccl_detach: a sub-communicator is still alive");
+    ncclComm_t nc = nccl_comm(s); // (parks if the watchdog aborted it)
+    comm_set_dev(c, c->ops, NULL); // the watchdog stops polling it: nc is the main thread's alone
+    nccl_destroy(s, nc);
+    state_free(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// sub-communicators (comm_split, hybrid sharding)
+
+// Registers s as a sub-communicator of its top communicator (the watchdog's error polls and abort
+// reach it from there; its collectives are tracked in the top's ring).
+static void sub_register(NcclState* s, NcclState* top) {
+    s->top = top;
+    pthread_mutex_lock(&top->mu);
+    int k = 0;
+    while (k < NCCL_MAX_SUBS && top->subs[k]) k++;
+    if (k < NCCL_MAX_SUBS) top->subs[k] = s;
+    pthread_mutex_unlock(&top->mu);
+    if (k == NCCL_MAX_SUBS) fatal("free sub-communicators that are no longer needed", "comm_split: more than %d NCCL sub-communicators", NCCL_MAX_SUBS);
+}
+
+// Starts the new communicator of s from parent communicator pc: ncclCommSplit (NCCL 2.18 and
+// later), else a unique id made by out's rank 0 and sent to its ranks over out's host calls. Both
+// non-blocking like comm_nccl_attach's, inside the watchdog's bracket "nccl_split" (begun here,
+// ended by the caller once the call has settled), so a split stuck behind a dead peer is named.
+static ncclResult_t sub_create(Comm* c, NcclState* s, ncclComm_t pc, int color, int key, Comm* out, ncclComm_t* nc) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    (void)s; (void)out;
+    c->coll_seq++;
+    comm_wd_wait_begin(c, "nccl_split");
+    return ncclCommSplit(pc, color, key, nc, &config);
+#else
+    (void)pc; (void)color; (void)key;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (out->rank == 0) ncclCheckComm(s, nullptr, ncclGetUniqueId(&id));
+    comm_broadcast(out, &id, sizeof(id), 0);
+    c->coll_seq++;
+    comm_wd_wait_begin(c, "nccl_split");
+    return ncclCommInitRankConfig(nc, out->world, id, out->rank, &config);
+#endif
+}
+
+// comm_split's device side, on every rank of c: out gets an NCCL communicator of its ranks (with
+// one rank and no NCCL communicator in c, its device calls are copies like c's). The split call
+// runs outside the lock (were it to block, the watchdog must still be able to poll and judge);
+// its communicator enters s under the lock right after, unless the watchdog has aborted the tree
+// meanwhile (then the process is ending: this thread parks).
+static void nccl_split(Comm* c, int color, int key, Comm* out) {
+    NcclState* p = ns(c);
+    ncclComm_t pc = nccl_comm(p);
+    NcclState* s = state_create();
+    sub_register(s, p->top);
+    comm_set_dev(out, c->dev, s);
+    if (!pc) return;
+    ncclComm_t nc = NULL;
+    ncclResult_t r = sub_create(c, s, pc, color, key, out, &nc);
+    nccl_lock(s);
+    int aborted = s->top->aborted;
+    if (!aborted) s->comm = nc; // (the watchdog may abort it from here on)
+    nccl_unlock(s);
+    if (aborted) nccl_park();
+    ncclCheckComm(s, nc, r);
+    comm_wd_wait_end(c);
+    int rank = -1, count = 0;
+    ncclCheckComm(s, nc, ncclCommUserRank(nc, &rank));
+    ncclCheckComm(s, nc, ncclCommCount(nc, &count));
+    if (rank != out->rank || count != out->world) // (both order by key, then by the rank in c)
+        fatal("this is a bug in llmc or NCCL", "comm_split: the NCCL sub-communicator has rank %d of %d, the host one %d of %d",
+              rank, count, out->rank, out->world);
+}
+
+// Takes s out of its top's list under the lock (from then on the watchdog cannot reach it, and nc
+// is the main thread's alone), then flushes and destroys its communicator.
+static void nccl_split_free(Comm* out) {
+    NcclState* s = ns(out);
+    nccl_lock(s);
+    for (int k = 0; k < NCCL_MAX_SUBS; k++)
+        if (s->top->subs[k] == s) s->top->subs[k] = NULL;
+    ncclComm_t nc = s->comm;
+    int aborted = s->aborted || s->top->aborted;
+    nccl_unlock(s);
+    if (aborted) nccl_park();
+    comm_set_dev(out, out->ops, NULL);
+    nccl_destroy(s, nc);
+    state_free(s);
 }

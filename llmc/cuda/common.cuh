@@ -25,7 +25,8 @@
 //                              p must be 16-byte aligned (cudaMalloc gives 256-byte alignment).
 //   ops_aligned16(p)           whether p allows the 128-bit paths
 //   load8f / store8f           8 elements of a bf16 row as fp32, 128-bit or scalar (ragged rows)
-//   ops_hash, ops_round_stochastic   deterministic stochastic rounding fp32 -> bf16
+//   ops_round_stochastic(x, sround_hash(seed, i))   deterministic stochastic rounding fp32 -> bf16
+//                              (llmc/sround.h)
 //   ops_gelu(x), ops_gelu_grad tanh-approximation GELU and its derivative, shared by kernels and
 //                              the emulated GEMM's epilogues
 //   ops_scratch(slot, bytes)   the op-internal scratch buffers (backend.cu)
@@ -46,6 +47,7 @@
 #include <cuda_bf16.h>
 #include "../ops.h"
 #include "../check.h"
+#include "../sround.h"
 #include "launch.cuh"
 
 // ---------------------------------------------------------------------------------------------
@@ -191,36 +193,11 @@ __device__ inline void store8f(floatX* row, const float* src, int c, int C, int 
 }
 
 // ---------------------------------------------------------------------------------------------
-// stochastic rounding fp32 -> bf16, deterministic given (seed, index)
+// stochastic rounding fp32 -> bf16, deterministic given (seed, index): llmc/sround.h, shared with
+// the host AdamW of the optimizer offload
 
-__device__ inline uint32_t ops_hash(uint32_t seed, uint64_t idx) {
-    uint32_t h = seed * 0x9E3779B1u ^ (uint32_t)idx ^ ((uint32_t)(idx >> 32) * 0x85EBCA77u);
-    h ^= h >> 16; h *= 0x7FEB352Du;
-    h ^= h >> 15; h *= 0x846CA68Bu;
-    h ^= h >> 16;
-    return h;
-}
-__device__ inline uint32_t ops_f2u(float x) {
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(x);
-#else
-    uint32_t u; memcpy(&u, &x, 4); return u;
-#endif
-}
-__device__ inline float ops_u2f(uint32_t u) {
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float x; memcpy(&x, &u, 4); return x;
-#endif
-}
-// Adds 16 random bits below the bf16 mantissa and truncates: rounds up with probability equal
-// to the discarded fraction, so the expected value is x (small AdamW steps are not lost).
 __device__ inline floatX ops_round_stochastic(float x, uint32_t rnd) {
-    uint32_t u = ops_f2u(x);
-    if ((u & 0x7F800000u) == 0x7F800000u) return __float2bfloat16(x);   // inf / nan unchanged
-    u = (u + (rnd & 0xFFFFu)) & 0xFFFF0000u;
-    return __float2bfloat16(ops_u2f(u));   // exact: the low bits are zero
+    return __ushort_as_bfloat16(sround_bf16(x, rnd));
 }
 
 // tanh-approximation GELU ("gelu_new"), shared by the kernels and the emulated GEMM epilogue
@@ -263,6 +240,9 @@ void* ops_stage_host(size_t bytes);
 void ops_colsum_finalize(floatX* out, const float* partial, int nchunks, int C);
 // The device's SM count (queried once).
 int ops_sm_count(void);
+// The number of CUDA devices, at least 1: none stops the program naming the CPU build
+// (backend.cu; not in the emulated backend).
+int ops_device_count(void);
 // Row chunks (grid.y) of a column sum over N rows and C columns: one per OPS_COLSUM_ROWS rows, but
 // no more than fill the GPU twice over (each block then strides over several chunks), so the
 // partials and the finalize's work scale with the SMs, not with the batch. Deterministic on a

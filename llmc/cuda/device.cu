@@ -7,11 +7,7 @@ extern "C" void cuda_device_select(const Comm* c) {
 #ifdef LLMC_CUDA_EMULATED
     (void)c;
 #else
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0)
-        fatal("this binary is the CUDA build; on a machine without a GPU build with `make BACKEND=cpu`",
-              "no usable CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    const int ndev = ops_device_count();
     if (c->local_rank >= ndev)
         fatal("start at most one rank per GPU (mpirun -np <number of GPUs per node>), or limit the visible GPUs with CUDA_VISIBLE_DEVICES",
               "rank %d is local rank %d of its node, which has only %d GPU(s)", c->rank, c->local_rank, ndev);

@@ -38,6 +38,12 @@ void ops_to_host(void* dst_host, const void* src, size_t bytes) {
 void ops_to_device_async(void* dst, const void* src_host, size_t bytes) {
     cuda_ops_to_device_async(dst, src_host, bytes);
 }
+void ops_copy_begin(void) { cuda_ops_copy_begin(); }
+void ops_copy_to_host(void* dst_host, const void* src, size_t bytes) { cuda_ops_copy(dst_host, src, bytes, 1); }
+void ops_copy_to_device(void* dst, const void* src_host, size_t bytes) { cuda_ops_copy(dst, src_host, bytes, 0); }
+int ops_copy_mark(void) { return cuda_ops_copy_mark(); }
+void ops_copy_wait(int mark) { cuda_ops_copy_wait(mark); }
+void ops_copy_end(void) { cuda_ops_copy_end(); }
 void ops_upload_f32(floatX* dst, const float* src_host, size_t n) {
     cuda_ops_upload_f32(dst, src_host, n);
 }

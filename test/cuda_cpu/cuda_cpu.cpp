@@ -571,6 +571,33 @@ static inline uint64_t splitmix(uint64_t* s) {
     return z ^ (z >> 31);
 }
 
+// Takes this OS thread's shared memory and fiber stacks back from the blocks that ran on it:
+// ordered after them for TSan (blocks that run one after another on one OS thread share these;
+// races between blocks are found between OS threads, CUDA_CPU_THREADS=2), and all of the dynamic
+// shared memory addressable again for ASan.
+NOTSAN static void smem_reclaim(Worker* w) {
+#ifdef CUDA_CPU_TSAN
+    __tsan_acquire(&w->block_end_sync);
+#endif
+#ifdef CUDA_CPU_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(cuda_cpu_dyn_smem, CUDA_CPU_DYN_SMEM_MAX);
+#endif
+}
+
+// Dynamic shared memory is garbage at block start on the GPU: poisoned here (0xFF bytes), and
+// unaddressable for ASan past the launch's size.
+NOTSAN static void smem_block_start(Worker* w, size_t smem) {
+    smem_reclaim(w);
+    if (smem) memset(cuda_cpu_dyn_smem, 0xFF, smem);
+#ifdef CUDA_CPU_ASAN
+    size_t used = (smem + 7) & ~(size_t)7;
+    if (used < CUDA_CPU_DYN_SMEM_MAX) ASAN_POISON_MEMORY_REGION(cuda_cpu_dyn_smem + used, CUDA_CPU_DYN_SMEM_MAX - used);
+#endif
+#ifdef CUDA_CPU_TSAN
+    __tsan_release(&w->block_start_sync);
+#endif
+}
+
 NOTSAN static void run_block(Worker* w, long b) {
     Launch* L = w->L;
     int n = L->nthreads;
@@ -593,23 +620,7 @@ NOTSAN static void run_block(Worker* w, long b) {
     }
     w->live = n;
     w->bar_arrived = 0;
-#ifdef CUDA_CPU_TSAN
-    // blocks that run one after another on this OS thread share its shared memory and fiber
-    // stacks: order them (races between blocks are found between OS threads, CUDA_CPU_THREADS=2)
-    __tsan_acquire(&w->block_end_sync);
-#endif
-    // dynamic shared memory is garbage at block start on the GPU: poison it
-#ifdef CUDA_CPU_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(cuda_cpu_dyn_smem, CUDA_CPU_DYN_SMEM_MAX);
-#endif
-    if (L->smem) memset(cuda_cpu_dyn_smem, 0xFF, L->smem);
-#ifdef CUDA_CPU_ASAN
-    size_t used = (L->smem + 7) & ~(size_t)7;
-    if (used < CUDA_CPU_DYN_SMEM_MAX) ASAN_POISON_MEMORY_REGION(cuda_cpu_dyn_smem + used, CUDA_CPU_DYN_SMEM_MAX - used);
-#endif
-#ifdef CUDA_CPU_TSAN
-    __tsan_release(&w->block_start_sync);
-#endif
+    smem_block_start(w, L->smem);
     for (int i = 0; i < n; i++) w->order[i] = (g_order == ORDER_REVERSE) ? n - 1 - i : i;
     w->rng = g_seed * 0x9e3779b97f4a7c15ull + (uint64_t)b;
     for (;;) {
@@ -638,12 +649,7 @@ NOTSAN static void run_blocks(Launch* L, int k, int T) {
     Worker* w = get_worker();
     w->L = L;
     for (long b = k; b < L->nblocks; b += T) run_block(w, b);
-#ifdef CUDA_CPU_TSAN
-    __tsan_acquire(&w->block_end_sync);
-#endif
-#ifdef CUDA_CPU_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(cuda_cpu_dyn_smem, CUDA_CPU_DYN_SMEM_MAX);
-#endif
+    smem_reclaim(w);
     w->L = nullptr;
 }
 
