@@ -525,6 +525,12 @@ static int read_adapters(PeftReader* P, LoraAdapter* ad, int* n) {
 }
 
 // The trained base slices the config announces (bias, modules_to_save) must all be in the file.
+// A tensor the adapter's values are read from must hold floats (st_read_f32 converts these three).
+static int check_float(PeftReader* P, const char* key, const StTensor* t) {
+    if (t->dtype == ST_F32 || t->dtype == ST_BF16 || t->dtype == ST_F16) return 0;
+    return refuse(P, "'%s': '%s' has dtype %s; expected F32, BF16 or F16", P->tpath, key, st_dtype_name(t->dtype));
+}
+
 static int check_extras(PeftReader* P, const LoraModel* lm) {
     for (int i = 0; i < lm->n_extra; i++) {
         const LoraExtra* e = &lm->extra[i];
@@ -536,6 +542,8 @@ static int check_extras(PeftReader* P, const LoraModel* lm) {
         if (t->ndim != 1 || t->numel != extra_numel(lm, e))
             return refuse(P, "'%s': '%s' has %llu elements; the base model's tensor has %zu (wrong base model?)", P->tpath, e->key,
                           (unsigned long long)t->numel, extra_numel(lm, e));
+        const int rc = check_float(P, tname, t);
+        if (rc) return rc;
         P->matched++;
     }
     return 0;
@@ -590,9 +598,8 @@ static int read_values(PeftReader* P, LoraModel* lm) {
             char key[KEY_CAP];
             adapter_key(key, sizeof(key), a, w ? 'B' : 'A');
             const StTensor* t = st_find(&P->f, key);
-            if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
-                rc = refuse(P, "'%s': '%s' has dtype %s; expected F32, BF16 or F16", P->tpath, key, st_dtype_name(t->dtype));
-            else st_read_f32(&P->f, t, host + (w ? a->b_off : a->a_off));
+            rc = check_float(P, key, t);
+            if (!rc) st_read_f32(&P->f, t, host + (w ? a->b_off : a->a_off));
         }
         if (!rc && a->blocks) rc = check_split_zeros(P, a, host + a->b_off);
     }
