@@ -25,8 +25,11 @@ rank_pid() {
 
 # wait_steps LOG N: until the job has logged N steps (at most 60 s)
 wait_steps() {
-  local i
-  for i in $(seq 600); do [ "$(grep -c '^step ' "$1" 2>/dev/null)" -ge "$2" ] && return 0; sleep 0.1; done
+  local i n
+  for i in $(seq 600); do
+    n=$(grep -c '^step ' "$1" 2>/dev/null) # (nothing while the log does not exist yet)
+    [ "${n:-0}" -ge "$2" ] && return 0; sleep 0.1
+  done
   return 1
 }
 
