@@ -24,8 +24,9 @@ static void test_child_exit_hook(void) {
 
 typedef void (*TestChildFn)(void* arg);
 
-// Runs fn(arg) in a child; returns its exit status (or 128 + signal) and its stderr in out.
-static int test_run_child(TestChildFn fn, void* arg, char* out, size_t cap) {
+// Forks a child that runs fn(arg) with its stderr into a pipe (with the test's fatal hook when
+// hook is set) and leaves with _exit(0) if fn returns; *rd: the parent's end of the pipe.
+static pid_t test_child_fork(TestChildFn fn, void* arg, int hook, int* rd) {
     int pipefd[2];
     if (pipe(pipefd) != 0) { perror("pipe"); exit(2); }
     fflush(stdout); fflush(stderr);
@@ -35,12 +36,26 @@ static int test_run_child(TestChildFn fn, void* arg, char* out, size_t cap) {
         close(pipefd[0]);
         dup2(pipefd[1], 2);
         close(pipefd[1]);
-        llmc_set_fatal_hook(test_child_exit_hook);
+        if (hook) llmc_set_fatal_hook(test_child_exit_hook);
         fn(arg);
         fflush(stdout); fflush(stderr);
         _exit(0);
     }
     close(pipefd[1]);
+    *rd = pipefd[0];
+    return pid;
+}
+
+// A child's exit status, or 128 + the signal that ended it.
+static int test_child_status(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// Runs fn(arg) in a child; returns its exit status (or 128 + signal) and its stderr in out.
+static int test_run_child(TestChildFn fn, void* arg, char* out, size_t cap) {
+    int pipefd[2];
+    pid_t pid = test_child_fork(fn, arg, 1, &pipefd[0]);
     size_t n = 0;
     for (;;) {
         char tmp[4096];
@@ -52,8 +67,7 @@ static int test_run_child(TestChildFn fn, void* arg, char* out, size_t cap) {
     close(pipefd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return test_child_status(status);
 }
 
 // Checks that fn(arg) exits with status 1 and that its stderr contains every string in want
@@ -93,20 +107,8 @@ static int test_child_read(int fd, int ms, char* out, size_t cap, size_t* n) {
 
 static int test_run_child_for(TestChildFn fn, void* arg, char* out, size_t cap, double limit_s, double* seconds) {
     int pipefd[2];
-    if (pipe(pipefd) != 0) { perror("pipe"); exit(2); }
-    fflush(stdout); fflush(stderr);
     const double t0 = test_child_now();
-    pid_t pid = fork();
-    if (pid < 0) { perror("fork"); exit(2); }
-    if (pid == 0) {
-        close(pipefd[0]);
-        dup2(pipefd[1], 2);
-        close(pipefd[1]);
-        fn(arg);
-        fflush(stdout); fflush(stderr);
-        _exit(0);
-    }
-    close(pipefd[1]);
+    pid_t pid = test_child_fork(fn, arg, 0, &pipefd[0]);
     size_t n = 0;
     int status = 0, open_ = 1, killed = 0;
     for (;;) {
@@ -121,8 +123,7 @@ static int test_run_child_for(TestChildFn fn, void* arg, char* out, size_t cap, 
     out[n] = '\0';
     close(pipefd[0]);
     if (killed) return TEST_CHILD_TIMED_OUT;
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return test_child_status(status);
 }
 
 #endif // LLMC_TEST_CHILD_H
