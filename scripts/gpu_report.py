@@ -257,6 +257,15 @@ def status_cell(r):
         why = why[len("skipped: "):]
     return s if not why else "%s: %s" % (s, why)
 
+def result_table(L, rows, key, last):
+    """A table of programs or cases: name, result, seconds, and the summary with any failures."""
+    L.append("| %s | result | seconds | %s |" % (key, last))
+    L.append("|---|---|---|---|")
+    for t in rows:
+        s = t["summary"] + ("; " + "; ".join(t["failures"]) if t["failures"] else "")
+        L.append("| %s | %s | %s | %s |" % (t[key], status_cell(t), t["seconds"], s.replace("|", "/")))
+    L.append("")
+
 
 def markdown(rep):
     L = []
@@ -298,24 +307,14 @@ def markdown(rep):
 
     L.append("## GPU test programs")
     L.append("")
-    L.append("| program | result | seconds | summary |")
-    L.append("|---|---|---|---|")
-    for t in rep["tests"]:
-        s = t["summary"] + ("; " + "; ".join(t["failures"]) if t["failures"] else "")
-        L.append("| %s | %s | %s | %s |" % (t["program"], status_cell(t), t["seconds"], s.replace("|", "/")))
-    L.append("")
+    result_table(L, rep["tests"], "program", "summary")
 
     L.append("## Watchdog, NCCL path (one GPU)")
     L.append("")
     L.append("test_nccl_watchdog_gpu, one child process per case: init (a 2-rank communicator whose second rank never joins),"
              " stuck (a kernel that hangs before an all-reduce), healthy (slow kernels under the limit: no verdict).")
     L.append("")
-    L.append("| case | result | seconds | how it ended |")
-    L.append("|---|---|---|---|")
-    for t in rep["watchdog"]:
-        s = t["summary"] + ("; " + "; ".join(t["failures"]) if t["failures"] else "")
-        L.append("| %s | %s | %s | %s |" % (t["case"], status_cell(t), t["seconds"], s.replace("|", "/")))
-    L.append("")
+    result_table(L, rep["watchdog"], "case", "how it ended")
 
     L.append("## Training throughput")
     L.append("")
