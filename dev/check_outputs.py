@@ -34,7 +34,8 @@ PROMPTS = ["ROMEO:", "PETRUCHIO: Good morrow, Kate", "First Citizen:\nBefore we 
 
 
 def ours(args, prompt, n):
-    cmd = [os.path.join(ROOT, "generate")] + args + ["--prompt", prompt, "--temperature", "0", "-n", str(n), "-q", "--threads", "2"]
+    cmd = [os.path.join(ROOT, "generate")] + args + ["--prompt", prompt, "--temperature", "0", "-n", str(n), "-q", "--threads", "2",
+           "--dtype", "fp32"]  # transformers generates in fp32
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return out[:-1] if out.endswith("\n") else out  # generate ends its output with a newline
 

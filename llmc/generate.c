@@ -20,6 +20,7 @@ typedef struct {
     SampleFlags s;
     const char* chat;     // chat template name, or NULL: plain continuation
     const char* system;   // --chat: a system message
+    const char* dtype;    // --dtype fp32|bf16|auto
     int max_new, seed, no_kv, threads, quiet;
 } GenFlags;
 
@@ -43,6 +44,7 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     specs[n++] = (ArgSpec){"--chat", NULL, ARG_STR, &g->chat, "TEMPLATE", "--prompt is a user message: render it with this chat template as data/prepare --chat-template does, answer as the assistant", 1, 0, chat_choices};
     specs[n++] = (ArgSpec){"--system", NULL, ARG_STR, &g->system, "TEXT", "with --chat: a system message before the user's", 1, 0, NULL};
     specs[n++] = cli_flag_threads(&g->threads);
+    specs[n++] = cli_flag_dtype(&g->dtype);
     specs[n++] = (ArgSpec){"--quiet", "-q", ARG_BOOL, &g->quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
     unsigned char given[16];
     args_parse(argc, argv, specs, n,
@@ -81,13 +83,14 @@ static const char* gen_adapter_base(const char* adapter, char* out, size_t cap) 
 
 // The model (any kind the trainers write, incl. 4-bit NF4 checkpoints) and its adapter; the
 // activations are sized once the prompt is known (model_alloc_acts).
-static void gen_model(Model* m, const GenFlags* g) {
+static void gen_model(Model* m, const GenFlags* g, int bf16) {
     LoraSource src;
     ModelSpec spec;
     memset(&src, 0, sizeof(src));
     memset(&spec, 0, sizeof(spec));
     spec.path = g->model;
     spec.B = 1; spec.T = 1;
+    spec.base_bf16 = bf16; // nothing is trained: the linear weights held in bf16 only, as train_lora holds its base
     src.adapter = g->adapter;
     if (g->adapter) spec.lora_src = &src;
     model_assemble(m, &spec);
@@ -128,10 +131,11 @@ static void gen_chat_prompt(const ChatTemplate* t, Tokenizer* tok, const GenFlag
     *n = (int)out.n;
 }
 
-static void gen_report(const Model* m, const GenFlags* g, const Tokenizer* tok, const int* ids, int np, int chat) {
+static void gen_report(const Model* m, const GenFlags* g, const Tokenizer* tok, const int* ids, int np, int chat, const char* dtype) {
     const GPT2Config* cfg = &m->gpt.cfg;
     fprintf(stderr, "model: %s | L=%d C=%d NH=%d vocab=%d | backend %s%s%s\n", m->source, cfg->num_layers, cfg->channels,
             cfg->num_heads, cfg->vocab_size, ops_backend_name(), m->lora ? " | adapter " : "", m->lora ? g->adapter : "");
+    fprintf(stderr, "dtype: %s\n", dtype);
     fprintf(stderr, "prompt: %d tokens | temperature %g | top-k %d | seed %d | %s\n", np, g->s.temperature, g->s.top_k, g->seed,
             g->no_kv ? "no kv cache" : "kv cache");
     const int skip = chat && tok->eot_id >= 0; // --chat: the rendered prompt without its leading <|endoftext|>
@@ -149,8 +153,10 @@ int generate_main(int argc, char** argv) {
         fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or keep data/gpt2 next to this program",
               "no vocabulary found for --model %s", g.model);
     ops_init(g.threads);
+    char dtype[160];
+    const int bf16 = cli_apply_dtype(g.dtype, dtype, sizeof(dtype));
     Model m;
-    gen_model(&m, &g);
+    gen_model(&m, &g, bf16);
     const GPT2Config* cfg = &m.gpt.cfg;
     Tokenizer tok;
     tok_load(&tok, vpath);
@@ -163,7 +169,7 @@ int generate_main(int argc, char** argv) {
     model_alloc_acts(&m, 1, g.no_kv ? need : (m.lora ? (need < 64 ? need : 64) : 1));
     KVCache kv;
     if (!g.no_kv) kv_init(&kv, &m.gpt, 1, need);
-    if (!g.quiet) gen_report(&m, &g, &tok, prompt_ids, np, tpl != NULL);
+    if (!g.quiet) gen_report(&m, &g, &tok, prompt_ids, np, tpl != NULL, dtype);
     SampleParams sp = { g.s.temperature, g.s.top_k, (uint64_t)g.seed };
     ChatStream cs = { { &tok, stdout, NULL, tok.eot_id }, {0} };
     if (tpl) chat_stop_init(&cs.stop, tpl->stop);

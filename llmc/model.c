@@ -125,7 +125,8 @@ void model_assemble(Model* m, const ModelSpec* s) {
         if (owned) qlora_release_host(&pt, host);
     }
     const unsigned trainable = s->trainable | (m->lora ? lora_base_trainable_mask(m->lora) : 0u);
-    const int base16 = s->base_bf16 && m->lora && !m->nf4 && ops_caps().floatx == OPS_F32;
+    // bf16 base weights only where no gradient flows into them (adapters, or no training at all)
+    const int base16 = s->base_bf16 && !(trainable & QLORA_MASK) && !m->nf4 && ops_caps().floatx == OPS_F32;
     gpt2_init(&m->gpt, &cfg, trainable, m->nf4 || base16 ? QLORA_MASK : 0u);
     if (m->nf4) model_bind_nf4(m);
     if (base16) model_bind_bf16(m, &pt, host);

@@ -43,9 +43,9 @@ typedef struct {
     const float* host;
     uint64_t seed;             // initialization of a size descriptor
     int qlora;                 // the linear weights as NF4 (a 4-bit checkpoint always is)
-    int base_bf16;             // with adapters and without NF4, on a backend whose floatX is fp32:
-                               // the frozen linear weights held in bf16 only (half the memory;
-                               // --dtype bf16 on the CPU), their matmuls in bf16
+    int base_bf16;             // linear weights without gradients (LoRA's base, or generate), not
+                               // NF4, on a backend whose floatX is fp32: held in bf16 only (half
+                               // the memory; --dtype bf16 on the CPU), their matmuls in bf16
     unsigned trainable;        // table tensors with gradients (GPT2_TRAIN_ALL, or 0); the base
                                // slices the adapters train are added
     int recompute;             // GPT2_RECOMPUTE_*

@@ -1,4 +1,5 @@
 #include "sampler.h"
+#include "bf16.h"
 #include "check.h"
 #include "rand.h"
 #include <math.h>
@@ -35,10 +36,31 @@ void kv_init(KVCache* kv, GPT2* m, int B, int maxT) {
     size_t off = 0;
     for (int i = 0; i < n; i++) { *ptr[i] = (char*)kv->mem + off; off += (bytes[i] + 255) & ~(size_t)255; }
     kv->logits_host = (float*)mallocCheck((size_t)B * Vp * sizeof(float));
+    // the lm_head is the largest GEMM of a token: rounding its 50257 x C weight to bf16 for every
+    // token took longer than the GEMM itself
+    if (ops_gemm_dtype() == OPS_BF16 && ops_caps().floatx == OPS_F32)
+        kv->wte16 = (uint16_t*)ops_alloc(Vp * C * sizeof(uint16_t));
+}
+
+// wte in bf16, from the model's current values: at the start of every sequence (a trainer's
+// samples come between optimizer steps), in row blocks through the host
+static void kv_round_wte(KVCache* kv) {
+    const size_t C = (size_t)kv->m->cfg.channels, Vp = (size_t)kv->m->cfg.padded_vocab_size, rows = 1024;
+    float* f = (float*)mallocCheck(rows * C * sizeof(float));
+    uint16_t* h = (uint16_t*)mallocCheck(rows * C * sizeof(uint16_t));
+    for (size_t r0 = 0; r0 < Vp; r0 += rows) {
+        const size_t n = (Vp - r0 < rows ? Vp - r0 : rows) * C;
+        ops_download_f32(f, kv->m->p[PT_WTE] + r0 * C, n);
+        for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(f[i]);
+        ops_to_device(kv->wte16 + r0 * C, h, n * sizeof(uint16_t));
+    }
+    free(f);
+    free(h);
 }
 
 void kv_free(KVCache* kv) {
     if (kv->kcache) { ops_free(kv->kcache); ops_free(kv->vcache); ops_free(kv->mem); }
+    if (kv->wte16) ops_free(kv->wte16);
     free(kv->logits_host);
     memset(kv, 0, sizeof(*kv));
 }
@@ -49,7 +71,8 @@ size_t kv_bytes(const KVCache* kv) {
     const GPT2Config* c = &kv->m->cfg;
     size_t cache = 2 * (size_t)c->num_layers * kv->B * kv->maxT * c->channels * sizeof(floatX);
     size_t N = (size_t)kv->B * kv->chunk;
-    return cache + N * (size_t)c->channels * 15 * sizeof(floatX) + (size_t)kv->B * c->padded_vocab_size * sizeof(floatX);
+    const size_t wte16 = kv->wte16 ? (size_t)c->padded_vocab_size * c->channels * sizeof(uint16_t) : 0;
+    return cache + N * (size_t)c->channels * 15 * sizeof(floatX) + (size_t)kv->B * c->padded_vocab_size * sizeof(floatX) + wte16;
 }
 
 // One forward over Tn <= chunk new tokens per sequence (ids already checked): the blocks of
@@ -70,9 +93,13 @@ static void kv_forward_chunk(KVCache* kv, const int* tokens, int Tn) {
         GPT2KVSlot slot = { kv->kcache + l * layer_cache, kv->vcache + l * layer_cache, kv->pos, kv->maxT };
         gpt2_block_forward(m, l, &io, B, Tn, &slot);
     }
-    // (lm_head tied to wte)
-    for (int b = 0; b < B; b++)
-        matmul_forward(kv->logits + (size_t)b * Vp, NULL, kv->ln + ((size_t)b * Tn + Tn - 1) * C, m->p[PT_WTE], NULL, 1, C, Vp);
+    // (lm_head tied to wte; the bf16 copy gives the same products as matmul_forward's rounding)
+    for (int b = 0; b < B; b++) {
+        floatX* out = kv->logits + (size_t)b * Vp;
+        const floatX* row = kv->ln + ((size_t)b * Tn + Tn - 1) * C;
+        if (kv->wte16) matmul_forward_w16(out, NULL, row, kv->wte16, NULL, 1, C, Vp);
+        else matmul_forward(out, NULL, row, m->p[PT_WTE], NULL, 1, C, Vp);
+    }
     kv->pos += Tn;
 }
 
@@ -86,6 +113,7 @@ const float* kv_forward(KVCache* kv, const int* tokens, int Tn) {
         if (tokens[i] < 0 || tokens[i] >= V)
             fatal("the prompt was tokenized with a different vocabulary than the model's",
                   "token id %d is out of range for the model's vocabulary (%d)", tokens[i], V);
+    if (kv->wte16 && kv->pos == 0) kv_round_wte(kv);
     int* part = (int*)mallocCheck((size_t)B * kv->chunk * sizeof(int));
     for (int t0 = 0; t0 < Tn; t0 += kv->chunk) {
         int cn = Tn - t0 < kv->chunk ? Tn - t0 : kv->chunk;

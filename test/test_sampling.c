@@ -28,13 +28,14 @@ static int rec_cb(void* ctx, int tok, const float* logits, int V) {
 }
 
 // acts_T: activations for the no-cache path (also bounds the LoRA scratch, i.e. the cache chunk)
-static void model_open(Model* x, const char* path, const char* adapter, int acts_T) {
+static void model_open(Model* x, const char* path, const char* adapter, int acts_T, int bf16) {
     LoraSource src;
     ModelSpec spec;
     memset(&src, 0, sizeof(src));
     memset(&spec, 0, sizeof(spec));
     spec.path = path;
     spec.B = 1; spec.T = acts_T;
+    spec.base_bf16 = bf16;
     src.adapter = adapter;
     if (adapter) spec.lora_src = &src;
     model_assemble(x, &spec);
@@ -49,12 +50,30 @@ static int gen(Model* x, int use_kv, const int* prompt, int np, int n, SamplePar
     return got;
 }
 
-static void test_reference(const char* key, const char* model, const char* adapter) {
+// The greedy steps whose context is the reference's: up to and including the first step whose
+// choice differs (a near tie that bf16 rounding decides the other way; after it the contexts differ).
+static int same_context_steps(const int* ids, const int* want, int n) {
+    int k = 0;
+    while (k < n && ids[k] == want[k]) k++;
+    return k < n ? k + 1 : n;
+}
+
+static double max_abs_diff(const float* a, const float* b, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) { double d = fabs((double)a[i] - (double)b[i]); if (d > m) m = d; }
+    return m;
+}
+
+// fp32: transformers' greedy ids, and its per-step logits to 1e-4. bf16 (generate --dtype bf16:
+// the linear weights held in bf16, the lm_head rounded once per sequence): the per-step logits
+// within bf16 rounding of transformers' fp32 ones over the steps that share its context, visibly
+// not the fp32 numbers, and the cache giving the ids and logits of the full recomputation.
+static void test_reference(const char* key, const char* model, const char* adapter, int bf16) {
     StFile f;
     st_open(&f, REF);
     const StTensor* tp = st_find(&f, "prompt");
     int np = (int)tp->shape[0];
-    int prompt[MAXN], want[MAXN];
+    int prompt[MAXN], want[MAXN], kv_ids[MAXN];
     st_read_i32(&f, tp, prompt);
     char name[128];
     snprintf(name, sizeof(name), "%s.ids", key);
@@ -65,31 +84,47 @@ static void test_reference(const char* key, const char* model, const char* adapt
     const StTensor* tl = st_find(&f, name);
     int V = (int)tl->shape[1];
     float* wl = (float*)mallocCheck((size_t)n * V * sizeof(float));
+    float* kv_logits = (float*)mallocCheck((size_t)n * V * sizeof(float));
     st_read_f32(&f, tl, wl);
     st_close(&f);
 
+    ops_set_gemm_dtype(bf16 ? OPS_BF16 : OPS_F32);
     Model x;
-    model_open(&x, model, adapter, np + n);
+    model_open(&x, model, adapter, np + n, bf16);
+    if (bf16) TEST_CHECK(x.base16 != NULL, "%s: bf16 GEMMs without training hold no bf16 base weights", key);
     Rec r = {0}; r.logits = (float*)mallocCheck((size_t)n * V * sizeof(float));
     SampleParams greedy = { 0.0f, 0, 0 };
+    const char* tag = bf16 ? " bf16" : "";
     for (int kv = 1; kv >= 0; kv--) {
         int got = gen(&x, kv, prompt, np, n, greedy, &r);
         TEST_CHECK(got == n && r.V == V, "%s: %d tokens of %d, V %d vs %d", key, got, n, r.V, V);
-        int same = memcmp(r.ids, want, (size_t)n * sizeof(int)) == 0;
-        TEST_CHECK(same, "%s%s: greedy ids differ from transformers' generate", key, kv ? "" : " (no cache)");
-        if (same) printf("ok   %s%s: %d greedy ids equal transformers' generate\n", key, kv ? "" : " (no cache)", n);
         char what[160];
-        snprintf(what, sizeof(what), "%s%s: per-step logits vs transformers", key, kv ? "" : " (no cache)");
-        test_allclose(what, r.logits, wl, (size_t)n * V, 1e-4, 1e-4);
+        snprintf(what, sizeof(what), "%s%s%s: per-step logits vs transformers", key, tag, kv ? "" : " (no cache)");
+        if (!bf16) {
+            int same = memcmp(r.ids, want, (size_t)n * sizeof(int)) == 0;
+            TEST_CHECK(same, "%s%s: greedy ids differ from transformers' generate", key, kv ? "" : " (no cache)");
+            if (same) printf("ok   %s%s: %d greedy ids equal transformers' generate\n", key, kv ? "" : " (no cache)", n);
+            test_allclose(what, r.logits, wl, (size_t)n * V, 1e-4, 1e-4);
+            continue;
+        }
+        const size_t steps = (size_t)same_context_steps(r.ids, want, n);
+        test_allclose(what, r.logits, wl, steps * V, 1e-2, 5e-3); // a few bf16 ulps (2^-8 relative)
+        const double d = max_abs_diff(r.logits, wl, steps * V);
+        TEST_CHECK(d > 1e-5, "%s: max diff %.3g to the fp32 logits: the bf16 GEMMs did not run", what, d);
+        if (kv) { memcpy(kv_ids, r.ids, sizeof(kv_ids)); memcpy(kv_logits, r.logits, (size_t)n * V * sizeof(float)); continue; }
+        TEST_CHECK(memcmp(r.ids, kv_ids, (size_t)n * sizeof(int)) == 0, "%s bf16: greedy ids with the cache differ from the full recomputation", key);
+        snprintf(what, sizeof(what), "%s bf16: cache vs full recomputation, logits", key);
+        test_allclose(what, kv_logits, r.logits, (size_t)n * V, 1e-4, 1e-4);
     }
-    free(r.logits); free(wl);
+    ops_set_gemm_dtype(OPS_F32);
+    free(r.logits); free(wl); free(kv_logits);
     model_free(&x);
 }
 
 static void test_kv_equals_full(void) {
     Model x;
     const int np = 7, n = 30;
-    model_open(&x, "test/ref/sampling_tiny", NULL, np + n);
+    model_open(&x, "test/ref/sampling_tiny", NULL, np + n, 0);
     const int V = x.gpt.cfg.vocab_size;
     int prompt[7] = { 1, 2, 3, 50, 60, 70, 99 };
     Rec a = {0}, b = {0};
@@ -197,10 +232,12 @@ static void test_sample_token(void) {
 
 int main(void) {
     ops_init(0);
-    test_reference("base", "test/ref/sampling_tiny", NULL);
-    test_reference("tiny", "test/ref/gpt2_tiny", NULL);
-    test_reference("lora.all_linear", "test/ref/gpt2_tiny", "test/ref/lora_tiny/all_linear");
-    test_reference("lora.bias_lnf", "test/ref/gpt2_tiny", "test/ref/lora_tiny/bias_lnf");
+    test_reference("base", "test/ref/sampling_tiny", NULL, 0);
+    test_reference("tiny", "test/ref/gpt2_tiny", NULL, 0);
+    test_reference("lora.all_linear", "test/ref/gpt2_tiny", "test/ref/lora_tiny/all_linear", 0);
+    test_reference("lora.bias_lnf", "test/ref/gpt2_tiny", "test/ref/lora_tiny/bias_lnf", 0);
+    test_reference("tiny", "test/ref/gpt2_tiny", NULL, 1); // bf16 GEMMs (generate --dtype bf16)
+    test_reference("lora.all_linear", "test/ref/gpt2_tiny", "test/ref/lora_tiny/all_linear", 1);
     test_kv_equals_full();
     test_sample_token();
     return test_finish("test_sampling");
