@@ -13,8 +13,6 @@
 #     rank = total / N + two units' gather buffers; the saved adapter and merged model; resume
 #     from ZeRO 3 (4 ranks) at ZeRO 2 (2 ranks).
 source "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null 2>&1 || { echo "skip: MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"; exit 0; }
-"$BIN_DIR/train_gpt2" --help >/dev/null 2>&1 || { echo "train_gpt2 not built"; exit 1; }
 source "$(dirname "$0")/lib_mpi.sh"
 train_setup # MODEL: L = 2 blocks, 3 units
 L=2
