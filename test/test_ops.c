@@ -13,6 +13,7 @@
 #include <omp.h>
 #include "ops.h"
 #include "cpu/vecmath.h"
+#include "bf16.h"
 #include "test/test.h"
 #include "test/ref_ops.h"
 
@@ -558,6 +559,38 @@ static void test_elementwise(void) {
     free(want); free(wantg); free(add);
 }
 
+// bf16 GEMMs (--dtype bf16): one row, as token-by-token generation runs them (llmc/cpu/gemv.c on
+// AVX512-BF16), and several rows (oneDNN); matmul_forward rounding an fp32 weight and
+// matmul_forward_w16 with a bf16 one, against a double reference of the rounded operands
+// (products of bf16 values are exact in fp32: only the order of the fp32 sums differs). C not a
+// multiple of 32 (the masked tail), OC not of 4 (the one-row loop).
+static void test_matmul_bf16(int N, int C, int OC) {
+    char what[128];
+    const size_t nx = (size_t)N * C, nw = (size_t)OC * C, NO = (size_t)N * OC;
+    float* inp = frandbuf(nx, -1, 1);
+    float* w = frandbuf(nw, -1, 1);
+    float* bias = frandbuf(OC, -1, 1);
+    uint16_t* w16 = (uint16_t*)ops_alloc(nw * sizeof(uint16_t));
+    double *ind = dbuf(nx), *wd = dbuf(nw), *bd = to_d(bias, OC), *want = dbuf(NO);
+    for (size_t i = 0; i < nx; i++) ind[i] = bf16_to_f32(bf16_from_f32(inp[i]));
+    for (size_t i = 0; i < nw; i++) { w16[i] = bf16_from_f32(w[i]); wd[i] = bf16_to_f32(w16[i]); }
+    ref_matmul(want, ind, wd, bd, N, C, OC);
+    float* out = fbuf(NO);
+    const double atol = 1e-6 * sqrt((double)C);
+    ops_set_gemm_dtype(OPS_BF16);
+    matmul_forward(out, NULL, inp, w, bias, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_forward bf16 N=%d C=%d OC=%d", N, C, OC);
+    close_fd(what, out, want, NO, 1e-5, atol / (maxabs_d(want, NO) + 1e-30));
+    matmul_forward_w16(out, NULL, inp, w16, bias, N, C, OC);
+    snprintf(what, sizeof(what), "matmul_forward_w16 N=%d C=%d OC=%d", N, C, OC);
+    close_fd(what, out, want, NO, 1e-5, atol / (maxabs_d(want, NO) + 1e-30));
+    ops_set_gemm_dtype(OPS_F32);
+    float* bufs[] = {inp, w, bias, out};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
+    ops_free(w16);
+    free(ind); free(wd); free(bd); free(want);
+}
+
 // ----------------------------------------------------------------------------
 // attention
 
@@ -937,6 +970,11 @@ int main(void) {
     const char* why;
     if (ops_bf16_native(&why)) test_classifier_train(1100, 24, 500, 512, 1);
     else printf("skip classifier_train in bf16: %s\n", why);
+    if (ops_bf16_native(&why)) {
+        test_matmul_bf16(1, 100, 131);  // one row: tail of 4 and a one-row remainder
+        test_matmul_bf16(1, 768, 2304); // one row, threaded
+        test_matmul_bf16(3, 100, 131);  // rows: oneDNN
+    } else printf("skip matmul in bf16: %s\n", why);
     test_adamw(0);
     test_adamw(1);
     test_reductions();

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
 #include "cpu/gemm.h"
+#include "cpu/gemv.h"
 #include "cpu/ops_cpu.h"
 #include "check.h"
 
@@ -94,6 +95,8 @@ static GemmPrim* gemm_lookup(int ta, int tb, int M, int N, int K, int lda, int l
 void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,
                    const uint16_t* B, int ldb, int accumulate, float* C) {
     if (M == 0 || N == 0) return;
+    // one row times a weight held [N, K] (generation with the KV cache): llmc/cpu/gemv.c
+    if (M == 1 && !ta && tb && !accumulate && cpu_gemv_bf16(N, K, A, B, ldb, C)) return;
     GemmPrim* g = gemm_lookup(ta, tb, M, N, K, lda, ldb, accumulate ? 1 : 0);
     dnnl_memory_t ma, mb, mc;
     dnnlCheck(dnnl_memory_create(&ma, &g->a, engine, (void*)A));

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <cblas.h>
 #include "cpu/gemm.h"
+#include "cpu/gemv.h"
 #include "cpu/ops_cpu.h"
 #include "cpu/parallel.h"
 #include "cpu/vecmath.h"
@@ -20,19 +21,18 @@ static OpsDtype gemm_dtype = OPS_F32;
 void cpu_ops_set_gemm_dtype(OpsDtype d) { gemm_dtype = d; }
 OpsDtype cpu_ops_gemm_dtype(void) { return gemm_dtype; }
 
-// CPUID leaf 7: AVX512-BF16 is sub-leaf 1 EAX bit 5, AMX-BF16 sub-leaf 0 EDX bit 22 (read
-// directly: not every compiler's __builtin_cpu_supports knows them). AVX-512 itself must be on,
-// which __builtin_cpu_supports checks with the OS's saved register state.
+// AMX-BF16 is CPUID leaf 7 sub-leaf 0 EDX bit 22 (read directly: not every compiler's
+// __builtin_cpu_supports knows it); AVX-512 itself must be on, which __builtin_cpu_supports
+// checks with the OS's saved register state. AVX512-BF16: llmc/cpu/gemv.c.
 int cpu_ops_bf16_native(const char** why) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    unsigned a0 = 0, b0 = 0, c0 = 0, d0 = 0, a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    unsigned a0 = 0, b0 = 0, c0 = 0, d0 = 0;
     __builtin_cpu_init();
-    const int avx512 = __builtin_cpu_supports("avx512f");
-    if (__get_cpuid_count(7, 0, &a0, &b0, &c0, &d0) && avx512 && (d0 >> 22 & 1u)) {
+    if (__builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 0, &a0, &b0, &c0, &d0) && (d0 >> 22 & 1u)) {
         *why = "the CPU has AMX-BF16";
         return 1;
     }
-    if (a0 >= 1 && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && avx512 && (a1 >> 5 & 1u)) {
+    if (cpu_has_avx512bf16()) {
         *why = "the CPU has AVX512-BF16";
         return 1;
     }
