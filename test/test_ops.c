@@ -416,8 +416,15 @@ static void test_matmul_backward_write(int N, int C, int OC, const float* dout, 
     free(gpre);
 }
 
-static void test_matmul_shape(int N, int C, int OC) {
+// a forward matmul's N x OC output against its double reference: fp32 sums of C products
+static void close_mm(const char* op, const float* got, const double* want, int N, int C, int OC) {
     char what[128];
+    const size_t NO = (size_t)N * OC;
+    snprintf(what, sizeof(what), "%s N=%d C=%d OC=%d", op, N, C, OC);
+    close_fd(what, got, want, NO, 1e-5, 1e-6 * sqrt((double)C) / (maxabs_d(want, NO) + 1e-30));
+}
+
+static void test_matmul_shape(int N, int C, int OC) {
     float* inp = frandbuf((size_t)N * C, -1, 1);
     float* w = frandbuf((size_t)OC * C, -1, 1);
     float* bias = frandbuf(OC, -1, 1);
@@ -431,18 +438,13 @@ static void test_matmul_shape(int N, int C, int OC) {
     for (size_t i = 0; i < NO; i++) want_gelu[i] = ref_gelu(want[i]);
     float* out = fbuf(NO);
     float* gout = fbuf(NO);
-    double atol = 1e-6 * sqrt((double)C);
     matmul_forward(out, NULL, inp, w, bias, N, C, OC);
-    snprintf(what, sizeof(what), "matmul_forward bias N=%d C=%d OC=%d", N, C, OC);
-    close_fd(what, out, want, NO, 1e-5, atol / (maxabs_d(want, NO) + 1e-30));
+    close_mm("matmul_forward bias", out, want, N, C, OC);
     matmul_forward(out, NULL, inp, w, NULL, N, C, OC);
-    snprintf(what, sizeof(what), "matmul_forward no bias N=%d C=%d OC=%d", N, C, OC);
-    close_fd(what, out, want_nb, NO, 1e-5, atol / (maxabs_d(want_nb, NO) + 1e-30));
+    close_mm("matmul_forward no bias", out, want_nb, N, C, OC);
     matmul_forward(out, gout, inp, w, bias, N, C, OC);
-    snprintf(what, sizeof(what), "matmul_forward +gelu pre-activation N=%d C=%d OC=%d", N, C, OC);
-    close_fd(what, out, want, NO, 1e-5, atol / (maxabs_d(want, NO) + 1e-30));
-    snprintf(what, sizeof(what), "matmul_forward +gelu output N=%d C=%d OC=%d", N, C, OC);
-    close_fd(what, gout, want_gelu, NO, 1e-5, atol / (maxabs_d(want_gelu, NO) + 1e-30));
+    close_mm("matmul_forward +gelu pre-activation", out, want, N, C, OC);
+    close_mm("matmul_forward +gelu output", gout, want_gelu, N, C, OC);
 
     // backward
     float* dout = frandbuf(NO, -1, 1);
@@ -565,7 +567,6 @@ static void test_elementwise(void) {
 // (products of bf16 values are exact in fp32: only the order of the fp32 sums differs). C not a
 // multiple of 32 (the masked tail), OC not of 4 (the one-row loop).
 static void test_matmul_bf16(int N, int C, int OC) {
-    char what[128];
     const size_t nx = (size_t)N * C, nw = (size_t)OC * C, NO = (size_t)N * OC;
     float* inp = frandbuf(nx, -1, 1);
     float* w = frandbuf(nw, -1, 1);
@@ -576,14 +577,11 @@ static void test_matmul_bf16(int N, int C, int OC) {
     for (size_t i = 0; i < nw; i++) { w16[i] = bf16_from_f32(w[i]); wd[i] = bf16_to_f32(w16[i]); }
     ref_matmul(want, ind, wd, bd, N, C, OC);
     float* out = fbuf(NO);
-    const double atol = 1e-6 * sqrt((double)C);
     ops_set_gemm_dtype(OPS_BF16);
     matmul_forward(out, NULL, inp, w, bias, N, C, OC);
-    snprintf(what, sizeof(what), "matmul_forward bf16 N=%d C=%d OC=%d", N, C, OC);
-    close_fd(what, out, want, NO, 1e-5, atol / (maxabs_d(want, NO) + 1e-30));
+    close_mm("matmul_forward bf16", out, want, N, C, OC);
     matmul_forward_w16(out, NULL, inp, w16, bias, N, C, OC);
-    snprintf(what, sizeof(what), "matmul_forward_w16 N=%d C=%d OC=%d", N, C, OC);
-    close_fd(what, out, want, NO, 1e-5, atol / (maxabs_d(want, NO) + 1e-30));
+    close_mm("matmul_forward_w16", out, want, N, C, OC);
     ops_set_gemm_dtype(OPS_F32);
     float* bufs[] = {inp, w, bias, out};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
