@@ -1,7 +1,8 @@
 // Generation speed with and without the key/value cache at GPT-2 124M shape (a randomly
 // initialised d12 model: speed does not depend on the weights). Not a test.
-//   make bench-cpu && build/cpu/dev/bench_sampling [prompt_tokens] [new_tokens] [threads] [fp32|bf16] [kv-only]
-// bf16: what generate --dtype bf16 runs (bf16 GEMMs, the linear weights held in bf16).
+//   make bench-cpu && build/cpu/dev/bench_sampling [--dtype fp32|bf16] [prompt_tokens] [new_tokens] [threads] [kv-only]
+// --dtype as generate's (default fp32 here), spelled the same so that the CPU backend's start-up
+// picks the same OpenMP wait policy (llmc/cpu/backend.c); bf16: the linear weights held in bf16.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +12,9 @@
 #include "../llmc/timer.h"
 
 int main(int argc, char** argv) {
+    int bf16 = 0;
+    if (argc > 2 && strcmp(argv[1], "--dtype") == 0) { bf16 = strcmp(argv[2], "bf16") == 0; argc -= 2; argv += 2; }
     int np = argc > 1 ? atoi(argv[1]) : 16, n = argc > 2 ? atoi(argv[2]) : 64, threads = argc > 3 ? atoi(argv[3]) : 0;
-    const int bf16 = argc > 4 && strcmp(argv[4], "bf16") == 0;
     ops_init(threads);
     ops_set_gemm_dtype(bf16 ? OPS_BF16 : OPS_F32);
     ModelSpec spec;
@@ -33,7 +35,7 @@ int main(int argc, char** argv) {
     double t0 = timer_now_s();
     sample_generate(m, &kv, prompt, np, n, &sp, -1, a, NULL, NULL);
     double t_kv = timer_now_s() - t0;
-    if (argc > 5) { // kv-only: for profiling the cached path
+    if (argc > 4) { // kv-only: for profiling the cached path
         printf("kv cache:      %.2f s, %.1f tokens/s (incl. the %d-token prompt pass)\n", t_kv, n / t_kv, np);
         kv_free(&kv); model_free(&model); free(prompt); free(a); free(b);
         return 0;

@@ -20,6 +20,11 @@ else
   echo "skip: the model tests in bf16 (this CPU has neither AVX512-BF16 nor AMX-BF16)"
 fi
 
+# the OpenMP wait setting made before main() follows --dtype (test_ops checks it; its plain run
+# checks the auto case)
+"$BUILD/test/test_ops" --dtype fp32 > "$TMP/ops_fp32.log" 2>&1 && grep -q "OMP_WAIT_POLICY=passive (fp32 GEMMs)" "$TMP/ops_fp32.log" \
+  && ok "--dtype fp32: $(grep 'before main' "$TMP/ops_fp32.log" | sed 's/^ok *//')" || { bad "test_ops --dtype fp32"; grep -E "FAIL|before" "$TMP/ops_fp32.log" >&2; }
+
 MODEL=test/ref/gpt2_tiny
 make_shard "$TMP/t.bin" 3000 100 3
 RUN=(--model "$MODEL" --train-data "$TMP/t.bin" -b 2 -t 16 --steps 3 --threads 2 --out none)

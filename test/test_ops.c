@@ -914,14 +914,29 @@ static void test_determinism(void) {
     ops_free(x); ops_free(w); ops_free(dy); ops_free(mean); ops_free(rstd); ops_free(y);
 }
 
-int main(void) {
+// The OpenMP wait setting the CPU backend's start-up chose from this program's --dtype (as the
+// trainers' and generate's; test_cpu_bf16.sh runs this test again with --dtype fp32): passive
+// threads where OpenBLAS runs the GEMMs (fp32), a short spin where every GEMM is on OpenMP (bf16).
+static void test_wait_policy(int argc, char** argv) {
+    int fp32 = 0;
+    for (int i = 1; i + 1 < argc; i++) fp32 |= strcmp(argv[i], "--dtype") == 0 && strcmp(argv[i + 1], "fp32") == 0;
+    const char* why;
+    const int bf16 = !fp32 && ops_bf16_native(&why);
+    const char* policy = getenv("OMP_WAIT_POLICY");
+    const char* spin = getenv("GOMP_SPINCOUNT");
+    if (bf16) TEST_CHECK(policy == NULL && spin != NULL, "bf16 GEMMs: GOMP_SPINCOUNT set, OMP_WAIT_POLICY not (got %s / %s)", spin, policy);
+    else TEST_CHECK(policy != NULL && strcmp(policy, "passive") == 0 && spin == NULL, "fp32 GEMMs: OMP_WAIT_POLICY=passive (got %s / %s)", policy, spin);
+    printf("ok   before main(): %s=%s (%s GEMMs)\n", bf16 ? "GOMP_SPINCOUNT" : "OMP_WAIT_POLICY", bf16 ? spin : policy, bf16 ? "bf16" : "fp32");
+}
+
+int main(int argc, char** argv) {
     ops_init(0);
     printf("backend: %s\n", ops_backend_name());
     TEST_CHECK(strncmp(ops_backend_name(), "cpu", 3) == 0, "backend name '%s'", ops_backend_name());
 #if defined(__linux__)
     // the pre-main re-exec of the CPU backend (ops_cpu.c) put its settings in place
     if (getenv("LLMC_NO_REEXEC") == NULL && strncmp(ops_backend_name(), "cpu", 3) == 0) {
-        TEST_CHECK(getenv("OMP_WAIT_POLICY") != NULL, "OMP_WAIT_POLICY was not set before main()");
+        test_wait_policy(argc, argv);
 #if defined(__x86_64__)
         __builtin_cpu_init();
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -29,6 +29,12 @@
 //    spinning on its core while the next GEMM's OpenBLAS threads want it: measured 15% of all CPU
 //    time spent in libgomp spin loops over a GPT-2 124M step (11.6 -> 9.6 CPU-s per step with
 //    passive threads). Waking a sleeping thread costs microseconds per op; ops take milliseconds.
+//    With bf16 GEMMs (--dtype bf16, or auto on a CPU with native bf16) OpenBLAS never runs: the
+//    GEMMs are oneDNN's or ours, on the OpenMP threads too, so there is no second pool to make
+//    room for, and a sleeping thread's wake-up (~45 us here) is paid at every parallel loop: it
+//    halved the speed of token-by-token generation (72 vs 124 tokens/s at 2 threads) and took 7%
+//    of a training step. There a short spin (GOMP_SPINCOUNT=3000, a few microseconds) before
+//    sleeping instead; the threads still sleep between steps and while another rank runs.
 // setenv() that early does not stick (libc installs the original environment array when it
 // initialises), so an ELF .preinit_array entry -- it runs before every shared library's
 // constructor and is given argv and envp -- re-executes the program once with the missing
@@ -54,12 +60,25 @@ static int env_has(char** envp, const char* name) {   // getenv() is not usable 
     return 0;
 }
 
+// Whether this run's GEMMs will be bf16, from --dtype as cli_apply_dtype will read it (main()
+// refuses a bad value later; here anything but fp32 / bf16 counts as auto).
+static int preinit_gemm_bf16(int argc, char** argv) {
+    const char* dtype = "auto";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtype = argv[i + 1];
+        else if (strncmp(argv[i], "--dtype=", 8) == 0) dtype = argv[i] + 8;
+    }
+    if (strcmp(dtype, "fp32") == 0) return 0;
+    const char* why;
+    return strcmp(dtype, "bf16") == 0 || cpu_ops_bf16_native(&why);
+}
+
 static void cpu_preinit(int argc, char** argv, char** envp) {
-    (void)argc;
     if (argv == NULL || envp == NULL || env_has(envp, "LLMC_NO_REEXEC")) return;
     static char coretype[] = "OPENBLAS_CORETYPE=SkylakeX";
     static char coretype_bf16[] = "OPENBLAS_CORETYPE=Cooperlake";
     static char wait_policy[] = "OMP_WAIT_POLICY=passive";
+    static char spin_short[] = "GOMP_SPINCOUNT=3000";
     char* add[2];
     int nadd = 0;
     if (!env_has(envp, "OPENBLAS_CORETYPE") && cpu_avx512_ok()) {
@@ -69,7 +88,8 @@ static void cpu_preinit(int argc, char** argv, char** envp) {
         add[nadd++] = coretype;
 #endif
     }
-    if (!env_has(envp, "OMP_WAIT_POLICY")) add[nadd++] = wait_policy;
+    if (!env_has(envp, "OMP_WAIT_POLICY") && !env_has(envp, "GOMP_SPINCOUNT"))
+        add[nadd++] = preinit_gemm_bf16(argc, argv) ? spin_short : wait_policy;
     if (nadd == 0) return;
     size_t n = 0;
     while (envp[n] != NULL) n++;
