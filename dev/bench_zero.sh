@@ -31,13 +31,14 @@ echo "|---|---|---|---|---|"
 for np in $NPS; do
   for z in $STAGES; do
     log="$tmp/z${z}_np$np"
-    if ! mpirun -np "$np" /usr/bin/time -f "maxrss_kb %M" ./train_gpt2 --model d12 --train-data "$tmp/bench.bin" \
+    # each rank appends its line to a file of its own (in the job's output the ranks' lines can interleave)
+    if ! mpirun -np "$np" /usr/bin/time -a -o "$log.rss" -f "maxrss_kb %M" ./train_gpt2 --model d12 --train-data "$tmp/bench.bin" \
          --batch-size "$B" --seq-len "$T" --total-batch-tokens "$TOKENS" --steps $((STEPS + 1)) --lr 1e-5 \
          --threads "$THREADS" --zero "$z" --out none > "$log" 2>&1; then
       echo "| $z | $np | failed | | |"; tail -5 "$log" >&2; continue
     fi
     ms=$(grep -E '^step +[0-9]+/' "$log" | tail -n +2 | grep -oE '[0-9.]+ ms' | awk '{print $1}' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-    rss=$(grep -o 'maxrss_kb [0-9]*' "$log" | awk '$2 > m {m = $2} END {printf "%.0f", m / 1024}')
+    rss=$(grep -o 'maxrss_kb [0-9]*' "$log.rss" | awk '$2 > m {m = $2} END {printf "%.0f", m / 1024}')
     total=$(grep -o 'total [0-9.]* MiB' "$log" | head -1 | awk '{print $2}')
     echo "| $z | $np | $ms | $rss | $total |"
   done
