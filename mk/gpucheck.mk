@@ -46,6 +46,7 @@ $(GPUCHECK_EMU_OBJ)/%: $(GPUCHECK_EMU_OBJ)/%.o $(CUDA_CPU_RT) $(CUDA_CPU_EMU_LIB
 # NAME:PROGRAM pairs: $(GPUCHECK_EMU_DIR)/NAME is a link to PROGRAM
 GPUCHECK_EMU_KERNELS := gelu encoder layernorm adamw classifier matmul gpu_info
 GPUCHECK_EMU_LINKS := train_gpt2:$(GPUCHECK_EMU_OBJ)/train_gpt2 train_lora:$(GPUCHECK_EMU_OBJ)/train_lora \
+    generate:$(GPUCHECK_EMU_OBJ)/generate \
     test_cuda_ops_gpu:$(TREE)/test/test_cuda_ops test_flash_attention_gpu:$(TREE)/test/test_cuda_flash_attention \
     test_gpt2_gpu:$(TREE)/test/test_gpt2_cuda test_lora_gpu:$(TREE)/test/test_lora_cuda \
     test_qlora_gpu:$(TREE)/test/test_qlora_model_cuda bench_ops:$(CUDA_CPU_BENCH_OPS) \

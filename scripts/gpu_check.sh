@@ -31,7 +31,9 @@
 #             bitsandbytes + PEFT (test_*_gpu); sub-communicators with NCCL attached, the split
 #             of --zero 3 --shard-group (test_comm_split_gpu: one process, so a split of one rank
 #             whose device calls are copies; ncclCommSplit itself needs mpirun and 2+ GPUs:
-#             `mpirun -np 4 build/cuda/test/test_comm_split_gpu 2` in a CUDA build with MPI)
+#             `mpirun -np 4 build/cuda/test/test_comm_split_gpu 2` in a CUDA build with MPI);
+#             decoding: generate greedy with the key/value cache and without it
+#             (scripts/gpu_generate.sh: both complete, tokens/s)
 #   watchdog  the watchdog's NCCL path on the one GPU, in one process without MPI
 #             (test_nccl_watchdog_gpu, each case a child under a 60 s limit): init, a 2-rank
 #             communicator whose second rank never joins, must end (exit 1) naming rank 0 and
@@ -205,10 +207,12 @@ find_sanitizer() {
 # shapes: GPT-2 124M on a GPU; the tiny test GPT-2 under the harness
 if [ "$EMULATED" = 1 ]; then
   T=64; BATCHES="1 2 4"; STEPS=5; WARMUP=2; VOCAB=100; FULL_MODEL=test/ref/gpt2_tiny; LORA_BASE=test/ref/gpt2_tiny
+  GEN_TOKENS=16
   TORCH_SHAPE=(--seq-len 64 --layers 2 --channels 64 --heads 4 --vocab 100 --steps 3 --warmup 1)
   EST_TEST=30; EST_TRAIN=10; EST_TORCH=30; EST_KERNEL=20
 else
   T=1024; BATCHES="8 16 32"; STEPS=12; WARMUP=2; VOCAB=50257; FULL_MODEL=d12; LORA_BASE="$WORK/base/model.bin"
+  GEN_TOKENS=256
   TORCH_SHAPE=(--seq-len 1024 --steps 10 --warmup 2)
   EST_TEST=45; EST_TRAIN=25; EST_TORCH=120; EST_KERNEL=25
 fi
@@ -255,6 +259,8 @@ section_tests() {
     elif prog "$p"; then run_item tests "$p" "$EST_TEST" 300 "$BIN/$p"
     else record tests "$p" fail "$p is not in $BIN" 0; fi
   done
+  if prog generate; then run_item tests generate "$EST_TEST" 300 bash scripts/gpu_generate.sh "$BIN" "$FULL_MODEL" "$GEN_TOKENS"
+  else record tests generate fail "generate is not in $BIN" 0; fi
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -35,7 +35,9 @@ ok "report.md has the seven sections"
 status_of() { q "$J" "r['items'].get('$1', {}).get('status')"; }
 
 n=$(q "$J" "sum(1 for t in r['tests'] if t['status'] == 'pass')")
-[ "$n" = 5 ] && ok "5 GPU test programs pass (harness builds)" || bad "test programs passing: $n of 5: $(q "$J" "[(t['program'], t['status'], t['reason']) for t in r['tests'] if t['status'] != 'pass']")"
+[ "$n" = 6 ] && ok "5 GPU test programs and the decoding item pass (harness builds)" || bad "test items passing: $n of 6: $(q "$J" "[(t['program'], t['status'], t['reason']) for t in r['tests'] if t['status'] != 'pass']")"
+q "$J" "[t['summary'] for t in r['tests'] if t['program'] == 'generate'][0]" | grep -qE "^generate: cache [0-9.]+ tokens/s, no-cache [0-9.]+ tokens/s \(16 tokens\): all 2 runs passed" \
+  && ok "decoding: $(q "$J" "[t['summary'] for t in r['tests'] if t['program'] == 'generate'][0]")" || bad "decoding summary: $(q "$J" "[t for t in r['tests'] if t['program'] == 'generate']")"
 [ "$(status_of tests/test_comm_split_gpu)" = skip ] && ok "test_comm_split_gpu (NCCL) skipped: emulated" || bad "test_comm_split_gpu: $(status_of tests/test_comm_split_gpu)"
 
 n=$(q "$J" "sum(1 for t in r['train'] if t['status'] == 'pass' and t.get('ms_per_step') and t.get('steps') == 5)")
