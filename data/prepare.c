@@ -2,14 +2,14 @@
 // train/validation split. See data/README.md for the flags, the record schemas and the exact
 // layout of the .bin and .mask files.
 #define _GNU_SOURCE
-#include "tokenizer.h"
-#include "json.h"
-#include "chat.h"
-#include "records.h"
-#include "vocab.h"
-#include "fileio.h"
-#include "timer.h"
-#include "check.h"
+#include "text/tokenizer.h"
+#include "base/json.h"
+#include "text/chat.h"
+#include "text/records.h"
+#include "text/vocab.h"
+#include "base/fileio.h"
+#include "base/timer.h"
+#include "base/check.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-// The host collectives of llmc/comm.h alone, without training around them: what each ZeRO stage's
+// The host collectives of llmc/comm/comm.h alone, without training around them: what each ZeRO stage's
 // communication costs per step on CPU ranks (stage 0: one all-reduce; stages 1/2: a reduce of
 // every rank's piece to its owner and a broadcast back; stage 3: reduce-scatter + all-gathers).
 //   make bench-cpu && mpirun -np 2 build/cpu/dev/bench_comm [N] [REPS]
@@ -7,9 +7,9 @@
 // ranks oversubscribing the cores measure the scheduler as much as the library.
 #include <stdio.h>
 #include <stdlib.h>
-#include "llmc/check.h"
-#include "llmc/comm.h"
-#include "llmc/timer.h"
+#include "base/check.h"
+#include "comm/comm.h"
+#include "base/timer.h"
 
 #define MAX_REPS 64
 

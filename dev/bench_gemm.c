@@ -17,10 +17,10 @@
 #include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
-#include "ops.h"
-#include "bf16.h"
-#include "timer.h"
-#include "rand.h"
+#include "ops/ops.h"
+#include "base/bf16.h"
+#include "base/timer.h"
+#include "base/rand.h"
 
 #define DNNL_OK(x) do { dnnl_status_t s_ = (x); if (s_ != dnnl_success) { \
     fprintf(stderr, "oneDNN error %d at %s:%d\n", (int)s_, __FILE__, __LINE__); exit(1); } } while (0)
@@ -28,7 +28,7 @@
 enum { LIB_SGEMM, LIB_DNNL_F32, LIB_DNNL_BF16, N_LIBS };
 static const char* LIB_NAME[N_LIBS] = {"openblas sgemm", "onednn sgemm", "onednn bf16"};
 
-// Uniform in [-0.5, 0.5), each buffer from its own stream of llmc/rand.h.
+// Uniform in [-0.5, 0.5), each buffer from its own stream of llmc/base/rand.h.
 static float* rand_f32(size_t n) {
     static uint64_t stream = 0;
     stream++;

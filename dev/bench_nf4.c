@@ -2,7 +2,7 @@
 // matmul weights of GPT-2 124M (12 layers of qkv 2304x768, attn proj 768x768, fc 3072x768,
 // mlp proj 768x3072: 84.9M weights; embeddings stay unquantized). Not a test.
 //   make bench-cpu && OMP_NUM_THREADS=2 build/cpu/dev/bench_nf4
-#include "nf4.h"
+#include "ops/nf4.h"
 
 #include <omp.h>
 #include <stdio.h>

@@ -5,13 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "ops.h"
-#include "../llmc/timer.h"
-#include "../llmc/rand.h"
+#include "ops/ops.h"
+#include "../llmc/base/timer.h"
+#include "../llmc/base/rand.h"
 
 #define BENCH_SEED 1
 
-// Uniform in [-amp/2, amp/2), each buffer from its own stream of llmc/rand.h.
+// Uniform in [-amp/2, amp/2), each buffer from its own stream of llmc/base/rand.h.
 static float* rand_buf(size_t n, float amp) {
     static uint64_t stream = 0;
     stream++;

@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../llmc/model.h"
-#include "../llmc/sampler.h"
-#include "../llmc/check.h"
-#include "../llmc/timer.h"
+#include "../llmc/model/model.h"
+#include "../llmc/model/sampler.h"
+#include "../llmc/base/check.h"
+#include "../llmc/base/timer.h"
 
 int main(int argc, char** argv) {
     int bf16 = 0;

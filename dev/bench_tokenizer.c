@@ -3,14 +3,14 @@
 // cached). Single thread; times are thread CPU seconds.
 //   make bench-cpu && build/cpu/dev/bench_tokenizer
 //   usage: bench_tokenizer [text file [vocab path [repeat MB]]]
-#include "tokenizer.h"
-#include "fileio.h"
-#include "check.h"
+#include "text/tokenizer.h"
+#include "base/fileio.h"
+#include "base/check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "../llmc/timer.h"
+#include "../llmc/base/timer.h"
 
 // Thread CPU time, not wall time: the numbers stay meaningful on a busy shared machine.
 static double now_s(void) {

@@ -10,7 +10,7 @@ machines this check targets.
 
 One JSON object per configuration on stdout, prefixed "torch_result ": mode, batch, seq_len,
 ms_per_step (median of the timed steps; each step = forward + backward + clip + AdamW, ending with
-torch.cuda.synchronize), tok_per_s, tflops and mfu (the model FLOPs of llmc/mfu.h: 6 N + 6 L C T
+torch.cuda.synchronize), tok_per_s, tflops and mfu (the model FLOPs of llmc/base/mfu.h: 6 N + 6 L C T
 per token, 4 N_base + 6 N_adapter + 6 L C T with a frozen base; mfu against --peak-tflops),
 peak_alloc_mib / peak_reserved_mib (torch.cuda.max_memory_allocated / reserved), the losses of
 the first and last steps, or "error" (e.g. out of memory). Without a GPU it runs on the CPU (for

@@ -5,7 +5,7 @@
 #   bash dev/bench_zero.sh            (B=1, T=64, 256 tokens per step, 3 timed steps after one warm-up)
 # Env: STEPS, B, T, TOKENS, NPS ("1 2 4"), STAGES ("0 1 2 3"), THREADS (per rank, default 1).
 # Peak memory: the largest max-RSS of the ranks (GNU time), which includes the start-up, when every
-# rank holds the whole model once (llmc/fsdp.h: the shards are cut from a loaded replica). The
+# rank holds the whole model once (llmc/dist/fsdp.h: the shards are cut from a loaded replica). The
 # memory report's total (params, grads, optimizer, buffers, activations at steady state) is shown
 # too. Take the figures on a quiet machine: the load average is printed with the table.
 set -euo pipefail

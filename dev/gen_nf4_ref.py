@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference files for llmc/nf4.c, produced by bitsandbytes (CPU backend) and transformers.
+"""Reference files for llmc/ops/nf4.c, produced by bitsandbytes (CPU backend) and transformers.
 
 Writes test/ref/nf4/:
   nf4_ref.safetensors   quantize_4bit(quant_type="nf4", blocksize=64) of several inputs with

@@ -42,9 +42,14 @@ export CUDA_ARCHS
 TREE := build/$(BACKEND)$(if $(PORTABLE),-$(ARCH))$(if $(filter 1,$(NO_MPI)),-nompi)$(if $(filter 1,$(SAN)),-san)$(if $(filter thread,$(SAN)),-tsan)
 # the tree's library (mk/programs.mk)
 LIB := $(TREE)/libllmc.a
+# The shared library's folders, by layer, lowest first (docs/ARCHITECTURE.md; test/lint_layers.sh
+# holds includes to this order); llmc/cpu and llmc/cuda are the backends.
+LLMC_LAYERS := base text comm ops model dist run
+LLMC_DIRS := $(addprefix llmc/,$(LLMC_LAYERS))
+export LLMC_LAYERS
 # headers the objects depend on (coarsely: any change rebuilds every object of that kind)
-LIB_HDRS := $(wildcard llmc/*.h llmc/cpu/*.h)
-CUDA_HDRS := $(wildcard llmc/*.h llmc/cuda/*.cuh llmc/cuda/*.h)
+LIB_HDRS := $(wildcard $(addsuffix /*.h,$(LLMC_DIRS)) llmc/cpu/*.h)
+CUDA_HDRS := $(wildcard $(addsuffix /*.h,$(LLMC_DIRS)) llmc/cuda/*.cuh llmc/cuda/*.h)
 
 # ---------------------------------------------------------------------------------------------
 # flags
@@ -67,7 +72,7 @@ NVCC_FLAGS := -std=c++17 -O3 -DLLMC_CUDA $(GENCODE) -Illmc -I. -Xcompiler -Wall,
 # libraries
 #
 # MPI: with mpicc (OpenMPI; Debian libopenmpi-dev) every file is compiled with -DLLMC_HAVE_MPI and
-# MPI's include path and every program links MPI; llmc/comm_mpi.c is then the MPI implementation
+# MPI's include path and every program links MPI; llmc/comm/comm_mpi.c is then the MPI implementation
 # (otherwise an empty unit, and only the single-process one exists).
 ifneq ($(NO_MPI),1)
   HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && $(MPICC) --showme:compile >/dev/null 2>&1 && echo 1)

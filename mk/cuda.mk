@@ -20,7 +20,7 @@ PORTABLE_ARCH ?= x86-64-v3
 GPU_BUNDLE := build/gpu-bundle
 
 ifeq ($(BACKEND),cuda)
-# The shared C of a CUDA build is compiled as C with -DLLMC_CUDA: llmc/ops.h then gives C an
+# The shared C of a CUDA build is compiled as C with -DLLMC_CUDA: llmc/ops/ops.h then gives C an
 # opaque 2-byte floatX (the C code only moves pointers, so arithmetic on elements cannot compile).
 BACKEND_CFLAGS := -DLLMC_CUDA
 BACKEND_OBJS := $(patsubst %.cu,$(TREE)/obj/%.o,$(CUDA_SRCS))

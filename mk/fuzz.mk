@@ -26,7 +26,7 @@ FUZZ_LIBS := -lopenblas -ldnnl -l:libutf8proc.a -lm -lpthread
 FUZZ_LIB_OBJS := $(patsubst %.c,$(FUZZ_DIR)/%.o,$(LIB_SRCS) $(CPU_SRCS))
 FUZZ_BINS := $(patsubst %,$(FUZZ_DIR)/fuzz_%,$(FUZZ_NAMES))
 
-$(FUZZ_DIR)/llmc/%.o: llmc/%.c $(wildcard llmc/*.h llmc/cpu/*.h)
+$(FUZZ_DIR)/llmc/%.o: llmc/%.c $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 

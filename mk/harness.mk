@@ -52,7 +52,7 @@ $(CUDA_CPU_DIR)/emu/%.o: %.cu $(CUDA_CPU_HDRS)
 $(CUDA_CPU_DIR)/cudac/%.o: %.c $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DLLMC_CUDA -c $< -o $@
-$(CUDA_CPU_DIR)/cudac/llmc/nf4.o: CFLAGS += $(NF4_CFLAGS)
+$(CUDA_CPU_DIR)/cudac/llmc/ops/nf4.o: CFLAGS += $(NF4_CFLAGS)
 $(CUDA_CPU_EMU_LIB): $(CUDA_CPU_CUDAC_OBJS) $(CUDA_CPU_EMU_OBJS)
 	@rm -f $@
 	ar rcs $@ $^

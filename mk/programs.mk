@@ -1,6 +1,6 @@
 # The library and the four programs of the selected tree (mk/config.mk), for either backend.
 #
-#   $(TREE)/libllmc.a       the shared C (llmc/*.c) + the backend's objects (BACKEND_OBJS, from
+#   $(TREE)/libllmc.a       the shared C (llmc/<layer>/*.c) + the backend's objects (BACKEND_OBJS, from
 #                           mk/cpu.mk or mk/cuda.mk). Programs link the archive, so each one pulls
 #                           only the objects it uses (data/prepare needs no backend at all).
 #   $(TREE)/bin/            train_gpt2, train_lora, generate, convert (entry files *.cu: plain C
@@ -11,7 +11,7 @@
 #                           switching BACKEND or ARCH never leaves another build's binary
 #                           standing). Sanitizer builds leave them alone.
 
-LIB_SRCS := $(wildcard llmc/*.c)
+LIB_SRCS := $(wildcard $(addsuffix /*.c,$(LLMC_DIRS)))
 LIB_OBJS := $(patsubst %.c,$(TREE)/obj/%.o,$(LIB_SRCS))
 
 # host C of the tree: the shared library, data/prepare, tests and dev tools (BACKEND_CFLAGS: the
@@ -24,9 +24,9 @@ $(TREE)/obj/%.o: %.c $(LIB_HDRS)
 # rounds separately, as in bitsandbytes' CPU path (nf4.c calls fmaf itself where bitsandbytes'
 # binary fuses one). Every tree and the harness' copy of the library get the flag.
 NF4_CFLAGS := -ffp-contract=off
-$(TREE)/obj/llmc/nf4.o: CFLAGS += $(NF4_CFLAGS)
+$(TREE)/obj/llmc/ops/nf4.o: CFLAGS += $(NF4_CFLAGS)
 
-# (made afresh each time: members with the same name, llmc/nf4.o and llmc/cuda/nf4.o, both stay)
+# (made afresh each time: members with the same name, llmc/ops/nf4.o and llmc/cuda/nf4.o, both stay)
 $(LIB): $(LIB_OBJS) $(BACKEND_OBJS)
 	@rm -f $@
 	ar rcs $@ $^

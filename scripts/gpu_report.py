@@ -288,7 +288,7 @@ def markdown(rep):
     rows = [("device", env.get("device")), ("compute capability", env.get("compute_capability")), ("SMs", env.get("sms")),
             ("memory", env.get("memory_gib") and env.get("memory_gib") + " GiB"),
             ("peak bf16 tensor FLOP/s", "%s TFLOP/s (%s)" % (env["peak_bf16_tflops"], env.get("peak_model")) if num(env.get("peak_bf16_tflops"))
-             else "n/a (%s)" % ("the device is not in llmc/mfu.c's table" if env.get("device") else "no gpu_info")),
+             else "n/a (%s)" % ("the device is not in llmc/base/mfu.c's table" if env.get("device") else "no gpu_info")),
             ("peak memory bandwidth", env["peak_mem_gbps"] + " GB/s" if num(env.get("peak_mem_gbps")) else "n/a"),
             ("CUDA runtime / driver", "%s / %s" % (env.get("runtime", "-"), env.get("driver", "-"))),
             ("cuBLASLt", env.get("cublaslt")), ("NCCL", env.get("nccl")),
@@ -319,7 +319,7 @@ def markdown(rep):
     L.append("## Training throughput")
     L.append("")
     L.append("GPT-2 124M shapes (emulated: the tiny test model), r=8 on c_attn for LoRA / QLoRA; median over the steps after two"
-             " warm-up steps. TFLOP/s and MFU count model FLOPs (llmc/mfu.h: 6N + 6LCT per token, 4N for a frozen base)."
+             " warm-up steps. TFLOP/s and MFU count model FLOPs (llmc/base/mfu.h: 6N + 6LCT per token, 4N for a frozen base)."
              " Device peak: nvidia-smi's memory.used during the run minus before it (CUDA context and workspaces included);"
              " trainer: the memory the trainer's own report lists.")
     L.append("")

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <vector>
-#include "ops.h"
+#include "ops/ops.h"
 #include "cuda/ops_cuda.h"
 #include "test/test.h"
 

@@ -1,16 +1,16 @@
 // Fixtures shared by the model tests (test_gpt2, test_recompute, test_lora, test_qlora): a base
 // model with the batch of its reference file, models assembled on weights in memory
-// (llmc/model.h), the reference's AdamW training loop, and LoRA gradients checked against PEFT.
+// (llmc/model/model.h), the reference's AdamW training loop, and LoRA gradients checked against PEFT.
 // The references come from the dev/ generators (transformers, PEFT, bitsandbytes).
 #ifndef LLMC_TEST_FIXTURES_H
 #define LLMC_TEST_FIXTURES_H
 
 #include "test.h"
 #include "ref.h"
-#include "../llmc/model.h"
-#include "../llmc/model_io.h"
-#include "../llmc/optimizer.h"
-#include "../llmc/peft_io.h"
+#include "../llmc/model/model.h"
+#include "../llmc/model/model_io.h"
+#include "../llmc/model/optimizer.h"
+#include "../llmc/model/peft_io.h"
 
 // A base model (fp32 weights in table layout) and the batch of DIR/ref.safetensors.
 typedef struct {
@@ -73,7 +73,7 @@ static inline RefAdamW ref_adamw(StFile* ref) {
     return h;
 }
 
-// Trains m's trainable parameters (the optimizer segments of llmc/model.h) for h->steps steps;
+// Trains m's trainable parameters (the optimizer segments of llmc/model/model.h) for h->steps steps;
 // losses and norms get h->steps entries. Returns 1 if the optimizer kept fp32 master weights.
 static inline int ref_train(Model* m, const RefBatch* b, const RefAdamW* h, float* losses, float* norms) {
     TrainSeg* segs = (TrainSeg*)mallocCheck((size_t)model_max_segments(m) * sizeof(TrainSeg));

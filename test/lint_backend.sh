@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The backend seam (llmc/ops.h) holds without build tricks:
-#   1. no backend #if in shared code: llmc/*.c, llmc/*.h, the entry files, data/*.c, test/*.c and
-#      test/*.h name LLMC_CUDA nowhere but in ops.h's floatX typedef (backend capabilities are
-#      asked at run time: ops_caps(), llmc/device.h);
+# The backend seam (llmc/ops/ops.h) holds without build tricks:
+#   1. no backend #if in shared code: the library's layer folders (llmc/<layer>/*.c, *.h), the
+#      entry files, data/*.c, test/*.c and test/*.h name LLMC_CUDA nowhere but in ops.h's floatX
+#      typedef (backend capabilities are asked at run time: ops_caps(), llmc/ops/device.h);
 #   2. each backend's dispatch object (llmc/cpu/dispatch.c, llmc/cuda/dispatch.cu, the latter as
-#      the harness builds it) defines exactly the functions llmc/ops.h and llmc/device.h declare;
+#      the harness builds it) defines exactly the functions llmc/ops/ops.h and llmc/ops/device.h declare;
 #   3. no other object of either backend defines any of those names, and every global function
 #      of the CPU backend's objects is cpu_-prefixed: the implementations can share one program
 #      (the CUDA op tests) with nothing renamed.
@@ -15,18 +15,26 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
 # ---- 1
-hits=$(grep -nE '^[[:space:]]*#[[:space:]]*(if|ifdef|ifndef|elif).*LLMC_CUDA' \
-         llmc/*.c llmc/*.h ./*.cu data/*.c test/*.c test/*.h 2>/dev/null | grep -v '^llmc/ops\.h:')
+# (a pattern that matches no file fails the lint: a moved or renamed folder must not make it pass)
+layers=$(sed -n 's/^LLMC_LAYERS := //p' mk/config.mk)
+[ -n "$layers" ] || { echo "FAIL: no LLMC_LAYERS line in mk/config.mk"; exit 1; }
+shared=()
+for pat in $(printf 'llmc/%s/*.[ch] ' $layers) './*.cu' 'data/*.c' 'test/*.c' 'test/*.h'; do
+  m=(); for f in $pat; do [ -e "$f" ] && m+=("$f"); done
+  [ ${#m[@]} -gt 0 ] || { echo "FAIL: $pat matches no file (a folder moved? update this lint)"; exit 1; }
+  shared+=("${m[@]}")
+done
+hits=$(grep -nE '^[[:space:]]*#[[:space:]]*(if|ifdef|ifndef|elif).*LLMC_CUDA' "${shared[@]}" | grep -v '^llmc/ops/ops\.h:')
 [ -z "$hits" ] || bad "backend #if outside llmc/cpu, llmc/cuda and the build:"$'\n'"$hits"
-n_ops=$(grep -cE '^[[:space:]]*#[[:space:]]*(if|elif).*LLMC_CUDA' llmc/ops.h)
-[ "$n_ops" -eq 2 ] || bad "llmc/ops.h: expected only the floatX typedef's #if/#elif on LLMC_CUDA, found $n_ops"
+n_ops=$(grep -cE '^[[:space:]]*#[[:space:]]*(if|elif).*LLMC_CUDA' llmc/ops/ops.h)
+[ "$n_ops" -eq 2 ] || bad "llmc/ops/ops.h: expected only the floatX typedef's #if/#elif on LLMC_CUDA, found $n_ops"
 [ $fail -eq 0 ] && echo "ok   no backend #if in shared code (ops.h: the floatX typedef only)"
 
 # ---- 2, 3
 # the functions the two headers declare: "<type> name(" at the start of a line, not typedefs
 declared=$(sed -E -n '/^(typedef|#|\/\/|static|extern)/d; s/^[A-Za-z_][A-Za-z0-9_ ]*[ *]+([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/p' \
-             llmc/ops.h llmc/device.h | sort -u)
-[ "$(wc -l <<<"$declared")" -ge 30 ] || bad "found only $(wc -l <<<"$declared") declarations in llmc/ops.h + llmc/device.h"
+             llmc/ops/ops.h llmc/ops/device.h | sort -u)
+[ "$(wc -l <<<"$declared")" -ge 30 ] || bad "found only $(wc -l <<<"$declared") declarations in llmc/ops/ops.h + llmc/ops/device.h"
 defined() { nm --defined-only -g "$1" 2>/dev/null | awk '$2 ~ /^[TW]$/ {print $3}' | sort -u; }
 
 check_backend() {   # objects-dir sources-dir source-suffix label prefix-rule

@@ -54,7 +54,9 @@ map=$(awk '/^## File map/ {on=1; next} /^## / {on=0} on' "$DOC")
 # "llmc/x.h/.c" names x.h and x.c
 named=$(grep -oE '`[A-Za-z0-9_./]+`' <<<"$map" | tr -d '`' |
         sed -E 's#^(.*)\.h/\.c$#\1.h\n\1.c#' | xargs -n1 basename | sort -u)
-for f in $(find llmc -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \)) ./*.cu data/prepare.c; do
+sources=$(find llmc -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \))
+[ "$(wc -l <<<"$sources")" -ge 100 ] || bad "found only $(wc -l <<<"$sources") source files under llmc/ (moved?)"
+for f in $sources ./*.cu data/prepare.c; do
   grep -qxF "$(basename "$f")" <<<"$named" || bad "$DOC: the file map does not name $f"
 done
 [ $fail -eq 0 ] && echo "ok   the file map names every source file"

@@ -5,9 +5,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "../llmc/check.h"
-#include "../llmc/safetensors.h"
-#include "../llmc/gpt2.h"
+#include "../llmc/base/check.h"
+#include "../llmc/base/safetensors.h"
+#include "../llmc/model/gpt2.h"
 #include <string.h>
 
 // The tensor `name` of a reference file as fp32 (malloc'd; its element count in *n).

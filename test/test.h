@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 #include <stdint.h>
-#include "../llmc/rand.h"
+#include "../llmc/base/rand.h"
 
 static int test_failures = 0;
 static int test_checks = 0;
@@ -38,7 +38,7 @@ static inline int test_allclose(const char* what, const float* a, const float* b
     return 1;
 }
 
-// Reproducible random test inputs: one stream of llmc/rand.h's counter-based generator per seed.
+// Reproducible random test inputs: one stream of llmc/base/rand.h's counter-based generator per seed.
 typedef struct { uint64_t seed, i; } TestRng;
 static inline uint64_t test_rand_u64(TestRng* r) { return rand_u64(r->seed, 0, r->i++); }
 static inline double test_rand_uniform(TestRng* r) { return rand_uniform(r->seed, 0, r->i++); } // (0, 1)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every class of bad input gets one clear "error:" message naming the file or flag (fatal() in
-# llmc/check.h), a non-zero exit, and leaves nothing half-written.
+# llmc/base/check.h), a non-zero exit, and leaves nothing half-written.
 source "$(dirname "$0")/lib.sh"
 T="$BIN_DIR/train_gpt2"
 MODEL=test/ref/gpt2_tiny

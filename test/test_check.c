@@ -1,11 +1,11 @@
-// fatal() (llmc/check.h): exits 1 with the message and the hint, after removing the temporary
-// files of every atomic write still open (llmc/fileio.h registers that clean-up with
+// fatal() (llmc/base/check.h): exits 1 with the message and the hint, after removing the temporary
+// files of every atomic write still open (llmc/base/fileio.h registers that clean-up with
 // llmc_on_fatal), so nothing half-written stays behind; clean-ups run once, in order, before the
 // fatal hook.
 #include "test.h"
 #include "test_child.h"
-#include "../llmc/check.h"
-#include "../llmc/fileio.h"
+#include "../llmc/base/check.h"
+#include "../llmc/base/fileio.h"
 #include <unistd.h>
 
 static char g_dir[512];

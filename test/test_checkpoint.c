@@ -1,4 +1,4 @@
-// Checkpoint integrity (llmc/checkpoint.h, llmc/crc32c.h):
+// Checkpoint integrity (llmc/run/checkpoint.h, llmc/base/crc32c.h):
 //  - CRC-32C against the published check value ("123456789" -> e3069283, the CRC catalogue) and
 //    the iSCSI test vectors of RFC 3720 appendix B.4; the hardware path equals the table path on
 //    every length and alignment, and pieces chain;
@@ -11,10 +11,10 @@
 //  - ckpt_prune removes every rank's files of a pruned step.
 #include "test.h"
 #include "test_child.h"
-#include "checkpoint.h"
-#include "crc32c.h"
-#include "fileio.h"
-#include "comm.h"
+#include "run/checkpoint.h"
+#include "base/crc32c.h"
+#include "base/fileio.h"
+#include "comm/comm.h"
 #include <stdint.h>
 #include <unistd.h>
 #include <sys/stat.h>

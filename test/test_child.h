@@ -14,7 +14,7 @@
 #include <poll.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include "check.h"
+#include "base/check.h"
 
 static void test_child_exit_hook(void) {
     fflush(stdout);

@@ -1,4 +1,4 @@
-// Collectives of llmc/comm.h checked bit-exactly against serial sums. Run alone (single process,
+// Collectives of llmc/comm/comm.h checked bit-exactly against serial sums. Run alone (single process,
 // by `make test`) and under `mpirun -np 1/2/4` by test/test_comm.sh. Every rank generates every
 // rank's input from a hash, so each rank can compute the serial reference itself: contributions of
 // ranks 0..N-1 added in rank order in double and rounded once (the order comm.h promises).
@@ -28,20 +28,20 @@
 #include <pthread.h>
 #include <time.h>
 #include <sys/resource.h>
-#include "../llmc/comm.h"
-#include "../llmc/comm_internal.h"
-#include "../llmc/bf16.h"
-#include "../llmc/check.h"
-#include "../llmc/zero.h"
-#include "../llmc/params.h"
-#include "../llmc/timer.h"
+#include "../llmc/comm/comm.h"
+#include "../llmc/comm/comm_internal.h"
+#include "../llmc/base/bf16.h"
+#include "../llmc/base/check.h"
+#include "../llmc/dist/zero.h"
+#include "../llmc/model/params.h"
+#include "../llmc/base/timer.h"
 #include "test.h"
 
 static Comm comm;
 
 #ifdef LLMC_HAVE_MPI
 #include <mpi.h>
-// The MPI calls of llmc/comm_mpi.c pass through here (the MPI profiling interface: these
+// The MPI calls of llmc/comm/comm_mpi.c pass through here (the MPI profiling interface: these
 // definitions take the place of the library's, which stay reachable as PMPI_*): the largest
 // message it handed to MPI, in bytes. Every message must be cut into pieces of at most
 // COMM_PIECE_BYTES (a large one crawls while a waiting rank sleeps between polls).
@@ -313,7 +313,7 @@ static void test_bytes(size_t shard, uint64_t seed) {
 }
 
 // One optimizer step of a tiny GPT-2 parameter table at ZeRO stages 0, 1 and 2, the way the
-// trainer does it (see llmc/zero.h). Every rank has its own gradient; the update is
+// trainer does it (see llmc/dist/zero.h). Every rank has its own gradient; the update is
 // p -= lr * (g + wd * p) with wd only on weight-decayed tensors (per tensor via zero_intersect).
 // All three stages must give bit-identical parameters on every rank, equal to a serial reference
 // (every stage sums each element over ranks in the same order), and the same gradient norm.

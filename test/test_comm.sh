@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-rank tests of llmc/comm.h: runs $BUILD/test/test_comm (built by `make test-build`) under
+# Multi-rank tests of llmc/comm/comm.h: runs $BUILD/test/test_comm (built by `make test-build`) under
 # `mpirun -np 1, 2, 4`, with the default staging buffers and with tiny ones (every collective then
 # goes through many chunks), and checks that a failing rank (fatal() or SIGKILL in the middle of
 # collectives) ends the whole job with a non-zero exit within 30 s. The watchdog: a stopped

@@ -1,6 +1,6 @@
 // Sub-communicators with NCCL attached (comm_split's device side, llmc/cuda/comm_nccl.cu): the
 // split of hybrid sharding (--zero 3 --shard-group K) on GPUs. Real GPUs only: the CUDA-on-CPU
-// harness has no NCCL. Every rank splits its communicator twice, as llmc/gradsync.c does: into
+// harness has no NCCL. Every rank splits its communicator twice, as llmc/dist/gradsync.c does: into
 // groups of K consecutive ranks and into the replicas across groups (one rank of every group).
 // Through each sub-communicator it runs every device collective on device buffers and checks the
 // results exactly (small integers in fp32 and bf16: every order of additions gives the same sum):
@@ -15,9 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llmc/bf16.h"
-#include "llmc/check.h"
-#include "llmc/comm.h"
+#include "base/bf16.h"
+#include "base/check.h"
+#include "comm/comm.h"
 #include "test/test.h"
 
 #define cudaOk(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) fatal(NULL, "%s: %s", #call, cudaGetErrorString(e_)); } while (0)

@@ -1,4 +1,4 @@
-// llmc/convert.h against PEFT and bitsandbytes: a base with a PEFT adapter merged by
+// llmc/model/convert.h against PEFT and bitsandbytes: a base with a PEFT adapter merged by
 // convert_merge_adapter (every adapter set of test/ref/lora_tiny: q/v split, all-linear, rsLoRA,
 // layers_to_transform, trained biases and ln_f) gives the logits of PEFT's merge_and_unload;
 // a transformers + bitsandbytes 4-bit checkpoint read by convert_load is dequantized to the
@@ -7,8 +7,8 @@
 // trainers' initialization. The byte-level round trips of the program are test/test_convert.sh.
 #include "test.h"
 #include "fixtures.h"
-#include "../llmc/convert.h"
-#include "../llmc/ops.h"
+#include "../llmc/model/convert.h"
+#include "../llmc/ops/ops.h"
 
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define LREF "test/ref/lora_tiny"

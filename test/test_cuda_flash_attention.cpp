@@ -20,12 +20,12 @@
 #include <math.h>
 #include <vector>
 #include <algorithm>
-#include "ops.h"
+#include "ops/ops.h"
 #include "cpu/ops_cpu.h"
 #include "cuda/ops_cuda.h"
 #include "cuda/attention.cuh"
 #include "test/cuda_test.h"
-#include "timer.h"
+#include "base/timer.h"
 
 static TestRng g_rng = { 0x9E3779B97F4A7C15ull, 0 };
 static vecf rnd_vec(size_t n, float scale) { return cuda_test_rnd_vec(&g_rng, n, scale); }

@@ -1,6 +1,6 @@
 // Every CUDA-backend op (llmc/cuda/*.cu), run on the CPU through the CUDA-on-CPU harness
 // (test/cuda_cpu/), checked against a straightforward double-precision reference written here
-// from the definitions in llmc/ops.h and against the CPU backend's op ("vs cpu:"), at small shapes: ragged ones (scalar paths: sizes not a
+// from the definitions in llmc/ops/ops.h and against the CPU backend's op ("vs cpu:"), at small shapes: ragged ones (scalar paths: sizes not a
 // multiple of 8, misaligned pointers) and aligned ones (128-bit paths).
 //
 // Inputs are rounded to bf16 before both sides see them, so the only differences are the
@@ -19,14 +19,14 @@
 // Both backends live in this program, each through its own header and element type: the CUDA
 // backend (cuda_*, bf16 device buffers: under the harness, or on a GPU) and the CPU backend's
 // implementation (cpu_*, fp32 host buffers), linked as a library of its own (mk/cpu.mk).
-#include "ops.h"
+#include "ops/ops.h"
 #include "cpu/ops_cpu.h"
 #include "cuda/ops_cuda.h"
 #include "cuda/attention.cuh"
 #include "cuda/gemm.cuh"
 #include "test/cuda_test.h"
 #include "test/ref_ops.h"
-#include "timer.h"
+#include "base/timer.h"
 
 // ---------------------------------------------------------------------------- helpers
 

@@ -3,8 +3,8 @@
 // data/prepare writes them for prompt tokens), shuffling reproducible from the seed, and state
 // save/restore landing on the same next batch.
 #include "test.h"
-#include "../llmc/dataloader.h"
-#include "../llmc/fileio.h"
+#include "../llmc/run/dataloader.h"
+#include "../llmc/base/fileio.h"
 #include <stdint.h>
 #include <unistd.h>
 

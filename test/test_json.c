@@ -3,7 +3,7 @@
 // writer -> reader round trip. Python's json module produced the escaped strings of
 // test/ref/hf_formats/st_py_expect.json, which test_safetensors.c also reads through this parser.
 #include "test.h"
-#include "json.h"
+#include "base/json.h"
 #include <stdint.h>
 
 static JsonValue* parse(const char* s) {

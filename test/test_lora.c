@@ -28,7 +28,7 @@
 //     rounding.
 #include <stdarg.h>
 #include "fixtures.h"
-#include "../llmc/fileio.h"
+#include "../llmc/base/fileio.h"
 
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define LREF "test/ref/lora_tiny"

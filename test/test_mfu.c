@@ -1,12 +1,12 @@
-// Model FLOPs utilization (llmc/mfu.c): the peak table picks the right entry for the names CUDA
+// Model FLOPs utilization (llmc/base/mfu.c): the peak table picks the right entry for the names CUDA
 // reports (whole words: "A10" is not "A100" or "A10G", "H200" is not "GH200"), says 0 for CPUs,
 // the emulated backend and GPUs it does not know, and FLOPs per token are 6 N + 6 L C T for full
 // training, 4 N_base + 6 N_adapter + 6 L C T for a frozen base, with N the parameter count
 // transformers reports for GPT-2 124M (124,439,808).
 #include "test.h"
-#include "../llmc/mfu.h"
-#include "../llmc/config.h"
-#include "../llmc/params.h"
+#include "../llmc/base/mfu.h"
+#include "../llmc/model/config.h"
+#include "../llmc/model/params.h"
 
 static void peak(const char* name, double tflops, const char* model) {
     const char* got = NULL;

@@ -9,10 +9,10 @@
 // - GPT-2 initialization statistics and determinism.
 #include "test.h"
 #include "test_child.h"
-#include "model_io.h"
-#include "safetensors.h"
-#include "fileio.h"
-#include "rand.h"
+#include "model/model_io.h"
+#include "base/safetensors.h"
+#include "base/fileio.h"
+#include "base/rand.h"
 #include <stdint.h>
 #include <unistd.h>
 #include <omp.h>
@@ -223,7 +223,7 @@ static void test_init(void) {
     model_init_gpt2(&pt, b, 42);
     omp_set_num_threads(saved_threads);
     TEST_CHECK(memcmp(a, b, pt.total * sizeof(float)) == 0, "init differs between 1 and 2 threads");
-    // the documented definition (llmc/rand.h): element i of tensor id is std * rand_normal(seed, id, i)
+    // the documented definition (llmc/base/rand.h): element i of tensor id is std * rand_normal(seed, id, i)
     {
         size_t idx[] = { 0, 1, 2, 777, 8191 };
         int bad = 0;

@@ -80,7 +80,7 @@ for prog in train_gpt2 train_lora; do
   done
 done
 
-# ZeRO 3 (parameters sharded, llmc/fsdp.h): over all 4 ranks, and hybrid with one group per host
+# ZeRO 3 (parameters sharded, llmc/dist/fsdp.h): over all 4 ranks, and hybrid with one group per host
 # (--shard-group 2: the units' gathers stay inside a host, one all-reduce per step crosses)
 for sg in 0 2; do
   d="$TMP/z3_sg$sg"

@@ -1,4 +1,4 @@
-// The watchdog's NCCL path (llmc/comm_watchdog.c + llmc/cuda/comm_nccl.cu) on ONE GPU, in one
+// The watchdog's NCCL path (llmc/comm/comm_watchdog.c + llmc/cuda/comm_nccl.cu) on ONE GPU, in one
 // process: the GPU check's "watchdog" section (scripts/gpu_check.sh). No MPI: the communicators
 // come from comm_nccl_attach_local (NCCL unique id made here). Each case runs in a child process
 // under a 60 s limit (test_run_child_for), so a hang fails the case instead of hanging the check;
@@ -21,8 +21,8 @@
 // Usage: test_nccl_watchdog_gpu [init|stuck|healthy ...]   (default: all three)
 #include <cuda_runtime.h>
 #include <string.h>
-#include "../llmc/comm.h"
-#include "../llmc/check.h"
+#include "../llmc/comm/comm.h"
+#include "../llmc/base/check.h"
 #include "../llmc/cuda/launch.cuh"
 #include "test.h"
 #include "test_child.h"

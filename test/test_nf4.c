@@ -2,9 +2,9 @@
 // 0.50.2 CPU backend, torch 2.15 on one thread). Every comparison is bit for bit: packed bytes,
 // absmax, nested codes / scales / offset, the NF4 and dynamic 8-bit code maps, torch.mean and
 // the dequantized fp32 weights. Also reads a transformers-saved 4-bit GPT-2 checkpoint.
-#include "nf4.h"
-#include "check.h"
-#include "safetensors.h"
+#include "ops/nf4.h"
+#include "base/check.h"
+#include "base/safetensors.h"
 #include "test.h"
 #include "test_child.h"
 

@@ -1,4 +1,4 @@
-// Op tests for the backend in llmc/ops.h (the CPU backend when built here). Every op is compared
+// Op tests for the backend in llmc/ops/ops.h (the CPU backend when built here). Every op is compared
 // with a straightforward double-precision reference written below (naive attention with the
 // full T x T matrix, two-pass softmax, textbook layernorm ...). Each reference backward is itself
 // checked against central finite differences of the reference forward, so the gradients are
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
-#include "ops.h"
+#include "ops/ops.h"
 #include "cpu/vecmath.h"
-#include "bf16.h"
+#include "base/bf16.h"
 #include "test/test.h"
 #include "test/ref_ops.h"
 

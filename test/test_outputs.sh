@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the trainers write loads on its own (llmc/run_outputs.h):
+# What the trainers write loads on its own (llmc/run/run_outputs.h):
 #   - train_lora: every checkpoint, mid-run ones too, is a PEFT directory (adapter_config.json,
 #     adapter_model.safetensors, tokenizer files) and so is the final OUT; base_model_name_or_path
 #     is an absolute path to a transformers directory: OUT/base (config.json, model.safetensors,

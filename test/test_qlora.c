@@ -25,7 +25,7 @@
 // 3.8e-4); the NF4 bytes and the host dequantization stay exact, and nf4_dequantize_op gives them
 // rounded to bf16 bit for bit.
 #include "fixtures.h"
-#include "../llmc/bf16.h"
+#include "../llmc/base/bf16.h"
 
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define QREF "test/ref/qlora_tiny"

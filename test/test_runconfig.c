@@ -1,14 +1,14 @@
-// The run configuration (llmc/runconfig.h): flags -> validated configuration with derived values;
+// The run configuration (llmc/run/runconfig.h): flags -> validated configuration with derived values;
 // the parsed flags are never rewritten (a defaulted total batch, an implied --qlora, the default
 // sample length live in derived fields); batch arithmetic cannot wrap (a --total-batch-tokens that
 // would need 2^32 or 2^31 micro-steps is refused naming the flag, as is one over the limit); the
 // JSON form reads back to the same configuration, and a JSON file gets the command line's checks.
 #include "test.h"
 #include "test_child.h"
-#include "../llmc/runconfig.h"
-#include "../llmc/runrecord.h"
-#include "../llmc/lora.h"
-#include "../llmc/schedule.h"
+#include "../llmc/run/runconfig.h"
+#include "../llmc/run/runrecord.h"
+#include "../llmc/model/lora.h"
+#include "../llmc/model/schedule.h"
 
 #define ARGC(a) ((int)(sizeof(a) / sizeof(a[0])))
 
@@ -152,7 +152,7 @@ static void test_json_checks(void) {
     free(good);
 }
 
-// Every flag of both trainers has a rule for what changing it on resume does (llmc/runrecord.c):
+// Every flag of both trainers has a rule for what changing it on resume does (llmc/run/runrecord.c):
 // a new flag without one would be refused on every resume that gives it.
 static void test_resume_rules(void) {
     for (int mode = TRAIN_FULL; mode <= TRAIN_LORA; mode++) {

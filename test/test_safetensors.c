@@ -7,10 +7,10 @@
 // 3. The writer: padding, metadata, data round trip, chunked fill callbacks.
 #include "test.h"
 #include "test_child.h"
-#include "safetensors.h"
-#include "json.h"
-#include "bf16.h"
-#include "fileio.h"
+#include "base/safetensors.h"
+#include "base/json.h"
+#include "base/bf16.h"
+#include "base/fileio.h"
 #include <stdint.h>
 
 static char TMP[1024];

@@ -1,4 +1,4 @@
-// Sampling: the key/value-cache forward and the token choice (llmc/sampler.h).
+// Sampling: the key/value-cache forward and the token choice (llmc/model/sampler.h).
 // - greedy generation equals transformers' generate (do_sample=False) on two tiny GPT-2s and
 //   PEFT's generate with two adapters: same ids, per-step logits within 1e-4
 //   (test/ref/sampling_ref.safetensors, made by dev/gen_sampling_ref.py);
@@ -9,10 +9,10 @@
 // - sample_token draws from the right distribution (frequencies of many draws) and never
 //   outside the top k.
 #include "test.h"
-#include "../llmc/model.h"
-#include "../llmc/sampler.h"
-#include "../llmc/safetensors.h"
-#include "../llmc/check.h"
+#include "../llmc/model/model.h"
+#include "../llmc/model/sampler.h"
+#include "../llmc/base/safetensors.h"
+#include "../llmc/base/check.h"
 
 #define REF "test/ref/sampling_ref.safetensors"
 #define MAXN 64

@@ -2,7 +2,7 @@
 // to lr (llm.c's convention), cosine halfway between lr and the floor at mid-decay, linear decay,
 // wsd flat until the cooldown and linear to the floor after it.
 #include "test.h"
-#include "../llmc/schedule.h"
+#include "../llmc/model/schedule.h"
 
 static void near(const char* what, float got, double want) {
     TEST_CHECK(fabs(got - want) <= 1e-6 * fabs(want) + 1e-12, "%s: %.9g, want %.9g", what, got, want);

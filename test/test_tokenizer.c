@@ -7,9 +7,9 @@
 //   - decode(encode(x)) == x for all of these plus invalid UTF-8 and random bytes
 //   - the Hugging Face layouts (vocab.json + merges.txt, tokenizer.json with both merge forms),
 //     written here from the bundled files, give the same ids
-#include "tokenizer.h"
-#include "fileio.h"
-#include "check.h"
+#include "text/tokenizer.h"
+#include "base/fileio.h"
+#include "base/check.h"
 #include "../test/test.h"
 #include "../test/test_child.h"
 #include <stdint.h>

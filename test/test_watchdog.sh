@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trainer's watchdog (--watchdog-timeout, llmc/comm.h) on CPU ranks under mpirun:
+# The trainer's watchdog (--watchdog-timeout, llmc/comm/comm.h) on CPU ranks under mpirun:
 #   - a rank stopped with SIGSTOP in the middle of training, default timeout (30 s): every process
 #     of the job exits within 60 s of the SIGSTOP, non-zero, with a message naming the stopped
 #     rank and the operation (train_gpt2, rank 1 stopped; train_lora with --watchdog-timeout 5,

@@ -1,4 +1,4 @@
-// How the watchdog ends a stuck process (llmc/comm_watchdog.c, comm_wd_fail), in one process on
+// How the watchdog ends a stuck process (llmc/comm/comm_watchdog.c, comm_wd_fail), in one process on
 // the CPU: the backend-neutral half of what the GPU check's test/test_nccl_watchdog.cu relies on
 // when a GPU is stuck. Each case runs in a child under a time limit (test_run_child_for) and must
 // end by itself, non-zero, with the verdict:
@@ -11,8 +11,8 @@
 //   - the supervision itself: a child that never ends is killed at its limit and reported.
 #include <time.h>
 #include <unistd.h>
-#include "../llmc/comm.h"
-#include "../llmc/check.h"
+#include "../llmc/comm/comm.h"
+#include "../llmc/base/check.h"
 #include "test.h"
 #include "test_child.h"
 

@@ -1,11 +1,11 @@
-// ZeRO shard arithmetic (llmc/zero.h) against brute force: every element's owner, every tensor
+// ZeRO shard arithmetic (llmc/dist/zero.h) against brute force: every element's owner, every tensor
 // range's intersection with every shard, bucket segments, and re-sharding round trips between all
 // world sizes 1..8, exhaustively over small totals and alignments.
 #include <stdint.h>
-#include "../llmc/zero.h"
-#include "../llmc/params.h"
-#include "../llmc/config.h"
-#include "../llmc/check.h"
+#include "../llmc/dist/zero.h"
+#include "../llmc/model/params.h"
+#include "../llmc/model/config.h"
+#include "../llmc/base/check.h"
 #include "test.h"
 
 static TestRng g_rng = { 0x2545F4914F6CDD1DULL, 0 };

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ZeRO-3 / FSDP (--zero 3, llmc/fsdp.h) under mpirun with 1, 2 and 4 ranks (oversubscribed):
+# ZeRO-3 / FSDP (--zero 3, llmc/dist/fsdp.h) under mpirun with 1, 2 and 4 ranks (oversubscribed):
 #   - full fine-tuning and LoRA give the losses of one process at ZeRO 0 with the same global batch
 #     (also with --zero3-keep, recompute 2 and gradient accumulation);
 #   - the memory report: per-rank parameter shard = total / N plus padding, gather buffers = two
@@ -165,7 +165,7 @@ run 2 "$TMP/re" train_gpt2 "${R[@]}" --zero 2 --resume
 cmp_losses "resume ZeRO 3 4 ranks in 2 groups -> ZeRO 2 np=2 matches" "$TMP/train_gpt2_ref" "$TMP/re" 1e-5
 grep -q "note: --shard-group is ignored at --zero 2" "$TMP/re.log" && ok "the recorded --shard-group is noted as ignored at ZeRO 2" || bad "no note on the recorded --shard-group"
 
-# ---- the optimizer offload (AdamW state on the host, the update on the CPU: llmc/adamw_host.c,
+# ---- the optimizer offload (AdamW state on the host, the update on the CPU: llmc/model/adamw_host.c,
 # pipelined in pieces; the CUDA backend's case runs under the harness in
 # test/cuda/test_offload_cuda.cu)
 LLMC_OFFLOAD_TRACE=1 "$BIN_DIR/train_gpt2" "${COMMON[@]}" --offload-optimizer --out "$TMP/off1" > "$TMP/off1.log" 2>&1 ||
@@ -194,7 +194,7 @@ run 4 "$TMP/off4" train_gpt2 "${R[@]}" --zero 3 --offload-optimizer --stop-after
 run 2 "$TMP/off4" train_gpt2 "${R[@]}" --zero 1 --offload-optimizer --resume
 cmp_losses "--offload-optimizer at ZeRO 3 np=4, resumed at ZeRO 1 np=2, matches one process" "$TMP/train_gpt2_ref" "$TMP/off4" 1e-5
 
-# ---- QLoRA (the NF4 base sharded as bytes, llmc/fsdp_nf4.c) and LoRA training base tensors (kept
+# ---- QLoRA (the NF4 base sharded as bytes, llmc/dist/fsdp_nf4.c) and LoRA training base tensors (kept
 # whole on every rank outside the units)
 QL=("${LORA[@]}" --qlora)
 BA=("${LORA[@]}" --lora-bias all)

@@ -1,13 +1,13 @@
 // The GPU and library facts the GPU check (scripts/gpu_check.sh) records and divides by: one
 // `key=value` line each. Versions come from the libraries actually loaded (cudaRuntimeGetVersion,
 // cudaDriverGetVersion, cublasLtGetVersion, ncclGetVersion), the peaks from the device: memory
-// bandwidth = 2 (DDR) x memory clock x bus width, bf16 tensor-core FLOP/s from llmc/mfu.c's table.
+// bandwidth = 2 (DDR) x memory clock x bus width, bf16 tensor-core FLOP/s from llmc/base/mfu.c's table.
 // Under the CUDA-on-CPU harness (the check's --emulated mode) there are no libraries to ask and
 // the device is the harness' stand-in: the lines say so.
 #include <stdio.h>
 #include <stdlib.h>
 #include <cuda_runtime.h>
-#include "llmc/mfu.h"
+#include "base/mfu.h"
 #if !defined(CUDA_CPU_HARNESS)
 #include <cublasLt.h>
 #include <nccl.h>

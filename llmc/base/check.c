@@ -1,4 +1,4 @@
-#include "check.h"
+#include "base/check.h"
 #include <unistd.h>
 
 static llmc_fatal_hook_fn g_fatal_hook = NULL;

@@ -19,7 +19,7 @@ extern "C" {
 typedef void (*llmc_fatal_hook_fn)(void);
 void llmc_set_fatal_hook(llmc_fatal_hook_fn fn);
 // Clean-ups that run on every fatal error, before the hook, in the order registered (e.g. the
-// atomic writers of llmc/fileio.h remove their temporary files). Registering a function twice
+// atomic writers of llmc/base/fileio.h remove their temporary files). Registering a function twice
 // runs it once.
 void llmc_on_fatal(llmc_fatal_hook_fn fn);
 

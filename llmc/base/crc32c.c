@@ -1,5 +1,5 @@
-#include "crc32c.h"
-#include "check.h"
+#include "base/crc32c.h"
+#include "base/check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <pthread.h>

@@ -1,6 +1,6 @@
 #define _GNU_SOURCE
-#include "fileio.h"
-#include "check.h"
+#include "base/fileio.h"
+#include "base/check.h"
 #include <fcntl.h>
 #include <unistd.h>
 #include <sys/stat.h>

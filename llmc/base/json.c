@@ -1,5 +1,5 @@
-#include "json.h"
-#include "check.h"
+#include "base/json.h"
+#include "base/check.h"
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>

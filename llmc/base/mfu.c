@@ -1,8 +1,8 @@
-// Model FLOPs per token and the peak bf16 FLOP/s table (llmc/mfu.h).
+// Model FLOPs per token and the peak bf16 FLOP/s table (llmc/base/mfu.h).
 #include <ctype.h>
 #include <strings.h>
 #include <string.h>
-#include "mfu.h"
+#include "base/mfu.h"
 
 double mfu_flops_per_token(size_t n_base, int base_frozen, size_t n_adapter, int L, int C, int T) {
     double base = (base_frozen ? 4.0 : 6.0) * (double)n_base;

@@ -2,11 +2,11 @@
 // anything is read, so a tensor that is reported present is also fully inside the file.
 #define _FILE_OFFSET_BITS 64
 #define _GNU_SOURCE
-#include "safetensors.h"
-#include "json.h"
-#include "bf16.h"
-#include "check.h"
-#include "fileio.h"
+#include "base/safetensors.h"
+#include "base/json.h"
+#include "base/bf16.h"
+#include "base/check.h"
+#include "base/fileio.h"
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>

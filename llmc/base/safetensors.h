@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "fileio.h"
+#include "base/fileio.h"
 
 #ifdef __cplusplus
 extern "C" {

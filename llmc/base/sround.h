@@ -1,6 +1,6 @@
 // Stochastic rounding fp32 -> bf16, deterministic given (seed, element index): the AdamW update of
 // bf16 parameters writes its fp32 result through it, on the GPU (llmc/cuda/adamw.cu) and on the
-// host for the optimizer offload (llmc/adamw_host.c). One definition for both, so that offloading
+// host for the optimizer offload (llmc/model/adamw_host.c). One definition for both, so that offloading
 // the update changes where it runs, not a bit of its result. Header-only: C, C++, nvcc (host and
 // device) and the CUDA-on-CPU harness.
 //

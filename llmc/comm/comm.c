@@ -1,12 +1,12 @@
-// Dispatch of llmc/comm.h to the function tables (llmc/comm_internal.h), the single-process
+// Dispatch of llmc/comm/comm.h to the function tables (llmc/comm/comm_internal.h), the single-process
 // implementation, and helpers shared by the implementations. Needs no MPI headers: the MPI
-// implementation (llmc/comm_mpi.c) exists only in builds with MPI, and this file refers to it in
+// implementation (llmc/comm/comm_mpi.c) exists only in builds with MPI, and this file refers to it in
 // one place (comm_init).
 #include <string.h>
 #include <stdlib.h>
 #include <time.h>
-#include "comm_internal.h"
-#include "check.h"
+#include "comm/comm_internal.h"
+#include "base/check.h"
 
 int comm_have_mpi(void) {
 #ifdef LLMC_HAVE_MPI

@@ -1,10 +1,10 @@
 // Collective communication between the ranks of one training run.
 //
 // One interface, one mechanism: every call goes through a function table (CommOps,
-// llmc/comm_internal.h) of one of three implementations:
-//   - single process (llmc/comm.c): world = 1, every collective is a copy or a no-op. No MPI at
+// llmc/comm/comm_internal.h) of one of three implementations:
+//   - single process (llmc/comm/comm.c): world = 1, every collective is a copy or a no-op. No MPI at
 //     build or run time. Used when the binary was built without MPI or was not started by mpirun.
-//   - MPI (llmc/comm_mpi.c, compiled only when mk/config.mk finds mpicc): moves host memory. Ranks
+//   - MPI (llmc/comm/comm_mpi.c, compiled only when mk/config.mk finds mpicc): moves host memory. Ranks
 //     are the processes of `mpirun -np N`. A binary built with MPI but started without mpirun runs
 //     as the single-process implementation and never calls MPI_Init (set LLMC_COMM=mpi to force an
 //     OpenMPI singleton instead).
@@ -27,7 +27,7 @@
 // they agree only to rounding (the per-rank partial sums differ), which is expected. NCCL's own
 // reduction order is fixed for a given topology, NCCL version and algorithm (see comm_nccl.cu).
 //
-// Failures: with world > 1, comm_init installs a fatal hook (llmc/check.h) that aborts the whole
+// Failures: with world > 1, comm_init installs a fatal hook (llmc/base/check.h) that aborts the whole
 // job (MPI_Abort), so a fatal() on any rank ends every rank. A rank that dies any other way
 // (signal, OOM kill) makes mpirun kill the remaining ranks (OpenMPI's default). A rank that stops
 // making progress (SIGSTOP, a hung GPU, a deadlock) is caught by the watchdog (below), which ends
@@ -161,7 +161,7 @@ CommRequest comm_dev_ireduce_scatter_sum(Comm* c, const void* send, void* recv, 
 void comm_wait(Comm* c, CommRequest* req);
 
 // ---------------------------------------------------------------------------------------------
-// Watchdog (llmc/comm_watchdog.c). A helper thread per rank watches this rank's progress:
+// Watchdog (llmc/comm/comm_watchdog.c). A helper thread per rank watches this rank's progress:
 //   - a rank that has waited in a collective (host poll loop, or a device collective that has not
 //     completed) for longer than the limit asks every peer for its status over a separate
 //     channel that only the peers' watchdog threads serve (a duplicated MPI communicator); a

@@ -1,10 +1,10 @@
-// Internal interface between the parts of the communication layer: llmc/comm.c (dispatch and the
-// single-process implementation), llmc/comm_mpi.c (MPI), llmc/cuda/comm_nccl.cu (NCCL) and
-// llmc/comm_watchdog.c. Users include llmc/comm.h only.
+// Internal interface between the parts of the communication layer: llmc/comm/comm.c (dispatch and the
+// single-process implementation), llmc/comm/comm_mpi.c (MPI), llmc/cuda/comm_nccl.cu (NCCL) and
+// llmc/comm/comm_watchdog.c. Users include llmc/comm/comm.h only.
 #ifndef LLMC_COMM_INTERNAL_H
 #define LLMC_COMM_INTERNAL_H
 
-#include "comm.h"
+#include "comm/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -12,9 +12,9 @@ extern "C" {
 
 typedef enum { COMM_OP_SUM = 0, COMM_OP_MAX = 1 } CommRedOp;
 // The MPI implementation sends every message as pieces of at most this many bytes, each its own
-// request (llmc/comm_mpi.c: why; test/test_comm.c checks it).
+// request (llmc/comm/comm_mpi.c: why; test/test_comm.c checks it).
 #define COMM_PIECE_BYTES ((size_t)256 << 10)
-typedef struct CommWatchdog CommWatchdog; // llmc/comm_watchdog.c
+typedef struct CommWatchdog CommWatchdog; // llmc/comm/comm_watchdog.c
 typedef enum { COMM_REQ_ALLGATHER = 1, COMM_REQ_REDUCE_SCATTER = 2 } CommReqKind;
 
 // One slot of Comm.reqs: a non-blocking collective between its start and comm_wait.
@@ -97,14 +97,14 @@ typedef struct CommOps {
 } CommOps;
 
 extern const CommOps comm_single_ops;
-// The MPI implementation (llmc/comm_mpi.c, compiled only with MPI): MPI_Init(_thread) and the
+// The MPI implementation (llmc/comm/comm_mpi.c, compiled only with MPI): MPI_Init(_thread) and the
 // communicator; sets c->ops, c->host_state, rank and world.
 void comm_mpi_open(Comm* c, int* argc, char*** argv);
 // out: the ranks of c (MPI, world > 1) with the same color (comm_split); sets out's ops,
 // host_state, rank, world, local_rank, local_world. Its finalize frees it (no MPI_Finalize).
 void comm_mpi_split(Comm* c, int color, int key, Comm* out);
 
-// Shared helpers (llmc/comm.c).
+// Shared helpers (llmc/comm/comm.c).
 double comm_now(void);          // monotonic clock, seconds
 size_t comm_dtype_size(CommDtype dt);
 void comm_check_root(const Comm* c, int root, const char* what);
@@ -116,7 +116,7 @@ typedef struct { double t0; } CommBackoff;
 void comm_poll_begin(CommBackoff* b);
 void comm_poll_sleep(CommBackoff* b);
 
-// Watchdog hooks for the implementations (llmc/comm_watchdog.c); no-ops when it is off.
+// Watchdog hooks for the implementations (llmc/comm/comm_watchdog.c); no-ops when it is off.
 // wait_begin/end bracket a host wait (the poll loop of a collective); what: the collective.
 void comm_wd_wait_begin(Comm* c, const char* what);
 void comm_wd_wait_end(Comm* c);

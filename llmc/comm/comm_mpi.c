@@ -1,6 +1,6 @@
-// The MPI implementation of llmc/comm.h (host memory). Its code exists only when the build found
+// The MPI implementation of llmc/comm/comm.h (host memory). Its code exists only when the build found
 // MPI (mk/config.mk adds -DLLMC_HAVE_MPI and mpicc's include path; without them this file is an
-// empty unit, so the generic llmc/*.c rules need no exception); llmc/comm.c calls comm_mpi_open
+// empty unit, so the generic rules for the library's sources need no exception); llmc/comm/comm.c calls comm_mpi_open
 // when an MPI launcher started the process.
 //
 // Floating-point sums do not use MPI_Allreduce / MPI_Reduce_scatter: the MPI library chooses its
@@ -32,9 +32,9 @@
 #include <string.h>
 #include <stdlib.h>
 #include <time.h>
-#include "comm_internal.h"
-#include "check.h"
-#include "bf16.h"
+#include "comm/comm_internal.h"
+#include "base/check.h"
+#include "base/bf16.h"
 
 // Scratch for reductions: a chunk of every peer's contribution lands here before it is summed.
 // Large messages are processed in chunks that fit, so this bounds memory, not message size.

@@ -1,4 +1,4 @@
-// The watchdog of llmc/comm.h: a helper thread per rank that ends the whole job when a rank stops
+// The watchdog of llmc/comm/comm.h: a helper thread per rank that ends the whole job when a rank stops
 // making progress, with a message naming the stuck rank and what it was doing.
 //
 // What "stuck" means. Every collective is bracketed (comm.c: enter/leave) so this thread knows
@@ -39,8 +39,8 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
-#include "comm_internal.h"
-#include "check.h"
+#include "comm/comm_internal.h"
+#include "base/check.h"
 
 #define WD_TICK_S 0.1
 #define WD_QUERY_S 5.0

@@ -8,7 +8,7 @@
 #include "cpu/parallel.h"
 
 // The new value of one parameter p with gradient g; updates m and v.
-// (The same operations in the same order as llmc/adamw_host.c's fp32 update: --offload-optimizer
+// (The same operations in the same order as llmc/model/adamw_host.c's fp32 update: --offload-optimizer
 // gives the same parameters bit for bit.)
 static inline float adamw_step(float p, float g, float* m, float* v, float beta1, float beta2, float bc1,
                                float bc2, float lr, float eps, float weight_decay) {

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <omp.h>
 #include "cpu/ops_cpu.h"
-#include "check.h"
+#include "base/check.h"
 #include "cpu/vecmath.h"
 
 #define BQ 64   // query rows per tile

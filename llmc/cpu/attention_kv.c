@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cpu/ops_cpu.h"
-#include "check.h"
+#include "base/check.h"
 
 void cpu_attention_forward_kv(float* out, const float* qkv_new, float* kcache, float* vcache,
                               int B, int pos, int Tn, int maxT, int C, int NH) {

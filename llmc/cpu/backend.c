@@ -1,6 +1,6 @@
 // CPU backend: lifetime, capabilities, memory and copies (plain host memory), device selection (the
 // host is the one device), and the environment the backend needs before main(). The ops live in
-// the other files of llmc/cpu/, split as llmc/ops.h groups them; their semantics (accumulating
+// the other files of llmc/cpu/, split as llmc/ops/ops.h groups them; their semantics (accumulating
 // backwards, NULL gradients, ignored targets, padded vocab) are documented in ops.h and tested in
 // test/test_ops.c.
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include <omp.h>
 #include <cblas.h>
 #include "cpu/ops_cpu.h"
-#include "check.h"
+#include "base/check.h"
 
 // ----------------------------------------------------------------------------
 // the environment the CPU backend needs before main()
@@ -179,7 +179,7 @@ void cpu_ops_set_deterministic(int on) { (void)on; } // every CPU op is determin
 }
 
 // ----------------------------------------------------------------------------
-// device selection: nothing to select, and the host collectives (llmc/comm.h) move the buffers
+// device selection: nothing to select, and the host collectives (llmc/comm/comm.h) move the buffers
 
 void cpu_device_select(const Comm* c) { (void)c; }
 void cpu_device_attach(Comm* c) { (void)c; }

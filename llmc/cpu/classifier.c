@@ -5,8 +5,8 @@
 #include <string.h>
 #include "cpu/ops_cpu.h"
 #include "cpu/vecmath.h"
-#include "bf16.h"
-#include "check.h"
+#include "base/bf16.h"
+#include "base/check.h"
 
 // Rows per block of classifier_train: 512 x 50304 logits = 103 MB of scratch instead of 206 MB at
 // B*T = 1024 (824 MB at T = 1024). Measured (dev/bench_ops, bf16, B=4 T=256): 128 rows 435 ms,

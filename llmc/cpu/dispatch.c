@@ -1,6 +1,6 @@
-// The CPU backend's dispatch: the neutral names of llmc/ops.h and llmc/device.h for a CPU build,
+// The CPU backend's dispatch: the neutral names of llmc/ops/ops.h and llmc/ops/device.h for a CPU build,
 // each a call of its cpu_ implementation (llmc/cpu/ops_cpu.h). The only file of the backend that
-// defines them (why prefixes and dispatch: llmc/ops.h).
+// defines them (why prefixes and dispatch: llmc/ops/ops.h).
 #include "cpu/ops_cpu.h"
 #include "cpu/profile.h"
 
@@ -42,7 +42,7 @@ void ops_set_gemm_dtype(OpsDtype d) { cpu_ops_set_gemm_dtype(d); }
 OpsDtype ops_gemm_dtype(void) { return cpu_ops_gemm_dtype(); }
 int ops_bf16_native(const char** why) { return cpu_ops_bf16_native(why); }
 
-// ---- device selection and device collectives (llmc/device.h)
+// ---- device selection and device collectives (llmc/ops/device.h)
 void device_select(const Comm* c) { cpu_device_select(c); }
 void device_attach(Comm* c) { cpu_device_attach(c); }
 void device_detach(Comm* c) { cpu_device_detach(c); }

@@ -1,12 +1,12 @@
 // CPU backend: element-wise ops: GELU forward/backward, residual add, add in place, scaled copy,
-// and the LoRA branch's dropout (a counter-based mask, llmc/rand.h: the same elements as on the
+// and the LoRA branch's dropout (a counter-based mask, llmc/base/rand.h: the same elements as on the
 // CUDA backend) and mask multiply.
 #include <stddef.h>
 #include <stdint.h>
 #include "cpu/ops_cpu.h"
 #include "cpu/parallel.h"
 #include "cpu/vecmath.h"
-#include "rand.h"
+#include "base/rand.h"
 
 void cpu_gelu_forward(float* out, const float* inp, size_t n) {
     #pragma omp parallel for simd schedule(static, EW_CHUNK) if (n > EW_CHUNK)

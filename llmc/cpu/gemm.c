@@ -19,7 +19,7 @@
 #include "cpu/gemm.h"
 #include "cpu/gemv.h"
 #include "cpu/ops_cpu.h"
-#include "check.h"
+#include "base/check.h"
 
 #define dnnlCheck(x) dnnl_check((x), #x, __FILE__, __LINE__)
 static void dnnl_check(dnnl_status_t s, const char* what, const char* file, int line) {

@@ -2,7 +2,7 @@
 // llmc/cpu/gemm.h): those programs go to GPU machines that have no oneDNN, and they never switch
 // the CPU backend to bf16 GEMMs, so reaching this is a bug.
 #include "cpu/gemm.h"
-#include "check.h"
+#include "base/check.h"
 
 void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,
                    const uint16_t* B, int ldb, int accumulate, float* C) {

@@ -11,7 +11,7 @@
 #include "cpu/ops_cpu.h"
 #include "cpu/parallel.h"
 #include "cpu/vecmath.h"
-#include "bf16.h"
+#include "base/bf16.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #endif

@@ -1,7 +1,7 @@
-// NF4 ops of the CPU backend (llmc/ops.h): the quantized tensor stays where it is on the host and
-// dequantization is llmc/nf4.c's, bit-exact with bitsandbytes.
+// NF4 ops of the CPU backend (llmc/ops/ops.h): the quantized tensor stays where it is on the host and
+// dequantization is llmc/ops/nf4.c's, bit-exact with bitsandbytes.
 #include "cpu/ops_cpu.h"
-#include "check.h"
+#include "base/check.h"
 #include <stdlib.h>
 
 struct Nf4Op {

@@ -1,8 +1,8 @@
 // The CPU backend (fp32 storage, OpenMP across rows/columns; GEMMs in fp32 through OpenBLAS or, with
 // ops_set_gemm_dtype(OPS_BF16) = --dtype bf16, in bf16 with fp32 accumulation through oneDNN:
 // operands rounded at the GEMM as torch.autocast does, floatX stays fp32; docs/CPU.md has the
-// design and the measurements behind it): every function of llmc/ops.h
-// and llmc/device.h under the cpu_ prefix, with its element type spelled out (float: floatX is
+// design and the measurements behind it): every function of llmc/ops/ops.h
+// and llmc/ops/device.h under the cpu_ prefix, with its element type spelled out (float: floatX is
 // float on this backend), so that this backend can sit in one program next to another (the CUDA
 // op tests compare the two). llmc/cpu/dispatch.c gives the neutral names to a CPU build; the
 // contracts are ops.h's. The files split the ops as ops.h's groups (and llmc/cuda/) do.
@@ -11,8 +11,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "../ops.h"
-#include "../device.h"
+#include "ops/ops.h"
+#include "ops/device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,7 +37,7 @@ void cpu_ops_set_gemm_dtype(OpsDtype d);   // (matmul.c)
 OpsDtype cpu_ops_gemm_dtype(void);
 int cpu_ops_bf16_native(const char** why);
 
-// ---- device selection, llmc/device.h (backend.c: one device, the host)
+// ---- device selection, llmc/ops/device.h (backend.c: one device, the host)
 void cpu_device_select(const Comm* c);
 void cpu_device_attach(Comm* c);
 void cpu_device_detach(Comm* c);

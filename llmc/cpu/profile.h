@@ -1,10 +1,10 @@
-// CPU backend: the per-op time tally behind --profile (ops_profile in llmc/ops.h). dispatch.c
+// CPU backend: the per-op time tally behind --profile (ops_profile in llmc/ops/ops.h). dispatch.c
 // times each op call it forwards while the tally is on; the CPU ops are synchronous, so a call's
 // wall time is the op's time. Matmuls are kept apart by shape (C -> OC), the rest by name.
 #ifndef LLMC_CPU_PROFILE_H
 #define LLMC_CPU_PROFILE_H
 
-#include "timer.h"
+#include "base/timer.h"
 
 #ifdef __cplusplus
 extern "C" {

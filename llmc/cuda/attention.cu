@@ -1,5 +1,5 @@
 // Causal multi-head attention of the CUDA backend, FlashAttention-2 style, on tensor cores
-// through the WMMA API (bf16 16x16x16 tiles, fp32 accumulation). The contract is llmc/ops.h:
+// through the WMMA API (bf16 16x16x16 tiles, fp32 accumulation). The contract is llmc/ops/ops.h:
 //   qkv (B, T, 3, NH, HS) bf16, read in place (no permute);  out (B, T, NH, HS) = (B, T, C) bf16;
 //   lse (B, NH, T) fp32: natural-log log-sum-exp of each row of scaled scores (the only thing
 //   kept besides out: the T x T matrices are never stored);  backward writes dqkv (adds to it with accumulate).
@@ -36,7 +36,7 @@
 #include <mma.h>
 #include "cuda/common.cuh"
 #include "cuda/attention.cuh"
-#include "check.h"
+#include "base/check.h"
 #include "cuda/ops_cuda.h"
 
 using namespace nvcuda;

@@ -1,11 +1,11 @@
-// Attention of the CUDA backend: attention_forward / cuda_attention_backward (llmc/ops.h) are the
+// Attention of the CUDA backend: attention_forward / cuda_attention_backward (llmc/ops/ops.h) are the
 // tensor-core flash attention of attention.cu for head sizes that are a multiple of 16 up
 // to 128 (GPT-2: 64); other head sizes (<= 128) fall back to the simple CUDA-core kernels of
 // attention_simple.cu, which have the same contract.
 #ifndef LLMC_CUDA_ATTENTION_CUH
 #define LLMC_CUDA_ATTENTION_CUH
 
-#include "ops.h"
+#include "ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

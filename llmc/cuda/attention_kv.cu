@@ -9,7 +9,7 @@
 // at the end. Scores and sums are fp32 whatever the storage type.
 #include "attention_kv.cuh"
 #include "launch.cuh"
-#include "../check.h"
+#include "base/check.h"
 #include "ops_cuda.h"
 
 #define KV_BLOCK 128

@@ -1,5 +1,5 @@
 // Attention over a key/value cache on the GPU (sampling): the CUDA side of the
-// attention_forward_kv op (contract in llmc/ops.h). Overloads for fp32 and bf16 storage; the
+// attention_forward_kv op (contract in llmc/ops/ops.h). Overloads for fp32 and bf16 storage; the
 // math is fp32 either way. The CUDA backend's op (built with LLMC_CUDA) calls the bf16 one.
 #ifndef LLMC_CUDA_ATTENTION_KV_CUH
 #define LLMC_CUDA_ATTENTION_KV_CUH

@@ -14,7 +14,7 @@
 // in two kernels (one over queries for dq, one over keys for dk/dv) so every output element has
 // exactly one writer: deterministic, no atomics.
 #include "cuda/common.cuh"
-#include "check.h"
+#include "base/check.h"
 #include "cuda/attention.cuh"
 
 #define ATT_MAX_HS 128              // head sizes up to 128 (GPT-2 uses 64)

@@ -1,10 +1,10 @@
-// The NCCL implementation of the device calls of llmc/comm.h (CUDA builds): a CommOps table that
+// The NCCL implementation of the device calls of llmc/comm/comm.h (CUDA builds): a CommOps table that
 // comm_nccl_attach installs as the device table. Thin on purpose: each call is one NCCL
 // collective on the caller's stream. The communicator is bootstrapped over the host
 // implementation (MPI): rank 0 makes the unique id, comm_broadcast sends it to everyone, every
 // rank joins on its current CUDA device.
 //
-// Usage (trainer, CUDA build; llmc/device.h wraps the attach):
+// Usage (trainer, CUDA build; llmc/ops/device.h wraps the attach):
 //   comm_init(&comm, &argc, &argv);
 //   cudaSetDevice(comm.local_rank);     // one GPU per rank
 //   comm_nccl_attach(&comm);            // from here on comm_dev_* take device buffers
@@ -16,7 +16,7 @@
 // of 1 rank (the calls go through NCCL) or of more ranks that never join: how the GPU check
 // (test/test_nccl_watchdog.cu) runs the watchdog's NCCL path on one GPU.
 //
-// Hangs and errors (the watchdog, llmc/comm_watchdog.c), as PyTorch's ProcessGroupNCCL does:
+// Hangs and errors (the watchdog, llmc/comm/comm_watchdog.c), as PyTorch's ProcessGroupNCCL does:
 //   - the communicator is non-blocking (ncclConfig_t.blocking = 0): its init and every call
 //     return at once, possibly with ncclInProgress, and this file polls ncclCommGetAsyncError
 //     (with comm_poll_sleep) until the call has settled; the poll runs inside the watchdog's
@@ -55,8 +55,8 @@
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../comm_internal.h"
-#include "../check.h"
+#include "comm/comm_internal.h"
+#include "base/check.h"
 
 #define NCCL_TRACK 64 // device collectives the watchdog can track at once (more: the host waits)
 #define NCCL_MAX_SUBS 8 // sub-communicators (comm_split) alive at once per communicator

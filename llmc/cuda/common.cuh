@@ -26,7 +26,7 @@
 //   ops_aligned16(p)           whether p allows the 128-bit paths
 //   load8f / store8f           8 elements of a bf16 row as fp32, 128-bit or scalar (ragged rows)
 //   ops_round_stochastic(x, sround_hash(seed, i))   deterministic stochastic rounding fp32 -> bf16
-//                              (llmc/sround.h)
+//                              (llmc/base/sround.h)
 //   ops_gelu(x), ops_gelu_grad tanh-approximation GELU and its derivative, shared by kernels and
 //                              the emulated GEMM's epilogues
 //   ops_scratch(slot, bytes)   the op-internal scratch buffers (backend.cu)
@@ -45,9 +45,9 @@
 #include <float.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
-#include "../ops.h"
-#include "../check.h"
-#include "../sround.h"
+#include "ops/ops.h"
+#include "base/check.h"
+#include "base/sround.h"
 #include "launch.cuh"
 
 // ---------------------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ __device__ inline void store8f(floatX* row, const float* src, int c, int C, int 
 }
 
 // ---------------------------------------------------------------------------------------------
-// stochastic rounding fp32 -> bf16, deterministic given (seed, index): llmc/sround.h, shared with
+// stochastic rounding fp32 -> bf16, deterministic given (seed, index): llmc/base/sround.h, shared with
 // the host AdamW of the optimizer offload
 
 __device__ inline floatX ops_round_stochastic(float x, uint32_t rnd) {

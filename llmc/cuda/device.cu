@@ -1,6 +1,6 @@
-// GPU selection and NCCL attachment (llmc/device.h).
+// GPU selection and NCCL attachment (llmc/ops/device.h).
 #include "common.cuh"
-#include "../device.h"
+#include "ops/device.h"
 #include "ops_cuda.h"
 
 extern "C" void cuda_device_select(const Comm* c) {

@@ -1,9 +1,9 @@
-// The CUDA backend's dispatch: the neutral names of llmc/ops.h and llmc/device.h for a CUDA build,
+// The CUDA backend's dispatch: the neutral names of llmc/ops/ops.h and llmc/ops/device.h for a CUDA build,
 // each a call of its cuda_ implementation (llmc/cuda/ops_cuda.h). The only file of the backend
-// that defines them (why prefixes and dispatch: llmc/ops.h). They keep the C linkage ops.h and
+// that defines them (why prefixes and dispatch: llmc/ops/ops.h). They keep the C linkage ops.h and
 // device.h declare.
 #include "cuda/ops_cuda.h"
-#include "check.h"
+#include "base/check.h"
 
 // ---- backend lifetime, capabilities and memory
 void ops_init(int threads) { cuda_ops_init(threads); }
@@ -53,7 +53,7 @@ void ops_download_f32(float* dst_host, const floatX* src, size_t n) {
 void ops_synchronize(void) { cuda_ops_synchronize(); }
 void ops_set_deterministic(int on) { cuda_ops_set_deterministic(on); }
 
-// ---- device selection and device collectives (llmc/device.h)
+// ---- device selection and device collectives (llmc/ops/device.h)
 void device_select(const Comm* c) { cuda_device_select(c); }
 void device_attach(Comm* c) { cuda_device_attach(c); }
 void device_detach(Comm* c) { cuda_device_detach(c); }

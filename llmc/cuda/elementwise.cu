@@ -2,7 +2,7 @@
 // and the LoRA branch's dropout and mask multiply.
 #include "cuda/common.cuh"
 #include "cuda/ops_cuda.h"
-#include "rand.h"
+#include "base/rand.h"
 
 // ----------------------------------------------------------------------------
 // elementwise ops: each thread handles 8 consecutive elements, with one 128-bit load/store per
@@ -97,7 +97,7 @@ extern "C" void cuda_scale_copy(floatX* dst, const floatX* src, float scale, siz
 
 // ----------------------------------------------------------------------------
 // LoRA: dropout with a counter-based mask (the same pure function of (seed, stream, index) as on
-// the CPU backend, llmc/rand.h, so both backends drop the same elements and a resumed run draws
+// the CPU backend, llmc/base/rand.h, so both backends drop the same elements and a resumed run draws
 // the same masks) and the mask multiply; one element per thread
 
 

@@ -7,7 +7,7 @@
 
 // Host declarations only (floatX from ops.h), so host C++ such as test/test_cuda_ops.cpp, compiled
 // with g++ in the CUDA build, can include it; the kernels' helpers stay in common.cuh.
-#include "../ops.h"
+#include "ops/ops.h"
 
 void gemm_init(void);      // idempotent; creates the cuBLASLt handle and workspace
 void gemm_release(void);   // frees them and the cached plans (at exit)

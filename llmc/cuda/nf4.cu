@@ -100,7 +100,7 @@ void nf4_dequantize_cuda(bf16* out, const NF4Device* t, int64_t begin, int64_t e
 }
 
 // ---------------------------------------------------------------------------------------------
-// upload: the tensor's packed image (llmc/nf4.h), one device allocation, each array 16-byte aligned
+// upload: the tensor's packed image (llmc/ops/nf4.h), one device allocation, each array 16-byte aligned
 
 size_t nf4_device_bytes(const NF4Tensor* t) {
     NF4Image img;

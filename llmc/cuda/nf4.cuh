@@ -1,12 +1,12 @@
 // NF4 dequantization on the GPU: the frozen QLoRA base weights live on the device in their 4-bit
-// form (llmc/nf4.h layout, bitsandbytes-compatible) and are dequantized layer by layer into one
+// form (llmc/ops/nf4.h layout, bitsandbytes-compatible) and are dequantized layer by layer into one
 // scratch buffer right before their matmul. The fp32 output equals nf4_dequantize_range() on the
 // CPU bit for bit; the bf16 output is that fp32 value rounded to nearest even.
 #ifndef LLMC_CUDA_NF4_CUH
 #define LLMC_CUDA_NF4_CUH
 
 #include "common.cuh"
-#include "../nf4.h"
+#include "ops/nf4.h"
 
 // Device copy of one NF4Tensor (every pointer is device memory, all in one allocation). Either
 // absmax (plain) or absmax_q + absmax_scale + code8 (double quantization) is set.
@@ -21,7 +21,7 @@ struct NF4Device {
     float offset;
 };
 
-// cudaMalloc + copy t's packed image (llmc/nf4.h; one allocation); nf4_device_free releases it.
+// cudaMalloc + copy t's packed image (llmc/ops/nf4.h; one allocation); nf4_device_free releases it.
 // nf4_device_view: d's arrays in an image that is already in device memory (not owned).
 void nf4_device_upload(NF4Device* d, const NF4Tensor* t);
 void nf4_device_view(NF4Device* d, const NF4Tensor* t, const uint8_t* image);

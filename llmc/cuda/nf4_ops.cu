@@ -1,4 +1,4 @@
-// NF4 ops of the CUDA backend (llmc/ops.h): a quantized frozen weight lives on the device as one
+// NF4 ops of the CUDA backend (llmc/ops/ops.h): a quantized frozen weight lives on the device as one
 // allocation (nf4_device_upload) and is dequantized to bf16 by the kernels of llmc/cuda/nf4.cu,
 // bit-equal to the CPU dequantization rounded to nearest even. Work goes on the legacy default
 // stream (0), which orders it with the backend's other work on blocking streams.

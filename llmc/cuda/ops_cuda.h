@@ -1,5 +1,5 @@
 // The CUDA backend (bf16 storage, fp32 accumulation, cuBLASLt and our own kernels): every function
-// of llmc/ops.h and llmc/device.h under the cuda_ prefix, with its element type spelled out
+// of llmc/ops/ops.h and llmc/ops/device.h under the cuda_ prefix, with its element type spelled out
 // (__nv_bfloat16: floatX on this backend), so that this backend can sit in one program next to
 // the CPU backend (the op tests compare the two). llmc/cuda/dispatch.cu gives the neutral names
 // to a CUDA build; the contracts are ops.h's. C++ (nvcc, or g++ with the CUDA headers); the
@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cuda_bf16.h>
-#include "../ops.h"
-#include "../device.h"
+#include "ops/ops.h"
+#include "ops/device.h"
 
 extern "C" {
 
@@ -37,7 +37,7 @@ void cuda_ops_download_f32(float* dst_host, const __nv_bfloat16* src, size_t n);
 void cuda_ops_synchronize(void);
 void cuda_ops_set_deterministic(int on);   // (attention.cu: the only op it concerns)
 
-// ---- device selection and device collectives, llmc/device.h (device.cu)
+// ---- device selection and device collectives, llmc/ops/device.h (device.cu)
 void cuda_device_select(const Comm* c);
 void cuda_device_attach(Comm* c);
 void cuda_device_detach(Comm* c);

@@ -1,6 +1,6 @@
-#include "fsdp.h"
-#include "check.h"
-#include "zero.h"
+#include "dist/fsdp.h"
+#include "base/check.h"
+#include "dist/zero.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

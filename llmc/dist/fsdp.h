@@ -1,4 +1,4 @@
-// ZeRO-3 / FSDP: the model's parameters sharded across ranks in units (llmc/gpt2.h GPT2Units:
+// ZeRO-3 / FSDP: the model's parameters sharded across ranks in units (llmc/model/gpt2.h GPT2Units:
 // one unit per transformer block, plus the embedding/head unit H = wte (tied to lm_head), wpe,
 // ln_f). Each unit is a flat buffer (its tensors packed in table order) padded to a multiple of
 // world * align and split evenly: rank r keeps piece r of every unit (`piece[u]` elements), and
@@ -18,7 +18,7 @@
 // (comm_dev_ireduce_scatter_sum) while backward fills the other bucket; the head's bucket is
 // reduce-scattered when backward is over. Each piece is added into gshard (gradient accumulation).
 //
-// QLoRA (llmc/fsdp_nf4.c): the NF4 base is sharded in its packed form, as bytes beside each block's
+// QLoRA (llmc/dist/fsdp_nf4.c): the NF4 base is sharded in its packed form, as bytes beside each block's
 // floatX part, gathered (COMM_U8) into a byte slot of the same index with it: a block's gather is
 // then two all-gathers (n_gather counts collectives).
 //
@@ -32,11 +32,11 @@
 #define LLMC_FSDP_H
 
 #include <stddef.h>
-#include "comm.h"
-#include "gpt2.h"
-#include "optimizer.h"
-#include "qlora.h"
-#include "zero.h"
+#include "comm/comm.h"
+#include "model/gpt2.h"
+#include "model/optimizer.h"
+#include "model/qlora.h"
+#include "dist/zero.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,7 +44,7 @@ extern "C" {
 
 #define FSDP_MAX_SLOTS_SHARED 2
 
-// The NF4 base's bytes (llmc/fsdp_nf4.c); every size in bytes. Unused (base NULL) without one.
+// The NF4 base's bytes (llmc/dist/fsdp_nf4.c); every size in bytes. Unused (base NULL) without one.
 typedef struct {
     Nf4Base* base;           // its weights' handles view the slots (nf4_op_view); NULL: no NF4 base
     size_t* n;               // [nunits] real bytes of each unit's images (0 for the head)
@@ -148,7 +148,7 @@ size_t fsdp_nf4_slot_bytes(const Fsdp* f);
 // Prints (rank 0) and clears the trace of the micro-steps since the last call.
 void fsdp_trace_flush(Fsdp* f, long step);
 
-// fsdp.c's side of llmc/fsdp_nf4.c (no-ops without an NF4 base): set-up after the slots, the gather
+// fsdp.c's side of llmc/dist/fsdp_nf4.c (no-ops without an NF4 base): set-up after the slots, the gather
 // of unit u into slot s (returns 1 if one was started), its wait, binding the weights, unshard.
 void fsdp_nf4_init(Fsdp* f, Nf4Base* base);
 void fsdp_nf4_free(Fsdp* f);

@@ -1,13 +1,13 @@
-// ZeRO 3 with an NF4 base (QLoRA, llmc/fsdp.h): each block unit's frozen linear weights sharded in
-// their packed form. A block's bytes are the packed images (llmc/nf4.h, nf4_image_layout) of its
+// ZeRO 3 with an NF4 base (QLoRA, llmc/dist/fsdp.h): each block unit's frozen linear weights sharded in
+// their packed form. A block's bytes are the packed images (llmc/ops/nf4.h, nf4_image_layout) of its
 // four NF4 weights back to back; like the floatX part of the unit they are padded to a multiple of
 // world * FSDP_NF4_ALIGN bytes and split evenly, rank r keeping piece r. A gather (COMM_U8) goes
 // into the byte slot of the same index as the unit's floatX slot, started and waited for with it;
 // binding the unit points the four weights' backend handles (nf4_op_view) at their images in the
 // slot. The head unit has no NF4 bytes. The full images exist nowhere after fsdp_init, except on
 // rank 0 between fsdp_unshard and fsdp_reshard (saving the merged model, sampling).
-#include "fsdp.h"
-#include "check.h"
+#include "dist/fsdp.h"
+#include "base/check.h"
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,5 +1,5 @@
-#include "gradsync.h"
-#include "check.h"
+#include "dist/gradsync.h"
+#include "base/check.h"
 #include <math.h>
 #include <string.h>
 

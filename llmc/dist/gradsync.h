@@ -1,7 +1,7 @@
 // Gradient synchronisation across ranks: after the backward passes of a step, the range of the
 // flat trainable space that this rank's optimizer updates must hold the gradient summed over every
 // rank; after the update, every rank needs the new parameters. The arithmetic of who owns what is
-// llmc/zero.h, the data moves through llmc/comm.h (device collectives, in the parameters' dtype).
+// llmc/dist/zero.h, the data moves through llmc/comm/comm.h (device collectives, in the parameters' dtype).
 //
 //   ZeRO 0  every segment's gradients are all-reduced once per step; every rank updates everything.
 //   ZeRO 1  each segment's pieces are reduced to the rank owning them once per step; each owner
@@ -10,7 +10,7 @@
 //           Full training hands gpt2_backward a sink (gradsync_sink) that reduces each layer's
 //           bucket as soon as that layer is done, the model's gradients living in two one-layer
 //           buckets owned here; adapters are reduced after each micro-step instead.
-//   ZeRO 3  the parameters are sharded too (llmc/fsdp.h): each rank keeps a piece of every unit
+//   ZeRO 3  the parameters are sharded too (llmc/dist/fsdp.h): each rank keeps a piece of every unit
 //           (block, embedding/head), gathered when the model needs it. Full training: gradients
 //           are reduce-scattered unit by unit as backward leaves them and the optimizer updates
 //           this rank's pieces (its segments are fsdp_segments), which the next gathers read.
@@ -32,11 +32,11 @@
 #define LLMC_GRADSYNC_H
 
 #include <stddef.h>
-#include "comm.h"
-#include "gpt2.h"
-#include "fsdp.h"
-#include "optimizer.h"
-#include "zero.h"
+#include "comm/comm.h"
+#include "model/gpt2.h"
+#include "dist/fsdp.h"
+#include "model/optimizer.h"
+#include "dist/zero.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,6 @@
 #include <string.h>
-#include "zero.h"
-#include "check.h"
+#include "dist/zero.h"
+#include "base/check.h"
 
 void zero_layout_init(ZeroLayout* z, size_t total, int world, size_t align) {
     if (world < 1) fatal(NULL, "ZeRO layout: world size %d must be at least 1", world);

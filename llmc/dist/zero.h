@@ -1,9 +1,9 @@
 // ZeRO sharding arithmetic (docs/ARCHITECTURE.md, "Ranks"): which rank owns which part of the flat
 // parameter space, how a shard meets each tensor, how a layer's gradients map to reduce calls,
 // and how optimizer state written by N ranks is re-sliced for M ranks. Pure functions, no I/O,
-// no communication (llmc/comm.h moves the data).
+// no communication (llmc/comm/comm.h moves the data).
 //
-// Layout. The trainable parameters are one flat buffer of `total` elements (llmc/params.h order).
+// Layout. The trainable parameters are one flat buffer of `total` elements (llmc/model/params.h order).
 // It is padded with zeros to `padded` = total rounded up to a multiple of world*align, so every
 // rank's shard is the same size (`shard` = padded / world, a multiple of align) and starts on an
 // aligned element: rank r owns flat elements [r*shard, (r+1)*shard). Parameters, gradients and
@@ -38,7 +38,7 @@
 #define LLMC_ZERO_H
 
 #include <stddef.h>
-#include "params.h"
+#include "model/params.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
-#include "adamw_host.h"
-#include "bf16.h"
-#include "check.h"
-#include "sround.h"
+#include "model/adamw_host.h"
+#include "base/bf16.h"
+#include "base/check.h"
+#include "base/sround.h"
 #include <math.h>
 
 #define ADAMW_HOST_CHUNK 16384 // elements per OpenMP chunk (results do not depend on it)

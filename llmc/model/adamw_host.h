@@ -1,10 +1,10 @@
-// AdamW on the host, for the optimizer offload (--offload-optimizer, llmc/optimizer.h): the state
+// AdamW on the host, for the optimizer offload (--offload-optimizer, llmc/model/optimizer.h): the state
 // (m, v and the fp32 master weights) stays in host memory and the update runs on the CPU cores
 // (OpenMP threads, a loop the compiler vectorizes), with the arithmetic of the backend's own
 // update, so that offloading changes where the update runs, not its result:
 //   bf16 parameters (CUDA): as llmc/cuda/adamw.cu: bias corrections 1 - powf(beta, t) in fp32,
 //     the master weight updated and written back to the bf16 parameter with the stochastic
-//     rounding of the kernel (llmc/sround.h: the same hash of (seed, element index));
+//     rounding of the kernel (llmc/base/sround.h: the same hash of (seed, element index));
 //   fp32 parameters (CPU): as llmc/cpu/adamw.c: bias corrections from pow in double, the parameter
 //     itself updated, nothing rounded.
 #ifndef LLMC_ADAMW_HOST_H

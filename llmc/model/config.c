@@ -1,5 +1,5 @@
-#include "config.h"
-#include "check.h"
+#include "model/config.h"
+#include "base/check.h"
 #include <string.h>
 
 int gpt2_pad_vocab(int vocab_size) { return ((vocab_size + 127) / 128) * 128; }

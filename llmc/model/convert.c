@@ -1,12 +1,12 @@
-#include "convert.h"
-#include "check.h"
-#include "config.h"
-#include "lora.h"
-#include "model_io.h"
-#include "peft_io.h"
-#include "qlora.h"
-#include "tokenizer.h"
-#include "vocab.h"
+#include "model/convert.h"
+#include "base/check.h"
+#include "model/config.h"
+#include "model/lora.h"
+#include "model/model_io.h"
+#include "model/peft_io.h"
+#include "model/qlora.h"
+#include "text/tokenizer.h"
+#include "text/vocab.h"
 #include <string.h>
 
 void convert_load(HostModel* hm, const char* path, uint64_t seed) {

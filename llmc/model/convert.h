@@ -20,8 +20,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "fileio.h"
-#include "params.h"
+#include "base/fileio.h"
+#include "model/params.h"
 
 #ifdef __cplusplus
 extern "C" {

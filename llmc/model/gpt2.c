@@ -1,5 +1,5 @@
-#include "gpt2.h"
-#include "check.h"
+#include "model/gpt2.h"
+#include "base/check.h"
 #include <string.h>
 
 // Layer l's slice of a per-layer parameter, and of its gradient (NULL stays NULL).
@@ -22,7 +22,7 @@ static inline Linear* LIN(const GPT2* m, int l, int kind) { return linear_at(m->
 #define UNIT_RELEASE(m, u) do { if ((m)->units) (m)->units->release((m)->units->ctx, (u)); } while (0)
 
 // Point every linear layer at its bias, its gradients and, where it is held as floatX, its weight
-// (the others get their source from the assembly, llmc/model.c).
+// (the others get their source from the assembly, llmc/model/model.c).
 static void gpt2_bind_layer_linears(GPT2* m, int l) {
     for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
         Linear* x = LIN(m, l, k);

@@ -1,14 +1,14 @@
-// GPT-2 forward and backward over the op interface (llmc/ops.h). Backend-neutral: the same
+// GPT-2 forward and backward over the op interface (llmc/ops/ops.h). Backend-neutral: the same
 // source is compiled for the CPU backend (floatX = float) and the CUDA backend (floatX = bf16).
 // The model never touches tensor data itself; it only slices buffers and calls ops.
 #ifndef LLMC_GPT2_H
 #define LLMC_GPT2_H
 
 #include <stddef.h>
-#include "config.h"
-#include "params.h"
-#include "ops.h"
-#include "linear.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "ops/ops.h"
+#include "model/linear.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,7 +35,7 @@ typedef struct {
     floatX* lnf;       // (B, T, C)
     float*  lnf_mean;  // (B, T)
     float*  lnf_rstd;  // (B, T)
-    floatX* cls_logits;// (classifier_rows(B*T), Vp): the classifier's row block (llmc/ops.h)
+    floatX* cls_logits;// (classifier_rows(B*T), Vp): the classifier's row block (llmc/ops/ops.h)
     floatX* logits;    // (B, T, Vp) of a forward without targets (allocated by the first one)
     float*  losses;    // (B, T)
 } GPT2Acts;
@@ -60,7 +60,7 @@ enum {
     GPT2_RECOMPUTE_LN = 2,    // also ln1 / ln2 recomputed from the residual stream (saves 2 L * B*T*C)
 };
 
-// FSDP units (ZeRO-3, llmc/fsdp.h): the parameters of block l (unit l) and of the embedding / head
+// FSDP units (ZeRO-3, llmc/dist/fsdp.h): the parameters of block l (unit l) and of the embedding / head
 // (unit L: wte, tied to lm_head, wpe, ln_f) need not be in memory all the time. With units set,
 // forward and backward say when each unit's parameters are needed (need: they must be bound on
 // return), which unit comes next (prefetch: start gathering it) and when a unit's compute is
@@ -111,15 +111,15 @@ typedef struct GPT2 {
                                        // their gradient (targets given, dloss != 0)
     float* losses_host;                // (B, T)
     LinearSet* lin;                    // the linear layers: weight sources, biases, gradients,
-                                       // adapters (llmc/linear.h)
+                                       // adapters (llmc/model/linear.h)
 } GPT2;
 
 #define GPT2_TRAIN_ALL ((1u << NUM_PARAM_TENSORS) - 1u)
 // Set up the table and allocate parameters, and gradients for the tensors whose bit is set in
 // trainable_mask (GPT2_TRAIN_ALL for full training, 0 for a frozen base), without the tensors whose
 // bit is set in skip_mask (frozen linear weights held elsewhere: the NF4 base of QLoRA,
-// llmc/qlora.h, which the assembly gives their layers as weight source; skipped tensors cannot be
-// trainable). Programs and tests assemble models with llmc/model.h.
+// llmc/model/qlora.h, which the assembly gives their layers as weight source; skipped tensors cannot be
+// trainable). Programs and tests assemble models with llmc/model/model.h.
 void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask);
 // Allocate activations and scratch (the linear layers' too) for batches up to B x T (idempotent
 // for the same sizes).
@@ -131,7 +131,7 @@ void gpt2_alloc_acts(GPT2* m, int B, int T);
 void gpt2_set_recompute(GPT2* m, int level);
 void gpt2_free(GPT2* m);
 
-// Gradients in buckets (ZeRO-2, llmc/gradsync.h): replace the full gradient buffer by views into
+// Gradients in buckets (ZeRO-2, llmc/dist/gradsync.h): replace the full gradient buffer by views into
 // two caller-owned buffers: layer_bucket holds one layer's slices of every per-layer tensor, packed
 // in table order (params_layer_numel elements each), final_bucket the other tensors (wte, wpe,
 // lnfw, lnfb) packed in table order; the layout of zero_gpt2_bucket's ranges. Every layer's
@@ -185,7 +185,7 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
 // micro-batches run without waiting for the device (the caller knows the valid targets).
 void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss,
                       double* loss_acc);
-// ---- the forward pass in pieces, shared with the key/value-cache forward (llmc/sampler.c)
+// ---- the forward pass in pieces, shared with the key/value-cache forward (llmc/model/sampler.c)
 
 // Token + position embeddings of tokens (backend memory, B x T) at positions [pos, pos + T) into
 // x (N, C), and the first block's ln_1 of it into ln (mean / rstd: (N) statistics).
@@ -235,7 +235,7 @@ typedef struct {
 // weight gradient, only the gradient flowing through them. sink: NULL, or told of every
 // completed bucket (ZeRO-2 reduces it there).
 void gpt2_backward(GPT2* m, const GPT2GradSink* sink);
-// Zero every gradient the model accumulates into: m->grads and the adapters' (llmc/linear.h).
+// Zero every gradient the model accumulates into: m->grads and the adapters' (llmc/model/linear.h).
 void gpt2_zero_grads(GPT2* m);
 
 // Bytes of the floatX parameters (skipped tensors not counted) and of the full gradient buffer

@@ -1,6 +1,6 @@
-#include "linear.h"
-#include "check.h"
-#include "bf16.h"
+#include "model/linear.h"
+#include "base/check.h"
+#include "base/bf16.h"
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,13 +3,13 @@
 //     y[N, out] = x[N, in] W^T + b   (+ scaling * B (A drop(x)) when it carries an adapter)
 // and is described by a Linear:
 //   - its weight source: where W comes from. LINEAR_W_DENSE, a floatX tensor of the model's
-//     parameters; LINEAR_W_NF4, QLoRA's frozen 4-bit weight (llmc/nf4.h, bitsandbytes' format),
+//     parameters; LINEAR_W_NF4, QLoRA's frozen 4-bit weight (llmc/ops/nf4.h, bitsandbytes' format),
 //     dequantized by the backend op into a buffer all layers share just before each matmul. A new
 //     kind (e.g. bf16 weights on the CPU backend) is one more LinearWeightKind, a setter like
 //     linear_use_nf4, and a case in linear.c's linear_weight() and linear_weight_to_host();
 //   - its bias, and the weight / bias gradients where they are trained (NULL where frozen);
 //   - optionally a low-rank adapter (LoRA, PEFT semantics): A [rank, in], B [out, rank] and their
-//     gradients, held in the owner's buffers (llmc/lora.h builds them, llmc/model.c puts them on
+//     gradients, held in the owner's buffers (llmc/model/lora.h builds them, llmc/model/model.c puts them on
 //     the layers). With a 0/1 mask on B's gradient (the q/k/v split of c_attn) the masked entries
 //     of B stay exactly zero under AdamW.
 // The layers of a model are one LinearSet (GPT2.lin), which also holds what they share: the
@@ -23,8 +23,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "ops.h"
-#include "params.h"
+#include "ops/ops.h"
+#include "model/params.h"
 
 #ifdef __cplusplus
 extern "C" {

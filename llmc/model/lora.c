@@ -1,6 +1,6 @@
-#include "lora.h"
-#include "check.h"
-#include "rand.h"
+#include "model/lora.h"
+#include "base/check.h"
+#include "base/rand.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 // LoRA adapters on the linear layers of a frozen GPT-2 (PEFT semantics; the file formats are
-// llmc/peft_io.h's). An adapter on a linear layer y = W x + b adds
+// llmc/model/peft_io.h's). An adapter on a linear layer y = W x + b adds
 //     y += scaling * B (A dropout(x)),   A: [rank, in], B: [out, rank],
 // scaling = alpha / rank (or alpha / sqrt(rank) with rsLoRA). Adapters exist for any subset of
 // (layer, linear): c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj. This file holds their structure and
-// their values; the branch itself is computed by the linear layer that carries it (llmc/linear.h,
+// their values; the branch itself is computed by the linear layer that carries it (llmc/model/linear.h,
 // which gets a LinearAdapter view of each adapter from the model assembly).
 //
 // q / k / v only ("q,v" is our feature; PEFT cannot split GPT-2's fused c_attn): defined as
@@ -14,7 +14,7 @@
 // after every backward, so they stay exactly zero under AdamW (zero gradient, zero moments,
 // decay of zero) and training is exactly that of the separate adapters. The exported adapter
 // uses rank_pattern / alpha_pattern for c_attn so PEFT applies the same scaling, and names the
-// split in its tensor file so that continuing from it keeps the split (llmc/peft_io.h).
+// split in its tensor file so that continuing from it keeps the split (llmc/model/peft_io.h).
 //
 // All adapter parameters live in one flat buffer (A then B per adapter, adapters in (layer,
 // linear) order), with one gradient buffer of the same layout: the optimizer sees one segment.
@@ -25,11 +25,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "config.h"
-#include "linear.h"
-#include "params.h"
-#include "ops.h"
-#include "optimizer.h"
+#include "model/config.h"
+#include "model/linear.h"
+#include "model/params.h"
+#include "ops/ops.h"
+#include "model/optimizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,7 +68,7 @@ enum { LORA_BIAS_NONE = 0, LORA_BIAS_ALL, LORA_BIAS_LORA_ONLY };
 // key: its name in the adapter file, exactly as PEFT writes it (the bias of a LoRA-wrapped
 // linear is "...<module>.base_layer.bias", others "...<module>.bias", ln_f "...ln_f.weight").
 // p / g: the slice and its gradient in the model the adapters are on (set by the assembly,
-// llmc/model.c; NULL while they are on none).
+// llmc/model/model.c; NULL while they are on none).
 typedef struct {
     ParamId id;
     int layer;
@@ -137,7 +137,7 @@ const char* lora_module_name(int lin);
 // The 0/1 mask of B's parameters of a split adapter (out x rank, host): B[o, j] is a parameter
 // iff output row o lies in the q/k/v block that rank column j belongs to; all 1 when unsplit.
 void lora_b_mask_host(const LoraAdapter* a, float* mask);
-// What the linear layer of adapter i computes with (llmc/linear.h): shapes, scaling, and the
+// What the linear layer of adapter i computes with (llmc/model/linear.h): shapes, scaling, and the
 // adapter's slices of the flat parameter / gradient / mask buffers.
 LinearAdapter lora_linear_adapter(const LoraModel* lm, int i);
 // The q/k/v blocks of a split (bits 1, 2, 4) as a list: "q,v".

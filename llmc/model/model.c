@@ -1,9 +1,9 @@
-#include "model.h"
-#include "check.h"
-#include "config.h"
-#include "model_io.h"
-#include "peft_io.h"
-#include "bf16.h"
+#include "model/model.h"
+#include "base/check.h"
+#include "model/config.h"
+#include "model/model_io.h"
+#include "model/peft_io.h"
+#include "base/bf16.h"
 #include <stdlib.h>
 #include <string.h>
 

@@ -7,18 +7,18 @@
 //   3. QLoRA: the linear weights quantized to NF4 (always for a 4-bit checkpoint);
 //   4. the GPT2 tensors (gradients for the trainable tensors and the base slices the adapters
 //      train; no floatX copy of NF4 weights) and the parameters;
-//   5. the linear layers' NF4 or bf16 weights and adapters (llmc/linear.h), the base slices the adapters
+//   5. the linear layers' NF4 or bf16 weights and adapters (llmc/model/linear.h), the base slices the adapters
 //      train pointed at the model's; the recompute level, the activations (and adapter values
 //      from a checkpoint, on resume).
 #ifndef LLMC_MODEL_H
 #define LLMC_MODEL_H
 
 #include <stdint.h>
-#include "fileio.h"
-#include "gpt2.h"
-#include "lora.h"
-#include "optimizer.h"
-#include "qlora.h"
+#include "base/fileio.h"
+#include "model/gpt2.h"
+#include "model/lora.h"
+#include "model/optimizer.h"
+#include "model/qlora.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,7 +77,7 @@ void model_free(Model* m);
 int model_segments(Model* m, TrainSeg* segs);
 int model_max_segments(const Model* m);
 // The trained base slices of the adapters (biases, ln_f) pointed at where the model holds them
-// now (after ZeRO 3 moved them, llmc/fsdp.h).
+// now (after ZeRO 3 moved them, llmc/dist/fsdp.h).
 void model_lora_extras_rebind(Model* m);
 
 #ifdef __cplusplus

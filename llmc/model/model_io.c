@@ -1,13 +1,13 @@
 #define _FILE_OFFSET_BITS 64
-#include "model_io.h"
-#include "safetensors.h"
-#include "json.h"
-#include "bf16.h"
-#include "rand.h"
-#include "check.h"
-#include "fileio.h"
-#include "tokenizer.h"
-#include "vocab.h"
+#include "model/model_io.h"
+#include "base/safetensors.h"
+#include "base/json.h"
+#include "base/bf16.h"
+#include "base/rand.h"
+#include "base/check.h"
+#include "base/fileio.h"
+#include "text/tokenizer.h"
+#include "text/vocab.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -18,8 +18,8 @@
 #define LLMC_MODEL_IO_H
 
 #include <stdint.h>
-#include "config.h"
-#include "params.h"
+#include "model/config.h"
+#include "model/params.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,7 +51,7 @@ int model_save_hf_tokenizer(const char* dir, const char* vocab_path, const GPT2C
 
 // GPT-2 initialization for training from scratch: matmul weights and embeddings N(0, 0.02),
 // the residual projections (attprojw, fcprojw) N(0, 0.02 / sqrt(2 L)), biases 0, layernorm
-// weights 1, padded vocab rows 0. Deterministic given seed (counter-based, llmc/rand.h: stream
+// weights 1, padded vocab rows 0. Deterministic given seed (counter-based, llmc/base/rand.h: stream
 // = tensor id, counter = element index within the tensor), independent of thread count.
 void model_init_gpt2(const ParamTable* pt, float* params, uint64_t seed);
 

@@ -1,6 +1,6 @@
-#include "optimizer.h"
-#include "adamw_host.h"
-#include "check.h"
+#include "model/optimizer.h"
+#include "model/adamw_host.h"
+#include "base/check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

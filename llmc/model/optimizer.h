@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "ops.h"
+#include "ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,7 +51,7 @@ typedef struct {
 void opt_init(Optimizer* o, const TrainSeg* segs, int nseg, size_t begin, size_t end);
 void opt_free(Optimizer* o);
 // Optimizer offload (--offload-optimizer), right after opt_init: m, v and the master weights move
-// to pinned host memory (ops_alloc_host) and opt_step runs AdamW on the CPU (llmc/adamw_host.h).
+// to pinned host memory (ops_alloc_host) and opt_step runs AdamW on the CPU (llmc/model/adamw_host.h).
 // The range goes in pieces (a segment's part, at most offload_chunk elements), pipelined on the
 // backend's copy stream (ops_copy_*): while the CPU updates piece i, the gradients of piece i + 1
 // come down and the parameters of piece i - 1 go up (moved_down / moved_up count the bytes).

@@ -1,5 +1,5 @@
-#include "params.h"
-#include "check.h"
+#include "model/params.h"
+#include "base/check.h"
 #include <string.h>
 
 typedef struct {

@@ -10,7 +10,7 @@
 #define LLMC_PARAMS_H
 
 #include <stddef.h>
-#include "config.h"
+#include "model/config.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,8 +1,8 @@
-#include "peft_io.h"
-#include "check.h"
-#include "fileio.h"
-#include "json.h"
-#include "safetensors.h"
+#include "model/peft_io.h"
+#include "base/check.h"
+#include "base/fileio.h"
+#include "base/json.h"
+#include "base/safetensors.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

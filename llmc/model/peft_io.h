@@ -1,4 +1,4 @@
-// PEFT adapter files, beside the model files of llmc/model_io.h: a directory with
+// PEFT adapter files, beside the model files of llmc/model/model_io.h: a directory with
 //   adapter_config.json         PEFT's LoraConfig (r, lora_alpha, target_modules, bias,
 //                               modules_to_save, layers_to_transform, rank_pattern, alpha_pattern,
 //                               use_rslora, base_model_name_or_path, ...);
@@ -8,7 +8,7 @@
 // PEFT loads what we write (AutoPeftModelForCausalLM / PeftModel.from_pretrained) and we load what
 // PEFT writes, with a message naming the file and key for anything we cannot apply exactly.
 //
-// A q/k/v split of c_attn (llmc/lora.h) is a c_attn adapter of rank blocks x r for PEFT, which
+// A q/k/v split of c_attn (llmc/model/lora.h) is a c_attn adapter of rank blocks x r for PEFT, which
 // computes the same function with it. So that continuing from the file keeps the split (the
 // structural zeros of B stay zero, the trainable count stays that of the split), the tensor file
 // names it in its metadata, key PEFT_META_QKV_SPLIT, value the blocks ("q,v"); PEFT reads only
@@ -19,8 +19,8 @@
 #define LLMC_PEFT_IO_H
 
 #include <stddef.h>
-#include "config.h"
-#include "lora.h"
+#include "model/config.h"
+#include "model/lora.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,8 +1,8 @@
-#include "qlora.h"
-#include "check.h"
-#include "model_io.h"
-#include "safetensors.h"
-#include "fileio.h"
+#include "model/qlora.h"
+#include "base/check.h"
+#include "model/model_io.h"
+#include "base/safetensors.h"
+#include "base/fileio.h"
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>

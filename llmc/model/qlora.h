@@ -1,20 +1,20 @@
 // QLoRA: the frozen matmul weights of GPT-2 (qkvw, attprojw, fcw, fcprojw of every layer) held as
-// NF4 with double quantization, bit-compatible with bitsandbytes (llmc/nf4.h), instead of floatX.
+// NF4 with double quantization, bit-compatible with bitsandbytes (llmc/ops/nf4.h), instead of floatX.
 // Each layer's weight is one quantized tensor in [out, in] orientation: the matrix transformers'
 // bitsandbytes integration quantizes too (it transposes GPT-2's Conv1D weight to Linear4bit's
 // [out, in] before quantize_4bit), so the blocks of 64 and the double-quantization groups are the
-// same. This file makes and loads those tensors; the model assembly (llmc/model.c) gives each
-// linear layer its tensor as weight source (llmc/linear.h), which dequantizes it into one shared
+// same. This file makes and loads those tensors; the model assembly (llmc/model/model.c) gives each
+// linear layer its tensor as weight source (llmc/model/linear.h), which dequantizes it into one shared
 // buffer before each forward / backward matmul with the backend op nf4_dequantize_op; the base
 // gets no weight gradient. The floatX copies of these weights are never allocated (gpt2_init skip
 // mask).
 #ifndef LLMC_QLORA_H
 #define LLMC_QLORA_H
 
-#include "linear.h"
-#include "nf4.h"
-#include "ops.h"
-#include "params.h"
+#include "model/linear.h"
+#include "ops/nf4.h"
+#include "ops/ops.h"
+#include "model/params.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
-#include "sampler.h"
-#include "bf16.h"
-#include "check.h"
-#include "rand.h"
+#include "model/sampler.h"
+#include "base/bf16.h"
+#include "base/check.h"
+#include "base/rand.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -10,7 +10,7 @@
 #define LLMC_SAMPLER_H
 
 #include <stdint.h>
-#include "gpt2.h"
+#include "model/gpt2.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,7 +48,7 @@ typedef struct {
     uint64_t seed;
 } SampleParams;
 
-// RNG stream of token choices (llmc/rand.h): token i of a completion uses counter i.
+// RNG stream of token choices (llmc/base/rand.h): token i of a completion uses counter i.
 #define SAMPLE_RNG_STREAM 0x53414d504c45ull
 
 // Choose a token from fp32 logits[0..V). scratch: V floats + V ints (or NULL: allocated here).

@@ -1,4 +1,4 @@
-#include "schedule.h"
+#include "model/schedule.h"
 #include <math.h>
 #include <string.h>
 

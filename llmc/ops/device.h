@@ -1,10 +1,10 @@
 // GPU selection and device collectives of the CUDA backend (implemented in llmc/cuda/device.cu;
 // the CPU backend has no such step and does not call these). One process per GPU: rank r of a
-// node uses GPU local_rank, and NCCL moves the device buffers between ranks (llmc/comm.h).
+// node uses GPU local_rank, and NCCL moves the device buffers between ranks (llmc/comm/comm.h).
 #ifndef LLMC_DEVICE_H
 #define LLMC_DEVICE_H
 
-#include "comm.h"
+#include "comm/comm.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,9 +12,9 @@
 //           the table mapping each grid point to the first code whose upper midpoint is >= it.
 //   dequant: code4[c] * absmax, with absmax = code8[q] * scale + offset (two roundings, no FMA).
 // The file is compiled with -ffp-contract=off (mk/nf4.mk) so that no other multiply-add is fused.
-#include "nf4.h"
-#include "check.h"
-#include "json.h"
+#include "ops/nf4.h"
+#include "base/check.h"
+#include "base/json.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "safetensors.h"
+#include "base/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -102,7 +102,7 @@ void nf4_to_hf_state(NF4Tensor* t, StWriter* w, const char* key, const char* dty
 // multiple of 16 bytes, in this order: the codes ((n + 1) / 2 bytes); then either absmax (fp32
 // [n_blocks]) or, double-quantized, absmax_q ([n_blocks] bytes), absmax_scale (fp32 [n_dq_blocks])
 // and code8 (fp32 [256]); then code4 (fp32 [16]). What the CUDA backend uploads (one allocation)
-// and what ZeRO 3 shards and all-gathers as bytes (llmc/fsdp.h). Offsets of the sections (0 for
+// and what ZeRO 3 shards and all-gathers as bytes (llmc/dist/fsdp.h). Offsets of the sections (0 for
 // an absent one) and the image's bytes:
 typedef struct { size_t packed, absmax, absmax_q, absmax_scale, code8, code4, bytes; } NF4Image;
 void nf4_image_layout(const NF4Tensor* t, NF4Image* img);

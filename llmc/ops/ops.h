@@ -20,7 +20,7 @@
 // floatX, the element type of activations, parameters and gradients, is the one compile-time
 // property of the backend that shared code sees (it sizes and indexes buffers in floatX units),
 // hence the #if below; whatever else shared code must know about the backend it asks at run
-// time: ops_caps(), and llmc/device.h for GPU selection and device collectives.
+// time: ops_caps(), and llmc/ops/device.h for GPU selection and device collectives.
 //
 // Conventions (all backends):
 // - Row-major. B = batch, T = time, C = channels, N = rows (B*T), OC = output channels.
@@ -38,13 +38,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "nf4.h"
+#include "ops/nf4.h"
 
 #if defined(LLMC_CUDA) && defined(__cplusplus)
 #include <cuda_bf16.h>
 typedef __nv_bfloat16 floatX;
 #elif defined(LLMC_CUDA)
-// The shared C code (llmc/*.c) of a CUDA build only moves floatX pointers and sizes buffers; it
+// The shared C code (the layer folders of llmc/) of a CUDA build only moves floatX pointers and sizes buffers; it
 // never does arithmetic on elements. An opaque 2-byte struct (same size and alignment as
 // __nv_bfloat16, which is a struct of one unsigned short too) keeps the C code away from
 // cuda_bf16.h (C++ only) and turns any accidental arithmetic into a compile error.
@@ -86,7 +86,7 @@ void ops_to_host(void* dst_host, const void* src, size_t bytes);
 // as soon as this returns) and reaches the device in order with the ops issued after it. For the
 // batches of a training step (the CUDA backend stages them in pinned memory).
 void ops_to_device_async(void* dst, const void* src_host, size_t bytes);
-// Transfers that overlap host work (the optimizer offload, llmc/optimizer.c): copies between
+// Transfers that overlap host work (the optimizer offload, llmc/model/optimizer.c): copies between
 // pinned host memory (ops_alloc_host) and the backend on a copy stream of their own, issued at
 // once and run in issue order, while the host goes on (it updates one piece while the next comes
 // down and the previous goes up). CUDA: a non-blocking stream and events; CPU: a memcpy at once,
@@ -194,9 +194,9 @@ void add_inplace(floatX* dst, const floatX* src, size_t n);
 // dst = src * scale (dst may alias src)
 void scale_copy(floatX* dst, const floatX* src, float scale, size_t n);
 
-// LoRA helpers (llmc/lora.c).
+// LoRA helpers (llmc/model/lora.c).
 // Inverted dropout with a counter-based mask: element i is kept iff
-// rand_uniform(seed, stream, i) >= p (llmc/rand.h), and kept elements are scaled by 1 / (1 - p):
+// rand_uniform(seed, stream, i) >= p (llmc/base/rand.h), and kept elements are scaled by 1 / (1 - p):
 // out[i] = keep(i) ? inp[i] / (1 - p) : 0. The mask is a pure function of (seed, stream, i), so
 // backward regenerates it by calling this again on the gradient. out may alias inp.
 void dropout_forward(floatX* out, const floatX* inp, size_t n, float p, uint64_t seed, uint64_t stream);
@@ -266,9 +266,9 @@ void sum_squares_acc(double* acc, const floatX* x, size_t n);
 void sum_f32_acc(double* acc, const float* x, size_t n);
 
 // ----------------------------------------------------------------------------
-// NF4 frozen base weights (QLoRA, llmc/qlora.c; nf4_ops.c / nf4_ops.cu, with nf4.cu)
+// NF4 frozen base weights (QLoRA, llmc/model/qlora.c; nf4_ops.c / nf4_ops.cu, with nf4.cu)
 
-// One NF4-quantized tensor (llmc/nf4.h layout) placed in backend memory. nf4_op_upload copies
+// One NF4-quantized tensor (llmc/ops/nf4.h layout) placed in backend memory. nf4_op_upload copies
 // every array of t to the device (CUDA) or borrows t (CPU: t must outlive the handle).
 typedef struct Nf4Op Nf4Op;
 Nf4Op* nf4_op_upload(const NF4Tensor* t);
@@ -280,7 +280,7 @@ size_t nf4_op_bytes(const Nf4Op* d);
 // floatX (rounded to nearest even on bf16). For dequantizing a frozen weight into a scratch
 // buffer right before its matmul.
 void nf4_dequantize_op(floatX* out, const Nf4Op* t, size_t row_begin, size_t rows);
-// ZeRO 3 (llmc/fsdp.h): a handle over t's packed image (llmc/nf4.h, nf4_image_layout) held in
+// ZeRO 3 (llmc/dist/fsdp.h): a handle over t's packed image (llmc/ops/nf4.h, nf4_image_layout) held in
 // backend memory by its caller, which moves between gather buffers: nf4_op_bind points the handle
 // at where the image is now, before the handle's next use. t gives the description only (its
 // arrays may be gone) and must outlive the handle; the handle owns no data (nf4_op_bytes 0).

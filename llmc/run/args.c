@@ -1,5 +1,5 @@
-#include "args.h"
-#include "check.h"
+#include "run/args.h"
+#include "base/check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

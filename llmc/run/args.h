@@ -1,13 +1,13 @@
 // Command-line flags from a table: long --flags (with short llm.c-style aliases), typed values,
 // ranges, and --help generated from the same table. Bad values stop with a message naming the
 // flag and what is wrong. The same table reads and writes the values as JSON members (the run
-// configuration of a training run is recorded that way, see llmc/runconfig.h).
+// configuration of a training run is recorded that way, see llmc/run/runconfig.h).
 #ifndef LLMC_ARGS_H
 #define LLMC_ARGS_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include "json.h"
+#include "base/json.h"
 
 #ifdef __cplusplus
 extern "C" {

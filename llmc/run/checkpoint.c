@@ -1,9 +1,9 @@
 // Checkpoint state files: writing, reading, and the validation of their headers (range of every
 // field, consistency of all ranks' files). The DONE manifest, verification and directory
 // housekeeping are in checkpoint_manifest.c.
-#include "checkpoint.h"
-#include "check.h"
-#include "fileio.h"
+#include "run/checkpoint.h"
+#include "base/check.h"
+#include "base/fileio.h"
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>

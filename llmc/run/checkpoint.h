@@ -1,6 +1,6 @@
 // Resumable training state. A checkpoint of step S in the output directory DIR is:
 //   DIR/model_SSSSSSSS.bin          full training: the model, llm.c .bin v3 (fp32) - loads in llm.c
-//   DIR/adapter_SSSSSSSS/           LoRA: the adapter as a PEFT directory (llmc/run_outputs.h);
+//   DIR/adapter_SSSSSSSS/           LoRA: the adapter as a PEFT directory (llmc/run/run_outputs.h);
 //                                   resuming reads its adapter_model.safetensors (PEFT keys, fp32)
 //   DIR/state_SSSSSSSS_RRRRR.bin    one per rank: its optimizer shard and the run's position
 //   DIR/DONE_SSSSSSSS               the commit record, written last by rank 0 after every rank
@@ -8,7 +8,7 @@
 // Every file is written atomically, so a crash leaves the previous checkpoint intact.
 //
 // Integrity. The DONE marker is a manifest (JSON): the step, the number of ranks and, for every
-// file of the checkpoint, its name, size in bytes and CRC-32C (llmc/crc32c.h). The checksums live
+// file of the checkpoint, its name, size in bytes and CRC-32C (llmc/base/crc32c.h). The checksums live
 // there rather than inside the files because model_*.bin and the adapters' safetensors must stay
 // byte-for-byte the formats llm.c, transformers and PEFT read, and because one record written
 // after everything else also proves the checkpoint is complete (every rank's file present, none
@@ -30,7 +30,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
-#include "comm.h"
+#include "comm/comm.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,11 +2,11 @@
 // every rank finished, verifying every file against it before resuming, and the housekeeping of
 // the output directory (finding the newest checkpoint, pruning, removing leftovers).
 #define _GNU_SOURCE
-#include "checkpoint.h"
-#include "check.h"
-#include "crc32c.h"
-#include "fileio.h"
-#include "json.h"
+#include "run/checkpoint.h"
+#include "base/check.h"
+#include "base/crc32c.h"
+#include "base/fileio.h"
+#include "base/json.h"
 #include <dirent.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -391,7 +391,7 @@ void ckpt_clean(const char* dir) {
     char sub[LLMC_PATH_MAX], names[1024] = "";
     uint64_t bytes = 0;
     int n = clean_dir(dir, 1, &bytes, names, sizeof(names));
-    // the other directories a run writes models into (llmc/run_outputs.h): --merge, the base for
+    // the other directories a run writes models into (llmc/run/run_outputs.h): --merge, the base for
     // base_model_name_or_path, and --keep-best's (with its --merge)
     const char* const subdirs[] = {"merged", "base", "best", "best/merged"};
     for (int i = 0; i < 4; i++) {

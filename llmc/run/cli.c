@@ -1,7 +1,7 @@
-#include "cli.h"
+#include "run/cli.h"
 #include <stdio.h>
 #include <string.h>
-#include "ops.h"
+#include "ops/ops.h"
 
 void cli_sample_defaults(SampleFlags* f) {
     f->prompt = "<|endoftext|>";

@@ -1,11 +1,11 @@
 // Flag definitions shared by the programs (train_gpt2, train_lora, generate): a flag that more than
 // one program takes is defined here once (name, alias, type, range, help), so it means the same
-// everywhere. Each program lists its own flags (llmc/runconfig.c, llmc/generate.c) around these.
+// everywhere. Each program lists its own flags (llmc/run/runconfig.c, llmc/run/generate.c) around these.
 #ifndef LLMC_CLI_H
 #define LLMC_CLI_H
 
 #include <stddef.h>
-#include "args.h"
+#include "run/args.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,7 +28,7 @@ void cli_sample_flags(SampleFlags* f, ArgSpec* out);
 ArgSpec cli_flag_model(const char** dst, const char* help);
 ArgSpec cli_flag_seed(int* dst);
 ArgSpec cli_flag_threads(int* dst);
-// --dtype fp32|bf16|auto: the precision of the GEMMs (llmc/ops.h, ops_set_gemm_dtype).
+// --dtype fp32|bf16|auto: the precision of the GEMMs (llmc/ops/ops.h, ops_set_gemm_dtype).
 ArgSpec cli_flag_dtype(const char** dst);
 // Apply a --dtype value to the backend (after ops_init): auto is bf16 where ops_bf16_native, fp32
 // otherwise. Writes the banner's phrase into desc, e.g. "bf16 GEMMs, fp32 accumulation (auto:

@@ -1,11 +1,11 @@
-// The `convert` program: flags, then load (and merge) -> write (llmc/convert.h).
-#include "convert.h"
-#include "args.h"
-#include "check.h"
-#include "cli.h"
-#include "model_io.h"
-#include "ops.h"
-#include "textgen.h"
+// The `convert` program: flags, then load (and merge) -> write (llmc/model/convert.h).
+#include "model/convert.h"
+#include "run/args.h"
+#include "base/check.h"
+#include "run/cli.h"
+#include "model/model_io.h"
+#include "ops/ops.h"
+#include "text/textgen.h"
 #include <string.h>
 
 typedef struct {

@@ -1,7 +1,7 @@
-#include "dataloader.h"
-#include "check.h"
-#include "fileio.h"
-#include "rand.h"
+#include "run/dataloader.h"
+#include "base/check.h"
+#include "base/fileio.h"
+#include "base/rand.h"
 #include <glob.h>
 #include <string.h>
 #include <stdlib.h>

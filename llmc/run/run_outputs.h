@@ -1,5 +1,5 @@
 // What a training run writes for people and other tools to load (the optimizer state and the
-// DONE marker of a checkpoint are the trainer's, llmc/checkpoint.h). Every directory loads on its
+// DONE marker of a checkpoint are the trainer's, llmc/run/checkpoint.h). Every directory loads on its
 // own: Hugging Face model directories carry config.json, model.safetensors,
 // generation_config.json and the tokenizer files; every LoRA adapter, mid-run ones too, is a PEFT
 // directory (adapter_config.json, adapter_model.safetensors, the tokenizer files) whose
@@ -21,9 +21,9 @@
 #ifndef LLMC_RUN_OUTPUTS_H
 #define LLMC_RUN_OUTPUTS_H
 
-#include "fileio.h"
-#include "model.h"
-#include "runconfig.h"
+#include "base/fileio.h"
+#include "model/model.h"
+#include "run/runconfig.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -20,7 +20,7 @@
 #define LLMC_RUNCONFIG_H
 
 #include <stdint.h>
-#include "cli.h"
+#include "run/cli.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,7 +70,7 @@ typedef struct {
     int shard_group;             // --zero 3: shard within groups of this many ranks; 0 = all
     float memory_budget;         // MiB per rank the model state and activations must fit; 0 = none
     int offload_optimizer;       // AdamW state in pinned host memory, the update on the CPU
-    float watchdog_timeout;      // seconds beyond the slowest step (llmc/comm.h); 0 = off
+    float watchdog_timeout;      // seconds beyond the slowest step (llmc/comm/comm.h); 0 = off
     const char* save_format;
     // sampling (rank 0 prints a completion during / after training)
     int sample_every, sample_tokens;

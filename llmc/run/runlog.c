@@ -1,8 +1,8 @@
 #define _GNU_SOURCE
-#include "runlog.h"
-#include "check.h"
-#include "fileio.h"
-#include "timer.h"
+#include "run/runlog.h"
+#include "base/check.h"
+#include "base/fileio.h"
+#include "base/timer.h"
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>

@@ -37,7 +37,7 @@ typedef struct {
     int steps;                // the run's length
     double steps_per_epoch;   // optimizer steps per pass over the training data
     int64_t tokens_per_step;
-    double step_flops;        // model FLOPs of one step on this rank (llmc/mfu.h) ...
+    double step_flops;        // model FLOPs of one step on this rank (llmc/base/mfu.h) ...
     double peak_flops;        // ... and the device's peak bf16 FLOP/s; 0: unknown, MFU "n/a"
     double t0;                // start of this invocation's training (timer_now_s)
     long step0;               // the step it started from

@@ -1,9 +1,9 @@
-#include "runrecord.h"
-#include "args.h"
-#include "check.h"
-#include "checkpoint.h"
-#include "config.h"
-#include "fileio.h"
+#include "run/runrecord.h"
+#include "run/args.h"
+#include "base/check.h"
+#include "run/checkpoint.h"
+#include "model/config.h"
+#include "base/fileio.h"
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 // The run directory's record of its settings, and what a resumed run takes from it.
 //
-// A run writes its resolved configuration (llmc/runconfig.h, JSON) to OUT/run_config.json when it
+// A run writes its resolved configuration (llmc/run/runconfig.h, JSON) to OUT/run_config.json when it
 // starts, atomically, and again when a resumed run changed a setting. `--resume --out OUT` needs
 // no other flag: the settings come from that record. A flag given with --resume overrides the
 // recorded value where the checkpoint keeps its meaning, and every such change is reported:
@@ -16,8 +16,8 @@
 #ifndef LLMC_RUNRECORD_H
 #define LLMC_RUNRECORD_H
 
-#include "comm.h"
-#include "runconfig.h"
+#include "comm/comm.h"
+#include "run/runconfig.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-#include "runsignal.h"
+#include "run/runsignal.h"
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,32 +1,32 @@
 #define _GNU_SOURCE
-#include "trainer.h"
-#include "check.h"
-#include "timer.h"
-#include "checkpoint.h"
-#include "comm.h"
-#include "config.h"
-#include "dataloader.h"
-#include "device.h"
-#include "fileio.h"
-#include "gpt2.h"
-#include "gradsync.h"
-#include "lora.h"
-#include "mfu.h"
-#include "model.h"
-#include "model_io.h"
-#include "ops.h"
-#include "optimizer.h"
-#include "peft_io.h"
-#include "qlora.h"
-#include "params.h"
-#include "runlog.h"
-#include "runrecord.h"
-#include "runsignal.h"
-#include "run_outputs.h"
-#include "sampler.h"
-#include "schedule.h"
-#include "textgen.h"
-#include "zero.h"
+#include "run/trainer.h"
+#include "base/check.h"
+#include "base/timer.h"
+#include "run/checkpoint.h"
+#include "comm/comm.h"
+#include "model/config.h"
+#include "run/dataloader.h"
+#include "ops/device.h"
+#include "base/fileio.h"
+#include "model/gpt2.h"
+#include "dist/gradsync.h"
+#include "model/lora.h"
+#include "base/mfu.h"
+#include "model/model.h"
+#include "model/model_io.h"
+#include "ops/ops.h"
+#include "model/optimizer.h"
+#include "model/peft_io.h"
+#include "model/qlora.h"
+#include "model/params.h"
+#include "run/runlog.h"
+#include "run/runrecord.h"
+#include "run/runsignal.h"
+#include "run/run_outputs.h"
+#include "model/sampler.h"
+#include "model/schedule.h"
+#include "text/textgen.h"
+#include "dist/zero.h"
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -70,7 +70,7 @@ typedef struct {
     long last_val_step;
     int has_last_val;
     int early_stopped;
-    RunOutputs out;            // what the run writes for people and tools (llmc/run_outputs.h)
+    RunOutputs out;            // what the run writes for people and tools (llmc/run/run_outputs.h)
     // sampling (rank 0)
     Tokenizer* tok;
     int* prompt_ids;
@@ -552,7 +552,7 @@ static void report_model(Run* r) {
 }
 
 // The model FLOPs of a step on this rank and the device's peak bf16 FLOP/s, for the step line
-// (llmc/runlog.h: TFLOP/s and MFU).
+// (llmc/run/runlog.h: TFLOP/s and MFU).
 static void setup_mfu(Run* r) {
     const GPT2Config* cfg = &r->model->cfg;
     const double per_token = mfu_flops_per_token(params_count_unpadded(&r->model->pt), r->lora != NULL,

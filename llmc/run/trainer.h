@@ -1,10 +1,10 @@
 // The one training loop, shared by train_gpt2 (every parameter) and train_lora (adapters on a
-// frozen base): run configuration (llmc/runconfig.h) -> model -> data -> optimizer -> steps (grad
+// frozen base): run configuration (llmc/run/runconfig.h) -> model -> data -> optimizer -> steps (grad
 // accumulation, clipping, AdamW, eval, logging, checkpoints) -> final save.
 #ifndef LLMC_TRAINER_H
 #define LLMC_TRAINER_H
 
-#include "runconfig.h"
+#include "run/runconfig.h"
 
 #ifdef __cplusplus
 extern "C" {

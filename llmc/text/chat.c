@@ -1,5 +1,5 @@
-#include "chat.h"
-#include "check.h"
+#include "text/chat.h"
+#include "base/check.h"
 #include <stdlib.h>
 #include <string.h>
 

@@ -20,7 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {

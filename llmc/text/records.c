@@ -1,5 +1,5 @@
-#include "records.h"
-#include "check.h"
+#include "text/records.h"
+#include "base/check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

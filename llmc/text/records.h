@@ -17,8 +17,8 @@
 #define LLMC_RECORDS_H
 
 #include <stddef.h>
-#include "chat.h"
-#include "json.h"
+#include "text/chat.h"
+#include "base/json.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
-#include "textgen.h"
-#include "check.h"
-#include "fileio.h"
-#include "vocab.h"
+#include "text/textgen.h"
+#include "base/check.h"
+#include "base/fileio.h"
+#include "text/vocab.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,10 +2,10 @@
 // vocabulary loading (three file layouts, one small JSON scanner), the piece splitter (the GPT-2
 // pattern as a hand-written scanner), the BPE merge loop, a piece cache, and encode / decode.
 #define _GNU_SOURCE
-#include "tokenizer.h"
-#include "check.h"
-#include "fileio.h"
-#include "vocab.h"
+#include "text/tokenizer.h"
+#include "base/check.h"
+#include "base/fileio.h"
+#include "text/vocab.h"
 #include <utf8proc.h>
 #include <stdint.h>
 #include <string.h>
@@ -777,7 +777,7 @@ void tok_load(Tokenizer* t, const char* path) {
     memset(t, 0, sizeof(*t));
     init_byte_alphabet();
     init_ascii_cls();
-    VocabFiles f;   // which files, found as llmc/vocab.c finds them for every other reader
+    VocabFiles f;   // which files, found as llmc/text/vocab.c finds them for every other reader
     if (vocab_files(path, &f) != 0) tok_vocab_fatal(path);
     if (f.tokenizer_json[0]) load_tokjson(t, f.tokenizer_json);
     else load_pair(t, f.vocab, f.merges);

@@ -25,7 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "fileio.h"
+#include "base/fileio.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
-#include "vocab.h"
-#include "fileio.h"
+#include "text/vocab.h"
+#include "base/fileio.h"
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>

@@ -4,7 +4,7 @@
 #define LLMC_VOCAB_H
 
 #include <stddef.h>
-#include "fileio.h"
+#include "base/fileio.h"
 
 #ifdef __cplusplus
 extern "C" {

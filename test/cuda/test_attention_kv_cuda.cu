@@ -10,8 +10,8 @@
 #include <cuda_bf16.h>
 #include "llmc/cuda/attention_kv.cuh"
 #include "llmc/cpu/ops_cpu.h"
-#include "llmc/rand.h"
-#include "llmc/bf16.h"
+#include "base/rand.h"
+#include "base/bf16.h"
 #include "test/test.h"
 
 static float bf16_round(float x) { return bf16_to_f32(bf16_from_f32(x)); }

@@ -1,4 +1,4 @@
-// NF4 dequantization kernels (llmc/cuda/nf4.cu) against the CPU op (llmc/nf4.c), bit for bit:
+// NF4 dequantization kernels (llmc/cuda/nf4.cu) against the CPU op (llmc/ops/nf4.c), bit for bit:
 // fp32 output equal to nf4_dequantize_range, bf16 output equal to that value rounded to nearest
 // even. Inputs are the bitsandbytes reference cases (test/ref/nf4), quantized on the CPU with and
 // without double quantization; ranges exercise the vectorised path, its tail, unaligned starts
@@ -9,9 +9,9 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "llmc/cuda/nf4.cuh"
-#include "llmc/ops.h"
-#include "llmc/bf16.h"
-#include "llmc/safetensors.h"
+#include "ops/ops.h"
+#include "base/bf16.h"
+#include "base/safetensors.h"
 #include "test/test.h"
 
 static void check_range(const NF4Tensor* t, const NF4Device* d, int64_t begin, int64_t end, int out_shift,
@@ -55,7 +55,7 @@ static void check_range(const NF4Tensor* t, const NF4Device* d, int64_t begin, i
     free(got16);
 }
 
-// ZeRO 3 (llmc/fsdp_nf4.c): the tensor's packed image (llmc/nf4.h) gathered into a buffer after
+// ZeRO 3 (llmc/dist/fsdp_nf4.c): the tensor's packed image (llmc/ops/nf4.h) gathered into a buffer after
 // another tensor's image, and viewed there: by nf4_device_view (the kernels' arguments) and by the
 // backend handle of nf4_op_view / nf4_op_bind (what the linear layers dequantize through).
 static void check_image_view(const NF4Tensor* t, const char* label) {

@@ -1,6 +1,6 @@
 // The optimizer offload (opt_offload, --offload-optimizer) on the CUDA backend: bf16 parameters,
 // fp32 master weights. The tiny GPT-2 (test/ref/gpt2_tiny) trained for a few steps with AdamW on
-// the device and with the state in pinned host memory and AdamW on the CPU (llmc/adamw_host.c)
+// the device and with the state in pinned host memory and AdamW on the CPU (llmc/model/adamw_host.c)
 // gives the same losses and the same parameters, bit for bit; the bytes moved per step are the
 // gradients to the host and the parameters back (2 bytes each per trained element). The offload
 // runs twice: with the default pieces (one per tensor here) and with pieces of 1000 elements, which
@@ -10,11 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llmc/check.h"
-#include "llmc/model.h"
-#include "llmc/optimizer.h"
-#include "llmc/ops.h"
-#include "llmc/rand.h"
+#include "base/check.h"
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "ops/ops.h"
+#include "base/rand.h"
 #include "test/test.h"
 
 #define STEPS 4

@@ -8,9 +8,9 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "llmc/cuda/nf4.cuh"
-#include "llmc/ops.h"
-#include "llmc/bf16.h"
-#include "llmc/rand.h"
+#include "ops/ops.h"
+#include "base/bf16.h"
+#include "base/rand.h"
 #include "test/test.h"
 
 static void check_rows(const NF4Tensor* t, const Nf4Op* op, int64_t r0, int64_t rows) {

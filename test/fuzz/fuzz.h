@@ -1,6 +1,6 @@
 // Shared plumbing of the libFuzzer harnesses (test/fuzz/README.md).
 //
-// The library stops with fatal() on bad input (llmc/check.h): message, exit(1). Under the fuzzer a
+// The library stops with fatal() on bad input (llmc/base/check.h): message, exit(1). Under the fuzzer a
 // clean refusal is the expected outcome, not a finding, so FUZZ_RUN installs a fatal hook that
 // jumps back into the harness instead of exiting. What the refused parse had allocated or opened
 // is then lost: the harness closes the file descriptors it leaked (else the process runs out of
@@ -22,7 +22,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <dirent.h>
-#include "check.h"
+#include "base/check.h"
 
 #define FUZZ_MAX_FD 256
 

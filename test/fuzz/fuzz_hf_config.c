@@ -1,7 +1,7 @@
-// Hugging Face config.json (llmc/model_io.c model_read_hf_config): the input is the file. A config
+// Hugging Face config.json (llmc/model/model_io.c model_read_hf_config): the input is the file. A config
 // it accepts must describe a GPT-2 this tool can build (gpt2_config_validate ranges).
 #include "fuzz.h"
-#include "model_io.h"
+#include "model/model_io.h"
 
 static void read_config(void) {
     GPT2Config cfg;

@@ -1,8 +1,8 @@
-// JSON reader (llmc/json.c): any bytes. A parsed tree is walked with every accessor; a tree that
+// JSON reader (llmc/base/json.c): any bytes. A parsed tree is walked with every accessor; a tree that
 // parses must also have passed the UTF-8 check, and re-parsing the same bytes gives the same
 // shape. The parser never calls fatal(), so LeakSanitizer stays on.
 #include "fuzz.h"
-#include "json.h"
+#include "base/json.h"
 
 static size_t walk(const JsonValue* v, int depth) {
     size_t n = 1;

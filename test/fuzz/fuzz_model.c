@@ -1,11 +1,11 @@
-// Model files through model_load (llmc/model_io.c), which sniffs the format: llm.c .bin (v3 fp32,
+// Model files through model_load (llmc/model/model_io.c), which sniffs the format: llm.c .bin (v3 fp32,
 // v5 bf16), a safetensors file (with config.json next to it, or the config inferred from the
 // tensor shapes), a sharded index. Input: the file, optionally followed by FUZZ_SEP and the text
 // of a config.json placed beside it. Refusals are fatal(); a model that loads must have a
 // consistent parameter table.
 #include "fuzz.h"
-#include "model_io.h"
-#include "params.h"
+#include "model/model_io.h"
+#include "model/params.h"
 
 #define FUZZ_SEP "\n==config.json==\n"
 

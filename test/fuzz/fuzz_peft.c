@@ -1,13 +1,13 @@
-// PEFT adapters through the adapter loader (llmc/peft_io.c peft_try_load_adapter): input is
+// PEFT adapters through the adapter loader (llmc/model/peft_io.c peft_try_load_adapter): input is
 // adapter_config.json, FUZZ_SEP, adapter_model.safetensors, loaded for a 2-layer, 64-channel
 // GPT-2 (the shapes of test/ref/lora_tiny). An adapter that loads is merged into a base, which
 // touches every adapter matrix at the shapes the loader accepted. The loader reports errors
 // without fatal(), so LeakSanitizer stays on.
 #include "fuzz.h"
-#include "lora.h"
-#include "ops.h"
-#include "peft_io.h"
-#include "params.h"
+#include "model/lora.h"
+#include "ops/ops.h"
+#include "model/peft_io.h"
+#include "model/params.h"
 
 #define FUZZ_SEP "\n==adapter_model.safetensors==\n"
 

@@ -1,8 +1,8 @@
-// safetensors reader (llmc/safetensors.c): the input is the file. st_try_open validates it (no
+// safetensors reader (llmc/base/safetensors.c): the input is the file. st_try_open validates it (no
 // fatal); every tensor it accepts must lie inside the file and read without error, as raw bytes
 // and converted to fp32 (float dtypes) or int32 (integer dtypes that always fit).
 #include "fuzz.h"
-#include "safetensors.h"
+#include "base/safetensors.h"
 
 static void read_all(size_t file_size) {
     StFile f;

@@ -1,9 +1,9 @@
-// Token shards with loss masks (llmc/dataloader.c). Input: 4 bytes of loader settings (B, T,
+// Token shards with loss masks (llmc/run/dataloader.c). Input: 4 bytes of loader settings (B, T,
 // world, rank, shuffle), then the shard file, optionally FUZZ_SEP and its .mask sidecar. The
 // loader is opened and walked for a few batches (crossing epochs on small shards), then restored
 // to a fuzzed position. Every target it produces is -1 or a token below the vocabulary size.
 #include "fuzz.h"
-#include "dataloader.h"
+#include "run/dataloader.h"
 
 #define FUZZ_SEP "\n==mask==\n"
 #define VOCAB 300

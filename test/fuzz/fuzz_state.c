@@ -1,11 +1,11 @@
-// Checkpoint state files and DONE manifests (llmc/checkpoint.c, checkpoint_manifest.c). Input: the
+// Checkpoint state files and DONE manifests (llmc/run/checkpoint.c, checkpoint_manifest.c). Input: the
 // manifest text, FUZZ_SEP, rank 0's state file, optionally FUZZ_SEP and rank 1's. They become a
 // checkpoint of step 1 in a directory, which goes through everything a resume does: the manifest
 // parser, the header validation, the cross-check of the ranks, verification against the manifest,
 // reading the bodies (whole and by overlap), then the directory housekeeping.
 #include "fuzz.h"
-#include "checkpoint.h"
-#include "comm.h"
+#include "run/checkpoint.h"
+#include "comm/comm.h"
 
 #define FUZZ_SEP "\n==state==\n"
 

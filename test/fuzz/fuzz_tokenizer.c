@@ -1,10 +1,10 @@
-// GPT-2 encode / decode (llmc/tokenizer.c) with the bundled vocabulary (data/gpt2, or
+// GPT-2 encode / decode (llmc/text/tokenizer.c) with the bundled vocabulary (data/gpt2, or
 // $LLMC_FUZZ_VOCAB): the input is text (first byte: allow special tokens or not). decode(encode(x))
 // must equal x for every byte string x (the tokenizer's contract), every id must be in the
 // vocabulary, and decoding the input read as token ids must not fail. Nothing here calls fatal(),
 // so LeakSanitizer stays on.
 #include "fuzz.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 static Tokenizer g_tok;
 

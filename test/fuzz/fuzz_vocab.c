@@ -1,9 +1,9 @@
-// Tokenizer vocabulary files (llmc/tokenizer.c tok_load). Input: one byte choosing the format
+// Tokenizer vocabulary files (llmc/text/tokenizer.c tok_load). Input: one byte choosing the format
 // (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), then the first file and,
 // for the pairs, FUZZ_SEP and the second. A vocabulary that loads has a token for every byte, so
 // decode(encode(x)) must give x back for any x: checked on a fixed text and on the input itself.
 #include "fuzz.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 #define FUZZ_SEP "\n==merges==\n"
 
