@@ -242,6 +242,9 @@ section_env() {
   local ns; ns=$(find_sanitizer || true)
   if [ "$EMULATED" = 1 ]; then skip_item env toolkit "skipped: emulated"
   else run_item env toolkit 2 60 bash -c "command -v nvcc >/dev/null && nvcc --version || echo 'nvcc: not on PATH'; ${ns:-echo compute-sanitizer: not found} ${ns:+--version}"; fi
+  if ! "$PY" -c 'import torch, transformers' >/dev/null 2>&1; then
+    skip_item env torch "skipped: PyTorch / transformers not installed for $PY"; return
+  fi
   run_item env torch 20 120 "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-"); print("transformers", transformers.__version__)
 try:
     import peft; print("peft", peft.__version__)
