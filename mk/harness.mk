@@ -22,14 +22,14 @@
 # NO_CUDA_HARNESS=1 skips the harness (a missing toolkit otherwise fails the suite, loudly).
 
 CUDA_CPU_DIR := $(TREE)/cuda_cpu
-CUDA_CPU_HDRS := test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h $(CUDA_HDRS)
+CUDA_CPU_HDRS := test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h test/cuda_cpu/cuda_cpu_ptx.h $(CUDA_HDRS)
 CUDA_CPU_CXX = $(CXX) $(CXXFLAGS) -isystem $(CUDA_HOME)/include
 CUDA_CPU_CU = $(CUDA_CPU_CXX) -x c++ -include test/cuda_cpu/cuda_cpu.h -DLLMC_CUDA
 CUDA_CPU_EMU_CU = $(CUDA_CPU_CU) -DLLMC_CUDA_EMULATED
 CUDA_CPU_RT := $(CUDA_CPU_DIR)/runtime.o
 
 ifeq ($(BACKEND),cpu)
-$(CUDA_CPU_RT): test/cuda_cpu/cuda_cpu.cpp test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h
+$(CUDA_CPU_RT): test/cuda_cpu/cuda_cpu.cpp test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h test/cuda_cpu/cuda_cpu_ptx.h
 	@mkdir -p $(dir $@)
 	$(CUDA_CPU_CXX) -c $< -o $@
 
