@@ -1,18 +1,21 @@
 // Tensor-core and async-copy instructions as inline PTX, for kernels that work on the tensor
 // cores' documented register layouts (the FlashAttention-2 style attention): one wrapper per
 // instruction, nothing more. Under nvcc each is one `asm volatile`; under the CUDA-on-CPU harness
-// (CUDA_CPU_HARNESS, test/cuda_cpu/cuda_cpu.h force-included) each forwards to the harness'
-// exact emulation (test/cuda_cpu/cuda_cpu_ptx.h), collective like the hardware, so the kernels
-// that use them run in CI. sm_80 or newer (cp.async, bf16 mma).
+// (CUDA_CPU_HARNESS, test/cuda_cpu/cuda_cpu.h force-included) each forwards to the harness
+// emulation (test/cuda_cpu/cuda_cpu_ptx.h: the same per-lane layouts and group semantics,
+// collective like the hardware), so the kernels that use them run in CI. sm_80 or newer.
 //
-//   wrapper                      PTX                                                  SASS (sm_80 / sm_90)
+//   wrapper                      PTX                                                  SASS (sm_80 and sm_90)
 //   ptx_mma_bf16_16816(d, a, b)  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32  HMMA.16816.F32.BF16
-//   ptx_ldmatrix_x{1,2,4}(r, p)  ldmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16      LDSM.16.M88{,.2,.4}
-//   ptx_ldmatrix_x{1,2,4}_trans  ldmatrix.sync.aligned.m8n8.x{1,2,4}.trans.shared.b16 LDSM.16.MT88{,.2,.4}
-//   ptx_cp_async_16(s, g, n)     cp.async.cg.shared.global [s], [g], 16, n            LDGSTS.E.BYPASS.128(.ZFILL)
+//   ptx_ldmatrix_x{1,2,4}(r, p)  ldmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16      LDSM.16.M88, .M88.2, .M88.4
+//   ptx_ldmatrix_x{1,2,4}_trans  ldmatrix.sync.aligned.m8n8.x{1,2,4}.trans.shared.b16 LDSM.16.MT88, .MT88.2, .MT88.4
+//   ptx_cp_async_16(s, g, n)     cp.async.cg.shared.global [s], [g], 16, n            LDGSTS.E.BYPASS.128 (n known
+//                                                                                     16), .128.ZFILL (n a variable)
 //   ptx_cp_async_commit()        cp.async.commit_group                                LDGDEPBAR
 //   ptx_cp_async_wait<N>()       cp.async.wait_group N                                DEPBAR.LE SB0, N
-//   ptx_pack_bf16x2(lo, hi)      cvt.rn.bf16x2.f32 d, hi, lo                          F2FP.BF16.F32.PACK_AB
+//   ptx_pack_bf16x2(lo, hi)      cvt.rn.bf16x2.f32 d, hi, lo                          F2FP.BF16.PACK_AB (sm_80),
+//                                                                                     F2FP.BF16.F32.PACK_AB (sm_90)
+// (cuobjdump -sass of test/cuda_cpu/test_ptx.cu built by `make cuda-check`, nvcc 13.0.)
 //
 // Per-lane fragment layouts (PTX ISA 9.0, "Matrix Fragments for mma.m16n8k16 with floating point
 // type" and "Warp-level matrix load instruction: ldmatrix"). g = lane >> 2 (groupID),

@@ -131,8 +131,11 @@ static inline uint3 cuda_cpu_gridDim_v() { return cuda_cpu_gridDim; }
 // ---------------------------------------------------------------------------------------------
 // runtime entry points (cuda_cpu.cpp)
 namespace cuda_cpu {
+// (W_MMA_16816 .. W_LDSM_X4_T: the collective PTX instructions of cuda_cpu_ptx.h, a rendezvous of
+// the whole warp that returns the mask of the lanes that took part)
 enum WarpOp { W_SYNC = 1, W_SHFL_IDX, W_SHFL_UP, W_SHFL_DOWN, W_SHFL_XOR, W_BALLOT, W_ALL, W_ANY,
-              W_RED_ADD, W_RED_MIN, W_RED_MAX, W_RED_AND, W_RED_OR, W_RED_XOR, W_MATCH_ANY };
+              W_RED_ADD, W_RED_MIN, W_RED_MAX, W_RED_AND, W_RED_OR, W_RED_XOR, W_MATCH_ANY,
+              W_MMA_16816, W_LDSM_X1, W_LDSM_X2, W_LDSM_X4, W_LDSM_X1_T, W_LDSM_X2_T, W_LDSM_X4_T };
 void syncthreads();
 // barrier + vote: (threads at the barrier << 32) | (how many of them have pred != 0)
 uint64_t syncthreads_vote(int pred);
