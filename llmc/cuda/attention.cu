@@ -24,11 +24,12 @@
 // packed in registers, O += P V (V via ldmatrix .trans). Key tiles above a warp's rows are never
 // touched, nor those wholly before its rows' record starts; only diagonal / straddling tiles are
 // masked (a template flag). lse = ln 2 (m + log2 l).
-//   HS 64, MT 2: per 128 x 64 tile pair 2 x 128 x 64 x 64 x 2 = 2.1 MFLOP, 16 KB of K/V read
-//   (L2-resident: a head's K and V are 256 KB at T 1024). Shared memory 48 KB (Q 16, 2 x K/V 32).
-//   Registers: Q 32 + O 64 + S 64 + row state 8 + addresses ~ 200 (ptxas -v figures: see
-//   llmc/cuda/README.md): 2 blocks / 8 warps an SM. B fragments are used by both m16 tiles, so an
-//   mma costs 128 bytes of ldmatrix (the SM's 128 B/clk), not 256: shared memory does not bound it.
+//   HS 64, MT 2: per 128 x 64 tile 512 mma (2.1 MFLOP), 8192 exp2, 16 KB of K and V by cp.async
+//   (L2-resident: a head's K and V are 256 KB at T 1024), 64 KB of ldmatrix. Shared memory 48 KB
+//   (Q 16, 2 stages of K and V 32). Registers: Q 32 + O 64 + S 64 + P 32 + row state: 230-232
+//   (ptxas), so 2 blocks / 8 warps an SM. B fragments serve both m16 tiles: an mma costs 128
+//   bytes of ldmatrix, the SM's 128 B/clk, so shared memory (512 clk a tile) stays under the
+//   tensor cores (~760 clk at mma.sync's ~660 TFLOP/s on an H100).
 // Backward, in one pass per key tile:
 //   preprocess: D = rowsum(dO o O) and lse log2(e), into (B NH, Tpad) arrays padded with zeros to
 //     a multiple of 64 (16-byte aligned rows that the kernels cp.async);
@@ -36,18 +37,23 @@
 //     registers over the 64-query tiles from the diagonal on (those whose records see the tile):
 //     S^T = K Q^T, P^T = exp2(S^T sl2 - lse2), dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
 //     dK += dS^T Q: 4 products, P^T and dS^T go from accumulators to A operands in registers.
-//     HS > 64 splits each query tile in two halves of 32 (registers).
+//     HS 64: per tile pair 512 mma (2.1 MFLOP), 16.5 KB read, 144 KB of ldmatrix (the bound:
+//     ~1150 clk against the tensor cores' ~760), 49 KB of shared memory, 226-231 registers, 2
+//     blocks an SM. HS > 64 takes each query tile in sub-steps of 16 queries (registers).
 //   dQ, deterministic (the default): the dK/dV kernel stores each dS^T tile (64 x 64 bf16, 8 KB,
 //     only tiles on or below the diagonal) to a scratch buffer; a dQ kernel per 64-query tile
 //     sums dS K over its key tiles in a fixed order (cp.async double-buffered): 5 products in all,
 //     like the atomic variant, and the same bf16 dS, so both give the same numbers up to fp32
-//     summation order. Extra traffic per tile pair at HS 64: 8 KB written + 8 KB read (+ K, L2).
+//     summation order. Extra traffic per tile pair at HS 64: 8 KB written + 8 KB read (+ K, L2);
+//     the dQ kernel (128 mma a pair, 32 KB of shared memory, 120 registers) is DRAM-bound.
 //   dQ, non-deterministic (attention_set_deterministic(0)): after a block barrier each warp
 //     multiplies 16 queries of the block's dS (read back with ldmatrix .trans) by K and adds them
 //     with fp32 atomics (red.global.add) to a (B, T, C) accumulator: 16 KB of atomics per tile
 //     pair; a small kernel scales it into dqkv.
 //   dK and dQ get 1/sqrt(HS) at the end; results are added to dqkv in fp32 and rounded once.
-// Figures for the H100 (predicted; measured by dev/cuda/attention_bench): llmc/cuda/README.md.
+// Predicted on an H100 at B 16, NH 12, T 1024, HS 64: forward ~230 TFLOP/s, backward ~170 (both
+// modes within 15%); the reasoning, scratch memory and what to measure: llmc/cuda/README.md
+// ("Flash attention"); dev/cuda/attention_bench measures them.
 #include "cuda/common.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/attention.cuh"
@@ -715,7 +721,7 @@ int attention_flash_supported(int HS) { return HS % 16 == 0 && HS >= 16 && HS <=
 static int g_deterministic = 1;
 extern "C" void attention_set_deterministic(int on) { g_deterministic = on != 0; }
 // ops_set_deterministic lives here, not in backend.cu: attention backward is the only op with a
-// faster non-deterministic variant (and a program that never runs attention need not link it)
+// non-deterministic variant (and a program that never runs attention need not link it)
 extern "C" void cuda_ops_set_deterministic(int on) { attention_set_deterministic(on); }
 extern "C" int attention_get_deterministic(void) { return g_deterministic; }
 
