@@ -12,7 +12,8 @@
 //   - packed sequences (doc_start): several records per row, records of length 1, records
 //     crossing 64- and 128-row tile boundaries, against the CPU reference run on each record on
 //     its own; also through the simple kernels (head size 8);
-//   - deterministic mode: two backward runs give the same bits;
+//   - deterministic mode: two backward runs give the same bits, and so does the backward run in
+//     chunks of heads (the dS scratch's cap);
 //   - edge tiles: with every row past the end of qkv / dout / out / lse poisoned with NaN instead
 //     of zeros, every output is bit-identical (nothing past T is read, or it is never used).
 // Each side runs its own backward from its own forward outputs, as training does.
@@ -199,6 +200,26 @@ static void test_poisoned_tail(int B, int T, int HS, int NH) {
                B, T, HS, NH, attention_get_deterministic() ? "" : " atomic-dQ");
 }
 
+// The deterministic backward in chunks of heads (the dS scratch capped at 3 heads' tiles) gives
+// the bits it gives in one launch.
+static void test_head_chunks(int B, int T, int HS, int NH) {
+    int C = NH * HS;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    vecf qkv = rnd_vec(nqkv, 1.5f), dout = rnd_vec(nout, 1.0f);
+    Dev d_qkv(qkv), d_out(nout), d_dout(dout), d_one(nqkv), d_chunked(nqkv);
+    float* d_lse = (float*)cuda_ops_alloc((size_t)B * NH * T * sizeof(float));
+    cuda_attention_forward(d_out.p, d_lse, d_qkv.p, NULL, B, T, C, NH);
+    cuda_attention_backward(d_one.p, d_dout.p, d_qkv.p, d_out.p, d_lse, NULL, B, T, C, NH, 0);
+    size_t nt = (size_t)(T + 63) / 64;
+    attention_set_ds_limit(3 * nt * (nt + 1) / 2 * 64 * 64 * 2);
+    cuda_attention_backward(d_chunked.p, d_dout.p, d_qkv.p, d_out.p, d_lse, NULL, B, T, C, NH, 0);
+    attention_set_ds_limit(0);
+    vecf a = d_one.get(), b = d_chunked.get();
+    TEST_CHECK(memcmp(a.data(), b.data(), nqkv * sizeof(float)) == 0,
+               "deterministic backward in chunks of 3 heads gives the bits of one launch (B=%d T=%d HS=%d NH=%d)", B, T, HS, NH);
+    cuda_ops_free(d_lse);
+}
+
 // Packed rows: record lengths 1, tile-crossing records, a row that is one record.
 static void test_packed(void) {
     std::vector<veci> starts = {{0, 1, 70, 130, 131}, {0, 64, 65, 127, 129, 190}, {0}};
@@ -260,6 +281,7 @@ int main(void) {
     test_shapes();
     test_packed();
     for (int HS : {16, 64, 128}) test_poisoned_tail(2, 100, HS, 2);
+    test_head_chunks(2, 130, 64, 4);
     printf("deterministic mode: %.1fs\n", timer_now_s() - t0);
     attention_set_deterministic(0);   // dQ by fp32 atomics from the dK/dV kernel
     test_atomic_shapes();

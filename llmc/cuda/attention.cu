@@ -171,8 +171,8 @@ __device__ __forceinline__ void fa_pack_a(uint32_t a[4], const float c0[4], cons
 }
 
 // acc[n] (16 x 8 n8 tiles, n < 2 NP) += A (this warp's 16 x 16 k-step) times B, for the 2 NP n8
-// tiles of B whose 16-row (k) block starts at row k0 of a k-major tile (ldmatrix .trans): the
-// "P V" shape (also dP = dS..., dV += P^T dO, dK += dS^T Q, dQ += dS K).
+// tiles of B from column chunk chunk0 whose 16-row (k) block starts at row k0 of a k-major tile
+// (ldmatrix .trans): O += P V, and dV += P^T dO, dK += dS^T Q, dQ += dS K.
 template <int LD, int NP>
 __device__ __forceinline__ void fa_mma_kmajor(float (*acc)[4], const uint32_t a[4], const bf16* tile, int k0, int chunk0) {
 FA_UNROLL
@@ -737,12 +737,14 @@ static void fa_allow_smem(K kernel, size_t bytes, int* done) {
 // 64-row tiles); heads go in chunks so that the buffer stays within FA_DS_MAX_BYTES (one head at
 // least). B 16, NH 12, T 1024: 136 tiles a head, 192 heads, 214 MB, one chunk.
 #define FA_DS_MAX_BYTES ((size_t)256 << 20)
+static size_t g_ds_max_bytes = FA_DS_MAX_BYTES;
+extern "C" void attention_set_ds_limit(size_t bytes) { g_ds_max_bytes = bytes ? bytes : FA_DS_MAX_BYTES; }
 static size_t fa_ds_head_bytes(int T) {
     size_t nt = (size_t)ceil_div(T, FA_BN);
     return nt * (nt + 1) / 2 * FA_BN * FA_BN * sizeof(bf16);
 }
 static int fa_ds_chunk_heads(int BNH, int T) {
-    size_t fit = FA_DS_MAX_BYTES / fa_ds_head_bytes(T);
+    size_t fit = g_ds_max_bytes / fa_ds_head_bytes(T);
     return (int)(fit < 1 ? 1 : fit < (size_t)BNH ? fit : BNH);
 }
 size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {

@@ -21,6 +21,9 @@ int attention_get_deterministic(void);
 // current mode: row terms, plus the dS tiles (deterministic; at most 256 MiB, heads in chunks)
 // or the fp32 dQ accumulator (B T C floats).
 size_t attention_backward_scratch_bytes(int B, int T, int C, int NH);
+// The dS tiles' cap in bytes (0: the default 256 MiB); tests set a small one to run the
+// backward in chunks of heads.
+void attention_set_ds_limit(size_t bytes);
 
 // Simple kernels (attention_simple.cu): fp32 math on CUDA cores, O(T) memory, deterministic.
 void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T, int C,
