@@ -36,7 +36,8 @@
 //
 // ldmatrix: lane 8j+i gives the shared-memory address of row i of 8x8 matrix j (x1: lanes 0-7,
 // x2: 0-15, x4: all; the other lanes' addresses are ignored); a row is 8 bf16 = 16 bytes, 16-byte
-// aligned; rows need not be contiguous (swizzled tiles). What that gives, by the table:
+// aligned; rows need not be contiguous (swizzled tiles). What that gives, by the table (each
+// recipe runs in test/cuda_cpu/test_ptx.cu):
 //  - A from a row-major tile: lane l points at row (l & 15), column 8 (l >> 4) of the 16x16
 //    tile; x4 returns exactly a[0..3].
 //  - B when the tile is stored n-major (each n a row of k, e.g. K for S = Q K^T): lane l
@@ -67,8 +68,8 @@ __device__ __forceinline__ void ptx_mma_bf16_16816(float d[4], const uint32_t a[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// ldmatrix reads shared memory that the kernel wrote before a __syncthreads / __syncwarp (which
-// the compiler does not move loads across), so no "memory" clobber: loads may be scheduled freely.
+// ldmatrix writes no memory, so no "memory" clobber; `asm volatile` keeps it in program order
+// with the __syncthreads / __syncwarp that publishes the tile it reads.
 __device__ __forceinline__ uint32_t ptx_smem_addr(const void* p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }

@@ -355,23 +355,24 @@ static void cp_async_groups_run(void) {
     cudaCheck(cudaFree(dsrc)); cudaCheck(cudaFree(dout));
 }
 
-// Thread t copies src chunk t (src_bytes[t] bytes, zero fill after) to chunk (t + 1) % n, which
-// thread t + 1 reads after the wait and a __syncthreads.
+// Thread t of block b copies src chunk b n + t (src_bytes of it, zero fill after) to shared chunk
+// (t + 1) % n, which thread t + 1 reads after the wait and a __syncthreads. Several blocks: under
+// TSan with CUDA_CPU_THREADS=2 they run on two OS threads at once.
 __global__ void cp_async_fill_kernel(uint4* out, const uint4* src, const int* src_bytes) {
     uint4* s = (uint4*)dyn_smem();
-    int t = threadIdx.x, n = blockDim.x;
-    ptx_cp_async_16(&s[(t + 1) % n], &src[t], src_bytes[t]);
+    int t = threadIdx.x, n = blockDim.x, g = blockIdx.x * n + t;
+    ptx_cp_async_16(&s[(t + 1) % n], &src[g], src_bytes[g]);
     ptx_cp_async_commit();
     ptx_cp_async_wait<0>();
     __syncthreads();
-    out[t] = s[t];
+    out[g] = s[t];
 }
 
 static void cp_async_fill_run(void) {
-    const int n = 64;
-    uint4 src[n], got[n];
-    int bytes[n];
-    for (int t = 0; t < n; t++) {
+    const int nb = 4, n = 64, total = nb * n;
+    static uint4 src[total], got[total];
+    static int bytes[total];
+    for (int t = 0; t < total; t++) {
         src[t] = make_uint4(0xa0000000u + 4 * t, 0xb0000000u + 4 * t, 0xc0000000u + 4 * t, 0xd0000000u + 4 * t);
         bytes[t] = 4 * (t % 5);  // 0, 4, 8, 12, 16
     }
@@ -381,17 +382,17 @@ static void cp_async_fill_run(void) {
     cudaCheck(cudaMalloc(&dbytes, sizeof bytes));
     cudaCheck(cudaMemcpy(dsrc, src, sizeof src, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(dbytes, bytes, sizeof bytes, cudaMemcpyHostToDevice));
-    LAUNCH(cp_async_fill_kernel, 1, n, n * sizeof(uint4), 0, dout, dsrc, dbytes);
+    LAUNCH(cp_async_fill_kernel, nb, n, n * sizeof(uint4), 0, dout, dsrc, dbytes);
     cudaCheckLast();
     cudaCheck(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
     int bad = 0;
-    for (int t = 0; t < n; t++) {
-        int from = (t + n - 1) % n;
+    for (int t = 0; t < total; t++) {
+        int from = t / n * n + (t % n + n - 1) % n;
         const uint32_t* g = &got[t].x;
         const uint32_t* w = &src[from].x;
         for (int k = 0; k < 4; k++) bad += g[k] != (4 * k < bytes[from] ? w[k] : 0u);
     }
-    TEST_CHECK(bad == 0, "cp.async zero fill: %d of %d words wrong", bad, 4 * n);
+    TEST_CHECK(bad == 0, "cp.async zero fill: %d of %d words wrong", bad, 4 * total);
     if (!bad) printf("ok   cp.async src_bytes 0 / 4 / 8 / 12 / 16: copied, then zero-filled; seen by the next thread after wait + __syncthreads\n");
     cudaCheck(cudaFree(dsrc)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(dbytes));
 }
