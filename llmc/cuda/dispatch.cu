@@ -128,11 +128,11 @@ void mul_inplace(floatX* dst, const floatX* mask, size_t n) { cuda_mul_inplace(d
 
 // ---- attention
 void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
-    cuda_attention_forward(out, lse, qkv, B, T, C, NH);
+    cuda_attention_forward(out, lse, qkv, NULL, B, T, C, NH);   // (packed sequences: branch pack)
 }
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, int B, int T, int C, int NH, int accumulate) {
-    cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, accumulate);
+    cuda_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH, accumulate);
 }
 
 // ---- attention over a key/value cache
