@@ -85,7 +85,7 @@ static inline int ref_train(Model* m, const RefBatch* b, const RefAdamW* h, floa
     for (int s = 0; s < h->steps; s++) {
         gpt2_zero_grads(&m->gpt);
         long nv = 0;
-        double ls = gpt2_forward(&m->gpt, b->inputs, b->targets, b->B, b->T, 1.0f / (float)b->valid, &nv);
+        double ls = gpt2_forward(&m->gpt, b->inputs, b->targets, NULL, b->B, b->T, 1.0f / (float)b->valid, &nv);
         gpt2_backward(&m->gpt, NULL);
         double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
         opt_step(&opt, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, opt_clip_scale(norm, h->grad_clip), 1234u + (uint32_t)s);

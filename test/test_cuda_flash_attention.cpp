@@ -53,8 +53,8 @@ static void test_case(int B, int T, int HS, int NH, float in_scale, int offset) 
 
     // CPU backend, fp32
     vecf r_out(nout), r_lse(nlse), r_dqkv = acc0;
-    cpu_attention_forward(r_out.data(), r_lse.data(), qkv.data(), B, T, C, NH);
-    cpu_attention_backward(r_dqkv.data(), dout.data(), qkv.data(), r_out.data(), r_lse.data(), B, T, C, NH, 1);
+    cpu_attention_forward(r_out.data(), r_lse.data(), qkv.data(), NULL, B, T, C, NH);
+    cpu_attention_backward(r_dqkv.data(), dout.data(), qkv.data(), r_out.data(), r_lse.data(), NULL, B, T, C, NH, 1);
 
     // CUDA backend under the harness
     Dev d_qkv(qkv, offset), d_out(nout, offset), d_dout(dout, offset), d_dqkv(acc0, offset);
@@ -80,7 +80,7 @@ static void test_case(int B, int T, int HS, int NH, float in_scale, int offset) 
     // accumulate 0: written over acc0 (the device buffer is not read), against the CPU's write
     Dev d_w(acc0, offset);
     vecf r_w = acc0;
-    cpu_attention_backward(r_w.data(), dout.data(), qkv.data(), r_out.data(), r_lse.data(), B, T, C, NH, 0);
+    cpu_attention_backward(r_w.data(), dout.data(), qkv.data(), r_out.data(), r_lse.data(), NULL, B, T, C, NH, 0);
     cuda_attention_backward(d_w.p, d_dout.p, d_qkv.p, d_out.p, d_lse, B, T, C, NH, 0);
     vecf g_w = d_w.get();
     for (int sec = 0; sec < 3; sec++) {

@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     GPT2* m = &model.gpt;
 
     // ---- logits (forward without targets)
-    gpt2_forward(m, inputs, NULL, B, T, 0.0f, NULL);
+    gpt2_forward(m, inputs, NULL, NULL, B, T, 0.0f, NULL);
     size_t nl;
     float* ref_logits = ref_read(&ref, "logits", &nl);
     TEST_CHECK(nl == (size_t)B * T * V, "logits size");
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     const long valid = tb.batch.valid;
     long n_valid = 0;
     gpt2_zero_grads(m);
-    double loss_sum = gpt2_forward(m, inputs, targets, B, T, 1.0f / (float)valid, &n_valid);
+    double loss_sum = gpt2_forward(m, inputs, targets, NULL, B, T, 1.0f / (float)valid, &n_valid);
     TEST_CHECK(n_valid == valid, "valid target count %ld vs %ld", n_valid, valid);
     float loss = (float)(loss_sum / (double)n_valid);
     float* ref_loss = ref_read(&ref, "loss", NULL);
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
         TEST_CHECK(mr.gpt.act_bytes < m->act_bytes, "recompute 2 does not shrink the activations");
         gpt2_zero_grads(&mr.gpt);
         long nvr = 0;
-        double lr_sum = gpt2_forward(&mr.gpt, inputs, targets, B, T, 1.0f / (float)valid, &nvr);
+        double lr_sum = gpt2_forward(&mr.gpt, inputs, targets, NULL, B, T, 1.0f / (float)valid, &nvr);
         gpt2_backward(&mr.gpt, NULL);
         double lr_err = fabs(lr_sum / (double)nvr - ref_loss[0]);
         TEST_CHECK(lr_err <= tols()->loss, "recompute 2: loss error %.3g", lr_err);

@@ -641,7 +641,7 @@ static double evaluate(Run* r) {
     for (int64_t i = 0; i < r->eval_batches; i++) {
         dl_next(&r->val, r->inputs, r->targets);
         long n = 0;
-        sum += gpt2_forward(r->model, r->inputs, r->targets, B, T, 0.0f, &n);
+        sum += gpt2_forward(r->model, r->inputs, r->targets, NULL, B, T, 0.0f, &n);
         cnt += n;
     }
     double agg[2] = { sum, (double)cnt };
@@ -682,7 +682,7 @@ static StepResult train_step(Run* r) {
     for (int k = 0; k < c->accum; k++) {
         // dropout masks: a pure function of (seed, rank, micro-step), so a resumed run draws the same ones
         linear_set_training(r->model->lin, 1, ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)c->accum + (uint64_t)k);
-        gpt2_forward_acc(r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, gradsync_loss_acc(&r->gs));
+        gpt2_forward_acc(r->model, r->inputs + k * BT, r->targets + k * BT, NULL, B, T, dloss, gradsync_loss_acc(&r->gs));
         gpt2_backward(r->model, gradsync_sink(&r->gs));
         gradsync_micro_done(&r->gs);
     }
