@@ -187,6 +187,36 @@ static float* kt_scratch_get(size_t n) {
 // ----------------------------------------------------------------------------
 // forward
 
+// The online softmax of one query row over one key tile: the row's scores s (BK, unscaled) become
+// its unnormalised probabilities against the running max *m, the running sum *l is rescaled and
+// grows by theirs, and the row's output accumulator o (HS) is rescaled by the change of the max.
+// Keys j < lo (another record) or j >= lim (the future, or past the end) get p = 0; a row with no
+// key visible in this tile changes nothing.
+static inline void softmax_tile_row(float* s, float* o, float* m, float* l, int lo, int lim, float scale, int HS) {
+    if (lo >= lim) { memset(s, 0, BK * sizeof(float)); return; }
+    float mx = *m;
+    #pragma omp simd reduction(max:mx)
+    for (int j = 0; j < BK; j++) {
+        float v = j < lim && j >= lo ? s[j] * scale : -INFINITY;
+        s[j] = v;
+        mx = v > mx ? v : mx;
+    }
+    float alpha = vm_expf(*m - mx);   // 0 on the row's first tile (m = -inf)
+    float sum = 0.0f;
+    #pragma omp simd reduction(+:sum)
+    for (int j = 0; j < BK; j++) {
+        float p = vm_expf(s[j] - mx);   // exp(-inf) = 0 for masked keys
+        s[j] = p;
+        sum += p;
+    }
+    *l = *l * alpha + sum;
+    *m = mx;
+    if (alpha != 1.0f) {
+        #pragma omp simd
+        for (int d = 0; d < HS; d++) o[d] *= alpha;
+    }
+}
+
 void cpu_attention_forward(float* out, float* lse, const float* qkv, const int* doc_start, int B, int T, int C, int NH) {
     assertCheck(NH > 0 && C % NH == 0);
     if (B <= 0 || T <= 0) return;
@@ -227,33 +257,10 @@ void cpu_attention_forward(float* out, float* lse, const float* qkv, const int* 
                 int nk = T - k0 < BK ? T - k0 : BK;
                 mk_rows_times_t(S, Q, stride, KT + k0, (size_t)Tp, nq, HS);
                 for (int i = 0; i < nq; i++) {
-                    float* s = S + (size_t)i * BK;
                     int lim = q0 + i - k0 + 1;   // keys j < lim are visible (causal, in range)
                     if (lim > nk) lim = nk;
                     int lo = starts ? starts[q0 + i] - k0 : 0;   // and keys j >= lo (the query's record)
-                    if (lo >= lim) { memset(s, 0, BK * sizeof(float)); continue; } // none here: p = 0
-                    float mx = m[i];
-                    #pragma omp simd reduction(max:mx)
-                    for (int j = 0; j < BK; j++) {
-                        float v = j < lim && j >= lo ? s[j] * scale : -INFINITY;
-                        s[j] = v;
-                        mx = v > mx ? v : mx;
-                    }
-                    float alpha = vm_expf(m[i] - mx);   // 0 on the first tile (m = -inf)
-                    float sum = 0.0f;
-                    #pragma omp simd reduction(+:sum)
-                    for (int j = 0; j < BK; j++) {
-                        float p = vm_expf(s[j] - mx);   // exp(-inf) = 0 for masked keys
-                        s[j] = p;
-                        sum += p;
-                    }
-                    l[i] = l[i] * alpha + sum;
-                    m[i] = mx;
-                    if (alpha != 1.0f) {
-                        float* o = O + (size_t)i * HS;
-                        #pragma omp simd
-                        for (int d = 0; d < HS; d++) o[d] *= alpha;
-                    }
+                    softmax_tile_row(S + (size_t)i * BK, O + (size_t)i * HS, &m[i], &l[i], lo, lim, scale, HS);
                 }
                 mk_rows_times_n(O, (size_t)HS, S, vb + (size_t)k0 * stride, stride, nq, nk, HS);
             }
