@@ -313,6 +313,14 @@ PY
   expect_failF "train_gpt2 refuses another --seq-len for packed windows" "holds records packed into windows of 24 tokens (data/prepare --pack 24), but --seq-len is 16" \
     "$TRAIN" --model tiny --train-data "$T/pkinorder/pk_train_*.bin" --batch-size 1 --seq-len 16 --steps 1 --threads 2
 fi
+# the CUDA build (here its harness build) refuses packed data until its attention keeps records apart
+EMU_TRAIN="$BUILD/gpucheck/emu/train_gpt2"
+if [ -x "$EMU_TRAIN" ]; then
+  expect_failF "the CUDA build refuses packed data" "holds packed records (data/prepare --pack), but the attention of this build's backend" \
+    "$EMU_TRAIN" --model tiny --train-data "$T/pkinorder/pk_train_*.bin" --batch-size 1 --seq-len 24 --steps 1 --out none
+else
+  echo "skip: $EMU_TRAIN not built: the CUDA build's refusal of packed data was not checked"
+fi
 # the vocabulary without --vocab: data/gpt2 of the working directory, else near the program
 mkdir -p "$T/elsewhere" "$T/bin"; ROOT=$(pwd); PABS=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
 ( cd "$T/elsewhere" && "$PABS" --input "$ROOT/$T/f1.txt" --out-dir out --val-tokens 0 --quiet ) \
