@@ -36,7 +36,7 @@ import shutil
 from transformers import GPT2TokenizerFast
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_tokenizer_ref import gpt2_encoding, SFT_RECORDS  # noqa: E402
+from gen_tokenizer_ref import gpt2_encoding, record_tokens, SFT_RECORDS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REF = os.path.join(ROOT, "test", "ref")
@@ -123,26 +123,6 @@ def render(tok, enc, template, conversations):
     mask.append(mask[-1])
     toks.append(EOT)
     return toks, mask
-
-
-def record_tokens(enc, r):
-    """One record's stream tokens and mask (plain template): EOT first (untrained here), then its
-    pieces, each encoded on its own."""
-    t, m = [EOT], [0]
-    def seg(text, k):
-        ids = enc.encode_ordinary(text)
-        t.extend(ids)
-        m.extend([k] * len(ids))
-    if "messages" in r:
-        for msg in r["messages"]:
-            seg({"system": "System:", "user": "User:", "assistant": "Assistant:"}[msg["role"]], 0)
-            seg(" " + msg["content"] + "\n", 1 if msg["role"] == "assistant" else 0)
-    elif "prompt" in r:
-        seg(r["prompt"], 0)
-        seg(r["completion"], 1)
-    else:
-        seg(r["text"], 1)
-    return t, m
 
 
 def sft_windows(enc, T):

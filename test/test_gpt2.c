@@ -70,15 +70,11 @@ static double check_grads(GPT2* mp, const ParamTable* ptp, const GPT2Config* cfg
 }
 
 int main(int argc, char** argv) {
-    ops_init(0);
-    test_gemm_dtype(argc, argv);
-    printf("backend: %s\n", ops_backend_name());
     TestBase tb;
-    test_base_load(&tb, REF_DIR);
+    StFile ref;
+    test_model_start(argc, argv, REF_DIR, &tb, &ref);
     const GPT2Config cfg = tb.cfg;
     const ParamTable pt = tb.pt;
-    StFile ref;
-    st_open(&ref, REF_DIR "/ref.safetensors");
     const int B = tb.batch.B, T = tb.batch.T, V = cfg.vocab_size;
     const int* inputs = tb.batch.inputs;
     const int* targets = tb.batch.targets;

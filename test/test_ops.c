@@ -224,74 +224,53 @@ static void test_vm_expf(void) {
 // ----------------------------------------------------------------------------
 // encoder
 
-static void test_encoder(void) {
-    const int B = 2, T = 5, C = 7, V = 4;   // V < B*T: tokens repeat, so dwte rows collect several positions
-    int inp[10];
+// pos: NULL (positions t), or given per row: packed records restart at 0 (row 0 holds records of
+// 2 and 3 tokens, row 1 one of 5, so positions 0 and 1 collect three rows each).
+static void test_encoder(const int* pos, const char* tag) {
+    const int B = 2, T = 5, C = 70, V = 4;   // V < B*T: tokens repeat, so dwte rows collect several positions;
+    int inp[10];                             // C > COLBLOCK: two column blocks
+    char what[160];
     for (int i = 0; i < B * T; i++) inp[i] = (int)(urand() * V);
     inp[3] = inp[7] = 2;
-    float* wte = frandbuf((size_t)V * C, -1, 1);
-    float* wpe = frandbuf((size_t)T * C, -1, 1);
-    float* out = fbuf((size_t)B * T * C);
-    encoder_forward(out, inp, wte, wpe, NULL, B, T, C);
-    double* want = dbuf((size_t)B * T * C);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int c = 0; c < C; c++)
-                want[((size_t)b * T + t) * C + c] = (double)wte[inp[b * T + t] * C + c] + wpe[t * C + c];
-    close_fd("encoder_forward", out, want, (size_t)B * T * C, 1e-7, 0);
-
-    float* dout = frandbuf((size_t)B * T * C, -1, 1);
-    float* dwte = frandbuf((size_t)V * C, -1, 1);
-    float* dwpe = frandbuf((size_t)T * C, -1, 1);
-    double* gwte = dbuf((size_t)V * C);
-    double* gwpe = dbuf((size_t)T * C);
-    for (int bt = 0; bt < B * T; bt++)
-        for (int c = 0; c < C; c++) { gwte[inp[bt] * C + c] += dout[bt * C + c]; gwpe[(bt % T) * C + c] += dout[bt * C + c]; }
-    float* wte_want = expect_acc(dwte, gwte, (size_t)V * C);
-    float* wpe_want = expect_acc(dwpe, gwpe, (size_t)T * C);
-    float* dwte0 = fcopy(dwte, (size_t)V * C);
-    encoder_backward(dwte, dwpe, dout, inp, inp, NULL, NULL, B, T, C);
-    test_allclose("encoder_backward dwte (+=)", dwte, wte_want, (size_t)V * C, 1e-6, 1e-6);
-    test_allclose("encoder_backward dwpe (+=)", dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
-    // NULL dwte: dwpe still accumulates, nothing else touched
-    encoder_backward(NULL, dwpe, dout, inp, inp, NULL, NULL, B, T, C);
-    for (size_t i = 0; i < (size_t)T * C; i++) wpe_want[i] = (float)((double)wpe_want[i] + gwpe[i]);
-    test_allclose("encoder_backward NULL dwte", dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
-    encoder_backward(dwte0, NULL, dout, inp, inp, NULL, NULL, B, T, C);
-    test_allclose("encoder_backward NULL dwpe", dwte0, wte_want, (size_t)V * C, 1e-6, 1e-6);
-    ops_free(wte); ops_free(wpe); ops_free(out); ops_free(dout); ops_free(dwte); ops_free(dwpe);
-    ops_free(wte_want); ops_free(wpe_want); ops_free(dwte0);
-    free(want); free(gwte); free(gwpe);
-}
-
-// Positions given per row (packed records restart at 0): row 0 holds records of 2 and 3 tokens,
-// row 1 one of 5, so positions 0 and 1 collect three rows each and dwpe's row 4 one.
-static void test_encoder_positions(void) {
-    const int B = 2, T = 5, C = 70, V = 6;   // C > COLBLOCK: two column blocks
-    int inp[10], pos[10] = {0, 1, 0, 1, 2, 0, 1, 2, 3, 4};
-    for (int i = 0; i < B * T; i++) inp[i] = (int)(urand() * V);
     float* wte = frandbuf((size_t)V * C, -1, 1);
     float* wpe = frandbuf((size_t)T * C, -1, 1);
     float* out = fbuf((size_t)B * T * C);
     encoder_forward(out, inp, wte, wpe, pos, B, T, C);
     double* want = dbuf((size_t)B * T * C);
     for (int bt = 0; bt < B * T; bt++)
-        for (int c = 0; c < C; c++) want[(size_t)bt * C + c] = (double)wte[inp[bt] * C + c] + wpe[pos[bt] * C + c];
-    close_fd("encoder_forward with positions", out, want, (size_t)B * T * C, 1e-7, 0);
+        for (int c = 0; c < C; c++)
+            want[(size_t)bt * C + c] = (double)wte[inp[bt] * C + c] + wpe[(pos ? pos[bt] : bt % T) * C + c];
+    snprintf(what, sizeof(what), "encoder_forward%s", tag);
+    close_fd(what, out, want, (size_t)B * T * C, 1e-7, 0);
+
     float* dout = frandbuf((size_t)B * T * C, -1, 1);
     float* dwte = frandbuf((size_t)V * C, -1, 1);
     float* dwpe = frandbuf((size_t)T * C, -1, 1);
     double* gwte = dbuf((size_t)V * C);
     double* gwpe = dbuf((size_t)T * C);
     for (int bt = 0; bt < B * T; bt++)
-        for (int c = 0; c < C; c++) { gwte[inp[bt] * C + c] += dout[bt * C + c]; gwpe[pos[bt] * C + c] += dout[bt * C + c]; }
+        for (int c = 0; c < C; c++) {
+            gwte[inp[bt] * C + c] += dout[bt * C + c];
+            gwpe[(pos ? pos[bt] : bt % T) * C + c] += dout[bt * C + c];
+        }
     float* wte_want = expect_acc(dwte, gwte, (size_t)V * C);
     float* wpe_want = expect_acc(dwpe, gwpe, (size_t)T * C);
+    float* dwte0 = fcopy(dwte, (size_t)V * C);
     encoder_backward(dwte, dwpe, dout, inp, inp, pos, pos, B, T, C);
-    test_allclose("encoder_backward with positions: dwte (+=)", dwte, wte_want, (size_t)V * C, 1e-6, 1e-6);
-    test_allclose("encoder_backward with positions: dwpe (+=)", dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
+    snprintf(what, sizeof(what), "encoder_backward dwte (+=)%s", tag);
+    test_allclose(what, dwte, wte_want, (size_t)V * C, 1e-6, 1e-6);
+    snprintf(what, sizeof(what), "encoder_backward dwpe (+=)%s", tag);
+    test_allclose(what, dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
+    // NULL dwte: dwpe still accumulates, nothing else touched
+    encoder_backward(NULL, dwpe, dout, inp, inp, pos, pos, B, T, C);
+    for (size_t i = 0; i < (size_t)T * C; i++) wpe_want[i] = (float)((double)wpe_want[i] + gwpe[i]);
+    snprintf(what, sizeof(what), "encoder_backward NULL dwte%s", tag);
+    test_allclose(what, dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
+    encoder_backward(dwte0, NULL, dout, inp, inp, pos, pos, B, T, C);
+    snprintf(what, sizeof(what), "encoder_backward NULL dwpe%s", tag);
+    test_allclose(what, dwte0, wte_want, (size_t)V * C, 1e-6, 1e-6);
     ops_free(wte); ops_free(wpe); ops_free(out); ops_free(dout); ops_free(dwte); ops_free(dwpe);
-    ops_free(wte_want); ops_free(wpe_want);
+    ops_free(wte_want); ops_free(wpe_want); ops_free(dwte0);
     free(want); free(gwte); free(gwpe);
 }
 
@@ -1004,8 +983,9 @@ int main(int argc, char** argv) {
     ops_free(p);
 
     test_vm_expf();
-    test_encoder();
-    test_encoder_positions();
+    test_encoder(NULL, "");
+    static const int packed_pos[10] = {0, 1, 0, 1, 2, 0, 1, 2, 3, 4};
+    test_encoder(packed_pos, " with positions");
     test_layernorm_shape(5, 7, 0.0f);
     test_layernorm_shape(3, 768, 30.0f);   // large mean: two-pass variance needed
     test_layernorm_shape(67, 129, 0.0f);

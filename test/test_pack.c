@@ -136,13 +136,9 @@ static LoraModel* make_lora(const GPT2Config* cfg) {
 }
 
 int main(int argc, char** argv) {
-    ops_init(0);
-    test_gemm_dtype(argc, argv);
-    printf("backend: %s\n", ops_backend_name());
     TestBase tb;
-    test_base_load(&tb, REF_DIR);
     StFile ref;
-    st_open(&ref, REF_DIR "/ref.safetensors");
+    test_model_start(argc, argv, REF_DIR, &tb, &ref);
     const StTensor* td = st_find(&ref, "doc_start");
     TEST_CHECK(td && td->numel == (size_t)tb.batch.B * tb.batch.T, "doc_start [B, T] in the reference");
     int* doc_start = (int*)mallocCheck(td->numel * sizeof(int));
