@@ -6,7 +6,7 @@
 # --record-windows T, and the default stream) and train_lora trains LoRA r=8 on c_attn of a
 # randomly initialised model (speed does not depend on the values) for a few steps of one window.
 #   bash dev/bench_pack.sh [model] [T] [threads]          (default: d6 1024 2)
-#   STEPS=4 (timed steps after one warm-up step), RUNS=2 (each configuration run that many times)
+#   STEPS=8 (timed steps after one warm-up step), RUNS=2 (each configuration run that many times)
 # Prints per run the median and minimum ms per step, the trained tokens per second at the median
 # step (the trained targets of the timed steps, read from the masks, over their time), the peak
 # RSS (GNU time), and the load average before and after (take figures only when it stays low);
@@ -15,7 +15,7 @@
 # kernels they pick by default (llmc/cpu/backend.c).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODEL=${1:-d6}; T=${2:-1024}; THREADS=${3:-2}; STEPS=${STEPS:-4}; RUNS=${RUNS:-2}
+MODEL=${1:-d6}; T=${2:-1024}; THREADS=${3:-2}; STEPS=${STEPS:-8}; RUNS=${RUNS:-2}
 make -s train_gpt2 train_lora data/prepare
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 python3 - "$tmp/chat.jsonl" <<'PY'
