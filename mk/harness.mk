@@ -22,14 +22,14 @@
 # NO_CUDA_HARNESS=1 skips the harness (a missing toolkit otherwise fails the suite, loudly).
 
 CUDA_CPU_DIR := $(TREE)/cuda_cpu
-CUDA_CPU_HDRS := test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h $(CUDA_HDRS)
+CUDA_CPU_HDRS := test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h test/cuda_cpu/cuda_cpu_ptx.h $(CUDA_HDRS)
 CUDA_CPU_CXX = $(CXX) $(CXXFLAGS) -isystem $(CUDA_HOME)/include
 CUDA_CPU_CU = $(CUDA_CPU_CXX) -x c++ -include test/cuda_cpu/cuda_cpu.h -DLLMC_CUDA
 CUDA_CPU_EMU_CU = $(CUDA_CPU_CU) -DLLMC_CUDA_EMULATED
 CUDA_CPU_RT := $(CUDA_CPU_DIR)/runtime.o
 
 ifeq ($(BACKEND),cpu)
-$(CUDA_CPU_RT): test/cuda_cpu/cuda_cpu.cpp test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h
+$(CUDA_CPU_RT): test/cuda_cpu/cuda_cpu.cpp test/cuda_cpu/cuda_cpu.h test/cuda_cpu/cuda_cpu_wmma.h test/cuda_cpu/cuda_cpu_ptx.h
 	@mkdir -p $(dir $@)
 	$(CUDA_CPU_CXX) -c $< -o $@
 
@@ -106,13 +106,17 @@ $(CUDA_CPU_DIR)/mutation/%: $(CUDA_CPU_DIR)/mutation/%.o $(CUDA_CPU_RT) $(LIB)
 
 # Flash attention mutants (make test-tsan): llmc/cuda/attention.cu with one barrier deleted (lines
 # marked "(MUTATION-TARGET <name>)") must be reported as a data race by TSan in every order tried:
-#   fwd-syncthreads  the barrier after the K/V tile loads of the forward kernel
-#   dkv-syncthreads  the barrier after the query tile loads of the dK/dV kernel
-# (The kernels' __syncwarps between lanes' plain shared-memory accesses and wmma loads/stores are
-# not mutated: the harness models wmma load/store as warp barriers that order memory, so it
-# cannot see them missing.) The mutant object goes before the library on the link line, so the
-# archive's intact attention.o is never pulled.
-FLASH_MUTANTS := fwd-syncthreads dkv-syncthreads
+#   fwd-syncthreads      the forward's barrier after each K/V tile's cp.async wait
+#   dkv-syncthreads      the dK/dV kernel's barrier after each query tile's cp.async wait
+#   dkv-ds-syncthreads   the atomic dK/dV kernel's barrier between the warps' dS^T stores and
+#                        their ldmatrix reads of one another's rows (dQ)
+#   dq-syncthreads       the dQ kernel's barrier after each dS / K tile's cp.async wait
+# (The harness performs a cp.async copy at the issuing thread's wait, so without the barrier the
+# copy's shared-memory write races with other warps' ldmatrix of it, and the next copy into a
+# stage with the reads of the previous tile.) The quick run does both backward modes. The
+# mutant object goes before the library on the link line, so the archive's intact attention.o
+# is never pulled.
+FLASH_MUTANTS := fwd-syncthreads dkv-syncthreads dkv-ds-syncthreads dq-syncthreads
 FLASH_MUT_DIR := $(TREE)/flash/mutants
 $(FLASH_MUT_DIR)/flash_attention_%.cu: llmc/cuda/attention.cu
 	@mkdir -p $(dir $@)

@@ -382,7 +382,7 @@ static void test_attention(int B, int T, int C, int NH) {
     vecf qkv = rnd_vec((size_t)B * T * 3 * C, 1.5f);
     Dev dqkv(qkv), dout((size_t)B * T * C);
     DevF dlse((size_t)B * NH * T);
-    cuda_attention_forward(dout.p, dlse.p, dqkv.p, B, T, C, NH);
+    cuda_attention_forward(dout.p, dlse.p, dqkv.p, NULL, B, T, C, NH);
     vecf want((size_t)B * T * C), wlse((size_t)B * NH * T);
     // reference probabilities P[b][h][t][s], double
     std::vector<double> P((size_t)B * NH * T * T, 0.0);
@@ -418,7 +418,7 @@ static void test_attention(int B, int T, int C, int NH) {
     vecf g = rnd_vec((size_t)B * T * C, 1.0f), acc = rnd_vec((size_t)B * T * 3 * C, 0.5f);
     Dev dg(g), dacc(acc);
     vecf out_bf = dout.get();
-    cuda_attention_backward(dacc.p, dg.p, dqkv.p, dout.p, dlse.p, B, T, C, NH, 1);
+    cuda_attention_backward(dacc.p, dg.p, dqkv.p, dout.p, dlse.p, NULL, B, T, C, NH, 1);
     std::vector<double> r(acc.begin(), acc.end());
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -441,7 +441,7 @@ static void test_attention(int B, int T, int C, int NH) {
     snprintf(name, sizeof(name), "attention_backward dqkv += (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dacc.get(), vecf(r.begin(), r.end()), RT, 2e-2);
     Dev dwr(acc);   // accumulate 0: written over acc
-    cuda_attention_backward(dwr.p, dg.p, dqkv.p, dout.p, dlse.p, B, T, C, NH, 0);
+    cuda_attention_backward(dwr.p, dg.p, dqkv.p, dout.p, dlse.p, NULL, B, T, C, NH, 0);
     vecf r0(r.size());
     for (size_t i = 0; i < r0.size(); i++) r0[i] = (float)(r[i] - acc[i]);
     snprintf(name, sizeof(name), "attention_backward dqkv written (accumulate 0, B=%d T=%d C=%d NH=%d)", B, T, C, NH);

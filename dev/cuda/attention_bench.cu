@@ -3,14 +3,21 @@
 //   2 cublas  permute qkv to (B, NH, T, HS), S = Q K^T with a strided-batched cuBLAS GEMM (bf16 in,
 //             fp32 out: the whole B x NH x T x T matrix), causal softmax kernel (P in bf16, lse),
 //             O = P V with a second GEMM, un-permute to (B, T, C)
-//   3 flash   the backend's kernels (llmc/cuda/attention.cu: WMMA tensor cores, O(T) memory)
-// For each: correctness against a CPU reference (batch 0, every head, double accumulation),
-// time per call with cudaEvents, FLOPs (causal: only the T (T + 1) / 2 visible pairs count),
-// minimum bytes moved and achieved TFLOP/s, as report.cuh's lines (scripts/gpu_check.sh's report
-// divides by the device's peak). Exit status 1 when a version does not match the CPU.
+//   3 flash   the backend's kernels (llmc/cuda/attention.cu: mma.sync m16n8k16 on the documented
+//             fragment layouts, ldmatrix, cp.async; O(T) memory): forward, and backward in both
+//             modes (deterministic: dS tiles + dQ kernel; atomic dQ)
+// For each: correctness against a CPU reference (batch 0, double accumulation: the forward of every
+// head, the flash backward's dQ, dK, dV of heads 0 and NH-1), time per call with cudaEvents, FLOPs
+// (causal: only the T (T + 1) / 2 visible pairs count; backward 5 products), minimum bytes moved
+// and achieved TFLOP/s, as report.cuh's lines (scripts/gpu_check.sh's report divides by the
+// device's peak). Also: the deterministic backward run twice gives the same bits; the flash
+// kernels' registers, shared memory and blocks per SM (the occupancy API), and the deterministic
+// backward's cost over the atomic one (llmc/cuda/README.md predicts at most 15%). Exit status 1
+// when a version does not match the CPU.
 //
 // Build: make bench-cuda (mk/bench.mk) -> build/cuda/dev/cuda/attention_bench; `make cuda-check`
-// compiles it too. Run: attention_bench [B T NH HS] (default 8 1024 12 64: GPT-2 124M).
+// compiles it too. Run: attention_bench [B T NH HS] (one shape); without arguments B 16, NH 12,
+// HS 64 (GPT-2 124M) at T 512, 1024 and 2048.
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
@@ -180,17 +187,54 @@ static void cpu_reference(std::vector<float>& out0, std::vector<float>& lse0, co
         }
 }
 
+// Backward reference of head h of batch 0, in double: the gradient of qkv rows (T, 3C) in the
+// head's columns (dq, dk, dv at 0, C, 2C), from the device's out (bf16, as the kernel's D sees it).
+static void cpu_reference_backward(std::vector<double>& g, const std::vector<float>& qkv, const std::vector<float>& dout,
+                                   const std::vector<float>& out, int T, int NH, int HS, int h) {
+    int C = NH * HS;
+    double sc = 1.0 / sqrt((double)HS);
+    std::vector<double> p(T);
+    auto at = [&](int t, int sec, int d) { return (double)qkv[(size_t)t * 3 * C + (size_t)sec * C + (size_t)h * HS + d]; };
+    for (int t = 0; t < T; t++) {
+        double m = -1e300, l = 0.0, Dt = 0.0;
+        for (int s = 0; s <= t; s++) {
+            double a = 0.0;
+            for (int d = 0; d < HS; d++) a += at(t, 0, d) * at(s, 1, d);
+            p[s] = a * sc;
+            m = fmax(m, p[s]);
+        }
+        for (int s = 0; s <= t; s++) { p[s] = exp(p[s] - m); l += p[s]; }
+        const float* go = &dout[(size_t)t * C + (size_t)h * HS];
+        for (int d = 0; d < HS; d++) Dt += go[d] * (double)out[(size_t)t * C + (size_t)h * HS + d];
+        for (int s = 0; s <= t; s++) {
+            double ps = p[s] / l, dp = 0.0;
+            for (int d = 0; d < HS; d++) dp += go[d] * at(s, 2, d);
+            double ds = ps * (dp - Dt);
+            for (int d = 0; d < HS; d++) {
+                g[(size_t)t * 3 * C + (size_t)h * HS + d] += sc * ds * at(s, 1, d);
+                g[(size_t)s * 3 * C + C + (size_t)h * HS + d] += sc * ds * at(t, 0, d);
+                g[(size_t)s * 3 * C + 2 * C + (size_t)h * HS + d] += ps * go[d];
+            }
+        }
+    }
+}
+
 static bool g_all_ok = true;
+
+static std::vector<float> download_bf16(const bf16* d, size_t n) {
+    std::vector<bf16> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
+    return f;
+}
 
 static void check_against(const char* name, const bf16* d_out, const float* d_lse, const std::vector<float>& out0,
                           const std::vector<float>& lse0, int T, int NH, int HS) {
-    int C = NH * HS;
-    std::vector<bf16> o((size_t)T * C);
-    std::vector<float> l((size_t)NH * T);
-    cudaCheck(cudaMemcpy(o.data(), d_out, o.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+    std::vector<float> o = download_bf16(d_out, (size_t)T * NH * HS), l((size_t)NH * T);
     cudaCheck(cudaMemcpy(l.data(), d_lse, l.size() * sizeof(float), cudaMemcpyDeviceToHost));
     double eo = 0.0, el = 0.0;
-    for (size_t i = 0; i < o.size(); i++) eo = fmax(eo, fabs(__bfloat162float(o[i]) - out0[i]));
+    for (size_t i = 0; i < o.size(); i++) eo = fmax(eo, fabs(o[i] - out0[i]));
     for (size_t i = 0; i < l.size(); i++) el = fmax(el, fabs(l[i] - lse0[i]));
     char what[64];
     snprintf(what, sizeof(what), "%s forward out (batch 0)", name);
@@ -200,77 +244,152 @@ static void check_against(const char* name, const bf16* d_out, const float* d_ls
     g_all_ok &= eo < 2e-2 && el < 1e-3;
 }
 
-static void report(const char* name, float ms, double flops, double bytes) { report_time(name, ms, bytes, flops); }
+// The flash backward's dQ, dK, dV of heads 0 and NH-1 of batch 0 (written: accumulate 0) against
+// the double reference: max |diff| over max |ref| per section, within 2e-2.
+static void check_backward(const char* name, const bf16* d_dqkv, const std::vector<double>& ref, int T, int NH, int HS) {
+    int C = NH * HS;
+    std::vector<float> g = download_bf16(d_dqkv, (size_t)T * 3 * C);
+    static const char* sec_name[3] = {"dQ", "dK", "dV"};
+    for (int sec = 0; sec < 3; sec++) {
+        double md = 0.0, mr = 0.0;
+        for (int h : {0, NH - 1})
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < HS; d++) {
+                    size_t i = (size_t)t * 3 * C + (size_t)sec * C + (size_t)h * HS + d;
+                    md = fmax(md, fabs(g[i] - ref[i]));
+                    mr = fmax(mr, fabs(ref[i]));
+                }
+        double rel = md / fmax(mr, 1e-30);
+        char what[96];
+        snprintf(what, sizeof(what), "%s backward %s (batch 0, heads 0, %d)", name, sec_name[sec], NH - 1);
+        report_check(what, rel, 2e-2, rel < 2e-2);
+        g_all_ok &= rel < 2e-2;
+    }
+}
 
-int main(int argc, char** argv) {
-    int B = argc > 1 ? atoi(argv[1]) : 8, T = argc > 2 ? atoi(argv[2]) : 1024;
-    int NH = argc > 3 ? atoi(argv[3]) : 12, HS = argc > 4 ? atoi(argv[4]) : 64;
-    int iters = 20, C = NH * HS;
-    if (B <= 0 || T <= 0 || NH <= 0 || !attention_flash_supported(HS)) {
-        fprintf(stderr, "usage: %s [B T NH HS] (HS a multiple of 16 up to 128)\n", argv[0]);
-        return 1;
-    }
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    report_begin("attention_bench", prop.name, "B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+// Registers, shared memory and blocks per SM of each flash kernel for head size HS.
+template <typename K>
+static void kernel_info(const char* name, K kernel, size_t smem) {
+    cudaFuncAttributes a;
+    int blocks = 0;
+    cudaCheck(cudaFuncGetAttributes(&a, kernel));
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, FA_THREADS, smem));
+    printf("kernel %-44s regs %3d | local %zu B | smem %zu B static + %zu B dynamic | %d blocks (%d warps) an SM\n", name,
+           a.numRegs, a.localSizeBytes, a.sharedSizeBytes, smem, blocks, blocks * FA_WARPS);
+}
+template <int HS>
+static void flash_kernel_info() {
+    typedef FaCfg<HS> Cf;
+    kernel_info("flash_attention_forward_kernel", flash_attention_forward_kernel<HS>, Cf::FWD_SMEM);
+    kernel_info("flash_attention_backward_dkv_kernel (deterministic)", flash_attention_backward_dkv_kernel<HS, false>, Cf::DKV_SMEM);
+    kernel_info("flash_attention_backward_dkv_kernel (atomic dQ)", flash_attention_backward_dkv_kernel<HS, true>, Cf::DKV_ATOMIC_SMEM);
+    kernel_info("flash_attention_backward_dq_kernel", flash_attention_backward_dq_kernel<HS>, Cf::DQ_SMEM);
+}
+
+static void report(const char* name, int T, float ms, double flops, double bytes) {
+    char what[96];
+    snprintf(what, sizeof(what), "%s T=%d", name, T);
+    report_time(what, ms, bytes, flops);
+}
+
+// The cuBLAS baseline's S and P matrices need B NH T^2 x 6 bytes: skipped above this.
+#define CUBLAS_MAX_BYTES ((double)24e9)
+
+// One shape: the three versions' forward (checked, timed), the flash backward in both modes.
+static void run_shape(int B, int T, int NH, int HS, int iters) {
+    int C = NH * HS;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
-    std::vector<float> h_qkv(nqkv);
-    std::vector<bf16> h_qkv_bf(nqkv);
+    std::vector<float> h_qkv(nqkv), h_dout(nout);
+    std::vector<bf16> h_qkv_bf(nqkv), h_dout_bf(nout);
     unsigned s = 1234u;
-    for (size_t i = 0; i < nqkv; i++) {
+    for (size_t i = 0; i < nqkv + nout; i++) {
         s = s * 1664525u + 1013904223u;
-        h_qkv[i] = bf(((float)(s >> 8) / 16777216.0f * 2.0f - 1.0f) * 1.5f);
-        h_qkv_bf[i] = __float2bfloat16(h_qkv[i]);
+        float v = bf(((float)(s >> 8) / 16777216.0f * 2.0f - 1.0f) * (i < nqkv ? 1.5f : 1.0f));
+        if (i < nqkv) { h_qkv[i] = v; h_qkv_bf[i] = __float2bfloat16(v); }
+        else { h_dout[i - nqkv] = v; h_dout_bf[i - nqkv] = __float2bfloat16(v); }
     }
-    bf16 *qkv, *out, *dout, *dqkv;
+    bf16 *qkv, *out, *dout, *dqkv, *dqkv2;
     float* lse;
     cudaCheck(cudaMalloc(&qkv, nqkv * sizeof(bf16))); cudaCheck(cudaMalloc(&dqkv, nqkv * sizeof(bf16)));
+    cudaCheck(cudaMalloc(&dqkv2, nqkv * sizeof(bf16)));
     cudaCheck(cudaMalloc(&out, nout * sizeof(bf16))); cudaCheck(cudaMalloc(&dout, nout * sizeof(bf16)));
     cudaCheck(cudaMalloc(&lse, nlse * sizeof(float)));
     cudaCheck(cudaMemcpy(qkv, h_qkv_bf.data(), nqkv * sizeof(bf16), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(dout, h_qkv_bf.data(), nout * sizeof(bf16), cudaMemcpyHostToDevice));   // any values
-    cudaCheck(cudaMemset(dqkv, 0, nqkv * sizeof(bf16)));
+    cudaCheck(cudaMemcpy(dout, h_dout_bf.data(), nout * sizeof(bf16), cudaMemcpyHostToDevice));
 
     std::vector<float> out0((size_t)T * C), lse0((size_t)NH * T);
     cpu_reference(out0, lse0, h_qkv, T, NH, HS);
 
     double pairs = (double)B * NH * T * (T + 1) / 2.0;         // visible (query, key) pairs
     double fwd_flops = 4.0 * pairs * HS;                        // QK^T and PV
-    double bwd_flops = 10.0 * pairs * HS;                       // recompute QK^T, dP, dV, dK, dQ (useful work)
+    double bwd_flops = 10.0 * pairs * HS;                       // recompute QK^T, dP, dV, dK, dQ
     double fwd_bytes = (double)nqkv * 2 + (double)nout * 2 + (double)nlse * 4;
     double bwd_bytes = (double)nqkv * 2 * 2 + (double)nout * 2 * 2 + (double)nlse * 4 * 2;
-    printf("forward: %.3g FLOP (causal), at least %.3g bytes moved; backward: %.3g FLOP, %.3g bytes\n",
-           fwd_flops, fwd_bytes, bwd_flops, bwd_bytes);
+    printf("B=%d T=%d NH=%d HS=%d: forward %.3g FLOP (causal), at least %.3g bytes moved; backward %.3g FLOP, %.3g bytes; "
+           "backward scratch %.1f MB (deterministic)\n", B, T, NH, HS, fwd_flops, fwd_bytes, bwd_flops, bwd_bytes,
+           attention_backward_scratch_bytes(B, T, C, NH) / 1e6);
 
     LAUNCH(naive_attention_kernel, ceil_div(B * NH * T, 128), 128, 0, 0, out, lse, qkv, B, T, NH, HS);
     cudaCheckLast();
     check_against("naive", out, lse, out0, lse0, T, NH, HS);
     float ms_naive = dev_time_ms([&] { LAUNCH(naive_attention_kernel, ceil_div(B * NH * T, 128), 128, 0, 0, out, lse, qkv, B, T, NH, HS); }, 2);
+    report("forward naive", T, ms_naive, fwd_flops, fwd_bytes);
+    if ((double)B * NH * T * T * 6 <= CUBLAS_MAX_BYTES) {
+        CublasAttn cb(B, T, NH, HS);
+        cb.forward(out, lse, qkv);
+        check_against("cublas", out, lse, out0, lse0, T, NH, HS);
+        float ms_cublas = dev_time_ms([&] { cb.forward(out, lse, qkv); }, iters);
+        report("forward cublas+softmax", T, ms_cublas, fwd_flops, fwd_bytes + (double)B * NH * T * T * (4 * 2 + 2 * 2));
+    }
 
-    CublasAttn cb(B, T, NH, HS);
-    cb.forward(out, lse, qkv);
-    check_against("cublas", out, lse, out0, lse0, T, NH, HS);
-    float ms_cublas = dev_time_ms([&] { cb.forward(out, lse, qkv); }, iters);
-
-    cuda_attention_forward(out, lse, qkv, B, T, C, NH);
+    cuda_attention_forward(out, lse, qkv, NULL, B, T, C, NH);
     check_against("flash", out, lse, out0, lse0, T, NH, HS);
-    float ms_flash = dev_time_ms([&] { cuda_attention_forward(out, lse, qkv, B, T, C, NH); }, iters);
-    float ms_flash_bwd = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0); }, iters);
+    float ms_fwd = dev_time_ms([&] { cuda_attention_forward(out, lse, qkv, NULL, B, T, C, NH); }, iters);
+    report("forward flash (mma.sync)", T, ms_fwd, fwd_flops, fwd_bytes);
+
+    // backward: checked in both modes, the deterministic one twice for its bits
+    std::vector<double> ref((size_t)T * 3 * C, 0.0);
+    std::vector<float> out_dev = download_bf16(out, (size_t)T * C);
+    for (int h = 0; h < NH; h += NH > 1 ? NH - 1 : 1) cpu_reference_backward(ref, h_qkv, h_dout, out_dev, T, NH, HS, h);   // 0, NH-1
+    cuda_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH, 0);
+    cuda_attention_backward(dqkv2, dout, qkv, out, lse, NULL, B, T, C, NH, 0);
+    check_backward("flash deterministic", dqkv, ref, T, NH, HS);
+    std::vector<bf16> a(nqkv), b(nqkv);
+    cudaCheck(cudaMemcpy(a.data(), dqkv, nqkv * sizeof(bf16), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(b.data(), dqkv2, nqkv * sizeof(bf16), cudaMemcpyDeviceToHost));
+    bool same = memcmp(a.data(), b.data(), nqkv * sizeof(bf16)) == 0;
+    report_check("flash deterministic backward: 2 runs, same bits", same ? 0.0 : 1.0, 0.0, same);
+    g_all_ok &= same;
+    float ms_bwd = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH, 0); }, iters);
     attention_set_deterministic(0);
-    float ms_flash_bwd_atomic = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0); }, iters);
+    cuda_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH, 0);
+    check_backward("flash atomic-dQ", dqkv, ref, T, NH, HS);
+    float ms_bwd_atomic = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH, 0); }, iters);
     attention_set_deterministic(1);
     cudaCheck(cudaDeviceSynchronize());
+    report("backward flash (mma.sync, deterministic)", T, ms_bwd, bwd_flops, bwd_bytes);
+    report("backward flash (mma.sync, atomic dQ)", T, ms_bwd_atomic, bwd_flops, bwd_bytes);
+    printf("T=%d: deterministic backward %.1f%% over the atomic one\n", T, 100.0 * (ms_bwd / ms_bwd_atomic - 1.0));
 
-    report("forward naive", ms_naive, fwd_flops, fwd_bytes);
-    report("forward cublas+softmax", ms_cublas, fwd_flops, fwd_bytes + (double)B * NH * T * T * (4 * 2 + 2 * 2));
-    report("forward flash (wmma)", ms_flash, fwd_flops, fwd_bytes);
-    // deterministic: 7 T x T x HS products executed where 5 are needed; FLOPs count the 5
-    report("backward flash (wmma, deterministic)", ms_flash_bwd, bwd_flops, bwd_bytes);
-    // atomic dQ: non-deterministic; head sizes <= 64, else the same kernels as above
-    report("backward flash (wmma, atomic dQ)", ms_flash_bwd_atomic, bwd_flops, bwd_bytes);
+    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(dqkv2)); cudaCheck(cudaFree(out));
+    cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(lse));
+}
 
-    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(out)); cudaCheck(cudaFree(dout));
-    cudaCheck(cudaFree(lse));
+int main(int argc, char** argv) {
+    int B = argc > 1 ? atoi(argv[1]) : 16, NH = argc > 3 ? atoi(argv[3]) : 12, HS = argc > 4 ? atoi(argv[4]) : 64;
+    std::vector<int> Ts = argc > 2 ? std::vector<int>{atoi(argv[2])} : std::vector<int>{512, 1024, 2048};
+    if (B <= 0 || Ts[0] <= 0 || NH <= 0 || !attention_flash_supported(HS)) {
+        fprintf(stderr, "usage: %s [B T NH HS] (HS a multiple of 16 up to 128)\n", argv[0]);
+        return 1;
+    }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    report_begin("attention_bench", prop.name, "B=%d T=%s NH=%d HS=%d", B, argc > 2 ? argv[2] : "512,1024,2048", NH, HS);
+#define FA_INFO(hs) flash_kernel_info<hs>()
+    FA_DISPATCH(HS, FA_INFO)
+#undef FA_INFO
+    for (int T : Ts) run_shape(B, T, NH, HS, 20);
     printf("%s\n", g_all_ok ? "all versions match the CPU reference" : "MISMATCH");
     return g_all_ok ? 0 : 1;
 }

@@ -115,8 +115,8 @@ int main(int argc, char** argv) {
     report("gelu_forward (4C)", time_ms([&] { cuda_gelu_forward(out2, out, (size_t)N * 4 * C); }), 8 * act, 0);
     report("gelu_backward (4C)", time_ms([&] { cuda_gelu_backward(out2, out, out2, (size_t)N * 4 * C, 0); }), 12 * act, 0);
     report("residual_forward", time_ms([&] { cuda_residual_forward(y, x, y, (size_t)N * C); }), 3 * act, 0);
-    report("attention_forward", time_ms([&] { cuda_attention_forward(y, lse, qkv, B, T, C, NH); }, 3), 4 * act, 0);
-    report("attention_backward", time_ms([&] { cuda_attention_backward(dqkv, x, qkv, y, lse, B, T, C, NH, 0); }, 3), 8 * act, 0);
+    report("attention_forward", time_ms([&] { cuda_attention_forward(y, lse, qkv, NULL, B, T, C, NH); }, 3), 4 * act, 0);
+    report("attention_backward", time_ms([&] { cuda_attention_backward(dqkv, x, qkv, y, lse, NULL, B, T, C, NH, 0); }, 3), 8 * act, 0);
     report("fused_classifier (loss + dlogits)", time_ms([&] {
         cuda_fused_classifier(losses, logits, dtok, 1.0f / N, N, V, Vp); }, 5), 2.0 * N * Vp * bf, 0);
     report("adamw_update (all parameters, master)", time_ms([&] {

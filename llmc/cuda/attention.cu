@@ -1,85 +1,120 @@
-// Causal multi-head attention of the CUDA backend, FlashAttention-2 style, on tensor cores
-// through the WMMA API (bf16 16x16x16 tiles, fp32 accumulation). The contract is llmc/ops/ops.h:
-//   qkv (B, T, 3, NH, HS) bf16, read in place (no permute);  out (B, T, NH, HS) = (B, T, C) bf16;
-//   lse (B, NH, T) fp32: natural-log log-sum-exp of each row of scaled scores (the only thing
-//   kept besides out: the T x T matrices are never stored);  backward writes dqkv (adds to it with accumulate).
+// Causal multi-head attention of the CUDA backend, FlashAttention-2 style, on the tensor cores'
+// documented register layouts (mma.sync m16n8k16 bf16 -> fp32, ldmatrix, cp.async: ptx.cuh).
+// The contract is llmc/ops/ops.h (and ops_cuda.h for doc_start):
+//   qkv (B, T, 3, NH, HS) bf16, read in place;  out (B, T, NH, HS) bf16;  lse (B, NH, T) fp32,
+//   the natural-log log-sum-exp of each row of scaled scores; backward writes dqkv (+= with
+//   accumulate). doc_start (optional, (B, T) int32): query q sees keys doc_start[q] <= k <= q.
+// Head sizes: multiples of 16 up to 128 (templates); 64 (every GPT-2 size) is the tuned one.
 //
-// Tiles: a block is 4 warps; a query tile is 64 rows, 16 per warp; key tiles are 64 keys. Every
-// 16-row slice of a tile that a warp multiplies is a wmma fragment loaded from shared memory.
-// The WMMA API leaves the element-to-lane mapping of fragments unspecified, so anything done per
-// row (softmax, masks, rescaling by the running max) goes through a per-warp fp32 scratch in
-// shared memory: the warp stores the score fragments there, lane pairs own one row each (lane l:
-// row l/2, columns of parity l%2), and the bf16 probabilities go back through shared memory as
-// the A operand of the next product. Only layout-free elementwise ops touch fragments directly
-// (scaling dK, dQ by 1/sqrt(HS)). Head size HS is a template parameter (multiples of 16 up to
-// 128), so every register array has a compile-time size.
+// Everything per row lives in registers, on the PTX ISA's fragment tables (ptx.cuh): lane l holds
+// rows g = l/4 and g + 8 of each 16-row accumulator, columns 2t, 2t+1 (t = l%4) of each n8 tile,
+// so a row's max and sum are 2 shuffles over the 4 lanes of a quad, and the score accumulators
+// of two adjacent n8 tiles, packed to bf16, are the A operand of the next product (P V, dS K...).
+// Shared-memory tiles are filled by cp.async (16 bytes a thread; rows past T zero-filled, nothing
+// read past T), double-buffered so the next tile's copy runs under the current tile's math, and
+// XOR-swizzled (16-byte chunk c of row r at c ^ (r % 8)) when a row is 128 or 256 bytes (HS 64,
+// 128, and the 64-wide dS tiles): the 8 rows an ldmatrix reads then hit 8 different bank groups.
+// Other head sizes pad each row by 16 bytes, which does the same. Grids put the heads in x and
+// the tiles in y, so the longest tiles of every head start first (blocks are issued x fastest).
 //
-// Forward (flash_attention_forward_kernel): block = one query tile of one (b, h), walking the key
-// tiles up to the diagonal (tiles above it are never loaded); per tile S = Q K^T (fp32), online
-// softmax in base 2 (running max m, running fp32 sum l of the probabilities: lse is exact to fp32,
-// as backward needs), O = O * alpha + P V (P rounded to bf16 for the tensor cores) with O in
-// registers (lane-owned row halves). Out = O / l, lse = ln 2 * (m + log2 l). Query tiles are taken longest first.
-//
-// Backward, deterministic, no atomics (each output element has exactly one writer):
-//   preprocess: D_t = dO_t . O_t (fp32 per row);
-//   dK/dV kernel: block = one key tile (16 keys per warp) walking the query tiles from the
-//     diagonal on: S^T = K Q^T, dP^T = V dO^T, P^T = exp2(S^T scale log2e - lse log2e),
-//     dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q with dK/dV accumulated in fragments;
-//   dQ kernel: block = one query tile walking the key tiles up to the diagonal, recomputing S and
-//     dP (two more products than a dQ-by-atomics scheme: the price of determinism); dQ += dS K.
-//   dK and dQ get the 1/sqrt(HS) factor at the end; results are added to dqkv in fp32 and rounded
-//   to bf16 once.
-// Non-deterministic backward (attention_set_deterministic(0), head sizes <= 64): the dK/dV kernel
-// also forms dQ = dS K for each query tile it visits (all four warps' dS^T, read column-major, after
-// a block barrier) and adds it with fp32 atomics to a (B, T, C) accumulator; a small kernel adds
-// that to dqkv. Saves the dQ kernel's recomputation of S and dP (5 instead of 7 products).
-#include <mma.h>
+// Forward (flash_attention_forward_kernel<HS>): 4 warps; a warp owns 16 MT query rows, MT = 2 for
+// HS <= 64 (128-row tiles) and 1 above (64 rows: the O and Q fragments of HS 128 would not fit
+// twice). Q is loaded once into A fragments; per 64-key tile: S = Q K^T (K via ldmatrix), online
+// softmax in base 2 (running max per row, per-lane partial sums, reduced once at the end), P
+// packed in registers, O += P V (V via ldmatrix .trans). Key tiles above a warp's rows are never
+// touched, nor those wholly before its rows' record starts; only diagonal / straddling tiles are
+// masked (a template flag). lse = ln 2 (m + log2 l).
+//   HS 64, MT 2: per 128 x 64 tile 512 mma (2.1 MFLOP), 8192 exp2, 16 KB of K and V by cp.async
+//   (L2-resident: a head's K and V are 256 KB at T 1024), 64 KB of ldmatrix. Shared memory 48 KB
+//   (Q 16, 2 stages of K and V 32). Registers: Q 32 + O 64 + S 64 + P 32 + row state: 230-232
+//   (ptxas), so 2 blocks / 8 warps an SM. B fragments serve both m16 tiles: an mma costs 128
+//   bytes of ldmatrix, the SM's 128 B/clk, so shared memory (512 clk a tile) stays under the
+//   tensor cores (~760 clk at mma.sync's ~660 TFLOP/s on an H100).
+// Backward, in one pass per key tile:
+//   preprocess: D = rowsum(dO o O) and lse log2(e), into (B NH, Tpad) arrays padded with zeros to
+//     a multiple of 64 (16-byte aligned rows that the kernels cp.async);
+//   dK/dV kernel: block = 64 keys (16 a warp), K and V in shared memory, dK and dV accumulated in
+//     registers over the 64-query tiles from the diagonal on (those whose records see the tile):
+//     S^T = K Q^T, P^T = exp2(S^T sl2 - lse2), dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
+//     dK += dS^T Q: 4 products, P^T and dS^T go from accumulators to A operands in registers.
+//     HS 64: per tile pair 512 mma (2.1 MFLOP), 16.5 KB read, 144 KB of ldmatrix (the bound:
+//     ~1150 clk against the tensor cores' ~760), 49 KB of shared memory, 226-231 registers, 2
+//     blocks an SM. HS > 64 takes each query tile in sub-steps of 16 queries (registers).
+//   dQ, deterministic (the default): the dK/dV kernel stores each dS^T tile (64 x 64 bf16, 8 KB,
+//     only tiles on or below the diagonal) to a scratch buffer; a dQ kernel per 64-query tile
+//     sums dS K over its key tiles in a fixed order (cp.async double-buffered): 5 products in all,
+//     like the atomic variant, and the same bf16 dS, so both give the same numbers up to fp32
+//     summation order. Extra traffic per tile pair at HS 64: 8 KB written + 8 KB read (+ K, L2);
+//     the dQ kernel (128 mma a pair, 32 KB of shared memory, 120 registers) is DRAM-bound.
+//   dQ, non-deterministic (attention_set_deterministic(0)): after a block barrier each warp
+//     multiplies 16 queries of the block's dS (read back with ldmatrix .trans) by K and adds them
+//     with fp32 atomics (red.global.add) to a (B, T, C) accumulator: 16 KB of atomics per tile
+//     pair; a small kernel scales it into dqkv.
+//   dK and dQ get 1/sqrt(HS) at the end; results are added to dqkv in fp32 and rounded once.
+// Predicted on an H100 at B 16, NH 12, T 1024, HS 64: forward ~230 TFLOP/s, backward ~170 (both
+// modes within 15%); the reasoning, scratch memory and what to measure: llmc/cuda/README.md
+// ("Flash attention"); dev/cuda/attention_bench measures them.
 #include "cuda/common.cuh"
+#include "cuda/ptx.cuh"
 #include "cuda/attention.cuh"
 #include "base/check.h"
 #include "cuda/ops_cuda.h"
 
-using namespace nvcuda;
-
-#define FA_ROWS 64                 // query rows (or keys) per block tile
-#define FA_COLS 64                 // keys (or queries) per streamed tile
-#define FA_WARPS (FA_ROWS / 16)    // 4 warps, 16 rows each
+#define FA_WARPS 4
 #define FA_THREADS (FA_WARPS * 32)
+#define FA_BN 64                   // keys of a forward key tile; keys of a backward block; queries of a backward step
 #define FA_MAX_HS 128
-#define FA_ATOMIC_MAX_HS 64        // largest head size with the atomic-dQ backward (registers)
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
 #if defined(__CUDACC__)
 #define FA_UNROLL _Pragma("unroll")
-#else
-#define FA_UNROLL
-#endif
-// (under the harness no alignment attribute: its dynamic smem buffer is 256-byte aligned)
-#if defined(__CUDACC__)
 #define FA_SMEM_ALIGN __align__(128)
 #else
-#define FA_SMEM_ALIGN
+#define FA_UNROLL
+#define FA_SMEM_ALIGN   // (the harness' dynamic shared memory is 256-byte aligned)
 #endif
 
-// Row strides (elements) of the shared-memory tiles. bf16 rows are padded by 8 (16 bytes) and
-// fp32 rows by 4 (16 bytes): WMMA needs ldm to be a multiple of 16 bytes, and the pad moves
-// consecutive rows to other banks.
-template <int HS> struct FaDims {
-    static constexpr int LDH = HS + 8;                                  // bf16 q/k/v/dO rows
-    static constexpr int LDS = (HS > FA_COLS ? HS : FA_COLS) + 4;       // fp32 scratch rows
-    static constexpr int LDP = FA_COLS + 8;                             // bf16 probability rows
-    static constexpr int KT = HS / 16;                                  // 16-wide slices of a head
-    // forward: sQ, sK, sV | per warp: fp32 scratch 16 x LDS | per warp: P 16 x LDP
-    static constexpr size_t FWD_SMEM = (size_t)(FA_ROWS + 2 * FA_COLS) * LDH * 2 +
-                                       (size_t)FA_WARPS * 16 * LDS * 4 + (size_t)FA_WARPS * 16 * LDP * 2;
-    // backward: four bf16 tiles | per warp: two fp32 16 x (FA_COLS + 4) scratches (S, dP; the
-    // epilogue reuses them as one 16 x (HS + 4)) | per warp: two bf16 16 x LDP (P, dS) | lse, D
-    static constexpr int LDB = FA_COLS + 4;
-    static constexpr size_t BWD_SMEM = (size_t)4 * FA_ROWS * LDH * 2 + (size_t)FA_WARPS * 2 * 16 * LDB * 4 +
-                                       (size_t)FA_WARPS * 2 * 16 * LDP * 2 + 2 * FA_ROWS * 4;
+// Compile-time shapes of one head size.
+template <int HS> struct FaCfg {
     static_assert(HS % 16 == 0 && HS >= 16 && HS <= FA_MAX_HS, "head size: a multiple of 16 up to 128");
-    static_assert(16 * (HS + 4) <= 2 * 16 * LDB, "backward epilogue scratch must fit the S/dP scratch");
+    static constexpr int KT = HS / 16;                        // k16 steps over a head
+    static constexpr int NT = HS / 8;                         // n8 tiles over a head
+    static constexpr int MT = HS <= 64 ? 2 : 1;               // forward: m16 row tiles per warp
+    static constexpr int BM = FA_WARPS * 16 * MT;             // forward: query rows per block
+    static constexpr int QH = HS <= 64 ? FA_BN : 16;           // backward: queries per sub-step (registers)
+    static constexpr int LD = HS % 64 == 0 ? HS : HS + 8;     // shared row stride (elements)
+    static constexpr int TILE = FA_BN * LD;                   // elements of a 64-row tile
+    static constexpr int DS_TILE = FA_BN * FA_BN;             // elements of a dS tile
+    // forward: Q (BM rows), then 2 stages of K, V
+    static constexpr size_t FWD_SMEM = ((size_t)BM * LD + 4 * TILE) * 2;
+    // dK/dV: K, V, then 2 stages of Q, dO (bf16) and lse2, D (64 floats each), then the atomic
+    // variant's dS^T tile
+    static constexpr size_t DKV_STAGE = (size_t)2 * TILE * 2 + 2 * FA_BN * 4;
+    static constexpr size_t DKV_SMEM = (size_t)2 * TILE * 2 + 2 * DKV_STAGE;
+    static constexpr size_t DKV_ATOMIC_SMEM = DKV_SMEM + (size_t)DS_TILE * 2;
+    // dQ: 2 stages of (dS^T tile, K tile)
+    static constexpr size_t DQ_SMEM = (size_t)2 * (DS_TILE + TILE) * 2;
 };
+
+// Element offset of 16-byte chunk c of row r in a shared tile of row stride LD (elements).
+template <int LD>
+__device__ __forceinline__ int fa_swz(int r, int c) {
+    if constexpr (LD % 64 == 0) return r * LD + ((c ^ (r & 7)) << 3);
+    else return r * LD + (c << 3);
+}
+// ldmatrix.x4 row addresses (ptx.cuh): pattern X serves an A operand from a row-major tile and
+// two B n8 tiles from a k-major tile (.trans); pattern Y two B n8 tiles from an n-major tile and
+// an A operand from a k-major tile (.trans). (row0, chunk0): the 16 x 16 block's corner.
+template <int LD>
+__device__ __forceinline__ const bf16* fa_ldsm_x(const bf16* tile, int row0, int chunk0) {
+    int l = threadIdx.x % 32;
+    return tile + fa_swz<LD>(row0 + (l & 15), chunk0 + (l >> 4));
+}
+template <int LD>
+__device__ __forceinline__ const bf16* fa_ldsm_y(const bf16* tile, int row0, int chunk0) {
+    int l = threadIdx.x % 32;
+    return tile + fa_swz<LD>(row0 + ((l & 7) | ((l >> 4) << 3)), chunk0 + ((l >> 3) & 1));
+}
 
 // The block's dynamic shared memory. (A non-template function: g++ -O3 drops the null check of
 // the weak TLS init function when an extern thread_local, as the harness makes it, is declared
@@ -89,9 +124,68 @@ __device__ inline unsigned char* fa_smem() {
     return smem;
 }
 
-// The head a block works on: (b, h) of blockIdx.y = b * NH + h, that head's q section in qkv
-// (k at + C, v at + 2C; rows `stride` = 3C apart), and the factor taking scores to base-2
-// exponents (log2(e) / sqrt(HS)).
+// ROWS rows of W bf16 (row i at src + i stride) into a shared tile of row stride LD; rows at or
+// past nvalid become zeros and are not read. vec: cp.async (the caller commits and waits); else
+// element loads and plain shared stores (misaligned rows). All threads of the block.
+template <int ROWS, int W, int LD>
+__device__ __forceinline__ void fa_load_tile(bf16* dst, const bf16* src, size_t stride, int nvalid, int vec) {
+    constexpr int CH = W / 8;
+FA_UNROLL
+    for (int i = threadIdx.x; i < ROWS * CH; i += FA_THREADS) {
+        int r = i / CH, c = i % CH;
+        bf16* d = dst + fa_swz<LD>(r, c);
+        const bf16* s = src + (size_t)r * stride + 8 * c;
+        if (vec) {
+            ptx_cp_async_16(d, r < nvalid ? s : src, r < nvalid ? 16 : 0);
+        } else {
+            x128 v = x128::zeros();
+            if (r < nvalid) for (int k = 0; k < 8; k++) v[k] = s[k];
+            store128(d, v);
+        }
+    }
+}
+// n floats (a multiple of 4, 16-byte aligned) into shared memory by cp.async.
+__device__ __forceinline__ void fa_load_floats(float* dst, const float* src, int n) {
+    for (int i = threadIdx.x; i < n / 4; i += FA_THREADS) ptx_cp_async_16(dst + 4 * i, src + 4 * i);
+}
+
+// Two adjacent elements of a bf16 row (+)= (a, b), rounded once; 4-byte access when vec.
+__device__ __forceinline__ void fa_store2(bf16* p, float a, float b, int acc, int vec) {
+    if (vec) {
+        __nv_bfloat162* p2 = reinterpret_cast<__nv_bfloat162*>(p);
+        if (acc) { __nv_bfloat162 o = *p2; a += __low2float(o); b += __high2float(o); }
+        *p2 = __floats2bfloat162_rn(a, b);
+    } else {
+        if (acc) { a += __bfloat162float(p[0]); b += __bfloat162float(p[1]); }
+        p[0] = __float2bfloat16(a);
+        p[1] = __float2bfloat16(b);
+    }
+}
+
+// C fragments of two adjacent n8 tiles as the A operand of a k16 step (ptx.cuh's last rule).
+__device__ __forceinline__ void fa_pack_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+    a[0] = ptx_pack_bf16x2(c0[0], c0[1]);
+    a[1] = ptx_pack_bf16x2(c0[2], c0[3]);
+    a[2] = ptx_pack_bf16x2(c1[0], c1[1]);
+    a[3] = ptx_pack_bf16x2(c1[2], c1[3]);
+}
+
+// acc[n] (16 x 8 n8 tiles, n < 2 NP) += A (this warp's 16 x 16 k-step) times B, for the 2 NP n8
+// tiles of B from column chunk chunk0 whose 16-row (k) block starts at row k0 of a k-major tile
+// (ldmatrix .trans): O += P V, and dV += P^T dO, dK += dS^T Q, dQ += dS K.
+template <int LD, int NP>
+__device__ __forceinline__ void fa_mma_kmajor(float (*acc)[4], const uint32_t a[4], const bf16* tile, int k0, int chunk0) {
+FA_UNROLL
+    for (int np = 0; np < NP; np++) {
+        uint32_t b[4];
+        ptx_ldmatrix_x4_trans(b, fa_ldsm_x<LD>(tile, k0, chunk0 + 2 * np));
+        ptx_mma_bf16_16816(acc[2 * np], a, b);
+        ptx_mma_bf16_16816(acc[2 * np + 1], a, b + 2);
+    }
+}
+
+// The head a block works on: (b, h) of bh0 + blockIdx.x = b NH + h, its q section in qkv (k at + C,
+// v at + 2C; rows `stride` = 3C apart) and the factor taking scores to base-2 exponents.
 struct FaHead {
     int bh, b, h, C;
     size_t stride;
@@ -99,9 +193,9 @@ struct FaHead {
     float sl2;
 };
 template <int HS>
-__device__ __forceinline__ FaHead fa_head(const bf16* qkv, int T, int NH) {
+__device__ __forceinline__ FaHead fa_head(const bf16* qkv, int T, int NH, int bh0) {
     FaHead a;
-    a.bh = blockIdx.y;
+    a.bh = bh0 + blockIdx.x;
     a.b = a.bh / NH;
     a.h = a.bh % NH;
     a.C = NH * HS;
@@ -111,405 +205,512 @@ __device__ __forceinline__ FaHead fa_head(const bf16* qkv, int T, int NH) {
     return a;
 }
 
-// The backward kernels' shared memory (FaDims::BWD_SMEM): four bf16 tiles of FA_ROWS x LDH (the
-// block's own two, then the two streamed past them), this warp's two fp32 scratches of 16 x LDB
-// (S and dP), its two bf16 scratches of 16 x LDP (dK/dV kernel: P and dS; dQ kernel: dS), and the
-// streamed tile's lse and D (FA_ROWS floats each).
-struct FaBwdSmem {
-    bf16* tile[4];
-    float* s;
-    float* dp;
-    bf16* p[2];
-    float* lse;
-    float* d;
-};
-template <int HS>
-__device__ __forceinline__ FaBwdSmem fa_bwd_smem(int warp) {
-    typedef FaDims<HS> Dm;
-    FaBwdSmem m;
-    bf16* tiles = reinterpret_cast<bf16*>(fa_smem());
-    for (int i = 0; i < 4; i++) m.tile[i] = tiles + i * FA_ROWS * Dm::LDH;
-    float* f32 = reinterpret_cast<float*>(tiles + 4 * FA_ROWS * Dm::LDH);
-    m.s = f32 + warp * 2 * 16 * Dm::LDB;
-    m.dp = m.s + 16 * Dm::LDB;
-    bf16* b16 = reinterpret_cast<bf16*>(f32 + FA_WARPS * 2 * 16 * Dm::LDB);
-    m.p[0] = b16 + warp * 2 * 16 * Dm::LDP;
-    m.p[1] = m.p[0] + 16 * Dm::LDP;
-    m.lse = reinterpret_cast<float*>(b16 + FA_WARPS * 2 * 16 * Dm::LDP);
-    m.d = m.lse + FA_ROWS;
-    return m;
-}
-
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> FragA;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> FragAT;    // A[m][k] at p[k ldm + m]
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> FragB;     // B[k][n] at p[k ldm + n]
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> FragBT;    // B[k][n] at p[n ldm + k]
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
-
-// Rows [r0, r0 + FA_ROWS) of one head's section into dst (row stride LDH); rows at or past T
-// become zeros. src points at row 0 of the section; rows are `stride` elements apart. vec: the
-// rows are 16-byte aligned (128-bit copies), else element by element. All threads of the block.
-template <int HS>
-__device__ inline void fa_load_rows(bf16* dst, const bf16* src, int r0, int T, size_t stride, int vec) {
-    constexpr int LDH = FaDims<HS>::LDH, CH = HS / 8;
-    for (int i = threadIdx.x; i < FA_ROWS * CH; i += FA_THREADS) {
-        int r = i / CH, c = (i % CH) * 8, t = r0 + r;
-        bf16* d = dst + r * LDH + c;
-        if (t >= T) {
-            store128(d, x128::zeros());
-        } else if (vec) {
-            store128(d, load128(src + (size_t)t * stride + c));
-        } else {
-            x128 v;
-            for (int k = 0; k < 8; k++) v[k] = src[(size_t)t * stride + c + k];
-            store128(d, v);
-        }
-    }
-}
-
-// acc (16 x 16 per n) = A (16 x 16 KT, row-major at a, stride lda) times B^T where B is stored
-// as rows (16 n + j) of b (stride ldb): scores of 16 rows against 16 * nblocks rows of b.
-// Results go to the fp32 scratch s (stride lds), block n at column 16 n.
-template <int KT>
-__device__ inline void fa_rows_dot_rows(float* s, int lds, const bf16* a, int lda, const bf16* b, int ldb, int nblocks) {
-    for (int n = 0; n < nblocks; n++) {
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
-FA_UNROLL
-        for (int k = 0; k < KT; k++) {
-            FragA fa;
-            FragBT fb;
-            wmma::load_matrix_sync(fa, a + 16 * k, lda);
-            wmma::load_matrix_sync(fb, b + (16 * n) * ldb + 16 * k, ldb);
-            wmma::mma_sync(acc, fa, fb, acc);
-        }
-        wmma::store_matrix_sync(s + 16 * n, acc, lds, wmma::mem_row_major);
-    }
-}
-
-// acc[n] += P (16 x 16 kblocks, row-major bf16 at p, stride ldp) times X (rows of x, stride ldx)
-// for the 16-column slices n of a head.
-template <int KT>
-__device__ inline void fa_probs_times_rows(FragC* acc, const bf16* p, int ldp, const bf16* x, int ldx, int kblocks) {
-FA_UNROLL
-    for (int n = 0; n < KT; n++) {
-        for (int k = 0; k < kblocks; k++) {
-            FragA fa;
-            FragB fb;
-            wmma::load_matrix_sync(fa, p + 16 * k, ldp);
-            wmma::load_matrix_sync(fb, x + (16 * k) * ldx + 16 * n, ldx);
-            wmma::mma_sync(acc[n], fa, fb, acc[n]);
-        }
-    }
-}
-
-// dst row (16 lane-pair rows of a warp) += the warp's fp32 scratch rows (stride lds), for rows
-// t < T: lane l adds columns [HS/2 (l%2), HS/2 (l%2 + 1)) of row l/2. Rounds to bf16 once.
-// Without acc the rows are written (dst's old values are not read).
-template <int HS>
-__device__ inline void fa_add_rows(bf16* dst_row0, size_t stride, const float* s, int lds, int t0, int T, int acc, int vec) {
-    int lane = threadIdx.x % 32, r = lane / 2, c0 = (lane % 2) * (HS / 2);
-    if (t0 + r >= T) return;
-    bf16* d = dst_row0 + (size_t)r * stride + c0;
-    const float* src = s + r * lds + c0;
-FA_UNROLL
-    for (int c = 0; c < HS / 2; c += 8) {
-        if (vec) {
-            x128 v;
-            if (acc) v = load128(d + c);
-            for (int k = 0; k < 8; k++) v[k] = __float2bfloat16((acc ? __bfloat162float(v[k]) : 0.0f) + src[c + k]);
-            store128(d + c, v);
-        } else {
-            for (int k = 0; k < 8; k++) d[c + k] = __float2bfloat16((acc ? __bfloat162float(d[c + k]) : 0.0f) + src[c + k]);
-        }
-    }
-}
-
-// A warp's 16 rows of gradient fragments f (times 1/sqrt(HS) when SCALED) added to the rows of
-// dst (written over without acc) through the warp's fp32 scratch s: 16 x (HS + 4), over its S/dP
-// area (FaDims' static_assert says it fits).
-template <int HS, bool SCALED>
-__device__ __forceinline__ void fa_grad_rows_out(FragC* f, float* s, bf16* dst_row0, size_t stride, int t0, int T,
-                                                 int acc, int vec) {
-    constexpr int LDE = HS + 4;
-    const float scale = 1.0f / sqrtf((float)HS);
-    __syncwarp();
-FA_UNROLL
-    for (int n = 0; n < HS / 16; n++) {
-        if (SCALED) for (int i = 0; i < f[n].num_elements; i++) f[n].x[i] *= scale;
-        wmma::store_matrix_sync(s + 16 * n, f[n], LDE, wmma::mem_row_major);
-    }
-    __syncwarp();
-    fa_add_rows<HS>(dst_row0, stride, s, LDE, t0, T, acc, vec);
-}
-
 // ---------------------------------------------------------------------------------------------
 // forward
 
-// (One function on purpose: one tile loop whose shared-memory tiles, fragments and running
-// max / sum stay in registers across its stages; split into functions, the stages would
-// pass them by reference and leave register allocation across calls to inlining, where a spill
-// (which cuda-check refuses) is easy to cause. The stages are marked by comments.)
+// One warp's registers across the key tiles: Q as A fragments, O accumulators, and per row (r:
+// m16 tile mt, half h = rows g / g + 8) the running max m (base-2 units), this lane's partial
+// sum l and the row's record start (masking).
+template <int HS> struct FaFwd {
+    typedef FaCfg<HS> Cf;
+    uint32_t q[Cf::MT][Cf::KT][4];
+    float o[Cf::MT][Cf::NT][4];
+    float m[Cf::MT][2], l[Cf::MT][2];
+    int row_start[Cf::MT][2];
+};
+
+// S = Q K^T for this warp's rows against the 64 keys of the tile sK.
 template <int HS>
-__global__ void flash_attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH, int vec) {
-    typedef FaDims<HS> Dm;
-    constexpr int LDH = Dm::LDH, LDS = Dm::LDS, LDP = Dm::LDP, KT = Dm::KT;
-    unsigned char* smem = fa_smem();
-    bf16* sQ = reinterpret_cast<bf16*>(smem);
-    bf16* sK = sQ + FA_ROWS * LDH;
-    bf16* sV = sK + FA_COLS * LDH;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float* sS = reinterpret_cast<float*>(sV + FA_COLS * LDH) + warp * 16 * LDS;
-    bf16* sP = reinterpret_cast<bf16*>(reinterpret_cast<float*>(sV + FA_COLS * LDH) + FA_WARPS * 16 * LDS) + warp * 16 * LDP;
-
-    int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS;   // the longest (last) query tiles first
-    const FaHead hd = fa_head<HS>(qkv, T, NH);
-
-    int w0 = q0 + 16 * warp;        // this warp's first query
-    int r = lane / 2, par = lane % 2;
-    int t = w0 + r;                 // this lane's query row
-    float o[HS / 2];                // this lane's half of the output row: columns HS/2 par + i
+__device__ __forceinline__ void fa_fwd_scores(float (&s)[FaCfg<HS>::MT][8][4], const FaFwd<HS>& f, const bf16* sK) {
+    typedef FaCfg<HS> Cf;
 FA_UNROLL
-    for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-
-    fa_load_rows<HS>(sQ, hd.base, q0, T, hd.stride, vec);
-    int last_key = min(q0 + FA_ROWS, T) - 1;
-    for (int k0 = 0; k0 <= last_key; k0 += FA_COLS) {
-        __syncthreads();   // previous tiles consumed (first time: nothing)
-        fa_load_rows<HS>(sK, hd.base + hd.C, k0, T, hd.stride, vec);
-        fa_load_rows<HS>(sV, hd.base + 2 * hd.C, k0, T, hd.stride, vec);
-        __syncthreads();   // (MUTATION-TARGET fwd-syncthreads)
-        if (w0 >= T || k0 > w0 + 15) continue;   // warp-uniform: no row of this warp sees this tile
-        // key blocks of 16 with at least one key visible to some row of the warp
-        int nkb = min(FA_COLS / 16, (w0 + 15 - k0) / 16 + 1);
-        fa_rows_dot_rows<KT>(sS, LDS, sQ + 16 * warp * LDH, LDH, sK, LDH, nkb);
-        __syncwarp();
-        // online softmax of row t over this tile's visible keys (every row sees key 0 in the
-        // first tile, so m is finite from then on and alpha is never exp2(-inf - -inf))
-        const float* srow = sS + r * LDS;
-        float mx = m;
-        for (int c = par; c < 16 * nkb; c += 2) {
-            int s = k0 + c;
-            if (s <= t && s < T) mx = fmaxf(mx, srow[c] * hd.sl2);
+    for (int mt = 0; mt < Cf::MT; mt++)
+FA_UNROLL
+        for (int n = 0; n < 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+FA_UNROLL
+    for (int k = 0; k < Cf::KT; k++)
+FA_UNROLL
+        for (int np = 0; np < 4; np++) {
+            uint32_t b[4];
+            ptx_ldmatrix_x4(b, fa_ldsm_y<Cf::LD>(sK, 16 * np, 2 * k));
+FA_UNROLL
+            for (int mt = 0; mt < Cf::MT; mt++) {
+                ptx_mma_bf16_16816(s[mt][2 * np], f.q[mt][k], b);
+                ptx_mma_bf16_16816(s[mt][2 * np + 1], f.q[mt][k], b + 2);
+            }
         }
-        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
-        float alpha = exp2f(m - mx), sum = 0.0f;
-        for (int c = par; c < 16 * nkb; c += 2) {
-            int s = k0 + c;
-            float p = s <= t && s < T ? exp2f(srow[c] * hd.sl2 - mx) : 0.0f;
-            sP[r * LDP + c] = __float2bfloat16(p);
-            sum += p;
+}
+
+// Online softmax of one key tile: masks (MASK: keys past the row or before its record start get
+// -inf), new row max over the quad, rescales O and l by exp2(m_old - m_new), turns s into the
+// probabilities and packs them as A fragments p (4 k16 steps over the tile's keys). A row that
+// sees no key yet keeps m = -inf and subtracts 0 instead, so no inf - inf is formed.
+template <int HS, bool MASK>
+__device__ __forceinline__ void fa_fwd_softmax(FaFwd<HS>& f, float (&s)[FaCfg<HS>::MT][8][4],
+                                               uint32_t (&p)[FaCfg<HS>::MT][4][4], int row0, int k0, float sl2) {
+    typedef FaCfg<HS> Cf;
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+FA_UNROLL
+    for (int mt = 0; mt < Cf::MT; mt++) {
+        float mx[2] = {-INFINITY, -INFINITY}, base[2];
+FA_UNROLL
+        for (int n = 0; n < 8; n++)
+FA_UNROLL
+            for (int e = 0; e < 4; e++) {
+                if (MASK) {
+                    int q = row0 + 16 * mt + g + 8 * (e >> 1), k = k0 + 8 * n + 2 * t + (e & 1);
+                    if (k > q || k < f.row_start[mt][e >> 1]) s[mt][n][e] = -INFINITY;
+                }
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+            }
+FA_UNROLL
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 2));
+            float mnew = fmaxf(f.m[mt][h], mx[h] * sl2);
+            base[h] = mnew == -INFINITY ? 0.0f : mnew;
+            float alpha = exp2f(f.m[mt][h] - base[h]);
+            f.m[mt][h] = mnew;
+            f.l[mt][h] *= alpha;
+FA_UNROLL
+            for (int n = 0; n < Cf::NT; n++) { f.o[mt][n][2 * h] *= alpha; f.o[mt][n][2 * h + 1] *= alpha; }
         }
-        sum += __shfl_xor_sync(FULL_MASK, sum, 1);
-        l = l * alpha + sum;
-        m = mx;
 FA_UNROLL
-        for (int i = 0; i < HS / 2; i++) o[i] *= alpha;
-        __syncwarp();   // sP complete, sS read by every lane
-        FragC pv[KT];
+        for (int n = 0; n < 8; n++)
 FA_UNROLL
-        for (int n = 0; n < KT; n++) wmma::fill_fragment(pv[n], 0.0f);
-        fa_probs_times_rows<KT>(pv, sP, LDP, sV, LDH, nkb);
+            for (int e = 0; e < 4; e++) {
+                s[mt][n][e] = exp2f(fmaf(s[mt][n][e], sl2, -base[e >> 1]));
+                f.l[mt][e >> 1] += s[mt][n][e];
+            }
 FA_UNROLL
-        for (int n = 0; n < KT; n++) wmma::store_matrix_sync(sS + 16 * n, pv[n], LDS, wmma::mem_row_major);
-        __syncwarp();
-FA_UNROLL
-        for (int i = 0; i < HS / 2; i++) o[i] += srow[par * (HS / 2) + i];
+        for (int kk = 0; kk < 4; kk++) fa_pack_a(p[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
     }
-    if (t < T) {
-        float inv = 1.0f / l;
-        bf16* dst = out + ((size_t)hd.b * T + t) * hd.C + (size_t)hd.h * HS + par * (HS / 2);
+}
+
+// One key tile (k0) for this warp's rows (row0...): S, softmax (masked or not), O += P V.
+template <int HS>
+__device__ __forceinline__ void fa_fwd_tile(FaFwd<HS>& f, const bf16* sK, const bf16* sV, int row0, int k0, bool mask,
+                                            float sl2) {
+    typedef FaCfg<HS> Cf;
+    float s[Cf::MT][8][4];
+    uint32_t p[Cf::MT][4][4];
+    fa_fwd_scores<HS>(s, f, sK);
+    if (mask) fa_fwd_softmax<HS, true>(f, s, p, row0, k0, sl2);
+    else fa_fwd_softmax<HS, false>(f, s, p, row0, k0, sl2);
 FA_UNROLL
-        for (int c = 0; c < HS / 2; c += 8) {
-            x128 v;
-            for (int k = 0; k < 8; k++) v[k] = __float2bfloat16(o[c + k] * inv);
-            if (vec) store128(dst + c, v);
-            else for (int k = 0; k < 8; k++) dst[c + k] = v[k];
+    for (int kk = 0; kk < 4; kk++)
+FA_UNROLL
+        for (int mt = 0; mt < Cf::MT; mt++) fa_mma_kmajor<Cf::LD, Cf::NT / 2>(f.o[mt], p[mt][kk], sV, 16 * kk, 0);
+}
+
+// out = O / l and lse = ln 2 (m + log2 l) for this warp's rows below T.
+template <int HS>
+__device__ __forceinline__ void fa_fwd_finish(FaFwd<HS>& f, const FaHead& hd, floatX* out, float* lse, int row0, int T,
+                                              int vec) {
+    typedef FaCfg<HS> Cf;
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+FA_UNROLL
+    for (int mt = 0; mt < Cf::MT; mt++)
+FA_UNROLL
+        for (int h = 0; h < 2; h++) {
+            float l = f.l[mt][h];
+            l += __shfl_xor_sync(FULL_MASK, l, 1);
+            l += __shfl_xor_sync(FULL_MASK, l, 2);
+            int q = row0 + 16 * mt + g + 8 * h;
+            if (q >= T) continue;
+            float inv = 1.0f / l;
+            bf16* dst = out + ((size_t)hd.b * T + q) * hd.C + (size_t)hd.h * HS + 2 * t;
+FA_UNROLL
+            for (int n = 0; n < Cf::NT; n++) fa_store2(dst + 8 * n, f.o[mt][n][2 * h] * inv, f.o[mt][n][2 * h + 1] * inv, 0, vec);
+            if (t == 0) lse[(size_t)hd.bh * T + q] = (f.m[mt][h] + log2f(l)) * FA_LN2;
         }
-        if (par == 0) lse[(size_t)hd.bh * T + t] = (m + log2f(l)) * FA_LN2;
+}
+
+// This warp's rows: Q fragments from the shared Q tile, O, m, l zeroed, record starts loaded.
+template <int HS>
+__device__ __forceinline__ void fa_fwd_init(FaFwd<HS>& f, const bf16* sQ, const int* ds, int row0, int T) {
+    typedef FaCfg<HS> Cf;
+    const int g = (threadIdx.x % 32) / 4, warp = threadIdx.x / 32;
+FA_UNROLL
+    for (int mt = 0; mt < Cf::MT; mt++) {
+FA_UNROLL
+        for (int k = 0; k < Cf::KT; k++) ptx_ldmatrix_x4(f.q[mt][k], fa_ldsm_x<Cf::LD>(sQ, 16 * (Cf::MT * warp + mt), 2 * k));
+FA_UNROLL
+        for (int n = 0; n < Cf::NT; n++) f.o[mt][n][0] = f.o[mt][n][1] = f.o[mt][n][2] = f.o[mt][n][3] = 0.0f;
+FA_UNROLL
+        for (int h = 0; h < 2; h++) {
+            int q = row0 + 16 * mt + g + 8 * h;
+            f.m[mt][h] = -INFINITY;
+            f.l[mt][h] = 0.0f;
+            f.row_start[mt][h] = ds && q < T ? ds[q] : 0;
+        }
     }
+}
+
+// K and V rows [k0, k0 + 64) into the stage at sK (V at sK + TILE).
+template <int HS>
+__device__ __forceinline__ void fa_fwd_load_kv(bf16* sK, const FaHead& hd, int k0, int T, int vec) {
+    typedef FaCfg<HS> Cf;
+    const bf16* k = hd.base + hd.C + (size_t)k0 * hd.stride;
+    fa_load_tile<FA_BN, HS, Cf::LD>(sK, k, hd.stride, T - k0, vec);
+    fa_load_tile<FA_BN, HS, Cf::LD>(sK + Cf::TILE, k + hd.C, hd.stride, T - k0, vec);
+    ptx_cp_async_commit();
+}
+
+// Block = BM query rows of one head (blockIdx.x = b NH + h; blockIdx.y counts from the last,
+// longest, tile), 4 warps of 16 MT rows. Key tiles kt0..kt1: from the one holding the tile's
+// first record start (0 without doc_start) to the diagonal; tile kt + 1 is copied into the
+// other stage while tile kt is multiplied.
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_forward_kernel(floatX* out, float* lse, const floatX* qkv,
+                                                                                  const int* doc_start, int T, int NH, int vec) {
+    typedef FaCfg<HS> Cf;
+    bf16* sQ = reinterpret_cast<bf16*>(fa_smem());
+    bf16* sKV = sQ + Cf::BM * Cf::LD;   // stage s: K at 2 s TILE, V at (2 s + 1) TILE
+    const FaHead hd = fa_head<HS>(qkv, T, NH, 0);
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * Cf::BM, warp = threadIdx.x / 32;
+    const int row0 = q0 + 16 * Cf::MT * warp, row_last = min(row0 + 16 * Cf::MT, T) - 1;
+    const int* ds = doc_start ? doc_start + (size_t)hd.b * T : NULL;
+    const int kt0 = ds ? ds[q0] / FA_BN : 0, kt1 = (min(q0 + Cf::BM, T) - 1) / FA_BN;
+    // this warp's rows see keys from its first row's record start (starts never decrease) on
+    const int warp_start = row0 < T && ds ? ds[row0] : 0, warp_start_last = row0 < T && ds ? ds[row_last] : 0;
+
+    fa_load_tile<Cf::BM, HS, Cf::LD>(sQ, hd.base + (size_t)q0 * hd.stride, hd.stride, T - q0, vec);
+    fa_fwd_load_kv<HS>(sKV, hd, kt0 * FA_BN, T, vec);
+    ptx_cp_async_wait<0>();
+    __syncthreads();
+    FaFwd<HS> f;
+    fa_fwd_init<HS>(f, sQ, ds, row0, T);
+    for (int kt = kt0; kt <= kt1; kt++) {
+        const bf16* sK = sKV + 2 * ((kt - kt0) & 1) * Cf::TILE;
+        if (kt > kt0) {
+            ptx_cp_async_wait<0>();
+            __syncthreads();   // tile kt in for every thread, kt - 1 done by every warp (MUTATION-TARGET fwd-syncthreads)
+        }
+        if (kt < kt1) fa_fwd_load_kv<HS>(sKV + 2 * ((kt + 1 - kt0) & 1) * Cf::TILE, hd, (kt + 1) * FA_BN, T, vec);
+        const int k0 = kt * FA_BN;
+        // warp-uniform: padding rows only, a tile above the diagonal, or one wholly before the records
+        if (row0 >= T || k0 > row_last || k0 + FA_BN <= warp_start) continue;
+        fa_fwd_tile<HS>(f, sK, sK + Cf::TILE, row0, k0, k0 + FA_BN - 1 > row0 || k0 < warp_start_last, hd.sl2);
+    }
+    if (row0 < T) fa_fwd_finish<HS>(f, hd, out, lse, row0, T, vec);
 }
 
 // ---------------------------------------------------------------------------------------------
 // backward
 
-// D[bh, t] = sum_d dout[b, t, h, d] out[b, t, h, d]; one warp per (b, h, t)
-__global__ void flash_attention_backward_preprocess_kernel(float* D, const floatX* dout, const floatX* out,
-                                                           int B, int T, int NH, int HS) {
+// Per row t of head bh (row = bh Tpad + t): Dp = dout . out, L2p = lse log2(e); rows in [T, Tpad)
+// get 0 (the kernels cp.async whole 64-row tiles of both). One warp per row.
+__global__ void flash_attention_backward_preprocess_kernel(float* Dp, float* L2p, const floatX* dout, const floatX* out,
+                                                           const float* lse, int BNH, int T, int Tpad, int NH, int HS) {
     int lane = threadIdx.x % 32;
-    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;   // = (b NH + h) T + t
-    if (row >= (size_t)B * NH * T) return;   // whole warps
-    int t = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH;
-    size_t off = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
+    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= (size_t)BNH * Tpad) return;   // whole warps
+    int t = (int)(row % Tpad), bh = (int)(row / Tpad), b = bh / NH, h = bh % NH;
     float s = 0.0f;
-    for (int d = lane; d < HS; d += 32) s += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
+    if (t < T) {
+        size_t off = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
+        for (int d = lane; d < HS; d += 32) s += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
+    }
     s = warp_reduce_sum(s);
-    if (lane == 0) D[row] = s;
+    if (lane == 0) {
+        Dp[row] = s;
+        L2p[row] = t < T ? lse[(size_t)bh * T + t] * FA_LOG2E : 0.0f;
+    }
 }
 
-// Per (query, key) pair of a lane's row: p = exp2(S sl2 - lse2), ds = p (dP - D); masked pairs 0.
-__device__ inline void fa_probs_grads(float p_and_ds[2], float sc, float dp, float lse2, float Dq, float sl2, bool valid) {
-    float p = valid ? exp2f(sc * sl2 - lse2) : 0.0f;
-    p_and_ds[0] = p;
-    p_and_ds[1] = p * (dp - Dq);
+// What the backward kernels share: the tensors, the preprocessed rows, the dQ path's buffer
+// (deterministic: the dS^T tiles of heads bh0..; atomic: the fp32 dQ accumulator), the head
+// offset of this launch, and the 128-bit / accumulate flags.
+struct FaBwdArgs {
+    floatX* dqkv;
+    const floatX* dout;
+    const floatX* qkv;
+    const float* Dp;
+    const float* L2p;
+    const int* doc_start;
+    bf16* dS;
+    float* dq_acc;
+    int T, Tpad, NH, bh0, acc, vec;
+};
+
+// The dS^T tile of (query tile qt, key tile kt <= qt) of head bh: tiles on or below the diagonal,
+// row by row of query tiles, 64 x 64 bf16 each (row = key, column = query).
+__device__ __forceinline__ bf16* fa_ds_tile(const FaBwdArgs& a, int bh, int qt, int kt) {
+    int nt = a.Tpad / FA_BN;
+    size_t pairs = (size_t)nt * (nt + 1) / 2;
+    return a.dS + ((size_t)(bh - a.bh0) * pairs + (size_t)qt * (qt + 1) / 2 + kt) * (FA_BN * FA_BN);
 }
 
-// dK, dV of one key tile (16 keys per warp), over the query tiles from the diagonal to T.
-// (Longer than a screen for the forward kernel's reason: one pipeline over query tiles whose
-// accumulator fragments must stay in registers between its stages.)
-// ATOMIC_DQ (non-deterministic mode): also dQ of each query tile from this key tile, dQ += dS K,
-// added with fp32 atomics to dq_acc (B, T, NH, HS) (unscaled).
-template <int HS, bool ATOMIC_DQ>
-__device__ __forceinline__ void fa_backward_dkv(floatX* dqkv, float* dq_acc, const floatX* dout, const floatX* qkv,
-                                                const float* lse, const float* D, int T, int NH, int acc, int vec) {
-    typedef FaDims<HS> Dm;
-    constexpr int LDH = Dm::LDH, LDB = Dm::LDB, LDP = Dm::LDP, KT = Dm::KT;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const FaBwdSmem sm = fa_bwd_smem<HS>(warp);
-    bf16 *sK = sm.tile[0], *sV = sm.tile[1], *sQ = sm.tile[2], *sdO = sm.tile[3], *sP = sm.p[0], *sdS = sm.p[1];
-    float *sS = sm.s, *sdP = sm.dp, *sLse = sm.lse, *sD = sm.d;
-
-    int k0 = blockIdx.x * FA_ROWS;   // key tile 0 sees the most queries: launched first
-    const FaHead hd = fa_head<HS>(qkv, T, NH);
-    const bf16* dbase = dout + (size_t)hd.b * T * hd.C + (size_t)hd.h * HS;
-    int kw = k0 + 16 * warp;        // this warp's first key
-    int r = lane / 2, par = lane % 2, s = kw + r;   // this lane's key
-
-    FragC dk[KT], dv[KT];
+// A warp's 16-row accumulator (rows r0 + g, r0 + g + 8; HS columns) times scale, (+)= into the
+// rows of dst (row r at dst + r stride) below T.
+template <int HS>
+__device__ __forceinline__ void fa_store_rows(bf16* dst, size_t stride, const float (&acc)[HS / 8][4], int r0, int T,
+                                              float scale, int accum, int vec) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
 FA_UNROLL
-    for (int n = 0; n < KT; n++) { wmma::fill_fragment(dk[n], 0.0f); wmma::fill_fragment(dv[n], 0.0f); }
-    fa_load_rows<HS>(sK, hd.base + hd.C, k0, T, hd.stride, vec);
-    fa_load_rows<HS>(sV, hd.base + 2 * hd.C, k0, T, hd.stride, vec);
-    for (int q0 = k0; q0 < T; q0 += FA_COLS) {
-        __syncthreads();   // previous query tile consumed (first time: nothing)
-        fa_load_rows<HS>(sQ, hd.base, q0, T, hd.stride, vec);
-        fa_load_rows<HS>(sdO, dbase, q0, T, (size_t)hd.C, vec);
-        for (int i = threadIdx.x; i < FA_COLS; i += FA_THREADS) {
-            int q = q0 + i;
-            sLse[i] = q < T ? lse[(size_t)hd.bh * T + q] * FA_LOG2E : 0.0f;
-            sD[i] = q < T ? D[(size_t)hd.bh * T + q] : 0.0f;
+    for (int h = 0; h < 2; h++) {
+        int r = r0 + g + 8 * h;
+        if (r >= T) continue;
+        bf16* d = dst + (size_t)r * stride + 2 * t;
+FA_UNROLL
+        for (int n = 0; n < HS / 8; n++) fa_store2(d + 8 * n, acc[n][2 * h] * scale, acc[n][2 * h + 1] * scale, accum, vec);
+    }
+}
+
+// The dK/dV kernel's shared memory: K, V of the block's keys, then per stage the query tile's
+// Q, dO, lse2, D, then (atomic variant) the block's dS^T tile. (Pointers of one stage, computed
+// per stage: an array indexed by the stage would live in local memory.)
+template <int HS> struct FaDkvSmem {
+    bf16 *k, *v, *q, *dout, *ds;
+    float *l2, *d;
+};
+template <int HS>
+__device__ __forceinline__ FaDkvSmem<HS> fa_dkv_smem(int stage) {
+    typedef FaCfg<HS> Cf;
+    FaDkvSmem<HS> m;
+    unsigned char* p = fa_smem();
+    m.k = reinterpret_cast<bf16*>(p);
+    m.v = m.k + Cf::TILE;
+    m.q = reinterpret_cast<bf16*>(p + (size_t)2 * Cf::TILE * 2 + stage * Cf::DKV_STAGE);
+    m.dout = m.q + Cf::TILE;
+    m.l2 = reinterpret_cast<float*>(m.dout + Cf::TILE);
+    m.d = m.l2 + FA_BN;
+    m.ds = reinterpret_cast<bf16*>(p + Cf::DKV_SMEM);
+    return m;
+}
+
+// Query tile qt's Q, dO rows and lse2, D into the stage of m (one commit group).
+template <int HS>
+__device__ __forceinline__ void fa_dkv_load_q(const FaDkvSmem<HS>& m, const FaBwdArgs& a, const FaHead& hd, int qt) {
+    typedef FaCfg<HS> Cf;
+    int q0 = qt * FA_BN;
+    const bf16* dbase = a.dout + ((size_t)hd.b * a.T + q0) * hd.C + (size_t)hd.h * HS;
+    fa_load_tile<FA_BN, HS, Cf::LD>(m.q, hd.base + (size_t)q0 * hd.stride, hd.stride, a.T - q0, a.vec);
+    fa_load_tile<FA_BN, HS, Cf::LD>(m.dout, dbase, (size_t)hd.C, a.T - q0, a.vec);
+    fa_load_floats(m.l2, a.L2p + (size_t)hd.bh * a.Tpad + q0, FA_BN);
+    fa_load_floats(m.d, a.Dp + (size_t)hd.bh * a.Tpad + q0, FA_BN);
+    ptx_cp_async_commit();
+}
+
+// acc (16 x 8 QN tiles) = this warp's 16 rows of the row-major tile A (HS columns) times the QN
+// x 8 rows from row n0 of the n-major tile Bt, transposed: S^T = K Q^T and dP^T = V dO^T.
+template <int HS, int QN>
+__device__ __forceinline__ void fa_mma_nmajor(float (&acc)[QN][4], const bf16* A, const bf16* Bt, int n0) {
+    typedef FaCfg<HS> Cf;
+    const int warp = threadIdx.x / 32;
+FA_UNROLL
+    for (int n = 0; n < QN; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+FA_UNROLL
+    for (int k = 0; k < Cf::KT; k++) {
+        uint32_t a[4];
+        ptx_ldmatrix_x4(a, fa_ldsm_x<Cf::LD>(A, 16 * warp, 2 * k));
+FA_UNROLL
+        for (int np = 0; np < QN / 2; np++) {
+            uint32_t b[4];
+            ptx_ldmatrix_x4(b, fa_ldsm_y<Cf::LD>(Bt, n0 + 16 * np, 2 * k));
+            ptx_mma_bf16_16816(acc[2 * np], a, b);
+            ptx_mma_bf16_16816(acc[2 * np + 1], a, b + 2);
         }
-        __syncthreads();   // (MUTATION-TARGET dkv-syncthreads)
-        if (kw < T) {   // warp-uniform: else this warp's keys are all padding
-            fa_rows_dot_rows<KT>(sS, LDB, sK + 16 * warp * LDH, LDH, sQ, LDH, FA_COLS / 16);    // S^T
-            fa_rows_dot_rows<KT>(sdP, LDB, sV + 16 * warp * LDH, LDH, sdO, LDH, FA_COLS / 16);  // dP^T
-            __syncwarp();
-            for (int c = par; c < FA_COLS; c += 2) {
-                int q = q0 + c;
-                float pd[2];
-                fa_probs_grads(pd, sS[r * LDB + c], sdP[r * LDB + c], sLse[c], sD[c], hd.sl2, s <= q && q < T && s < T);
-                sP[r * LDP + c] = __float2bfloat16(pd[0]);
-                sdS[r * LDP + c] = __float2bfloat16(pd[1]);
+    }
+}
+
+// P^T and dS^T of this warp's 16 keys (rows) and queries qs.. of the stage (columns), in place:
+// s (scores) becomes P^T = exp2(S^T sl2 - lse2), dp becomes dS^T = P^T (dP^T - D). MASK: pairs
+// a query must not see (key after it, query past T, key before its record start) get P = 0.
+template <int QN, bool MASK>
+__device__ __forceinline__ void fa_dkv_probs(float (&s)[QN][4], float (&dp)[QN][4], const float* sl2v, const float* sd,
+                                             int qs, int q0, int kw, const int* ds, int T, float sl2) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+FA_UNROLL
+    for (int n = 0; n < QN; n++)
+FA_UNROLL
+        for (int e = 0; e < 4; e++) {
+            int c = qs + 8 * n + 2 * t + (e & 1);
+            float p = exp2f(fmaf(s[n][e], sl2, -sl2v[c]));
+            if (MASK) {
+                int q = q0 + c, key = kw + g + 8 * (e >> 1);
+                if (!(key <= q && q < T && (!ds || key >= ds[q]))) p = 0.0f;
             }
-            __syncwarp();
-            fa_probs_times_rows<KT>(dv, sP, LDP, sdO, LDH, FA_COLS / 16);   // dV += P^T dO
-            fa_probs_times_rows<KT>(dk, sdS, LDP, sQ, LDH, FA_COLS / 16);   // dK += dS^T Q
+            s[n][e] = p;
+            dp[n][e] = p * (dp[n][e] - sd[c]);
         }
-        if (ATOMIC_DQ) {
-            __syncthreads();   // every warp's dS^T is in shared memory
-            int qw = q0 + 16 * warp;   // this warp's 16 queries of the tile
-            if (qw < T) {
-                // dQ (16 x HS) = dS (16 queries x the tile's real keys) K: A[q][key] = dS^T[key][q] of
-                // the warp owning the key block, read column-major; one fragment at a time (registers)
-                int nkb = min(FA_ROWS / 16, (T - k0 + 15) / 16);
-                const bf16* sdS0 = sP + 16 * LDP - warp * 2 * 16 * LDP;   // warp 0's dS^T
-                constexpr int LDE = HS + 4;
+}
+
+// One sub-step: queries [qs, qs + QH) of the stage against this warp's 16 keys kw... dV += P^T dO,
+// dK += dS^T Q, and dS^T (bf16) to the atomic variant's shared tile or to the scratch tile dst.
+template <int HS, bool ATOMIC>
+__device__ __forceinline__ void fa_dkv_step(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4], const FaDkvSmem<HS>& m, int qs, int q0, int kw, bool mask, const FaBwdArgs& a, const int* ds, float sl2,
+                                            bf16* dst) {
+    typedef FaCfg<HS> Cf;
+    constexpr int QN = Cf::QH / 8;
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4, warp = threadIdx.x / 32;
+    float s[QN][4], dp[QN][4];
+    fa_mma_nmajor<HS, QN>(s, m.k, m.q, qs);      // S^T
+    fa_mma_nmajor<HS, QN>(dp, m.v, m.dout, qs);  // dP^T
+    if (mask) fa_dkv_probs<QN, true>(s, dp, m.l2, m.d, qs, q0, kw, ds, a.T, sl2);
+    else fa_dkv_probs<QN, false>(s, dp, m.l2, m.d, qs, q0, kw, ds, a.T, sl2);
 FA_UNROLL
-                for (int n = 0; n < KT; n++) {
-                    FragC acc;
-                    wmma::fill_fragment(acc, 0.0f);
-                    for (int kb = 0; kb < nkb; kb++) {
-                        FragAT fa;
-                        FragB fb;
-                        wmma::load_matrix_sync(fa, sdS0 + kb * 2 * 16 * LDP + 16 * warp, LDP);
-                        wmma::load_matrix_sync(fb, sK + (16 * kb) * LDH + 16 * n, LDH);
-                        wmma::mma_sync(acc, fa, fb, acc);
-                    }
-                    wmma::store_matrix_sync(sS + 16 * n, acc, LDE, wmma::mem_row_major);
-                }
-                __syncwarp();
-                int t = qw + r;
-                if (t < T) {
-                    float* dst = dq_acc + (((size_t)hd.b * T + t) * NH + hd.h) * HS;
-                    for (int c = par * (HS / 2); c < (par + 1) * (HS / 2); c++) atomicAdd(dst + c, sS[r * LDE + c]);
-                }
+    for (int kk = 0; kk < QN / 2; kk++) {
+        uint32_t pa[4], da[4];
+        fa_pack_a(pa, s[2 * kk], s[2 * kk + 1]);
+        fa_pack_a(da, dp[2 * kk], dp[2 * kk + 1]);
+        fa_mma_kmajor<Cf::LD, Cf::NT / 2>(dv, pa, m.dout, qs + 16 * kk, 0);
+        fa_mma_kmajor<Cf::LD, Cf::NT / 2>(dk, da, m.q, qs + 16 * kk, 0);
+        // da: (key g, queries c, c + 1), (key g + 8, c ...), then the same at c + 8
+        int r = 16 * warp + g, c = qs + 16 * kk + 2 * t;
+        if (ATOMIC) {
+            bf16* sds = m.ds;
+            *reinterpret_cast<uint32_t*>(sds + fa_swz<FA_BN>(r, c / 8) + c % 8) = da[0];
+            *reinterpret_cast<uint32_t*>(sds + fa_swz<FA_BN>(r + 8, c / 8) + c % 8) = da[1];
+            *reinterpret_cast<uint32_t*>(sds + fa_swz<FA_BN>(r, c / 8 + 1) + c % 8) = da[2];
+            *reinterpret_cast<uint32_t*>(sds + fa_swz<FA_BN>(r + 8, c / 8 + 1) + c % 8) = da[3];
+        } else {
+            *reinterpret_cast<uint32_t*>(dst + r * FA_BN + c) = da[0];
+            *reinterpret_cast<uint32_t*>(dst + (r + 8) * FA_BN + c) = da[1];
+            *reinterpret_cast<uint32_t*>(dst + r * FA_BN + c + 8) = da[2];
+            *reinterpret_cast<uint32_t*>(dst + (r + 8) * FA_BN + c + 8) = da[3];
+        }
+    }
+}
+
+// Atomic variant: dQ of this warp's 16 queries of tile q0 from the block's 64 keys, dQ = dS K
+// (dS read from the shared dS^T tile with ldmatrix .trans), 64 columns at a time, added with
+// fp32 atomics to dq_acc (B, T, NH, HS). DN: a multiple of 16 that divides HS, at most 64.
+template <int HS>
+__device__ __forceinline__ void fa_dkv_dq_atomic(const FaDkvSmem<HS>& m, const FaBwdArgs& a, const FaHead& hd, int q0) {
+    typedef FaCfg<HS> Cf;
+    constexpr int DN = HS <= 64 ? HS : HS % 64 == 0 ? 64 : HS % 32 == 0 ? 32 : 16;
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4, warp = threadIdx.x / 32;
+FA_UNROLL
+    for (int c0 = 0; c0 < HS; c0 += DN) {
+        float acc[DN / 8][4];
+FA_UNROLL
+        for (int n = 0; n < DN / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+FA_UNROLL
+        for (int kk = 0; kk < FA_BN / 16; kk++) {
+            uint32_t da[4];
+            ptx_ldmatrix_x4_trans(da, fa_ldsm_y<FA_BN>(m.ds, 16 * kk, 2 * warp));
+            fa_mma_kmajor<Cf::LD, DN / 16>(acc, da, m.k, 16 * kk, c0 / 8);
+        }
+FA_UNROLL
+        for (int h = 0; h < 2; h++) {
+            int q = q0 + 16 * warp + g + 8 * h;
+            if (q >= a.T) continue;
+            float* dst = a.dq_acc + (((size_t)hd.b * a.T + q) * a.NH + hd.h) * HS + c0 + 2 * t;
+FA_UNROLL
+            for (int n = 0; n < DN / 8; n++) {
+                atomicAdd(dst + 8 * n, acc[n][2 * h]);
+                atomicAdd(dst + 8 * n + 1, acc[n][2 * h + 1]);
             }
         }
     }
-    if (kw >= T) return;
-    bf16* dk_row0 = dqkv + ((size_t)hd.b * T + kw) * hd.stride + hd.C + (size_t)hd.h * HS;
-    fa_grad_rows_out<HS, true>(dk, sS, dk_row0, hd.stride, kw, T, acc, vec);
-    fa_grad_rows_out<HS, false>(dv, sS, dk_row0 + hd.C, hd.stride, kw, T, acc, vec);
 }
 
-template <int HS>
-__global__ void flash_attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                                    const float* lse, const float* D, int T, int NH, int acc, int vec) {
-    fa_backward_dkv<HS, false>(dqkv, NULL, dout, qkv, lse, D, T, NH, acc, vec);
-}
-// (instantiated for HS <= 64 only: with HS 128 the extra dQ product would not fit the registers)
-template <int HS>
-__global__ void flash_attention_backward_dkv_atomic_kernel(floatX* dqkv, float* dq_acc, const floatX* dout, const floatX* qkv,
-                                                           const float* lse, const float* D, int T, int NH, int acc, int vec) {
-    fa_backward_dkv<HS, true>(dqkv, dq_acc, dout, qkv, lse, D, T, NH, acc, vec);
+// dK, dV of one key tile (blockIdx.y; 16 keys a warp) of head bh0 + blockIdx.x, over the query
+// tiles from the diagonal on that its keys are visible to, the next one copied into the other
+// stage under the current one's math. ATOMIC: dQ by fp32 atomics; else dS^T tiles to a.dS.
+template <int HS, bool ATOMIC>
+__global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_backward_dkv_kernel(FaBwdArgs a) {
+    typedef FaCfg<HS> Cf;
+    const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0);
+    const int kt = blockIdx.y, k0 = kt * FA_BN, kw = k0 + 16 * (threadIdx.x / 32), nqt = a.Tpad / FA_BN;
+    const int* ds = a.doc_start ? a.doc_start + (size_t)hd.b * a.T : NULL;
+    float dk[Cf::NT][4], dv[Cf::NT][4];
+FA_UNROLL
+    for (int n = 0; n < Cf::NT; n++)
+FA_UNROLL
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+    const FaDkvSmem<HS> m0 = fa_dkv_smem<HS>(0);
+    fa_load_tile<FA_BN, HS, Cf::LD>(m0.k, hd.base + hd.C + (size_t)k0 * hd.stride, hd.stride, a.T - k0, a.vec);
+    fa_load_tile<FA_BN, HS, Cf::LD>(m0.v, hd.base + 2 * hd.C + (size_t)k0 * hd.stride, hd.stride, a.T - k0, a.vec);
+    fa_dkv_load_q<HS>(m0, a, hd, kt);   // (the same commit group as K and V)
+    ptx_cp_async_wait<0>();
+    __syncthreads();
+    for (int qt = kt;; qt++) {
+        const int st = (qt - kt) & 1, q0 = qt * FA_BN;
+        const FaDkvSmem<HS> m = fa_dkv_smem<HS>(st);
+        if (qt > kt) {
+            ptx_cp_async_wait<0>();
+            __syncthreads();   // tile qt in for every thread, qt - 1 done by every warp (MUTATION-TARGET dkv-syncthreads)
+        }
+        // a query tile whose first row's record starts after these keys sees none of them (starts never decrease)
+        const bool next = qt + 1 < nqt && (!ds || ds[(qt + 1) * FA_BN] < k0 + FA_BN);
+        if (next) fa_dkv_load_q<HS>(fa_dkv_smem<HS>(st ^ 1), a, hd, qt + 1);
+        bf16* dst = ATOMIC ? NULL : fa_ds_tile(a, hd.bh, qt, kt);
+#if defined(__CUDACC__)
+#pragma unroll 1
+#endif
+        for (int qs = 0; qs < FA_BN; qs += Cf::QH) {   // (not unrolled: the sub-steps would share registers)
+            // masked: the diagonal, queries past T, or a record start after some of these keys
+            const int qe = q0 + qs + Cf::QH;
+            const bool mask = q0 + qs < kw + 15 || qe > a.T || (ds && ds[min(qe, a.T) - 1] > kw);
+            fa_dkv_step<HS, ATOMIC>(dk, dv, m, qs, q0, kw, mask, a, ds, hd.sl2, dst);
+        }
+        if (ATOMIC) {
+            __syncthreads();   // every warp's dS^T rows are in (MUTATION-TARGET dkv-ds-syncthreads)
+            fa_dkv_dq_atomic<HS>(m, a, hd, q0);
+        }
+        if (!next) break;
+    }
+    bf16* krow = a.dqkv + (size_t)hd.b * a.T * hd.stride + hd.C + (size_t)hd.h * HS;
+    fa_store_rows<HS>(krow, hd.stride, dk, kw, a.T, 1.0f / sqrtf((float)HS), a.acc, a.vec);
+    fa_store_rows<HS>(krow + hd.C, hd.stride, dv, kw, a.T, 1.0f, a.acc, a.vec);
 }
 
-// Non-deterministic mode: dqkv's q section (+)= scale * dq_acc, (B, T, NH, HS) fp32.
+// Key tile kt's dS^T tile (of query tile qt) and K rows into a dQ stage (one commit group).
+template <int HS>
+__device__ __forceinline__ void fa_dq_load(bf16* st, const FaBwdArgs& a, const FaHead& hd, int qt, int kt) {
+    typedef FaCfg<HS> Cf;
+    const int k0 = kt * FA_BN;
+    fa_load_tile<FA_BN, FA_BN, FA_BN>(st, fa_ds_tile(a, hd.bh, qt, kt), FA_BN, FA_BN, 1);
+    fa_load_tile<FA_BN, HS, Cf::LD>(st + Cf::DS_TILE, hd.base + hd.C + (size_t)k0 * hd.stride, hd.stride, a.T - k0, a.vec);
+    ptx_cp_async_commit();
+}
+
+// Deterministic dQ of one 64-query tile (blockIdx.y from the last, longest; 16 queries a warp):
+// dQ = sum over its key tiles, in order, of dS K, dS from the dK/dV kernel's tiles (ldmatrix
+// .trans of the stored dS^T), K via ldmatrix .trans; double-buffered like the forward.
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS, 3) flash_attention_backward_dq_kernel(FaBwdArgs a) {
+    typedef FaCfg<HS> Cf;
+    bf16* sm = reinterpret_cast<bf16*>(fa_smem());   // stage s at s (DS_TILE + TILE): dS^T, then K
+    const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0);
+    const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * FA_BN, warp = threadIdx.x / 32, row0 = q0 + 16 * warp;
+    const int kt0 = a.doc_start ? a.doc_start[(size_t)hd.b * a.T + q0] / FA_BN : 0;
+    constexpr int STAGE = Cf::DS_TILE + Cf::TILE;
+    float acc[Cf::NT][4];
+FA_UNROLL
+    for (int n = 0; n < Cf::NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    fa_dq_load<HS>(sm, a, hd, qt, kt0);
+    ptx_cp_async_wait<0>();
+    __syncthreads();
+    for (int kt = kt0; kt <= qt; kt++) {
+        const bf16* sds = sm + ((kt - kt0) & 1) * STAGE;
+        if (kt > kt0) {
+            ptx_cp_async_wait<0>();
+            __syncthreads();   // tile kt in for every thread, kt - 1 done by every warp (MUTATION-TARGET dq-syncthreads)
+        }
+        if (kt < qt) fa_dq_load<HS>(sm + ((kt + 1 - kt0) & 1) * STAGE, a, hd, qt, kt + 1);
+        if (row0 >= a.T) continue;   // warp-uniform: padding rows only
+FA_UNROLL
+        for (int kk = 0; kk < FA_BN / 16; kk++) {
+            uint32_t da[4];
+            ptx_ldmatrix_x4_trans(da, fa_ldsm_y<FA_BN>(sds, 16 * kk, 2 * warp));
+            fa_mma_kmajor<Cf::LD, Cf::NT / 2>(acc, da, sds + Cf::DS_TILE, 16 * kk, 0);
+        }
+    }
+    fa_store_rows<HS>(a.dqkv + (size_t)hd.b * a.T * hd.stride + (size_t)hd.h * HS, hd.stride, acc, row0, a.T,
+                      1.0f / sqrtf((float)HS), a.acc, a.vec);
+}
+
+// Atomic variant: dqkv's q section (+)= scale dq_acc, (B, T, NH, HS) fp32.
 __global__ void flash_attention_dq_accumulate_kernel(floatX* dqkv, const float* dq_acc, int B, int T, int C, float scale,
                                                      int acc) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * T * C) return;
     bf16* p = dqkv + (i / C) * 3 * C + i % C;
     *p = __float2bfloat16((acc ? __bfloat162float(*p) : 0.0f) + scale * dq_acc[i]);
-}
-
-// dQ of one query tile (16 queries per warp), over the key tiles up to the diagonal.
-template <int HS>
-__global__ void flash_attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                                   const float* lse, const float* D, int T, int NH, int acc, int vec) {
-    typedef FaDims<HS> Dm;
-    constexpr int LDH = Dm::LDH, LDB = Dm::LDB, LDP = Dm::LDP, KT = Dm::KT;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const FaBwdSmem sm = fa_bwd_smem<HS>(warp);
-    bf16 *sQ = sm.tile[0], *sdO = sm.tile[1], *sK = sm.tile[2], *sV = sm.tile[3], *sdS = sm.p[0];
-    float *sS = sm.s, *sdP = sm.dp;
-
-    int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS;   // longest first
-    const FaHead hd = fa_head<HS>(qkv, T, NH);
-    int w0 = q0 + 16 * warp;
-    int r = lane / 2, par = lane % 2, t = w0 + r;
-    float lse2 = t < T ? lse[(size_t)hd.bh * T + t] * FA_LOG2E : 0.0f;
-    float Dt = t < T ? D[(size_t)hd.bh * T + t] : 0.0f;
-
-    FragC dq[KT];
-FA_UNROLL
-    for (int n = 0; n < KT; n++) wmma::fill_fragment(dq[n], 0.0f);
-    fa_load_rows<HS>(sQ, hd.base, q0, T, hd.stride, vec);
-    fa_load_rows<HS>(sdO, dout + (size_t)hd.b * T * hd.C + (size_t)hd.h * HS, q0, T, (size_t)hd.C, vec);
-    int last_key = min(q0 + FA_ROWS, T) - 1;
-    for (int k0 = 0; k0 <= last_key; k0 += FA_COLS) {
-        __syncthreads();
-        fa_load_rows<HS>(sK, hd.base + hd.C, k0, T, hd.stride, vec);
-        fa_load_rows<HS>(sV, hd.base + 2 * hd.C, k0, T, hd.stride, vec);
-        __syncthreads();
-        if (w0 >= T || k0 > w0 + 15) continue;   // warp-uniform
-        int nkb = min(FA_COLS / 16, (w0 + 15 - k0) / 16 + 1);
-        fa_rows_dot_rows<KT>(sS, LDB, sQ + 16 * warp * LDH, LDH, sK, LDH, nkb);    // S
-        fa_rows_dot_rows<KT>(sdP, LDB, sdO + 16 * warp * LDH, LDH, sV, LDH, nkb);  // dP
-        __syncwarp();
-        for (int c = par; c < 16 * nkb; c += 2) {
-            int s = k0 + c;
-            float pd[2];
-            fa_probs_grads(pd, sS[r * LDB + c], sdP[r * LDB + c], lse2, Dt, hd.sl2, s <= t && s < T && t < T);
-            sdS[r * LDP + c] = __float2bfloat16(pd[1]);
-        }
-        __syncwarp();
-        fa_probs_times_rows<KT>(dq, sdS, LDP, sK, LDH, nkb);   // dQ += dS K
-    }
-    if (w0 >= T) return;
-    fa_grad_rows_out<HS, true>(dq, sS, dqkv + ((size_t)hd.b * T + w0) * hd.stride + (size_t)hd.h * HS, hd.stride, w0, T,
-                               acc, vec);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -520,7 +721,7 @@ int attention_flash_supported(int HS) { return HS % 16 == 0 && HS >= 16 && HS <=
 static int g_deterministic = 1;
 extern "C" void attention_set_deterministic(int on) { g_deterministic = on != 0; }
 // ops_set_deterministic lives here, not in backend.cu: attention backward is the only op with a
-// faster non-deterministic variant (and a program that never runs attention need not link it)
+// non-deterministic variant (and a program that never runs attention need not link it)
 extern "C" void cuda_ops_set_deterministic(int on) { attention_set_deterministic(on); }
 extern "C" int attention_get_deterministic(void) { return g_deterministic; }
 
@@ -532,41 +733,61 @@ static void fa_allow_smem(K kernel, size_t bytes, int* done) {
     *done = 1;
 }
 
-template <int HS>
-static void fa_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int vec) {
-    static int smem_ok = 0;
-    size_t smem = FaDims<HS>::FWD_SMEM;
-    fa_allow_smem(flash_attention_forward_kernel<HS>, smem, &smem_ok);
-    dim3 grid(ops_blocks(T, FA_ROWS), B * NH);
-    LAUNCH(flash_attention_forward_kernel<HS>, grid, FA_THREADS, smem, 0, out, lse, qkv, T, NH, vec);
-    cudaCheck(cudaGetLastError());
+// The deterministic backward's dS^T tiles: one head needs nt (nt + 1) / 2 tiles of 8 KB (nt
+// 64-row tiles); heads go in chunks so that the buffer stays within FA_DS_MAX_BYTES (one head at
+// least). B 16, NH 12, T 1024: 136 tiles a head, 192 heads, 214 MB, one chunk.
+#define FA_DS_MAX_BYTES ((size_t)256 << 20)
+static size_t g_ds_max_bytes = FA_DS_MAX_BYTES;
+extern "C" void attention_set_ds_limit(size_t bytes) { g_ds_max_bytes = bytes ? bytes : FA_DS_MAX_BYTES; }
+static size_t fa_ds_head_bytes(int T) {
+    size_t nt = (size_t)ceil_div(T, FA_BN);
+    return nt * (nt + 1) / 2 * FA_BN * FA_BN * sizeof(bf16);
+}
+static int fa_ds_chunk_heads(int BNH, int T) {
+    size_t fit = g_ds_max_bytes / fa_ds_head_bytes(T);
+    return (int)(fit < 1 ? 1 : fit < (size_t)BNH ? fit : BNH);
+}
+size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
+    if (B <= 0 || T <= 0 || NH <= 0 || C % NH != 0) return 0;
+    size_t rows = (size_t)B * NH * T;
+    if (!attention_flash_supported(C / NH)) return rows * sizeof(float);   // attention_simple.cu's D
+    size_t pre = (size_t)2 * B * NH * ceil_div(T, FA_BN) * FA_BN * sizeof(float);
+    if (!g_deterministic) return pre + (size_t)B * T * C * sizeof(float);
+    return pre + (size_t)fa_ds_chunk_heads(B * NH, T) * fa_ds_head_bytes(T);
 }
 
 template <int HS>
-static void fa_backward(floatX* dqkv, float* dq_acc, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
-                        int B, int T, int NH, int acc, int vec) {
-    static int smem_ok_kv = 0, smem_ok_q = 0;
-    size_t smem = FaDims<HS>::BWD_SMEM;
-    dim3 grid(ops_blocks(T, FA_ROWS), B * NH);
-    if constexpr (HS <= FA_ATOMIC_MAX_HS) {
-        if (dq_acc) {
-            static int smem_ok_atomic = 0;
-            fa_allow_smem(flash_attention_backward_dkv_atomic_kernel<HS>, smem, &smem_ok_atomic);
-            LAUNCH(flash_attention_backward_dkv_atomic_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dq_acc, dout, qkv, lse, D, T, NH, acc, vec);
-            cudaCheck(cudaGetLastError());
-            size_t n = (size_t)B * T * NH * HS;
-            LAUNCH(flash_attention_dq_accumulate_kernel, ops_blocks(n, 256), 256, 0, 0, dqkv, dq_acc, B, T, NH * HS,
-                   1.0f / sqrtf((float)HS), acc);
-            cudaCheck(cudaGetLastError());
-            return;
-        }
+static void fa_forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T, int NH, int vec) {
+    typedef FaCfg<HS> Cf;
+    static int smem_ok = 0;
+    fa_allow_smem(flash_attention_forward_kernel<HS>, Cf::FWD_SMEM, &smem_ok);
+    dim3 grid(B * NH, ceil_div(T, Cf::BM));
+    LAUNCH(flash_attention_forward_kernel<HS>, grid, FA_THREADS, Cf::FWD_SMEM, 0, out, lse, qkv, doc_start, T, NH, vec);
+    cudaCheck(cudaGetLastError());
+}
+
+// The dK/dV and dQ kernels (deterministic: per chunk of heads) or the atomic dK/dV kernel.
+template <int HS>
+static void fa_backward(FaBwdArgs a, int BNH, int det) {
+    typedef FaCfg<HS> Cf;
+    static int ok_atomic = 0, ok_dkv = 0, ok_dq = 0;
+    const int nt = a.Tpad / FA_BN;
+    if (!det) {
+        fa_allow_smem(flash_attention_backward_dkv_kernel<HS, true>, Cf::DKV_ATOMIC_SMEM, &ok_atomic);
+        LAUNCH((flash_attention_backward_dkv_kernel<HS, true>), dim3(BNH, nt), FA_THREADS, Cf::DKV_ATOMIC_SMEM, 0, a);
+        cudaCheck(cudaGetLastError());
+        return;
     }
-    fa_allow_smem(flash_attention_backward_dkv_kernel<HS>, smem, &smem_ok_kv);
-    fa_allow_smem(flash_attention_backward_dq_kernel<HS>, smem, &smem_ok_q);
-    LAUNCH(flash_attention_backward_dkv_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dout, qkv, lse, D, T, NH, acc, vec);
-    cudaCheck(cudaGetLastError());
-    LAUNCH(flash_attention_backward_dq_kernel<HS>, grid, FA_THREADS, smem, 0, dqkv, dout, qkv, lse, D, T, NH, acc, vec);
-    cudaCheck(cudaGetLastError());
+    fa_allow_smem(flash_attention_backward_dkv_kernel<HS, false>, Cf::DKV_SMEM, &ok_dkv);
+    fa_allow_smem(flash_attention_backward_dq_kernel<HS>, Cf::DQ_SMEM, &ok_dq);
+    const int chunk = fa_ds_chunk_heads(BNH, a.T);
+    for (a.bh0 = 0; a.bh0 < BNH; a.bh0 += chunk) {
+        dim3 grid(min(chunk, BNH - a.bh0), nt);
+        LAUNCH((flash_attention_backward_dkv_kernel<HS, false>), grid, FA_THREADS, Cf::DKV_SMEM, 0, a);
+        cudaCheck(cudaGetLastError());
+        LAUNCH(flash_attention_backward_dq_kernel<HS>, grid, FA_THREADS, Cf::DQ_SMEM, 0, a);
+        cudaCheck(cudaGetLastError());
+    }
 }
 
 #define FA_DISPATCH(HS_, CALL)                                                                       \
@@ -577,36 +798,50 @@ static void fa_backward(floatX* dqkv, float* dq_acc, const floatX* dout, const f
     default: fatal("use a head size that is a multiple of 16 up to 128", "flash attention: head size %d", HS_); \
     }
 
-extern "C" void cuda_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+extern "C" void cuda_attention_forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T,
+                                       int C, int NH) {
     if (NH <= 0 || C % NH != 0)
         fatal("use a model whose n_embd is a multiple of n_head", "attention_forward (cuda): C = %d, NH = %d", C, NH);
     int HS = C / NH;
-    if (!attention_flash_supported(HS)) { attention_forward_simple(out, lse, qkv, B, T, C, NH); return; }
+    if (!attention_flash_supported(HS)) { attention_forward_simple(out, lse, qkv, doc_start, B, T, C, NH); return; }
     if (B <= 0 || T <= 0) return;
-    // 128-bit paths: every row start is a multiple of 8 elements when HS is; the bases must be 16-byte aligned
+    // cp.async and 4-byte stores: every row start is a multiple of 8 elements when HS is; the bases must be 16-byte aligned
     int vec = ops_aligned16(out) && ops_aligned16(qkv);
-#define FA_FWD(hs) fa_forward<hs>(out, lse, qkv, B, T, NH, vec)
+#define FA_FWD(hs) fa_forward<hs>(out, lse, qkv, doc_start, B, T, NH, vec)
     FA_DISPATCH(HS, FA_FWD)
 #undef FA_FWD
 }
 
 extern "C" void cuda_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                        const float* lse, int B, int T, int C, int NH, int accumulate) {
+                                        const float* lse, const int* doc_start, int B, int T, int C, int NH,
+                                        int accumulate) {
     if (NH <= 0 || C % NH != 0)
         fatal("use a model whose n_embd is a multiple of n_head", "attention_backward (cuda): C = %d, NH = %d", C, NH);
     int HS = C / NH;
-    if (!attention_flash_supported(HS)) { attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, C, NH, accumulate); return; }
+    if (!attention_flash_supported(HS)) {
+        attention_backward_simple(dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH, accumulate);
+        return;
+    }
     if (B <= 0 || T <= 0) return;
-    size_t rows = (size_t)B * NH * T;
-    // scratch: D (rows), then in non-deterministic mode the fp32 dQ accumulator (B, T, C)
-    size_t nacc = g_deterministic || HS > FA_ATOMIC_MAX_HS ? 0 : (size_t)B * T * C;
-    float* D = (float*)ops_scratch(OPS_SCRATCH_ATTN, (rows + nacc) * sizeof(float));
-    float* dq_acc = nacc ? D + rows : NULL;
-    if (dq_acc) cudaCheck(cudaMemsetAsync(dq_acc, 0, nacc * sizeof(float), 0));
-    LAUNCH(flash_attention_backward_preprocess_kernel, ops_blocks(rows, 8), 256, 0, 0, D, dout, out, B, T, NH, HS);
+    const int BNH = B * NH, Tpad = ceil_div(T, FA_BN) * FA_BN, det = g_deterministic;
+    const size_t rows = (size_t)BNH * Tpad;
+    // scratch: Dp, L2p (rows each), then the dS^T tiles (deterministic) or the fp32 dQ accumulator
+    float* Dp = (float*)ops_scratch(OPS_SCRATCH_ATTN, attention_backward_scratch_bytes(B, T, C, NH));
+    FaBwdArgs a = {dqkv, dout, qkv, Dp, Dp + rows, doc_start, NULL, NULL, T, Tpad, NH, 0, accumulate, 0};
+    a.vec = ops_aligned16(dqkv) && ops_aligned16(dout) && ops_aligned16(qkv);
+    if (det) a.dS = (bf16*)(Dp + 2 * rows);
+    else a.dq_acc = Dp + 2 * rows;
+    if (!det) cudaCheck(cudaMemsetAsync(a.dq_acc, 0, (size_t)B * T * C * sizeof(float), 0));
+    LAUNCH(flash_attention_backward_preprocess_kernel, ops_blocks(rows, 8), 256, 0, 0, Dp, Dp + rows, dout, out, lse, BNH, T,
+           Tpad, NH, HS);
     cudaCheck(cudaGetLastError());
-    int vec = ops_aligned16(dqkv) && ops_aligned16(dout) && ops_aligned16(qkv);
-#define FA_BWD(hs) fa_backward<hs>(dqkv, dq_acc, dout, qkv, lse, D, B, T, NH, accumulate, vec)
+#define FA_BWD(hs) fa_backward<hs>(a, BNH, det)
     FA_DISPATCH(HS, FA_BWD)
 #undef FA_BWD
+    if (!det) {
+        size_t n = (size_t)B * T * C;
+        LAUNCH(flash_attention_dq_accumulate_kernel, ops_blocks(n, 256), 256, 0, 0, dqkv, a.dq_acc, B, T, C,
+               1.0f / sqrtf((float)HS), accumulate);
+        cudaCheck(cudaGetLastError());
+    }
 }

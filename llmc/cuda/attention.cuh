@@ -11,17 +11,25 @@
 extern "C" {
 #endif
 
-// Backward mode of the flash kernels. Deterministic (the default): dQ by its own kernel, every
-// gradient element has one writer, bitwise reproducible. Off: dQ is added with fp32 atomics by
-// the dK/dV kernel (fewer FLOPs: no recomputation of S and dP for dQ; the summation order, so the
-// last bits, vary from run to run); head sizes above 64 always use the deterministic kernels.
+// Backward mode of the flash kernels. Deterministic (the default): the dK/dV kernel stores the
+// bf16 dS tiles and a dQ kernel sums dS K over them in a fixed order; every gradient element has
+// one writer, bitwise reproducible. Off: the dK/dV kernel adds dQ with fp32 atomics (the
+// summation order, so the last bits, vary from run to run). Both do the same 5 products.
 void attention_set_deterministic(int on);
 int attention_get_deterministic(void);
+// Bytes of the backward's scratch buffer (ops_scratch OPS_SCRATCH_ATTN) for this shape in the
+// current mode: row terms, plus the dS tiles (deterministic; at most 256 MiB, heads in chunks)
+// or the fp32 dQ accumulator (B T C floats).
+size_t attention_backward_scratch_bytes(int B, int T, int C, int NH);
+// The dS tiles' cap in bytes (0: the default 256 MiB); tests set a small one to run the
+// backward in chunks of heads.
+void attention_set_ds_limit(size_t bytes);
 
 // Simple kernels (attention_simple.cu): fp32 math on CUDA cores, O(T) memory, deterministic.
-void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH);
+void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T, int C,
+                              int NH);
 void attention_backward_simple(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                               const float* lse, int B, int T, int C, int NH, int accumulate);
+                               const float* lse, const int* doc_start, int B, int T, int C, int NH, int accumulate);
 // Whether attention_forward / attention_backward use the flash kernels for head size HS.
 int attention_flash_supported(int HS);
 

@@ -4,7 +4,8 @@
 // of 16), see attention.cuh.
 //
 // Layout: qkv (B, T, 3, NH, HS); out (B, T, NH*HS); lse (B, NH, T) natural-log log-sum-exp of
-// the scaled scores of each query row.
+// the scaled scores of each query row. With doc_start (packed sequences, ops_cuda.h), query t
+// sees keys doc_start[t] <= s <= t only: a mask, the same loops.
 //
 // Forward: block = 8 warps = 8 consecutive queries of one (b, h); keys stream through shared
 // memory in tiles of 32, lane j of a warp scores key j of the tile, then every lane updates the
@@ -61,6 +62,11 @@ __device__ inline AttHead att_head(const floatX* qkv, int T, int NH, int HS) {
     return a;
 }
 
+// The first key this warp's query may see: its record's start (doc_start, (B, T)), else 0.
+__device__ inline int att_first_key(const int* doc_start, const AttHead& a, int T, int NH) {
+    return doc_start && a.row < T ? doc_start[(size_t)(a.bh / NH) * T + a.row] : 0;
+}
+
 // This lane's head dims (d = lane + 32 i) of a gradient row: dst[d] = (accumulate ? dst[d] : 0) + scale acc[i].
 __device__ inline void att_store_grad(floatX* dst, const float* acc, float scale, int accumulate, int lane, int HS) {
     for (int i = 0; i < ATT_DPL; i++) {
@@ -69,12 +75,14 @@ __device__ inline void att_store_grad(floatX* dst, const float* acc, float scale
     }
 }
 
-__global__ void attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH, int HS) {
+__global__ void attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int T, int NH,
+                                         int HS) {
     __shared__ float sQ[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sK[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float sV[ATT_TILE][ATT_MAX_HS + 1];
     const AttHead a = att_head(qkv, T, NH, HS);
     const int lane = a.lane, warp = a.warp, C = a.C, t = a.row;
+    const int first = att_first_key(doc_start, a, T, NH);
     att_load<ATT_ROWS>(sQ, a.base, a.r0, T, a.stride, HS);
     float m = -FLT_MAX, l = 0.0f, acc[ATT_DPL];
     for (int i = 0; i < ATT_DPL; i++) acc[i] = 0.0f;
@@ -86,13 +94,14 @@ __global__ void attention_forward_kernel(floatX* out, float* lse, const floatX* 
         if (t < T) {   // warp-uniform
             int s = s0 + lane;
             float sc = -FLT_MAX;
-            if (s <= t) {
+            bool seen = s <= t && s >= first;
+            if (seen) {
                 sc = 0.0f;
                 for (int d = 0; d < HS; d++) sc += sQ[warp][d] * sK[lane][d];
                 sc *= a.scale;
             }
             float mn = fmaxf(m, warp_reduce_max(sc));
-            float p = s <= t ? expf(sc - mn) : 0.0f;
+            float p = seen ? expf(sc - mn) : 0.0f;
             float corr = expf(m - mn);
             l = l * corr + warp_reduce_sum(p);
             for (int i = 0; i < ATT_DPL; i++) acc[i] *= corr;
@@ -116,13 +125,14 @@ __global__ void attention_forward_kernel(floatX* out, float* lse, const floatX* 
     }
 }
 
-void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T, int C,
+                              int NH) {
     int HS = C / NH;
     if (NH <= 0 || C % NH != 0 || HS > ATT_MAX_HS)
         fatal("use a model whose head size is at most 128", "attention_forward (cuda): head size C/NH = %d/%d must divide and be <= %d", C, NH, ATT_MAX_HS);
     if (B <= 0 || T <= 0) return;
     dim3 grid(ops_blocks(T, ATT_ROWS), B * NH);
-    LAUNCH(attention_forward_kernel, grid, ATT_THREADS, 0, 0, out, lse, qkv, T, NH, HS);
+    LAUNCH(attention_forward_kernel, grid, ATT_THREADS, 0, 0, out, lse, qkv, doc_start, T, NH, HS);
     cudaCheck(cudaGetLastError());
 }
 
@@ -142,13 +152,14 @@ __global__ void attention_backward_preprocess_kernel(float* D, const floatX* dou
 
 // dq: block = 8 queries of one (b, h), key tiles streamed as in the forward pass
 __global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                             const float* D, int T, int NH, int HS, int accumulate) {
+                                             const float* D, const int* doc_start, int T, int NH, int HS, int accumulate) {
     __shared__ float sQ[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sdO[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sK[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float sV[ATT_TILE][ATT_MAX_HS + 1];
     const AttHead a = att_head(qkv, T, NH, HS);
     const int lane = a.lane, warp = a.warp, C = a.C, t = a.row;
+    const int first = att_first_key(doc_start, a, T, NH);
     att_load<ATT_ROWS>(sQ, a.base, a.r0, T, a.stride, HS);
     att_load<ATT_ROWS>(sdO, dout + a.out_off, a.r0, T, C, HS);
     float lse_t = t < T ? lse[(size_t)a.bh * T + t] : 0.0f, D_t = t < T ? D[(size_t)a.bh * T + t] : 0.0f;
@@ -162,7 +173,7 @@ __global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, c
         if (t < T) {
             int s = s0 + lane;
             float ds = 0.0f;
-            if (s <= t) {
+            if (s <= t && s >= first) {
                 float sc = 0.0f, dp = 0.0f;
                 for (int d = 0; d < HS; d++) { sc += sQ[warp][d] * sK[lane][d]; dp += sdO[warp][d] * sV[lane][d]; }
                 float p = expf(sc * a.scale - lse_t);
@@ -183,12 +194,13 @@ __global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, c
 // dk, dv: block = 8 keys of one (b, h); query tiles (with their dout, lse, D) streamed from the
 // tile holding the first key to the end
 __global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                              const float* D, int T, int NH, int HS, int accumulate) {
+                                              const float* D, const int* doc_start, int T, int NH, int HS, int accumulate) {
     __shared__ float sK[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sV[ATT_ROWS][ATT_MAX_HS];
     __shared__ float sQ[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float sdO[ATT_TILE][ATT_MAX_HS + 1];
     __shared__ float slse[ATT_TILE], sD[ATT_TILE];
+    __shared__ int sfirst[ATT_TILE];
     const AttHead a = att_head(qkv, T, NH, HS);
     const int lane = a.lane, warp = a.warp, C = a.C, k0 = a.r0, s = a.row;
     att_load<ATT_ROWS>(sK, a.base + C, k0, T, a.stride, HS);
@@ -203,12 +215,13 @@ __global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, 
             int q = q0 + threadIdx.x;
             slse[threadIdx.x] = q < T ? lse[(size_t)a.bh * T + q] : 0.0f;
             sD[threadIdx.x] = q < T ? D[(size_t)a.bh * T + q] : 0.0f;
+            sfirst[threadIdx.x] = q < T && doc_start ? doc_start[(size_t)(a.bh / NH) * T + q] : 0;
         }
         __syncthreads();
         if (s < T) {
             int q = q0 + lane;
             float p = 0.0f, ds = 0.0f;
-            if (q >= s && q < T) {
+            if (q >= s && q < T && s >= sfirst[lane]) {
                 float sc = 0.0f, dp = 0.0f;
                 for (int d = 0; d < HS; d++) { sc += sQ[lane][d] * sK[warp][d]; dp += sdO[lane][d] * sV[warp][d]; }
                 p = expf(sc * a.scale - slse[lane]);
@@ -231,7 +244,7 @@ __global__ void attention_backward_dkv_kernel(floatX* dqkv, const floatX* dout, 
 }
 
 void attention_backward_simple(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                   const float* lse, int B, int T, int C, int NH, int accumulate) {
+                               const float* lse, const int* doc_start, int B, int T, int C, int NH, int accumulate) {
     int HS = C / NH;
     if (NH <= 0 || C % NH != 0 || HS > ATT_MAX_HS)
         fatal("use a model whose head size is at most 128", "attention_backward (cuda): head size C/NH = %d/%d must divide and be <= %d", C, NH, ATT_MAX_HS);
@@ -241,8 +254,8 @@ void attention_backward_simple(floatX* dqkv, const floatX* dout, const floatX* q
     LAUNCH(attention_backward_preprocess_kernel, ops_blocks(rows, ATT_ROWS), ATT_THREADS, 0, 0, D, dout, out, B, T, NH, HS);
     cudaCheck(cudaGetLastError());
     dim3 grid(ops_blocks(T, ATT_ROWS), B * NH);
-    LAUNCH(attention_backward_dq_kernel, grid, ATT_THREADS, 0, 0, dqkv, dout, qkv, lse, D, T, NH, HS, accumulate);
+    LAUNCH(attention_backward_dq_kernel, grid, ATT_THREADS, 0, 0, dqkv, dout, qkv, lse, D, doc_start, T, NH, HS, accumulate);
     cudaCheck(cudaGetLastError());
-    LAUNCH(attention_backward_dkv_kernel, grid, ATT_THREADS, 0, 0, dqkv, dout, qkv, lse, D, T, NH, HS, accumulate);
+    LAUNCH(attention_backward_dkv_kernel, grid, ATT_THREADS, 0, 0, dqkv, dout, qkv, lse, D, doc_start, T, NH, HS, accumulate);
     cudaCheck(cudaGetLastError());
 }

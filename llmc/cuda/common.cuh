@@ -1,7 +1,8 @@
 // The CUDA backend's helper library: everything the kernels of llmc/cuda/ share. Compiles under
 // nvcc and under the CUDA-on-CPU harness (g++ with test/cuda_cpu/cuda_cpu.h force-included), so
-// kernels written with these run in CI. Kernels stick to what the harness emulates: no inline
-// PTX, no device-only intrinsics without a host fallback (test/cuda_cpu/README.md).
+// kernels written with these run in CI. Kernels stick to what the harness emulates: inline PTX
+// only through ptx.cuh's wrappers, no device-only intrinsics without a host fallback
+// (test/cuda_cpu/README.md).
 //
 //   cudaCheck(expr)            stop with file:line, the CUDA error name/string and a hint
 //   cudaCheckLast()            cudaCheck(cudaGetLastError()) after a LAUNCH

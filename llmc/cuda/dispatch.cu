@@ -127,22 +127,13 @@ void dropout_forward(floatX* out, const floatX* inp, size_t n, float p, uint64_t
 void mul_inplace(floatX* dst, const floatX* mask, size_t n) { cuda_mul_inplace(dst, mask, n); }
 
 // ---- attention
-// The kernels keep no record boundaries yet (ops_caps().doc_attention is 0, so the trainer
-// refuses packed data before it gets here): a doc_start is a bug, not something to ignore.
-static void refuse_doc_start(const int* doc_start) {
-    if (doc_start)
-        fatal("this is a bug in llmc (packed data must be refused before training)",
-              "the CUDA attention kernels do not keep packed records apart");
-}
 void attention_forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T,
                        int C, int NH) {
-    refuse_doc_start(doc_start);
-    cuda_attention_forward(out, lse, qkv, B, T, C, NH);
+    cuda_attention_forward(out, lse, qkv, doc_start, B, T, C, NH);
 }
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, const int* doc_start, int B, int T, int C, int NH, int accumulate) {
-    refuse_doc_start(doc_start);
-    cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, accumulate);
+    cuda_attention_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH, accumulate);
 }
 
 // ---- attention over a key/value cache

@@ -87,11 +87,14 @@ void cuda_dropout_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, size_t n
 void cuda_mul_inplace(__nv_bfloat16* dst, const __nv_bfloat16* mask, size_t n);
 
 // ---- attention (attention.cu, attention_simple.cu)
-void cuda_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
-                            int C, int NH);
+// doc_start: NULL (plain causal attention, ops.h's contract), or packed sequences: device (B, T)
+// int32, for each position the first position of its record (non-decreasing along a row, and
+// doc_start[t] <= t); query t then sees keys doc_start[t] <= k <= t only.
+void cuda_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv,
+                            const int* doc_start, int B, int T, int C, int NH);
 void cuda_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                              const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                             int B, int T, int C, int NH, int accumulate);
+                             const int* doc_start, int B, int T, int C, int NH, int accumulate);
 
 // ---- attention over a key/value cache (attention_kv.cu)
 void cuda_attention_forward_kv(__nv_bfloat16* out, const __nv_bfloat16* qkv_new,

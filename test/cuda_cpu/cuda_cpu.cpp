@@ -48,6 +48,9 @@
 // be invisible to TSan, or it would both report false races and create happens-before edges
 // that hide the real ones. Only the barriers create happens-before, explicitly.
 #define NOTSAN __attribute__((no_sanitize("thread"), noinline))
+// (the TSan runtime's dynamic annotations: stop a lock from ordering fibers, ptx_check_shared)
+extern "C" void AnnotateIgnoreSyncBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreSyncEnd(const char* file, int line);
 #else
 #define NOTSAN
 #endif
@@ -89,8 +92,9 @@ static const char* op_name(int op) {
                               "__shfl_xor_sync", "__ballot_sync", "__all_sync", "__any_sync",
                               "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync",
                               "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
-                              "__match_any_sync"};
-    return (op >= 0 && op <= W_MATCH_ANY) ? n[op] : "?";
+                              "__match_any_sync", "mma.m16n8k16", "ldmatrix.x1", "ldmatrix.x2",
+                              "ldmatrix.x4", "ldmatrix.x1.trans", "ldmatrix.x2.trans", "ldmatrix.x4.trans"};
+    return (op >= 0 && op <= W_LDSM_X4_T) ? n[op] : "?";
 }
 
 // A stack to run on and the state to resume it.
@@ -103,6 +107,21 @@ struct Context {
     void* asan_fake;        // ASan's fake-stack handle while switched away
 };
 
+// One pending cp.async (cuda_cpu_ptx.h): performed by the wait_group that completes `group`.
+struct CpAsync {
+    void* dst;
+    const void* src;
+    int src_bytes;  // copied from src; the rest of the 16 bytes is zero-filled
+    int group;      // index of the group it belongs to (committed or the open one)
+};
+#define CUDA_CPU_CP_ASYNC_MAX 256  // pending copies per CUDA thread
+
+// A lane's registers / row address for a collective PTX instruction (mma, ldmatrix).
+struct PtxSlot {
+    uint32_t v[6];
+    const void* p;
+};
+
 struct Fiber {
     FiberHead head;  // first member: cuda_cpu_cur points here
     int lin;         // linear thread index in the block
@@ -110,6 +129,9 @@ struct Fiber {
     int w_op, w_arg, w_width, w_nbytes;  // pending warp op
     unsigned w_mask;
     uint64_t w_val, w_res;
+    int ptx_bank;                        // slot bank of this lane's next mma / ldmatrix (0 / 1)
+    int cp_head, cp_n, cp_groups;        // pending copies cp[cp_head, cp_n); groups committed
+    CpAsync cp[CUDA_CPU_CP_ASYNC_MAX];
     Context ctx;
 };
 
@@ -169,6 +191,10 @@ struct Worker {
     int nfibers = 0;
     int order[1024] = {0};
     const void* slots[1024] = {nullptr};  // warp_slot_set / get (WMMA)
+    // mma / ldmatrix: two banks, used alternately by each lane, so that a lane may publish its
+    // next instruction's registers while slower lanes still read this one's (it cannot get two
+    // instructions ahead: the next rendezvous waits for them)
+    PtxSlot ptx_slots[2][1024] = {};
     Context sched;  // the OS thread's own stack, where run_block runs
     Launch* L = nullptr;
     long block = 0;
@@ -445,7 +471,7 @@ NOTSAN static void try_complete(Worker* w, int warp, unsigned mask, Fiber* who) 
         case W_RED_AND: { uint32_t a = ~0u; for (int l = 0; l < 32; l++) if (pmask >> l & 1u) a &= (uint32_t)part[l]->w_val; agg = a; break; }
         case W_RED_OR: { uint32_t a = 0; for (int l = 0; l < 32; l++) if (pmask >> l & 1u) a |= (uint32_t)part[l]->w_val; agg = a; break; }
         case W_RED_XOR: { uint32_t a = 0; for (int l = 0; l < 32; l++) if (pmask >> l & 1u) a ^= (uint32_t)part[l]->w_val; agg = a; break; }
-        default: break;
+        default: if (op >= W_MMA_16816) agg = pmask; break;  // PTX collectives: who took part
     }
     for (int l = 0; l < 32; l++) {
         if (!(pmask >> l & 1u)) continue;
@@ -525,6 +551,11 @@ NOTSAN unsigned activemask() {
 }
 
 NOTSAN static void thread_exit(Worker* w, Fiber* f) {
+    // Copies still in flight would land in shared memory at an unknown time after the thread has
+    // gone, while the block's other threads may be using that memory for something else.
+    if (f->cp_n > f->cp_head)
+        kernel_error(w, "the thread exits with %d cp.async copies that no cp.async.wait_group completed "
+                     "(ptx_cp_async_commit + ptx_cp_async_wait<0> before returning)", f->cp_n - f->cp_head);
     f->state = DONE;
     w->live--;
     if (w->bar_arrived > 0 && w->bar_arrived == w->live) release_barrier(w);
@@ -617,6 +648,8 @@ NOTSAN static void run_block(Worker* w, long b) {
         f->head.tid.y = (unsigned)((i / bd.x) % bd.y);
         f->head.tid.z = (unsigned)(i / (bd.x * bd.y));
         f->state = RUNNABLE;
+        f->ptx_bank = 0;
+        f->cp_head = f->cp_n = f->cp_groups = 0;
     }
     w->live = n;
     w->bar_arrived = 0;
@@ -899,6 +932,163 @@ void launch(const char* name, const void* kernel_id, KernelThunk thunk, const vo
     watchdog_begin(name);
     run_launch(&L);
     watchdog_end();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The PTX instructions behind llmc/cuda/ptx.cuh (cuda_cpu_ptx.h says what is modelled and why).
+// Layouts per lane: g = lane >> 2 (groupID), t = lane & 3 (threadID_in_group), as in the table of
+// ptx.cuh; "lo" is bits 0-15 of a register.
+
+static inline float bf16_bits_float(uint32_t h) {
+    uint32_t x = (h & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+// ldmatrix and cp.async name shared memory. The dynamic shared memory buffer is; a cudaMalloc
+// allocation is not (the GPU would fault or read garbage through the shared window). Static
+// __shared__ arrays and anything else are let through. The allocation table's lock must not
+// order the fibers for TSan (it would hide races between them), so TSan is told to ignore it.
+NOTSAN static void ptx_check_shared(Worker* w, const char* what, const void* p) {
+    if ((const unsigned char*)p >= cuda_cpu_dyn_smem && (const unsigned char*)p < cuda_cpu_dyn_smem + CUDA_CPU_DYN_SMEM_MAX)
+        return;
+#ifdef CUDA_CPU_TSAN
+    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+#endif
+    bool dev = in_device_alloc(p, 1);
+#ifdef CUDA_CPU_TSAN
+    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+#endif
+    if (dev) kernel_error(w, "%s %p lies in device memory (cudaMalloc): it must be shared memory", what, p);
+}
+
+// Publish this lane's part of a collective instruction, meet the warp's other 31 lanes (all must
+// come: .aligned) and return the warp's 32 slots of this instruction.
+NOTSAN static const PtxSlot* ptx_meet(int op, const uint32_t* v, int nv, const void* p) {
+    Worker* w = check_in_kernel(op_name(op));
+    Fiber* f = cur_fiber();
+    int bank = f->ptx_bank;
+    f->ptx_bank ^= 1;
+    PtxSlot* mine = &w->ptx_slots[bank][f->lin];
+    for (int i = 0; i < nv; i++) mine->v[i] = v[i];
+    mine->p = p;
+    warp_arrive(w, f, op, 0xffffffffu, 0, 0, 0, 32);
+    to_scheduler(w, f);
+    unsigned took_part = (unsigned)f->w_res;
+    if (took_part != 0xffffffffu)
+        kernel_error(w, "%s needs all 32 lanes of the warp; lanes 0x%08x have exited or lie beyond blockDim",
+                     op_name(op), ~took_part);
+    return &w->ptx_slots[bank][f->lin / 32 * 32];
+}
+
+// d = a * b + d. This lane's outputs are rows g, g+8 and columns 2t, 2t+1 of D: it needs rows g
+// and g+8 of A (held by the 4 lanes of group g) and columns 2t, 2t+1 of B (held by groups 2t, 2t+1).
+// Registers only, no memory: nothing for TSan to see.
+NOTSAN void ptx_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    uint32_t regs[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+    const PtxSlot* warp = ptx_meet(W_MMA_16816, regs, 6, nullptr);
+    int lane = cur_fiber()->lin % 32, g = lane >> 2, t = lane & 3;
+    float A[2][16], B[16][2];  // A[h][k]: row g + 8h; B[k][c]: column 2t + c
+    for (int tt = 0; tt < 4; tt++)
+        for (int r = 0; r < 4; r++) {  // a[r] of lane (g, tt): row g + 8 (r & 1), columns 2tt + 8 (r >> 1) + {0, 1}
+            uint32_t v = warp[4 * g + tt].v[r];
+            int h = r & 1, k = 2 * tt + 8 * (r >> 1);
+            A[h][k] = bf16_bits_float(v);
+            A[h][k + 1] = bf16_bits_float(v >> 16);
+        }
+    for (int c = 0; c < 2; c++)
+        for (int tt = 0; tt < 4; tt++)
+            for (int r = 0; r < 2; r++) {  // b[r] of lane (2t + c, tt): rows 2tt + 8r + {0, 1}, column 2t + c
+                uint32_t v = warp[4 * (2 * t + c) + tt].v[4 + r];
+                int k = 2 * tt + 8 * r;
+                B[k][c] = bf16_bits_float(v);
+                B[k + 1][c] = bf16_bits_float(v >> 16);
+            }
+    for (int i = 0; i < 4; i++) {  // d[i]: row g + 8 (i >> 1), column 2t + (i & 1); k in order
+        float acc = d[i];
+        for (int k = 0; k < 16; k++) acc += A[i >> 1][k] * B[k][i & 1];
+        d[i] = acc;
+    }
+}
+
+// The collective part of ldmatrix: check this lane's row address (if its lane supplies one),
+// meet the warp, and pick the row addresses this lane's elements come from: rows[j][0..1] of
+// matrix j (without .trans row g; with .trans rows 2t and 2t+1).
+NOTSAN static void ptx_ldmatrix_rows(const void* row, int nmat, bool trans, const void* rows[4][2]) {
+    static const int ops[2][5] = {{0, W_LDSM_X1, W_LDSM_X2, 0, W_LDSM_X4}, {0, W_LDSM_X1_T, W_LDSM_X2_T, 0, W_LDSM_X4_T}};
+    Worker* w = check_in_kernel("ldmatrix");
+    int lane = cur_fiber()->lin % 32, g = lane >> 2, t = lane & 3;
+    if (lane < 8 * nmat) {
+        if ((uintptr_t)row & 15)
+            kernel_error(w, "ldmatrix: row address %p (lane %d, row %d of matrix %d) is not 16-byte aligned",
+                         row, lane, lane & 7, lane >> 3);
+        ptx_check_shared(w, "ldmatrix row address", row);
+    }
+    const PtxSlot* warp = ptx_meet(ops[trans][nmat], nullptr, 0, row);
+    for (int j = 0; j < nmat; j++) {
+        rows[j][0] = warp[8 * j + (trans ? 2 * t : g)].p;
+        rows[j][1] = warp[8 * j + (trans ? 2 * t + 1 : g)].p;
+    }
+}
+
+// Reads the rows in instrumented code, so that TSan checks them against the writers of the tile.
+void ptx_ldmatrix(uint32_t* r, const void* smem_row, int nmat, bool trans) {
+    if (nmat != 1 && nmat != 2 && nmat != 4) trap("ldmatrix: .x1, .x2 or .x4");
+    const void* rows[4][2];
+    ptx_ldmatrix_rows(smem_row, nmat, trans, rows);
+    int lane = cur_fiber()->lin % 32, g = lane >> 2, t = lane & 3;
+    for (int j = 0; j < nmat; j++) {
+        uint16_t lo, hi;  // no .trans: row g, columns 2t, 2t+1; .trans: rows 2t, 2t+1, column g
+        memcpy(&lo, (const char*)rows[j][0] + (trans ? 2 * g : 4 * t), 2);
+        memcpy(&hi, (const char*)rows[j][1] + (trans ? 2 * g : 4 * t + 2), 2);
+        r[j] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+}
+
+NOTSAN void ptx_cp_async_16(void* smem, const void* gmem, int src_bytes) {
+    Worker* w = check_in_kernel("cp.async");
+    Fiber* f = cur_fiber();
+    if (src_bytes < 0 || src_bytes > 16) kernel_error(w, "cp.async: src_bytes %d is outside 0..16", src_bytes);
+    if (((uintptr_t)smem | (uintptr_t)gmem) & 15)
+        kernel_error(w, "cp.async: addresses must be 16-byte aligned (shared %p, global %p)", smem, gmem);
+    ptx_check_shared(w, "cp.async destination", smem);
+    if (f->cp_n == CUDA_CPU_CP_ASYNC_MAX && f->cp_head > 0) {  // move the pending ones to the front
+        for (int i = f->cp_head; i < f->cp_n; i++) f->cp[i - f->cp_head] = f->cp[i];
+        f->cp_n -= f->cp_head;
+        f->cp_head = 0;
+    }
+    if (f->cp_n == CUDA_CPU_CP_ASYNC_MAX)
+        kernel_error(w, "more than %d cp.async copies pending in one thread (cp.async.wait_group completes them)",
+                     CUDA_CPU_CP_ASYNC_MAX);
+    f->cp[f->cp_n++] = CpAsync{smem, gmem, src_bytes, f->cp_groups};
+}
+
+NOTSAN void ptx_cp_async_commit() {
+    check_in_kernel("cp.async.commit_group");
+    cur_fiber()->cp_groups++;  // an empty group is allowed (and trivially complete)
+}
+
+// The oldest pending copy if its group is older than the newest `keep` committed groups.
+NOTSAN static bool ptx_cp_async_take(int keep, CpAsync* c) {
+    Fiber* f = cur_fiber();
+    if (f->cp_head == f->cp_n || f->cp[f->cp_head].group >= f->cp_groups - keep) return false;
+    *c = f->cp[f->cp_head++];
+    if (f->cp_head == f->cp_n) f->cp_head = f->cp_n = 0;
+    return true;
+}
+
+// Performs the completed copies now, in the issuing thread, in instrumented code: TSan sees the
+// shared-memory writes happen at the wait, so a read by another thread without a __syncthreads
+// after it is a reported race.
+void ptx_cp_async_wait(int n) {
+    Worker* w = check_in_kernel("cp.async.wait_group");
+    if (n < 0) kernel_error(w, "cp.async.wait_group %d: N must be >= 0", n);
+    CpAsync c;
+    while (ptx_cp_async_take(n, &c)) {
+        if (c.src_bytes > 0) memcpy(c.dst, c.src, (size_t)c.src_bytes);
+        if (c.src_bytes < 16) memset((char*)c.dst + c.src_bytes, 0, (size_t)(16 - c.src_bytes));
+    }
 }
 
 }  // namespace cuda_cpu

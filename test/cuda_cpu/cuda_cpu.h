@@ -28,10 +28,12 @@
 //  - a launch running longer than CUDA_CPU_TIMEOUT seconds (default 300) stops the process: a
 //    thread spinning on memory that another thread writes never yields its fiber;
 //  - streams and events are synchronous: work runs when it is issued;
-//  - WMMA (nvcuda::wmma, bf16/fp16 inputs, fp32/fp16 accumulator): cuda_cpu_wmma.h.
+//  - WMMA (nvcuda::wmma, bf16/fp16 inputs, fp32/fp16 accumulator): cuda_cpu_wmma.h;
+//  - inline PTX only through llmc/cuda/ptx.cuh's wrappers (mma.m16n8k16 bf16, ldmatrix,
+//    cp.async, cvt to bf16x2): cuda_cpu_ptx.h.
 // Numerics are CPU numerics (libm, no fast-math approximations, FMA contraction as g++ decides):
 // compare with tolerances. Not supported (compile or link error, or a hang caught by the timeout):
-// inline PTX, cooperative_groups, texture objects, spin-waits between threads or blocks,
+// other inline PTX, cooperative_groups, texture objects, spin-waits between threads or blocks,
 // dynamic parallelism. Kernels are launched with LAUNCH() from llmc/cuda/launch.cuh (g++ cannot
 // parse the triple-chevron launch syntax). Kernel-side code that must differ (library calls)
 // can test CUDA_CPU_HARNESS.
@@ -129,8 +131,11 @@ static inline uint3 cuda_cpu_gridDim_v() { return cuda_cpu_gridDim; }
 // ---------------------------------------------------------------------------------------------
 // runtime entry points (cuda_cpu.cpp)
 namespace cuda_cpu {
+// (W_MMA_16816 .. W_LDSM_X4_T: the collective PTX instructions of cuda_cpu_ptx.h, a rendezvous of
+// the whole warp that returns the mask of the lanes that took part)
 enum WarpOp { W_SYNC = 1, W_SHFL_IDX, W_SHFL_UP, W_SHFL_DOWN, W_SHFL_XOR, W_BALLOT, W_ALL, W_ANY,
-              W_RED_ADD, W_RED_MIN, W_RED_MAX, W_RED_AND, W_RED_OR, W_RED_XOR, W_MATCH_ANY };
+              W_RED_ADD, W_RED_MIN, W_RED_MAX, W_RED_AND, W_RED_OR, W_RED_XOR, W_MATCH_ANY,
+              W_MMA_16816, W_LDSM_X1, W_LDSM_X2, W_LDSM_X4, W_LDSM_X1_T, W_LDSM_X2_T, W_LDSM_X4_T };
 void syncthreads();
 // barrier + vote: (threads at the barrier << 32) | (how many of them have pred != 0)
 uint64_t syncthreads_vote(int pred);
@@ -418,5 +423,6 @@ static inline __nv_bfloat16 hrsqrt(__nv_bfloat16 a) { return __float2bfloat16(1.
 static inline __nv_bfloat16 __ldg(const __nv_bfloat16* p) { return *p; }
 
 #include "cuda_cpu_wmma.h"
+#include "cuda_cpu_ptx.h"
 
 #endif  // CUDA_CPU_H

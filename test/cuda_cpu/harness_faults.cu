@@ -6,6 +6,7 @@
 #include <math.h>
 #include <cuda_runtime.h>
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"
 
 // lanes 0-15 wait in a shuffle for lanes 16-31, which wait at the block barrier
 __global__ void deadlock_kernel(float* out) {
@@ -61,6 +62,93 @@ __global__ void warp_race_kernel(float* out) {
     out[threadIdx.x] = s[63 - threadIdx.x];
 }
 
+// ---- ptx.cuh (the harness' emulation of inline PTX)
+__device__ __forceinline__ uint4* ptx_fault_smem() {
+    extern __shared__ float smem[];
+    return (uint4*)smem;
+}
+
+// reads its cp.async destination before the wait_group: the data is not there yet
+__global__ void cp_async_early_read_kernel(uint4* out, const uint4* src) {
+    uint4* s = ptx_fault_smem();
+    ptx_cp_async_16(&s[threadIdx.x], &src[threadIdx.x]);
+    ptx_cp_async_commit();
+    out[threadIdx.x] = s[threadIdx.x];  // should come after the wait
+    ptx_cp_async_wait<0>();
+}
+
+// reads the chunk another thread copied, after its own wait but with no __syncthreads (TSan)
+__global__ void cp_async_no_barrier_kernel(uint4* out, const uint4* src) {
+    uint4* s = ptx_fault_smem();
+    ptx_cp_async_16(&s[threadIdx.x], &src[threadIdx.x]);
+    ptx_cp_async_commit();
+    ptx_cp_async_wait<0>();
+    out[threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
+}
+
+// returns with a copy that no wait_group completed
+__global__ void cp_async_pending_exit_kernel(const uint4* src) {
+    ptx_cp_async_16(&ptx_fault_smem()[threadIdx.x], &src[threadIdx.x]);
+    ptx_cp_async_commit();
+}
+
+// lane 3 gives a row address 8 bytes into a row
+__global__ void ldmatrix_misaligned_kernel(uint32_t* out) {
+    const unsigned char* s = (const unsigned char*)ptx_fault_smem();
+    uint32_t r[1];
+    ptx_ldmatrix_x1(r, s + 16 * (threadIdx.x % 8) + (threadIdx.x == 3 ? 8 : 0));
+    out[threadIdx.x] = r[0];
+}
+
+// warp 1 writes the 8x8 tile that warp 0 loads with ldmatrix, with no __syncthreads (TSan)
+__global__ void ldmatrix_no_barrier_kernel(uint32_t* out) {
+    uint32_t* s = (uint32_t*)ptx_fault_smem();
+    if (threadIdx.x >= 32) s[threadIdx.x - 32] = threadIdx.x;  // 32 words = 8 rows of 16 bytes
+    uint32_t r[1] = {0u};
+    if (threadIdx.x < 32) ptx_ldmatrix_x1(r, s + 4 * (threadIdx.x % 8));
+    out[threadIdx.x] = r[0];
+}
+
+// ldmatrix from global memory (it reads shared memory only)
+__global__ void ldmatrix_global_kernel(uint32_t* out, const uint4* rows) {
+    uint32_t r[2];
+    ptx_ldmatrix_x2(r, &rows[threadIdx.x % 16]);
+    out[threadIdx.x] = r[0] + r[1];
+}
+
+// the upper half of the warp has returned before the mma
+__global__ void mma_exited_lanes_kernel(float* out) {
+    if (threadIdx.x >= 16) return;
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    uint32_t a[4] = {0u, 0u, 0u, 0u}, b[2] = {0u, 0u};
+    ptx_mma_bf16_16816(d, a, b);
+    out[threadIdx.x] = d[0];
+}
+
+// The ptx.cuh scenarios (d: 4096 floats of zeros); returns the exit code, -1 for another name.
+static int ptx_fault(const char* what, float* d) {
+    uint4* src = (uint4*)d;  // 1024 chunks of 16 bytes: zeros, which 0xFF poison is not
+    uint4* out = (uint4*)d + 512;
+    if (!strcmp(what, "cp_async_early_read")) {
+        LAUNCH(cp_async_early_read_kernel, 1, 64, 64 * sizeof(uint4), 0, out, src);
+        uint4 h[64];
+        cudaCheck(cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost));
+        int stale = 0;
+        for (int i = 0; i < 64; i++) stale += h[i].x != 0u || h[i].w != 0u;
+        printf("cp_async_early_read: %d of 64 threads read their cp.async destination before the wait and got %s\n",
+               stale, stale ? "poison, not the data: check failed" : "the data (NOT caught)");
+        return stale ? 1 : 0;
+    }
+    if (!strcmp(what, "cp_async_no_barrier")) LAUNCH(cp_async_no_barrier_kernel, 1, 64, 64 * sizeof(uint4), 0, out, src);
+    else if (!strcmp(what, "cp_async_pending_exit")) LAUNCH(cp_async_pending_exit_kernel, 1, 32, 32 * sizeof(uint4), 0, src);
+    else if (!strcmp(what, "ldmatrix_misaligned")) LAUNCH(ldmatrix_misaligned_kernel, 1, 32, 256, 0, (uint32_t*)out);
+    else if (!strcmp(what, "ldmatrix_no_barrier")) LAUNCH(ldmatrix_no_barrier_kernel, 1, 64, 128, 0, (uint32_t*)out);
+    else if (!strcmp(what, "ldmatrix_global")) LAUNCH(ldmatrix_global_kernel, 1, 32, 0, 0, (uint32_t*)out, src);
+    else if (!strcmp(what, "mma_exited_lanes")) LAUNCH(mma_exited_lanes_kernel, 1, 32, 0, 0, (float*)out);
+    else return -1;
+    return 0;
+}
+
 // spins on a flag that no other thread will ever set (watchdog)
 __global__ void spin_kernel(volatile int* flag) {
     while (*flag == 0) {}
@@ -104,9 +192,12 @@ int main(int argc, char** argv) {
     } else if (!strcmp(what, "leak")) {
         float* lost;
         cudaCheck(cudaMalloc(&lost, 1000));
-    } else {
+    } else if ((rc = ptx_fault(what, d)) < 0) {
         fprintf(stderr, "usage: harness_faults deadlock|bad_mask|mixed_ops|exited_lane|smem_overrun|"
-                        "global_overrun|cross_block_race|warp_race|spin|leak\n");
+                        "global_overrun|cross_block_race|warp_race|spin|leak|cp_async_early_read|"
+                        "cp_async_no_barrier|cp_async_pending_exit|ldmatrix_misaligned|ldmatrix_no_barrier|"
+                        "ldmatrix_global|"
+                        "mma_exited_lanes\n");
         rc = 2;
     }
     cudaCheckLast();

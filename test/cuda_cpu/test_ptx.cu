@@ -1,0 +1,480 @@
+// Self-test of llmc/cuda/ptx.cuh (and so of the harness' emulation, test/cuda_cpu/cuda_cpu_ptx.h):
+// every wrapper against a reference written here from the PTX ISA 9.0 itself, not from the
+// emulation's code:
+//  - mma.m16n8k16 bf16: registers built from whole matrices by the ISA's per-element formulas
+//    ("Matrix Fragments for mma.m16n8k16 with floating point type"), two warps with their own
+//    data, three accumulate steps; small integers (exact) and random bf16 (tolerance);
+//  - ldmatrix x1 / x2 / x4, with and without .trans: a shared tile of distinct 16-bit values whose
+//    rows the lanes give in a scrambled order (rows need not be contiguous), bit-exact, per the
+//    ISA's thread-to-row table and fragment figure ("Warp-level matrix load instruction:
+//    ldmatrix"); registers beyond .num stay untouched;
+//  - the recipes of ptx.cuh's comment: A by ldmatrix.x4, B from an n-major tile by x2 and from a
+//    k-major tile by x2.trans, and an accumulator repacked as the next A (FlashAttention's P),
+//    against host products;
+//  - cp.async: data not there before its wait_group, there after; wait_group N leaves the newest
+//    N groups (and the uncommitted copies) pending; zero fill with src_bytes 0 / 4 / 8 / 12 / 16,
+//    read by another thread after wait + __syncthreads;
+//  - cvt.rn.bf16x2.f32: rounding ties to even, overflow, subnormals, NaN (with payloads that
+//    truncation would turn into infinity), lo / hi placement, against the rounding rule written
+//    out and the toolkit's own host conversion.
+// The harness-only expectations (data NOT yet there) are under CUDA_CPU_HARNESS: on a GPU the
+// copy may have landed already. Valid CUDA for sm_80 / sm_90: `make cuda-check` compiles it.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"
+#include "test/test.h"
+
+// ---------------------------------------------------------------------------------------------
+// the ISA's fragment tables, as the ISA writes them (groupID = %laneid >> 2,
+// threadID_in_group = %laneid % 4); element i of a lane sits in register i / 2, low half if i even
+
+static void isa_a_elem(int lane, int i, int* row, int* col) {  // a0..a7 of A (16x16)
+    int groupID = lane >> 2, threadID_in_group = lane % 4;
+    *row = (i < 2 || (i >= 4 && i < 6)) ? groupID : groupID + 8;
+    *col = i < 4 ? threadID_in_group * 2 + (i & 0x1) : threadID_in_group * 2 + (i & 0x1) + 8;
+}
+static void isa_b_elem(int lane, int i, int* row, int* col) {  // b0..b3 of B (16x8)
+    int groupID = lane >> 2, threadID_in_group = lane % 4;
+    *row = i < 2 ? threadID_in_group * 2 + (i & 0x1) : threadID_in_group * 2 + (i & 0x1) + 8;
+    *col = groupID;
+}
+static void isa_c_elem(int lane, int i, int* row, int* col) {  // c0..c3 of C / D (16x8 fp32)
+    int groupID = lane >> 2, threadID_in_group = lane % 4;
+    *row = i < 2 ? groupID : groupID + 8;
+    *col = threadID_in_group * 2 + (i & 0x1);
+}
+
+static uint16_t host_bf16_bits(float f) {  // the toolkit's host conversion (round to nearest even)
+    __nv_bfloat16 b = __float2bfloat16_rn(f);
+    uint16_t u;
+    memcpy(&u, &b, 2);
+    return u;
+}
+static float bits_float(uint32_t x) { float f; memcpy(&f, &x, 4); return f; }
+static uint32_t float_bits(float f) { uint32_t x; memcpy(&x, &f, 4); return x; }
+static float bf16_float(uint16_t h) { return bits_float((uint32_t)h << 16); }
+
+// ---------------------------------------------------------------------------------------------
+// mma: warp w (of MMA_WARPS) computes D_w = C_w + sum over steps s of A_ws B_ws
+
+#define MMA_WARPS 2
+#define MMA_STEPS 3
+
+__global__ void mma_kernel(float* out, const uint32_t* a, const uint32_t* b, const float* c) {
+    int tid = threadIdx.x, n = blockDim.x;
+    float d[4] = {c[4 * tid], c[4 * tid + 1], c[4 * tid + 2], c[4 * tid + 3]};
+    for (int s = 0; s < MMA_STEPS; s++) {
+        const uint32_t* pa = a + ((size_t)s * n + tid) * 4;
+        const uint32_t* pb = b + ((size_t)s * n + tid) * 2;
+        uint32_t ar[4] = {pa[0], pa[1], pa[2], pa[3]};
+        uint32_t br[2] = {pb[0], pb[1]};
+        ptx_mma_bf16_16816(d, ar, br);
+    }
+    for (int i = 0; i < 4; i++) out[4 * tid + i] = d[i];
+}
+
+// Matrices of one run: A[w][s][16][16], B[w][s][16][8] (bf16 values), C[w][16][8].
+struct MmaCase {
+    float A[MMA_WARPS][MMA_STEPS][16][16], B[MMA_WARPS][MMA_STEPS][16][8], C[MMA_WARPS][16][8];
+};
+
+static float mma_value(TestRng* r, int integer, float scale) {
+    if (integer) return (float)((int)(test_rand_u64(r) % 7) - 3) * scale;  // -3..3
+    return bf16_float(host_bf16_bits((float)(2.0 * test_rand_uniform(r) - 1.0) * scale));
+}
+
+static void mma_run(const char* what, int integer, uint64_t seed, double atol) {
+    const int n = 32 * MMA_WARPS;
+    static MmaCase m;
+    static uint32_t ha[MMA_STEPS * n * 4], hb[MMA_STEPS * n * 2];
+    static float hc[n * 4], got[n * 4], want[n * 4];
+    TestRng r = {seed, 0};
+    for (int w = 0; w < MMA_WARPS; w++) {
+        for (int s = 0; s < MMA_STEPS; s++) {
+            for (int i = 0; i < 16 * 16; i++) m.A[w][s][i / 16][i % 16] = mma_value(&r, integer, 1.0f);
+            for (int i = 0; i < 16 * 8; i++) m.B[w][s][i / 8][i % 8] = mma_value(&r, integer, 1.0f);
+        }
+        for (int i = 0; i < 16 * 8; i++) m.C[w][i / 8][i % 8] = mma_value(&r, integer, 7.0f);
+    }
+    memset(ha, 0, sizeof ha);
+    memset(hb, 0, sizeof hb);
+    for (int w = 0; w < MMA_WARPS; w++)
+        for (int lane = 0; lane < 32; lane++) {
+            int t = 32 * w + lane, row, col;
+            for (int s = 0; s < MMA_STEPS; s++) {
+                for (int i = 0; i < 8; i++) {
+                    isa_a_elem(lane, i, &row, &col);
+                    ha[((size_t)s * n + t) * 4 + i / 2] |= (uint32_t)host_bf16_bits(m.A[w][s][row][col]) << (16 * (i & 1));
+                }
+                for (int i = 0; i < 4; i++) {
+                    isa_b_elem(lane, i, &row, &col);
+                    hb[((size_t)s * n + t) * 2 + i / 2] |= (uint32_t)host_bf16_bits(m.B[w][s][row][col]) << (16 * (i & 1));
+                }
+            }
+            for (int i = 0; i < 4; i++) {
+                isa_c_elem(lane, i, &row, &col);
+                hc[4 * t + i] = m.C[w][row][col];
+                double acc = m.C[w][row][col];
+                for (int s = 0; s < MMA_STEPS; s++)
+                    for (int k = 0; k < 16; k++) acc += (double)m.A[w][s][row][k] * m.B[w][s][k][col];
+                want[4 * t + i] = (float)acc;
+            }
+        }
+    uint32_t *da, *db;
+    float *dc, *dout;
+    cudaCheck(cudaMalloc(&da, sizeof ha)); cudaCheck(cudaMalloc(&db, sizeof hb));
+    cudaCheck(cudaMalloc(&dc, sizeof hc)); cudaCheck(cudaMalloc(&dout, sizeof got));
+    cudaCheck(cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dc, hc, sizeof hc, cudaMemcpyHostToDevice));
+    LAUNCH(mma_kernel, 1, n, 0, 0, dout, da, db, dc);
+    cudaCheckLast();
+    cudaCheck(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
+    test_allclose(what, got, want, n * 4, 0.0, atol);
+    cudaCheck(cudaFree(da)); cudaCheck(cudaFree(db)); cudaCheck(cudaFree(dc)); cudaCheck(cudaFree(dout));
+}
+
+// ---------------------------------------------------------------------------------------------
+// ldmatrix: one warp; lane l gives the address of tile row rowsel[l] (a permutation of the rows)
+
+#define LDSM_ROWS 32  // 16-byte rows (8 x 16 bits) of the shared tile
+
+__device__ __forceinline__ unsigned char* dyn_smem() {
+#if defined(__CUDACC__)
+    extern __shared__ __align__(16) unsigned char smem[];
+#else
+    extern __shared__ unsigned char smem[];  // the harness' buffer is 256-byte aligned
+#endif
+    return smem;
+}
+
+// variant: number of matrices (1, 2, 4) + 8 for .trans
+__global__ void ldmatrix_kernel(uint32_t* out, const uint16_t* tile, const int* rowsel, int variant) {
+    uint16_t* s = (uint16_t*)dyn_smem();
+    for (int i = threadIdx.x; i < LDSM_ROWS * 8; i += blockDim.x) s[i] = tile[i];
+    __syncthreads();
+    int lane = threadIdx.x;
+    const void* p = s + rowsel[lane] * 8;
+    uint32_t r[4] = {0u, 0u, 0u, 0u};
+    switch (variant) {
+        case 1: ptx_ldmatrix_x1(r, p); break;
+        case 2: ptx_ldmatrix_x2(r, p); break;
+        case 4: ptx_ldmatrix_x4(r, p); break;
+        case 9: ptx_ldmatrix_x1_trans(r, p); break;
+        case 10: ptx_ldmatrix_x2_trans(r, p); break;
+        case 12: ptx_ldmatrix_x4_trans(r, p); break;
+        default: break;
+    }
+    for (int j = 0; j < 4; j++) out[4 * lane + j] = r[j];
+}
+
+// The ISA's tables: matrix j's row i is at the address thread 8j + i gives; without .trans a
+// group of four threads holds one row (thread l: row l / 4, elements 2 (l % 4) and the next);
+// .trans loads the matrix column-major (thread l: column l / 4, rows 2 (l % 4) and the next).
+static uint32_t isa_ldmatrix_reg(const uint16_t* tile, const int* rowsel, int lane, int j, int trans) {
+    const uint16_t* rowp[8];
+    for (int i = 0; i < 8; i++) rowp[i] = tile + rowsel[8 * j + i] * 8;
+    uint16_t lo, hi;
+    if (!trans) { lo = rowp[lane / 4][2 * (lane % 4)]; hi = rowp[lane / 4][2 * (lane % 4) + 1]; }
+    else { lo = rowp[2 * (lane % 4)][lane / 4]; hi = rowp[2 * (lane % 4) + 1][lane / 4]; }
+    return (uint32_t)lo | (uint32_t)hi << 16;
+}
+
+static void ldmatrix_run(int nmat, int trans) {
+    uint16_t tile[LDSM_ROWS * 8];
+    int rowsel[32];
+    uint32_t got[32 * 4];
+    for (int i = 0; i < LDSM_ROWS * 8; i++) tile[i] = (uint16_t)(0x3f00 + 3 * i);  // distinct
+    for (int l = 0; l < 32; l++) rowsel[l] = (l * 13 + 5) % LDSM_ROWS;          // a permutation
+    uint16_t* dtile;
+    int* drows;
+    uint32_t* dout;
+    cudaCheck(cudaMalloc(&dtile, sizeof tile)); cudaCheck(cudaMalloc(&drows, sizeof rowsel));
+    cudaCheck(cudaMalloc(&dout, sizeof got));
+    cudaCheck(cudaMemcpy(dtile, tile, sizeof tile, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(drows, rowsel, sizeof rowsel, cudaMemcpyHostToDevice));
+    LAUNCH(ldmatrix_kernel, 1, 32, sizeof tile, 0, dout, dtile, drows, nmat + 8 * trans);
+    cudaCheckLast();
+    cudaCheck(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int l = 0; l < 32; l++)
+        for (int j = 0; j < 4; j++) {
+            uint32_t want = j < nmat ? isa_ldmatrix_reg(tile, rowsel, l, j, trans) : 0u;
+            if (got[4 * l + j] != want && bad++ < 4)
+                fprintf(stderr, "  ldmatrix.x%d%s lane %d r[%d]: got 0x%08x want 0x%08x\n", nmat,
+                        trans ? ".trans" : "", l, j, got[4 * l + j], want);
+        }
+    TEST_CHECK(bad == 0, "ldmatrix.x%d%s: %d registers wrong", nmat, trans ? ".trans" : "", bad);
+    if (!bad) printf("ok   ldmatrix.x%d%s (32 lanes, scrambled rows, bit-exact)\n", nmat, trans ? ".trans" : "");
+    cudaCheck(cudaFree(dtile)); cudaCheck(cudaFree(drows)); cudaCheck(cudaFree(dout));
+}
+
+// ---------------------------------------------------------------------------------------------
+// the recipes of ptx.cuh: D1 = A Bn (B stored n-major), D2 = A Bk (B stored k-major), and
+// D3 = bf16([D1 | D2]) Bk with [D1 | D2] repacked from the accumulators as an A fragment
+
+__device__ __forceinline__ void recipe_stage(uint16_t* s, const uint16_t* g, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = g[i];
+}
+
+__global__ void recipe_kernel(float* out, const uint16_t* A, const uint16_t* Bn, const uint16_t* Bk) {
+    __shared__ __align__(16) uint16_t sA[16 * 16];  // A[m][k]
+    __shared__ __align__(16) uint16_t sBn[8 * 16];  // B[k][n] stored as [n][k]
+    __shared__ __align__(16) uint16_t sBk[16 * 8];  // B[k][n] stored as [k][n]
+    recipe_stage(sA, A, 16 * 16);
+    recipe_stage(sBn, Bn, 8 * 16);
+    recipe_stage(sBk, Bk, 16 * 8);
+    __syncthreads();
+    int lane = threadIdx.x;
+    uint32_t a[4], bn[2], bk[2];
+    ptx_ldmatrix_x4(a, sA + (lane & 15) * 16 + (lane >> 4) * 8);
+    ptx_ldmatrix_x2(bn, sBn + (lane & 7) * 16 + ((lane >> 3) & 1) * 8);
+    ptx_ldmatrix_x2_trans(bk, sBk + (lane & 15) * 8);
+    float d1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d2[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d3[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    ptx_mma_bf16_16816(d1, a, bn);
+    ptx_mma_bf16_16816(d2, a, bk);
+    uint32_t p[4] = {ptx_pack_bf16x2(d1[0], d1[1]), ptx_pack_bf16x2(d1[2], d1[3]),
+                     ptx_pack_bf16x2(d2[0], d2[1]), ptx_pack_bf16x2(d2[2], d2[3])};
+    ptx_mma_bf16_16816(d3, p, bk);
+    for (int i = 0; i < 4; i++) {
+        out[lane * 12 + i] = d1[i];
+        out[lane * 12 + 4 + i] = d2[i];
+        out[lane * 12 + 8 + i] = d3[i];
+    }
+}
+
+static void recipe_run(void) {
+    uint16_t hA[16 * 16], hBn[8 * 16], hBk[16 * 8];
+    float A[16][16], B1[16][8], B2[16][8], P[16][16];
+    float got[32 * 12], want[32 * 12];
+    TestRng r = {77, 0};
+    for (int m = 0; m < 16; m++)
+        for (int k = 0; k < 16; k++) { A[m][k] = mma_value(&r, 1, 1.0f); hA[m * 16 + k] = host_bf16_bits(A[m][k]); }
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < 8; n++) {
+            B1[k][n] = mma_value(&r, 1, 1.0f); hBn[n * 16 + k] = host_bf16_bits(B1[k][n]);
+            B2[k][n] = mma_value(&r, 1, 1.0f); hBk[k * 8 + n] = host_bf16_bits(B2[k][n]);
+        }
+    for (int m = 0; m < 16; m++)  // P = [A B1 | A B2], exact integers (|x| <= 144: bf16-exact)
+        for (int n = 0; n < 16; n++) {
+            double acc = 0.0;
+            for (int k = 0; k < 16; k++) acc += (double)A[m][k] * (n < 8 ? B1[k][n] : B2[k][n - 8]);
+            P[m][n] = bf16_float(host_bf16_bits((float)acc));
+        }
+    for (int lane = 0; lane < 32; lane++)
+        for (int i = 0; i < 4; i++) {
+            int row, col;
+            isa_c_elem(lane, i, &row, &col);
+            double d3 = 0.0;
+            for (int k = 0; k < 16; k++) d3 += (double)P[row][k] * B2[k][col];
+            want[lane * 12 + i] = P[row][col];
+            want[lane * 12 + 4 + i] = P[row][8 + col];
+            want[lane * 12 + 8 + i] = (float)d3;
+        }
+    uint16_t *dA, *dBn, *dBk;
+    float* dout;
+    cudaCheck(cudaMalloc(&dA, sizeof hA)); cudaCheck(cudaMalloc(&dBn, sizeof hBn));
+    cudaCheck(cudaMalloc(&dBk, sizeof hBk)); cudaCheck(cudaMalloc(&dout, sizeof got));
+    cudaCheck(cudaMemcpy(dA, hA, sizeof hA, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dBn, hBn, sizeof hBn, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dBk, hBk, sizeof hBk, cudaMemcpyHostToDevice));
+    LAUNCH(recipe_kernel, 1, 32, 0, 0, dout, dA, dBn, dBk);
+    cudaCheckLast();
+    cudaCheck(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
+    test_allclose("ldmatrix x4 (A) / x2 (n-major B) / x2.trans (k-major B) + mma + accumulator repacked as A (exact)",
+                  got, want, 32 * 12, 0.0, 0.0);
+    cudaCheck(cudaFree(dA)); cudaCheck(cudaFree(dBn)); cudaCheck(cudaFree(dBk)); cudaCheck(cudaFree(dout));
+}
+
+// ---------------------------------------------------------------------------------------------
+// cp.async groups: thread t copies chunk q * n + t (16 bytes) for q = 0..3: chunks 0, 1, 2 in
+// groups of their own, chunk 3 issued but not committed. After each stage every thread records
+// the first word of its 4 chunks.
+
+#define CP_STAGES 5
+
+__device__ __forceinline__ void cp_record(uint32_t* out, const uint4* s, int stage) {
+    int t = threadIdx.x, n = blockDim.x;
+    for (int q = 0; q < 4; q++) out[((size_t)stage * 4 + q) * n + t] = s[q * n + t].x;
+}
+
+__global__ void cp_async_groups_kernel(uint32_t* out, const uint4* src) {
+    uint4* s = (uint4*)dyn_smem();
+    int t = threadIdx.x, n = blockDim.x;
+    for (int q = 0; q < 3; q++) {
+        ptx_cp_async_16(&s[q * n + t], &src[q * n + t]);
+        ptx_cp_async_commit();
+    }
+    ptx_cp_async_16(&s[3 * n + t], &src[3 * n + t]);
+    cp_record(out, s, 0);  // (reading a destination before its wait: only to show the harness' model)
+    ptx_cp_async_wait<2>();
+    cp_record(out, s, 1);
+    ptx_cp_async_wait<1>();
+    cp_record(out, s, 2);
+    ptx_cp_async_wait<0>();
+    cp_record(out, s, 3);
+    ptx_cp_async_commit();
+    ptx_cp_async_wait<0>();
+    cp_record(out, s, 4);
+}
+
+static void cp_async_groups_run(void) {
+    const int n = 64;
+    static uint4 src[4 * n];
+    static uint32_t got[CP_STAGES * 4 * n];
+    for (int i = 0; i < 4 * n; i++) src[i] = make_uint4(0x1000u + i, 0u, 0u, 0u);
+    uint4* dsrc;
+    uint32_t* dout;
+    cudaCheck(cudaMalloc(&dsrc, sizeof src)); cudaCheck(cudaMalloc(&dout, sizeof got));
+    cudaCheck(cudaMemcpy(dsrc, src, sizeof src, cudaMemcpyHostToDevice));
+    LAUNCH(cp_async_groups_kernel, 1, n, sizeof src, 0, dout, dsrc);
+    cudaCheckLast();
+    cudaCheck(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
+    // chunk q is complete from stage q + 1 on (chunk 3 only at stage 4: it was committed late)
+    static const int done_at[4] = {1, 2, 3, 4};
+    int bad_data = 0, bad_early = 0;
+    for (int stage = 0; stage < CP_STAGES; stage++)
+        for (int q = 0; q < 4; q++)
+            for (int t = 0; t < n; t++) {
+                uint32_t v = got[((size_t)stage * 4 + q) * n + t];
+                if (stage >= done_at[q]) bad_data += v != src[q * n + t].x;
+                else bad_early += v != 0xffffffffu;  // dynamic shared memory's poison: not written yet
+            }
+    TEST_CHECK(bad_data == 0, "cp.async: %d words not there after the wait_group that completes them", bad_data);
+#if defined(CUDA_CPU_HARNESS)
+    TEST_CHECK(bad_early == 0, "cp.async: %d words there before their wait_group (wait_group N must leave the "
+               "newest N groups and the uncommitted copies pending)", bad_early);
+#endif
+    if (bad_data == 0 && bad_early == 0)
+        printf("ok   cp.async: wait_group 2 / 1 / 0 complete the oldest groups only; uncommitted copies wait for a commit\n");
+    cudaCheck(cudaFree(dsrc)); cudaCheck(cudaFree(dout));
+}
+
+// Thread t copies src chunk t (src_bytes[t] bytes, zero fill after) to chunk (t + 1) % n, which
+// thread t + 1 reads after the wait and a __syncthreads.
+__global__ void cp_async_fill_kernel(uint4* out, const uint4* src, const int* src_bytes) {
+    uint4* s = (uint4*)dyn_smem();
+    int t = threadIdx.x, n = blockDim.x;
+    ptx_cp_async_16(&s[(t + 1) % n], &src[t], src_bytes[t]);
+    ptx_cp_async_commit();
+    ptx_cp_async_wait<0>();
+    __syncthreads();
+    out[t] = s[t];
+}
+
+static void cp_async_fill_run(void) {
+    const int n = 64;
+    uint4 src[n], got[n];
+    int bytes[n];
+    for (int t = 0; t < n; t++) {
+        src[t] = make_uint4(0xa0000000u + 4 * t, 0xb0000000u + 4 * t, 0xc0000000u + 4 * t, 0xd0000000u + 4 * t);
+        bytes[t] = 4 * (t % 5);  // 0, 4, 8, 12, 16
+    }
+    uint4 *dsrc, *dout;
+    int* dbytes;
+    cudaCheck(cudaMalloc(&dsrc, sizeof src)); cudaCheck(cudaMalloc(&dout, sizeof got));
+    cudaCheck(cudaMalloc(&dbytes, sizeof bytes));
+    cudaCheck(cudaMemcpy(dsrc, src, sizeof src, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dbytes, bytes, sizeof bytes, cudaMemcpyHostToDevice));
+    LAUNCH(cp_async_fill_kernel, 1, n, n * sizeof(uint4), 0, dout, dsrc, dbytes);
+    cudaCheckLast();
+    cudaCheck(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int t = 0; t < n; t++) {
+        int from = (t + n - 1) % n;
+        const uint32_t* g = &got[t].x;
+        const uint32_t* w = &src[from].x;
+        for (int k = 0; k < 4; k++) bad += g[k] != (4 * k < bytes[from] ? w[k] : 0u);
+    }
+    TEST_CHECK(bad == 0, "cp.async zero fill: %d of %d words wrong", bad, 4 * n);
+    if (!bad) printf("ok   cp.async src_bytes 0 / 4 / 8 / 12 / 16: copied, then zero-filled; seen by the next thread after wait + __syncthreads\n");
+    cudaCheck(cudaFree(dsrc)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(dbytes));
+}
+
+// ---------------------------------------------------------------------------------------------
+// cvt.rn.bf16x2.f32
+
+__global__ void pack_kernel(uint32_t* out, const float* lo, const float* hi, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = ptx_pack_bf16x2(lo[i], hi[i]);
+}
+
+// Round to nearest, ties to even, from the definition: the two bf16 neighbours of x (the
+// truncation toward zero and the next one out, which past the largest finite value is 2^128,
+// i.e. infinity) and the nearer wins.
+static uint16_t rule_bf16_rne(float x) {
+    uint32_t bits = float_bits(x);
+    uint16_t down = (uint16_t)(bits >> 16), up = (uint16_t)(down + 1);
+    double vx = x, vdown = bf16_float(down);
+    double vup = (up & 0x7fff) == 0x7f80 ? copysign(ldexp(1.0, 128), x) : (double)bf16_float(up);
+    double ddown = fabs(vx - vdown), dup = fabs(vup - vx);
+    if (ddown < dup) return down;
+    if (dup < ddown) return up;
+    return (down & 1) ? up : down;
+}
+
+static int bf16_is_nan(uint16_t h) { return (h & 0x7f80) == 0x7f80 && (h & 0x7f) != 0; }
+
+static void pack_run(void) {
+    static const uint32_t special[] = {
+        0x3f800000u, 0xbf800000u, 0x00000000u, 0x80000000u,  // 1, -1, +0, -0
+        0x3f808000u, 0x3f818000u, 0xbf808000u, 0xbf818000u,  // ties: 1 + 2^-8 -> 1, 1 + 3 2^-8 -> 1 + 2^-6
+        0x3f808001u, 0x3f807fffu, 0x3f80ffffu, 0x3f81ffffu,  // just above / below a tie
+        0x7f7f0000u, 0x7f7f7fffu, 0x7f7f8000u, 0x7f7fffffu,  // largest bf16; below, at, above its tie to 2^128
+        0xff7f8000u, 0x7f800000u, 0xff800000u,               // -tie to -inf, +inf, -inf
+        0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fbfffffu, 0xff800001u,  // NaNs (payload in low bits only)
+        0x00000001u, 0x00008000u, 0x00018000u, 0x00010000u, 0x80008001u,  // subnormals
+        0x00800000u, 0x007fffffu, 0x3dcccccdu, 0xc2f6e979u,  // smallest normal, largest subnormal, 0.1, -123.456
+    };
+    const int ns = (int)(sizeof special / sizeof special[0]), n = 1024;
+    static float lo[n], hi[n];
+    static uint32_t got[n];
+    TestRng r = {5, 0};
+    for (int i = 0; i < n; i++) {
+        lo[i] = i < ns ? bits_float(special[i]) : bits_float((uint32_t)test_rand_u64(&r));
+        hi[i] = i < ns ? bits_float(special[(i * 7 + 3) % ns]) : (float)(test_rand_uniform(&r) * 1e4 - 5e3);
+    }
+    float *dlo, *dhi;
+    uint32_t* dout;
+    cudaCheck(cudaMalloc(&dlo, sizeof lo)); cudaCheck(cudaMalloc(&dhi, sizeof hi)); cudaCheck(cudaMalloc(&dout, sizeof got));
+    cudaCheck(cudaMemcpy(dlo, lo, sizeof lo, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dhi, hi, sizeof hi, cudaMemcpyHostToDevice));
+    LAUNCH(pack_kernel, n / 128, 128, 0, 0, dout, dlo, dhi, n);
+    cudaCheckLast();
+    cudaCheck(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < 2; h++) {
+            float x = h ? hi[i] : lo[i];
+            uint16_t g = (uint16_t)(got[i] >> (16 * h));
+            int ok = isnan(x) ? bf16_is_nan(g) : (g == rule_bf16_rne(x) && g == host_bf16_bits(x));
+            if (!ok && bad++ < 6)
+                fprintf(stderr, "  pack_bf16x2 %s of pair %d: x = %a (0x%08x): got 0x%04x want 0x%04x\n", h ? "hi" : "lo",
+                        i, x, float_bits(x), g, rule_bf16_rne(x));
+        }
+    TEST_CHECK(bad == 0, "cvt.rn.bf16x2.f32: %d of %d halves wrong", bad, 2 * n);
+    if (!bad) printf("ok   cvt.rn.bf16x2.f32: %d special + %d random pairs (ties to even, overflow, subnormals, NaN), lo in bits 0-15\n",
+                     ns, n - ns);
+    cudaCheck(cudaFree(dlo)); cudaCheck(cudaFree(dhi)); cudaCheck(cudaFree(dout));
+}
+
+int main(void) {
+    mma_run("mma.m16n8k16 bf16, small integers, 2 warps x 3 accumulate steps (exact)", 1, 1, 0.0);
+    // 48 products of magnitude <= 1 on |C| <= 7: fp32 rounding of the partial sums, a few 1e-6
+    mma_run("mma.m16n8k16 bf16, random bf16, 2 warps x 3 accumulate steps", 0, 2, 1e-4);
+    for (int trans = 0; trans < 2; trans++) {
+        ldmatrix_run(1, trans);
+        ldmatrix_run(2, trans);
+        ldmatrix_run(4, trans);
+    }
+    recipe_run();
+    cp_async_groups_run();
+    cp_async_fill_run();
+    pack_run();
+    return test_finish("test_ptx");
+}
