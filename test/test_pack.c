@@ -8,8 +8,15 @@
 // record alone, run through the same code unpacked (whose gradients test_gpt2 / test_lora hold to
 // transformers and PEFT).
 //
-// Tolerances (fp32, the CPU backend): logits 1e-4 * max |ref| (+ 1e-4 relative), per-token losses
-// 1e-4 nats, the mean loss 1e-5, gradients 1e-4 * max (+ 1e-4 relative). Measured: about 1e-6.
+// Builds: test/test_pack.c as C on the CPU backend (fp32); test/test_pack.cu includes this file
+// for the CUDA backend (bf16), run in CI under the CUDA-on-CPU harness and, as test_pack_gpu, on
+// a real GPU.
+//
+// Tolerances. fp32 (CPU): logits 1e-4 * max |ref| (+ 1e-4 relative), per-token losses 1e-4 nats,
+// the mean loss 1e-5, gradients 1e-4 * max (+ 1e-4 relative); measured about 4e-7. bf16 (CUDA),
+// as test_gpt2's: logits 2e-2 * max, per-token losses 5e-2 nats, the mean loss 5e-3, gradients
+// 2.5e-2 * max. The same batch without its record starts is off by 0.31 of max |ref|: the test
+// asks for more than 5x the logits' tolerance.
 #include "fixtures.h"
 #include "../llmc/model/lora.h"
 
@@ -56,7 +63,7 @@ static void check_forward(GPT2* m, const RefBatch* b, const int* doc_start, StFi
     gpt2_forward(m, b->inputs, NULL, NULL, B, T, 0.0f, NULL);
     got = ref_logits_unpadded(m, B * T);
     const double plain = max_err_rel(got, want, nl);
-    TEST_CHECK(plain > 100 * tols()->logits, "without the record starts the logits should differ (max error %.3g)", plain);
+    TEST_CHECK(plain > 5 * tols()->logits, "without the record starts the logits should differ (max error %.3g)", plain);
     printf("ok   the same batch unpacked differs (max error %.3g of max |ref|)\n", plain);
     free(got); free(want);
 

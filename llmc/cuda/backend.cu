@@ -89,9 +89,8 @@ extern "C" void cuda_ops_init(int threads) {
 }
 
 extern "C" OpsCaps cuda_ops_caps(void) {
-    // bf16 parameters: fp32 master weights. The attention kernels do not take record boundaries
-    // yet (dispatch.cu refuses them): packed data is refused before training starts.
-    OpsCaps caps = { OPS_BF16, sizeof(floatX), 1, 0 };
+    // bf16 parameters: fp32 master weights; the attention kernels keep packed records apart
+    OpsCaps caps = { OPS_BF16, sizeof(floatX), 1, 1 };
     return caps;
 }
 
