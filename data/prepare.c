@@ -21,11 +21,15 @@
 #define SHARD_VERSION 1
 #define MASK_MAGIC 20261122
 #define MASK_VERSION 1
+#define MASK_VERSION_PACKED 2 // bit 1 of a mask byte: the token starts a record
 #define HEADER_WINDOW 3   // header field: record window length (0: one token stream)
+#define HEADER_PACKED 4   // header field: 1 = several records per window (--pack)
+#define MASK_START 2
 #define MAX_INPUTS 4096
 
 enum { FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_JSON };
 enum { SEP_FILE, SEP_BLANK, SEP_NONE };
+enum { PACK_IN_ORDER, PACK_BEST_FIT };
 
 static void usage(FILE* f) {
     fprintf(f,
@@ -53,8 +57,15 @@ static void usage(FILE* f) {
 "                         the same names)\n"
 "  --record-windows T     one record per window of T tokens (train with --seq-len T): longer\n"
 "                         records are cut, shorter ones padded with untrained <|endoftext|>\n"
+"  --pack T               whole records packed into windows of T tokens (train with --seq-len T),\n"
+"                         each record attending only to itself; the rest of a window is\n"
+"                         untrained padding. The summary gives the packing efficiency\n"
+"  --pack-order in-order|best-fit\n"
+"                         in-order (default): records in input order, a new window when the\n"
+"                         next does not fit; best-fit: longest first, each into the window it\n"
+"                         fills most tightly (fewer windows, records reordered)\n"
 "  --overlong truncate|drop\n"
-"                         with --record-windows: what happens to records longer than T\n"
+"                         with --record-windows or --pack: what happens to records longer than T\n"
 "                         (default truncate)\n"
 "  --doc-sep file|blank|none\n"
 "                         text input: what a document is. file: each input file (default);\n"
@@ -86,6 +97,8 @@ typedef struct {
     RecMapping map;
     const ChatTemplate* chat;
     int window;           // --record-windows T (0: one stream)
+    int pack;             // --pack T (0: no packing)
+    int pack_order;       // PACK_*
     int drop_overlong;
     int json_flags_given; // --schema / --field / --role / --chat-template (refused for text)
 } Args;
@@ -96,9 +109,12 @@ typedef struct {
 typedef struct {
     uint16_t* tok; uint8_t* mask; size_t n, cap;
     size_t* doc_start; size_t n_doc, cap_doc;
+    uint8_t* doc_stop;        // --pack: the mask of the token after each record (its stop)
     int has_mask;
     int eot;
     int window;               // record windows of this many tokens (0: a plain stream)
+    int pack;                 // records of at most this many tokens, packed later (0: none)
+    int packed;               // the stream holds packed windows (mask bit 1: record starts)
     int drop_overlong;
     int open;                 // a document is open (st_end_doc not yet called)
     long long no_target, truncated, dropped_long, dropped_empty;
@@ -126,7 +142,7 @@ static void st_push(Stream* s, int id, uint8_t m) {
 
 static long long st_trained(const Stream* s, size_t from, size_t to) {
     long long k = 0;
-    for (size_t i = from; i < to; i++) k += s->mask[i];
+    for (size_t i = from; i < to; i++) k += s->mask[i] & 1;
     return k;
 }
 
@@ -147,11 +163,29 @@ static void st_close_window(Stream* s, size_t start) {
     if (st_trained(s, start + 1, s->n) == 0) { s->n = start; s->n_doc--; s->dropped_empty++; }
 }
 
+// A record to pack later: a longer one than the pack length is cut (or dropped), one that trains
+// nothing is dropped. Its stop is the mask of the token that will follow it in its window (the
+// next record's <|endoftext|>, the padding's first): trained after a trained last token, as in a
+// stream, but never after a cut.
+static void st_close_record(Stream* s, size_t start) {
+    size_t T = (size_t)s->pack;
+    int cut = 0;
+    if (s->n - start > T) {
+        if (s->drop_overlong) { s->n = start; s->n_doc--; s->dropped_long++; return; }
+        s->n = start + T;
+        s->truncated++;
+        cut = 1;
+    }
+    if (st_trained(s, start + 1, s->n) == 0) { s->n = start; s->n_doc--; s->dropped_empty++; return; }
+    s->doc_stop[s->n_doc - 1] = cut ? 0 : s->mask[s->n - 1];
+}
+
 static void st_end_doc(Stream* s) {
     if (!s->open) return;
     s->open = 0;
     size_t start = s->doc_start[s->n_doc - 1];
     if (s->window) { st_close_window(s, start); return; }
+    if (s->pack) { st_close_record(s, start); return; }
     if (s->has_mask && st_trained(s, start + 1, s->n) == 0) s->no_target++;
 }
 
@@ -164,17 +198,20 @@ static void st_begin_doc(Stream* s) {
     if (s->n_doc == s->cap_doc) {
         s->cap_doc = s->cap_doc ? 2 * s->cap_doc : 1024;
         s->doc_start = (size_t*)realloc(s->doc_start, s->cap_doc * sizeof(size_t));
-        if (!s->doc_start) fatal(NULL, "out of memory");
+        s->doc_stop = (uint8_t*)realloc(s->doc_stop, s->cap_doc);
+        if (!s->doc_start || !s->doc_stop) fatal(NULL, "out of memory");
     }
     s->doc_start[s->n_doc++] = s->n;
     s->open = 1;
-    st_push(s, s->eot, s->n && !s->window ? s->mask[s->n - 1] : 0);
+    st_push(s, s->eot, s->n && !s->window && !s->pack ? s->mask[s->n - 1] : 0); // (--pack: set when packed)
 }
 
 // After the last document: the stream's closing <|endoftext|> (for a trained completion: the stop
-// token); for windows, the token the last window's last position predicts (untrained).
+// token); for windows, the token the last window's last position predicts (untrained); records to
+// pack get theirs when they are packed.
 static void st_finish(Stream* s, int separators) {
     st_end_doc(s);
+    if (s->pack) return;
     if (s->window) st_push(s, s->eot, 0);
     else if (separators) st_push(s, s->eot, s->n ? s->mask[s->n - 1] : 0);
 }
@@ -318,6 +355,130 @@ static void add_json_file(Stream* s, Tokenizer* tk, const Args* a, const char* p
 }
 
 // ----------------------------------------------------------------------------------------------
+// packing (--pack T): the records of a split into windows of T tokens
+
+static size_t rec_len(const Stream* s, size_t r) {
+    return (r + 1 < s->n_doc ? s->doc_start[r + 1] : s->n) - s->doc_start[r];
+}
+
+// In order: each record goes into the current window, or starts a new one when it does not fit.
+// Writes the records' order (here: r0, r0 + 1, ...) and where each window's run of it starts
+// (wstart[w] .. wstart[w + 1]); returns the number of windows.
+static size_t pack_in_order(const Stream* s, size_t r0, size_t r1, size_t T, size_t* order, size_t* wstart) {
+    size_t nwin = 0, fill = T;
+    for (size_t r = r0; r < r1; r++) {
+        size_t len = rec_len(s, r);
+        if (fill + len > T) { wstart[nwin++] = r - r0; fill = 0; }
+        order[r - r0] = r;
+        fill += len;
+    }
+    wstart[nwin] = r1 - r0;
+    return nwin;
+}
+
+static const Stream* g_sort_stream; // (qsort has no context argument)
+static int cmp_longer_first(const void* x, const void* y) {
+    size_t a = *(const size_t*)x, b = *(const size_t*)y;
+    size_t la = rec_len(g_sort_stream, a), lb = rec_len(g_sort_stream, b);
+    return la != lb ? (la < lb ? 1 : -1) : (a > b) - (a < b);
+}
+
+// Best-fit decreasing (TRL's "bfd"): records longest first (ties in input order), each into the
+// open window whose free space it fills most tightly, or a new window. The windows with f tokens
+// free are a stack (head[f], next[w]); a bitmap of the non-empty stacks finds the tightest fit in
+// T / 64 word reads. Windows come out in the order they were opened, each with its records in the
+// order they were placed. Same outputs as pack_in_order.
+static size_t pack_best_fit(const Stream* s, size_t r0, size_t r1, size_t T, size_t* order, size_t* wstart) {
+    const size_t n = r1 - r0, nwords = T / 64 + 1;
+    size_t* byLen = (size_t*)mallocCheck((n + 1) * sizeof(size_t));
+    size_t* win = (size_t*)mallocCheck((n + 1) * sizeof(size_t));   // window of byLen[i]
+    size_t* next = (size_t*)mallocCheck((n + 1) * sizeof(size_t));  // stack links, by window
+    size_t* head = (size_t*)mallocCheck((T + 1) * sizeof(size_t));
+    uint64_t* has = (uint64_t*)callocCheck(nwords, sizeof(uint64_t));
+    for (size_t i = 0; i < n; i++) byLen[i] = r0 + i;
+    g_sort_stream = s;
+    qsort(byLen, n, sizeof(size_t), cmp_longer_first);
+    size_t nwin = 0;
+    for (size_t i = 0; i < n; i++) {
+        const size_t len = rec_len(s, byLen[i]);
+        size_t f = len, w;
+        for (size_t k = f / 64; k < nwords; k++) {   // the smallest non-empty free size >= len
+            uint64_t bits = has[k] & (k == f / 64 ? ~0ull << (f % 64) : ~0ull);
+            if (bits) { f = k * 64 + (size_t)__builtin_ctzll(bits); break; }
+            if (k + 1 == nwords) f = T + 1;
+        }
+        if (f <= T) { // take a window with f free from its stack
+            w = head[f]; head[f] = next[w];
+            if (head[f] == SIZE_MAX) has[f / 64] &= ~(1ull << (f % 64));
+        } else { w = nwin++; f = T; }
+        win[i] = w;
+        if ((f -= len) > 0) {
+            if (!(has[f / 64] >> (f % 64) & 1)) { head[f] = SIZE_MAX; has[f / 64] |= 1ull << (f % 64); }
+            next[w] = head[f]; head[f] = w;
+        }
+    }
+    // windows in opening order, records in placing order: a counting sort by window
+    memset(wstart, 0, (nwin + 1) * sizeof(size_t));
+    for (size_t i = 0; i < n; i++) wstart[win[i] + 1]++;
+    for (size_t w = 0; w < nwin; w++) wstart[w + 1] += wstart[w];
+    memcpy(next, wstart, nwin * sizeof(size_t));   // (reused: where window w's next record goes)
+    for (size_t i = 0; i < n; i++) order[next[win[i]]++] = byLen[i];
+    free(byLen); free(win); free(next); free(head); free(has);
+    return nwin;
+}
+
+// The windows into out: each record's tokens and masks, its first token marked as a record start
+// and given the stop of what came before it (the previous record's, 0 after padding or at the
+// very start); a window's free tail is <|endoftext|> padding, a record of its own (start mark on
+// its first token, which is the last record's stop target; the rest untrained). *stop carries the
+// mask of the token after the last window.
+static void pack_emit(const Stream* s, const size_t* order, const size_t* wstart, size_t nwin, size_t T, Stream* out, uint8_t* stop) {
+    for (size_t w = 0; w < nwin; w++) {
+        size_t fill = 0;
+        for (size_t k = wstart[w]; k < wstart[w + 1]; k++) {
+            const size_t r = order[k], a = s->doc_start[r], len = rec_len(s, r);
+            st_push(out, s->tok[a], (uint8_t)(*stop | MASK_START));
+            for (size_t i = a + 1; i < a + len; i++) st_push(out, s->tok[i], s->mask[i]);
+            *stop = s->doc_stop[r];
+            fill += len;
+        }
+        for (size_t i = fill; i < T; i++) {
+            st_push(out, s->eot, (uint8_t)(i == fill ? *stop | MASK_START : 0));
+            *stop = 0;
+        }
+    }
+}
+
+// Records [r0, r1) of s packed into windows appended to out; returns the number of windows.
+static size_t pack_split(const Args* a, const Stream* s, size_t r0, size_t r1, Stream* out, uint8_t* stop) {
+    const size_t T = (size_t)a->pack, n = r1 - r0;
+    size_t* order = (size_t*)mallocCheck((n + 1) * sizeof(size_t));
+    size_t* wstart = (size_t*)mallocCheck((n + 1) * sizeof(size_t));
+    size_t nwin = a->pack_order == PACK_BEST_FIT ? pack_best_fit(s, r0, r1, T, order, wstart)
+                                                  : pack_in_order(s, r0, r1, T, order, wstart);
+    pack_emit(s, order, wstart, nwin, T, out, stop);
+    free(order); free(wstart);
+    return nwin;
+}
+
+// Every record packed, validation's (those before the token split) first, each split into windows
+// of its own; then the closing token the last window's last position predicts. The packed
+// stream's split: *cut (training's first window), *val_hi (validation's windows + that token).
+static void pack_records(const Args* a, const Stream* s, size_t split, Stream* out, size_t* cut, size_t* val_hi) {
+    memset(out, 0, sizeof(*out));
+    out->eot = s->eot; out->window = a->pack; out->packed = 1; out->has_mask = 1;
+    size_t kval = 0;
+    while (kval < s->n_doc && s->doc_start[kval] < split) kval++;
+    uint8_t stop = 0;
+    const size_t nv = pack_split(a, s, 0, kval, out, &stop);
+    const size_t nt = pack_split(a, s, kval, s->n_doc, out, &stop);
+    st_push(out, s->eot, stop);
+    *cut = nv * (size_t)a->pack;
+    *val_hi = nv ? *cut + 1 : 0;
+    out->n_doc = nv + nt; // (windows, for the summary)
+}
+
+// ----------------------------------------------------------------------------------------------
 // output
 
 static void write_file(const Args* a, const char* fname, const int32_t* header, const void* data, size_t elem, size_t n) {
@@ -344,12 +505,13 @@ static void write_split(const Args* a, const Stream* s, const char* split, size_
         int32_t header[256] = {0};
         header[0] = SHARD_MAGIC; header[1] = SHARD_VERSION; header[2] = (int32_t)(a1 - a0);
         header[HEADER_WINDOW] = s->window;
+        header[HEADER_PACKED] = s->packed;
         char fname[512];
         snprintf(fname, sizeof(fname), "%s_%s_%06d.bin", a->name, split, k);
         write_file(a, fname, header, s->tok + a0, sizeof(uint16_t), a1 - a0);
         snprintf(written[(*nw)++], 512, "%s", fname);
         if (s->has_mask) {
-            header[0] = MASK_MAGIC; header[1] = MASK_VERSION;
+            header[0] = MASK_MAGIC; header[1] = s->packed ? MASK_VERSION_PACKED : MASK_VERSION;
             snprintf(fname, sizeof(fname), "%s_%s_%06d.mask", a->name, split, k);
             write_file(a, fname, header, s->mask + a0, 1, a1 - a0);
             snprintf(written[(*nw)++], 512, "%s", fname);
@@ -415,6 +577,7 @@ static int parse_value_flag(Args* a, const char* f, char* v, int* have_frac) {
     static const char* const formats[] = { "auto", "text", "jsonl", "json", NULL };
     static const char* const seps[] = { "file", "blank", "none", NULL };
     static const char* const overlong[] = { "truncate", "drop", NULL };
+    static const char* const orders[] = { "in-order", "best-fit", NULL };
     char err[512];
     if (strcmp(f, "--out-dir") == 0) a->out_dir = v;
     else if (strcmp(f, "--name") == 0) {
@@ -423,6 +586,7 @@ static int parse_value_flag(Args* a, const char* f, char* v, int* have_frac) {
     } else if (strcmp(f, "--format") == 0) a->format = pick(f, v, formats, "text, jsonl or json");
     else if (strcmp(f, "--doc-sep") == 0) a->doc_sep = pick(f, v, seps, "file, blank or none");
     else if (strcmp(f, "--overlong") == 0) a->drop_overlong = pick(f, v, overlong, "truncate or drop");
+    else if (strcmp(f, "--pack-order") == 0) a->pack_order = pick(f, v, orders, "in-order or best-fit");
     else if (strcmp(f, "--schema") == 0) {
         int sc = rec_schema_parse(v);
         if (sc < 0) fatal("run data/prepare --help", "--schema: unknown schema '%s' (use %s)", v, REC_SCHEMA_NAMES);
@@ -445,6 +609,7 @@ static int parse_value_flag(Args* a, const char* f, char* v, int* have_frac) {
     } else if (strcmp(f, "--val-tokens") == 0) a->val_tokens = parse_ll(f, v, 0, INT32_MAX);
     else if (strcmp(f, "--shard-tokens") == 0) a->shard_tokens = parse_ll(f, v, 1, INT32_MAX);
     else if (strcmp(f, "--record-windows") == 0) a->window = (int)parse_ll(f, v, 2, 1 << 20);
+    else if (strcmp(f, "--pack") == 0) a->pack = (int)parse_ll(f, v, 2, 1 << 20);
     else if (strcmp(f, "--vocab") == 0) a->vocab = v;
     else return 0;
     return 1;
@@ -455,7 +620,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->val_frac = 0.1; a->val_tokens = -1; a->shard_tokens = 100000000;
     rec_mapping_init(&a->map);
     a->chat = chat_template_get("plain");
-    int have_frac = 0, overlong_given = 0;
+    int have_frac = 0, overlong_given = 0, order_given = 0;
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) { usage(stdout); exit(0); }
@@ -472,12 +637,16 @@ static void parse_args(Args* a, int argc, char** argv) {
         }
         if (i + 1 >= argc) fatal("run data/prepare --help", "%s needs a value (or is not a flag)", f);
         overlong_given |= strcmp(f, "--overlong") == 0;
+        order_given |= strcmp(f, "--pack-order") == 0;
         if (!parse_value_flag(a, f, argv[++i], &have_frac)) fatal("run data/prepare --help", "unknown flag '%s'", f);
     }
     if (a->n_inputs == 0) { usage(stderr); fatal("run data/prepare --help", "--input is required"); }
     if (!a->out_dir) fatal("run data/prepare --help", "--out-dir is required");
     if (have_frac && a->val_tokens >= 0) fatal("give one of them", "--val-frac and --val-tokens are mutually exclusive");
-    if (overlong_given && !a->window) fatal("--overlong is for --record-windows", "--overlong given without --record-windows");
+    if (overlong_given && !a->window && !a->pack)
+        fatal("--overlong is for --record-windows and --pack", "--overlong given without --record-windows or --pack");
+    if (a->window && a->pack) fatal("give one of them: one record per window, or records packed together", "--record-windows and --pack are mutually exclusive");
+    if (order_given && !a->pack) fatal("--pack-order is for --pack", "--pack-order given without --pack");
 }
 
 static void check_inputs(Args* a) {
@@ -494,7 +663,9 @@ static void check_inputs(Args* a) {
     if (a->format == FMT_TEXT && a->json_flags_given)
         fatal("--schema, --field, --role and --chat-template are for JSON records (pass --format jsonl or json)", "they were given with text input");
     if (a->window && a->doc_sep == SEP_NONE) fatal("--record-windows needs documents: use --doc-sep file or blank", "--record-windows with --doc-sep none");
-    if (a->window && a->shard_tokens <= a->window) fatal("raise --shard-tokens", "--shard-tokens %lld cannot hold one window of %d tokens + 1", a->shard_tokens, a->window);
+    if (a->pack && a->doc_sep == SEP_NONE) fatal("--pack needs documents: use --doc-sep file or blank", "--pack with --doc-sep none");
+    const int W = a->window ? a->window : a->pack;
+    if (W && a->shard_tokens <= W) fatal("raise --shard-tokens", "--shard-tokens %lld cannot hold one window of %d tokens + 1", a->shard_tokens, W);
     if (!a->name[0]) {
         const char* b = strrchr(a->inputs[0], '/');
         b = b ? b + 1 : a->inputs[0];
@@ -524,17 +695,32 @@ static size_t split_point(const Args* a, const Stream* s, size_t* cut, size_t* v
         if (dist < bestd) { bestd = dist; best = b; }
     }
     if (best) { *cut = best; *val_hi = best + 1; }
-    else if (s->window) fatal("ask for --val-tokens 0, or give more records", "a validation split needs two record windows; there is %zu", s->n_doc);
+    else if (s->window || s->pack)
+        fatal("ask for --val-tokens 0, or give more records", "a validation split needs two %s; there is %zu", s->window ? "record windows" : "records", s->n_doc);
     else { *cut = target; *val_hi = target; *exact = 1; }
     return target;
 }
 
-static void print_summary(const Args* a, const Stream* s, size_t target, size_t cut, size_t val_hi, int exact) {
-    printf("%s: %zu documents, %zu tokens (val %zu, train %zu)%s\n", a->name, s->n_doc, s->n, val_hi, s->n - cut,
+// --pack: how full the windows are. Record tokens and trained targets per window slot, and what
+// one record per window (--record-windows) would have made of the same records.
+static void print_packing(const Args* a, const Stream* s, const Stream* w) {
+    const double slots = (double)w->n_doc * a->pack, rw_slots = (double)s->n_doc * a->pack;
+    const double real = (double)s->n, trained = (double)st_trained(w, 1, w->n);
+    printf("pack: %zu records in %zu windows of %d tokens (%s): %.1f%% of the window slots hold record tokens, %.1f%% are trained targets\n",
+           s->n_doc, w->n_doc, a->pack, a->pack_order == PACK_BEST_FIT ? "best-fit" : "in order", 100.0 * real / slots, 100.0 * trained / slots);
+    printf("pack: one record per window (--record-windows %d) would take %zu windows: %.1f%% record tokens, %.1f%% trained targets\n",
+           a->pack, s->n_doc, 100.0 * real / rw_slots, 100.0 * trained / rw_slots);
+}
+
+// s: the documents read; w: what was written (s, or its packed windows)
+static void print_summary(const Args* a, const Stream* s, const Stream* w, size_t target, size_t cut, size_t val_hi, int exact) {
+    printf("%s: %zu documents, %zu tokens (val %zu, train %zu)%s\n", a->name, s->n_doc, w->n, val_hi, w->n - cut,
            s->has_mask ? "; loss masks written" : "");
-    if (s->window) printf("record windows of %d tokens: %lld record(s) truncated, %lld dropped as too long, %lld dropped with no trained token\n",
-                          s->window, s->truncated, s->dropped_long, s->dropped_empty);
-    if (target && !exact && val_hi != target)
+    if (s->window || s->pack)
+        printf("%s of %d tokens: %lld record(s) truncated, %lld dropped as too long, %lld dropped with no trained token\n",
+               s->window ? "record windows" : "packed windows", s->window ? s->window : s->pack, s->truncated, s->dropped_long, s->dropped_empty);
+    if (s->pack) print_packing(a, s, w);
+    if (target && !exact && val_hi != target && !s->pack) // (--pack: val_hi counts window tokens)
         printf("note: validation ends at a document boundary: %zu tokens for a target of %zu\n", val_hi, target);
     if (exact) printf("note: no document boundary to cut at; validation cut at token %zu\n", target);
     if (s->no_target) printf("warning: %lld record(s) have no trained tokens (empty completion / no assistant turn)\n", s->no_target);
@@ -564,35 +750,41 @@ int main(int argc, char** argv) {
     memset(&s, 0, sizeof(s));
     s.eot = tk.eot_id;
     s.window = a.window;
+    s.pack = a.pack;
     s.drop_overlong = a.drop_overlong;
-    s.has_mask = a.format != FMT_TEXT || a.window; // window padding must not be trained
+    s.has_mask = a.format != FMT_TEXT || a.window || a.pack; // window padding must not be trained
     for (int k = 0; k < a.n_inputs; k++) {
         if (a.format == FMT_TEXT) add_text_file(&s, &tk, &a, a.inputs[k]);
         else add_json_file(&s, &tk, &a, a.inputs[k]);
     }
     st_finish(&s, a.doc_sep != SEP_NONE);
-    if (s.window && s.n_doc == 0) fatal("raise --record-windows, or use --overlong truncate", "no record fits a window (%lld too long, %lld with no trained token)",
-                                        s.dropped_long, s.dropped_empty);
+    if ((s.window || s.pack) && s.n_doc == 0)
+        fatal(s.pack ? "raise --pack, or use --overlong truncate" : "raise --record-windows, or use --overlong truncate",
+              "no record fits a window (%lld too long, %lld with no trained token)", s.dropped_long, s.dropped_empty);
     size_t content = s.n - s.n_doc - (a.doc_sep != SEP_NONE);
-    if (!s.window && content == 0) fatal("check the --input files", "the input holds no text (only empty documents)");
+    if (!s.window && !s.pack && content == 0) fatal("check the --input files", "the input holds no text (only empty documents)");
     if (s.n < 2) fatal("give more text", "the input has only %zu token", s.n);
 
     size_t cut, val_hi;
     int exact;
     size_t target = split_point(&a, &s, &cut, &val_hi, &exact);
+    Stream packed;
+    const Stream* w = &s; // what is written: the stream, or the windows packed from its records
+    if (a.pack) { pack_records(&a, &s, cut, &packed, &cut, &val_hi); w = &packed; }
     mkdir_p(a.out_dir);
     size_t per = (size_t)a.shard_tokens;
-    if (a.window) per = (per - 1) / (size_t)a.window * (size_t)a.window; // whole windows per shard
-    size_t max_files = 2 * ((val_hi + per - 1) / per + (s.n - cut + per - 1) / per) + 4;
+    if (w->window) per = (per - 1) / (size_t)w->window * (size_t)w->window; // whole windows per shard
+    size_t max_files = 2 * ((val_hi + per - 1) / per + (w->n - cut + per - 1) / per) + 4;
     if (max_files > 100000) fatal("raise --shard-tokens", "that would write %zu files", max_files);
     char (*written)[512] = (char (*)[512])callocCheck(max_files, 512);
     int nw = 0;
-    if (val_hi) write_split(&a, &s, "val", 0, val_hi, written, &nw);
-    write_split(&a, &s, "train", cut, s.n, written, &nw);
+    if (val_hi) write_split(&a, w, "val", 0, val_hi, written, &nw);
+    write_split(&a, w, "train", cut, w->n, written, &nw);
     remove_stale(&a, written, nw);
-    if (!a.quiet) print_summary(&a, &s, target, cut, val_hi, exact);
+    if (!a.quiet) print_summary(&a, &s, w, target, cut, val_hi, exact);
     free(written);
-    free(s.tok); free(s.mask); free(s.doc_start);
+    if (a.pack) { free(packed.tok); free(packed.mask); }
+    free(s.tok); free(s.mask); free(s.doc_start); free(s.doc_stop);
     rec_free(&g_record);
     tokids_free(&scratch);
     tok_free(&tk);

@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
     float* dout = rand_buf(N * C, 1.0f);
     float* dqkv = rand_buf(N * 3 * C, 1.0f);
     float* lse = (float*)ops_alloc((size_t)B * NH * T * sizeof(float));
-    TIME_BEST("attention_forward", L, reps, attention_forward(out, lse, qkv, B, T, C, NH));
-    TIME_BEST("attention_backward", L, reps, attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0));
+    TIME_BEST("attention_forward", L, reps, attention_forward(out, lse, qkv, NULL, B, T, C, NH));
+    TIME_BEST("attention_backward", L, reps, attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH, 0));
     double att_flop = 4.0 * B * NH * (double)T * T / 2 * (C / NH);   // causal half, fwd
     printf("  (attention fwd ~%.2f GFLOP useful per call)\n", att_flop * 1e-9);
 

@@ -114,6 +114,12 @@ def main():
         if masked:
             data += b"\n==mask==\n" + struct.pack("<256i", *([20261122, 1, n] + [0] * 253)) + bytes((k // 3) % 2 for k in range(n))
         put("shard", i, data)
+    # a packed shard (--pack 6: header fields 3 and 4, a version 2 mask whose bit 1 starts records),
+    # read with B=2, T=6
+    n, starts = 6 * 8 + 1, {0, 3, 6, 12, 14, 18, 24, 25, 30, 36, 40, 42}
+    shard = struct.pack("<256i", *([20240520, 1, n, 6, 1] + [0] * 251)) + struct.pack("<%dH" % n, *[(11 * k) % 300 for k in range(n)])
+    mask = bytes((2 if k in starts else 0) | (k % 4 != 1) for k in range(n))
+    put("shard", 3, b"\x01\x05\x00\x00" + shard + b"\n==mask==\n" + struct.pack("<256i", *([20261122, 2, n, 6, 1] + [0] * 251)) + mask)
     # ---- checkpoint state: manifest + state files of step 1 (1 rank; 2 ranks with ZeRO-1)
     def state(world, rank, total, zero, master):
         shard_n = (total + world - 1) // world

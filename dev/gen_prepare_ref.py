@@ -19,6 +19,12 @@ Writes (inputs and expectations; one "ids..." line then one "mask..." line per e
                                                  user message "Capital of France?" (add_generation_prompt)
   test/ref/prepare_windows_expected.txt          prepare_sft.jsonl with --record-windows 24
                                                  (windows rule of data/README.md on tiktoken's ids)
+  test/ref/prepare_pack.jsonl                    records of many lengths for --pack
+  test/ref/prepare_pack_{inorder,bestfit,drop}_expected.txt
+                                                 prepare_pack.jsonl with --pack 24 (in order;
+                                                 --pack-order best-fit; --overlong drop): the
+                                                 packing rule of data/README.md on tiktoken's ids,
+                                                 the mask bytes with their record-start bit (2)
 Run: python3 dev/gen_prepare_ref.py
 """
 import json
@@ -30,7 +36,7 @@ import shutil
 from transformers import GPT2TokenizerFast
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_tokenizer_ref import gpt2_encoding, SFT_RECORDS  # noqa: E402
+from gen_tokenizer_ref import gpt2_encoding, record_tokens, SFT_RECORDS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REF = os.path.join(ROOT, "test", "ref")
@@ -125,20 +131,7 @@ def sft_windows(enc, T):
     and untrained EOT padding; a window with no trained token is dropped; one closing EOT."""
     toks, mask = [], []
     for r in SFT_RECORDS:
-        t, m = [EOT], [0]
-        def seg(text, k):
-            ids = enc.encode_ordinary(text)
-            t.extend(ids)
-            m.extend([k] * len(ids))
-        if "messages" in r:
-            for msg in r["messages"]:
-                seg({"system": "System:", "user": "User:", "assistant": "Assistant:"}[msg["role"]], 0)
-                seg(" " + msg["content"] + "\n", 1 if msg["role"] == "assistant" else 0)
-        elif "prompt" in r:
-            seg(r["prompt"], 0)
-            seg(r["completion"], 1)
-        else:
-            seg(r["text"], 1)
+        t, m = record_tokens(enc, r)
         if len(t) > T:
             t, m = t[:T], m[:T]
         elif len(t) < T:
@@ -155,11 +148,89 @@ def sft_windows(enc, T):
     return toks, mask
 
 
+# Records for --pack: lengths from 2 to beyond the window (cut, or dropped with --overlong drop),
+# one that trains nothing (dropped), several of equal length (ties in best-fit), a conversation.
+PACK_RECORDS = [
+    {"text": "One."},
+    {"prompt": "Question: what colour is grass?\nAnswer:", "completion": " Green."},
+    {"text": "A sentence of a middling length, for the packer."},
+    {"text": "Short text."},
+    {"prompt": "A prompt with nothing after it:", "completion": ""},
+    {"text": "This record is far too long for a window of twenty-four tokens, so it is cut there or left out, as --overlong says."},
+    {"text": "Tiny."},
+    {"messages": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]},
+    {"text": "Another short text."},
+    {"prompt": "2+2=", "completion": " 4"},
+    {"text": "Medium record with some words in it."},
+    {"text": "Ok."},
+]
+
+
+def packed(enc, records, T, best_fit=False, drop=False):
+    """data/README.md's packing: records cut to T (or dropped), records that train nothing
+    dropped; each record's stop is the mask of its last token (0 after a cut). In order: a new
+    window when the next record does not fit. Best-fit: longest first (ties in input order), each
+    into the window with the least free space that holds it (ties: the window that reached that
+    free space last), else a new window; windows in the order opened, records in the order placed.
+    A record's first token: the stop of what precedes it, plus 2 (record start); the padding that
+    ends a window: EOT, its first token the last record's stop plus 2, the rest 0; after the last
+    window one EOT with the last stop."""
+    recs = []
+    for r in records:
+        t, m = record_tokens(enc, r)
+        cut = len(t) > T
+        if cut and drop:
+            continue
+        t, m = t[:T], m[:T]
+        if sum(m[1:]) == 0:
+            continue
+        recs.append((t, m, 0 if cut else m[-1]))
+    windows = []
+    if best_fit:
+        stacks = {}  # free space -> windows with it, the last reached on top
+        for i in sorted(range(len(recs)), key=lambda i: -len(recs[i][0])):
+            n = len(recs[i][0])
+            fits = [f for f, ws in stacks.items() if f >= n and ws]
+            if fits:
+                f = min(fits)
+                w = stacks[f].pop()
+            else:
+                w, f = len(windows), T
+                windows.append([])
+            windows[w].append(i)
+            if f - n > 0:
+                stacks.setdefault(f - n, []).append(w)
+    else:
+        fill = T
+        for i, (t, _, _) in enumerate(recs):
+            if fill + len(t) > T:
+                windows.append([])
+                fill = 0
+            windows[-1].append(i)
+            fill += len(t)
+    toks, mask, stop = [], [], 0
+    for w in windows:
+        fill = 0
+        for i in w:
+            t, m, s = recs[i]
+            toks += t
+            mask += [stop | 2] + m[1:]
+            stop = s
+            fill += len(t)
+        for k in range(T - fill):
+            toks.append(EOT)
+            mask.append(stop | 2 if k == 0 else 0)
+            stop = 0
+    toks.append(EOT)
+    mask.append(stop)
+    return toks, mask
+
+
 def write_expected(name, toks, mask):
     with open(os.path.join(REF, name), "w") as f:
         f.write(" ".join(map(str, toks)) + "\n")
         f.write(" ".join(map(str, mask)) + "\n")
-    print("wrote test/ref/%s: %d tokens, %d trained" % (name, len(toks), sum(mask)))
+    print("wrote test/ref/%s: %d tokens, %d trained" % (name, len(toks), sum(x & 1 for x in mask)))
 
 
 def main():
@@ -182,6 +253,12 @@ def main():
         f.write(prompt)
     print("wrote test/ref/prepare_chatml_prompt.txt: %d tokens" % len(enc.encode_ordinary(prompt)))
     write_expected("prepare_windows_expected.txt", *sft_windows(enc, 24))
+    with open(os.path.join(REF, "prepare_pack.jsonl"), "w", encoding="utf-8") as f:
+        for r in PACK_RECORDS:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    write_expected("prepare_pack_inorder_expected.txt", *packed(enc, PACK_RECORDS, 24))
+    write_expected("prepare_pack_bestfit_expected.txt", *packed(enc, PACK_RECORDS, 24, best_fit=True))
+    write_expected("prepare_pack_drop_expected.txt", *packed(enc, PACK_RECORDS, 24, drop=True))
 
 
 if __name__ == "__main__":

@@ -102,6 +102,7 @@ def stress_cases():
     return c
 
 
+EOT = 50256
 SFT_RECORDS = [
     {"prompt": "Is the sky blue?\nAnswer:", "completion": " Yes, on a clear day."},
     {"text": "A plain document, trained on entirely.\n"},
@@ -115,31 +116,37 @@ SFT_RECORDS = [
 ]
 
 
-def sft_expected(enc):
-    """data/prepare's documented layout: each record starts with <|endoftext|> whose mask is the
-    mask of the token before it (0 at the start); a final <|endoftext|> closes the last record.
-    prompt: mask 0, completion: mask 1; text: mask 1; chat: "Role:" mask 0, then
-    " content\n" with mask 1 for the assistant, 0 otherwise. Segments are encoded separately."""
-    EOT = 50256
-    toks, mask = [], []
-    def doc():
-        mask.append(mask[-1] if mask else 0)
-        toks.append(EOT)
-    def seg(text, m):
+def record_tokens(enc, r):
+    """One record's tokens and mask (plain template), its <|endoftext|> first (mask 0 here):
+    prompt: mask 0, completion: mask 1; text: mask 1; chat: "Role:" mask 0, then " content\n"
+    with mask 1 for the assistant, 0 otherwise. Segments are encoded separately."""
+    t, m = [EOT], [0]
+    def seg(text, k):
         ids = enc.encode_ordinary(text)
-        toks.extend(ids)
-        mask.extend([m] * len(ids))
+        t.extend(ids)
+        m.extend([k] * len(ids))
+    if "messages" in r:
+        for msg in r["messages"]:
+            seg({"system": "System:", "user": "User:", "assistant": "Assistant:"}[msg["role"]], 0)
+            seg(" " + msg["content"] + "\n", 1 if msg["role"] == "assistant" else 0)
+    elif "prompt" in r:
+        seg(r["prompt"], 0)
+        seg(r["completion"], 1)
+    else:
+        seg(r["text"], 1)
+    return t, m
+
+
+def sft_expected(enc):
+    """data/prepare's documented layout: the records' tokens (record_tokens), each record's
+    <|endoftext|> with the mask of the token before it (0 at the start); a final <|endoftext|>
+    closes the last record."""
+    toks, mask = [], []
     for r in SFT_RECORDS:
-        doc()
-        if "messages" in r:
-            for msg in r["messages"]:
-                seg({"system": "System:", "user": "User:", "assistant": "Assistant:"}[msg["role"]], 0)
-                seg(" " + msg["content"] + "\n", 1 if msg["role"] == "assistant" else 0)
-        elif "prompt" in r:
-            seg(r["prompt"], 0)
-            seg(r["completion"], 1)
-        else:
-            seg(r["text"], 1)
+        t, m = record_tokens(enc, r)
+        m[0] = mask[-1] if mask else 0
+        toks += t
+        mask += m
     mask.append(mask[-1])
     toks.append(EOT)
     return toks, mask

@@ -46,6 +46,18 @@ static inline void test_gemm_dtype(int argc, char** argv) {
 // 1 when the model computes in bf16: bf16 storage (CUDA) or bf16 GEMMs (the CPU's bf16 mode).
 static inline int test_is_bf16(void) { return ops_caps().floatx == OPS_BF16 || ops_gemm_dtype() == OPS_BF16; }
 
+// The start of a model test: the backend (bf16 GEMMs with the argument "bf16"), the base model of
+// dir and its reference file dir/ref.safetensors.
+static inline void test_model_start(int argc, char** argv, const char* dir, TestBase* tb, StFile* ref) {
+    ops_init(0);
+    test_gemm_dtype(argc, argv);
+    printf("backend: %s\n", ops_backend_name());
+    test_base_load(tb, dir);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/ref.safetensors", dir);
+    st_open(ref, path);
+}
+
 // A model on weights in table layout, with gradients for `trainable` (plus what the adapters
 // train), activations for the base's batch, adapters lm (kept by the caller; may be NULL), NF4
 // linear weights with qlora.
@@ -85,7 +97,7 @@ static inline int ref_train(Model* m, const RefBatch* b, const RefAdamW* h, floa
     for (int s = 0; s < h->steps; s++) {
         gpt2_zero_grads(&m->gpt);
         long nv = 0;
-        double ls = gpt2_forward(&m->gpt, b->inputs, b->targets, b->B, b->T, 1.0f / (float)b->valid, &nv);
+        double ls = gpt2_forward(&m->gpt, b->inputs, b->targets, NULL, b->B, b->T, 1.0f / (float)b->valid, &nv);
         gpt2_backward(&m->gpt, NULL);
         double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
         opt_step(&opt, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, opt_clip_scale(norm, h->grad_clip), 1234u + (uint32_t)s);

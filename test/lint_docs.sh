@@ -33,7 +33,7 @@ done
 n_checked=0
 while IFS= read -r row; do
   impl=${row#*|}; impl=${impl#*|}           # the second column
-  files=$(grep -oE '`[a-z_/]+\.(c|cu|h)`' <<<"$impl" | tr -d '`')
+  files=$(grep -oE '`[a-z0-9_/]+\.(c|cu|h)`' <<<"$impl" | tr -d '`')
   paths=()
   for f in $files; do
     p="llmc/$f"

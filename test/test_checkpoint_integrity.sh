@@ -108,7 +108,7 @@ mask = bytearray([1] * n); mask[50] = 2
 with open(d + "/train.mask", "wb") as f:
     f.write(struct.pack("<256i", *([20261122, 1, n] + [0] * 253))); f.write(bytes(mask))
 PY
-expect_fail "loss-mask byte 2" "train.mask': mask byte 2 at byte offset 1074 (token 50) is not 0 or 1" "$T" "${RUN[@]}" --steps 2 --out "$TMP/mask"
+expect_fail "loss-mask byte 2" "train.mask': mask byte 2 at byte offset 1074 (token 50) is not in 0..1" "$T" "${RUN[@]}" --steps 2 --out "$TMP/mask"
 
 # ---- two ranks: the manifest gathers both state files; a damaged rank-1 file ends the job
 if command -v mpirun >/dev/null 2>&1; then

@@ -24,7 +24,7 @@ static void check_logits(const char* what, const HostModel* hm, const char* dir,
     st_open(&ref, path);
     Model m;
     test_model(&m, &g_tb, hm->params, 0, NULL, 0, 0);
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
+    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
     float* logits = ref_logits_unpadded(&m.gpt, g_tb.batch.B * g_tb.batch.T);
     size_t nl;
     float* want = ref_read(&ref, key, &nl);

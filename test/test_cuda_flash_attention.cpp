@@ -65,8 +65,8 @@ static double max_abs(const vecf& x) {
 static void cpu_reference(vecf& out, vecf& lse, vecf& dqkv, const vecf& qkv, const vecf& dout, const veci* ds, int B,
                           int T, int C, int NH, int accumulate) {
     if (!ds) {
-        cpu_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-        cpu_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, accumulate);
+        cpu_attention_forward(out.data(), lse.data(), qkv.data(), NULL, B, T, C, NH);
+        cpu_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), NULL, B, T, C, NH, accumulate);
         return;
     }
     for (int b = 0; b < B; b++)
@@ -77,8 +77,8 @@ static void cpu_reference(vecf& out, vecf& lse, vecf& dqkv, const vecf& qkv, con
             size_t r0 = (size_t)b * T + s;
             vecf q(qkv.begin() + r0 * 3 * C, qkv.begin() + (r0 + L) * 3 * C), g(dout.begin() + r0 * C, dout.begin() + (r0 + L) * C);
             vecf o((size_t)L * C), l((size_t)NH * L), d(dqkv.begin() + r0 * 3 * C, dqkv.begin() + (r0 + L) * 3 * C);
-            cpu_attention_forward(o.data(), l.data(), q.data(), 1, L, C, NH);
-            cpu_attention_backward(d.data(), g.data(), q.data(), o.data(), l.data(), 1, L, C, NH, accumulate);
+            cpu_attention_forward(o.data(), l.data(), q.data(), NULL, 1, L, C, NH);
+            cpu_attention_backward(d.data(), g.data(), q.data(), o.data(), l.data(), NULL, 1, L, C, NH, accumulate);
             std::copy(o.begin(), o.end(), out.begin() + r0 * C);
             std::copy(d.begin(), d.end(), dqkv.begin() + r0 * 3 * C);
             for (int h = 0; h < NH; h++) std::copy(l.begin() + (size_t)h * L, l.begin() + (size_t)(h + 1) * L, lse.begin() + ((size_t)b * NH + h) * T + s);

@@ -140,7 +140,7 @@ static void test_encoder(int B, int T, int C, int V) {
     tok[B * T - 1] = tok[0];   // repeated tokens exercise the buckets
     Dev dwte(wte), dwpe(wpe), dout((size_t)B * T * C);
     DevI dtok(tok);
-    cuda_encoder_forward(dout.p, dtok.p, dwte.p, dwpe.p, B, T, C);
+    cuda_encoder_forward(dout.p, dtok.p, dwte.p, dwpe.p, NULL, B, T, C);
     vecf want((size_t)B * T * C);
     for (int bt = 0; bt < B * T; bt++)
         for (int c = 0; c < C; c++) want[(size_t)bt * C + c] = wte[(size_t)tok[bt] * C + c] + wpe[(size_t)(bt % T) * C + c];
@@ -149,7 +149,7 @@ static void test_encoder(int B, int T, int C, int V) {
 
     vecf g = rnd_vec((size_t)B * T * C, 1.0f), gwte = rnd_vec((size_t)V * C, 0.5f), gwpe = rnd_vec((size_t)T * C, 0.5f);
     Dev dg(g), dgwte(gwte), dgwpe(gwpe);
-    cuda_encoder_backward(dgwte.p, dgwpe.p, dg.p, tok.data(), B, T, C);
+    cuda_encoder_backward(dgwte.p, dgwpe.p, dg.p, tok.data(), NULL, B, T, C);
     std::vector<double> rw(gwte.begin(), gwte.end()), rp(gwpe.begin(), gwpe.end());
     for (int bt = 0; bt < B * T; bt++)
         for (int c = 0; c < C; c++) {
@@ -161,15 +161,45 @@ static void test_encoder(int B, int T, int C, int V) {
     snprintf(name, sizeof(name), "encoder_backward dwpe += (B=%d T=%d C=%d)", B, T, C);
     check(name, dgwpe.get(), vecf(rp.begin(), rp.end()), RT, 1e-2);
     vecf co((size_t)B * T * C), cw = gwte, cp = gwpe;
-    cpu_encoder_forward(co.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    cpu_encoder_forward(co.data(), tok.data(), wte.data(), wpe.data(), NULL, B, T, C);
     snprintf(name, sizeof(name), "vs cpu: encoder_forward (B=%d T=%d C=%d)", B, T, C);
     check(name, dout.get(), co, 8e-3, 1e-6);
-    cpu_encoder_backward(cw.data(), cp.data(), g.data(), tok.data(), B, T, C);
+    cpu_encoder_backward(cw.data(), cp.data(), g.data(), tok.data(), NULL, B, T, C);
     snprintf(name, sizeof(name), "vs cpu: encoder_backward dwte, dwpe (B=%d T=%d C=%d)", B, T, C);
     vecf gotw = dgwte.get(), gotp = dgwpe.get();
     gotw.insert(gotw.end(), gotp.begin(), gotp.end());
     cw.insert(cw.end(), cp.begin(), cp.end());
     check(name, gotw, cw, RT, 1e-2);
+}
+
+// Positions of packed records (restarting at 0 with each record; here records of 1..5 tokens):
+// the forward reads their wpe rows, the backward buckets dwpe by position on the host as it does
+// dwte by token. Against the CPU backend's encoder with the same positions.
+static void test_encoder_positions(int B, int T, int C, int V) {
+    char name[128];
+    vecf wte = rnd_vec((size_t)V * C, 1.0f), wpe = rnd_vec((size_t)T * C, 1.0f);
+    std::vector<int> tok(B * T), pos(B * T);
+    for (int i = 0, p = 0, len = 1; i < B * T; i++) {
+        if (i % T == 0 || p == len) { p = 0; len = 1 + i % 5; }
+        pos[i] = p++;
+        tok[i] = (int)((rnd_uniform() + 1.0f) * 0.5f * V) % V;
+    }
+    Dev dwte(wte), dwpe(wpe), dout((size_t)B * T * C);
+    DevI dtok(tok), dpos(pos);
+    cuda_encoder_forward(dout.p, dtok.p, dwte.p, dwpe.p, dpos.p, B, T, C);
+    vecf co((size_t)B * T * C);
+    cpu_encoder_forward(co.data(), tok.data(), wte.data(), wpe.data(), pos.data(), B, T, C);
+    snprintf(name, sizeof(name), "vs cpu: encoder_forward with positions (B=%d T=%d C=%d)", B, T, C);
+    check(name, dout.get(), co, 8e-3, 1e-6);
+    vecf g = rnd_vec((size_t)B * T * C, 1.0f), gwte = rnd_vec((size_t)V * C, 0.5f), gwpe = rnd_vec((size_t)T * C, 0.5f);
+    Dev dg(g), dgwte(gwte), dgwpe(gwpe);
+    cuda_encoder_backward(dgwte.p, dgwpe.p, dg.p, tok.data(), pos.data(), B, T, C);
+    vecf cw = gwte, cp = gwpe;
+    cpu_encoder_backward(cw.data(), cp.data(), g.data(), tok.data(), pos.data(), B, T, C);
+    snprintf(name, sizeof(name), "vs cpu: encoder_backward with positions dwte (B=%d T=%d C=%d)", B, T, C);
+    check(name, dgwte.get(), cw, RT, 1e-2);
+    snprintf(name, sizeof(name), "vs cpu: encoder_backward with positions dwpe (B=%d T=%d C=%d)", B, T, C);
+    check(name, dgwpe.get(), cp, RT, 1e-2);
 }
 
 // reference layernorm of one row, double
@@ -418,15 +448,15 @@ static void test_attention(int B, int T, int C, int NH) {
     check(name, dwr.get(), r0, RT, 2e-2);
     // the CPU backend end to end (its own out / lse feed its backward)
     vecf co((size_t)B * T * C), cl((size_t)B * NH * T), cd = acc;
-    cpu_attention_forward(co.data(), cl.data(), qkv.data(), B, T, C, NH);
+    cpu_attention_forward(co.data(), cl.data(), qkv.data(), NULL, B, T, C, NH);
     snprintf(name, sizeof(name), "vs cpu: attention_forward out, lse (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dout.get(), co, RT, 1e-2);
     check(name, dlse.get(), cl, 1e-4, 1e-4);
-    cpu_attention_backward(cd.data(), g.data(), qkv.data(), co.data(), cl.data(), B, T, C, NH, 1);
+    cpu_attention_backward(cd.data(), g.data(), qkv.data(), co.data(), cl.data(), NULL, B, T, C, NH, 1);
     snprintf(name, sizeof(name), "vs cpu: attention_backward (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dacc.get(), cd, RT, 2e-2);
     vecf cw = acc;
-    cpu_attention_backward(cw.data(), g.data(), qkv.data(), co.data(), cl.data(), B, T, C, NH, 0);
+    cpu_attention_backward(cw.data(), g.data(), qkv.data(), co.data(), cl.data(), NULL, B, T, C, NH, 0);
     snprintf(name, sizeof(name), "vs cpu: attention_backward written (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
     check(name, dwr.get(), cw, RT, 2e-2);
 }
@@ -618,11 +648,11 @@ static void test_null_grads(void) {
     vecf eg = rnd_vec((size_t)B * T * C, 1.0f), ew = rnd_vec((size_t)V * C, 0.5f), ep = rnd_vec((size_t)T * C, 0.5f);
     Dev deg(eg), dew(ew), dep(ep);
     vecf cw2 = ew, cp2 = ep;
-    cuda_encoder_backward(NULL, dep.p, deg.p, tok.data(), B, T, C);
-    cpu_encoder_backward(NULL, cp2.data(), eg.data(), tok.data(), B, T, C);
+    cuda_encoder_backward(NULL, dep.p, deg.p, tok.data(), NULL, B, T, C);
+    cpu_encoder_backward(NULL, cp2.data(), eg.data(), tok.data(), NULL, B, T, C);
     check("encoder_backward dwpe only", dep.get(), cp2, RT, 1e-2);
-    cuda_encoder_backward(dew.p, NULL, deg.p, tok.data(), B, T, C);
-    cpu_encoder_backward(cw2.data(), NULL, eg.data(), tok.data(), B, T, C);
+    cuda_encoder_backward(dew.p, NULL, deg.p, tok.data(), NULL, B, T, C);
+    cpu_encoder_backward(cw2.data(), NULL, eg.data(), tok.data(), NULL, B, T, C);
     check("encoder_backward dwte only", dew.get(), cw2, RT, 1e-2);
 }
 
@@ -715,6 +745,7 @@ int main(void) {
     TIMED(test_elementwise(40, 1));     // misaligned: scalar path
     TIMED(test_encoder(2, 3, 7, 5));
     TIMED(test_encoder(2, 5, 24, 4));
+    TIMED(test_encoder_positions(3, 17, 72, 11));
     TIMED(test_layernorm(5, 7));
     TIMED(test_layernorm(11, 40));
     TIMED(test_layernorm(3, 264));      // several chunks per lane

@@ -70,15 +70,11 @@ static double check_grads(GPT2* mp, const ParamTable* ptp, const GPT2Config* cfg
 }
 
 int main(int argc, char** argv) {
-    ops_init(0);
-    test_gemm_dtype(argc, argv);
-    printf("backend: %s\n", ops_backend_name());
     TestBase tb;
-    test_base_load(&tb, REF_DIR);
+    StFile ref;
+    test_model_start(argc, argv, REF_DIR, &tb, &ref);
     const GPT2Config cfg = tb.cfg;
     const ParamTable pt = tb.pt;
-    StFile ref;
-    st_open(&ref, REF_DIR "/ref.safetensors");
     const int B = tb.batch.B, T = tb.batch.T, V = cfg.vocab_size;
     const int* inputs = tb.batch.inputs;
     const int* targets = tb.batch.targets;
@@ -88,7 +84,7 @@ int main(int argc, char** argv) {
     GPT2* m = &model.gpt;
 
     // ---- logits (forward without targets)
-    gpt2_forward(m, inputs, NULL, B, T, 0.0f, NULL);
+    gpt2_forward(m, inputs, NULL, NULL, B, T, 0.0f, NULL);
     size_t nl;
     float* ref_logits = ref_read(&ref, "logits", &nl);
     TEST_CHECK(nl == (size_t)B * T * V, "logits size");
@@ -100,7 +96,7 @@ int main(int argc, char** argv) {
     const long valid = tb.batch.valid;
     long n_valid = 0;
     gpt2_zero_grads(m);
-    double loss_sum = gpt2_forward(m, inputs, targets, B, T, 1.0f / (float)valid, &n_valid);
+    double loss_sum = gpt2_forward(m, inputs, targets, NULL, B, T, 1.0f / (float)valid, &n_valid);
     TEST_CHECK(n_valid == valid, "valid target count %ld vs %ld", n_valid, valid);
     float loss = (float)(loss_sum / (double)n_valid);
     float* ref_loss = ref_read(&ref, "loss", NULL);
@@ -119,7 +115,7 @@ int main(int argc, char** argv) {
         TEST_CHECK(mr.gpt.act_bytes < m->act_bytes, "recompute 2 does not shrink the activations");
         gpt2_zero_grads(&mr.gpt);
         long nvr = 0;
-        double lr_sum = gpt2_forward(&mr.gpt, inputs, targets, B, T, 1.0f / (float)valid, &nvr);
+        double lr_sum = gpt2_forward(&mr.gpt, inputs, targets, NULL, B, T, 1.0f / (float)valid, &nvr);
         gpt2_backward(&mr.gpt, NULL);
         double lr_err = fabs(lr_sum / (double)nvr - ref_loss[0]);
         TEST_CHECK(lr_err <= tols()->loss, "recompute 2: loss error %.3g", lr_err);

@@ -81,7 +81,7 @@ static float* merged_logits(const LoraModel* lm, const float* base) {
     lora_merge(lm, &g_tb.pt, merged);
     Model m;
     test_model(&m, &g_tb, merged, 0, NULL, 0, 0);
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
+    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
     float* logits = test_logits(&m);
     model_free(&m);
     free(merged);
@@ -136,7 +136,7 @@ static void check_loaded_by_config(const SetSpec* s, const LoraModel* lm, const 
 
 // Logits, loss, every adapter gradient and the gradient that reaches wte (trainable in m) vs PEFT.
 static void check_forward_backward(const SetSpec* s, StFile* ref, Model* m, LoraModel* lm) {
-    gpt2_forward(&m->gpt, g_tb.batch.inputs, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
+    gpt2_forward(&m->gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
     float* logits = test_logits(m);
     size_t nl;
     float* want = ref_read(ref, "logits", &nl);
@@ -147,7 +147,7 @@ static void check_forward_backward(const SetSpec* s, StFile* ref, Model* m, Lora
     gpt2_zero_grads(&m->gpt);
     long nv;
     // (two statements: the operands of / are unsequenced, nv must be read after the call)
-    double loss = gpt2_forward(&m->gpt, g_tb.batch.inputs, g_tb.batch.targets, g_tb.batch.B, g_tb.batch.T, 1.0f / (float)g_tb.batch.valid, &nv);
+    double loss = gpt2_forward(&m->gpt, g_tb.batch.inputs, g_tb.batch.targets, NULL, g_tb.batch.B, g_tb.batch.T, 1.0f / (float)g_tb.batch.valid, &nv);
     loss /= (double)nv;
     gpt2_backward(&m->gpt, NULL);
     float* rl = ref_read(ref, "loss", NULL);
@@ -185,7 +185,7 @@ static void check_accumulation(const SetSpec* s, StFile* ref, LoraModel* lm, con
     double sum = 0;
     for (int k = 0; k < AB; k++) {
         long n1;
-        sum += gpt2_forward(&m.gpt, ai + (size_t)k * AT, at + (size_t)k * AT, 1, AT, 1.0f / (float)valid, &n1);
+        sum += gpt2_forward(&m.gpt, ai + (size_t)k * AT, at + (size_t)k * AT, NULL, 1, AT, 1.0f / (float)valid, &n1);
         gpt2_backward(&m.gpt, NULL);
     }
     float* al = ref_read(ref, "accum.loss", NULL);
@@ -300,7 +300,7 @@ static void test_set(const SetSpec* s) {
 // ---- dropout
 static double loss_at(Model* m) {
     long n;
-    double l = gpt2_forward(&m->gpt, g_tb.batch.inputs, g_tb.batch.targets, g_tb.batch.B, g_tb.batch.T, 0.0f, &n);
+    double l = gpt2_forward(&m->gpt, g_tb.batch.inputs, g_tb.batch.targets, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, &n);
     return l / (double)n;
 }
 
@@ -351,7 +351,7 @@ static void test_dropout(void) {
     TEST_CHECK(fabs(l_train - l_eval) > 1e-5, "dropout changes the training loss (%.7f vs eval %.7f)", l_train, l_eval);
     gpt2_zero_grads(&m.gpt);
     long nv;
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, g_tb.batch.targets, g_tb.batch.B, g_tb.batch.T, 1.0f / (float)g_tb.batch.valid, &nv);
+    gpt2_forward(&m.gpt, g_tb.batch.inputs, g_tb.batch.targets, NULL, g_tb.batch.B, g_tb.batch.T, 1.0f / (float)g_tb.batch.valid, &nv);
     gpt2_backward(&m.gpt, NULL);
     float* g = (float*)mallocCheck(lm->total * sizeof(float));
     float* p0 = (float*)mallocCheck(lm->total * sizeof(float));

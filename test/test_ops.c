@@ -136,8 +136,8 @@ static void ref_matmul(double* out, const double* inp, const double* w, const do
 }
 
 // Naive causal attention with the full (T, T) probability matrix. att (B,NH,T,T) and lse are
-// optional outputs.
-static void ref_attention(double* out, double* lse, double* att, const double* qkv, int B, int T, int C, int NH) {
+// optional outputs. doc_start (B, T) or NULL: query i sees keys doc_start[i] <= j <= i.
+static void ref_attention(double* out, double* lse, double* att, const double* qkv, const int* doc_start, int B, int T, int C, int NH) {
     int HS = C / NH;
     double scale = 1.0 / sqrt((double)HS);
     double* row = dbuf((size_t)T);
@@ -145,8 +145,9 @@ static void ref_attention(double* out, double* lse, double* att, const double* q
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
                 const double* q = qkv + ((size_t)b * T + i) * 3 * C + (size_t)h * HS;
+                const int j0 = doc_start ? doc_start[b * T + i] : 0;
                 double mx = -INFINITY;
-                for (int j = 0; j <= i; j++) {
+                for (int j = j0; j <= i; j++) {
                     const double* k = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * HS;
                     double s = 0.0;
                     for (int d = 0; d < HS; d++) s += q[d] * k[d];
@@ -154,10 +155,11 @@ static void ref_attention(double* out, double* lse, double* att, const double* q
                     if (row[j] > mx) mx = row[j];
                 }
                 double sum = 0.0;
-                for (int j = 0; j <= i; j++) { row[j] = exp(row[j] - mx); sum += row[j]; }
+                for (int j = j0; j <= i; j++) { row[j] = exp(row[j] - mx); sum += row[j]; }
                 double* o = out + ((size_t)b * T + i) * C + (size_t)h * HS;
                 for (int d = 0; d < HS; d++) o[d] = 0.0;
-                for (int j = 0; j <= i; j++) {
+                if (att) for (int j = 0; j < j0; j++) att[(((size_t)b * NH + h) * T + i) * T + j] = 0.0;
+                for (int j = j0; j <= i; j++) {
                     double p = row[j] / sum;
                     const double* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * HS;
                     for (int d = 0; d < HS; d++) o[d] += p * v[d];
@@ -170,12 +172,12 @@ static void ref_attention(double* out, double* lse, double* att, const double* q
 }
 
 // Textbook backward through the materialised attention matrix (softmax Jacobian row by row).
-static void ref_attention_backward(double* dqkv, const double* dout, const double* qkv, int B, int T, int C, int NH) {
+static void ref_attention_backward(double* dqkv, const double* dout, const double* qkv, const int* doc_start, int B, int T, int C, int NH) {
     int HS = C / NH;
     double scale = 1.0 / sqrt((double)HS);
     double* out = dbuf((size_t)B * T * C);
     double* att = dbuf((size_t)B * NH * T * T);
-    ref_attention(out, NULL, att, qkv, B, T, C, NH);
+    ref_attention(out, NULL, att, qkv, doc_start, B, T, C, NH);
     double* dp = dbuf((size_t)T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -222,21 +224,24 @@ static void test_vm_expf(void) {
 // ----------------------------------------------------------------------------
 // encoder
 
-static void test_encoder(void) {
-    const int B = 2, T = 5, C = 7, V = 4;   // V < B*T: tokens repeat, so dwte rows collect several positions
-    int inp[10];
+// pos: NULL (positions t), or given per row: packed records restart at 0 (row 0 holds records of
+// 2 and 3 tokens, row 1 one of 5, so positions 0 and 1 collect three rows each).
+static void test_encoder(const int* pos, const char* tag) {
+    const int B = 2, T = 5, C = 70, V = 4;   // V < B*T: tokens repeat, so dwte rows collect several positions;
+    int inp[10];                             // C > COLBLOCK: two column blocks
+    char what[160];
     for (int i = 0; i < B * T; i++) inp[i] = (int)(urand() * V);
     inp[3] = inp[7] = 2;
     float* wte = frandbuf((size_t)V * C, -1, 1);
     float* wpe = frandbuf((size_t)T * C, -1, 1);
     float* out = fbuf((size_t)B * T * C);
-    encoder_forward(out, inp, wte, wpe, B, T, C);
+    encoder_forward(out, inp, wte, wpe, pos, B, T, C);
     double* want = dbuf((size_t)B * T * C);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int c = 0; c < C; c++)
-                want[((size_t)b * T + t) * C + c] = (double)wte[inp[b * T + t] * C + c] + wpe[t * C + c];
-    close_fd("encoder_forward", out, want, (size_t)B * T * C, 1e-7, 0);
+    for (int bt = 0; bt < B * T; bt++)
+        for (int c = 0; c < C; c++)
+            want[(size_t)bt * C + c] = (double)wte[inp[bt] * C + c] + wpe[(pos ? pos[bt] : bt % T) * C + c];
+    snprintf(what, sizeof(what), "encoder_forward%s", tag);
+    close_fd(what, out, want, (size_t)B * T * C, 1e-7, 0);
 
     float* dout = frandbuf((size_t)B * T * C, -1, 1);
     float* dwte = frandbuf((size_t)V * C, -1, 1);
@@ -244,19 +249,26 @@ static void test_encoder(void) {
     double* gwte = dbuf((size_t)V * C);
     double* gwpe = dbuf((size_t)T * C);
     for (int bt = 0; bt < B * T; bt++)
-        for (int c = 0; c < C; c++) { gwte[inp[bt] * C + c] += dout[bt * C + c]; gwpe[(bt % T) * C + c] += dout[bt * C + c]; }
+        for (int c = 0; c < C; c++) {
+            gwte[inp[bt] * C + c] += dout[bt * C + c];
+            gwpe[(pos ? pos[bt] : bt % T) * C + c] += dout[bt * C + c];
+        }
     float* wte_want = expect_acc(dwte, gwte, (size_t)V * C);
     float* wpe_want = expect_acc(dwpe, gwpe, (size_t)T * C);
     float* dwte0 = fcopy(dwte, (size_t)V * C);
-    encoder_backward(dwte, dwpe, dout, inp, inp, B, T, C);
-    test_allclose("encoder_backward dwte (+=)", dwte, wte_want, (size_t)V * C, 1e-6, 1e-6);
-    test_allclose("encoder_backward dwpe (+=)", dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
+    encoder_backward(dwte, dwpe, dout, inp, inp, pos, pos, B, T, C);
+    snprintf(what, sizeof(what), "encoder_backward dwte (+=)%s", tag);
+    test_allclose(what, dwte, wte_want, (size_t)V * C, 1e-6, 1e-6);
+    snprintf(what, sizeof(what), "encoder_backward dwpe (+=)%s", tag);
+    test_allclose(what, dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
     // NULL dwte: dwpe still accumulates, nothing else touched
-    encoder_backward(NULL, dwpe, dout, inp, inp, B, T, C);
+    encoder_backward(NULL, dwpe, dout, inp, inp, pos, pos, B, T, C);
     for (size_t i = 0; i < (size_t)T * C; i++) wpe_want[i] = (float)((double)wpe_want[i] + gwpe[i]);
-    test_allclose("encoder_backward NULL dwte", dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
-    encoder_backward(dwte0, NULL, dout, inp, inp, B, T, C);
-    test_allclose("encoder_backward NULL dwpe", dwte0, wte_want, (size_t)V * C, 1e-6, 1e-6);
+    snprintf(what, sizeof(what), "encoder_backward NULL dwte%s", tag);
+    test_allclose(what, dwpe, wpe_want, (size_t)T * C, 1e-6, 1e-6);
+    encoder_backward(dwte0, NULL, dout, inp, inp, pos, pos, B, T, C);
+    snprintf(what, sizeof(what), "encoder_backward NULL dwpe%s", tag);
+    test_allclose(what, dwte0, wte_want, (size_t)V * C, 1e-6, 1e-6);
     ops_free(wte); ops_free(wpe); ops_free(out); ops_free(dout); ops_free(dwte); ops_free(dwpe);
     ops_free(wte_want); ops_free(wpe_want); ops_free(dwte0);
     free(want); free(gwte); free(gwpe);
@@ -592,48 +604,50 @@ static void test_matmul_bf16(int N, int C, int OC) {
 // ----------------------------------------------------------------------------
 // attention
 
-struct att_ctx { double* qkv; int B, T, C, NH; };
+struct att_ctx { double* qkv; const int* doc_start; int B, T, C, NH; };
 static void att_fwd_cb(void* p, double* out) {
     struct att_ctx* c = (struct att_ctx*)p;
-    ref_attention(out, NULL, NULL, c->qkv, c->B, c->T, c->C, c->NH);
+    ref_attention(out, NULL, NULL, c->qkv, c->doc_start, c->B, c->T, c->C, c->NH);
 }
 
-static void test_attention_shape(int B, int T, int NH, int HS, int check_fd) {
-    char what[160];
+// One shape, plain causal (doc_start NULL) or over packed records (doc_start (B, T), host memory
+// on this backend); tag names the case in the messages.
+static void test_attention_case(int B, int T, int NH, int HS, int check_fd, const int* doc_start, const char* tag) {
+    char what[200];
     int C = NH * HS;
     size_t n3 = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float* qkv = frandbuf(n3, -1.5f, 1.5f);
     double* qkvd = to_d(qkv, n3);
     float* out = fbuf(nout);
     float* lse = fbuf(nl);
-    attention_forward(out, lse, qkv, B, T, C, NH);
+    attention_forward(out, lse, qkv, doc_start, B, T, C, NH);
     double* want = dbuf(nout);
     double* wlse = dbuf(nl);
-    ref_attention(want, wlse, NULL, qkvd, B, T, C, NH);
-    snprintf(what, sizeof(what), "attention_forward out B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    ref_attention(want, wlse, NULL, qkvd, doc_start, B, T, C, NH);
+    snprintf(what, sizeof(what), "attention_forward out%s B=%d T=%d NH=%d HS=%d", tag, B, T, NH, HS);
     close_fd(what, out, want, nout, 1e-5, 2e-6);
-    snprintf(what, sizeof(what), "attention_forward lse B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    snprintf(what, sizeof(what), "attention_forward lse%s B=%d T=%d NH=%d HS=%d", tag, B, T, NH, HS);
     close_fd(what, lse, wlse, nl, 1e-5, 1e-6);
 
     float* dout = frandbuf(nout, -1, 1);
     double* doutd = to_d(dout, nout);
     double* g = dbuf(n3);
-    ref_attention_backward(g, doutd, qkvd, B, T, C, NH);
+    ref_attention_backward(g, doutd, qkvd, doc_start, B, T, C, NH);
     if (check_fd) {
-        struct att_ctx ctx = {qkvd, B, T, C, NH};
+        struct att_ctx ctx = {qkvd, doc_start, B, T, C, NH};
         double* fd = dbuf(n3);
         fd_grad(att_fwd_cb, &ctx, qkvd, n3, doutd, nout, fd);
-        snprintf(what, sizeof(what), "attention reference backward B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+        snprintf(what, sizeof(what), "attention reference backward%s B=%d T=%d NH=%d HS=%d", tag, B, T, NH, HS);
         close_dd(what, g, fd, n3, 1e-7);
         free(fd);
     }
     float* dqkv = frandbuf(n3, -1, 1);
     float* dwant = expect_acc(dqkv, g, n3);
-    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 1);
-    snprintf(what, sizeof(what), "attention_backward dqkv (+=) B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    attention_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH, 1);
+    snprintf(what, sizeof(what), "attention_backward dqkv (+=)%s B=%d T=%d NH=%d HS=%d", tag, B, T, NH, HS);
     test_allclose(what, dqkv, dwant, n3, 1e-5, 4e-6 * maxabs_d(g, n3));
-    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0);   // written over the sum above
-    snprintf(what, sizeof(what), "attention_backward dqkv written (accumulate 0) B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    attention_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH, 0);   // written over the sum above
+    snprintf(what, sizeof(what), "attention_backward dqkv written (accumulate 0)%s B=%d T=%d NH=%d HS=%d", tag, B, T, NH, HS);
     close_fd(what, dqkv, g, n3, 1e-5, 4e-6);
 
     // thread-count independence: forward and backward are bitwise identical on 1 thread
@@ -645,17 +659,36 @@ static void test_attention_shape(int B, int T, int NH, int HS, int check_fd) {
         float* dq2 = fbuf(n3);
         memset(dq1, 0, n3 * sizeof(float));
         memset(dq2, 0, n3 * sizeof(float));
-        attention_backward(dq2, dout, qkv, out, lse, B, T, C, NH, 1);
+        attention_backward(dq2, dout, qkv, out, lse, doc_start, B, T, C, NH, 1);
         omp_set_num_threads(1);
-        attention_forward(out1, lse1, qkv, B, T, C, NH);
-        attention_backward(dq1, dout, qkv, out, lse, B, T, C, NH, 1);
+        attention_forward(out1, lse1, qkv, doc_start, B, T, C, NH);
+        attention_backward(dq1, dout, qkv, out, lse, doc_start, B, T, C, NH, 1);
         omp_set_num_threads(nthr);
         TEST_CHECK(bitwise_equal(out, out1, nout) && bitwise_equal(lse, lse1, nl) && bitwise_equal(dq1, dq2, n3),
-                   "attention B=%d T=%d NH=%d HS=%d differs between 1 and %d threads", B, T, NH, HS, nthr);
+                   "attention%s B=%d T=%d NH=%d HS=%d differs between 1 and %d threads", tag, B, T, NH, HS, nthr);
         ops_free(out1); ops_free(lse1); ops_free(dq1); ops_free(dq2);
     }
     ops_free(qkv); ops_free(out); ops_free(lse); ops_free(dout); ops_free(dqkv); ops_free(dwant);
     free(qkvd); free(want); free(wlse); free(doutd); free(g);
+}
+
+static void test_attention_shape(int B, int T, int NH, int HS, int check_fd) {
+    test_attention_case(B, T, NH, HS, check_fd, NULL, "");
+}
+
+// Packed records: lens lists the record lengths of row 0, then row 1, ... (each row's sum T).
+// Each query must see its own record's keys only, as the reference with doc_start computes.
+static void test_attention_docs(int B, int T, int NH, int HS, int check_fd, const int* lens, int nlens, const char* tag) {
+    int* doc_start = (int*)ops_alloc((size_t)B * T * sizeof(int));
+    int r = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; r++) {
+            TEST_CHECK(r < nlens, "test_attention_docs: record lengths do not fill %d rows of %d", B, T);
+            for (int k = 0; k < lens[r]; k++) doc_start[b * T + t + k] = t;
+            t += lens[r];
+        }
+    test_attention_case(B, T, NH, HS, check_fd, doc_start, tag);
+    ops_free(doc_start);
 }
 
 // ----------------------------------------------------------------------------
@@ -901,7 +934,7 @@ static void test_determinism(void) {
         r[k][2] = fbuf((size_t)V * C); memset(r[k][2], 0, (size_t)V * C * sizeof(float));
         r[k][3] = fbuf(C); memset(r[k][3], 0, C * sizeof(float));
         layernorm_backward(NULL, r[k][0], r[k][1], dy, x, w, mean, rstd, N, C, 1);
-        encoder_backward(r[k][2], NULL, dy, inp, inp, 1, N, C);
+        encoder_backward(r[k][2], NULL, dy, inp, inp, NULL, NULL, 1, N, C);
         matmul_backward(NULL, NULL, r[k][3], dy, x, w, N, 1, C, 1);
     }
     omp_set_num_threads(nthr);
@@ -950,7 +983,9 @@ int main(int argc, char** argv) {
     ops_free(p);
 
     test_vm_expf();
-    test_encoder();
+    test_encoder(NULL, "");
+    static const int packed_pos[10] = {0, 1, 0, 1, 2, 0, 1, 2, 3, 4};
+    test_encoder(packed_pos, " with positions");
     test_layernorm_shape(5, 7, 0.0f);
     test_layernorm_shape(3, 768, 30.0f);   // large mean: two-pass variance needed
     test_layernorm_shape(67, 129, 0.0f);
@@ -973,6 +1008,15 @@ int main(int argc, char** argv) {
     test_attention_shape(1, 70, 2, 24, 0);
     test_attention_shape(1, 200, 1, 32, 0);
     test_attention_shape(1, 66, 1, 128, 0);
+    // packed records: a record of one position, records across the 64-position tiles, a start
+    // exactly on a tile edge, a row without a boundary, a record that fills a row
+    static const int small[] = {1, 3, 5, 4, 2, 3};
+    test_attention_docs(2, 9, 2, 16, 1, small, 6, " [records 1 3 5 | 4 2 3]");
+    static const int tiles[] = {1, 70, 30, 49, 64, 64, 22, 150};
+    test_attention_docs(3, 150, 2, 64, 0, tiles, 8, " [records 1 70 30 49 | 64 64 22 | 150]");
+    test_attention_docs(3, 150, 1, 24, 0, tiles, 8, " [records 1 70 30 49 | 64 64 22 | 150]");
+    static const int ends[] = {100, 29, 1, 1};
+    test_attention_docs(1, 131, 3, 16, 0, ends, 4, " [records 100 29 1 1]");
 
     test_classifier_shape(5, 7, 9, 3.0f);
     test_classifier_shape(3, 1, 4, 3.0f);        // V = 1: loss 0, gradient 0

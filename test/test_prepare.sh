@@ -7,7 +7,11 @@
 # plain and ChatML templates give exactly the tokens and assistant masks of transformers'
 # apply_chat_template (test/ref/prepare_*_expected.txt, dev/gen_prepare_ref.py); field and role
 # mapping; record windows (one record per window, padding untrained, window length in the header,
-# a trainer with another --seq-len refused).
+# a trainer with another --seq-len refused); packed records (--pack: tokens and masks with their
+# record-start bit against dev/gen_prepare_ref.py's packing of test/ref/prepare_pack.jsonl, in
+# order, best-fit and with --overlong drop; headers; the efficiency line; the split; the errors;
+# the trainers on packed data, CPU and CUDA (its harness build): the same loss, gradient norm and
+# validation loss as one record per window, and another --seq-len refused).
 set -u
 BUILD="${BUILD:-build}"; BIN_DIR="${BIN_DIR:-.}"
 if [ -z "${PREPARE_BIN:-}" ]; then
@@ -30,9 +34,9 @@ shard_ok() {
   local f="$1" n; n=$(hdr "$f" 2)
   [ "$(hdr "$f" 0)" = 20240520 ] && [ "$(hdr "$f" 1)" = 1 ] && [ "$(stat -c %s "$f")" = $((1024 + 2*n)) ]
 }
-mask_ok() {
+mask_ok() { # mask_ok FILE [VERSION]
   local f="$1" b="${1%.mask}.bin" n; n=$(hdr "$f" 2)
-  [ "$(hdr "$f" 0)" = 20261122 ] && [ "$(hdr "$f" 1)" = 1 ] && [ "$(stat -c %s "$f")" = $((1024 + n)) ] && [ "$n" = "$(hdr "$b" 2)" ]
+  [ "$(hdr "$f" 0)" = 20261122 ] && [ "$(hdr "$f" 1)" = "${2:-1}" ] && [ "$(stat -c %s "$f")" = $((1024 + n)) ] && [ "$n" = "$(hdr "$b" 2)" ]
 }
 # run prepare expecting failure with a message matching a pattern (expect_fail: extended regular
 # expression; expect_failF: a fixed string, for any command)
@@ -253,6 +257,73 @@ if [ -x "$TRAIN" ]; then
 else
   echo "skip: $TRAIN not built: the trainer's --seq-len check was not run"
 fi
+# --- 8. packed records: whole records in windows of T tokens, each window's records marked
+for v in inorder bestfit drop; do
+  case $v in inorder) fl=();; bestfit) fl=(--pack-order best-fit);; drop) fl=(--overlong drop);; esac
+  "$P" --input test/ref/prepare_pack.jsonl --out-dir "$T/pk$v" --name pk --val-tokens 0 --pack 24 "${fl[@]}" > "$T/pk$v.log" || bad "prepare --pack ($v)"
+  check "--pack 24 ${fl[*]}: tokens and mask (record starts + 2) == the documented packing" same_as_ref "$T/pk$v/pk_train_000000" test/ref/prepare_pack_${v}_expected.txt
+done
+pk="$T/pkinorder/pk_train_000000"
+check "packed: window length 24 and packed flag in the shard header, version 2 mask" \
+  eval '[ "$(hdr "$pk.bin" 3)" = 24 ] && [ "$(hdr "$pk.bin" 4)" = 1 ] && [ "$(hdr "$pk.mask" 3)" = 24 ] && [ "$(hdr "$pk.mask" 4)" = 1 ] && mask_ok "$pk.mask" 2 && shard_ok "$pk.bin"'
+check "record windows and streams keep header field 4 at 0" eval '[ "$(hdr "$T/w/w_train_000000.bin" 4)" = 0 ] && [ "$(hdr "$T/e/sft_train_000000.bin" 4)" = 0 ]'
+pt=($(toks "$pk.bin")); pm=($(masks "$pk.mask"))
+nwin=$(( (${#pt[@]} - 1) / 24 )); okw=1
+for ((k = 0; k < nwin; k++)); do [ "${pt[$((k*24))]}" = 50256 ] && [ $(( ${pm[$((k*24))]} & 2 )) = 2 ] || okw=0; done
+check "each of the $nwin packed windows starts a record with <|endoftext|>" [ $okw = 1 ]
+check "summary: cut and dropped records" grep -q "packed windows of 24 tokens: 1 record(s) truncated, 0 dropped as too long, 1 dropped with no trained token" "$T/pkinorder.log"
+# 11 records of 3..24 tokens (96 tokens, 74 trained targets: the reference's mask) in 5 windows
+# (120 slots); one per window, 11 windows (264 slots)
+ntr=$(sed -n 2p test/ref/prepare_pack_inorder_expected.txt | tr ' ' '\n' | tail -n +2 | awk '{s += $1 % 2} END {print s}')
+check "summary: packing efficiency (record tokens and trained targets per window slot; $ntr trained)" eval \
+  '[ "$ntr" = 74 ] && grep -qF "pack: 11 records in 5 windows of 24 tokens (in order): 80.0% of the window slots hold record tokens, 61.7% are trained targets" "$T/pkinorder.log" &&
+   grep -qF "pack: one record per window (--record-windows 24) would take 11 windows: 36.4% record tokens, 28.0% trained targets" "$T/pkinorder.log"'
+"$P" --input test/ref/prepare_pack.jsonl --out-dir "$T/pkv" --name pk --val-tokens 40 --pack 24 --shard-tokens 50 --quiet || bad "--pack + split + shards"
+vt=$(hdr "$T/pkv/pk_val_000000.bin" 2); n2=0; for f in "$T"/pkv/pk_train_*.bin; do n2=$((n2 + $(hdr "$f" 2) - 1)); mask_ok "${f%.bin}.mask" 2 || bad "$f: mask"; done
+check "--pack with a split: val is whole windows + 1 ($vt tokens), train shards 2 windows + 1" \
+  eval '[ $(( (vt - 1) % 24 )) = 0 ] && [ "$(hdr "$T/pkv/pk_train_000000.bin" 2)" = 49 ] && [ $(( (vt - 1 + n2) % 24 )) = 0 ] && [ "$(toks "$T/pkv/pk_val_000000.bin" | head -1)" = 50256 ]'
+"$P" --input "$T/paras.txt" --doc-sep blank --out-dir "$T/pt" --name p --val-tokens 0 --pack 24 --quiet || bad "text --pack"
+pm=$(masks "$T/pt/p_train_000000.mask" | tr '\n' ' ')
+# the paragraphs (7 and 12 tokens after their EOT) in one window: starts marked, the stop between
+# them trained, the padding's first token (the second's stop) too, the rest of it not
+check "text documents packed: one window + 1, masks $pm" \
+  eval '[ "$(hdr "$T/pt/p_train_000000.bin" 2)" = 25 ] && [ "$pm" = "2 1 1 1 1 1 1 1 3 1 1 1 1 1 1 1 1 1 1 1 1 3 0 0 0 " ]'
+expect_failF "--pack with --record-windows" "--record-windows and --pack are mutually exclusive" "$P" --input test/ref/prepare_pack.jsonl --out-dir "$T/x" --pack 24 --record-windows 24
+expect_failF "--pack-order without --pack" "--pack-order given without --pack" "$P" --input test/ref/prepare_pack.jsonl --out-dir "$T/x" --pack-order best-fit
+expect_failF "bad --pack-order" "--pack-order: unknown value 'random' (use in-order or best-fit)" "$P" --input test/ref/prepare_pack.jsonl --out-dir "$T/x" --pack 24 --pack-order random
+expect_failF "--pack with --doc-sep none" "--pack with --doc-sep none" "$P" --input "$T/paras.txt" --doc-sep none --out-dir "$T/x" --pack 16
+expect_failF "--pack: no record fits" "no record fits a window" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --field prompt=question,completion=answer --pack 4 --overlong drop
+expect_failF "--pack: a validation split needs two records" "a validation split needs two records" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --field prompt=question,completion=answer --pack 32
+# The same records one per window (11 windows) and packed (5): one step over all of them and an
+# evaluation give the same loss, gradient norm and validation loss (each record as if alone).
+"$P" --input test/ref/prepare_pack.jsonl --out-dir "$T/pkw" --name pk --val-tokens 0 --record-windows 24 --quiet || bad "prepare pkw"
+packed_as_alone() { # packed_as_alone NAME PROGRAM RTOL [flags...]
+  local name="$1" prog="$2" rtol="$3" v d bs; shift 3
+  local o="$T/pk_${name//[^a-zA-Z0-9]/_}"
+  for v in w pk; do
+    [ $v = w ] && { d="$T/pkw"; bs=11; } || { d="$T/pkinorder"; bs=5; }
+    "$prog" --model tiny --train-data "$d/pk_train_*.bin" --val-data "$d/pk_train_*.bin" --batch-size $bs --seq-len 24 --steps 1 \
+      --eval-every 1 --eval-batches all --lr 0 "$@" --out "${o}_$v" > "${o}_$v.log" 2>&1 || { cat "${o}_$v.log"; bad "$name on $v"; }
+  done
+  check "$name on packed windows == one record per window: step loss, gradient norm, validation loss (within $rtol)" \
+    python3 - "${o}_w/log.jsonl" "${o}_pk/log.jsonl" "$rtol" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+pairs = [(x[k], y[k]) for x, y in zip(a, b) for k in ("train_loss", "grad_norm", "val_loss") if k in x]
+print("  (record windows, packed):", pairs)
+sys.exit(0 if len(pairs) == 4 and all(abs(x - y) <= float(sys.argv[3]) * abs(x) for x, y in pairs) else 1)
+PY
+}
+if [ -x "$TRAIN" ]; then
+  packed_as_alone train_gpt2 "$TRAIN" 2e-6 --threads 2
+  expect_failF "train_gpt2 refuses another --seq-len for packed windows" "holds records packed into windows of 24 tokens (data/prepare --pack 24), but --seq-len is 16" \
+    "$TRAIN" --model tiny --train-data "$T/pkinorder/pk_train_*.bin" --batch-size 1 --seq-len 16 --steps 1 --threads 2
+fi
+# the CUDA build (here its harness build: the attention kernels with the record starts, the
+# encoder with the positions), within bf16
+EMU_TRAIN="$BUILD/gpucheck/emu/train_gpt2"
+if [ -x "$EMU_TRAIN" ]; then packed_as_alone "train_gpt2 of the CUDA build" "$EMU_TRAIN" 2e-3
+else echo "skip: $EMU_TRAIN not built: the CUDA build was not run on packed data"; fi
 # the vocabulary without --vocab: data/gpt2 of the working directory, else near the program
 mkdir -p "$T/elsewhere" "$T/bin"; ROOT=$(pwd); PABS=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
 ( cd "$T/elsewhere" && "$PABS" --input "$ROOT/$T/f1.txt" --out-dir out --val-tokens 0 --quiet ) \

@@ -142,7 +142,7 @@ static void test_set(const char* name) {
     test_model(&m, &g_tb, g_tb.weights, 0, lm, 1, 0);
     const RefBatch* b = &g_tb.batch;
 
-    gpt2_forward(&m.gpt, b->inputs, NULL, b->B, b->T, 0.0f, NULL);
+    gpt2_forward(&m.gpt, b->inputs, NULL, NULL, b->B, b->T, 0.0f, NULL);
     size_t nl;
     float* logits = test_logits(&m);
     float* want = ref_read(&ref, "logits", &nl);
@@ -153,7 +153,7 @@ static void test_set(const char* name) {
     gpt2_zero_grads(&m.gpt);
     long nv;
     // (two statements: the operands of / are unsequenced, nv must be read after the call)
-    double loss = gpt2_forward(&m.gpt, b->inputs, b->targets, b->B, b->T, 1.0f / (float)b->valid, &nv);
+    double loss = gpt2_forward(&m.gpt, b->inputs, b->targets, NULL, b->B, b->T, 1.0f / (float)b->valid, &nv);
     loss /= (double)nv;
     gpt2_backward(&m.gpt, NULL);
     float* rl = ref_read(&ref, "loss", NULL);
@@ -168,7 +168,7 @@ static void test_set(const char* name) {
     lora_merge(lm, &g_tb.pt, merged);
     Model mm;
     test_model(&mm, &g_tb, merged, 0, NULL, 0, 0);
-    gpt2_forward(&mm.gpt, b->inputs, NULL, b->B, b->T, 0.0f, NULL);
+    gpt2_forward(&mm.gpt, b->inputs, NULL, NULL, b->B, b->T, 0.0f, NULL);
     logits = test_logits(&mm);
     want = ref_read(&ref, "merged_logits", &nl);
     snprintf(what, sizeof(what), "%s merged into dequant(quant(W)): logits", name);

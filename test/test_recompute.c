@@ -19,7 +19,7 @@ static Run run_level(int level, const TestBase* tb) {
     r.act_bytes = m->act_bytes; r.scr_bytes = m->scr_bytes;
     gpt2_zero_grads(m);
     long nv = 0;
-    r.loss = gpt2_forward(m, inputs, targets, B, T, 1.0f / (float)(B * T), &nv);
+    r.loss = gpt2_forward(m, inputs, targets, NULL, B, T, 1.0f / (float)(B * T), &nv);
     gpt2_backward(m, NULL);
     r.n = m->grads_n;
     r.grads = (float*)mallocCheck(r.n * sizeof(float));
@@ -32,7 +32,7 @@ static Run run_level(int level, const TestBase* tb) {
     opt_init(&opt, segs, nseg, 0, (size_t)-1);
     opt_step(&opt, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 7);
     gpt2_zero_grads(m);
-    r.loss2 = gpt2_forward(m, inputs, targets, B, T, 1.0f / (float)(B * T), &nv);
+    r.loss2 = gpt2_forward(m, inputs, targets, NULL, B, T, 1.0f / (float)(B * T), &nv);
     gpt2_backward(m, NULL);
     r.grads2 = (float*)mallocCheck(r.n * sizeof(float));
     ops_download_f32(r.grads2, m->grads, r.n);

@@ -15,6 +15,14 @@
 // (T, HS) per-thread buffer; the item owns its head's slice of dqkv, so there are no races and
 // the result does not depend on the thread count. Memory: O(T * HS) per thread, no T^2 term.
 //
+// Packed records (doc_start given): query t sees keys doc_start[t] <= k <= t. Records are
+// contiguous runs of the row, so doc_start grows along it: the forward starts each query tile at
+// the key tile holding its first row's record start (the tiles before it are skipped, not
+// masked), and the backward stops a key tile's walk at the first query tile whose first row
+// starts its record after those keys. Inside a tile the record start is masked like the causal
+// diagonal. Without doc_start the loops are the plain causal ones: nothing is skipped, nothing
+// costs more than a compare.
+//
 // The inner products are tiny GEMMs (64 x HS x 64). They are written with GCC/Clang vector
 // extensions (16 floats: one AVX-512 register, two AVX2 ones, four NEON ones) with the head size
 // a compile-time constant for HS in {16, 32, 64, 128} (GPT-2 uses 64 everywhere), so the
@@ -179,7 +187,37 @@ static float* kt_scratch_get(size_t n) {
 // ----------------------------------------------------------------------------
 // forward
 
-void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+// The online softmax of one query row over one key tile: the row's scores s (BK, unscaled) become
+// its unnormalised probabilities against the running max *m, the running sum *l is rescaled and
+// grows by theirs, and the row's output accumulator o (HS) is rescaled by the change of the max.
+// Keys j < lo (another record) or j >= lim (the future, or past the end) get p = 0; a row with no
+// key visible in this tile changes nothing.
+static inline void softmax_tile_row(float* s, float* o, float* m, float* l, int lo, int lim, float scale, int HS) {
+    if (lo >= lim) { memset(s, 0, BK * sizeof(float)); return; }
+    float mx = *m;
+    #pragma omp simd reduction(max:mx)
+    for (int j = 0; j < BK; j++) {
+        float v = j < lim && j >= lo ? s[j] * scale : -INFINITY;
+        s[j] = v;
+        mx = v > mx ? v : mx;
+    }
+    float alpha = vm_expf(*m - mx);   // 0 on the row's first tile (m = -inf)
+    float sum = 0.0f;
+    #pragma omp simd reduction(+:sum)
+    for (int j = 0; j < BK; j++) {
+        float p = vm_expf(s[j] - mx);   // exp(-inf) = 0 for masked keys
+        s[j] = p;
+        sum += p;
+    }
+    *l = *l * alpha + sum;
+    *m = mx;
+    if (alpha != 1.0f) {
+        #pragma omp simd
+        for (int d = 0; d < HS; d++) o[d] *= alpha;
+    }
+}
+
+void cpu_attention_forward(float* out, float* lse, const float* qkv, const int* doc_start, int B, int T, int C, int NH) {
     assertCheck(NH > 0 && C % NH == 0);
     if (B <= 0 || T <= 0) return;
     const int HS = C / NH;
@@ -209,40 +247,20 @@ void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int 
             const float* qb = qkv + (size_t)b * T * stride + (size_t)h * HS;
             const float* vb = qb + 2 * (size_t)C;
             const float* KT = KTall + (size_t)bh * HS * Tp;
+            const int* starts = doc_start ? doc_start + (size_t)b * T : NULL;
             int q0 = qt * BQ, nq = T - q0 < BQ ? T - q0 : BQ;
             const float* Q = qb + (size_t)q0 * stride;
             memset(O, 0, (size_t)nq * HS * sizeof(float));
             for (int i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
             int last_key = q0 + nq - 1;
-            for (int k0 = 0; k0 <= last_key; k0 += BK) {
+            for (int k0 = starts ? starts[q0] / BK * BK : 0; k0 <= last_key; k0 += BK) {
                 int nk = T - k0 < BK ? T - k0 : BK;
                 mk_rows_times_t(S, Q, stride, KT + k0, (size_t)Tp, nq, HS);
                 for (int i = 0; i < nq; i++) {
-                    float* s = S + (size_t)i * BK;
                     int lim = q0 + i - k0 + 1;   // keys j < lim are visible (causal, in range)
                     if (lim > nk) lim = nk;
-                    float mx = m[i];
-                    #pragma omp simd reduction(max:mx)
-                    for (int j = 0; j < BK; j++) {
-                        float v = j < lim ? s[j] * scale : -INFINITY;
-                        s[j] = v;
-                        mx = v > mx ? v : mx;
-                    }
-                    float alpha = vm_expf(m[i] - mx);   // 0 on the first tile (m = -inf)
-                    float sum = 0.0f;
-                    #pragma omp simd reduction(+:sum)
-                    for (int j = 0; j < BK; j++) {
-                        float p = vm_expf(s[j] - mx);   // exp(-inf) = 0 for masked keys
-                        s[j] = p;
-                        sum += p;
-                    }
-                    l[i] = l[i] * alpha + sum;
-                    m[i] = mx;
-                    if (alpha != 1.0f) {
-                        float* o = O + (size_t)i * HS;
-                        #pragma omp simd
-                        for (int d = 0; d < HS; d++) o[d] *= alpha;
-                    }
+                    int lo = starts ? starts[q0 + i] - k0 : 0;   // and keys j >= lo (the query's record)
+                    softmax_tile_row(S + (size_t)i * BK, O + (size_t)i * HS, &m[i], &l[i], lo, lim, scale, HS);
                 }
                 mk_rows_times_n(O, (size_t)HS, S, vb + (size_t)k0 * stride, stride, nq, nk, HS);
             }
@@ -279,7 +297,7 @@ static void load_rows(float* dst, const float* src, size_t stride, int t0, int n
 // (Longer than a screen: the per-thread tile buffers are allocated once around the loop over
 // (batch, head) and the tile stages share them; each stage is a line or a small helper above.)
 void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                            const float* lse, int B, int T, int C, int NH, int accumulate) {
+                            const float* lse, const int* doc_start, int B, int T, int C, int NH, int accumulate) {
     assertCheck(NH > 0 && C % NH == 0);
     if (B <= 0 || T <= 0) return;
     const int HS = C / NH;
@@ -309,6 +327,7 @@ void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, co
             const float* dob = dout + (size_t)b * T * C + (size_t)h * HS;
             const float* ob = out + (size_t)b * T * C + (size_t)h * HS;
             const float* lseb = lse + (size_t)bh * T;
+            const int* starts = doc_start ? doc_start + (size_t)b * T : NULL;
             float* dqb = dqkv + (size_t)b * T * stride + (size_t)h * HS;
             float* dkb = dqb + C;
             float* dvb = dqb + 2 * (size_t)C;
@@ -331,6 +350,7 @@ void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, co
                 memset(dK, 0, (size_t)BK * HS * sizeof(float));
                 memset(dV, 0, (size_t)BK * HS * sizeof(float));
                 for (int q0 = (k0 / BQ) * BQ; q0 < T; q0 += BQ) {   // query tiles that see these keys
+                    if (starts && starts[q0] >= k0 + nk) break;   // (this one's records, and the later ones', start after them)
                     int nq = T - q0 < BQ ? T - q0 : BQ;
                     const float* Qt = Qh + (size_t)q0 * HS;
                     const float* dOt = dOh + (size_t)q0 * HS;
@@ -341,10 +361,11 @@ void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, co
                         float* ds = dS + (size_t)i * BK;
                         int lim = q0 + i - k0 + 1;
                         if (lim > nk) lim = nk;
+                        int lo = starts ? starts[q0 + i] - k0 : 0;
                         float li = lseb[q0 + i], Di = Dh[q0 + i];
                         #pragma omp simd
                         for (int j = 0; j < BK; j++) {
-                            float pj = j < lim ? vm_expf(p[j] - li) : 0.0f;
+                            float pj = j < lim && j >= lo ? vm_expf(p[j] - li) : 0.0f;
                             p[j] = pj;
                             ds[j] = pj * (ds[j] - Di);
                         }

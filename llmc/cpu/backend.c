@@ -172,9 +172,10 @@ void cpu_ops_upload_f32(float* dst, const float* src_host, size_t n) { if (n) me
 void cpu_ops_download_f32(float* dst_host, const float* src, size_t n) { if (n) memcpy(dst_host, src, n * sizeof(float)); }
 void cpu_ops_synchronize(void) {}
 void cpu_ops_set_deterministic(int on) { (void)on; } // every CPU op is deterministic
-                               
-                               OpsCaps cpu_ops_caps(void) {
-    OpsCaps caps = { OPS_F32, sizeof(float), 0 };   // fp32 parameters: AdamW updates them directly
+
+OpsCaps cpu_ops_caps(void) {
+    // fp32 parameters: AdamW updates them directly; attention keeps packed records apart
+    OpsCaps caps = { OPS_F32, sizeof(float), 0, 1 };
     return caps;
 }
 

@@ -48,14 +48,14 @@ void device_attach(Comm* c) { cpu_device_attach(c); }
 void device_detach(Comm* c) { cpu_device_detach(c); }
 
 // ---- embeddings
-void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B,
-                     int T, int C) {
-    CPU_PROF("encoder_forward", 0, 0, cpu_encoder_forward(out, inp, wte, wpe, B, T, C));
+void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, const int* pos,
+                     int B, int T, int C) {
+    CPU_PROF("encoder_forward", 0, 0, cpu_encoder_forward(out, inp, wte, wpe, pos, B, T, C));
 }
 void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
-                      const int* inp_host, int B, int T, int C) {
-    (void)inp_host; // inp is host memory here
-    CPU_PROF("encoder_backward", 0, 0, cpu_encoder_backward(dwte, dwpe, dout, inp, B, T, C));
+                      const int* inp_host, const int* pos, const int* pos_host, int B, int T, int C) {
+    (void)inp_host; (void)pos_host; // inp and pos are host memory here
+    CPU_PROF("encoder_backward", 0, 0, cpu_encoder_backward(dwte, dwpe, dout, inp, pos, B, T, C));
 }
 
 // ---- layernorm
@@ -115,12 +115,13 @@ void dropout_forward(floatX* out, const floatX* inp, size_t n, float p, uint64_t
 void mul_inplace(floatX* dst, const floatX* mask, size_t n) { CPU_PROF("mul_inplace", 0, 0, cpu_mul_inplace(dst, mask, n)); }
 
 // ---- attention
-void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
-    CPU_PROF("attention_forward", 0, 0, cpu_attention_forward(out, lse, qkv, B, T, C, NH));
+void attention_forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T,
+                       int C, int NH) {
+    CPU_PROF("attention_forward", 0, 0, cpu_attention_forward(out, lse, qkv, doc_start, B, T, C, NH));
 }
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                        const float* lse, int B, int T, int C, int NH, int accumulate) {
-    CPU_PROF("attention_backward", 0, 0, cpu_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, accumulate));
+                        const float* lse, const int* doc_start, int B, int T, int C, int NH, int accumulate) {
+    CPU_PROF("attention_backward", 0, 0, cpu_attention_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH, accumulate));
 }
 
 // ---- attention over a key/value cache

@@ -43,10 +43,10 @@ void cpu_device_attach(Comm* c);
 void cpu_device_detach(Comm* c);
 
 // ---- embeddings (encoder.c)
-void cpu_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B,
-                         int T, int C);
-void cpu_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T,
-                          int C);
+void cpu_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
+                         const int* pos, int B, int T, int C);
+void cpu_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp,
+                          const int* pos, int B, int T, int C);
 
 // ---- layernorm (layernorm.c)
 void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -82,9 +82,11 @@ void cpu_dropout_forward(float* out, const float* inp, size_t n, float p, uint64
 void cpu_mul_inplace(float* dst, const float* mask, size_t n);
 
 // ---- attention (attention.c)
-void cpu_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void cpu_attention_forward(float* out, float* lse, const float* qkv, const int* doc_start, int B,
+                           int T, int C, int NH);
 void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                            const float* lse, int B, int T, int C, int NH, int accumulate);
+                            const float* lse, const int* doc_start, int B, int T, int C, int NH,
+                            int accumulate);
 
 // ---- attention over a key/value cache (attention_kv.c)
 void cpu_attention_forward_kv(float* out, const float* qkv_new, float* kcache, float* vcache, int B,

@@ -89,7 +89,8 @@ extern "C" void cuda_ops_init(int threads) {
 }
 
 extern "C" OpsCaps cuda_ops_caps(void) {
-    OpsCaps caps = { OPS_BF16, sizeof(floatX), 1 };   // bf16 parameters: fp32 master weights
+    // bf16 parameters: fp32 master weights; the attention kernels keep packed records apart
+    OpsCaps caps = { OPS_BF16, sizeof(floatX), 1, 1 };
     return caps;
 }
 

@@ -59,14 +59,14 @@ void device_attach(Comm* c) { cuda_device_attach(c); }
 void device_detach(Comm* c) { cuda_device_detach(c); }
 
 // ---- embeddings
-void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B,
-                     int T, int C) {
-    cuda_encoder_forward(out, inp, wte, wpe, B, T, C);
+void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, const int* pos,
+                     int B, int T, int C) {
+    cuda_encoder_forward(out, inp, wte, wpe, pos, B, T, C);
 }
 void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
-                      const int* inp_host, int B, int T, int C) {
-    (void)inp; // the kernels need only the positions of each token, grouped on the host
-    cuda_encoder_backward(dwte, dwpe, dout, inp_host, B, T, C);
+                      const int* inp_host, const int* pos, const int* pos_host, int B, int T, int C) {
+    (void)inp; (void)pos; // the kernels need only the rows of each token and position, grouped on the host
+    cuda_encoder_backward(dwte, dwpe, dout, inp_host, pos_host, B, T, C);
 }
 
 // ---- layernorm
@@ -127,12 +127,13 @@ void dropout_forward(floatX* out, const floatX* inp, size_t n, float p, uint64_t
 void mul_inplace(floatX* dst, const floatX* mask, size_t n) { cuda_mul_inplace(dst, mask, n); }
 
 // ---- attention
-void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
-    cuda_attention_forward(out, lse, qkv, NULL, B, T, C, NH);   // (packed sequences: branch pack)
+void attention_forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T,
+                       int C, int NH) {
+    cuda_attention_forward(out, lse, qkv, doc_start, B, T, C, NH);
 }
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                        const float* lse, int B, int T, int C, int NH, int accumulate) {
-    cuda_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH, accumulate);
+                        const float* lse, const int* doc_start, int B, int T, int C, int NH, int accumulate) {
+    cuda_attention_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH, accumulate);
 }
 
 // ---- attention over a key/value cache

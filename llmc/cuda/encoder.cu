@@ -1,19 +1,20 @@
 // Token + position embedding forward and a deterministic backward (no float atomics): the wte
 // gradient is computed per vocabulary row from a host-side bucketing of the token positions,
-// and each row's positions are summed in a fixed order.
+// and each row's positions are summed in a fixed order. Positions are t, or given per row (packed
+// records restart at 0 with each record); then the wpe gradient is bucketed the same way.
 #include <stdlib.h>
 #include <algorithm>
 #include <vector>
 #include "cuda/common.cuh"
 #include "cuda/ops_cuda.h"
 
-// one thread per 8 channels of one (b, t)
+// one thread per 8 channels of one (b, t); position pos[bt], or t without pos
 __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
-                                       int BT, int T, int C, int vec) {
+                                       const int* pos, int BT, int T, int C, int vec) {
     int chunks = (C + 7) / 8;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)BT * chunks) return;
-    int bt = (int)(idx / chunks), c = (int)(idx % chunks) * 8, t = bt % T;
+    int bt = (int)(idx / chunks), c = (int)(idx % chunks) * 8, t = pos ? pos[bt] : bt % T;
     float a[8], b[8];
     load8f(a, wte + (size_t)inp[bt] * C, c, C, vec);
     load8f(b, wpe + (size_t)t * C, c, C, vec);
@@ -36,13 +37,14 @@ __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, in
     store8f(dwpe + (size_t)t * C, acc, c, C, vec);
 }
 
-// Block = one distinct token (bucket); threads stride over 8-channel chunks. pos[start[u] ..
-// start[u+1]) are the (b*T + t) positions holding token tok[u], ascending.
-__global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* tok, const int* start,
-                                            const int* pos, int C, int vec) {
+// Block = one distinct key (bucket: a token for dwte, a position for packed dwpe); threads stride
+// over 8-channel chunks. pos[start[u] .. start[u+1]) are the (b*T + t) rows holding key key[u],
+// ascending: d[key[u], :] += their dout rows, in that order.
+__global__ void encoder_backward_rows_kernel(floatX* d, const floatX* dout, const int* key, const int* start,
+                                             const int* pos, int C, int vec) {
     int u = blockIdx.x;
     int p0 = start[u], p1 = start[u + 1];
-    floatX* row = dwte + (size_t)tok[u] * C;
+    floatX* row = d + (size_t)key[u] * C;
     for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
         float acc[8], d[8];
         load8f(acc, row, c, C, vec);
@@ -54,54 +56,62 @@ __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, co
     }
 }
 
-extern "C" void cuda_encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C) {
+extern "C" void cuda_encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, const int* pos,
+                                     int B, int T, int C) {
     int BT = B * T, vec = C % 8 == 0 && ops_aligned16(out) && ops_aligned16(wte) && ops_aligned16(wpe);
     size_t work = (size_t)BT * ((C + 7) / 8);
     if (!work) return;
-    LAUNCH(encoder_forward_kernel, ops_blocks(work, 256), 256, 0, 0, out, inp, wte, wpe, BT, T, C, vec);
+    LAUNCH(encoder_forward_kernel, ops_blocks(work, 256), 256, 0, 0, out, inp, wte, wpe, pos, BT, T, C, vec);
     cudaCheck(cudaGetLastError());
 }
 
-// The buckets of the wte gradient, grouped on the host from the caller's copy of the tokens (the
-// device is not waited for: the backward kernels before this one keep running) and uploaded
-// asynchronously from pinned memory. Layout: tok[nb] | start[nb + 1] | pos[BT]; returns nb.
-// A stable sort by token: buckets in token order, each bucket's positions ascending.
-static int encoder_buckets(int* out, const int* tokens, int BT) {
+// The buckets of a gradient by key (the tokens, or the positions of packed records), grouped on
+// the host from the caller's copy of the keys (the device is not waited for: the backward kernels
+// before this one keep running). Layout: key[nb] | start[nb + 1] | pos[BT]; returns nb.
+// A stable sort by key: buckets in key order, each bucket's rows ascending.
+static int encoder_buckets(int* out, const int* keys, int BT) {
     static std::vector<int> order;   // host scratch, kept between calls
     order.resize(BT);
     for (int i = 0; i < BT; i++) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return tokens[x] < tokens[y]; });
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return keys[x] < keys[y]; });
     int nb = 0;
     for (int i = 0; i < BT; i++)
-        if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) nb++;
-    int *tok = out, *start = out + nb, *pos = out + 2 * nb + 1, u = 0;
+        if (i == 0 || keys[order[i]] != keys[order[i - 1]]) nb++;
+    int *key = out, *start = out + nb, *pos = out + 2 * nb + 1, u = 0;
     for (int i = 0; i < BT; i++) {
-        if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) { tok[u] = tokens[order[i]]; start[u] = i; u++; }
+        if (i == 0 || keys[order[i]] != keys[order[i - 1]]) { key[u] = keys[order[i]]; start[u] = i; u++; }
         pos[i] = order[i];
     }
     start[nb] = BT;
     return nb;
 }
 
-extern "C" void cuda_encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp_host, int B, int T, int C) {
+// d[keys[n], :] += dout[n, :] over the BT rows: the buckets uploaded asynchronously from pinned
+// memory into slot `half` of the encoder's scratch (one per gradient: the wte and wpe buckets of
+// one call are in flight together), then one block per bucket.
+static void encoder_backward_rows(floatX* d, const floatX* dout, const int* keys_host, int BT, int C, int half) {
+    // sized for the most buckets (every key distinct), so the device buffer never changes size
+    const size_t cap = (3 * (size_t)BT + 1) * sizeof(int);
+    int* hbuf = (int*)ops_stage_host(cap);
+    int nb = encoder_buckets(hbuf, keys_host, BT);
+    int* dbuf = (int*)ops_scratch(OPS_SCRATCH_ENCODER, 2 * cap) + (size_t)half * (cap / sizeof(int));
+    cudaCheck(cudaMemcpyAsync(dbuf, hbuf, (2 * (size_t)nb + 1 + BT) * sizeof(int), cudaMemcpyHostToDevice, 0));
+    int vec = C % 8 == 0 && ops_aligned16(d) && ops_aligned16(dout);
+    int threads = std::min(256, std::max(32, ((C + 7) / 8 + 31) / 32 * 32));
+    LAUNCH(encoder_backward_rows_kernel, nb, threads, 0, 0, d, dout, dbuf, dbuf + nb, dbuf + 2 * nb + 1, C, vec);
+    cudaCheck(cudaGetLastError());
+}
+
+extern "C" void cuda_encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp_host, const int* pos_host,
+                                      int B, int T, int C) {
     int BT = B * T;
     if (BT == 0 || C == 0) return;
-    if (dwpe) {
+    if (dwpe && pos_host) encoder_backward_rows(dwpe, dout, pos_host, BT, C, 1);
+    else if (dwpe) {
         int vec = C % 8 == 0 && ops_aligned16(dwpe) && ops_aligned16(dout);
         size_t work = (size_t)T * ((C + 7) / 8);
         LAUNCH(encoder_backward_wpe_kernel, ops_blocks(work, 256), 256, 0, 0, dwpe, dout, B, T, C, vec);
         cudaCheck(cudaGetLastError());
     }
-    if (dwte) {
-        // sized for the most buckets (every token distinct), so the device buffer never changes size
-        const size_t cap = (3 * (size_t)BT + 1) * sizeof(int);
-        int* hbuf = (int*)ops_stage_host(cap);
-        int nb = encoder_buckets(hbuf, inp_host, BT);
-        int* dbuf = (int*)ops_scratch(OPS_SCRATCH_ENCODER, cap);
-        cudaCheck(cudaMemcpyAsync(dbuf, hbuf, (2 * (size_t)nb + 1 + BT) * sizeof(int), cudaMemcpyHostToDevice, 0));
-        int vec = C % 8 == 0 && ops_aligned16(dwte) && ops_aligned16(dout);
-        int threads = std::min(256, std::max(32, ((C + 7) / 8 + 31) / 32 * 32));
-        LAUNCH(encoder_backward_wte_kernel, nb, threads, 0, 0, dwte, dout, dbuf, dbuf + nb, dbuf + 2 * nb + 1, C, vec);
-        cudaCheck(cudaGetLastError());
-    }
+    if (dwte) encoder_backward_rows(dwte, dout, inp_host, BT, C, 0);
 }

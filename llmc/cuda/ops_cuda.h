@@ -44,10 +44,11 @@ void cuda_device_detach(Comm* c);
 
 // ---- embeddings (encoder.cu)
 void cuda_encoder_forward(__nv_bfloat16* out, const int* inp, const __nv_bfloat16* wte,
-                          const __nv_bfloat16* wpe, int B, int T, int C);
-// (the tokens in host memory: the backward groups their positions on the host)
+                          const __nv_bfloat16* wpe, const int* pos, int B, int T, int C);
+// (the tokens and the positions, or NULL, in host memory: the backward groups the rows of each
+// token and position on the host)
 void cuda_encoder_backward(__nv_bfloat16* dwte, __nv_bfloat16* dwpe, const __nv_bfloat16* dout,
-                           const int* inp_host, int B, int T, int C);
+                           const int* inp_host, const int* pos_host, int B, int T, int C);
 
 // ---- layernorm (layernorm.cu)
 void cuda_layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,

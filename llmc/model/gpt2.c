@@ -201,12 +201,19 @@ void gpt2_set_recompute(GPT2* m, int level) {
     m->recompute = level;
 }
 
+// The batch-sized buffers of gpt2_alloc_acts.
+static void gpt2_free_acts(GPT2* m) {
+    ops_free(m->act_memory); ops_free(m->scr_memory);
+    ops_free(m->inputs); ops_free(m->targets); ops_free(m->doc_start); ops_free(m->pos);
+    free(m->losses_host); free(m->inputs_host); free(m->pos_host);
+}
+
 void gpt2_alloc_acts(GPT2* m, int B, int T) {
     if (m->act_memory && m->B == B && m->T == T) return;
     if (T > m->cfg.max_seq_len)
         fatal("use a --seq-len (or prompt + new tokens) no larger than the model's n_positions",
               "sequences of %d tokens exceed the model's maximum sequence length %d (n_positions)", T, m->cfg.max_seq_len);
-    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); free(m->inputs_host); }
+    if (m->act_memory) gpt2_free_acts(m);
     if (m->acts.logits) ops_free(m->acts.logits);
     m->acts.logits = NULL;
     m->B = B; m->T = T;
@@ -244,14 +251,17 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
 
     m->inputs = (int*)ops_alloc(BT * sizeof(int));
     m->targets = (int*)ops_alloc(BT * sizeof(int));
+    m->doc_start = (int*)ops_alloc(BT * sizeof(int));
+    m->pos = (int*)ops_alloc(BT * sizeof(int));
     m->losses_host = (float*)mallocCheck(BT * sizeof(float));
     m->inputs_host = (int*)mallocCheck(BT * sizeof(int));
+    m->pos_host = (int*)mallocCheck(BT * sizeof(int));
     linear_set_alloc(m->lin, B * T);
 }
 
 void gpt2_free(GPT2* m) {
     if (m->acts.logits) ops_free(m->acts.logits);
-    if (m->act_memory) { ops_free(m->act_memory); ops_free(m->scr_memory); ops_free(m->inputs); ops_free(m->targets); free(m->losses_host); free(m->inputs_host); }
+    if (m->act_memory) gpt2_free_acts(m);
     if (m->params) ops_free(m->params);
     if (m->resident_buf) ops_free(m->resident_buf);
     if (m->grads) ops_free(m->grads);
@@ -297,12 +307,13 @@ size_t gpt2_resident_bytes(const GPT2* m) {
     return n * sizeof(floatX);
 }
 
-void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd, const int* tokens, int B, int T, int pos) {
+void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd, const int* tokens,
+                        const int* positions, int B, int T, int pos) {
     const int C = m->cfg.channels;
     // positions pos.. use rows pos.. of wpe
     UNIT_NEED(m, UNIT_HEAD(m));
     UNIT_PREFETCH(m, 0);
-    encoder_forward(x, tokens, m->p[PT_WTE], m->p[PT_WPE] + (size_t)pos * C, B, T, C);
+    encoder_forward(x, tokens, m->p[PT_WTE], m->p[PT_WPE] + (size_t)pos * C, positions, B, T, C);
     UNIT_RELEASE(m, UNIT_HEAD(m));
     // The first layernorm stands alone; every later one is fused with the residual add before it.
     UNIT_NEED(m, 0);
@@ -316,7 +327,7 @@ void gpt2_block_forward(GPT2* m, int l, const GPT2BlockIO* io, int B, int T, con
     UNIT_PREFETCH(m, next);
     linear_forward(LIN(m, l, LINEAR_QKV), io->qkv, NULL, io->ln1, N);
     if (kv) attention_forward_kv(io->atty, io->qkv, kv->k, kv->v, B, kv->pos, T, kv->maxT, C, NH);
-    else attention_forward(io->atty, io->lse, io->qkv, B, T, C, NH);
+    else attention_forward(io->atty, io->lse, io->qkv, m->packed ? m->doc_start : NULL, B, T, C, NH);
     linear_forward(LIN(m, l, LINEAR_ATTPROJ), io->attproj, NULL, io->atty, N);
     fused_residual_layernorm_forward(io->residual2, io->ln2, io->ln2_mean, io->ln2_rstd, io->residual, io->attproj,
                                      LP(m, PT_LN2W, l), LP(m, PT_LN2B, l), N, C);
@@ -369,8 +380,31 @@ static void gpt2_logits_forward(GPT2* m, int N) {
     matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, m->cfg.channels, (int)Vp);
 }
 
+// The record boundaries of a forward (doc_start on the host, or NULL): each row must be contiguous
+// records. The positions in the records go to the encoder, the starts to attention, both uploaded
+// only when some row has a boundary; a batch without one runs as plain rows (m->packed = 0).
+static void gpt2_set_docs(GPT2* m, const int* doc_start, int B, int T) {
+    m->packed = 0;
+    if (!doc_start) return;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const int i = b * T + t, d = doc_start[i];
+            if (t == 0 ? d != 0 : d != doc_start[i - 1] && d != t)
+                fatal("this is a bug in llmc (record starts come from the data loader)",
+                      "doc_start[%d][%d] = %d: not the start of a run of positions", b, t, d);
+            m->pos_host[i] = t - d;
+            m->packed |= d != 0;
+        }
+    if (!m->packed) return;
+    if (!ops_caps().doc_attention)
+        fatal("train packed data (data/prepare --pack) with the CPU build, or prepare it with --record-windows",
+              "the %s backend's attention does not keep packed records apart", ops_backend_name());
+    ops_to_device_async(m->doc_start, doc_start, (size_t)B * T * sizeof(int));
+    ops_to_device_async(m->pos, m->pos_host, (size_t)B * T * sizeof(int));
+}
+
 // The forward up to the per-token losses (acts.losses, when targets are given).
-static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
+static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, const int* doc_start, int B, int T, float dloss) {
     if (B > m->B || T > m->T) fatal("this is a bug in llmc", "forward with B=%d T=%d beyond allocated %d x %d", B, T, m->B, m->T);
     const int L = m->cfg.num_layers, C = m->cfg.channels;
     const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
@@ -387,8 +421,9 @@ static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, int
     memcpy(m->inputs_host, inputs, (size_t)N * sizeof(int));
     ops_to_device_async(m->inputs, inputs, (size_t)N * sizeof(int));
     if (targets) ops_to_device_async(m->targets, targets, (size_t)N * sizeof(int));
+    gpt2_set_docs(m, doc_start, B, T);
     GPT2Acts* a = &m->acts;
-    gpt2_embed_forward(m, a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, m->inputs, B, T, 0);
+    gpt2_embed_forward(m, a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, m->inputs, m->packed ? m->pos : NULL, B, T, 0);
     for (int l = 0; l < L; l++) {
         GPT2BlockIO io = block_io(m, l, B, T);
         gpt2_block_forward(m, l, &io, B, T, NULL);
@@ -406,8 +441,9 @@ static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, int
     if (!m->has_targets) UNIT_RELEASE(m, UNIT_HEAD(m)); // (else backward starts with this unit: ln_f)
 }
 
-double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, long* n_valid) {
-    gpt2_forward_run(m, inputs, targets, B, T, dloss);
+double gpt2_forward(GPT2* m, const int* inputs, const int* targets, const int* doc_start, int B, int T, float dloss,
+                    long* n_valid) {
+    gpt2_forward_run(m, inputs, targets, doc_start, B, T, dloss);
     if (!targets) { if (n_valid) *n_valid = 0; return 0.0; }
     const int N = B * T;
     ops_to_host(m->losses_host, m->acts.losses, (size_t)N * sizeof(float));
@@ -417,9 +453,10 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T
     return sum;
 }
 
-void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss, double* loss_acc) {
+void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, const int* doc_start, int B, int T, float dloss,
+                      double* loss_acc) {
     if (!targets) fatal("this is a bug in llmc", "gpt2_forward_acc without targets");
-    gpt2_forward_run(m, inputs, targets, B, T, dloss);
+    gpt2_forward_run(m, inputs, targets, doc_start, B, T, dloss);
     // ignored targets have a loss of 0 (fused_classifier): the sum over every row is the sum over valid ones
     sum_f32_acc(loss_acc, m->acts.losses, (size_t)B * T);
 }
@@ -465,7 +502,7 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
         // dresidual is now the gradient of residual2 = residual + attproj.
         linear_backward(LIN(m, l, LINEAR_ATTPROJ), s->datty, s->dresidual, a->atty + l * BTC, N, 0);
         attention_backward(s->dqkv, s->datty, a->qkv + l * BTC * 3, a->atty + l * BTC,
-                           a->att_lse + (size_t)l * B * NH * T, B, T, C, NH, 0);
+                           a->att_lse + (size_t)l * B * NH * T, m->packed ? m->doc_start : NULL, B, T, C, NH, 0);
         floatX* ln1 = LA(a->ln1, l, BTC, keep_ln);
         if (!keep_ln)
             layernorm_forward(ln1, s->ln_mean, s->ln_rstd, residual, LP(m, PT_LN1W, l), LP(m, PT_LN1B, l), N, C);
@@ -476,6 +513,7 @@ void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
         UNIT_RELEASE(m, l);
         if (sink) sink->bucket_done(sink->ctx, L - 1 - l);
     }
-    encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, m->inputs_host, B, T, C);
+    encoder_backward(m->g[PT_WTE], m->g[PT_WPE], s->dresidual, m->inputs, m->inputs_host,
+                     m->packed ? m->pos : NULL, m->packed ? m->pos_host : NULL, B, T, C);
     if (sink) sink->bucket_done(sink->ctx, L);
 }

@@ -106,6 +106,11 @@ typedef struct GPT2 {
     int* inputs_host;                  // (B, T) the same tokens on the host (encoder backward
                                        // buckets positions per token from them)
     int* targets;                      // (B, T)
+    int* doc_start;                    // (B, T) backend memory: the record starts of the last forward
+    int* pos;                          // (B, T) backend memory: its positions in their records
+    int* pos_host;                     // (B, T) the same positions on the host (encoder backward)
+    int packed;                        // the last forward had record boundaries (doc_start and pos
+                                       // in use); 0: every row one sequence, positions 0..T-1
     int cur_B, cur_T;                  // shape of the last forward
     int has_targets;                   // the last forward computed losses and turned the logits into
                                        // their gradient (targets given, dloss != 0)
@@ -178,18 +183,25 @@ floatX* gpt2_grad_slice(const GPT2* m, ParamId id, int l);
 // If dloss != 0 (a training forward) the classifier's backward is done too: the gradient of
 // lnf waits for gpt2_backward, and wte's gradient is ADDED here (zero gradients before the
 // forward). Without targets returns 0 and leaves logits in acts.logits.
-double gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss,
-                    long* n_valid);
+// doc_start: NULL (each row one sequence), or packed records (host, B*T, as the data loader gives
+// them: for each position, the position in its row where its record starts). Then every record
+// computes what it would alone: its positions start at 0 (wpe) and its tokens attend only to its
+// own (attention's doc_start, llmc/ops/ops.h); backward follows the same. Rows without a boundary
+// cost nothing extra; a backend without ops_caps().doc_attention refuses boundaries.
+double gpt2_forward(GPT2* m, const int* inputs, const int* targets, const int* doc_start, int B, int T,
+                    float dloss, long* n_valid);
 // The training forward (targets required): as gpt2_forward, but the sum of the losses is added
 // into *loss_acc (one double in backend memory) and nothing is read back, so a step's
 // micro-batches run without waiting for the device (the caller knows the valid targets).
-void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss,
-                      double* loss_acc);
+void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, const int* doc_start, int B, int T,
+                      float dloss, double* loss_acc);
 // ---- the forward pass in pieces, shared with the key/value-cache forward (llmc/model/sampler.c)
 
-// Token + position embeddings of tokens (backend memory, B x T) at positions [pos, pos + T) into
-// x (N, C), and the first block's ln_1 of it into ln (mean / rstd: (N) statistics).
-void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd, const int* tokens, int B, int T, int pos);
+// Token + position embeddings of tokens (backend memory, B x T) at positions [pos, pos + T), or
+// at positions[b, t] (backend memory, B x T; packed records) when given, into x (N, C), and the
+// first block's ln_1 of it into ln (mean / rstd: (N) statistics).
+void gpt2_embed_forward(GPT2* m, floatX* x, floatX* ln, float* mean, float* rstd, const int* tokens,
+                        const int* positions, int B, int T, int pos);
 
 // One transformer block over N = B x T rows. ln1 holds ln_1 of the block's input on entry (the
 // embedding or the previous block computed it); the block writes its output residual3 and, fused

@@ -84,7 +84,7 @@ static void kv_forward_chunk(KVCache* kv, const int* tokens, int Tn) {
     const int B = kv->B, L = m->cfg.num_layers, C = m->cfg.channels, Vp = m->cfg.padded_vocab_size;
     const size_t layer_cache = (size_t)B * kv->maxT * C;
     ops_to_device(kv->tokens_dev, tokens, (size_t)B * Tn * sizeof(int));
-    gpt2_embed_forward(m, kv->x, kv->ln, kv->mean, kv->rstd, kv->tokens_dev, B, Tn, kv->pos);
+    gpt2_embed_forward(m, kv->x, kv->ln, kv->mean, kv->rstd, kv->tokens_dev, NULL, B, Tn, kv->pos);
     GPT2BlockIO io = {
         kv->x, kv->ln, kv->qkv, kv->atty, NULL, kv->proj, kv->res2, kv->ln, kv->mean, kv->rstd,
         kv->fch, kv->fch_gelu, kv->fcproj, kv->x, kv->ln, kv->mean, kv->rstd,
@@ -200,7 +200,7 @@ int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n
         if (kv) {
             logits = kv_forward(kv, seq + kv->pos, len - kv->pos);
         } else {
-            gpt2_forward(m, seq, NULL, 1, len, 0.0f, NULL);
+            gpt2_forward(m, seq, NULL, NULL, 1, len, 0.0f, NULL);
             ops_download_f32(row, m->acts.logits + (size_t)(len - 1) * Vp, (size_t)Vp);
             logits = row;
         }

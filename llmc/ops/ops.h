@@ -70,6 +70,8 @@ typedef struct {
     size_t floatx_bytes;    // sizeof(floatX)
     int master_weights;     // 1: the optimizer keeps fp32 master weights of the floatX parameters
                             // and writes them back rounded (bf16 parameters)
+    int doc_attention;      // 1: attention_forward / attention_backward keep packed records apart
+                            // (doc_start); 0: they refuse doc_start (the trainer refuses packed data)
 } OpsCaps;
 OpsCaps ops_caps(void);
 void* ops_alloc(size_t bytes);        // device memory on CUDA, aligned host memory on CPU
@@ -129,13 +131,18 @@ void ops_profile_print(long steps);
 // ----------------------------------------------------------------------------
 // embeddings (encoder.c / encoder.cu)
 
-// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
-void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C);
-// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic. Either may be NULL.
-// inp_host: the same tokens in host memory (the caller has them; the CUDA backend groups the
-// positions of each token on the host from them instead of reading the device's copy back).
+// out[b,t,:] = wte[inp[b,t],:] + wpe[p,:] with p = t, or p = pos[b,t] when pos is given (packed
+// records, whose positions start again at 0 with each record; backend memory, B*T, each < the
+// rows of wpe).
+void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, const int* pos,
+                     int B, int T, int C);
+// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[p,:] += dout[b,t,:] with p as in the forward.
+// Deterministic. dwte or dwpe may be NULL. inp_host / pos_host: the same tokens / positions in host
+// memory (the caller has them; the CUDA backend groups the rows of each token and of each position
+// on the host from them instead of reading the device's copy back). pos and pos_host are both NULL
+// (p = t) or both given.
 void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp, const int* inp_host,
-                      int B, int T, int C);
+                      const int* pos, const int* pos_host, int B, int T, int C);
 
 // ----------------------------------------------------------------------------
 // layernorm (layernorm.c / layernorm.cu)
@@ -211,10 +218,15 @@ void mul_inplace(floatX* dst, const floatX* mask, size_t n);
 // qkv: (B, T, 3, NH, HS) i.e. (B, T, 3C) as produced by the fused c_attn matmul.
 // out: (B, T, C) with heads concatenated. lse: (B, NH, T) log-sum-exp of each row's scaled
 // scores (natural log), saved for backward.
-void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH);
-// dqkv = gradient w.r.t. qkv (+= with accumulate). Recomputes probabilities from lse.
+// doc_start: NULL (each row of T positions is one sequence), or packed records (int32 (B, T) in
+// backend memory): for each position, the position in its row where its record starts; query t
+// sees the keys doc_start[t] <= k <= t only. Records are contiguous runs: doc_start[0] = 0 and
+// doc_start[t] is doc_start[t-1] or t. Only where ops_caps().doc_attention says so.
+void attention_forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T, int C, int NH);
+// dqkv = gradient w.r.t. qkv (+= with accumulate). Recomputes probabilities from lse. doc_start as
+// in the forward.
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                        const float* lse, int B, int T, int C, int NH, int accumulate);
+                        const float* lse, const int* doc_start, int B, int T, int C, int NH, int accumulate);
 
 // Attention of Tn new tokens at positions [pos, pos + Tn) over a key/value cache (sampling).
 // qkv_new: (B, Tn, 3C) as produced by c_attn for the new tokens. First writes their K and V into

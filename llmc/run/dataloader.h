@@ -7,12 +7,16 @@
 // with a seed, so every rank sees the same permutation and the run is reproducible.
 //
 // Loss masks: a shard X.bin may have a sidecar X.mask (header of 256 int32: magic 20261122,
-// version 1, token count; then one uint8 per token). A token whose mask byte is 0 is never a
-// target: its target slot becomes -1 (ignored by the loss); 1 trains it, any other byte is refused
-// with the file and offset. Shards without a sidecar train on every token.
+// version 1 or 2, token count; then one uint8 per token). Bit 0 of a token's byte says whether it
+// is a target: 0 makes its target slot -1 (ignored by the loss), 1 trains it. Version 2 (packed
+// shards only) adds bit 1: the token starts a record. Any other byte is refused with the file and
+// offset. Shards without a sidecar train on every token.
 //
-// Record windows: a shard whose header field 3 is T > 0 (data/prepare --record-windows T) holds
-// one record per window of T tokens; it is refused unless the loader's T is that length.
+// Record windows: a shard whose header field 3 is T > 0 (data/prepare --record-windows T or
+// --pack T) holds windows of T tokens; it is refused unless the loader's T is that length. Field 4
+// = 1 (--pack): several records per window, their starts in the mask's bit 1; dl_next turns them
+// into doc_start, for each position the position in its window where its record starts (every
+// window starts a record).
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
 
@@ -25,6 +29,10 @@ extern "C" {
 
 #define SHARD_MAGIC 20240520
 #define MASK_MAGIC 20261122
+#define SHARD_WINDOW 3   // header field: window length T (0: one token stream)
+#define SHARD_PACKED 4   // header field: 1 = records packed into the windows (mask version 2)
+#define MASK_TRAINED 1   // mask byte bits
+#define MASK_START 2
 
 typedef struct {
     int64_t epoch;
@@ -40,7 +48,9 @@ typedef struct {
     int n_files;
     char** files;
     int64_t* ntok;             // tokens per shard
-    int* has_mask;
+    int* has_mask;             // 0: no mask; else the mask's version (1, or 2 for packed shards)
+    int* shard_packed;         // the shard holds packed records (header field 4)
+    int packed;                // some shard does: dl_next fills doc_start
     int64_t* shard_order;      // this epoch's shard permutation
     int64_t* chunk_order;      // the current shard's chunk permutation (max chunks)
     int64_t max_chunks;
@@ -54,7 +64,9 @@ typedef struct {
 void dl_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int world,
              int vocab_size, int shuffle, uint64_t seed);
 // Next batch of this rank: inputs and targets (B*T each, host). Targets masked out are -1.
-void dl_next(DataLoader* dl, int* inputs, int* targets);
+// doc_start (B*T, or NULL when no shard is packed): the record starts, 0 everywhere in a window of
+// an unpacked shard.
+void dl_next(DataLoader* dl, int* inputs, int* targets, int* doc_start);
 // Back to the first batch (epoch 0).
 void dl_reset(DataLoader* dl);
 DataLoaderState dl_get_state(const DataLoader* dl);

@@ -54,6 +54,7 @@ typedef struct {
     int has_val;
     int64_t eval_batches;      // validation batches per evaluation (global batches of the split)
     int *inputs, *targets;     // host, accum * B * T
+    int* docs;                 // host, accum * B * T: record starts of packed data (NULL: none packed)
     LRSchedule sched;
     long step;                 // optimizer steps completed
     long skipped_total;        // steps skipped for a non-finite loss or gradient (whole run)
@@ -441,6 +442,15 @@ static void schedule_of(LRSchedule* s, const RunConfig* c, int steps) {
     s->final_frac = f->final_lr_frac; s->cooldown_frac = f->cooldown_frac;
 }
 
+// Packed records (data/prepare --pack) need attention that keeps them apart: refused, naming the
+// data, where the backend has none.
+static void check_packed(Run* r, const DataLoader* dl, const char* what) {
+    if (!dl->packed || ops_caps().doc_attention) return;
+    fatal("train packed data with the CPU build, or prepare it with --record-windows instead of --pack",
+          "'%s' holds packed records (data/prepare --pack), but the attention of this build's backend (%s) does not keep records apart",
+          what, ops_backend_name());
+}
+
 static void setup_data(Run* r) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
@@ -463,6 +473,9 @@ static void setup_data(Run* r) {
         }
     }
     r->steps = run_length(c, dl_batches_per_epoch(&r->train));
+    check_packed(r, &r->train, f->train_data);
+    if (r->has_val) check_packed(r, &r->val, f->val_data);
+    if (r->train.packed || (r->has_val && r->val.packed)) r->docs = (int*)mallocCheck(n * sizeof(int));
 }
 
 // The ZeRO-3 flags at another stage: a note, not an error (a run resumed at another stage carries
@@ -639,9 +652,10 @@ static double evaluate(Run* r) {
     double sum = 0.0; long cnt = 0;
     linear_set_training(r->model->lin, 0, 0); // no dropout when evaluating
     for (int64_t i = 0; i < r->eval_batches; i++) {
-        dl_next(&r->val, r->inputs, r->targets);
+        int* docs = r->val.packed ? r->docs : NULL; // (each record's loss as if it were evaluated alone)
+        dl_next(&r->val, r->inputs, r->targets, docs);
         long n = 0;
-        sum += gpt2_forward(r->model, r->inputs, r->targets, B, T, 0.0f, &n);
+        sum += gpt2_forward(r->model, r->inputs, r->targets, docs, B, T, 0.0f, &n);
         cnt += n;
     }
     double agg[2] = { sum, (double)cnt };
@@ -656,7 +670,7 @@ static int64_t read_step_batches(Run* r) {
     const size_t BT = (size_t)r->c->f.batch_size * r->c->f.seq_len;
     int64_t valid = 0;
     for (int k = 0; k < r->c->accum; k++) {
-        dl_next(&r->train, r->inputs + k * BT, r->targets + k * BT);
+        dl_next(&r->train, r->inputs + k * BT, r->targets + k * BT, r->train.packed ? r->docs + k * BT : NULL);
         for (size_t i = 0; i < BT; i++) valid += r->targets[k * BT + i] >= 0;
     }
     comm_allreduce_sum_i64(&r->comm, &valid, 1); // targets of the whole global batch
@@ -682,7 +696,8 @@ static StepResult train_step(Run* r) {
     for (int k = 0; k < c->accum; k++) {
         // dropout masks: a pure function of (seed, rank, micro-step), so a resumed run draws the same ones
         linear_set_training(r->model->lin, 1, ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)c->accum + (uint64_t)k);
-        gpt2_forward_acc(r->model, r->inputs + k * BT, r->targets + k * BT, B, T, dloss, gradsync_loss_acc(&r->gs));
+        gpt2_forward_acc(r->model, r->inputs + k * BT, r->targets + k * BT, r->train.packed ? r->docs + k * BT : NULL, B, T, dloss,
+                         gradsync_loss_acc(&r->gs));
         gpt2_backward(r->model, gradsync_sink(&r->gs));
         gradsync_micro_done(&r->gs);
     }
@@ -824,7 +839,7 @@ static void start_backend(Run* r) {
 static void run_free(Run* r) {
     runlog_close(&r->rl);
     sample_free(r);
-    free(r->inputs); free(r->targets);
+    free(r->inputs); free(r->targets); free(r->docs);
     dl_free(&r->train);
     if (r->has_val) dl_free(&r->val);
     opt_free(&r->opt);

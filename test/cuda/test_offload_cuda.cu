@@ -48,7 +48,7 @@ static void train(size_t offload, double* losses, float** params, size_t* n_para
         }
         gpt2_zero_grads(m);
         long nv = 0;
-        losses[s] = gpt2_forward(m, inputs, targets, NB, NT, 1.0f / (NB * NT), &nv) / (double)nv;
+        losses[s] = gpt2_forward(m, inputs, targets, NULL, NB, NT, 1.0f / (NB * NT), &nv) / (double)nv;
         gpt2_backward(m, NULL);
         const double norm = sqrt(opt_grad_sumsq(&o, 0, o.total));
         opt_step(&o, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, opt_clip_scale(norm, 1.0f), 1234u + (uint32_t)s);
