@@ -37,7 +37,10 @@ static vecf rnd_vec(size_t n, float scale) { return cuda_test_rnd_vec(&g_rng, n,
 struct DevF {   // fp32 device buffer
     float* p = NULL;
     size_t n = 0;
-    explicit DevF(size_t count) : n(count) { p = (float*)cuda_ops_alloc((count ? count : 1) * sizeof(float)); }
+    explicit DevF(size_t count) : n(count) {
+        p = (float*)cuda_ops_alloc((count ? count : 1) * sizeof(float));
+        cuda_test_poison(p, (count ? count : 1) * sizeof(float));
+    }
     DevF(const vecf& h) : DevF(h.size()) { cuda_ops_to_device(p, h.data(), h.size() * sizeof(float)); }
     vecf get() const { vecf h(n); cuda_ops_to_host(h.data(), p, n * sizeof(float)); return h; }
     ~DevF() { cuda_ops_free(p); }
