@@ -4,8 +4,10 @@ of a key wins) and the logs it names, writes DIR/report.md and DIR/report.json. 
 library only (CI has no ML stack).
 
   python3 scripts/gpu_report.py DIR
+  python3 scripts/gpu_report.py --sanitizer-verdict TOOL SANITIZER_LOG PROGRAM_EXIT_STATUS
 
-Exit status: 0 when no item failed or timed out, 1 when one did, 2 when DIR has no results.
+Exit status: 0 when no item failed or timed out, 1 when one did, 2 when DIR has no results. The
+second form judges one compute-sanitizer run (scripts/gpu_sanitize.sh): exit 0 when it passes.
 """
 import json, os, re, statistics, sys
 
@@ -147,6 +149,102 @@ def sanitizer_errors(text):
 
 
 # ---------------------------------------------------------------------------------------------
+# compute-sanitizer's reports, sorted by whose kernel they are in (scripts/gpu_sanitize.sh)
+
+# Kernels of cuBLAS / cuBLASLt (nvjet, CUTLASS, xmma generations, split-K reduction) and NCCL: a
+# hazard inside one of them is the library's, not ours. Our kernels are named after their op
+# (llmc/cuda/*.cu: *_kernel), none with these prefixes.
+LIBRARY_KERNEL = re.compile(r"^(nvjet_|cutlass|cublas|ncclKernel|ncclDevKernel|sm\d+_xmma|xmma|ampere_|hopper_|splitKreduce)")
+LIBRARY_MODULE = re.compile(r"\blib(cublas|cublasLt|nccl)\.so")
+SAN_NOISE = re.compile(r"^(COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY|Target application returned|"
+                       r"Error: process didn't terminate|This may be caused)")
+
+
+def san_records(text):
+    """The reports of a compute-sanitizer log: (first line, [continuation lines]). Robust to the
+    program's output interleaved with them (a '=========' that does not start its line starts one)."""
+    recs = []
+    for raw in text.splitlines():
+        parts = raw.split("=========")
+        for frag in parts[1:]:
+            if not frag.strip():
+                continue
+            if frag.startswith("     ") or frag.startswith("\t"):
+                if recs:
+                    recs[-1][1].append(frag.strip())
+            else:
+                recs.append((frag.strip(), []))
+    return [r for r in recs if not SAN_NOISE.match(r[0])]
+
+
+def san_kernel_name(s):
+    s = re.sub(r"^void ", "", s.strip())
+    return re.split(r"[(<]", s, 1)[0].strip() or s
+
+
+def san_classify(head, lines):
+    """(whose, name, weight, severity) of one report: whose is 'library' or 'ours'."""
+    text = "\n".join([head] + lines)
+    kernels = [san_kernel_name(k) for k in re.findall(r"access at (.+?)\+0x[0-9a-f]+", text)]
+    for l in [head] + lines:
+        m = re.match(r"^at (?:0x[0-9a-f]+ in )?(.+?)(?:\+0x[0-9a-f]+)?$", l)
+        if m and not kernels:
+            kernels.append(san_kernel_name(m.group(1)))
+    m = re.search(r"\[(\d+) hazards?\]", text)
+    weight = int(m.group(1)) if m else 1
+    severity = "warning" if head.startswith("Warning") else "error"
+    if kernels:
+        ours = [k for k in kernels if not LIBRARY_KERNEL.match(k)]
+        return ("ours", ours[0], weight, severity) if ours else ("library", kernels[0], weight, severity)
+    # no kernel: an API error, a leak, a host access: whose host frame comes first
+    frames = [l for l in lines if l.startswith("Host Frame:")]
+    m = re.search(r"on CUDA API call to (\w+)", head)
+    name = "API error in %s" % m.group(1) if m else "leak" if head.startswith("Leaked") else head[:60]
+    first = next((f for f in frames if "libcuda.so" not in f and "libcudart" not in f), "")
+    return ("library" if LIBRARY_MODULE.search(first) else "ours", name, weight, severity)
+
+
+def sanitizer_verdict(tool, text, rc):
+    """Pass / fail of one sanitizer item from its log and the program's exit status."""
+    found = {"ours": {}, "library": {}, "warnings": {}}
+    n_err = 0
+    for head, lines in san_records(text):
+        whose, name, weight, sev = san_classify(head, lines)
+        bucket = found["warnings"] if sev == "warning" else found[whose]
+        bucket[name] = bucket.get(name, 0) + weight
+        n_err += sev == "error"
+    total = sanitizer_errors(text)
+    m = re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?", text)
+    if m:
+        total = int(m.group(1))
+    v = {"tool": tool, "rc": rc, "errors": total, "printed": n_err, "ours": found["ours"], "library": found["library"],
+         "warnings": found["warnings"]}
+    listing = lambda d: ", ".join("%s (%d)" % kv for kv in sorted(d.items(), key=lambda kv: -kv[1]))
+    why = []
+    if rc != 0:
+        why.append("the program exited %d under the sanitizer" % rc)
+    if total is None:
+        why.append("no summary from the sanitizer (it did not finish)")
+    if found["ours"]:
+        why.append("%d in our code: %s" % (sum(found["ours"].values()), listing(found["ours"])))
+    if total is not None and total > n_err:
+        why.append("%d reports beyond the print limit, whose is unknown" % (total - n_err))
+    v["status"] = "fail" if why else "pass"
+    v["reason"] = "; ".join(why) if why else ("library findings only: " + listing(found["library"]) if found["library"] else "")
+    return v
+
+
+def sanitizer_main(tool, path, rc):
+    v = sanitizer_verdict(tool, read(path), int(rc))
+    for whose in ("ours", "library", "warnings"):
+        for k, n in sorted(v[whose].items()):
+            print("%-8s %-9s %s: %d" % ("finding" if whose != "warnings" else "warning", whose, k, n))
+    print(("FAIL %s: " % tool + v["reason"]) if v["status"] == "fail" else ("ok   %s: %s" % (tool, v["reason"] or "clean")))
+    print("sanitizer_verdict " + json.dumps(v, sort_keys=True))
+    return 0 if v["status"] == "pass" else 1
+
+
+# ---------------------------------------------------------------------------------------------
 def build(d):
     recs = load_results(d)
     runs = [json.loads(l) for l in read(os.path.join(d, "runs.jsonl")).splitlines() if l.strip()]
@@ -241,8 +339,11 @@ def build(d):
         if r["section"] != "sanitize":
             continue
         tool, prog = r["item"].split("_", 1)
+        text = logtext(d, r)
+        verdict = next((json.loads(l[len("sanitizer_verdict "):]) for l in reversed(text.splitlines())
+                        if l.startswith("sanitizer_verdict ")), None)
         rep["sanitize"].append({"tool": tool, "program": prog, "status": r["status"], "reason": r["reason"],
-                                "errors": sanitizer_errors(logtext(d, r)), "seconds": r["seconds"]})
+                                "errors": sanitizer_errors(text), "seconds": r["seconds"], "verdict": verdict})
     return rep
 
 
@@ -399,17 +500,49 @@ def markdown(rep):
             elif s["status"] == "skip":
                 cells.append("skip")
             else:
-                cells.append("%s%s" % (s["status"], " (%d errors)" % s["errors"] if s["errors"] else ""))
+                cells.append(sanitize_cell(s))
         L.append("| %s | %s |" % (p, " | ".join(cells)))
     reasons = sorted({s["reason"] for s in rep["sanitize"] if s["status"] == "skip"})
     if reasons:
         L.append("")
         L.append("Skipped: " + "; ".join(x.replace("skipped: ", "", 1) for x in reasons))
+    sanitize_findings(L, rep["sanitize"])
     L.append("")
     return "\n".join(L)
 
 
+def sanitize_cell(s):
+    v = s.get("verdict")
+    if not v:
+        return "%s%s" % (s["status"], " (%d errors)" % s["errors"] if s["errors"] else "")
+    n_ours, n_lib = sum(v["ours"].values()), sum(v["library"].values())
+    notes = (["%d ours" % n_ours] if n_ours else []) + (["%d in libraries" % n_lib] if n_lib else [])
+    return s["status"] + (" (%s)" % ", ".join(notes) if notes else "")
+
+
+def sanitize_findings(L, items):
+    """Each finding by kernel: ours (they fail their item) and the libraries' (listed only)."""
+    for whose, title in (("ours", "Findings in our code (each fails its item)"),
+                         ("library", "Library findings (inside cuBLAS / cuBLASLt / NCCL kernels: listed, not failing)")):
+        rows = [(s["tool"], s["program"], k, n) for s in items if s.get("verdict") for k, n in sorted(s["verdict"][whose].items())]
+        if rows:
+            L.append("")
+            L.append(title + ":")
+            L.append("")
+            for tool, prog, k, n in rows:
+                L.append("- %s, %s: `%s` (%d %s)" % (tool, prog, k, n, "hazards" if tool == "racecheck" else "reports"))
+    failed = [s for s in items if s["status"] in ("fail", "timeout") and s.get("reason")]
+    if failed:
+        L.append("")
+        L.append("Failed items:")
+        L.append("")
+    for s in failed:
+        L.append("- %s, %s: %s" % (s["tool"], s["program"], status_cell(s)))
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--sanitizer-verdict":
+        return sanitizer_main(*sys.argv[2:])
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
