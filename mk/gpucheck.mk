@@ -67,6 +67,8 @@ TEST_SCRIPTS += test/test_gpu_check.sh
 # host stalls of one training step, counted by the harness in its builds of the trainers (both
 # passes: under SAN=1 the step runs with ASan+UBSan too)
 TEST_SCRIPTS += test/test_step_syncs.sh
+# out of device memory refused at start-up, on a small fake device (CUDA_CPU_MEM_BYTES)
+TEST_SCRIPTS += test/test_device_memory.sh
 TEST_EXTRA_BUILD += $(GPUCHECK_EMU_OBJ)/train_gpt2 $(GPUCHECK_EMU_OBJ)/train_lora
 # (the emulated check runs in the plain pass only: its programs are the suite's own harness
 # programs, which the SAN pass runs under ASan+UBSan anyway)

@@ -184,3 +184,4 @@ void cpu_ops_set_deterministic(int on) { (void)on; } // every CPU op is determin
 void cpu_device_select(const Comm* c) { (void)c; }
 void cpu_device_attach(Comm* c) { (void)c; }
 void cpu_device_detach(Comm* c) { (void)c; }
+int cpu_device_memory(size_t* free_bytes, size_t* total_bytes) { *free_bytes = *total_bytes = 0; return 0; }
