@@ -69,6 +69,9 @@ TEST_SCRIPTS += test/test_gpu_check.sh
 TEST_SCRIPTS += test/test_step_syncs.sh
 # out of device memory refused at start-up, on a small fake device (CUDA_CPU_MEM_BYTES)
 TEST_SCRIPTS += test/test_device_memory.sh
+# greedy sampling with an adapter: the CUDA path's tokens are the CPU path's (harness generate)
+TEST_SCRIPTS += test/test_sample_backends.sh
+TEST_EXTRA_BUILD += $(GPUCHECK_EMU_OBJ)/generate
 TEST_EXTRA_BUILD += $(GPUCHECK_EMU_OBJ)/train_gpt2 $(GPUCHECK_EMU_OBJ)/train_lora
 # (the emulated check runs in the plain pass only: its programs are the suite's own harness
 # programs, which the SAN pass runs under ASan+UBSan anyway)
