@@ -13,8 +13,7 @@
 set -u
 BUILD="${BUILD:-build/cpu}"
 . "$(dirname "$0")/lib.sh"
-EMU="$BUILD/gpucheck/emu"
-for p in train_gpt2 train_lora; do [ -x "$EMU/$p" ] || { echo "FAIL: $EMU/$p not built (make gpucheck-emu)"; exit 1; }; done
+need_harness_trainers
 make_shard "$TMP/train.bin" 20000 100 1
 common=(--train-data "$TMP/train.bin" --batch-size 16 --seq-len 64 --steps 2 --lr 1e-3 --warmup-steps 0)
 
