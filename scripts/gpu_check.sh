@@ -54,7 +54,9 @@
 #             a nanoGPT-style model under torch.compile with fused AdamW, at B=16), and SDPA forced
 #             to its flash and its cuDNN backend at attention_bench's shapes. No QLoRA there: the
 #             GPU machines have no bitsandbytes.
-#   kernels   the dev/cuda kernel programs (checks vs a CPU reference, GB/s, TFLOP/s vs the peaks)
+#   kernels   the dev/cuda kernel programs (checks vs a CPU reference, GB/s, TFLOP/s vs the peaks);
+#             attention_bench at B=16, NH=12, HS=64, T = 512, 1024, 2048, in one table with the
+#             torch section's SDPA flash and cuDNN at the same shapes
 #   sanitize  compute-sanitizer memcheck, initcheck, racecheck, synccheck on the test programs
 #             (initcheck on their TEST_QUICK subsets; scripts/gpu_sanitize.sh: a finding inside a
 #             cuBLAS / cuBLASLt / NCCL kernel is listed as the library's, one in ours fails)
