@@ -21,7 +21,7 @@ from the banner it prints:
     2^-5 max(1, |top1|) (eight bf16 ulps of the logit), the CUDA build must choose the same token
     and give it a logit within that tolerance (generate --logits-out); at the first closer call
     the comparison of that prompt stops (two roundings may rightly choose differently there), and
-    each directory must have MIN_COMPARED steps compared over its prompts. The other way, comparing
+    each directory must have --min-compared steps (default 8) compared over its prompts. The other way, comparing
     with the CPU build in fp32, would need a CPU build in the GPU bundle (OpenBLAS and the rest on
     the GPU machine) and would check the files but not the GPU's inference; this way the files a
     GPU run wrote and the CUDA inference path are both checked. pipeline() is compared with
@@ -45,7 +45,6 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPTS = ["ROMEO:", "PETRUCHIO: Good morrow, Kate", "First Citizen:\nBefore we proceed"]
 TOL_FRAC = 2.0 ** -5   # of max(1, |top1|): eight bf16 ulps
-MIN_COMPARED = 8       # steps compared per directory, over its prompts (bf16 mode)
 
 
 def margin_compare(ref, ours):
@@ -178,6 +177,8 @@ def main():
     ap.add_argument("--prompt", action="append", help="prompts (default: three)")
     ap.add_argument("--tokens", type=int, default=24, help="tokens to generate")
     ap.add_argument("--bin", default=ROOT, help="the folder of the ./generate to compare with (default: the repository's)")
+    ap.add_argument("--min-compared", type=int, default=8,
+                    help="a CUDA build: steps each directory must have compared before transformers' close calls")
     a = ap.parse_args()
     import torch
     dirs = [os.path.abspath(d) for d in (a.dirs or quickstart_dirs(a.out))]
@@ -190,9 +191,9 @@ def main():
         if gen.backend is None:
             gen.detect(["--adapter" if adapter else "--model", d])
         total = (check_adapter_dir if adapter else check_model_dir)(d, prompts, a.tokens, gen)
-        if gen.backend == "cuda" and total < MIN_COMPARED:
+        if gen.backend == "cuda" and total < a.min_compared:
             sys.exit("FAIL outputs: %s: only %d steps could be compared (close calls come early): at least %d are needed"
-                     % (d, total, MIN_COMPARED))
+                     % (d, total, a.min_compared))
     print("all %d outputs load in transformers / PEFT and continue like ./generate (%s build)" % (len(dirs), gen.backend))
 
 
