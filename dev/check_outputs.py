@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Loads what the trainers wrote with transformers and PEFT, from another working directory, and
-checks that each output continues prompts greedily with exactly the text our ./generate writes:
+checks that each output continues prompts greedily as our ./generate does:
 
   - a model directory (train_gpt2's OUT, train_lora's OUT/merged, OUT/base): AutoTokenizer +
     AutoModelForCausalLM (generate(), greedy) and pipeline("text-generation", model=DIR);
@@ -12,10 +12,27 @@ checks that each output continues prompts greedily with exactly the text our ./g
 Nothing is passed to the loaders but the directory: they run in a fresh temporary working
 directory, so a relative path or a file of the repository cannot help them.
 
+Which ./generate (--bin DIR, default the repository's) decides the comparison; its backend is read
+from the banner it prints:
+  - the CPU build runs in fp32 (--dtype fp32), as transformers does: the texts must be equal.
+  - the CUDA build computes in bf16 and has no fp32 mode (it refuses --dtype fp32). Its output is
+    compared with transformers' fp32 greedy run step by step, with a bf16 tolerance on the
+    logits: while transformers' margin between its two most likely tokens exceeds
+    2^-5 max(1, |top1|) (eight bf16 ulps of the logit), the CUDA build must choose the same token
+    and give it a logit within that tolerance (generate --logits-out); at the first closer call
+    the comparison of that prompt stops (two roundings may rightly choose differently there), and
+    each directory must have --min-compared steps (default 8) compared over its prompts. The other way, comparing
+    with the CPU build in fp32, would need a CPU build in the GPU bundle (OpenBLAS and the rest on
+    the GPU machine) and would check the files but not the GPU's inference; this way the files a
+    GPU run wrote and the CUDA inference path are both checked. pipeline() is compared with
+    AutoModelForCausalLM exactly (both are transformers in fp32).
+
 Run after `make quickstart` (its outputs: OUT/base, OUT/lora, OUT/lora/merged, the newest
 OUT/lora/adapter_*), or on any directories:
-  python3 dev/check_outputs.py [out/lora_tiny]
+  python3 dev/check_outputs.py [out/lora_tiny] [--bin DIR]
   python3 dev/check_outputs.py --dirs DIR [DIR ...] [--prompt TEXT ...] [--tokens N]
+The ML stack (torch, transformers, peft) is imported only to run the checks, so the comparison
+rules can be tested without it (test/test_gpu_check.sh).
 """
 import argparse
 import glob
@@ -25,52 +42,124 @@ import subprocess
 import sys
 import tempfile
 
-import torch
-from peft import AutoPeftModelForCausalLM
-from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPTS = ["ROMEO:", "PETRUCHIO: Good morrow, Kate", "First Citizen:\nBefore we proceed"]
+TOL_FRAC = 2.0 ** -5   # of max(1, |top1|): eight bf16 ulps
 
 
-def ours(args, prompt, n):
-    cmd = [os.path.join(ROOT, "generate")] + args + ["--prompt", prompt, "--temperature", "0", "-n", str(n), "-q", "--threads", "2",
-           "--dtype", "fp32"]  # transformers generates in fp32
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return out[:-1] if out.endswith("\n") else out  # generate ends its output with a newline
+def margin_compare(ref, ours):
+    """ref, ours: per step (id, top1, top2), the reference's in fp32. Returns (compared, error):
+    the steps compared before the first close call of the reference, and what disagreed among
+    them (None: nothing)."""
+    compared = 0
+    for i, (rid, r1, r2) in enumerate(ref):
+        tol = TOL_FRAC * max(1.0, abs(r1))
+        if r1 - r2 <= tol:
+            break
+        if i >= len(ours):
+            return compared, "step %d: ours ended after %d tokens, the reference goes on with %d" % (i + 1, len(ours), rid)
+        oid, o1 = ours[i][0], ours[i][1]
+        if oid != rid:
+            return compared, "step %d: ours chose %d, the reference %d with a margin of %.4f (tolerance %.4f)" % (i + 1, oid, rid, r1 - r2, tol)
+        if abs(o1 - r1) > tol:
+            return compared, "step %d: token %d's logit %.4f, the reference's %.4f (tolerance %.4f)" % (i + 1, oid, o1, r1, tol)
+        compared += 1
+    else:
+        if len(ours) > len(ref):
+            return compared, "ours goes on after the reference's %d tokens" % len(ref)
+    return compared, None
+
+
+class Generate:
+    """Our ./generate: its backend (from the banner), and greedy continuations."""
+
+    def __init__(self, bin_dir):
+        self.path = os.path.join(bin_dir, "generate")
+        self.backend = None
+
+    def detect(self, args):
+        p = subprocess.run([self.path] + args + ["--prompt", "a", "-n", "1", "--temperature", "0", "--threads", "2"],
+                           capture_output=True, text=True)
+        for line in p.stderr.splitlines():
+            if "| backend " in line:
+                self.backend = line.split("| backend ", 1)[1].split()[0]
+        if p.returncode != 0 or self.backend not in ("cpu", "cuda"):
+            sys.exit("%s: could not tell its backend (exit %d): %s" % (self.path, p.returncode, p.stderr[-400:]))
+        return self.backend
+
+    def run(self, args, prompt, n):
+        """(text, [(id, top1, top2) per generated token])"""
+        with tempfile.TemporaryDirectory() as d:
+            trace = os.path.join(d, "logits.txt")
+            cmd = [self.path] + args + ["--prompt", prompt, "--temperature", "0", "-n", str(n), "-q", "--threads", "2",
+                                        "--logits-out", trace]
+            if self.backend == "cpu":
+                cmd += ["--dtype", "fp32"]  # transformers generates in fp32
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            rows = [(int(a), float(b), float(c)) for a, b, c in (l.split() for l in open(trace) if l.strip())]
+        return (out[:-1] if out.endswith("\n") else out), rows  # generate ends its output with a newline
 
 
 def greedy(model, tok, prompt, n):
+    """transformers' greedy continuation: (text, [(id, top1, top2) per generated token])"""
+    import torch
     ids = tok(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=n, do_sample=False, pad_token_id=tok.eos_token_id)
-    new = out[0, ids.shape[1]:].tolist()
-    if new and new[-1] == tok.eos_token_id:
-        new = new[:-1]  # generation stopped at <|endoftext|>, which ./generate does not print
-    return tok.decode(new)
+        out = model.generate(ids, max_new_tokens=n, do_sample=False, pad_token_id=tok.eos_token_id,
+                             output_logits=True, return_dict_in_generate=True)
+    new = out.sequences[0, ids.shape[1]:].tolist()
+    rows = []
+    for t, logits in zip(new, out.logits):
+        top = torch.topk(logits[0].float(), 2).values.tolist()
+        rows.append((t, top[0], top[1]))
+    text_ids = new[:-1] if new and new[-1] == tok.eos_token_id else new  # ./generate does not print <|endoftext|>
+    return tok.decode(text_ids), rows
 
 
-def check_model_dir(d, prompts, n):
+def compare(where, hf, us, gen):
+    """One prompt: the same text (fp32 CPU build), or the margin comparison (CUDA build).
+    Returns the steps compared."""
+    if gen.backend == "cpu":
+        assert hf[0] == us[0], "%s: transformers %r, generate %r" % (where, hf[0], us[0])
+        return len(hf[1])
+    compared, err = margin_compare(hf[1], us[1])
+    assert err is None, "%s: %s (transformers %r, generate %r)" % (where, err, hf[0], us[0])
+    return compared
+
+
+def check_model_dir(d, prompts, n, gen):
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
     tok = AutoTokenizer.from_pretrained(d)
     model = AutoModelForCausalLM.from_pretrained(d).eval()
     pipe = pipeline("text-generation", model=d, device="cpu")
+    total = 0
     for p in prompts:
         hf = greedy(model, tok, p, n)
         pl = pipe(p, max_new_tokens=n, do_sample=False, return_full_text=False)[0]["generated_text"]
-        us = ours(["--model", d], p, n)
-        assert hf == us == pl, "%s, %r: AutoModelForCausalLM %r, pipeline %r, generate %r" % (d, p, hf, pl, us)
-        print("ok   %s: AutoModelForCausalLM == pipeline == ./generate, greedy %r -> %r" % (d, p, us[:48]))
+        assert hf[0] == pl, "%s, %r: AutoModelForCausalLM %r, pipeline %r" % (d, p, hf[0], pl)
+        us = gen.run(["--model", d], p, n)
+        k = compare("%s, %r" % (d, p), hf, us, gen)
+        total += k
+        print("ok   %s: AutoModelForCausalLM == pipeline, ./generate (%s) agrees over %d steps: greedy %r -> %r"
+              % (d, gen.backend, k, p, us[0][:48]))
+    return total
 
 
-def check_adapter_dir(d, prompts, n):
+def check_adapter_dir(d, prompts, n, gen):
+    from peft import AutoPeftModelForCausalLM
+    from transformers import AutoTokenizer
     base = json.load(open(os.path.join(d, "adapter_config.json")))["base_model_name_or_path"]
     tok = AutoTokenizer.from_pretrained(d)
     model = AutoPeftModelForCausalLM.from_pretrained(d).eval()
+    total = 0
     for p in prompts:
         hf = greedy(model, tok, p, n)
-        us = ours(["--adapter", d], p, n)
-        assert hf == us, "%s, %r: AutoPeftModelForCausalLM %r, generate %r" % (d, p, hf, us)
-        print("ok   %s (base %s): AutoPeftModelForCausalLM == ./generate --adapter, greedy %r -> %r" % (d, base, p, us[:48]))
+        us = gen.run(["--adapter", d], p, n)
+        k = compare("%s, %r" % (d, p), hf, us, gen)
+        total += k
+        print("ok   %s (base %s): AutoPeftModelForCausalLM, ./generate --adapter (%s) agrees over %d steps: greedy %r -> %r"
+              % (d, base, gen.backend, k, p, us[0][:48]))
+    return total
 
 
 def quickstart_dirs(out):
@@ -87,17 +176,25 @@ def main():
     ap.add_argument("--dirs", nargs="+", help="check these directories instead")
     ap.add_argument("--prompt", action="append", help="prompts (default: three)")
     ap.add_argument("--tokens", type=int, default=24, help="tokens to generate")
+    ap.add_argument("--bin", default=ROOT, help="the folder of the ./generate to compare with (default: the repository's)")
+    ap.add_argument("--min-compared", type=int, default=8,
+                    help="a CUDA build: steps each directory must have compared before transformers' close calls")
     a = ap.parse_args()
+    import torch
     dirs = [os.path.abspath(d) for d in (a.dirs or quickstart_dirs(a.out))]
     prompts = a.prompt or PROMPTS
+    gen = Generate(os.path.abspath(a.bin))
     torch.set_num_threads(2)
     os.chdir(tempfile.mkdtemp())  # nothing may come from the repository's working directory
     for d in dirs:
-        if os.path.exists(os.path.join(d, "adapter_config.json")):
-            check_adapter_dir(d, prompts, a.tokens)
-        else:
-            check_model_dir(d, prompts, a.tokens)
-    print("all %d outputs load in transformers / PEFT and continue like ./generate" % len(dirs))
+        adapter = os.path.exists(os.path.join(d, "adapter_config.json"))
+        if gen.backend is None:
+            gen.detect(["--adapter" if adapter else "--model", d])
+        total = (check_adapter_dir if adapter else check_model_dir)(d, prompts, a.tokens, gen)
+        if gen.backend == "cuda" and total < a.min_compared:
+            sys.exit("FAIL outputs: %s: only %d steps could be compared (close calls come early): at least %d are needed"
+                     % (d, total, a.min_compared))
+    print("all %d outputs load in transformers / PEFT and continue like ./generate (%s build)" % (len(dirs), gen.backend))
 
 
 if __name__ == "__main__":

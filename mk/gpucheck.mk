@@ -33,7 +33,8 @@ $(TREE)/test/test_qlora_model_cuda: test/test_qlora.cu test/test_qlora.c $(CUDA_
 	$(CXX) $@.o $(CUDA_CPU_RT) $(CUDA_CPU_EMU_LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
 
 # ---- the emulated check's programs: the entry files, gpu_info and the dev/cuda kernel programs
-# compiled for the harness, linked with the emulated backend
+# compiled for the harness, linked with the emulated backend (and data/prepare, which has no
+# backend, for the main job)
 GPUCHECK_EMU_DIR := $(TREE)/gpucheck-emu
 GPUCHECK_EMU_OBJ := $(TREE)/gpucheck/emu
 $(GPUCHECK_EMU_OBJ)/%.o: %.cu $(CUDA_CPU_HDRS) $(wildcard dev/cuda/*.cuh)
@@ -46,7 +47,7 @@ $(GPUCHECK_EMU_OBJ)/%: $(GPUCHECK_EMU_OBJ)/%.o $(CUDA_CPU_RT) $(CUDA_CPU_EMU_LIB
 # NAME:PROGRAM pairs: $(GPUCHECK_EMU_DIR)/NAME is a link to PROGRAM
 GPUCHECK_EMU_KERNELS := gelu encoder layernorm adamw classifier matmul gpu_info
 GPUCHECK_EMU_LINKS := train_gpt2:$(GPUCHECK_EMU_OBJ)/train_gpt2 train_lora:$(GPUCHECK_EMU_OBJ)/train_lora \
-    generate:$(GPUCHECK_EMU_OBJ)/generate \
+    generate:$(GPUCHECK_EMU_OBJ)/generate prepare:$(TREE)/bin/prepare \
     test_cuda_ops_gpu:$(TREE)/test/test_cuda_ops test_flash_attention_gpu:$(TREE)/test/test_cuda_flash_attention \
     test_gpt2_gpu:$(TREE)/test/test_gpt2_cuda test_lora_gpu:$(TREE)/test/test_lora_cuda \
     test_qlora_gpu:$(TREE)/test/test_qlora_model_cuda bench_ops:$(CUDA_CPU_BENCH_OPS) \
@@ -67,6 +68,11 @@ TEST_SCRIPTS += test/test_gpu_check.sh
 # host stalls of one training step, counted by the harness in its builds of the trainers (both
 # passes: under SAN=1 the step runs with ASan+UBSan too)
 TEST_SCRIPTS += test/test_step_syncs.sh
+# out of device memory refused at start-up, on a small fake device (CUDA_CPU_MEM_BYTES)
+TEST_SCRIPTS += test/test_device_memory.sh
+# greedy sampling with an adapter: the CUDA path's tokens are the CPU path's (harness generate)
+TEST_SCRIPTS += test/test_sample_backends.sh
+TEST_EXTRA_BUILD += $(GPUCHECK_EMU_OBJ)/generate
 TEST_EXTRA_BUILD += $(GPUCHECK_EMU_OBJ)/train_gpt2 $(GPUCHECK_EMU_OBJ)/train_lora
 # (the emulated check runs in the plain pass only: its programs are the suite's own harness
 # programs, which the SAN pass runs under ASan+UBSan anyway)

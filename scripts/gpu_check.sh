@@ -33,7 +33,10 @@
 #             whose device calls are copies; ncclCommSplit itself needs mpirun and 2+ GPUs:
 #             `mpirun -np 4 build/cuda/test/test_comm_split_gpu 2` in a CUDA build with MPI);
 #             decoding: generate greedy with the key/value cache and without it
-#             (scripts/gpu_generate.sh: both complete, tokens/s)
+#             (scripts/gpu_generate.sh: both complete, tokens/s); the user's path: quickstart,
+#             the main job (scripts/lora_tiny.sh) with these programs (both validation losses,
+#             both samples, its time), and outputs: transformers / PEFT load what it wrote and
+#             continue prompts as our generate does (dev/check_outputs.py; needs them installed)
 #   watchdog  the watchdog's NCCL path on the one GPU, in one process without MPI
 #             (test_nccl_watchdog_gpu, each case a child under a 60 s limit): init, a 2-rank
 #             communicator whose second rank never joins, must end (exit 1) naming rank 0 and
@@ -44,14 +47,24 @@
 #             kernel, and the status queries between ranks (run on CPU ranks by make test).
 #   train     train_gpt2 / train_lora / train_lora --qlora (r=8 on c_attn) at GPT-2 124M shapes,
 #             T=1024, B in {8, 16, 32}: ms/step, tokens/s, TFLOP/s, MFU, peak device memory; the
-#             B=8 runs twice: identical losses and norms step for step (--deterministic 1)
+#             B=8 runs twice: identical losses and norms step for step (--deterministic 1); and
+#             one GPT-2 XL (--model d48) full fine-tuning run at T=1024, B=8
 #   torch     the same shapes in PyTorch on the same GPU (dev/bench_torch_gpu.py: transformers
-#             GPT2LMHeadModel, bf16 autocast, SDPA; + PEFT LoRA). No QLoRA there: the GPU machines
-#             have no bitsandbytes.
-#   kernels   the dev/cuda kernel programs (checks vs a CPU reference, GB/s, TFLOP/s vs the peaks)
+#             GPT2LMHeadModel, bf16 autocast, SDPA; + PEFT LoRA; and PyTorch's strongest setting,
+#             a nanoGPT-style model under torch.compile with fused AdamW, at B=16), and SDPA forced
+#             to its flash and its cuDNN backend at attention_bench's shapes. No QLoRA there: the
+#             GPU machines have no bitsandbytes.
+#   kernels   the dev/cuda kernel programs (checks vs a CPU reference, GB/s, TFLOP/s vs the peaks);
+#             attention_bench at B=16, NH=12, HS=64, T = 512, 1024, 2048, in one table with the
+#             torch section's SDPA flash and cuDNN at the same shapes
 #   sanitize  compute-sanitizer memcheck, initcheck, racecheck, synccheck on the test programs
+#             (initcheck on their TEST_QUICK subsets; scripts/gpu_sanitize.sh: a finding inside a
+#             cuBLAS / cuBLASLt / NCCL kernel is listed as the library's, one in ours fails)
 # Every item records pass / fail / timeout / skip with the reason, and the check goes on after a
-# failure; the exit status is 0 when nothing failed or timed out, 1 otherwise (2: bad options). Time: about 9 minutes for env..torch (measured before the watchdog section, whose three cases should add about 1), 8 more for kernels and sanitize on an H100. An
+# failure; the exit status is 0 when nothing failed or timed out, 1 otherwise (2: bad options). Time on an H100
+# (the first run, before the quickstart / outputs / XL / compiled / attention items): about 2 minutes for
+# env,tests,train,torch, 5 for sanitize,kernels,watchdog; the new items should add about 2 (the compiled
+# model's compilation, d48's initialisation on the host) and outputs another (transformers on the CPU). An
 # item that cannot finish inside --budget (default 540 s, under a 10-minute command) is recorded
 # as skipped for the time budget; running the check again with the same --out runs only those
 # (and anything not yet run), keeping the other results (--redo starts over). Each command of an
@@ -155,11 +168,18 @@ run_item() {
   local secs; secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b - a}')
   if [ $rc -eq 0 ]; then status=pass; reason=""
   elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status=timeout; reason="stopped after ${limit}s"
-  else status=fail; reason="exit $rc: $(grep -m1 -E 'FAIL|error|ERROR|MISMATCH|Assert|fatal' "$OUT/$log" | cut -c1-200)"; fi
+  else status=fail; reason="exit $rc: $(fail_reason "$OUT/$log")"; fi
   # keep logs small: the last 200 KB
   if [ "$(wc -c < "$OUT/$log")" -gt 204800 ]; then tail -c 204800 "$OUT/$log" > "$OUT/$log.tmp" && mv "$OUT/$log.tmp" "$OUT/$log"; fi
   record "$sec" "$item" "$status" "$reason" "$secs" "$log"
   [ $status = pass ]
+}
+# the line of a failed item's log that says why: a verdict of its own (the sanitizer items, the
+# margin checks), else the first failure after the command line
+fail_reason() {
+  local l; l=$(grep -m1 -E '^FAIL (memcheck|racecheck|synccheck|initcheck|outputs|quickstart)\b' "$1")
+  [ -n "$l" ] || l=$(tail -n +2 "$1" | grep -m1 -E 'FAIL|error|ERROR|MISMATCH|Assert|fatal')
+  cut -c1-200 <<<"$l"
 }
 skip_item() { have_result "$1" "$2" || record "$1" "$2" skip "$3" 0; }
 want() { [[ ",$SECTIONS," == *",$1,"* ]]; }
@@ -209,12 +229,22 @@ if [ "$EMULATED" = 1 ]; then
   T=64; BATCHES="1 2 4"; STEPS=5; WARMUP=2; VOCAB=100; FULL_MODEL=test/ref/gpt2_tiny; LORA_BASE=test/ref/gpt2_tiny
   GEN_TOKENS=16
   TORCH_SHAPE=(--seq-len 64 --layers 2 --channels 64 --heads 4 --vocab 100 --steps 3 --warmup 1)
-  EST_TEST=30; EST_TRAIN=10; EST_TORCH=30; EST_KERNEL=20
+  QS_ENV=(BASE_STEPS=20 LORA_STEPS=10)   # the fewest the job's warm-ups allow (~90 s under the harness)
+  OUTPUTS_ARGS=(--min-compared 0)        # so little trained, its choices are all close calls
+  XL_MODEL=tiny; XL_B=1                  # the GPT-2 XL run's path on a model the harness can afford
+  TORCH_COMPILED=compiled:2; TORCH_ATTENTION=1,2,16:64,128
+  ATTN_SHAPES=""                         # attention_bench cannot run under the harness (cuBLAS)
+  EST_TEST=30; EST_TRAIN=10; EST_TORCH=30; EST_KERNEL=20; EST_QS=120; EST_OUTPUTS=60; EST_XL=30
 else
   T=1024; BATCHES="8 16 32"; STEPS=12; WARMUP=2; VOCAB=50257; FULL_MODEL=d12; LORA_BASE="$WORK/base/model.bin"
   GEN_TOKENS=256
   TORCH_SHAPE=(--seq-len 1024 --steps 10 --warmup 2)
-  EST_TEST=45; EST_TRAIN=25; EST_TORCH=120; EST_KERNEL=25
+  QS_ENV=()                              # the job as `make quickstart` runs it (~5 s on an H100)
+  OUTPUTS_ARGS=()
+  XL_MODEL=d48; XL_B=8                   # GPT-2 XL, 1.56B parameters: ~49 GB at B=8, T=1024
+  TORCH_COMPILED=compiled:16; TORCH_ATTENTION=16,12,64:512,1024,2048
+  ATTN_SHAPES="512 1024 2048"            # attention_bench at B=16, NH=12, HS=64 (GPT-2's heads), causal
+  EST_TEST=45; EST_TRAIN=25; EST_TORCH=120; EST_KERNEL=25; EST_QS=30; EST_OUTPUTS=60; EST_XL=90
 fi
 export BUILD="$WORK/testout"   # where test programs write their exports (not the repository)
 mkdir -p "$BUILD"
@@ -242,13 +272,11 @@ section_env() {
   local ns; ns=$(find_sanitizer || true)
   if [ "$EMULATED" = 1 ]; then skip_item env toolkit "skipped: emulated"
   else run_item env toolkit 2 60 bash -c "command -v nvcc >/dev/null && nvcc --version || echo 'nvcc: not on PATH'; ${ns:-echo compute-sanitizer: not found} ${ns:+--version}"; fi
-  if ! "$PY" -c 'import torch, transformers' >/dev/null 2>&1; then
-    skip_item env torch "skipped: PyTorch / transformers not installed for $PY"; return
-  fi
-  run_item env torch 20 120 "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-"); print("transformers", transformers.__version__)
+  if ! "$PY" -c 'import torch, transformers' >/dev/null 2>&1; then skip_item env torch "skipped: PyTorch / transformers not installed for $PY"
+  else run_item env torch 20 120 "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-"); print("transformers", transformers.__version__)
 try:
     import peft; print("peft", peft.__version__)
-except ImportError: print("peft not installed")'
+except ImportError: print("peft not installed")'; fi
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +292,29 @@ section_tests() {
   done
   if prog generate; then run_item tests generate "$EST_TEST" 300 bash scripts/gpu_generate.sh "$BIN" "$FULL_MODEL" "$GEN_TOKENS"
   else record tests generate fail "generate is not in $BIN" 0; fi
+  user_path
+}
+
+# The user's path: the main job (scripts/lora_tiny.sh: data/prepare, a base trained from scratch,
+# LoRA on held-out plays, samples of both) with these programs, then transformers and PEFT load
+# what it wrote and continue prompts as our generate does (dev/check_outputs.py, which compares a
+# CUDA generate with transformers' fp32 run within a bf16 tolerance). The outputs live in the
+# work folder of this invocation: an outputs item kept pending needs the quickstart run again.
+QS_DIR="$WORK/quickstart"
+user_path() {
+  local p missing=""
+  for p in train_gpt2 train_lora generate prepare; do prog "$p" || missing="$missing $p"; done
+  if [ -n "$missing" ]; then record tests quickstart fail "not in $BIN:$missing" 0
+  else run_item tests quickstart "$EST_QS" 600 env OUT="$QS_DIR" BIN_DIR="$BIN" "${QS_ENV[@]}" bash scripts/lora_tiny.sh; fi
+  if [ ! -f "$QS_DIR/lora/adapter_config.json" ] && ! have_result tests quickstart; then
+    have_result tests outputs || record tests outputs skip "time budget: needs the quickstart item's outputs (run again with the same --out)" 0
+  elif [ ! -f "$QS_DIR/lora/adapter_config.json" ]; then
+    skip_item tests outputs "skipped: no outputs of the quickstart item in this invocation (it failed, or was kept from an earlier run: --redo)"
+  elif ! "$PY" -c 'import torch, transformers, peft' >/dev/null 2>&1; then
+    skip_item tests outputs "skipped: PyTorch / transformers / PEFT not installed for $PY"
+  else
+    run_item tests outputs "$EST_OUTPUTS" 600 "$PY" dev/check_outputs.py "$QS_DIR" --bin "$BIN" "${OUTPUTS_ARGS[@]}"
+  fi
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -325,15 +376,16 @@ train_cmd() {  # MODE B: TRAIN_ARGV = the command line of one throughput run
   local lora=(--model "$LORA_BASE" --lora-targets c_attn --lora-rank 8 --lora-alpha 16)
   case "$mode" in
     full) TRAIN_ARGV=("$BIN/train_gpt2" --model "$FULL_MODEL" "${common[@]}") ;;
+    xl) TRAIN_ARGV=("$BIN/train_gpt2" --model "$XL_MODEL" "${common[@]}") ;;
     lora) TRAIN_ARGV=("$BIN/train_lora" "${lora[@]}" "${common[@]}") ;;
     qlora) TRAIN_ARGV=("$BIN/train_lora" "${lora[@]}" --qlora "${common[@]}") ;;
   esac
 }
-train_one() {  # MODE B [ITEM]: one run, with the device memory polled
+train_one() {  # MODE B [ITEM [EST LIMIT]]: one run, with the device memory polled
   local item=${3:-$1_b$2}
   train_cmd "$1" "$2"
   mem_poll_start "$OUT/logs/train/$item.mem"
-  run_item train "$item" "$EST_TRAIN" 240 "${TRAIN_ARGV[@]}"; local rc=$?
+  run_item train "$item" "${4:-$EST_TRAIN}" "${5:-240}" "${TRAIN_ARGV[@]}"; local rc=$?
   mem_poll_stop
   return $rc
 }
@@ -378,14 +430,17 @@ section_train() {
       record train "${mode}_determinism" skip "a run of B=$b did not complete" 0
     fi
   done
+  # one GPT-2 XL size (d48) full fine-tuning run: tokens/s, MFU, device memory at a size where
+  # the step is all GEMMs and attention (the model is initialised from the seed: no file to carry)
+  train_one xl "$XL_B" "xl_b$XL_B" "$EST_XL" 300
 }
 
 # ---------------------------------------------------------------------------------------------
 section_torch() {
   echo "== torch"
   if ! "$PY" -c 'import torch, transformers' >/dev/null 2>&1; then
-    skip_item torch full "skipped: PyTorch / transformers not installed for $PY"
-    skip_item torch lora "skipped: PyTorch / transformers not installed for $PY"
+    local m
+    for m in full lora compiled attention; do skip_item torch "$m" "skipped: PyTorch / transformers not installed for $PY"; done
   else
     local peak; peak=$(sed -n 's/^peak_bf16_tflops=\([0-9.]*\)$/\1/p' "$OUT/logs/env/gpu_info.log" 2>/dev/null | head -n 1)
     local mode cfgs b
@@ -393,6 +448,10 @@ section_torch() {
       cfgs=""; for b in $BATCHES; do cfgs="$cfgs${cfgs:+,}$mode:$b"; done
       run_item torch "$mode" "$EST_TORCH" 400 "$PY" dev/bench_torch_gpu.py --configs "$cfgs" "${TORCH_SHAPE[@]}" --peak-tflops "${peak:-0}"
     done
+    # PyTorch's strongest setting for the same model (torch.compile, fused AdamW: the first steps
+    # compile, untimed), and its attention kernels at the shapes of attention_bench
+    run_item torch compiled "$EST_TORCH" 400 "$PY" dev/bench_torch_gpu.py --configs "$TORCH_COMPILED" "${TORCH_SHAPE[@]}" --peak-tflops "${peak:-0}"
+    run_item torch attention 30 300 "$PY" dev/bench_torch_gpu.py --configs "" --attention "$TORCH_ATTENTION"
   fi
   skip_item torch qlora "skipped: no bitsandbytes on the GPU machines (PyTorch QLoRA needs it)"
 }
@@ -407,13 +466,24 @@ kernel_args() {
   esac
 }
 KERNEL_PROGS="matmul attention_bench layernorm gelu encoder classifier adamw bench_ops"
+# attention_bench at B=16, NH=12, HS=64 for each T: forward and backward TFLOP/s beside the torch
+# section's SDPA flash / cuDNN at the same shapes (the report puts them in one table)
+attention_items() {
+  local t
+  if [ "$EMULATED" = 1 ]; then
+    for t in 512 1024 2048; do skip_item kernels "attention_bench_t$t" "skipped: emulated (its baseline calls cuBLAS, which the harness cannot run)"; done
+    return
+  fi
+  for t in $ATTN_SHAPES; do
+    if prog attention_bench; then run_item kernels "attention_bench_t$t" "$EST_KERNEL" 300 "$BIN/attention_bench" 16 "$t" 12 64
+    else record kernels "attention_bench_t$t" fail "attention_bench is not in $BIN" 0; fi
+  done
+}
 section_kernels() {
   echo "== kernels"
   local p
   for p in $KERNEL_PROGS; do
-    if [ "$EMULATED" = 1 ] && [ "$p" = attention_bench ]; then
-      skip_item kernels "$p" "skipped: emulated (its baseline calls cuBLAS, which the harness cannot run)"; continue
-    fi
+    if [ "$p" = attention_bench ]; then attention_items; continue; fi
     # shellcheck disable=SC2046
     if prog "$p"; then run_item kernels "$p" "$EST_KERNEL" 300 "$BIN/$p" $(kernel_args "$p")
     else record kernels "$p" fail "$p is not in $BIN" 0; fi
@@ -425,7 +495,10 @@ section_kernels() {
 # memcheck (out-of-bounds and misaligned accesses, leaks) on every program; racecheck and synccheck
 # (shared-memory hazards, barrier misuse) on the programs whose kernels share memory across threads
 # (the flash test on its one-shape quick case: racecheck tracks every shared-memory access);
-# initcheck (reads of device memory never written) on every program.
+# initcheck (reads of device memory never written) on every program, each on its TEST_QUICK subset
+# (one case of each kind: initcheck costs ~100x, and the whole of test_lora_gpu did not fit).
+# scripts/gpu_sanitize.sh runs each and sorts the findings: inside cuBLAS / NCCL kernels they are
+# listed as the library's and do not fail the item; in our kernels they do.
 SAN_ALL="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu"
 SAN_SHARED="test_cuda_ops_gpu test_flash_attention_gpu"
 section_sanitize() {
@@ -438,10 +511,10 @@ section_sanitize() {
       if [ "$EMULATED" = 1 ]; then skip_item sanitize "${tool}_$p" "skipped: emulated (compute-sanitizer needs a GPU)"; continue; fi
       if [ -z "$cs" ]; then skip_item sanitize "${tool}_$p" "skipped: compute-sanitizer not found"; continue; fi
       if ! prog "$p"; then record sanitize "${tool}_$p" fail "$p is not in $BIN" 0; continue; fi
-      local extra=() envs=()
-      [ "$tool" = memcheck ] && extra=(--leak-check full)
-      [ "$tool" != memcheck ] && [ "$tool" != initcheck ] && [ "$p" = test_flash_attention_gpu ] && envs=(FLASH_TEST_QUICK=1)
-      run_item sanitize "${tool}_$p" 40 240 env "${envs[@]}" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 97 "$BIN/$p"
+      local envs=(PYTHON="$PY")
+      [ "$tool" != memcheck ] && [ "$tool" != initcheck ] && [ "$p" = test_flash_attention_gpu ] && envs+=(FLASH_TEST_QUICK=1)
+      [ "$tool" = initcheck ] && envs+=(TEST_QUICK=1 FLASH_TEST_QUICK=1)
+      run_item sanitize "${tool}_$p" 40 240 env "${envs[@]}" bash scripts/gpu_sanitize.sh "$cs" "$tool" "$BIN/$p"
     done
   done
 }

@@ -4,8 +4,10 @@ of a key wins) and the logs it names, writes DIR/report.md and DIR/report.json. 
 library only (CI has no ML stack).
 
   python3 scripts/gpu_report.py DIR
+  python3 scripts/gpu_report.py --sanitizer-verdict TOOL SANITIZER_LOG PROGRAM_EXIT_STATUS
 
-Exit status: 0 when no item failed or timed out, 1 when one did, 2 when DIR has no results.
+Exit status: 0 when no item failed or timed out, 1 when one did, 2 when DIR has no results. The
+second form judges one compute-sanitizer run (scripts/gpu_sanitize.sh): exit 0 when it passes.
 """
 import json, os, re, statistics, sys
 
@@ -114,6 +116,8 @@ def parse_train_log(text, warmup):
     out["trainer_mib"] = float(m.group(1)) if m else None
     m = re.search(r"^backend: (.*)$", text, re.M)
     out["backend"] = m.group(1) if m else None
+    m = re.search(r"^model: (\S+) .*\| (\d+) parameters", text, re.M)
+    out["model"], out["n_params"] = (m.group(1), int(m.group(2))) if m else (None, None)
     return out
 
 
@@ -128,22 +132,160 @@ def peak_mem(d, item):
     return max(vals) - (base[0] if base else 0.0)
 
 
+def parse_quickstart(text):
+    """The main job's log (scripts/lora_tiny.sh): both validation losses, both samples, its time."""
+    q = {}
+    m = re.search(r"base model:\s+([-0-9.]+)", text)
+    q["loss_before"] = num(m.group(1)) if m else None
+    m = re.search(r"after LoRA \((\d+) steps\):\s+([-0-9.]+)", text)
+    q["lora_steps"], q["loss_after"] = (int(m.group(1)), num(m.group(2))) if m else (None, None)
+    m = re.search(r"^time: (\d+) s", text, re.M)
+    q["seconds"] = int(m.group(1)) if m else None
+    for key, head in (("sample_base", "== sample of the base model"), ("sample_lora", "== sample of the fine-tuned model")):
+        i = text.find(head)
+        if i < 0:
+            q[key] = None
+            continue
+        body = text[text.index("\n", i) + 1:]
+        end = min([j for j in (body.find("\n== "), body.find("\nvalidation loss on")) if j >= 0] or [len(body)])
+        q[key] = body[:end].strip("\n")
+    return q
+
+
 def parse_kernels(text):
-    checks, times = [], []
+    checks, times, shape = [], [], ""
     for line in text.splitlines():
         f = [x.strip() for x in line.split(" | ")]
-        if line.startswith("check ") and len(f) >= 5:
+        if line.startswith("prog ") and len(f) >= 3:
+            shape = f[2]
+        elif line.startswith("check ") and len(f) >= 5:
             checks.append({"prog": f[0][6:].strip(), "what": f[1], "err": num(f[2].split()[-1]), "tol": num(f[3].split()[-1]),
                            "ok": f[4] == "ok"})
         elif line.startswith("time ") and len(f) >= 5:
             times.append({"prog": f[0][5:].strip(), "what": f[1], "ms": num(f[2].split()[0]), "gbps": num(f[3].split()[0]),
-                          "tflops": num(f[4].split()[0])})
+                          "tflops": num(f[4].split()[0]), "shape": shape})
     return checks, times
+
+
+def attention_rows(rep):
+    """One row per T: our flash forward and backward (attention_bench at B=16, NH=12, HS=64) beside
+    SDPA's flash and cuDNN backends at the same shapes (the torch section), TFLOP/s."""
+    rows = {}
+    for t in rep["kernel_times"]:
+        m = re.match(r"^attention_bench_t(\d+)$", t.get("item", ""))
+        if not m or t["tflops"] is None:
+            continue
+        row = rows.setdefault(int(m.group(1)), {})
+        if t["what"].startswith("forward flash") and "ours_fwd" not in row:
+            row["ours_fwd"], row["ours_fwd_what"] = t["tflops"], t["what"]
+        # the deterministic backward (the default) when the program times both modes
+        if t["what"].startswith("backward flash") and ("ours_bwd" not in row or "deterministic" in t["what"]):
+            row["ours_bwd"], row["ours_bwd_what"] = t["tflops"], t["what"]
+    for a in rep.get("torch_attention", []):
+        row = rows.setdefault(a["T"], {})
+        row[a["backend"]] = a
+    return [dict(T=T, **rows[T]) for T in sorted(rows)]
 
 
 def sanitizer_errors(text):
     m = re.search(r"ERROR SUMMARY: (\d+) error", text)
     return int(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------------------------------------
+# compute-sanitizer's reports, sorted by whose kernel they are in (scripts/gpu_sanitize.sh)
+
+# Kernels of cuBLAS / cuBLASLt (nvjet, CUTLASS, xmma generations, split-K reduction) and NCCL: a
+# hazard inside one of them is the library's, not ours. Our kernels are named after their op
+# (llmc/cuda/*.cu: *_kernel), none with these prefixes.
+LIBRARY_KERNEL = re.compile(r"^(nvjet_|cutlass|cublas|ncclKernel|ncclDevKernel|sm\d+_xmma|xmma|ampere_|hopper_|splitKreduce)")
+LIBRARY_MODULE = re.compile(r"\blib(cublas|cublasLt|nccl)\.so")
+SAN_NOISE = re.compile(r"^(COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY|Target application returned|"
+                       r"Error: process didn't terminate|This may be caused)")
+
+
+def san_records(text):
+    """The reports of a compute-sanitizer log: (first line, [continuation lines]). Robust to the
+    program's output interleaved with them (a '=========' that does not start its line starts one)."""
+    recs = []
+    for raw in text.splitlines():
+        parts = raw.split("=========")
+        for frag in parts[1:]:
+            if not frag.strip():
+                continue
+            if frag.startswith("     ") or frag.startswith("\t"):
+                if recs:
+                    recs[-1][1].append(frag.strip())
+            else:
+                recs.append((frag.strip(), []))
+    return [r for r in recs if not SAN_NOISE.match(r[0])]
+
+
+def san_kernel_name(s):
+    s = re.sub(r"^void ", "", s.strip())
+    return re.split(r"[(<]", s, 1)[0].strip() or s
+
+
+def san_classify(head, lines):
+    """(whose, name, weight, severity) of one report: whose is 'library' or 'ours'."""
+    text = "\n".join([head] + lines)
+    kernels = [san_kernel_name(k) for k in re.findall(r"access at (.+?)\+0x[0-9a-f]+", text)]
+    for l in [head] + lines:
+        m = re.match(r"^at (?:0x[0-9a-f]+ in )?(.+?)(?:\+0x[0-9a-f]+)?$", l)
+        if m and not kernels:
+            kernels.append(san_kernel_name(m.group(1)))
+    m = re.search(r"\[(\d+) hazards?\]", text)
+    weight = int(m.group(1)) if m else 1
+    severity = "warning" if head.startswith("Warning") else "error"
+    if kernels:
+        ours = [k for k in kernels if not LIBRARY_KERNEL.match(k)]
+        return ("ours", ours[0], weight, severity) if ours else ("library", kernels[0], weight, severity)
+    # no kernel: an API error, a leak, a host access: whose host frame comes first
+    frames = [l for l in lines if l.startswith("Host Frame:")]
+    m = re.search(r"on CUDA API call to (\w+)", head)
+    name = "API error in %s" % m.group(1) if m else "leak" if head.startswith("Leaked") else head[:60]
+    first = next((f for f in frames if "libcuda.so" not in f and "libcudart" not in f), "")
+    return ("library" if LIBRARY_MODULE.search(first) else "ours", name, weight, severity)
+
+
+def sanitizer_verdict(tool, text, rc):
+    """Pass / fail of one sanitizer item from its log and the program's exit status."""
+    found = {"ours": {}, "library": {}, "warnings": {}}
+    n_err = 0
+    for head, lines in san_records(text):
+        whose, name, weight, sev = san_classify(head, lines)
+        bucket = found["warnings"] if sev == "warning" else found[whose]
+        bucket[name] = bucket.get(name, 0) + weight
+        n_err += sev == "error"
+    total = sanitizer_errors(text)
+    m = re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?", text)
+    if m:
+        total = int(m.group(1))
+    v = {"tool": tool, "rc": rc, "errors": total, "printed": n_err, "ours": found["ours"], "library": found["library"],
+         "warnings": found["warnings"]}
+    listing = lambda d: ", ".join("%s (%d)" % kv for kv in sorted(d.items(), key=lambda kv: -kv[1]))
+    why = []
+    if rc != 0:
+        why.append("the program exited %d under the sanitizer" % rc)
+    if total is None:
+        why.append("no summary from the sanitizer (it did not finish)")
+    if found["ours"]:
+        why.append("%d in our code: %s" % (sum(found["ours"].values()), listing(found["ours"])))
+    if total is not None and total > n_err:
+        why.append("%d reports beyond the print limit, whose is unknown" % (total - n_err))
+    v["status"] = "fail" if why else "pass"
+    v["reason"] = "; ".join(why) if why else ("library findings only: " + listing(found["library"]) if found["library"] else "")
+    return v
+
+
+def sanitizer_main(tool, path, rc):
+    v = sanitizer_verdict(tool, read(path), int(rc))
+    for whose in ("ours", "library", "warnings"):
+        for k, n in sorted(v[whose].items()):
+            print("%-8s %-9s %s: %d" % ("finding" if whose != "warnings" else "warning", whose, k, n))
+    print(("FAIL %s: " % tool + v["reason"]) if v["status"] == "fail" else ("ok   %s: %s" % (tool, v["reason"] or "clean")))
+    print("sanitizer_verdict " + json.dumps(v, sort_keys=True))
+    return 0 if v["status"] == "pass" else 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,6 +317,13 @@ def build(d):
         rep["tests"].append({"program": r["item"], "status": r["status"], "reason": r["reason"], "seconds": r["seconds"],
                              "summary": last, "failures": fails})
 
+    qs = recs.get("tests/quickstart")
+    rep["quickstart"] = parse_quickstart(logtext(d, qs)) if qs else None
+    for t in rep["tests"]:
+        if t["program"] == "quickstart" and rep["quickstart"] and rep["quickstart"].get("loss_after") is not None:
+            q = rep["quickstart"]
+            t["summary"] = "validation loss on the target %.4f -> %.4f in %s s" % (q["loss_before"], q["loss_after"], q.get("seconds", "?"))
+
     # watchdog: one item per case of test_nccl_watchdog_gpu; its "ok" line says how the case ended
     rep["watchdog"] = []
     for key, r in sorted(recs.items()):
@@ -190,7 +339,7 @@ def build(d):
     warm = 2
     rep["train"] = []
     for key, r in recs.items():
-        if r["section"] != "train" or not re.match(r"^(full|lora|qlora)_b\d+$", r["item"]):
+        if r["section"] != "train" or not re.match(r"^(full|lora|qlora|xl)_b\d+$", r["item"]):
             continue
         mode_, b = r["item"].split("_b")
         row = {"mode": mode_, "batch": int(b), "status": r["status"], "reason": r["reason"]}
@@ -200,13 +349,13 @@ def build(d):
         if det and recs.get("train/%s_b%s_repeat" % (mode_, b)):
             row["deterministic"] = det["status"]
         rep["train"].append(row)
-    order = {"full": 0, "lora": 1, "qlora": 2}
+    order = {"full": 0, "compiled": 0.5, "lora": 1, "qlora": 2, "xl": 3}
     rep["train"].sort(key=lambda x: (order[x["mode"]], x["batch"]))
     rep["determinism"] = [{"mode": r["item"].split("_")[0], "status": r["status"], "reason": r["reason"]}
                           for r in recs.values() if r["section"] == "train" and r["item"].endswith("_determinism")]
 
     # torch
-    rep["torch"] = []
+    rep["torch"], rep["torch_attention"] = [], []
     for key, r in recs.items():
         if r["section"] != "torch":
             continue
@@ -214,6 +363,11 @@ def build(d):
             if line.startswith("torch_result "):
                 try:
                     rep["torch"].append(json.loads(line[len("torch_result "):]))
+                except ValueError:
+                    pass
+            elif line.startswith("torch_attention "):
+                try:
+                    rep["torch_attention"].append(json.loads(line[len("torch_attention "):]))
                 except ValueError:
                     pass
             elif line.startswith("torch_info "):
@@ -229,11 +383,14 @@ def build(d):
         if r["section"] != "kernels":
             continue
         c, t = parse_kernels(logtext(d, r))
+        for x in c + t:
+            x["item"] = r["item"]
         rep["kernel_checks"] += c
         for x in t:
             x["pct_peak_bw"] = round(100 * x["gbps"] / peak_bw, 1) if x["gbps"] and peak_bw else None
             x["pct_peak_tflops"] = round(100 * x["tflops"] / peak_tf, 1) if x["tflops"] and peak_tf else None
         rep["kernel_times"] += t
+    rep["attention"] = attention_rows(rep)
 
     # sanitizers
     rep["sanitize"] = []
@@ -241,8 +398,11 @@ def build(d):
         if r["section"] != "sanitize":
             continue
         tool, prog = r["item"].split("_", 1)
+        text = logtext(d, r)
+        verdict = next((json.loads(l[len("sanitizer_verdict "):]) for l in reversed(text.splitlines())
+                        if l.startswith("sanitizer_verdict ")), None)
         rep["sanitize"].append({"tool": tool, "program": prog, "status": r["status"], "reason": r["reason"],
-                                "errors": sanitizer_errors(logtext(d, r)), "seconds": r["seconds"]})
+                                "errors": sanitizer_errors(text), "seconds": r["seconds"], "verdict": verdict})
     return rep
 
 
@@ -264,6 +424,50 @@ def result_table(L, rows, key, last):
     for t in rows:
         s = t["summary"] + ("; " + "; ".join(t["failures"]) if t["failures"] else "")
         L.append("| %s | %s | %s | %s |" % (t[key], status_cell(t), t["seconds"], s.replace("|", "/")))
+    L.append("")
+
+
+def attention_table(L, rep):
+    rows = rep.get("attention") or []
+    if not rows:
+        return
+    L.append("### Attention: ours beside PyTorch's kernels")
+    L.append("")
+    L.append("Causal, B=16, NH=12, HS=64, bf16, TFLOP/s counting the T (T + 1) / 2 visible pairs (4 HS FLOPs each forward,"
+             " 10 backward): ours from dev/cuda/attention_bench (the deterministic backward), PyTorch's"
+             " scaled_dot_product_attention forced to its flash and to its cuDNN backend (dev/bench_torch_gpu.py --attention).")
+    L.append("")
+    L.append("| T | ours forward | ours backward | SDPA flash forward | SDPA flash backward | SDPA cuDNN forward | SDPA cuDNN backward |")
+    L.append("|---|---|---|---|---|---|---|")
+
+    def torch_cells(a):
+        if not a:
+            return ["-", "-"]
+        if "error" in a:
+            return [a["error"].replace("|", "/")[:80], ""]
+        return [fmt(a.get("fwd_tflops"), "%.1f"), fmt(a.get("bwd_tflops"), "%.1f")]
+    for r in rows:
+        cells = [fmt(r.get("ours_fwd"), "%.1f"), fmt(r.get("ours_bwd"), "%.1f")] + torch_cells(r.get("flash")) + torch_cells(r.get("cudnn"))
+        L.append("| %d | %s |" % (r["T"], " | ".join(cells)))
+    L.append("")
+
+
+def quickstart_block(L, q):
+    """The main job on these programs: what a person running `make quickstart` reads."""
+    if not q:
+        return
+    L.append("The main job (quickstart: `BIN_DIR=<these programs> scripts/lora_tiny.sh`): validation loss on the"
+             " fine-tuning target %s (base model) -> %s (after %s LoRA steps), %s s in all."
+             % (fmt(q.get("loss_before"), "%.4f"), fmt(q.get("loss_after"), "%.4f"), q.get("lora_steps") or "?",
+                q.get("seconds") if q.get("seconds") is not None else "?"))
+    for key, title in (("sample_base", "base model"), ("sample_lora", "fine-tuned model, same prompt and seed")):
+        if q.get(key) is not None:
+            L.append("")
+            L.append("Sample of the %s:" % title)
+            L.append("")
+            L.append("```")
+            L.append(q[key].replace("```", "` ` `"))
+            L.append("```")
     L.append("")
 
 
@@ -308,6 +512,7 @@ def markdown(rep):
     L.append("## GPU test programs")
     L.append("")
     result_table(L, rep["tests"], "program", "summary")
+    quickstart_block(L, rep.get("quickstart"))
 
     L.append("## Watchdog, NCCL path (one GPU)")
     L.append("")
@@ -318,7 +523,8 @@ def markdown(rep):
 
     L.append("## Training throughput")
     L.append("")
-    L.append("GPT-2 124M shapes (emulated: the tiny test model), r=8 on c_attn for LoRA / QLoRA; median over the steps after two"
+    L.append("GPT-2 124M shapes (emulated: the tiny test model), r=8 on c_attn for LoRA / QLoRA, and one GPT-2 XL (d48) full"
+             " run (emulated: the `tiny` descriptor); median over the steps after two"
              " warm-up steps. TFLOP/s and MFU count model FLOPs (llmc/base/mfu.h: 6N + 6LCT per token, 4N for a frozen base)."
              " Device peak: nvidia-smi's memory.used during the run minus before it (CUDA context and workspaces included);"
              " trainer: the memory the trainer's own report lists.")
@@ -326,15 +532,17 @@ def markdown(rep):
     L.append("| run | B | result | ms/step | tokens/s | TFLOP/s | MFU | device peak MiB | trainer MiB | identical rerun |")
     L.append("|---|---|---|---|---|---|---|---|---|---|")
     for r in rep["train"]:
+        size = lambda n: "%.2fB" % (n / 1e9) if n >= 1e9 else "%.1fM" % (n / 1e6)
+        run = "full, %s (%s parameters)" % (r.get("model"), size(r["n_params"])) if r["mode"] == "xl" and r.get("n_params") else r["mode"]
         L.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["mode"], r["batch"], status_cell(r), fmt(r.get("ms_per_step")), fmt(r.get("tok_per_s"), "%.0f"),
+            run, r["batch"], status_cell(r), fmt(r.get("ms_per_step")), fmt(r.get("tok_per_s"), "%.0f"),
             fmt(r.get("tflops"), "%.1f"), fmt(r.get("mfu") and 100 * r["mfu"], "%.1f%%"), fmt(r.get("device_peak_mib"), "%.0f"),
             fmt(r.get("trainer_mib"), "%.0f"), r.get("deterministic", "")))
     L.append("")
     for x in rep["determinism"]:
         L.append("- determinism, %s: %s" % (x["mode"], status_cell(x)))
     for key, it in sorted(rep["items"].items()):
-        if it["section"] == "train" and not re.match(r"^(full|lora|qlora)_(b\d+(_repeat)?|determinism)$", it["item"]):
+        if it["section"] == "train" and not re.match(r"^(full|lora|qlora|xl)_(b\d+(_repeat)?|determinism)$", it["item"]):
             L.append("- %s: %s" % (it["item"], status_cell(it)))
     L.append("")
 
@@ -342,8 +550,10 @@ def markdown(rep):
     L.append("")
     ti = rep.get("torch_info")
     if ti:
-        L.append("torch %s (CUDA %s), transformers %s, peft %s on %s: GPT2LMHeadModel, fp32 weights, bf16 autocast, SDPA attention;"
-                 " LoRA by PEFT. No QLoRA row: bitsandbytes is not installed on the GPU machines." % (
+        L.append("torch %s (CUDA %s), transformers %s, peft %s on %s. full / lora: transformers' GPT2LMHeadModel, eager, fp32 weights,"
+                 " bf16 autocast, SDPA attention; LoRA by PEFT. compiled: PyTorch's strongest setting for the same model, a"
+                 " nanoGPT-style GPT-2 under torch.compile with fused AdamW, bf16 autocast, SDPA (its speed-up column compares with"
+                 " our full run). No QLoRA row: bitsandbytes is not installed on the GPU machines." % (
                      ti.get("torch"), ti.get("cuda"), ti.get("transformers"), ti.get("peft"), ti.get("device_name")))
         L.append("")
     ours = {(r["mode"], r["batch"]): r for r in rep["train"]}
@@ -353,7 +563,7 @@ def markdown(rep):
         if "error" in r:
             L.append("| %s | %d | %s | | | | | |" % (r["mode"], r["batch"], r["error"].replace("|", "/")))
             continue
-        o = ours.get((r["mode"], r["batch"]))
+        o = ours.get(("full" if r["mode"] == "compiled" else r["mode"], r["batch"]))
         sp = "%.2fx" % (r["ms_per_step"] / o["ms_per_step"]) if o and o.get("ms_per_step") else "-"
         L.append("| %s | %d | %.1f | %.0f | %.1f | %s | %s / %s | %s |" % (
             r["mode"], r["batch"], r["ms_per_step"], r["tok_per_s"], r["tflops"], fmt(r.get("mfu") and 100 * r["mfu"], "%.1f%%"),
@@ -371,17 +581,18 @@ def markdown(rep):
     for key, it in sorted(rep["items"].items()):
         if it["section"] != "kernels":
             continue
-        cs = [c for c in rep["kernel_checks"] if c["prog"] == it["item"]]
+        cs = [c for c in rep["kernel_checks"] if c["item"] == it["item"]]
         bad = [c["what"] for c in cs if not c["ok"]]
         L.append("| %s | %s | %s | %d checks%s |" % (it["item"], status_cell(it), it["seconds"], len(cs),
                                                     ", MISMATCH: " + ", ".join(bad) if bad else ", all within tolerance" if cs else ""))
     L.append("")
-    L.append("| program | op | ms | GB/s | % peak BW | TFLOP/s | % peak bf16 |")
-    L.append("|---|---|---|---|---|---|---|")
+    L.append("| program | shape | op | ms | GB/s | % peak BW | TFLOP/s | % peak bf16 |")
+    L.append("|---|---|---|---|---|---|---|---|")
     for t in rep["kernel_times"]:
-        L.append("| %s | %s | %s | %s | %s | %s | %s |" % (t["prog"], t["what"], fmt(t["ms"], "%.4f"), fmt(t["gbps"]),
-                                                          fmt(t["pct_peak_bw"]), fmt(t["tflops"], "%.2f"), fmt(t["pct_peak_tflops"])))
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (t["prog"], t.get("shape", ""), t["what"], fmt(t["ms"], "%.4f"), fmt(t["gbps"]),
+                                                               fmt(t["pct_peak_bw"]), fmt(t["tflops"], "%.2f"), fmt(t["pct_peak_tflops"])))
     L.append("")
+    attention_table(L, rep)
 
     L.append("## compute-sanitizer")
     L.append("")
@@ -399,17 +610,49 @@ def markdown(rep):
             elif s["status"] == "skip":
                 cells.append("skip")
             else:
-                cells.append("%s%s" % (s["status"], " (%d errors)" % s["errors"] if s["errors"] else ""))
+                cells.append(sanitize_cell(s))
         L.append("| %s | %s |" % (p, " | ".join(cells)))
     reasons = sorted({s["reason"] for s in rep["sanitize"] if s["status"] == "skip"})
     if reasons:
         L.append("")
         L.append("Skipped: " + "; ".join(x.replace("skipped: ", "", 1) for x in reasons))
+    sanitize_findings(L, rep["sanitize"])
     L.append("")
     return "\n".join(L)
 
 
+def sanitize_cell(s):
+    v = s.get("verdict")
+    if not v:
+        return "%s%s" % (s["status"], " (%d errors)" % s["errors"] if s["errors"] else "")
+    n_ours, n_lib = sum(v["ours"].values()), sum(v["library"].values())
+    notes = (["%d ours" % n_ours] if n_ours else []) + (["%d in libraries" % n_lib] if n_lib else [])
+    return s["status"] + (" (%s)" % ", ".join(notes) if notes else "")
+
+
+def sanitize_findings(L, items):
+    """Each finding by kernel: ours (they fail their item) and the libraries' (listed only)."""
+    for whose, title in (("ours", "Findings in our code (each fails its item)"),
+                         ("library", "Library findings (inside cuBLAS / cuBLASLt / NCCL kernels: listed, not failing)")):
+        rows = [(s["tool"], s["program"], k, n) for s in items if s.get("verdict") for k, n in sorted(s["verdict"][whose].items())]
+        if rows:
+            L.append("")
+            L.append(title + ":")
+            L.append("")
+            for tool, prog, k, n in rows:
+                L.append("- %s, %s: `%s` (%d %s)" % (tool, prog, k, n, "hazards" if tool == "racecheck" else "reports"))
+    failed = [s for s in items if s["status"] in ("fail", "timeout") and s.get("reason")]
+    if failed:
+        L.append("")
+        L.append("Failed items:")
+        L.append("")
+    for s in failed:
+        L.append("- %s, %s: %s" % (s["tool"], s["program"], status_cell(s)))
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--sanitizer-verdict":
+        return sanitizer_main(*sys.argv[2:])
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2

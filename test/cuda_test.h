@@ -7,7 +7,9 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <vector>
+#include <cuda_runtime.h>
 #include "ops/ops.h"
 #include "cuda/ops_cuda.h"
 #include "test/test.h"
@@ -24,8 +26,16 @@ static inline vecf cuda_test_rnd_vec(TestRng* r, size_t n, float scale) {
     return v;
 }
 
-// device bf16 copy of a host vector (or an uninitialised buffer of count elements); `offset`
-// elements of slack in front misalign it, for the kernels' scalar load/store paths
+// Every byte of a test's device buffer that no upload writes starts as 0xFF, so an element an op
+// leaves unwritten reads back as NaN and fails its check (test_allclose fails on NaN). The
+// CUDA-on-CPU harness poisons every cudaMalloc the same way; on a GPU fresh memory holds whatever
+// was there before (often the same test's previous results), so the tests do it themselves there.
+static inline void cuda_test_poison(void* p, size_t bytes) {
+    if (cudaMemset(p, 0xFF, bytes) != cudaSuccess) { fprintf(stderr, "cudaMemset failed\n"); exit(1); }
+}
+
+// device bf16 copy of a host vector (or a poisoned buffer of count elements); `offset` elements of
+// slack in front misalign it, for the kernels' scalar load/store paths
 struct Dev {
     void* base = NULL;
     floatX* p = NULL;
@@ -38,6 +48,7 @@ struct Dev {
     explicit Dev(size_t count, int offset = 0) : n(count) {
         base = cuda_ops_alloc((count + offset + 8) * sizeof(floatX));
         p = (floatX*)base + offset;
+        cuda_test_poison(base, (count + offset + 8) * sizeof(floatX));
     }
     vecf get() const { vecf h(n); cuda_ops_download_f32(h.data(), p, n); return h; }
     ~Dev() { cuda_ops_free(base); }

@@ -49,6 +49,14 @@ tiny_data() {
   make_shard "$1/data/tiny_val_000000.bin" 600 100 $(($2 + 1))
 }
 
+# EMU: the harness builds of the trainers (mk/gpucheck.mk, make gpucheck-emu); a test that needs
+# them stops here when they are not built
+need_harness_trainers() {
+  EMU="${BUILD:-build/cpu}/gpucheck/emu"
+  local p
+  for p in train_gpt2 train_lora; do [ -x "$EMU/$p" ] || { echo "FAIL: $EMU/$p not built (make gpucheck-emu)"; exit 1; }; done
+}
+
 finish() {
   echo "$checks checks, $fails failed"
   [ $fails -eq 0 ]

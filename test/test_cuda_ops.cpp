@@ -37,7 +37,10 @@ static vecf rnd_vec(size_t n, float scale) { return cuda_test_rnd_vec(&g_rng, n,
 struct DevF {   // fp32 device buffer
     float* p = NULL;
     size_t n = 0;
-    explicit DevF(size_t count) : n(count) { p = (float*)cuda_ops_alloc((count ? count : 1) * sizeof(float)); }
+    explicit DevF(size_t count) : n(count) {
+        p = (float*)cuda_ops_alloc((count ? count : 1) * sizeof(float));
+        cuda_test_poison(p, (count ? count : 1) * sizeof(float));
+    }
     DevF(const vecf& h) : DevF(h.size()) { cuda_ops_to_device(p, h.data(), h.size() * sizeof(float)); }
     vecf get() const { vecf h(n); cuda_ops_to_host(h.data(), p, n * sizeof(float)); return h; }
     ~DevF() { cuda_ops_free(p); }
@@ -735,10 +738,32 @@ static void test_lora_ops(size_t n) {
     check(name, da.get(), c, 0.0, 0.0);
 }
 
+// TEST_QUICK (compute-sanitizer's initcheck): one case of each op, the GEMMs at shapes whose rows
+// are 16-byte aligned (the GPU's fast path) and not
+static void run_quick(void) {
+    TIMED(test_casts());
+    TIMED(test_elementwise(40, 1));
+    TIMED(test_encoder(2, 5, 24, 4));
+    TIMED(test_layernorm(11, 40));
+    TIMED(test_matmul(5, 7, 9, 1, 1));
+    TIMED(test_matmul(70, 16, 24, 1, 1));
+    TIMED(test_attention(2, 70, 128, 2));
+    TIMED(test_classifier(4, 37, 40));
+    TIMED(test_classifier_train(600, 32, 200, 256));
+    TIMED(test_adamw(333, 0));
+    TIMED(test_null_grads());
+    TIMED(test_reductions(7));
+    TIMED(test_lora_ops(1000));
+}
+
 int main(void) {
     cpu_ops_init(1);
     cuda_ops_init(0);
     printf("backend: %s\n", cuda_ops_backend_name());
+    if (test_quick()) {
+        run_quick();
+        return test_finish("test_cuda_ops");
+    }
     TIMED(test_casts());
     TIMED(test_elementwise(13, 0));     // ragged tail
     TIMED(test_elementwise(64, 0));     // 128-bit path

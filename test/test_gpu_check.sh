@@ -35,13 +35,28 @@ ok "report.md has the seven sections"
 status_of() { q "$J" "r['items'].get('$1', {}).get('status')"; }
 
 n=$(q "$J" "sum(1 for t in r['tests'] if t['status'] == 'pass')")
-[ "$n" = 6 ] && ok "5 GPU test programs and the decoding item pass (harness builds)" || bad "test items passing: $n of 6: $(q "$J" "[(t['program'], t['status'], t['reason']) for t in r['tests'] if t['status'] != 'pass']")"
+[ "$n" = 7 ] && ok "5 GPU test programs, the decoding item and the main job pass (harness builds)" || bad "test items passing: $n of 7: $(q "$J" "[(t['program'], t['status'], t['reason']) for t in r['tests'] if t['status'] != 'pass']")"
+# the main job with the harness programs (fewer steps): both losses, both samples, its time
+if [ "$(q "$J" "r['quickstart']['loss_after'] < r['quickstart']['loss_before'] and r['quickstart']['lora_steps'] == 10 and r['quickstart']['seconds'] > 0")" = True ] \
+   && [ "$(q "$J" "r['quickstart']['sample_base'].startswith('PETRUCHIO:') and r['quickstart']['sample_lora'].startswith('PETRUCHIO:')")" = True ] \
+   && grep -q "^Sample of the fine-tuned model, same prompt and seed:" "$TMP/full/report.md"; then
+  ok "quickstart: $(q "$J" "[t['summary'] for t in r['tests'] if t['program'] == 'quickstart'][0]"), both samples in the report"
+else
+  bad "quickstart: $(q "$J" "r['quickstart']")"
+fi
+if "$PY" -c 'import torch, transformers, peft' 2>/dev/null; then
+  [ "$(status_of tests/outputs)" = pass ] && ok "outputs: transformers / PEFT continue the job's outputs as the CUDA path (harness) does" \
+    || bad "outputs: $(q "$J" "r['items'].get('tests/outputs')")"
+else
+  q "$J" "r['items']['tests/outputs']['reason']" | grep -q "not installed" && ok "outputs: skipped, transformers / PEFT not installed" \
+    || bad "outputs: $(q "$J" "r['items'].get('tests/outputs')")"
+fi
 q "$J" "[t['summary'] for t in r['tests'] if t['program'] == 'generate'][0]" | grep -qE "^generate: cache [0-9.]+ tokens/s, no-cache [0-9.]+ tokens/s \(16 tokens\): all 2 runs passed" \
   && ok "decoding: $(q "$J" "[t['summary'] for t in r['tests'] if t['program'] == 'generate'][0]")" || bad "decoding summary: $(q "$J" "[t for t in r['tests'] if t['program'] == 'generate']")"
 [ "$(status_of tests/test_comm_split_gpu)" = skip ] && ok "test_comm_split_gpu (NCCL) skipped: emulated" || bad "test_comm_split_gpu: $(status_of tests/test_comm_split_gpu)"
 
 n=$(q "$J" "sum(1 for t in r['train'] if t['status'] == 'pass' and t.get('ms_per_step') and t.get('steps') == 5)")
-[ "$n" = 9 ] && ok "9 training runs (full, lora, qlora x 3 batch sizes) pass with step times" || bad "training runs with results: $n of 9"
+[ "$n" = 10 ] && ok "10 training runs (full, lora, qlora x 3 batch sizes, the XL run's path on 'tiny') pass with step times" || bad "training runs with results: $n of 10"
 for m in full lora qlora; do
   [ "$(status_of "train/${m}_determinism")" = pass ] && ok "$m: the repeated run has identical losses" || bad "$m determinism: $(status_of "train/${m}_determinism")"
 done
@@ -51,7 +66,8 @@ for k in matmul layernorm gelu encoder classifier adamw bench_ops; do
 done
 n=$(q "$J" "len(r['kernel_times'])"); c=$(q "$J" "sum(1 for c in r['kernel_checks'] if not c['ok'])")
 [ "$n" -gt 10 ] && [ "$c" = 0 ] && ok "kernel programs: $n timings parsed, every check within tolerance" || bad "kernel timings $n, failed checks $c"
-[ "$(status_of kernels/attention_bench)" = skip ] && ok "attention_bench skipped (cuBLAS baseline)" || bad "attention_bench: $(status_of kernels/attention_bench)"
+n=$(q "$J" "sum(1 for t in (512, 1024, 2048) if r['items']['kernels/attention_bench_t%d' % t]['status'] == 'skip')")
+[ "$n" = 3 ] && ok "attention_bench at T = 512, 1024, 2048 skipped (cuBLAS baseline)" || bad "attention_bench items: $(q "$J" "[i for k, i in r['items'].items() if 'attention' in k]")"
 
 n=$(q "$J" "sum(1 for t in r['watchdog'] if t['status'] == 'skip' and 'emulated' in t['reason'])")
 [ "$n" = 3 ] && ok "3 watchdog cases (NCCL) skipped: emulated" || bad "watchdog cases skipped as emulated: $n: $(q "$J" "r['watchdog']")"
@@ -63,17 +79,46 @@ if "$PY" -c 'import torch, transformers, peft' 2>/dev/null; then
   n=$(q "$J" "sum(1 for t in r['torch'] if 'error' not in t and t['ms_per_step'] > 0)")
   [ "$n" = 6 ] && ok "PyTorch (CPU here): 6 results" || bad "PyTorch results: $n of 6: $(q "$J" "r['torch']")"
 else
-  [ "$(status_of torch/full)" = skip ] && ok "PyTorch not installed: torch section skipped" || bad "torch/full: $(status_of torch/full)"
+  n=$(q "$J" "sum(1 for m in ('full', 'lora', 'compiled', 'attention') if r['items']['torch/' + m]['status'] == 'skip')")
+  [ "$n" = 4 ] && ok "PyTorch not installed: torch section skipped (full, lora, compiled, attention)" || bad "torch items skipped: $n of 4"
 fi
 [ "$(status_of torch/qlora)" = skip ] && ok "torch qlora: skipped (no bitsandbytes)" || bad "torch/qlora: $(status_of torch/qlora)"
+
+# ---- dev/check_outputs.py's comparison of a CUDA generate with transformers' fp32 run (per step:
+# id, top1, top2): equal tokens and top-1 logits within 2^-5 max(1, |top1|) until the reference's
+# first close call; the rules alone, without the ML stack
+"$PY" - <<'PY' && ok "check_outputs.py: the margin comparison's rules (importable without torch)" || bad "check_outputs.py margin comparison"
+import importlib.util
+spec = importlib.util.spec_from_file_location("co", "dev/check_outputs.py")
+co = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(co)
+ref = [(5, 10.0, 9.0), (7, 8.0, 2.0), (9, 5.0, 4.95), (11, 6.0, 1.0)]
+assert co.margin_compare(ref, [(5, 10.1, 9.2), (7, 7.9, 2.5), (3, 5.1, 5.0), (4, 1.0, 0.0)]) == (2, None)  # a close call at step 3 ends it
+c, err = co.margin_compare(ref, [(5, 10.0, 9.0), (8, 8.0, 2.0)])
+assert c == 1 and err.startswith("step 2: ours chose 8, the reference 7"), err
+c, err = co.margin_compare(ref, [(5, 10.5, 9.0)])
+assert c == 0 and err.startswith("step 1: token 5's logit 10.5000"), err                         # 0.5 > 10 / 32
+c, err = co.margin_compare(ref[:2], [(5, 10.0, 9.0)])
+assert c == 1 and err.startswith("step 2: ours ended after 1 tokens"), err
+c, err = co.margin_compare(ref[:2], ref[:2] + [(1, 3.0, 0.0)])
+assert c == 2 and err.startswith("ours goes on after"), err
+PY
+
+# ---- the TEST_QUICK subsets the GPU check runs under initcheck: each test program passes on a
+# part of its cases (fewer checks than its full run above)
+for p in test_cuda_ops_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu; do
+  full=$(q "$J" "[t['summary'] for t in r['tests'] if t['program'] == '$p'][0]" | sed -n 's/.*all \([0-9]*\) checks passed.*/\1/p')
+  line=$(TEST_QUICK=1 "$EMU/$p" 2>/dev/null | tail -n 1)
+  n=$(sed -n 's/.*(TEST_QUICK subset): all \([0-9]*\) checks passed$/\1/p' <<<"$line")
+  [ -n "$n" ] && [ -n "$full" ] && [ "$n" -lt "$full" ] && ok "$p TEST_QUICK: $n of its $full checks, passed" || bad "$p TEST_QUICK: '$line' (full run: ${full:-?} checks)"
+done
 
 # ---- the time budget: nothing fits in 0 s; a second run does only what is missing; a third keeps it
 bash scripts/gpu_check.sh --emulated --bin "$EMU" --out "$TMP/budget" --budget 0 > "$TMP/b0.log" 2>&1
 J="$TMP/budget/report.json"
 n=$(q "$J" "sum(1 for i in r['items'].values() if i['reason'].startswith('time budget'))")
 m=$(q "$J" "sum(1 for i in r['items'].values() if not i['reason'].startswith('time budget') and not 'emulated' in i['reason'] and not 'bitsandbytes' in i['reason'] and not 'not installed' in i['reason'])")
-u=$(q "$J" "sum(1 for i in r['items'].values() if 'not installed' in i['reason'])")
-[ $((n + u)) -gt 30 ] && [ "$m" = 0 ] && ok "--budget 0: $n items skipped for the time budget, nothing run" || bad "--budget 0: $n budget skips, $m other items"
+[ "$n" -ge 30 ] && [ "$m" = 0 ] && ok "--budget 0: $n items skipped for the time budget, nothing run" || bad "--budget 0: $n budget skips, $m other items"
 bash scripts/gpu_check.sh --emulated --bin "$EMU" --out "$TMP/budget" --sections env --budget 300 > "$TMP/b1.log" 2>&1
 [ "$(status_of env/gpu_info)" = pass ] && [ "$(q "$J" "r['items']['tests/test_gpt2_gpu']['reason'][:11]")" = "time budget" ] \
   && ok "a second run with the same --out ran the selected sections, the rest stays pending" || bad "second run: $(q "$J" "r['summary']")"
@@ -97,6 +142,43 @@ J="$TMP/fail/report.json"
   && ok "a missing test program: fail, named" || bad "missing program: $(q "$J" "r['items'].get('tests/test_qlora_gpu')")"
 [ "$(q "$J" "r['summary']['tests']['pass']")" = 3 ] && ok "the other 3 test programs still ran" || bad "others: $(q "$J" "r['summary']['tests']")"
 
+# ---- the GPU-only tables on canned results in the formats their programs print: attention
+# (attention_bench beside SDPA flash / cuDNN), the compiled PyTorch row, the GPT-2 XL run
+G="$TMP/gpurep"; mkdir -p "$G/logs/kernels" "$G/logs/torch" "$G/logs/train"
+rec() { printf '{"key": "%s/%s", "section": "%s", "item": "%s", "status": "pass", "reason": "", "seconds": 1.0, "log": "logs/%s/%s.log", "mode": "gpu"}\n' "$1" "$2" "$1" "$2" "$1" "$2" >> "$G/results.jsonl"; }
+for t in 512 1024; do
+  f=$([ $t = 512 ] && echo "60.10 | 45.20" || echo "43.61 | 34.16")
+  printf '%s\n' "prog  attention_bench | NVIDIA H100 80GB HBM3 | B=16 T=$t NH=12 HS=64" \
+    "check attention_bench | flash forward out (batch 0)              | err 0.00488 | tol 0.02 | ok" \
+    "time  attention_bench | forward cublas+softmax                   | 0.5196 ms | 2422.6 GB/s | 24.82 TFLOP/s" \
+    "time  attention_bench | forward flash (wmma)                     | 0.2957 ms | 171.5 GB/s | ${f% | *} TFLOP/s" \
+    "time  attention_bench | backward flash (wmma, deterministic)     | 0.9439 ms | 107.5 GB/s | ${f#* | } TFLOP/s" \
+    "time  attention_bench | backward flash (wmma, atomic dQ)         | 1.0425 ms | 97.3 GB/s | 30.93 TFLOP/s" > "$G/logs/kernels/attention_bench_t$t.log"
+  rec kernels "attention_bench_t$t"
+done
+{ echo 'torch_info {"torch": "2.11.0+cu130", "cuda": "13.0", "transformers": "5.17.0", "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "peft": "0.21.0"}'
+  for t in 512 1024; do
+    echo "torch_attention {\"backend\": \"flash\", \"B\": 16, \"NH\": 12, \"HS\": 64, \"T\": $t, \"fwd_ms\": 0.1, \"bwd_ms\": 0.3, \"fwd_tflops\": 2$t.5, \"bwd_tflops\": 1$t.25}"
+    echo "torch_attention {\"backend\": \"cudnn\", \"B\": 16, \"NH\": 12, \"HS\": 64, \"T\": $t, \"error\": \"RuntimeError: No available kernel. Aborting execution.\"}"
+  done; } > "$G/logs/torch/attention.log"
+echo 'torch_result {"mode": "compiled", "batch": 16, "seq_len": 1024, "ms_per_step": 40.07, "tok_per_s": 408916.0, "tflops": 330.1, "mfu": 0.3336, "compiled": true, "fused_adamw": true, "padded_vocab": 50304, "peak_alloc_mib": 9000.0, "peak_reserved_mib": 10175.0}' > "$G/logs/torch/compiled.log"
+rec torch attention; rec torch compiled
+step() { printf 'step %4d/12 | loss 10.97 | lr 1.000e-04 | norm 3.06 | %s ms | %s tok/s | %s TFLOP/s | MFU %s%% | epoch 0.01 | 0:00 elapsed, ETA 0:02\n' "$@"; }
+{ echo "model: d12 (GPT-2 init, seed 1) | L=12 C=768 NH=12 vocab=50257 (padded 50304) max_seq_len=1024 | 124439808 parameters"
+  for i in 1 2 3 4; do step $i 53.5 305852 245.7 24.9; done; } > "$G/logs/train/full_b16.log"
+{ echo "model: d48 (GPT-2 init, seed 1) | L=48 C=1600 NH=25 vocab=50257 (padded 50304) max_seq_len=1024 | 1557611200 parameters"
+  echo "memory (this rank): params 2971.0 MiB (bf16) | grads 2971.0 MiB (bf16) | optimizer 17826.0 MiB (fp32 m, v, master) | activations 23500.0 MiB (bf16, recompute 0) | total 47268.0 MiB"
+  for i in 1 2 3 4; do step $i 310.0 26426 251.0 25.4; done; } > "$G/logs/train/xl_b8.log"
+rec train full_b16; rec train xl_b8
+"$PY" scripts/gpu_report.py "$G" > /dev/null 2>&1
+grep -q '^| 512 | 60.1 | 45.2 | 2512.5 | 1512.2 | RuntimeError: No available kernel. Aborting execution. |  |$' "$G/report.md" \
+  && grep -q '^| 1024 | 43.6 | 34.2 | 21024.5 | 11024.2 | RuntimeError' "$G/report.md" \
+  && grep -q '^| compiled | 16 | 40.1 | 408916 | 330.1 | 33.4% | 9000 / 10175 | 0.75x |$' "$G/report.md" \
+  && grep -q '^| full, d48 (1.56B parameters) | 8 | pass | 310.0 | 26426 | 251.0 | 25.4% | - | 47268 |  |$' "$G/report.md" \
+  && grep -q '^| attention_bench | B=16 T=512 NH=12 HS=64 | forward flash (wmma) |' "$G/report.md" \
+  && ok "GPU tables: attention (ours, SDPA flash, cuDNN's error), the compiled PyTorch row against our full run, the d48 run" \
+  || bad "GPU tables: $(grep -E '^\| (512|1024|compiled|full, d48)' "$G/report.md")"
+
 # ---- the watchdog table of a GPU run (emulated runs skip its cases): results and logs as
 # test_nccl_watchdog_gpu writes them, two passing cases and one failing
 W="$TMP/wdrep"; mkdir -p "$W/logs/watchdog"
@@ -119,6 +201,104 @@ if [ "$(cut -d'|' -f2 <<<"$rows" | tr -d ' \n')" = initstuckhealthy ] && grep -q
 else
   bad "watchdog table: $rows"
 fi
+
+# ---- compute-sanitizer's findings, sorted by whose kernel they are in (scripts/gpu_sanitize.sh,
+# gpu_report.py --sanitizer-verdict), on canned logs in the format of the first H100 run's
+S="$TMP/san"; mkdir -p "$S"
+cat > "$S/race_lib.log" <<'LOG'
+========= COMPUTE-SANITIZER
+========= Error: Race reported between Read access at nvjet_sm90_tst_32x64_64x16_1x1_h_bx_splitK_NTN+0xaf0
+=========     and Write access at nvjet_sm90_tst_32x64_64x16_1x1_h_bx_splitK_NTN+0x2f60 [52 hazards]
+=========
+========= Error: Race reported between Read access at nvjet_sm90_tst_32x64_64x16_1x1_h_bx_splitK_NTN+0xaf0
+=========     and Write access at nvjet_sm90_tst_32x64_64x16_1x1_h_bx_splitK_NTN+0x2f60 [52 hazards]
+=========
+========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)
+LOG
+cat > "$S/init_ours.log" <<'LOG'
+========= COMPUTE-SANITIZER
+========= Uninitialized __global__ memory read of size 2 bytes
+=========     at cast_bf16_to_f32_kernel(float *, const __nv_bfloat16 *, unsigned long)+0x1b0
+=========     by thread (96,0,0) in block (0,0,0)
+=========     Address 0x7f1448a02600
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: cuda_ops_download_f32 [0x812a1] in test_cuda_ops_gpu
+=========         Host Frame: Dev::get() const [0x60698] in test_cuda_ops_gpu
+=========
+========= Uninitialized __global__ memory read of size 16 bytes
+=========     at void flash_attention_forward_kernel<(int)16>(__nv_bfloat16 *, float *, const __nv_bfloat16 *, int, int, int)+0x570
+=========     by thread (0,0,0) in block (0,4,0)
+=========     Address 0x7f73e4a92600
+=========
+========= Invalid __global__ read of size 4 bytes
+=========     at void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8>(T1::Params)+0x2a0
+=========     by thread (3,0,0) in block (1,0,0)
+=========
+========= ERROR SUMMARY: 3 errors
+LOG
+# the program's output interleaved with the reports (stdout and the sanitizer shared a pipe), a
+# leak (host side: ours), and more reports than were printed
+cat > "$S/mixed.log" <<'LOG'
+========= COMPUTE-SANITIZER
+ok   matmul_backward dinp written (accumulate 0, N=5 C=7 OC=9) (35 elements, max abs diff 0.00289)
+ok   m========= Invalid __global__ write of size 2 bytes
+=========     at sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas+0x1c0
+=========     by thread (0,0,0) in block (0,0,0)
+========= 
+========= Leaked 1,024 bytes at 0x7f1448a00000
+=========     Saved host backtrace up to driver entry point at allocation time
+=========         Host Frame: cudaMalloc [0x5e9e1] in libcudart.so.13
+=========         Host Frame: cuda_ops_alloc [0x80a11] in test_cuda_ops_gpu
+=========
+========= LEAK SUMMARY: 1024 bytes leaked in 1 allocations
+========= ERROR SUMMARY: 5 errors
+LOG
+verdict() { "$PY" scripts/gpu_report.py --sanitizer-verdict "$1" "$S/$2" "${3:-0}" > "$S/$2.out"; echo $?; }
+vq() { "$PY" -c 'import json, sys; v = json.loads([l for l in open(sys.argv[1]) if l.startswith("sanitizer_verdict ")][-1][18:]); print(eval(sys.argv[2]))' "$S/$1.out" "$2"; }
+rc=$(verdict racecheck race_lib.log)
+[ "$rc" = 0 ] && [ "$(vq race_lib.log "v['library']")" = "{'nvjet_sm90_tst_32x64_64x16_1x1_h_bx_splitK_NTN': 104}" ] \
+  && grep -q "^ok   racecheck: library findings only: nvjet_sm90_tst_32x64_64x16_1x1_h_bx_splitK_NTN (104)" "$S/race_lib.log.out" \
+  && ok "racecheck, hazards only inside cuBLAS's nvjet kernel: pass, listed as a library finding" || bad "racecheck library verdict: rc $rc: $(cat "$S/race_lib.log.out")"
+rc=$(verdict initcheck init_ours.log)
+[ "$rc" = 1 ] && [ "$(vq init_ours.log "sorted(v['ours'])")" = "['cast_bf16_to_f32_kernel', 'flash_attention_forward_kernel']" ] \
+  && [ "$(vq init_ours.log "sorted(v['library'])")" = "['cutlass::Kernel2']" ] \
+  && grep -q "^FAIL initcheck: 2 in our code: " "$S/init_ours.log.out" \
+  && ok "initcheck, reads in two of our kernels (templated one included) beside a CUTLASS one: fail, ours named" || bad "initcheck verdict: rc $rc: $(cat "$S/init_ours.log.out")"
+rc=$(verdict memcheck mixed.log)
+[ "$rc" = 1 ] && [ "$(vq mixed.log "list(v['library'])")" = "['sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas']" ] \
+  && [ "$(vq mixed.log "v['ours']")" = "{'leak': 1}" ] && grep -q "3 reports beyond the print limit" "$S/mixed.log.out" \
+  && ok "memcheck, interleaved with the program's output: the xmma kernel's report is the library's, the leak ours, unprinted reports fail" \
+  || bad "memcheck mixed verdict: rc $rc: $(cat "$S/mixed.log.out")"
+rc=$(verdict racecheck race_lib.log 1)
+[ "$rc" = 1 ] && grep -q "^FAIL racecheck: the program exited 1 under the sanitizer" "$S/race_lib.log.out" \
+  && ok "a test program failing under the sanitizer fails the item" || bad "program failure: rc $rc: $(cat "$S/race_lib.log.out")"
+printf '========= COMPUTE-SANITIZER\n' > "$S/cut.log"
+rc=$(verdict synccheck cut.log)
+[ "$rc" = 1 ] && grep -q "no summary from the sanitizer" "$S/cut.log.out" && ok "a sanitizer that did not finish: fail" || bad "cut log: $(cat "$S/cut.log.out")"
+# gpu_sanitize.sh end to end, with a stand-in compute-sanitizer that writes a canned log where
+# --log-file says and runs the program; then the report of such items
+cat > "$S/cs" <<'SH'
+#!/usr/bin/env bash
+tool=""; log=""
+while [ $# -gt 1 ]; do case "$1" in --tool) tool=$2; shift ;; --log-file) log=$2; shift ;; --print-limit|--leak-check) shift ;; esac; shift; done
+cp "$CANNED_DIR/$tool.log" "$log"; exec "$1"
+SH
+chmod +x "$S/cs"; mkdir -p "$S/canned"; cp "$S/race_lib.log" "$S/canned/racecheck.log"; cp "$S/init_ours.log" "$S/canned/initcheck.log"
+printf '#!/bin/sh\necho "test_cuda_ops: all 1 checks passed"\n' > "$S/prog"; chmod +x "$S/prog"
+R="$TMP/sanrep"; mkdir -p "$R/logs/sanitize"
+for t in racecheck initcheck; do
+  CANNED_DIR="$S/canned" bash scripts/gpu_sanitize.sh "$S/cs" $t "$S/prog" > "$R/logs/sanitize/${t}_test_cuda_ops_gpu.log" 2>&1
+  st=$([ $? = 0 ] && echo pass || echo fail)
+  printf '{"key": "sanitize/%s_test_cuda_ops_gpu", "section": "sanitize", "item": "%s_test_cuda_ops_gpu", "status": "%s", "reason": "", "seconds": 1.0, "log": "logs/sanitize/%s_test_cuda_ops_gpu.log", "mode": "gpu"}\n' \
+    $t $t $st $t >> "$R/results.jsonl"
+done
+"$PY" scripts/gpu_report.py "$R" > /dev/null 2>&1
+grep -q '^| test_cuda_ops_gpu |  | pass (104 in libraries) |  | fail (2 ours, 1 in libraries) |$' "$R/report.md" \
+  && grep -q '^- racecheck, test_cuda_ops_gpu: `nvjet_sm90_tst_32x64_64x16_1x1_h_bx_splitK_NTN` (104 hazards)$' "$R/report.md" \
+  && grep -q '^- initcheck, test_cuda_ops_gpu: `cast_bf16_to_f32_kernel` (1 reports)$' "$R/report.md" \
+  && grep -q "test_cuda_ops: all 1 checks passed" "$R/logs/sanitize/racecheck_test_cuda_ops_gpu.log" \
+  && ok "gpu_sanitize.sh + report: library hazards pass and are listed with their kernel, our kernels' reads fail and are named" \
+  || bad "sanitizer report: $(grep -A12 '^## compute-sanitizer' "$R/report.md")"
 
 # ---- bad options
 expect_usage() {  # what, substring, args

@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
 
     test_quantization();
     test_set("c_attn");
-    test_set("all_linear");
+    if (!test_quick()) test_set("all_linear"); // (TEST_QUICK: one set)
 
     test_base_free(&g_tb);
     return test_finish("test_qlora");

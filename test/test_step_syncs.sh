@@ -17,8 +17,7 @@
 set -u
 BUILD="${BUILD:-build/cpu}"
 . "$(dirname "$0")/lib.sh"
-EMU="$BUILD/gpucheck/emu"
-for p in train_gpt2 train_lora; do [ -x "$EMU/$p" ] || { echo "FAIL: $EMU/$p not built (make gpucheck-emu)"; exit 1; }; done
+need_harness_trainers
 
 make_shard "$TMP/train.bin" 20000 100 1
 STEPS_LO=2; STEPS_HI=4   # (the first step may fill caches: both runs include it)

@@ -185,3 +185,4 @@ OpsCaps cpu_ops_caps(void) {
 void cpu_device_select(const Comm* c) { (void)c; }
 void cpu_device_attach(Comm* c) { (void)c; }
 void cpu_device_detach(Comm* c) { (void)c; }
+int cpu_device_memory(size_t* free_bytes, size_t* total_bytes) { *free_bytes = *total_bytes = 0; return 0; }

@@ -46,6 +46,7 @@ int ops_bf16_native(const char** why) { return cpu_ops_bf16_native(why); }
 void device_select(const Comm* c) { cpu_device_select(c); }
 void device_attach(Comm* c) { cpu_device_attach(c); }
 void device_detach(Comm* c) { cpu_device_detach(c); }
+int device_memory(size_t* free_bytes, size_t* total_bytes) { return cpu_device_memory(free_bytes, total_bytes); }
 
 // ---- embeddings
 void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, const int* pos,

@@ -41,6 +41,7 @@ int cpu_ops_bf16_native(const char** why);
 void cpu_device_select(const Comm* c);
 void cpu_device_attach(Comm* c);
 void cpu_device_detach(Comm* c);
+int cpu_device_memory(size_t* free_bytes, size_t* total_bytes);
 
 // ---- embeddings (encoder.c)
 void cpu_encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,

@@ -30,3 +30,8 @@ extern "C" void cuda_device_detach(Comm* c) {
     comm_nccl_detach(c);
 #endif
 }
+
+extern "C" int cuda_device_memory(size_t* free_bytes, size_t* total_bytes) {
+    cudaCheck(cudaMemGetInfo(free_bytes, total_bytes));
+    return 1;
+}

@@ -57,6 +57,7 @@ void ops_set_deterministic(int on) { cuda_ops_set_deterministic(on); }
 void device_select(const Comm* c) { cuda_device_select(c); }
 void device_attach(Comm* c) { cuda_device_attach(c); }
 void device_detach(Comm* c) { cuda_device_detach(c); }
+int device_memory(size_t* free_bytes, size_t* total_bytes) { return cuda_device_memory(free_bytes, total_bytes); }
 
 // ---- embeddings
 void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, const int* pos,

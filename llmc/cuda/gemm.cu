@@ -6,6 +6,7 @@
 #include "cuda/gemm.cuh"
 #ifndef LLMC_CUDA_EMULATED
 #include <cublasLt.h>
+#include <nvtx3/nvToolsExtMemCudaRt.h>
 #endif
 
 // ----------------------------------------------------------------------------
@@ -192,6 +193,33 @@ static void gemm_plan_destroy(GemmPlan* p) {
     (void)cublasLtMatmulDescDestroy(p->op);
 }
 
+// compute-sanitizer's initcheck does not see what cuBLASLt's sm_90 GEMM kernels store: on the first
+// H100 run (dev/reports/gpu_2026-11-26) every one of its hundreds of thousands of reports was a
+// read, by one of our kernels, of a GEMM's output (the test's download of matmul_forward's out,
+// the flash forward's read of qkv, LoRA's add of the adapter product), always from the first
+// element of the buffer on, although the values read were the right ones (every check against
+// the CPU backend passed), and never for the GEMM whose rows are not 16-byte aligned (N x 9, which
+// cuBLASLt cannot serve with its bulk tensor stores). So each GEMM tells the sanitizer, through
+// NVTX (a no-op when no tool is attached), what it writes: D and, with GEMM_GELU_AUX, aux, each m
+// x n with leading dimension ldd (every caller passes ldd == m, so the span is exactly the matrix).
+static void gemm_declare_written(const floatX* p, int m, int n, int ldd) {
+    static nvtxDomainHandle_t domain;
+    if (!domain) domain = nvtxDomainCreateA("llmc");
+    nvtxMemVirtualRangeDesc_t range;
+    memset(&range, 0, sizeof(range));
+    range.ptr = p;
+    range.size = ((size_t)(n - 1) * ldd + m) * sizeof(floatX);
+    nvtxMemMarkInitializedBatch_t batch;
+    memset(&batch, 0, sizeof(batch));
+    batch.extCompatID = NVTX_EXT_COMPATID_MEM;
+    batch.structSize = sizeof(batch);
+    batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+    batch.regionDescCount = 1;
+    batch.regionDescElementSize = sizeof(range);
+    batch.regionDescElements = &range;
+    nvtxMemCudaMarkInitialized(domain, 0, 0, &batch);   // the stream the GEMM runs on
+}
+
 void gemm_bf16(int transa, int transb, int m, int n, int k,
                const floatX* A, int lda, const floatX* B, int ldb, floatX* D, int ldd,
                const floatX* bias, GemmEpilogue epi, floatX* aux, int accumulate) {
@@ -205,5 +233,7 @@ void gemm_bf16(int transa, int transb, int m, int n, int k,
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     LT_CHECK(cublasLtMatmul(g_lt, p->op, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld, &p->algo, g_ws,
                             GEMM_WORKSPACE, 0));
+    gemm_declare_written(D, m, n, ldd);
+    if (epi == GEMM_GELU_AUX) gemm_declare_written(aux, m, n, ldd);
 }
 #endif

@@ -41,6 +41,7 @@ void cuda_ops_set_deterministic(int on);   // (attention.cu: the only op it conc
 void cuda_device_select(const Comm* c);
 void cuda_device_attach(Comm* c);
 void cuda_device_detach(Comm* c);
+int cuda_device_memory(size_t* free_bytes, size_t* total_bytes);
 
 // ---- embeddings (encoder.cu)
 void cuda_encoder_forward(__nv_bfloat16* out, const int* inp, const __nv_bfloat16* wte,

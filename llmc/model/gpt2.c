@@ -55,6 +55,14 @@ static void gpt2_bind_full(GPT2* m, floatX* params) {
     }
 }
 
+void gpt2_count(const ParamTable* pt, unsigned trainable_mask, unsigned skip_mask, size_t* params_n, size_t* grads_n) {
+    *params_n = *grads_n = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if (!(skip_mask & (1u << i))) *params_n += pt->t[i].numel;
+        if (trainable_mask & (1u << i)) *grads_n += pt->t[i].numel;
+    }
+}
+
 void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
@@ -63,11 +71,10 @@ void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned
     if (trainable_mask & skip_mask) fatal("this is a bug in llmc", "gpt2_init: a tensor without a floatX copy cannot be trained");
     m->trainable = trainable_mask;
     m->skipped = skip_mask;
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) if (!(skip_mask & (1u << i))) m->params_n += m->pt.t[i].numel;
+    // Gradients only for trainable tensors: a frozen base costs no gradient memory at all.
+    gpt2_count(&m->pt, trainable_mask, skip_mask, &m->params_n, &m->grads_n);
     m->params = (floatX*)ops_alloc(m->params_n * sizeof(floatX));
     ops_zero(m->params, m->params_n * sizeof(floatX));
-    // Gradients only for trainable tensors: a frozen base costs no gradient memory at all.
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) if (trainable_mask & (1u << i)) m->grads_n += m->pt.t[i].numel;
     if (m->grads_n) {
         m->grads = (floatX*)ops_alloc(m->grads_n * sizeof(floatX));
         ops_zero(m->grads, m->grads_n * sizeof(floatX));
@@ -208,6 +215,32 @@ static void gpt2_free_acts(GPT2* m) {
     free(m->losses_host); free(m->inputs_host); free(m->pos_host);
 }
 
+// The activation and scratch buffers' sizes in bytes, in the order of GPT2Acts / GPT2Scratch.
+#define GPT2_NACTS 21
+#define GPT2_NSCR 8
+static void act_sizes(const GPT2Config* cfg, int B, int T, int recompute, size_t abytes[GPT2_NACTS], size_t sbytes[GPT2_NSCR]) {
+    size_t L = (size_t)cfg->num_layers, C = (size_t)cfg->channels, NH = (size_t)cfg->num_heads;
+    size_t BT = (size_t)B * T, Vp = (size_t)cfg->padded_vocab_size, X = sizeof(floatX), F = sizeof(float);
+    // layers kept: L, or 1 for the buffers backward recomputes (one layer at a time)
+    size_t Lg = recompute >= GPT2_RECOMPUTE_GELU ? 1 : L, Lln = recompute >= GPT2_RECOMPUTE_LN ? 1 : L;
+    const size_t a[GPT2_NACTS] = {
+        BT * C * X, Lln * BT * C * X, L * BT * F, L * BT * F, L * BT * 3 * C * X,
+        L * BT * C * X, L * B * NH * T * F, L * BT * C * X, L * BT * C * X, Lln * BT * C * X,
+        L * BT * F, L * BT * F, L * BT * 4 * C * X, Lg * BT * 4 * C * X, L * BT * C * X,
+        L * BT * C * X, BT * C * X, BT * F, BT * F, (size_t)classifier_rows((int)BT) * Vp * X,
+        BT * F };
+    const size_t sln = recompute >= GPT2_RECOMPUTE_LN ? BT * F : 0;
+    const size_t sc[GPT2_NSCR] = { BT * C * X, BT * C * X, BT * C * X, BT * 3 * C * X, BT * 4 * C * X, BT * 4 * C * X, sln, sln };
+    memcpy(abytes, a, sizeof(a));
+    memcpy(sbytes, sc, sizeof(sc));
+}
+
+size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute) {
+    size_t abytes[GPT2_NACTS], sbytes[GPT2_NSCR];
+    act_sizes(cfg, B, T, recompute, abytes, sbytes);
+    return carve(NULL, NULL, abytes, GPT2_NACTS) + carve(NULL, NULL, sbytes, GPT2_NSCR);
+}
+
 void gpt2_alloc_acts(GPT2* m, int B, int T) {
     if (m->act_memory && m->B == B && m->T == T) return;
     if (T > m->cfg.max_seq_len)
@@ -217,37 +250,26 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
     if (m->acts.logits) ops_free(m->acts.logits);
     m->acts.logits = NULL;
     m->B = B; m->T = T;
-    size_t L = (size_t)m->cfg.num_layers, C = (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
-    size_t BT = (size_t)B * T, Vp = (size_t)m->cfg.padded_vocab_size, X = sizeof(floatX), F = sizeof(float);
-    // layers kept: L, or 1 for the buffers backward recomputes (one layer at a time)
-    size_t Lg = m->recompute >= GPT2_RECOMPUTE_GELU ? 1 : L, Lln = m->recompute >= GPT2_RECOMPUTE_LN ? 1 : L;
+    const size_t BT = (size_t)B * T;
+    size_t abytes[GPT2_NACTS], sbytes[GPT2_NSCR];
+    act_sizes(&m->cfg, B, T, m->recompute, abytes, sbytes);
     GPT2Acts* a = &m->acts;
-    void** aptr[] = {
+    void** aptr[GPT2_NACTS] = {
         (void**)&a->encoded, (void**)&a->ln1, (void**)&a->ln1_mean, (void**)&a->ln1_rstd, (void**)&a->qkv,
         (void**)&a->atty, (void**)&a->att_lse, (void**)&a->attproj, (void**)&a->residual2, (void**)&a->ln2,
         (void**)&a->ln2_mean, (void**)&a->ln2_rstd, (void**)&a->fch, (void**)&a->fch_gelu, (void**)&a->fcproj,
         (void**)&a->residual3, (void**)&a->lnf, (void**)&a->lnf_mean, (void**)&a->lnf_rstd, (void**)&a->cls_logits,
         (void**)&a->losses };
-    size_t abytes[] = {
-        BT * C * X, Lln * BT * C * X, L * BT * F, L * BT * F, L * BT * 3 * C * X,
-        L * BT * C * X, L * B * NH * T * F, L * BT * C * X, L * BT * C * X, Lln * BT * C * X,
-        L * BT * F, L * BT * F, L * BT * 4 * C * X, Lg * BT * 4 * C * X, L * BT * C * X,
-        L * BT * C * X, BT * C * X, BT * F, BT * F, (size_t)classifier_rows((int)BT) * Vp * X,
-        BT * F };
-    int na = (int)(sizeof(abytes) / sizeof(abytes[0]));
-    m->act_bytes = carve(NULL, NULL, abytes, na);
+    m->act_bytes = carve(NULL, NULL, abytes, GPT2_NACTS);
     m->act_memory = ops_alloc(m->act_bytes);
-    carve(m->act_memory, aptr, abytes, na);
+    carve(m->act_memory, aptr, abytes, GPT2_NACTS);
 
     GPT2Scratch* s = &m->scr;
-    void** sptr[] = { (void**)&s->dresidual, (void**)&s->dln, (void**)&s->datty, (void**)&s->dqkv,
-                      (void**)&s->dfch, (void**)&s->dfch_gelu, (void**)&s->ln_mean, (void**)&s->ln_rstd };
-    size_t sbytes[] = { BT * C * X, BT * C * X, BT * C * X, BT * 3 * C * X, BT * 4 * C * X, BT * 4 * C * X,
-                        m->recompute >= GPT2_RECOMPUTE_LN ? BT * F : 0, m->recompute >= GPT2_RECOMPUTE_LN ? BT * F : 0 };
-    int ns = (int)(sizeof(sbytes) / sizeof(sbytes[0]));
-    m->scr_bytes = carve(NULL, NULL, sbytes, ns);
+    void** sptr[GPT2_NSCR] = { (void**)&s->dresidual, (void**)&s->dln, (void**)&s->datty, (void**)&s->dqkv,
+                               (void**)&s->dfch, (void**)&s->dfch_gelu, (void**)&s->ln_mean, (void**)&s->ln_rstd };
+    m->scr_bytes = carve(NULL, NULL, sbytes, GPT2_NSCR);
     m->scr_memory = ops_alloc(m->scr_bytes);
-    carve(m->scr_memory, sptr, sbytes, ns);
+    carve(m->scr_memory, sptr, sbytes, GPT2_NSCR);
 
     m->inputs = (int*)ops_alloc(BT * sizeof(int));
     m->targets = (int*)ops_alloc(BT * sizeof(int));

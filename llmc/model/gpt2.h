@@ -126,9 +126,14 @@ typedef struct GPT2 {
 // llmc/model/qlora.h, which the assembly gives their layers as weight source; skipped tensors cannot be
 // trainable). Programs and tests assemble models with llmc/model/model.h.
 void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned skip_mask);
+// The floatX parameter and gradient element counts gpt2_init allocates for these masks.
+void gpt2_count(const ParamTable* pt, unsigned trainable_mask, unsigned skip_mask, size_t* params_n, size_t* grads_n);
 // Allocate activations and scratch (the linear layers' too) for batches up to B x T (idempotent
 // for the same sizes).
 void gpt2_alloc_acts(GPT2* m, int B, int T);
+// The bytes gpt2_alloc_acts takes for activations and scratch (act_bytes + scr_bytes) at B x T and
+// a recompute level, before anything is allocated (the trainers' device memory check).
+size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute);
 // Activation recompute level (GPT2_RECOMPUTE_*, 0..2). Call before gpt2_alloc_acts (a later call
 // reallocates the activations). Every level gives bit-identical results on a given backend as long
 // as the recomputing op rounds as the forward did (the CPU backend: always; CUDA: the GELU of

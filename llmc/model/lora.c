@@ -356,6 +356,12 @@ void lora_put_base_values(LoraModel* lm) {
     lm->extra_host = NULL;
 }
 
+size_t lora_trainable_numel(const LoraModel* lm) {
+    size_t n = lm->total;
+    for (int i = 0; i < lm->n_extra; i++) n += extra_numel(lm, &lm->extra[i]);
+    return n;
+}
+
 int lora_segments(const LoraModel* lm, TrainSeg* segs) {
     int n = 0;
     memset(segs, 0, sizeof(TrainSeg) * (size_t)(1 + lm->n_extra));

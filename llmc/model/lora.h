@@ -156,6 +156,8 @@ void lora_put_base_values(LoraModel* lm);
 // slice (not decayed: 1-D, as HF Trainer does for biases and LayerNorm; extra[i].p / .g must be
 // set). segs needs room for 1 + lm->n_extra. Returns the count.
 int lora_segments(const LoraModel* lm, TrainSeg* segs);
+// The elements of those segments: lm->total and the trained base slices.
+size_t lora_trainable_numel(const LoraModel* lm);
 // Merge every adapter into host fp32 base parameters (table layout): W += scaling * B A.
 void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params);
 

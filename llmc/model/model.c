@@ -109,6 +109,31 @@ void model_lora_extras_rebind(Model* m) {
     }
 }
 
+// Step 4': the bytes steps 4 and 5 will take in backend memory (ModelFootprint), for the spec's
+// before_alloc check. The same sums as the trainers' memory report.
+static ModelFootprint model_footprint(const Model* m, const ModelSpec* s, const ParamTable* pt, unsigned trainable,
+                                      unsigned skip, int base16) {
+    ModelFootprint fp;
+    memset(&fp, 0, sizeof(fp));
+    const size_t X = ops_caps().floatx_bytes;
+    size_t params_n, grads_n;
+    gpt2_count(pt, trainable, skip, &params_n, &grads_n);
+    const size_t adapters = m->lora ? m->lora->total : 0;
+    fp.params = (params_n + adapters) * X;
+    fp.grads = (grads_n + adapters) * X;
+    fp.trainable = m->lora ? lora_trainable_numel(m->lora) : grads_n;
+    if (m->nf4) {
+        size_t wmax = 0; // the one dequant buffer: the largest quantized matrix (llmc/model/linear.c)
+        for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+            if (qlora_is_quantized((ParamId)i) && params_layer_numel(pt, (ParamId)i) > wmax) wmax = params_layer_numel(pt, (ParamId)i);
+        fp.base = m->nf4->bytes + wmax * X;
+    } else if (base16) {
+        fp.base = qlora_replaced_numel(pt) * sizeof(uint16_t);
+    }
+    if (s->B > 0) fp.acts = gpt2_acts_bytes(&pt->cfg, s->B, s->T, s->recompute);
+    return fp;
+}
+
 void model_assemble(Model* m, const ModelSpec* s) {
     memset(m, 0, sizeof(*m));
     GPT2Config cfg;
@@ -127,7 +152,12 @@ void model_assemble(Model* m, const ModelSpec* s) {
     const unsigned trainable = s->trainable | (m->lora ? lora_base_trainable_mask(m->lora) : 0u);
     // bf16 base weights only where no gradient flows into them (adapters, or no training at all)
     const int base16 = s->base_bf16 && !(trainable & QLORA_MASK) && !m->nf4 && ops_caps().floatx == OPS_F32;
-    gpt2_init(&m->gpt, &cfg, trainable, m->nf4 || base16 ? QLORA_MASK : 0u);
+    const unsigned skip = m->nf4 || base16 ? QLORA_MASK : 0u;
+    if (s->before_alloc) {
+        const ModelFootprint fp = model_footprint(m, s, &pt, trainable, skip, base16);
+        s->before_alloc(s->before_alloc_ctx, &fp);
+    }
+    gpt2_init(&m->gpt, &cfg, trainable, skip);
     if (m->nf4) model_bind_nf4(m);
     if (base16) model_bind_bf16(m, &pt, host);
     gpt2_set_params(&m->gpt, host);

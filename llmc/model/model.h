@@ -37,6 +37,18 @@ typedef struct {
     const char* values;        // then load the adapter tensors from this file (a checkpoint)
 } LoraSource;
 
+// What the assembled model will hold in backend memory, in bytes, known before any of it is
+// allocated: the trainers compare it (and the optimizer state it implies) with the GPU's free
+// memory before they allocate (the memory report lists the same sums afterwards).
+typedef struct {
+    size_t params;             // floatX parameters, the adapters' included
+    size_t grads;              // floatX gradients, the adapters' included
+    size_t base;               // the frozen base held apart: NF4 blocks + the dequant buffer, or bf16
+    size_t acts;               // activations and scratch at the spec's B x T and recompute level
+    size_t trainable;          // elements the optimizer updates (adapters + the base slices they train,
+                               // or every trainable tensor)
+} ModelFootprint;
+
 typedef struct {
     const char* path;          // model file / directory, or a size descriptor (d12, tiny); or
     const GPT2Config* cfg;     //   with path NULL: fp32 weights in ParamTable layout (the caller's)
@@ -53,6 +65,11 @@ typedef struct {
     const char* T_flag;        // the flag that set T, for the message when it exceeds n_positions
     LoraModel* lora;           // adapters to attach (the caller keeps them), or
     const LoraSource* lora_src;//   adapters to build
+    // called once the footprint is known, before the parameters, the base and the activations are
+    // allocated (new adapters already are: a few MiB at most); may be NULL; a check that refuses
+    // calls fatal
+    void (*before_alloc)(void* ctx, const ModelFootprint* fp);
+    void* before_alloc_ctx;
 } ModelSpec;
 
 typedef struct {

@@ -18,6 +18,10 @@ void device_select(const Comm* c);
 // whose device memory is host memory (the host collectives serve it).
 void device_attach(Comm* c);
 void device_detach(Comm* c);
+// The current GPU's free and total memory in bytes (cudaMemGetInfo; under the CUDA-on-CPU harness
+// its fake device, CUDA_CPU_MEM_BYTES): returns 1. Returns 0 on the CPU backend, whose memory is
+// the host's and is not checked ahead.
+int device_memory(size_t* free_bytes, size_t* total_bytes);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #include "model/sampler.h"
 #include "text/textgen.h"
 #include "base/timer.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@ typedef struct {
     const char* chat;     // chat template name, or NULL: plain continuation
     const char* system;   // --chat: a system message
     const char* dtype;    // --dtype fp32|bf16|auto
+    const char* logits_out; // --logits-out FILE
     int max_new, seed, no_kv, threads, quiet;
 } GenFlags;
 
@@ -46,7 +48,9 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     specs[n++] = cli_flag_threads(&g->threads);
     specs[n++] = cli_flag_dtype(&g->dtype);
     specs[n++] = (ArgSpec){"--quiet", "-q", ARG_BOOL, &g->quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
-    unsigned char given[16];
+    specs[n++] = (ArgSpec){"--logits-out", NULL, ARG_STR, &g->logits_out, "FILE",
+                           "also write FILE: per generated token its id and the two largest logits (for comparing backends)", 1, 0, NULL};
+    unsigned char given[17];
     args_parse(argc, argv, specs, n,
                "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n"
                "       generate --adapter DIR [--prompt TEXT] [options]     (the adapter's own base model)\n\n"
@@ -94,6 +98,25 @@ static void gen_model(Model* m, const GenFlags* g, int bf16) {
     src.adapter = g->adapter;
     if (g->adapter) spec.lora_src = &src;
     model_assemble(m, &spec);
+}
+
+// --logits-out: one line per generated token, "id top1 top2" (the two largest logits, the first
+// of them the chosen token's under greedy decoding), collected here and written atomically at
+// the end. The margin top1 - top2 says how close the choice was: two backends that round
+// differently may differ where it is small (test/test_sample_backends.sh, dev/check_outputs.py).
+typedef struct { SampleCallback inner; void* inner_ctx; char* buf; size_t len, cap; } LogitsOut;
+#define LOGITS_LINE 64 // the most one line takes: an id and two %.9g floats
+
+static int gen_logits_token(void* ctx, int token, const float* logits, int V) {
+    LogitsOut* o = (LogitsOut*)ctx;
+    float top1 = -INFINITY, top2 = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        if (logits[i] > top1) { top2 = top1; top1 = logits[i]; }
+        else if (logits[i] > top2) top2 = logits[i];
+    }
+    if (o->len + LOGITS_LINE <= o->cap)
+        o->len += (size_t)snprintf(o->buf + o->len, o->cap - o->len, "%d %.9g %.9g\n", token, top1, top2);
+    return o->inner(o->inner_ctx, token, logits, V);
 }
 
 // --chat: the reply is printed up to the template's stop text (held back while it may be
@@ -173,10 +196,16 @@ int generate_main(int argc, char** argv) {
     SampleParams sp = { g.s.temperature, g.s.top_k, (uint64_t)g.seed };
     ChatStream cs = { { &tok, stdout, NULL, tok.eot_id }, {0} };
     if (tpl) chat_stop_init(&cs.stop, tpl->stop);
+    LogitsOut lo = { tpl ? gen_chat_stream_token : textgen_stream_token, tpl ? (void*)&cs : (void*)&cs.ts, NULL, 0, 0 };
+    if (g.logits_out) { lo.cap = (size_t)g.max_new * LOGITS_LINE; lo.buf = (char*)mallocCheck(lo.cap); }
     double t0 = timer_now_s();
     int got = sample_generate(&m.gpt, g.no_kv ? NULL : &kv, prompt_ids, np, g.max_new, &sp, tok.eot_id, NULL,
-                              tpl ? gen_chat_stream_token : textgen_stream_token, tpl ? (void*)&cs : (void*)&cs.ts);
+                              g.logits_out ? gen_logits_token : lo.inner, g.logits_out ? (void*)&lo : lo.inner_ctx);
     double dt = timer_now_s() - t0;
+    if (g.logits_out) {
+        atomic_write_file(g.logits_out, lo.buf, lo.len);
+        free(lo.buf);
+    }
     if (tpl) {
         const char* rest;
         size_t n = chat_stop_flush(&cs.stop, &rest);

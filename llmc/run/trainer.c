@@ -363,6 +363,36 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
 
 // The model: --model (or, resuming full training, the checkpoint's model) with its adapters and
 // NF4 base, activations for --batch-size x --seq-len.
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+// Out of device memory is a start-up error, not a CUDA error in the middle of the first step:
+// before the model takes its memory, what the memory report will list (report_memory: params,
+// grads, optimizer, activations) plus a reserve for what it does not list, against what the GPU
+// has free. The reserve, 1/16 of the device and at most 512 MiB, covers cuBLASLt's workspace and
+// the kernels it loads, NCCL's buffers, the ops' scratch and the sampler: on the first H100 run
+// the device held 640-800 MiB more than the report's total, the CUDA context (free memory is
+// counted without it) included. Sharded runs (ZeRO 3, or 1 and 2 over several ranks) hold per-rank
+// slices known only once they are sharded, and are not checked here (their report says what each
+// rank holds).
+static void check_device_memory(void* ctx, const ModelFootprint* fp) {
+    const Run* r = (const Run*)ctx;
+    const TrainFlags* f = &r->c->f;
+    size_t avail = 0, total = 0;
+    if (!device_memory(&avail, &total)) return;
+    if (f->zero == 3 || (f->zero >= 1 && r->world > 1)) return;
+    const size_t opt = f->offload_optimizer ? 0 : fp->trainable * sizeof(float) * (ops_caps().master_weights ? 3 : 2);
+    const size_t report = fp->params + fp->base + fp->grads + opt + fp->acts;
+    const size_t reserve = total / 16 < ((size_t)512 << 20) ? total / 16 : (size_t)512 << 20;
+    if (report + reserve <= avail) return;
+    fatal("lower --batch-size, raise --recompute (1: GELU, 2: and the layernorms), keep the optimizer on the host "
+          "(--offload-optimizer), or shard over more GPUs (--zero 1, 2 or 3 under mpirun)",
+          "rank %d needs %.1f MiB of device memory (params %.1f, grads %.1f, optimizer %.1f, activations %.1f MiB at "
+          "--batch-size %d --seq-len %d --recompute %d: the memory report's total) + %.1f MiB for workspaces and "
+          "libraries, but the GPU has %.1f MiB free of %.1f MiB",
+          r->rank, mib(report), mib(fp->params + fp->base), mib(fp->grads), mib(opt), mib(fp->acts), f->batch_size,
+          f->seq_len, f->recompute, mib(reserve), mib(avail), mib(total));
+}
+
 static void build_model(Run* r, long resume_step) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
@@ -383,6 +413,8 @@ static void build_model(Run* r, long resume_step) {
     spec.trainable = c->mode == TRAIN_FULL ? GPT2_TRAIN_ALL : 0u;
     spec.recompute = f->recompute;
     spec.B = f->batch_size; spec.T = f->seq_len; spec.T_flag = "--seq-len";
+    spec.before_alloc = check_device_memory;
+    spec.before_alloc_ctx = r;
     if (c->mode == TRAIN_LORA) {
         lora_source(r, resume_step, &src, ckpt_adapter, sizeof(ckpt_adapter));
         spec.lora_src = &src;
@@ -537,7 +569,6 @@ static void report_changes(Run* r) {
 // ----------------------------------------------------------------------------
 // the report printed before training
 
-static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 static void report_model(Run* r) {
     const TrainFlags* f = &r->c->f;

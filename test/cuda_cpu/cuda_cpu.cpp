@@ -1101,15 +1101,41 @@ using namespace cuda_cpu;
 struct CUstream_st { int id; };
 struct CUevent_st { double t; bool recorded; };
 
+// The device's memory: CUDA_CPU_MEM_BYTES (a whole number of bytes) makes a device of that size,
+// whose cudaMemGetInfo reports it less what is allocated and whose cudaMalloc fails past it (the
+// trainers' out-of-memory check is tested on such a small device); unset, 80 GiB of which 64 free
+// and no limit.
+static size_t g_dev_used;   // bytes of the live device (not pinned host) allocations
+static size_t mem_capacity() {
+    static size_t cap = (size_t)-1;
+    if (cap == (size_t)-1) {
+        const char* e = getenv("CUDA_CPU_MEM_BYTES");
+        char* end = nullptr;
+        cap = e && *e ? (size_t)strtoull(e, &end, 10) : 0;
+        if (e && *e && (*end || cap == 0)) fatal_env("CUDA_CPU_MEM_BYTES must be a number of bytes > 0");
+    }
+    return cap;
+}
+
 static cudaError_t alloc_common(void** p, size_t size, bool host) {
     init_once();
     register_exit();
     if (!p) return set_error(cudaErrorInvalidValue);
     *p = nullptr;
     if (size == 0) return cudaSuccess;
+    (void)mem_capacity();   // read once, outside the lock
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        if (!host && mem_capacity() && g_dev_used + size > mem_capacity()) return set_error(cudaErrorMemoryAllocation);
+        if (!host) g_dev_used += size;
+    }
     void* m = nullptr;
     // exact size (no rounding up), so ASan's redzone starts right after the last valid byte
-    if (posix_memalign(&m, 256, size) != 0 || !m) return set_error(cudaErrorMemoryAllocation);
+    if (posix_memalign(&m, 256, size) != 0 || !m) {
+        std::lock_guard<std::mutex> lk(g_mu);
+        if (!host) g_dev_used -= size;
+        return set_error(cudaErrorMemoryAllocation);
+    }
     memset(m, 0xFF, size);  // poison: every float / bf16 reads as NaN until written
     std::lock_guard<std::mutex> lk(g_mu);
     g_allocs[(uintptr_t)m] = Alloc{size, host};
@@ -1126,6 +1152,7 @@ static cudaError_t free_common(void* p, bool host) {
                 p, host ? "cudaMallocHost" : "cudaMalloc");
         return set_error(cudaErrorInvalidValue);
     }
+    if (!host) g_dev_used -= it->second.size;
     g_allocs.erase(it);
     free(p);
     return cudaSuccess;
@@ -1231,8 +1258,10 @@ cudaError_t cudaMemset(void* p, int value, size_t n) {
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
 cudaError_t cudaMemGetInfo(size_t* fr, size_t* total) {
-    if (fr) *fr = (size_t)64 << 30;
-    if (total) *total = (size_t)80 << 30;
+    const size_t cap = mem_capacity();
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (fr) *fr = cap ? cap - g_dev_used : (size_t)64 << 30;
+    if (total) *total = cap ? cap : (size_t)80 << 30;
     return cudaSuccess;
 }
 cudaError_t cudaMemPrefetchAsync(const void*, size_t, struct cudaMemLocation, unsigned int, cudaStream_t) {
