@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The main job (scripts/lora_tiny.sh, `make quickstart`) as a user runs it (its own step counts, 2
-# threads; a minute and a half to three on two cores): the LoRA stage ends with a validation loss
-# on the fine-tuning target well below the base model's on the same data (the job's first and
-# last evaluation; the job also fails by itself otherwise) and still falling at its end, both loss
-# plots are PNG files, and the outputs are there: the base as a transformers directory, the
-# adapter and its checkpoints as PEFT directories pointing to it, the merged model.
+# threads; one and a half to three and a half minutes on two cores, idle to shared): the LoRA
+# stage ends with a validation loss on the fine-tuning target well below the base model's on the
+# same data (the job's first and last evaluation; the job also fails by itself otherwise) and
+# still falling at its end, both loss plots are PNG files, and the outputs are there: the base as
+# a transformers directory, the adapter and its checkpoints as PEFT directories pointing to it,
+# the merged model.
 # What a person reads is the samples: the fine-tuned model's goes on from the speaker's name on
 # the same line with " / " between verses, the base model's (same prompt and seed) has no " / ".
 # The job is seeded and deterministic for a given build and CPU (bit for bit the same with 1 or 2
 # threads), but one sample of a tiny model is a draw: about 5 in 6 of the fine-tuned samples have a
-# " / " on their first line (the others end after one verse; 3 in 4 in the worst run we measured),
+# " / " on their first line (the others end after one verse; 4 in 5 in the worst of our runs),
 # so other numerics (fp32 or bf16 GEMMs, another CPU) may change the seeded one. The job also counts
 # them over seeds 1-40, and the test asks for at least half (the base: at most 2), which a change of
 # numerics does not tip over by chance.
