@@ -1,27 +1,30 @@
 #!/usr/bin/env bash
 # The main job (`make quickstart`): fine-tuning that visibly works, on the CPU, with nothing to
-# download, in about two and a half minutes on two cores.
+# download, in one and a half to three and a half minutes on two cores (idle to shared).
 #   1. data: data/tinyshakespeare.txt is cut at the first speech boundary after line SPLIT. The
-#      part before is the base model's text, as it is. The rest (the end of Measure for Measure,
-#      The Taming of the Shrew, The Tempest: plays and characters the base never sees) is the
-#      fine-tuning target, rewritten in a style the base never sees either: every speech on one
-#      line, "NAME: verse / verse / verse", as a programme or a script in prose prints it.
+#      part before is the base model's text, as it is but for one speech in ten (of two verses or
+#      more) written in the new style: every speech on one line, "NAME: verse / verse / verse", as
+#      a programme or a script in prose prints it. The rest (the end of Measure for Measure, The
+#      Taming of the Shrew, The Tempest: plays and characters the base never sees) is the
+#      fine-tuning target: its speeches of two verses or more, all in the new style.
 #   2. base: train_gpt2 trains a tiny GPT-2 (2 layers, 64 channels, GPT-2's vocabulary) from
 #      scratch on the first part (OUT/base: a transformers directory + model.bin). Kept when the
-#      job runs again.
+#      job runs again on the same text.
 #   3. LoRA: train_lora adapts it to the target (adapters on every linear layer, plus the final
 #      layernorm), evaluating on the target's held-out tenth: its first evaluation (step 0) is the
 #      base model's loss on the target, its last the fine-tuned model's (OUT/lora: the PEFT
 #      adapter, a PEFT directory per checkpoint, the merged model).
-#   4. report: both losses (the job fails if fine-tuning did not lower the loss), a sample of the
-#      base and of the fine-tuned model from the same prompt and seed, the loss plots.
-# Environment: OUT (out/lora_tiny), BASE_STEPS (600), LORA_STEPS (300), THREADS (0 = all cores),
+#   4. report: a sample of the base and of the fine-tuned model from the same prompt and seed, how
+#      many of 40 samples (seeds 1-40) of each have a " / " on their first line, both losses (the
+#      job fails if fine-tuning did not lower the loss), the loss plots.
+# Environment: OUT (out/lora_tiny), BASE_STEPS (1500), LORA_STEPS (450), THREADS (0 = all cores),
 # SPLIT (32000), BIN_DIR (take the programs from there instead of building them: tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out/lora_tiny}"
-BASE_STEPS="${BASE_STEPS:-600}"
-LORA_STEPS="${LORA_STEPS:-300}"
+BASE_STEPS="${BASE_STEPS:-1500}"
+LORA_STEPS="${LORA_STEPS:-450}"
+STYLE_EVERY=10   # the base sees the new style in one speech in this many (step 1)
 THREADS="${THREADS:-0}"
 SPLIT="${SPLIT:-32000}"
 DATA="$OUT/data"
@@ -36,32 +39,51 @@ fi
 command -v python3 >/dev/null || { echo "error: python3 is needed for the loss plot (apt-get install python3)" >&2; exit 1; }
 
 # ---- 1. data
+# A speech is a speaker's line ("NAME:") and its verses, up to a blank line; "NAME: verse / verse"
+# is the new style. The base sees it in one speech in STYLE_EVERY (of those with two verses or
+# more; the rest keep the play's layout), so that it knows the token " /", as any pretrained
+# model would: trained on the plays alone it never sees " /", whose tied embedding then stays
+# where every unseen token's is pushed (cosine 0.999 with their mean), and adapters on the linear
+# layers cannot make a model emit a token it cannot tell from 39,500 others (at the target's verse
+# ends -log p(" /") was 15.9 for such a base and still 12.8 after LoRA: the fine-tuned speeches
+# stayed one verse long). The target keeps the speeches of two verses or more: a one-verse speech
+# has no " / " to show, and with them more than half the fine-tuned samples ended after one verse.
 mkdir -p "$DATA"
-awk -v cut="$SPLIT" -v base="$DATA/base.txt" -v target="$DATA/target.txt" '
-  !held { print > base; if (NR >= cut && $0 == "") held = 1; next }     # up to a blank line after SPLIT
-  $0 == "" { if (n) print line "\n" > target; n = 0; next }              # a speech ends
-  { line = n == 0 ? $0 : n == 1 ? line " " $0 : line " / " $0; n++ }     # NAME: verse / verse
-  END { if (n) print line "\n" > target }' data/tinyshakespeare.txt
+awk -v cut="$SPLIT" -v every="$STYLE_EVERY" -v base="$DATA/base.txt" -v target="$DATA/target.txt" '
+  function one_line(   s, i) { s = v[0]; for (i = 1; i < n; i++) s = s (i == 1 ? " " : " / ") v[i]; return s "\n" }
+  function end_speech(   i) {
+    if (held) { if (n >= 3) print one_line() > target }
+    else if (n >= 3 && ++k % every == 0) print one_line() > base
+    else { for (i = 0; i < n; i++) print v[i] > base; print "" > base }    # as it is (a blank line alone too)
+    n = 0 }
+  $0 != "" { v[n++] = $0; next }
+  { end_speech(); if (NR >= cut) held = 1 }                                 # the base ends at a blank line after SPLIT
+  END { if (n) end_speech() }' data/tinyshakespeare.txt
 "$PREPARE" --input "$DATA/base.txt" --out-dir "$DATA" --doc-sep blank --quiet
 "$PREPARE" --input "$DATA/target.txt" --out-dir "$DATA" --doc-sep blank --quiet
-echo "data: $(wc -l < "$DATA/base.txt") lines of Shakespeare for the base; the rest, $(grep -c . "$DATA/target.txt") speeches" \
-     "in the new style, for fine-tuning, e.g.:"
+echo "data: $(wc -l < "$DATA/base.txt") lines of Shakespeare for the base ($(grep -c ' / ' "$DATA/base.txt") speeches in the new style);" \
+     "the rest, $(grep -c . "$DATA/target.txt") speeches in the new style, for fine-tuning, e.g.:"
 grep -m1 ' / ' "$DATA/target.txt" | cut -c1-160
 
-# ---- 2. the base model
-if [ ! -f "$OUT/base/config.json" ]; then
+# ---- 2. the base model (kept when the job runs again on the same text with the same steps);
+# --shuffle, as for LoRA below: the text is plays in a row, and the validation split its end
+stamp="text $(cksum < "$DATA/base.txt" | cut -d' ' -f1), $BASE_STEPS steps"
+if [ ! -f "$OUT/base/config.json" ] || [ "$(cat "$OUT/base/job_stamp.txt" 2>/dev/null)" != "$stamp" ]; then
   rm -rf "$OUT/base"
   "$TRAIN_GPT2" --model tiny --train-data "$DATA/base_train_*.bin" --val-data "$DATA/base_val_*.bin" -b 8 -t 64 \
-    --steps "$BASE_STEPS" --lr 3e-3 --warmup-steps 20 --eval-every 100 --eval-batches 8 --save-format both \
+    --steps "$BASE_STEPS" --lr 3e-3 --warmup-steps 20 --shuffle --eval-every 100 --eval-batches 8 --save-format both \
     --threads "$THREADS" --out "$OUT/base"
+  echo "$stamp" > "$OUT/base/job_stamp.txt"
 else
-  echo "base: $OUT/base is there from an earlier run (delete it to train it again)"
+  echo "base: $OUT/base is there from an earlier run on the same text (delete it to train it again)"
 fi
 
-# ---- 3. LoRA on the target (each run of the job fine-tunes anew)
+# ---- 3. LoRA on the target (each run of the job fine-tunes anew). --shuffle: the target is three
+# plays in a row, the held-out tenth the end of the last; in order, the evaluations rise and fall
+# with the play the last steps saw.
 rm -rf "$OUT/lora"
 "$TRAIN_LORA" --model "$OUT/base" --train-data "$DATA/target_train_*.bin" --val-data "$DATA/target_val_*.bin" -b 8 -t 64 \
-  --steps "$LORA_STEPS" --lr 5e-3 --warmup-steps 10 --eval-every 50 --eval-batches 12 \
+  --steps "$LORA_STEPS" --lr 1e-2 --warmup-steps 10 --shuffle --eval-every 50 --eval-batches all \
   --lora-targets all-linear --lora-rank 16 --lora-alpha 32 --train-ln-f --save-every 100 --merge \
   --threads "$THREADS" --out "$OUT/lora"
 
@@ -71,16 +93,32 @@ before=$(val_losses "$OUT/lora/log.jsonl" | head -n 1)
 after=$(val_losses "$OUT/lora/log.jsonl" | tail -n 1)
 python3 scripts/plot_loss.py "$OUT/base/log.jsonl" --title "base: tiny GPT-2 from scratch on Shakespeare" >/dev/null
 python3 scripts/plot_loss.py "$OUT/lora/log.jsonl" --title "LoRA on held-out plays in a new style" >/dev/null
-PROMPT="PETRUCHIO:"
+NAME="PETRUCHIO:"
 echo
-sample() { # the prompt and its continuation on stdout; generate's statistics only if it fails
-  "$GENERATE" "$@" --prompt "$PROMPT" -n 64 --temperature 0.8 --top-k 40 --seed 42 --threads "$THREADS" 2>"$OUT/sample.err" \
-    || { cat "$OUT/sample.err" >&2; exit 1; }
+# Every speech the models trained on follows an <|endoftext|> (data/prepare --doc-sep blank puts
+# one before each), so the prompt does too; the samples are printed from the name on. At
+# temperature 0.6 (top 40) the tiny models' text is still varied, and a speech is cut short after
+# its first verse less often than at 0.8.
+sample() { # SEED ARGS...: the continuation of the prompt; generate's messages only if it fails
+  local seed=$1; shift
+  "$GENERATE" "$@" --prompt "<|endoftext|>$NAME" -n 64 --temperature 0.6 --top-k 40 --seed "$seed" --threads "$THREADS" -q \
+    2>"$OUT/sample.err" || { cat "$OUT/sample.err" >&2; exit 1; }
+}
+styled() { # ARGS...: how many of the samples with seeds 1-40 have " / " on their first line
+  local n=0 seed out
+  for seed in $(seq 1 40); do
+    out=$(sample "$seed" "$@") || exit 1
+    if [[ "${out%%$'\n'*}" == *" / "* ]]; then n=$((n + 1)); fi
+  done
+  echo "$n"
 }
 echo "== sample of the base model ($OUT/base):"
-sample --model "$OUT/base"
+printf '%s' "$NAME"; sample 42 --model "$OUT/base"
 echo "== sample of the fine-tuned model (base + adapter $OUT/lora), same prompt and seed:"
-sample --adapter "$OUT/lora"
+printf '%s' "$NAME"; sample 42 --adapter "$OUT/lora"
+base_styled=$(styled --model "$OUT/base")
+lora_styled=$(styled --adapter "$OUT/lora")
+echo "samples with ' / ' on the first line (seeds 1-40): base model $base_styled/40, fine-tuned $lora_styled/40"
 rm -f "$OUT/sample.err"
 echo
 awk -v b="$before" -v a="$after" -v n="$LORA_STEPS" 'BEGIN {
