@@ -755,6 +755,16 @@ size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
     if (!g_deterministic) return pre + (size_t)B * T * C * sizeof(float);
     return pre + (size_t)fa_ds_chunk_heads(B * NH, T) * fa_ds_head_bytes(T);
 }
+// ops.h's query and reservation: the forward keeps nothing between calls, the backward its
+// scratch (the same ops_scratch slot that cuda_attention_backward asks for, so a reserved slot is
+// not grown again at the first backward of that shape and mode).
+extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int C, int NH, int backward) {
+    return backward ? attention_backward_scratch_bytes(B, T, C, NH) : 0;
+}
+extern "C" void cuda_attention_reserve(int B, int T, int C, int NH, int backward) {
+    const size_t bytes = cuda_attention_scratch_bytes(B, T, C, NH, backward);
+    if (bytes) (void)ops_scratch(OPS_SCRATCH_ATTN, bytes);
+}
 
 template <int HS>
 static void fa_forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T, int NH, int vec) {

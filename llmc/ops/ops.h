@@ -227,6 +227,17 @@ void attention_forward(floatX* out, float* lse, const floatX* qkv, const int* do
 // in the forward.
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, const int* doc_start, int B, int T, int C, int NH, int accumulate);
+// The backend memory attention keeps between calls for batches up to B x T (a buffer grown to
+// the largest shape and reused, not counted in any argument): the forward's, plus the backward's
+// with backward = 1; what the model adds to its activations in the memory report and the
+// trainers' device memory check. The CPU backend: the forward's K^T copy of every head (B T C
+// floats, T rounded up to a key tile; its backward's per-thread tiles are taken per call and are
+// small); CUDA: the backward's row terms and dS tiles, or the fp32 dQ accumulator in the atomic
+// mode (llmc/cuda/README.md, "Flash attention"), for the ops_set_deterministic mode in force.
+// attention_reserve takes that memory now (the model does when it allocates its activations),
+// so that the first step allocates nothing; a shape that needs more later still grows it.
+size_t attention_scratch_bytes(int B, int T, int C, int NH, int backward);
+void attention_reserve(int B, int T, int C, int NH, int backward);
 
 // Attention of Tn new tokens at positions [pos, pos + Tn) over a key/value cache (sampling).
 // qkv_new: (B, Tn, 3C) as produced by c_attn for the new tokens. First writes their K and V into
