@@ -110,8 +110,11 @@ void ops_upload_f32(floatX* dst, const float* src_host, size_t n);
 void ops_download_f32(float* dst_host, const floatX* src, size_t n);
 void ops_synchronize(void);
 // Deterministic kernels (the default): results identical run to run. The CUDA backend then runs
-// the attention backward without float atomics; 0 allows its faster atomic variant. The CPU
-// backend is always deterministic.
+// the attention backward without float atomics (dS tiles summed by a dQ kernel in a fixed order);
+// 0 allows its atomic variant (dQ by fp32 atomics). Both do the same 5 products; the deterministic
+// one is predicted within 15% of the atomic one, possibly faster (counted, not yet measured:
+// llmc/cuda/README.md, "Flash attention"; dev/cuda/attention_bench prints the ratio on a GPU).
+// The CPU backend is always deterministic.
 void ops_set_deterministic(int on);
 // The precision of the GEMMs (matmul_*): OPS_F32, or OPS_BF16 = operands rounded to bf16 (round
 // to nearest even), products accumulated and written in fp32 (floatX). The CPU backend does both
