@@ -28,7 +28,11 @@
 #             libraries resolved, PyTorch version, the device's peak bf16 FLOP/s and bandwidth
 #   tests     every GPU test program: each op vs the CPU backend (test_cuda_ops_gpu), flash
 #             attention in depth vs the CPU backend, GPT-2 vs transformers, LoRA vs PEFT, QLoRA vs
-#             bitsandbytes + PEFT (test_*_gpu); sub-communicators with NCCL attached, the split
+#             bitsandbytes + PEFT, packed records vs transformers run on each record alone
+#             (test_*_gpu); the PTX instructions of llmc/cuda/ptx.cuh against the ISA's fragment
+#             tables and rules on the hardware (test_ptx_gpu: the same test that checks the
+#             harness' emulation of them, so its passing here says the emulation is right);
+#             sub-communicators with NCCL attached, the split
 #             of --zero 3 --shard-group (test_comm_split_gpu: one process, so a split of one rank
 #             whose device calls are copies; ncclCommSplit itself needs mpirun and 2+ GPUs:
 #             `mpirun -np 4 build/cuda/test/test_comm_split_gpu 2` in a CUDA build with MPI);
@@ -280,7 +284,8 @@ except ImportError: print("peft not installed")'; fi
 }
 
 # ---------------------------------------------------------------------------------------------
-TEST_PROGS="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu test_comm_split_gpu"
+TEST_PROGS="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu test_pack_gpu test_ptx_gpu
+            test_comm_split_gpu"
 section_tests() {
   echo "== tests"
   local p
@@ -499,7 +504,7 @@ section_kernels() {
 # (one case of each kind: initcheck costs ~100x, and the whole of test_lora_gpu did not fit).
 # scripts/gpu_sanitize.sh runs each and sorts the findings: inside cuBLAS / NCCL kernels they are
 # listed as the library's and do not fail the item; in our kernels they do.
-SAN_ALL="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu"
+SAN_ALL="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu test_pack_gpu"
 SAN_SHARED="test_cuda_ops_gpu test_flash_attention_gpu"
 section_sanitize() {
   echo "== sanitize"

@@ -35,7 +35,8 @@ ok "report.md has the seven sections"
 status_of() { q "$J" "r['items'].get('$1', {}).get('status')"; }
 
 n=$(q "$J" "sum(1 for t in r['tests'] if t['status'] == 'pass')")
-[ "$n" = 7 ] && ok "5 GPU test programs, the decoding item and the main job pass (harness builds)" || bad "test items passing: $n of 7: $(q "$J" "[(t['program'], t['status'], t['reason']) for t in r['tests'] if t['status'] != 'pass']")"
+[ "$n" = 9 ] && ok "7 GPU test programs (test_pack_gpu and test_ptx_gpu among them), the decoding item and the main job pass (harness builds)" \
+  || bad "test items passing: $n of 9: $(q "$J" "[(t['program'], t['status'], t['reason']) for t in r['tests'] if t['status'] != 'pass']")"
 # the main job with the harness programs (fewer steps): both losses, both samples, its time
 if [ "$(q "$J" "r['quickstart']['loss_after'] < r['quickstart']['loss_before'] and r['quickstart']['lora_steps'] == 10 and r['quickstart']['seconds'] > 0")" = True ] \
    && [ "$(q "$J" "r['quickstart']['sample_base'].startswith('PETRUCHIO:') and r['quickstart']['sample_lora'].startswith('PETRUCHIO:')")" = True ] \
@@ -72,7 +73,7 @@ n=$(q "$J" "sum(1 for t in (512, 1024, 2048) if r['items']['kernels/attention_be
 n=$(q "$J" "sum(1 for t in r['watchdog'] if t['status'] == 'skip' and 'emulated' in t['reason'])")
 [ "$n" = 3 ] && ok "3 watchdog cases (NCCL) skipped: emulated" || bad "watchdog cases skipped as emulated: $n: $(q "$J" "r['watchdog']")"
 n=$(q "$J" "sum(1 for s in r['sanitize'] if s['status'] == 'skip' and 'emulated' in s['reason'])")
-[ "$n" = 14 ] && ok "14 compute-sanitizer items skipped: emulated" || bad "sanitizer items skipped as emulated: $n"
+[ "$n" = 16 ] && ok "16 compute-sanitizer items skipped: emulated" || bad "sanitizer items skipped as emulated: $n"
 [ "$(status_of env/gpu_info)" = pass ] && [ "$(status_of env/nvidia_smi)" = skip ] && ok "env: gpu_info runs, nvidia-smi skipped" \
   || bad "env: gpu_info $(status_of env/gpu_info), nvidia_smi $(status_of env/nvidia_smi)"
 if "$PY" -c 'import torch, transformers, peft' 2>/dev/null; then
@@ -106,7 +107,7 @@ PY
 
 # ---- the TEST_QUICK subsets the GPU check runs under initcheck: each test program passes on a
 # part of its cases (fewer checks than its full run above)
-for p in test_cuda_ops_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu; do
+for p in test_cuda_ops_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu test_pack_gpu; do
   full=$(q "$J" "[t['summary'] for t in r['tests'] if t['program'] == '$p'][0]" | sed -n 's/.*all \([0-9]*\) checks passed.*/\1/p')
   line=$(TEST_QUICK=1 "$EMU/$p" 2>/dev/null | tail -n 1)
   n=$(sed -n 's/.*(TEST_QUICK subset): all \([0-9]*\) checks passed$/\1/p' <<<"$line")
