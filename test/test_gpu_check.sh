@@ -3,8 +3,8 @@
 # programs, $BUILD/gpucheck-emu, made by `make gpucheck-emu`):
 #   - every section runs and the report (report.md + report.json) has each item with its status:
 #     the test programs pass, every training run passes and the deterministic reruns match, the
-#     kernel programs pass their checks, nvidia-smi / compute-sanitizer / watchdog (NCCL) items
-#     say "emulated";
+#     pack runs (packed, one record a window, stream) give trained tokens/s, the kernel programs
+#     pass their checks, nvidia-smi / compute-sanitizer / watchdog (NCCL) items say "emulated";
 #   - a run with no time left records every item as skipped for the time budget, a later run with
 #     the same --out runs only what is missing, and a third keeps what exists;
 #   - a failing or missing program is recorded as failed and the check goes on;
@@ -61,6 +61,17 @@ n=$(q "$J" "sum(1 for t in r['train'] if t['status'] == 'pass' and t.get('ms_per
 for m in full lora qlora; do
   [ "$(status_of "train/${m}_determinism")" = pass ] && ok "$m: the repeated run has identical losses" || bad "$m determinism: $(status_of "train/${m}_determinism")"
 done
+# the pack runs' path (issue 24) at B=2, T=256 on `tiny`: the records prepared three ways, each run
+# with its steps, the targets each step trained (the masks, <= B T and > 0) and trained tokens/s
+n=$(q "$J" "sum(1 for p in r['pack'] if p['status'] == 'pass' and p['steps'] == 4 and p['batch'] == 2 and p['seq_len'] == 256 and 0 < p['trained_per_slot'] <= 1 and p['trained_tok_per_s'] > 0)")
+tr=$(sed -n 's/^pack_trained //p' "$TMP/full/logs/train/pack_packed.log")
+if [ "$n" = 3 ] && [ "$(q "$J" "[p['kind'] for p in r['pack']]")" = "['packed', 'windows', 'stream']" ] && [ "$(status_of train/pack_data)" = pass ] \
+   && [ "$(wc -w <<<"$tr")" = 4 ] && awk -v t="$tr" 'BEGIN { n = split(t, a, " "); for (i = 1; i <= n; i++) if (a[i] < 1 || a[i] > 512) exit 1 }' \
+   && grep -q "^### Packed fine-tuning" "$TMP/full/report.md" && grep -q "^Packed / one record a window, trained tokens/s: [0-9.]*x\.$" "$TMP/full/report.md"; then
+  ok "pack runs: packed, one record a window, stream pass; trained tokens/s $(q "$J" "[p['trained_tok_per_s'] for p in r['pack']]") (targets per step of the packed run: $tr)"
+else
+  bad "pack runs: $n of 3 with results; $(q "$J" "[(p['kind'], p['status'], p['reason'], p.get('trained_tok_per_s')) for p in r['pack']]"), pack_data $(status_of train/pack_data), trained '$tr'"
+fi
 
 for k in matmul layernorm gelu encoder classifier adamw bench_ops; do
   [ "$(status_of "kernels/$k")" = pass ] || bad "kernel program $k: $(q "$J" "r['items'].get('kernels/$k')")"
