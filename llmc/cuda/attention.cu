@@ -40,7 +40,7 @@
 //     S^T = K Q^T, P^T = exp2(S^T sl2 - lse2), dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
 //     dK += dS^T Q: 4 products, P^T and dS^T go from accumulators to A operands in registers.
 //     HS 64: per tile pair 512 mma (2.1 MFLOP), 16.5 KB read, 144 KB of ldmatrix (the bound:
-//     ~1150 clk against the tensor cores' ~760), 49 KB of shared memory, 226-230 registers, 2
+//     ~1150 clk against the tensor cores' ~760), 49 KB of shared memory, 224-230 registers, 2
 //     blocks an SM. HS > 64 takes each query tile in sub-steps of 16 queries (registers).
 //   dQ, deterministic (the default): the dK/dV kernel stores each dS^T tile (64 x 64 bf16, 8 KB,
 //     only tiles on or below the diagonal) to a scratch buffer; a dQ kernel per 64-query tile
