@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Packed fine-tuning against one record per window and a token stream, on chat-style records made
-# from the bundled text: each speech of data/tinyshakespeare.txt as the assistant's reply to the
-# speech before it (plain chat template), keeping the pairs of 350..1100 characters (about 100..300
-# tokens). The same records are prepared three ways at the same T (data/prepare --pack T,
-# --record-windows T, and the default stream) and train_lora trains LoRA r=8 on c_attn of a
-# randomly initialised model (speed does not depend on the values) for a few steps of one window.
+# from the bundled text (dev/pack_data.py: each speech of data/tinyshakespeare.txt as the
+# assistant's reply to the speech before it, plain chat template, the pairs of 350..1100
+# characters, about 100..300 tokens; scripts/gpu_check.sh runs the same on a GPU). The same
+# records are prepared three ways at the same T (data/prepare --pack T, --record-windows T, and the
+# default stream) and train_lora trains LoRA r=8 on c_attn of a randomly initialised model (speed
+# does not depend on the values) for a few steps of one window.
 #   bash dev/bench_pack.sh [model] [T] [threads]          (default: d6 1024 2)
 #   STEPS=8 (timed steps after one warm-up step), RUNS=2 (each configuration run that many times)
 # Prints per run the median and minimum ms per step, the trained tokens per second at the median
@@ -18,14 +19,7 @@ cd "$(dirname "$0")/.."
 MODEL=${1:-d6}; T=${2:-1024}; THREADS=${3:-2}; STEPS=${STEPS:-8}; RUNS=${RUNS:-2}
 make -s train_gpt2 train_lora data/prepare
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-python3 - "$tmp/chat.jsonl" <<'PY'
-import json, sys
-speeches = [s.strip() for s in open("data/tinyshakespeare.txt", encoding="utf-8").read().split("\n\n") if s.strip()]
-with open(sys.argv[1], "w") as f:
-    for prev, cur in zip(speeches, speeches[1:]):
-        if 350 <= len(prev) + len(cur) <= 1100:
-            f.write(json.dumps({"messages": [{"role": "user", "content": prev}, {"role": "assistant", "content": cur}]}) + "\n")
-PY
+python3 dev/pack_data.py records "$tmp/chat.jsonl"
 for kind in pack windows stream; do
   case $kind in pack) fl=(--pack "$T");; windows) fl=(--record-windows "$T");; stream) fl=();; esac
   ./data/prepare --input "$tmp/chat.jsonl" --out-dir "$tmp/$kind" --name chat --val-tokens 0 "${fl[@]}" > "$tmp/$kind.prep"
@@ -37,15 +31,8 @@ done
     --threads "$THREADS" --save-format hf --out "$tmp/base" > /dev/null
 load() { cut -d' ' -f1 /proc/loadavg; }
 rss_mib() { awk -F: '/Maximum resident/ {printf "%.0f", $2/1024}' "$1"; }
-# trained targets of windows first .. last-1 (one window of T per step), from a shard's mask
-trained() {
-  python3 - "$1" "$2" "$3" "$T" <<'PY'
-import sys
-f, a, b, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-m = open(f, "rb").read()[1024:]
-print(sum(x & 1 for x in m[a * T + 1:b * T + 1]))
-PY
-}
+# the trained targets of the timed steps (after the warm-up step), from the shard's mask
+trained() { python3 dev/pack_data.py trained "$1" 1 "$T" $((STEPS + 1)) | tail -n "$STEPS" | awk '{s += $1} END {print s}'; }
 echo "run              median_ms min_ms trained_tok/s(median) peak_rss_MiB   ($MODEL, LoRA r=8 on c_attn, B=1 T=$T, threads $THREADS, $STEPS timed steps)"
 for run in $(seq 1 "$RUNS"); do
   for kind in pack windows stream; do
@@ -55,7 +42,7 @@ for run in $(seq 1 "$RUNS"); do
         --threads "$THREADS" --out none > "$tmp/$kind.log" 2> "$tmp/$kind.time"
     ms=$(grep -E "^step +[0-9]+/" "$tmp/$kind.log" | tail -n "$STEPS" | sed -E 's/.*\| ([0-9.]+) ms \|.*/\1/' | sort -n)
     med=$(awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' <<<"$ms"); min=$(head -1 <<<"$ms")
-    tr=$(trained "$tmp/$kind/chat_train_000000.mask" 1 $((STEPS + 1)))
+    tr=$(trained "$tmp/$kind/chat_train_000000.mask")
     tps=$(awk -v t="$tr" -v m="$med" -v s="$STEPS" 'BEGIN {printf "%.0f", t / s / (m / 1000)}')
     printf "%-16s %s %s %s %s   load %s -> %s\n" "$kind#$run" "$med" "$min" "$tps" "$(rss_mib "$tmp/$kind.time")" "$l0" "$(load)" | tee -a "$tmp/table"
   done

@@ -7,8 +7,10 @@
 #               (plain, ASan+UBSan, TSan and the other fiber orders, like test_gpt2_cuda). The
 #               QLoRA one is not called test_qlora_cuda: that is the NF4 kernel test of test/cuda/.
 #   CUDA tree:  $(TREE)/test/test_lora_gpu, test_qlora_gpu (mk/cuda.mk's rule for test/NAME.cu),
-#               and test_flash_attention_gpu (test/test_cuda_flash_attention.cpp on the real
-#               kernels), in GPU_TEST_PROGS and so in `make gpu-bundle`, and test_comm_split_gpu
+#               test_flash_attention_gpu (test/test_cuda_flash_attention.cpp on the real
+#               kernels) and test_ptx_gpu (test/cuda_cpu/test_ptx.cu, the harness' test of the PTX
+#               wrappers, on the hardware: whether the emulation's fragment tables are the GPU's),
+#               in GPU_TEST_PROGS and so in `make gpu-bundle`, and test_comm_split_gpu
 #               (test/test_comm_split.cu: sub-communicators with NCCL attached; CUDA tree only, the
 #               harness has no NCCL).
 # The watchdog's NCCL path on one GPU: test/test_nccl_watchdog.cu becomes
@@ -50,7 +52,8 @@ GPUCHECK_EMU_LINKS := train_gpt2:$(GPUCHECK_EMU_OBJ)/train_gpt2 train_lora:$(GPU
     generate:$(GPUCHECK_EMU_OBJ)/generate prepare:$(TREE)/bin/prepare \
     test_cuda_ops_gpu:$(TREE)/test/test_cuda_ops test_flash_attention_gpu:$(TREE)/test/test_cuda_flash_attention \
     test_gpt2_gpu:$(TREE)/test/test_gpt2_cuda test_lora_gpu:$(TREE)/test/test_lora_cuda \
-    test_qlora_gpu:$(TREE)/test/test_qlora_model_cuda bench_ops:$(CUDA_CPU_BENCH_OPS) \
+    test_qlora_gpu:$(TREE)/test/test_qlora_model_cuda test_pack_gpu:$(TREE)/test/test_pack_cuda \
+    test_ptx_gpu:$(CUDA_CPU_DIR)/test/cuda_cpu/test_ptx bench_ops:$(CUDA_CPU_BENCH_OPS) \
     $(foreach k,$(GPUCHECK_EMU_KERNELS),$(k):$(GPUCHECK_EMU_OBJ)/dev/cuda/$(k))
 GPUCHECK_EMU_TARGETS := $(foreach p,$(GPUCHECK_EMU_LINKS),$(word 2,$(subst :, ,$(p))))
 
@@ -89,12 +92,17 @@ endif
 ifeq ($(BACKEND),cuda)
 # ---- the GPU builds
 GPU_TEST_PROGS += $(TREE)/test/test_lora_gpu $(TREE)/test/test_qlora_gpu $(TREE)/test/test_flash_attention_gpu \
-    $(TREE)/test/test_comm_split_gpu $(TREE)/test/test_nccl_watchdog_gpu
+    $(TREE)/test/test_ptx_gpu $(TREE)/test/test_comm_split_gpu $(TREE)/test/test_nccl_watchdog_gpu
 # flash attention in depth against the CPU backend: host C++ like test_cuda_ops_gpu
 $(TREE)/test/test_flash_attention_gpu: test/test_cuda_flash_attention.cpp $(LIB) $(CPUREF_LIB) test/test.h test/cuda_test.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(filter-out -Werror%,$(CXXFLAGS)) -isystem $(CUDA_HOME)/include -DLLMC_CUDA -c $< -o $@.o
 	$(CXX) $@.o $(CPUREF_LIB) $(LIB) -o $@ $(LDFLAGS) $(PROGRAM_LIBS)
+# the PTX wrappers' test (no backend: the library for check.c's cudaCheck)
+$(TREE)/test/test_ptx_gpu: test/cuda_cpu/test_ptx.cu $(LIB) $(CUDA_HDRS) test/test.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@.o
+	$(CXX) $@.o $(LIB) -o $@ $(LDFLAGS) $(PROGRAM_LIBS)
 endif
 
 # ---- `make cuda-check` (nvcc -Werror for every GPU architecture) covers the test sources above, in

@@ -28,7 +28,11 @@
 #             libraries resolved, PyTorch version, the device's peak bf16 FLOP/s and bandwidth
 #   tests     every GPU test program: each op vs the CPU backend (test_cuda_ops_gpu), flash
 #             attention in depth vs the CPU backend, GPT-2 vs transformers, LoRA vs PEFT, QLoRA vs
-#             bitsandbytes + PEFT (test_*_gpu); sub-communicators with NCCL attached, the split
+#             bitsandbytes + PEFT, packed records vs transformers run on each record alone
+#             (test_*_gpu); the PTX instructions of llmc/cuda/ptx.cuh against the ISA's fragment
+#             tables and rules on the hardware (test_ptx_gpu: the same test that checks the
+#             harness' emulation of them, so its passing here says the emulation is right);
+#             sub-communicators with NCCL attached, the split
 #             of --zero 3 --shard-group (test_comm_split_gpu: one process, so a split of one rank
 #             whose device calls are copies; ncclCommSplit itself needs mpirun and 2+ GPUs:
 #             `mpirun -np 4 build/cuda/test/test_comm_split_gpu 2` in a CUDA build with MPI);
@@ -47,8 +51,11 @@
 #             kernel, and the status queries between ranks (run on CPU ranks by make test).
 #   train     train_gpt2 / train_lora / train_lora --qlora (r=8 on c_attn) at GPT-2 124M shapes,
 #             T=1024, B in {8, 16, 32}: ms/step, tokens/s, TFLOP/s, MFU, peak device memory; the
-#             B=8 runs twice: identical losses and norms step for step (--deterministic 1); and
-#             one GPT-2 XL (--model d48) full fine-tuning run at T=1024, B=8
+#             B=8 runs twice: identical losses and norms step for step (--deterministic 1);
+#             one GPT-2 XL (--model d48) full fine-tuning run at T=1024, B=8; and packed
+#             fine-tuning: chat records (dev/pack_data.py) prepared with --pack 1024,
+#             --record-windows 1024 and as a token stream, LoRA r=8 on c_attn, B=16, 8 steps
+#             each: trained tokens/s (the targets the masks train) and device memory
 #   torch     the same shapes in PyTorch on the same GPU (dev/bench_torch_gpu.py: transformers
 #             GPT2LMHeadModel, bf16 autocast, SDPA; + PEFT LoRA; and PyTorch's strongest setting,
 #             a nanoGPT-style model under torch.compile with fused AdamW, at B=16), and SDPA forced
@@ -64,7 +71,8 @@
 # failure; the exit status is 0 when nothing failed or timed out, 1 otherwise (2: bad options). Time on an H100
 # (the first run, before the quickstart / outputs / XL / compiled / attention items): about 2 minutes for
 # env,tests,train,torch, 5 for sanitize,kernels,watchdog; the new items should add about 2 (the compiled
-# model's compilation, d48's initialisation on the host) and outputs another (transformers on the CPU). An
+# model's compilation, d48's initialisation on the host) and outputs another (transformers on the CPU); the
+# pack runs (three train_lora start-ups, 8 steps each) should take about half a minute. An
 # item that cannot finish inside --budget (default 540 s, under a 10-minute command) is recorded
 # as skipped for the time budget; running the check again with the same --out runs only those
 # (and anything not yet run), keeping the other results (--redo starts over). Each command of an
@@ -232,9 +240,11 @@ if [ "$EMULATED" = 1 ]; then
   QS_ENV=(BASE_STEPS=20 LORA_STEPS=10)   # the fewest the job's warm-ups allow (~90 s under the harness)
   OUTPUTS_ARGS=(--min-compared 0)        # so little trained, its choices are all close calls
   XL_MODEL=tiny; XL_B=1                  # the GPT-2 XL run's path on a model the harness can afford
+  PACK_T=256; PACK_B=2; PACK_STEPS=4     # the pack runs' path on the `tiny` descriptor (GPT-2's
+  PACK_BASE_MODEL=tiny; PACK_BASE="$WORK/packbase/model.bin"   # vocabulary, as data/prepare's)
   TORCH_COMPILED=compiled:2; TORCH_ATTENTION=1,2,16:64,128
   ATTN_SHAPES=""                         # attention_bench cannot run under the harness (cuBLAS)
-  EST_TEST=30; EST_TRAIN=10; EST_TORCH=30; EST_KERNEL=20; EST_QS=120; EST_OUTPUTS=60; EST_XL=30
+  EST_TEST=30; EST_TRAIN=10; EST_TORCH=30; EST_KERNEL=20; EST_QS=120; EST_OUTPUTS=60; EST_XL=30; EST_PACK=15
 else
   T=1024; BATCHES="8 16 32"; STEPS=12; WARMUP=2; VOCAB=50257; FULL_MODEL=d12; LORA_BASE="$WORK/base/model.bin"
   GEN_TOKENS=256
@@ -242,9 +252,11 @@ else
   QS_ENV=()                              # the job as `make quickstart` runs it (~5 s on an H100)
   OUTPUTS_ARGS=()
   XL_MODEL=d48; XL_B=8                   # GPT-2 XL, 1.56B parameters: ~49 GB at B=8, T=1024
+  PACK_T=1024; PACK_B=16; PACK_STEPS=8   # issue 24's setting, on the LoRA runs' base
+  PACK_BASE_MODEL=d12; PACK_BASE="$LORA_BASE"
   TORCH_COMPILED=compiled:16; TORCH_ATTENTION=16,12,64:512,1024,2048
   ATTN_SHAPES="512 1024 2048"            # attention_bench at B=16, NH=12, HS=64 (GPT-2's heads), causal
-  EST_TEST=45; EST_TRAIN=25; EST_TORCH=120; EST_KERNEL=25; EST_QS=30; EST_OUTPUTS=60; EST_XL=90
+  EST_TEST=45; EST_TRAIN=25; EST_TORCH=120; EST_KERNEL=25; EST_QS=30; EST_OUTPUTS=60; EST_XL=90; EST_PACK=20
 fi
 export BUILD="$WORK/testout"   # where test programs write their exports (not the repository)
 mkdir -p "$BUILD"
@@ -280,7 +292,8 @@ except ImportError: print("peft not installed")'; fi
 }
 
 # ---------------------------------------------------------------------------------------------
-TEST_PROGS="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu test_comm_split_gpu"
+TEST_PROGS="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu test_pack_gpu test_ptx_gpu
+            test_comm_split_gpu"
 section_tests() {
   echo "== tests"
   local p
@@ -345,20 +358,23 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<%dH" % n, *[r.randrange(vocab) for _ in range(n)]))
 PY
 }
-BASE_FAILED=0
-ensure_base() {  # the frozen base of the LoRA runs: a randomly initialised GPT-2 124M, saved
-  [ "$EMULATED" = 1 ] && return 0
-  [ -f "$LORA_BASE" ] && return 0
-  [ "$BASE_FAILED" = 1 ] && return 1
+FAILED_BASES=""
+base_failed() { [[ " $FAILED_BASES " == *" $1 "* ]]; }
+save_base() {  # MODEL FILE ITEM: MODEL, randomly initialised, saved as FILE: a frozen base for train_lora
+  local model=$1 file=$2 item=$3
+  [ -f "$file" ] && return 0
+  base_failed "$file" && return 1
   # (recorded, but not kept across runs like the other items: a new run saves it again)
-  local log="$OUT/logs/train/base_model.log" t0 l; t0=$(date +%s); l=$(left)
+  local log="$OUT/logs/train/$item.log" t0 l; t0=$(date +%s); l=$(left)
   [ "$l" -lt 30 ] && return 1
-  timeout -k 10 $((l < 300 ? l : 300)) "$BIN/train_gpt2" --model d12 --train-data "$WORK/train.bin" --batch-size 1 --seq-len 64 \
-      --steps 1 --lr 0 --save-format llmc --out "$WORK/base" > "$log" 2>&1
-  if [ -f "$LORA_BASE" ]; then record train base_model pass "saved for the LoRA runs" $(($(date +%s) - t0)) logs/train/base_model.log
-  else BASE_FAILED=1; record train base_model fail "could not save the LoRA base: $(grep -m1 -E 'error|fatal' "$log" | cut -c1-200)" $(($(date +%s) - t0)) logs/train/base_model.log; fi
-  [ -f "$LORA_BASE" ]
+  timeout -k 10 $((l < 300 ? l : 300)) "$BIN/train_gpt2" --model "$model" --train-data "$WORK/train.bin" --batch-size 1 --seq-len 64 \
+      --steps 1 --lr 0 --save-format llmc --out "$(dirname "$file")" > "$log" 2>&1
+  if [ -f "$file" ]; then record train "$item" pass "saved for the LoRA runs" $(($(date +%s) - t0)) "logs/train/$item.log"
+  else FAILED_BASES="$FAILED_BASES $file"; record train "$item" fail "could not save the LoRA base: $(grep -m1 -E 'error|fatal' "$log" | cut -c1-200)" $(($(date +%s) - t0)) "logs/train/$item.log"; fi
+  [ -f "$file" ]
 }
+# the frozen base of the LoRA runs: a GPT-2 124M (under the harness: the tiny test model's file)
+ensure_base() { [ "$EMULATED" = 1 ] || save_base d12 "$LORA_BASE" base_model; }
 mem_poll_start() {
   MEM_PID=""
   [ "$EMULATED" = 1 ] && return 0
@@ -409,7 +425,7 @@ section_train() {
     mode_pending "$mode" || { printf '  %-9s %-34s (kept from the earlier run)\n' train "$mode runs"; continue; }
     if [ "$mode" != full ] && ! ensure_base; then
       local why="time budget: no time left to save the LoRA base (run again with the same --out)"
-      [ "$BASE_FAILED" = 1 ] && why="the LoRA base could not be saved (train/base_model)"
+      base_failed "$LORA_BASE" && why="the LoRA base could not be saved (train/base_model)"
       for b in $BATCHES; do have_result train "${mode}_b$b" || record train "${mode}_b$b" skip "$why" 0; done
       continue
     fi
@@ -433,6 +449,62 @@ section_train() {
   # one GPT-2 XL size (d48) full fine-tuning run: tokens/s, MFU, device memory at a size where
   # the step is all GEMMs and attention (the model is initialised from the seed: no file to carry)
   train_one xl "$XL_B" "xl_b$XL_B" "$EST_XL" 300
+  pack_items
+}
+
+# Packed fine-tuning (issue 24) against one record per window and a token stream: the chat
+# records of dev/pack_data.py prepared three ways at PACK_T (data/prepare --pack, --record-windows
+# and the default stream) in this invocation's work folder, then LoRA r=8 on c_attn for
+# PACK_STEPS steps on each (two of them warm-up). After a run, the targets each of its steps
+# trained (from the shard's mask, in the loader's order) go to the end of its log as a
+# "pack_trained" line, from which the report computes trained tokens per second.
+PACK_KINDS="packed windows stream"
+PACK_DIR="$WORK/pack"
+PACK_FAILED=0
+ensure_pack_data() {  # the three shards (recorded as train/pack_data when made; not kept across runs)
+  local kind fl=() missing=0
+  for kind in $PACK_KINDS; do [ -f "$PACK_DIR/$kind/chat_train_000000.mask" ] || missing=1; done
+  [ $missing = 0 ] && return 0
+  [ "$PACK_FAILED" = 1 ] && return 1
+  local log="$OUT/logs/train/pack_data.log" t0; t0=$(date +%s)
+  [ "$(left)" -lt 20 ] && return 1
+  mkdir -p "$PACK_DIR"
+  ( "$PY" dev/pack_data.py records "$PACK_DIR/chat.jsonl" || exit 1
+    for kind in $PACK_KINDS; do
+      case $kind in packed) fl=(--pack "$PACK_T") ;; windows) fl=(--record-windows "$PACK_T") ;; stream) fl=() ;; esac
+      echo "\$ prepare ${fl[*]}"
+      timeout -k 10 120 "$BIN/prepare" --input "$PACK_DIR/chat.jsonl" --out-dir "$PACK_DIR/$kind" --name chat --val-tokens 0 "${fl[@]}" || exit 1
+    done ) > "$log" 2>&1
+  local n=0; for kind in $PACK_KINDS; do [ -f "$PACK_DIR/$kind/chat_train_000000.mask" ] && n=$((n + 1)); done
+  if [ $n = 3 ]; then record train pack_data pass "$(grep -m1 '^pack: .* windows' "$log" | cut -c1-200)" $(($(date +%s) - t0)) logs/train/pack_data.log
+  else PACK_FAILED=1; record train pack_data fail "$(grep -m1 -E 'error|Error' "$log" | cut -c1-200)" $(($(date +%s) - t0)) logs/train/pack_data.log; fi
+  [ $n = 3 ]
+}
+pack_items() {
+  local kind why="" pending=0
+  for kind in $PACK_KINDS; do have_result train "pack_$kind" || pending=1; done
+  if [ $pending = 0 ]; then printf '  %-9s %-34s (kept from the earlier run)\n' train "pack runs"; return; fi
+  if ! prog prepare; then why="prepare is not in $BIN"
+  elif ! ensure_pack_data; then
+    why="time budget: no time left to prepare the records (run again with the same --out)"
+    [ "$PACK_FAILED" = 1 ] && why="the records could not be prepared (train/pack_data)"
+  elif ! save_base "$PACK_BASE_MODEL" "$PACK_BASE" "$([ "$EMULATED" = 1 ] && echo pack_base || echo base_model)"; then
+    why="time budget: no time left to save the LoRA base (run again with the same --out)"
+    base_failed "$PACK_BASE" && why="the LoRA base could not be saved"
+  fi
+  for kind in $PACK_KINDS; do
+    have_result train "pack_$kind" && continue
+    if [ -n "$why" ]; then record train "pack_$kind" "$([[ $why == "time budget"* ]] && echo skip || echo fail)" "$why" 0; continue; fi
+    TRAIN_ARGV=("$BIN/train_lora" --model "$PACK_BASE" --train-data "$PACK_DIR/$kind/chat_train_*.bin" --batch-size "$PACK_B"
+                --seq-len "$PACK_T" --total-batch-tokens $((PACK_B * PACK_T)) --steps "$PACK_STEPS" --lr 1e-4 --warmup-steps 0
+                --seed 1 --lora-targets c_attn --lora-rank 8 --lora-alpha 16 --out none)
+    mem_poll_start "$OUT/logs/train/pack_$kind.mem"
+    run_item train "pack_$kind" "$EST_PACK" 240 "${TRAIN_ARGV[@]}"; local rc=$?
+    mem_poll_stop
+    if [ $rc = 0 ]; then
+      echo "pack_trained $("$PY" dev/pack_data.py trained "$PACK_DIR/$kind/chat_train_000000.mask" "$PACK_B" "$PACK_T" "$PACK_STEPS" | paste -sd' ')" >> "$LAST_LOG"
+    fi
+  done
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -499,7 +571,7 @@ section_kernels() {
 # (one case of each kind: initcheck costs ~100x, and the whole of test_lora_gpu did not fit).
 # scripts/gpu_sanitize.sh runs each and sorts the findings: inside cuBLAS / NCCL kernels they are
 # listed as the library's and do not fail the item; in our kernels they do.
-SAN_ALL="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu"
+SAN_ALL="test_cuda_ops_gpu test_flash_attention_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu test_pack_gpu"
 SAN_SHARED="test_cuda_ops_gpu test_flash_attention_gpu"
 section_sanitize() {
   echo "== sanitize"

@@ -121,6 +121,29 @@ def parse_train_log(text, warmup):
     return out
 
 
+PACK_KINDS = (("packed", "packed (--pack T)"), ("windows", "one record a window (--record-windows T)"),
+              ("stream", "token stream"))
+
+
+def parse_pack(d, r, warm):
+    """A pack run (train/pack_KIND): its step times against the targets each step trained (the
+    check's "pack_trained" line, from the shard's mask), B and T from its command line."""
+    text = logtext(d, r)
+    row = {"kind": r["item"][len("pack_"):], "status": r["status"], "reason": r["reason"]}
+    row.update(parse_train_log(text, warm))
+    row["device_peak_mib"] = peak_mem(d, r["item"])
+    m = re.search(r"--batch-size (\d+) .*--seq-len (\d+)", text)
+    row["batch"], row["seq_len"] = (int(m.group(1)), int(m.group(2))) if m else (None, None)
+    m = re.search(r"^pack_trained ([\d ]+)$", text, re.M)
+    trained = [int(x) for x in m.group(1).split()] if m else []
+    ms = [float(x.group(5)) for x in (STEP_RE.match(l) for l in text.splitlines()) if x]
+    pairs = list(zip(trained, ms))[warm:]
+    if pairs and row["batch"]:
+        row["trained_tok_per_s"] = round(statistics.median(t / (m_ / 1000.0) for t, m_ in pairs), 1)
+        row["trained_per_slot"] = round(sum(t for t, _ in pairs) / (len(pairs) * row["batch"] * row["seq_len"]), 4)
+    return row
+
+
 def peak_mem(d, item):
     """The device memory used at most during a run minus before it (nvidia-smi, MiB)."""
     base = [num(x) for x in read(os.path.join(d, "logs/train", item + ".mem.base")).split()]
@@ -353,6 +376,12 @@ def build(d):
     rep["train"].sort(key=lambda x: (order[x["mode"]], x["batch"]))
     rep["determinism"] = [{"mode": r["item"].split("_")[0], "status": r["status"], "reason": r["reason"]}
                           for r in recs.values() if r["section"] == "train" and r["item"].endswith("_determinism")]
+    kinds = [k for k, _ in PACK_KINDS]
+    rep["pack"] = sorted((parse_pack(d, r, warm) for r in recs.values()
+                          if r["section"] == "train" and r["item"] in ["pack_" + k for k in kinds]),
+                         key=lambda x: kinds.index(x["kind"]))
+    pd = recs.get("train/pack_data")
+    rep["pack_data"] = [l for l in logtext(d, pd).splitlines() if l.startswith("pack: ")] if pd else []
 
     # torch
     rep["torch"], rep["torch_attention"] = [], []
@@ -542,9 +571,11 @@ def markdown(rep):
     for x in rep["determinism"]:
         L.append("- determinism, %s: %s" % (x["mode"], status_cell(x)))
     for key, it in sorted(rep["items"].items()):
-        if it["section"] == "train" and not re.match(r"^(full|lora|qlora|xl)_(b\d+(_repeat)?|determinism)$", it["item"]):
+        if it["section"] == "train" and not re.match(r"^((full|lora|qlora|xl)_(b\d+(_repeat)?|determinism)|pack_(data|packed|windows|stream))$",
+                                                     it["item"]):
             L.append("- %s: %s" % (it["item"], status_cell(it)))
     L.append("")
+    pack_table(L, rep)
 
     L.append("## PyTorch on the same device")
     L.append("")
@@ -619,6 +650,39 @@ def markdown(rep):
     sanitize_findings(L, rep["sanitize"])
     L.append("")
     return "\n".join(L)
+
+
+def pack_table(L, rep):
+    """Packed fine-tuning against one record a window and a token stream (issue 24)."""
+    if not rep.get("pack"):
+        return
+    L.append("### Packed fine-tuning")
+    L.append("")
+    L.append("The same chat records (dev/pack_data.py: each speech of tinyshakespeare as the reply to the one before, ~100-300"
+             " tokens) prepared three ways, LoRA r=8 on c_attn; trained tokens/s: the targets the loss masks train in each"
+             " timed step over its time (median); tokens/s counts every position of the window.")
+    L.append("")
+    for line in rep.get("pack_data", []):
+        L.append("- data/prepare: " + line[len("pack: "):])
+    pd = rep["items"].get("train/pack_data")
+    if pd and pd["status"] != "pass":
+        L.append("- preparing the records: " + status_cell(pd))
+    if rep.get("pack_data") or (pd and pd["status"] != "pass"):
+        L.append("")
+    L.append("| data | B | T | result | ms/step | tokens/s | trained tokens/s | trained per window slot | device peak MiB | trainer MiB |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    names = dict(PACK_KINDS)
+    for r in rep["pack"]:
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            names.get(r["kind"], r["kind"]), r.get("batch") or "", r.get("seq_len") or "", status_cell(r), fmt(r.get("ms_per_step")),
+            fmt(r.get("tok_per_s"), "%.0f"), fmt(r.get("trained_tok_per_s"), "%.0f"), fmt(r.get("trained_per_slot"), "%.3f"),
+            fmt(r.get("device_peak_mib"), "%.0f"), fmt(r.get("trainer_mib"), "%.0f")))
+    by = {r["kind"]: r for r in rep["pack"]}
+    p, w = by.get("packed", {}).get("trained_tok_per_s"), by.get("windows", {}).get("trained_tok_per_s")
+    if p and w:
+        L.append("")
+        L.append("Packed / one record a window, trained tokens/s: %.2fx." % (p / w))
+    L.append("")
 
 
 def sanitize_cell(s):

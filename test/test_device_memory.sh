@@ -9,7 +9,11 @@
 #     the memory report's total of the same run on a large device), the free memory, the flags
 #     (--batch-size, --recompute, --zero); no CUDA error, nothing written in --out;
 #   - the hint holds: a device between the needs of --recompute 0 and --recompute 2 refuses the
-#     first and trains with the second, to the end.
+#     first and trains with the second, to the end;
+#   - the attention backward's scratch is in both (the report's activations name it): in either
+#     --deterministic mode the figure of llmc/cuda/README.md's formula, and the atomic mode's
+#     need is again its report's total (test/test_gpt2.c checks the bytes themselves against what
+#     the harness' device lost when the activations were allocated).
 set -u
 BUILD="${BUILD:-build/cpu}"
 . "$(dirname "$0")/lib.sh"
@@ -65,4 +69,18 @@ if [ -n "$n0" ] && [ -n "$n2" ] && awk -v a="$n0" -v b="$n2" 'BEGIN { exit !(b <
 else
   bad "the needs of --recompute 0 and 2: '$n0' '$n2'"
 fi
+# the attention scratch of gpt2_tiny (C 64, NH 4, HS 16) at B 16, T 64: D and lse rows, 8 bytes a
+# head and position (T padded to 64), + deterministic: one 64 x 64 bf16 dS tile a head (nt = 1),
+# or atomic: the fp32 dQ accumulator, B T C floats
+for det in 1 0; do
+  log="$TMP/det$det.log"
+  run full 0 --deterministic $det --out none > "$log" 2>&1 || { bad "--deterministic $det: the run failed: $(tail -n 3 "$log")"; continue; }
+  want=$(awk -v d=$det 'BEGIN { B = 16; T = 64; C = 64; NH = 4; b = 8 * B * NH * T + (d ? B * NH * 64 * 64 * 2 : B * T * C * 4);
+                                printf "%.2f", b / 1048576 }')
+  got=$(sed -n 's/^memory (this rank): .*attention scratch \([0-9.]*\) MiB incl.) | total \([0-9.]*\) MiB$/\1 \2/p' "$log")
+  need=$(run full 1000000 --deterministic $det --out none 2>&1 | sed -n 's/.*needs \([0-9.]*\) MiB of device memory.*/\1/p')
+  [ "${got% *}" = "$want" ] && [ "$need" = "${got#* }" ] \
+    && ok "--deterministic $det: the report's activations hold the attention scratch, $want MiB, and the refusal's need is the report's total, $need MiB" \
+    || bad "--deterministic $det: attention scratch / total '$got' (want $want MiB, and the need '$need')"
+done
 finish

@@ -18,6 +18,7 @@
 //     (7.2e-4), grad norms 2e-2 relative (3.9e-3): about 3x the harness' errors, since a GPU rounds
 //     in other places (cuBLASLt's accumulation order, FMA contraction) with the same storage.
 #include "fixtures.h"
+#include "../llmc/ops/device.h"
 
 #define REF_DIR "test/ref/gpt2_tiny"
 // tolerances by the backend's element type: fp32 (CPU) or bf16 storage (CUDA)
@@ -69,6 +70,54 @@ static double check_grads(GPT2* mp, const ParamTable* ptp, const GPT2Config* cfg
     return worst;
 }
 
+// The attention's scratch as the op interface counts it, independently: the CPU backend's K^T
+// copy (B C floats a position, T rounded up to 64), the CUDA backend's backward scratch of
+// llmc/cuda/README.md ("Flash attention", Memory): the D and lse rows (8 bytes a head and position,
+// padded to 64 positions) and, deterministic (the default), nt (nt + 1) / 2 dS tiles of 64 x 64
+// bf16 a head (nt = T / 64 rounded up; far below the 256 MiB cap here).
+static size_t want_attn_scratch(int B, int T, int C, int NH) {
+    const size_t Tp = (size_t)(T + 63) / 64 * 64, nt = Tp / 64;
+    if (ops_caps().floatx == OPS_F32) return (size_t)B * C * Tp * sizeof(float);
+    return 8 * (size_t)B * NH * Tp + (size_t)B * NH * nt * (nt + 1) / 2 * 64 * 64 * 2;
+}
+
+// The activations' memory: what gpt2_acts_bytes counts before anything is allocated (the
+// trainers' device memory check) is what the model then holds (gpt2_acts_held: the memory
+// report), the attention's training scratch included; and under the CUDA-on-CPU harness, which
+// counts every byte cudaMalloc hands out (cudaMemGetInfo), it is what the device lost to
+// model_alloc_acts, which therefore took the attention backward's scratch up front. First in the
+// program: the attention's scratch buffer is still empty, so reserving it allocates all of it.
+static void check_acts_memory(const TestBase* tb) {
+    const GPT2Config* cfg = &tb->cfg;
+    const int B = tb->batch.B, T = tb->batch.T, C = cfg->channels, NH = cfg->num_heads;
+    Model mm;
+    ModelSpec s;
+    memset(&s, 0, sizeof(s));
+    s.cfg = cfg; s.host = tb->weights; s.trainable = GPT2_TRAIN_ALL;
+    model_assemble(&mm, &s);   // B = 0: no activations yet
+    size_t free0 = 0, free1 = 0, total = 0;
+    const int known = device_memory(&free0, &total);
+    model_alloc_acts(&mm, B, T, 1);
+    if (known) device_memory(&free1, &total);
+    const size_t want = gpt2_acts_bytes(cfg, B, T, GPT2_RECOMPUTE_NONE, 1);
+    const size_t attn = attention_scratch_bytes(B, T, C, NH, 1), attn_fwd = attention_scratch_bytes(B, T, C, NH, 0);
+    TEST_CHECK(gpt2_acts_held(&mm.gpt) == want, "the model holds %zu bytes of activations, gpt2_acts_bytes counted %zu",
+               gpt2_acts_held(&mm.gpt), want);
+    TEST_CHECK(attn == want_attn_scratch(B, T, C, NH) && mm.gpt.attn_bytes == attn,
+               "attention scratch %zu bytes (the model: %zu), want %zu", attn, mm.gpt.attn_bytes, want_attn_scratch(B, T, C, NH));
+    TEST_CHECK(want - gpt2_acts_bytes(cfg, B, T, GPT2_RECOMPUTE_NONE, 0) == attn - attn_fwd,
+               "training adds the attention backward's scratch to the activations");
+    printf("activations at B %d, T %d: %zu bytes, the attention's scratch %zu of them (%zu without backward)\n", B, T,
+           want, attn, attn_fwd);
+    if (known && strstr(ops_backend_name(), "emulated")) {
+        TEST_CHECK(free0 - free1 == want, "model_alloc_acts took %zu bytes of device memory, the count is %zu", free0 - free1, want);
+        printf("the harness' device lost exactly those %zu bytes to model_alloc_acts\n", free0 - free1);
+    } else if (known) {   // a GPU: the driver's granularity makes the free memory a rough figure
+        printf("the GPU's free memory fell by %zu bytes at model_alloc_acts\n", free0 - free1);
+    }
+    model_free(&mm);
+}
+
 int main(int argc, char** argv) {
     TestBase tb;
     StFile ref;
@@ -78,6 +127,7 @@ int main(int argc, char** argv) {
     const int B = tb.batch.B, T = tb.batch.T, V = cfg.vocab_size;
     const int* inputs = tb.batch.inputs;
     const int* targets = tb.batch.targets;
+    check_acts_memory(&tb);
 
     Model model;
     test_model(&model, &tb, tb.weights, GPT2_TRAIN_ALL, NULL, 0, GPT2_RECOMPUTE_NONE);

@@ -3,8 +3,8 @@
 # programs, $BUILD/gpucheck-emu, made by `make gpucheck-emu`):
 #   - every section runs and the report (report.md + report.json) has each item with its status:
 #     the test programs pass, every training run passes and the deterministic reruns match, the
-#     kernel programs pass their checks, nvidia-smi / compute-sanitizer / watchdog (NCCL) items
-#     say "emulated";
+#     pack runs (packed, one record a window, stream) give trained tokens/s, the kernel programs
+#     pass their checks, nvidia-smi / compute-sanitizer / watchdog (NCCL) items say "emulated";
 #   - a run with no time left records every item as skipped for the time budget, a later run with
 #     the same --out runs only what is missing, and a third keeps what exists;
 #   - a failing or missing program is recorded as failed and the check goes on;
@@ -35,7 +35,8 @@ ok "report.md has the seven sections"
 status_of() { q "$J" "r['items'].get('$1', {}).get('status')"; }
 
 n=$(q "$J" "sum(1 for t in r['tests'] if t['status'] == 'pass')")
-[ "$n" = 7 ] && ok "5 GPU test programs, the decoding item and the main job pass (harness builds)" || bad "test items passing: $n of 7: $(q "$J" "[(t['program'], t['status'], t['reason']) for t in r['tests'] if t['status'] != 'pass']")"
+[ "$n" = 9 ] && ok "7 GPU test programs (test_pack_gpu and test_ptx_gpu among them), the decoding item and the main job pass (harness builds)" \
+  || bad "test items passing: $n of 9: $(q "$J" "[(t['program'], t['status'], t['reason']) for t in r['tests'] if t['status'] != 'pass']")"
 # the main job with the harness programs (fewer steps): both losses, both samples, its time
 if [ "$(q "$J" "r['quickstart']['loss_after'] < r['quickstart']['loss_before'] and r['quickstart']['lora_steps'] == 10 and r['quickstart']['seconds'] > 0")" = True ] \
    && [ "$(q "$J" "r['quickstart']['sample_base'].startswith('PETRUCHIO:') and r['quickstart']['sample_lora'].startswith('PETRUCHIO:')")" = True ] \
@@ -60,6 +61,17 @@ n=$(q "$J" "sum(1 for t in r['train'] if t['status'] == 'pass' and t.get('ms_per
 for m in full lora qlora; do
   [ "$(status_of "train/${m}_determinism")" = pass ] && ok "$m: the repeated run has identical losses" || bad "$m determinism: $(status_of "train/${m}_determinism")"
 done
+# the pack runs' path (issue 24) at B=2, T=256 on `tiny`: the records prepared three ways, each run
+# with its steps, the targets each step trained (the masks, <= B T and > 0) and trained tokens/s
+n=$(q "$J" "sum(1 for p in r['pack'] if p['status'] == 'pass' and p['steps'] == 4 and p['batch'] == 2 and p['seq_len'] == 256 and 0 < p['trained_per_slot'] <= 1 and p['trained_tok_per_s'] > 0)")
+tr=$(sed -n 's/^pack_trained //p' "$TMP/full/logs/train/pack_packed.log")
+if [ "$n" = 3 ] && [ "$(q "$J" "[p['kind'] for p in r['pack']]")" = "['packed', 'windows', 'stream']" ] && [ "$(status_of train/pack_data)" = pass ] \
+   && [ "$(wc -w <<<"$tr")" = 4 ] && awk -v t="$tr" 'BEGIN { n = split(t, a, " "); for (i = 1; i <= n; i++) if (a[i] < 1 || a[i] > 512) exit 1 }' \
+   && grep -q "^### Packed fine-tuning" "$TMP/full/report.md" && grep -q "^Packed / one record a window, trained tokens/s: [0-9.]*x\.$" "$TMP/full/report.md"; then
+  ok "pack runs: packed, one record a window, stream pass; trained tokens/s $(q "$J" "[p['trained_tok_per_s'] for p in r['pack']]") (targets per step of the packed run: $tr)"
+else
+  bad "pack runs: $n of 3 with results; $(q "$J" "[(p['kind'], p['status'], p['reason'], p.get('trained_tok_per_s')) for p in r['pack']]"), pack_data $(status_of train/pack_data), trained '$tr'"
+fi
 
 for k in matmul layernorm gelu encoder classifier adamw bench_ops; do
   [ "$(status_of "kernels/$k")" = pass ] || bad "kernel program $k: $(q "$J" "r['items'].get('kernels/$k')")"
@@ -72,7 +84,7 @@ n=$(q "$J" "sum(1 for t in (512, 1024, 2048) if r['items']['kernels/attention_be
 n=$(q "$J" "sum(1 for t in r['watchdog'] if t['status'] == 'skip' and 'emulated' in t['reason'])")
 [ "$n" = 3 ] && ok "3 watchdog cases (NCCL) skipped: emulated" || bad "watchdog cases skipped as emulated: $n: $(q "$J" "r['watchdog']")"
 n=$(q "$J" "sum(1 for s in r['sanitize'] if s['status'] == 'skip' and 'emulated' in s['reason'])")
-[ "$n" = 14 ] && ok "14 compute-sanitizer items skipped: emulated" || bad "sanitizer items skipped as emulated: $n"
+[ "$n" = 16 ] && ok "16 compute-sanitizer items skipped: emulated" || bad "sanitizer items skipped as emulated: $n"
 [ "$(status_of env/gpu_info)" = pass ] && [ "$(status_of env/nvidia_smi)" = skip ] && ok "env: gpu_info runs, nvidia-smi skipped" \
   || bad "env: gpu_info $(status_of env/gpu_info), nvidia_smi $(status_of env/nvidia_smi)"
 if "$PY" -c 'import torch, transformers, peft' 2>/dev/null; then
@@ -106,7 +118,7 @@ PY
 
 # ---- the TEST_QUICK subsets the GPU check runs under initcheck: each test program passes on a
 # part of its cases (fewer checks than its full run above)
-for p in test_cuda_ops_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu; do
+for p in test_cuda_ops_gpu test_gpt2_gpu test_lora_gpu test_qlora_gpu test_pack_gpu; do
   full=$(q "$J" "[t['summary'] for t in r['tests'] if t['program'] == '$p'][0]" | sed -n 's/.*all \([0-9]*\) checks passed.*/\1/p')
   line=$(TEST_QUICK=1 "$EMU/$p" 2>/dev/null | tail -n 1)
   n=$(sed -n 's/.*(TEST_QUICK subset): all \([0-9]*\) checks passed$/\1/p' <<<"$line")

@@ -183,6 +183,17 @@ static float* kt_scratch_get(size_t n) {
     }
     return kt_scratch;
 }
+static size_t kt_scratch_numel(int B, int T, int C) { return (size_t)B * C * (size_t)(((T + BK - 1) / BK) * BK); }
+
+// The K^T scratch is the only memory attention keeps between calls; the backward takes its
+// per-thread tiles per call (O(T * HS) floats a thread), so `backward` adds nothing here.
+size_t cpu_attention_scratch_bytes(int B, int T, int C, int NH, int backward) {
+    (void)NH; (void)backward;
+    return B > 0 && T > 0 ? kt_scratch_numel(B, T, C) * sizeof(float) : 0;
+}
+void cpu_attention_reserve(int B, int T, int C, int NH, int backward) {
+    if (cpu_attention_scratch_bytes(B, T, C, NH, backward)) (void)kt_scratch_get(kt_scratch_numel(B, T, C));
+}
 
 // ----------------------------------------------------------------------------
 // forward
@@ -226,7 +237,7 @@ void cpu_attention_forward(float* out, float* lse, const float* qkv, const int* 
     const int ntiles = (T + BQ - 1) / BQ;
     const int Tp = ((T + BK - 1) / BK) * BK;
     const int nitems = B * NH * ntiles;
-    float* KTall = kt_scratch_get((size_t)B * NH * HS * Tp);   // (B, NH, HS, Tp), zero-padded
+    float* KTall = kt_scratch_get(kt_scratch_numel(B, T, C));   // (B, NH, HS, Tp), zero-padded
     #pragma omp parallel
     {
         #pragma omp for schedule(static)

@@ -88,6 +88,8 @@ void cpu_attention_forward(float* out, float* lse, const float* qkv, const int* 
 void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                             const float* lse, const int* doc_start, int B, int T, int C, int NH,
                             int accumulate);
+size_t cpu_attention_scratch_bytes(int B, int T, int C, int NH, int backward);
+void cpu_attention_reserve(int B, int T, int C, int NH, int backward);
 
 // ---- attention over a key/value cache (attention_kv.c)
 void cpu_attention_forward_kv(float* out, const float* qkv_new, float* kcache, float* vcache, int B,

@@ -23,10 +23,12 @@
 // softmax in base 2 (running max per row, per-lane partial sums, reduced once at the end), P
 // packed in registers, O += P V (V via ldmatrix .trans). Key tiles above a warp's rows are never
 // touched, nor those wholly before its rows' record starts; only diagonal / straddling tiles are
-// masked (a template flag). lse = ln 2 (m + log2 l).
+// masked (a template flag). lse = ln 2 (m + log2 l). Every exponential of the softmax (and of
+// the backward's P) is ex2.approx.ftz (ptx.cuh): one MUFU.EX2 instead of exp2f's four
+// instructions; a probability below 2^-126 becomes 0 instead of a subnormal.
 //   HS 64, MT 2: per 128 x 64 tile 512 mma (2.1 MFLOP), 8192 exp2, 16 KB of K and V by cp.async
 //   (L2-resident: a head's K and V are 256 KB at T 1024), 64 KB of ldmatrix. Shared memory 48 KB
-//   (Q 16, 2 stages of K and V 32). Registers: Q 32 + O 64 + S 64 + P 32 + row state: 230-232
+//   (Q 16, 2 stages of K and V 32). Registers: Q 32 + O 64 + S 64 + P 32 + row state: 230
 //   (ptxas), so 2 blocks / 8 warps an SM. B fragments serve both m16 tiles: an mma costs 128
 //   bytes of ldmatrix, the SM's 128 B/clk, so shared memory (512 clk a tile) stays under the
 //   tensor cores (~760 clk at mma.sync's ~660 TFLOP/s on an H100).
@@ -38,7 +40,7 @@
 //     S^T = K Q^T, P^T = exp2(S^T sl2 - lse2), dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
 //     dK += dS^T Q: 4 products, P^T and dS^T go from accumulators to A operands in registers.
 //     HS 64: per tile pair 512 mma (2.1 MFLOP), 16.5 KB read, 144 KB of ldmatrix (the bound:
-//     ~1150 clk against the tensor cores' ~760), 49 KB of shared memory, 226-231 registers, 2
+//     ~1150 clk against the tensor cores' ~760), 49 KB of shared memory, 224-230 registers, 2
 //     blocks an SM. HS > 64 takes each query tile in sub-steps of 16 queries (registers).
 //   dQ, deterministic (the default): the dK/dV kernel stores each dS^T tile (64 x 64 bf16, 8 KB,
 //     only tiles on or below the diagonal) to a scratch buffer; a dQ kernel per 64-query tile
@@ -269,7 +271,7 @@ FA_UNROLL
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 2));
             float mnew = fmaxf(f.m[mt][h], mx[h] * sl2);
             base[h] = mnew == -INFINITY ? 0.0f : mnew;
-            float alpha = exp2f(f.m[mt][h] - base[h]);
+            float alpha = ptx_ex2_approx_ftz(f.m[mt][h] - base[h]);
             f.m[mt][h] = mnew;
             f.l[mt][h] *= alpha;
 FA_UNROLL
@@ -279,7 +281,7 @@ FA_UNROLL
         for (int n = 0; n < 8; n++)
 FA_UNROLL
             for (int e = 0; e < 4; e++) {
-                s[mt][n][e] = exp2f(fmaf(s[mt][n][e], sl2, -base[e >> 1]));
+                s[mt][n][e] = ptx_ex2_approx_ftz(fmaf(s[mt][n][e], sl2, -base[e >> 1]));
                 f.l[mt][e >> 1] += s[mt][n][e];
             }
 FA_UNROLL
@@ -527,7 +529,7 @@ FA_UNROLL
 FA_UNROLL
         for (int e = 0; e < 4; e++) {
             int c = qs + 8 * n + 2 * t + (e & 1);
-            float p = exp2f(fmaf(s[n][e], sl2, -sl2v[c]));
+            float p = ptx_ex2_approx_ftz(fmaf(s[n][e], sl2, -sl2v[c]));
             if (MASK) {
                 int q = q0 + c, key = kw + g + 8 * (e >> 1);
                 if (!(key <= q && q < T && (!ds || key >= ds[q]))) p = 0.0f;
@@ -754,6 +756,16 @@ size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
     size_t pre = (size_t)2 * B * NH * ceil_div(T, FA_BN) * FA_BN * sizeof(float);
     if (!g_deterministic) return pre + (size_t)B * T * C * sizeof(float);
     return pre + (size_t)fa_ds_chunk_heads(B * NH, T) * fa_ds_head_bytes(T);
+}
+// ops.h's query and reservation: the forward keeps nothing between calls, the backward its
+// scratch (the same ops_scratch slot that cuda_attention_backward asks for, so a reserved slot is
+// not grown again at the first backward of that shape and mode).
+extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int C, int NH, int backward) {
+    return backward ? attention_backward_scratch_bytes(B, T, C, NH) : 0;
+}
+extern "C" void cuda_attention_reserve(int B, int T, int C, int NH, int backward) {
+    const size_t bytes = cuda_attention_scratch_bytes(B, T, C, NH, backward);
+    if (bytes) (void)ops_scratch(OPS_SCRATCH_ATTN, bytes);
 }
 
 template <int HS>

@@ -136,6 +136,10 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
                         const float* lse, const int* doc_start, int B, int T, int C, int NH, int accumulate) {
     cuda_attention_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH, accumulate);
 }
+size_t attention_scratch_bytes(int B, int T, int C, int NH, int backward) {
+    return cuda_attention_scratch_bytes(B, T, C, NH, backward);
+}
+void attention_reserve(int B, int T, int C, int NH, int backward) { cuda_attention_reserve(B, T, C, NH, backward); }
 
 // ---- attention over a key/value cache
 void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, floatX* vcache, int B,

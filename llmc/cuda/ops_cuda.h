@@ -96,6 +96,8 @@ void cuda_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16*
 void cuda_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                              const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                              const int* doc_start, int B, int T, int C, int NH, int accumulate);
+size_t cuda_attention_scratch_bytes(int B, int T, int C, int NH, int backward);
+void cuda_attention_reserve(int B, int T, int C, int NH, int backward);
 
 // ---- attention over a key/value cache (attention_kv.cu)
 void cuda_attention_forward_kv(__nv_bfloat16* out, const __nv_bfloat16* qkv_new,

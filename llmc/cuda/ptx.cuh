@@ -1,6 +1,7 @@
-// Tensor-core and async-copy instructions as inline PTX, for kernels that work on the tensor
-// cores' documented register layouts (the FlashAttention-2 style attention): one wrapper per
-// instruction, nothing more. Under nvcc each is one `asm volatile`; under the CUDA-on-CPU harness
+// Tensor-core, async-copy and the softmax's conversion and exponential instructions as inline
+// PTX, for kernels that work on the tensor cores' documented register layouts (the
+// FlashAttention-2 style attention): one wrapper per instruction, nothing more. Under nvcc each is
+// one `asm` (volatile, but for the pure arithmetic of cvt); under the CUDA-on-CPU harness
 // (CUDA_CPU_HARNESS, test/cuda_cpu/cuda_cpu.h force-included) each forwards to the harness
 // emulation (test/cuda_cpu/cuda_cpu_ptx.h: the same per-lane layouts and group semantics,
 // collective like the hardware), so the kernels that use them run in CI. sm_80 or newer.
@@ -15,6 +16,7 @@
 //   ptx_cp_async_wait<N>()       cp.async.wait_group N                                DEPBAR.LE SB0, N
 //   ptx_pack_bf16x2(lo, hi)      cvt.rn.bf16x2.f32 d, hi, lo                          F2FP.BF16.PACK_AB (sm_80),
 //                                                                                     F2FP.BF16.F32.PACK_AB (sm_90)
+//   ptx_ex2_approx_ftz(x)        ex2.approx.ftz.f32                                   MUFU.EX2 (alone)
 // (cuobjdump -sass of test/cuda_cpu/test_ptx.cu built by `make cuda-check`, nvcc 13.0.)
 //
 // Per-lane fragment layouts (PTX ISA 9.0, "Matrix Fragments for mma.m16n8k16 with floating point
@@ -53,6 +55,14 @@
 // edge-tile zero fill). Both addresses 16-byte aligned. The data is there for the issuing thread
 // only after the wait_group that completes its group, and for other threads only after a
 // __syncthreads that follows that wait; __syncthreads alone completes nothing.
+//
+// ex2.approx.ftz.f32 (PTX ISA "ex2"): 2^x on the special function unit, at most 2 ulp from the
+// correctly rounded result over the whole range (the ISA's documented bound); subnormal inputs
+// count as 0 (2^x = 1) and subnormal results are flushed to +0; -inf gives +0, +inf +inf, NaN NaN.
+// exp2f without fast math compiles to the same MUFU.EX2 wrapped in a range test and two predicated
+// multiplies (scaling an input below -126 by 1/2 and squaring the result, to keep subnormal
+// results): three instructions per exponential that the softmax does not need, since a
+// probability below 2^-126 is 0 for every later use (bf16 P, fp32 sums).
 #ifndef LLMC_CUDA_PTX_CUH
 #define LLMC_CUDA_PTX_CUH
 
@@ -118,6 +128,15 @@ __device__ __forceinline__ uint32_t ptx_pack_bf16x2(float lo, float hi) {
     return r;
 }
 
+// A pure function of x, but volatile all the same: without it NVVM copies the exponential into
+// both sides of the backward's mask test (dK/dV HS 64: 94 MUFU.EX2 instead of 64, 70-170 more
+// instructions, 11-13 more registers in the atomic variant); ptxas still schedules it freely.
+__device__ __forceinline__ float ptx_ex2_approx_ftz(float x) {
+    float r;
+    asm volatile("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+}
+
 #elif defined(CUDA_CPU_HARNESS)
 
 // The harness' emulation (test/cuda_cpu/cuda_cpu_ptx.h, runtime in cuda_cpu.cpp).
@@ -139,6 +158,7 @@ template <int N> __device__ __forceinline__ void ptx_cp_async_wait() {
     cuda_cpu::ptx_cp_async_wait(N);
 }
 __device__ __forceinline__ uint32_t ptx_pack_bf16x2(float lo, float hi) { return cuda_cpu::ptx_pack_bf16x2(lo, hi); }
+__device__ __forceinline__ float ptx_ex2_approx_ftz(float x) { return cuda_cpu::ptx_ex2_approx_ftz(x); }
 
 #else
 #error "llmc/cuda/ptx.cuh: compile with nvcc, or with g++ -include test/cuda_cpu/cuda_cpu.h (the CUDA-on-CPU harness)"

@@ -235,14 +235,20 @@ static void act_sizes(const GPT2Config* cfg, int B, int T, int recompute, size_t
     memcpy(sbytes, sc, sizeof(sc));
 }
 
-size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute) {
+// inputs, targets, doc_start, pos
+static size_t batch_bytes(int B, int T) { return 4 * (size_t)B * T * sizeof(int); }
+
+size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute, int backward) {
     size_t abytes[GPT2_NACTS], sbytes[GPT2_NSCR];
     act_sizes(cfg, B, T, recompute, abytes, sbytes);
-    return carve(NULL, NULL, abytes, GPT2_NACTS) + carve(NULL, NULL, sbytes, GPT2_NSCR);
+    return carve(NULL, NULL, abytes, GPT2_NACTS) + carve(NULL, NULL, sbytes, GPT2_NSCR) + batch_bytes(B, T) +
+           attention_scratch_bytes(B, T, cfg->channels, cfg->num_heads, backward);
 }
 
-void gpt2_alloc_acts(GPT2* m, int B, int T) {
-    if (m->act_memory && m->B == B && m->T == T) return;
+size_t gpt2_acts_held(const GPT2* m) { return m->act_bytes + m->scr_bytes + m->batch_bytes + m->attn_bytes; }
+
+void gpt2_alloc_acts(GPT2* m, int B, int T, int backward) {
+    if (m->act_memory && m->B == B && m->T == T && m->backward >= backward) return;
     if (T > m->cfg.max_seq_len)
         fatal("use a --seq-len (or prompt + new tokens) no larger than the model's n_positions",
               "sequences of %d tokens exceed the model's maximum sequence length %d (n_positions)", T, m->cfg.max_seq_len);
@@ -278,6 +284,10 @@ void gpt2_alloc_acts(GPT2* m, int B, int T) {
     m->losses_host = (float*)mallocCheck(BT * sizeof(float));
     m->inputs_host = (int*)mallocCheck(BT * sizeof(int));
     m->pos_host = (int*)mallocCheck(BT * sizeof(int));
+    m->batch_bytes = batch_bytes(B, T);
+    m->backward = backward;
+    m->attn_bytes = attention_scratch_bytes(B, T, m->cfg.channels, m->cfg.num_heads, backward);
+    attention_reserve(B, T, m->cfg.channels, m->cfg.num_heads, backward);
     linear_set_alloc(m->lin, B * T);
 }
 

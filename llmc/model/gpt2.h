@@ -102,6 +102,11 @@ typedef struct GPT2 {
     void* act_memory;
     void* scr_memory;
     size_t act_bytes, scr_bytes;
+    size_t batch_bytes;                // the four (B, T) int arrays below in backend memory
+    size_t attn_bytes;                 // the attention's scratch for B x T (ops.h:
+                                       // attention_scratch_bytes), reserved with the activations
+    int backward;                      // the activations are for training: the attention
+                                       // backward's scratch is reserved too
     int* inputs;                       // (B, T) backend memory
     int* inputs_host;                  // (B, T) the same tokens on the host (encoder backward
                                        // buckets positions per token from them)
@@ -129,11 +134,16 @@ void gpt2_init(GPT2* m, const GPT2Config* cfg, unsigned trainable_mask, unsigned
 // The floatX parameter and gradient element counts gpt2_init allocates for these masks.
 void gpt2_count(const ParamTable* pt, unsigned trainable_mask, unsigned skip_mask, size_t* params_n, size_t* grads_n);
 // Allocate activations and scratch (the linear layers' too) for batches up to B x T (idempotent
-// for the same sizes).
-void gpt2_alloc_acts(GPT2* m, int B, int T);
-// The bytes gpt2_alloc_acts takes for activations and scratch (act_bytes + scr_bytes) at B x T and
-// a recompute level, before anything is allocated (the trainers' device memory check).
-size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute);
+// for the same sizes), and reserve the attention's scratch for that shape (ops.h:
+// attention_reserve), the backward's too when backward = 1 (training), so that the first step
+// takes no memory.
+void gpt2_alloc_acts(GPT2* m, int B, int T, int backward);
+// The bytes gpt2_alloc_acts takes at B x T, a recompute level and backward, before anything is
+// allocated (the trainers' device memory check): what gpt2_acts_held says once it has.
+size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute, int backward);
+// The bytes the activations hold now: activations, scratch, the batch arrays and the attention's
+// scratch (the memory report's "activations"; the linear layers' adapter scratch is not counted).
+size_t gpt2_acts_held(const GPT2* m);
 // Activation recompute level (GPT2_RECOMPUTE_*, 0..2). Call before gpt2_alloc_acts (a later call
 // reallocates the activations). Every level gives bit-identical results on a given backend as long
 // as the recomputing op rounds as the forward did (the CPU backend: always; CUDA: the GELU of

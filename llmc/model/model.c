@@ -130,7 +130,7 @@ static ModelFootprint model_footprint(const Model* m, const ModelSpec* s, const 
     } else if (base16) {
         fp.base = qlora_replaced_numel(pt) * sizeof(uint16_t);
     }
-    if (s->B > 0) fp.acts = gpt2_acts_bytes(&pt->cfg, s->B, s->T, s->recompute);
+    if (s->B > 0) fp.acts = gpt2_acts_bytes(&pt->cfg, s->B, s->T, s->recompute, s->backward);
     return fp;
 }
 
@@ -170,11 +170,11 @@ void model_assemble(Model* m, const ModelSpec* s) {
     }
     if (m->lora) model_bind_lora(m);
     gpt2_set_recompute(&m->gpt, s->recompute);
-    if (s->B > 0) gpt2_alloc_acts(&m->gpt, s->B, s->T);
+    if (s->B > 0) gpt2_alloc_acts(&m->gpt, s->B, s->T, s->backward);
     if (m->lora && s->lora_src && s->lora_src->values) peft_load_tensors(m->lora, s->lora_src->values);
 }
 
-void model_alloc_acts(Model* m, int B, int T) { gpt2_alloc_acts(&m->gpt, B, T); }
+void model_alloc_acts(Model* m, int B, int T, int backward) { gpt2_alloc_acts(&m->gpt, B, T, backward); }
 
 void model_free(Model* m) {
     for (int i = 0; m->lora && i < m->lora->n_extra; i++) // a caller's adapters are on no model any more

@@ -44,7 +44,8 @@ typedef struct {
     size_t params;             // floatX parameters, the adapters' included
     size_t grads;              // floatX gradients, the adapters' included
     size_t base;               // the frozen base held apart: NF4 blocks + the dequant buffer, or bf16
-    size_t acts;               // activations and scratch at the spec's B x T and recompute level
+    size_t acts;               // activations and scratch at the spec's B x T, recompute level and
+                               // backward (gpt2_acts_bytes: the attention's scratch included)
     size_t trainable;          // elements the optimizer updates (adapters + the base slices they train,
                                // or every trainable tensor)
 } ModelFootprint;
@@ -62,6 +63,8 @@ typedef struct {
                                // slices the adapters train are added
     int recompute;             // GPT2_RECOMPUTE_*
     int B, T;                  // activations for batches up to B x T (B = 0: none)
+    int backward;              // they are for training: the attention backward's scratch is
+                               // counted in the footprint and reserved with them
     const char* T_flag;        // the flag that set T, for the message when it exceeds n_positions
     LoraModel* lora;           // adapters to attach (the caller keeps them), or
     const LoraSource* lora_src;//   adapters to build
@@ -84,9 +87,10 @@ typedef struct {
 // Assemble m from spec. Fatal with a message naming the file or flag value on anything wrong.
 // The adapters (lora) stay on m until model_free, also when they are the caller's.
 void model_assemble(Model* m, const ModelSpec* spec);
-// (Re)allocate the activations, and the linear layers' scratch, for batches up to B x T: for callers
-// that know the sequence length only once the model's config is known (generate).
-void model_alloc_acts(Model* m, int B, int T);
+// (Re)allocate the activations, and the linear layers' scratch, for batches up to B x T (backward:
+// as ModelSpec's): for callers that know the sequence length only once the model's config is
+// known (generate).
+void model_alloc_acts(Model* m, int B, int T, int backward);
 void model_free(Model* m);
 
 // The optimizer's segments: with adapters, the adapters (one segment) and the base slices they

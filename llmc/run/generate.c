@@ -189,7 +189,7 @@ int generate_main(int argc, char** argv) {
     const int need = np + g.max_new - 1;
     // without the cache the full forward needs activations for the whole sequence; with it,
     // only the adapters' scratch (sized by the activations) bounds the prompt chunk
-    model_alloc_acts(&m, 1, g.no_kv ? need : (m.lora ? (need < 64 ? need : 64) : 1));
+    model_alloc_acts(&m, 1, g.no_kv ? need : (m.lora ? (need < 64 ? need : 64) : 1), 0);
     KVCache kv;
     if (!g.no_kv) kv_init(&kv, &m.gpt, 1, need);
     if (!g.quiet) gen_report(&m, &g, &tok, prompt_ids, np, tpl != NULL, dtype);

@@ -367,11 +367,12 @@ static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 // Out of device memory is a start-up error, not a CUDA error in the middle of the first step:
 // before the model takes its memory, what the memory report will list (report_memory: params,
-// grads, optimizer, activations) plus a reserve for what it does not list, against what the GPU
-// has free. The reserve, 1/16 of the device and at most 512 MiB, covers cuBLASLt's workspace and
-// the kernels it loads, NCCL's buffers, the ops' scratch and the sampler: on the first H100 run
-// the device held 640-800 MiB more than the report's total, the CUDA context (free memory is
-// counted without it) included. Sharded runs (ZeRO 3, or 1 and 2 over several ranks) hold per-rank
+// grads, optimizer, activations with the attention backward's scratch) plus a reserve for what it
+// does not list, against what the GPU has free. The reserve, 1/16 of the device and at most 512
+// MiB, covers cuBLASLt's workspace and the kernels it loads, NCCL's buffers, the other ops'
+// scratch and the sampler: on the first H100 run the device held 640-800 MiB more than the
+// report's total, the CUDA context (free memory is counted without it) and the attention
+// backward's scratch (not counted then) included. Sharded runs (ZeRO 3, or 1 and 2 over several ranks) hold per-rank
 // slices known only once they are sharded, and are not checked here (their report says what each
 // rank holds).
 static void check_device_memory(void* ctx, const ModelFootprint* fp) {
@@ -413,6 +414,7 @@ static void build_model(Run* r, long resume_step) {
     spec.trainable = c->mode == TRAIN_FULL ? GPT2_TRAIN_ALL : 0u;
     spec.recompute = f->recompute;
     spec.B = f->batch_size; spec.T = f->seq_len; spec.T_flag = "--seq-len";
+    spec.backward = 1;
     spec.before_alloc = check_device_memory;
     spec.before_alloc_ctx = r;
     if (c->mode == TRAIN_LORA) {
@@ -630,7 +632,7 @@ static void report_memory(Run* r) {
     if (r->gs.fsdp_on) // the full buffer is gone; trained base tensors of LoRA stay whole
         pb = fsdp_shard_bytes(&r->gs.fsdp) + fsdp_slot_bytes(&r->gs.fsdp) + gpt2_resident_bytes(r->model);
     if (r->lora) { pb += r->lora->total * sizeof(floatX); gb += r->lora->total * sizeof(floatX); }
-    size_t ab = r->model->act_bytes + r->model->scr_bytes;
+    size_t ab = gpt2_acts_held(r->model);
     size_t gsb = gradsync_grad_bytes(&r->gs);
     size_t qb = 0;
     if (r->nf4) {
@@ -656,9 +658,9 @@ static void report_memory(Run* r) {
         ob = 0;
     }
     say(r, "memory (this rank): params %.1f MiB (%s%s) | grads %.1f MiB (%s) | optimizer %.1f MiB (fp32 m, v%s) | "
-           "activations %.1f MiB (%s, recompute %d) | total %.1f MiB\n",
+           "activations %.1f MiB (%s, recompute %d, attention scratch %.2f MiB incl.) | total %.1f MiB\n",
            mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : r->m.base16 ? ", bf16 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",
-           mib(ab), xt, f->recompute, mib(pb + qb + gb + gsb + ob + ab));
+           mib(ab), xt, f->recompute, mib(r->model->attn_bytes), mib(pb + qb + gb + gsb + ob + ab));
     if (f->memory_budget > 0 && mib(pb + qb + gb + gsb + ob + ab) > f->memory_budget)
         fatal("raise --memory-budget, or shard more (--zero 3 over more ranks), or lower --batch-size / raise --recompute",
               "rank %d needs %.1f MiB (params, grads, optimizer, activations), more than --memory-budget %.1f MiB",

@@ -1103,8 +1103,8 @@ struct CUevent_st { double t; bool recorded; };
 
 // The device's memory: CUDA_CPU_MEM_BYTES (a whole number of bytes) makes a device of that size,
 // whose cudaMemGetInfo reports it less what is allocated and whose cudaMalloc fails past it (the
-// trainers' out-of-memory check is tested on such a small device); unset, 80 GiB of which 64 free
-// and no limit.
+// trainers' out-of-memory check is tested on such a small device); unset, 80 GiB with no limit, of
+// which 64 GiB less what is allocated free (so that a test can count what a call allocated).
 static size_t g_dev_used;   // bytes of the live device (not pinned host) allocations
 static size_t mem_capacity() {
     static size_t cap = (size_t)-1;
@@ -1260,7 +1260,8 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return
 cudaError_t cudaMemGetInfo(size_t* fr, size_t* total) {
     const size_t cap = mem_capacity();
     std::lock_guard<std::mutex> lk(g_mu);
-    if (fr) *fr = cap ? cap - g_dev_used : (size_t)64 << 30;
+    const size_t free_default = (size_t)64 << 30;
+    if (fr) *fr = cap ? cap - g_dev_used : free_default - (g_dev_used < free_default ? g_dev_used : free_default);
     if (total) *total = cap ? cap : (size_t)80 << 30;
     return cudaSuccess;
 }

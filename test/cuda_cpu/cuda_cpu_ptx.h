@@ -20,6 +20,11 @@
 //    the GPU. A thread that exits with copies not waited for is an error (they would land at an
 //    unknown time in shared memory that other threads may be using).
 //  - pack_bf16x2: round to nearest even; a NaN gives the canonical bf16 NaN 0x7FFF.
+//  - ex2.approx.ftz.f32: the C library's exp2f (glibc's is within 1 ulp, nearly always correctly
+//    rounded) with the instruction's special cases: a subnormal input counts as 0 (exp2f of one
+//    rounds to 1 anyway), a subnormal result becomes +0 (results are positive), exp2f(-inf) = +0,
+//    NaN stays NaN. The hardware's result may differ by up to the PTX ISA's documented 2 ulp from
+//    the correctly rounded one, so a kernel's results on a GPU may differ in the last bits.
 #ifndef CUDA_CPU_PTX_H
 #define CUDA_CPU_PTX_H
 
@@ -38,6 +43,11 @@ static inline uint32_t ptx_bf16_rn(float f) {
     return x >> 16;
 }
 static inline uint32_t ptx_pack_bf16x2(float lo, float hi) { return ptx_bf16_rn(lo) | ptx_bf16_rn(hi) << 16; }
+static inline float ptx_ex2_approx_ftz(float x) {
+    if (fpclassify(x) == FP_SUBNORMAL) x = 0.0f;
+    const float r = exp2f(x);
+    return fpclassify(r) == FP_SUBNORMAL ? 0.0f : r;
+}
 }  // namespace cuda_cpu
 
 #endif  // CUDA_CPU_PTX_H

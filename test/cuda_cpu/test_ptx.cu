@@ -16,7 +16,11 @@
 //    read by another thread after wait + __syncthreads;
 //  - cvt.rn.bf16x2.f32: rounding ties to even, overflow, subnormals, NaN (with payloads that
 //    truncation would turn into infinity), lo / hi placement, against the rounding rule written
-//    out and the toolkit's own host conversion.
+//    out and the toolkit's own host conversion;
+//  - ex2.approx.ftz.f32: the ISA's special cases exactly (+-0 and subnormal inputs give 1, -inf
+//    gives +0, +inf +inf, NaN NaN, results below 2^-126 +0), and random inputs over the whole
+//    normal range and the softmax's range within the ISA's documented 2 ulp of the correctly
+//    rounded 2^x (computed in double).
 // The harness-only expectations (data NOT yet there) are under CUDA_CPU_HARNESS: on a GPU the
 // copy may have landed already. Valid CUDA for sm_80 / sm_90: `make cuda-check` compiles it.
 #include <stdio.h>
@@ -464,6 +468,66 @@ static void pack_run(void) {
     cudaCheck(cudaFree(dlo)); cudaCheck(cudaFree(dhi)); cudaCheck(cudaFree(dout));
 }
 
+// ---------------------------------------------------------------------------------------------
+// ex2.approx.ftz.f32
+
+__global__ void ex2_kernel(float* out, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = ptx_ex2_approx_ftz(x[i]);
+}
+
+// The ISA's table of special cases, and results in the subnormal range (flushed): (input, result).
+static const uint32_t EX2_SPECIAL[][2] = {
+    {0xff800000u, 0x00000000u}, {0x7f800000u, 0x7f800000u},   // -inf -> +0, +inf -> +inf
+    {0x80000000u, 0x3f800000u}, {0x00000000u, 0x3f800000u},   // -0, +0 -> 1
+    {0x80000001u, 0x3f800000u}, {0x007fffffu, 0x3f800000u},   // subnormal inputs -> 1
+    {0xc2fe0000u, 0x00000000u}, {0xc3100000u, 0x00000000u},   // -127, -144: 2^x subnormal -> +0
+    {0xc3150000u, 0x00000000u}, {0xc47a0000u, 0x00000000u},   // -149, -1000 -> +0
+    {0x43480000u, 0x7f800000u},                               // 200: overflow -> +inf
+};
+
+// Distance in units in the last place between two positive finite floats (adjacent floats of one
+// sign have adjacent bit patterns).
+static long ulps_apart(float a, float b) { long d = (long)float_bits(a) - (long)float_bits(b); return d < 0 ? -d : d; }
+
+static void ex2_run(void) {
+    const int ns = (int)(sizeof EX2_SPECIAL / sizeof EX2_SPECIAL[0]), n = 4096;
+    static float x[n], got[n];
+    TestRng r = {9, 0};
+    for (int i = 0; i < n; i++) {
+        if (i < ns) x[i] = bits_float(EX2_SPECIAL[i][0]);
+        else if (i < ns + 2) x[i] = i == ns ? bits_float(0x7fc00000u) : bits_float(0xffc00001u);     // NaNs
+        else if (i % 2) x[i] = (float)(253.0 * test_rand_uniform(&r) - 126.0);  // results normal: [-126, 127)
+        else x[i] = (float)(-32.0 * test_rand_uniform(&r));                     // the softmax's exponents
+    }
+    float *dx, *dout;
+    cudaCheck(cudaMalloc(&dx, sizeof x)); cudaCheck(cudaMalloc(&dout, sizeof got));
+    cudaCheck(cudaMemcpy(dx, x, sizeof x, cudaMemcpyHostToDevice));
+    LAUNCH(ex2_kernel, n / 128, 128, 0, 0, dout, dx, n);
+    cudaCheckLast();
+    cudaCheck(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    long worst = 0;
+    for (int i = 0; i < n; i++) {
+        int ok;
+        if (i < ns) ok = float_bits(got[i]) == EX2_SPECIAL[i][1];
+        else if (i < ns + 2) ok = isnan(got[i]);
+        else {
+            const float want = (float)exp2((double)x[i]);   // 2^x correctly rounded to fp32
+            const long u = isfinite(got[i]) && got[i] > 0.0f ? ulps_apart(got[i], want) : 1L << 40;
+            if (u > worst) worst = u;
+            ok = u <= 2;
+        }
+        if (!ok && bad++ < 6)
+            fprintf(stderr, "  ex2.approx.ftz.f32(%a = 0x%08x): got %a (0x%08x), want %a\n", x[i], float_bits(x[i]), got[i],
+                    float_bits(got[i]), i < ns ? bits_float(EX2_SPECIAL[i][1]) : (float)exp2((double)x[i]));
+    }
+    TEST_CHECK(bad == 0, "ex2.approx.ftz.f32: %d of %d results wrong", bad, n);
+    if (!bad) printf("ok   ex2.approx.ftz.f32: %d special cases exact, NaN, %d random inputs within %ld ulp of 2^x (the ISA allows 2)\n",
+                     ns, n - ns - 2, worst);
+    cudaCheck(cudaFree(dx)); cudaCheck(cudaFree(dout));
+}
+
 int main(void) {
     mma_run("mma.m16n8k16 bf16, small integers, 2 warps x 3 accumulate steps (exact)", 1, 1, 0.0);
     // 48 products of magnitude <= 1 on |C| <= 7: fp32 rounding of the partial sums, a few 1e-6
@@ -477,5 +541,6 @@ int main(void) {
     cp_async_groups_run();
     cp_async_fill_run();
     pack_run();
+    ex2_run();
     return test_finish("test_ptx");
 }
