@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include "comm/comm.h"
 #include "model/gpt2.h"
-#include "model/optimizer.h"
+#include "model/trainseg.h"
 #include "model/qlora.h"
 #include "dist/zero.h"
 

@@ -29,7 +29,7 @@
 #include "model/linear.h"
 #include "model/params.h"
 #include "ops/ops.h"
-#include "model/optimizer.h"
+#include "model/trainseg.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -17,7 +17,7 @@
 #include "base/fileio.h"
 #include "model/gpt2.h"
 #include "model/lora.h"
-#include "model/optimizer.h"
+#include "model/trainseg.h"
 #include "model/qlora.h"
 
 #ifdef __cplusplus

@@ -9,19 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ops/ops.h"
+#include "model/trainseg.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct {
-    const char* name;
-    floatX* p;          // parameters (backend memory)
-    floatX* g;          // gradients (backend memory)
-    size_t n;
-    int weight_decay;   // 1: decayed (2-D tensors)
-    size_t offset;      // position in the flat trainable space
-} TrainSeg;
 
 typedef struct {
     TrainSeg* segs;
