@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include "base/check.h"
 
-static void test_child_exit_hook(void) {
+static inline void test_child_exit_hook(void) {
     fflush(stdout);
     fflush(stderr);
     _exit(1);
@@ -26,7 +26,7 @@ typedef void (*TestChildFn)(void* arg);
 
 // Forks a child that runs fn(arg) with its stderr into a pipe (with the test's fatal hook when
 // hook is set) and leaves with _exit(0) if fn returns; *rd: the parent's end of the pipe.
-static pid_t test_child_fork(TestChildFn fn, void* arg, int hook, int* rd) {
+static inline pid_t test_child_fork(TestChildFn fn, void* arg, int hook, int* rd) {
     int pipefd[2];
     if (pipe(pipefd) != 0) { perror("pipe"); exit(2); }
     fflush(stdout); fflush(stderr);
@@ -47,13 +47,13 @@ static pid_t test_child_fork(TestChildFn fn, void* arg, int hook, int* rd) {
 }
 
 // A child's exit status, or 128 + the signal that ended it.
-static int test_child_status(int status) {
+static inline int test_child_status(int status) {
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
 // Runs fn(arg) in a child; returns its exit status (or 128 + signal) and its stderr in out.
-static int test_run_child(TestChildFn fn, void* arg, char* out, size_t cap) {
+static inline int test_run_child(TestChildFn fn, void* arg, char* out, size_t cap) {
     int pipefd[2];
     pid_t pid = test_child_fork(fn, arg, 1, &pipefd[0]);
     size_t n = 0;
@@ -72,7 +72,7 @@ static int test_run_child(TestChildFn fn, void* arg, char* out, size_t cap) {
 
 // Checks that fn(arg) exits with status 1 and that its stderr contains every string in want
 // (NULL-terminated list). Returns 1 if so; prints the captured output otherwise.
-static int test_expect_fatal(const char* what, TestChildFn fn, void* arg, const char* const* want) {
+static inline int test_expect_fatal(const char* what, TestChildFn fn, void* arg, const char* const* want) {
     char out[8192];
     int rc = test_run_child(fn, arg, out, sizeof(out));
     int ok = rc == 1;
@@ -88,14 +88,14 @@ static int test_expect_fatal(const char* what, TestChildFn fn, void* arg, const 
 // seconds after the fork is killed (SIGKILL) and TEST_CHILD_TIMED_OUT is returned; *seconds: from
 // the fork to the child's end. For paths that must end the process by themselves within a bound.
 #define TEST_CHILD_TIMED_OUT 1124
-static double test_child_now(void) {
+static inline double test_child_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 // Appends what the pipe has (waiting up to ms); returns 0 at end of file.
-static int test_child_read(int fd, int ms, char* out, size_t cap, size_t* n) {
+static inline int test_child_read(int fd, int ms, char* out, size_t cap, size_t* n) {
     struct pollfd p = { fd, POLLIN, 0 };
     if (poll(&p, 1, ms) <= 0) return 1;
     char tmp[4096];
@@ -105,7 +105,7 @@ static int test_child_read(int fd, int ms, char* out, size_t cap, size_t* n) {
     return 1;
 }
 
-static int test_run_child_for(TestChildFn fn, void* arg, char* out, size_t cap, double limit_s, double* seconds) {
+static inline int test_run_child_for(TestChildFn fn, void* arg, char* out, size_t cap, double limit_s, double* seconds) {
     int pipefd[2];
     const double t0 = test_child_now();
     pid_t pid = test_child_fork(fn, arg, 0, &pipefd[0]);

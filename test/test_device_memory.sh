@@ -13,7 +13,8 @@
 #   - the attention backward's scratch is in both (the report's activations name it): in either
 #     --deterministic mode the figure of llmc/cuda/README.md's formula, and the atomic mode's
 #     need is again its report's total (test/test_gpt2.c checks the bytes themselves against what
-#     the harness' device lost when the activations were allocated).
+#     the harness' device lost when the activations were allocated);
+#   - so are the LoRA layers' scratch buffers (the report names them), with and without dropout.
 set -u
 BUILD="${BUILD:-build/cpu}"
 . "$(dirname "$0")/lib.sh"
@@ -82,5 +83,18 @@ for det in 1 0; do
   [ "${got% *}" = "$want" ] && [ "$need" = "${got#* }" ] \
     && ok "--deterministic $det: the report's activations hold the attention scratch, $want MiB, and the refusal's need is the report's total, $need MiB" \
     || bad "--deterministic $det: attention scratch / total '$got' (want $want MiB, and the need '$need')"
+done
+# the adapters' scratch of the linear layers (llmc/model/linear.c) is in both: bf16 on the CUDA
+# build, for B T = 1024 rows of c_attn (64 -> 192) and mlp.c_fc (64 -> 256) at rank 4: h and dh
+# (rows x 4 each), tmp (rows x 256), and the dropped-out input (rows x 64) only with dropout
+for p in 0 0.1; do
+  log="$TMP/lora_dropout$p.log"
+  run lora 0 --lora-dropout $p --out none > "$log" 2>&1 || { bad "lora --lora-dropout $p: the run failed: $(tail -n 3 "$log")"; continue; }
+  want=$(awk -v p=$p 'BEGIN { n = 1024; printf "%.2f", ((p > 0 ? n * 64 : 1) + 2 * n * 4 + n * 256) * 2 / 1048576 }')
+  got=$(sed -n 's/^memory (this rank): .*adapter scratch \([0-9.]*\) MiB incl.) | total \([0-9.]*\) MiB$/\1 \2/p' "$log")
+  need=$(run lora 1000000 --lora-dropout $p --out none 2>&1 | sed -n 's/.*needs \([0-9.]*\) MiB of device memory.*/\1/p')
+  [ "${got% *}" = "$want" ] && [ "$need" = "${got#* }" ] \
+    && ok "lora --lora-dropout $p: the report's activations hold the adapters' scratch, $want MiB, and the refusal's need is the report's total, $need MiB" \
+    || bad "lora --lora-dropout $p: adapter scratch / total '$got' (want $want MiB, and the need '$need')"
 done
 finish

@@ -245,7 +245,9 @@ size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute, int b
            attention_scratch_bytes(B, T, cfg->channels, cfg->num_heads, backward);
 }
 
-size_t gpt2_acts_held(const GPT2* m) { return m->act_bytes + m->scr_bytes + m->batch_bytes + m->attn_bytes; }
+size_t gpt2_acts_held(const GPT2* m) {
+    return m->act_bytes + m->scr_bytes + m->batch_bytes + m->attn_bytes + m->lin->shared.scratch_bytes;
+}
 
 void gpt2_alloc_acts(GPT2* m, int B, int T, int backward) {
     if (m->act_memory && m->B == B && m->T == T && m->backward >= backward) return;

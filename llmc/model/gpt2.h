@@ -139,10 +139,11 @@ void gpt2_count(const ParamTable* pt, unsigned trainable_mask, unsigned skip_mas
 // takes no memory.
 void gpt2_alloc_acts(GPT2* m, int B, int T, int backward);
 // The bytes gpt2_alloc_acts takes at B x T, a recompute level and backward, before anything is
-// allocated (the trainers' device memory check): what gpt2_acts_held says once it has.
+// allocated (the trainers' device memory check): what gpt2_acts_held says once it has, less the
+// adapters' scratch (counted from the adapters themselves: lora_scratch_bytes).
 size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute, int backward);
 // The bytes the activations hold now: activations, scratch, the batch arrays and the attention's
-// scratch (the memory report's "activations"; the linear layers' adapter scratch is not counted).
+// scratch and the linear layers' adapter scratch (the memory report's "activations").
 size_t gpt2_acts_held(const GPT2* m);
 // Activation recompute level (GPT2_RECOMPUTE_*, 0..2). Call before gpt2_alloc_acts (a later call
 // reallocates the activations). Every level gives bit-identical results on a given backend as long

@@ -37,6 +37,7 @@ static void free_adapter_scratch(LinearShared* sh) {
     if (!sh->xd) return;
     ops_free(sh->xd); ops_free(sh->h); ops_free(sh->dh); ops_free(sh->tmp);
     sh->xd = sh->h = sh->dh = sh->tmp = NULL;
+    sh->scratch_bytes = 0;
 }
 
 void linear_set_free(LinearSet* s) {
@@ -80,6 +81,11 @@ void linear_set_alloc(LinearSet* s, int rows) {
     sh->dh = (floatX*)ops_alloc(N * max_r * X);
     sh->tmp = (floatX*)ops_alloc(N * max_io * X);
     sh->rows = rows;
+    sh->scratch_bytes = linear_adapter_scratch_bytes(N, max_in, max_r, max_io, sh->dropout > 0.0f);
+}
+
+size_t linear_adapter_scratch_bytes(size_t rows, int max_in, int max_rank, int max_io, int dropout) {
+    return ((dropout ? rows * (size_t)max_in : 1) + 2 * rows * (size_t)max_rank + rows * (size_t)max_io) * sizeof(floatX);
 }
 
 int linear_set_rows(const LinearSet* s) { return s->shared.n_adapters ? s->shared.rows : INT_MAX; }

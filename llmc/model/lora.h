@@ -158,6 +158,9 @@ void lora_put_base_values(LoraModel* lm);
 int lora_segments(const LoraModel* lm, TrainSeg* segs);
 // The elements of those segments: lm->total and the trained base slices.
 size_t lora_trainable_numel(const LoraModel* lm);
+// Bytes of backend memory the linear layers' adapter scratch will take for batches of rows
+// tokens (linear_set_alloc): part of the activations in the memory footprint.
+size_t lora_scratch_bytes(const LoraModel* lm, size_t rows);
 // Merge every adapter into host fp32 base parameters (table layout): W += scaling * B A.
 void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params);
 

@@ -131,6 +131,7 @@ static ModelFootprint model_footprint(const Model* m, const ModelSpec* s, const 
         fp.base = qlora_replaced_numel(pt) * sizeof(uint16_t);
     }
     if (s->B > 0) fp.acts = gpt2_acts_bytes(&pt->cfg, s->B, s->T, s->recompute, s->backward);
+    if (s->B > 0 && m->lora) fp.acts += lora_scratch_bytes(m->lora, (size_t)s->B * s->T);
     return fp;
 }
 

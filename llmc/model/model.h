@@ -45,7 +45,8 @@ typedef struct {
     size_t grads;              // floatX gradients, the adapters' included
     size_t base;               // the frozen base held apart: NF4 blocks + the dequant buffer, or bf16
     size_t acts;               // activations and scratch at the spec's B x T, recompute level and
-                               // backward (gpt2_acts_bytes: the attention's scratch included)
+                               // backward (gpt2_acts_bytes: the attention's scratch included), and
+                               // the adapters' scratch (lora_scratch_bytes)
     size_t trainable;          // elements the optimizer updates (adapters + the base slices they train,
                                // or every trainable tensor)
 } ModelFootprint;

@@ -649,6 +649,9 @@ static void report_memory(Run* r) {
     // floatX is 2 bytes on the CUDA backend (bf16 params, grads, activations) and 4 on the CPU;
     // the optimizer state is fp32 m, v and, with bf16 params, an fp32 master copy
     const char* xt = sizeof(floatX) == 2 ? "bf16" : "fp32";
+    char adapters[64] = "";
+    if (r->model->lin->shared.scratch_bytes)
+        snprintf(adapters, sizeof(adapters), ", adapter scratch %.2f MiB", mib(r->model->lin->shared.scratch_bytes));
     if (r->opt.offload) { // not in the backend's memory
         say(r, "optimizer offload: fp32 m, v%s of %zu elements in pinned host memory (%.1f MiB), AdamW on the CPU; "
                "per step %.1f MiB to the host (gradients%s), %.1f MiB back (parameters)\n",
@@ -658,9 +661,9 @@ static void report_memory(Run* r) {
         ob = 0;
     }
     say(r, "memory (this rank): params %.1f MiB (%s%s) | grads %.1f MiB (%s) | optimizer %.1f MiB (fp32 m, v%s) | "
-           "activations %.1f MiB (%s, recompute %d, attention scratch %.2f MiB incl.) | total %.1f MiB\n",
+           "activations %.1f MiB (%s, recompute %d, attention scratch %.2f MiB%s incl.) | total %.1f MiB\n",
            mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : r->m.base16 ? ", bf16 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",
-           mib(ab), xt, f->recompute, mib(r->model->attn_bytes), mib(pb + qb + gb + gsb + ob + ab));
+           mib(ab), xt, f->recompute, mib(r->model->attn_bytes), adapters, mib(pb + qb + gb + gsb + ob + ab));
     if (f->memory_budget > 0 && mib(pb + qb + gb + gsb + ob + ab) > f->memory_budget)
         fatal("raise --memory-budget, or shard more (--zero 3 over more ranks), or lower --batch-size / raise --recompute",
               "rank %d needs %.1f MiB (params, grads, optimizer, activations), more than --memory-budget %.1f MiB",
