@@ -73,10 +73,14 @@
 # env,tests,train,torch, 5 for sanitize,kernels,watchdog; the new items should add about 2 (the compiled
 # model's compilation, d48's initialisation on the host) and outputs another (transformers on the CPU); the
 # pack runs (three train_lora start-ups, 8 steps each) should take about half a minute. An
-# item that cannot finish inside --budget (default 540 s, under a 10-minute command) is recorded
-# as skipped for the time budget; running the check again with the same --out runs only those
-# (and anything not yet run), keeping the other results (--redo starts over). Each command of an
-# item has its own time limit.
+# item that cannot finish inside --budget (default 360 s: the device call that runs the check is
+# usually limited to 420 s, and unpacking the bundle, writing the report and packing it come on
+# top) is recorded as skipped for the time budget; running the check again with the same --out
+# runs only those (and anything not yet run), keeping the other results (--redo starts over). Each
+# command of an item has its own time limit. When the environment names a folder in $OUT (the
+# device tool's folder of files that come back), every result is also copied there as it is
+# recorded (gpu-check-results.jsonl, and the log of an item that did not pass under
+# gpu-check-logs/): a call killed at its time limit still brings back what ran.
 #
 # Without a GPU (CI: `make test` runs it through test/test_gpu_check.sh):
 #      make gpucheck-emu && scripts/gpu_check.sh --emulated     (or: make gpu-check-emulated)
@@ -92,7 +96,8 @@ cd "$ROOT"
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-EMULATED=0; BIN=""; OUT=""; BUDGET=540; SECTIONS="env,tests,watchdog,train,torch,kernels,sanitize"; REDO=0; REPORT_ONLY=0
+DEVICE_OUT=${OUT:-}  # before the option parsing reuses the name for the report folder
+EMULATED=0; BIN=""; OUT=""; BUDGET=360; SECTIONS="env,tests,watchdog,train,torch,kernels,sanitize"; REDO=0; REPORT_ONLY=0
 PY=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -146,6 +151,17 @@ record() {  # section item status reason seconds log
     "$(json_str "$1/$2")" "$(json_str "$1")" "$(json_str "$2")" "$(json_str "$3")" "$(json_str "$4")" "${5:-0}" \
     "$(json_str "${6:-}")" "$(json_str "$MODE_NAME")" >> "$RESULTS"
   printf '  %-9s %-34s %-8s %s\n' "$1" "$2" "$3" "$4"
+  mirror_result "$1" "$2" "$3" "${6:-}"
+}
+# the copy into the device tool's $OUT (see the header): results so far, and a failed item's log
+mirror_result() {  # section item status log
+  [ -n "$DEVICE_OUT" ] && [ -d "$DEVICE_OUT" ] && [ -w "$DEVICE_OUT" ] || return 0
+  [ "$(cd "$DEVICE_OUT" && pwd)" = "$OUT" ] && return 0
+  cp "$RESULTS" "$DEVICE_OUT/gpu-check-results.jsonl" 2>/dev/null
+  if [ "$3" != pass ] && [ -n "$4" ] && [ -f "$OUT/$4" ]; then
+    mkdir -p "$DEVICE_OUT/gpu-check-logs/$1" && tail -c 200000 "$OUT/$4" > "$DEVICE_OUT/gpu-check-logs/$1/$2.log"
+  fi
+  return 0
 }
 # whether section/item already has a result that a new run should keep (not a budget skip)
 have_result() {

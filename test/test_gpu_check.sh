@@ -146,8 +146,13 @@ for p in test_cuda_ops_gpu test_flash_attention_gpu test_lora_gpu; do
 done
 printf '#!/bin/sh\necho "FAIL test/test_gpt2.c:1: logits"\nexit 3\n' > "$TMP/fake/test_gpt2_gpu"
 chmod +x "$TMP/fake"/*
-bash scripts/gpu_check.sh --emulated --bin "$TMP/fake" --out "$TMP/fail" --sections tests > "$TMP/f.log" 2>&1
+mkdir -p "$TMP/devout"  # as the device tool's $OUT: the results and failed logs are copied there as they come
+OUT="$TMP/devout" bash scripts/gpu_check.sh --emulated --bin "$TMP/fake" --out "$TMP/fail" --sections tests > "$TMP/f.log" 2>&1
 J="$TMP/fail/report.json"
+cmp -s "$TMP/devout/gpu-check-results.jsonl" "$TMP/fail/results.jsonl" && grep -q "FAIL test/test_gpt2.c:1: logits" "$TMP/devout/gpu-check-logs/tests/test_gpt2_gpu.log" \
+  && [ ! -e "$TMP/devout/gpu-check-logs/tests/test_lora_gpu.log" ] \
+  && ok "with \$OUT set, every result is copied there as it is recorded, and the log of the failed item" \
+  || bad "the copy into \$OUT: $(ls -R "$TMP/devout" | tr '\n' ' ')"
 [ "$(status_of tests/test_gpt2_gpu)" = fail ] && q "$J" "r['items']['tests/test_gpt2_gpu']['reason']" | grep -q "exit 3: FAIL" \
   && ok "a failing test program: fail, with its exit status and first failure" || bad "failing program: $(q "$J" "r['items'].get('tests/test_gpt2_gpu')")"
 [ "$(status_of tests/test_qlora_gpu)" = fail ] && q "$J" "r['items']['tests/test_qlora_gpu']['reason']" | grep -q "not in" \
