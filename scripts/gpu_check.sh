@@ -63,7 +63,10 @@
 #             GPU machines have no bitsandbytes.
 #   kernels   the dev/cuda kernel programs (checks vs a CPU reference, GB/s, TFLOP/s vs the peaks);
 #             attention_bench at B=16, NH=12, HS=64, T = 512, 1024, 2048, in one table with the
-#             torch section's SDPA flash and cuDNN at the same shapes
+#             torch section's SDPA flash and cuDNN at the same shapes; where Nsight Compute (ncu)
+#             is installed, every kernel of a training step timed and split into attention, GEMMs
+#             and the rest (ncu_step), and the attention kernels' registers, occupancy,
+#             tensor-pipe activity and bank conflicts (ncu_attention)
 #   sanitize  compute-sanitizer memcheck, initcheck, racecheck, synccheck on the test programs
 #             (initcheck on their TEST_QUICK subsets; scripts/gpu_sanitize.sh: a finding inside a
 #             cuBLAS / cuBLASLt / NCCL kernel is listed as the library's, one in ours fails)
@@ -242,6 +245,14 @@ find_sanitizer() {
   local c
   for c in compute-sanitizer "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" /usr/local/cuda/bin/compute-sanitizer \
            /usr/local/cuda/compute-sanitizer/compute-sanitizer /usr/local/cuda-*/bin/compute-sanitizer; do
+    if command -v "$c" >/dev/null 2>&1; then command -v "$c"; return 0; fi
+  done
+  return 1
+}
+
+find_ncu() {
+  local c
+  for c in ncu "${CUDA_HOME:-/usr/local/cuda}/bin/ncu" /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
     if command -v "$c" >/dev/null 2>&1; then command -v "$c"; return 0; fi
   done
   return 1
@@ -567,11 +578,50 @@ attention_items() {
     else record kernels "attention_bench_t$t" fail "attention_bench is not in $BIN" 0; fi
   done
 }
+# Nsight Compute, where the machine has it: ncu_step times every kernel of a 2-step full
+# fine-tuning run at B=16 (the train section's command) and splits the second step into attention
+# forward / backward, GEMMs and the rest (scripts/ncu_step.py; ncu's default cache and clock
+# control, as in the first H100 run, whose step took 62.8 ms of kernel time, attention 7.7 + 25.5);
+# ncu_attention reads the flash kernels' launch and pipe metrics in attention_bench at B=16,
+# T=1024 (registers, occupancy, tensor-pipe activity, shared-memory bank conflicts, local memory),
+# those this ncu knows.
+NCU_ATTN_METRICS="gpu__time_duration.sum launch__registers_per_thread launch__shared_mem_per_block_dynamic
+  launch__occupancy_limit_registers launch__occupancy_limit_shared_mem sm__warps_active.avg.pct_of_peak_sustained_active
+  sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active sm__throughput.avg.pct_of_peak_sustained_elapsed
+  l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
+  l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum smsp__inst_executed_op_ldsm.sum
+  l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum dram__bytes.sum"
+ncu_known_metrics() {  # the metrics of NCU_ATTN_METRICS this ncu lists (by the name before the first '.')
+  local known m
+  known=$("$1" --query-metrics 2>/dev/null | awk '{print $1}')
+  for m in $NCU_ATTN_METRICS; do grep -qxF "${m%%.*}" <<<"$known" && printf '%s,' "$m"; done | sed 's/,$//'
+}
+ncu_items() {
+  local ncu metrics
+  if [ "$EMULATED" = 1 ]; then
+    for i in ncu_step ncu_attention; do skip_item kernels "$i" "skipped: emulated (Nsight Compute needs a GPU)"; done; return
+  fi
+  if ! ncu=$(find_ncu); then
+    for i in ncu_step ncu_attention; do skip_item kernels "$i" "skipped: ncu (Nsight Compute) not found"; done; return
+  fi
+  ensure_data
+  local STEPS=2  # train_cmd's steps: a warm-up step and the one measured
+  train_cmd full 16
+  mkdir -p "$OUT/logs/kernels"
+  local csv="$OUT/logs/kernels/ncu_step.csv"
+  run_item kernels ncu_step 90 240 env CSV="$csv" PYTHON="$PY" bash -c '"$@" && "$PYTHON" scripts/ncu_step.py times "$CSV"' ncu \
+    "$ncu" --metrics gpu__time_duration.sum --csv --log-file "$csv" "${TRAIN_ARGV[@]}"
+  metrics=$(ncu_known_metrics "$ncu"); metrics=${metrics:-gpu__time_duration.sum}
+  csv="$OUT/logs/kernels/ncu_attention.csv"
+  run_item kernels ncu_attention 45 180 env CSV="$csv" PYTHON="$PY" bash -c '"$@" && "$PYTHON" scripts/ncu_step.py metrics "$CSV"' ncu \
+    "$ncu" --kernel-name regex:flash_attention --launch-count 12 --metrics "$metrics" --csv --log-file "$csv" \
+    "$BIN/attention_bench" 16 1024 12 64
+}
 section_kernels() {
   echo "== kernels"
   local p
   for p in $KERNEL_PROGS; do
-    if [ "$p" = attention_bench ]; then attention_items; continue; fi
+    if [ "$p" = attention_bench ]; then attention_items; ncu_items; continue; fi
     # shellcheck disable=SC2046
     if prog "$p"; then run_item kernels "$p" "$EST_KERNEL" 300 "$BIN/$p" $(kernel_args "$p")
     else record kernels "$p" fail "$p is not in $BIN" 0; fi

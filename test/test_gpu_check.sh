@@ -196,6 +196,43 @@ grep -q '^| 512 | 60.1 | 45.2 | 2512.5 | 1512.2 | RuntimeError: No available ker
   && ok "GPU tables: attention (ours, SDPA flash, cuDNN's error), the compiled PyTorch row against our full run, the d48 run" \
   || bad "GPU tables: $(grep -E '^\| (512|1024|compiled|full, d48)' "$G/report.md")"
 
+# ---- Nsight Compute (kernels/ncu_step, ncu_attention): scripts/ncu_step.py on the first H100 run's
+# CSVs (dev/reports/gpu_2026-11-26: its report gave ours 63.9 ms a step, attention 7.7 + 25.5, and
+# llm.c 35.8, attention 1.24 + 4.2, by hand) and on a CSV of metrics; the report's tables from both
+R=dev/reports/gpu_2026-11-26
+zcat "$R/ncu_train_gpt2_b16_2steps.csv.gz" > "$TMP/ours.csv"; zcat "$R/ncu_llmc_cudnn_b16_2steps.csv.gz" > "$TMP/llmc.csv"
+s2=$("$PY" scripts/ncu_step.py times "$TMP/ours.csv" | sed -n 1p); s1=$("$PY" scripts/ncu_step.py times "$TMP/ours.csv" --step 1 | sed -n 1p)
+l2=$("$PY" scripts/ncu_step.py times "$TMP/llmc.csv" | sed -n 1p)
+[ "$s2" = "step   2 of 2 | 482 kernels | total 62.84 ms | attention forward 7.72 ms | attention backward 25.50 ms | gemm 21.28 ms | other 8.34 ms" ] \
+  && [[ $s1 == "step   1 of 2 | 524 kernels | total 64.90 ms |"* ]] \
+  && [ "$l2" = "step   2 of 2 | 412 kernels | total 35.83 ms | attention forward 1.24 ms | attention backward 4.42 ms | gemm 20.05 ms | other 10.11 ms" ] \
+  && ok "ncu_step.py: the H100 run's steps, ours (attention 33.2 of 62.8 ms) and llm.c's (5.7 of 35.8 ms, its AdamW launches interleaved with casts)" \
+  || bad "ncu_step.py times: '$s2' / '$s1' / '$l2'"
+grep -v adamw "$TMP/ours.csv" > "$TMP/noopt.csv"
+"$PY" scripts/ncu_step.py times "$TMP/noopt.csv" > "$TMP/e1" 2>&1; e1=$?
+"$PY" scripts/ncu_step.py times "$TMP/ours.csv" --step 3 > "$TMP/e2" 2>&1; e2=$?
+[ $e1 = 1 ] && grep -q "no optimizer kernel" "$TMP/e1" && [ $e2 = 1 ] && grep -q -- "--step 3, but the run has 2 steps" "$TMP/e2" \
+  && ok "ncu_step.py: a run without optimizer kernels and a step past the end are refused, named" || bad "ncu_step.py errors: $e1 $(cat "$TMP/e1") / $e2 $(cat "$TMP/e2")"
+{ echo '==PROF== Connected to process 1 (attention_bench)'
+  echo '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+  for id in 0 1; do
+    echo "\"$id\",\"1\",\"attention_bench\",\"h\",\"void flash_attention_forward_kernel<64>(const __nv_bfloat16 *, int)\",\"1\",\"7\",\"(128, 1, 1)\",\"(8, 192, 1)\",\"0\",\"9.0\",\"s\",\"launch__registers_per_thread\",\"register/thread\",\"230\""
+    echo "\"$id\",\"1\",\"attention_bench\",\"h\",\"void flash_attention_forward_kernel<64>(const __nv_bfloat16 *, int)\",\"1\",\"7\",\"(128, 1, 1)\",\"(8, 192, 1)\",\"0\",\"9.0\",\"s\",\"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum\",\"\",\"$((id * 1000))\""
+  done; } > "$TMP/metrics.csv"
+mkdir -p "$G/logs/kernels"
+{ echo '$ ncu --metrics gpu__time_duration.sum ... train_gpt2 --model d12 --batch-size 16'
+  echo 'step    1/2 | loss 10.97 | lr 1.000e-04 | norm 3.06 | 53.5 ms | 305852 tok/s | 245.7 TFLOP/s | MFU 24.9% | epoch 0.01 | 0:00 elapsed, ETA 0:02'
+  "$PY" scripts/ncu_step.py times "$TMP/ours.csv"; } > "$G/logs/kernels/ncu_step.log"
+{ echo '$ ncu --kernel-name regex:flash_attention ...'; "$PY" scripts/ncu_step.py metrics "$TMP/metrics.csv"; } > "$G/logs/kernels/ncu_attention.log"
+rec kernels ncu_step; rec kernels ncu_attention
+"$PY" scripts/gpu_report.py "$G" > /dev/null 2>&1
+grep -q '^| 482 | 62.84 | 7.72 | 25.50 | 21.28 | 8.34 |$' "$G/report.md" \
+  && grep -q '^| flash_attention_backward_dq_kernel<64> | 12 | 12.662 | 20.1 |$' "$G/report.md" \
+  && grep -q '^| flash_attention_forward_kernel<64> | launch__registers_per_thread | 230 register/thread | 2 |$' "$G/report.md" \
+  && grep -q '^| flash_attention_forward_kernel<64> | l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum | 500 | 2 |$' "$G/report.md" \
+  && ok "the report's Nsight Compute tables: the step's split, its heaviest kernels, the attention kernels' metrics (means over launches)" \
+  || bad "ncu tables: $(grep -A3 -E 'Nsight Compute' "$G/report.md" | head -20)"
+
 # ---- the watchdog table of a GPU run (emulated runs skip its cases): results and logs as
 # test_nccl_watchdog_gpu writes them, two passing cases and one failing
 W="$TMP/wdrep"; mkdir -p "$W/logs/watchdog"
