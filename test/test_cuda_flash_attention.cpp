@@ -16,6 +16,9 @@
 //     chunks of heads (the dS scratch's cap);
 //   - edge tiles: with every row past the end of qkv / dout / out / lse poisoned with NaN instead
 //     of zeros, every output is bit-identical (nothing past T is read, or it is never used).
+//   - shared-memory bank conflicts (harness only; cuda_cpu.h's counter): none in the ldmatrix
+//     reads and cp.async writes of the HS 64 kernels (forward, dK/dV and dQ, both modes); the
+//     counts of HS 16, 32, 128 are printed (and held where they are zero).
 // Each side runs its own backward from its own forward outputs, as training does.
 //
 // Tolerances (bf16 outputs and bf16 tensor-core operands P, dS): out |d| <= 1e-2 + 1.6e-2 |ref|;
@@ -263,6 +266,60 @@ static void test_atomic_shapes(void) {
     test_case(2, 200, 64, 2, 1.5f, 0, &ds);
 }
 
+#if defined(CUDA_CPU_HARNESS)
+// Shared-memory bank conflicts of the kernels' ldmatrix reads and cp.async writes, as the harness
+// counts them (cuda_cpu.h: CudaCpuSmemStats; the bank rule in cuda_cpu.cpp), over forward and
+// backward in both modes at T 200 (two 128-row and four 64-row tiles, the last ones partial:
+// double buffering and zero-filled rows). HS 64 (every GPT-2 size) must have none; the other
+// head sizes are printed, and held to zero where they have none (BANK_ZERO).
+static const char* const BANK_KERNELS[4] = {
+    "flash_attention_forward_kernel<HS>", "flash_attention_backward_dkv_kernel<HS, false>",
+    "flash_attention_backward_dq_kernel<HS>", "flash_attention_backward_dkv_kernel<HS, true>"};
+static const char* const BANK_LABELS[4] = {"forward", "dK/dV (deterministic)", "dQ (deterministic)", "dK/dV + dQ (atomic)"};
+// Per head size, per kernel: 1 ldmatrix must be conflict-free, 2 cp.async must be (3 both).
+// HS 16 and 32 (rows padded to 48 and 80 bytes) fill their tiles with 2-way conflicts: the 8
+// lanes of a store phase write 4 rows x 2 chunks (HS 16; bank groups 3r + c) or 2 rows x 4
+// chunks (HS 32; 5r + c), which wrap around onto one another: one extra wavefront in every
+// phase. Printed, not failed.
+static const struct { int hs, zero[4]; } BANK_ZERO[] = {{16, {1, 1, 1, 1}}, {32, {1, 1, 1, 1}}, {64, {3, 3, 3, 3}},
+                                                        {128, {3, 3, 3, 3}}};
+
+// One forward, one backward in each mode, from the same inputs (B 1, NH 2).
+static void bank_run(int T, int HS) {
+    const int B = 1, NH = 2, C = NH * HS;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    Dev d_qkv(rnd_vec(nqkv, 1.5f)), d_out(nout), d_dout(rnd_vec(nout, 1.0f)), d_dqkv(nqkv);
+    float* d_lse = (float*)cuda_ops_alloc((size_t)B * NH * T * sizeof(float));
+    cuda_attention_forward(d_out.p, d_lse, d_qkv.p, NULL, B, T, C, NH);
+    cuda_attention_backward(d_dqkv.p, d_dout.p, d_qkv.p, d_out.p, d_lse, NULL, B, T, C, NH, 0);
+    attention_set_deterministic(0);
+    cuda_attention_backward(d_dqkv.p, d_dout.p, d_qkv.p, d_out.p, d_lse, NULL, B, T, C, NH, 0);
+    attention_set_deterministic(1);
+    cuda_ops_free(d_lse);
+}
+
+static void test_bank_conflicts(void) {
+    for (const auto& hz : BANK_ZERO) {
+        cuda_cpu_smem_stats_reset();
+        bank_run(200, hz.hs);
+        for (int k = 0; k < 4; k++) {
+            const CudaCpuSmemStats s = cuda_cpu_smem_stats(BANK_KERNELS[k]);
+            const long xl = s.ldsm_wavefronts - s.ldsm_ideal, xc = s.cp_wavefronts - s.cp_ideal;
+            printf("banks %-48s HS %3d: ldmatrix %6ld instrs %5ld extra wavefronts, cp.async %5ld groups %5ld extra wavefronts\n",
+                   BANK_KERNELS[k], hz.hs, s.ldsm, xl, s.cp, xc);
+            TEST_CHECK(s.ldsm > 0 && s.cp > 0, "banks: %s (HS %d) ran ldmatrix and cp.async (counted under its name)",
+                       BANK_KERNELS[k], hz.hs);
+            if (hz.zero[k] & 1)
+                TEST_CHECK(xl == 0, "%s, HS %d: ldmatrix without bank conflicts (%ld extra wavefronts over %ld instructions)",
+                           BANK_LABELS[k], hz.hs, xl, s.ldsm);
+            if (hz.zero[k] & 2)
+                TEST_CHECK(xc == 0, "%s, HS %d: cp.async writes without bank conflicts (%ld extra wavefronts over %ld groups)",
+                           BANK_LABELS[k], hz.hs, xc, s.cp);
+        }
+    }
+}
+#endif
+
 int main(void) {
     cuda_ops_init(0);
     double t0 = timer_now_s();
@@ -278,6 +335,9 @@ int main(void) {
         attention_set_deterministic(1);
         return test_finish("test_cuda_flash_attention (quick)");
     }
+#if defined(CUDA_CPU_HARNESS)
+    test_bank_conflicts();
+#endif
     test_shapes();
     test_packed();
     for (int HS : {16, 64, 128}) test_poisoned_tail(2, 100, HS, 2);

@@ -28,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -122,6 +123,19 @@ struct PtxSlot {
     const void* p;
 };
 
+// A cp.async warp-instruction whose copies the warp's lanes are still issuing (bank counting:
+// see "shared-memory bank conflicts" below). A warp keeps up to CUDA_CPU_CP_OPEN of them.
+struct CpOpen {
+    uint64_t key;      // (groups committed << 32) | copies since the last commit, in each lane
+    unsigned lanes;    // the lanes that have issued it
+    uint32_t off[32];  // their destinations' bank offsets
+};
+#define CUDA_CPU_CP_OPEN 64
+struct CpRing {
+    int n;  // open[0, n) in use
+    CpOpen open[CUDA_CPU_CP_OPEN];
+};
+
 struct Fiber {
     FiberHead head;  // first member: cuda_cpu_cur points here
     int lin;         // linear thread index in the block
@@ -131,6 +145,7 @@ struct Fiber {
     uint64_t w_val, w_res;
     int ptx_bank;                        // slot bank of this lane's next mma / ldmatrix (0 / 1)
     int cp_head, cp_n, cp_groups;        // pending copies cp[cp_head, cp_n); groups committed
+    int cp_seq;                          // copies issued since the last commit (bank counting)
     CpAsync cp[CUDA_CPU_CP_ASYNC_MAX];
     Context ctx;
 };
@@ -143,6 +158,7 @@ struct Launch {
     size_t smem;
     int nthreads;
     long nblocks;
+    CudaCpuSmemStats banks;  // the workers' bank counts, added when each finishes its blocks
 };
 
 enum Order { ORDER_FORWARD, ORDER_REVERSE, ORDER_RANDOM };
@@ -203,6 +219,9 @@ struct Worker {
     // TSan sync objects (addresses only)
     char bar_sync = 0, block_start_sync = 0, block_end_sync = 0;
     char warp_sync[32] = {0};
+    // bank conflicts: this OS thread's counts in the current launch, each warp's open cp.async
+    CudaCpuSmemStats banks = {};
+    CpRing cp_rings[32] = {};
 };
 static __thread Worker* tw;
 
@@ -384,6 +403,127 @@ void trap(const char* what) { kernel_error(tw, "%s", what); }
     }
     fflush(stderr);
     abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+// shared-memory bank conflicts (cuda_cpu.h: CudaCpuSmemStats)
+//
+// What the hardware does (CUDA C++ Programming Guide, "Shared Memory" for compute capability 8.x
+// and 9.0; the PTX ISA on ldmatrix): shared memory has 32 banks of 4 bytes, the word at byte
+// offset o in bank (o / 4) % 32, so 16 aligned bytes at o fill the 4 banks of bank group
+// (o / 16) % 8. An access is served in wavefronts, 16-byte accesses 8 at a time:
+//  - ldmatrix reads each 8x8 matrix (8 rows of 16 bytes) in one wavefront if its 8 row addresses
+//    fall in 8 different bank groups; rows at the same address are read once (broadcast); else
+//    it takes as many wavefronts as the most distinct rows sharing one group (rows 128 bytes
+//    apart: 8, so 7 extra);
+//  - 16-byte stores (cp.async writes its destination like one) are served in 4 phases of 8
+//    consecutive lanes (0-7, 8-15, ...), each by the same rule.
+// The offset that picks the bank is the shared-window offset: for dynamic shared memory, from
+// cuda_cpu_dyn_smem (256-byte aligned, so its banks are the GPU's); a static __shared__ array is
+// per-OS-thread storage here, and its own address stands in (the bank from the address modulo
+// 128, which follows the harness' alignment of the array, not where nvcc would place it; the low
+// 32 bits are kept, so that distinct rows do not pass for one broadcast row).
+NOTSAN static uint32_t bank_offset(const void* p) {
+    const uintptr_t o = (uintptr_t)p - (uintptr_t)cuda_cpu_dyn_smem;
+    return o < CUDA_CPU_DYN_SMEM_MAX ? (uint32_t)o : (uint32_t)(uintptr_t)p;
+}
+
+// Wavefronts of the 16-byte accesses at off[i] of the lanes i (< 8) in mask: the most distinct
+// addresses in one bank group (0 without a lane).
+NOTSAN static int bank_wavefronts(const uint32_t* off, unsigned mask) {
+    int per_group[8] = {0}, most = 0;
+    for (int i = 0; i < 8; i++) {
+        if (!(mask >> i & 1u)) continue;
+        bool again = false;   // an earlier lane's address: the same access
+        for (int k = 0; k < i; k++) again = again || ((mask >> k & 1u) && off[k] == off[i]);
+        if (again) continue;
+        const int n = ++per_group[(off[i] >> 4) & 7];
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+// One ldmatrix of a warp, from its lane slots (lanes 8j..8j+7: the rows of matrix j). Counted by
+// one lane of the warp.
+NOTSAN static void bank_count_ldsm(Worker* w, const PtxSlot* warp, int nmat) {
+    uint32_t off[8];
+    w->banks.ldsm++;
+    w->banks.ldsm_ideal += nmat;
+    for (int j = 0; j < nmat; j++) {
+        for (int i = 0; i < 8; i++) off[i] = bank_offset(warp[8 * j + i].p);
+        w->banks.ldsm_wavefronts += bank_wavefronts(off, 0xffu);
+    }
+}
+
+// cp.async has no rendezvous: a warp's lanes issue an instruction's copies one after another
+// (each lane runs on to its next barrier or warp op). The instruction is known in every lane by
+// its place in the lane's own sequence of copies, counted per commit group: lanes that issue the
+// same copies do so in the same order, and where some lanes issue a copy that others do not (the
+// attention's lse and D rows come from lanes 0-15 of one warp), it is at a group's end, so the
+// next group is in step again (a count from the kernel's start would not be).
+// An open instruction is counted when all the warp's lanes have issued it; one that only some
+// issue, when it is the oldest of a full ring or at block end. So CUDA_CPU_CP_OPEN must exceed
+// the copies a lane issues between two points where its warp meets (else an instruction still
+// being issued is split in two): the attention kernels issue up to 34 (dK/dV's first load at
+// HS 128), and with the partial ones left over from earlier groups, at most 40 are open.
+NOTSAN static void cp_account(Worker* w, CpRing* r, int i) {
+    const CpOpen* c = &r->open[i];
+    w->banks.cp++;
+    for (int p = 0; p < 4; p++) {
+        const unsigned m = c->lanes >> (8 * p) & 0xffu;
+        if (!m) continue;
+        w->banks.cp_ideal++;
+        w->banks.cp_wavefronts += bank_wavefronts(c->off + 8 * p, m);
+    }
+    if (i != --r->n) r->open[i] = r->open[r->n];
+}
+
+NOTSAN static int cp_open(Worker* w, CpRing* r, uint64_t key) {
+    if (r->n == CUDA_CPU_CP_OPEN) {
+        int old = 0;
+        for (int i = 1; i < r->n; i++) old = r->open[i].key < r->open[old].key ? i : old;
+        cp_account(w, r, old);
+    }
+    r->open[r->n].key = key;
+    r->open[r->n].lanes = 0;
+    return r->n++;
+}
+
+NOTSAN static void bank_note_cp(Worker* w, Fiber* f, const void* dst) {
+    const uint64_t key = (uint64_t)f->cp_groups << 32 | (uint32_t)f->cp_seq++;
+    const int warp = f->lin / 32, lane = f->lin % 32, nl = w->nthreads - 32 * warp;
+    CpRing* r = &w->cp_rings[warp];
+    int i = 0;
+    while (i < r->n && r->open[i].key != key) i++;
+    if (i == r->n) i = cp_open(w, r, key);
+    CpOpen* c = &r->open[i];
+    c->off[lane] = bank_offset(dst);
+    c->lanes |= 1u << lane;
+    if (c->lanes == (nl >= 32 ? 0xffffffffu : (1u << nl) - 1)) cp_account(w, r, i);
+}
+
+// Block end: the instructions that some lanes never issued are complete.
+NOTSAN static void bank_block_end(Worker* w) {
+    for (int warp = 0; warp < (w->nthreads + 31) / 32; warp++) {
+        CpRing* r = &w->cp_rings[warp];
+        while (r->n) cp_account(w, r, r->n - 1);
+    }
+}
+
+// Relaxed atomics: counters, which order nothing (TSan must not see fibers synchronize here).
+NOTSAN static void bank_add(CudaCpuSmemStats* to, const CudaCpuSmemStats& d) {
+    __atomic_fetch_add(&to->ldsm, d.ldsm, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&to->ldsm_ideal, d.ldsm_ideal, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&to->ldsm_wavefronts, d.ldsm_wavefronts, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&to->cp, d.cp, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&to->cp_ideal, d.cp_ideal, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&to->cp_wavefronts, d.cp_wavefronts, __ATOMIC_RELAXED);
+}
+
+// This OS thread's blocks of the launch are done: its counts go to the launch's.
+NOTSAN static void bank_launch_end(Worker* w) {
+    if (w->banks.ldsm || w->banks.cp) bank_add(&w->L->banks, w->banks);
+    w->banks = CudaCpuSmemStats{};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -649,7 +789,7 @@ NOTSAN static void run_block(Worker* w, long b) {
         f->head.tid.z = (unsigned)(i / (bd.x * bd.y));
         f->state = RUNNABLE;
         f->ptx_bank = 0;
-        f->cp_head = f->cp_n = f->cp_groups = 0;
+        f->cp_head = f->cp_n = f->cp_groups = f->cp_seq = 0;
     }
     w->live = n;
     w->bar_arrived = 0;
@@ -672,6 +812,7 @@ NOTSAN static void run_block(Worker* w, long b) {
         if (w->live == 0) break;
         if (!ran) deadlock(w);
     }
+    bank_block_end(w);
     cuda_cpu_cur = nullptr;
 }
 
@@ -682,6 +823,7 @@ NOTSAN static void run_blocks(Launch* L, int k, int T) {
     Worker* w = get_worker();
     w->L = L;
     for (long b = k; b < L->nblocks; b += T) run_block(w, b);
+    bank_launch_end(w);
     smem_reclaim(w);
     w->L = nullptr;
 }
@@ -779,6 +921,28 @@ static void count_stall(std::atomic<long>& n) {
     static std::once_flag once;
     std::call_once(once, [] { atexit(sync_report_at_exit); });
     n++;
+}
+
+// ---- shared-memory bank conflicts (cuda_cpu.h: CudaCpuSmemStats): totals and per kernel name
+static std::mutex g_bank_mu;
+static CudaCpuSmemStats g_bank_total;
+static std::map<std::string, CudaCpuSmemStats> g_bank_kernels;
+static void bank_record(const char* kernel, const CudaCpuSmemStats& s) {
+    if (!s.ldsm && !s.cp) return;
+    std::lock_guard<std::mutex> lk(g_bank_mu);
+    bank_add(&g_bank_total, s);
+    bank_add(&g_bank_kernels[kernel], s);
+}
+extern "C" void cuda_cpu_smem_stats_reset(void) {
+    std::lock_guard<std::mutex> lk(g_bank_mu);
+    g_bank_total = CudaCpuSmemStats{};
+    g_bank_kernels.clear();
+}
+extern "C" CudaCpuSmemStats cuda_cpu_smem_stats(const char* kernel) {
+    std::lock_guard<std::mutex> lk(g_bank_mu);
+    if (!kernel) return g_bank_total;
+    auto it = g_bank_kernels.find(kernel);
+    return it == g_bank_kernels.end() ? CudaCpuSmemStats{} : it->second;
 }
 
 // Is [p, p+n) inside one live device allocation? (n == 0 allowed anywhere inside or at the end)
@@ -929,9 +1093,11 @@ void launch(const char* name, const void* kernel_id, KernelThunk thunk, const vo
     L.smem = smem;
     L.nthreads = (int)nthreads;
     L.nblocks = (long)grid.x * grid.y * grid.z;
+    L.banks = CudaCpuSmemStats{};
     watchdog_begin(name);
     run_launch(&L);
     watchdog_end();
+    bank_record(name, L.banks);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1026,6 +1192,7 @@ NOTSAN static void ptx_ldmatrix_rows(const void* row, int nmat, bool trans, cons
         ptx_check_shared(w, "ldmatrix row address", row);
     }
     const PtxSlot* warp = ptx_meet(ops[trans][nmat], nullptr, 0, row);
+    if (lane == 0) bank_count_ldsm(w, warp, nmat);
     for (int j = 0; j < nmat; j++) {
         rows[j][0] = warp[8 * j + (trans ? 2 * t : g)].p;
         rows[j][1] = warp[8 * j + (trans ? 2 * t + 1 : g)].p;
@@ -1062,11 +1229,13 @@ NOTSAN void ptx_cp_async_16(void* smem, const void* gmem, int src_bytes) {
         kernel_error(w, "more than %d cp.async copies pending in one thread (cp.async.wait_group completes them)",
                      CUDA_CPU_CP_ASYNC_MAX);
     f->cp[f->cp_n++] = CpAsync{smem, gmem, src_bytes, f->cp_groups};
+    bank_note_cp(w, f, smem);
 }
 
 NOTSAN void ptx_cp_async_commit() {
     check_in_kernel("cp.async.commit_group");
     cur_fiber()->cp_groups++;  // an empty group is allowed (and trivially complete)
+    cur_fiber()->cp_seq = 0;
 }
 
 // The oldest pending copy if its group is older than the newest `keep` committed groups.

@@ -194,6 +194,24 @@ struct CudaCpuSyncCounts {
 };
 extern "C" CudaCpuSyncCounts cuda_cpu_sync_counts(void);
 
+// Shared-memory bank conflicts of ldmatrix and cp.async (the accesses the PTX wrappers make;
+// plain loads and stores are not counted): each warp-instruction's wavefronts as the hardware
+// would serve them (cuda_cpu.cpp, "bank conflicts", says how), and the wavefronts it would take
+// without conflicts. A GPU-less stand-in for Nsight Compute's shared-memory conflict counters.
+// Counted since the last reset, over all launches (kernel NULL) or the launches of one kernel,
+// by its LAUNCH name without a template kernel's parentheses (e.g. "flash_attention_backward_
+// dkv_kernel<HS, true>": the template arguments as written at the launch).
+struct CudaCpuSmemStats {
+    long ldsm;             // ldmatrix warp-instructions
+    long ldsm_ideal;       // their wavefronts without conflicts: one per 8x8 matrix
+    long ldsm_wavefronts;  // their wavefronts: extra ones = ldsm_wavefronts - ldsm_ideal
+    long cp;               // cp.async warp-instructions (one copy from each lane that issued it)
+    long cp_ideal;         // one wavefront per quarter-warp (8 lanes) that issued a copy
+    long cp_wavefronts;    // extra ones = cp_wavefronts - cp_ideal
+};
+extern "C" void cuda_cpu_smem_stats_reset(void);
+extern "C" CudaCpuSmemStats cuda_cpu_smem_stats(const char* kernel);
+
 // The C++ runtime API templates of cuda_runtime.h exist only under nvcc: the ones kernels use.
 template <typename... P>
 static inline cudaError_t cudaFuncSetAttribute(void (*f)(P...), cudaFuncAttribute attr, int value) {

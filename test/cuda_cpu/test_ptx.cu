@@ -20,7 +20,10 @@
 //  - ex2.approx.ftz.f32: the ISA's special cases exactly (+-0 and subnormal inputs give 1, -inf
 //    gives +0, +inf +inf, NaN NaN, results below 2^-126 +0), and random inputs over the whole
 //    normal range and the softmax's range within the ISA's documented 2 ulp of the correctly
-//    rounded 2^x (computed in double).
+//    rounded 2^x (computed in double);
+//  - (harness only) the bank-conflict counter of cuda_cpu.h: exact ldmatrix and cp.async counts
+//    on layouts with 8-, 4- and 2-way conflicts, conflict-free ones (dense, XOR-swizzled) and
+//    broadcasts, two warps of several blocks, and lanes that issue different numbers of copies.
 // The harness-only expectations (data NOT yet there) are under CUDA_CPU_HARNESS: on a GPU the
 // copy may have landed already. Valid CUDA for sm_80 / sm_90: `make cuda-check` compiles it.
 #include <stdio.h>
@@ -402,6 +405,128 @@ static void cp_async_fill_run(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The harness' bank-conflict counter (cuda_cpu.h: CudaCpuSmemStats), harness only: exact counts
+// for layouts whose wavefronts follow from the bank rule by hand (32 banks of 4 bytes; 8 rows
+// or 8 lanes' 16-byte accesses in 8 different 16-byte bank groups take one wavefront, else as
+// many as the most distinct addresses in one group; one address is one access).
+
+#if defined(CUDA_CPU_HARNESS)
+#define BANK_SMEM 8192
+
+enum BankLayout { BANK_DENSE, BANK_STRIDE128, BANK_SWIZZLED, BANK_STRIDE64, BANK_STRIDE32, BANK_SAME };
+
+// Byte offset of lane l's ldmatrix row or cp.async destination.
+__device__ __forceinline__ int bank_off(int layout, int l) {
+    switch (layout) {
+        case BANK_DENSE: return 16 * l;                             // 8 consecutive chunks: 8 groups
+        case BANK_STRIDE128: return 128 * l;                        // all in group 0: 8-way
+        case BANK_SWIZZLED: return 128 * l + 16 * (l & 7);          // chunk 0 of 128-byte rows at 0 ^ (row % 8)
+        case BANK_STRIDE64: return 64 * l;                          // groups 0, 4: 4-way
+        case BANK_STRIDE32: return 32 * l;                          // groups 0, 2, 4, 6: 2-way
+        default: return 0;                                          // one address for all (broadcast)
+    }
+}
+
+__global__ void bank_ldsm_kernel(uint32_t* out, int layout, int variant) {
+    uint32_t* s = (uint32_t*)dyn_smem();
+    for (int i = threadIdx.x; i < BANK_SMEM / 4; i += blockDim.x) s[i] = (uint32_t)i;
+    __syncthreads();
+    const void* p = (const char*)s + bank_off(layout, threadIdx.x % 32);
+    uint32_t r[4] = {0u, 0u, 0u, 0u};
+    switch (variant) {
+        case 1: ptx_ldmatrix_x1(r, p); break;
+        case 2: ptx_ldmatrix_x2(r, p); break;
+        case 4: ptx_ldmatrix_x4(r, p); break;
+        default: ptx_ldmatrix_x4_trans(r, p); break;
+    }
+    out[threadIdx.x] = r[0] ^ r[1] ^ r[2] ^ r[3];
+}
+
+// Warp w copies with layout (w ? layout1 : layout0) from its first `lanes` lanes, into its own
+// 4 KB. uneven: the lse / D pattern of the attention's dK/dV kernel instead: lanes 0-11 issue one
+// more copy than the others before the commit, then every lane issues a conflict-free copy
+// (placed so that lanes 12-15's copies would share bank groups with lanes 8-11's extra ones if
+// the counter paired each lane's copies by their count from the kernel's start).
+__global__ void bank_cp_kernel(const uint4* src, int layout0, int layout1, int lanes, int uneven) {
+    unsigned char* s = dyn_smem() + 4096 * (threadIdx.x / 32);
+    const int l = threadIdx.x % 32, layout = threadIdx.x / 32 ? layout1 : layout0;
+    if (l < lanes) ptx_cp_async_16(s + bank_off(layout, l), src + l);
+    if (uneven) {
+        if (l < 12) ptx_cp_async_16(s + 512 + 16 * l, src + l);
+        ptx_cp_async_commit();
+        ptx_cp_async_16(s + 1024 + 64 + 16 * l, src + l);
+    }
+    ptx_cp_async_commit();
+    ptx_cp_async_wait<0>();
+}
+
+static int bank_same(const CudaCpuSmemStats& a, const CudaCpuSmemStats& b) { return !memcmp(&a, &b, sizeof a); }
+
+static void bank_check(const char* what, const char* kernel, CudaCpuSmemStats want) {
+    CudaCpuSmemStats got = cuda_cpu_smem_stats(kernel), all = cuda_cpu_smem_stats(NULL);
+    TEST_CHECK(bank_same(got, want) && bank_same(all, want),
+               "bank counter, %s: got ldmatrix %ld instr %ld / %ld wavefronts, cp.async %ld instr %ld / %ld "
+               "(all kernels: %ld %ld / %ld, %ld %ld / %ld); want %ld %ld / %ld, %ld %ld / %ld", what,
+               got.ldsm, got.ldsm_ideal, got.ldsm_wavefronts, got.cp, got.cp_ideal, got.cp_wavefronts,
+               all.ldsm, all.ldsm_ideal, all.ldsm_wavefronts, all.cp, all.cp_ideal, all.cp_wavefronts,
+               want.ldsm, want.ldsm_ideal, want.ldsm_wavefronts, want.cp, want.cp_ideal, want.cp_wavefronts);
+    if (bank_same(got, want) && bank_same(all, want))
+        printf("ok   bank counter, %s: ldmatrix %ld extra wavefronts, cp.async %ld\n", what,
+               got.ldsm_wavefronts - got.ldsm_ideal, got.cp_wavefronts - got.cp_ideal);
+}
+
+// One warp, one ldmatrix: nmat matrices of 8 rows, `per` wavefronts each.
+static void bank_ldsm_case(const char* what, int layout, int variant, int per) {
+    uint32_t* dout;
+    cudaCheck(cudaMalloc(&dout, 32 * sizeof(uint32_t)));
+    cuda_cpu_smem_stats_reset();
+    LAUNCH(bank_ldsm_kernel, 1, 32, BANK_SMEM, 0, dout, layout, variant);
+    cudaCheckLast();
+    const long nmat = variant > 4 ? 4 : variant;
+    bank_check(what, "bank_ldsm_kernel", CudaCpuSmemStats{1, nmat, nmat * per, 0, 0, 0});
+    cudaCheck(cudaFree(dout));
+}
+
+static void bank_cp_case(const char* what, int nblocks, int layout0, int layout1, int lanes, int uneven,
+                         CudaCpuSmemStats want_per_block) {
+    uint4* dsrc;
+    cudaCheck(cudaMalloc(&dsrc, 32 * sizeof(uint4)));
+    cudaCheck(cudaMemset(dsrc, 0, 32 * sizeof(uint4)));
+    cuda_cpu_smem_stats_reset();
+    LAUNCH(bank_cp_kernel, nblocks, layout0 == layout1 ? 32 : 64, BANK_SMEM, 0, dsrc, layout0, layout1, lanes, uneven);
+    cudaCheckLast();
+    CudaCpuSmemStats w = want_per_block;
+    bank_check(what, "bank_cp_kernel", CudaCpuSmemStats{w.ldsm * nblocks, w.ldsm_ideal * nblocks, w.ldsm_wavefronts * nblocks,
+                                                        w.cp * nblocks, w.cp_ideal * nblocks, w.cp_wavefronts * nblocks});
+    cudaCheck(cudaFree(dsrc));
+}
+
+static void bank_run(void) {
+    bank_ldsm_case("ldmatrix.x4, rows 128 bytes apart (8-way: 7 extra a matrix)", BANK_STRIDE128, 4, 8);
+    bank_ldsm_case("ldmatrix.x4.trans, rows 128 bytes apart", BANK_STRIDE128, 12, 8);
+    bank_ldsm_case("ldmatrix.x2, rows 64 bytes apart (4-way)", BANK_STRIDE64, 2, 4);
+    bank_ldsm_case("ldmatrix.x1, rows 32 bytes apart (2-way; lanes 8-31 not read)", BANK_STRIDE32, 1, 2);
+    bank_ldsm_case("ldmatrix.x4, rows 16 bytes apart (conflict-free)", BANK_DENSE, 4, 1);
+    bank_ldsm_case("ldmatrix.x4, XOR-swizzled 128-byte rows (conflict-free)", BANK_SWIZZLED, 4, 1);
+    bank_ldsm_case("ldmatrix.x1, one row for all (broadcast)", BANK_SAME, 1, 1);
+    // (no cp.async to one destination from several lanes: a write-write race, which TSan reports)
+    bank_cp_case("cp.async, destinations 128 bytes apart (4 phases 8-way)", 1, BANK_STRIDE128, BANK_STRIDE128, 32, 0,
+                 CudaCpuSmemStats{0, 0, 0, 1, 4, 32});
+    bank_cp_case("cp.async, destinations 32 bytes apart (2-way)", 1, BANK_STRIDE32, BANK_STRIDE32, 32, 0,
+                 CudaCpuSmemStats{0, 0, 0, 1, 4, 8});
+    bank_cp_case("cp.async, dense destinations (conflict-free)", 1, BANK_DENSE, BANK_DENSE, 32, 0,
+                 CudaCpuSmemStats{0, 0, 0, 1, 4, 4});
+    bank_cp_case("cp.async from lanes 0-11 only, 128 bytes apart (2 phases)", 1, BANK_STRIDE128, BANK_STRIDE128, 12, 0,
+                 CudaCpuSmemStats{0, 0, 0, 1, 2, 8 + 4});
+    // per warp: warp 0 8-way, warp 1 conflict-free; 5 blocks (2 OS threads under TSan)
+    bank_cp_case("cp.async, 2 warps (8-way, conflict-free) x 5 blocks", 5, BANK_STRIDE128, BANK_DENSE, 32, 0,
+                 CudaCpuSmemStats{0, 0, 0, 2, 8, 32 + 4});
+    bank_cp_case("cp.async, lanes issuing 2 and 1 copies before a commit, then 1 (conflict-free)", 1, BANK_DENSE, BANK_DENSE,
+                 32, 1, CudaCpuSmemStats{0, 0, 0, 3, 4 + 2 + 4, 4 + 2 + 4});
+}
+#endif  // CUDA_CPU_HARNESS
+
+// ---------------------------------------------------------------------------------------------
 // cvt.rn.bf16x2.f32
 
 __global__ void pack_kernel(uint32_t* out, const float* lo, const float* hi, int n) {
@@ -540,6 +665,9 @@ int main(void) {
     recipe_run();
     cp_async_groups_run();
     cp_async_fill_run();
+#if defined(CUDA_CPU_HARNESS)
+    bank_run();
+#endif
     pack_run();
     ex2_run();
     return test_finish("test_ptx");
