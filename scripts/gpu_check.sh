@@ -591,10 +591,12 @@ NCU_ATTN_METRICS="gpu__time_duration.sum launch__registers_per_thread launch__sh
   l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
   l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum smsp__inst_executed_op_ldsm.sum
   l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum dram__bytes.sum"
-ncu_known_metrics() {  # the metrics of NCU_ATTN_METRICS this ncu lists (by the name before the first '.')
-  local known m
+ncu_known_metrics() {  # the metrics of NCU_ATTN_METRICS this ncu lists (by the name before the first
+  local known m        # '.'; the launch statistics are in every ncu), so that no unknown name fails the run
   known=$("$1" --query-metrics 2>/dev/null | awk '{print $1}')
-  for m in $NCU_ATTN_METRICS; do grep -qxF "${m%%.*}" <<<"$known" && printf '%s,' "$m"; done | sed 's/,$//'
+  for m in $NCU_ATTN_METRICS; do
+    if [[ $m == launch__* ]] || grep -qxF "${m%%.*}" <<<"$known"; then printf '%s,' "$m"; fi
+  done | sed 's/,$//'
 }
 ncu_items() {
   local ncu metrics
