@@ -330,6 +330,27 @@ static void test_matmul_backward_write(int N, int C, int OC, const vecf& x, cons
     check(name, dgb.get(), cb, RT, 2e-2);
 }
 
+// matmul_forward_acc: out += inp w^T on top of what out holds (cuBLASLt beta = 1), against a
+// double reference and the CPU backend's
+static void test_matmul_forward_acc(int N, int C, int OC) {
+    char name[160];
+    vecf x = rnd_vec((size_t)N * C, 1.0f), w = rnd_vec((size_t)OC * C, 0.5f), o = rnd_vec((size_t)N * OC, 1.0f);
+    Dev dx(x), dw(w), dout(o);
+    vecf want((size_t)N * OC), co = o;
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < OC; k++) {
+            double s = o[(size_t)n * OC + k];
+            for (int c = 0; c < C; c++) s += (double)x[(size_t)n * C + c] * w[(size_t)k * C + c];
+            want[(size_t)n * OC + k] = (float)s;
+        }
+    cuda_matmul_forward_acc(dout.p, dx.p, dw.p, N, C, OC);
+    snprintf(name, sizeof(name), "matmul_forward_acc out += (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dout.get(), want, RT, 1e-2);
+    cpu_matmul_forward_acc(co.data(), x.data(), w.data(), N, C, OC);
+    snprintf(name, sizeof(name), "vs cpu: matmul_forward_acc (N=%d C=%d OC=%d)", N, C, OC);
+    check(name, dout.get(), co, RT, 1e-2);
+}
+
 static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     char name[160];
     vecf x = rnd_vec((size_t)N * C, 1.0f), w = rnd_vec((size_t)OC * C, 0.5f), b = rnd_vec(OC, 0.5f);
@@ -747,6 +768,7 @@ static void run_quick(void) {
     TIMED(test_layernorm(11, 40));
     TIMED(test_matmul(5, 7, 9, 1, 1));
     TIMED(test_matmul(70, 16, 24, 1, 1));
+    TIMED(test_matmul_forward_acc(70, 8, 24));
     TIMED(test_attention(2, 70, 128, 2));
     TIMED(test_classifier(4, 37, 40));
     TIMED(test_classifier_train(600, 32, 200, 256));
@@ -776,6 +798,8 @@ int main(void) {
     TIMED(test_layernorm(3, 264));      // several chunks per lane
     TIMED(test_layernorm(130, 768));    // GPT-2 width, three column-sum chunks
     TIMED(test_matmul(5, 7, 9, 1, 1));  // unaligned OC: GEMM + separate gelu
+    TIMED(test_matmul_forward_acc(70, 8, 24));   // a LoRA branch: rank 8 in
+    TIMED(test_matmul_forward_acc(1, 8, 40));    // one row
     TIMED(test_matmul(5, 7, 9, 0, 0));
     TIMED(test_matmul(70, 16, 24, 1, 1));   // fused GELU epilogue; N > one column-sum chunk
     TIMED(test_matmul(6, 8, 16, 0, 1));

@@ -575,6 +575,24 @@ static void test_elementwise(void) {
 
 // bf16 GEMMs (--dtype bf16): one row, as token-by-token generation runs them (llmc/cpu/gemv.c on
 // AVX512-BF16), and several rows (oneDNN); matmul_forward rounding an fp32 weight and
+// matmul_forward_acc: out += inp w^T on top of what out holds (fp32 BLAS, its one-row GEMV, or
+// the bf16 GEMM with the operands rounded), against a double reference
+static void test_matmul_forward_acc(int N, int C, int OC, int bf16) {
+    const size_t nx = (size_t)N * C, nw = (size_t)OC * C, NO = (size_t)N * OC;
+    float *inp = frandbuf(nx, -1, 1), *w = frandbuf(nw, -1, 1), *out = frandbuf(NO, -1, 1);
+    double *ind = dbuf(nx), *wd = dbuf(nw), *want = dbuf(NO);
+    for (size_t i = 0; i < nx; i++) ind[i] = bf16 ? bf16_to_f32(bf16_from_f32(inp[i])) : inp[i];
+    for (size_t i = 0; i < nw; i++) wd[i] = bf16 ? bf16_to_f32(bf16_from_f32(w[i])) : w[i];
+    ref_matmul(want, ind, wd, NULL, N, C, OC);
+    for (size_t i = 0; i < NO; i++) want[i] += out[i];
+    if (bf16) ops_set_gemm_dtype(OPS_BF16);
+    matmul_forward_acc(out, inp, w, N, C, OC);
+    ops_set_gemm_dtype(OPS_F32);
+    close_mm(bf16 ? "matmul_forward_acc bf16" : "matmul_forward_acc", out, want, N, C, OC);
+    ops_free(inp); ops_free(w); ops_free(out);
+    free(ind); free(wd); free(want);
+}
+
 // matmul_forward_w16 with a bf16 one, against a double reference of the rounded operands
 // (products of bf16 values are exact in fp32: only the order of the fp32 sums differs). C not a
 // multiple of 32 (the masked tail), OC not of 4 (the one-row loop).
@@ -991,6 +1009,8 @@ int main(int argc, char** argv) {
     test_layernorm_shape(67, 129, 0.0f);
     test_matmul_shape(5, 7, 9);
     test_matmul_shape(67, 129, 250);
+    test_matmul_forward_acc(1, 8, 2304, 0);   // one row (decoding): the GEMV
+    test_matmul_forward_acc(67, 8, 250, 0);   // a LoRA branch's shape: rank 8 in
     test_elementwise();
 
     // attention: ragged T around the 64-row tiles, vector (16, 64) and plain-loop (24) head sizes
@@ -1031,6 +1051,8 @@ int main(int argc, char** argv) {
         test_matmul_bf16(1, 100, 131);  // one row: tail of 4 and a one-row remainder
         test_matmul_bf16(1, 768, 2304); // one row, threaded
         test_matmul_bf16(3, 100, 131);  // rows: oneDNN
+        test_matmul_forward_acc(1, 8, 2304, 1);
+        test_matmul_forward_acc(67, 8, 250, 1);
     } else printf("skip matmul in bf16: %s\n", why);
     test_adamw(0);
     test_adamw(1);

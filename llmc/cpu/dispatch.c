@@ -80,6 +80,9 @@ void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floa
                     const floatX* bias, int N, int C, int OC) {
     CPU_PROF("matmul_forward", C, OC, cpu_matmul_forward(out, gelu_out, inp, weight, bias, N, C, OC));
 }
+void matmul_forward_acc(floatX* out, const floatX* inp, const floatX* weight, int N, int C, int OC) {
+    CPU_PROF("matmul_forward_acc", C, OC, cpu_matmul_forward_acc(out, inp, weight, N, C, OC));
+}
 void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC, int accumulate) {
     CPU_PROF("matmul_backward", C, OC, cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate));

@@ -116,6 +116,13 @@ void cpu_matmul_forward(float* out, float* gelu_out, const float* inp, const flo
     forward_epilogue(out, gelu_out, bias, N, OC);
 }
 
+void cpu_matmul_forward_acc(float* out, const float* inp, const float* weight, int N, int C, int OC) {
+    if (gemm_dtype == OPS_BF16)
+        cpu_gemm_bf16(0, 1, N, OC, C, rounded(0, inp, (size_t)N * C), C, rounded(1, weight, (size_t)OC * C), C, 1, out);
+    else if (N == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, 1.0f, out, 1);
+    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
+}
+
 void cpu_matmul_forward_w16(float* out, float* gelu_out, const float* inp, const uint16_t* weight,
                             const float* bias, int N, int C, int OC) {
     forward_bf16(out, inp, weight, N, C, OC);

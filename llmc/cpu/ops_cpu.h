@@ -67,6 +67,7 @@ void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float*
 void cpu_matmul_backward_gelu(float* dpre, float* dweight, float* dbias, const float* dout,
                               const float* inp, const float* pre, const float* weight, int N, int C,
                               int OC);
+void cpu_matmul_forward_acc(float* out, const float* inp, const float* weight, int N, int C, int OC);
 void cpu_matmul_forward_w16(float* out, float* gelu_out, const float* inp, const uint16_t* weight,
                             const float* bias, int N, int C, int OC);
 void cpu_matmul_backward_w16(float* dinp, float* dbias, const float* dout, const uint16_t* weight,

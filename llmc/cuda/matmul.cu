@@ -19,6 +19,11 @@ extern "C" void cuda_matmul_forward(floatX* out, floatX* gelu_out, const floatX*
     }
 }
 
+// out += inp weight^T: cuBLASLt's beta = 1 with out as C and D (one bf16 rounding of the sum)
+extern "C" void cuda_matmul_forward_acc(floatX* out, const floatX* inp, const floatX* weight, int N, int C, int OC) {
+    gemm_bf16(1, 0, OC, N, C, weight, C, inp, C, out, OC, NULL, GEMM_PLAIN, NULL, 1);
+}
+
 // Partial column sums of dout[N, OC] over chunks of OPS_COLSUM_ROWS rows: block (bx, by) sums
 // (over row chunks by, by + gridDim.y, ...)
 // columns [256 bx, 256 bx + 256) over row chunk by into partial[by][c] (see common.cuh).

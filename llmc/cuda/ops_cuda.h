@@ -67,6 +67,8 @@ void cuda_fused_residual_layernorm_forward(__nv_bfloat16* residual_out, __nv_bfl
 void cuda_matmul_forward(__nv_bfloat16* out, __nv_bfloat16* gelu_out, const __nv_bfloat16* inp,
                          const __nv_bfloat16* weight, const __nv_bfloat16* bias, int N, int C,
                          int OC);
+void cuda_matmul_forward_acc(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* weight,
+                             int N, int C, int OC);
 void cuda_matmul_backward(__nv_bfloat16* dinp, __nv_bfloat16* dweight, __nv_bfloat16* dbias,
                           const __nv_bfloat16* dout, const __nv_bfloat16* inp,
                           const __nv_bfloat16* weight, int N, int C, int OC, int accumulate);

@@ -57,7 +57,7 @@ Linear* linear_at(LinearSet* s, int layer, int kind) {
 void linear_set_alloc(LinearSet* s, int rows) {
     LinearShared* sh = &s->shared;
     size_t wmax = 0;
-    int max_in = 0, max_r = 0, max_io = 0;
+    int max_in = 0, max_r = 0;
     for (int i = 0; i < s->n_layers * LINEAR_PER_BLOCK; i++) {
         const Linear* x = &s->layers[i];
         const size_t n = (size_t)x->out * x->in;
@@ -65,8 +65,6 @@ void linear_set_alloc(LinearSet* s, int rows) {
         if (!x->has_adapter) continue;
         if (x->in > max_in) max_in = x->in;
         if (x->ad.rank > max_r) max_r = x->ad.rank;
-        if (x->in > max_io) max_io = x->in;
-        if (x->out > max_io) max_io = x->out;
     }
     if (wmax && !sh->wbuf) {
         sh->wbuf = (floatX*)ops_alloc(wmax * sizeof(floatX));
@@ -75,17 +73,19 @@ void linear_set_alloc(LinearSet* s, int rows) {
     if (!sh->n_adapters || (sh->xd && sh->rows >= rows)) return;
     free_adapter_scratch(sh);
     const size_t N = (size_t)rows, X = sizeof(floatX);
-    // the dropped input is only needed with dropout; keep a token allocation otherwise
-    sh->xd = (floatX*)ops_alloc((sh->dropout > 0.0f ? N * max_in : 1) * X);
+    // the dropped input and the input gradient through the mask are only needed with dropout;
+    // keep token allocations otherwise
+    const size_t nd = sh->dropout > 0.0f ? N * max_in : 1;
+    sh->xd = (floatX*)ops_alloc(nd * X);
     sh->h = (floatX*)ops_alloc(N * max_r * X);
     sh->dh = (floatX*)ops_alloc(N * max_r * X);
-    sh->tmp = (floatX*)ops_alloc(N * max_io * X);
+    sh->tmp = (floatX*)ops_alloc(nd * X);
     sh->rows = rows;
-    sh->scratch_bytes = linear_adapter_scratch_bytes(N, max_in, max_r, max_io, sh->dropout > 0.0f);
+    sh->scratch_bytes = linear_adapter_scratch_bytes(N, max_in, max_r, sh->dropout > 0.0f);
 }
 
-size_t linear_adapter_scratch_bytes(size_t rows, int max_in, int max_rank, int max_io, int dropout) {
-    return ((dropout ? rows * (size_t)max_in : 1) + 2 * rows * (size_t)max_rank + rows * (size_t)max_io) * sizeof(floatX);
+size_t linear_adapter_scratch_bytes(size_t rows, int max_in, int max_rank, int dropout) {
+    return (2 * (dropout ? rows * (size_t)max_in : 1) + 2 * rows * (size_t)max_rank) * sizeof(floatX);
 }
 
 int linear_set_rows(const LinearSet* s) { return s->shared.n_adapters ? s->shared.rows : INT_MAX; }
@@ -194,12 +194,10 @@ static const floatX* branch_h(const Linear* x, const floatX* inp, int N) {
     return xin;
 }
 
-// out += h B^T. Only N x rank intermediates besides tmp.
+// out += h B^T, the GEMM adding to the base's output. Only N x rank intermediates.
 static void adapter_forward(const Linear* x, floatX* out, const floatX* inp, int N) {
-    LinearShared* sh = x->sh;
     branch_h(x, inp, N);
-    matmul_forward(sh->tmp, NULL, sh->h, x->ad.B, NULL, N, x->ad.rank, x->out);
-    add_inplace(out, sh->tmp, (size_t)N * x->out);
+    matmul_forward_acc(out, x->sh->h, x->ad.B, N, x->ad.rank, x->out);
 }
 
 static void adapter_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N) {

@@ -73,7 +73,7 @@ typedef struct {
     floatX* xd;               // (rows, max in) the dropped-out input, with dropout
     floatX* h;                // (rows, max rank)
     floatX* dh;               // (rows, max rank)
-    floatX* tmp;              // (rows, max(out, in))
+    floatX* tmp;              // (rows, max in) the input gradient through the dropout mask, with dropout
     size_t scratch_bytes;     // xd + h + dh + tmp, for the memory report
     float dropout;            // p in [0, 1)
     uint64_t seed;
@@ -106,9 +106,9 @@ Linear* linear_at(LinearSet* s, int layer, int kind);
 // their scratch (grows only). Call after every weight source and adapter is in place.
 void linear_set_alloc(LinearSet* s, int rows);
 // The adapters' scratch for rows rows in bytes of floatX: what linear_set_alloc takes for adapters
-// whose largest input, rank and input-or-output are max_in, max_rank, max_io (the dropped input
-// only with dropout). The memory footprint counts it before the layers exist (lora_scratch_bytes).
-size_t linear_adapter_scratch_bytes(size_t rows, int max_in, int max_rank, int max_io, int dropout);
+// whose largest input and rank are max_in, max_rank (the dropped input and its gradient only
+// with dropout). The memory footprint counts it before the layers exist (lora_scratch_bytes).
+size_t linear_adapter_scratch_bytes(size_t rows, int max_in, int max_rank, int dropout);
 // Rows the adapters' scratch holds (a bound on N of one call), or INT_MAX without adapters.
 int linear_set_rows(const LinearSet* s);
 // Dropout of every adapter: probability p, masks drawn from seed.

@@ -363,15 +363,12 @@ size_t lora_trainable_numel(const LoraModel* lm) {
 }
 
 size_t lora_scratch_bytes(const LoraModel* lm, size_t rows) {
-    int max_in = 0, max_r = 0, max_io = 0;
+    int max_in = 0, max_r = 0;
     for (int i = 0; i < lm->n; i++) {
-        const LoraAdapter* a = &lm->ad[i];
-        if (a->in > max_in) max_in = a->in;
-        if (a->rank > max_r) max_r = a->rank;
-        if (a->in > max_io) max_io = a->in;
-        if (a->out > max_io) max_io = a->out;
+        if (lm->ad[i].in > max_in) max_in = lm->ad[i].in;
+        if (lm->ad[i].rank > max_r) max_r = lm->ad[i].rank;
     }
-    return lm->n ? linear_adapter_scratch_bytes(rows, max_in, max_r, max_io, lm->spec.dropout > 0.0f) : 0;
+    return lm->n ? linear_adapter_scratch_bytes(rows, max_in, max_r, lm->spec.dropout > 0.0f) : 0;
 }
 
 int lora_segments(const LoraModel* lm, TrainSeg* segs) {

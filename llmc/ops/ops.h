@@ -170,6 +170,10 @@ void fused_residual_layernorm_forward(floatX* residual_out, floatX* ln_out, floa
 // pre-activation, which backward needs).
 void matmul_forward(floatX* out, floatX* gelu_out, const floatX* inp, const floatX* weight,
                     const floatX* bias, int N, int C, int OC);
+// out[N, OC] += inp[N, C] @ weight[OC, C]^T: the GEMM adds to what out holds (cuBLASLt / BLAS
+// beta = 1), so a LoRA branch joins the base output without a scratch and an add pass (and, in
+// bf16, with one rounding instead of two).
+void matmul_forward_acc(floatX* out, const floatX* inp, const floatX* weight, int N, int C, int OC);
 // dinp = dout @ weight (+= with accumulate); dweight += dout^T @ inp; dbias += sum_n dout.
 // Any may be NULL.
 void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
