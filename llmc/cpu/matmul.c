@@ -98,34 +98,35 @@ static void bias_backward(float* dbias, const float* dout, int N, int OC) {
     }
 }
 
-// out[N,OC] = bf16(inp)[N,C] * w16[OC,C]^T, fp32 accumulation
-static void forward_bf16(float* out, const float* inp, const uint16_t* w16, int N, int C, int OC) {
+// out[N,OC] (+)= bf16(inp)[N,C] * w16[OC,C]^T, fp32 accumulation
+static void forward_bf16(float* out, const float* inp, const uint16_t* w16, int N, int C, int OC, int accumulate) {
     const uint16_t* x16 = rounded(0, inp, (size_t)N * C);
-    cpu_gemm_bf16(0, 1, N, OC, C, x16, C, w16, C, 0, out);
+    cpu_gemm_bf16(0, 1, N, OC, C, x16, C, w16, C, accumulate, out);
+}
+
+// out[N,OC] (+)= inp[N,C] * weight[OC,C]^T in the GEMM precision in force. One row (token-by-token
+// generation with the KV cache) is a GEMV: sgemm would first pack the whole weight matrix, 2-3x
+// the cost here.
+static void forward_product(float* out, const float* inp, const float* weight, int N, int C, int OC, int accumulate) {
+    const float beta = accumulate ? 1.0f : 0.0f;
+    if (gemm_dtype == OPS_BF16) forward_bf16(out, inp, rounded(1, weight, (size_t)OC * C), N, C, OC, accumulate);
+    else if (N == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, beta, out, 1);
+    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 void cpu_matmul_forward(float* out, float* gelu_out, const float* inp, const float* weight,
                         const float* bias, int N, int C, int OC) {
-    if (gemm_dtype == OPS_BF16)
-        forward_bf16(out, inp, rounded(1, weight, (size_t)OC * C), N, C, OC);
-    // out[N,OC] = inp[N,C] * weight[OC,C]^T. One row (token-by-token generation with the KV
-    // cache) is a GEMV: sgemm would first pack the whole weight matrix, 2-3x the cost here.
-    else if (N == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, 0.0f, out, 1);
-    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
-                     0.0f, out, OC);
+    forward_product(out, inp, weight, N, C, OC, 0);
     forward_epilogue(out, gelu_out, bias, N, OC);
 }
 
 void cpu_matmul_forward_acc(float* out, const float* inp, const float* weight, int N, int C, int OC) {
-    if (gemm_dtype == OPS_BF16)
-        cpu_gemm_bf16(0, 1, N, OC, C, rounded(0, inp, (size_t)N * C), C, rounded(1, weight, (size_t)OC * C), C, 1, out);
-    else if (N == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, 1.0f, out, 1);
-    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
+    forward_product(out, inp, weight, N, C, OC, 1);
 }
 
 void cpu_matmul_forward_w16(float* out, float* gelu_out, const float* inp, const uint16_t* weight,
                             const float* bias, int N, int C, int OC) {
-    forward_bf16(out, inp, weight, N, C, OC);
+    forward_bf16(out, inp, weight, N, C, OC, 0);
     forward_epilogue(out, gelu_out, bias, N, OC);
 }
 

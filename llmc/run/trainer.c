@@ -361,8 +361,6 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
     }
 }
 
-// The model: --model (or, resuming full training, the checkpoint's model) with its adapters and
-// NF4 base, activations for --batch-size x --seq-len.
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 // Out of device memory is a start-up error, not a CUDA error in the middle of the first step:
@@ -394,6 +392,8 @@ static void check_device_memory(void* ctx, const ModelFootprint* fp) {
           f->seq_len, f->recompute, mib(reserve), mib(avail), mib(total));
 }
 
+// The model: --model (or, resuming full training, the checkpoint's model) with its adapters and
+// NF4 base, activations for --batch-size x --seq-len.
 static void build_model(Run* r, long resume_step) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
@@ -570,7 +570,6 @@ static void report_changes(Run* r) {
 
 // ----------------------------------------------------------------------------
 // the report printed before training
-
 
 static void report_model(Run* r) {
     const TrainFlags* f = &r->c->f;
