@@ -583,14 +583,17 @@ attention_items() {
 # forward / backward, GEMMs and the rest (scripts/ncu_step.py; ncu's default cache and clock
 # control, as in the first H100 run, whose step took 62.8 ms of kernel time, attention 7.7 + 25.5);
 # ncu_attention reads the flash kernels' launch and pipe metrics in attention_bench at B=16,
-# T=1024 (registers, occupancy, tensor-pipe activity, shared-memory bank conflicts, local memory),
-# those this ncu knows.
+# T=1024 (registers, occupancy, tensor-pipe activity, shared-memory bank conflicts, local memory;
+# L2 hit rate, DRAM bytes, instructions and shared-memory wavefronts per HMMA, global stores: the
+# three causes llmc/cuda/README.md predicts), those this ncu knows.
 NCU_ATTN_METRICS="gpu__time_duration.sum launch__registers_per_thread launch__shared_mem_per_block_dynamic
   launch__occupancy_limit_registers launch__occupancy_limit_shared_mem sm__warps_active.avg.pct_of_peak_sustained_active
   sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active sm__throughput.avg.pct_of_peak_sustained_elapsed
   l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
   l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum smsp__inst_executed_op_ldsm.sum
-  l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum dram__bytes.sum"
+  l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum dram__bytes.sum lts__t_sector_hit_rate.pct
+  smsp__inst_executed.sum smsp__inst_executed_pipe_tensor_op_hmma.sum l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
+  l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum smsp__inst_executed_op_global_st.sum"
 ncu_known_metrics() {  # the metrics of NCU_ATTN_METRICS this ncu lists (by the name before the first
   local known m        # '.'; the launch statistics are in every ncu), so that no unknown name fails the run
   known=$("$1" --query-metrics 2>/dev/null | awk '{print $1}')

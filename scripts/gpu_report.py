@@ -204,9 +204,10 @@ def parse_ncu(text):
         if m:
             v = [float(x) for x in m.groups()]
             out["step"] = dict(zip(["step", "steps", "launches", "total_ms", "attn_fwd_ms", "attn_bwd_ms", "gemm_ms", "other_ms"], v))
-        elif line.startswith("kernel ") and len(f) == 4:
+        # (the program's own "kernel NAME regs .. | local .. | .." resource lines are in the same log)
+        elif line.startswith("kernel ") and len(f) == 4 and f[1].isdigit():
             out["kernels"].append({"name": f[0][7:], "launches": int(f[1]), "ms": num(f[2].split()[0]), "pct": num(f[3].split()[0])})
-        elif line.startswith("metric ") and len(f) == 4:
+        elif line.startswith("metric ") and len(f) == 4 and f[3].isdigit():
             out["metrics"].append({"kernel": f[0][7:], "metric": f[1], "value": f[2], "launches": int(f[3])})
     return out
 
