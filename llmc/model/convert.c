@@ -86,3 +86,12 @@ void convert_write_hf(const char* dir, const ParamTable* pt, const float* params
     if (vocab_path) convert_write_tokenizer(dir, vocab_path, &pt->cfg); // first: config.json comes last
     model_save_hf(dir, pt, params);
 }
+
+void convert_write_safetensors(const char* path, const ParamTable* pt, const float* params) {
+    const GPT2Config* c = &pt->cfg;
+    if (c->channels != 64 * c->num_heads)
+        fatal("write a transformers directory instead (--out DIR): its config.json keeps n_head",
+              "--out '%s': a lone .safetensors file has no config, and its loaders take n_head = C / 64 = %d; this model has %d heads",
+              path, c->channels / 64, c->num_heads);
+    model_save_safetensors(path, pt, params);
+}

@@ -7,9 +7,11 @@
 //           NF4 weights, exactly what the tool computes with), a size descriptor (d12, tiny: the
 //           GPT-2 initialization from a seed, as the trainers make it); then optionally a PEFT
 //           adapter merged in (W += scaling B A, and the base tensors it trained replaced).
-//   write:  llm.c .bin fp32 (version 3) or bf16 (version 5, rounded to nearest even), or a
-//           Hugging Face model directory: config.json, model.safetensors (F32),
-//           generation_config.json and the tokenizer files.
+//   write:  llm.c .bin fp32 (version 3) or bf16 (version 5, rounded to nearest even), a
+//           Hugging Face model directory (config.json, model.safetensors (F32),
+//           generation_config.json and the tokenizer files), that directory's weights alone as
+//           one .safetensors file, or GGUF for llama.cpp (F32 / F16 / BF16 / Q8_0 with the
+//           tokenizer: llmc/model/gguf_io.h); an adapter alone as a GGUF LoRA adapter.
 //
 // Everything but the adapter stays on the host, so a conversion is exact on either backend
 // wherever the target can hold the values: fp32 -> HF -> fp32 and bf16 -> HF -> bf16 give the
@@ -36,7 +38,7 @@ typedef struct {
 } HostModel;
 
 // Output formats.
-typedef enum { CONVERT_HF = 0, CONVERT_LLMC_FP32, CONVERT_LLMC_BF16 } ConvertFormat;
+typedef enum { CONVERT_HF = 0, CONVERT_LLMC_FP32, CONVERT_LLMC_BF16, CONVERT_SAFETENSORS, CONVERT_GGUF, CONVERT_GGUF_LORA } ConvertFormat;
 
 // Load any model the trainers and generate take (see above); seed initializes a size descriptor.
 // Fatal with a message naming the file on anything wrong.
@@ -58,6 +60,10 @@ int convert_vocab_fits(const char* vocab_path, const GPT2Config* cfg, char* why,
 // generation_config.json and, with a vocab_path that fits (convert_vocab_fits), the tokenizer
 // files. Each file is written atomically.
 void convert_write_hf(const char* dir, const ParamTable* pt, const float* params, const char* vocab_path);
+// A lone .safetensors file (model_save_safetensors). Its loaders infer n_head as C / 64, so a
+// model with another head size is refused (fatal, naming path) before anything is written.
+void convert_write_safetensors(const char* path, const ParamTable* pt, const float* params);
+
 // The tokenizer files alone (into a PEFT adapter directory), from a vocabulary that fits.
 void convert_write_tokenizer(const char* dir, const char* vocab_path, const GPT2Config* cfg);
 

@@ -6,6 +6,7 @@
 #include "base/rand.h"
 #include "base/check.h"
 #include "base/fileio.h"
+#include "model/gguf_io.h"
 #include "text/tokenizer.h"
 #include "text/vocab.h"
 #include <math.h>
@@ -518,6 +519,10 @@ void model_load(const char* path, GPT2Config* cfg_out, ParamTable* pt_out, float
         load_llmc(path, cfg_out, pt_out, params_out);
         return;
     }
+    if (got >= 4 && memcmp(head, GGUF_MAGIC, 4) == 0) { // a GGUF model (llmc/model/gguf_io.h)
+        gguf_load_gpt2(path, cfg_out, pt_out, params_out);
+        return;
+    }
     if (got >= 2 && head[0] == 'P' && head[1] == 'K')
         fatal("convert it to safetensors (model.save_pretrained(dir, safe_serialization=True)) and pass that",
               "'%s': this is a PyTorch pickle/zip checkpoint, which is not supported", path);
@@ -594,11 +599,8 @@ static void write_hf_config(const char* path, const GPT2Config* c) {
     jw_free(&w);
 }
 
-void model_save_hf(const char* dir, const ParamTable* pt, const float* params) {
-    mkdir_p(dir);
-    char path[LLMC_PATH_MAX];
-    const GPT2Config* c = &pt->cfg;
-    int L = c->num_layers;
+void model_save_safetensors(const char* path, const ParamTable* pt, const float* params) {
+    const int L = pt->cfg.num_layers;
     StWriter w;
     st_writer_init(&w);
     TransposeCtx* ctx = (TransposeCtx*)callocCheck((size_t)NUM_PARAM_TENSORS * (size_t)L + 1, sizeof(TransposeCtx));
@@ -621,10 +623,17 @@ void model_save_hf(const char* dir, const ParamTable* pt, const float* params) {
             }
         }
     }
-    path_join(path, sizeof(path), dir, "model.safetensors");
     st_writer_save(&w, path);
     st_writer_free(&w);
     free(ctx);
+}
+
+void model_save_hf(const char* dir, const ParamTable* pt, const float* params) {
+    mkdir_p(dir);
+    char path[LLMC_PATH_MAX];
+    const GPT2Config* c = &pt->cfg;
+    path_join(path, sizeof(path), dir, "model.safetensors");
+    model_save_safetensors(path, pt, params);
     write_hf_generation_config(dir, c);
     // last: a new directory holds config.json only once it is complete (until then transformers
     // and model_load refuse it instead of loading a missing or partial model)

@@ -6,6 +6,8 @@
 // model_load sniffs what `path` is:
 //   - an llm.c checkpoint (.bin, magic 20240326): version 3 (fp32) or 5 (bf16); the file size
 //     must be exactly 1024 + the bytes of every tensor;
+//   - a GGUF model (magic "GGUF"): a GPT-2 as `convert --to gguf` writes it (llmc/model/gguf_io.h),
+//     F16 / BF16 / Q8_0 weights dequantized to fp32;
 //   - a safetensors file (F32 / BF16 / F16), with config.json from the same directory when there
 //     is one (otherwise the config is inferred from the tensor shapes; n_head defaults to C/64);
 //   - a sharded checkpoint's model.safetensors.index.json (only its weight_map is used);
@@ -40,6 +42,10 @@ void model_save_llmc(const char* path, const ParamTable* pt, const float* params
 // end-of-text token). Creates dir; each file is written atomically, config.json last, so a
 // directory holding config.json is complete.
 void model_save_hf(const char* dir, const ParamTable* pt, const float* params);
+
+// The weights file of model_save_hf alone (one F32 safetensors file, atomic): it loads as a lone
+// .safetensors, whose config is inferred from the shapes (n_head = C / 64, GPT-2's head size).
+void model_save_safetensors(const char* path, const ParamTable* pt, const float* params);
 
 // Adds the tokenizer to a Hugging Face model directory, so AutoTokenizer.from_pretrained(dir)
 // and pipeline("text-generation", model=dir) work: vocab.json + merges.txt (copies of

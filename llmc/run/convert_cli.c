@@ -1,5 +1,7 @@
 // The `convert` program: flags, then load (and merge) -> write (llmc/model/convert.h).
 #include "model/convert.h"
+#include "model/gguf_io.h"
+#include "model/peft_io.h"
 #include "run/args.h"
 #include "base/check.h"
 #include "run/cli.h"
@@ -13,53 +15,78 @@ typedef struct {
     const char* adapter;
     const char* out;
     const char* format;
+    const char* gguf_type;
     const char* vocab;
     int seed, threads;
 } ConvertFlags;
 
 static void convert_parse(ConvertFlags* f, int argc, char** argv) {
-    static const char* const formats[] = { "auto", "hf", "llmc", "llmc-bf16", NULL };
+    static const char* const formats[] = { "auto", "hf", "llmc", "llmc-bf16", "safetensors", "gguf", "gguf-lora", NULL };
+    static const char* const gguf_types[] = { "f32", "f16", "bf16", "q8_0", NULL };
+    static const char* const fmt_help =
+        "hf: transformers directory (config.json, model.safetensors F32, generation_config.json, tokenizer files); "
+        "llmc / llmc-bf16: llm.c .bin fp32 (v3) / bf16 (v5); safetensors: one .safetensors file (the directory's weights); "
+        "gguf: a GGUF model for llama.cpp / Ollama (tokenizer included); gguf-lora: --adapter alone as a GGUF LoRA adapter "
+        "(llama.cpp --lora) for the base --model; auto: by the --out name (.bin, .safetensors, .gguf), else hf";
     memset(f, 0, sizeof(*f));
     f->format = "auto";
-    ArgSpec specs[8];
+    f->gguf_type = "f16";
+    ArgSpec specs[10];
     int n = 0;
-    specs[n++] = cli_flag_model(&f->model, "model: llm.c .bin (fp32/bf16), .safetensors, sharded index, transformers model dir, "
+    specs[n++] = cli_flag_model(&f->model, "model: llm.c .bin (fp32/bf16), .safetensors, sharded index, transformers model dir, GGUF, "
                                            "4-bit bitsandbytes dir (dequantized), or d6..d48 / tiny (GPT-2 init from --seed)");
-    specs[n++] = (ArgSpec){"--adapter", NULL, ARG_STR, &f->adapter, "DIR", "merge this LoRA adapter (PEFT directory) into the model", 1, 0, NULL};
-    specs[n++] = (ArgSpec){"--out", "-o", ARG_STR, &f->out, "PATH", "where to write: a .bin file (llm.c) or a directory (transformers)", 1, 0, NULL};
-    specs[n++] = (ArgSpec){"--format", NULL, ARG_STR, &f->format, "FMT",
-                           "hf: transformers directory (config.json, model.safetensors F32, generation_config.json, tokenizer files); "
-                           "llmc / llmc-bf16: llm.c .bin fp32 (v3) / bf16 (v5); auto: llmc when --out ends in .bin, else hf", 1, 0, formats};
+    specs[n++] = (ArgSpec){"--adapter", NULL, ARG_STR, &f->adapter, "DIR", "merge this LoRA adapter (PEFT directory) into the model "
+                           "(with --to gguf-lora: the adapter to export)", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--out", "-o", ARG_STR, &f->out, "PATH", "where to write: a .bin, .safetensors or .gguf file, or a directory (transformers)", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--to", NULL, ARG_STR, &f->format, "FMT", fmt_help, 1, 0, formats};
+    specs[n++] = (ArgSpec){"--format", NULL, ARG_STR, &f->format, "FMT", "the same as --to", 1, 0, formats};
+    specs[n++] = (ArgSpec){"--gguf-type", NULL, ARG_STR, &f->gguf_type, "T",
+                           "GGUF weight type of the matmul weights and token embedding: f32, f16 (default, as llama.cpp's converter), bf16, "
+                           "q8_0 (llama.cpp's 8-bit blocks); biases, norms and position embedding stay f32", 1, 0, gguf_types};
     specs[n++] = (ArgSpec){"--vocab", NULL, ARG_STR, &f->vocab, "PATH",
-                           "vocabulary for the tokenizer files of an hf output (default: next to the model, else data/gpt2)", 1, 0, NULL};
+                           "vocabulary for the tokenizer of an hf or gguf output (default: next to the model, else data/gpt2)", 1, 0, NULL};
     specs[n++] = cli_flag_seed(&f->seed);
     specs[n++] = cli_flag_threads(&f->threads);
     args_parse(argc, argv, specs, n,
-               "usage: convert --model PATH [--adapter DIR] --out PATH [--format auto|hf|llmc|llmc-bf16]\n\n"
-               "Converts a GPT-2 between the formats this tool reads and writes, optionally merging a LoRA adapter.\n"
-               "Conversions are exact where the output holds the values (fp32 -> hf -> fp32, bf16 -> hf -> bf16).", NULL);
-    if (!f->model) fatal("run with --help to see every flag", "--model is required");
-    if (!f->out) fatal("give --out FILE.bin (llm.c) or --out DIR (transformers)", "--out is required");
+               "usage: convert --model PATH [--adapter DIR] --out PATH [--to auto|hf|llmc|llmc-bf16|safetensors|gguf|gguf-lora] [--gguf-type T]\n\n"
+               "Converts a GPT-2 between the formats this tool reads and writes, optionally merging a LoRA adapter;\n"
+               "writes GGUF models and LoRA adapters for llama.cpp. Conversions are exact where the output holds the\n"
+               "values (fp32 -> hf -> fp32, bf16 -> hf -> bf16, fp32 -> gguf f32 -> fp32).", NULL);
+    if (!f->model) fatal("run with --help to see every flag (with --to gguf-lora, --model is the adapter's base)", "--model is required");
+    if (!f->out) fatal("give --out FILE.bin (llm.c), FILE.gguf, FILE.safetensors or --out DIR (transformers)", "--out is required");
+}
+
+static int ends_with(const char* s, const char* suffix) {
+    const size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
 }
 
 static ConvertFormat convert_format_of(const ConvertFlags* f) {
-    if (!strcmp(f->format, "hf")) return CONVERT_HF;
-    if (!strcmp(f->format, "llmc")) return CONVERT_LLMC_FP32;
-    if (!strcmp(f->format, "llmc-bf16")) return CONVERT_LLMC_BF16;
-    size_t n = strlen(f->out);
-    return n >= 4 && !strcmp(f->out + n - 4, ".bin") ? CONVERT_LLMC_FP32 : CONVERT_HF;
+    static const char* const names[] = { "hf", "llmc", "llmc-bf16", "safetensors", "gguf", "gguf-lora" };
+    static const ConvertFormat fmts[] = { CONVERT_HF, CONVERT_LLMC_FP32, CONVERT_LLMC_BF16, CONVERT_SAFETENSORS, CONVERT_GGUF, CONVERT_GGUF_LORA };
+    for (int i = 0; i < 6; i++) if (!strcmp(f->format, names[i])) return fmts[i];
+    if (ends_with(f->out, ".bin")) return CONVERT_LLMC_FP32;
+    if (ends_with(f->out, ".safetensors")) return CONVERT_SAFETENSORS;
+    if (ends_with(f->out, ".gguf")) return CONVERT_GGUF;
+    return CONVERT_HF;
 }
 
 // Refuse an --out of the wrong kind before anything is read or written.
-static void convert_check_out(const char* out, ConvertFormat fmt) {
+static void convert_check_out(const ConvertFlags* f, ConvertFormat fmt) {
+    const char* out = f->out;
     if (fmt == CONVERT_HF && file_exists(out))
-        fatal("give a directory for --format hf (it is created if missing)", "--out '%s' is a file", out);
+        fatal("give a directory for --to hf (it is created if missing)", "--out '%s' is a file", out);
+    if (fmt == CONVERT_HF && (ends_with(out, ".safetensors") || ends_with(out, ".gguf")))
+        fatal("leave out --to hf to write that file, or give a directory name", "--out '%s' names a file but --to hf writes a directory", out);
     if (fmt != CONVERT_HF && dir_exists(out))
-        fatal("give a file name for an llm.c output, e.g. --out model.bin", "--out '%s' is a directory", out);
+        fatal("give a file name, e.g. --out model.bin, model.safetensors or model.gguf", "--out '%s' is a directory", out);
+    if (fmt == CONVERT_GGUF_LORA && !f->adapter)
+        fatal("give the PEFT adapter directory to export with --adapter", "--to gguf-lora needs --adapter");
 }
 
 static const char* convert_format_name(ConvertFormat fmt) {
-    return fmt == CONVERT_HF ? "transformers directory" : fmt == CONVERT_LLMC_BF16 ? "llm.c bf16" : "llm.c fp32";
+    static const char* const names[] = { "transformers directory", "llm.c fp32", "llm.c bf16", "safetensors file", "GGUF", "GGUF LoRA adapter" };
+    return names[fmt];
 }
 
 // The vocabulary of an hf output: --vocab must fit the model; one found next to the model or
@@ -73,26 +100,55 @@ static const char* convert_vocab(const ConvertFlags* f, const GPT2Config* cfg, c
     return NULL;
 }
 
+// A GGUF model of hm, with its tokenizer (a vocabulary that fits is required) and provenance.
+static void convert_write_gguf(const ConvertFlags* f, const HostModel* hm, GgmlType type) {
+    char vpath[LLMC_PATH_MAX], why[LLMC_PATH_MAX + 200], desc[3 * LLMC_PATH_MAX];
+    const int found = textgen_find_vocab(f->vocab, f->model, vpath, sizeof(vpath)) == 0;
+    if (convert_vocab_fits(found ? vpath : NULL, &hm->cfg, why, sizeof(why)) != 0)
+        fatal("a GGUF file carries the tokenizer: pass the model's vocabulary with --vocab", "%s", why);
+    snprintf(desc, sizeof(desc), "GPT-2 from %s, written by llmc-ft convert", hm->source);
+    GgufProvenance prov = { NULL, f->model, f->adapter ? "lora-merged" : NULL, desc };
+    gguf_save_gpt2(f->out, &hm->pt, hm->params, type, vpath, &prov);
+}
+
+// The adapter alone, checked against the base --model (a wrong base is refused by the adapter loader).
+static void convert_write_gguf_lora(const ConvertFlags* f, const HostModel* hm, GgmlType type) {
+    char desc[3 * LLMC_PATH_MAX];
+    LoraModel* lm = peft_load_adapter(f->adapter, &hm->cfg);
+    snprintf(desc, sizeof(desc), "LoRA adapter %s for GPT-2 %s, written by llmc-ft convert", f->adapter, hm->source);
+    GgufProvenance prov = { NULL, f->model, "lora", desc };
+    gguf_save_lora(f->out, lm, type, &prov);
+    lora_free(lm);
+}
+
 int convert_main(int argc, char** argv) {
     ConvertFlags f;
     convert_parse(&f, argc, argv);
     const ConvertFormat fmt = convert_format_of(&f);
-    convert_check_out(f.out, fmt);
+    convert_check_out(&f, fmt);
+    GgmlType gtype;
+    gguf_parse_type(f.gguf_type, &gtype); // (one of the choices args_parse allowed)
     HostModel hm;
     convert_load(&hm, f.model, (uint64_t)f.seed);
-    if (f.adapter) {
-        ops_init(f.threads); // the adapter is read into the backend's memory
-        convert_merge_adapter(&hm, f.adapter);
-    }
+    if (f.adapter) ops_init(f.threads); // the adapter is read into the backend's memory
+    if (f.adapter && fmt != CONVERT_GGUF_LORA) convert_merge_adapter(&hm, f.adapter);
     if (fmt == CONVERT_HF) {
         char vpath[LLMC_PATH_MAX];
         convert_write_hf(f.out, &hm.pt, hm.params, convert_vocab(&f, &hm.cfg, vpath, sizeof(vpath)));
+    } else if (fmt == CONVERT_SAFETENSORS) {
+        convert_write_safetensors(f.out, &hm.pt, hm.params);
+    } else if (fmt == CONVERT_GGUF) {
+        convert_write_gguf(&f, &hm, gtype);
+    } else if (fmt == CONVERT_GGUF_LORA) {
+        convert_write_gguf_lora(&f, &hm, gtype);
     } else {
         model_save_llmc(f.out, &hm.pt, hm.params, fmt == CONVERT_LLMC_BF16);
     }
-    printf("converted: %s -> %s (%s) | L=%d C=%d NH=%d vocab=%d max_seq_len=%d | %zu parameters\n", hm.source, f.out,
-           convert_format_name(fmt), hm.cfg.num_layers, hm.cfg.channels, hm.cfg.num_heads, hm.cfg.vocab_size, hm.cfg.max_seq_len,
-           params_count_unpadded(&hm.pt));
+    const int gg = fmt == CONVERT_GGUF || fmt == CONVERT_GGUF_LORA;
+    printf("converted: %s%s%s -> %s (%s%s%s) | L=%d C=%d NH=%d vocab=%d max_seq_len=%d | %zu parameters\n", hm.source,
+           fmt == CONVERT_GGUF_LORA ? " + adapter " : "", fmt == CONVERT_GGUF_LORA ? f.adapter : "", f.out, convert_format_name(fmt),
+           gg ? " " : "", gg ? f.gguf_type : "", hm.cfg.num_layers, hm.cfg.channels, hm.cfg.num_heads, hm.cfg.vocab_size,
+           hm.cfg.max_seq_len, params_count_unpadded(&hm.pt));
     convert_free(&hm);
     return 0;
 }
