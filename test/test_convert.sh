@@ -70,6 +70,44 @@ if [ -x "$BIN_DIR/train_lora" ]; then
   grep -q "^converted: .*(merged)" "$TMP/conv.log" && ok "$(grep '^converted' "$TMP/conv.log")" || bad "no merge in: $(cat "$TMP/conv.log")"
 fi
 
+# ---- GGUF (llama.cpp): the files the suite writes are the very files dev/gen_gguf_ref.py ran in
+# llama.cpp (test/ref/gguf/files.sha256; test_gguf compares the logits); round trips through GGUF
+GG=test/ref/gguf
+if command -v sha256sum >/dev/null; then
+  for t in f32 f16 bf16 q8_0; do
+    conv --model tiny --seed 11 --out "$TMP/tiny_$t.gguf" --gguf-type $t
+  done
+  conv --model tiny --seed 11 --adapter $GG/lora_tiny --to gguf-lora --gguf-type f32 --out "$TMP/lora_f32.gguf"
+  (cd "$TMP" && sha256sum -c --quiet "$OLDPWD/$GG/files.sha256") >"$TMP/sha.log" 2>&1 \
+    && ok "GGUF f32/f16/bf16/q8_0 of tiny seed 11 and the LoRA adapter: byte-identical to the files llama.cpp was checked on" \
+    || bad "GGUF files differ from the ones llama.cpp checked: $(cat "$TMP/sha.log")"
+else
+  conv --model tiny --seed 11 --out "$TMP/tiny_f32.gguf" --gguf-type f32
+  echo "skip: sha256sum not installed: GGUF bytes not compared with llama.cpp's"
+fi
+conv --model "$TMP/tiny_f32.gguf" --out "$TMP/tiny_gguf.bin" && same "$TMP/tiny_gguf.bin" "$TMP/init11.bin" "GGUF f32 -> llm.c: the same weights"
+conv --model "$TMP/tiny_gguf.bin" --out "$TMP/tiny_auto.gguf" --gguf-type f32 && grep -q "(GGUF f32)" "$TMP/conv.log" \
+  && ok "--out NAME.gguf picks GGUF" || bad "auto GGUF: $(cat "$TMP/conv.log")"
+conv --model "$TMP/tiny_f32.gguf" --out "$TMP/hf_from_gguf" && conv --model "$TMP/hf_from_gguf" --out "$TMP/hf_back.bin" \
+  && same "$TMP/hf_back.bin" "$TMP/init11.bin" "GGUF -> HF dir -> llm.c: the same weights"
+# a lone .safetensors file (--out NAME.safetensors writes one file, not a directory)
+# (test/ref/pack_tiny: head size 64, the size a lone file's loaders infer)
+conv --model test/ref/pack_tiny --out "$TMP/pack.bin" && conv --model "$TMP/pack.bin" --out "$TMP/lone.safetensors" \
+  && [ -f "$TMP/lone.safetensors" ] && conv --model "$TMP/lone.safetensors" --out "$TMP/lone_back.bin" \
+  && same "$TMP/lone_back.bin" "$TMP/pack.bin" "--out x.safetensors writes one safetensors file that loads back to the same model"
+expect_fail "lone safetensors of a model whose head size is not 64" "n_head" "$CONV" --model test/ref/gpt2_tiny --out "$TMP/x5.safetensors"
+expect_fail "gguf without --adapter for gguf-lora" "--to gguf-lora needs --adapter" "$CONV" --model tiny --to gguf-lora --out "$TMP/x6.gguf"
+expect_fail "GGUF of a model without a fitting vocabulary" "a GGUF file carries the tokenizer" "$CONV" --model test/ref/gpt2_tiny --out "$TMP/x7.gguf"
+expect_fail "GGUF LoRA adapter on the wrong base" "wrong base model" "$CONV" --model tiny --adapter test/ref/lora_tiny/qv --to gguf-lora --out "$TMP/x8.gguf"
+expect_fail "GGUF LoRA of an adapter that trains biases" "cannot carry" "$CONV" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/bias_all --to gguf-lora --out "$TMP/x9.gguf"
+expect_fail "a GGUF adapter passed as a model" "not a model" "$CONV" --model "$TMP/lora_f32.gguf" --out "$TMP/x10.bin"
+head -c 100000 "$TMP/tiny_f32.gguf" > "$TMP/trunc.gguf"
+expect_fail "a truncated GGUF" "truncated" "$CONV" --model "$TMP/trunc.gguf" --out "$TMP/x11.bin"
+expect_fail "unknown --gguf-type" "--gguf-type" "$CONV" --model tiny --out "$TMP/x12.gguf" --gguf-type q4_0
+for x in x5.safetensors x6.gguf x7.gguf x8.gguf x9.gguf x10.bin x11.bin x12.gguf; do
+  [ ! -e "$TMP/$x" ] || bad "refused run left $x behind"
+done
+
 # ---- bad input: one message, non-zero exit, nothing written
 expect_fail "no --model" "--model is required" "$CONV" --out "$TMP/x.bin"
 expect_fail "no --out" "--out is required" "$CONV" --model $REF/hf_tiny

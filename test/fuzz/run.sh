@@ -17,7 +17,7 @@ leaks=0; chunk=100000
 case "$name" in json|safetensors|peft|tokenizer) leaks=1; chunk=1000000 ;; esac # no fatal() inside
 [ "$name" = vocab ] && chunk=50000 # a refused vocabulary leaves ~30 KB behind: stay under the RSS limit
 case "$name" in
-  json|hf_config) maxlen=4096 ;; tokenizer) maxlen=1024 ;; peft) maxlen=32768 ;; *) maxlen=16384 ;;
+  json|hf_config) maxlen=4096 ;; tokenizer) maxlen=1024 ;; peft|gguf) maxlen=32768 ;; *) maxlen=16384 ;;
 esac
 dict=(); case "$name" in shard|tokenizer) ;; *) dict=(-dict=test/fuzz/json.dict) ;; esac
 # -detect_leaks follows LeakSanitizer: left on where LSan is off, libFuzzer runs every input that
