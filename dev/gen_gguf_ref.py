@@ -348,7 +348,7 @@ def write_refs(keep, lora_logits, report):
     sets = dict((k, v["logits"]) for k, v in keep.items())
     sets["lora"] = lora_logits
     for k, lg in sets.items():
-        t[f"{k}_logits"] = lg[:, cols].astype(np.float32)
+        t[f"{k}_logits"] = np.ascontiguousarray(lg[:, cols], dtype=np.float32)  # (C order: save_file writes the buffer)
         t[f"{k}_argmax"] = np.argmax(lg, axis=1).astype(np.int32)
         t[f"{k}_margin"] = margins(lg).astype(np.float32)
         t[f"{k}_maxabs"] = np.max(np.abs(lg), axis=1).astype(np.float32)

@@ -98,7 +98,7 @@ conv --model test/ref/pack_tiny --out "$TMP/pack.bin" && conv --model "$TMP/pack
 expect_fail "lone safetensors of a model whose head size is not 64" "n_head" "$CONV" --model test/ref/gpt2_tiny --out "$TMP/x5.safetensors"
 expect_fail "gguf without --adapter for gguf-lora" "--to gguf-lora needs --adapter" "$CONV" --model tiny --to gguf-lora --out "$TMP/x6.gguf"
 expect_fail "GGUF of a model without a fitting vocabulary" "a GGUF file carries the tokenizer" "$CONV" --model test/ref/gpt2_tiny --out "$TMP/x7.gguf"
-expect_fail "GGUF LoRA adapter on the wrong base" "wrong base model" "$CONV" --model tiny --adapter test/ref/lora_tiny/qv --to gguf-lora --out "$TMP/x8.gguf"
+expect_fail "GGUF LoRA adapter on the wrong base" "wrong base model" "$CONV" --model $REF/hf_hub --adapter test/ref/lora_tiny/qv --to gguf-lora --out "$TMP/x8.gguf"
 expect_fail "GGUF LoRA of an adapter that trains biases" "cannot carry" "$CONV" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/bias_all --to gguf-lora --out "$TMP/x9.gguf"
 expect_fail "a GGUF adapter passed as a model" "not a model" "$CONV" --model "$TMP/lora_f32.gguf" --out "$TMP/x10.bin"
 head -c 100000 "$TMP/tiny_f32.gguf" > "$TMP/trunc.gguf"

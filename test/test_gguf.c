@@ -27,6 +27,16 @@ static char TMP[1024];
 
 static void tmp_path(char* out, size_t cap, const char* name) { snprintf(out, cap, "%s/%s", TMP, name); }
 
+// An integer reference tensor (malloc'd; its element count in *n).
+static int* ref_read_int(StFile* f, const char* name, size_t* n) {
+    const StTensor* t = st_find(f, name);
+    if (!t) fatal(NULL, "reference tensor %s missing in %s", name, f->path);
+    int* v = (int*)mallocCheck((t->numel + 1) * sizeof(int));
+    st_read_i32(f, t, v);
+    if (n) *n = t->numel;
+    return v;
+}
+
 static void test_q8_0(StFile* ref) {
     size_t n, nq;
     float* x = ref_read(ref, "q8_input", &n);
@@ -101,9 +111,9 @@ static float* forward_logits(const GPT2Config* cfg, const float* w, const int* i
 static void check_vs_llama(const char* what, StFile* ref, const char* key, const float* lg, int T, int V, double tol) {
     char k[64];
     size_t nc, n;
-    float* cols_f = ref_read(ref, "cols", &nc);
+    int* cols_f = ref_read_int(ref, "cols", &nc);
     snprintf(k, sizeof(k), "%s_logits", key); float* want = ref_read(ref, k, &n);
-    snprintf(k, sizeof(k), "%s_argmax", key); float* am = ref_read(ref, k, NULL);
+    snprintf(k, sizeof(k), "%s_argmax", key); int* am = ref_read_int(ref, k, NULL);
     snprintf(k, sizeof(k), "%s_margin", key); float* mg = ref_read(ref, k, NULL);
     snprintf(k, sizeof(k), "%s_maxabs", key); float* mx = ref_read(ref, k, NULL);
     TEST_CHECK(n == (size_t)T * nc, "%s: reference has %zu logits for %d positions x %zu columns", what, n, T, nc);
@@ -118,7 +128,7 @@ static void check_vs_llama(const char* what, StFile* ref, const char* key, const
         worst = d / mx[t] > worst ? d / mx[t] : worst;
         int arg = 0;
         for (int v = 1; v < V; v++) if (lg[(size_t)t * V + v] > lg[(size_t)t * V + arg]) arg = v;
-        if (mg[t] > 2.0 * tol * mx[t]) { decided++; agree += arg == (int)am[t]; }
+        if (mg[t] > 2.0 * tol * mx[t]) { decided++; agree += arg == am[t]; }
     }
     TEST_CHECK(worst <= tol, "%s: max |ours - llama.cpp| / max |llama.cpp| = %.3g > %.3g", what, worst, tol);
     TEST_CHECK(agree == decided, "%s: argmax differs from llama.cpp at %d of %d positions its margin decides", what, decided - agree, decided);
@@ -129,11 +139,12 @@ static void check_vs_llama(const char* what, StFile* ref, const char* key, const
 
 static void test_models(StFile* ref) {
     static const char* names[] = { "f32", "f16", "bf16", "q8_0" };
-    static const double tol[] = { 1e-3, 2e-3, 2e-2, 3e-2 };
+    // ~3x what was measured (2e-4, 4e-4, 2e-3, 7e-3: llama.cpp's fp16 GELU table and activation
+    // rounding); a backend computing in bf16 gets bf16's
+    const double floor = test_is_bf16() ? 3e-2 : 0.0;
+    const double tol[] = { fmax(6e-4, floor), fmax(1.2e-3, floor), fmax(6e-3, floor), fmax(2e-2, floor) };
     size_t T;
-    float* idsf = ref_read(ref, "ids", &T);
-    int* ids = (int*)mallocCheck(T * sizeof(int));
-    for (size_t i = 0; i < T; i++) ids[i] = (int)idsf[i];
+    int* ids = ref_read_int(ref, "ids", &T);
     HostModel hm;
     convert_load(&hm, "tiny", 11);
     for (int k = 0; k < 4; k++) {
@@ -155,10 +166,10 @@ static void test_models(StFile* ref) {
     // the PEFT adapter merged == llama.cpp with the GGUF adapter applied to tiny_f32.gguf
     convert_merge_adapter(&hm, REFDIR "/lora_tiny");
     float* lg = forward_logits(&hm.cfg, hm.params, ids, (int)T);
-    check_vs_llama("tiny + lora_tiny (merged by us; llama.cpp: --lora)", ref, "lora", lg, (int)T, hm.cfg.vocab_size, 1e-3);
+    check_vs_llama("tiny + lora_tiny (merged by us; llama.cpp: --lora)", ref, "lora", lg, (int)T, hm.cfg.vocab_size, fmax(9e-4, floor));
     free(lg);
     convert_free(&hm);
-    free(ids); free(idsf);
+    free(ids);
 }
 
 // A q,v-split adapter (test/ref/lora_tiny/qv: c_attn of stacked rank 2r, scaling alpha / r) as a GGUF

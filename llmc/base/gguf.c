@@ -221,6 +221,7 @@ static int gguf_read_tensor_info(GgufCursor* c, GgufFile* f, GgufTensor* t) {
         t->ne[d] = (int64_t)ne;
     }
     t->numel = numel;
+    if (numel > (uint64_t)INT64_MAX / 4) return CFAIL(c, "tensor '%s': its byte size overflows 63 bits", t->name);
     if (cur_u32(c, &t->type, "a tensor type") || cur_u64(c, &t->offset, "a tensor offset")) return -1;
     if (gguf_row_bytes(t->type, 1 * gguf_block_size(t->type)) == 0)
         return CFAIL(c, "tensor '%s' has ggml type %u; this tool reads F32, F16, BF16 and Q8_0 only", t->name, t->type);
