@@ -6,8 +6,10 @@ llama-cpp-python (which builds llama.cpp), plus a built `convert` (make BACKEND=
 
     python3 dev/gen_gguf_ref.py [--convert build/cpu/bin/convert] [--skip-124m] [--write-ref]
 
-For a tiny GPT-2 (`--model tiny --seed 11`: 2 layers, 64 channels, GPT-2's vocabulary) and a
-124M-shaped one (`d12 --seed 11`), every `convert --to gguf --gguf-type T` file:
+For a tiny GPT-2 (`--model tiny --seed 11`: 2 layers, 64 channels, GPT-2's vocabulary), a
+124M-shaped one (`d12 --seed 11`) and, with --trained, a trained model (`make quickstart`'s
+out/lora_tiny/base, and with --trained-adapter its LoRA fine-tune merged), every
+`convert --to gguf --gguf-type T` file:
   - gguf-py's GGUFReader reads it: keys, value types, tensor names, shapes and types as expected;
     every Q8_0 tensor is byte-identical to gguf-py's quantizer (quants.quantize) on the f32 file's
     tensor, and a crafted tensor with rounding ties and zero blocks is committed with gguf-py's bytes;
@@ -240,9 +242,11 @@ def q8_crafted():
 
 # ---- the model checks
 
-def check_model(conv, work, desc, cfg, report, keep):
+def check_model(conv, work, desc, cfg, report, keep, model_args=None):
+    """desc: a size descriptor (with --seed SEED) or, with model_args, a name for those convert args."""
+    model_args = model_args or ["--model", desc, "--seed", str(SEED)]
     hf = os.path.join(work, f"{desc}_hf")
-    run([conv, "--model", desc, "--seed", str(SEED), "--out", hf])
+    run([conv, *model_args, "--out", hf])
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(hf)
     ids = tok(PROMPT)["input_ids"]
@@ -253,7 +257,7 @@ def check_model(conv, work, desc, cfg, report, keep):
     paths = {}
     for typ in TYPES:
         p = os.path.join(work, f"{desc}_{typ}.gguf")
-        run([conv, "--model", desc, "--seed", str(SEED), "--out", p, "--gguf-type", typ])
+        run([conv, *model_args, "--out", p, "--gguf-type", typ])
         paths[typ] = p
         check_reader(p, typ, cfg, 50257)
         same = hf_model(hf, gelu=True)
@@ -316,6 +320,7 @@ def check_lora(conv, work, hf, ids, report, write_ref):
     with open(os.path.join(adir, "adapter_config.json")) as f:
         acfg = json.load(f)
     acfg["base_model_name_or_path"] = "tiny"  # (not the temporary directory) convert --model tiny --seed 11
+    acfg["target_modules"] = sorted(acfg["target_modules"])  # (a set in PEFT: any order)
     with open(os.path.join(adir, "adapter_config.json"), "w") as f:
         json.dump(acfg, f, indent=2, sort_keys=True)
     merged = pm.merge_and_unload()
@@ -366,6 +371,8 @@ def main():
     ap.add_argument("--convert", default=os.path.join(REPO, "build", "cpu", "bin", "convert"))
     ap.add_argument("--skip-124m", action="store_true")
     ap.add_argument("--write-ref", action="store_true")
+    ap.add_argument("--trained", metavar="DIR", help="also a trained model directory, e.g. out/lora_tiny/base of `make quickstart`")
+    ap.add_argument("--trained-adapter", metavar="DIR", help="... and its PEFT adapter merged into it (out/lora_tiny/lora)")
     a = ap.parse_args()
     conv = os.path.abspath(a.convert)
     os.chdir(REPO)
@@ -373,6 +380,15 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         hf, ids, _ = check_model(conv, work, "tiny", dict(L=2, C=64, NH=4, T=256), report, keep)
         lora_logits = check_lora(conv, work, hf, ids, report, a.write_ref)
+        if a.trained:
+            import json as _j
+            with open(os.path.join(a.trained, "config.json")) as f:
+                c = _j.load(f)
+            tcfg = dict(L=c["n_layer"], C=c["n_embd"], NH=c["n_head"], T=c["n_positions"])
+            check_model(conv, work, "trained", tcfg, report, None, ["--model", os.path.abspath(a.trained)])
+            if a.trained_adapter:
+                check_model(conv, work, "trained_merged", tcfg, report, None,
+                            ["--model", os.path.abspath(a.trained), "--adapter", os.path.abspath(a.trained_adapter)])
         if not a.skip_124m:
             check_model(conv, work, "d12", dict(L=12, C=768, NH=12, T=1024), report, None)
         x, q = q8_crafted()
@@ -381,7 +397,8 @@ def main():
         if a.write_ref:
             write_refs(keep, lora_logits, report)
     import llama_cpp, gguf
-    report["versions"] = dict(llama_cpp_python=llama_cpp.__version__, gguf=getattr(gguf, "__version__", "?"),
+    from importlib.metadata import version
+    report["versions"] = dict(llama_cpp_python=llama_cpp.__version__, gguf=version("gguf"),
                               torch=torch.__version__, transformers=__import__("transformers").__version__,
                               peft=__import__("peft").__version__)
     if a.write_ref:
@@ -389,8 +406,9 @@ def main():
         if a.skip_124m and os.path.exists(old):  # keep the last 124M figures
             with open(old) as f:
                 prev = json.load(f)
-            if "d12" in prev:
-                report["d12"] = prev["d12"]
+            for k in ("d12", "trained", "trained_merged"):
+                if k in prev and k not in report:
+                    report[k] = prev[k]
         with open(os.path.join(REF, "report.json"), "w") as f:
             json.dump(report, f, indent=1, sort_keys=True)
     print("all checks passed")
