@@ -341,6 +341,13 @@ def check_lora(conv, work, hf, ids, report, write_ref):
     print(f"LoRA: llama.cpp base + --lora vs llama.cpp merged {r_ll:.2e} (tol {TOL_LORA:.0e}); vs PEFT merge_and_unload {r_peft:.2e}")
     assert r_ll <= TOL_LORA and r_peft <= TOL_STOCK["f32"]
     report["lora"] = dict(rel_lora_vs_merged_llama=r_ll, rel_lora_vs_peft_merged=r_peft, tol=TOL_LORA, sha256=sha256(lora_p))
+    for typ in ("f16", "q8_0"):  # the adapter itself rounded (q8_0: lora_b of rank 4 falls back to F16)
+        p = os.path.join(work, f"lora_{typ}.gguf")
+        run([conv, *base_args, "--adapter", adir, "--to", "gguf-lora", "--gguf-type", typ, "--out", p])
+        r_t = rel(llama_logits(llama(base_p, lora=p), ids), on_merged)
+        print(f"LoRA {typ} adapter: llama.cpp base + --lora vs llama.cpp merged (f32) {r_t:.2e} (tol {TOL_SAME[typ]:.0e})")
+        assert r_t <= TOL_SAME[typ]
+        report["lora"][f"rel_{typ}_adapter_vs_merged_llama"] = r_t
     return with_lora
 
 
