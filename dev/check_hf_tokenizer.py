@@ -46,7 +46,7 @@ def check_pipeline(d, gen_bin, prompts):
     pipe = pipeline("text-generation", model=d, device="cpu")
     for p in prompts:
         hf = pipe(p, max_new_tokens=24, do_sample=False, return_full_text=False)[0]["generated_text"]
-        ours = subprocess.run([gen_bin, "--model", d, "--prompt", p, "--temperature", "0", "-n", "24", "-q", "--threads", "2", "--dtype", "fp32"],
+        ours = subprocess.run([gen_bin, "--model", d, "--prompt", p, "--temperature", "0", "--max-new-tokens", "24", "--quiet", "--threads", "2", "--dtype", "fp32"],
                               check=True, capture_output=True, text=True).stdout
         ours = ours[:-1] if ours.endswith("\n") else ours  # generate ends its output with a newline
         assert hf == ours, "greedy continuation of %r: transformers %r, generate %r" % (p, hf, ours)

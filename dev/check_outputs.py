@@ -78,7 +78,7 @@ class Generate:
         self.backend = None
 
     def detect(self, args):
-        p = subprocess.run([self.path] + args + ["--prompt", "a", "-n", "1", "--temperature", "0", "--threads", "2"],
+        p = subprocess.run([self.path] + args + ["--prompt", "a", "--max-new-tokens", "1", "--temperature", "0", "--threads", "2"],
                            capture_output=True, text=True)
         for line in p.stderr.splitlines():
             if "| backend " in line:
@@ -91,7 +91,7 @@ class Generate:
         """(text, [(id, top1, top2) per generated token])"""
         with tempfile.TemporaryDirectory() as d:
             trace = os.path.join(d, "logits.txt")
-            cmd = [self.path] + args + ["--prompt", prompt, "--temperature", "0", "-n", str(n), "-q", "--threads", "2",
+            cmd = [self.path] + args + ["--prompt", prompt, "--temperature", "0", "--max-new-tokens", str(n), "--quiet", "--threads", "2",
                                         "--logits-out", trace]
             if self.backend == "cpu":
                 cmd += ["--dtype", "fp32"]  # transformers generates in fp32

@@ -154,6 +154,11 @@ def main():
         qv += [(k + "lora_A.weight", "F32", [4, 64], f32(4 * 64)), (k + "lora_B.weight", "F32", [192, 4], struct.pack("<768f", *b))]
     put("peft", 5, json.dumps(qv_cfg, indent=2).encode() + b"\n==adapter_model.safetensors==\n" +
         safetensors(qv, {"format": "pt", "llmc_qkv_split": "q,v"}))
+    # exclude_modules, and rank_pattern / alpha_pattern keys read as regular expressions
+    for i, name in enumerate(["exclude", "patterns"]):
+        d = "test/ref/lora_tiny/" + name
+        put("peft", 6 + i, open(d + "/adapter_config.json", "rb").read() + b"\n==adapter_model.safetensors==\n" +
+            open(d + "/adapter_model.safetensors", "rb").read())
     # ---- vocabularies: the 256 byte tokens (GPT-2's byte-to-unicode alphabet), a few merges,
     # <|endoftext|>; as encoder.json + vocab.bpe, vocab.json + merges.txt, tokenizer.json
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + list(range(ord("\xae"), ord("\xff") + 1))

@@ -28,6 +28,11 @@ exactly one c_attn adapter of rank 4 with B zero in the k rows and off its block
 such split, so the reference trains that c_attn adapter with a gradient hook that zeroes B's
 gradient outside the blocks, which is the definition of separate q and v adapters).
 
+CONFIG_SETS (exclude, patterns): adapters whose structure only adapter_config.json can describe
+(exclude_modules; rank_pattern / alpha_pattern keys PEFT reads as regular expressions); their
+ref.safetensors holds logits and merged_logits only, and the metadata key "adapted" the modules
+PEFT adapted.
+
 Reverse direction: `python dev/gen_lora_ref.py --check-c build/lora_export` loads every adapter
 that test/test_lora.c wrote there (after its 10 training steps) with PeftModel.from_pretrained on
 the same base and compares PEFT's logits with the logits of our merged model (merged_logits.
@@ -36,7 +41,7 @@ safetensors written next to it by the C test). Prints the max abs difference.
 `python dev/gen_lora_ref.py --check-run build/lora_cli/run1` (after test/test_lora_cli.sh): the
 merged transformers dir that train_lora --merge wrote and PEFT on its adapter give the same logits.
 
-Run: /opt/refenv/bin/python dev/gen_lora_ref.py
+Run: /opt/refenv/bin/python dev/gen_lora_ref.py [--sets NAME,...]   (only those sets)
 """
 import json, os, sys
 import torch
@@ -60,6 +65,17 @@ SETS = {
     "bias_all": dict(r=2, lora_alpha=2, target_modules=["mlp.c_fc", "attn.c_proj"], bias="all"),
 }
 QV_R = 2
+# Sets whose structure only adapter_config.json can describe (no --lora-* flags give it), for the
+# loader alone: exclude_modules (names, matched as PEFT matches them), and rank_pattern /
+# alpha_pattern keys read as PEFT reads them (regular expressions: '^' anchors the whole name,
+# '.' is any character; the first key that matches wins). test/ref/lora_tiny/<set>/ref.safetensors
+# holds only logits and merged_logits (PeftModel.from_pretrained(...).merge_and_unload()).
+CONFIG_SETS = {
+    "exclude": dict(r=2, lora_alpha=4, target_modules=["c_attn", "c_fc", "c_proj"],
+                    exclude_modules=["h.1.mlp.c_fc", "transformer.h.0.attn.c_proj"]),
+    "patterns": dict(r=2, lora_alpha=4, target_modules=["c_attn", "mlp.c_proj"],
+                     rank_pattern={"^transformer.h.0.attn.c_attn": 4}, alpha_pattern={"h.1.mlp.c_proj": 16, "c_attn": 2}),
+}
 
 
 def base_model():
@@ -173,6 +189,26 @@ def run_set(name, spec, x, y, xa, ya):
     print(f"{name}: loss {loss.item():.6f} trainable {n_trainable} + {n_extra} base losses {losses[0]:.5f}..{losses[-1]:.5f}")
 
 
+def run_config_set(name, spec, x):
+    model = make_model(name, spec, 1000 + len(name))
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d)
+    if os.path.exists(os.path.join(d, "README.md")):
+        os.remove(os.path.join(d, "README.md"))
+    model.eval()
+    m2 = PeftModel.from_pretrained(base_model(), d).eval()
+    with torch.no_grad():
+        t = {"logits": model(input_ids=x).logits.contiguous(), "loaded_logits": m2(input_ids=x).logits.contiguous()}
+        t["merged_logits"] = m2.merge_and_unload()(input_ids=x).logits.contiguous()
+    assert (t["logits"] - t["loaded_logits"]).abs().max().item() < 1e-6, "PEFT's saved adapter reloads differently"
+    adapted = sorted(n[:-len(".lora_A.weight")] for n in load_file(os.path.join(d, "adapter_model.safetensors")) if "lora_A" in n)
+    meta = {"format": "pt", "adapted": ",".join(adapted), "generator": "dev/gen_lora_ref.py, PEFT get_peft_model on test/ref/gpt2_tiny",
+            "peft": __import__("peft").__version__, "torch": torch.__version__}
+    save_file(t, os.path.join(d, "ref.safetensors"), metadata=meta)
+    print(f"{name}: {len(adapted)} adapted modules: {', '.join(a.replace('base_model.model.transformer.', '') for a in adapted)}")
+
+
 def check_c(export_dir):
     worst = 0.0
     for name in sorted(os.listdir(export_dir)):
@@ -226,8 +262,13 @@ def main():
     xa = torch.randint(0, 100, (4, x.shape[1]), generator=g)
     ya = torch.randint(0, 100, (4, x.shape[1]), generator=g)
     ya[0, 2] = -1; ya[2, 5:9] = -1; ya[3, 0] = -1
+    only = sys.argv[2].split(",") if len(sys.argv) == 3 and sys.argv[1] == "--sets" else None
     for name, spec in SETS.items():
-        run_set(name, spec, x, y, xa, ya)
+        if only is None or name in only:
+            run_set(name, spec, x, y, xa, ya)
+    for name, spec in CONFIG_SETS.items():
+        if only is None or name in only:
+            run_config_set(name, spec, x)
     return 0
 
 

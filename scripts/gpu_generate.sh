@@ -13,7 +13,7 @@ prompt='!#%'   # token ids below 100: inside the vocabulary of the emulated chec
 fails=0 speeds=""
 for mode in cache no-cache; do
   extra=(); [ $mode = no-cache ] && extra=(--no-kv-cache)
-  if ! err=$("$bin/generate" --model "$model" --vocab data/gpt2 --prompt "$prompt" -n "$n" --temperature 0 --seed 1 "${extra[@]}" 2>&1 >/dev/null); then
+  if ! err=$("$bin/generate" --model "$model" --vocab data/gpt2 --prompt "$prompt" --max-new-tokens "$n" --temperature 0 --seed 1 "${extra[@]}" 2>&1 >/dev/null); then
     echo "$err"; echo "FAIL generate ($mode): exit status non-zero"; fails=$((fails + 1)); continue
   fi
   line=$(grep -m1 '^generated ' <<<"$err")

@@ -101,7 +101,7 @@ echo
 # its first verse less often than at 0.8.
 sample() { # SEED ARGS...: the continuation of the prompt; generate's messages only if it fails
   local seed=$1; shift
-  "$GENERATE" "$@" --prompt "<|endoftext|>$NAME" -n 64 --temperature 0.6 --top-k 40 --seed "$seed" --threads "$THREADS" -q \
+  "$GENERATE" "$@" --prompt "<|endoftext|>$NAME" --max-new-tokens 64 --temperature 0.6 --top-k 40 --seed "$seed" --threads "$THREADS" --quiet \
     2>"$OUT/sample.err" || { cat "$OUT/sample.err" >&2; exit 1; }
 }
 styled() { # ARGS...: how many of the samples with seeds 1-40 have " / " on their first line

@@ -21,7 +21,7 @@ flag_rows=$(awk '/^## Flags/ {on=1; next} /^## / {on=0} on && /^\| `/' "$DOC")
 # ---- 1
 for prog in train_gpt2 train_lora; do
   [ -x "$BIN_DIR/$prog" ] || { bad "$BIN_DIR/$prog not built"; continue; }
-  flags=$("$BIN_DIR/$prog" --help | grep -oE '^  (-[a-z], )?--[a-z0-9-]+' | grep -oE -- '--[a-z0-9-]+' | sort -u)
+  flags=$("$BIN_DIR/$prog" --help | grep -oE '^  (-[a-z]+, )?--[a-z0-9-]+' | grep -oE -- '--[a-z0-9-]+' | sort -u)
   [ "$(wc -l <<<"$flags")" -ge 30 ] || bad "$prog --help: found only $(wc -l <<<"$flags") flags"
   for f in $flags; do
     grep -qF -- "\`$f\`" <<<"$flag_rows" || bad "$DOC: no row for $prog's $f"

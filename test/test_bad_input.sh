@@ -74,4 +74,51 @@ expect_fail "failing resumed run" "out of range" "$T" --resume --out "$TMP/run" 
 after=$(cd "$TMP/run" && sha256sum model.bin model_00000001.bin state_00000001_00000.bin log.jsonl | sha256sum)
 [ "$before" = "$after" ] && ok "previous outputs intact after failed runs" || bad "outputs changed by a failed run"
 "$T" --help | grep -q -- "--total-batch-tokens" && ok "--help lists the flags" || bad "--help"
+
+# ---- first-hour friction (issue 29)
+L="$BIN_DIR/train_lora"; G="$BIN_DIR/generate"; C="$BIN_DIR/convert"
+# unknown flags got no "did you mean": underscores for dashes, other tools' names (HF Trainer,
+# PEFT, axolotl, llm.c), a unique beginning, typing errors; a suggestion only names a flag the
+# program has, and a flag like nothing gets none
+expect_fail "--lora_rank: did you mean" "unknown flag '--lora_rank': did you mean --lora-rank?" "$L" --model "$MODEL" "${RUN[@]}" --lora_rank 8
+expect_fail "--learning-rate: did you mean" "unknown flag '--learning-rate': did you mean --lr (-l)?" "$T" --model "$MODEL" "${RUN[@]}" --learning-rate 1e-3
+expect_fail "--epoch: did you mean" "unknown flag '--epoch': did you mean --epochs?" "$T" --model "$MODEL" "${RUN[@]}" --epoch 1
+expect_fail "--gradient_accumulation_steps: did you mean" "did you mean --total-batch-tokens (-d)? (tokens per optimizer step" \
+  "$T" --model "$MODEL" "${RUN[@]}" --gradient_accumulation_steps 4
+expect_fail "--warmup: did you mean" "did you mean --warmup-steps (-u)?" "$T" --model "$MODEL" "${RUN[@]}" --warmup 2
+expect_fail "--bach-size: did you mean" "did you mean --batch-size (-b)?" "$T" --model "$MODEL" "${RUN[@]}" --bach-size 2
+expect_fail "--lora-rank in train_gpt2: no LoRA suggestion" "unknown flag '--lora-r'" "$T" --model "$MODEL" "${RUN[@]}" --lora-r 8
+"$T" --model "$MODEL" "${RUN[@]}" --lora-r 8 2>&1 | grep -q "did you mean" && bad "train_gpt2 suggested a flag it lacks for --lora-r" \
+  || ok "train_gpt2 --lora-r: no suggestion (train_gpt2 has no LoRA flags)"
+"$T" --model "$MODEL" "${RUN[@]}" --bogus 1 2>&1 | grep -q "did you mean" && bad "--bogus got a suggestion" || ok "--bogus: no suggestion"
+expect_fail "generate --max_tokens: did you mean" "did you mean --max-new-tokens (-g)?" "$G" --model "$MODEL" --max_tokens 4
+# short flags: one meaning in every program, llm.c's letters where llm.c has them (-r is
+# --recompute there, not the LoRA rank; -q and -n are the trainers', so generate's -q / -n are gone
+# and their errors say what they are now)
+declare -A SHORT=([-e]=--model [-i]=--train-data [-j]=--val-data [-o]=--out [-b]=--batch-size [-t]=--seq-len
+  [-d]=--total-batch-tokens [-x]=--steps [-k]=--schedule [-l]=--lr [-u]=--warmup-steps [-q]=--final-lr-frac
+  [-c]=--weight-decay [-v]=--eval-every [-m]=--eval-batches [-n]=--save-every [-nk]=--keep-checkpoints [-z]=--zero
+  [-r]=--recompute [-s]=--sample-every [-g]="--sample-tokens --max-new-tokens" [-h]=--help)
+nshort=0; badshort=""
+for p in "$T" "$L" "$G" "$C"; do
+  while read -r a f; do
+    nshort=$((nshort + 1)); [[ " ${SHORT[$a]:-} " == *" $f "* ]] || badshort="$badshort $(basename "$p"): $a = $f;"
+  done < <("$p" --help | sed -nE 's/^  (-[a-z]+), (--[a-z0-9-]+).*/\1 \2/p')
+done
+[ -z "$badshort" ] && [ "$nshort" -ge 50 ] && ok "$nshort short flags in 4 programs, each letter one meaning (llm.c's; -g: tokens to generate)" \
+  || bad "short flags ($nshort):$badshort"
+expect_fail "train_lora -r is --recompute, as in llm.c" "--recompute: 8 is out of range [0, 2] (given as -r)" "$L" --model "$MODEL" "${RUN[@]}" -r 8
+expect_fail "generate -q: --quiet now" "unknown flag '-q': did you mean --quiet? (-q is the trainers' --final-lr-frac, as in llm.c)" "$G" --model "$MODEL" -q
+expect_fail "generate -n: -g now" "unknown flag '-n': did you mean --max-new-tokens (-g)? (-n is the trainers' --save-every" "$G" --model "$MODEL" -n 4
+# --help shows the range every out-of-range error quotes ("run with --help to see every flag and
+# its range"): each numeric flag past its maximum gets an error whose range is the one on its line
+nr=0; badr=""
+for p in "$T" "$L" "$G"; do
+  while IFS='|' read -r f lo hi; do
+    v=$(awk -v h="$hi" 'BEGIN { printf "%.0f", h + 1 }'); [ "$hi" = 0.999999 ] && v=1
+    err=$("$p" "$f" "$v" 2>&1 >/dev/null | head -n 1)
+    nr=$((nr + 1)); [[ "$err" == *"$f: "*" is out of range [$lo, $hi]"* ]] || badr="$badr $(basename "$p") $f $v: '$err';"
+  done < <("$p" --help | sed -nE 's/^  (-[a-z]+, )?(--[a-z0-9-]+) .* \[([0-9.e+-]+), ([0-9.e+-]+)\]$/\2|\3|\4/p')
+done
+[ -z "$badr" ] && [ "$nr" -ge 60 ] && ok "$nr numeric flags: --help shows the range their errors quote" || bad "ranges ($nr):$badr"
 finish

@@ -13,26 +13,26 @@ make_shard "$TMP/train.bin" 2000 50257 1
 M="$TMP/m"
 run() { "$GEN" --model "$M" --threads 2 "$@" 2> "$TMP/err"; }
 
-out=$(run --prompt "The quick brown fox" -n 16 --seed 7) || { cat "$TMP/err"; bad "generate failed"; }
+out=$(run --prompt "The quick brown fox" -g 16 --seed 7) || { cat "$TMP/err"; bad "generate failed"; }
 [[ "$out" == "The quick brown fox"* ]] && [ ${#out} -gt 19 ] && ok "text prompt continued: $(head -c 80 <<<"$out" | tr '\n' ' ')" \
   || bad "output does not continue the prompt: '$out'"
-grep -q "generated 16 tokens" "$TMP/err" && ok "16 tokens generated" || { cat "$TMP/err"; bad "token count line missing"; }
+grep --quiet "generated 16 tokens" "$TMP/err" && ok "16 tokens generated" || { cat "$TMP/err"; bad "token count line missing"; }
 
-a=$(run --prompt "The quick brown fox" -n 16 --seed 7 -q); b=$(run --prompt "The quick brown fox" -n 16 --seed 7 -q)
-c=$(run --prompt "The quick brown fox" -n 16 --seed 8 -q)
+a=$(run --prompt "The quick brown fox" -g 16 --seed 7 --quiet); b=$(run --prompt "The quick brown fox" -g 16 --seed 7 --quiet)
+c=$(run --prompt "The quick brown fox" -g 16 --seed 8 --quiet)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "same seed, same text" || bad "seed 7 twice: '$a' vs '$b'"
 [ "$a" != "$c" ] && ok "another seed, another text" || bad "seeds 7 and 8 gave the same text"
-d=$(run --prompt "The quick brown fox" -n 16 --seed 7 -q --no-kv-cache)
+d=$(run --prompt "The quick brown fox" -g 16 --seed 7 --quiet --no-kv-cache)
 [ "$a" = "$d" ] && ok "kv cache == full recomputation (sampled, seed 7)" || bad "cache '$a' vs no cache '$d'"
-g1=$(run --prompt "Once upon a time" -n 12 --temperature 0 -q); g2=$(run --prompt "Once upon a time" -n 12 --top-k 1 --seed 3 -q)
-g3=$(run --prompt "Once upon a time" -n 12 --temperature 0 -q --no-kv-cache)
+g1=$(run --prompt "Once upon a time" -g 12 --temperature 0 --quiet); g2=$(run --prompt "Once upon a time" -g 12 --top-k 1 --seed 3 --quiet)
+g3=$(run --prompt "Once upon a time" -g 12 --temperature 0 --quiet --no-kv-cache)
 [ -n "$g1" ] && [ "$g1" = "$g2" ] && [ "$g1" = "$g3" ] && ok "greedy: temperature 0 == top-k 1 == no cache" || bad "greedy variants differ: '$g1' '$g2' '$g3'"
-k=$(run --prompt "Once upon a time" -n 12 --top-k 40 --temperature 0.8 --seed 1 -q)
+k=$(run --prompt "Once upon a time" -g 12 --top-k 40 --temperature 0.8 --seed 1 --quiet)
 [ -n "$k" ] && ok "top-k 40 at temperature 0.8 runs" || bad "top-k sampling printed nothing"
 # --dtype: the banner says which GEMMs ran (test_sampling checks the bf16 numbers)
 for d in fp32 bf16; do
   want="fp32 (--dtype"; [ $d = bf16 ] && want="bf16 GEMMs"
-  o=$(run --prompt "Once upon a time" -n 8 --dtype $d) && grep -q "^dtype: $want" "$TMP/err" \
+  o=$(run --prompt "Once upon a time" -g 8 --dtype $d) && grep --quiet "^dtype: $want" "$TMP/err" \
     && ok "--dtype $d: $(grep '^dtype:' "$TMP/err")" || { cat "$TMP/err"; bad "--dtype $d: no 'dtype: $want' line"; }
 done
 expect_fail "--dtype fp16" "--dtype" "$GEN" --model "$M" --dtype fp16
@@ -45,10 +45,10 @@ expect_fail "--dtype fp16" "--dtype" "$GEN" --model "$M" --dtype fp16
 mkdir -p "$TMP/elsewhere" "$TMP/bin" "$TMP/bare"
 cp "$M/config.json" "$M/model.safetensors" "$TMP/bare/"
 cp "$GEN" "$TMP/bin/generate"
-( cd "$TMP/elsewhere" && expect_fail "no vocabulary anywhere" "no vocabulary found" "$TMP/bin/generate" --model "$TMP/bare" --prompt hi -n 2 )
-v=$( cd "$TMP/elsewhere" && "$TMP/bin/generate" --model "$M" --prompt "The quick brown fox" -n 16 --seed 7 -q --threads 2 2>"$TMP/err" )
+( cd "$TMP/elsewhere" && expect_fail "no vocabulary anywhere" "no vocabulary found" "$TMP/bin/generate" --model "$TMP/bare" --prompt hi -g 2 )
+v=$( cd "$TMP/elsewhere" && "$TMP/bin/generate" --model "$M" --prompt "The quick brown fox" -g 16 --seed 7 --quiet --threads 2 2>"$TMP/err" )
 [ "$v" = "$a" ] && ok "vocabulary found next to the model" || { cat "$TMP/err"; bad "vocab next to the model: '$v'"; }
-v=$( cd "$TMP/elsewhere" && "$GEN" --model "$TMP/bare" --prompt "The quick brown fox" -n 16 --seed 7 -q --threads 2 2>"$TMP/err" )
+v=$( cd "$TMP/elsewhere" && "$GEN" --model "$TMP/bare" --prompt "The quick brown fox" -g 16 --seed 7 --quiet --threads 2 2>"$TMP/err" )
 [ "$v" = "$a" ] && ok "vocabulary found near the program (data/gpt2 of its checkout)" || { cat "$TMP/err"; bad "vocab near the program: '$v'"; }
 expect_fail "--vocab missing" "nope" "$GEN" --model "$M" --vocab "$TMP/nope" --prompt hi
 
@@ -61,11 +61,21 @@ expect_fail "missing model" "$TMP/none" "$GEN" --model "$TMP/none" --vocab data/
 # a model with a smaller vocabulary than the prompt's tokens
 expect_fail "prompt outside the model's vocabulary" "outside the model's vocabulary" "$GEN" --model test/ref/gpt2_tiny --vocab data/gpt2 --prompt "Hello"
 
+# a model with a NaN weight (as a diverged run saves): its logits are not finite. generate printed
+# token 0 ("!") for every token and exited 0; now it stops before printing one, with an error
+"$BIN_DIR/convert" --model test/ref/gpt2_tiny --out "$TMP/nan.bin" > "$TMP/conv.log" 2>&1 || { cat "$TMP/conv.log"; bad "convert to .bin"; }
+printf '\x00\x00\xc0\x7f' | dd of="$TMP/nan.bin" bs=1 seek=1024 conv=notrunc 2>/dev/null   # wte[0][0] (after the 1024-byte header) = NaN
+for s in "--temperature 0" "--temperature 1 --seed 3"; do
+  o=$("$GEN" --model "$TMP/nan.bin" --vocab data/gpt2 --prompt '!#%' -g 8 $s --quiet 2>"$TMP/err"); rc=$?
+  [ $rc = 1 ] && [ -z "$o" ] && grep -q "^error: the logits for new token 1 are not finite (logit of token 0 is nan): '$TMP/nan.bin'" "$TMP/err" \
+    && ok "NaN logits ($s): no '!!!!!!!!', exit 1: $(grep '^error' "$TMP/err")" || bad "NaN logits ($s): rc $rc, output '$o', $(cat "$TMP/err")"
+done
+
 # LoRA: ids < 100 of the GPT-2 vocabulary are single ASCII characters, so the vocab-100 test
 # model continues a prompt of them
-la=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear --vocab data/gpt2 --prompt '!#%' -n 10 --seed 2 -q 2>"$TMP/err") \
+la=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear --vocab data/gpt2 --prompt '!#%' -g 10 --seed 2 --quiet 2>"$TMP/err") \
   || { cat "$TMP/err"; bad "generate with --adapter failed"; }
-lb=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear --vocab data/gpt2 --prompt '!#%' -n 10 --seed 2 -q --no-kv-cache 2>"$TMP/err")
+lb=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear --vocab data/gpt2 --prompt '!#%' -g 10 --seed 2 --quiet --no-kv-cache 2>"$TMP/err")
 [ ${#la} -eq 10 ] && [ "$la" = "$lb" ] && ok "adapter: 10 characters, cache == no cache ('$la')" || bad "adapter: '$la' vs '$lb'"
 expect_fail "bad adapter dir" "$TMP/noadapter" "$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/noadapter" --vocab data/gpt2 --prompt '!'
 
@@ -74,9 +84,9 @@ expect_fail "bad adapter dir" "$TMP/noadapter" "$GEN" --model test/ref/gpt2_tiny
 # template's stop text. A tiny model trained on one ChatML conversation (one record per window)
 # answers exactly "Paris." (the <|im_end|> it goes on to write, and everything after, is not printed).
 PREP="${PREPARE_BIN:-data/prepare}"
-cp=$(run --chat chatml --prompt "Capital of France?" -n 1 --seed 1)
+cp=$(run --chat chatml --prompt "Capital of France?" -g 1 --seed 1)
 [ "$(head -c "$(stat -c %s test/ref/prepare_chatml_prompt.txt)" <<<"$cp")" = "$(cat test/ref/prepare_chatml_prompt.txt)" ] \
-  && grep -q "^prompt: 32 tokens" "$TMP/err" && ok "--chat chatml echoes transformers' generation prompt (32 tokens with the leading <|endoftext|>)" \
+  && grep --quiet "^prompt: 32 tokens" "$TMP/err" && ok "--chat chatml echoes transformers' generation prompt (32 tokens with the leading <|endoftext|>)" \
   || bad "--chat chatml prompt: '$cp' / $(grep '^prompt' "$TMP/err")"
 python3 -c "
 import json
@@ -85,10 +95,10 @@ for _ in range(50): print(json.dumps({'messages': [{'role': 'user', 'content': '
 "$PREP" --input "$TMP/chat.jsonl" --out-dir "$TMP/chatd" --chat-template chatml --val-tokens 0 --record-windows 48 --quiet || bad "data/prepare --chat-template chatml"
 "$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/chatd/chat_train_*.bin" --batch-size 4 --seq-len 48 --steps 60 --lr 1e-2 --warmup-steps 0 \
     --threads 2 --save-format hf --out "$TMP/chatm" > "$TMP/chat.log" 2>&1 || { cat "$TMP/chat.log"; bad "train_gpt2 on ChatML data failed"; }
-reply=$("$GEN" --model "$TMP/chatm" --chat chatml --prompt "Capital of France?" --temperature 0 -n 30 -q --threads 2 2>"$TMP/err")
+reply=$("$GEN" --model "$TMP/chatm" --chat chatml --prompt "Capital of France?" --temperature 0 -g 30 --quiet --threads 2 2>"$TMP/err")
 [ "$reply" = "Paris." ] && ok "--chat chatml: the trained reply 'Paris.' ends at <|im_end|>" || { cat "$TMP/err"; bad "--chat reply: '$reply'"; }
 rp="$(cat test/ref/prepare_chatml_prompt.txt; printf x)"   # (x keeps the trailing newline)
-raw=$("$GEN" --model "$TMP/chatm" --prompt "<|endoftext|>${rp%x}" --temperature 0 -n 30 -q --threads 2 2>"$TMP/err")
+raw=$("$GEN" --model "$TMP/chatm" --prompt "<|endoftext|>${rp%x}" --temperature 0 -g 30 --quiet --threads 2 2>"$TMP/err")
 [[ "$raw" == "Paris.<|im_end|>"* ]] && ok "without --chat the same model goes on past <|im_end|>: '$(head -c 30 <<<"$raw" | tr '\n' ' ')'" \
   || bad "raw continuation: '$raw'"
 expect_fail "--system without --chat" "--system is for --chat" "$GEN" --model "$M" --system hi --prompt hi
@@ -98,7 +108,7 @@ expect_fail "unknown --chat template" "--chat: 'llama' is not one of: plain, cha
 # the trainers' --sample-* flags: samples during and after training, on stdout and in samples.txt
 "$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 2 --threads 2 \
     --sample-every 1 --sample-tokens 8 --prompt "Hello there" --out "$TMP/s" > "$TMP/s.log" 2>&1 || { cat "$TMP/s.log"; bad "train_gpt2 --sample-every failed"; }
-grep -q "^sample (step 1):" "$TMP/s.log" && grep -q "^sample (step 2):" "$TMP/s.log" && [ "$(grep -c '^Hello there' "$TMP/s/samples.txt")" = 2 ] \
+grep --quiet "^sample (step 1):" "$TMP/s.log" && grep --quiet "^sample (step 2):" "$TMP/s.log" && [ "$(grep -c '^Hello there' "$TMP/s/samples.txt")" = 2 ] \
   && ok "train_gpt2 --sample-every 1: samples at steps 1 and 2, in samples.txt" || { cat "$TMP/s.log"; bad "train_gpt2 samples missing"; }
 # train_lora's final sample (kv cache, adapter, seed) is what generate prints with the saved adapter
 LORA=(--model test/ref/gpt2_tiny --train-data "$TMP/train100.bin" --batch-size 2 --seq-len 16 --steps 3 --lr 1e-2 --threads 2
@@ -107,7 +117,7 @@ make_shard "$TMP/train100.bin" 2000 100 4
 "$BIN_DIR/train_lora" "${LORA[@]}" --sample-tokens 10 --vocab data/gpt2 --prompt '!#%' --out "$TMP/l" > "$TMP/l.log" 2>&1 \
   || { cat "$TMP/l.log"; bad "train_lora --sample-tokens failed"; }
 ts=$(grep -A1 "^sample (step 3):" "$TMP/l.log" | tail -1)
-gs=$("$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/l" --vocab data/gpt2 --prompt '!#%' -n 10 --seed 5 -q --threads 2 2>"$TMP/err")
+gs=$("$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/l" --vocab data/gpt2 --prompt '!#%' -g 10 --seed 5 --quiet --threads 2 2>"$TMP/err")
 [ -n "$ts" ] && [ "$ts" = "!#%$gs" ] && ok "train_lora final sample == generate --adapter on the saved adapter ('$ts')" \
   || { cat "$TMP/err"; bad "train_lora sample '$ts' vs generate '!#%$gs'"; }
 # a missing vocabulary matters only when sampling is asked for (a copy of the program far from

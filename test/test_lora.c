@@ -4,8 +4,10 @@
 // and the gradient reaching the embedding match PEFT, the merged model matches PEFT's
 // merge_and_unload, and 10 AdamW steps give PEFT's losses and gradient norms. Then: gradient
 // accumulation over 4 micro-batches equals PEFT's 4x larger batch, the dropout mask statistics
-// and its exact regeneration in backward (finite differences), and bad adapters are refused
-// with a message naming the file and the problem. After training, each set's adapter is
+// and its exact regeneration in backward (finite differences), adapters whose structure only
+// their config gives (exclude_modules, rank / alpha pattern keys read as PEFT's regular
+// expressions) give PEFT's logits, and bad adapters (or PEFT variants that are not plain LoRA:
+// aLoRA, target_parameters, ...) are refused with a message naming the file and the problem. After training, each set's adapter is
 // exported to $BUILD/lora_export/<set>/ with the logits of our merged model, for
 // `dev/gen_lora_ref.py --check-c` (PEFT loads our adapter).
 //
@@ -219,9 +221,9 @@ static void check_split_zeros(const char* what, const LoraModel* lm) {
 // Our export (PEFT layout) reads back to the same adapters (values, ranks, scalings, q/k/v split
 // and so the trainable count), and the logits of the model it merges into, for
 // dev/gen_lora_ref.py --check-c. lm must be on a model (its trained base slices are read there).
-static void check_export(const SetSpec* s, LoraModel* lm) {
+static void check_export(const char* name, LoraModel* lm) {
     char dir[1024], path[1200];
-    snprintf(dir, sizeof(dir), "%s/lora_export/%s", g_build, s->name);
+    snprintf(dir, sizeof(dir), "%s/lora_export/%s", g_build, name);
     peft_save_adapter(lm, dir);
     LoraModel* back = peft_load_adapter(dir, &g_tb.cfg);
     float* pa = (float*)mallocCheck(lm->total * sizeof(float));
@@ -229,13 +231,13 @@ static void check_export(const SetSpec* s, LoraModel* lm) {
     lora_get_params(lm, pa);
     lora_get_params(back, pb);
     TEST_CHECK(back->total == lm->total && memcmp(pa, pb, lm->total * sizeof(float)) == 0 && back->n == lm->n,
-               "%s: exported adapter reads back identically", s->name);
+               "%s: exported adapter reads back identically", name);
     TEST_CHECK(back->n_trainable == lm->n_trainable && back->spec.targets == lm->spec.targets,
-               "%s: exported adapter reads back with %zu trainable parameters (targets %#x), trained %zu (%#x)", s->name,
+               "%s: exported adapter reads back with %zu trainable parameters (targets %#x), trained %zu (%#x)", name,
                back->n_trainable, back->spec.targets, lm->n_trainable, lm->spec.targets);
     for (int i = 0; i < back->n && i < lm->n; i++)
         TEST_CHECK(fabsf(back->ad[i].scaling - lm->ad[i].scaling) < 1e-6f && back->ad[i].rank == lm->ad[i].rank &&
-                   back->ad[i].blocks == lm->ad[i].blocks, "%s: exported adapter %d scaling %g rank %d blocks %u vs %g %d %u", s->name,
+                   back->ad[i].blocks == lm->ad[i].blocks, "%s: exported adapter %d scaling %g rank %d blocks %u vs %g %d %u", name,
                    i, back->ad[i].scaling, back->ad[i].rank, back->ad[i].blocks, lm->ad[i].scaling, lm->ad[i].rank, lm->ad[i].blocks);
     Model m;
     float* base = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
@@ -290,9 +292,49 @@ static void test_set(const SetSpec* s) {
     ref_train(&m, &g_tb.batch, &h, losses, norms);
     ref_check_train(s->name, &ref, losses, norms, h.steps, tols()->step_loss, tols()->norm);
     if (!strcmp(s->name, "qv")) check_split_zeros("qv after 10 steps", lm);
-    check_export(s, lm);
+    check_export(s->name, lm);
     model_free(&m);
     free(losses); free(norms); free(start);
+    lora_free(lm);
+    st_close(&ref);
+}
+
+// ---- adapters whose structure only their adapter_config.json describes (dev/gen_lora_ref.py's
+// CONFIG_SETS): exclude_modules, and rank_pattern / alpha_pattern keys read as PEFT's regular
+// expressions. Loaded by the config, they adapt the modules PEFT adapted and give PEFT's logits,
+// and merged, PEFT's merge_and_unload logits; our export of them reads back the same.
+static void test_config_set(const char* name) {
+    char path[1200], what[256];
+    printf("---- %s (adapter_config.json only)\n", name);
+    snprintf(path, sizeof(path), LREF "/%s/ref.safetensors", name);
+    StFile ref;
+    st_open(&ref, path);
+    snprintf(path, sizeof(path), LREF "/%s", name);
+    LoraModel* lm = peft_load_adapter(path, &g_tb.cfg);
+    char adapted[1024] = "", one[160];
+    for (int i = 0; i < lm->n; i++) {
+        snprintf(one, sizeof(one), "%s" LORA_KEY_PREFIX "%d.%s", i ? "," : "", lm->ad[i].layer, lora_module_name(lm->ad[i].lin));
+        strncat(adapted, one, sizeof(adapted) - strlen(adapted) - 1);
+    }
+    TEST_CHECK(!strcmp(adapted, st_meta(&ref, "adapted")), "%s: adapted modules %s, PEFT's %s", name, adapted, st_meta(&ref, "adapted"));
+    Model m;
+    test_model(&m, &g_tb, g_tb.weights, lora_base_trainable_mask(lm), lm, 0, 0);
+    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
+    float* logits = test_logits(&m);
+    size_t nl;
+    float* want = ref_read(&ref, "logits", &nl);
+    snprintf(what, sizeof(what), "%s logits vs PEFT", name);
+    test_allclose(what, logits, want, nl, tols()->logits_rel, tols()->logits * ref_max_abs(want, nl));
+    free(want); free(logits);
+    float* base = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
+    gpt2_get_params(&m.gpt, base);
+    logits = merged_logits(lm, base);
+    want = ref_read(&ref, "merged_logits", &nl);
+    snprintf(what, sizeof(what), "%s merged-model logits vs PEFT merge_and_unload", name);
+    test_allclose(what, logits, want, nl, tols()->logits_rel, tols()->logits * ref_max_abs(want, nl));
+    free(want); free(logits); free(base);
+    check_export(name, lm);
+    model_free(&m);
     lora_free(lm);
     st_close(&ref);
 }
@@ -460,6 +502,24 @@ static void test_good_adapters(void) {
         TEST_CHECK(lm != NULL && lm->n_extra == 2, "bias lora_only adapter (%s key spelling) loads: %s", v ? "old" : "base_layer", lm ? "" : err);
         if (lm) { printf("ok   bias=lora_only adapter with %s bias keys loads\n", v ? "pre-0.7 PEFT" : "base_layer"); lora_free(lm); }
     }
+    // the 1-layer adapter on this 2-layer base is right where its config says so (layers_to_transform)
+    snprintf(d, sizeof(d), "%s/lora_bad/one_layer_ltt", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"layers_to_transform\": [0], \"layers_pattern\": [\"layers\", \"h\"]"), 2, ca, CA_SHAPES);
+    lm = peft_try_load_adapter(d, &g_tb.cfg, err, sizeof(err));
+    TEST_CHECK(lm && lm->n == 1 && lm->ad[0].layer == 0, "1-layer adapter with layers_to_transform [0] loads on layer 0: %s", lm ? "" : err);
+    if (lm) { printf("ok   adapter for layer 0 only (layers_to_transform [0]) loads\n"); lora_free(lm); }
+    // exclude_modules as a (plain) regular expression, target_modules as one (re.fullmatch), and
+    // a full module name in target_modules (adapted whatever layers_to_transform says, as PEFT does)
+    const char* cfgs[3] = {CFG("[\"c_attn\"]", 4, ", \"exclude_modules\": \"transformer.h.1.attn.c_attn\""),
+                           CFG("\"transformer.h.0.attn.c_attn\"", 4, ""),
+                           CFG("[\"transformer.h.0.attn.c_attn\"]", 4, ", \"layers_to_transform\": 1")};
+    for (int v = 0; v < 3; v++) {
+        snprintf(d, sizeof(d), "%s/lora_bad/layer0_%d", g_build, v);
+        write_adapter(d, cfgs[v], 2, ca, CA_SHAPES);
+        lm = peft_try_load_adapter(d, &g_tb.cfg, err, sizeof(err));
+        TEST_CHECK(lm && lm->n == 1 && lm->ad[0].layer == 0, "%s: loads layer 0's c_attn only: %s", cfgs[v], lm ? "" : err);
+        if (lm) { printf("ok   %s: layer 0's c_attn only\n", cfgs[v]); lora_free(lm); }
+    }
     // a q/v split (rank 2 per block) saved here: the split and its trainable count come back
     snprintf(d, sizeof(d), "%s/lora_bad/split_qv", g_build);
     write_adapter_split(d, CFG("[\"c_attn\"]", 4, ""), 4, ca, CA_SHAPES, "q,v", 0.0f);
@@ -534,6 +594,41 @@ static void test_bad_adapters(void) {
     write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"use_dora\": true"), 4, ca, good);
     expect_refused("DoRA", d, "DoRA", (const char*)NULL);
 
+    // PEFT fields that change which tokens or modules an adapter acts on (issue 29): refused by
+    // name, not loaded as a plain LoRA (aLoRA was applied to every token) nor refused as a
+    // "config/tensor disagreement"
+    snprintf(d, sizeof(d), "%s/lora_bad/alora", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"alora_invocation_tokens\": [50256, 25]"), 4, ca, good);
+    expect_refused("aLoRA adapter refused by name, not applied to every token", d, "\"alora_invocation_tokens\" is set", "Activated LoRA", "not supported",
+                   "adapter_config.json", (const char*)NULL);
+    snprintf(d, sizeof(d), "%s/lora_bad/target_parameters", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"target_parameters\": [\"mlp.c_fc.weight\"]"), 4, ca, good);
+    expect_refused("target_parameters refused by name, not as a config/tensor disagreement", d, "\"target_parameters\" is set", "not supported", (const char*)NULL);
+    snprintf(d, sizeof(d), "%s/lora_bad/lora_bias", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"lora_bias\": true"), 4, ca, good);
+    expect_refused("lora_bias refused by name", d, "\"lora_bias\" is set", "a bias on lora_B", (const char*)NULL);
+    snprintf(d, sizeof(d), "%s/lora_bad/exclude_regex", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"exclude_modules\": \".*\\\\.c_fc\""), 4, ca, good);
+    expect_refused("exclude_modules as a full regular expression", d, "exclude_modules \".*\\.c_fc\"", "regular expression", (const char*)NULL);
+    snprintf(d, sizeof(d), "%s/lora_bad/target_regex", g_build);
+    write_adapter(d, CFG("\"transformer\\\\.h\\\\.\\\\d+\\\\.attn\\\\.c_attn\"", 4, ""), 4, ca, good);
+    expect_refused("target_modules as a full regular expression", d, "target_modules", "regular expression", "list the module names", (const char*)NULL);
+    snprintf(d, sizeof(d), "%s/lora_bad/rank_pattern_regex", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"rank_pattern\": {\"^.*c_attn$\": 4}"), 4, ca, good);
+    expect_refused("rank_pattern key beyond the plain subset", d, "rank_pattern key \"^.*c_attn$\"", (const char*)NULL);
+    snprintf(d, sizeof(d), "%s/lora_bad/pissa", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"init_lora_weights\": \"pissa_niter_4\""), 4, ca, good);
+    expect_refused("PiSSA adapter (base weights rewritten)", d, "init_lora_weights \"pissa_niter_4\"", "path_initial_model_for_weight_conversion",
+                   (const char*)NULL);
+    snprintf(d, sizeof(d), "%s/lora_bad/layers_pattern", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"layers_to_transform\": [0, 1], \"layers_pattern\": \"layers\""), 4, ca, good);
+    expect_refused("layers_pattern of another architecture", d, "layers_pattern", "\"h\"", (const char*)NULL);
+    // an adapter of a 1-layer model on this 2-layer base: the mismatch named
+    snprintf(d, sizeof(d), "%s/lora_bad/one_layer", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ""), 2, ca, good);
+    expect_refused("1-layer adapter on a 2-layer base: the layer mismatch named", d, "layers 0-0 only", "the base model has 2 layers", "1-layer model",
+                   "wrong base model", (const char*)NULL);
+
     snprintf(d, sizeof(d), "%s/lora_bad/missing", g_build);
     expect_refused("missing directory", d, "lora_bad/missing'", "does not exist", (const char*)NULL);
 
@@ -596,6 +691,8 @@ int main(int argc, char** argv) {
         test_set(&SETS[0]);
     } else {
         for (size_t i = 0; i < sizeof(SETS) / sizeof(SETS[0]); i++) test_set(&SETS[i]);
+        test_config_set("exclude");
+        test_config_set("patterns");
         test_dropout();
         test_good_adapters();
         test_bad_adapters();

@@ -19,7 +19,7 @@ export OMP_NUM_THREADS=1
 
 run() { local log="$1"; shift; "$@" >"$log" 2>&1 || { tail -5 "$log"; bad "$(basename "$1") exited non-zero (log $log)"; }; }
 # greedy continuation, text only
-gen() { "$GEN" --temperature 0 -n 8 -q "$@" 2>"$TMP/gen.err" || { cat "$TMP/gen.err" >&2; echo "GENERATE FAILED"; }; }
+gen() { "$GEN" --temperature 0 --max-new-tokens 8 --quiet "$@" 2>"$TMP/gen.err" || { cat "$TMP/gen.err" >&2; echo "GENERATE FAILED"; }; }
 peft_files="adapter_config.json adapter_model.safetensors vocab.json merges.txt tokenizer_config.json special_tokens_map.json"
 hf_files="config.json model.safetensors generation_config.json vocab.json merges.txt tokenizer_config.json special_tokens_map.json"
 has_files() { local d="$1"; shift; for f in "$@"; do [ -f "$d/$f" ] || { echo "$f"; return 1; }; done; }
@@ -96,7 +96,7 @@ grep -qF "\"base_model_name_or_path\": \"$(cd "$Q4" && pwd -P)\"" "$TMP/q1/adapt
 cd "$TMP/elsewhere"
 a=$(gen --adapter "$TMP/q1/adapter_00000001" --vocab "$REPO/data/gpt2" --prompt "!")
 b=$(gen --model "$Q4" --adapter "$TMP/q1/adapter_00000001" --vocab "$REPO/data/gpt2" --prompt "!")
-[ "$a" != "GENERATE FAILED" ] && [ "$a" = "$b" ] && grep -q "bitsandbytes 4-bit" <("$GEN" --adapter "$TMP/q1" --vocab "$REPO/data/gpt2" --prompt "!" -n 1 2>&1) \
+[ "$a" != "GENERATE FAILED" ] && [ "$a" = "$b" ] && grep -q "bitsandbytes 4-bit" <("$GEN" --adapter "$TMP/q1" --vocab "$REPO/data/gpt2" --prompt "!" --max-new-tokens 1 2>&1) \
   && ok "generate: the 4-bit base + its mid-run QLoRA adapter (base from the adapter) loads" || bad "4-bit + adapter: '$a' vs '$b'"
 cd "$REPO"
 

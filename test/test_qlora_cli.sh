@@ -65,7 +65,7 @@ diff <(grep -o "loss [0-9.]*" "$D/run1.log") <(grep -o "loss [0-9.]*" "$D/run3.l
 GEN="$BIN_DIR/generate"
 "$BIN" --model test/ref/qlora_tiny/base_4bit "${DATA[@]}" -b 2 -t 16 --steps 1 --lr 0 --merge --save-format hf --out "$D/dq" >"$D/dq.log" 2>&1 \
   || { bad "lr 0 --merge run on the 4-bit checkpoint exited $?"; tail -5 "$D/dq.log"; }
-G=(--vocab data/gpt2 --prompt '!#%' -n 60 -q --threads 1)
+G=(--vocab data/gpt2 --prompt '!#%' --max-new-tokens 60 --quiet --threads 1)
 same=0; differs=0
 for args in "--temperature 0" "--seed 1" "--seed 2" "--seed 3"; do
   g4=$("$GEN" --model test/ref/qlora_tiny/base_4bit "${G[@]}" $args 2>"$D/g4.err") || { bad "generate on the 4-bit checkpoint exited $?"; cat "$D/g4.err"; }
@@ -74,7 +74,7 @@ for args in "--temperature 0" "--seed 1" "--seed 2" "--seed 3"; do
   [ ${#g4} -eq 60 ] && [ "$g4" = "$gd" ] && same=$((same+1))
   [ "$g4" != "$go" ] && differs=$((differs+1))
 done
-"$GEN" --model test/ref/qlora_tiny/base_4bit --vocab data/gpt2 --prompt '!' -n 1 2>&1 >/dev/null | grep -q "bitsandbytes 4-bit" || bad "generate does not say it loaded a 4-bit checkpoint"
+"$GEN" --model test/ref/qlora_tiny/base_4bit --vocab data/gpt2 --prompt '!' --max-new-tokens 1 2>&1 >/dev/null | grep -q "bitsandbytes 4-bit" || bad "generate does not say it loaded a 4-bit checkpoint"
 # (and the NF4 rounding is visible: some completions of the original fp32 base differ)
 [ $same -eq 4 ] && [ $differs -ge 1 ] && ok "generate on the 4-bit checkpoint == on its dequantized weights (4 of 4 completions; $differs differ from the fp32 base's)" \
   || bad "4-bit generate: $same of 4 completions equal those of dequant(quant(W)), $differs differ from the fp32 base's"

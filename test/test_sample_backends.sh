@@ -45,7 +45,7 @@ train=(--batch-size 8 --seq-len 32 --seed 1 --threads 2 --dtype fp32)
 
 changed=0
 for prompt in "the sun rose" "ROMEO: the night"; do
-  gen=(--prompt "$prompt" -n $N --temperature 0 -q)
+  gen=(--prompt "$prompt" --max-new-tokens $N --temperature 0 --quiet)
   "$BIN_DIR/generate" --model "$TMP/base" "${gen[@]}" --dtype fp32 --threads 2 --logits-out "$TMP/base.txt" > /dev/null 2>&1 \
     && "$BIN_DIR/generate" --adapter "$TMP/lora" "${gen[@]}" --dtype fp32 --threads 2 --logits-out "$TMP/cpu.txt" > "$TMP/cpu.out" 2> "$TMP/cpu.err" \
     && "$CUDA_GEN" --adapter "$TMP/lora" "${gen[@]}" --logits-out "$TMP/cuda.txt" > "$TMP/cuda.out" 2> "$TMP/cuda.err" \

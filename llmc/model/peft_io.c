@@ -147,17 +147,41 @@ static void write_targets(JsonWriter* w, const LoraModel* lm) {
     jw_end_array(w);
 }
 
+// layers_to_transform: the layers that have an adapter (null: every layer).
 static void write_layers(JsonWriter* w, const LoraModel* lm) {
-    const LoraSpec* s = &lm->spec;
+    unsigned char on[LORA_MAX_LAYERS] = {0};
+    int all = 1;
+    for (int i = 0; i < lm->n; i++) on[lm->ad[i].layer] = 1;
+    for (int l = 0; l < lm->cfg.num_layers; l++) all &= on[l];
     jw_key(w, "layers_to_transform");
-    if (s->all_layers) jw_null(w);
+    if (all) jw_null(w);
     else {
         jw_begin_array(w);
-        for (int l = 0; l < lm->cfg.num_layers; l++) if (s->layers[l]) jw_int(w, l);
+        for (int l = 0; l < lm->cfg.num_layers; l++) if (on[l]) jw_int(w, l);
         jw_end_array(w);
     }
     jw_key(w, "layers_pattern");
-    if (s->all_layers) jw_null(w); else jw_string(w, "h");
+    if (all) jw_null(w); else jw_string(w, "h");
+}
+
+// exclude_modules, only when the adapters are not every target in every adapted layer (an
+// adapter loaded with exclude_modules, or a pattern): the modules of that rectangle without one.
+static void write_exclude(JsonWriter* w, const LoraModel* lm) {
+    unsigned lins = 0;
+    unsigned char on[LORA_MAX_LAYERS] = {0};
+    for (int i = 0; i < lm->n; i++) { lins |= 1u << lm->ad[i].lin; on[lm->ad[i].layer] = 1; }
+    int holes = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) { if (!holes) return; jw_key(w, "exclude_modules"); jw_begin_array(w); }
+        for (int l = 0; l < lm->cfg.num_layers; l++)
+            for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
+                if (!on[l] || !(lins & (1u << k)) || lm->lookup[l][k] >= 0) continue;
+                char full[128];
+                snprintf(full, sizeof(full), "transformer.h.%d.%s", l, lora_module_name(k));
+                if (pass) jw_string(w, full); else holes++;
+            }
+    }
+    jw_end_array(w);
 }
 
 // rank_pattern (alpha = 0) or alpha_pattern (1): the adapters whose rank / alpha differ from the
@@ -216,6 +240,7 @@ void peft_save_adapter(const LoraModel* lm, const char* dir) {
     jw_key(&w, "base_model_name_or_path"); jw_string(&w, lm->base_name);
     jw_key(&w, "revision"); jw_null(&w);
     write_layers(&w, lm);
+    write_exclude(&w, lm);
     write_pattern(&w, lm, 0);
     write_pattern(&w, lm, 1);
     jw_end_object(&w);
@@ -241,8 +266,13 @@ typedef struct {
     int f_open;
     LoraSpec spec;                 // r, alpha, rslora, dropout, bias, ln_f, layers of the config
     const char* bias_name;
-    int all_linear;                // target_modules "all-linear", else the list:
-    const JsonValue* targets;
+    int all_linear;                // target_modules "all-linear"; else a pattern or a list:
+    const char* target_re;         // target_modules as a (plain) regular expression, fullmatch
+    const JsonValue* targets;      // target_modules as a list of module names
+    const char* exclude_re;        // exclude_modules: a pattern (fullmatch) or a list, or neither
+    const JsonValue* exclude;
+    int layers_given;              // layers_to_transform selects layers (a non-empty list or an index)
+    int file_layers;               // 1 + the highest layer index of the file's LoRA tensors
     const JsonValue* rank_pattern;
     const JsonValue* alpha_pattern;
     int matched;                   // tensors of the file accounted for
@@ -263,12 +293,53 @@ static int ends_with_module(const char* name, const char* target) {
     return a > b && name[a - b - 1] == '.' && !strcmp(name + a - b, target);
 }
 
+// PEFT reads some keys as Python regular expressions: target_modules and exclude_modules given as
+// one string (re.fullmatch), the keys of rank_pattern / alpha_pattern (re.match of "(.*\.)?(KEY)$").
+// The subset read here, exactly: characters that stand for themselves, '.' (any character), "\."
+// (a dot), a leading '^' and a trailing '$'. Whether re is in that subset:
+static int plain_regex(const char* re) {
+    for (const char* p = re; *p; p++) {
+        if (*p == '\\') { if (p[1] != '.') return 0; p++; }
+        else if ((*p == '^' && p == re) || (*p == '$' && !p[1])) continue;
+        else if (strchr("[](){}|*+?^$", *p)) return 0;
+    }
+    return 1;
+}
+
+// Whether s[0..n) is matched by the whole of a plain regular expression without its anchors.
+static int plain_match_n(const char* s, size_t n, const char* re) {
+    size_t i = 0;
+    for (const char* p = re; *p; p++, i++) {
+        if (*p == '$' && !p[1]) break;
+        if (i >= n) return 0;
+        if (*p == '\\') { if (s[i] != *++p) return 0; }
+        else if (*p != '.' && s[i] != *p) return 0;
+    }
+    return i == n;
+}
+
+// re.fullmatch(re, name)
+static int plain_fullmatch(const char* re, const char* name) {
+    return plain_match_n(name, strlen(name), re[0] == '^' ? re + 1 : re);
+}
+
+// re.match("(.*\.)?(KEY)$", name): the key matches the whole name or a part after a '.' (the
+// whole name only when the key starts with '^').
+static int plain_key_match(const char* key, const char* name) {
+    if (key[0] == '^') return plain_fullmatch(key, name);
+    const size_t n = strlen(name);
+    for (size_t s = 0; s < n; s++)
+        if ((s == 0 || name[s - 1] == '.') && plain_match_n(name + s, n - s, key)) return 1;
+    return 0;
+}
+
 // Value of a rank_pattern / alpha_pattern object for module "transformer.h.L.MOD": the first key
-// matching (PEFT: re.match("(.*\.)?KEY$"), taken literally here). NULL if none.
+// matching, as PEFT's get_pattern_key takes it (the keys are checked by read_config_patterns).
+// NULL if none.
 static const JsonValue* pattern_lookup(const JsonValue* pat, const char* full) {
     if (!pat || pat->type != JSON_OBJECT) return NULL;
     for (int i = 0; i < pat->n; i++)
-        if (ends_with_module(full, pat->keys[i])) return &pat->items[i];
+        if (plain_key_match(pat->keys[i], full)) return &pat->items[i];
     return NULL;
 }
 
@@ -330,14 +401,12 @@ static int read_config_scalars(PeftReader* P) {
     const char* pt = json_as_string(json_get(js, "peft_type"));
     if (pt && strcmp(pt, "LORA")) return refuse(P, "'%s': peft_type is \"%s\"; only LORA adapters are supported", c, pt);
     double alpha, dropout = 0.0;
-    int dora = 0;
     if (!json_as_int(json_get(js, "r"), &P->spec.rank) || P->spec.rank < 1) return refuse(P, "'%s': key \"r\" must be a positive integer", c);
     if (!json_as_number(json_get(js, "lora_alpha"), &alpha)) return refuse(P, "'%s': key \"lora_alpha\" must be a number", c);
     if (json_get(js, "lora_dropout") && !json_as_number(json_get(js, "lora_dropout"), &dropout))
         return refuse(P, "'%s': key \"lora_dropout\" must be a number", c);
     const JsonValue* rs = json_get(js, "use_rslora");
     if (rs && !json_is_null(rs) && !json_as_bool(rs, &P->spec.rslora)) return refuse(P, "'%s': key \"use_rslora\" must be true or false", c);
-    if (json_as_bool(json_get(js, "use_dora"), &dora) && dora) return refuse(P, "'%s': DoRA adapters (use_dora true) are not supported", c);
     if (dropout < 0.0 || dropout >= 1.0) return refuse(P, "'%s': lora_dropout %g is outside [0, 1)", c, dropout);
     P->spec.alpha = (float)alpha;
     P->spec.dropout = (float)dropout;
@@ -346,16 +415,115 @@ static int read_config_scalars(PeftReader* P) {
     return read_config_extras(P);
 }
 
+// A config value that turns something on: present and not null, false, 0, "", [] or {}.
+static int json_set(const JsonValue* v) {
+    if (!v) return 0;
+    switch (v->type) {
+    case JSON_NULL: return 0;
+    case JSON_BOOL: return v->boolean;
+    case JSON_NUMBER: return v->number != 0.0;
+    case JSON_STRING: return v->string_len > 0;
+    default: return v->n > 0;
+    }
+}
+
+// Fields of PEFT's LoraConfig (src/peft/tuners/lora/config.py) that change which tokens or modules
+// an adapter acts on, or what it computes there, and are not implemented here: refused by name
+// when set, so that no such adapter is applied as a plain LoRA. (Fields that only steer training
+// or initialisation, such as loftq_config, eva_config or corda_config, or that concern other
+// models, such as megatron_config, change nothing once the adapter is saved; init_lora_weights
+// is read_config_init's.)
+static const struct { const char* key; const char* what; } PEFT_UNSUPPORTED[] = {
+    {"alora_invocation_tokens", "Activated LoRA (aLoRA: the adapter acts only on the tokens from its invocation sequence on)"},
+    {"target_parameters", "LoRA on parameters (nn.Parameter tensors, as in mixture-of-experts layers) instead of modules"},
+    {"trainable_token_indices", "training rows of the token embedding beside the adapter"},
+    {"layer_replication", "layer replication (a deeper model built from repeated base layers)"},
+    {"lora_bias", "a bias on lora_B"},
+    {"use_dora", "DoRA (weight-decomposed LoRA: a magnitude vector per adapted layer)"},
+    {"use_qalora", "QA-LoRA (the adapter's inputs pooled in groups)"},
+    {"use_bdlora", "block-diagonal LoRA (BD-LoRA)"},
+    {"velora_config", "VeLoRA (lora_A trained on compressed activations)"},
+    {"monteclora_config", "MonteCLoRA (sampled adapter weights)"},
+    {"arrow_config", "Arrow (routing among several adapters)"},
+    {"kasa_config", "KaSA (truncated base weights, learned singular values between lora_A and lora_B)"},
+};
+
+static int read_config_unsupported(PeftReader* P) {
+    for (size_t i = 0; i < sizeof(PEFT_UNSUPPORTED) / sizeof(PEFT_UNSUPPORTED[0]); i++)
+        if (json_set(json_get(P->js, PEFT_UNSUPPORTED[i].key)))
+            return refuse(P, "'%s': \"%s\" is set: %s is not supported (only plain LoRA is; applied as plain LoRA, this adapter "
+                          "would compute something else)", P->cpath, PEFT_UNSUPPORTED[i].key, PEFT_UNSUPPORTED[i].what);
+    return 0;
+}
+
+// init_lora_weights: how PEFT initialises an adapter, also when it loads one from its files. Most
+// ways set values the file then replaces. PiSSA, OLoRA, CorDA, LoftQ and LoRA-GA also rewrite the
+// base weights (minus the initial adapter, or LoftQ's quantized ones), so lora_A / lora_B of such
+// a file hold the change to those rewritten weights, not to the base model's; MiCA keeps lora_B
+// frozen in training.
+static int read_config_init(PeftReader* P) {
+    const char* s = json_as_string(json_get(P->js, "init_lora_weights"));
+    static const char* const values_only[] = {"gaussian", "eva", "orthogonal"};
+    static const char* const base_rewriting[] = {"pissa", "olora", "corda", "loftq", "lora_ga"};
+    if (!s) return 0; // true, false or absent: PEFT's default initialisation, or random values
+    for (size_t i = 0; i < sizeof(values_only) / sizeof(values_only[0]); i++)
+        if (!strcmp(s, values_only[i])) return 0;
+    for (size_t i = 0; i < sizeof(base_rewriting) / sizeof(base_rewriting[0]); i++)
+        if (!strncmp(s, base_rewriting[i], strlen(base_rewriting[i])))
+            return refuse(P, "'%s': init_lora_weights \"%s\" is not supported: PEFT rewrites the base model's weights when it creates "
+                          "or loads such an adapter, and its lora_A / lora_B are relative to those weights; convert it into a plain "
+                          "LoRA adapter first (PEFT: save_pretrained(..., path_initial_model_for_weight_conversion=...))", P->cpath, s);
+    if (!strcmp(s, "mica")) return refuse(P, "'%s': init_lora_weights \"mica\" (MiCA: lora_B frozen in training) is not supported", P->cpath);
+    return refuse(P, "'%s': init_lora_weights \"%s\" is not a value PEFT's LoraConfig knows", P->cpath, s);
+}
+
+// The keys of rank_pattern / alpha_pattern: module names, or the regular expressions plain_regex
+// reads exactly.
+static int read_config_patterns(PeftReader* P) {
+    const char* names[2] = {"rank_pattern", "alpha_pattern"};
+    const JsonValue* pats[2] = {P->rank_pattern, P->alpha_pattern};
+    for (int j = 0; j < 2; j++) {
+        const JsonValue* v = pats[j];
+        if (!v || json_is_null(v)) continue;
+        if (v->type != JSON_OBJECT) return refuse(P, "'%s': key \"%s\" must be an object", P->cpath, names[j]);
+        for (int i = 0; i < v->n; i++)
+            if (!plain_regex(v->keys[i]))
+                return refuse(P, "'%s': %s key \"%s\" is a regular expression beyond what is read here (module names, '.', '\\.', a "
+                              "leading '^'); name the modules instead, e.g. \"transformer.h.0.attn.c_attn\"", P->cpath, names[j], v->keys[i]);
+    }
+    return 0;
+}
+
+// exclude_modules: modules the targets would include but PEFT leaves alone: a list of names
+// (matched as target_modules' are) or one regular expression (re.fullmatch).
+static int read_config_exclude(PeftReader* P) {
+    const JsonValue* ex = json_get(P->js, "exclude_modules");
+    if (!json_set(ex)) return 0;
+    if (ex->type == JSON_STRING) {
+        if (!plain_regex(ex->string))
+            return refuse(P, "'%s': exclude_modules \"%s\" is a regular expression beyond what is read here (module names, '.', '\\.', "
+                          "'^', '$'); list the modules instead", P->cpath, ex->string);
+        P->exclude_re = ex->string;
+        return 0;
+    }
+    if (ex->type != JSON_ARRAY) return refuse(P, "'%s': key \"exclude_modules\" must be null, a string or a list of strings", P->cpath);
+    for (int i = 0; i < ex->n; i++)
+        if (!json_as_string(&ex->items[i])) return refuse(P, "'%s': exclude_modules[%d] is not a string", P->cpath, i);
+    P->exclude = ex;
+    return 0;
+}
+
 // target_modules: "all-linear" or a list of module names of GPT-2's linear layers.
 static int read_config_targets(PeftReader* P) {
     const char* c = P->cpath;
     const JsonValue* tm = json_get(P->js, "target_modules");
     if (!tm) return refuse(P, "'%s': key \"target_modules\" is missing", c);
     if (tm->type == JSON_STRING) {
-        if (strcmp(tm->string, "all-linear"))
-            return refuse(P, "'%s': target_modules \"%s\" is a regular expression; only a list of module names or \"all-linear\" is supported", c, tm->string);
-        P->all_linear = 1;
-        return 0;
+        if (!strcmp(tm->string, "all-linear")) P->all_linear = 1;
+        else if (plain_regex(tm->string)) P->target_re = tm->string;
+        else return refuse(P, "'%s': target_modules \"%s\" is a regular expression beyond what is read here (module names, '.', "
+                           "'\\.', '^', '$'); list the module names instead, e.g. [\"c_attn\", \"c_proj\"], or use \"all-linear\"", c, tm->string);
+        return read_config_exclude(P);
     }
     if (tm->type != JSON_ARRAY) return refuse(P, "'%s': key \"target_modules\" must be a list of strings", c);
     for (int i = 0; i < tm->n; i++) {
@@ -371,32 +539,56 @@ static int read_config_targets(PeftReader* P) {
         if (!known) return refuse(P, "'%s': unknown target module \"%s\" for GPT-2 (LoRA applies to c_attn, attn.c_proj, c_fc, mlp.c_proj)", c, s);
     }
     P->targets = tm;
+    return read_config_exclude(P);
+}
+
+// layers_pattern, read where layers_to_transform selects layers: the name of the list of blocks
+// before the layer index in a module's name, "h" in GPT-2 (PEFT: "...\.PATTERN\.(\d+)\.").
+// Another name matches no module of GPT-2's, so PEFT would adapt nothing.
+static int read_layers_pattern(PeftReader* P) {
+    const JsonValue* lp = json_get(P->js, "layers_pattern");
+    if (!json_set(lp)) return 0; // any "<name>.<index>." in the module's name: GPT-2's "h.<l>."
+    const int n = lp->type == JSON_ARRAY ? lp->n : 1;
+    int has_h = 0;
+    for (int i = 0; i < n; i++) {
+        const char* s = json_as_string(lp->type == JSON_ARRAY ? &lp->items[i] : lp);
+        if (!s) return refuse(P, "'%s': key \"layers_pattern\" must be null, a string or a list of strings", P->cpath);
+        for (const char* q = s; *q; q++)
+            if (!(*q == '_' || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9')))
+                return refuse(P, "'%s': layers_pattern \"%s\" is a regular expression; only the name of the list of blocks (\"h\" in "
+                              "GPT-2) is read here", P->cpath, s);
+        has_h |= !strcmp(s, "h");
+    }
+    if (!has_h)
+        return refuse(P, "'%s': layers_pattern names no list of blocks of GPT-2 (its blocks are \"h\"): PEFT would adapt no layer of "
+                      "this base model (wrong base model?)", P->cpath);
     return 0;
 }
 
-// layers_to_transform: null (every layer), a layer index or a list of them.
+// layers_to_transform: null or [] (every layer), a layer index or a list of them.
 static int read_config_layers(PeftReader* P) {
     const char* c = P->cpath;
     const int L = P->cfg->num_layers;
     const JsonValue* ltt = json_get(P->js, "layers_to_transform");
     int v;
-    if (!ltt || json_is_null(ltt)) {
+    if (!ltt || json_is_null(ltt) || (ltt->type == JSON_ARRAY && ltt->n == 0)) {
         for (int l = 0; l < L; l++) P->spec.layers[l] = 1;
         P->spec.all_layers = 1;
         return 0;
     }
+    P->layers_given = 1;
     if (json_as_int(ltt, &v)) {
-        if (v < 0 || v >= L) return refuse(P, "'%s': layers_to_transform %d is outside 0-%d", c, v, L - 1);
+        if (v < 0 || v >= L) return refuse(P, "'%s': layers_to_transform %d is outside 0-%d (the base model has %d layers)", c, v, L - 1, L);
         P->spec.layers[v] = 1;
-        return 0;
+        return read_layers_pattern(P);
     }
     if (ltt->type != JSON_ARRAY) return refuse(P, "'%s': key \"layers_to_transform\" must be null, an integer or a list of integers", c);
     for (int i = 0; i < ltt->n; i++) {
         if (!json_as_int(&ltt->items[i], &v) || v < 0 || v >= L)
-            return refuse(P, "'%s': layers_to_transform[%d] is not a layer index 0-%d", c, i, L - 1);
+            return refuse(P, "'%s': layers_to_transform[%d] is not a layer index 0-%d (the base model has %d layers)", c, i, L - 1, L);
         P->spec.layers[v] = 1;
     }
-    return 0;
+    return read_layers_pattern(P);
 }
 
 // Every tensor of the file must belong to a layer of the base (its names are checked later).
@@ -411,16 +603,32 @@ static int check_tensor_layers(PeftReader* P) {
         if (l < 0 || l >= P->cfg->num_layers)
             return refuse(P, "'%s': tensor '%s' is for layer %d but the base model has %d layers (wrong base model?)", P->tpath, name, l,
                           P->cfg->num_layers);
+        if (l + 1 > P->file_layers) P->file_layers = l + 1;
     }
     return 0;
 }
 
-// Whether the config targets linear k of layer l.
+static int excluded(const PeftReader* P, const char* full) {
+    if (P->exclude_re) return plain_fullmatch(P->exclude_re, full);
+    for (int i = 0; P->exclude && i < P->exclude->n; i++)
+        if (ends_with_module(full, P->exclude->items[i].string)) return 1;
+    return 0;
+}
+
+// Whether the config adapts linear k of layer l, as PEFT's check_target_module_exists decides: not
+// excluded, and matched by the target pattern, or by a list entry that is the module's whole name
+// (in any layer) or ends it (in a layer of layers_to_transform). "all-linear" is the list of
+// GPT-2's linear layers.
 static int targeted(const PeftReader* P, int l, int k) {
     char full[128];
     snprintf(full, sizeof(full), "transformer.h.%d.%s", l, lora_module_name(k));
+    if (excluded(P, full)) return 0;
+    if (P->target_re) return plain_fullmatch(P->target_re, full);
     int t = P->all_linear;
-    for (int i = 0; !t && i < P->targets->n; i++) t = ends_with_module(full, P->targets->items[i].string);
+    for (int i = 0; !t && i < P->targets->n; i++) {
+        if (!strcmp(full, P->targets->items[i].string)) return 1;
+        t = ends_with_module(full, P->targets->items[i].string);
+    }
     return t && P->spec.layers[l];
 }
 
@@ -450,6 +658,10 @@ static int read_adapter(PeftReader* P, int l, int k, LoraAdapter* a, int* found)
     const StTensor* ta = st_find(&P->f, ka);
     const StTensor* tb = st_find(&P->f, kb);
     *found = ta || tb;
+    if (!*found && targeted(P, l, k) && P->file_layers > 0 && l >= P->file_layers && !P->layers_given && !P->target_re)
+        return refuse(P, "'%s' has LoRA tensors for layers 0-%d only, but '%s' adapts %s in every layer and the base model has %d layers: "
+                      "the adapter was made for a %d-layer model, not for this one (wrong base model?)", t, P->file_layers - 1, c,
+                      lora_module_name(k), P->cfg->num_layers, P->file_layers);
     if (!*found) return targeted(P, l, k) ? refuse(P, "'%s' targets %s but '%s' has no tensors for it (config/tensor disagreement)", c, full, t) : 0;
     if (!ta) return refuse(P, "'%s': '%s' has no matching lora_A tensor '%s'", t, kb, ka);
     if (!tb) return refuse(P, "'%s': '%s' has no matching lora_B tensor '%s'", t, ka, kb);
@@ -521,6 +733,11 @@ static int read_adapters(PeftReader* P, LoraAdapter* ad, int* n) {
             (*n)++;
         }
     if (*n == 0) return refuse(P, "'%s' holds no LoRA tensors", P->tpath);
+    // the layers adapted (a target pattern may reach layers layers_to_transform does not name)
+    memset(P->spec.layers, 0, sizeof(P->spec.layers));
+    for (int i = 0; i < *n; i++) P->spec.layers[ad[i].layer] = 1;
+    P->spec.all_layers = 1;
+    for (int l = 0; l < L; l++) P->spec.all_layers &= P->spec.layers[l];
     return read_split(P, ad, *n);
 }
 
@@ -626,6 +843,9 @@ LoraModel* peft_try_load_adapter(const char* path, const GPT2Config* cfg, char* 
     int n = 0, rc = cfg->num_layers > LORA_MAX_LAYERS ? refuse(&P, "models with more than %d layers are not supported", LORA_MAX_LAYERS) : 0;
     if (!rc) rc = reader_paths(&P, path);
     if (!rc) rc = read_config_scalars(&P);
+    if (!rc) rc = read_config_unsupported(&P);
+    if (!rc) rc = read_config_init(&P);
+    if (!rc) rc = read_config_patterns(&P);
     if (!rc) rc = read_config_targets(&P);
     if (!rc) rc = read_config_layers(&P);
     if (!rc) { rc = st_try_open(&P.f, P.tpath, err, errcap); P.f_open = rc == 0; }

@@ -1,12 +1,17 @@
 // PEFT adapter files, beside the model files of llmc/model/model_io.h: a directory with
-//   adapter_config.json         PEFT's LoraConfig (r, lora_alpha, target_modules, bias,
-//                               modules_to_save, layers_to_transform, rank_pattern, alpha_pattern,
-//                               use_rslora, base_model_name_or_path, ...);
+//   adapter_config.json         PEFT's LoraConfig (r, lora_alpha, target_modules, exclude_modules,
+//                               bias, modules_to_save, layers_to_transform, rank_pattern,
+//                               alpha_pattern, use_rslora, base_model_name_or_path, ...);
 //   adapter_model.safetensors   "base_model.model.transformer.h.<l>.<module>.lora_A.weight"
 //                               [r, in] and ".lora_B.weight" [out, r] (F32; BF16 / F16 read too),
 //                               plus the base tensors trained with bias= / modules_to_save.
 // PEFT loads what we write (AutoPeftModelForCausalLM / PeftModel.from_pretrained) and we load what
-// PEFT writes, with a message naming the file and key for anything we cannot apply exactly.
+// PEFT writes, with a message naming the file and key for anything we cannot apply exactly: which
+// modules are adapted is decided as PEFT decides it (target_modules, exclude_modules,
+// layers_to_transform, rank_pattern / alpha_pattern keys, regular expressions of the plain kind:
+// names, '.', '\.', '^', '$'), and the LoraConfig fields of other LoRA variants (aLoRA's invocation
+// tokens, target_parameters, DoRA, lora_bias, layer replication, base-rewriting initialisations
+// such as PiSSA, ...) are refused by name rather than applied as a plain LoRA (docs/FORMATS.md).
 //
 // A q/k/v split of c_attn (llmc/model/lora.h) is a c_attn adapter of rank blocks x r for PEFT, which
 // computes the same function with it. So that continuing from the file keeps the split (the

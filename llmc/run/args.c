@@ -22,6 +22,8 @@ static void args_print_help(const ArgSpec* specs, int n, const char* usage_head)
         case ARG_STR: if (*(const char**)s->dst) printf(" (default %s)", *(const char**)s->dst); break;
         case ARG_BOOL: case ARG_OPT_STR: break;
         }
+        if ((s->type == ARG_INT || s->type == ARG_INT64) && s->min <= s->max) printf(" [%.0f, %.0f]", s->min, s->max);
+        if (s->type == ARG_FLOAT && s->min <= s->max) printf(" [%g, %g]", s->min, s->max);
         if (s->choices && s->type != ARG_OPT_STR) { // (an optional word is named in the help)
             printf(" [");
             for (int c = 0; s->choices[c]; c++) printf("%s%s", c ? "|" : "", s->choices[c]);
@@ -103,6 +105,107 @@ static const ArgSpec* find_spec(const ArgSpec* specs, int n, const char* a, size
     return NULL;
 }
 
+// ----------------------------------------------------------------------------
+// "did you mean": an unknown flag is compared, with dashes and underscores alike and case
+// ignored, with this program's flags (spelled the same, a unique prefix, or a few typing errors
+// away) and with the names other tools give the same setting.
+
+// Names in other tools (HF TrainingArguments, PEFT, axolotl, llm.c, transformers' generate, and
+// this program's earlier short flags) for a flag here: suggested where the program has the flag.
+static const struct { const char* other; const char* flag; const char* note; } ARG_OTHER_NAMES[] = {
+    {"learning-rate", "--lr", NULL}, {"lr-scheduler-type", "--schedule", NULL}, {"lr-scheduler", "--schedule", NULL},
+    {"scheduler", "--schedule", NULL}, {"epoch", "--epochs", NULL}, {"num-train-epochs", "--epochs", NULL},
+    {"num-epochs", "--epochs", NULL}, {"max-steps", "--steps", NULL}, {"num-steps", "--steps", NULL},
+    {"max-iters", "--steps", NULL}, {"per-device-train-batch-size", "--batch-size", "the micro-batch per rank"},
+    {"micro-batch-size", "--batch-size", NULL}, {"train-batch-size", "--batch-size", "the micro-batch per rank"},
+    {"gradient-accumulation-steps", "--total-batch-tokens", "tokens per optimizer step; accumulation makes up the difference"},
+    {"max-seq-length", "--seq-len", NULL}, {"max-seq-len", "--seq-len", NULL}, {"sequence-len", "--seq-len", NULL},
+    {"block-size", "--seq-len", NULL}, {"context-length", "--seq-len", NULL}, {"output-dir", "--out", NULL},
+    {"output", "--out", NULL}, {"warmup-ratio", "--warmup-steps", "a number of steps, not a fraction"},
+    {"num-warmup-steps", "--warmup-steps", NULL}, {"max-grad-norm", "--grad-clip", NULL}, {"adam-beta1", "--beta1", NULL},
+    {"adam-beta2", "--beta2", NULL}, {"adam-epsilon", "--eps", NULL}, {"eval-steps", "--eval-every", NULL},
+    {"save-steps", "--save-every", NULL}, {"save-total-limit", "--keep-checkpoints", NULL},
+    {"resume-from-checkpoint", "--resume", NULL}, {"y", "--resume", "llm.c's -y"}, {"gradient-checkpointing", "--recompute", NULL},
+    {"lora-r", "--lora-rank", NULL}, {"r", "--lora-rank", NULL}, {"rank", "--lora-rank", NULL},
+    {"target-modules", "--lora-targets", NULL}, {"lora-target-modules", "--lora-targets", NULL},
+    {"lora-target-linear", "--lora-targets", "--lora-targets all-linear"}, {"use-rslora", "--rslora", NULL},
+    {"modules-to-save", "--train-ln-f", "ln_f is the module that can be saved"}, {"load-in-4bit", "--qlora", NULL},
+    {"lora-model-dir", "--adapter", NULL}, {"adapter-path", "--adapter", NULL}, {"peft-model", "--adapter", NULL},
+    {"model-name-or-path", "--model", NULL}, {"base-model", "--model", NULL}, {"model-name", "--model", NULL},
+    {"dataset", "--train-data", NULL}, {"train-file", "--train-data", NULL}, {"validation-file", "--val-data", NULL},
+    {"eval-file", "--val-data", NULL}, {"bf16", "--dtype", "--dtype bf16"}, {"fp32", "--dtype", "--dtype fp32"},
+    {"fp16", "--dtype", "bf16 or fp32"}, {"num-threads", "--threads", NULL}, {"zero-stage", "--zero", NULL},
+    {"max-tokens", "--max-new-tokens", NULL}, {"max-length", "--max-new-tokens", NULL}, {"num-tokens", "--max-new-tokens", NULL},
+    {"temp", "--temperature", NULL}, {"n", "--max-new-tokens", "-n is the trainers' --save-every, as in llm.c"},
+    {"q", "--quiet", "-q is the trainers' --final-lr-frac, as in llm.c"}, {"merge-and-unload", "--merge", NULL},
+};
+
+// s without leading dashes, lower case, '_' as '-'.
+static void norm_flag(const char* s, size_t n, char* out, size_t cap) {
+    size_t i = 0;
+    while (n && *s == '-') { s++; n--; }
+    for (; n && i + 1 < cap; s++, n--) out[i++] = *s == '_' ? '-' : (*s >= 'A' && *s <= 'Z') ? (char)(*s - 'A' + 'a') : *s;
+    out[i] = '\0';
+}
+
+// Edits (insert, delete, replace, swap of two neighbours) from a to b (names up to 40 characters).
+static int edit_distance(const char* a, const char* b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 40 || lb > 40) return 99;
+    int d[41][41];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v) v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[la][lb];
+}
+
+// The flag of specs an unknown flag (key[0..n)) most likely meant, or NULL; *note: what to add.
+static const ArgSpec* args_suggest(const ArgSpec* specs, int ns, const char* key, size_t n, const char** note) {
+    char u[64], f[64];
+    norm_flag(key, n, u, sizeof(u));
+    *note = NULL;
+    for (int k = 0; k < ns; k++) { // the same flag spelled otherwise (--lora_rank, -lr)
+        norm_flag(specs[k].name, strlen(specs[k].name), f, sizeof(f));
+        if (!strcmp(u, f)) return &specs[k];
+    }
+    const size_t lu = strlen(u);
+    for (int fuzzy = 0; fuzzy < 2; fuzzy++) // another tool's name, then one typing error from one (--max-step)
+        for (size_t i = 0; i < sizeof(ARG_OTHER_NAMES) / sizeof(ARG_OTHER_NAMES[0]); i++) {
+            if (fuzzy ? lu < 6 || edit_distance(u, ARG_OTHER_NAMES[i].other) > 1 : strcmp(u, ARG_OTHER_NAMES[i].other) != 0) continue;
+            const ArgSpec* s = find_spec(specs, ns, ARG_OTHER_NAMES[i].flag, strlen(ARG_OTHER_NAMES[i].flag));
+            if (s) { *note = ARG_OTHER_NAMES[i].note; return s; }
+        }
+    const ArgSpec* best = NULL;
+    int prefix_of = 0, best_d = 99;
+    for (int k = 0; k < ns; k++) { // a unique beginning (--warmup)
+        norm_flag(specs[k].name, strlen(specs[k].name), f, sizeof(f));
+        if (lu >= 3 && !strncmp(f, u, lu)) { prefix_of++; best = &specs[k]; }
+    }
+    if (prefix_of == 1) return best;
+    best = NULL;
+    for (int k = 0; k < ns; k++) { // a few typing errors away: 1 in a short name, 2 from 6 characters, 3 from 12
+        norm_flag(specs[k].name, strlen(specs[k].name), f, sizeof(f));
+        const int d = edit_distance(u, f);
+        if (d < best_d) { best_d = d; best = &specs[k]; }
+    }
+    return best && lu >= 2 && best_d <= (lu < 6 ? 1 : lu < 12 ? 2 : 3) ? best : NULL;
+}
+
+static void args_unknown(const ArgSpec* specs, int ns, const char* a, size_t keylen) {
+    const char* note;
+    const ArgSpec* s = args_suggest(specs, ns, a, keylen, &note);
+    if (!s) fatal(HINT, "unknown flag '%.*s'", (int)keylen, a);
+    fatal(HINT, "unknown flag '%.*s': did you mean %s%s%s%s?%s%s%s", (int)keylen, a, s->name, s->alias ? " (" : "", s->alias ? s->alias : "",
+          s->alias ? ")" : "", note ? " (" : "", note ? note : "", note ? ")" : "");
+}
+
 static int is_bool_word(const char* s) {
     return !strcmp(s, "0") || !strcmp(s, "1") || !strcmp(s, "true") || !strcmp(s, "false");
 }
@@ -121,7 +224,7 @@ void args_parse(int argc, char** argv, const ArgSpec* specs, int n, const char* 
         const char* eq = strchr(a, '=');
         size_t keylen = eq ? (size_t)(eq - a) : strlen(a);
         const ArgSpec* s = find_spec(specs, n, a, keylen);
-        if (!s) fatal(HINT, "unknown flag '%.*s'", (int)keylen, a);
+        if (!s) args_unknown(specs, n, a, keylen);
         const char* val;
         if (eq) val = eq + 1;
         else if (s->type == ARG_BOOL) // a bool takes an explicit value only when the next word is one
@@ -133,7 +236,8 @@ void args_parse(int argc, char** argv, const ArgSpec* specs, int n, const char* 
             val = argv[++i];
         }
         char err[768];
-        if (set_value(s, val, err, sizeof(err)) != 0) fatal(HINT, "%s", err);
+        const int by_alias = s->alias && strlen(s->alias) == keylen && !strncmp(s->alias, a, keylen);
+        if (set_value(s, val, err, sizeof(err)) != 0) fatal(HINT, "%s%s%s%s", err, by_alias ? " (given as " : "", by_alias ? s->alias : "", by_alias ? ")" : "");
         if (given) given[s - specs] = 1;
     }
 }

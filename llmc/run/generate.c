@@ -40,14 +40,14 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     cli_sample_flags(&g->s, specs + n);
     specs[i_prompt].help = "text to continue (<|endoftext|> is the special token; empty = <|endoftext|>); with --chat the user's message";
     n += CLI_SAMPLE_NFLAGS;
-    specs[n++] = (ArgSpec){"--max-new-tokens", "-n", ARG_INT, &g->max_new, "N", "tokens to generate (fewer if <|endoftext|> comes first)", 1, 1 << 20, NULL};
+    specs[n++] = (ArgSpec){"--max-new-tokens", "-g", ARG_INT, &g->max_new, "N", "tokens to generate (fewer if <|endoftext|> comes first)", 1, 1 << 20, NULL};
     specs[n++] = cli_flag_seed(&g->seed);
     specs[n++] = (ArgSpec){"--no-kv-cache", NULL, ARG_BOOL, &g->no_kv, NULL, "recompute the whole sequence for every token (slow; for checking the cache)", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--chat", NULL, ARG_STR, &g->chat, "TEMPLATE", "--prompt is a user message: render it with this chat template as data/prepare --chat-template does, answer as the assistant", 1, 0, chat_choices};
     specs[n++] = (ArgSpec){"--system", NULL, ARG_STR, &g->system, "TEXT", "with --chat: a system message before the user's", 1, 0, NULL};
     specs[n++] = cli_flag_threads(&g->threads);
     specs[n++] = cli_flag_dtype(&g->dtype);
-    specs[n++] = (ArgSpec){"--quiet", "-q", ARG_BOOL, &g->quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--quiet", NULL, ARG_BOOL, &g->quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--logits-out", NULL, ARG_STR, &g->logits_out, "FILE",
                            "also write FILE: per generated token its id and the two largest logits (for comparing backends)", 1, 0, NULL};
     unsigned char given[17];
@@ -117,6 +117,27 @@ static int gen_logits_token(void* ctx, int token, const float* logits, int V) {
     if (o->len + LOGITS_LINE <= o->cap)
         o->len += (size_t)snprintf(o->buf + o->len, o->cap - o->len, "%d %.9g %.9g\n", token, top1, top2);
     return o->inner(o->inner_ctx, token, logits, V);
+}
+
+// Logits that are not all finite (NaN or infinite: broken weights, such as a diverged run's, or an
+// overflow) choose nothing: greedy decoding would pick token 0 ("!") every time. Generation stops
+// before the token is printed, and generate_main ends with an error.
+typedef struct { SampleCallback inner; void* inner_ctx; int step, bad, bad_id; float bad_value; } FiniteCheck;
+
+static int gen_finite_token(void* ctx, int token, const float* logits, int V) {
+    FiniteCheck* f = (FiniteCheck*)ctx;
+    for (int i = 0; i < V; i++)
+        if (!isfinite(logits[i])) { f->bad = 1; f->bad_id = i; f->bad_value = logits[i]; return 1; }
+    f->step++;
+    return f->inner(f->inner_ctx, token, logits, V);
+}
+
+static void gen_check_finite(const FiniteCheck* f, const GenFlags* g) {
+    if (!f->bad) return;
+    fflush(stdout);
+    fatal("check the model's weights (a training run that diverged saves NaN weights; its last good checkpoint is the one to use)",
+          "the logits for new token %d are not finite (logit of token %d is %g): '%s'%s%s computes no usable text", f->step + 1,
+          f->bad_id, (double)f->bad_value, g->model, g->adapter ? " with the adapter " : "", g->adapter ? g->adapter : "");
 }
 
 // --chat: the reply is printed up to the template's stop text (held back while it may be
@@ -198,10 +219,11 @@ int generate_main(int argc, char** argv) {
     if (tpl) chat_stop_init(&cs.stop, tpl->stop);
     LogitsOut lo = { tpl ? gen_chat_stream_token : textgen_stream_token, tpl ? (void*)&cs : (void*)&cs.ts, NULL, 0, 0 };
     if (g.logits_out) { lo.cap = (size_t)g.max_new * LOGITS_LINE; lo.buf = (char*)mallocCheck(lo.cap); }
+    FiniteCheck fc = { g.logits_out ? gen_logits_token : lo.inner, g.logits_out ? (void*)&lo : lo.inner_ctx, 0, 0, 0, 0.0f };
     double t0 = timer_now_s();
-    int got = sample_generate(&m.gpt, g.no_kv ? NULL : &kv, prompt_ids, np, g.max_new, &sp, tok.eot_id, NULL,
-                              g.logits_out ? gen_logits_token : lo.inner, g.logits_out ? (void*)&lo : lo.inner_ctx);
+    int got = sample_generate(&m.gpt, g.no_kv ? NULL : &kv, prompt_ids, np, g.max_new, &sp, tok.eot_id, NULL, gen_finite_token, &fc);
     double dt = timer_now_s() - t0;
+    gen_check_finite(&fc, &g);
     if (g.logits_out) {
         atomic_write_file(g.logits_out, lo.buf, lo.len);
         free(lo.buf);
