@@ -47,6 +47,13 @@ static void check_fields(const char* path, const int32_t* h, int64_t n) {
         fatal("the file is corrupt; " RECREATE, "'%s': header fields 6-9 (shard %d of %d) are inconsistent", path, h[SHARD_INDEX], h[SHARD_COUNT]);
 }
 
+// Where header h puts its shard, for messages
+static void describe_place(char* out, size_t cap, const int32_t* h) {
+    if (!h[SHARD_COUNT]) snprintf(out, cap, "no shard (an older data/prepare's, or another tool's)");
+    else snprintf(out, cap, "shard %d of %d (window %d%s), tokens %08x, set %08x", h[SHARD_INDEX] + 1, h[SHARD_COUNT], h[SHARD_WINDOW],
+                  h[SHARD_PACKED] ? ", packed" : "", (unsigned)h[SHARD_CRC], (unsigned)h[SHARD_SET]);
+}
+
 // The mask beside shard `path` (header h, n tokens), if any: its version (0: none). A shard that
 // says it has one must have it; a mask beside a shard written without one, or naming another
 // shard, is a leftover of another data/prepare run.
@@ -67,11 +74,13 @@ static int open_mask(const char* path, const int32_t* h, int64_t n, const char* 
     int64_t nm = shard_read_header(mp, MASK_MAGIC, MASK_VERSION_PACKED, 1, "loss mask", mh);
     if (nm != n) fatal("re-create the shard and its mask together with data/prepare",
                        "'%s' has %lld mask entries but '%s' has %lld tokens", mp, (long long)nm, path, (long long)n);
-    if ((stated || mh[SHARD_COUNT] > 0) && memcmp(h + SHARD_WINDOW, mh + SHARD_WINDOW, (SHARD_SET - SHARD_WINDOW + 1) * sizeof(int32_t)) != 0)
+    if ((stated || mh[SHARD_COUNT] > 0) && memcmp(h + SHARD_WINDOW, mh + SHARD_WINDOW, (SHARD_SET - SHARD_WINDOW + 1) * sizeof(int32_t)) != 0) {
+        char names[160], is[160];
+        describe_place(names, sizeof(names), mh);
+        describe_place(is, sizeof(is), h);
         fatal("the mask is a leftover of another data/prepare run (or the files were mixed in a copy): run data/prepare again",
-              "'%s' does not belong to '%s': its header names shard %d of %d, tokens %08x, set %08x; the shard is %d of %d, tokens %08x, set %08x",
-              mp, path, mh[SHARD_INDEX], mh[SHARD_COUNT], (unsigned)mh[SHARD_CRC], (unsigned)mh[SHARD_SET],
-              h[SHARD_INDEX], h[SHARD_COUNT], (unsigned)h[SHARD_CRC], (unsigned)h[SHARD_SET]);
+              "'%s' does not belong to '%s': it was written for %s; the .bin is %s", mp, path, names, is);
+    }
     if (h[SHARD_PACKED] && mh[1] != MASK_VERSION_PACKED)
         fatal("re-create the shard and its mask together with data/prepare",
               "'%s' holds packed records but its mask '%s' is version 1 (it has no record starts)", path, mp);
@@ -187,13 +196,13 @@ static void show_summary(FILE* out, const char* path, const ShardInfo* si, int64
                  color ? "in green" : "between [[ and ]]");
 }
 
-// tok[0..n) (positions from..) as text: runs of tokens trained or not, cut at window starts
-static void show_text(FILE* out, const Tokenizer* tk, const uint16_t* tok, const uint8_t* tr, int64_t from, int64_t n, int W, int color) {
+// tok[0..n) (positions from.., of ntok) as text: runs of tokens trained or not, cut at window starts
+static void show_text(FILE* out, const Tokenizer* tk, const uint16_t* tok, const uint8_t* tr, int64_t from, int64_t n, int64_t ntok, int W, int color) {
     int* ids = (int*)mallocCheck((size_t)n * sizeof(int) + 1);
     int last = '\n';
     for (int64_t i = 0; i < n;) {
         const int64_t p = from + i;
-        if (W && p % W == 0) {
+        if (W && p % W == 0 && p < ntok - 1) { // (the shard's last token closes the last window)
             fprintf(out, "%s# window %lld (tokens %lld..%lld)\n", last == '\n' ? "" : "\n", (long long)(p / W), (long long)p, (long long)(p + W - 1));
             last = '\n';
         }
@@ -237,7 +246,7 @@ void shard_show(FILE* out, const char* path, const Tokenizer* tk, int64_t from, 
         tr[i] = (uint8_t)(from + i > 0 && (mask[i] & MASK_TRAINED)); // (token 0 of a shard is never a target)
     }
     show_summary(out, path, &si, from, to, ids, color);
-    if (!ids) show_text(out, tk, tok, tr, from, n, si.h[SHARD_WINDOW], color);
+    if (!ids) show_text(out, tk, tok, tr, from, n, si.ntok, si.h[SHARD_WINDOW], color);
     else for (int64_t i = 0; i < n; i++) {
         size_t len;
         const char* s = tok_token_bytes(tk, tok[i], &len);
