@@ -379,7 +379,9 @@ sys.exit(0 if okay else 1)
 PY
 if command -v strace >/dev/null; then
   "$P" --input test/ref/prepare_pack.jsonl --out-dir "$T/ord" --name o --val-tokens 40 --pack 24 --shard-tokens 50 --quiet || bad "prepare ord"
-  strace -f -e trace=rename,renameat,renameat2,unlink,unlinkat -o "$T/ord.trace" "$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/ord" --name o \
+  # (LeakSanitizer cannot run under ptrace)
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" strace -f -e trace=rename,renameat,renameat2,unlink,unlinkat -o "$T/ord.trace" \
+    "$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/ord" --name o \
     --val-tokens 20 --shard-tokens 30 --quiet || bad "prepare under strace"
   python3 - "$T/ord.trace" <<'PY' && ok "every .mask renamed into place before its .bin; the earlier output unlinked first, .bin files before masks" || bad "write order"
 import re, sys
