@@ -72,6 +72,7 @@ static int open_mask(const char* path, const int32_t* h, int64_t n, const char* 
         fatal("delete it, or run data/prepare again (it removes such leftovers)",
               "'%s' lies beside '%s', which was written without a loss mask: the mask is a leftover of another data/prepare run", mp, path);
     int64_t nm = shard_read_header(mp, MASK_MAGIC, MASK_VERSION_PACKED, 1, "loss mask", mh);
+    check_fields(mp, mh, nm);
     if (nm != n) fatal("re-create the shard and its mask together with data/prepare",
                        "'%s' has %lld mask entries but '%s' has %lld tokens", mp, (long long)nm, path, (long long)n);
     if ((stated || mh[SHARD_COUNT] > 0) && memcmp(h + SHARD_WINDOW, mh + SHARD_WINDOW, (SHARD_SET - SHARD_WINDOW + 1) * sizeof(int32_t)) != 0) {
