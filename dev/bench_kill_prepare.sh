@@ -15,11 +15,14 @@
 # records with loss masks (ChatML), prompt/completion records in record windows, the same chat
 # records packed, and plain text (no masks); small --shard-tokens, so that a run writes many files
 # and the kills land among its renames as often as in its tokenizing. The delay before each kill
-# is uniform over 1.1x the run's uninterrupted time.
+# is uniform over 1.1x the run's uninterrupted time. Then (with strace) targeted kills: at every
+# unlink and every rename of a run over another's output, i.e. in every state the folder passes
+# through, between a mask's rename and its shard's among them.
 #
-# usage: dev/bench_kill_prepare.sh [KILLS]     (default 60; BIN_DIR: train_gpt2 and prepare,
-#        default build/cpu/bin; KEEP=1 keeps the work folder; SEED=n for another sequence)
-# Not part of the test suite: it takes a few minutes. Prints a line per kill and the counts.
+# usage: dev/bench_kill_prepare.sh [KILLS]     (random kills, default 60; BIN_DIR: train_gpt2 and
+#        prepare, default build/cpu/bin; KEEP=1 keeps the work folder; SEED=n for another sequence;
+#        TARGETED=0: no targeted kills; PAIRS="text:chat ...": the runs of the targeted kills)
+# Not part of the test suite: it takes about ten minutes. Prints a line per kill and the counts.
 set -u
 cd "$(dirname "$0")/.."
 KILLS="${1:-60}"
@@ -76,18 +79,11 @@ done
 
 OUT="$W/out"; mkdir -p "$OUT"
 declare -A COUNT
-bad=0; killed=0; finished=0; lonely=0
-for ((i = 1; i <= KILLS; i++)); do
-  c=${CONFIGS[$((RANDOM % ${#CONFIGS[@]}))]}
-  delay=$(python3 -c "import random, sys; random.seed(int(sys.argv[2])); print(f'{random.uniform(0, 1.1 * float(sys.argv[1])):.4f}')" "${DUR[$c]}" "$RANDOM$i")
-  "$P" $(flags $c) --out-dir "$OUT" --name d --quiet > "$W/prep.log" 2>&1 &
-  pid=$!
-  sleep "$delay"
-  kill -KILL $pid 2>/dev/null
-  wait $pid 2>/dev/null; rc=$?
-  if [ $rc -eq 137 ]; then killed=$((killed + 1)); how="killed after ${delay}s"
-  elif [ $rc -eq 0 ]; then finished=$((finished + 1)); how="finished before the kill (${delay}s)"
-  else echo "error: data/prepare failed (rc $rc): $(cat "$W/prep.log")"; exit 1; fi
+bad=0; killed=0; finished=0; lonely=0; n=0
+# judge CONFIG HOW: the trainer on what the run of CONFIG left in $OUT; prints and counts the outcome
+judge() {
+  local c="$1" how="$2" trc d lone whole="" line what err kind r
+  n=$((n + 1))
   "$G" --model tiny --train-data "$OUT/d_train_*.bin" --val-data "$OUT/d_val_*.bin" -b 1 -t $T --steps 1 --lr 0 --eval-batches 1 \
     --threads 1 --out none > "$W/train.log" 2>&1; trc=$?
   d=$(digest "$OUT")
@@ -99,16 +95,16 @@ print(sum(1 for b in glob.glob(sys.argv[1] + "/d_*_*.bin")
 PY
 )
   lonely=$((lonely + lone))
-  whole=""
   for r in "${CONFIGS[@]}"; do [ "$d" = "${REF[$r]}" ] && whole=$r; done
   if [ -n "$whole" ]; then [ "${MASKS[$whole]}" = 0 ] && line='| loss masks: off' || line='| loss masks: on ('; fi
   if [ $trc -eq 0 ]; then
     # (the data line must agree on the masks; a trainer that prints none, older than this check, is let off)
     if [ -n "$whole" ] && { grep -qF -- "$line" "$W/train.log" || ! grep -q '^data: .*| loss masks' "$W/train.log"; }; then
       [ "$whole" = "$c" ] && what="whole: this run's output ($c)" || what="whole: an earlier run's output ($whole)"
+      COUNT["$what"]=$(( ${COUNT["$what"]:-0} + 1 ))
     else
       what="BAD: trained on a folder that is no whole output ($(grep '^data:' "$W/train.log"))"; bad=$((bad + 1))
-      cp -r "$OUT" "$W/bad_$i"
+      cp -r "$OUT" "$W/bad_$n"
     fi
   else
     err=$(grep -m1 '^error: ' "$W/train.log")
@@ -121,12 +117,50 @@ PY
       what="BAD: failed without a clear message (rc $trc): $(tail -2 "$W/train.log" | tr '\n' ' ')"; bad=$((bad + 1))
     fi
   fi
-  case "$what" in whole*) COUNT["$what"]=$(( ${COUNT["$what"]:-0} + 1 ));; esac
-  printf '%3d %-8s %-40s %s\n' "$i" "$c" "$how" "$what" | cut -c1-220
+  printf '%4d %-8s %-40s %s\n' "$n" "$c" "$how" "$what" | cut -c1-220
+}
+
+# ---- random kills: the runs take turns on one folder, each starting from what the last one left
+for ((i = 1; i <= KILLS; i++)); do
+  c=${CONFIGS[$((RANDOM % ${#CONFIGS[@]}))]}
+  delay=$(python3 -c "import random, sys; random.seed(int(sys.argv[2])); print(f'{random.uniform(0, 1.1 * float(sys.argv[1])):.4f}')" "${DUR[$c]}" "$RANDOM$i")
+  "$P" $(flags $c) --out-dir "$OUT" --name d --quiet > "$W/prep.log" 2>&1 &
+  pid=$!
+  sleep "$delay"
+  kill -KILL $pid 2>/dev/null
+  wait $pid 2>/dev/null; rc=$?
+  if [ $rc -eq 137 ]; then killed=$((killed + 1)); how="killed after ${delay}s"
+  elif [ $rc -eq 0 ]; then finished=$((finished + 1)); how="finished before the kill (${delay}s)"
+  else echo "error: data/prepare failed (rc $rc): $(cat "$W/prep.log")"; exit 1; fi
+  judge "$c" "$how"
 done
+random_n=$n
+
+# ---- targeted kills (strace's syscall injection): a run of config B over config A's whole
+# output, SIGKILLed on entering its k-th unlink, then its k-th rename, for every k: every state
+# the folder passes through (PAIRS="A:B ..."; TARGETED=0 skips this)
+targeted=0
+if [ "${TARGETED:-1}" = 1 ] && command -v strace >/dev/null; then
+  for pair in ${PAIRS:-text:chat chat:text packed:windows}; do
+    from=${pair%:*}; c=${pair#*:}
+    for sc in unlink rename; do
+      rm -rf "$OUT" && cp -r "$W/ref_$from" "$OUT"
+      strace -f -qq -e trace=$sc -o "$W/trace" "$P" $(flags $c) --out-dir "$OUT" --name d --quiet || { echo "error: traced run failed"; exit 1; }
+      calls=$(grep -c "^[0-9]* $sc(" "$W/trace")
+      for ((k = 1; k <= calls; k++)); do
+        rm -rf "$OUT" && cp -r "$W/ref_$from" "$OUT"
+        { strace -f -qq -o /dev/null -e trace=$sc -e inject=$sc:signal=KILL:when=$k "$P" $(flags $c) --out-dir "$OUT" --name d --quiet > /dev/null; } 2>/dev/null
+        judge "$c" "over $from: at $sc $k of $calls"
+        targeted=$((targeted + 1))
+      done
+    done
+  done
+elif [ "${TARGETED:-1}" = 1 ]; then
+  echo "note: strace not installed: no targeted kills"
+fi
 
 echo
-echo "data/prepare SIGKILLed $KILLS times ($killed while running, $finished had finished): $bad bad outcomes"
+echo "data/prepare SIGKILLed $random_n times at random ($killed while running, $finished had finished) and $targeted times at an unlink or rename: $bad bad outcomes"
 echo "shards left without the mask their header says they have: $lonely"
 for k in "${!COUNT[@]}"; do printf '%5d  %s\n' "${COUNT[$k]}" "$k"; done | sort -rn
 [ $bad -eq 0 ]

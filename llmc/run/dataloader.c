@@ -75,31 +75,34 @@ static int dl_sibling_name(char* out, size_t cap, const char* path, int have, in
 
 // A wildcard that matched part of a data/prepare output: every shard of the set must be there.
 // What an interrupted data/prepare leaves (shards not yet written, or old shards of an earlier
-// run with the same name not yet replaced or removed) fails here, with the file named.
+// run with the same name not yet replaced or removed) fails here, with the file named. Each set
+// is looked at once (done[]).
 static void dl_check_sets(const DataLoader* dl, const int32_t (*hs)[10], const int* glob_of) {
     char* seen = NULL;
+    char* done = (char*)callocCheck((size_t)dl->n_files, 1);
     for (int i = 0; i < dl->n_files; i++) {
         const int32_t* h = hs[i];
-        if (!glob_of[i] || h[SHARD_COUNT] == 0) continue;
+        if (done[i] || !glob_of[i] || h[SHARD_COUNT] == 0) continue;
         seen = (char*)realloc(seen, (size_t)h[SHARD_COUNT]);
         if (!seen) fatal(NULL, "out of memory checking '%s'", dl->pattern);
         memset(seen, 0, (size_t)h[SHARD_COUNT]);
         for (int j = 0; j < dl->n_files; j++)
-            if (hs[j][SHARD_SET] == h[SHARD_SET] && hs[j][SHARD_COUNT] == h[SHARD_COUNT]) seen[hs[j][SHARD_INDEX]] = 1;
+            if (hs[j][SHARD_SET] == h[SHARD_SET] && hs[j][SHARD_COUNT] == h[SHARD_COUNT]) { seen[hs[j][SHARD_INDEX]] = 1; done[j] = 1; }
         int k = 0;
         while (k < h[SHARD_COUNT] && seen[k]) k++;
         if (k == h[SHARD_COUNT]) continue;
         char sib[LLMC_PATH_MAX + 16];
-        const int named = dl_sibling_name(sib, sizeof(sib), dl->files[i], h[SHARD_INDEX], k);
+        int named = dl_sibling_name(sib, sizeof(sib), dl->files[i], h[SHARD_INDEX], k), other = 0;
+        for (int j = 0; named && j < dl->n_files; j++) other |= strcmp(dl->files[j], sib) == 0; // (then of another set)
         const char* hint = "run data/prepare again (an interrupted data/prepare leaves such a folder); to train on part of a set on purpose, name its files one by one, separated by commas";
-        if (named && file_exists(sib))
+        if (other)
             fatal(hint, "'%s' is shard %d of %d of a data/prepare output (set %08x), but '%s' in its place belongs to another one: '%s' mixes two data/prepare runs",
                   dl->files[i], h[SHARD_INDEX] + 1, h[SHARD_COUNT], (unsigned)h[SHARD_SET], sib, dl->pattern);
         fatal(hint, "'%s' is shard %d of %d of a data/prepare output (set %08x), but shard %d%s%s%s is not among the files '%s' matches",
               dl->files[i], h[SHARD_INDEX] + 1, h[SHARD_COUNT], (unsigned)h[SHARD_SET], k + 1,
               named ? " ('" : "", named ? sib : "", named ? "')" : "", dl->pattern);
     }
-    free(seen);
+    free(seen); free(done);
 }
 
 // Shard i: checked whole (llmc/text/shard.h), its window length against T, its batches.
