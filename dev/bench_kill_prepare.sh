@@ -146,7 +146,7 @@ if [ "${TARGETED:-1}" = 1 ] && command -v strace >/dev/null; then
     for sc in unlink rename; do
       rm -rf "$OUT" && cp -r "$W/ref_$from" "$OUT"
       strace -f -qq -e trace=$sc -o "$W/trace" "$P" $(flags $c) --out-dir "$OUT" --name d --quiet || { echo "error: traced run failed"; exit 1; }
-      calls=$(grep -c "^[0-9]* $sc(" "$W/trace")
+      calls=$(grep -cE "^[0-9]+ +$sc\(" "$W/trace") # (strace pads the pid)
       for ((k = 1; k <= calls; k++)); do
         rm -rf "$OUT" && cp -r "$W/ref_$from" "$OUT"
         { strace -f -qq -o /dev/null -e trace=$sc -e inject=$sc:signal=KILL:when=$k "$P" $(flags $c) --out-dir "$OUT" --name d --quiet > /dev/null; } 2>/dev/null
