@@ -7,6 +7,8 @@
 #include "text/chat.h"
 #include "text/records.h"
 #include "text/vocab.h"
+#include "text/shard.h"
+#include "base/crc32c.h"
 #include "base/fileio.h"
 #include "base/timer.h"
 #include "base/check.h"
@@ -16,15 +18,9 @@
 #include <string.h>
 #include <dirent.h>
 #include <unistd.h>
+#include <errno.h>
+#include <signal.h>
 
-#define SHARD_MAGIC 20240520
-#define SHARD_VERSION 1
-#define MASK_MAGIC 20261122
-#define MASK_VERSION 1
-#define MASK_VERSION_PACKED 2 // bit 1 of a mask byte: the token starts a record
-#define HEADER_WINDOW 3   // header field: record window length (0: one token stream)
-#define HEADER_PACKED 4   // header field: 1 = several records per window (--pack)
-#define MASK_START 2
 #define MAX_INPUTS 4096
 
 enum { FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_JSON };
@@ -77,8 +73,19 @@ static void usage(FILE* f) {
 "  --vocab PATH           tokenizer directory or file (default data/gpt2, here or near this program)\n"
 "  --allow-special        recognise <|endoftext|> written in the input as the special token\n"
 "                         (default: it is ordinary text)\n"
+"  --train-on-inputs      train on every token of a record, prompts and user turns too (no loss\n"
+"                         mask; with --record-windows / --pack the padding stays untrained)\n"
 "  --quiet                print only errors\n"
-"  --help                 this text\n");
+"  --help                 this text\n"
+"\n"
+"usage: data/prepare --show FILE.bin [--tokens N] [--from K] [--ids] [--vocab PATH]\n"
+"\n"
+"Prints a shard as the trainer reads it (after the same checks): its text, the trained targets\n"
+"between [[ and ]] (in green on a terminal).\n"
+"  --tokens N             how many tokens (default 2000; 0: all)\n"
+"  --from K               the first token shown (default 0)\n"
+"  --ids                  one token a line: position, id, label (the id when trained, -100 when\n"
+"                         not, as Hugging Face labels), text\n");
 }
 
 typedef struct {
@@ -93,6 +100,7 @@ typedef struct {
     long long shard_tokens;
     const char* vocab;
     int allow_special;
+    int train_on_inputs;  // every token of a record trained (no mask for a stream)
     int quiet;
     RecMapping map;
     const ChatTemplate* chat;
@@ -239,7 +247,7 @@ typedef struct { Stream* s; Tokenizer* tk; const Args* a; } EmitCtx;
 // --allow-special; the templates' markers are ordinary text to GPT-2 either way.
 static void emit_piece(void* ctx, const char* text, size_t len, int trained) {
     EmitCtx* e = (EmitCtx*)ctx;
-    st_encode(e->s, e->tk, text, len, e->a->allow_special, (uint8_t)trained);
+    st_encode(e->s, e->tk, text, len, e->a->allow_special, (uint8_t)(trained || e->a->train_on_inputs));
 }
 
 static Record g_record; // reused for every record
@@ -251,7 +259,7 @@ static void add_record(Stream* s, Tokenizer* tk, const Args* a, const JsonValue*
     st_begin_doc(s);
     if (r.schema == REC_TEXT) st_encode(s, tk, r.text, r.text_len, a->allow_special, 1);
     else if (r.schema == REC_PROMPT) {
-        st_encode(s, tk, r.prompt, r.prompt_len, a->allow_special, 0);
+        st_encode(s, tk, r.prompt, r.prompt_len, a->allow_special, (uint8_t)a->train_on_inputs);
         st_encode(s, tk, r.completion, r.completion_len, a->allow_special, 1);
     } else {
         EmitCtx e = { s, tk, a };
@@ -491,31 +499,50 @@ static void write_file(const Args* a, const char* fname, const int32_t* header, 
     atomic_commit(&af);
 }
 
+// The split's id, written into each of its shards (and masks): a CRC-32C of how the split is cut
+// (tokens per shard, shards, window length, packed, masked) and of its tokens and mask bytes. The
+// loader groups shards by it, to tell a whole data/prepare output from part of one.
+static uint32_t split_id(const Stream* s, size_t lo, size_t hi, size_t step, int nshards) {
+    const int32_t cut[5] = { (int32_t)step, nshards, s->window, s->packed, s->has_mask };
+    uint32_t crc = crc32c(0, cut, sizeof(cut));
+    crc = crc32c(crc, s->tok + lo, (hi - lo) * sizeof(uint16_t));
+    return s->has_mask ? crc32c(crc, s->mask + lo, hi - lo) : crc;
+}
+
 // Shard k of a split holds tokens [a0, a1). In a stream, shards are consecutive slices. With
 // record windows a shard holds whole windows plus the next window's first token (the target of
-// its last position), so a window never straddles two files.
-static void write_split(const Args* a, const Stream* s, const char* split, size_t lo, size_t hi, char written[][512], int* nw) {
+// its last position), so a window never straddles two files. Each mask is committed before its
+// shard: a .bin (what the loader looks for) never exists without the mask it says it has, and a
+// mask of another run beside it names another shard (header fields 3-9), so a kill anywhere
+// leaves nothing the loader takes for a whole, masked data set when it is not.
+static void write_split(const Args* a, const Stream* s, const char* split, size_t lo, size_t hi) {
     size_t per = (size_t)a->shard_tokens, step = per;
     if (s->window) step = (per - 1) / (size_t)s->window * (size_t)s->window;
     size_t body = s->window ? hi - lo - 1 : hi - lo;
     int nshards = (int)((body + step - 1) / step);
+    const uint32_t set = split_id(s, lo, hi, step, nshards);
     for (int k = 0; k < nshards; k++) {
         size_t a0 = lo + (size_t)k * step, a1 = a0 + step < lo + body ? a0 + step : lo + body;
         if (s->window) a1++;
         int32_t header[256] = {0};
         header[0] = SHARD_MAGIC; header[1] = SHARD_VERSION; header[2] = (int32_t)(a1 - a0);
-        header[HEADER_WINDOW] = s->window;
-        header[HEADER_PACKED] = s->packed;
+        header[SHARD_WINDOW] = s->window;
+        header[SHARD_PACKED] = s->packed;
+        header[SHARD_HAS_MASK] = s->has_mask;
+        header[SHARD_INDEX] = k; header[SHARD_COUNT] = nshards;
+        header[SHARD_CRC] = (int32_t)crc32c(0, s->tok + a0, (a1 - a0) * sizeof(uint16_t));
+        header[SHARD_SET] = (int32_t)set;
         char fname[512];
+        if (s->has_mask) {
+            int32_t mheader[256];
+            memcpy(mheader, header, sizeof(header));
+            mheader[0] = MASK_MAGIC; mheader[1] = s->packed ? MASK_VERSION_PACKED : MASK_VERSION;
+            mheader[MASK_CRC] = (int32_t)crc32c(0, s->mask + a0, a1 - a0);
+            snprintf(fname, sizeof(fname), "%s_%s_%06d.mask", a->name, split, k);
+            write_file(a, fname, mheader, s->mask + a0, 1, a1 - a0);
+        }
         snprintf(fname, sizeof(fname), "%s_%s_%06d.bin", a->name, split, k);
         write_file(a, fname, header, s->tok + a0, sizeof(uint16_t), a1 - a0);
-        snprintf(written[(*nw)++], 512, "%s", fname);
-        if (s->has_mask) {
-            header[0] = MASK_MAGIC; header[1] = s->packed ? MASK_VERSION_PACKED : MASK_VERSION;
-            snprintf(fname, sizeof(fname), "%s_%s_%06d.mask", a->name, split, k);
-            write_file(a, fname, header, s->mask + a0, 1, a1 - a0);
-            snprintf(written[(*nw)++], 512, "%s", fname);
-        }
         if (a->quiet) continue;
         // (the count printed is of targets inside this shard: its first token has no predecessor here)
         if (s->has_mask) printf("wrote %s/%s_%s_%06d.bin (+ .mask): %zu tokens, %lld trained\n", a->out_dir, a->name, split, k,
@@ -524,32 +551,57 @@ static void write_split(const Args* a, const Stream* s, const char* split, size_
     }
 }
 
-// Remove NAME_{train,val}_NNNNNN.{bin,mask} left from an earlier run that this run did not
-// write: a loader globbing the directory would otherwise mix old shards (or old masks) in.
-static void remove_stale(const Args* a, char written[][512], int nw) {
-    DIR* d = opendir(a->out_dir);
-    if (!d) return;
-    struct dirent* de;
+// 1 when f is this run's kind of output, NAME_{train,val}_NNNNNN.{bin,mask}, or (*tmp set) the
+// temporary file of one (".tmp.PID") whose writer is no longer running: a data/prepare killed
+// before its rename left it.
+static int is_output_name(const Args* a, const char* f, int* tmp) {
     size_t nl = strlen(a->name);
-    while ((de = readdir(d))) {
-        const char* f = de->d_name;
-        if (strncmp(f, a->name, nl) != 0 || f[nl] != '_') continue;
-        const char* r = f + nl + 1;
-        const char* digits = NULL;
-        if (strncmp(r, "train_", 6) == 0) digits = r + 6;
-        else if (strncmp(r, "val_", 4) == 0) digits = r + 4;
-        if (!digits) continue;
-        int ok = 1;
-        for (int k = 0; k < 6; k++) ok &= digits[k] >= '0' && digits[k] <= '9';
-        if (!ok || !(strcmp(digits + 6, ".bin") == 0 || strcmp(digits + 6, ".mask") == 0)) continue;
-        int mine = 0;
-        for (int k = 0; k < nw; k++) mine |= strcmp(written[k], f) == 0;
-        if (mine) continue;
-        char path[LLMC_PATH_MAX];
-        path_join(path, sizeof(path), a->out_dir, f);
-        if (unlink(path) == 0 && !a->quiet) printf("removed stale %s (not part of this run)\n", path);
+    *tmp = 0;
+    if (strncmp(f, a->name, nl) != 0 || f[nl] != '_') return 0;
+    const char* r = f + nl + 1;
+    const char* digits = NULL;
+    if (strncmp(r, "train_", 6) == 0) digits = r + 6;
+    else if (strncmp(r, "val_", 4) == 0) digits = r + 4;
+    if (!digits) return 0;
+    for (int k = 0; k < 6; k++) if (digits[k] < '0' || digits[k] > '9') return 0;
+    const char* ext = digits + 6;
+    const size_t el = strncmp(ext, ".bin", 4) == 0 ? 4 : strncmp(ext, ".mask", 5) == 0 ? 5 : 0;
+    if (!el) return 0;
+    if (ext[el] == '\0') return 1;
+    if (strncmp(ext + el, ".tmp.", 5) != 0) return 0;
+    char* end;
+    const long pid = strtol(ext + el + 5, &end, 10);
+    if (*end || pid <= 0 || pid == (long)getpid()) return 0;
+    *tmp = kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    return *tmp;
+}
+
+// Before anything is written: every NAME_{train,val}_NNNNNN.{bin,mask} of the directory (an
+// earlier output of this name; .bin files first, so no shard is ever without its mask), and the
+// temporary files of killed runs. A run stopped at any point then leaves its own files, whole
+// or not, and never a mix with an earlier run's that a loader could take for one data set: the
+// loader refuses a data/prepare output with a shard missing (llmc/run/dataloader.h).
+static void remove_previous(const Args* a) {
+    int removed = 0, tmps = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        DIR* d = opendir(a->out_dir);
+        if (!d) return;
+        struct dirent* de;
+        while ((de = readdir(d))) {
+            const char* f = de->d_name;
+            int tmp;
+            if (!is_output_name(a, f, &tmp)) continue;
+            const int shard = !tmp && strstr(f, ".bin") != NULL;
+            if (shard != (pass == 0)) continue; // shards in the first pass, masks and temporary files in the second
+            char path[LLMC_PATH_MAX];
+            path_join(path, sizeof(path), a->out_dir, f);
+            if (unlink(path) == 0) { removed += !tmp; tmps += tmp; }
+        }
+        closedir(d);
     }
-    closedir(d);
+    if (a->quiet || !(removed || tmps)) return;
+    if (removed) printf("removed the %d file(s) of an earlier '%s' output in %s\n", removed, a->name, a->out_dir);
+    if (tmps) printf("removed %d temporary file(s) left by a data/prepare that did not finish\n", tmps);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -625,7 +677,9 @@ static void parse_args(Args* a, int argc, char** argv) {
         const char* f = argv[i];
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) { usage(stdout); exit(0); }
         if (strcmp(f, "--allow-special") == 0) { a->allow_special = 1; continue; }
+        if (strcmp(f, "--train-on-inputs") == 0) { a->train_on_inputs = 1; continue; }
         if (strcmp(f, "--quiet") == 0) { a->quiet = 1; continue; }
+        if (strcmp(f, "--ids") == 0) fatal("data/prepare --show FILE.bin --ids", "--ids goes with --show");
         if (strcmp(f, "--input") == 0) {
             int got = 0;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
@@ -638,6 +692,8 @@ static void parse_args(Args* a, int argc, char** argv) {
         if (i + 1 >= argc) fatal("run data/prepare --help", "%s needs a value (or is not a flag)", f);
         overlong_given |= strcmp(f, "--overlong") == 0;
         order_given |= strcmp(f, "--pack-order") == 0;
+        if (strcmp(f, "--tokens") == 0 || strcmp(f, "--from") == 0)
+            fatal("data/prepare --show FILE.bin [--tokens N] [--from K]", "%s goes with --show", f);
         if (!parse_value_flag(a, f, argv[++i], &have_frac)) fatal("run data/prepare --help", "unknown flag '%s'", f);
     }
     if (a->n_inputs == 0) { usage(stderr); fatal("run data/prepare --help", "--input is required"); }
@@ -739,7 +795,40 @@ static void load_vocab(Tokenizer* tk, const Args* a) {
     if (tk->vocab_size > 65536) fatal("llm.c shards store uint16 tokens", "vocabulary '%s' has %d tokens, more than 65536", tk->source, tk->vocab_size);
 }
 
+// data/prepare --show FILE: the shard's text with its trained targets marked (or its tokens, one
+// a line), after the checks the trainer's loader makes (llmc/text/shard.h).
+static int show_main(int argc, char** argv) {
+    Args a;
+    memset(&a, 0, sizeof(a));
+    const char* path = NULL;
+    long long count = 2000, from = 0;
+    int ids = 0;
+    for (int i = 1; i < argc; i++) {
+        const char* f = argv[i];
+        if (strcmp(f, "--ids") == 0) { ids = 1; continue; }
+        if (i + 1 >= argc) fatal("run data/prepare --help", "%s needs a value (or is not a flag)", f);
+        const char* v = argv[++i];
+        if (strcmp(f, "--show") == 0) path = v;
+        else if (strcmp(f, "--tokens") == 0) count = parse_ll(f, v, 0, INT64_MAX / 4);
+        else if (strcmp(f, "--from") == 0) from = parse_ll(f, v, 0, INT64_MAX / 4);
+        else if (strcmp(f, "--vocab") == 0) a.vocab = v;
+        else fatal("with --show, data/prepare takes only --tokens, --from, --ids and --vocab", "'%s' is not a --show flag", f);
+    }
+    Tokenizer tk;
+    load_vocab(&tk, &a);
+    const char* nc = getenv("NO_COLOR");
+    shard_show(stdout, path, &tk, from, count, ids, isatty(1) && !(nc && *nc));
+    tok_free(&tk);
+    return 0;
+}
+
+static int has_flag(int argc, char** argv, const char* flag) {
+    for (int i = 1; i < argc; i++) if (strcmp(argv[i], flag) == 0) return 1;
+    return 0;
+}
+
 int main(int argc, char** argv) {
+    if (has_flag(argc, argv, "--show") && !has_flag(argc, argv, "--help")) return show_main(argc, argv);
     Args a;
     parse_args(&a, argc, argv);
     check_inputs(&a);
@@ -752,7 +841,7 @@ int main(int argc, char** argv) {
     s.window = a.window;
     s.pack = a.pack;
     s.drop_overlong = a.drop_overlong;
-    s.has_mask = a.format != FMT_TEXT || a.window || a.pack; // window padding must not be trained
+    s.has_mask = (a.format != FMT_TEXT && !a.train_on_inputs) || a.window || a.pack; // window padding must not be trained
     for (int k = 0; k < a.n_inputs; k++) {
         if (a.format == FMT_TEXT) add_text_file(&s, &tk, &a, a.inputs[k]);
         else add_json_file(&s, &tk, &a, a.inputs[k]);
@@ -776,13 +865,10 @@ int main(int argc, char** argv) {
     if (w->window) per = (per - 1) / (size_t)w->window * (size_t)w->window; // whole windows per shard
     size_t max_files = 2 * ((val_hi + per - 1) / per + (w->n - cut + per - 1) / per) + 4;
     if (max_files > 100000) fatal("raise --shard-tokens", "that would write %zu files", max_files);
-    char (*written)[512] = (char (*)[512])callocCheck(max_files, 512);
-    int nw = 0;
-    if (val_hi) write_split(&a, w, "val", 0, val_hi, written, &nw);
-    write_split(&a, w, "train", cut, w->n, written, &nw);
-    remove_stale(&a, written, nw);
+    remove_previous(&a);
+    if (val_hi) write_split(&a, w, "val", 0, val_hi);
+    write_split(&a, w, "train", cut, w->n);
     if (!a.quiet) print_summary(&a, &s, w, target, cut, val_hi, exact);
-    free(written);
     if (a.pack) { free(packed.tok); free(packed.mask); }
     free(s.tok); free(s.mask); free(s.doc_start); free(s.doc_stop);
     rec_free(&g_record);

@@ -120,6 +120,17 @@ def main():
     shard = struct.pack("<256i", *([20240520, 1, n, 6, 1] + [0] * 251)) + struct.pack("<%dH" % n, *[(11 * k) % 300 for k in range(n)])
     mask = bytes((2 if k in starts else 0) | (k % 4 != 1) for k in range(n))
     put("shard", 3, b"\x01\x05\x00\x00" + shard + b"\n==mask==\n" + struct.pack("<256i", *([20261122, 2, n, 6, 1] + [0] * 251)) + mask)
+    # shards as data/prepare writes them now (docs/FORMATS.md): field 5 has a mask, 6-7 shard 1 of
+    # 1, 8 the tokens' CRC-32C, 9 the split's id; the mask repeats fields 3-9, its CRC-32C in 10.
+    # A stream read with B=1, T=8, and packed windows of 8 read with B=2, T=8
+    s32 = lambda x: x - (1 << 32) if x >= 1 << 31 else x
+    for idx, (n, W, cfg) in [(4, (41, 0, b"\x00\x07\x00\x00")), (5, (33, 8, b"\x01\x07\x00\x00"))]:
+        tok = struct.pack("<%dH" % n, *[(13 * k + 5) % 300 for k in range(n)])
+        mask = bytes([0] + [(2 if W and k % W == 0 and k < n - 1 else 0) | (k % 3 != 0) for k in range(1, n)])
+        if W: mask = bytes([2]) + mask[1:]
+        h = [20240520, 1, n, W, int(W > 0), 1, 0, 1, s32(crc32c(tok)), s32(0x1234567)]
+        mh = [20261122, 2 if W else 1, n] + h[3:10] + [s32(crc32c(mask))]
+        put("shard", idx, cfg + struct.pack("<256i", *(h + [0] * 246)) + tok + b"\n==mask==\n" + struct.pack("<256i", *(mh + [0] * 245)) + mask)
     # ---- checkpoint state: manifest + state files of step 1 (1 rank; 2 ranks with ZeRO-1)
     def state(world, rank, total, zero, master):
         shard_n = (total + world - 1) // world

@@ -3,11 +3,16 @@
 // data/prepare writes them for prompt tokens), shuffling reproducible from the seed, and state
 // save/restore landing on the same next batch. Windows: record windows (--record-windows) and
 // packed records (--pack: the record starts of a version 2 mask become doc_start), the --seq-len
-// they need, and the refusal of inconsistent packed shards.
+// they need, and the refusal of inconsistent packed shards. Shards as data/prepare writes them now
+// (header fields 5-10, written here from docs/FORMATS.md): a missing mask, a mask of another shard,
+// changed bytes, part of a set matched by a glob, all refused when the loader opens them, as is a
+// token out of range (it was found when its batch came); evaluation's partial batches; the data
+// line's mask summary.
 #include "test.h"
 #include "test_child.h"
 #include "../llmc/run/dataloader.h"
 #include "../llmc/base/fileio.h"
+#include "../llmc/base/crc32c.h"
 #include <stdint.h>
 #include <unistd.h>
 
@@ -119,6 +124,178 @@ static void test_packed(const char* dir) {
     unlink(p); unlink(mp);
 }
 
+// the loader only opened: what it refuses before the first batch
+static void dl_open_only(void* arg) {
+    const DlOpen* o = (const DlOpen*)arg;
+    DataLoader dl;
+    dl_init(&dl, o->pat, o->B, o->T, 0, 1, 2000, 0, 0);
+    dl_free(&dl);
+}
+static void expect_refused_at_open(const char* what, const char* pat, int T, const char* want) {
+    DlOpen o = { pat, 1, T };
+    const char* w[] = { want, NULL };
+    TEST_CHECK(test_expect_fatal(what, dl_open_only, &o, w), "%s", what);
+}
+
+// Shard k of n of a set, as docs/FORMATS.md lays it out: field 5 (has a mask), 6-7 (k of n), 8
+// (CRC-32C of the tokens), 9 (the set); the mask repeats fields 3-9 and has its bytes' CRC-32C in 10.
+static void write_stated(const char* path, const uint16_t* tok, int n, const uint8_t* mask, int k, int nk, int32_t set) {
+    int32_t h[256] = {0};
+    h[0] = SHARD_MAGIC; h[1] = 1; h[2] = n;
+    h[5] = mask != NULL; h[6] = k; h[7] = nk; h[8] = (int32_t)crc32c(0, tok, (size_t)n * 2); h[9] = set;
+    FILE* f = fopen(path, "wb");
+    fwrite(h, 4, 256, f); fwrite(tok, 2, (size_t)n, f); fclose(f);
+    if (!mask) return;
+    char mp[600];
+    snprintf(mp, sizeof(mp), "%.*s.mask", (int)(strlen(path) - 4), path);
+    h[0] = MASK_MAGIC; h[10] = (int32_t)crc32c(0, mask, (size_t)n);
+    f = fopen(mp, "wb");
+    fwrite(h, 4, 256, f); fwrite(mask, 1, (size_t)n, f); fclose(f);
+}
+
+static void test_stated(const char* dir) {
+    enum { N = 33 };
+    uint16_t tok[N];
+    uint8_t m[N];
+    for (int i = 0; i < N; i++) { tok[i] = (uint16_t)(100 + i); m[i] = (uint8_t)(i % 4 == 3); }
+    char p[3][512], mp[600], pat[512], list[1600];
+    for (int k = 0; k < 3; k++) snprintf(p[k], sizeof(p[k]), "%s/s_train_%06d.bin", dir, k);
+    snprintf(pat, sizeof(pat), "%s/s_train_*.bin", dir);
+    snprintf(mp, sizeof(mp), "%s/s_train_000001.mask", dir);
+    for (int k = 0; k < 3; k++) write_stated(p[k], tok, N, m, k, 3, 77);
+    DataLoader dl;
+    dl_init(&dl, pat, 2, 4, 0, 1, 2000, 0, 0);
+    TEST_CHECK(dl.n_masked == 3 && dl.targets == 3 * (N - 1) && dl.trained == 3 * 8, "3 masked shards, %lld of %lld targets trained",
+               (long long)dl.trained, (long long)dl.targets);
+    char line[2048];
+    dl_describe(&dl, NULL, line, sizeof(line));
+    char want[1200];
+    snprintf(want, sizeof(want), "%s (99 tokens, 12 batches/epoch) | loss masks: on (25.0%% of tokens trained)", pat);
+    TEST_CHECK(strcmp(line, want) == 0, "data line '%s'", line);
+    dl_free(&dl);
+    printf("ok   shards with header fields 5-10 load; the data line: %s\n", line);
+
+    unlink(mp);
+    expect_refused_at_open("missing mask refused", pat, 4, "s_train_000001.bin' was written with a loss mask, but its mask");
+    write_stated(p[1], tok, N, NULL, 1, 3, 77);
+    write_stated(p[0], tok, N, m, 0, 3, 77);
+    {   // shard 0's mask beside shard 1, which was written without one: a leftover
+        char m0[600];
+        snprintf(m0, sizeof(m0), "%s/s_train_000000.mask", dir);
+        FILE* a = fopen(m0, "rb"); FILE* b = fopen(mp, "wb");
+        char buf[2048]; size_t r;
+        while ((r = fread(buf, 1, sizeof(buf), a)) > 0) fwrite(buf, 1, r, b);
+        fclose(a); fclose(b);
+    }
+    expect_refused_at_open("a mask beside a shard written without one refused", pat, 4, "which was written without a loss mask");
+    write_stated(p[1], tok, N, m, 1, 3, 77);
+    {   // shard 1's mask rewritten for another set: it names another shard
+        int32_t h[256];
+        FILE* f = fopen(mp, "r+b");
+        TEST_CHECK(fread(h, 4, 256, f) == 256, "read mask header");
+        h[9] = 78;
+        fseek(f, 0, SEEK_SET); fwrite(h, 4, 256, f); fclose(f);
+    }
+    expect_refused_at_open("a mask of another shard refused", pat, 4, "s_train_000001.mask' does not belong to");
+    write_stated(p[1], tok, N, m, 1, 3, 77);
+    {   // one token changed after data/prepare wrote it; then one mask byte
+        FILE* f = fopen(p[1], "r+b");
+        fseek(f, 1024 + 2 * 5, SEEK_SET); uint16_t x = 7; fwrite(&x, 2, 1, f); fclose(f);
+    }
+    expect_refused_at_open("changed token bytes refused (CRC-32C)", pat, 4, "the tokens' CRC-32C is");
+    write_stated(p[1], tok, N, m, 1, 3, 77);
+    {
+        FILE* f = fopen(mp, "r+b");
+        fseek(f, 1024 + 6, SEEK_SET); uint8_t x = 1; fwrite(&x, 1, 1, f); fclose(f);
+    }
+    expect_refused_at_open("changed mask bytes refused (CRC-32C)", pat, 4, "the mask bytes' CRC-32C is");
+    write_stated(p[1], tok, N, m, 1, 3, 77);
+    printf("ok   missing, leftover, foreign and changed masks and changed tokens refused when the loader opens the shard\n");
+
+    // part of the set through a glob: refused, naming the missing shard; named one by one: loads
+    unlink(p[1]); unlink(mp);
+    expect_refused_at_open("partial shard set refused", pat, 4, "is shard 1 of 3 of a data/prepare output (set 0000004d), but shard 2 (");
+    snprintf(list, sizeof(list), "%s,%s", p[0], p[2]);
+    dl_init(&dl, list, 2, 4, 0, 1, 2000, 0, 0);
+    TEST_CHECK(dl.n_files == 2, "part of a set named file by file");
+    dl_free(&dl);
+    write_stated(p[1], tok, N, m, 1, 4, 99); // shard 2 of another set in its place
+    expect_refused_at_open("a shard of another set in the place of a missing one refused", pat, 4, "belongs to another one");
+    printf("ok   a glob over part of a data/prepare output refused; its files named one by one load\n");
+    for (int k = 0; k < 3; k++) {
+        unlink(p[k]);
+        snprintf(mp, sizeof(mp), "%.*s.mask", (int)(strlen(p[k]) - 4), p[k]);
+        unlink(mp);
+    }
+}
+
+// token out of range: refused by dl_init, naming file, token and byte offset (a legacy shard, no checksum)
+static void test_range_at_open(const char* dir) {
+    enum { N = 60 };
+    uint16_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint16_t)i;
+    tok[45] = 2500;
+    char p[512];
+    snprintf(p, sizeof(p), "%s/r.bin", dir);
+    write_shard(p, tok, N, NULL);
+    expect_refused_at_open("token out of range refused at open", p, 4, "r.bin': token id 2500 at token 45 (byte offset 1114) is out of range for the model's vocabulary (2000)");
+    unlink(p);
+    printf("ok   token out of range refused at open (token 45 of the 6th batch)\n");
+}
+
+// evaluation: every target once; the last chunk partial, padded with -1 targets
+static void test_partial_eval(const char* dir) {
+    enum { N = 21 };
+    uint16_t tok[N];
+    uint8_t m[N];
+    for (int i = 0; i < N; i++) { tok[i] = (uint16_t)(500 + i); m[i] = (uint8_t)(i != 18); }
+    char p[512];
+    snprintf(p, sizeof(p), "%s/v.bin", dir);
+    write_shard(p, tok, N, m);
+    DataLoader dl;
+    dl_init_eval(&dl, p, 2, 4, 0, 1, 2000);
+    TEST_CHECK(dl_batches_per_epoch(&dl) == 3 && dl.n_partial == 1, "20 targets in chunks of 8: 3 batches, the last partial (%lld)",
+               (long long)dl_batches_per_epoch(&dl));
+    int in[8], tg[8], seen = 0;
+    for (int b = 0; b < 3; b++) {
+        dl_next(&dl, in, tg, NULL);
+        for (int i = 0; i < 8; i++) {
+            const int pos = b * 8 + i, real = pos + 1 < N;
+            const int want = real && m[pos + 1] ? 500 + pos + 1 : -1;
+            TEST_CHECK(tg[i] == want && in[i] == (pos < N ? 500 + pos : 0), "eval batch %d position %d: input %d target %d, want %d", b, i, in[i], tg[i], want);
+            seen += real;
+        }
+    }
+    TEST_CHECK(seen == N - 1, "every target read once (%d)", seen);
+    char line[2048], want[1600];
+    DataLoader tr;
+    dl_init(&tr, p, 2, 4, 0, 1, 2000, 0, 0);
+    dl_describe(&tr, &dl, line, sizeof(line));
+    snprintf(want, sizeof(want), "%s (21 tokens, 2 batches/epoch) | loss masks: on (95.0%% of tokens trained) | val: %s (3 batches, one partial: each target counts once)", p, p);
+    TEST_CHECK(strcmp(line, want) == 0, "data line '%s'", line);
+    dl_free(&tr);
+    dl_free(&dl);
+    // two ranks, chunks of 16: the partial chunk gives rank 0 the last 4 targets, rank 1 none
+    DataLoader r0, r1;
+    dl_init_eval(&r0, p, 2, 4, 0, 2, 2000);
+    dl_init_eval(&r1, p, 2, 4, 1, 2, 2000);
+    TEST_CHECK(dl_batches_per_epoch(&r0) == 2, "two ranks: 2 batches");
+    int i0[8], g0[8], i1[8], g1[8], n0 = 0, n1 = 0;
+    dl_next(&r0, i0, g0, NULL); dl_next(&r1, i1, g1, NULL);
+    dl_next(&r0, i0, g0, NULL); dl_next(&r1, i1, g1, NULL);
+    for (int i = 0; i < 8; i++) { n0 += g0[i] >= 0; n1 += g1[i] >= 0; }
+    TEST_CHECK(n0 == 3 && n1 == 0 && g0[0] == 517 && g0[1] == -1 && g0[2] == 519, "two ranks, partial chunk: rank 0 %d targets, rank 1 %d", n0, n1);
+    dl_free(&r0); dl_free(&r1);
+    // a training loader still needs whole batches (and says how many tokens one needs)
+    DlOpen o = { p, 4, 8 };
+    const char* w[] = { "fewer than one global batch needs (1 ranks x 4 x 8 + 1 = 33)", NULL };
+    TEST_CHECK(test_expect_fatal("training shard smaller than a batch", dl_open_only, &o, w), "training loader refuses a partial batch");
+    char mp[600];
+    snprintf(mp, sizeof(mp), "%s/v.mask", dir);
+    unlink(p); unlink(mp);
+    printf("ok   evaluation reads partial batches: every target once, padding -1, one rank or two\n");
+}
+
 int main(void) {
     char dir[] = "/tmp/llmc-dl-XXXXXX";
     TEST_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -202,6 +379,9 @@ int main(void) {
     snprintf(mp, sizeof(mp), "%s/d_train_000001.mask", dir);
     unlink(p0); unlink(p1); unlink(mp);
     test_packed(dir);
+    test_stated(dir);
+    test_range_at_open(dir);
+    test_partial_eval(dir);
     rmdir(dir);
     return test_finish("test_dataloader");
 }

@@ -1,4 +1,9 @@
 #!/usr/bin/env bash
+# Loss masks that cannot go missing: a shard data/prepare wrote with a mask is refused without it
+# (deleted, or .bin files copied without their .mask: it trained on the prompts too, rc 0, with the
+# console of a masked run), and so is a mask beside a shard it does not belong to; the data line
+# says whether loss masks are on and what share of the targets they train (computed here from
+# the mask files); --train-on-inputs trains every token on purpose.
 # Loss masks that leave no target (long SFT prompts): a step whose every target is masked has
 # nothing to learn from: it is logged as such, makes no update and is no divergence (12 of them
 # in a row once aborted the run as "non-finite loss, lower --lr", after a backward on raw
@@ -67,4 +72,59 @@ a=$(losses "$TMP/p"); b=$(losses "$TMP/p2")
 "$G" "${RUN[@]}" --train-data "$TMP/even.bin" --steps 6 --out "$TMP/e" > "$TMP/e.log" 2>&1 || { tail "$TMP/e.log"; bad "reference run failed"; }
 a=$(losses "$TMP/o"); b=$(losses "$TMP/e")
 [ -n "$b" ] && [ "$a" = "$b" ] && ok "an all-masked micro-batch adds nothing: 6 losses equal those without it, bit for bit" || bad "losses '$a' vs '$b'"
+
+# ---- masks that cannot go missing (data/prepare's records, GPT-2 tokens: the built-in tiny model)
+P="${PREPARE_BIN:-$BIN_DIR/prepare}"
+if [ -x "$P" ]; then
+  python3 - "$TMP/sft.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(3)
+with open(sys.argv[1], "w") as f:
+    for i in range(200):
+        q = " ".join(r.choice(["why", "is", "the", "sky", "blue", "what", "time", "it"]) for _ in range(8))
+        f.write(json.dumps({"prompt": "Q: " + q + "?\nA:", "completion": " because " + q.split()[0] + "."}) + "\n")
+PY
+  "$P" --input "$TMP/sft.jsonl" --out-dir "$TMP/m" --name sft --val-frac 0.2 --quiet || bad "prepare records"
+  S=(--model tiny -b 2 -t 32 --steps 1 --threads 2)
+  "$G" "${S[@]}" --train-data "$TMP/m/sft_train_*.bin" --val-data "$TMP/m/sft_val_*.bin" --out "$TMP/mo" > "$TMP/mo.log" 2>&1 || { tail -3 "$TMP/mo.log"; bad "masked run failed"; }
+  pct=$(python3 - "$TMP"/m/sft_train_*.mask <<'PY'
+import sys
+t = k = 0
+for p in sys.argv[1:]:
+    b = open(p, "rb").read()[1024:]
+    t += len(b) - 1; k += sum(x & 1 for x in b[1:])  # the targets: every token but a shard's first
+print(f"{100 * k / t:.1f}")
+PY
+)
+  grep -q "^data: .* | loss masks: on ($pct% of tokens trained) | val: " "$TMP/mo.log" \
+    && ok "the data line says: loss masks: on ($pct% of tokens trained, counted from the mask files)" || bad "data line: $(grep '^data' "$TMP/mo.log")"
+  mkdir -p "$TMP/copy" && cp "$TMP"/m/*.bin "$TMP/copy/"
+  expect_fail ".bin files copied without their masks refused" "'$TMP/copy/sft_train_000000.bin' was written with a loss mask, but its mask '$TMP/copy/sft_train_000000.mask' is missing" \
+    "$G" "${S[@]}" --train-data "$TMP/copy/sft_train_*.bin" --out "$TMP/refused1"
+  expect_fail "missing validation mask refused" "'$TMP/copy/sft_val_000000.bin' was written with a loss mask, but its mask" \
+    "$G" "${S[@]}" --train-data "$TMP/m/sft_train_*.bin" --val-data "$TMP/copy/sft_val_*.bin" --out "$TMP/refused2"
+  cp -r "$TMP/m" "$TMP/m2" && rm "$TMP/m2/sft_train_000000.mask"
+  expect_fail "missing mask refused (deleted)" "its mask '$TMP/m2/sft_train_000000.mask' is missing" \
+    "$G" "${S[@]}" --train-data "$TMP/m2/sft_train_*.bin" --out "$TMP/refused3"
+  cp "$TMP/m/sft_val_000000.mask" "$TMP/m2/sft_train_000000.mask"
+  expect_fail "a mask of another size refused" "'$TMP/m2/sft_train_000000.mask' has" \
+    "$G" "${S[@]}" --train-data "$TMP/m2/sft_train_*.bin" --out "$TMP/refused4"
+  # the same windows of tokens, other masks (prompts trained): a mask of the same size from another run
+  "$P" --input "$TMP/sft.jsonl" --out-dir "$TMP/w1" --name sft --val-tokens 0 --record-windows 32 --quiet || bad "prepare windows"
+  "$P" --input "$TMP/sft.jsonl" --out-dir "$TMP/w2" --name sft --val-tokens 0 --record-windows 32 --train-on-inputs --quiet || bad "prepare windows 2"
+  cp "$TMP/w1/sft_train_000000.mask" "$TMP/w2/"
+  expect_fail "a mask of another data/prepare run (same size) refused" "'$TMP/w2/sft_train_000000.mask' does not belong to '$TMP/w2/sft_train_000000.bin'" \
+    "$G" "${S[@]}" --train-data "$TMP/w2/sft_train_*.bin" --out "$TMP/refused5"
+  # every token trained on purpose: no masks, and the data line says so
+  "$P" --input "$TMP/sft.jsonl" --out-dir "$TMP/all" --name sft --val-frac 0.2 --train-on-inputs --quiet || bad "prepare --train-on-inputs"
+  [ -z "$(ls "$TMP/all" | grep '\.mask$')" ] && cmp -s "$TMP/all/sft_train_000000.bin" "$TMP/m/sft_train_000000.bin" 2>/dev/null; same=$?
+  "$G" "${S[@]}" --train-data "$TMP/all/sft_train_*.bin" --out "$TMP/ao" > "$TMP/ao.log" 2>&1 || { tail -3 "$TMP/ao.log"; bad "--train-on-inputs run failed"; }
+  grep -q "^data: .* | loss masks: off$" "$TMP/ao.log" && [ "$(cmp -s <(tail -c +1025 "$TMP/all/sft_train_000000.bin") <(tail -c +1025 "$TMP/m/sft_train_000000.bin"); echo $?)" = 0 ] \
+    && ok "--train-on-inputs: the same tokens, no mask, 'loss masks: off'" || bad "--train-on-inputs: $(grep '^data' "$TMP/ao.log")"
+  cp "$TMP/m/sft_train_000000.mask" "$TMP/all/"
+  expect_fail "a mask beside a shard written without one refused" "'$TMP/all/sft_train_000000.mask' lies beside '$TMP/all/sft_train_000000.bin', which was written without a loss mask" \
+    "$G" "${S[@]}" --train-data "$TMP/all/sft_train_*.bin" --out "$TMP/refused6"
+else
+  bad "$P not built: the mask checks on data/prepare's shards were not run"
+fi
 finish

@@ -85,11 +85,11 @@ grep -q "^step *$want/$want | .* | epoch 0.5[0-9] | [0-9:]* elapsed, ETA [0-9:]*
   && ok "--epochs 0.5 of $bpe batches = $want steps; console line with epoch, elapsed, ETA" || bad "epochs: $(grep '^step' "$TMP/ep.log" | tail -1)"
 grep -q "\"epoch\": 0.5" "$TMP/ep/log.jsonl" && grep -q '"elapsed_s": ' "$TMP/ep/log.jsonl" && ok "log.jsonl has epoch and elapsed_s" || bad "log.jsonl fields"
 "$G" "${RUN[@]}" "${VAL[@]}" --steps 1 --eval-batches all --out "$TMP/eall" > "$TMP/eall.log" 2>&1
-"$G" "${RUN[@]}" "${VAL[@]}" --steps 1 --eval-batches 31 --out "$TMP/e31" > "$TMP/e31.log" 2>&1
+"$G" "${RUN[@]}" "${VAL[@]}" --steps 1 --eval-batches 32 --out "$TMP/e31" > "$TMP/e31.log" 2>&1
 "$G" "${RUN[@]}" "${VAL[@]}" --steps 1 --eval-batches 500 --out "$TMP/e500" > "$TMP/e500.log" 2>&1
 a=$(field "$TMP/eall/log.jsonl" val_loss | head -1); b=$(field "$TMP/e31/log.jsonl" val_loss | head -1); c=$(field "$TMP/e500/log.jsonl" val_loss | head -1)
-[ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok "--eval-batches all = 31 = 500 on a 31-batch split ($a)" || bad "val losses all '$a', 31 '$b', 500 '$c'"
-grep -q "^warning: --eval-batches 500 is more than the 31 batches of the validation split" "$TMP/e500.log" && ok "a split smaller than --eval-batches warns" \
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok "--eval-batches all = 32 = 500 on a 32-batch split (31 + a partial one) ($a)" || bad "val losses all '$a', 32 '$b', 500 '$c'"
+grep -q "^warning: --eval-batches 500 is more than the 32 batches of the validation split" "$TMP/e500.log" && ok "a split smaller than --eval-batches warns" \
   || bad "no warning: $(grep -i warn "$TMP/e500.log")"
 python3 - "$TMP/ep/log.jsonl" <<'PY' && ok "val_ppl = exp(val_loss)" || bad "perplexity"
 import json, math, sys

@@ -57,7 +57,7 @@ PY
   ls "$TMP"/sft/sft_train_000000.mask "$TMP"/sft/sft_val_000000.mask >/dev/null 2>&1 && ok "data/prepare wrote loss masks" || bad "no mask files"
   S=(--model tiny --train-data "$TMP/sft/sft_train_*.bin" --val-data "$TMP/sft/sft_val_*.bin" --batch-size 2 --seq-len 32 --steps 1 --lr 0 --eval-batches 4 --threads 2)
   "$BIN_DIR/train_gpt2" "${S[@]}" --out "$TMP/sft_masked" > "$TMP/sftm.log" 2>&1 || { tail "$TMP/sftm.log"; bad "training on masked shards failed"; }
-  mkdir -p "$TMP/sft_nomask" && cp "$TMP"/sft/*.bin "$TMP/sft_nomask/"
+  "$PREP" --input "$TMP/sft.jsonl" --out-dir "$TMP/sft_nomask" --name sft --val-frac 0.2 --train-on-inputs --quiet # the same tokens, all trained
   S2=("${S[@]}"); S2[3]="$TMP/sft_nomask/sft_train_*.bin"; S2[5]="$TMP/sft_nomask/sft_val_*.bin"
   "$BIN_DIR/train_gpt2" "${S2[@]}" --out "$TMP/sft_unmasked" > "$TMP/sftu.log" 2>&1 || { tail "$TMP/sftu.log"; bad "training on unmasked shards failed"; }
   vm=$(grep -o '"val_loss": [0-9.e+-]*' "$TMP/sft_masked/log.jsonl" | head -1); vu=$(grep -o '"val_loss": [0-9.e+-]*' "$TMP/sft_unmasked/log.jsonl" | head -1)

@@ -1,4 +1,5 @@
 #include "run/dataloader.h"
+#include "text/shard.h"
 #include "base/check.h"
 #include "base/fileio.h"
 #include "base/rand.h"
@@ -17,85 +18,27 @@ static void dl_permute(int64_t* a, int64_t n, int shuffle, uint64_t seed) {
 
 static int64_t dl_chunk_tokens(const DataLoader* dl) { return (int64_t)dl->world * dl->B * dl->T; }
 static int64_t dl_nchunks(const DataLoader* dl, int64_t shard) {
-    // the last token of a chunk is only read as a target, so a chunk needs chunk_tokens + 1
-    return (dl->ntok[shard] - 1) / dl_chunk_tokens(dl);
+    // the last token of a chunk is only read as a target, so a chunk needs chunk_tokens + 1;
+    // evaluation also reads what is left after the last whole chunk
+    const int64_t c = dl_chunk_tokens(dl), targets = dl->ntok[shard] - 1;
+    return dl->partial ? (targets + c - 1) / c : targets / c;
 }
 
-static void mask_path(char* out, size_t cap, const char* bin) {
-    size_t n = strlen(bin);
-    if (n > 4 && strcmp(bin + n - 4, ".bin") == 0) snprintf(out, cap, "%.*s.mask", (int)(n - 4), bin);
-    else snprintf(out, cap, "%s.mask", bin);
-}
-
-// The header h (256 int32) of a shard or mask file of versions 1..max_version, checked against the
-// file's size; returns the token count.
-static int64_t read_header(const char* path, int magic, int max_version, int elem_bytes, const char* what, int32_t* h) {
-    FILE* fp = fopenCheck(path, "rb");
-    size_t got = fread(h, sizeof(int32_t), 256, fp);
-    fclose(fp);
-    if (got != 256) fatal("the file is truncated; re-create it with data/prepare", "'%s': too short for a %s header (1024 bytes)", path, what);
-    if (h[0] != magic) fatal("is this an llm.c token shard? create shards with data/prepare",
-                             "'%s': bad magic %d (expected %d for a %s)", path, h[0], magic, what);
-    if (h[1] < 1 || h[1] > max_version)
-        fatal("the file was written by an incompatible tool version", "'%s': unsupported %s version %d", path, what, h[1]);
-    int64_t n = h[2];
-    int64_t size = file_size(path);
-    if (n <= 0 || size != 1024 + n * elem_bytes)
-        fatal("the file is truncated or corrupt; re-create it with data/prepare",
-              "'%s': header says %lld tokens (%lld bytes) but the file has %lld bytes",
-              path, (long long)n, (long long)(1024 + n * elem_bytes), (long long)size);
-    return n;
-}
-
-// data/prepare --record-windows T (one record per window) and --pack T (records packed into
-// windows) write windows of T tokens (+ one closing token) and keep T in header field 3 (0: one
-// token stream), --pack a 1 in field 4. Batches start at multiples of T, so the windows stay whole
-// exactly when the model trains with --seq-len T.
-static void dl_check_window(const char* path, const int32_t* h, int64_t ntok, int T) {
-    const int W = h[SHARD_WINDOW], packed = h[SHARD_PACKED];
-    if (packed != 0 && (packed != 1 || W <= 0))
-        fatal("the file is corrupt; re-create it with data/prepare", "'%s': header field 4 is %d with a window length of %d", path, packed, W);
-    if (W == 0) return;
-    if (W < 0 || (ntok - 1) % W != 0)
-        fatal("the file is corrupt; re-create it with data/prepare", "'%s': %lld tokens do not make windows of %d tokens + 1",
-              path, (long long)ntok, W);
-    if (W != T && packed)
+// Windows (data/prepare --record-windows T / --pack T, header field 3) stay whole exactly when the
+// model trains with --seq-len T: batches start at multiples of it.
+static void dl_check_window(const char* path, const int32_t* h, int T) {
+    const int W = h[SHARD_WINDOW];
+    if (W == 0 || W == T) return;
+    if (h[SHARD_PACKED])
         fatal("train with --seq-len equal to the pack length, or prepare the data again with --pack set to your --seq-len",
               "'%s' holds records packed into windows of %d tokens (data/prepare --pack %d), but --seq-len is %d", path, W, W, T);
-    if (W != T)
-        fatal("train with --seq-len equal to the window length, or prepare the data again with --record-windows set to your --seq-len",
-              "'%s' holds one record per window of %d tokens (data/prepare --record-windows %d), but --seq-len is %d",
-              path, W, W, T);
+    fatal("train with --seq-len equal to the window length, or prepare the data again with --record-windows set to your --seq-len",
+          "'%s' holds one record per window of %d tokens (data/prepare --record-windows %d), but --seq-len is %d", path, W, W, T);
 }
 
-// Shard i's loss mask, if it has one: its version in has_mask[i]. A packed shard needs a version 2
-// mask (the record starts), and only a packed one may have it.
-static void dl_open_mask(DataLoader* dl, int i) {
-    char mp[LLMC_PATH_MAX];
-    int32_t h[256];
-    mask_path(mp, sizeof(mp), dl->files[i]);
-    if (file_exists(mp)) {
-        int64_t nm = read_header(mp, MASK_MAGIC, 2, 1, "loss mask", h);
-        if (nm != dl->ntok[i]) fatal("re-create the shard and its mask together with data/prepare",
-                                     "'%s' has %lld mask entries but '%s' has %lld tokens",
-                                     mp, (long long)nm, dl->files[i], (long long)dl->ntok[i]);
-        dl->has_mask[i] = h[1];
-    }
-    if (dl->shard_packed[i] && dl->has_mask[i] != 2)
-        fatal("re-create the shard and its mask together with data/prepare",
-              "'%s' holds packed records but %s '%s' %s", dl->files[i], dl->has_mask[i] ? "its mask" : "the mask",
-              mp, dl->has_mask[i] ? "is version 1 (it has no record starts)" : "is missing");
-    if (!dl->shard_packed[i] && dl->has_mask[i] == 2)
-        fatal("re-create the shard and its mask together with data/prepare",
-              "'%s' is a mask of packed records (version 2), but '%s' holds no packed records", mp, dl->files[i]);
-}
-
-void dl_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int world,
-             int vocab_size, int shuffle, uint64_t seed) {
-    memset(dl, 0, sizeof(*dl));
-    dl->B = B; dl->T = T; dl->rank = rank; dl->world = world;
-    dl->vocab_size = vocab_size; dl->shuffle = shuffle; dl->seed = seed;
-    // expand comma-separated globs
+// The files of a pattern: comma-separated globs, in order; glob_of[i] is 1 where file i was
+// matched by a wildcard (not named as it is).
+static void dl_expand(DataLoader* dl, const char* pattern, int** glob_of) {
     char* pat = strdup(pattern);
     int cap = 0;
     for (char* save = NULL, *tok = strtok_r(pat, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -103,35 +46,116 @@ void dl_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int wo
         int rc = glob(tok, 0, NULL, &g);
         if (rc != 0 || g.gl_pathc == 0)
             fatal("check the path; create token shards with data/prepare", "no data files match '%s'", tok);
+        const int wild = strpbrk(tok, "*?[") != NULL;
         for (size_t i = 0; i < g.gl_pathc; i++) {
-            if (dl->n_files == cap) { cap = cap ? 2 * cap : 16; dl->files = (char**)realloc(dl->files, (size_t)cap * sizeof(char*)); }
+            if (dl->n_files == cap) {
+                cap = cap ? 2 * cap : 16;
+                dl->files = (char**)realloc(dl->files, (size_t)cap * sizeof(char*));
+                *glob_of = (int*)realloc(*glob_of, (size_t)cap * sizeof(int));
+                if (!dl->files || !*glob_of) fatal(NULL, "out of memory listing '%s'", pattern);
+            }
+            (*glob_of)[dl->n_files] = wild;
             dl->files[dl->n_files++] = strdup(g.gl_pathv[i]);
         }
         globfree(&g);
     }
     free(pat);
+}
+
+// Where shard k of the set that file `path` (shard `have` of it) belongs would be: the same name
+// with its six digits replaced, if it has data/prepare's NAME_SPLIT_NNNNNN.bin form.
+static int dl_sibling_name(char* out, size_t cap, const char* path, int have, int k) {
+    const size_t n = strlen(path);
+    char digits[16];
+    snprintf(digits, sizeof(digits), "%06d.bin", have);
+    if (n < 11 || strcmp(path + n - 10, digits) != 0) return 0;
+    snprintf(out, cap, "%.*s%06d.bin", (int)(n - 10), path, k);
+    return 1;
+}
+
+// A wildcard that matched part of a data/prepare output: every shard of the set must be there.
+// What an interrupted data/prepare leaves (shards not yet written, or old shards of an earlier
+// run with the same name not yet replaced or removed) fails here, with the file named. Each set
+// is looked at once (done[]).
+static void dl_check_sets(const DataLoader* dl, const int32_t (*hs)[10], const int* glob_of) {
+    char* seen = NULL;
+    char* done = (char*)callocCheck((size_t)dl->n_files, 1);
+    for (int i = 0; i < dl->n_files; i++) {
+        const int32_t* h = hs[i];
+        if (done[i] || !glob_of[i] || h[SHARD_COUNT] == 0) continue;
+        seen = (char*)realloc(seen, (size_t)h[SHARD_COUNT]);
+        if (!seen) fatal(NULL, "out of memory checking '%s'", dl->pattern);
+        memset(seen, 0, (size_t)h[SHARD_COUNT]);
+        for (int j = 0; j < dl->n_files; j++)
+            if (hs[j][SHARD_SET] == h[SHARD_SET] && hs[j][SHARD_COUNT] == h[SHARD_COUNT]) { seen[hs[j][SHARD_INDEX]] = 1; done[j] = 1; }
+        int k = 0;
+        while (k < h[SHARD_COUNT] && seen[k]) k++;
+        if (k == h[SHARD_COUNT]) continue;
+        char sib[LLMC_PATH_MAX + 16];
+        int named = dl_sibling_name(sib, sizeof(sib), dl->files[i], h[SHARD_INDEX], k), other = 0;
+        for (int j = 0; named && j < dl->n_files; j++) other |= strcmp(dl->files[j], sib) == 0; // (then of another set)
+        const char* hint = "run data/prepare again (an interrupted data/prepare leaves such a folder); to train on part of a set on purpose, name its files one by one, separated by commas";
+        if (other)
+            fatal(hint, "'%s' is shard %d of %d of a data/prepare output (set %08x), but '%s' in its place belongs to another one: '%s' mixes two data/prepare runs",
+                  dl->files[i], h[SHARD_INDEX] + 1, h[SHARD_COUNT], (unsigned)h[SHARD_SET], sib, dl->pattern);
+        fatal(hint, "'%s' is shard %d of %d of a data/prepare output (set %08x), but shard %d%s%s%s is not among the files '%s' matches",
+              dl->files[i], h[SHARD_INDEX] + 1, h[SHARD_COUNT], (unsigned)h[SHARD_SET], k + 1,
+              named ? " ('" : "", named ? sib : "", named ? "')" : "", dl->pattern);
+    }
+    free(seen); free(done);
+}
+
+// Shard i: checked whole (llmc/text/shard.h), its window length against T, its batches.
+static void dl_open_shard(DataLoader* dl, int i, int32_t* fields) {
+    ShardInfo si;
+    shard_check(dl->files[i], dl->vocab_size, &si);
+    dl_check_window(dl->files[i], si.h, dl->T);
+    memcpy(fields, si.h, 10 * sizeof(int32_t));
+    dl->ntok[i] = si.ntok;
+    dl->has_mask[i] = si.mask_version;
+    dl->shard_packed[i] = si.h[SHARD_PACKED];
+    dl->packed |= si.h[SHARD_PACKED];
+    dl->n_masked += si.mask_version != 0;
+    dl->targets += si.targets;
+    dl->trained += si.trained;
+    if (dl_nchunks(dl, i) < 1)
+        fatal("use a smaller --batch-size / --seq-len (or fewer ranks), or more data",
+              "'%s' has %lld tokens, fewer than one global batch needs (%d ranks x %d x %d + 1 = %lld)",
+              dl->files[i], (long long)dl->ntok[i], dl->world, dl->B, dl->T, (long long)(dl_chunk_tokens(dl) + 1));
+    if (dl->partial && (dl->ntok[i] - 1) % dl_chunk_tokens(dl) != 0) dl->n_partial++;
+    if (dl_nchunks(dl, i) > dl->max_chunks) dl->max_chunks = dl_nchunks(dl, i);
+    dl->total_tokens += dl->ntok[i];
+}
+
+static void dl_open(DataLoader* dl, const char* pattern, int B, int T, int rank, int world,
+                    int vocab_size, int shuffle, uint64_t seed, int partial) {
+    memset(dl, 0, sizeof(*dl));
+    dl->B = B; dl->T = T; dl->rank = rank; dl->world = world;
+    dl->vocab_size = vocab_size; dl->shuffle = shuffle; dl->seed = seed; dl->partial = partial;
+    dl->pattern = strdup(pattern);
+    int* glob_of = NULL;
+    dl_expand(dl, pattern, &glob_of);
     dl->ntok = (int64_t*)callocCheck((size_t)dl->n_files, sizeof(int64_t));
     dl->has_mask = (int*)callocCheck((size_t)dl->n_files, sizeof(int));
     dl->shard_packed = (int*)callocCheck((size_t)dl->n_files, sizeof(int));
-    for (int i = 0; i < dl->n_files; i++) {
-        int32_t h[256];
-        dl->ntok[i] = read_header(dl->files[i], SHARD_MAGIC, 1, 2, "token shard", h);
-        dl_check_window(dl->files[i], h, dl->ntok[i], T);
-        dl->shard_packed[i] = h[SHARD_PACKED];
-        dl->packed |= h[SHARD_PACKED];
-        dl_open_mask(dl, i);
-        if (dl_nchunks(dl, i) < 1)
-            fatal("use a smaller --batch-size / --seq-len (or fewer ranks), or more data",
-                  "'%s' has %lld tokens, fewer than one global batch needs (%d ranks x %d x %d + 1 = %lld)",
-                  dl->files[i], (long long)dl->ntok[i], world, B, T, (long long)(dl_chunk_tokens(dl) + 1));
-        if (dl_nchunks(dl, i) > dl->max_chunks) dl->max_chunks = dl_nchunks(dl, i);
-        dl->total_tokens += dl->ntok[i];
-    }
+    int32_t (*fields)[10] = (int32_t (*)[10])callocCheck((size_t)dl->n_files, sizeof(*fields));
+    for (int i = 0; i < dl->n_files; i++) dl_open_shard(dl, i, fields[i]);
+    dl_check_sets(dl, (const int32_t (*)[10])fields, glob_of);
+    free(fields); free(glob_of);
     dl->shard_order = (int64_t*)mallocCheck((size_t)dl->n_files * sizeof(int64_t));
     dl->chunk_order = (int64_t*)mallocCheck((size_t)dl->max_chunks * sizeof(int64_t));
     dl->tok_buf = (uint16_t*)mallocCheck(((size_t)B * T + 1) * sizeof(uint16_t));
     dl->mask_buf = (uint8_t*)mallocCheck((size_t)B * T + 1);
     dl_reset(dl);
+}
+
+void dl_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int world,
+             int vocab_size, int shuffle, uint64_t seed) {
+    dl_open(dl, pattern, B, T, rank, world, vocab_size, shuffle, seed, 0);
+}
+
+void dl_init_eval(DataLoader* dl, const char* pattern, int B, int T, int rank, int world, int vocab_size) {
+    dl_open(dl, pattern, B, T, rank, world, vocab_size, 0, 0, 1);
 }
 
 // Recompute the permutations for the current state (cheap; done on shard change and restore).
@@ -166,17 +190,57 @@ int64_t dl_batches_per_epoch(const DataLoader* dl) {
 }
 
 // The record starts of the batch's windows (a packed shard: from the mask's bit 1; every window
-// starts a record, or the file is corrupt), or 0 everywhere.
-static void dl_doc_starts(const DataLoader* dl, int64_t shard, int64_t start, const char* mp, int* doc_start) {
+// starts a record, or the file is corrupt), or 0 everywhere. Rows past the end of a partial
+// batch (no target in them) are 0 too.
+static void dl_doc_starts(const DataLoader* dl, int64_t shard, int64_t start, size_t got, const char* mp, int* doc_start) {
     const int T = dl->T, N = dl->B * dl->T;
     if (!dl->shard_packed[shard]) { memset(doc_start, 0, (size_t)N * sizeof(int)); return; }
     for (int i = 0; i < N; i++) {
         const int t = i % T, first = dl->mask_buf[i] & MASK_START;
+        if ((size_t)(i - t) + 1 >= got) { doc_start[i] = 0; continue; }
         if (t == 0 && !first)
             fatal("the file is corrupt; re-create it with data/prepare", "'%s': the window at token %lld does not start a record",
                   mp, (long long)(start + i));
         doc_start[i] = t == 0 ? 0 : first ? t : doc_start[i - 1];
     }
+}
+
+// This rank's tokens (and mask bytes) of the batch at `start`: B*T + 1 of them, or in a partial
+// evaluation batch those the shard has (the rest: token 0, mask 0). Returns how many were read.
+// (shard_check read them all when the loader opened the shard; the range checks here guard
+// against a file changed since.)
+static size_t dl_read(DataLoader* dl, int64_t shard, int64_t start, char* mp) {
+    const size_t n = (size_t)dl->B * dl->T + 1;
+    const int64_t avail = dl->ntok[shard] - start;
+    const size_t got = avail >= (int64_t)n ? n : avail > 0 ? (size_t)avail : 0;
+    const char* path = dl->files[shard];
+    memset(dl->tok_buf + got, 0, (n - got) * sizeof(uint16_t));
+    memset(dl->mask_buf + got, 0, n - got);
+    if (got) {
+        FILE* fp = fopenCheck(path, "rb");
+        fseekCheck(fp, SHARD_HEADER_BYTES + start * 2, SEEK_SET, path);
+        freadCheck(dl->tok_buf, sizeof(uint16_t), got, fp, path);
+        fclose(fp);
+    }
+    for (size_t i = 0; i < got; i++)
+        if ((int)dl->tok_buf[i] >= dl->vocab_size)
+            fatal("the data was tokenized with a different vocabulary than the model's",
+                  "'%s': token id %d at token %lld is out of range for the model's vocabulary (%d)",
+                  path, (int)dl->tok_buf[i], (long long)(start + (int64_t)i), dl->vocab_size);
+    if (!dl->has_mask[shard] || !got) return got;
+    shard_mask_path(mp, LLMC_PATH_MAX, path);
+    FILE* mf = fopenCheck(mp, "rb");
+    fseekCheck(mf, SHARD_HEADER_BYTES + start, SEEK_SET, mp);
+    freadCheck(dl->mask_buf, 1, got, mf, mp);
+    fclose(mf);
+    const int max_byte = dl->has_mask[shard] == MASK_VERSION_PACKED ? MASK_TRAINED | MASK_START : MASK_TRAINED;
+    for (size_t i = 0; i < got; i++)
+        if (dl->mask_buf[i] > max_byte)
+            fatal("a loss mask holds one byte per token: 0 (not trained) or 1 (trained), + 2 for a record start in a packed shard's; "
+                  "re-create it with data/prepare",
+                  "'%s': mask byte %d at byte offset %lld (token %lld) is not in 0..%d",
+                  mp, (int)dl->mask_buf[i], (long long)(SHARD_HEADER_BYTES + start + (int64_t)i), (long long)(start + (int64_t)i), max_byte);
+    return got;
 }
 
 void dl_next(DataLoader* dl, int* inputs, int* targets, int* doc_start) {
@@ -185,36 +249,12 @@ void dl_next(DataLoader* dl, int* inputs, int* targets, int* doc_start) {
     int64_t chunk = dl->chunk_order[dl->st.chunk_i];
     const size_t n = (size_t)dl->B * dl->T + 1;
     int64_t start = chunk * dl_chunk_tokens(dl) + (int64_t)dl->rank * dl->B * dl->T;
-    const char* path = dl->files[shard];
-    FILE* fp = fopenCheck(path, "rb");
-    fseekCheck(fp, 1024 + start * 2, SEEK_SET, path);
-    freadCheck(dl->tok_buf, sizeof(uint16_t), n, fp, path);
-    fclose(fp);
-    if (dl->has_mask[shard]) {
-        char mp[LLMC_PATH_MAX];
-        mask_path(mp, sizeof(mp), path);
-        FILE* mf = fopenCheck(mp, "rb");
-        fseekCheck(mf, 1024 + start, SEEK_SET, mp);
-        freadCheck(dl->mask_buf, 1, n, mf, mp);
-        fclose(mf);
-        const int max_byte = dl->has_mask[shard] == 2 ? MASK_TRAINED | MASK_START : MASK_TRAINED;
-        for (size_t i = 0; i < n; i++)
-            if (dl->mask_buf[i] > max_byte)
-                fatal("a loss mask holds one byte per token: 0 (not trained) or 1 (trained), + 2 for a record start in a packed shard's; "
-                      "re-create it with data/prepare",
-                      "'%s': mask byte %d at byte offset %lld (token %lld) is not in 0..%d",
-                      mp, (int)dl->mask_buf[i], (long long)(1024 + start + (int64_t)i), (long long)(start + (int64_t)i), max_byte);
-        if (doc_start) dl_doc_starts(dl, shard, start, mp, doc_start);
-    } else if (doc_start) memset(doc_start, 0, (n - 1) * sizeof(int));
-    for (size_t i = 0; i < n; i++) {
-        if ((int)dl->tok_buf[i] >= dl->vocab_size)
-            fatal("the data was tokenized with a different vocabulary than the model's",
-                  "'%s': token id %d at token %lld is out of range for the model's vocabulary (%d)",
-                  path, (int)dl->tok_buf[i], (long long)(start + (int64_t)i), dl->vocab_size);
-    }
+    char mp[LLMC_PATH_MAX];
+    const size_t got = dl_read(dl, shard, start, mp);
+    if (doc_start) dl_doc_starts(dl, shard, start, got, mp, doc_start);
     for (size_t i = 0; i + 1 < n; i++) {
         inputs[i] = dl->tok_buf[i];
-        int keep = !dl->has_mask[shard] || (dl->mask_buf[i + 1] & MASK_TRAINED);
+        int keep = i + 1 < got && (!dl->has_mask[shard] || (dl->mask_buf[i + 1] & MASK_TRAINED));
         targets[i] = keep ? (int)dl->tok_buf[i + 1] : -1;
     }
     // advance
@@ -227,9 +267,26 @@ void dl_next(DataLoader* dl, int* inputs, int* targets, int* doc_start) {
     }
 }
 
+void dl_describe(const DataLoader* train, const DataLoader* val, char* out, size_t cap) {
+    const double pct = train->targets ? 100.0 * (double)train->trained / (double)train->targets : 0.0;
+    char masks[128];
+    if (train->n_masked == 0) snprintf(masks, sizeof(masks), "loss masks: off");
+    else if (train->n_masked == train->n_files) snprintf(masks, sizeof(masks), "loss masks: on (%.1f%% of tokens trained)", pct);
+    else snprintf(masks, sizeof(masks), "loss masks: on for %d of %d files (%.1f%% of tokens trained)", train->n_masked, train->n_files, pct);
+    int k = snprintf(out, cap, "%s (%lld tokens, %lld batches/epoch) | %s", train->pattern, (long long)train->total_tokens,
+                     (long long)dl_batches_per_epoch(train), masks);
+    if (!val || k < 0 || (size_t)k >= cap) return;
+    k += snprintf(out + k, cap - (size_t)k, " | val: %s", val->pattern);
+    const long long nb = (long long)dl_batches_per_epoch(val), np = (long long)val->n_partial;
+    if (!np || (size_t)k >= cap) return;
+    if (nb == 1) snprintf(out + k, cap - (size_t)k, " (1 batch, partial: each target counts once)");
+    else if (np == 1) snprintf(out + k, cap - (size_t)k, " (%lld batches, one partial: each target counts once)", nb);
+    else snprintf(out + k, cap - (size_t)k, " (%lld batches, %lld of them partial: each target counts once)", nb, np);
+}
+
 void dl_free(DataLoader* dl) {
     for (int i = 0; i < dl->n_files; i++) free(dl->files[i]);
     free(dl->files); free(dl->ntok); free(dl->has_mask); free(dl->shard_packed); free(dl->shard_order); free(dl->chunk_order);
-    free(dl->tok_buf); free(dl->mask_buf);
+    free(dl->tok_buf); free(dl->mask_buf); free(dl->pattern);
     memset(dl, 0, sizeof(*dl));
 }

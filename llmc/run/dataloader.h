@@ -6,33 +6,37 @@
 // With shuffling, the shard order and the chunk order within each shard are permuted per epoch
 // with a seed, so every rank sees the same permutation and the run is reproducible.
 //
-// Loss masks: a shard X.bin may have a sidecar X.mask (header of 256 int32: magic 20261122,
-// version 1 or 2, token count; then one uint8 per token). Bit 0 of a token's byte says whether it
-// is a target: 0 makes its target slot -1 (ignored by the loss), 1 trains it. Version 2 (packed
-// shards only) adds bit 1: the token starts a record. Any other byte is refused with the file and
-// offset. Shards without a sidecar train on every token.
+// Shards are checked whole when the loader opens them (llmc/text/shard.h: shard_check), before
+// the first batch: every token below the model's vocabulary, the checksums data/prepare wrote,
+// the loss mask a shard says it has (missing: refused with the file named), every mask byte. A
+// pattern that matches part of a data/prepare output (a shard of it missing, or replaced by one
+// of another run: what an interrupted data/prepare leaves) is refused; files named one by one
+// may be any part of a set.
+//
+// Loss masks: a shard X.bin may have a sidecar X.mask (one uint8 per token). Bit 0 of a token's
+// byte says whether it is a target: 0 makes its target slot -1 (ignored by the loss), 1 trains
+// it. Version 2 (packed shards only) adds bit 1: the token starts a record. Shards without a
+// mask (written without one, by llm.c or an older data/prepare) train on every token.
 //
 // Record windows: a shard whose header field 3 is T > 0 (data/prepare --record-windows T or
 // --pack T) holds windows of T tokens; it is refused unless the loader's T is that length. Field 4
 // = 1 (--pack): several records per window, their starts in the mask's bit 1; dl_next turns them
 // into doc_start, for each position the position in its window where its record starts (every
 // window starts a record).
+//
+// Evaluation (dl_init_eval): every target of the files is read once an epoch; a shard's last
+// chunk may be partial (fewer tokens than a global batch), its missing positions padded with
+// targets -1, so a loss summed over the valid targets counts each once.
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
 
 #include <stdint.h>
 #include <stdio.h>
+#include "text/shard.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define SHARD_MAGIC 20240520
-#define MASK_MAGIC 20261122
-#define SHARD_WINDOW 3   // header field: window length T (0: one token stream)
-#define SHARD_PACKED 4   // header field: 1 = records packed into the windows (mask version 2)
-#define MASK_TRAINED 1   // mask byte bits
-#define MASK_START 2
 
 typedef struct {
     int64_t epoch;
@@ -44,7 +48,9 @@ typedef struct {
     int B, T, rank, world;
     int vocab_size;            // tokens >= vocab_size are refused with the file name
     int shuffle;
+    int partial;               // evaluation: a shard's last chunk may be partial (padded, targets -1)
     uint64_t seed;
+    char* pattern;             // as given, for messages
     int n_files;
     char** files;
     int64_t* ntok;             // tokens per shard
@@ -58,11 +64,16 @@ typedef struct {
     uint16_t* tok_buf;         // B*T+1
     uint8_t* mask_buf;         // B*T+1
     int64_t total_tokens;
+    int n_masked;              // shards with a loss mask
+    int64_t targets, trained;  // targets of all shards (tokens 1..n-1 of each), trained ones
+    int64_t n_partial;         // partial chunks (dl_init_eval)
 } DataLoader;
 
 // pattern: a file, a glob ("data/x_train_*.bin") or several separated by commas.
 void dl_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int world,
              int vocab_size, int shuffle, uint64_t seed);
+// The same for evaluation: no shuffling, every target read once an epoch (partial last chunks).
+void dl_init_eval(DataLoader* dl, const char* pattern, int B, int T, int rank, int world, int vocab_size);
 // Next batch of this rank: inputs and targets (B*T each, host). Targets masked out are -1.
 // doc_start (B*T, or NULL when no shard is packed): the record starts, 0 everywhere in a window of
 // an unpacked shard.
@@ -73,6 +84,10 @@ DataLoaderState dl_get_state(const DataLoader* dl);
 void dl_set_state(DataLoader* dl, DataLoaderState st);
 // Number of global batches in one epoch.
 int64_t dl_batches_per_epoch(const DataLoader* dl);
+// The data line of a run: "PATTERN (N tokens, M batches/epoch) | loss masks: on (37.5% of
+// tokens trained)" ("off": no shard has a mask; "on for k of n files": some have), then with an
+// evaluation loader "| val: PATTERN", and if it has partial batches how they are counted.
+void dl_describe(const DataLoader* train, const DataLoader* val, char* out, size_t cap);
 void dl_free(DataLoader* dl);
 
 #ifdef __cplusplus

@@ -494,7 +494,7 @@ static void setup_data(Run* r) {
     const int V = r->model->cfg.vocab_size;
     dl_init(&r->train, f->train_data, f->batch_size, f->seq_len, r->rank, r->world, V, f->shuffle, (uint64_t)f->seed);
     if (f->val_data) {
-        dl_init(&r->val, f->val_data, f->batch_size, f->seq_len, r->rank, r->world, V, 0, 0);
+        dl_init_eval(&r->val, f->val_data, f->batch_size, f->seq_len, r->rank, r->world, V);
         r->has_val = 1;
         // each evaluation reads every batch at most once: a split smaller than --eval-batches is
         // read whole, with a warning, rather than counting some batches twice
@@ -589,8 +589,9 @@ static void report_model(Run* r) {
         say(r, "trainable: %zu parameters (%.4f%% of %zu)\n", trainable, 100.0 * (double)trainable / (double)total_params, total_params);
     } else
         say(r, "trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)total_params);
-    say(r, "data: %s (%lld tokens, %lld batches/epoch)%s%s\n", f->train_data, (long long)r->train.total_tokens,
-           (long long)dl_batches_per_epoch(&r->train), r->has_val ? " | val: " : "", r->has_val ? f->val_data : "");
+    char data[2 * LLMC_PATH_MAX];
+    dl_describe(&r->train, r->has_val ? &r->val : NULL, data, sizeof(data));
+    say(r, "data: %s\n", data);
     say(r, "comm: %s, rank %d of %d\n", comm_impl_name(&r->comm), r->rank, r->world);
     say(r, "batch: %d x %d per rank x %d ranks x %d accumulation = %lld tokens/step\n",
            f->batch_size, f->seq_len, r->world, r->c->accum, (long long)r->c->tokens_per_step);
