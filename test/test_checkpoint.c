@@ -7,8 +7,9 @@
 //    1,152-byte file whose size check overflowed int64 before (UBSan in the SAN=1 run);
 //  - the headers of all ranks are cross-checked (rank, step, settings, shard ranges);
 //  - ckpt_verify refuses a flipped byte, a truncated, a missing file, naming it;
-//  - ckpt_clean removes temporaries and orphans and nothing of a complete checkpoint;
-//  - ckpt_prune removes every rank's files of a pruned step.
+//  - ckpt_clean removes what PENDING markers name and temporaries of the files a run writes, and
+//    nothing else: not a complete checkpoint, not a user's files with checkpoint names;
+//  - ckpt_prune removes every rank's files of a pruned step, never the protected step.
 #include "test.h"
 #include "test_child.h"
 #include "run/checkpoint.h"
@@ -330,40 +331,81 @@ static void touch(const char* dir, const char* name) {
     fclose(fp);
 }
 
-static void test_clean_and_prune(void) {
-    char dir[400], merged[500];
-    snprintf(dir, sizeof(dir), "%s/cl", g_dir);
+static void mkdir_in(const char* dir, const char* name) {
+    char p[600];
+    path_join(p, sizeof(p), dir, name);
+    mkdir_p(p);
+}
+
+// How many of the names are in dir (files or directories).
+static int count_present(const char* dir, const char* const* names, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        char p[600];
+        path_join(p, sizeof(p), dir, names[i]);
+        k += file_exists(p) || dir_exists(p);
+    }
+    return k;
+}
+
+// ckpt_clean removes what the save protocol's own record (PENDING_ markers) and temporaries of
+// the files a run writes name, and nothing else: files that merely look like a checkpoint's (a
+// user's model_00005000.bin or adapter_00000450/ kept in --out) stay (issue 29, item 1).
+static void test_clean(const char* dir) {
+    char merged[500];
     make_checkpoint(dir, 1, 2, 100);
     make_checkpoint(dir, 2, 4, 100);
     snprintf(merged, sizeof(merged), "%s/merged", dir);
     mkdir_p(merged);
-    const char* junk[] = { "model_00000006.bin.tmp.4242", "state_00000006_00000.bin.tmp.17", "DONE_00000006.tmp.99",
-                           "model_00000006.bin", "state_00000006_00001.bin", "state_00000004_00002.bin", "log.jsonl" };
+    // an interrupted save of step 6 (its record, its files) and temporaries of atomic writes
+    const char* junk[] = { "PENDING_00000006", "model_00000006.bin", "state_00000006_00001.bin", "model_00000006.bin.tmp.4242",
+                           "state_00000006_00000.bin.tmp.17", "DONE_00000006.tmp.99", "run_config.json.tmp.3" };
     for (int i = 0; i < 7; i++) touch(dir, junk[i]);
     touch(merged, "model.safetensors.tmp.5");
     touch(merged, "config.json");
+    // a complete checkpoint whose record was not yet removed (killed right after its DONE)
+    touch(dir, "PENDING_00000004");
+    // what is not the protocol's: a user's files with checkpoint names, no record of them
+    mkdir_in(dir, "adapter_00000450");
+    char adir[600];
+    path_join(adir, sizeof(adir), dir, "adapter_00000450");
+    touch(adir, "adapter_model.safetensors");
+    const char* mine[] = { "model_00005000.bin", "state_00000008_00000.bin", "state_00000004_00002.bin", "notes.txt.tmp.12", "log.jsonl",
+                           "model_0000001.bin.tmp.7x" };
+    for (int i = 0; i < 6; i++) touch(dir, mine[i]);
     ckpt_clean(dir);
-    int gone = 0;
-    for (int i = 0; i < 6; i++) gone += !exists_in(dir, junk[i]);
-    TEST_CHECK(gone == 6, "%d of 6 leftovers removed", gone);
+    TEST_CHECK(count_present(dir, junk, 7) == 0, "%d of 7 leftovers of the interrupted save remain", count_present(dir, junk, 7));
     TEST_CHECK(!exists_in(merged, "model.safetensors.tmp.5") && exists_in(merged, "config.json"), "merged/ temporaries");
-    const char* keep[] = { "log.jsonl", "DONE_00000002", "model_00000002.bin", "state_00000002_00000.bin", "DONE_00000004",
+    TEST_CHECK(count_present(dir, mine, 6) == 6 && exists_in(adir, "adapter_model.safetensors"),
+               "files that only look like a checkpoint's are kept: %d of 6", count_present(dir, mine, 6));
+    const char* keep[] = { "DONE_00000002", "model_00000002.bin", "state_00000002_00000.bin", "DONE_00000004",
                            "model_00000004.bin", "state_00000004_00000.bin", "state_00000004_00001.bin" };
-    int kept = 0;
-    for (int i = 0; i < 8; i++) kept += exists_in(dir, keep[i]);
-    TEST_CHECK(kept == 8, "%d of 8 files of complete checkpoints (and the log) kept", kept);
+    TEST_CHECK(count_present(dir, keep, 7) == 7 && !exists_in(dir, "PENDING_00000004"), "complete checkpoints kept, the stale record of step 4 removed");
     ckpt_verify(&g_comm, dir, 2);
     ckpt_verify(&g_comm, dir, 4);
-    printf("ok   ckpt_clean: temporaries and orphans removed, complete checkpoints intact\n");
-    // prune: step 2 was written by 1 rank; keep 1 removes it whole, then a 2-rank step 4 goes
-    // when a newer one comes, with both ranks' files
-    ckpt_prune(dir, 1);
-    TEST_CHECK(!exists_in(dir, "DONE_00000002") && !exists_in(dir, "model_00000002.bin") && !exists_in(dir, "state_00000002_00000.bin"), "prune step 2");
+    printf("ok   ckpt_clean: what PENDING markers name and our temporaries removed; a user's model_00005000.bin, adapter_00000450/ and "
+           "other files kept; complete checkpoints intact\n");
+}
+
+static void test_clean_and_prune(void) {
+    char dir[400];
+    snprintf(dir, sizeof(dir), "%s/cl", g_dir);
+    test_clean(dir);
+    // prune: keep 1 but protect step 2 (the newest one known good): both stay; then step 2 goes
+    ckpt_prune(dir, 1, 2);
+    TEST_CHECK(exists_in(dir, "DONE_00000002") && exists_in(dir, "model_00000002.bin"), "the protected step 2 survives pruning");
+    ckpt_prune(dir, 1, -1);
+    TEST_CHECK(!exists_in(dir, "DONE_00000002") && !exists_in(dir, "model_00000002.bin") && !exists_in(dir, "state_00000002_00000.bin") &&
+               !exists_in(dir, "PENDING_00000002"), "prune step 2");
+    // a 2-rank step 4 goes when a newer one comes, with both ranks' files; the user's files stay
     make_checkpoint(dir, 1, 8, 100);
-    ckpt_prune(dir, 1);
+    ckpt_prune(dir, 1, -1);
     TEST_CHECK(!exists_in(dir, "state_00000004_00000.bin") && !exists_in(dir, "state_00000004_00001.bin") && !exists_in(dir, "model_00000004.bin") &&
-               exists_in(dir, "state_00000008_00000.bin") && ckpt_find_latest(dir) == 8, "prune removes every rank of step 4");
-    printf("ok   ckpt_prune removes every file of a pruned step, whatever its number of ranks\n");
+               exists_in(dir, "state_00000008_00000.bin") && ckpt_find_latest(dir) == 8 && exists_in(dir, "model_00005000.bin"),
+               "prune removes every rank of step 4");
+    ckpt_remove(dir, 8);
+    TEST_CHECK(ckpt_find_latest(dir) == -1 && !exists_in(dir, "model_00000008.bin") && !exists_in(dir, "PENDING_00000008"), "ckpt_remove");
+    printf("ok   ckpt_prune removes every file of a pruned step, whatever its number of ranks, never the protected one\n");
 }
 
 int main(int argc, char** argv) {

@@ -2,9 +2,10 @@
 # Checkpoint integrity end to end (issue 14, items 3, 5, 6, 8): a flipped byte, a truncated file,
 # an empty marker in a checkpoint are refused at --resume with a message naming the file, and
 # nothing is written; deleting the damaged checkpoint's marker resumes from the previous one
-# (its orphan files cleaned, losses equal to the straight run); leftover temporaries and orphans
-# are removed at start; a checkpoint beyond --steps, layer_norm_epsilon <= 0 and loss-mask bytes
-# other than 0/1 are refused; the same under mpirun with 2 ranks (ZeRO-1).
+# (losses equal to the straight run); leftover temporaries and what an interrupted save's PENDING
+# marker names are removed at start, files that only look like a checkpoint's are not (issue 29,
+# item 1); a checkpoint beyond --steps, layer_norm_epsilon <= 0 and loss-mask bytes other than 0/1
+# are refused; the same under mpirun with 2 ranks (ZeRO-1).
 source "$(dirname "$0")/lib.sh"
 T="$BIN_DIR/train_gpt2"
 L="$BIN_DIR/train_lora"
@@ -47,30 +48,36 @@ damaged "empty DONE marker" "DONE_00000004': empty" ": > DONE_00000004"
 d="$TMP/dmg_hint"; cp -r "$TMP/base" "$d"; flip "$d/model_00000004.bin" 2000
 expect_fail "hint names the previous checkpoint" "resume from the previous one (step 2)" "$T" "${RUN[@]}" --out "$d" --resume
 
-# ---- recovery: drop the damaged checkpoint's marker; its files are orphans, cleaned at start
+# ---- recovery: drop the damaged checkpoint's marker; the run resumes from the previous one and
+# writes step 4 again over the damaged files (no record names them as an interrupted save)
 rm "$d/DONE_00000004"
 if "$T" "${RUN[@]}" --out "$d" --resume > "$d.log" 2>&1; then
   grep -q "resumed: step 2" "$d.log" && ok "resumed from step 2 after the damaged step 4 was dropped" || bad "did not resume at step 2"
-  grep -q "cleanup: removed 2 leftover files.*model_00000004.bin" "$d.log" && grep -q "cleanup:.*state_00000004_00000.bin" "$d.log" \
-    && ok "orphans of step 4 reported and removed" || bad "cleanup message: $(grep cleanup "$d.log")"
-  if [ "$(losses "$TMP/straight/log.jsonl" | tail -4)" = "$(losses "$d/log.jsonl" | tail -4)" ]; then
+  ! grep -q "cleanup" "$d.log" && "$T" "${RUN[@]}" --out "$d" --resume --steps 7 > "$d.2.log" 2>&1 && grep -q "resumed: step 6" "$d.2.log" \
+    && ok "step 4's files were left to the save of step 4, which replaced them (the checkpoints verify)" || bad "after recovery: $(grep cleanup "$d.log")"
+  if [ "$(losses "$TMP/straight/log.jsonl" | tail -4)" = "$(losses "$d/log.jsonl" | sed -n 3,6p)" ]; then
     ok "steps 3-6 after recovery equal the straight run"
   else bad "losses after recovery differ"; fi
 else cat "$d.log"; bad "recovery resume failed"; fi
 
-# ---- leftovers of killed runs: temporaries (also in merged/) and orphan checkpoint files
+# ---- leftovers of killed runs: temporaries (also in merged/) and an interrupted save (its PENDING
+# marker names step 8); a file with a checkpoint's name that no record names is not the run's
 d="$TMP/left"; cp -r "$TMP/base" "$d"; mkdir -p "$d/merged"
 head -c 1048576 /dev/zero > "$d/model_00000006.bin.tmp.4242"
-: > "$d/state_00000006_00000.bin.tmp.4242"; : > "$d/state_00000008_00000.bin"; : > "$d/merged/model.safetensors.tmp.77"
+: > "$d/state_00000006_00000.bin.tmp.4242"; : > "$d/merged/model.safetensors.tmp.77"
+: > "$d/PENDING_00000008"; : > "$d/model_00000008.bin"; : > "$d/state_00000008_00000.bin"
+echo mine > "$d/state_00000010_00000.bin"; echo mine > "$d/notes.txt.tmp.12"
 if "$T" "${RUN[@]}" --out "$d" --resume > "$d.log" 2>&1; then
-  grep -q "cleanup: removed 4 leftover files.*(1.0 MiB)" "$d.log" && ok "4 leftovers (1.0 MiB) reported" || bad "cleanup message: $(grep cleanup "$d.log")"
-  left=$(find "$d" -name '*.tmp.*' -o -name 'state_00000008_*' | wc -l)
+  grep -q "cleanup: removed 5 leftover files.*(1.0 MiB)" "$d.log" && ok "5 leftovers (1.0 MiB) reported" || bad "cleanup message: $(grep cleanup "$d.log")"
+  left=$(find "$d" -name '*.tmp.[0-9]*' ! -name 'notes.txt.tmp.12' -o -name '*_00000008*' | wc -l)
   [ "$left" = 0 ] && ok "leftovers removed at resume" || bad "$left leftovers remain"
+  [ "$(cat "$d/state_00000010_00000.bin" "$d/notes.txt.tmp.12")" = "$(printf 'mine\nmine')" ] && ok "files no record names are left alone" || bad "a file not the run's was removed"
+  rm -f "$d/notes.txt.tmp.12" # (expect_fail below looks for temporaries under $TMP)
   [ -f "$d/DONE_00000006" ] && ok "the resumed run completed" || bad "no final checkpoint"
 else cat "$d.log"; bad "resume with leftovers failed"; fi
-d="$TMP/fresh"; mkdir -p "$d"; : > "$d/model_00000002.bin.tmp.1"; : > "$d/state_00000002_00000.bin"
+d="$TMP/fresh"; mkdir -p "$d"; : > "$d/model_00000002.bin.tmp.1"; : > "$d/PENDING_00000002"; : > "$d/state_00000002_00000.bin"
 "$T" "${RUN[@]}" --steps 1 --out "$d" > "$d.log" 2>&1 || { cat "$d.log"; bad "new run in a directory with leftovers failed"; }
-[ ! -e "$d/model_00000002.bin.tmp.1" ] && [ ! -e "$d/state_00000002_00000.bin" ] && ok "a new run removes leftovers too" || bad "new run left leftovers"
+[ ! -e "$d/model_00000002.bin.tmp.1" ] && [ ! -e "$d/state_00000002_00000.bin" ] && [ ! -e "$d/PENDING_00000002" ] && ok "a new run removes leftovers too" || bad "new run left leftovers"
 
 # ---- header fields against the run
 expect_fail "checkpoint beyond --steps" "beyond the run's 3 steps" "$T" "${RUN[@]}" --steps 3 --out "$TMP/base" --resume
@@ -78,12 +85,15 @@ expect_fail "checkpoint beyond --steps" "beyond the run's 3 steps" "$T" "${RUN[@
 # ---- LoRA checkpoints: the adapter is covered
 "$L" "${RUN[@]}" --lora-rank 2 --out "$TMP/lora" --stop-after 2 > "$TMP/lora.log" 2>&1 || { cat "$TMP/lora.log"; bad "lora run failed"; }
 grep -q adapter_00000002/adapter_model.safetensors "$TMP/lora/DONE_00000002" && ok "LoRA manifest lists the adapter's tensors" || bad "LoRA manifest"
-# an adapter directory of an interrupted save (no DONE marker) is an orphan: removed at resume
-cp -r "$TMP/lora/adapter_00000002" "$TMP/lora/adapter_00000003"
+# an adapter directory of an interrupted save (its PENDING marker, no DONE marker) is removed at
+# resume; one no record names (a user's adapter_00000450/) stays
 cp -r "$TMP/lora" "$TMP/lora_orphan"
+cp -r "$TMP/lora/adapter_00000002" "$TMP/lora_orphan/adapter_00000003"; : > "$TMP/lora_orphan/PENDING_00000003"
+cp -r "$TMP/lora/adapter_00000002" "$TMP/lora_orphan/adapter_00000450"
 if "$L" "${RUN[@]}" --lora-rank 2 --out "$TMP/lora_orphan" --resume > "$TMP/lora_orphan.log" 2>&1; then
   grep -q "cleanup: removed 1 leftover file.*adapter_00000003" "$TMP/lora_orphan.log" && [ ! -e "$TMP/lora_orphan/adapter_00000003" ] \
-    && ok "an orphan adapter directory is removed at resume" || bad "orphan adapter dir: $(grep cleanup "$TMP/lora_orphan.log"); $(ls "$TMP/lora_orphan")"
+    && [ -s "$TMP/lora_orphan/adapter_00000450/adapter_model.safetensors" ] \
+    && ok "an interrupted save's adapter directory is removed at resume; adapter_00000450/ is kept" || bad "orphan adapter dir: $(grep cleanup "$TMP/lora_orphan.log"); $(ls "$TMP/lora_orphan")"
 else cat "$TMP/lora_orphan.log"; bad "LoRA resume with an orphan adapter directory failed"; fi
 flip "$TMP/lora/adapter_00000002/adapter_model.safetensors" 500
 expect_fail "flipped byte in the adapter" "adapter_00000002/adapter_model.safetensors': checksum mismatch" "$L" "${RUN[@]}" --lora-rank 2 --out "$TMP/lora" --resume

@@ -5,7 +5,8 @@
 # record where that is safe and are reported (a changed schedule with the learning rate of the
 # next step both ways); changes to what the checkpoint means (model, data, batch geometry, LoRA
 # structure) are refused naming the flag; the other trainer is told which program to use;
-# --resume auto starts a new run when there is nothing to resume, plain --resume refuses.
+# --resume auto starts a new run when there is nothing to resume, plain --resume refuses; a LoRA
+# run whose base model.safetensors was replaced is refused, naming the file (issue 29 item 8).
 source "$(dirname "$0")/lib.sh"
 BIN_DIR=$(cd "$BIN_DIR" && pwd) # (one run starts in another directory)
 L="$BIN_DIR/train_lora"; G="$BIN_DIR/train_gpt2"
@@ -67,6 +68,23 @@ ln -s "$PWD/test" "$TMP/testlink"
 ( cd "$TMP" && "$L" --resume --out r --steps 13 --model testlink/ref/gpt2_tiny > "$TMP/r4.log" 2>&1 ) && grep -q "resumed: step 12" "$TMP/r4.log" \
   && grep -q "^resume: --steps 13 (recorded: 12)" "$TMP/r4.log" && [ "$(grep -c '^resume: --' "$TMP/r4.log")" = 1 ] \
   && ok "resumed from another working directory; the model named through a link is the same model" || { bad "resume from elsewhere"; tail -5 "$TMP/r4.log"; }
+
+# ---- issue 29 item 8, "a LoRA run resumes on a base whose model.safetensors was replaced": the
+# record keeps the size and CRC-32C of the base's files
+cp -r "$MODEL" "$TMP/base"
+"$L" "${LORA[@]}" --model "$TMP/base" --out "$TMP/rb" --stop-after 3 > "$TMP/rb1.log" 2>&1 || { tail "$TMP/rb1.log"; bad "LoRA run on a copied base failed"; }
+grep -q '"name": "model.safetensors"' "$TMP/rb/run_config.json" && ok "run_config.json records the base's files" || bad "no base_files in the record"
+cp "$TMP/base/model.safetensors" "$TMP/base.orig"
+python3 - "$TMP/base/model.safetensors" <<'PY'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[-5] ^= 0x40; open(p, "wb").write(bytes(b))
+PY
+expect_fail "a LoRA run no longer resumes on a replaced base: refused, naming the file" \
+  "the base model changed since the run in --out $TMP/rb started: '$TMP/base/model.safetensors' has" "$L" --resume --out "$TMP/rb"
+rm "$TMP/base/config.json"
+expect_fail "a base file gone: refused, naming it" "'$TMP/base/config.json' is missing" "$L" --resume --out "$TMP/rb"
+cp "$MODEL/config.json" "$TMP/base/"; cp "$TMP/base.orig" "$TMP/base/model.safetensors"
+"$L" --resume --out "$TMP/rb" > "$TMP/rb2.log" 2>&1 && grep -q "resumed: step 3" "$TMP/rb2.log" && ok "the restored base resumes" || { tail -3 "$TMP/rb2.log"; bad "restored base"; }
 
 # ---- --resume auto and plain --resume with nothing to resume
 mkdir -p "$TMP/empty"

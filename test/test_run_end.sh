@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # How runs end and what they report: a run whose last steps are not finite exits non-zero and
-# leaves the last good model and checkpoint as they were; --keep-best keeps the model of the best
+# leaves the last good model and checkpoint as they were, and a diverging run keeps its newest good
+# checkpoint and names it (issue 29 item 2); a log.jsonl that cannot be written stops the run; --keep-best keeps the model of the best
 # validation loss as its own loadable output; early stopping; --epochs; --eval-batches all (and
 # a split smaller than --eval-batches read once, with a warning); perplexity, elapsed time, ETA
 # and epoch in the log; the summary; a resumed run's log.jsonl cut back to its checkpoint.
@@ -30,9 +31,65 @@ grep -q '"train_loss": null\|"grad_norm": null' "$TMP/nan/log.jsonl" && ! grep -
 before=$(cd "$TMP/good" && sha256sum model.safetensors model.bin DONE_00000003 model_00000003.bin state_00000003_00000.bin)
 "$G" --resume --out "$TMP/good" --steps 30 "${DIVERGE[@]}" > "$TMP/good2.log" 2>&1; rc=$?
 after=$(cd "$TMP/good" && sha256sum model.safetensors model.bin DONE_00000003 model_00000003.bin state_00000003_00000.bin)
-[ $rc -eq 1 ] && grep -q "the newest checkpoint (step 3) is kept" "$TMP/good2.log" && [ "$before" = "$after" ] \
+[ $rc -eq 1 ] && grep -q "the newest good checkpoint is step 3: continue from it with \`train_gpt2 --resume --out $TMP/good\`" "$TMP/good2.log" && [ "$before" = "$after" ] \
   && [ "$(ls "$TMP/good" | grep -c '^DONE_')" = 1 ] && ok "resumed run ending non-finite: exit 1, the step-3 model and checkpoint untouched" \
   || { bad "resumed non-finite end: exit $rc"; tail -3 "$TMP/good2.log"; }
+
+# ---- issue 29 item 2, "a run that diverges prunes its good checkpoints": resumed with --lr 1
+# --grad-clip 0 --beta2 0 --eps 1e-30, a step with a finite loss leaves weights near 1e27 and
+# every step after it is NaN; the checkpoints of those steps were written and the good ones pruned.
+# Now: no checkpoint after a non-finite step, the newest good one survives pruning, one the
+# non-finite steps showed bad is removed, and the error names the good one and the command.
+finite_model() { # finite_model FILE: every weight of an llm.c .bin is finite
+  python3 - "$1" <<'PY'
+import array, math, sys
+b = open(sys.argv[1], "rb").read()
+a = array.array("f"); a.frombytes(b[1024:])
+sys.exit(0 if all(math.isfinite(x) for x in a) else 1)
+PY
+}
+"$G" "${RUN[@]}" --dtype fp32 --steps 36 --save-every 2 --out "$TMP/dv" > "$TMP/dv1.log" 2>&1 || { tail -3 "$TMP/dv1.log"; bad "the run to resume failed"; }
+good=$(cd "$TMP/dv" && sha256sum DONE_00000036 model_00000036.bin state_00000036_00000.bin)
+"$G" --resume --out "$TMP/dv" --steps 60 --lr 1 --grad-clip 0 --beta2 0 --eps 1e-30 > "$TMP/dv2.log" 2>&1; rc=$?
+kept=$(ls "$TMP/dv" | sed -n 's/^DONE_0*\([0-9][0-9]*\)$/\1/p' | sort -n | tail -1)
+named=$(sed -n 's/.*the newest good checkpoint is step \([0-9]*\): continue from it with `train_gpt2 --resume --out .*/\1/p' "$TMP/dv2.log")
+[ $rc -eq 1 ] && grep -q '"skipped": true' "$TMP/dv/log.jsonl" && ok "the resumed run diverged (exit 1)" || { bad "divergence: exit $rc"; tail -3 "$TMP/dv2.log"; }
+[ "$good" = "$(cd "$TMP/dv" && sha256sum DONE_00000036 model_00000036.bin state_00000036_00000.bin 2>&1)" ] \
+  && ok "the last good checkpoint (step 36, where the run resumed) survives pruning, byte for byte" || bad "step 36 pruned or changed: $(ls "$TMP/dv")"
+allfinite=1
+for m in "$TMP"/dv/model_*.bin; do finite_model "$m" || allfinite=0; done
+bad_after=$(python3 - "$TMP/dv/log.jsonl" $(ls "$TMP/dv" | sed -n 's/^DONE_0*\([0-9][0-9]*\)$/\1/p') <<'PY'
+import json, sys
+steps = {}
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if "train_loss" in r: steps[r["step"]] = not r.get("skipped", False)
+# a kept checkpoint S is good: the step after it was finite (or it is where this invocation began)
+print(sum(1 for s in map(int, sys.argv[2:]) if s != 36 and not steps.get(s + 1, False)))
+PY
+)
+[ $allfinite = 1 ] && [ "$bad_after" = 0 ] && ok "every checkpoint left holds finite weights and was followed by a finite step (none of the NaN steps' checkpoints)" \
+  || { bad "a poisoned checkpoint was kept: finite $allfinite, $bad_after bad"; ls "$TMP/dv"; }
+[ -n "$named" ] && [ "$named" = "$kept" ] && ok "the error names the newest good checkpoint (step $named) and the resume command" \
+  || { bad "error names '$named', newest kept '$kept'"; grep '^error' "$TMP/dv2.log"; }
+"$G" --resume --out "$TMP/dv" --steps $((kept + 3)) --lr 1e-4 --grad-clip 1 --beta2 0.95 --eps 1e-8 > "$TMP/dv3.log" 2>&1 \
+  && grep -q "resumed: step $kept" "$TMP/dv3.log" && ! grep -q "non-finite" "$TMP/dv3.log" \
+  && ok "the named command continues from step $kept with finite steps" || { bad "continuing from $kept"; tail -3 "$TMP/dv3.log"; }
+# weights that overflow: no checkpoint of a non-finite state, at any save point
+"$G" "${RUN[@]}" "${DIVERGE[@]}" --dtype fp32 --steps 30 --save-every 1 --keep-checkpoints 0 --out "$TMP/ov" > "$TMP/ov.log" 2>&1
+allfinite=1; n=0
+for m in "$TMP"/ov/model_*.bin; do [ -e "$m" ] || continue; n=$((n + 1)); finite_model "$m" || allfinite=0; done
+[ $allfinite = 1 ] && grep -q "^checkpoint: step [0-9]* not written: the last [0-9]* steps* had a non-finite" "$TMP/ov.log" \
+  && ok "overflowing weights: $n checkpoints kept, all finite; the save points after non-finite steps said why they wrote none" \
+  || { bad "a non-finite checkpoint was written ($n)"; grep checkpoint "$TMP/ov.log" | tail -3; }
+
+# ---- issue 29 item 8, "write errors on log.jsonl are ignored" (rc 0, lines lost): a log on a full
+# device (/dev/full) stops the run with the file and the reason
+if [ -c /dev/full ]; then
+  mkdir -p "$TMP/full"; ln -s /dev/full "$TMP/full/log.jsonl"
+  expect_fail "write errors on log.jsonl no longer ignored: the run stops, naming the file" "cannot write '$TMP/full/log.jsonl': No space left on device" \
+    "$G" "${RUN[@]}" --steps 4 --out "$TMP/full"
+else echo "skip: no /dev/full: the log write error check did not run"; fi
 
 # ---- --keep-best: OUT/best/ holds the model of the lowest val loss, loadable on its own
 "$G" "${RUN[@]}" "${BEST[@]}" --steps 16 --keep-best --out "$TMP/kb" > "$TMP/kb.log" 2>&1 \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Interrupted runs end the way shells expect: SIGINT during training finishes the step, writes a
-# checkpoint and ends the process with status 130 (SIGTERM: 143), so `train && generate` stops;
-# the checkpoint loads and the run continues from it. A signal while startup is blocked (a FIFO
-# as --train-data, which blocks until a writer appears) ends the process at once, non-zero,
-# with nothing written.
+# checkpoint and ends the process with status 130 (SIGTERM: 143, SIGHUP: 129, SIGPIPE: 141; issue
+# 29 item 8: SIGHUP and SIGPIPE ended a run with no checkpoint), so `train && generate` stops; the
+# checkpoint loads and the run continues from it. A signal while startup is blocked (a FIFO as
+# --train-data, which blocks until a writer appears) ends the process at once, non-zero, with
+# nothing written: not even the --out directory the run had made for its lock.
 source "$(dirname "$0")/lib.sh"
 G="$BIN_DIR/train_gpt2"
 MODEL=test/ref/gpt2_tiny
@@ -16,8 +17,9 @@ wait_for_step() { # dir pid
   return 1
 }
 
-for sig in INT TERM; do
-  want=$([ $sig = INT ] && echo 130 || echo 143)
+code() { case $1 in INT) echo 130;; TERM) echo 143;; HUP) echo 129;; PIPE) echo 141;; esac; }
+for sig in INT TERM HUP; do
+  want=$(code $sig)
   d="$TMP/run_$sig"
   "$G" "${RUN[@]}" --steps 100000 --out "$d" > "$d.log" 2>&1 &
   pid=$!
@@ -26,9 +28,16 @@ for sig in INT TERM; do
   wait $pid; rc=$?
   step=$(ls "$d" | sed -n 's/^DONE_0*\([0-9][0-9]*\)$/\1/p' | tail -1)
   [ $rc -eq $want ] && ok "SIG$sig during training: exit status $rc" || { bad "SIG$sig: exit status $rc, want $want"; tail -5 "$d.log"; }
-  [ -n "$step" ] && grep -q "interrupted by signal .* at step $step: checkpoint written" "$d.log" \
+  [ -n "$step" ] && grep -q "interrupted by SIG$sig at step $step: checkpoint written" "$d.log" \
     && ok "SIG$sig: checkpoint of step $step written before exiting" || { bad "SIG$sig: no checkpoint"; tail -5 "$d.log"; }
 done
+# SIGPIPE: the console is a pipe whose reader goes away after the first step line
+d="$TMP/run_PIPE"
+{ "$G" "${RUN[@]}" --steps 100000 --out "$d" 2> "$d.log"; echo $? > "$d.rc"; } | grep -m1 -q '^step'
+rc=$(cat "$d.rc"); step=$(ls "$d" | sed -n 's/^DONE_0*\([0-9][0-9]*\)$/\1/p' | tail -1)
+[ "$rc" = 141 ] && [ -n "$step" ] && [ ! -s "$d.log" ] && "$G" --resume --out "$d" --steps $((step + 1)) > "$d.cont" 2>&1 && grep -q "resumed: step $step" "$d.cont" \
+  && ok "SIGPIPE (reader of the console gone) no longer ends a run without a checkpoint: exit 141, checkpoint of step $step, resumes" \
+  || { bad "SIGPIPE: exit $rc, checkpoint '$step'"; cat "$d.log"; tail -3 "$d.cont"; }
 # the SIGINT checkpoint loads: as a model, and as the point the run continues from
 d="$TMP/run_INT"; step=$(ls "$d" | sed -n 's/^DONE_0*\([0-9][0-9]*\)$/\1/p' | tail -1)
 "$G" --resume --out "$d" --steps $((step + 2)) > "$TMP/cont.log" 2>&1 && grep -q "resumed: step $step" "$TMP/cont.log" \
@@ -39,8 +48,8 @@ d="$TMP/run_INT"; step=$(ls "$d" | sed -n 's/^DONE_0*\([0-9][0-9]*\)$/\1/p' | ta
 
 # ---- startup blocked on a FIFO: the signal ends it promptly, nothing written
 mkfifo "$TMP/fifo.bin"
-for sig in TERM INT; do
-  want=$([ $sig = INT ] && echo 130 || echo 143)
+for sig in TERM INT HUP; do
+  want=$(code $sig)
   "$G" --model "$MODEL" --train-data "$TMP/fifo.bin" -b 2 -t 32 --steps 5 --threads 1 --out "$TMP/fifo_$sig" > "$TMP/fifo_$sig.log" 2>&1 &
   pid=$!
   sleep 2 # model loaded, blocked in open() of the FIFO

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Data-parallel training under mpirun: 1, 2 and 4 ranks (oversubscribed) with ZeRO 0, 1 and 2
 # give the losses of a single process with the same global batch; the memory report shows the
-# sharded sizes; resume with 2 ranks is exact and 2 -> 4 ranks continues to tolerance; a killed
-# rank ends the whole job within 30 s.
+# sharded sizes; resume with 2 ranks is exact and 2 -> 4 ranks continues to tolerance; a run of 2
+# ranks with default flags resumes on 1 process, its global batch kept by accumulation (issue 29
+# item 9), and a rank count that cannot keep it is refused naming the ones that can; Ctrl-C on
+# mpirun writes the checkpoint and ends with the status README states; a killed rank ends the
+# whole job within 30 s.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_mpi.sh"
 train_setup
@@ -47,6 +50,45 @@ cmp_losses "resume 2 ranks -> 1 matches" "$TMP/train_gpt2_np2_z1" "$TMP/r1" 1e-5
 timeout 120 mpirun -np 4 "$BIN_DIR/train_gpt2" "${R[@]}" --zero 2 --out "$TMP/r4z2" --resume > "$TMP/r4z2.log" 2>&1 || { tail "$TMP/r4z2.log"; bad "2 -> 4 rank ZeRO 2 resume failed"; }
 cmp_losses "resume 2 ranks ZeRO 1 -> 4 ranks ZeRO 2 matches" "$TMP/train_gpt2_np2_z1" "$TMP/r4z2" 1e-5
 
+# ---- issue 29 item 9, "mpirun -np 2 with default flags cannot be resumed on 1 process": the
+# record keeps the global batch in tokens; on 1 process it is 2 micro-steps of accumulation
+D=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 1 --seq-len 32 --steps 6 --lr 3e-3 --warmup-steps 1 --threads 1 --save-format none --dtype fp32)
+timeout 120 mpirun -np 2 "$BIN_DIR/train_gpt2" "${D[@]}" --out "$TMP/d2" > "$TMP/d2.log" 2>&1 || { tail "$TMP/d2.log"; bad "2-rank default run failed"; }
+timeout 120 mpirun -np 2 "$BIN_DIR/train_gpt2" "${D[@]}" --out "$TMP/d21" --stop-after 3 > "$TMP/d21a.log" 2>&1 || { tail "$TMP/d21a.log"; bad "2-rank default first half failed"; }
+cp -r "$TMP/d21" "$TMP/d24"
+if timeout 120 "$BIN_DIR/train_gpt2" --resume --out "$TMP/d21" > "$TMP/d21b.log" 2>&1; then
+  grep -q "^batch: 1 x 32 per rank x 1 ranks x 2 accumulation = 64 tokens/step" "$TMP/d21b.log" && ok "2 ranks, default flags -> 1 process: 64 tokens per step kept by 2 micro-steps" \
+    || bad "batch line: $(grep '^batch' "$TMP/d21b.log")"
+  cmp_losses "a 2-rank run with default flags resumes on 1 process (it could not before)" "$TMP/d2" "$TMP/d21" 1e-5
+else tail -4 "$TMP/d21b.log"; bad "mpirun -np 2 with default flags cannot be resumed on 1 process"; fi
+out=$(timeout 120 mpirun -np 4 "$BIN_DIR/train_gpt2" --resume --out "$TMP/d24" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "error: the run's global batch is 64 tokens per step (recorded in $TMP/d24/run_config.json); 4 ranks of 1 x 32 tokens do not divide it" <<<"$out" \
+  && grep -q "hint: resume on 1 or 2 ranks" <<<"$out" && ok "a rank count that cannot keep the global batch is refused, naming the ones that can" \
+  || bad "4-rank resume of a 64-token batch: exit $rc: $out"
+
+# ---- Ctrl-C on mpirun (issue 29 item 8: it wrote the checkpoint but exited 1 where README said
+# 130): the terminal's SIGINT goes to mpirun, which waits odls_base_sigkill_timeout seconds, ends
+# the ranks with SIGTERM and SIGKILLs them as long again later (20 s here: time for the checkpoint
+# on a loaded machine); they write their checkpoint; mpirun's own status is Open MPI's, which
+# README states
+make_shard "$TMP/long.bin" 60000 100 7
+OMPI_MCA_odls_base_sigkill_timeout=20 mpirun -np 2 "$BIN_DIR/train_gpt2" --model "$MODEL" --train-data "$TMP/long.bin" --batch-size 2 --seq-len 32 --steps 100000 \
+  --threads 1 --save-format none --out "$TMP/cc" > "$TMP/cc.log" 2>&1 &
+job=$!
+if wait_steps "$TMP/cc.log" 3; then
+  kill -INT $job
+  for _ in $(seq 900); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+  kill -0 $job 2>/dev/null && { bad "Ctrl-C on mpirun: still running after 90 s"; kill -9 $job; }
+  wait $job; rc=$?
+  step=$(ls "$TMP/cc" | sed -n 's/^DONE_0*\([0-9][0-9]*\)$/\1/p' | tail -1)
+  # (what the ranks print after Ctrl-C is lost: mpirun no longer passes their output on)
+  [ -n "$step" ] && "$BIN_DIR/train_gpt2" --resume --out "$TMP/cc" --steps $((step + 1)) > "$TMP/cc2.log" 2>&1 && grep -q "resumed: step $step" "$TMP/cc2.log" \
+    && ok "Ctrl-C on mpirun: the ranks wrote the checkpoint of step $step, and the run continues from it" || { bad "Ctrl-C on mpirun: no checkpoint"; ls "$TMP/cc"; tail -3 "$TMP/cc2.log"; }
+  readme="$(dirname "$0")/../README.md"
+  [ $rc -ne 0 ] && grep -q "mpirun itself then exits with Open MPI's status for a job it ended, $rc" "$readme" \
+    && ok "Ctrl-C on mpirun: exit status $rc, as README states" || bad "Ctrl-C on mpirun: exit $rc, README: $(grep -o 'mpirun itself[^.]*' "$readme")"
+else tail -5 "$TMP/cc.log"; bad "Ctrl-C on mpirun: the job did not start"; kill -9 $job; fi
+
 # a killed rank ends the whole job, non-zero, within 30 s
 make_shard "$TMP/big.bin" 60000 100 6
 start=$(date +%s)
@@ -59,5 +101,5 @@ kill -9 "$victim" 2>/dev/null
 wait $job; rc=$?
 el=$(( $(date +%s) - start ))
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $el -le 32 ]; then ok "killed rank: job exited $rc after ${el}s"; else bad "killed rank: exit $rc after ${el}s"; tail "$TMP/kill.log"; fi
-pkill -9 -f "train_gpt2 --model $MODEL --train-data $TMP/big.bin" 2>/dev/null
+for p in $pids; do kill -9 "$p" 2>/dev/null; done # (whatever of the job is left, by pid)
 finish

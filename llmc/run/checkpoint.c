@@ -26,6 +26,7 @@ void ckpt_name(char* out, size_t cap, const char* kind, long step, int rank) {
     else if (!strcmp(kind, "model")) snprintf(out, cap, "model_%08ld.bin", step);
     else if (!strcmp(kind, "adapter")) snprintf(out, cap, "adapter_%08ld/adapter_model.safetensors", step);
     else if (!strcmp(kind, "DONE")) snprintf(out, cap, "DONE_%08ld", step);
+    else if (!strcmp(kind, "PENDING")) snprintf(out, cap, "PENDING_%08ld", step);
     else fatal("this is a bug in llmc", "unknown checkpoint file kind '%s'", kind);
 }
 

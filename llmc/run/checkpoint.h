@@ -5,7 +5,12 @@
 //   DIR/state_SSSSSSSS_RRRRR.bin    one per rank: its optimizer shard and the run's position
 //   DIR/DONE_SSSSSSSS               the commit record, written last by rank 0 after every rank
 //                                   finished: only checkpoints with a valid one are resumed from
-// Every file is written atomically, so a crash leaves the previous checkpoint intact.
+//   DIR/PENDING_SSSSSSSS            the protocol's record that step S's files are being written
+//                                   (or removed, pruning): written before the first of them,
+//                                   removed once DONE_SSSSSSSS is written (or they are gone)
+// Every file is written atomically, so a crash leaves the previous checkpoint intact; what an
+// interrupted save or prune leaves is exactly what a PENDING marker names, which the next run in
+// DIR removes (ckpt_clean). Files that merely have a checkpoint's name are never removed.
 //
 // Integrity. The DONE marker is a manifest (JSON): the step, the number of ranks and, for every
 // file of the checkpoint, its name, size in bytes and CRC-32C (llmc/base/crc32c.h). The checksums live
@@ -77,7 +82,8 @@ typedef struct {
 
 // Newest step with a DONE marker in dir, or -1 when there is none.
 long ckpt_find_latest(const char* dir);
-// File name of a checkpoint file (kind "model", "adapter", "state", "DONE"), and its path in dir.
+// File name of a checkpoint file (kind "model", "adapter", "state", "DONE", "PENDING"), and its
+// path in dir.
 void ckpt_name(char* out, size_t cap, const char* kind, long step, int rank);
 void ckpt_path(char* out, size_t cap, const char* dir, const char* kind, long step, int rank);
 
@@ -87,9 +93,16 @@ void ckpt_write_state(const char* path, const StateHeader* hdr, const float* m, 
 // "model" or "adapter"): each rank checksums its own file, the checksums are gathered, and rank 0
 // writes DONE_SSSSSSSS. Collective: every rank calls it. Returns when the marker is written.
 void ckpt_commit(Comm* c, const char* dir, long step, const char* main_kind);
-// Remove complete checkpoints older than the newest `keep` (0 = keep all): the marker first, then
-// every file of that step (whatever number of ranks wrote it).
-void ckpt_prune(const char* dir, int keep);
+// Rank 0: PENDING_SSSSSSSS before any rank writes a file of step S (the caller then waits for
+// it: a barrier), and its removal after DONE_SSSSSSSS is written.
+void ckpt_pending_begin(const char* dir, long step);
+void ckpt_pending_end(const char* dir, long step);
+// Remove complete checkpoints older than the newest `keep` (0 = keep all), except the step
+// `protect` (the newest one known good; -1: none): each under a PENDING marker, the DONE marker
+// first, then every file of that step (whatever number of ranks wrote it).
+void ckpt_prune(const char* dir, int keep, long protect);
+// Remove one complete checkpoint the same way.
+void ckpt_remove(const char* dir, long step);
 
 // ---- resuming
 // Checks every file of the checkpoint against its manifest (size and CRC-32C), the files split
@@ -120,11 +133,12 @@ int ckpt_manifest_parse(const char* text, size_t len, const char* what, long ste
 void ckpt_manifest_free(CkptManifest* mf);
 
 // ---- leftovers
-// Removes what interrupted runs left in dir (and dir/merged, dir/base, dir/best, dir/best/merged):
-// temporary files of atomic writes ("*.tmp.<pid>") and checkpoint files or adapter directories
-// that belong to no complete checkpoint (a step without a DONE marker: an interrupted save or
-// prune; a state file of a rank the step's manifest does not list). Prints what it removed. Call
-// it when a run starts in dir, before any rank writes there.
+// Removes what interrupted runs of this program left in dir (and dir/merged, dir/base, dir/best,
+// dir/best/merged), and nothing else: temporary files of atomic writes ("NAME.tmp.<pid>") of the
+// files a run writes, and the files of every step a PENDING marker names that has no DONE marker
+// (an interrupted save or prune); a PENDING marker beside a DONE one is removed alone (the
+// checkpoint is complete). Prints what it removed. Call it when a run starts in dir, holding its
+// lock (llmc/run/runlock.h), before any rank writes there.
 void ckpt_clean(const char* dir);
 
 #ifdef __cplusplus

@@ -8,6 +8,7 @@
 #include "base/fileio.h"
 #include "base/json.h"
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <string.h>
@@ -258,6 +259,13 @@ void ckpt_verify(Comm* c, const char* dir, long step) {
 
 // ---------------------------------------------------------------------------------------------
 // housekeeping
+//
+// The protocol keeps its own record of the files it is writing or removing: PENDING_SSSSSSSS is
+// written (atomically) before the first file of step S is written or removed, and removed when
+// the step is complete (its DONE marker written) or gone. ckpt_clean removes exactly what such a
+// record names, and temporaries of the files a run writes; a file that only looks like a
+// checkpoint's (a model_SSSSSSSS.bin or adapter_SSSSSSSS/ a user keeps in --out and trains from)
+// is never touched.
 
 // A checkpoint entry of the run directory (a model or state file, an adapter directory): its
 // step, else -1; *rank for state files.
@@ -292,18 +300,73 @@ static int remove_entry(const char* path, uint64_t* bytes) {
     return rmdir(path);
 }
 
+// What ckpt_clean removed, for its one line.
+typedef struct {
+    int n;
+    uint64_t bytes;
+    char names[1024];
+} Removed;
+
+static void removed_add(Removed* rm, const char* name) {
+    rm->n++;
+    size_t used = strlen(rm->names);
+    if (used + strlen(name) + 8 < sizeof(rm->names)) snprintf(rm->names + used, sizeof(rm->names) - used, "%s%s", used ? ", " : "", name);
+}
+
+// Every entry of step s in dir (the model or adapter, the state files of every rank), after its
+// DONE marker.
+static void remove_step(const char* dir, long s, Removed* rm) {
+    char p[LLMC_PATH_MAX];
+    ckpt_path(p, sizeof(p), dir, "DONE", s, 0);
+    unlink(p);
+    DIR* d = opendir(dir);
+    if (!d) return;
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        int rank;
+        if (ckpt_file_step(e->d_name, &rank) != s) continue;
+        path_join(p, sizeof(p), dir, e->d_name);
+        uint64_t bytes = 0;
+        if (remove_entry(p, &bytes) == 0) { rm->bytes += bytes; removed_add(rm, e->d_name); }
+    }
+    closedir(d);
+}
+
+void ckpt_pending_begin(const char* dir, long step) {
+    char p[LLMC_PATH_MAX], text[160];
+    ckpt_path(p, sizeof(p), dir, "PENDING", step, 0);
+    snprintf(text, sizeof(text), "{\"format\": \"llmc-ft checkpoint in progress\", \"step\": %ld}\n", step);
+    atomic_write_file(p, text, strlen(text));
+}
+
+void ckpt_pending_end(const char* dir, long step) {
+    char p[LLMC_PATH_MAX];
+    ckpt_path(p, sizeof(p), dir, "PENDING", step, 0);
+    if (unlink(p) != 0 && errno != ENOENT) fatal("check the permissions of --out", "cannot remove '%s': %s", p, strerror(errno));
+}
+
+void ckpt_remove(const char* dir, long step) {
+    Removed rm;
+    memset(&rm, 0, sizeof(rm));
+    ckpt_pending_begin(dir, step); // a crash from here on leaves a record of what was going
+    remove_step(dir, step, &rm);
+    ckpt_pending_end(dir, step);
+}
+
 static int cmp_step_desc(const void* a, const void* b) {
     const long x = *(const long*)a, y = *(const long*)b;
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-// The steps of every complete checkpoint in dir (a DONE marker), newest first; *n of them.
-static long* complete_steps_desc(DIR* d, int* n) {
+// The steps of the entries named PREFIX + 8 digits in dir (DONE_, PENDING_), newest first; *n of
+// them (malloc'd; NULL when none).
+static long* steps_named(const char* dir, const char* prefix, int* n) {
     long* steps = NULL;
     int cap = 0;
     *n = 0;
+    DIR* d = opendir(dir);
+    if (!d) return NULL;
     for (struct dirent* e; (e = readdir(d)) != NULL;) {
-        long step = parse_step_name(e->d_name, "DONE_", "");
+        long step = parse_step_name(e->d_name, prefix, "");
         if (step < 0) continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 64;
@@ -312,94 +375,84 @@ static long* complete_steps_desc(DIR* d, int* n) {
         }
         steps[(*n)++] = step;
     }
+    closedir(d);
     if (*n > 1) qsort(steps, (size_t)*n, sizeof(long), cmp_step_desc);
     return steps;
 }
 
-void ckpt_prune(const char* dir, int keep) {
+void ckpt_prune(const char* dir, int keep, long protect) {
     if (keep <= 0) return;
-    DIR* d = opendir(dir);
-    if (!d) return;
     int n;
-    long* steps = complete_steps_desc(d, &n);
-    closedir(d);
-    if (n <= keep) { free(steps); return; }
-    char p[LLMC_PATH_MAX];
-    // the markers go first, so a crash mid-prune never leaves a "complete" checkpoint with files
-    // missing (what it leaves, ckpt_clean removes at the next start)
-    for (int i = keep; i < n; i++) { ckpt_path(p, sizeof(p), dir, "DONE", steps[i], 0); unlink(p); }
-    long oldest_kept = steps[keep - 1];
-    d = opendir(dir);
-    if (!d) { free(steps); return; }
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        int rank;
-        long s = ckpt_file_step(e->d_name, &rank);
-        if (s < 0 || s >= oldest_kept) continue;
-        int pruned = 0;
-        for (int i = keep; i < n && !pruned; i++) pruned = steps[i] == s;
-        uint64_t bytes = 0;
-        if (pruned) { path_join(p, sizeof(p), dir, e->d_name); remove_entry(p, &bytes); }
-    }
-    closedir(d);
+    long* steps = steps_named(dir, "DONE_", &n);
+    for (int i = keep; i < n; i++)
+        if (steps[i] != protect) ckpt_remove(dir, steps[i]);
     free(steps);
 }
 
-// NAME.tmp.<digits>: a temporary file of an atomic write (fileio.h).
-static int is_atomic_tmp(const char* name) {
-    const char* t = strstr(name, ".tmp.");
-    if (!t || t == name) return 0;
-    const char* p = t + 5;
-    if (!*p) return 0;
-    for (; *p; p++) if (*p < '0' || *p > '9') return 0;
-    return 1;
+// NAME.tmp.<digits>, where NAME is a file a run writes (fileio.h: the temporary of an atomic
+// write): a checkpoint's, a marker, the record, the log, or one of the model and adapter
+// directories' files (run_outputs.h).
+static int is_our_tmp(const char* name) {
+    const char* t = NULL;
+    for (const char* q = strstr(name, ".tmp."); q; q = strstr(q + 1, ".tmp.")) t = q;
+    if (!t || t == name || !t[5]) return 0;
+    for (const char* p = t + 5; *p; p++) if (*p < '0' || *p > '9') return 0;
+    char base[256];
+    if ((size_t)(t - name) >= sizeof(base)) return 0;
+    snprintf(base, sizeof(base), "%.*s", (int)(t - name), name);
+    int rank;
+    if (ckpt_file_step(base, &rank) >= 0 || parse_step_name(base, "DONE_", "") >= 0 || parse_step_name(base, "PENDING_", "") >= 0) return 1;
+    static const char* const OUTPUT_FILES[] = {
+        "run_config.json", "log.jsonl", "best.json", "config.json", "model.safetensors", "generation_config.json", "model.bin",
+        "vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "adapter_config.json",
+        "adapter_model.safetensors", NULL};
+    for (int i = 0; OUTPUT_FILES[i]; i++) if (!strcmp(base, OUTPUT_FILES[i])) return 1;
+    return 0;
 }
 
-// Removes the leftovers in one directory; returns the count and adds their bytes to *bytes.
-static int clean_dir(const char* dir, int checkpoints, uint64_t* bytes, char* names, size_t cap) {
+// Removes the temporaries of one directory.
+static void clean_tmp(const char* dir, Removed* rm) {
     DIR* d = opendir(dir);
-    if (!d) return 0;
-    int removed = 0;
-    struct dirent* e;
+    if (!d) return;
     char p[LLMC_PATH_MAX];
-    while ((e = readdir(d)) != NULL) {
-        int rank, orphan = 0;
-        long s = checkpoints ? ckpt_file_step(e->d_name, &rank) : -1;
-        if (s >= 0) {
-            CkptManifest mf;
-            char err[1024];
-            ckpt_path(p, sizeof(p), dir, "DONE", s, 0);
-            if (!file_exists(p)) orphan = 1; // an interrupted save, or an interrupted prune
-            else if (rank >= 0 && ckpt_manifest_try_read(dir, s, &mf, err, sizeof(err)) == 0) {
-                orphan = rank >= mf.world; // a rank of an earlier, unfinished save of this step
-                ckpt_manifest_free(&mf);
-            }
-        }
-        if (!orphan && !is_atomic_tmp(e->d_name)) continue;
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        if (!is_our_tmp(e->d_name)) continue;
         path_join(p, sizeof(p), dir, e->d_name);
-        if (!file_exists(p) && !dir_exists(p)) continue;
-        if (remove_entry(p, bytes) != 0) continue;
-        removed++;
-        size_t used = strlen(names);
-        if (used + strlen(e->d_name) + 8 < cap) snprintf(names + used, cap - used, "%s%s", used ? ", " : "", e->d_name);
+        uint64_t bytes = 0;
+        if (!dir_exists(p) && remove_entry(p, &bytes) == 0) { rm->bytes += bytes; removed_add(rm, e->d_name); }
     }
     closedir(d);
-    return removed;
+}
+
+// The steps a record says were in flight: without a DONE marker their files are removed (an
+// interrupted save, or prune); with one the checkpoint is complete and only the record goes.
+static void clean_pending(const char* dir, Removed* rm) {
+    int n;
+    long* steps = steps_named(dir, "PENDING_", &n);
+    char p[LLMC_PATH_MAX];
+    for (int i = 0; i < n; i++) {
+        ckpt_path(p, sizeof(p), dir, "DONE", steps[i], 0);
+        if (!file_exists(p)) remove_step(dir, steps[i], rm);
+        ckpt_pending_end(dir, steps[i]);
+    }
+    free(steps);
 }
 
 void ckpt_clean(const char* dir) {
-    char sub[LLMC_PATH_MAX], names[1024] = "";
-    uint64_t bytes = 0;
-    int n = clean_dir(dir, 1, &bytes, names, sizeof(names));
+    Removed rm;
+    memset(&rm, 0, sizeof(rm));
+    char sub[LLMC_PATH_MAX];
+    clean_tmp(dir, &rm);
+    clean_pending(dir, &rm);
     // the other directories a run writes models into (llmc/run/run_outputs.h): --merge, the base for
     // base_model_name_or_path, and --keep-best's (with its --merge)
     const char* const subdirs[] = {"merged", "base", "best", "best/merged"};
     for (int i = 0; i < 4; i++) {
         path_join(sub, sizeof(sub), dir, subdirs[i]);
-        n += clean_dir(sub, 0, &bytes, names, sizeof(names));
+        clean_tmp(sub, &rm);
     }
-    if (n > 0)
+    if (rm.n > 0)
         printf("cleanup: removed %d leftover file%s of interrupted saves or pruning in '%s' (%.1f MiB): %s%s\n",
-               n, n == 1 ? "" : "s", dir, (double)bytes / (1024.0 * 1024.0), names,
-               strlen(names) + 64 >= sizeof(names) ? ", ..." : "");
+               rm.n, rm.n == 1 ? "" : "s", dir, (double)rm.bytes / (1024.0 * 1024.0), rm.names,
+               strlen(rm.names) + 64 >= sizeof(rm.names) ? ", ..." : "");
 }

@@ -34,6 +34,64 @@ static int outputs_model_hf_dir(const char* model, char* dir, size_t cap) {
     return convert_is_hf_dir(dir);
 }
 
+// What the run writes at the entry `name` of --out (a first path component), in words, or NULL:
+// a checkpoint of a step in (from, to] (to < 0: none counted), or a final output.
+static int outputs_model_hf_dir(const char* model, char* dir, size_t cap);
+static const char* outputs_entry_use(const RunConfig* c, const char* name, const char* rel, long from, long to, long* step) {
+    const int lora = c->mode == TRAIN_LORA;
+    char digits[16];
+    *step = -1;
+    if (sscanf(name, lora ? "adapter_%8[0-9]" : "model_%8[0-9]", digits) == 1 && strlen(digits) == 8 &&
+        !strcmp(name + (lora ? 8 : 6) + 8, lora ? "" : ".bin")) {
+        *step = strtol(digits, NULL, 10);
+        return to >= 0 && *step > from && *step <= to ? "the checkpoint of step" : NULL;
+    }
+    if (lora) {
+        if (!strcmp(name, "adapter_model.safetensors") || !strcmp(name, "adapter_config.json")) return "the final adapter";
+        if (!strcmp(name, "merged") && c->f.merge && (c->save_hf || c->save_llmc)) return "the merged model (--merge)";
+        char hf[LLMC_PATH_MAX];
+        // OUT/base/ is written when --model is no model directory: its config.json and weights
+        if (!strcmp(name, "base") && !outputs_model_hf_dir(c->f.model, hf, sizeof(hf)) &&
+            (!strcmp(rel, "base") || !strcmp(rel, "base/model.safetensors") || !strcmp(rel, "base/config.json")))
+            return "the base model directory for base_model_name_or_path";
+    } else {
+        if ((!strcmp(name, "model.safetensors") || !strcmp(name, "config.json")) && c->save_hf) return "the final model (--save-format hf)";
+        if (!strcmp(name, "model.bin") && c->save_llmc) return "the final model (--save-format llmc)";
+    }
+    if (!strcmp(name, "best") && c->f.keep_best) return "the best model (--keep-best)";
+    return NULL;
+}
+
+// One input flag against --out (resolved, out_real).
+static void outputs_check_input(const RunConfig* c, const char* flag, const char* path, const char* out_real, long from, long to) {
+    char real[PATH_MAX];
+    if (!path || !realpath(path, real)) return; // (a size descriptor, or a missing path: the loader says so)
+    const size_t n = strlen(out_real);
+    const char* hint = "give --out a directory of its own (the run writes its record, log, checkpoints and final model there), "
+                       "or move the input out of it";
+    if (!strcmp(real, out_real))
+        fatal(hint, "%s %s is the --out directory itself: the run would write its outputs over it", flag, path);
+    if (strncmp(real, out_real, n) != 0 || real[n] != '/') return;
+    char name[256];
+    const char* rel = real + n + 1;
+    const char* slash = strchr(rel, '/');
+    snprintf(name, sizeof(name), "%.*s", (int)(slash ? (size_t)(slash - rel) : strlen(rel)), rel);
+    long step;
+    const char* use = outputs_entry_use(c, name, rel, from, to, &step);
+    if (!use) return;
+    if (step >= 0)
+        fatal("move it out of --out, or stop the run before that step (--steps)", "%s %s would be replaced by %s %ld, which this run writes "
+              "at '%s/%s' (checkpoints are written at --save-every, at the end, and when a signal stops the run)", flag, path, use, step, c->f.out_dir, name);
+    fatal(hint, "%s %s would be replaced: the run writes %s at '%s/%s'", flag, path, use, c->f.out_dir, name);
+}
+
+void outputs_check_inputs(const RunConfig* c, long from, long to) {
+    char out_real[PATH_MAX];
+    if (!c->write_outputs || !realpath(c->f.out_dir, out_real)) return; // (no --out yet: nothing in it can be an input)
+    outputs_check_input(c, "--model", c->f.model, out_real, from, to);
+    if (c->mode == TRAIN_LORA) outputs_check_input(c, "--adapter", c->f.adapter, out_real, from, to);
+}
+
 // OUT/base: the weights of --model as a Hugging Face directory. config.json is written last
 // (model_save_hf), so a directory with one is complete and is kept when the run resumes.
 static void outputs_write_base(const RunOutputs* o, const char* dir) {

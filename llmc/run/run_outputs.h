@@ -37,6 +37,12 @@ typedef struct {
     char base[LLMC_PATH_MAX];     // train_lora: base_model_name_or_path of the adapters
 } RunOutputs;
 
+// A run never writes over its own inputs: fatal (rank 0, before anything is written) when --model
+// or --adapter is --out itself, or lies in an entry of --out the run writes or replaces: a final
+// output (model.safetensors, model.bin, the adapter's files, merged/, best/, base/), or, for
+// to >= 0, the checkpoint of a step in (from, to] (a model_SSSSSSSS.bin or adapter_SSSSSSSS/ kept
+// in --out and trained from is fine while the run does not reach step SSSSSSSS).
+void outputs_check_inputs(const RunConfig* c, long from, long to);
 // After the model is assembled and --out exists, on rank 0 (which writes every output; other
 // ranks only keep c and rank): the vocabulary, and for train_lora the base the adapters point to
 // (OUT/base/ written when it is needed and not there yet), recorded in m's adapters.

@@ -8,6 +8,7 @@
 #include "model/schedule.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 
 static const char* const SAVE_FORMATS[] = {"hf", "llmc", "both", "none", NULL};
@@ -337,6 +338,19 @@ char* runconfig_to_json(const RunConfig* rc) {
     jw_key(&w, "derived"); jw_begin_object(&w);
     for (int i = 0; i < nd; i++) { jw_key(&w, d[i].key); jw_int(&w, d[i].value); }
     jw_end_object(&w);
+    if (rc->nbase > 0) {
+        jw_key(&w, "base_files"); jw_begin_array(&w);
+        for (int i = 0; i < rc->nbase; i++) {
+            char hex[16];
+            snprintf(hex, sizeof(hex), "%08x", (unsigned)rc->base[i].crc);
+            jw_begin_object(&w);
+            jw_key(&w, "name"); jw_string(&w, rc->base[i].name);
+            jw_key(&w, "bytes"); jw_uint(&w, rc->base[i].bytes);
+            jw_key(&w, "crc32c"); jw_string(&w, hex);
+            jw_end_object(&w);
+        }
+        jw_end_array(&w);
+    }
     jw_end_object(&w);
     size_t len = w.len;
     char* out = (char*)mallocCheck(len + 1);
@@ -376,6 +390,33 @@ static int runconfig_read_flags(RunConfig* rc, const JsonValue* root, char* err,
     return 0;
 }
 
+// The optional "base_files" member into rc->base.
+static int runconfig_read_base(RunConfig* rc, const JsonValue* root, char* err, size_t cap) {
+    const JsonValue* files = json_get(root, "base_files");
+    if (!files) return 0;
+    if (files->type != JSON_ARRAY || files->n > RUNCFG_MAX_BASE_FILES) {
+        snprintf(err, cap, "\"base_files\" must be an array of at most %d files", RUNCFG_MAX_BASE_FILES);
+        return -1;
+    }
+    for (int i = 0; i < files->n; i++) {
+        const JsonValue* f = &files->items[i];
+        const char* name = json_as_string(json_get(f, "name"));
+        const char* hex = json_as_string(json_get(f, "crc32c"));
+        RunBaseFile* b = &rc->base[i];
+        int hex_ok = hex && strlen(hex) == 8;
+        for (int k = 0; hex_ok && k < 8; k++) hex_ok = isxdigit((unsigned char)hex[k]) != 0;
+        const unsigned long crc = hex_ok ? strtoul(hex, NULL, 16) : 0;
+        if (!name || strlen(name) >= sizeof(b->name) || !json_as_uint64(json_get(f, "bytes"), &b->bytes) || !hex_ok) {
+            snprintf(err, cap, "base_files[%d] needs \"name\", \"bytes\" and \"crc32c\" (8 hex digits)", i);
+            return -1;
+        }
+        snprintf(b->name, sizeof(b->name), "%s", name);
+        b->crc = (uint32_t)crc;
+    }
+    rc->nbase = files->n;
+    return 0;
+}
+
 static int runconfig_read(RunConfig* rc, const JsonValue* root, char* err, size_t cap) {
     const char* format = json_as_string(json_get(root, "format"));
     const char* program = json_as_string(json_get(root, "program"));
@@ -392,7 +433,7 @@ static int runconfig_read(RunConfig* rc, const JsonValue* root, char* err, size_
     if (!json_as_int(json_get(root, "world"), &world) || world < 1) { snprintf(err, cap, "\"world\" must be a rank count >= 1"); return -1; }
     rc->mode = !strcmp(program, "train_lora") ? TRAIN_LORA : TRAIN_FULL;
     flag_defaults(&rc->f, rc->mode);
-    if (runconfig_read_flags(rc, root, err, cap)) return -1;
+    if (runconfig_read_flags(rc, root, err, cap) || runconfig_read_base(rc, root, err, cap)) return -1;
     runconfig_own_strings(rc);
     const char* hint = NULL;
     if (runconfig_derive(rc, world, err, cap, &hint)) return -1;

@@ -12,7 +12,9 @@
 //   {"format": "llmc-ft run config", "version": 1, "program": "train_lora", "world": 2,
 //    "flags": {"model": "gpt2", "batch_size": 4, ..., "vocab": null},
 //    "given": ["model", "train_data", ...],            // flags that were on the command line
-//    "derived": {"tokens_per_step": 8192, "accum": 4, ...}}
+//    "derived": {"tokens_per_step": 8192, "accum": 4, ...},
+//    "base_files": [{"name": "model.safetensors", "bytes": 497774208, "crc32c": "1a2b3c4d"}, ...]}
+//                                                      // train_lora: the base model's files
 // Flag members are named like the flags ("--total-batch-tokens" -> "total_batch_tokens"); reading
 // applies the command line's checks to every value and derives again, and the "derived" members
 // must then agree with what was written.
@@ -39,6 +41,8 @@ typedef enum { RESUME_NO = 0, RESUME_YES = 1, RESUME_AUTO = 2 } ResumeKind;
 #define RUNCFG_MAX_MICRO_TOKENS (1 << 24)
 // Tokens one rank reads per optimizer step (accum x B x T), held in host memory (8 bytes each).
 #define RUNCFG_MAX_RANK_STEP_TOKENS ((int64_t)1 << 31)
+// Files of a LoRA run's base model recorded with it (run_config.json "base_files").
+#define RUNCFG_MAX_BASE_FILES 16
 
 // Every flag of train_gpt2 / train_lora, as given (defaults filled in). Strings are owned by the
 // RunConfig; NULL = not given.
@@ -86,6 +90,14 @@ typedef struct {
     int qlora;
 } TrainFlags;
 
+// One file of the base model as it was when the run started: the adapter in a LoRA checkpoint is
+// an adapter of exactly these weights (llmc/run/runrecord.h checks them on resuming).
+typedef struct {
+    char name[256];              // relative to the directory of --model ("model.safetensors")
+    uint64_t bytes;
+    uint32_t crc;                // CRC-32C of the whole file
+} RunBaseFile;
+
 typedef struct {
     TrainMode mode;
     TrainFlags f;                // the flags (read-only after runconfig_from_args)
@@ -107,6 +119,9 @@ typedef struct {
     unsigned lora_targets;       // LORA_T_* of --lora-targets
     int lora_dropout_given;      // --lora-dropout replaces the --adapter's own lora_dropout
     int save_hf, save_llmc;      // --save-format
+    // ---- recorded with the run (not derived from the flags): train_lora's base files
+    int nbase;
+    RunBaseFile base[RUNCFG_MAX_BASE_FILES];
     char* strings;               // storage of the flag strings
 } RunConfig;
 

@@ -3,6 +3,7 @@
 #include "base/check.h"
 #include "base/fileio.h"
 #include "base/timer.h"
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -22,14 +23,22 @@ static const char* num(char* buf, size_t cap, double v) {
     return buf;
 }
 
+// A failed write of log.jsonl stops the run (fatal: the checkpoints stay as they are).
+static void log_failed(const RunLog* l) {
+    const int e = errno;
+    fatal("make room on the file system of --out (or check that it is writable), then continue with --resume",
+          "cannot write '%s': %s: the run stops (its checkpoints are kept)", l->path, strerror(e));
+}
+
 static void log_line(RunLog* l, const char* fmt, ...) {
     if (!l->fp) return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(l->fp, fmt, ap);
+    int bad = vfprintf(l->fp, fmt, ap) < 0;
     va_end(ap);
-    fputc('\n', l->fp);
-    fflush(l->fp);
+    bad |= fputc('\n', l->fp) == EOF;
+    bad |= fflush(l->fp) != 0; // (each line reaches the file as it is logged: a full disk shows now)
+    if (bad) log_failed(l);
 }
 
 // The length of the log's first part that belongs to the checkpoint of step S: every line up
@@ -55,8 +64,8 @@ void runlog_open(RunLog* l, const char* dir, int rank, long resume_step) {
     l->fp = NULL;
     l->t0 = timer_now_s();
     if (rank != 0 || !dir) return;
-    char path[LLMC_PATH_MAX];
-    path_join(path, sizeof(path), dir, "log.jsonl");
+    char* path = l->path;
+    path_join(path, sizeof(l->path), dir, "log.jsonl");
     if (resume_step >= 0 && file_exists(path)) {
         size_t len = 0;
         char* text = read_file_all(path, &len);
@@ -134,6 +143,7 @@ void runlog_summary(const RunLog* l, const RunSummary* s) {
 }
 
 void runlog_close(RunLog* l) {
-    if (l->fp) fclose(l->fp);
+    FILE* fp = l->fp;
     l->fp = NULL;
+    if (fp && fclose(fp) != 0) log_failed(l);
 }

@@ -10,7 +10,9 @@
 //   {"step": 12, "no_targets": true, "lr": ..., "epoch": ..., ...}
 //                                  every target of the step was masked: no update
 //   {"step": 12, "val_loss": 4.84, "val_ppl": 126.5}
-// elapsed_s counts from the start of this invocation's training. A run resumed from the
+// elapsed_s counts from the start of this invocation's training. A line that cannot be written
+// (a full disk, a file system gone read-only) stops the run with an error naming log.jsonl and
+// the reason: a log with holes would pass for a complete one. A run resumed from the
 // checkpoint of step S keeps the lines logged up to that checkpoint and drops those a crash left
 // after it (those steps are trained, evaluated and logged again).
 #ifndef LLMC_RUNLOG_H
@@ -18,6 +20,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include "base/fileio.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,6 +36,7 @@ typedef struct {
 
 typedef struct {
     FILE* fp;                 // OUT/log.jsonl (rank 0), else NULL
+    char path[LLMC_PATH_MAX];
     int console;              // rank 0
     int steps;                // the run's length
     double steps_per_epoch;   // optimizer steps per pass over the training data

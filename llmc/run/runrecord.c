@@ -2,8 +2,11 @@
 #include "run/args.h"
 #include "base/check.h"
 #include "run/checkpoint.h"
+#include "run/runlock.h"
 #include "model/config.h"
+#include "base/crc32c.h"
 #include "base/fileio.h"
+#include "base/json.h"
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +165,26 @@ static void collect_changes(RunConfig* rc, const RunConfig* rec, RunChanges* ch)
     }
 }
 
+// A resume on another number of ranks keeps the global batch (tokens per step, as recorded) by
+// gradient accumulation: refused, naming the rank counts that can, when `world` ranks' micro-
+// batches do not divide it.
+static void check_ranks_keep_batch(const RunConfig* rc, const char* dir, int world) {
+    const int64_t micro = (int64_t)rc->f.batch_size * rc->f.seq_len, tokens = rc->f.total_batch_tokens;
+    if (tokens <= 0 || tokens % micro != 0 || tokens % (micro * world) == 0) return; // (other errors: runconfig_derive)
+    const int64_t q = tokens / micro;
+    char ranks[256] = "", hint[512];
+    int listed = 0;
+    for (int64_t k = 1; k <= q && listed < 12; k++) {
+        if (q % k) continue;
+        size_t n = strlen(ranks);
+        snprintf(ranks + n, sizeof(ranks) - n, "%s%lld", !listed ? "" : (k == q || listed == 11) ? " or " : ", ", (long long)k);
+        listed++;
+    }
+    snprintf(hint, sizeof(hint), "resume on %s ranks (the global batch is whole micro-steps of --batch-size x --seq-len tokens on every rank)", ranks);
+    fatal(hint, "the run's global batch is %lld tokens per step (recorded in %s/%s); %d ranks of %d x %d tokens do not divide it",
+          (long long)tokens, dir, RUNRECORD_FILE, world, rc->f.batch_size, rc->f.seq_len);
+}
+
 // The configuration of a resumed run: rec (the record of the run in dir, the --out given) with
 // the command line over it, derived for `world` ranks; the allowed changes in *changes.
 static void resume_config(RunConfig* rc, const RunConfig* rec, const char* dir, TrainMode mode, int argc, char** argv,
@@ -185,6 +208,7 @@ static void resume_config(RunConfig* rc, const RunConfig* rec, const char* dir, 
         const int replaced = (cmd_steps && !strcmp(specs[i].name, "--epochs")) || (cmd_epochs && !strcmp(specs[i].name, "--steps"));
         if (!replaced) rc->given[i] |= rec->given[i];
     }
+    check_ranks_keep_batch(rc, dir, world);
     char err[1024];
     const char* hint = NULL;
     if (runconfig_derive(rc, world, err, sizeof(err), &hint) != 0) fatal(hint, "%s (with the settings recorded in %s)", err, RUNRECORD_FILE);
@@ -219,12 +243,120 @@ static void check_state_mode(const char* dir, long step, TrainMode mode) {
               dir, runconfig_program((TrainMode)h0.h[SH_MODE]), path, runconfig_program((TrainMode)h0.h[SH_MODE]));
 }
 
+// ---------------------------------------------------------------------------------------------
+// the base of a LoRA run: its files as the run started
+
+// The shards a model.safetensors.index.json names (its "weight_map" values, each once) into out.
+static void base_index_shards(const char* index, RunBaseFile* out, int* n) {
+    size_t len = 0;
+    char* text = read_file_all(index, &len);
+    char err[256];
+    JsonValue* root = json_parse(text, len, err, sizeof(err));
+    free(text);
+    const JsonValue* map = root ? json_get(root, "weight_map") : NULL;
+    for (int i = 0; map && map->type == JSON_OBJECT && i < map->n; i++) {
+        const char* shard = json_as_string(&map->items[i]);
+        int seen = !shard || strlen(shard) >= sizeof(out->name);
+        for (int k = 0; k < *n && !seen; k++) seen = !strcmp(out[k].name, shard);
+        if (seen) continue;
+        if (*n == RUNCFG_MAX_BASE_FILES) break; // (more shards than a GPT-2 has: the first ones stand for it)
+        snprintf(out[(*n)++].name, sizeof(out->name), "%s", shard);
+    }
+    json_free(root); // (a broken index: the loader says what is wrong with it)
+}
+
+// The directory of --model (itself when it is one; returns whether it is).
+static int base_dir_of(const char* model, char* dir, size_t cap) {
+    const char* slash = strrchr(model, '/');
+    if (dir_exists(model)) { snprintf(dir, cap, "%s", model); return 1; }
+    snprintf(dir, cap, "%.*s", slash ? (int)(slash - model) : 1, slash ? model : ".");
+    return 0;
+}
+
+// The files --model loads from (names relative to *dir): config.json and model.safetensors (or its
+// index and shards) of a directory; a file, with its index's shards and the config.json beside
+// it (which the loader reads for safetensors). None for a size descriptor (d12, tiny: drawn from
+// --seed). Returns the count.
+static int base_files_of(const char* model, char* dir, size_t cap, RunBaseFile* out) {
+    GPT2Config scratch;
+    char p[LLMC_PATH_MAX];
+    int n = 0;
+    memset(out, 0, sizeof(RunBaseFile) * RUNCFG_MAX_BASE_FILES);
+    if (!model || gpt2_config_from_descriptor(&scratch, model) == 0) return 0;
+    const int is_dir = base_dir_of(model, dir, cap);
+    const char* slash = strrchr(model, '/');
+    const char* file = is_dir ? NULL : slash ? slash + 1 : model;
+    const size_t fl = file ? strlen(file) : 0;
+    path_join(p, sizeof(p), dir, "config.json");
+    if (file_exists(p) && (is_dir || fl < 4 || strcmp(file + fl - 4, ".bin") != 0)) snprintf(out[n++].name, sizeof(out->name), "config.json");
+    if (is_dir) {
+        path_join(p, sizeof(p), dir, "model.safetensors");
+        file = file_exists(p) ? "model.safetensors" : "model.safetensors.index.json";
+    }
+    if (strlen(file) < sizeof(out->name)) snprintf(out[n++].name, sizeof(out->name), "%s", file);
+    path_join(p, sizeof(p), dir, file);
+    const size_t len = strlen(file);
+    if (len > 5 && !strcmp(file + len - 5, ".json") && file_exists(p)) base_index_shards(p, out, &n);
+    return n;
+}
+
+// Size and CRC-32C of each file; 0, or -1 with the first missing one in *missing.
+static int base_measure(const char* dir, RunBaseFile* files, int n, int* missing) {
+    char p[LLMC_PATH_MAX];
+    for (int i = 0; i < n; i++) {
+        path_join(p, sizeof(p), dir, files[i].name);
+        if (!file_exists(p)) { *missing = i; return -1; }
+        crc32c_file(p, &files[i].bytes, &files[i].crc);
+    }
+    return 0;
+}
+
+// A new LoRA run records its base's files (rank 0; the record is written once training starts).
+static void base_record(RunConfig* rc) {
+    char dir[LLMC_PATH_MAX];
+    int missing;
+    rc->nbase = 0;
+    if (rc->mode != TRAIN_LORA) return;
+    const int n = base_files_of(rc->f.model, dir, sizeof(dir), rc->base);
+    if (base_measure(dir, rc->base, n, &missing) == 0) rc->nbase = n; // (a missing file: the loader says so)
+}
+
+// A resumed LoRA run: the base must be the recorded one, file for file (rank 0). A record
+// without base files (an earlier version) is taken as it is.
+static void base_check(const RunConfig* rc, const char* out) {
+    if (rc->mode != TRAIN_LORA || rc->nbase == 0) return;
+    char dir[LLMC_PATH_MAX], p[LLMC_PATH_MAX];
+    const char* hint = "restore the base model the run was started with (the adapter in the checkpoint was trained on it), "
+                       "or start a new run in another --out";
+    base_dir_of(rc->f.model, dir, sizeof(dir));
+    for (int i = 0; i < rc->nbase; i++) {
+        RunBaseFile now = rc->base[i];
+        int missing;
+        path_join(p, sizeof(p), dir, now.name);
+        if (base_measure(dir, &now, 1, &missing) != 0)
+            fatal(hint, "the base model changed since the run in --out %s started: '%s' is missing (%s records it)", out, p, RUNRECORD_FILE);
+        if (now.bytes != rc->base[i].bytes || now.crc != rc->base[i].crc)
+            fatal(hint, "the base model changed since the run in --out %s started: '%s' has %llu bytes, CRC-32C %08x; %s records %llu bytes, "
+                  "CRC-32C %08x (replaced or modified)", out, p, (unsigned long long)now.bytes, (unsigned)now.crc, RUNRECORD_FILE,
+                  (unsigned long long)rc->base[i].bytes, (unsigned)rc->base[i].crc);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// The run's directory: locked for this job before anything in it is read (runlock.h).
+static void lock_out(Comm* comm, const RunConfig* rc, int argc, char** argv) {
+    const char* out = rc->f.out_dir;
+    if (out && strcmp(out, "none") != 0) runlock_acquire(comm, out, argc, argv);
+}
+
 void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** argv, TrainMode mode) {
     memset(st, 0, sizeof(*st));
     runconfig_defaults(rc, mode);
     runconfig_parse_args(rc, argc, argv);
     const char* out = rc->f.out_dir;
     st->resume_step = -1;
+    lock_out(comm, rc, argc, argv);
     if (rc->f.resume && out && strcmp(out, "none")) { // (--resume without --out: runconfig_derive says it)
         st->resume_step = ckpt_find_latest(out);
         if (st->resume_step < 0 && !strcmp(rc->f.resume, "yes"))
@@ -235,20 +367,31 @@ void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** a
     }
     if (st->resume_step >= 0 && runrecord_read(out, &st->rec)) {
         st->has_rec = 1;
+        // the global batch in tokens (a record of an earlier version says 0: one micro-batch per
+        // rank of the recorded ranks), so that a resume on other ranks keeps it by accumulation
+        if (st->rec.f.total_batch_tokens == 0) st->rec.f.total_batch_tokens = st->rec.tokens_per_step;
         RunConfig cmd = *rc; // (rc is rebuilt from the record; cmd keeps the command line's strings)
         resume_config(rc, &st->rec, cmd.f.out_dir, mode, argc, argv, comm->world, &st->changes);
         runconfig_free(&cmd);
+        if (comm->rank == 0) base_check(rc, rc->f.out_dir);
         return;
     }
     if (st->resume_step >= 0) {
         check_state_mode(out, st->resume_step, mode);
         if (comm->rank == 0) printf("note: no %s in %s (a run of an earlier version): the settings come from the command line\n", RUNRECORD_FILE, out);
     }
-    if (!out && !rc->f.resume) default_out_dir(comm, rc);
+    if (!out && !rc->f.resume) {
+        default_out_dir(comm, rc);
+        lock_out(comm, rc, argc, argv);
+    }
     absolute_paths(rc);
     char err[1024];
     const char* hint = NULL;
     if (runconfig_derive(rc, comm->world, err, sizeof(err), &hint) != 0) fatal(hint, "%s", err);
+    // the record states the global batch in tokens, whatever the number of ranks (resuming on other
+    // ranks keeps it)
+    if (rc->f.total_batch_tokens == 0) rc->f.total_batch_tokens = rc->tokens_per_step;
+    if (comm->rank == 0 && st->resume_step < 0) base_record(rc);
 }
 
 void runrecord_start_free(RunStart* st) {

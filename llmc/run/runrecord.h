@@ -13,6 +13,12 @@
 //   - what the checkpoint is a checkpoint of (--model, the data, the batch geometry the data
 //     position counts in, --seed / --shuffle, the LoRA structure): refused with the reason.
 // --resume and --stop-after belong to one invocation and are not taken from the record.
+// Besides the flags the record holds what a resume must find again: the global batch in tokens
+// (total_batch_tokens, filled in from the ranks that started the run when the flag was not
+// given), so that a resume on other ranks keeps it by accumulation (a rank count that cannot is
+// refused naming those that can); and for train_lora the base model's files (size, CRC-32C),
+// compared on resuming (a replaced base is refused naming the file).
+// Before anything in --out is read, the job locks it (llmc/run/runlock.h).
 #ifndef LLMC_RUNRECORD_H
 #define LLMC_RUNRECORD_H
 

@@ -20,6 +20,7 @@
 #include "model/qlora.h"
 #include "model/params.h"
 #include "run/runlog.h"
+#include "run/runlock.h"
 #include "run/runrecord.h"
 #include "run/runsignal.h"
 #include "run/run_outputs.h"
@@ -60,6 +61,11 @@ typedef struct {
     long skipped_total;        // steps skipped for a non-finite loss or gradient (whole run)
     long no_target_total;      // steps without a target (whole run)
     long consecutive_bad;      // ... in a row, up to now
+    long ckpt_last;            // the newest checkpoint: written by this invocation or resumed from; -1
+    int ckpt_last_here;        // ... written by this invocation
+    int ckpt_last_good;        // ... and a finite step came after it (its weights give finite steps)
+    int state_nonfinite;       // the last checkpoint was refused: a weight or optimizer value is not finite
+    long ckpt_good;            // the newest checkpoint known good; -1 (pruning never removes it)
     long steps_this_run;       // steps of this invocation (--stop-after)
     int steps;                 // the run's length: --steps, or --epochs over the training data
     RunStart start;            // the checkpoint this invocation resumes from, the record, changes
@@ -119,48 +125,135 @@ static void state_upload(Run* r, float* state, const float* host) {
     free(local);
 }
 
-static void save_checkpoint(Run* r) {
+// The header of this rank's state file.
+static void state_header(const Run* r, StateHeader* hp) {
     const TrainFlags* f = &r->c->f;
-    if (!r->c->write_outputs) return;
+    int64_t* h = hp->h;
+    memset(hp, 0, sizeof(*hp));
+    h[SH_MAGIC] = STATE_MAGIC; h[SH_VERSION] = STATE_VERSION;
+    h[SH_WORLD] = r->world; h[SH_RANK] = r->rank; h[SH_HAS_MASTER] = r->opt.master != NULL;
+    h[SH_STEP] = r->step; h[SH_OPT_T] = r->opt.t;
+    DataLoaderState ds = dl_get_state(&r->train);
+    h[SH_DL_EPOCH] = ds.epoch; h[SH_DL_SHARD] = ds.shard_i; h[SH_DL_CHUNK] = ds.chunk_i;
+    size_t begin, end, total;
+    state_range(r, &begin, &end, &total);
+    h[SH_BEGIN] = (int64_t)begin; h[SH_END] = (int64_t)end; h[SH_TOTAL] = (int64_t)total;
+    h[SH_MODE] = r->c->mode; h[SH_B] = f->batch_size; h[SH_T] = f->seq_len; h[SH_ACCUM] = r->c->accum;
+    h[SH_SKIPPED] = r->skipped_total; h[SH_NO_TARGETS] = r->no_target_total; h[SH_ZERO] = f->zero; h[SH_SEED] = f->seed;
+    h[SH_TOKENS_PER_STEP] = r->c->tokens_per_step; h[SH_SHUFFLE] = f->shuffle;
+    // the evaluation at this step (if it ran already, at the end) is run again on resuming
+    const ValTrack* v = r->has_last_val && r->vtrack_pre_step == r->step ? &r->vtrack_pre : &r->vtrack;
+    h[SH_VAL_TRACKED] = v->has_best; h[SH_BEST_STEP] = v->best_step; h[SH_EVALS_SINCE_BEST] = v->since_improved;
+    memcpy(&h[SH_BEST_VAL_BITS], &v->best, sizeof(double));
+}
+
+static int all_finite(const float* x, size_t n) {
+    for (size_t i = 0; i < n; i++) if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+// Whether this rank's range of the trainable parameters is finite (read to the host in pieces).
+static int params_finite(const Run* r) {
+    const Optimizer* o = &r->opt;
+    const size_t piece = (size_t)1 << 20;
+    float* buf = NULL;
+    int ok = 1;
+    for (int i = 0; i < o->nseg && ok; i++) {
+        const TrainSeg* sg = &o->segs[i];
+        const size_t b = sg->offset > o->begin ? sg->offset : o->begin, e = sg->offset + sg->n < o->end ? sg->offset + sg->n : o->end;
+        for (size_t k = b; k < e && ok; k += piece) {
+            const size_t n = e - k < piece ? e - k : piece;
+            if (!buf) buf = (float*)mallocCheck(piece * sizeof(float));
+            ops_download_f32(buf, sg->p + (k - sg->offset), n);
+            ok = all_finite(buf, n);
+        }
+    }
+    free(buf);
+    return ok;
+}
+
+// The optimizer state of this rank in host memory, for its state file.
+typedef struct { float *m, *v, *master; size_t n; } HostState;
+
+static void host_state_free(HostState* hs) { free(hs->m); free(hs->v); free(hs->master); memset(hs, 0, sizeof(*hs)); }
+
+// Downloads the state (collective at ZeRO 3) and checks it and the parameters: 1 when every value
+// of every rank is finite.
+static int host_state_get(Run* r, HostState* hs) {
+    size_t begin, end, total;
+    state_range(r, &begin, &end, &total);
+    hs->n = end - begin;
+    hs->m = (float*)mallocCheck((hs->n ? hs->n : 1) * sizeof(float));
+    hs->v = (float*)mallocCheck((hs->n ? hs->n : 1) * sizeof(float));
+    hs->master = r->opt.master ? (float*)mallocCheck((hs->n ? hs->n : 1) * sizeof(float)) : NULL;
+    state_download(r, hs->m, r->opt.m);
+    state_download(r, hs->v, r->opt.v);
+    if (hs->master) state_download(r, hs->master, r->opt.master);
+    double bad = !all_finite(hs->m, hs->n) || !all_finite(hs->v, hs->n) || (hs->master && !all_finite(hs->master, hs->n)) || !params_finite(r);
+    comm_allreduce_max_f64(&r->comm, &bad, 1);
+    return bad == 0.0;
+}
+
+// Whether the state of this step may become a checkpoint (every rank gets the same answer): only
+// after a finite step (skipped steps leave the weights as they were, but a run of them says the
+// weights went bad), and only when every weight and optimizer value is finite. The checkpoint of
+// the step this invocation resumed from is there already. Fills hs when it may.
+static int checkpoint_due(Run* r, HostState* hs) {
+    r->state_nonfinite = 0;
+    if (r->step == r->start.resume_step) return 0;
+    if (r->consecutive_bad > 0) {
+        say(r, "checkpoint: step %ld not written: the last %ld step%s had a non-finite loss or gradient norm\n",
+            r->step, r->consecutive_bad, r->consecutive_bad == 1 ? "" : "s");
+        return 0;
+    }
+    if (host_state_get(r, hs)) return 1;
+    r->state_nonfinite = 1;
+    say(r, "checkpoint: step %ld not written: the weights or the optimizer state hold non-finite values\n", r->step);
+    host_state_free(hs);
+    return 0;
+}
+
+// A checkpoint of this step, when checkpoint_due allows it: rank 0's PENDING marker first (the
+// protocol's record of what is in flight), then the model or adapter, every rank's state file,
+// the DONE manifest (written last: the checkpoint is complete only when every rank has written
+// its part), the marker removed, and pruning, which keeps the newest checkpoint known good.
+// Returns whether this step has a checkpoint.
+static int save_checkpoint(Run* r) {
+    const TrainFlags* f = &r->c->f;
+    if (!r->c->write_outputs) return 0;
+    HostState hs;
+    memset(&hs, 0, sizeof(hs));
+    if (!checkpoint_due(r, &hs)) return r->step == r->start.resume_step;
+    if (r->rank == 0) ckpt_pending_begin(f->out_dir, r->step);
+    comm_barrier(&r->comm); // no rank writes a file of the step before the marker exists
     char path[LLMC_PATH_MAX];
     gradsync_unshard_model(&r->gs); // ZeRO 3: rank 0 gathers the whole model
     outputs_checkpoint(&r->out, &r->m, r->step); // rank 0: the model, or the adapter as a PEFT directory
     gradsync_reshard_model(&r->gs);
     StateHeader h;
-    memset(&h, 0, sizeof(h));
-    h.h[SH_MAGIC] = STATE_MAGIC; h.h[SH_VERSION] = STATE_VERSION;
-    h.h[SH_WORLD] = r->world; h.h[SH_RANK] = r->rank; h.h[SH_HAS_MASTER] = r->opt.master != NULL;
-    h.h[SH_STEP] = r->step; h.h[SH_OPT_T] = r->opt.t;
-    DataLoaderState ds = dl_get_state(&r->train);
-    h.h[SH_DL_EPOCH] = ds.epoch; h.h[SH_DL_SHARD] = ds.shard_i; h.h[SH_DL_CHUNK] = ds.chunk_i;
-    size_t begin, end, total;
-    state_range(r, &begin, &end, &total);
-    h.h[SH_BEGIN] = (int64_t)begin; h.h[SH_END] = (int64_t)end; h.h[SH_TOTAL] = (int64_t)total;
-    h.h[SH_MODE] = r->c->mode; h.h[SH_B] = f->batch_size; h.h[SH_T] = f->seq_len; h.h[SH_ACCUM] = r->c->accum;
-    h.h[SH_SKIPPED] = r->skipped_total; h.h[SH_NO_TARGETS] = r->no_target_total; h.h[SH_ZERO] = f->zero; h.h[SH_SEED] = f->seed;
-    h.h[SH_TOKENS_PER_STEP] = r->c->tokens_per_step; h.h[SH_SHUFFLE] = f->shuffle;
-    // the evaluation at this step (if it ran already, at the end) is run again on resuming
-    const ValTrack* v = r->has_last_val && r->vtrack_pre_step == r->step ? &r->vtrack_pre : &r->vtrack;
-    h.h[SH_VAL_TRACKED] = v->has_best; h.h[SH_BEST_STEP] = v->best_step; h.h[SH_EVALS_SINCE_BEST] = v->since_improved;
-    memcpy(&h.h[SH_BEST_VAL_BITS], &v->best, sizeof(double));
-    size_t n = end - begin;
-    float* mh = (float*)mallocCheck(n * sizeof(float));
-    float* vh = (float*)mallocCheck(n * sizeof(float));
-    float* mas = r->opt.master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
-    state_download(r, mh, r->opt.m);
-    state_download(r, vh, r->opt.v);
-    if (mas) state_download(r, mas, r->opt.master);
+    state_header(r, &h);
     ckpt_path(path, sizeof(path), f->out_dir, "state", r->step, r->rank);
-    ckpt_write_state(path, &h, mh, vh, mas);
-    free(mh); free(vh); free(mas);
-    // the checkpoint is complete only when every rank has written its part: the DONE manifest
-    // (sizes and checksums of every file) is written last
+    ckpt_write_state(path, &h, hs.m, hs.v, hs.master);
+    host_state_free(&hs);
     ckpt_commit(&r->comm, f->out_dir, r->step, r->lora ? "adapter" : "model");
+    if (r->ckpt_last >= 0 && r->ckpt_last_good) r->ckpt_good = r->ckpt_last;
+    r->ckpt_last = r->step; r->ckpt_last_here = 1; r->ckpt_last_good = 0;
     if (r->rank == 0) {
-        ckpt_prune(f->out_dir, f->keep_checkpoints);
+        ckpt_pending_end(f->out_dir, r->step);
+        ckpt_prune(f->out_dir, f->keep_checkpoints, r->ckpt_good);
         printf("checkpoint: step %ld written to %s\n", r->step, f->out_dir);
     }
     comm_barrier(&r->comm);
+    return 1;
+}
+
+// A finite step after the newest checkpoint shows its weights are good: pruning may now take the
+// one kept because it was the newest good one.
+static void confirm_checkpoint(Run* r) {
+    if (r->ckpt_last < 0 || r->ckpt_last_good) return;
+    r->ckpt_last_good = 1;
+    r->ckpt_good = r->ckpt_last;
+    if (r->rank == 0 && r->c->write_outputs) ckpt_prune(r->c->f.out_dir, r->c->f.keep_checkpoints, r->ckpt_good);
 }
 
 // The header of rank 0's state file must describe this run's batch geometry and trainable space.
@@ -168,8 +261,11 @@ static void check_state_matches(Run* r, const char* path, const StateHeader* h0)
     const TrainFlags* f = &r->c->f;
     const char* hint = "resume with the same model, --batch-size, --seq-len and --total-batch-tokens as the checkpointed run";
     if (h0->h[SH_MODE] != r->c->mode) fatal(hint, "'%s' was written by %s, not by this program", path, h0->h[SH_MODE] ? "train_lora" : "train_gpt2");
+    char exact[256];
+    snprintf(exact, sizeof(exact), "resume with --batch-size %lld --seq-len %lld --total-batch-tokens %lld (the checkpoint's batch; "
+             "any number of ranks that divides it)", (long long)h0->h[SH_B], (long long)h0->h[SH_T], (long long)h0->h[SH_TOKENS_PER_STEP]);
     if (h0->h[SH_B] != f->batch_size || h0->h[SH_T] != f->seq_len || h0->h[SH_TOKENS_PER_STEP] != r->c->tokens_per_step)
-        fatal(hint, "'%s' was written with batch %lld x %lld and %lld tokens per step; this run has %d x %d and %lld",
+        fatal(exact, "'%s' was written with batch %lld x %lld and %lld tokens per step; this run has %d x %d and %lld",
               path, (long long)h0->h[SH_B], (long long)h0->h[SH_T], (long long)h0->h[SH_TOKENS_PER_STEP],
               f->batch_size, f->seq_len, (long long)r->c->tokens_per_step);
     size_t begin, end, total;
@@ -430,20 +526,24 @@ static void build_model(Run* r, long resume_step) {
 // ----------------------------------------------------------------------------
 // set-up: the run directory, the run's length, data, optimizer
 
-// --out of a new run must not hold another run's checkpoints (a record alone, of a run stopped
-// before its first checkpoint, is replaced). What interrupted runs left there is removed.
+// --out (locked by runrecord_start) of a new run must not hold another run's checkpoints (a record
+// alone, of a run stopped before its first checkpoint, is replaced), nor may the run write over
+// its --model or --adapter there (outputs_check_inputs: the checkpoints' steps once the run's
+// length is known). What interrupted saves left there is removed.
 static void check_out_dir(Run* r) {
     const TrainFlags* f = &r->c->f;
     if (!r->c->write_outputs) return;
+    if (r->rank == 0) outputs_check_inputs(r->c, 0, -1);
     if (r->start.resume_step < 0 && ckpt_find_latest(f->out_dir) >= 0) // never clobber another run's checkpoints and log
         fatal("add --resume to continue that run, or choose another --out", "'%s' holds checkpoints of an earlier run", f->out_dir);
-    if (r->rank == 0 && dir_exists(f->out_dir)) ckpt_clean(f->out_dir); // temporaries and orphans of interrupted runs
+    if (r->rank == 0 && dir_exists(f->out_dir)) ckpt_clean(f->out_dir); // what interrupted saves and pruning left
     comm_barrier(&r->comm);
 }
 
 // After startup, the first writes: the directory, the record of the settings, the log.
 static void open_out_dir(Run* r) {
     const RunConfig* c = r->c;
+    runlock_started(); // (from here on --out stays, whatever happens)
     if (r->rank == 0 && c->write_outputs) {
         mkdir_p(c->f.out_dir);
         if (r->start.resume_step < 0 || !r->start.has_rec || r->start.changes.n > 0 || r->start.rec.world != r->world) runrecord_write(c);
@@ -749,17 +849,14 @@ static StepResult train_step(Run* r) {
     return s;
 }
 
-// Count a skipped step; too many in a row stop the run.
+// Count a skipped step (too many in a row stop the run: train_loop), or note a finite one.
 static void note_skipped(Run* r, const StepResult* s) {
     if (s->no_targets) { r->no_target_total++; return; } // neither a divergence nor a sign of recovery
-    if (!s->skipped) { r->consecutive_bad = 0; return; }
+    if (!s->skipped) { r->consecutive_bad = 0; confirm_checkpoint(r); return; }
     r->skipped_total++;
     r->consecutive_bad++;
     say(r, "step %ld: non-finite %s, update skipped (%ld in a row, %ld in total)\n", r->step + 1,
            !isfinite(s->loss) ? "loss" : "gradient norm", r->consecutive_bad, r->skipped_total);
-    if (r->consecutive_bad >= r->c->f.max_skipped)
-        fatal("lower --lr, raise --warmup-steps or --grad-clip, or check the data",
-              "%ld consecutive steps had a non-finite loss or gradient norm; stopping", r->consecutive_bad);
 }
 
 // An evaluation: logged, and followed across evaluations: a new best is saved (--keep-best), and
@@ -785,19 +882,37 @@ static void eval_and_track(Run* r) {
     }
 }
 
-// Whether this run stops now with a checkpoint: the signal number (every rank must stop at the
-// same step, so they agree on the flag), -1 at the end of --stop-after, 0 to go on.
+#define STOP_AFTER (-1)      // --stop-after: this invocation's steps are done
+#define STOP_DIVERGED (-2)   // --max-skipped-steps non-finite steps in a row
+
+// Whether this run stops now: the signal number (every rank must stop at the same step, so they
+// agree on the flag), STOP_DIVERGED, STOP_AFTER, or 0 to go on. Every rank sees the same losses.
 static int stop_reason(Run* r) {
     const TrainFlags* f = &r->c->f;
     double sig = (double)runsignal_pending();
     if (r->world > 1) comm_allreduce_max_f64(&r->comm, &sig, 1);
     if (sig > 0) return (int)sig;
-    return f->stop_after > 0 && r->steps_this_run >= f->stop_after && r->step < r->steps ? -1 : 0;
+    if (r->consecutive_bad >= f->max_skipped) return STOP_DIVERGED;
+    return f->stop_after > 0 && r->steps_this_run >= f->stop_after && r->step < r->steps ? STOP_AFTER : 0;
+}
+
+// The line that says how a stopped run can go on.
+static void announce_stop(Run* r, int stop, int written) {
+    const TrainFlags* f = &r->c->f;
+    char what[96];
+    if (stop > 0) snprintf(what, sizeof(what), "interrupted by %s", runsignal_name(stop));
+    else snprintf(what, sizeof(what), "stopping after %d steps of this run", f->stop_after);
+    if (!r->c->write_outputs) say(r, "%s at step %ld (--out none: no checkpoint)\n", what, r->step);
+    else if (written) say(r, "%s at step %ld: checkpoint written; continue with --resume --out %s\n", what, r->step, f->out_dir);
+    else if (r->ckpt_last >= 0)
+        say(r, "%s at step %ld: no checkpoint of this step (see above); the newest is step %ld: continue with --resume --out %s\n",
+            what, r->step, r->ckpt_last, f->out_dir);
+    else say(r, "%s at step %ld: no checkpoint of this step (see above), and none earlier\n", what, r->step);
 }
 
 // Train to the run's length (or until stopped). Returns 0 at the end of the run, else what
-// stopped it (stop_reason) after writing a checkpoint.
-static int train_loop(Run* r) {
+// stopped it (stop_reason), after writing a checkpoint when the state allows one (*written).
+static int train_loop(Run* r, int* written) {
     const TrainFlags* f = &r->c->f;
     comm_watchdog_step(&r->comm); // training starts: the watchdog measures steps from here
     for (;;) {
@@ -822,29 +937,60 @@ static int train_loop(Run* r) {
         r->steps_this_run++;
         runlog_step(&r->rl, r->step, &s, seconds);
         const int stop = stop_reason(r);
+        if (stop == STOP_DIVERGED) return stop; // (no checkpoint: the state is not finite)
         comm_watchdog_op_unbounded(&r->comm, "sample / checkpoint after step %ld", r->step);
         if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < r->steps) sample_now(r);
-        if (stop || (f->save_every > 0 && r->step % f->save_every == 0 && r->step < r->steps)) save_checkpoint(r);
+        if (stop || (f->save_every > 0 && r->step % f->save_every == 0 && r->step < r->steps)) *written = save_checkpoint(r);
         comm_watchdog_step(&r->comm);
         if (!stop) continue;
-        char what[96];
-        if (stop > 0) snprintf(what, sizeof(what), "interrupted by signal %d", stop);
-        else snprintf(what, sizeof(what), "stopping after %d steps of this run", f->stop_after);
-        if (r->c->write_outputs) say(r, "%s at step %ld: checkpoint written; continue with --resume --out %s\n", what, r->step, f->out_dir);
-        else say(r, "%s at step %ld (--out none: no checkpoint)\n", what, r->step);
+        announce_stop(r, stop, *written);
         return stop;
     }
 }
 
-// The end of the run: how it ended, the validation losses, where the outputs are; and for a run
-// whose last steps were not finite, the error.
-static void summarize(Run* r, int stop, int diverged) {
+// The end of a run whose last steps (or whose weights) were not finite: no final model; a
+// checkpoint this invocation wrote after which no step was finite is removed (resuming from it
+// would only repeat those steps); the error names the checkpoint to continue from, and how.
+static void end_diverged(Run* r) {
     const TrainFlags* f = &r->c->f;
-    char ending[160], best_dir[LLMC_PATH_MAX];
-    const char* ckpt = r->c->write_outputs ? " (checkpoint written)" : "";
-    if (stop > 0) snprintf(ending, sizeof(ending), "interrupted by %s%s", stop == SIGINT ? "SIGINT" : stop == SIGTERM ? "SIGTERM" : "a signal", ckpt);
-    else if (stop < 0) snprintf(ending, sizeof(ending), "stopped by --stop-after %d%s", f->stop_after, ckpt);
+    long removed = -1;
+    if (r->c->write_outputs && r->ckpt_last >= 0 && !r->ckpt_last_good && r->ckpt_last_here) {
+        removed = r->ckpt_last;
+        if (r->rank == 0) ckpt_remove(f->out_dir, removed);
+        comm_barrier(&r->comm);
+    }
+    if (r->rank != 0) return;
+    if (removed >= 0)
+        printf("checkpoint: step %ld removed: no step after it (%ld to %ld) had a finite loss and gradient norm, so resuming from it would repeat them\n",
+               removed, removed + 1, r->step);
+    const long good = r->c->write_outputs ? ckpt_find_latest(f->out_dir) : -1;
+    char why[160], next[3 * LLMC_PATH_MAX];
+    if (r->state_nonfinite) snprintf(why, sizeof(why), "the weights or the optimizer state hold non-finite values after step %ld", r->step);
+    else snprintf(why, sizeof(why), "the last %ld steps had a non-finite loss or gradient norm (no update since step %ld)",
+                  r->consecutive_bad, r->step - r->consecutive_bad);
+    const char* cure = "a lower --lr (or more --warmup-steps, a --grad-clip), or check the data";
+    if (!r->c->write_outputs) snprintf(next, sizeof(next), "--out none: no checkpoint; start again with %s", cure);
+    else if (good < 0) snprintf(next, sizeof(next), "there is no checkpoint to continue from: start again with %s", cure);
+    else if (good == r->ckpt_last && !r->ckpt_last_good && !r->ckpt_last_here)
+        snprintf(next, sizeof(next), "the newest checkpoint is step %ld, where this run started, and no step after it was finite: resuming from it "
+                 "repeats them; to continue from the one before it, remove '%s/DONE_%08ld' and resume with %s", good, f->out_dir, good, cure);
+    else snprintf(next, sizeof(next), "the newest good checkpoint is step %ld: continue from it with `%s --resume --out %s` and %s",
+                  good, runconfig_program(r->c->mode), f->out_dir, cure);
+    fflush(stdout);
+    fprintf(stderr, "error: %s: the final model was not written; %s\n", why, next);
+}
+
+// The end of the run: how it ended, the validation losses, where the outputs are; and for a run
+// whose last steps were not finite, the error (end_diverged).
+static void summarize(Run* r, int stop, int diverged, int written) {
+    const TrainFlags* f = &r->c->f;
+    char ending[192], best_dir[LLMC_PATH_MAX];
+    const char* ckpt = !r->c->write_outputs ? "" : written ? " (checkpoint written)" : " (no checkpoint of this step)";
+    if (diverged) end_diverged(r);
+    if (stop > 0) snprintf(ending, sizeof(ending), "interrupted by %s%s", runsignal_name(stop), ckpt);
+    else if (diverged && r->state_nonfinite) snprintf(ending, sizeof(ending), "failed: the weights are not finite");
     else if (diverged) snprintf(ending, sizeof(ending), "failed: the last %ld steps were not finite", r->consecutive_bad);
+    else if (stop == STOP_AFTER) snprintf(ending, sizeof(ending), "stopped by --stop-after %d%s", f->stop_after, ckpt);
     else if (r->early_stopped) snprintf(ending, sizeof(ending), "stopped early (no improvement of the val loss in %d evaluations)", f->early_stopping_patience);
     else snprintf(ending, sizeof(ending), "finished");
     path_join(best_dir, sizeof(best_dir), f->out_dir, "best");
@@ -852,14 +998,6 @@ static void summarize(Run* r, int stop, int diverged) {
                     r->c->write_outputs ? f->out_dir : NULL,
                     !stop && !diverged, f->keep_best && r->vtrack.has_best ? best_dir : NULL};
     runlog_summary(&r->rl, &s);
-    if (!diverged || r->rank != 0) return;
-    const long kept = r->c->write_outputs ? ckpt_find_latest(f->out_dir) : -1;
-    char kept_text[96];
-    if (kept >= 0) snprintf(kept_text, sizeof(kept_text), "the newest checkpoint (step %ld) is kept", kept);
-    else snprintf(kept_text, sizeof(kept_text), "no checkpoint was written");
-    fprintf(stderr, "error: the last %ld steps had a non-finite loss or gradient norm (no update since step %ld): the final model was not written; %s\n"
-                    "  hint: lower --lr, raise --warmup-steps or --grad-clip, or check the data, then continue from the checkpoint with --resume\n",
-            r->consecutive_bad, r->step - r->consecutive_bad, kept_text);
 }
 
 // ----------------------------------------------------------------------------
@@ -890,7 +1028,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     Run* r = &run;
     comm_init(&r->comm, &argc, &argv); // first: MPI may take its own arguments out of argv
     r->rank = r->comm.rank; r->world = r->comm.world;
-    runsignal_startup(); // until the first write, SIGINT / SIGTERM end the process at once
+    runsignal_startup(); // until the first write, a signal ends the process at once
     RunConfig rc;
     memset(&rc, 0, sizeof(rc));
     runrecord_start(&r->start, &rc, &r->comm, argc, argv, mode);
@@ -901,7 +1039,10 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     check_out_dir(r);
     build_model(r, r->start.resume_step);
     setup_data(r);
+    if (r->rank == 0) outputs_check_inputs(&rc, r->start.resume_step < 0 ? 0 : r->start.resume_step, r->steps);
     setup_optimizer(r);
+    r->ckpt_last = r->start.resume_step; // (not yet known good: a finite step after it says so)
+    r->ckpt_good = -1;
     if (r->start.resume_step >= 0) {
         restore_checkpoint(r, r->start.resume_step);
         say(r, "resumed: step %ld from %s\n", r->step, rc.f.out_dir);
@@ -910,22 +1051,29 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     report_model(r);
     report_memory(r);
     setup_mfu(r);
-    runsignal_deferred(); // from the first write on, they stop the loop with a checkpoint
+    runsignal_deferred(r->world > 1); // from the first write on, they stop the loop with a checkpoint
     open_out_dir(r);
-    const int stop = train_loop(r);
+    int written = 0;
+    const int stop = train_loop(r, &written);
     if (rc.f.profile && r->rank == 0) ops_profile_print(r->steps_this_run > 1 ? r->steps_this_run - 1 : 1);
     ops_profile(0);
     comm_watchdog_op_unbounded(&r->comm, "final sample and save");
-    // a run whose last steps were not finite keeps its last good checkpoint and writes no model
-    const int diverged = !stop && r->consecutive_bad > 0;
+    // a run whose last steps (or weights) were not finite keeps its last good checkpoint and
+    // writes no model
+    int diverged = stop == STOP_DIVERGED || (stop <= 0 && r->consecutive_bad > 0) || (stop == STOP_AFTER && rc.write_outputs && !written);
     if (!stop && !diverged) {
         sample_now(r);
-        save_checkpoint(r);
+        written = save_checkpoint(r);
+        diverged = rc.write_outputs && !written; // (the weights are not finite)
+        if (!diverged) confirm_checkpoint(r);    // the finished run's last state is its result
+    }
+    if (!stop && !diverged) {
         gradsync_unshard_model(&r->gs);
         outputs_save(&r->out, &r->m, rc.f.out_dir); // the final model
         gradsync_reshard_model(&r->gs);
     }
-    summarize(r, stop, diverged);
+    summarize(r, stop, diverged, written);
+    runlock_release();
     run_free(r);
     comm_finalize(&r->comm);
     runconfig_free(&rc);

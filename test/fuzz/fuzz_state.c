@@ -64,6 +64,6 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_RUN(verify());
     if (ckpt_find_latest(g_fuzz_dir) != 1) abort();
     ckpt_clean(g_fuzz_dir); // must keep nothing it should not: the next input rewrites the files anyway
-    ckpt_prune(g_fuzz_dir, 1);
+    ckpt_prune(g_fuzz_dir, 1, -1);
     return 0;
 }

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# The kill loops of issue 29 as a benchmark (not CI: minutes of runs, timing-dependent paths):
+# SIGKILLs of train_gpt2 and train_lora at random moments and at chosen system calls of the save
+# path, of one rank of `mpirun -np 2`, and two programs on one --out. Every trial ends by running
+# the same command until the run completes; it is a bad outcome when the completed run differs
+# from an uninterrupted one (losses, and for one process the final model or adapter byte for
+# byte; under mpirun, where a resume may change the rank count, losses to 1e-5), when a file the
+# user keeps in --out (the --model / --adapter the run trains from, a note) changed or went, when
+# temporaries or PENDING markers are left, when log.jsonl has a line that is no JSON or a step
+# twice, when a resume fails, or when a second program on a running --out is not refused with the
+# holder's pid. (Kills of data/prepare have their own script.)
+#   bash dev/bench_kill.sh [kills]                 (default 200: the total over the scenarios)
+#   BIN_DIR=build/cpu/bin (default: the top-level programs, built with make -s), SEED=1
+# Prints one line per scenario (trials, kills, bad outcomes) and exits 1 on any bad outcome.
+# Measured here (2 shared cores, CPU build, Open MPI 4.1.4), two runs of `bash dev/bench_kill.sh 210`:
+#   211 kills (random G 31, random L 31, targeted G 33, targeted L 45, one rank of mpirun 46,
+#   two programs 25), 0 bad outcomes, 425 s; 212 kills (18, 42, 42, 57, 27, 26), 0 bad, 430 s,
+#   with 57 second programs started on a running --out, all 57 refused with the holder's pid.
+set -u
+cd "$(dirname "$0")/.."
+KILLS=${1:-200}; SEED=${SEED:-1}
+if [ -z "${BIN_DIR:-}" ]; then make -s train_gpt2 train_lora convert >/dev/null || exit 1; BIN_DIR=.; fi
+BIN_DIR=$(cd "$BIN_DIR" && pwd)
+G="$BIN_DIR/train_gpt2"; L="$BIN_DIR/train_lora"; MODEL="$PWD/test/ref/gpt2_tiny"
+source test/lib.sh # (make_shard, $TMP removed at exit)
+RANDOM=$SEED
+export OMP_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+HAVE_MPI=0; command -v mpirun >/dev/null 2>&1 && HAVE_MPI=1
+
+make_shard "$TMP/t.bin" 40000 100 1
+"$BIN_DIR/convert" --model "$MODEL" --out "$TMP/own.bin" >/dev/null 2>&1 || { echo "convert failed"; exit 1; }
+"$L" --model "$MODEL" --train-data "$TMP/t.bin" -b 2 -t 32 --steps 2 --lora-rank 4 --lora-targets q,v --out "$TMP/ad" >/dev/null 2>&1 || { echo "adapter failed"; exit 1; }
+
+# ---- the runs: train_gpt2 from a model_00005000.bin the user keeps in --out (G: 24 steps; G120:
+# 120, long enough for a second program to meet it; M: one micro-batch of 32 tokens per rank and
+# 64 per step, for 2 ranks or 1 with accumulation), train_lora from an adapter_00000450/ kept there
+# (L, with dropout); a checkpoint every 3 steps, the newest 2 kept
+COMMON=(--train-data "$TMP/t.bin" -t 32 --threads 1 --save-every 3 --keep-checkpoints 2 --lr 1e-3 --dtype fp32 --seed 5 --resume auto)
+cmd_of() { # cmd_of RUN OUT: the command (its words one a line)
+  case $1 in
+    G) printf '%s\n' "$G" --model "$2/model_00005000.bin" "${COMMON[@]}" -b 2 --steps 24 --out "$2" ;;
+    G120) printf '%s\n' "$G" --model "$2/model_00005000.bin" "${COMMON[@]}" -b 2 --steps 120 --out "$2" ;;
+    M) printf '%s\n' "$G" --model "$2/model_00005000.bin" "${COMMON[@]}" -b 1 --total-batch-tokens 64 --steps 24 --out "$2" ;;
+    L) printf '%s\n' "$L" --model "$MODEL" --adapter "$2/adapter_00000450" "${COMMON[@]}" -b 2 --steps 24 --lora-dropout 0.1 --out "$2" ;;
+  esac
+}
+setup_out() { # setup_out OUT: a fresh --out holding the user's files
+  rm -rf "$1"; mkdir -p "$1/adapter_00000450"
+  cp "$TMP/own.bin" "$1/model_00005000.bin"
+  cp "$TMP/ad/adapter_config.json" "$TMP/ad/adapter_model.safetensors" "$1/adapter_00000450/"
+  echo "my notes" > "$1/notes.txt"
+}
+user_sum() { (cd "$1" && sha256sum model_00005000.bin adapter_00000450/* notes.txt); }
+final_of() { [ "$1" = L ] && echo adapter_model.safetensors || echo model.bin; }
+losses() { python3 -c '
+import json, sys
+seen = set()
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "train_loss" not in r: continue
+    if r["step"] in seen: sys.exit("step %d logged twice" % r["step"])
+    seen.add(r["step"]); print(r["step"], r["train_loss"])' "$1/log.jsonl"; }
+
+setup_out "$TMP/ref_base"; USER_SUM=$(user_sum "$TMP/ref_base")
+declare -A REF_LOSS REF_FINAL REF_SECS
+RUNS=(G G120 L); [ $HAVE_MPI = 1 ] && RUNS+=(M)
+for p in "${RUNS[@]}"; do
+  setup_out "$TMP/ref_$p"; mapfile -t c < <(cmd_of $p "$TMP/ref_$p")
+  launch=(); [ $p = M ] && launch=(mpirun -np 2)
+  t0=$(date +%s.%N)
+  "${launch[@]}" "${c[@]}" > "$TMP/ref_$p.log" 2>&1 || { tail -3 "$TMP/ref_$p.log"; echo "reference run $p failed"; exit 1; }
+  REF_SECS[$p]=$(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN{printf "%.2f", e-s}')
+  REF_LOSS[$p]=$(losses "$TMP/ref_$p"); REF_FINAL[$p]=$(sha256sum < "$TMP/ref_$p/$(final_of $p)")
+done
+
+declare -A TRIALS KILLED BAD
+REFUSED=0 # second programs refused while the first ran
+note_bad() { BAD[$1]=$((${BAD[$1]:-0} + 1)); echo "BAD [$1] $2" >&2; }
+
+# verify SCENARIO PROG OUT TOL: the completed run against the reference
+verify() {
+  local sc=$1 p=$2 d=$3 tol=$4 got
+  got=$(losses "$d" 2>&1) || { note_bad "$sc" "$d: log.jsonl: $got"; return; }
+  if [ "$tol" = 0 ]; then
+    [ "$got" = "${REF_LOSS[$p]}" ] || { note_bad "$sc" "$d: losses differ from the uninterrupted run"; return; }
+    [ "$(sha256sum < "$d/$(final_of $p)")" = "${REF_FINAL[$p]}" ] || { note_bad "$sc" "$d: final $(final_of $p) differs"; return; }
+  elif ! paste <(echo "$got") <(echo "${REF_LOSS[$p]}") | awk -v t="$tol" 'NF != 4 || $1 != $3 {bad = 1} {d = $2 - $4; if (d < 0) d = -d; if (d > t) bad = 1} END {exit bad}'; then
+    note_bad "$sc" "$d: losses differ from the uninterrupted run by more than $tol"; return
+  fi
+  [ "$(user_sum "$d")" = "$USER_SUM" ] || { note_bad "$sc" "$d: a file the user keeps in --out changed or went"; return; }
+  local left; left=$(cd "$d" && ls -A | grep -E '\.tmp\.[0-9]+$|^PENDING_' | tr '\n' ' ')
+  [ -z "$left" ] || note_bad "$sc" "$d: leftovers: $left"
+}
+
+# finish SCENARIO PROG OUT [launcher...]: run the command until the run completes (at most 6 tries)
+finish_run() {
+  local sc=$1 p=$2 d=$3; shift 3
+  local c; mapfile -t c < <(cmd_of "$p" "$d")
+  for _ in 1 2 3 4 5 6; do
+    "$@" "${c[@]}" > "$d.fin.log" 2>&1 && return 0
+    grep -q "is in use by" "$d.fin.log" || break
+    sleep 0.5 # (the last rank of a killed job still going)
+  done
+  note_bad "$sc" "$d: the run does not complete: $(grep -m1 '^error' "$d.fin.log")"; return 1
+}
+
+# ---- random SIGKILLs of one process: 1 to 3 kills at random moments, then to the end
+random_trial() { # random_trial PROG
+  local p=$1 sc="random $1" d="$TMP/rnd" c pid rc delay n k
+  setup_out "$d"; mapfile -t c < <(cmd_of "$p" "$d")
+  TRIALS[$sc]=$((${TRIALS[$sc]:-0} + 1))
+  n=$((1 + RANDOM % 3))
+  for ((k = 0; k < n; k++)); do
+    delay=$(awk -v r=$RANDOM -v s="${REF_SECS[$p]}" 'BEGIN{printf "%.3f", r / 32768 * (s * 1.3 + 0.1)}')
+    "${c[@]}" > "$d.$k.log" 2>&1 & pid=$!
+    sleep "$delay"; kill -9 $pid 2>/dev/null; { wait $pid; } 2>/dev/null; rc=$?
+    [ $rc -eq 137 ] && KILLED[$sc]=$((${KILLED[$sc]:-0} + 1))
+    [ $rc -eq 0 ] && break
+  done
+  finish_run "$sc" "$p" "$d" && verify "$sc" "$p" "$d" 0
+}
+
+# ---- targeted SIGKILLs: at the K-th rename / unlink / fsync / write of a run (strace injects the
+# signal at that system call), then to the end
+declare -A NCALLS
+count_calls() { # count_calls PROG: how many of each call an uninterrupted run makes
+  local d="$TMP/cnt" c
+  setup_out "$d"; mapfile -t c < <(cmd_of "$1" "$d")
+  strace -f -qq -o "$TMP/cnt.strace" -e trace=rename,unlink,fsync,rmdir "${c[@]}" > /dev/null 2>&1
+  for s in rename unlink fsync rmdir; do NCALLS[$1.$s]=$(grep -c " $s(" "$TMP/cnt.strace"); done
+}
+targeted_trial() { # targeted_trial PROG CALL K
+  local p=$1 s=$2 k=$3 sc="targeted $1" d="$TMP/tgt" c rc
+  setup_out "$d"; mapfile -t c < <(cmd_of "$p" "$d")
+  TRIALS[$sc]=$((${TRIALS[$sc]:-0} + 1))
+  { strace -f -qq -o /dev/null -e trace="$s" -e inject="$s":signal=SIGKILL:when="$k" "${c[@]}" > "$d.k.log" 2>&1; } 2>/dev/null; rc=$?
+  [ $rc -ne 0 ] && KILLED[$sc]=$((${KILLED[$sc]:-0} + 1))
+  finish_run "$sc" "$p" "$d" && verify "$sc" "$p" "$d" 0
+}
+
+# ---- one rank of mpirun -np 2 SIGKILLed (ZeRO 0..2); resumed on 1 or 2 ranks, maybe killed again
+rank_of() { # rank_of MPIRUN_PID RANK: that rank's pid (a child of mpirun with its rank in the environment)
+  local q
+  for q in $(pgrep -P "$1"); do tr '\0' '\n' < "/proc/$q/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$q"; return 0; }; done
+  return 1
+}
+mpi_trial() {
+  local sc="mpirun -np 2, one rank" d="$TMP/mpi" c job victim delay rc k n z
+  setup_out "$d"; mapfile -t c < <(cmd_of M "$d")
+  TRIALS[$sc]=$((${TRIALS[$sc]:-0} + 1))
+  n=$((1 + RANDOM % 2))
+  for ((k = 0; k < n; k++)); do
+    z=$((RANDOM % 3))
+    mpirun -np 2 "${c[@]}" --zero $z > "$d.$k.log" 2>&1 & job=$!
+    victim=""
+    for _ in $(seq 100); do victim=$(rank_of $job $((RANDOM % 2))) && break; sleep 0.05; done
+    delay=$(awk -v r=$RANDOM -v s="${REF_SECS[M]}" 'BEGIN{printf "%.3f", r / 32768 * (s * 1.3)}')
+    sleep "$delay"
+    [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null && KILLED[$sc]=$((${KILLED[$sc]:-0} + 1))
+    { wait $job; } 2>/dev/null; rc=$?
+    [ $rc -eq 0 ] && break
+  done
+  # to the end on 2 ranks or on 1 (the 64 tokens of a step then in 2 micro-steps)
+  if [ $((RANDOM % 2)) = 0 ]; then finish_run "$sc" M "$d" mpirun -np 2
+  else finish_run "$sc" M "$d"; fi && verify "$sc" M "$d" 1e-5
+}
+
+# ---- two programs on one --out: while A trains, B (the other trainer, a new run of the same one,
+# or A's own command resuming) must be refused with A's pid; A is SIGKILLed in half the trials,
+# after which B's resume takes the lock over and completes the run
+two_trial() {
+  local sc="two programs" d="$TMP/two" c a out rc
+  setup_out "$d"; mapfile -t c < <(cmd_of G120 "$d")
+  TRIALS[$sc]=$((${TRIALS[$sc]:-0} + 1))
+  "${c[@]}" > "$d.a.log" 2>&1 & a=$!
+  for _ in $(seq 300); do grep -q '"train_loss"' "$d/log.jsonl" 2>/dev/null && break; sleep 0.02; done
+  case $((RANDOM % 3)) in
+    0) out=$("$L" --model "$MODEL" --train-data "$TMP/t.bin" -t 32 --steps 5 --out "$d" 2>&1) ;;
+    1) out=$("$G" --model "$MODEL" --train-data "$TMP/t.bin" -t 32 --steps 5 --out "$d" 2>&1) ;;
+    2) out=$("${c[@]}" 2>&1) ;;
+  esac
+  rc=$?
+  if kill -0 $a 2>/dev/null; then
+    if [ $rc -ne 0 ] && grep -q "is in use by process $a " <<<"$out"; then REFUSED=$((REFUSED + 1))
+    else note_bad "$sc" "B was not refused while A ($a) ran: exit $rc: $out"; fi
+  fi
+  if [ $((RANDOM % 2)) = 0 ]; then
+    sleep "0.$((RANDOM % 8))"; kill -9 $a 2>/dev/null && KILLED[$sc]=$((${KILLED[$sc]:-0} + 1))
+  fi
+  { wait $a; } 2>/dev/null
+  finish_run "$sc" G120 "$d" && verify "$sc" G120 "$d" 0
+}
+
+total_kills() { local t=0 v; for v in "${KILLED[@]}"; do t=$((t + v)); done; echo $t; }
+start=$(date +%s)
+# a share of the kills per scenario, in rounds, until the total is reached
+count_calls G; count_calls L
+round=0
+while [ "$(total_kills)" -lt "$KILLS" ]; do
+  round=$((round + 1))
+  random_trial G; random_trial L
+  for p in G L; do
+    calls=(rename unlink fsync rmdir); s=${calls[$((RANDOM % 4))]}; n=${NCALLS[$p.$s]:-0}
+    [ "$n" -gt 0 ] && targeted_trial $p $s $((1 + RANDOM % n))
+  done
+  [ $HAVE_MPI = 1 ] && mpi_trial
+  two_trial
+done
+
+printf '\n%-26s %7s %7s %5s\n' scenario trials kills bad
+for sc in "random G" "random L" "targeted G" "targeted L" "mpirun -np 2, one rank" "two programs"; do
+  printf '%-26s %7s %7s %5s\n' "$sc" "${TRIALS[$sc]:-0}" "${KILLED[$sc]:-0}" "${BAD[$sc]:-0}"
+done
+echo "two programs: $REFUSED second programs started on a running --out, all refused with the holder's pid (the rest found the first one done)"
+nbad=0; for v in "${BAD[@]}"; do nbad=$((nbad + v)); done
+echo "total: $(total_kills) kills, $nbad bad outcomes, $(( $(date +%s) - start )) s; reference runs: train_gpt2 ${REF_SECS[G]} s, train_lora ${REF_SECS[L]} s" \
+     "(G = train_gpt2 from a model_00005000.bin in --out, L = train_lora from an adapter_00000450/ in --out; calls per run: G" \
+     "$(for s in rename unlink fsync rmdir; do printf '%s %s ' $s "${NCALLS[G.$s]}"; done)| L $(for s in rename unlink fsync rmdir; do printf '%s %s ' $s "${NCALLS[L.$s]}"; done))"
+[ $HAVE_MPI = 1 ] || echo "note: MPI not installed: the mpirun scenario did not run"
+[ "$nbad" = 0 ]
