@@ -351,6 +351,30 @@ FA_UNROLL
         }
 }
 
+// The max / sum of row half h (row g or g + 8) of 8 n8 accumulator tiles: a lane's 16 values,
+// as a tree (depth 4 instead of a chain of 16 dependent instructions: with 2 warps a scheduler,
+// the softmax's latency is what the tensor cores wait for).
+__device__ __forceinline__ float fa_half_max(const float (&s)[8][4], int h) {
+    float m[8];
+FA_UNROLL
+    for (int n = 0; n < 8; n++) m[n] = fmaxf(s[n][2 * h], s[n][2 * h + 1]);
+FA_UNROLL
+    for (int w = 4; w > 0; w /= 2)
+FA_UNROLL
+        for (int i = 0; i < w; i++) m[i] = fmaxf(m[i], m[i + w]);
+    return m[0];
+}
+__device__ __forceinline__ float fa_half_sum(const float (&s)[8][4], int h) {
+    float m[8];
+FA_UNROLL
+    for (int n = 0; n < 8; n++) m[n] = s[n][2 * h] + s[n][2 * h + 1];
+FA_UNROLL
+    for (int w = 4; w > 0; w /= 2)
+FA_UNROLL
+        for (int i = 0; i < w; i++) m[i] += m[i + w];
+    return m[0];
+}
+
 // Online softmax of one key tile: masks (MASK: keys the row does not see get -inf), new row max
 // over the quad, rescales O and l by exp2(m_old - m_new), turns s into the probabilities and packs
 // them as A fragments p (4 k16 steps over the tile's keys). A row that sees no key yet keeps
@@ -361,18 +385,17 @@ __device__ __forceinline__ void fa_fwd_softmax(FaFwd<HS>& f, float (&s)[FaCfg<HS
     typedef FaCfg<HS> Cf;
 FA_UNROLL
     for (int mt = 0; mt < Cf::MT; mt++) {
-        float mx[2] = {-INFINITY, -INFINITY}, base[2];
+        float mx[2], base[2];
+        if (MASK)
 FA_UNROLL
-        for (int n = 0; n < 8; n++)
+            for (int n = 0; n < 8; n++)
 FA_UNROLL
-            for (int e = 0; e < 4; e++) {
-                const int h = fa_c_half(e);
-                if (MASK && !fa_sees(row0 + 16 * mt + fa_c_row(e), k0 + 8 * n + fa_c_col(e), f.row_start[mt][h]))
-                    s[mt][n][e] = -INFINITY;
-                mx[h] = fmaxf(mx[h], s[mt][n][e]);
-            }
+                for (int e = 0; e < 4; e++)
+                    if (!fa_sees(row0 + 16 * mt + fa_c_row(e), k0 + 8 * n + fa_c_col(e), f.row_start[mt][fa_c_half(e)]))
+                        s[mt][n][e] = -INFINITY;
 FA_UNROLL
         for (int h = 0; h < 2; h++) {
+            mx[h] = fa_half_max(s[mt], h);
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 1));
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 2));
             float mnew = fmaxf(f.m[mt][h], mx[h] * sl2);
@@ -386,10 +409,9 @@ FA_UNROLL
 FA_UNROLL
         for (int n = 0; n < 8; n++)
 FA_UNROLL
-            for (int e = 0; e < 4; e++) {
-                s[mt][n][e] = ptx_ex2_approx_ftz(fmaf(s[mt][n][e], sl2, -base[fa_c_half(e)]));
-                f.l[mt][fa_c_half(e)] += s[mt][n][e];
-            }
+            for (int e = 0; e < 4; e++) s[mt][n][e] = ptx_ex2_approx_ftz(fmaf(s[mt][n][e], sl2, -base[fa_c_half(e)]));
+FA_UNROLL
+        for (int h = 0; h < 2; h++) f.l[mt][h] += fa_half_sum(s[mt], h);
 FA_UNROLL
         for (int kk = 0; kk < 4; kk++) fa_pack_a(p[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
     }
@@ -521,20 +543,30 @@ __global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_forward_kernel(
 // backward
 
 // Per row t of head bh (row = bh Tpad + t): Dp = dout . out, L2p = lse log2(e); rows in [T, Tpad)
-// get 0 (the kernels cp.async whole 64-row tiles of both). One warp per row.
+// get 0 (the kernels cp.async whole 64-row tiles of both). Half a warp per row, each lane one
+// 16-byte chunk of dout and out (HS / 8 <= 16 chunks; element loads when vec is 0): one pass over
+// both at full width (a lane per element pair read them 2 bytes at a time). Rows come in
+// multiples of 64, so every warp is whole.
 __global__ void flash_attention_backward_preprocess_kernel(float* Dp, float* L2p, const floatX* dout, const floatX* out,
-                                                           const float* lse, int BNH, int T, int Tpad, int NH, int HS) {
-    int lane = threadIdx.x % 32;
-    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+                                                           const float* lse, int BNH, int T, int Tpad, int NH, int HS,
+                                                           int vec) {
+    const int sub = threadIdx.x % 16;
+    const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 16;
     if (row >= (size_t)BNH * Tpad) return;   // whole warps
-    int t = (int)(row % Tpad), bh = (int)(row / Tpad), b = bh / NH, h = bh % NH;
+    const int t = (int)(row % Tpad), bh = (int)(row / Tpad), b = bh / NH, h = bh % NH;
     float s = 0.0f;
-    if (t < T) {
-        size_t off = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
-        for (int d = lane; d < HS; d += 32) s += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
+    if (t < T && sub < HS / 8) {
+        const size_t off = ((size_t)b * T + t) * NH * HS + (size_t)h * HS + 8 * sub;
+        if (vec) {
+            const x128 d = load128(dout + off), o = load128(out + off);
+            for (int k = 0; k < 8; k++) s += __bfloat162float(d[k]) * __bfloat162float(o[k]);
+        } else {
+            for (int k = 0; k < 8; k++) s += __bfloat162float(dout[off + k]) * __bfloat162float(out[off + k]);
+        }
     }
-    s = warp_reduce_sum(s);
-    if (lane == 0) {
+FA_UNROLL
+    for (int w = 8; w > 0; w /= 2) s += __shfl_xor_sync(FULL_MASK, s, w);
+    if (sub == 0) {
         Dp[row] = s;
         L2p[row] = t < T ? lse[(size_t)bh * T + t] * FA_LOG2E : 0.0f;
     }
@@ -991,8 +1023,8 @@ extern "C" void cuda_attention_backward(floatX* dqkv, const floatX* dout, const 
     float* Dp = (float*)ops_scratch(OPS_SCRATCH_ATTN, attention_backward_scratch_bytes(B, T, C, NH));
     FaBwdArgs a = {dqkv, dout, qkv, Dp, Dp + rows, doc_start, (bf16*)(Dp + 2 * rows), T, Tpad, NH, 0, accumulate, 0};
     a.vec = ops_aligned16(dqkv) && ops_aligned16(dout) && ops_aligned16(qkv);
-    LAUNCH(flash_attention_backward_preprocess_kernel, ops_blocks(rows, 8), 256, 0, 0, Dp, Dp + rows, dout, out, lse, BNH, T,
-           Tpad, NH, HS);
+    LAUNCH(flash_attention_backward_preprocess_kernel, ops_blocks(rows, 16), 256, 0, 0, Dp, Dp + rows, dout, out, lse, BNH, T,
+           Tpad, NH, HS, a.vec && ops_aligned16(out));
     cudaCheck(cudaGetLastError());
 #define FA_BWD(hs) fa_backward<hs>(a, BNH)
     FA_DISPATCH(HS, FA_BWD)
