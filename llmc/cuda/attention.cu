@@ -6,56 +6,66 @@
 //   accumulate). doc_start (optional, (B, T) int32): query q sees keys doc_start[q] <= k <= q.
 // Head sizes: multiples of 16 up to 128 (templates); 64 (every GPT-2 size) is the tuned one.
 //
-// Everything per row lives in registers, on the PTX ISA's fragment tables (ptx.cuh): lane l holds
-// rows g = l/4 and g + 8 of each 16-row accumulator, columns 2t, 2t+1 (t = l%4) of each n8 tile,
-// so a row's max and sum are 2 shuffles over the 4 lanes of a quad, and the score accumulators
-// of two adjacent n8 tiles, packed to bf16, are the A operand of the next product (P V, dS K...).
-// Shared-memory tiles are filled by cp.async (16 bytes a thread; rows past T zero-filled, nothing
-// read past T), double-buffered so the next tile's copy runs under the current tile's math, and
-// XOR-swizzled (16-byte chunk c of row r at c ^ (r % 8)) when a row is 128 or 256 bytes (HS 64,
-// 128, and the 64-wide dS tiles): the 8 rows an ldmatrix reads then hit 8 different bank groups.
-// Other head sizes pad each row by 16 bytes, which does the same. Grids put the heads in x and
-// the tiles in y, so the longest tiles of every head start first (blocks are issued x fastest).
+// Everything per row lives in registers, on the PTX ISA's fragment tables (ptx.cuh; fa_c_row /
+// fa_c_col name element e's place): lane l holds rows g = l/4 and g + 8 of each 16-row
+// accumulator, columns 2t, 2t+1 (t = l%4) of each n8 tile, so a row's max and sum are 2 shuffles
+// over the 4 lanes of a quad, and the accumulators of two adjacent n8 tiles, packed to bf16, are
+// the A operand of the next product (P V, P^T dO, dS^T Q). Shared-memory tiles are filled by
+// cp.async (16 bytes a thread; rows past T zero-filled, nothing read past T), double-buffered so
+// the next tile's copy runs under the current tile's math, and XOR-swizzled (16-byte chunk c of
+// row r at c ^ (r % 8)) when a row is 128 or 256 bytes (HS 64, 128, the 64-wide dS tiles): the 8
+// rows an ldmatrix reads hit 8 different bank groups; other head sizes pad each row by 16 bytes.
+// Addressing costs almost nothing in the loops: a thread's tile copy is a plan made once
+// (fa_copy_plan: its chunks share a column and step by a fixed number of rows, so each is one
+// IMAD.WIDE and an LDGSTS), a lane's ldmatrix rows are two offsets made once (fa_lane_off; other
+// 16-column blocks by an XOR of the address, fa_cols). Grids are (tiles, heads): blocks issue x
+// fastest, so one head's tiles run together and read its K and V (or Q and dO) from L2, and
+// tiles go longest first within a head. The masking rule is fa_sees, in one place.
 //
 // Forward (flash_attention_forward_kernel<HS>): 4 warps; a warp owns 16 MT query rows, MT = 2 for
 // HS <= 64 (128-row tiles) and 1 above (64 rows: the O and Q fragments of HS 128 would not fit
 // twice). Q is loaded once into A fragments; per 64-key tile: S = Q K^T (K via ldmatrix), online
-// softmax in base 2 (running max per row, per-lane partial sums, reduced once at the end), P
-// packed in registers, O += P V (V via ldmatrix .trans). Key tiles above a warp's rows are never
-// touched, nor those wholly before its rows' record starts; only diagonal / straddling tiles are
-// masked (a template flag). lse = ln 2 (m + log2 l). Every exponential of the softmax (and of
-// the backward's P) is ex2.approx.ftz (ptx.cuh): one MUFU.EX2 instead of exp2f's four
-// instructions; a probability below 2^-126 becomes 0 instead of a subnormal.
-//   HS 64, MT 2: per 128 x 64 tile 512 mma (2.1 MFLOP), 8192 exp2, 16 KB of K and V by cp.async
-//   (L2-resident: a head's K and V are 256 KB at T 1024), 64 KB of ldmatrix. Shared memory 48 KB
-//   (Q 16, 2 stages of K and V 32). Registers: Q 32 + O 64 + S 64 + P 32 + row state: 230
-//   (ptxas), so 2 blocks / 8 warps an SM. B fragments serve both m16 tiles: an mma costs 128
-//   bytes of ldmatrix, the SM's 128 B/clk, so shared memory (512 clk a tile) stays under the
-//   tensor cores (~760 clk at mma.sync's ~660 TFLOP/s on an H100).
-// Backward, in one pass per key tile:
+// softmax in base 2 (running max per row, per-lane partial sums, reduced once at the end; the
+// tile's max and sum as trees), P packed in registers, O += P V (V via ldmatrix .trans). Each B
+// fragment of K and V serves the MT query tiles. Key tiles above a warp's rows are never touched,
+// nor those wholly before its rows' record starts; only diagonal / straddling tiles are masked (a
+// template flag). lse = ln 2 (m + log2 l). Every exponential is ex2.approx.ftz (ptx.cuh): one
+// MUFU.EX2; a probability below 2^-126 becomes 0 instead of a subnormal.
+//   HS 64 (sm_90, per warp and key tile, test/check_attention_sass.sh): 128 HMMA, 32 LDSM, 68
+//   MUFU, 8 LDGSTS, 658 instructions (5.14 a HMMA; 979 on a masked tile); the copy of K and V is
+//   ~40 of them (it was ~330: a per-thread trip count, a branch on vec, div / mod and a 64-bit
+//   multiply a chunk). Shared memory 48 KB (Q 16, 2 stages of K and V 32); 237-239 registers,
+//   2 blocks (8 warps) an SM.
+// Backward, in one pass per key block:
 //   preprocess: D = rowsum(dO o O) and lse log2(e), into (B NH, Tpad) arrays padded with zeros to
-//     a multiple of 64 (16-byte aligned rows that the kernels cp.async);
-//   dK/dV kernel: block = 64 keys (16 a warp), K and V in shared memory, dK and dV accumulated in
-//     registers over the 64-query tiles from the diagonal on (those whose records see the tile):
-//     S^T = K Q^T, P^T = exp2(S^T sl2 - lse2), dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
-//     dK += dS^T Q: 4 products, P^T and dS^T go from accumulators to A operands in registers.
-//     HS 64: per tile pair 512 mma (2.1 MFLOP), 16.5 KB read, 144 KB of ldmatrix (the bound:
-//     ~1150 clk against the tensor cores' ~760), 49 KB of shared memory, 224-230 registers, 2
-//     blocks an SM. HS > 64 takes each query tile in sub-steps of 16 queries (registers).
-//   dQ, deterministic (the default): the dK/dV kernel stores each dS^T tile (64 x 64 bf16, 8 KB,
-//     only tiles on or below the diagonal) to a scratch buffer; a dQ kernel per 64-query tile
-//     sums dS K over its key tiles in a fixed order (cp.async double-buffered): 5 products in all,
-//     like the atomic variant, and the same bf16 dS, so both give the same numbers up to fp32
-//     summation order. Extra traffic per tile pair at HS 64: 8 KB written + 8 KB read (+ K, L2);
-//     the dQ kernel (128 mma a pair, 32 KB of shared memory, 120 registers) is DRAM-bound.
-//   dQ, non-deterministic (attention_set_deterministic(0)): after a block barrier each warp
-//     multiplies 16 queries of the block's dS (read back with ldmatrix .trans) by K and adds them
-//     with fp32 atomics (red.global.add) to a (B, T, C) accumulator: 16 KB of atomics per tile
-//     pair; a small kernel scales it into dqkv.
+//     a multiple of 64 (16-byte aligned rows that the kernels cp.async); 16-byte loads.
+//   dK/dV kernel: block = BK keys, a warp 16 MK of them (MK = 2 for HS <= 64: BK 128; 1 above),
+//     K and V in shared memory, dK and dV accumulated in registers over the 64-query tiles from
+//     the diagonal on (those whose records see the block), each in sub-steps of QH queries (32
+//     for HS <= 64, 16 above: registers): S^T = K Q^T, P^T = exp2(S^T sl2 - lse2) packed to bf16
+//     (the A operand of dV += P^T dO, and the P of dS^T = P^T (dP^T - D): held packed across the
+//     dP^T product, 16 registers fewer), dP^T = V dO^T, dK += dS^T Q. Every Q and dO fragment
+//     (B operands) serves the warp's MK key tiles: HS 64, per sub-step 128 HMMA and 48 LDSM
+//     (0.375 a HMMA; it was 72 per 128 with one key tile a warp), 490 instructions (3.83 a HMMA;
+//     7.4 before). dS^T leaves through the warp's staging tile in shared memory: 16 4-byte stores
+//     (the fragments' layout), a __syncwarp, 4 16-byte loads and 4 16-byte global stores a lane
+//     (before: 16 4-byte global stores, each touching 8 sectors half-written), all conflict-free
+//     (the harness counts it). Shared memory 73 KB; 247 / 255 registers (sm_80 / sm_90), 2
+//     blocks an SM. Holding the warp's K fragments of two k16 steps in registers (16 of them)
+//     would take LDSM to 44 per 128 HMMA (0.344), but spills on sm_90 (tried: 16 bytes, and no
+//     variant of the bookkeeping made room): the kernel is at the register file's limit for 2
+//     blocks an SM.
+//   dQ kernel: the dK/dV kernel stores each dS^T tile (64 x 64 bf16, 8 KB, tiles on or below the
+//     diagonal) to a scratch buffer; a dQ kernel per 64-query tile sums dS K over its key tiles
+//     in a fixed order (cp.async double-buffered). Every gradient element has one writer: the
+//     backward is bitwise reproducible (an atomic-dQ variant was 31% slower on an H100 and would
+//     add its dQ product to the dK/dV kernel's bound data path; it is gone).
 //   dK and dQ get 1/sqrt(HS) at the end; results are added to dqkv in fp32 and rounded once.
-// Predicted on an H100 at B 16, NH 12, T 1024, HS 64: forward ~230 TFLOP/s, backward ~170 (both
-// modes within 15%); the reasoning, scratch memory and what to measure: llmc/cuda/README.md
-// ("Flash attention"); dev/cuda/attention_bench measures them.
+// Predicted on an H100 at B 16, NH 12, T 1024, HS 64 (from these counts and the kernels' measured
+// figures before them): forward ~255 TFLOP/s, backward ~205 (measured before: 178, 122); the
+// reasoning, the before / after table and what to measure: llmc/cuda/README.md ("Flash
+// attention"); dev/cuda/attention_bench measures them, scripts/gpu_check.sh's ncu_attention reads
+// each kernel's counters.
 #include "cuda/common.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/attention.cuh"
@@ -100,6 +110,11 @@ template <int HS> struct FaCfg {
     static constexpr size_t DKV_SMEM = (size_t)2 * BK * LD * 2 + 2 * DKV_STAGE + (size_t)FA_WARPS * DS_STAGE * 2;
     // dQ: 2 stages of (dS^T tile, K tile)
     static constexpr size_t DQ_SMEM = (size_t)2 * (DS_TILE + TILE) * 2;
+    // fa_cols' XOR needs every swizzled tile to start at a multiple of 256 bytes (of the dynamic
+    // shared memory, itself 256-byte aligned in the shared window and under the harness)
+    static_assert(LD % 64 != 0 || ((size_t)BM * LD * 2 % 256 == 0 && (size_t)TILE * 2 % 256 == 0 &&
+                                   (size_t)BK * LD * 2 % 256 == 0 && DKV_STAGE % 256 == 0 && DS_TILE * 2 % 256 == 0),
+                  "swizzled tiles at multiples of 256 bytes");
 };
 
 // ---------------------------------------------------------------------------------------------
