@@ -81,7 +81,7 @@
 #if defined(__CUDACC__)
 #define FA_UNROLL _Pragma("unroll")
 #define FA_NO_UNROLL _Pragma("unroll 1")
-#define FA_SMEM_ALIGN __align__(128)
+#define FA_SMEM_ALIGN __align__(256)   // (fa_cols: swizzled tiles at multiples of 256 bytes)
 #else
 #define FA_UNROLL
 #define FA_NO_UNROLL
