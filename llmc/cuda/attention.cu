@@ -46,15 +46,15 @@
 //     (the A operand of dV += P^T dO, and the P of dS^T = P^T (dP^T - D): held packed across the
 //     dP^T product, 16 registers fewer), dP^T = V dO^T, dK += dS^T Q. Every Q and dO fragment
 //     (B operands) serves the warp's MK key tiles: HS 64, per sub-step 128 HMMA and 48 LDSM
-//     (0.375 a HMMA; it was 72 per 128 with one key tile a warp), 490 instructions (3.83 a HMMA;
-//     7.4 before). dS^T leaves through the warp's staging tile in shared memory: 16 4-byte stores
+//     (0.375 a HMMA; it was 72 per 128 with one key tile a warp), 484 instructions (3.78 a HMMA;
+//     4.26 over a query tile with its copy and barrier; 7.4 before). dS^T leaves through the warp's staging tile in shared memory: 16 4-byte stores
 //     (the fragments' layout), a __syncwarp, 4 16-byte loads and 4 16-byte global stores a lane
 //     (before: 16 4-byte global stores, each touching 8 sectors half-written), all conflict-free
-//     (the harness counts it). Shared memory 73 KB; 247 / 255 registers (sm_80 / sm_90), 2
+//     (the harness counts it). Shared memory 73 KB; 255 registers (sm_80 and sm_90), 2
 //     blocks an SM. Holding the warp's K fragments of two k16 steps in registers (16 of them)
-//     would take LDSM to 44 per 128 HMMA (0.344), but spills on sm_90 (tried: 16 bytes, and no
-//     variant of the bookkeeping made room): the kernel is at the register file's limit for 2
-//     blocks an SM.
+//     would take LDSM to 44 per 128 HMMA (0.344), but spills on sm_90 (tried: 12-16 bytes with
+//     every arrangement of the rest): the kernel is at the register file's limit for 2 blocks an
+//     SM.
 //   dQ kernel: the dK/dV kernel stores each dS^T tile (64 x 64 bf16, 8 KB, tiles on or below the
 //     diagonal) to a scratch buffer; a dQ kernel per 64-query tile sums dS K over its key tiles
 //     in a fixed order (cp.async double-buffered). Every gradient element has one writer: the
@@ -264,9 +264,13 @@ FA_UNROLL
         }
     }
 }
-// n floats (a multiple of 4, 16-byte aligned) into shared memory by cp.async.
-__device__ __forceinline__ void fa_load_floats(float* dst, const float* src, int n) {
-    for (int i = threadIdx.x; i < n / 4; i += FA_THREADS) ptx_cp_async_16(dst + 4 * i, src + 4 * i);
+// N floats (a multiple of 4, 16-byte aligned) into shared memory by cp.async: one 16-byte copy
+// from each of the first N / 4 threads (no loop: a loop over a thread-dependent count compiles to
+// ~70 instructions of unrolling and remainder handling).
+template <int N>
+__device__ __forceinline__ void fa_load_floats(float* dst, const float* src) {
+    static_assert(N % 4 == 0 && N / 4 <= FA_THREADS, "one copy a thread");
+    if (threadIdx.x < N / 4) ptx_cp_async_16(dst + 4 * threadIdx.x, src + 4 * threadIdx.x);
 }
 
 // Two adjacent elements of a bf16 row (+)= (a, b), rounded once; 4-byte access when vec.
@@ -600,12 +604,14 @@ struct FaBwdArgs {
     int T, Tpad, NH, bh0, acc, vec;
 };
 
-// The dS^T tile of (query tile qt, key tile kt <= qt; 64 x 64 each) of head bh: tiles on or below
+// The dS^T tile of (query tile qt, key tile kt <= qt; 64 x 64 each) of this block's head: tiles on or below
 // the diagonal, row by row of query tiles, 64 x 64 bf16 each (row = key, column = query).
-__device__ __forceinline__ bf16* fa_ds_tile(const FaBwdArgs& a, int bh, int qt, int kt) {
-    int nt = a.Tpad / FA_BN;
-    size_t pairs = (size_t)nt * (nt + 1) / 2;
-    return a.dS + ((size_t)(bh - a.bh0) * pairs + (size_t)qt * (qt + 1) / 2 + kt) * (FA_BN * FA_BN);
+// The launch's heads are grid rows, so the head's place in the buffer is blockIdx.y; the offset is
+// 32-bit (the launch's tiles are under 2^32 elements: fa_backward checks), which keeps the
+// dK/dV kernel within its registers.
+__device__ __forceinline__ bf16* fa_ds_tile(const FaBwdArgs& a, int qt, int kt) {
+    const unsigned nt = a.Tpad / FA_BN, pairs = nt * (nt + 1) / 2;
+    return a.dS + (blockIdx.y * pairs + (unsigned)(qt * (qt + 1) / 2 + kt)) * (unsigned)(FA_BN * FA_BN);
 }
 
 // The dK/dV kernel's shared memory: K, V of the block's BK keys, per stage the query tile's Q,
@@ -640,8 +646,8 @@ __device__ __forceinline__ void fa_dkv_load_q(const FaDkvSmem<HS>& m, const FaBw
     const bf16* dbase = a.dout + ((size_t)hd.b * a.T + q0) * hd.C + (size_t)hd.h * HS;
     fa_load_tile<FA_BN, HS, Cf::LD>(m.q, hd.base + (size_t)q0 * hd.stride, hd.stride, a.T - q0, a.vec, cp);
     fa_load_tile<FA_BN, HS, Cf::LD>(m.dout, dbase, (size_t)hd.C, a.T - q0, a.vec, cp);
-    fa_load_floats(m.l2, a.L2p + (size_t)hd.bh * a.Tpad + q0, FA_BN);
-    fa_load_floats(m.d, a.Dp + (size_t)hd.bh * a.Tpad + q0, FA_BN);
+    fa_load_floats<FA_BN>(m.l2, a.L2p + (size_t)hd.bh * a.Tpad + q0);
+    fa_load_floats<FA_BN>(m.d, a.Dp + (size_t)hd.bh * a.Tpad + q0);
     ptx_cp_async_commit();
 }
 
@@ -774,14 +780,16 @@ __device__ __forceinline__ void fa_dkv_step(float (&dk)[FaCfg<HS>::MK][HS / 8][4
     else fa_dkv_probs<MK, QN, false>(pa, s, m.l2, qs, q0, kw, ds, a.T, sl2);
     fa_mma_keys_queries<HS, QN>(dp, lo, fa_sa(m.v), fa_sa(m.dout), qs);  // dP^T
     fa_dkv_dsoft<MK, QN>(dp, pa, m.d, qs);
+    uint32_t da[MK][QN / 2][4];   // dS^T as A fragments (and into the staging tile)
 FA_UNROLL
-    for (int kk = 0; kk < Cf::QH / 16; kk++) {
-        uint32_t da[MK][4];
+    for (int mk = 0; mk < MK; mk++)
 FA_UNROLL
-        for (int mk = 0; mk < MK; mk++) {
-            fa_pack_a(da[mk], dp[mk][2 * kk], dp[mk][2 * kk + 1]);
-            fa_dkv_stage<HS>(stg, da[mk], mk, kk);
+        for (int kk = 0; kk < QN / 2; kk++) {
+            fa_pack_a(da[mk][kk], dp[mk][2 * kk], dp[mk][2 * kk + 1]);
+            fa_dkv_stage<HS>(stg, da[mk][kk], mk, kk);
         }
+FA_UNROLL
+    for (int kk = 0; kk < QN / 2; kk++)
 FA_UNROLL
         for (int np = 0; np < Cf::NT / 2; np++) {
             uint32_t b[4];
@@ -794,11 +802,10 @@ FA_UNROLL
             fa_ldsm_b_kmajor(b, fa_cols<Cf::LD>(q_b, np) + fa_row<Cf::LD>(16 * kk));
 FA_UNROLL
             for (int mk = 0; mk < MK; mk++) {
-                ptx_mma_bf16_16816(dk[mk][2 * np], da[mk], b);
-                ptx_mma_bf16_16816(dk[mk][2 * np + 1], da[mk], b + 2);
+                ptx_mma_bf16_16816(dk[mk][2 * np], da[mk][kk], b);
+                ptx_mma_bf16_16816(dk[mk][2 * np + 1], da[mk][kk], b + 2);
             }
         }
-    }
     __syncwarp();   // the warp's dS^T in its staging tile (MUTATION-TARGET dkv-ds-syncwarp)
     fa_dkv_write_ds<HS>(dst + qs, fa_sa(m.stage));
     __syncwarp();   // read by every lane before the next sub-step overwrites it
@@ -838,7 +845,7 @@ FA_UNROLL
         const bool next = qt + 1 < nqt && (!ds || ds[(qt + 1) * FA_BN] < k0 + Cf::BK);
         if (next) fa_dkv_load_q<HS>(fa_dkv_smem<HS>((qt + 1 - qt0) & 1), a, hd, qt + 1, cp);
         if (kw < q0 + FA_BN) {   // warp-uniform: keys above the tile's diagonal have no dS tile here
-            bf16* dst = fa_ds_tile(a, hd.bh, qt, kw / FA_BN) + (kw % FA_BN) * FA_BN;
+            bf16* dst = fa_ds_tile(a, qt, kw / FA_BN) + (kw % FA_BN) * FA_BN;
 FA_NO_UNROLL
             for (int qs = 0; qs < FA_BN; qs += Cf::QH) {   // (not unrolled: the sub-steps would share registers)
                 // masked: the diagonal, queries past T, or a record start after some of these keys
@@ -863,7 +870,7 @@ __device__ __forceinline__ void fa_dq_load(bf16* st, const FaBwdArgs& a, const F
                                            const FaCopy& ck) {
     typedef FaCfg<HS> Cf;
     const int k0 = kt * FA_BN;
-    fa_load_tile<FA_BN, FA_BN, FA_BN>(st, fa_ds_tile(a, hd.bh, qt, kt), FA_BN, FA_BN, 1, cs);
+    fa_load_tile<FA_BN, FA_BN, FA_BN>(st, fa_ds_tile(a, qt, kt), FA_BN, FA_BN, 1, cs);
     fa_load_tile<FA_BN, HS, Cf::LD>(st + Cf::DS_TILE, hd.base + hd.C + (size_t)k0 * hd.stride, hd.stride, a.T - k0, a.vec, ck);
     ptx_cp_async_commit();
 }
@@ -990,6 +997,8 @@ static void fa_backward(FaBwdArgs a, int BNH) {
     fa_allow_smem(flash_attention_backward_dkv_kernel<HS>, Cf::DKV_SMEM, &ok_dkv);
     fa_allow_smem(flash_attention_backward_dq_kernel<HS>, Cf::DQ_SMEM, &ok_dq);
     const int chunk = fa_ds_chunk_heads(BNH, a.T);
+    if ((size_t)chunk * fa_ds_head_bytes(a.T) / sizeof(bf16) > 0xffffffffu)
+        fatal("use a shorter sequence (T up to ~46K)", "flash attention backward: T = %d is too long for the dS tiles' 32-bit offsets", a.T);
     for (a.bh0 = 0; a.bh0 < BNH; a.bh0 += chunk) {
         const int heads = min(chunk, BNH - a.bh0);
         LAUNCH(flash_attention_backward_dkv_kernel<HS>, dim3(ceil_div(a.T, Cf::BK), heads), FA_THREADS, Cf::DKV_SMEM, 0, a);
