@@ -115,15 +115,15 @@ $(CUDA_CPU_DIR)/mutation/%: $(CUDA_CPU_DIR)/mutation/%.o $(CUDA_CPU_RT) $(LIB)
 # marked "(MUTATION-TARGET <name>)") must be reported as a data race by TSan in every order tried:
 #   fwd-syncthreads      the forward's barrier after each K/V tile's cp.async wait
 #   dkv-syncthreads      the dK/dV kernel's barrier after each query tile's cp.async wait
-#   dkv-ds-syncthreads   the atomic dK/dV kernel's barrier between the warps' dS^T stores and
-#                        their ldmatrix reads of one another's rows (dQ)
+#   dkv-ds-syncwarp      the dK/dV kernel's __syncwarp between a warp's dS^T stores into its
+#                        staging tile and its lanes' 16-byte loads of one another's words
 #   dq-syncthreads       the dQ kernel's barrier after each dS / K tile's cp.async wait
 # (The harness performs a cp.async copy at the issuing thread's wait, so without the barrier the
 # copy's shared-memory write races with other warps' ldmatrix of it, and the next copy into a
-# stage with the reads of the previous tile.) The quick run does both backward modes. The
-# mutant object goes before the library on the link line, so the archive's intact attention.o
-# is never pulled.
-FLASH_MUTANTS := fwd-syncthreads dkv-syncthreads dkv-ds-syncthreads dq-syncthreads
+# stage with the reads of the previous tile; the staging's 4-byte stores race with the other
+# lanes' 16-byte loads.) The mutant object goes before the library on the link line, so the
+# archive's intact attention.o is never pulled.
+FLASH_MUTANTS := fwd-syncthreads dkv-syncthreads dkv-ds-syncwarp dq-syncthreads
 FLASH_MUT_DIR := $(TREE)/flash/mutants
 $(FLASH_MUT_DIR)/flash_attention_%.cu: llmc/cuda/attention.cu
 	@mkdir -p $(dir $@)

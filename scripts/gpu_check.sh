@@ -594,6 +594,7 @@ NCU_ATTN_METRICS="gpu__time_duration.sum launch__registers_per_thread launch__sh
   l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum dram__bytes.sum lts__t_sector_hit_rate.pct
   smsp__inst_executed.sum smsp__inst_executed_pipe_tensor_op_hmma.sum l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
   l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum smsp__inst_executed_op_global_st.sum"
+NCU_ATTN_LAUNCHES=4   # profiled launches of each attention kernel
 ncu_known_metrics() {  # the metrics of NCU_ATTN_METRICS this ncu lists (by the name before the first
   local known m        # '.'; the launch statistics are in every ncu), so that no unknown name fails the run
   known=$("$1" --query-metrics 2>/dev/null | awk '{print $1}')
@@ -618,9 +619,16 @@ ncu_items() {
     "$ncu" --metrics gpu__time_duration.sum --csv --log-file "$csv" "${TRAIN_ARGV[@]}"
   metrics=$(ncu_known_metrics "$ncu"); metrics=${metrics:-gpu__time_duration.sum}
   csv="$OUT/logs/kernels/ncu_attention.csv"
-  run_item kernels ncu_attention 45 180 env CSV="$csv" PYTHON="$PY" bash -c '"$@" && "$PYTHON" scripts/ncu_step.py metrics "$CSV"' ncu \
-    "$ncu" --kernel-name regex:flash_attention --launch-count 12 --metrics "$metrics" --csv --log-file "$csv" \
-    "$BIN/attention_bench" 16 1024 12 64
+  # one ncu run per kernel (forward, dK/dV, dQ), NCU_ATTN_LAUNCHES launches of each: a single
+  # --launch-count over all three would take only the forward's launches, which come first
+  run_item kernels ncu_attention 60 240 env CSV="$csv" PYTHON="$PY" N="$NCU_ATTN_LAUNCHES" BENCH="$BIN/attention_bench" bash -c '
+    for k in forward backward_dkv backward_dq; do
+      "$@" --kernel-name "regex:flash_attention_${k}_kernel" --launch-count "$N" --csv --log-file "$CSV.$k" \
+        "$BENCH" 16 1024 12 64 > /dev/null || exit 1
+    done
+    { cat "$CSV.forward"; grep -hv "^\"ID\"," "$CSV.backward_dkv" "$CSV.backward_dq"; } > "$CSV" &&
+    rm -f "$CSV.forward" "$CSV.backward_dkv" "$CSV.backward_dq" && "$PYTHON" scripts/ncu_step.py metrics "$CSV"' ncu \
+    "$ncu" --metrics "$metrics"
 }
 section_kernels() {
   echo "== kernels"

@@ -4,7 +4,7 @@
 // tables), against the CPU backend's attention (llmc/cpu/attention.c, fp32; itself checked
 // against double-precision references and finite differences in test_ops), on the same bf16-exact
 // inputs: forward out and lse, backward dQ, dK, dV (accumulated into a non-zero dqkv, and written
-// over it), in both backward modes (deterministic: dS tiles + dQ kernel; atomic dQ):
+// over it; the backward is deterministic: dS tiles + dQ kernel):
 //   - T in {1, 63, 64, 65, 127, 128, 129} (one row; one short of, exactly, one past a 64-row and
 //     a 128-row tile) for head sizes 16, 32, 64, 128; T 1000 and 1024 (not under TSan); B x NH
 //     from 1 to 96; the other head sizes (48, 80, 96, 112); misaligned buffers (the scalar
@@ -12,20 +12,21 @@
 //   - packed sequences (doc_start): several records per row, records of length 1, records
 //     crossing 64- and 128-row tile boundaries, against the CPU reference run on each record on
 //     its own; also through the simple kernels (head size 8);
-//   - deterministic mode: two backward runs give the same bits, and so does the backward run in
-//     chunks of heads (the dS scratch's cap);
+//   - two backward runs give the same bits, and so does the backward run in chunks of heads (the
+//     dS scratch's cap);
 //   - edge tiles: with every row past the end of qkv / dout / out / lse poisoned with NaN instead
 //     of zeros, every output is bit-identical (nothing past T is read, or it is never used).
 //   - shared-memory bank conflicts (harness only; cuda_cpu.h's counter): none in the ldmatrix
-//     reads and cp.async writes of the HS 64 kernels (forward, dK/dV and dQ, both modes); the
-//     counts of HS 16, 32, 128 are printed (and held where they are zero).
+//     reads, cp.async writes and the dK/dV kernel's dS^T staging (4-byte stores, 16-byte loads) of
+//     the HS 64 kernels (forward, dK/dV and dQ); the counts of HS 16, 32, 128 are printed (and
+//     held where they are zero).
 // Each side runs its own backward from its own forward outputs, as training does.
 //
 // Tolerances (bf16 outputs and bf16 tensor-core operands P, dS): out |d| <= 1e-2 + 1.6e-2 |ref|;
 // lse |d| <= 2e-4 + 1e-5 |ref| (fp32 all the way); dqkv |d| <= 2e-2 max|ref| + 2e-2 |ref| per
 // section (dQ, dK, dV scale differently). The worst error found is printed relative to them.
 //
-// FLASH_TEST_QUICK=1: one shape in both modes (the TSan mutants of check_flash_mutants.sh).
+// FLASH_TEST_QUICK=1: one shape (the TSan mutants of check_flash_mutants.sh).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,8 +118,8 @@ static void check_sections(const char* what, const char* cfg, const vecf& got, c
 
 static void test_case(int B, int T, int HS, int NH, float in_scale, int offset, const veci* ds = NULL) {
     char name[240], cfg[160];
-    snprintf(cfg, sizeof(cfg), "B=%d T=%d HS=%d NH=%d%s%s%s%s", B, T, HS, NH, in_scale > 2.0f ? " peaked" : "",
-             offset ? " misaligned" : "", ds ? " packed" : "", attention_get_deterministic() ? "" : " atomic-dQ");
+    snprintf(cfg, sizeof(cfg), "B=%d T=%d HS=%d NH=%d%s%s%s", B, T, HS, NH, in_scale > 2.0f ? " peaked" : "",
+             offset ? " misaligned" : "", ds ? " packed" : "");
     int C = NH * HS;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     vecf qkv = rnd_vec(nqkv, in_scale), dout = rnd_vec(nout, 1.0f), acc0 = rnd_vec(nqkv, 0.5f);
@@ -147,12 +148,11 @@ static void test_case(int B, int T, int HS, int NH, float in_scale, int offset, 
     cuda_attention_backward(d_w.p, d_dout.p, d_qkv.p, d_out.p, d_lse, d_ds, B, T, C, NH, 0);
     vecf g_w = d_w.get();
     check_sections("written", cfg, g_w, r_w, vecf(nqkv, 0.0f), B, T, C);
-    if (attention_get_deterministic()) {   // a second run gives the same bits
-        cuda_attention_backward(d_w2.p, d_dout.p, d_qkv.p, d_out.p, d_lse, d_ds, B, T, C, NH, 0);
-        vecf g_w2 = d_w2.get();
-        snprintf(name, sizeof(name), "deterministic backward: two runs give the same bits (%s)", cfg);
-        TEST_CHECK(memcmp(g_w.data(), g_w2.data(), nqkv * sizeof(float)) == 0, "%s", name);
-    }
+    // a second run gives the same bits
+    cuda_attention_backward(d_w2.p, d_dout.p, d_qkv.p, d_out.p, d_lse, d_ds, B, T, C, NH, 0);
+    vecf g_w2 = d_w2.get();
+    snprintf(name, sizeof(name), "deterministic backward: two runs give the same bits (%s)", cfg);
+    TEST_CHECK(memcmp(g_w.data(), g_w2.data(), nqkv * sizeof(float)) == 0, "%s", name);
     cuda_ops_free(d_lse);
     if (d_ds) cuda_ops_free(d_ds);
 }
@@ -199,8 +199,8 @@ static void test_poisoned_tail(int B, int T, int HS, int NH) {
     run_with_tails(o1, l1, d1, qkv, dout, acc0, B, T, C, NH, NAN);
     bool same = memcmp(o0.data(), o1.data(), o0.size() * 4) == 0 && memcmp(l0.data(), l1.data(), l0.size() * 4) == 0 &&
                 memcmp(d0.data(), d1.data(), d0.size() * 4) == 0;
-    TEST_CHECK(same, "flash attention with NaN past T gives the results it gives with zeros there (B=%d T=%d HS=%d NH=%d%s)",
-               B, T, HS, NH, attention_get_deterministic() ? "" : " atomic-dQ");
+    TEST_CHECK(same, "flash attention with NaN past T gives the results it gives with zeros there (B=%d T=%d HS=%d NH=%d)",
+               B, T, HS, NH);
 }
 
 // The deterministic backward in chunks of heads (the dS scratch capped at 3 heads' tiles) gives
@@ -254,37 +254,24 @@ static void test_shapes(void) {
     test_case(1, 130, 64, 2, 4.0f, 0);    // peaked scores: the running max moves a lot
 }
 
-static void test_atomic_shapes(void) {
-    for (int T : {1, 65, 129})
-        for (int HS : {16, 64, 128}) test_case(2, T, HS, 2, 1.5f, 0);
-    if (g_long) test_case(1, 1000, 64, 1, 1.5f, 0);
-    test_case(4, 17, 16, 24, 1.5f, 0);    // 96 heads
-    for (int HS : {48, 112}) test_case(1, 100, HS, 2, 1.5f, 0);
-    test_case(2, 33, 32, 2, 1.5f, 1);
-    std::vector<veci> starts = {{0, 1, 70, 130, 131}, {0, 64, 65, 127, 129, 190}};
-    veci ds = doc_starts(2, 200, starts);
-    test_case(2, 200, 64, 2, 1.5f, 0, &ds);
-}
-
 #if defined(CUDA_CPU_HARNESS)
-// Shared-memory bank conflicts of the kernels' ldmatrix reads and cp.async writes, as the harness
-// counts them (cuda_cpu.h: CudaCpuSmemStats; the bank rule in cuda_cpu.cpp), over forward and
-// backward in both modes at T 200 (two 128-row and four 64-row tiles, the last ones partial:
-// double buffering and zero-filled rows). HS 64 (every GPT-2 size) must have none; the other
-// head sizes are printed, and held to zero where they have none (BANK_ZERO).
-static const char* const BANK_KERNELS[4] = {
-    "flash_attention_forward_kernel<HS>", "flash_attention_backward_dkv_kernel<HS, false>",
-    "flash_attention_backward_dq_kernel<HS>", "flash_attention_backward_dkv_kernel<HS, true>"};
-static const char* const BANK_LABELS[4] = {"forward", "dK/dV (deterministic)", "dQ (deterministic)", "dK/dV + dQ (atomic)"};
-// Per head size, per kernel: 1 ldmatrix must be conflict-free, 2 cp.async must be (3 both).
-// HS 16 and 32 (rows padded to 48 and 80 bytes) fill their tiles with 2-way conflicts: the 8
-// lanes of a store phase write 4 rows x 2 chunks (HS 16; bank groups 3r + c) or 2 rows x 4
-// chunks (HS 32; 5r + c), which wrap around onto one another: one extra wavefront in every
-// phase. Printed, not failed.
-static const struct { int hs, zero[4]; } BANK_ZERO[] = {{16, {1, 1, 1, 1}}, {32, {1, 1, 1, 1}}, {64, {3, 3, 3, 3}},
-                                                        {128, {3, 3, 3, 3}}};
+// Shared-memory bank conflicts of the kernels' ldmatrix reads, cp.async writes and (dK/dV) the dS^T
+// staging's 4-byte stores and 16-byte loads, as the harness counts them (cuda_cpu.h:
+// CudaCpuSmemStats; the bank rule in cuda_cpu.cpp), over forward and backward at T 200 (two
+// 128-row and four 64-row tiles, the last ones partial: double buffering and zero-filled rows).
+// HS 64 (every GPT-2 size) must have none; the other head sizes are printed, and held to zero
+// where they have none (BANK_ZERO).
+static const char* const BANK_KERNELS[3] = {"flash_attention_forward_kernel<HS>", "flash_attention_backward_dkv_kernel<HS>",
+                                            "flash_attention_backward_dq_kernel<HS>"};
+static const char* const BANK_LABELS[3] = {"forward", "dK/dV", "dQ"};
+// Per head size, per kernel: 1 ldmatrix (and the staging) must be conflict-free, 2 cp.async must
+// be (3 both). HS 16 and 32 (rows padded to 48 and 80 bytes) fill their tiles with 2-way
+// conflicts: the 8 lanes of a store phase write 4 rows x 2 chunks (HS 16; bank groups 3r + c) or
+// 2 rows x 4 chunks (HS 32; 5r + c), which wrap around onto one another: one extra wavefront in
+// every phase. Printed, not failed.
+static const struct { int hs, zero[3]; } BANK_ZERO[] = {{16, {1, 1, 1}}, {32, {1, 1, 1}}, {64, {3, 3, 3}}, {128, {3, 3, 3}}};
 
-// One forward, one backward in each mode, from the same inputs (B 1, NH 2).
+// One forward and one backward (B 1, NH 2).
 static void bank_run(int T, int HS) {
     const int B = 1, NH = 2, C = NH * HS;
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
@@ -292,9 +279,6 @@ static void bank_run(int T, int HS) {
     float* d_lse = (float*)cuda_ops_alloc((size_t)B * NH * T * sizeof(float));
     cuda_attention_forward(d_out.p, d_lse, d_qkv.p, NULL, B, T, C, NH);
     cuda_attention_backward(d_dqkv.p, d_dout.p, d_qkv.p, d_out.p, d_lse, NULL, B, T, C, NH, 0);
-    attention_set_deterministic(0);
-    cuda_attention_backward(d_dqkv.p, d_dout.p, d_qkv.p, d_out.p, d_lse, NULL, B, T, C, NH, 0);
-    attention_set_deterministic(1);
     cuda_ops_free(d_lse);
 }
 
@@ -302,13 +286,19 @@ static void test_bank_conflicts(void) {
     for (const auto& hz : BANK_ZERO) {
         cuda_cpu_smem_stats_reset();
         bank_run(200, hz.hs);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 3; k++) {
             const CudaCpuSmemStats s = cuda_cpu_smem_stats(BANK_KERNELS[k]);
             const long xl = s.ldsm_wavefronts - s.ldsm_ideal, xc = s.cp_wavefronts - s.cp_ideal;
-            printf("banks %-48s HS %3d: ldmatrix %6ld instrs %5ld extra wavefronts, cp.async %5ld groups %5ld extra wavefronts\n",
-                   BANK_KERNELS[k], hz.hs, s.ldsm, xl, s.cp, xc);
+            const long xs = s.st_wavefronts - s.st_ideal, xd = s.ld_wavefronts - s.ld_ideal;
+            printf("banks %-42s HS %3d: ldmatrix %6ld instrs %5ld extra wavefronts, cp.async %5ld groups %5ld extra, "
+                   "st.shared %5ld instrs %4ld extra, ld.shared.v4 %4ld instrs %4ld extra\n",
+                   BANK_KERNELS[k], hz.hs, s.ldsm, xl, s.cp, xc, s.st, xs, s.ld, xd);
             TEST_CHECK(s.ldsm > 0 && s.cp > 0, "banks: %s (HS %d) ran ldmatrix and cp.async (counted under its name)",
                        BANK_KERNELS[k], hz.hs);
+            if (k == 1)
+                TEST_CHECK(s.st > 0 && s.ld > 0 && xs == 0 && xd == 0,
+                           "dK/dV, HS %d: the dS^T staging ran (%ld 4-byte stores, %ld 16-byte loads) without bank conflicts "
+                           "(%ld and %ld extra wavefronts)", hz.hs, s.st, s.ld, xs, xd);
             if (hz.zero[k] & 1)
                 TEST_CHECK(xl == 0, "%s, HS %d: ldmatrix without bank conflicts (%ld extra wavefronts over %ld instructions)",
                            BANK_LABELS[k], hz.hs, xl, s.ldsm);
@@ -327,12 +317,8 @@ int main(void) {
                "flash kernels must serve head sizes 16, 64, 128");
     TEST_CHECK(!attention_flash_supported(8) && !attention_flash_supported(72) && !attention_flash_supported(144),
                "head sizes not a multiple of 16, or above 128, go to the simple kernels");
-    TEST_CHECK(attention_get_deterministic() == 1, "the deterministic backward must be the default");
-    if (getenv("FLASH_TEST_QUICK")) {   // one shape, both modes (the mutation checks of check_flash_mutants.sh)
+    if (getenv("FLASH_TEST_QUICK")) {   // one shape (the mutation checks of check_flash_mutants.sh)
         test_case(1, 130, 64, 1, 1.5f, 0);
-        attention_set_deterministic(0);
-        test_case(1, 130, 64, 1, 1.5f, 0);
-        attention_set_deterministic(1);
         return test_finish("test_cuda_flash_attention (quick)");
     }
 #if defined(CUDA_CPU_HARNESS)
@@ -342,11 +328,6 @@ int main(void) {
     test_packed();
     for (int HS : {16, 64, 128}) test_poisoned_tail(2, 100, HS, 2);
     test_head_chunks(2, 130, 64, 4);
-    printf("deterministic mode: %.1fs\n", timer_now_s() - t0);
-    attention_set_deterministic(0);   // dQ by fp32 atomics from the dK/dV kernel
-    test_atomic_shapes();
-    test_poisoned_tail(2, 100, 64, 2);
-    attention_set_deterministic(1);
     printf("worst error over all checks: %.3f of tolerance, in %s\n", g_worst_rel, g_worst_name);
     printf("time %.2fs\n", timer_now_s() - t0);
     return test_finish("test_cuda_flash_attention");

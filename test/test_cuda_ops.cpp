@@ -811,9 +811,7 @@ int main(void) {
     TIMED(test_attention(1, 35, 48, 1));    // HS 48: two key tiles, two dims per lane
     TIMED(test_attention(2, 70, 128, 2));   // HS 64 (GPT-2), three key tiles
     TIMED(test_attention(1, 9, 128, 1));    // HS 128: the largest supported
-    attention_set_deterministic(0);         // flash backward with dQ by atomics
     TIMED(test_attention(2, 70, 96, 3));    // HS 32, two tiles
-    attention_set_deterministic(1);
     TIMED(test_classifier(4, 37, 40));      // vector path, padded columns
     TIMED(test_classifier(3, 13, 13));      // scalar path
     TIMED(test_classifier(2, 3000, 3008));  // several chunks per thread

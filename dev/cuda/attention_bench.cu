@@ -4,16 +4,15 @@
 //             fp32 out: the whole B x NH x T x T matrix), causal softmax kernel (P in bf16, lse),
 //             O = P V with a second GEMM, un-permute to (B, T, C)
 //   3 flash   the backend's kernels (llmc/cuda/attention.cu: mma.sync m16n8k16 on the documented
-//             fragment layouts, ldmatrix, cp.async; O(T) memory): forward, and backward in both
-//             modes (deterministic: dS tiles + dQ kernel; atomic dQ)
+//             fragment layouts, ldmatrix, cp.async; O(T) memory): forward, and the deterministic
+//             backward (dK/dV kernel storing the dS tiles + dQ kernel)
 // For each: correctness against a CPU reference (batch 0, double accumulation: the forward of every
 // head, the flash backward's dQ, dK, dV of heads 0 and NH-1), time per call with cudaEvents, FLOPs
 // (causal: only the T (T + 1) / 2 visible pairs count; backward 5 products), minimum bytes moved
 // and achieved TFLOP/s, as report.cuh's lines (scripts/gpu_check.sh's report divides by the
-// device's peak). Also: the deterministic backward run twice gives the same bits; the flash
-// kernels' registers, shared memory and blocks per SM (the occupancy API), and the deterministic
-// backward's cost over the atomic one (llmc/cuda/README.md predicts at most 15%). Exit status 1
-// when a version does not match the CPU.
+// device's peak). Also: the backward run twice gives the same bits; the flash kernels'
+// registers, shared memory and blocks per SM (the occupancy API), beside llmc/cuda/README.md's
+// predictions. Exit status 1 when a version does not match the CPU.
 //
 // Build: make bench-cuda (mk/bench.mk) -> build/cuda/dev/cuda/attention_bench; `make cuda-check`
 // compiles it too. Run: attention_bench [B T NH HS] (one shape); without arguments B 16, NH 12,
@@ -282,8 +281,7 @@ template <int HS>
 static void flash_kernel_info() {
     typedef FaCfg<HS> Cf;
     kernel_info("flash_attention_forward_kernel", flash_attention_forward_kernel<HS>, Cf::FWD_SMEM);
-    kernel_info("flash_attention_backward_dkv_kernel (deterministic)", flash_attention_backward_dkv_kernel<HS, false>, Cf::DKV_SMEM);
-    kernel_info("flash_attention_backward_dkv_kernel (atomic dQ)", flash_attention_backward_dkv_kernel<HS, true>, Cf::DKV_ATOMIC_SMEM);
+    kernel_info("flash_attention_backward_dkv_kernel", flash_attention_backward_dkv_kernel<HS>, Cf::DKV_SMEM);
     kernel_info("flash_attention_backward_dq_kernel", flash_attention_backward_dq_kernel<HS>, Cf::DQ_SMEM);
 }
 
@@ -296,7 +294,7 @@ static void report(const char* name, int T, float ms, double flops, double bytes
 // The cuBLAS baseline's S and P matrices need B NH T^2 x 6 bytes: skipped above this.
 #define CUBLAS_MAX_BYTES ((double)24e9)
 
-// One shape: the three versions' forward (checked, timed), the flash backward in both modes.
+// One shape: the three versions' forward (checked, timed), the flash backward.
 static void run_shape(int B, int T, int NH, int HS, int iters) {
     int C = NH * HS;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
@@ -348,7 +346,7 @@ static void run_shape(int B, int T, int NH, int HS, int iters) {
     float ms_fwd = dev_time_ms([&] { cuda_attention_forward(out, lse, qkv, NULL, B, T, C, NH); }, iters);
     report("forward flash (mma.sync)", T, ms_fwd, fwd_flops, fwd_bytes);
 
-    // backward: checked in both modes, the deterministic one twice for its bits
+    // backward: checked, and run twice for its bits
     std::vector<double> ref((size_t)T * 3 * C, 0.0);
     std::vector<float> out_dev = download_bf16(out, (size_t)T * C);
     for (int h = 0; h < NH; h += NH > 1 ? NH - 1 : 1) cpu_reference_backward(ref, h_qkv, h_dout, out_dev, T, NH, HS, h);   // 0, NH-1
@@ -362,15 +360,8 @@ static void run_shape(int B, int T, int NH, int HS, int iters) {
     report_check("flash deterministic backward: 2 runs, same bits", same ? 0.0 : 1.0, 0.0, same);
     g_all_ok &= same;
     float ms_bwd = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH, 0); }, iters);
-    attention_set_deterministic(0);
-    cuda_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH, 0);
-    check_backward("flash atomic-dQ", dqkv, ref, T, NH, HS);
-    float ms_bwd_atomic = dev_time_ms([&] { cuda_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH, 0); }, iters);
-    attention_set_deterministic(1);
     cudaCheck(cudaDeviceSynchronize());
     report("backward flash (mma.sync, deterministic)", T, ms_bwd, bwd_flops, bwd_bytes);
-    report("backward flash (mma.sync, atomic dQ)", T, ms_bwd_atomic, bwd_flops, bwd_bytes);
-    printf("T=%d: deterministic backward %.1f%% over the atomic one\n", T, 100.0 * (ms_bwd / ms_bwd_atomic - 1.0));
 
     cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(dqkv2)); cudaCheck(cudaFree(out));
     cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(lse));

@@ -6,56 +6,66 @@
 //   accumulate). doc_start (optional, (B, T) int32): query q sees keys doc_start[q] <= k <= q.
 // Head sizes: multiples of 16 up to 128 (templates); 64 (every GPT-2 size) is the tuned one.
 //
-// Everything per row lives in registers, on the PTX ISA's fragment tables (ptx.cuh): lane l holds
-// rows g = l/4 and g + 8 of each 16-row accumulator, columns 2t, 2t+1 (t = l%4) of each n8 tile,
-// so a row's max and sum are 2 shuffles over the 4 lanes of a quad, and the score accumulators
-// of two adjacent n8 tiles, packed to bf16, are the A operand of the next product (P V, dS K...).
-// Shared-memory tiles are filled by cp.async (16 bytes a thread; rows past T zero-filled, nothing
-// read past T), double-buffered so the next tile's copy runs under the current tile's math, and
-// XOR-swizzled (16-byte chunk c of row r at c ^ (r % 8)) when a row is 128 or 256 bytes (HS 64,
-// 128, and the 64-wide dS tiles): the 8 rows an ldmatrix reads then hit 8 different bank groups.
-// Other head sizes pad each row by 16 bytes, which does the same. Grids put the heads in x and
-// the tiles in y, so the longest tiles of every head start first (blocks are issued x fastest).
+// Everything per row lives in registers, on the PTX ISA's fragment tables (ptx.cuh; fa_c_row /
+// fa_c_col name element e's place): lane l holds rows g = l/4 and g + 8 of each 16-row
+// accumulator, columns 2t, 2t+1 (t = l%4) of each n8 tile, so a row's max and sum are 2 shuffles
+// over the 4 lanes of a quad, and the accumulators of two adjacent n8 tiles, packed to bf16, are
+// the A operand of the next product (P V, P^T dO, dS^T Q). Shared-memory tiles are filled by
+// cp.async (16 bytes a thread; rows past T zero-filled, nothing read past T), double-buffered so
+// the next tile's copy runs under the current tile's math, and XOR-swizzled (16-byte chunk c of
+// row r at c ^ (r % 8)) when a row is 128 or 256 bytes (HS 64, 128, the 64-wide dS tiles): the 8
+// rows an ldmatrix reads hit 8 different bank groups; other head sizes pad each row by 16 bytes.
+// Addressing costs almost nothing in the loops: a thread's tile copy is a plan made once
+// (fa_copy_plan: its chunks share a column and step by a fixed number of rows, so each is one
+// IMAD.WIDE and an LDGSTS), a lane's ldmatrix rows are two offsets made once (fa_lane_off; other
+// 16-column blocks by an XOR of the address, fa_cols). Grids are (tiles, heads): blocks issue x
+// fastest, so one head's tiles run together and read its K and V (or Q and dO) from L2, and
+// tiles go longest first within a head. The masking rule is fa_sees, in one place.
 //
 // Forward (flash_attention_forward_kernel<HS>): 4 warps; a warp owns 16 MT query rows, MT = 2 for
 // HS <= 64 (128-row tiles) and 1 above (64 rows: the O and Q fragments of HS 128 would not fit
 // twice). Q is loaded once into A fragments; per 64-key tile: S = Q K^T (K via ldmatrix), online
-// softmax in base 2 (running max per row, per-lane partial sums, reduced once at the end), P
-// packed in registers, O += P V (V via ldmatrix .trans). Key tiles above a warp's rows are never
-// touched, nor those wholly before its rows' record starts; only diagonal / straddling tiles are
-// masked (a template flag). lse = ln 2 (m + log2 l). Every exponential of the softmax (and of
-// the backward's P) is ex2.approx.ftz (ptx.cuh): one MUFU.EX2 instead of exp2f's four
-// instructions; a probability below 2^-126 becomes 0 instead of a subnormal.
-//   HS 64, MT 2: per 128 x 64 tile 512 mma (2.1 MFLOP), 8192 exp2, 16 KB of K and V by cp.async
-//   (L2-resident: a head's K and V are 256 KB at T 1024), 64 KB of ldmatrix. Shared memory 48 KB
-//   (Q 16, 2 stages of K and V 32). Registers: Q 32 + O 64 + S 64 + P 32 + row state: 230
-//   (ptxas), so 2 blocks / 8 warps an SM. B fragments serve both m16 tiles: an mma costs 128
-//   bytes of ldmatrix, the SM's 128 B/clk, so shared memory (512 clk a tile) stays under the
-//   tensor cores (~760 clk at mma.sync's ~660 TFLOP/s on an H100).
-// Backward, in one pass per key tile:
+// softmax in base 2 (running max per row, per-lane partial sums, reduced once at the end; the
+// tile's max and sum as trees), P packed in registers, O += P V (V via ldmatrix .trans). Each B
+// fragment of K and V serves the MT query tiles. Key tiles above a warp's rows are never touched,
+// nor those wholly before its rows' record starts; only diagonal / straddling tiles are masked (a
+// template flag). lse = ln 2 (m + log2 l). Every exponential is ex2.approx.ftz (ptx.cuh): one
+// MUFU.EX2; a probability below 2^-126 becomes 0 instead of a subnormal.
+//   HS 64 (sm_90, per warp and key tile, test/check_attention_sass.sh): 128 HMMA, 32 LDSM, 68
+//   MUFU, 8 LDGSTS, 658 instructions (5.14 a HMMA; 979 on a masked tile); the copy of K and V is
+//   ~40 of them (it was ~330: a per-thread trip count, a branch on vec, div / mod and a 64-bit
+//   multiply a chunk). Shared memory 48 KB (Q 16, 2 stages of K and V 32); 237-239 registers,
+//   2 blocks (8 warps) an SM.
+// Backward, in one pass per key block:
 //   preprocess: D = rowsum(dO o O) and lse log2(e), into (B NH, Tpad) arrays padded with zeros to
-//     a multiple of 64 (16-byte aligned rows that the kernels cp.async);
-//   dK/dV kernel: block = 64 keys (16 a warp), K and V in shared memory, dK and dV accumulated in
-//     registers over the 64-query tiles from the diagonal on (those whose records see the tile):
-//     S^T = K Q^T, P^T = exp2(S^T sl2 - lse2), dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
-//     dK += dS^T Q: 4 products, P^T and dS^T go from accumulators to A operands in registers.
-//     HS 64: per tile pair 512 mma (2.1 MFLOP), 16.5 KB read, 144 KB of ldmatrix (the bound:
-//     ~1150 clk against the tensor cores' ~760), 49 KB of shared memory, 224-230 registers, 2
-//     blocks an SM. HS > 64 takes each query tile in sub-steps of 16 queries (registers).
-//   dQ, deterministic (the default): the dK/dV kernel stores each dS^T tile (64 x 64 bf16, 8 KB,
-//     only tiles on or below the diagonal) to a scratch buffer; a dQ kernel per 64-query tile
-//     sums dS K over its key tiles in a fixed order (cp.async double-buffered): 5 products in all,
-//     like the atomic variant, and the same bf16 dS, so both give the same numbers up to fp32
-//     summation order. Extra traffic per tile pair at HS 64: 8 KB written + 8 KB read (+ K, L2);
-//     the dQ kernel (128 mma a pair, 32 KB of shared memory, 120 registers) is DRAM-bound.
-//   dQ, non-deterministic (attention_set_deterministic(0)): after a block barrier each warp
-//     multiplies 16 queries of the block's dS (read back with ldmatrix .trans) by K and adds them
-//     with fp32 atomics (red.global.add) to a (B, T, C) accumulator: 16 KB of atomics per tile
-//     pair; a small kernel scales it into dqkv.
+//     a multiple of 64 (16-byte aligned rows that the kernels cp.async); 16-byte loads.
+//   dK/dV kernel: block = BK keys, a warp 16 MK of them (MK = 2 for HS <= 64: BK 128; 1 above),
+//     K and V in shared memory, dK and dV accumulated in registers over the 64-query tiles from
+//     the diagonal on (those whose records see the block), each in sub-steps of QH queries (32
+//     for HS <= 64, 16 above: registers): S^T = K Q^T, P^T = exp2(S^T sl2 - lse2) packed to bf16
+//     (the A operand of dV += P^T dO, and the P of dS^T = P^T (dP^T - D): held packed across the
+//     dP^T product, 16 registers fewer), dP^T = V dO^T, dK += dS^T Q. Every Q and dO fragment
+//     (B operands) serves the warp's MK key tiles: HS 64, per sub-step 128 HMMA and 48 LDSM
+//     (0.375 a HMMA; it was 72 per 128 with one key tile a warp), 484 instructions (3.78 a HMMA;
+//     4.26 over a query tile with its copy and barrier; 7.4 before). dS^T leaves through the warp's staging tile in shared memory: 16 4-byte stores
+//     (the fragments' layout), a __syncwarp, 4 16-byte loads and 4 16-byte global stores a lane
+//     (before: 16 4-byte global stores, each touching 8 sectors half-written), all conflict-free
+//     (the harness counts it). Shared memory 73 KB; 255 registers (sm_80 and sm_90), 2
+//     blocks an SM. Holding the warp's K fragments of two k16 steps in registers (16 of them)
+//     would take LDSM to 44 per 128 HMMA (0.344), but spills on sm_90 (tried: 12-16 bytes with
+//     every arrangement of the rest): the kernel is at the register file's limit for 2 blocks an
+//     SM.
+//   dQ kernel: the dK/dV kernel stores each dS^T tile (64 x 64 bf16, 8 KB, tiles on or below the
+//     diagonal) to a scratch buffer; a dQ kernel per 64-query tile sums dS K over its key tiles
+//     in a fixed order (cp.async double-buffered). Every gradient element has one writer: the
+//     backward is bitwise reproducible (an atomic-dQ variant was 31% slower on an H100 and would
+//     add its dQ product to the dK/dV kernel's bound data path; it is gone).
 //   dK and dQ get 1/sqrt(HS) at the end; results are added to dqkv in fp32 and rounded once.
-// Predicted on an H100 at B 16, NH 12, T 1024, HS 64: forward ~230 TFLOP/s, backward ~170 (both
-// modes within 15%); the reasoning, scratch memory and what to measure: llmc/cuda/README.md
-// ("Flash attention"); dev/cuda/attention_bench measures them.
+// Predicted on an H100 at B 16, NH 12, T 1024, HS 64 (from these counts and the kernels' measured
+// figures before them): forward ~255 TFLOP/s, backward ~205 (measured before: 178, 122); the
+// reasoning, the before / after table and what to measure: llmc/cuda/README.md ("Flash
+// attention"); dev/cuda/attention_bench measures them, scripts/gpu_check.sh's ncu_attention reads
+// each kernel's counters.
 #include "cuda/common.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/attention.cuh"
@@ -64,59 +74,124 @@
 
 #define FA_WARPS 4
 #define FA_THREADS (FA_WARPS * 32)
-#define FA_BN 64                   // keys of a forward key tile; keys of a backward block; queries of a backward step
+#define FA_BN 64                   // keys of a forward key tile; queries of a backward query tile; a dS tile's side
 #define FA_MAX_HS 128
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
 #if defined(__CUDACC__)
 #define FA_UNROLL _Pragma("unroll")
-#define FA_SMEM_ALIGN __align__(128)
+#define FA_NO_UNROLL _Pragma("unroll 1")
+#define FA_SMEM_ALIGN __align__(256)   // (fa_cols: swizzled tiles at multiples of 256 bytes)
 #else
 #define FA_UNROLL
+#define FA_NO_UNROLL
 #define FA_SMEM_ALIGN   // (the harness' dynamic shared memory is 256-byte aligned)
 #endif
 
 // Compile-time shapes of one head size.
 template <int HS> struct FaCfg {
     static_assert(HS % 16 == 0 && HS >= 16 && HS <= FA_MAX_HS, "head size: a multiple of 16 up to 128");
-    static constexpr int KT = HS / 16;                        // k16 steps over a head
+    static constexpr int KT = HS / 16;                        // k16 steps over a head (16-column blocks)
     static constexpr int NT = HS / 8;                         // n8 tiles over a head
-    static constexpr int MT = HS <= 64 ? 2 : 1;               // forward: m16 row tiles per warp
-    static constexpr int BM = FA_WARPS * 16 * MT;             // forward: query rows per block
-    static constexpr int QH = HS <= 64 ? FA_BN : 16;           // backward: queries per sub-step (registers)
+    static constexpr int MT = HS <= 64 ? 2 : 1;               // forward: m16 query tiles per warp
+    static constexpr int BM = FA_WARPS * 16 * MT;             // forward: queries per block
+    static constexpr int MK = HS <= 64 ? 2 : 1;               // dK/dV: m16 key tiles per warp
+    static constexpr int BK = FA_WARPS * 16 * MK;             // dK/dV: keys per block
+    static constexpr int QH = HS <= 64 ? 32 : 16;             // dK/dV: queries per sub-step (registers)
     static constexpr int LD = HS % 64 == 0 ? HS : HS + 8;     // shared row stride (elements)
     static constexpr int TILE = FA_BN * LD;                   // elements of a 64-row tile
     static constexpr int DS_TILE = FA_BN * FA_BN;             // elements of a dS tile
+    static constexpr int DS_STAGE = 16 * MK * QH;             // dK/dV: one warp's dS^T of a sub-step (elements)
     // forward: Q (BM rows), then 2 stages of K, V
     static constexpr size_t FWD_SMEM = ((size_t)BM * LD + 4 * TILE) * 2;
-    // dK/dV: K, V, then 2 stages of Q, dO (bf16) and lse2, D (64 floats each), then the atomic
-    // variant's dS^T tile
+    // dK/dV: K, V (BK rows each), 2 stages of Q, dO (bf16) and lse2, D (64 floats each), then each
+    // warp's dS^T staging tile
     static constexpr size_t DKV_STAGE = (size_t)2 * TILE * 2 + 2 * FA_BN * 4;
-    static constexpr size_t DKV_SMEM = (size_t)2 * TILE * 2 + 2 * DKV_STAGE;
-    static constexpr size_t DKV_ATOMIC_SMEM = DKV_SMEM + (size_t)DS_TILE * 2;
+    static constexpr size_t DKV_SMEM = (size_t)2 * BK * LD * 2 + 2 * DKV_STAGE + (size_t)FA_WARPS * DS_STAGE * 2;
     // dQ: 2 stages of (dS^T tile, K tile)
     static constexpr size_t DQ_SMEM = (size_t)2 * (DS_TILE + TILE) * 2;
+    // fa_cols' XOR needs every swizzled tile to start at a multiple of 256 bytes (of the dynamic
+    // shared memory, itself 256-byte aligned in the shared window and under the harness)
+    static_assert(LD % 64 != 0 || ((size_t)BM * LD * 2 % 256 == 0 && (size_t)TILE * 2 % 256 == 0 &&
+                                   (size_t)BK * LD * 2 % 256 == 0 && DKV_STAGE % 256 == 0 && DS_TILE * 2 % 256 == 0),
+                  "swizzled tiles at multiples of 256 bytes");
 };
 
-// Element offset of 16-byte chunk c of row r in a shared tile of row stride LD (elements).
+// ---------------------------------------------------------------------------------------------
+// register layouts, shared-memory addressing and the masking rule
+
+// The accumulator (C/D) layout of mma.m16n8k16 (ptx.cuh's table): element e (0..3) of a lane's
+// 16 x 8 fragment is at row fa_c_row(e), column fa_c_col(e); elements 2h and 2h + 1 share row half
+// h (row g + 8h). g = lane / 4 (group), t = lane % 4 (thread in group).
+__device__ __forceinline__ int fa_lane_g() { return (threadIdx.x % 32) / 4; }
+__device__ __forceinline__ int fa_lane_t() { return threadIdx.x % 4; }
+__device__ __forceinline__ int fa_c_half(int e) { return e >> 1; }
+__device__ __forceinline__ int fa_c_row(int e) { return fa_lane_g() + 8 * fa_c_half(e); }
+__device__ __forceinline__ int fa_c_col(int e) { return 2 * fa_lane_t() + (e & 1); }
+
+// The masking rule of every kernel: query q sees key k when k <= q (causal) and k is at or after
+// the start of q's record (packed sequences: doc_start; 0 without). Rows at or past T see nothing
+// (only the backward reads them: they lie in its query tiles).
+__device__ __forceinline__ int fa_record_start(const int* ds, int q, int T) { return ds && q < T ? ds[q] : 0; }
+__device__ __forceinline__ bool fa_sees(int q, int k, int start) { return k <= q && k >= start; }
+
+// Element offset of 16-byte chunk c of row r in a shared tile of row stride LD (elements):
+// XOR-swizzled (chunk c ^ (r % 8)) for 128- and 256-byte rows, so that 8 rows read or written
+// together hit 8 different bank groups; other strides are padded by 16 bytes, which does the same.
 template <int LD>
 __device__ __forceinline__ int fa_swz(int r, int c) {
     if constexpr (LD % 64 == 0) return r * LD + ((c ^ (r & 7)) << 3);
     else return r * LD + (c << 3);
 }
-// ldmatrix.x4 row addresses (ptx.cuh): pattern X serves an A operand from a row-major tile and
-// two B n8 tiles from a k-major tile (.trans); pattern Y two B n8 tiles from an n-major tile and
-// an A operand from a k-major tile (.trans). (row0, chunk0): the 16 x 16 block's corner.
+// The same for a narrow tile of W = 16 or 32 elements a row (the dK/dV kernel's dS^T staging):
+// 128 / (2 W) rows share a 128-byte line, the chunks of line i are XORed with i % (W / 8).
+template <int W>
+__device__ __forceinline__ int fa_swz_narrow(int r, int c) {
+    static_assert(W == 16 || W == 32 || W == 64, "staging rows of 32, 64 or 128 bytes");
+    return r * W + ((c ^ ((r / (64 / W)) % (W / 8))) << 3);
+}
+
+// Shared addresses are ptx_saddr (ptx.cuh: 32-bit byte addresses under nvcc), tiles' row offsets
+// in bytes (fa_row).
+__device__ __forceinline__ ptx_saddr fa_sa(const void* p) { return ptx_saddr_of(p); }
 template <int LD>
-__device__ __forceinline__ const bf16* fa_ldsm_x(const bf16* tile, int row0, int chunk0) {
-    int l = threadIdx.x % 32;
-    return tile + fa_swz<LD>(row0 + (l & 15), chunk0 + (l >> 4));
+__device__ __forceinline__ constexpr int fa_row(int r) { return r * LD * 2; }
+
+// This lane's ldmatrix.x4 row offsets (bytes) in a tile of row stride LD, computed once per
+// kernel, for the 16 x 16 block at rows 0-15, columns 0-15: x read as an A operand (or, .trans,
+// as two B n8 tiles of a k-major tile), y read as two B n8 tiles of an n-major tile. Adding
+// fa_row(16 r) moves either down 16 r rows (the swizzle depends on the row modulo 8 only), and
+// fa_cols moves it to column block j: in a swizzled tile chunk c ^ s becomes (c + 2j) ^ s =
+// (c ^ s) ^ 2j (c is 0 or 1), an XOR of the address's bits 5-7 (tiles start at multiples of 256
+// bytes; rows of 128 or 256), in a padded one + 32 j bytes. So every ldmatrix is one XOR or add
+// and an immediate offset away from the lane's base: no per-use swizzle arithmetic, two registers.
+struct FaLaneOff {
+    uint32_t x, y;
+};
+template <int LD>
+__device__ __forceinline__ FaLaneOff fa_lane_off() {
+    const int l = threadIdx.x % 32;
+    FaLaneOff o;
+    o.x = 2 * fa_swz<LD>(l & 15, l >> 4);
+    o.y = 2 * fa_swz<LD>((l & 7) | ((l >> 4) << 3), (l >> 3) & 1);
+    return o;
 }
 template <int LD>
-__device__ __forceinline__ const bf16* fa_ldsm_y(const bf16* tile, int row0, int chunk0) {
-    int l = threadIdx.x % 32;
-    return tile + fa_swz<LD>(row0 + ((l & 7) | ((l >> 4) << 3)), chunk0 + ((l >> 3) & 1));
+__device__ __forceinline__ ptx_saddr fa_cols(ptx_saddr a, int j) {
+    if constexpr (LD % 64 == 0) return a ^ ((ptx_saddr)j << 5);
+    else return a + 32 * j;
 }
+
+// ldmatrix.x4, named by what it loads (p: the tile + this lane's offset, ptx.cuh's recipes):
+// A of a k16 step from a row-major tile (rows m, columns k; pattern x)
+__device__ __forceinline__ void fa_ldsm_a(uint32_t a[4], ptx_saddr p) { ptx_ldmatrix_x4_at(a, p); }
+// A of a k16 step from a tile stored transposed (rows k, columns m; pattern y, .trans)
+__device__ __forceinline__ void fa_ldsm_a_trans(uint32_t a[4], ptx_saddr p) { ptx_ldmatrix_x4_trans_at(a, p); }
+// B of two n8 tiles (b[0..1] columns n..n+7, b[2..3] n+8..) from an n-major tile (rows n,
+// columns k: K for Q K^T; pattern y)
+__device__ __forceinline__ void fa_ldsm_b_nmajor(uint32_t b[4], ptx_saddr p) { ptx_ldmatrix_x4_at(b, p); }
+// B of two n8 tiles from a k-major tile (rows k, columns n: V for P V; pattern x, .trans)
+__device__ __forceinline__ void fa_ldsm_b_kmajor(uint32_t b[4], ptx_saddr p) { ptx_ldmatrix_x4_trans_at(b, p); }
 
 // The block's dynamic shared memory. (A non-template function: g++ -O3 drops the null check of
 // the weak TLS init function when an extern thread_local, as the harness makes it, is declared
@@ -126,29 +201,76 @@ __device__ inline unsigned char* fa_smem() {
     return smem;
 }
 
-// ROWS rows of W bf16 (row i at src + i stride) into a shared tile of row stride LD; rows at or
-// past nvalid become zeros and are not read. vec: cp.async (the caller commits and waits); else
-// element loads and plain shared stores (misaligned rows). All threads of the block.
-template <int ROWS, int W, int LD>
-__device__ __forceinline__ void fa_load_tile(bf16* dst, const bf16* src, size_t stride, int nvalid, int vec) {
+// One 16-byte chunk of a tile: from s if ok, else zeros (reading src, not s: nothing past the
+// rows); cp.async when vec, else element loads and a plain shared store.
+__device__ __forceinline__ void fa_load_chunk(bf16* d, const bf16* s, const bf16* src, bool ok, int vec) {
+    if (vec) {
+        ptx_cp_async_16(d, ok ? s : src, ok ? 16 : 0);
+    } else {
+        x128 v = x128::zeros();
+        if (ok) for (int k = 0; k < 8; k++) v[k] = s[k];
+        store128(d, v);
+    }
+}
+
+// A thread's part of a tile copy (fa_load_tile) of W-element rows into a tile of row stride LD:
+// the row r0 and column chunk c of its first 16-byte chunk and that chunk's byte offset in the
+// tile. Computed once per kernel.
+struct FaCopy {
+    int r0, c;
+    uint32_t dst;
+};
+template <int W, int LD>
+__device__ __forceinline__ FaCopy fa_copy_plan() {
     constexpr int CH = W / 8;
+    FaCopy p;
+    p.r0 = threadIdx.x / CH;
+    p.c = threadIdx.x % CH;
+    p.dst = 2 * fa_swz<LD>(p.r0, p.c);
+    return p;
+}
+
+// ROWS rows of W bf16 (row i at src + i stride) into a shared tile of row stride LD, by the
+// block's FA_THREADS threads; rows at or past nvalid become zeros and are not read. vec: cp.async
+// (the caller commits and waits); else element loads and plain shared stores (misaligned rows).
+// Each thread copies N 16-byte chunks, a count fixed at compile time, so the copy unrolls: chunk
+// i = tid + FA_THREADS j is row i / CH, chunk column i % CH. Where CH divides FA_THREADS (W 16,
+// 32, 64, 128) a thread's chunks share a column and lie RSTEP rows apart (a multiple of 8: the
+// same swizzle), so the thread's plan (cp: its first chunk) and a source pointer stepped by RSTEP
+// rows address them all: per chunk one IMAD.WIDE and the LDGSTS with an immediate shared offset,
+// and whole tiles (every tile but the last) copy without the zero-fill test.
+template <int ROWS, int W, int LD>
+__device__ __forceinline__ void fa_load_tile(bf16* dst, const bf16* src, size_t stride, int nvalid, int vec, const FaCopy& cp) {
+    constexpr int CH = W / 8, N = ROWS * CH / FA_THREADS;
+    static_assert(ROWS * CH % FA_THREADS == 0, "a tile is a whole number of chunks per thread");
+    if constexpr (FA_THREADS % CH == 0) {
+        constexpr int RSTEP = FA_THREADS / CH;
+        static_assert(RSTEP % 8 == 0, "rows RSTEP apart share the swizzle");
+        const bf16* s = src + (size_t)cp.r0 * stride + 8 * cp.c;
+        const ptx_saddr d = fa_sa(dst) + cp.dst;
+        if (vec && nvalid >= ROWS) {
 FA_UNROLL
-    for (int i = threadIdx.x; i < ROWS * CH; i += FA_THREADS) {
-        int r = i / CH, c = i % CH;
-        bf16* d = dst + fa_swz<LD>(r, c);
-        const bf16* s = src + (size_t)r * stride + 8 * c;
-        if (vec) {
-            ptx_cp_async_16(d, r < nvalid ? s : src, r < nvalid ? 16 : 0);
+            for (int j = 0; j < N; j++) ptx_cp_async_16_at(d + fa_row<LD>(j * RSTEP), s + j * RSTEP * stride);
         } else {
-            x128 v = x128::zeros();
-            if (r < nvalid) for (int k = 0; k < 8; k++) v[k] = s[k];
-            store128(d, v);
+FA_UNROLL
+            for (int j = 0; j < N; j++) fa_load_chunk(dst + (cp.dst / 2 + j * RSTEP * LD), s + j * RSTEP * stride, src,
+                                                      cp.r0 + j * RSTEP < nvalid, vec);
+        }
+    } else {
+FA_UNROLL
+        for (int j = 0; j < N; j++) {
+            const int i = threadIdx.x + FA_THREADS * j, r = i / CH, c = i % CH;
+            fa_load_chunk(dst + fa_swz<LD>(r, c), src + (size_t)r * stride + 8 * c, src, r < nvalid, vec);
         }
     }
 }
-// n floats (a multiple of 4, 16-byte aligned) into shared memory by cp.async.
-__device__ __forceinline__ void fa_load_floats(float* dst, const float* src, int n) {
-    for (int i = threadIdx.x; i < n / 4; i += FA_THREADS) ptx_cp_async_16(dst + 4 * i, src + 4 * i);
+// N floats (a multiple of 4, 16-byte aligned) into shared memory by cp.async: one 16-byte copy
+// from each of the first N / 4 threads (no loop: a loop over a thread-dependent count compiles to
+// ~70 instructions of unrolling and remainder handling).
+template <int N>
+__device__ __forceinline__ void fa_load_floats(float* dst, const float* src) {
+    static_assert(N % 4 == 0 && N / 4 <= FA_THREADS, "one copy a thread");
+    if (threadIdx.x < N / 4) ptx_cp_async_16(dst + 4 * threadIdx.x, src + 4 * threadIdx.x);
 }
 
 // Two adjacent elements of a bf16 row (+)= (a, b), rounded once; 4-byte access when vec.
@@ -172,22 +294,10 @@ __device__ __forceinline__ void fa_pack_a(uint32_t a[4], const float c0[4], cons
     a[3] = ptx_pack_bf16x2(c1[2], c1[3]);
 }
 
-// acc[n] (16 x 8 n8 tiles, n < 2 NP) += A (this warp's 16 x 16 k-step) times B, for the 2 NP n8
-// tiles of B from column chunk chunk0 whose 16-row (k) block starts at row k0 of a k-major tile
-// (ldmatrix .trans): O += P V, and dV += P^T dO, dK += dS^T Q, dQ += dS K.
-template <int LD, int NP>
-__device__ __forceinline__ void fa_mma_kmajor(float (*acc)[4], const uint32_t a[4], const bf16* tile, int k0, int chunk0) {
-FA_UNROLL
-    for (int np = 0; np < NP; np++) {
-        uint32_t b[4];
-        ptx_ldmatrix_x4_trans(b, fa_ldsm_x<LD>(tile, k0, chunk0 + 2 * np));
-        ptx_mma_bf16_16816(acc[2 * np], a, b);
-        ptx_mma_bf16_16816(acc[2 * np + 1], a, b + 2);
-    }
-}
+__device__ __forceinline__ void fa_zero(float (&acc)[4]) { acc[0] = acc[1] = acc[2] = acc[3] = 0.0f; }
 
-// The head a block works on: (b, h) of bh0 + blockIdx.x = b NH + h, its q section in qkv (k at + C,
-// v at + 2C; rows `stride` = 3C apart) and the factor taking scores to base-2 exponents.
+// The head a block works on: (b, h) of bh = b NH + h, its q section in qkv (k at + C, v at + 2C;
+// rows `stride` = 3C apart) and the factor taking scores to base-2 exponents.
 struct FaHead {
     int bh, b, h, C;
     size_t stride;
@@ -195,16 +305,31 @@ struct FaHead {
     float sl2;
 };
 template <int HS>
-__device__ __forceinline__ FaHead fa_head(const bf16* qkv, int T, int NH, int bh0) {
+__device__ __forceinline__ FaHead fa_head(const bf16* qkv, int T, int NH, int bh) {
     FaHead a;
-    a.bh = bh0 + blockIdx.x;
-    a.b = a.bh / NH;
-    a.h = a.bh % NH;
+    a.bh = bh;
+    a.b = bh / NH;
+    a.h = bh % NH;
     a.C = NH * HS;
     a.stride = 3 * (size_t)a.C;
     a.base = qkv + (size_t)a.b * T * a.stride + (size_t)a.h * HS;
     a.sl2 = FA_LOG2E / sqrtf((float)HS);
     return a;
+}
+
+// A warp's 16-row accumulator (rows r0 + g, r0 + g + 8; HS columns) times scale, (+)= into the
+// rows of dst (row r at dst + r stride) below T.
+template <int HS>
+__device__ __forceinline__ void fa_store_rows(bf16* dst, size_t stride, const float (&acc)[HS / 8][4], int r0, int T,
+                                              float scale, int accum, int vec) {
+FA_UNROLL
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + fa_c_row(2 * h);
+        if (r >= T) continue;
+        bf16* d = dst + (size_t)r * stride + fa_c_col(0);
+FA_UNROLL
+        for (int n = 0; n < HS / 8; n++) fa_store2(d + 8 * n, acc[n][2 * h] * scale, acc[n][2 * h + 1] * scale, accum, vec);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -221,20 +346,22 @@ template <int HS> struct FaFwd {
     int row_start[Cf::MT][2];
 };
 
-// S = Q K^T for this warp's rows against the 64 keys of the tile sK.
+// S = Q K^T for this warp's rows against the 64 keys of the tile sK: each B fragment (two n8 key
+// tiles) serves the MT query tiles.
 template <int HS>
-__device__ __forceinline__ void fa_fwd_scores(float (&s)[FaCfg<HS>::MT][8][4], const FaFwd<HS>& f, const bf16* sK) {
+__device__ __forceinline__ void fa_fwd_scores(float (&s)[FaCfg<HS>::MT][8][4], const FaFwd<HS>& f,
+                                              const FaLaneOff& lo, ptx_saddr sK) {
     typedef FaCfg<HS> Cf;
 FA_UNROLL
     for (int mt = 0; mt < Cf::MT; mt++)
 FA_UNROLL
-        for (int n = 0; n < 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+        for (int n = 0; n < 8; n++) fa_zero(s[mt][n]);
 FA_UNROLL
     for (int k = 0; k < Cf::KT; k++)
 FA_UNROLL
         for (int np = 0; np < 4; np++) {
             uint32_t b[4];
-            ptx_ldmatrix_x4(b, fa_ldsm_y<Cf::LD>(sK, 16 * np, 2 * k));
+            fa_ldsm_b_nmajor(b, fa_cols<Cf::LD>(sK + lo.y, k) + fa_row<Cf::LD>(16 * np));
 FA_UNROLL
             for (int mt = 0; mt < Cf::MT; mt++) {
                 ptx_mma_bf16_16816(s[mt][2 * np], f.q[mt][k], b);
@@ -243,30 +370,51 @@ FA_UNROLL
         }
 }
 
-// Online softmax of one key tile: masks (MASK: keys past the row or before its record start get
-// -inf), new row max over the quad, rescales O and l by exp2(m_old - m_new), turns s into the
-// probabilities and packs them as A fragments p (4 k16 steps over the tile's keys). A row that
-// sees no key yet keeps m = -inf and subtracts 0 instead, so no inf - inf is formed.
+// The max / sum of row half h (row g or g + 8) of 8 n8 accumulator tiles: a lane's 16 values,
+// as a tree (depth 4 instead of a chain of 16 dependent instructions: with 2 warps a scheduler,
+// the softmax's latency is what the tensor cores wait for).
+__device__ __forceinline__ float fa_half_max(const float (&s)[8][4], int h) {
+    float m[8];
+FA_UNROLL
+    for (int n = 0; n < 8; n++) m[n] = fmaxf(s[n][2 * h], s[n][2 * h + 1]);
+FA_UNROLL
+    for (int w = 4; w > 0; w /= 2)
+FA_UNROLL
+        for (int i = 0; i < w; i++) m[i] = fmaxf(m[i], m[i + w]);
+    return m[0];
+}
+__device__ __forceinline__ float fa_half_sum(const float (&s)[8][4], int h) {
+    float m[8];
+FA_UNROLL
+    for (int n = 0; n < 8; n++) m[n] = s[n][2 * h] + s[n][2 * h + 1];
+FA_UNROLL
+    for (int w = 4; w > 0; w /= 2)
+FA_UNROLL
+        for (int i = 0; i < w; i++) m[i] += m[i + w];
+    return m[0];
+}
+
+// Online softmax of one key tile: masks (MASK: keys the row does not see get -inf), new row max
+// over the quad, rescales O and l by exp2(m_old - m_new), turns s into the probabilities and packs
+// them as A fragments p (4 k16 steps over the tile's keys). A row that sees no key yet keeps
+// m = -inf and subtracts 0 instead, so no inf - inf is formed.
 template <int HS, bool MASK>
 __device__ __forceinline__ void fa_fwd_softmax(FaFwd<HS>& f, float (&s)[FaCfg<HS>::MT][8][4],
                                                uint32_t (&p)[FaCfg<HS>::MT][4][4], int row0, int k0, float sl2) {
     typedef FaCfg<HS> Cf;
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
 FA_UNROLL
     for (int mt = 0; mt < Cf::MT; mt++) {
-        float mx[2] = {-INFINITY, -INFINITY}, base[2];
+        float mx[2], base[2];
+        if (MASK)
 FA_UNROLL
-        for (int n = 0; n < 8; n++)
+            for (int n = 0; n < 8; n++)
 FA_UNROLL
-            for (int e = 0; e < 4; e++) {
-                if (MASK) {
-                    int q = row0 + 16 * mt + g + 8 * (e >> 1), k = k0 + 8 * n + 2 * t + (e & 1);
-                    if (k > q || k < f.row_start[mt][e >> 1]) s[mt][n][e] = -INFINITY;
-                }
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
-            }
+                for (int e = 0; e < 4; e++)
+                    if (!fa_sees(row0 + 16 * mt + fa_c_row(e), k0 + 8 * n + fa_c_col(e), f.row_start[mt][fa_c_half(e)]))
+                        s[mt][n][e] = -INFINITY;
 FA_UNROLL
         for (int h = 0; h < 2; h++) {
+            mx[h] = fa_half_max(s[mt], h);
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 1));
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(FULL_MASK, mx[h], 2));
             float mnew = fmaxf(f.m[mt][h], mx[h] * sl2);
@@ -280,29 +428,37 @@ FA_UNROLL
 FA_UNROLL
         for (int n = 0; n < 8; n++)
 FA_UNROLL
-            for (int e = 0; e < 4; e++) {
-                s[mt][n][e] = ptx_ex2_approx_ftz(fmaf(s[mt][n][e], sl2, -base[e >> 1]));
-                f.l[mt][e >> 1] += s[mt][n][e];
-            }
+            for (int e = 0; e < 4; e++) s[mt][n][e] = ptx_ex2_approx_ftz(fmaf(s[mt][n][e], sl2, -base[fa_c_half(e)]));
+FA_UNROLL
+        for (int h = 0; h < 2; h++) f.l[mt][h] += fa_half_sum(s[mt], h);
 FA_UNROLL
         for (int kk = 0; kk < 4; kk++) fa_pack_a(p[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
     }
 }
 
-// One key tile (k0) for this warp's rows (row0...): S, softmax (masked or not), O += P V.
+// One key tile (k0) for this warp's rows (row0...): S, softmax (masked or not), O += P V; each
+// B fragment of V (two n8 column tiles) serves the MT query tiles.
 template <int HS>
-__device__ __forceinline__ void fa_fwd_tile(FaFwd<HS>& f, const bf16* sK, const bf16* sV, int row0, int k0, bool mask,
-                                            float sl2) {
+__device__ __forceinline__ void fa_fwd_tile(FaFwd<HS>& f, const FaLaneOff& lo, ptx_saddr sK, ptx_saddr sV,
+                                            int row0, int k0, bool mask, float sl2) {
     typedef FaCfg<HS> Cf;
     float s[Cf::MT][8][4];
     uint32_t p[Cf::MT][4][4];
-    fa_fwd_scores<HS>(s, f, sK);
+    fa_fwd_scores<HS>(s, f, lo, sK);
     if (mask) fa_fwd_softmax<HS, true>(f, s, p, row0, k0, sl2);
     else fa_fwd_softmax<HS, false>(f, s, p, row0, k0, sl2);
 FA_UNROLL
     for (int kk = 0; kk < 4; kk++)
 FA_UNROLL
-        for (int mt = 0; mt < Cf::MT; mt++) fa_mma_kmajor<Cf::LD, Cf::NT / 2>(f.o[mt], p[mt][kk], sV, 16 * kk, 0);
+        for (int np = 0; np < Cf::NT / 2; np++) {
+            uint32_t b[4];
+            fa_ldsm_b_kmajor(b, fa_cols<Cf::LD>(sV + lo.x, np) + fa_row<Cf::LD>(16 * kk));
+FA_UNROLL
+            for (int mt = 0; mt < Cf::MT; mt++) {
+                ptx_mma_bf16_16816(f.o[mt][2 * np], p[mt][kk], b);
+                ptx_mma_bf16_16816(f.o[mt][2 * np + 1], p[mt][kk], b + 2);
+            }
+        }
 }
 
 // out = O / l and lse = ln 2 (m + log2 l) for this warp's rows below T.
@@ -310,7 +466,6 @@ template <int HS>
 __device__ __forceinline__ void fa_fwd_finish(FaFwd<HS>& f, const FaHead& hd, floatX* out, float* lse, int row0, int T,
                                               int vec) {
     typedef FaCfg<HS> Cf;
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
 FA_UNROLL
     for (int mt = 0; mt < Cf::MT; mt++)
 FA_UNROLL
@@ -318,82 +473,87 @@ FA_UNROLL
             float l = f.l[mt][h];
             l += __shfl_xor_sync(FULL_MASK, l, 1);
             l += __shfl_xor_sync(FULL_MASK, l, 2);
-            int q = row0 + 16 * mt + g + 8 * h;
+            const int q = row0 + 16 * mt + fa_c_row(2 * h);
             if (q >= T) continue;
             float inv = 1.0f / l;
-            bf16* dst = out + ((size_t)hd.b * T + q) * hd.C + (size_t)hd.h * HS + 2 * t;
+            bf16* dst = out + ((size_t)hd.b * T + q) * hd.C + (size_t)hd.h * HS + fa_c_col(0);
 FA_UNROLL
             for (int n = 0; n < Cf::NT; n++) fa_store2(dst + 8 * n, f.o[mt][n][2 * h] * inv, f.o[mt][n][2 * h + 1] * inv, 0, vec);
-            if (t == 0) lse[(size_t)hd.bh * T + q] = (f.m[mt][h] + log2f(l)) * FA_LN2;
+            if (fa_lane_t() == 0) lse[(size_t)hd.bh * T + q] = (f.m[mt][h] + log2f(l)) * FA_LN2;
         }
 }
 
 // This warp's rows: Q fragments from the shared Q tile, O, m, l zeroed, record starts loaded.
 template <int HS>
-__device__ __forceinline__ void fa_fwd_init(FaFwd<HS>& f, const bf16* sQ, const int* ds, int row0, int T) {
+__device__ __forceinline__ void fa_fwd_init(FaFwd<HS>& f, const FaLaneOff& lo, const bf16* sQ, const int* ds, int row0,
+                                            int T) {
     typedef FaCfg<HS> Cf;
-    const int g = (threadIdx.x % 32) / 4, warp = threadIdx.x / 32;
+    const int warp = threadIdx.x / 32;
 FA_UNROLL
     for (int mt = 0; mt < Cf::MT; mt++) {
 FA_UNROLL
-        for (int k = 0; k < Cf::KT; k++) ptx_ldmatrix_x4(f.q[mt][k], fa_ldsm_x<Cf::LD>(sQ, 16 * (Cf::MT * warp + mt), 2 * k));
+        for (int k = 0; k < Cf::KT; k++)
+            fa_ldsm_a(f.q[mt][k], fa_cols<Cf::LD>(fa_sa(sQ) + lo.x, k) + fa_row<Cf::LD>(16 * (Cf::MT * warp + mt)));
 FA_UNROLL
-        for (int n = 0; n < Cf::NT; n++) f.o[mt][n][0] = f.o[mt][n][1] = f.o[mt][n][2] = f.o[mt][n][3] = 0.0f;
+        for (int n = 0; n < Cf::NT; n++) fa_zero(f.o[mt][n]);
 FA_UNROLL
         for (int h = 0; h < 2; h++) {
-            int q = row0 + 16 * mt + g + 8 * h;
             f.m[mt][h] = -INFINITY;
             f.l[mt][h] = 0.0f;
-            f.row_start[mt][h] = ds && q < T ? ds[q] : 0;
+            f.row_start[mt][h] = fa_record_start(ds, row0 + 16 * mt + fa_c_row(2 * h), T);
         }
     }
 }
 
 // K and V rows [k0, k0 + 64) into the stage at sK (V at sK + TILE).
 template <int HS>
-__device__ __forceinline__ void fa_fwd_load_kv(bf16* sK, const FaHead& hd, int k0, int T, int vec) {
+__device__ __forceinline__ void fa_fwd_load_kv(bf16* sK, const FaHead& hd, int k0, int T, int vec, const FaCopy& cp) {
     typedef FaCfg<HS> Cf;
     const bf16* k = hd.base + hd.C + (size_t)k0 * hd.stride;
-    fa_load_tile<FA_BN, HS, Cf::LD>(sK, k, hd.stride, T - k0, vec);
-    fa_load_tile<FA_BN, HS, Cf::LD>(sK + Cf::TILE, k + hd.C, hd.stride, T - k0, vec);
+    fa_load_tile<FA_BN, HS, Cf::LD>(sK, k, hd.stride, T - k0, vec, cp);
+    fa_load_tile<FA_BN, HS, Cf::LD>(sK + Cf::TILE, k + hd.C, hd.stride, T - k0, vec, cp);
     ptx_cp_async_commit();
 }
 
-// Block = BM query rows of one head (blockIdx.x = b NH + h; blockIdx.y counts from the last,
-// longest, tile), 4 warps of 16 MT rows. Key tiles kt0..kt1: from the one holding the tile's
-// first record start (0 without doc_start) to the diagonal; tile kt + 1 is copied into the
-// other stage while tile kt is multiplied.
+// Block = BM query rows of head bh0 + blockIdx.y (blockIdx.x counts the query tiles from the
+// last, longest; a head's tiles are issued together, so its K and V are read from L2 by all of
+// them), 4 warps of 16 MT rows. Key tiles kt0..kt1: from the one holding the tile's first record
+// start (0 without doc_start) to the diagonal; tile kt + 1 is copied into the other stage while
+// tile kt is multiplied.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_forward_kernel(floatX* out, float* lse, const floatX* qkv,
-                                                                                  const int* doc_start, int T, int NH, int vec) {
+                                                                                  const int* doc_start, int T, int NH,
+                                                                                  int bh0, int vec) {
     typedef FaCfg<HS> Cf;
     bf16* sQ = reinterpret_cast<bf16*>(fa_smem());
     bf16* sKV = sQ + Cf::BM * Cf::LD;   // stage s: K at 2 s TILE, V at (2 s + 1) TILE
-    const FaHead hd = fa_head<HS>(qkv, T, NH, 0);
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * Cf::BM, warp = threadIdx.x / 32;
+    const FaHead hd = fa_head<HS>(qkv, T, NH, bh0 + blockIdx.y);
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * Cf::BM, warp = threadIdx.x / 32;
     const int row0 = q0 + 16 * Cf::MT * warp, row_last = min(row0 + 16 * Cf::MT, T) - 1;
     const int* ds = doc_start ? doc_start + (size_t)hd.b * T : NULL;
     const int kt0 = ds ? ds[q0] / FA_BN : 0, kt1 = (min(q0 + Cf::BM, T) - 1) / FA_BN;
     // this warp's rows see keys from its first row's record start (starts never decrease) on
     const int warp_start = row0 < T && ds ? ds[row0] : 0, warp_start_last = row0 < T && ds ? ds[row_last] : 0;
+    const FaLaneOff lo = fa_lane_off<Cf::LD>();
+    const FaCopy cp = fa_copy_plan<HS, Cf::LD>();
 
-    fa_load_tile<Cf::BM, HS, Cf::LD>(sQ, hd.base + (size_t)q0 * hd.stride, hd.stride, T - q0, vec);
-    fa_fwd_load_kv<HS>(sKV, hd, kt0 * FA_BN, T, vec);
+    fa_load_tile<Cf::BM, HS, Cf::LD>(sQ, hd.base + (size_t)q0 * hd.stride, hd.stride, T - q0, vec, cp);
+    fa_fwd_load_kv<HS>(sKV, hd, kt0 * FA_BN, T, vec, cp);
     ptx_cp_async_wait<0>();
     __syncthreads();
     FaFwd<HS> f;
-    fa_fwd_init<HS>(f, sQ, ds, row0, T);
+    fa_fwd_init<HS>(f, lo, sQ, ds, row0, T);
     for (int kt = kt0; kt <= kt1; kt++) {
-        const bf16* sK = sKV + 2 * ((kt - kt0) & 1) * Cf::TILE;
+        const ptx_saddr sK = fa_sa(sKV + 2 * ((kt - kt0) & 1) * Cf::TILE);
         if (kt > kt0) {
             ptx_cp_async_wait<0>();
             __syncthreads();   // tile kt in for every thread, kt - 1 done by every warp (MUTATION-TARGET fwd-syncthreads)
         }
-        if (kt < kt1) fa_fwd_load_kv<HS>(sKV + 2 * ((kt + 1 - kt0) & 1) * Cf::TILE, hd, (kt + 1) * FA_BN, T, vec);
+        if (kt < kt1) fa_fwd_load_kv<HS>(sKV + 2 * ((kt + 1 - kt0) & 1) * Cf::TILE, hd, (kt + 1) * FA_BN, T, vec, cp);
         const int k0 = kt * FA_BN;
         // warp-uniform: padding rows only, a tile above the diagonal, or one wholly before the records
         if (row0 >= T || k0 > row_last || k0 + FA_BN <= warp_start) continue;
-        fa_fwd_tile<HS>(f, sK, sK + Cf::TILE, row0, k0, k0 + FA_BN - 1 > row0 || k0 < warp_start_last, hd.sl2);
+        fa_fwd_tile<HS>(f, lo, sK, sK + 2 * Cf::TILE, row0, k0, k0 + FA_BN - 1 > row0 || k0 < warp_start_last, hd.sl2);
     }
     if (row0 < T) fa_fwd_finish<HS>(f, hd, out, lse, row0, T, vec);
 }
@@ -402,28 +562,37 @@ __global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_forward_kernel(
 // backward
 
 // Per row t of head bh (row = bh Tpad + t): Dp = dout . out, L2p = lse log2(e); rows in [T, Tpad)
-// get 0 (the kernels cp.async whole 64-row tiles of both). One warp per row.
+// get 0 (the kernels cp.async whole 64-row tiles of both). Half a warp per row, each lane one
+// 16-byte chunk of dout and out (HS / 8 <= 16 chunks; element loads when vec is 0): one pass over
+// both at full width (a lane per element pair read them 2 bytes at a time). Rows come in
+// multiples of 64, so every warp is whole.
 __global__ void flash_attention_backward_preprocess_kernel(float* Dp, float* L2p, const floatX* dout, const floatX* out,
-                                                           const float* lse, int BNH, int T, int Tpad, int NH, int HS) {
-    int lane = threadIdx.x % 32;
-    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+                                                           const float* lse, int BNH, int T, int Tpad, int NH, int HS,
+                                                           int vec) {
+    const int sub = threadIdx.x % 16;
+    const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 16;
     if (row >= (size_t)BNH * Tpad) return;   // whole warps
-    int t = (int)(row % Tpad), bh = (int)(row / Tpad), b = bh / NH, h = bh % NH;
+    const int t = (int)(row % Tpad), bh = (int)(row / Tpad), b = bh / NH, h = bh % NH;
     float s = 0.0f;
-    if (t < T) {
-        size_t off = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
-        for (int d = lane; d < HS; d += 32) s += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
+    if (t < T && sub < HS / 8) {
+        const size_t off = ((size_t)b * T + t) * NH * HS + (size_t)h * HS + 8 * sub;
+        if (vec) {
+            const x128 d = load128(dout + off), o = load128(out + off);
+            for (int k = 0; k < 8; k++) s += __bfloat162float(d[k]) * __bfloat162float(o[k]);
+        } else {
+            for (int k = 0; k < 8; k++) s += __bfloat162float(dout[off + k]) * __bfloat162float(out[off + k]);
+        }
     }
-    s = warp_reduce_sum(s);
-    if (lane == 0) {
+FA_UNROLL
+    for (int w = 8; w > 0; w /= 2) s += __shfl_xor_sync(FULL_MASK, s, w);
+    if (sub == 0) {
         Dp[row] = s;
         L2p[row] = t < T ? lse[(size_t)bh * T + t] * FA_LOG2E : 0.0f;
     }
 }
 
-// What the backward kernels share: the tensors, the preprocessed rows, the dQ path's buffer
-// (deterministic: the dS^T tiles of heads bh0..; atomic: the fp32 dQ accumulator), the head
-// offset of this launch, and the 128-bit / accumulate flags.
+// What the backward kernels share: the tensors, the preprocessed rows, the dS^T tiles of heads
+// bh0.., the head offset of this launch, and the 128-bit / accumulate flags.
 struct FaBwdArgs {
     floatX* dqkv;
     const floatX* dout;
@@ -432,287 +601,325 @@ struct FaBwdArgs {
     const float* L2p;
     const int* doc_start;
     bf16* dS;
-    float* dq_acc;
     int T, Tpad, NH, bh0, acc, vec;
 };
 
-// The dS^T tile of (query tile qt, key tile kt <= qt) of head bh: tiles on or below the diagonal,
-// row by row of query tiles, 64 x 64 bf16 each (row = key, column = query).
-__device__ __forceinline__ bf16* fa_ds_tile(const FaBwdArgs& a, int bh, int qt, int kt) {
-    int nt = a.Tpad / FA_BN;
-    size_t pairs = (size_t)nt * (nt + 1) / 2;
-    return a.dS + ((size_t)(bh - a.bh0) * pairs + (size_t)qt * (qt + 1) / 2 + kt) * (FA_BN * FA_BN);
+// The dS^T tile of (query tile qt, key tile kt <= qt; 64 x 64 each) of this block's head: tiles on or below
+// the diagonal, row by row of query tiles, 64 x 64 bf16 each (row = key, column = query).
+// The launch's heads are grid rows, so the head's place in the buffer is blockIdx.y; the offset is
+// 32-bit (the launch's tiles are under 2^32 elements: fa_backward checks), which keeps the
+// dK/dV kernel within its registers.
+__device__ __forceinline__ bf16* fa_ds_tile(const FaBwdArgs& a, int qt, int kt) {
+    const unsigned nt = a.Tpad / FA_BN, pairs = nt * (nt + 1) / 2;
+    return a.dS + (blockIdx.y * pairs + (unsigned)(qt * (qt + 1) / 2 + kt)) * (unsigned)(FA_BN * FA_BN);
 }
 
-// A warp's 16-row accumulator (rows r0 + g, r0 + g + 8; HS columns) times scale, (+)= into the
-// rows of dst (row r at dst + r stride) below T.
-template <int HS>
-__device__ __forceinline__ void fa_store_rows(bf16* dst, size_t stride, const float (&acc)[HS / 8][4], int r0, int T,
-                                              float scale, int accum, int vec) {
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-FA_UNROLL
-    for (int h = 0; h < 2; h++) {
-        int r = r0 + g + 8 * h;
-        if (r >= T) continue;
-        bf16* d = dst + (size_t)r * stride + 2 * t;
-FA_UNROLL
-        for (int n = 0; n < HS / 8; n++) fa_store2(d + 8 * n, acc[n][2 * h] * scale, acc[n][2 * h + 1] * scale, accum, vec);
-    }
-}
-
-// The dK/dV kernel's shared memory: K, V of the block's keys, then per stage the query tile's
-// Q, dO, lse2, D, then (atomic variant) the block's dS^T tile. (Pointers of one stage, computed
-// per stage: an array indexed by the stage would live in local memory.)
+// The dK/dV kernel's shared memory: K, V of the block's BK keys, per stage the query tile's Q,
+// dO, lse2, D, and this warp's dS^T staging tile. (Pointers of one stage, computed per stage: an
+// array indexed by the stage would live in local memory.)
 template <int HS> struct FaDkvSmem {
-    bf16 *k, *v, *q, *dout, *ds;
+    bf16 *k, *v, *q, *dout, *stage;
     float *l2, *d;
 };
 template <int HS>
-__device__ __forceinline__ FaDkvSmem<HS> fa_dkv_smem(int stage) {
+__device__ __forceinline__ FaDkvSmem<HS> fa_dkv_smem(int st) {
     typedef FaCfg<HS> Cf;
     FaDkvSmem<HS> m;
     unsigned char* p = fa_smem();
     m.k = reinterpret_cast<bf16*>(p);
-    m.v = m.k + Cf::TILE;
-    m.q = reinterpret_cast<bf16*>(p + (size_t)2 * Cf::TILE * 2 + stage * Cf::DKV_STAGE);
+    m.v = m.k + Cf::BK * Cf::LD;
+    m.q = reinterpret_cast<bf16*>(p + (size_t)2 * Cf::BK * Cf::LD * 2 + st * Cf::DKV_STAGE);
     m.dout = m.q + Cf::TILE;
     m.l2 = reinterpret_cast<float*>(m.dout + Cf::TILE);
     m.d = m.l2 + FA_BN;
-    m.ds = reinterpret_cast<bf16*>(p + Cf::DKV_SMEM);
+    m.stage = reinterpret_cast<bf16*>(p + (size_t)2 * Cf::BK * Cf::LD * 2 + 2 * Cf::DKV_STAGE) +
+              (threadIdx.x / 32) * Cf::DS_STAGE;
     return m;
 }
 
 // Query tile qt's Q, dO rows and lse2, D into the stage of m (one commit group).
 template <int HS>
-__device__ __forceinline__ void fa_dkv_load_q(const FaDkvSmem<HS>& m, const FaBwdArgs& a, const FaHead& hd, int qt) {
+__device__ __forceinline__ void fa_dkv_load_q(const FaDkvSmem<HS>& m, const FaBwdArgs& a, const FaHead& hd, int qt,
+                                              const FaCopy& cp) {
     typedef FaCfg<HS> Cf;
     int q0 = qt * FA_BN;
     const bf16* dbase = a.dout + ((size_t)hd.b * a.T + q0) * hd.C + (size_t)hd.h * HS;
-    fa_load_tile<FA_BN, HS, Cf::LD>(m.q, hd.base + (size_t)q0 * hd.stride, hd.stride, a.T - q0, a.vec);
-    fa_load_tile<FA_BN, HS, Cf::LD>(m.dout, dbase, (size_t)hd.C, a.T - q0, a.vec);
-    fa_load_floats(m.l2, a.L2p + (size_t)hd.bh * a.Tpad + q0, FA_BN);
-    fa_load_floats(m.d, a.Dp + (size_t)hd.bh * a.Tpad + q0, FA_BN);
+    fa_load_tile<FA_BN, HS, Cf::LD>(m.q, hd.base + (size_t)q0 * hd.stride, hd.stride, a.T - q0, a.vec, cp);
+    fa_load_tile<FA_BN, HS, Cf::LD>(m.dout, dbase, (size_t)hd.C, a.T - q0, a.vec, cp);
+    fa_load_floats<FA_BN>(m.l2, a.L2p + (size_t)hd.bh * a.Tpad + q0);
+    fa_load_floats<FA_BN>(m.d, a.Dp + (size_t)hd.bh * a.Tpad + q0);
     ptx_cp_async_commit();
 }
 
-// acc (16 x 8 QN tiles) = this warp's 16 rows of the row-major tile A (HS columns) times the QN
-// x 8 rows from row n0 of the n-major tile Bt, transposed: S^T = K Q^T and dP^T = V dO^T.
+// acc[mk] (16 x 8 QN tiles) = this warp's key tile mk (rows 16 (MK warp + mk)) of the row-major
+// tile A (K or V) times the QN x 8 queries from row qs of the n-major tile Bt (Q or dO),
+// transposed: S^T = K Q^T, dP^T = V dO^T. Each B fragment (two n8 query tiles) serves the MK key
+// tiles.
 template <int HS, int QN>
-__device__ __forceinline__ void fa_mma_nmajor(float (&acc)[QN][4], const bf16* A, const bf16* Bt, int n0) {
+__device__ __forceinline__ void fa_mma_keys_queries(float (&acc)[FaCfg<HS>::MK][QN][4], const FaLaneOff& lo,
+                                                    ptx_saddr A, ptx_saddr Bt, int qs) {
     typedef FaCfg<HS> Cf;
-    const int warp = threadIdx.x / 32;
+    const ptx_saddr a0 = A + lo.x + fa_row<Cf::LD>(16 * Cf::MK * (threadIdx.x / 32)), b0 = Bt + lo.y + fa_row<Cf::LD>(qs);
 FA_UNROLL
-    for (int n = 0; n < QN; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    for (int mk = 0; mk < Cf::MK; mk++)
+FA_UNROLL
+        for (int n = 0; n < QN; n++) fa_zero(acc[mk][n]);
 FA_UNROLL
     for (int k = 0; k < Cf::KT; k++) {
-        uint32_t a[4];
-        ptx_ldmatrix_x4(a, fa_ldsm_x<Cf::LD>(A, 16 * warp, 2 * k));
+        uint32_t b[QN / 2][4];
 FA_UNROLL
-        for (int np = 0; np < QN / 2; np++) {
-            uint32_t b[4];
-            ptx_ldmatrix_x4(b, fa_ldsm_y<Cf::LD>(Bt, n0 + 16 * np, 2 * k));
-            ptx_mma_bf16_16816(acc[2 * np], a, b);
-            ptx_mma_bf16_16816(acc[2 * np + 1], a, b + 2);
+        for (int np = 0; np < QN / 2; np++) fa_ldsm_b_nmajor(b[np], fa_cols<Cf::LD>(b0, k) + fa_row<Cf::LD>(16 * np));
+FA_UNROLL
+        for (int mk = 0; mk < Cf::MK; mk++) {
+            uint32_t a[4];
+            fa_ldsm_a(a, fa_cols<Cf::LD>(a0, k) + fa_row<Cf::LD>(16 * mk));
+FA_UNROLL
+            for (int np = 0; np < QN / 2; np++) {
+                ptx_mma_bf16_16816(acc[mk][2 * np], a, b[np]);
+                ptx_mma_bf16_16816(acc[mk][2 * np + 1], a, b[np] + 2);
+            }
         }
     }
 }
 
-// P^T and dS^T of this warp's 16 keys (rows) and queries qs.. of the stage (columns), in place:
-// s (scores) becomes P^T = exp2(S^T sl2 - lse2), dp becomes dS^T = P^T (dP^T - D). MASK: pairs
-// a query must not see (key after it, query past T, key before its record start) get P = 0.
-template <int QN, bool MASK>
-__device__ __forceinline__ void fa_dkv_probs(float (&s)[QN][4], float (&dp)[QN][4], const float* sl2v, const float* sd,
+// P^T = exp2(S^T sl2 - lse2) of this warp's keys kw.. (rows) and queries qs.. of the stage
+// (columns), as the bf16 A fragments pa[mk][kk] of dV += P^T dO (k16 step kk over the queries).
+// MASK: pairs the query does not see (fa_sees; queries past T) get P = 0.
+template <int MK, int QN, bool MASK>
+__device__ __forceinline__ void fa_dkv_probs(uint32_t (&pa)[MK][QN / 2][4], float (&s)[MK][QN][4], const float* sl2v,
                                              int qs, int q0, int kw, const int* ds, int T, float sl2) {
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
 FA_UNROLL
-    for (int n = 0; n < QN; n++)
+    for (int mk = 0; mk < MK; mk++) {
 FA_UNROLL
-        for (int e = 0; e < 4; e++) {
-            int c = qs + 8 * n + 2 * t + (e & 1);
-            float p = ptx_ex2_approx_ftz(fmaf(s[n][e], sl2, -sl2v[c]));
-            if (MASK) {
-                int q = q0 + c, key = kw + g + 8 * (e >> 1);
-                if (!(key <= q && q < T && (!ds || key >= ds[q]))) p = 0.0f;
+        for (int n = 0; n < QN; n++)
+FA_UNROLL
+            for (int e = 0; e < 4; e++) {
+                const int c = qs + 8 * n + fa_c_col(e), q = q0 + c;
+                float p = ptx_ex2_approx_ftz(fmaf(s[mk][n][e], sl2, -sl2v[c]));
+                if (MASK && !(q < T && fa_sees(q, kw + 16 * mk + fa_c_row(e), fa_record_start(ds, q, T)))) p = 0.0f;
+                s[mk][n][e] = p;
             }
-            s[n][e] = p;
-            dp[n][e] = p * (dp[n][e] - sd[c]);
-        }
-}
-
-// One sub-step: queries [qs, qs + QH) of the stage against this warp's 16 keys kw... dV += P^T dO,
-// dK += dS^T Q, and dS^T (bf16) to the atomic variant's shared tile or to the scratch tile dst.
-template <int HS, bool ATOMIC>
-__device__ __forceinline__ void fa_dkv_step(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4], const FaDkvSmem<HS>& m, int qs, int q0, int kw, bool mask, const FaBwdArgs& a, const int* ds, float sl2,
-                                            bf16* dst) {
-    typedef FaCfg<HS> Cf;
-    constexpr int QN = Cf::QH / 8;
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4, warp = threadIdx.x / 32;
-    float s[QN][4], dp[QN][4];
-    fa_mma_nmajor<HS, QN>(s, m.k, m.q, qs);      // S^T
-    fa_mma_nmajor<HS, QN>(dp, m.v, m.dout, qs);  // dP^T
-    if (mask) fa_dkv_probs<QN, true>(s, dp, m.l2, m.d, qs, q0, kw, ds, a.T, sl2);
-    else fa_dkv_probs<QN, false>(s, dp, m.l2, m.d, qs, q0, kw, ds, a.T, sl2);
 FA_UNROLL
-    for (int kk = 0; kk < QN / 2; kk++) {
-        uint32_t pa[4], da[4];
-        fa_pack_a(pa, s[2 * kk], s[2 * kk + 1]);
-        fa_pack_a(da, dp[2 * kk], dp[2 * kk + 1]);
-        fa_mma_kmajor<Cf::LD, Cf::NT / 2>(dv, pa, m.dout, qs + 16 * kk, 0);
-        fa_mma_kmajor<Cf::LD, Cf::NT / 2>(dk, da, m.q, qs + 16 * kk, 0);
-        // da: (key g, queries c, c + 1), (key g + 8, c ...), then the same at c + 8
-        int r = 16 * warp + g, c = qs + 16 * kk + 2 * t;
-        if (ATOMIC) {
-            bf16* sds = m.ds;
-            *reinterpret_cast<uint32_t*>(sds + fa_swz<FA_BN>(r, c / 8) + c % 8) = da[0];
-            *reinterpret_cast<uint32_t*>(sds + fa_swz<FA_BN>(r + 8, c / 8) + c % 8) = da[1];
-            *reinterpret_cast<uint32_t*>(sds + fa_swz<FA_BN>(r, c / 8 + 1) + c % 8) = da[2];
-            *reinterpret_cast<uint32_t*>(sds + fa_swz<FA_BN>(r + 8, c / 8 + 1) + c % 8) = da[3];
-        } else {
-            *reinterpret_cast<uint32_t*>(dst + r * FA_BN + c) = da[0];
-            *reinterpret_cast<uint32_t*>(dst + (r + 8) * FA_BN + c) = da[1];
-            *reinterpret_cast<uint32_t*>(dst + r * FA_BN + c + 8) = da[2];
-            *reinterpret_cast<uint32_t*>(dst + (r + 8) * FA_BN + c + 8) = da[3];
-        }
+        for (int kk = 0; kk < QN / 2; kk++) fa_pack_a(pa[mk][kk], s[mk][2 * kk], s[mk][2 * kk + 1]);
     }
 }
 
-// Atomic variant: dQ of this warp's 16 queries of tile q0 from the block's 64 keys, dQ = dS K
-// (dS read from the shared dS^T tile with ldmatrix .trans), 64 columns at a time, added with
-// fp32 atomics to dq_acc (B, T, NH, HS). DN: a multiple of 16 that divides HS, at most 64.
+// Element e of n8 tile n of a fragment packed by fa_pack_a (tiles 2kk, 2kk + 1 into a[kk]), back
+// in fp32 (exact: a bf16 is the top half of its fp32).
+__device__ __forceinline__ float fa_packed(const uint32_t (&a)[4], int n, int e) {
+    const uint32_t r = a[2 * (n & 1) + fa_c_half(e)];
+    return __uint_as_float((e & 1) ? r & 0xffff0000u : r << 16);
+}
+
+// dS^T = P^T (dP^T - D) in place of dp, with the bf16 P^T of pa (the P that dV += P^T dO uses:
+// holding it packed instead of in fp32 across the dP^T product saves 8 MK QN / 2 registers).
+template <int MK, int QN>
+__device__ __forceinline__ void fa_dkv_dsoft(float (&dp)[MK][QN][4], const uint32_t (&pa)[MK][QN / 2][4], const float* sd,
+                                             int qs) {
+FA_UNROLL
+    for (int mk = 0; mk < MK; mk++)
+FA_UNROLL
+        for (int n = 0; n < QN; n++)
+FA_UNROLL
+            for (int e = 0; e < 4; e++) dp[mk][n][e] = fa_packed(pa[mk][n / 2], n, e) * (dp[mk][n][e] - sd[qs + 8 * n + fa_c_col(e)]);
+}
+
+// This warp's dS^T A fragments (key tile mk, k16 step kk of the sub-step) into its staging tile
+// (16 MK rows x QH queries, fa_swz_narrow; stg: the tile + this lane's offset fa_dkv_stage_off):
+// 4-byte stores, one wavefront each (the 8 rows g of a store fall in 8 different 4-bank sets,
+// the 4 lanes t of a row in one). Rows 8 and 16 apart share the swizzle, chunks differ by an XOR.
 template <int HS>
-__device__ __forceinline__ void fa_dkv_dq_atomic(const FaDkvSmem<HS>& m, const FaBwdArgs& a, const FaHead& hd, int q0) {
-    typedef FaCfg<HS> Cf;
-    constexpr int DN = HS <= 64 ? HS : HS % 64 == 0 ? 64 : HS % 32 == 0 ? 32 : 16;
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4, warp = threadIdx.x / 32;
+__device__ __forceinline__ void fa_dkv_stage(ptx_saddr stg, const uint32_t da[4], int mk, int kk) {
+    constexpr int QH = FaCfg<HS>::QH;
+    const ptx_saddr c0 = (stg ^ ((ptx_saddr)(2 * kk) << 4)) + 32 * mk * QH;       // chunk 2 kk (columns 16 kk + 2t)
+    const ptx_saddr c1 = (stg ^ ((ptx_saddr)(2 * kk + 1) << 4)) + 32 * mk * QH;   // chunk 2 kk + 1 (+ 8)
+    ptx_st_shared_b32(c0, da[0]);             // (g, 2t), (g, 2t + 1)
+    ptx_st_shared_b32(c0 + 16 * QH, da[1]);   // rows g + 8
+    ptx_st_shared_b32(c1, da[2]);             // columns + 8
+    ptx_st_shared_b32(c1 + 16 * QH, da[3]);
+}
+// This lane's byte offset in the staging tile: row g, chunk 0, word t.
+template <int HS>
+__device__ __forceinline__ int fa_dkv_stage_off() {
+    return 2 * (fa_swz_narrow<FaCfg<HS>::QH>(fa_lane_g(), 0) + 2 * fa_lane_t());
+}
+
+// The warp's staged dS^T (16 MK rows x QH queries) to its rows of the dS^T tile at dst (row
+// stride 64): 16-byte loads (one wavefront per quarter-warp: its 8 lanes read 8 chunks of one
+// 128-byte line, each line's chunks permuted) and 16-byte stores, whole 32-byte sectors. Lane l
+// takes chunk l % CPR of rows l / CPR + RS j: the same swizzle for every j.
+template <int HS>
+__device__ __forceinline__ void fa_dkv_write_ds(bf16* dst, ptx_saddr stg) {
+    constexpr int QH = FaCfg<HS>::QH, CPR = QH / 8, RS = 32 / CPR, N = 16 * FaCfg<HS>::MK / RS;
+    const int lane = threadIdx.x % 32, r = lane / CPR, c = lane % CPR;
+    const ptx_saddr src = stg + 2 * fa_swz_narrow<QH>(r, c);
+    bf16* d = dst + r * FA_BN + 8 * c;
 FA_UNROLL
-    for (int c0 = 0; c0 < HS; c0 += DN) {
-        float acc[DN / 8][4];
-FA_UNROLL
-        for (int n = 0; n < DN / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-FA_UNROLL
-        for (int kk = 0; kk < FA_BN / 16; kk++) {
-            uint32_t da[4];
-            ptx_ldmatrix_x4_trans(da, fa_ldsm_y<FA_BN>(m.ds, 16 * kk, 2 * warp));
-            fa_mma_kmajor<Cf::LD, DN / 16>(acc, da, m.k, 16 * kk, c0 / 8);
-        }
-FA_UNROLL
-        for (int h = 0; h < 2; h++) {
-            int q = q0 + 16 * warp + g + 8 * h;
-            if (q >= a.T) continue;
-            float* dst = a.dq_acc + (((size_t)hd.b * a.T + q) * a.NH + hd.h) * HS + c0 + 2 * t;
-FA_UNROLL
-            for (int n = 0; n < DN / 8; n++) {
-                atomicAdd(dst + 8 * n, acc[n][2 * h]);
-                atomicAdd(dst + 8 * n + 1, acc[n][2 * h + 1]);
-            }
-        }
+    for (int j = 0; j < N; j++) {
+        uint32_t v[4];
+        ptx_ld_shared_v4(v, src + 2 * j * RS * QH);
+        __stcg(reinterpret_cast<int4*>(d + j * RS * FA_BN), make_int4((int)v[0], (int)v[1], (int)v[2], (int)v[3]));
     }
 }
 
-// dK, dV of one key tile (blockIdx.y; 16 keys a warp) of head bh0 + blockIdx.x, over the query
-// tiles from the diagonal on that its keys are visible to, the next one copied into the other
-// stage under the current one's math. ATOMIC: dQ by fp32 atomics; else dS^T tiles to a.dS.
-template <int HS, bool ATOMIC>
+// One sub-step: queries [qs, qs + QH) of the stage against this warp's keys kw.. (MK m16 tiles):
+// dV += P^T dO, dK += dS^T Q (each B fragment serving the MK key tiles), dS^T (bf16) staged in
+// shared memory and written to the scratch tile at dst (row 0, column 0 of the warp's rows).
+template <int HS>
+__device__ __forceinline__ void fa_dkv_step(float (&dk)[FaCfg<HS>::MK][HS / 8][4], float (&dv)[FaCfg<HS>::MK][HS / 8][4],
+                                            const FaDkvSmem<HS>& m, const FaLaneOff& lo, int qs, int q0, int kw,
+                                            bool mask, const FaBwdArgs& a, const int* ds, float sl2, bf16* dst) {
+    typedef FaCfg<HS> Cf;
+    constexpr int QN = Cf::QH / 8, MK = Cf::MK;
+    const ptx_saddr stg = fa_sa(m.stage) + fa_dkv_stage_off<HS>();
+    const ptx_saddr dout_b = fa_sa(m.dout) + lo.x + fa_row<Cf::LD>(qs), q_b = fa_sa(m.q) + lo.x + fa_row<Cf::LD>(qs);
+    float s[MK][QN][4], dp[MK][QN][4];
+    uint32_t pa[MK][QN / 2][4];
+    fa_mma_keys_queries<HS, QN>(s, lo, fa_sa(m.k), fa_sa(m.q), qs);      // S^T
+    if (mask) fa_dkv_probs<MK, QN, true>(pa, s, m.l2, qs, q0, kw, ds, a.T, sl2);
+    else fa_dkv_probs<MK, QN, false>(pa, s, m.l2, qs, q0, kw, ds, a.T, sl2);
+    fa_mma_keys_queries<HS, QN>(dp, lo, fa_sa(m.v), fa_sa(m.dout), qs);  // dP^T
+    fa_dkv_dsoft<MK, QN>(dp, pa, m.d, qs);
+    uint32_t da[MK][QN / 2][4];   // dS^T as A fragments (and into the staging tile)
+FA_UNROLL
+    for (int mk = 0; mk < MK; mk++)
+FA_UNROLL
+        for (int kk = 0; kk < QN / 2; kk++) {
+            fa_pack_a(da[mk][kk], dp[mk][2 * kk], dp[mk][2 * kk + 1]);
+            fa_dkv_stage<HS>(stg, da[mk][kk], mk, kk);
+        }
+FA_UNROLL
+    for (int kk = 0; kk < QN / 2; kk++)
+FA_UNROLL
+        for (int np = 0; np < Cf::NT / 2; np++) {
+            uint32_t b[4];
+            fa_ldsm_b_kmajor(b, fa_cols<Cf::LD>(dout_b, np) + fa_row<Cf::LD>(16 * kk));
+FA_UNROLL
+            for (int mk = 0; mk < MK; mk++) {
+                ptx_mma_bf16_16816(dv[mk][2 * np], pa[mk][kk], b);
+                ptx_mma_bf16_16816(dv[mk][2 * np + 1], pa[mk][kk], b + 2);
+            }
+            fa_ldsm_b_kmajor(b, fa_cols<Cf::LD>(q_b, np) + fa_row<Cf::LD>(16 * kk));
+FA_UNROLL
+            for (int mk = 0; mk < MK; mk++) {
+                ptx_mma_bf16_16816(dk[mk][2 * np], da[mk][kk], b);
+                ptx_mma_bf16_16816(dk[mk][2 * np + 1], da[mk][kk], b + 2);
+            }
+        }
+    __syncwarp();   // the warp's dS^T in its staging tile (MUTATION-TARGET dkv-ds-syncwarp)
+    fa_dkv_write_ds<HS>(dst + qs, fa_sa(m.stage));
+    __syncwarp();   // read by every lane before the next sub-step overwrites it
+}
+
+// dK, dV of the block's BK keys (blockIdx.x; 16 MK a warp) of head bh0 + blockIdx.y, over the
+// query tiles from the diagonal on that its keys are visible to, the next one copied into the
+// other stage under the current one's math; dS^T tiles to a.dS for the dQ kernel.
+template <int HS>
 __global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_backward_dkv_kernel(FaBwdArgs a) {
     typedef FaCfg<HS> Cf;
-    const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0);
-    const int kt = blockIdx.y, k0 = kt * FA_BN, kw = k0 + 16 * (threadIdx.x / 32), nqt = a.Tpad / FA_BN;
+    const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0 + blockIdx.y);
+    const int k0 = blockIdx.x * Cf::BK, kw = k0 + 16 * Cf::MK * (threadIdx.x / 32), nqt = a.Tpad / FA_BN;
+    const int qt0 = k0 / FA_BN;
     const int* ds = a.doc_start ? a.doc_start + (size_t)hd.b * a.T : NULL;
-    float dk[Cf::NT][4], dv[Cf::NT][4];
+    float dk[Cf::MK][Cf::NT][4], dv[Cf::MK][Cf::NT][4];
 FA_UNROLL
-    for (int n = 0; n < Cf::NT; n++)
+    for (int mk = 0; mk < Cf::MK; mk++)
 FA_UNROLL
-        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+        for (int n = 0; n < Cf::NT; n++) { fa_zero(dk[mk][n]); fa_zero(dv[mk][n]); }
+    const FaLaneOff lo = fa_lane_off<Cf::LD>();
+    const FaCopy cp = fa_copy_plan<HS, Cf::LD>();
     const FaDkvSmem<HS> m0 = fa_dkv_smem<HS>(0);
-    fa_load_tile<FA_BN, HS, Cf::LD>(m0.k, hd.base + hd.C + (size_t)k0 * hd.stride, hd.stride, a.T - k0, a.vec);
-    fa_load_tile<FA_BN, HS, Cf::LD>(m0.v, hd.base + 2 * hd.C + (size_t)k0 * hd.stride, hd.stride, a.T - k0, a.vec);
-    fa_dkv_load_q<HS>(m0, a, hd, kt);   // (the same commit group as K and V)
+    fa_load_tile<Cf::BK, HS, Cf::LD>(m0.k, hd.base + hd.C + (size_t)k0 * hd.stride, hd.stride, a.T - k0, a.vec, cp);
+    fa_load_tile<Cf::BK, HS, Cf::LD>(m0.v, hd.base + 2 * hd.C + (size_t)k0 * hd.stride, hd.stride, a.T - k0, a.vec, cp);
+    fa_dkv_load_q<HS>(m0, a, hd, qt0, cp);   // (the same commit group as K and V)
     ptx_cp_async_wait<0>();
     __syncthreads();
-    for (int qt = kt;; qt++) {
-        const int st = (qt - kt) & 1, q0 = qt * FA_BN;
-        const FaDkvSmem<HS> m = fa_dkv_smem<HS>(st);
-        if (qt > kt) {
+    for (int qt = qt0;; qt++) {
+        const int q0 = qt * FA_BN;
+        const FaDkvSmem<HS> m = fa_dkv_smem<HS>((qt - qt0) & 1);
+        if (qt > qt0) {
             ptx_cp_async_wait<0>();
             __syncthreads();   // tile qt in for every thread, qt - 1 done by every warp (MUTATION-TARGET dkv-syncthreads)
         }
         // a query tile whose first row's record starts after these keys sees none of them (starts never decrease)
-        const bool next = qt + 1 < nqt && (!ds || ds[(qt + 1) * FA_BN] < k0 + FA_BN);
-        if (next) fa_dkv_load_q<HS>(fa_dkv_smem<HS>(st ^ 1), a, hd, qt + 1);
-        bf16* dst = ATOMIC ? NULL : fa_ds_tile(a, hd.bh, qt, kt);
-#if defined(__CUDACC__)
-#pragma unroll 1
-#endif
-        for (int qs = 0; qs < FA_BN; qs += Cf::QH) {   // (not unrolled: the sub-steps would share registers)
-            // masked: the diagonal, queries past T, or a record start after some of these keys
-            const int qe = q0 + qs + Cf::QH;
-            const bool mask = q0 + qs < kw + 15 || qe > a.T || (ds && ds[min(qe, a.T) - 1] > kw);
-            fa_dkv_step<HS, ATOMIC>(dk, dv, m, qs, q0, kw, mask, a, ds, hd.sl2, dst);
-        }
-        if (ATOMIC) {
-            __syncthreads();   // every warp's dS^T rows are in (MUTATION-TARGET dkv-ds-syncthreads)
-            fa_dkv_dq_atomic<HS>(m, a, hd, q0);
+        const bool next = qt + 1 < nqt && (!ds || ds[(qt + 1) * FA_BN] < k0 + Cf::BK);
+        if (next) fa_dkv_load_q<HS>(fa_dkv_smem<HS>((qt + 1 - qt0) & 1), a, hd, qt + 1, cp);
+        if (kw < q0 + FA_BN) {   // warp-uniform: keys above the tile's diagonal have no dS tile here
+            bf16* dst = fa_ds_tile(a, qt, kw / FA_BN) + (kw % FA_BN) * FA_BN;
+FA_NO_UNROLL
+            for (int qs = 0; qs < FA_BN; qs += Cf::QH) {   // (not unrolled: the sub-steps would share registers)
+                // masked: the diagonal, queries past T, or a record start after some of these keys
+                const int qe = q0 + qs + Cf::QH;
+                const bool mask = q0 + qs < kw + 16 * Cf::MK - 1 || qe > a.T || (ds && ds[min(qe, a.T) - 1] > kw);
+                fa_dkv_step<HS>(dk, dv, m, lo, qs, q0, kw, mask, a, ds, hd.sl2, dst);
+            }
         }
         if (!next) break;
     }
-    bf16* krow = a.dqkv + (size_t)hd.b * a.T * hd.stride + hd.C + (size_t)hd.h * HS;
-    fa_store_rows<HS>(krow, hd.stride, dk, kw, a.T, 1.0f / sqrtf((float)HS), a.acc, a.vec);
-    fa_store_rows<HS>(krow + hd.C, hd.stride, dv, kw, a.T, 1.0f, a.acc, a.vec);
+    bf16* krow = a.dqkv + (hd.base - a.qkv) + hd.C;   // (dqkv has qkv's layout)
+FA_UNROLL
+    for (int mk = 0; mk < Cf::MK; mk++) {
+        fa_store_rows<HS>(krow, hd.stride, dk[mk], kw + 16 * mk, a.T, 1.0f / sqrtf((float)HS), a.acc, a.vec);
+        fa_store_rows<HS>(krow + hd.C, hd.stride, dv[mk], kw + 16 * mk, a.T, 1.0f, a.acc, a.vec);
+    }
 }
 
 // Key tile kt's dS^T tile (of query tile qt) and K rows into a dQ stage (one commit group).
 template <int HS>
-__device__ __forceinline__ void fa_dq_load(bf16* st, const FaBwdArgs& a, const FaHead& hd, int qt, int kt) {
+__device__ __forceinline__ void fa_dq_load(bf16* st, const FaBwdArgs& a, const FaHead& hd, int qt, int kt, const FaCopy& cs,
+                                           const FaCopy& ck) {
     typedef FaCfg<HS> Cf;
     const int k0 = kt * FA_BN;
-    fa_load_tile<FA_BN, FA_BN, FA_BN>(st, fa_ds_tile(a, hd.bh, qt, kt), FA_BN, FA_BN, 1);
-    fa_load_tile<FA_BN, HS, Cf::LD>(st + Cf::DS_TILE, hd.base + hd.C + (size_t)k0 * hd.stride, hd.stride, a.T - k0, a.vec);
+    fa_load_tile<FA_BN, FA_BN, FA_BN>(st, fa_ds_tile(a, qt, kt), FA_BN, FA_BN, 1, cs);
+    fa_load_tile<FA_BN, HS, Cf::LD>(st + Cf::DS_TILE, hd.base + hd.C + (size_t)k0 * hd.stride, hd.stride, a.T - k0, a.vec, ck);
     ptx_cp_async_commit();
 }
 
-// Deterministic dQ of one 64-query tile (blockIdx.y from the last, longest; 16 queries a warp):
-// dQ = sum over its key tiles, in order, of dS K, dS from the dK/dV kernel's tiles (ldmatrix
-// .trans of the stored dS^T), K via ldmatrix .trans; double-buffered like the forward.
+// Deterministic dQ of one 64-query tile (blockIdx.x from the last, longest; 16 queries a warp) of
+// head bh0 + blockIdx.y: dQ = sum over its key tiles, in order, of dS K, dS from the dK/dV
+// kernel's tiles (ldmatrix .trans of the stored dS^T), K via ldmatrix .trans; double-buffered
+// like the forward.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS, 3) flash_attention_backward_dq_kernel(FaBwdArgs a) {
     typedef FaCfg<HS> Cf;
     bf16* sm = reinterpret_cast<bf16*>(fa_smem());   // stage s at s (DS_TILE + TILE): dS^T, then K
-    const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0);
-    const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * FA_BN, warp = threadIdx.x / 32, row0 = q0 + 16 * warp;
-    const int kt0 = a.doc_start ? a.doc_start[(size_t)hd.b * a.T + q0] / FA_BN : 0;
+    const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0 + blockIdx.y);
+    const int qt = gridDim.x - 1 - blockIdx.x, q0 = qt * FA_BN, warp = threadIdx.x / 32, row0 = q0 + 16 * warp;
+    const int kt0 = a.doc_start ? a.doc_start[(size_t)hd.b * a.T + q0] / FA_BN : 0, l = threadIdx.x % 32;
     constexpr int STAGE = Cf::DS_TILE + Cf::TILE;
+    const FaLaneOff lo = fa_lane_off<Cf::LD>();
+    const FaCopy cs = fa_copy_plan<FA_BN, FA_BN>(), ck = fa_copy_plan<HS, Cf::LD>();
+    // this warp's 16 queries are columns 16 warp.. of the stored dS^T: pattern y of a 64-wide tile
+    const int ds_off = 2 * fa_swz<FA_BN>((l & 7) | ((l >> 4) << 3), 2 * warp + ((l >> 3) & 1));
     float acc[Cf::NT][4];
 FA_UNROLL
-    for (int n = 0; n < Cf::NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    fa_dq_load<HS>(sm, a, hd, qt, kt0);
+    for (int n = 0; n < Cf::NT; n++) fa_zero(acc[n]);
+    fa_dq_load<HS>(sm, a, hd, qt, kt0, cs, ck);
     ptx_cp_async_wait<0>();
     __syncthreads();
     for (int kt = kt0; kt <= qt; kt++) {
-        const bf16* sds = sm + ((kt - kt0) & 1) * STAGE;
+        const ptx_saddr sds = fa_sa(sm + ((kt - kt0) & 1) * STAGE);
         if (kt > kt0) {
             ptx_cp_async_wait<0>();
             __syncthreads();   // tile kt in for every thread, kt - 1 done by every warp (MUTATION-TARGET dq-syncthreads)
         }
-        if (kt < qt) fa_dq_load<HS>(sm + ((kt + 1 - kt0) & 1) * STAGE, a, hd, qt, kt + 1);
+        if (kt < qt) fa_dq_load<HS>(sm + ((kt + 1 - kt0) & 1) * STAGE, a, hd, qt, kt + 1, cs, ck);
         if (row0 >= a.T) continue;   // warp-uniform: padding rows only
 FA_UNROLL
         for (int kk = 0; kk < FA_BN / 16; kk++) {
             uint32_t da[4];
-            ptx_ldmatrix_x4_trans(da, fa_ldsm_y<FA_BN>(sds, 16 * kk, 2 * warp));
-            fa_mma_kmajor<Cf::LD, Cf::NT / 2>(acc, da, sds + Cf::DS_TILE, 16 * kk, 0);
+            fa_ldsm_a_trans(da, sds + ds_off + fa_row<FA_BN>(16 * kk));
+FA_UNROLL
+            for (int np = 0; np < Cf::NT / 2; np++) {
+                uint32_t b[4];
+                fa_ldsm_b_kmajor(b, fa_cols<Cf::LD>(sds + 2 * Cf::DS_TILE + lo.x, np) + fa_row<Cf::LD>(16 * kk));
+                ptx_mma_bf16_16816(acc[2 * np], da, b);
+                ptx_mma_bf16_16816(acc[2 * np + 1], da, b + 2);
+            }
         }
     }
     fa_store_rows<HS>(a.dqkv + (size_t)hd.b * a.T * hd.stride + (size_t)hd.h * HS, hd.stride, acc, row0, a.T,
                       1.0f / sqrtf((float)HS), a.acc, a.vec);
-}
-
-// Atomic variant: dqkv's q section (+)= scale dq_acc, (B, T, NH, HS) fp32.
-__global__ void flash_attention_dq_accumulate_kernel(floatX* dqkv, const float* dq_acc, int B, int T, int C, float scale,
-                                                     int acc) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)B * T * C) return;
-    bf16* p = dqkv + (i / C) * 3 * C + i % C;
-    *p = __float2bfloat16((acc ? __bfloat162float(*p) : 0.0f) + scale * dq_acc[i]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -720,12 +927,10 @@ __global__ void flash_attention_dq_accumulate_kernel(floatX* dqkv, const float* 
 
 int attention_flash_supported(int HS) { return HS % 16 == 0 && HS >= 16 && HS <= FA_MAX_HS; }
 
-static int g_deterministic = 1;
-extern "C" void attention_set_deterministic(int on) { g_deterministic = on != 0; }
-// ops_set_deterministic lives here, not in backend.cu: attention backward is the only op with a
-// non-deterministic variant (and a program that never runs attention need not link it)
-extern "C" void cuda_ops_set_deterministic(int on) { attention_set_deterministic(on); }
-extern "C" int attention_get_deterministic(void) { return g_deterministic; }
+// ops_set_deterministic lives here, not in backend.cu: attention backward was the only op with a
+// non-deterministic variant (dQ by fp32 atomics), which was slower than the deterministic one on
+// an H100 and is gone; every op of this backend is now deterministic, so the flag changes nothing.
+extern "C" void cuda_ops_set_deterministic(int on) { (void)on; }
 
 // Dynamic shared memory above the default 48 KB must be allowed per kernel, once.
 template <typename K>
@@ -735,10 +940,12 @@ static void fa_allow_smem(K kernel, size_t bytes, int* done) {
     *done = 1;
 }
 
-// The deterministic backward's dS^T tiles: one head needs nt (nt + 1) / 2 tiles of 8 KB (nt
-// 64-row tiles); heads go in chunks so that the buffer stays within FA_DS_MAX_BYTES (one head at
-// least). B 16, NH 12, T 1024: 136 tiles a head, 192 heads, 214 MB, one chunk.
+// The backward's dS^T tiles: one head needs nt (nt + 1) / 2 tiles of 8 KB (nt 64-row tiles);
+// heads go in chunks so that the buffer stays within FA_DS_MAX_BYTES (one head at least). B 16,
+// NH 12, T 1024: 136 tiles a head, 192 heads, 214 MB, one chunk. A launch takes at most
+// FA_MAX_GRID_Y heads (grid y).
 #define FA_DS_MAX_BYTES ((size_t)256 << 20)
+#define FA_MAX_GRID_Y 65535
 static size_t g_ds_max_bytes = FA_DS_MAX_BYTES;
 extern "C" void attention_set_ds_limit(size_t bytes) { g_ds_max_bytes = bytes ? bytes : FA_DS_MAX_BYTES; }
 static size_t fa_ds_head_bytes(int T) {
@@ -747,6 +954,7 @@ static size_t fa_ds_head_bytes(int T) {
 }
 static int fa_ds_chunk_heads(int BNH, int T) {
     size_t fit = g_ds_max_bytes / fa_ds_head_bytes(T);
+    fit = fit < FA_MAX_GRID_Y ? fit : FA_MAX_GRID_Y;
     return (int)(fit < 1 ? 1 : fit < (size_t)BNH ? fit : BNH);
 }
 size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
@@ -754,12 +962,11 @@ size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
     size_t rows = (size_t)B * NH * T;
     if (!attention_flash_supported(C / NH)) return rows * sizeof(float);   // attention_simple.cu's D
     size_t pre = (size_t)2 * B * NH * ceil_div(T, FA_BN) * FA_BN * sizeof(float);
-    if (!g_deterministic) return pre + (size_t)B * T * C * sizeof(float);
     return pre + (size_t)fa_ds_chunk_heads(B * NH, T) * fa_ds_head_bytes(T);
 }
 // ops.h's query and reservation: the forward keeps nothing between calls, the backward its
 // scratch (the same ops_scratch slot that cuda_attention_backward asks for, so a reserved slot is
-// not grown again at the first backward of that shape and mode).
+// not grown again at the first backward of that shape).
 extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int C, int NH, int backward) {
     return backward ? attention_backward_scratch_bytes(B, T, C, NH) : 0;
 }
@@ -768,36 +975,35 @@ extern "C" void cuda_attention_reserve(int B, int T, int C, int NH, int backward
     if (bytes) (void)ops_scratch(OPS_SCRATCH_ATTN, bytes);
 }
 
+// Grids are (tiles, heads): blocks are issued x fastest, so a head's tiles run together.
 template <int HS>
 static void fa_forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T, int NH, int vec) {
     typedef FaCfg<HS> Cf;
     static int smem_ok = 0;
     fa_allow_smem(flash_attention_forward_kernel<HS>, Cf::FWD_SMEM, &smem_ok);
-    dim3 grid(B * NH, ceil_div(T, Cf::BM));
-    LAUNCH(flash_attention_forward_kernel<HS>, grid, FA_THREADS, Cf::FWD_SMEM, 0, out, lse, qkv, doc_start, T, NH, vec);
-    cudaCheck(cudaGetLastError());
+    for (int bh0 = 0; bh0 < B * NH; bh0 += FA_MAX_GRID_Y) {
+        dim3 grid(ceil_div(T, Cf::BM), min(FA_MAX_GRID_Y, B * NH - bh0));
+        LAUNCH(flash_attention_forward_kernel<HS>, grid, FA_THREADS, Cf::FWD_SMEM, 0, out, lse, qkv, doc_start, T, NH, bh0,
+               vec);
+        cudaCheck(cudaGetLastError());
+    }
 }
 
-// The dK/dV and dQ kernels (deterministic: per chunk of heads) or the atomic dK/dV kernel.
+// The dK/dV and dQ kernels, per chunk of heads (the dS^T tiles of one chunk at a time).
 template <int HS>
-static void fa_backward(FaBwdArgs a, int BNH, int det) {
+static void fa_backward(FaBwdArgs a, int BNH) {
     typedef FaCfg<HS> Cf;
-    static int ok_atomic = 0, ok_dkv = 0, ok_dq = 0;
-    const int nt = a.Tpad / FA_BN;
-    if (!det) {
-        fa_allow_smem(flash_attention_backward_dkv_kernel<HS, true>, Cf::DKV_ATOMIC_SMEM, &ok_atomic);
-        LAUNCH((flash_attention_backward_dkv_kernel<HS, true>), dim3(BNH, nt), FA_THREADS, Cf::DKV_ATOMIC_SMEM, 0, a);
-        cudaCheck(cudaGetLastError());
-        return;
-    }
-    fa_allow_smem(flash_attention_backward_dkv_kernel<HS, false>, Cf::DKV_SMEM, &ok_dkv);
+    static int ok_dkv = 0, ok_dq = 0;
+    fa_allow_smem(flash_attention_backward_dkv_kernel<HS>, Cf::DKV_SMEM, &ok_dkv);
     fa_allow_smem(flash_attention_backward_dq_kernel<HS>, Cf::DQ_SMEM, &ok_dq);
     const int chunk = fa_ds_chunk_heads(BNH, a.T);
+    if ((size_t)chunk * fa_ds_head_bytes(a.T) / sizeof(bf16) > 0xffffffffu)
+        fatal("use a shorter sequence (T up to ~46K)", "flash attention backward: T = %d is too long for the dS tiles' 32-bit offsets", a.T);
     for (a.bh0 = 0; a.bh0 < BNH; a.bh0 += chunk) {
-        dim3 grid(min(chunk, BNH - a.bh0), nt);
-        LAUNCH((flash_attention_backward_dkv_kernel<HS, false>), grid, FA_THREADS, Cf::DKV_SMEM, 0, a);
+        const int heads = min(chunk, BNH - a.bh0);
+        LAUNCH(flash_attention_backward_dkv_kernel<HS>, dim3(ceil_div(a.T, Cf::BK), heads), FA_THREADS, Cf::DKV_SMEM, 0, a);
         cudaCheck(cudaGetLastError());
-        LAUNCH(flash_attention_backward_dq_kernel<HS>, grid, FA_THREADS, Cf::DQ_SMEM, 0, a);
+        LAUNCH(flash_attention_backward_dq_kernel<HS>, dim3(a.Tpad / FA_BN, heads), FA_THREADS, Cf::DQ_SMEM, 0, a);
         cudaCheck(cudaGetLastError());
     }
 }
@@ -835,25 +1041,16 @@ extern "C" void cuda_attention_backward(floatX* dqkv, const floatX* dout, const 
         return;
     }
     if (B <= 0 || T <= 0) return;
-    const int BNH = B * NH, Tpad = ceil_div(T, FA_BN) * FA_BN, det = g_deterministic;
+    const int BNH = B * NH, Tpad = ceil_div(T, FA_BN) * FA_BN;
     const size_t rows = (size_t)BNH * Tpad;
-    // scratch: Dp, L2p (rows each), then the dS^T tiles (deterministic) or the fp32 dQ accumulator
+    // scratch: Dp, L2p (rows each), then the dS^T tiles
     float* Dp = (float*)ops_scratch(OPS_SCRATCH_ATTN, attention_backward_scratch_bytes(B, T, C, NH));
-    FaBwdArgs a = {dqkv, dout, qkv, Dp, Dp + rows, doc_start, NULL, NULL, T, Tpad, NH, 0, accumulate, 0};
+    FaBwdArgs a = {dqkv, dout, qkv, Dp, Dp + rows, doc_start, (bf16*)(Dp + 2 * rows), T, Tpad, NH, 0, accumulate, 0};
     a.vec = ops_aligned16(dqkv) && ops_aligned16(dout) && ops_aligned16(qkv);
-    if (det) a.dS = (bf16*)(Dp + 2 * rows);
-    else a.dq_acc = Dp + 2 * rows;
-    if (!det) cudaCheck(cudaMemsetAsync(a.dq_acc, 0, (size_t)B * T * C * sizeof(float), 0));
-    LAUNCH(flash_attention_backward_preprocess_kernel, ops_blocks(rows, 8), 256, 0, 0, Dp, Dp + rows, dout, out, lse, BNH, T,
-           Tpad, NH, HS);
+    LAUNCH(flash_attention_backward_preprocess_kernel, ops_blocks(rows, 16), 256, 0, 0, Dp, Dp + rows, dout, out, lse, BNH, T,
+           Tpad, NH, HS, a.vec && ops_aligned16(out));
     cudaCheck(cudaGetLastError());
-#define FA_BWD(hs) fa_backward<hs>(a, BNH, det)
+#define FA_BWD(hs) fa_backward<hs>(a, BNH)
     FA_DISPATCH(HS, FA_BWD)
 #undef FA_BWD
-    if (!det) {
-        size_t n = (size_t)B * T * C;
-        LAUNCH(flash_attention_dq_accumulate_kernel, ops_blocks(n, 256), 256, 0, 0, dqkv, a.dq_acc, B, T, C,
-               1.0f / sqrtf((float)HS), accumulate);
-        cudaCheck(cudaGetLastError());
-    }
 }

@@ -11,15 +11,10 @@
 extern "C" {
 #endif
 
-// Backward mode of the flash kernels. Deterministic (the default): the dK/dV kernel stores the
-// bf16 dS tiles and a dQ kernel sums dS K over them in a fixed order; every gradient element has
-// one writer, bitwise reproducible. Off: the dK/dV kernel adds dQ with fp32 atomics (the
-// summation order, so the last bits, vary from run to run). Both do the same 5 products.
-void attention_set_deterministic(int on);
-int attention_get_deterministic(void);
-// Bytes of the backward's scratch buffer (ops_scratch OPS_SCRATCH_ATTN) for this shape in the
-// current mode: row terms, plus the dS tiles (deterministic; at most 256 MiB, heads in chunks)
-// or the fp32 dQ accumulator (B T C floats).
+// Bytes of the backward's scratch buffer (ops_scratch OPS_SCRATCH_ATTN) for this shape: row
+// terms, plus the dS tiles (at most 256 MiB, heads in chunks). The backward is deterministic:
+// the dK/dV kernel stores the bf16 dS tiles and a dQ kernel sums dS K over them in a fixed
+// order; every gradient element has one writer, bitwise reproducible.
 size_t attention_backward_scratch_bytes(int B, int T, int C, int NH);
 // The dS tiles' cap in bytes (0: the default 256 MiB); tests set a small one to run the
 // backward in chunks of heads.

@@ -35,7 +35,7 @@ void cuda_ops_copy_end(void);
 void cuda_ops_upload_f32(__nv_bfloat16* dst, const float* src_host, size_t n);
 void cuda_ops_download_f32(float* dst_host, const __nv_bfloat16* src, size_t n);
 void cuda_ops_synchronize(void);
-void cuda_ops_set_deterministic(int on);   // (attention.cu: the only op it concerns)
+void cuda_ops_set_deterministic(int on);   // (attention.cu: every op is deterministic; a no-op)
 
 // ---- device selection and device collectives, llmc/ops/device.h (device.cu)
 void cuda_device_select(const Comm* c);

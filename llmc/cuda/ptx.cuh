@@ -10,8 +10,11 @@
 //   ptx_mma_bf16_16816(d, a, b)  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32  HMMA.16816.F32.BF16
 //   ptx_ldmatrix_x{1,2,4}(r, p)  ldmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16      LDSM.16.M88, .M88.2, .M88.4
 //   ptx_ldmatrix_x{1,2,4}_trans  ldmatrix.sync.aligned.m8n8.x{1,2,4}.trans.shared.b16 LDSM.16.MT88, .MT88.2, .MT88.4
-//   ptx_cp_async_16(s, g, n)     cp.async.cg.shared.global [s], [g], 16, n            LDGSTS.E.BYPASS.128 (n known
+//   ptx_ldmatrix_x4[_trans]_at   the same .x4, from a ptx_saddr (below)
+//   ptx_cp_async_16[_at](s, g, n) cp.async.cg.shared.global [s], [g], 16, n           LDGSTS.E.BYPASS.128 (n known
 //                                                                                     16), .128.ZFILL (n a variable)
+//   ptx_st_shared_b32(a, v)      st.shared.b32 [a], v                                 STS
+//   ptx_ld_shared_v4(r, a)       ld.shared.v4.b32 {r0..r3}, [a]                       LDS.128
 //   ptx_cp_async_commit()        cp.async.commit_group                                LDGDEPBAR
 //   ptx_cp_async_wait<N>()       cp.async.wait_group N                                DEPBAR.LE SB0, N
 //   ptx_pack_bf16x2(lo, hi)      cvt.rn.bf16x2.f32 d, hi, lo                          F2FP.BF16.PACK_AB (sm_80),
@@ -55,6 +58,17 @@
 // edge-tile zero fill). Both addresses 16-byte aligned. The data is there for the issuing thread
 // only after the wait_group that completes its group, and for other threads only after a
 // __syncthreads that follows that wait; __syncthreads alone completes nothing.
+//
+// Shared addresses (ptx_saddr): ptx_saddr_of(p) is p's byte address in the shared window (32
+// bits, cvta.to.shared) under nvcc and p itself under the harness; + and ^ on byte offsets mean
+// the same in both, so a kernel can step through a swizzled tile with 32-bit arithmetic (an XOR
+// of a chunk index's address bits) and hand the result to the _at forms of ldmatrix, st.shared
+// and ld.shared. (The harness' dynamic shared memory is 256-byte aligned, like the GPU's
+// window offsets that such XORs rely on.)
+//
+// st.shared.b32 / ld.shared.v4.b32: plain shared-memory accesses, as wrappers so that the harness
+// scores their banks like ldmatrix's (it meets the warp for that): call them from all 32 lanes of
+// a warp together. A lane's store is seen by another lane after a __syncwarp, as usual.
 //
 // ex2.approx.ftz.f32 (PTX ISA "ex2"): 2^x on the special function unit, at most 2 ulp from the
 // correctly rounded result over the whole range (the ISA's documented bound); subnormal inputs
@@ -108,6 +122,29 @@ __device__ __forceinline__ void ptx_ldmatrix_x4_trans(uint32_t r[4], const void*
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(ptx_smem_addr(smem_row)));
 }
 
+typedef uint32_t ptx_saddr;
+__device__ __forceinline__ ptx_saddr ptx_saddr_of(const void* p) { return ptx_smem_addr(p); }
+__device__ __forceinline__ void ptx_ldmatrix_x4_at(uint32_t r[4], ptx_saddr a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ptx_ldmatrix_x4_trans_at(uint32_t r[4], ptx_saddr a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ptx_cp_async_16_at(ptx_saddr a, const void* gmem, int src_bytes = 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(a), "l"(gmem), "r"(src_bytes) : "memory");
+}
+// A whole warp's 4-byte shared store / 16-byte shared load ("memory": ordered with the
+// __syncwarp that publishes or retires what they touch).
+__device__ __forceinline__ void ptx_st_shared_b32(ptx_saddr a, uint32_t v) {
+    asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(a), "r"(v) : "memory");
+}
+__device__ __forceinline__ void ptx_ld_shared_v4(uint32_t r[4], ptx_saddr a) {
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+
 // The copy writes shared memory behind the compiler's back: "memory" on the issue (earlier plain
 // reads of the destination stay before it) and on the wait (later reads stay after it).
 __device__ __forceinline__ void ptx_cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
@@ -153,6 +190,15 @@ __device__ __forceinline__ void ptx_cp_async_16(void* smem, const void* gmem, in
     cuda_cpu::ptx_cp_async_16(smem, gmem, src_bytes);
 }
 __device__ __forceinline__ void ptx_cp_async_commit() { cuda_cpu::ptx_cp_async_commit(); }
+typedef uintptr_t ptx_saddr;
+__device__ __forceinline__ ptx_saddr ptx_saddr_of(const void* p) { return (uintptr_t)p; }
+__device__ __forceinline__ void ptx_ldmatrix_x4_at(uint32_t r[4], ptx_saddr a) { cuda_cpu::ptx_ldmatrix(r, (const void*)a, 4, false); }
+__device__ __forceinline__ void ptx_ldmatrix_x4_trans_at(uint32_t r[4], ptx_saddr a) { cuda_cpu::ptx_ldmatrix(r, (const void*)a, 4, true); }
+__device__ __forceinline__ void ptx_cp_async_16_at(ptx_saddr a, const void* gmem, int src_bytes = 16) {
+    cuda_cpu::ptx_cp_async_16((void*)a, gmem, src_bytes);
+}
+__device__ __forceinline__ void ptx_st_shared_b32(ptx_saddr a, uint32_t v) { cuda_cpu::ptx_st_shared_b32((void*)a, v); }
+__device__ __forceinline__ void ptx_ld_shared_v4(uint32_t r[4], ptx_saddr a) { cuda_cpu::ptx_ld_shared_v4(r, (const void*)a); }
 template <int N> __device__ __forceinline__ void ptx_cp_async_wait() {
     static_assert(N >= 0, "cp.async.wait_group N: N >= 0");
     cuda_cpu::ptx_cp_async_wait(N);

@@ -109,12 +109,10 @@ void ops_copy_end(void);
 void ops_upload_f32(floatX* dst, const float* src_host, size_t n);
 void ops_download_f32(float* dst_host, const floatX* src, size_t n);
 void ops_synchronize(void);
-// Deterministic kernels (the default): results identical run to run. The CUDA backend then runs
-// the attention backward without float atomics (dS tiles summed by a dQ kernel in a fixed order);
-// 0 allows its atomic variant (dQ by fp32 atomics). Both do the same 5 products; the deterministic
-// one is predicted within 15% of the atomic one, possibly faster (counted, not yet measured:
-// llmc/cuda/README.md, "Flash attention"; dev/cuda/attention_bench prints the ratio on a GPU).
-// The CPU backend is always deterministic.
+// Deterministic kernels (the default): results identical run to run. Both backends are always
+// deterministic (the CUDA attention backward sums its dS tiles with a dQ kernel in a fixed order;
+// its atomic-dQ variant, which 0 used to allow, was slower on an H100 and is gone:
+// llmc/cuda/README.md, "Flash attention"), so 0 changes nothing today.
 void ops_set_deterministic(int on);
 // The precision of the GEMMs (matmul_*): OPS_F32, or OPS_BF16 = operands rounded to bf16 (round
 // to nearest even), products accumulated and written in fp32 (floatX). The CPU backend does both
@@ -239,8 +237,7 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
 // with backward = 1; what the model adds to its activations in the memory report and the
 // trainers' device memory check. The CPU backend: the forward's K^T copy of every head (B T C
 // floats, T rounded up to a key tile; its backward's per-thread tiles are taken per call and are
-// small); CUDA: the backward's row terms and dS tiles, or the fp32 dQ accumulator in the atomic
-// mode (llmc/cuda/README.md, "Flash attention"), for the ops_set_deterministic mode in force.
+// small); CUDA: the backward's row terms and dS tiles (llmc/cuda/README.md, "Flash attention").
 // attention_reserve takes that memory now (the model does when it allocates its activations),
 // so that the first step allocates nothing; a shape that needs more later still grows it.
 size_t attention_scratch_bytes(int B, int T, int C, int NH, int backward);

@@ -94,8 +94,9 @@ static const char* op_name(int op) {
                               "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync",
                               "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
                               "__match_any_sync", "mma.m16n8k16", "ldmatrix.x1", "ldmatrix.x2",
-                              "ldmatrix.x4", "ldmatrix.x1.trans", "ldmatrix.x2.trans", "ldmatrix.x4.trans"};
-    return (op >= 0 && op <= W_LDSM_X4_T) ? n[op] : "?";
+                              "ldmatrix.x4", "ldmatrix.x1.trans", "ldmatrix.x2.trans", "ldmatrix.x4.trans",
+                              "st.shared.b32", "ld.shared.v4.b32"};
+    return (op >= 0 && op <= W_LDS128) ? n[op] : "?";
 }
 
 // A stack to run on and the state to resume it.
@@ -416,8 +417,10 @@ void trap(const char* what) { kernel_error(tw, "%s", what); }
 //    fall in 8 different bank groups; rows at the same address are read once (broadcast); else
 //    it takes as many wavefronts as the most distinct rows sharing one group (rows 128 bytes
 //    apart: 8, so 7 extra);
-//  - 16-byte stores (cp.async writes its destination like one) are served in 4 phases of 8
-//    consecutive lanes (0-7, 8-15, ...), each by the same rule.
+//  - 16-byte stores and loads (cp.async writes its destination like one) are served in 4 phases
+//    of 8 consecutive lanes (0-7, 8-15, ...), each by the same rule;
+//  - 4-byte accesses of the 32 lanes take one wavefront if no two distinct words share a bank,
+//    else as many as the most distinct words in one bank (one word is read once: broadcast).
 // The offset that picks the bank is the shared-window offset: for dynamic shared memory, from
 // cuda_cpu_dyn_smem (256-byte aligned, so its banks are the GPU's); a static __shared__ array is
 // per-OS-thread storage here, and its own address stands in (the bank from the address modulo
@@ -453,6 +456,30 @@ NOTSAN static void bank_count_ldsm(Worker* w, const PtxSlot* warp, int nmat) {
         for (int i = 0; i < 8; i++) off[i] = bank_offset(warp[8 * j + i].p);
         w->banks.ldsm_wavefronts += bank_wavefronts(off, 0xffu);
     }
+}
+
+// One warp-wide st.shared.b32 (4-byte words at off[0..31]) or ld.shared.v4 (16 bytes each, in
+// quarter-warps), from the lane slots of the meeting. Counted by one lane of the warp.
+NOTSAN static void bank_count_plain(Worker* w, const PtxSlot* warp, bool v4) {
+    uint32_t off[32];
+    for (int l = 0; l < 32; l++) off[l] = bank_offset(warp[l].p);
+    if (v4) {
+        w->banks.ld++;
+        w->banks.ld_ideal += 4;
+        for (int p = 0; p < 4; p++) w->banks.ld_wavefronts += bank_wavefronts(off + 8 * p, 0xffu);
+        return;
+    }
+    int per_bank[32] = {0}, most = 0;
+    for (int l = 0; l < 32; l++) {
+        bool again = false;   // an earlier lane's word: the same access
+        for (int k = 0; k < l; k++) again = again || (off[k] >> 2) == (off[l] >> 2);
+        if (again) continue;
+        const int n = ++per_bank[(off[l] >> 2) & 31];
+        most = n > most ? n : most;
+    }
+    w->banks.st++;
+    w->banks.st_ideal++;
+    w->banks.st_wavefronts += most;
 }
 
 // cp.async has no rendezvous: a warp's lanes issue an instruction's copies one after another
@@ -518,11 +545,17 @@ NOTSAN static void bank_add(CudaCpuSmemStats* to, const CudaCpuSmemStats& d) {
     __atomic_fetch_add(&to->cp, d.cp, __ATOMIC_RELAXED);
     __atomic_fetch_add(&to->cp_ideal, d.cp_ideal, __ATOMIC_RELAXED);
     __atomic_fetch_add(&to->cp_wavefronts, d.cp_wavefronts, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&to->st, d.st, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&to->st_ideal, d.st_ideal, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&to->st_wavefronts, d.st_wavefronts, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&to->ld, d.ld, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&to->ld_ideal, d.ld_ideal, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&to->ld_wavefronts, d.ld_wavefronts, __ATOMIC_RELAXED);
 }
 
 // This OS thread's blocks of the launch are done: its counts go to the launch's.
 NOTSAN static void bank_launch_end(Worker* w) {
-    if (w->banks.ldsm || w->banks.cp) bank_add(&w->L->banks, w->banks);
+    if (w->banks.ldsm || w->banks.cp || w->banks.st || w->banks.ld) bank_add(&w->L->banks, w->banks);
     w->banks = CudaCpuSmemStats{};
 }
 
@@ -928,7 +961,7 @@ static std::mutex g_bank_mu;
 static CudaCpuSmemStats g_bank_total;
 static std::map<std::string, CudaCpuSmemStats> g_bank_kernels;
 static void bank_record(const char* kernel, const CudaCpuSmemStats& s) {
-    if (!s.ldsm && !s.cp) return;
+    if (!s.ldsm && !s.cp && !s.st && !s.ld) return;
     std::lock_guard<std::mutex> lk(g_bank_mu);
     bank_add(&g_bank_total, s);
     bank_add(&g_bank_kernels[kernel], s);
@@ -1211,6 +1244,25 @@ void ptx_ldmatrix(uint32_t* r, const void* smem_row, int nmat, bool trans) {
         memcpy(&hi, (const char*)rows[j][1] + (trans ? 2 * g : 4 * t + 2), 2);
         r[j] = (uint32_t)lo | (uint32_t)hi << 16;
     }
+}
+
+// The collective part of the warp-wide shared store / load: check this lane's address, meet the
+// warp, score the banks (one lane). The access itself is the caller's, in instrumented code.
+NOTSAN static void ptx_plain_meet(int op, const void* p, unsigned align) {
+    Worker* w = check_in_kernel(op_name(op));
+    if ((uintptr_t)p & (align - 1))
+        kernel_error(w, "%s: address %p (lane %d) is not %u-byte aligned", op_name(op), p, cur_fiber()->lin % 32, align);
+    ptx_check_shared(w, op_name(op), p);
+    const PtxSlot* warp = ptx_meet(op, nullptr, 0, p);
+    if (cur_fiber()->lin % 32 == 0) bank_count_plain(w, warp, op == W_LDS128);
+}
+void ptx_st_shared_b32(void* smem, uint32_t v) {
+    ptx_plain_meet(W_STS32, smem, 4);
+    memcpy(smem, &v, 4);
+}
+void ptx_ld_shared_v4(uint32_t r[4], const void* smem) {
+    ptx_plain_meet(W_LDS128, smem, 16);
+    memcpy(r, smem, 16);
 }
 
 NOTSAN void ptx_cp_async_16(void* smem, const void* gmem, int src_bytes) {

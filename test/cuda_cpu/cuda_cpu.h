@@ -131,11 +131,12 @@ static inline uint3 cuda_cpu_gridDim_v() { return cuda_cpu_gridDim; }
 // ---------------------------------------------------------------------------------------------
 // runtime entry points (cuda_cpu.cpp)
 namespace cuda_cpu {
-// (W_MMA_16816 .. W_LDSM_X4_T: the collective PTX instructions of cuda_cpu_ptx.h, a rendezvous of
+// (W_MMA_16816 .. W_LDS128: the collective PTX instructions of cuda_cpu_ptx.h, a rendezvous of
 // the whole warp that returns the mask of the lanes that took part)
 enum WarpOp { W_SYNC = 1, W_SHFL_IDX, W_SHFL_UP, W_SHFL_DOWN, W_SHFL_XOR, W_BALLOT, W_ALL, W_ANY,
               W_RED_ADD, W_RED_MIN, W_RED_MAX, W_RED_AND, W_RED_OR, W_RED_XOR, W_MATCH_ANY,
-              W_MMA_16816, W_LDSM_X1, W_LDSM_X2, W_LDSM_X4, W_LDSM_X1_T, W_LDSM_X2_T, W_LDSM_X4_T };
+              W_MMA_16816, W_LDSM_X1, W_LDSM_X2, W_LDSM_X4, W_LDSM_X1_T, W_LDSM_X2_T, W_LDSM_X4_T,
+              W_STS32, W_LDS128 };
 void syncthreads();
 // barrier + vote: (threads at the barrier << 32) | (how many of them have pred != 0)
 uint64_t syncthreads_vote(int pred);
@@ -194,8 +195,8 @@ struct CudaCpuSyncCounts {
 };
 extern "C" CudaCpuSyncCounts cuda_cpu_sync_counts(void);
 
-// Shared-memory bank conflicts of ldmatrix and cp.async (the accesses the PTX wrappers make;
-// plain loads and stores are not counted): each warp-instruction's wavefronts as the hardware
+// Shared-memory bank conflicts of ldmatrix, cp.async and the warp-wide 4-byte stores and 16-byte
+// loads of ptx.cuh (the accesses the PTX wrappers make; plain C++ loads and stores are not counted): each warp-instruction's wavefronts as the hardware
 // would serve them (cuda_cpu.cpp, "bank conflicts", says how), and the wavefronts it would take
 // without conflicts. A GPU-less stand-in for Nsight Compute's shared-memory conflict counters.
 // Counted since the last reset, over all launches (kernel NULL) or the launches of one kernel,
@@ -208,6 +209,12 @@ struct CudaCpuSmemStats {
     long cp;               // cp.async warp-instructions (one copy from each lane that issued it)
     long cp_ideal;         // one wavefront per quarter-warp (8 lanes) that issued a copy
     long cp_wavefronts;    // extra ones = cp_wavefronts - cp_ideal
+    long st;               // st.shared.b32 warp-instructions (ptx_st_shared_b32)
+    long st_ideal;         // one wavefront each (32 lanes, 32 banks)
+    long st_wavefronts;    // the most distinct words in one bank, per instruction
+    long ld;               // ld.shared.v4.b32 warp-instructions (ptx_ld_shared_v4)
+    long ld_ideal;         // one wavefront per quarter-warp
+    long ld_wavefronts;    // extra ones = ld_wavefronts - ld_ideal
 };
 extern "C" void cuda_cpu_smem_stats_reset(void);
 extern "C" CudaCpuSmemStats cuda_cpu_smem_stats(const char* kernel);

@@ -19,6 +19,11 @@
 //    and TSan sees the copy's write race with that read. __syncthreads completes nothing, as on
 //    the GPU. A thread that exits with copies not waited for is an error (they would land at an
 //    unknown time in shared memory that other threads may be using).
+//  - st.shared.b32 / ld.shared.v4.b32 (ptx.cuh's warp-wide shared store and load): a rendezvous
+//    of the warp's 32 lanes here (not on the GPU, where they need no convergence: the kernels
+//    call them from whole warps), so that the access's banks can be scored; each lane then
+//    stores or loads its own word(s) in instrumented code. The meeting orders no memory: a
+//    lane's store read by another lane without a __syncwarp between them is a TSan race.
 //  - pack_bf16x2: round to nearest even; a NaN gives the canonical bf16 NaN 0x7FFF.
 //  - ex2.approx.ftz.f32: the C library's exp2f (glibc's is within 1 ulp, nearly always correctly
 //    rounded) with the instruction's special cases: a subnormal input counts as 0 (exp2f of one
@@ -32,6 +37,8 @@ namespace cuda_cpu {
 void ptx_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2]);
 void ptx_ldmatrix(uint32_t* r, const void* smem_row, int nmat, bool trans);
 void ptx_cp_async_16(void* smem, const void* gmem, int src_bytes);
+void ptx_st_shared_b32(void* smem, uint32_t v);
+void ptx_ld_shared_v4(uint32_t r[4], const void* smem);
 void ptx_cp_async_commit();
 void ptx_cp_async_wait(int n);
 

@@ -405,6 +405,66 @@ static void cp_async_fill_run(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The ptx_saddr forms: ldmatrix_x4[_trans]_at and cp_async_16_at give what the pointer forms give;
+// a warp's st.shared.b32 words (lane l at word 5l mod 32 of a 128-byte line, so every lane's
+// word lands somewhere else) are read back, after __syncwarp, by ld.shared.v4 (lane l: the
+// line's 16 bytes l % 8), and an address XORed with a chunk's bits reaches that chunk.
+
+__global__ void saddr_kernel(uint32_t* out, const uint4* src) {
+    unsigned char* s = dyn_smem();
+    const int l = threadIdx.x;
+    ptx_cp_async_16_at(ptx_saddr_of(s + 16 * l), src + l);
+    ptx_cp_async_commit();
+    ptx_cp_async_wait<0>();
+    __syncthreads();
+    uint32_t a[4], b[4], c[4], d[4];
+    const unsigned char* row = s + 16 * (l & 15) + 256 * (l >> 4);   // x4: 4 matrices, 8 rows each
+    ptx_ldmatrix_x4(a, row);
+    ptx_ldmatrix_x4_at(b, ptx_saddr_of(row));
+    ptx_ldmatrix_x4_trans(c, row);
+    ptx_ldmatrix_x4_trans_at(d, ptx_saddr_of(row));
+    int same = 1;
+    for (int k = 0; k < 4; k++) same &= a[k] == b[k] && c[k] == d[k];
+    unsigned char* line = s + 512;
+    ptx_st_shared_b32(ptx_saddr_of(line + 4 * ((5 * l) % 32)), 0xc0de0000u + l);
+    __syncwarp();
+    uint32_t v[4];
+    ptx_ld_shared_v4(v, ptx_saddr_of(line) ^ (ptx_saddr)(16 * (l % 8)));   // chunk l % 8 of the line, by XOR
+    for (int k = 0; k < 4; k++) out[4 * l + k] = v[k];
+    out[128 + l] = same;
+}
+
+static void saddr_run(void) {
+    uint4 src[32];
+    for (int i = 0; i < 32; i++) src[i] = make_uint4(4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3);
+    uint4* dsrc;
+    uint32_t* dout;
+    uint32_t got[160];
+    cudaCheck(cudaMalloc(&dsrc, sizeof src));
+    cudaCheck(cudaMalloc(&dout, sizeof got));
+    cudaCheck(cudaMemcpy(dsrc, src, sizeof src, cudaMemcpyHostToDevice));
+    LAUNCH(saddr_kernel, 1, 32, 1024, 0, dout, dsrc);
+    cudaCheckLast();
+    cudaCheck(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
+    int bad_ld = 0, bad_st = 0;
+    for (int l = 0; l < 32; l++) {
+        bad_ld += got[128 + l] != 1;
+        for (int k = 0; k < 4; k++) {   // word 4 (l % 8) + k of the line was written by the lane m with 5m = w (mod 32)
+            const int w = 4 * (l % 8) + k;
+            int m = 0;
+            while ((5 * m) % 32 != w) m++;
+            bad_st += got[4 * l + k] != 0xc0de0000u + (uint32_t)m;
+        }
+    }
+    TEST_CHECK(bad_ld == 0, "ldmatrix_x4[_trans]_at differ from the pointer forms in %d lanes", bad_ld);
+    TEST_CHECK(bad_st == 0, "st.shared.b32 / ld.shared.v4 (XORed address) round trip: %d of 128 words wrong", bad_st);
+    if (!bad_ld && !bad_st)
+        printf("ok   ptx_saddr forms: ldmatrix _at = pointer form, cp.async _at, st.shared.b32 -> __syncwarp -> ld.shared.v4\n");
+    cudaCheck(cudaFree(dsrc));
+    cudaCheck(cudaFree(dout));
+}
+
+// ---------------------------------------------------------------------------------------------
 // The harness' bank-conflict counter (cuda_cpu.h: CudaCpuSmemStats), harness only: exact counts
 // for layouts whose wavefronts follow from the bank rule by hand (32 banks of 4 bytes; 8 rows
 // or 8 lanes' 16-byte accesses in 8 different 16-byte bank groups take one wavefront, else as
@@ -460,19 +520,36 @@ __global__ void bank_cp_kernel(const uint4* src, int layout0, int layout1, int l
     ptx_cp_async_wait<0>();
 }
 
+// One warp: a 4-byte store from every lane at byte `stride` l (4: dense; 8: two words a bank;
+// 128: one bank), or (stride 0) a 16-byte load at the layout's offset.
+__global__ void bank_plain_kernel(uint32_t* out, int layout, int stride) {
+    unsigned char* s = dyn_smem();
+    const int l = threadIdx.x;
+    if (!stride) {
+        uint32_t v[4];
+        ptx_ld_shared_v4(v, ptx_saddr_of(s + bank_off(layout, l)));
+        out[l] = v[0];
+        return;
+    }
+    ptx_st_shared_b32(ptx_saddr_of(s + stride * l), (uint32_t)l);
+}
+
 static int bank_same(const CudaCpuSmemStats& a, const CudaCpuSmemStats& b) { return !memcmp(&a, &b, sizeof a); }
 
 static void bank_check(const char* what, const char* kernel, CudaCpuSmemStats want) {
     CudaCpuSmemStats got = cuda_cpu_smem_stats(kernel), all = cuda_cpu_smem_stats(NULL);
     TEST_CHECK(bank_same(got, want) && bank_same(all, want),
-               "bank counter, %s: got ldmatrix %ld instr %ld / %ld wavefronts, cp.async %ld instr %ld / %ld "
-               "(all kernels: %ld %ld / %ld, %ld %ld / %ld); want %ld %ld / %ld, %ld %ld / %ld", what,
-               got.ldsm, got.ldsm_ideal, got.ldsm_wavefronts, got.cp, got.cp_ideal, got.cp_wavefronts,
-               all.ldsm, all.ldsm_ideal, all.ldsm_wavefronts, all.cp, all.cp_ideal, all.cp_wavefronts,
-               want.ldsm, want.ldsm_ideal, want.ldsm_wavefronts, want.cp, want.cp_ideal, want.cp_wavefronts);
+               "bank counter, %s: got ldmatrix %ld instr %ld / %ld wavefronts, cp.async %ld instr %ld / %ld, st %ld %ld / %ld, "
+               "ld %ld %ld / %ld (all kernels: %ld %ld / %ld, %ld %ld / %ld); want %ld %ld / %ld, %ld %ld / %ld, %ld %ld / %ld, "
+               "%ld %ld / %ld", what, got.ldsm, got.ldsm_ideal, got.ldsm_wavefronts, got.cp, got.cp_ideal, got.cp_wavefronts,
+               got.st, got.st_ideal, got.st_wavefronts, got.ld, got.ld_ideal, got.ld_wavefronts, all.ldsm, all.ldsm_ideal,
+               all.ldsm_wavefronts, all.cp, all.cp_ideal, all.cp_wavefronts, want.ldsm, want.ldsm_ideal, want.ldsm_wavefronts,
+               want.cp, want.cp_ideal, want.cp_wavefronts, want.st, want.st_ideal, want.st_wavefronts, want.ld, want.ld_ideal,
+               want.ld_wavefronts);
     if (bank_same(got, want) && bank_same(all, want))
-        printf("ok   bank counter, %s: ldmatrix %ld extra wavefronts, cp.async %ld\n", what,
-               got.ldsm_wavefronts - got.ldsm_ideal, got.cp_wavefronts - got.cp_ideal);
+        printf("ok   bank counter, %s: ldmatrix %ld extra wavefronts, cp.async %ld, st.shared %ld, ld.shared.v4 %ld\n", what,
+               got.ldsm_wavefronts - got.ldsm_ideal, got.cp_wavefronts - got.cp_ideal, got.st_wavefronts - got.st_ideal,
+               got.ld_wavefronts - got.ld_ideal);
 }
 
 // One warp, one ldmatrix: nmat matrices of 8 rows, `per` wavefronts each.
@@ -483,8 +560,20 @@ static void bank_ldsm_case(const char* what, int layout, int variant, int per) {
     LAUNCH(bank_ldsm_kernel, 1, 32, BANK_SMEM, 0, dout, layout, variant);
     cudaCheckLast();
     const long nmat = variant > 4 ? 4 : variant;
-    bank_check(what, "bank_ldsm_kernel", CudaCpuSmemStats{1, nmat, nmat * per, 0, 0, 0});
+    CudaCpuSmemStats want = {};
+    want.ldsm = 1;
+    want.ldsm_ideal = nmat;
+    want.ldsm_wavefronts = nmat * per;
+    bank_check(what, "bank_ldsm_kernel", want);
     cudaCheck(cudaFree(dout));
+}
+
+static CudaCpuSmemStats cp_want(long cp, long ideal, long wavefronts) {
+    CudaCpuSmemStats w = {};
+    w.cp = cp;
+    w.cp_ideal = ideal;
+    w.cp_wavefronts = wavefronts;
+    return w;
 }
 
 static void bank_cp_case(const char* what, int nblocks, int layout0, int layout1, int lanes, int uneven,
@@ -496,9 +585,25 @@ static void bank_cp_case(const char* what, int nblocks, int layout0, int layout1
     LAUNCH(bank_cp_kernel, nblocks, layout0 == layout1 ? 32 : 64, BANK_SMEM, 0, dsrc, layout0, layout1, lanes, uneven);
     cudaCheckLast();
     CudaCpuSmemStats w = want_per_block;
-    bank_check(what, "bank_cp_kernel", CudaCpuSmemStats{w.ldsm * nblocks, w.ldsm_ideal * nblocks, w.ldsm_wavefronts * nblocks,
-                                                        w.cp * nblocks, w.cp_ideal * nblocks, w.cp_wavefronts * nblocks});
+    w.cp *= nblocks;
+    w.cp_ideal *= nblocks;
+    w.cp_wavefronts *= nblocks;
+    bank_check(what, "bank_cp_kernel", w);
     cudaCheck(cudaFree(dsrc));
+}
+
+// One warp, one st.shared.b32 (stride > 0) or ld.shared.v4 (layout) with the given wavefronts.
+static void bank_plain_case(const char* what, int layout, int stride, long wavefronts) {
+    uint32_t* dout;
+    cudaCheck(cudaMalloc(&dout, 32 * sizeof(uint32_t)));
+    cuda_cpu_smem_stats_reset();
+    LAUNCH(bank_plain_kernel, 1, 32, BANK_SMEM, 0, dout, layout, stride);
+    cudaCheckLast();
+    CudaCpuSmemStats want = {};
+    if (!stride) { want.ld = 1; want.ld_ideal = 4; want.ld_wavefronts = wavefronts; }
+    else { want.st = 1; want.st_ideal = 1; want.st_wavefronts = wavefronts; }
+    bank_check(what, "bank_plain_kernel", want);
+    cudaCheck(cudaFree(dout));
 }
 
 static void bank_run(void) {
@@ -511,18 +616,24 @@ static void bank_run(void) {
     bank_ldsm_case("ldmatrix.x1, one row for all (broadcast)", BANK_SAME, 1, 1);
     // (no cp.async to one destination from several lanes: a write-write race, which TSan reports)
     bank_cp_case("cp.async, destinations 128 bytes apart (4 phases 8-way)", 1, BANK_STRIDE128, BANK_STRIDE128, 32, 0,
-                 CudaCpuSmemStats{0, 0, 0, 1, 4, 32});
+                 cp_want(1, 4, 32));
     bank_cp_case("cp.async, destinations 32 bytes apart (2-way)", 1, BANK_STRIDE32, BANK_STRIDE32, 32, 0,
-                 CudaCpuSmemStats{0, 0, 0, 1, 4, 8});
+                 cp_want(1, 4, 8));
     bank_cp_case("cp.async, dense destinations (conflict-free)", 1, BANK_DENSE, BANK_DENSE, 32, 0,
-                 CudaCpuSmemStats{0, 0, 0, 1, 4, 4});
+                 cp_want(1, 4, 4));
     bank_cp_case("cp.async from lanes 0-11 only, 128 bytes apart (2 phases)", 1, BANK_STRIDE128, BANK_STRIDE128, 12, 0,
-                 CudaCpuSmemStats{0, 0, 0, 1, 2, 8 + 4});
+                 cp_want(1, 2, 8 + 4));
     // per warp: warp 0 8-way, warp 1 conflict-free; 5 blocks (2 OS threads under TSan)
     bank_cp_case("cp.async, 2 warps (8-way, conflict-free) x 5 blocks", 5, BANK_STRIDE128, BANK_DENSE, 32, 0,
-                 CudaCpuSmemStats{0, 0, 0, 2, 8, 32 + 4});
+                 cp_want(2, 8, 32 + 4));
     bank_cp_case("cp.async, lanes issuing 2 and 1 copies before a commit, then 1 (conflict-free)", 1, BANK_DENSE, BANK_DENSE,
-                 32, 1, CudaCpuSmemStats{0, 0, 0, 3, 4 + 2 + 4, 4 + 2 + 4});
+                 32, 1, cp_want(3, 4 + 2 + 4, 4 + 2 + 4));
+    bank_plain_case("st.shared.b32, 32 consecutive words (conflict-free)", BANK_DENSE, 4, 1);
+    bank_plain_case("st.shared.b32, words 8 bytes apart (2-way)", BANK_DENSE, 8, 2);
+    bank_plain_case("st.shared.b32, words 128 bytes apart (one bank: 32-way)", BANK_DENSE, 128, 32);
+    bank_plain_case("ld.shared.v4, 16-byte chunks in a row (conflict-free)", BANK_DENSE, 0, 4);
+    bank_plain_case("ld.shared.v4, chunks 128 bytes apart (4 phases 8-way)", BANK_STRIDE128, 0, 32);
+    bank_plain_case("ld.shared.v4, one address for all (broadcast)", BANK_SAME, 0, 4);
 }
 #endif  // CUDA_CPU_HARNESS
 
@@ -665,6 +776,7 @@ int main(void) {
     recipe_run();
     cp_async_groups_run();
     cp_async_fill_run();
+    saddr_run();
 #if defined(CUDA_CPU_HARNESS)
     bank_run();
 #endif
