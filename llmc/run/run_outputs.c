@@ -3,6 +3,7 @@
 #include "base/check.h"
 #include "run/checkpoint.h"
 #include "model/convert.h"
+#include "model/gguf_io.h"
 #include "model/lora.h"
 #include "model/model_io.h"
 #include "model/peft_io.h"
@@ -59,6 +60,9 @@ static const char* outputs_entry_use(const RunConfig* c, const char* name, const
         if (!strcmp(name, "model.bin") && c->save_llmc) return "the final model (--save-format llmc)";
     }
     if (!strcmp(name, "best") && c->f.keep_best) return "the best model (--keep-best)";
+    char gguf[64];
+    snprintf(gguf, sizeof(gguf), "%s-%s.gguf", lora ? "adapter" : "model", c->f.save_gguf);
+    if (c->save_gguf && !strcmp(name, gguf)) return "the GGUF file (--save-gguf)";
     return NULL;
 }
 
@@ -121,12 +125,28 @@ static void outputs_resolve_base(RunOutputs* o) {
     snprintf(o->base, sizeof(o->base), "%s", abs);
 }
 
+// --save-gguf, at start-up rather than after training: a GGUF file carries its tokenizer (the
+// model's vocabulary must be found), and a GGUF LoRA adapter only the LoRA matrices (an --adapter
+// that trains base tensors, bias= or modules_to_save, goes to GGUF merged).
+static void outputs_check_gguf(const RunOutputs* o, const Model* m) {
+    const RunConfig* c = o->c;
+    if (!c->save_gguf || !c->write_outputs) return;
+    if (!o->vocab)
+        fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json) with the model's vocabulary, or drop --save-gguf",
+              "--save-gguf: a GGUF file carries the tokenizer, and no vocabulary of the model's %d tokens was found", m->gpt.cfg.vocab_size);
+    if (m->lora && m->lora->n_extra > 0 && !c->f.merge)
+        fatal("add --merge: the merged model is written as GGUF instead",
+              "--save-gguf: the adapter trains %d base tensor slice(s) (%s...), which a GGUF LoRA adapter cannot carry",
+              m->lora->n_extra, m->lora->extra[0].key);
+}
+
 void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank) {
     memset(o, 0, sizeof(*o));
     o->c = c;
     o->rank = rank;
     if (rank != 0) return; // rank 0 writes every output (other hosts need not see --out)
     outputs_find_vocab(o, &m->gpt.cfg);
+    outputs_check_gguf(o, m);
     if (!m->lora) return;
     outputs_resolve_base(o);
     if (strlen(o->base) >= sizeof(m->lora->base_name))
@@ -159,6 +179,35 @@ void outputs_checkpoint(const RunOutputs* o, const Model* m, long step) {
     free(host);
 }
 
+// dir/NAME-TYPE.gguf of --save-gguf TYPE.
+static void outputs_gguf_path(const RunOutputs* o, char* path, size_t cap, const char* dir, const char* name) {
+    char file[64];
+    snprintf(file, sizeof(file), "%s-%s.gguf", name, o->c->f.save_gguf);
+    path_join(path, cap, dir, file);
+}
+
+// --save-gguf: the adapter as a GGUF LoRA adapter (train_lora, when it carries nothing else:
+// outputs_check_gguf) when host is NULL, else the model whose weights host holds.
+static void outputs_save_gguf(const RunOutputs* o, const Model* m, const char* dir, const float* host) {
+    const RunConfig* c = o->c;
+    char path[LLMC_PATH_MAX];
+    GgmlType type;
+    if (!c->save_gguf || gguf_parse_type(c->f.save_gguf, &type) != 0) return;
+    char desc[LLMC_PATH_MAX + 100];
+    snprintf(desc, sizeof(desc), "%s from %s, written by llmc-ft %s", m->lora ? (host ? "GPT-2 with a LoRA adapter merged in, trained" : "LoRA adapter trained")
+             : "GPT-2 fine-tuned", c->f.model, runconfig_program(c->mode));
+    GgufProvenance prov = {NULL, c->f.model, m->lora ? (host ? "lora-merged" : "lora") : "full", desc};
+    if (!host) {
+        outputs_gguf_path(o, path, sizeof(path), dir, "adapter");
+        gguf_save_lora(path, m->lora, type, &prov);
+        printf("saved: %s (GGUF LoRA adapter for llama.cpp --lora; the base as GGUF: convert --to gguf --model %s)\n", path, c->f.model);
+        return;
+    }
+    outputs_gguf_path(o, path, sizeof(path), dir, "model");
+    gguf_save_gpt2(path, &m->gpt.pt, host, type, o->vocab, &prov);
+    printf("saved: %s (GGUF %s, with its tokenizer: llama.cpp, Ollama)\n", path, c->f.save_gguf);
+}
+
 void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
     const RunConfig* c = o->c;
     char mdir[LLMC_PATH_MAX], path[LLMC_PATH_MAX];
@@ -167,10 +216,12 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
         outputs_write_adapter(o, m, dir);
         printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT; base %s)%s\n", dir, o->base,
                o->vocab ? " + tokenizer files" : "");
-        if (!c->f.merge || !(c->save_hf || c->save_llmc)) return;
+        if (m->lora->n_extra == 0) outputs_save_gguf(o, m, dir, NULL);
+        if (!c->f.merge || !(c->save_hf || c->save_llmc || c->save_gguf)) return;
         path_join(mdir, sizeof(mdir), dir, "merged");
         dir = mdir;
-    } else if (!(c->save_hf || c->save_llmc)) return;
+        if (!c->save_hf) mkdir_p(dir);
+    } else if (!(c->save_hf || c->save_llmc || c->save_gguf)) return;
     const ParamTable* pt = &m->gpt.pt;
     float* host = (float*)mallocCheck(pt->total * sizeof(float));
     gpt2_get_params((GPT2*)&m->gpt, host);
@@ -190,5 +241,6 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
         model_save_llmc(path, pt, host, 0);
         printf("saved: %s (llm.c)\n", path);
     }
+    outputs_save_gguf(o, m, dir, host);
     free(host);
 }

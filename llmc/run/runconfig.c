@@ -12,6 +12,7 @@
 #include <string.h>
 
 static const char* const SAVE_FORMATS[] = {"hf", "llmc", "both", "none", NULL};
+static const char* const GGUF_TYPES[] = {"none", "f32", "f16", "bf16", "q8_0", NULL};
 // in LORA_BIAS_* order
 static const char* const LORA_BIAS_NAMES[] = {"none", "all", "lora_only", NULL};
 static const char* const RESUME_WORDS[] = {"yes", "auto", NULL};
@@ -30,7 +31,7 @@ static void flag_defaults(TrainFlags* f, TrainMode mode) {
     f->beta1 = 0.9f; f->beta2 = 0.95f; f->eps = 1e-8f;
     f->eval_every = 0; f->eval_batches = "8"; f->save_every = 0; f->keep_checkpoints = 2;
     f->seed = 1337; f->threads = 0; f->shuffle = 0; f->max_skipped = 10;
-    f->save_format = "both"; f->zero = 0; f->deterministic = 1; f->dtype = "auto";
+    f->save_format = "both"; f->save_gguf = "none"; f->zero = 0; f->deterministic = 1; f->dtype = "auto";
     f->watchdog_timeout = (float)COMM_WATCHDOG_DEFAULT_S;
     cli_sample_defaults(&f->sample);
     // LoRA: PEFT's defaults where PEFT has one (dropout 0)
@@ -74,6 +75,9 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--save-every", "-n", ARG_INT, &f->save_every, "N", "write a checkpoint every N steps; 0 = only at the end", 0, 1e9, NULL},
         {"--keep-checkpoints", "-nk", ARG_INT, &f->keep_checkpoints, "N", "keep the newest N complete checkpoints; 0 = keep all", 0, 1e9, NULL},
         {"--save-format", NULL, ARG_STR, &f->save_format, "F", "final model: hf (config.json + model.safetensors), llmc (model.bin), both, none", 1, 0, SAVE_FORMATS},
+        {"--save-gguf", NULL, ARG_STR, &f->save_gguf, "TYPE", "also write the final model as GGUF for llama.cpp / Ollama, its matmul weights in TYPE: "
+         "OUT/model-TYPE.gguf (train_lora: the adapter as a GGUF LoRA adapter OUT/adapter-TYPE.gguf, and with --merge OUT/merged/model-TYPE.gguf); "
+         "none: no GGUF", 1, 0, GGUF_TYPES},
         cli_flag_seed(&f->seed),
         {"--shuffle", NULL, ARG_BOOL, &f->shuffle, NULL, "shuffle shard and batch order every epoch (default: sequential)", 1, 0, NULL},
         cli_flag_threads(&f->threads),
@@ -152,7 +156,13 @@ static int runconfig_check_flags(const RunConfig* rc, char* err, size_t cap, con
         snprintf(err, cap, "--model %s: the linear weights are stored 4-bit (bitsandbytes NF4); training every parameter needs them in full precision", f->model);
         return -1;
     }
+    if (none && strcmp(f->save_gguf, "none") != 0) { snprintf(err, cap, "--save-gguf needs an --out DIR to write the GGUF file in (not --out none)"); return -1; }
     if (rc->mode != TRAIN_LORA) return 0;
+    if (strcmp(f->save_gguf, "none") != 0 && !f->merge && (strcmp(f->lora_bias, "none") != 0 || f->train_ln_f)) {
+        *hint = "add --merge: the merged model is written as GGUF instead (OUT/merged/model-TYPE.gguf)";
+        snprintf(err, cap, "--save-gguf: a GGUF LoRA adapter cannot carry the base tensors %s trains", f->train_ln_f ? "--train-ln-f" : "--lora-bias");
+        return -1;
+    }
     GPT2Config scratch;
     if (gpt2_config_from_descriptor(&scratch, f->model) == 0) {
         *hint = "pass a pretrained checkpoint (llm.c .bin, safetensors or a transformers model dir)";
@@ -228,6 +238,7 @@ int runconfig_derive(RunConfig* rc, int world, char* err, size_t cap, const char
     rc->schedule = sched_parse(f->schedule);
     rc->save_hf = !strcmp(f->save_format, "hf") || !strcmp(f->save_format, "both");
     rc->save_llmc = !strcmp(f->save_format, "llmc") || !strcmp(f->save_format, "both");
+    rc->save_gguf = strcmp(f->save_gguf, "none") != 0;
     rc->lora_bias = LORA_BIAS_NONE;
     for (int i = 0; LORA_BIAS_NAMES[i]; i++) if (!strcmp(f->lora_bias, LORA_BIAS_NAMES[i])) rc->lora_bias = i;
     rc->lora_targets = 0;

@@ -76,6 +76,7 @@ typedef struct {
     int offload_optimizer;       // AdamW state in pinned host memory, the update on the CPU
     float watchdog_timeout;      // seconds beyond the slowest step (llmc/comm/comm.h); 0 = off
     const char* save_format;
+    const char* save_gguf;       // --save-gguf TYPE (none: no GGUF)
     // sampling (rank 0 prints a completion during / after training)
     int sample_every, sample_tokens;
     SampleFlags sample;
@@ -119,6 +120,7 @@ typedef struct {
     unsigned lora_targets;       // LORA_T_* of --lora-targets
     int lora_dropout_given;      // --lora-dropout replaces the --adapter's own lora_dropout
     int save_hf, save_llmc;      // --save-format
+    int save_gguf;               // --save-gguf other than none
     // ---- recorded with the run (not derived from the flags): train_lora's base files
     int nbase;
     RunBaseFile base[RUNCFG_MAX_BASE_FILES];

@@ -39,6 +39,7 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"eval_every", CHANGE_HARMLESS}, {"eval_batches", CHANGE_HARMLESS}, {"keep_best", CHANGE_HARMLESS},
     {"early_stopping_patience", CHANGE_HARMLESS}, {"early_stopping_min_delta", CHANGE_HARMLESS},
     {"save_every", CHANGE_HARMLESS}, {"keep_checkpoints", CHANGE_HARMLESS}, {"save_format", CHANGE_HARMLESS},
+    {"save_gguf", CHANGE_HARMLESS},
     {"merge", CHANGE_HARMLESS}, {"sample_every", CHANGE_HARMLESS}, {"sample_tokens", CHANGE_HARMLESS},
     {"prompt", CHANGE_HARMLESS}, {"temperature", CHANGE_HARMLESS}, {"top_k", CHANGE_HARMLESS},
     {"vocab", CHANGE_HARMLESS}, {"threads", CHANGE_HARMLESS}, {"watchdog_timeout", CHANGE_HARMLESS},
