@@ -10,9 +10,10 @@
 #     (--batch-size, --recompute, --zero); no CUDA error, nothing written in --out;
 #   - the hint holds: a device between the needs of --recompute 0 and --recompute 2 refuses the
 #     first and trains with the second, to the end;
-#   - the attention backward's scratch is in both (the report's activations name it): in either
-#     --deterministic mode the figure of llmc/cuda/README.md's formula, and the atomic mode's
-#     need is again its report's total (test/test_gpt2.c checks the bytes themselves against what
+#   - the attention backward's scratch is in both (the report's activations name it): the figure
+#     of llmc/cuda/README.md's formula, the same under --deterministic 0 (the attention has one,
+#     deterministic, backward since the atomic-dQ mode was removed), whose need is again its
+#     report's total (test/test_gpt2.c checks the bytes themselves against what
 #     the harness' device lost when the activations were allocated);
 #   - so are the LoRA layers' scratch buffers (the report names them), with and without dropout.
 set -u
@@ -71,12 +72,11 @@ else
   bad "the needs of --recompute 0 and 2: '$n0' '$n2'"
 fi
 # the attention scratch of gpt2_tiny (C 64, NH 4, HS 16) at B 16, T 64: D and lse rows, 8 bytes a
-# head and position (T padded to 64), + deterministic: one 64 x 64 bf16 dS tile a head (nt = 1),
-# or atomic: the fp32 dQ accumulator, B T C floats
+# head and position (T padded to 64), + one 64 x 64 bf16 dS tile a head (nt = 1), in either mode
 for det in 1 0; do
   log="$TMP/det$det.log"
   run full 0 --deterministic $det --out none > "$log" 2>&1 || { bad "--deterministic $det: the run failed: $(tail -n 3 "$log")"; continue; }
-  want=$(awk -v d=$det 'BEGIN { B = 16; T = 64; C = 64; NH = 4; b = 8 * B * NH * T + (d ? B * NH * 64 * 64 * 2 : B * T * C * 4);
+  want=$(awk 'BEGIN { B = 16; T = 64; C = 64; NH = 4; b = 8 * B * NH * T + B * NH * 64 * 64 * 2;
                                 printf "%.2f", b / 1048576 }')
   got=$(sed -n 's/^memory (this rank): .*attention scratch \([0-9.]*\) MiB incl.) | total \([0-9.]*\) MiB$/\1 \2/p' "$log")
   need=$(run full 1000000 --deterministic $det --out none 2>&1 | sed -n 's/.*needs \([0-9.]*\) MiB of device memory.*/\1/p')
