@@ -9,7 +9,8 @@
 // --train-ln-f, --qlora, --dtype fp32|bf16) and: --lora (train_lora; implied by --qlora and the
 // --lora-* flags), --world N, --rank R, --backend cpu|cuda, --gpu-gib G (the GPU's memory),
 // --source init|bin|hf (where the weights come from), --flops F (measured model FLOP/s: a
-// predicted step time), --fit [--limit-gib G] [--margin M], --peak (print the peak's bytes only).
+// predicted step time), --fit [--limit-gib G] [--margin M], --peak (print the peak's bytes only),
+// --max-batch (print the largest micro-batch within the limit less the margin, and its peak).
 #include "run/memplan.h"
 #include "model/model_io.h"
 #include "base/check.h"
@@ -24,7 +25,7 @@ typedef struct {
     const char *backend, *dtype, *targets, *layers;
     double gpu_gib, limit_gib, margin, flops;
     long long total_tokens;
-    int fit, peak_only;
+    int fit, peak_only, max_batch;
 } Args;
 
 static void model_config(const char* model, GPT2Config* cfg) {
@@ -86,6 +87,7 @@ static void parse(Args* a, int argc, char** argv) {
             else if (flag(f, "--lora")) s->lora = 1;
             else if (flag(f, "--fit")) a->fit = 1;
             else if (flag(f, "--peak")) a->peak_only = 1;
+            else if (flag(f, "--max-batch")) a->max_batch = 1;
             else fatal("see the comment at the top of dev/bench_plan.c", "unknown flag '%s'", f);
         }
         i += used;
@@ -109,11 +111,18 @@ static void finish(Args* a) {
     a->b.flops = a->flops;
 }
 
-static void fit(Args* a) {
-    const char* what = "--limit-gib";
+static size_t limit_of(Args* a, const char** what) {
+    *what = "--limit-gib";
     size_t limit = (size_t)(a->limit_gib * 1073741824.0);
-    if (!limit) limit = a->b.device ? (size_t)(a->gpu_gib * 1073741824.0) : memplan_memory_available(&a->b, &what);
+    if (!limit) limit = a->b.device ? (size_t)(a->gpu_gib * 1073741824.0) : memplan_memory_available(&a->b, what);
     if (!limit) fatal("give --limit-gib", "the memory available here is unknown");
+    if (a->b.device && !a->limit_gib) *what = "--gpu-gib";
+    return limit;
+}
+
+static void fit(Args* a) {
+    const char* what;
+    const size_t limit = limit_of(a, &what);
     PlanOption o[32];
     const int n = memplan_options(&a->s, &a->b, limit, a->margin, o, 32);
     printf("fits in %.1f GiB (%s) less %.0f%%: largest micro-batch per setting\n", (double)limit / 1073741824.0, what, 100.0 * a->margin);
@@ -128,6 +137,13 @@ int main(int argc, char** argv) {
     if (!a || !p) { fprintf(stderr, "out of memory\n"); return 1; }
     parse(a, argc, argv);
     finish(a);
+    if (a->max_batch) {
+        const char* what;
+        const int B = memplan_max_batch(&a->s, &a->b, limit_of(a, &what), a->margin, 4096, p);
+        printf("%d %zu\n", B, B ? p->peak : 0);
+        free(p); free(a);
+        return 0;
+    }
     memplan_make(&a->s, &a->b, p);
     if (a->peak_only) printf("%zu\n", p->peak);
     else memplan_print(p, stdout);
