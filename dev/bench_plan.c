@@ -10,7 +10,8 @@
 // --lora-* flags), --world N, --rank R, --backend cpu|cuda, --gpu-gib G (the GPU's memory),
 // --source init|bin|hf (where the weights come from), --flops F (measured model FLOP/s: a
 // predicted step time), --fit [--limit-gib G] [--margin M], --peak (print the peak's bytes only),
-// --max-batch (print the largest micro-batch within the limit less the margin, and its peak).
+// --max-batch (print the largest micro-batch within the limit less the margin, and its peak),
+// --save (the run writes its model and checkpoints: not --out none).
 #include "run/memplan.h"
 #include "model/model_io.h"
 #include "base/check.h"
@@ -28,14 +29,6 @@ typedef struct {
     int fit, peak_only, max_batch;
 } Args;
 
-static void model_config(const char* model, GPT2Config* cfg) {
-    if (gpt2_config_from_descriptor(cfg, model) == 0) return;
-    char path[LLMC_PATH_MAX];
-    if (dir_exists(model)) path_join(path, sizeof(path), model, "config.json");
-    else snprintf(path, sizeof(path), "%s", model);
-    model_read_hf_config(path, cfg);
-}
-
 static int flag(const char* a, const char* name) { return strcmp(a, name) == 0; }
 
 static void parse(Args* a, int argc, char** argv) {
@@ -44,10 +37,10 @@ static void parse(Args* a, int argc, char** argv) {
         if (flag(argv[i], "--model") && i + 1 < argc) model = argv[i + 1];
     }
     GPT2Config cfg;
-    model_config(model, &cfg);
+    PlanSource src;
+    memplan_model_config(model, &cfg, &src);
     memplan_spec_init(&a->s, &cfg);
-    const size_t n = strlen(model);
-    a->s.source = gpt2_config_from_descriptor(&cfg, model) == 0 ? PLAN_SRC_INIT : n > 4 && !strcmp(model + n - 4, ".bin") ? PLAN_SRC_BIN : PLAN_SRC_HF;
+    a->s.source = src;
     a->s.lspec.rank = 8; a->s.lspec.alpha = 16.0f;
     a->backend = "cpu"; a->dtype = "bf16"; a->targets = "c_attn"; a->layers = "all";
     a->gpu_gib = 80.0; a->margin = 0.05;
@@ -88,6 +81,7 @@ static void parse(Args* a, int argc, char** argv) {
             else if (flag(f, "--fit")) a->fit = 1;
             else if (flag(f, "--peak")) a->peak_only = 1;
             else if (flag(f, "--max-batch")) a->max_batch = 1;
+            else if (flag(f, "--save")) s->save = 1;
             else fatal("see the comment at the top of dev/bench_plan.c", "unknown flag '%s'", f);
         }
         i += used;

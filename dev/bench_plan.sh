@@ -71,7 +71,7 @@ for row in "${ROWLIST[@]}"; do
     at=$("$PLAN" "${args[@]}" --world "$np" --rank "$r" | grep -o 'while [a-z ]*' | head -1)
     rss=$(( $(tail -1 "$tmp/rss.$r" | grep -o '[0-9]*$') * 1024 ))
     awk -v n="$name" -v np="$np" -v r="$r" -v p="$peak" -v m="$rss" -v at="$at" \
-      'BEGIN {printf "| %s | %s | %.0f (%s) | %.0f | %+.1f%% |\n", n, np > 1 ? "rank " r " of " np : "1", p / 1048576, at, m / 1048576, 100 * (p - m) / m}'
+      'BEGIN {printf "| %s | %s | %.0f (%s) | %.0f | %+.1f%% |\n", n, (np > 1 ? "rank " r " of " np : "1"), p / 1048576, at, m / 1048576, 100 * (p - m) / m}'
   done
 done
 echo

@@ -15,6 +15,7 @@
 #include <malloc.h>
 #include <string.h>
 #include "run/memplan.h"
+#include "run/runconfig.h"
 #include "model/model.h"
 #include "model/params.h"
 #include "model/model_io.h"
@@ -321,6 +322,35 @@ static void check_refusals(void) {
     }
 }
 
+// The spec a trainer's flags give (what --plan and --batch-size auto will plan) and the config read
+// from the model without its weights.
+static void check_spec_from_run(void) {
+    char* argv[] = {"train_lora", "--model", "test/ref/gpt2_tiny", "--train-data", "test/ref/gpt2_tiny/model.safetensors",
+                    "--lora-rank", "4", "--lora-alpha", "8", "--lora-targets", "q,v,mlp.c_proj", "--lora-layers", "1",
+                    "--lora-bias", "lora_only", "--batch-size", "2", "--seq-len", "16", "--total-batch-tokens", "128", "--zero", "2",
+                    "--recompute", "1", "--qlora", "--out", "none"};
+    RunConfig rc;
+    runconfig_from_args(&rc, (int)(sizeof(argv) / sizeof(argv[0])), argv, TRAIN_LORA, 2);
+    GPT2Config cfg;
+    PlanSource src;
+    memplan_model_config(rc.f.model, &cfg, &src);
+    PlanSpec s;
+    memplan_spec_from_run(&s, &rc, &cfg, 2, 1);
+    TEST_CHECK(src == PLAN_SRC_HF && cfg.num_layers == 2 && cfg.channels == 64 && cfg.num_heads == 4 && cfg.vocab_size == 100,
+               "config of test/ref/gpt2_tiny: L %d C %d NH %d V %d", cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size);
+    TEST_CHECK(s.lora && s.qlora && s.lspec.rank == 4 && s.lspec.alpha == 8.0f && s.lspec.targets == (LORA_T_Q | LORA_T_V | LORA_T_FCPROJ) &&
+               !s.lspec.layers[0] && s.lspec.layers[1] && s.lspec.bias == LORA_BIAS_LORA_ONLY && s.B == 2 && s.T == 16 && s.accum == 2 &&
+               s.zero == 2 && s.world == 2 && s.rank == 1 && s.recompute == 1 && !s.save && s.source == PLAN_SRC_HF,
+               "spec from the flags: lora %d qlora %d r %d targets %u layers %d%d bias %d B %d T %d accum %d zero %d save %d",
+               s.lora, s.qlora, s.lspec.rank, s.lspec.targets, s.lspec.layers[0], s.lspec.layers[1], s.lspec.bias, s.B, s.T, s.accum,
+               s.zero, s.save);
+    GPT2Config d;
+    memplan_model_config("d24", &d, &src);
+    TEST_CHECK(src == PLAN_SRC_INIT && d.channels == 1024 && d.num_heads == 16, "d24");
+    runconfig_free(&rc);
+    if (test_failures == 0) printf("ok   the spec of train_lora's flags (QLoRA, q,v,mlp.c_proj on layer 1, ZeRO 2, 2 micro-steps) and the config from config.json alone\n");
+}
+
 static void child_case(void* arg) {
     const int* a = (const int*)arg;
     test_failures = 0; // (the parent's count came with the fork)
@@ -356,6 +386,7 @@ int main(int argc, char** argv) {
         }
     check_search();
     check_refusals();
+    check_spec_from_run();
     printf("%d checks, %d failed\n", test_checks, test_failures);
     return test_failures ? 1 : 0;
 }

@@ -13,6 +13,8 @@
 #include "ops/device.h"
 #include "ops/nf4.h"
 #include "ops/sizes.h"
+#include "model/model_io.h"
+#include "base/fileio.h"
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,66 @@ void memplan_spec_init(PlanSpec* s, const GPT2Config* cfg) {
     s->accum = 1;
     s->world = 1;
     s->source = PLAN_SRC_HF;
+}
+
+static int ends_with(const char* s, const char* suffix) {
+    const size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+// An llm.c checkpoint's header (llmc/model/model_io.c load_llmc: magic, version, then maxT, V, L,
+// NH, C, Vp).
+static void bin_config(const char* path, GPT2Config* cfg) {
+    int32_t h[256];
+    FILE* f = fopenCheck(path, "rb");
+    freadCheck(h, sizeof(int32_t), 256, f, path);
+    fclose(f);
+    if (h[0] != LLMC_MODEL_MAGIC || (h[1] != 3 && h[1] != 5))
+        fatal("pass an llm.c model checkpoint (.bin), a Hugging Face directory or dN", "'%s': not an llm.c model checkpoint (magic %d, version %d)",
+              path, h[0], h[1]);
+    cfg->max_seq_len = h[2]; cfg->vocab_size = h[3]; cfg->num_layers = h[4]; cfg->num_heads = h[5]; cfg->channels = h[6];
+    cfg->padded_vocab_size = h[7];
+    gpt2_config_validate(cfg, path);
+}
+
+void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source) {
+    char path[LLMC_PATH_MAX], dir[LLMC_PATH_MAX];
+    if (gpt2_config_from_descriptor(cfg, model) == 0) { *source = PLAN_SRC_INIT; return; }
+    if (ends_with(model, ".bin")) { *source = PLAN_SRC_BIN; bin_config(model, cfg); return; }
+    *source = PLAN_SRC_HF;
+    snprintf(dir, sizeof(dir), "%s", model);
+    if (!dir_exists(model)) { // a file: its directory
+        char* slash = strrchr(dir, '/');
+        if (slash) *slash = '\0'; else snprintf(dir, sizeof(dir), ".");
+    }
+    if (ends_with(model, "config.json") && !ends_with(model, ".index.json")) snprintf(path, sizeof(path), "%s", model);
+    else path_join(path, sizeof(path), dir, "config.json");
+    if (!file_exists(path))
+        fatal("give the model's config.json, or its directory", "'%s': planning reads only the model's config, and there is no %s", model, path);
+    model_read_hf_config(path, cfg);
+}
+
+void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* cfg, int world, int rank) {
+    const TrainFlags* f = &rc->f;
+    memplan_spec_init(s, cfg);
+    s->lora = rc->mode == TRAIN_LORA;
+    s->qlora = rc->qlora;
+    if (s->lora) {
+        LoraSpec* l = &s->lspec;
+        l->rank = f->lora_rank; l->alpha = f->lora_alpha; l->rslora = f->rslora; l->dropout = f->lora_dropout;
+        l->bias = rc->lora_bias; l->train_ln_f = f->train_ln_f; l->targets = rc->lora_targets;
+        char err[512];
+        if (lora_parse_layers(f->lora_layers ? f->lora_layers : "all", cfg->num_layers, l, err, sizeof(err)))
+            fatal("give layer indices of the base model, e.g. --lora-layers 0-5,8", "%s", err);
+    }
+    s->B = f->batch_size; s->T = f->seq_len; s->recompute = f->recompute; s->accum = rc->accum;
+    s->zero = f->zero; s->world = world; s->rank = rank;
+    s->keep = f->zero3_keep; s->shard_group = f->shard_group; s->offload = f->offload_optimizer;
+    s->save = rc->write_outputs;
+    PlanSource src;
+    GPT2Config ignored;
+    memplan_model_config(f->model, &ignored, &src);
+    s->source = src;
 }
 
 // ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include "model/config.h"
 #include "model/lora.h"
+#include "run/runconfig.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -81,6 +82,14 @@ typedef struct {
 
 // The defaults of the trainers' flags for cfg (B 4, T 1024 capped at n_positions, one rank).
 void memplan_spec_init(PlanSpec* s, const GPT2Config* cfg);
+// The config of --model without its weights, and where they would come from: a descriptor (d12),
+// a Hugging Face directory or config.json (or a .safetensors / index with config.json beside it),
+// an llm.c .bin (its header). Fatal, naming the path, on what the loader would refuse.
+void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source);
+// The spec of a trainer's run from its flags (llmc/run/runconfig.h) for rank of world ranks: what
+// --plan and --batch-size auto plan. LoRA's structure comes from the --lora-* flags (an --adapter
+// directory's own structure is not read: the plan takes the flags' shape for it).
+void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* cfg, int world, int rank);
 
 enum { PLAN_HOST = 0, PLAN_BACKEND = 1 };
 #define MEMPLAN_MAX_ITEMS 40
