@@ -36,7 +36,9 @@ for mode in LoRA QLoRA; do
   rss=$(( $(tail -1 "$OUT/$mode.rss" | grep -o '[0-9]*$') / 1024 ))
   plan=$("$PLAN" --model "$base" "${LORA[@]}" "${extra[@]}" --save --peak)
   at=$("$PLAN" --model "$base" "${LORA[@]}" "${extra[@]}" --save | grep -o 'while [a-z ]*' | head -1)
-  peft=$("$PY" dev/check_xl_peft.py --base "$base" --adapter "$d" ${extra:+--qlora} --work "$OUT/${mode}_peft" 2>/dev/null | grep -E '^(ok|FAIL)' || echo "FAIL (no result)")
+  peft=$("$PY" dev/check_xl_peft.py --base "$base" --adapter "$d" ${extra:+--qlora} --work "$OUT/${mode}_peft" 2>/dev/null | grep -E '^(ok|FAIL)' |
+        sed -E 's/^(ok|FAIL) +[A-Za-z]+ adapter [^,]*, ours on [^ ]* vs //' | tr '\n' ';' || :)
+  [ -n "$peft" ] || peft="FAIL (no result)"
   echo "| 1.5B $mode | $ms | $tps | $rss | $((plan / 1048576)) ($at) | $peft |"
 done
 echo
