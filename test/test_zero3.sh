@@ -3,14 +3,16 @@
 #   - full fine-tuning and LoRA give the losses of one process at ZeRO 0 with the same global batch
 #     (also with --zero3-keep, recompute 2 and gradient accumulation);
 #   - the memory report: per-rank parameter shard = total / N plus padding, gather buffers = two
-#     units; a --memory-budget one process cannot meet is met by 4 ranks at ZeRO 3;
-#   - the trace: the number of all-gathers / reduce-scatters per step is the formula's, and each
-#     unit's gather is started before the previous unit's forward compute ends (prefetch);
+#     blocks and the head (which holds this rank's piece of it); a --memory-budget one process
+#     cannot meet is met by 4 ranks at ZeRO 3;
+#   - the trace: the number of all-gathers / reduce-scatters per step is the formula's (tiny, 2
+#     blocks, and d6, 6 blocks), and each unit's gather is started before the previous unit's
+#     forward compute ends (prefetch);
 #   - resume re-shards: ZeRO 3 with 4 ranks -> ZeRO 1 with 2 ranks, ZeRO 1 (2 ranks) -> ZeRO 3 (4);
 #   - hybrid sharding (--shard-group), the optimizer offload (--offload-optimizer);
 #   - QLoRA (the NF4 base sharded in its packed form) and LoRA training base tensors (--lora-bias,
 #     --train-ln-f): losses of one process at np 1, 2, 4, hybrid and --zero3-keep; NF4 bytes per
-#     rank = total / N + two units' gather buffers; the saved adapter and merged model; resume
+#     rank = total / N + two blocks' gather buffers; the saved adapter and merged model; resume
 #     from ZeRO 3 (4 ranks) at ZeRO 2 (2 ranks).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_mpi.sh"
@@ -80,7 +82,9 @@ print(f"max |diff| {d:.2e} over {n} floats", end=" ")
 sys.exit(0 if len(a) == len(b) and d < 1e-4 else 1)
 PY
 
-# ---- memory report: parameter shard = total / N (+ padding to 64 elements per unit), two gather buffers
+# ---- memory report: parameter shard = total / N (+ padding to 64 elements per unit); gather
+# buffers: two of the largest block and the head's (its unit, the largest, padded), which holds
+# this rank's piece of the head (params per rank below a replica's: d6 below)
 for np in 2 4; do
   line=$(grep '^zero3:' "$TMP/train_gpt2_np$np.log")
   total=$(sed -E 's/.*parameter elements ([0-9]+).*/\1/' <<<"$line")
@@ -88,8 +92,11 @@ for np in 2 4; do
   nbuf=$(sed -E 's/.*gather buffers ([0-9]+) x up to ([0-9]+) elements \(([0-9]+) in all\).*/\1 \2 \3/' <<<"$line")
   read -r nb unit all <<<"$nbuf"
   lo=$(( (total + np - 1) / np )); hi=$(( lo + (L + 1) * 64 ))
-  if [ "$shard" -ge "$lo" ] && [ "$shard" -le "$hi" ] && [ "$nb" = 2 ] && [ "$all" -le $((2 * unit)) ]; then
-    ok "np=$np: parameter shard $shard elements in [total/N, total/N + units*64] = [$lo, $hi], gather buffers $nb x $unit (two units)"
+  head=$(( unit ))          # the head is the largest unit
+  block=$(( (all - head) / 2 ))
+  if [ "$shard" -ge "$lo" ] && [ "$shard" -le "$hi" ] && [ "$nb" = 3 ] && [ $(( block * L + head )) -le $(( total + (L + 1) * 64 * np )) ] &&
+     [ "$block" -lt "$head" ]; then
+    ok "np=$np: parameter shard $shard elements in [total/N, total/N + units*64] = [$lo, $hi], gather buffers $nb: 2 x $block (blocks) + $head (the head)"
   else bad "np=$np memory report: $line"; fi
 done
 # the budget: between what one process at ZeRO 0 and a ZeRO-3 rank of 4 report needing
@@ -103,20 +110,24 @@ run 4 "$TMP/budget4" train_gpt2 "${COMMON[@]}" --zero 3 --memory-budget "$budget
 grep -q "summary: finished" "$TMP/budget4.log" && ok "4 ranks at ZeRO 3 train within --memory-budget $budget MiB" || bad "ZeRO-3 run over the budget"
 
 # ---- collectives per step and prefetch order (LLMC_FSDP_TRACE=1: rank 0 prints each step's events)
-# 4 micro-steps per step at np=1 (128 tokens / 32), 2 at np=2
+# 4 micro-steps per step at np=1 (128 tokens / 32), 2 at np=2; the tiny model (2 blocks) and d6 (6)
 for np in 1 2; do
   M=$(( 4 / np ))
-  LLMC_FSDP_TRACE=1 run $np "$TMP/trace$np" train_gpt2 "${COMMON[@]}" --zero 3 --steps 2
-  LLMC_FSDP_TRACE=1 run $np "$TMP/tracek$np" train_gpt2 "${COMMON[@]}" --zero 3 --zero3-keep --steps 2
-  python3 - "$TMP/trace$np.log" "$TMP/tracek$np.log" $L $M <<'PY' && ok "np=$np: $M micro-steps: $(( 2 * L * M + 1 )) all-gathers (keep: $(( L + 1 ))), $(( M * (L + 1) )) reduce-scatters per step; every block's next unit gathered before its compute ends" || bad "np=$np trace"
+  for model in tiny d6; do
+    Lm=$L; [ $model = d6 ] && Lm=6
+    margs=("${COMMON[@]}"); [ $model = d6 ] && margs=("${COMMON[@]/$MODEL/d6}")
+    LLMC_FSDP_TRACE=1 run $np "$TMP/trace$model$np" train_gpt2 "${margs[@]}" --zero 3 --steps 2
+    LLMC_FSDP_TRACE=1 run $np "$TMP/tracek$model$np" train_gpt2 "${margs[@]}" --zero 3 --zero3-keep --steps 2
+    python3 - "$TMP/trace$model$np.log" "$TMP/tracek$model$np.log" $Lm $M <<'PY' && ok "$model np=$np: $M micro-steps: $(( 2 * Lm - 1 + (M - 1) * (2 * Lm - 4) )) all-gathers (keep: $(( Lm + 1 ))), $(( M * (Lm + 1) )) reduce-scatters per step; every block's next unit gathered before its compute ends" || bad "$model np=$np trace"
 import re, sys
 L, M = int(sys.argv[3]), int(sys.argv[4])
 def steps(path):
     return [l for l in open(path) if l.startswith("fsdp: step")]
 bad = 0
-# reshard mode: forward H, 0..L-1, H; backward L-2..0 (L-1 and H are still there): 2L + 1 in the
-# first micro-step; the later ones find block 0 still there from the backward before: 2L
-for path, want_g in ((sys.argv[1], 2 * L * M + 1), (sys.argv[2], L + 1)):
+# reshard mode: forward H (which stays in its own slot), 0..L-1; backward L-3..0 (L-1 and L-2 are
+# still in the two shared slots): 2L - 1 in the first micro-step; the later ones find blocks 0
+# and 1 still there from the backward before: 2L - 4
+for path, want_g in ((sys.argv[1], 2 * L - 1 + (M - 1) * (2 * L - 4)), (sys.argv[2], L + 1)):
     for line in steps(path):
         g, s = map(int, re.search(r"(\d+) all-gathers, (\d+) reduce-scatters", line).groups())
         if g != want_g or s != M * (L + 1): print("counts", path, line); bad = 1
@@ -132,18 +143,29 @@ for l in range(L):
     if not any(i < first_R for i in pos.get(nxt, [])): print("no prefetch of", nxt, "before", f"R{l}", ev[:30]); bad = 1
 sys.exit(bad)
 PY
+  done
 done
+unset margs
 
 # QLoRA: a block's gather is two all-gathers (its float part, its NF4 bytes), the head's one; the
-# frozen base does not change, so a later step finds block 0 still there from the step before
+# frozen base does not change, so a later step finds blocks 0 and 1, and the head, still there
+# from the step before (tiny: 2 blocks, so nothing is gathered again)
 for np in 1 2; do
   M=$(( 4 / np ))
   LLMC_FSDP_TRACE=1 run $np "$TMP/traceq$np" train_lora "${COMMON[@]}" "${LORA[@]}" --qlora --zero 3 --steps 2
-  g1=$(( 2 * L * M + 1 + (2 * L - 1) + (M - 1) * (2 * L - 2) )); g2=$(( 2 * L * M + M * (2 * L - 2) ))
+  g1=$(( 2 * L - 1 + (2 * L - 2) + (M - 1) * 2 * (2 * L - 4) )); g2=$(( M * 2 * (2 * L - 4) ))
   got=$(grep '^fsdp: step' "$TMP/traceq$np.log" | sed -E 's/.*: ([0-9]+) all-gathers, ([0-9]+) reduce-scatters.*/\1 \2/' | tr '\n' ' ')
   [ "$got" = "$g1 0 $g2 0 " ] && ok "QLoRA np=$np: $M micro-steps: $g1 all-gathers in the first step, $g2 in the next, no reduce-scatter" ||
     bad "QLoRA np=$np collectives: '$got', want '$g1 0 $g2 0 '"
 done
+# a rank's parameters (its blocks' pieces, the blocks' two buffers, the head's buffer) below a
+# replica's at d6 (6 blocks) on 2 ranks: (P - H) / 2 + H + 2 Bmax < P (llmc/dist/fsdp.h)
+line=$(grep '^zero3:' "$TMP/traced62.log")
+total=$(sed -E 's/.*parameter elements ([0-9]+).*/\1/' <<<"$line")
+params=$(grep -o 'params [0-9.]* MiB' "$TMP/traced62.log" | awk '{print $2}')
+awk -v a="$params" -v t="$total" 'BEGIN {exit !(a > 0 && a < t * 4 / 1048576)}' &&
+  ok "d6 np=2: params $params MiB per rank, below a replica's $(awk -v t="$total" 'BEGIN {printf "%.1f", t * 4 / 1048576}') MiB" ||
+  bad "d6 np=2: params $params MiB per rank, a replica $total elements"
 
 # ---- resume re-shards between stages and rank counts
 R=("${COMMON[@]}" --save-every 3)
@@ -219,13 +241,13 @@ run 4 "$TMP/BA_hyb" train_lora "${COMMON[@]}" "${BA[@]}" --train-ln-f --zero 3 -
 cmp_losses "train_lora --lora-bias all --train-ln-f np=4 zero=3 --shard-group 2 matches one process" "$TMP/BAL_ref" "$TMP/BA_hyb" 1e-5
 
 # the NF4 bytes per rank: the pieces = total / N (+ padding to 64 bytes per unit), and the gather
-# buffers two units; the floatX part as for the dense units
+# buffers two blocks' (the head's buffer holds no NF4 bytes); the floatX part as for the dense units
 for np in 2 4; do
   line=$(grep '^zero3: NF4' "$TMP/QL_np$np.log")
   read -r total shard nb unit all < <(sed -E 's/.*NF4 base ([0-9]+) bytes.*NF4 shard ([0-9]+) bytes, NF4 gather buffers ([0-9]+) x up to ([0-9]+) bytes \(([0-9]+) in all\).*/\1 \2 \3 \4 \5/' <<<"$line")
   lo=$(( (total + np - 1) / np )); hi=$(( lo + L * 64 ))
-  if [ -n "$total" ] && [ "$total" -gt 0 ] && [ "$shard" -ge "$lo" ] && [ "$shard" -le "$hi" ] && [ "$nb" = 2 ] && [ "$all" -le $((2 * unit)) ] && [ "$unit" -le $(( (total / L + 63) / 64 * 64 + np * 64 )) ]; then
-    ok "np=$np: NF4 shard $shard bytes in [total/N, total/N + units*64] = [$lo, $hi] of $total, gather buffers $nb x $unit bytes (two units)"
+  if [ -n "$total" ] && [ "$total" -gt 0 ] && [ "$shard" -ge "$lo" ] && [ "$shard" -le "$hi" ] && [ "$nb" = 3 ] && [ "$all" = $((2 * unit)) ] && [ "$unit" -le $(( (total / L + 63) / 64 * 64 + np * 64 )) ]; then
+    ok "np=$np: NF4 shard $shard bytes in [total/N, total/N + units*64] = [$lo, $hi] of $total, gather buffers 2 x $unit bytes (two blocks; the head's holds none)"
   else bad "np=$np NF4 memory report: $line"; fi
 done
 grep -q "gradient elements per rank [0-9]* (+ [1-9][0-9]* in buckets)" "$TMP/train_gpt2_np2.log" &&

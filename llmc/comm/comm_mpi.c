@@ -36,9 +36,8 @@
 #include "base/check.h"
 #include "base/bf16.h"
 
-// Scratch for reductions: a chunk of every peer's contribution lands here before it is summed.
-// Large messages are processed in chunks that fit, so this bounds memory, not message size.
-#define COMM_SCRATCH_BYTES ((size_t)16 << 20)
+// Scratch for reductions: COMM_MPI_SCRATCH_BYTES (llmc/comm/comm.h).
+#define COMM_SCRATCH_BYTES COMM_MPI_SCRATCH_BYTES
 // Below this many elements an all-reduce gathers every rank's whole buffer (one latency-bound
 // collective) instead of reduce-scatter + all-gather. Both sum in the same order.
 #define COMM_SMALL_ALLREDUCE 1024

@@ -34,9 +34,10 @@
 #include "cpu/ops_cpu.h"
 #include "base/check.h"
 #include "cpu/vecmath.h"
+#include "ops/sizes.h"
 
 #define BQ 64   // query rows per tile
-#define BK 64   // keys per tile (the kernels below hard-code 4 vectors of 16 along keys)
+#define BK OPS_CPU_ATTN_BK // keys per tile, 64 (the kernels below hard-code 4 vectors of 16 along keys)
 
 typedef float v16 __attribute__((vector_size(64)));
 // Builds without -mavx512f (the sanitizer build) would warn that passing v16 by value has a
@@ -189,7 +190,7 @@ static size_t kt_scratch_numel(int B, int T, int C) { return (size_t)B * C * (si
 // per-thread tiles per call (O(T * HS) floats a thread), so `backward` adds nothing here.
 size_t cpu_attention_scratch_bytes(int B, int T, int C, int NH, int backward) {
     (void)NH; (void)backward;
-    return B > 0 && T > 0 ? kt_scratch_numel(B, T, C) * sizeof(float) : 0;
+    return ops_cpu_attention_scratch_bytes(B, T, C); // kt_scratch_numel floats (llmc/ops/sizes.h)
 }
 void cpu_attention_reserve(int B, int T, int C, int NH, int backward) {
     if (cpu_attention_scratch_bytes(B, T, C, NH, backward)) (void)kt_scratch_get(kt_scratch_numel(B, T, C));

@@ -7,12 +7,13 @@
 #include "cpu/vecmath.h"
 #include "base/bf16.h"
 #include "base/check.h"
+#include "ops/sizes.h"
 
 // Rows per block of classifier_train: 512 x 50304 logits = 103 MB of scratch instead of 206 MB at
 // B*T = 1024 (824 MB at T = 1024). Measured (dev/bench_ops, bf16, B=4 T=256): 128 rows 435 ms,
 // 256 rows 350 ms, 512 rows 325 ms, all 1024 rows 318 ms: below 512 the weight gradient's GEMMs
 // (K = rows) and the passes over the whole dw they each make start to cost.
-#define CLS_ROWS 512
+#define CLS_ROWS OPS_CPU_CLS_ROWS // 512 (llmc/ops/sizes.h: the memory plan counts the scratch)
 
 #define CLS_BLOCK 2048   // floats: 8 KB, stays in L1 between the max and the exp-sum loops
 
@@ -63,6 +64,8 @@ int cpu_classifier_rows(int N) { return N < CLS_ROWS ? N : CLS_ROWS; }
 // The bf16 copy of the classifier's weight (wte): rounded once per call, not once per block.
 static uint16_t* w16;
 static size_t w16_n;
+
+size_t cpu_classifier_scratch_bytes(void) { return w16_n * sizeof(uint16_t); }
 
 static const uint16_t* classifier_w16(const float* w, size_t n) {
     if (w16_n < n) {

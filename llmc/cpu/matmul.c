@@ -50,6 +50,12 @@ int cpu_ops_bf16_native(const char** why) {
 static uint16_t* scratch[BF16_SLOTS];
 static size_t scratch_n[BF16_SLOTS];
 
+size_t cpu_ops_gemm_scratch_bytes(void) {
+    size_t n = 0;
+    for (int i = 0; i < BF16_SLOTS; i++) n += scratch_n[i];
+    return n * sizeof(uint16_t);
+}
+
 // bf16 copy of an fp32 operand of n elements in scratch slot `slot`, rounded to nearest even
 // (what torch's .to(bfloat16) and autocast do)
 static const uint16_t* rounded(int slot, const float* x, size_t n) {

@@ -71,6 +71,7 @@
 #include "cuda/attention.cuh"
 #include "base/check.h"
 #include "cuda/ops_cuda.h"
+#include "ops/sizes.h"
 
 #define FA_WARPS 4
 #define FA_THREADS (FA_WARPS * 32)
@@ -925,7 +926,7 @@ FA_UNROLL
 // ---------------------------------------------------------------------------------------------
 // host side
 
-int attention_flash_supported(int HS) { return HS % 16 == 0 && HS >= 16 && HS <= FA_MAX_HS; }
+int attention_flash_supported(int HS) { return ops_cuda_flash_supported(HS); }
 
 // ops_set_deterministic lives here, not in backend.cu: attention backward was the only op with a
 // non-deterministic variant (dQ by fp32 atomics), which was slower than the deterministic one on
@@ -941,28 +942,17 @@ static void fa_allow_smem(K kernel, size_t bytes, int* done) {
 }
 
 // The backward's dS^T tiles: one head needs nt (nt + 1) / 2 tiles of 8 KB (nt 64-row tiles);
-// heads go in chunks so that the buffer stays within FA_DS_MAX_BYTES (one head at least). B 16,
-// NH 12, T 1024: 136 tiles a head, 192 heads, 214 MB, one chunk. A launch takes at most
-// FA_MAX_GRID_Y heads (grid y).
-#define FA_DS_MAX_BYTES ((size_t)256 << 20)
-#define FA_MAX_GRID_Y 65535
+// heads go in chunks so that the buffer stays within FA_DS_MAX_BYTES (one head at least) and a
+// launch takes at most FA_MAX_GRID_Y heads (grid y). B 16, NH 12, T 1024: 136 tiles a head, 192
+// heads, 214 MB, one chunk. The arithmetic is llmc/ops/sizes.h's, which the memory plan uses too.
+#define FA_DS_MAX_BYTES OPS_CUDA_FA_DS_MAX_BYTES
+#define FA_MAX_GRID_Y OPS_CUDA_FA_MAX_GRID_Y
+static_assert(FA_BN == OPS_CUDA_FA_BN && FA_MAX_HS == OPS_CUDA_ATTN_MAX_HS, "llmc/ops/sizes.h describes these kernels");
 static size_t g_ds_max_bytes = FA_DS_MAX_BYTES;
 extern "C" void attention_set_ds_limit(size_t bytes) { g_ds_max_bytes = bytes ? bytes : FA_DS_MAX_BYTES; }
-static size_t fa_ds_head_bytes(int T) {
-    size_t nt = (size_t)ceil_div(T, FA_BN);
-    return nt * (nt + 1) / 2 * FA_BN * FA_BN * sizeof(bf16);
-}
-static int fa_ds_chunk_heads(int BNH, int T) {
-    size_t fit = g_ds_max_bytes / fa_ds_head_bytes(T);
-    fit = fit < FA_MAX_GRID_Y ? fit : FA_MAX_GRID_Y;
-    return (int)(fit < 1 ? 1 : fit < (size_t)BNH ? fit : BNH);
-}
+static int fa_ds_chunk_heads(int BNH, int T) { return ops_cuda_fa_ds_chunk_heads(BNH, T, g_ds_max_bytes); }
 size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
-    if (B <= 0 || T <= 0 || NH <= 0 || C % NH != 0) return 0;
-    size_t rows = (size_t)B * NH * T;
-    if (!attention_flash_supported(C / NH)) return rows * sizeof(float);   // attention_simple.cu's D
-    size_t pre = (size_t)2 * B * NH * ceil_div(T, FA_BN) * FA_BN * sizeof(float);
-    return pre + (size_t)fa_ds_chunk_heads(B * NH, T) * fa_ds_head_bytes(T);
+    return ops_cuda_attention_backward_bytes(B, T, C, NH, g_ds_max_bytes); // (attention_simple.cu's D too)
 }
 // ops.h's query and reservation: the forward keeps nothing between calls, the backward its
 // scratch (the same ops_scratch slot that cuda_attention_backward asks for, so a reserved slot is
@@ -997,7 +987,7 @@ static void fa_backward(FaBwdArgs a, int BNH) {
     fa_allow_smem(flash_attention_backward_dkv_kernel<HS>, Cf::DKV_SMEM, &ok_dkv);
     fa_allow_smem(flash_attention_backward_dq_kernel<HS>, Cf::DQ_SMEM, &ok_dq);
     const int chunk = fa_ds_chunk_heads(BNH, a.T);
-    if ((size_t)chunk * fa_ds_head_bytes(a.T) / sizeof(bf16) > 0xffffffffu)
+    if ((size_t)chunk * ops_cuda_fa_ds_head_bytes(a.T) / sizeof(bf16) > 0xffffffffu)
         fatal("use a shorter sequence (T up to ~46K)", "flash attention backward: T = %d is too long for the dS tiles' 32-bit offsets", a.T);
     for (a.bh0 = 0; a.bh0 < BNH; a.bh0 += chunk) {
         const int heads = min(chunk, BNH - a.bh0);

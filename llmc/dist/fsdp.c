@@ -10,6 +10,38 @@
 
 static int fsdp_head(const Fsdp* f) { return f->nunits - 1; }
 
+// The slot a unit has to itself (-1: none, it takes turns in the shared ones): the head's is the
+// last slot, and with keep every unit's is its own index (the head's then too).
+static int home_slot(const Fsdp* f, int u) { return f->keep ? u : u == fsdp_head(f) ? f->nslots - 1 : -1; }
+
+floatX* fsdp_piece(const Fsdp* f, int u) {
+    const int s = home_slot(f, u);
+    return s >= 0 ? f->slot[s] + (size_t)f->rank * f->piece[u] : f->pshard + f->ploc[u];
+}
+
+// A unit padded to a multiple of world * 64 elements (or bytes), so that every piece is aligned.
+static size_t pad_unit(size_t n, int world, size_t align) {
+    const size_t unit = (size_t)world * align;
+    return (n + unit - 1) / unit * unit;
+}
+
+void fsdp_sizes(const size_t* unit_n, int nunits, int world, int keep, FsdpSizes* o) {
+    memset(o, 0, sizeof(*o));
+    const int h = nunits - 1;
+    size_t all = 0;
+    for (int u = 0; u < nunits; u++) {
+        const size_t padded = pad_unit(unit_n[u], world, ZERO_ALIGN_DEFAULT);
+        o->shard_n += padded / (size_t)world;
+        if (!keep && u != h) o->pshard_n += padded / (size_t)world;
+        if (padded > o->max_unit) o->max_unit = padded;
+        if (u < h && padded > o->max_block) o->max_block = padded;
+        all += padded;
+    }
+    const size_t head = pad_unit(unit_n[h], world, ZERO_ALIGN_DEFAULT);
+    o->slots_n = keep ? all : FSDP_MAX_SLOTS_SHARED * o->max_block + head;
+    o->buckets_n = 2 * o->max_block + head;
+}
+
 static void trace_event(Fsdp* f, char what, int unit) {
     if (!f->trace) return;
     if (f->trace_len + 16 > f->trace_cap) {
@@ -29,18 +61,19 @@ static void start_gather(Fsdp* f, int u, int s) {
     if (f->slot_unit[s] >= 0) f->unit_slot[f->slot_unit[s]] = -1; // evict
     f->slot_unit[s] = u;
     f->unit_slot[u] = s;
-    f->slot_req[s] = comm_dev_iallgather(f->comm, f->pshard + f->loc[u], f->slot[s], f->piece[u], FSDP_DTYPE, NULL);
+    // (in place when the slot is the unit's own: its block `rank` is this rank's piece)
+    f->slot_req[s] = comm_dev_iallgather(f->comm, fsdp_piece(f, u), f->slot[s], f->piece[u], FSDP_DTYPE, NULL);
     f->slot_pending[s] = 1;
     f->n_gather += 1 + fsdp_nf4_gather(f, u, s);
     trace_event(f, 'G', u);
 }
 
-// A slot for unit u: its own with --zero3-keep, else the least recently used one that is neither
-// computing nor being gathered into; -1 when there is none.
+// A slot for unit u: its own (the head's; every unit's with --zero3-keep), else the least recently
+// used shared one that is neither computing nor being gathered into; -1 when there is none.
 static int free_slot(const Fsdp* f, int u) {
-    if (f->keep) return u;
+    if (home_slot(f, u) >= 0) return home_slot(f, u);
     int best = -1;
-    for (int s = 0; s < f->nslots; s++)
+    for (int s = 0; s < FSDP_MAX_SLOTS_SHARED; s++)
         if (!f->slot_busy[s] && !f->slot_pending[s] && (best < 0 || f->slot_used[s] < f->slot_used[best])) best = s;
     return best;
 }
@@ -90,12 +123,13 @@ static void slots_invalidate(Fsdp* f) {
 // ----------------------------------------------------------------------------
 // gradients
 
-// The reduce-scatter of layer bucket k is complete: add this rank's piece, empty the bucket.
+// The reduce-scatter of layer bucket k is complete: add this rank's piece (the bucket's block
+// `rank`: in place), empty the bucket.
 static void layer_finish(Fsdp* f, int k) {
     const int u = f->lreq_unit[k];
     if (u < 0) return;
     comm_wait(f->comm, &f->lreq[k]);
-    add_inplace(f->gshard + f->loc[u], f->lrecv[k], f->piece[u]);
+    add_inplace(f->gshard + f->loc[u], f->lbucket[k] + (size_t)f->rank * f->piece[u], f->piece[u]);
     ops_zero(f->lbucket[k], f->piece[u] * (size_t)f->world * sizeof(floatX));
     f->lreq_unit[k] = -1;
 }
@@ -105,7 +139,8 @@ static void fsdp_bucket_done(void* ctx, int bucket) {
     const int L = f->nunits - 1;
     if (bucket < L) {
         const int u = L - 1 - bucket, k = f->lcur;
-        f->lreq[k] = comm_dev_ireduce_scatter_sum(f->comm, f->lbucket[k], f->lrecv[k], f->piece[u], FSDP_DTYPE, NULL);
+        f->lreq[k] = comm_dev_ireduce_scatter_sum(f->comm, f->lbucket[k], f->lbucket[k] + (size_t)f->rank * f->piece[u],
+                                                  f->piece[u], FSDP_DTYPE, NULL);
         f->lreq_unit[k] = u;
         f->n_rs++;
         trace_event(f, 'S', u);
@@ -118,11 +153,12 @@ static void fsdp_bucket_done(void* ctx, int bucket) {
     layer_finish(f, 0);
     layer_finish(f, 1);
     const int h = fsdp_head(f);
-    CommRequest r = comm_dev_ireduce_scatter_sum(f->comm, f->hbucket, f->hrecv, f->piece[h], FSDP_DTYPE, NULL);
+    floatX* mine = f->hbucket + (size_t)f->rank * f->piece[h];
+    CommRequest r = comm_dev_ireduce_scatter_sum(f->comm, f->hbucket, mine, f->piece[h], FSDP_DTYPE, NULL);
     f->n_rs++;
     trace_event(f, 'S', h);
     comm_wait(f->comm, &r);
-    add_inplace(f->gshard + f->loc[h], f->hrecv, f->piece[h]);
+    add_inplace(f->gshard + f->loc[h], mine, f->piece[h]);
     ops_zero(f->hbucket, f->piece[h] * (size_t)f->world * sizeof(floatX));
 }
 
@@ -141,20 +177,23 @@ static void fsdp_layout(Fsdp* f) {
     f->unit_n = (size_t*)mallocCheck((size_t)f->nunits * sizeof(size_t));
     f->piece = (size_t*)mallocCheck((size_t)f->nunits * sizeof(size_t));
     f->loc = (size_t*)mallocCheck((size_t)f->nunits * sizeof(size_t));
-    const size_t unit = (size_t)f->world * ZERO_ALIGN_DEFAULT;
-    f->shard_n = 0; f->max_unit = 0;
+    f->ploc = (size_t*)mallocCheck((size_t)f->nunits * sizeof(size_t));
+    f->shard_n = f->pshard_n = f->max_unit = f->max_block = 0;
+    for (int u = 0; u < f->nunits; u++) f->unit_n[u] = gpt2_unit_numel(m, u);
     for (int u = 0; u < f->nunits; u++) {
-        f->unit_n[u] = gpt2_unit_numel(m, u);
-        const size_t padded = (f->unit_n[u] + unit - 1) / unit * unit;
+        const size_t padded = pad_unit(f->unit_n[u], f->world, ZERO_ALIGN_DEFAULT);
         f->piece[u] = padded / (size_t)f->world;
         f->loc[u] = f->shard_n;
         f->shard_n += f->piece[u];
+        f->ploc[u] = f->pshard_n;
+        if (!f->keep && u != fsdp_head(f)) f->pshard_n += f->piece[u]; // (the others live in their slot)
         if (padded > f->max_unit) f->max_unit = padded;
+        if (u != fsdp_head(f) && padded > f->max_block) f->max_block = padded;
     }
 }
 
 static void fsdp_alloc_slots(Fsdp* f) {
-    f->nslots = f->keep ? f->nunits : FSDP_MAX_SLOTS_SHARED;
+    f->nslots = f->keep ? f->nunits : FSDP_MAX_SLOTS_SHARED + 1;
     f->slot = (floatX**)callocCheck((size_t)f->nslots, sizeof(floatX*));
     f->slot_cap = (size_t*)callocCheck((size_t)f->nslots, sizeof(size_t));
     f->slot_unit = (int*)mallocCheck((size_t)f->nslots * sizeof(int));
@@ -163,40 +202,38 @@ static void fsdp_alloc_slots(Fsdp* f) {
     f->slot_used = (long*)callocCheck((size_t)f->nslots, sizeof(long));
     f->slot_req = (CommRequest*)callocCheck((size_t)f->nslots, sizeof(CommRequest));
     f->unit_slot = (int*)mallocCheck((size_t)f->nunits * sizeof(int));
+    const int h = fsdp_head(f);
     for (int s = 0; s < f->nslots; s++) {
-        f->slot_cap[s] = f->keep ? f->piece[s] * (size_t)f->world : f->max_unit;
+        f->slot_cap[s] = f->keep ? f->piece[s] * (size_t)f->world : s == f->nslots - 1 ? f->piece[h] * (size_t)f->world : f->max_block;
         f->slot[s] = (floatX*)zalloc(f->slot_cap[s]);
         f->slot_unit[s] = -1;
     }
     for (int u = 0; u < f->nunits; u++) f->unit_slot[u] = -1;
 }
 
-// The full parameters (bound on the model now) -> this rank's pieces, through a buffer of the
-// largest unit (slot 0 with --zero3-keep holds unit 0 only, which may be smaller than the head).
+// The full parameters (bound on the model now) -> this rank's pieces: a unit with a slot of its
+// own is packed there whole (its piece is the slot's block `rank`; the rest is gathered again
+// before use), the others through slot 0 (a shared slot: every block fits), their piece copied
+// into pshard.
 static void fsdp_take_shard(Fsdp* f) {
-    f->pshard = (floatX*)zalloc(f->shard_n);
-    floatX* tmp = (floatX*)zalloc(f->max_unit);
+    f->pshard = (floatX*)zalloc(f->pshard_n);
     for (int u = 0; u < f->nunits; u++) {
-        const size_t padded = f->piece[u] * (size_t)f->world;
-        ops_zero(tmp, padded * sizeof(floatX));
-        gpt2_unit_pack(f->model, u, tmp);
-        scale_copy(f->pshard + f->loc[u], tmp + (size_t)f->rank * f->piece[u], 1.0f, f->piece[u]);
+        const int own = home_slot(f, u);
+        floatX* buf = f->slot[own >= 0 ? own : 0];
+        ops_zero(buf, f->piece[u] * (size_t)f->world * sizeof(floatX));
+        gpt2_unit_pack(f->model, u, buf);
+        if (own < 0) scale_copy(f->pshard + f->ploc[u], buf + (size_t)f->rank * f->piece[u], 1.0f, f->piece[u]);
     }
-    ops_free(tmp);
 }
 
 static void fsdp_alloc_grads(Fsdp* f) {
     const int h = fsdp_head(f);
-    size_t lmax = 0;
-    for (int u = 0; u < h; u++) if (f->piece[u] > lmax) lmax = f->piece[u];
     f->gshard = (floatX*)zalloc(f->shard_n);
     for (int k = 0; k < 2; k++) {
-        f->lbucket[k] = (floatX*)zalloc(lmax * (size_t)f->world);
-        f->lrecv[k] = (floatX*)zalloc(lmax);
+        f->lbucket[k] = (floatX*)zalloc(f->max_block);
         f->lreq_unit[k] = -1;
     }
     f->hbucket = (floatX*)zalloc(f->piece[h] * (size_t)f->world);
-    f->hrecv = (floatX*)zalloc(f->piece[h]);
     gpt2_grads_into_buckets(f->model, f->lbucket[0], f->hbucket);
     f->lcur = 0;
     f->sink.bucket_done = fsdp_bucket_done;
@@ -230,12 +267,12 @@ void fsdp_free(Fsdp* f) {
     for (int s = 0; s < f->nslots; s++) ops_free(f->slot[s]);
     ops_free(f->pshard);
     if (f->gshard) {
-        ops_free(f->gshard); ops_free(f->hbucket); ops_free(f->hrecv);
-        for (int k = 0; k < 2; k++) { ops_free(f->lbucket[k]); ops_free(f->lrecv[k]); }
+        ops_free(f->gshard); ops_free(f->hbucket);
+        for (int k = 0; k < 2; k++) ops_free(f->lbucket[k]);
     }
     free(f->slot); free(f->slot_cap); free(f->slot_unit); free(f->slot_busy); free(f->slot_pending);
     free(f->slot_used); free(f->slot_req); free(f->unit_slot);
-    free(f->unit_n); free(f->piece); free(f->loc); free(f->trace_buf);
+    free(f->unit_n); free(f->piece); free(f->loc); free(f->ploc); free(f->trace_buf);
     memset(f, 0, sizeof(*f));
 }
 
@@ -255,10 +292,9 @@ int fsdp_segments(const Fsdp* f, TrainSeg* segs) {
             const size_t b = t[k].off > pb ? t[k].off : pb, e = t[k].off + t[k].n < pe ? t[k].off + t[k].n : pe;
             if (b >= e) continue;
             const ParamInfo* pi = &f->model->pt.t[t[k].id];
-            const size_t at = f->loc[u] + (b - pb);
             segs[n].name = pi->name;
-            segs[n].p = f->pshard + at;
-            segs[n].g = f->gshard ? f->gshard + at : NULL;
+            segs[n].p = fsdp_piece(f, u) + (b - pb);
+            segs[n].g = f->gshard ? f->gshard + f->loc[u] + (b - pb) : NULL;
             segs[n].n = e - b;
             segs[n].weight_decay = pi->weight_decay;
             segs[n].offset = 0;
@@ -286,8 +322,8 @@ void fsdp_unshard(Fsdp* f) {
     GPT2* m = f->model;
     if (f->rank == 0) { gpt2_set_units(m, NULL); gpt2_params_full(m); }
     for (int u = 0; u < f->nunits; u++) {
-        floatX* buf = f->slot[f->keep ? u : 0];
-        CommRequest r = comm_dev_iallgather(f->comm, f->pshard + f->loc[u], buf, f->piece[u], FSDP_DTYPE, NULL);
+        floatX* buf = f->slot[home_slot(f, u) >= 0 ? home_slot(f, u) : 0];
+        CommRequest r = comm_dev_iallgather(f->comm, fsdp_piece(f, u), buf, f->piece[u], FSDP_DTYPE, NULL);
         comm_wait(f->comm, &r);
         if (f->rank != 0) continue;
         GPT2UnitTensor t[NUM_PARAM_TENSORS];
@@ -303,7 +339,7 @@ void fsdp_reshard(Fsdp* f) {
     if (f->rank == 0) { gpt2_params_drop(f->model); gpt2_set_units(f->model, &f->units); }
 }
 
-size_t fsdp_shard_bytes(const Fsdp* f) { return f->shard_n * sizeof(floatX); }
+size_t fsdp_shard_bytes(const Fsdp* f) { return f->pshard_n * sizeof(floatX); }
 size_t fsdp_slot_bytes(const Fsdp* f) {
     size_t n = 0;
     for (int s = 0; s < f->nslots; s++) n += f->slot_cap[s];
@@ -311,10 +347,7 @@ size_t fsdp_slot_bytes(const Fsdp* f) {
 }
 size_t fsdp_bucket_numel(const Fsdp* f) {
     if (!f->gshard) return 0;
-    const int h = fsdp_head(f);
-    size_t lmax = 0;
-    for (int u = 0; u < h; u++) if (f->piece[u] > lmax) lmax = f->piece[u];
-    return 2 * lmax * ((size_t)f->world + 1) + f->piece[h] * ((size_t)f->world + 1); // buckets and their pieces
+    return 2 * f->max_block + f->piece[fsdp_head(f)] * (size_t)f->world; // the buckets (reduce-scattered in place)
 }
 size_t fsdp_grad_bytes(const Fsdp* f) {
     return f->gshard ? (f->shard_n + fsdp_bucket_numel(f)) * sizeof(floatX) : 0;

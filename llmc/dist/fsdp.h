@@ -7,27 +7,38 @@
 // parameters stays in memory between uses.
 //
 // Buffers: gather slots that hold whole units. Default (reshard after forward): two slots of the
-// largest unit, used in turns: while one unit computes, the next one is gathered into the other
-// slot (comm_dev_iallgather, started by the model's prefetch call, waited for by its need call).
-// --zero3-keep: one slot per unit, so that what forward gathered is still there for backward and
-// for the later micro-steps of the step (one gather per unit per step; memory of a full replica).
+// largest block, used in turns by the blocks: while one block computes, the next one is gathered
+// into the other slot (comm_dev_iallgather, started by the model's prefetch call, waited for by
+// its need call); and one slot of the head's own. The head (wte alone is 31-65% of a GPT-2) is
+// used whole by the embedding and the classifier, so some buffer must hold all of it then; its
+// slot is that buffer and also where this rank's piece of the head lives (the gather is in place:
+// the piece is the slot's block `rank`), so the head costs one copy and no shard besides, and is
+// gathered once after each update instead of two or three times a micro-step. A rank's
+// parameters are then (P - H) / N + H + 2 Bmax (P: every parameter, H: the head, Bmax: the
+// largest block), below a replica's P whenever the L blocks satisfy L (1 - 1/N) > 2: every GPT-2
+// size from d6 at N >= 2 (the 2-layer `tiny` test model is not).
+// --zero3-keep: one slot per unit, each holding this rank's piece of its unit the same way, so
+// that what forward gathered is still there for backward and for the later micro-steps of the
+// step (one gather per unit per step; the memory of a replica and no shard besides).
 // Slots are invalidated when the optimizer has changed the shards (fsdp_params_changed).
 //
 // Gradients (full training): backward writes a block's gradients into one of two layer buckets
-// (gpt2_grads_layer_bucket); when the block is done its bucket is reduce-scattered
-// (comm_dev_ireduce_scatter_sum) while backward fills the other bucket; the head's bucket is
-// reduce-scattered when backward is over. Each piece is added into gshard (gradient accumulation).
+// (gpt2_grads_layer_bucket); when the block is done its bucket is reduce-scattered in place
+// (comm_dev_ireduce_scatter_sum: the sum of this rank's piece lands in the bucket's block `rank`)
+// while backward fills the other bucket; the head's bucket is reduce-scattered when backward is
+// over. Each piece is added into gshard (gradient accumulation).
 //
 // QLoRA (llmc/dist/fsdp_nf4.c): the NF4 base is sharded in its packed form, as bytes beside each block's
 // floatX part, gathered (COMM_U8) into a byte slot of the same index with it: a block's gather is
 // then two all-gathers (n_gather counts collectives).
 //
-// Collectives per step of M micro-steps with L blocks (counted in n_gather / n_rs): reshard mode
-// 2L + 1 all-gathers in the first micro-step (forward: H, blocks 0..L-1, H again for ln_f and the
-// logits; backward: blocks L-2..0, since block L-1 and H are still in the slots) and 2L in each
-// later one (block 0 is still there from the backward before): 2LM + 1; keep mode L + 1 in all.
-// A frozen base (LoRA, QLoRA) stays gathered across steps: 2LM in the steps after the first.
-// Reduce-scatters: L + 1 per micro-step, M(L + 1).
+// Collectives per step of M micro-steps with L >= 2 blocks (counted in n_gather / n_rs): reshard
+// mode 2L - 1 all-gathers in the first micro-step (forward: H, which then stays in its slot,
+// blocks 0..L-1; backward: blocks L-3..0, since L-1 and L-2 are still in the two shared slots)
+// and 2L - 4 in each later one (blocks 0 and 1 are still there from the backward before):
+// 2L - 1 + (M - 1)(2L - 4); keep mode L + 1 in all. A frozen base (LoRA, QLoRA) stays gathered
+// across steps: (2L - 4) M in the steps after the first. Reduce-scatters: L + 1 per micro-step,
+// M(L + 1).
 #ifndef LLMC_FSDP_H
 #define LLMC_FSDP_H
 
@@ -42,7 +53,7 @@
 extern "C" {
 #endif
 
-#define FSDP_MAX_SLOTS_SHARED 2
+#define FSDP_MAX_SLOTS_SHARED 2 // the blocks' slots in reshard mode (the head's own comes after them)
 
 // The NF4 base's bytes (llmc/dist/fsdp_nf4.c); every size in bytes. Unused (base NULL) without one.
 typedef struct {
@@ -72,10 +83,14 @@ typedef struct {
     int grads;               // 1: full training, gradients reduce-scattered into gshard
     size_t* unit_n;          // [nunits] real elements of each unit
     size_t* piece;           // [nunits] elements of every rank's piece (unit padded / world)
-    size_t* loc;             // [nunits] where this rank's piece starts in pshard / gshard
+    size_t* loc;             // [nunits] where this rank's piece starts in gshard (and the optimizer's range)
+    size_t* ploc;            // [nunits] where it starts in pshard (units without a slot of their own)
     size_t shard_n;          // sum of the pieces
+    size_t pshard_n;         // the pieces kept in pshard: those of the units without a slot of their own
     size_t max_unit;         // largest padded unit (world * piece)
-    floatX* pshard;          // this rank's parameters
+    size_t max_block;        // largest padded block unit: the shared slots' size
+    floatX* pshard;          // this rank's parameters, but for the pieces in the units' own slots
+                             // (the head's; every unit's with keep): fsdp_piece
     floatX* gshard;          // this rank's summed gradients (grads), else NULL
     // gather slots
     int nslots;
@@ -89,13 +104,11 @@ typedef struct {
     int* unit_slot;          // [nunits] slot holding the unit, -1: none
     long tick;
     // gradient buckets
-    floatX* lbucket[2];      // layer buckets, max block unit padded
-    floatX* lrecv[2];        // reduce-scatter results, one piece
+    floatX* lbucket[2];      // layer buckets, max block unit padded (reduce-scattered in place)
     CommRequest lreq[2];
     int lreq_unit[2];        // unit being reduced from lbucket[i], -1: none
     int lcur;                // the bucket backward writes into now
-    floatX* hbucket;         // the head's gradients (padded)
-    floatX* hrecv;
+    floatX* hbucket;         // the head's gradients (padded; reduce-scattered in place)
     GPT2GradSink sink;
     GPT2Units units;
     FsdpNf4 nf4;
@@ -136,8 +149,26 @@ void fsdp_reshard(Fsdp* f);
 // (zero_shard_begin .. min(zero_shard_end, total)).
 void fsdp_state_to_flat(Fsdp* f, const ZeroLayout* zl, const float* local, float* range);
 void fsdp_state_from_flat(Fsdp* f, const ZeroLayout* zl, const float* range, float* local);
-// Bytes: the parameter shard, the gather slots, the gradient shard and buckets; the buckets'
-// elements (the two layer buckets, the head's, and the pieces they are reduce-scattered into).
+// Where this rank's piece of unit u lives: in the unit's own slot (the head; every unit with
+// keep), else in pshard.
+floatX* fsdp_piece(const Fsdp* f, int u);
+// A layout's sizes in elements from the units' real sizes alone (unit_n[nunits], the head last):
+// the arithmetic fsdp_init lays the units out with, for a plan made before anything exists
+// (llmc/run/memplan.h). Each unit is padded to a multiple of world * 64 and split in world pieces.
+typedef struct {
+    size_t shard_n;          // this rank's pieces (the gradient shard, the optimizer's range)
+    size_t pshard_n;         // those of them in pshard (not in a unit's own slot)
+    size_t max_unit, max_block; // the largest padded unit, block
+    size_t slots_n;          // every gather slot
+    size_t buckets_n;        // full training: the two layer buckets and the head's
+} FsdpSizes;
+void fsdp_sizes(const size_t* unit_n, int nunits, int world, int keep, FsdpSizes* out);
+// The same for the NF4 bytes of the blocks (unit_bytes[L]: the packed images of each block's
+// weights; the head has none): shard_n, max_block (the largest padded block) and slots_n (bytes
+// of every NF4 slot) are set.
+void fsdp_nf4_sizes(const size_t* unit_bytes, int L, int world, int keep, FsdpSizes* out);
+// Bytes: the parameter shard (the pieces outside the units' own slots), the gather slots, the
+// gradient shard and buckets; the buckets' elements (the two layer buckets and the head's).
 size_t fsdp_shard_bytes(const Fsdp* f);
 size_t fsdp_slot_bytes(const Fsdp* f);
 size_t fsdp_grad_bytes(const Fsdp* f);

@@ -15,6 +15,21 @@
 
 static int nf4_blocks(const Fsdp* f) { return f->nunits - 1; }
 
+void fsdp_nf4_sizes(const size_t* unit_bytes, int L, int world, int keep, FsdpSizes* o) {
+    memset(o, 0, sizeof(*o));
+    const size_t unit = (size_t)world * FSDP_NF4_ALIGN;
+    size_t all = 0;
+    for (int u = 0; u < L; u++) {
+        const size_t padded = (unit_bytes[u] + unit - 1) / unit * unit;
+        o->shard_n += padded / (size_t)world;
+        if (padded > o->max_block) o->max_block = padded;
+        all += padded;
+    }
+    o->max_unit = o->max_block;
+    o->pshard_n = o->shard_n;
+    o->slots_n = keep ? all : FSDP_MAX_SLOTS_SHARED * o->max_block; // (the head's slot holds no NF4 bytes)
+}
+
 static void nf4_layout(Fsdp* f) {
     FsdpNf4* z = &f->nf4;
     const int L = nf4_blocks(f);
@@ -79,7 +94,8 @@ void fsdp_nf4_init(Fsdp* f, Nf4Base* base) {
     z->slot_cap = (size_t*)callocCheck((size_t)f->nslots, sizeof(size_t));
     z->req = (CommRequest*)callocCheck((size_t)f->nslots, sizeof(CommRequest));
     for (int s = 0; s < f->nslots; s++) {
-        z->slot_cap[s] = f->keep ? z->piece[s] * (size_t)f->world : z->max_unit;
+        // the head (the last slot in reshard mode, piece 0 with keep) has no NF4 bytes
+        z->slot_cap[s] = f->keep ? z->piece[s] * (size_t)f->world : s < FSDP_MAX_SLOTS_SHARED ? z->max_unit : 0;
         z->slot[s] = (uint8_t*)ops_alloc(z->slot_cap[s] ? z->slot_cap[s] : 1);
         z->req[s].id = -1;
     }

@@ -66,7 +66,7 @@ static void gradsync_bucket_done(void* ctx, int bucket) {
 }
 
 // Sum of a bucket's ranges (zero_gpt2_bucket): the bucket buffer's size.
-static size_t bucket_numel(const ParamTable* pt, int bucket) {
+size_t gradsync_zero2_bucket_numel(const ParamTable* pt, int bucket) {
     ZeroRange r[ZERO_GPT2_MAX_RANGES];
     int n = zero_gpt2_bucket(pt, bucket, r);
     size_t s = 0;
@@ -86,8 +86,8 @@ void gradsync_attach(GradSync* gs, Optimizer* opt, GPT2* model) {
     if (!model) return; // adapters: reduced after each micro-step (gradsync_micro_done)
     // full training: backward fills one reusable bucket per layer (and one for the rest)
     gs->model = model;
-    gs->layer_bucket_n = bucket_numel(&model->pt, 0);
-    gs->final_bucket_n = bucket_numel(&model->pt, model->cfg.num_layers);
+    gs->layer_bucket_n = gradsync_zero2_bucket_numel(&model->pt, 0);
+    gs->final_bucket_n = gradsync_zero2_bucket_numel(&model->pt, model->cfg.num_layers);
     gs->layer_bucket = (floatX*)ops_alloc(gs->layer_bucket_n * sizeof(floatX));
     gs->final_bucket = (floatX*)ops_alloc(gs->final_bucket_n * sizeof(floatX));
     ops_zero(gs->layer_bucket, gs->layer_bucket_n * sizeof(floatX));

@@ -115,26 +115,29 @@ void gpt2_grads_layer_bucket(GPT2* m, floatX* layer_bucket) {
 // ----------------------------------------------------------------------------
 // FSDP units: a unit's tensors packed back to back in table order (skipped tensors left out)
 
-// Whether tensor i belongs to unit u (block u < L: its per-layer tensors; the head: the rest).
-static int unit_has(const GPT2* m, int u, int i) {
-    return !(m->skipped & (1u << i)) && !(m->resident & (1u << i)) && (m->pt.t[i].per_layer ? u < m->cfg.num_layers : u == UNIT_HEAD(m));
+// Whether tensor i belongs to unit u (block u < L: its per-layer tensors; the head: the rest),
+// for a model without the tensors in skipped and resident.
+static int unit_has_masks(const ParamTable* pt, unsigned skipped, unsigned resident, int u, int i) {
+    return !(skipped & (1u << i)) && !(resident & (1u << i)) && (pt->t[i].per_layer ? u < pt->cfg.num_layers : u == pt->cfg.num_layers);
 }
-static size_t unit_tensor_numel(const GPT2* m, int u, int i) {
-    return u < m->cfg.num_layers ? params_layer_numel(&m->pt, (ParamId)i) : m->pt.t[i].numel;
+static int unit_has(const GPT2* m, int u, int i) { return unit_has_masks(&m->pt, m->skipped, m->resident, u, i); }
+static size_t unit_tensor_numel(const ParamTable* pt, int u, int i) {
+    return u < pt->cfg.num_layers ? params_layer_numel(pt, (ParamId)i) : pt->t[i].numel;
 }
 
-size_t gpt2_unit_numel(const GPT2* m, int u) {
+size_t gpt2_unit_numel_for(const ParamTable* pt, unsigned skipped, unsigned resident, int u) {
     size_t n = 0;
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) if (unit_has(m, u, i)) n += unit_tensor_numel(m, u, i);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) if (unit_has_masks(pt, skipped, resident, u, i)) n += unit_tensor_numel(pt, u, i);
     return n;
 }
+size_t gpt2_unit_numel(const GPT2* m, int u) { return gpt2_unit_numel_for(&m->pt, m->skipped, m->resident, u); }
 
 int gpt2_unit_tensors(const GPT2* m, int u, GPT2UnitTensor* out) {
     int n = 0;
     size_t off = 0;
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         if (!unit_has(m, u, i)) continue;
-        out[n].id = (ParamId)i; out[n].off = off; out[n].n = unit_tensor_numel(m, u, i);
+        out[n].id = (ParamId)i; out[n].off = off; out[n].n = unit_tensor_numel(&m->pt, u, i);
         off += out[n].n;
         n++;
     }
@@ -191,6 +194,8 @@ void gpt2_params_full(GPT2* m) {
 void gpt2_set_units(GPT2* m, const GPT2Units* units) { m->units = units; }
 
 // One allocation for all activations: sizes listed once, pointers carved in order.
+static size_t carve(void* base, void** ptrs[], const size_t* bytes, int n);
+size_t gpt2_carved_bytes(const size_t* bytes, int n) { return carve(NULL, NULL, bytes, n); }
 static size_t carve(void* base, void** ptrs[], const size_t* bytes, int n) {
     size_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -216,18 +221,21 @@ static void gpt2_free_acts(GPT2* m) {
 }
 
 // The activation and scratch buffers' sizes in bytes, in the order of GPT2Acts / GPT2Scratch.
-#define GPT2_NACTS 21
-#define GPT2_NSCR 8
-static void act_sizes(const GPT2Config* cfg, int B, int T, int recompute, size_t abytes[GPT2_NACTS], size_t sbytes[GPT2_NSCR]) {
+const char* const gpt2_act_names[GPT2_NACTS] = {
+    "encoded", "ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "att_lse", "attproj", "residual2", "ln2", "ln2_mean",
+    "ln2_rstd", "fch", "fch_gelu", "fcproj", "residual3", "lnf", "lnf_mean", "lnf_rstd", "cls_logits", "losses" };
+const char* const gpt2_scratch_names[GPT2_NSCR] = { "dresidual", "dln", "datty", "dqkv", "dfch", "dfch_gelu", "ln_mean", "ln_rstd" };
+void gpt2_act_sizes(const GPT2Config* cfg, int B, int T, int recompute, size_t X, size_t cls_rows, size_t abytes[GPT2_NACTS],
+                    size_t sbytes[GPT2_NSCR]) {
     size_t L = (size_t)cfg->num_layers, C = (size_t)cfg->channels, NH = (size_t)cfg->num_heads;
-    size_t BT = (size_t)B * T, Vp = (size_t)cfg->padded_vocab_size, X = sizeof(floatX), F = sizeof(float);
+    size_t BT = (size_t)B * T, Vp = (size_t)cfg->padded_vocab_size, F = sizeof(float);
     // layers kept: L, or 1 for the buffers backward recomputes (one layer at a time)
     size_t Lg = recompute >= GPT2_RECOMPUTE_GELU ? 1 : L, Lln = recompute >= GPT2_RECOMPUTE_LN ? 1 : L;
     const size_t a[GPT2_NACTS] = {
         BT * C * X, Lln * BT * C * X, L * BT * F, L * BT * F, L * BT * 3 * C * X,
         L * BT * C * X, L * B * NH * T * F, L * BT * C * X, L * BT * C * X, Lln * BT * C * X,
         L * BT * F, L * BT * F, L * BT * 4 * C * X, Lg * BT * 4 * C * X, L * BT * C * X,
-        L * BT * C * X, BT * C * X, BT * F, BT * F, (size_t)classifier_rows((int)BT) * Vp * X,
+        L * BT * C * X, BT * C * X, BT * F, BT * F, cls_rows * Vp * X,
         BT * F };
     const size_t sln = recompute >= GPT2_RECOMPUTE_LN ? BT * F : 0;
     const size_t sc[GPT2_NSCR] = { BT * C * X, BT * C * X, BT * C * X, BT * 3 * C * X, BT * 4 * C * X, BT * 4 * C * X, sln, sln };
@@ -235,8 +243,13 @@ static void act_sizes(const GPT2Config* cfg, int B, int T, int recompute, size_t
     memcpy(sbytes, sc, sizeof(sc));
 }
 
+static void act_sizes(const GPT2Config* cfg, int B, int T, int recompute, size_t abytes[GPT2_NACTS], size_t sbytes[GPT2_NSCR]) {
+    gpt2_act_sizes(cfg, B, T, recompute, sizeof(floatX), (size_t)classifier_rows(B * T), abytes, sbytes);
+}
+
 // inputs, targets, doc_start, pos
-static size_t batch_bytes(int B, int T) { return 4 * (size_t)B * T * sizeof(int); }
+size_t gpt2_batch_bytes(int B, int T) { return 4 * (size_t)B * T * sizeof(int); }
+static size_t batch_bytes(int B, int T) { return gpt2_batch_bytes(B, T); }
 
 size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute, int backward) {
     size_t abytes[GPT2_NACTS], sbytes[GPT2_NSCR];

@@ -145,6 +145,19 @@ size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute, int b
 // The bytes the activations hold now: activations, scratch, the batch arrays and the attention's
 // scratch and the linear layers' adapter scratch (the memory report's "activations").
 size_t gpt2_acts_held(const GPT2* m);
+// The sizes behind gpt2_acts_bytes, for a plan of either backend (llmc/run/memplan.h): the bytes
+// of each activation (GPT2Acts order) and backward scratch buffer (GPT2Scratch order) for floatX
+// of X bytes and a classifier scratch of cls_rows rows (ops.h classifier_rows); gpt2_alloc_acts
+// carves each at a 256-byte boundary (gpt2_carved_bytes); gpt2_batch_bytes: the (B, T) int
+// arrays in backend memory.
+#define GPT2_NACTS 21
+#define GPT2_NSCR 8
+extern const char* const gpt2_act_names[GPT2_NACTS];
+extern const char* const gpt2_scratch_names[GPT2_NSCR];
+void gpt2_act_sizes(const GPT2Config* cfg, int B, int T, int recompute, size_t X, size_t cls_rows, size_t abytes[GPT2_NACTS],
+                    size_t sbytes[GPT2_NSCR]);
+size_t gpt2_carved_bytes(const size_t* bytes, int n);
+size_t gpt2_batch_bytes(int B, int T);
 // Activation recompute level (GPT2_RECOMPUTE_*, 0..2). Call before gpt2_alloc_acts (a later call
 // reallocates the activations). Every level gives bit-identical results on a given backend as long
 // as the recomputing op rounds as the forward did (the CPU backend: always; CUDA: the GELU of
@@ -169,6 +182,8 @@ void gpt2_grads_layer_bucket(GPT2* m, floatX* layer_bucket);
 // the gradient buckets of gpt2_grads_into_buckets for a fully trainable model.
 typedef struct { ParamId id; size_t off, n; } GPT2UnitTensor;
 size_t gpt2_unit_numel(const GPT2* m, int unit);
+// The same for a model of table pt without the tensors in skipped and resident (a plan's units).
+size_t gpt2_unit_numel_for(const ParamTable* pt, unsigned skipped, unsigned resident, int unit);
 // The unit's tensors and their offsets in the packed layout; out needs NUM_PARAM_TENSORS entries.
 int gpt2_unit_tensors(const GPT2* m, int unit, GPT2UnitTensor* out);
 // Copy the unit's parameters from where they are bound now into buf (packed).

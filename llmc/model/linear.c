@@ -84,8 +84,11 @@ void linear_set_alloc(LinearSet* s, int rows) {
     sh->scratch_bytes = linear_adapter_scratch_bytes(N, max_in, max_r, sh->dropout > 0.0f);
 }
 
+size_t linear_adapter_scratch_numel(size_t rows, int max_in, int max_rank, int dropout) {
+    return 2 * (dropout ? rows * (size_t)max_in : 1) + 2 * rows * (size_t)max_rank;
+}
 size_t linear_adapter_scratch_bytes(size_t rows, int max_in, int max_rank, int dropout) {
-    return (2 * (dropout ? rows * (size_t)max_in : 1) + 2 * rows * (size_t)max_rank) * sizeof(floatX);
+    return linear_adapter_scratch_numel(rows, max_in, max_rank, dropout) * sizeof(floatX);
 }
 
 int linear_set_rows(const LinearSet* s) { return s->shared.n_adapters ? s->shared.rows : INT_MAX; }

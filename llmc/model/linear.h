@@ -109,6 +109,7 @@ void linear_set_alloc(LinearSet* s, int rows);
 // whose largest input and rank are max_in, max_rank (the dropped input and its gradient only
 // with dropout). The memory footprint counts it before the layers exist (lora_scratch_bytes).
 size_t linear_adapter_scratch_bytes(size_t rows, int max_in, int max_rank, int dropout);
+size_t linear_adapter_scratch_numel(size_t rows, int max_in, int max_rank, int dropout); // (in floatX elements)
 // Rows the adapters' scratch holds (a bound on N of one call), or INT_MAX without adapters.
 int linear_set_rows(const LinearSet* s);
 // Dropout of every adapter: probability p, masks drawn from seed.

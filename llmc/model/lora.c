@@ -153,7 +153,8 @@ static void upload_masks(LoraModel* lm, size_t moff) {
     free(hm);
 }
 
-LoraModel* lora_from_adapters(const GPT2Config* cfg, const LoraSpec* spec, LoraAdapter* ad, int n) {
+// The structure: offsets, sizes and trained base slices, nothing in backend memory yet.
+static LoraModel* lora_structure(const GPT2Config* cfg, const LoraSpec* spec, LoraAdapter* ad, int n) {
     LoraModel* lm = (LoraModel*)callocCheck(1, sizeof(LoraModel));
     lm->cfg = *cfg;
     params_build(&lm->pt, cfg);
@@ -175,16 +176,25 @@ LoraModel* lora_from_adapters(const GPT2Config* cfg, const LoraSpec* spec, LoraA
     }
     lm->total = off;
     lm->n_trainable = off - zeros;
-    lm->params = (floatX*)ops_alloc(off * sizeof(floatX));
-    lm->grads = (floatX*)ops_alloc(off * sizeof(floatX));
-    ops_zero(lm->params, off * sizeof(floatX));
-    ops_zero(lm->grads, off * sizeof(floatX));
-    if (moff) upload_masks(lm, moff);
+    lm->masks_n = moff;
     build_extras(lm);
     return lm;
 }
 
-LoraModel* lora_create(const GPT2Config* cfg, const LoraSpec* spec) {
+LoraModel* lora_from_adapters(const GPT2Config* cfg, const LoraSpec* spec, LoraAdapter* ad, int n) {
+    LoraModel* lm = lora_structure(cfg, spec, ad, n);
+    const size_t off = lm->total;
+    lm->params = (floatX*)ops_alloc(off * sizeof(floatX));
+    lm->grads = (floatX*)ops_alloc(off * sizeof(floatX));
+    ops_zero(lm->params, off * sizeof(floatX));
+    ops_zero(lm->grads, off * sizeof(floatX));
+    if (lm->masks_n) upload_masks(lm, lm->masks_n);
+    return lm;
+}
+
+// The adapters spec puts on a model of config cfg (checked: fatal on an inconsistent spec), laid
+// out; *n gets their count.
+static LoraAdapter* lora_adapters_for(const GPT2Config* cfg, const LoraSpec* spec, int* n_out) {
     const char* hint = "check the --lora-* flags (run with --help)";
     const int L = cfg->num_layers;
     if (spec->rank < 1) fatal(hint, "--lora-rank must be at least 1 (got %d)", spec->rank);
@@ -219,13 +229,26 @@ LoraModel* lora_create(const GPT2Config* cfg, const LoraSpec* spec) {
             if (a->rank == spec->rank) a->alpha = spec->alpha;
         }
     }
+    *n_out = n;
+    return ad;
+}
+
+LoraModel* lora_create(const GPT2Config* cfg, const LoraSpec* spec) {
+    int n;
+    LoraAdapter* ad = lora_adapters_for(cfg, spec, &n);
     return lora_from_adapters(cfg, spec, ad, n);
+}
+
+LoraModel* lora_layout(const GPT2Config* cfg, const LoraSpec* spec) {
+    int n;
+    LoraAdapter* ad = lora_adapters_for(cfg, spec, &n);
+    return lora_structure(cfg, spec, ad, n);
 }
 
 void lora_free(LoraModel* lm) {
     if (!lm) return;
-    ops_free(lm->params);
-    ops_free(lm->grads);
+    if (lm->params) ops_free(lm->params); // (NULL: a layout, lora_layout)
+    if (lm->grads) ops_free(lm->grads);
     if (lm->masks) ops_free(lm->masks);
     free(lm->ad);
     free(lm->extra);
@@ -362,14 +385,15 @@ size_t lora_trainable_numel(const LoraModel* lm) {
     return n;
 }
 
-size_t lora_scratch_bytes(const LoraModel* lm, size_t rows) {
+size_t lora_scratch_numel(const LoraModel* lm, size_t rows) {
     int max_in = 0, max_r = 0;
     for (int i = 0; i < lm->n; i++) {
         if (lm->ad[i].in > max_in) max_in = lm->ad[i].in;
         if (lm->ad[i].rank > max_r) max_r = lm->ad[i].rank;
     }
-    return lm->n ? linear_adapter_scratch_bytes(rows, max_in, max_r, lm->spec.dropout > 0.0f) : 0;
+    return lm->n ? linear_adapter_scratch_numel(rows, max_in, max_r, lm->spec.dropout > 0.0f) : 0;
 }
+size_t lora_scratch_bytes(const LoraModel* lm, size_t rows) { return lora_scratch_numel(lm, rows) * sizeof(floatX); }
 
 int lora_segments(const LoraModel* lm, TrainSeg* segs) {
     int n = 0;

@@ -102,6 +102,7 @@ typedef struct LoraModel {
     size_t total;              // elements
     size_t n_trainable;        // elements minus the structural zeros of split adapters
     floatX* masks;             // backend memory holding every b_mask
+    size_t masks_n;            // its elements
     uint64_t dropout_seed;     // the dropout masks (probability: spec.dropout)
     char base_name[1024];      // base_model_name_or_path for the export
     int n_extra;               // trained base slices
@@ -118,6 +119,9 @@ int lora_parse_layers(const char* s, int num_layers, LoraSpec* spec, char* err, 
 // Build the adapters for spec on a model of config cfg and allocate their parameters and
 // gradients (zeroed). fatal on an inconsistent spec (no target, rank < 1, ...).
 LoraModel* lora_create(const GPT2Config* cfg, const LoraSpec* spec);
+// The same without backend memory (params, grads and masks NULL): the structure and sizes a plan
+// needs (llmc/run/memplan.h) before anything is allocated. lora_free frees it.
+LoraModel* lora_layout(const GPT2Config* cfg, const LoraSpec* spec);
 // The same from adapters already described (lin, wid, layer, in, out, rank, scaling, alpha,
 // blocks set; the rest is laid out here): lm takes ad (calloc'd, n entries) over.
 LoraModel* lora_from_adapters(const GPT2Config* cfg, const LoraSpec* spec, LoraAdapter* ad, int n);
@@ -161,6 +165,7 @@ size_t lora_trainable_numel(const LoraModel* lm);
 // Bytes of backend memory the linear layers' adapter scratch will take for batches of rows
 // tokens (linear_set_alloc): part of the activations in the memory footprint.
 size_t lora_scratch_bytes(const LoraModel* lm, size_t rows);
+size_t lora_scratch_numel(const LoraModel* lm, size_t rows); // (the same in floatX elements)
 // Merge every adapter into host fp32 base parameters (table layout): W += scaling * B A.
 void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params);
 

@@ -215,10 +215,8 @@ void opt_step(Optimizer* o, float lr, float beta1, float beta2, float eps, float
     }
 }
 
-size_t opt_state_bytes(const Optimizer* o) {
-    size_t n = o->end - o->begin;
-    return n * sizeof(float) * (o->master ? 3 : 2);
-}
+size_t opt_state_bytes_for(size_t n, int master) { return n * sizeof(float) * (master ? 3 : 2); }
+size_t opt_state_bytes(const Optimizer* o) { return opt_state_bytes_for(o->end - o->begin, o->master != NULL); }
 
 float opt_clip_scale(double norm, float max_norm) {
     if (max_norm <= 0.0f) return 1.0f;

@@ -67,6 +67,9 @@ void opt_step(Optimizer* o, float lr, float beta1, float beta2, float eps, float
 float opt_clip_scale(double norm, float max_norm);
 // Bytes of optimizer state held by this rank.
 size_t opt_state_bytes(const Optimizer* o);
+// The same for n elements of a range, before any optimizer exists (a plan's): m, v and, with
+// master weights (bf16 parameters), the fp32 master copy.
+size_t opt_state_bytes_for(size_t n, int master);
 
 #ifdef __cplusplus
 }

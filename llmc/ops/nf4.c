@@ -330,6 +330,18 @@ void nf4_image_layout(const NF4Tensor* t, NF4Image* img) {
     img->bytes = off;
 }
 
+size_t nf4_image_bytes_for(int64_t n, int double_quant) {
+    NF4Tensor meta;
+    memset(&meta, 0, sizeof(meta));
+    meta.n = n;
+    meta.double_quant = double_quant;
+    meta.n_blocks = (n + NF4_BLOCK - 1) / NF4_BLOCK;
+    meta.n_dq_blocks = double_quant ? (meta.n_blocks + NF4_DQ_BLOCK - 1) / NF4_DQ_BLOCK : 0;
+    NF4Image img;
+    nf4_image_layout(&meta, &img);
+    return img.bytes;
+}
+
 void nf4_image_pack(const NF4Tensor* t, uint8_t* out) {
     NF4Image img;
     nf4_image_layout(t, &img);

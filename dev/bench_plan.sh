@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The memory plan (llmc/run/memplan.h, printed by dev/bench_plan) against the measured peak
+# resident set of the same runs on the CPU backend: for every configuration that fits this
+# machine's memory (GPT-2 124M and 355M full fine-tuning, 774M and 1.5B LoRA and QLoRA; ZeRO 0-3
+# at 1 and 2 ranks; recompute 0-2), one training step (--out none) under GNU time, each rank's
+# plan beside that rank's max RSS. Prints a markdown table (docs/MEMORY.md keeps the last one).
+#   bash dev/bench_plan.sh              (every row; about 20 minutes on 2 cores)
+# Env: ROWS (a grep pattern over the rows' names, e.g. ROWS=124M), MODELS (where the random-weight
+# Hugging Face directories of d24 / d36 / d48 are made once with `convert --model dN`, default
+# /tmp/llmc-models: 1.4, 3.1 and 6.2 GB), T (sequence length, default 1024), THREADS (of a
+# one-rank run; ranks get one each).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODELS=${MODELS:-/tmp/llmc-models}; T=${T:-1024}; THREADS=${THREADS:-2}; ROWS=${ROWS:-.}
+BIN=build/cpu/bin PLAN=build/cpu/dev/bench_plan
+[ -x /usr/bin/time ] || { echo "needs GNU time (/usr/bin/time)"; exit 1; }
+make -s BACKEND=cpu "$BIN/train_gpt2" "$BIN/train_lora" "$BIN/convert" "$PLAN"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+python3 - "$tmp/train.bin" <<'PY'
+import struct, sys, random
+n = 100000; r = random.Random(0)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[r.randrange(50257) for _ in range(n)]))
+PY
+model() { # model dN: a Hugging Face directory of it (random weights), made once
+  [ -f "$MODELS/$1/config.json" ] || { mkdir -p "$MODELS"; "$BIN/convert" --model "$1" --out "$MODELS/$1" --format hf > /dev/null; }
+  echo "$MODELS/$1"
+}
+LORA=(--lora-rank 16 --lora-alpha 32 --lora-targets all-linear)
+# name | ranks | program | flags (the model as dN: LoRA runs take its Hugging Face directory)
+ROWLIST=(
+  "124M full|1|train_gpt2|--model d12 --batch-size 1"
+  "124M full, recompute 1|1|train_gpt2|--model d12 --batch-size 1 --recompute 1"
+  "124M full, recompute 2|1|train_gpt2|--model d12 --batch-size 1 --recompute 2"
+  "124M full, B 4, fp32 GEMMs|1|train_gpt2|--model d12 --batch-size 4 --dtype fp32"
+  "124M full, ZeRO 0|2|train_gpt2|--model d12 --batch-size 1 --zero 0"
+  "124M full, ZeRO 1|2|train_gpt2|--model d12 --batch-size 1 --zero 1"
+  "124M full, ZeRO 2|2|train_gpt2|--model d12 --batch-size 1 --zero 2"
+  "124M full, ZeRO 3|2|train_gpt2|--model d12 --batch-size 1 --zero 3"
+  "355M full|1|train_gpt2|--model d24 --batch-size 1"
+  "355M full, ZeRO 1|2|train_gpt2|--model d24 --batch-size 1 --zero 1"
+  "355M full, ZeRO 3, recompute 2|2|train_gpt2|--model d24 --batch-size 1 --zero 3 --recompute 2"
+  "774M LoRA|1|train_lora|--model d36 --batch-size 1 ${LORA[*]}"
+  "774M QLoRA|1|train_lora|--model d36 --batch-size 1 --qlora ${LORA[*]}"
+  "774M LoRA, ZeRO 2|2|train_lora|--model d36 --batch-size 1 --zero 2 ${LORA[*]}"
+  "774M QLoRA, ZeRO 3|2|train_lora|--model d36 --batch-size 1 --zero 3 --qlora ${LORA[*]}"
+  "1.5B LoRA|1|train_lora|--model d48 --batch-size 1 ${LORA[*]}"
+  "1.5B QLoRA|1|train_lora|--model d48 --batch-size 1 --qlora ${LORA[*]}"
+  "1.5B QLoRA, ZeRO 3, recompute 1|2|train_lora|--model d48 --batch-size 1 --zero 3 --recompute 1 --qlora ${LORA[*]}"
+)
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) | $(nproc) cores | T=$T | one step, --out none"
+echo
+echo "| run | ranks | plan per rank MiB (peak while) | measured peak RSS per rank MiB | plan - measured |"
+echo "|---|---|---|---|---|"
+for row in "${ROWLIST[@]}"; do
+  IFS='|' read -r name np prog flags <<<"$row"
+  grep -qE -- "$ROWS" <<<"$name" || continue
+  read -ra args <<<"$flags"
+  [ "$prog" = train_lora ] && args[1]=$(model "${args[1]}") # (--model is the first flag)
+  args+=(--seq-len "$T")
+  rm -f "$tmp"/rss.*
+  threads=$THREADS; [ "$np" -gt 1 ] && threads=1
+  if ! mpirun -np "$np" bash -c '/usr/bin/time -f "%M" -o "'"$tmp"'/rss.$OMPI_COMM_WORLD_RANK" "$@"' _ "$BIN/$prog" "${args[@]}" \
+       --train-data "$tmp/train.bin" --steps 1 --out none --threads "$threads" > "$tmp/run.log" 2>&1; then
+    echo "| $name | $np | | failed | |"; tail -5 "$tmp/run.log" >&2; continue
+  fi
+  for r in $(seq 0 $((np - 1))); do
+    peak=$("$PLAN" "${args[@]}" --world "$np" --rank "$r" --peak)
+    at=$("$PLAN" "${args[@]}" --world "$np" --rank "$r" | grep -o 'while [a-z ]*' | head -1)
+    rss=$(( $(tail -1 "$tmp/rss.$r" | grep -o '[0-9]*$') * 1024 ))
+    awk -v n="$name" -v np="$np" -v r="$r" -v p="$peak" -v m="$rss" -v at="$at" \
+      'BEGIN {printf "| %s | %s | %.0f (%s) | %.0f | %+.1f%% |\n", n, (np > 1 ? "rank " r " of " np : "1"), p / 1048576, at, m / 1048576, 100 * (p - m) / m}'
+  done
+done
+echo
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

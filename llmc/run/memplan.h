@@ -1,0 +1,145 @@
+// The memory and time plan of a training run, made before anything is allocated: per rank and by
+// component, the bytes every buffer of the run will take (parameters, master weights, gradients,
+// optimizer state, activations by layer and recompute level, attention scratch, ZeRO buckets and
+// gather buffers, the NF4 base, adapters, logits, the backend's and the collectives' scratch), the
+// largest moment of the start-up (the weights are read into host memory before the model takes
+// its own), the FLOPs of a step and, given a backend's measured rate, the step's time; and the
+// search for the settings that fit a memory limit (micro-batch, recompute level, ZeRO stage,
+// LoRA / QLoRA).
+//
+// Every size comes from the function the allocation itself uses (gpt2_count, gpt2_act_sizes,
+// lora_layout, nf4_bytes_for / nf4_image_bytes_for, fsdp_sizes, gradsync_zero2_bucket_numel,
+// opt_state_bytes_for, llmc/ops/sizes.h); the plan replays the trainer's start-up in order
+// (memplan.c says which call each step stands for), so that its peak is the peak of the run. On
+// the CPU backend a buffer counts (in the resident set) from its first write, so activations and
+// scratch count from the first step; on a GPU from its allocation. test/test_memplan.c holds the
+// figures to what the code allocates; dev/bench_plan.sh to the measured peak RSS (docs/MEMORY.md).
+#ifndef LLMC_MEMPLAN_H
+#define LLMC_MEMPLAN_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "model/config.h"
+#include "model/lora.h"
+#include "run/runconfig.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// A backend as the plan sees it.
+typedef struct {
+    const char* name;     // "cpu" or "cuda"
+    int device;           // 1: GPU memory (counts when allocated; host memory apart); 0: host memory
+                          // (counts when first written: the resident set)
+    size_t X;             // bytes of floatX: parameters, gradients, activations
+    int master;           // the optimizer keeps fp32 master weights
+    int bf16_gemm;        // CPU: GEMMs in bf16 (operand scratch; LoRA's frozen base held in bf16)
+    size_t runtime;       // what the process holds besides the run's buffers: CPU the libraries and
+                          // threads (measured, MEMPLAN_CPU_RUNTIME); GPU the reserve for cuBLASLt,
+                          // NCCL and the ops' small scratch (the trainer's device check)
+    size_t runtime_mpi;   // CPU: more under MPI (several ranks)
+    size_t blas;          // CPU: OpenBLAS's buffers at most (fp32 GEMMs, full training), from the first step on
+    double flops;         // training throughput in model FLOP/s measured on this backend (0: unknown)
+    double link;          // bytes/s a rank sends to the others (0: unknown)
+} PlanBackend;
+
+// Measured on the 2-core development machine (Debian's OpenBLAS, oneDNN, OpenMPI 4): the resident
+// set of train_gpt2 / train_lora beyond the buffers the plan lists (docs/MEMORY.md): the program,
+// its libraries and threads; under MPI OpenMPI's on top. With fp32 GEMMs and every parameter
+// trained, OpenBLAS's buffers grow with the weight gradients' GEMMs: about 176 KiB per row of the
+// classifier's blocks (min(B T, 512)), at most 44 MiB (LoRA's fp32 GEMMs, and bf16 GEMMs, which
+// never call OpenBLAS, add nothing measurable).
+#define MEMPLAN_CPU_RUNTIME ((size_t)16 << 20)
+#define MEMPLAN_CPU_BLAS_ROW ((size_t)176 << 10)
+#define MEMPLAN_CPU_BLAS ((size_t)44 << 20)
+#define MEMPLAN_CPU_RUNTIME_MPI ((size_t)4 << 20)       // and as much per peer rank
+#define MEMPLAN_CPU_MPI_FRAGMENTS ((size_t)6 << 20)     // per peer rank: ZeRO 3's non-blocking gathers
+
+void memplan_backend_cpu(PlanBackend* b, int bf16_gemm);
+// A GPU with total bytes of memory (the reserve: 1/16 of it, at most 512 MiB).
+void memplan_backend_cuda(PlanBackend* b, size_t total);
+// The backend this program is linked with (ops_caps, the GEMM precision in force, the GPU's size).
+void memplan_backend_this(PlanBackend* b);
+
+// Where the weights come from: they are read (or initialized) into host fp32 first.
+typedef enum { PLAN_SRC_INIT = 0, PLAN_SRC_BIN, PLAN_SRC_HF } PlanSource;
+
+typedef struct {
+    GPT2Config cfg;
+    int lora;             // 0: every parameter trains (train_gpt2); 1: adapters (train_lora)
+    int qlora;            // with lora: the frozen linear weights in NF4
+    LoraSpec lspec;       // with lora: rank, targets, layers, dropout, trained biases / ln_f
+    int B, T, recompute;  // micro-batch per rank, sequence length, --recompute
+    int accum;            // micro-steps per optimizer step (>= 1)
+    int zero, world, rank;// --zero, ranks, the rank planned for
+    int keep, shard_group;// --zero3-keep, --shard-group
+    int offload;          // --offload-optimizer
+    int save;             // the run writes models and checkpoints (not --out none)
+    PlanSource source;
+} PlanSpec;
+
+// The defaults of the trainers' flags for cfg (B 4, T 1024 capped at n_positions, one rank).
+void memplan_spec_init(PlanSpec* s, const GPT2Config* cfg);
+// The config of --model without its weights, and where they would come from: a descriptor (d12),
+// a Hugging Face directory or config.json (or a .safetensors / index with config.json beside it),
+// an llm.c .bin (its header). Fatal, naming the path, on what the loader would refuse.
+void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source);
+// The spec of a trainer's run from its flags (llmc/run/runconfig.h) for rank of world ranks: what
+// --plan and --batch-size auto plan. LoRA's structure comes from the --lora-* flags (an --adapter
+// directory's own structure is not read: the plan takes the flags' shape for it).
+void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* cfg, int world, int rank);
+
+enum { PLAN_HOST = 0, PLAN_BACKEND = 1 };
+#define MEMPLAN_MAX_ITEMS 40
+typedef struct {
+    const char* name;     // "parameters", "optimizer state", ...
+    size_t bytes;
+    int where;            // PLAN_HOST or PLAN_BACKEND
+    char what[96];        // how it is made up
+} PlanItem;
+
+typedef struct {
+    PlanSpec spec;
+    PlanBackend be;
+    PlanItem item[MEMPLAN_MAX_ITEMS]; // what stays during training, per rank
+    int n;
+    size_t steady[2];     // their sums: host, backend
+    size_t peak;          // the largest moment: CPU the resident set; GPU the device memory
+    size_t peak_host;     // GPU: the host memory's largest moment (the weights being read)
+    const char* peak_at;  // "reading the weights", "building the model", "sharding the model", "training", ...
+    struct {              // the model before sharding (model_assemble's ModelFootprint)
+        size_t params, grads, base, acts, trainable;
+    } model;
+    size_t acts_level[3]; // activations with their scratch at recompute 0, 1, 2 (the rest equal)
+    size_t acts_layer[3]; // of which kept per layer
+    double flops;         // model FLOPs of one optimizer step on this rank
+    double comm_bytes;    // bytes this rank sends per optimizer step (ZeRO collectives)
+    double step_s;        // predicted time of a step (0: no rate known)
+} Plan;
+
+// The plan of one run. Fatal, with the same message the run would give, on a spec the run would
+// refuse (a bad LoRA spec, a sequence longer than n_positions, a --shard-group that does not
+// divide the ranks).
+void memplan_make(const PlanSpec* s, const PlanBackend* b, Plan* p);
+void memplan_print(const Plan* p, FILE* out);
+const PlanItem* memplan_item(const Plan* p, const char* name); // NULL when the run has none
+
+// The largest micro-batch (1..max_B) whose peak is within limit less the margin (a fraction of
+// limit, e.g. 0.05), with its plan in *p; 0 when even B = 1 does not fit.
+int memplan_max_batch(const PlanSpec* s, const PlanBackend* b, size_t limit, double margin, int max_B, Plan* p);
+
+// The settings that fit: for each training mode the run may use (full training: itself; LoRA:
+// LoRA and QLoRA), ZeRO stage (0 alone with one rank) and recompute level, the largest micro-batch
+// within limit less the margin, or 0.
+typedef struct { int lora, qlora, zero, recompute, B; size_t peak; } PlanOption;
+int memplan_options(const PlanSpec* s, const PlanBackend* b, size_t limit, double margin, PlanOption* out, int cap);
+
+// The memory a run may take here: a GPU's free memory; on the CPU the smaller of the cgroup's
+// limit and MemAvailable. 0 when unknown; *what names the source.
+size_t memplan_memory_available(const PlanBackend* b, const char** what);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_MEMPLAN_H
