@@ -34,7 +34,7 @@ static void pref_check_pairs(const PrefWork* w, const PrefPair* pairs, int n) {
     if (3 * n > w->cap) fatal("this is a bug in llmc", "%d pairs in a batch of %d positions", n, w->rows);
     for (int i = 0; i < n; i++) {
         const PrefPair* p = &pairs[i];
-        if (!(0 <= p->c_first && p->c_first < p->c_begin && p->c_begin < p->c_end && p->c_end <= p->r_begin &&
+        if (!(0 <= p->c_first && p->c_first <= p->c_begin && p->c_begin < p->c_end && p->c_end <= p->r_begin &&
               p->r_begin < p->r_end && p->r_end <= w->rows))
             fatal("this is a bug in llmc", "pair %d: chosen [%d, %d, %d), rejected [%d, %d) in %d positions", i, p->c_first, p->c_begin,
                   p->c_end, p->r_begin, p->r_end, w->rows);

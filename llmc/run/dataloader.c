@@ -268,11 +268,12 @@ static size_t dl_read(DataLoader* dl, int64_t shard, int64_t start, char* mp) {
     fseekCheck(mf, SHARD_HEADER_BYTES + start, SEEK_SET, mp);
     freadCheck(dl->mask_buf, 1, got, mf, mp);
     fclose(mf);
-    const int max_byte = dl->has_mask[shard] == MASK_VERSION_PACKED ? MASK_TRAINED | MASK_START : MASK_TRAINED;
+    const int max_byte = dl->has_mask[shard] == MASK_VERSION_PAIRS ? 15 : dl->has_mask[shard] == MASK_VERSION_PACKED ? MASK_TRAINED | MASK_START
+                                                                                                     : MASK_TRAINED;
     for (size_t i = 0; i < got; i++)
         if (dl->mask_buf[i] > max_byte)
-            fatal("a loss mask holds one byte per token: 0 (not trained) or 1 (trained), + 2 for a record start in a packed shard's; "
-                  "re-create it with data/prepare",
+            fatal("a loss mask holds one byte per token: 0 (not trained) or 1 (trained), + 2 for a record start in a packed shard's "
+                  "(+ 4 / 8 for a pair's chosen / rejected record); re-create it with data/prepare",
                   "'%s': mask byte %d at byte offset %lld (token %lld) is not in 0..%d",
                   mp, (int)dl->mask_buf[i], (long long)(SHARD_HEADER_BYTES + start + (int64_t)i), (long long)(start + (int64_t)i), max_byte);
     return got;
