@@ -11,7 +11,11 @@
 //     TRL's too), and for the 10 steps the policy before training, scored once (TRL's
 //     precompute_ref_log_probs);
 //   - LoRA on every linear layer (PEFT + TRL): the reference is the same base with the adapters
-//     off (model_set_adapters), and with modules_to_save ["ln_f"] (DPO) the base's ln_f.
+//     off (model_set_adapters), and with modules_to_save ["ln_f"] (DPO) the base's ln_f;
+//   - the stored reference log-probabilities (llmc/run/reflogps.h): the batch written as a pair
+//     shard (the format of docs/FORMATS.md), scored through an evaluation loader with the
+//     reference model (TRL's values again), saved, read back, looked up by the loader's pair
+//     numbers; a file of other data, of another model, changed or cut short is refused.
 //
 // Builds: test/test_pref.c as C on the CPU backend (fp32); test/test_pref.cu includes this file
 // for the CUDA backend (bf16), run under the CUDA-on-CPU harness.
@@ -27,6 +31,9 @@
 #include "fixtures.h"
 #include "../llmc/model/prefloss.h"
 #include "../llmc/model/prefmodel.h"
+#include "../llmc/run/reflogps.h"
+#include "test_child.h"
+#include <unistd.h>
 
 #define REF_DIR "test/ref/pref_tiny"
 
@@ -245,6 +252,90 @@ static void check_reference(Model* ref_model, const PrefConfig* c, Batch* bt, Pr
     free(want);
 }
 
+// ---- the stored reference log-probabilities
+
+// The batch as a pair shard (docs/FORMATS.md): its tokens and the closing one; the mask's bit 0
+// from the targets, bit 1 at each record start (doc_start), 4 / 8 at a pair's chosen / rejected
+// record (its first position, and where the chosen record's targets end).
+static void write_batch_shard(const char* path, const Batch* bt) {
+    const int N = bt->b->B * bt->b->T, T = bt->b->T;
+    uint16_t* tok = (uint16_t*)mallocCheck((size_t)(N + 1) * sizeof(uint16_t));
+    uint8_t* mask = (uint8_t*)callocCheck((size_t)N + 1, 1);
+    for (int i = 0; i < N; i++) tok[i] = (uint16_t)bt->b->inputs[i];
+    tok[N] = 99;
+    for (int i = 0; i < N; i++) {
+        if (bt->b->targets[i] >= 0) mask[i + 1] |= MASK_TRAINED;
+        if (bt->doc_start[i] == i % T) mask[i] |= MASK_START;
+    }
+    for (int k = 0; k < bt->n; k++) { mask[bt->pairs[k].c_first] |= MASK_CHOSEN; mask[bt->pairs[k].c_end] |= MASK_REJECTED; }
+    int32_t h[256] = {0};
+    h[0] = SHARD_MAGIC; h[1] = 1; h[2] = N + 1; h[SHARD_WINDOW] = T; h[SHARD_PACKED] = 1; h[SHARD_HAS_MASK] = 1; h[SHARD_PAIRS] = 1;
+    FILE* f = fopen(path, "wb");
+    fwrite(h, 4, 256, f); fwrite(tok, 2, (size_t)N + 1, f); fclose(f);
+    char mp[600];
+    shard_mask_path(mp, sizeof(mp), path);
+    h[0] = MASK_MAGIC; h[1] = MASK_VERSION_PAIRS; h[SHARD_PAIRS] = 0;
+    f = fopen(mp, "wb");
+    fwrite(h, 4, 256, f); fwrite(mask, 1, (size_t)N + 1, f); fclose(f);
+    free(tok); free(mask);
+}
+
+typedef struct { const char* path; uint32_t data; uint64_t model; } LoadArgs;
+static void load_child(void* a) {
+    const LoadArgs* l = (const LoadArgs*)a;
+    RefLogps r;
+    reflogps_load(&r, l->path, l->data, l->model);
+}
+static void expect_load_refused(const char* what, const char* path, uint32_t data, uint64_t model, const char* want) {
+    LoadArgs a = { path, data, model };
+    const char* w[] = { want, NULL };
+    TEST_CHECK(test_expect_fatal(what, load_child, &a, w), "%s", what);
+}
+
+static void check_reflogps(Model* refm, Batch* bt, const PrefSeqs* want) {
+    char dir[] = "/tmp/llmc-reflogps-XXXXXX", shard[256], path[256];
+    TEST_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(shard, sizeof(shard), "%s/p_val_000000.bin", dir);
+    snprintf(path, sizeof(path), "%s/ref_logps.bin", dir);
+    write_batch_shard(shard, bt);
+    DataLoader dl;
+    dl_init_eval(&dl, shard, 1, bt->b->T, 0, 1, refm->gpt.cfg.vocab_size); // (a window a batch: 2 batches)
+    PrefWork w;
+    pref_work_init(&w, 1, bt->b->T);
+    RefLogps r, back;
+    reflogps_compute(&r, &refm->gpt, &w, &dl, NULL, 0x1234abcd5678ull);
+    TEST_CHECK(r.n_pairs == bt->n, "%lld pairs", (long long)r.n_pairs);
+    float got[32], exp[32];
+    for (int i = 0; i < bt->n; i++) {
+        got[2 * i] = (float)r.logp[2 * i]; got[2 * i + 1] = (float)r.logp[2 * i + 1];
+        exp[2 * i] = (float)want[i].ref_c; exp[2 * i + 1] = (float)want[i].ref_r;
+    }
+    test_allclose("reference log-probabilities through the loader (a window a batch) == the batch's", got, exp, (size_t)2 * bt->n, tols()->logp, 1e-6);
+    TEST_CHECK(reflogps_load(&back, path, dl.data_id, r.model_id) == 0, "no file yet: 0");
+    reflogps_save(&r, path);
+    TEST_CHECK(reflogps_load(&back, path, dl.data_id, r.model_id) == 1 && back.n_pairs == r.n_pairs &&
+               memcmp(back.logp, r.logp, (size_t)(2 * r.n_pairs) * sizeof(double)) == 0, "saved and read back, bit for bit");
+    int64_t ids[2] = { 3, 0 };
+    PrefSeqs q[2];
+    reflogps_lookup(&back, ids, 2, q);
+    TEST_CHECK(q[0].ref_c == r.logp[6] && q[0].ref_r == r.logp[7] && q[1].ref_c == r.logp[0], "looked up by pair number");
+    printf("ok   reference log-probabilities stored and read back (%lld pairs)\n", (long long)back.n_pairs);
+    expect_load_refused("reference log-probabilities of other data", path, dl.data_id ^ 1u, r.model_id, "of other data");
+    expect_load_refused("another reference model's", path, dl.data_id, r.model_id + 1, "another reference model's");
+    FILE* f = fopen(path, "r+b");
+    fseek(f, 1024 + 9, SEEK_SET); fputc(0x5a, f); fclose(f);
+    expect_load_refused("changed values", path, dl.data_id, r.model_id, "CRC-32C is not the header's");
+    TEST_CHECK(truncate(path, 1024 + 8) == 0, "truncate");
+    expect_load_refused("a file cut short", path, dl.data_id, r.model_id, "(truncated?)");
+    reflogps_free(&r); reflogps_free(&back);
+    pref_work_free(&w);
+    dl_free(&dl);
+    unlink(path); unlink(shard);
+    char mp[300];
+    shard_mask_path(mp, sizeof(mp), shard);
+    unlink(mp); rmdir(dir);
+}
+
 static LoraModel* load_adapter(const TestBase* tb, const char* name) {
     char path[512];
     snprintf(path, sizeof(path), "%s/%s", REF_DIR, name);
@@ -274,6 +365,7 @@ int main(int argc, char** argv) {
         Model full;
         test_model(&full, &tb, tb.weights, GPT2_TRAIN_ALL, NULL, 0, GPT2_RECOMPUTE_NONE);
         if (pref_uses_reference(objs[k])) check_reference(&refm, &c, &bt, ref_seqs);
+        if (objs[k] == PREF_DPO) check_reflogps(&refm, &bt, ref_seqs);
         check_set(set, &full, &c, &bt, pref_uses_reference(objs[k]) ? ref_seqs : NULL, NULL);
         model_free(&full);
         if (test_quick()) continue;

@@ -3,6 +3,7 @@
 #include "base/check.h"
 #include "base/fileio.h"
 #include "base/rand.h"
+#include "base/crc32c.h"
 #include <glob.h>
 #include <string.h>
 #include <stdlib.h>
@@ -121,6 +122,8 @@ static void dl_open_shard(DataLoader* dl, int i, int32_t* fields) {
               dl->files[0], dl->pairs ? "does" : "does not", dl->pattern);
     dl->pairs = si.mask_version == MASK_VERSION_PAIRS;
     dl->n_pairs += si.pairs;
+    const int64_t id[5] = { si.ntok, si.h[SHARD_CRC], si.h[SHARD_SET], si.h[SHARD_PAIRS], si.pairs };
+    dl->data_id = crc32c(dl->data_id, id, sizeof(id));
     dl->n_masked += si.mask_version != 0;
     dl->targets += si.targets;
     dl->trained += si.trained;
