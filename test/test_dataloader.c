@@ -331,7 +331,7 @@ static int same_pair(const PrefPair* p, int cf, int cb, int ce, int rb, int re) 
 }
 
 static void test_pairs(const char* dir) {
-    char p0[512], p1[512], pat[512], bad[512];
+    char p0[512], p1[512], pat[512], bad[1100];
     snprintf(p0, sizeof(p0), "%s/pr_train_000000.bin", dir);
     snprintf(p1, sizeof(p1), "%s/pr_train_000001.bin", dir);
     snprintf(pat, sizeof(pat), "%s/pr_train_*.bin", dir);

@@ -18,7 +18,8 @@
 //     numbers; a file of other data, of another model, changed or cut short is refused.
 //
 // Builds: test/test_pref.c as C on the CPU backend (fp32); test/test_pref.cu includes this file
-// for the CUDA backend (bf16), run under the CUDA-on-CPU harness.
+// for the CUDA backend (bf16), run under the CUDA-on-CPU harness, where the 10 steps run for DPO
+// only (the harness runs a step a hundred times slower; every objective's gradients are checked).
 //
 // Tolerances. fp32 (CPU): losses and means 1e-5 (relative to the value, or absolute below 1),
 // log-probabilities 1e-5 of their magnitude, gradients 1e-5 of max |ref| (+ 1e-5 relative), the
@@ -368,7 +369,7 @@ int main(int argc, char** argv) {
         if (objs[k] == PREF_DPO) check_reflogps(&refm, &bt, ref_seqs);
         check_set(set, &full, &c, &bt, pref_uses_reference(objs[k]) ? ref_seqs : NULL, NULL);
         model_free(&full);
-        if (test_quick()) continue;
+        if (test_quick() || (test_is_bf16() && objs[k] != PREF_DPO)) continue; // (the harness is slow: DPO's steps stand for all)
         test_model(&full, &tb, tb.weights, GPT2_TRAIN_ALL, NULL, 0, GPT2_RECOMPUTE_NONE);
         check_steps(set, &full, &c, &bt);
         model_free(&full);
@@ -386,7 +387,7 @@ int main(int argc, char** argv) {
             Model m;
             test_model(&m, &tb, tb.weights, lora_base_trainable_mask(lm), lm, 0, GPT2_RECOMPUTE_NONE);
             if (pass == 0) check_set(set, &m, &c, &bt, NULL, NULL);
-            else check_steps(set, &m, &c, &bt);
+            else if (!test_is_bf16() || objs[k] == PREF_DPO) check_steps(set, &m, &c, &bt);
             model_free(&m);
             lora_free(lm);
         }
