@@ -962,7 +962,7 @@ int main(int argc, char** argv) {
     }
     st_finish(&s, a.doc_sep != SEP_NONE);
     if ((s.window || s.pack) && s.n_doc == 0)
-        fatal(s.pack ? "raise --pack, or use --overlong truncate" : "raise --record-windows, or use --overlong truncate",
+        fatal(a.pack ? "raise --pack, or use --overlong truncate" : "raise --record-windows, or use --overlong truncate",
               "no record fits a window (%lld too long, %lld with no trained token)", s.dropped_long, s.dropped_empty);
     size_t content = s.n - s.n_doc - (a.doc_sep != SEP_NONE);
     if (!s.window && !s.pack && content == 0) fatal("check the --input files", "the input holds no text (only empty documents)");
