@@ -25,7 +25,7 @@
 
 enum { FMT_AUTO, FMT_TEXT, FMT_JSONL, FMT_JSON };
 enum { SEP_FILE, SEP_BLANK, SEP_NONE };
-enum { PACK_IN_ORDER, PACK_BEST_FIT };
+enum { PACK_IN_ORDER, PACK_BEST_FIT, PACK_ONE }; // (PACK_ONE: one unit a window, preference pairs' --record-windows)
 
 static void usage(FILE* f) {
     fprintf(f,
@@ -33,7 +33,9 @@ static void usage(FILE* f) {
 "\n"
 "Tokenizes text, JSONL or JSON records with the GPT-2 tokenizer into llm.c token shards\n"
 "(DIR/NAME_val_000000.bin, DIR/NAME_train_000000.bin, ...). Records also get a loss mask per\n"
-"shard (same name, .mask) that marks which tokens are trained on. See data/README.md.\n"
+"shard (same name, .mask) that marks which tokens are trained on. Preference records\n"
+"({\"prompt\", \"chosen\", \"rejected\"}: DPO, IPO, ORPO, SimPO) become pairs of records in one\n"
+"window and need --pack T or --record-windows T. See data/README.md.\n"
 "\n"
 "  --input FILE...        input files; several may follow one --input, and --input may repeat\n"
 "  --out-dir DIR          output directory (created if missing)\n"
@@ -52,17 +54,19 @@ static void usage(FILE* f) {
 "                         how conversations are written (default plain; generate --chat takes\n"
 "                         the same names)\n"
 "  --record-windows T     one record per window of T tokens (train with --seq-len T): longer\n"
-"                         records are cut, shorter ones padded with untrained <|endoftext|>\n"
+"                         records are cut, shorter ones padded with untrained <|endoftext|>;\n"
+"                         preference pairs: one pair per window\n"
 "  --pack T               whole records packed into windows of T tokens (train with --seq-len T),\n"
 "                         each record attending only to itself; the rest of a window is\n"
-"                         untrained padding. The summary gives the packing efficiency\n"
+"                         untrained padding. The summary gives the packing efficiency.\n"
+"                         Preference pairs are packed whole (both records in one window)\n"
 "  --pack-order in-order|best-fit\n"
 "                         in-order (default): records in input order, a new window when the\n"
 "                         next does not fit; best-fit: longest first, each into the window it\n"
 "                         fills most tightly (fewer windows, records reordered)\n"
 "  --overlong truncate|drop\n"
-"                         with --record-windows or --pack: what happens to records longer than T\n"
-"                         (default truncate)\n"
+"                         with --record-windows or --pack: what happens to records (preference\n"
+"                         pairs: pairs) longer than T (default truncate)\n"
 "  --doc-sep file|blank|none\n"
 "                         text input: what a document is. file: each input file (default);\n"
 "                         blank: text is cut after every blank line (\"\\n\\n\"), as llm.c's\n"
@@ -125,7 +129,11 @@ typedef struct {
     int packed;               // the stream holds packed windows (mask bit 1: record starts)
     int drop_overlong;
     int open;                 // a document is open (st_end_doc not yet called)
-    long long no_target, truncated, dropped_long, dropped_empty;
+    int kind;                 // the records read so far: 0 none, 1 others, 2 preference pairs (never mixed)
+    int pairs;                // documents 2k and 2k + 1 are a pair's chosen and rejected records,
+                              // packed together as one unit (s->pack is the window)
+    int pack_one;             // pairs of --record-windows: one pair a window
+    long long no_target, truncated, dropped_long, dropped_empty, identical;
 } Stream;
 
 static void st_reserve(Stream* s, size_t extra) {
@@ -188,9 +196,36 @@ static void st_close_record(Stream* s, size_t start) {
     s->doc_stop[s->n_doc - 1] = cut ? 0 : s->mask[s->n - 1];
 }
 
+// The pair of the last two documents, to pack later as one unit. Longer together than the window
+// T, it is cut (truncate: each record keeps its beginning; the shorter stays whole when it fits in
+// half the window and the longer gets the rest, else each gets half) or dropped; a record left
+// without a trained target drops the pair. Each record's stop: as st_close_record's.
+static void st_close_pair(Stream* s) {
+    const size_t T = (size_t)s->pack, c0 = s->doc_start[s->n_doc - 2], r0 = s->doc_start[s->n_doc - 1];
+    const size_t lc = r0 - c0, lr = s->n - r0;
+    size_t kc = lc, kr = lr;
+    if (lc + lr > T) {
+        if (s->drop_overlong) { s->n = c0; s->n_doc -= 2; s->dropped_long++; return; }
+        if (lc <= T / 2) kr = T - lc;
+        else if (lr <= T / 2) kc = T - lr;
+        else { kc = T - T / 2; kr = T / 2; }
+        memmove(s->tok + c0 + kc, s->tok + r0, kr * sizeof(uint16_t));
+        memmove(s->mask + c0 + kc, s->mask + r0, kr);
+        s->doc_start[s->n_doc - 1] = c0 + kc;
+        s->n = c0 + kc + kr;
+        s->truncated++;
+    }
+    if (st_trained(s, c0 + 1, c0 + kc) == 0 || st_trained(s, c0 + kc + 1, s->n) == 0) {
+        s->n = c0; s->n_doc -= 2; s->dropped_empty++; return;
+    }
+    s->doc_stop[s->n_doc - 2] = kc < lc ? 0 : s->mask[c0 + kc - 1];
+    s->doc_stop[s->n_doc - 1] = kr < lr ? 0 : s->mask[s->n - 1];
+}
+
 static void st_end_doc(Stream* s) {
     if (!s->open) return;
     s->open = 0;
+    if (s->pairs) return; // (a pair is closed whole: st_close_pair)
     size_t start = s->doc_start[s->n_doc - 1];
     if (s->window) { st_close_window(s, start); return; }
     if (s->pack) { st_close_record(s, start); return; }
@@ -241,28 +276,77 @@ static void st_encode(Stream* s, Tokenizer* tk, const char* text, size_t len, in
 // ----------------------------------------------------------------------------------------------
 // records -> tokens
 
-typedef struct { Stream* s; Tokenizer* tk; const Args* a; } EmitCtx;
+typedef struct { Stream* s; Tokenizer* tk; const Args* a; int untrained; } EmitCtx;
 
 // A chat piece. <|endoftext|> written in a message counts as the special token only with
 // --allow-special; the templates' markers are ordinary text to GPT-2 either way.
 static void emit_piece(void* ctx, const char* text, size_t len, int trained) {
     EmitCtx* e = (EmitCtx*)ctx;
-    st_encode(e->s, e->tk, text, len, e->a->allow_special, (uint8_t)(trained || e->a->train_on_inputs));
+    st_encode(e->s, e->tk, text, len, e->a->allow_special, (uint8_t)(!e->untrained && (trained || e->a->train_on_inputs)));
 }
 
 static Record g_record; // reused for every record
+
+// The first record decides what the data set is: preference pairs or other records, never both.
+// Pairs are packed whole (--pack T), or one a window (--record-windows T): never a stream, whose
+// batches would cut pairs apart.
+static void set_kind(Stream* s, const Args* a, int pairs, const char* where) {
+    const int kind = pairs ? 2 : 1;
+    if (s->kind && s->kind != kind)
+        fatal("prepare preference pairs and other records separately (a data set is one or the other)",
+              "%s: a %s among %s", where, pairs ? "preference pair" : "record that is not a preference pair",
+              pairs ? "records that are not preference pairs" : "preference pairs");
+    if (s->kind) return;
+    s->kind = kind;
+    if (!pairs) return;
+    if (!s->pack && !s->window)
+        fatal("pairs are trained whole in one window: add --pack T (pairs packed together) or --record-windows T (one pair a "
+              "window), and train with --seq-len T", "%s: preference pairs need --pack or --record-windows", where);
+    if (a->train_on_inputs)
+        fatal("leave --train-on-inputs out: a preference objective scores the completions only", "%s: --train-on-inputs with preference pairs", where);
+    if (s->window) { s->pack = s->window; s->window = 0; s->pack_one = 1; }
+    s->pairs = 1;
+}
+
+static long long warned_identical = 0;
+
+// A preference pair: prompt + chosen, then prompt + rejected, each a record; the prompt untrained,
+// the completion trained (conversations: everything after the generation prompt), the stop after
+// it too (its first token after the record). Closed whole (st_close_pair).
+static void add_pair(Stream* s, Tokenizer* tk, const Args* a, const Record* r, const char* where) {
+    for (int k = 0; k < 2; k++) {
+        st_begin_doc(s);
+        if (!r->pref_conv) {
+            st_encode(s, tk, r->prompt, r->prompt_len, a->allow_special, 0);
+            st_encode(s, tk, k ? r->rejected : r->chosen, k ? r->rejected_len : r->chosen_len, a->allow_special, 1);
+            continue;
+        }
+        EmitCtx e = { s, tk, a, 1 };
+        chat_render(a->chat, r->msgs, r->n_prompt, 1, emit_piece, &e);
+        e.untrained = 0;
+        chat_render_completion(a->chat, r->msgs + r->n_prompt + (k ? r->n_chosen : 0), k ? r->n_rejected : r->n_chosen, emit_piece, &e);
+    }
+    st_end_doc(s);
+    st_close_pair(s);
+    if (!r->pref_identical) return;
+    s->identical++;
+    if (!a->quiet && warned_identical++ < 5)
+        printf("warning: %s: chosen and rejected are the same (kept: the pair's gradients cancel, it costs compute and teaches nothing)\n", where);
+}
 
 static void add_record(Stream* s, Tokenizer* tk, const Args* a, const JsonValue* obj, const char* where) {
     Record r = g_record;
     rec_from_json(&a->map, obj, where, &r);
     g_record = r;
+    set_kind(s, a, r.schema == REC_PREFERENCE, where);
+    if (r.schema == REC_PREFERENCE) { add_pair(s, tk, a, &r, where); return; }
     st_begin_doc(s);
     if (r.schema == REC_TEXT) st_encode(s, tk, r.text, r.text_len, a->allow_special, 1);
     else if (r.schema == REC_PROMPT) {
         st_encode(s, tk, r.prompt, r.prompt_len, a->allow_special, (uint8_t)a->train_on_inputs);
         st_encode(s, tk, r.completion, r.completion_len, a->allow_special, 1);
     } else {
-        EmitCtx e = { s, tk, a };
+        EmitCtx e = { s, tk, a, 0 };
         chat_render(a->chat, r.msgs, r.n_msgs, 0, emit_piece, &e);
     }
     st_end_doc(s);
@@ -363,14 +447,18 @@ static void add_json_file(Stream* s, Tokenizer* tk, const Args* a, const char* p
 }
 
 // ----------------------------------------------------------------------------------------------
-// packing (--pack T): the records of a split into windows of T tokens
+// packing (--pack T): the records of a split into windows of T tokens. What is packed are units:
+// a record, or a preference pair's two records (documents 2u and 2u + 1), which stay together.
 
-static size_t rec_len(const Stream* s, size_t r) {
-    return (r + 1 < s->n_doc ? s->doc_start[r + 1] : s->n) - s->doc_start[r];
+static size_t unit_docs(const Stream* s) { return s->pairs ? 2 : 1; }
+static size_t doc_end(const Stream* s, size_t d) { return d + 1 < s->n_doc ? s->doc_start[d + 1] : s->n; }
+static size_t rec_len(const Stream* s, size_t u) {
+    const size_t k = unit_docs(s);
+    return doc_end(s, u * k + k - 1) - s->doc_start[u * k];
 }
 
-// In order: each record goes into the current window, or starts a new one when it does not fit.
-// Writes the records' order (here: r0, r0 + 1, ...) and where each window's run of it starts
+// In order: each unit goes into the current window, or starts a new one when it does not fit.
+// Writes the units' order (here: r0, r0 + 1, ...) and where each window's run of it starts
 // (wstart[w] .. wstart[w + 1]); returns the number of windows.
 static size_t pack_in_order(const Stream* s, size_t r0, size_t r1, size_t T, size_t* order, size_t* wstart) {
     size_t nwin = 0, fill = T;
@@ -435,21 +523,31 @@ static size_t pack_best_fit(const Stream* s, size_t r0, size_t r1, size_t T, siz
     return nwin;
 }
 
+// One per window (the pairs of --record-windows).
+static size_t pack_one(size_t r0, size_t r1, size_t* order, size_t* wstart) {
+    for (size_t r = r0; r <= r1; r++) { wstart[r - r0] = r - r0; if (r < r1) order[r - r0] = r; }
+    return r1 - r0;
+}
+
 // The windows into out: each record's tokens and masks, its first token marked as a record start
-// and given the stop of what came before it (the previous record's, 0 after padding or at the
-// very start); a window's free tail is <|endoftext|> padding, a record of its own (start mark on
-// its first token, which is the last record's stop target; the rest untrained). *stop carries the
-// mask of the token after the last window.
+// (and, of a pair, as its chosen or rejected record) and given the stop of what came before it
+// (the previous record's, 0 after padding or at the very start); a window's free tail is
+// <|endoftext|> padding, a record of its own (start mark on its first token, which is the last
+// record's stop target; the rest untrained). *stop carries the mask of the token after the last
+// window.
 static void pack_emit(const Stream* s, const size_t* order, const size_t* wstart, size_t nwin, size_t T, Stream* out, uint8_t* stop) {
+    const size_t ku = unit_docs(s);
     for (size_t w = 0; w < nwin; w++) {
         size_t fill = 0;
-        for (size_t k = wstart[w]; k < wstart[w + 1]; k++) {
-            const size_t r = order[k], a = s->doc_start[r], len = rec_len(s, r);
-            st_push(out, s->tok[a], (uint8_t)(*stop | MASK_START));
-            for (size_t i = a + 1; i < a + len; i++) st_push(out, s->tok[i], s->mask[i]);
-            *stop = s->doc_stop[r];
-            fill += len;
-        }
+        for (size_t k = wstart[w]; k < wstart[w + 1]; k++)
+            for (size_t d = order[k] * ku; d < order[k] * ku + ku; d++) {
+                const size_t a = s->doc_start[d], len = doc_end(s, d) - a;
+                const uint8_t role = !s->pairs ? 0 : d % 2 ? MASK_REJECTED : MASK_CHOSEN;
+                st_push(out, s->tok[a], (uint8_t)(*stop | MASK_START | role));
+                for (size_t i = a + 1; i < a + len; i++) st_push(out, s->tok[i], s->mask[i]);
+                *stop = s->doc_stop[d];
+                fill += len;
+            }
         for (size_t i = fill; i < T; i++) {
             st_push(out, s->eot, (uint8_t)(i == fill ? *stop | MASK_START : 0));
             *stop = 0;
@@ -457,13 +555,14 @@ static void pack_emit(const Stream* s, const size_t* order, const size_t* wstart
     }
 }
 
-// Records [r0, r1) of s packed into windows appended to out; returns the number of windows.
+// Units [r0, r1) of s packed into windows appended to out; returns the number of windows.
 static size_t pack_split(const Args* a, const Stream* s, size_t r0, size_t r1, Stream* out, uint8_t* stop) {
-    const size_t T = (size_t)a->pack, n = r1 - r0;
+    const size_t T = (size_t)s->pack, n = r1 - r0;
     size_t* order = (size_t*)mallocCheck((n + 1) * sizeof(size_t));
     size_t* wstart = (size_t*)mallocCheck((n + 1) * sizeof(size_t));
-    size_t nwin = a->pack_order == PACK_BEST_FIT ? pack_best_fit(s, r0, r1, T, order, wstart)
-                                                  : pack_in_order(s, r0, r1, T, order, wstart);
+    size_t nwin = s->pack_one ? pack_one(r0, r1, order, wstart)
+                : a->pack_order == PACK_BEST_FIT ? pack_best_fit(s, r0, r1, T, order, wstart)
+                                                 : pack_in_order(s, r0, r1, T, order, wstart);
     pack_emit(s, order, wstart, nwin, T, out, stop);
     free(order); free(wstart);
     return nwin;
@@ -474,14 +573,15 @@ static size_t pack_split(const Args* a, const Stream* s, size_t r0, size_t r1, S
 // stream's split: *cut (training's first window), *val_hi (validation's windows + that token).
 static void pack_records(const Args* a, const Stream* s, size_t split, Stream* out, size_t* cut, size_t* val_hi) {
     memset(out, 0, sizeof(*out));
-    out->eot = s->eot; out->window = a->pack; out->packed = 1; out->has_mask = 1;
-    size_t kval = 0;
-    while (kval < s->n_doc && s->doc_start[kval] < split) kval++;
+    out->eot = s->eot; out->window = s->pack; out->packed = 1; out->has_mask = 1; out->pairs = s->pairs;
+    const size_t ku = unit_docs(s), units = s->n_doc / ku;
+    size_t kval = 0; // (units before the split: split_point cut at a unit's start)
+    while (kval < units && s->doc_start[kval * ku] < split) kval++;
     uint8_t stop = 0;
     const size_t nv = pack_split(a, s, 0, kval, out, &stop);
-    const size_t nt = pack_split(a, s, kval, s->n_doc, out, &stop);
+    const size_t nt = pack_split(a, s, kval, units, out, &stop);
     st_push(out, s->eot, stop);
-    *cut = nv * (size_t)a->pack;
+    *cut = nv * (size_t)s->pack;
     *val_hi = nv ? *cut + 1 : 0;
     out->n_doc = nv + nt; // (windows, for the summary)
 }
@@ -505,6 +605,7 @@ static void write_file(const Args* a, const char* fname, const int32_t* header, 
 static uint32_t split_id(const Stream* s, size_t lo, size_t hi, size_t step, int nshards) {
     const int32_t cut[5] = { (int32_t)step, nshards, s->window, s->packed, s->has_mask };
     uint32_t crc = crc32c(0, cut, sizeof(cut));
+    if (s->pairs) crc = crc32c(crc, &s->pairs, sizeof(s->pairs)); // (the ids of other outputs stay as they were)
     crc = crc32c(crc, s->tok + lo, (hi - lo) * sizeof(uint16_t));
     return s->has_mask ? crc32c(crc, s->mask + lo, hi - lo) : crc;
 }
@@ -529,6 +630,7 @@ static void write_split(const Args* a, const Stream* s, const char* split, size_
         header[SHARD_WINDOW] = s->window;
         header[SHARD_PACKED] = s->packed;
         header[SHARD_HAS_MASK] = s->has_mask;
+        header[SHARD_PAIRS] = s->pairs;
         header[SHARD_INDEX] = k; header[SHARD_COUNT] = nshards;
         header[SHARD_CRC] = (int32_t)crc32c(0, s->tok + a0, (a1 - a0) * sizeof(uint16_t));
         header[SHARD_SET] = (int32_t)set;
@@ -536,7 +638,7 @@ static void write_split(const Args* a, const Stream* s, const char* split, size_
         if (s->has_mask) {
             int32_t mheader[256];
             memcpy(mheader, header, sizeof(header));
-            mheader[0] = MASK_MAGIC; mheader[1] = s->packed ? MASK_VERSION_PACKED : MASK_VERSION;
+            mheader[0] = MASK_MAGIC; mheader[1] = s->pairs ? MASK_VERSION_PAIRS : s->packed ? MASK_VERSION_PACKED : MASK_VERSION;
             mheader[MASK_CRC] = (int32_t)crc32c(0, s->mask + a0, a1 - a0);
             snprintf(fname, sizeof(fname), "%s_%s_%06d.mask", a->name, split, k);
             write_file(a, fname, mheader, s->mask + a0, 1, a1 - a0);
@@ -745,6 +847,7 @@ static size_t split_point(const Args* a, const Stream* s, size_t* cut, size_t* v
     if (target >= total) fatal("ask for fewer validation tokens", "a validation split of %zu tokens leaves no training tokens (the input has %zu)", target, total);
     size_t best = 0, bestd = SIZE_MAX;
     for (size_t d = 0; d < s->n_doc; d++) {
+        if (s->pairs && d % 2) continue; // (a pair is never split)
         size_t b = s->doc_start[d];
         if (b == 0) continue;
         size_t dist = b > target ? b - target : target - b;
@@ -752,7 +855,8 @@ static size_t split_point(const Args* a, const Stream* s, size_t* cut, size_t* v
     }
     if (best) { *cut = best; *val_hi = best + 1; }
     else if (s->window || s->pack)
-        fatal("ask for --val-tokens 0, or give more records", "a validation split needs two %s; there is %zu", s->window ? "record windows" : "records", s->n_doc);
+        fatal("ask for --val-tokens 0, or give more records", "a validation split needs two %s; there is %zu",
+              s->window ? "record windows" : s->pairs ? "preference pairs" : "records", s->n_doc / unit_docs(s));
     else { *cut = target; *val_hi = target; *exact = 1; }
     return target;
 }
@@ -760,12 +864,19 @@ static size_t split_point(const Args* a, const Stream* s, size_t* cut, size_t* v
 // --pack: how full the windows are. Record tokens and trained targets per window slot, and what
 // one record per window (--record-windows) would have made of the same records.
 static void print_packing(const Args* a, const Stream* s, const Stream* w) {
-    const double slots = (double)w->n_doc * a->pack, rw_slots = (double)s->n_doc * a->pack;
+    const size_t units = s->n_doc / unit_docs(s);
+    const double slots = (double)w->n_doc * s->pack, rw_slots = (double)units * s->pack;
     const double real = (double)s->n, trained = (double)st_trained(w, 1, w->n);
-    printf("pack: %zu records in %zu windows of %d tokens (%s): %.1f%% of the window slots hold record tokens, %.1f%% are trained targets\n",
-           s->n_doc, w->n_doc, a->pack, a->pack_order == PACK_BEST_FIT ? "best-fit" : "in order", 100.0 * real / slots, 100.0 * trained / slots);
-    printf("pack: one record per window (--record-windows %d) would take %zu windows: %.1f%% record tokens, %.1f%% trained targets\n",
-           a->pack, s->n_doc, 100.0 * real / rw_slots, 100.0 * trained / rw_slots);
+    const char* what = s->pairs ? "preference pairs" : "records";
+    if (s->pack_one) {
+        printf("pairs: %zu preference pairs, one a window of %d tokens: %.1f%% of the window slots hold record tokens, %.1f%% are trained targets\n",
+               units, s->pack, 100.0 * real / slots, 100.0 * trained / slots);
+        return;
+    }
+    printf("pack: %zu %s in %zu windows of %d tokens (%s): %.1f%% of the window slots hold record tokens, %.1f%% are trained targets\n",
+           units, what, w->n_doc, s->pack, a->pack_order == PACK_BEST_FIT ? "best-fit" : "in order", 100.0 * real / slots, 100.0 * trained / slots);
+    printf("pack: one %s per window (--record-windows %d) would take %zu windows: %.1f%% record tokens, %.1f%% trained targets\n",
+           s->pairs ? "pair" : "record", s->pack, units, 100.0 * real / rw_slots, 100.0 * trained / rw_slots);
 }
 
 // s: the documents read; w: what was written (s, or its packed windows)
@@ -773,8 +884,11 @@ static void print_summary(const Args* a, const Stream* s, const Stream* w, size_
     printf("%s: %zu documents, %zu tokens (val %zu, train %zu)%s\n", a->name, s->n_doc, w->n, val_hi, w->n - cut,
            s->has_mask ? "; loss masks written" : "");
     if (s->window || s->pack)
-        printf("%s of %d tokens: %lld record(s) truncated, %lld dropped as too long, %lld dropped with no trained token\n",
-               s->window ? "record windows" : "packed windows", s->window ? s->window : s->pack, s->truncated, s->dropped_long, s->dropped_empty);
+        printf("%s of %d tokens: %lld %s truncated, %lld dropped as too long, %lld dropped with no trained token\n",
+               s->window ? "record windows" : s->pack_one ? "pair windows" : "packed windows", s->window ? s->window : s->pack, s->truncated,
+               s->pairs ? "pair(s)" : "record(s)", s->dropped_long, s->dropped_empty);
+    if (s->identical)
+        printf("warning: %lld pair(s) have the same chosen and rejected completion (their gradients cancel: they teach nothing)\n", s->identical);
     if (s->pack) print_packing(a, s, w);
     if (target && !exact && val_hi != target && !s->pack) // (--pack: val_hi counts window tokens)
         printf("note: validation ends at a document boundary: %zu tokens for a target of %zu\n", val_hi, target);
@@ -848,7 +962,7 @@ int main(int argc, char** argv) {
     }
     st_finish(&s, a.doc_sep != SEP_NONE);
     if ((s.window || s.pack) && s.n_doc == 0)
-        fatal(s.pack ? "raise --pack, or use --overlong truncate" : "raise --record-windows, or use --overlong truncate",
+        fatal(a.pack ? "raise --pack, or use --overlong truncate" : "raise --record-windows, or use --overlong truncate",
               "no record fits a window (%lld too long, %lld with no trained token)", s.dropped_long, s.dropped_empty);
     size_t content = s.n - s.n_doc - (a.doc_sep != SEP_NONE);
     if (!s.window && !s.pack && content == 0) fatal("check the --input files", "the input holds no text (only empty documents)");
@@ -859,7 +973,7 @@ int main(int argc, char** argv) {
     size_t target = split_point(&a, &s, &cut, &val_hi, &exact);
     Stream packed;
     const Stream* w = &s; // what is written: the stream, or the windows packed from its records
-    if (a.pack) { pack_records(&a, &s, cut, &packed, &cut, &val_hi); w = &packed; }
+    if (s.pack) { pack_records(&a, &s, cut, &packed, &cut, &val_hi); w = &packed; }
     mkdir_p(a.out_dir);
     size_t per = (size_t)a.shard_tokens;
     if (w->window) per = (per - 1) / (size_t)w->window * (size_t)w->window; // whole windows per shard
@@ -869,7 +983,7 @@ int main(int argc, char** argv) {
     if (val_hi) write_split(&a, w, "val", 0, val_hi);
     write_split(&a, w, "train", cut, w->n);
     if (!a.quiet) print_summary(&a, &s, w, target, cut, val_hi, exact);
-    if (a.pack) { free(packed.tok); free(packed.mask); }
+    if (s.pack) { free(packed.tok); free(packed.mask); }
     free(s.tok); free(s.mask); free(s.doc_start); free(s.doc_stop);
     rec_free(&g_record);
     tokids_free(&scratch);

@@ -25,7 +25,20 @@ Writes (inputs and expectations; one "ids..." line then one "mask..." line per e
                                                  --pack-order best-fit; --overlong drop): the
                                                  packing rule of data/README.md on tiktoken's ids,
                                                  the mask bytes with their record-start bit (2)
-Run: python3 dev/gen_prepare_ref.py
+  test/ref/prepare_pref.jsonl                    preference records (TRL's forms: strings and
+                                                 messages, explicit and implicit prompts)
+  test/ref/prepare_pref_{pack,windows,drop}_expected.txt
+                                                 prepare_pref.jsonl with --pack 96 (--chat-template
+                                                 chatml), --record-windows 96, --pack 96 --overlong
+                                                 drop: each pair's prompt and completions as TRL
+                                                 makes them (trl.extract_prompt for implicit
+                                                 prompts, trl.apply_chat_template with the chatml
+                                                 template above for messages: the prompt with the
+                                                 generation prompt, each completion the text after
+                                                 it), tokenized by tiktoken, laid out by data/README.md's
+                                                 rule for pairs (mask bits 4 / 8: chosen / rejected
+                                                 record start)
+Run: python3 dev/gen_prepare_ref.py   (with torch, transformers and trl installed: /work/venv-torch)
 """
 import json
 import os
@@ -226,6 +239,90 @@ def packed(enc, records, T, best_fit=False, drop=False):
     return toks, mask
 
 
+# Preference records: TRL's forms (strings, messages; explicit and implicit prompts), a pair far
+# longer than the window (cut, or dropped with --overlong drop), identical completions, very
+# different lengths, completions that differ in their first token only.
+PREF_RECORDS = [
+    {"prompt": "The capital of France is", "chosen": " Paris.", "rejected": " London."},
+    {"prompt": "2 + 2 =", "chosen": " 4", "rejected": " 5, because arithmetic is hard and small models cannot count."},
+    {"chosen": "Q: What colour is the sky? A: blue", "rejected": "Q: What colour is the sky? A: green"},
+    {"prompt": [{"role": "user", "content": "Hi"}], "chosen": [{"role": "assistant", "content": "Hello!"}],
+     "rejected": [{"role": "assistant", "content": "Go away."}]},
+    {"chosen": [{"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": "Apple."}],
+     "rejected": [{"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": "Carrot."}]},
+    {"prompt": "Say yes:", "chosen": " yes", "rejected": " yes"},
+    {"prompt": "A very long prompt that goes on and on, with many words, so that the pair does not fit",
+     "chosen": " into a window of ninety-six tokens however it is packed together with the rejected one, since this"
+               " completion alone keeps going for many more tokens than half of such a window holds, and then some more,"
+               " with a list: one, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve, thirteen.",
+     "rejected": " short"},
+    {"prompt": "Pick:", "chosen": " alpha beta gamma", "rejected": " delta beta gamma"},
+]
+
+
+def pref_parts(tok, r):
+    """(prompt, chosen, rejected) text pieces as TRL makes them."""
+    from trl import extract_prompt, apply_chat_template
+    ex = dict(r)
+    if "prompt" not in ex:
+        ex = extract_prompt(ex)
+    if isinstance(ex["chosen"], list):
+        tok.chat_template = CHATML.replace("{% generation %}", "").replace("{% endgeneration %}", "")
+        ex = apply_chat_template(ex, tok)
+    return ex["prompt"], ex["chosen"], ex["rejected"]
+
+
+def pref_packed(enc, tok, T, one=False, drop=False):
+    """data/README.md's pairs: two records, [EOT] + prompt (untrained) + completion (trained),
+    the stop after each (the next record's EOT) trained unless it was cut; a pair longer than T
+    cut (the shorter record whole if it fits in half, the longer to the rest; else each to half:
+    the chosen one T - T/2) or dropped; packed in order (one a window with --record-windows); the
+    first token of a record gets its start (2) and chosen (4) or rejected (8) bits."""
+    pairs = []
+    for r in PREF_RECORDS:
+        p, c, j = pref_parts(tok, r)
+        recs = []
+        for comp in (c, j):
+            pi, ci = enc.encode_ordinary(p), enc.encode_ordinary(comp)
+            recs.append(([EOT] + pi + ci, [0] + [0] * len(pi) + [1] * len(ci)))
+        lc, lr = len(recs[0][0]), len(recs[1][0])
+        kc, kr = lc, lr
+        if lc + lr > T:
+            if drop:
+                continue
+            if lc <= T // 2: kr = T - lc
+            elif lr <= T // 2: kc = T - lr
+            else: kc, kr = T - T // 2, T // 2
+        cut = [(recs[0][0][:kc], recs[0][1][:kc], 0 if kc < lc else 1), (recs[1][0][:kr], recs[1][1][:kr], 0 if kr < lr else 1)]
+        if any(sum(m[1:]) == 0 for _, m, _ in cut):
+            continue
+        pairs.append(cut)
+    windows, fill = [], T
+    for i, pr in enumerate(pairs):
+        n = len(pr[0][0]) + len(pr[1][0])
+        if one or fill + n > T:
+            windows.append([])
+            fill = 0
+        windows[-1].append(i)
+        fill += n
+    toks, mask, stop = [], [], 0
+    for w in windows:
+        fill = 0
+        for i in w:
+            for role, (t, m, s) in zip((4, 8), pairs[i]):
+                toks += t
+                mask += [stop | 2 | role] + m[1:]
+                stop = s
+                fill += len(t)
+        for k in range(T - fill):
+            toks.append(EOT)
+            mask.append(stop | 2 if k == 0 else 0)
+            stop = 0
+    toks.append(EOT)
+    mask.append(stop)
+    return toks, mask
+
+
 def write_expected(name, toks, mask):
     with open(os.path.join(REF, name), "w") as f:
         f.write(" ".join(map(str, toks)) + "\n")
@@ -259,6 +356,12 @@ def main():
     write_expected("prepare_pack_inorder_expected.txt", *packed(enc, PACK_RECORDS, 24))
     write_expected("prepare_pack_bestfit_expected.txt", *packed(enc, PACK_RECORDS, 24, best_fit=True))
     write_expected("prepare_pack_drop_expected.txt", *packed(enc, PACK_RECORDS, 24, drop=True))
+    with open(os.path.join(REF, "prepare_pref.jsonl"), "w", encoding="utf-8") as f:
+        for r in PREF_RECORDS:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    write_expected("prepare_pref_pack_expected.txt", *pref_packed(enc, tok, 96))
+    write_expected("prepare_pref_windows_expected.txt", *pref_packed(enc, tok, 96, one=True))
+    write_expected("prepare_pref_drop_expected.txt", *pref_packed(enc, tok, 96, drop=True))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ ENTRY_LINK = $(CXX)
 PROGRAM_LIBS = $(CUDA_LIBS) $(HOST_LIBS)
 
 # ---- GPU test programs
-GPU_TEST_PROGS := $(TREE)/test/test_gpt2_gpu $(TREE)/test/test_cuda_ops_gpu $(TREE)/test/test_pack_gpu
+GPU_TEST_PROGS := $(TREE)/test/test_gpt2_gpu $(TREE)/test/test_cuda_ops_gpu $(TREE)/test/test_pack_gpu $(TREE)/test/test_pref_gpu
 
 $(TREE)/test/%_gpu: test/%.cu $(LIB) $(CPUREF_LIB) $(wildcard test/*.h test/*.c)
 	@mkdir -p $(dir $@)

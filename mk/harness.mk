@@ -10,7 +10,8 @@
 #                         test_cuda_ops and test_cuda_flash_attention (every op against the CPU
 #                         backend's implementation, $(CPUREF_LIB)), test_gpt2_cuda (the GPT-2
 #                         model test on the CUDA kernels), test_pack_cuda (packed records on the
-#                         CUDA kernels), bench_ops at a small size; all in
+#                         CUDA kernels), test_pref_cuda (the preference objectives on the CUDA
+#                         kernels), bench_ops at a small size; all in
 #                         TEST_PROGS / TEST_SCRIPTS
 #   make test             also: orders.sh reruns every harness program in reverse and random
 #                         fiber order, mutation.sh (a barrier-less mutant is caught), faults.sh
@@ -88,6 +89,12 @@ $(TREE)/test/test_pack_cuda: test/test_pack.cu test/test_pack.c $(CUDA_CPU_RT) $
 	$(CUDA_CPU_EMU_CU) -c $< -o $@.o
 	$(CXX) $@.o $(CUDA_CPU_RT) $(CUDA_CPU_EMU_LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
 
+# the preference objectives (test/test_pref.cu) on the CUDA kernels, against TRL's reference
+$(TREE)/test/test_pref_cuda: test/test_pref.cu test/test_pref.c $(CUDA_CPU_RT) $(CUDA_CPU_EMU_LIB) $(wildcard test/*.h)
+	@mkdir -p $(dir $@)
+	$(CUDA_CPU_EMU_CU) -c $< -o $@.o
+	$(CXX) $@.o $(CUDA_CPU_RT) $(CUDA_CPU_EMU_LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
+
 # dev/cuda/bench_ops at a small size (test/test_bench_ops.sh): the benchmark's own code under the
 # harness and ASan, so that it is known to be correct before it meets a GPU
 CUDA_CPU_BENCH_OPS := $(CUDA_CPU_DIR)/dev/cuda/bench_ops
@@ -141,7 +148,8 @@ $(FLASH_MUT_DIR)/test_flash_%: $(FLASH_MUT_DIR)/flash_attention_%.o $(TREE)/test
 ifeq ($(NO_CUDA_HARNESS),1)
 # explicitly skipped
 else ifeq ($(HAVE_CUDA_HEADERS),1)
-CUDA_CPU_PROGS := $(CUDA_CPU_TESTS) $(CUDA_CPU_OP_TESTS) $(TREE)/test/test_gpt2_cuda $(TREE)/test/test_pack_cuda
+CUDA_CPU_PROGS := $(CUDA_CPU_TESTS) $(CUDA_CPU_OP_TESTS) $(TREE)/test/test_gpt2_cuda $(TREE)/test/test_pack_cuda \
+    $(TREE)/test/test_pref_cuda
 TEST_PROGS += $(CUDA_CPU_PROGS)
 TEST_SCRIPTS += test/cuda_cpu/orders.sh test/cuda_cpu/mutation.sh test/cuda_cpu/faults.sh \
     test/check_cuda_kernels_ran.sh test/test_bench_ops.sh

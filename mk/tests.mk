@@ -55,7 +55,7 @@ NVCC_CHECK_FLAGS := -std=c++17 -O3 -DLLMC_CUDA -Werror all-warnings $(GENCODE) -
     -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-unused-function
 # production code: spills and local-memory use are errors (ptxas), and checked again in the log
 NVCC_PROD_FLAGS := -Xptxas -v,-warn-spills,-warn-lmem-usage
-NVCC_PROD_SRCS := $(wildcard llmc/cuda/*.cu test/test_gpt2.cu test/test_pack.cu test/cuda/*.cu test/cuda_cpu/*.cu)
+NVCC_PROD_SRCS := $(wildcard llmc/cuda/*.cu test/test_gpt2.cu test/test_pack.cu test/test_pref.cu test/cuda/*.cu test/cuda_cpu/*.cu)
 NVCC_DEV_SRCS := $(wildcard dev/cuda/*.cu)
 NVCC_PROD_OBJS := $(patsubst %.cu,$(NVCC_CHECK_DIR)/%.o,$(NVCC_PROD_SRCS))
 NVCC_DEV_OBJS := $(patsubst %.cu,$(NVCC_CHECK_DIR)/%.o,$(NVCC_DEV_SRCS))

@@ -2,7 +2,8 @@
 # The CPU backend's bf16 mode (--dtype bf16: bf16 GEMMs with fp32 accumulation through oneDNN, the
 # frozen base of LoRA held in bf16):
 # - the model tests with their "bf16" argument against the transformers / PEFT / bitsandbytes
-#   references with the CUDA backend's bf16 tolerances (full fine-tuning, LoRA, QLoRA);
+#   references with the CUDA backend's bf16 tolerances (full fine-tuning, LoRA, QLoRA, the
+#   preference objectives against TRL);
 # - the trainers: --dtype auto / fp32 / bf16 as the banner reports them, a LoRA run in bf16 with
 #   its merged export, and --profile's table.
 # The model tests are skipped where the CPU has no native bf16 (oneDNN would emulate it slowly).
@@ -12,7 +13,7 @@ native=0
 grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null && native=1
 
 if [ $native = 1 ]; then
-  for t in test_gpt2 test_lora test_qlora; do
+  for t in test_gpt2 test_lora test_qlora test_pref; do
     if "$BUILD/test/$t" bf16 > "$TMP/$t.log" 2>&1; then ok "$t bf16: $(tail -1 "$TMP/$t.log")"
     else bad "$t bf16"; grep FAIL "$TMP/$t.log" | head -5 >&2; fi
   done

@@ -508,6 +508,78 @@ static void test_classifier_train(int N, int C, int V, int Vp) {
     check(name, dgw.get(), cgw, RT, 2e-2 * dscale);
 }
 
+// classifier_train_rows: a weight per row (the preference objectives) against the CPU backend's;
+// its dx / dw also against classifier_train's with that weight folded into rows of equal weight
+// (the weights here are one of three values, so each weight's rows give classifier_train's
+// gradient of those rows times it), and rows of weight 0 get no gradient.
+static void test_classifier_train_rows(int N, int C, int V, int Vp) {
+    char name[160];
+    vecf x = rnd_vec((size_t)N * C, 1.0f), w = rnd_vec((size_t)Vp * C, 1.0f);
+    vecf gx((size_t)N * C, 0.0f), gw((size_t)Vp * C, 0.0f), rows(N);
+    std::vector<int> tgt(N);
+    const float wts[3] = { 0.0f, 0.125f, -0.375f };
+    for (int n = 0; n < N; n++) { tgt[n] = n % 5 == 2 ? -1 : (n * 7 + 3) % V; rows[n] = wts[n % 3]; }
+    Dev dx(x), dw(w), dgx(gx), dgw(gw), dlog((size_t)cuda_classifier_rows(N) * Vp);
+    DevI dt(tgt);
+    DevF dloss(N), drows(rows);
+    cuda_classifier_train_rows(dloss.p, dgx.p, dgw.p, dlog.p, dx.p, dw.p, dt.p, drows.p, N, C, V, Vp);
+    vecf cl(N), cgx = gx, cgw = gw, clog((size_t)cpu_classifier_rows(N) * Vp);
+    cpu_classifier_train_rows(cl.data(), cgx.data(), cgw.data(), clog.data(), x.data(), w.data(), tgt.data(), rows.data(), N, C, V, Vp);
+    snprintf(name, sizeof(name), "vs cpu: classifier_train_rows loss (N=%d C=%d V=%d Vp=%d)", N, C, V, Vp);
+    check(name, dloss.get(), cl, 2e-2, 2e-2);
+    snprintf(name, sizeof(name), "vs cpu: classifier_train_rows dx (N=%d C=%d V=%d Vp=%d)", N, C, V, Vp);
+    check(name, dgx.get(), cgx, RT, 2e-2 * 0.375f);
+    snprintf(name, sizeof(name), "vs cpu: classifier_train_rows dw (N=%d C=%d V=%d Vp=%d)", N, C, V, Vp);
+    check(name, dgw.get(), cgw, RT, 2e-2 * 0.375f);
+    // the CPU reference: classifier_train on each weight's rows alone (other rows' targets -1)
+    vecf sx((size_t)N * C, 0.0f), sw((size_t)Vp * C, 0.0f);
+    for (int k = 1; k < 3; k++) {
+        std::vector<int> tk(tgt);
+        for (int n = 0; n < N; n++) if (n % 3 != k) tk[n] = -1;
+        vecf l2(N), lg2((size_t)cpu_classifier_rows(N) * Vp);
+        cpu_classifier_train(l2.data(), sx.data(), sw.data(), lg2.data(), x.data(), w.data(), tk.data(), wts[k], N, C, V, Vp);
+    }
+    snprintf(name, sizeof(name), "cpu: classifier_train_rows dx, dw == classifier_train per weight (N=%d)", N);
+    sx.insert(sx.end(), sw.begin(), sw.end());
+    cgx.insert(cgx.end(), cgw.begin(), cgw.end());
+    check(name, cgx, sx, 1e-5, 1e-6);
+    int zero = 1;
+    for (int n = 0; n < N; n += 3) for (int c = 0; c < C; c++) zero &= cgx[(size_t)n * C + c] == 0.0f;
+    TEST_CHECK(zero, "classifier_train_rows: rows of weight 0 got an input gradient");
+}
+
+// seq_logp_sums: minus the sums of ranges of per-token losses, in double; empty and long ranges,
+// ranges that overlap or repeat (ORPO sums a chosen record's completion and its whole record)
+static void test_seq_logp_sums(int N) {
+    char name[128];
+    vecf l = rnd_vec((size_t)N, 3.0f);
+    for (auto& v : l) v = fabsf(v);
+    std::vector<int> r = { 0, 0, 0, 1, 3, 7, 5, 300, 0, N, 5, 300, N - 2, N };
+    const int S = (int)r.size() / 2;
+    DevF dl(l);
+    DevI dr(r);
+    double* dout = (double*)cuda_ops_alloc((size_t)S * sizeof(double));
+    cuda_seq_logp_sums(dout, dl.p, dr.p, S);
+    std::vector<double> got(S), cpu(S);
+    cuda_ops_to_host(got.data(), dout, (size_t)S * sizeof(double));
+    cpu_seq_logp_sums(cpu.data(), l.data(), r.data(), S);
+    int ok = 1, same = 1;
+    for (int s = 0; s < S; s++) {
+        double want = 0;
+        for (int i = r[2 * s]; i < r[2 * s + 1]; i++) want -= l[i];
+        ok &= fabs(got[s] - want) <= 1e-12 * (1 + fabs(want));
+        same &= fabs(cpu[s] - want) <= 1e-12 * (1 + fabs(want));
+    }
+    snprintf(name, sizeof(name), "seq_logp_sums (N=%d, %d ranges)", N, S);
+    TEST_CHECK(ok && same, "%s: a sum differs from the double reference (cuda %d, cpu %d)", name, ok, same);
+    if (ok && same) printf("ok   %s and vs cpu\n", name);
+    cuda_seq_logp_sums(dout, dl.p, dr.p, S);
+    std::vector<double> again(S);
+    cuda_ops_to_host(again.data(), dout, (size_t)S * sizeof(double));
+    TEST_CHECK(again == got, "seq_logp_sums is not deterministic");
+    cuda_ops_free(dout);
+}
+
 static void test_classifier(int N, int V, int Vp) {
     char name[160];
     vecf logits = rnd_vec((size_t)N * Vp, 4.0f);
@@ -772,6 +844,8 @@ static void run_quick(void) {
     TIMED(test_attention(2, 70, 128, 2));
     TIMED(test_classifier(4, 37, 40));
     TIMED(test_classifier_train(600, 32, 200, 256));
+    TIMED(test_classifier_train_rows(600, 32, 200, 256));
+    TIMED(test_seq_logp_sums(1000));
     TIMED(test_adamw(333, 0));
     TIMED(test_null_grads());
     TIMED(test_reductions(7));
@@ -816,6 +890,9 @@ int main(void) {
     TIMED(test_classifier(3, 13, 13));      // scalar path
     TIMED(test_classifier(2, 3000, 3008));  // several chunks per thread
     TIMED(test_classifier_train(600, 32, 200, 256));
+    TIMED(test_classifier_train_rows(600, 32, 200, 256));
+    TIMED(test_classifier_train_rows(7, 16, 13, 13));   // scalar path
+    TIMED(test_seq_logp_sums(1000));
     TIMED(test_adamw(1000, 1));
     TIMED(test_adamw(333, 0));
     TIMED(test_null_grads());

@@ -7,7 +7,10 @@
 // (header fields 5-10, written here from docs/FORMATS.md): a missing mask, a mask of another shard,
 // changed bytes, part of a set matched by a glob, all refused when the loader opens them, as is a
 // token out of range (it was found when its batch came); evaluation's partial batches; the data
-// line's mask summary.
+// line's mask summary. Preference pairs (header field 10, mask version 3): dl_next_pref's pairs
+// (positions of each completion's targets, of the chosen record, numbers through the files), a
+// record without a prompt, dl_next refusing pairs, a pattern mixing pairs and other shards, and a
+// pair shard whose records are out of order refused when it is opened.
 #include "test.h"
 #include "test_child.h"
 #include "../llmc/run/dataloader.h"
@@ -296,6 +299,86 @@ static void test_partial_eval(const char* dir) {
     printf("ok   evaluation reads partial batches: every target once, padding -1, one rank or two\n");
 }
 
+// ---- preference pairs, windows of 8: [c: E p c1] [r: E p r1 r2] [pad: E]  |  [c: E y] [r: E z]
+// [c: E u] [r: E w]  + closing token. Mask: start 2, chosen 4, rejected 8, bit 0 the trained
+// targets (each record's first token carries the stop of the record before it).
+enum { RW = 8, RN = 2 * RW + 1 };
+static const uint16_t PAIR_TOK[RN] = { 99, 1, 2, 99, 1, 3, 4, 99,  99, 5, 99, 6, 99, 7, 99, 8,  99 };
+static const uint8_t PAIR_MASK[RN] = { 6, 0, 1, 11, 0, 1, 1, 3,  6, 1, 11, 1, 7, 1, 11, 1,  1 };
+
+static void write_pairs(const char* path, const uint8_t* mask) {
+    int32_t h[256] = {0};
+    h[0] = SHARD_MAGIC; h[1] = 1; h[2] = RN; h[SHARD_WINDOW] = RW; h[SHARD_PACKED] = 1; h[SHARD_HAS_MASK] = 1; h[SHARD_PAIRS] = 1;
+    FILE* f = fopen(path, "wb");
+    fwrite(h, 4, 256, f); fwrite(PAIR_TOK, 2, RN, f); fclose(f);
+    char mp[600];
+    snprintf(mp, sizeof(mp), "%.*s.mask", (int)(strlen(path) - 4), path);
+    h[0] = MASK_MAGIC; h[1] = MASK_VERSION_PAIRS; h[SHARD_PAIRS] = 0; // (a mask's field 10 is its CRC: unstated here)
+    f = fopen(mp, "wb");
+    fwrite(h, 4, 256, f); fwrite(mask, 1, RN, f); fclose(f);
+}
+
+static void dl_plain_next(void* arg) {
+    DataLoader dl;
+    dl_init(&dl, (const char*)arg, 1, RW, 0, 1, 2000, 0, 0);
+    int in[RW], tg[RW], ds[RW];
+    dl_next(&dl, in, tg, ds);
+    dl_free(&dl);
+}
+
+static int same_pair(const PrefPair* p, int cf, int cb, int ce, int rb, int re) {
+    return p->c_first == cf && p->c_begin == cb && p->c_end == ce && p->r_begin == rb && p->r_end == re;
+}
+
+static void test_pairs(const char* dir) {
+    char p0[512], p1[512], pat[512], bad[1100];
+    snprintf(p0, sizeof(p0), "%s/pr_train_000000.bin", dir);
+    snprintf(p1, sizeof(p1), "%s/pr_train_000001.bin", dir);
+    snprintf(pat, sizeof(pat), "%s/pr_train_*.bin", dir);
+    write_pairs(p0, PAIR_MASK);
+    write_pairs(p1, PAIR_MASK);
+    DataLoader dl;
+    dl_init(&dl, pat, 1, RW, 0, 1, 2000, 0, 0);
+    TEST_CHECK(dl.pairs && dl.n_pairs == 6 && dl_max_pairs(&dl) >= 2, "pairs %d, %lld of them", dl.pairs, (long long)dl.n_pairs);
+    int in[2 * RW], tg[2 * RW], ds[2 * RW], n;
+    PrefPair pp[8];
+    int64_t ids[8];
+    for (int file = 0; file < 2; file++) {
+        dl_next_pref(&dl, in, tg, ds, pp, ids, &n); // window 0: one pair, with a prompt
+        TEST_CHECK(n == 1 && same_pair(&pp[0], 0, 1, 3, 4, 7) && ids[0] == 3 * file, "file %d window 0: %d pairs, id %lld", file, n, (long long)ids[0]);
+        TEST_CHECK(tg[0] == -1 && tg[1] == 2 && tg[2] == 99 && tg[3] == -1 && tg[4] == 3 && tg[6] == 99 && tg[7] == -1, "window 0 targets");
+        dl_next_pref(&dl, in, tg, ds, pp, ids, &n); // window 1: two pairs without prompts
+        TEST_CHECK(n == 2 && same_pair(&pp[0], 0, 0, 2, 2, 4) && same_pair(&pp[1], 4, 4, 6, 6, 8) && ids[0] == 3 * file + 1 &&
+                   ids[1] == 3 * file + 2, "file %d window 1: %d pairs, ids %lld %lld", file, n, (long long)ids[0], (long long)ids[1]);
+        TEST_CHECK(ds[2] == 2 && ds[5] == 4 && ds[7] == 6, "window 1: record starts");
+    }
+    dl_free(&dl);
+    dl_init(&dl, pat, 2, RW, 0, 1, 2000, 0, 0); // both windows of a file in one batch: positions of window 1 + 8
+    dl_next_pref(&dl, in, tg, ds, pp, ids, &n);
+    TEST_CHECK(n == 3 && same_pair(&pp[0], 0, 1, 3, 4, 7) && same_pair(&pp[2], 12, 12, 14, 14, 16) && ids[2] == 2, "B = 2: %d pairs", n);
+    char line[512];
+    dl_describe(&dl, NULL, line, sizeof(line));
+    TEST_CHECK(strstr(line, "| 6 preference pairs") != NULL, "data line: %s", line);
+    dl_free(&dl);
+    printf("ok   pairs: positions of each completion's targets, the chosen record, numbers through the files\n");
+    const char* w1[] = { "holds preference pairs: a supervised step would train the rejected completions too", NULL };
+    TEST_CHECK(test_expect_fatal("dl_next refuses pairs", dl_plain_next, pat, w1), "dl_next on pairs");
+    char plain[512];
+    snprintf(plain, sizeof(plain), "%s/plain.bin", dir);
+    write_shard(plain, PAIR_TOK, RN, NULL);
+    snprintf(bad, sizeof(bad), "%s/pr_train_000000.bin,%s", dir, plain);
+    expect_refused_at_open("pairs and other records in one pattern", bad, RW, "preference pairs, but");
+    uint8_t m2[RN];
+    memcpy(m2, PAIR_MASK, RN);
+    m2[3] = 7; // the rejected record marked chosen: a chosen after a chosen
+    snprintf(bad, sizeof(bad), "%s/bad_pairs.bin", dir);
+    write_pairs(bad, m2);
+    expect_refused_at_open("pairs out of order", bad, RW, "breaks the pairs' order");
+    m2[3] = 11; m2[12] = 11; // a rejected record without its chosen one
+    write_pairs(bad, m2);
+    expect_refused_at_open("a rejected record without its chosen one", bad, RW, "breaks the pairs' order");
+}
+
 int main(void) {
     char dir[] = "/tmp/llmc-dl-XXXXXX";
     TEST_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -379,6 +462,7 @@ int main(void) {
     snprintf(mp, sizeof(mp), "%s/d_train_000001.mask", dir);
     unlink(p0); unlink(p1); unlink(mp);
     test_packed(dir);
+    test_pairs(dir);
     test_stated(dir);
     test_range_at_open(dir);
     test_partial_eval(dir);

@@ -11,7 +11,12 @@
 # record-start bit against dev/gen_prepare_ref.py's packing of test/ref/prepare_pack.jsonl, in
 # order, best-fit and with --overlong drop; headers; the efficiency line; the split; the errors;
 # the trainers on packed data, CPU and CUDA (its harness build): the same loss, gradient norm and
-# validation loss as one record per window, and another --seq-len refused).
+# validation loss as one record per window, and another --seq-len refused). Preference pairs
+# (test/ref/prepare_pref.jsonl: TRL's string and message forms, explicit and implicit prompts):
+# tokens and masks (chosen / rejected record starts) against dev/gen_prepare_ref.py, which takes
+# each pair's pieces from TRL (extract_prompt, apply_chat_template), packed, one a window and with
+# --overlong drop; header field 10 and mask version 3; the split at a pair; the warning for
+# identical completions; errors naming file and line; --show marking the records.
 set -u
 BUILD="${BUILD:-build}"; BIN_DIR="${BIN_DIR:-.}"
 if [ -z "${PREPARE_BIN:-}" ]; then
@@ -130,7 +135,7 @@ expect_fail "unknown role" "unknown role 'robot'" --input "$T/bad4.jsonl" --out-
 printf '{"messages": [{"role": "user"}]}\n' > "$T/bad5.jsonl"
 expect_fail "message without content" "message 0 has no \"content\" field" --input "$T/bad5.jsonl" --out-dir "$T/x"
 printf '{"foo": 1}\n' > "$T/bad6.jsonl"
-expect_failF "unknown record" "none of the fields \"messages\", \"conversations\", \"instruction\", \"prompt\"/\"completion\", \"text\" (it has \"foo\")" "$P" --input "$T/bad6.jsonl" --out-dir "$T/x"
+expect_failF "unknown record" "none of the fields \"chosen\"/\"rejected\", \"messages\", \"conversations\", \"instruction\", \"prompt\"/\"completion\", \"text\" (it has \"foo\")" "$P" --input "$T/bad6.jsonl" --out-dir "$T/x"
 printf '["text"]\n' > "$T/bad7.jsonl"
 expect_fail "not an object" "expected a JSON object" --input "$T/bad7.jsonl" --out-dir "$T/x"
 printf '{"text": "a\xff"}\n' > "$T/bad8.jsonl"
@@ -465,6 +470,42 @@ expect_failF "--show refuses a shard without the mask it says it has" "'$T/sh/lo
 expect_failF "--show takes only its flags" "'--val-frac' is not a --show flag" "$P" --show "$T/sh/sft_train_000000.bin" --val-frac 0.1
 expect_failF "--tokens without --show" "--tokens goes with --show" "$P" --input "$T/f1.txt" --out-dir "$T/x" --tokens 5
 expect_failF "--show --from past the end" "--from 500: '$T/sh/sft_train_000000.bin' has 91 tokens" "$P" --show "$T/sh/sft_train_000000.bin" --from 500
+
+# --- 11. preference pairs: two records a pair, whole in one window, their starts marked
+for v in pack windows drop; do
+  case $v in pack) fl=(--pack 96);; windows) fl=(--record-windows 96);; drop) fl=(--pack 96 --overlong drop);; esac
+  "$P" --input test/ref/prepare_pref.jsonl --out-dir "$T/pr$v" --name pr --val-tokens 0 --chat-template chatml "${fl[@]}" > "$T/pr$v.log" || bad "prepare pairs ($v)"
+  check "pairs, ${fl[*]}: tokens and mask (starts + 2, chosen + 4, rejected + 8) == TRL's pieces laid out as documented" \
+    same_as_ref "$T/pr$v/pr_train_000000" test/ref/prepare_pref_${v}_expected.txt
+done
+pr="$T/prpack/pr_train_000000"
+check "pairs: header field 10 = 1, packed, mask version 3 repeating fields 3-9" \
+  eval '[ "$(hdr "$pr.bin" 10)" = 1 ] && [ "$(hdr "$pr.bin" 4)" = 1 ] && [ "$(hdr "$pr.bin" 3)" = 96 ] && [ "$(hdr "$pr.mask" 1)" = 3 ]'
+check "pairs: the summary counts pairs, the cut one, the identical one (warning naming file and line)" \
+  eval 'grep -q "8 preference pairs in" "$T/prpack.log" && grep -q "packed windows of 96 tokens: 1 pair(s) truncated, 0 dropped as too long" "$T/prpack.log" &&
+        grep -q "prepare_pref.jsonl'"'"' line 6: chosen and rejected are the same" "$T/prpack.log" && grep -q "1 dropped as too long" "$T/prdrop.log" &&
+        grep -q "one a window of 96 tokens" "$T/prwindows.log"'
+"$P" --show "$pr.bin" --tokens 0 > "$T/prshow.txt"
+check "--show on pairs: a '# chosen' and a '# rejected' line per pair (8 each)" \
+  eval '[ "$(grep -c "^# chosen" "$T/prshow.txt")" = 8 ] && [ "$(grep -c "^# rejected" "$T/prshow.txt")" = 8 ] && head -1 "$T/prshow.txt" | grep -q "8 preference pairs in windows of 96 tokens"'
+"$P" --input test/ref/prepare_pref.jsonl --out-dir "$T/prv" --name pr --val-tokens 30 --chat-template chatml --pack 96 --quiet || bad "pairs + split"
+check "pairs: validation ends at a pair (both splits start with a chosen record)" \
+  eval '[ "$(masks "$T/prv/pr_val_000000.mask" | head -1)" = 6 ] && [ "$(masks "$T/prv/pr_train_000000.mask" | head -1)" = 6 ]'
+printf '{"prompt": "a", "chosen": "", "rejected": " b"}\n' > "$T/pe1.jsonl"
+expect_failF "an empty chosen completion names file and line" "'$T/pe1.jsonl' line 1: \"chosen\" is empty" "$P" --input "$T/pe1.jsonl" --out-dir "$T/x" --pack 32
+printf '{"prompt": "a", "chosen": " x"}\n' > "$T/pe2.jsonl"
+expect_failF "a missing rejected names file and line" "'$T/pe2.jsonl' line 1: the preference record has no \"rejected\" field" "$P" --input "$T/pe2.jsonl" --out-dir "$T/x" --pack 32
+printf '{"q": "a", "good": " x", "bad": " y"}\n' > "$T/pe3.jsonl"
+"$P" --input "$T/pe3.jsonl" --out-dir "$T/pe3" --field prompt=q,chosen=good,rejected=bad --pack 16 --val-tokens 0 --quiet
+check "--field renames prompt, chosen and rejected" [ "$(hdr "$T/pe3/pe3_train_000000.bin" 10)" = 1 ]
+printf '{"chosen": [{"role": "user", "content": "q"}, {"role": "user", "content": "x"}], "rejected": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "y"}]}\n' > "$T/pe4.jsonl"
+expect_failF "a completion must start with the assistant" "'$T/pe4.jsonl' line 1: \"chosen\" starts with a user message" "$P" --input "$T/pe4.jsonl" --out-dir "$T/x" --pack 32
+printf '{"prompt": "a", "chosen": " x", "rejected": [{"role": "assistant", "content": "y"}]}\n' > "$T/pe5.jsonl"
+expect_failF "strings beside messages" "must both be strings or both lists of messages" "$P" --input "$T/pe5.jsonl" --out-dir "$T/x" --pack 32
+expect_failF "pairs need windows" "'test/ref/prepare_pref.jsonl' line 1: preference pairs need --pack or --record-windows" "$P" --input test/ref/prepare_pref.jsonl --out-dir "$T/x"
+expect_failF "pairs and other records do not mix" "line 1: a preference pair among records that are not preference pairs" "$P" --input test/ref/prepare_sft.jsonl test/ref/prepare_pref.jsonl --out-dir "$T/x" --pack 96
+expect_failF "--train-on-inputs with pairs" "--train-on-inputs with preference pairs" "$P" --input test/ref/prepare_pref.jsonl --out-dir "$T/x" --pack 96 --train-on-inputs
+check "failed pair runs wrote nothing" [ -z "$(ls "$T/x" 2>/dev/null)" ]
 
 # --help works and exits 0
 check "--help" bash -c "'$P' --help | grep -q -- '--val-frac'"

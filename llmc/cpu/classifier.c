@@ -17,8 +17,9 @@
 
 #define CLS_BLOCK 2048   // floats: 8 KB, stays in L1 between the max and the exp-sum loops
 
-void cpu_fused_classifier(float* losses, float* logits, const int* targets, float dloss,
-                          int N, int V, int Vp) {
+// dloss_rows (NULL: dloss for every row): each row's own weight of its gradient
+static void fused_classifier_rows(float* losses, float* logits, const int* targets, float dloss, const float* dloss_rows,
+                                  int N, int V, int Vp) {
     for (int n = 0; n < N; n++)
         if (targets[n] >= V)
             fatal("the data or tokenizer does not match the model's vocabulary",
@@ -50,13 +51,18 @@ void cpu_fused_classifier(float* losses, float* logits, const int* targets, floa
         float xt = x[tgt];
         losses[n] = (float)(log(sum) + (double)mx - (double)xt);
         if (dloss != 0.0f) {
-            float s = (float)((double)dloss / sum);
+            const float d = dloss_rows ? dloss_rows[n] : dloss;
+            float s = (float)((double)d / sum);
             #pragma omp simd
             for (int i = 0; i < V; i++) x[i] = vm_expf(x[i] - mx) * s;
-            x[tgt] -= dloss;
+            x[tgt] -= d;
             for (int i = V; i < Vp; i++) x[i] = 0.0f;
         }
     }
+}
+
+void cpu_fused_classifier(float* losses, float* logits, const int* targets, float dloss, int N, int V, int Vp) {
+    fused_classifier_rows(losses, logits, targets, dloss, NULL, N, V, Vp);
 }
 
 int cpu_classifier_rows(int N) { return N < CLS_ROWS ? N : CLS_ROWS; }
@@ -78,8 +84,9 @@ static const uint16_t* classifier_w16(const float* w, size_t n) {
     return w16;
 }
 
-void cpu_classifier_train(float* losses, float* dx, float* dw, float* logits, const float* x,
-                          const float* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
+// classifier_train, with each row's weight from dloss_rows when it is given (dloss 1: backward on)
+static void classifier_blocks(float* losses, float* dx, float* dw, float* logits, const float* x, const float* w, const int* targets,
+                              float dloss, const float* dloss_rows, int N, int C, int V, int Vp) {
     const int bf16 = cpu_ops_gemm_dtype() == OPS_BF16;
     const uint16_t* wb = bf16 ? classifier_w16(w, (size_t)Vp * C) : NULL;
     for (int r0 = 0; r0 < N; r0 += CLS_ROWS) {
@@ -87,7 +94,7 @@ void cpu_classifier_train(float* losses, float* dx, float* dw, float* logits, co
         const float* xb = x + (size_t)r0 * C;
         if (bf16) cpu_matmul_forward_w16(logits, NULL, xb, wb, NULL, rows, C, Vp);
         else cpu_matmul_forward(logits, NULL, xb, w, NULL, rows, C, Vp);
-        cpu_fused_classifier(losses + r0, logits, targets + r0, dloss, rows, V, Vp);
+        fused_classifier_rows(losses + r0, logits, targets + r0, dloss, dloss_rows ? dloss_rows + r0 : NULL, rows, V, Vp);
         if (dloss == 0.0f) continue;
         float* dxb = dx ? dx + (size_t)r0 * C : NULL;
         if (bf16) {
@@ -95,4 +102,14 @@ void cpu_classifier_train(float* losses, float* dx, float* dw, float* logits, co
             if (dw) cpu_matmul_backward(NULL, dw, NULL, logits, xb, w, rows, C, Vp, 1);
         } else cpu_matmul_backward(dxb, dw, NULL, logits, xb, w, rows, C, Vp, 1);
     }
+}
+
+void cpu_classifier_train(float* losses, float* dx, float* dw, float* logits, const float* x,
+                          const float* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
+    classifier_blocks(losses, dx, dw, logits, x, w, targets, dloss, NULL, N, C, V, Vp);
+}
+
+void cpu_classifier_train_rows(float* losses, float* dx, float* dw, float* logits, const float* x, const float* w,
+                               const int* targets, const float* dloss_rows, int N, int C, int V, int Vp) {
+    classifier_blocks(losses, dx, dw, logits, x, w, targets, 1.0f, dloss_rows, N, C, V, Vp);
 }

@@ -148,6 +148,10 @@ void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, con
                       const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
     CPU_PROF("classifier_train", C, Vp, cpu_classifier_train(losses, dx, dw, logits, x, w, targets, dloss, N, C, V, Vp));
 }
+void classifier_train_rows(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x, const floatX* w,
+                           const int* targets, const float* dloss_rows, int N, int C, int V, int Vp) {
+    CPU_PROF("classifier_train", C, Vp, cpu_classifier_train_rows(losses, dx, dw, logits, x, w, targets, dloss_rows, N, C, V, Vp));
+}
 
 // ---- optimizer
 void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
@@ -167,6 +171,9 @@ void sum_squares_acc(double* acc, const floatX* x, size_t n) {
     CPU_PROF("sum_squares", 0, 0, cpu_sum_squares_acc(acc, x, n));
 }
 void sum_f32_acc(double* acc, const float* x, size_t n) { cpu_sum_f32_acc(acc, x, n); }
+void seq_logp_sums(double* out, const float* losses, const int* ranges, int S) {
+    CPU_PROF("seq_logp_sums", 0, 0, cpu_seq_logp_sums(out, losses, ranges, S));
+}
 
 // ---- NF4 frozen base weights
 Nf4Op* nf4_op_upload(const NF4Tensor* t) { return cpu_nf4_op_upload(t); }

@@ -106,6 +106,8 @@ void cpu_fused_classifier(float* losses, float* logits, const int* targets, floa
 int cpu_classifier_rows(int N);
 void cpu_classifier_train(float* losses, float* dx, float* dw, float* logits, const float* x,
                           const float* w, const int* targets, float dloss, int N, int C, int V, int Vp);
+void cpu_classifier_train_rows(float* losses, float* dx, float* dw, float* logits, const float* x, const float* w,
+                               const int* targets, const float* dloss_rows, int N, int C, int V, int Vp);
 
 // ---- optimizer (adamw.c)
 void cpu_adamw_update(float* params, float* master, const float* grads, float* m, float* v,
@@ -117,6 +119,7 @@ double cpu_sum_squares(const float* x, size_t n);
 double cpu_sum_f32(const float* x, size_t n);
 void cpu_sum_squares_acc(double* acc, const float* x, size_t n);
 void cpu_sum_f32_acc(double* acc, const float* x, size_t n);
+void cpu_seq_logp_sums(double* out, const float* losses, const int* ranges, int S);
 
 // ---- NF4 frozen base weights (nf4_ops.c)
 Nf4Op* cpu_nf4_op_upload(const NF4Tensor* t);

@@ -1,5 +1,6 @@
 // Fused classifier: softmax + cross-entropy + dlogits in place, one block per row (targets < 0:
-// no loss, zero gradient row; padded columns V..Vp get zero gradient). Two passes over
+// no loss, zero gradient row; padded columns V..Vp get zero gradient); the gradient scaled by
+// dloss, or by each row's own weight (classifier_train_rows: the preference objectives). Two passes over
 // the row: an online max/sum (log-sum-exp), then the gradient written over the logits.
 // classifier_train (ops.h): the lm_head GEMM, this kernel and the lm_head's backward GEMMs over
 // all N rows at once.
@@ -15,7 +16,8 @@ __device__ inline void lse_combine(float& m, float& s, float om, float os) {
     m = mn;
 }
 
-__global__ void fused_classifier_kernel(float* losses, floatX* logits, const int* targets, float dloss,
+// dloss_rows (NULL: dloss for every row): each row's weight of its gradient (preference objectives)
+__global__ void fused_classifier_kernel(float* losses, floatX* logits, const int* targets, float dloss, const float* dloss_rows,
                                         int V, int Vp, int vec) {
     __shared__ float sm[CLS_THREADS / WARP_SIZE], ss[CLS_THREADS / WARP_SIZE];
     int row = blockIdx.x;
@@ -50,13 +52,14 @@ __global__ void fused_classifier_kernel(float* losses, floatX* logits, const int
     float lse = m + logf(s);
     if (threadIdx.x == 0) losses[row] = bad_target ? NAN : (target >= 0 ? lse - xt : 0.0f);
     if (dloss == 0.0f) return;
+    const float d = dloss_rows ? dloss_rows[row] : dloss;
     for (int c = threadIdx.x * 8; c < Vp; c += blockDim.x * 8) {
         float v[8];
         load8f(v, x, c, Vp, vec);
         for (int k = 0; k < 8; k++) {
             int i = c + k;
             float g = 0.0f;
-            if (target >= 0 && i < V) g = dloss * (expf(v[k] - lse) - (i == target ? 1.0f : 0.0f));
+            if (target >= 0 && i < V) g = d * (expf(v[k] - lse) - (i == target ? 1.0f : 0.0f));
             v[k] = g;
         }
         store8f(x, v, c, Vp, vec);
@@ -67,7 +70,7 @@ extern "C" void cuda_fused_classifier(float* losses, floatX* logits, const int* 
                                       int N, int V, int Vp) {
     if (N <= 0) return;
     int vec = Vp % 8 == 0 && ops_aligned16(logits);
-    LAUNCH(fused_classifier_kernel, N, CLS_THREADS, 0, 0, losses, logits, targets, dloss, V, Vp, vec);
+    LAUNCH(fused_classifier_kernel, N, CLS_THREADS, 0, 0, losses, logits, targets, dloss, (const float*)NULL, V, Vp, vec);
     cudaCheck(cudaGetLastError());
 }
 
@@ -78,4 +81,14 @@ extern "C" void cuda_classifier_train(float* losses, floatX* dx, floatX* dw, flo
     cuda_matmul_forward(logits, NULL, x, w, NULL, N, C, Vp);
     cuda_fused_classifier(losses, logits, targets, dloss, N, V, Vp);
     if (dloss != 0.0f && (dx || dw)) cuda_matmul_backward(dx, dw, NULL, logits, x, w, N, C, Vp, 1);
+}
+
+extern "C" void cuda_classifier_train_rows(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x, const floatX* w,
+                                           const int* targets, const float* dloss_rows, int N, int C, int V, int Vp) {
+    if (N <= 0) return;
+    cuda_matmul_forward(logits, NULL, x, w, NULL, N, C, Vp);
+    const int vec = Vp % 8 == 0 && ops_aligned16(logits);
+    LAUNCH(fused_classifier_kernel, N, CLS_THREADS, 0, 0, losses, logits, targets, 1.0f, dloss_rows, V, Vp, vec);
+    cudaCheck(cudaGetLastError());
+    if (dx || dw) cuda_matmul_backward(dx, dw, NULL, logits, x, w, N, C, Vp, 1);
 }

@@ -161,6 +161,10 @@ void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, con
                       const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
     cuda_classifier_train(losses, dx, dw, logits, x, w, targets, dloss, N, C, V, Vp);
 }
+void classifier_train_rows(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x, const floatX* w,
+                           const int* targets, const float* dloss_rows, int N, int C, int V, int Vp) {
+    cuda_classifier_train_rows(losses, dx, dw, logits, x, w, targets, dloss_rows, N, C, V, Vp);
+}
 
 // ---- optimizer
 void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
@@ -174,6 +178,7 @@ double sum_squares(const floatX* x, size_t n) { return cuda_sum_squares(x, n); }
 double sum_f32(const float* x, size_t n) { return cuda_sum_f32(x, n); }
 void sum_squares_acc(double* acc, const floatX* x, size_t n) { cuda_sum_squares_acc(acc, x, n); }
 void sum_f32_acc(double* acc, const float* x, size_t n) { cuda_sum_f32_acc(acc, x, n); }
+void seq_logp_sums(double* out, const float* losses, const int* ranges, int S) { cuda_seq_logp_sums(out, losses, ranges, S); }
 
 // ---- NF4 frozen base weights
 Nf4Op* nf4_op_upload(const NF4Tensor* t) { return cuda_nf4_op_upload(t); }

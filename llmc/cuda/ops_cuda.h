@@ -113,6 +113,9 @@ int cuda_classifier_rows(int N);
 void cuda_classifier_train(float* losses, __nv_bfloat16* dx, __nv_bfloat16* dw, __nv_bfloat16* logits,
                            const __nv_bfloat16* x, const __nv_bfloat16* w, const int* targets, float dloss,
                            int N, int C, int V, int Vp);
+void cuda_classifier_train_rows(float* losses, __nv_bfloat16* dx, __nv_bfloat16* dw, __nv_bfloat16* logits,
+                                const __nv_bfloat16* x, const __nv_bfloat16* w, const int* targets, const float* dloss_rows,
+                                int N, int C, int V, int Vp);
 
 // ---- optimizer (adamw.cu)
 void cuda_adamw_update(__nv_bfloat16* params, float* master, const __nv_bfloat16* grads, float* m,
@@ -124,6 +127,7 @@ double cuda_sum_squares(const __nv_bfloat16* x, size_t n);
 double cuda_sum_f32(const float* x, size_t n);
 void cuda_sum_squares_acc(double* acc, const __nv_bfloat16* x, size_t n);
 void cuda_sum_f32_acc(double* acc, const float* x, size_t n);
+void cuda_seq_logp_sums(double* out, const float* losses, const int* ranges, int S);
 
 // ---- NF4 frozen base weights (nf4_ops.cu, nf4.cu)
 Nf4Op* cuda_nf4_op_upload(const NF4Tensor* t);

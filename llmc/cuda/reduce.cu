@@ -1,4 +1,5 @@
-// CUDA backend: reductions (sum of squares for the gradient norm, sum of the per-token losses) and
+// CUDA backend: reductions (sum of squares for the gradient norm, sum of the per-token losses, the
+// per-sequence log-probabilities of the preference objectives) and
 // the second pass of the deterministic column sums that layernorm and matmul backward share.
 #include "cuda/common.cuh"
 #include "cuda/ops_cuda.h"
@@ -64,6 +65,33 @@ static double reduce_read(const floatX* xb, const float* xf, size_t n) {
 }
 extern "C" double cuda_sum_squares(const floatX* x, size_t n) { return reduce_read(x, NULL, n); }
 extern "C" double cuda_sum_f32(const float* x, size_t n) { return reduce_read(NULL, x, n); }
+
+// ----------------------------------------------------------------------------
+// per-sequence log-probabilities (preference objectives): one block per sequence, each thread
+// adds its strided share of the range in double, then a tree over the block's threads in shared
+// memory, in a fixed order: the result does not depend on timing.
+
+#define SEQ_THREADS 128
+
+__global__ void seq_logp_sums_kernel(double* out, const float* losses, const int* ranges) {
+    __shared__ double part[SEQ_THREADS];
+    const int s = blockIdx.x, a = ranges[2 * s], b = ranges[2 * s + 1];
+    double acc = 0.0;
+    for (int i = a + (int)threadIdx.x; i < b; i += SEQ_THREADS) acc += (double)losses[i];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = SEQ_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[s] = -part[0];
+}
+
+extern "C" void cuda_seq_logp_sums(double* out, const float* losses, const int* ranges, int S) {
+    if (S <= 0) return;
+    LAUNCH(seq_logp_sums_kernel, S, SEQ_THREADS, 0, 0, out, losses, ranges);
+    cudaCheck(cudaGetLastError());
+}
 
 // ----------------------------------------------------------------------------
 // deterministic column sums, second pass: out[c] += sum over chunks of partial[chunk][c]

@@ -508,6 +508,16 @@ void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, const int*
     sum_f32_acc(loss_acc, m->acts.losses, (size_t)B * T);
 }
 
+void gpt2_classifier_backward_rows(GPT2* m, const float* dloss_rows) {
+    const int N = m->cur_B * m->cur_T, C = m->cfg.channels;
+    if (!N || m->has_targets) fatal("this is a bug in llmc", "gpt2_classifier_backward_rows needs a forward with targets and dloss 0 before it");
+    UNIT_NEED(m, UNIT_HEAD(m));
+    ops_zero(m->scr.dln, (size_t)N * C * sizeof(floatX));
+    classifier_train_rows(m->acts.losses, m->scr.dln, m->g[PT_WTE], m->acts.cls_logits, m->acts.lnf, m->p[PT_WTE], m->targets,
+                          dloss_rows, N, C, m->cfg.vocab_size, m->cfg.padded_vocab_size);
+    m->has_targets = 1; // (gpt2_backward goes on from here, the head unit still needed)
+}
+
 void gpt2_backward(GPT2* m, const GPT2GradSink* sink) {
     if (!m->has_targets) fatal("this is a bug in llmc", "gpt2_backward without a training forward (targets and dloss != 0)");
     const int B = m->cur_B, T = m->cur_T;

@@ -226,6 +226,14 @@ double gpt2_forward(GPT2* m, const int* inputs, const int* targets, const int* d
 // micro-batches run without waiting for the device (the caller knows the valid targets).
 void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, const int* doc_start, int B, int T,
                       float dloss, double* loss_acc);
+// A training step whose loss is a function of the per-token log-probabilities of the last forward
+// (gpt2_forward with targets and dloss 0): the preference objectives (llmc/model/prefmodel.h).
+// Runs the classifier's backward with a weight per row (dloss_rows: N floats in backend memory,
+// row n's logits' gradient dloss_rows[n] * (softmax - onehot(target)), ops.h
+// classifier_train_rows), recomputing the logits: lnf's gradient then waits for gpt2_backward,
+// and wte's is added, as after a training forward.
+void gpt2_classifier_backward_rows(GPT2* m, const float* dloss_rows);
+
 // ---- the forward pass in pieces, shared with the key/value-cache forward (llmc/model/sampler.c)
 
 // Token + position embeddings of tokens (backend memory, B x T) at positions [pos, pos + T), or

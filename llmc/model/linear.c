@@ -105,6 +105,8 @@ void linear_set_training(LinearSet* s, int training, uint64_t tick) {
     s->shared.tick = tick;
 }
 
+void linear_set_adapters(LinearSet* s, int on) { s->shared.adapters_off = !on; }
+
 void linear_set_zero_grads(LinearSet* s) {
     for (int i = 0; i < s->n_layers * LINEAR_PER_BLOCK; i++) {
         const Linear* x = &s->layers[i];
@@ -236,7 +238,7 @@ static void base_forward(const Linear* x, floatX* out, floatX* gelu_out, const f
 }
 
 void linear_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX* inp, int N) {
-    if (!x->has_adapter) {
+    if (!x->has_adapter || x->sh->adapters_off) {
         base_forward(x, out, gelu_out, inp, N);
         return;
     }
@@ -248,6 +250,7 @@ void linear_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX
 }
 
 void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N, int accumulate) {
+    if (x->sh->adapters_off) fatal("this is a bug in llmc", "a backward with the adapters switched off (linear_set_adapters)");
     // (a frozen weight, dense, NF4 or bf16, has no gradient: dw is NULL)
     if (x->w.kind == LINEAR_W_BF16) matmul_backward_w16(dinp, x->db, dout, x->w.bf16, N, x->in, x->out, accumulate);
     else matmul_backward(dinp, x->dw, x->db, dout, inp, linear_weight(x), N, x->in, x->out, accumulate);

@@ -79,6 +79,7 @@ typedef struct {
     uint64_t seed;
     uint64_t tick;            // the training micro-step whose masks are drawn
     int training;             // 1: dropout active (a training forward / backward)
+    int adapters_off;         // 1: the layers compute without their adapters (linear_set_adapters)
 } LinearShared;
 
 typedef struct {
@@ -116,6 +117,10 @@ int linear_set_rows(const LinearSet* s);
 void linear_set_dropout(LinearSet* s, float p, uint64_t seed);
 // training 1: the adapters apply dropout with the masks of micro-step tick; 0: evaluation.
 void linear_set_training(LinearSet* s, int training, uint64_t tick);
+// on 0: every layer computes its base alone, as if it had no adapter (PEFT's disable_adapter():
+// the reference model of DPO / IPO with LoRA, llmc/model/prefmodel.h), until on 1 again. A forward
+// only: a backward with the adapters off is refused.
+void linear_set_adapters(LinearSet* s, int on);
 // Zero the adapters' gradients (the weight / bias gradients are the model's).
 void linear_set_zero_grads(LinearSet* s);
 

@@ -98,6 +98,13 @@ static void model_bind_lora(Model* m) {
     }
     linear_set_dropout(m->gpt.lin, lm->spec.dropout, lm->dropout_seed);
     model_lora_extras_rebind(m);
+    if (lm->spec.train_ln_f) { // the base's ln_f, before the adapter's values replace it (model_set_adapters)
+        const size_t C = (size_t)m->gpt.cfg.channels;
+        m->ref_lnf = (floatX*)ops_alloc(4 * C * sizeof(floatX));
+        m->lnf_keep = m->ref_lnf + 2 * C;
+        scale_copy(m->ref_lnf, m->gpt.p[PT_LNFW], 1.0f, C); // (a copy: x * 1 is exact)
+        scale_copy(m->ref_lnf + C, m->gpt.p[PT_LNFB], 1.0f, C);
+    }
     lora_put_base_values(lm);
 }
 
@@ -183,8 +190,23 @@ void model_free(Model* m) {
     gpt2_free(&m->gpt);
     qlora_free(m->nf4);
     if (m->base16) ops_free(m->base16);
+    if (m->ref_lnf) ops_free(m->ref_lnf);
     if (m->owns_lora) lora_free(m->lora);
     memset(m, 0, sizeof(*m));
+}
+
+void model_set_adapters(Model* m, int on) {
+    if (!m->lora || on == !m->adapters_off) return;
+    linear_set_adapters(m->gpt.lin, on);
+    m->adapters_off = !on;
+    if (!m->ref_lnf) return;
+    const size_t C = (size_t)m->gpt.cfg.channels;
+    floatX* w = m->gpt.p[PT_LNFW];
+    floatX* b = m->gpt.p[PT_LNFB];
+    if (!on) { scale_copy(m->lnf_keep, w, 1.0f, C); scale_copy(m->lnf_keep + C, b, 1.0f, C); }
+    const floatX* from = on ? m->lnf_keep : m->ref_lnf;
+    scale_copy(w, from, 1.0f, C);
+    scale_copy(b, from + C, 1.0f, C);
 }
 
 int model_max_segments(const Model* m) { return NUM_PARAM_TENSORS + 1 + (m->lora ? m->lora->n_extra : 0); }

@@ -81,6 +81,9 @@ typedef struct {
     LoraModel* lora;           // the attached adapters, or NULL
     Nf4Base* nf4;              // the NF4 base weights, or NULL
     uint16_t* base16;          // the bf16 base weights (ModelSpec.base_bf16), or NULL
+    floatX* ref_lnf;           // the base's ln_f (weight, bias: 2 C) where the adapters train it,
+    floatX* lnf_keep;          //   and room for the trained one while the adapters are off
+    int adapters_off;          // model_set_adapters(m, 0) is in force
     int owns_lora;
     char source[MODEL_SOURCE_MAX]; // where the weights came from, for reports and messages
 } Model;
@@ -93,6 +96,13 @@ void model_assemble(Model* m, const ModelSpec* spec);
 // known (generate).
 void model_alloc_acts(Model* m, int B, int T, int backward);
 void model_free(Model* m);
+
+// on 0: the model without its adapters, as PEFT's disable_adapter() has it: the reference model
+// of DPO and IPO with LoRA (llmc/model/prefmodel.h). Every linear layer computes its base alone;
+// ln_f, where the adapters train it (modules_to_save), is the base's again (PEFT then uses the
+// original module), while trained biases keep their trained values (PEFT trains them in place).
+// For forwards only, until on 1. Nothing is allocated or copied but ln_f (2 C values).
+void model_set_adapters(Model* m, int on);
 
 // The optimizer's segments: with adapters, the adapters (one segment) and the base slices they
 // train; otherwise every trainable tensor in table order. segs needs model_max_segments entries.

@@ -270,6 +270,12 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
 int classifier_rows(int N);
 void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
                       const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp);
+// The same with a weight per row instead of dloss (the preference objectives, whose loss is a
+// function of whole sequences' log-probabilities: llmc/model/prefmodel.h): row n's logits get the
+// gradient dloss_rows[n] * (softmax - onehot(target)) (none for targets < 0); dloss_rows: N floats
+// in backend memory. Always a training call: dx and dw as classifier_train's with dloss != 0.
+void classifier_train_rows(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x, const floatX* w,
+                           const int* targets, const float* dloss_rows, int N, int C, int V, int Vp);
 
 // ----------------------------------------------------------------------------
 // optimizer (adamw.c / adamw.cu) and reductions (reduce.c / reduce.cu)
@@ -291,6 +297,11 @@ double sum_f32(const float* x, size_t n);
 // Deterministic; the result equals what sum_squares / sum_f32 return, added in order.
 void sum_squares_acc(double* acc, const floatX* x, size_t n);
 void sum_f32_acc(double* acc, const float* x, size_t n);
+// The per-sequence log-probabilities of the preference objectives (llmc/model/prefmodel.h): out[s]
+// = -(the sum of losses[i] over i in [ranges[2s], ranges[2s + 1])), where losses are the per-token
+// losses of a forward with targets (-log p of each target). Each sum in double, its terms in order
+// (deterministic); out (S doubles) and ranges (2S ints) in backend memory.
+void seq_logp_sums(double* out, const float* losses, const int* ranges, int S);
 
 // ----------------------------------------------------------------------------
 // NF4 frozen base weights (QLoRA, llmc/model/qlora.c; nf4_ops.c / nf4_ops.cu, with nf4.cu)

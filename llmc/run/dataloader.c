@@ -3,6 +3,7 @@
 #include "base/check.h"
 #include "base/fileio.h"
 #include "base/rand.h"
+#include "base/crc32c.h"
 #include <glob.h>
 #include <string.h>
 #include <stdlib.h>
@@ -115,6 +116,14 @@ static void dl_open_shard(DataLoader* dl, int i, int32_t* fields) {
     dl->has_mask[i] = si.mask_version;
     dl->shard_packed[i] = si.h[SHARD_PACKED];
     dl->packed |= si.h[SHARD_PACKED];
+    if (i > 0 && dl->pairs != (si.mask_version == MASK_VERSION_PAIRS))
+        fatal("prepare preference pairs and other records as separate data sets, and give one of them",
+              "'%s' %s preference pairs, but '%s' %s: '%s' mixes them", dl->files[i], dl->pairs ? "does not hold" : "holds",
+              dl->files[0], dl->pairs ? "does" : "does not", dl->pattern);
+    dl->pairs = si.mask_version == MASK_VERSION_PAIRS;
+    dl->n_pairs += si.pairs;
+    const int64_t id[5] = { si.ntok, si.h[SHARD_CRC], si.h[SHARD_SET], si.h[SHARD_PAIRS], si.pairs };
+    dl->data_id = crc32c(dl->data_id, id, sizeof(id));
     dl->n_masked += si.mask_version != 0;
     dl->targets += si.targets;
     dl->trained += si.trained;
@@ -125,6 +134,34 @@ static void dl_open_shard(DataLoader* dl, int i, int32_t* fields) {
     if (dl->partial && (dl->ntok[i] - 1) % dl_chunk_tokens(dl) != 0) dl->n_partial++;
     if (dl_nchunks(dl, i) > dl->max_chunks) dl->max_chunks = dl_nchunks(dl, i);
     dl->total_tokens += dl->ntok[i];
+}
+
+// Pairs are numbered through the files in order, and in each file window by window: for every
+// window, the pairs before it (the chosen starts in the mask; shard_check checked their order).
+static void dl_index_pairs(DataLoader* dl) {
+    dl->pair_base = (int64_t*)callocCheck((size_t)dl->n_files, sizeof(int64_t));
+    dl->win_pairs = (int64_t**)callocCheck((size_t)dl->n_files, sizeof(int64_t*));
+    uint8_t* buf = (uint8_t*)mallocCheck((size_t)dl->T);
+    int64_t base = 0;
+    for (int i = 0; i < dl->n_files; i++) {
+        const int64_t nwin = (dl->ntok[i] - 1) / dl->T;
+        char mp[LLMC_PATH_MAX];
+        shard_mask_path(mp, sizeof(mp), dl->files[i]);
+        FILE* fp = fopenCheck(mp, "rb");
+        fseekCheck(fp, SHARD_HEADER_BYTES, SEEK_SET, mp);
+        dl->pair_base[i] = base;
+        dl->win_pairs[i] = (int64_t*)mallocCheck((size_t)(nwin + 1) * sizeof(int64_t));
+        int64_t k = 0;
+        for (int64_t w = 0; w < nwin; w++) {
+            dl->win_pairs[i][w] = k;
+            freadCheck(buf, 1, (size_t)dl->T, fp, mp);
+            for (int t = 0; t < dl->T; t++) k += (buf[t] & MASK_CHOSEN) != 0;
+        }
+        dl->win_pairs[i][nwin] = k;
+        fclose(fp);
+        base += k;
+    }
+    free(buf);
 }
 
 static void dl_open(DataLoader* dl, const char* pattern, int B, int T, int rank, int world,
@@ -141,6 +178,7 @@ static void dl_open(DataLoader* dl, const char* pattern, int B, int T, int rank,
     int32_t (*fields)[10] = (int32_t (*)[10])callocCheck((size_t)dl->n_files, sizeof(*fields));
     for (int i = 0; i < dl->n_files; i++) dl_open_shard(dl, i, fields[i]);
     dl_check_sets(dl, (const int32_t (*)[10])fields, glob_of);
+    if (dl->pairs) dl_index_pairs(dl);
     free(fields); free(glob_of);
     dl->shard_order = (int64_t*)mallocCheck((size_t)dl->n_files * sizeof(int64_t));
     dl->chunk_order = (int64_t*)mallocCheck((size_t)dl->max_chunks * sizeof(int64_t));
@@ -233,17 +271,19 @@ static size_t dl_read(DataLoader* dl, int64_t shard, int64_t start, char* mp) {
     fseekCheck(mf, SHARD_HEADER_BYTES + start, SEEK_SET, mp);
     freadCheck(dl->mask_buf, 1, got, mf, mp);
     fclose(mf);
-    const int max_byte = dl->has_mask[shard] == MASK_VERSION_PACKED ? MASK_TRAINED | MASK_START : MASK_TRAINED;
+    const int max_byte = dl->has_mask[shard] == MASK_VERSION_PAIRS ? 15 : dl->has_mask[shard] == MASK_VERSION_PACKED ? MASK_TRAINED | MASK_START
+                                                                                                     : MASK_TRAINED;
     for (size_t i = 0; i < got; i++)
         if (dl->mask_buf[i] > max_byte)
-            fatal("a loss mask holds one byte per token: 0 (not trained) or 1 (trained), + 2 for a record start in a packed shard's; "
-                  "re-create it with data/prepare",
+            fatal("a loss mask holds one byte per token: 0 (not trained) or 1 (trained), + 2 for a record start in a packed shard's "
+                  "(+ 4 / 8 for a pair's chosen / rejected record); re-create it with data/prepare",
                   "'%s': mask byte %d at byte offset %lld (token %lld) is not in 0..%d",
                   mp, (int)dl->mask_buf[i], (long long)(SHARD_HEADER_BYTES + start + (int64_t)i), (long long)(start + (int64_t)i), max_byte);
     return got;
 }
 
-void dl_next(DataLoader* dl, int* inputs, int* targets, int* doc_start) {
+// The batch of this rank (dl_next's outputs), without the check of what the shards hold.
+static void dl_next_batch(DataLoader* dl, int* inputs, int* targets, int* doc_start) {
     if (dl->packed && !doc_start) fatal("this is a bug in llmc", "dl_next of packed records without doc_start");
     int64_t shard = dl->shard_order[dl->st.shard_i];
     int64_t chunk = dl->chunk_order[dl->st.chunk_i];
@@ -251,6 +291,7 @@ void dl_next(DataLoader* dl, int* inputs, int* targets, int* doc_start) {
     int64_t start = chunk * dl_chunk_tokens(dl) + (int64_t)dl->rank * dl->B * dl->T;
     char mp[LLMC_PATH_MAX];
     const size_t got = dl_read(dl, shard, start, mp);
+    dl->last_shard = shard; dl->last_start = start;
     if (doc_start) dl_doc_starts(dl, shard, start, got, mp, doc_start);
     for (size_t i = 0; i + 1 < n; i++) {
         inputs[i] = dl->tok_buf[i];
@@ -267,6 +308,64 @@ void dl_next(DataLoader* dl, int* inputs, int* targets, int* doc_start) {
     }
 }
 
+void dl_next(DataLoader* dl, int* inputs, int* targets, int* doc_start) {
+    if (dl->pairs)
+        fatal("train preference pairs with a preference objective (--objective dpo, ipo, orpo or simpo), or prepare {\"prompt\", "
+              "\"completion\"} records for supervised fine-tuning",
+              "'%s' holds preference pairs: a supervised step would train the rejected completions too", dl->pattern);
+    dl_next_batch(dl, inputs, targets, doc_start);
+}
+
+int dl_max_pairs(const DataLoader* dl) { return dl->B * dl->T / 4 + 1; }
+
+// The positions [s, e) of a record whose targets are trained (mask bit 0 of the token after):
+// one run at the record's end, its completion and stop. Fatal if there is none, or two runs.
+static void dl_completion(const DataLoader* dl, int s, int e, int* a, int* b) {
+    *a = *b = -1;
+    for (int p = s; p < e; p++) {
+        if (!(dl->mask_buf[p + 1] & MASK_TRAINED)) continue;
+        if (*a < 0) *a = p;
+        else if (*b != p)
+            fatal("the file is corrupt; re-create it with data/prepare", "'%s': the record at token %lld trains two separate runs of tokens",
+                  dl->files[dl->last_shard], (long long)(dl->last_start + s));
+        *b = p + 1;
+    }
+    if (*a < 0)
+        fatal("the file is corrupt; re-create it with data/prepare", "'%s': the pair's record at token %lld trains no token",
+              dl->files[dl->last_shard], (long long)(dl->last_start + s));
+}
+
+void dl_next_pref(DataLoader* dl, int* inputs, int* targets, int* doc_start, PrefPair* pairs, int64_t* ids, int* n_pairs) {
+    if (!dl->pairs) fatal("prepare the data from {\"prompt\", \"chosen\", \"rejected\"} records (data/README.md)",
+                          "'%s' holds no preference pairs", dl->pattern);
+    dl_next_batch(dl, inputs, targets, doc_start);
+    const int T = dl->T, N = dl->B * dl->T;
+    const int64_t shard = dl->last_shard, wfirst = dl->last_start / T;
+    int n = 0, k = 0, open = 0;
+    for (int i = 0; i < N; i++) {
+        if (i % T == 0) k = 0; // (pairs so far in this window)
+        const uint8_t m = dl->mask_buf[i];
+        if (!(m & (MASK_CHOSEN | MASK_REJECTED))) continue;
+        int e = i + 1;
+        while (e % T != 0 && !(dl->mask_buf[e] & MASK_START)) e++;
+        int a, b;
+        dl_completion(dl, i, e, &a, &b);
+        if ((m & MASK_CHOSEN) ? open || n == dl_max_pairs(dl) : !open || i / T != pairs[n].c_first / T)
+            fatal("the file is corrupt; re-create it with data/prepare", "'%s': the record at token %lld is out of its pair's order",
+                  dl->files[shard], (long long)(dl->last_start + i)); // (shard_check checked the order)
+        if (m & MASK_CHOSEN) {
+            pairs[n].c_first = i; pairs[n].c_begin = a; pairs[n].c_end = b;
+            ids[n] = dl->pair_base[shard] + dl->win_pairs[shard][wfirst + i / T] + k++;
+            open = 1;
+            continue;
+        }
+        pairs[n].r_begin = a; pairs[n].r_end = b;
+        open = 0;
+        n++;
+    }
+    *n_pairs = n;
+}
+
 void dl_describe(const DataLoader* train, const DataLoader* val, char* out, size_t cap) {
     const double pct = train->targets ? 100.0 * (double)train->trained / (double)train->targets : 0.0;
     char masks[128];
@@ -275,6 +374,7 @@ void dl_describe(const DataLoader* train, const DataLoader* val, char* out, size
     else snprintf(masks, sizeof(masks), "loss masks: on for %d of %d files (%.1f%% of tokens trained)", train->n_masked, train->n_files, pct);
     int k = snprintf(out, cap, "%s (%lld tokens, %lld batches/epoch) | %s", train->pattern, (long long)train->total_tokens,
                      (long long)dl_batches_per_epoch(train), masks);
+    if (train->pairs && k >= 0 && (size_t)k < cap) k += snprintf(out + k, cap - (size_t)k, " | %lld preference pairs", (long long)train->n_pairs);
     if (!val || k < 0 || (size_t)k >= cap) return;
     k += snprintf(out + k, cap - (size_t)k, " | val: %s", val->pattern);
     const long long nb = (long long)dl_batches_per_epoch(val), np = (long long)val->n_partial;
@@ -288,5 +388,7 @@ void dl_free(DataLoader* dl) {
     for (int i = 0; i < dl->n_files; i++) free(dl->files[i]);
     free(dl->files); free(dl->ntok); free(dl->has_mask); free(dl->shard_packed); free(dl->shard_order); free(dl->chunk_order);
     free(dl->tok_buf); free(dl->mask_buf); free(dl->pattern);
+    for (int i = 0; dl->win_pairs && i < dl->n_files; i++) free(dl->win_pairs[i]);
+    free(dl->win_pairs); free(dl->pair_base);
     memset(dl, 0, sizeof(*dl));
 }

@@ -24,6 +24,14 @@
 // into doc_start, for each position the position in its window where its record starts (every
 // window starts a record).
 //
+// Preference pairs (data/prepare on {"prompt", "chosen", "rejected"} records; shard header field
+// 10, mask version 3: docs/FORMATS.md): every window holds whole pairs, a chosen record then its
+// rejected one, so any slice of whole windows (a rank's B rows, a batch) holds whole pairs. They
+// are read with dl_next_pref, which also says where each pair lies in the batch and its number in
+// the data set (for the reference log-probabilities stored before training, llmc/run/reflogps.h);
+// dl_next refuses them (an SFT step would train on the rejected completions). A pattern is all
+// pairs or none.
+//
 // Evaluation (dl_init_eval): every target of the files is read once an epoch; a shard's last
 // chunk may be partial (fewer tokens than a global batch), its missing positions padded with
 // targets -1, so a loss summed over the valid targets counts each once.
@@ -33,6 +41,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "text/shard.h"
+#include "model/prefloss.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +76,14 @@ typedef struct {
     int n_masked;              // shards with a loss mask
     int64_t targets, trained;  // targets of all shards (tokens 1..n-1 of each), trained ones
     int64_t n_partial;         // partial chunks (dl_init_eval)
+    int pairs;                 // the shards hold preference pairs (all of them)
+    int64_t n_pairs;           // pairs in all the files
+    int64_t* pair_base;        // per file: the number of its first pair (pairs of the files before it)
+    int64_t** win_pairs;       // per file of pairs, per window: the pairs before it in the file
+    int64_t last_shard, last_start; // where the last batch was read (dl_next_pref's pairs)
+    uint32_t data_id;          // a CRC-32C of each file's token count, header fields 8-10 (its tokens'
+                               // CRC-32C, its split's id, pairs) and pair count, in order: the data
+                               // a file of reference log-probabilities belongs to (llmc/run/reflogps.h)
 } DataLoader;
 
 // pattern: a file, a glob ("data/x_train_*.bin") or several separated by commas.
@@ -78,6 +95,14 @@ void dl_init_eval(DataLoader* dl, const char* pattern, int B, int T, int rank, i
 // doc_start (B*T, or NULL when no shard is packed): the record starts, 0 everywhere in a window of
 // an unpacked shard.
 void dl_next(DataLoader* dl, int* inputs, int* targets, int* doc_start);
+// Next batch of preference pairs (the loader's files hold pairs): dl_next's inputs, targets (the
+// completions' targets; -1 elsewhere) and doc_start, and the pairs of this rank's rows: where each
+// lies in the B*T positions (llmc/model/prefloss.h) and its number in the data set (ids: the
+// pairs of the files before its file + its place in the file: 0 .. n_pairs - 1, stable for the
+// same files). pairs and ids need room for B*T/4 + 1 entries; *n_pairs: how many.
+void dl_next_pref(DataLoader* dl, int* inputs, int* targets, int* doc_start, PrefPair* pairs, int64_t* ids, int* n_pairs);
+// Room dl_next_pref needs: the most pairs a batch can hold.
+int dl_max_pairs(const DataLoader* dl);
 // Back to the first batch (epoch 0).
 void dl_reset(DataLoader* dl);
 DataLoaderState dl_get_state(const DataLoader* dl);

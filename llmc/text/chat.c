@@ -48,6 +48,21 @@ void chat_render(const ChatTemplate* t, const ChatMessage* msgs, int n, int add_
     if (add_generation_prompt) emit(ctx, t->header[CHAT_ASSISTANT], strlen(t->header[CHAT_ASSISTANT]), 0);
 }
 
+typedef struct { ChatEmitFn emit; void* ctx; } TrainAll;
+static void chat_emit_trained(void* ctx, const char* text, size_t len, int trained) {
+    const TrainAll* a = (const TrainAll*)ctx;
+    (void)trained;
+    a->emit(a->ctx, text, len, 1);
+}
+
+void chat_render_completion(const ChatTemplate* t, const ChatMessage* msgs, int n, ChatEmitFn emit, void* ctx) {
+    if (n < 1 || msgs[0].role != CHAT_ASSISTANT) fatal("this is a bug in llmc", "a completion must start with the assistant's message");
+    TrainAll a = { emit, ctx };
+    chat_emit_body(t, &msgs[0], chat_emit_trained, &a);
+    if (*t->tail) emit(ctx, t->tail, strlen(t->tail), 1);
+    chat_render(t, msgs + 1, n - 1, 0, chat_emit_trained, &a);
+}
+
 typedef struct { Tokenizer* tok; TokIds* out; int allow_special; } PromptCtx;
 
 static void chat_prompt_emit(void* ctx, const char* text, size_t len, int trained) {

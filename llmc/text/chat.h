@@ -56,6 +56,12 @@ typedef void (*ChatEmitFn)(void* ctx, const char* text, size_t len, int trained)
 void chat_render(const ChatTemplate* t, const ChatMessage* msgs, int n, int add_generation_prompt,
                  ChatEmitFn emit, void* ctx);
 
+// A completion that follows a generation prompt (the completions of a preference pair, as TRL
+// renders them: the whole text after the prompt rendered with add_generation_prompt): msgs[0]
+// must be the assistant's, and its header is left out (the generation prompt is that header);
+// every piece is emitted as trained, tails and the headers of later messages included.
+void chat_render_completion(const ChatTemplate* t, const ChatMessage* msgs, int n, ChatEmitFn emit, void* ctx);
+
 // The tokens of a generation prompt: <|endoftext|> (when the vocabulary has it), then msgs
 // rendered with the generation prompt, each piece encoded on its own. Appends to out.
 // allow_special: recognise <|endoftext|> written inside message contents.

@@ -4,11 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char* REC_SCHEMAS[REC_N_SCHEMA] = { "auto", "text", "prompt-completion", "alpaca", "messages", "sharegpt" };
+static const char* REC_SCHEMAS[REC_N_SCHEMA] = { "auto", "text", "prompt-completion", "alpaca", "messages", "sharegpt",
+                                                 "preference" };
 static const char* REC_FIELDS[RF_N] = { "text", "prompt", "completion", "instruction", "input", "output", "system",
-                                        "messages", "role", "content" };
+                                        "messages", "role", "content", "chosen", "rejected" };
 #define REC_HINT "records are {\"text\"}, {\"prompt\", \"completion\"}, alpaca {\"instruction\", \"input\", \"output\"}, " \
-                 "{\"messages\": [{\"role\", \"content\"}]} or sharegpt {\"conversations\": [{\"from\", \"value\"}]}; " \
+                 "{\"messages\": [{\"role\", \"content\"}]}, sharegpt {\"conversations\": [{\"from\", \"value\"}]} or preference " \
+                 "pairs {\"prompt\", \"chosen\", \"rejected\"}; " \
                  "other names: --field, e.g. --field prompt=question,completion=answer (see data/README.md)"
 
 void rec_mapping_init(RecMapping* m) {
@@ -100,17 +102,16 @@ static int rec_role(const RecMapping* m, const char* name) {
     return -1;
 }
 
-static void rec_conversation(const RecMapping* m, RecSchema s, const JsonValue* obj, const char* where, Record* r) {
-    const char* lk = rec_key(m, s, RF_MESSAGES);
+// The messages of a JSON array: appended to r->msgs. Returns how many. lk: the list's name in
+// messages (NULL: the record's one conversation).
+static int rec_messages(const RecMapping* m, RecSchema s, const JsonValue* list, const char* lk, const char* where, Record* r) {
     const char* rk = rec_key(m, s, RF_ROLE);
     const char* ck = rec_key(m, s, RF_CONTENT);
-    const JsonValue* list = json_get(obj, lk);
-    if (!list) fatal(REC_HINT, "%s: the record has no \"%s\" field", where, lk);
-    if (list->type != JSON_ARRAY || list->n == 0) fatal(REC_HINT, "%s: \"%s\" must be a non-empty array", where, lk);
     for (int k = 0; k < list->n; k++) {
         const JsonValue* el = json_at(list, k);
-        char what[64];
-        snprintf(what, sizeof(what), "message %d", k);
+        char what[160];
+        if (lk) snprintf(what, sizeof(what), "message %d of \"%s\"", k, lk);
+        else snprintf(what, sizeof(what), "message %d", k);
         if (el->type != JSON_OBJECT) fatal(REC_HINT, "%s: %s is not an object", where, what);
         size_t rl, cl;
         const char* role = rec_string(el, rk, 0, where, what, &rl);
@@ -120,6 +121,15 @@ static void rec_conversation(const RecMapping* m, RecSchema s, const JsonValue* 
                           "%s: %s has unknown role '%s'", where, what, role);
         rec_push_msg(r, (ChatRole)cr, content, cl);
     }
+    return list->n;
+}
+
+static void rec_conversation(const RecMapping* m, RecSchema s, const JsonValue* obj, const char* where, Record* r) {
+    const char* lk = rec_key(m, s, RF_MESSAGES);
+    const JsonValue* list = json_get(obj, lk);
+    if (!list) fatal(REC_HINT, "%s: the record has no \"%s\" field", where, lk);
+    if (list->type != JSON_ARRAY || list->n == 0) fatal(REC_HINT, "%s: \"%s\" must be a non-empty array", where, lk);
+    rec_messages(m, s, list, NULL, where, r);
 }
 
 // Alpaca: [system], user = instruction (+ "\n\n" + input), assistant = output.
@@ -145,6 +155,7 @@ static void rec_alpaca(const RecMapping* m, const JsonValue* obj, const char* wh
 
 // Auto-detection: the first schema whose distinguishing field the object has.
 static RecSchema rec_detect(const RecMapping* m, const JsonValue* obj, const char* where) {
+    if (json_get(obj, rec_key(m, REC_PREFERENCE, RF_CHOSEN)) || json_get(obj, rec_key(m, REC_PREFERENCE, RF_REJECTED))) return REC_PREFERENCE;
     if (json_get(obj, rec_key(m, REC_MESSAGES, RF_MESSAGES))) return REC_MESSAGES;
     if (json_get(obj, rec_key(m, REC_SHAREGPT, RF_MESSAGES))) return REC_SHAREGPT;
     if (json_get(obj, rec_key(m, REC_ALPACA, RF_INSTRUCTION))) return REC_ALPACA;
@@ -156,10 +167,104 @@ static RecSchema rec_detect(const RecMapping* m, const JsonValue* obj, const cha
         strncat(have, obj->keys[i], sizeof(have) - strlen(have) - 2);
         strncat(have, "\"", sizeof(have) - strlen(have) - 1);
     }
-    fatal(REC_HINT, "%s: the object has none of the fields \"%s\", \"%s\", \"%s\", \"%s\"/\"%s\", \"%s\" (it has %s)", where,
-          rec_key(m, REC_MESSAGES, RF_MESSAGES), rec_key(m, REC_SHAREGPT, RF_MESSAGES), rec_key(m, REC_ALPACA, RF_INSTRUCTION),
+    fatal(REC_HINT, "%s: the object has none of the fields \"%s\"/\"%s\", \"%s\", \"%s\", \"%s\", \"%s\"/\"%s\", \"%s\" (it has %s)", where,
+          rec_key(m, REC_PREFERENCE, RF_CHOSEN), rec_key(m, REC_PREFERENCE, RF_REJECTED), rec_key(m, REC_MESSAGES, RF_MESSAGES), rec_key(m, REC_SHAREGPT, RF_MESSAGES), rec_key(m, REC_ALPACA, RF_INSTRUCTION),
           rec_key(m, REC_PROMPT, RF_PROMPT), rec_key(m, REC_PROMPT, RF_COMPLETION), rec_key(m, REC_TEXT, RF_TEXT),
           obj->n ? have : "no fields");
+}
+
+// ----------------------------------------------------------------------------------------------
+// preference pairs
+
+#define PREF_HINT "a preference record is {\"prompt\", \"chosen\", \"rejected\"}: three strings, or three lists of " \
+                  "{\"role\", \"content\"} messages whose completions start with an assistant message (\"prompt\" may " \
+                  "be left out: it is then the shared beginning of chosen and rejected); other names: --field, e.g. " \
+                  "--field chosen=better,rejected=worse (see data/README.md)"
+
+static int rec_msg_equal(const ChatMessage* a, const ChatMessage* b) {
+    return a->role == b->role && a->content_len == b->content_len && memcmp(a->content, b->content, a->content_len) == 0;
+}
+
+// Strings without a prompt: the shared beginning, cut at a whole UTF-8 character, a space just
+// before the cut going to the completions (trl.extract_prompt).
+static void rec_pref_split_strings(Record* r) {
+    size_t n = r->chosen_len < r->rejected_len ? r->chosen_len : r->rejected_len, i = 0;
+    while (i < n && r->chosen[i] == r->rejected[i]) i++;
+    while (i > 0 && i < r->chosen_len && ((unsigned char)r->chosen[i] & 0xC0) == 0x80) i--; // (a continuation byte)
+    if (i > 0 && r->chosen[i - 1] == ' ') i--;
+    r->prompt = r->chosen; r->prompt_len = i;
+    r->chosen += i; r->chosen_len -= i;
+    r->rejected += i; r->rejected_len -= i;
+}
+
+// Messages without a prompt: msgs holds chosen's then rejected's; the shared first messages
+// become the prompt, and rejected's rest moves down behind chosen's rest.
+static void rec_pref_split_messages(Record* r, int nc, int nr) {
+    int i = 0;
+    while (i < nc && i < nr && rec_msg_equal(&r->msgs[i], &r->msgs[nc + i])) i++;
+    memmove(r->msgs + nc, r->msgs + nc + i, (size_t)(nr - i) * sizeof(ChatMessage));
+    r->n_prompt = i; r->n_chosen = nc - i; r->n_rejected = nr - i;
+    r->n_msgs = r->n_prompt + r->n_chosen + r->n_rejected;
+}
+
+// A conversational completion: not empty, starts with the assistant (it follows the generation prompt).
+static void rec_pref_check_messages(const ChatMessage* c, int n, const char* which, const char* where) {
+    if (n == 0) fatal(PREF_HINT, "%s: \"%s\" is empty (after the messages it shares with the other completion)", where, which);
+    if (c[0].role != CHAT_ASSISTANT)
+        fatal(PREF_HINT, "%s: \"%s\" starts with a %s message; a completion starts with the assistant's reply", where, which,
+              chat_role_name(c[0].role));
+    size_t text = 0;
+    for (int k = 0; k < n; k++) text += c[k].content_len;
+    if (text == 0) fatal(PREF_HINT, "%s: \"%s\" has no text (every message is empty)", where, which);
+}
+
+static void rec_pref_conversational(const RecMapping* m, const JsonValue* obj, const JsonValue* pv, const JsonValue* cv,
+                                    const JsonValue* rv, const char* where, Record* r) {
+    const char* pk = rec_key(m, REC_PREFERENCE, RF_PROMPT);
+    r->pref_conv = 1;
+    if (pv && pv->type == JSON_ARRAY) { // explicit prompt
+        r->n_prompt = rec_messages(m, REC_MESSAGES, pv, pk, where, r);
+        r->n_chosen = rec_messages(m, REC_MESSAGES, cv, rec_key(m, REC_PREFERENCE, RF_CHOSEN), where, r);
+        r->n_rejected = rec_messages(m, REC_MESSAGES, rv, rec_key(m, REC_PREFERENCE, RF_REJECTED), where, r);
+    } else { // implicit (a string "prompt" beside conversations is ignored, as TRL does)
+        const int nc = rec_messages(m, REC_MESSAGES, cv, rec_key(m, REC_PREFERENCE, RF_CHOSEN), where, r);
+        const int nr = rec_messages(m, REC_MESSAGES, rv, rec_key(m, REC_PREFERENCE, RF_REJECTED), where, r);
+        rec_pref_split_messages(r, nc, nr);
+    }
+    (void)obj;
+    const ChatMessage* c = r->msgs + r->n_prompt;
+    rec_pref_check_messages(c, r->n_chosen, rec_key(m, REC_PREFERENCE, RF_CHOSEN), where);
+    rec_pref_check_messages(c + r->n_chosen, r->n_rejected, rec_key(m, REC_PREFERENCE, RF_REJECTED), where);
+    int same = r->n_chosen == r->n_rejected;
+    for (int k = 0; same && k < r->n_chosen; k++) same = rec_msg_equal(&c[k], &c[r->n_chosen + k]);
+    r->pref_identical = same;
+}
+
+// {"prompt", "chosen", "rejected"}: strings, or lists of messages (TRL's standard and
+// conversational forms), the prompt explicit or implicit.
+static void rec_preference(const RecMapping* m, const JsonValue* obj, const char* where, Record* r) {
+    const char* pk = rec_key(m, REC_PREFERENCE, RF_PROMPT);
+    const char* ck = rec_key(m, REC_PREFERENCE, RF_CHOSEN);
+    const char* rk = rec_key(m, REC_PREFERENCE, RF_REJECTED);
+    const JsonValue* pv = json_get(obj, pk);
+    const JsonValue* cv = json_get(obj, ck);
+    const JsonValue* rv = json_get(obj, rk);
+    if (!cv || !rv) fatal(PREF_HINT, "%s: the preference record has no \"%s\" field", where, cv ? rk : ck);
+    const int conv = cv->type == JSON_ARRAY;
+    if ((cv->type != JSON_STRING && !conv) || rv->type != cv->type)
+        fatal(PREF_HINT, "%s: \"%s\" and \"%s\" must both be strings or both lists of messages (they are %s and %s)", where, ck, rk,
+              json_type_name(cv->type), json_type_name(rv->type));
+    if (conv) { rec_pref_conversational(m, obj, pv, cv, rv, where, r); return; }
+    if (pv && !json_is_null(pv) && pv->type != JSON_STRING)
+        fatal(PREF_HINT, "%s: \"%s\" is %s, but the completions are strings", where, pk, json_type_name(pv->type));
+    r->chosen = rec_string(obj, ck, 0, where, "the record", &r->chosen_len);
+    r->rejected = rec_string(obj, rk, 0, where, "the record", &r->rejected_len);
+    if (pv && !json_is_null(pv)) r->prompt = rec_string(obj, pk, 0, where, "the record", &r->prompt_len);
+    else rec_pref_split_strings(r);
+    if (r->chosen_len == 0 || r->rejected_len == 0)
+        fatal(PREF_HINT, "%s: \"%s\" is empty%s", where, r->chosen_len == 0 ? ck : rk,
+              pv && !json_is_null(pv) ? "" : " (after the beginning it shares with the other completion, which is the prompt)");
+    r->pref_identical = r->chosen_len == r->rejected_len && memcmp(r->chosen, r->rejected, r->chosen_len) == 0;
 }
 
 void rec_from_json(const RecMapping* m, const JsonValue* obj, const char* where, Record* r) {
@@ -167,7 +272,8 @@ void rec_from_json(const RecMapping* m, const JsonValue* obj, const char* where,
     RecSchema s = m->schema == REC_AUTO ? rec_detect(m, obj, where) : m->schema;
     r->schema = s;
     r->n_msgs = 0;
-    r->text = r->prompt = r->completion = NULL;
+    r->text = r->prompt = r->completion = r->chosen = r->rejected = NULL;
+    r->n_prompt = r->n_chosen = r->n_rejected = r->pref_conv = r->pref_identical = 0;
     switch (s) {
     case REC_TEXT:
         r->text = rec_string(obj, rec_key(m, s, RF_TEXT), 0, where, "the record", &r->text_len);
@@ -178,6 +284,7 @@ void rec_from_json(const RecMapping* m, const JsonValue* obj, const char* where,
         break;
     case REC_ALPACA: rec_alpaca(m, obj, where, r); break;
     case REC_MESSAGES: case REC_SHAREGPT: rec_conversation(m, s, obj, where, r); break;
+    case REC_PREFERENCE: rec_preference(m, obj, where, r); break;
     default: assertCheck(0);
     }
 }

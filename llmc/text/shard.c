@@ -71,7 +71,7 @@ static int open_mask(const char* path, const int32_t* h, int64_t n, const char* 
     if (stated && !h[SHARD_HAS_MASK])
         fatal("delete it, or run data/prepare again (it removes such leftovers)",
               "'%s' lies beside '%s', which was written without a loss mask: the mask is a leftover of another data/prepare run", mp, path);
-    int64_t nm = shard_read_header(mp, MASK_MAGIC, MASK_VERSION_PACKED, 1, "loss mask", mh);
+    int64_t nm = shard_read_header(mp, MASK_MAGIC, MASK_VERSION_PAIRS, 1, "loss mask", mh);
     check_fields(mp, mh, nm);
     if (nm != n) fatal("re-create the shard and its mask together with data/prepare",
                        "'%s' has %lld mask entries but '%s' has %lld tokens", mp, (long long)nm, path, (long long)n);
@@ -82,12 +82,18 @@ static int open_mask(const char* path, const int32_t* h, int64_t n, const char* 
         fatal("the mask is a leftover of another data/prepare run (or the files were mixed in a copy): run data/prepare again",
               "'%s' does not belong to '%s': it was written for %s; the .bin is %s", mp, path, names, is);
     }
-    if (h[SHARD_PACKED] && mh[1] != MASK_VERSION_PACKED)
+    if (h[SHARD_PACKED] && mh[1] < MASK_VERSION_PACKED)
         fatal("re-create the shard and its mask together with data/prepare",
               "'%s' holds packed records but its mask '%s' is version 1 (it has no record starts)", path, mp);
-    if (!h[SHARD_PACKED] && mh[1] == MASK_VERSION_PACKED)
+    if (!h[SHARD_PACKED] && mh[1] >= MASK_VERSION_PACKED)
         fatal("re-create the shard and its mask together with data/prepare",
-              "'%s' is a mask of packed records (version 2), but '%s' holds no packed records", mp, path);
+              "'%s' is a mask of packed records (version %d), but '%s' holds no packed records", mp, mh[1], path);
+    if (h[SHARD_PAIRS] && mh[1] != MASK_VERSION_PAIRS)
+        fatal("re-create the shard and its mask together with data/prepare",
+              "'%s' holds preference pairs but its mask '%s' is version %d (it does not say which records pair up)", path, mp, mh[1]);
+    if (!h[SHARD_PAIRS] && mh[1] == MASK_VERSION_PAIRS)
+        fatal("re-create the shard and its mask together with data/prepare",
+              "'%s' is a mask of preference pairs (version 3), but '%s' does not hold pairs (header field 10)", mp, path);
     return mh[1];
 }
 
@@ -115,13 +121,33 @@ static void scan_tokens(const char* path, const int32_t* h, int64_t n, int vocab
               path, bad_id, (long long)bad, (long long)(SHARD_HEADER_BYTES + 2 * bad), vocab_size);
 }
 
+// The order of a pair shard's record starts within a window: a chosen first, each chosen followed
+// by its rejected, the padding (a start with neither bit) last. *state: 0 a window's start, 1
+// after a chosen, 2 after a rejected, 3 after the padding. Fatal, naming the token, on anything else.
+static void pair_order(const char* mp, uint8_t b, int64_t t, int at_window, int* state, int64_t* pairs) {
+    if ((b & (MASK_CHOSEN | MASK_REJECTED)) && !(b & MASK_START))
+        fatal("the file is corrupt; " RECREATE, "'%s': token %lld is marked as a pair's record without a record start", mp, (long long)t);
+    if (at_window && *state == 1)
+        fatal("the file is corrupt; " RECREATE, "'%s': the window before token %lld ends with a chosen record without its rejected one", mp, (long long)t);
+    if (at_window) *state = 0;
+    if (!(b & MASK_START)) return;
+    const int kind = b & MASK_CHOSEN ? (b & MASK_REJECTED ? -1 : 1) : b & MASK_REJECTED ? 2 : 3;
+    const int ok = kind == 1 ? *state == 0 || *state == 2 : kind == 2 ? *state == 1 : kind == 3 ? *state == 2 : 0;
+    if (!ok) fatal("the file is corrupt; " RECREATE, "'%s': the record starting at token %lld breaks the pairs' order (a chosen record, "
+                   "its rejected one, ..., then the padding)", mp, (long long)t);
+    *state = kind;
+    *pairs += kind == 1;
+}
+
 // Every mask byte: bit 0 (trained), + bit 1 (a record starts) in a packed shard's, where every
-// window starts a record; the checksum; the trained targets (tokens 1..n-1) into si.
+// window starts a record, + bits 2 / 3 (a pair's chosen / rejected record) in a pair shard's;
+// the checksum; the trained targets (tokens 1..n-1) and the pairs into si.
 static void scan_mask(const char* mp, const int32_t* mh, int version, int64_t n, int W, uint8_t* buf, ShardInfo* si) {
-    const int max_byte = version == MASK_VERSION_PACKED ? MASK_TRAINED | MASK_START : MASK_TRAINED;
+    const int max_byte = version == MASK_VERSION_PAIRS ? 15 : version == MASK_VERSION_PACKED ? MASK_TRAINED | MASK_START : MASK_TRAINED;
     FILE* fp = fopenCheck(mp, "rb");
     fseekCheck(fp, SHARD_HEADER_BYTES, SEEK_SET, mp);
     uint32_t crc = 0;
+    int state = 0;
     for (int64_t at = 0; at < n; at += SCAN_CHUNK) {
         const size_t k = (size_t)(n - at < SCAN_CHUNK ? n - at : SCAN_CHUNK);
         freadCheck(buf, 1, k, fp, mp);
@@ -129,15 +155,20 @@ static void scan_mask(const char* mp, const int32_t* mh, int version, int64_t n,
         for (size_t i = 0; i < k; i++) {
             const int64_t t = at + (int64_t)i;
             if (buf[i] > max_byte)
-                fatal("a loss mask holds one byte per token: 0 (not trained) or 1 (trained), + 2 for a record start in a packed shard's; " RECREATE,
+                fatal("a loss mask holds one byte per token: 0 (not trained) or 1 (trained), + 2 for a record start in a packed shard's "
+                      "(+ 4 / 8 for a pair's chosen / rejected record); " RECREATE,
                       "'%s': mask byte %d at byte offset %lld (token %lld) is not in 0..%d",
                       mp, (int)buf[i], (long long)(SHARD_HEADER_BYTES + t), (long long)t, max_byte);
-            if (version == MASK_VERSION_PACKED && t % W == 0 && t < n - 1 && !(buf[i] & MASK_START))
+            const int window = version >= MASK_VERSION_PACKED && t % W == 0 && t < n - 1;
+            if (window && !(buf[i] & MASK_START))
                 fatal("the file is corrupt; " RECREATE, "'%s': the window at token %lld does not start a record", mp, (long long)t);
+            if (version == MASK_VERSION_PAIRS && t < n - 1) pair_order(mp, buf[i], t, window, &state, &si->pairs);
             if (t > 0) si->trained += buf[i] & MASK_TRAINED;
         }
     }
     fclose(fp);
+    if (state == 1)
+        fatal("the file is corrupt; " RECREATE, "'%s': the last window ends with a chosen record without its rejected one", mp);
     if (mh[SHARD_COUNT] > 0 && crc != (uint32_t)mh[MASK_CRC])
         fatal("the file is corrupt (changed after data/prepare wrote it); " RECREATE,
               "'%s': the mask bytes' CRC-32C is %08x, the header says %08x", mp, crc, (unsigned)mh[MASK_CRC]);
@@ -147,6 +178,9 @@ void shard_check(const char* path, int vocab_size, ShardInfo* si) {
     memset(si, 0, sizeof(*si));
     const int64_t n = shard_read_header(path, SHARD_MAGIC, SHARD_VERSION, 2, "token shard", si->h);
     check_fields(path, si->h, n);
+    if (si->h[SHARD_PAIRS] != 0 && (si->h[SHARD_PAIRS] != 1 || !si->h[SHARD_PACKED] || !si->h[SHARD_HAS_MASK]))
+        fatal("the file is corrupt; " RECREATE, "'%s': header field 10 (preference pairs) is %d with field 4 (packed) %d and field 5 (mask) %d",
+              path, si->h[SHARD_PAIRS], si->h[SHARD_PACKED], si->h[SHARD_HAS_MASK]);
     char mp[LLMC_PATH_MAX];
     int32_t mh[256];
     shard_mask_path(mp, sizeof(mp), path);
@@ -183,7 +217,8 @@ static void show_summary(FILE* out, const char* path, const ShardInfo* si, int64
     const int32_t* h = si->h;
     const int W = h[SHARD_WINDOW];
     fprintf(out, "# %s: %lld tokens, ", path, (long long)si->ntok);
-    if (W) fprintf(out, "%s of %d tokens", h[SHARD_PACKED] ? "records packed into windows" : "one record per window", W);
+    if (W && h[SHARD_PAIRS]) fprintf(out, "%lld preference pairs in windows of %d tokens", (long long)si->pairs, W);
+    else if (W) fprintf(out, "%s of %d tokens", h[SHARD_PACKED] ? "records packed into windows" : "one record per window", W);
     else fprintf(out, "a token stream");
     if (h[SHARD_COUNT]) fprintf(out, ", shard %d of %d of its split (set %08x)", h[SHARD_INDEX] + 1, h[SHARD_COUNT], (unsigned)h[SHARD_SET]);
     fprintf(out, "\n");
@@ -192,29 +227,41 @@ static void show_summary(FILE* out, const char* path, const ShardInfo* si, int64
                 si->targets ? 100.0 * (double)si->trained / (double)si->targets : 0.0);
     else fprintf(out, "# no loss mask: every target is trained\n");
     if (ids) fprintf(out, "# tokens %lld..%lld: position, id, label (the id when trained, -100 when not%s), text\n",
-                     (long long)from, (long long)to - 1, h[SHARD_PACKED] ? "; 'start': a record starts" : "");
+                     (long long)from, (long long)to - 1,
+                     h[SHARD_PAIRS] ? "; 'start chosen' / 'start rejected': a pair's records start" : h[SHARD_PACKED] ? "; 'start': a record starts" : "");
     else fprintf(out, "# tokens %lld..%lld as text, trained targets %s\n", (long long)from, (long long)to - 1,
                  color ? "in green" : "between [[ and ]]");
 }
 
-// tok[0..n) (positions from.., of ntok) as text: runs of tokens trained or not, cut at window starts
-static void show_text(FILE* out, const Tokenizer* tk, const uint16_t* tok, const uint8_t* tr, int64_t from, int64_t n, int64_t ntok, int W, int color) {
+// A pair shard's record start at mask byte b: the line before it ("chosen", "rejected", "padding").
+static const char* pair_label(uint8_t b) { return b & MASK_CHOSEN ? "chosen" : b & MASK_REJECTED ? "rejected" : "padding"; }
+
+// tok[0..n) (positions from.., of ntok) as text: runs of tokens trained or not, cut at window
+// starts and (pairs) at record starts, each of which gets a line saying which record it is
+static void show_text(FILE* out, const Tokenizer* tk, const uint16_t* tok, const uint8_t* tr, const uint8_t* mask, int pairs,
+                      int64_t from, int64_t n, int64_t ntok, int W, int color) {
     int* ids = (int*)mallocCheck((size_t)n * sizeof(int) + 1);
     int last = '\n';
     for (int64_t i = 0; i < n;) {
         const int64_t p = from + i;
-        if (W && p % W == 0 && p < ntok - 1) { // (the shard's last token closes the last window)
+        const int inside = p < ntok - 1; // (the shard's last token closes the last window)
+        if (W && p % W == 0 && inside) {
             fprintf(out, "%s# window %lld (tokens %lld..%lld)\n", last == '\n' ? "" : "\n", (long long)(p / W), (long long)p, (long long)(p + W - 1));
             last = '\n';
         }
+        if (pairs && inside && (mask[i] & MASK_START)) {
+            fprintf(out, "%s# %s\n", last == '\n' ? "" : "\n", pair_label(mask[i]));
+            last = '\n';
+        }
         int64_t j = i;
-        while (j < n && tr[j] == tr[i] && (j == i || !W || (from + j) % W != 0)) { ids[j - i] = tok[j]; j++; }
+        while (j < n && tr[j] == tr[i] && (j == i || ((!W || (from + j) % W != 0) && !(pairs && (mask[j] & MASK_START))))) { ids[j - i] = tok[j]; j++; }
         size_t len;
         char* s = tok_decode(tk, ids, (size_t)(j - i), &len);
         if (tr[i]) fputs(color ? "\033[32m" : "[[", out);
         fwrite(s, 1, len, out);
-        if (tr[i]) fputs(color ? "\033[0m" : "]]", out);
         if (len) last = (unsigned char)s[len - 1];
+        if (tr[i]) fputs(color ? "\033[0m" : "]]", out);
+        if (tr[i] && !color) last = ']';
         free(s);
         i = j;
     }
@@ -247,13 +294,16 @@ void shard_show(FILE* out, const char* path, const Tokenizer* tk, int64_t from, 
         tr[i] = (uint8_t)(from + i > 0 && (mask[i] & MASK_TRAINED)); // (token 0 of a shard is never a target)
     }
     show_summary(out, path, &si, from, to, ids, color);
-    if (!ids) show_text(out, tk, tok, tr, from, n, si.ntok, si.h[SHARD_WINDOW], color);
+    const int pairs = si.mask_version == MASK_VERSION_PAIRS;
+    if (!ids) show_text(out, tk, tok, tr, mask, pairs, from, n, si.ntok, si.h[SHARD_WINDOW], color);
     else for (int64_t i = 0; i < n; i++) {
         size_t len;
         const char* s = tok_token_bytes(tk, tok[i], &len);
         fprintf(out, "%lld\t%d\t%d\t", (long long)(from + i), tok[i], tr[i] ? tok[i] : -100);
         show_quoted(out, s, len);
-        fputs(si.h[SHARD_PACKED] && (mask[i] & MASK_START) ? "\tstart\n" : "\n", out);
+        if (!si.h[SHARD_PACKED] || !(mask[i] & MASK_START)) fputs("\n", out);
+        else if (pairs) fprintf(out, "\tstart %s\n", pair_label(mask[i]));
+        else fputs("\tstart\n", out);
     }
     free(tok); free(mask); free(tr);
 }

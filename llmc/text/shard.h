@@ -10,9 +10,16 @@
 //   [5] 1 = the shard has a loss mask X.mask, which must be beside it,
 //   [6] this shard's number in its split, [7] the number of shards in the split (0: fields 6,
 //   8 and 9 are not stated), [8] CRC-32C of the token bytes, [9] the split's id (a CRC-32C of
-//   its layout, tokens and masks: shards of one data/prepare output share it).
+//   its layout, tokens and masks: shards of one data/prepare output share it), [10] 1 = the
+//   records are preference pairs (packed; mask version 3).
 // Mask header: 256 int32 (magic, version, n, then the shard's fields 3-9, so a mask names the
 // shard it belongs to), [10] CRC-32C of the mask bytes; then n uint8.
+// Preference pairs (data/prepare on {"prompt", "chosen", "rejected"} records): each pair is two
+// records, prompt + chosen then prompt + rejected, back to back in one window (--pack T: whole
+// pairs packed; --record-windows T: one pair a window), every record attending to itself only.
+// Their mask (version 3) marks a record's first token with bit 1 and, for the chosen one, bit 2,
+// for the rejected one, bit 3; a start with neither is the window's padding. So a window is
+// pairs (a chosen start, then the rejected start) and at most one padding after them.
 #ifndef LLMC_SHARD_H
 #define LLMC_SHARD_H
 
@@ -30,6 +37,7 @@ extern "C" {
 #define MASK_MAGIC 20261122
 #define MASK_VERSION 1
 #define MASK_VERSION_PACKED 2 // bit 1 of a mask byte: the token starts a record
+#define MASK_VERSION_PAIRS 3  // + bits 2 / 3: the record is a pair's chosen / rejected
 #define SHARD_HEADER_BYTES 1024
 #define SHARD_WINDOW 3        // header fields, see above
 #define SHARD_PACKED 4
@@ -38,15 +46,19 @@ extern "C" {
 #define SHARD_COUNT 7
 #define SHARD_CRC 8
 #define SHARD_SET 9
+#define SHARD_PAIRS 10        // (a shard's field; field 10 of a mask is its CRC)
 #define MASK_CRC 10
 #define MASK_TRAINED 1        // mask byte bits
 #define MASK_START 2
+#define MASK_CHOSEN 4
+#define MASK_REJECTED 8
 
 typedef struct {
     int32_t h[256];           // the shard's header
     int64_t ntok;
-    int mask_version;         // 0: no mask (every target trained), 1, or 2 (packed)
+    int mask_version;         // 0: no mask (every target trained), 1, 2 (packed) or 3 (preference pairs)
     int64_t targets, trained; // tokens 1..n-1 (the targets a shard holds) and how many are trained
+    int64_t pairs;            // preference pairs (mask version 3)
 } ShardInfo;
 
 // X.bin -> X.mask (any other name: NAME.mask)
@@ -59,7 +71,8 @@ int64_t shard_read_header(const char* path, int magic, int max_version, int elem
 // shard written without one); every token below vocab_size (fatal naming the first one that is
 // not, with its offset); the checksums data/prepare wrote; every mask byte (0/1, + 2 for a
 // record start in packed shards; every window of a packed shard starts a record). Fatal with
-// the file named on any of these; fills si.
+// the file named on any of these; fills si. Pairs: every window starts with a pair's chosen
+// record, each chosen is followed by its rejected record in the same window, padding comes last.
 void shard_check(const char* path, int vocab_size, ShardInfo* si);
 // data/prepare --show: tokens [from, from + count) of a checked shard (vocab: the tokenizer's)
 // as text, the trained targets between [[ and ]] (color: in green instead), a line before every
