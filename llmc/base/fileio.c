@@ -2,6 +2,8 @@
 #include "base/fileio.h"
 #include "base/check.h"
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -137,4 +139,16 @@ void mkdir_p(const char* path) {
 void path_join(char* out, size_t cap, const char* dir, const char* name) {
     int n = snprintf(out, cap, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= cap) fatal(NULL, "path too long: '%s/%s'", dir, name);
+}
+
+int path_fail(char* err, size_t errcap, const char* path, const char* fmt, ...) {
+    if (err && errcap) {
+        int n = snprintf(err, errcap, "'%s': ", path);
+        if (n >= 0 && (size_t)n < errcap) {
+            va_list ap; va_start(ap, fmt);
+            vsnprintf(err + n, errcap - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return -1;
 }

@@ -38,6 +38,8 @@ char* read_file_all(const char* path, size_t* out_len);
 void mkdir_p(const char* path);
 // Join dir and name into out (fatal if it does not fit).
 void path_join(char* out, size_t cap, const char* dir, const char* name);
+// The readers' error form: err = "'PATH': " + the formatted message (cut to errcap); returns -1.
+int path_fail(char* err, size_t errcap, const char* path, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #ifdef __cplusplus
 }

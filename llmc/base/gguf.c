@@ -85,18 +85,7 @@ typedef struct {
     char* err; size_t errcap;
 } GgufCursor;
 
-static int gguf_fail(char* err, size_t errcap, const char* path, const char* fmt, ...) {
-    if (err && errcap) {
-        int n = snprintf(err, errcap, "'%s': ", path);
-        if (n >= 0 && (size_t)n < errcap) {
-            va_list ap; va_start(ap, fmt);
-            vsnprintf(err + n, errcap - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return -1;
-}
-#define CFAIL(c, ...) gguf_fail((c)->err, (c)->errcap, (c)->path, __VA_ARGS__)
+#define CFAIL(c, ...) path_fail((c)->err, (c)->errcap, (c)->path, __VA_ARGS__)
 
 static uint64_t cur_left(const GgufCursor* c) { return c->size - c->pos; }
 
@@ -325,14 +314,14 @@ static int gguf_read_header(GgufCursor* c, GgufFile* f) {
 int gguf_try_open(GgufFile* f, const char* path, char* err, size_t errcap) {
     memset(f, 0, sizeof(*f));
     if (err && errcap) err[0] = '\0';
-    if (strlen(path) >= sizeof(f->path)) return gguf_fail(err, errcap, path, "path too long");
+    if (strlen(path) >= sizeof(f->path)) return path_fail(err, errcap, path, "path too long");
     snprintf(f->path, sizeof(f->path), "%s", path);
     f->fp = fopen(path, "rb");
-    if (!f->fp) { int e = errno; return gguf_fail(err, errcap, path, "cannot open: %s", strerror(e)); }
+    if (!f->fp) { int e = errno; return path_fail(err, errcap, path, "cannot open: %s", strerror(e)); }
     struct stat sb;
     if (fstat(fileno(f->fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         gguf_free_contents(f);
-        return gguf_fail(err, errcap, path, "not a regular file");
+        return path_fail(err, errcap, path, "not a regular file");
     }
     GgufCursor c = { f->fp, f->path, 0, (uint64_t)sb.st_size, err, errcap };
     if (gguf_read_header(&c, f) != 0) { gguf_free_contents(f); return -1; }

@@ -34,17 +34,6 @@ static int st_dtype_from_name(const char* name) {
 // ---------------------------------------------------------------------------------------------
 // reader
 
-static int st_fail(char* err, size_t errcap, const char* path, const char* fmt, ...) {
-    if (err && errcap) {
-        int n = snprintf(err, errcap, "'%s': ", path);
-        if (n >= 0 && (size_t)n < errcap) {
-            va_list ap; va_start(ap, fmt);
-            vsnprintf(err + n, errcap - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return -1;
-}
 
 static void shape_str(const StTensor* t, char* out, size_t cap) {
     size_t o = 0;
@@ -85,24 +74,24 @@ static char* xstrdup(const char* s) {
 // Parses one header entry into t; returns 0 or -1 with err set.
 static int parse_entry(const char* path, const char* name, const JsonValue* e, StTensor* t, char* err, size_t errcap) {
     if (e->type != JSON_OBJECT)
-        return st_fail(err, errcap, path, "header entry '%s' is a JSON %s, expected an object with dtype, shape, data_offsets", name, json_type_name(e->type));
+        return path_fail(err, errcap, path, "header entry '%s' is a JSON %s, expected an object with dtype, shape, data_offsets", name, json_type_name(e->type));
     const char* dup = json_find_duplicate_key(e);
-    if (dup) return st_fail(err, errcap, path, "header entry '%s' has the field '%s' twice", name, dup);
+    if (dup) return path_fail(err, errcap, path, "header entry '%s' has the field '%s' twice", name, dup);
     const char* dt = json_as_string(json_get(e, "dtype"));
-    if (!dt) return st_fail(err, errcap, path, "tensor '%s': missing or non-string \"dtype\"", name);
+    if (!dt) return path_fail(err, errcap, path, "tensor '%s': missing or non-string \"dtype\"", name);
     int d = st_dtype_from_name(dt);
-    if (d < 0) return st_fail(err, errcap, path, "tensor '%s': unknown dtype '%s' (supported: F32 BF16 F16 F64 I64 I32 I16 I8 U8 BOOL)", name, dt);
+    if (d < 0) return path_fail(err, errcap, path, "tensor '%s': unknown dtype '%s' (supported: F32 BF16 F16 F64 I64 I32 I16 I8 U8 BOOL)", name, dt);
     t->dtype = (StDtype)d;
     const JsonValue* sh = json_get(e, "shape");
-    if (!sh || sh->type != JSON_ARRAY) return st_fail(err, errcap, path, "tensor '%s': missing or non-array \"shape\"", name);
-    if (sh->n > ST_MAX_DIMS) return st_fail(err, errcap, path, "tensor '%s': %d dimensions, at most %d supported", name, sh->n, ST_MAX_DIMS);
+    if (!sh || sh->type != JSON_ARRAY) return path_fail(err, errcap, path, "tensor '%s': missing or non-array \"shape\"", name);
+    if (sh->n > ST_MAX_DIMS) return path_fail(err, errcap, path, "tensor '%s': %d dimensions, at most %d supported", name, sh->n, ST_MAX_DIMS);
     t->ndim = sh->n;
     // overflow rule: prod(shape) * element size must fit in 64 bits
     uint64_t numel = 1; int overflow = 0;
     for (int i = 0; i < sh->n; i++) {
         uint64_t dim;
         if (!json_as_uint64(&sh->items[i], &dim) || dim > (uint64_t)INT64_MAX)
-            return st_fail(err, errcap, path, "tensor '%s': shape[%d] is not a non-negative integer", name, i);
+            return path_fail(err, errcap, path, "tensor '%s': shape[%d] is not a non-negative integer", name, i);
         t->shape[i] = (int64_t)dim;
         if (dim != 0 && numel > UINT64_MAX / dim) overflow = 1;
         else numel *= dim;
@@ -110,19 +99,19 @@ static int parse_entry(const char* path, const char* name, const JsonValue* e, S
     // a zero dimension makes the product 0 whatever the other dims are
     for (int i = 0; i < sh->n; i++) if (t->shape[i] == 0) { numel = 0; overflow = 0; }
     if (overflow || (numel != 0 && numel > UINT64_MAX / DTYPE_SIZES[d]))
-        return st_fail(err, errcap, path, "tensor '%s': overflow in the byte size of its shape (prod(shape) * %zu does not fit in 64 bits)", name, DTYPE_SIZES[d]);
+        return path_fail(err, errcap, path, "tensor '%s': overflow in the byte size of its shape (prod(shape) * %zu does not fit in 64 bits)", name, DTYPE_SIZES[d]);
     t->numel = numel;
     const JsonValue* off = json_get(e, "data_offsets");
     if (!off || off->type != JSON_ARRAY || off->n != 2 ||
         !json_as_uint64(&off->items[0], &t->begin) || !json_as_uint64(&off->items[1], &t->end))
-        return st_fail(err, errcap, path, "tensor '%s': \"data_offsets\" must be [begin, end] with non-negative integers", name);
+        return path_fail(err, errcap, path, "tensor '%s': \"data_offsets\" must be [begin, end] with non-negative integers", name);
     if (t->end < t->begin)
-        return st_fail(err, errcap, path, "tensor '%s': data_offsets end (%llu) < begin (%llu)", name,
+        return path_fail(err, errcap, path, "tensor '%s': data_offsets end (%llu) < begin (%llu)", name,
                        (unsigned long long)t->end, (unsigned long long)t->begin);
     uint64_t want = numel * DTYPE_SIZES[d];
     if (t->end - t->begin != want) {
         char s[256]; shape_str(t, s, sizeof(s));
-        return st_fail(err, errcap, path, "tensor '%s': data_offsets span %llu bytes but %s %s needs %llu (end - begin != nelements * element size)",
+        return path_fail(err, errcap, path, "tensor '%s': data_offsets span %llu bytes but %s %s needs %llu (end - begin != nelements * element size)",
                        name, (unsigned long long)(t->end - t->begin), dt, s, (unsigned long long)want);
     }
     return 0;
@@ -135,15 +124,15 @@ static int parse_entry(const char* path, const char* name, const JsonValue* e, S
 // duplicate names; *fsize = the file's size.
 static int st_read_header(StFile* f, const char* path, JsonValue** root, uint64_t* fsize, char* err, size_t errcap) {
     struct stat sb;
-    if (fstat(fileno(f->fp), &sb) != 0 || !S_ISREG(sb.st_mode)) return st_fail(err, errcap, path, "not a regular file");
+    if (fstat(fileno(f->fp), &sb) != 0 || !S_ISREG(sb.st_mode)) return path_fail(err, errcap, path, "not a regular file");
     *fsize = (uint64_t)sb.st_size;
-    if (*fsize < 8) return st_fail(err, errcap, path, "file is shorter than 8 bytes (%llu bytes), not a safetensors file", (unsigned long long)*fsize);
+    if (*fsize < 8) return path_fail(err, errcap, path, "file is shorter than 8 bytes (%llu bytes), not a safetensors file", (unsigned long long)*fsize);
     unsigned char lenbuf[8];
-    if (fread(lenbuf, 1, 8, f->fp) != 8) return st_fail(err, errcap, path, "cannot read the header length");
+    if (fread(lenbuf, 1, 8, f->fp) != 8) return path_fail(err, errcap, path, "cannot read the header length");
     uint64_t N = 0;
     for (int i = 7; i >= 0; i--) N = (N << 8) | lenbuf[i];
-    if (N > ST_MAX_HEADER) return st_fail(err, errcap, path, "header length %llu exceeds the 100000000-byte limit (not a safetensors file?)", (unsigned long long)N);
-    if (8 + N > *fsize) return st_fail(err, errcap, path, "header (8 + %llu bytes) runs past the end of the file (%llu bytes): truncated", (unsigned long long)N, (unsigned long long)*fsize);
+    if (N > ST_MAX_HEADER) return path_fail(err, errcap, path, "header length %llu exceeds the 100000000-byte limit (not a safetensors file?)", (unsigned long long)N);
+    if (8 + N > *fsize) return path_fail(err, errcap, path, "header (8 + %llu bytes) runs past the end of the file (%llu bytes): truncated", (unsigned long long)N, (unsigned long long)*fsize);
     f->header_len = N;
     f->data_start = 8 + N;
     char* hdr = (char*)mallocCheck((size_t)N + 1);
@@ -151,13 +140,13 @@ static int st_read_header(StFile* f, const char* path, JsonValue** root, uint64_
     int rc = -1;
     size_t bad;
     char jerr[256];
-    if (N && fread(hdr, 1, (size_t)N, f->fp) != (size_t)N) st_fail(err, errcap, path, "cannot read the %llu-byte header", (unsigned long long)N);
+    if (N && fread(hdr, 1, (size_t)N, f->fp) != (size_t)N) path_fail(err, errcap, path, "cannot read the %llu-byte header", (unsigned long long)N);
     else if (!json_utf8_valid(hdr, (size_t)N, &bad))
-        st_fail(err, errcap, path, "header is not valid UTF-8 (byte 0x%02x at header offset %zu)", (unsigned char)hdr[bad], bad);
-    else if (N == 0 || hdr[0] != '{') st_fail(err, errcap, path, "header does not start with '{' (invalid JSON header)");
-    else if (!(*root = json_parse(hdr, (size_t)N, jerr, sizeof(jerr)))) st_fail(err, errcap, path, "header is not valid JSON: %s", jerr);
-    else if ((*root)->type != JSON_OBJECT) st_fail(err, errcap, path, "header is not a JSON object");
-    else if (json_find_duplicate_key(*root)) st_fail(err, errcap, path, "duplicate tensor name '%s' in header", json_find_duplicate_key(*root));
+        path_fail(err, errcap, path, "header is not valid UTF-8 (byte 0x%02x at header offset %zu)", (unsigned char)hdr[bad], bad);
+    else if (N == 0 || hdr[0] != '{') path_fail(err, errcap, path, "header does not start with '{' (invalid JSON header)");
+    else if (!(*root = json_parse(hdr, (size_t)N, jerr, sizeof(jerr)))) path_fail(err, errcap, path, "header is not valid JSON: %s", jerr);
+    else if ((*root)->type != JSON_OBJECT) path_fail(err, errcap, path, "header is not a JSON object");
+    else if (json_find_duplicate_key(*root)) path_fail(err, errcap, path, "duplicate tensor name '%s' in header", json_find_duplicate_key(*root));
     else rc = 0;
     free(hdr);
     return rc;
@@ -165,14 +154,14 @@ static int st_read_header(StFile* f, const char* path, JsonValue** root, uint64_
 
 // "__metadata__": string values only, each key once.
 static int st_parse_metadata(StFile* f, const char* path, const JsonValue* m, char* err, size_t errcap) {
-    if (m->type != JSON_OBJECT) return st_fail(err, errcap, path, "__metadata__ is not a JSON object");
+    if (m->type != JSON_OBJECT) return path_fail(err, errcap, path, "__metadata__ is not a JSON object");
     const char* mdup = json_find_duplicate_key(m);
-    if (mdup) return st_fail(err, errcap, path, "__metadata__ has the key '%s' twice", mdup);
+    if (mdup) return path_fail(err, errcap, path, "__metadata__ has the key '%s' twice", mdup);
     f->meta_keys = (char**)callocCheck((size_t)m->n + 1, sizeof(char*));
     f->meta_values = (char**)callocCheck((size_t)m->n + 1, sizeof(char*));
     for (int k = 0; k < m->n; k++) {
         if (m->items[k].type != JSON_STRING)
-            return st_fail(err, errcap, path, "__metadata__ value of '%s' is a %s; metadata values must be strings", m->keys[k], json_type_name(m->items[k].type));
+            return path_fail(err, errcap, path, "__metadata__ value of '%s' is a %s; metadata values must be strings", m->keys[k], json_type_name(m->items[k].type));
         f->meta_keys[k] = xstrdup(m->keys[k]);
         f->meta_values[k] = xstrdup(m->items[k].string);
         f->n_meta = k + 1;
@@ -209,10 +198,10 @@ static int st_check_tiling(const StFile* f, const char* path, uint64_t fsize, ch
     for (int i = 0; i < f->n_tensors && rc == 0; i++) {
         const StTensor* t = order[i];
         if (t->begin > pos)
-            rc = st_fail(err, errcap, path, "gap in the data buffer: bytes %llu..%llu belong to no tensor (next tensor '%s' begins at %llu)",
+            rc = path_fail(err, errcap, path, "gap in the data buffer: bytes %llu..%llu belong to no tensor (next tensor '%s' begins at %llu)",
                          (unsigned long long)pos, (unsigned long long)t->begin, t->name, (unsigned long long)t->begin);
         else if (t->begin < pos)
-            rc = st_fail(err, errcap, path, "tensors overlap: '%s' begins at byte %llu, before the previous tensor '%s' ends (%llu)",
+            rc = path_fail(err, errcap, path, "tensors overlap: '%s' begins at byte %llu, before the previous tensor '%s' ends (%llu)",
                          t->name, (unsigned long long)t->begin, order[i - 1]->name, (unsigned long long)pos);
         pos = t->end;
     }
@@ -220,10 +209,10 @@ static int st_check_tiling(const StFile* f, const char* path, uint64_t fsize, ch
     if (rc) return rc;
     const uint64_t avail = fsize - f->data_start;
     if (pos > avail)
-        return st_fail(err, errcap, path, "truncated: the tensors need %llu data bytes but only %llu follow the header (last end + 8 + N != file size)",
+        return path_fail(err, errcap, path, "truncated: the tensors need %llu data bytes but only %llu follow the header (last end + 8 + N != file size)",
                        (unsigned long long)pos, (unsigned long long)avail);
     if (pos < avail)
-        return st_fail(err, errcap, path, "%llu trailing bytes after the last tensor (last end + 8 + N = %llu != file size %llu)",
+        return path_fail(err, errcap, path, "%llu trailing bytes after the last tensor (last end + 8 + N = %llu != file size %llu)",
                        (unsigned long long)(avail - pos), (unsigned long long)(pos + f->data_start), (unsigned long long)fsize);
     return 0;
 }
@@ -231,10 +220,10 @@ static int st_check_tiling(const StFile* f, const char* path, uint64_t fsize, ch
 int st_try_open(StFile* f, const char* path, char* err, size_t errcap) {
     memset(f, 0, sizeof(*f));
     if (err && errcap) err[0] = '\0';
-    if (strlen(path) >= sizeof(f->path)) return st_fail(err, errcap, path, "path too long");
+    if (strlen(path) >= sizeof(f->path)) return path_fail(err, errcap, path, "path too long");
     snprintf(f->path, sizeof(f->path), "%s", path);
     f->fp = fopen(path, "rb");
-    if (!f->fp) { int e = errno; return st_fail(err, errcap, path, "cannot open: %s", strerror(e)); }
+    if (!f->fp) { int e = errno; return path_fail(err, errcap, path, "cannot open: %s", strerror(e)); }
     JsonValue* root = NULL;
     uint64_t fsize = 0;
     int rc = st_read_header(f, path, &root, &fsize, err, errcap);
