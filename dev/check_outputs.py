@@ -19,8 +19,11 @@ from the banner it prints:
     compared with transformers' fp32 greedy run step by step, with a bf16 tolerance on the
     logits: while transformers' margin between its two most likely tokens exceeds
     2^-5 max(1, |top1|) (eight bf16 ulps of the logit), the CUDA build must choose the same token
-    and give it a logit within that tolerance (generate --logits-out); at the first closer call
-    the comparison of that prompt stops (two roundings may rightly choose differently there), and
+    and give it a logit within that tolerance (generate --logits-out); at a closer call the two
+    roundings may rightly choose differently: where they choose alike the comparison goes on,
+    where they part the CUDA build is run again on the prompt and transformers' tokens up to that
+    step (when they tokenize back to the same ids) and the comparison goes on from there (a small
+    model's greedy text is full of close calls; stopping at the first compared too little), and
     each directory must have --min-compared steps (default 8) compared over its prompts. The other way, comparing
     with the CPU build in fp32, would need a CPU build in the GPU bundle (OpenBLAS and the rest on
     the GPU machine) and would check the files but not the GPU's inference; this way the files a
@@ -49,13 +52,14 @@ TOL_FRAC = 2.0 ** -5   # of max(1, |top1|): eight bf16 ulps
 
 def margin_compare(ref, ours):
     """ref, ours: per step (id, top1, top2), the reference's in fp32. Returns (compared, error):
-    the steps compared before the first close call of the reference, and what disagreed among
-    them (None: nothing)."""
+    the steps compared before the first close call of the reference that ours decided the other
+    way (a close call both decided alike is compared and the texts go on), and what disagreed
+    among them (None: nothing)."""
     compared = 0
     for i, (rid, r1, r2) in enumerate(ref):
         tol = TOL_FRAC * max(1.0, abs(r1))
-        if r1 - r2 <= tol:
-            break
+        if r1 - r2 <= tol and (i >= len(ours) or ours[i][0] != rid):
+            break  # a close call the two roundings decided differently: the texts part here
         if i >= len(ours):
             return compared, "step %d: ours ended after %d tokens, the reference goes on with %d" % (i + 1, len(ours), rid)
         oid, o1 = ours[i][0], ours[i][1]
@@ -116,13 +120,42 @@ def greedy(model, tok, prompt, n):
     return tok.decode(text_ids), rows
 
 
-def compare(where, hf, us, gen):
-    """One prompt: the same text (fp32 CPU build), or the margin comparison (CUDA build).
-    Returns the steps compared."""
+def resync_compare(ref, run_from):
+    """margin_compare over the whole reference: where ours parts from it at a close call, ours is
+    run again from the reference's first k tokens (run_from(k): ours' rows continuing them, None
+    where that prefix cannot be given as text) and the comparison goes on from there.
+    Returns (compared, error) as margin_compare does, steps numbered from the prompt."""
+    k, total = 0, 0
+    while k < len(ref):
+        ours = run_from(k)
+        if ours is None:
+            break
+        c, err = margin_compare(ref[k:], ours)
+        if err is not None:
+            return total + c, "from the reference's first %d tokens, %s" % (k, err) if k else err
+        total += c
+        k += c + 1  # step k + c: a close call decided the other way (or the end)
+    return total, None
+
+
+def compare(where, hf, us, gen, tok=None, prompt=None, args=None):
+    """One prompt: the same text (fp32 CPU build), or the margin comparison (CUDA build), picked
+    up again after each close call the two decided differently. Returns the steps compared."""
     if gen.backend == "cpu":
         assert hf[0] == us[0], "%s: transformers %r, generate %r" % (where, hf[0], us[0])
         return len(hf[1])
-    compared, err = margin_compare(hf[1], us[1])
+    ids = [r[0] for r in hf[1]]
+    base = tok(prompt).input_ids
+
+    def run_from(k):
+        if k == 0:
+            return us[1]
+        text = prompt + tok.decode(ids[:k])
+        if tok(text).input_ids != base + ids[:k] or tok.eos_token_id in ids[:k]:
+            return None  # the prefix would not tokenize back to the same ids
+        return gen.run(args, text, len(ids) - k)[1]
+
+    compared, err = resync_compare(hf[1], run_from)
     assert err is None, "%s: %s (transformers %r, generate %r)" % (where, err, hf[0], us[0])
     return compared
 
@@ -138,7 +171,7 @@ def check_model_dir(d, prompts, n, gen):
         pl = pipe(p, max_new_tokens=n, do_sample=False, return_full_text=False)[0]["generated_text"]
         assert hf[0] == pl, "%s, %r: AutoModelForCausalLM %r, pipeline %r" % (d, p, hf[0], pl)
         us = gen.run(["--model", d], p, n)
-        k = compare("%s, %r" % (d, p), hf, us, gen)
+        k = compare("%s, %r" % (d, p), hf, us, gen, tok, p, ["--model", d])
         total += k
         print("ok   %s: AutoModelForCausalLM == pipeline, ./generate (%s) agrees over %d steps: greedy %r -> %r"
               % (d, gen.backend, k, p, us[0][:48]))
@@ -155,7 +188,7 @@ def check_adapter_dir(d, prompts, n, gen):
     for p in prompts:
         hf = greedy(model, tok, p, n)
         us = gen.run(["--adapter", d], p, n)
-        k = compare("%s, %r" % (d, p), hf, us, gen)
+        k = compare("%s, %r" % (d, p), hf, us, gen, tok, p, ["--adapter", d])
         total += k
         print("ok   %s (base %s): AutoPeftModelForCausalLM, ./generate --adapter (%s) agrees over %d steps: greedy %r -> %r"
               % (d, base, gen.backend, k, p, us[0][:48]))

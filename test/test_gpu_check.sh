@@ -113,14 +113,17 @@ fi
 
 # ---- dev/check_outputs.py's comparison of a CUDA generate with transformers' fp32 run (per step:
 # id, top1, top2): equal tokens and top-1 logits within 2^-5 max(1, |top1|) until the reference's
-# first close call; the rules alone, without the ML stack
+# first close call decided the other way; the rules alone, without the ML stack
 "$PY" - <<'PY' && ok "check_outputs.py: the margin comparison's rules (importable without torch)" || bad "check_outputs.py margin comparison"
 import importlib.util
 spec = importlib.util.spec_from_file_location("co", "dev/check_outputs.py")
 co = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(co)
 ref = [(5, 10.0, 9.0), (7, 8.0, 2.0), (9, 5.0, 4.95), (11, 6.0, 1.0)]
-assert co.margin_compare(ref, [(5, 10.1, 9.2), (7, 7.9, 2.5), (3, 5.1, 5.0), (4, 1.0, 0.0)]) == (2, None)  # a close call at step 3 ends it
+assert co.margin_compare(ref, [(5, 10.1, 9.2), (7, 7.9, 2.5), (3, 5.1, 5.0), (4, 1.0, 0.0)]) == (2, None)  # a close call decided otherwise at step 3 ends it
+assert co.margin_compare(ref, [(5, 10.1, 9.2), (7, 7.9, 2.5), (9, 5.0, 4.9), (11, 6.1, 1.0)]) == (4, None)  # decided alike: it goes on
+c, err = co.margin_compare(ref, [(5, 10.1, 9.2), (7, 7.9, 2.5), (9, 5.3, 4.9), (11, 6.1, 1.0)])
+assert c == 2 and err.startswith("step 3: token 9's logit 5.3000"), err                          # alike, but 0.3 > 5 / 32
 c, err = co.margin_compare(ref, [(5, 10.0, 9.0), (8, 8.0, 2.0)])
 assert c == 1 and err.startswith("step 2: ours chose 8, the reference 7"), err
 c, err = co.margin_compare(ref, [(5, 10.5, 9.0)])
@@ -129,6 +132,15 @@ c, err = co.margin_compare(ref[:2], [(5, 10.0, 9.0)])
 assert c == 1 and err.startswith("step 2: ours ended after 1 tokens"), err
 c, err = co.margin_compare(ref[:2], ref[:2] + [(1, 3.0, 0.0)])
 assert c == 2 and err.startswith("ours goes on after"), err
+# parted at step 3's close call: ours is run again from the reference's first 3 tokens
+runs = []
+def run_from(k):
+    runs.append(k)
+    return [(5, 10.1, 9.2), (7, 7.9, 2.5), (3, 5.1, 5.0)] if k == 0 else [(11, 6.1, 1.0)]
+assert co.resync_compare(ref, run_from) == (3, None) and runs == [0, 3], runs
+c, err = co.resync_compare(ref, lambda k: [(5, 10.0, 9.0), (7, 8.0, 2.0), (3, 5.1, 5.0)] if k == 0 else [(12, 6.0, 1.0)])
+assert c == 2 and err.startswith("from the reference's first 3 tokens, step 1: ours chose 12"), err
+assert co.resync_compare(ref, lambda k: [(5, 10.0, 9.0), (7, 8.0, 2.0), (3, 5.1, 5.0)] if k == 0 else None) == (2, None)
 PY
 
 # ---- the TEST_QUICK subsets the GPU check runs under initcheck: each test program passes on a
