@@ -376,6 +376,13 @@ static void plan_model(Ledger* l, const Shape* h, const PlanSpec* s, const PlanB
         led_add(l, PLAN_HOST, "bf16 staging", max_layer * 2, 0, "one layer's weight");
         led_free(l, "bf16 staging");
     }
+    if (b->device && b->X == 2) { // the fp32 -> bf16 uploads' chunk (gpt2_set_params per tensor, lora_set_params)
+        size_t most = h->lm ? (h->lm->total > h->lm->masks_n ? h->lm->total : h->lm->masks_n) : 0;
+        for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+            if (!(h->skip & (1u << i)) && h->pt.t[i].numel > most) most = h->pt.t[i].numel;
+        led_add(l, PLAN_BACKEND, "cast scratch", (most < OPS_CUDA_CAST_CHUNK ? most : OPS_CUDA_CAST_CHUNK) * sizeof(float), 0,
+                "fp32 staging of the bf16 uploads (llmc/cuda/backend.cu)");
+    }
     led_free(l, "weights being loaded");
     plan_acts(l, h, s, b);
 }

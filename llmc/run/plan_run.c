@@ -198,10 +198,10 @@ static void plan_check(const RunPlan* rp, const RunConfig* rc) {
     else snprintf(hint, sizeof(hint), "nothing fits this GPU at --seq-len %d: shard over more GPUs (--zero 3 under mpirun), keep the "
                   "optimizer on the host (--offload-optimizer), or a shorter --seq-len", f->seq_len);
     fatal(hint, "rank %d needs %.1f MiB of device memory at its peak, while %s (the memory report's total %.1f MiB: params %.1f, "
-          "grads %.1f, optimizer %.1f, activations %.1f MiB at --batch-size %d --seq-len %d --recompute %d; and %.1f MiB for workspaces "
-          "and libraries), but the GPU has %.1f MiB free of %.1f MiB", rp->rank, mib(p->peak), p->peak_at, mib(groups_total(&g)),
-          mib(g.g[PLAN_CAT_PARAMS]), mib(g.g[PLAN_CAT_GRADS]), mib(g.g[PLAN_CAT_OPT]), mib(g.g[PLAN_CAT_ACTS]), f->batch_size,
-          f->seq_len, f->recompute, mib(g.runtime), mib(rp->avail), mib(rp->dev_total));
+          "grads %.1f, optimizer %.1f, activations %.1f MiB at --batch-size %d --seq-len %d --recompute %d; %.1f MiB for workspaces "
+          "and libraries; %.1f MiB of staging), but the GPU has %.1f MiB free of %.1f MiB", rp->rank, mib(p->peak), p->peak_at,
+          mib(groups_total(&g)), mib(g.g[PLAN_CAT_PARAMS]), mib(g.g[PLAN_CAT_GRADS]), mib(g.g[PLAN_CAT_OPT]), mib(g.g[PLAN_CAT_ACTS]),
+          f->batch_size, f->seq_len, f->recompute, mib(g.runtime), mib(g.g[PLAN_CAT_OTHER] - g.runtime), mib(rp->avail), mib(rp->dev_total));
 }
 
 // ----------------------------------------------------------------------------
@@ -249,7 +249,8 @@ static void print_data(const RunPlan* rp, const RunConfig* rc) {
         printf("time: no measured rate for the CPU backend (the step line's TFLOP/s gives it after a few steps)\n");
 }
 
-// Every rank's peak (a plan each: they differ by rank at ZeRO 1-3), up to 8 listed.
+// Every rank's peak and buffers at their largest (a plan each: they differ by rank at ZeRO 1-3),
+// up to 9 listed.
 static void print_ranks(const RunPlan* rp) {
     if (rp->world == 1) return;
     Plan* t = (Plan*)mallocCheck(sizeof(Plan));
@@ -259,7 +260,7 @@ static void print_ranks(const RunPlan* rp) {
         PlanSpec s = rp->plan.spec;
         s.rank = r;
         memplan_make(&s, &rp->plan.be, t);
-        printf(" %d: %.1f MiB (%s)%s", r, mib(t->peak), t->peak_at, r + 1 < rp->world ? ";" : "\n");
+        printf(" %d: peak %.1f MiB (%s), buffers %.1f MiB%s", r, mib(t->peak), t->peak_at, mib(t->peak_buffers), r + 1 < rp->world ? ";" : "\n");
     }
     free(t);
 }
@@ -278,7 +279,7 @@ static void print_options(const RunPlan* rp, const RunConfig* rc) {
         printf("  %-8s %-6d", !o[i].lora ? "full" : o[i].qlora ? "QLoRA" : "LoRA", o[i].zero);
         for (int r = 0; r < 3; r++) {
             char cell[40];
-            if (o[i + r].B) snprintf(cell, sizeof(cell), "B <= %d (%.0f)", o[i + r].B, mib(o[i + r].peak));
+            if (o[i + r].B) snprintf(cell, sizeof(cell), "B %s %d (%.0f)", o[i + r].B == 4096 ? ">=" : "<=", o[i + r].B, mib(o[i + r].peak));
             else snprintf(cell, sizeof(cell), "-");
             printf(" %-20s", cell);
         }

@@ -376,7 +376,7 @@ void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** a
         RunConfig cmd = *rc; // (rc is rebuilt from the record; cmd keeps the command line's strings)
         resume_config(rc, &st->rec, cmd.f.out_dir, mode, argc, argv, comm->world, &st->changes);
         runconfig_free(&cmd);
-        if (comm->rank == 0) base_check(rc, rc->f.out_dir);
+        if (comm->rank == 0 && !rc->f.plan) base_check(rc, rc->f.out_dir); // (--plan reads no weights)
         return;
     }
     if (st->resume_step >= 0) {
@@ -394,7 +394,7 @@ void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** a
     // the record states the global batch in tokens, whatever the number of ranks (resuming on other
     // ranks keeps it)
     if (rc->f.total_batch_tokens == 0) rc->f.total_batch_tokens = rc->tokens_per_step;
-    if (comm->rank == 0 && st->resume_step < 0) base_record(rc);
+    if (comm->rank == 0 && st->resume_step < 0 && !rc->f.plan) base_record(rc);
 }
 
 void runrecord_start_free(RunStart* st) {
