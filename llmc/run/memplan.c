@@ -85,6 +85,7 @@ static void bin_config(const char* path, GPT2Config* cfg) {
 void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source) {
     char path[LLMC_PATH_MAX], dir[LLMC_PATH_MAX];
     if (gpt2_config_from_descriptor(cfg, model) == 0) { *source = PLAN_SRC_INIT; return; }
+    if (!dir_exists(model) && !file_exists(model)) fatal("check the path of the model", "model '%s' does not exist", model);
     if (ends_with(model, ".bin")) { *source = PLAN_SRC_BIN; bin_config(model, cfg); return; }
     *source = PLAN_SRC_HF;
     snprintf(dir, sizeof(dir), "%s", model);
@@ -95,7 +96,8 @@ void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source
     if (ends_with(model, "config.json") && !ends_with(model, ".index.json")) snprintf(path, sizeof(path), "%s", model);
     else path_join(path, sizeof(path), dir, "config.json");
     if (!file_exists(path))
-        fatal("give the model's config.json, or its directory", "'%s': planning reads only the model's config, and there is no %s", model, path);
+        fatal("pass a Hugging Face model directory (config.json + model.safetensors), a .safetensors file with its config.json beside it, "
+              "or an llm.c .bin", "model '%s': no %s (the model's shape is read from it before anything else)", model, path);
     model_read_hf_config(path, cfg);
 }
 
