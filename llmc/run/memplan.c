@@ -39,7 +39,12 @@ void memplan_backend_cuda(PlanBackend* b, size_t total) {
     b->X = 2;
     b->master = 1;
     b->bf16_gemm = 1;
-    const size_t cap = (size_t)512 << 20; // (the trainer's check_device_memory)
+    // the reserve for what the plan does not list: cuBLASLt's workspace and the kernels it loads,
+    // NCCL's buffers, the ops' small scratch (the encoder's buckets, column sums, the norm's
+    // reduction) and the sampler's cache. On the first H100 run (dev/reports/gpu_2026-11-26) the
+    // device held 640-800 MiB more than the memory report's total, the CUDA context included
+    // (the free memory a run is planned against is measured after the context is made).
+    const size_t cap = (size_t)512 << 20;
     b->runtime = total / 16 < cap ? total / 16 : cap;
 }
 
@@ -111,6 +116,9 @@ void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* c
         l->rank = f->lora_rank; l->alpha = f->lora_alpha; l->rslora = f->rslora; l->dropout = f->lora_dropout;
         l->bias = rc->lora_bias; l->train_ln_f = f->train_ln_f; l->targets = rc->lora_targets;
         char err[512];
+        // (with --adapter the flags' targets are not parsed for the run: the plan parses them)
+        if (!l->targets && lora_parse_targets(f->lora_targets, &l->targets, err, sizeof(err)))
+            fatal("run with --help to see the LoRA targets", "%s", err);
         if (lora_parse_layers(f->lora_layers ? f->lora_layers : "all", cfg->num_layers, l, err, sizeof(err)))
             fatal("give layer indices of the base model, e.g. --lora-layers 0-5,8", "%s", err);
     }

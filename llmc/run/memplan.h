@@ -37,7 +37,7 @@ typedef struct {
     int bf16_gemm;        // CPU: GEMMs in bf16 (operand scratch; LoRA's frozen base held in bf16)
     size_t runtime;       // what the process holds besides the run's buffers: CPU the libraries and
                           // threads (measured, MEMPLAN_CPU_RUNTIME); GPU the reserve for cuBLASLt,
-                          // NCCL and the ops' small scratch (the trainer's device check)
+                          // NCCL and the ops' small scratch (memplan_backend_cuda)
     size_t runtime_mpi;   // CPU: more under MPI (several ranks)
     size_t blas;          // CPU: OpenBLAS's buffers at most (fp32 GEMMs, full training), from the first step on
     double flops;         // training throughput in model FLOP/s measured on this backend (0: unknown)
@@ -95,7 +95,8 @@ void memplan_spec_init(PlanSpec* s, const GPT2Config* cfg);
 void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source);
 // The spec of a trainer's run from its flags (llmc/run/runconfig.h) for rank of world ranks: what
 // --plan and --batch-size auto plan. LoRA's structure comes from the --lora-* flags (an --adapter
-// directory's own structure is not read: the plan takes the flags' shape for it). A flag given as
+// directory's own structure is not read: the plan takes the flags' shape for it, by default rank
+// 8 on c_attn; the adapters are a small part of a run's memory). A flag given as
 // auto (--batch-size, --recompute) is planned at 1 and 0 until the trainer's plan step chooses.
 void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* cfg, int world, int rank);
 

@@ -304,6 +304,9 @@ static void print_verdict(const RunPlan* rp, const RunConfig* rc) {
 
 static void plan_print_all(const RunPlan* rp, const RunConfig* rc) {
     memplan_print(&rp->plan, stdout);
+    if (rc->f.adapter)
+        printf("  (--adapter %s: its adapters are planned with the --lora-* flags' shape, rank %d on %s, not read from its files)\n",
+               rc->f.adapter, rc->f.lora_rank, rc->f.lora_targets);
     if (!rp->plan.be.flops && rp->plan.be.device) printf("  (no figure for this GPU's peak FLOP/s: no predicted step time)\n");
     print_ranks(rp);
     print_data(rp, rc);
