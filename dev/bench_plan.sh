@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory plan (llmc/run/memplan.h, printed by dev/bench_plan) against the measured peak
+# The memory plan (llmc/run/memplan.h, printed by the trainers' --plan) against the measured peak
 # resident set of the same runs on the CPU backend: for every configuration that fits this
 # machine's memory (GPT-2 124M and 355M full fine-tuning, 774M and 1.5B LoRA and QLoRA; ZeRO 0-3
 # at 1 and 2 ranks; recompute 0-2), one training step (--out none) under GNU time, each rank's
@@ -12,9 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODELS=${MODELS:-/tmp/llmc-models}; T=${T:-1024}; THREADS=${THREADS:-2}; ROWS=${ROWS:-.}
-BIN=build/cpu/bin PLAN=build/cpu/dev/bench_plan
+BIN=build/cpu/bin
 [ -x /usr/bin/time ] || { echo "needs GNU time (/usr/bin/time)"; exit 1; }
-make -s BACKEND=cpu "$BIN/train_gpt2" "$BIN/train_lora" "$BIN/convert" "$PLAN"
+make -s BACKEND=cpu "$BIN/train_gpt2" "$BIN/train_lora" "$BIN/convert"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 python3 - "$tmp/train.bin" <<'PY'
@@ -66,12 +66,15 @@ for row in "${ROWLIST[@]}"; do
        --train-data "$tmp/train.bin" --steps 1 --out none --threads "$threads" > "$tmp/run.log" 2>&1; then
     echo "| $name | $np | | failed | |"; tail -5 "$tmp/run.log" >&2; continue
   fi
+  # the plan of the same command line, from the trainer itself (--plan: rank 0 prints every rank's peak)
+  mpirun -np "$np" "$BIN/$prog" "${args[@]}" --train-data "$tmp/train.bin" --steps 1 --out none --threads "$threads" --plan > "$tmp/plan.log" 2>&1
   for r in $(seq 0 $((np - 1))); do
-    peak=$("$PLAN" "${args[@]}" --world "$np" --rank "$r" --peak)
-    at=$("$PLAN" "${args[@]}" --world "$np" --rank "$r" | grep -o 'while [a-z ]*' | head -1)
+    if [ "$np" = 1 ]; then plan=$(sed -n 's/^  training: .* | peak \([0-9.]*\) MiB resident while \([a-z ]*\) |.*/\1|while \2/p' "$tmp/plan.log")
+    else plan=$(sed -n 's/^ranks: //p' "$tmp/plan.log" | tr ';' '\n' | sed -n "s/^ *$r: peak \([0-9.]*\) MiB (\([a-z ]*\)).*/\1|while \2/p"); fi
+    [ -n "$plan" ] || { echo "| $name | $np | no plan | | |"; cat "$tmp/plan.log" >&2; continue; }
     rss=$(( $(tail -1 "$tmp/rss.$r" | grep -o '[0-9]*$') * 1024 ))
-    awk -v n="$name" -v np="$np" -v r="$r" -v p="$peak" -v m="$rss" -v at="$at" \
-      'BEGIN {printf "| %s | %s | %.0f (%s) | %.0f | %+.1f%% |\n", n, (np > 1 ? "rank " r " of " np : "1"), p / 1048576, at, m / 1048576, 100 * (p - m) / m}'
+    awk -v n="$name" -v np="$np" -v r="$r" -v p="${plan%%|*}" -v m="$rss" -v at="${plan#*|}" \
+      'BEGIN {printf "| %s | %s | %.0f (%s) | %.0f | %+.1f%% |\n", n, (np > 1 ? "rank " r " of " np : "1"), p, at, m / 1048576, 100 * (p * 1048576 - m) / m}'
   done
 done
 echo

@@ -24,7 +24,7 @@ echo "|---|---|---|---|---|---|---|---|"
 for size in "124M d12" "355M d24" "774M d36" "1.5B d48"; do
   read -r name desc <<<"$size"
   for mode in full LoRA QLoRA; do
-    flags=(--model "$desc" --backend cuda --seq-len 1024 --batch-size 1)
+    flags=(--model "$desc" --backend cuda --seq-len 1024 --batch-size 1 --save)   # (a run that writes its model: ZeRO 3 gathers it on rank 0)
     [ $mode = LoRA ] && flags+=(--lora-rank 16 --lora-alpha 32 --lora-targets all-linear)
     [ $mode = QLoRA ] && flags+=(--qlora --lora-rank 16 --lora-alpha 32 --lora-targets all-linear)
     for z in 0 1 2 3; do

@@ -52,7 +52,10 @@
 #   train     train_gpt2 / train_lora / train_lora --qlora (r=8 on c_attn) at GPT-2 124M shapes,
 #             T=1024, B in {8, 16, 32}: ms/step, tokens/s, TFLOP/s, MFU, peak device memory; the
 #             B=8 runs twice: identical losses and norms step for step (--deterministic 1);
-#             one GPT-2 XL (--model d48) full fine-tuning run at T=1024, B=8; and packed
+#             one GPT-2 XL (--model d48) full fine-tuning run at T=1024, B=8; GPT-2 355M and 774M
+#             (d24, d36) full fine-tuning with --batch-size auto (the plan's largest micro-batch
+#             that fits the GPU), two steps each; for every run the plan's device memory beside
+#             the measured (cudaMemGetInfo after step 1, nvidia-smi's peak); and packed
 #             fine-tuning: chat records (dev/pack_data.py) prepared with --pack 1024,
 #             --record-windows 1024 and as a token stream, LoRA r=8 on c_attn, B=16, 8 steps
 #             each: trained tokens/s (the targets the masks train) and device memory
@@ -75,7 +78,8 @@
 # (the first run, before the quickstart / outputs / XL / compiled / attention items): about 2 minutes for
 # env,tests,train,torch, 5 for sanitize,kernels,watchdog; the new items should add about 2 (the compiled
 # model's compilation, d48's initialisation on the host) and outputs another (transformers on the CPU); the
-# pack runs (three train_lora start-ups, 8 steps each) should take about half a minute. An
+# pack runs (three train_lora start-ups, 8 steps each) should take about half a minute, the two
+# --batch-size auto runs (355M, 774M: initialisation on the host, two steps) about one. An
 # item that cannot finish inside --budget (default 360 s: the device call that runs the check is
 # usually limited to 420 s, and unpacking the bundle, writing the report and packing it come on
 # top) is recorded as skipped for the time budget; running the check again with the same --out
@@ -267,11 +271,12 @@ if [ "$EMULATED" = 1 ]; then
   QS_ENV=(BASE_STEPS=20 LORA_STEPS=10)   # the fewest the job's warm-ups allow (~90 s under the harness)
   OUTPUTS_ARGS=(--min-compared 0)        # so little trained, its choices are all close calls
   XL_MODEL=tiny; XL_B=1                  # the GPT-2 XL run's path on a model the harness can afford
+  AUTO_MODELS=tiny; AUTO_SEQS=4          # --batch-size auto's path (the fake device is 80 GB: B = 4)
   PACK_T=256; PACK_B=2; PACK_STEPS=4     # the pack runs' path on the `tiny` descriptor (GPT-2's
   PACK_BASE_MODEL=tiny; PACK_BASE="$WORK/packbase/model.bin"   # vocabulary, as data/prepare's)
   TORCH_COMPILED=compiled:2; TORCH_ATTENTION=1,2,16:64,128
   ATTN_SHAPES=""                         # attention_bench cannot run under the harness (cuBLAS)
-  EST_TEST=30; EST_TRAIN=10; EST_TORCH=30; EST_KERNEL=20; EST_QS=120; EST_OUTPUTS=60; EST_XL=30; EST_PACK=15
+  EST_TEST=30; EST_TRAIN=10; EST_TORCH=30; EST_KERNEL=20; EST_QS=120; EST_OUTPUTS=60; EST_XL=30; EST_PACK=15; EST_AUTO=10
 else
   T=1024; BATCHES="8 16 32"; STEPS=12; WARMUP=2; VOCAB=50257; FULL_MODEL=d12; LORA_BASE="$WORK/base/model.bin"
   GEN_TOKENS=256
@@ -279,11 +284,12 @@ else
   QS_ENV=()                              # the job as `make quickstart` runs it (~5 s on an H100)
   OUTPUTS_ARGS=()
   XL_MODEL=d48; XL_B=8                   # GPT-2 XL, 1.56B parameters: ~49 GB at B=8, T=1024
+  AUTO_MODELS="d24 d36"; AUTO_SEQS=120   # 355M / 774M full, --batch-size auto: B 60 / 30 of 120 on 80 GB (the plan)
   PACK_T=1024; PACK_B=16; PACK_STEPS=8   # issue 24's setting, on the LoRA runs' base
   PACK_BASE_MODEL=d12; PACK_BASE="$LORA_BASE"
   TORCH_COMPILED=compiled:16; TORCH_ATTENTION=16,12,64:512,1024,2048
   ATTN_SHAPES="512 1024 2048"            # attention_bench at B=16, NH=12, HS=64 (GPT-2's heads), causal
-  EST_TEST=45; EST_TRAIN=25; EST_TORCH=120; EST_KERNEL=25; EST_QS=30; EST_OUTPUTS=60; EST_XL=90; EST_PACK=20
+  EST_TEST=45; EST_TRAIN=25; EST_TORCH=120; EST_KERNEL=25; EST_QS=30; EST_OUTPUTS=60; EST_XL=90; EST_PACK=20; EST_AUTO=45
 fi
 export BUILD="$WORK/testout"   # where test programs write their exports (not the repository)
 mkdir -p "$BUILD"
@@ -476,7 +482,26 @@ section_train() {
   # one GPT-2 XL size (d48) full fine-tuning run: tokens/s, MFU, device memory at a size where
   # the step is all GEMMs and attention (the model is initialised from the seed: no file to carry)
   train_one xl "$XL_B" "xl_b$XL_B" "$EST_XL" 300
+  auto_items
   pack_items
+}
+
+# The memory plan on the GPU (issue 31): every run above prints the plan's peak device memory
+# (the memory report's components + the reserve for workspaces and libraries) and, after its
+# first step, the device memory it took since start-up (cudaMemGetInfo) beside the plan's
+# buffers; nvidia-smi gives the device peak. At the other GPT-2 sizes (355M and 774M full
+# fine-tuning; emulated: `tiny`) --batch-size auto lets the plan choose the largest micro-batch
+# that fits the GPU less 5% and divides AUTO_SEQS sequences a step, and the run takes two steps
+# with it: a B the plan got wrong fails here with an out-of-memory error.
+auto_items() {
+  local m
+  for m in $AUTO_MODELS; do
+    TRAIN_ARGV=("$BIN/train_gpt2" --model "$m" --train-data "$WORK/train.bin" --batch-size auto --seq-len "$T"
+                --total-batch-tokens $((AUTO_SEQS * T)) --steps 2 --lr 1e-4 --warmup-steps 0 --seed 1 --out none)
+    mem_poll_start "$OUT/logs/train/auto_$m.mem"
+    run_item train "auto_$m" "$EST_AUTO" 300 "${TRAIN_ARGV[@]}"
+    mem_poll_stop
+  done
 }
 
 # Packed fine-tuning (issue 24) against one record per window and a token stream: the chat

@@ -114,6 +114,13 @@ def parse_train_log(text, warmup):
         out["loss_first"], out["loss_last"] = steps[0]["loss"], steps[-1]["loss"]
     m = re.search(r"memory \(this rank\):.*\| total ([0-9.]+) MiB", text)
     out["trainer_mib"] = float(m.group(1)) if m else None
+    # the memory plan (llmc/run/plan_run.h): its peak, and after step 1 what the run took beside it
+    m = re.search(r"^memory plan \(this rank\): peak ([0-9.]+) MiB", text, re.M)
+    out["plan_peak_mib"] = float(m.group(1)) if m else None
+    m = re.search(r"^memory after step 1: measured ([0-9.]+) MiB .*\| plan ([0-9.]+) MiB", text, re.M)
+    out["step1_taken_mib"], out["step1_plan_mib"] = (float(m.group(1)), float(m.group(2))) if m else (None, None)
+    m = re.search(r"^auto: --batch-size (\d+):", text, re.M)
+    out["auto_batch"] = int(m.group(1)) if m else None
     m = re.search(r"^backend: (.*)$", text, re.M)
     out["backend"] = m.group(1) if m else None
     m = re.search(r"^model: (\S+) .*\| (\d+) parameters", text, re.M)
@@ -394,6 +401,13 @@ def build(d):
         if det and recs.get("train/%s_b%s_repeat" % (mode_, b)):
             row["deterministic"] = det["status"]
         rep["train"].append(row)
+    rep["auto"] = []
+    for key, r in recs.items():
+        if r["section"] == "train" and r["item"].startswith("auto_"):
+            row = {"model": r["item"][len("auto_"):], "status": r["status"], "reason": r["reason"]}
+            row.update(parse_train_log(logtext(d, r), 0))
+            row["device_peak_mib"] = peak_mem(d, r["item"])
+            rep["auto"].append(row)
     order = {"full": 0, "compiled": 0.5, "lora": 1, "qlora": 2, "xl": 3}
     rep["train"].sort(key=lambda x: (order[x["mode"]], x["batch"]))
     rep["determinism"] = [{"mode": r["item"].split("_")[0], "status": r["status"], "reason": r["reason"]}
@@ -627,11 +641,12 @@ def markdown(rep):
     for x in rep["determinism"]:
         L.append("- determinism, %s: %s" % (x["mode"], status_cell(x)))
     for key, it in sorted(rep["items"].items()):
-        if it["section"] == "train" and not re.match(r"^((full|lora|qlora|xl)_(b\d+(_repeat)?|determinism)|pack_(data|packed|windows|stream))$",
+        if it["section"] == "train" and not re.match(r"^((full|lora|qlora|xl)_(b\d+(_repeat)?|determinism)|pack_(data|packed|windows|stream)|auto_\w+)$",
                                                      it["item"]):
             L.append("- %s: %s" % (it["item"], status_cell(it)))
     L.append("")
     pack_table(L, rep)
+    plan_table(L, rep)
 
     L.append("## PyTorch on the same device")
     L.append("")
@@ -707,6 +722,30 @@ def markdown(rep):
     sanitize_findings(L, rep["sanitize"])
     L.append("")
     return "\n".join(L)
+
+
+def plan_table(L, rep):
+    """The memory plan against the device (issue 31): per run the plan's peak and what was measured."""
+    rows = [(r["mode"] if r["mode"] != "xl" else "full, " + (r.get("model") or "xl"), r) for r in rep["train"]]
+    rows += [("full, %s, --batch-size auto" % r["model"], r) for r in rep.get("auto", [])]
+    rows = [(n, r) for n, r in rows if r.get("plan_peak_mib") is not None or r["status"] != "pass" and n.endswith("auto")]
+    if not rows:
+        return
+    L.append("### Device memory: the plan against the device")
+    L.append("")
+    L.append("The trainers' plan (llmc/run/memplan.c, printed at start-up): its peak (the buffers + the reserve for cuBLASLt, NCCL and"
+             " small scratch); after the first step the device memory the run took since start-up (cudaMemGetInfo) against the plan's"
+             " buffers; nvidia-smi's peak (the CUDA context included). The auto runs' B is the plan's largest that fits less 5%.")
+    L.append("")
+    L.append("| run | B | result | plan peak MiB | device peak MiB | taken by step 1 MiB | plan buffers MiB | taken - plan |")
+    L.append("|---|---|---|---|---|---|---|---|")
+    for name, r in rows:
+        t, p = r.get("step1_taken_mib"), r.get("step1_plan_mib")
+        diff = "%+.1f%%" % (100.0 * (t - p) / p) if t is not None and p else "-"
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            name, r.get("batch") or r.get("auto_batch") or "", status_cell(r), fmt(r.get("plan_peak_mib"), "%.0f"),
+            fmt(r.get("device_peak_mib"), "%.0f"), fmt(t, "%.1f"), fmt(p, "%.1f"), diff))
+    L.append("")
 
 
 def pack_table(L, rep):

@@ -71,6 +71,16 @@ q "$J" "[t['summary'] for t in r['tests'] if t['program'] == 'generate'][0]" | g
 
 n=$(q "$J" "sum(1 for t in r['train'] if t['status'] == 'pass' and t.get('ms_per_step') and t.get('steps') == 5)")
 [ "$n" = 10 ] && ok "10 training runs (full, lora, qlora x 3 batch sizes, the XL run's path on 'tiny') pass with step times" || bad "training runs with results: $n of 10"
+# the memory plan on the device (issue 31): every training run prints the plan's peak, and after
+# its first step the device memory it took (the harness counts every cudaMalloc) within 1% + 0.25
+# MiB of the plan's buffers; --batch-size auto picks the largest B of the 4 sequences a step
+n=$(q "$J" "sum(1 for t in r['train'] + r['auto'] if t['status'] == 'pass' and t['plan_peak_mib'] and t['step1_plan_mib'] and abs(t['step1_taken_mib'] - t['step1_plan_mib']) <= 0.01 * t['step1_plan_mib'] + 0.25)")
+if [ "$n" = 11 ] && [ "$(q "$J" "[(a['model'], a['status'], a['auto_batch'], a['steps']) for a in r['auto']]")" = "[('tiny', 'pass', 4, 2)]" ] \
+   && grep -q "^### Device memory: the plan against the device" "$TMP/full/report.md" && grep -q "^| full, tiny, --batch-size auto | 4 | pass | " "$TMP/full/report.md"; then
+  ok "device memory: 11 runs (full, lora, qlora x 3, the XL path, --batch-size auto on tiny: B = 4) took what their plan says after step 1"
+else
+  bad "device memory: $n of 11 runs within the plan; auto: $(q "$J" "[(a['model'], a['status'], a.get('auto_batch'), a.get('steps')) for a in r['auto']]"); $(q "$J" "[(t.get('mode'), t.get('step1_taken_mib'), t.get('step1_plan_mib')) for t in r['train'] + r['auto']]")"
+fi
 for m in full lora qlora; do
   [ "$(status_of "train/${m}_determinism")" = pass ] && ok "$m: the repeated run has identical losses" || bad "$m determinism: $(status_of "train/${m}_determinism")"
 done
@@ -212,15 +222,19 @@ step() { printf 'step %4d/12 | loss 10.97 | lr 1.000e-04 | norm 3.06 | %s ms | %
   for i in 1 2 3 4; do step $i 53.5 305852 245.7 24.9; done; } > "$G/logs/train/full_b16.log"
 { echo "model: d48 (GPT-2 init, seed 1) | L=48 C=1600 NH=25 vocab=50257 (padded 50304) max_seq_len=1024 | 1557611200 parameters"
   echo "memory (this rank): params 2971.0 MiB (bf16) | grads 2971.0 MiB (bf16) | optimizer 17826.0 MiB (fp32 m, v, master) | activations 23500.0 MiB (bf16, recompute 0) | total 47268.0 MiB"
-  for i in 1 2 3 4; do step $i 310.0 26426 251.0 25.4; done; } > "$G/logs/train/xl_b8.log"
+  echo "memory plan (this rank): peak 47780.0 MiB of device memory while training (512.0 MiB of it for workspaces and libraries; host memory at most 5936.1 MiB) | buffers at most 47268.0 MiB while training | available 80500.0 MiB (the GPU's free memory)"
+  step 1 310.0 26426 251.0 25.4
+  echo "memory after step 1: measured 47301.5 MiB (device memory taken since start-up, cudaMemGetInfo; 48000.0 MiB in use of 81559.0) | plan 47268.0 MiB (its peak so far less the 512.0 MiB reserve for workspaces and libraries: 47780.0 MiB)"
+  for i in 2 3 4; do step $i 310.0 26426 251.0 25.4; done; } > "$G/logs/train/xl_b8.log"
 rec train full_b16; rec train xl_b8
 "$PY" scripts/gpu_report.py "$G" > /dev/null 2>&1
 grep -q '^| 512 | 60.1 | 45.2 | 2512.5 | 1512.2 | RuntimeError: No available kernel. Aborting execution. |  |$' "$G/report.md" \
   && grep -q '^| 1024 | 43.6 | 34.2 | 21024.5 | 11024.2 | RuntimeError' "$G/report.md" \
   && grep -q '^| compiled | 16 | 40.1 | 408916 | 330.1 | 33.4% | 9000 / 10175 | 0.75x |$' "$G/report.md" \
   && grep -q '^| full, d48 (1.56B parameters) | 8 | pass | 310.0 | 26426 | 251.0 | 25.4% | - | 47268 |  |$' "$G/report.md" \
+  && grep -q '^| full, d48 | 8 | pass | 47780 | - | 47301.5 | 47268.0 | +0.1% |$' "$G/report.md" \
   && grep -q '^| attention_bench | B=16 T=512 NH=12 HS=64 | forward flash (wmma) |' "$G/report.md" \
-  && ok "GPU tables: attention (ours, SDPA flash, cuDNN's error), the compiled PyTorch row against our full run, the d48 run" \
+  && ok "GPU tables: attention (ours, SDPA flash, cuDNN's error), the compiled PyTorch row against our full run, the d48 run and its plan" \
   || bad "GPU tables: $(grep -E '^\| (512|1024|compiled|full, d48)' "$G/report.md")"
 
 # ---- Nsight Compute (kernels/ncu_step, ncu_attention): scripts/ncu_step.py on the first H100 run's

@@ -174,8 +174,62 @@ static void test_resume_rules(void) {
     }
 }
 
+// --batch-size auto / --recompute auto: the word is kept (ARG_AUTO, written back as "auto") until
+// the plan resolves it (runconfig_resolve), which derives the accumulation; auto needs the global
+// batch, in whole sequences of every rank.
+static void derive_args(RunConfig* rc, char** argv, int argc, int world, int* rcode, char* err, size_t cap) {
+    const char* hint;
+    memset(rc, 0, sizeof(*rc));
+    runconfig_defaults(rc, TRAIN_FULL);
+    runconfig_parse_args(rc, argc, argv);
+    *rcode = runconfig_derive(rc, world, err, cap, &hint);
+}
+
+static void test_auto(void) {
+    char* args[] = {"train_gpt2", "--model", "d6", "--train-data", "x.bin", "-t", "16", "--batch-size", "auto", "--recompute", "auto",
+                    "--total-batch-tokens", "192"};
+    RunConfig rc;
+    char err[1024];
+    int rcode;
+    derive_args(&rc, args, ARGC(args), 2, &rcode, err, sizeof(err));
+    TEST_CHECK(rcode == 0 && rc.f.batch_size == ARG_AUTO && rc.f.recompute == ARG_AUTO && rc.accum == 0 && rc.tokens_per_step == 192,
+               "auto: %s B %d r %d accum %d tokens %lld", rcode ? err : "", rc.f.batch_size, rc.f.recompute, rc.accum, (long long)rc.tokens_per_step);
+    char* j = runconfig_to_json(&rc);
+    TEST_CHECK(strstr(j, "\"batch_size\": \"auto\"") && strstr(j, "\"recompute\": \"auto\""), "the JSON keeps the word: %s", j);
+    RunConfig back;
+    rcode = runconfig_from_json(&back, j, strlen(j), "auto.json", err, sizeof(err));
+    TEST_CHECK(rcode == 0 && back.f.batch_size == ARG_AUTO && back.f.recompute == ARG_AUTO, "read back: %s", rcode ? err : "");
+    if (rcode == 0) runconfig_free(&back);
+    free(j);
+    runconfig_resolve(&rc, 3, 1); // 192 tokens = 2 ranks x 16 x 6 sequences: B 3 -> 2 micro-steps
+    TEST_CHECK(rc.f.batch_size == 3 && rc.f.recompute == 1 && rc.accum == 2 && rc.micro_tokens == 96 && runconfig_given(&rc, "--batch-size"),
+               "resolved: B %d r %d accum %d micro %lld", rc.f.batch_size, rc.f.recompute, rc.accum, (long long)rc.micro_tokens);
+    j = runconfig_to_json(&rc);
+    TEST_CHECK(strstr(j, "\"batch_size\": 3,") && strstr(j, "\"recompute\": 1,") && strstr(j, "\"accum\": 2"), "the record holds the choice: %s", j);
+    free(j);
+    runconfig_resolve(&rc, 6, 2); // (numbers stay: only a word is resolved)
+    TEST_CHECK(rc.f.batch_size == 3 && rc.f.recompute == 1, "a second resolve changed B %d r %d", rc.f.batch_size, rc.f.recompute);
+    runconfig_free(&rc);
+    printf("ok   --batch-size auto / --recompute auto: kept as the word until resolved, then recorded with the accumulation\n");
+
+    char* none[] = {"train_gpt2", "--model", "d6", "--train-data", "x.bin", "-t", "16", "--batch-size", "auto"};
+    derive_args(&rc, none, ARGC(none), 1, &rcode, err, sizeof(err));
+    TEST_CHECK(rcode && strstr(err, "--batch-size auto needs --total-batch-tokens"), "auto without a total: %s", rcode ? err : "accepted");
+    runconfig_free(&rc);
+    char* odd[] = {"train_gpt2", "--model", "d6", "--train-data", "x.bin", "-t", "16", "--batch-size", "auto", "--total-batch-tokens", "48"};
+    derive_args(&rc, odd, ARGC(odd), 2, &rcode, err, sizeof(err));
+    TEST_CHECK(rcode && strstr(err, "--total-batch-tokens 48 is not a multiple of --seq-len 16 x 2 ranks = 32"), "auto, odd total: %s", rcode ? err : "accepted");
+    runconfig_free(&rc);
+    char* plan[] = {"train_gpt2", "--model", "d6", "--plan"};
+    derive_args(&rc, plan, ARGC(plan), 1, &rcode, err, sizeof(err));
+    TEST_CHECK(rcode == 0 && rc.f.plan, "--plan needs no --train-data: %s", rcode ? err : "");
+    runconfig_free(&rc);
+    printf("ok   auto without --total-batch-tokens, or with one that is not whole sequences of every rank: refused; --plan without data\n");
+}
+
 int main(void) {
     test_resume_rules();
+    test_auto();
     test_derived();
     test_batch_limits();
     test_json_checks();

@@ -5,6 +5,7 @@
 #include "cuda/common.cuh"
 #include "cuda/gemm.cuh"
 #include "cuda/ops_cuda.h"
+#include "ops/sizes.h"
 
 // ----------------------------------------------------------------------------
 // lifetime and memory
@@ -188,8 +189,8 @@ __global__ void cast_bf16_to_f32_kernel(float* out, const floatX* inp, size_t n)
 }
 
 // Staged through a fp32 device buffer in chunks, so converting a whole model costs at most
-// CAST_CHUNK * 4 bytes of scratch memory.
-#define CAST_CHUNK ((size_t)1 << 24)
+// CAST_CHUNK * 4 bytes of scratch memory (the memory plan counts it: llmc/ops/sizes.h).
+#define CAST_CHUNK OPS_CUDA_CAST_CHUNK
 
 extern "C" void cuda_ops_upload_f32(floatX* dst, const float* src_host, size_t n) {
     for (size_t off = 0; off < n; off += CAST_CHUNK) {

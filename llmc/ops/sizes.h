@@ -19,6 +19,10 @@ static inline size_t ops_cpu_attention_scratch_bytes(int B, int T, int C) {
     return (size_t)B * (size_t)C * Tp * sizeof(float);
 }
 
+// CUDA (llmc/cuda/backend.cu): fp32 <-> bf16 copies (ops_upload_f32, ops_download_f32) go through
+// a device buffer of at most this many fp32 elements, grown to the largest copy's chunk.
+#define OPS_CUDA_CAST_CHUNK ((size_t)1 << 24)
+
 // CUDA (llmc/cuda/attention.cu): flash attention takes head sizes that are multiples of 16 up to
 // 128 (tensor cores); the CUDA-core fallback (attention_simple.cu) any head size up to 128.
 #define OPS_CUDA_ATTN_MAX_HS 128

@@ -22,9 +22,10 @@ static void args_print_help(const ArgSpec* specs, int n, const char* usage_head)
         case ARG_STR: if (*(const char**)s->dst) printf(" (default %s)", *(const char**)s->dst); break;
         case ARG_BOOL: case ARG_OPT_STR: break;
         }
-        if ((s->type == ARG_INT || s->type == ARG_INT64) && s->min <= s->max) printf(" [%.0f, %.0f]", s->min, s->max);
+        if ((s->type == ARG_INT || s->type == ARG_INT64) && s->min <= s->max)
+            printf(" [%.0f, %.0f]%s%s", s->min, s->max, s->choices ? " or " : "", s->choices ? s->choices[0] : "");
         if (s->type == ARG_FLOAT && s->min <= s->max) printf(" [%g, %g]", s->min, s->max);
-        if (s->choices && s->type != ARG_OPT_STR) { // (an optional word is named in the help)
+        if (s->choices && (s->type == ARG_STR || s->type == ARG_BOOL)) { // (an optional word, an int's word: named above)
             printf(" [");
             for (int c = 0; s->choices[c]; c++) printf("%s%s", c ? "|" : "", s->choices[c]);
             printf("]");
@@ -37,10 +38,15 @@ static void args_print_help(const ArgSpec* specs, int n, const char* usage_head)
 static const char* HINT = "run with --help to see every flag and its range";
 
 static int int_value(const ArgSpec* s, const char* val, char* err, size_t cap) {
+    if (s->type == ARG_INT && s->choices && !strcmp(val, s->choices[0])) { *(int*)s->dst = ARG_AUTO; return 0; }
     char* end = NULL;
     errno = 0;
     long long v = strtoll(val, &end, 10);
-    if (end == val || *end || errno) { snprintf(err, cap, "%s: '%s' is not an integer", s->name, val); return -1; }
+    if (end == val || *end || errno) {
+        snprintf(err, cap, "%s: '%s' is not an integer%s%s", s->name, val, s->type == ARG_INT && s->choices ? " nor " : "",
+                 s->type == ARG_INT && s->choices ? s->choices[0] : "");
+        return -1;
+    }
     if (s->min <= s->max && (v < s->min || v > s->max)) {
         snprintf(err, cap, "%s: %lld is out of range [%.0f, %.0f]", s->name, v, s->min, s->max);
         return -1;
@@ -210,6 +216,9 @@ static int is_bool_word(const char* s) {
     return !strcmp(s, "0") || !strcmp(s, "1") || !strcmp(s, "true") || !strcmp(s, "false");
 }
 
+// An int flag holding the word it takes (ARG_AUTO).
+static int is_int_word(const ArgSpec* s) { return s->type == ARG_INT && s->choices && *(const int*)s->dst == ARG_AUTO; }
+
 static int is_choice(const ArgSpec* s, const char* word) {
     for (int c = 0; s->choices && s->choices[c]; c++) if (!strcmp(s->choices[c], word)) return 1;
     return 0;
@@ -261,7 +270,10 @@ static double float_shortest(float f) {
 
 void args_value_text(const ArgSpec* s, char* out, size_t cap) {
     switch (s->type) {
-    case ARG_INT: snprintf(out, cap, "%d", *(const int*)s->dst); break;
+    case ARG_INT:
+        if (is_int_word(s)) snprintf(out, cap, "%s", s->choices[0]);
+        else snprintf(out, cap, "%d", *(const int*)s->dst);
+        break;
     case ARG_INT64: snprintf(out, cap, "%lld", (long long)*(const int64_t*)s->dst); break;
     case ARG_FLOAT: snprintf(out, cap, "%.9g", float_shortest(*(const float*)s->dst)); break;
     case ARG_BOOL: snprintf(out, cap, "%s", *(const int*)s->dst ? "on" : "off"); break;
@@ -278,7 +290,7 @@ void args_write_json(JsonWriter* w, const ArgSpec* s) {
     args_json_key(s, key, sizeof(key));
     jw_key(w, key);
     switch (s->type) {
-    case ARG_INT: jw_int(w, *(int*)s->dst); break;
+    case ARG_INT: if (is_int_word(s)) jw_string(w, s->choices[0]); else jw_int(w, *(int*)s->dst); break;
     case ARG_INT64: jw_int(w, *(int64_t*)s->dst); break;
     case ARG_FLOAT: jw_double(w, float_shortest(*(float*)s->dst)); break;
     case ARG_STR: case ARG_OPT_STR: if (*(const char**)s->dst) jw_string(w, *(const char**)s->dst); else jw_null(w); break;
@@ -294,6 +306,7 @@ int args_set_json(const ArgSpec* s, const JsonValue* v, char* err, size_t cap) {
     int b;
     switch (s->type) {
     case ARG_INT: case ARG_INT64:
+        if (s->type == ARG_INT && s->choices && json_as_string(v)) { val = json_as_string(v); break; } // (its word)
         if (!json_as_int64(v, &i64)) { snprintf(err, cap, "%s: not an integer", s->name); return -1; }
         snprintf(text, sizeof(text), "%lld", (long long)i64);
         break;

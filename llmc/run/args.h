@@ -16,6 +16,8 @@ extern "C" {
 // ARG_OPT_STR: a string from choices whose value may be left out: the flag alone means
 // choices[0] ("--resume" = "--resume yes"), and the next word is its value only when it is one of
 // the choices ("--resume auto").
+// ARG_INT with choices (e.g. {"auto", NULL}): besides an integer in the range, the word choices[0],
+// stored as ARG_AUTO (below every range that uses it) and written back as that word (text, JSON).
 typedef enum { ARG_INT, ARG_INT64, ARG_FLOAT, ARG_STR, ARG_BOOL, ARG_OPT_STR } ArgType;
 
 typedef struct {
@@ -26,8 +28,11 @@ typedef struct {
     const char* metavar;  // "N", "PATH" ...
     const char* help;
     double min, max;      // inclusive range for numbers (ignored when min > max)
-    const char* const* choices; // NULL-terminated list of allowed strings (ARG_STR: or NULL; ARG_OPT_STR)
+    const char* const* choices; // NULL-terminated list of allowed strings (ARG_STR: or NULL; ARG_OPT_STR;
+                          // ARG_INT: the one word it also takes, stored as ARG_AUTO)
 } ArgSpec;
+
+#define ARG_AUTO (-1)
 
 // Parse argv against specs. "--help"/"-h" prints usage and exits 0. Both "--flag value" and
 // "--flag=value" work; bools take no value ("--merge") or an explicit 0/1/true/false.

@@ -39,7 +39,12 @@ void memplan_backend_cuda(PlanBackend* b, size_t total) {
     b->X = 2;
     b->master = 1;
     b->bf16_gemm = 1;
-    const size_t cap = (size_t)512 << 20; // (the trainer's check_device_memory)
+    // the reserve for what the plan does not list: cuBLASLt's workspace and the kernels it loads,
+    // NCCL's buffers, the ops' small scratch (the encoder's buckets, column sums, the norm's
+    // reduction) and the sampler's cache. On the first H100 run (dev/reports/gpu_2026-11-26) the
+    // device held 640-800 MiB more than the memory report's total, the CUDA context included
+    // (the free memory a run is planned against is measured after the context is made).
+    const size_t cap = (size_t)512 << 20;
     b->runtime = total / 16 < cap ? total / 16 : cap;
 }
 
@@ -85,6 +90,7 @@ static void bin_config(const char* path, GPT2Config* cfg) {
 void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source) {
     char path[LLMC_PATH_MAX], dir[LLMC_PATH_MAX];
     if (gpt2_config_from_descriptor(cfg, model) == 0) { *source = PLAN_SRC_INIT; return; }
+    if (!dir_exists(model) && !file_exists(model)) fatal("check the path of the model", "model '%s' does not exist", model);
     if (ends_with(model, ".bin")) { *source = PLAN_SRC_BIN; bin_config(model, cfg); return; }
     *source = PLAN_SRC_HF;
     snprintf(dir, sizeof(dir), "%s", model);
@@ -95,7 +101,8 @@ void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source
     if (ends_with(model, "config.json") && !ends_with(model, ".index.json")) snprintf(path, sizeof(path), "%s", model);
     else path_join(path, sizeof(path), dir, "config.json");
     if (!file_exists(path))
-        fatal("give the model's config.json, or its directory", "'%s': planning reads only the model's config, and there is no %s", model, path);
+        fatal("pass a Hugging Face model directory (config.json + model.safetensors), a .safetensors file with its config.json beside it, "
+              "or an llm.c .bin", "model '%s': no %s (the model's shape is read from it before anything else)", model, path);
     model_read_hf_config(path, cfg);
 }
 
@@ -109,13 +116,19 @@ void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* c
         l->rank = f->lora_rank; l->alpha = f->lora_alpha; l->rslora = f->rslora; l->dropout = f->lora_dropout;
         l->bias = rc->lora_bias; l->train_ln_f = f->train_ln_f; l->targets = rc->lora_targets;
         char err[512];
+        // (with --adapter the flags' targets are not parsed for the run: the plan parses them)
+        if (!l->targets && lora_parse_targets(f->lora_targets, &l->targets, err, sizeof(err)))
+            fatal("run with --help to see the LoRA targets", "%s", err);
         if (lora_parse_layers(f->lora_layers ? f->lora_layers : "all", cfg->num_layers, l, err, sizeof(err)))
             fatal("give layer indices of the base model, e.g. --lora-layers 0-5,8", "%s", err);
     }
-    s->B = f->batch_size; s->T = f->seq_len; s->recompute = f->recompute; s->accum = rc->accum;
+    s->B = f->batch_size == ARG_AUTO ? 1 : f->batch_size; s->T = f->seq_len;
+    s->recompute = f->recompute == ARG_AUTO ? 0 : f->recompute;
+    s->accum = rc->accum > 0 ? rc->accum : 1;
     s->zero = f->zero; s->world = world; s->rank = rank;
     s->keep = f->zero3_keep; s->shard_group = f->shard_group; s->offload = f->offload_optimizer;
     s->save = rc->write_outputs;
+    s->sample = rc->sample_tokens > 0;
     PlanSource src;
     GPT2Config ignored;
     memplan_model_config(f->model, &ignored, &src);
@@ -138,8 +151,9 @@ typedef struct {
     int n;
     int device;                 // backend memory on a GPU: counts from the allocation
     const char* phase;
-    size_t peak, peak_host;
+    size_t peak, peak_host, peak_buffers;
     const char* peak_at;
+    const char* peak_buffers_at;
 } Ledger;
 
 static int counts(const Ledger* l, const Entry* e) { return e->live && (e->touched || (l->device && e->where == PLAN_BACKEND)); }
@@ -149,8 +163,31 @@ static void led_update(Ledger* l) {
     for (int i = 0; i < l->n; i++)
         if (counts(l, &l->e[i])) cur[l->e[i].where] += l->e[i].bytes;
     const size_t now = l->device ? cur[PLAN_BACKEND] : cur[PLAN_HOST] + cur[PLAN_BACKEND];
-    if (now > l->peak) { l->peak = now; l->peak_at = l->phase; }
+    // (a tie with training is named training: on a GPU what the step uses was allocated before it)
+    const int training = !strcmp(l->phase, "training");
+    if (now > l->peak || (now == l->peak && training)) { l->peak = now; l->peak_at = l->phase; }
     if (cur[PLAN_HOST] > l->peak_host) l->peak_host = cur[PLAN_HOST];
+    size_t buffers = 0; // the memory report's components (on a GPU those in its memory)
+    for (int i = 0; i < l->n; i++)
+        if (counts(l, &l->e[i]) && memplan_category(l->e[i].name) != PLAN_CAT_OTHER && (!l->device || l->e[i].where == PLAN_BACKEND))
+            buffers += l->e[i].bytes;
+    if (buffers > l->peak_buffers || (buffers == l->peak_buffers && training)) { l->peak_buffers = buffers; l->peak_buffers_at = l->phase; }
+}
+
+int memplan_category(const char* name) {
+    static const struct { const char* name; int cat; } T[] = {
+        {"parameters", PLAN_CAT_PARAMS}, {"adapters", PLAN_CAT_PARAMS}, {"adapter masks", PLAN_CAT_PARAMS},
+        {"NF4 base", PLAN_CAT_PARAMS}, {"NF4 base (device)", PLAN_CAT_PARAMS}, {"bf16 base", PLAN_CAT_PARAMS},
+        {"dequant buffer", PLAN_CAT_PARAMS}, {"trained base tensors", PLAN_CAT_PARAMS}, {"gather buffers", PLAN_CAT_PARAMS},
+        {"parameter shard", PLAN_CAT_PARAMS}, {"NF4 shard", PLAN_CAT_PARAMS}, {"NF4 gather buffers", PLAN_CAT_PARAMS},
+        {"model gathered on rank 0", PLAN_CAT_PARAMS}, {"NF4 images gathered on rank 0", PLAN_CAT_PARAMS},
+        {"gradients", PLAN_CAT_GRADS}, {"gradient shard", PLAN_CAT_GRADS}, {"gradient buckets", PLAN_CAT_GRADS},
+        {"optimizer state", PLAN_CAT_OPT},
+        {"activations", PLAN_CAT_ACTS}, {"logits", PLAN_CAT_ACTS}, {"backward scratch", PLAN_CAT_ACTS}, {"batch", PLAN_CAT_ACTS},
+        {"attention scratch", PLAN_CAT_ACTS}, {"adapter scratch", PLAN_CAT_ACTS},
+    };
+    for (size_t i = 0; i < sizeof(T) / sizeof(T[0]); i++) if (!strcmp(T[i].name, name)) return T[i].cat;
+    return PLAN_CAT_OTHER;
 }
 
 // An allocation of bytes (written at once unless lazy: then from the first step on).
@@ -349,6 +386,13 @@ static void plan_model(Ledger* l, const Shape* h, const PlanSpec* s, const PlanB
         led_add(l, PLAN_HOST, "bf16 staging", max_layer * 2, 0, "one layer's weight");
         led_free(l, "bf16 staging");
     }
+    if (b->device && b->X == 2) { // the fp32 -> bf16 uploads' chunk (gpt2_set_params per tensor, lora_set_params)
+        size_t most = h->lm ? (h->lm->total > h->lm->masks_n ? h->lm->total : h->lm->masks_n) : 0;
+        for (int i = 0; i < NUM_PARAM_TENSORS; i++)
+            if (!(h->skip & (1u << i)) && h->pt.t[i].numel > most) most = h->pt.t[i].numel;
+        led_add(l, PLAN_BACKEND, "cast scratch", (most < OPS_CUDA_CAST_CHUNK ? most : OPS_CUDA_CAST_CHUNK) * sizeof(float), 0,
+                "fp32 staging of the bf16 uploads (llmc/cuda/backend.cu)");
+    }
     led_free(l, "weights being loaded");
     plan_acts(l, h, s, b);
 }
@@ -452,14 +496,15 @@ static void plan_first_step(Ledger* l, const Shape* h, const PlanSpec* s, const 
     led_first_step(l);
 }
 
-// The end of the run (and every checkpoint): at ZeRO 3 rank 0 gathers the whole model
-// (fsdp_unshard: the parameters, the NF4 images and their host arrays) to save it, also when
-// nothing is written; a run that writes converts the model to fp32 on the host (outputs_save,
-// outputs_checkpoint: every parameter, or the adapters) and every rank its optimizer state, one
-// array at a time (the checkpoint's state file).
+// The end of the run (and every checkpoint, every sample): at ZeRO 3 rank 0 gathers the whole
+// model (fsdp_unshard: the parameters, the NF4 images and their host arrays) to save it or sample
+// with it (a run that does neither gathers nothing); a run that writes converts the model to fp32
+// on the host (outputs_save, outputs_checkpoint: every parameter, or the adapters) and every rank
+// its optimizer state, one array at a time (the checkpoint's state file).
 static void plan_save(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBackend* b) {
-    l->phase = "saving the model";
-    if (h->fsdp && s->rank == 0) {
+    l->phase = s->save ? "saving the model" : "sampling";
+    const int gather = h->fsdp && s->rank == 0 && (s->save || s->sample);
+    if (gather) {
         led_add(l, PLAN_BACKEND, "model gathered on rank 0", h->params_n * b->X, 0, "to be saved");
         if (s->qlora) {
             size_t full = 0;
@@ -472,7 +517,7 @@ static void plan_save(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBa
         led_add(l, PLAN_HOST, "model being written", s->lora ? h->lm->total * sizeof(float) : h->pt.total * sizeof(float), 0, "fp32");
         led_free(l, "model being written");
     }
-    if (h->fsdp && s->rank == 0) {
+    if (gather) {
         led_free(l, "model gathered on rank 0");
         if (s->qlora) { led_free(l, "NF4 images gathered on rank 0"); led_free(l, "NF4 arrays on rank 0"); }
     }
@@ -576,6 +621,7 @@ void memplan_make(const PlanSpec* s, const PlanBackend* b, Plan* p) {
     plan_model(l, &h, s, b);
     plan_optimizer(l, &h, s, b);
     plan_first_step(l, &h, s, b);
+    p->peak_first_step = l->peak;
     const int steady = l->n;
     plan_save(l, &h, s, b);
     for (int i = 0; i < steady && p->n < MEMPLAN_MAX_ITEMS; i++) {
@@ -588,6 +634,8 @@ void memplan_make(const PlanSpec* s, const PlanBackend* b, Plan* p) {
     }
     plan_record_model(p, l, &h);
     p->peak = l->peak; p->peak_host = l->peak_host; p->peak_at = l->peak_at;
+    p->peak_buffers = l->peak_buffers;
+    p->peak_buffers_at = l->peak_buffers_at ? l->peak_buffers_at : "starting";
     plan_acts_levels(p, s, b);
     plan_time(p, &h, s, b);
     free(l);
@@ -614,6 +662,7 @@ void memplan_print(const Plan* p, FILE* out) {
     if (b->device) fprintf(out, " = device %.1f MiB + host %.1f MiB", mib(p->steady[1]), mib(p->steady[0]));
     fprintf(out, " | peak %.1f MiB %s while %s", mib(p->peak), b->device ? "of device memory" : "resident", p->peak_at);
     if (b->device) fprintf(out, ", host memory at most %.1f MiB", mib(p->peak_host));
+    fprintf(out, " | the run's buffers at most %.1f MiB (%s)", mib(p->peak_buffers), p->peak_buffers_at);
     fprintf(out, "\n  activations with their scratch by recompute level: 0: %.1f MiB (%.2f a layer), 1: %.1f (%.2f), 2: %.1f (%.2f)\n",
             mib(p->acts_level[0]), mib(p->acts_layer[0]), mib(p->acts_level[1]), mib(p->acts_layer[1]), mib(p->acts_level[2]), mib(p->acts_layer[2]));
     fprintf(out, "  step: %.3g TFLOP on this rank, %.1f MiB sent to the other ranks", p->flops / 1e12, p->comm_bytes / 1048576.0);

@@ -37,7 +37,7 @@ typedef struct {
     int bf16_gemm;        // CPU: GEMMs in bf16 (operand scratch; LoRA's frozen base held in bf16)
     size_t runtime;       // what the process holds besides the run's buffers: CPU the libraries and
                           // threads (measured, MEMPLAN_CPU_RUNTIME); GPU the reserve for cuBLASLt,
-                          // NCCL and the ops' small scratch (the trainer's device check)
+                          // NCCL and the ops' small scratch (memplan_backend_cuda)
     size_t runtime_mpi;   // CPU: more under MPI (several ranks)
     size_t blas;          // CPU: OpenBLAS's buffers at most (fp32 GEMMs, full training), from the first step on
     double flops;         // training throughput in model FLOP/s measured on this backend (0: unknown)
@@ -55,6 +55,13 @@ typedef struct {
 #define MEMPLAN_CPU_BLAS ((size_t)44 << 20)
 #define MEMPLAN_CPU_RUNTIME_MPI ((size_t)4 << 20)       // and as much per peer rank
 #define MEMPLAN_CPU_MPI_FRAGMENTS ((size_t)6 << 20)     // per peer rank: ZeRO 3's non-blocking gathers
+
+// The share of a GPU's peak bf16 FLOP/s (llmc/base/mfu.h) a training step reaches, measured on an
+// H100 at GPT-2 124M shapes, T = 1024, B = 16 (dev/reports/gpu_2026-11-28: full fine-tuning 37.7%,
+// GPT-2 XL 41.2% at B = 8; LoRA and QLoRA on c_attn 33%): the trainers' predicted step time on a
+// GPU of the table (none for CPUs: their rate is the step line's TFLOP/s once a run has started).
+#define MEMPLAN_GPU_MFU_FULL 0.377
+#define MEMPLAN_GPU_MFU_LORA 0.33
 
 void memplan_backend_cpu(PlanBackend* b, int bf16_gemm);
 // A GPU with total bytes of memory (the reserve: 1/16 of it, at most 512 MiB).
@@ -76,6 +83,7 @@ typedef struct {
     int keep, shard_group;// --zero3-keep, --shard-group
     int offload;          // --offload-optimizer
     int save;             // the run writes models and checkpoints (not --out none)
+    int sample;           // the run samples (--sample-tokens): at ZeRO 3 rank 0 gathers the model for it
     PlanSource source;
 } PlanSpec;
 
@@ -87,7 +95,9 @@ void memplan_spec_init(PlanSpec* s, const GPT2Config* cfg);
 void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source);
 // The spec of a trainer's run from its flags (llmc/run/runconfig.h) for rank of world ranks: what
 // --plan and --batch-size auto plan. LoRA's structure comes from the --lora-* flags (an --adapter
-// directory's own structure is not read: the plan takes the flags' shape for it).
+// directory's own structure is not read: the plan takes the flags' shape for it, by default rank
+// 8 on c_attn; the adapters are a small part of a run's memory). A flag given as
+// auto (--batch-size, --recompute) is planned at 1 and 0 until the trainer's plan step chooses.
 void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* cfg, int world, int rank);
 
 enum { PLAN_HOST = 0, PLAN_BACKEND = 1 };
@@ -108,6 +118,9 @@ typedef struct {
     size_t peak;          // the largest moment: CPU the resident set; GPU the device memory
     size_t peak_host;     // GPU: the host memory's largest moment (the weights being read)
     const char* peak_at;  // "reading the weights", "building the model", "sharding the model", "training", ...
+    size_t peak_first_step; // the peak up to the end of the first step (start-up and training: saving comes later)
+    size_t peak_buffers;  // the memory report's components (memplan_category; on a GPU those in its memory)
+    const char* peak_buffers_at; // at their largest, and when: what --memory-budget limits
     struct {              // the model before sharding (model_assemble's ModelFootprint)
         size_t params, grads, base, acts, trainable;
     } model;
@@ -123,6 +136,13 @@ typedef struct {
 // divide the ranks).
 void memplan_make(const PlanSpec* s, const PlanBackend* b, Plan* p);
 void memplan_print(const Plan* p, FILE* out);
+// The memory report's group of a plan item (by its name): parameters (with the NF4 or bf16 base,
+// ZeRO 3's shards and gather buffers; "adapters", A and B with their gradients, is half of it and
+// half gradients), gradients (with ZeRO's shards and buckets), optimizer state, activations (with
+// the logits and every scratch buffer of the step), or none of them (the runtime, the libraries'
+// and the collectives' buffers, what start-up and saving hold for a while, host staging).
+enum { PLAN_CAT_OTHER = 0, PLAN_CAT_PARAMS, PLAN_CAT_GRADS, PLAN_CAT_OPT, PLAN_CAT_ACTS };
+int memplan_category(const char* name);
 const PlanItem* memplan_item(const Plan* p, const char* name); // NULL when the run has none
 
 // The largest micro-batch (1..max_B) whose peak is within limit less the margin (a fraction of

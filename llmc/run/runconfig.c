@@ -16,6 +16,7 @@ static const char* const GGUF_TYPES[] = {"none", "f32", "f16", "bf16", "q8_0", N
 // in LORA_BIAS_* order
 static const char* const LORA_BIAS_NAMES[] = {"none", "all", "lora_only", NULL};
 static const char* const RESUME_WORDS[] = {"yes", "auto", NULL};
+static const char* const AUTO_WORD[] = {"auto", NULL};
 #define RUNCFG_EXIT_HELP "Exit status: 0 when the run finished (or stopped early, or by --stop-after); 1 on an error, or when its last steps " \
     "were not finite (no final model written); 130 / 143 after SIGINT / SIGTERM (a checkpoint is written first, except during start-up)."
 static const char* const HINT = "run with --help to see every flag";
@@ -33,6 +34,7 @@ static void flag_defaults(TrainFlags* f, TrainMode mode) {
     f->seed = 1337; f->threads = 0; f->shuffle = 0; f->max_skipped = 10;
     f->save_format = "both"; f->save_gguf = "none"; f->zero = 0; f->deterministic = 1; f->dtype = "auto";
     f->watchdog_timeout = (float)COMM_WATCHDOG_DEFAULT_S;
+    f->memory_margin = 0.05f;
     cli_sample_defaults(&f->sample);
     // LoRA: PEFT's defaults where PEFT has one (dropout 0)
     f->lora_rank = 8; f->lora_alpha = 16.0f; f->lora_dropout = 0.0f; f->lora_targets = "c_attn";
@@ -51,7 +53,9 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--resume", NULL, ARG_OPT_STR, &f->resume, "auto", "continue the run in --out from its newest complete checkpoint, with the settings recorded in "
          "OUT/run_config.json (flags given override them where that is safe, and are reported); auto: start a new run when there is no "
          "checkpoint (for jobs that may be restarted)", 1, 0, RESUME_WORDS},
-        {"--batch-size", "-b", ARG_INT, &f->batch_size, "B", "micro-batch size per rank", 1, 65536, NULL},
+        {"--batch-size", "-b", ARG_INT, &f->batch_size, "B", "micro-batch size per rank; auto: the largest that fits the memory available "
+         "less --memory-margin (the plan's peak, docs/MEMORY.md) and divides each rank's share of --total-batch-tokens (needed with auto), "
+         "the rest made up by accumulation; chosen once, recorded for --resume", 1, 65536, AUTO_WORD},
         {"--seq-len", "-t", ARG_INT, &f->seq_len, "T", "sequence length", 1, 1 << 20, NULL},
         {"--total-batch-tokens", "-d", ARG_INT64, &f->total_batch_tokens, "N", "tokens per optimizer step (gradient accumulation); 0 = one micro-batch per rank", 0, 1e15, NULL},
         {"--steps", "-x", ARG_INT, &f->steps, "N", "total optimizer steps of the run", 1, 1e9, NULL},
@@ -89,8 +93,10 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--zero3-keep", NULL, ARG_BOOL, &f->zero3_keep, NULL, "with --zero 3: keep the units forward gathered until backward and the step's other micro-steps (one gather per unit per step instead of two per micro-step; memory of a full replica)", 1, 0, NULL},
         {"--shard-group", NULL, ARG_INT, &f->shard_group, "K", "with --zero 3: hybrid sharding, the parameters sharded within groups of K consecutive ranks (e.g. a node) and replicated across groups, whose gradients are all-reduced once per step; 0 = one group of every rank", 0, 1 << 20, NULL},
         {"--offload-optimizer", NULL, ARG_BOOL, &f->offload_optimizer, NULL, "keep the AdamW state (m, v, fp32 master weights) in pinned host memory and run the update on the CPU: frees 12 bytes per trained parameter of GPU memory for a transfer of the gradients and parameters each step (same results)", 1, 0, NULL},
-        {"--memory-budget", NULL, ARG_FLOAT, &f->memory_budget, "MIB", "stop at start-up when this rank's parameters, gradients, optimizer state, gather buffers and activations (the memory report's total) exceed MIB; 0 = no limit", 0, 1e9, NULL},
-        {"--recompute", "-r", ARG_INT, &f->recompute, "K", "activation recompute in backward to save memory: 0 none, 1 GELU, 2 GELU and layernorms", 0, 2, NULL},
+        {"--memory-budget", NULL, ARG_FLOAT, &f->memory_budget, "MIB", "stop at start-up, before loading anything, when this rank's planned peak memory (--plan: the device's on a GPU, the resident set on the CPU) exceeds MIB; 0 = no limit", 0, 1e9, NULL},
+        {"--memory-margin", NULL, ARG_FLOAT, &f->memory_margin, "F", "the fraction of the memory available (the GPU's free memory; on the CPU the cgroup limit or MemAvailable, shared by the node's ranks) that --batch-size auto, --recompute auto and --plan's options keep free", 0, 0.9, NULL},
+        {"--plan", NULL, ARG_BOOL, &f->plan, NULL, "print the run's memory and time plan and exit, loading nothing but the model's config: per rank and component the bytes each buffer takes, the peak and when it comes, the step's FLOPs and predicted time, and the settings that fit the memory available (docs/MEMORY.md)", 1, 0, NULL},
+        {"--recompute", "-r", ARG_INT, &f->recompute, "K", "activation recompute in backward to save memory: 0 none, 1 GELU, 2 GELU and layernorms; auto: the smallest level at which the micro-batch fits (with --batch-size auto: at which B = 1 does)", 0, 2, AUTO_WORD},
         {"--max-skipped-steps", NULL, ARG_INT, &f->max_skipped, "N", "stop after N consecutive steps with a non-finite loss or gradient", 1, 1e9, NULL},
         {"--sample-every", "-s", ARG_INT, &f->sample_every, "N", "print a sampled completion every N steps and at the end; 0 = only at the end, if --sample-tokens > 0", 0, 1e9, NULL},
         {"--sample-tokens", "-g", ARG_INT, &f->sample_tokens, "K", "tokens per sample; 0 = no sampling (64 when --sample-every is set)", 0, 1 << 20, NULL},
@@ -147,7 +153,7 @@ static int runconfig_check_flags(const RunConfig* rc, char* err, size_t cap, con
     const TrainFlags* f = &rc->f;
     *hint = HINT;
     if (!f->model) { snprintf(err, cap, "--model is required"); return -1; }
-    if (!f->train_data) { snprintf(err, cap, "--train-data is required"); return -1; }
+    if (!f->train_data && !f->plan) { snprintf(err, cap, "--train-data is required"); return -1; }
     const int none = f->out_dir && !strcmp(f->out_dir, "none");
     if (f->resume && (!f->out_dir || none)) { snprintf(err, cap, "--resume needs --out DIR (the directory holding the checkpoints)"); return -1; }
     if (none && f->keep_best) { snprintf(err, cap, "--keep-best needs an --out DIR to keep the model in (not --out none)"); return -1; }
@@ -195,9 +201,27 @@ static int runconfig_check_eval(RunConfig* rc, char* err, size_t cap, const char
     return 0;
 }
 
+// --batch-size auto: the global batch must be given, in whole sequences of every rank (the plan
+// picks B among its divisors); the micro-steps are derived once B is chosen.
+static int runconfig_check_auto_batch(RunConfig* rc, char* err, size_t cap, const char** hint) {
+    const TrainFlags* f = &rc->f;
+    const int64_t row = (int64_t)f->seq_len * rc->world;
+    *hint = "give the global batch with --total-batch-tokens N (a multiple of seq-len x ranks): auto chooses how much of it each micro-step takes";
+    if (f->total_batch_tokens <= 0) { snprintf(err, cap, "--batch-size auto needs --total-batch-tokens"); return -1; }
+    if (f->total_batch_tokens % row) {
+        snprintf(err, cap, "--total-batch-tokens %lld is not a multiple of --seq-len %d x %d ranks = %lld", (long long)f->total_batch_tokens,
+                 f->seq_len, rc->world, (long long)row);
+        return -1;
+    }
+    rc->micro_tokens = 0; rc->accum = 0; // (runconfig_resolve)
+    rc->tokens_per_step = f->total_batch_tokens;
+    return 0;
+}
+
 // Tokens per step -> micro-steps, in 64-bit arithmetic with the limits of runconfig.h.
 static int runconfig_derive_batch(RunConfig* rc, char* err, size_t cap, const char** hint) {
     const TrainFlags* f = &rc->f;
+    if (f->batch_size == ARG_AUTO) return runconfig_check_auto_batch(rc, err, cap, hint);
     const int64_t bt = (int64_t)f->batch_size * f->seq_len;
     *hint = "lower --batch-size or --seq-len";
     if (bt > RUNCFG_MAX_MICRO_TOKENS) {
@@ -248,6 +272,14 @@ int runconfig_derive(RunConfig* rc, int world, char* err, size_t cap, const char
         return -1;
     }
     return 0;
+}
+
+void runconfig_resolve(RunConfig* rc, int B, int recompute) {
+    if (rc->f.batch_size == ARG_AUTO) rc->f.batch_size = B;
+    if (rc->f.recompute == ARG_AUTO) rc->f.recompute = recompute;
+    char err[1024];
+    const char* hint = NULL;
+    if (runconfig_derive(rc, rc->world, err, sizeof(err), &hint) != 0) fatal(hint, "%s", err);
 }
 
 void runconfig_defaults(RunConfig* rc, TrainMode mode) {

@@ -2,7 +2,10 @@
 // (micro-steps of gradient accumulation, tokens per step, sampling length, QLoRA implied by a 4-bit
 // checkpoint, ...). Built once at start-up, parse -> validate -> derive, and read-only afterwards:
 // the trainer takes a const RunConfig and never rewrites a flag. The flags keep what was given
-// (with the defaults filled in); anything computed from them lives in the derived fields.
+// (with the defaults filled in); anything computed from them lives in the derived fields. Two
+// flags may be given as `auto` (ARG_AUTO): --batch-size and --recompute; the trainer's plan step
+// (llmc/run/plan_run.h) replaces the word by the value it chose (runconfig_resolve) before the
+// configuration becomes read-only, so the run's record holds what the run used.
 //
 // Sizes and counts are 64-bit with explicit ranges (RUNCFG_MAX_*), so no combination of flags
 // wraps: a total batch that would need more micro-steps than RUNCFG_MAX_ACCUM is refused with a
@@ -72,7 +75,9 @@ typedef struct {
     const char* dtype;           // --dtype fp32|bf16|auto (resolved by cli_apply_dtype at start-up)
     int zero3_keep;              // --zero 3: keep gathered units from forward to backward
     int shard_group;             // --zero 3: shard within groups of this many ranks; 0 = all
-    float memory_budget;         // MiB per rank the model state and activations must fit; 0 = none
+    float memory_budget;         // MiB per rank the plan's peak must fit in; 0 = none
+    float memory_margin;         // the fraction of the memory available auto sizes keep free
+    int plan;                    // --plan: print the run's plan and exit
     int offload_optimizer;       // AdamW state in pinned host memory, the update on the CPU
     float watchdog_timeout;      // seconds beyond the slowest step (llmc/comm/comm.h); 0 = off
     const char* save_format;
@@ -144,6 +149,10 @@ void runconfig_parse_args(RunConfig* rc, int argc, char** argv);
 // output directory when --out was not given, or a path made absolute.
 void runconfig_set_string(RunConfig* rc, const char** flag, const char* value);
 int runconfig_derive(RunConfig* rc, int world, char* err, size_t errcap, const char** hint);
+// --batch-size auto / --recompute auto resolved to B and recompute (the values the plan chose; a
+// flag given as a number keeps it), and the derived values (accumulation) made again. Fatal
+// with the message of the flags on a value they refuse.
+void runconfig_resolve(RunConfig* rc, int B, int recompute);
 // Whether a flag ("--lora-rank") was given on the command line.
 int runconfig_given(const RunConfig* rc, const char* flag);
 const char* runconfig_program(TrainMode mode); // "train_gpt2" / "train_lora"

@@ -46,8 +46,8 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"deterministic", CHANGE_HARMLESS}, {"zero", CHANGE_HARMLESS}, {"recompute", CHANGE_HARMLESS},
     {"dtype", CHANGE_HARMLESS}, {"profile", CHANGE_HARMLESS},
     {"zero3_keep", CHANGE_HARMLESS}, {"shard_group", CHANGE_HARMLESS}, {"offload_optimizer", CHANGE_HARMLESS},
-    {"memory_budget", CHANGE_HARMLESS},
-    {"out", CHANGE_INVOCATION}, {"resume", CHANGE_INVOCATION}, {"stop_after", CHANGE_INVOCATION},
+    {"memory_budget", CHANGE_HARMLESS}, {"memory_margin", CHANGE_HARMLESS},
+    {"out", CHANGE_INVOCATION}, {"resume", CHANGE_INVOCATION}, {"stop_after", CHANGE_INVOCATION}, {"plan", CHANGE_INVOCATION},
 };
 
 static const char* refused_why(const char* key) {
@@ -197,6 +197,7 @@ static void resume_config(RunConfig* rc, const RunConfig* rec, const char* dir, 
     rc->f.resume = NULL; // this invocation's own
     rc->f.stop_after = 0;
     runconfig_parse_args(rc, argc, argv); // rc->given: exactly the command line's flags now
+    if (rc->f.batch_size == ARG_AUTO) rc->f.batch_size = rec->f.batch_size; // (the micro-batch auto chose when the run started)
     absolute_paths(rc);
     const int cmd_steps = runconfig_given(rc, "--steps"), cmd_epochs = runconfig_given(rc, "--epochs");
     if (cmd_steps && !cmd_epochs) rc->f.epochs = 0; // the run's length given as steps replaces recorded epochs
@@ -345,10 +346,11 @@ static void base_check(const RunConfig* rc, const char* out) {
 
 // ---------------------------------------------------------------------------------------------
 
-// The run's directory: locked for this job before anything in it is read (runlock.h).
+// The run's directory: locked for this job before anything in it is read (runlock.h). --plan
+// writes nothing there and only reads the record (written atomically): no lock.
 static void lock_out(Comm* comm, const RunConfig* rc, int argc, char** argv) {
     const char* out = rc->f.out_dir;
-    if (out && strcmp(out, "none") != 0) runlock_acquire(comm, out, argc, argv);
+    if (out && strcmp(out, "none") != 0 && !rc->f.plan) runlock_acquire(comm, out, argc, argv);
 }
 
 void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** argv, TrainMode mode) {
@@ -364,7 +366,7 @@ void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** a
             fatal("drop --resume to start a new run (--resume auto starts one when there is nothing to resume), or point --out at the run's directory",
                   "no complete checkpoint (DONE_* marker) in '%s'", out);
         if (st->resume_step < 0 && comm->rank == 0) printf("resume auto: no checkpoint in %s: starting a new run\n", out);
-        if (st->resume_step >= 0) ckpt_verify(comm, out, st->resume_step); // every file against its manifest, before anything is read
+        if (st->resume_step >= 0 && !rc->f.plan) ckpt_verify(comm, out, st->resume_step); // every file against its manifest, before anything is read
     }
     if (st->resume_step >= 0 && runrecord_read(out, &st->rec)) {
         st->has_rec = 1;
@@ -374,14 +376,14 @@ void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** a
         RunConfig cmd = *rc; // (rc is rebuilt from the record; cmd keeps the command line's strings)
         resume_config(rc, &st->rec, cmd.f.out_dir, mode, argc, argv, comm->world, &st->changes);
         runconfig_free(&cmd);
-        if (comm->rank == 0) base_check(rc, rc->f.out_dir);
+        if (comm->rank == 0 && !rc->f.plan) base_check(rc, rc->f.out_dir); // (--plan reads no weights)
         return;
     }
     if (st->resume_step >= 0) {
         check_state_mode(out, st->resume_step, mode);
         if (comm->rank == 0) printf("note: no %s in %s (a run of an earlier version): the settings come from the command line\n", RUNRECORD_FILE, out);
     }
-    if (!out && !rc->f.resume) {
+    if (!out && !rc->f.resume && !rc->f.plan) { // (--plan: nothing to write)
         default_out_dir(comm, rc);
         lock_out(comm, rc, argc, argv);
     }
@@ -392,7 +394,7 @@ void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** a
     // the record states the global batch in tokens, whatever the number of ranks (resuming on other
     // ranks keeps it)
     if (rc->f.total_batch_tokens == 0) rc->f.total_batch_tokens = rc->tokens_per_step;
-    if (comm->rank == 0 && st->resume_step < 0) base_record(rc);
+    if (comm->rank == 0 && st->resume_step < 0 && !rc->f.plan) base_record(rc);
 }
 
 void runrecord_start_free(RunStart* st) {

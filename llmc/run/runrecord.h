@@ -18,7 +18,8 @@
 // given), so that a resume on other ranks keeps it by accumulation (a rank count that cannot is
 // refused naming those that can); and for train_lora the base model's files (size, CRC-32C),
 // compared on resuming (a replaced base is refused naming the file).
-// Before anything in --out is read, the job locks it (llmc/run/runlock.h).
+// Before anything in --out is read, the job locks it (llmc/run/runlock.h). --plan (which writes
+// nothing and reads no weights) takes no lock, verifies no checkpoint and measures no base file.
 #ifndef LLMC_RUNRECORD_H
 #define LLMC_RUNRECORD_H
 

@@ -24,6 +24,7 @@
 #include "run/runrecord.h"
 #include "run/runsignal.h"
 #include "run/run_outputs.h"
+#include "run/plan_run.h"
 #include "model/sampler.h"
 #include "model/schedule.h"
 #include "text/textgen.h"
@@ -78,6 +79,7 @@ typedef struct {
     int has_last_val;
     int early_stopped;
     RunOutputs out;            // what the run writes for people and tools (llmc/run/run_outputs.h)
+    RunPlan plan;              // the run's memory and time plan (llmc/run/plan_run.h)
     // sampling (rank 0)
     Tokenizer* tok;
     int* prompt_ids;
@@ -459,35 +461,6 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
-// Out of device memory is a start-up error, not a CUDA error in the middle of the first step:
-// before the model takes its memory, what the memory report will list (report_memory: params,
-// grads, optimizer, activations with the attention backward's scratch) plus a reserve for what it
-// does not list, against what the GPU has free. The reserve, 1/16 of the device and at most 512
-// MiB, covers cuBLASLt's workspace and the kernels it loads, NCCL's buffers, the other ops'
-// scratch and the sampler: on the first H100 run the device held 640-800 MiB more than the
-// report's total, the CUDA context (free memory is counted without it) and the attention
-// backward's scratch (not counted then) included. Sharded runs (ZeRO 3, or 1 and 2 over several ranks) hold per-rank
-// slices known only once they are sharded, and are not checked here (their report says what each
-// rank holds).
-static void check_device_memory(void* ctx, const ModelFootprint* fp) {
-    const Run* r = (const Run*)ctx;
-    const TrainFlags* f = &r->c->f;
-    size_t avail = 0, total = 0;
-    if (!device_memory(&avail, &total)) return;
-    if (f->zero == 3 || (f->zero >= 1 && r->world > 1)) return;
-    const size_t opt = f->offload_optimizer ? 0 : fp->trainable * sizeof(float) * (ops_caps().master_weights ? 3 : 2);
-    const size_t report = fp->params + fp->base + fp->grads + opt + fp->acts;
-    const size_t reserve = total / 16 < ((size_t)512 << 20) ? total / 16 : (size_t)512 << 20;
-    if (report + reserve <= avail) return;
-    fatal("lower --batch-size, raise --recompute (1: GELU, 2: and the layernorms), keep the optimizer on the host "
-          "(--offload-optimizer), or shard over more GPUs (--zero 1, 2 or 3 under mpirun)",
-          "rank %d needs %.1f MiB of device memory (params %.1f, grads %.1f, optimizer %.1f, activations %.1f MiB at "
-          "--batch-size %d --seq-len %d --recompute %d: the memory report's total) + %.1f MiB for workspaces and "
-          "libraries, but the GPU has %.1f MiB free of %.1f MiB",
-          r->rank, mib(report), mib(fp->params + fp->base), mib(fp->grads), mib(opt), mib(fp->acts), f->batch_size,
-          f->seq_len, f->recompute, mib(reserve), mib(avail), mib(total));
-}
-
 // The model: --model (or, resuming full training, the checkpoint's model) with its adapters and
 // NF4 base, activations for --batch-size x --seq-len.
 static void build_model(Run* r, long resume_step) {
@@ -511,8 +484,6 @@ static void build_model(Run* r, long resume_step) {
     spec.recompute = f->recompute;
     spec.B = f->batch_size; spec.T = f->seq_len; spec.T_flag = "--seq-len";
     spec.backward = 1;
-    spec.before_alloc = check_device_memory;
-    spec.before_alloc_ctx = r;
     if (c->mode == TRAIN_LORA) {
         lora_source(r, resume_step, &src, ckpt_adapter, sizeof(ckpt_adapter));
         spec.lora_src = &src;
@@ -726,48 +697,26 @@ static void report_zero3(Run* r) {
             z->nf4.total, z->nf4.shard_n, z->nslots, z->nf4.max_unit, fsdp_nf4_slot_bytes(z));
 }
 
+// The memory report: the NF4 base and the optimizer offload from the objects, the memory by
+// component from the plan (llmc/run/plan_run.h: the same accounting as the refusal), and the
+// sharding in exact element counts.
 static void report_memory(Run* r) {
     const TrainFlags* f = &r->c->f;
-    size_t pb = gpt2_param_bytes(r->model), gb = gpt2_grad_bytes(r->model), ob = opt_state_bytes(&r->opt);
-    if (r->gs.fsdp_on) // the full buffer is gone; trained base tensors of LoRA stay whole
-        pb = fsdp_shard_bytes(&r->gs.fsdp) + fsdp_slot_bytes(&r->gs.fsdp) + gpt2_resident_bytes(r->model);
-    if (r->lora) { pb += r->lora->total * sizeof(floatX); gb += r->lora->total * sizeof(floatX); }
-    size_t ab = gpt2_acts_held(r->model);
-    size_t gsb = gradsync_grad_bytes(&r->gs);
-    size_t qb = 0;
-    if (r->nf4) {
-        // the quantized base: codes + 8-bit absmax + nested scales, and the one dequant buffer
-        const size_t wbuf = r->model->lin->shared.wbuf_n * sizeof(floatX);
-        qb = (r->gs.fsdp_on ? fsdp_nf4_shard_bytes(&r->gs.fsdp) + fsdp_nf4_slot_bytes(&r->gs.fsdp) : r->nf4->bytes) + wbuf;
+    if (r->nf4) { // the quantized base: codes + 8-bit absmax + nested scales, and the one dequant buffer
         say(r, "qlora: NF4 base (double quant, blocks of %d) %lld weights in %.3f MiB = %.3f bits/weight (replaces %.1f MiB of %s) "
                "| dequant scratch %.2f MiB | float params %.1f MiB\n",
                NF4_BLOCK, (long long)r->nf4->n_quant, mib(r->nf4->bytes), 8.0 * (double)r->nf4->bytes / (double)r->nf4->n_quant,
                mib(qlora_replaced_numel(&r->model->pt) * sizeof(floatX)), sizeof(floatX) == 4 ? "fp32" : "bf16",
-               mib(wbuf), mib(gpt2_param_bytes(r->model)));
+               mib(r->model->lin->shared.wbuf_n * sizeof(floatX)), mib(gpt2_param_bytes(r->model)));
     }
-    if (r->m.base16) qb = qlora_replaced_numel(&r->model->pt) * sizeof(uint16_t); // the frozen base held in bf16
-    // floatX is 2 bytes on the CUDA backend (bf16 params, grads, activations) and 4 on the CPU;
-    // the optimizer state is fp32 m, v and, with bf16 params, an fp32 master copy
-    const char* xt = sizeof(floatX) == 2 ? "bf16" : "fp32";
-    char adapters[64] = "";
-    if (r->model->lin->shared.scratch_bytes)
-        snprintf(adapters, sizeof(adapters), ", adapter scratch %.2f MiB", mib(r->model->lin->shared.scratch_bytes));
     if (r->opt.offload) { // not in the backend's memory
+        const size_t n = r->opt.end - r->opt.begin;
         say(r, "optimizer offload: fp32 m, v%s of %zu elements in pinned host memory (%.1f MiB), AdamW on the CPU; "
                "per step %.1f MiB to the host (gradients%s), %.1f MiB back (parameters)\n",
-            r->opt.master ? ", master" : "", r->opt.end - r->opt.begin, mib(ob),
-            mib((r->opt.end - r->opt.begin) * sizeof(floatX) * (r->opt.master ? 1 : 2)), r->opt.master ? "" : " and parameters",
-            mib((r->opt.end - r->opt.begin) * sizeof(floatX)));
-        ob = 0;
+            r->opt.master ? ", master" : "", n, mib(opt_state_bytes(&r->opt)), mib(n * sizeof(floatX) * (r->opt.master ? 1 : 2)),
+            r->opt.master ? "" : " and parameters", mib(n * sizeof(floatX)));
     }
-    say(r, "memory (this rank): params %.1f MiB (%s%s) | grads %.1f MiB (%s) | optimizer %.1f MiB (fp32 m, v%s) | "
-           "activations %.1f MiB (%s, recompute %d, attention scratch %.2f MiB%s incl.) | total %.1f MiB\n",
-           mib(pb + qb), xt, r->nf4 ? ", NF4 base incl." : r->m.base16 ? ", bf16 base incl." : "", mib(gb + gsb), xt, mib(ob), r->opt.master ? ", master" : "",
-           mib(ab), xt, f->recompute, mib(r->model->attn_bytes), adapters, mib(pb + qb + gb + gsb + ob + ab));
-    if (f->memory_budget > 0 && mib(pb + qb + gb + gsb + ob + ab) > f->memory_budget)
-        fatal("raise --memory-budget, or shard more (--zero 3 over more ranks), or lower --batch-size / raise --recompute",
-              "rank %d needs %.1f MiB (params, grads, optimizer, activations), more than --memory-budget %.1f MiB",
-              r->rank, mib(pb + qb + gb + gsb + ob + ab), f->memory_budget);
+    plan_run_report(&r->plan, r->c);
     if (r->gs.fsdp_on) report_zero3(r);
     if (r->world > 1) {
         // exact element counts, so tests can check the sharding
@@ -936,6 +885,7 @@ static int train_loop(Run* r, int* written) {
         r->step++;
         r->steps_this_run++;
         runlog_step(&r->rl, r->step, &s, seconds);
+        if (r->steps_this_run == 1) plan_run_after_step(&r->plan); // (every buffer has been written)
         const int stop = stop_reason(r);
         if (stop == STOP_DIVERGED) return stop; // (no checkpoint: the state is not finite)
         comm_watchdog_op_unbounded(&r->comm, "sample / checkpoint after step %ld", r->step);
@@ -1007,7 +957,6 @@ static void start_backend(Run* r) {
     ops_init(r->c->f.threads);
     ops_set_deterministic(r->c->f.deterministic);
     cli_apply_dtype(r->c->f.dtype, r->dtype_desc, sizeof(r->dtype_desc));
-    device_attach(&r->comm); // CUDA: NCCL for the device collectives, even with one rank
 }
 
 static void run_free(Run* r) {
@@ -1036,6 +985,13 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     comm_watchdog_start(&r->comm, rc.f.watchdog_timeout); // every rank; before NCCL's init, which it covers
     comm_watchdog_op_unbounded(&r->comm, "startup");
     start_backend(r);
+    if (plan_run_start(&r->plan, &rc, &r->comm, r->start.resume_step)) { // --plan: printed
+        comm_finalize(&r->comm);
+        runconfig_free(&rc);
+        runrecord_start_free(&r->start);
+        return 0;
+    }
+    device_attach(&r->comm); // CUDA: NCCL for the device collectives, even with one rank
     check_out_dir(r);
     build_model(r, r->start.resume_step);
     setup_data(r);
@@ -1067,7 +1023,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         diverged = rc.write_outputs && !written; // (the weights are not finite)
         if (!diverged) confirm_checkpoint(r);    // the finished run's last state is its result
     }
-    if (!stop && !diverged) {
+    if (!stop && !diverged && rc.write_outputs) { // (ZeRO 3 gathers the model only to write it)
         gradsync_unshard_model(&r->gs);
         outputs_save(&r->out, &r->m, rc.f.out_dir); // the final model
         gradsync_reshard_model(&r->gs);

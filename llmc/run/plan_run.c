@@ -1,0 +1,390 @@
+#include "run/plan_run.h"
+#include "base/check.h"
+#include "base/mfu.h"
+#include "ops/ops.h"
+#include "ops/device.h"
+#include "text/shard.h"
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+// ----------------------------------------------------------------------------
+// the plan's figures, as the report groups them
+
+typedef struct { size_t g[5]; size_t attn, lora_scratch, runtime; } Groups; // g: PLAN_CAT_*
+
+// The items of training grouped as the memory report lists them (on a GPU the device's only).
+static void plan_groups(const Plan* p, Groups* out) {
+    memset(out, 0, sizeof(*out));
+    for (int i = 0; i < p->n; i++) {
+        const PlanItem* it = &p->item[i];
+        if (!strcmp(it->name, "runtime")) out->runtime = it->bytes;
+        if (p->be.device && it->where != PLAN_BACKEND) continue;
+        const int cat = memplan_category(it->name);
+        if (!strcmp(it->name, "adapters")) { out->g[PLAN_CAT_PARAMS] += it->bytes / 2; out->g[PLAN_CAT_GRADS] += it->bytes / 2; continue; }
+        out->g[cat] += it->bytes;
+        if (!strcmp(it->name, "attention scratch")) out->attn = it->bytes;
+        if (!strcmp(it->name, "adapter scratch")) out->lora_scratch = it->bytes;
+    }
+}
+
+static size_t groups_total(const Groups* g) { return g->g[1] + g->g[2] + g->g[3] + g->g[4]; }
+
+// A PlanSpec's training as flags ("--qlora --zero 3 --recompute 1 --batch-size 4"), the ones
+// that differ from the run's.
+static void option_flags(const PlanSpec* run, const PlanOption* o, char* out, size_t cap) {
+    int k = snprintf(out, cap, "%s", o->qlora && !run->qlora ? "--qlora " : "");
+    if (o->zero != run->zero) k += snprintf(out + k, cap - (size_t)k, "--zero %d ", o->zero);
+    if (o->recompute != run->recompute) k += snprintf(out + k, cap - (size_t)k, "--recompute %d ", o->recompute);
+    snprintf(out + k, cap - (size_t)k, "--batch-size %d", o->B);
+}
+
+// Up to six settings that fit (those closest to the run's first: its own training mode and ZeRO
+// stage, then other stages, then QLoRA), as a hint: "--batch-size 4 | --recompute 2 --batch-size 9".
+static int plan_fits_text(const RunPlan* rp, double margin, char* out, size_t cap) {
+    const PlanSpec* s = &rp->plan.spec;
+    PlanOption opt[24];
+    const int n = memplan_options(s, &rp->plan.be, rp->avail, margin, opt, 24);
+    int shown = 0, k = 0;
+    out[0] = '\0';
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < n && shown < 6; i++) {
+            const PlanOption* o = &opt[i];
+            const int cls = o->qlora != s->qlora ? 2 : o->zero != s->zero ? 1 : 0;
+            if (cls != pass || o->B < 1 || (s->qlora && !o->qlora)) continue; // (LoRA takes more than QLoRA)
+            char f[128];
+            option_flags(s, o, f, sizeof(f));
+            k += snprintf(out + k, cap - (size_t)k, "%s%s", shown++ ? " | " : "", f);
+            if ((size_t)k >= cap) return shown;
+        }
+    return shown;
+}
+
+// ----------------------------------------------------------------------------
+// the backend: its rate, the memory available
+
+// The predicted step time's rate: the GPU's peak (llmc/base/mfu.h) at the share a step reached
+// on an H100 (memplan.h); unknown on the CPU.
+static void plan_rate(PlanBackend* be, int lora) {
+    const double peak = be->device ? mfu_peak_bf16_flops(ops_backend_name(), NULL) : 0.0;
+    be->flops = peak * (lora ? MEMPLAN_GPU_MFU_LORA : MEMPLAN_GPU_MFU_FULL);
+}
+
+// A GPU's free memory; on the CPU the host's, shared by the ranks of this node.
+static void plan_available(RunPlan* rp, const PlanBackend* be, const Comm* comm) {
+    rp->avail = memplan_memory_available(be, &rp->avail_what);
+    if (be->device) device_memory(&rp->dev_free0, &rp->dev_total);
+    else if (comm->local_world > 1) {
+        rp->avail /= (size_t)comm->local_world;
+        static char what[96];
+        snprintf(what, sizeof(what), "%s shared by this node's %d ranks", rp->avail_what, comm->local_world);
+        rp->avail_what = what;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// --batch-size auto, --recompute auto
+
+static int largest_divisor(int64_t K, int at_most) {
+    for (int d = at_most; d >= 1; d--) if (K % d == 0) return d;
+    return 0;
+}
+
+// Per recompute level the run may take: the largest B that fits (auto) or the given B when it
+// fits, else 0; the minimum over the ranks; auto's B among the divisors of K.
+static void auto_levels(const RunPlan* rp, const RunConfig* rc, Comm* comm, const PlanSpec* s0, const PlanBackend* be, int64_t K, int B[3]) {
+    const TrainFlags* f = &rc->f;
+    const size_t budget = (size_t)((double)rp->avail * (1.0 - f->memory_margin));
+    int cap = K < 65536 ? (int)K : 65536;
+    if ((int64_t)cap * f->seq_len > RUNCFG_MAX_MICRO_TOKENS) cap = RUNCFG_MAX_MICRO_TOKENS / f->seq_len;
+    Plan* tmp = (Plan*)mallocCheck(sizeof(Plan));
+    double got[3];
+    for (int r = 0; r < 3; r++) {
+        PlanSpec s = *s0;
+        s.recompute = r;
+        got[r] = 0.0;
+        if (f->recompute != ARG_AUTO && r != f->recompute) continue;
+        if (f->batch_size == ARG_AUTO) got[r] = -(double)memplan_max_batch(&s, be, rp->avail, f->memory_margin, cap, tmp);
+        else {
+            memplan_make(&s, be, tmp);
+            got[r] = tmp->peak <= budget ? -(double)s.B : 0.0;
+        }
+    }
+    free(tmp);
+    comm_allreduce_max_f64(comm, got, 3); // (negated: the minimum over the ranks)
+    for (int r = 0; r < 3; r++) B[r] = f->batch_size == ARG_AUTO ? largest_divisor(K, (int)-got[r]) : (int)-got[r];
+}
+
+// The reason auto gives for its choice: B's peak, and the next size up's (or the level below's).
+static void auto_say(const RunPlan* rp, const RunConfig* rc, const PlanSpec* s, const PlanBackend* be, int64_t K, const int B[3], int wasB, int wasR) {
+    const TrainFlags* f = &rc->f;
+    Plan* tmp = (Plan*)mallocCheck(sizeof(Plan));
+    memplan_make(s, be, tmp);
+    printf("auto: fits %.1f MiB (%s) less %.0f%% (--memory-margin) on every rank; this rank peaks at %.1f MiB while %s\n",
+           mib(rp->avail), rp->avail_what, 100.0 * f->memory_margin, mib(tmp->peak), tmp->peak_at);
+    if (wasB == ARG_AUTO) {
+        int next = 0;
+        for (int d = s->B + 1; d <= K && !next; d++) if (K % d == 0) next = d;
+        printf("auto: --batch-size %d: the largest micro-batch that fits and divides the %lld sequences of each rank's step (%d micro-step%s)",
+               s->B, (long long)K, rc->accum, rc->accum == 1 ? "" : "s");
+        if (next) {
+            PlanSpec t = *s;
+            t.B = next;
+            memplan_make(&t, be, tmp);
+            printf("; %d would peak at %.1f MiB", next, mib(tmp->peak));
+        }
+        printf("\n");
+    }
+    if (wasR == ARG_AUTO)
+        printf("auto: --recompute %d: the smallest level at which %s fits%s\n", s->recompute,
+               wasB == ARG_AUTO ? "a micro-batch" : "--batch-size", s->recompute ? " (lower levels do not)" : "");
+    (void)B;
+    fflush(stdout);
+    free(tmp);
+}
+
+static void plan_auto(RunPlan* rp, RunConfig* rc, Comm* comm, PlanSpec* s, const PlanBackend* be) {
+    const TrainFlags* f = &rc->f;
+    const int wasB = f->batch_size, wasR = f->recompute;
+    if (!rp->avail)
+        fatal("give --batch-size and --recompute as numbers", "%s auto: the memory available is unknown (%s)",
+              wasB == ARG_AUTO ? "--batch-size" : "--recompute", rp->avail_what);
+    const int64_t K = wasB == ARG_AUTO ? rc->tokens_per_step / ((int64_t)f->seq_len * rc->world) : 0;
+    int B[3], r = wasR == ARG_AUTO ? 0 : f->recompute;
+    auto_levels(rp, rc, comm, s, be, K, B);
+    while (wasR == ARG_AUTO && r < 2 && B[r] < 1) r++;
+    if (B[r] < 1) {
+        char fits[1024];
+        rp->plan.spec = *s;
+        rp->plan.be = *be;
+        const int n = plan_fits_text(rp, f->memory_margin, fits, sizeof(fits));
+        fatal(n ? fits : "shard over more ranks (--zero 3 under mpirun), --qlora, --offload-optimizer or a shorter --seq-len",
+              "%s auto: %s does not fit %.1f MiB (%s) less %.0f%% (--memory-margin) at %s%s", wasB == ARG_AUTO ? "--batch-size" : "--recompute",
+              wasB == ARG_AUTO ? "even a micro-batch of 1" : "the micro-batch", mib(rp->avail), rp->avail_what, 100.0 * f->memory_margin,
+              wasR == ARG_AUTO ? "any --recompute level" : "this --recompute", n ? "; these settings fit" : "");
+    }
+    runconfig_resolve(rc, B[r], r);
+    s->B = f->batch_size; s->recompute = f->recompute; s->accum = rc->accum;
+    if (comm->rank == 0) auto_say(rp, rc, s, be, K, B, wasB, wasR);
+}
+
+// ----------------------------------------------------------------------------
+// the refusals
+
+static void plan_check(const RunPlan* rp, const RunConfig* rc) {
+    const TrainFlags* f = &rc->f;
+    const Plan* p = &rp->plan;
+    if (f->memory_budget > 0 && mib(p->peak_buffers) > f->memory_budget)
+        fatal("raise --memory-budget, or shard more (--zero 3 over more ranks), or lower --batch-size / raise --recompute (--plan shows what each takes)",
+              "rank %d needs %.1f MiB (its parameters, gradients, optimizer state and activations at their largest, while %s), more than "
+              "--memory-budget %.1f MiB", rp->rank, mib(p->peak_buffers), p->peak_buffers_at, f->memory_budget);
+    if (!rp->avail || p->peak <= rp->avail) return;
+    if (!p->be.device) { // (the host's free memory moves; the kernel may have more to give back)
+        if (rp->rank == 0)
+            printf("warning: the plan's peak, %.1f MiB resident while %s, is more than %.1f MiB (%s): the run may be killed for memory "
+                   "(--plan shows what fits)\n", mib(p->peak), p->peak_at, mib(rp->avail), rp->avail_what);
+        return;
+    }
+    Groups g;
+    plan_groups(p, &g);
+    char fits[1024], hint[1200];
+    const int n = plan_fits_text(rp, f->memory_margin, fits, sizeof(fits));
+    if (n) snprintf(hint, sizeof(hint), "these settings fit (the global batch kept by accumulation; --batch-size auto chooses one; "
+                    "--plan prints the whole plan): %s", fits);
+    else snprintf(hint, sizeof(hint), "nothing fits this GPU at --seq-len %d: shard over more GPUs (--zero 3 under mpirun), keep the "
+                  "optimizer on the host (--offload-optimizer), or a shorter --seq-len", f->seq_len);
+    fatal(hint, "rank %d needs %.1f MiB of device memory at its peak, while %s (the memory report's total %.1f MiB: params %.1f, "
+          "grads %.1f, optimizer %.1f, activations %.1f MiB at --batch-size %d --seq-len %d --recompute %d; %.1f MiB for workspaces "
+          "and libraries; %.1f MiB of staging), but the GPU has %.1f MiB free of %.1f MiB", rp->rank, mib(p->peak), p->peak_at,
+          mib(groups_total(&g)), mib(g.g[PLAN_CAT_PARAMS]), mib(g.g[PLAN_CAT_GRADS]), mib(g.g[PLAN_CAT_OPT]), mib(g.g[PLAN_CAT_ACTS]),
+          f->batch_size, f->seq_len, f->recompute, mib(g.runtime), mib(g.g[PLAN_CAT_OTHER] - g.runtime), mib(rp->avail), mib(rp->dev_total));
+}
+
+// ----------------------------------------------------------------------------
+// --plan
+
+// The training data's size from the shards' headers alone (nothing else is read): its tokens,
+// files and global batches an epoch (chunks of chunk tokens, as the loader cuts them).
+static int plan_data(const char* pattern, int64_t chunk, int64_t* tokens, int64_t* batches) {
+    char* pat = strdup(pattern);
+    int files = 0;
+    *tokens = *batches = 0;
+    for (char* save = NULL, *tok = strtok_r(pat, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        glob_t g;
+        if (glob(tok, 0, NULL, &g) != 0) { files = -1; break; }
+        for (size_t i = 0; i < g.gl_pathc; i++, files++) {
+            int32_t h[256];
+            const int64_t n = shard_read_header(g.gl_pathv[i], SHARD_MAGIC, SHARD_VERSION, 2, "token shard", h);
+            *tokens += n;
+            *batches += (n - 1) / chunk;
+        }
+        globfree(&g);
+    }
+    free(pat);
+    return files;
+}
+
+// The data, the run's length, and its time at the predicted step time.
+static void print_data(const RunPlan* rp, const RunConfig* rc) {
+    const TrainFlags* f = &rc->f;
+    int64_t tokens = 0, batches = 0;
+    const int64_t chunk = (int64_t)rc->world * f->batch_size * f->seq_len;
+    const int files = f->train_data ? plan_data(f->train_data, chunk, &tokens, &batches) : 0;
+    long steps = f->steps;
+    if (f->train_data && files <= 0) printf("data: no files match --train-data %s\n", f->train_data);
+    else if (f->train_data) {
+        printf("data: %lld tokens in %d file%s: %lld steps of %lld tokens an epoch\n", (long long)tokens, files, files == 1 ? "" : "s",
+               (long long)(batches / rc->accum), (long long)rc->tokens_per_step);
+        if (f->epochs > 0) steps = (long)((double)f->epochs * (double)batches / (double)rc->accum + 0.999999);
+    } else if (f->epochs > 0) steps = 0;
+    if (steps > 0 && rp->plan.step_s > 0)
+        printf("time: %ld steps x %.3f s = %.1f h predicted (at %.0f%% of the GPU's peak bf16 FLOP/s, as measured on an H100)\n", steps,
+               rp->plan.step_s, (double)steps * rp->plan.step_s / 3600.0,
+               100.0 * (rc->mode == TRAIN_LORA ? MEMPLAN_GPU_MFU_LORA : MEMPLAN_GPU_MFU_FULL));
+    else if (!rp->plan.be.device)
+        printf("time: no measured rate for the CPU backend (the step line's TFLOP/s gives it after a few steps)\n");
+}
+
+// Every rank's peak and buffers at their largest (a plan each: they differ by rank at ZeRO 1-3),
+// up to 9 listed.
+static void print_ranks(const RunPlan* rp) {
+    if (rp->world == 1) return;
+    Plan* t = (Plan*)mallocCheck(sizeof(Plan));
+    printf("ranks:");
+    for (int r = 0; r < rp->world; r++) {
+        if (r == 8 && rp->world > 9) { printf(" ...;"); r = rp->world - 1; }
+        PlanSpec s = rp->plan.spec;
+        s.rank = r;
+        memplan_make(&s, &rp->plan.be, t);
+        printf(" %d: peak %.1f MiB (%s), buffers %.1f MiB%s", r, mib(t->peak), t->peak_at, mib(t->peak_buffers), r + 1 < rp->world ? ";" : "\n");
+    }
+    free(t);
+}
+
+// What fits the memory available: per training mode, ZeRO stage and recompute level the largest
+// micro-batch, its peak.
+static void print_options(const RunPlan* rp, const RunConfig* rc) {
+    const PlanSpec* s = &rp->plan.spec;
+    if (!rp->avail) { printf("fits: the memory available is unknown (%s)\n", rp->avail_what); return; }
+    PlanOption o[24];
+    const int n = memplan_options(s, &rp->plan.be, rp->avail, rc->f.memory_margin, o, 24);
+    printf("fits %.1f MiB (%s) less %.0f%% (--memory-margin): the largest micro-batch per rank (its peak, MiB)\n", mib(rp->avail),
+           rp->avail_what, 100.0 * rc->f.memory_margin);
+    printf("  %-8s %-6s %-20s %-20s %-20s\n", "training", "ZeRO", "recompute 0", "recompute 1", "recompute 2");
+    for (int i = 0; i + 2 < n; i += 3) {
+        printf("  %-8s %-6d", !o[i].lora ? "full" : o[i].qlora ? "QLoRA" : "LoRA", o[i].zero);
+        for (int r = 0; r < 3; r++) {
+            char cell[40];
+            if (o[i + r].B) snprintf(cell, sizeof(cell), "B %s %d (%.0f)", o[i + r].B == 4096 ? ">=" : "<=", o[i + r].B, mib(o[i + r].peak));
+            else snprintf(cell, sizeof(cell), "-");
+            printf(" %-20s", cell);
+        }
+        printf("\n");
+    }
+}
+
+// The verdict, and what to do next.
+static void print_verdict(const RunPlan* rp, const RunConfig* rc) {
+    const Plan* p = &rp->plan;
+    if (!rp->avail) { printf("verdict: unknown (no figure for the memory available); drop --plan to start the run\n"); return; }
+    if (p->peak <= rp->avail) {
+        printf("verdict: fits: the peak, %.1f MiB, is %.0f%% of %.1f MiB; drop --plan to start the run\n", mib(p->peak),
+               100.0 * (double)p->peak / (double)rp->avail, mib(rp->avail));
+        return;
+    }
+    char fits[1024];
+    const int n = plan_fits_text(rp, rc->f.memory_margin, fits, sizeof(fits));
+    printf("verdict: does not fit: the peak, %.1f MiB, is %.1f MiB more than %.1f MiB; %s%s\n", mib(p->peak), mib(p->peak - rp->avail),
+           mib(rp->avail), n ? "these fit: " : "nothing at this --seq-len does: shard over more ranks or shorten --seq-len", n ? fits : "");
+}
+
+static void plan_print_all(const RunPlan* rp, const RunConfig* rc) {
+    memplan_print(&rp->plan, stdout);
+    if (rc->f.adapter)
+        printf("  (--adapter %s: its adapters are planned with the --lora-* flags' shape, rank %d on %s, not read from its files)\n",
+               rc->f.adapter, rc->f.lora_rank, rc->f.lora_targets);
+    if (!rp->plan.be.flops && rp->plan.be.device) printf("  (no figure for this GPU's peak FLOP/s: no predicted step time)\n");
+    print_ranks(rp);
+    print_data(rp, rc);
+    print_options(rp, rc);
+    print_verdict(rp, rc);
+    fflush(stdout);
+}
+
+// ----------------------------------------------------------------------------
+
+int plan_run_start(RunPlan* rp, RunConfig* rc, Comm* comm, long resume_step) {
+    memset(rp, 0, sizeof(*rp));
+    rp->rank = comm->rank; rp->world = comm->world;
+    GPT2Config cfg;
+    PlanSource src;
+    PlanSpec s;
+    PlanBackend be;
+    memplan_model_config(rc->f.model, &cfg, &src);
+    memplan_backend_this(&be);
+    plan_rate(&be, rc->mode == TRAIN_LORA);
+    memplan_spec_from_run(&s, rc, &cfg, comm->world, comm->rank);
+    if (resume_step >= 0 && rc->mode == TRAIN_FULL) s.source = PLAN_SRC_BIN; // (the checkpoint's model.bin)
+    plan_available(rp, &be, comm);
+    if (rc->f.batch_size == ARG_AUTO || rc->f.recompute == ARG_AUTO) plan_auto(rp, rc, comm, &s, &be);
+    memplan_make(&s, &be, &rp->plan);
+    double most = (double)rp->plan.peak_buffers;
+    comm_allreduce_max_f64(comm, &most, 1);
+    rp->buffers_max = (size_t)most;
+    if (rc->f.plan) {
+        if (comm->rank == 0) plan_print_all(rp, rc);
+        return 1;
+    }
+    plan_check(rp, rc);
+    return 0;
+}
+
+void plan_run_report(const RunPlan* rp, const RunConfig* rc) {
+    if (rp->rank != 0) return;
+    const Plan* p = &rp->plan;
+    const PlanSpec* s = &p->spec;
+    const char* xt = p->be.X == 2 ? "bf16" : "fp32";
+    Groups g;
+    plan_groups(p, &g);
+    char adapters[64] = "";
+    if (g.lora_scratch) snprintf(adapters, sizeof(adapters), ", adapter scratch %.2f MiB", mib(g.lora_scratch));
+    const int base16 = memplan_item(p, "bf16 base") != NULL;
+    printf("memory (this rank): params %.1f MiB (%s%s) | grads %.1f MiB (%s) | optimizer %.1f MiB (fp32 m, v%s) | "
+           "activations %.1f MiB (%s, recompute %d, attention scratch %.2f MiB%s incl.) | total %.1f MiB\n",
+           mib(g.g[PLAN_CAT_PARAMS]), xt, s->qlora ? ", NF4 base incl." : base16 ? ", bf16 base incl." : "", mib(g.g[PLAN_CAT_GRADS]), xt,
+           mib(g.g[PLAN_CAT_OPT]), p->be.master ? ", master" : "", mib(g.g[PLAN_CAT_ACTS]), xt, s->recompute, mib(g.attn), adapters,
+           mib(groups_total(&g)));
+    printf("memory plan (this rank): peak %.1f MiB %s while %s", mib(p->peak), p->be.device ? "of device memory" : "resident", p->peak_at);
+    if (p->be.device) printf(" (%.1f MiB of it for workspaces and libraries; host memory at most %.1f MiB)", mib(g.runtime), mib(p->peak_host));
+    printf(" | buffers at most %.1f MiB while %s", mib(p->peak_buffers), p->peak_buffers_at);
+    if (rp->world > 1) printf(" (the largest rank's: %.1f MiB)", mib(rp->buffers_max));
+    if (rp->avail) printf(" | available %.1f MiB (%s)", mib(rp->avail), rp->avail_what);
+    printf("\n");
+    (void)rc;
+    fflush(stdout);
+}
+
+void plan_run_after_step(const RunPlan* rp) {
+    if (rp->rank != 0) return;
+    const Plan* p = &rp->plan;
+    if (p->be.device) {
+        size_t fr = 0, total = 0;
+        if (!device_memory(&fr, &total)) return;
+        Groups g;
+        plan_groups(p, &g);
+        const size_t used = rp->dev_free0 > fr ? rp->dev_free0 - fr : 0;
+        printf("memory after step 1: measured %.1f MiB (device memory taken since start-up, cudaMemGetInfo; %.1f MiB in use of %.1f) | "
+               "plan %.1f MiB (its peak so far less the %.1f MiB reserve for workspaces and libraries: %.1f MiB)\n",
+               mib(used), mib(total - fr), mib(total), mib(p->peak_first_step - g.runtime), mib(g.runtime), mib(p->peak_first_step));
+    } else {
+        struct rusage ru;
+        if (getrusage(RUSAGE_SELF, &ru) != 0) return;
+        printf("memory after step 1: measured %.1f MiB (the peak resident set, getrusage) | plan %.1f MiB (its peak so far)\n",
+               (double)ru.ru_maxrss / 1024.0, mib(p->peak_first_step));
+    }
+    fflush(stdout);
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The trainers' plan step on the CPU build (llmc/run/plan_run.h; the GPU side, the refusal and
+# --batch-size auto on a fake device: test/test_device_memory.sh):
+#   - --plan loads nothing but the model's config: GPT-2 XL's shape (a directory holding only a
+#     config.json for train_lora --qlora; d48 for train_gpt2) is planned in well under a second,
+#     with its components, the peak, the step's FLOPs, what fits the memory available and a
+#     verdict, the data's size from the shards' headers; nothing is written, not even --out;
+#   - one accounting: the plan --plan prints for a run is the one the run reports at start-up (the
+#     same peak), and after its first step the run's peak resident set is at most the plan's + 3%
+#     (the tiny model: the runtime's measured constants dominate; not under ASan, whose shadow
+#     memory the plan does not count);
+#   - --plan under mpirun lists every rank's peak (ZeRO 3: rank 0 gathers the model to save it);
+#   - --batch-size auto records the micro-batch it chose in run_config.json; --resume with
+#     --batch-size auto takes the recorded one, and --resume --plan plans the recorded run;
+#   - the final gather of ZeRO 3 is skipped when nothing is written (--out none): rank 0's plan
+#     has no "saving" phase then.
+source "$(dirname "$0")/lib.sh"
+make_shard "$TMP/train.bin" 20000 100 1
+XL="$TMP/xl"
+mkdir -p "$XL"
+cat > "$XL/config.json" <<'EOF'
+{"model_type": "gpt2", "n_embd": 1600, "n_head": 25, "n_layer": 48, "n_positions": 1024, "vocab_size": 50257}
+EOF
+
+# ---- GPT-2 XL planned from its config alone, fast
+for prog in train_lora train_gpt2; do
+  if [ $prog = train_lora ]; then args=(--model "$XL" --qlora --lora-rank 16 --lora-targets all-linear); else args=(--model d48); fi
+  t0=$(date +%s%N)
+  "$BIN_DIR/$prog" "${args[@]}" --plan --batch-size 1 --seq-len 1024 --out "$TMP/never_$prog" > "$TMP/xl_$prog.log" 2>&1; rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  if [ $rc = 0 ] && [ $ms -lt 2000 ] && grep -q "^plan: rank 0 of 1 | cpu .* | L=48 C=1600 NH=25 vocab=50257 |" "$TMP/xl_$prog.log" \
+     && grep -q "^  parameters  " "$TMP/xl_$prog.log" && grep -q "^  training: .* | peak [0-9.]* MiB resident while " "$TMP/xl_$prog.log" \
+     && grep -q "^  step: [0-9.e+-]* TFLOP on this rank" "$TMP/xl_$prog.log" && grep -q "^fits [0-9.]* MiB (" "$TMP/xl_$prog.log" \
+     && grep -qE "^verdict: (fits|does not fit)" "$TMP/xl_$prog.log" && [ ! -e "$TMP/never_$prog" ]; then
+    ok "$prog --plan at GPT-2 XL shapes: $ms ms, nothing written; $(grep -m1 '^  training:' "$TMP/xl_$prog.log" | cut -c1-110)"
+  else bad "$prog --plan at GPT-2 XL: exit $rc in $ms ms: $(head -c 600 "$TMP/xl_$prog.log")"; fi
+done
+grep -q "^  NF4 base  " "$TMP/xl_train_lora.log" && grep -q "^  adapters  " "$TMP/xl_train_lora.log" && grep -q "^  QLoRA  *0 " "$TMP/xl_train_lora.log" \
+  && ok "the QLoRA plan lists the NF4 base, the adapters, and what fits for LoRA and QLoRA" || bad "QLoRA plan: $(cat "$TMP/xl_train_lora.log")"
+
+# ---- the data's size, from the headers
+"$BIN_DIR/train_gpt2" --model test/ref/gpt2_tiny --train-data "$TMP/train.bin" --batch-size 4 --seq-len 64 --epochs 2 --plan > "$TMP/data.log" 2>&1
+# 19999 targets / (4 x 64) = 78 batches an epoch: 78 steps, 156 for two epochs (no rate on the CPU)
+grep -q "^data: 20000 tokens in 1 file: 78 steps of 256 tokens an epoch" "$TMP/data.log" && grep -q "^time: no measured rate for the CPU backend" "$TMP/data.log" \
+  && ok "--plan: $(grep '^data:' "$TMP/data.log")" || bad "--plan data: $(cat "$TMP/data.log")"
+
+# ---- one accounting: --plan's figures are the start-up report's, and the measured peak is within them
+common=(--model test/ref/gpt2_tiny --train-data "$TMP/train.bin" --batch-size 8 --seq-len 64 --steps 2 --out none)
+"$BIN_DIR/train_gpt2" "${common[@]}" --plan > "$TMP/plan.log" 2>&1
+"$BIN_DIR/train_gpt2" "${common[@]}" > "$TMP/run.log" 2>&1
+pp=$(sed -n 's/^  training: .* | peak \([0-9.]*\) MiB resident while \([a-z ]*\) |.*/\1 \2/p' "$TMP/plan.log")
+rp=$(sed -n 's/^memory plan (this rank): peak \([0-9.]*\) MiB resident while \([a-z ]*\) |.*/\1 \2/p' "$TMP/run.log")
+read -r meas plan1 <<<"$(sed -n 's/^memory after step 1: measured \([0-9.]*\) MiB (the peak resident set, getrusage) | plan \([0-9.]*\) MiB.*/\1 \2/p' "$TMP/run.log")"
+# (under ASan the resident set holds the shadow memory and the allocator's red zones besides)
+slack=$([ "${SAN:-}" = 1 ] && echo 100 || echo 1.03)
+if [ -n "$pp" ] && [ "$pp" = "$rp" ] && [ -n "$meas" ] && awk -v m="$meas" -v p="$plan1" -v k="$slack" 'BEGIN { exit !(m > 0 && m <= p * k) }'; then
+  ok "--plan's peak is the run's (${pp}); after step 1 the peak resident set is $meas MiB, the plan's $plan1 MiB"
+else bad "--plan '$pp' vs the run '$rp'; measured '$meas' plan '$plan1'"; fi
+
+# ---- ranks: every rank's peak; ZeRO 3 gathers the model on rank 0 only when it writes it
+if command -v mpirun >/dev/null 2>&1; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+  z=(--model test/ref/gpt2_tiny --batch-size 2 --seq-len 64 --zero 3 --plan)
+  timeout 60 mpirun -np 2 "$BIN_DIR/train_gpt2" "${z[@]}" --out "$TMP/z3" > "$TMP/z3.log" 2>&1
+  timeout 60 mpirun -np 2 "$BIN_DIR/train_gpt2" "${z[@]}" --out none > "$TMP/z3none.log" 2>&1
+  if grep -q "^ranks: 0: peak [0-9.]* MiB (saving the model), buffers [0-9.]* MiB; 1: peak [0-9.]* MiB ([a-z ]*), buffers" "$TMP/z3.log" \
+     && grep -q "^  step: .* MiB sent to the other ranks" "$TMP/z3.log" && ! grep -q "saving" "$TMP/z3none.log" && grep -q "^ranks: 0: " "$TMP/z3none.log" \
+     && [ "$(grep -c '^plan: rank' "$TMP/z3.log")" = 1 ] && [ ! -e "$TMP/z3" ]; then
+    ok "--plan under mpirun (2 ranks, ZeRO 3): $(grep '^ranks:' "$TMP/z3.log" | cut -c1-140)...; with --out none no rank gathers the model"
+  else bad "--plan, 2 ranks: $(head -c 400 "$TMP/z3.log") / $(grep '^ranks' "$TMP/z3none.log")"; fi
+fi
+
+# ---- --batch-size auto: the choice recorded, and kept by --resume
+out="$TMP/auto"
+"$BIN_DIR/train_gpt2" --model test/ref/gpt2_tiny --train-data "$TMP/train.bin" --seq-len 64 --batch-size auto --total-batch-tokens 1024 \
+  --steps 4 --stop-after 2 --out "$out" > "$TMP/auto1.log" 2>&1
+b=$(sed -n 's/^auto: --batch-size \([0-9]*\): .*/\1/p' "$TMP/auto1.log")
+rec=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["flags"]["batch_size"])' "$out/run_config.json" 2>/dev/null)
+"$BIN_DIR/train_gpt2" --resume --out "$out" --batch-size auto --plan > "$TMP/auto_plan.log" 2>&1; rp=$?
+"$BIN_DIR/train_gpt2" --resume --out "$out" --batch-size auto > "$TMP/auto2.log" 2>&1; r2=$?
+if [ "$b" = 16 ] && [ "$rec" = 16 ] && [ $rp = 0 ] && grep -q "^plan: .* | B=16 T=64 x 1 micro-steps " "$TMP/auto_plan.log" && ! grep -q "^auto:" "$TMP/auto_plan.log" \
+   && [ $r2 = 0 ] && grep -q "^resumed: step 2 " "$TMP/auto2.log" && grep -q "^batch: 16 x 64 " "$TMP/auto2.log" && grep -q "^summary: finished at step 4 of 4" "$TMP/auto2.log"; then
+  ok "--batch-size auto: B = 16 recorded in run_config.json; --resume --plan plans it, --resume --batch-size auto continues with it"
+else bad "auto and resume: chose '$b', recorded '$rec', plan exit $rp, resume exit $r2: $(grep -m2 '^error\|^plan' "$TMP/auto_plan.log" "$TMP/auto2.log")"; fi
+finish
