@@ -40,9 +40,11 @@ grep -q "^  NF4 base  " "$TMP/xl_train_lora.log" && grep -q "^  adapters  " "$TM
 
 # ---- the data's size, from the headers
 "$BIN_DIR/train_gpt2" --model test/ref/gpt2_tiny --train-data "$TMP/train.bin" --batch-size 4 --seq-len 64 --epochs 2 --plan > "$TMP/data.log" 2>&1
-# 19999 targets / (4 x 64) = 78 batches an epoch: 78 steps, 156 for two epochs (no rate on the CPU)
-grep -q "^data: 20000 tokens in 1 file: 78 steps of 256 tokens an epoch" "$TMP/data.log" && grep -q "^time: no measured rate for the CPU backend" "$TMP/data.log" \
-  && ok "--plan: $(grep '^data:' "$TMP/data.log")" || bad "--plan data: $(cat "$TMP/data.log")"
+# 19999 targets / (4 x 64) = 78 batches an epoch: 78 steps, 156 for two epochs, each at the step's
+# FLOPs over the share of the GEMM rate measured now (its figures in GFLOP/s, positive)
+grep -q "^data: 20000 tokens in 1 file: 78 steps of 256 tokens an epoch" "$TMP/data.log" \
+  && grep -qE "^time: 156 steps x [0-9]+\.[0-9]{3} s = [0-9.]+ h predicted \([1-9][0-9]* GFLOP/s: 43% of this CPU's GEMM rate measured now, [1-9][0-9]* GFLOP/s" "$TMP/data.log" \
+  && ok "--plan: $(grep '^data:' "$TMP/data.log"); $(grep '^time:' "$TMP/data.log" | cut -c1-90)" || bad "--plan data: $(cat "$TMP/data.log")"
 
 # ---- one accounting: --plan's figures are the start-up report's, and the measured peak is within them
 common=(--model test/ref/gpt2_tiny --train-data "$TMP/train.bin" --batch-size 8 --seq-len 64 --steps 2 --out none)

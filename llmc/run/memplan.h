@@ -40,7 +40,8 @@ typedef struct {
                           // NCCL and the ops' small scratch (memplan_backend_cuda)
     size_t runtime_mpi;   // CPU: more under MPI (several ranks)
     size_t blas;          // CPU: OpenBLAS's buffers at most (fp32 GEMMs, full training), from the first step on
-    double flops;         // training throughput in model FLOP/s measured on this backend (0: unknown)
+    double flops;         // training throughput in model FLOP/s predicted on this backend (0: unknown)
+    double gemm_flops;    // CPU: the GEMM rate measured at start-up (plan_run.c), flops' basis
     double link;          // bytes/s a rank sends to the others (0: unknown)
 } PlanBackend;
 
@@ -59,9 +60,15 @@ typedef struct {
 // The share of a GPU's peak bf16 FLOP/s (llmc/base/mfu.h) a training step reaches, measured on an
 // H100 at GPT-2 124M shapes, T = 1024, B = 16 (dev/reports/gpu_2026-11-28: full fine-tuning 37.7%,
 // GPT-2 XL 41.2% at B = 8; LoRA and QLoRA on c_attn 33%): the trainers' predicted step time on a
-// GPU of the table (none for CPUs: their rate is the step line's TFLOP/s once a run has started).
+// GPU of the table.
 #define MEMPLAN_GPU_MFU_FULL 0.377
 #define MEMPLAN_GPU_MFU_LORA 0.33
+// On the CPU, the share of its GEMM rate (measured at start-up: plan_run.c) a training step's
+// model FLOPs reach: GPT-2 124M, T = 1024, on the 2-core AVX512-BF16 development machine
+// (docs/MEMORY.md, "Time"): the step's GELU, layernorm, attention, softmax and
+// optimizer at the GEMMs' rate would give 1.0.
+#define MEMPLAN_CPU_STEP_OF_GEMM_FULL 0.43
+#define MEMPLAN_CPU_STEP_OF_GEMM_LORA 0.42
 
 void memplan_backend_cpu(PlanBackend* b, int bf16_gemm);
 // A GPU with total bytes of memory (the reserve: 1/16 of it, at most 512 MiB).
