@@ -138,7 +138,7 @@ def resync_compare(ref, run_from):
     return total, None
 
 
-def compare(where, hf, us, gen, tok=None, prompt=None, args=None):
+def compare(where, hf, us, gen, tok, prompt, args):
     """One prompt: the same text (fp32 CPU build), or the margin comparison (CUDA build), picked
     up again after each close call the two decided differently. Returns the steps compared."""
     if gen.backend == "cpu":

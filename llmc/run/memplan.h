@@ -41,7 +41,7 @@ typedef struct {
     size_t runtime_mpi;   // CPU: more under MPI (several ranks)
     size_t blas;          // CPU: OpenBLAS's buffers at most (fp32 GEMMs, full training), from the first step on
     double flops;         // training throughput in model FLOP/s predicted on this backend (0: unknown)
-    double gemm_flops;    // CPU: the GEMM rate measured at start-up (plan_run.c), flops' basis
+    double gemm_flops;    // CPU: the GEMM rate --plan measured (plan_run.c), flops' basis
     double link;          // bytes/s a rank sends to the others (0: unknown)
 } PlanBackend;
 
@@ -63,7 +63,7 @@ typedef struct {
 // GPU of the table.
 #define MEMPLAN_GPU_MFU_FULL 0.377
 #define MEMPLAN_GPU_MFU_LORA 0.33
-// On the CPU, the share of its GEMM rate (measured at start-up: plan_run.c) a training step's
+// On the CPU, the share of its GEMM rate (measured by --plan: plan_run.c) a training step's
 // model FLOPs reach: GPT-2 124M, T = 1024, on the 2-core AVX512-BF16 development machine
 // (docs/MEMORY.md, "Time"): the step's GELU, layernorm, attention, softmax and
 // optimizer at the GEMMs' rate would give 1.0.

@@ -93,12 +93,14 @@ static double plan_cpu_gemm_flops(int C) {
 }
 
 // The predicted step time's rate: on a GPU its peak (llmc/base/mfu.h) at the share a step reached
-// on an H100; on the CPU the GEMM rate measured now at the share a step reached here (memplan.h).
-static void plan_rate(PlanBackend* be, int lora, int C) {
+// on an H100; on the CPU the GEMM rate measured now at the share a step reached here (memplan.h),
+// only for --plan (the one place that prints the time: a run's start-up does not pay for it).
+static void plan_rate(PlanBackend* be, int lora, int C, int plan_only) {
     if (be->device) {
         be->flops = mfu_peak_bf16_flops(ops_backend_name(), NULL) * (lora ? MEMPLAN_GPU_MFU_LORA : MEMPLAN_GPU_MFU_FULL);
         return;
     }
+    if (!plan_only) return;
     be->gemm_flops = plan_cpu_gemm_flops(C);
     be->flops = be->gemm_flops * (lora ? MEMPLAN_CPU_STEP_OF_GEMM_LORA : MEMPLAN_CPU_STEP_OF_GEMM_FULL);
 }
@@ -358,7 +360,7 @@ int plan_run_start(RunPlan* rp, RunConfig* rc, Comm* comm, long resume_step) {
     PlanBackend be;
     memplan_model_config(rc->f.model, &cfg, &src);
     memplan_backend_this(&be);
-    plan_rate(&be, rc->mode == TRAIN_LORA, cfg.channels);
+    plan_rate(&be, rc->mode == TRAIN_LORA, cfg.channels, rc->f.plan);
     memplan_spec_from_run(&s, rc, &cfg, comm->world, comm->rank);
     if (resume_step >= 0 && rc->mode == TRAIN_FULL) s.source = PLAN_SRC_BIN; // (the checkpoint's model.bin)
     plan_available(rp, &be, comm);
