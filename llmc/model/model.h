@@ -38,8 +38,8 @@ typedef struct {
 } LoraSource;
 
 // What the assembled model will hold in backend memory, in bytes, known before any of it is
-// allocated: the trainers compare it (and the optimizer state it implies) with the GPU's free
-// memory before they allocate (the memory report lists the same sums afterwards).
+// allocated: the model's own count, which test/test_memplan.c holds the trainers' plan
+// (llmc/run/memplan.h, whose refusal runs before the model is built) to.
 typedef struct {
     size_t params;             // floatX parameters, the adapters' included
     size_t grads;              // floatX gradients, the adapters' included
@@ -70,8 +70,8 @@ typedef struct {
     LoraModel* lora;           // adapters to attach (the caller keeps them), or
     const LoraSource* lora_src;//   adapters to build
     // called once the footprint is known, before the parameters, the base and the activations are
-    // allocated (new adapters already are: a few MiB at most); may be NULL; a check that refuses
-    // calls fatal
+    // allocated (new adapters already are: a few MiB at most); may be NULL (the trainers plan
+    // before this instead: llmc/run/plan_run.h)
     void (*before_alloc)(void* ctx, const ModelFootprint* fp);
     void* before_alloc_ctx;
 } ModelSpec;
