@@ -349,6 +349,14 @@ int main(int argc, char** argv) {
     test_model_start(argc, argv, REF_DIR, &tb, &ref);
     Batch bt;
     read_batch(&bt, &ref, &tb.batch);
+    // LLMC_PREF_SHARD=PATH: write the reference batch as a pair shard and stop (test/test_pref_train.sh
+    // trains the trainers on it against the same TRL references)
+    const char* shard_out = getenv("LLMC_PREF_SHARD");
+    if (shard_out && *shard_out) {
+        write_batch_shard(shard_out, &bt);
+        printf("wrote %s\n", shard_out);
+        return 0;
+    }
     static const PrefObjective objs[4] = { PREF_DPO, PREF_IPO, PREF_ORPO, PREF_SIMPO };
 
     // ---- full fine-tuning; the reference of DPO / IPO: another model

@@ -17,15 +17,19 @@ static int same_str(const char* a, const char* b) { return (!a && !b) || (a && b
 // Every flag of two configurations equal (strings by value).
 static int same_flags(const TrainFlags* a, const TrainFlags* b) {
     const char* const sa[] = {a->model, a->train_data, a->val_data, a->out_dir, a->schedule, a->save_format, a->sample.prompt,
-                              a->sample.vocab, a->lora_targets, a->lora_layers, a->adapter, a->lora_bias, a->resume, a->eval_batches, a->dtype, a->save_gguf};
+                              a->sample.vocab, a->lora_targets, a->lora_layers, a->adapter, a->lora_bias, a->resume, a->eval_batches, a->dtype, a->save_gguf,
+                              a->objective, a->ref_model};
     const char* const sb[] = {b->model, b->train_data, b->val_data, b->out_dir, b->schedule, b->save_format, b->sample.prompt,
-                              b->sample.vocab, b->lora_targets, b->lora_layers, b->adapter, b->lora_bias, b->resume, b->eval_batches, b->dtype, b->save_gguf};
+                              b->sample.vocab, b->lora_targets, b->lora_layers, b->adapter, b->lora_bias, b->resume, b->eval_batches, b->dtype, b->save_gguf,
+                              b->objective, b->ref_model};
     for (int i = 0; i < ARGC(sa); i++) if (!same_str(sa[i], sb[i])) return 0;
     TrainFlags x = *a, y = *b; // the numbers: blank the pointers and compare the bytes
     const char** px[] = {&x.model, &x.train_data, &x.val_data, &x.out_dir, &x.schedule, &x.save_format, &x.sample.prompt,
-                         &x.sample.vocab, &x.lora_targets, &x.lora_layers, &x.adapter, &x.lora_bias, &x.resume, &x.eval_batches, &x.dtype, &x.save_gguf};
+                         &x.sample.vocab, &x.lora_targets, &x.lora_layers, &x.adapter, &x.lora_bias, &x.resume, &x.eval_batches, &x.dtype, &x.save_gguf,
+                         &x.objective, &x.ref_model};
     const char** py[] = {&y.model, &y.train_data, &y.val_data, &y.out_dir, &y.schedule, &y.save_format, &y.sample.prompt,
-                         &y.sample.vocab, &y.lora_targets, &y.lora_layers, &y.adapter, &y.lora_bias, &y.resume, &y.eval_batches, &y.dtype, &y.save_gguf};
+                         &y.sample.vocab, &y.lora_targets, &y.lora_layers, &y.adapter, &y.lora_bias, &y.resume, &y.eval_batches, &y.dtype, &y.save_gguf,
+                         &y.objective, &y.ref_model};
     for (int i = 0; i < ARGC(px); i++) { *px[i] = NULL; *py[i] = NULL; }
     return memcmp(&x, &y, sizeof(x)) == 0;
 }

@@ -1,4 +1,5 @@
 #include "run/memplan.h"
+#include "model/prefmodel.h"
 #include "base/check.h"
 #include "base/mfu.h"
 #include "model/gpt2.h"
@@ -129,6 +130,7 @@ void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* c
     s->keep = f->zero3_keep; s->shard_group = f->shard_group; s->offload = f->offload_optimizer;
     s->save = rc->write_outputs;
     s->sample = rc->sample_tokens > 0;
+    s->pref = rc->objective != PREF_SFT;
     PlanSource src;
     GPT2Config ignored;
     memplan_model_config(f->model, &ignored, &src);
@@ -619,6 +621,7 @@ void memplan_make(const PlanSpec* s, const PlanBackend* b, Plan* p) {
                                                                                   : "libraries, threads%s", s->world > 1 ? ", MPI" : "");
     plan_load(l, &h, s, b);
     plan_model(l, &h, s, b);
+    if (s->pref) led_add(l, PLAN_BACKEND, "preference pairs", pref_work_bytes(s->B, s->T), 1, "a micro-batch's pair ranges, sums, row weights (llmc/run/preftrain.h)");
     plan_optimizer(l, &h, s, b);
     plan_first_step(l, &h, s, b);
     p->peak_first_step = l->peak;

@@ -91,6 +91,7 @@ typedef struct {
     int offload;          // --offload-optimizer
     int save;             // the run writes models and checkpoints (not --out none)
     int sample;           // the run samples (--sample-tokens): at ZeRO 3 rank 0 gathers the model for it
+    int pref;             // a preference objective (--objective dpo|ipo|orpo|simpo): its pair buffers
     PlanSource source;
 } PlanSpec;
 

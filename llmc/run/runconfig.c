@@ -4,6 +4,7 @@
 #include "model/config.h"
 #include "base/json.h"
 #include "model/lora.h"
+#include "model/prefloss.h"
 #include "model/qlora.h"
 #include "model/schedule.h"
 #include <stdio.h>
@@ -17,6 +18,7 @@ static const char* const GGUF_TYPES[] = {"none", "f32", "f16", "bf16", "q8_0", N
 static const char* const LORA_BIAS_NAMES[] = {"none", "all", "lora_only", NULL};
 static const char* const RESUME_WORDS[] = {"yes", "auto", NULL};
 static const char* const AUTO_WORD[] = {"auto", NULL};
+static const char* const OBJECTIVES[] = {"sft", "dpo", "ipo", "orpo", "simpo", NULL}; // (PrefObjective order)
 #define RUNCFG_EXIT_HELP "Exit status: 0 when the run finished (or stopped early, or by --stop-after); 1 on an error, or when its last steps " \
     "were not finite (no final model written); 130 / 143 after SIGINT / SIGTERM (a checkpoint is written first, except during start-up)."
 static const char* const HINT = "run with --help to see every flag";
@@ -36,13 +38,15 @@ static void flag_defaults(TrainFlags* f, TrainMode mode) {
     f->watchdog_timeout = (float)COMM_WATCHDOG_DEFAULT_S;
     f->memory_margin = 0.05f;
     cli_sample_defaults(&f->sample);
+    // preference objectives: TRL's defaults (DPOConfig, ORPOConfig, CPOConfig)
+    f->objective = "sft"; f->pref_beta = 0.1f; f->label_smoothing = 0.0f; f->orpo_lambda = 0.1f; f->simpo_gamma = 0.5f;
     // LoRA: PEFT's defaults where PEFT has one (dropout 0)
     f->lora_rank = 8; f->lora_alpha = 16.0f; f->lora_dropout = 0.0f; f->lora_targets = "c_attn";
     f->lora_layers = "all"; f->lora_bias = "none";
 }
 
 // The flag table of a mode, pointing into f: the one list behind the parser, --help and the JSON
-// form. A long table of data, not logic: one line per flag.
+// form. Longer than a screen: a table of data, not logic, one line per flag.
 static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
     const ArgSpec common[] = {
         cli_flag_model(&f->model, "model to start from: llm.c .bin, .safetensors, sharded index, HF model dir; or d6/d12/d24/d36/d48/tiny to train from scratch"),
@@ -100,6 +104,15 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--max-skipped-steps", NULL, ARG_INT, &f->max_skipped, "N", "stop after N consecutive steps with a non-finite loss or gradient", 1, 1e9, NULL},
         {"--sample-every", "-s", ARG_INT, &f->sample_every, "N", "print a sampled completion every N steps and at the end; 0 = only at the end, if --sample-tokens > 0", 0, 1e9, NULL},
         {"--sample-tokens", "-g", ARG_INT, &f->sample_tokens, "K", "tokens per sample; 0 = no sampling (64 when --sample-every is set)", 0, 1 << 20, NULL},
+        {"--objective", NULL, ARG_STR, &f->objective, "NAME", "training objective: sft (cross-entropy on the targets) or a preference objective on "
+         "data/prepare's preference pairs: dpo, ipo (against a reference model), orpo, simpo (reference-free), as TRL defines them (docs/PREFERENCE.md)", 1, 0, OBJECTIVES},
+        {"--beta", NULL, ARG_FLOAT, &f->pref_beta, "B", "dpo, ipo, simpo: the temperature beta of the implicit reward (ipo: tau)", 0, 1e6, NULL},
+        {"--label-smoothing", NULL, ARG_FLOAT, &f->label_smoothing, "E", "dpo (robust DPO), simpo: the probability that a pair's preference is flipped", 0, 0.499, NULL},
+        {"--orpo-lambda", NULL, ARG_FLOAT, &f->orpo_lambda, "L", "orpo: the weight of the odds-ratio term beside the NLL of the chosen completions", 0, 1e6, NULL},
+        {"--simpo-gamma", NULL, ARG_FLOAT, &f->simpo_gamma, "G", "simpo: the target reward margin", -1e6, 1e6, NULL},
+        {"--ref-model", NULL, ARG_STR, &f->ref_model, "PATH", "dpo, ipo: the reference model, another checkpoint (any --model form); its log-probabilities "
+         "of every pair are computed once before training and kept in --out; default: the model before training (train_gpt2: computed once "
+         "the same way; train_lora: the base with the adapters off, at every step)", 1, 0, NULL},
     };
     const ArgSpec lora[] = {
         {"--lora-rank", NULL, ARG_INT, &f->lora_rank, "R", "LoRA rank r", 1, 65536, NULL},
@@ -201,6 +214,29 @@ static int runconfig_check_eval(RunConfig* rc, char* err, size_t cap, const char
     return 0;
 }
 
+// The preference flags: the objective's number, and the settings that belong to another objective
+// or are out of their range (prefloss.h's rules, as TRL has them).
+static int runconfig_check_pref(RunConfig* rc, char* err, size_t cap, const char** hint) {
+    const TrainFlags* f = &rc->f;
+    rc->objective = pref_objective_parse(f->objective);
+    *hint = "run with --help, or see docs/PREFERENCE.md: which settings each objective takes";
+    const PrefObjective o = (PrefObjective)rc->objective;
+    if (!(f->pref_beta > 0.0f)) { snprintf(err, cap, "--beta %g: beta must be above 0 (TRL's default: 0.1)", f->pref_beta); return -1; }
+    if (!(f->orpo_lambda > 0.0f)) { snprintf(err, cap, "--orpo-lambda %g: lambda must be above 0 (TRL's default: 0.1)", f->orpo_lambda); return -1; }
+    if (f->label_smoothing > 0.0f && o != PREF_DPO && o != PREF_SIMPO) {
+        snprintf(err, cap, "--label-smoothing %g is for --objective dpo (robust DPO) and simpo, not %s", f->label_smoothing, f->objective);
+        return -1;
+    }
+    if (f->ref_model && !pref_uses_reference(o)) {
+        snprintf(err, cap, "--ref-model is the reference of --objective dpo and ipo; %s has none", f->objective);
+        return -1;
+    }
+    static const char* const only[] = {"--beta", "--label-smoothing", "--orpo-lambda", "--simpo-gamma"};
+    for (int i = 0; o == PREF_SFT && i < 4; i++)
+        if (runconfig_given(rc, only[i])) { snprintf(err, cap, "%s is a setting of a preference objective (--objective dpo, ipo, orpo or simpo)", only[i]); return -1; }
+    return 0;
+}
+
 // --batch-size auto: the global batch must be given, in whole sequences of every rank (the plan
 // picks B among its divisors); the micro-steps are derived once B is chosen.
 static int runconfig_check_auto_batch(RunConfig* rc, char* err, size_t cap, const char** hint) {
@@ -254,7 +290,7 @@ int runconfig_derive(RunConfig* rc, int world, char* err, size_t cap, const char
     rc->world = world;
     rc->model_4bit = f->model ? qlora_is_hf4bit(f->model) : 0;
     if (runconfig_check_flags(rc, err, cap, hint) || runconfig_check_eval(rc, err, cap, hint) ||
-        runconfig_derive_batch(rc, err, cap, hint)) return -1;
+        runconfig_derive_batch(rc, err, cap, hint) || runconfig_check_pref(rc, err, cap, hint)) return -1;
     rc->resume = !f->resume ? RESUME_NO : !strcmp(f->resume, "auto") ? RESUME_AUTO : RESUME_YES;
     rc->write_outputs = !f->out_dir || strcmp(f->out_dir, "none") != 0;
     rc->sample_tokens = f->sample_every > 0 && f->sample_tokens == 0 ? 64 : f->sample_tokens;

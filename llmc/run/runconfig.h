@@ -36,7 +36,7 @@ typedef enum { TRAIN_FULL = 0, TRAIN_LORA = 1 } TrainMode;
 // there is none).
 typedef enum { RESUME_NO = 0, RESUME_YES = 1, RESUME_AUTO = 2 } ResumeKind;
 
-#define RUNCFG_MAX_FLAGS 64
+#define RUNCFG_MAX_FLAGS 80
 // Micro-steps of gradient accumulation per optimizer step, and the tokens of one rank's
 // micro-batch (B x T): beyond these the host batch buffers or the int row counts of the ops
 // would not fit.
@@ -85,6 +85,11 @@ typedef struct {
     // sampling (rank 0 prints a completion during / after training)
     int sample_every, sample_tokens;
     SampleFlags sample;
+    // preference objectives (llmc/model/prefloss.h; sft: the cross-entropy of supervised training)
+    const char* objective;       // --objective sft|dpo|ipo|orpo|simpo
+    float pref_beta;             // --beta
+    float label_smoothing, orpo_lambda, simpo_gamma;
+    const char* ref_model;       // --ref-model: DPO / IPO's reference, another model (NULL: see llmc/run/preftrain.h)
     // LoRA (train_lora only)
     int lora_rank;
     float lora_alpha, lora_dropout;
@@ -126,6 +131,7 @@ typedef struct {
     int lora_dropout_given;      // --lora-dropout replaces the --adapter's own lora_dropout
     int save_hf, save_llmc;      // --save-format
     int save_gguf;               // --save-gguf other than none
+    int objective;               // PrefObjective of --objective (PREF_SFT: supervised)
     // ---- recorded with the run (not derived from the flags): train_lora's base files
     int nbase;
     RunBaseFile base[RUNCFG_MAX_BASE_FILES];

@@ -80,6 +80,21 @@ void runlog_open(RunLog* l, const char* dir, int rank, long resume_step) {
     if (!l->fp) fatal("check that --out is writable", "cannot open '%s' for writing", path);
 }
 
+// TRL's metrics of a preference objective as JSON members (", \"<prefix>rewards/chosen\": ..."),
+// ORPO's three more with it.
+static void pref_json(char* out, size_t cap, const char* prefix, PrefObjective o, const PrefMeans* m) {
+    const char* names[] = {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected",
+                           "nll_loss", "log_odds_ratio", "log_odds_chosen"};
+    const double v[] = {m->rewards_c, m->rewards_r, m->accuracies, m->margins, m->logps_c, m->logps_r, m->nll_loss, m->log_odds_ratio,
+                        m->log_odds_chosen};
+    size_t k = 0;
+    out[0] = 0;
+    for (int i = 0; i < (o == PREF_ORPO ? 9 : 6) && k < cap; i++) {
+        char a[32];
+        k += (size_t)snprintf(out + k, cap - k, ", \"%s%s\": %s", prefix, names[i], num(a, sizeof(a), v[i]));
+    }
+}
+
 void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
     const double ms = seconds * 1000.0, tps = (double)l->tokens_per_step / seconds, tflops = l->step_flops / seconds / 1e12;
     // the console's rate: TFLOP/s and MFU on a device with a known peak; GFLOP/s where a CPU's
@@ -96,7 +111,11 @@ void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
     const double epoch = l->steps_per_epoch > 0 ? (double)step / l->steps_per_epoch : 0.0;
     const double elapsed = timer_now_s() - l->t0;
     const double eta = step > l->step0 ? elapsed / (double)(step - l->step0) * (double)(l->steps - step) : 0.0;
-    char te[32], tr[32], a[32], b[32];
+    char te[32], tr[32], a[32], b[32], pc[96] = "", pj[640] = "";
+    if (s->pref) { // (the step line's short form: accuracy and margin; log.jsonl has every metric)
+        snprintf(pc, sizeof(pc), " | acc %.2f | margin %.4f", s->pref->accuracies, s->pref->margins);
+        pref_json(pj, sizeof(pj), "", l->objective, s->pref);
+    }
     runlog_hms(elapsed, te, sizeof(te));
     runlog_hms(eta, tr, sizeof(tr));
     if (l->console) {
@@ -104,8 +123,8 @@ void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
             printf("step %4ld/%d | no targets: every token of the batch is masked, no update | lr %.3e | %.1f ms | epoch %.2f | %s elapsed, ETA %s\n",
                    step, l->steps, s->lr, ms, epoch, te, tr);
         else
-            printf("step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s | epoch %.2f | %s elapsed, ETA %s\n",
-                   step, l->steps, s->loss, s->lr, s->norm, ms, tps, rate, epoch, te, tr);
+            printf("step %4ld/%d | loss %.6f%s | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s | epoch %.2f | %s elapsed, ETA %s\n",
+                   step, l->steps, s->loss, pc, s->lr, s->norm, ms, tps, rate, epoch, te, tr);
         fflush(stdout);
     }
     if (s->no_targets)
@@ -113,12 +132,23 @@ void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
                  step, s->lr, epoch, ms, tps, elapsed);
     else
         log_line(l, "{\"step\": %ld, \"train_loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"epoch\": %.6g, \"ms\": %.3f, \"tok_per_s\": %.1f, "
-                    "\"tflops\": %.3f, \"mfu\": %s, \"elapsed_s\": %.3f%s}", step, num(a, sizeof(a), s->loss), s->lr, num(b, sizeof(b), s->norm),
-                 epoch, ms, tps, tflops, mfu_json, elapsed, s->skipped ? ", \"skipped\": true" : "");
+                    "\"tflops\": %.3f, \"mfu\": %s, \"elapsed_s\": %.3f%s%s}", step, num(a, sizeof(a), s->loss), s->lr, num(b, sizeof(b), s->norm),
+                 epoch, ms, tps, tflops, mfu_json, elapsed, pj, s->skipped ? ", \"skipped\": true" : "");
 }
 
-void runlog_eval(RunLog* l, long step, double val_loss) {
+void runlog_eval(RunLog* l, long step, double val_loss, const PrefMeans* pref) {
     char a[32], b[32];
+    if (pref) {
+        char extra[640];
+        if (l->console) {
+            printf("step %ld | val loss %.6f | rewards/accuracies %.4f | rewards/margins %.4f | rewards chosen %.4f, rejected %.4f\n", step, val_loss,
+                   pref->accuracies, pref->margins, pref->rewards_c, pref->rewards_r);
+            fflush(stdout);
+        }
+        pref_json(extra, sizeof(extra), "val_", l->objective, pref);
+        log_line(l, "{\"step\": %ld, \"val_loss\": %s%s}", step, num(a, sizeof(a), val_loss), extra);
+        return;
+    }
     if (l->console) {
         printf("step %ld | val loss %.6f | perplexity %.4g\n", step, val_loss, exp(val_loss));
         fflush(stdout);
@@ -133,7 +163,10 @@ void runlog_summary(const RunLog* l, const RunSummary* s) {
     printf("\nsummary: %s at step %ld of %d | %lld tokens seen (%.2f epochs) | this invocation: %ld steps in %s\n", s->ending, s->step,
            l->steps, (long long)(s->step * l->tokens_per_step), l->steps_per_epoch > 0 ? (double)s->step / l->steps_per_epoch : 0.0,
            s->step - l->step0, t);
-    if (s->has_val)
+    if (s->has_val && l->objective != PREF_SFT)
+        printf("summary: val loss (%s) %.6f at step %ld | best %.6f at step %ld\n", pref_objective_name(l->objective), s->final_val,
+               s->final_val_step, s->best_val, s->best_step);
+    else if (s->has_val)
         printf("summary: val loss %.6f (perplexity %.4g) at step %ld | best %.6f (perplexity %.4g) at step %ld\n", s->final_val, exp(s->final_val),
                s->final_val_step, s->best_val, exp(s->best_val), s->best_step);
     if (!s->out_dir) printf("summary: --out none: nothing was written\n");

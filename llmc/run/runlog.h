@@ -10,6 +10,12 @@
 //   {"step": 12, "no_targets": true, "lr": ..., "epoch": ..., ...}
 //                                  every target of the step was masked: no update
 //   {"step": 12, "val_loss": 4.84, "val_ppl": 126.5}
+// With a preference objective (--objective dpo|ipo|orpo|simpo; llmc/model/prefloss.h) the step's
+// object adds TRL's metrics of the step's pairs under TRL's names, "rewards/chosen",
+// "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected"
+// (orpo also "nll_loss", "log_odds_ratio", "log_odds_chosen"), and an evaluation's object has
+// "val_loss" (the objective's loss on the held-out pairs) and the same metrics prefixed "val_"
+// ("val_rewards/accuracies"), without a perplexity.
 // elapsed_s counts from the start of this invocation's training. A line that cannot be written
 // (a full disk, a file system gone read-only) stops the run with an error naming log.jsonl and
 // the reason: a log with holes would pass for a complete one. A run resumed from the
@@ -21,6 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "base/fileio.h"
+#include "model/prefloss.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +39,7 @@ typedef struct {
     float lr;
     int skipped;        // non-finite loss or gradient: no update
     int no_targets;     // every target of the step masked: no update (loss and norm 0)
+    const PrefMeans* pref; // a preference objective's metrics of the step (NULL: cross-entropy)
 } StepResult;
 
 typedef struct {
@@ -45,6 +53,7 @@ typedef struct {
     double peak_flops;        // ... and the device's peak bf16 FLOP/s; 0: unknown, MFU "n/a"
     double t0;                // start of this invocation's training (timer_now_s)
     long step0;               // the step it started from
+    PrefObjective objective;  // PREF_SFT: losses are cross-entropies (with a perplexity)
 } RunLog;
 
 // What the summary at the end says.
@@ -66,7 +75,8 @@ typedef struct {
 // NULL (--out none): the console only.
 void runlog_open(RunLog* l, const char* dir, int rank, long resume_step);
 void runlog_step(RunLog* l, long step, const StepResult* s, double seconds);
-void runlog_eval(RunLog* l, long step, double val_loss);
+// pref: a preference objective's metrics on the held-out pairs (NULL: cross-entropy).
+void runlog_eval(RunLog* l, long step, double val_loss, const PrefMeans* pref);
 void runlog_summary(const RunLog* l, const RunSummary* s);
 void runlog_close(RunLog* l);
 

@@ -20,6 +20,7 @@ static const char* const WHY_VAL = "validation losses (the best one, early stopp
 static const char* const WHY_BATCH = "the data position and each step's loss are counted in this batch geometry";
 static const char* const WHY_ORDER = "the order of the data (and LoRA's dropout masks) follows --seed and --shuffle";
 static const char* const WHY_LORA = "the adapter in the checkpoint has the recorded structure";
+static const char* const WHY_PREF = "the run trains toward this objective, and its reference log-probabilities (ref_logps_*.bin) are this model's";
 
 // Every flag of both trainers, by JSON key. A flag missing here is refused on resume (and
 // test_runrecord fails), so a new flag must be placed.
@@ -36,6 +37,8 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"weight_decay", CHANGE_OPTIMIZER}, {"grad_clip", CHANGE_OPTIMIZER}, {"beta1", CHANGE_OPTIMIZER},
     {"beta2", CHANGE_OPTIMIZER}, {"eps", CHANGE_OPTIMIZER}, {"lora_dropout", CHANGE_OPTIMIZER},
     {"max_skipped_steps", CHANGE_OPTIMIZER},
+    {"objective", CHANGE_REFUSED}, {"ref_model", CHANGE_REFUSED},
+    {"beta", CHANGE_OPTIMIZER}, {"label_smoothing", CHANGE_OPTIMIZER}, {"orpo_lambda", CHANGE_OPTIMIZER}, {"simpo_gamma", CHANGE_OPTIMIZER},
     {"eval_every", CHANGE_HARMLESS}, {"eval_batches", CHANGE_HARMLESS}, {"keep_best", CHANGE_HARMLESS},
     {"early_stopping_patience", CHANGE_HARMLESS}, {"early_stopping_min_delta", CHANGE_HARMLESS},
     {"save_every", CHANGE_HARMLESS}, {"keep_checkpoints", CHANGE_HARMLESS}, {"save_format", CHANGE_HARMLESS},
@@ -55,13 +58,14 @@ static const char* refused_why(const char* key) {
     if (!strcmp(key, "train_data")) return WHY_DATA;
     if (!strcmp(key, "val_data")) return WHY_VAL;
     if (!strcmp(key, "seed") || !strcmp(key, "shuffle")) return WHY_ORDER;
+    if (!strcmp(key, "objective") || !strcmp(key, "ref_model")) return WHY_PREF;
     if (!strncmp(key, "lora_", 5) || !strcmp(key, "rslora") || !strcmp(key, "train_ln_f") || !strcmp(key, "adapter") ||
         !strcmp(key, "qlora")) return WHY_LORA;
     return WHY_BATCH;
 }
 
 static int is_path(const char* key) {
-    return !strcmp(key, "model") || !strcmp(key, "train_data") || !strcmp(key, "val_data") || !strcmp(key, "adapter");
+    return !strcmp(key, "model") || !strcmp(key, "train_data") || !strcmp(key, "val_data") || !strcmp(key, "adapter") || !strcmp(key, "ref_model");
 }
 
 int runrecord_change_kind(const char* key, ChangeKind* kind, const char** why) {
@@ -114,12 +118,12 @@ static void absolute_path(const char* in, char* out, size_t cap) {
 // resume's flags compare with it. A model descriptor (d12, tiny) is no path.
 static void absolute_paths(RunConfig* rc) {
     TrainFlags* f = &rc->f;
-    const char** flags[] = {&f->model, &f->train_data, &f->val_data, &f->adapter, &f->sample.vocab};
-    const char* names[] = {"--model", "--train-data", "--val-data", "--adapter", "--vocab"};
+    const char** flags[] = {&f->model, &f->train_data, &f->val_data, &f->adapter, &f->sample.vocab, &f->ref_model};
+    const char* names[] = {"--model", "--train-data", "--val-data", "--adapter", "--vocab", "--ref-model"};
     GPT2Config scratch;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         const char* v = *flags[i];
-        if (!v || !runconfig_given(rc, names[i]) || (flags[i] == &f->model && gpt2_config_from_descriptor(&scratch, v) == 0)) continue;
+        if (!v || !runconfig_given(rc, names[i]) || ((flags[i] == &f->model || flags[i] == &f->ref_model) && gpt2_config_from_descriptor(&scratch, v) == 0)) continue;
         char joined[3 * LLMC_PATH_MAX] = "", item[LLMC_PATH_MAX], abs[LLMC_PATH_MAX];
         for (const char* p = v; *p;) {
             const char* comma = strchr(p, ',');

@@ -25,6 +25,7 @@
 #include "run/runsignal.h"
 #include "run/run_outputs.h"
 #include "run/plan_run.h"
+#include "run/preftrain.h"
 #include "model/sampler.h"
 #include "model/schedule.h"
 #include "text/textgen.h"
@@ -80,6 +81,9 @@ typedef struct {
     int early_stopped;
     RunOutputs out;            // what the run writes for people and tools (llmc/run/run_outputs.h)
     RunPlan plan;              // the run's memory and time plan (llmc/run/plan_run.h)
+    int pref_on;               // a preference objective (--objective dpo|ipo|orpo|simpo) ...
+    PrefTrain pref;            // ... its buffers and reference (llmc/run/preftrain.h)
+    PrefMeans pref_step, pref_val; // the last step's and evaluation's metrics
     // sampling (rank 0)
     Tokenizer* tok;
     int* prompt_ids;
@@ -524,8 +528,21 @@ static void open_out_dir(Run* r) {
     l->steps_per_epoch = (double)dl_batches_per_epoch(&r->train) / (double)c->accum;
     l->tokens_per_step = c->tokens_per_step;
     l->step0 = r->step;
+    l->objective = (PrefObjective)c->objective;
     runlog_open(l, c->write_outputs ? c->f.out_dir : NULL, r->rank, r->start.resume_step);
     comm_barrier(&r->comm);
+}
+
+// The reference of DPO / IPO stored before training (read back, or computed and written now that
+// --out exists), and the objective's line of the start-up report.
+static void start_pref(Run* r) {
+    const RunConfig* c = r->c;
+    comm_watchdog_op_unbounded(&r->comm, "reference log-probabilities");
+    preftrain_reference(&r->pref, c, &r->m, &r->train, r->has_val ? &r->val : NULL, &r->comm, c->write_outputs ? c->f.out_dir : NULL,
+                        r->start.resume_step >= 0);
+    char line[1024];
+    preftrain_describe(&r->pref, c, line, sizeof(line));
+    say(r, "objective: %s\n", line);
 }
 
 // The run's length in optimizer steps: --steps, or --epochs passes over the training data
@@ -556,6 +573,20 @@ static void check_packed(Run* r, const DataLoader* dl, const char* what) {
           what, ops_backend_name());
 }
 
+// A preference objective on pairs (llmc/run/preftrain.h); pairs need one (dl_next would refuse
+// them at the first step: here it is said before anything runs).
+static void setup_pref(Run* r) {
+    const RunConfig* c = r->c;
+    const int pairs = r->train.pairs || (r->has_val && r->val.pairs);
+    if (c->objective == PREF_SFT && pairs)
+        fatal("train preference pairs with --objective dpo, ipo, orpo or simpo (docs/PREFERENCE.md), or prepare {\"prompt\", \"completion\"} "
+              "records for supervised fine-tuning", "%s '%s' holds preference pairs: supervised fine-tuning (--objective sft) would train the "
+              "rejected completions too", r->train.pairs ? "--train-data" : "--val-data", r->train.pairs ? c->f.train_data : c->f.val_data);
+    if (c->objective == PREF_SFT) return;
+    preftrain_init(&r->pref, c, &r->train, r->has_val ? &r->val : NULL, c->f.batch_size, c->f.seq_len, c->accum);
+    r->pref_on = 1;
+}
+
 static void setup_data(Run* r) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
@@ -580,7 +611,8 @@ static void setup_data(Run* r) {
     r->steps = run_length(c, dl_batches_per_epoch(&r->train));
     check_packed(r, &r->train, f->train_data);
     if (r->has_val) check_packed(r, &r->val, f->val_data);
-    if (r->train.packed || (r->has_val && r->val.packed)) r->docs = (int*)mallocCheck(n * sizeof(int));
+    if (r->train.packed || (r->has_val && r->val.packed) || r->train.pairs) r->docs = (int*)mallocCheck(n * sizeof(int));
+    setup_pref(r);
 }
 
 // The ZeRO-3 flags at another stage: a note, not an error (a run resumed at another stage carries
@@ -733,6 +765,7 @@ static void report_memory(Run* r) {
 
 static double evaluate(Run* r) {
     const int B = r->c->f.batch_size, T = r->c->f.seq_len;
+    if (r->pref_on) return preftrain_eval(&r->pref, &r->m, &r->val, r->eval_batches, r->inputs, r->targets, r->docs, &r->comm, &r->pref_val);
     dl_reset(&r->val);
     double sum = 0.0; long cnt = 0;
     linear_set_training(r->model->lin, 0, 0); // no dropout when evaluating
@@ -762,6 +795,23 @@ static int64_t read_step_batches(Run* r) {
     return valid;
 }
 
+// The dropout masks of micro-step k: a pure function of (seed, rank, micro-step), so a resumed run
+// draws the same ones.
+static uint64_t dropout_tick(const Run* r, int k) {
+    return ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)r->c->accum + (uint64_t)k;
+}
+
+// The end of a step whose gradients are reduced and whose loss is known (s->loss): the gradient
+// norm, and the AdamW update unless the loss or the norm is not finite.
+static void finish_step(Run* r, StepResult* s) {
+    const TrainFlags* f = &r->c->f;
+    s->skipped = !isfinite(s->loss) || !isfinite(s->norm);
+    if (s->skipped) return;
+    opt_step(&r->opt, s->lr, f->beta1, f->beta2, f->eps, f->weight_decay, opt_clip_scale(s->norm, f->grad_clip),
+             (uint32_t)(f->seed + 7919 * r->step));
+    gradsync_share_params(&r->gs);
+}
+
 // Forward and backward of every micro-batch, gradient reduction, clipping, and the AdamW update
 // unless the loss or the gradient is not finite. A micro-batch whose targets are all masked adds
 // nothing to the loss or the gradient (its rows of dlogits are zero) and nothing to the count
@@ -773,14 +823,13 @@ static StepResult train_step(Run* r) {
     const int B = f->batch_size, T = f->seq_len;
     const size_t BT = (size_t)B * T;
     const int64_t valid = read_step_batches(r);
-    StepResult s = {0.0, 0.0, sched_lr(&r->sched, (int)r->step), 0, 0};
+    StepResult s = {0.0, 0.0, sched_lr(&r->sched, (int)r->step), 0, 0, NULL};
     if (valid == 0) { s.no_targets = 1; return s; } // (valid is global: every rank returns here)
     gpt2_zero_grads(r->model);
     gradsync_step_begin(&r->gs);
     const float dloss = 1.0f / (float)valid;
     for (int k = 0; k < c->accum; k++) {
-        // dropout masks: a pure function of (seed, rank, micro-step), so a resumed run draws the same ones
-        linear_set_training(r->model->lin, 1, ((uint64_t)r->step * (uint64_t)r->world + (uint64_t)r->rank) * (uint64_t)c->accum + (uint64_t)k);
+        linear_set_training(r->model->lin, 1, dropout_tick(r, k));
         gpt2_forward_acc(r->model, r->inputs + k * BT, r->targets + k * BT, r->train.packed ? r->docs + k * BT : NULL, B, T, dloss,
                          gradsync_loss_acc(&r->gs));
         gpt2_backward(r->model, gradsync_sink(&r->gs));
@@ -790,11 +839,34 @@ static StepResult train_step(Run* r) {
     double loss_sum; // the step's one read of the device: loss and gradient norm together
     gradsync_step_stats(&r->gs, &loss_sum, &s.norm);
     s.loss = loss_sum / (double)valid;
-    s.skipped = !isfinite(s.loss) || !isfinite(s.norm);
-    if (s.skipped) return s;
-    opt_step(&r->opt, s.lr, f->beta1, f->beta2, f->eps, f->weight_decay, opt_clip_scale(s.norm, f->grad_clip),
-             (uint32_t)(f->seed + 7919 * r->step));
-    gradsync_share_params(&r->gs);
+    finish_step(r, &s);
+    return s;
+}
+
+// The same for a preference objective (llmc/run/preftrain.h): the pairs of every micro-batch are
+// read first (the loss is their mean over the global batch); each micro-step runs the reference's
+// forward (or looks its values up), the policy's, and the backward of the pairs' terms; the loss
+// and TRL's metrics are summed on the host and across ranks.
+static StepResult pref_train_step(Run* r) {
+    const size_t BT = (size_t)r->c->f.batch_size * r->c->f.seq_len;
+    StepResult s = {0.0, 0.0, sched_lr(&r->sched, (int)r->step), 0, 0, NULL};
+    if (preftrain_read(&r->pref, &r->train, r->inputs, r->targets, r->docs, &r->comm) == 0) { s.no_targets = 1; return s; }
+    gpt2_zero_grads(r->model);
+    gradsync_step_begin(&r->gs);
+    PrefMetrics acc;
+    memset(&acc, 0, sizeof(acc));
+    for (int k = 0; k < r->c->accum; k++) {
+        preftrain_micro(&r->pref, &r->m, k, r->inputs + k * BT, r->targets + k * BT, r->docs + k * BT, 0, 1, dropout_tick(r, k),
+                        gradsync_sink(&r->gs), &acc);
+        gradsync_micro_done(&r->gs);
+    }
+    gradsync_reduce(&r->gs);
+    double unused; // (the device's loss accumulator: the cross-entropy's, untouched here)
+    gradsync_step_stats(&r->gs, &unused, &s.norm);
+    preftrain_reduce(&r->pref, &acc, &r->comm, &r->pref_step);
+    s.loss = r->pref_step.loss;
+    s.pref = &r->pref_step;
+    finish_step(r, &s);
     return s;
 }
 
@@ -814,7 +886,7 @@ static void note_skipped(Run* r, const StepResult* s) {
 static void eval_and_track(Run* r) {
     const TrainFlags* f = &r->c->f;
     const double vl = evaluate(r);
-    runlog_eval(&r->rl, r->step, vl);
+    runlog_eval(&r->rl, r->step, vl, r->pref_on ? &r->pref_val : NULL);
     r->last_val = vl; r->last_val_step = r->step; r->has_last_val = 1;
     r->vtrack_pre = r->vtrack; r->vtrack_pre_step = r->step; // what a checkpoint of this step records
     ValTrack* v = &r->vtrack;
@@ -875,7 +947,7 @@ static int train_loop(Run* r, int* written) {
         if (f->profile && (r->steps_this_run == 1 || (r->steps_this_run == 0 && r->steps - r->step == 1))) ops_profile(1);
         double t0 = timer_now_s();
         comm_watchdog_op(&r->comm, "step %ld", r->step + 1);
-        StepResult s = train_step(r);
+        StepResult s = r->pref_on ? pref_train_step(r) : train_step(r);
         // the step ends when the device has finished its work (the optimizer's kernels are
         // asynchronous on CUDA): the time is everything the user waits for
         ops_synchronize();
@@ -966,6 +1038,7 @@ static void run_free(Run* r) {
     dl_free(&r->train);
     if (r->has_val) dl_free(&r->val);
     opt_free(&r->opt);
+    if (r->pref_on) preftrain_free(&r->pref);
     gradsync_free(&r->gs);
     model_free(&r->m);
     device_detach(&r->comm);
@@ -1009,6 +1082,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     setup_mfu(r);
     runsignal_deferred(r->world > 1); // from the first write on, they stop the loop with a checkpoint
     open_out_dir(r);
+    if (r->pref_on) start_pref(r);
     int written = 0;
     const int stop = train_loop(r, &written);
     if (rc.f.profile && r->rank == 0) ops_profile_print(r->steps_this_run > 1 ? r->steps_this_run - 1 : 1);

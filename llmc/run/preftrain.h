@@ -1,0 +1,93 @@
+// Preference training in the trainers (--objective dpo|ipo|orpo|simpo): the step's batches of
+// pairs, the reference, one micro-step's forward passes, loss and backward, and the evaluation on
+// held-out pairs. The arithmetic is llmc/model/prefloss.h's, the model side prefmodel.h's; this
+// file is what the loop of llmc/run/trainer.c calls instead of the cross-entropy's forward.
+//
+// The reference model of DPO and IPO, one of three ways (the start-up report says which, with its
+// memory and time):
+//   adapters off   train_lora without --ref-model: the same base with its adapters switched off
+//                  (model_set_adapters), one more forward per micro-step that keeps nothing (the
+//                  policy's forward writes over its activations): no memory, a third more FLOPs;
+//   stored         train_gpt2 (the model before its first step), or --ref-model PATH in either
+//                  trainer: every pair's log-probabilities computed once before training (one
+//                  forward pass over the training and validation data; llmc/run/reflogps.h), kept
+//                  in host memory (16 bytes a pair) and in OUT/ref_logps_train.bin /
+//                  ref_logps_val.bin, read back on resume instead of computed again;
+//   none           orpo and simpo are reference-free.
+//
+// A step reads every micro-batch first (as the cross-entropy's step does for its token count):
+// the loss is the mean of the pair terms over the pairs of the global batch (plus ORPO's NLL over
+// the chosen records' targets), so each micro-batch's backward is scaled by 1 / (the global
+// batch's pairs) and 1 / (its chosen targets), known before the first backward. Pairs are whole
+// in a window, so whole on a rank and in a micro-batch. The metrics are sums (PrefMetrics) added
+// over micro-batches and ranks, then averaged; the loss is computed on the host from the pairs'
+// sequence log-probabilities, which come back from the device with each forward anyway.
+#ifndef LLMC_PREFTRAIN_H
+#define LLMC_PREFTRAIN_H
+
+#include <stdint.h>
+#include "comm/comm.h"
+#include "model/model.h"
+#include "model/prefloss.h"
+#include "model/prefmodel.h"
+#include "run/dataloader.h"
+#include "run/reflogps.h"
+#include "run/runconfig.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { PREF_REF_NONE = 0, PREF_REF_ADAPTERS_OFF, PREF_REF_STORED } PrefRefKind;
+
+typedef struct {
+    PrefConfig cfg;
+    PrefRefKind ref;
+    PrefWork w;                // backend buffers for one micro-batch
+    int B, T, maxp, accum;
+    PrefPair* pairs;           // accum x maxp: the step's micro-batches' pairs ...
+    int64_t* ids;              // ... their numbers in the data set ...
+    int* n;                    // ... and how many each micro-batch holds
+    PrefSeqs* seqs;            // maxp
+    PrefPairOut* outs;         // maxp
+    RefLogps stored[2];        // PREF_REF_STORED: the training data's [0] and the validation data's [1]
+    int has_val;
+    double pair_scale, nll_scale; // this step's: 1 / the global batch's pairs, 1 / its chosen targets (orpo)
+} PrefTrain;
+
+// The objective of the configuration (c->objective != PREF_SFT) on the loaders' data: fatal,
+// naming the data and the flag, when the data is not made of pairs (and, in the trainer, when it
+// is and the objective is sft). Buffers for B x T micro-batches, accum of them a step.
+void preftrain_init(PrefTrain* p, const RunConfig* c, const DataLoader* train, const DataLoader* val, int B, int T, int accum);
+// The reference, PREF_REF_STORED: read back from out_dir (a resumed run, or files an interrupted
+// start left) or computed with m (train_gpt2, a new run: the model before training) or with the
+// model of --ref-model; then written to out_dir by rank 0 (out_dir NULL: --out none, kept in memory
+// only). resume: the run is resumed (m holds trained weights: the files must be there, unless
+// --ref-model can compute them again). Every rank ends with every pair's values.
+void preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader* train, DataLoader* val, Comm* comm,
+                         const char* out_dir, int resume);
+// The start-up report's line: the objective, its settings, the reference and what it costs.
+void preftrain_describe(const PrefTrain* p, const RunConfig* c, char* out, size_t cap);
+
+// Reads the step's accum micro-batches (inputs, targets, docs: accum x B*T) and sets the step's
+// scales; returns the global batch's pairs (0: nothing to train on).
+int64_t preftrain_read(PrefTrain* p, DataLoader* dl, int* inputs, int* targets, int* docs, Comm* comm);
+// Micro-batch k of the step (or of an evaluation: the loader's batch in slot 0): the reference's
+// forward, the policy's (dropout as linear_set_training(training, tick)), each pair's term and
+// its metrics added to *acc; training: then the backward (sink: gpt2_backward's, NULL for the
+// model's own gradients). which: the data the ids number, 0 training, 1 validation (the stored
+// reference's table).
+void preftrain_micro(PrefTrain* p, Model* m, int k, const int* inputs, const int* targets, const int* docs, int which,
+                     int training, uint64_t tick, const GPT2GradSink* sink, PrefMetrics* acc);
+// An evaluation over `batches` batches of the validation loader (from its start): the means over
+// every pair of them (summed across ranks) in *out; returns the loss.
+double preftrain_eval(PrefTrain* p, Model* m, DataLoader* val, int64_t batches, int* inputs, int* targets, int* docs, Comm* comm,
+                      PrefMeans* out);
+// The sums over ranks, then the means.
+void preftrain_reduce(const PrefTrain* p, PrefMetrics* acc, Comm* comm, PrefMeans* out);
+void preftrain_free(PrefTrain* p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMC_PREFTRAIN_H

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Preference objectives in the trainers (--objective dpo|ipo|orpo|simpo), against TRL 1.16's own
+# runs of the same batch (test/ref/pref_tiny/ref.safetensors, dev/gen_pref_ref.py; test_pref.c
+# checks the pieces): the batch of two packed windows holding four pairs is written as a pair
+# shard by test_pref (LLMC_PREF_SHARD), and each trainer trains on it with the reference's
+# hyperparameters (lr 1e-3 constant, AdamW betas 0.9 / 0.95, weight decay 0.1, clip 1.0; fp32):
+#   - train_lora from the reference's PEFT adapter (the reference: the base with the adapters off)
+#     and train_gpt2 (the reference: the model before training, computed once and stored), every
+#     objective: the 10 step losses and gradient norms of log.jsonl == TRL's (1e-5; norms 1e-4
+#     relative);
+#   - the same global batch as 2 ranks x 1 window under mpirun (ZeRO 1 and 3, DPO, both trainers)
+#     and as 2 micro-steps of accumulation (ORPO, whose NLL is a mean over the global batch);
+#   - --ref-model: train_gpt2 with the reference's other model: the first step's loss and rewards
+#     == TRL's with that reference;
+#   - evaluation on held-out pairs (the same batch): val_loss and TRL's metrics at step 0 == TRL's;
+#   - resume: stopped at step 5 and resumed == TRL's 10 steps, the stored reference read back
+#     (refused, naming it, when it is gone);
+#   - bad settings and data: one clear message each.
+source "$(dirname "$0")/lib.sh"
+BUILD="${BUILD:-build/cpu}"
+command -v python3 >/dev/null || { echo "skip: python3 not installed"; exit 0; }
+M=test/ref/pref_tiny
+D="$TMP/pairs_000000.bin"
+LLMC_PREF_SHARD="$D" "$BUILD/test/test_pref" >/dev/null || { bad "test_pref wrote no pair shard"; exit 1; }
+COMMON=(--train-data "$D" -t 64 --steps 10 --lr 1e-3 --schedule constant --weight-decay 0.1 --grad-clip 1 --save-format none --dtype fp32 --threads 2)
+LORA=("$BIN_DIR/train_lora" --model "$M" --adapter "$M/lora")
+FULL=("$BIN_DIR/train_gpt2" --model "$M")
+
+# steps_match LOG SET [FIRST]: log.jsonl's step losses and norms == TRL's <SET>.train_* (FIRST: the
+# first step only, from <SET>.metrics, with the rewards); evals: val_loss and val_ metrics at step 0
+compare() {
+  python3 - "$@" <<'PY'
+import json, struct, sys
+log, set_, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+f = open("test/ref/pref_tiny/ref.safetensors", "rb")
+n = struct.unpack("<Q", f.read(8))[0]
+h = json.loads(f.read(n))
+def get(k):
+    a, b = h[k]["data_offsets"]
+    f.seek(8 + n + a)
+    return struct.unpack("<%df" % ((b - a) // 4), f.read(b - a))
+rows = [json.loads(l) for l in open(log)]
+steps = [r for r in rows if "train_loss" in r]
+names = ["loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected"]
+def close(a, b, tol): return abs(a - b) <= tol * max(1.0, abs(b))
+if mode == "steps":
+    L, N = get(set_ + ".train_losses"), get(set_ + ".train_grad_norms")
+    ok = len(steps) == 10 and all(close(r["train_loss"], l, 1e-5) and abs(r["grad_norm"] - x) <= 1e-4 * x for r, l, x in zip(steps, L, N))
+    print("worst loss %.2g" % max(abs(r["train_loss"] - l) for r, l in zip(steps, L)))
+elif mode == "first":  # the first step's metrics
+    m, r = get(set_ + ".metrics"), steps[0]
+    ok = all(close(r["train_loss" if k == "loss" else k], m[i], 1e-5) for i, k in enumerate(names))
+else:  # the evaluation at step 0
+    m = get(set_ + ".metrics")
+    r = [x for x in rows if "val_loss" in x][0]
+    ok = r["step"] == 0 and all(close(r["val_" + k], m[i], 1e-5) for i, k in enumerate(names))
+sys.exit(0 if ok else 1)
+PY
+}
+
+run() { # NAME ARGS...: a run into $TMP/NAME (console in $TMP/NAME.log)
+  local name=$1; shift
+  rm -rf "$TMP/$name"
+  "$@" --out "$TMP/$name" > "$TMP/$name.log" 2>&1 || { bad "$name: exit $? ($(grep -m1 error "$TMP/$name.log"))"; return 1; }
+}
+
+for o in dpo ipo orpo simpo; do
+  run "lora_$o" "${LORA[@]}" -b 2 "${COMMON[@]}" --objective $o &&
+    { w=$(compare "$TMP/lora_$o/log.jsonl" "lora.$o" steps) && ok "train_lora --objective $o: 10 steps == TRL + PEFT ($w)" || bad "train_lora $o vs TRL ($w)"; }
+  run "full_$o" "${FULL[@]}" -b 2 "${COMMON[@]}" --objective $o &&
+    { w=$(compare "$TMP/full_$o/log.jsonl" "full.$o" steps) && ok "train_gpt2 --objective $o: 10 steps == TRL ($w)" || bad "train_gpt2 $o vs TRL ($w)"; }
+done
+grep -q "reference: the base with the adapters off" "$TMP/lora_dpo.log" && grep -q "reference: the model before training, log-probabilities of 4 pairs" "$TMP/full_dpo.log" &&
+  grep -q "reference: none" "$TMP/full_simpo.log" && [ -f "$TMP/full_dpo/ref_logps_train.bin" ] &&
+  ok "start-up report: each way of the reference; train_gpt2 stored it in --out" || bad "the reference's report line / ref_logps_train.bin"
+
+if command -v mpirun >/dev/null 2>&1; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+  for z in 1 3; do
+    run "np2_lora_z$z" mpirun -np 2 "${LORA[@]}" -b 1 --zero $z "${COMMON[@]}" --threads 1 --objective dpo &&
+      { compare "$TMP/np2_lora_z$z/log.jsonl" lora.dpo steps >/dev/null && ok "mpirun -np 2 train_lora DPO ZeRO $z == one process == TRL" || bad "np2 LoRA DPO ZeRO $z"; }
+    run "np2_full_z$z" mpirun -np 2 "${FULL[@]}" -b 1 --zero $z "${COMMON[@]}" --threads 1 --objective dpo &&
+      { compare "$TMP/np2_full_z$z/log.jsonl" full.dpo steps >/dev/null && ok "mpirun -np 2 train_gpt2 DPO ZeRO $z == one process == TRL" || bad "np2 full DPO ZeRO $z"; }
+  done
+else
+  echo "skip: mpirun not installed (the 2-rank runs)"
+fi
+run acc_orpo "${FULL[@]}" -b 1 --total-batch-tokens 128 "${COMMON[@]}" --objective orpo &&
+  { compare "$TMP/acc_orpo/log.jsonl" full.orpo steps >/dev/null && ok "ORPO in 2 micro-steps of accumulation == TRL (pairs and NLL averaged over the global batch)" || bad "accumulation ORPO"; }
+
+run refm "${FULL[@]}" -b 2 "${COMMON[@]}" --objective dpo --ref-model "$M/ref" &&
+  { compare "$TMP/refm/log.jsonl" full.dpo first && grep -q "reference: .*$M/ref, log-probabilities" "$TMP/refm.log" &&
+    ok "--ref-model: the first step's loss, rewards and logps == TRL's with that reference" || bad "--ref-model"; }
+run eval_simpo "${LORA[@]}" -b 2 "${COMMON[@]}" --objective simpo --val-data "$D" --eval-every 5 &&
+  { compare "$TMP/eval_simpo/log.jsonl" lora.simpo eval && grep -q '"val_rewards/accuracies"' "$TMP/eval_simpo/log.jsonl" &&
+    grep -q "val loss (simpo)" "$TMP/eval_simpo.log" && ok "evaluation on held-out pairs: val_loss and TRL's metrics at step 0 == TRL's" || bad "pair evaluation"; }
+run eval_dpo "${FULL[@]}" -b 2 "${COMMON[@]}" --objective dpo --val-data "$D" --eval-every 5 &&
+  { [ -f "$TMP/eval_dpo/ref_logps_val.bin" ] && python3 -c 'import json,sys,math; r=[json.loads(l) for l in open(sys.argv[1]) if "val_loss" in l]; sys.exit(not(abs(r[0]["val_loss"]-math.log(2))<1e-6 and r[-1]["val_loss"]<r[0]["val_loss"]))' "$TMP/eval_dpo/log.jsonl" &&
+    ok "train_gpt2 DPO evaluation: log 2 at step 0 (policy == reference), lower at the end; the validation pairs' reference stored" || bad "DPO evaluation"; }
+
+# resume: 5 steps, stopped, resumed from --out alone
+rm -rf "$TMP/res"
+"${FULL[@]}" -b 2 "${COMMON[@]}" --objective dpo --save-every 5 --stop-after 5 --out "$TMP/res" > "$TMP/res1.log" 2>&1
+"$BIN_DIR/train_gpt2" --resume --out "$TMP/res" > "$TMP/res2.log" 2>&1 &&
+  compare "$TMP/res/log.jsonl" full.dpo steps >/dev/null &&
+  ok "DPO stopped at step 5 and resumed from --out alone == TRL's 10 steps" || bad "DPO resume ($(grep -m1 error "$TMP/res2.log"))"
+rm -rf "$TMP/res"
+"${FULL[@]}" -b 2 "${COMMON[@]}" --objective dpo --save-every 5 --stop-after 5 --out "$TMP/res" > /dev/null 2>&1
+rm -f "$TMP/res/ref_logps_train.bin"
+expect_fail "resume without the stored reference names the file" "ref_logps_train.bin' is missing" "$BIN_DIR/train_gpt2" --resume --out "$TMP/res"
+expect_fail "resume with another objective is refused" "--objective ipo differs from the run's recorded" "$BIN_DIR/train_gpt2" --resume --out "$TMP/res" --objective ipo
+
+# bad settings and data
+expect_fail "sft on pair data" "holds preference pairs: supervised fine-tuning (--objective sft)" "${FULL[@]}" -b 2 "${COMMON[@]}" --out none
+make_shard "$TMP/plain.bin" 600 100 1
+expect_fail "a preference objective on data without pairs" "holds no preference pairs: --objective dpo trains on pairs" "${FULL[@]}" -b 2 "${COMMON[@]}" --train-data "$TMP/plain.bin" --objective dpo --out none
+expect_fail "--label-smoothing with ipo" "--label-smoothing 0.1 is for --objective dpo (robust DPO) and simpo, not ipo" "${FULL[@]}" -b 2 "${COMMON[@]}" --objective ipo --label-smoothing 0.1 --out none
+expect_fail "--ref-model with simpo" "--ref-model is the reference of --objective dpo and ipo; simpo has none" "${FULL[@]}" -b 2 "${COMMON[@]}" --objective simpo --ref-model "$M/ref" --out none
+expect_fail "--beta without a preference objective" "--beta is a setting of a preference objective" "${FULL[@]}" -b 2 "${COMMON[@]}" --beta 0.2 --out none
+expect_fail "--beta 0" "--beta 0: beta must be above 0" "${FULL[@]}" -b 2 "${COMMON[@]}" --objective dpo --beta 0 --out none
+
+echo "test_pref_train: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]
