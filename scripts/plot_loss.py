@@ -5,7 +5,9 @@
     python3 scripts/plot_loss.py OUT/log.jsonl -o curves.png --title "lora on shakespeare"
 
 Top panel: train loss per step (blue) and validation loss at each eval (orange squares).
-Bottom panel: learning rate. Only Python's standard library is used: the image is drawn into a
+Bottom panel: learning rate. A preference run (--objective dpo|ipo|orpo|simpo) gets a middle
+panel: the reward accuracy of the step's pairs (blue) and of the held-out pairs (orange), TRL's
+rewards/accuracies. Only Python's standard library is used: the image is drawn into a
 pixel buffer with a small built-in bitmap font and written as a PNG with zlib. Steps logged more
 than once (a resumed run appends to the same log) keep their last value.
 """
@@ -138,7 +140,8 @@ def fmt_tick(v, step):
 
 
 def read_log(path):
-    train, val, lr = {}, {}, {}
+    """[(step, value)] sorted, for: train loss, val loss, lr, reward accuracy (train, val)."""
+    train, val, lr, acc, vacc = {}, {}, {}, {}, {}
     bad = 0
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -151,13 +154,14 @@ def read_log(path):
             except (ValueError, KeyError, TypeError):
                 bad += 1  # e.g. a line cut short by a crash
                 continue
-            for key, d in (("train_loss", train), ("val_loss", val), ("lr", lr)):
+            for key, d in (("train_loss", train), ("val_loss", val), ("lr", lr), ("rewards/accuracies", acc),
+                           ("val_rewards/accuracies", vacc)):
                 v = r.get(key)
                 if isinstance(v, (int, float)) and math.isfinite(v):
                     d[step] = float(v)
     if bad:
         print("note: %s: %d line(s) are not JSON objects with a step; skipped" % (path, bad), file=sys.stderr)
-    return [sorted(d.items()) for d in (train, val, lr)]
+    return [sorted(d.items()) for d in (train, val, lr, acc, vacc)]
 
 
 def draw_panel(cv, box, xlim, series, ylabel):
@@ -233,7 +237,7 @@ def main():
         sys.exit("error: '%s' not found (give a run's log.jsonl or its directory)" % log)
     if not (320 <= a.width <= 8000 and 240 <= a.height <= 8000):
         sys.exit("error: --width must be in [320, 8000] and --height in [240, 8000]")
-    train, val, lr = read_log(log)
+    train, val, lr, acc, vacc = read_log(log)
     if not train and not val:
         sys.exit("error: '%s' holds no train_loss or val_loss values" % log)
     out = a.out or os.path.join(os.path.dirname(os.path.abspath(log)), "loss.png")
@@ -244,8 +248,13 @@ def main():
     xlim = (min(steps), max(steps))
     l, r = 110, a.width - 30
     split = int(a.height * (0.62 if lr else 0.88))
+    if acc or vacc:  # the loss's panel shares its room with the reward accuracy's
+        mid = 46 + (split - 46) * 3 // 5
+        draw_panel(cv, (l, mid + 30, r, split), xlim, [(acc, BLUE, False), (vacc, ORANGE, True)], "accuracy")
+        split = mid
     cv.text(l, 12, title, BLACK)
     draw_panel(cv, (l, 46, r, split), xlim, [(train, BLUE, False), (val, ORANGE, True)], "loss")
+    split = int(a.height * (0.62 if lr else 0.88))
     legend = [("train loss", BLUE)] * bool(train) + [("val loss", ORANGE)] * bool(val)
     x = r - 10 - sum(text_width(s) + 40 for s, _ in legend)
     for s, colour in legend:
@@ -258,7 +267,8 @@ def main():
     write_atomic(out, png_bytes(cv))
     last = "train %.4f at step %d" % (train[-1][1], train[-1][0]) if train else ""
     best = "; best val %.4f at step %d" % min(((v, s) for s, v in val)) if val else ""
-    print("wrote %s (%dx%d): %s%s" % (out, a.width, a.height, last, best))
+    accs = "; reward accuracy %.2f (held-out %.2f)" % (acc[-1][1] if acc else float("nan"), vacc[-1][1] if vacc else float("nan")) if acc or vacc else ""
+    print("wrote %s (%dx%d): %s%s%s" % (out, a.width, a.height, last, best, accs))
 
 
 if __name__ == "__main__":
