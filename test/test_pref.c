@@ -355,6 +355,10 @@ int main(int argc, char** argv) {
     if (shard_out && *shard_out) {
         write_batch_shard(shard_out, &bt);
         printf("wrote %s\n", shard_out);
+        pref_work_free(&bt.w);
+        free(bt.doc_start);
+        st_close(&ref);
+        test_base_free(&tb);
         return 0;
     }
     static const PrefObjective objs[4] = { PREF_DPO, PREF_IPO, PREF_ORPO, PREF_SIMPO };

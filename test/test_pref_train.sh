@@ -78,7 +78,7 @@ grep -q "reference: the base with the adapters off" "$TMP/lora_dpo.log" && grep 
   ok "start-up report: each way of the reference; train_gpt2 stored it in --out" || bad "the reference's report line / ref_logps_train.bin"
 
 if command -v mpirun >/dev/null 2>&1; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+  source "$(dirname "$0")/lib_mpi.sh" # (OpenMPI's settings for tests, its leak suppressions under ASan)
   for z in 1 3; do
     run "np2_lora_z$z" mpirun -np 2 "${LORA[@]}" -b 1 --zero $z "${COMMON[@]}" --threads 1 --objective dpo &&
       { compare "$TMP/np2_lora_z$z/log.jsonl" lora.dpo steps >/dev/null && ok "mpirun -np 2 train_lora DPO ZeRO $z == one process == TRL" || bad "np2 LoRA DPO ZeRO $z"; }
