@@ -109,13 +109,17 @@ void preftrain_describe(const PrefTrain* p, const RunConfig* c, char* out, size_
     }
     const int64_t pairs = p->stored[0].n_pairs + p->stored[1].n_pairs;
     char ref[512];
+    // the time, in model FLOPs per parameter and token: a forward 2, a step 6 (full) or 4 (LoRA:
+    // the frozen weights' backward computes the inputs' gradients only)
+    const char* epoch_share = c->mode == TRAIN_LORA ? "half" : "a third";
     if (p->ref == PREF_REF_NONE) snprintf(ref, sizeof(ref), "none (reference-free)");
     else if (p->ref == PREF_REF_ADAPTERS_OFF)
-        snprintf(ref, sizeof(ref), "the base with the adapters off: one more forward per micro-step (no activations kept), no memory");
+        snprintf(ref, sizeof(ref), "the base with the adapters off: one more forward per micro-step (about +50%% of the step's FLOPs), "
+                 "no memory (no activations kept)");
     else
-        snprintf(ref, sizeof(ref), "%s, log-probabilities of %lld pairs computed once before training (a forward pass over the data), "
-                 "%.1f KiB of host memory, stored in %s", c->f.ref_model ? c->f.ref_model : "the model before training", (long long)pairs,
-                 (double)pairs * 16.0 / 1024.0, c->write_outputs ? "OUT/ref_logps_*.bin" : "memory only (--out none)");
+        snprintf(ref, sizeof(ref), "%s, log-probabilities of %lld pairs computed once before training (a forward pass over the data: "
+                 "about %s of an epoch's training time), %.1f KiB of host memory, stored in %s", c->f.ref_model ? c->f.ref_model : "the model before training",
+                 (long long)pairs, epoch_share, (double)pairs * 16.0 / 1024.0, c->write_outputs ? "OUT/ref_logps_*.bin" : "memory only (--out none)");
     snprintf(out, cap, "%s (%s) | reference: %s | %.2f MiB of pair buffers", pref_objective_name(q->objective), set, ref,
              (double)pref_work_bytes(p->B, p->T) / (1024.0 * 1024.0));
 }
