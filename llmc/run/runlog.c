@@ -112,7 +112,8 @@ void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
     const double elapsed = timer_now_s() - l->t0;
     const double eta = step > l->step0 ? elapsed / (double)(step - l->step0) * (double)(l->steps - step) : 0.0;
     char te[32], tr[32], a[32], b[32], pc[96] = "", pj[640] = "";
-    if (s->pref) { // (the step line's short form: accuracy and margin; log.jsonl has every metric)
+    if (s->pref) { // (the step line's short form, at its end where no parser of the fields before it looks:
+                   // accuracy and margin; log.jsonl has every metric)
         snprintf(pc, sizeof(pc), " | acc %.2f | margin %.4f", s->pref->accuracies, s->pref->margins);
         pref_json(pj, sizeof(pj), "", l->objective, s->pref);
     }
@@ -123,8 +124,8 @@ void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
             printf("step %4ld/%d | no targets: every token of the batch is masked, no update | lr %.3e | %.1f ms | epoch %.2f | %s elapsed, ETA %s\n",
                    step, l->steps, s->lr, ms, epoch, te, tr);
         else
-            printf("step %4ld/%d | loss %.6f%s | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s | epoch %.2f | %s elapsed, ETA %s\n",
-                   step, l->steps, s->loss, pc, s->lr, s->norm, ms, tps, rate, epoch, te, tr);
+            printf("step %4ld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s | epoch %.2f | %s elapsed, ETA %s%s\n",
+                   step, l->steps, s->loss, s->lr, s->norm, ms, tps, rate, epoch, te, tr, pc);
         fflush(stdout);
     }
     if (s->no_targets)
