@@ -18,7 +18,8 @@
 #      many of 40 samples (seeds 1-40) of each have a " / " on their first line, both losses (the
 #      job fails if fine-tuning did not lower the loss), the loss plots.
 # Environment: OUT (out/lora_tiny), BASE_STEPS (1500), LORA_STEPS (450), THREADS (0 = all cores),
-# SPLIT (32000), BIN_DIR (take the programs from there instead of building them: tests).
+# SPLIT (32000), BIN_DIR (take the programs from there instead of building them: tests), BASE_ONLY
+# (1: stop after step 2, the data and the base: scripts/pref_tiny.sh starts from them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out/lora_tiny}"
@@ -78,6 +79,8 @@ else
   echo "base: $OUT/base is there from an earlier run on the same text (delete it to train it again)"
 fi
 
+[ "${BASE_ONLY:-0}" = 1 ] && exit 0
+
 # ---- 3. LoRA on the target (each run of the job fine-tunes anew). --shuffle: the target is three
 # plays in a row, the held-out tenth the end of the last; in order, the evaluations rise and fall
 # with the play the last steps saw.
@@ -95,23 +98,7 @@ python3 scripts/plot_loss.py "$OUT/base/log.jsonl" --title "base: tiny GPT-2 fro
 python3 scripts/plot_loss.py "$OUT/lora/log.jsonl" --title "LoRA on held-out plays in a new style" >/dev/null
 NAME="PETRUCHIO:"
 echo
-# Every speech the models trained on follows an <|endoftext|> (data/prepare --doc-sep blank puts
-# one before each), so the prompt does too; the samples are printed from the name on. At
-# temperature 0.6 (top 40) the tiny models' text is still varied, and a speech is cut short after
-# its first verse less often than at 0.8.
-sample() { # SEED ARGS...: the continuation of the prompt; generate's messages only if it fails
-  local seed=$1; shift
-  "$GENERATE" "$@" --prompt "<|endoftext|>$NAME" --max-new-tokens 64 --temperature 0.6 --top-k 40 --seed "$seed" --threads "$THREADS" --quiet \
-    2>"$OUT/sample.err" || { cat "$OUT/sample.err" >&2; exit 1; }
-}
-styled() { # ARGS...: how many of the samples with seeds 1-40 have " / " on their first line
-  local n=0 seed out
-  for seed in $(seq 1 40); do
-    out=$(sample "$seed" "$@") || exit 1
-    if [[ "${out%%$'\n'*}" == *" / "* ]]; then n=$((n + 1)); fi
-  done
-  echo "$n"
-}
+source scripts/tiny_samples.sh # (sample, styled)
 echo "== sample of the base model ($OUT/base):"
 printf '%s' "$NAME"; sample 42 --model "$OUT/base"
 echo "== sample of the fine-tuned model (base + adapter $OUT/lora), same prompt and seed:"
