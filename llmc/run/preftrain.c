@@ -58,9 +58,9 @@ static void pref_ref_compute(PrefTrain* p, RefLogps* out, GPT2* ref, const DataL
     dl_free(&ev);
 }
 
-void preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader* train, DataLoader* val, Comm* comm,
-                         const char* out_dir, int resume) {
-    if (p->ref != PREF_REF_STORED) return;
+int preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader* train, DataLoader* val, Comm* comm,
+                        const char* out_dir, int resume) {
+    if (p->ref != PREF_REF_STORED) return 0;
     const uint64_t id = pref_ref_id(c);
     DataLoader* dls[2] = { train, val };
     int have[2] = { 0, 0 };
@@ -73,7 +73,7 @@ void preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader*
             fatal("give the reference as --ref-model PATH (the model the run started from) to compute them again",
                   "'%s' is missing: the resumed run's model is trained, no longer its reference", path);
     }
-    if (have[0] && (have[1] || !p->has_val)) return;
+    if (have[0] && (have[1] || !p->has_val)) return 0;
     Model other;
     Model* ref = m;
     if (c->f.ref_model) {
@@ -96,6 +96,7 @@ void preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader*
     }
     if (ref == &other) model_free(&other);
     comm_barrier(comm);
+    return 1;
 }
 
 void preftrain_describe(const PrefTrain* p, const RunConfig* c, char* out, size_t cap) {

@@ -63,8 +63,9 @@ void preftrain_init(PrefTrain* p, const RunConfig* c, const DataLoader* train, c
 // start left) or computed with m (train_gpt2, a new run: the model before training) or with the
 // model of --ref-model; then written to out_dir by rank 0 (out_dir NULL: --out none, kept in memory
 // only). resume: the run is resumed (m holds trained weights: the files must be there, unless
-// --ref-model can compute them again). Every rank ends with every pair's values.
-void preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader* train, DataLoader* val, Comm* comm,
+// --ref-model can compute them again). Every rank ends with every pair's values. Returns 1 when
+// it computed values (rather than reading them back, or having no stored reference).
+int preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader* train, DataLoader* val, Comm* comm,
                          const char* out_dir, int resume);
 // The start-up report's line: the objective, its settings, the reference and what it costs.
 void preftrain_describe(const PrefTrain* p, const RunConfig* c, char* out, size_t cap);

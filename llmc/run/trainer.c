@@ -538,11 +538,14 @@ static void open_out_dir(Run* r) {
 static void start_pref(Run* r) {
     const RunConfig* c = r->c;
     comm_watchdog_op_unbounded(&r->comm, "reference log-probabilities");
-    preftrain_reference(&r->pref, c, &r->m, &r->train, r->has_val ? &r->val : NULL, &r->comm, c->write_outputs ? c->f.out_dir : NULL,
-                        r->start.resume_step >= 0);
+    const double t0 = timer_now_s();
+    const int computed = preftrain_reference(&r->pref, c, &r->m, &r->train, r->has_val ? &r->val : NULL, &r->comm,
+                                             c->write_outputs ? c->f.out_dir : NULL, r->start.resume_step >= 0);
     char line[1024];
     preftrain_describe(&r->pref, c, line, sizeof(line));
     say(r, "objective: %s\n", line);
+    if (r->pref.ref == PREF_REF_STORED)
+        say(r, "reference: %s in %.1f s\n", computed ? "log-probabilities computed" : "log-probabilities read back from --out", timer_now_s() - t0);
 }
 
 // The run's length in optimizer steps: --steps, or --epochs passes over the training data
