@@ -61,10 +61,11 @@
 //     backward is bitwise reproducible (an atomic-dQ variant was 31% slower on an H100 and would
 //     add its dQ product to the dK/dV kernel's bound data path; it is gone).
 //   dK and dQ get 1/sqrt(HS) at the end; results are added to dqkv in fp32 and rounded once.
-// Predicted on an H100 at B 16, NH 12, T 1024, HS 64 (from these counts and the kernels' measured
-// figures before them): forward ~255 TFLOP/s, backward ~205 (measured before: 178, 122); the
-// reasoning, the before / after table and what to measure: llmc/cuda/README.md ("Flash
-// attention"); dev/cuda/attention_bench measures them, scripts/gpu_check.sh's ncu_attention reads
+// Measured on an H200 at B 16, NH 12, T 1024, HS 64 before fa_block's start order: forward 208.7
+// TFLOP/s, backward 176.8 (predicted from these counts 255, 205: the counts were reached, the
+// kernels are latency-bound at 8 warps an SM and ended on a tail of long blocks); predicted with
+// fa_block, on the H200: 233-240, 194-202. The reasoning, the tables and what to measure:
+// llmc/cuda/README.md ("Flash attention"); dev/cuda/attention_bench measures them, scripts/gpu_check.sh's ncu_attention reads
 // each kernel's counters.
 #include "cuda/common.cuh"
 #include "cuda/ptx.cuh"
@@ -158,7 +159,7 @@ __device__ __forceinline__ int fa_swz_narrow(int r, int c) {
 // head's longest tile, then every head's next one. Issued head by head (the order before), the
 // causal tiles' unequal lengths leave the last wave to a few long blocks: at B 16, NH 12, T 1024
 // (192 heads, 8 or 16 tiles each, 264 or 528 resident blocks on 132 SMs) a greedy model of the
-// start order (dev/cuda/attention_schedule.py) keeps the SMs busy 84% of the kernel's span
+// start order (dev/attention_schedule.py) keeps the SMs busy 84% of the kernel's span
 // (forward and dK/dV; dQ 82%) against 97% rank-major by groups of 64 heads (the longest-first
 // rule over all heads; 16 MB of K and V a group, in L2 as before). Any order gives the same
 // results: every output element has one writer.
