@@ -7,7 +7,7 @@
 // over it; the backward is deterministic: dS tiles + dQ kernel):
 //   - T in {1, 63, 64, 65, 127, 128, 129} (one row; one short of, exactly, one past a 64-row and
 //     a 128-row tile) for head sizes 16, 32, 64, 128; T 1000 and 1024 (not under TSan); B x NH
-//     from 1 to 96; the other head sizes (48, 80, 96, 112); misaligned buffers (the scalar
+//     from 1 to 96 (65: two unequal groups of heads in the blocks' start order); the other head sizes (48, 80, 96, 112); misaligned buffers (the scalar
 //     load/store paths); sharply peaked scores (the online softmax's rescaling);
 //   - packed sequences (doc_start): several records per row, records of length 1, records
 //     crossing 64- and 128-row tile boundaries, against the CPU reference run on each record on
@@ -248,6 +248,7 @@ static void test_shapes(void) {
     }
     test_case(8, 17, 64, 12, 1.5f, 0);    // 96 heads
     test_case(4, 17, 16, 24, 1.5f, 0);    // 96 heads
+    test_case(5, 130, 16, 13, 1.5f, 0);   // 65 heads: fa_block's groups of 33 and 32, 2 or 3 tiles a head
     for (int HS : {48, 80, 96, 112}) test_case(1, 100, HS, 2, 1.5f, 0);
     test_case(2, 33, 32, 2, 1.5f, 1);     // misaligned: scalar loads and stores
     test_case(1, 129, 64, 2, 1.5f, 1);

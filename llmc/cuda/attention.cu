@@ -18,9 +18,9 @@
 // Addressing costs almost nothing in the loops: a thread's tile copy is a plan made once
 // (fa_copy_plan: its chunks share a column and step by a fixed number of rows, so each is one
 // IMAD.WIDE and an LDGSTS), a lane's ldmatrix rows are two offsets made once (fa_lane_off; other
-// 16-column blocks by an XOR of the address, fa_cols). Grids are (tiles, heads): blocks issue x
-// fastest, so one head's tiles run together and read its K and V (or Q and dO) from L2, and
-// tiles go longest first within a head. The masking rule is fa_sees, in one place.
+// 16-column blocks by an XOR of the address, fa_cols). Grids are (tiles, heads); fa_block maps the
+// start order to (tile, head) longest tiles first over groups of up to 64 heads (a group's K and V,
+// or Q and dO, stay in L2), so the last wave is not left to a few long blocks. The masking rule is fa_sees, in one place.
 //
 // Forward (flash_attention_forward_kernel<HS>): 4 warps; a warp owns 16 MT query rows, MT = 2 for
 // HS <= 64 (128-row tiles) and 1 above (64 rows: the O and Q fragments of HS 128 would not fit
@@ -61,10 +61,11 @@
 //     backward is bitwise reproducible (an atomic-dQ variant was 31% slower on an H100 and would
 //     add its dQ product to the dK/dV kernel's bound data path; it is gone).
 //   dK and dQ get 1/sqrt(HS) at the end; results are added to dqkv in fp32 and rounded once.
-// Predicted on an H100 at B 16, NH 12, T 1024, HS 64 (from these counts and the kernels' measured
-// figures before them): forward ~255 TFLOP/s, backward ~205 (measured before: 178, 122); the
-// reasoning, the before / after table and what to measure: llmc/cuda/README.md ("Flash
-// attention"); dev/cuda/attention_bench measures them, scripts/gpu_check.sh's ncu_attention reads
+// Measured on an H200 at B 16, NH 12, T 1024, HS 64 before fa_block's start order: forward 208.7
+// TFLOP/s, backward 176.8 (predicted from these counts 255, 205: the counts were reached, the
+// kernels are latency-bound at 8 warps an SM and ended on a tail of long blocks); predicted with
+// fa_block, on the H200: 233-240, 194-202. The reasoning, the tables and what to measure:
+// llmc/cuda/README.md ("Flash attention"); dev/cuda/attention_bench measures them, scripts/gpu_check.sh's ncu_attention reads
 // each kernel's counters.
 #include "cuda/common.cuh"
 #include "cuda/ptx.cuh"
@@ -150,6 +151,30 @@ template <int W>
 __device__ __forceinline__ int fa_swz_narrow(int r, int c) {
     static_assert(W == 16 || W == 32 || W == 64, "staging rows of 32, 64 or 128 bytes");
     return r * W + ((c ^ ((r / (64 / W)) % (W / 8))) << 3);
+}
+
+// The block's place in its launch, in the order the GPU starts blocks (linear id, x fastest): its
+// tile's rank (0: the longest, the most key or query tiles to visit) and its head (0 .. gridDim.y -
+// 1). Heads go in balanced groups of at most FA_HEAD_GROUP, and within a group rank-major: every
+// head's longest tile, then every head's next one. Issued head by head (the order before), the
+// causal tiles' unequal lengths leave the last wave to a few long blocks: at B 16, NH 12, T 1024
+// (192 heads, 8 or 16 tiles each, 264 or 528 resident blocks on 132 SMs) a greedy model of the
+// start order (dev/attention_schedule.py) keeps the SMs busy 84% of the kernel's span
+// (forward and dK/dV; dQ 82%) against 97% rank-major by groups of 64 heads (the longest-first
+// rule over all heads; 16 MB of K and V a group, in L2 as before). Any order gives the same
+// results: every output element has one writer.
+#define FA_HEAD_GROUP 64
+struct FaBlock {
+    int rank, head;
+};
+__device__ __forceinline__ FaBlock fa_block() {
+    const unsigned nt = gridDim.x, nh = gridDim.y, L = blockIdx.x + nt * blockIdx.y;
+    const unsigned ng = (nh + FA_HEAD_GROUP - 1) / FA_HEAD_GROUP, gh = (nh + ng - 1) / ng;   // groups, heads a group
+    const unsigned g0 = L / (nt * gh) * gh, gs = min(gh, nh - g0), r = L - g0 * nt;           // first head, heads, rank
+    FaBlock f;
+    f.rank = (int)(r / gs);
+    f.head = (int)(g0 + r % gs);
+    return f;
 }
 
 // Shared addresses are ptx_saddr (ptx.cuh: 32-bit byte addresses under nvcc), tiles' row offsets
@@ -516,9 +541,8 @@ __device__ __forceinline__ void fa_fwd_load_kv(bf16* sK, const FaHead& hd, int k
     ptx_cp_async_commit();
 }
 
-// Block = BM query rows of head bh0 + blockIdx.y (blockIdx.x counts the query tiles from the
-// last, longest; a head's tiles are issued together, so its K and V are read from L2 by all of
-// them), 4 warps of 16 MT rows. Key tiles kt0..kt1: from the one holding the tile's first record
+// Block = BM query rows of head bh0 + fa_block().head (its rank counts the query tiles from the
+// last, longest), 4 warps of 16 MT rows. Key tiles kt0..kt1: from the one holding the tile's first record
 // start (0 without doc_start) to the diagonal; tile kt + 1 is copied into the other stage while
 // tile kt is multiplied.
 template <int HS>
@@ -528,8 +552,9 @@ __global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_forward_kernel(
     typedef FaCfg<HS> Cf;
     bf16* sQ = reinterpret_cast<bf16*>(fa_smem());
     bf16* sKV = sQ + Cf::BM * Cf::LD;   // stage s: K at 2 s TILE, V at (2 s + 1) TILE
-    const FaHead hd = fa_head<HS>(qkv, T, NH, bh0 + blockIdx.y);
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * Cf::BM, warp = threadIdx.x / 32;
+    const FaBlock blk = fa_block();
+    const FaHead hd = fa_head<HS>(qkv, T, NH, bh0 + blk.head);
+    const int q0 = ((int)gridDim.x - 1 - blk.rank) * Cf::BM, warp = threadIdx.x / 32;
     const int row0 = q0 + 16 * Cf::MT * warp, row_last = min(row0 + 16 * Cf::MT, T) - 1;
     const int* ds = doc_start ? doc_start + (size_t)hd.b * T : NULL;
     const int kt0 = ds ? ds[q0] / FA_BN : 0, kt1 = (min(q0 + Cf::BM, T) - 1) / FA_BN;
@@ -607,12 +632,12 @@ struct FaBwdArgs {
 
 // The dS^T tile of (query tile qt, key tile kt <= qt; 64 x 64 each) of this block's head: tiles on or below
 // the diagonal, row by row of query tiles, 64 x 64 bf16 each (row = key, column = query).
-// The launch's heads are grid rows, so the head's place in the buffer is blockIdx.y; the offset is
+// head: the launch's head (fa_block), its place in the buffer; the offset is
 // 32-bit (the launch's tiles are under 2^32 elements: fa_backward checks), which keeps the
 // dK/dV kernel within its registers.
-__device__ __forceinline__ bf16* fa_ds_tile(const FaBwdArgs& a, int qt, int kt) {
+__device__ __forceinline__ bf16* fa_ds_tile(const FaBwdArgs& a, int head, int qt, int kt) {
     const unsigned nt = a.Tpad / FA_BN, pairs = nt * (nt + 1) / 2;
-    return a.dS + (blockIdx.y * pairs + (unsigned)(qt * (qt + 1) / 2 + kt)) * (unsigned)(FA_BN * FA_BN);
+    return a.dS + ((unsigned)head * pairs + (unsigned)(qt * (qt + 1) / 2 + kt)) * (unsigned)(FA_BN * FA_BN);
 }
 
 // The dK/dV kernel's shared memory: K, V of the block's BK keys, per stage the query tile's Q,
@@ -812,14 +837,15 @@ FA_UNROLL
     __syncwarp();   // read by every lane before the next sub-step overwrites it
 }
 
-// dK, dV of the block's BK keys (blockIdx.x; 16 MK a warp) of head bh0 + blockIdx.y, over the
+// dK, dV of the block's BK keys (fa_block's rank; 16 MK a warp) of head bh0 + fa_block().head, over the
 // query tiles from the diagonal on that its keys are visible to, the next one copied into the
 // other stage under the current one's math; dS^T tiles to a.dS for the dQ kernel.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_backward_dkv_kernel(FaBwdArgs a) {
     typedef FaCfg<HS> Cf;
-    const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0 + blockIdx.y);
-    const int k0 = blockIdx.x * Cf::BK, kw = k0 + 16 * Cf::MK * (threadIdx.x / 32), nqt = a.Tpad / FA_BN;
+    const FaBlock blk = fa_block();   // rank 0: keys 0.., the most query tiles
+    const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0 + blk.head);
+    const int k0 = blk.rank * Cf::BK, kw = k0 + 16 * Cf::MK * (threadIdx.x / 32), nqt = a.Tpad / FA_BN;
     const int qt0 = k0 / FA_BN;
     const int* ds = a.doc_start ? a.doc_start + (size_t)hd.b * a.T : NULL;
     float dk[Cf::MK][Cf::NT][4], dv[Cf::MK][Cf::NT][4];
@@ -846,7 +872,7 @@ FA_UNROLL
         const bool next = qt + 1 < nqt && (!ds || ds[(qt + 1) * FA_BN] < k0 + Cf::BK);
         if (next) fa_dkv_load_q<HS>(fa_dkv_smem<HS>((qt + 1 - qt0) & 1), a, hd, qt + 1, cp);
         if (kw < q0 + FA_BN) {   // warp-uniform: keys above the tile's diagonal have no dS tile here
-            bf16* dst = fa_ds_tile(a, qt, kw / FA_BN) + (kw % FA_BN) * FA_BN;
+            bf16* dst = fa_ds_tile(a, hd.bh - a.bh0, qt, kw / FA_BN) + (kw % FA_BN) * FA_BN;
 FA_NO_UNROLL
             for (int qs = 0; qs < FA_BN; qs += Cf::QH) {   // (not unrolled: the sub-steps would share registers)
                 // masked: the diagonal, queries past T, or a record start after some of these keys
@@ -871,21 +897,23 @@ __device__ __forceinline__ void fa_dq_load(bf16* st, const FaBwdArgs& a, const F
                                            const FaCopy& ck) {
     typedef FaCfg<HS> Cf;
     const int k0 = kt * FA_BN;
-    fa_load_tile<FA_BN, FA_BN, FA_BN>(st, fa_ds_tile(a, qt, kt), FA_BN, FA_BN, 1, cs);
+    fa_load_tile<FA_BN, FA_BN, FA_BN>(st, fa_ds_tile(a, hd.bh - a.bh0, qt, kt), FA_BN, FA_BN, 1, cs);
     fa_load_tile<FA_BN, HS, Cf::LD>(st + Cf::DS_TILE, hd.base + hd.C + (size_t)k0 * hd.stride, hd.stride, a.T - k0, a.vec, ck);
     ptx_cp_async_commit();
 }
 
-// Deterministic dQ of one 64-query tile (blockIdx.x from the last, longest; 16 queries a warp) of
-// head bh0 + blockIdx.y: dQ = sum over its key tiles, in order, of dS K, dS from the dK/dV
+// Deterministic dQ of one 64-query tile (fa_block's rank from the last, longest; 16 queries a
+// warp) of head bh0 + fa_block().head: dQ = sum over its key tiles, in order, of dS K, dS from the dK/dV
 // kernel's tiles (ldmatrix .trans of the stored dS^T), K via ldmatrix .trans; double-buffered
-// like the forward.
+// like the forward. (Min blocks 5 for HS <= 48: fa_block's division took HS 48 from 96 to 104
+// registers, 5 blocks an SM to 4; bounded, it is back at 96 with no spill.)
 template <int HS>
-__global__ void __launch_bounds__(FA_THREADS, 3) flash_attention_backward_dq_kernel(FaBwdArgs a) {
+__global__ void __launch_bounds__(FA_THREADS, HS <= 48 ? 5 : 3) flash_attention_backward_dq_kernel(FaBwdArgs a) {
     typedef FaCfg<HS> Cf;
     bf16* sm = reinterpret_cast<bf16*>(fa_smem());   // stage s at s (DS_TILE + TILE): dS^T, then K
-    const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0 + blockIdx.y);
-    const int qt = gridDim.x - 1 - blockIdx.x, q0 = qt * FA_BN, warp = threadIdx.x / 32, row0 = q0 + 16 * warp;
+    const FaBlock blk = fa_block();
+    const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0 + blk.head);
+    const int qt = (int)gridDim.x - 1 - blk.rank, q0 = qt * FA_BN, warp = threadIdx.x / 32, row0 = q0 + 16 * warp;
     const int kt0 = a.doc_start ? a.doc_start[(size_t)hd.b * a.T + q0] / FA_BN : 0, l = threadIdx.x % 32;
     constexpr int STAGE = Cf::DS_TILE + Cf::TILE;
     const FaLaneOff lo = fa_lane_off<Cf::LD>();
