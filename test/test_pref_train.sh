@@ -8,7 +8,7 @@
 #     and train_gpt2 (the reference: the model before training, computed once and stored), every
 #     objective: the 10 step losses and gradient norms of log.jsonl == TRL's (1e-5; norms 1e-4
 #     relative);
-#   - the same global batch as 2 ranks x 1 window under mpirun (ZeRO 1 and 3, DPO, both trainers)
+#   - the same global batch as 2 ranks x 1 window under mpirun (ZeRO 1, 2 and 3, DPO, both trainers)
 #     and as 2 micro-steps of accumulation (ORPO, whose NLL is a mean over the global batch);
 #   - --ref-model: train_gpt2 with the reference's other model: the first step's loss and rewards
 #     == TRL's with that reference;
@@ -79,7 +79,7 @@ grep -q "reference: the base with the adapters off" "$TMP/lora_dpo.log" && grep 
 
 if command -v mpirun >/dev/null 2>&1; then
   source "$(dirname "$0")/lib_mpi.sh" # (OpenMPI's settings for tests, its leak suppressions under ASan)
-  for z in 1 3; do
+  for z in 1 2 3; do
     run "np2_lora_z$z" mpirun -np 2 "${LORA[@]}" -b 1 --zero $z "${COMMON[@]}" --threads 1 --objective dpo &&
       { compare "$TMP/np2_lora_z$z/log.jsonl" lora.dpo steps >/dev/null && ok "mpirun -np 2 train_lora DPO ZeRO $z == one process == TRL" || bad "np2 LoRA DPO ZeRO $z"; }
     run "np2_full_z$z" mpirun -np 2 "${FULL[@]}" -b 1 --zero $z "${COMMON[@]}" --threads 1 --objective dpo &&
