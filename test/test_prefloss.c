@@ -167,7 +167,7 @@ int main(void) {
     TEST_CHECK(d.beta == 0.1 && d.simpo_gamma == 0.5 && d.orpo_lambda == 0.1 && d.label_smoothing == 0.0, "TRL's defaults");
     bad_config(PREF_DPO, 0.0, 0.0, 0.1, "--beta");
     bad_config(PREF_DPO, 0.1, 0.5, 0.1, "--label-smoothing");
-    bad_config(PREF_IPO, 0.1, 0.1, 0.1, "--label-smoothing 0.1 with --objective ipo");
+    bad_config(PREF_IPO, 0.1, 0.1, 0.1, "--label-smoothing 0.1 is for --objective dpo (robust DPO) and simpo, not ipo");
     bad_config(PREF_ORPO, 0.1, 0.0, -1.0, "--orpo-lambda");
 
     json_free(settings);

@@ -1,9 +1,10 @@
 #include "model/prefloss.h"
 #include "base/check.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
-static const char* PREF_NAMES[PREF_N_OBJECTIVES] = { "sft", "dpo", "ipo", "orpo", "simpo" };
+const char* const PREF_NAMES[PREF_N_OBJECTIVES + 1] = { "sft", "dpo", "ipo", "orpo", "simpo", NULL };
 
 int pref_objective_parse(const char* name) {
     for (int i = 0; i < PREF_N_OBJECTIVES; i++) if (name && strcmp(name, PREF_NAMES[i]) == 0) return i;
@@ -23,18 +24,24 @@ void pref_config_default(PrefConfig* c, PrefObjective o) {
 int pref_uses_reference(PrefObjective o) { return o == PREF_DPO || o == PREF_IPO; }
 int pref_uses_nll(PrefObjective o) { return o == PREF_ORPO; }
 
+int pref_config_error(const PrefConfig* c, char* err, size_t cap) {
+    const char* name = pref_objective_name(c->objective);
+    if ((unsigned)c->objective >= PREF_N_OBJECTIVES) snprintf(err, cap, "preference objective %d (a bug in llmc)", (int)c->objective);
+    else if (!(c->beta > 0.0) || !isfinite(c->beta)) snprintf(err, cap, "--beta %g: beta must be above 0 (TRL's default: 0.1)", c->beta);
+    else if (!(c->orpo_lambda > 0.0) || !isfinite(c->orpo_lambda))
+        snprintf(err, cap, "--orpo-lambda %g: lambda must be above 0 (TRL's default: 0.1)", c->orpo_lambda);
+    else if (!isfinite(c->simpo_gamma)) snprintf(err, cap, "--simpo-gamma %g is not a finite number (TRL's default: 0.5)", c->simpo_gamma);
+    else if (!(c->label_smoothing >= 0.0 && c->label_smoothing < 0.5))
+        snprintf(err, cap, "--label-smoothing %g is out of [0, 0.5): the probability that a pair's preference is flipped", c->label_smoothing);
+    else if (c->label_smoothing > 0.0 && c->objective != PREF_DPO && c->objective != PREF_SIMPO)
+        snprintf(err, cap, "--label-smoothing %g is for --objective dpo (robust DPO) and simpo, not %s", c->label_smoothing, name);
+    else return 0;
+    return -1;
+}
+
 void pref_config_check(const PrefConfig* c) {
-    if ((unsigned)c->objective >= PREF_N_OBJECTIVES) fatal("this is a bug in llmc", "preference objective %d", (int)c->objective);
-    if (!(c->beta > 0.0) || !isfinite(c->beta)) fatal("--beta is a positive number (TRL's default: 0.1)", "--beta %g is not positive", c->beta);
-    if (!(c->orpo_lambda > 0.0) || !isfinite(c->orpo_lambda))
-        fatal("--orpo-lambda is a positive number (TRL's default: 0.1)", "--orpo-lambda %g is not positive", c->orpo_lambda);
-    if (!isfinite(c->simpo_gamma)) fatal("--simpo-gamma is a number (TRL's default: 0.5)", "--simpo-gamma %g is not finite", c->simpo_gamma);
-    if (!(c->label_smoothing >= 0.0 && c->label_smoothing < 0.5))
-        fatal("--label-smoothing is in [0, 0.5): the probability that a pair's preference is flipped", "--label-smoothing %g is out of range",
-              c->label_smoothing);
-    if (c->label_smoothing > 0.0 && c->objective != PREF_DPO && c->objective != PREF_SIMPO)
-        fatal("--label-smoothing is for dpo (robust DPO) and simpo", "--label-smoothing %g with --objective %s", c->label_smoothing,
-              pref_objective_name(c->objective));
+    char err[256];
+    if (pref_config_error(c, err, sizeof(err))) fatal("see docs/PREFERENCE.md: which settings each objective takes", "%s", err);
 }
 
 // log sigmoid(x) = -log(1 + e^-x), without overflow either way

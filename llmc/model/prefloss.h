@@ -28,6 +28,8 @@
 #ifndef LLMC_PREFLOSS_H
 #define LLMC_PREFLOSS_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -43,6 +45,8 @@ typedef struct {
     double simpo_gamma;      // simpo: the target margin: 0.5 (CPOConfig)
 } PrefConfig;
 
+// The objectives' names in PrefObjective order, NULL-terminated (a flag's choices).
+extern const char* const PREF_NAMES[PREF_N_OBJECTIVES + 1];
 // The objective of a name (PREF_OBJECTIVE_NAMES), or -1; its name.
 int pref_objective_parse(const char* name);
 const char* pref_objective_name(PrefObjective o);
@@ -52,9 +56,11 @@ void pref_config_default(PrefConfig* c, PrefObjective o);
 // sequences (orpo).
 int pref_uses_reference(PrefObjective o);
 int pref_uses_nll(PrefObjective o);
-// Fatal, naming the flag (--beta, --label-smoothing, --orpo-lambda, --simpo-gamma) and the value,
-// when a setting is out of its range: beta and lambda > 0, label smoothing in [0, 0.5) and 0 for
-// ipo and orpo (TRL has none there), gamma finite.
+// -1 with a message naming the flag (--beta, --label-smoothing, --orpo-lambda, --simpo-gamma) and
+// the value in err when a setting is out of its range: beta and lambda > 0, label smoothing in
+// [0, 0.5) and 0 for ipo and orpo (TRL has none there), gamma finite; else 0. pref_config_check:
+// the same, fatal.
+int pref_config_error(const PrefConfig* c, char* err, size_t cap);
 void pref_config_check(const PrefConfig* c);
 
 // Where a pair lies in a batch of B x T positions (flattened): the positions whose targets are

@@ -21,8 +21,7 @@ void preftrain_init(PrefTrain* p, const RunConfig* c, const DataLoader* train, c
     memset(p, 0, sizeof(*p));
     pref_config_default(&p->cfg, (PrefObjective)c->objective);
     p->cfg.beta = c->f.pref_beta; p->cfg.label_smoothing = c->f.label_smoothing;
-    p->cfg.orpo_lambda = c->f.orpo_lambda; p->cfg.simpo_gamma = c->f.simpo_gamma;
-    pref_config_check(&p->cfg);
+    p->cfg.orpo_lambda = c->f.orpo_lambda; p->cfg.simpo_gamma = c->f.simpo_gamma; // (checked: runconfig_derive)
     pref_data_check(train, "--train-data", c->f.objective);
     if (val) pref_data_check(val, "--val-data", c->f.objective);
     p->has_val = val != NULL;
@@ -91,7 +90,6 @@ int preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader* 
         pref_ref_compute(p, &p->stored[i], &ref->gpt, dls[i], comm, id);
         if (!out_dir || comm->rank != 0) continue;
         path_join(path, sizeof(path), out_dir, REF_FILES[i]);
-        mkdir_p(out_dir);
         reflogps_save(&p->stored[i], path);
     }
     if (ref == &other) model_free(&other);
@@ -187,6 +185,6 @@ double preftrain_eval(PrefTrain* p, Model* m, DataLoader* val, int64_t batches, 
 void preftrain_free(PrefTrain* p) {
     pref_work_free(&p->w);
     free(p->pairs); free(p->ids); free(p->n); free(p->seqs); free(p->outs);
-    for (int i = 0; i < 2; i++) if (p->stored[i].logp) reflogps_free(&p->stored[i]);
+    for (int i = 0; i < 2; i++) reflogps_free(&p->stored[i]);
     memset(p, 0, sizeof(*p));
 }

@@ -18,7 +18,6 @@ static const char* const GGUF_TYPES[] = {"none", "f32", "f16", "bf16", "q8_0", N
 static const char* const LORA_BIAS_NAMES[] = {"none", "all", "lora_only", NULL};
 static const char* const RESUME_WORDS[] = {"yes", "auto", NULL};
 static const char* const AUTO_WORD[] = {"auto", NULL};
-static const char* const OBJECTIVES[] = {"sft", "dpo", "ipo", "orpo", "simpo", NULL}; // (PrefObjective order)
 #define RUNCFG_EXIT_HELP "Exit status: 0 when the run finished (or stopped early, or by --stop-after); 1 on an error, or when its last steps " \
     "were not finite (no final model written); 130 / 143 after SIGINT / SIGTERM (a checkpoint is written first, except during start-up)."
 static const char* const HINT = "run with --help to see every flag";
@@ -105,7 +104,7 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--sample-every", "-s", ARG_INT, &f->sample_every, "N", "print a sampled completion every N steps and at the end; 0 = only at the end, if --sample-tokens > 0", 0, 1e9, NULL},
         {"--sample-tokens", "-g", ARG_INT, &f->sample_tokens, "K", "tokens per sample; 0 = no sampling (64 when --sample-every is set)", 0, 1 << 20, NULL},
         {"--objective", NULL, ARG_STR, &f->objective, "NAME", "training objective: sft (cross-entropy on the targets) or a preference objective on "
-         "data/prepare's preference pairs: dpo, ipo (against a reference model), orpo, simpo (reference-free), as TRL defines them (docs/PREFERENCE.md)", 1, 0, OBJECTIVES},
+         "data/prepare's preference pairs: dpo, ipo (against a reference model), orpo, simpo (reference-free), as TRL defines them (docs/PREFERENCE.md)", 1, 0, PREF_NAMES},
         {"--beta", NULL, ARG_FLOAT, &f->pref_beta, "B", "dpo, ipo, simpo: the temperature beta of the implicit reward (ipo: tau)", 0, 1e6, NULL},
         {"--label-smoothing", NULL, ARG_FLOAT, &f->label_smoothing, "E", "dpo (robust DPO), simpo: the probability that a pair's preference is flipped", 0, 0.499, NULL},
         {"--orpo-lambda", NULL, ARG_FLOAT, &f->orpo_lambda, "L", "orpo: the weight of the odds-ratio term beside the NLL of the chosen completions", 0, 1e6, NULL},
@@ -221,12 +220,8 @@ static int runconfig_check_pref(RunConfig* rc, char* err, size_t cap, const char
     rc->objective = pref_objective_parse(f->objective);
     *hint = "run with --help, or see docs/PREFERENCE.md: which settings each objective takes";
     const PrefObjective o = (PrefObjective)rc->objective;
-    if (!(f->pref_beta > 0.0f)) { snprintf(err, cap, "--beta %g: beta must be above 0 (TRL's default: 0.1)", f->pref_beta); return -1; }
-    if (!(f->orpo_lambda > 0.0f)) { snprintf(err, cap, "--orpo-lambda %g: lambda must be above 0 (TRL's default: 0.1)", f->orpo_lambda); return -1; }
-    if (f->label_smoothing > 0.0f && o != PREF_DPO && o != PREF_SIMPO) {
-        snprintf(err, cap, "--label-smoothing %g is for --objective dpo (robust DPO) and simpo, not %s", f->label_smoothing, f->objective);
-        return -1;
-    }
+    PrefConfig pc = {o, f->pref_beta, f->label_smoothing, f->orpo_lambda, f->simpo_gamma};
+    if (pref_config_error(&pc, err, cap)) return -1;
     if (f->ref_model && !pref_uses_reference(o)) {
         snprintf(err, cap, "--ref-model is the reference of --objective dpo and ipo; %s has none", f->objective);
         return -1;
