@@ -8,7 +8,8 @@
 //   - T in {1, 63, 64, 65, 127, 128, 129} (one row; one short of, exactly, one past a 64-row and
 //     a 128-row tile) for head sizes 16, 32, 64, 128; T 1000 and 1024 (not under TSan); B x NH
 //     from 1 to 96 (65: two unequal groups of heads in the blocks' start order); the other head sizes (48, 80, 96, 112); misaligned buffers (the scalar
-//     load/store paths); sharply peaked scores (the online softmax's rescaling);
+//     load/store paths); sharply peaked scores (the online softmax's rescaling), and scores growing
+//     along the keys (the forward's lazy rescaling moves m mid-row);
 //   - packed sequences (doc_start): several records per row, records of length 1, records
 //     crossing 64- and 128-row tile boundaries, against the CPU reference run on each record on
 //     its own; also through the simple kernels (head size 8);
@@ -116,13 +117,19 @@ static void check_sections(const char* what, const char* cfg, const vecf& got, c
     }
 }
 
-static void test_case(int B, int T, int HS, int NH, float in_scale, int offset, const veci* ds = NULL) {
+// grow > 0: key t's K row times 2^(t / grow) (exact in bf16), so the scores' scale doubles every
+// grow keys and later key chunks pass the running max by more than the forward's lazy-rescale
+// slack (2^8): O and l rescaled in the middle of a row, not only at its first chunk.
+static void test_case(int B, int T, int HS, int NH, float in_scale, int offset, const veci* ds = NULL, int grow = 0) {
     char name[240], cfg[160];
-    snprintf(cfg, sizeof(cfg), "B=%d T=%d HS=%d NH=%d%s%s%s", B, T, HS, NH, in_scale > 2.0f ? " peaked" : "",
-             offset ? " misaligned" : "", ds ? " packed" : "");
+    snprintf(cfg, sizeof(cfg), "B=%d T=%d HS=%d NH=%d%s%s%s%s", B, T, HS, NH, in_scale > 2.0f ? " peaked" : "",
+             offset ? " misaligned" : "", ds ? " packed" : "", grow ? " growing" : "");
     int C = NH * HS;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     vecf qkv = rnd_vec(nqkv, in_scale), dout = rnd_vec(nout, 1.0f), acc0 = rnd_vec(nqkv, 0.5f);
+    for (int b = 0; grow && b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < C; i++) qkv[((size_t)b * T + t) * 3 * C + C + i] *= ldexpf(1.0f, t / grow);
     vecf r_out(nout), r_lse(nlse), r_dqkv = acc0, r_w = acc0, r_out2(nout), r_lse2(nlse);
     cpu_reference(r_out, r_lse, r_dqkv, qkv, dout, ds, B, T, C, NH, 1);
     cpu_reference(r_out2, r_lse2, r_w, qkv, dout, ds, B, T, C, NH, 0);
@@ -253,6 +260,17 @@ static void test_shapes(void) {
     test_case(2, 33, 32, 2, 1.5f, 1);     // misaligned: scalar loads and stores
     test_case(1, 129, 64, 2, 1.5f, 1);
     test_case(1, 130, 64, 2, 4.0f, 0);    // peaked scores: the running max moves a lot
+    for (int HS : {16, 64, 128}) test_case(1, 200, HS, 2, 1.5f, 0, NULL, 24);   // scores growing along the keys
+    // head size 64's forward in 1 and in 2 softmax steps a key tile (attention_bench times both)
+    for (int ch : {1, 2}) {
+        attention_set_forward_chunks(ch);
+        test_case(1, 129, 64, 2, 1.5f, 1);
+        test_case(1, 130, 64, 2, 4.0f, 0);
+        test_case(1, 200, 64, 2, 1.5f, 0, NULL, 24);
+        veci ds = doc_starts(3, 200, {{0, 1, 70, 130, 131}, {0, 64, 65, 127, 129, 190}, {0, 40, 100, 161}});
+        test_case(3, 200, 64, 2, 1.5f, 0, &ds);
+    }
+    attention_set_forward_chunks(0);
 }
 
 #if defined(CUDA_CPU_HARNESS)
@@ -262,7 +280,7 @@ static void test_shapes(void) {
 // 128-row and four 64-row tiles, the last ones partial: double buffering and zero-filled rows).
 // HS 64 (every GPT-2 size) must have none; the other head sizes are printed, and held to zero
 // where they have none (BANK_ZERO).
-static const char* const BANK_KERNELS[3] = {"flash_attention_forward_kernel<HS>", "flash_attention_backward_dkv_kernel<HS>",
+static const char* const BANK_KERNELS[3] = {"flash_attention_forward_kernel", "flash_attention_backward_dkv_kernel<HS>",
                                             "flash_attention_backward_dq_kernel<HS>"};
 static const char* const BANK_LABELS[3] = {"forward", "dK/dV", "dQ"};
 // Per head size, per kernel: 1 ldmatrix (and the staging) must be conflict-free, 2 cp.async must

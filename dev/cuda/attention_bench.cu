@@ -281,6 +281,8 @@ template <int HS>
 static void flash_kernel_info() {
     typedef FaCfg<HS> Cf;
     kernel_info("flash_attention_forward_kernel", flash_attention_forward_kernel<HS>, Cf::FWD_SMEM);
+    if constexpr (HS == 64)
+        kernel_info("flash_attention_forward_kernel<64,other>", flash_attention_forward_kernel<HS, 3 - FA_CH>, Cf::FWD_SMEM);
     kernel_info("flash_attention_backward_dkv_kernel", flash_attention_backward_dkv_kernel<HS>, Cf::DKV_SMEM);
     kernel_info("flash_attention_backward_dq_kernel", flash_attention_backward_dq_kernel<HS>, Cf::DQ_SMEM);
 }
@@ -345,6 +347,18 @@ static void run_shape(int B, int T, int NH, int HS, int iters) {
     check_against("flash", out, lse, out0, lse0, T, NH, HS);
     float ms_fwd = dev_time_ms([&] { cuda_attention_forward(out, lse, qkv, NULL, B, T, C, NH); }, iters);
     report("forward flash (mma.sync)", T, ms_fwd, fwd_flops, fwd_bytes);
+    if (HS == 64) {   // the forward's other softmax chunking (attention.cu, FA_CH): the A/B a GPU run decides
+        const int other = 3 - FA_CH;
+        char what[80];
+        snprintf(what, sizeof(what), "forward flash, %d softmax step%s a key tile (FA_CH A/B)", other, other > 1 ? "s" : "");
+        attention_set_forward_chunks(other);
+        cuda_attention_forward(out, lse, qkv, NULL, B, T, C, NH);
+        check_against(what, out, lse, out0, lse0, T, NH, HS);
+        float ms_other = dev_time_ms([&] { cuda_attention_forward(out, lse, qkv, NULL, B, T, C, NH); }, iters);
+        report(what, T, ms_other, fwd_flops, fwd_bytes);
+        attention_set_forward_chunks(0);
+        cuda_attention_forward(out, lse, qkv, NULL, B, T, C, NH);   // (the backward below starts from the production forward)
+    }
 
     // backward: checked, and run twice for its bits
     std::vector<double> ref((size_t)T * 3 * C, 0.0);

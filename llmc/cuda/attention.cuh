@@ -19,6 +19,9 @@ size_t attention_backward_scratch_bytes(int B, int T, int C, int NH);
 // The dS tiles' cap in bytes (0: the default 256 MiB); tests set a small one to run the
 // backward in chunks of heads.
 void attention_set_ds_limit(size_t bytes);
+// The forward's softmax steps a 64-key tile at head size 64: 1 or 2 (0: the build's FA_CH, 1).
+// For attention_bench to time both and the test to check both; the faster stays (llmc/cuda/README.md).
+void attention_set_forward_chunks(int chunks);
 
 // Simple kernels (attention_simple.cu): fp32 math on CUDA cores, O(T) memory, deterministic.
 void attention_forward_simple(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T, int C,
