@@ -58,7 +58,10 @@
 #             the measured (cudaMemGetInfo after step 1, nvidia-smi's peak); and packed
 #             fine-tuning: chat records (dev/pack_data.py) prepared with --pack 1024,
 #             --record-windows 1024 and as a token stream, LoRA r=8 on c_attn, B=16, 8 steps
-#             each: trained tokens/s (the targets the masks train) and device memory
+#             each: trained tokens/s (the targets the masks train) and device memory; and
+#             preference tuning: DPO with LoRA (r=8 on c_attn) and full DPO on pairs from the
+#             bundled text (dev/pack_data.py pairs) packed into windows of 1024, B=16, 12 steps
+#             each: tokens/s, pairs/s, the last step's reward accuracy and margin
 #   torch     the same shapes in PyTorch on the same GPU (dev/bench_torch_gpu.py: transformers
 #             GPT2LMHeadModel, bf16 autocast, SDPA; + PEFT LoRA; and PyTorch's strongest setting,
 #             a nanoGPT-style model under torch.compile with fused AdamW, at B=16), and SDPA forced
@@ -69,7 +72,10 @@
 #             torch section's SDPA flash and cuDNN at the same shapes; where Nsight Compute (ncu)
 #             is installed, every kernel of a training step timed and split into attention, GEMMs
 #             and the rest (ncu_step), and the attention kernels' registers, occupancy,
-#             tensor-pipe activity and bank conflicts (ncu_attention)
+#             tensor-pipe activity and bank conflicts, the SMs' active share of the kernel's
+#             time, the warp-state (stall) breakdown and the XU / FMA / ALU / LSU pipes
+#             (ncu_attention); the dK/dV and forward kernels' SASS instructions with the most
+#             excessive shared-memory wavefronts and stall samples (ncu_source_*, SourceCounters)
 #   sanitize  compute-sanitizer memcheck, initcheck, racecheck, synccheck on the test programs
 #             (initcheck on their TEST_QUICK subsets; scripts/gpu_sanitize.sh: a finding inside a
 #             cuBLAS / cuBLASLt / NCCL kernel is listed as the library's, one in ours fails)
@@ -79,7 +85,10 @@
 # env,tests,train,torch, 5 for sanitize,kernels,watchdog; the new items should add about 2 (the compiled
 # model's compilation, d48's initialisation on the host) and outputs another (transformers on the CPU); the
 # pack runs (three train_lora start-ups, 8 steps each) should take about half a minute, the two
-# --batch-size auto runs (355M, 774M: initialisation on the host, two steps) about one. An
+# --batch-size auto runs (355M, 774M: initialisation on the host, two steps) about one; the DPO runs
+# (two start-ups, 12 steps each) about 15 s, the Nsight Compute items of issue 30 (ncu_attention's
+# warp-state and pipe metrics: more replays of each kernel; two SourceCounters launches) about one
+# minute more than before. An
 # item that cannot finish inside --budget (default 360 s: the device call that runs the check is
 # usually limited to 420 s, and unpacking the bundle, writing the report and packing it come on
 # top) is recorded as skipped for the time budget; running the check again with the same --out
@@ -274,9 +283,11 @@ if [ "$EMULATED" = 1 ]; then
   AUTO_MODELS=tiny; AUTO_SEQS=4          # --batch-size auto's path (the fake device is 80 GB: B = 4)
   PACK_T=256; PACK_B=2; PACK_STEPS=4     # the pack runs' path on the `tiny` descriptor (GPT-2's
   PACK_BASE_MODEL=tiny; PACK_BASE="$WORK/packbase/model.bin"   # vocabulary, as data/prepare's)
+  PREF_T=256; PREF_B=2; PREF_STEPS=4     # the DPO runs' path on `tiny` (the pack runs' base), with
+  PREF_FULL_MODEL=tiny; PREF_CHARS=360; PREF_PAIRS=20   # few short pairs (the reference's pass)
   TORCH_COMPILED=compiled:2; TORCH_ATTENTION=1,2,16:64,128
   ATTN_SHAPES=""                         # attention_bench cannot run under the harness (cuBLAS)
-  EST_TEST=30; EST_TRAIN=10; EST_TORCH=30; EST_KERNEL=20; EST_QS=120; EST_OUTPUTS=60; EST_XL=30; EST_PACK=15; EST_AUTO=10
+  EST_TEST=30; EST_TRAIN=10; EST_TORCH=30; EST_KERNEL=20; EST_QS=120; EST_OUTPUTS=60; EST_XL=30; EST_PACK=15; EST_AUTO=10; EST_PREF=20
 else
   T=1024; BATCHES="8 16 32"; STEPS=12; WARMUP=2; VOCAB=50257; FULL_MODEL=d12; LORA_BASE="$WORK/base/model.bin"
   GEN_TOKENS=256
@@ -287,9 +298,11 @@ else
   AUTO_MODELS="d24 d36"; AUTO_SEQS=120   # 355M / 774M full, --batch-size auto: B 60 / 30 of 120 on 80 GB (the plan)
   PACK_T=1024; PACK_B=16; PACK_STEPS=8   # issue 24's setting, on the LoRA runs' base
   PACK_BASE_MODEL=d12; PACK_BASE="$LORA_BASE"
+  PREF_T=1024; PREF_B=16; PREF_STEPS=12  # DPO at the LoRA / full runs' B=16: ~3 pairs a window
+  PREF_FULL_MODEL=d12; PREF_CHARS=1100; PREF_PAIRS=1500
   TORCH_COMPILED=compiled:16; TORCH_ATTENTION=16,12,64:512,1024,2048
   ATTN_SHAPES="512 1024 2048"            # attention_bench at B=16, NH=12, HS=64 (GPT-2's heads), causal
-  EST_TEST=45; EST_TRAIN=25; EST_TORCH=120; EST_KERNEL=25; EST_QS=30; EST_OUTPUTS=60; EST_XL=90; EST_PACK=20; EST_AUTO=45
+  EST_TEST=45; EST_TRAIN=25; EST_TORCH=120; EST_KERNEL=25; EST_QS=30; EST_OUTPUTS=60; EST_XL=90; EST_PACK=20; EST_AUTO=45; EST_PREF=20
 fi
 export BUILD="$WORK/testout"   # where test programs write their exports (not the repository)
 mkdir -p "$BUILD"
@@ -484,6 +497,7 @@ section_train() {
   train_one xl "$XL_B" "xl_b$XL_B" "$EST_XL" 300
   auto_items
   pack_items
+  pref_items
 }
 
 # The memory plan on the GPU (issue 31): every run above prints the plan's peak device memory
@@ -532,17 +546,26 @@ ensure_pack_data() {  # the three shards (recorded as train/pack_data when made;
   else PACK_FAILED=1; record train pack_data fail "$(grep -m1 -E 'error|Error' "$log" | cut -c1-200)" $(($(date +%s) - t0)) logs/train/pack_data.log; fi
   [ $n = 3 ]
 }
+pack_base() {  # the LoRA base of the pack and DPO runs, saved once; false with BASE_WHY saying why not
+  BASE_WHY=""
+  save_base "$PACK_BASE_MODEL" "$PACK_BASE" "$([ "$EMULATED" = 1 ] && echo pack_base || echo base_model)" && return 0
+  BASE_WHY="time budget: no time left to save the LoRA base (run again with the same --out)"
+  base_failed "$PACK_BASE" && BASE_WHY="the LoRA base could not be saved"
+  return 1
+}
+train_kept() {  # LABEL PREFIX KIND...: true (and says so) when every train/PREFIX<KIND> has its result from an earlier run
+  local label=$1 pre=$2 kind; shift 2
+  for kind; do have_result train "$pre$kind" || return 1; done
+  printf '  %-9s %-34s (kept from the earlier run)\n' train "$label"
+}
 pack_items() {
-  local kind why="" pending=0
-  for kind in $PACK_KINDS; do have_result train "pack_$kind" || pending=1; done
-  if [ $pending = 0 ]; then printf '  %-9s %-34s (kept from the earlier run)\n' train "pack runs"; return; fi
+  local kind why=""
+  train_kept "pack runs" pack_ $PACK_KINDS && return
   if ! prog prepare; then why="prepare is not in $BIN"
   elif ! ensure_pack_data; then
     why="time budget: no time left to prepare the records (run again with the same --out)"
     [ "$PACK_FAILED" = 1 ] && why="the records could not be prepared (train/pack_data)"
-  elif ! save_base "$PACK_BASE_MODEL" "$PACK_BASE" "$([ "$EMULATED" = 1 ] && echo pack_base || echo base_model)"; then
-    why="time budget: no time left to save the LoRA base (run again with the same --out)"
-    base_failed "$PACK_BASE" && why="the LoRA base could not be saved"
+  elif ! pack_base; then why=$BASE_WHY
   fi
   for kind in $PACK_KINDS; do
     have_result train "pack_$kind" && continue
@@ -555,6 +578,66 @@ pack_items() {
     mem_poll_stop
     if [ $rc = 0 ]; then
       echo "pack_trained $("$PY" dev/pack_data.py trained "$PACK_DIR/$kind/chat_train_000000.mask" "$PACK_B" "$PACK_T" "$PACK_STEPS" | paste -sd' ')" >> "$LAST_LOG"
+    fi
+  done
+}
+
+# Preference tuning (docs/PREFERENCE.md) at a GPU-sized batch: DPO with LoRA r=8 on c_attn (the
+# reference is the base with the adapters off: one more forward a micro-step, inside the step
+# time) and full DPO (the reference's log-probabilities computed once before training, outside
+# the step times; the log says how long it took), PREF_B windows of PREF_T tokens a step. The
+# pairs come from the bundled text (dev/pack_data.py pairs: a speech and the one before it as the
+# prompt, chosen on one line, rejected in the play's layout), packed whole into the windows by
+# data/prepare --pack (--overlong drop: a pair never straddles two windows). After a run, the
+# pairs each of its steps trained (from the shard's mask, in the loader's order) go to the end
+# of its log as a "pref_pairs" line, from which the report computes pairs/s.
+PREF_KINDS="lora full"
+PREF_DIR="$WORK/pref"
+PREF_FAILED=0
+ensure_pref_data() {  # the shard (recorded as train/pref_data when made; not kept across runs)
+  [ -f "$PREF_DIR/pairs_train_000000.mask" ] && return 0
+  [ "$PREF_FAILED" = 1 ] && return 1
+  local log="$OUT/logs/train/pref_data.log" t0; t0=$(date +%s)
+  [ "$(left)" -lt 20 ] && return 1
+  mkdir -p "$PREF_DIR"
+  ( "$PY" dev/pack_data.py pairs "$PREF_DIR/pairs.jsonl" "$PREF_CHARS" "$PREF_PAIRS" &&
+    timeout -k 10 120 "$BIN/prepare" --input "$PREF_DIR/pairs.jsonl" --out-dir "$PREF_DIR" --name pairs --val-tokens 0 \
+      --pack "$PREF_T" --overlong drop ) > "$log" 2>&1
+  if [ -f "$PREF_DIR/pairs_train_000000.mask" ]; then
+    record train pref_data pass "$(grep -m1 '^pack: .* windows' "$log" | cut -c1-200)" $(($(date +%s) - t0)) logs/train/pref_data.log
+  else
+    PREF_FAILED=1; record train pref_data fail "$(grep -m1 -E 'error|Error' "$log" | cut -c1-200)" $(($(date +%s) - t0)) logs/train/pref_data.log
+  fi
+  [ "$PREF_FAILED" = 0 ]
+}
+pref_cmd() {  # KIND: TRAIN_ARGV = the command line of one DPO run
+  local common=(--train-data "$PREF_DIR/pairs_train_*.bin" --batch-size "$PREF_B" --seq-len "$PREF_T"
+                --total-batch-tokens $((PREF_B * PREF_T)) --steps "$PREF_STEPS" --lr 1e-5 --warmup-steps 0 --seed 1
+                --objective dpo --out none)
+  case "$1" in
+    lora) TRAIN_ARGV=("$BIN/train_lora" --model "$PACK_BASE" "${common[@]}" --lora-targets c_attn --lora-rank 8 --lora-alpha 16) ;;
+    full) TRAIN_ARGV=("$BIN/train_gpt2" --model "$PREF_FULL_MODEL" "${common[@]}") ;;
+  esac
+}
+pref_items() {
+  local kind why=""
+  train_kept "pref runs" pref_ $PREF_KINDS && return
+  if ! prog prepare; then why="prepare is not in $BIN"
+  elif ! ensure_pref_data; then
+    why="time budget: no time left to prepare the pairs (run again with the same --out)"
+    [ "$PREF_FAILED" = 1 ] && why="the pairs could not be prepared (train/pref_data)"
+  fi
+  for kind in $PREF_KINDS; do
+    have_result train "pref_$kind" && continue
+    local w=$why
+    if [ -z "$w" ] && [ "$kind" = lora ] && ! pack_base; then w=$BASE_WHY; fi
+    if [ -n "$w" ]; then record train "pref_$kind" "$([[ $w == "time budget"* ]] && echo skip || echo fail)" "$w" 0; continue; fi
+    pref_cmd "$kind"
+    mem_poll_start "$OUT/logs/train/pref_$kind.mem"
+    run_item train "pref_$kind" "$EST_PREF" 240 "${TRAIN_ARGV[@]}"; local rc=$?
+    mem_poll_stop
+    if [ $rc = 0 ]; then
+      echo "pref_pairs $("$PY" dev/pack_data.py pairs-per-step "$PREF_DIR/pairs_train_000000.mask" "$PREF_B" "$PREF_T" "$PREF_STEPS" | paste -sd' ')" >> "$LAST_LOG"
     fi
   done
 }
@@ -610,7 +693,27 @@ attention_items() {
 # ncu_attention reads the flash kernels' launch and pipe metrics in attention_bench at B=16,
 # T=1024 (registers, occupancy, tensor-pipe activity, shared-memory bank conflicts, local memory;
 # L2 hit rate, DRAM bytes, instructions and shared-memory wavefronts per HMMA, global stores: the
-# three causes llmc/cuda/README.md predicts), those this ncu knows.
+# three causes llmc/cuda/README.md predicts), those this ncu knows, and what tells where the time
+# goes (issue 30):
+#   the tail: sm__cycles_active.avg / sm__cycles_elapsed.avg, the mean SM's busy share of the
+#     kernel's time (elapsed counts every SM's cycles from the kernel's start to its end, one
+#     clock, so its .avg is its .max; the ratio of the two averages is what a tail model predicts:
+#     the SMs' busy time over SMs x the kernel's time);
+#   why the warps wait: the warp-state breakdown of Nsight Compute's WarpStateStats section, warps
+#     per issued instruction in each state (NCU_STALL_REASONS; e.g. math_pipe_throttle: the pipe
+#     the next instruction needs is busy, short_scoreboard: waiting on a shared-memory or MUFU
+#     result, wait: a fixed-latency dependency, barrier: __syncthreads), with the issue slots used,
+#     the warp cycles per issued instruction and the eligible warps per cycle;
+#   the pipes beside the tensor pipe: XU (MUFU.EX2 of the softmax), FMA, ALU, LSU (shared-memory
+#     and global instructions) and the shared-memory wavefronts, % of peak, and MUFU per HMMA.
+# ncu_source_KERNEL (one item per kernel of NCU_SOURCE_KERNELS, its own time limit) saves one
+# launch's SourceCounters section (logs/kernels/ncu_source_KERNEL.ncu-rep, for `ncu -i` later),
+# exports its SASS source page as CSV (kept gzipped) and prints the instructions with the most
+# excessive shared-memory wavefronts (bank conflicts) with their opcode, and those where the warp
+# stall samples fall (ncu_step.py source).
+NCU_ATTN_KERNELS="forward backward_dkv backward_dq"   # flash_attention_KERNEL_kernel, the order they run
+NCU_STALL_REASONS="barrier branch_resolving dispatch_stall drain imc_miss lg_throttle long_scoreboard math_pipe_throttle
+  membar mio_throttle misc no_instruction not_selected selected short_scoreboard sleeping tex_throttle wait"
 NCU_ATTN_METRICS="gpu__time_duration.sum launch__registers_per_thread launch__shared_mem_per_block_dynamic
   launch__occupancy_limit_registers launch__occupancy_limit_shared_mem sm__warps_active.avg.pct_of_peak_sustained_active
   sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active sm__throughput.avg.pct_of_peak_sustained_elapsed
@@ -618,22 +721,34 @@ NCU_ATTN_METRICS="gpu__time_duration.sum launch__registers_per_thread launch__sh
   l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum smsp__inst_executed_op_ldsm.sum
   l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum dram__bytes.sum lts__t_sector_hit_rate.pct
   smsp__inst_executed.sum smsp__inst_executed_pipe_tensor_op_hmma.sum l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
-  l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum smsp__inst_executed_op_global_st.sum"
+  l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum smsp__inst_executed_op_global_st.sum
+  sm__cycles_active.avg sm__cycles_elapsed.avg
+  smsp__issue_active.avg.pct_of_peak_sustained_active smsp__average_warp_latency_per_inst_issued.ratio
+  smsp__warps_eligible.avg.per_cycle_active
+  sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active sm__inst_executed_pipe_xu.sum
+  sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active
+  sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active
+  l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed
+  $(for r in $NCU_STALL_REASONS; do printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio ' "$r"; done)"
 NCU_ATTN_LAUNCHES=4   # profiled launches of each attention kernel
-ncu_known_metrics() {  # the metrics of NCU_ATTN_METRICS this ncu lists (by the name before the first
-  local known m        # '.'; the launch statistics are in every ncu), so that no unknown name fails the run
-  known=$("$1" --query-metrics 2>/dev/null | awk '{print $1}')
+NCU_SOURCE_KERNELS="backward_dkv forward"   # one launch each under SourceCounters
+ncu_known_metrics() {  # NCU_ATTN_METRICS split by whether this ncu lists them (by the name before the
+  local known m        # first '.'; the launch statistics are in every ncu), so that no unknown name
+  known=$("$1" --query-metrics 2>/dev/null | awk '{print $1}')   # fails the run: KNOWN and UNKNOWN (comma lists)
+  KNOWN=""; UNKNOWN=""
   for m in $NCU_ATTN_METRICS; do
-    if [[ $m == launch__* ]] || grep -qxF "${m%%.*}" <<<"$known"; then printf '%s,' "$m"; fi
-  done | sed 's/,$//'
+    if [[ $m == launch__* ]] || grep -qxF "${m%%.*}" <<<"$known"; then KNOWN="$KNOWN${KNOWN:+,}$m"
+    else UNKNOWN="$UNKNOWN${UNKNOWN:+,}$m"; fi
+  done
 }
 ncu_items() {
-  local ncu metrics
+  local ncu k
+  local items="ncu_step ncu_attention"; for k in $NCU_SOURCE_KERNELS; do items="$items ncu_source_$k"; done
   if [ "$EMULATED" = 1 ]; then
-    for i in ncu_step ncu_attention; do skip_item kernels "$i" "skipped: emulated (Nsight Compute needs a GPU)"; done; return
+    for i in $items; do skip_item kernels "$i" "skipped: emulated (Nsight Compute needs a GPU)"; done; return
   fi
   if ! ncu=$(find_ncu); then
-    for i in ncu_step ncu_attention; do skip_item kernels "$i" "skipped: ncu (Nsight Compute) not found"; done; return
+    for i in $items; do skip_item kernels "$i" "skipped: ncu (Nsight Compute) not found"; done; return
   fi
   ensure_data
   local STEPS=2  # train_cmd's steps: a warm-up step and the one measured
@@ -642,18 +757,33 @@ ncu_items() {
   local csv="$OUT/logs/kernels/ncu_step.csv"
   run_item kernels ncu_step 90 240 env CSV="$csv" PYTHON="$PY" bash -c '"$@" && "$PYTHON" scripts/ncu_step.py times "$CSV"' ncu \
     "$ncu" --metrics gpu__time_duration.sum --csv --log-file "$csv" "${TRAIN_ARGV[@]}"
-  metrics=$(ncu_known_metrics "$ncu"); metrics=${metrics:-gpu__time_duration.sum}
+  have_result kernels ncu_attention || ncu_known_metrics "$ncu"
   csv="$OUT/logs/kernels/ncu_attention.csv"
   # one ncu run per kernel (forward, dK/dV, dQ), NCU_ATTN_LAUNCHES launches of each: a single
   # --launch-count over all three would take only the forward's launches, which come first
-  run_item kernels ncu_attention 60 240 env CSV="$csv" PYTHON="$PY" N="$NCU_ATTN_LAUNCHES" BENCH="$BIN/attention_bench" bash -c '
-    for k in forward backward_dkv backward_dq; do
+  run_item kernels ncu_attention 90 300 env CSV="$csv" PYTHON="$PY" N="$NCU_ATTN_LAUNCHES" BENCH="$BIN/attention_bench" \
+    KERNELS="$NCU_ATTN_KERNELS" UNKNOWN="${UNKNOWN:-}" bash -c '
+    "$1" --version | tail -n 1
+    [ -z "$UNKNOWN" ] || echo "ncu_unknown_metrics $UNKNOWN"
+    for k in $KERNELS; do
       "$@" --kernel-name "regex:flash_attention_${k}_kernel" --launch-count "$N" --csv --log-file "$CSV.$k" \
         "$BENCH" 16 1024 12 64 > /dev/null || exit 1
     done
-    { cat "$CSV.forward"; grep -hv "^\"ID\"," "$CSV.backward_dkv" "$CSV.backward_dq"; } > "$CSV" &&
-    rm -f "$CSV.forward" "$CSV.backward_dkv" "$CSV.backward_dq" && "$PYTHON" scripts/ncu_step.py metrics "$CSV"' ncu \
-    "$ncu" --metrics "$metrics"
+    first=1
+    for k in $KERNELS; do if [ $first = 1 ]; then cat "$CSV.$k"; first=0; else grep -v "^\"ID\"," "$CSV.$k"; fi; rm -f "$CSV.$k"; done > "$CSV" &&
+    "$PYTHON" scripts/ncu_step.py metrics "$CSV"' ncu \
+    "$ncu" --metrics "${KNOWN:-gpu__time_duration.sum}"
+  for k in $NCU_SOURCE_KERNELS; do
+    local rep="$OUT/logs/kernels/ncu_source_$k"
+    run_item kernels "ncu_source_$k" 30 180 env NCU="$ncu" REP="$rep" K="$k" PYTHON="$PY" BENCH="$BIN/attention_bench" bash -c '
+      "$NCU" --section SourceCounters --kernel-name "regex:flash_attention_${K}_kernel" --launch-count 1 -f -o "$REP" \
+        "$BENCH" 16 1024 12 64 > /dev/null || exit 1
+      # (--print-source: Nsight Compute 2023.1 and later; the SASS view is the default before)
+      "$NCU" -i "$REP.ncu-rep" --page source --csv --print-source sass > "$REP.csv" 2> "$REP.err" ||
+        "$NCU" -i "$REP.ncu-rep" --page source --csv > "$REP.csv" || { cat "$REP.err"; exit 1; }
+      rm -f "$REP.err"
+      "$PYTHON" scripts/ncu_step.py source "$REP.csv" && { gzip -f "$REP.csv" 2> /dev/null || true; }'
+  done
 }
 section_kernels() {
   echo "== kernels"

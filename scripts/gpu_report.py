@@ -151,6 +151,34 @@ def parse_pack(d, r, warm):
     return row
 
 
+PREF_KINDS = (("lora", "DPO, LoRA r=8 on c_attn"), ("full", "DPO, every parameter"))
+PREF_STEP_TAIL = re.compile(r"\| acc ([0-9.naninf]+) \| margin ([-0-9.eE+naninf]+)$")
+
+
+def parse_pref(d, r, warm):
+    """A DPO run (train/pref_KIND): its step times against the pairs each step trained (the check's
+    "pref_pairs" line, from the shard's mask), the last step's reward accuracy and margin, how
+    long the reference's log-probabilities took where they were computed before training."""
+    text = logtext(d, r)
+    row = {"kind": r["item"][len("pref_"):], "status": r["status"], "reason": r["reason"]}
+    row.update(parse_train_log(text, warm))
+    row["device_peak_mib"] = peak_mem(d, r["item"])
+    m = re.search(r"--batch-size (\d+) .*--seq-len (\d+)", text)
+    row["batch"], row["seq_len"] = (int(m.group(1)), int(m.group(2))) if m else (None, None)
+    m = re.search(r"^pref_pairs ([\d ]+)$", text, re.M)
+    pairs = [int(x) for x in m.group(1).split()] if m else []
+    steps = [(float(x.group(5)), PREF_STEP_TAIL.search(l)) for l in text.splitlines() for x in [STEP_RE.match(l)] if x]
+    timed = list(zip(pairs, [ms for ms, _ in steps]))[warm:]
+    if timed:
+        row["pairs_per_step"] = round(statistics.mean(p for p, _ in timed), 2)
+        row["pairs_per_s"] = round(statistics.median(p / (ms / 1000.0) for p, ms in timed), 1)
+    last = steps[-1][1] if steps and steps[-1][1] else None
+    row["acc_last"], row["margin_last"] = (num(last.group(1)), num(last.group(2))) if last else (None, None)
+    m = re.search(r"^reference: log-probabilities computed in ([0-9.]+) s", text, re.M)
+    row["reference_s"] = float(m.group(1)) if m else None
+    return row
+
+
 def peak_mem(d, item):
     """The device memory used at most during a run minus before it (nvidia-smi, MiB)."""
     base = [num(x) for x in read(os.path.join(d, "logs/train", item + ".mem.base")).split()]
@@ -204,7 +232,7 @@ STEP_LINE = re.compile(r"^step\s+(\d+) of (\d+) \| (\d+) kernels \| total ([0-9.
 def parse_ncu(text):
     """What scripts/ncu_step.py printed: the step's split and heaviest kernels (times), or one row
     per kernel and metric (metrics)."""
-    out = {"step": None, "kernels": [], "metrics": []}
+    out = {"step": None, "kernels": [], "metrics": [], "figures": {}, "stalls": {}, "unknown_metrics": []}
     for line in text.splitlines():
         m = STEP_LINE.match(line)
         f = [x.strip() for x in line.split(" | ")]
@@ -216,7 +244,38 @@ def parse_ncu(text):
             out["kernels"].append({"name": f[0][7:], "launches": int(f[1]), "ms": num(f[2].split()[0]), "pct": num(f[3].split()[0])})
         elif line.startswith("metric ") and len(f) == 4 and f[3].isdigit():
             out["metrics"].append({"kernel": f[0][7:], "metric": f[1], "value": f[2], "launches": int(f[3])})
+        elif line.startswith("figure ") and len(f) == 3:
+            out["figures"].setdefault(f[0][7:], {})[f[1]] = num(f[2])
+        elif line.startswith("stall ") and len(f) == 4:
+            out["stalls"].setdefault(f[0][6:].strip(), []).append({"reason": f[1], "value": num(f[2]), "share": num(f[3].split()[0])})
+        elif line.startswith("ncu_unknown_metrics "):
+            out["unknown_metrics"] = line.split()[1].split(",")
+        elif line.startswith("NVIDIA (R) Nsight Compute") or re.match(r"^Version \d", line):
+            out["ncu_version"] = (out.get("ncu_version", "") + " " + line.strip()).strip()
     return out
+
+
+def parse_ncu_source(text):
+    """What ncu_step.py source printed for one kernel: its totals, the instructions with the most
+    excessive shared wavefronts, the excess by opcode, the instructions with the most stall samples."""
+    out = {"kernel": None, "excess": [], "opcodes": [], "stalls": []}
+    val = lambda x: num(x.split()[-1])
+    for line in text.splitlines():
+        f = [x.strip() for x in line.split(" | ")]
+        if line.startswith("source ") and len(f) == 7:
+            out["kernel"] = f[0][7:]
+            for k, x in zip(("instructions", "executed", "wavefronts", "ideal", "excessive", "samples"), f[1:]):
+                out[k] = val(x)
+        elif line.startswith("sass_excess ") and len(f) == 8:
+            out["excess"].append({"address": f[1], "opcode": f[2], "excessive": val(f[3]), "wavefronts": val(f[4]),
+                                  "ideal": val(f[5]), "executed": val(f[6]), "share": num(f[7].split()[0])})
+        elif line.startswith("opcode_excess ") and len(f) == 6:
+            out["opcodes"].append({"opcode": f[1], "instructions": val(f[2]), "excessive": val(f[3]), "wavefronts": val(f[4]),
+                                   "share": num(f[5].split()[0])})
+        elif line.startswith("sass_stall ") and len(f) == 6:
+            out["stalls"].append({"address": f[1], "opcode": f[2], "samples": val(f[3]), "share": num(f[4].split()[0]),
+                                  "reasons": f[5]})
+    return out if out["kernel"] else None
 
 
 def attention_rows(rep):
@@ -228,7 +287,10 @@ def attention_rows(rep):
         if not m or t["tflops"] is None:
             continue
         row = rows.setdefault(int(m.group(1)), {})
-        if t["what"].startswith("forward flash") and "ours_fwd" not in row:
+        # the forward's other softmax chunking (attention.cu FA_CH: the A/B a GPU run decides)
+        if t["what"].startswith("forward flash, ") and "softmax step" in t["what"]:
+            row["ours_fwd_1step"] = t["tflops"]
+        elif t["what"].startswith("forward flash") and "ours_fwd" not in row:
             row["ours_fwd"], row["ours_fwd_what"] = t["tflops"], t["what"]
         # the deterministic backward (the default) when the program times both modes
         if t["what"].startswith("backward flash") and ("ours_bwd" not in row or "deterministic" in t["what"]):
@@ -418,6 +480,11 @@ def build(d):
                          key=lambda x: kinds.index(x["kind"]))
     pd = recs.get("train/pack_data")
     rep["pack_data"] = [l for l in logtext(d, pd).splitlines() if l.startswith("pack: ")] if pd else []
+    kinds = [k for k, _ in PREF_KINDS]
+    rep["pref"] = sorted((parse_pref(d, r, warm) for r in recs.values() if r["section"] == "train" and r["item"] in ["pref_" + k for k in kinds]),
+                         key=lambda x: kinds.index(x["kind"]))
+    pd = recs.get("train/pref_data")
+    rep["pref_data"] = [l for l in logtext(d, pd).splitlines() if l.startswith("pack: ")] if pd else []
 
     # torch
     rep["torch"], rep["torch_attention"] = [], []
@@ -457,6 +524,10 @@ def build(d):
         rep["kernel_times"] += t
         if r["item"] in ("ncu_step", "ncu_attention") and r["status"] == "pass":
             rep[r["item"]] = parse_ncu(logtext(d, r))
+        if r["item"].startswith("ncu_source_") and r["status"] == "pass":
+            src = parse_ncu_source(logtext(d, r))
+            if src:
+                rep.setdefault("ncu_source", []).append(dict(src, item=r["item"]))
     rep["attention"] = attention_rows(rep)
 
     # sanitizers
@@ -504,8 +575,9 @@ def attention_table(L, rep):
              " 10 backward): ours from dev/cuda/attention_bench (the deterministic backward), PyTorch's"
              " scaled_dot_product_attention forced to its flash and to its cuDNN backend (dev/bench_torch_gpu.py --attention).")
     L.append("")
-    L.append("| T | ours forward | ours backward | SDPA flash forward | SDPA flash backward | SDPA cuDNN forward | SDPA cuDNN backward |")
-    L.append("|---|---|---|---|---|---|---|")
+    L.append("| T | ours forward | ours backward | SDPA flash forward | SDPA flash backward | SDPA cuDNN forward | SDPA cuDNN backward |"
+             " ours forward, the other softmax chunking (A/B) |")
+    L.append("|---|---|---|---|---|---|---|---|")
 
     def torch_cells(a):
         if not a:
@@ -515,6 +587,7 @@ def attention_table(L, rep):
         return [fmt(a.get("fwd_tflops"), "%.1f"), fmt(a.get("bwd_tflops"), "%.1f")]
     for r in rows:
         cells = [fmt(r.get("ours_fwd"), "%.1f"), fmt(r.get("ours_bwd"), "%.1f")] + torch_cells(r.get("flash")) + torch_cells(r.get("cudnn"))
+        cells.append(fmt(r.get("ours_fwd_1step"), "%.1f"))
         L.append("| %d | %s |" % (r["T"], " | ".join(cells)))
     L.append("")
 
@@ -538,16 +611,91 @@ def ncu_tables(L, rep):
         for k in rep["ncu_step"]["kernels"]:
             L.append("| %s | %d | %s | %s |" % (k["name"], k["launches"], fmt(k["ms"], "%.3f"), fmt(k["pct"])))
         L.append("")
-    ms = (rep.get("ncu_attention") or {}).get("metrics") or []
+    na = rep.get("ncu_attention") or {}
+    ms = na.get("metrics") or []
     if ms:
         L.append("### The attention kernels under Nsight Compute")
         L.append("")
-        L.append("attention_bench at B=16, T=1024, NH=12, HS=64: each metric's mean over the profiled launches.")
+        L.append("attention_bench at B=16, T=1024, NH=12, HS=64: each metric's mean over the profiled launches%s." % (
+            " (%s)" % na["ncu_version"] if na.get("ncu_version") else ""))
         L.append("")
+        ncu_figure_tables(L, na)
         L.append("| kernel | metric | value | launches |")
         L.append("|---|---|---|---|")
         for m in ms:
             L.append("| %s | %s | %s | %d |" % (m["kernel"], m["metric"], m["value"], m["launches"]))
+        L.append("")
+        if na.get("unknown_metrics"):
+            L.append("Not listed by this ncu (left out): " + ", ".join(na["unknown_metrics"]) + ".")
+            L.append("")
+    for src in rep.get("ncu_source") or []:
+        ncu_source_table(L, src)
+
+
+# the figures ncu_step.py derives, in the report's two tables: (name, column title, format)
+NCU_ISSUE_COLS = [("time_us", "µs", "%.1f"), ("active_over_elapsed", "SM active / elapsed", "%.3f"),
+                  ("issue_active_pct", "issue slots used", "%.1f%%"), ("warp_cycles_per_issue", "warp cycles per issued instruction", "%.2f"),
+                  ("eligible_warps_per_cycle", "eligible warps per cycle", "%.2f"), ("inst_per_hmma", "instructions / HMMA", "%.2f"),
+                  ("ldsm_per_hmma", "LDSM / HMMA", "%.3f"), ("xu_per_hmma", "MUFU (XU) / HMMA", "%.3f"),
+                  ("shared_wavefronts_per_hmma", "shared wavefronts / HMMA", "%.2f"), ("ld_conflicts_per_hmma", "load bank conflicts / HMMA", "%.3f"),
+                  ("l2_hit_pct", "L2 hit", "%.1f%%"), ("dram_mb", "DRAM MB", "%.1f")]
+NCU_PIPE_COLS = [("tensor_pct", "tensor (HMMA)", "%.1f%%"), ("xu_pct", "XU (MUFU)", "%.1f%%"), ("fma_pct", "FMA", "%.1f%%"),
+                 ("alu_pct", "ALU", "%.1f%%"), ("lsu_pct", "LSU", "%.1f%%"), ("shared_pct", "shared wavefronts", "%.1f%%")]
+
+
+def ncu_figure_tables(L, na):
+    """Per kernel: where its time goes (the tail, issue, counts per HMMA), its pipes, its warp states."""
+    figs, stalls = na.get("figures") or {}, na.get("stalls") or {}
+    if figs:
+        for cols, title in ((NCU_ISSUE_COLS, "Time, the tail (SM cycles active / elapsed), issue and counts per HMMA instruction:"),
+                            (NCU_PIPE_COLS, "Pipe activity, % of peak over the SMs' active cycles (shared wavefronts: over the"
+                                            " kernel's time):")):
+            cols = [c for c in cols if any(c[0] in f for f in figs.values())]
+            if not cols:
+                continue
+            L.append(title)
+            L.append("")
+            L.append("| kernel | " + " | ".join(t for _, t, _ in cols) + " |")
+            L.append("|---|" + "---|" * len(cols))
+            for k in sorted(k for k in figs if any(n in figs[k] for n, _, _ in cols)):
+                L.append("| %s | %s |" % (k, " | ".join(fmt(figs[k].get(n), f) for n, _, f in cols)))
+            L.append("")
+    if stalls:
+        L.append("Warp states (WarpStateStats): warps per issued instruction in each state, and its share of all; the six largest:")
+        L.append("")
+        L.append("| kernel | warp states |")
+        L.append("|---|---|")
+        for k in sorted(stalls):
+            L.append("| %s | %s |" % (k, ", ".join("%s %.2f (%.0f%%)" % (x["reason"], x["value"], x["share"]) for x in stalls[k][:6])))
+        L.append("")
+
+
+def ncu_source_table(L, src):
+    """One kernel's SourceCounters: the SASS instructions with excessive shared wavefronts, and
+    where the warps' stall samples fall."""
+    L.append("### %s per SASS instruction (Nsight Compute SourceCounters, one launch)" % src["kernel"])
+    L.append("")
+    w, e = src.get("wavefronts") or 0, src.get("excessive") or 0
+    L.append("%d instructions; shared-memory wavefronts %.0f, ideal %.0f, excessive %.0f (%.1f%%); %.0f warp stall samples."
+             " The report: logs/kernels/%s.ncu-rep (`ncu -i`)." % (src.get("instructions") or 0, w, src.get("ideal") or 0, e,
+                                                                   100.0 * e / w if w else 0.0, src.get("samples") or 0, src["item"]))
+    L.append("")
+    if src["excess"]:
+        L.append("| address | opcode | excessive wavefronts | wavefronts | ideal | executed | share of the excess |")
+        L.append("|---|---|---|---|---|---|---|")
+        for x in src["excess"]:
+            L.append("| %s | %s | %.0f | %.0f | %.0f | %.0f | %.1f%% |" % (x["address"], x["opcode"], x["excessive"], x["wavefronts"],
+                                                                       x["ideal"], x["executed"], x["share"]))
+        L.append("")
+    if src["opcodes"]:
+        L.append("Excess by opcode: " + ", ".join("%s %.1f%% (%d instructions, %.0f of %.0f wavefronts)" % (
+            o["opcode"], o["share"], o["instructions"], o["excessive"], o["wavefronts"]) for o in src["opcodes"]) + ".")
+        L.append("")
+    if src["stalls"]:
+        L.append("| address | opcode | stall samples | share | main reasons |")
+        L.append("|---|---|---|---|---|")
+        for x in src["stalls"]:
+            L.append("| %s | %s | %.0f | %.1f%% | %s |" % (x["address"], x["opcode"], x["samples"], x["share"], x["reasons"]))
         L.append("")
 
 
@@ -641,11 +789,12 @@ def markdown(rep):
     for x in rep["determinism"]:
         L.append("- determinism, %s: %s" % (x["mode"], status_cell(x)))
     for key, it in sorted(rep["items"].items()):
-        if it["section"] == "train" and not re.match(r"^((full|lora|qlora|xl)_(b\d+(_repeat)?|determinism)|pack_(data|packed|windows|stream)|auto_\w+)$",
+        if it["section"] == "train" and not re.match(r"^((full|lora|qlora|xl)_(b\d+(_repeat)?|determinism)|pack_(data|packed|windows|stream)|pref_(data|lora|full)|auto_\w+)$",
                                                      it["item"]):
             L.append("- %s: %s" % (it["item"], status_cell(it)))
     L.append("")
     pack_table(L, rep)
+    pref_table(L, rep)
     plan_table(L, rep)
 
     L.append("## PyTorch on the same device")
@@ -748,6 +897,17 @@ def plan_table(L, rep):
     L.append("")
 
 
+def prepare_lines(L, rep, key, what):
+    """What data/prepare said for a section's data item train/KEY (or why the item failed), then a blank line."""
+    for line in rep.get(key, []):
+        L.append("- data/prepare: " + line[len("pack: "):])
+    pd = rep["items"].get("train/" + key)
+    if pd and pd["status"] != "pass":
+        L.append("- %s: %s" % (what, status_cell(pd)))
+    if rep.get(key) or (pd and pd["status"] != "pass"):
+        L.append("")
+
+
 def pack_table(L, rep):
     """Packed fine-tuning against one record a window and a token stream (issue 24)."""
     if not rep.get("pack"):
@@ -758,13 +918,7 @@ def pack_table(L, rep):
              " tokens) prepared three ways, LoRA r=8 on c_attn; trained tokens/s: the targets the loss masks train in each"
              " timed step over its time (median); tokens/s counts every position of the window.")
     L.append("")
-    for line in rep.get("pack_data", []):
-        L.append("- data/prepare: " + line[len("pack: "):])
-    pd = rep["items"].get("train/pack_data")
-    if pd and pd["status"] != "pass":
-        L.append("- preparing the records: " + status_cell(pd))
-    if rep.get("pack_data") or (pd and pd["status"] != "pass"):
-        L.append("")
+    prepare_lines(L, rep, "pack_data", "preparing the records")
     L.append("| data | B | T | result | ms/step | tokens/s | trained tokens/s | trained per window slot | device peak MiB | trainer MiB |")
     L.append("|---|---|---|---|---|---|---|---|---|---|")
     names = dict(PACK_KINDS)
@@ -778,6 +932,35 @@ def pack_table(L, rep):
     if p and w:
         L.append("")
         L.append("Packed / one record a window, trained tokens/s: %.2fx." % (p / w))
+    L.append("")
+
+
+def pref_table(L, rep):
+    """Preference tuning's throughput: tokens/s and pairs/s of DPO with LoRA and of full DPO."""
+    if not rep.get("pref"):
+        return
+    L.append("### Preference tuning (DPO)")
+    L.append("")
+    L.append("Pairs from tinyshakespeare (dev/pack_data.py pairs: a speech and the one before it as the prompt, the speech on"
+             " one line chosen, in the play's layout rejected) packed whole into the windows; GPT-2 124M (emulated: `tiny`)."
+             " LoRA's reference is the base with the adapters off (one more forward a step, in its time); full fine-tuning's"
+             " reference log-probabilities are computed once before training (not in the step times). pairs/s: the pairs each"
+             " timed step trained (the shard's mask) over its time, median; tokens/s counts every position of the windows.")
+    L.append("")
+    prepare_lines(L, rep, "pref_data", "preparing the pairs")
+    L.append("| run | B | T | result | ms/step | tokens/s | pairs/step | pairs/s | TFLOP/s | MFU | reference | acc / margin, last step |"
+             " device peak MiB | trainer MiB |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    names = dict(PREF_KINDS)
+    for r in rep["pref"]:
+        ref = ("precomputed in %.1f s" % r["reference_s"] if r.get("reference_s") is not None
+               else "adapters off" if r["kind"] == "lora" else "-")
+        acc = "%.2f / %.4f" % (r["acc_last"], r["margin_last"]) if r.get("acc_last") is not None else "-"
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            names.get(r["kind"], r["kind"]), r.get("batch") or "", r.get("seq_len") or "", status_cell(r), fmt(r.get("ms_per_step")),
+            fmt(r.get("tok_per_s"), "%.0f"), fmt(r.get("pairs_per_step"), "%.1f"), fmt(r.get("pairs_per_s"), "%.1f"),
+            fmt(r.get("tflops"), "%.1f"), fmt(r.get("mfu") and 100 * r["mfu"], "%.1f%%"), ref, acc,
+            fmt(r.get("device_peak_mib"), "%.0f"), fmt(r.get("trainer_mib"), "%.0f")))
     L.append("")
 
 

@@ -3,11 +3,16 @@
 # programs, $BUILD/gpucheck-emu, made by `make gpucheck-emu`):
 #   - every section runs and the report (report.md + report.json) has each item with its status:
 #     the test programs pass, every training run passes and the deterministic reruns match, the
-#     pack runs (packed, one record a window, stream) give trained tokens/s, the kernel programs
-#     pass their checks, nvidia-smi / compute-sanitizer / watchdog (NCCL) items say "emulated";
+#     pack runs (packed, one record a window, stream) give trained tokens/s, the DPO runs (LoRA,
+#     full) tokens/s and pairs/s, the kernel programs pass their checks, nvidia-smi /
+#     compute-sanitizer / watchdog (NCCL) / Nsight Compute items say "emulated";
 #   - a run with no time left records every item as skipped for the time budget, a later run with
 #     the same --out runs only what is missing, and a third keeps what exists;
 #   - a failing or missing program is recorded as failed and the check goes on;
+#   - the GPU-only parts on canned output: the report's tables of a GPU run, ncu_step.py on
+#     Nsight Compute CSVs (the first H100 run's, and hand-made ones in ncu's layouts in
+#     test/data/ncu), the kernels section's Nsight Compute items with a stand-in ncu, the
+#     sanitizer verdicts;
 #   - bad options stop it with one message.
 source "$(dirname "$0")/lib.sh"
 if [ "${SAN:-}" = 1 ]; then
@@ -95,6 +100,27 @@ if [ "$n" = 3 ] && [ "$(q "$J" "[p['kind'] for p in r['pack']]")" = "['packed', 
 else
   bad "pack runs: $n of 3 with results; $(q "$J" "[(p['kind'], p['status'], p['reason'], p.get('trained_tok_per_s')) for p in r['pack']]"), pack_data $(status_of train/pack_data), trained '$tr'"
 fi
+
+# preference tuning's throughput path (DPO with LoRA and full DPO) at B=2, T=256 on `tiny`: the
+# pairs prepared and packed, each run with its steps, the pairs each step trained (the mask: >= 1,
+# of the 20), pairs/s and the reward accuracy / margin of the step line; the full
+# run's reference computed before training, LoRA's in the step (adapters off)
+pp=$(sed -n 's/^pref_pairs //p' "$TMP/full/logs/train/pref_full.log")
+n=$(q "$J" "sum(1 for p in r['pref'] if p['status'] == 'pass' and p['steps'] == 4 and p['batch'] == 2 and p['seq_len'] == 256 and p['pairs_per_s'] > 0 and 1 <= p['pairs_per_step'] <= 20 and p['acc_last'] is not None and p['margin_last'] is not None and p['tok_per_s'] > 0)")
+if [ "$n" = 2 ] && [ "$(q "$J" "[p['kind'] for p in r['pref']]")" = "['lora', 'full']" ] && [ "$(status_of train/pref_data)" = pass ] \
+   && [ "$(q "$J" "r['pref'][1]['reference_s'] > 0 and r['pref'][0]['reference_s'] is None")" = True ] \
+   && [ "$(wc -w <<<"$pp")" = 4 ] && awk -v t="$pp" 'BEGIN { n = split(t, a, " "); for (i = 1; i <= n; i++) if (a[i] < 1 || a[i] > 20) exit 1 }' \
+   && [ "$(q "$J" "r['items']['train/pref_data']['reason']")" = "$(grep -m1 '^pack: ' "$TMP/full/logs/train/pref_data.log" | cut -c1-200)" ] \
+   && grep -q "^pack: 20 preference pairs in [0-9]* windows of 256 tokens" "$TMP/full/logs/train/pref_data.log" \
+   && grep -q "^### Preference tuning (DPO)" "$TMP/full/report.md" \
+   && grep -qE "^\| DPO, LoRA r=8 on c_attn \| 2 \| 256 \| pass \| [0-9.]+ \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| .* \| adapters off \| [0-9.]+ / -?[0-9.]+ \|" "$TMP/full/report.md" \
+   && grep -qE "^\| DPO, every parameter \| 2 \| 256 \| pass \| .* \| precomputed in [0-9.]+ s \|" "$TMP/full/report.md"; then
+  ok "DPO runs (LoRA, full) pass: pairs/s $(q "$J" "[p['pairs_per_s'] for p in r['pref']]"), pairs a step $pp, tokens/s $(q "$J" "[p['tok_per_s'] for p in r['pref']]")"
+else
+  bad "DPO runs: $n of 2 with results; $(q "$J" "[(p['kind'], p['status'], p['reason'], p.get('pairs_per_s'), p.get('pairs_per_step'), p.get('reference_s')) for p in r['pref']]"), pref_data $(status_of train/pref_data), pairs '$pp'"
+fi
+n=$(q "$J" "sum(1 for i in ('ncu_step', 'ncu_attention', 'ncu_source_backward_dkv', 'ncu_source_forward') if r['items']['kernels/' + i]['status'] == 'skip' and 'emulated' in r['items']['kernels/' + i]['reason'])")
+[ "$n" = 4 ] && ok "Nsight Compute items (ncu_step, ncu_attention, ncu_source_*) skipped: emulated" || bad "ncu items: $(q "$J" "[(k, i['status']) for k, i in r['items'].items() if 'ncu' in k]")"
 
 for k in matmul layernorm gelu encoder classifier adamw bench_ops; do
   [ "$(status_of "kernels/$k")" = pass ] || bad "kernel program $k: $(q "$J" "r['items'].get('kernels/$k')")"
@@ -208,6 +234,8 @@ for t in 512 1024; do
     "time  attention_bench | forward flash (wmma)                     | 0.2957 ms | 171.5 GB/s | ${f% | *} TFLOP/s" \
     "time  attention_bench | backward flash (wmma, deterministic)     | 0.9439 ms | 107.5 GB/s | ${f#* | } TFLOP/s" \
     "time  attention_bench | backward flash (wmma, atomic dQ)         | 1.0425 ms | 97.3 GB/s | 30.93 TFLOP/s" > "$G/logs/kernels/attention_bench_t$t.log"
+  [ $t = 1024 ] && echo "time  attention_bench | forward flash, 2 softmax steps a key tile (FA_CH A/B) T=1024 | 0.3100 ms | 160.0 GB/s | 41.50 TFLOP/s" \
+    >> "$G/logs/kernels/attention_bench_t$t.log"
   rec kernels "attention_bench_t$t"
 done
 { echo 'torch_info {"torch": "2.11.0+cu130", "cuda": "13.0", "transformers": "5.17.0", "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "peft": "0.21.0"}'
@@ -228,13 +256,13 @@ step() { printf 'step %4d/12 | loss 10.97 | lr 1.000e-04 | norm 3.06 | %s ms | %
   for i in 2 3 4; do step $i 310.0 26426 251.0 25.4; done; } > "$G/logs/train/xl_b8.log"
 rec train full_b16; rec train xl_b8
 "$PY" scripts/gpu_report.py "$G" > /dev/null 2>&1
-grep -q '^| 512 | 60.1 | 45.2 | 2512.5 | 1512.2 | RuntimeError: No available kernel. Aborting execution. |  |$' "$G/report.md" \
-  && grep -q '^| 1024 | 43.6 | 34.2 | 21024.5 | 11024.2 | RuntimeError' "$G/report.md" \
+grep -q '^| 512 | 60.1 | 45.2 | 2512.5 | 1512.2 | RuntimeError: No available kernel. Aborting execution. |  | - |$' "$G/report.md" \
+  && grep -q '^| 1024 | 43.6 | 34.2 | 21024.5 | 11024.2 | RuntimeError: No available kernel. Aborting execution. |  | 41.5 |$' "$G/report.md" \
   && grep -q '^| compiled | 16 | 40.1 | 408916 | 330.1 | 33.4% | 9000 / 10175 | 0.75x |$' "$G/report.md" \
   && grep -q '^| full, d48 (1.56B parameters) | 8 | pass | 310.0 | 26426 | 251.0 | 25.4% | - | 47268 |  |$' "$G/report.md" \
   && grep -q '^| full, d48 | 8 | pass | 47780 | - | 47301.5 | 47268.0 | +0.1% |$' "$G/report.md" \
   && grep -q '^| attention_bench | B=16 T=512 NH=12 HS=64 | forward flash (wmma) |' "$G/report.md" \
-  && ok "GPU tables: attention (ours, SDPA flash, cuDNN's error), the compiled PyTorch row against our full run, the d48 run and its plan" \
+  && ok "GPU tables: attention (ours, SDPA flash, cuDNN's error, the forward's 1-step A/B), the compiled PyTorch row against our full run, the d48 run and its plan" \
   || bad "GPU tables: $(grep -E '^\| (512|1024|compiled|full, d48)' "$G/report.md")"
 
 # ---- Nsight Compute (kernels/ncu_step, ncu_attention): scripts/ncu_step.py on the first H100 run's
@@ -273,6 +301,164 @@ grep -q '^| 482 | 62.84 | 7.72 | 25.50 | 21.28 | 8.34 |$' "$G/report.md" \
   && grep -q '^| flash_attention_forward_kernel<64> | l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum | 500 | 2 |$' "$G/report.md" \
   && ok "the report's Nsight Compute tables: the step's split, its heaviest kernels, the attention kernels' metrics (means over launches)" \
   || bad "ncu tables: $(grep -A3 -E 'Nsight Compute' "$G/report.md" | head -20)"
+
+# ---- the attention kernels' figures, warp states and SASS hot spots (issue 30), on hand-made
+# CSVs in ncu's layouts (test/data/ncu: attention_metrics.csv as `ncu --metrics ... --csv` writes
+# it, thousands separators and all; dkv_source.csv as `ncu -i REPORT --page source --csv
+# --print-source sass` writes it), checked against figures worked out by hand from their values
+F=test/data/ncu
+m=$("$PY" scripts/ncu_step.py metrics "$F/attention_metrics.csv")
+fw='flash_attention_forward_kernel<64>'; dk='flash_attention_backward_dkv_kernel<64>'
+want="figure $fw | time_us | 160.5
+figure $fw | active_over_elapsed | 0.97
+figure $fw | issue_active_pct | 62
+figure $fw | warp_cycles_per_issue | 7.5
+figure $fw | eligible_warps_per_cycle | 0.45
+figure $fw | tensor_pct | 39.85
+figure $fw | xu_pct | 41.2
+figure $fw | fma_pct | 22.5
+figure $fw | alu_pct | 30.1
+figure $fw | lsu_pct | 12.4
+figure $fw | shared_pct | 18.3
+figure $fw | inst_per_hmma | 5.995
+figure $fw | ldsm_per_hmma | 0.2574
+figure $fw | xu_per_hmma | 0.5312
+figure $fw | shared_wavefronts_per_hmma | 1.158
+figure $fw | ld_conflicts_per_hmma | 0.0006846
+figure $fw | l2_hit_pct | 59.85
+figure $fw | dram_mb | 93.57"
+# (the forward's math_pipe_throttle is 2.0 and 2.2 in its two launches; the reasons add up to 7.5)
+[ "$(grep "^figure $fw |" <<<"$m")" = "$want" ] \
+  && [ "$(grep "^stall  $fw |" <<<"$m" | head -n 4)" = "stall  $fw | math_pipe_throttle | 2.1 | 28.0 %
+stall  $fw | short_scoreboard | 1.4 | 18.7 %
+stall  $fw | wait | 1.2 | 16.0 %
+stall  $fw | selected | 1 | 13.3 %" ] && [ "$(grep -c "^stall  $fw |" <<<"$m")" = 17 ] \
+  && grep -qxF "figure $dk | active_over_elapsed | 0.85" <<<"$m" && grep -qxF "figure $dk | ldsm_per_hmma | 0.375" <<<"$m" \
+  && grep -qxF "stall  $dk | mio_throttle | 3 | 37.5 %" <<<"$m" \
+  && [ "$(grep '^figure flash_attention_backward_dq_kernel<64> |' <<<"$m" | cut -d'|' -f2 | tr -d ' ' | paste -sd,)" = time_us,l2_hit_pct ] \
+  && grep -qxF "figure flash_attention_backward_dq_kernel<64> | time_us | 95.1" <<<"$m" \
+  && grep -qxF "metric $fw | sm__cycles_active.avg | 2.91e+05 cycle | 2" <<<"$m" \
+  && ok "ncu_step.py metrics: SM active/elapsed 0.97 / 0.85, the pipes, counts per HMMA, 17 warp states (means over launches; the dQ kernel's figures only where it has the metrics; usecond read as 1000 ns)" \
+  || bad "ncu_step.py metrics: $(grep -vE '^metric ' <<<"$m" | head -40)"
+src=$("$PY" scripts/ncu_step.py source "$F/dkv_source.csv")
+want="source $dk | instructions 11 | executed 1170432 | shared wavefronts 4823040 | ideal 3551232 | excessive 1271808 | stall samples 7000
+sass_excess $dk | 0x7f3a2c01e1b0 | LDS.64 | excessive 614400 | wavefronts 1228800 | ideal 614400 | executed 153600 | 48.3 %
+sass_excess $dk | 0x7f3a2c01e1c0 | LDS.64 | excessive 307200 | wavefronts 921600 | ideal 614400 | executed 153600 | 24.2 %
+sass_excess $dk | 0x7f3a2c01e2d0 | LDSM.16.MT88.4 | excessive 196608 | wavefronts 983040 | ideal 786432 | executed 153600 | 15.5 %
+sass_excess $dk | 0x7f3a2c01e240 | STS.128 | excessive 153600 | wavefronts 460800 | ideal 307200 | executed 76800 | 12.1 %
+opcode_excess $dk | LDS.64 | instructions 2 | excessive 921600 | wavefronts 2150400 | 72.5 %
+opcode_excess $dk | LDSM.16.MT88.4 | instructions 1 | excessive 196608 | wavefronts 983040 | 15.5 %
+opcode_excess $dk | STS.128 | instructions 1 | excessive 153600 | wavefronts 460800 | 12.1 %
+opcode_excess $dk | LDSM.16.M88.4 | instructions 1 | excessive 0 | wavefronts 1228800 | 0.0 %"
+[ "$(head -n 9 <<<"$src")" = "$want" ] \
+  && grep -qxF "sass_stall $dk | 0x7f3a2c01e300 | HMMA.16816.F32.BF16 | samples 4000 | 57.1 % | stall_math 60 %, stall_short_sb 20 %, stall_wait 15 %" <<<"$src" \
+  && grep -qxF "sass_stall $dk | 0x7f3a2c01e480 | MUFU.EX2 | samples 1500 | 21.4 % | stall_mio 47 %, stall_wait 33 %, stall_selected 20 %" <<<"$src" \
+  && [ "$(grep -c '^sass_stall ' <<<"$src")" = 6 ] \
+  && ok "ncu_step.py source: 1.27e6 excessive shared wavefronts placed (LDS.64 72.5%, the predicated one too; LDSM.MT 15.5%; STS.128 12.1%), the stall samples by instruction and reason" \
+  || bad "ncu_step.py source: $src"
+# older ncu: "(All Cycles)" for the sampling columns, no "Excessive" column (excess = wavefronts -
+# ideal), thousands separators; and a CSV that is not a source page is refused, named
+sed -e 's/(All Samples)/(All Cycles)/; s/"Kernel Name","void /"Kernel Name","/' "$F/dkv_source.csv" \
+  | "$PY" -c 'import csv, sys
+rows = list(csv.reader(sys.stdin)); h = rows[1]; x = h.index("L1 Wavefronts Shared Excessive")
+w = csv.writer(sys.stdout, quoting=csv.QUOTE_ALL, lineterminator="\n")
+for i, r in enumerate(rows):
+    r = r[:x] + r[x + 1:] if i else r
+    w.writerow([("{:,}".format(int(v)) if i > 1 and v.isdigit() else v) for v in r])' > "$TMP/old_source.csv"
+src2=$("$PY" scripts/ncu_step.py source "$TMP/old_source.csv" --top 2)
+"$PY" scripts/ncu_step.py source "$F/attention_metrics.csv" > "$TMP/e3" 2>&1; e3=$?
+[ "$(head -n 3 <<<"$src2")" = "$(head -n 3 <<<"$src")" ] && [ "$(grep -c '^sass_excess ' <<<"$src2")" = 2 ] \
+  && grep -q "^sass_stall $dk | 0x7f3a2c01e300 | HMMA.16816.F32.BF16 | samples 4000 |" <<<"$src2" \
+  && [ $e3 = 1 ] && grep -q "no SASS rows" "$TMP/e3" \
+  && ok "ncu_step.py source: an older layout (no Excessive column, All Cycles, 1,234 numbers) reads the same; a metrics CSV is refused" \
+  || bad "ncu_step.py source, older layout: $src2 / $e3 $(cat "$TMP/e3")"
+
+# ---- the kernels section's Nsight Compute items on a GPU machine, with a stand-in ncu that answers
+# from the files above as ncu would (its metric list lacks some names, as an older ncu's would) and
+# stand-in programs: the metrics this ncu does not list are left out of the run and named, each
+# attention kernel is profiled on its own and the three CSVs joined, each source item saves its
+# report, exports the source page (a report whose ncu rejects --print-source: without it) and
+# keeps the CSV gzipped; then the report's tables
+N="$TMP/ncu"; mkdir -p "$N/bin" "$N/canned"
+cp "$TMP/ours.csv" "$N/canned/step.csv"; cp "$F/attention_metrics.csv" "$F/dkv_source.csv" "$N/canned/"
+{ printf 'Device GH100 (GH100)\n%s\nMetric Name  Metric Description\n' "-----------------------------"
+  "$PY" -c 'import csv, sys
+names = sorted({r[12].split(".")[0] for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith("\"")) if r[0] != "ID"})
+print("\n".join("%s  a metric" % n for n in names if "imc_miss" not in n))' "$F/attention_metrics.csv"; } > "$N/canned/query.txt"
+cat > "$N/bin/ncu" <<'SH'
+#!/usr/bin/env bash
+# Nsight Compute stand-in: answers gpu_check.sh's calls from $NCU_CANNED, and logs them there
+echo "$*" >> "$NCU_CANNED/calls"
+case "$1" in
+  --version) printf 'NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2025.3.0.0 (stand-in)\n'; exit 0 ;;
+  --query-metrics) cat "$NCU_CANNED/query.txt"; exit 0 ;;
+esac
+log=""; kernel=""; rep=""; imp=""; metrics=""; ps=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --log-file) log=$2; shift ;; --kernel-name) kernel=$2; shift ;; -o) rep=$2; shift ;; -i) imp=$2; shift ;;
+    --metrics) metrics=$2; shift ;; --print-source) ps=$2; shift ;; --section|--launch-count|--page) shift ;;
+    --csv|-f) ;;
+    -*) echo "==ERROR== unknown option $1" >&2; exit 1 ;;
+    *) break ;;
+  esac; shift
+done
+if [ -n "$imp" ]; then   # a saved report's source page (this ncu has no --print-source for the forward's)
+  k=$(cat "$imp") || exit 1
+  if [ -n "$ps" ] && [ "$k" = forward ]; then echo "==ERROR== unrecognised option '--print-source'" >&2; exit 1; fi
+  sed "s/backward_dkv/$k/" "$NCU_CANNED/dkv_source.csv"; exit 0
+fi
+[ -x "$1" ] || { echo "==ERROR== cannot run '$1'" >&2; exit 1; }
+echo "==PROF== Connected to process 1 ($1)"
+if [ -n "$rep" ]; then k=${kernel#regex:flash_attention_}; echo "${k%_kernel}" > "$rep.ncu-rep"; exit 0; fi
+if [ -z "$kernel" ]; then cp "$NCU_CANNED/step.csv" "$log"; exit 0; fi
+python3 - "$NCU_CANNED/attention_metrics.csv" "${kernel#regex:}" "$metrics" > "$log" <<'PY'
+import re, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+want = set(sys.argv[3].split(","))
+print(lines[0], end="")
+print("".join(l for l in lines[1:] if re.search(sys.argv[2], l.split('","')[4]) and l.split('","')[12] in want), end="")
+PY
+SH
+printf '#!/bin/sh\necho "time  attention_bench | forward flash (mma) | 0.16 ms | 1.0 GB/s | 200.00 TFLOP/s"\n' > "$N/bin/attention_bench"
+printf '#!/bin/sh\nexit 0\n' > "$N/bin/train_gpt2"
+chmod +x "$N/bin"/*
+PATH="$N/bin:$PATH" NCU_CANNED="$N/canned" bash scripts/gpu_check.sh --bin "$N/bin" --out "$N/rep" --sections kernels > "$N/check.log" 2>&1
+J="$N/rep/report.json"; K="$N/rep/logs/kernels"
+asked=$(grep -m1 -- "--kernel-name regex:flash_attention_forward_kernel --launch-count 4" "$N/canned/calls" | sed 's/.*--metrics \([^ ]*\) .*/\1/')
+n=$(q "$J" "sum(1 for i in ('ncu_step', 'ncu_attention', 'ncu_source_backward_dkv', 'ncu_source_forward') if r['items']['kernels/' + i]['status'] == 'pass')")
+if [ "$n" = 4 ] && [[ ",$asked," == *",smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,"* ]] \
+   && [[ ",$asked," == *",sm__cycles_active.avg,"* ]] && [[ ",$asked," == *",launch__occupancy_limit_registers,"* ]] \
+   && [[ ",$asked," != *"imc_miss"* ]] && [[ ",$asked," != *",sm__throughput.avg.pct_of_peak_sustained_elapsed,"* ]] \
+   && [ "$(grep -c -- '--kernel-name regex:flash_attention_.*_kernel --launch-count 4 --csv' "$N/canned/calls")" = 3 ] \
+   && [ "$(q "$J" "sorted(set(m['kernel'] for m in r['ncu_attention']['metrics']))")" = "['flash_attention_backward_dkv_kernel<64>', 'flash_attention_backward_dq_kernel<64>', 'flash_attention_forward_kernel<64>']" ] \
+   && [ "$(q "$J" "r['ncu_attention']['figures']['flash_attention_forward_kernel<64>']['active_over_elapsed']")" = 0.97 ] \
+   && [ "$(q "$J" "'smsp__average_warps_issue_stalled_imc_miss_per_issue_active.ratio' in r['ncu_attention']['unknown_metrics']")" = True ] \
+   && [ -f "$K/ncu_source_backward_dkv.ncu-rep" ] && [ -f "$K/ncu_source_forward.csv.gz" ] && [ ! -e "$K/ncu_source_forward.csv" ] \
+   && grep -q -- "-i $K/ncu_source_forward.ncu-rep --page source --csv$" "$N/canned/calls" \
+   && grep -q -- "-i $K/ncu_source_backward_dkv.ncu-rep --page source --csv --print-source sass$" "$N/canned/calls" \
+   && [ "$(q "$J" "[(s['item'], s['kernel'], s['excessive']) for s in r['ncu_source']]")" = "[('ncu_source_backward_dkv', 'flash_attention_backward_dkv_kernel<64>', 1271808.0), ('ncu_source_forward', 'flash_attention_forward_kernel<64>', 1271808.0)]" ]; then
+  ok "GPU mode, stand-in ncu: ncu_attention asks for the $(tr ',' '\n' <<<"$asked" | wc -l) metrics this ncu lists (imc_miss and the others left out, named), one run per kernel; both source items saved, exported (with and without --print-source) and summarised"
+else
+  bad "GPU mode, stand-in ncu: $n of 4 items passed: $(q "$J" "[(k, i['status'], i['reason']) for k, i in r['items'].items() if 'ncu' in k]"); asked '$asked'; calls: $(cut -c1-150 "$N/canned/calls")"
+fi
+md="$N/rep/report.md"
+if grep -qF "attention_bench at B=16, T=1024, NH=12, HS=64: each metric's mean over the profiled launches (Version 2025.3.0.0 (stand-in))." "$md" \
+   && grep -qxF "| flash_attention_forward_kernel<64> | 160.5 | 0.970 | 62.0% | 7.50 | 0.45 | 6.00 | 0.257 | 0.531 | 1.16 | 0.001 | 59.9% | 93.6 |" "$md" \
+   && grep -qxF "| flash_attention_backward_dkv_kernel<64> | 335.9 | 0.850 | - | - | - | 4.78 | 0.375 | - | 2.02 | 0.095 | - | 350.7 |" "$md" \
+   && grep -qxF "| flash_attention_forward_kernel<64> | 39.9% | 41.2% | 22.5% | 30.1% | 12.4% | 18.3% |" "$md" \
+   && grep -qxF "| flash_attention_forward_kernel<64> | math_pipe_throttle 2.10 (28%), short_scoreboard 1.40 (19%), wait 1.20 (16%), selected 1.00 (13%), mio_throttle 0.50 (7%), not_selected 0.40 (5%) |" "$md" \
+   && grep -qxF "| flash_attention_backward_dkv_kernel<64> | sm__cycles_elapsed.avg | 6e+05 cycle | 1 |" "$md" \
+   && grep -q "^Not listed by this ncu (left out): .*smsp__average_warps_issue_stalled_imc_miss_per_issue_active.ratio" "$md" \
+   && grep -qxF "### flash_attention_backward_dkv_kernel<64> per SASS instruction (Nsight Compute SourceCounters, one launch)" "$md" \
+   && grep -qF "11 instructions; shared-memory wavefronts 4823040, ideal 3551232, excessive 1271808 (26.4%); 7000 warp stall samples." "$md" \
+   && grep -qxF "| 0x7f3a2c01e1b0 | LDS.64 | 614400 | 1228800 | 614400 | 153600 | 48.3% |" "$md" \
+   && grep -qF "Excess by opcode: LDS.64 72.5% (2 instructions, 921600 of 2150400 wavefronts), LDSM.16.MT88.4 15.5%" "$md" \
+   && grep -qxF "| 0x7f3a2c01e300 | HMMA.16816.F32.BF16 | 4000 | 57.1% | stall_math 60 %, stall_short_sb 20 %, stall_wait 15 % |" "$md"; then
+  ok "the report: time, tail, issue and counts per HMMA; the pipes; the warp states; the full metric table; the metrics left out; the SASS hot spots"
+else
+  bad "report tables: $(sed -n '/Nsight Compute/,$p' "$md" | head -60)"
+fi
 
 # ---- the watchdog table of a GPU run (emulated runs skip its cases): results and logs as
 # test_nccl_watchdog_gpu writes them, two passing cases and one failing
