@@ -20,7 +20,7 @@ ifeq ($(BACKEND),cpu)
 TEST_PROGS += $(patsubst test/%.c,$(TREE)/test/%,$(wildcard test/test_*.c))
 TEST_SCRIPTS += test/test_train_cli.sh test/test_resume.sh test/test_signals.sh test/test_masked.sh test/test_data_open.sh test/test_run_end.sh test/test_out_dir.sh test/test_save_gguf.sh test/test_bad_input.sh test/test_checkpoint_integrity.sh test/test_train_mpi.sh test/test_comm.sh test/test_watchdog.sh test/test_multihost.sh \
     test/test_lora_cli.sh test/test_pref_train.sh test/test_qlora_cli.sh test/test_generate.sh test/test_prepare.sh \
-    test/test_recompute.sh test/test_plot.sh test/check_attention_sass.sh test/lint_launch.sh \
+    test/test_recompute.sh test/test_plot.sh test/check_attention_sass.sh test/test_fa_cycle_model.sh test/lint_launch.sh \
     test/lint_backend.sh test/lint_functions.sh test/lint_layers.sh
 
 $(TREE)/test/%: test/%.c $(LIB) $(wildcard test/*.h)
