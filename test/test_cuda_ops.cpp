@@ -13,6 +13,7 @@
 // test/check_cuda_kernels_ran.sh.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <math.h>
 #include <vector>
 #include <algorithm>
@@ -831,6 +832,38 @@ static void test_lora_ops(size_t n) {
     check(name, da.get(), c, 0.0, 0.0);
 }
 
+// rows_gather / rows_scatter: K of N rows of W floats (4 W bytes) in a scrambled order, against
+// the CPU backend and the definition, exactly; scatter leaves the other rows as they were. off:
+// the buffers start a float past 16-byte alignment (the 4-byte path for any W).
+static void test_rows_copy(int N, int K, int W, int off) {
+    char name[128];
+    std::vector<int> perm(N);
+    for (int i = 0; i < N; i++) perm[i] = i;
+    for (int i = N - 1; i > 0; i--) std::swap(perm[i], perm[(size_t)i * 2654435761u % (size_t)(i + 1)]);
+    std::vector<int> idx(perm.begin(), perm.begin() + K);
+    const size_t rb = (size_t)W * sizeof(float);
+    vecf src = rnd_vec((size_t)N * W + off, 1.0f), dst0 = rnd_vec((size_t)N * W + off, 1.0f);
+    DevF ds(src), dd(dst0);
+    DevI di(idx);
+    cuda_rows_copy(dd.p + off, ds.p + off, di.p, K, rb, 0);
+    vecf want = dst0, cpu = dst0;
+    for (int k = 0; k < K; k++) memcpy(&want[off + (size_t)k * W], &src[off + (size_t)idx[k] * W], rb);
+    cpu_rows_copy(cpu.data() + off, src.data() + off, idx.data(), K, rb, 0);
+    snprintf(name, sizeof(name), "rows_gather (%d of %d rows of %zu bytes%s)", K, N, rb, off ? ", misaligned" : "");
+    TEST_CHECK(dd.get() == want && cpu == want, "%s: rows differ from the definition (cuda %d, cpu %d)", name,
+               dd.get() == want, cpu == want);
+    if (dd.get() == want && cpu == want) printf("ok   %s and vs cpu\n", name);
+    DevF dd2(dst0);
+    cuda_rows_copy(dd2.p + off, ds.p + off, di.p, K, rb, 1);
+    want = dst0; cpu = dst0;
+    for (int k = 0; k < K; k++) memcpy(&want[off + (size_t)idx[k] * W], &src[off + (size_t)k * W], rb);
+    cpu_rows_copy(cpu.data() + off, src.data() + off, idx.data(), K, rb, 1);
+    snprintf(name, sizeof(name), "rows_scatter (%d of %d rows of %zu bytes%s)", K, N, rb, off ? ", misaligned" : "");
+    TEST_CHECK(dd2.get() == want && cpu == want, "%s: rows differ from the definition (cuda %d, cpu %d)", name,
+               dd2.get() == want, cpu == want);
+    if (dd2.get() == want && cpu == want) printf("ok   %s and vs cpu\n", name);
+}
+
 // TEST_QUICK (compute-sanitizer's initcheck): one case of each op, the GEMMs at shapes whose rows
 // are 16-byte aligned (the GPU's fast path) and not
 static void run_quick(void) {
@@ -850,6 +883,7 @@ static void run_quick(void) {
     TIMED(test_null_grads());
     TIMED(test_reductions(7));
     TIMED(test_lora_ops(1000));
+    TIMED(test_rows_copy(50, 20, 384, 0));
 }
 
 int main(void) {
@@ -900,6 +934,10 @@ int main(void) {
     TIMED(test_gemm_plans());
     TIMED(test_reductions(7));
     TIMED(test_lora_ops(1000));
+    TIMED(test_rows_copy(50, 20, 384, 0));   // 16-byte units (a row of 768 bf16 is 1536 bytes)
+    TIMED(test_rows_copy(50, 20, 384, 1));   // the same rows misaligned: 4-byte units
+    TIMED(test_rows_copy(300, 299, 1, 0));   // a float a row (the losses)
+    TIMED(test_rows_copy(9, 0, 3, 0));       // no rows
     TIMED(test_reductions(300000));         // more than the fixed grid: grid-stride loop
     printf("worst error over all checks: %.3f of tolerance, in %s\n", g_worst_rel, g_worst_name);
     return test_finish("test_cuda_ops");

@@ -86,6 +86,7 @@ void cpu_scale_copy(float* dst, const float* src, float scale, size_t n);
 void cpu_dropout_forward(float* out, const float* inp, size_t n, float p, uint64_t seed,
                          uint64_t stream);
 void cpu_mul_inplace(float* dst, const float* mask, size_t n);
+void cpu_rows_copy(void* dst, const void* src, const int* idx, int K, size_t row_bytes, int scatter);
 
 // ---- attention (attention.c)
 void cpu_attention_forward(float* out, float* lse, const float* qkv, const int* doc_start, int B,

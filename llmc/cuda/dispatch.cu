@@ -129,6 +129,12 @@ void dropout_forward(floatX* out, const floatX* inp, size_t n, float p, uint64_t
     cuda_dropout_forward(out, inp, n, p, seed, stream);
 }
 void mul_inplace(floatX* dst, const floatX* mask, size_t n) { cuda_mul_inplace(dst, mask, n); }
+void rows_gather(void* dst, const void* src, const int* idx, int K, size_t row_bytes) {
+    cuda_rows_copy(dst, src, idx, K, row_bytes, 0);
+}
+void rows_scatter(void* dst, const void* src, const int* idx, int K, size_t row_bytes) {
+    cuda_rows_copy(dst, src, idx, K, row_bytes, 1);
+}
 
 // ---- attention
 void attention_forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T,

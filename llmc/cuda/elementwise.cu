@@ -1,5 +1,6 @@
 // CUDA backend: element-wise ops: GELU forward/backward, residual add, add in place, scaled copy,
-// and the LoRA branch's dropout and mask multiply.
+// and the LoRA branch's dropout and mask multiply; rows chosen by a list (the classifier's rows
+// with a target).
 #include "cuda/common.cuh"
 #include "cuda/ops_cuda.h"
 #include "base/rand.h"
@@ -125,5 +126,32 @@ extern "C" void cuda_dropout_forward(floatX* out, const floatX* inp, size_t n, f
 extern "C" void cuda_mul_inplace(floatX* dst, const floatX* mask, size_t n) {
     if (!n) return;
     LAUNCH(mul_inplace_kernel, (unsigned)((n + EW_BLOCK - 1) / EW_BLOCK), EW_BLOCK, 0, 0, dst, mask, n);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
+// rows_gather / rows_scatter: one thread a unit of a row (16 bytes when every row and both
+// pointers allow it, else 4), units of one row on consecutive threads: a warp moves 512
+// contiguous bytes of a 1536-byte bf16 row of GPT-2 small. Pure data movement: K rows of
+// row_bytes read and written once (at N = 16384 rows, 25 MB each way: ~15 us on an H100).
+__global__ void rows_copy_kernel(char* dst, const char* src, const int* idx, size_t units, int per_row,
+                                 int unit, int scatter) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= units) return;
+    const size_t k = i / per_row, u = i % per_row;
+    const size_t d = scatter ? (size_t)idx[k] : k, s = scatter ? k : (size_t)idx[k];
+    const size_t row_bytes = (size_t)per_row * unit;
+    if (unit == 16) *(uint4*)(dst + d * row_bytes + u * 16) = *(const uint4*)(src + s * row_bytes + u * 16);
+    else *(uint32_t*)(dst + d * row_bytes + u * 4) = *(const uint32_t*)(src + s * row_bytes + u * 4);
+}
+
+extern "C" void cuda_rows_copy(void* dst, const void* src, const int* idx, int K, size_t row_bytes, int scatter) {
+    if (K <= 0) return;
+    if (row_bytes % 4) fatal("this is a bug in llmc", "rows_copy: rows of %zu bytes, not a multiple of 4", row_bytes);
+    const int unit = row_bytes % 16 == 0 && ops_aligned16(dst) && ops_aligned16(src) ? 16 : 4;
+    const int per_row = (int)(row_bytes / unit);
+    const size_t units = (size_t)K * per_row;
+    LAUNCH(rows_copy_kernel, ops_blocks(units, EW_BLOCK), EW_BLOCK, 0, 0,
+           (char*)dst, (const char*)src, idx, units, per_row, unit, scatter);
     cudaCheck(cudaGetLastError());
 }

@@ -88,6 +88,7 @@ void cuda_scale_copy(__nv_bfloat16* dst, const __nv_bfloat16* src, float scale, 
 void cuda_dropout_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, size_t n, float p,
                           uint64_t seed, uint64_t stream);
 void cuda_mul_inplace(__nv_bfloat16* dst, const __nv_bfloat16* mask, size_t n);
+void cuda_rows_copy(void* dst, const void* src, const int* idx, int K, size_t row_bytes, int scatter);
 
 // ---- attention (attention.cu, attention_simple.cu)
 // doc_start: NULL (plain causal attention, ops.h's contract), or packed sequences: device (B, T)

@@ -217,7 +217,8 @@ void gpt2_set_recompute(GPT2* m, int level) {
 static void gpt2_free_acts(GPT2* m) {
     ops_free(m->act_memory); ops_free(m->scr_memory);
     ops_free(m->inputs); ops_free(m->targets); ops_free(m->doc_start); ops_free(m->pos);
-    free(m->losses_host); free(m->inputs_host); free(m->pos_host);
+    ops_free(m->head_rows); ops_free(m->head_targets);
+    free(m->losses_host); free(m->inputs_host); free(m->pos_host); free(m->head_host);
 }
 
 // The activation and scratch buffers' sizes in bytes, in the order of GPT2Acts / GPT2Scratch.
@@ -247,8 +248,8 @@ static void act_sizes(const GPT2Config* cfg, int B, int T, int recompute, size_t
     gpt2_act_sizes(cfg, B, T, recompute, sizeof(floatX), (size_t)classifier_rows(B * T), abytes, sbytes);
 }
 
-// inputs, targets, doc_start, pos
-size_t gpt2_batch_bytes(int B, int T) { return 4 * (size_t)B * T * sizeof(int); }
+// inputs, targets, doc_start, pos, head_rows, head_targets
+size_t gpt2_batch_bytes(int B, int T) { return 6 * (size_t)B * T * sizeof(int); }
 static size_t batch_bytes(int B, int T) { return gpt2_batch_bytes(B, T); }
 
 size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute, int backward) {
@@ -296,9 +297,12 @@ void gpt2_alloc_acts(GPT2* m, int B, int T, int backward) {
     m->targets = (int*)ops_alloc(BT * sizeof(int));
     m->doc_start = (int*)ops_alloc(BT * sizeof(int));
     m->pos = (int*)ops_alloc(BT * sizeof(int));
+    m->head_rows = (int*)ops_alloc(BT * sizeof(int));
+    m->head_targets = (int*)ops_alloc(BT * sizeof(int));
     m->losses_host = (float*)mallocCheck(BT * sizeof(float));
     m->inputs_host = (int*)mallocCheck(BT * sizeof(int));
     m->pos_host = (int*)mallocCheck(BT * sizeof(int));
+    m->head_host = (int*)mallocCheck(2 * BT * sizeof(int));
     m->batch_bytes = batch_bytes(B, T);
     m->backward = backward;
     m->attn_bytes = attention_scratch_bytes(B, T, m->cfg.channels, m->cfg.num_heads, backward);
@@ -450,11 +454,65 @@ static void gpt2_set_docs(GPT2* m, const int* doc_start, int B, int T) {
     ops_to_device_async(m->pos, m->pos_host, (size_t)B * T * sizeof(int));
 }
 
+// The rows of a forward that have a target (head_rows, in order, and their targets), on the host
+// from the targets and uploaded with the batch: the whole lists, so that each step stages as
+// many bytes (llmc/cuda/backend.cu ops_stage_host grows once).
+static void gpt2_head_rows(GPT2* m, const int* targets, int N) {
+    int* rows = m->head_host;
+    int* tg = m->head_host + N;
+    int k = 0;
+    for (int i = 0; i < N; i++)
+        if (targets[i] >= 0) { rows[k] = i; tg[k] = targets[i]; k++; }
+    for (int i = k; i < N; i++) rows[i] = tg[i] = 0;
+    m->head_k = k;
+    if (k == N) return;   // every row: the classifier reads the rows and targets in place
+    ops_to_device_async(m->head_rows, rows, (size_t)N * sizeof(int));
+    ops_to_device_async(m->head_targets, tg, (size_t)N * sizeof(int));
+}
+
+// The classifier (lm_head, losses, and with dloss != 0 or dloss_rows their backward into dln and
+// wte's gradient) on the rows that have a target only: a row without one has a loss of 0 and no
+// gradient, so its logits need not exist. Prompt tokens masked out of supervised fine-tuning and
+// the prompts of preference pairs are often half the rows or more, and the lm_head's three GEMMs
+// (2 N C Vp FLOPs each: 77 MFLOP a row at GPT-2 small) are about a third of a step's work. With
+// some rows left out, the rows with a target are gathered into the backward scratch, which is
+// free until gpt2_backward (x: datty, dx: dresidual, losses and row weights: dqkv), and the
+// losses and dx scattered back in place. dloss_rows: each row's weight (the preference
+// objectives, classifier_train_rows), or NULL: dloss for every row.
+static void gpt2_head(GPT2* m, float dloss, const float* dloss_rows) {
+    const int N = m->cur_B * m->cur_T, C = m->cfg.channels, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    const int K = m->head_k, train = dloss != 0.0f;
+    GPT2Acts* a = &m->acts;
+    GPT2Scratch* s = &m->scr;
+    floatX* dx = train ? s->dln : NULL;
+    floatX* dw = train ? m->g[PT_WTE] : NULL;
+    if (dx) ops_zero(dx, (size_t)N * C * sizeof(floatX));
+    if (K == N) {
+        if (dloss_rows) classifier_train_rows(a->losses, dx, dw, a->cls_logits, a->lnf, m->p[PT_WTE], m->targets, dloss_rows, N, C, V, Vp);
+        else classifier_train(a->losses, dx, dw, a->cls_logits, a->lnf, m->p[PT_WTE], m->targets, dloss, N, C, V, Vp);
+        return;
+    }
+    ops_zero(a->losses, (size_t)N * sizeof(float));
+    if (K == 0) return;
+    floatX* xk = s->datty;
+    floatX* dxk = train ? s->dresidual : NULL;
+    float* lk = (float*)s->dqkv;
+    float* wk = dloss_rows ? lk + N : NULL;
+    const size_t row = (size_t)C * sizeof(floatX);
+    rows_gather(xk, a->lnf, m->head_rows, K, row);
+    if (dxk) ops_zero(dxk, (size_t)K * row);
+    if (wk) {
+        rows_gather(wk, dloss_rows, m->head_rows, K, sizeof(float));
+        classifier_train_rows(lk, dxk, dw, a->cls_logits, xk, m->p[PT_WTE], m->head_targets, wk, K, C, V, Vp);
+    } else classifier_train(lk, dxk, dw, a->cls_logits, xk, m->p[PT_WTE], m->head_targets, dloss, K, C, V, Vp);
+    rows_scatter(a->losses, lk, m->head_rows, K, sizeof(float));
+    if (dxk) rows_scatter(dx, dxk, m->head_rows, K, row);
+}
+
 // The forward up to the per-token losses (acts.losses, when targets are given).
 static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, const int* doc_start, int B, int T, float dloss) {
     if (B > m->B || T > m->T) fatal("this is a bug in llmc", "forward with B=%d T=%d beyond allocated %d x %d", B, T, m->B, m->T);
-    const int L = m->cfg.num_layers, C = m->cfg.channels;
-    const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    const int L = m->cfg.num_layers, V = m->cfg.vocab_size;
     const int N = B * T;
     for (int i = 0; i < N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V)
@@ -480,11 +538,9 @@ static void gpt2_forward_run(GPT2* m, const int* inputs, const int* targets, con
     m->has_targets = targets != NULL && dloss != 0.0f;
     if (!targets) { gpt2_logits_forward(m, N); UNIT_RELEASE(m, UNIT_HEAD(m)); return; }
     // With targets, the classifier op does lm_head, the losses and (training) their backward as
-    // far as lnf and wte, in row blocks of classifier_rows: the logits never exist whole. dlnf
-    // waits in the backward scratch's dln for gpt2_backward.
-    if (dloss != 0.0f) ops_zero(m->scr.dln, (size_t)N * C * sizeof(floatX));
-    classifier_train(a->losses, dloss != 0.0f ? m->scr.dln : NULL, dloss != 0.0f ? m->g[PT_WTE] : NULL, a->cls_logits,
-                     a->lnf, m->p[PT_WTE], m->targets, dloss, N, C, V, Vp);
+    // far as lnf and wte (gpt2_head). dlnf waits in the backward scratch's dln for gpt2_backward.
+    gpt2_head_rows(m, targets, N);
+    gpt2_head(m, dloss, NULL);
     if (!m->has_targets) UNIT_RELEASE(m, UNIT_HEAD(m)); // (else backward starts with this unit: ln_f)
 }
 
@@ -509,12 +565,10 @@ void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, const int*
 }
 
 void gpt2_classifier_backward_rows(GPT2* m, const float* dloss_rows) {
-    const int N = m->cur_B * m->cur_T, C = m->cfg.channels;
+    const int N = m->cur_B * m->cur_T;
     if (!N || m->has_targets) fatal("this is a bug in llmc", "gpt2_classifier_backward_rows needs a forward with targets and dloss 0 before it");
     UNIT_NEED(m, UNIT_HEAD(m));
-    ops_zero(m->scr.dln, (size_t)N * C * sizeof(floatX));
-    classifier_train_rows(m->acts.losses, m->scr.dln, m->g[PT_WTE], m->acts.cls_logits, m->acts.lnf, m->p[PT_WTE], m->targets,
-                          dloss_rows, N, C, m->cfg.vocab_size, m->cfg.padded_vocab_size);
+    gpt2_head(m, 1.0f, dloss_rows);
     m->has_targets = 1; // (gpt2_backward goes on from here, the head unit still needed)
 }
 

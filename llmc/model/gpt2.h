@@ -102,7 +102,7 @@ typedef struct GPT2 {
     void* act_memory;
     void* scr_memory;
     size_t act_bytes, scr_bytes;
-    size_t batch_bytes;                // the four (B, T) int arrays below in backend memory
+    size_t batch_bytes;                // the six (B, T) int arrays below in backend memory
     size_t attn_bytes;                 // the attention's scratch for B x T (ops.h:
                                        // attention_scratch_bytes), reserved with the activations
     int backward;                      // the activations are for training: the attention
@@ -114,6 +114,11 @@ typedef struct GPT2 {
     int* doc_start;                    // (B, T) backend memory: the record starts of the last forward
     int* pos;                          // (B, T) backend memory: its positions in their records
     int* pos_host;                     // (B, T) the same positions on the host (encoder backward)
+    int* head_rows;                    // (B, T) backend memory: the rows with a target of the last
+                                       // forward, in order (the classifier runs on those: gpt2_head)
+    int* head_targets;                 // (B, T) backend memory: their targets
+    int* head_host;                    // (2, B, T) host: the same two lists, built from the targets
+    int head_k;                        // how many rows had a target in the last forward
     int packed;                        // the last forward had record boundaries (doc_start and pos
                                        // in use); 0: every row one sequence, positions 0..T-1
     int cur_B, cur_T;                  // shape of the last forward
@@ -149,7 +154,8 @@ size_t gpt2_acts_held(const GPT2* m);
 // of each activation (GPT2Acts order) and backward scratch buffer (GPT2Scratch order) for floatX
 // of X bytes and a classifier scratch of cls_rows rows (ops.h classifier_rows); gpt2_alloc_acts
 // carves each at a 256-byte boundary (gpt2_carved_bytes); gpt2_batch_bytes: the (B, T) int
-// arrays in backend memory.
+// arrays in backend memory (inputs, targets, record starts, positions, the classifier's rows and
+// their targets).
 #define GPT2_NACTS 21
 #define GPT2_NSCR 8
 extern const char* const gpt2_act_names[GPT2_NACTS];

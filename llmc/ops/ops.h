@@ -215,6 +215,13 @@ void dropout_forward(floatX* out, const floatX* inp, size_t n, float p, uint64_t
 // dst[i] *= mask[i]
 void mul_inplace(floatX* dst, const floatX* mask, size_t n);
 
+// Rows chosen by a list of K distinct row numbers (backend memory), rows of row_bytes bytes (a
+// multiple of 4: floatX rows of C channels, or one float a row): rows_gather: dst row k = src row
+// idx[k]; rows_scatter: dst row idx[k] = src row k, other rows of dst untouched. The classifier
+// runs on the rows that have a target only (llmc/model/gpt2.c, gpt2_head).
+void rows_gather(void* dst, const void* src, const int* idx, int K, size_t row_bytes);
+void rows_scatter(void* dst, const void* src, const int* idx, int K, size_t row_bytes);
+
 // ----------------------------------------------------------------------------
 // attention (attention.c / attention.cu, with attention_simple.cu), and over a key/value cache
 // (attention_kv.c / attention_kv.cu)

@@ -362,7 +362,7 @@ static void plan_acts(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBa
     led_add(l, PLAN_BACKEND, "activations", gpt2_carved_bytes(a, GPT2_NACTS) - logits, 1, "kept for backward, recompute %d", s->recompute);
     led_add(l, PLAN_BACKEND, "logits", logits, 1, "the classifier's %zu rows x %d", rows, cfg->padded_vocab_size);
     led_add(l, PLAN_BACKEND, "backward scratch", gpt2_carved_bytes(sc, GPT2_NSCR), 1, "one layer's activation gradients");
-    led_add(l, PLAN_BACKEND, "batch", gpt2_batch_bytes(s->B, s->T), 1, "tokens, targets, record starts, positions");
+    led_add(l, PLAN_BACKEND, "batch", gpt2_batch_bytes(s->B, s->T), 1, "tokens, targets, record starts, positions, the classifier's rows and targets");
     led_add(l, PLAN_HOST, "batch (host)", 3 * (size_t)BT * sizeof(int) + 2 * (size_t)s->accum * BT * sizeof(int), 1,
             "the step's tokens and targets, losses, positions");
     const size_t att = b->device ? ops_cuda_attention_backward_bytes(s->B, s->T, cfg->channels, cfg->num_heads, OPS_CUDA_FA_DS_MAX_BYTES)
