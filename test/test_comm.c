@@ -16,9 +16,12 @@
 //   test_comm --slow-rank R SECS [unbounded] TIMEOUT
 //                             rank R computes for SECS (< TIMEOUT; unbounded: in an unbounded
 //                             operation, for any SECS) once; the others
-//                             wait, and check that waiting used under 5% of a core (OpenMPI's
+//                             wait, and check that waiting used under 10% of a core (OpenMPI's
 //                             blocking MPI_Barrier, which spins, took 17-36% of a core on a 2-core
-//                             machine at load 9, all of one on an idle machine); all finish
+//                             machine at load 9, all of one on an idle machine; our back-off
+//                             sleeps ~1 ms at a time, and each of those ~900 wake-ups a second
+//                             costs a context switch: 3.4-4.9% of a core on an idle 2-core VM,
+//                             plain or ASan, 5.1% in a loaded ASan CI pass); all finish
 //   test_comm --big-allreduce N TIMEOUT  an all-reduce of N floats, checked; over a slow network
 //                             (test_multihost.sh) it takes longer than TIMEOUT, but it progresses
 //                             chunk by chunk, so the watchdog lets it finish
@@ -468,7 +471,7 @@ static int watchdog_mode(const char* mode, int argc, char** argv) {
         double cpu = cpu_seconds() - c0, wall = timer_now_s() - w0;
         if (comm.rank != R) {
             TEST_CHECK(wall > 0.8 * secs, "rank %d waited only %.2f s", comm.rank, wall);
-            TEST_CHECK(cpu < 0.05 * wall, "rank %d used %.3f s of CPU while waiting %.2f s for rank %d (%.0f%% of a core)", comm.rank,
+            TEST_CHECK(cpu < 0.10 * wall, "rank %d used %.3f s of CPU while waiting %.2f s for rank %d (%.0f%% of a core)", comm.rank,
                        cpu, wall, R, 100.0 * cpu / wall);
             printf("rank %d waited %.2f s for rank %d using %.3f s of CPU (%.1f%% of a core)\n", comm.rank, wall, R, cpu, 100.0 * cpu / wall);
         }
