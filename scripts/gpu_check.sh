@@ -558,6 +558,16 @@ train_kept() {  # LABEL PREFIX KIND...: true (and says so) when every train/PREF
   for kind; do have_result train "$pre$kind" || return 1; done
   printf '  %-9s %-34s (kept from the earlier run)\n' train "$label"
 }
+# One timed training item, train/PREFIX<KIND>: recorded as skipped (WHY starts with "time budget")
+# or failed when WHY is given, else TRAIN_ARGV run with its memory polled; true when it passed.
+train_timed_item() {  # PREFIX KIND WHY EST
+  local item=$1$2 why=$3 rc
+  if [ -n "$why" ]; then record train "$item" "$([[ $why == "time budget"* ]] && echo skip || echo fail)" "$why" 0; return 1; fi
+  mem_poll_start "$OUT/logs/train/$item.mem"
+  run_item train "$item" "$4" 240 "${TRAIN_ARGV[@]}"; rc=$?
+  mem_poll_stop
+  return $rc
+}
 pack_items() {
   local kind why=""
   train_kept "pack runs" pack_ $PACK_KINDS && return
@@ -569,14 +579,10 @@ pack_items() {
   fi
   for kind in $PACK_KINDS; do
     have_result train "pack_$kind" && continue
-    if [ -n "$why" ]; then record train "pack_$kind" "$([[ $why == "time budget"* ]] && echo skip || echo fail)" "$why" 0; continue; fi
     TRAIN_ARGV=("$BIN/train_lora" --model "$PACK_BASE" --train-data "$PACK_DIR/$kind/chat_train_*.bin" --batch-size "$PACK_B"
                 --seq-len "$PACK_T" --total-batch-tokens $((PACK_B * PACK_T)) --steps "$PACK_STEPS" --lr 1e-4 --warmup-steps 0
                 --seed 1 --lora-targets c_attn --lora-rank 8 --lora-alpha 16 --out none)
-    mem_poll_start "$OUT/logs/train/pack_$kind.mem"
-    run_item train "pack_$kind" "$EST_PACK" 240 "${TRAIN_ARGV[@]}"; local rc=$?
-    mem_poll_stop
-    if [ $rc = 0 ]; then
+    if train_timed_item pack_ "$kind" "$why" "$EST_PACK"; then
       echo "pack_trained $("$PY" dev/pack_data.py trained "$PACK_DIR/$kind/chat_train_000000.mask" "$PACK_B" "$PACK_T" "$PACK_STEPS" | paste -sd' ')" >> "$LAST_LOG"
     fi
   done
@@ -631,12 +637,8 @@ pref_items() {
     have_result train "pref_$kind" && continue
     local w=$why
     if [ -z "$w" ] && [ "$kind" = lora ] && ! pack_base; then w=$BASE_WHY; fi
-    if [ -n "$w" ]; then record train "pref_$kind" "$([[ $w == "time budget"* ]] && echo skip || echo fail)" "$w" 0; continue; fi
     pref_cmd "$kind"
-    mem_poll_start "$OUT/logs/train/pref_$kind.mem"
-    run_item train "pref_$kind" "$EST_PREF" 240 "${TRAIN_ARGV[@]}"; local rc=$?
-    mem_poll_stop
-    if [ $rc = 0 ]; then
+    if train_timed_item pref_ "$kind" "$w" "$EST_PREF"; then
       echo "pref_pairs $("$PY" dev/pack_data.py pairs-per-step "$PREF_DIR/pairs_train_000000.mask" "$PREF_B" "$PREF_T" "$PREF_STEPS" | paste -sd' ')" >> "$LAST_LOG"
     fi
   done
