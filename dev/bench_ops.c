@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     float* dwte = rand_buf((size_t)Vp * C, 0.0f);
     float* scratch = (float*)ops_alloc((size_t)classifier_rows((int)N) * Vp * sizeof(float));
     TIME_BEST("classifier_train (lm_head fwd+bwd)", 1, reps,
-              classifier_train(losses, dout, dwte, scratch, xcls, wte, targets, 1.0f / (float)N, (int)N, C, V, Vp));
+              classifier_train(losses, dout, dwte, scratch, xcls, wte, NULL, targets, 1.0f / (float)N, (int)N, C, V, Vp));
     ops_free(xcls); ops_free(wte); ops_free(dwte); ops_free(scratch);
     size_t nparam = 124475904;
     float* p = rand_buf(nparam, 0.1f);

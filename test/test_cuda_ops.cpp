@@ -500,7 +500,7 @@ static void test_classifier_train(int N, int C, int V, int Vp) {
     DevF dloss(N);
     cuda_classifier_train(dloss.p, dgx.p, dgw.p, dlog.p, dx.p, dw.p, dt.p, dscale, N, C, V, Vp);
     vecf cl(N), cgx = gx, cgw = gw, clog((size_t)cpu_classifier_rows(N) * Vp);
-    cpu_classifier_train(cl.data(), cgx.data(), cgw.data(), clog.data(), x.data(), w.data(), tgt.data(), dscale, N, C, V, Vp);
+    cpu_classifier_train(cl.data(), cgx.data(), cgw.data(), clog.data(), x.data(), w.data(), nullptr, tgt.data(), dscale, N, C, V, Vp);
     snprintf(name, sizeof(name), "vs cpu: classifier_train loss (N=%d C=%d V=%d Vp=%d)", N, C, V, Vp);
     check(name, dloss.get(), cl, 2e-2, 2e-2);
     snprintf(name, sizeof(name), "vs cpu: classifier_train dx += (N=%d C=%d V=%d Vp=%d)", N, C, V, Vp);
@@ -525,7 +525,7 @@ static void test_classifier_train_rows(int N, int C, int V, int Vp) {
     DevF dloss(N), drows(rows);
     cuda_classifier_train_rows(dloss.p, dgx.p, dgw.p, dlog.p, dx.p, dw.p, dt.p, drows.p, N, C, V, Vp);
     vecf cl(N), cgx = gx, cgw = gw, clog((size_t)cpu_classifier_rows(N) * Vp);
-    cpu_classifier_train_rows(cl.data(), cgx.data(), cgw.data(), clog.data(), x.data(), w.data(), tgt.data(), rows.data(), N, C, V, Vp);
+    cpu_classifier_train_rows(cl.data(), cgx.data(), cgw.data(), clog.data(), x.data(), w.data(), nullptr, tgt.data(), rows.data(), N, C, V, Vp);
     snprintf(name, sizeof(name), "vs cpu: classifier_train_rows loss (N=%d C=%d V=%d Vp=%d)", N, C, V, Vp);
     check(name, dloss.get(), cl, 2e-2, 2e-2);
     snprintf(name, sizeof(name), "vs cpu: classifier_train_rows dx (N=%d C=%d V=%d Vp=%d)", N, C, V, Vp);
@@ -538,7 +538,7 @@ static void test_classifier_train_rows(int N, int C, int V, int Vp) {
         std::vector<int> tk(tgt);
         for (int n = 0; n < N; n++) if (n % 3 != k) tk[n] = -1;
         vecf l2(N), lg2((size_t)cpu_classifier_rows(N) * Vp);
-        cpu_classifier_train(l2.data(), sx.data(), sw.data(), lg2.data(), x.data(), w.data(), tk.data(), wts[k], N, C, V, Vp);
+        cpu_classifier_train(l2.data(), sx.data(), sw.data(), lg2.data(), x.data(), w.data(), nullptr, tk.data(), wts[k], N, C, V, Vp);
     }
     snprintf(name, sizeof(name), "cpu: classifier_train_rows dx, dw == classifier_train per weight (N=%d)", N);
     sx.insert(sx.end(), sw.begin(), sw.end());

@@ -3,7 +3,7 @@
 // opt_offload, gradsync_attach), runs one training step and checks, byte for byte, every
 // component of the plan made beforehand for the same settings against the objects' own counts
 // (gpt2_param_bytes, gpt2_acts_held, opt_state_bytes, fsdp_*_bytes, gradsync_grad_bytes, the NF4
-// base, the bf16 base, the adapters, the bf16 GEMM scratch of the CPU backend), the footprint
+// base, the bf16 base and lm_head, the adapters, the bf16 GEMM scratch of the CPU backend), the footprint
 // model_assemble computes before allocating, and the heap's growth over the whole build and step
 // (glibc's mallinfo2) against the plan's total without what it counts outside the heap.
 //   test_memplan               every case on one rank at ZeRO 0 and 3, each in a child process
@@ -179,6 +179,7 @@ static void check_components(const char* tag, const Plan* p, const Built* b, con
     EQ("adapters", item(p, "adapters"), b->m.lora ? 2 * b->m.lora->total * X : 0);
     EQ("adapter masks", item(p, "adapter masks"), b->m.lora ? b->m.lora->masks_n * X : 0);
     EQ("bf16 base", item(p, "bf16 base"), b->m.base16 ? qlora_replaced_numel(&g->pt) * 2 : 0);
+    EQ("bf16 lm_head", item(p, "bf16 lm_head"), b->m.wte16 ? params_layer_numel(&g->pt, PT_WTE) * 2 : 0);
     EQ(k->offload ? "optimizer state (host)" : "optimizer state", item(p, k->offload ? "optimizer state (host)" : "optimizer state"), opt_state_bytes(&b->opt));
     if (k->offload) EQ("offload staging", item(p, "offload staging"), 2 * (b->opt.end - b->opt.begin) * X);
     if (b->gs.fsdp_on) {

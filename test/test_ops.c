@@ -794,6 +794,30 @@ static void test_classifier_shape(int N, int V, int Vp, float amp) {
     free(targets); free(ld); free(wl); free(gw);
 }
 
+// classifier_train with the weight's owner giving it in bf16 (w16), in bf16 GEMMs: w16 is used in
+// w's place, so with w16 = bf16(w2) of another weight w2 the losses, dx and dw are bit for bit
+// those of classifier_train on w2 (which differ from w's: the test sees w16 read by the logits' and
+// dx's GEMMs). x, w, targets, dloss, scratch: the caller's.
+static void classifier_train_w16(int N, int C, int V, int Vp, const float* x, const float* w, const int* targets, float dloss,
+                                 float* scratch) {
+    const size_t nx = (size_t)N * C, nw = (size_t)Vp * C;
+    float* w2 = fcopy(w, nw);
+    for (size_t i = 0; i < nw; i++) w2[i] = w2[i] * 0.5f + 0.25f;
+    uint16_t* w16 = (uint16_t*)ops_alloc(nw * sizeof(uint16_t));
+    for (size_t i = 0; i < nw; i++) w16[i] = bf16_from_f32(w2[i]);
+    float *l[2], *dx[2], *dw[2];
+    for (int k = 0; k < 2; k++) {
+        l[k] = fbuf(N); dx[k] = fbuf(nx); dw[k] = fbuf(nw);
+        memset(dx[k], 0, nx * sizeof(float)); memset(dw[k], 0, nw * sizeof(float));
+    }
+    classifier_train(l[0], dx[0], dw[0], scratch, x, w, w16, targets, dloss, N, C, V, Vp);
+    classifier_train(l[1], dx[1], dw[1], scratch, x, w2, NULL, targets, dloss, N, C, V, Vp);
+    TEST_CHECK(bitwise_equal(l[0], l[1], N) && bitwise_equal(dx[0], dx[1], nx) && bitwise_equal(dw[0], dw[1], nw),
+               "classifier_train bf16 with w16 = bf16(w2): losses, dx, dw not bit for bit those on w2 (N=%d)", N);
+    for (int k = 0; k < 2; k++) { ops_free(l[k]); ops_free(dx[k]); ops_free(dw[k]); }
+    ops_free(w2); ops_free(w16);
+}
+
 // classifier_train: lm_head + fused classifier + lm_head backward in row blocks (N > the CPU's
 // 512-row block, with a ragged last block), against a double reference of the three ops; in fp32
 // GEMMs and, where the CPU has native bf16, in bf16 GEMMs (bf16 operands: 1e-2 of max |ref|).
@@ -838,7 +862,7 @@ static void test_classifier_train(int N, int C, int V, int Vp, int bf16) {
     ops_set_gemm_dtype(bf16 ? OPS_BF16 : OPS_F32);
     const double tol = bf16 ? 1e-2 : 1e-5;
     const char* mode = bf16 ? "bf16" : "fp32";
-    classifier_train(losses, dx, dw, scratch, x, w, targets, dloss, N, C, V, Vp);
+    classifier_train(losses, dx, dw, scratch, x, w, NULL, targets, dloss, N, C, V, Vp);
     snprintf(what, sizeof(what), "classifier_train %s losses N=%d C=%d V=%d", mode, N, C, V);
     close_fd(what, losses, wl, N, tol, tol);
     float* want = expect_acc(dx0, dxw, nx);
@@ -851,11 +875,12 @@ static void test_classifier_train(int N, int C, int V, int Vp, int bf16) {
     ops_free(want);
     // losses only (dloss 0) and NULL gradients leave dx / dw alone
     memcpy(dx, dx0, nx * sizeof(float));
-    classifier_train(losses, dx, NULL, scratch, x, w, targets, 0.0f, N, C, V, Vp);
+    classifier_train(losses, dx, NULL, scratch, x, w, NULL, targets, 0.0f, N, C, V, Vp);
     snprintf(what, sizeof(what), "classifier_train %s losses without gradient N=%d", mode, N);
     close_fd(what, losses, wl, N, tol, tol);
     TEST_CHECK(bitwise_equal(dx, dx0, nx), "classifier_train with dloss 0 changed dx");
-    classifier_train(losses, NULL, NULL, scratch, x, w, targets, dloss, N, C, V, Vp);
+    classifier_train(losses, NULL, NULL, scratch, x, w, NULL, targets, dloss, N, C, V, Vp);
+    if (bf16) classifier_train_w16(N, C, V, Vp, x, w, targets, dloss, scratch);
     ops_set_gemm_dtype(OPS_F32);
     ops_free(x); ops_free(w); ops_free(dx0); ops_free(dw0); ops_free(dx); ops_free(dw);
     ops_free(losses); ops_free(scratch);

@@ -150,13 +150,13 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
     CPU_PROF("fused_classifier", 0, 0, cpu_fused_classifier(losses, logits, targets, dloss, N, V, Vp));
 }
 int classifier_rows(int N) { return cpu_classifier_rows(N); }
-void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
-                      const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
-    CPU_PROF("classifier_train", C, Vp, cpu_classifier_train(losses, dx, dw, logits, x, w, targets, dloss, N, C, V, Vp));
+void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x, const floatX* w,
+                      const uint16_t* w16, const int* targets, float dloss, int N, int C, int V, int Vp) {
+    CPU_PROF("classifier_train", C, Vp, cpu_classifier_train(losses, dx, dw, logits, x, w, w16, targets, dloss, N, C, V, Vp));
 }
 void classifier_train_rows(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x, const floatX* w,
-                           const int* targets, const float* dloss_rows, int N, int C, int V, int Vp) {
-    CPU_PROF("classifier_train", C, Vp, cpu_classifier_train_rows(losses, dx, dw, logits, x, w, targets, dloss_rows, N, C, V, Vp));
+                           const uint16_t* w16, const int* targets, const float* dloss_rows, int N, int C, int V, int Vp) {
+    CPU_PROF("classifier_train", C, Vp, cpu_classifier_train_rows(losses, dx, dw, logits, x, w, w16, targets, dloss_rows, N, C, V, Vp));
 }
 
 // ---- optimizer

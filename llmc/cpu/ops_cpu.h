@@ -105,10 +105,11 @@ void cpu_attention_forward_kv(float* out, const float* qkv_new, float* kcache, f
 void cpu_fused_classifier(float* losses, float* logits, const int* targets, float dloss, int N,
                           int V, int Vp);
 int cpu_classifier_rows(int N);
-void cpu_classifier_train(float* losses, float* dx, float* dw, float* logits, const float* x,
-                          const float* w, const int* targets, float dloss, int N, int C, int V, int Vp);
+// w16: w in bf16 already (ops.h classifier_train), used by the bf16 GEMMs; NULL: w rounded per call
+void cpu_classifier_train(float* losses, float* dx, float* dw, float* logits, const float* x, const float* w,
+                          const uint16_t* w16, const int* targets, float dloss, int N, int C, int V, int Vp);
 void cpu_classifier_train_rows(float* losses, float* dx, float* dw, float* logits, const float* x, const float* w,
-                               const int* targets, const float* dloss_rows, int N, int C, int V, int Vp);
+                               const uint16_t* w16, const int* targets, const float* dloss_rows, int N, int C, int V, int Vp);
 
 // ---- optimizer (adamw.c)
 void cpu_adamw_update(float* params, float* master, const float* grads, float* m, float* v,

@@ -163,13 +163,14 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
 }
 
 int classifier_rows(int N) { return cuda_classifier_rows(N); }
-void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
-                      const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp) {
-    cuda_classifier_train(losses, dx, dw, logits, x, w, targets, dloss, N, C, V, Vp);
+// (w16: the same bf16 values as floatX's, when an owner gives them)
+void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x, const floatX* w,
+                      const uint16_t* w16, const int* targets, float dloss, int N, int C, int V, int Vp) {
+    cuda_classifier_train(losses, dx, dw, logits, x, w16 ? (const floatX*)w16 : w, targets, dloss, N, C, V, Vp);
 }
 void classifier_train_rows(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x, const floatX* w,
-                           const int* targets, const float* dloss_rows, int N, int C, int V, int Vp) {
-    cuda_classifier_train_rows(losses, dx, dw, logits, x, w, targets, dloss_rows, N, C, V, Vp);
+                           const uint16_t* w16, const int* targets, const float* dloss_rows, int N, int C, int V, int Vp) {
+    cuda_classifier_train_rows(losses, dx, dw, logits, x, w16 ? (const floatX*)w16 : w, targets, dloss_rows, N, C, V, Vp);
 }
 
 // ---- optimizer

@@ -428,7 +428,8 @@ static void gpt2_logits_forward(GPT2* m, int N) {
     GPT2Acts* a = &m->acts;
     const size_t rows = (size_t)m->B * m->T, Vp = (size_t)m->cfg.padded_vocab_size;
     if (!a->logits) a->logits = (floatX*)ops_alloc(rows * Vp * sizeof(floatX));
-    matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, m->cfg.channels, (int)Vp);
+    if (m->wte16) matmul_forward_w16(a->logits, NULL, a->lnf, m->wte16, NULL, N, m->cfg.channels, (int)Vp);
+    else matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, m->cfg.channels, (int)Vp);
 }
 
 // The record boundaries of a forward (doc_start on the host, or NULL): each row must be contiguous
@@ -486,10 +487,12 @@ static void gpt2_head(GPT2* m, float dloss, const float* dloss_rows) {
     GPT2Scratch* s = &m->scr;
     floatX* dx = train ? s->dln : NULL;
     floatX* dw = train ? m->g[PT_WTE] : NULL;
+    const floatX* w = m->p[PT_WTE];
+    const uint16_t* w16 = m->wte16;
     if (dx) ops_zero(dx, (size_t)N * C * sizeof(floatX));
     if (K == N) {
-        if (dloss_rows) classifier_train_rows(a->losses, dx, dw, a->cls_logits, a->lnf, m->p[PT_WTE], m->targets, dloss_rows, N, C, V, Vp);
-        else classifier_train(a->losses, dx, dw, a->cls_logits, a->lnf, m->p[PT_WTE], m->targets, dloss, N, C, V, Vp);
+        if (dloss_rows) classifier_train_rows(a->losses, dx, dw, a->cls_logits, a->lnf, w, w16, m->targets, dloss_rows, N, C, V, Vp);
+        else classifier_train(a->losses, dx, dw, a->cls_logits, a->lnf, w, w16, m->targets, dloss, N, C, V, Vp);
         return;
     }
     ops_zero(a->losses, (size_t)N * sizeof(float));
@@ -503,8 +506,8 @@ static void gpt2_head(GPT2* m, float dloss, const float* dloss_rows) {
     if (dxk) ops_zero(dxk, (size_t)K * row);
     if (wk) {
         rows_gather(wk, dloss_rows, m->head_rows, K, sizeof(float));
-        classifier_train_rows(lk, dxk, dw, a->cls_logits, xk, m->p[PT_WTE], m->head_targets, wk, K, C, V, Vp);
-    } else classifier_train(lk, dxk, dw, a->cls_logits, xk, m->p[PT_WTE], m->head_targets, dloss, K, C, V, Vp);
+        classifier_train_rows(lk, dxk, dw, a->cls_logits, xk, w, w16, m->head_targets, wk, K, C, V, Vp);
+    } else classifier_train(lk, dxk, dw, a->cls_logits, xk, w, w16, m->head_targets, dloss, K, C, V, Vp);
     rows_scatter(a->losses, lk, m->head_rows, K, sizeof(float));
     if (dxk) rows_scatter(dx, dxk, m->head_rows, K, row);
 }

@@ -92,6 +92,8 @@ typedef struct GPT2 {
     const GPT2Units* units;            // NULL: every parameter is in params
     unsigned resident;                 // bit i set: tensor i stays whole in resident_buf, outside
     floatX* resident_buf;              // the units (gpt2_set_resident)
+    const uint16_t* wte16;             // the frozen lm_head (wte) in bf16, owned by llmc/model/model.c,
+                                       // for an fp32 backend's bf16 GEMMs (ops.h classifier_train), or NULL
     floatX* g[NUM_PARAM_TENSORS];      // tensor views into grads (NULL entries = frozen)
     size_t g_stride[NUM_PARAM_TENSORS];// elements between layer slices of g[i]: the layer size,
                                        // or 0 when g[i] is a one-layer bucket (gpt2_grads_into_buckets)

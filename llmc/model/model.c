@@ -61,30 +61,58 @@ static void model_bind_nf4(Model* m) {
         for (int l = 0; l < b->L; l++) linear_use_nf4(linear_at(m->gpt.lin, l, k), &b->t[k * b->L + l], b->dev[k * b->L + l]);
 }
 
-// Step 5a': the frozen linear weights rounded to bf16 (to nearest even, as torch's
-// .to(bfloat16)), in backend memory, as every layer's weight source; the fp32 copies are never
-// allocated (the same skip mask as NF4's).
+// n host floats rounded to bf16 (to nearest even, as torch's .to(bfloat16)) into backend memory
+// at dst, through tmp: a host buffer of stage elements (model_bf16_stage).
+static void model_upload_bf16(uint16_t* dst, const float* src, size_t n, uint16_t* tmp, size_t stage) {
+    for (size_t i0 = 0; i0 < n; i0 += stage) {
+        const size_t k = n - i0 < stage ? n - i0 : stage;
+        for (size_t i = 0; i < k; i++) tmp[i] = bf16_from_f32(src[i0 + i]);
+        ops_to_device(dst + i0, tmp, k * sizeof(uint16_t));
+    }
+}
+
+size_t model_bf16_stage(const ParamTable* pt) {
+    size_t max_layer = 0;
+    for (int k = 0; k < LINEAR_PER_BLOCK; k++)
+        if (params_layer_numel(pt, linear_weight_id(k)) > max_layer) max_layer = params_layer_numel(pt, linear_weight_id(k));
+    return max_layer;
+}
+
+// Step 5a': the frozen linear weights rounded to bf16, in backend memory, as every layer's weight
+// source; the fp32 copies are never allocated (the same skip mask as NF4's).
 static void model_bind_bf16(Model* m, const ParamTable* pt, const float* host) {
     const int L = pt->cfg.num_layers;
-    size_t total = 0, max_layer = 0;
-    for (int k = 0; k < LINEAR_PER_BLOCK; k++) {
-        const size_t n = params_layer_numel(pt, linear_weight_id(k));
-        total += n * (size_t)L;
-        if (n > max_layer) max_layer = n;
-    }
-    m->base16 = (uint16_t*)ops_alloc(total * sizeof(uint16_t));
-    uint16_t* tmp = (uint16_t*)mallocCheck(max_layer * sizeof(uint16_t));
+    const size_t stage = model_bf16_stage(pt);
+    uint16_t* tmp = (uint16_t*)mallocCheck(stage * sizeof(uint16_t));
+    m->base16 = (uint16_t*)ops_alloc(qlora_replaced_numel(pt) * sizeof(uint16_t));
     size_t off = 0;
     for (int k = 0; k < LINEAR_PER_BLOCK; k++)
         for (int l = 0; l < L; l++) {
             const ParamId id = linear_weight_id(k);
             const size_t n = params_layer_numel(pt, id);
-            const float* w = host + params_layer_offset(pt, id, l);
-            for (size_t i = 0; i < n; i++) tmp[i] = bf16_from_f32(w[i]);
-            ops_to_device(m->base16 + off, tmp, n * sizeof(uint16_t));
+            model_upload_bf16(m->base16 + off, host + params_layer_offset(pt, id, l), n, tmp, stage);
             linear_use_bf16(linear_at(m->gpt.lin, l, k), m->base16 + off);
             off += n;
         }
+    free(tmp);
+}
+
+// Step 5a'': a frozen wte rounded to bf16 for the lm_head (its fp32 copy stays: the embedding reads
+// it), from the model's own copy once the host weights are gone, so that the build's peak (the
+// host weights beside the model) does not grow by it; through a host staging of stage floats.
+static void model_bind_wte16(Model* m) {
+    const ParamTable* pt = &m->gpt.pt;
+    const size_t n = params_layer_numel(pt, PT_WTE), stage = model_bf16_stage(pt);
+    float* f = (float*)mallocCheck(stage * sizeof(float));
+    uint16_t* tmp = (uint16_t*)mallocCheck(stage * sizeof(uint16_t));
+    m->wte16 = (uint16_t*)ops_alloc(n * sizeof(uint16_t));
+    for (size_t i0 = 0; i0 < n; i0 += stage) {
+        const size_t k = n - i0 < stage ? n - i0 : stage;
+        ops_download_f32(f, m->gpt.p[PT_WTE] + i0, k);
+        model_upload_bf16(m->wte16 + i0, f, k, tmp, stage);
+    }
+    m->gpt.wte16 = m->wte16;
+    free(f);
     free(tmp);
 }
 
@@ -119,7 +147,7 @@ void model_lora_extras_rebind(Model* m) {
 // Step 4': the bytes steps 4 and 5 will take in backend memory (ModelFootprint), for the spec's
 // before_alloc check. The same sums as the trainers' memory report.
 static ModelFootprint model_footprint(const Model* m, const ModelSpec* s, const ParamTable* pt, unsigned trainable,
-                                      unsigned skip, int base16) {
+                                      unsigned skip, int base16, int wte16) {
     ModelFootprint fp;
     memset(&fp, 0, sizeof(fp));
     const size_t X = ops_caps().floatx_bytes;
@@ -137,6 +165,7 @@ static ModelFootprint model_footprint(const Model* m, const ModelSpec* s, const 
     } else if (base16) {
         fp.base = qlora_replaced_numel(pt) * sizeof(uint16_t);
     }
+    if (wte16) fp.base += params_layer_numel(pt, PT_WTE) * sizeof(uint16_t);
     if (s->B > 0) fp.acts = gpt2_acts_bytes(&pt->cfg, s->B, s->T, s->recompute, s->backward);
     if (s->B > 0 && m->lora) fp.acts += lora_scratch_bytes(m->lora, (size_t)s->B * s->T);
     return fp;
@@ -161,8 +190,10 @@ void model_assemble(Model* m, const ModelSpec* s) {
     // bf16 base weights only where no gradient flows into them (adapters, or no training at all)
     const int base16 = s->base_bf16 && !(trainable & QLORA_MASK) && !m->nf4 && ops_caps().floatx == OPS_F32;
     const unsigned skip = m->nf4 || base16 ? QLORA_MASK : 0u;
+    // the lm_head's weight in bf16 once, where wte has no gradient (NF4 bases too)
+    const int wte16 = s->base_bf16 && !(trainable & (1u << PT_WTE)) && ops_caps().floatx == OPS_F32;
     if (s->before_alloc) {
-        const ModelFootprint fp = model_footprint(m, s, &pt, trainable, skip, base16);
+        const ModelFootprint fp = model_footprint(m, s, &pt, trainable, skip, base16, wte16);
         s->before_alloc(s->before_alloc_ctx, &fp);
     }
     gpt2_init(&m->gpt, &cfg, trainable, skip);
@@ -170,6 +201,7 @@ void model_assemble(Model* m, const ModelSpec* s) {
     if (base16) model_bind_bf16(m, &pt, host);
     gpt2_set_params(&m->gpt, host);
     if (owned) free(host);
+    if (wte16) model_bind_wte16(m);
     if (s->B > 0 && s->T > cfg.max_seq_len) {
         const char* what = s->T_flag ? s->T_flag : "sequence length";
         char hint[128];
@@ -190,6 +222,7 @@ void model_free(Model* m) {
     gpt2_free(&m->gpt);
     qlora_free(m->nf4);
     if (m->base16) ops_free(m->base16);
+    if (m->wte16) ops_free(m->wte16);
     if (m->ref_lnf) ops_free(m->ref_lnf);
     if (m->owns_lora) lora_free(m->lora);
     memset(m, 0, sizeof(*m));

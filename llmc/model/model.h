@@ -43,7 +43,8 @@ typedef struct {
 typedef struct {
     size_t params;             // floatX parameters, the adapters' included
     size_t grads;              // floatX gradients, the adapters' included
-    size_t base;               // the frozen base held apart: NF4 blocks + the dequant buffer, or bf16
+    size_t base;               // the frozen base held apart: NF4 blocks + the dequant buffer, or bf16;
+                               // and the frozen lm_head in bf16 (Model.wte16)
     size_t acts;               // activations and scratch at the spec's B x T, recompute level and
                                // backward (gpt2_acts_bytes: the attention's scratch included), and
                                // the adapters' scratch (lora_scratch_bytes)
@@ -59,7 +60,8 @@ typedef struct {
     int qlora;                 // the linear weights as NF4 (a 4-bit checkpoint always is)
     int base_bf16;             // linear weights without gradients (LoRA's base, or generate), not
                                // NF4, on a backend whose floatX is fp32: held in bf16 only (half
-                               // the memory; --dtype bf16 on the CPU), their matmuls in bf16
+                               // the memory; --dtype bf16 on the CPU), their matmuls in bf16;
+                               // and a frozen wte's bf16 copy for the lm_head (Model.wte16)
     unsigned trainable;        // table tensors with gradients (GPT2_TRAIN_ALL, or 0); the base
                                // slices the adapters train are added
     int recompute;             // GPT2_RECOMPUTE_*
@@ -81,12 +83,18 @@ typedef struct {
     LoraModel* lora;           // the attached adapters, or NULL
     Nf4Base* nf4;              // the NF4 base weights, or NULL
     uint16_t* base16;          // the bf16 base weights (ModelSpec.base_bf16), or NULL
+    uint16_t* wte16;           // with base_bf16 and wte frozen: wte in bf16, the lm_head's GEMM
+                               // operand (gpt2.wte16), rounded once instead of at every step
     floatX* ref_lnf;           // the base's ln_f (weight, bias: 2 C) where the adapters train it,
     floatX* lnf_keep;          //   and room for the trained one while the adapters are off
     int adapters_off;          // model_set_adapters(m, 0) is in force
     int owns_lora;
     char source[MODEL_SOURCE_MAX]; // where the weights came from, for reports and messages
 } Model;
+
+// Elements of the host staging through which model_assemble rounds weights to bf16 (one layer's
+// largest linear weight; wte goes through that many floats and their bf16 values).
+size_t model_bf16_stage(const ParamTable* pt);
 
 // Assemble m from spec. Fatal with a message naming the file or flag value on anything wrong.
 // The adapters (lora) stay on m until model_free, also when they are the caller's.

@@ -38,7 +38,8 @@ void kv_init(KVCache* kv, GPT2* m, int B, int maxT) {
     kv->logits_host = (float*)mallocCheck((size_t)B * Vp * sizeof(float));
     // the lm_head is the largest GEMM of a token: rounding its 50257 x C weight to bf16 for every
     // token took longer than the GEMM itself
-    if (ops_gemm_dtype() == OPS_BF16 && ops_caps().floatx == OPS_F32)
+    // (a frozen wte: the model's own bf16 copy, gpt2.wte16, serves)
+    if (ops_gemm_dtype() == OPS_BF16 && ops_caps().floatx == OPS_F32 && !m->wte16)
         kv->wte16 = (uint16_t*)ops_alloc(Vp * C * sizeof(uint16_t));
 }
 
@@ -93,11 +94,12 @@ static void kv_forward_chunk(KVCache* kv, const int* tokens, int Tn) {
         GPT2KVSlot slot = { kv->kcache + l * layer_cache, kv->vcache + l * layer_cache, kv->pos, kv->maxT };
         gpt2_block_forward(m, l, &io, B, Tn, &slot);
     }
-    // (lm_head tied to wte; the bf16 copy gives the same products as matmul_forward's rounding)
+    // (lm_head tied to wte; a bf16 copy gives the same products as matmul_forward's rounding)
+    const uint16_t* w16 = m->wte16 ? m->wte16 : kv->wte16;
     for (int b = 0; b < B; b++) {
         floatX* out = kv->logits + (size_t)b * Vp;
         const floatX* row = kv->ln + ((size_t)b * Tn + Tn - 1) * C;
-        if (kv->wte16) matmul_forward_w16(out, NULL, row, kv->wte16, NULL, 1, C, Vp);
+        if (w16) matmul_forward_w16(out, NULL, row, w16, NULL, 1, C, Vp);
         else matmul_forward(out, NULL, row, m->p[PT_WTE], NULL, 1, C, Vp);
     }
     kv->pos += Tn;

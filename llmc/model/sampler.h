@@ -28,8 +28,8 @@ typedef struct {
     float *mean, *rstd;
     int* tokens_dev;    // (B * chunk) ids of the new tokens, backend memory
     float* logits_host; // (B, Vp): fp32 logits of the last position of each sequence
-    uint16_t* wte16;    // bf16 GEMMs on an fp32 backend: the lm_head (wte) rounded once per
-                        // sequence, not once per token (NULL otherwise)
+    uint16_t* wte16;    // bf16 GEMMs on an fp32 backend, the model's wte trained (no gpt2.wte16):
+                        // the lm_head rounded once per sequence, not once per token (NULL otherwise)
 } KVCache;
 
 // Allocate a cache for B sequences of up to maxT tokens (maxT <= the model's n_positions).

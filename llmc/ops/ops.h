@@ -273,16 +273,19 @@ void fused_classifier(float* losses, floatX* logits, const int* targets, float d
 // dx[N, C] += dlogits @ w, dw[Vp, C] += dlogits^T @ x (dw may be NULL: frozen wte). logits is
 // scratch of classifier_rows(N) rows x Vp: the CPU backend goes through the rows in blocks of
 // that many (512), so the whole [N, Vp] logits never exist (206 MB at N = 1024, 824 MB at 4096);
-// CUDA's kernels use all N rows at once.
+// CUDA's kernels use all N rows at once. w16: w held in bf16 by its owner (a frozen lm_head on an
+// fp32 backend: llmc/model/model.c), or NULL. The GEMMs that read the weight (logits, dx) take it
+// from w16, in bf16, as matmul_forward_w16 does, instead of rounding w's Vp x C elements at every
+// call; dw's GEMM reads no weight. A bf16 backend reads w16 as its floatX.
 int classifier_rows(int N);
-void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x,
-                      const floatX* w, const int* targets, float dloss, int N, int C, int V, int Vp);
+void classifier_train(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x, const floatX* w,
+                      const uint16_t* w16, const int* targets, float dloss, int N, int C, int V, int Vp);
 // The same with a weight per row instead of dloss (the preference objectives, whose loss is a
 // function of whole sequences' log-probabilities: llmc/model/prefmodel.h): row n's logits get the
 // gradient dloss_rows[n] * (softmax - onehot(target)) (none for targets < 0); dloss_rows: N floats
 // in backend memory. Always a training call: dx and dw as classifier_train's with dloss != 0.
 void classifier_train_rows(float* losses, floatX* dx, floatX* dw, floatX* logits, const floatX* x, const floatX* w,
-                           const int* targets, const float* dloss_rows, int N, int C, int V, int Vp);
+                           const uint16_t* w16, const int* targets, const float* dloss_rows, int N, int C, int V, int Vp);
 
 // ----------------------------------------------------------------------------
 // optimizer (adamw.c / adamw.cu) and reductions (reduce.c / reduce.cu)

@@ -5,6 +5,7 @@
 #include "model/gpt2.h"
 #include "model/params.h"
 #include "model/qlora.h"
+#include "model/model.h"
 #include "model/optimizer.h"
 #include "dist/zero.h"
 #include "dist/fsdp.h"
@@ -180,7 +181,7 @@ int memplan_category(const char* name) {
     static const struct { const char* name; int cat; } T[] = {
         {"parameters", PLAN_CAT_PARAMS}, {"adapters", PLAN_CAT_PARAMS}, {"adapter masks", PLAN_CAT_PARAMS},
         {"NF4 base", PLAN_CAT_PARAMS}, {"NF4 base (device)", PLAN_CAT_PARAMS}, {"bf16 base", PLAN_CAT_PARAMS},
-        {"dequant buffer", PLAN_CAT_PARAMS}, {"trained base tensors", PLAN_CAT_PARAMS}, {"gather buffers", PLAN_CAT_PARAMS},
+        {"bf16 lm_head", PLAN_CAT_PARAMS}, {"dequant buffer", PLAN_CAT_PARAMS}, {"trained base tensors", PLAN_CAT_PARAMS}, {"gather buffers", PLAN_CAT_PARAMS},
         {"parameter shard", PLAN_CAT_PARAMS}, {"NF4 shard", PLAN_CAT_PARAMS}, {"NF4 gather buffers", PLAN_CAT_PARAMS},
         {"model gathered on rank 0", PLAN_CAT_PARAMS}, {"NF4 images gathered on rank 0", PLAN_CAT_PARAMS},
         {"gradients", PLAN_CAT_GRADS}, {"gradient shard", PLAN_CAT_GRADS}, {"gradient buckets", PLAN_CAT_GRADS},
@@ -230,6 +231,7 @@ typedef struct {
     LoraModel* lm;              // the adapters' layout (no memory), or NULL
     unsigned trainable, skip;   // gpt2_init's masks
     int base16;                 // LoRA's frozen linear weights held in bf16 (CPU, bf16 GEMMs, ZeRO 0-2)
+    int wte16;                  // a frozen wte held in bf16 too, for the lm_head (the same, QLoRA too)
     size_t params_n, grads_n;   // gpt2_count
     size_t ntrain;              // the flat trainable space (model_segments / lora_segments)
     size_t opt_n;               // elements of this rank's optimizer range
@@ -291,6 +293,7 @@ static void shape_build(Shape* h, const PlanSpec* s, const PlanBackend* b) {
     h->trainable = (s->lora ? 0u : GPT2_TRAIN_ALL) | (h->lm ? lora_base_trainable_mask(h->lm) : 0u);
     h->base16 = s->lora && b->bf16_gemm && b->X == sizeof(float) && s->zero < 3 && !s->qlora && !(h->trainable & QLORA_MASK);
     h->skip = s->qlora || h->base16 ? QLORA_MASK : 0u;
+    h->wte16 = b->bf16_gemm && b->X == sizeof(float) && s->zero < 3 && !(h->trainable & (1u << PT_WTE));
     gpt2_count(&h->pt, h->trainable, h->skip, &h->params_n, &h->grads_n);
     h->ntrain = h->lm ? lora_trainable_numel(h->lm) : h->grads_n;
     if (s->qlora) shape_nf4(h);
@@ -373,7 +376,8 @@ static void plan_acts(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBa
 }
 
 // The rest of model_assemble: gpt2_init (parameters, gradients), the NF4 base's backend copy
-// (qlora_upload) or the bf16 base (model_bind_bf16), the weights' host copy freed, the activations.
+// (qlora_upload) or the bf16 base (model_bind_bf16), the weights' host copy freed, the bf16
+// lm_head (model_bind_wte16), the activations.
 static void plan_model(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBackend* b) {
     l->phase = "building the model";
     const char* xt = b->X == 2 ? "bf16" : "fp32";
@@ -381,11 +385,8 @@ static void plan_model(Ledger* l, const Shape* h, const PlanSpec* s, const PlanB
     if (h->grads_n) led_add(l, PLAN_BACKEND, "gradients", h->grads_n * b->X, 0, "%s, %zu", xt, h->grads_n);
     if (s->qlora && b->device) led_add(l, PLAN_BACKEND, "NF4 base (device)", h->nf4_image, 0, "packed images");
     if (h->base16) {
-        size_t max_layer = 0;
-        for (int q = 0; q < QLORA_NQ; q++)
-            if (params_layer_numel(&h->pt, linear_weight_id(q)) > max_layer) max_layer = params_layer_numel(&h->pt, linear_weight_id(q));
         led_add(l, PLAN_BACKEND, "bf16 base", qlora_replaced_numel(&h->pt) * 2, 0, "the frozen linear weights in bf16");
-        led_add(l, PLAN_HOST, "bf16 staging", max_layer * 2, 0, "one layer's weight");
+        led_add(l, PLAN_HOST, "bf16 staging", model_bf16_stage(&h->pt) * 2, 0, "one layer's weight");
         led_free(l, "bf16 staging");
     }
     if (b->device && b->X == 2) { // the fp32 -> bf16 uploads' chunk (gpt2_set_params per tensor, lora_set_params)
@@ -396,6 +397,11 @@ static void plan_model(Ledger* l, const Shape* h, const PlanSpec* s, const PlanB
                 "fp32 staging of the bf16 uploads (llmc/cuda/backend.cu)");
     }
     led_free(l, "weights being loaded");
+    if (h->wte16) { // (from the model's fp32 wte, after the host weights are freed)
+        led_add(l, PLAN_BACKEND, "bf16 lm_head", params_layer_numel(&h->pt, PT_WTE) * 2, 0, "the frozen wte in bf16");
+        led_add(l, PLAN_HOST, "lm_head staging", model_bf16_stage(&h->pt) * 6, 0, "a piece of wte, fp32 and bf16");
+        led_free(l, "lm_head staging");
+    }
     plan_acts(l, h, s, b);
 }
 
@@ -452,7 +458,8 @@ static void plan_optimizer(Ledger* l, const Shape* h, const PlanSpec* s, const P
 
 // The largest operand each bf16 GEMM scratch slot of the CPU backend grows to (llmc/cpu/matmul.c:
 // 0 the activation or output gradient, 1 the weight when it is held in fp32, 2 the input of a
-// weight gradient; llmc/cpu/classifier.c the lm_head in bf16), over one training step.
+// weight gradient; llmc/cpu/classifier.c the lm_head in bf16 unless the model holds it), over one
+// training step.
 static size_t cpu_gemm_scratch(const Shape* h, const PlanSpec* s) {
     const size_t N = (size_t)s->B * s->T, C = (size_t)s->cfg.channels, Vp = (size_t)s->cfg.padded_vocab_size;
     const size_t rows = N < OPS_CPU_CLS_ROWS ? N : OPS_CPU_CLS_ROWS;
@@ -464,7 +471,7 @@ static size_t cpu_gemm_scratch(const Shape* h, const PlanSpec* s) {
         if (w > slot1) slot1 = w;
         if (N * (size_t)a->in > slot2) slot2 = N * (size_t)a->in;
     }
-    return (slot0 + slot1 + slot2 + Vp * C) * sizeof(uint16_t);
+    return (slot0 + slot1 + slot2 + (h->wte16 ? 0 : Vp * C)) * sizeof(uint16_t);
 }
 
 // The first step: every buffer written; the backend's scratch and the collectives' buffers grow.
@@ -595,12 +602,13 @@ static size_t led_bytes(const Ledger* l, const char* name) {
 
 // The model as model_assemble's footprint counts it, before sharding (llmc/model/model.c
 // model_footprint): floatX parameters and gradients with the adapters', the NF4 base (its host
-// bytes) with the dequant buffer or the bf16 base, the activations with their scratch.
+// bytes) with the dequant buffer or the bf16 base, the bf16 lm_head, the activations with their
+// scratch.
 static void plan_record_model(Plan* p, const Ledger* l, const Shape* h) {
     const size_t half = led_bytes(l, "adapters") / 2;
     p->model.params = led_bytes(l, "parameters") + half;
     p->model.grads = led_bytes(l, "gradients") + half;
-    p->model.base = h->nf4_host + led_bytes(l, "dequant buffer") + led_bytes(l, "bf16 base");
+    p->model.base = h->nf4_host + led_bytes(l, "dequant buffer") + led_bytes(l, "bf16 base") + led_bytes(l, "bf16 lm_head");
     const char* acts[] = {"activations", "logits", "backward scratch", "batch", "attention scratch", "adapter scratch"};
     for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++) p->model.acts += led_bytes(l, acts[i]);
     p->model.trainable = h->ntrain;
