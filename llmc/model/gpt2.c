@@ -1,4 +1,5 @@
 #include "model/gpt2.h"
+#include "base/bf16.h"
 #include "base/check.h"
 #include <string.h>
 
@@ -419,6 +420,20 @@ static GPT2BlockIO block_io(GPT2* m, int l, int B, int T) {
     io.ln_next_mean = l + 1 < L ? a->ln1_mean + (size_t)(l + 1) * N : a->lnf_mean;
     io.ln_next_rstd = l + 1 < L ? a->ln1_rstd + (size_t)(l + 1) * N : a->lnf_rstd;
     return io;
+}
+
+void gpt2_wte_to_bf16(const GPT2* m, uint16_t* dst) {
+    const size_t C = (size_t)m->cfg.channels, Vp = (size_t)m->cfg.padded_vocab_size, rows = GPT2_WTE16_ROWS;
+    float* f = (float*)mallocCheck(rows * C * sizeof(float));
+    uint16_t* h = (uint16_t*)mallocCheck(rows * C * sizeof(uint16_t));
+    for (size_t r0 = 0; r0 < Vp; r0 += rows) {
+        const size_t n = (Vp - r0 < rows ? Vp - r0 : rows) * C;
+        ops_download_f32(f, m->p[PT_WTE] + r0 * C, n);
+        for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(f[i]);
+        ops_to_device(dst + r0 * C, h, n * sizeof(uint16_t));
+    }
+    free(f);
+    free(h);
 }
 
 // The logits of all N rows into acts.logits, for the callers that read them (tests, sampling

@@ -94,6 +94,7 @@ typedef struct GPT2 {
     floatX* resident_buf;              // the units (gpt2_set_resident)
     const uint16_t* wte16;             // the frozen lm_head (wte) in bf16, owned by llmc/model/model.c,
                                        // for an fp32 backend's bf16 GEMMs (ops.h classifier_train), or NULL
+                                       // (made with gpt2_wte_to_bf16)
     floatX* g[NUM_PARAM_TENSORS];      // tensor views into grads (NULL entries = frozen)
     size_t g_stride[NUM_PARAM_TENSORS];// elements between layer slices of g[i]: the layer size,
                                        // or 0 when g[i] is a one-layer bucket (gpt2_grads_into_buckets)
@@ -243,6 +244,13 @@ void gpt2_forward_acc(GPT2* m, const int* inputs, const int* targets, const int*
 void gpt2_classifier_backward_rows(GPT2* m, const float* dloss_rows);
 
 // ---- the forward pass in pieces, shared with the key/value-cache forward (llmc/model/sampler.c)
+
+// wte (all Vp rows) rounded to bf16 (to nearest even, as torch's .to(bfloat16)) from its current
+// values into backend memory at dst (Vp x C): the lm_head's operand for bf16 GEMMs on an fp32
+// backend (llmc/model/model.c, sampler.c). Through a host staging of GPT2_WTE16_ROWS rows in fp32
+// and in bf16 (6 x rows x C bytes).
+#define GPT2_WTE16_ROWS 1024
+void gpt2_wte_to_bf16(const GPT2* m, uint16_t* dst);
 
 // Token + position embeddings of tokens (backend memory, B x T) at positions [pos, pos + T), or
 // at positions[b, t] (backend memory, B x T; packed records) when given, into x (N, C), and the

@@ -61,16 +61,6 @@ static void model_bind_nf4(Model* m) {
         for (int l = 0; l < b->L; l++) linear_use_nf4(linear_at(m->gpt.lin, l, k), &b->t[k * b->L + l], b->dev[k * b->L + l]);
 }
 
-// n host floats rounded to bf16 (to nearest even, as torch's .to(bfloat16)) into backend memory
-// at dst, through tmp: a host buffer of stage elements (model_bf16_stage).
-static void model_upload_bf16(uint16_t* dst, const float* src, size_t n, uint16_t* tmp, size_t stage) {
-    for (size_t i0 = 0; i0 < n; i0 += stage) {
-        const size_t k = n - i0 < stage ? n - i0 : stage;
-        for (size_t i = 0; i < k; i++) tmp[i] = bf16_from_f32(src[i0 + i]);
-        ops_to_device(dst + i0, tmp, k * sizeof(uint16_t));
-    }
-}
-
 size_t model_bf16_stage(const ParamTable* pt) {
     size_t max_layer = 0;
     for (int k = 0; k < LINEAR_PER_BLOCK; k++)
@@ -78,19 +68,21 @@ size_t model_bf16_stage(const ParamTable* pt) {
     return max_layer;
 }
 
-// Step 5a': the frozen linear weights rounded to bf16, in backend memory, as every layer's weight
-// source; the fp32 copies are never allocated (the same skip mask as NF4's).
+// Step 5a': the frozen linear weights rounded to bf16 (to nearest even, as torch's
+// .to(bfloat16)), in backend memory, as every layer's weight source; the fp32 copies are never
+// allocated (the same skip mask as NF4's).
 static void model_bind_bf16(Model* m, const ParamTable* pt, const float* host) {
     const int L = pt->cfg.num_layers;
-    const size_t stage = model_bf16_stage(pt);
-    uint16_t* tmp = (uint16_t*)mallocCheck(stage * sizeof(uint16_t));
+    uint16_t* tmp = (uint16_t*)mallocCheck(model_bf16_stage(pt) * sizeof(uint16_t));
     m->base16 = (uint16_t*)ops_alloc(qlora_replaced_numel(pt) * sizeof(uint16_t));
     size_t off = 0;
     for (int k = 0; k < LINEAR_PER_BLOCK; k++)
         for (int l = 0; l < L; l++) {
             const ParamId id = linear_weight_id(k);
             const size_t n = params_layer_numel(pt, id);
-            model_upload_bf16(m->base16 + off, host + params_layer_offset(pt, id, l), n, tmp, stage);
+            const float* w = host + params_layer_offset(pt, id, l);
+            for (size_t i = 0; i < n; i++) tmp[i] = bf16_from_f32(w[i]);
+            ops_to_device(m->base16 + off, tmp, n * sizeof(uint16_t));
             linear_use_bf16(linear_at(m->gpt.lin, l, k), m->base16 + off);
             off += n;
         }
@@ -99,21 +91,11 @@ static void model_bind_bf16(Model* m, const ParamTable* pt, const float* host) {
 
 // Step 5a'': a frozen wte rounded to bf16 for the lm_head (its fp32 copy stays: the embedding reads
 // it), from the model's own copy once the host weights are gone, so that the build's peak (the
-// host weights beside the model) does not grow by it; through a host staging of stage floats.
+// host weights beside the model) does not grow by it.
 static void model_bind_wte16(Model* m) {
-    const ParamTable* pt = &m->gpt.pt;
-    const size_t n = params_layer_numel(pt, PT_WTE), stage = model_bf16_stage(pt);
-    float* f = (float*)mallocCheck(stage * sizeof(float));
-    uint16_t* tmp = (uint16_t*)mallocCheck(stage * sizeof(uint16_t));
-    m->wte16 = (uint16_t*)ops_alloc(n * sizeof(uint16_t));
-    for (size_t i0 = 0; i0 < n; i0 += stage) {
-        const size_t k = n - i0 < stage ? n - i0 : stage;
-        ops_download_f32(f, m->gpt.p[PT_WTE] + i0, k);
-        model_upload_bf16(m->wte16 + i0, f, k, tmp, stage);
-    }
+    m->wte16 = (uint16_t*)ops_alloc(params_layer_numel(&m->gpt.pt, PT_WTE) * sizeof(uint16_t));
+    gpt2_wte_to_bf16(&m->gpt, m->wte16);
     m->gpt.wte16 = m->wte16;
-    free(f);
-    free(tmp);
 }
 
 // Step 5b: the adapters onto their linear layers, their dropout, and the base slices they train

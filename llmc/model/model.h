@@ -92,8 +92,8 @@ typedef struct {
     char source[MODEL_SOURCE_MAX]; // where the weights came from, for reports and messages
 } Model;
 
-// Elements of the host staging through which model_assemble rounds weights to bf16 (one layer's
-// largest linear weight; wte goes through that many floats and their bf16 values).
+// Elements of the host staging through which model_assemble rounds the frozen linear weights to
+// bf16 (one layer's largest linear weight).
 size_t model_bf16_stage(const ParamTable* pt);
 
 // Assemble m from spec. Fatal with a message naming the file or flag value on anything wrong.

@@ -1,5 +1,4 @@
 #include "model/sampler.h"
-#include "base/bf16.h"
 #include "base/check.h"
 #include "base/rand.h"
 #include <math.h>
@@ -41,22 +40,6 @@ void kv_init(KVCache* kv, GPT2* m, int B, int maxT) {
     // (a frozen wte: the model's own bf16 copy, gpt2.wte16, serves)
     if (ops_gemm_dtype() == OPS_BF16 && ops_caps().floatx == OPS_F32 && !m->wte16)
         kv->wte16 = (uint16_t*)ops_alloc(Vp * C * sizeof(uint16_t));
-}
-
-// wte in bf16, from the model's current values: at the start of every sequence (a trainer's
-// samples come between optimizer steps), in row blocks through the host
-static void kv_round_wte(KVCache* kv) {
-    const size_t C = (size_t)kv->m->cfg.channels, Vp = (size_t)kv->m->cfg.padded_vocab_size, rows = 1024;
-    float* f = (float*)mallocCheck(rows * C * sizeof(float));
-    uint16_t* h = (uint16_t*)mallocCheck(rows * C * sizeof(uint16_t));
-    for (size_t r0 = 0; r0 < Vp; r0 += rows) {
-        const size_t n = (Vp - r0 < rows ? Vp - r0 : rows) * C;
-        ops_download_f32(f, kv->m->p[PT_WTE] + r0 * C, n);
-        for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(f[i]);
-        ops_to_device(kv->wte16 + r0 * C, h, n * sizeof(uint16_t));
-    }
-    free(f);
-    free(h);
 }
 
 void kv_free(KVCache* kv) {
@@ -115,7 +98,7 @@ const float* kv_forward(KVCache* kv, const int* tokens, int Tn) {
         if (tokens[i] < 0 || tokens[i] >= V)
             fatal("the prompt was tokenized with a different vocabulary than the model's",
                   "token id %d is out of range for the model's vocabulary (%d)", tokens[i], V);
-    if (kv->wte16 && kv->pos == 0) kv_round_wte(kv);
+    if (kv->wte16 && kv->pos == 0) gpt2_wte_to_bf16(m, kv->wte16); // (a trainer's samples come between optimizer steps)
     int* part = (int*)mallocCheck((size_t)B * kv->chunk * sizeof(int));
     for (int t0 = 0; t0 < Tn; t0 += kv->chunk) {
         int cn = Tn - t0 < kv->chunk ? Tn - t0 : kv->chunk;

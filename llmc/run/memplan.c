@@ -399,7 +399,7 @@ static void plan_model(Ledger* l, const Shape* h, const PlanSpec* s, const PlanB
     led_free(l, "weights being loaded");
     if (h->wte16) { // (from the model's fp32 wte, after the host weights are freed)
         led_add(l, PLAN_BACKEND, "bf16 lm_head", params_layer_numel(&h->pt, PT_WTE) * 2, 0, "the frozen wte in bf16");
-        led_add(l, PLAN_HOST, "lm_head staging", model_bf16_stage(&h->pt) * 6, 0, "a piece of wte, fp32 and bf16");
+        led_add(l, PLAN_HOST, "lm_head staging", (size_t)GPT2_WTE16_ROWS * s->cfg.channels * 6, 0, "rows of wte, fp32 and bf16");
         led_free(l, "lm_head staging");
     }
     plan_acts(l, h, s, b);
