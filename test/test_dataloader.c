@@ -330,6 +330,44 @@ static int same_pair(const PrefPair* p, int cf, int cb, int ce, int rb, int re) 
     return p->c_first == cf && p->c_begin == cb && p->c_end == ce && p->r_begin == rb && p->r_end == re;
 }
 
+// An evaluation batch of pairs that is partial (the split's windows not a multiple of B): its last
+// token read is the shard's closing token, which data/prepare writes as the next window's first
+// (the training split's, in a validation shard): a chosen record's start whose record is not in
+// the file. The batch's pairs are those of its whole windows; the closing token starts none.
+static void test_pairs_partial(const char* dir) {
+    char p[512];
+    snprintf(p, sizeof(p), "%s/prv_val_000000.bin", dir);
+    uint8_t m[RN];
+    memcpy(m, PAIR_MASK, RN);
+    m[RN - 1] = 7; // the closing token: start, chosen, and the last record's trained stop
+    write_pairs(p, m);
+    DataLoader dl;
+    dl_init_eval(&dl, p, 3, RW, 0, 1, 2000); // 2 windows, batches of 3: one batch, partial
+    int in[3 * RW], tg[3 * RW], ds[3 * RW], n = -1, pairs = 0;
+    PrefPair pp[8];
+    int64_t ids[8];
+    const int64_t nb = dl_batches_per_epoch(&dl);
+    for (int64_t b = 0; b < nb; b++) {
+        dl_next_pref(&dl, in, tg, ds, pp, ids, &n);
+        pairs += n;
+    }
+    TEST_CHECK(nb == 1 && pairs == 3 && tg[2 * RW] == -1 && ids[2] == 2,
+               "partial pair batch whose closing token starts a chosen record: %lld batches, %d pairs", (long long)nb, pairs);
+    dl_free(&dl);
+    // three ranks of one window: rank 0 window 0, rank 1 window 1, rank 2 the closing token alone
+    int got[3];
+    for (int r = 0; r < 3; r++) {
+        dl_init_eval(&dl, p, 1, RW, r, 3, 2000);
+        dl_next_pref(&dl, in, tg, ds, pp, ids, &got[r]);
+        dl_free(&dl);
+    }
+    TEST_CHECK(got[0] == 1 && got[1] == 2 && got[2] == 0, "three ranks: %d, %d and %d pairs", got[0], got[1], got[2]);
+    char mp[600];
+    snprintf(mp, sizeof(mp), "%s/prv_val_000000.mask", dir);
+    unlink(p); unlink(mp);
+    printf("ok   a partial evaluation batch of pairs (windows not a multiple of B): the closing token's chosen mark starts no pair\n");
+}
+
 static void test_pairs(const char* dir) {
     char p0[512], p1[512], pat[512], bad[1100];
     snprintf(p0, sizeof(p0), "%s/pr_train_000000.bin", dir);
@@ -377,6 +415,7 @@ static void test_pairs(const char* dir) {
     m2[3] = 11; m2[12] = 11; // a rejected record without its chosen one
     write_pairs(bad, m2);
     expect_refused_at_open("a rejected record without its chosen one", bad, RW, "breaks the pairs' order");
+    test_pairs_partial(dir);
 }
 
 int main(void) {

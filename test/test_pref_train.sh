@@ -126,6 +126,37 @@ rm -f "$TMP/res/ref_logps_train.bin"
 expect_fail "resume without the stored reference names the file" "ref_logps_train.bin' is missing" "$BIN_DIR/train_gpt2" --resume --out "$TMP/res"
 expect_fail "resume with another objective is refused" "--objective ipo differs from the run's recorded" "$BIN_DIR/train_gpt2" --resume --out "$TMP/res" --objective ipo
 
+# data/prepare's own validation split of pairs (the README's example): a split whose windows are not
+# a multiple of -b ends in a partial evaluation batch, whose last token (the split's closing one, the
+# training split's first) is marked as a chosen record's start; --val-data of it trains in both
+# trainers, packed and with --record-windows
+P="${PREPARE_BIN:-$BIN_DIR/prepare}"
+python3 - "$TMP/split_pairs.jsonl" <<'PY'
+import json, random, sys
+random.seed(1)
+w = "the a king queen lord lady sword crown night day love hate fair foul sweet bitter".split()
+with open(sys.argv[1], "w") as f:
+    for i in range(200):
+        say = lambda: " " + " ".join(random.choice(w) for _ in range(random.randint(2, 6)))
+        f.write(json.dumps({"prompt": "Q%d:%s" % (i, say()), "chosen": say(), "rejected": say()}) + "\n")
+PY
+"$BIN_DIR/convert" --model tiny --out "$TMP/tiny50k" > /dev/null 2>&1 || bad "convert --model tiny"
+for lay in "--pack 64" "--record-windows 64"; do
+  rm -rf "$TMP/split"
+  "$P" --input "$TMP/split_pairs.jsonl" --out-dir "$TMP/split" --name pairs $lay --quiet > "$TMP/split.log" 2>&1 || bad "prepare $lay: $(cat "$TMP/split.log")"
+  V="$TMP/split/pairs_val_000000.bin"
+  nwin=$(( ($(stat -c %s "$V") - 1024) / 2 / 64 )) # (the closing token: the integer division drops it)
+  for tr in "train_lora objective dpo" "train_gpt2 objective dpo" "train_gpt2 objective simpo"; do
+    set -- $tr
+    run split_$1_$3 "$BIN_DIR/$1" --model "$TMP/tiny50k" --train-data "$TMP/split/pairs_train_*.bin" --val-data "$TMP/split/pairs_val_*.bin" \
+      -b 3 -t 64 --steps 2 --eval-every 1 --eval-batches all --objective $3 --save-format none --threads 2 &&
+      { [ $((nwin % 3)) -ne 0 ] && grep -q '"val_loss"' "$TMP/split_$1_$3/log.jsonl" &&
+        { [ $1/$3 != train_gpt2/dpo ] || python3 -c 'import json,sys,math; r=[json.loads(l) for l in open(sys.argv[1]) if "val_loss" in l]; sys.exit(not(r[0]["step"] == 0 and abs(r[0]["val_loss"]-math.log(2))<1e-6))' "$TMP/split_$1_$3/log.jsonl"; } &&
+        ok "data/prepare $lay's validation split ($nwin windows, -b 3: a partial last batch) as --val-data: $1 --objective $3 evaluates it (train_gpt2 dpo: log 2 at step 0, every pair's stored reference)" ||
+        bad "$1 $3 on the split of prepare $lay ($nwin windows)"; }
+  done
+done
+
 # bad settings and data
 expect_fail "sft on pair data" "holds preference pairs: supervised fine-tuning (--objective sft)" "${FULL[@]}" -b 2 "${COMMON[@]}" --out none
 make_shard "$TMP/plain.bin" 600 100 1

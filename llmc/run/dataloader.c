@@ -291,7 +291,7 @@ static void dl_next_batch(DataLoader* dl, int* inputs, int* targets, int* doc_st
     int64_t start = chunk * dl_chunk_tokens(dl) + (int64_t)dl->rank * dl->B * dl->T;
     char mp[LLMC_PATH_MAX];
     const size_t got = dl_read(dl, shard, start, mp);
-    dl->last_shard = shard; dl->last_start = start;
+    dl->last_shard = shard; dl->last_start = start; dl->last_got = (int64_t)got;
     if (doc_start) dl_doc_starts(dl, shard, start, got, mp, doc_start);
     for (size_t i = 0; i + 1 < n; i++) {
         inputs[i] = dl->tok_buf[i];
@@ -339,7 +339,10 @@ void dl_next_pref(DataLoader* dl, int* inputs, int* targets, int* doc_start, Pre
     if (!dl->pairs) fatal("prepare the data from {\"prompt\", \"chosen\", \"rejected\"} records (data/README.md)",
                           "'%s' holds no preference pairs", dl->pattern);
     dl_next_batch(dl, inputs, targets, doc_start);
-    const int T = dl->T, N = dl->B * dl->T;
+    // the whole windows read (a partial evaluation batch has fewer than B): the token after the
+    // last of them, the shard's closing token, is the next window's first, and may be marked as
+    // a chosen record's start whose record is in no file
+    const int T = dl->T, N = dl->last_got > 0 ? (int)((dl->last_got - 1) / T) * T : 0;
     const int64_t shard = dl->last_shard, wfirst = dl->last_start / T;
     int n = 0, k = 0, open = 0;
     for (int i = 0; i < N; i++) {

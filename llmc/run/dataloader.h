@@ -80,7 +80,7 @@ typedef struct {
     int64_t n_pairs;           // pairs in all the files
     int64_t* pair_base;        // per file: the number of its first pair (pairs of the files before it)
     int64_t** win_pairs;       // per file of pairs, per window: the pairs before it in the file
-    int64_t last_shard, last_start; // where the last batch was read (dl_next_pref's pairs)
+    int64_t last_shard, last_start, last_got; // where the last batch was read and how many tokens (dl_next_pref's pairs)
     uint32_t data_id;          // a CRC-32C of each file's token count, header fields 8-10 (its tokens'
                                // CRC-32C, its split's id, pairs) and pair count, in order: the data
                                // a file of reference log-probabilities belongs to (llmc/run/reflogps.h)
