@@ -272,6 +272,23 @@ for lay in "--pack 64" "--record-windows 64"; do
   done
 done
 
+# shards replaced by data/prepare during a run (it renames new files over them): the run goes on
+# reading the files it checked, and its losses are an undisturbed run's
+rm -rf "$TMP/split"
+"$P" --input "$TMP/split_pairs.jsonl" --out-dir "$TMP/split" --name pairs --pack 64 --quiet > /dev/null 2>&1
+REPL=("$BIN_DIR/train_gpt2" --model "$TMP/tiny50k" --train-data "$TMP/split/pairs_train_*.bin" --val-data "$TMP/split/pairs_val_*.bin"
+      -b 3 -t 64 --steps 200 --eval-every 50 --objective dpo --save-format none --threads 2)
+run repl_ref "${REPL[@]}"
+rm -rf "$TMP/repl"
+"${REPL[@]}" --out "$TMP/repl" > "$TMP/repl.log" 2>&1 & pid=$!
+for _ in $(seq 1000); do grep -q '"train_loss"' "$TMP/repl/log.jsonl" 2>/dev/null && break; sleep 0.01; done
+head -n 100 "$TMP/split_pairs.jsonl" > "$TMP/other_pairs.jsonl"
+"$P" --input "$TMP/other_pairs.jsonl" --out-dir "$TMP/split" --name pairs --pack 64 --quiet > /dev/null 2>&1
+kill -0 $pid 2>/dev/null && mid=1 || mid=0
+wait $pid && [ $mid = 1 ] && cmp -s <(grep -o '"train_loss":[^,]*' "$TMP/repl/log.jsonl") <(grep -o '"train_loss":[^,]*' "$TMP/repl_ref/log.jsonl") &&
+  ok "data/prepare replaced the shards during the run: it read the files it checked (200 steps == an undisturbed run's)" ||
+  bad "shards replaced during a run (mid-run: $mid; $(grep -m1 error "$TMP/repl.log"))"
+
 # bad settings and data
 expect_fail "sft on pair data" "holds preference pairs: supervised fine-tuning (--objective sft)" "${FULL[@]}" -b 2 "${COMMON[@]}" --out none
 make_shard "$TMP/plain.bin" 600 100 1
