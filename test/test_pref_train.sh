@@ -117,9 +117,11 @@ out=$(python3 scripts/plot_loss.py "$TMP/eval_dpo/log.jsonl" 2>&1) && [[ "$out" 
 # resume: 5 steps, stopped, resumed from --out alone
 rm -rf "$TMP/res"
 "${FULL[@]}" -b 2 "${COMMON[@]}" --objective dpo --save-every 5 --stop-after 5 --out "$TMP/res" > "$TMP/res1.log" 2>&1
+head -c 100 "$TMP/res/ref_logps_train.bin" > "$TMP/res/ref_logps_train.bin.tmp.12345" # (what a kill while writing it leaves)
 "$BIN_DIR/train_gpt2" --resume --out "$TMP/res" > "$TMP/res2.log" 2>&1 &&
   compare "$TMP/res/log.jsonl" full.dpo steps >/dev/null && grep -q "^reference: log-probabilities read back from --out" "$TMP/res2.log" &&
-  ok "DPO stopped at step 5 and resumed from --out alone == TRL's 10 steps (the reference read back)" || bad "DPO resume ($(grep -m1 error "$TMP/res2.log"))"
+  [ ! -e "$TMP/res/ref_logps_train.bin.tmp.12345" ] && grep -q "^cleanup: .*ref_logps_train.bin.tmp.12345" "$TMP/res2.log" &&
+  ok "DPO stopped at step 5 and resumed from --out alone == TRL's 10 steps (the reference read back; a reference file's temporary, what a kill while writing it leaves, removed)" || bad "DPO resume ($(grep -m1 error "$TMP/res2.log"))"
 expect_fail "resume with another objective is refused" "--objective ipo differs from the run's recorded" "$BIN_DIR/train_gpt2" --resume --out "$TMP/res" --objective ipo
 
 # ---- the stored reference (llmc/run/reflogps.h): keyed by what its values depend on, never read
