@@ -152,7 +152,7 @@ static void pref_ref_compute(PrefTrain* p, const RunConfig* c, RefLogps* out, GP
 int preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader* train, DataLoader* val, Comm* comm,
                         const char* out_dir, int resume) {
     if (p->ref != PREF_REF_STORED) return 0;
-    const uint64_t id = pref_ref_id(c, comm, resume);
+    const uint64_t id = out_dir ? pref_ref_id(c, comm, resume) : 0; // (the files' key: --out none has none)
     DataLoader* dls[2] = { train, val };
     static const char* const flags[2] = { "--train-data", "--val-data" };
     RefKey keys[2];

@@ -12,7 +12,9 @@
 //                  trainer: every pair's log-probabilities computed once before training (one
 //                  forward pass over the training and validation data; llmc/run/reflogps.h), kept
 //                  in host memory (16 bytes a pair) and in OUT/ref_logps_train.bin /
-//                  ref_logps_val.bin, read back on resume instead of computed again;
+//                  ref_logps_val.bin, read back on resume instead of computed again (only for the
+//                  weights, data and batches they were computed for: reflogps.h's RefKey; with
+//                  --recompute-reference computed again from the model the run started from);
 //   none           orpo and simpo are reference-free.
 //
 // A step reads every micro-batch first (as the cross-entropy's step does for its token count):
