@@ -130,9 +130,9 @@ static Model* pref_ref_model(const PrefTrain* p, const RunConfig* c, Model* m, M
 
 // The reference log-probabilities of one loader's pairs with model `ref` (an evaluation loader of
 // its files: every pair once), refused, naming the reference, when they are not log-probability
-// sums (weights that are not finite, or overflow).
+// sums (weights that are not finite, or overflow). (A resumed run keeps its --ref-model.)
 static void pref_ref_compute(PrefTrain* p, const RunConfig* c, RefLogps* out, GPT2* ref, const DataLoader* dl, const char* flag, Comm* comm,
-                             const RefKey* key) {
+                             const RefKey* key, int resume) {
     DataLoader ev;
     dl_init_eval(&ev, dl->pattern, p->B, p->T, dl->rank, dl->world, dl->vocab_size);
     if (ev.data_id != dl->data_id || ev.n_pairs != dl->n_pairs)
@@ -143,7 +143,8 @@ static void pref_ref_compute(PrefTrain* p, const RunConfig* c, RefLogps* out, GP
     dl_free(&ev);
     const int64_t bad = reflogps_first_bad(out);
     if (bad >= 0)
-        fatal("check the reference's weights (./generate --model PATH shows whether it produces text), or give another one as --ref-model",
+        fatal(resume ? "check the reference's weights (./generate --model PATH shows whether it produces text) and put the model the run started from back"
+                     : "check the reference's weights (./generate --model PATH shows whether it produces text), or give another one as --ref-model",
               "the reference model %s %s gives pair %lld of %s '%s' the log-probabilities %g (chosen) and %g (rejected): not finite sums of "
               "log-probabilities (every step's loss would be non-finite)", c->f.ref_model ? "--ref-model" : "(the model before training) --model", pref_ref_path(c),
               (long long)bad, flag, dl->pattern, out->logp[2 * bad], out->logp[2 * bad + 1]);
@@ -172,7 +173,7 @@ int preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader* 
     Model* ref = pref_ref_model(p, c, m, &other, resume);
     for (int i = 0; i < 1 + p->has_val; i++) {
         if (have[i]) continue;
-        pref_ref_compute(p, c, &p->stored[i], &ref->gpt, dls[i], flags[i], comm, &keys[i]);
+        pref_ref_compute(p, c, &p->stored[i], &ref->gpt, dls[i], flags[i], comm, &keys[i], resume);
         if (!out_dir || comm->rank != 0) continue;
         path_join(path, sizeof(path), out_dir, REF_FILES[i]);
         reflogps_save(&p->stored[i], path);
@@ -268,7 +269,7 @@ int preftrain_nonfinite_reference(const PrefTrain* p, const RunConfig* c, char* 
                  "not finite, or overflow; no learning rate or data helps: give a base model whose weights are finite (or a --ref-model)", c->f.model);
     else
         snprintf(out, cap, "the stored reference log-probabilities (OUT/ref_logps_*.bin, of %s %s) are not finite; no learning rate or data helps: "
-                 "resume with --recompute-reference, or give another --ref-model", pref_ref_flag(c), pref_ref_path(c));
+                 "resume with --recompute-reference", pref_ref_flag(c), pref_ref_path(c));
     return 1;
 }
 
