@@ -9,16 +9,31 @@
 # temporaries or PENDING markers are left, when log.jsonl has a line that is no JSON or a step
 # twice, when a resume fails, or when a second program on a running --out is not refused with the
 # holder's pid. (Kills of data/prepare have their own script.)
-#   bash dev/bench_kill.sh [kills]                 (default 200: the total over the scenarios)
+# Preference runs (the "pref" scenarios): DPO, IPO, ORPO and SimPO in both trainers on pairs of
+# test/ref/pref_tiny's vocabulary (data/prepare's output, its ids folded below 100), train_gpt2's
+# reference stored (ref_logps_*.bin), train_lora's the base with the adapters off, and train_lora
+# DPO with --ref-model (stored); evaluated every 8 steps. SIGKILLs at random moments (a third of
+# them within a stored reference's pass, or the start-up) and at chosen system calls of the save path
+# (a checkpoint's or a reference file's), each trial then run with --resume auto until the run
+# completes; bad as above, and also when a reference file differs from the uninterrupted run's or
+# the log's rewards or validation losses do. The kills are counted by where they landed.
+#   bash dev/bench_kill.sh [kills] [all|sft|pref]  (default 200 over all the scenarios; sft: those
+#                                                   of issue 29 alone, pref: the preference ones)
 #   BIN_DIR=build/cpu/bin (default: the top-level programs, built with make -s), SEED=1
 # Prints one line per scenario (trials, kills, bad outcomes) and exits 1 on any bad outcome.
 # Measured here (2 shared cores, CPU build, Open MPI 4.1.4), two runs of `bash dev/bench_kill.sh 210`:
 #   211 kills (random G 31, random L 31, targeted G 33, targeted L 45, one rank of mpirun 46,
 #   two programs 25), 0 bad outcomes, 425 s; 212 kills (18, 42, 42, 57, 27, 26), 0 bad, 430 s,
 #   with 57 second programs started on a running --out, all 57 refused with the holder's pid.
+#   `bash dev/bench_kill.sh 110 pref` (the machine loaded by other jobs: runs of 0.8-2.7 s):
+#   112 kills (random pref G 34, random pref L 32, targeted pref G 23, targeted pref L 23; where
+#   they landed: start-up 19, the reference pass 10, steps 37, a save's rename 16, fsync 16,
+#   unlink 14), 0 bad outcomes, 429 s.
 set -u
 cd "$(dirname "$0")/.."
-KILLS=${1:-200}; SEED=${SEED:-1}
+KILLS=${1:-200}; MODE=${2:-all}; SEED=${SEED:-1}
+case $MODE in all|sft|pref) ;; *) echo "usage: dev/bench_kill.sh [kills] [all|sft|pref]"; exit 1 ;; esac
+SFT=1; PREF=1; [ "$MODE" = pref ] && SFT=0; [ "$MODE" = sft ] && PREF=0
 if [ -z "${BIN_DIR:-}" ]; then make -s train_gpt2 train_lora convert >/dev/null || exit 1; BIN_DIR=.; fi
 BIN_DIR=$(cd "$BIN_DIR" && pwd)
 G="$BIN_DIR/train_gpt2"; L="$BIN_DIR/train_lora"; MODEL="$PWD/test/ref/gpt2_tiny"
@@ -31,6 +46,33 @@ HAVE_MPI=0; command -v mpirun >/dev/null 2>&1 && HAVE_MPI=1
 make_shard "$TMP/t.bin" 40000 100 1
 "$BIN_DIR/convert" --model "$MODEL" --out "$TMP/own.bin" >/dev/null 2>&1 || { echo "convert failed"; exit 1; }
 "$L" --model "$MODEL" --train-data "$TMP/t.bin" -b 2 -t 32 --steps 2 --lora-rank 4 --lora-targets q,v --out "$TMP/ad" >/dev/null 2>&1 || { echo "adapter failed"; exit 1; }
+# the preference runs' pairs: data/prepare --pack 64 of 600 generated pairs (60 held out), the
+# token ids folded below test/ref/pref_tiny's vocabulary of 100 (<|endoftext|> to its 99), the
+# set fields cleared (the folded tokens are no data/prepare output's: no checksums to match)
+PMODEL="$PWD/test/ref/pref_tiny"
+if [ $PREF = 1 ]; then
+  python3 - "$TMP/pairs.jsonl" <<'PY'
+import json, random, sys
+random.seed(3)
+w = "the a king queen lord lady sword crown night day love hate fair foul sweet bitter".split()
+say = lambda: " " + " ".join(random.choice(w) for _ in range(random.randint(2, 6)))
+with open(sys.argv[1], "w") as f:
+    for i in range(600): f.write(json.dumps({"prompt": "Q%d:%s" % (i, say()), "chosen": say(), "rejected": say()}) + "\n")
+PY
+  "$BIN_DIR/prepare" --input "$TMP/pairs.jsonl" --out-dir "$TMP/pd" --name pairs --pack 64 --quiet || { echo "prepare failed"; exit 1; }
+  python3 - "$TMP/pd" <<'PY'
+import glob, struct, sys
+for b in glob.glob(sys.argv[1] + "/*.bin"):
+    raw = open(b, "rb").read()
+    h = list(struct.unpack("<256i", raw[:1024])); n = h[2]
+    tok = [99 if t == 50256 else t % 99 for t in struct.unpack("<%dH" % n, raw[1024:1024 + 2 * n])]
+    h[6:10] = [0] * 4
+    open(b, "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % n, *tok))
+    m = b[:-4] + ".mask"; raw = open(m, "rb").read()
+    mh = list(struct.unpack("<256i", raw[:1024])); mh[6:11] = [0] * 5
+    open(m, "wb").write(struct.pack("<256i", *mh) + raw[1024:])
+PY
+fi
 
 # ---- the runs: train_gpt2 from a model_00005000.bin the user keeps in --out (G: 24 steps; G120:
 # 120, long enough for a second program to meet it; M: one micro-batch of 32 tokens per rank and
@@ -43,16 +85,26 @@ cmd_of() { # cmd_of RUN OUT: the command (its words one a line)
     G120) printf '%s\n' "$G" --model "$2/model_00005000.bin" "${COMMON[@]}" -b 2 --steps 120 --out "$2" ;;
     M) printf '%s\n' "$G" --model "$2/model_00005000.bin" "${COMMON[@]}" -b 1 --total-batch-tokens 64 --steps 24 --out "$2" ;;
     L) printf '%s\n' "$L" --model "$MODEL" --adapter "$2/adapter_00000450" "${COMMON[@]}" -b 2 --steps 24 --lora-dropout 0.1 --out "$2" ;;
+    PG.*) printf '%s\n' "$G" --model "$PMODEL" "${PCOMMON[@]}" --objective "${1#PG.}" --out "$2" ;;
+    PL.ref) printf '%s\n' "$L" --model "$PMODEL" "${PCOMMON[@]}" --objective dpo --ref-model "$PMODEL/ref" --lora-dropout 0.1 --out "$2" ;;
+    PL.*) printf '%s\n' "$L" --model "$PMODEL" "${PCOMMON[@]}" --objective "${1#PL.}" --lora-dropout 0.1 --out "$2" ;;
   esac
 }
-setup_out() { # setup_out OUT: a fresh --out holding the user's files
+# the preference runs: 24 steps of 2 windows of 64 tokens, a checkpoint every 3 steps, evaluations
+# every 8 (4 batches); PG.<objective> train_gpt2, PL.<objective> train_lora, PL.ref its --ref-model run
+PCOMMON=(--train-data "$TMP/pd/pairs_train_*.bin" --val-data "$TMP/pd/pairs_val_*.bin" -t 64 -b 2 --steps 24 --threads 1 --save-every 3
+         --keep-checkpoints 2 --eval-every 8 --eval-batches 4 --lr 1e-3 --dtype fp32 --seed 5 --resume auto)
+PRUNS=(PG.dpo PG.ipo PG.orpo PG.simpo PL.dpo PL.ipo PL.orpo PL.simpo PL.ref)
+is_pref() { [[ $1 == P* ]]; }
+setup_out() { # setup_out OUT [RUN]: a fresh --out holding the user's files (a preference run's: none)
   rm -rf "$1"; mkdir -p "$1/adapter_00000450"
+  if is_pref "${2:-}"; then rm -rf "$1"; mkdir -p "$1"; return; fi
   cp "$TMP/own.bin" "$1/model_00005000.bin"
   cp "$TMP/ad/adapter_config.json" "$TMP/ad/adapter_model.safetensors" "$1/adapter_00000450/"
   echo "my notes" > "$1/notes.txt"
 }
 user_sum() { (cd "$1" && sha256sum model_00005000.bin adapter_00000450/* notes.txt); }
-final_of() { [ "$1" = L ] && echo adapter_model.safetensors || echo model.bin; }
+final_of() { [[ $1 == L || $1 == PL.* ]] && echo adapter_model.safetensors || echo model.bin; }
 losses() { python3 -c '
 import json, sys
 seen = set()
@@ -60,18 +112,32 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     if "train_loss" not in r: continue
     if r["step"] in seen: sys.exit("step %d logged twice" % r["step"])
-    seen.add(r["step"]); print(r["step"], r["train_loss"])' "$1/log.jsonl"; }
+    seen.add(r["step"]); print(r["step"], r["train_loss"], r.get("rewards/margins", ""))' "$1/log.jsonl"; }
+# a preference run's evaluations and its reference files (their bytes), to compare as they are
+pref_rest() {
+  grep -o '"step": *[0-9]*, *"val_loss":[^,]*' "$1/log.jsonl"
+  (cd "$1" && sha256sum ref_logps_*.bin 2>/dev/null)
+}
 
 setup_out "$TMP/ref_base"; USER_SUM=$(user_sum "$TMP/ref_base")
-declare -A REF_LOSS REF_FINAL REF_SECS
-RUNS=(G G120 L); [ $HAVE_MPI = 1 ] && RUNS+=(M)
+declare -A REF_LOSS REF_FINAL REF_SECS REF_REST REF_START REF_PASS
+RUNS=(); [ $SFT = 1 ] && RUNS+=(G G120 L) && [ $HAVE_MPI = 1 ] && RUNS+=(M)
+[ $PREF = 1 ] && RUNS+=("${PRUNS[@]}")
 for p in "${RUNS[@]}"; do
-  setup_out "$TMP/ref_$p"; mapfile -t c < <(cmd_of $p "$TMP/ref_$p")
+  setup_out "$TMP/ref_$p" $p; mapfile -t c < <(cmd_of $p "$TMP/ref_$p")
   launch=(); [ $p = M ] && launch=(mpirun -np 2)
   t0=$(date +%s.%N)
-  "${launch[@]}" "${c[@]}" > "$TMP/ref_$p.log" 2>&1 || { tail -3 "$TMP/ref_$p.log"; echo "reference run $p failed"; exit 1; }
+  "${launch[@]}" "${c[@]}" > "$TMP/ref_$p.log" 2>&1 & pid=$!
+  # (REF_START: when the first step began, the end of the start-up and the reference pass)
+  while kill -0 $pid 2>/dev/null && [ -z "${REF_START[$p]:-}" ]; do
+    grep -qs '^step ' "$TMP/ref_$p.log" && REF_START[$p]=$(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN{printf "%.2f", e-s}')
+    sleep 0.01
+  done
+  wait $pid || { tail -3 "$TMP/ref_$p.log"; echo "reference run $p failed"; exit 1; }
   REF_SECS[$p]=$(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN{printf "%.2f", e-s}')
   REF_LOSS[$p]=$(losses "$TMP/ref_$p"); REF_FINAL[$p]=$(sha256sum < "$TMP/ref_$p/$(final_of $p)")
+  is_pref $p && REF_REST[$p]=$(pref_rest "$TMP/ref_$p")
+  REF_PASS[$p]=$(sed -n 's/^reference: log-probabilities computed in \([0-9.]*\) s$/\1/p' "$TMP/ref_$p.log") # (a stored reference's pass)
 done
 
 declare -A TRIALS KILLED BAD
@@ -88,7 +154,11 @@ verify() {
   elif ! paste <(echo "$got") <(echo "${REF_LOSS[$p]}") | awk -v t="$tol" 'NF != 4 || $1 != $3 {bad = 1} {d = $2 - $4; if (d < 0) d = -d; if (d > t) bad = 1} END {exit bad}'; then
     note_bad "$sc" "$d: losses differ from the uninterrupted run by more than $tol"; return
   fi
-  [ "$(user_sum "$d")" = "$USER_SUM" ] || { note_bad "$sc" "$d: a file the user keeps in --out changed or went"; return; }
+  if is_pref $p; then
+    [ "$(pref_rest "$d")" = "${REF_REST[$p]}" ] || { note_bad "$sc" "$d: evaluations or reference files differ from the uninterrupted run's"; return; }
+  else
+    [ "$(user_sum "$d")" = "$USER_SUM" ] || { note_bad "$sc" "$d: a file the user keeps in --out changed or went"; return; }
+  fi
   local left; left=$(cd "$d" && ls -A | grep -E '\.tmp\.[0-9]+$|^PENDING_' | tr '\n' ' ')
   [ -z "$left" ] || note_bad "$sc" "$d: leftovers: $left"
 }
@@ -121,21 +191,59 @@ random_trial() { # random_trial PROG
   finish_run "$sc" "$p" "$d" && verify "$sc" "$p" "$d" 0
 }
 
+# ---- preference runs: 1 to 3 SIGKILLs of a random one of the trainer's runs, a third of them within
+# its reference pass (a stored reference's, by its timing in the uninterrupted run: the end of the
+# start-up, before the first step; else the start-up), the rest at random over the run; each
+# counted by where it landed: the start-up, the reference pass (by its time), or the steps
+declare -A PHASE
+pref_phase() { # pref_phase RUN OUT DELAY: where a kill at DELAY s landed
+  local p=$1 d=$2 t=$3
+  if grep -q '"train_loss"' "$d/log.jsonl" 2>/dev/null; then echo "steps (their checkpoints and evaluations)"; return; fi
+  if [ -n "${REF_PASS[$p]}" ] && awk -v t="$t" -v a="${REF_START[$p]}" -v b="${REF_PASS[$p]}" 'BEGIN{exit !(t >= a - b - 0.05)}'; then
+    echo "the reference pass (by its time)"
+  else echo "start-up (before the first step)"; fi
+}
+pref_random_trial() { # pref_random_trial G|L
+  local tr=$1 sc="random pref $1" d="$TMP/prnd" c pid rc delay n k p runs=()
+  for p in "${PRUNS[@]}"; do [[ $p == P$tr.* ]] && runs+=("$p"); done
+  p=${runs[$((RANDOM % ${#runs[@]}))]}
+  setup_out "$d" $p; mapfile -t c < <(cmd_of "$p" "$d")
+  TRIALS[$sc]=$((${TRIALS[$sc]:-0} + 1))
+  n=$((1 + RANDOM % 3))
+  for ((k = 0; k < n; k++)); do
+    case $((RANDOM % 3)) in # (a stored reference's: its pass, in the uninterrupted run's timing; else the start-up)
+      0) delay=$(awk -v r=$RANDOM -v a="${REF_START[$p]}" -v b="${REF_PASS[$p]:-${REF_START[$p]}}" 'BEGIN{d = a - (r / 32768) * (b + 0.05); printf "%.3f", d < 0 ? 0 : d}') ;;
+      *) delay=$(awk -v r=$RANDOM -v s="${REF_SECS[$p]}" 'BEGIN{printf "%.3f", r / 32768 * (s * 1.3 + 0.1)}') ;;
+    esac
+    "${c[@]}" > "$d.$k.log" 2>&1 & pid=$!
+    sleep "$delay"; kill -9 $pid 2>/dev/null; { wait $pid; } 2>/dev/null; rc=$?
+    if [ $rc -eq 137 ]; then
+      KILLED[$sc]=$((${KILLED[$sc]:-0} + 1))
+      local ph; ph=$(pref_phase "$p" "$d" "$delay"); PHASE[$ph]=$((${PHASE[$ph]:-0} + 1))
+    fi
+    [ $rc -eq 0 ] && break
+  done
+  finish_run "$sc" "$p" "$d" && verify "$sc" "$p" "$d" 0
+}
+
 # ---- targeted SIGKILLs: at the K-th rename / unlink / fsync / write of a run (strace injects the
 # signal at that system call), then to the end
 declare -A NCALLS
 count_calls() { # count_calls PROG: how many of each call an uninterrupted run makes
   local d="$TMP/cnt" c
-  setup_out "$d"; mapfile -t c < <(cmd_of "$1" "$d")
+  setup_out "$d" $1; mapfile -t c < <(cmd_of "$1" "$d")
   strace -f -qq -o "$TMP/cnt.strace" -e trace=rename,unlink,fsync,rmdir "${c[@]}" > /dev/null 2>&1
   for s in rename unlink fsync rmdir; do NCALLS[$1.$s]=$(grep -c " $s(" "$TMP/cnt.strace"); done
 }
-targeted_trial() { # targeted_trial PROG CALL K
-  local p=$1 s=$2 k=$3 sc="targeted $1" d="$TMP/tgt" c rc
-  setup_out "$d"; mapfile -t c < <(cmd_of "$p" "$d")
+targeted_trial() { # targeted_trial PROG CALL K [SCENARIO]
+  local p=$1 s=$2 k=$3 sc=${4:-"targeted $1"} d="$TMP/tgt" c rc
+  setup_out "$d" $p; mapfile -t c < <(cmd_of "$p" "$d")
   TRIALS[$sc]=$((${TRIALS[$sc]:-0} + 1))
   { strace -f -qq -o /dev/null -e trace="$s" -e inject="$s":signal=SIGKILL:when="$k" "${c[@]}" > "$d.k.log" 2>&1; } 2>/dev/null; rc=$?
-  [ $rc -ne 0 ] && KILLED[$sc]=$((${KILLED[$sc]:-0} + 1))
+  if [ $rc -ne 0 ]; then
+    KILLED[$sc]=$((${KILLED[$sc]:-0} + 1))
+    is_pref $p && PHASE["a save's $s (a checkpoint's, a reference file's, the record's)"]=$((${PHASE["a save's $s (a checkpoint's, a reference file's, the record's)"]:-0} + 1))
+  fi
   finish_run "$sc" "$p" "$d" && verify "$sc" "$p" "$d" 0
 }
 
@@ -195,27 +303,49 @@ two_trial() {
 total_kills() { local t=0 v; for v in "${KILLED[@]}"; do t=$((t + v)); done; echo $t; }
 start=$(date +%s)
 # a share of the kills per scenario, in rounds, until the total is reached
-count_calls G; count_calls L
+if [ $SFT = 1 ]; then count_calls G; count_calls L; fi
+if [ $PREF = 1 ]; then for p in "${PRUNS[@]}"; do count_calls $p; done; fi
 round=0
 while [ "$(total_kills)" -lt "$KILLS" ]; do
   round=$((round + 1))
-  random_trial G; random_trial L
-  for p in G L; do
-    calls=(rename unlink fsync rmdir); s=${calls[$((RANDOM % 4))]}; n=${NCALLS[$p.$s]:-0}
-    [ "$n" -gt 0 ] && targeted_trial $p $s $((1 + RANDOM % n))
-  done
-  [ $HAVE_MPI = 1 ] && mpi_trial
-  two_trial
+  if [ $SFT = 1 ]; then
+    random_trial G; random_trial L
+    for p in G L; do
+      calls=(rename unlink fsync rmdir); s=${calls[$((RANDOM % 4))]}; n=${NCALLS[$p.$s]:-0}
+      [ "$n" -gt 0 ] && targeted_trial $p $s $((1 + RANDOM % n))
+    done
+    [ $HAVE_MPI = 1 ] && mpi_trial
+    two_trial
+  fi
+  if [ $PREF = 1 ]; then
+    pref_random_trial G; pref_random_trial L; pref_random_trial G; pref_random_trial L
+    for t in G L; do
+      p=${PRUNS[$((RANDOM % ${#PRUNS[@]}))]}; [[ $p == P$t.* ]] || p=P$t.dpo
+      calls=(rename unlink fsync); s=${calls[$((RANDOM % 3))]}; n=${NCALLS[$p.$s]:-0}
+      [ "$n" -gt 0 ] && targeted_trial $p $s $((1 + RANDOM % n)) "targeted pref $t"
+    done
+  fi
 done
 
 printf '\n%-26s %7s %7s %5s\n' scenario trials kills bad
-for sc in "random G" "random L" "targeted G" "targeted L" "mpirun -np 2, one rank" "two programs"; do
-  printf '%-26s %7s %7s %5s\n' "$sc" "${TRIALS[$sc]:-0}" "${KILLED[$sc]:-0}" "${BAD[$sc]:-0}"
+for sc in "random G" "random L" "targeted G" "targeted L" "mpirun -np 2, one rank" "two programs" \
+          "random pref G" "random pref L" "targeted pref G" "targeted pref L"; do
+  [ -n "${TRIALS[$sc]:-}" ] && printf '%-26s %7s %7s %5s\n' "$sc" "${TRIALS[$sc]:-0}" "${KILLED[$sc]:-0}" "${BAD[$sc]:-0}"
 done
-echo "two programs: $REFUSED second programs started on a running --out, all refused with the holder's pid (the rest found the first one done)"
+if [ $SFT = 1 ]; then
+  echo "two programs: $REFUSED second programs started on a running --out, all refused with the holder's pid (the rest found the first one done)"
+fi
+if [ $PREF = 1 ]; then
+  echo "preference kills by where they landed:$(for ph in "${!PHASE[@]}"; do printf ' %s %s;' "$ph" "${PHASE[$ph]}"; done)"
+  echo "preference runs (uninterrupted, s to the first step / in all):$(for p in "${PRUNS[@]}"; do printf ' %s %s/%s' $p "${REF_START[$p]}" "${REF_SECS[$p]}"; done)" \
+       "(PG = train_gpt2, its reference stored; PL = train_lora, the adapters off; PL.ref = train_lora --ref-model, stored)"
+fi
 nbad=0; for v in "${BAD[@]}"; do nbad=$((nbad + v)); done
-echo "total: $(total_kills) kills, $nbad bad outcomes, $(( $(date +%s) - start )) s; reference runs: train_gpt2 ${REF_SECS[G]} s, train_lora ${REF_SECS[L]} s" \
-     "(G = train_gpt2 from a model_00005000.bin in --out, L = train_lora from an adapter_00000450/ in --out; calls per run: G" \
-     "$(for s in rename unlink fsync rmdir; do printf '%s %s ' $s "${NCALLS[G.$s]}"; done)| L $(for s in rename unlink fsync rmdir; do printf '%s %s ' $s "${NCALLS[L.$s]}"; done))"
-[ $HAVE_MPI = 1 ] || echo "note: MPI not installed: the mpirun scenario did not run"
+echo "total: $(total_kills) kills, $nbad bad outcomes, $(( $(date +%s) - start )) s"
+if [ $SFT = 1 ]; then
+  echo "reference runs: train_gpt2 ${REF_SECS[G]} s, train_lora ${REF_SECS[L]} s" \
+       "(G = train_gpt2 from a model_00005000.bin in --out, L = train_lora from an adapter_00000450/ in --out; calls per run: G" \
+       "$(for s in rename unlink fsync rmdir; do printf '%s %s ' $s "${NCALLS[G.$s]}"; done)| L $(for s in rename unlink fsync rmdir; do printf '%s %s ' $s "${NCALLS[L.$s]}"; done))"
+  [ $HAVE_MPI = 1 ] || echo "note: MPI not installed: the mpirun scenario did not run"
+fi
 [ "$nbad" = 0 ]

@@ -10,13 +10,15 @@
 // line's mask summary. Preference pairs (header field 10, mask version 3): dl_next_pref's pairs
 // (positions of each completion's targets, of the chosen record, numbers through the files), a
 // record without a prompt, dl_next refusing pairs, a pattern mixing pairs and other shards, and a
-// pair shard whose records are out of order refused when it is opened.
+// pair shard whose records are out of order refused when it is opened. Shards replaced during the
+// run: read from the files checked, or (read by path) refused naming the file.
 #include "test.h"
 #include "test_child.h"
 #include "../llmc/run/dataloader.h"
 #include "../llmc/base/fileio.h"
 #include "../llmc/base/crc32c.h"
 #include <stdint.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 // A shard and, with mask, its mask file: window length W (header field 3), packed flag (field 4),
@@ -330,6 +332,44 @@ static int same_pair(const PrefPair* p, int cf, int cb, int ce, int rb, int re) 
     return p->c_first == cf && p->c_begin == cb && p->c_end == ce && p->r_begin == rb && p->r_end == re;
 }
 
+// An evaluation batch of pairs that is partial (the split's windows not a multiple of B): its last
+// token read is the shard's closing token, which data/prepare writes as the next window's first
+// (the training split's, in a validation shard): a chosen record's start whose record is not in
+// the file. The batch's pairs are those of its whole windows; the closing token starts none.
+static void test_pairs_partial(const char* dir) {
+    char p[512];
+    snprintf(p, sizeof(p), "%s/prv_val_000000.bin", dir);
+    uint8_t m[RN];
+    memcpy(m, PAIR_MASK, RN);
+    m[RN - 1] = 7; // the closing token: start, chosen, and the last record's trained stop
+    write_pairs(p, m);
+    DataLoader dl;
+    dl_init_eval(&dl, p, 3, RW, 0, 1, 2000); // 2 windows, batches of 3: one batch, partial
+    int in[3 * RW], tg[3 * RW], ds[3 * RW], n = -1, pairs = 0;
+    PrefPair pp[8];
+    int64_t ids[8];
+    const int64_t nb = dl_batches_per_epoch(&dl);
+    for (int64_t b = 0; b < nb; b++) {
+        dl_next_pref(&dl, in, tg, ds, pp, ids, &n);
+        pairs += n;
+    }
+    TEST_CHECK(nb == 1 && pairs == 3 && tg[2 * RW] == -1 && ids[2] == 2,
+               "partial pair batch whose closing token starts a chosen record: %lld batches, %d pairs", (long long)nb, pairs);
+    dl_free(&dl);
+    // three ranks of one window: rank 0 window 0, rank 1 window 1, rank 2 the closing token alone
+    int got[3];
+    for (int r = 0; r < 3; r++) {
+        dl_init_eval(&dl, p, 1, RW, r, 3, 2000);
+        dl_next_pref(&dl, in, tg, ds, pp, ids, &got[r]);
+        dl_free(&dl);
+    }
+    TEST_CHECK(got[0] == 1 && got[1] == 2 && got[2] == 0, "three ranks: %d, %d and %d pairs", got[0], got[1], got[2]);
+    char mp[600];
+    snprintf(mp, sizeof(mp), "%s/prv_val_000000.mask", dir);
+    unlink(p); unlink(mp);
+    printf("ok   a partial evaluation batch of pairs (windows not a multiple of B): the closing token's chosen mark starts no pair\n");
+}
+
 static void test_pairs(const char* dir) {
     char p0[512], p1[512], pat[512], bad[1100];
     snprintf(p0, sizeof(p0), "%s/pr_train_000000.bin", dir);
@@ -377,6 +417,54 @@ static void test_pairs(const char* dir) {
     m2[3] = 11; m2[12] = 11; // a rejected record without its chosen one
     write_pairs(bad, m2);
     expect_refused_at_open("a rejected record without its chosen one", bad, RW, "breaks the pairs' order");
+    test_pairs_partial(dir);
+}
+
+// Shards replaced during a run (data/prepare writes a new file and renames it over the old one):
+// the loader goes on reading the files it checked, through the descriptors it keeps; where the
+// open-file limit leaves no room to keep them (a child at a limit of 64), it reads by path and
+// stops naming the file once it is no longer the one checked.
+static void replace_shard(const char* path, int n, int first) {
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s.new", path);
+    uint16_t tok[64];
+    for (int i = 0; i < n; i++) tok[i] = (uint16_t)(first + i);
+    write_shard(tmp, tok, n, NULL);
+    TEST_CHECK(rename(tmp, path) == 0, "rename over %s", path);
+}
+static void dl_replaced_at_limit(void* arg) {
+    const char* p = (const char*)arg;
+    struct rlimit rl = { 64, 64 };
+    setrlimit(RLIMIT_NOFILE, &rl);
+    DataLoader dl;
+    dl_init(&dl, p, 1, 4, 0, 1, 2000, 0, 0);
+    int in[4], tg[4];
+    dl_next(&dl, in, tg, NULL);
+    replace_shard(p, 9, 300);
+    dl_next(&dl, in, tg, NULL);
+    dl_free(&dl);
+}
+static void test_replaced(const char* dir) {
+    char p[512];
+    snprintf(p, sizeof(p), "%s/rp.bin", dir);
+    replace_shard(p, 41, 100); // 10 batches of 4 tokens
+    DataLoader dl;
+    dl_init(&dl, p, 1, 4, 0, 1, 2000, 0, 0);
+    int in[4], tg[4], same = 1;
+    dl_next(&dl, in, tg, NULL);
+    replace_shard(p, 9, 300); // (shorter: reading it past its end would fail)
+    for (int b = 1; b < 12; b++) {
+        dl_next(&dl, in, tg, NULL);
+        const int k = b % 10;
+        for (int t = 0; t < 4; t++) same &= in[t] == 100 + 4 * k + t && tg[t] == 101 + 4 * k + t;
+    }
+    TEST_CHECK(same, "a shard replaced during the run: the batches are the checked file's");
+    dl_free(&dl);
+    replace_shard(p, 41, 100);
+    const char* w[] = { "rp.bin' changed during the run (replaced or rewritten after the loader checked it)", NULL };
+    TEST_CHECK(test_expect_fatal("a shard replaced, read by path (no descriptor kept)", dl_replaced_at_limit, p, w), "replaced shard at the open-file limit");
+    unlink(p);
+    printf("ok   shards replaced during the run (data/prepare renames new files over them): read from the files checked; by path, refused naming the file\n");
 }
 
 int main(void) {
@@ -466,6 +554,7 @@ int main(void) {
     test_stated(dir);
     test_range_at_open(dir);
     test_partial_eval(dir);
+    test_replaced(dir);
     rmdir(dir);
     return test_finish("test_dataloader");
 }

@@ -15,7 +15,9 @@
 //   - the stored reference log-probabilities (llmc/run/reflogps.h): the batch written as a pair
 //     shard (the format of docs/FORMATS.md), scored through an evaluation loader with the
 //     reference model (TRL's values again), saved, read back, looked up by the loader's pair
-//     numbers; a file of other data, of another model, changed or cut short is refused.
+//     numbers; a file of another key (other data or pair count, other weights, other batches, the
+//     format's version 1), changed, crafted (a pair count whose bytes overflow, values that are no
+//     log-probabilities: NaN, 1e308) or cut short is not read back, with the reason.
 //
 // Builds: test/test_pref.c as C on the CPU backend (fp32); test/test_pref.cu includes this file
 // for the CUDA backend (bf16), run under the CUDA-on-CPU harness, where the 10 steps run for DPO
@@ -33,7 +35,10 @@
 #include "../llmc/model/prefloss.h"
 #include "../llmc/model/prefmodel.h"
 #include "../llmc/run/reflogps.h"
+#include "../llmc/base/crc32c.h"
+#include "../llmc/base/fileio.h"
 #include "test_child.h"
+#include <math.h>
 #include <unistd.h>
 
 #define REF_DIR "test/ref/pref_tiny"
@@ -281,16 +286,43 @@ static void write_batch_shard(const char* path, const Batch* bt) {
     free(tok); free(mask);
 }
 
-typedef struct { const char* path; uint32_t data; uint64_t model; } LoadArgs;
-static void load_child(void* a) {
-    const LoadArgs* l = (const LoadArgs*)a;
+// reflogps_load of a file changed after it was written: the outcome and the words of its reason.
+static void expect_load(const char* what, const char* path, const RefKey* key, int outcome, const char* want) {
     RefLogps r;
-    reflogps_load(&r, l->path, l->data, l->model);
+    char why[1024] = "";
+    const int got = reflogps_load(&r, path, key, why, sizeof(why));
+    TEST_CHECK(got == outcome && strstr(why, want) != NULL && r.logp == NULL, "%s: outcome %d (want %d), '%s'", what, got, outcome, why);
+    reflogps_free(&r);
 }
-static void expect_load_refused(const char* what, const char* path, uint32_t data, uint64_t model, const char* want) {
-    LoadArgs a = { path, data, model };
-    const char* w[] = { want, NULL };
-    TEST_CHECK(test_expect_fatal(what, load_child, &a, w), "%s", what);
+
+// The file's header field k set to v, the header's CRC-32C (field 8) and, with values, the values'
+// (field 5) written again to match: a file as someone crafting it would make it.
+static void craft(const char* path, int k, int64_t v, int values_crc) {
+    FILE* f = fopen(path, "r+b");
+    int64_t h[128];
+    TEST_CHECK(f && fread(h, 8, 128, f) == 128, "read %s", path);
+    h[k] = v;
+    if (values_crc) { // (the values that are there: what the file's size holds)
+        fseek(f, 0, SEEK_END);
+        const long n = ftell(f) - 1024;
+        double* x = (double*)malloc((size_t)n + 1);
+        fseek(f, 1024, SEEK_SET);
+        TEST_CHECK(fread(x, 1, (size_t)n, f) == (size_t)n, "values");
+        h[5] = crc32c(0, x, (size_t)n);
+        free(x);
+    }
+    h[8] = crc32c(0, h, 8 * sizeof(int64_t));
+    fseek(f, 0, SEEK_SET);
+    fwrite(h, 8, 128, f);
+    fclose(f);
+}
+
+// Value v written at pair 0's chosen slot of path, the CRC-32Cs matched: refused as no log-probability.
+static void craft_value(const char* path, const RefKey* key, double v, const char* what) {
+    FILE* f = fopen(path, "r+b");
+    fseek(f, 1024, SEEK_SET); fwrite(&v, sizeof(v), 1, f); fclose(f);
+    craft(path, 0, REFLOGPS_MAGIC, 1);
+    expect_load(what, path, key, REFLOGPS_DAMAGED, "not sums of log-probabilities");
 }
 
 static void check_reflogps(Model* refm, Batch* bt, const PrefSeqs* want) {
@@ -304,30 +336,60 @@ static void check_reflogps(Model* refm, Batch* bt, const PrefSeqs* want) {
     PrefWork w;
     pref_work_init(&w, 1, bt->b->T);
     RefLogps r, back;
-    reflogps_compute(&r, &refm->gpt, &w, &dl, NULL, 0x1234abcd5678ull);
-    TEST_CHECK(r.n_pairs == bt->n, "%lld pairs", (long long)r.n_pairs);
+    const RefKey key = { 0x1234abcd5678ull, dl.data_id, dl.n_pairs, 1, bt->b->T };
+    reflogps_compute(&r, &refm->gpt, &w, &dl, NULL, &key);
+    TEST_CHECK(r.key.n_pairs == bt->n && reflogps_first_bad(&r) < 0, "%lld pairs, all log-probability sums", (long long)r.key.n_pairs);
     float got[32], exp[32];
     for (int i = 0; i < bt->n; i++) {
         got[2 * i] = (float)r.logp[2 * i]; got[2 * i + 1] = (float)r.logp[2 * i + 1];
         exp[2 * i] = (float)want[i].ref_c; exp[2 * i + 1] = (float)want[i].ref_r;
     }
     test_allclose("reference log-probabilities through the loader (a window a batch) == the batch's", got, exp, (size_t)2 * bt->n, tols()->logp, 1e-6);
-    TEST_CHECK(reflogps_load(&back, path, dl.data_id, r.model_id) == 0, "no file yet: 0");
+    char why[1024];
+    TEST_CHECK(reflogps_load(&back, path, &key, why, sizeof(why)) == REFLOGPS_NONE, "no file yet: none");
     reflogps_save(&r, path);
-    TEST_CHECK(reflogps_load(&back, path, dl.data_id, r.model_id) == 1 && back.n_pairs == r.n_pairs &&
-               memcmp(back.logp, r.logp, (size_t)(2 * r.n_pairs) * sizeof(double)) == 0, "saved and read back, bit for bit");
+    TEST_CHECK(reflogps_load(&back, path, &key, why, sizeof(why)) == REFLOGPS_READ && back.key.n_pairs == r.key.n_pairs &&
+               memcmp(back.logp, r.logp, (size_t)(2 * r.key.n_pairs) * sizeof(double)) == 0, "saved and read back, bit for bit");
     int64_t ids[2] = { 3, 0 };
     PrefSeqs q[2];
     reflogps_lookup(&back, ids, 2, q);
     TEST_CHECK(q[0].ref_c == r.logp[6] && q[0].ref_r == r.logp[7] && q[1].ref_c == r.logp[0], "looked up by pair number");
-    printf("ok   reference log-probabilities stored and read back (%lld pairs)\n", (long long)back.n_pairs);
-    expect_load_refused("reference log-probabilities of other data", path, dl.data_id ^ 1u, r.model_id, "of other data");
-    expect_load_refused("another reference model's", path, dl.data_id, r.model_id + 1, "another reference model's");
+    printf("ok   reference log-probabilities stored and read back (%lld pairs)\n", (long long)back.key.n_pairs);
+    // another key: each thing the values depend on
+    RefKey k2 = key; k2.data_id ^= 1u;
+    expect_load("reference log-probabilities of other data", path, &k2, REFLOGPS_OTHER, "of other data");
+    k2 = key; k2.n_pairs = key.n_pairs + 1;
+    expect_load("of as many pairs as the data has (the loader's n_pairs)", path, &k2, REFLOGPS_OTHER, "of other data");
+    k2 = key; k2.model_id += 1;
+    expect_load("of other weights", path, &k2, REFLOGPS_OTHER, "of other weights (model id 00001234abcd5678; this run's reference: 00001234abcd5679)");
+    k2 = key; k2.B = 2;
+    expect_load("computed in other batches", path, &k2, REFLOGPS_OTHER, "computed in batches of 1 x 64 tokens (this run's: 2 x 64)");
+    // damaged or crafted files, each refused before anything is allocated or read from their body
+    const size_t bytes = (size_t)(1024 + 16 * r.key.n_pairs);
+    char* saved = read_file_all(path, NULL);
+#define RESTORE() atomic_write_file(path, saved, bytes)
     FILE* f = fopen(path, "r+b");
     fseek(f, 1024 + 9, SEEK_SET); fputc(0x5a, f); fclose(f);
-    expect_load_refused("changed values", path, dl.data_id, r.model_id, "CRC-32C is not the header's");
+    expect_load("changed values", path, &key, REFLOGPS_DAMAGED, "values' CRC-32C is not the header's");
+    RESTORE(); craft(path, 6, 1, 0); f = fopen(path, "r+b"); fseek(f, 6 * 8, SEEK_SET); fputc(2, f); fclose(f);
+    expect_load("a changed header", path, &key, REFLOGPS_DAMAGED, "header's CRC-32C is not the header's fields'");
+    RESTORE(); craft(path, 2, ((int64_t)1 << 60) + key.n_pairs, 1); // (2^60 more pairs: their bytes wrap to the file's in 64 bits)
+    expect_load("a pair count whose bytes overflow to the file's (2^60 + 4 pairs, 64 value bytes, CRC-32Cs matched)", path, &key, REFLOGPS_DAMAGED,
+                "1152921504606846980 pairs do not make its 1088 bytes");
+    RESTORE(); craft(path, 2, -1, 1);
+    expect_load("a negative pair count", path, &key, REFLOGPS_DAMAGED, "pairs do not make its");
+    RESTORE(); craft(path, 1, 1, 0);
+    expect_load("a file of version 1 (its model id is no fingerprint of the weights)", path, &key, REFLOGPS_OTHER, "earlier version (1)");
+    RESTORE(); craft_value(path, &key, NAN, "a NaN value (CRC-32Cs matched)");
+    RESTORE(); craft_value(path, &key, 1e308, "a value of 1e308 (CRC-32Cs matched)");
+    RESTORE(); craft_value(path, &key, -1e308, "a value of -1e308 (CRC-32Cs matched)");
+    RESTORE();
     TEST_CHECK(truncate(path, 1024 + 8) == 0, "truncate");
-    expect_load_refused("a file cut short", path, dl.data_id, r.model_id, "(truncated?)");
+    expect_load("a file cut short", path, &key, REFLOGPS_DAMAGED, "(truncated?)");
+    TEST_CHECK(truncate(path, 100) == 0, "truncate");
+    expect_load("a file shorter than its header", path, &key, REFLOGPS_DAMAGED, "too short");
+#undef RESTORE
+    free(saved);
     reflogps_free(&r); reflogps_free(&back);
     pref_work_free(&w);
     dl_free(&dl);

@@ -390,8 +390,8 @@ void ckpt_prune(const char* dir, int keep, long protect) {
 }
 
 // NAME.tmp.<digits>, where NAME is a file a run writes (fileio.h: the temporary of an atomic
-// write): a checkpoint's, a marker, the record, the log, or one of the model and adapter
-// directories' files (run_outputs.h).
+// write): a checkpoint's, a marker, the record, the log, the stored reference of DPO / IPO
+// (reflogps.h), or one of the model and adapter directories' files (run_outputs.h).
 static int is_our_tmp(const char* name) {
     const char* t = NULL;
     for (const char* q = strstr(name, ".tmp."); q; q = strstr(q + 1, ".tmp.")) t = q;
@@ -405,7 +405,7 @@ static int is_our_tmp(const char* name) {
     static const char* const OUTPUT_FILES[] = {
         "run_config.json", "log.jsonl", "best.json", "config.json", "model.safetensors", "generation_config.json", "model.bin",
         "vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "adapter_config.json",
-        "adapter_model.safetensors", NULL};
+        "adapter_model.safetensors", "ref_logps_train.bin", "ref_logps_val.bin", NULL};
     for (int i = 0; OUTPUT_FILES[i]; i++) if (!strcmp(base, OUTPUT_FILES[i])) return 1;
     return 0;
 }

@@ -4,9 +4,14 @@
 #include "base/fileio.h"
 #include "base/rand.h"
 #include "base/crc32c.h"
+#include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <string.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void dl_permute(int64_t* a, int64_t n, int shuffle, uint64_t seed) {
     for (int64_t i = 0; i < n; i++) a[i] = i;
@@ -106,10 +111,104 @@ static void dl_check_sets(const DataLoader* dl, const int32_t (*hs)[10], const i
     free(seen); free(done);
 }
 
+// ---- the shards' files, read by descriptor: the data the loader checked when it opened them
+//
+// A descriptor is opened before the file is checked and compared with the path after (the same
+// file: device, inode, size, modification time), so what was checked is what it reads. Kept open,
+// it goes on reading the file it checked when data/prepare replaces the file (by rename: the
+// replaced file's data lives while a descriptor holds it). Descriptors are kept while the
+// process's open-file limit leaves DL_FD_RESERVE free for everything else (its soft limit raised
+// toward the hard one as needed); the shards beyond are opened by path for each batch and must
+// still be the file that was checked, or the run stops naming it.
+#define DL_FD_RESERVE 256
+static int dl_fds_kept; // descriptors the process's loaders hold
+
+static int dl_same_file(const struct stat* a, const struct stat* b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+// Whether two more descriptors may be kept (raising the soft limit when the hard one allows).
+static int dl_fd_room(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    const rlim_t need = (rlim_t)dl_fds_kept + 2 + DL_FD_RESERVE;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need && (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need)) {
+        rl.rlim_cur = need + 1024 < rl.rlim_max ? need + 1024 : rl.rlim_max; // (in steps: not one call a shard)
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    }
+    return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need;
+}
+
+static void dl_changed(const char* path) {
+    fatal("leave the data as it is while a run trains on it (prepare new data into another --out-dir); resume from the newest checkpoint "
+          "with the files the run started with",
+          "'%s' changed during the run (replaced or rewritten after the loader checked it)", path);
+}
+
+// path opened, its identity in *st; fatal, naming it, when it cannot be.
+static int dl_open_fd(const char* path, struct stat* st) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, st) != 0)
+        fatal("check the path and its permissions", "cannot open '%s': %s", path, strerror(errno));
+    return fd;
+}
+
+// A descriptor of file k of shard i (k 0: tokens, 1: mask) for a read: the kept one, or the path
+// opened again, which must be the file that was checked (the caller closes it: dl_put_fd).
+static int dl_get_fd(const DataLoader* dl, int i, int k, const char* path) {
+    if (dl->fds[2 * i + k] >= 0) return dl->fds[2 * i + k];
+    struct stat st;
+    const int fd = dl_open_fd(path, &st);
+    if (!dl_same_file(&st, &dl->ident[2 * i + k])) dl_changed(path);
+    return fd;
+}
+static void dl_put_fd(const DataLoader* dl, int i, int k, int fd) { if (dl->fds[2 * i + k] < 0) close(fd); }
+
+// n bytes at offset off of file k of shard i; fatal, naming it, on a short read (a file cut since).
+static void dl_pread(const DataLoader* dl, int i, int k, const char* path, void* buf, size_t n, int64_t off) {
+    const int fd = dl_get_fd(dl, i, k, path);
+    size_t got = 0;
+    while (got < n) {
+        const ssize_t r = pread(fd, (char*)buf + got, n - got, (off_t)(off + (int64_t)got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) dl_changed(path);
+        got += (size_t)r;
+    }
+    dl_put_fd(dl, i, k, fd);
+}
+
+// Shard i's files (k 0: the tokens, 1: the mask, if there is one) opened before shard_check reads
+// them by path ...
+static void dl_open_fds(DataLoader* dl, int i, const char* const* paths) {
+    dl->fds[2 * i] = dl->fds[2 * i + 1] = -1;
+    for (int k = 0; k < 2; k++)
+        if (k == 0 || file_exists(paths[1])) dl->fds[2 * i + k] = dl_open_fd(paths[k], &dl->ident[2 * i + k]);
+}
+
+// ... and after it, still the files at those paths (what it checked), then kept while there is room.
+static void dl_keep_fds(DataLoader* dl, int i, const char* const* paths, int has_mask) {
+    if (has_mask && dl->fds[2 * i + 1] < 0) dl_changed(paths[1]); // (a mask that came during the check)
+    for (int k = 0; k < 2; k++) {
+        int* fd = &dl->fds[2 * i + k];
+        if (*fd < 0) continue;
+        struct stat now;
+        if (stat(paths[k], &now) != 0 || !dl_same_file(&now, &dl->ident[2 * i + k])) dl_changed(paths[k]);
+        if (dl_fd_room()) { dl_fds_kept++; continue; }
+        close(*fd);
+        *fd = -1;
+    }
+}
+
 // Shard i: checked whole (llmc/text/shard.h), its window length against T, its batches.
 static void dl_open_shard(DataLoader* dl, int i, int32_t* fields) {
     ShardInfo si;
+    char mp[LLMC_PATH_MAX];
+    shard_mask_path(mp, sizeof(mp), dl->files[i]);
+    const char* paths[2] = { dl->files[i], mp };
+    dl_open_fds(dl, i, paths);
     shard_check(dl->files[i], dl->vocab_size, &si);
+    dl_keep_fds(dl, i, paths, si.mask_version != 0);
     dl_check_window(dl->files[i], si.h, dl->T);
     memcpy(fields, si.h, 10 * sizeof(int32_t));
     dl->ntok[i] = si.ntok;
@@ -147,18 +246,15 @@ static void dl_index_pairs(DataLoader* dl) {
         const int64_t nwin = (dl->ntok[i] - 1) / dl->T;
         char mp[LLMC_PATH_MAX];
         shard_mask_path(mp, sizeof(mp), dl->files[i]);
-        FILE* fp = fopenCheck(mp, "rb");
-        fseekCheck(fp, SHARD_HEADER_BYTES, SEEK_SET, mp);
         dl->pair_base[i] = base;
         dl->win_pairs[i] = (int64_t*)mallocCheck((size_t)(nwin + 1) * sizeof(int64_t));
         int64_t k = 0;
         for (int64_t w = 0; w < nwin; w++) {
             dl->win_pairs[i][w] = k;
-            freadCheck(buf, 1, (size_t)dl->T, fp, mp);
+            dl_pread(dl, i, 1, mp, buf, (size_t)dl->T, SHARD_HEADER_BYTES + w * dl->T);
             for (int t = 0; t < dl->T; t++) k += (buf[t] & MASK_CHOSEN) != 0;
         }
         dl->win_pairs[i][nwin] = k;
-        fclose(fp);
         base += k;
     }
     free(buf);
@@ -172,6 +268,8 @@ static void dl_open(DataLoader* dl, const char* pattern, int B, int T, int rank,
     dl->pattern = strdup(pattern);
     int* glob_of = NULL;
     dl_expand(dl, pattern, &glob_of);
+    dl->fds = (int*)mallocCheck((size_t)dl->n_files * 2 * sizeof(int));
+    dl->ident = (struct stat*)callocCheck((size_t)dl->n_files * 2, sizeof(struct stat));
     dl->ntok = (int64_t*)callocCheck((size_t)dl->n_files, sizeof(int64_t));
     dl->has_mask = (int*)callocCheck((size_t)dl->n_files, sizeof(int));
     dl->shard_packed = (int*)callocCheck((size_t)dl->n_files, sizeof(int));
@@ -245,8 +343,8 @@ static void dl_doc_starts(const DataLoader* dl, int64_t shard, int64_t start, si
 
 // This rank's tokens (and mask bytes) of the batch at `start`: B*T + 1 of them, or in a partial
 // evaluation batch those the shard has (the rest: token 0, mask 0). Returns how many were read.
-// (shard_check read them all when the loader opened the shard; the range checks here guard
-// against a file changed since.)
+// (shard_check read them all when the loader opened the shard, and they are read from the files
+// it checked; the range checks here guard against a file rewritten in place.)
 static size_t dl_read(DataLoader* dl, int64_t shard, int64_t start, char* mp) {
     const size_t n = (size_t)dl->B * dl->T + 1;
     const int64_t avail = dl->ntok[shard] - start;
@@ -254,12 +352,7 @@ static size_t dl_read(DataLoader* dl, int64_t shard, int64_t start, char* mp) {
     const char* path = dl->files[shard];
     memset(dl->tok_buf + got, 0, (n - got) * sizeof(uint16_t));
     memset(dl->mask_buf + got, 0, n - got);
-    if (got) {
-        FILE* fp = fopenCheck(path, "rb");
-        fseekCheck(fp, SHARD_HEADER_BYTES + start * 2, SEEK_SET, path);
-        freadCheck(dl->tok_buf, sizeof(uint16_t), got, fp, path);
-        fclose(fp);
-    }
+    if (got) dl_pread(dl, (int)shard, 0, path, dl->tok_buf, got * sizeof(uint16_t), SHARD_HEADER_BYTES + start * 2);
     for (size_t i = 0; i < got; i++)
         if ((int)dl->tok_buf[i] >= dl->vocab_size)
             fatal("the data was tokenized with a different vocabulary than the model's",
@@ -267,10 +360,7 @@ static size_t dl_read(DataLoader* dl, int64_t shard, int64_t start, char* mp) {
                   path, (int)dl->tok_buf[i], (long long)(start + (int64_t)i), dl->vocab_size);
     if (!dl->has_mask[shard] || !got) return got;
     shard_mask_path(mp, LLMC_PATH_MAX, path);
-    FILE* mf = fopenCheck(mp, "rb");
-    fseekCheck(mf, SHARD_HEADER_BYTES + start, SEEK_SET, mp);
-    freadCheck(dl->mask_buf, 1, got, mf, mp);
-    fclose(mf);
+    dl_pread(dl, (int)shard, 1, mp, dl->mask_buf, got, SHARD_HEADER_BYTES + start);
     const int max_byte = dl->has_mask[shard] == MASK_VERSION_PAIRS ? 15 : dl->has_mask[shard] == MASK_VERSION_PACKED ? MASK_TRAINED | MASK_START
                                                                                                      : MASK_TRAINED;
     for (size_t i = 0; i < got; i++)
@@ -291,7 +381,7 @@ static void dl_next_batch(DataLoader* dl, int* inputs, int* targets, int* doc_st
     int64_t start = chunk * dl_chunk_tokens(dl) + (int64_t)dl->rank * dl->B * dl->T;
     char mp[LLMC_PATH_MAX];
     const size_t got = dl_read(dl, shard, start, mp);
-    dl->last_shard = shard; dl->last_start = start;
+    dl->last_shard = shard; dl->last_start = start; dl->last_got = (int64_t)got;
     if (doc_start) dl_doc_starts(dl, shard, start, got, mp, doc_start);
     for (size_t i = 0; i + 1 < n; i++) {
         inputs[i] = dl->tok_buf[i];
@@ -339,7 +429,10 @@ void dl_next_pref(DataLoader* dl, int* inputs, int* targets, int* doc_start, Pre
     if (!dl->pairs) fatal("prepare the data from {\"prompt\", \"chosen\", \"rejected\"} records (data/README.md)",
                           "'%s' holds no preference pairs", dl->pattern);
     dl_next_batch(dl, inputs, targets, doc_start);
-    const int T = dl->T, N = dl->B * dl->T;
+    // the whole windows read (a partial evaluation batch has fewer than B): the token after the
+    // last of them, the shard's closing token, is the next window's first, and may be marked as
+    // a chosen record's start whose record is in no file
+    const int T = dl->T, N = dl->last_got > 0 ? (int)((dl->last_got - 1) / T) * T : 0;
     const int64_t shard = dl->last_shard, wfirst = dl->last_start / T;
     int n = 0, k = 0, open = 0;
     for (int i = 0; i < N; i++) {
@@ -385,6 +478,9 @@ void dl_describe(const DataLoader* train, const DataLoader* val, char* out, size
 }
 
 void dl_free(DataLoader* dl) {
+    for (int i = 0; dl->fds && i < 2 * dl->n_files; i++)
+        if (dl->fds[i] >= 0) { close(dl->fds[i]); dl_fds_kept--; }
+    free(dl->fds); free(dl->ident);
     for (int i = 0; i < dl->n_files; i++) free(dl->files[i]);
     free(dl->files); free(dl->ntok); free(dl->has_mask); free(dl->shard_packed); free(dl->shard_order); free(dl->chunk_order);
     free(dl->tok_buf); free(dl->mask_buf); free(dl->pattern);

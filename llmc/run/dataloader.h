@@ -11,7 +11,10 @@
 // the loss mask a shard says it has (missing: refused with the file named), every mask byte. A
 // pattern that matches part of a data/prepare output (a shard of it missing, or replaced by one
 // of another run: what an interrupted data/prepare leaves) is refused; files named one by one
-// may be any part of a set.
+// may be any part of a set. Batches are read from the files that were checked: each shard's
+// files stay open (while the open-file limit leaves room), so a data/prepare that replaces them
+// during the run changes nothing the run reads; a shard read by path again (no room) that is no
+// longer the file checked (device, inode, size, modification time) stops the run naming it.
 //
 // Loss masks: a shard X.bin may have a sidecar X.mask (one uint8 per token). Bit 0 of a token's
 // byte says whether it is a target: 0 makes its target slot -1 (ignored by the loss), 1 trains
@@ -40,6 +43,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include "text/shard.h"
 #include "model/prefloss.h"
 
@@ -62,6 +66,8 @@ typedef struct {
     char* pattern;             // as given, for messages
     int n_files;
     char** files;
+    int* fds;                  // per shard: the descriptors of its tokens and mask, -1 where not kept open
+    struct stat* ident;        // per shard: the identity of each file when it was checked
     int64_t* ntok;             // tokens per shard
     int* has_mask;             // 0: no mask; else the mask's version (1, or 2 for packed shards)
     int* shard_packed;         // the shard holds packed records (header field 4)
@@ -80,7 +86,7 @@ typedef struct {
     int64_t n_pairs;           // pairs in all the files
     int64_t* pair_base;        // per file: the number of its first pair (pairs of the files before it)
     int64_t** win_pairs;       // per file of pairs, per window: the pairs before it in the file
-    int64_t last_shard, last_start; // where the last batch was read (dl_next_pref's pairs)
+    int64_t last_shard, last_start, last_got; // where the last batch was read and how many tokens (dl_next_pref's pairs)
     uint32_t data_id;          // a CRC-32C of each file's token count, header fields 8-10 (its tokens'
                                // CRC-32C, its split's id, pairs) and pair count, in order: the data
                                // a file of reference log-probabilities belongs to (llmc/run/reflogps.h)

@@ -3,6 +3,7 @@
 #include "base/crc32c.h"
 #include "base/fileio.h"
 #include "model/linear.h"
+#include "run/runrecord.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,57 +38,142 @@ void preftrain_init(PrefTrain* p, const RunConfig* c, const DataLoader* train, c
     p->outs = (PrefPairOut*)callocCheck((size_t)p->maxp, sizeof(PrefPairOut));
 }
 
-// The reference model's id in the stored files: the path it was read from (absolute, as the run's
-// record has it) and the seed (a model made from a size descriptor). Changing either is refused on
-// resume, so a file another run left in --out, of the same data, is told apart by these.
-static uint64_t pref_ref_id(const RunConfig* c) {
-    const char* path = c->f.ref_model ? c->f.ref_model : c->f.model;
-    char seed[32];
-    snprintf(seed, sizeof(seed), "%d", c->f.seed);
-    return ((uint64_t)crc32c(0, path, strlen(path)) << 32) | crc32c(0, seed, strlen(seed));
+// The reference model as the messages name it: "--ref-model PATH", or "--model PATH" (train_gpt2:
+// the model the run started from).
+static const char* pref_ref_flag(const RunConfig* c) { return c->f.ref_model ? "--ref-model" : "--model"; }
+static const char* pref_ref_path(const RunConfig* c) { return c->f.ref_model ? c->f.ref_model : c->f.model; }
+
+// The reference model's id in the stored files: what its weights are, a CRC-32C of the sizes and
+// CRC-32Cs of the files they load from (runrecord_model_files: the file or directory, its
+// config.json, an index's shards), or of the size descriptor and the seed they are drawn from
+// (d12, tiny); in the high half the files' bytes. Rank 0 reads the files and sends the id to the
+// other ranks. Fatal, naming the file, when one is gone: a resumed run reads its stored values
+// back only against the weights they were computed from.
+static uint64_t pref_ref_id(const RunConfig* c, Comm* comm, int resume) {
+    uint64_t id = 0;
+    if (comm->rank == 0) {
+        RunBaseFile files[RUNCFG_MAX_BASE_FILES];
+        char missing[LLMC_PATH_MAX], seed[64];
+        const char* path = pref_ref_path(c);
+        const int n = runrecord_model_files(path, files, missing, sizeof(missing));
+        if (n < 0)
+            fatal(resume ? "put the model the run started from back at that path: the stored reference log-probabilities are read back only "
+                           "with the weights they were computed from" : "check the path of the reference model",
+                  "%s %s: '%s' does not exist (the reference's weights)", pref_ref_flag(c), path, missing);
+        uint32_t crc = 0;
+        uint64_t bytes = 0;
+        for (int i = 0; i < n; i++) {
+            const uint64_t f[2] = { files[i].bytes, files[i].crc };
+            crc = crc32c(crc, f, sizeof(f));
+            bytes += files[i].bytes;
+        }
+        if (n == 0) { // a size descriptor: the weights are the seed's
+            snprintf(seed, sizeof(seed), "%s seed %d", path, c->f.seed);
+            crc = crc32c(0, seed, strlen(seed));
+            bytes = strlen(seed);
+        }
+        id = ((uint64_t)(uint32_t)(bytes ^ (bytes >> 32)) << 32) | crc;
+    }
+    comm_broadcast(comm, &id, sizeof(id), 0);
+    return id;
+}
+
+// The hint of a resumed run whose stored reference cannot be read back: the flag that computes it
+// again, from the model the run started from.
+static void pref_resume_hint(const RunConfig* c, int outcome, char* out, size_t cap) {
+    if (outcome == REFLOGPS_OTHER)
+        snprintf(out, cap, "put back what the run started with (the model at %s %s, the data, --batch-size and --seq-len); or give "
+                 "--recompute-reference to compute the reference for this run as it is now, from %s %s (one forward pass over the data)",
+                 pref_ref_flag(c), pref_ref_path(c), pref_ref_flag(c), pref_ref_path(c));
+    else
+        snprintf(out, cap, "give --recompute-reference: it computes the reference log-probabilities again from %s %s, the model the run "
+                 "started from (one forward pass over the data)", pref_ref_flag(c), pref_ref_path(c));
+}
+
+// The stored values of loader i's pairs read back from path (1), or 0 when they must be computed:
+// a new run computes them over whatever it finds (a note says what was wrong with a file an
+// interrupted start left); a resumed run, whose model is trained, is refused naming the file and
+// what computes them again. With --recompute-reference nothing is read.
+static int pref_ref_read(PrefTrain* p, const RunConfig* c, int i, const char* path, const RefKey* key, int resume, int rank) {
+    if (c->f.recompute_reference) return 0;
+    char why[3 * LLMC_PATH_MAX], hint[2 * LLMC_PATH_MAX];
+    const int got = reflogps_load(&p->stored[i], path, key, why, sizeof(why));
+    if (got == REFLOGPS_READ) return 1;
+    if (resume) {
+        pref_resume_hint(c, got, hint, sizeof(hint));
+        if (got == REFLOGPS_NONE) fatal(hint, "'%s' is missing: the resumed run's model is trained, no longer its reference", path);
+        fatal(hint, "%s: the resumed run's model is trained, no longer its reference", why);
+    }
+    if (got != REFLOGPS_NONE && rank == 0) printf("note: %s: computing the reference log-probabilities again\n", why);
+    return 0;
+}
+
+// The model the reference is computed with: m (a new run of train_gpt2: the model before
+// training), or loaded into *other: --ref-model, or on resume train_gpt2's --model (the model the
+// run started from; m holds trained weights). Its sequence length and vocabulary must be the run's.
+static Model* pref_ref_model(const PrefTrain* p, const RunConfig* c, Model* m, Model* other, int resume) {
+    if (!c->f.ref_model && !resume) return m;
+    ModelSpec spec;
+    memset(&spec, 0, sizeof(spec));
+    spec.path = pref_ref_path(c); spec.seed = (uint64_t)c->f.seed; // (activations below, once its n_positions is known)
+    model_assemble(other, &spec);
+    const GPT2Config* rc = &other->gpt.cfg;
+    if (rc->max_seq_len < p->T)
+        fatal("give a reference model whose n_positions is at least --seq-len, or train with a --seq-len it holds (and data prepared for it)",
+              "%s %s holds sequences of at most %d tokens (n_positions), but --seq-len is %d", pref_ref_flag(c), spec.path, rc->max_seq_len, p->T);
+    if (rc->vocab_size != m->gpt.cfg.vocab_size)
+        fatal("give a reference model of the same vocabulary (the same family of checkpoints)", "%s %s has a vocabulary of %d tokens, the policy %d",
+              pref_ref_flag(c), spec.path, rc->vocab_size, m->gpt.cfg.vocab_size);
+    model_alloc_acts(other, p->B, p->T, 0);
+    return other;
 }
 
 // The reference log-probabilities of one loader's pairs with model `ref` (an evaluation loader of
-// its files: every pair once).
-static void pref_ref_compute(PrefTrain* p, RefLogps* out, GPT2* ref, const DataLoader* dl, Comm* comm, uint64_t id) {
+// its files: every pair once), refused, naming the reference, when they are not log-probability
+// sums (weights that are not finite, or overflow). (A resumed run keeps its --ref-model.)
+static void pref_ref_compute(PrefTrain* p, const RunConfig* c, RefLogps* out, GPT2* ref, const DataLoader* dl, const char* flag, Comm* comm,
+                             const RefKey* key, int resume) {
     DataLoader ev;
     dl_init_eval(&ev, dl->pattern, p->B, p->T, dl->rank, dl->world, dl->vocab_size);
+    if (ev.data_id != dl->data_id || ev.n_pairs != dl->n_pairs)
+        fatal("leave the data as it is while a run trains on it (data/prepare into another --out-dir)",
+              "%s '%s' changed during the run (its files are not those the run opened)", flag, dl->pattern);
     linear_set_training(ref->lin, 0, 0);
-    reflogps_compute(out, ref, &p->w, &ev, comm, id);
+    reflogps_compute(out, ref, &p->w, &ev, comm, key);
     dl_free(&ev);
+    const int64_t bad = reflogps_first_bad(out);
+    if (bad >= 0)
+        fatal(resume ? "check the reference's weights (./generate --model PATH shows whether it produces text) and put the model the run started from back"
+                     : "check the reference's weights (./generate --model PATH shows whether it produces text), or give another one as --ref-model",
+              "the reference model %s %s gives pair %lld of %s '%s' the log-probabilities %g (chosen) and %g (rejected): not finite sums of "
+              "log-probabilities (every step's loss would be non-finite)", c->f.ref_model ? "--ref-model" : "(the model before training) --model", pref_ref_path(c),
+              (long long)bad, flag, dl->pattern, out->logp[2 * bad], out->logp[2 * bad + 1]);
 }
 
 int preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader* train, DataLoader* val, Comm* comm,
                         const char* out_dir, int resume) {
     if (p->ref != PREF_REF_STORED) return 0;
-    const uint64_t id = pref_ref_id(c);
+    const uint64_t id = out_dir ? pref_ref_id(c, comm, resume) : 0; // (the files' key: --out none has none)
     DataLoader* dls[2] = { train, val };
-    int have[2] = { 0, 0 };
+    static const char* const flags[2] = { "--train-data", "--val-data" };
+    RefKey keys[2];
+    int64_t have[2] = { 0, 0 };
     char path[LLMC_PATH_MAX];
     for (int i = 0; i < 1 + p->has_val; i++) {
+        keys[i] = (RefKey){ id, dls[i]->data_id, dls[i]->n_pairs, p->B, p->T };
         if (!out_dir) continue;
         path_join(path, sizeof(path), out_dir, REF_FILES[i]);
-        have[i] = reflogps_load(&p->stored[i], path, dls[i]->data_id, id);
-        if (!have[i] && resume && !c->f.ref_model)
-            fatal("give the reference as --ref-model PATH (the model the run started from) to compute them again",
-                  "'%s' is missing: the resumed run's model is trained, no longer its reference", path);
+        have[i] = pref_ref_read(p, c, i, path, &keys[i], resume, comm->rank);
     }
+    comm_allreduce_sum_i64(comm, have, 2); // (every rank reads the same files: the ranks agree on what to compute)
+    for (int i = 0; i < 2; i++)
+        if (have[i] != comm->world) { have[i] = 0; reflogps_free(&p->stored[i]); }
     if (have[0] && (have[1] || !p->has_val)) return 0;
     Model other;
-    Model* ref = m;
-    if (c->f.ref_model) {
-        ModelSpec spec;
-        memset(&spec, 0, sizeof(spec));
-        spec.path = c->f.ref_model; spec.seed = (uint64_t)c->f.seed; spec.B = p->B; spec.T = p->T; spec.T_flag = "--seq-len";
-        model_assemble(&other, &spec);
-        if (other.gpt.cfg.vocab_size != m->gpt.cfg.vocab_size)
-            fatal("give a reference model of the same vocabulary (the same family of checkpoints)", "--ref-model %s has a vocabulary of %d tokens, --model %d",
-                  c->f.ref_model, other.gpt.cfg.vocab_size, m->gpt.cfg.vocab_size);
-        ref = &other;
-    }
+    Model* ref = pref_ref_model(p, c, m, &other, resume);
     for (int i = 0; i < 1 + p->has_val; i++) {
         if (have[i]) continue;
-        pref_ref_compute(p, &p->stored[i], &ref->gpt, dls[i], comm, id);
+        pref_ref_compute(p, c, &p->stored[i], &ref->gpt, dls[i], flags[i], comm, &keys[i], resume);
         if (!out_dir || comm->rank != 0) continue;
         path_join(path, sizeof(path), out_dir, REF_FILES[i]);
         reflogps_save(&p->stored[i], path);
@@ -106,7 +192,7 @@ void preftrain_describe(const PrefTrain* p, const RunConfig* c, char* out, size_
     case PREF_DPO: snprintf(set, sizeof(set), "beta %g, label smoothing %g", q->beta, q->label_smoothing); break;
     default: snprintf(set, sizeof(set), "beta %g", q->beta); break;
     }
-    const int64_t pairs = p->stored[0].n_pairs + p->stored[1].n_pairs;
+    const int64_t pairs = p->stored[0].key.n_pairs + p->stored[1].key.n_pairs;
     char ref[512];
     // the time, in model FLOPs per parameter and token: a forward 2, a step 6 (full) or 4 (LoRA:
     // the frozen weights' backward computes the inputs' gradients only)
@@ -133,6 +219,7 @@ int64_t preftrain_read(PrefTrain* p, DataLoader* dl, int* inputs, int* targets, 
         for (int i = 0; i < p->n[k]; i++) count[1] += pairs[i].c_end - pairs[i].c_first;
     }
     comm_allreduce_sum_i64(comm, count, 2);
+    p->ref_bad = 0; // (this step's: preftrain_micro, preftrain_reduce)
     p->pair_scale = count[0] ? 1.0 / (double)count[0] : 0.0;
     p->nll_scale = pref_uses_nll(p->cfg.objective) && count[1] ? 1.0 / (double)count[1] : 0.0;
     return count[0];
@@ -150,6 +237,7 @@ void preftrain_micro(PrefTrain* p, Model* m, int k, const int* inputs, const int
         pref_score(&m->gpt, &p->w, inputs, tg, docs, p->B, p->T, pairs, n, 1, 0, p->seqs, NULL, NULL);
         model_set_adapters(m, 1);
     } else if (p->ref == PREF_REF_STORED) reflogps_lookup(&p->stored[which], p->ids + (size_t)k * p->maxp, n, p->seqs);
+    for (int i = 0; p->ref != PREF_REF_NONE && i < n; i++) p->ref_bad |= !isfinite(p->seqs[i].ref_c) || !isfinite(p->seqs[i].ref_r);
     linear_set_training(m->gpt.lin, training, tick);
     double nll_sum = 0.0;
     long nll_n = 0;
@@ -164,9 +252,25 @@ void preftrain_micro(PrefTrain* p, Model* m, int k, const int* inputs, const int
     if (training) pref_backward(&m->gpt, &p->w, pairs, p->outs, n, p->pair_scale, p->nll_scale, sink);
 }
 
-void preftrain_reduce(const PrefTrain* p, PrefMetrics* acc, Comm* comm, PrefMeans* out) {
-    comm_allreduce_sum_f64(comm, (double*)acc, PREF_METRICS_N);
+void preftrain_reduce(PrefTrain* p, PrefMetrics* acc, Comm* comm, PrefMeans* out) {
+    double buf[PREF_METRICS_N + 1]; // the metrics and whether a reference value was not finite, in one sum
+    memcpy(buf, acc, sizeof(double) * PREF_METRICS_N);
+    buf[PREF_METRICS_N] = p->ref_bad;
+    comm_allreduce_sum_f64(comm, buf, PREF_METRICS_N + 1);
+    memcpy(acc, buf, sizeof(double) * PREF_METRICS_N);
+    p->ref_bad = buf[PREF_METRICS_N] > 0;
     pref_metrics_mean(&p->cfg, acc, out);
+}
+
+int preftrain_nonfinite_reference(const PrefTrain* p, const RunConfig* c, char* out, size_t cap) {
+    if (!p->ref_bad) return 0;
+    if (p->ref == PREF_REF_ADAPTERS_OFF)
+        snprintf(out, cap, "the reference (the base with the adapters off) gave log-probabilities that are not finite: the weights of --model %s are "
+                 "not finite, or overflow; no learning rate or data helps: give a base model whose weights are finite (or a --ref-model)", c->f.model);
+    else
+        snprintf(out, cap, "the stored reference log-probabilities (OUT/ref_logps_*.bin, of %s %s) are not finite; no learning rate or data helps: "
+                 "resume with --recompute-reference", pref_ref_flag(c), pref_ref_path(c));
+    return 1;
 }
 
 double preftrain_eval(PrefTrain* p, Model* m, DataLoader* val, int64_t batches, int* inputs, int* targets, int* docs, Comm* comm,

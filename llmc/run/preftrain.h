@@ -12,7 +12,9 @@
 //                  trainer: every pair's log-probabilities computed once before training (one
 //                  forward pass over the training and validation data; llmc/run/reflogps.h), kept
 //                  in host memory (16 bytes a pair) and in OUT/ref_logps_train.bin /
-//                  ref_logps_val.bin, read back on resume instead of computed again;
+//                  ref_logps_val.bin, read back on resume instead of computed again (only for the
+//                  weights, data and batches they were computed for: reflogps.h's RefKey; with
+//                  --recompute-reference computed again from the model the run started from);
 //   none           orpo and simpo are reference-free.
 //
 // A step reads every micro-batch first (as the cross-entropy's step does for its token count):
@@ -52,6 +54,7 @@ typedef struct {
     PrefPairOut* outs;         // maxp
     RefLogps stored[2];        // PREF_REF_STORED: the training data's [0] and the validation data's [1]
     int has_val;
+    int ref_bad;               // a reference value of this step (or evaluation) was not finite, on any rank
     double pair_scale, nll_scale; // this step's: 1 / the global batch's pairs, 1 / its chosen targets (orpo)
 } PrefTrain;
 
@@ -60,11 +63,15 @@ typedef struct {
 // is and the objective is sft). Buffers for B x T micro-batches, accum of them a step.
 void preftrain_init(PrefTrain* p, const RunConfig* c, const DataLoader* train, const DataLoader* val, int B, int T, int accum);
 // The reference, PREF_REF_STORED: read back from out_dir (a resumed run, or files an interrupted
-// start left) or computed with m (train_gpt2, a new run: the model before training) or with the
-// model of --ref-model; then written to out_dir by rank 0 (out_dir NULL: --out none, kept in memory
-// only). resume: the run is resumed (m holds trained weights: the files must be there, unless
-// --ref-model can compute them again). Every rank ends with every pair's values. Returns 1 when
-// it computed values (rather than reading them back, or having no stored reference).
+// start left) when a file is whole and of this run's key (reflogps.h's RefKey: the reference's
+// weights, the data, the batches), or computed with m (train_gpt2, a new run: the model before
+// training), with the model of --ref-model, or on resume with --recompute-reference from train_gpt2's
+// --model (the model the run started from); then written to out_dir by rank 0 (out_dir NULL:
+// --out none, kept in memory only). A new run computes over a file it cannot use (noted); a
+// resumed run (m holds trained weights) is refused, naming the file and what computes it again.
+// Computed values that are not log-probability sums are refused naming the reference. Every rank
+// ends with every pair's values. Returns 1 when it computed values (rather than reading them back,
+// or having no stored reference).
 int preftrain_reference(PrefTrain* p, const RunConfig* c, Model* m, DataLoader* train, DataLoader* val, Comm* comm,
                          const char* out_dir, int resume);
 // The start-up report's line: the objective, its settings, the reference and what it costs.
@@ -84,8 +91,12 @@ void preftrain_micro(PrefTrain* p, Model* m, int k, const int* inputs, const int
 // every pair of them (summed across ranks) in *out; returns the loss.
 double preftrain_eval(PrefTrain* p, Model* m, DataLoader* val, int64_t batches, int* inputs, int* targets, int* docs, Comm* comm,
                       PrefMeans* out);
-// The sums over ranks, then the means.
-void preftrain_reduce(const PrefTrain* p, PrefMetrics* acc, Comm* comm, PrefMeans* out);
+// The sums over ranks, then the means (and ref_bad, over ranks).
+void preftrain_reduce(PrefTrain* p, PrefMetrics* acc, Comm* comm, PrefMeans* out);
+// A run whose last steps were not finite because its reference's log-probabilities were not (the
+// base with the adapters off whose weights are not finite, say): 1, with the sentence that names
+// the reference and what to do in out; 0 when the reference was finite.
+int preftrain_nonfinite_reference(const PrefTrain* p, const RunConfig* c, char* out, size_t cap);
 void preftrain_free(PrefTrain* p);
 
 #ifdef __cplusplus

@@ -112,6 +112,9 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--ref-model", NULL, ARG_STR, &f->ref_model, "PATH", "dpo, ipo: the reference model, another checkpoint (any --model form); its log-probabilities "
          "of every pair are computed once before training and kept in --out; default: the model before training (train_gpt2: computed once "
          "the same way; train_lora: the base with the adapters off, at every step)", 1, 0, NULL},
+        {"--recompute-reference", NULL, ARG_BOOL, &f->recompute_reference, NULL, "dpo, ipo with a stored reference (train_gpt2, or --ref-model): "
+         "compute the reference log-probabilities again from the model the run started from (--model, or --ref-model) instead of reading "
+         "OUT/ref_logps_*.bin: how a resume whose files are lost or damaged continues (one forward pass over the data); this invocation only", 1, 0, NULL},
     };
     const ArgSpec lora[] = {
         {"--lora-rank", NULL, ARG_INT, &f->lora_rank, "R", "LoRA rank r", 1, 65536, NULL},
@@ -224,6 +227,11 @@ static int runconfig_check_pref(RunConfig* rc, char* err, size_t cap, const char
     if (pref_config_error(&pc, err, cap)) return -1;
     if (f->ref_model && !pref_uses_reference(o)) {
         snprintf(err, cap, "--ref-model is the reference of --objective dpo and ipo; %s has none", f->objective);
+        return -1;
+    }
+    if (f->recompute_reference && (!pref_uses_reference(o) || (rc->mode == TRAIN_LORA && !f->ref_model))) {
+        snprintf(err, cap, "--recompute-reference is for a stored reference (--objective dpo or ipo with train_gpt2, or with --ref-model); %s",
+                 !pref_uses_reference(o) ? "this objective has none" : "this run's is the base with the adapters off, computed at every step");
         return -1;
     }
     static const char* const only[] = {"--beta", "--label-smoothing", "--orpo-lambda", "--simpo-gamma"};

@@ -90,6 +90,7 @@ typedef struct {
     float pref_beta;             // --beta
     float label_smoothing, orpo_lambda, simpo_gamma;
     const char* ref_model;       // --ref-model: DPO / IPO's reference, another model (NULL: see llmc/run/preftrain.h)
+    int recompute_reference;     // --recompute-reference: the stored reference computed again (this invocation)
     // LoRA (train_lora only)
     int lora_rank;
     float lora_alpha, lora_dropout;

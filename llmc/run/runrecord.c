@@ -37,7 +37,7 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"weight_decay", CHANGE_OPTIMIZER}, {"grad_clip", CHANGE_OPTIMIZER}, {"beta1", CHANGE_OPTIMIZER},
     {"beta2", CHANGE_OPTIMIZER}, {"eps", CHANGE_OPTIMIZER}, {"lora_dropout", CHANGE_OPTIMIZER},
     {"max_skipped_steps", CHANGE_OPTIMIZER},
-    {"objective", CHANGE_REFUSED}, {"ref_model", CHANGE_REFUSED},
+    {"objective", CHANGE_REFUSED}, {"ref_model", CHANGE_REFUSED}, {"recompute_reference", CHANGE_INVOCATION},
     {"beta", CHANGE_OPTIMIZER}, {"label_smoothing", CHANGE_OPTIMIZER}, {"orpo_lambda", CHANGE_OPTIMIZER}, {"simpo_gamma", CHANGE_OPTIMIZER},
     {"eval_every", CHANGE_HARMLESS}, {"eval_batches", CHANGE_HARMLESS}, {"keep_best", CHANGE_HARMLESS},
     {"early_stopping_patience", CHANGE_HARMLESS}, {"early_stopping_min_delta", CHANGE_HARMLESS},
@@ -200,6 +200,7 @@ static void resume_config(RunConfig* rc, const RunConfig* rec, const char* dir, 
     runconfig_copy(rc, rec);
     rc->f.resume = NULL; // this invocation's own
     rc->f.stop_after = 0;
+    rc->f.recompute_reference = 0;
     runconfig_parse_args(rc, argc, argv); // rc->given: exactly the command line's flags now
     if (rc->f.batch_size == ARG_AUTO) rc->f.batch_size = rec->f.batch_size; // (the micro-batch auto chose when the run started)
     absolute_paths(rc);
@@ -315,6 +316,15 @@ static int base_measure(const char* dir, RunBaseFile* files, int n, int* missing
         crc32c_file(p, &files[i].bytes, &files[i].crc);
     }
     return 0;
+}
+
+int runrecord_model_files(const char* model, RunBaseFile* out, char* missing, size_t cap) {
+    char dir[LLMC_PATH_MAX];
+    int miss = 0;
+    const int n = base_files_of(model, dir, sizeof(dir), out);
+    if (base_measure(dir, out, n, &miss) == 0) return n;
+    path_join(missing, cap, dir, out[miss].name);
+    return -1;
 }
 
 // A new LoRA run records its base's files (rank 0; the record is written once training starts).

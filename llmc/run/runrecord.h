@@ -12,7 +12,8 @@
 //     ...): allowed;
 //   - what the checkpoint is a checkpoint of (--model, the data, the batch geometry the data
 //     position counts in, --seed / --shuffle, the LoRA structure): refused with the reason.
-// --resume and --stop-after belong to one invocation and are not taken from the record.
+// --resume, --stop-after and --recompute-reference belong to one invocation and are not taken from
+// the record.
 // Besides the flags the record holds what a resume must find again: the global batch in tokens
 // (total_batch_tokens, filled in from the ranks that started the run when the flag was not
 // given), so that a resume on other ranks keeps it by accumulation (a rank count that cannot is
@@ -70,6 +71,11 @@ typedef struct {
 // resume is fatal, --resume auto then starts a new run.
 void runrecord_start(RunStart* st, RunConfig* rc, Comm* comm, int argc, char** argv, TrainMode mode);
 void runrecord_start_free(RunStart* st);
+
+// The files `model` loads its weights from (runconfig.h's RunBaseFile: names relative to its
+// directory, size, CRC-32C; up to RUNCFG_MAX_BASE_FILES), as train_lora records its base's: their
+// count (0 for a size descriptor such as d12), or -1 with the first missing file's path in missing.
+int runrecord_model_files(const char* model, RunBaseFile* out, char* missing, size_t cap);
 
 // How changing a flag (its JSON key, "lora_rank") on resume is treated, and why a refused one is;
 // -1 for a key no rule covers (then it is refused).

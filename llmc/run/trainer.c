@@ -994,7 +994,8 @@ static void end_diverged(Run* r) {
     else snprintf(why, sizeof(why), "the last %ld steps had a non-finite loss or gradient norm (no update since step %ld)",
                   r->consecutive_bad, r->step - r->consecutive_bad);
     const char* cure = "a lower --lr (or more --warmup-steps, a --grad-clip), or check the data";
-    if (!r->c->write_outputs) snprintf(next, sizeof(next), "--out none: no checkpoint; start again with %s", cure);
+    if (r->pref_on && preftrain_nonfinite_reference(&r->pref, r->c, next, sizeof(next))) {} // (the reference is the cause: it says what helps)
+    else if (!r->c->write_outputs) snprintf(next, sizeof(next), "--out none: no checkpoint; start again with %s", cure);
     else if (good < 0) snprintf(next, sizeof(next), "there is no checkpoint to continue from: start again with %s", cure);
     else if (good == r->ckpt_last && !r->ckpt_last_good && !r->ckpt_last_here)
         snprintf(next, sizeof(next), "the newest checkpoint is step %ld, where this run started, and no step after it was finite: resuming from it "
