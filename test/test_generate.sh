@@ -27,6 +27,17 @@ d=$(run --prompt "The quick brown fox" -g 16 --seed 7 --quiet --no-kv-cache)
 g1=$(run --prompt "Once upon a time" -g 12 --temperature 0 --quiet); g2=$(run --prompt "Once upon a time" -g 12 --top-k 1 --seed 3 --quiet)
 g3=$(run --prompt "Once upon a time" -g 12 --temperature 0 --quiet --no-kv-cache)
 [ -n "$g1" ] && [ "$g1" = "$g2" ] && [ "$g1" = "$g3" ] && ok "greedy: temperature 0 == top-k 1 == no cache" || bad "greedy variants differ: '$g1' '$g2' '$g3'"
+# tiny temperatures choose as their limit, greedy, does: --temperature 1e-45 .. 1e-39 passed the
+# range check and emitted <|endoftext|> at once (1 / T overflowed to inf, the maximum's scaled logit
+# was 0 * inf = NaN). Token by token against the greedy run, up to a tie of the two largest logits
+# (where either token is the limit's choice)
+run --prompt "Once upon a time" -g 12 --temperature 0 --quiet --logits-out "$TMP/lg0" > /dev/null || bad "greedy --logits-out"
+for t in 1e-45 1e-40 1e-39 1e-38; do
+  run --prompt "Once upon a time" -g 12 --temperature $t --seed 3 --quiet --logits-out "$TMP/lgt" > /dev/null || bad "--temperature $t failed"
+  paste -d' ' "$TMP/lg0" "$TMP/lgt" | awk '$2 == $3 {exit 0} $1 != $4 {exit 1} END {if (NR != 12) exit 1}' \
+    && ok "tiny temperatures act as greedy: --temperature $t chooses greedy's tokens (no <|endoftext|> at once)" \
+    || bad "--temperature $t: ids $(cut -d' ' -f1 "$TMP/lgt" | tr '\n' ' ') vs greedy $(cut -d' ' -f1 "$TMP/lg0" | tr '\n' ' ')"
+done
 k=$(run --prompt "Once upon a time" -g 12 --top-k 40 --temperature 0.8 --seed 1 --quiet)
 [ -n "$k" ] && ok "top-k 40 at temperature 0.8 runs" || bad "top-k sampling printed nothing"
 # --dtype: the banner says which GEMMs ran (test_sampling checks the bf16 numbers)
