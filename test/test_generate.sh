@@ -38,6 +38,11 @@ for t in 1e-45 1e-40 1e-39 1e-38; do
     && ok "tiny temperatures act as greedy: --temperature $t chooses greedy's tokens (no <|endoftext|> at once)" \
     || bad "--temperature $t: ids $(cut -d' ' -f1 "$TMP/lgt" | tr '\n' ' ') vs greedy $(cut -d' ' -f1 "$TMP/lg0" | tr '\n' ' ')"
 done
+# --prompt "" is the empty prompt --help describes (<|endoftext|>): it was refused with
+# "--prompt: empty value"
+e2=$(run -g 8 --seed 4 --quiet); e1=$(run --prompt "" -g 8 --seed 4 --quiet) && [ -n "$e1" ] && [ "$e1" = "$e2" ] \
+  && ok "--prompt \"\" accepted, as --help says: the text of the default <|endoftext|> prompt" || { cat "$TMP/err"; bad "--prompt '': '$e1' vs '$e2'"; }
+e3=$(run --prompt= -g 8 --seed 4 --quiet) && [ -n "$e3" ] && [ "$e3" = "$e2" ] && ok "... and --prompt= too" || { cat "$TMP/err"; bad "--prompt=: '$e3'"; }
 k=$(run --prompt "Once upon a time" -g 12 --top-k 40 --temperature 0.8 --seed 1 --quiet)
 [ -n "$k" ] && ok "top-k 40 at temperature 0.8 runs" || bad "top-k sampling printed nothing"
 # --dtype: the banner says which GEMMs ran (test_sampling checks the bf16 numbers)
