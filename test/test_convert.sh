@@ -108,6 +108,11 @@ for x in x5.safetensors x6.gguf x7.gguf x8.gguf x9.gguf x10.bin x11.bin x12.gguf
   [ ! -e "$TMP/$x" ] || bad "refused run left $x behind"
 done
 
+# ---- --seed's help says what the seed does in convert (it said "init from scratch, shuffling, dropout")
+h=$("$CONV" --help | grep -- '^  --seed ')
+grep -q "initiali" <<<"$h" && ! grep -qE "shuffl|dropout|sampl" <<<"$h" && ok "convert --help: --seed is the size descriptor's initialization seed" \
+  || bad "convert --seed help: $h"
+
 # ---- bad input: one message, non-zero exit, nothing written
 expect_fail "no --model" "--model is required" "$CONV" --out "$TMP/x.bin"
 expect_fail "no --out" "--out is required" "$CONV" --model $REF/hf_tiny

@@ -43,6 +43,9 @@ done
 e2=$(run -g 8 --seed 4 --quiet); e1=$(run --prompt "" -g 8 --seed 4 --quiet) && [ -n "$e1" ] && [ "$e1" = "$e2" ] \
   && ok "--prompt \"\" accepted, as --help says: the text of the default <|endoftext|> prompt" || { cat "$TMP/err"; bad "--prompt '': '$e1' vs '$e2'"; }
 e3=$(run --prompt= -g 8 --seed 4 --quiet) && [ -n "$e3" ] && [ "$e3" = "$e2" ] && ok "... and --prompt= too" || { cat "$TMP/err"; bad "--prompt=: '$e3'"; }
+# --seed's help says what the seed does here (it said "init from scratch, shuffling, dropout")
+h=$("$GEN" --help | grep -- '^  --seed ')
+grep -q "sampl" <<<"$h" && ! grep -qE "init|shuffl|dropout" <<<"$h" && ok "generate --help: --seed is the sampling's seed" || bad "generate --seed help: $h"
 k=$(run --prompt "Once upon a time" -g 12 --top-k 40 --temperature 0.8 --seed 1 --quiet)
 [ -n "$k" ] && ok "top-k 40 at temperature 0.8 runs" || bad "top-k sampling printed nothing"
 # --dtype: the banner says which GEMMs ran (test_sampling checks the bf16 numbers)

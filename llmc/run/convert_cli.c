@@ -45,7 +45,9 @@ static void convert_parse(ConvertFlags* f, int argc, char** argv) {
                            "q8_0 (llama.cpp's 8-bit blocks); biases, norms and position embedding stay f32", 1, 0, gguf_types};
     specs[n++] = (ArgSpec){"--vocab", NULL, ARG_STR, &f->vocab, "PATH",
                            "vocabulary for the tokenizer of an hf or gguf output (default: next to the model, else data/gpt2)", 1, 0, NULL};
-    specs[n++] = cli_flag_seed(&f->seed);
+    specs[n] = cli_flag_seed(&f->seed);
+    specs[n++].help = "with --model d6..d48 / tiny: the seed of the initialization (the weights a trainer starts from with the same "
+                      "--model and --seed); unused for a model read from a file";
     specs[n++] = cli_flag_threads(&f->threads);
     args_parse(argc, argv, specs, n,
                "usage: convert --model PATH [--adapter DIR] --out PATH [--to auto|hf|llmc|llmc-bf16|safetensors|gguf|gguf-lora] [--gguf-type T]\n\n"

@@ -41,7 +41,8 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     specs[i_prompt].help = "text to continue (<|endoftext|> is the special token; empty = <|endoftext|>); with --chat the user's message";
     n += CLI_SAMPLE_NFLAGS;
     specs[n++] = (ArgSpec){"--max-new-tokens", "-g", ARG_INT, &g->max_new, "N", "tokens to generate (fewer if <|endoftext|> comes first)", 1, 1 << 20, NULL};
-    specs[n++] = cli_flag_seed(&g->seed);
+    specs[n] = cli_flag_seed(&g->seed);
+    specs[n++].help = "seed of the sampling: the same seed, model and flags give the same text (unused by greedy decoding)";
     specs[n++] = (ArgSpec){"--no-kv-cache", NULL, ARG_BOOL, &g->no_kv, NULL, "recompute the whole sequence for every token (slow; for checking the cache)", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--chat", NULL, ARG_STR, &g->chat, "TEMPLATE", "--prompt is a user message: render it with this chat template as data/prepare --chat-template does, answer as the assistant", 1, 0, chat_choices};
     specs[n++] = (ArgSpec){"--system", NULL, ARG_STR, &g->system, "TEXT", "with --chat: a system message before the user's", 1, 0, NULL};
