@@ -936,6 +936,21 @@ static int show_main(int argc, char** argv) {
     return 0;
 }
 
+// What helps when every record was dropped from its window: records dropped as too long
+// (--overlong drop) fit with a longer window or when cut (truncate, the default); records left
+// without a trained token (the completion, the assistant's turns, cut off beyond the window, or
+// empty) need a longer window, or --train-on-inputs to train on their prompts too.
+static const char* no_fit_hint(const Args* a, const Stream* s, char* buf, size_t cap) {
+    const char* flag = a->pack ? "--pack" : "--record-windows";
+    int n = snprintf(buf, cap, "raise %s", flag);
+    if (s->dropped_long) n += snprintf(buf + n, cap - (size_t)n, ", or use --overlong truncate (the default: a record keeps its first tokens)");
+    if (s->dropped_empty)
+        snprintf(buf + n, cap - (size_t)n, "%s: the trained tokens (completions, assistant turns) lie beyond the first %d tokens or are empty%s",
+                 s->dropped_long ? "; for the records with no trained token" : "", a->pack ? a->pack : a->window,
+                 s->pairs ? "" : " (or train on the prompts too with --train-on-inputs)");
+    return buf;
+}
+
 static int has_flag(int argc, char** argv, const char* flag) {
     for (int i = 1; i < argc; i++) if (strcmp(argv[i], flag) == 0) return 1;
     return 0;
@@ -961,9 +976,11 @@ int main(int argc, char** argv) {
         else add_json_file(&s, &tk, &a, a.inputs[k]);
     }
     st_finish(&s, a.doc_sep != SEP_NONE);
-    if ((s.window || s.pack) && s.n_doc == 0)
-        fatal(a.pack ? "raise --pack, or use --overlong truncate" : "raise --record-windows, or use --overlong truncate",
-              "no record fits a window (%lld too long, %lld with no trained token)", s.dropped_long, s.dropped_empty);
+    if ((s.window || s.pack) && s.n_doc == 0) {
+        char hint[512];
+        fatal(no_fit_hint(&a, &s, hint, sizeof(hint)), "no record fits a window (%lld too long, %lld with no trained token)",
+              s.dropped_long, s.dropped_empty);
+    }
     size_t content = s.n - s.n_doc - (a.doc_sep != SEP_NONE);
     if (!s.window && !s.pack && content == 0) fatal("check the --input files", "the input holds no text (only empty documents)");
     if (s.n < 2) fatal("give more text", "the input has only %zu token", s.n);

@@ -252,6 +252,16 @@ check "text documents in windows: 2 windows + 1, with a mask (padding untrained)
 expect_failF "--record-windows with --doc-sep none" "--record-windows with --doc-sep none" "$P" --input "$T/paras.txt" --doc-sep none --out-dir "$T/x" --record-windows 16
 expect_failF "--overlong without windows" "--overlong given without --record-windows" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --overlong drop
 expect_failF "no record fits" "no record fits a window" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --field prompt=question,completion=answer --record-windows 4 --overlong drop
+# the hint says what helps: records cut before their completion under the default --overlong
+# truncate were told to "use --overlong truncate"
+printf '{"prompt": "one two three four five six seven eight nine ten", "completion": " yes"}\n' > "$T/longp.jsonl"
+for w in "--record-windows 4" "--pack 4"; do
+  out=$("$P" --input "$T/longp.jsonl" --out-dir "$T/x" $w --val-tokens 0 2>&1); rc=$?
+  check "no record fits ($w, completions cut off under the default truncate): the hint names what helps, not the default ($(grep hint <<<"$out"))" \
+    eval '[ $rc -ne 0 ] && grep -qF "hint: raise ${w% *}: the trained tokens (completions, assistant turns) lie beyond the first 4 tokens or are empty (or train on the prompts too with --train-on-inputs)" <<<"$out" && ! grep -q overlong <<<"$out"'
+done
+out=$("$P" --input "$T/qa.jsonl" --out-dir "$T/x" --field prompt=question,completion=answer --record-windows 4 --overlong drop 2>&1)
+check "... and records dropped as too long: raise the window or truncate them" grep -qF "hint: raise --record-windows, or use --overlong truncate (the default" <<<"$out"
 # the trainer takes the windows only with the matching --seq-len
 TRAIN="${BIN_DIR}/train_gpt2"
 if [ -x "$TRAIN" ]; then
