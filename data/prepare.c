@@ -12,6 +12,7 @@
 #include "base/fileio.h"
 #include "base/timer.h"
 #include "base/check.h"
+#include "base/rand.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,11 @@ static void usage(FILE* f) {
 "                         tinyshakespeare script does; none: no <|endoftext|> separators at all\n"
 "  --val-frac F           fraction of tokens for validation (default 0.1)\n"
 "  --val-tokens N         number of validation tokens instead (0: no validation split)\n"
+"  --shuffle              validation is records (documents) drawn at random, as Hugging Face's\n"
+"                         train_test_split(shuffle=True) draws them (default: the first ones);\n"
+"                         each side keeps the input order\n"
+"  --seed S               the seed of --shuffle: the same seed, inputs and flags give the same\n"
+"                         split (default 1337)\n"
 "  --shard-tokens N       most tokens per shard file (default 100000000)\n"
 "  --vocab PATH           tokenizer directory or file (default data/gpt2, here or near this program)\n"
 "  --allow-special        recognise <|endoftext|> written in the input as the special token\n"
@@ -113,6 +119,8 @@ typedef struct {
     int pack_order;       // PACK_*
     int drop_overlong;
     int json_flags_given; // --schema / --field / --role / --chat-template (refused for text)
+    int shuffle;          // --shuffle: validation's records drawn at random
+    long long seed;       // --seed (-1: not given)
 } Args;
 
 // ----------------------------------------------------------------------------------------------
@@ -134,6 +142,7 @@ typedef struct {
                               // packed together as one unit (s->pack is the window)
     int pack_one;             // pairs of --record-windows: one pair a window
     long long no_target, truncated, dropped_long, dropped_empty, identical;
+    size_t val_docs;          // --shuffle: validation is the first val_docs documents (0: split by size)
 } Stream;
 
 static void st_reserve(Stream* s, size_t extra) {
@@ -765,13 +774,14 @@ static int parse_value_flag(Args* a, const char* f, char* v, int* have_frac) {
     else if (strcmp(f, "--record-windows") == 0) a->window = (int)parse_ll(f, v, 2, 1 << 20);
     else if (strcmp(f, "--pack") == 0) a->pack = (int)parse_ll(f, v, 2, 1 << 20);
     else if (strcmp(f, "--vocab") == 0) a->vocab = v;
+    else if (strcmp(f, "--seed") == 0) a->seed = parse_ll(f, v, 0, INT32_MAX);
     else return 0;
     return 1;
 }
 
 static void parse_args(Args* a, int argc, char** argv) {
     memset(a, 0, sizeof(*a));
-    a->val_frac = 0.1; a->val_tokens = -1; a->shard_tokens = 100000000;
+    a->val_frac = 0.1; a->val_tokens = -1; a->shard_tokens = 100000000; a->seed = -1;
     rec_mapping_init(&a->map);
     a->chat = chat_template_get("plain");
     int have_frac = 0, overlong_given = 0, order_given = 0;
@@ -781,6 +791,7 @@ static void parse_args(Args* a, int argc, char** argv) {
         if (strcmp(f, "--allow-special") == 0) { a->allow_special = 1; continue; }
         if (strcmp(f, "--train-on-inputs") == 0) { a->train_on_inputs = 1; continue; }
         if (strcmp(f, "--quiet") == 0) { a->quiet = 1; continue; }
+        if (strcmp(f, "--shuffle") == 0) { a->shuffle = 1; continue; }
         if (strcmp(f, "--ids") == 0) fatal("data/prepare --show FILE.bin --ids", "--ids goes with --show");
         if (strcmp(f, "--input") == 0) {
             int got = 0;
@@ -805,6 +816,7 @@ static void parse_args(Args* a, int argc, char** argv) {
         fatal("--overlong is for --record-windows and --pack", "--overlong given without --record-windows or --pack");
     if (a->window && a->pack) fatal("give one of them: one record per window, or records packed together", "--record-windows and --pack are mutually exclusive");
     if (order_given && !a->pack) fatal("--pack-order is for --pack", "--pack-order given without --pack");
+    if (a->seed >= 0 && !a->shuffle) fatal("add --shuffle to draw validation's records at random with this seed", "--seed is the seed of --shuffle");
 }
 
 static void check_inputs(Args* a) {
@@ -822,6 +834,7 @@ static void check_inputs(Args* a) {
         fatal("--schema, --field, --role and --chat-template are for JSON records (pass --format jsonl or json)", "they were given with text input");
     if (a->window && a->doc_sep == SEP_NONE) fatal("--record-windows needs documents: use --doc-sep file or blank", "--record-windows with --doc-sep none");
     if (a->pack && a->doc_sep == SEP_NONE) fatal("--pack needs documents: use --doc-sep file or blank", "--pack with --doc-sep none");
+    if (a->shuffle && a->doc_sep == SEP_NONE) fatal("--shuffle draws documents: use --doc-sep file or blank", "--shuffle with --doc-sep none");
     const int W = a->window ? a->window : a->pack;
     if (W && a->shard_tokens <= W) fatal("raise --shard-tokens", "--shard-tokens %lld cannot hold one window of %d tokens + 1", a->shard_tokens, W);
     if (!a->name[0]) {
@@ -835,18 +848,86 @@ static void check_inputs(Args* a) {
 
 // ----------------------------------------------------------------------------------------------
 
+#define SHUFFLE_RNG_STREAM 0x53504c4954ull // ("SPLIT": the permutation of --shuffle, llmc/base/rand.h)
+#define SPLIT_DEFAULT_SEED 1337               // (the trainers' default --seed)
+
+// The validation size asked for, in tokens of a stream of `total`.
+static size_t val_target(const Args* a, size_t total) {
+    return a->val_tokens >= 0 ? (size_t)a->val_tokens : (size_t)(a->val_frac * (double)total + 0.5);
+}
+
+// --shuffle: which units (records; preference pairs) are validation's. A permutation of them from
+// --seed (Fisher-Yates, draw i = rand_uniform(seed, SHUFFLE_RNG_STREAM, i)); its first k units,
+// k >= 1 with the total nearest to the requested size and one unit left for training, are
+// marked in val. Returns k (0: no split, or fewer than two units).
+static size_t shuffle_pick(const Args* a, const Stream* s, uint8_t* val) {
+    const size_t ku = unit_docs(s), units = s->n_doc / ku, target = val_target(a, s->n);
+    if (units < 2 || target == 0) return 0;
+    size_t* perm = (size_t*)mallocCheck(units * sizeof(size_t));
+    for (size_t u = 0; u < units; u++) perm[u] = u;
+    const uint64_t seed = (uint64_t)(a->seed >= 0 ? a->seed : SPLIT_DEFAULT_SEED);
+    for (size_t i = units - 1; i > 0; i--) {
+        size_t j = (size_t)(rand_uniform(seed, SHUFFLE_RNG_STREAM, i) * (double)(i + 1));
+        if (j > i) j = i;
+        const size_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    }
+    size_t k = 0, cum = 0;
+    while (k < units - 1) {
+        const size_t next = cum + rec_len(s, perm[k]);
+        if (k > 0 && next >= target && next - target >= target - cum) break; // (the total before it is nearer)
+        cum = next; k++;
+        if (cum >= target) break;
+    }
+    memset(val, 0, units);
+    for (size_t i = 0; i < k; i++) val[perm[i]] = 1;
+    free(perm);
+    return k;
+}
+
+// --shuffle: the documents rearranged, validation's units first, then training's, each in input
+// order, so that the split is the boundary after validation's (s->val_docs). In a stream a
+// document's first <|endoftext|> takes the mask of the token now before it (st_begin_doc's rule);
+// in windows and packed records it stays untrained. Runs once every document is closed.
+static void shuffle_split(const Args* a, Stream* s) {
+    const size_t ku = unit_docs(s), units = s->n_doc / ku;
+    if (s->n_doc == 0 || s->doc_start[0] != 0) return;
+    uint8_t* val = (uint8_t*)mallocCheck(units + 1);
+    const size_t k = shuffle_pick(a, s, val);
+    if (k == 0) { free(val); return; }
+    uint16_t* tok = (uint16_t*)mallocCheck(s->cap * sizeof(uint16_t));
+    uint8_t* mask = (uint8_t*)mallocCheck(s->cap);
+    size_t* start = (size_t*)mallocCheck(s->cap_doc * sizeof(size_t));
+    uint8_t* stop = (uint8_t*)mallocCheck(s->cap_doc);
+    size_t n = 0, nd = 0;
+    for (int side = 1; side >= 0; side--)
+        for (size_t u = 0; u < units; u++) {
+            if (val[u] != side) continue;
+            for (size_t d = u * ku; d < u * ku + ku; d++) {
+                const size_t b = s->doc_start[d], len = doc_end(s, d) - b;
+                memcpy(tok + n, s->tok + b, len * sizeof(uint16_t));
+                memcpy(mask + n, s->mask + b, len);
+                if (!s->window && !s->pack) mask[n] = n ? mask[n - 1] : 0;
+                start[nd] = n; stop[nd] = s->pack ? s->doc_stop[d] : 0;
+                n += len; nd++;
+            }
+        }
+    free(s->tok); free(s->mask); free(s->doc_start); free(s->doc_stop); free(val);
+    s->tok = tok; s->mask = mask; s->doc_start = start; s->doc_stop = stop;
+    s->val_docs = k * ku;
+}
+
 // Validation is the first documents, cut at the document boundary nearest to the requested size
 // (so no document is split), or exactly at it if there is no inner boundary. Returns the size
 // asked for; *cut is where training starts, *val_hi where validation ends (one past the EOT
 // that closes its last document, which also starts training).
 static size_t split_point(const Args* a, const Stream* s, size_t* cut, size_t* val_hi, int* exact) {
     size_t total = s->n;
-    size_t target = a->val_tokens >= 0 ? (size_t)a->val_tokens : (size_t)(a->val_frac * (double)total + 0.5);
+    size_t target = val_target(a, total);
     *cut = *val_hi = 0; *exact = 0;
     if (target == 0) return 0;
     if (target >= total) fatal("ask for fewer validation tokens", "a validation split of %zu tokens leaves no training tokens (the input has %zu)", target, total);
-    size_t best = 0, bestd = SIZE_MAX;
-    for (size_t d = 0; d < s->n_doc; d++) {
+    size_t best = s->val_docs ? s->doc_start[s->val_docs] : 0, bestd = s->val_docs ? 0 : SIZE_MAX; // (--shuffle: its boundary)
+    for (size_t d = 0; d < s->n_doc && !s->val_docs; d++) {
         if (s->pairs && d % 2) continue; // (a pair is never split)
         size_t b = s->doc_start[d];
         if (b == 0) continue;
@@ -879,6 +960,21 @@ static void print_packing(const Args* a, const Stream* s, const Stream* w) {
            s->pairs ? "pair" : "record", s->pack, units, 100.0 * real / rw_slots, 100.0 * trained / rw_slots);
 }
 
+// How validation was chosen (at a document boundary): drawn at random, or the first units.
+static void print_split(const Args* a, const Stream* s, size_t cut, int exact) {
+    const size_t ku = unit_docs(s), units = s->n_doc / ku;
+    const char* what = s->pairs ? "preference pairs" : a->format == FMT_TEXT ? "documents" : "records";
+    if (s->val_docs) {
+        printf("split: validation is %zu of the %zu %s, drawn at random (--shuffle, --seed %lld); each side in input order\n",
+               s->val_docs / ku, units, what, a->seed >= 0 ? a->seed : (long long)SPLIT_DEFAULT_SEED);
+        return;
+    }
+    if (!cut || exact || s->pack) return; // (no split, a cut inside a document; packed: cut counts window tokens)
+    size_t k = 0;
+    while (k < units && s->doc_start[k * ku] < cut) k++;
+    printf("split: validation is the first %zu of the %zu %s (--shuffle draws them at random)\n", k, units, what);
+}
+
 // s: the documents read; w: what was written (s, or its packed windows)
 static void print_summary(const Args* a, const Stream* s, const Stream* w, size_t target, size_t cut, size_t val_hi, int exact) {
     printf("%s: %zu documents, %zu tokens (val %zu, train %zu)%s\n", a->name, s->n_doc, w->n, val_hi, w->n - cut,
@@ -887,6 +983,7 @@ static void print_summary(const Args* a, const Stream* s, const Stream* w, size_
         printf("%s of %d tokens: %lld %s truncated, %lld dropped as too long, %lld dropped with no trained token\n",
                s->window ? "record windows" : s->pack_one ? "pair windows" : "packed windows", s->window ? s->window : s->pack, s->truncated,
                s->pairs ? "pair(s)" : "record(s)", s->dropped_long, s->dropped_empty);
+    print_split(a, s, cut, exact);
     if (s->identical)
         printf("warning: %lld pair(s) have the same chosen and rejected completion (their gradients cancel: they teach nothing)\n", s->identical);
     if (s->pack) print_packing(a, s, w);
@@ -975,6 +1072,7 @@ int main(int argc, char** argv) {
         if (a.format == FMT_TEXT) add_text_file(&s, &tk, &a, a.inputs[k]);
         else add_json_file(&s, &tk, &a, a.inputs[k]);
     }
+    if (a.shuffle) shuffle_split(&a, &s);
     st_finish(&s, a.doc_sep != SEP_NONE);
     if ((s.window || s.pack) && s.n_doc == 0) {
         char hint[512];

@@ -517,6 +517,70 @@ expect_failF "pairs and other records do not mix" "line 1: a preference pair amo
 expect_failF "--train-on-inputs with pairs" "--train-on-inputs with preference pairs" "$P" --input test/ref/prepare_pref.jsonl --out-dir "$T/x" --pack 96 --train-on-inputs
 check "failed pair runs wrote nothing" [ -z "$(ls "$T/x" 2>/dev/null)" ]
 
+# --- 11. --shuffle --seed S: validation's records drawn at random (Hugging Face's
+# train_test_split(shuffle=True, seed=S)); it was always the first records, with no option.
+# Same seed, same split; another seed, another; every record on exactly one side, whole, each side
+# in input order; and the shards are exactly those of the same records given in that order
+# (validation's first), unshuffled: tokens, masks and the boundary <|endoftext|> as in any split
+python3 -c "
+import json
+for i in range(40): print(json.dumps({'prompt': 'Question %d?' % i, 'completion': ' Answer number %d.' % i}))" > "$T/sh.jsonl"
+shown() { "$P" --show "$1" --tokens 0 | grep -v '^#' | sed 's/\[\[//g; s/\]\]//g'; }
+sides_ok() { # sides_ok DIR NAME: each record once, whole, on one side; each side ascending; prints the validation ids
+  python3 - "$(shown "$1/$2_val_000000.bin")" "$(shown "$1/$2_train_000000.bin")" <<'PY'
+import re, sys
+sides = []
+for text in sys.argv[1:3]:
+    recs = [r for r in text.replace("\n", "").split("<|endoftext|>") if r]
+    ids = []
+    for r in recs:
+        m = re.fullmatch(r"Question (\d+)\? Answer number (\d+)\.", r)
+        if not m or m.group(1) != m.group(2): sys.exit("a record cut or mixed: %r" % r)
+        ids.append(int(m.group(1)))
+    if ids != sorted(ids): sys.exit("a side out of input order: %s" % ids)
+    sides.append(ids)
+if sorted(sides[0] + sides[1]) != list(range(40)): sys.exit("records missing or twice: %s | %s" % tuple(sides))
+print(" ".join(map(str, sides[0])))
+PY
+}
+for mode in "" "--record-windows 16" "--pack 32"; do
+  for sd in 1 1b 2; do
+    "$P" --input "$T/sh.jsonl" --out-dir "$T/sh$sd" --val-frac 0.25 --shuffle --seed ${sd%b} $mode --quiet || bad "--shuffle --seed $sd $mode failed"
+  done
+  v1=$(sides_ok "$T/sh1" sh); r1=$?; v2=$(sides_ok "$T/sh2" sh); r2=$?
+  [ $r1 = 0 ] && [ $r2 = 0 ] && [ "$v1" != "$(seq -s' ' 0 9)" ] \
+    && ok "--shuffle ${mode:-(a stream)}: every record once, whole, on one side, each side in input order; validation $v1 | $v2" \
+    || bad "--shuffle $mode: $v1 | $v2"
+  check "--shuffle ${mode:-(a stream)}: the same seed gives the same split" eval 'cmp -s "$T/sh1/sh_val_000000.bin" "$T/sh1b/sh_val_000000.bin" && cmp -s "$T/sh1/sh_train_000000.mask" "$T/sh1b/sh_train_000000.mask"'
+  check "--shuffle ${mode:-(a stream)}: another seed, another split" eval '[ -n "$v1" ] && [ "$v1" != "$v2" ]'
+done
+"$P" --input "$T/sh.jsonl" --out-dir "$T/sh1" --val-frac 0.25 --shuffle --seed 1 > "$T/sh1.log"
+python3 - "$T/sh.jsonl" "$(sides_ok "$T/sh1" sh)" > "$T/sh_order.jsonl" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+val = [int(v) for v in sys.argv[2].split()]
+for i in val + [i for i in range(len(lines)) if i not in val]: print(lines[i])
+PY
+nv=$(hdr "$T/sh1/sh_val_000000.bin" 2)
+"$P" --input "$T/sh_order.jsonl" --out-dir "$T/sho" --name sh --val-tokens "$nv" --quiet
+same_shards() { local f; for f in val_000000.bin val_000000.mask train_000000.bin train_000000.mask; do cmp -s "$1/sh_$f" "$2/sh_$f" || return 1; done; }
+check "--shuffle: the shards are those of the records in that order, unshuffled (tokens, masks, the split's <|endoftext|>)" same_shards "$T/sh1" "$T/sho"
+check "--shuffle: the summary says how validation was chosen" grep -q "^split: validation is 10 of the 40 records, drawn at random (--shuffle, --seed 1); each side in input order" "$T/sh1.log"
+"$P" --input "$T/sh.jsonl" --out-dir "$T/sh0" --val-frac 0.25 > "$T/sh0.log"
+check "without --shuffle validation is the first records (the default, unchanged), and the summary says so" eval \
+  '[ "$(sides_ok "$T/sh0" sh)" = "$(seq -s" " 0 9)" ] && grep -q "^split: validation is the first 10 of the 40 records (--shuffle draws them at random)" "$T/sh0.log"'
+"$P" --input test/ref/prepare_pref.jsonl --out-dir "$T/shp" --pack 96 --val-frac 0.3 --shuffle --seed 3 --quiet \
+  && check "--shuffle with preference pairs: validation takes whole pairs (chosen and rejected records, the last token training's first, a chosen one: $(masks "$T/shp/prepare_pref_val_000000.mask" | awk '{c += int($1 / 4) % 2; r += int($1 / 8) % 2} END {print c + 0, r + 0}'))" eval \
+       '[ "$(masks "$T/shp/prepare_pref_val_000000.mask" | awk "{c += int(\$1 / 4) % 2; r += int(\$1 / 8) % 2} END {print (c == r + 1 && r > 0)}")" = 1 ]' \
+  || bad "--shuffle with pairs failed"
+# the README's example output, --out-dir data/mine in the checkout, showed as untracked in git
+if command -v git > /dev/null && git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  check "the README's --out-dir data/mine is ignored by git (it showed as untracked)" git check-ignore -q data/mine/my_text_train_000000.bin
+  check "... while data/gpt2 (the bundled vocabulary) is not" eval '! git check-ignore -q data/gpt2/encoder.json'
+fi
+expect_failF "--seed without --shuffle" "--seed is the seed of --shuffle" "$P" --input "$T/sh.jsonl" --out-dir "$T/x" --seed 3
+expect_failF "--shuffle with --doc-sep none" "--shuffle with --doc-sep none" "$P" --input "$T/f1.txt" --out-dir "$T/x" --doc-sep none --shuffle
+
 # --help works and exits 0
 check "--help" bash -c "'$P' --help | grep -q -- '--val-frac'"
 
