@@ -13,6 +13,7 @@
 #include "base/timer.h"
 #include "base/check.h"
 #include "base/rand.h"
+#include "run/runlock.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -662,12 +663,9 @@ static void write_split(const Args* a, const Stream* s, const char* split, size_
     }
 }
 
-// 1 when f is this run's kind of output, NAME_{train,val}_NNNNNN.{bin,mask}, or (*tmp set) the
-// temporary file of one (".tmp.PID") whose writer is no longer running: a data/prepare killed
-// before its rename left it.
-static int is_output_name(const Args* a, const char* f, int* tmp) {
+// 1 when f is this run's kind of output, NAME_{train,val}_NNNNNN.{bin,mask}.
+static int is_output_name(const Args* a, const char* f) {
     size_t nl = strlen(a->name);
-    *tmp = 0;
     if (strncmp(f, a->name, nl) != 0 || f[nl] != '_') return 0;
     const char* r = f + nl + 1;
     const char* digits = NULL;
@@ -677,42 +675,44 @@ static int is_output_name(const Args* a, const char* f, int* tmp) {
     for (int k = 0; k < 6; k++) if (digits[k] < '0' || digits[k] > '9') return 0;
     const char* ext = digits + 6;
     const size_t el = strncmp(ext, ".bin", 4) == 0 ? 4 : strncmp(ext, ".mask", 5) == 0 ? 5 : 0;
-    if (!el) return 0;
-    if (ext[el] == '\0') return 1;
-    if (strncmp(ext + el, ".tmp.", 5) != 0) return 0;
-    char* end;
-    const long pid = strtol(ext + el + 5, &end, 10);
-    if (*end || pid <= 0 || pid == (long)getpid()) return 0;
-    *tmp = kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-    return *tmp;
+    return el && ext[el] == '\0';
+}
+
+static int is_output_ctx(const char* f, void* a) { return is_output_name((const Args*)a, f); }
+
+// --out-dir is locked for this run's names (llmc/run/runlock.h) once it exists: refused while a
+// trainer runs there or a data/prepare of the same --name writes there; returns 1 when held.
+static int lock_out_dir(const Args* a, int argc, char** argv) {
+    char key[300];
+    snprintf(key, sizeof(key), "%s_{train,val}_NNNNNN.{bin,mask}", a->name);
+    const char* names[1] = { key };
+    return runlock_writer_acquire(a->out_dir, "--out-dir", names, 1, argc, argv);
 }
 
 // Before anything is written: every NAME_{train,val}_NNNNNN.{bin,mask} of the directory (an
-// earlier output of this name; .bin files first, so no shard is ever without its mask), and the
-// temporary files of killed runs. A run stopped at any point then leaves its own files, whole
-// or not, and never a mix with an earlier run's that a loader could take for one data set: the
-// loader refuses a data/prepare output with a shard missing (llmc/run/dataloader.h).
-static void remove_previous(const Args* a) {
-    int removed = 0, tmps = 0;
+// earlier output of this name; .bin files first, so no shard is ever without its mask), and,
+// holding the lock of the name (locked), the temporary files of killed runs of it, whatever host
+// or pid wrote them. A run stopped at any point then leaves its own files, whole or not, and
+// never a mix with an earlier run's that a loader could take for one data set: the loader
+// refuses a data/prepare output with a shard missing (llmc/run/dataloader.h).
+static void remove_previous(const Args* a, int locked) {
+    int removed = 0;
     for (int pass = 0; pass < 2; pass++) {
         DIR* d = opendir(a->out_dir);
         if (!d) return;
         struct dirent* de;
         while ((de = readdir(d))) {
             const char* f = de->d_name;
-            int tmp;
-            if (!is_output_name(a, f, &tmp)) continue;
-            const int shard = !tmp && strstr(f, ".bin") != NULL;
-            if (shard != (pass == 0)) continue; // shards in the first pass, masks and temporary files in the second
+            if (!is_output_name(a, f)) continue;
+            if ((strstr(f, ".bin") != NULL) != (pass == 0)) continue; // shards in the first pass, masks in the second
             char path[LLMC_PATH_MAX];
             path_join(path, sizeof(path), a->out_dir, f);
-            if (unlink(path) == 0) { removed += !tmp; tmps += tmp; }
+            if (unlink(path) == 0) removed++;
         }
         closedir(d);
     }
-    if (a->quiet || !(removed || tmps)) return;
-    if (removed) printf("removed the %d file(s) of an earlier '%s' output in %s\n", removed, a->name, a->out_dir);
-    if (tmps) printf("removed %d temporary file(s) left by a data/prepare that did not finish\n", tmps);
+    if (locked) runlock_writer_clean(a->quiet ? NULL : stdout, a->out_dir, is_output_ctx, (void*)a);
+    if (!a->quiet && removed) printf("removed the %d file(s) of an earlier '%s' output in %s\n", removed, a->name, a->out_dir);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1058,6 +1058,7 @@ int main(int argc, char** argv) {
     Args a;
     parse_args(&a, argc, argv);
     check_inputs(&a);
+    lock_out_dir(&a, argc, argv); // (a directory still to be made: once made, below)
     Tokenizer tk;
     load_vocab(&tk, &a);
 
@@ -1090,11 +1091,12 @@ int main(int argc, char** argv) {
     const Stream* w = &s; // what is written: the stream, or the windows packed from its records
     if (s.pack) { pack_records(&a, &s, cut, &packed, &cut, &val_hi); w = &packed; }
     mkdir_p(a.out_dir);
+    const int locked = lock_out_dir(&a, argc, argv);
     size_t per = (size_t)a.shard_tokens;
     if (w->window) per = (per - 1) / (size_t)w->window * (size_t)w->window; // whole windows per shard
     size_t max_files = 2 * ((val_hi + per - 1) / per + (w->n - cut + per - 1) / per) + 4;
     if (max_files > 100000) fatal("raise --shard-tokens", "that would write %zu files", max_files);
-    remove_previous(&a);
+    remove_previous(&a, locked);
     if (val_hi) write_split(&a, w, "val", 0, val_hi);
     write_split(&a, w, "train", cut, w->n);
     if (!a.quiet) print_summary(&a, &s, w, target, cut, val_hi, exact);
@@ -1103,5 +1105,6 @@ int main(int argc, char** argv) {
     rec_free(&g_record);
     tokids_free(&scratch);
     tok_free(&tk);
+    runlock_writer_release();
     return 0;
 }

@@ -31,7 +31,10 @@ g3=$(run --prompt "Once upon a time" -g 12 --temperature 0 --quiet --no-kv-cache
 # range check and emitted <|endoftext|> at once (1 / T overflowed to inf, the maximum's scaled logit
 # was 0 * inf = NaN). Token by token against the greedy run, up to a tie of the two largest logits
 # (where either token is the limit's choice)
-run --prompt "Once upon a time" -g 12 --temperature 0 --quiet --logits-out "$TMP/lg0" > /dev/null || bad "greedy --logits-out"
+echo x > "$TMP/lg0.tmp.4194304"   # (a killed generate's temporary of the same --logits-out)
+run --prompt "Once upon a time" -g 12 --temperature 0 --quiet --logits-out "$TMP/lg0" > "$TMP/lg0.out" || bad "greedy --logits-out"
+[ ! -e "$TMP/lg0.tmp.4194304" ] && grep -q "^cleanup: removed 1 temporary file .*lg0.tmp.4194304" "$TMP/err" && ! grep -q cleanup "$TMP/lg0.out" && [ ! -e "$TMP/.lock" ] \
+  && ok "--logits-out: a killed write's temporary of the file goes (said on stderr, not in the text), no .lock stays" || bad "--logits-out temporaries: $(cat "$TMP/err")"
 for t in 1e-45 1e-40 1e-39 1e-38; do
   run --prompt "Once upon a time" -g 12 --temperature $t --seed 3 --quiet --logits-out "$TMP/lgt" > /dev/null || bad "--temperature $t failed"
   paste -d' ' "$TMP/lg0" "$TMP/lgt" | awk '$2 == $3 {exit 0} $1 != $4 {exit 1} END {if (NR != 12) exit 1}' \

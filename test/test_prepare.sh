@@ -404,6 +404,7 @@ ev = []
 for line in open(sys.argv[1]):
     m = re.search(r'(rename\w*|unlink\w*)\(.*?"([^"]+)"(?:, (?:AT_FDCWD, )?"([^"]+)")?', line)
     if m and " = 0" in line: ev.append((m.group(1)[:6], (m.group(3) or m.group(2)).rsplit("/", 1)[-1]))
+ev = [e for e in ev if e[1] != ".lock"] # (the lock file data/prepare made goes at its end)
 ren = [f for k, f in ev if k == "rename"]
 unl = [i for i, (k, f) in enumerate(ev) if k == "unlink"]
 ok = len(ren) >= 6 and all(f.endswith(".mask") == (i % 2 == 0) for i, f in enumerate(ren)) and all(ren[i][:-5] == ren[i + 1][:-4] for i in range(0, len(ren), 2))
@@ -417,13 +418,31 @@ PY
 else
   echo "skip: strace not installed: the order of data/prepare's renames was not checked"
 fi
+# the temporaries of killed runs of this --name, whatever pid they name: one of a process that
+# lives (a pid reused, or another host's) is no one's write either while this run holds the lock
+# of the name (llmc/run/runlock.h); another --name's stay
 sleep 0.01 & deadpid=$!; wait $deadpid
 : > "$T/ord/o_train_000007.bin.tmp.$deadpid"; : > "$T/ord/o_train_000000.mask.tmp.$deadpid"; : > "$T/ord/o_train_000001.bin.tmp.$$"
+: > "$T/ord/p_train_000000.bin.tmp.$deadpid"
 "$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/ord" --name o --val-tokens 0 > "$T/ord.log" || bad "prepare over temporary files"
-check "temporary files of a killed data/prepare removed, a running one's kept" eval \
-  '[ ! -e "$T/ord/o_train_000007.bin.tmp.$deadpid" ] && [ ! -e "$T/ord/o_train_000000.mask.tmp.$deadpid" ] && [ -e "$T/ord/o_train_000001.bin.tmp.$$" ] &&
-   grep -q "^removed 2 temporary file(s) left by a data/prepare that did not finish" "$T/ord.log" && grep -q "^removed the [0-9]* file(s) of an earlier '"'"'o'"'"' output" "$T/ord.log"'
-rm -f "$T/ord/o_train_000001.bin.tmp.$$"
+check "temporary files of killed runs of the name removed, a live pid's too (a pid proves nothing: the lock does), another name's kept, and said" eval \
+  '[ ! -e "$T/ord/o_train_000007.bin.tmp.$deadpid" ] && [ ! -e "$T/ord/o_train_000000.mask.tmp.$deadpid" ] && [ ! -e "$T/ord/o_train_000001.bin.tmp.$$" ] &&
+   [ -e "$T/ord/p_train_000000.bin.tmp.$deadpid" ] && grep -q "^cleanup: removed 3 temporary files of writes that did not finish (a killed run) in .*o_train_000001.bin.tmp.$$" "$T/ord.log" &&
+   grep -q "^removed the [0-9]* file(s) of an earlier '"'"'o'"'"' output" "$T/ord.log"'
+rm -f "$T/ord/p_train_000000.bin.tmp.$deadpid"
+# one data/prepare of a name at a time in a folder (stopped while it holds the lock): another of
+# the same --name is refused with its pid, one of another --name goes ahead; no .lock stays
+mkdir -p "$T/lk"
+"$P" --input $(for _ in $(seq 12); do echo data/tinyshakespeare.txt; done) --out-dir "$T/lk" --name big --val-tokens 0 --quiet &
+pp=$!
+for _ in $(seq 1000); do grep -qs "process $pp " "$T/lk/.lock" && break; sleep 0.01; done
+if kill -STOP $pp 2>/dev/null && grep -qs "process $pp " "$T/lk/.lock"; then
+  expect_failF "a second data/prepare of the same --name in the folder is refused with the first's pid" "--out-dir $T/lk is in use by process $pp (" \
+    "$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/lk" --name big --val-tokens 0
+  check "one of another --name in the same folder goes ahead" "$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/lk" --name small --val-tokens 0 --quiet
+  kill -CONT $pp; wait $pp
+  check "the stopped data/prepare completes and its .lock goes" eval '[ -f "$T/lk/big_train_000000.bin" ] && [ ! -e "$T/lk/.lock" ]'
+else kill -CONT $pp 2>/dev/null; wait $pp; bad "data/prepare did not hold the lock while it ran"; fi
 
 # --- 10. --show: the text of a shard with its trained targets marked, as the trainer reads it
 "$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/sh" --name sft --val-tokens 0 --quiet || bad "prepare for --show"
