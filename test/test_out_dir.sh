@@ -136,6 +136,16 @@ for _ in $(seq 1000); do grep -qs "process $c " "$d/.lock" && break; sleep 0.01;
 kill -9 $c; wait $c 2>/dev/null
 [ -s "$d/.lock" ] && "$CONV" --model "$MODEL" --out "$d/small.bin" > /dev/null 2>&1 && [ ! -e "$d/.lock" ] \
   && ok "the .lock of a SIGKILLed convert goes when the next writer ends" || bad "killed convert's lock: $(listing "$d")"
+# killed between making the .lock and writing its text (strace kills it at that pwrite): the empty
+# file stayed for good (dev/bench_kill.sh convert found it); an empty .lock says nothing and goes too
+if command -v strace > /dev/null 2>&1; then
+  d="$TMP/ew"; mkdir -p "$d"
+  strace -f -qq -o /dev/null -e trace=pwrite64 -e inject=pwrite64:signal=SIGKILL:when=1 "$CONV" --model "$MODEL" --out "$d/a.bin" > /dev/null 2>&1
+  if [ -e "$d/.lock" ] && [ ! -s "$d/.lock" ]; then
+    "$CONV" --model "$MODEL" --out "$d/a.bin" > /dev/null 2>&1 && [ ! -e "$d/.lock" ] \
+      && ok "the empty .lock of a convert killed before its text went in goes when the next writer ends" || bad "empty lock: $(listing "$d")"
+  else echo "skip: the first pwrite64 of convert was not the lock's text here: $(listing "$d")"; fi
+fi
 d="$TMP/pw"; mkdir -p "$d"
 "$PREP" --input test/ref/prepare_sft.jsonl --out-dir "$d" --val-tokens 0 --quiet && [ ! -e "$d/.lock" ] && [ -f "$d/prepare_sft_train_000000.bin" ] \
   && ok "data/prepare leaves no .lock in the data folder" || bad "data/prepare left: $(listing "$d")"

@@ -220,19 +220,21 @@ static off_t writer_key(const char* name) {
     return (off_t)(RUNLOCK_KEY_BASE + (long long)(h % (uint64_t)RUNLOCK_KEY_BASE));
 }
 
-// 1 when the lock file's text carries the writers' marker (a writer made it).
-static int writer_marked(int fd) {
+// 1 when the lock file says nothing a later run needs: its text carries the writers' marker (a
+// writer made it), or it is empty (a writer killed before its text was in, or a run that ended
+// cleanly: a new run makes it again). A killed trainer's text, which its next run reports, stays.
+static int writer_removable(int fd) {
     char text[RUNLOCK_TEXT_MAX + sizeof(RUNLOCK_WRITER_MARK) + 8];
     const ssize_t got = pread(fd, text, sizeof(text) - 1, 0);
     text[got > 0 ? got : 0] = '\0';
-    return strstr(text, "\n" RUNLOCK_WRITER_MARK) != NULL;
+    return got == 0 || strstr(text, "\n" RUNLOCK_WRITER_MARK) != NULL;
 }
 
 void runlock_writer_release(void) {
     if (g_writer.fd < 0) return;
-    // nobody else holds any part of it (the whole file is ours): a writer's file goes
+    // nobody else holds any part of it (the whole file is ours): a file that says nothing goes
     struct flock all = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
-    if (fcntl(g_writer.fd, F_SETLK, &all) == 0 && writer_marked(g_writer.fd) && !lock_replaced(g_writer.fd, g_writer.path))
+    if (fcntl(g_writer.fd, F_SETLK, &all) == 0 && writer_removable(g_writer.fd) && !lock_replaced(g_writer.fd, g_writer.path))
         unlink(g_writer.path);
     close(g_writer.fd); // (drops every lock this process holds on the file)
     g_writer.fd = -1;

@@ -27,9 +27,9 @@
 // knows that the temporaries of those names ("NAME.tmp.<pid>") are no one's, whatever host or
 // pid wrote them, and removes them (runlock_writer_clean): pid numbers say nothing there, as they
 // are reused and other hosts see the same files. A writer that finds no .lock makes one, with its
-// text and a marker line, and the last writer to end removes a marked file (no stray .lock in a
-// user's folder); a killed writer's marked file goes when the next one ends. A .lock without the
-// marker (a trainer's run directory) stays.
+// text and a marker line, and the last writer to end removes a marked or empty file (no stray
+// .lock in a user's folder): a killed writer's goes when the next one ends. One with a trainer's
+// text (a killed run's, which its next run reports) stays.
 #ifndef LLMC_RUNLOCK_H
 #define LLMC_RUNLOCK_H
 
