@@ -20,8 +20,6 @@
 #include <string.h>
 #include <dirent.h>
 #include <unistd.h>
-#include <errno.h>
-#include <signal.h>
 
 #define MAX_INPUTS 4096
 
