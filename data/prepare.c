@@ -12,14 +12,14 @@
 #include "base/fileio.h"
 #include "base/timer.h"
 #include "base/check.h"
+#include "base/rand.h"
+#include "run/runlock.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
 #include <unistd.h>
-#include <errno.h>
-#include <signal.h>
 
 #define MAX_INPUTS 4096
 
@@ -73,6 +73,11 @@ static void usage(FILE* f) {
 "                         tinyshakespeare script does; none: no <|endoftext|> separators at all\n"
 "  --val-frac F           fraction of tokens for validation (default 0.1)\n"
 "  --val-tokens N         number of validation tokens instead (0: no validation split)\n"
+"  --shuffle              validation is records (documents) drawn at random, as Hugging Face's\n"
+"                         train_test_split(shuffle=True) draws them (default: the first ones);\n"
+"                         each side keeps the input order\n"
+"  --seed S               the seed of --shuffle: the same seed, inputs and flags give the same\n"
+"                         split (default 1337)\n"
 "  --shard-tokens N       most tokens per shard file (default 100000000)\n"
 "  --vocab PATH           tokenizer directory or file (default data/gpt2, here or near this program)\n"
 "  --allow-special        recognise <|endoftext|> written in the input as the special token\n"
@@ -113,6 +118,8 @@ typedef struct {
     int pack_order;       // PACK_*
     int drop_overlong;
     int json_flags_given; // --schema / --field / --role / --chat-template (refused for text)
+    int shuffle;          // --shuffle: validation's records drawn at random
+    long long seed;       // --seed (-1: not given)
 } Args;
 
 // ----------------------------------------------------------------------------------------------
@@ -134,6 +141,7 @@ typedef struct {
                               // packed together as one unit (s->pack is the window)
     int pack_one;             // pairs of --record-windows: one pair a window
     long long no_target, truncated, dropped_long, dropped_empty, identical;
+    size_t val_docs;          // --shuffle: validation is the first val_docs documents (0: split by size)
 } Stream;
 
 static void st_reserve(Stream* s, size_t extra) {
@@ -653,12 +661,9 @@ static void write_split(const Args* a, const Stream* s, const char* split, size_
     }
 }
 
-// 1 when f is this run's kind of output, NAME_{train,val}_NNNNNN.{bin,mask}, or (*tmp set) the
-// temporary file of one (".tmp.PID") whose writer is no longer running: a data/prepare killed
-// before its rename left it.
-static int is_output_name(const Args* a, const char* f, int* tmp) {
+// 1 when f is this run's kind of output, NAME_{train,val}_NNNNNN.{bin,mask}.
+static int is_output_name(const Args* a, const char* f) {
     size_t nl = strlen(a->name);
-    *tmp = 0;
     if (strncmp(f, a->name, nl) != 0 || f[nl] != '_') return 0;
     const char* r = f + nl + 1;
     const char* digits = NULL;
@@ -668,42 +673,44 @@ static int is_output_name(const Args* a, const char* f, int* tmp) {
     for (int k = 0; k < 6; k++) if (digits[k] < '0' || digits[k] > '9') return 0;
     const char* ext = digits + 6;
     const size_t el = strncmp(ext, ".bin", 4) == 0 ? 4 : strncmp(ext, ".mask", 5) == 0 ? 5 : 0;
-    if (!el) return 0;
-    if (ext[el] == '\0') return 1;
-    if (strncmp(ext + el, ".tmp.", 5) != 0) return 0;
-    char* end;
-    const long pid = strtol(ext + el + 5, &end, 10);
-    if (*end || pid <= 0 || pid == (long)getpid()) return 0;
-    *tmp = kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-    return *tmp;
+    return el && ext[el] == '\0';
+}
+
+static int is_output_ctx(const char* f, void* a) { return is_output_name((const Args*)a, f); }
+
+// --out-dir is locked for this run's names (llmc/run/runlock.h) once it exists: refused while a
+// trainer runs there or a data/prepare of the same --name writes there; returns 1 when held.
+static int lock_out_dir(const Args* a, int argc, char** argv) {
+    char key[300];
+    snprintf(key, sizeof(key), "%s_{train,val}_NNNNNN.{bin,mask}", a->name);
+    const char* names[1] = { key };
+    return runlock_writer_acquire(a->out_dir, "--out-dir", names, 1, argc, argv);
 }
 
 // Before anything is written: every NAME_{train,val}_NNNNNN.{bin,mask} of the directory (an
-// earlier output of this name; .bin files first, so no shard is ever without its mask), and the
-// temporary files of killed runs. A run stopped at any point then leaves its own files, whole
-// or not, and never a mix with an earlier run's that a loader could take for one data set: the
-// loader refuses a data/prepare output with a shard missing (llmc/run/dataloader.h).
-static void remove_previous(const Args* a) {
-    int removed = 0, tmps = 0;
+// earlier output of this name; .bin files first, so no shard is ever without its mask), and,
+// holding the lock of the name (locked), the temporary files of killed runs of it, whatever host
+// or pid wrote them. A run stopped at any point then leaves its own files, whole or not, and
+// never a mix with an earlier run's that a loader could take for one data set: the loader
+// refuses a data/prepare output with a shard missing (llmc/run/dataloader.h).
+static void remove_previous(const Args* a, int locked) {
+    int removed = 0;
     for (int pass = 0; pass < 2; pass++) {
         DIR* d = opendir(a->out_dir);
         if (!d) return;
         struct dirent* de;
         while ((de = readdir(d))) {
             const char* f = de->d_name;
-            int tmp;
-            if (!is_output_name(a, f, &tmp)) continue;
-            const int shard = !tmp && strstr(f, ".bin") != NULL;
-            if (shard != (pass == 0)) continue; // shards in the first pass, masks and temporary files in the second
+            if (!is_output_name(a, f)) continue;
+            if ((strstr(f, ".bin") != NULL) != (pass == 0)) continue; // shards in the first pass, masks in the second
             char path[LLMC_PATH_MAX];
             path_join(path, sizeof(path), a->out_dir, f);
-            if (unlink(path) == 0) { removed += !tmp; tmps += tmp; }
+            if (unlink(path) == 0) removed++;
         }
         closedir(d);
     }
-    if (a->quiet || !(removed || tmps)) return;
-    if (removed) printf("removed the %d file(s) of an earlier '%s' output in %s\n", removed, a->name, a->out_dir);
-    if (tmps) printf("removed %d temporary file(s) left by a data/prepare that did not finish\n", tmps);
+    if (locked) runlock_writer_clean(a->quiet ? NULL : stdout, a->out_dir, is_output_ctx, (void*)a);
+    if (!a->quiet && removed) printf("removed the %d file(s) of an earlier '%s' output in %s\n", removed, a->name, a->out_dir);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -765,13 +772,14 @@ static int parse_value_flag(Args* a, const char* f, char* v, int* have_frac) {
     else if (strcmp(f, "--record-windows") == 0) a->window = (int)parse_ll(f, v, 2, 1 << 20);
     else if (strcmp(f, "--pack") == 0) a->pack = (int)parse_ll(f, v, 2, 1 << 20);
     else if (strcmp(f, "--vocab") == 0) a->vocab = v;
+    else if (strcmp(f, "--seed") == 0) a->seed = parse_ll(f, v, 0, INT32_MAX);
     else return 0;
     return 1;
 }
 
 static void parse_args(Args* a, int argc, char** argv) {
     memset(a, 0, sizeof(*a));
-    a->val_frac = 0.1; a->val_tokens = -1; a->shard_tokens = 100000000;
+    a->val_frac = 0.1; a->val_tokens = -1; a->shard_tokens = 100000000; a->seed = -1;
     rec_mapping_init(&a->map);
     a->chat = chat_template_get("plain");
     int have_frac = 0, overlong_given = 0, order_given = 0;
@@ -781,6 +789,7 @@ static void parse_args(Args* a, int argc, char** argv) {
         if (strcmp(f, "--allow-special") == 0) { a->allow_special = 1; continue; }
         if (strcmp(f, "--train-on-inputs") == 0) { a->train_on_inputs = 1; continue; }
         if (strcmp(f, "--quiet") == 0) { a->quiet = 1; continue; }
+        if (strcmp(f, "--shuffle") == 0) { a->shuffle = 1; continue; }
         if (strcmp(f, "--ids") == 0) fatal("data/prepare --show FILE.bin --ids", "--ids goes with --show");
         if (strcmp(f, "--input") == 0) {
             int got = 0;
@@ -805,6 +814,7 @@ static void parse_args(Args* a, int argc, char** argv) {
         fatal("--overlong is for --record-windows and --pack", "--overlong given without --record-windows or --pack");
     if (a->window && a->pack) fatal("give one of them: one record per window, or records packed together", "--record-windows and --pack are mutually exclusive");
     if (order_given && !a->pack) fatal("--pack-order is for --pack", "--pack-order given without --pack");
+    if (a->seed >= 0 && !a->shuffle) fatal("add --shuffle to draw validation's records at random with this seed", "--seed is the seed of --shuffle");
 }
 
 static void check_inputs(Args* a) {
@@ -822,6 +832,7 @@ static void check_inputs(Args* a) {
         fatal("--schema, --field, --role and --chat-template are for JSON records (pass --format jsonl or json)", "they were given with text input");
     if (a->window && a->doc_sep == SEP_NONE) fatal("--record-windows needs documents: use --doc-sep file or blank", "--record-windows with --doc-sep none");
     if (a->pack && a->doc_sep == SEP_NONE) fatal("--pack needs documents: use --doc-sep file or blank", "--pack with --doc-sep none");
+    if (a->shuffle && a->doc_sep == SEP_NONE) fatal("--shuffle draws documents: use --doc-sep file or blank", "--shuffle with --doc-sep none");
     const int W = a->window ? a->window : a->pack;
     if (W && a->shard_tokens <= W) fatal("raise --shard-tokens", "--shard-tokens %lld cannot hold one window of %d tokens + 1", a->shard_tokens, W);
     if (!a->name[0]) {
@@ -835,18 +846,86 @@ static void check_inputs(Args* a) {
 
 // ----------------------------------------------------------------------------------------------
 
+#define SHUFFLE_RNG_STREAM 0x53504c4954ull // ("SPLIT": the permutation of --shuffle, llmc/base/rand.h)
+#define SPLIT_DEFAULT_SEED 1337               // (the trainers' default --seed)
+
+// The validation size asked for, in tokens of a stream of `total`.
+static size_t val_target(const Args* a, size_t total) {
+    return a->val_tokens >= 0 ? (size_t)a->val_tokens : (size_t)(a->val_frac * (double)total + 0.5);
+}
+
+// --shuffle: which units (records; preference pairs) are validation's. A permutation of them from
+// --seed (Fisher-Yates, draw i = rand_uniform(seed, SHUFFLE_RNG_STREAM, i)); its first k units,
+// k >= 1 with the total nearest to the requested size and one unit left for training, are
+// marked in val. Returns k (0: no split, or fewer than two units).
+static size_t shuffle_pick(const Args* a, const Stream* s, uint8_t* val) {
+    const size_t ku = unit_docs(s), units = s->n_doc / ku, target = val_target(a, s->n);
+    if (units < 2 || target == 0) return 0;
+    size_t* perm = (size_t*)mallocCheck(units * sizeof(size_t));
+    for (size_t u = 0; u < units; u++) perm[u] = u;
+    const uint64_t seed = (uint64_t)(a->seed >= 0 ? a->seed : SPLIT_DEFAULT_SEED);
+    for (size_t i = units - 1; i > 0; i--) {
+        size_t j = (size_t)(rand_uniform(seed, SHUFFLE_RNG_STREAM, i) * (double)(i + 1));
+        if (j > i) j = i;
+        const size_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    }
+    size_t k = 0, cum = 0;
+    while (k < units - 1) {
+        const size_t next = cum + rec_len(s, perm[k]);
+        if (k > 0 && next >= target && next - target >= target - cum) break; // (the total before it is nearer)
+        cum = next; k++;
+        if (cum >= target) break;
+    }
+    memset(val, 0, units);
+    for (size_t i = 0; i < k; i++) val[perm[i]] = 1;
+    free(perm);
+    return k;
+}
+
+// --shuffle: the documents rearranged, validation's units first, then training's, each in input
+// order, so that the split is the boundary after validation's (s->val_docs). In a stream a
+// document's first <|endoftext|> takes the mask of the token now before it (st_begin_doc's rule);
+// in windows and packed records it stays untrained. Runs once every document is closed.
+static void shuffle_split(const Args* a, Stream* s) {
+    const size_t ku = unit_docs(s), units = s->n_doc / ku;
+    if (s->n_doc == 0 || s->doc_start[0] != 0) return;
+    uint8_t* val = (uint8_t*)mallocCheck(units + 1);
+    const size_t k = shuffle_pick(a, s, val);
+    if (k == 0) { free(val); return; }
+    uint16_t* tok = (uint16_t*)mallocCheck(s->cap * sizeof(uint16_t));
+    uint8_t* mask = (uint8_t*)mallocCheck(s->cap);
+    size_t* start = (size_t*)mallocCheck(s->cap_doc * sizeof(size_t));
+    uint8_t* stop = (uint8_t*)mallocCheck(s->cap_doc);
+    size_t n = 0, nd = 0;
+    for (int side = 1; side >= 0; side--)
+        for (size_t u = 0; u < units; u++) {
+            if (val[u] != side) continue;
+            for (size_t d = u * ku; d < u * ku + ku; d++) {
+                const size_t b = s->doc_start[d], len = doc_end(s, d) - b;
+                memcpy(tok + n, s->tok + b, len * sizeof(uint16_t));
+                memcpy(mask + n, s->mask + b, len);
+                if (!s->window && !s->pack) mask[n] = n ? mask[n - 1] : 0;
+                start[nd] = n; stop[nd] = s->pack ? s->doc_stop[d] : 0;
+                n += len; nd++;
+            }
+        }
+    free(s->tok); free(s->mask); free(s->doc_start); free(s->doc_stop); free(val);
+    s->tok = tok; s->mask = mask; s->doc_start = start; s->doc_stop = stop;
+    s->val_docs = k * ku;
+}
+
 // Validation is the first documents, cut at the document boundary nearest to the requested size
 // (so no document is split), or exactly at it if there is no inner boundary. Returns the size
 // asked for; *cut is where training starts, *val_hi where validation ends (one past the EOT
 // that closes its last document, which also starts training).
 static size_t split_point(const Args* a, const Stream* s, size_t* cut, size_t* val_hi, int* exact) {
     size_t total = s->n;
-    size_t target = a->val_tokens >= 0 ? (size_t)a->val_tokens : (size_t)(a->val_frac * (double)total + 0.5);
+    size_t target = val_target(a, total);
     *cut = *val_hi = 0; *exact = 0;
     if (target == 0) return 0;
     if (target >= total) fatal("ask for fewer validation tokens", "a validation split of %zu tokens leaves no training tokens (the input has %zu)", target, total);
-    size_t best = 0, bestd = SIZE_MAX;
-    for (size_t d = 0; d < s->n_doc; d++) {
+    size_t best = s->val_docs ? s->doc_start[s->val_docs] : 0, bestd = s->val_docs ? 0 : SIZE_MAX; // (--shuffle: its boundary)
+    for (size_t d = 0; d < s->n_doc && !s->val_docs; d++) {
         if (s->pairs && d % 2) continue; // (a pair is never split)
         size_t b = s->doc_start[d];
         if (b == 0) continue;
@@ -879,6 +958,21 @@ static void print_packing(const Args* a, const Stream* s, const Stream* w) {
            s->pairs ? "pair" : "record", s->pack, units, 100.0 * real / rw_slots, 100.0 * trained / rw_slots);
 }
 
+// How validation was chosen (at a document boundary): drawn at random, or the first units.
+static void print_split(const Args* a, const Stream* s, size_t cut, int exact) {
+    const size_t ku = unit_docs(s), units = s->n_doc / ku;
+    const char* what = s->pairs ? "preference pairs" : a->format == FMT_TEXT ? "documents" : "records";
+    if (s->val_docs) {
+        printf("split: validation is %zu of the %zu %s, drawn at random (--shuffle, --seed %lld); each side in input order\n",
+               s->val_docs / ku, units, what, a->seed >= 0 ? a->seed : (long long)SPLIT_DEFAULT_SEED);
+        return;
+    }
+    if (!cut || exact || s->pack) return; // (no split, a cut inside a document; packed: cut counts window tokens)
+    size_t k = 0;
+    while (k < units && s->doc_start[k * ku] < cut) k++;
+    printf("split: validation is the first %zu of the %zu %s (--shuffle draws them at random)\n", k, units, what);
+}
+
 // s: the documents read; w: what was written (s, or its packed windows)
 static void print_summary(const Args* a, const Stream* s, const Stream* w, size_t target, size_t cut, size_t val_hi, int exact) {
     printf("%s: %zu documents, %zu tokens (val %zu, train %zu)%s\n", a->name, s->n_doc, w->n, val_hi, w->n - cut,
@@ -887,6 +981,7 @@ static void print_summary(const Args* a, const Stream* s, const Stream* w, size_
         printf("%s of %d tokens: %lld %s truncated, %lld dropped as too long, %lld dropped with no trained token\n",
                s->window ? "record windows" : s->pack_one ? "pair windows" : "packed windows", s->window ? s->window : s->pack, s->truncated,
                s->pairs ? "pair(s)" : "record(s)", s->dropped_long, s->dropped_empty);
+    print_split(a, s, cut, exact);
     if (s->identical)
         printf("warning: %lld pair(s) have the same chosen and rejected completion (their gradients cancel: they teach nothing)\n", s->identical);
     if (s->pack) print_packing(a, s, w);
@@ -936,6 +1031,21 @@ static int show_main(int argc, char** argv) {
     return 0;
 }
 
+// What helps when every record was dropped from its window: records dropped as too long
+// (--overlong drop) fit with a longer window or when cut (truncate, the default); records left
+// without a trained token (the completion, the assistant's turns, cut off beyond the window, or
+// empty) need a longer window, or --train-on-inputs to train on their prompts too.
+static const char* no_fit_hint(const Args* a, const Stream* s, char* buf, size_t cap) {
+    const char* flag = a->pack ? "--pack" : "--record-windows";
+    int n = snprintf(buf, cap, "raise %s", flag);
+    if (s->dropped_long) n += snprintf(buf + n, cap - (size_t)n, ", or use --overlong truncate (the default: a record keeps its first tokens)");
+    if (s->dropped_empty)
+        snprintf(buf + n, cap - (size_t)n, "%s: the trained tokens (completions, assistant turns) lie beyond the first %d tokens or are empty%s",
+                 s->dropped_long ? "; for the records with no trained token" : "", a->pack ? a->pack : a->window,
+                 s->pairs ? "" : " (or train on the prompts too with --train-on-inputs)");
+    return buf;
+}
+
 static int has_flag(int argc, char** argv, const char* flag) {
     for (int i = 1; i < argc; i++) if (strcmp(argv[i], flag) == 0) return 1;
     return 0;
@@ -946,6 +1056,7 @@ int main(int argc, char** argv) {
     Args a;
     parse_args(&a, argc, argv);
     check_inputs(&a);
+    lock_out_dir(&a, argc, argv); // (a directory still to be made: once made, below)
     Tokenizer tk;
     load_vocab(&tk, &a);
 
@@ -960,10 +1071,13 @@ int main(int argc, char** argv) {
         if (a.format == FMT_TEXT) add_text_file(&s, &tk, &a, a.inputs[k]);
         else add_json_file(&s, &tk, &a, a.inputs[k]);
     }
+    if (a.shuffle) shuffle_split(&a, &s);
     st_finish(&s, a.doc_sep != SEP_NONE);
-    if ((s.window || s.pack) && s.n_doc == 0)
-        fatal(a.pack ? "raise --pack, or use --overlong truncate" : "raise --record-windows, or use --overlong truncate",
-              "no record fits a window (%lld too long, %lld with no trained token)", s.dropped_long, s.dropped_empty);
+    if ((s.window || s.pack) && s.n_doc == 0) {
+        char hint[512];
+        fatal(no_fit_hint(&a, &s, hint, sizeof(hint)), "no record fits a window (%lld too long, %lld with no trained token)",
+              s.dropped_long, s.dropped_empty);
+    }
     size_t content = s.n - s.n_doc - (a.doc_sep != SEP_NONE);
     if (!s.window && !s.pack && content == 0) fatal("check the --input files", "the input holds no text (only empty documents)");
     if (s.n < 2) fatal("give more text", "the input has only %zu token", s.n);
@@ -975,11 +1089,12 @@ int main(int argc, char** argv) {
     const Stream* w = &s; // what is written: the stream, or the windows packed from its records
     if (s.pack) { pack_records(&a, &s, cut, &packed, &cut, &val_hi); w = &packed; }
     mkdir_p(a.out_dir);
+    const int locked = lock_out_dir(&a, argc, argv);
     size_t per = (size_t)a.shard_tokens;
     if (w->window) per = (per - 1) / (size_t)w->window * (size_t)w->window; // whole windows per shard
     size_t max_files = 2 * ((val_hi + per - 1) / per + (w->n - cut + per - 1) / per) + 4;
     if (max_files > 100000) fatal("raise --shard-tokens", "that would write %zu files", max_files);
-    remove_previous(&a);
+    remove_previous(&a, locked);
     if (val_hi) write_split(&a, w, "val", 0, val_hi);
     write_split(&a, w, "train", cut, w->n);
     if (!a.quiet) print_summary(&a, &s, w, target, cut, val_hi, exact);
@@ -988,5 +1103,6 @@ int main(int argc, char** argv) {
     rec_free(&g_record);
     tokids_free(&scratch);
     tok_free(&tk);
+    runlock_writer_release();
     return 0;
 }

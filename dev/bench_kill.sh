@@ -19,6 +19,7 @@
 # the log's rewards or validation losses do. The kills are counted by where they landed.
 #   bash dev/bench_kill.sh [kills] [all|sft|pref]  (default 200 over all the scenarios; sft: those
 #                                                   of issue 29 alone, pref: the preference ones)
+#   bash dev/bench_kill.sh convert [kills]         (convert's part, bench_convert below: default 100)
 #   BIN_DIR=build/cpu/bin (default: the top-level programs, built with make -s), SEED=1
 # Prints one line per scenario (trials, kills, bad outcomes) and exits 1 on any bad outcome.
 # Measured here (2 shared cores, CPU build, Open MPI 4.1.4), two runs of `bash dev/bench_kill.sh 210`:
@@ -29,10 +30,13 @@
 #   112 kills (random pref G 34, random pref L 32, targeted pref G 23, targeted pref L 23; where
 #   they landed: start-up 19, the reference pass 10, steps 37, a save's rename 16, fsync 16,
 #   unlink 14), 0 bad outcomes, 429 s.
+#   `bash dev/bench_kill.sh convert 110` (d6, the machine loaded likewise): 123 kills (safetensors 28,
+#   transformers directory 20, bf16 .bin 23, GGUF q8_0 34, merged adapter 18), 0 bad outcomes, 685 s.
 set -u
 cd "$(dirname "$0")/.."
 KILLS=${1:-200}; MODE=${2:-all}; SEED=${SEED:-1}
-case $MODE in all|sft|pref) ;; *) echo "usage: dev/bench_kill.sh [kills] [all|sft|pref]"; exit 1 ;; esac
+[ "${1:-}" = convert ] && { MODE=convert; KILLS=${2:-100}; }
+case $MODE in all|sft|pref|convert) ;; *) echo "usage: dev/bench_kill.sh [kills] [all|sft|pref] | dev/bench_kill.sh convert [kills]"; exit 1 ;; esac
 SFT=1; PREF=1; [ "$MODE" = pref ] && SFT=0; [ "$MODE" = sft ] && PREF=0
 if [ -z "${BIN_DIR:-}" ]; then make -s train_gpt2 train_lora convert >/dev/null || exit 1; BIN_DIR=.; fi
 BIN_DIR=$(cd "$BIN_DIR" && pwd)
@@ -40,6 +44,98 @@ G="$BIN_DIR/train_gpt2"; L="$BIN_DIR/train_lora"; MODEL="$PWD/test/ref/gpt2_tiny
 source test/lib.sh # (make_shard, $TMP removed at exit)
 RANDOM=$SEED
 export OMP_NUM_THREADS=1
+
+# ---- convert: SIGKILLs of `convert` writing each kind of output (a lone .safetensors, a
+# transformers directory, an llm.c bf16 .bin, GGUF q8_0, a LoRA adapter merged into a .bin), at
+# random moments and at a chosen system call (strace injects the signal at the K-th write, pwrite64
+# (the lock file's text), rename, fsync, fcntl or unlink), each trial ending with the same command run again until it completes.
+# Bad outcomes: a file under a final name that is not the uninterrupted run's (a partial or mixed
+# output), a temporary (NAME.tmp.<pid>) or a .lock left once the command completed, a completed
+# output that differs from the uninterrupted one, a refusal, a command that does not complete.
+bench_convert() {
+  local kills=$1 C="$BIN_DIR/convert" W="$TMP/cv" sc
+  mkdir -p "$W/in"
+  "$C" --model d6 --seed 3 --out "$W/in/d6.bin" > "$W/in.log" 2>&1 && "$C" --model "$W/in/d6.bin" --out "$W/in/hf" >> "$W/in.log" 2>&1 \
+    || { cat "$W/in.log"; echo "convert of the inputs failed"; return 1; }
+  make_shard "$W/t.bin" 4000 50257 1
+  "$L" --model "$W/in/hf" --train-data "$W/t.bin" -b 1 -t 32 --steps 2 --lr 1e-2 --lora-rank 4 --lora-targets q,v,mlp.c_fc \
+    --save-format none --out "$W/ad" > "$W/ad.log" 2>&1 || { tail -3 "$W/ad.log"; echo "the adapter run failed"; return 1; }
+  local -A ARGS=( [st]="--model $W/in/d6.bin --out @/m.safetensors" [hf]="--model $W/in/d6.bin --out @/hf"
+                  [bf16]="--model $W/in/hf --out @/m.bin --to llmc-bf16" [gguf]="--model $W/in/d6.bin --out @/m.gguf --gguf-type q8_0"
+                  [merge]="--model $W/in/hf --adapter $W/ad --out @/merged.bin" )
+  local SCS=(st hf bf16 gguf merge) SYSCALLS=(write pwrite64 rename fsync fcntl unlink)
+  local -A REF SECS NC TR KL BD AT
+  cv_args() { local a=${ARGS[$1]}; echo "${a//@/$2}"; } # (no spaces in $W)
+  cv_files() { (cd "$1" && find . -type f | sort | xargs -r sha256sum); }
+  cv_bad() { BD[$1]=$((${BD[$1]:-0} + 1)); echo "BAD [$1] $2" >&2; }
+  for sc in "${SCS[@]}"; do
+    rm -rf "$W/ref_$sc"; mkdir -p "$W/ref_$sc"
+    local t0; t0=$(date +%s.%N)
+    "$C" $(cv_args $sc "$W/ref_$sc") > "$W/ref_$sc.log" 2>&1 || { cat "$W/ref_$sc.log"; echo "reference $sc failed"; return 1; }
+    SECS[$sc]=$(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN{printf "%.2f", e-s}')
+    REF[$sc]=$(cv_files "$W/ref_$sc")
+    rm -rf "$W/cnt"; mkdir -p "$W/cnt"
+    strace -f -qq -o "$W/cnt.strace" -e trace=write,pwrite64,rename,fsync,fcntl,unlink "$C" $(cv_args $sc "$W/cnt") > /dev/null 2>&1
+    for s in "${SYSCALLS[@]}"; do NC[$sc.$s]=$(grep -c " $s(" "$W/cnt.strace"); done
+  done
+  # after a kill: every file under a final name is the uninterrupted run's (temporaries and the
+  # lock file may stay until the next run)
+  cv_after_kill() {
+    local f line
+    while read -r line; do
+      f=${line##* }; case $f in *.tmp.[0-9]*|*/.lock) continue ;; esac
+      grep -qxF -- "$line" <<<"${REF[$1]}" || cv_bad "$1" "after a kill: $f is not the uninterrupted run's (partial or mixed)"
+    done < <(cv_files "$2")
+  }
+  cv_finish() { # the command again: it must complete, unrefused, with exactly the uninterrupted run's files
+    local sc=$1 d=$2 got left
+    if ! "$C" $(cv_args $sc "$d") > "$d.fin.log" 2>&1; then cv_bad $sc "the run after the kill failed: $(grep -m1 '^error' "$d.fin.log")"; return; fi
+    got=$(cv_files "$d")
+    [ "$got" = "${REF[$sc]}" ] && return
+    left=$(cd "$d" && find . -name '*.tmp.*' -o -name .lock | tr '\n' ' ')
+    if [ -n "$left" ]; then cv_bad $sc "left after the next run completed: $left"; else cv_bad $sc "the completed output differs: $(diff <(echo "$got") <(echo "${REF[$sc]}") | head -3)"; fi
+  }
+  cv_trial() { # cv_trial SCENARIO random|targeted
+    local sc=$1 d="$W/run" n k pid rc delay s nc
+    rm -rf "$d" "$d".*; mkdir -p "$d"
+    TR[$sc]=$((${TR[$sc]:-0} + 1))
+    if [ "$2" = random ]; then
+      n=$((1 + RANDOM % 3))
+      for ((k = 0; k < n; k++)); do
+        delay=$(awk -v r=$RANDOM -v s="${SECS[$sc]}" 'BEGIN{printf "%.3f", r / 32768 * s * 1.2}')
+        "$C" $(cv_args $sc "$d") > "$d.$k.log" 2>&1 & pid=$!
+        sleep "$delay"; kill -9 $pid 2>/dev/null; { wait $pid; } 2>/dev/null; rc=$?
+        [ $rc -eq 137 ] && KL[$sc]=$((${KL[$sc]:-0} + 1))
+        cv_after_kill $sc "$d"
+        [ $rc -eq 0 ] && break
+      done
+    else
+      s=${SYSCALLS[$((RANDOM % ${#SYSCALLS[@]}))]}; nc=${NC[$sc.$s]:-0}
+      [ "$nc" -gt 0 ] || { s=write; nc=${NC[$sc.write]}; }
+      k=$((1 + (RANDOM * 32768 + RANDOM) % nc))
+      { strace -f -qq -o /dev/null -e trace=$s -e inject=$s:signal=SIGKILL:when=$k "$C" $(cv_args $sc "$d") > "$d.k.log" 2>&1; } 2>/dev/null; rc=$?
+      [ $rc -ne 0 ] && KL[$sc]=$((${KL[$sc]:-0} + 1)) && AT[$s]=$((${AT[$s]:-0} + 1))
+      cv_after_kill $sc "$d"
+    fi
+    cv_finish $sc "$d"
+  }
+  cv_total() { local t=0 v; for v in "${KL[@]}"; do t=$((t + v)); done; echo $t; }
+  local start; start=$(date +%s)
+  while [ "$(cv_total)" -lt "$kills" ]; do
+    for sc in "${SCS[@]}"; do cv_trial $sc random; cv_trial $sc targeted; done
+  done
+  printf '\n%-64s %7s %7s %5s %6s\n' "convert scenario (OUT: a fresh folder a trial)" trials kills bad "ref s"
+  local nbad=0
+  for sc in "${SCS[@]}"; do
+    printf '%-64s %7s %7s %5s %6s\n' "$sc: $(cv_args $sc OUT | sed "s|$W/||g")" "${TR[$sc]:-0}" "${KL[$sc]:-0}" "${BD[$sc]:-0}" "${SECS[$sc]}"
+    nbad=$((nbad + ${BD[$sc]:-0}))
+  done
+  echo "targeted kills at: $(for s in "${SYSCALLS[@]}"; do printf '%s %s, ' $s "${AT[$s]:-0}"; done)the rest at random moments"
+  echo "convert: $(cv_total) kills, $nbad bad outcomes, $(( $(date +%s) - start )) s (d6 = GPT-2 6 layers, C 384, 30M parameters, 121 MB fp32)"
+  [ "$nbad" = 0 ]
+}
+if [ "$MODE" = convert ]; then bench_convert "$KILLS"; exit $?; fi
+
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
 HAVE_MPI=0; command -v mpirun >/dev/null 2>&1 && HAVE_MPI=1
 

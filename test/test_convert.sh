@@ -108,6 +108,43 @@ for x in x5.safetensors x6.gguf x7.gguf x8.gguf x9.gguf x10.bin x11.bin x12.gguf
   [ ! -e "$TMP/$x" ] || bad "refused run left $x behind"
 done
 
+# ---- what killed conversions leave (issue 44, item 13): a convert SIGKILLed while it writes left
+# NAME.tmp.<pid> files that no later run removed (505 MB after 4 kills); now the next convert of
+# that output removes them, whatever pid they name (pids are reused, and another host's mean
+# nothing here: holding the lock of the name, llmc/run/runlock.h, is what says nobody writes
+# them), and says so; another output's temporaries stay
+d="$TMP/killed"; mkdir -p "$d"
+"$CONV" --model d6 --out "$d/big.bin" > /dev/null 2>&1 &
+c=$!
+for _ in $(seq 2000); do ls "$d" | grep -q '^big.bin.tmp.' && break; sleep 0.01; done
+kill -9 $c; wait $c 2>/dev/null
+echo x > "$d/big.bin.tmp.$$"; echo y > "$d/other.bin.tmp.99999"   # (a live pid: this shell's)
+n=$(ls "$d" | grep -c '^big.bin.tmp.')
+conv --model tiny --seed 11 --out "$d/big.bin" && [ -z "$(ls "$d" | grep '^big.bin.tmp.')" ] && [ -f "$d/other.bin.tmp.99999" ] \
+  && grep -q "^cleanup: removed $n temporary files of writes that did not finish (a killed run) in '$d' (.* MiB): .*big.bin.tmp.$c" "$TMP/conv.log" \
+  && grep -q "big.bin.tmp.$$" "$TMP/conv.log" && cmp -s "$d/big.bin" "$TMP/init11.bin" \
+  && ok "a killed convert's temporaries go with the next convert of that output ($n: the killed one's, a reused pid's), which says so; others' stay" \
+  || bad "after a killed convert: $(ls "$d" | tr '\n' ' '): $(cat "$TMP/conv.log")"
+rm -f "$d/other.bin.tmp.99999" # (expect_fail below looks for temporaries in $TMP)
+mkdir -p "$d/hf"; echo z > "$d/hf/model.safetensors.tmp.12345"; echo z > "$d/hf/config.json.tmp.7"
+conv --model tiny --seed 11 --out "$d/hf" && [ -z "$(ls "$d/hf" | grep '\.tmp\.')" ] && grep -q "^cleanup: removed 2 temporary files" "$TMP/conv.log" \
+  && ok "... and a transformers directory's (model.safetensors, config.json)" || bad "hf temporaries: $(ls "$d/hf"): $(cat "$TMP/conv.log")"
+[ ! -e "$d/.lock" ] && [ ! -e "$d/hf/.lock" ] && ok "convert leaves no .lock in the folders it wrote" || bad "a .lock left: $(ls -A "$d" "$d/hf")"
+
+# ---- convert never writes a file a trainer would take for its checkpoint (issue 44, item 6):
+# a model_00000050.bin planted in a run's --out was overwritten by the resumed run without a word
+for n in model_00000050.bin state_00000050_00000.bin DONE_00000050 PENDING_00000050 adapter_00000050 adapter_00000050/model.bin; do
+  expect_fail "convert --out ${n} (a training checkpoint's name) refused" "has the name of a training checkpoint's entry" \
+    "$CONV" --model $REF/hf_tiny --out "$TMP/$n" --to llmc
+done
+conv --model $REF/hf_tiny --out "$TMP/model_50.bin" && conv --model $REF/hf_tiny --out "$TMP/model_00000050.safetensors" --to llmc \
+  && ok "names that only resemble one are fine (model_50.bin, model_00000050.safetensors)"
+
+# ---- --seed's help says what the seed does in convert (it said "init from scratch, shuffling, dropout")
+h=$("$CONV" --help | grep -- '^  --seed ')
+grep -q "initiali" <<<"$h" && ! grep -qE "shuffl|dropout|sampl" <<<"$h" && ok "convert --help: --seed is the size descriptor's initialization seed" \
+  || bad "convert --seed help: $h"
+
 # ---- bad input: one message, non-zero exit, nothing written
 expect_fail "no --model" "--model is required" "$CONV" --out "$TMP/x.bin"
 expect_fail "no --out" "--out is required" "$CONV" --model $REF/hf_tiny

@@ -27,6 +27,28 @@ d=$(run --prompt "The quick brown fox" -g 16 --seed 7 --quiet --no-kv-cache)
 g1=$(run --prompt "Once upon a time" -g 12 --temperature 0 --quiet); g2=$(run --prompt "Once upon a time" -g 12 --top-k 1 --seed 3 --quiet)
 g3=$(run --prompt "Once upon a time" -g 12 --temperature 0 --quiet --no-kv-cache)
 [ -n "$g1" ] && [ "$g1" = "$g2" ] && [ "$g1" = "$g3" ] && ok "greedy: temperature 0 == top-k 1 == no cache" || bad "greedy variants differ: '$g1' '$g2' '$g3'"
+# tiny temperatures choose as their limit, greedy, does: --temperature 1e-45 .. 1e-39 passed the
+# range check and emitted <|endoftext|> at once (1 / T overflowed to inf, the maximum's scaled logit
+# was 0 * inf = NaN). Token by token against the greedy run, up to a tie of the two largest logits
+# (where either token is the limit's choice)
+echo x > "$TMP/lg0.tmp.4194304"   # (a killed generate's temporary of the same --logits-out)
+run --prompt "Once upon a time" -g 12 --temperature 0 --quiet --logits-out "$TMP/lg0" > "$TMP/lg0.out" || bad "greedy --logits-out"
+[ ! -e "$TMP/lg0.tmp.4194304" ] && grep -q "^cleanup: removed 1 temporary file .*lg0.tmp.4194304" "$TMP/err" && ! grep -q cleanup "$TMP/lg0.out" && [ ! -e "$TMP/.lock" ] \
+  && ok "--logits-out: a killed write's temporary of the file goes (said on stderr, not in the text), no .lock stays" || bad "--logits-out temporaries: $(cat "$TMP/err")"
+for t in 1e-45 1e-40 1e-39 1e-38; do
+  run --prompt "Once upon a time" -g 12 --temperature $t --seed 3 --quiet --logits-out "$TMP/lgt" > /dev/null || bad "--temperature $t failed"
+  paste -d' ' "$TMP/lg0" "$TMP/lgt" | awk '$2 == $3 {exit 0} $1 != $4 {exit 1} END {if (NR != 12) exit 1}' \
+    && ok "tiny temperatures act as greedy: --temperature $t chooses greedy's tokens (no <|endoftext|> at once)" \
+    || bad "--temperature $t: ids $(cut -d' ' -f1 "$TMP/lgt" | tr '\n' ' ') vs greedy $(cut -d' ' -f1 "$TMP/lg0" | tr '\n' ' ')"
+done
+# --prompt "" is the empty prompt --help describes (<|endoftext|>): it was refused with
+# "--prompt: empty value"
+e2=$(run -g 8 --seed 4 --quiet); e1=$(run --prompt "" -g 8 --seed 4 --quiet) && [ -n "$e1" ] && [ "$e1" = "$e2" ] \
+  && ok "--prompt \"\" accepted, as --help says: the text of the default <|endoftext|> prompt" || { cat "$TMP/err"; bad "--prompt '': '$e1' vs '$e2'"; }
+e3=$(run --prompt= -g 8 --seed 4 --quiet) && [ -n "$e3" ] && [ "$e3" = "$e2" ] && ok "... and --prompt= too" || { cat "$TMP/err"; bad "--prompt=: '$e3'"; }
+# --seed's help says what the seed does here (it said "init from scratch, shuffling, dropout")
+h=$("$GEN" --help | grep -- '^  --seed ')
+grep -q "sampl" <<<"$h" && ! grep -qE "init|shuffl|dropout" <<<"$h" && ok "generate --help: --seed is the sampling's seed" || bad "generate --seed help: $h"
 k=$(run --prompt "Once upon a time" -g 12 --top-k 40 --temperature 0.8 --seed 1 --quiet)
 [ -n "$k" ] && ok "top-k 40 at temperature 0.8 runs" || bad "top-k sampling printed nothing"
 # --dtype: the banner says which GEMMs ran (test_sampling checks the bf16 numbers)

@@ -9,7 +9,12 @@
 #     command, a lock left by a killed run is taken over, and under mpirun every rank agrees;
 #   - "training in place overwrites the input": train_gpt2 --model X --out X replaced
 #     X/model.safetensors; now refused, as is any run that would write over its --model or
-#     --adapter in --out (a checkpoint of the step the input is named after, a final output).
+#     --adapter in --out (a checkpoint of the step the input is named after, a final output);
+#   - "other programs ignore the lock" (issue 44, item 6): convert --out wrote config.json and
+#     model.safetensors into a running train_gpt2's --out; now convert, data/prepare --out-dir and
+#     generate --logits-out are refused there with the trainer's pid and command, a trainer started
+#     while one of them writes is refused with its pid, two of them writing different files share a
+#     folder, two writing the same file do not, and the .lock a writer made goes when it ends.
 source "$(dirname "$0")/lib.sh"
 G="$BIN_DIR/train_gpt2"; L="$BIN_DIR/train_lora"; CONV="$BIN_DIR/convert"
 MODEL=test/ref/gpt2_tiny
@@ -85,6 +90,65 @@ if wait_step "$d" $a; then
     [ ! -s "$d/.lock" ] && ok "a run that ends cleanly clears the lock file's text" || bad "lock file after a clean end: $(cat "$d/.lock")"
   else tail -3 "$d.b.log"; bad "the run after a killed holder failed"; fi
 else cat "$d.a.log"; bad "the first run did not start"; kill -9 $a 2>/dev/null; fi
+
+# ---- item 6 of issue 44: the other programs that write into a folder take its lock too
+PREP="${PREPARE_BIN:-data/prepare}"; GEN="$BIN_DIR/generate"
+d="$TMP/w"
+"$G" --model "$MODEL" "${RUN[@]}" --steps 100000 --out "$d" > "$d.a.log" 2>&1 &
+a=$!
+if wait_step "$d" $a; then
+  before=$(listing "$d" | grep -v -e log.jsonl -e '_0000' | tr '\n' ' ')
+  for c in "convert --out $d/x.bin" "convert --to hf --out $d" "data/prepare --out-dir $d" "generate --logits-out $d/l.txt"; do
+    case $c in
+      "convert --out"*) cmd=("$CONV" --model "$MODEL" --out "$d/x.bin"); flag=--out ;;
+      "convert --to"*) cmd=("$CONV" --model "$MODEL" --to hf --out "$d"); flag=--out ;;
+      data*) cmd=("$PREP" --input test/ref/prepare_sft.jsonl --out-dir "$d" --val-tokens 0); flag=--out-dir ;;
+      *) cmd=("$GEN" --model "$MODEL" --vocab data/gpt2 --prompt '!' -g 2 --logits-out "$d/l.txt"); flag=--logits-out ;;
+    esac
+    expect_fail "other programs ignore the lock: $c into a running trainer's --out is refused with its pid and command" \
+      "$flag $d is in use by process $a ($G --model $MODEL" "${cmd[@]}"
+  done
+  after=$(listing "$d" | grep -v -e log.jsonl -e '_0000' | tr '\n' ' ')
+  [ "$before" = "$after" ] && kill -0 $a && ok "... and wrote nothing there; the trainer goes on ($after)" || bad "the trainer's --out changed: $before -> $after"
+  kill -9 $a; wait $a 2>/dev/null
+else cat "$d.a.log"; bad "the trainer did not start"; kill -9 $a 2>/dev/null; fi
+# a writer holds the lock while it writes (stopped there with SIGSTOP): a trainer started meanwhile
+# is refused with the writer's pid; a writer of another file goes ahead, one of the same file is
+# refused; the writer's own .lock goes when it ends
+d="$TMP/cw"; mkdir -p "$d"
+"$CONV" --model d6 --out "$d/big.bin" > "$d.log" 2>&1 &
+c=$!
+for _ in $(seq 1000); do grep -qs "process $c " "$d/.lock" && break; sleep 0.01; done
+if kill -STOP $c 2>/dev/null && grep -qs "process $c " "$d/.lock"; then
+  expect_fail "a trainer started while convert writes into its --out is refused with convert's pid" "--out $d is in use by process $c ($CONV --model d6" \
+    "$G" --model "$MODEL" "${RUN[@]}" --steps 2 --out "$d"
+  "$CONV" --model "$MODEL" --out "$d/small.bin" > "$d.b.log" 2>&1 && [ -f "$d/small.bin" ] \
+    && ok "two converts writing different files share a folder" || { cat "$d.b.log"; bad "a second convert of another file"; }
+  expect_fail "two converts writing the same file: the second is refused" "--out $d is in use by process $c" "$CONV" --model "$MODEL" --out "$d/big.bin"
+  kill -CONT $c; wait $c && [ -f "$d/big.bin" ] && [ ! -e "$d/.lock" ] && ok "the stopped convert completes, and the .lock it made is gone" \
+    || bad "after the stopped convert: $(cat "$d.log"; listing "$d")"
+else kill -CONT $c 2>/dev/null; wait $c; bad "convert d6 did not hold the lock while it ran: $(cat "$d.log")"; fi
+# a killed writer's .lock (marked) goes with the next writer; a trainer takes it over like a killed run's
+d="$TMP/kw"; mkdir -p "$d"
+"$CONV" --model d6 --out "$d/big.bin" > /dev/null 2>&1 &
+c=$!
+for _ in $(seq 1000); do grep -qs "process $c " "$d/.lock" && break; sleep 0.01; done
+kill -9 $c; wait $c 2>/dev/null
+[ -s "$d/.lock" ] && "$CONV" --model "$MODEL" --out "$d/small.bin" > /dev/null 2>&1 && [ ! -e "$d/.lock" ] \
+  && ok "the .lock of a SIGKILLed convert goes when the next writer ends" || bad "killed convert's lock: $(listing "$d")"
+# killed between making the .lock and writing its text (strace kills it at that pwrite): the empty
+# file stayed for good (dev/bench_kill.sh convert found it); an empty .lock says nothing and goes too
+if command -v strace > /dev/null 2>&1; then
+  d="$TMP/ew"; mkdir -p "$d"
+  strace -f -qq -o /dev/null -e trace=pwrite64 -e inject=pwrite64:signal=SIGKILL:when=1 "$CONV" --model "$MODEL" --out "$d/a.bin" > /dev/null 2>&1
+  if [ -e "$d/.lock" ] && [ ! -s "$d/.lock" ]; then
+    "$CONV" --model "$MODEL" --out "$d/a.bin" > /dev/null 2>&1 && [ ! -e "$d/.lock" ] \
+      && ok "the empty .lock of a convert killed before its text went in goes when the next writer ends" || bad "empty lock: $(listing "$d")"
+  else echo "skip: the first pwrite64 of convert was not the lock's text here: $(listing "$d")"; fi
+fi
+d="$TMP/pw"; mkdir -p "$d"
+"$PREP" --input test/ref/prepare_sft.jsonl --out-dir "$d" --val-tokens 0 --quiet && [ ! -e "$d/.lock" ] && [ -f "$d/prepare_sft_train_000000.bin" ] \
+  && ok "data/prepare leaves no .lock in the data folder" || bad "data/prepare left: $(listing "$d")"
 
 # ---- the same under mpirun: the job holds the lock; a second job or process is refused by rank 0
 if command -v mpirun >/dev/null 2>&1; then

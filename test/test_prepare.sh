@@ -252,6 +252,16 @@ check "text documents in windows: 2 windows + 1, with a mask (padding untrained)
 expect_failF "--record-windows with --doc-sep none" "--record-windows with --doc-sep none" "$P" --input "$T/paras.txt" --doc-sep none --out-dir "$T/x" --record-windows 16
 expect_failF "--overlong without windows" "--overlong given without --record-windows" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --overlong drop
 expect_failF "no record fits" "no record fits a window" "$P" --input "$T/qa.jsonl" --out-dir "$T/x" --field prompt=question,completion=answer --record-windows 4 --overlong drop
+# the hint says what helps: records cut before their completion under the default --overlong
+# truncate were told to "use --overlong truncate"
+printf '{"prompt": "one two three four five six seven eight nine ten", "completion": " yes"}\n' > "$T/longp.jsonl"
+for w in "--record-windows 4" "--pack 4"; do
+  out=$("$P" --input "$T/longp.jsonl" --out-dir "$T/x" $w --val-tokens 0 2>&1); rc=$?
+  check "no record fits ($w, completions cut off under the default truncate): the hint names what helps, not the default ($(grep hint <<<"$out"))" \
+    eval '[ $rc -ne 0 ] && grep -qF "hint: raise ${w% *}: the trained tokens (completions, assistant turns) lie beyond the first 4 tokens or are empty (or train on the prompts too with --train-on-inputs)" <<<"$out" && ! grep -q overlong <<<"$out"'
+done
+out=$("$P" --input "$T/qa.jsonl" --out-dir "$T/x" --field prompt=question,completion=answer --record-windows 4 --overlong drop 2>&1)
+check "... and records dropped as too long: raise the window or truncate them" grep -qF "hint: raise --record-windows, or use --overlong truncate (the default" <<<"$out"
 # the trainer takes the windows only with the matching --seq-len
 TRAIN="${BIN_DIR}/train_gpt2"
 if [ -x "$TRAIN" ]; then
@@ -394,6 +404,7 @@ ev = []
 for line in open(sys.argv[1]):
     m = re.search(r'(rename\w*|unlink\w*)\(.*?"([^"]+)"(?:, (?:AT_FDCWD, )?"([^"]+)")?', line)
     if m and " = 0" in line: ev.append((m.group(1)[:6], (m.group(3) or m.group(2)).rsplit("/", 1)[-1]))
+ev = [e for e in ev if e[1] != ".lock"] # (the lock file data/prepare made goes at its end)
 ren = [f for k, f in ev if k == "rename"]
 unl = [i for i, (k, f) in enumerate(ev) if k == "unlink"]
 ok = len(ren) >= 6 and all(f.endswith(".mask") == (i % 2 == 0) for i, f in enumerate(ren)) and all(ren[i][:-5] == ren[i + 1][:-4] for i in range(0, len(ren), 2))
@@ -407,13 +418,31 @@ PY
 else
   echo "skip: strace not installed: the order of data/prepare's renames was not checked"
 fi
+# the temporaries of killed runs of this --name, whatever pid they name: one of a process that
+# lives (a pid reused, or another host's) is no one's write either while this run holds the lock
+# of the name (llmc/run/runlock.h); another --name's stay
 sleep 0.01 & deadpid=$!; wait $deadpid
 : > "$T/ord/o_train_000007.bin.tmp.$deadpid"; : > "$T/ord/o_train_000000.mask.tmp.$deadpid"; : > "$T/ord/o_train_000001.bin.tmp.$$"
+: > "$T/ord/p_train_000000.bin.tmp.$deadpid"
 "$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/ord" --name o --val-tokens 0 > "$T/ord.log" || bad "prepare over temporary files"
-check "temporary files of a killed data/prepare removed, a running one's kept" eval \
-  '[ ! -e "$T/ord/o_train_000007.bin.tmp.$deadpid" ] && [ ! -e "$T/ord/o_train_000000.mask.tmp.$deadpid" ] && [ -e "$T/ord/o_train_000001.bin.tmp.$$" ] &&
-   grep -q "^removed 2 temporary file(s) left by a data/prepare that did not finish" "$T/ord.log" && grep -q "^removed the [0-9]* file(s) of an earlier '"'"'o'"'"' output" "$T/ord.log"'
-rm -f "$T/ord/o_train_000001.bin.tmp.$$"
+check "temporary files of killed runs of the name removed, a live pid's too (a pid proves nothing: the lock does), another name's kept, and said" eval \
+  '[ ! -e "$T/ord/o_train_000007.bin.tmp.$deadpid" ] && [ ! -e "$T/ord/o_train_000000.mask.tmp.$deadpid" ] && [ ! -e "$T/ord/o_train_000001.bin.tmp.$$" ] &&
+   [ -e "$T/ord/p_train_000000.bin.tmp.$deadpid" ] && grep -q "^cleanup: removed 3 temporary files of writes that did not finish (a killed run) in .*o_train_000001.bin.tmp.$$" "$T/ord.log" &&
+   grep -q "^removed the [0-9]* file(s) of an earlier '"'"'o'"'"' output" "$T/ord.log"'
+rm -f "$T/ord/p_train_000000.bin.tmp.$deadpid"
+# one data/prepare of a name at a time in a folder (stopped while it holds the lock): another of
+# the same --name is refused with its pid, one of another --name goes ahead; no .lock stays
+mkdir -p "$T/lk"
+"$P" --input $(for _ in $(seq 12); do echo data/tinyshakespeare.txt; done) --out-dir "$T/lk" --name big --val-tokens 0 --quiet &
+pp=$!
+for _ in $(seq 1000); do grep -qs "process $pp " "$T/lk/.lock" && break; sleep 0.01; done
+if kill -STOP $pp 2>/dev/null && grep -qs "process $pp " "$T/lk/.lock"; then
+  expect_failF "a second data/prepare of the same --name in the folder is refused with the first's pid" "--out-dir $T/lk is in use by process $pp (" \
+    "$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/lk" --name big --val-tokens 0
+  check "one of another --name in the same folder goes ahead" "$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/lk" --name small --val-tokens 0 --quiet
+  kill -CONT $pp; wait $pp
+  check "the stopped data/prepare completes and its .lock goes" eval '[ -f "$T/lk/big_train_000000.bin" ] && [ ! -e "$T/lk/.lock" ]'
+else kill -CONT $pp 2>/dev/null; wait $pp; bad "data/prepare did not hold the lock while it ran"; fi
 
 # --- 10. --show: the text of a shard with its trained targets marked, as the trainer reads it
 "$P" --input test/ref/prepare_sft.jsonl --out-dir "$T/sh" --name sft --val-tokens 0 --quiet || bad "prepare for --show"
@@ -506,6 +535,70 @@ expect_failF "pairs need windows" "'test/ref/prepare_pref.jsonl' line 1: prefere
 expect_failF "pairs and other records do not mix" "line 1: a preference pair among records that are not preference pairs" "$P" --input test/ref/prepare_sft.jsonl test/ref/prepare_pref.jsonl --out-dir "$T/x" --pack 96
 expect_failF "--train-on-inputs with pairs" "--train-on-inputs with preference pairs" "$P" --input test/ref/prepare_pref.jsonl --out-dir "$T/x" --pack 96 --train-on-inputs
 check "failed pair runs wrote nothing" [ -z "$(ls "$T/x" 2>/dev/null)" ]
+
+# --- 11. --shuffle --seed S: validation's records drawn at random (Hugging Face's
+# train_test_split(shuffle=True, seed=S)); it was always the first records, with no option.
+# Same seed, same split; another seed, another; every record on exactly one side, whole, each side
+# in input order; and the shards are exactly those of the same records given in that order
+# (validation's first), unshuffled: tokens, masks and the boundary <|endoftext|> as in any split
+python3 -c "
+import json
+for i in range(40): print(json.dumps({'prompt': 'Question %d?' % i, 'completion': ' Answer number %d.' % i}))" > "$T/sh.jsonl"
+shown() { "$P" --show "$1" --tokens 0 | grep -v '^#' | sed 's/\[\[//g; s/\]\]//g'; }
+sides_ok() { # sides_ok DIR NAME: each record once, whole, on one side; each side ascending; prints the validation ids
+  python3 - "$(shown "$1/$2_val_000000.bin")" "$(shown "$1/$2_train_000000.bin")" <<'PY'
+import re, sys
+sides = []
+for text in sys.argv[1:3]:
+    recs = [r for r in text.replace("\n", "").split("<|endoftext|>") if r]
+    ids = []
+    for r in recs:
+        m = re.fullmatch(r"Question (\d+)\? Answer number (\d+)\.", r)
+        if not m or m.group(1) != m.group(2): sys.exit("a record cut or mixed: %r" % r)
+        ids.append(int(m.group(1)))
+    if ids != sorted(ids): sys.exit("a side out of input order: %s" % ids)
+    sides.append(ids)
+if sorted(sides[0] + sides[1]) != list(range(40)): sys.exit("records missing or twice: %s | %s" % tuple(sides))
+print(" ".join(map(str, sides[0])))
+PY
+}
+for mode in "" "--record-windows 16" "--pack 32"; do
+  for sd in 1 1b 2; do
+    "$P" --input "$T/sh.jsonl" --out-dir "$T/sh$sd" --val-frac 0.25 --shuffle --seed ${sd%b} $mode --quiet || bad "--shuffle --seed $sd $mode failed"
+  done
+  v1=$(sides_ok "$T/sh1" sh); r1=$?; v2=$(sides_ok "$T/sh2" sh); r2=$?
+  [ $r1 = 0 ] && [ $r2 = 0 ] && [ "$v1" != "$(seq -s' ' 0 9)" ] \
+    && ok "--shuffle ${mode:-(a stream)}: every record once, whole, on one side, each side in input order; validation $v1 | $v2" \
+    || bad "--shuffle $mode: $v1 | $v2"
+  check "--shuffle ${mode:-(a stream)}: the same seed gives the same split" eval 'cmp -s "$T/sh1/sh_val_000000.bin" "$T/sh1b/sh_val_000000.bin" && cmp -s "$T/sh1/sh_train_000000.mask" "$T/sh1b/sh_train_000000.mask"'
+  check "--shuffle ${mode:-(a stream)}: another seed, another split" eval '[ -n "$v1" ] && [ "$v1" != "$v2" ]'
+done
+"$P" --input "$T/sh.jsonl" --out-dir "$T/sh1" --val-frac 0.25 --shuffle --seed 1 > "$T/sh1.log"
+python3 - "$T/sh.jsonl" "$(sides_ok "$T/sh1" sh)" > "$T/sh_order.jsonl" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+val = [int(v) for v in sys.argv[2].split()]
+for i in val + [i for i in range(len(lines)) if i not in val]: print(lines[i])
+PY
+nv=$(hdr "$T/sh1/sh_val_000000.bin" 2)
+"$P" --input "$T/sh_order.jsonl" --out-dir "$T/sho" --name sh --val-tokens "$nv" --quiet
+same_shards() { local f; for f in val_000000.bin val_000000.mask train_000000.bin train_000000.mask; do cmp -s "$1/sh_$f" "$2/sh_$f" || return 1; done; }
+check "--shuffle: the shards are those of the records in that order, unshuffled (tokens, masks, the split's <|endoftext|>)" same_shards "$T/sh1" "$T/sho"
+check "--shuffle: the summary says how validation was chosen" grep -q "^split: validation is 10 of the 40 records, drawn at random (--shuffle, --seed 1); each side in input order" "$T/sh1.log"
+"$P" --input "$T/sh.jsonl" --out-dir "$T/sh0" --val-frac 0.25 > "$T/sh0.log"
+check "without --shuffle validation is the first records (the default, unchanged), and the summary says so" eval \
+  '[ "$(sides_ok "$T/sh0" sh)" = "$(seq -s" " 0 9)" ] && grep -q "^split: validation is the first 10 of the 40 records (--shuffle draws them at random)" "$T/sh0.log"'
+"$P" --input test/ref/prepare_pref.jsonl --out-dir "$T/shp" --pack 96 --val-frac 0.3 --shuffle --seed 3 --quiet \
+  && check "--shuffle with preference pairs: validation takes whole pairs (chosen and rejected records, the last token training's first, a chosen one: $(masks "$T/shp/prepare_pref_val_000000.mask" | awk '{c += int($1 / 4) % 2; r += int($1 / 8) % 2} END {print c + 0, r + 0}'))" eval \
+       '[ "$(masks "$T/shp/prepare_pref_val_000000.mask" | awk "{c += int(\$1 / 4) % 2; r += int(\$1 / 8) % 2} END {print (c == r + 1 && r > 0)}")" = 1 ]' \
+  || bad "--shuffle with pairs failed"
+# the README's example output, --out-dir data/mine in the checkout, showed as untracked in git
+if command -v git > /dev/null && git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  check "the README's --out-dir data/mine is ignored by git (it showed as untracked)" git check-ignore -q data/mine/my_text_train_000000.bin
+  check "... while data/gpt2 (the bundled vocabulary) is not" eval '! git check-ignore -q data/gpt2/encoder.json'
+fi
+expect_failF "--seed without --shuffle" "--seed is the seed of --shuffle" "$P" --input "$T/sh.jsonl" --out-dir "$T/x" --seed 3
+expect_failF "--shuffle with --doc-sep none" "--shuffle with --doc-sep none" "$P" --input "$T/f1.txt" --out-dir "$T/x" --doc-sep none --shuffle
 
 # --help works and exits 0
 check "--help" bash -c "'$P' --help | grep -q -- '--val-frac'"

@@ -7,7 +7,7 @@
 // - a fixed seed reproduces a completion; top-k 1 and temperature 0 are greedy; prompts fed in
 //   chunks and B = 2 sequences give the logits of one-at-a-time B = 1;
 // - sample_token draws from the right distribution (frequencies of many draws) and never
-//   outside the top k.
+//   outside the top k; tiny (denormal) temperatures choose as greedy does.
 #include "test.h"
 #include "../llmc/model/model.h"
 #include "../llmc/model/sampler.h"
@@ -231,6 +231,28 @@ static void test_sample_token(void) {
     TEST_CHECK(sample_token(logits, V, &g, 0, NULL, NULL) == 1, "greedy picks the argmax");
 }
 
+// Tiny temperatures (down to the smallest denormal) choose as their limit, greedy: 1 / T overflows
+// to inf below ~2.9e-39, and scaling by it made the maximum's logit 0 * inf = NaN, so no
+// cumulative sum ever passed u and the last token (50256, <|endoftext|> in GPT-2) came out. With
+// tied maxima the draws stay among them (and reach each one).
+static void test_sample_tiny_temperature(void) {
+    const int V = 6;
+    const float logits[6] = { 1.0f, 3.0f, -1.0f, 2.5f, 0.0f, 2.9f }, tied[6] = { 3.0f, 1.0f, 3.0f, -2.0f, 0.0f, 2.0f };
+    const float ts[] = { 1.4e-45f, 1e-45f, 1e-42f, 1e-40f, 2e-39f, 3e-39f, 1e-38f, 1e-30f, 1e-7f };
+    int all_greedy = 1, tied_ok = 1, seen0 = 0, seen2 = 0;
+    for (size_t c = 0; c < sizeof(ts) / sizeof(ts[0]); c++)
+        for (int k = 0; k <= 3; k += 3)
+            for (uint64_t d = 0; d < 200; d++) {
+                SampleParams sp = { ts[c], k, 5 };
+                if (sample_token(logits, V, &sp, d, NULL, NULL) != 1) all_greedy = 0;
+                const int t = sample_token(tied, V, &sp, d, NULL, NULL);
+                if (t != 0 && t != 2) tied_ok = 0;
+                seen0 |= t == 0; seen2 |= t == 2;
+            }
+    TEST_CHECK(all_greedy, "denormal / tiny temperatures (1.4e-45 .. 1e-7) choose the argmax, as their limit (greedy) does");
+    TEST_CHECK(tied_ok && seen0 && seen2, "tiny temperatures with two tied maxima draw among them only, each of them");
+}
+
 int main(void) {
     ops_init(0);
     test_reference("base", "test/ref/sampling_tiny", NULL, 0);
@@ -241,5 +263,6 @@ int main(void) {
     test_reference("lora.all_linear", "test/ref/gpt2_tiny", "test/ref/lora_tiny/all_linear", 1);
     test_kv_equals_full();
     test_sample_token();
+    test_sample_tiny_temperature();
     return test_finish("test_sampling");
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <dirent.h>
 #include <libgen.h>
 
 // Open atomic files, so that a fatal error can remove their temporaries.
@@ -83,6 +84,39 @@ void atomic_write_file(const char* path, const void* data, size_t n) {
     FILE* fp = atomic_open(&af, path);
     fwriteCheck(data, 1, n, fp, af.tmp_path);
     atomic_commit(&af);
+}
+
+size_t atomic_tmp_base_len(const char* entry) {
+    const char* t = NULL;
+    for (const char* q = strstr(entry, ".tmp."); q; q = strstr(q + 1, ".tmp.")) t = q;
+    if (!t || t == entry || !t[5]) return 0;
+    for (const char* p = t + 5; *p; p++) if (*p < '0' || *p > '9') return 0;
+    return (size_t)(t - entry);
+}
+
+int atomic_remove_stale(const char* dir, int (*ours)(const char* name, void* ctx), void* ctx, uint64_t* bytes,
+                        char* names, size_t cap) {
+    DIR* d = opendir(dir);
+    if (!d) return 0;
+    int n = 0, cut = 0;
+    size_t len = cap ? strlen(names) : 0;
+    char base[256], p[LLMC_PATH_MAX];
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        const size_t bl = atomic_tmp_base_len(e->d_name);
+        if (!bl || bl >= sizeof(base)) continue;
+        snprintf(base, sizeof(base), "%.*s", (int)bl, e->d_name);
+        if (!ours(base, ctx)) continue;
+        path_join(p, sizeof(p), dir, e->d_name);
+        const int64_t sz = file_size(p);
+        if (!file_exists(p) || unlink(p) != 0) continue;
+        *bytes += sz > 0 ? (uint64_t)sz : 0;
+        n++;
+        if (!cap || cut) continue;
+        if (len + strlen(e->d_name) + 2 + 5 < cap) len += (size_t)snprintf(names + len, cap - len, "%s%s", len ? ", " : "", e->d_name);
+        else if (len + 5 < cap) { snprintf(names + len, cap - len, "%s...", len ? ", " : ""); cut = 1; }
+    }
+    closedir(d);
+    return n;
 }
 
 int file_exists(const char* path) {

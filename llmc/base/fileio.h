@@ -27,6 +27,15 @@ void atomic_commit(AtomicFile* af);
 
 // Write a whole buffer atomically.
 void atomic_write_file(const char* path, const void* data, size_t n);
+// If entry (a file name) is the temporary of an atomic write, "NAME.tmp.<digits>": the length of
+// NAME; else 0.
+size_t atomic_tmp_base_len(const char* entry);
+// Removes dir's temporaries of atomic writes whose NAME ours(NAME, ctx) accepts (regular files
+// only), whoever wrote them: call it only where nobody else can be writing them (a lock held,
+// llmc/run/runlock.h). Returns how many; adds their bytes to *bytes and appends their names,
+// comma-separated, to the string names (cap bytes; "..." where they do not fit).
+int atomic_remove_stale(const char* dir, int (*ours)(const char* name, void* ctx), void* ctx, uint64_t* bytes,
+                        char* names, size_t cap);
 
 int file_exists(const char* path);
 int dir_exists(const char* path);

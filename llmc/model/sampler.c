@@ -149,9 +149,12 @@ int sample_token(const float* logits, int V, const SampleParams* sp, uint64_t co
     }
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) if (logits[idx[i]] > mx) mx = logits[idx[i]];
+    // (l - max) / T, not (l - max) * (1 / T): below T ~ 2.9e-39 the reciprocal is inf, and the
+    // maximum's 0 * inf is NaN. Divided, every T > 0 gives the maximum exp(0) = 1 and the others
+    // their share, which underflows to 0 as T -> 0: the limit, greedy (ties shared).
     double sum = 0.0;
-    const float inv_t = 1.0f / sp->temperature;
-    for (int i = 0; i < n; i++) { p[i] = expf((logits[idx[i]] - mx) * inv_t); sum += p[i]; }
+    const float t = sp->temperature;
+    for (int i = 0; i < n; i++) { p[i] = expf((logits[idx[i]] - mx) / t); sum += p[i]; }
     double u = rand_uniform(sp->seed, SAMPLE_RNG_STREAM, counter) * sum, c = 0.0;
     int tok = idx[n - 1];
     for (int i = 0; i < n; i++) { c += p[i]; if (u < c) { tok = idx[i]; break; } }

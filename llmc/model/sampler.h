@@ -53,7 +53,7 @@ typedef struct {
 
 // Choose a token from fp32 logits[0..V). scratch: V floats + V ints (or NULL: allocated here).
 // Greedy picks the first maximum. Otherwise the top_k largest logits (all with top_k 0) are
-// scaled by 1 / temperature, softmaxed, and one is drawn with u = rand_uniform(seed, stream,
+// divided by temperature, softmaxed, and one is drawn with u = rand_uniform(seed, stream,
 // counter): the first token, in increasing id order, whose cumulative probability exceeds u.
 int sample_token(const float* logits, int V, const SampleParams* sp, uint64_t counter, float* scratch_f, int* scratch_i);
 

@@ -71,7 +71,10 @@ static int str_value(const ArgSpec* s, const char* val, char* err, size_t cap) {
             return -1;
         }
     }
-    if (!val[0]) { snprintf(err, cap, "%s: empty value", s->name); return -1; }
+    const size_t len = strlen(val);
+    if (s->type == ARG_STR && s->min <= s->max) { // (a range: the lengths allowed, empty included from 0)
+        if (len < s->min || len > s->max) { snprintf(err, cap, "%s: %zu bytes, not in [%.0f, %.0f]", s->name, len, s->min, s->max); return -1; }
+    } else if (!len) { snprintf(err, cap, "%s: empty value", s->name); return -1; }
     *(const char**)s->dst = val;
     return 0;
 }

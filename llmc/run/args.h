@@ -27,7 +27,8 @@ typedef struct {
     void* dst;            // int*, int64_t*, float*, const char** (STR, OPT_STR), int* (bool)
     const char* metavar;  // "N", "PATH" ...
     const char* help;
-    double min, max;      // inclusive range for numbers (ignored when min > max)
+    double min, max;      // inclusive range for numbers (ignored when min > max); ARG_STR: of the
+                          // value's length in bytes (min > max: any non-empty value)
     const char* const* choices; // NULL-terminated list of allowed strings (ARG_STR: or NULL; ARG_OPT_STR;
                           // ARG_INT: the one word it also takes, stored as ARG_AUTO)
 } ArgSpec;

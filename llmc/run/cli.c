@@ -12,7 +12,7 @@ void cli_sample_defaults(SampleFlags* f) {
 
 void cli_sample_flags(SampleFlags* f, ArgSpec* out) {
     const ArgSpec specs[CLI_SAMPLE_NFLAGS] = {
-        {"--prompt", NULL, ARG_STR, &f->prompt, "TEXT", "text to continue (<|endoftext|> is the special token; empty = <|endoftext|>)", 1, 0, NULL},
+        {"--prompt", NULL, ARG_STR, &f->prompt, "TEXT", "text to continue (<|endoftext|> is the special token; empty = <|endoftext|>)", 0, 1 << 30, NULL},
         {"--temperature", NULL, ARG_FLOAT, &f->temperature, "T", "softmax temperature; 0 = greedy (always the most likely token)", 0, 100, NULL},
         {"--top-k", NULL, ARG_INT, &f->top_k, "K", "sample among the K most likely tokens only; 0 = all", 0, 1 << 30, NULL},
         {"--vocab", NULL, ARG_STR, &f->vocab, "PATH", "vocabulary (dir or file; default: next to the model, else data/gpt2 here or near this program)", 1, 0, NULL},

@@ -4,7 +4,9 @@
 #include "model/peft_io.h"
 #include "run/args.h"
 #include "base/check.h"
+#include "run/checkpoint.h"
 #include "run/cli.h"
+#include "run/runlock.h"
 #include "model/model_io.h"
 #include "ops/ops.h"
 #include "text/textgen.h"
@@ -45,7 +47,9 @@ static void convert_parse(ConvertFlags* f, int argc, char** argv) {
                            "q8_0 (llama.cpp's 8-bit blocks); biases, norms and position embedding stay f32", 1, 0, gguf_types};
     specs[n++] = (ArgSpec){"--vocab", NULL, ARG_STR, &f->vocab, "PATH",
                            "vocabulary for the tokenizer of an hf or gguf output (default: next to the model, else data/gpt2)", 1, 0, NULL};
-    specs[n++] = cli_flag_seed(&f->seed);
+    specs[n] = cli_flag_seed(&f->seed);
+    specs[n++].help = "with --model d6..d48 / tiny: the seed of the initialization (the weights a trainer starts from with the same "
+                      "--model and --seed); unused for a model read from a file";
     specs[n++] = cli_flag_threads(&f->threads);
     args_parse(argc, argv, specs, n,
                "usage: convert --model PATH [--adapter DIR] --out PATH [--to auto|hf|llmc|llmc-bf16|safetensors|gguf|gguf-lora] [--gguf-type T]\n\n"
@@ -71,9 +75,48 @@ static ConvertFormat convert_format_of(const ConvertFlags* f) {
     return CONVERT_HF;
 }
 
+// The last component of path (a trailing '/' left out) into out.
+static void convert_basename(const char* path, char* out, size_t cap) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    snprintf(out, cap, "%.*s", (int)(n - b), path + b);
+}
+
+// 1 when name is an entry of a training checkpoint (llmc/run/checkpoint.h: model_SSSSSSSS.bin,
+// adapter_SSSSSSSS/, state_SSSSSSSS_RRRRR.bin, DONE_SSSSSSSS, PENDING_SSSSSSSS).
+static int convert_is_ckpt_name(const char* name) {
+    static const char* const kinds[] = { "model", "adapter", "state", "DONE", "PENDING" };
+    for (int k = 0; k < 5; k++) {
+        const size_t kl = strlen(kinds[k]);
+        if (strncmp(name, kinds[k], kl) != 0 || name[kl] != '_') continue;
+        const char* d = name + kl + 1;
+        long step = 0;
+        int rank = 0, i;
+        for (i = 0; i < 8 && d[i] >= '0' && d[i] <= '9'; i++) step = step * 10 + (d[i] - '0');
+        if (i < 8) continue;
+        for (i = 9; k == 2 && d[8] == '_' && i < 14 && d[i] >= '0' && d[i] <= '9'; i++) rank = rank * 10 + (d[i] - '0');
+        char want[96];
+        ckpt_name(want, sizeof(want), kinds[k], step, rank);
+        const size_t n = strlen(name);
+        if (strncmp(want, name, n) == 0 && (want[n] == '\0' || want[n] == '/')) return 1; // (an adapter's: its directory)
+    }
+    return 0;
+}
+
 // Refuse an --out of the wrong kind before anything is read or written.
 static void convert_check_out(const ConvertFlags* f, ConvertFormat fmt) {
     const char* out = f->out;
+    char base[LLMC_PATH_MAX], parent[LLMC_PATH_MAX], up[LLMC_PATH_MAX];
+    convert_basename(out, base, sizeof(base));
+    snprintf(parent, sizeof(parent), "%s", out);
+    char* slash = strrchr(parent, '/');
+    if (slash) *slash = '\0';
+    convert_basename(slash ? parent : ".", up, sizeof(up));
+    if (convert_is_ckpt_name(base) || (fmt != CONVERT_HF && convert_is_ckpt_name(up)))
+        fatal("choose another name: a trainer with this folder as --out would take the file for its checkpoint, or write its own over it",
+              "--out '%s' has the name of a training checkpoint's entry (%s)", out, convert_is_ckpt_name(base) ? base : up);
     if (fmt == CONVERT_HF && file_exists(out))
         fatal("give a directory for --to hf (it is created if missing)", "--out '%s' is a file", out);
     if (fmt == CONVERT_HF && (ends_with(out, ".safetensors") || ends_with(out, ".gguf")))
@@ -82,6 +125,36 @@ static void convert_check_out(const ConvertFlags* f, ConvertFormat fmt) {
         fatal("give a file name, e.g. --out model.bin, model.safetensors or model.gguf", "--out '%s' is a directory", out);
     if (fmt == CONVERT_GGUF_LORA && !f->adapter)
         fatal("give the PEFT adapter directory to export with --adapter", "--to gguf-lora needs --adapter");
+}
+
+// What convert writes: the files of a transformers directory, or the --out file (its directory's
+// lock, runlock.h, is taken for them).
+static const char* const CONVERT_HF_FILES[] = { "config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+                                                "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json" };
+typedef struct { const char* const* names; int n; const char* one[1]; char dir[LLMC_PATH_MAX], base[LLMC_PATH_MAX]; } ConvertOut;
+
+static int convert_ours(const char* name, void* ctx) {
+    const ConvertOut* o = (const ConvertOut*)ctx;
+    for (int i = 0; i < o->n; i++) if (!strcmp(name, o->names[i])) return 1;
+    return 0;
+}
+
+// Lock the directory written (the --out directory, or the --out file's) once it exists: refused
+// while a trainer runs there or another program writes these names; then the temporaries of
+// killed conversions of them go.
+static void convert_lock(const ConvertFlags* f, ConvertFormat fmt, ConvertOut* o, int argc, char** argv) {
+    if (fmt == CONVERT_HF) {
+        snprintf(o->dir, sizeof(o->dir), "%s", f->out);
+        o->names = CONVERT_HF_FILES; o->n = (int)(sizeof(CONVERT_HF_FILES) / sizeof(CONVERT_HF_FILES[0]));
+    } else {
+        convert_basename(f->out, o->base, sizeof(o->base));
+        snprintf(o->dir, sizeof(o->dir), "%s", f->out);
+        char* slash = strrchr(o->dir, '/');
+        if (slash) *slash = '\0'; else snprintf(o->dir, sizeof(o->dir), ".");
+        if (!o->dir[0]) snprintf(o->dir, sizeof(o->dir), "/");
+        o->one[0] = o->base; o->names = o->one; o->n = 1;
+    }
+    if (runlock_writer_acquire(o->dir, "--out", o->names, o->n, argc, argv) == 1) runlock_writer_clean(stdout, o->dir, convert_ours, o);
 }
 
 static const char* convert_format_name(ConvertFormat fmt) {
@@ -126,6 +199,8 @@ int convert_main(int argc, char** argv) {
     convert_parse(&f, argc, argv);
     const ConvertFormat fmt = convert_format_of(&f);
     convert_check_out(&f, fmt);
+    ConvertOut lock;
+    convert_lock(&f, fmt, &lock, argc, argv); // (a directory still to be made: once made, below)
     GgmlType gtype;
     gguf_parse_type(f.gguf_type, &gtype); // (one of the choices args_parse allowed)
     HostModel hm;
@@ -134,7 +209,10 @@ int convert_main(int argc, char** argv) {
     if (f.adapter && fmt != CONVERT_GGUF_LORA) convert_merge_adapter(&hm, f.adapter);
     if (fmt == CONVERT_HF) {
         char vpath[LLMC_PATH_MAX];
-        convert_write_hf(f.out, &hm.pt, hm.params, convert_vocab(&f, &hm.cfg, vpath, sizeof(vpath)));
+        const char* vocab = convert_vocab(&f, &hm.cfg, vpath, sizeof(vpath));
+        mkdir_p(f.out);
+        convert_lock(&f, fmt, &lock, argc, argv);
+        convert_write_hf(f.out, &hm.pt, hm.params, vocab);
     } else if (fmt == CONVERT_SAFETENSORS) {
         convert_write_safetensors(f.out, &hm.pt, hm.params);
     } else if (fmt == CONVERT_GGUF) {
@@ -150,5 +228,6 @@ int convert_main(int argc, char** argv) {
            gg ? " " : "", gg ? f.gguf_type : "", hm.cfg.num_layers, hm.cfg.channels, hm.cfg.num_heads, hm.cfg.vocab_size,
            hm.cfg.max_seq_len, params_count_unpadded(&hm.pt));
     convert_free(&hm);
+    runlock_writer_release();
     return 0;
 }

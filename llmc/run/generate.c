@@ -4,6 +4,7 @@
 #include "text/chat.h"
 #include "base/check.h"
 #include "run/cli.h"
+#include "run/runlock.h"
 #include "base/fileio.h"
 #include "base/json.h"
 #include "model/model.h"
@@ -41,7 +42,8 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     specs[i_prompt].help = "text to continue (<|endoftext|> is the special token; empty = <|endoftext|>); with --chat the user's message";
     n += CLI_SAMPLE_NFLAGS;
     specs[n++] = (ArgSpec){"--max-new-tokens", "-g", ARG_INT, &g->max_new, "N", "tokens to generate (fewer if <|endoftext|> comes first)", 1, 1 << 20, NULL};
-    specs[n++] = cli_flag_seed(&g->seed);
+    specs[n] = cli_flag_seed(&g->seed);
+    specs[n++].help = "seed of the sampling: the same seed, model and flags give the same text (unused by greedy decoding)";
     specs[n++] = (ArgSpec){"--no-kv-cache", NULL, ARG_BOOL, &g->no_kv, NULL, "recompute the whole sequence for every token (slow; for checking the cache)", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--chat", NULL, ARG_STR, &g->chat, "TEMPLATE", "--prompt is a user message: render it with this chat template as data/prepare --chat-template does, answer as the assistant", 1, 0, chat_choices};
     specs[n++] = (ArgSpec){"--system", NULL, ARG_STR, &g->system, "TEXT", "with --chat: a system message before the user's", 1, 0, NULL};
@@ -186,9 +188,26 @@ static void gen_report(const Model* m, const GenFlags* g, const Tokenizer* tok, 
     textgen_echo_prompt(tok, ids + skip, np - skip, stdout, NULL);
 }
 
+// --logits-out FILE: its directory is locked for the file (llmc/run/runlock.h) from the start,
+// refused while a trainer runs there or another program writes FILE; then the temporaries of
+// killed writes of FILE go.
+typedef struct { char dir[LLMC_PATH_MAX]; const char* name; } GenOut;
+
+static int gen_out_ours(const char* name, void* ctx) { return !strcmp(name, ((const GenOut*)ctx)->name); }
+
+static void gen_lock_out(const char* path, GenOut* o, int argc, char** argv) {
+    snprintf(o->dir, sizeof(o->dir), "%s", path);
+    char* slash = strrchr(o->dir, '/');
+    if (slash == o->dir) slash[1] = '\0'; else if (slash) *slash = '\0'; else snprintf(o->dir, sizeof(o->dir), ".");
+    o->name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (runlock_writer_acquire(o->dir, "--logits-out", &o->name, 1, argc, argv) == 1) runlock_writer_clean(stderr, o->dir, gen_out_ours, o); // (stdout is the text)
+}
+
 int generate_main(int argc, char** argv) {
     GenFlags g;
     gen_parse(&g, argc, argv);
+    GenOut lo_lock;
+    if (g.logits_out) gen_lock_out(g.logits_out, &lo_lock, argc, argv);
     char base[LLMC_PATH_MAX];
     if (!g.model) g.model = gen_adapter_base(g.adapter, base, sizeof(base));
     const ChatTemplate* tpl = g.chat ? chat_template_get(g.chat) : NULL;
@@ -241,5 +260,6 @@ int generate_main(int argc, char** argv) {
     free(prompt_ids);
     tok_free(&tok);
     model_free(&m);
+    runlock_writer_release();
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RUNLOCK_MAX_DIRS 16
@@ -73,7 +74,31 @@ static void read_fd_text(int fd, char* out, size_t cap) {
     size_t n = got > 0 ? (size_t)got : 0;
     out[n] = '\0';
     for (size_t i = 0; i < n; i++) if (out[i] == '\0') out[i] = ' '; // (/proc/PID/cmdline: NUL between words)
-    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' ')) out[--n] = '\0';
+    char* nl = strchr(out, '\n'); // (the holder is the first line: a writer's marker line follows it)
+    if (nl) { *nl = '\0'; n = (size_t)(nl - out); }
+    while (n > 0 && out[n - 1] == ' ') out[--n] = '\0';
+}
+
+// 1 when fd no longer is the file at path (removed or replaced since it was opened).
+static int lock_replaced(int fd, const char* path) {
+    struct stat a, b;
+    return fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev;
+}
+
+// F_SETLK, tried again for a moment when another process holds it: a writer that ends removes the
+// lock file while it holds it whole (runlock_writer_release), for the microseconds of an unlink.
+// 0, or -1 with errno (EAGAIN / EACCES: held; *gone: the file was removed or replaced meanwhile).
+static int lock_set(int fd, const char* path, struct flock fl, int* gone) {
+    *gone = 0;
+    for (int attempt = 0;; attempt++) {
+        if (fcntl(fd, F_SETLK, &fl) == 0) return 0;
+        const int e = errno;
+        if (e != EAGAIN && e != EACCES) return -1;
+        if (lock_replaced(fd, path)) { *gone = 1; errno = e; return -1; }
+        if (attempt == 4) { errno = e; return -1; }
+        const struct timespec ms10 = {0, 10 * 1000 * 1000};
+        nanosleep(&ms10, NULL);
+    }
 }
 
 // Who holds the lock on fd's file: "process PID (COMMAND)", from the kernel's lock table and the
@@ -107,8 +132,10 @@ static int lock_take(char* holder, size_t cap) {
             fatal("check that --out is writable", "cannot open the lock file '%s': %s", g_lock.path, strerror(e));
         }
         struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
-        if (fcntl(fd, F_SETLK, &fl) != 0) {
+        int gone;
+        if (lock_set(fd, g_lock.path, fl, &gone) != 0) {
             const int e = errno;
+            if (gone) { close(fd); continue; }
             if (e == EAGAIN || e == EACCES) { lock_holder(fd, holder, cap); close(fd); return -1; }
             // a file system without locks (some network ones): go on, and say so
             printf("warning: cannot lock '%s' (%s): nothing stops a second program from writing this --out meanwhile\n",
@@ -116,8 +143,7 @@ static int lock_take(char* holder, size_t cap) {
             g_lock.fd = fd; g_lock.made_file = made;
             return 0;
         }
-        struct stat a, b;
-        if (fstat(fd, &a) == 0 && stat(g_lock.path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+        if (!lock_replaced(fd, g_lock.path)) {
             g_lock.fd = fd; g_lock.made_file = made; g_lock.locked = 1;
             return 0;
         }
@@ -126,17 +152,23 @@ static int lock_take(char* holder, size_t cap) {
     fatal("try again", "'%s' keeps being replaced while this run tries to lock it", g_lock.path);
 }
 
+// "process PID on HOST (COMMAND)\n" into text (RUNLOCK_TEXT_MAX bytes); returns its length.
+static int lock_text(char* text, int argc, char** argv) {
+    char host[256] = "?";
+    gethostname(host, sizeof(host) - 1);
+    int n = snprintf(text, RUNLOCK_TEXT_MAX, "process %d on %s (", (int)getpid(), host);
+    for (int i = 0; i < argc && n < RUNLOCK_TEXT_MAX - 4; i++) n += snprintf(text + n, RUNLOCK_TEXT_MAX - (size_t)n, "%s%s", i ? " " : "", argv[i]);
+    if (n > RUNLOCK_TEXT_MAX - 3) n = RUNLOCK_TEXT_MAX - 3;
+    return n + snprintf(text + n, RUNLOCK_TEXT_MAX - (size_t)n, ")\n");
+}
+
 // Rank 0 holds the lock: a note when the text of a run that did not end cleanly is there, then
 // this run's pid, host and command in the file, and the lock narrowed to byte 0.
 static void lock_claim(int argc, char** argv) {
-    char old[RUNLOCK_TEXT_MAX], text[RUNLOCK_TEXT_MAX], host[256] = "?";
+    char old[RUNLOCK_TEXT_MAX], text[RUNLOCK_TEXT_MAX];
     read_fd_text(g_lock.fd, old, sizeof(old));
     if (old[0]) printf("note: '%s' names a run that did not end cleanly (killed?); it is gone, so this run takes its place: %s\n", g_lock.path, old);
-    gethostname(host, sizeof(host) - 1);
-    int n = snprintf(text, sizeof(text), "process %d on %s (", (int)getpid(), host);
-    for (int i = 0; i < argc && n < (int)sizeof(text) - 4; i++) n += snprintf(text + n, sizeof(text) - (size_t)n, "%s%s", i ? " " : "", argv[i]);
-    if (n > (int)sizeof(text) - 3) n = (int)sizeof(text) - 3;
-    n += snprintf(text + n, sizeof(text) - (size_t)n, ")\n");
+    const int n = lock_text(text, argc, argv);
     if (ftruncate(g_lock.fd, 0) != 0 || pwrite(g_lock.fd, text, (size_t)n, 0) != (ssize_t)n) {
         const int e = errno;
         fatal("check that --out is writable and not full", "cannot write the lock file '%s': %s", g_lock.path, strerror(e));
@@ -166,4 +198,119 @@ void runlock_acquire(Comm* comm, const char* dir, int argc, char** argv) {
     struct flock mine = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = comm->rank, .l_len = 1};
     if (fcntl(fd, F_SETLK, &mine) != 0) { close(fd); return; }
     g_lock.fd = fd;
+}
+
+// ----------------------------------------------------------------------------
+// programs that write files into a directory (runlock.h: runlock_writer_acquire)
+
+#define RUNLOCK_KEY_BASE (1LL << 30) // the trainers' bytes lie below (rank r: byte r), the writers' keys above
+#define RUNLOCK_WRITER_MARK "(the lock file of a program writing files here: removed when no program holds it)"
+
+static struct {
+    int fd;                       // DIR/.lock while held; -1
+    int tried;                    // runlock_writer_acquire ran (once a process)
+    int result;                   // what it returned
+    char path[LLMC_PATH_MAX];
+} g_writer = {.fd = -1};
+
+// The byte of a name: FNV-1a, folded into [RUNLOCK_KEY_BASE, 2 RUNLOCK_KEY_BASE).
+static off_t writer_key(const char* name) {
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char* p = (const unsigned char*)name; *p; p++) h = (h ^ *p) * 1099511628211ull;
+    return (off_t)(RUNLOCK_KEY_BASE + (long long)(h % (uint64_t)RUNLOCK_KEY_BASE));
+}
+
+// 1 when the lock file says nothing a later run needs: its text carries the writers' marker (a
+// writer made it), or it is empty (a writer killed before its text was in, or a run that ended
+// cleanly: a new run makes it again). A killed trainer's text, which its next run reports, stays.
+static int writer_removable(int fd) {
+    char text[RUNLOCK_TEXT_MAX + sizeof(RUNLOCK_WRITER_MARK) + 8];
+    const ssize_t got = pread(fd, text, sizeof(text) - 1, 0);
+    text[got > 0 ? got : 0] = '\0';
+    return got == 0 || strstr(text, "\n" RUNLOCK_WRITER_MARK) != NULL;
+}
+
+void runlock_writer_release(void) {
+    if (g_writer.fd < 0) return;
+    // nobody else holds any part of it (the whole file is ours): a file that says nothing goes
+    struct flock all = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    if (fcntl(g_writer.fd, F_SETLK, &all) == 0 && writer_removable(g_writer.fd) && !lock_replaced(g_writer.fd, g_writer.path))
+        unlink(g_writer.path);
+    close(g_writer.fd); // (drops every lock this process holds on the file)
+    g_writer.fd = -1;
+}
+
+// The shared lock over the trainers' bytes, then one byte per name; 0, 1 when the file went
+// meanwhile (open it again), or -1 with the holder in `holder`.
+static int writer_take(int fd, int rdonly, const char* const* names, int nnames, char* holder, size_t cap) {
+    struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = RUNLOCK_KEY_BASE};
+    int gone;
+    for (int i = -1; i < (rdonly ? 0 : nnames); i++) {
+        if (i >= 0) fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = writer_key(names[i]), .l_len = 1};
+        if (lock_set(fd, g_writer.path, fl, &gone) == 0) continue;
+        if (gone) return 1;
+        if (errno != EAGAIN && errno != EACCES) return -2; // (no locks on this file system)
+        lock_holder(fd, holder, cap);
+        return -1;
+    }
+    return lock_replaced(fd, g_writer.path);
+}
+
+// Opens DIR/.lock, made (with this process's text and the writers' marker) when missing; -1 when
+// it cannot be opened (a directory that is missing or not writable: the program's own write then
+// says so). *rdonly: opened for reading only (another user's file), so no name can be locked.
+static int writer_open(int argc, char** argv, int* made, int* rdonly) {
+    *made = 1; *rdonly = 0;
+    int fd = open(g_writer.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST) { *made = 0; fd = open(g_writer.path, O_RDWR | O_CLOEXEC); }
+    if (fd < 0 && errno == EACCES && !*made) { *rdonly = 1; fd = open(g_writer.path, O_RDONLY | O_CLOEXEC); }
+    if (fd >= 0 && *made) {
+        char text[RUNLOCK_TEXT_MAX + sizeof(RUNLOCK_WRITER_MARK) + 2];
+        int n = lock_text(text, argc, argv);
+        n += snprintf(text + n, sizeof(text) - (size_t)n, "%s\n", RUNLOCK_WRITER_MARK);
+        if (pwrite(fd, text, (size_t)n, 0) != (ssize_t)n) { close(fd); unlink(g_writer.path); return -1; }
+    }
+    return fd;
+}
+
+int runlock_writer_acquire(const char* dir, const char* flag, const char* const* names, int nnames, int argc, char** argv) {
+    if (g_writer.tried) return g_writer.result;
+    if (!dir_exists(dir)) return 0;
+    g_writer.tried = 1;
+    path_join(g_writer.path, sizeof(g_writer.path), dir, RUNLOCK_FILE);
+    char holder[RUNLOCK_TEXT_MAX + 64];
+    for (int attempt = 0; attempt < 8; attempt++) {
+        int made, rdonly;
+        const int fd = writer_open(argc, argv, &made, &rdonly);
+        if (fd < 0) return 0;
+        const int r = writer_take(fd, rdonly, names, nnames, holder, sizeof(holder));
+        if (r == 1) { close(fd); continue; }
+        if (r == -1) {
+            close(fd); // (a file made here stays: the holder opened it)
+            char hint[64 + LLMC_PATH_MAX];
+            snprintf(hint, sizeof(hint), "wait until it ends, stop it, or choose another %s", flag);
+            fatal(hint, "%s %s is in use by %s: a trainer's run directory is written by it alone, a file by one program at a time", flag, dir, holder);
+        }
+        if (r == -2) { // (a lock file is of no use here: one made goes again)
+            fprintf(stderr, "warning: cannot lock '%s' (%s): nothing keeps a trainer from starting in %s meanwhile\n", g_writer.path, strerror(errno), dir);
+            if (made) unlink(g_writer.path);
+            close(fd);
+            return 0;
+        }
+        g_writer.fd = fd;
+        g_writer.result = !rdonly;
+        llmc_on_fatal(runlock_writer_release);
+        return g_writer.result;
+    }
+    fatal("try again", "'%s' keeps being replaced while this program tries to lock it", g_writer.path);
+}
+
+int runlock_writer_clean(FILE* say, const char* dir, int (*ours)(const char* name, void* ctx), void* ctx) {
+    uint64_t bytes = 0;
+    char names[512] = "";
+    const int n = atomic_remove_stale(dir, ours, ctx, &bytes, names, sizeof(names));
+    if (n > 0 && say)
+        fprintf(say, "cleanup: removed %d temporary file%s of writes that did not finish (a killed run) in '%s' (%.1f MiB): %s\n",
+               n, n == 1 ? "" : "s", dir, (double)bytes / (1024.0 * 1024.0), names);
+    return n;
 }

@@ -15,9 +15,25 @@
 // A new run may make --out itself: if its start-up then fails or a signal ends it, the directory
 // and the lock file it made are removed again (runlock_started marks the end of that window),
 // so an interrupted or refused start-up leaves nothing behind.
+//
+// The other programs that write into a directory (convert --out, data/prepare --out-dir, generate
+// --logits-out: the directory of the file, or the directory written) honour the same lock and
+// keep trainers out while they write, without keeping one another out of a directory: a writer
+// holds a shared lock on the bytes the trainers lock ([0, 2^30), a rank's byte is its rank) and
+// an exclusive lock on one byte per name of what it writes (2^30 + a hash of the name). So a
+// writer is refused, with the holder's pid and command, while a trainer runs there or another
+// writer writes the same file; a trainer started meanwhile is refused (its rank 0 first takes the
+// whole file); two writers of different files share a directory. Holding its names, a writer
+// knows that the temporaries of those names ("NAME.tmp.<pid>") are no one's, whatever host or
+// pid wrote them, and removes them (runlock_writer_clean): pid numbers say nothing there, as they
+// are reused and other hosts see the same files. A writer that finds no .lock makes one, with its
+// text and a marker line, and the last writer to end removes a marked or empty file (no stray
+// .lock in a user's folder): a killed writer's goes when the next one ends. One with a trainer's
+// text (a killed run's, which its next run reports) stays.
 #ifndef LLMC_RUNLOCK_H
 #define LLMC_RUNLOCK_H
 
+#include <stdio.h>
 #include "comm/comm.h"
 
 #ifdef __cplusplus
@@ -34,6 +50,20 @@ void runlock_started(void);
 // At the run's normal end (signals included): clears the holder's text (the lock itself goes
 // with the process).
 void runlock_release(void);
+
+// A writer's lock on dir (see above) for the names it writes there (file names; prepare: its output
+// prefix), held until runlock_writer_release or the process ends; fatal with the holder's pid and
+// command, and the flag (e.g. "--out-dir") named, while a trainer or a writer of one of the names
+// holds it. Returns 1 when held (the names' temporaries are stale), 0 when dir does not exist, the
+// lock file cannot be opened for writing, or the file system has no locks (with a warning): then
+// nothing is locked. Once a process (later calls return the first's result).
+int runlock_writer_acquire(const char* dir, const char* flag, const char* const* names, int nnames, int argc, char** argv);
+// Drops it; the lock file goes when a writer made it and nobody else holds it. Runs on fatal errors too.
+void runlock_writer_release(void);
+// With the lock held (runlock_writer_acquire returned 1): removes dir's temporaries of atomic writes
+// of the names ours accepts (atomic_remove_stale) and says so on say ("cleanup: removed ..."; NULL:
+// silently). Returns how many.
+int runlock_writer_clean(FILE* say, const char* dir, int (*ours)(const char* name, void* ctx), void* ctx);
 
 #ifdef __cplusplus
 }
