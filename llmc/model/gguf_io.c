@@ -313,9 +313,14 @@ static void gguf_read_config(const GgufFile* f, GPT2Config* cfg) {
     double eps;
     if (gguf_kv_num(f, "gpt2.attention.layer_norm_epsilon", &eps) == 0 && fabs(eps - 1e-5) > 1e-9)
         fprintf(stderr, "warning: '%s': layer_norm_epsilon is %g; this tool always uses 1e-5\n", f->path, eps);
+    // the vocabulary: token_embd's rows, which the token list (llama.cpp's n_vocab) must agree with
     const GgufTensor* te = gguf_tensor(f, "token_embd.weight");
     if (!te || te->ndim != 2) fatal(GGUF_HINT, "'%s': no 2-D token_embd.weight", f->path);
     if (te->ne[1] > (1 << 24)) fatal(GGUF_HINT, "'%s': token_embd.weight has %lld rows", f->path, (long long)te->ne[1]);
+    const GgufKV* toks = gguf_kv(f, "tokenizer.ggml.tokens");
+    if (toks && (toks->type != GGUF_ARRAY || toks->n != (uint64_t)te->ne[1]))
+        fatal(GGUF_HINT, "'%s': tokenizer.ggml.tokens has %llu tokens, token_embd.weight %lld rows", f->path,
+              (unsigned long long)(toks->type == GGUF_ARRAY ? toks->n : 1), (long long)te->ne[1]);
     cfg->vocab_size = (int)te->ne[1];
     cfg->padded_vocab_size = gpt2_pad_vocab(cfg->vocab_size);
     gpt2_config_validate(cfg, f->path);
@@ -337,33 +342,69 @@ static void gguf_check_output(GgufFile* f) {
     if (!same) fatal("this tool's GPT-2 ties the output head to the token embedding", "'%s': output.weight differs from token_embd.weight", f->path);
 }
 
+// The GGUF tensor of (id, layer), checked to have the table's shape (fatal naming it otherwise).
+static const GgufTensor* gguf_param_tensor(const GgufFile* f, const ParamTable* pt, ParamId id, int layer) {
+    const ParamInfo* in = &pt->t[id];
+    char name[64];
+    gguf_tensor_name(name, sizeof(name), id, layer);
+    const GgufTensor* t = gguf_tensor(f, name);
+    const int64_t rows = id == PT_WTE ? pt->cfg.vocab_size : (int64_t)in->rows;
+    const int ok = t && (in->ndim == 1 ? t->ndim == 1 && t->ne[0] == (int64_t)(in->rows * in->cols)
+                                       : t->ndim == 2 && t->ne[0] == (int64_t)in->cols && t->ne[1] == rows);
+    if (!ok)
+        fatal(GGUF_HINT, "'%s': tensor '%s' is %s (expected %s [%lld x %zu])", f->path, name, t ? "of another shape" : "missing",
+              in->ndim == 1 ? "1-D" : "2-D", (long long)(in->ndim == 1 ? 1 : rows), in->ndim == 1 ? in->rows * in->cols : in->cols);
+    return t;
+}
+
+// Every tensor of a GPT-2 of pt's shape is there with its shape, and no other (output.weight only
+// as token_embd's copy): all checked before any weight is read.
+static void gguf_check_tensors(GgufFile* f, const ParamTable* pt) {
+    int64_t expected = 0;
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++)
+        for (int l = 0; l < (pt->t[id].per_layer ? pt->cfg.num_layers : 1); l++, expected++) gguf_param_tensor(f, pt, (ParamId)id, l);
+    gguf_check_output(f);
+    if (f->n_tensors != expected + (gguf_tensor(f, "output.weight") ? 1 : 0))
+        fatal(GGUF_HINT, "'%s': %lld tensors, a GPT-2 of this size has %lld; the file holds tensors this tool does not know", f->path,
+              (long long)f->n_tensors, (long long)expected);
+}
+
+// What a read holds while it runs, released by an error exit on the way too (llmc_on_fatal): the
+// open file (its metadata: the token list, the merges) and the weights read so far.
+static GgufFile* g_reading;
+static float* g_reading_params;
+static void gguf_reading_release(void) {
+    if (g_reading) gguf_close(g_reading);
+    g_reading = NULL;
+    free(g_reading_params);
+    g_reading_params = NULL;
+}
+
+// Opens a GPT-2 GGUF model and checks it (config, every tensor's shape) before a weight is read.
+static void gguf_open_gpt2(GgufFile* f, const char* path, GPT2Config* cfg, ParamTable* pt) {
+    gguf_open(f, path);
+    g_reading = f;
+    llmc_on_fatal(gguf_reading_release);
+    gguf_read_config(f, cfg);
+    params_build(pt, cfg);
+    gguf_check_tensors(f, pt);
+}
+
+void gguf_read_gpt2_config(const char* path, GPT2Config* cfg_out) {
+    GgufFile f;
+    ParamTable pt;
+    gguf_open_gpt2(&f, path, cfg_out, &pt);
+    gguf_reading_release();
+}
+
 void gguf_load_gpt2(const char* path, GPT2Config* cfg_out, ParamTable* pt_out, float** params_out) {
     GgufFile f;
-    gguf_open(&f, path);
-    gguf_read_config(&f, cfg_out);
-    params_build(pt_out, cfg_out);
-    float* params = (float*)callocCheck(pt_out->total, sizeof(float));
-    int64_t expected = 0;
-    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
-        const ParamInfo* in = &pt_out->t[id];
-        const int nl = in->per_layer ? cfg_out->num_layers : 1;
-        for (int l = 0; l < nl; l++, expected++) {
-            char name[64];
-            gguf_tensor_name(name, sizeof(name), (ParamId)id, l);
-            const GgufTensor* t = gguf_tensor(&f, name);
-            const int64_t rows = id == PT_WTE ? cfg_out->vocab_size : (int64_t)in->rows;
-            const int ok = t && (in->ndim == 1 ? t->ndim == 1 && t->ne[0] == (int64_t)(in->rows * in->cols)
-                                               : t->ndim == 2 && t->ne[0] == (int64_t)in->cols && t->ne[1] == rows);
-            if (!ok)
-                fatal(GGUF_HINT, "'%s': tensor '%s' is %s (expected %s [%lld x %zu])", path, name, t ? "of another shape" : "missing",
-                      in->ndim == 1 ? "1-D" : "2-D", (long long)(in->ndim == 1 ? 1 : rows), in->ndim == 1 ? in->rows * in->cols : in->cols);
-            gguf_read_f32(&f, t, params + params_layer_offset(pt_out, (ParamId)id, l));
-        }
-    }
-    gguf_check_output(&f);
-    if (f.n_tensors != expected + (gguf_tensor(&f, "output.weight") ? 1 : 0))
-        fatal(GGUF_HINT, "'%s': %lld tensors, a GPT-2 of this size has %lld; the file holds tensors this tool does not know", path,
-              (long long)f.n_tensors, (long long)expected);
-    gguf_close(&f);
-    *params_out = params;
+    gguf_open_gpt2(&f, path, cfg_out, pt_out);
+    g_reading_params = (float*)callocCheck(pt_out->total, sizeof(float));
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++)
+        for (int l = 0; l < (pt_out->t[id].per_layer ? cfg_out->num_layers : 1); l++)
+            gguf_read_f32(&f, gguf_param_tensor(&f, pt_out, (ParamId)id, l), g_reading_params + params_layer_offset(pt_out, (ParamId)id, l));
+    *params_out = g_reading_params;
+    g_reading_params = NULL;
+    gguf_reading_release();
 }

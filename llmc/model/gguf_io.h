@@ -64,7 +64,12 @@ void gguf_save_lora(const char* path, const LoraModel* lm, GgmlType type, const 
 // malloc'd ParamTable buffer (*params_out, vocabulary padded with zero rows). fatal naming the
 // file on anything that is not such a model (another architecture, an adapter, a tensor missing,
 // extra or of the wrong shape, an output.weight that is not token_embd's copy).
+// An error exit on the way leaves nothing allocated.
 void gguf_load_gpt2(const char* path, GPT2Config* cfg_out, ParamTable* pt_out, float** params_out);
+// The config of such a file alone (what a plan needs before the weights: its shape is in its
+// metadata, gpt2.* and the vocabulary's size), checked as gguf_load_gpt2 checks it, tensor shapes
+// included; no weight is read (but an output.weight, compared with token_embd.weight).
+void gguf_read_gpt2_config(const char* path, GPT2Config* cfg_out);
 
 // The GGUF name of (tensor id, layer), e.g. "blk.3.attn_qkv.weight".
 void gguf_tensor_name(char* out, size_t cap, ParamId id, int layer);
