@@ -34,6 +34,43 @@ if [ -f "$D/lora/adapter-f32.gguf" ] && cmp -s <(tail -c $n "$D/lora/adapter-f32
   ok "train_lora: adapter-f32.gguf holds the tensors convert writes from the run's PEFT adapter ($n bytes)"
 else bad "adapter-f32.gguf missing or its tensors differ from convert's"; fi
 
+# ---- general.* names the models, never where they lie (issue 44 item 14e: base_model.0.name and
+# description held the --model path): the base name of --model / --adapter, relative or absolute
+gguf_general() { # FILE: general.*'s string values as KEY=VALUE lines (GGUF v3 metadata)
+  python3 - "$1" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+assert b[:4] == b"GGUF"
+n_kv = struct.unpack_from("<Q", b, 16)[0]; p = 24
+size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def string(p):
+    n = struct.unpack_from("<Q", b, p)[0]; return b[p + 8:p + 8 + n].decode(), p + 8 + n
+for _ in range(n_kv):
+    key, p = string(p); t = struct.unpack_from("<I", b, p)[0]; p += 4
+    if t == 8:
+        v, p = string(p)
+        if key.startswith("general."): print("%s=%s" % (key, v))
+    elif t == 9:
+        at, n = struct.unpack_from("<IQ", b, p); p += 12
+        for _ in range(n if at == 8 else 0): _, p = string(p)
+        p += 0 if at == 8 else size[at] * n
+    else: p += size[t]
+PY
+}
+ABS=$(cd "$D" && pwd -P)
+"$C" --model "$ABS/full" --out "$D/conv/full-abs.gguf" --gguf-type f32 >/dev/null 2>&1 || bad "convert --model ABS --to gguf failed"
+"$C" --model "$ABS/full" --adapter "$ABS/lora" --to gguf-lora --gguf-type f32 --out "$D/conv/lora-abs.gguf" >/dev/null 2>&1 || bad "convert --to gguf-lora (absolute paths) failed"
+"$C" --model "$ABS/full/model.safetensors" --adapter "$ABS/lora/" --out "$D/conv/merged-abs.gguf" --gguf-type f32 >/dev/null 2>&1 || bad "convert --adapter (merged) failed"
+for f in full/model-f32.gguf:tiny lora/adapter-f32.gguf:full lora/merged/model-f32.gguf:full conv/full-abs.gguf:full conv/lora-abs.gguf:full \
+         conv/merged-abs.gguf:full; do
+  g=$(gguf_general "$D/${f%%:*}" 2>&1)
+  if grep -qx "general.base_model.0.name=${f##*:}" <<<"$g" && ! grep "/" <<<"$g" | grep -q . && ! grep -aqF -e "$ABS" -e "$D/" "$D/${f%%:*}"; then
+    ok "${f%%:*}: general.* names the base '${f##*:}', no path ($(grep description <<<"$g"))"
+  else bad "${f%%:*}: general.* holds a path or another base name: $g"; fi
+done
+g=$(gguf_general "$D/conv/lora-abs.gguf")
+grep -q "^general.description=LoRA adapter lora for GPT-2 full," <<<"$g" && ok "the adapter is named by its name too" || bad "adapter description: $g"
+
 # ---- a GGUF --model alone in its folder, or with an unrelated config.json beside it (issue 44 item
 # 7: the plan needed a config.json and read the shape from one beside the file): the shape is the
 # file's (gpt2.* metadata, token_embd's rows: vocab 50257), in --plan and in a few steps of both

@@ -1,10 +1,12 @@
 // GPT-2 models and LoRA adapters in GGUF (what goes where: gguf_io.h; the container: base/gguf.h).
+#define _GNU_SOURCE
 #include "model/gguf_io.h"
 #include "base/check.h"
 #include "base/fileio.h"
 #include "base/json.h"
 #include "text/tokenizer.h"
 #include "text/vocab.h"
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +188,28 @@ static void gguf_put_tokenizer(GgufWriter* w, const GgufVocab* gv) {
 
 // ---------------------------------------------------------------------------------------------
 // writing
+
+static int gguf_strip_suffix(char* s, const char* suffix) {
+    const size_t n = strlen(s), k = strlen(suffix);
+    if (n <= k || strcmp(s + n - k, suffix) != 0) return 0;
+    s[n - k] = '\0';
+    return 1;
+}
+
+void gguf_model_name(const char* path, char* out, size_t cap) {
+    char full[PATH_MAX];
+    if (!realpath(path, full)) snprintf(full, sizeof(full), "%s", path); // (a size descriptor)
+    for (size_t n = strlen(full); n > 1 && full[n - 1] == '/'; n--) full[n - 1] = '\0';
+    char* base = strrchr(full, '/');
+    if (base && (!strcmp(base + 1, "model.safetensors") || !strcmp(base + 1, "model.safetensors.index.json") || !strcmp(base + 1, "config.json"))) {
+        *base = '\0'; // the directory's name
+        base = strrchr(full, '/');
+    }
+    snprintf(out, cap, "%s", base ? base + 1 : full);
+    const char* const suffixes[] = {".gguf", ".bin", ".safetensors", ".json"};
+    for (int i = 0; i < 4 && !gguf_strip_suffix(out, suffixes[i]); i++) {}
+    if (!out[0]) snprintf(out, cap, "model");
+}
 
 // general.*: what the file is and where it came from
 static void gguf_put_general(GgufWriter* w, const char* path, const char* type, GgmlType wtype, const GgufProvenance* prov) {

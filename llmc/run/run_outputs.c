@@ -193,10 +193,11 @@ static void outputs_save_gguf(const RunOutputs* o, const Model* m, const char* d
     char path[LLMC_PATH_MAX];
     GgmlType type;
     if (!c->save_gguf || gguf_parse_type(c->f.save_gguf, &type) != 0) return;
-    char desc[LLMC_PATH_MAX + 100];
+    char base[256], desc[sizeof(base) + 100];
+    gguf_model_name(c->f.model, base, sizeof(base));
     snprintf(desc, sizeof(desc), "%s from %s, written by llmc-ft %s", m->lora ? (host ? "GPT-2 with a LoRA adapter merged in, trained" : "LoRA adapter trained")
-             : "GPT-2 fine-tuned", c->f.model, runconfig_program(c->mode));
-    GgufProvenance prov = {NULL, c->f.model, m->lora ? (host ? "lora-merged" : "lora") : "full", desc};
+             : "GPT-2 fine-tuned", base, runconfig_program(c->mode));
+    GgufProvenance prov = {NULL, base, m->lora ? (host ? "lora-merged" : "lora") : "full", desc};
     if (!host) {
         outputs_gguf_path(o, path, sizeof(path), dir, "adapter");
         gguf_save_lora(path, m->lora, type, &prov);
