@@ -43,7 +43,7 @@ else bad "--profile table"; sed -n '/^profile/,$p' "$TMP/fp32.log" | head -8 >&2
 if [ $native = 1 ]; then
   "$BIN_DIR/train_lora" "${RUN[@]/none/$TMP/lora}" --dtype bf16 --lora-targets c_attn --merge > "$TMP/lora.log" 2>&1 \
     || { bad "train_lora --dtype bf16 failed"; tail -3 "$TMP/lora.log" >&2; }
-  grep -q "^merged: adapter merged into the bf16 base weights" "$TMP/lora.log" && [ -s "$TMP/lora/merged/model.bin" ] \
-    && ok "train_lora --dtype bf16 --merge: merged into the bf16 base" || bad "bf16 merge: $(grep -i merge "$TMP/lora.log")"
+  grep -q "^merged: adapter merged in fp32 into the base read again from .*$MODEL " "$TMP/lora.log" && [ -s "$TMP/lora/merged/model.bin" ] \
+    && ok "train_lora --dtype bf16 --merge: merged in fp32 from the base's file" || bad "bf16 merge: $(grep -i merge "$TMP/lora.log")"
 fi
 finish
