@@ -350,19 +350,36 @@ static void gguf_read_config(const GgufFile* f, GPT2Config* cfg) {
     gpt2_config_validate(cfg, f->path);
 }
 
+// What a read holds while it runs, released by an error exit on the way too (llmc_on_fatal): the
+// open file (its metadata: the token list, the merges), the weights read so far, the two tensors
+// gguf_check_output compares.
+static GgufFile* g_reading;
+static float* g_reading_params;
+static uint8_t* g_reading_cmp[2];
+static void gguf_reading_release(void) {
+    if (g_reading) gguf_close(g_reading);
+    g_reading = NULL;
+    free(g_reading_params);
+    free(g_reading_cmp[0]);
+    free(g_reading_cmp[1]);
+    g_reading_params = NULL;
+    g_reading_cmp[0] = g_reading_cmp[1] = NULL;
+}
+
 // output.weight is accepted only as a copy of token_embd.weight (GPT-2 ties them).
 static void gguf_check_output(GgufFile* f) {
     const GgufTensor* o = gguf_tensor(f, "output.weight");
     const GgufTensor* e = gguf_tensor(f, "token_embd.weight");
     if (!o) return;
     int same = o->type == e->type && o->nbytes == e->nbytes && o->ndim == e->ndim && o->ne[0] == e->ne[0] && o->ne[1] == e->ne[1];
-    uint8_t *a = NULL, *b = NULL;
     if (same) {
-        a = (uint8_t*)mallocCheck((size_t)o->nbytes); b = (uint8_t*)mallocCheck((size_t)e->nbytes);
-        gguf_read_raw(f, o, a); gguf_read_raw(f, e, b);
-        same = memcmp(a, b, (size_t)o->nbytes) == 0;
+        uint8_t** ab = g_reading_cmp;
+        ab[0] = (uint8_t*)mallocCheck((size_t)o->nbytes); ab[1] = (uint8_t*)mallocCheck((size_t)e->nbytes);
+        gguf_read_raw(f, o, ab[0]); gguf_read_raw(f, e, ab[1]);
+        same = memcmp(ab[0], ab[1], (size_t)o->nbytes) == 0;
+        free(ab[0]); free(ab[1]);
+        ab[0] = ab[1] = NULL;
     }
-    free(a); free(b);
     if (!same) fatal("this tool's GPT-2 ties the output head to the token embedding", "'%s': output.weight differs from token_embd.weight", f->path);
 }
 
@@ -391,17 +408,6 @@ static void gguf_check_tensors(GgufFile* f, const ParamTable* pt) {
     if (f->n_tensors != expected + (gguf_tensor(f, "output.weight") ? 1 : 0))
         fatal(GGUF_HINT, "'%s': %lld tensors, a GPT-2 of this size has %lld; the file holds tensors this tool does not know", f->path,
               (long long)f->n_tensors, (long long)expected);
-}
-
-// What a read holds while it runs, released by an error exit on the way too (llmc_on_fatal): the
-// open file (its metadata: the token list, the merges) and the weights read so far.
-static GgufFile* g_reading;
-static float* g_reading_params;
-static void gguf_reading_release(void) {
-    if (g_reading) gguf_close(g_reading);
-    g_reading = NULL;
-    free(g_reading_params);
-    g_reading_params = NULL;
 }
 
 // Opens a GPT-2 GGUF model and checks it (config, every tensor's shape) before a weight is read.
