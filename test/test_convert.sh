@@ -71,7 +71,8 @@ if [ -x "$BIN_DIR/train_lora" ]; then
 fi
 
 # ---- GGUF (llama.cpp): the files the suite writes are the very files dev/gen_gguf_ref.py ran in
-# llama.cpp (test/ref/gguf/files.sha256; test_gguf compares the logits); round trips through GGUF
+# llama.cpp (test/ref/gguf/files.sha256; the adapter's but for general.description, which names it
+# instead of giving its path: dev/gen_gguf_ref.py; test_gguf compares the logits); round trips through GGUF
 GG=test/ref/gguf
 if command -v sha256sum >/dev/null; then
   for t in f32 f16 bf16 q8_0; do
