@@ -76,7 +76,7 @@ typedef struct {
     long steps, lo, hi;     // step lines, their first and last step
     long evals, elo, ehi;   // evaluations, their first and last step ...
     long evals_again;       // ... of which the run does again (runlog_evaluates)
-    int cut;                // a line cut short, or not the log's
+    long cut;               // lines cut short (a crash), or not the log's
 } LogDropped;
 
 static void log_dropped(const RunLog* l, const char* text, size_t len, LogDropped* d) {
@@ -87,7 +87,7 @@ static void log_dropped(const RunLog* l, const char* text, size_t len, LogDroppe
         int eval = 0;
         const long step = log_line_step(text + pos, end - pos, &eval);
         pos = end;
-        if (step < 0) { d->cut = 1; continue; }
+        if (step < 0) { d->cut++; continue; }
         long *n = eval ? &d->evals : &d->steps, *lo = eval ? &d->elo : &d->lo, *hi = eval ? &d->ehi : &d->hi;
         if ((*n)++ == 0 || step < *lo) *lo = step;
         if (step > *hi) *hi = step;
@@ -121,8 +121,10 @@ static void log_say_dropped(const RunLog* l, size_t bytes, long S, const LogDrop
         snprintf(again, sizeof(again), "; %s%s%s%s again (this run's --steps %d, --eval-every %d)", sa, sa[0] && ea[0] ? " and " : "", ea,
                  sa[0] || ea[0] ? " run" : "none of it runs", l->steps, l->eval_every);
     }
-    printf("log.jsonl: %zu bytes logged after the checkpoint of step %ld dropped: %s%s%s%s%s%s\n", bytes, S, st, d->steps && d->evals ? " and " : "", ev,
-           d->cut && items ? " and " : "", d->cut ? "a line cut short" : "", again);
+    char cut[48] = "";
+    if (d->cut) snprintf(cut, sizeof(cut), d->cut == 1 ? "an unreadable line" : "%ld unreadable lines", d->cut);
+    printf("log.jsonl: %zu bytes logged after the checkpoint of step %ld dropped: %s%s%s%s%s%s\n", bytes, S, st,
+           d->steps && d->evals ? (d->cut ? ", " : " and ") : "", ev, d->cut && items ? " and " : "", cut, again);
 }
 
 void runlog_open(RunLog* l, const char* dir, int rank, long resume_step) {
