@@ -312,7 +312,10 @@ def check_lora(conv, work, hf, ids, report, write_ref):
             if "lora_B" in n:
                 p.copy_(torch.randn_like(p) * 0.05)
     # (relative to the repository, and the base given as `tiny`, so that the suite's convert run
-    # writes the same bytes: general.* names both)
+    # writes the same bytes: general.* names both, by their names, lora_tiny and tiny. The
+    # lora_f32.gguf llama.cpp ran named the adapter by its path, test/ref/gguf/lora_tiny, in
+    # general.description; files.sha256 has the hash of the file with the name, which differs from
+    # it in that string alone: the same tensors, the same data.)
     adir = os.path.relpath(os.path.join(REF, "lora_tiny")) if write_ref else os.path.join(work, "lora_tiny")
     pm.save_pretrained(adir)
     if os.path.exists(os.path.join(adir, "README.md")):

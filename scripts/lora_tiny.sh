@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job (`make quickstart`): fine-tuning that visibly works, on the CPU, with nothing to
-# download, in one and a half to three and a half minutes on two cores (idle to shared).
+# download (how long it takes depends on the CPU and its load: README.md; --plan predicts a step).
 #   1. data: data/tinyshakespeare.txt is cut at the first speech boundary after line SPLIT. The
 #      part before is the base model's text, as it is but for one speech in ten (of two verses or
 #      more) written in the new style: every speech on one line, "NAME: verse / verse / verse", as

@@ -62,7 +62,7 @@ fi
 # ---- base + adapter merged == train_lora --merge's merged model (the same merge, from files)
 if [ -x "$BIN_DIR/train_lora" ]; then
   make_shard "$TMP/lt.bin" 3000 100 2
-  # (--dtype fp32: with bf16 the base is held, and merged, in bf16, where convert merges into the file's fp32)
+  # (--dtype bf16 merges the same: the merge reads the fp32 base again from its file, test_lora_cli.sh)
   "$BIN_DIR/train_lora" --model test/ref/gpt2_tiny --train-data "$TMP/lt.bin" -b 2 -t 16 --steps 3 --lr 1e-2 --lora-targets q,v,mlp.c_fc \
       --lora-bias all --merge --dtype fp32 --out "$TMP/lora" >"$TMP/lora.log" 2>&1 || { cat "$TMP/lora.log"; bad "train_lora failed"; }
   conv --model test/ref/gpt2_tiny --adapter "$TMP/lora" --out "$TMP/merged.bin" \
@@ -71,7 +71,8 @@ if [ -x "$BIN_DIR/train_lora" ]; then
 fi
 
 # ---- GGUF (llama.cpp): the files the suite writes are the very files dev/gen_gguf_ref.py ran in
-# llama.cpp (test/ref/gguf/files.sha256; test_gguf compares the logits); round trips through GGUF
+# llama.cpp (test/ref/gguf/files.sha256; the adapter's but for general.description, which names it
+# instead of giving its path: dev/gen_gguf_ref.py; test_gguf compares the logits); round trips through GGUF
 GG=test/ref/gguf
 if command -v sha256sum >/dev/null; then
   for t in f32 f16 bf16 q8_0; do

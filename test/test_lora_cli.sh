@@ -75,6 +75,49 @@ for k in keys:
 sys.exit(0 if ok else 1)
 PY
 
+# ---- --merge is an output, done in fp32 from the fp32 base (issue 44 item 16: with --dtype bf16,
+# auto's choice on AVX512-BF16 / AMX CPUs, the adapter went into the bf16-rounded base the GEMMs
+# read, up to 2.4e-4 off PEFT's merge_and_unload): the merged model is the bytes of
+# `convert --model BASE --adapter DIR` (biases and ln_f trained too); with the committed PEFT
+# adapter test/ref/lora_tiny/c_attn left as it is (--lr 0), every c_attn weight is W + scaling B A
+# of the reference's files to fp32 rounding (PEFT's merged logits of that adapter: test_convert.c)
+dt=fp32
+grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null && dt=bf16 # (bf16 GEMMs are emulated, slowly, elsewhere)
+"$BIN" "${COMMON[@]}" --steps 2 --dtype $dt --merge --out "$D/m16" >"$D/m16.log" 2>&1 || { bad "--merge --dtype $dt exited $?"; tail -5 "$D/m16.log"; }
+"$BIN_DIR/convert" --model test/ref/gpt2_tiny --adapter "$D/m16" --out "$D/m16_convert.bin" >"$D/m16_convert.log" 2>&1 || bad "convert --adapter failed"
+cmp -s "$D/m16/merged/model.bin" "$D/m16_convert.bin" \
+  && ok "--merge --dtype $dt: merged/model.bin is convert --model BASE --adapter DIR's, byte for byte" || bad "--merge --dtype $dt differs from convert's merge"
+"$BIN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/c_attn --train-data "$D/data/tiny_train_*.bin" -b 2 -t 16 --steps 1 --lr 0 \
+  --dtype $dt --merge --save-format llmc --out "$D/mref" >"$D/mref.log" 2>&1 || { bad "--adapter REF --lr 0 --merge exited $?"; tail -5 "$D/mref.log"; }
+python3 - test/ref/gpt2_tiny/model.safetensors test/ref/lora_tiny/c_attn/adapter_model.safetensors "$D/mref/merged/model.bin" <<'PY' \
+  && ok "--merge --dtype $dt of the PEFT reference adapter: W + scaling B A to fp32 rounding" || bad "--merge of the reference adapter is off PEFT's merge"
+import json, struct, sys
+def tensors(path):  # safetensors, F32
+    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4), b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__"}
+base, ad = tensors(sys.argv[1]), tensors(sys.argv[2])
+m = open(sys.argv[3], "rb").read()
+hdr = struct.unpack_from("<256i", m)
+T, V, L, NH, C, Vp = hdr[2:8]
+scaling, r = 8 / 4, 4                                   # lora_alpha / r of the reference
+off = 256 * 4 + 4 * (Vp * C + T * C + 2 * L * C)        # llm.c order: wte, wpe, ln_1 w, b, then c_attn's [L, 3C, C]
+worst = 0.0
+for l in range(L):
+    W = base["transformer.h.%d.attn.c_attn.weight" % l] # Conv1D [C, 3C]
+    A = ad["base_model.model.transformer.h.%d.attn.c_attn.lora_A.weight" % l]  # [r, C]
+    B = ad["base_model.model.transformer.h.%d.attn.c_attn.lora_B.weight" % l]  # [3C, r]
+    got = struct.unpack_from("<%df" % (3 * C * C), m, off + 4 * l * 3 * C * C)
+    for o in range(3 * C):
+        for i in range(C):
+            want = W[i * 3 * C + o] + scaling * sum(B[o * r + j] * A[j * C + i] for j in range(r))
+            worst = max(worst, abs(got[o * C + i] - want))
+print("max |merged - (W + scaling B A)| over c_attn: %.3g" % worst)
+sys.exit(0 if worst < 1e-6 else 1)
+PY
+grep -q "^merged: adapter merged in fp32 into the base read again from .*test/ref/gpt2_tiny " "$D/m16.log" && ok "the run says how it merged" \
+  || bad "no merge line: $(grep -i merged "$D/m16.log")"
+
 # ---- bad input: exit 1, a message naming the problem, nothing written (stricter than lib.sh's
 # expect_fail: the exit status is 1 and the --out directory holds no adapter)
 expect_fail() { # name, message, args...

@@ -32,6 +32,31 @@ a=$(losses "$TMP/straight"); b=$(losses "$TMP/r")
 cmp -s "$TMP/straight/adapter_model.safetensors" "$TMP/r/adapter_model.safetensors" && ok "same final adapter, byte for byte" \
   || bad "final adapters differ"
 
+# ---- what a resume drops from log.jsonl, and what runs again, said as it is (issue 44 item 19a:
+# resuming a finished run said "60 bytes ... dropped (those steps run again)" for the evaluation
+# at its last step, and no step ran again)
+cp -r "$TMP/straight" "$TMP/fin"
+"$L" --resume --out "$TMP/fin" > "$TMP/fin.log" 2>&1 || { tail "$TMP/fin.log"; bad "resuming a finished run failed"; }
+grep -q "^log.jsonl: [0-9]* bytes logged after the checkpoint of step 8 dropped: the evaluation at step 8; it runs again$" "$TMP/fin.log" \
+  && ! grep -qE "^step +[0-9]+/" "$TMP/fin.log" && [ "$(losses "$TMP/fin")" = "$(losses "$TMP/straight")" ] \
+  && ok "a finished run resumed: $(grep '^log.jsonl' "$TMP/fin.log" | cut -d: -f2-) (no step runs, the log is the same)" \
+  || bad "resuming a finished run: $(grep -E '^log.jsonl|^step ' "$TMP/fin.log" | head -3)"
+# a crash after step 8 with the checkpoint of step 3 (the log of the whole run left behind, the
+# last line cut short), resumed as it was, and with a shorter run of other evaluations
+for v in same shorter; do
+  "$L" "${LORA[@]}" --out "$TMP/crash_$v" --stop-after 3 > /dev/null 2>&1 || bad "first part ($v) failed"
+  cp "$TMP/straight/log.jsonl" "$TMP/crash_$v/log.jsonl"
+done
+printf '{"step": 9, "train_lo' >> "$TMP/crash_same/log.jsonl"
+"$L" --resume --out "$TMP/crash_same" > "$TMP/crash_same.log" 2>&1 || bad "resuming after a crash failed"
+grep -q "^log.jsonl: [0-9]* bytes logged after the checkpoint of step 3 dropped: steps 4-8, the evaluations at steps 4 and 8 and an unreadable line; they run again$" "$TMP/crash_same.log" \
+  && [ "$(losses "$TMP/crash_same")" = "$(losses "$TMP/straight")" ] && ok "after a crash: $(grep '^log.jsonl' "$TMP/crash_same.log" | cut -d: -f2-)" \
+  || bad "after a crash: $(grep '^log.jsonl' "$TMP/crash_same.log")"
+"$L" --resume --out "$TMP/crash_shorter" --steps 6 --eval-every 5 > "$TMP/crash_shorter.log" 2>&1 || { tail -3 "$TMP/crash_shorter.log"; bad "resuming shorter failed"; }
+grep -q "^log.jsonl: [0-9]* bytes logged after the checkpoint of step 3 dropped: steps 4-8 and the evaluations at steps 4 and 8; steps 4-6 run again (this run's --steps 6, --eval-every 5)$" \
+  "$TMP/crash_shorter.log" && ok "after a crash, resumed shorter: $(grep '^log.jsonl' "$TMP/crash_shorter.log" | cut -d: -f2-)" \
+  || bad "resumed shorter: $(grep '^log.jsonl' "$TMP/crash_shorter.log")"
+
 # ---- what a resume may not change: one clear message naming the flag, exit 1, nothing written
 before=$(cd "$TMP/r" && ls -l --time-style=+%s.%N | sha256sum)
 expect_fail "changed model refused" "--model $TMP/other differs from the run's recorded $PWD/$MODEL" "$L" --resume --out "$TMP/r" --model "$TMP/other"

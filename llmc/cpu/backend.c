@@ -61,16 +61,20 @@ static int env_has(char** envp, const char* name) {   // getenv() is not usable 
 }
 
 // Whether this run's GEMMs will be bf16, from --dtype as cli_apply_dtype will read it (main()
-// refuses a bad value later; here anything but fp32 / bf16 counts as auto).
-static int preinit_gemm_bf16(int argc, char** argv) {
+// refuses a bad value later; here anything but fp32 / bf16 counts as auto), and for auto
+// LLMC_CPU_BF16 as cpu_ops_bf16_native reads it (a bad value is refused later too).
+static int preinit_gemm_bf16(int argc, char** argv, char** envp) {
     const char* dtype = "auto";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtype = argv[i + 1];
         else if (strncmp(argv[i], "--dtype=", 8) == 0) dtype = argv[i] + 8;
     }
     if (strcmp(dtype, "fp32") == 0) return 0;
+    if (strcmp(dtype, "bf16") == 0) return 1;
+    for (char** e = envp; *e != NULL; e++)
+        if (strcmp(*e, "LLMC_CPU_BF16=0") == 0) return 0;
     const char* why;
-    return strcmp(dtype, "bf16") == 0 || cpu_ops_bf16_native(&why);
+    return cpu_ops_bf16_hw(&why);
 }
 
 static void cpu_preinit(int argc, char** argv, char** envp) {
@@ -89,7 +93,7 @@ static void cpu_preinit(int argc, char** argv, char** envp) {
 #endif
     }
     if (!env_has(envp, "OMP_WAIT_POLICY") && !env_has(envp, "GOMP_SPINCOUNT"))
-        add[nadd++] = preinit_gemm_bf16(argc, argv) ? spin_short : wait_policy;
+        add[nadd++] = preinit_gemm_bf16(argc, argv, envp) ? spin_short : wait_policy;
     if (nadd == 0) return;
     size_t n = 0;
     while (envp[n] != NULL) n++;

@@ -5,6 +5,9 @@
 // bfloat16) does. A weight already held in bf16 (the frozen base of LoRA, *_w16) is used as is.
 // The bias gradient is a deterministic column-block sum.
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <cblas.h>
 #include "cpu/gemm.h"
 #include "cpu/gemv.h"
@@ -12,6 +15,7 @@
 #include "cpu/parallel.h"
 #include "cpu/vecmath.h"
 #include "base/bf16.h"
+#include "base/check.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #endif
@@ -24,7 +28,7 @@ OpsDtype cpu_ops_gemm_dtype(void) { return gemm_dtype; }
 // AMX-BF16 is CPUID leaf 7 sub-leaf 0 EDX bit 22 (read directly: not every compiler's
 // __builtin_cpu_supports knows it); AVX-512 itself must be on, which __builtin_cpu_supports
 // checks with the OS's saved register state. AVX512-BF16: llmc/cpu/gemv.c.
-int cpu_ops_bf16_native(const char** why) {
+int cpu_ops_bf16_hw(const char** why) {
 #if defined(__x86_64__) && defined(__GNUC__)
     unsigned a0 = 0, b0 = 0, c0 = 0, d0 = 0;
     __builtin_cpu_init();
@@ -40,6 +44,23 @@ int cpu_ops_bf16_native(const char** why) {
 #else
     *why = "bf16 GEMMs are only fast on x86-64 CPUs with AVX512-BF16 or AMX-BF16";
 #endif
+    return 0;
+}
+
+int cpu_ops_bf16_off(const char* value) {
+    if (!value || !value[0] || !strcmp(value, "1")) return 0;
+    if (!strcmp(value, "0")) return 1;
+    fatal("set it to 0 (--dtype auto computes in fp32, as on a CPU without bf16) or 1 (the hardware decides), or unset it",
+          "LLMC_CPU_BF16='%s' in the environment", value);
+}
+
+int cpu_ops_bf16_native(const char** why) {
+    static char off[128];
+    const char* hw;
+    const int native = cpu_ops_bf16_hw(&hw);
+    if (!cpu_ops_bf16_off(getenv("LLMC_CPU_BF16"))) { *why = hw; return native; }
+    snprintf(off, sizeof(off), "LLMC_CPU_BF16=0 in the environment; %s", hw);
+    *why = off;
     return 0;
 }
 

@@ -39,7 +39,13 @@ OpsDtype cpu_ops_gemm_dtype(void);
 // lm_head): what the memory plan counts as the backend's workspace (llmc/run/memplan.h).
 size_t cpu_ops_gemm_scratch_bytes(void);
 size_t cpu_classifier_scratch_bytes(void);
+// Whether bf16 GEMMs run natively here (AVX512-BF16 or AMX-BF16), with why: the hardware alone
+// (cpu_ops_bf16_hw), or as --dtype auto takes it (cpu_ops_bf16_native): no with LLMC_CPU_BF16=0 in
+// the environment, which makes a bf16 CPU run as an fp32-only one does (docs/CPU.md).
+// cpu_ops_bf16_off: that variable's value says so (0; 1 or unset: no; anything else is fatal).
+int cpu_ops_bf16_hw(const char** why);
 int cpu_ops_bf16_native(const char** why);
+int cpu_ops_bf16_off(const char* value);
 
 // ---- device selection, llmc/ops/device.h (backend.c: one device, the host)
 void cpu_device_select(const Comm* c);

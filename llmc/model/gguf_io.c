@@ -1,10 +1,12 @@
 // GPT-2 models and LoRA adapters in GGUF (what goes where: gguf_io.h; the container: base/gguf.h).
+#define _GNU_SOURCE
 #include "model/gguf_io.h"
 #include "base/check.h"
 #include "base/fileio.h"
 #include "base/json.h"
 #include "text/tokenizer.h"
 #include "text/vocab.h"
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +189,28 @@ static void gguf_put_tokenizer(GgufWriter* w, const GgufVocab* gv) {
 // ---------------------------------------------------------------------------------------------
 // writing
 
+static int gguf_strip_suffix(char* s, const char* suffix) {
+    const size_t n = strlen(s), k = strlen(suffix);
+    if (n <= k || strcmp(s + n - k, suffix) != 0) return 0;
+    s[n - k] = '\0';
+    return 1;
+}
+
+void gguf_model_name(const char* path, char* out, size_t cap) {
+    char full[PATH_MAX];
+    if (!realpath(path, full)) snprintf(full, sizeof(full), "%s", path); // (a size descriptor)
+    for (size_t n = strlen(full); n > 1 && full[n - 1] == '/'; n--) full[n - 1] = '\0';
+    char* base = strrchr(full, '/');
+    if (base && (!strcmp(base + 1, "model.safetensors") || !strcmp(base + 1, "model.safetensors.index.json") || !strcmp(base + 1, "config.json"))) {
+        *base = '\0'; // the directory's name
+        base = strrchr(full, '/');
+    }
+    snprintf(out, cap, "%s", base ? base + 1 : full);
+    const char* const suffixes[] = {".gguf", ".bin", ".safetensors", ".json"};
+    for (int i = 0; i < 4 && !gguf_strip_suffix(out, suffixes[i]); i++) {}
+    if (!out[0]) snprintf(out, cap, "model");
+}
+
 // general.*: what the file is and where it came from
 static void gguf_put_general(GgufWriter* w, const char* path, const char* type, GgmlType wtype, const GgufProvenance* prov) {
     char name[256];
@@ -313,12 +337,33 @@ static void gguf_read_config(const GgufFile* f, GPT2Config* cfg) {
     double eps;
     if (gguf_kv_num(f, "gpt2.attention.layer_norm_epsilon", &eps) == 0 && fabs(eps - 1e-5) > 1e-9)
         fprintf(stderr, "warning: '%s': layer_norm_epsilon is %g; this tool always uses 1e-5\n", f->path, eps);
+    // the vocabulary: token_embd's rows, which the token list (llama.cpp's n_vocab) must agree with
     const GgufTensor* te = gguf_tensor(f, "token_embd.weight");
     if (!te || te->ndim != 2) fatal(GGUF_HINT, "'%s': no 2-D token_embd.weight", f->path);
     if (te->ne[1] > (1 << 24)) fatal(GGUF_HINT, "'%s': token_embd.weight has %lld rows", f->path, (long long)te->ne[1]);
+    const GgufKV* toks = gguf_kv(f, "tokenizer.ggml.tokens");
+    if (toks && (toks->type != GGUF_ARRAY || toks->n != (uint64_t)te->ne[1]))
+        fatal(GGUF_HINT, "'%s': tokenizer.ggml.tokens has %llu tokens, token_embd.weight %lld rows", f->path,
+              (unsigned long long)(toks->type == GGUF_ARRAY ? toks->n : 1), (long long)te->ne[1]);
     cfg->vocab_size = (int)te->ne[1];
     cfg->padded_vocab_size = gpt2_pad_vocab(cfg->vocab_size);
     gpt2_config_validate(cfg, f->path);
+}
+
+// What a read holds while it runs, released by an error exit on the way too (llmc_on_fatal): the
+// open file (its metadata: the token list, the merges), the weights read so far, the two tensors
+// gguf_check_output compares.
+static GgufFile* g_reading;
+static float* g_reading_params;
+static uint8_t* g_reading_cmp[2];
+static void gguf_reading_release(void) {
+    if (g_reading) gguf_close(g_reading);
+    g_reading = NULL;
+    free(g_reading_params);
+    free(g_reading_cmp[0]);
+    free(g_reading_cmp[1]);
+    g_reading_params = NULL;
+    g_reading_cmp[0] = g_reading_cmp[1] = NULL;
 }
 
 // output.weight is accepted only as a copy of token_embd.weight (GPT-2 ties them).
@@ -327,43 +372,69 @@ static void gguf_check_output(GgufFile* f) {
     const GgufTensor* e = gguf_tensor(f, "token_embd.weight");
     if (!o) return;
     int same = o->type == e->type && o->nbytes == e->nbytes && o->ndim == e->ndim && o->ne[0] == e->ne[0] && o->ne[1] == e->ne[1];
-    uint8_t *a = NULL, *b = NULL;
     if (same) {
-        a = (uint8_t*)mallocCheck((size_t)o->nbytes); b = (uint8_t*)mallocCheck((size_t)e->nbytes);
-        gguf_read_raw(f, o, a); gguf_read_raw(f, e, b);
-        same = memcmp(a, b, (size_t)o->nbytes) == 0;
+        uint8_t** ab = g_reading_cmp;
+        ab[0] = (uint8_t*)mallocCheck((size_t)o->nbytes); ab[1] = (uint8_t*)mallocCheck((size_t)e->nbytes);
+        gguf_read_raw(f, o, ab[0]); gguf_read_raw(f, e, ab[1]);
+        same = memcmp(ab[0], ab[1], (size_t)o->nbytes) == 0;
+        free(ab[0]); free(ab[1]);
+        ab[0] = ab[1] = NULL;
     }
-    free(a); free(b);
     if (!same) fatal("this tool's GPT-2 ties the output head to the token embedding", "'%s': output.weight differs from token_embd.weight", f->path);
+}
+
+// The GGUF tensor of (id, layer), checked to have the table's shape (fatal naming it otherwise).
+static const GgufTensor* gguf_param_tensor(const GgufFile* f, const ParamTable* pt, ParamId id, int layer) {
+    const ParamInfo* in = &pt->t[id];
+    char name[64];
+    gguf_tensor_name(name, sizeof(name), id, layer);
+    const GgufTensor* t = gguf_tensor(f, name);
+    const int64_t rows = id == PT_WTE ? pt->cfg.vocab_size : (int64_t)in->rows;
+    const int ok = t && (in->ndim == 1 ? t->ndim == 1 && t->ne[0] == (int64_t)(in->rows * in->cols)
+                                       : t->ndim == 2 && t->ne[0] == (int64_t)in->cols && t->ne[1] == rows);
+    if (!ok)
+        fatal(GGUF_HINT, "'%s': tensor '%s' is %s (expected %s [%lld x %zu])", f->path, name, t ? "of another shape" : "missing",
+              in->ndim == 1 ? "1-D" : "2-D", (long long)(in->ndim == 1 ? 1 : rows), in->ndim == 1 ? in->rows * in->cols : in->cols);
+    return t;
+}
+
+// Every tensor of a GPT-2 of pt's shape is there with its shape, and no other (output.weight only
+// as token_embd's copy): all checked before any weight is read.
+static void gguf_check_tensors(GgufFile* f, const ParamTable* pt) {
+    int64_t expected = 0;
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++)
+        for (int l = 0; l < (pt->t[id].per_layer ? pt->cfg.num_layers : 1); l++, expected++) gguf_param_tensor(f, pt, (ParamId)id, l);
+    gguf_check_output(f);
+    if (f->n_tensors != expected + (gguf_tensor(f, "output.weight") ? 1 : 0))
+        fatal(GGUF_HINT, "'%s': %lld tensors, a GPT-2 of this size has %lld; the file holds tensors this tool does not know", f->path,
+              (long long)f->n_tensors, (long long)expected);
+}
+
+// Opens a GPT-2 GGUF model and checks it (config, every tensor's shape) before a weight is read.
+static void gguf_open_gpt2(GgufFile* f, const char* path, GPT2Config* cfg, ParamTable* pt) {
+    gguf_open(f, path);
+    g_reading = f;
+    llmc_on_fatal(gguf_reading_release);
+    gguf_read_config(f, cfg);
+    params_build(pt, cfg);
+    gguf_check_tensors(f, pt);
+}
+
+void gguf_read_gpt2_config(const char* path, GPT2Config* cfg_out) {
+    GgufFile f;
+    ParamTable pt;
+    gguf_open_gpt2(&f, path, cfg_out, &pt);
+    gguf_reading_release();
 }
 
 void gguf_load_gpt2(const char* path, GPT2Config* cfg_out, ParamTable* pt_out, float** params_out) {
     GgufFile f;
-    gguf_open(&f, path);
-    gguf_read_config(&f, cfg_out);
-    params_build(pt_out, cfg_out);
-    float* params = (float*)callocCheck(pt_out->total, sizeof(float));
-    int64_t expected = 0;
-    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
-        const ParamInfo* in = &pt_out->t[id];
-        const int nl = in->per_layer ? cfg_out->num_layers : 1;
-        for (int l = 0; l < nl; l++, expected++) {
-            char name[64];
-            gguf_tensor_name(name, sizeof(name), (ParamId)id, l);
-            const GgufTensor* t = gguf_tensor(&f, name);
-            const int64_t rows = id == PT_WTE ? cfg_out->vocab_size : (int64_t)in->rows;
-            const int ok = t && (in->ndim == 1 ? t->ndim == 1 && t->ne[0] == (int64_t)(in->rows * in->cols)
-                                               : t->ndim == 2 && t->ne[0] == (int64_t)in->cols && t->ne[1] == rows);
-            if (!ok)
-                fatal(GGUF_HINT, "'%s': tensor '%s' is %s (expected %s [%lld x %zu])", path, name, t ? "of another shape" : "missing",
-                      in->ndim == 1 ? "1-D" : "2-D", (long long)(in->ndim == 1 ? 1 : rows), in->ndim == 1 ? in->rows * in->cols : in->cols);
-            gguf_read_f32(&f, t, params + params_layer_offset(pt_out, (ParamId)id, l));
-        }
-    }
-    gguf_check_output(&f);
-    if (f.n_tensors != expected + (gguf_tensor(&f, "output.weight") ? 1 : 0))
-        fatal(GGUF_HINT, "'%s': %lld tensors, a GPT-2 of this size has %lld; the file holds tensors this tool does not know", path,
-              (long long)f.n_tensors, (long long)expected);
-    gguf_close(&f);
-    *params_out = params;
+    gguf_open_gpt2(&f, path, cfg_out, pt_out);
+    g_reading_params = (float*)callocCheck(pt_out->total, sizeof(float));
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++)
+        for (int l = 0; l < (pt_out->t[id].per_layer ? cfg_out->num_layers : 1); l++)
+            gguf_read_f32(&f, gguf_param_tensor(&f, pt_out, (ParamId)id, l), g_reading_params + params_layer_offset(pt_out, (ParamId)id, l));
+    *params_out = g_reading_params;
+    g_reading_params = NULL;
+    gguf_reading_release();
 }

@@ -32,13 +32,21 @@
 extern "C" {
 #endif
 
-// Where a file came from, for general.*; NULL fields are left out.
+// Where a file came from, for general.*; NULL fields are left out. Names, never paths: a file is
+// shared, and where its sources lay on the machine that wrote it is nobody's business (llama.cpp's
+// converter writes the model's name too).
 typedef struct {
     const char* name;        // general.name (NULL: the output file's name without .gguf)
-    const char* base_model;  // general.base_model.0.name: the model it was made from
+    const char* base_model;  // general.base_model.0.name: the name of the model it was made from
     const char* finetune;    // general.finetune: how it was made, e.g. "lora-merged", "full"
     const char* description; // general.description
 } GgufProvenance;
+
+// The name of the model (or adapter) at path, for GgufProvenance: the base name of the file or
+// directory it is (resolved, so "." names the directory) without .gguf / .bin / .safetensors /
+// .json; a model directory's weights file (model.safetensors, its index) or config.json gives the
+// directory's name; a size descriptor (d12, tiny) is its own name.
+void gguf_model_name(const char* path, char* out, size_t cap);
 
 // "f32", "f16", "bf16", "q8_0" -> the ggml type; -1 for anything else.
 int gguf_parse_type(const char* s, GgmlType* out);
@@ -64,7 +72,12 @@ void gguf_save_lora(const char* path, const LoraModel* lm, GgmlType type, const 
 // malloc'd ParamTable buffer (*params_out, vocabulary padded with zero rows). fatal naming the
 // file on anything that is not such a model (another architecture, an adapter, a tensor missing,
 // extra or of the wrong shape, an output.weight that is not token_embd's copy).
+// An error exit on the way leaves nothing allocated.
 void gguf_load_gpt2(const char* path, GPT2Config* cfg_out, ParamTable* pt_out, float** params_out);
+// The config of such a file alone (what a plan needs before the weights: its shape is in its
+// metadata, gpt2.* and the vocabulary's size), checked as gguf_load_gpt2 checks it, tensor shapes
+// included; no weight is read (but an output.weight, compared with token_embd.weight).
+void gguf_read_gpt2_config(const char* path, GPT2Config* cfg_out);
 
 // The GGUF name of (tensor id, layer), e.g. "blk.3.attn_qkv.weight".
 void gguf_tensor_name(char* out, size_t cap, ParamId id, int layer);

@@ -1,4 +1,5 @@
 // The `convert` program: flags, then load (and merge) -> write (llmc/model/convert.h).
+#include "model/config.h"
 #include "model/convert.h"
 #include "model/gguf_io.h"
 #include "model/peft_io.h"
@@ -173,14 +174,27 @@ static const char* convert_vocab(const ConvertFlags* f, const GPT2Config* cfg, c
     return NULL;
 }
 
+// general.*'s names of --model and --adapter, not their paths (gguf_model_name); init: what a size
+// descriptor's weights are (their seed), else "".
+static void convert_gguf_names(const ConvertFlags* f, char* base, char* init, char* adapter, size_t cap) {
+    GPT2Config scratch;
+    gguf_model_name(f->model, base, cap);
+    init[0] = adapter[0] = '\0';
+    if (gpt2_config_from_descriptor(&scratch, f->model) == 0) snprintf(init, cap, " (GPT-2 init, seed %d)", f->seed);
+    if (f->adapter) gguf_model_name(f->adapter, adapter, cap);
+}
+
 // A GGUF model of hm, with its tokenizer (a vocabulary that fits is required) and provenance.
 static void convert_write_gguf(const ConvertFlags* f, const HostModel* hm, GgmlType type) {
     char vpath[LLMC_PATH_MAX], why[LLMC_PATH_MAX + 200], desc[3 * LLMC_PATH_MAX];
     const int found = textgen_find_vocab(f->vocab, f->model, vpath, sizeof(vpath)) == 0;
     if (convert_vocab_fits(found ? vpath : NULL, &hm->cfg, why, sizeof(why)) != 0)
         fatal("a GGUF file carries the tokenizer: pass the model's vocabulary with --vocab", "%s", why);
-    snprintf(desc, sizeof(desc), "GPT-2 from %s, written by llmc-ft convert", hm->source);
-    GgufProvenance prov = { NULL, f->model, f->adapter ? "lora-merged" : NULL, desc };
+    char base[256], init[256], adapter[256];
+    convert_gguf_names(f, base, init, adapter, sizeof(base));
+    if (f->adapter) snprintf(desc, sizeof(desc), "GPT-2 from %s%s with the LoRA adapter %s merged in, written by llmc-ft convert", base, init, adapter);
+    else snprintf(desc, sizeof(desc), "GPT-2 from %s%s, written by llmc-ft convert", base, init);
+    GgufProvenance prov = { NULL, base, f->adapter ? "lora-merged" : NULL, desc };
     gguf_save_gpt2(f->out, &hm->pt, hm->params, type, vpath, &prov);
 }
 
@@ -188,8 +202,10 @@ static void convert_write_gguf(const ConvertFlags* f, const HostModel* hm, GgmlT
 static void convert_write_gguf_lora(const ConvertFlags* f, const HostModel* hm, GgmlType type) {
     char desc[3 * LLMC_PATH_MAX];
     LoraModel* lm = peft_load_adapter(f->adapter, &hm->cfg);
-    snprintf(desc, sizeof(desc), "LoRA adapter %s for GPT-2 %s, written by llmc-ft convert", f->adapter, hm->source);
-    GgufProvenance prov = { NULL, f->model, "lora", desc };
+    char base[256], init[256], adapter[256];
+    convert_gguf_names(f, base, init, adapter, sizeof(base));
+    snprintf(desc, sizeof(desc), "LoRA adapter %s for GPT-2 %s%s, written by llmc-ft convert", adapter, base, init);
+    GgufProvenance prov = { NULL, base, "lora", desc };
     gguf_save_lora(f->out, lm, type, &prov);
     lora_free(lm);
 }

@@ -16,6 +16,7 @@
 #include "ops/nf4.h"
 #include "ops/sizes.h"
 #include "model/model_io.h"
+#include "model/gguf_io.h"
 #include "base/fileio.h"
 #include <stdarg.h>
 #include <stdlib.h>
@@ -93,6 +94,7 @@ void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source
     char path[LLMC_PATH_MAX], dir[LLMC_PATH_MAX];
     if (gpt2_config_from_descriptor(cfg, model) == 0) { *source = PLAN_SRC_INIT; return; }
     if (!dir_exists(model) && !file_exists(model)) fatal("check the path of the model", "model '%s' does not exist", model);
+    if (!dir_exists(model) && gguf_is_gguf(model)) { *source = PLAN_SRC_GGUF; gguf_read_gpt2_config(model, cfg); return; } // (its metadata)
     if (ends_with(model, ".bin")) { *source = PLAN_SRC_BIN; bin_config(model, cfg); return; }
     *source = PLAN_SRC_HF;
     snprintf(dir, sizeof(dir), "%s", model);
@@ -333,7 +335,7 @@ static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 static void plan_load(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBackend* b) {
     const size_t C = (size_t)s->cfg.channels;
     l->phase = "reading the weights";
-    static const char* src[] = {"initialized (dN)", "read from an llm.c .bin", "read from safetensors"};
+    static const char* src[] = {"initialized (dN)", "read from an llm.c .bin", "read from safetensors", "read from GGUF"};
     led_add(l, PLAN_HOST, "weights being loaded", h->pt.total * sizeof(float), 0, "fp32, %s", src[s->source]);
     if (s->source == PLAN_SRC_HF) { // a Conv1D weight read before its transpose (model_io.c hf_read_params)
         led_add(l, PLAN_HOST, "transpose buffer", 4 * C * C * sizeof(float), 0, "the largest HF Conv1D weight");

@@ -77,7 +77,7 @@ void memplan_backend_cuda(PlanBackend* b, size_t total);
 void memplan_backend_this(PlanBackend* b);
 
 // Where the weights come from: they are read (or initialized) into host fp32 first.
-typedef enum { PLAN_SRC_INIT = 0, PLAN_SRC_BIN, PLAN_SRC_HF } PlanSource;
+typedef enum { PLAN_SRC_INIT = 0, PLAN_SRC_BIN, PLAN_SRC_HF, PLAN_SRC_GGUF } PlanSource;
 
 typedef struct {
     GPT2Config cfg;

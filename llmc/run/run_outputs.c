@@ -193,10 +193,11 @@ static void outputs_save_gguf(const RunOutputs* o, const Model* m, const char* d
     char path[LLMC_PATH_MAX];
     GgmlType type;
     if (!c->save_gguf || gguf_parse_type(c->f.save_gguf, &type) != 0) return;
-    char desc[LLMC_PATH_MAX + 100];
+    char base[256], desc[sizeof(base) + 100];
+    gguf_model_name(c->f.model, base, sizeof(base));
     snprintf(desc, sizeof(desc), "%s from %s, written by llmc-ft %s", m->lora ? (host ? "GPT-2 with a LoRA adapter merged in, trained" : "LoRA adapter trained")
-             : "GPT-2 fine-tuned", c->f.model, runconfig_program(c->mode));
-    GgufProvenance prov = {NULL, c->f.model, m->lora ? (host ? "lora-merged" : "lora") : "full", desc};
+             : "GPT-2 fine-tuned", base, runconfig_program(c->mode));
+    GgufProvenance prov = {NULL, base, m->lora ? (host ? "lora-merged" : "lora") : "full", desc};
     if (!host) {
         outputs_gguf_path(o, path, sizeof(path), dir, "adapter");
         gguf_save_lora(path, m->lora, type, &prov);
@@ -208,9 +209,36 @@ static void outputs_save_gguf(const RunOutputs* o, const Model* m, const char* d
     printf("saved: %s (GGUF %s, with its tokenizer: llama.cpp, Ollama)\n", path, c->f.save_gguf);
 }
 
+// The merged model's weights (malloc'd) from the adapter just written to adapter_dir. A merge is an
+// output, done in fp32 from the fp32 base read again from --model, by convert's code (convert_load,
+// convert_merge_adapter: the same bytes as `convert --model BASE --adapter DIR`), not from the
+// weights the run computed with (the frozen base is held in bf16 with --dtype bf16 and on a GPU).
+// It holds, besides the model, the base's fp32 weights (with what their loader reads them through:
+// a transposed HF Conv1D weight, a GGUF row) and the adapter read back (lora_create's parameters
+// and gradients, the host copies of peft_load_adapter and lora_merge). QLoRA: the adapter goes
+// into dequant(quant(W)) of the NF4 base, the matrices it was trained against (as PEFT merges into
+// a 4-bit model), from the model's own weights.
+static float* outputs_merged(const RunOutputs* o, const Model* m, const char* adapter_dir) {
+    const ParamTable* pt = &m->gpt.pt;
+    if (m->nf4) {
+        float* host = (float*)mallocCheck(pt->total * sizeof(float));
+        gpt2_get_params((GPT2*)&m->gpt, host); // (dequant(quant(W)) for the quantized weights)
+        lora_merge(m->lora, pt, host);         // W += scaling * B A
+        printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
+        return host;
+    }
+    HostModel hm;
+    convert_load(&hm, o->c->f.model, (uint64_t)o->c->f.seed);
+    if (hm.pt.total != pt->total) fatal("this is a bug in llmc", "--model %s read again for the merge has another shape", o->c->f.model);
+    convert_merge_adapter(&hm, adapter_dir);
+    printf("merged: adapter merged in fp32 into the base read again from %s (as convert --model BASE --adapter %s)\n", o->c->f.model, adapter_dir);
+    return hm.params; // (the only allocation of a HostModel)
+}
+
 void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
     const RunConfig* c = o->c;
     char mdir[LLMC_PATH_MAX], path[LLMC_PATH_MAX];
+    const char* adapter_dir = dir;
     if (!c->write_outputs || o->rank != 0) return;
     if (m->lora) {
         outputs_write_adapter(o, m, dir);
@@ -223,14 +251,12 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
         if (!c->save_hf) mkdir_p(dir);
     } else if (!(c->save_hf || c->save_llmc || c->save_gguf)) return;
     const ParamTable* pt = &m->gpt.pt;
-    float* host = (float*)mallocCheck(pt->total * sizeof(float));
-    gpt2_get_params((GPT2*)&m->gpt, host);
-    if (m->lora) lora_merge(m->lora, pt, host); // W += scaling * B A
-    // QLoRA: host holds dequant(quant(W)) for the quantized weights (gpt2_get_params), the
-    // matrices the adapter was trained against, so that is what the adapter is merged into
-    if (m->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
-    // --dtype bf16 on a fp32 backend held the frozen weights in bf16 only: the same reasoning
-    if (m->base16) printf("merged: adapter merged into the bf16 base weights (--dtype bf16 holds the frozen weights in bf16: the weights it was trained against)\n");
+    float* host;
+    if (m->lora) host = outputs_merged(o, m, adapter_dir);
+    else {
+        host = (float*)mallocCheck(pt->total * sizeof(float));
+        gpt2_get_params((GPT2*)&m->gpt, host);
+    }
     if (c->save_hf) {
         convert_write_hf(dir, pt, host, o->vocab);
         printf("saved: %s/ config.json + model.safetensors + generation_config.json%s (transformers)\n", dir,

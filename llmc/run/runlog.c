@@ -41,22 +41,90 @@ static void log_line(RunLog* l, const char* fmt, ...) {
     if (bad) log_failed(l);
 }
 
+// Whether the run evaluates at step (train_loop: at every --eval-every and at its last step).
+static int runlog_evaluates(const RunLog* l, long step) {
+    return l->has_val && step <= l->steps && ((l->eval_every > 0 && step % l->eval_every == 0) || step == l->steps);
+}
+
+// The step of a log line (-1: none, a line cut short or not the log's); *eval: it is an evaluation.
+static long log_line_step(const char* line, size_t n, int* eval) {
+    char head[64];
+    long step = -1;
+    snprintf(head, sizeof(head), "%.*s", (int)(n < 63 ? n : 63), line);
+    if (n == 0 || line[n - 1] != '\n' || sscanf(head, "{\"step\": %ld", &step) != 1) return -1;
+    *eval = memmem(line, n, "\"val_loss\"", 10) != NULL;
+    return step;
+}
+
 // The length of the log's first part that belongs to the checkpoint of step S: every line up
-// to the first one of a later step, or the evaluation at S (the run evaluates at S again).
-static size_t log_keep(const char* text, size_t len, long S) {
+// to the first one of a later step, or the evaluation at S when the run evaluates at S again.
+static size_t log_keep(const RunLog* l, const char* text, size_t len, long S) {
     size_t pos = 0;
     while (pos < len) {
         const char* nl = memchr(text + pos, '\n', len - pos);
-        size_t end = nl ? (size_t)(nl - text) + 1 : len;
-        long step = -1;
-        char line[64];
-        snprintf(line, sizeof(line), "%.*s", (int)(end - pos < 63 ? end - pos : 63), text + pos);
-        if (sscanf(line, "{\"step\": %ld", &step) != 1 || step > S) break;
-        if (step == S && memmem(text + pos, end - pos, "\"val_loss\"", 10)) break;
-        if (!nl) break; // a last line cut short by a crash
+        const size_t end = nl ? (size_t)(nl - text) + 1 : len;
+        int eval = 0;
+        const long step = log_line_step(text + pos, end - pos, &eval);
+        if (step < 0 || step > S || (step == S && eval && runlog_evaluates(l, S))) break;
         pos = end;
     }
     return pos;
+}
+
+// What the dropped part of the log held, and what of it the resumed run does again.
+typedef struct {
+    long steps, lo, hi;     // step lines, their first and last step
+    long evals, elo, ehi;   // evaluations, their first and last step ...
+    long evals_again;       // ... of which the run does again (runlog_evaluates)
+    long cut;               // lines cut short (a crash), or not the log's
+} LogDropped;
+
+static void log_dropped(const RunLog* l, const char* text, size_t len, LogDropped* d) {
+    memset(d, 0, sizeof(*d));
+    for (size_t pos = 0; pos < len;) {
+        const char* nl = memchr(text + pos, '\n', len - pos);
+        const size_t end = nl ? (size_t)(nl - text) + 1 : len;
+        int eval = 0;
+        const long step = log_line_step(text + pos, end - pos, &eval);
+        pos = end;
+        if (step < 0) { d->cut++; continue; }
+        long *n = eval ? &d->evals : &d->steps, *lo = eval ? &d->elo : &d->lo, *hi = eval ? &d->ehi : &d->hi;
+        if ((*n)++ == 0 || step < *lo) *lo = step;
+        if (step > *hi) *hi = step;
+        if (eval && runlog_evaluates(l, step)) d->evals_again++;
+    }
+}
+
+// "step 5", "steps 5-8" (n steps, every one from lo to hi); "the evaluation at step 4", "the
+// evaluations at steps 4 and 8", "3 evaluations (steps 4 to 12)"
+static void log_span(char* out, size_t cap, long n, long lo, long hi, int eval) {
+    if (!eval) snprintf(out, cap, n == 1 ? "step %ld" : "steps %ld-%ld", lo, hi);
+    else if (n == 1) snprintf(out, cap, "the evaluation at step %ld", lo);
+    else if (n == 2) snprintf(out, cap, "the evaluations at steps %ld and %ld", lo, hi);
+    else snprintf(out, cap, "%ld evaluations (steps %ld to %ld)", n, lo, hi);
+}
+
+// The resume's line: what was dropped, and what of it runs again (all of it, unless --steps or
+// --eval-every changed with the resume).
+static void log_say_dropped(const RunLog* l, size_t bytes, long S, const LogDropped* d) {
+    char st[64] = "", ev[64] = "", again[200] = "";
+    const long last = d->hi < l->steps ? d->hi : l->steps; // the last of the dropped steps the run takes again
+    const int items = (d->steps > 0) + (d->evals > 0);
+    if (d->steps) log_span(st, sizeof(st), d->steps, d->lo, d->hi, 0);
+    if (d->evals) log_span(ev, sizeof(ev), d->evals, d->elo, d->ehi, 1);
+    if (items && (!d->steps || last == d->hi) && d->evals_again == d->evals) {
+        snprintf(again, sizeof(again), "; %s", items > 1 || d->steps > 1 || d->evals > 1 ? "they run again" : "it runs again");
+    } else if (items) {
+        char sa[64] = "", ea[64] = "";
+        if (d->steps && last > S) log_span(sa, sizeof(sa), last - S, S + 1, last, 0);
+        if (d->evals_again) snprintf(ea, sizeof(ea), "%ld of the evaluations", d->evals_again);
+        snprintf(again, sizeof(again), "; %s%s%s%s again (this run's --steps %d, --eval-every %d)", sa, sa[0] && ea[0] ? " and " : "", ea,
+                 sa[0] || ea[0] ? " run" : "none of it runs", l->steps, l->eval_every);
+    }
+    char cut[48] = "";
+    if (d->cut) snprintf(cut, sizeof(cut), d->cut == 1 ? "an unreadable line" : "%ld unreadable lines", d->cut);
+    printf("log.jsonl: %zu bytes logged after the checkpoint of step %ld dropped: %s%s%s%s%s%s\n", bytes, S, st,
+           d->steps && d->evals ? (d->cut ? ", " : " and ") : "", ev, d->cut && items ? " and " : "", cut, again);
 }
 
 void runlog_open(RunLog* l, const char* dir, int rank, long resume_step) {
@@ -69,10 +137,12 @@ void runlog_open(RunLog* l, const char* dir, int rank, long resume_step) {
     if (resume_step >= 0 && file_exists(path)) {
         size_t len = 0;
         char* text = read_file_all(path, &len);
-        size_t keep = log_keep(text, len, resume_step);
+        size_t keep = log_keep(l, text, len, resume_step);
         if (keep < len) {
+            LogDropped d;
+            log_dropped(l, text + keep, len - keep, &d);
             atomic_write_file(path, text, keep);
-            printf("log.jsonl: %zu bytes logged after the checkpoint of step %ld dropped (those steps run again)\n", len - keep, resume_step);
+            log_say_dropped(l, len - keep, resume_step, &d);
         }
         free(text);
     }

@@ -20,7 +20,8 @@
 // (a full disk, a file system gone read-only) stops the run with an error naming log.jsonl and
 // the reason: a log with holes would pass for a complete one. A run resumed from the
 // checkpoint of step S keeps the lines logged up to that checkpoint and drops those a crash left
-// after it (those steps are trained, evaluated and logged again).
+// after it, and the evaluation at S where the resumed run evaluates at S again (those steps are
+// trained, evaluated and logged again); a line says what was dropped and what of it runs again.
 #ifndef LLMC_RUNLOG_H
 #define LLMC_RUNLOG_H
 
@@ -53,6 +54,7 @@ typedef struct {
     double peak_flops;        // ... and the device's peak bf16 FLOP/s; 0: unknown, MFU "n/a"
     double t0;                // start of this invocation's training (timer_now_s)
     long step0;               // the step it started from
+    int has_val, eval_every;  // the run's evaluations: --val-data given, every eval_every steps (0: at the end only)
     PrefObjective objective;  // PREF_SFT: losses are cross-entropies (with a perplexity)
 } RunLog;
 

@@ -6,6 +6,7 @@
 #include "model/config.h"
 #include "base/crc32c.h"
 #include "base/fileio.h"
+#include "base/gguf.h"
 #include "base/json.h"
 #include <limits.h>
 #include <stdio.h>
@@ -282,8 +283,8 @@ static int base_dir_of(const char* model, char* dir, size_t cap) {
 
 // The files --model loads from (names relative to *dir): config.json and model.safetensors (or its
 // index and shards) of a directory; a file, with its index's shards and the config.json beside
-// it (which the loader reads for safetensors). None for a size descriptor (d12, tiny: drawn from
-// --seed). Returns the count.
+// it (which the loader reads for safetensors, not for an llm.c .bin or a GGUF file). None for a
+// size descriptor (d12, tiny: drawn from --seed). Returns the count.
 static int base_files_of(const char* model, char* dir, size_t cap, RunBaseFile* out) {
     GPT2Config scratch;
     char p[LLMC_PATH_MAX];
@@ -295,7 +296,8 @@ static int base_files_of(const char* model, char* dir, size_t cap, RunBaseFile* 
     const char* file = is_dir ? NULL : slash ? slash + 1 : model;
     const size_t fl = file ? strlen(file) : 0;
     path_join(p, sizeof(p), dir, "config.json");
-    if (file_exists(p) && (is_dir || fl < 4 || strcmp(file + fl - 4, ".bin") != 0)) snprintf(out[n++].name, sizeof(out->name), "config.json");
+    if (file_exists(p) && (is_dir || ((fl < 4 || strcmp(file + fl - 4, ".bin") != 0) && !gguf_is_gguf(model))))
+        snprintf(out[n++].name, sizeof(out->name), "config.json");
     if (is_dir) {
         path_join(p, sizeof(p), dir, "model.safetensors");
         file = file_exists(p) ? "model.safetensors" : "model.safetensors.index.json";
