@@ -7,6 +7,8 @@
 #include "model/lora.h"
 #include "model/model_io.h"
 #include "model/peft_io.h"
+#include "model/params.h"
+#include "ops/ops.h"
 #include "text/textgen.h"
 #include <limits.h>
 #include <stdlib.h>
@@ -160,6 +162,28 @@ static void outputs_write_adapter(const RunOutputs* o, const Model* m, const cha
     if (o->vocab) convert_write_tokenizer(dir, o->vocab, &m->gpt.cfg);
 }
 
+const float* outputs_params_in_place(const Model* m) {
+    const GPT2* g = &m->gpt;
+    if (ops_caps().floatx != OPS_F32 || m->nf4 || m->base16 || !g->p[0]) return NULL;
+    const float* base = (const float*)g->p[0];
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if ((const float*)g->p[i] != base + g->pt.t[i].offset) return NULL;
+        for (int l = 0; g->pt.t[i].per_layer && l < g->cfg.num_layers; l++)
+            if ((const float*)gpt2_param_slice(g, (ParamId)i, l) != base + params_layer_offset(&g->pt, (ParamId)i, l)) return NULL;
+    }
+    return base;
+}
+
+// The model in fp32 on the host for the writers: in place, or a copy (*copy: to free).
+static const float* outputs_params(const Model* m, float** copy) {
+    const float* in_place = outputs_params_in_place(m);
+    *copy = NULL;
+    if (in_place) return in_place;
+    *copy = (float*)mallocCheck(m->gpt.pt.total * sizeof(float));
+    gpt2_get_params((GPT2*)&m->gpt, *copy);
+    return *copy;
+}
+
 void outputs_checkpoint(const RunOutputs* o, const Model* m, long step) {
     const char* out = o->c->f.out_dir;
     char path[LLMC_PATH_MAX];
@@ -172,11 +196,11 @@ void outputs_checkpoint(const RunOutputs* o, const Model* m, long step) {
         outputs_write_adapter(o, m, path);
         return;
     }
-    float* host = (float*)mallocCheck(m->gpt.pt.total * sizeof(float));
-    gpt2_get_params((GPT2*)&m->gpt, host);
+    float* copy;
+    const float* params = outputs_params(m, &copy);
     ckpt_path(path, sizeof(path), out, "model", step, 0);
-    model_save_llmc(path, &m->gpt.pt, host, 0);
-    free(host);
+    model_save_llmc(path, &m->gpt.pt, params, 0);
+    free(copy);
 }
 
 // dir/NAME-TYPE.gguf of --save-gguf TYPE.
@@ -223,9 +247,13 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
         if (!c->save_hf) mkdir_p(dir);
     } else if (!(c->save_hf || c->save_llmc || c->save_gguf)) return;
     const ParamTable* pt = &m->gpt.pt;
-    float* host = (float*)mallocCheck(pt->total * sizeof(float));
-    gpt2_get_params((GPT2*)&m->gpt, host);
-    if (m->lora) lora_merge(m->lora, pt, host); // W += scaling * B A
+    float* copy = NULL;
+    const float* host = m->lora ? NULL : outputs_params(m, &copy);
+    if (m->lora) { // W += scaling * B A, in a copy
+        host = copy = (float*)mallocCheck(pt->total * sizeof(float));
+        gpt2_get_params((GPT2*)&m->gpt, copy);
+        lora_merge(m->lora, pt, copy);
+    }
     // QLoRA: host holds dequant(quant(W)) for the quantized weights (gpt2_get_params), the
     // matrices the adapter was trained against, so that is what the adapter is merged into
     if (m->nf4) printf("merged: adapter merged into dequant(quant(W)) of the NF4 base (the weights it was trained against)\n");
@@ -242,5 +270,5 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
         printf("saved: %s (llm.c)\n", path);
     }
     outputs_save_gguf(o, m, dir, host);
-    free(host);
+    free(copy);
 }

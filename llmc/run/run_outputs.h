@@ -47,6 +47,11 @@ void outputs_check_inputs(const RunConfig* c, long from, long to);
 // ranks only keep c and rank): the vocabulary, and for train_lora the base the adapters point to
 // (OUT/base/ written when it is needed and not there yet), recorded in m's adapters.
 void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank);
+// The model's parameters as fp32 host memory in the table's layout where the model holds them so
+// (the CPU backend's fp32 tensors, each whole and in its place: full training, a ZeRO 3 model once
+// gathered): the writers read them there instead of from a copy (the same bytes gpt2_get_params
+// would copy; the memory plan counts no copy then); NULL otherwise.
+const float* outputs_params_in_place(const Model* m);
 // Rank 0: the model (train_gpt2) or the PEFT adapter directory (train_lora) of the checkpoint of
 // `step`, at the paths ckpt_path gives for "model" / "adapter".
 void outputs_checkpoint(const RunOutputs* o, const Model* m, long step);
