@@ -13,6 +13,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <errno.h>
 
 // The vocabulary the run samples with (--vocab, next to --model, or the bundled one), when its
 // size is the model's.
@@ -146,6 +148,7 @@ void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank) {
     memset(o, 0, sizeof(*o));
     o->c = c;
     o->rank = rank;
+    o->ckpt_step = -1;
     if (rank != 0) return; // rank 0 writes every output (other hosts need not see --out)
     outputs_find_vocab(o, &m->gpt.cfg);
     outputs_check_gguf(o, m);
@@ -232,6 +235,24 @@ static void outputs_save_gguf(const RunOutputs* o, const Model* m, const char* d
     printf("saved: %s (GGUF %s, with its tokenizer: llama.cpp, Ollama)\n", path, c->f.save_gguf);
 }
 
+// model.bin in dir (--out) as a second name of the checkpoint's model file (linked under a
+// temporary name, then renamed over it: atomic like every write); 0 when there is no such
+// checkpoint or the file system refuses the link (the caller writes the file).
+static int outputs_link_llmc(const RunOutputs* o, const char* dir, const char* path) {
+    if (o->ckpt_step < 0 || strcmp(dir, o->c->f.out_dir) != 0) return 0;
+    char src[LLMC_PATH_MAX], tmp[LLMC_PATH_MAX + 32];
+    ckpt_path(src, sizeof(src), dir, "model", o->ckpt_step, 0);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    if (link(src, tmp) != 0) return 0;
+    if (rename(tmp, path) != 0) {
+        const int err = errno;
+        unlink(tmp);
+        fatal("check the permissions of --out", "cannot rename '%s' to '%s': %s", tmp, path, strerror(err));
+    }
+    printf("saved: %s (llm.c; the checkpoint's %s under a second name, a hard link: no disk of its own)\n", path, strrchr(src, '/') + 1);
+    return 1;
+}
+
 void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
     const RunConfig* c = o->c;
     char mdir[LLMC_PATH_MAX], path[LLMC_PATH_MAX];
@@ -246,6 +267,9 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
         dir = mdir;
         if (!c->save_hf) mkdir_p(dir);
     } else if (!(c->save_hf || c->save_llmc || c->save_gguf)) return;
+    path_join(path, sizeof(path), dir, "model.bin");
+    const int linked = !m->lora && c->save_llmc && outputs_link_llmc(o, dir, path);
+    if (linked && !c->save_hf && !c->save_gguf) return;
     const ParamTable* pt = &m->gpt.pt;
     float* copy = NULL;
     const float* host = m->lora ? NULL : outputs_params(m, &copy);
@@ -264,8 +288,7 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
         printf("saved: %s/ config.json + model.safetensors + generation_config.json%s (transformers)\n", dir,
                o->vocab ? " + tokenizer files" : "");
     }
-    if (c->save_llmc) {
-        path_join(path, sizeof(path), dir, "model.bin");
+    if (c->save_llmc && !linked) {
         model_save_llmc(path, pt, host, 0);
         printf("saved: %s (llm.c)\n", path);
     }

@@ -35,6 +35,8 @@ typedef struct {
     const char* vocab;            // the vocabulary of the tokenizer files, or NULL (none fits)
     char vocab_buf[LLMC_PATH_MAX];
     char base[LLMC_PATH_MAX];     // train_lora: base_model_name_or_path of the adapters
+    long ckpt_step;               // the step of the checkpoint that holds the model outputs_save writes
+                                  // into --out (its model.bin is that checkpoint's file), or -1
 } RunOutputs;
 
 // A run never writes over its own inputs: fatal (rank 0, before anything is written) when --model
@@ -56,7 +58,10 @@ const float* outputs_params_in_place(const Model* m);
 // `step`, at the paths ckpt_path gives for "model" / "adapter".
 void outputs_checkpoint(const RunOutputs* o, const Model* m, long step);
 // Rank 0: the adapter as a PEFT directory dir (and with --merge the merged model in dir/merged)
-// or the model in dir, in the formats of --save-format: the final model (dir = --out).
+// or the model in dir, in the formats of --save-format: the final model (dir = --out). There,
+// model.bin is a hard link to the model file of the checkpoint of ckpt_step (the same bytes: both
+// are model_save_llmc of the same weights), so the final model takes no disk of its own; it is
+// written where the file system has no hard links.
 void outputs_save(const RunOutputs* o, const Model* m, const char* dir);
 
 #ifdef __cplusplus

@@ -1126,6 +1126,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     }
     if (!stop && !diverged && rc.write_outputs) { // (ZeRO 3 gathers the model only to write it)
         gradsync_unshard_model(&r->gs);
+        r->out.ckpt_step = r->step; // (the checkpoint of this step: model.bin is its model file)
         outputs_save(&r->out, &r->m, rc.f.out_dir); // the final model
         gradsync_reshard_model(&r->gs);
     }
