@@ -13,7 +13,12 @@
 #   - --batch-size auto records the micro-batch it chose in run_config.json; --resume with
 #     --batch-size auto takes the recorded one, and --resume --plan plans the recorded run;
 #   - the final gather of ZeRO 3 is skipped when nothing is written (--out none): rank 0's plan
-#     has no "saving" phase then.
+#     has no "saving" phase then;
+#   - a run that writes (checkpoints, model.safetensors, model.bin, GGUF) peaks at the plan's peak
+#     within 3% (the descriptor tiny: 50257 tokens, so that the model's copies are a visible
+#     share): the checkpoint's optimizer state goes to its file through one staging buffer;
+#   - DPO with --ref-model: the reference model (loaded, scoring every pair once, freed) is in the
+#     plan: the run peaks within it.
 source "$(dirname "$0")/lib.sh"
 make_shard "$TMP/train.bin" 20000 100 1
 XL="$TMP/xl"
@@ -59,13 +64,38 @@ if [ -n "$pp" ] && [ "$pp" = "$rp" ] && [ -n "$meas" ] && awk -v m="$meas" -v p=
   ok "--plan's peak is the run's (${pp}); after step 1 the peak resident set is $meas MiB, the plan's $plan1 MiB"
 else bad "--plan '$pp' vs the run '$rp'; measured '$meas' plan '$plan1'"; fi
 
+# ---- runs that write: the peak resident set within the plan's, the disk as --plan says
+# peak_within NAME LOG PLANLOG: the run's peak resident set (GNU time, LOG.rss) against the peak
+# --plan printed: at most 3% above, at most 15% below
+peak_within() {
+  local p m
+  p=$(sed -n 's/^  training: .* | peak \([0-9.]*\) MiB resident while \([a-z -]*\) |.*/\1/p' "$3")
+  m=$(awk '{ v = $1 } END { printf "%.1f", v / 1024 }' "$2.rss")
+  if [ "${SAN:-}" = 1 ]; then ok "$1: (the peak resident set is not checked under the sanitizers)"; return; fi
+  if [ -n "$p" ] && awk -v m="$m" -v p="$p" 'BEGIN { exit !(m > 0 && m <= 1.03 * p && m >= 0.85 * p) }'; then
+    ok "$1: the peak resident set $m MiB, the plan's $p MiB ($(sed -n 's/^  training: .* resident while \([a-z -]*\) |.*/while \1/p' "$3"))"
+  else bad "$1: the peak resident set '$m' MiB, the plan's '$p' MiB: $(grep -m1 '^error' "$2")"; fi
+}
+if [ -x /usr/bin/time ]; then
+  w=(--model tiny --train-data "$TMP/train.bin" --batch-size 4 --seq-len 64 --steps 2 --save-every 1 --save-gguf q8_0 --out "$TMP/w")
+  "$BIN_DIR/train_gpt2" "${w[@]}" --plan > "$TMP/w_plan.log" 2>&1
+  /usr/bin/time -f %M -o "$TMP/w.log.rss" "$BIN_DIR/train_gpt2" "${w[@]}" > "$TMP/w.log" 2>&1
+  peak_within "train_gpt2 writing 2 checkpoints, model.safetensors, model.bin and GGUF" "$TMP/w.log" "$TMP/w_plan.log"
+  # DPO on tiny with d6 as --ref-model: the reference model is loaded, scores every pair, is freed
+  "${PREPARE_BIN:-data/prepare}" --input test/ref/prepare_pref.jsonl --out-dir "$TMP/pp" --name pp --pack 64 --val-tokens 0 > /dev/null 2>&1
+  d=(--model tiny --ref-model d6 --objective dpo --train-data "$TMP/pp/pp_train_000000.bin" --batch-size 2 --seq-len 64 --steps 1 --out none)
+  "$BIN_DIR/train_gpt2" "${d[@]}" --plan > "$TMP/d_plan.log" 2>&1
+  /usr/bin/time -f %M -o "$TMP/d.log.rss" "$BIN_DIR/train_gpt2" "${d[@]}" > "$TMP/d.log" 2>&1
+  peak_within "DPO with --ref-model d6 (train_gpt2, tiny)" "$TMP/d.log" "$TMP/d_plan.log"
+fi
+
 # ---- ranks: every rank's peak; ZeRO 3 gathers the model on rank 0 only when it writes it
 if command -v mpirun >/dev/null 2>&1; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
   z=(--model test/ref/gpt2_tiny --batch-size 2 --seq-len 64 --zero 3 --plan)
   timeout 60 mpirun -np 2 "$BIN_DIR/train_gpt2" "${z[@]}" --out "$TMP/z3" > "$TMP/z3.log" 2>&1
   timeout 60 mpirun -np 2 "$BIN_DIR/train_gpt2" "${z[@]}" --out none > "$TMP/z3none.log" 2>&1
-  if grep -q "^ranks: 0: peak [0-9.]* MiB (saving the model), buffers [0-9.]* MiB; 1: peak [0-9.]* MiB ([a-z ]*), buffers" "$TMP/z3.log" \
+  if grep -q "^ranks: 0: peak [0-9.]* MiB (saving [a-z ]*), buffers [0-9.]* MiB; 1: peak [0-9.]* MiB ([a-z ]*), buffers" "$TMP/z3.log" \
      && grep -q "^  step: .* MiB sent to the other ranks" "$TMP/z3.log" && ! grep -q "saving" "$TMP/z3none.log" && grep -q "^ranks: 0: " "$TMP/z3none.log" \
      && [ "$(grep -c '^plan: rank' "$TMP/z3.log")" = 1 ] && [ ! -e "$TMP/z3" ]; then
     ok "--plan under mpirun (2 ranks, ZeRO 3): $(grep '^ranks:' "$TMP/z3.log" | cut -c1-140)...; with --out none no rank gathers the model"

@@ -5,6 +5,7 @@
 #include "ops/ops.h"
 #include "ops/device.h"
 #include "text/shard.h"
+#include "model/prefloss.h"
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,6 +260,84 @@ static int plan_data(const char* pattern, int64_t chunk, int64_t* tokens, int64_
     return files;
 }
 
+// The data's loss masks as the plan needs them: each masked shard's windows of T tokens with the
+// targets each gives (the trained mask bits of its tokens 1..T after the window's start), so that
+// the plan knows the most rows a micro-batch of B windows (a loader's chunk: B windows from a
+// multiple of B) gives the classifier; and the preference pairs (a chosen record's start each).
+typedef struct {
+    int T, n, unmasked;          // window length; shards; a shard without a mask (every row a target)
+    int64_t* nwin;               // [n] windows of each shard
+    int32_t** tgt;               // [n][nwin] targets of each window
+    int64_t pairs;
+} MaskStats;
+
+static MaskStats g_masks; // (what the plan's target_rows reads: made once, by plan_run_start)
+
+static int masks_target_rows(const void* ctx, int B, int T) {
+    const MaskStats* m = (const MaskStats*)ctx;
+    if (m->unmasked || T != m->T) return B * T;
+    int64_t most = 0;
+    for (int f = 0; f < m->n; f++)
+        for (int64_t w = 0; w < m->nwin[f]; w += B) {
+            int64_t t = 0;
+            for (int64_t k = w; k < w + B && k < m->nwin[f]; k++) t += m->tgt[f][k];
+            if (t > most) most = t;
+        }
+    return (int)most;
+}
+
+// One shard's mask: its windows' targets and its pairs.
+static void masks_read(MaskStats* m, const char* shard) {
+    int32_t h[256];
+    char mp[LLMC_PATH_MAX];
+    const int64_t ntok = shard_read_header(shard, SHARD_MAGIC, SHARD_VERSION, 2, "token shard", h);
+    if (h[SHARD_HAS_MASK] != 1) { m->unmasked = 1; return; }
+    shard_mask_path(mp, sizeof(mp), shard);
+    const int64_t n = shard_read_header(mp, MASK_MAGIC, MASK_VERSION_PAIRS, 1, "loss mask", h);
+    const int64_t nwin = (ntok + m->T - 1) / m->T;
+    int64_t* nw = (int64_t*)realloc(m->nwin, (size_t)(m->n + 1) * sizeof(int64_t));
+    if (nw) m->nwin = nw;
+    int32_t** tg = nw ? (int32_t**)realloc(m->tgt, (size_t)(m->n + 1) * sizeof(int32_t*)) : NULL;
+    if (!tg) fatal(NULL, "out of memory reading '%s'", mp);
+    m->tgt = tg;
+    int32_t* t = (int32_t*)callocCheck((size_t)(nwin ? nwin : 1), sizeof(int32_t));
+    m->nwin[m->n] = nwin; m->tgt[m->n++] = t;
+    uint8_t* buf = (uint8_t*)mallocCheck((size_t)1 << 20);
+    FILE* fp = fopenCheck(mp, "rb");
+    fseekCheck(fp, SHARD_HEADER_BYTES, SEEK_SET, mp);
+    for (int64_t k = 0; k < n; k += (int64_t)1 << 20) {
+        const size_t len = (size_t)(n - k < ((int64_t)1 << 20) ? n - k : ((int64_t)1 << 20));
+        freadCheck(buf, 1, len, fp, mp);
+        for (size_t j = 0; j < len; j++) {
+            const int64_t pos = k + (int64_t)j; // (the target of the input at pos - 1: window (pos - 1) / T)
+            if (pos > 0 && (buf[j] & MASK_TRAINED)) t[(pos - 1) / m->T]++;
+            m->pairs += (buf[j] & MASK_CHOSEN) != 0;
+        }
+    }
+    fclose(fp);
+    free(buf);
+}
+
+// The masks of the shards of the training and validation data (comma lists of globs).
+static void masks_make(MaskStats* m, const char* train, const char* val, int T) {
+    for (int f = 0; f < m->n; f++) free(m->tgt[f]);
+    free(m->tgt); free(m->nwin);
+    memset(m, 0, sizeof(*m));
+    m->T = T;
+    const char* sets[2] = { train, val };
+    for (int i = 0; i < 2; i++) {
+        if (!sets[i]) continue;
+        char* pat = strdup(sets[i]);
+        for (char* save = NULL, *tok = strtok_r(pat, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            glob_t g;
+            if (glob(tok, 0, NULL, &g) != 0) continue;
+            for (size_t k = 0; k < g.gl_pathc; k++) masks_read(m, g.gl_pathv[k]);
+            globfree(&g);
+        }
+        free(pat);
+    }
+}
+
 // The data, the run's length, and its time at the predicted step time.
 static void print_data(const RunPlan* rp, const RunConfig* rc) {
     const TrainFlags* f = &rc->f;
@@ -363,6 +442,13 @@ int plan_run_start(RunPlan* rp, RunConfig* rc, Comm* comm, long resume_step) {
     plan_rate(&be, rc->mode == TRAIN_LORA, cfg.channels, rc->f.plan);
     memplan_spec_from_run(&s, rc, &cfg, comm->world, comm->rank);
     if (resume_step >= 0 && rc->mode == TRAIN_FULL) s.source = PLAN_SRC_BIN; // (the checkpoint's model.bin)
+    if (resume_step >= 0) s.ref_pass = 0; // (the stored reference is read back)
+    masks_make(&g_masks, rc->f.train_data, rc->f.val_data, rc->f.seq_len);
+    s.pairs = g_masks.pairs;
+    if (!g_masks.unmasked && g_masks.n && !pref_uses_nll((PrefObjective)rc->objective)) { // (ORPO's NLL targets the chosen prompts too)
+        s.target_rows = masks_target_rows;
+        s.target_ctx = &g_masks;
+    }
     plan_available(rp, &be, comm);
     if (rc->f.batch_size == ARG_AUTO || rc->f.recompute == ARG_AUTO) plan_auto(rp, rc, comm, &s, &be);
     memplan_make(&s, &be, &rp->plan);
