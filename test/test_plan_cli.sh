@@ -14,6 +14,9 @@
 #     --batch-size auto takes the recorded one, and --resume --plan plans the recorded run;
 #   - the final gather of ZeRO 3 is skipped when nothing is written (--out none): rank 0's plan
 #     has no "saving" phase then;
+#   - --plan's exit status: 0 when the run fits, 3 when it does not (a script gates on it);
+#   - --memory-budget drives --plan's verdict and what fits, and --batch-size auto / --recompute
+#     auto choose within it (no longer a choice the start-up then refuses);
 #   - a run that writes (checkpoints, model.safetensors, model.bin, GGUF) peaks at the plan's peak
 #     within 3% (the descriptor tiny: 50257 tokens, so that the model's copies are a visible
 #     share): the checkpoint's optimizer state goes to its file through one staging buffer;
@@ -33,10 +36,12 @@ for prog in train_lora train_gpt2; do
   t0=$(date +%s%N)
   "$BIN_DIR/$prog" "${args[@]}" --plan --batch-size 1 --seq-len 1024 --out "$TMP/never_$prog" > "$TMP/xl_$prog.log" 2>&1; rc=$?
   ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  if [ $rc = 0 ] && [ $ms -lt 2000 ] && grep -q "^plan: rank 0 of 1 | cpu .* | L=48 C=1600 NH=25 vocab=50257 |" "$TMP/xl_$prog.log" \
+  # (the exit status is the verdict's: 0 fits, 3 does not fit this machine)
+  if { { [ $rc = 0 ] && grep -q "^verdict: fits" "$TMP/xl_$prog.log"; } || { [ $rc = 3 ] && grep -q "^verdict: does not fit" "$TMP/xl_$prog.log"; }; } \
+     && [ $ms -lt 2000 ] && grep -q "^plan: rank 0 of 1 | cpu .* | L=48 C=1600 NH=25 vocab=50257 |" "$TMP/xl_$prog.log" \
      && grep -q "^  parameters  " "$TMP/xl_$prog.log" && grep -q "^  training: .* | peak [0-9.]* MiB resident while " "$TMP/xl_$prog.log" \
      && grep -q "^  step: [0-9.e+-]* TFLOP on this rank" "$TMP/xl_$prog.log" && grep -q "^fits [0-9.]* MiB (" "$TMP/xl_$prog.log" \
-     && grep -qE "^verdict: (fits|does not fit)" "$TMP/xl_$prog.log" && [ ! -e "$TMP/never_$prog" ]; then
+     && [ ! -e "$TMP/never_$prog" ]; then
     ok "$prog --plan at GPT-2 XL shapes: $ms ms, nothing written; $(grep -m1 '^  training:' "$TMP/xl_$prog.log" | cut -c1-110)"
   else bad "$prog --plan at GPT-2 XL: exit $rc in $ms ms: $(head -c 600 "$TMP/xl_$prog.log")"; fi
 done
@@ -63,6 +68,27 @@ slack=$([ "${SAN:-}" = 1 ] && echo 100 || echo 1.03)
 if [ -n "$pp" ] && [ "$pp" = "$rp" ] && [ -n "$meas" ] && awk -v m="$meas" -v p="$plan1" -v k="$slack" 'BEGIN { exit !(m > 0 && m <= p * k) }'; then
   ok "--plan's peak is the run's (${pp}); after step 1 the peak resident set is $meas MiB, the plan's $plan1 MiB"
 else bad "--plan '$pp' vs the run '$rp'; measured '$meas' plan '$plan1'"; fi
+
+# ---- --plan's exit status (a script gates on it) and --memory-budget: the verdict, and auto
+tiny=(--model test/ref/gpt2_tiny --train-data "$TMP/train.bin" --seq-len 64 --out none)
+"$BIN_DIR/train_gpt2" "${tiny[@]}" --batch-size 4 --plan > "$TMP/fits.log" 2>&1; r_fit=$?
+"$BIN_DIR/train_gpt2" "${tiny[@]}" --batch-size 4 --plan --memory-budget 1 > "$TMP/nofit.log" 2>&1; r_no=$?
+if [ $r_fit = 0 ] && grep -q "^verdict: fits: " "$TMP/fits.log" && [ $r_no = 3 ] \
+   && grep -q "^verdict: does not fit: .*the buffers, [0-9.]* MiB, are [0-9]*% of --memory-budget 1.0 MiB" "$TMP/nofit.log"; then
+  ok "--plan exits 0 when the run fits, 3 when it does not (--memory-budget 1: $(grep -o 'the buffers, [0-9.]* MiB' "$TMP/nofit.log"))"
+else bad "--plan's exit status: fits $r_fit ($(grep '^verdict' "$TMP/fits.log")), --memory-budget 1 $r_no ($(grep '^verdict' "$TMP/nofit.log"))"; fi
+# --batch-size auto within --memory-budget 50: the largest B whose buffers fit it (the memory
+# available alone would take a far larger one), and the run starts with it
+"$BIN_DIR/train_gpt2" "${tiny[@]}" --batch-size auto --total-batch-tokens 65536 --steps 1 > "$TMP/auto_free.log" 2>&1
+"$BIN_DIR/train_gpt2" "${tiny[@]}" --batch-size auto --total-batch-tokens 65536 --memory-budget 50 --steps 1 > "$TMP/auto_b.log" 2>&1; r_ab=$?
+"$BIN_DIR/train_gpt2" "${tiny[@]}" --batch-size auto --recompute auto --total-batch-tokens 65536 --memory-budget 50 --plan > "$TMP/auto_bp.log" 2>&1; r_abp=$?
+bf=$(sed -n 's/^auto: --batch-size \([0-9]*\): .*/\1/p' "$TMP/auto_free.log")
+bb=$(sed -n 's/^auto: --batch-size \([0-9]*\): .*/\1/p' "$TMP/auto_b.log")
+buf=$(sed -n 's/^memory plan (this rank): .* | buffers at most \([0-9.]*\) MiB .*/\1/p' "$TMP/auto_b.log")
+if [ $r_ab = 0 ] && [ -n "$bb" ] && [ -n "$bf" ] && [ "$bb" -lt "$bf" ] && awk -v b="$buf" 'BEGIN { exit !(b > 0 && b <= 50) }' \
+   && grep -q "^summary: finished" "$TMP/auto_b.log" && [ $r_abp = 0 ] && grep -q "^verdict: fits: .*--memory-budget 50.0 MiB" "$TMP/auto_bp.log"; then
+  ok "--batch-size auto within --memory-budget 50: B = $bb (buffers $buf MiB; $bf without the budget), and the run starts with it; --plan fits"
+else bad "auto with --memory-budget 50: B '$bb' (without '$bf'), exit $r_ab: $(grep -m2 '^error\|^auto' "$TMP/auto_b.log"); plan exit $r_abp: $(grep '^verdict' "$TMP/auto_bp.log")"; fi
 
 # ---- runs that write: the peak resident set within the plan's, the disk as --plan says
 # peak_within NAME LOG PLANLOG: the run's peak resident set (GNU time, LOG.rss) against the peak

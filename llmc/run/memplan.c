@@ -157,6 +157,7 @@ void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* c
     GPT2Config ignored;
     memplan_model_config(f->model, &ignored, &src);
     s->source = src;
+    s->budget = (size_t)((double)f->memory_budget * 1048576.0);
     GgmlType gt;
     s->save_hf = rc->save_hf; s->save_llmc = rc->save_llmc; s->merge = f->merge; s->keep_best = f->keep_best;
     s->save_gguf = rc->save_gguf && gguf_parse_type(f->save_gguf, &gt) == 0 ? (int)gt + 1 : 0;
@@ -904,13 +905,18 @@ void memplan_print(const Plan* p, FILE* out) {
 // ----------------------------------------------------------------------------
 // what fits
 
+int memplan_fits(const Plan* p, size_t limit) {
+    return (!limit || p->peak <= limit) && (!p->spec.budget || p->peak_buffers <= p->spec.budget);
+}
+
 static int plan_fits(const PlanSpec* s, const PlanBackend* b, size_t budget, Plan* p) {
     memplan_make(s, b, p);
-    return p->peak <= budget;
+    return memplan_fits(p, budget);
 }
 
 int memplan_max_batch(const PlanSpec* s, const PlanBackend* b, size_t limit, double margin, int max_B, Plan* p) {
     const size_t budget = (size_t)((double)limit * (1.0 - margin));
+    if (limit && !budget) return 0;
     PlanSpec t = *s;
     Plan* tmp = (Plan*)mallocCheck(sizeof(Plan));
     t.B = 1;

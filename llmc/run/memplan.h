@@ -99,6 +99,7 @@ typedef struct {
     int sample;           // the run samples (--sample-tokens): at ZeRO 3 rank 0 gathers the model for it
     int pref;             // a preference objective (--objective dpo|ipo|orpo|simpo): its pair buffers
     PlanSource source;
+    size_t budget;        // --memory-budget: the buffers at their largest (peak_buffers) within these bytes; 0: no bound
     // what the run writes (with save): the final model's formats (--save-format, --save-gguf, with
     // --merge the merged model of train_lora), --keep-best's copies, whether a vocabulary is found
     // (its tokenizer files go into every model directory), and the final model.bin as a second
@@ -179,13 +180,17 @@ void memplan_print(const Plan* p, FILE* out);
 enum { PLAN_CAT_OTHER = 0, PLAN_CAT_PARAMS, PLAN_CAT_GRADS, PLAN_CAT_OPT, PLAN_CAT_ACTS };
 int memplan_category(const char* name);
 const PlanItem* memplan_item(const Plan* p, const char* name); // NULL when the run has none
+// Whether a plan fits: its peak within limit (0: no bound) and its buffers within its spec's budget.
+int memplan_fits(const Plan* p, size_t limit);
+
 // The largest micro-batch (1..max_B) whose peak is within limit less the margin (a fraction of
-// limit, e.g. 0.05), with its plan in *p; 0 when even B = 1 does not fit.
+// limit, e.g. 0.05; limit 0: no bound) and whose buffers are within the spec's budget, with its
+// plan in *p; 0 when even B = 1 does not fit.
 int memplan_max_batch(const PlanSpec* s, const PlanBackend* b, size_t limit, double margin, int max_B, Plan* p);
 
 // The settings that fit: for each training mode the run may use (full training: itself; LoRA:
 // LoRA and QLoRA), ZeRO stage (0 alone with one rank) and recompute level, the largest micro-batch
-// within limit less the margin, or 0.
+// within limit less the margin and the spec's budget (memplan_max_batch), or 0.
 typedef struct { int lora, qlora, zero, recompute, B; size_t peak; } PlanOption;
 int memplan_options(const PlanSpec* s, const PlanBackend* b, size_t limit, double margin, PlanOption* out, int cap);
 

@@ -36,6 +36,15 @@ static void plan_groups(const Plan* p, Groups* out) {
 
 static size_t groups_total(const Groups* g) { return g->g[1] + g->g[2] + g->g[3] + g->g[4]; }
 
+// What a plan must fit, in words: the memory available less the margin, and --memory-budget's
+// bound on the buffers.
+static void limit_text(const RunPlan* rp, double margin, char* out, size_t cap) {
+    const size_t budget = rp->plan.spec.budget;
+    int k = 0;
+    if (rp->avail) k = snprintf(out, cap, "%.1f MiB (%s) less %.0f%% (--memory-margin)", mib(rp->avail), rp->avail_what, 100.0 * margin);
+    if (budget) snprintf(out + k, cap - (size_t)k, "%sbuffers of at most --memory-budget %.1f MiB", k ? " with " : "", mib(budget));
+}
+
 // A PlanSpec's training as flags ("--qlora --zero 3 --recompute 1 --batch-size 4"), the ones
 // that differ from the run's.
 static void option_flags(const PlanSpec* run, const PlanOption* o, char* out, size_t cap) {
@@ -130,7 +139,7 @@ static int largest_divisor(int64_t K, int at_most) {
 // fits, else 0; the minimum over the ranks; auto's B among the divisors of K.
 static void auto_levels(const RunPlan* rp, const RunConfig* rc, Comm* comm, const PlanSpec* s0, const PlanBackend* be, int64_t K, int B[3]) {
     const TrainFlags* f = &rc->f;
-    const size_t budget = (size_t)((double)rp->avail * (1.0 - f->memory_margin));
+    const size_t budget = (size_t)((double)rp->avail * (1.0 - f->memory_margin)); // (0: unknown, no bound; the spec's budget still holds)
     int cap = K < 65536 ? (int)K : 65536;
     if ((int64_t)cap * f->seq_len > RUNCFG_MAX_MICRO_TOKENS) cap = RUNCFG_MAX_MICRO_TOKENS / f->seq_len;
     Plan* tmp = (Plan*)mallocCheck(sizeof(Plan));
@@ -143,7 +152,7 @@ static void auto_levels(const RunPlan* rp, const RunConfig* rc, Comm* comm, cons
         if (f->batch_size == ARG_AUTO) got[r] = -(double)memplan_max_batch(&s, be, rp->avail, f->memory_margin, cap, tmp);
         else {
             memplan_make(&s, be, tmp);
-            got[r] = tmp->peak <= budget ? -(double)s.B : 0.0;
+            got[r] = memplan_fits(tmp, budget) ? -(double)s.B : 0.0;
         }
     }
     free(tmp);
@@ -156,8 +165,10 @@ static void auto_say(const RunPlan* rp, const RunConfig* rc, const PlanSpec* s, 
     const TrainFlags* f = &rc->f;
     Plan* tmp = (Plan*)mallocCheck(sizeof(Plan));
     memplan_make(s, be, tmp);
-    printf("auto: fits %.1f MiB (%s) less %.0f%% (--memory-margin) on every rank; this rank peaks at %.1f MiB while %s\n",
-           mib(rp->avail), rp->avail_what, 100.0 * f->memory_margin, mib(tmp->peak), tmp->peak_at);
+    char limit[256];
+    limit_text(rp, f->memory_margin, limit, sizeof(limit));
+    printf("auto: fits %s on every rank; this rank peaks at %.1f MiB while %s, its buffers at %.1f MiB\n", limit, mib(tmp->peak),
+           tmp->peak_at, mib(tmp->peak_buffers));
     if (wasB == ARG_AUTO) {
         int next = 0;
         for (int d = s->B + 1; d <= K && !next; d++) if (K % d == 0) next = d;
@@ -182,21 +193,22 @@ static void auto_say(const RunPlan* rp, const RunConfig* rc, const PlanSpec* s, 
 static void plan_auto(RunPlan* rp, RunConfig* rc, Comm* comm, PlanSpec* s, const PlanBackend* be) {
     const TrainFlags* f = &rc->f;
     const int wasB = f->batch_size, wasR = f->recompute;
-    if (!rp->avail)
-        fatal("give --batch-size and --recompute as numbers", "%s auto: the memory available is unknown (%s)",
+    if (!rp->avail && !s->budget)
+        fatal("give --batch-size and --recompute as numbers, or a --memory-budget", "%s auto: the memory available is unknown (%s)",
               wasB == ARG_AUTO ? "--batch-size" : "--recompute", rp->avail_what);
     const int64_t K = wasB == ARG_AUTO ? rc->tokens_per_step / ((int64_t)f->seq_len * rc->world) : 0;
     int B[3], r = wasR == ARG_AUTO ? 0 : f->recompute;
     auto_levels(rp, rc, comm, s, be, K, B);
     while (wasR == ARG_AUTO && r < 2 && B[r] < 1) r++;
     if (B[r] < 1) {
-        char fits[1024];
+        char fits[1024], limit[256];
         rp->plan.spec = *s;
         rp->plan.be = *be;
         const int n = plan_fits_text(rp, f->memory_margin, fits, sizeof(fits));
-        fatal(n ? fits : "shard over more ranks (--zero 3 under mpirun), --qlora, --offload-optimizer or a shorter --seq-len",
-              "%s auto: %s does not fit %.1f MiB (%s) less %.0f%% (--memory-margin) at %s%s", wasB == ARG_AUTO ? "--batch-size" : "--recompute",
-              wasB == ARG_AUTO ? "even a micro-batch of 1" : "the micro-batch", mib(rp->avail), rp->avail_what, 100.0 * f->memory_margin,
+        limit_text(rp, f->memory_margin, limit, sizeof(limit));
+        fatal(n ? fits : "shard over more ranks (--zero 3 under mpirun), --qlora, --offload-optimizer, a shorter --seq-len or a larger --memory-budget",
+              "%s auto: %s does not fit %s at %s%s", wasB == ARG_AUTO ? "--batch-size" : "--recompute",
+              wasB == ARG_AUTO ? "even a micro-batch of 1" : "the micro-batch", limit,
               wasR == ARG_AUTO ? "any --recompute level" : "this --recompute", n ? "; these settings fit" : "");
     }
     runconfig_resolve(rc, B[r], r);
@@ -382,11 +394,12 @@ static void print_ranks(const RunPlan* rp) {
 // micro-batch, its peak.
 static void print_options(const RunPlan* rp, const RunConfig* rc) {
     const PlanSpec* s = &rp->plan.spec;
-    if (!rp->avail) { printf("fits: the memory available is unknown (%s)\n", rp->avail_what); return; }
+    if (!rp->avail && !s->budget) { printf("fits: the memory available is unknown (%s)\n", rp->avail_what); return; }
     PlanOption o[24];
+    char limit[256];
     const int n = memplan_options(s, &rp->plan.be, rp->avail, rc->f.memory_margin, o, 24);
-    printf("fits %.1f MiB (%s) less %.0f%% (--memory-margin): the largest micro-batch per rank (its peak, MiB)\n", mib(rp->avail),
-           rp->avail_what, 100.0 * rc->f.memory_margin);
+    limit_text(rp, rc->f.memory_margin, limit, sizeof(limit));
+    printf("fits %s: the largest micro-batch per rank (its peak, MiB)\n", limit);
     printf("  %-8s %-6s %-20s %-20s %-20s\n", "training", "ZeRO", "recompute 0", "recompute 1", "recompute 2");
     for (int i = 0; i + 2 < n; i += 3) {
         printf("  %-8s %-6d", !o[i].lora ? "full" : o[i].qlora ? "QLoRA" : "LoRA", o[i].zero);
@@ -400,22 +413,39 @@ static void print_options(const RunPlan* rp, const RunConfig* rc) {
     }
 }
 
-// The verdict, and what to do next.
-static void print_verdict(const RunPlan* rp, const RunConfig* rc) {
+// This rank's verdict (PLAN_EXIT_*): its peak against the memory available, its buffers against
+// --memory-budget.
+static int plan_verdict(const RunPlan* rp) {
     const Plan* p = &rp->plan;
-    if (!rp->avail) { printf("verdict: unknown (no figure for the memory available); drop --plan to start the run\n"); return; }
-    if (p->peak <= rp->avail) {
-        printf("verdict: fits: the peak, %.1f MiB, is %.0f%% of %.1f MiB; drop --plan to start the run\n", mib(p->peak),
-               100.0 * (double)p->peak / (double)rp->avail, mib(rp->avail));
+    if ((rp->avail && p->peak > rp->avail) || (p->spec.budget && p->peak_buffers > p->spec.budget)) return PLAN_EXIT_DOES_NOT_FIT;
+    return rp->avail || p->spec.budget ? PLAN_EXIT_FITS : PLAN_EXIT_UNKNOWN;
+}
+
+// The verdict (the worst of the ranks', status), and what to do next.
+static void print_verdict(const RunPlan* rp, const RunConfig* rc, int status) {
+    const Plan* p = &rp->plan;
+    const size_t budget = p->spec.budget;
+    const int mine = plan_verdict(rp);
+    char room[256] = "";
+    if (rp->avail) snprintf(room, sizeof(room), "the peak, %.1f MiB, is %.0f%% of %.1f MiB", mib(p->peak), 100.0 * (double)p->peak / (double)rp->avail, mib(rp->avail));
+    if (budget) snprintf(room + strlen(room), sizeof(room) - strlen(room), "%sthe buffers, %.1f MiB, are %.0f%% of --memory-budget %.1f MiB",
+                         rp->avail ? "; " : "", mib(p->peak_buffers), 100.0 * (double)p->peak_buffers / (double)budget, mib(budget));
+    if (status == PLAN_EXIT_UNKNOWN) {
+        printf("verdict: unknown (no figure for the memory available, no --memory-budget); drop --plan to start the run (exit status %d)\n", status);
+        return;
+    }
+    if (status == PLAN_EXIT_FITS) { printf("verdict: fits: %s; drop --plan to start the run\n", room); return; }
+    if (mine != PLAN_EXIT_DOES_NOT_FIT) {
+        printf("verdict: does not fit: another rank does not (ranks: above); on this rank %s (exit status %d)\n", room, status);
         return;
     }
     char fits[1024];
     const int n = plan_fits_text(rp, rc->f.memory_margin, fits, sizeof(fits));
-    printf("verdict: does not fit: the peak, %.1f MiB, is %.1f MiB more than %.1f MiB; %s%s\n", mib(p->peak), mib(p->peak - rp->avail),
-           mib(rp->avail), n ? "these fit: " : "nothing at this --seq-len does: shard over more ranks or shorten --seq-len", n ? fits : "");
+    printf("verdict: does not fit: %s; %s%s (exit status %d)\n", room, n ? "these fit: " : "nothing at this --seq-len does: shard over more ranks or shorten --seq-len",
+           n ? fits : "", status);
 }
 
-static void plan_print_all(const RunPlan* rp, const RunConfig* rc) {
+static void plan_print_all(const RunPlan* rp, const RunConfig* rc, int status) {
     memplan_print(&rp->plan, stdout);
     if (rc->f.adapter)
         printf("  (--adapter %s: its adapters are planned with the --lora-* flags' shape, rank %d on %s, not read from its files)\n",
@@ -424,7 +454,7 @@ static void plan_print_all(const RunPlan* rp, const RunConfig* rc) {
     print_ranks(rp);
     print_data(rp, rc);
     print_options(rp, rc);
-    print_verdict(rp, rc);
+    print_verdict(rp, rc, status);
     fflush(stdout);
 }
 
@@ -452,11 +482,12 @@ int plan_run_start(RunPlan* rp, RunConfig* rc, Comm* comm, long resume_step) {
     plan_available(rp, &be, comm);
     if (rc->f.batch_size == ARG_AUTO || rc->f.recompute == ARG_AUTO) plan_auto(rp, rc, comm, &s, &be);
     memplan_make(&s, &be, &rp->plan);
-    double most = (double)rp->plan.peak_buffers;
-    comm_allreduce_max_f64(comm, &most, 1);
-    rp->buffers_max = (size_t)most;
+    double most[2] = { (double)rp->plan.peak_buffers, (double)plan_verdict(rp) };
+    comm_allreduce_max_f64(comm, most, 2);
+    rp->buffers_max = (size_t)most[0];
+    rp->exit_status = (int)most[1];
     if (rc->f.plan) {
-        if (comm->rank == 0) plan_print_all(rp, rc);
+        if (comm->rank == 0) plan_print_all(rp, rc, rp->exit_status);
         return 1;
     }
     plan_check(rp, rc);

@@ -1089,7 +1089,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         comm_finalize(&r->comm);
         runconfig_free(&rc);
         runrecord_start_free(&r->start);
-        return 0;
+        return r->plan.exit_status;
     }
     device_attach(&r->comm); // CUDA: NCCL for the device collectives, even with one rank
     check_out_dir(r);
