@@ -21,7 +21,9 @@
 #     within 3% (the descriptor tiny: 50257 tokens, so that the model's copies are a visible
 #     share): the checkpoint's optimizer state goes to its file through one staging buffer;
 #   - DPO with --ref-model: the reference model (loaded, scoring every pair once, freed) is in the
-#     plan: the run peaks within it.
+#     plan: the run peaks within it;
+#   - the disk: --plan says what --out holds at the end (du within 2%), and the final model.bin
+#     is the last checkpoint's model file (a hard link: one inode).
 source "$(dirname "$0")/lib.sh"
 make_shard "$TMP/train.bin" 20000 100 1
 XL="$TMP/xl"
@@ -107,6 +109,12 @@ if [ -x /usr/bin/time ]; then
   "$BIN_DIR/train_gpt2" "${w[@]}" --plan > "$TMP/w_plan.log" 2>&1
   /usr/bin/time -f %M -o "$TMP/w.log.rss" "$BIN_DIR/train_gpt2" "${w[@]}" > "$TMP/w.log" 2>&1
   peak_within "train_gpt2 writing 2 checkpoints, model.safetensors, model.bin and GGUF" "$TMP/w.log" "$TMP/w_plan.log"
+  disk=$(sed -n 's/^disk: .* | --out: about \([0-9.]*\) MiB at the end.*/\1/p' "$TMP/w_plan.log")
+  du=$(du -sk --apparent-size "$TMP/w" | awk '{ printf "%.1f", $1 / 1024 }')
+  if [ "$(stat -c %i "$TMP/w/model.bin")" = "$(stat -c %i "$TMP/w/model_00000002.bin")" ] && [ -n "$disk" ] \
+     && awk -v d="$disk" -v u="$du" 'BEGIN { exit !(u > 0 && d >= 0.98 * u && d <= 1.02 * u) }' && cmp -s "$TMP/w/model.bin" "$TMP/w/model_00000002.bin"; then
+    ok "the final model.bin is the last checkpoint's model file (one inode); --plan said --out holds $disk MiB, du $du MiB"
+  else bad "disk: --plan '$disk' MiB, du '$du' MiB; inodes $(stat -c %i "$TMP/w/model.bin" "$TMP/w/model_00000002.bin" 2>&1 | tr '\n' ' ')"; fi
   # DPO on tiny with d6 as --ref-model: the reference model is loaded, scores every pair, is freed
   "${PREPARE_BIN:-data/prepare}" --input test/ref/prepare_pref.jsonl --out-dir "$TMP/pp" --name pp --pack 64 --val-tokens 0 > /dev/null 2>&1
   d=(--model tiny --ref-model d6 --objective dpo --train-data "$TMP/pp/pp_train_000000.bin" --batch-size 2 --seq-len 64 --steps 1 --out none)

@@ -18,6 +18,7 @@
 #include "model/model_io.h"
 #include "base/fileio.h"
 #include "base/safetensors.h"
+#include "base/gguf.h"
 #include "model/gguf_io.h"
 #include "run/checkpoint.h"
 #include "text/textgen.h"
@@ -900,6 +901,67 @@ void memplan_print(const Plan* p, FILE* out) {
     fprintf(out, "  step: %.3g TFLOP on this rank, %.1f MiB sent to the other ranks", p->flops / 1e12, p->comm_bytes / 1048576.0);
     if (p->step_s > 0) fprintf(out, " | predicted %.3f s a step at %.3g TFLOP/s", p->step_s, b->flops / 1e12);
     fprintf(out, "\n");
+}
+
+// ----------------------------------------------------------------------------
+// the disk
+
+// A model.safetensors (model_save_safetensors: every tensor in fp32, wte's real rows; about 104
+// bytes of header a tensor) and a GGUF file of type (gguf_save_gpt2: the weights in it, Q8_0 rows
+// that do not divide into blocks in F16, wpe and the 1-D tensors in F32, each aligned; the
+// tokenizer's strings about as large as its files).
+static size_t disk_hf(const ParamTable* pt) {
+    const int L = pt->cfg.num_layers;
+    size_t tensors = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) tensors += pt->t[i].per_layer ? (size_t)L : 1;
+    return 8 + 48 + 104 * tensors + params_count_unpadded(pt) * sizeof(float);
+}
+static size_t disk_gguf_tensor(uint32_t type, uint64_t rows, uint64_t cols) {
+    if (type == GGML_TYPE_Q8_0 && cols % GGUF_QK8_0) type = GGML_TYPE_F16;
+    return (size_t)(gguf_row_bytes(type, cols) * rows + 31) / 32 * 32 + 96;
+}
+static size_t disk_gguf(const ParamTable* pt, int type, size_t vocab_bytes) {
+    size_t n = 4096 + vocab_bytes;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        const ParamInfo* t = &pt->t[i];
+        const uint64_t rows = i == PT_WTE ? (uint64_t)pt->cfg.vocab_size : (uint64_t)t->rows, cols = (uint64_t)t->cols;
+        const size_t one = t->ndim == 1 ? (t->rows * t->cols * sizeof(float) + 31) / 32 * 32 + 96
+                                        : disk_gguf_tensor(i == PT_WPE ? GGML_TYPE_F32 : (uint32_t)type, rows, cols);
+        n += (t->per_layer ? (size_t)pt->cfg.num_layers : 1) * one;
+    }
+    return n;
+}
+
+void memplan_disk(const Plan* p, PlanDisk* d) {
+    const PlanSpec* s = &p->spec;
+    memset(d, 0, sizeof(*d));
+    if (!s->save) return;
+    Shape h;
+    shape_build(&h, s, &p->be);
+    const size_t arrays = p->be.master ? 3 : 2, headers = 1024 * (size_t)s->world;
+    const int sharded = s->zero >= 1 && s->world > 1;
+    d->ckpt_state = headers + h.ntrain * sizeof(float) * arrays * (sharded ? 1 : (size_t)s->world);
+    const size_t model_bin = 1024 + h.pt.total * sizeof(float);
+    const size_t model_hf = disk_hf(&h.pt) + s->vocab_bytes;
+    const size_t model_gguf = s->save_gguf ? disk_gguf(&h.pt, s->save_gguf - 1, s->vocab_bytes) : 0;
+    if (h.lm) {
+        const size_t adapter = 8 + 48 + 2 * 104 * (size_t)h.lm->n + h.lm->total * sizeof(float) + s->vocab_bytes;
+        d->ckpt_model = d->adapter = adapter;
+        for (int i = 0; s->save_gguf && !h.lm->n_extra && i < h.lm->n; i++) { // (gguf_save_lora: A r x in, B out x r)
+            const LoraAdapter* a = &h.lm->ad[i];
+            d->adapter_gguf += disk_gguf_tensor((uint32_t)s->save_gguf - 1, (uint64_t)a->rank, (uint64_t)a->in) +
+                               disk_gguf_tensor((uint32_t)s->save_gguf - 1, (uint64_t)a->out, (uint64_t)a->rank);
+        }
+        if (d->adapter_gguf) d->adapter_gguf += 4096;
+        if (s->merge) { d->hf = s->save_hf ? model_hf : 0; d->llmc = s->save_llmc ? model_bin : 0; d->gguf = model_gguf; }
+        if (s->source != PLAN_SRC_HF) d->base = disk_hf(&h.pt) + s->vocab_bytes;
+    } else {
+        d->ckpt_model = model_bin;
+        d->hf = s->save_hf ? model_hf : 0;
+        d->llmc = s->save_llmc && !s->link_llmc ? model_bin : 0;
+        d->gguf = model_gguf;
+    }
+    shape_free(&h);
 }
 
 // ----------------------------------------------------------------------------

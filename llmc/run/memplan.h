@@ -183,6 +183,19 @@ const PlanItem* memplan_item(const Plan* p, const char* name); // NULL when the 
 // Whether a plan fits: its peak within limit (0: no bound) and its buffers within its spec's budget.
 int memplan_fits(const Plan* p, size_t limit);
 
+// The bytes of the files a run writes (the headers of safetensors and GGUF files, and a GGUF
+// file's tokenizer, estimated; the small JSON files left out): one checkpoint (the model or the
+// adapter directory, and every rank's state file), and the final outputs as --save-format,
+// --save-gguf and --merge ask (train_gpt2's model.bin is the last checkpoint's file: no bytes of
+// its own, unless --keep-best writes one more into best/).
+typedef struct {
+    size_t ckpt_model, ckpt_state;   // one checkpoint: model_SSSSSSSS.bin or adapter_SSSSSSSS/, all state_* files
+    size_t hf, llmc, gguf;           // the final model (train_lora: merged/, with --merge), each format
+    size_t adapter, adapter_gguf;    // train_lora's final adapter, and its GGUF
+    size_t base;                     // train_lora: OUT/base/ when --model is not a Hugging Face directory
+} PlanDisk;
+void memplan_disk(const Plan* p, PlanDisk* d);
+
 // The largest micro-batch (1..max_B) whose peak is within limit less the margin (a fraction of
 // limit, e.g. 0.05; limit 0: no bound) and whose buffers are within the spec's budget, with its
 // plan in *p; 0 when even B = 1 does not fit.

@@ -350,8 +350,9 @@ static void masks_make(MaskStats* m, const char* train, const char* val, int T) 
     }
 }
 
-// The data, the run's length, and its time at the predicted step time.
-static void print_data(const RunPlan* rp, const RunConfig* rc) {
+// The data, the run's length, and its time at the predicted step time; returns the run's steps
+// (0: unknown).
+static long print_data(const RunPlan* rp, const RunConfig* rc) {
     const TrainFlags* f = &rc->f;
     int64_t tokens = 0, batches = 0;
     const int64_t chunk = (int64_t)rc->world * f->batch_size * f->seq_len;
@@ -372,6 +373,47 @@ static void print_data(const RunPlan* rp, const RunConfig* rc) {
                "as a step reached on a 2-core AVX512-BF16 machine)\n", steps, rp->plan.step_s, (double)steps * rp->plan.step_s / 3600.0,
                rp->plan.be.flops / 1e9, 100.0 * (lora ? MEMPLAN_CPU_STEP_OF_GEMM_LORA : MEMPLAN_CPU_STEP_OF_GEMM_FULL),
                rp->plan.be.gemm_flops / 1e9);
+    return steps;
+}
+
+// The checkpoints this run writes (at every --save-every below its last step, and at the last),
+// from its first step on.
+static long plan_checkpoints(const RunConfig* rc, long steps, long from) {
+    const int every = rc->f.save_every;
+    if (steps <= from) return 0;
+    return (every > 0 ? (steps - 1) / every - from / every : 0) + 1;
+}
+
+// The disk the run writes into --out (memplan_disk): its checkpoints, as many as
+// --keep-checkpoints keeps (one more while the next is written and the oldest not yet removed),
+// and the final outputs.
+static void print_disk(const RunPlan* rp, const RunConfig* rc, long steps) {
+    const TrainFlags* f = &rc->f;
+    if (!rc->write_outputs) { printf("disk: nothing written (--out none)\n"); return; }
+    PlanDisk d;
+    memplan_disk(&rp->plan, &d);
+    const int lora = rc->mode == TRAIN_LORA, keep = f->keep_checkpoints;
+    const size_t one = d.ckpt_model + d.ckpt_state, final = d.hf + d.llmc + d.gguf + d.adapter + d.adapter_gguf + d.base;
+    const long n = plan_checkpoints(rc, steps, rp->resume_step > 0 ? rp->resume_step : 0);
+    const long kept = keep > 0 && n > keep ? keep : n, most = keep > 0 && n > keep ? kept + 1 : n;
+    char list[512] = "", count[96] = "";
+    const struct { const char* name; size_t bytes; } out[] = {
+        {"the adapter", d.adapter}, {"its GGUF", d.adapter_gguf}, {lora ? "merged/model.safetensors" : "model.safetensors", d.hf},
+        {lora ? "merged/model.bin" : "model.bin", d.llmc}, {"GGUF", d.gguf}, {"base/", d.base}};
+    for (size_t i = 0, k = 0; i < sizeof(out) / sizeof(out[0]); i++)
+        if (out[i].bytes) k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%s %.1f MiB", k ? ", " : "", out[i].name, mib(out[i].bytes));
+    if (rp->plan.spec.link_llmc)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%smodel.bin: the last checkpoint's model file, a hard link", list[0] ? "; " : "");
+    if (steps > 0) snprintf(count, sizeof(count), "%ld written, ", n);
+    if (keep) snprintf(count + strlen(count), sizeof(count) - strlen(count), "the newest %d kept", keep);
+    else snprintf(count + strlen(count), sizeof(count) - strlen(count), "all kept");
+    printf("disk: a checkpoint %.1f MiB (%s %.1f MiB, optimizer state %.1f MiB): %s (--keep-checkpoints %d) | final outputs %.1f MiB (%s)",
+           mib(one), lora ? "adapter" : "model", mib(d.ckpt_model), mib(d.ckpt_state), count, keep, mib(final), list);
+    if (steps > 0) printf(" | --out: about %.1f MiB at the end, %.1f MiB at most\n", mib((size_t)kept * one + final), mib((size_t)most * one + final));
+    else printf("\n");
+    if (keep != 1 || (!lora && rc->save_hf))
+        printf("  (fewer copies: --keep-checkpoints 1 keeps the newest checkpoint only%s)\n",
+               !lora && rc->save_hf ? "; --save-format llmc writes no model.safetensors beside the checkpoint's model.bin" : "");
 }
 
 // Every rank's peak and buffers at their largest (a plan each: they differ by rank at ZeRO 1-3),
@@ -452,7 +494,7 @@ static void plan_print_all(const RunPlan* rp, const RunConfig* rc, int status) {
                rc->f.adapter, rc->f.lora_rank, rc->f.lora_targets);
     if (!rp->plan.be.flops && rp->plan.be.device) printf("  (no figure for this GPU's peak FLOP/s: no predicted step time)\n");
     print_ranks(rp);
-    print_data(rp, rc);
+    print_disk(rp, rc, print_data(rp, rc));
     print_options(rp, rc);
     print_verdict(rp, rc, status);
     fflush(stdout);
@@ -479,6 +521,7 @@ int plan_run_start(RunPlan* rp, RunConfig* rc, Comm* comm, long resume_step) {
         s.target_rows = masks_target_rows;
         s.target_ctx = &g_masks;
     }
+    rp->resume_step = resume_step;
     plan_available(rp, &be, comm);
     if (rc->f.batch_size == ARG_AUTO || rc->f.recompute == ARG_AUTO) plan_auto(rp, rc, comm, &s, &be);
     memplan_make(&s, &be, &rp->plan);

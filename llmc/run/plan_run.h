@@ -26,6 +26,7 @@ typedef struct {
     size_t dev_total;
     size_t buffers_max;     // the largest plan.peak_buffers of the ranks
     int rank, world;
+    long resume_step;       // the checkpoint the run resumes from (-1: none)
     int exit_status;        // --plan's: PLAN_EXIT_* of the ranks' verdicts, the worst
 } RunPlan;
 
