@@ -298,15 +298,27 @@ static int masks_target_rows(const void* ctx, int B, int T) {
     return (int)most;
 }
 
-// One shard's mask: its windows' targets and its pairs.
+// A file's header (256 int32) and its size; 0 when it cannot be read.
+static int header_of(const char* path, int32_t* h, int64_t* bytes) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return 0;
+    const int ok = fread(h, sizeof(int32_t), 256, f) == 256;
+    fclose(f);
+    *bytes = file_size(path);
+    return ok;
+}
+
+// One shard's mask: its windows' targets and its pairs. A shard without a mask, or one that cannot
+// be read as the loader reads it (it refuses it then, naming what is wrong), counts every row.
 static void masks_read(MaskStats* m, const char* shard) {
     int32_t h[256];
+    int64_t sb = 0, mb = 0;
     char mp[LLMC_PATH_MAX];
-    const int64_t ntok = shard_read_header(shard, SHARD_MAGIC, SHARD_VERSION, 2, "token shard", h);
-    if (h[SHARD_HAS_MASK] != 1) { m->unmasked = 1; return; }
+    if (!header_of(shard, h, &sb) || h[0] != SHARD_MAGIC || h[SHARD_HAS_MASK] != 1 || h[2] < 0) { m->unmasked = 1; return; }
+    const int64_t ntok = h[2], nwin = (ntok + m->T - 1) / m->T;
     shard_mask_path(mp, sizeof(mp), shard);
-    const int64_t n = shard_read_header(mp, MASK_MAGIC, MASK_VERSION_PAIRS, 1, "loss mask", h);
-    const int64_t nwin = (ntok + m->T - 1) / m->T;
+    FILE* fp = header_of(mp, h, &mb) && h[0] == MASK_MAGIC && h[2] == ntok && mb == SHARD_HEADER_BYTES + ntok ? fopen(mp, "rb") : NULL;
+    if (!fp || fseek(fp, SHARD_HEADER_BYTES, SEEK_SET) != 0) { if (fp) fclose(fp); m->unmasked = 1; return; }
     int64_t* nw = (int64_t*)realloc(m->nwin, (size_t)(m->n + 1) * sizeof(int64_t));
     if (nw) m->nwin = nw;
     int32_t** tg = nw ? (int32_t**)realloc(m->tgt, (size_t)(m->n + 1) * sizeof(int32_t*)) : NULL;
@@ -315,12 +327,10 @@ static void masks_read(MaskStats* m, const char* shard) {
     int32_t* t = (int32_t*)callocCheck((size_t)(nwin ? nwin : 1), sizeof(int32_t));
     m->nwin[m->n] = nwin; m->tgt[m->n++] = t;
     uint8_t* buf = (uint8_t*)mallocCheck((size_t)1 << 20);
-    FILE* fp = fopenCheck(mp, "rb");
-    fseekCheck(fp, SHARD_HEADER_BYTES, SEEK_SET, mp);
-    for (int64_t k = 0; k < n; k += (int64_t)1 << 20) {
-        const size_t len = (size_t)(n - k < ((int64_t)1 << 20) ? n - k : ((int64_t)1 << 20));
-        freadCheck(buf, 1, len, fp, mp);
-        for (size_t j = 0; j < len; j++) {
+    for (int64_t k = 0; k < ntok; k += (int64_t)1 << 20) {
+        const size_t want = (size_t)(ntok - k < ((int64_t)1 << 20) ? ntok - k : ((int64_t)1 << 20));
+        if (fread(buf, 1, want, fp) != want) { m->unmasked = 1; break; }
+        for (size_t j = 0; j < want; j++) {
             const int64_t pos = k + (int64_t)j; // (the target of the input at pos - 1: window (pos - 1) / T)
             if (pos > 0 && (buf[j] & MASK_TRAINED)) t[(pos - 1) / m->T]++;
             m->pairs += (buf[j] & MASK_CHOSEN) != 0;
