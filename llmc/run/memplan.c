@@ -115,6 +115,33 @@ void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source
     model_read_hf_config(path, cfg);
 }
 
+// The tokens of a vocab.json / encoder.json (an object of token: id; the tokenizer's vocab_size is
+// the largest id + 1), read without building the tokenizer; -1 when the file does not read so.
+static int plan_vocab_tokens(const char* path) {
+    size_t n = 0;
+    FILE* f = fopen(path, "rb");
+    if (!f) return -1;
+    fclose(f);
+    char* text = read_file_all(path, &n);
+    long most = -1;
+    int depth = 0, ok = 1;
+    for (size_t i = 0; i < n && ok; i++) {
+        const char c = text[i];
+        if (c == '"') { // a string: to its closing quote
+            for (i++; i < n && text[i] != '"'; i++) if (text[i] == '\\') i++;
+        } else if (c == '{') depth++;
+        else if (c == '}') depth--;
+        else if (c == ':' && depth == 1) {
+            char* end;
+            const long id = strtol(text + i + 1, &end, 10);
+            ok = end != text + i + 1 && id >= 0 && id < (1L << 30);
+            if (ok && id > most) most = id;
+        }
+    }
+    free(text);
+    return ok && depth == 0 && most >= 0 ? (int)(most + 1) : -1;
+}
+
 // The vocabulary a run that writes finds for its model directories, as outputs_init finds it
 // (--vocab, next to --model, or the bundled one; only of the model's size), and the bytes of its
 // tokenizer files.
@@ -123,7 +150,9 @@ static void plan_vocab(PlanSpec* s, const TrainFlags* f) {
     VocabFiles vf;
     s->vocab = 0; s->vocab_bytes = 0;
     if (!s->save || s->rank != 0 || textgen_find_vocab(f->sample.vocab, f->model, vocab, sizeof(vocab)) != 0) return; // (rank 0 writes)
-    if (convert_vocab_fits(vocab, &s->cfg, why, sizeof(why)) != 0 || vocab_files(vocab, &vf) != 0) return;
+    if (vocab_files(vocab, &vf) != 0) return;
+    const int V = vf.tokenizer_json[0] ? -1 : plan_vocab_tokens(vf.vocab); // (else the tokenizer is loaded to count them)
+    if (V >= 0 ? V != s->cfg.vocab_size : convert_vocab_fits(vocab, &s->cfg, why, sizeof(why)) != 0) return;
     s->vocab = 1;
     const char* files[3] = { vf.vocab, vf.merges, vf.tokenizer_json };
     s->vocab_bytes = 512; // (tokenizer_config.json, special_tokens_map.json)
