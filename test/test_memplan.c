@@ -5,7 +5,11 @@
 // (gpt2_param_bytes, gpt2_acts_held, opt_state_bytes, fsdp_*_bytes, gradsync_grad_bytes, the NF4
 // base, the bf16 base and lm_head, the adapters, the bf16 GEMM scratch of the CPU backend), the footprint
 // model_assemble computes before allocating, and the heap's growth over the whole build and step
-// (glibc's mallinfo2) against the plan's total without what it counts outside the heap.
+// (glibc's mallinfo2) against the plan's total without what it counts outside the heap; what a
+// checkpoint holds beside training (the staging buffer of the optimizer's range, ZeRO 3's array in
+// the state file's layout, rank 0's fp32 copy of the model or the adapter); and --ref-model's
+// model (built as preftrain_reference builds it, run forward) against the plan's reference items,
+// the CPU's bf16 GEMM scratch after its forward and a step against the plan's.
 //   test_memplan               every case on one rank at ZeRO 0 and 3, each in a child process
 //                              (the backend's scratch buffers only grow within a process)
 //   test_memplan --case K --zero Z   case K under mpirun (test/test_memplan.sh: 2 and 4 ranks,
@@ -15,6 +19,9 @@
 #include <malloc.h>
 #include <string.h>
 #include "run/memplan.h"
+#include "run/checkpoint.h"
+#include "run/run_outputs.h"
+#include "dist/zero.h"
 #include "run/runconfig.h"
 #include "model/model.h"
 #include "model/params.h"
@@ -72,6 +79,7 @@ static void case_spec(const Case* k, int zero, int world, int rank, PlanSpec* s)
     s->B = k->B; s->T = k->T; s->recompute = k->recompute; s->keep = k->keep; s->offload = k->offload;
     s->zero = zero; s->world = world; s->rank = rank; s->shard_group = zero == 3 ? g_group : 0;
     s->source = PLAN_SRC_INIT;
+    s->save = 1; // (checkpoints only: no final model formats, no vocabulary)
 }
 
 static size_t heap_now(void) {
@@ -224,6 +232,25 @@ static size_t plan_heap(const Plan* p) {
     return n;
 }
 
+// What a checkpoint holds beside training (llmc/run/trainer.c save_checkpoint): the staging buffer
+// of the optimizer's range; at ZeRO 3 of full training one array in the state file's layout (the
+// ZeRO-1 range, trainer.c state_range); rank 0's fp32 copy of the model (outputs_checkpoint: none
+// where the writers read the parameters in place) or of the adapter (peft_save_adapter).
+static void check_save(const char* tag, const Plan* p, Built* b, const Case* k) {
+    EQ("checkpoint staging", p->save.staging, ckpt_stage_elems(b->opt.end - b->opt.begin) * sizeof(float));
+    size_t layout = 0;
+    if (b->gs.fsdp_on && !k->lora) {
+        const ZeroLayout* z = &b->gs.zl;
+        const size_t lo = zero_shard_begin(z, b->comm->rank), hi = zero_shard_end(z, b->comm->rank);
+        layout = ((hi < z->total ? hi : z->total) - (lo < z->total ? lo : z->total)) * sizeof(float);
+    }
+    EQ("the state file's layout (ZeRO 3)", p->save.state_layout, layout);
+    gradsync_unshard_model(&b->gs); // (ZeRO 3: rank 0 gathers the model to write it)
+    const size_t model = k->lora ? b->m.lora->total : outputs_params_in_place(&b->m) ? 0 : b->m.gpt.pt.total;
+    EQ("the model's copy written by rank 0", p->save.model, b->comm->rank == 0 ? model * sizeof(float) : 0);
+    gradsync_reshard_model(&b->gs);
+}
+
 static void run_case(int ci, int zero, Comm* comm) {
     const Case* k = &CASES[ci];
     char tag[160];
@@ -243,6 +270,7 @@ static void run_case(int ci, int zero, Comm* comm) {
     const size_t grew = heap_now() - h0 - sizeof(Built);
     check_components(tag, p, b, k);
     check_footprint(tag, p, b);
+    check_save(tag, p, b, k);
     if (k->bf16) EQ("bf16 GEMM operand scratch", item(p, "GEMM operand scratch"), cpu_ops_gemm_scratch_bytes() + cpu_classifier_scratch_bytes());
     // the heap: within 1% + 1 MiB (the small host structures: views, tables, request lists), and
     // 2 MiB more with bf16 GEMMs (oneDNN's own)
@@ -352,6 +380,63 @@ static void check_spec_from_run(void) {
     if (test_failures == 0) printf("ok   the spec of train_lora's flags (QLoRA, q,v,mlp.c_proj on layer 1, ZeRO 2, 2 micro-steps) and the config from config.json alone\n");
 }
 
+// --ref-model (llmc/run/preftrain.c preftrain_reference): the reference model, one layer more than
+// the policy, assembled as the trainer assembles it (weights from memory here), against the
+// plan's reference items; its forward, then the policy's step: the CPU's bf16 GEMM scratch (which
+// only grows) against the plan's, the slots the fp32 reference grows included; the stored values.
+static void child_reference(void* arg) {
+    const Case* k = &CASES[*(const int*)arg];
+    test_failures = 0;
+    char tag[160];
+    snprintf(tag, sizeof(tag), "%s, with --ref-model", k->name);
+    ops_set_gemm_dtype(k->bf16 ? OPS_BF16 : OPS_F32);
+    Comm c;
+    comm_init(&c, NULL, NULL);
+    PlanSpec s;
+    case_spec(k, 0, 1, 0, &s);
+    s.ref_stored = s.ref_pass = s.ref_model = 1;
+    s.ref_cfg = case_config(k);
+    s.ref_cfg.num_layers++;
+    s.ref_source = PLAN_SRC_INIT;
+    s.pairs = 10;
+    PlanBackend be;
+    memplan_backend_this(&be);
+    Plan* p = (Plan*)mallocCheck(sizeof(Plan));
+    memplan_make(&s, &be, p);
+    Built* b = (Built*)mallocCheck(sizeof(Built));
+    build(b, k, &s, &c);
+    ParamTable pt;
+    params_build(&pt, &s.ref_cfg);
+    float* host = (float*)mallocCheck(pt.total * sizeof(float));
+    model_init_gpt2(&pt, host, 2);
+    ModelSpec ms;
+    memset(&ms, 0, sizeof(ms));
+    ms.cfg = &s.ref_cfg; ms.host = host; ms.B = k->B; ms.T = k->T;
+    Model ref;
+    model_assemble(&ref, &ms);
+    free(host);
+    EQ("reference parameters", p->ref.params, gpt2_param_bytes(&ref.gpt));
+    EQ("reference activations, logits, scratch, batch", p->ref.acts, gpt2_acts_held(&ref.gpt) - ref.gpt.attn_bytes);
+    const int n = k->B * k->T;
+    int* tok = (int*)mallocCheck((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) tok[i] = (i * 7) % s.ref_cfg.vocab_size;
+    long valid = 0;
+    gpt2_forward(&ref.gpt, tok, tok, NULL, k->B, k->T, 0.0f, &valid);
+    model_free(&ref);
+    free(tok);
+    step(b, k);
+    if (k->bf16) EQ("bf16 GEMM operand scratch", item(p, "GEMM operand scratch"), cpu_ops_gemm_scratch_bytes() + cpu_classifier_scratch_bytes());
+    EQ("reference log-probabilities", item(p, "reference log-probabilities"), 10 * 3 * sizeof(double));
+    if (test_failures == 0)
+        printf("ok   %s: the reference's parameters %.2f MiB, activations %.2f MiB, GEMM scratch as the plan's; peak %.2f MiB while %s\n",
+               tag, (double)p->ref.params / 1048576.0, (double)p->ref.acts / 1048576.0, (double)p->peak / 1048576.0, p->peak_at);
+    unbuild(b);
+    free(b);
+    free(p);
+    comm_finalize(&c);
+    if (test_failures) _exit(1);
+}
+
 static void child_case(void* arg) {
     const int* a = (const int*)arg;
     test_failures = 0; // (the parent's count came with the fork)
@@ -385,6 +470,12 @@ int main(int argc, char** argv) {
             const int st = test_run_child(child_case, a, err, sizeof(err));
             TEST_CHECK(st == 0, "case '%s' at ZeRO %d failed (status %d): %s", CASES[i].name, z, st, err);
         }
+    for (int i = 0; i < NCASES; i++) {
+        if (i != 0 && i != 3) continue; // (full training in fp32; LoRA with a bf16 base and lm_head)
+        char err[8192];
+        const int st = test_run_child(child_reference, &i, err, sizeof(err));
+        TEST_CHECK(st == 0, "case '%s' with --ref-model failed (status %d): %s", CASES[i].name, st, err);
+    }
     check_search();
     check_refusals();
     check_spec_from_run();

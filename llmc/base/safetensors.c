@@ -267,8 +267,6 @@ void st_read_raw(StFile* f, const StTensor* t, void* dst) {
     st_read_bytes(f, t, 0, dst, (size_t)(t->end - t->begin));
 }
 
-#define ST_CHUNK_ELEMS (1u << 20)
-
 // Converts n elements of t's dtype at src to the caller's type at dst; first is the index of
 // src[0] in the tensor (for messages).
 typedef void (*StConvertFn)(const StFile* f, const StTensor* t, const void* src, size_t n, void* dst, uint64_t first);

@@ -36,15 +36,36 @@ void ckpt_path(char* out, size_t cap, const char* dir, const char* kind, long st
     path_join(out, cap, dir, name);
 }
 
+size_t ckpt_stage_elems(size_t n) { return n < CKPT_STAGE_ELEMS ? n : CKPT_STAGE_ELEMS; }
+
+void ckpt_state_begin(CkptStateWriter* w, const char* path, const StateHeader* hdr) {
+    memset(w, 0, sizeof(*w));
+    w->n = (size_t)(hdr->h[SH_END] - hdr->h[SH_BEGIN]);
+    w->arrays = hdr->h[SH_HAS_MASTER] ? 3 : 2;
+    FILE* fp = atomic_open(&w->af, path);
+    fwriteCheck(hdr->h, sizeof(int64_t), 128, fp, w->af.tmp_path);
+}
+
+void ckpt_state_put(CkptStateWriter* w, const float* x, size_t n) {
+    if (n > w->n * (size_t)w->arrays - w->written)
+        fatal("this is a bug in llmc", "'%s': %zu more elements than the state's %d arrays of %zu", w->af.tmp_path, n, w->arrays, w->n);
+    fwriteCheck(x, sizeof(float), n, w->af.fp, w->af.tmp_path);
+    w->written += n;
+}
+
+void ckpt_state_end(CkptStateWriter* w) {
+    if (w->written != w->n * (size_t)w->arrays)
+        fatal("this is a bug in llmc", "'%s': %zu elements written of the state's %d arrays of %zu", w->af.tmp_path, w->written, w->arrays, w->n);
+    atomic_commit(&w->af);
+}
+
 void ckpt_write_state(const char* path, const StateHeader* hdr, const float* m, const float* v, const float* master) {
-    AtomicFile af;
-    FILE* fp = atomic_open(&af, path);
-    fwriteCheck(hdr->h, sizeof(int64_t), 128, fp, af.tmp_path);
-    size_t n = (size_t)(hdr->h[SH_END] - hdr->h[SH_BEGIN]);
-    fwriteCheck(m, sizeof(float), n, fp, af.tmp_path);
-    fwriteCheck(v, sizeof(float), n, fp, af.tmp_path);
-    if (hdr->h[SH_HAS_MASTER]) fwriteCheck(master, sizeof(float), n, fp, af.tmp_path);
-    atomic_commit(&af);
+    CkptStateWriter w;
+    ckpt_state_begin(&w, path, hdr);
+    ckpt_state_put(&w, m, w.n);
+    ckpt_state_put(&w, v, w.n);
+    if (w.arrays == 3) ckpt_state_put(&w, master, w.n);
+    ckpt_state_end(&w);
 }
 
 static void sh_range(const char* path, const StateHeader* hdr, StateField f, int64_t lo, int64_t hi) {

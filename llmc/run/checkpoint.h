@@ -35,6 +35,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include "base/fileio.h"
 #include "comm/comm.h"
 
 #ifdef __cplusplus
@@ -89,6 +90,21 @@ void ckpt_path(char* out, size_t cap, const char* dir, const char* kind, long st
 
 // ---- writing (every rank)
 void ckpt_write_state(const char* path, const StateHeader* hdr, const float* m, const float* v, const float* master);
+// The same file written piece by piece, so that the state never needs a host copy: begin, then
+// m, v (and master when has_master) in order, each as consecutive ckpt_state_put calls of any
+// sizes, then end, which refuses a file whose arrays did not come whole (nothing committed) and
+// commits it atomically. A caller stages each piece through one buffer of
+// ckpt_stage_elems(n) floats (the memory plan counts it, llmc/run/memplan.c).
+#define CKPT_STAGE_ELEMS ((size_t)1 << 20)
+typedef struct {
+    AtomicFile af;
+    size_t n, written;   // elements of each array; put so far, over every array
+    int arrays;          // 2, or 3 with the master weights
+} CkptStateWriter;
+size_t ckpt_stage_elems(size_t n);
+void ckpt_state_begin(CkptStateWriter* w, const char* path, const StateHeader* hdr);
+void ckpt_state_put(CkptStateWriter* w, const float* x, size_t n);
+void ckpt_state_end(CkptStateWriter* w);
 // After every rank has written its state file (and rank 0 the model or adapter, main_kind
 // "model" or "adapter"): each rank checksums its own file, the checksums are gathered, and rank 0
 // writes DONE_SSSSSSSS. Collective: every rank calls it. Returns when the marker is written.

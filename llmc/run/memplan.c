@@ -18,6 +18,13 @@
 #include "model/model_io.h"
 #include "model/gguf_io.h"
 #include "base/fileio.h"
+#include "base/safetensors.h"
+#include "base/gguf.h"
+#include "model/gguf_io.h"
+#include "run/checkpoint.h"
+#include "text/textgen.h"
+#include "text/vocab.h"
+#include "model/convert.h"
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +117,50 @@ void memplan_model_config(const char* model, GPT2Config* cfg, PlanSource* source
     model_read_hf_config(path, cfg);
 }
 
+// The tokens of a vocab.json / encoder.json (an object of token: id; the tokenizer's vocab_size is
+// the largest id + 1), read without building the tokenizer; -1 when the file does not read so.
+static int plan_vocab_tokens(const char* path) {
+    size_t n = 0;
+    FILE* f = fopen(path, "rb");
+    if (!f) return -1;
+    fclose(f);
+    char* text = read_file_all(path, &n);
+    long most = -1;
+    int depth = 0, ok = 1;
+    for (size_t i = 0; i < n && ok; i++) {
+        const char c = text[i];
+        if (c == '"') { // a string: to its closing quote
+            for (i++; i < n && text[i] != '"'; i++) if (text[i] == '\\') i++;
+        } else if (c == '{') depth++;
+        else if (c == '}') depth--;
+        else if (c == ':' && depth == 1) {
+            char* end;
+            const long id = strtol(text + i + 1, &end, 10);
+            ok = end != text + i + 1 && id >= 0 && id < (1L << 30);
+            if (ok && id > most) most = id;
+        }
+    }
+    free(text);
+    return ok && depth == 0 && most >= 0 ? (int)(most + 1) : -1;
+}
+
+// The vocabulary a run that writes finds for its model directories, as outputs_init finds it
+// (--vocab, next to --model, or the bundled one; only of the model's size), and the bytes of its
+// tokenizer files.
+static void plan_vocab(PlanSpec* s, const TrainFlags* f) {
+    char vocab[LLMC_PATH_MAX], why[LLMC_PATH_MAX + 200];
+    VocabFiles vf;
+    s->vocab = 0; s->vocab_bytes = 0;
+    if (!s->save || s->rank != 0 || textgen_find_vocab(f->sample.vocab, f->model, vocab, sizeof(vocab)) != 0) return; // (rank 0 writes)
+    if (vocab_files(vocab, &vf) != 0) return;
+    const int V = vf.tokenizer_json[0] ? -1 : plan_vocab_tokens(vf.vocab); // (else the tokenizer is loaded to count them)
+    if (V >= 0 ? V != s->cfg.vocab_size : convert_vocab_fits(vocab, &s->cfg, why, sizeof(why)) != 0) return;
+    s->vocab = 1;
+    const char* files[3] = { vf.vocab, vf.merges, vf.tokenizer_json };
+    s->vocab_bytes = 512; // (tokenizer_config.json, special_tokens_map.json)
+    for (int i = 0; i < 3; i++) if (files[i][0] && file_size(files[i]) > 0) s->vocab_bytes += (size_t)file_size(files[i]);
+}
+
 void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* cfg, int world, int rank) {
     const TrainFlags* f = &rc->f;
     memplan_spec_init(s, cfg);
@@ -138,15 +189,26 @@ void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* c
     GPT2Config ignored;
     memplan_model_config(f->model, &ignored, &src);
     s->source = src;
+    s->budget = (size_t)((double)f->memory_budget * 1048576.0);
+    GgmlType gt;
+    s->save_hf = rc->save_hf; s->save_llmc = rc->save_llmc; s->merge = f->merge; s->keep_best = f->keep_best;
+    s->save_gguf = rc->save_gguf && gguf_parse_type(f->save_gguf, &gt) == 0 ? (int)gt + 1 : 0;
+    plan_vocab(s, f); // (after s->rank, s->save)
+    s->link_llmc = !s->lora && s->save_llmc;
+    s->ref_stored = pref_uses_reference((PrefObjective)rc->objective) && (!s->lora || f->ref_model);
+    s->ref_pass = s->ref_stored;
+    s->ref_model = s->ref_stored && f->ref_model;
+    if (s->ref_model) memplan_model_config(f->ref_model, &s->ref_cfg, &s->ref_source);
 }
 
 // ----------------------------------------------------------------------------
 // the ledger: the run's allocations and frees in the order the trainer makes them
 
-#define LEDGER_MAX 64
+#define LEDGER_MAX 96
 typedef struct {
     const char* name;
     size_t bytes;
+    size_t unwritten;           // of them never written (on the CPU not resident)
     int where, live, touched;
     char what[96];
 } Entry;
@@ -159,14 +221,18 @@ typedef struct {
     size_t peak, peak_host, peak_buffers;
     const char* peak_at;
     const char* peak_buffers_at;
+    size_t slot[4];             // the CPU's bf16 GEMM scratch slots (cpu_gemm_slots) grown so far
 } Ledger;
 
 static int counts(const Ledger* l, const Entry* e) { return e->live && (e->touched || (l->device && e->where == PLAN_BACKEND)); }
 
+// What an entry holds: on a GPU what it allocated; on the CPU what is written of it.
+static size_t held(const Ledger* l, const Entry* e) { return l->device ? e->bytes : e->bytes - e->unwritten; }
+
 static void led_update(Ledger* l) {
     size_t cur[2] = {0, 0};
     for (int i = 0; i < l->n; i++)
-        if (counts(l, &l->e[i])) cur[l->e[i].where] += l->e[i].bytes;
+        if (counts(l, &l->e[i])) cur[l->e[i].where] += held(l, &l->e[i]);
     const size_t now = l->device ? cur[PLAN_BACKEND] : cur[PLAN_HOST] + cur[PLAN_BACKEND];
     // (a tie with training is named training: on a GPU what the step uses was allocated before it)
     const int training = !strcmp(l->phase, "training");
@@ -214,6 +280,13 @@ static void led_free(Ledger* l, const char* name) {
     fatal("this is a bug in llmc", "memplan: no buffer '%s' to free", name);
 }
 
+// Drops a live buffer that the next led_add replaces with its grown size (a backend's scratch that
+// only grows); nothing when there is none.
+static void led_remove(Ledger* l, const char* name) {
+    for (int i = 0; i < l->n; i++)
+        if (l->e[i].live && strcmp(l->e[i].name, name) == 0) { l->e[i].live = 0; return; }
+}
+
 static void led_shrink(Ledger* l, const char* name, size_t by) {
     for (int i = 0; i < l->n; i++)
         if (l->e[i].live && strcmp(l->e[i].name, name) == 0) { l->e[i].bytes -= by < l->e[i].bytes ? by : l->e[i].bytes; return; }
@@ -237,6 +310,7 @@ typedef struct {
     size_t params_n, grads_n;   // gpt2_count
     size_t ntrain;              // the flat trainable space (model_segments / lora_segments)
     size_t opt_n;               // elements of this rank's optimizer range
+    size_t state_n;             // ... and of its state file (ZeRO 3 of full training: the ZeRO-1 range)
     size_t nf4_host, nf4_image; // the NF4 base: host arrays (nf4_bytes), packed images (the GPU's copy)
     size_t wmax;                // the largest quantized matrix (the dequant buffer)
     int fsdp, groups, shard_world;
@@ -314,7 +388,7 @@ static void shape_build(Shape* h, const PlanSpec* s, const PlanBackend* b) {
     const int sharded = s->zero >= 1 && s->world > 1;
     size_t begin = sharded ? zero_shard_begin(&zl, s->rank) : 0, end = sharded ? zero_shard_end(&zl, s->rank) : h->ntrain;
     if (end > h->ntrain) end = h->ntrain;
-    h->opt_n = end > begin ? end - begin : 0;
+    h->opt_n = h->state_n = end > begin ? end - begin : 0;
     if (h->fsdp && !s->lora) h->opt_n = zero3_real(h, s);
 }
 
@@ -325,6 +399,21 @@ static void shape_free(Shape* h) {
 }
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+// Of the classifier's rows (its block of the CPU, or every row on a GPU), those it writes in a
+// micro-batch: the rows with a target (the others are skipped: gpt2_head).
+static size_t cls_written(const PlanSpec* s, size_t rows) {
+    if (!s->target_rows) return rows;
+    const int t = s->target_rows(s->target_ctx, s->B, s->T);
+    return t >= 0 && (size_t)t < rows ? (size_t)t : rows;
+}
+
+// The logits (rows x Vp), of which the rows without a target are never written.
+static void led_logits(Ledger* l, const PlanSpec* s, const GPT2Config* c, const char* name, size_t bytes, size_t rows, size_t X, int lazy) {
+    led_add(l, PLAN_BACKEND, name, bytes, lazy, "the classifier's %zu rows x %d", rows, c->padded_vocab_size);
+    l->e[l->n - 1].unwritten = (rows - cls_written(s, rows)) * (size_t)c->padded_vocab_size * X;
+    led_update(l);
+}
 
 // ----------------------------------------------------------------------------
 // the replay: the trainer's start-up (llmc/run/trainer.c), call by call
@@ -365,7 +454,7 @@ static void plan_acts(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBa
     gpt2_act_sizes(cfg, s->B, s->T, s->recompute, b->X, rows, a, sc);
     const size_t logits = (a[19] + 255) & ~(size_t)255;
     led_add(l, PLAN_BACKEND, "activations", gpt2_carved_bytes(a, GPT2_NACTS) - logits, 1, "kept for backward, recompute %d", s->recompute);
-    led_add(l, PLAN_BACKEND, "logits", logits, 1, "the classifier's %zu rows x %d", rows, cfg->padded_vocab_size);
+    led_logits(l, s, cfg, "logits", logits, rows, b->X, 1);
     led_add(l, PLAN_BACKEND, "backward scratch", gpt2_carved_bytes(sc, GPT2_NSCR), 1, "one layer's activation gradients");
     led_add(l, PLAN_BACKEND, "batch", gpt2_batch_bytes(s->B, s->T), 1, "tokens, targets, record starts, positions, the classifier's rows and targets");
     led_add(l, PLAN_HOST, "batch (host)", 3 * (size_t)BT * sizeof(int) + 2 * (size_t)s->accum * BT * sizeof(int), 1,
@@ -460,28 +549,108 @@ static void plan_optimizer(Ledger* l, const Shape* h, const PlanSpec* s, const P
 
 // The largest operand each bf16 GEMM scratch slot of the CPU backend grows to (llmc/cpu/matmul.c:
 // 0 the activation or output gradient, 1 the weight when it is held in fp32, 2 the input of a
-// weight gradient; llmc/cpu/classifier.c the lm_head in bf16 unless the model holds it), over one
-// training step.
-static size_t cpu_gemm_scratch(const Shape* h, const PlanSpec* s) {
+// weight gradient; 3 llmc/cpu/classifier.c's lm_head in bf16 unless the model holds it), in
+// elements, over one training step.
+static void cpu_gemm_slots(const Shape* h, const PlanSpec* s, size_t slot[4]) {
     const size_t N = (size_t)s->B * s->T, C = (size_t)s->cfg.channels, Vp = (size_t)s->cfg.padded_vocab_size;
-    const size_t rows = N < OPS_CPU_CLS_ROWS ? N : OPS_CPU_CLS_ROWS;
-    size_t slot0 = N * 4 * C > rows * Vp ? N * 4 * C : rows * Vp; // mlp.c_proj's input / mlp.c_fc's dout; the dlogits
-    size_t slot1 = h->base16 ? 0 : 4 * C * C, slot2 = s->lora ? 0 : (N * 4 * C > rows * C ? N * 4 * C : rows * C);
+    const size_t rows = cls_written(s, N < OPS_CPU_CLS_ROWS ? N : OPS_CPU_CLS_ROWS);
+    slot[0] = N * 4 * C > rows * Vp ? N * 4 * C : rows * Vp; // mlp.c_proj's input / mlp.c_fc's dout; the dlogits
+    slot[1] = h->base16 ? 0 : 4 * C * C;
+    slot[2] = s->lora ? 0 : (N * 4 * C > rows * C ? N * 4 * C : rows * C);
     for (int i = 0; h->lm && i < h->lm->n; i++) {
         const LoraAdapter* a = &h->lm->ad[i];
         const size_t w = (size_t)a->rank * (size_t)(a->in > a->out ? a->in : a->out);
-        if (w > slot1) slot1 = w;
-        if (N * (size_t)a->in > slot2) slot2 = N * (size_t)a->in;
+        if (w > slot[1]) slot[1] = w;
+        if (N * (size_t)a->in > slot[2]) slot[2] = N * (size_t)a->in;
     }
-    return (slot0 + slot1 + slot2 + (h->wte16 ? 0 : Vp * C)) * sizeof(uint16_t);
+    slot[3] = h->wte16 ? 0 : Vp * C;
+}
+
+static size_t slots_bytes(const size_t slot[4]) { return (slot[0] + slot[1] + slot[2] + slot[3]) * sizeof(uint16_t); }
+
+// Sets a live buffer (a backend's scratch that only grows) to at least bytes, written now.
+static void led_grow(Ledger* l, const char* name, size_t bytes) {
+    for (int i = 0; i < l->n; i++)
+        if (l->e[i].live && strcmp(l->e[i].name, name) == 0) {
+            if (bytes > l->e[i].bytes) l->e[i].bytes = bytes;
+            l->e[i].touched = 1;
+            led_update(l);
+            return;
+        }
+}
+
+// The reference model of --ref-model (llmc/run/preftrain.c preftrain_reference), assembled as
+// model_assemble makes a model for inference (its weights read in fp32 first, every parameter, no
+// gradients, activations for a forward pass at B x T), which scores every pair once before
+// training and is freed. Its forward writes its activations, logits and batch (its backward
+// scratch stays unwritten), grows the backend's scratch that only grows (the attention's K^T,
+// the CPU's bf16 GEMM operands: its weights are held in fp32; a GPU's fp32 staging of the
+// uploads) and the pair buffers of the policy it scores for.
+static void plan_ref_model(Ledger* l, const PlanSpec* s, const PlanBackend* b) {
+    const GPT2Config* c = &s->ref_cfg;
+    ParamTable pt;
+    params_build(&pt, c);
+    size_t pn = 0, gn = 0;
+    gpt2_count(&pt, 0u, 0u, &pn, &gn);
+    const size_t C = (size_t)c->channels, N = (size_t)s->B * s->T;
+    l->phase = "loading the reference model";
+    led_add(l, PLAN_HOST, "reference weights being loaded", pt.total * sizeof(float), 0, "fp32 (--ref-model)");
+    if (s->ref_source == PLAN_SRC_HF) {
+        led_add(l, PLAN_HOST, "reference transpose buffer", 4 * C * C * sizeof(float), 0, "the largest HF Conv1D weight");
+        led_free(l, "reference transpose buffer");
+    }
+    led_add(l, PLAN_BACKEND, "reference parameters", pn * b->X, 0, "%zu, every tensor", pn);
+    size_t most = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) if (pt.t[i].numel > most) most = pt.t[i].numel;
+    if (b->device && b->X == 2) led_grow(l, "cast scratch", (most < OPS_CUDA_CAST_CHUNK ? most : OPS_CUDA_CAST_CHUNK) * sizeof(float));
+    led_free(l, "reference weights being loaded");
+    l->phase = "scoring the pairs with the reference model";
+    size_t a[GPT2_NACTS], sc[GPT2_NSCR];
+    const size_t rows = b->device ? N : (N < OPS_CPU_CLS_ROWS ? N : OPS_CPU_CLS_ROWS);
+    gpt2_act_sizes(c, s->B, s->T, 0, b->X, rows, a, sc);
+    const size_t logits = (a[19] + 255) & ~(size_t)255;
+    led_add(l, PLAN_BACKEND, "reference activations", gpt2_carved_bytes(a, GPT2_NACTS) - logits, 0, "its forward's");
+    led_logits(l, s, c, "reference logits", logits, rows, b->X, 0);
+    led_add(l, PLAN_BACKEND, "reference backward scratch", gpt2_carved_bytes(sc, GPT2_NSCR), 1, "allocated, not written on the CPU");
+    led_add(l, PLAN_BACKEND, "reference batch", gpt2_batch_bytes(s->B, s->T), 0, "tokens, positions, rows");
+    led_add(l, PLAN_HOST, "reference batch (host)", 8 * N * sizeof(int), 0, "its host copies, the pass's tokens and targets");
+    if (!b->device) led_grow(l, "attention scratch", ops_cpu_attention_scratch_bytes(s->B, s->T, c->channels));
+    led_grow(l, "preference pairs", 0);
+    if (!b->device && b->bf16_gemm) {
+        const size_t Vp = (size_t)c->padded_vocab_size, slot[4] = {N * 4 * C, 4 * C * C, 0, Vp * C};
+        for (int i = 0; i < 4; i++) if (slot[i] > l->slot[i]) l->slot[i] = slot[i];
+        led_remove(l, "GEMM operand scratch");
+        led_add(l, PLAN_BACKEND, "GEMM operand scratch", slots_bytes(l->slot), 0, "bf16 copies (llmc/cpu/matmul.c, classifier.c)");
+    }
+}
+
+// The stored reference of DPO and IPO: every pair's log-probabilities, held to the end of the
+// run: computed (reflogps_compute: the chosen and rejected sums and the count that checks each
+// pair was scored once, 3 doubles a pair) with the policy before its first step (train_gpt2) or
+// with --ref-model's model, or read back on resume (2 doubles a pair).
+static void plan_reference(Ledger* l, const PlanSpec* s, const PlanBackend* b) {
+    if (!s->ref_stored) return;
+    if (s->ref_pass && s->ref_model) plan_ref_model(l, s, b);
+    led_add(l, PLAN_HOST, "reference log-probabilities", (size_t)s->pairs * (s->ref_pass ? 3 : 2) * sizeof(double), 0,
+            "%lld pairs", (long long)s->pairs);
+    if (!s->ref_pass || !s->ref_model) return;
+    const char* ref[] = {"reference parameters", "reference activations", "reference logits", "reference backward scratch",
+                         "reference batch", "reference batch (host)"};
+    for (size_t i = 0; i < sizeof(ref) / sizeof(ref[0]); i++) led_free(l, ref[i]);
 }
 
 // The first step: every buffer written; the backend's scratch and the collectives' buffers grow.
 static void plan_first_step(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBackend* b) {
     l->phase = "training";
-    if (!b->device && b->bf16_gemm) led_add(l, PLAN_BACKEND, "GEMM operand scratch", cpu_gemm_scratch(h, s), 1, "bf16 copies (llmc/cpu/matmul.c, classifier.c)");
+    if (!b->device && b->bf16_gemm) { // (the slots only grow: a reference model's forward may have grown them first)
+        size_t slot[4];
+        cpu_gemm_slots(h, s, slot);
+        for (int i = 0; i < 4; i++) if (l->slot[i] > slot[i]) slot[i] = l->slot[i];
+        led_remove(l, "GEMM operand scratch");
+        led_add(l, PLAN_BACKEND, "GEMM operand scratch", slots_bytes(slot), 1, "bf16 copies (llmc/cpu/matmul.c, classifier.c)");
+    }
     if (b->blas && !s->lora) {
-        const size_t N = (size_t)s->B * s->T, rows = N < OPS_CPU_CLS_ROWS ? N : OPS_CPU_CLS_ROWS;
+        const size_t N = (size_t)s->B * s->T, rows = cls_written(s, N < OPS_CPU_CLS_ROWS ? N : OPS_CPU_CLS_ROWS);
         led_add(l, PLAN_HOST, "OpenBLAS buffers", rows * MEMPLAN_CPU_BLAS_ROW < b->blas ? rows * MEMPLAN_CPU_BLAS_ROW : b->blas, 1,
                 "fp32 weight gradients' GEMMs (measured)");
     }
@@ -507,35 +676,110 @@ static void plan_first_step(Ledger* l, const Shape* h, const PlanSpec* s, const 
     led_first_step(l);
 }
 
-// The end of the run (and every checkpoint, every sample): at ZeRO 3 rank 0 gathers the whole
-// model (fsdp_unshard: the parameters, the NF4 images and their host arrays) to save it or sample
-// with it (a run that does neither gathers nothing); a run that writes converts the model to fp32
-// on the host (outputs_save, outputs_checkpoint: every parameter, or the adapters) and every rank
-// its optimizer state, one array at a time (the checkpoint's state file).
-static void plan_save(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBackend* b) {
-    l->phase = s->save ? "saving the model" : "sampling";
-    const int gather = h->fsdp && s->rank == 0 && (s->save || s->sample);
-    if (gather) {
-        led_add(l, PLAN_BACKEND, "model gathered on rank 0", h->params_n * b->X, 0, "to be saved");
-        if (s->qlora) {
-            size_t full = 0;
-            for (int u = 0; u < s->cfg.num_layers; u++) full += (h->unit_b[u] + (size_t)h->shard_world * 64 - 1) / ((size_t)h->shard_world * 64) * ((size_t)h->shard_world * 64);
-            led_add(l, PLAN_BACKEND, "NF4 images gathered on rank 0", full, 0, "to be saved");
-            led_add(l, PLAN_HOST, "NF4 arrays on rank 0", h->nf4_host, 0, "unpacked");
-        }
-    }
-    if (s->save && s->rank == 0) {
-        led_add(l, PLAN_HOST, "model being written", s->lora ? h->lm->total * sizeof(float) : h->pt.total * sizeof(float), 0, "fp32");
-        led_free(l, "model being written");
-    }
-    if (gather) {
+// At ZeRO 3 rank 0 gathers the whole model (fsdp_unshard: the parameters, the NF4 images and
+// their host arrays) to save it or sample with it, and frees it after (on 0).
+static void plan_gather(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBackend* b, int on) {
+    if (!h->fsdp || s->rank != 0) return;
+    if (!on) {
         led_free(l, "model gathered on rank 0");
         if (s->qlora) { led_free(l, "NF4 images gathered on rank 0"); led_free(l, "NF4 arrays on rank 0"); }
+        return;
     }
-    if (!s->save) return;
+    led_add(l, PLAN_BACKEND, "model gathered on rank 0", h->params_n * b->X, 0, "to be saved");
+    if (!s->qlora) return;
+    size_t full = 0;
+    for (int u = 0; u < s->cfg.num_layers; u++)
+        full += (h->unit_b[u] + (size_t)h->shard_world * 64 - 1) / ((size_t)h->shard_world * 64) * ((size_t)h->shard_world * 64);
+    led_add(l, PLAN_BACKEND, "NF4 images gathered on rank 0", full, 0, "to be saved");
+    led_add(l, PLAN_HOST, "NF4 arrays on rank 0", h->nf4_host, 0, "unpacked");
+}
+
+// Whether the writers read train_gpt2's model where it is (run_outputs.c outputs_params: the CPU
+// backend's fp32 parameters, whole and in place) rather than from a host copy.
+static int in_place(const PlanSpec* s, const PlanBackend* b) { return !s->lora && !b->device && b->X == sizeof(float); }
+
+// A writer's buffer beside the model's host copy, held while it writes.
+static void led_while(Ledger* l, const char* name, size_t bytes, const char* what) {
+    led_add(l, PLAN_HOST, name, bytes, 0, "%s", what);
+    led_free(l, name);
+}
+
+// The tokenizer files of a model directory (model_save_hf_tokenizer: the vocabulary loaded to
+// check it); model.safetensors (model_save_safetensors: the Conv1D weights transposed a chunk at a
+// time); model.bin from the host copy itself; GGUF (gguf_save_gpt2: its tokenizer tables).
+static void plan_writers(Ledger* l, const Shape* h, const PlanSpec* s, int hf, int gguf) {
+    const size_t V = (size_t)s->cfg.vocab_size;
+    if (hf && s->vocab) led_while(l, "tokenizer being written", V * MEMPLAN_TOKENIZER_PER_TOKEN, "the vocabulary loaded (measured)");
+    size_t most = 0;
+    for (int i = 0; hf && i < NUM_PARAM_TENSORS; i++)
+        if (h->pt.t[i].hf_transposed && params_layer_numel(&h->pt, (ParamId)i) > most) most = params_layer_numel(&h->pt, (ParamId)i);
+    if (most) led_while(l, "safetensors chunk", (most < ST_CHUNK_ELEMS ? most : ST_CHUNK_ELEMS) * sizeof(float), "a transposed piece");
+    if (gguf) led_while(l, "GGUF tokenizer", V * MEMPLAN_GGUF_VOCAB_PER_TOKEN, "the tokenizer's tables (measured)");
+}
+
+// The adapter's files (peft_save_adapter: its tensors in fp32 on the host; the tokenizer files).
+static void plan_adapter(Ledger* l, const Shape* h, const PlanSpec* s) {
+    led_add(l, PLAN_HOST, "adapter being written", h->lm->total * sizeof(float), 0, "fp32");
+    if (s->vocab) led_while(l, "tokenizer being written", (size_t)s->cfg.vocab_size * MEMPLAN_TOKENIZER_PER_TOKEN, "the vocabulary loaded (measured)");
+    led_free(l, "adapter being written");
+}
+
+// A checkpoint (trainer.c save_checkpoint, at --save-every and at the end): every rank checks
+// and writes its state through one staging buffer; rank 0 writes the model (train_gpt2: from its
+// parameters on the CPU, else from a host copy in fp32) or the adapter; at ZeRO 3 (full training) every rank moves each optimizer
+// array in turn into the file's layout (fsdp_state_to_flat: the array, its ZeRO-1 range, a unit
+// and this rank's piece of it).
+static void plan_checkpoint(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBackend* b) {
     l->phase = "saving a checkpoint";
-    led_add(l, PLAN_HOST, "optimizer state being written", h->opt_n * sizeof(float), 0, "one array");
-    led_free(l, "optimizer state being written");
+    led_add(l, PLAN_HOST, "checkpoint staging", ckpt_stage_elems(h->opt_n) * sizeof(float), 0, "pieces of the state on their way");
+    plan_gather(l, h, s, b, 1);
+    if (s->rank == 0 && s->lora) plan_adapter(l, h, s);
+    if (s->rank == 0 && !s->lora && !in_place(s, b)) led_while(l, "model being written", h->pt.total * sizeof(float), "fp32");
+    plan_gather(l, h, s, b, 0);
+    if (h->fsdp && !s->lora) {
+        led_add(l, PLAN_HOST, "optimizer state in the file's layout", h->state_n * sizeof(float), 0, "one array");
+        const size_t unit = h->fz.max_unit + h->fz.max_unit / (size_t)h->shard_world;
+        led_while(l, "optimizer state being moved", (h->opt_n + unit) * sizeof(float), "the array, a unit and its piece");
+        led_free(l, "optimizer state in the file's layout");
+    }
+    led_free(l, "checkpoint staging");
+}
+
+// The final outputs (outputs_save, rank 0; --keep-best writes the same into best/): the model in
+// fp32 on the host (in place on the CPU) and its writers (model.bin as the last checkpoint's file
+// needs neither), or
+// the adapter, its GGUF (the adapter's tensors again) and with --merge the merged model (the
+// adapter's tensors beside the model while they are merged in).
+static void plan_outputs(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBackend* b) {
+    l->phase = "saving the model";
+    plan_gather(l, h, s, b, 1);
+    const int model = s->save_hf || s->save_gguf || (s->save_llmc && (!s->link_llmc || s->keep_best));
+    if (s->rank == 0 && s->lora) {
+        plan_adapter(l, h, s);
+        if (s->save_gguf && !h->lm->n_extra) led_while(l, "adapter being written", h->lm->total * sizeof(float), "fp32, for GGUF");
+    }
+    if (s->rank == 0 && (!s->lora || s->merge) && model) {
+        const int copy = s->lora || !in_place(s, b);
+        if (copy) led_add(l, PLAN_HOST, "model being written", h->pt.total * sizeof(float), 0, "fp32");
+        if (s->lora) led_while(l, "adapter being merged", h->lm->total * sizeof(float), "fp32");
+        plan_writers(l, h, s, s->save_hf, s->save_gguf);
+        if (copy) led_free(l, "model being written");
+    }
+    plan_gather(l, h, s, b, 0);
+}
+
+// The end of the run: the checkpoints and the final outputs of a run that writes, or at ZeRO 3
+// rank 0's gather of the model to sample with it (a run that does neither gathers nothing).
+static void plan_save(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBackend* b) {
+    if (s->save) {
+        plan_checkpoint(l, h, s, b);
+        plan_outputs(l, h, s, b);
+        return;
+    }
+    if (!s->sample) return;
+    l->phase = "sampling";
+    plan_gather(l, h, s, b, 1);
+    plan_gather(l, h, s, b, 0);
 }
 
 // ----------------------------------------------------------------------------
@@ -614,6 +858,12 @@ static void plan_record_model(Plan* p, const Ledger* l, const Shape* h) {
     const char* acts[] = {"activations", "logits", "backward scratch", "batch", "attention scratch", "adapter scratch"};
     for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++) p->model.acts += led_bytes(l, acts[i]);
     p->model.trainable = h->ntrain;
+    p->save.staging = led_bytes(l, "checkpoint staging");
+    p->save.state_layout = led_bytes(l, "optimizer state in the file's layout");
+    p->save.model = led_bytes(l, h->lm ? "adapter being written" : "model being written");
+    p->ref.params = led_bytes(l, "reference parameters");
+    const char* ref[] = {"reference activations", "reference logits", "reference backward scratch", "reference batch"};
+    for (size_t i = 0; i < sizeof(ref) / sizeof(ref[0]); i++) p->ref.acts += led_bytes(l, ref[i]);
 }
 
 void memplan_make(const PlanSpec* s, const PlanBackend* b, Plan* p) {
@@ -633,6 +883,7 @@ void memplan_make(const PlanSpec* s, const PlanBackend* b, Plan* p) {
     plan_model(l, &h, s, b);
     if (s->pref) led_add(l, PLAN_BACKEND, "preference pairs", pref_work_bytes(s->B, s->T), 1, "a micro-batch's pair ranges, sums, row weights (llmc/run/preftrain.h)");
     plan_optimizer(l, &h, s, b);
+    plan_reference(l, s, b);
     plan_first_step(l, &h, s, b);
     p->peak_first_step = l->peak;
     const int steady = l->n;
@@ -684,15 +935,81 @@ void memplan_print(const Plan* p, FILE* out) {
 }
 
 // ----------------------------------------------------------------------------
+// the disk
+
+// A model.safetensors (model_save_safetensors: every tensor in fp32, wte's real rows; about 104
+// bytes of header a tensor) and a GGUF file of type (gguf_save_gpt2: the weights in it, Q8_0 rows
+// that do not divide into blocks in F16, wpe and the 1-D tensors in F32, each aligned; the
+// tokenizer's strings about as large as its files).
+static size_t disk_hf(const ParamTable* pt) {
+    const int L = pt->cfg.num_layers;
+    size_t tensors = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) tensors += pt->t[i].per_layer ? (size_t)L : 1;
+    return 8 + 48 + 104 * tensors + params_count_unpadded(pt) * sizeof(float);
+}
+static size_t disk_gguf_tensor(uint32_t type, uint64_t rows, uint64_t cols) {
+    if (type == GGML_TYPE_Q8_0 && cols % GGUF_QK8_0) type = GGML_TYPE_F16;
+    return (size_t)(gguf_row_bytes(type, cols) * rows + 31) / 32 * 32 + 96;
+}
+static size_t disk_gguf(const ParamTable* pt, int type, size_t vocab_bytes) {
+    size_t n = 4096 + vocab_bytes;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        const ParamInfo* t = &pt->t[i];
+        const uint64_t rows = i == PT_WTE ? (uint64_t)pt->cfg.vocab_size : (uint64_t)t->rows, cols = (uint64_t)t->cols;
+        const size_t one = t->ndim == 1 ? (t->rows * t->cols * sizeof(float) + 31) / 32 * 32 + 96
+                                        : disk_gguf_tensor(i == PT_WPE ? GGML_TYPE_F32 : (uint32_t)type, rows, cols);
+        n += (t->per_layer ? (size_t)pt->cfg.num_layers : 1) * one;
+    }
+    return n;
+}
+
+void memplan_disk(const Plan* p, PlanDisk* d) {
+    const PlanSpec* s = &p->spec;
+    memset(d, 0, sizeof(*d));
+    if (!s->save) return;
+    Shape h;
+    shape_build(&h, s, &p->be);
+    const size_t arrays = p->be.master ? 3 : 2, headers = 1024 * (size_t)s->world;
+    const int sharded = s->zero >= 1 && s->world > 1;
+    d->ckpt_state = headers + h.ntrain * sizeof(float) * arrays * (sharded ? 1 : (size_t)s->world);
+    const size_t model_bin = 1024 + h.pt.total * sizeof(float);
+    const size_t model_hf = disk_hf(&h.pt) + s->vocab_bytes;
+    const size_t model_gguf = s->save_gguf ? disk_gguf(&h.pt, s->save_gguf - 1, s->vocab_bytes) : 0;
+    if (h.lm) {
+        const size_t adapter = 8 + 48 + 2 * 104 * (size_t)h.lm->n + h.lm->total * sizeof(float) + s->vocab_bytes;
+        d->ckpt_model = d->adapter = adapter;
+        for (int i = 0; s->save_gguf && !h.lm->n_extra && i < h.lm->n; i++) { // (gguf_save_lora: A r x in, B out x r)
+            const LoraAdapter* a = &h.lm->ad[i];
+            d->adapter_gguf += disk_gguf_tensor((uint32_t)s->save_gguf - 1, (uint64_t)a->rank, (uint64_t)a->in) +
+                               disk_gguf_tensor((uint32_t)s->save_gguf - 1, (uint64_t)a->out, (uint64_t)a->rank);
+        }
+        if (d->adapter_gguf) d->adapter_gguf += 4096;
+        if (s->merge) { d->hf = s->save_hf ? model_hf : 0; d->llmc = s->save_llmc ? model_bin : 0; d->gguf = model_gguf; }
+        if (s->source != PLAN_SRC_HF) d->base = disk_hf(&h.pt) + s->vocab_bytes;
+    } else {
+        d->ckpt_model = model_bin;
+        d->hf = s->save_hf ? model_hf : 0;
+        d->llmc = s->save_llmc && !s->link_llmc ? model_bin : 0;
+        d->gguf = model_gguf;
+    }
+    shape_free(&h);
+}
+
+// ----------------------------------------------------------------------------
 // what fits
+
+int memplan_fits(const Plan* p, size_t limit) {
+    return (!limit || p->peak <= limit) && (!p->spec.budget || p->peak_buffers <= p->spec.budget);
+}
 
 static int plan_fits(const PlanSpec* s, const PlanBackend* b, size_t budget, Plan* p) {
     memplan_make(s, b, p);
-    return p->peak <= budget;
+    return memplan_fits(p, budget);
 }
 
 int memplan_max_batch(const PlanSpec* s, const PlanBackend* b, size_t limit, double margin, int max_B, Plan* p) {
     const size_t budget = (size_t)((double)limit * (1.0 - margin));
+    if (limit && !budget) return 0;
     PlanSpec t = *s;
     Plan* tmp = (Plan*)mallocCheck(sizeof(Plan));
     t.B = 1;

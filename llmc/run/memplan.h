@@ -56,6 +56,12 @@ typedef struct {
 #define MEMPLAN_CPU_BLAS ((size_t)44 << 20)
 #define MEMPLAN_CPU_RUNTIME_MPI ((size_t)4 << 20)       // and as much per peer rank
 #define MEMPLAN_CPU_MPI_FRAGMENTS ((size_t)6 << 20)     // per peer rank: ZeRO 3's non-blocking gathers
+// What a writer of the outputs holds beside the model, per token of the vocabulary, measured with
+// GPT-2's (50257 tokens) on the development machine: the tokenizer files of a model directory
+// load the vocabulary to check it (6.5 MiB at its peak), a GGUF file builds its tokenizer tables
+// (8.0 MiB).
+#define MEMPLAN_TOKENIZER_PER_TOKEN ((size_t)136)
+#define MEMPLAN_GGUF_VOCAB_PER_TOKEN ((size_t)167)
 
 // The share of a GPU's peak bf16 FLOP/s (llmc/base/mfu.h) a training step reaches, measured on an
 // H100 at GPT-2 124M shapes, T = 1024, B = 16 (dev/reports/gpu_2026-11-28: full fine-tuning 37.7%,
@@ -93,6 +99,24 @@ typedef struct {
     int sample;           // the run samples (--sample-tokens): at ZeRO 3 rank 0 gathers the model for it
     int pref;             // a preference objective (--objective dpo|ipo|orpo|simpo): its pair buffers
     PlanSource source;
+    size_t budget;        // --memory-budget: the buffers at their largest (peak_buffers) within these bytes; 0: no bound
+    // what the run writes (with save): the final model's formats (--save-format, --save-gguf, with
+    // --merge the merged model of train_lora), --keep-best's copies, whether a vocabulary is found
+    // (its tokenizer files go into every model directory), and the final model.bin as a second
+    // name of the last checkpoint's model file (outputs_save)
+    int save_hf, save_llmc, save_gguf, merge, keep_best, vocab, link_llmc;
+    size_t vocab_bytes;   // with vocab: the tokenizer files of one model directory
+    // the stored reference of DPO and IPO (llmc/run/preftrain.h): every pair's log-probabilities,
+    // computed before training (ref_pass) with the model itself (train_gpt2) or with a second
+    // model (ref_model: its config and source); pairs: of the training and validation data
+    int ref_stored, ref_pass, ref_model;
+    GPT2Config ref_cfg;
+    PlanSource ref_source;
+    int64_t pairs;
+    // the most rows with a target in a micro-batch of B sequences of T (the data's loss masks:
+    // llmc/run/plan_run.c); the classifier writes its logits on those rows only; NULL: every row
+    int (*target_rows)(const void* ctx, int B, int T);
+    const void* target_ctx;
 } PlanSpec;
 
 // The defaults of the trainers' flags for cfg (B 4, T 1024 capped at n_positions, one rank).
@@ -132,6 +156,10 @@ typedef struct {
     struct {              // the model before sharding (model_assemble's ModelFootprint)
         size_t params, grads, base, acts, trainable;
     } model;
+    struct {              // what a checkpoint holds beside training, for the tests: the staging buffer,
+        size_t staging, state_layout, model; // ZeRO 3's array in the state file's layout, rank 0's model (adapter) in fp32
+    } save;
+    struct { size_t params, acts; } ref; // --ref-model's model: its parameters; its activations, logits, scratch and batch
     size_t acts_level[3]; // activations with their scratch at recompute 0, 1, 2 (the rest equal)
     size_t acts_layer[3]; // of which kept per layer
     double flops;         // model FLOPs of one optimizer step on this rank
@@ -152,14 +180,30 @@ void memplan_print(const Plan* p, FILE* out);
 enum { PLAN_CAT_OTHER = 0, PLAN_CAT_PARAMS, PLAN_CAT_GRADS, PLAN_CAT_OPT, PLAN_CAT_ACTS };
 int memplan_category(const char* name);
 const PlanItem* memplan_item(const Plan* p, const char* name); // NULL when the run has none
+// Whether a plan fits: its peak within limit (0: no bound) and its buffers within its spec's budget.
+int memplan_fits(const Plan* p, size_t limit);
+
+// The bytes of the files a run writes (the headers of safetensors and GGUF files, and a GGUF
+// file's tokenizer, estimated; the small JSON files left out): one checkpoint (the model or the
+// adapter directory, and every rank's state file), and the final outputs as --save-format,
+// --save-gguf and --merge ask (train_gpt2's model.bin is the last checkpoint's file: no bytes of
+// its own, unless --keep-best writes one more into best/).
+typedef struct {
+    size_t ckpt_model, ckpt_state;   // one checkpoint: model_SSSSSSSS.bin or adapter_SSSSSSSS/, all state_* files
+    size_t hf, llmc, gguf;           // the final model (train_lora: merged/, with --merge), each format
+    size_t adapter, adapter_gguf;    // train_lora's final adapter, and its GGUF
+    size_t base;                     // train_lora: OUT/base/ when --model is not a Hugging Face directory
+} PlanDisk;
+void memplan_disk(const Plan* p, PlanDisk* d);
 
 // The largest micro-batch (1..max_B) whose peak is within limit less the margin (a fraction of
-// limit, e.g. 0.05), with its plan in *p; 0 when even B = 1 does not fit.
+// limit, e.g. 0.05; limit 0: no bound) and whose buffers are within the spec's budget, with its
+// plan in *p; 0 when even B = 1 does not fit.
 int memplan_max_batch(const PlanSpec* s, const PlanBackend* b, size_t limit, double margin, int max_B, Plan* p);
 
 // The settings that fit: for each training mode the run may use (full training: itself; LoRA:
 // LoRA and QLoRA), ZeRO stage (0 alone with one rank) and recompute level, the largest micro-batch
-// within limit less the margin, or 0.
+// within limit less the margin and the spec's budget (memplan_max_batch), or 0.
 typedef struct { int lora, qlora, zero, recompute, B; size_t peak; } PlanOption;
 int memplan_options(const PlanSpec* s, const PlanBackend* b, size_t limit, double margin, PlanOption* out, int cap);
 

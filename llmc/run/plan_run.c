@@ -5,6 +5,7 @@
 #include "ops/ops.h"
 #include "ops/device.h"
 #include "text/shard.h"
+#include "model/prefloss.h"
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,15 @@ static void plan_groups(const Plan* p, Groups* out) {
 }
 
 static size_t groups_total(const Groups* g) { return g->g[1] + g->g[2] + g->g[3] + g->g[4]; }
+
+// What a plan must fit, in words: the memory available less the margin, and --memory-budget's
+// bound on the buffers.
+static void limit_text(const RunPlan* rp, double margin, char* out, size_t cap) {
+    const size_t budget = rp->plan.spec.budget;
+    int k = 0;
+    if (rp->avail) k = snprintf(out, cap, "%.1f MiB (%s) less %.0f%% (--memory-margin)", mib(rp->avail), rp->avail_what, 100.0 * margin);
+    if (budget) snprintf(out + k, cap - (size_t)k, "%sbuffers of at most --memory-budget %.1f MiB", k ? " with " : "", mib(budget));
+}
 
 // A PlanSpec's training as flags ("--qlora --zero 3 --recompute 1 --batch-size 4"), the ones
 // that differ from the run's.
@@ -129,7 +139,7 @@ static int largest_divisor(int64_t K, int at_most) {
 // fits, else 0; the minimum over the ranks; auto's B among the divisors of K.
 static void auto_levels(const RunPlan* rp, const RunConfig* rc, Comm* comm, const PlanSpec* s0, const PlanBackend* be, int64_t K, int B[3]) {
     const TrainFlags* f = &rc->f;
-    const size_t budget = (size_t)((double)rp->avail * (1.0 - f->memory_margin));
+    const size_t budget = (size_t)((double)rp->avail * (1.0 - f->memory_margin)); // (0: unknown, no bound; the spec's budget still holds)
     int cap = K < 65536 ? (int)K : 65536;
     if ((int64_t)cap * f->seq_len > RUNCFG_MAX_MICRO_TOKENS) cap = RUNCFG_MAX_MICRO_TOKENS / f->seq_len;
     Plan* tmp = (Plan*)mallocCheck(sizeof(Plan));
@@ -142,7 +152,7 @@ static void auto_levels(const RunPlan* rp, const RunConfig* rc, Comm* comm, cons
         if (f->batch_size == ARG_AUTO) got[r] = -(double)memplan_max_batch(&s, be, rp->avail, f->memory_margin, cap, tmp);
         else {
             memplan_make(&s, be, tmp);
-            got[r] = tmp->peak <= budget ? -(double)s.B : 0.0;
+            got[r] = memplan_fits(tmp, budget) ? -(double)s.B : 0.0;
         }
     }
     free(tmp);
@@ -155,8 +165,10 @@ static void auto_say(const RunPlan* rp, const RunConfig* rc, const PlanSpec* s, 
     const TrainFlags* f = &rc->f;
     Plan* tmp = (Plan*)mallocCheck(sizeof(Plan));
     memplan_make(s, be, tmp);
-    printf("auto: fits %.1f MiB (%s) less %.0f%% (--memory-margin) on every rank; this rank peaks at %.1f MiB while %s\n",
-           mib(rp->avail), rp->avail_what, 100.0 * f->memory_margin, mib(tmp->peak), tmp->peak_at);
+    char limit[256];
+    limit_text(rp, f->memory_margin, limit, sizeof(limit));
+    printf("auto: fits %s on every rank; this rank peaks at %.1f MiB while %s, its buffers at %.1f MiB\n", limit, mib(tmp->peak),
+           tmp->peak_at, mib(tmp->peak_buffers));
     if (wasB == ARG_AUTO) {
         int next = 0;
         for (int d = s->B + 1; d <= K && !next; d++) if (K % d == 0) next = d;
@@ -181,21 +193,22 @@ static void auto_say(const RunPlan* rp, const RunConfig* rc, const PlanSpec* s, 
 static void plan_auto(RunPlan* rp, RunConfig* rc, Comm* comm, PlanSpec* s, const PlanBackend* be) {
     const TrainFlags* f = &rc->f;
     const int wasB = f->batch_size, wasR = f->recompute;
-    if (!rp->avail)
-        fatal("give --batch-size and --recompute as numbers", "%s auto: the memory available is unknown (%s)",
+    if (!rp->avail && !s->budget)
+        fatal("give --batch-size and --recompute as numbers, or a --memory-budget", "%s auto: the memory available is unknown (%s)",
               wasB == ARG_AUTO ? "--batch-size" : "--recompute", rp->avail_what);
     const int64_t K = wasB == ARG_AUTO ? rc->tokens_per_step / ((int64_t)f->seq_len * rc->world) : 0;
     int B[3], r = wasR == ARG_AUTO ? 0 : f->recompute;
     auto_levels(rp, rc, comm, s, be, K, B);
     while (wasR == ARG_AUTO && r < 2 && B[r] < 1) r++;
     if (B[r] < 1) {
-        char fits[1024];
+        char fits[1024], limit[256];
         rp->plan.spec = *s;
         rp->plan.be = *be;
         const int n = plan_fits_text(rp, f->memory_margin, fits, sizeof(fits));
-        fatal(n ? fits : "shard over more ranks (--zero 3 under mpirun), --qlora, --offload-optimizer or a shorter --seq-len",
-              "%s auto: %s does not fit %.1f MiB (%s) less %.0f%% (--memory-margin) at %s%s", wasB == ARG_AUTO ? "--batch-size" : "--recompute",
-              wasB == ARG_AUTO ? "even a micro-batch of 1" : "the micro-batch", mib(rp->avail), rp->avail_what, 100.0 * f->memory_margin,
+        limit_text(rp, f->memory_margin, limit, sizeof(limit));
+        fatal(n ? fits : "shard over more ranks (--zero 3 under mpirun), --qlora, --offload-optimizer, a shorter --seq-len or a larger --memory-budget",
+              "%s auto: %s does not fit %s at %s%s", wasB == ARG_AUTO ? "--batch-size" : "--recompute",
+              wasB == ARG_AUTO ? "even a micro-batch of 1" : "the micro-batch", limit,
               wasR == ARG_AUTO ? "any --recompute level" : "this --recompute", n ? "; these settings fit" : "");
     }
     runconfig_resolve(rc, B[r], r);
@@ -259,8 +272,97 @@ static int plan_data(const char* pattern, int64_t chunk, int64_t* tokens, int64_
     return files;
 }
 
-// The data, the run's length, and its time at the predicted step time.
-static void print_data(const RunPlan* rp, const RunConfig* rc) {
+// The data's loss masks as the plan needs them: each masked shard's windows of T tokens with the
+// targets each gives (the trained mask bits of its tokens 1..T after the window's start), so that
+// the plan knows the most rows a micro-batch of B windows (a loader's chunk: B windows from a
+// multiple of B) gives the classifier; and the preference pairs (a chosen record's start each).
+typedef struct {
+    int T, n, unmasked;          // window length; shards; a shard without a mask (every row a target)
+    int64_t* nwin;               // [n] windows of each shard
+    int32_t** tgt;               // [n][nwin] targets of each window
+    int64_t pairs;
+} MaskStats;
+
+static MaskStats g_masks; // (what the plan's target_rows reads: made once, by plan_run_start)
+
+static int masks_target_rows(const void* ctx, int B, int T) {
+    const MaskStats* m = (const MaskStats*)ctx;
+    if (m->unmasked || T != m->T) return B * T;
+    int64_t most = 0;
+    for (int f = 0; f < m->n; f++)
+        for (int64_t w = 0; w < m->nwin[f]; w += B) {
+            int64_t t = 0;
+            for (int64_t k = w; k < w + B && k < m->nwin[f]; k++) t += m->tgt[f][k];
+            if (t > most) most = t;
+        }
+    return (int)most;
+}
+
+// A file's header (256 int32) and its size; 0 when it cannot be read.
+static int header_of(const char* path, int32_t* h, int64_t* bytes) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return 0;
+    const int ok = fread(h, sizeof(int32_t), 256, f) == 256;
+    fclose(f);
+    *bytes = file_size(path);
+    return ok;
+}
+
+// One shard's mask: its windows' targets and its pairs. A shard without a mask, or one that cannot
+// be read as the loader reads it (it refuses it then, naming what is wrong), counts every row.
+static void masks_read(MaskStats* m, const char* shard) {
+    int32_t h[256];
+    int64_t sb = 0, mb = 0;
+    char mp[LLMC_PATH_MAX];
+    if (!header_of(shard, h, &sb) || h[0] != SHARD_MAGIC || h[SHARD_HAS_MASK] != 1 || h[2] < 0) { m->unmasked = 1; return; }
+    const int64_t ntok = h[2], nwin = (ntok + m->T - 1) / m->T;
+    shard_mask_path(mp, sizeof(mp), shard);
+    FILE* fp = header_of(mp, h, &mb) && h[0] == MASK_MAGIC && h[2] == ntok && mb == SHARD_HEADER_BYTES + ntok ? fopen(mp, "rb") : NULL;
+    if (!fp || fseek(fp, SHARD_HEADER_BYTES, SEEK_SET) != 0) { if (fp) fclose(fp); m->unmasked = 1; return; }
+    int64_t* nw = (int64_t*)realloc(m->nwin, (size_t)(m->n + 1) * sizeof(int64_t));
+    if (nw) m->nwin = nw;
+    int32_t** tg = nw ? (int32_t**)realloc(m->tgt, (size_t)(m->n + 1) * sizeof(int32_t*)) : NULL;
+    if (!tg) fatal(NULL, "out of memory reading '%s'", mp);
+    m->tgt = tg;
+    int32_t* t = (int32_t*)callocCheck((size_t)(nwin ? nwin : 1), sizeof(int32_t));
+    m->nwin[m->n] = nwin; m->tgt[m->n++] = t;
+    uint8_t* buf = (uint8_t*)mallocCheck((size_t)1 << 20);
+    for (int64_t k = 0; k < ntok; k += (int64_t)1 << 20) {
+        const size_t want = (size_t)(ntok - k < ((int64_t)1 << 20) ? ntok - k : ((int64_t)1 << 20));
+        if (fread(buf, 1, want, fp) != want) { m->unmasked = 1; break; }
+        for (size_t j = 0; j < want; j++) {
+            const int64_t pos = k + (int64_t)j; // (the target of the input at pos - 1: window (pos - 1) / T)
+            if (pos > 0 && (buf[j] & MASK_TRAINED)) t[(pos - 1) / m->T]++;
+            m->pairs += (buf[j] & MASK_CHOSEN) != 0;
+        }
+    }
+    fclose(fp);
+    free(buf);
+}
+
+// The masks of the shards of the training and validation data (comma lists of globs).
+static void masks_make(MaskStats* m, const char* train, const char* val, int T) {
+    for (int f = 0; f < m->n; f++) free(m->tgt[f]);
+    free(m->tgt); free(m->nwin);
+    memset(m, 0, sizeof(*m));
+    m->T = T;
+    const char* sets[2] = { train, val };
+    for (int i = 0; i < 2; i++) {
+        if (!sets[i]) continue;
+        char* pat = strdup(sets[i]);
+        for (char* save = NULL, *tok = strtok_r(pat, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            glob_t g;
+            if (glob(tok, 0, NULL, &g) != 0) continue;
+            for (size_t k = 0; k < g.gl_pathc; k++) masks_read(m, g.gl_pathv[k]);
+            globfree(&g);
+        }
+        free(pat);
+    }
+}
+
+// The data, the run's length, and its time at the predicted step time; returns the run's steps
+// (0: unknown).
+static long print_data(const RunPlan* rp, const RunConfig* rc) {
     const TrainFlags* f = &rc->f;
     int64_t tokens = 0, batches = 0;
     const int64_t chunk = (int64_t)rc->world * f->batch_size * f->seq_len;
@@ -281,6 +383,47 @@ static void print_data(const RunPlan* rp, const RunConfig* rc) {
                "as a step reached on a 2-core AVX512-BF16 machine)\n", steps, rp->plan.step_s, (double)steps * rp->plan.step_s / 3600.0,
                rp->plan.be.flops / 1e9, 100.0 * (lora ? MEMPLAN_CPU_STEP_OF_GEMM_LORA : MEMPLAN_CPU_STEP_OF_GEMM_FULL),
                rp->plan.be.gemm_flops / 1e9);
+    return steps;
+}
+
+// The checkpoints this run writes (at every --save-every below its last step, and at the last),
+// from its first step on.
+static long plan_checkpoints(const RunConfig* rc, long steps, long from) {
+    const int every = rc->f.save_every;
+    if (steps <= from) return 0;
+    return (every > 0 ? (steps - 1) / every - from / every : 0) + 1;
+}
+
+// The disk the run writes into --out (memplan_disk): its checkpoints, as many as
+// --keep-checkpoints keeps (one more while the next is written and the oldest not yet removed),
+// and the final outputs.
+static void print_disk(const RunPlan* rp, const RunConfig* rc, long steps) {
+    const TrainFlags* f = &rc->f;
+    if (!rc->write_outputs) { printf("disk: nothing written (--out none)\n"); return; }
+    PlanDisk d;
+    memplan_disk(&rp->plan, &d);
+    const int lora = rc->mode == TRAIN_LORA, keep = f->keep_checkpoints;
+    const size_t one = d.ckpt_model + d.ckpt_state, final = d.hf + d.llmc + d.gguf + d.adapter + d.adapter_gguf + d.base;
+    const long n = plan_checkpoints(rc, steps, rp->resume_step > 0 ? rp->resume_step : 0);
+    const long kept = keep > 0 && n > keep ? keep : n, most = keep > 0 && n > keep ? kept + 1 : n;
+    char list[512] = "", count[96] = "";
+    const struct { const char* name; size_t bytes; } out[] = {
+        {"the adapter", d.adapter}, {"its GGUF", d.adapter_gguf}, {lora ? "merged/model.safetensors" : "model.safetensors", d.hf},
+        {lora ? "merged/model.bin" : "model.bin", d.llmc}, {"GGUF", d.gguf}, {"base/", d.base}};
+    for (size_t i = 0, k = 0; i < sizeof(out) / sizeof(out[0]); i++)
+        if (out[i].bytes) k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%s %.1f MiB", k ? ", " : "", out[i].name, mib(out[i].bytes));
+    if (rp->plan.spec.link_llmc)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%smodel.bin: the last checkpoint's model file, a hard link", list[0] ? "; " : "");
+    if (steps > 0) snprintf(count, sizeof(count), "%ld written, ", n);
+    if (keep) snprintf(count + strlen(count), sizeof(count) - strlen(count), "the newest %d kept", keep);
+    else snprintf(count + strlen(count), sizeof(count) - strlen(count), "all kept");
+    printf("disk: a checkpoint %.1f MiB (%s %.1f MiB, optimizer state %.1f MiB): %s (--keep-checkpoints %d) | final outputs %.1f MiB (%s)",
+           mib(one), lora ? "adapter" : "model", mib(d.ckpt_model), mib(d.ckpt_state), count, keep, mib(final), list);
+    if (steps > 0) printf(" | --out: about %.1f MiB at the end, %.1f MiB at most\n", mib((size_t)kept * one + final), mib((size_t)most * one + final));
+    else printf("\n");
+    if (keep != 1 || (!lora && rc->save_hf))
+        printf("  (fewer copies: --keep-checkpoints 1 keeps the newest checkpoint only%s)\n",
+               !lora && rc->save_hf ? "; --save-format llmc writes no model.safetensors beside the checkpoint's model.bin" : "");
 }
 
 // Every rank's peak and buffers at their largest (a plan each: they differ by rank at ZeRO 1-3),
@@ -303,11 +446,12 @@ static void print_ranks(const RunPlan* rp) {
 // micro-batch, its peak.
 static void print_options(const RunPlan* rp, const RunConfig* rc) {
     const PlanSpec* s = &rp->plan.spec;
-    if (!rp->avail) { printf("fits: the memory available is unknown (%s)\n", rp->avail_what); return; }
+    if (!rp->avail && !s->budget) { printf("fits: the memory available is unknown (%s)\n", rp->avail_what); return; }
     PlanOption o[24];
+    char limit[256];
     const int n = memplan_options(s, &rp->plan.be, rp->avail, rc->f.memory_margin, o, 24);
-    printf("fits %.1f MiB (%s) less %.0f%% (--memory-margin): the largest micro-batch per rank (its peak, MiB)\n", mib(rp->avail),
-           rp->avail_what, 100.0 * rc->f.memory_margin);
+    limit_text(rp, rc->f.memory_margin, limit, sizeof(limit));
+    printf("fits %s: the largest micro-batch per rank (its peak, MiB)\n", limit);
     printf("  %-8s %-6s %-20s %-20s %-20s\n", "training", "ZeRO", "recompute 0", "recompute 1", "recompute 2");
     for (int i = 0; i + 2 < n; i += 3) {
         printf("  %-8s %-6d", !o[i].lora ? "full" : o[i].qlora ? "QLoRA" : "LoRA", o[i].zero);
@@ -321,31 +465,48 @@ static void print_options(const RunPlan* rp, const RunConfig* rc) {
     }
 }
 
-// The verdict, and what to do next.
-static void print_verdict(const RunPlan* rp, const RunConfig* rc) {
+// This rank's verdict (PLAN_EXIT_*): its peak against the memory available, its buffers against
+// --memory-budget.
+static int plan_verdict(const RunPlan* rp) {
     const Plan* p = &rp->plan;
-    if (!rp->avail) { printf("verdict: unknown (no figure for the memory available); drop --plan to start the run\n"); return; }
-    if (p->peak <= rp->avail) {
-        printf("verdict: fits: the peak, %.1f MiB, is %.0f%% of %.1f MiB; drop --plan to start the run\n", mib(p->peak),
-               100.0 * (double)p->peak / (double)rp->avail, mib(rp->avail));
+    if ((rp->avail && p->peak > rp->avail) || (p->spec.budget && p->peak_buffers > p->spec.budget)) return PLAN_EXIT_DOES_NOT_FIT;
+    return rp->avail || p->spec.budget ? PLAN_EXIT_FITS : PLAN_EXIT_UNKNOWN;
+}
+
+// The verdict (the worst of the ranks', status), and what to do next.
+static void print_verdict(const RunPlan* rp, const RunConfig* rc, int status) {
+    const Plan* p = &rp->plan;
+    const size_t budget = p->spec.budget;
+    const int mine = plan_verdict(rp);
+    char room[256] = "";
+    if (rp->avail) snprintf(room, sizeof(room), "the peak, %.1f MiB, is %.0f%% of %.1f MiB", mib(p->peak), 100.0 * (double)p->peak / (double)rp->avail, mib(rp->avail));
+    if (budget) snprintf(room + strlen(room), sizeof(room) - strlen(room), "%sthe buffers, %.1f MiB, are %.0f%% of --memory-budget %.1f MiB",
+                         rp->avail ? "; " : "", mib(p->peak_buffers), 100.0 * (double)p->peak_buffers / (double)budget, mib(budget));
+    if (status == PLAN_EXIT_UNKNOWN) {
+        printf("verdict: unknown (no figure for the memory available, no --memory-budget); drop --plan to start the run (exit status %d)\n", status);
+        return;
+    }
+    if (status == PLAN_EXIT_FITS) { printf("verdict: fits: %s; drop --plan to start the run\n", room); return; }
+    if (mine != PLAN_EXIT_DOES_NOT_FIT) {
+        printf("verdict: does not fit: another rank does not (ranks: above); on this rank %s (exit status %d)\n", room, status);
         return;
     }
     char fits[1024];
     const int n = plan_fits_text(rp, rc->f.memory_margin, fits, sizeof(fits));
-    printf("verdict: does not fit: the peak, %.1f MiB, is %.1f MiB more than %.1f MiB; %s%s\n", mib(p->peak), mib(p->peak - rp->avail),
-           mib(rp->avail), n ? "these fit: " : "nothing at this --seq-len does: shard over more ranks or shorten --seq-len", n ? fits : "");
+    printf("verdict: does not fit: %s; %s%s (exit status %d)\n", room, n ? "these fit: " : "nothing at this --seq-len does: shard over more ranks or shorten --seq-len",
+           n ? fits : "", status);
 }
 
-static void plan_print_all(const RunPlan* rp, const RunConfig* rc) {
+static void plan_print_all(const RunPlan* rp, const RunConfig* rc, int status) {
     memplan_print(&rp->plan, stdout);
     if (rc->f.adapter)
         printf("  (--adapter %s: its adapters are planned with the --lora-* flags' shape, rank %d on %s, not read from its files)\n",
                rc->f.adapter, rc->f.lora_rank, rc->f.lora_targets);
     if (!rp->plan.be.flops && rp->plan.be.device) printf("  (no figure for this GPU's peak FLOP/s: no predicted step time)\n");
     print_ranks(rp);
-    print_data(rp, rc);
+    print_disk(rp, rc, print_data(rp, rc));
     print_options(rp, rc);
-    print_verdict(rp, rc);
+    print_verdict(rp, rc, status);
     fflush(stdout);
 }
 
@@ -363,14 +524,23 @@ int plan_run_start(RunPlan* rp, RunConfig* rc, Comm* comm, long resume_step) {
     plan_rate(&be, rc->mode == TRAIN_LORA, cfg.channels, rc->f.plan);
     memplan_spec_from_run(&s, rc, &cfg, comm->world, comm->rank);
     if (resume_step >= 0 && rc->mode == TRAIN_FULL) s.source = PLAN_SRC_BIN; // (the checkpoint's model.bin)
+    if (resume_step >= 0) s.ref_pass = 0; // (the stored reference is read back)
+    masks_make(&g_masks, rc->f.train_data, rc->f.val_data, rc->f.seq_len);
+    s.pairs = g_masks.pairs;
+    if (!g_masks.unmasked && g_masks.n && !pref_uses_nll((PrefObjective)rc->objective)) { // (ORPO's NLL targets the chosen prompts too)
+        s.target_rows = masks_target_rows;
+        s.target_ctx = &g_masks;
+    }
+    rp->resume_step = resume_step;
     plan_available(rp, &be, comm);
     if (rc->f.batch_size == ARG_AUTO || rc->f.recompute == ARG_AUTO) plan_auto(rp, rc, comm, &s, &be);
     memplan_make(&s, &be, &rp->plan);
-    double most = (double)rp->plan.peak_buffers;
-    comm_allreduce_max_f64(comm, &most, 1);
-    rp->buffers_max = (size_t)most;
+    double most[2] = { (double)rp->plan.peak_buffers, (double)plan_verdict(rp) };
+    comm_allreduce_max_f64(comm, most, 2);
+    rp->buffers_max = (size_t)most[0];
+    rp->exit_status = (int)most[1];
     if (rc->f.plan) {
-        if (comm->rank == 0) plan_print_all(rp, rc);
+        if (comm->rank == 0) plan_print_all(rp, rc, rp->exit_status);
         return 1;
     }
     plan_check(rp, rc);

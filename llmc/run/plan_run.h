@@ -26,12 +26,23 @@ typedef struct {
     size_t dev_total;
     size_t buffers_max;     // the largest plan.peak_buffers of the ranks
     int rank, world;
+    long resume_step;       // the checkpoint the run resumes from (-1: none)
+    int exit_status;        // --plan's: PLAN_EXIT_* of the ranks' verdicts, the worst
 } RunPlan;
+
+// --plan's exit status, for scripts: the run fits (the memory available, and --memory-budget when
+// given, on every rank); no figure says (the memory available is unknown and no --memory-budget
+// is given); it does not fit (on some rank). An error (a bad flag, an unreadable model) exits 1,
+// as always.
+#define PLAN_EXIT_FITS 0
+#define PLAN_EXIT_UNKNOWN 2
+#define PLAN_EXIT_DOES_NOT_FIT 3
 
 // The plan of this rank's run; rc's --batch-size auto / --recompute auto are resolved in it
 // (runconfig_resolve), collectively. resume_step: the checkpoint the run resumes from (-1: none).
-// Returns 1 when the run ends here (--plan: the plan printed by rank 0). Fatal, before anything
-// is loaded, when a GPU's free memory or --memory-budget is too small for the run.
+// Returns 1 when the run ends here (--plan: the plan printed by rank 0; the process then exits
+// with rp->exit_status). Fatal, before anything is loaded, when a GPU's free memory or
+// --memory-budget is too small for the run.
 int plan_run_start(RunPlan* rp, RunConfig* rc, Comm* comm, long resume_step);
 // The start-up memory report (rank 0): the plan's components as params, grads, optimizer and
 // activations ("memory (this rank): ... | total X MiB"), then the peak and the memory available.

@@ -7,10 +7,14 @@
 #include "model/lora.h"
 #include "model/model_io.h"
 #include "model/peft_io.h"
+#include "model/params.h"
+#include "ops/ops.h"
 #include "text/textgen.h"
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <errno.h>
 
 // The vocabulary the run samples with (--vocab, next to --model, or the bundled one), when its
 // size is the model's.
@@ -144,6 +148,7 @@ void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank) {
     memset(o, 0, sizeof(*o));
     o->c = c;
     o->rank = rank;
+    o->ckpt_step = -1;
     if (rank != 0) return; // rank 0 writes every output (other hosts need not see --out)
     outputs_find_vocab(o, &m->gpt.cfg);
     outputs_check_gguf(o, m);
@@ -160,6 +165,28 @@ static void outputs_write_adapter(const RunOutputs* o, const Model* m, const cha
     if (o->vocab) convert_write_tokenizer(dir, o->vocab, &m->gpt.cfg);
 }
 
+const float* outputs_params_in_place(const Model* m) {
+    const GPT2* g = &m->gpt;
+    if (ops_caps().floatx != OPS_F32 || m->nf4 || m->base16 || !g->p[0]) return NULL;
+    const float* base = (const float*)g->p[0];
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+        if ((const float*)g->p[i] != base + g->pt.t[i].offset) return NULL;
+        for (int l = 0; g->pt.t[i].per_layer && l < g->cfg.num_layers; l++)
+            if ((const float*)gpt2_param_slice(g, (ParamId)i, l) != base + params_layer_offset(&g->pt, (ParamId)i, l)) return NULL;
+    }
+    return base;
+}
+
+// The model in fp32 on the host for the writers: in place, or a copy (*copy: to free).
+static const float* outputs_params(const Model* m, float** copy) {
+    const float* in_place = outputs_params_in_place(m);
+    *copy = NULL;
+    if (in_place) return in_place;
+    *copy = (float*)mallocCheck(m->gpt.pt.total * sizeof(float));
+    gpt2_get_params((GPT2*)&m->gpt, *copy);
+    return *copy;
+}
+
 void outputs_checkpoint(const RunOutputs* o, const Model* m, long step) {
     const char* out = o->c->f.out_dir;
     char path[LLMC_PATH_MAX];
@@ -172,11 +199,11 @@ void outputs_checkpoint(const RunOutputs* o, const Model* m, long step) {
         outputs_write_adapter(o, m, path);
         return;
     }
-    float* host = (float*)mallocCheck(m->gpt.pt.total * sizeof(float));
-    gpt2_get_params((GPT2*)&m->gpt, host);
+    float* copy;
+    const float* params = outputs_params(m, &copy);
     ckpt_path(path, sizeof(path), out, "model", step, 0);
-    model_save_llmc(path, &m->gpt.pt, host, 0);
-    free(host);
+    model_save_llmc(path, &m->gpt.pt, params, 0);
+    free(copy);
 }
 
 // dir/NAME-TYPE.gguf of --save-gguf TYPE.
@@ -235,6 +262,24 @@ static float* outputs_merged(const RunOutputs* o, const Model* m, const char* ad
     return hm.params; // (the only allocation of a HostModel)
 }
 
+// model.bin in dir (--out) as a second name of the checkpoint's model file (linked under a
+// temporary name, then renamed over it: atomic like every write); 0 when there is no such
+// checkpoint or the file system refuses the link (the caller writes the file).
+static int outputs_link_llmc(const RunOutputs* o, const char* dir, const char* path) {
+    if (o->ckpt_step < 0 || strcmp(dir, o->c->f.out_dir) != 0) return 0;
+    char src[LLMC_PATH_MAX], tmp[LLMC_PATH_MAX + 32];
+    ckpt_path(src, sizeof(src), dir, "model", o->ckpt_step, 0);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    if (link(src, tmp) != 0) return 0;
+    if (rename(tmp, path) != 0) {
+        const int err = errno;
+        unlink(tmp);
+        fatal("check the permissions of --out", "cannot rename '%s' to '%s': %s", tmp, path, strerror(err));
+    }
+    printf("saved: %s (llm.c; the checkpoint's %s under a second name, a hard link: no disk of its own)\n", path, strrchr(src, '/') + 1);
+    return 1;
+}
+
 void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
     const RunConfig* c = o->c;
     char mdir[LLMC_PATH_MAX], path[LLMC_PATH_MAX];
@@ -250,23 +295,21 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
         dir = mdir;
         if (!c->save_hf) mkdir_p(dir);
     } else if (!(c->save_hf || c->save_llmc || c->save_gguf)) return;
+    path_join(path, sizeof(path), dir, "model.bin");
+    const int linked = !m->lora && c->save_llmc && outputs_link_llmc(o, dir, path);
+    if (linked && !c->save_hf && !c->save_gguf) return;
     const ParamTable* pt = &m->gpt.pt;
-    float* host;
-    if (m->lora) host = outputs_merged(o, m, adapter_dir);
-    else {
-        host = (float*)mallocCheck(pt->total * sizeof(float));
-        gpt2_get_params((GPT2*)&m->gpt, host);
-    }
+    float* copy = NULL;
+    const float* host = m->lora ? (copy = outputs_merged(o, m, adapter_dir)) : outputs_params(m, &copy);
     if (c->save_hf) {
         convert_write_hf(dir, pt, host, o->vocab);
         printf("saved: %s/ config.json + model.safetensors + generation_config.json%s (transformers)\n", dir,
                o->vocab ? " + tokenizer files" : "");
     }
-    if (c->save_llmc) {
-        path_join(path, sizeof(path), dir, "model.bin");
+    if (c->save_llmc && !linked) {
         model_save_llmc(path, pt, host, 0);
         printf("saved: %s (llm.c)\n", path);
     }
     outputs_save_gguf(o, m, dir, host);
-    free(host);
+    free(copy);
 }

@@ -35,6 +35,8 @@ typedef struct {
     const char* vocab;            // the vocabulary of the tokenizer files, or NULL (none fits)
     char vocab_buf[LLMC_PATH_MAX];
     char base[LLMC_PATH_MAX];     // train_lora: base_model_name_or_path of the adapters
+    long ckpt_step;               // the step of the checkpoint that holds the model outputs_save writes
+                                  // into --out (its model.bin is that checkpoint's file), or -1
 } RunOutputs;
 
 // A run never writes over its own inputs: fatal (rank 0, before anything is written) when --model
@@ -47,11 +49,19 @@ void outputs_check_inputs(const RunConfig* c, long from, long to);
 // ranks only keep c and rank): the vocabulary, and for train_lora the base the adapters point to
 // (OUT/base/ written when it is needed and not there yet), recorded in m's adapters.
 void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank);
+// The model's parameters as fp32 host memory in the table's layout where the model holds them so
+// (the CPU backend's fp32 tensors, each whole and in its place: full training, a ZeRO 3 model once
+// gathered): the writers read them there instead of from a copy (the same bytes gpt2_get_params
+// would copy; the memory plan counts no copy then); NULL otherwise.
+const float* outputs_params_in_place(const Model* m);
 // Rank 0: the model (train_gpt2) or the PEFT adapter directory (train_lora) of the checkpoint of
 // `step`, at the paths ckpt_path gives for "model" / "adapter".
 void outputs_checkpoint(const RunOutputs* o, const Model* m, long step);
 // Rank 0: the adapter as a PEFT directory dir (and with --merge the merged model in dir/merged)
-// or the model in dir, in the formats of --save-format: the final model (dir = --out).
+// or the model in dir, in the formats of --save-format: the final model (dir = --out). There,
+// model.bin is a hard link to the model file of the checkpoint of ckpt_step (the same bytes: both
+// are model_save_llmc of the same weights), so the final model takes no disk of its own; it is
+// written where the file system has no hard links.
 void outputs_save(const RunOutputs* o, const Model* m, const char* dir);
 
 #ifdef __cplusplus

@@ -158,53 +158,81 @@ static int all_finite(const float* x, size_t n) {
     return 1;
 }
 
-// Whether this rank's range of the trainable parameters is finite (read to the host in pieces).
-static int params_finite(const Run* r) {
+// Whether this rank's range of the trainable parameters is finite (read to the host in pieces of
+// at most `piece` elements through stage).
+static int params_finite(const Run* r, float* stage, size_t piece) {
     const Optimizer* o = &r->opt;
-    const size_t piece = (size_t)1 << 20;
-    float* buf = NULL;
     int ok = 1;
     for (int i = 0; i < o->nseg && ok; i++) {
         const TrainSeg* sg = &o->segs[i];
         const size_t b = sg->offset > o->begin ? sg->offset : o->begin, e = sg->offset + sg->n < o->end ? sg->offset + sg->n : o->end;
         for (size_t k = b; k < e && ok; k += piece) {
             const size_t n = e - k < piece ? e - k : piece;
-            if (!buf) buf = (float*)mallocCheck(piece * sizeof(float));
-            ops_download_f32(buf, sg->p + (k - sg->offset), n);
-            ok = all_finite(buf, n);
+            ops_download_f32(stage, sg->p + (k - sg->offset), n);
+            ok = all_finite(stage, n);
         }
     }
-    free(buf);
     return ok;
 }
 
-// The optimizer state of this rank in host memory, for its state file.
-typedef struct { float *m, *v, *master; size_t n; } HostState;
+// Elements [off, off + n) of one optimizer array of this rank (backend memory, or host memory
+// with the offload) -> host.
+static void state_piece_to_host(const Run* r, const float* state, size_t off, size_t n, float* host) {
+    if (r->opt.offload) memcpy(host, state + off, n * sizeof(float));
+    else ops_to_host(host, state + off, n * sizeof(float));
+}
 
-static void host_state_free(HostState* hs) { free(hs->m); free(hs->v); free(hs->master); memset(hs, 0, sizeof(*hs)); }
+// The staging buffer of a checkpoint: every piece of this rank's state and parameters on its way
+// to a check or to the state file passes through it (ckpt_stage_elems of the optimizer's range).
+static float* state_stage_alloc(const Run* r) {
+    const size_t n = ckpt_stage_elems(r->opt.end - r->opt.begin);
+    return (float*)mallocCheck((n ? n : 1) * sizeof(float));
+}
 
-// Downloads the state (collective at ZeRO 3) and checks it and the parameters: 1 when every value
-// of every rank is finite.
-static int host_state_get(Run* r, HostState* hs) {
-    size_t begin, end, total;
-    state_range(r, &begin, &end, &total);
-    hs->n = end - begin;
-    hs->m = (float*)mallocCheck((hs->n ? hs->n : 1) * sizeof(float));
-    hs->v = (float*)mallocCheck((hs->n ? hs->n : 1) * sizeof(float));
-    hs->master = r->opt.master ? (float*)mallocCheck((hs->n ? hs->n : 1) * sizeof(float)) : NULL;
-    state_download(r, hs->m, r->opt.m);
-    state_download(r, hs->v, r->opt.v);
-    if (hs->master) state_download(r, hs->master, r->opt.master);
-    double bad = !all_finite(hs->m, hs->n) || !all_finite(hs->v, hs->n) || (hs->master && !all_finite(hs->master, hs->n)) || !params_finite(r);
+// Whether every optimizer value and trainable parameter of every rank is finite (collective),
+// read piece by piece through stage.
+static int state_finite(Run* r, float* stage) {
+    const size_t n = r->opt.end - r->opt.begin, piece = ckpt_stage_elems(n);
+    const float* arrays[3] = { r->opt.m, r->opt.v, r->opt.master };
+    int ok = piece == 0 || params_finite(r, stage, piece);
+    for (int k = 0; k < 3 && ok; k++)
+        for (size_t off = 0; arrays[k] && off < n && ok; off += piece) {
+            const size_t len = n - off < piece ? n - off : piece;
+            state_piece_to_host(r, arrays[k], off, len, stage);
+            ok = all_finite(stage, len);
+        }
+    double bad = !ok;
     comm_allreduce_max_f64(&r->comm, &bad, 1);
     return bad == 0.0;
+}
+
+// This rank's state file, m, v (and the master weights) piece by piece through stage; at ZeRO 3
+// (full training) each array in turn moved into the file's layout first (collective).
+static void state_write(Run* r, const char* path, float* stage) {
+    StateHeader h;
+    state_header(r, &h);
+    CkptStateWriter w;
+    ckpt_state_begin(&w, path, &h);
+    const float* arrays[3] = { r->opt.m, r->opt.v, r->opt.master };
+    const size_t piece = ckpt_stage_elems(w.n);
+    float* flat = state_is_fsdp(r) ? (float*)mallocCheck((w.n ? w.n : 1) * sizeof(float)) : NULL;
+    for (int k = 0; k < w.arrays; k++) {
+        if (flat) { state_download(r, flat, arrays[k]); ckpt_state_put(&w, flat, w.n); continue; }
+        for (size_t off = 0; off < w.n; off += piece) {
+            const size_t len = w.n - off < piece ? w.n - off : piece;
+            state_piece_to_host(r, arrays[k], off, len, stage);
+            ckpt_state_put(&w, stage, len);
+        }
+    }
+    free(flat);
+    ckpt_state_end(&w);
 }
 
 // Whether the state of this step may become a checkpoint (every rank gets the same answer): only
 // after a finite step (skipped steps leave the weights as they were, but a run of them says the
 // weights went bad), and only when every weight and optimizer value is finite. The checkpoint of
-// the step this invocation resumed from is there already. Fills hs when it may.
-static int checkpoint_due(Run* r, HostState* hs) {
+// the step this invocation resumed from is there already.
+static int checkpoint_due(Run* r, float* stage) {
     r->state_nonfinite = 0;
     if (r->step == r->start.resume_step) return 0;
     if (r->consecutive_bad > 0) {
@@ -212,10 +240,9 @@ static int checkpoint_due(Run* r, HostState* hs) {
             r->step, r->consecutive_bad, r->consecutive_bad == 1 ? "" : "s");
         return 0;
     }
-    if (host_state_get(r, hs)) return 1;
+    if (state_finite(r, stage)) return 1;
     r->state_nonfinite = 1;
     say(r, "checkpoint: step %ld not written: the weights or the optimizer state hold non-finite values\n", r->step);
-    host_state_free(hs);
     return 0;
 }
 
@@ -227,20 +254,17 @@ static int checkpoint_due(Run* r, HostState* hs) {
 static int save_checkpoint(Run* r) {
     const TrainFlags* f = &r->c->f;
     if (!r->c->write_outputs) return 0;
-    HostState hs;
-    memset(&hs, 0, sizeof(hs));
-    if (!checkpoint_due(r, &hs)) return r->step == r->start.resume_step;
+    float* stage = state_stage_alloc(r);
+    if (!checkpoint_due(r, stage)) { free(stage); return r->step == r->start.resume_step; }
     if (r->rank == 0) ckpt_pending_begin(f->out_dir, r->step);
     comm_barrier(&r->comm); // no rank writes a file of the step before the marker exists
     char path[LLMC_PATH_MAX];
     gradsync_unshard_model(&r->gs); // ZeRO 3: rank 0 gathers the whole model
     outputs_checkpoint(&r->out, &r->m, r->step); // rank 0: the model, or the adapter as a PEFT directory
     gradsync_reshard_model(&r->gs);
-    StateHeader h;
-    state_header(r, &h);
     ckpt_path(path, sizeof(path), f->out_dir, "state", r->step, r->rank);
-    ckpt_write_state(path, &h, hs.m, hs.v, hs.master);
-    host_state_free(&hs);
+    state_write(r, path, stage);
+    free(stage);
     ckpt_commit(&r->comm, f->out_dir, r->step, r->lora ? "adapter" : "model");
     if (r->ckpt_last >= 0 && r->ckpt_last_good) r->ckpt_good = r->ckpt_last;
     r->ckpt_last = r->step; r->ckpt_last_here = 1; r->ckpt_last_good = 0;
@@ -1067,7 +1091,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
         comm_finalize(&r->comm);
         runconfig_free(&rc);
         runrecord_start_free(&r->start);
-        return 0;
+        return r->plan.exit_status;
     }
     device_attach(&r->comm); // CUDA: NCCL for the device collectives, even with one rank
     check_out_dir(r);
@@ -1104,6 +1128,7 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     }
     if (!stop && !diverged && rc.write_outputs) { // (ZeRO 3 gathers the model only to write it)
         gradsync_unshard_model(&r->gs);
+        r->out.ckpt_step = r->step; // (the checkpoint of this step: model.bin is its model file)
         outputs_save(&r->out, &r->m, rc.f.out_dir); // the final model
         gradsync_reshard_model(&r->gs);
     }
