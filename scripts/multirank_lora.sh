@@ -11,7 +11,7 @@
 # On GPUs NCCL moves the gradients (bootstrapped through MPI); on CPUs MPI does. Rank 0 writes the
 # logs and the model; every rank writes its optimizer shard, and a checkpoint counts only when the
 # DONE_ marker exists, so put --out on a filesystem all nodes share. A rank that hangs ends the
-# whole job after --watchdog-timeout seconds (default 30) beyond the slowest step, naming it.
+# whole job after --watchdog-timeout seconds (default 30) beyond 3x the slowest step, naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-gpt2}; NP=${NP:-4}; OUT=${OUT:-out/lora_np$NP}

@@ -22,6 +22,9 @@
 //                             sleeps ~1 ms at a time, and each of those ~900 wake-ups a second
 //                             costs a context switch: 3.4-4.9% of a core on an idle 2-core VM,
 //                             plain or ASan, 5.1% in a loaded ASan CI pass); all finish
+//   test_comm --load-swing SECS TIMEOUT  a step of SECS, then one of 2.8 SECS (more than SECS +
+//                             TIMEOUT, within 3 x SECS + TIMEOUT): a machine whose load rises;
+//                             nobody is ended
 //   test_comm --big-allreduce N TIMEOUT  an all-reduce of N floats, checked; over a slow network
 //                             (test_multihost.sh) it takes longer than TIMEOUT, but it progresses
 //                             chunk by chunk, so the watchdog lets it finish
@@ -455,6 +458,19 @@ static int watchdog_mode(const char* mode, int argc, char** argv) {
                timer_now_s() - w0, timeout);
         wd_steps(2);
         return 1;
+    } else if (strcmp(mode, "--load-swing") == 0) {
+        // the machine's load rises: a step of SECS, then one of 2.8 SECS (> SECS + TIMEOUT)
+        const double secs = atof(argv[2]);
+        for (int i = 0; i < 2; i++) {
+            comm_watchdog_op(&comm, "step under load %d", i);
+            const double t = i == 0 ? secs : 2.8 * secs;
+            struct timespec ts = { (time_t)t, (long)((t - (double)(time_t)t) * 1e9) };
+            nanosleep(&ts, NULL);
+            comm_barrier(&comm);
+            comm_watchdog_step(&comm);
+        }
+        printf("rank %d: steps of %.1f s and %.1f s with a %.1f s watchdog timeout: not ended\n", comm.rank, secs, 2.8 * secs, timeout);
+        return 1;
     } else if (strcmp(mode, "--slow-rank") == 0) {
         double secs = atof(argv[3]);
         double c0 = cpu_seconds(), w0 = timer_now_s();
@@ -525,7 +541,7 @@ int main(int argc, char** argv) {
     }
     if (argc >= 2 && (strcmp(argv[1], "--hang-rank") == 0 || strcmp(argv[1], "--stuck-rank") == 0 ||
                       strcmp(argv[1], "--deadlock") == 0 || strcmp(argv[1], "--slow-rank") == 0 ||
-                      strcmp(argv[1], "--big-allreduce") == 0)) {
+                      strcmp(argv[1], "--big-allreduce") == 0 || strcmp(argv[1], "--load-swing") == 0)) {
         if (!watchdog_mode(argv[1], argc, argv)) return 3;
         check_same_everywhere();
         int rc = test_finish(argv[1]);

@@ -114,6 +114,12 @@ secs=$(awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^error: watchdog: STUCK: rank 0 is busy outside collectives" "$log"; then
   echo "ok   watchdog, one process spinning: exited $rc after ${secs}s"
 else fail "watchdog, one process spinning: exit $rc after ${secs}s"; tail -n 20 "$log"; fi
+# one process whose steps slow down 2.8x as the machine's load rises (a shared CPU): the limit
+# grows with the slowest step (3x), so the watchdog does not end a run that still progresses
+timeout 60 "$progabs" --load-swing 1.6 2 >"$log" 2>&1; rc=$?
+if [ $rc -eq 0 ] && grep -q "not ended" "$log"; then
+  echo "ok   watchdog, one process whose steps slow 2.8x (1.6 s, then 4.5 s; timeout 2 s): not ended"
+else fail "watchdog, one process whose steps slow 2.8x: exit $rc"; tail -n 20 "$log"; fi
 # a rank slower than usual but within the timeout, or in an unbounded operation (a checkpoint
 # write) for longer than the timeout: the others wait for it, asleep, and nobody is ended
 for slow in "3 10" "5 unbounded 2"; do

@@ -178,9 +178,10 @@ void comm_wait(Comm* c, CommRequest* req);
 //     kernel or loop);
 //   - with NCCL: NCCL's asynchronous errors end the job, and a timed-out device collective aborts
 //     the NCCL communicator (ncclCommAbort) before the job ends.
-// limit = timeout_s + the slowest step seen so far (intervals between comm_watchdog_step calls,
-// without the time spent in unbounded operations), so it adapts to the work: a step may take as
-// long as the slowest one did, plus timeout_s. Work whose length the steps do not bound
+// limit = timeout_s + 3 x the slowest step seen so far (intervals between comm_watchdog_step
+// calls, without the time spent in unbounded operations), so it adapts to the work and to a
+// machine whose load changes: a step may take three times as long as the slowest one did, plus
+// timeout_s. Work whose length the steps do not bound
 // (evaluation, checkpoint writes, sampling, loading) is named with comm_watchdog_op_unbounded:
 // a rank in it is ended only if it stops answering, and its peers wait for it.
 // Start it on every rank at the same point (it duplicates the communicator); timeout_s <= 0

@@ -42,7 +42,7 @@ typedef struct {
     int64_t coll_seq;  // WAITING/DEVICE: the collective waited in; COMPUTING: the last one finished
     int64_t steps;     // comm_watchdog_step calls so far
     double seconds;    // in this state: waiting for so long, or computing since the last progress
-    double limit;      // this rank's limit: timeout + slowest step
+    double limit;      // this rank's limit: timeout + 3 x the slowest step
     char coll[32];     // name of that collective
     char op[64];       // comm_watchdog_op
 } CommWdStatus;

@@ -2,8 +2,10 @@
 // making progress, with a message naming the stuck rank and what it was doing.
 //
 // What "stuck" means. Every collective is bracketed (comm.c: enter/leave) so this thread knows
-// whether the main thread is waiting in one, since when, and which. limit = timeout + slowest
-// step (comm_watchdog_step intervals). Each tick (WD_TICK_S) it checks:
+// whether the main thread is waiting in one, since when, and which. limit = timeout +
+// WD_STEP_FACTOR x the slowest step (comm_watchdog_step intervals): a step's time swings with
+// what else the machine runs (a shared CPU at a load of several times its cores, a GPU shared with
+// another job), so a step a few times slower than the slowest so far is still progress. Each tick (WD_TICK_S) it checks:
 //   1. waiting in a collective (host poll loop, or a device collective not yet completed on the
 //      GPU) for longer than the limit: something is wrong, but this rank is the victim, not the
 //      culprit. It asks every peer for its status over the implementation's side channel (MPI: a
@@ -43,6 +45,7 @@
 #include "base/check.h"
 
 #define WD_TICK_S 0.1
+#define WD_STEP_FACTOR 3.0
 #define WD_QUERY_S 5.0
 #define WD_SUSPENDED_S 2.0 // a tick this late means this process was not running
 // After a verdict, the process ends within this many seconds even if what runs before the exit
@@ -183,7 +186,7 @@ static CommWdStatus wd_status(const CommWatchdog* w, double now, double dev_age,
     s.rank = w->c->rank;
     s.steps = w->steps;
     s.armed = w->slowest > 0 && !w->unbounded;
-    s.limit = w->timeout + w->slowest;
+    s.limit = w->timeout + WD_STEP_FACTOR * w->slowest;
     copy_str(s.op, sizeof(s.op), w->op);
     if (w->waiting) {
         s.state = COMM_WD_WAITING; s.seconds = now - w->wait_since; s.coll_seq = w->wait_seq;
@@ -235,7 +238,7 @@ void comm_wd_fail(Comm* c, const char* hint, const char* msg) {
 __attribute__((noreturn))
 #endif
 static void wd_fail(CommWatchdog* w, const char* msg) {
-    comm_wd_fail(w->c, "if a training step may legitimately take this much longer than the slowest one so far, raise "
+    comm_wd_fail(w->c, "if a training step may legitimately take longer than three times the slowest one so far plus the timeout, raise "
                  "--watchdog-timeout; 0 turns the watchdog off", msg);
 }
 
@@ -268,7 +271,7 @@ static int wd_judge(CommWatchdog* w, const CommWdStatus* mine, char* msg, size_t
     int silent = 0, stuck = 0, busy = 0;
     char line[256];
     describe(mine, line, sizeof(line));
-    snprintf(msg, cap, "watchdog: %s (limit %.1f s = --watchdog-timeout %.1f s + slowest step %.2f s); ", line,
+    snprintf(msg, cap, "watchdog: %s (limit %.1f s = --watchdog-timeout %.1f s + 3 x %.2f s, the slowest step); ", line,
              mine->limit, w->timeout, w->slowest);
     for (int r = 0; r < W; r++) {
         const CommWdStatus* s = &w->peers[r];
@@ -321,8 +324,8 @@ static void wd_check(CommWatchdog* w) {
         if (mine.armed && mine.seconds > mine.limit) {
             char line[256];
             describe(&mine, line, sizeof(line));
-            snprintf(msg, sizeof(msg), "watchdog: STUCK: %s, over the limit of %.1f s (--watchdog-timeout %.1f s + slowest "
-                     "step %.2f s): a hung kernel, device or loop on this rank", line, mine.limit, w->timeout, w->slowest);
+            snprintf(msg, sizeof(msg), "watchdog: STUCK: %s, over the limit of %.1f s (--watchdog-timeout %.1f s + 3 x %.2f s, the "
+                     "slowest step): a hung kernel, device or loop on this rank", line, mine.limit, w->timeout, w->slowest);
             wd_fail(w, msg);
         }
         return;
