@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_backward_dkv_ke
     const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0 + blk.head);
     const int k0 = blk.rank * Cf::BK, kw = k0 + 16 * Cf::MK * (threadIdx.x / 32), nqt = a.Tpad / FA_BN;
     const int qt0 = k0 / FA_BN;
-    const int* ds = a.doc_start ? a.doc_start + (size_t)hd.b * a.T : NULL;
+    const int* ds = fa_seq_starts(a.doc_start, hd.b, a.T);
     float dk[Cf::MK][Cf::NT][4], dv[Cf::MK][Cf::NT][4];
 FA_UNROLL
     for (int mk = 0; mk < Cf::MK; mk++)
@@ -182,16 +182,15 @@ FA_UNROLL
             ptx_cp_async_wait<0>();
             __syncthreads();   // tile qt in for every thread, qt - 1 done by every warp (MUTATION-TARGET dkv-syncthreads)
         }
-        // a query tile whose first row's record starts after these keys sees none of them (starts never decrease)
+        // a query tile whose first row's record starts after these keys sees none of them, nor
+        // does any later one (attention_mask.cuh)
         const bool next = qt + 1 < nqt && (!ds || ds[(qt + 1) * FA_BN] < k0 + Cf::BK);
         if (next) fa_dkv_load_q<HS>(fa_dkv_smem<HS>((qt + 1 - qt0) & 1), a, hd, qt + 1, cp);
         if (kw < q0 + FA_BN) {   // warp-uniform: keys above the tile's diagonal have no dS tile here
             bf16* dst = fa_ds_tile(a, hd.bh - a.bh0, qt, kw / FA_BN) + (kw % FA_BN) * FA_BN;
 FA_NO_UNROLL
             for (int qs = 0; qs < FA_BN; qs += Cf::QH) {   // (not unrolled: the sub-steps would share registers)
-                // masked: the diagonal, queries past T, or a record start after some of these keys
-                const int qe = q0 + qs + Cf::QH;
-                const bool mask = q0 + qs < kw + 16 * Cf::MK - 1 || qe > a.T || (ds && ds[min(qe, a.T) - 1] > kw);
+                const bool mask = fa_queries_mask_keys(ds, q0 + qs, q0 + qs + Cf::QH, kw, kw + 16 * Cf::MK - 1, a.T);
                 fa_dkv_step<HS>(dk, dv, m, lo, qs, q0, kw, mask, a, ds, hd.sl2, dst);
             }
         }

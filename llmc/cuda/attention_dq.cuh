@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(FA_THREADS, HS <= 48 ? 5 : 3) flash_attention_
     const FaBlock blk = fa_block();
     const FaHead hd = fa_head<HS>(a.qkv, a.T, a.NH, a.bh0 + blk.head);
     const int qt = (int)gridDim.x - 1 - blk.rank, q0 = qt * FA_BN, warp = threadIdx.x / 32, row0 = q0 + 16 * warp;
+    // from the key tile of its first row's record start (attention_mask.cuh)
     const int kt0 = a.doc_start ? a.doc_start[(size_t)hd.b * a.T + q0] / FA_BN : 0, l = threadIdx.x % 32;
     constexpr int STAGE = Cf::DS_TILE + Cf::TILE;
     const FaLaneOff lo = fa_lane_off<Cf::LD>();

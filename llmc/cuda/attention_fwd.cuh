@@ -165,8 +165,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_forward_kernel(
     const FaHead hd = fa_head<HS>(qkv, T, NH, bh0 + blk.head);
     const int q0 = ((int)gridDim.x - 1 - blk.rank) * Cf::BM, warp = threadIdx.x / 32;
     const int row0 = q0 + 16 * Cf::MT * warp, row_last = min(row0 + 16 * Cf::MT, T) - 1;
-    const int* ds = doc_start ? doc_start + (size_t)hd.b * T : NULL;
-    const int kt0 = ds ? ds[q0] / FA_BN : 0, kt1 = (min(q0 + Cf::BM, T) - 1) / FA_BN;
+    const int* ds = fa_seq_starts(doc_start, hd.b, T);
+    const int kt0 = fa_first_key_tile(ds, q0), kt1 = fa_last_key_tile(q0 + Cf::BM, T);
     // this warp's rows see keys from its first row's record start (starts never decrease) on
     const int warp_start = row0 < T && ds ? ds[row0] : 0, warp_start_last = row0 < T && ds ? ds[row_last] : 0;
     const FaLaneOff lo = fa_lane_off<Cf::LD>();
@@ -186,8 +186,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_forward_kernel(
         }
         if (kt < kt1) fa_fwd_load_kv<HS>(sKV + 2 * ((kt + 1 - kt0) & 1) * Cf::TILE, hd, (kt + 1) * FA_BN, T, vec, cp);
         const int k0 = kt * FA_BN;
-        // warp-uniform: padding rows only, a tile above the diagonal, or one wholly before the records
-        if (row0 >= T || k0 > row_last || k0 + FA_BN <= warp_start) continue;
+        if (fa_rows_skip_tile(row0, row_last, warp_start, k0, T)) continue;
+        // masked: the tile crosses the diagonal or a record start (attention_mask.cuh)
         if (k0 + FA_BN - 1 > row0 || k0 < warp_start_last) fa_fwd_tile<HS, CH, true>(f, lo, sK, sK + 2 * Cf::TILE, row0, k0, hd.sl2);
         else fa_fwd_tile<HS, CH, false>(f, lo, sK, sK + 2 * Cf::TILE, row0, k0, hd.sl2);
     }
