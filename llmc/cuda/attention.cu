@@ -32,9 +32,9 @@
 
 int attention_flash_supported(int HS) { return ops_cuda_flash_supported(HS); }
 
-// ops_set_deterministic lives here, not in backend.cu: attention backward was the only op with a
-// non-deterministic variant (dQ by fp32 atomics), which was slower than the deterministic one on
-// an H100 and is gone; every op of this backend is now deterministic, so the flag changes nothing.
+// ops_set_deterministic lives here, beside the op it would concern: every op of this backend is
+// deterministic (the attention backward has one writer a gradient element), so the flag changes
+// nothing.
 extern "C" void cuda_ops_set_deterministic(int on) { (void)on; }
 
 // Dynamic shared memory above the default 48 KB must be allowed per kernel, once.
@@ -47,8 +47,8 @@ static void fa_allow_smem(K kernel, size_t bytes, int* done) {
 
 // The backward's dS^T tiles: one head needs nt (nt + 1) / 2 tiles of 8 KB (nt 64-row tiles);
 // heads go in chunks so that the buffer stays within FA_DS_MAX_BYTES (one head at least) and a
-// launch takes at most FA_MAX_GRID_Y heads (grid y). B 16, NH 12, T 1024: 136 tiles a head, 192
-// heads, 214 MB, one chunk. The arithmetic is llmc/ops/sizes.h's, which the memory plan uses too.
+// launch takes at most FA_MAX_GRID_Y heads (grid y). The arithmetic is llmc/ops/sizes.h's, which
+// the memory plan uses too.
 #define FA_DS_MAX_BYTES OPS_CUDA_FA_DS_MAX_BYTES
 #define FA_MAX_GRID_Y OPS_CUDA_FA_MAX_GRID_Y
 static_assert(FA_BN == OPS_CUDA_FA_BN && FA_MAX_HS == OPS_CUDA_ATTN_MAX_HS, "llmc/ops/sizes.h describes these kernels");
@@ -69,7 +69,7 @@ extern "C" void cuda_attention_reserve(int B, int T, int C, int NH, int backward
     if (bytes) (void)ops_scratch(OPS_SCRATCH_ATTN, bytes);
 }
 
-// Grids are (tiles, heads): blocks are issued x fastest, so a head's tiles run together.
+// Grids are (tiles, heads); fa_block (attention_block.cuh) gives each block its tile and head.
 template <int HS, int CH>
 static void fa_forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T, int NH, int vec) {
     typedef FaCfg<HS> Cf;

@@ -12,16 +12,8 @@
 
 #include "cuda/common.cuh"
 
-// The block's place in its launch, in the order the GPU starts blocks (linear id, x fastest): its
-// tile's rank (0: the longest, the most key or query tiles to visit) and its head (0 .. gridDim.y -
-// 1). Heads go in balanced groups of at most FA_HEAD_GROUP, and within a group rank-major: every
-// head's longest tile, then every head's next one. Issued head by head (the order before), the
-// causal tiles' unequal lengths leave the last wave to a few long blocks: at B 16, NH 12, T 1024
-// (192 heads, 8 or 16 tiles each, 264 or 528 resident blocks on 132 SMs) a greedy model of the
-// start order (dev/attention_schedule.py) keeps the SMs busy 84% of the kernel's span
-// (forward and dK/dV; dQ 82%) against 97% rank-major by groups of 64 heads (the longest-first
-// rule over all heads; 16 MB of K and V a group, in L2 as before). Any order gives the same
-// results: every output element has one writer.
+// The block's tile rank and head (0 .. gridDim.y - 1) from its linear id, rank-major within
+// balanced groups of at most FA_HEAD_GROUP heads.
 #define FA_HEAD_GROUP 64
 struct FaBlock {
     int rank, head;

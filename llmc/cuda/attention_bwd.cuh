@@ -13,8 +13,7 @@
 // Per row t of head bh (row = bh Tpad + t): Dp = dout . out, L2p = lse log2(e); rows in [T, Tpad)
 // get 0 (the kernels cp.async whole 64-row tiles of both). Half a warp per row, each lane one
 // 16-byte chunk of dout and out (HS / 8 <= 16 chunks; element loads when vec is 0): one pass over
-// both at full width (a lane per element pair read them 2 bytes at a time). Rows come in
-// multiples of 64, so every warp is whole.
+// both at full width. Rows come in multiples of 64, so every warp is whole.
 __global__ void flash_attention_backward_preprocess_kernel(float* Dp, float* L2p, const floatX* dout, const floatX* out,
                                                            const float* lse, int BNH, int T, int Tpad, int NH, int HS,
                                                            int vec) {
@@ -53,11 +52,10 @@ struct FaBwdArgs {
     int T, Tpad, NH, bh0, acc, vec;
 };
 
-// The dS^T tile of (query tile qt, key tile kt <= qt; 64 x 64 each) of this block's head: tiles on or below
-// the diagonal, row by row of query tiles, 64 x 64 bf16 each (row = key, column = query).
-// head: the launch's head (fa_block), its place in the buffer; the offset is
-// 32-bit (the launch's tiles are under 2^32 elements: fa_backward checks), which keeps the
-// dK/dV kernel within its registers.
+// The dS^T tile of (query tile qt, key tile kt <= qt) of this block's head: tiles on or below the
+// diagonal, row by row of query tiles, 64 x 64 bf16 each (row = key, column = query). head: the
+// launch's head (fa_block), its place in the buffer. The offset is 32-bit (the launch's tiles are
+// under 2^32 elements: fa_backward checks), which keeps the dK/dV kernel within its registers.
 __device__ __forceinline__ bf16* fa_ds_tile(const FaBwdArgs& a, int head, int qt, int kt) {
     const unsigned nt = a.Tpad / FA_BN, pairs = nt * (nt + 1) / 2;
     return a.dS + ((unsigned)head * pairs + (unsigned)(qt * (qt + 1) / 2 + kt)) * (unsigned)(FA_BN * FA_BN);

@@ -66,8 +66,8 @@ __device__ __forceinline__ FaCopy fa_copy_plan() {
 // i = tid + FA_THREADS j is row i / CH, chunk column i % CH. Where CH divides FA_THREADS (W 16,
 // 32, 64, 128) a thread's chunks share a column and lie RSTEP rows apart (a multiple of 8: the
 // same swizzle), so the thread's plan (cp: its first chunk) and a source pointer stepped by RSTEP
-// rows address them all: per chunk one IMAD.WIDE and the LDGSTS with an immediate shared offset,
-// and whole tiles (every tile but the last) copy without the zero-fill test.
+// rows address them all: per chunk one address step and the cp.async with an immediate shared
+// offset, and whole tiles (every tile but the last) copy without the zero-fill test.
 template <int ROWS, int W, int LD>
 __device__ __forceinline__ void fa_load_tile(bf16* dst, const bf16* src, size_t stride, int nvalid, int vec, const FaCopy& cp) {
     constexpr int CH = W / 8, N = ROWS * CH / FA_THREADS;
@@ -95,7 +95,7 @@ FA_UNROLL
 }
 // N floats (a multiple of 4, 16-byte aligned) into shared memory by cp.async: one 16-byte copy
 // from each of the first N / 4 threads (no loop: a loop over a thread-dependent count compiles to
-// ~70 instructions of unrolling and remainder handling).
+// unrolling and remainder handling).
 template <int N>
 __device__ __forceinline__ void fa_load_floats(float* dst, const float* src) {
     static_assert(N % 4 == 0 && N / 4 <= FA_THREADS, "one copy a thread");

@@ -151,9 +151,9 @@ FA_UNROLL
     __syncwarp();   // read by every lane before the next sub-step overwrites it
 }
 
-// dK, dV of the block's BK keys (fa_block's rank; 16 MK a warp) of head bh0 + fa_block().head, over the
-// query tiles from the diagonal on that its keys are visible to, the next one copied into the
-// other stage under the current one's math; dS^T tiles to a.dS for the dQ kernel.
+// dK, dV of the block's BK keys (fa_block's rank; 16 MK a warp) of head bh0 + fa_block().head,
+// over the query tiles from the diagonal on that its keys are visible to, the next one copied
+// into the other stage under the current one's math; dS^T tiles to a.dS for the dQ kernel.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_backward_dkv_kernel(FaBwdArgs a) {
     typedef FaCfg<HS> Cf;

@@ -23,10 +23,10 @@ __device__ __forceinline__ void fa_dq_load(bf16* st, const FaBwdArgs& a, const F
 }
 
 // Deterministic dQ of one 64-query tile (fa_block's rank from the last, longest; 16 queries a
-// warp) of head bh0 + fa_block().head: dQ = sum over its key tiles, in order, of dS K, dS from the dK/dV
-// kernel's tiles (ldmatrix .trans of the stored dS^T), K via ldmatrix .trans; double-buffered
-// like the forward. (Min blocks 5 for HS <= 48: fa_block's division took HS 48 from 96 to 104
-// registers, 5 blocks an SM to 4; bounded, it is back at 96 with no spill.)
+// warp) of head bh0 + fa_block().head: dQ = sum over its key tiles, in order, of dS K, dS from the
+// dK/dV kernel's tiles (ldmatrix .trans of the stored dS^T), K via ldmatrix .trans;
+// double-buffered like the forward. Head sizes up to 48 ask for 5 blocks an SM, which their
+// registers allow without a spill; larger ones for 3.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS, HS <= 48 ? 5 : 3) flash_attention_backward_dq_kernel(FaBwdArgs a) {
     typedef FaCfg<HS> Cf;

@@ -19,15 +19,12 @@
 
 // A key tile's softmax runs in CH chunks of 64 / CH keys (NC = 8 / CH n8 tiles each); with CH 2,
 // chunk c + 1's product S = Q K^T is issued between chunk c's row max and its exponentials, in the
-// same basic block, so that a warp's own MUFU.EX2 and FP32 work could overlap its tensor-core work
+// same basic block, so that a warp's own MUFU.EX2 and FP32 work can overlap its tensor-core work
 // (with CH 1 a key tile is three serial phases: QK^T, softmax, PV). Registers as one chunk (the S
 // of both chunks, 64 a lane, live at most as the 64 of one step); a chunk costs one more row max
-// and vote; every K and V fragment still serves the MT query tiles. The build uses FA_CH = 1:
-// dev/fa_cycle_model.py, calibrated on the H200 run, finds the in-warp overlap does not pay at 2
-// warps a scheduler (<64, 2> x1.15-1.25 over the measured kernel, <64, 1> x1.22-1.27: what limits
-// is the two warps' phases, not one warp's chain) and CH 2 has 5% more instructions (more code is
-// the model's other suspect, the instruction cache). attention_bench times both at head size 64
-// (attention_set_forward_chunks): the next GPU run decides, and the loser goes.
+// and vote; every K and V fragment still serves the MT query tiles. Both stay, CH 1 the build's and
+// CH 2 at head size 64 for attention_bench's A/B (attention_set_forward_chunks), until a GPU run
+// times them: llmc/cuda/README.md has the prediction.
 #ifndef FA_CH
 #define FA_CH 1
 #endif
@@ -151,9 +148,9 @@ __device__ __forceinline__ void fa_fwd_load_kv(bf16* sK, const FaHead& hd, int k
 }
 
 // Block = BM query rows of head bh0 + fa_block().head (its rank counts the query tiles from the
-// last, longest), 4 warps of 16 MT rows. Key tiles kt0..kt1: from the one holding the tile's first record
-// start (0 without doc_start) to the diagonal; tile kt + 1 is copied into the other stage while
-// tile kt is multiplied.
+// last, longest), 4 warps of 16 MT rows. Key tiles kt0..kt1: from the one holding the tile's first
+// record start (0 without doc_start) to the diagonal; tile kt + 1 is copied into the other stage
+// while tile kt is multiplied.
 template <int HS, int CH = FA_CH>
 __global__ void __launch_bounds__(FA_THREADS, 2) flash_attention_forward_kernel(floatX* out, float* lse, const floatX* qkv,
                                                                                   const int* doc_start, int T, int NH,

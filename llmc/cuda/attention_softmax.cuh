@@ -43,7 +43,7 @@ FA_UNROLL
 // the same relative rounding). O, l and lse = m + log2 l all use the same m, so the result is the
 // exact softmax either way. The test is warp-uniform (__any_sync): a warp whose rows' maxima stay
 // within the slack skips O's 16 MT FMUL a row half, l's and the 2 MT MUFU of the factors, and PV
-// no longer waits on them. A row's first visible chunk always moves m (from -inf).
+// does not wait on them. A row's first visible chunk always moves m (from -inf).
 #define FA_SLACK 8.0f
 
 // Every row of this warp: m to max(m, mx) (mx: the chunk's row max, base-2 units), O and l scaled

@@ -7,11 +7,9 @@
 // g + 8 of each 16-row accumulator, columns 2t, 2t + 1 (t = l % 4) of each n8 tile, so a row's
 // max and sum are 2 shuffles over the 4 lanes of a quad, and the accumulators of two adjacent n8
 // tiles, packed to bf16, are the A operand of the next product (fa_pack_a: P V, P^T dO, dS^T Q).
-// Shared tiles whose rows are 128 or 256 bytes (HS 64, 128, the 64-wide dS tiles) are
-// XOR-swizzled (16-byte chunk c of row r at c ^ (r % 8)), other widths padded by 16 bytes: the 8
-// rows an ldmatrix reads hit 8 different bank groups either way. A lane's ldmatrix rows are two
-// offsets made once a kernel (fa_lane_off); other 16-column blocks are one XOR or add away
-// (fa_cols), so the loops do no swizzle arithmetic.
+// Shared tiles are XOR-swizzled or padded (fa_swz) so that the 8 rows an ldmatrix reads hit 8
+// different bank groups, and a lane's ldmatrix addresses are two offsets made once a kernel
+// (fa_lane_off), so the loops do no swizzle arithmetic.
 // llmc/cuda/README.md ("Flash attention") has the kernels' figures and the reasoning.
 #ifndef LLMC_CUDA_ATTENTION_TRAITS_CUH
 #define LLMC_CUDA_ATTENTION_TRAITS_CUH
