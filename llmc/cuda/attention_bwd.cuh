@@ -5,6 +5,7 @@
 // kernel (attention_dq.cuh) sums dS K over a query tile's key tiles in a fixed order. Every
 // gradient element has one writer, so the backward is bitwise reproducible. dK and dQ get
 // 1 / sqrt(HS) at the end; results are added to dqkv in fp32 and rounded once.
+// llmc/cuda/README.md ("Flash attention") has the kernels' figures and the scratch's sizes.
 #ifndef LLMC_CUDA_ATTENTION_BWD_CUH
 #define LLMC_CUDA_ATTENTION_BWD_CUH
 

@@ -4,6 +4,7 @@
 // warp's fp32 accumulators leave as bf16 rows (fa_store_rows, added to the output when it
 // accumulates, rounded once). A thread's part of a tile copy is a plan made once a kernel
 // (fa_copy_plan), so each chunk it copies costs one address step and one cp.async.
+// llmc/cuda/README.md ("Flash attention") has the copies' figures.
 #ifndef LLMC_CUDA_ATTENTION_COPY_CUH
 #define LLMC_CUDA_ATTENTION_COPY_CUH
 

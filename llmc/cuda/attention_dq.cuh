@@ -2,6 +2,7 @@
 // A block takes one 64-query tile (16 queries a warp) and sums dQ = dS K over its key tiles in
 // order: the dS^T tiles the dK/dV kernel stored (read by ldmatrix .trans) and K, double-buffered
 // like the forward. One writer an element and a fixed order: dQ is bitwise reproducible.
+// llmc/cuda/README.md ("Flash attention") has the kernel's counts, registers and timings.
 #ifndef LLMC_CUDA_ATTENTION_DQ_CUH
 #define LLMC_CUDA_ATTENTION_DQ_CUH
 

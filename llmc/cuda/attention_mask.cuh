@@ -6,7 +6,7 @@
 // diagonal, and masks element by element only the tiles that cross the diagonal or a record
 // start (the kernels' MASK template flag); the others run unmasked. Three of the tile tests are
 // written out in the kernels (the comments below say which): as calls, nvcc schedules the
-// kernels differently.
+// kernels differently. llmc/cuda/README.md ("Flash attention", packed sequences) has the long form.
 #ifndef LLMC_CUDA_ATTENTION_MASK_CUH
 #define LLMC_CUDA_ATTENTION_MASK_CUH
 

@@ -5,6 +5,7 @@
 // packed as A fragments). Backward (attention_dkv.cuh): P^T = exp2(S^T sl2 - lse2) from the
 // forward's lse (fa_dkv_probs) and dS^T = P^T (dP^T - D) (fa_dkv_dsoft). Every exponential is
 // ex2.approx.ftz (ptx.cuh): a probability below 2^-126 becomes 0 instead of a subnormal.
+// llmc/cuda/README.md ("Flash attention": lazy rescaling) has the long form.
 #ifndef LLMC_CUDA_ATTENTION_SOFTMAX_CUH
 #define LLMC_CUDA_ATTENTION_SOFTMAX_CUH
 
