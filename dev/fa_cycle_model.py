@@ -3,9 +3,10 @@
 
 What it answers: how many cycles a warp's loop iteration (the forward's key tile, the dK/dV
 kernel's query tile) takes when N warps share a sub-partition (SMSP), how busy that keeps the
-tensor pipe, and what that makes of the kernel at the GPT-2 shape; so that a changed
-llmc/cuda/attention.cu can be judged without a GPU. It is a model: the figures below say how far
-it was checked against the one H200 run there is (2026-11-28), and what it could not decide.
+tensor pipe, and what that makes of the kernel at the GPT-2 shape; so that changed kernels
+(llmc/cuda/attention.cu and the attention_*.cuh it includes) can be judged without a GPU. It is a
+model: the figures below say how far it was checked against the one H200 run there is
+(2026-11-28), and what it could not decide.
 
   python3 dev/fa_cycle_model.py [--tree DIR | --cubin X.o | --sass X.sass] [--kernel NAME]
         [--warps 2|3] [--phase inphase|half|free|noisy|all] [--estimate forward|dkv] [--set k=v]

@@ -118,8 +118,9 @@ $(CUDA_CPU_DIR)/mutation/%.o: $(CUDA_CPU_DIR)/mutation/%.cu $(CUDA_CPU_HDRS)
 $(CUDA_CPU_DIR)/mutation/%: $(CUDA_CPU_DIR)/mutation/%.o $(CUDA_CPU_RT) $(LIB)
 	$(CXX) $< $(CUDA_CPU_RT) $(LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
 
-# Flash attention mutants (make test-tsan): llmc/cuda/attention.cu with one barrier deleted (lines
-# marked "(MUTATION-TARGET <name>)") must be reported as a data race by TSan in every order tried:
+# Flash attention mutants (make test-tsan): the flash attention kernels (llmc/cuda/attention.cu
+# and the attention_*.cuh it includes) with one barrier deleted (lines marked
+# "(MUTATION-TARGET <name>)") must be reported as a data race by TSan in every order tried:
 #   fwd-syncthreads      the forward's barrier after each K/V tile's cp.async wait
 #   dkv-syncthreads      the dK/dV kernel's barrier after each query tile's cp.async wait
 #   dkv-ds-syncwarp      the dK/dV kernel's __syncwarp between a warp's dS^T stores into its
@@ -128,21 +129,27 @@ $(CUDA_CPU_DIR)/mutation/%: $(CUDA_CPU_DIR)/mutation/%.o $(CUDA_CPU_RT) $(LIB)
 # (The harness performs a cp.async copy at the issuing thread's wait, so without the barrier the
 # copy's shared-memory write races with other warps' ldmatrix of it, and the next copy into a
 # stage with the reads of the previous tile; the staging's 4-byte stores race with the other
-# lanes' 16-byte loads.) The mutant object goes before the library on the link line, so the
+# lanes' 16-byte loads.) A mutant's folder holds the file with the marked line, less that line,
+# at its path under llmc/, and attention.cu as cuda/attention.cu; -iquote puts the folder before
+# llmc/ for every "cuda/..." include, so that attention.cu compiles with the mutated file in place
+# of the original. The mutant object goes before the library on the link line, so the
 # archive's intact attention.o is never pulled.
 FLASH_MUTANTS := fwd-syncthreads dkv-syncthreads dkv-ds-syncwarp dq-syncthreads
 FLASH_MUT_DIR := $(TREE)/flash/mutants
-$(FLASH_MUT_DIR)/flash_attention_%.cu: llmc/cuda/attention.cu
-	@mkdir -p $(dir $@)
-	@test $$(grep -c '(MUTATION-TARGET $*)' $<) -eq 1 || { echo "expected one line marked (MUTATION-TARGET $*) in $<"; exit 1; }
-	sed '/(MUTATION-TARGET $*)/d' $< > $@
-$(FLASH_MUT_DIR)/flash_attention_%.o: $(FLASH_MUT_DIR)/flash_attention_%.cu $(CUDA_CPU_HDRS)
-	$(CUDA_CPU_EMU_CU) -c $< -o $@
+FLASH_SRCS := llmc/cuda/attention.cu $(wildcard llmc/cuda/attention_*.cuh)
+$(FLASH_MUT_DIR)/%/cuda/attention.cu: $(FLASH_SRCS)
+	@f=$$(grep -l '(MUTATION-TARGET $*)' $(FLASH_SRCS)); \
+	 [ $$(echo $$f | wc -w) -eq 1 ] && [ $$(grep -c '(MUTATION-TARGET $*)' $$f) -eq 1 ] || \
+	     { echo "expected one line marked (MUTATION-TARGET $*) in $(FLASH_SRCS)"; exit 1; }; \
+	 rm -rf $(FLASH_MUT_DIR)/$* && mkdir -p $(dir $@) && sed '/(MUTATION-TARGET $*)/d' $$f > $(FLASH_MUT_DIR)/$*/$${f#llmc/} && \
+	 { [ $$f = llmc/cuda/attention.cu ] || cp llmc/cuda/attention.cu $@; }
+$(FLASH_MUT_DIR)/flash_attention_%.o: $(FLASH_MUT_DIR)/%/cuda/attention.cu $(CUDA_CPU_HDRS)
+	$(CUDA_CPU_EMU_CU) -iquote $(FLASH_MUT_DIR)/$* -c $< -o $@
 $(FLASH_MUT_DIR)/test_flash_%: $(FLASH_MUT_DIR)/flash_attention_%.o $(TREE)/test/test_cuda_flash_attention
 	$(CXX) $(TREE)/test/test_cuda_flash_attention.o $< $(CUDA_CPU_RT) $(CPUREF_LIB) $(CUDA_CPU_EMU_LIB) -o $@ $(LDFLAGS) $(HOST_LIBS)
 
 .PRECIOUS: $(CUDA_CPU_DIR)/%.o $(CUDA_CPU_DIR)/mutation/%_nosync.cu $(CUDA_CPU_DIR)/mutation/%.o \
-    $(FLASH_MUT_DIR)/flash_attention_%.cu $(FLASH_MUT_DIR)/flash_attention_%.o
+    $(FLASH_MUT_DIR)/%/cuda/attention.cu $(FLASH_MUT_DIR)/flash_attention_%.o
 
 # ---- what the suite gets
 ifeq ($(NO_CUDA_HARNESS),1)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Static check of the flash attention kernels' machine code (llmc/cuda/attention.cu) against a
-# committed budget (test/attention_sass_budget.txt), for each GPU architecture of the build
-# (CUDA_ARCHS, sm_80 and sm_90): compiled as the build compiles it, disassembled with cuobjdump,
-# every instantiation of the forward, dK/dV and dQ kernels (8 head sizes each; the forward at head
-# size 64 also in its other softmax chunking, attention.cu FA_CH) must
+# Static check of the flash attention kernels' machine code (llmc/cuda/attention.cu and the
+# attention_*.cuh kernels it includes) against a committed budget (test/attention_sass_budget.txt),
+# for each GPU architecture of the build (CUDA_ARCHS, sm_80 and sm_90): compiled as the build
+# compiles it, disassembled with cuobjdump, every instantiation of the forward, dK/dV and dQ
+# kernels (8 head sizes each; the forward at head size 64 also in its other softmax chunking,
+# attention_fwd.cuh FA_CH) must
 #   - run its products on the tensor cores' documented layouts: HMMA.16816.F32.BF16 (mma.sync
 #     m16n8k16 bf16 -> fp32), fed by LDSM (ldmatrix) from shared memory, filled by LDGSTS (cp.async);
 #   - touch no local memory: no LDL / STL (a spill, or an array indexed at run time);
@@ -13,8 +14,8 @@
 #     reads), global stores by width (dK/dV's dS: 16-byte), registers, blocks an SM by registers.
 # An iteration is counted along its steady-state path through the loop's control flow: the most
 # HMMA, then the most LDGSTS (the next tile's copy issued), then the fewest instructions (the
-# unmasked branch, the forward's tiles without a rescale of O: attention.cu's lazy rescaling); a
-# diverged warp's out-of-line shuffle code (BRA.DIV) is not on it.
+# unmasked branch, the forward's tiles without a rescale of O: attention_softmax.cuh's lazy
+# rescaling); a diverged warp's out-of-line shuffle code (BRA.DIV) is not on it.
 #   bash test/check_attention_sass.sh                  the check (make test)
 #   bash test/check_attention_sass.sh --write-budget   rewrite the budget from the figures of this
 #                                                      source and compiler, plus the margins below

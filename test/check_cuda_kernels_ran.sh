@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Every __global__ kernel in llmc/cuda/*.cu must have been executed by the CUDA-on-CPU harness
-# in test_cuda_ops or one of the harness tests in test/cuda/: CI has no GPU, so a kernel that has
-# not run under the harness has not run at all. Runs them with the harness' launch log on
+# Every __global__ kernel in llmc/cuda/*.cu and *.cuh must have been executed by the CUDA-on-CPU
+# harness in test_cuda_ops or one of the harness tests in test/cuda/: CI has no GPU, so a kernel
+# that has not run under the harness has not run at all. Runs them with the harness' launch log on
 # (CUDA_CPU_VERBOSE=1) and compares the launched kernel names with the kernels defined in the
 # sources. (Other fiber orders: the harness' orders.sh reruns test_cuda_ops.)
 set -u
@@ -10,8 +10,8 @@ BUILD="${BUILD:-build/cpu}"
 prog="$BUILD/test/test_cuda_ops"
 [ -x "$prog" ] || { echo "FAIL: $prog not built"; exit 1; }
 # (a kernel's name is the identifier before its parameter list, __launch_bounds__(...) set aside)
-defined=$(sed -E 's/__launch_bounds__\([^)]*\)//g' llmc/cuda/*.cu | grep -o '__global__[^(]*(' | sed -E 's/.*[[:space:]]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*\($/\1/' | sort -u)
-[ -n "$defined" ] || { echo "FAIL: found no __global__ kernels in llmc/cuda/*.cu"; exit 1; }
+defined=$(sed -E 's/__launch_bounds__\([^)]*\)//g' llmc/cuda/*.cu llmc/cuda/*.cuh | grep -o '__global__[^(]*(' | sed -E 's/.*[[:space:]]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*\($/\1/' | sort -u)
+[ -n "$defined" ] || { echo "FAIL: found no __global__ kernels in llmc/cuda/*.cu, *.cuh"; exit 1; }
 if [ "${SAN:-}" = "1" ]; then
   echo "skip: kernel coverage is checked in the plain pass (same program, same launches)"; exit 0
 fi
@@ -31,5 +31,5 @@ for k in $defined; do
   if grep -qx "$k" <<<"$ran"; then echo "ran kernel: $k"; else echo "MISSING $k (defined in llmc/cuda but never launched under the harness)"; missing=1; fi
 done
 n=$(wc -w <<<"$defined")
-[ $missing -eq 0 ] && echo "all $n kernels in llmc/cuda/*.cu ran under the harness"
+[ $missing -eq 0 ] && echo "all $n kernels in llmc/cuda/*.cu, *.cuh ran under the harness"
 exit $missing

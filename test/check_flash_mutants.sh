@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # TSan mutation check of the flash attention kernels (make test-tsan, see mk/harness.mk): each
-# mutant (llmc/cuda/attention.cu without the barrier marked "(MUTATION-TARGET <name>)")
-# runs one shape (FLASH_TEST_QUICK=1) with 2 OS threads in two fiber orders and must be reported
-# as a data race inside a flash attention kernel every time.
+# mutant (llmc/cuda/attention.cu and its attention_*.cuh kernels without the barrier marked
+# "(MUTATION-TARGET <name>)") runs one shape (FLASH_TEST_QUICK=1) with 2 OS threads in two fiber
+# orders and must be reported as a data race inside a flash attention kernel every time.
 set -u
 BUILD="${BUILD:-build/cpu-tsan}"
 export CUDA_CPU_THREADS=2 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 FLASH_TEST_QUICK=1
