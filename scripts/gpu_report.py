@@ -287,7 +287,7 @@ def attention_rows(rep):
         if not m or t["tflops"] is None:
             continue
         row = rows.setdefault(int(m.group(1)), {})
-        # the forward's other softmax chunking (attention.cu FA_CH: the A/B a GPU run decides)
+        # the forward's other softmax chunking (attention_fwd.cuh FA_CH: the A/B a GPU run decides)
         if t["what"].startswith("forward flash, ") and "softmax step" in t["what"]:
             row["ours_fwd_1step"] = t["tflops"]
         elif t["what"].startswith("forward flash") and "ours_fwd" not in row:

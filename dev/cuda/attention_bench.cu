@@ -347,7 +347,7 @@ static void run_shape(int B, int T, int NH, int HS, int iters) {
     check_against("flash", out, lse, out0, lse0, T, NH, HS);
     float ms_fwd = dev_time_ms([&] { cuda_attention_forward(out, lse, qkv, NULL, B, T, C, NH); }, iters);
     report("forward flash (mma.sync)", T, ms_fwd, fwd_flops, fwd_bytes);
-    if (HS == 64) {   // the forward's other softmax chunking (attention.cu, FA_CH): the A/B a GPU run decides
+    if (HS == 64) {   // the forward's other softmax chunking (attention_fwd.cuh, FA_CH): the A/B a GPU run decides
         const int other = 3 - FA_CH;
         char what[80];
         snprintf(what, sizeof(what), "forward flash, %d softmax step%s a key tile (FA_CH A/B)", other, other > 1 ? "s" : "");

@@ -393,13 +393,10 @@ void ckpt_prune(const char* dir, int keep, long protect) {
 // write): a checkpoint's, a marker, the record, the log, the stored reference of DPO / IPO
 // (reflogps.h), or one of the model and adapter directories' files (run_outputs.h).
 static int is_our_tmp(const char* name) {
-    const char* t = NULL;
-    for (const char* q = strstr(name, ".tmp."); q; q = strstr(q + 1, ".tmp.")) t = q;
-    if (!t || t == name || !t[5]) return 0;
-    for (const char* p = t + 5; *p; p++) if (*p < '0' || *p > '9') return 0;
+    const size_t bl = atomic_tmp_base_len(name);
     char base[256];
-    if ((size_t)(t - name) >= sizeof(base)) return 0;
-    snprintf(base, sizeof(base), "%.*s", (int)(t - name), name);
+    if (!bl || bl >= sizeof(base)) return 0;
+    snprintf(base, sizeof(base), "%.*s", (int)bl, name);
     int rank;
     if (ckpt_file_step(base, &rank) >= 0 || parse_step_name(base, "DONE_", "") >= 0 || parse_step_name(base, "PENDING_", "") >= 0) return 1;
     static const char* const OUTPUT_FILES[] = {

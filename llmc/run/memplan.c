@@ -624,19 +624,22 @@ static void plan_ref_model(Ledger* l, const PlanSpec* s, const PlanBackend* b) {
     }
 }
 
-// The stored reference of DPO and IPO: every pair's log-probabilities, held to the end of the
-// run: computed (reflogps_compute: the chosen and rejected sums and the count that checks each
-// pair was scored once, 3 doubles a pair) with the policy before its first step (train_gpt2) or
-// with --ref-model's model, or read back on resume (2 doubles a pair).
+// The stored reference of DPO and IPO: every pair's log-probabilities (2 doubles a pair), held
+// to the end of the run: computed (reflogps_compute: with the count that checks each pair was
+// scored once, 3 doubles a pair while it scores, the counts freed after) with the policy before
+// its first step (train_gpt2) or with --ref-model's model, or read back on resume.
 static void plan_reference(Ledger* l, const PlanSpec* s, const PlanBackend* b) {
     if (!s->ref_stored) return;
     if (s->ref_pass && s->ref_model) plan_ref_model(l, s, b);
-    led_add(l, PLAN_HOST, "reference log-probabilities", (size_t)s->pairs * (s->ref_pass ? 3 : 2) * sizeof(double), 0,
+    const size_t counts = s->ref_pass ? (size_t)s->pairs * sizeof(double) : 0;
+    led_add(l, PLAN_HOST, "reference log-probabilities", (size_t)s->pairs * 2 * sizeof(double) + counts, 0,
             "%lld pairs", (long long)s->pairs);
-    if (!s->ref_pass || !s->ref_model) return;
-    const char* ref[] = {"reference parameters", "reference activations", "reference logits", "reference backward scratch",
-                         "reference batch", "reference batch (host)"};
-    for (size_t i = 0; i < sizeof(ref) / sizeof(ref[0]); i++) led_free(l, ref[i]);
+    if (s->ref_pass && s->ref_model) {
+        const char* ref[] = {"reference parameters", "reference activations", "reference logits", "reference backward scratch",
+                             "reference batch", "reference batch (host)"};
+        for (size_t i = 0; i < sizeof(ref) / sizeof(ref[0]); i++) led_free(l, ref[i]);
+    }
+    led_shrink(l, "reference log-probabilities", counts);
 }
 
 // The first step: every buffer written; the backend's scratch and the collectives' buffers grow.
@@ -748,8 +751,16 @@ static void plan_checkpoint(Ledger* l, const Shape* h, const PlanSpec* s, const 
 // The final outputs (outputs_save, rank 0; --keep-best writes the same into best/): the model in
 // fp32 on the host (in place on the CPU) and its writers (model.bin as the last checkpoint's file
 // needs neither), or
-// the adapter, its GGUF (the adapter's tensors again) and with --merge the merged model (the
-// adapter's tensors beside the model while they are merged in).
+// the adapter, its GGUF (the adapter's tensors again) and with --merge the merged model: the base
+// read again in fp32 from --model (through a transpose buffer from safetensors) and the saved
+// adapter read back into it (llmc/run/run_outputs.c outputs_merged: its parameters, gradients and
+// masks as train_lora holds them, the reader's host copy and the merge's).
+static void plan_merge_input(Ledger* l, const Shape* h, const PlanSpec* s) {
+    const size_t C = (size_t)s->cfg.channels, n = h->lm->total + h->lm->masks_n;
+    if (s->source == PLAN_SRC_HF) led_while(l, "transpose buffer", 4 * C * C * sizeof(float), "the base read again: its largest Conv1D weight");
+    led_while(l, "adapter read back", (2 * n + 2 * h->lm->total) * sizeof(float), "parameters, gradients, masks, two host copies");
+}
+
 static void plan_outputs(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBackend* b) {
     l->phase = "saving the model";
     plan_gather(l, h, s, b, 1);
@@ -761,7 +772,8 @@ static void plan_outputs(Ledger* l, const Shape* h, const PlanSpec* s, const Pla
     if (s->rank == 0 && (!s->lora || s->merge) && model) {
         const int copy = s->lora || !in_place(s, b);
         if (copy) led_add(l, PLAN_HOST, "model being written", h->pt.total * sizeof(float), 0, "fp32");
-        if (s->lora) led_while(l, "adapter being merged", h->lm->total * sizeof(float), "fp32");
+        if (s->lora && !s->qlora) plan_merge_input(l, h, s);
+        if (s->lora && s->qlora) led_while(l, "adapter being merged", h->lm->total * sizeof(float), "fp32");
         plan_writers(l, h, s, s->save_hf, s->save_gguf);
         if (copy) led_free(l, "model being written");
     }

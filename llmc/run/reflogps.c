@@ -41,7 +41,8 @@ void reflogps_compute(RefLogps* r, GPT2* m, PrefWork* w, DataLoader* dl, Comm* c
     for (int64_t i = 0; i < np; i++)
         if (acc[2 * np + i] != 1.0)
             fatal("this is a bug in llmc", "pair %lld was scored %g times for the reference log-probabilities", (long long)i, acc[2 * np + i]);
-    r->logp = acc; // (the counts after the values are not read again)
+    double* vals = (double*)realloc(acc, (size_t)(2 * np + 1) * sizeof(double)); // the values: the counts go
+    r->logp = vals ? vals : acc;
     free(in); free(tg); free(ds); free(pairs); free(ids); free(seqs);
 }
 
