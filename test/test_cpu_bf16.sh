@@ -1,12 +1,13 @@
 #!/bin/bash
-# The CPU backend's bf16 mode (--dtype bf16: bf16 GEMMs with fp32 accumulation through oneDNN, the
+# The CPU backend's bf16 mode (--dtype bf16: bf16 GEMMs with fp32 accumulation, through oneDNN, the
 # frozen base of LoRA held in bf16):
 # - the model tests with their "bf16" argument against the transformers / PEFT / bitsandbytes
 #   references with the CUDA backend's bf16 tolerances (full fine-tuning, LoRA, QLoRA, the
 #   preference objectives against TRL);
 # - the trainers: --dtype auto / fp32 / bf16 as the banner reports them (auto with LLMC_CPU_BF16=0
 #   too), a LoRA run in bf16 with its merged export, and --profile's table.
-# The model tests are skipped where the CPU has no native bf16 (oneDNN would emulate it slowly).
+# The model tests are skipped where the CPU has no native bf16 (its bf16 GEMMs widen to fp32:
+# test_ops checks that path).
 source "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build/cpu}
 native=0

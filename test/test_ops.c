@@ -12,6 +12,7 @@
 #include <string.h>
 #include <omp.h>
 #include "ops/ops.h"
+#include "cpu/gemm.h"
 #include "cpu/vecmath.h"
 #include "base/bf16.h"
 #include "test/test.h"
@@ -619,6 +620,43 @@ static void test_matmul_bf16(int N, int C, int OC) {
     free(ind); free(wd); free(bd); free(want);
 }
 
+// cpu_gemm_bf16_widen (the bf16 GEMM of a CPU without a bf16 matmul) with a buffer small enough
+// to split K, N and M into several panels, every orientation, with and without accumulating,
+// against a double reference of the bf16 operands; then cpu_gemm_bf16 itself (oneDNN's, or the
+// widened one where there is no bf16 matmul) on the same operands.
+static void test_gemm_widen(int M, int N, int K, size_t buf_floats) {
+    const size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+    float *a = frandbuf(na, -1, 1), *b = frandbuf(nb, -1, 1), *c0 = frandbuf(nc, -1, 1);
+    uint16_t *a16 = malloc(na * sizeof(uint16_t)), *b16 = malloc(nb * sizeof(uint16_t));
+    for (size_t i = 0; i < na; i++) a16[i] = bf16_from_f32(a[i]);
+    for (size_t i = 0; i < nb; i++) b16[i] = bf16_from_f32(b[i]);
+    float *buf = malloc(buf_floats * sizeof(float)), *got = malloc(nc * sizeof(float));
+    double* want = dbuf(nc);
+    for (int o = 0; o < 8; o++) {
+        const int ta = o & 1, tb = o >> 1 & 1, acc = o >> 2;
+        const int lda = ta ? M : K, ldb = tb ? K : N;
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double sum = acc ? c0[(size_t)m * N + n] : 0.0;
+                for (int k = 0; k < K; k++)
+                    sum += (double)bf16_to_f32(ta ? a16[(size_t)k * lda + m] : a16[(size_t)m * lda + k]) *
+                           bf16_to_f32(tb ? b16[(size_t)n * ldb + k] : b16[(size_t)k * ldb + n]);
+                want[(size_t)m * N + n] = sum;
+            }
+        char what[128];
+        for (int way = 0; way < 2; way++) {
+            memcpy(got, c0, nc * sizeof(float));
+            if (way) cpu_gemm_bf16(ta, tb, M, N, K, a16, lda, b16, ldb, acc, got);
+            else cpu_gemm_bf16_widen(ta, tb, M, N, K, a16, lda, b16, ldb, acc, got, buf, buf_floats);
+            snprintf(what, sizeof(what), "%s M=%d N=%d K=%d ta=%d tb=%d acc=%d", way ? "cpu_gemm_bf16" : "cpu_gemm_bf16_widen",
+                     M, N, K, ta, tb, acc);
+            close_fd(what, got, want, nc, 1e-5, 1e-6 * sqrt((double)K) / (maxabs_d(want, nc) + 1e-30));
+        }
+    }
+    free(a16); free(b16); free(buf); free(got); free(want);
+    ops_free(a); ops_free(b); ops_free(c0);
+}
+
 // ----------------------------------------------------------------------------
 // attention
 
@@ -1069,16 +1107,18 @@ int main(int argc, char** argv) {
     test_classifier_shape(7, 50257, 50304, 20.0f);
     test_classifier_train(3, 8, 50, 64, 0);       // one block
     test_classifier_train(1100, 24, 500, 512, 0); // blocks of 512, 512 and 76 rows
+    // bf16 GEMMs run on every CPU: oneDNN's where it has a bf16 matmul, widened to fp32 elsewhere
     const char* why;
-    if (ops_bf16_native(&why)) test_classifier_train(1100, 24, 500, 512, 1);
-    else printf("skip classifier_train in bf16: %s\n", why);
-    if (ops_bf16_native(&why)) {
-        test_matmul_bf16(1, 100, 131);  // one row: tail of 4 and a one-row remainder
-        test_matmul_bf16(1, 768, 2304); // one row, threaded
-        test_matmul_bf16(3, 100, 131);  // rows: oneDNN
-        test_matmul_forward_acc(1, 8, 2304, 1);
-        test_matmul_forward_acc(67, 8, 250, 1);
-    } else printf("skip matmul in bf16: %s\n", why);
+    printf("bf16 GEMMs: %s (%s)\n", cpu_gemm_bf16_widened() ? "widened to fp32" : "oneDNN", ops_bf16_native(&why) ? "native" : why);
+    test_gemm_widen(37, 45, 600, 1024);  // K panels of 256, 256, 88; N and M blocks of 2
+    test_gemm_widen(5, 300, 7, 1024);    // one K panel of 7; N blocks of 73
+    test_gemm_widen(3, 4, 0, 1024);      // K = 0: C zeroed, or kept when accumulating
+    test_classifier_train(1100, 24, 500, 512, 1);
+    test_matmul_bf16(1, 100, 131);  // one row: tail of 4 and a one-row remainder
+    test_matmul_bf16(1, 768, 2304); // one row, threaded
+    test_matmul_bf16(3, 100, 131);  // rows: a GEMM
+    test_matmul_forward_acc(1, 8, 2304, 1);
+    test_matmul_forward_acc(67, 8, 250, 1);
     test_adamw(0);
     test_adamw(1);
     test_reductions();

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <omp.h>
 #include <cblas.h>
+#include "cpu/gemm.h"
 #include "cpu/ops_cpu.h"
 #include "base/check.h"
 
@@ -179,7 +180,8 @@ void cpu_ops_set_deterministic(int on) { (void)on; } // every CPU op is determin
 
 OpsCaps cpu_ops_caps(void) {
     // fp32 parameters: AdamW updates them directly; attention keeps packed records apart
-    OpsCaps caps = { OPS_F32, sizeof(float), 0, 1 };
+    OpsCaps caps = { OPS_F32, sizeof(float), 0, 1, 0 };
+    if (cpu_ops_gemm_dtype() == OPS_BF16 && cpu_gemm_bf16_widened()) caps.gemm_widen_bytes = CPU_GEMM_WIDEN_BYTES;
     return caps;
 }
 

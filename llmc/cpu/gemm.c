@@ -12,13 +12,18 @@
 //
 // Primitives are created once per shape and orientation and kept (a training step has ~15
 // distinct GEMMs); the accumulating ones (backward: += into gradients) use oneDNN's sum post-op.
+// On a CPU where oneDNN has no bf16 matmul (no AVX-512: it reports "unimplemented"), the bf16
+// operands are widened to fp32 in panels and multiplied by OpenBLAS' sgemm: bf16 products are
+// exact in fp32, so the result is the same bf16-operand, fp32-accumulate GEMM.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include "cpu/gemm.h"
 #include "cpu/gemv.h"
 #include "cpu/ops_cpu.h"
+#include "base/bf16.h"
 #include "base/check.h"
 
 #define dnnlCheck(x) dnnl_check((x), #x, __FILE__, __LINE__)
@@ -50,11 +55,30 @@ static void gemm_descs(GemmPrim* g) {
     dnnlCheck(dnnl_memory_desc_init_by_tag(&g->c, 2, cd, dnnl_f32, dnnl_ab));
 }
 
+static void gemm_engine(void) {
+    if (engine) return;
+    dnnlCheck(dnnl_engine_create(&engine, dnnl_cpu, 0));
+    dnnlCheck(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
+}
+
+int cpu_gemm_bf16_widened(void) {
+    static int probed = -1;
+    if (probed >= 0) return probed;
+    gemm_engine();
+    GemmPrim g = {0, 0, 16, 16, 16, 16, 16, 0, NULL, {0}, {0}, {0}};
+    gemm_descs(&g);
+    dnnl_matmul_desc_t md;
+    dnnlCheck(dnnl_matmul_desc_init(&md, &g.a, &g.b, NULL, &g.c));
+    dnnl_primitive_desc_t pd;
+    const dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL);
+    if (st == dnnl_success) dnnl_primitive_desc_destroy(pd);
+    else if (st != dnnl_unimplemented) dnnlCheck(st);
+    probed = st == dnnl_unimplemented;
+    return probed;
+}
+
 static void gemm_create(GemmPrim* g) {
-    if (!engine) {
-        dnnlCheck(dnnl_engine_create(&engine, dnnl_cpu, 0));
-        dnnlCheck(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags));
-    }
+    gemm_engine();
     gemm_descs(g);
     dnnl_matmul_desc_t md;
     dnnlCheck(dnnl_matmul_desc_init(&md, &g->a, &g->b, NULL, &g->c));
@@ -92,11 +116,72 @@ static GemmPrim* gemm_lookup(int ta, int tb, int M, int N, int K, int lda, int l
     return g;
 }
 
+// op(X)[r, c] of a bf16 matrix X with leading dimension ld, widened to fp32
+static inline float gemm_at(const uint16_t* X, int ld, int t, int r, int c) {
+    return bf16_to_f32(t ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c]);
+}
+
+// Widens op(X)[r0 + i, c0 + j] for i < rows, j < cols into out (row-major, rows x cols)
+static void gemm_widen_block(const uint16_t* X, int ld, int t, int r0, int c0, int rows, int cols, float* out) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) out[(size_t)i * cols + j] = gemm_at(X, ld, t, r0 + i, c0 + j);
+}
+
+void cpu_gemm_bf16_widen(int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,
+                         const uint16_t* B, int ldb, int accumulate, float* C, float* buf, size_t buf_floats) {
+    if (K == 0) {
+        if (!accumulate) for (int m = 0; m < M; m++) memset(C + (size_t)m * N, 0, (size_t)N * sizeof(float));
+        return;
+    }
+    // the buffer's halves: a B panel of kb x nb, an A block of mb x kb
+    const size_t half = buf_floats / 2;
+    const int kb = K < 256 ? K : 256;
+    if (half < (size_t)kb) fatal("this is a bug in llmc", "a bf16 widening buffer of %zu floats", buf_floats);
+    const int nb = (size_t)N < half / kb ? N : (int)(half / kb), mb = (size_t)M < half / kb ? M : (int)(half / kb);
+    float* bp = buf;
+    float* ap = buf + half;
+    for (int k0 = 0; k0 < K; k0 += kb) {
+        const int kn = K - k0 < kb ? K - k0 : kb;
+        const float beta = accumulate || k0 > 0 ? 1.0f : 0.0f;
+        for (int n0 = 0; n0 < N; n0 += nb) {
+            const int nn = N - n0 < nb ? N - n0 : nb;
+            gemm_widen_block(B, ldb, tb, k0, n0, kn, nn, bp);
+            for (int m0 = 0; m0 < M; m0 += mb) {
+                const int mm = M - m0 < mb ? M - m0 : mb;
+                gemm_widen_block(A, lda, ta, m0, k0, mm, kn, ap);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mm, nn, kn, 1.0f, ap, kn, bp, nn, beta,
+                            C + (size_t)m0 * N + n0, N);
+            }
+        }
+    }
+}
+
+// The widened path's buffer: allocated and written once, so it is resident from the first GEMM
+// on, as the memory plan counts it
+static float* widen_buf(void) {
+    static float* buf;
+    if (!buf) {
+        buf = malloc(CPU_GEMM_WIDEN_BYTES);
+        if (!buf) fatal("free memory or run with --dtype fp32", "out of memory: %d MiB for the bf16 GEMMs' fp32 panels", (int)(CPU_GEMM_WIDEN_BYTES >> 20));
+        memset(buf, 0, CPU_GEMM_WIDEN_BYTES);
+    }
+    return buf;
+}
+
 void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,
                    const uint16_t* B, int ldb, int accumulate, float* C) {
     if (M == 0 || N == 0) return;
     // one row times a weight held [N, K] (generation with the KV cache): llmc/cpu/gemv.c
     if (M == 1 && !ta && tb && !accumulate && cpu_gemv_bf16(N, K, A, B, ldb, C)) return;
+    if (K == 0) { // (oneDNN divides by K): C = 0, or C as it is
+        cpu_gemm_bf16_widen(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, NULL, 0);
+        return;
+    }
+    if (cpu_gemm_bf16_widened()) {
+        cpu_gemm_bf16_widen(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, widen_buf(), CPU_GEMM_WIDEN_BYTES / sizeof(float));
+        return;
+    }
     GemmPrim* g = gemm_lookup(ta, tb, M, N, K, lda, ldb, accumulate ? 1 : 0);
     dnnl_memory_t ma, mb, mc;
     dnnlCheck(dnnl_memory_create(&ma, &g->a, engine, (void*)A));

@@ -1,7 +1,7 @@
-// CPU backend: GEMMs in bf16 with fp32 accumulation, through oneDNN (llmc/cpu/gemm.c). Internal
-// to llmc/cpu/. The CPU ops linked as the CUDA op tests' reference (libcpu_ops.a, which travels
-// to GPU machines without oneDNN) get llmc/cpu/gemm_refonly.c instead: those tests never switch
-// the CPU backend to bf16.
+// CPU backend: GEMMs in bf16 with fp32 accumulation, through oneDNN, or widened to fp32 where
+// oneDNN has no bf16 matmul (llmc/cpu/gemm.c). Internal to llmc/cpu/. The CPU ops linked as the
+// CUDA op tests' reference (libcpu_ops.a, which travels to GPU machines without oneDNN) get
+// llmc/cpu/gemm_refonly.c instead: those tests never switch the CPU backend to bf16.
 #ifndef LLMC_CPU_GEMM_H
 #define LLMC_CPU_GEMM_H
 
@@ -16,6 +16,15 @@ extern "C" {
 // patterns with leading dimensions lda / ldb (op = transpose when ta / tb), C fp32 with ldc = N.
 void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,
                    const uint16_t* B, int ldb, int accumulate, float* C);
+
+// Whether this CPU's oneDNN lacks a bf16 matmul (probed once; gemm_refonly.c: no), so that
+// cpu_gemm_bf16 goes through cpu_gemm_bf16_widen with a buffer of CPU_GEMM_WIDEN_BYTES.
+int cpu_gemm_bf16_widened(void);
+#define CPU_GEMM_WIDEN_BYTES ((size_t)16 << 20)
+// The same GEMM with the bf16 operands widened to fp32 in panels held in buf (buf_floats floats,
+// at least 512; none when K = 0) and multiplied by sgemm.
+void cpu_gemm_bf16_widen(int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,
+                         const uint16_t* B, int ldb, int accumulate, float* C, float* buf, size_t buf_floats);
 
 #ifdef __cplusplus
 }

@@ -10,3 +10,5 @@ void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t* A, int l
     fatal("this is a bug in llmc", "a bf16 GEMM (%d x %d x %d) in a program linked with the CPU "
           "ops as a reference only (no oneDNN)", M, N, K);
 }
+
+int cpu_gemm_bf16_widened(void) { return 0; }

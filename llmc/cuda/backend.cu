@@ -91,7 +91,7 @@ extern "C" void cuda_ops_init(int threads) {
 
 extern "C" OpsCaps cuda_ops_caps(void) {
     // bf16 parameters: fp32 master weights; the attention kernels keep packed records apart
-    OpsCaps caps = { OPS_BF16, sizeof(floatX), 1, 1 };
+    OpsCaps caps = { OPS_BF16, sizeof(floatX), 1, 1, 0 };
     return caps;
 }
 

@@ -72,6 +72,8 @@ typedef struct {
                             // and writes them back rounded (bf16 parameters)
     int doc_attention;      // 1: attention_forward / attention_backward keep packed records apart
                             // (doc_start); 0: they refuse doc_start (the trainer refuses packed data)
+    size_t gemm_widen_bytes; // CPU: the fp32 panels bf16 GEMMs are widened into where the CPU has
+                            // no bf16 matmul (llmc/cpu/gemm.h), once bf16 GEMMs are on; else 0
 } OpsCaps;
 OpsCaps ops_caps(void);
 void* ops_alloc(size_t bytes);        // device memory on CUDA, aligned host memory on CPU

@@ -65,6 +65,7 @@ void memplan_backend_this(PlanBackend* b) {
     else memplan_backend_cpu(b, ops_gemm_dtype() == OPS_BF16);
     b->X = c.floatx_bytes;
     b->master = c.master_weights;
+    b->gemm_widen = c.gemm_widen_bytes;
 }
 
 void memplan_spec_init(PlanSpec* s, const GPT2Config* cfg) {
@@ -568,6 +569,13 @@ static void cpu_gemm_slots(const Shape* h, const PlanSpec* s, size_t slot[4]) {
 
 static size_t slots_bytes(const size_t slot[4]) { return (slot[0] + slot[1] + slot[2] + slot[3]) * sizeof(uint16_t); }
 
+// The fp32 panels of a CPU without a bf16 matmul: written at its first bf16 GEMM, kept
+static void led_widen(Ledger* l, const PlanBackend* b) {
+    if (!b->gemm_widen) return;
+    for (int i = 0; i < l->n; i++) if (l->e[i].live && strcmp(l->e[i].name, "bf16 widening panels") == 0) return;
+    led_add(l, PLAN_BACKEND, "bf16 widening panels", b->gemm_widen, 0, "fp32 copies of bf16 operands (llmc/cpu/gemm.c)");
+}
+
 // Sets a live buffer (a backend's scratch that only grows) to at least bytes, written now.
 static void led_grow(Ledger* l, const char* name, size_t bytes) {
     for (int i = 0; i < l->n; i++)
@@ -621,6 +629,7 @@ static void plan_ref_model(Ledger* l, const PlanSpec* s, const PlanBackend* b) {
         for (int i = 0; i < 4; i++) if (slot[i] > l->slot[i]) l->slot[i] = slot[i];
         led_remove(l, "GEMM operand scratch");
         led_add(l, PLAN_BACKEND, "GEMM operand scratch", slots_bytes(l->slot), 0, "bf16 copies (llmc/cpu/matmul.c, classifier.c)");
+        led_widen(l, b);
     }
 }
 
@@ -651,6 +660,7 @@ static void plan_first_step(Ledger* l, const Shape* h, const PlanSpec* s, const 
         for (int i = 0; i < 4; i++) if (l->slot[i] > slot[i]) slot[i] = l->slot[i];
         led_remove(l, "GEMM operand scratch");
         led_add(l, PLAN_BACKEND, "GEMM operand scratch", slots_bytes(slot), 1, "bf16 copies (llmc/cpu/matmul.c, classifier.c)");
+        led_widen(l, b);
     }
     if (b->blas && !s->lora) {
         const size_t N = (size_t)s->B * s->T, rows = cls_written(s, N < OPS_CPU_CLS_ROWS ? N : OPS_CPU_CLS_ROWS);

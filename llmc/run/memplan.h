@@ -35,6 +35,7 @@ typedef struct {
     size_t X;             // bytes of floatX: parameters, gradients, activations
     int master;           // the optimizer keeps fp32 master weights
     int bf16_gemm;        // CPU: GEMMs in bf16 (operand scratch; LoRA's frozen base held in bf16)
+    size_t gemm_widen;    // CPU without a bf16 matmul: the fp32 panels its bf16 GEMMs widen into
     size_t runtime;       // what the process holds besides the run's buffers: CPU the libraries and
                           // threads (measured, MEMPLAN_CPU_RUNTIME); GPU the reserve for cuBLASLt,
                           // NCCL and the ops' small scratch (memplan_backend_cuda)
