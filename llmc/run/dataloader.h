@@ -92,7 +92,7 @@ typedef struct {
                                // a file of reference log-probabilities belongs to (llmc/run/reflogps.h)
 } DataLoader;
 
-// pattern: a file, a glob ("data/x_train_*.bin") or several separated by commas.
+// pattern: a file, a glob ("data/mine/x_train_*.bin") or several separated by commas.
 void dl_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int world,
              int vocab_size, int shuffle, uint64_t seed);
 // The same for evaluation: no shuffling, every target read once an epoch (partial last chunks).
