@@ -8,7 +8,7 @@
 //    rows the lanes give in a scrambled order (rows need not be contiguous), bit-exact, per the
 //    ISA's thread-to-row table and fragment figure ("Warp-level matrix load instruction:
 //    ldmatrix"); registers beyond .num stay untouched;
-//  - the recipes of ptx.cuh's comment: A by ldmatrix.x4, B from an n-major tile by x2 and from a
+//  - llmc/cuda/README.md's recipes: A by ldmatrix.x4, B from an n-major tile by x2 and from a
 //    k-major tile by x2.trans, and an accumulator repacked as the next A (FlashAttention's P),
 //    against host products;
 //  - cp.async: data not there before its wait_group, there after; wait_group N leaves the newest
