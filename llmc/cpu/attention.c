@@ -314,7 +314,7 @@ void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, co
     const int Tp = ((T + BQ - 1) / BQ) * BQ;   // row count of the per-head buffers, whole tiles
     #pragma omp parallel
     {
-        // per-thread, per-head contiguous copies: strided in-place access measured slower
+        // per-thread, per-head contiguous copies: strided in-place access is slower
         float* Qh = (float*)cpu_ops_alloc((size_t)Tp * HS * sizeof(float));   // scale * q
         float* dOh = (float*)cpu_ops_alloc((size_t)Tp * HS * sizeof(float));
         float* dQh = (float*)cpu_ops_alloc((size_t)Tp * HS * sizeof(float));

@@ -98,9 +98,8 @@ void ops_upload_f32(floatX* dst, const float* src_host, size_t n);
 void ops_download_f32(float* dst_host, const floatX* src, size_t n);
 void ops_synchronize(void);
 // Deterministic kernels (the default): results identical run to run. Both backends are always
-// deterministic (the CUDA attention backward sums its dS tiles with a dQ kernel in a fixed order;
-// its atomic-dQ variant, which 0 used to allow, was slower on an H100 and is gone:
-// llmc/cuda/README.md, "Flash attention"), so 0 changes nothing today.
+// deterministic (the CUDA attention backward sums its dS tiles with a dQ kernel in a fixed order:
+// llmc/cuda/README.md, "Flash attention"), so 0 changes nothing.
 void ops_set_deterministic(int on);
 // The precision of the GEMMs (matmul_*): OPS_F32, or OPS_BF16 = operands rounded to bf16 (round
 // to nearest even), products accumulated and written in fp32 (floatX). The CPU backend does both
