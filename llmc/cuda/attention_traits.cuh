@@ -71,7 +71,7 @@ __device__ __forceinline__ int fa_c_half(int e) { return e >> 1; }
 __device__ __forceinline__ int fa_c_row(int e) { return fa_lane_g() + 8 * fa_c_half(e); }
 __device__ __forceinline__ int fa_c_col(int e) { return 2 * fa_lane_t() + (e & 1); }
 
-// C fragments of two adjacent n8 tiles as the A operand of a k16 step (ptx.cuh's last rule).
+// C fragments of two adjacent n8 tiles as the A operand of a k16 step (README.md: C/D to A).
 __device__ __forceinline__ void fa_pack_a(uint32_t a[4], const float c0[4], const float c1[4]) {
     a[0] = ptx_pack_bf16x2(c0[0], c0[1]);
     a[1] = ptx_pack_bf16x2(c0[2], c0[3]);
@@ -139,7 +139,7 @@ __device__ __forceinline__ ptx_saddr fa_cols(ptx_saddr a, int j) {
     else return a + 32 * j;
 }
 
-// ldmatrix.x4, named by what it loads (p: the tile + this lane's offset, ptx.cuh's recipes):
+// ldmatrix.x4, named by what it loads (p: the tile + this lane's offset, README.md's recipes):
 // A of a k16 step from a row-major tile (rows m, columns k; pattern x)
 __device__ __forceinline__ void fa_ldsm_a(uint32_t a[4], ptx_saddr p) { ptx_ldmatrix_x4_at(a, p); }
 // A of a k16 step from a tile stored transposed (rows k, columns m; pattern y, .trans)

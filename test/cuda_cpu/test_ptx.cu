@@ -222,7 +222,7 @@ static void ldmatrix_run(int nmat, int trans) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// the recipes of ptx.cuh: D1 = A Bn (B stored n-major), D2 = A Bk (B stored k-major), and
+// the recipes of llmc/cuda/README.md: D1 = A Bn (B stored n-major), D2 = A Bk (B stored k-major), and
 // D3 = bf16([D1 | D2]) Bk with [D1 | D2] repacked from the accumulators as an A fragment
 
 __device__ __forceinline__ void recipe_stage(uint16_t* s, const uint16_t* g, int n) {
