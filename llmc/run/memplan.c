@@ -51,9 +51,7 @@ void memplan_backend_cuda(PlanBackend* b, size_t total) {
     b->bf16_gemm = 1;
     // the reserve for what the plan does not list: cuBLASLt's workspace and the kernels it loads,
     // NCCL's buffers, the ops' small scratch (the encoder's buckets, column sums, the norm's
-    // reduction) and the sampler's cache. On the first H100 run (dev/reports/gpu_2026-11-26) the
-    // device held 640-800 MiB more than the memory report's total, the CUDA context included
-    // (the free memory a run is planned against is measured after the context is made).
+    // reduction) and the sampler's cache (what an H100 holds beyond the plan: docs/MEMORY.md).
     const size_t cap = (size_t)512 << 20;
     b->runtime = total / 16 < cap ? total / 16 : cap;
 }
