@@ -232,9 +232,9 @@ static size_t plan_heap(const Plan* p) {
     return n;
 }
 
-// What a checkpoint holds beside training (llmc/run/trainer.c save_checkpoint): the staging buffer
+// What a checkpoint holds beside training (llmc/run/trainer_ckpt.c trainer_save_checkpoint): the staging buffer
 // of the optimizer's range; at ZeRO 3 of full training one array in the state file's layout (the
-// ZeRO-1 range, trainer.c state_range); rank 0's fp32 copy of the model (outputs_checkpoint: none
+// ZeRO-1 range, trainer_ckpt.c state_range); rank 0's fp32 copy of the model (outputs_checkpoint: none
 // where the writers read the parameters in place) or of the adapter (peft_save_adapter).
 static void check_save(const char* tag, const Plan* p, Built* b, const Case* k) {
     EQ("checkpoint staging", p->save.staging, ckpt_stage_elems(b->opt.end - b->opt.begin) * sizeof(float));

@@ -727,7 +727,7 @@ static void plan_adapter(Ledger* l, const Shape* h, const PlanSpec* s) {
     led_free(l, "adapter being written");
 }
 
-// A checkpoint (trainer.c save_checkpoint, at --save-every and at the end): every rank checks
+// A checkpoint (trainer_ckpt.c trainer_save_checkpoint, at --save-every and at the end): every rank checks
 // and writes its state through one staging buffer; rank 0 writes the model (train_gpt2: from its
 // parameters on the CPU, else from a host copy in fp32) or the adapter; at ZeRO 3 (full training) every rank moves each optimizer
 // array in turn into the file's layout (fsdp_state_to_flat: the array, its ZeRO-1 range, a unit
