@@ -1,6 +1,6 @@
-// The report the trainer prints before training (llmc/run/trainer_internal.h), from rank 0: what
+// The report the trainer prints before training (llmc/app/trainer_internal.h), from rank 0: what
 // runs (backend, dtype, model, adapters, data, ranks, batch), the MFU's inputs, and the memory.
-#include "run/trainer_internal.h"
+#include "app/trainer_internal.h"
 #include "base/mfu.h"
 #include "dist/fsdp.h"
 #include "model/gpt2.h"
@@ -67,7 +67,7 @@ static void report_zero3(Run* r) {
 }
 
 // The memory report: the NF4 base and the optimizer offload from the objects, the memory by
-// component from the plan (llmc/run/plan_run.h: the same accounting as the refusal), and the
+// component from the plan (llmc/plan/plan_run.h: the same accounting as the refusal), and the
 // sharding in exact element counts.
 void trainer_report_memory(Run* r) {
     const TrainFlags* f = &r->c->f;

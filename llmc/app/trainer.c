@@ -1,6 +1,6 @@
 #define _GNU_SOURCE
-#include "run/trainer.h"
-#include "run/trainer_internal.h"
+#include "app/trainer.h"
+#include "app/trainer_internal.h"
 #include "base/check.h"
 #include "base/timer.h"
 #include "run/checkpoint.h"
@@ -23,7 +23,7 @@
 #include "run/runrecord.h"
 #include "run/runsignal.h"
 #include "run/run_outputs.h"
-#include "run/plan_run.h"
+#include "plan/plan_run.h"
 #include "run/preftrain.h"
 #include "model/sampler.h"
 #include "model/schedule.h"

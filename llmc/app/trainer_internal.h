@@ -1,7 +1,7 @@
-// The training run's state, shared by the files of the trainer: llmc/run/trainer.c (set-up, the
-// loop, the end of the run), llmc/run/trainer_ckpt.c (checkpoints: saving and restoring the
-// training state, --keep-best) and llmc/run/trainer_report.c (the report printed before training).
-// The programs include llmc/run/trainer.h only.
+// The training run's state, shared by the files of the trainer: llmc/app/trainer.c (set-up, the
+// loop, the end of the run), llmc/app/trainer_ckpt.c (checkpoints: saving and restoring the
+// training state, --keep-best) and llmc/app/trainer_report.c (the report printed before training).
+// The programs include llmc/app/trainer.h only.
 #ifndef LLMC_TRAINER_INTERNAL_H
 #define LLMC_TRAINER_INTERNAL_H
 
@@ -13,7 +13,7 @@
 #include "model/sampler.h"
 #include "model/schedule.h"
 #include "run/dataloader.h"
-#include "run/plan_run.h"
+#include "plan/plan_run.h"
 #include "run/preftrain.h"
 #include "run/run_outputs.h"
 #include "run/runlog.h"
@@ -67,7 +67,7 @@ typedef struct {
     int has_last_val;
     int early_stopped;
     RunOutputs out;            // what the run writes for people and tools (llmc/run/run_outputs.h)
-    RunPlan plan;              // the run's memory and time plan (llmc/run/plan_run.h)
+    RunPlan plan;              // the run's memory and time plan (llmc/plan/plan_run.h)
     int pref_on;               // a preference objective (--objective dpo|ipo|orpo|simpo) ...
     PrefTrain pref;            // ... its buffers and reference (llmc/run/preftrain.h)
     PrefMeans pref_step, pref_val; // the last step's and evaluation's metrics
@@ -82,7 +82,7 @@ typedef struct {
 // Console output comes from rank 0 only.
 #define say(r, ...) do { if ((r)->rank == 0) { printf(__VA_ARGS__); fflush(stdout); } } while (0)
 
-// ---- checkpoints (llmc/run/trainer_ckpt.c)
+// ---- checkpoints (llmc/app/trainer_ckpt.c)
 
 // A checkpoint of this step, when the state allows one. Returns whether this step has a checkpoint.
 int trainer_save_checkpoint(Run* r);
@@ -93,7 +93,7 @@ void trainer_restore_checkpoint(Run* r, long step);
 // --keep-best: the model of the best validation loss so far into OUT/best/ (rank 0).
 void trainer_save_best(Run* r);
 
-// ---- the report printed before training (llmc/run/trainer_report.c)
+// ---- the report printed before training (llmc/app/trainer_report.c)
 
 // The backend, dtype, model, adapters, trainable parameters, data, ranks and batch.
 void trainer_report_model(Run* r);

@@ -1,4 +1,4 @@
-#include "run/memplan.h"
+#include "plan/memplan.h"
 #include "model/prefmodel.h"
 #include "base/check.h"
 #include "base/mfu.h"
@@ -416,7 +416,7 @@ static void led_logits(Ledger* l, const PlanSpec* s, const GPT2Config* c, const 
 }
 
 // ----------------------------------------------------------------------------
-// the replay: the trainer's start-up (llmc/run/trainer.c), call by call
+// the replay: the trainer's start-up (llmc/app/trainer.c), call by call
 
 // model_assemble's first steps (llmc/model/model.c): the fp32 weights in host memory (model_load,
 // model_init_gpt2), the adapters (lora_create), the NF4 base (qlora_quantize, then

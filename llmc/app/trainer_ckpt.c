@@ -1,8 +1,8 @@
-// The trainer's checkpoints (llmc/run/trainer_internal.h): this rank's optimizer state to its state
+// The trainer's checkpoints (llmc/app/trainer_internal.h): this rank's optimizer state to its state
 // file and back (the file's layout: llmc/run/checkpoint.h), the checks before a checkpoint is
 // written, the commit protocol around the files (llmc/run/checkpoint_manifest.c), re-sharding on
 // resume, and the --keep-best model.
-#include "run/trainer_internal.h"
+#include "app/trainer_internal.h"
 #include "base/check.h"
 #include "base/fileio.h"
 #include "dist/fsdp.h"
