@@ -41,7 +41,7 @@ typedef enum {
 #define COMM_MAX_REQUESTS 8
 // The MPI implementation's scratch for reductions, one per communicator (comm_split's too): a
 // chunk of every peer's contribution lands there before it is summed; large messages go in chunks
-// that fit, so this bounds memory, not message size (the memory plan counts it, llmc/run/memplan.h).
+// that fit, so this bounds memory, not message size (the memory plan counts it, llmc/plan/memplan.h).
 #define COMM_MPI_SCRATCH_BYTES ((size_t)16 << 20)
 
 // A non-blocking collective in flight; id < 0: none (comm_wait on it does nothing).

@@ -136,7 +136,7 @@ void fsdp_state_from_flat(Fsdp* f, const ZeroLayout* zl, const float* range, flo
 floatX* fsdp_piece(const Fsdp* f, int u);
 // A layout's sizes in elements from the units' real sizes alone (unit_n[nunits], the head last):
 // the arithmetic fsdp_init lays the units out with, for a plan made before anything exists
-// (llmc/run/memplan.h). Each unit is padded to a multiple of world * 64 and split in world pieces.
+// (llmc/plan/memplan.h). Each unit is padded to a multiple of world * 64 and split in world pieces.
 typedef struct {
     size_t shard_n;          // this rank's pieces (the gradient shard, the optimizer's range)
     size_t pshard_n;         // those of them in pshard (not in a unit's own slot)

@@ -91,7 +91,7 @@ void gradsync_share_params(GradSync* gs);
 size_t gradsync_grad_bytes(const GradSync* gs);
 size_t gradsync_bucket_numel(const GradSync* gs);
 // ZeRO 2 (full training): the elements of bucket b's buffer (zero_gpt2_bucket: 0 = a layer's,
-// L = the embedding / head's), from the table alone (a plan's, llmc/run/memplan.h).
+// L = the embedding / head's), from the table alone (a plan's, llmc/plan/memplan.h).
 size_t gradsync_zero2_bucket_numel(const ParamTable* pt, int bucket);
 
 #ifdef __cplusplus

@@ -86,7 +86,7 @@ void ckpt_write_state(const char* path, const StateHeader* hdr, const float* m, 
 // m, v (and master when has_master) in order, each as consecutive ckpt_state_put calls of any
 // sizes, then end, which refuses a file whose arrays did not come whole (nothing committed) and
 // commits it atomically. A caller stages each piece through one buffer of
-// ckpt_stage_elems(n) floats (the memory plan counts it, llmc/run/memplan.c).
+// ckpt_stage_elems(n) floats (the memory plan counts it, llmc/plan/memplan.c).
 #define CKPT_STAGE_ELEMS ((size_t)1 << 20)
 typedef struct {
     AtomicFile af;

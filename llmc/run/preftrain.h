@@ -1,7 +1,7 @@
 // Preference training in the trainers (--objective dpo|ipo|orpo|simpo): the step's batches of
 // pairs, the reference, one micro-step's forward passes, loss and backward, and the evaluation on
 // held-out pairs. The arithmetic is llmc/model/prefloss.h's, the model side prefmodel.h's; this
-// file is what the loop of llmc/run/trainer.c calls instead of the cross-entropy's forward.
+// file is what the loop of llmc/app/trainer.c calls instead of the cross-entropy's forward.
 //
 // The reference model of DPO and IPO, one of three ways (the start-up report says which, with its
 // memory and time):
