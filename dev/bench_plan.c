@@ -1,4 +1,4 @@
-// The memory and time plan of a training run (llmc/run/memplan.h), from its flags, without
+// The memory and time plan of a training run (llmc/plan/memplan.h), from its flags, without
 // loading or allocating anything; with --fit, what fits a memory limit. Used by
 // dev/bench_plan.sh (plan vs measured peak RSS) and for docs/MEMORY.md's table. Not a test.
 //   make bench-cpu && build/cpu/dev/bench_plan --model d12 --batch-size 4 --seq-len 1024
@@ -12,7 +12,7 @@
 // predicted step time), --fit [--limit-gib G] [--margin M], --peak (print the peak's bytes only),
 // --max-batch (print the largest micro-batch within the limit less the margin, and its peak),
 // --save (the run writes its model and checkpoints: not --out none).
-#include "run/memplan.h"
+#include "plan/memplan.h"
 #include "model/model_io.h"
 #include "base/check.h"
 #include "base/fileio.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory plan (llmc/run/memplan.h, printed by the trainers' --plan) against the measured peak
+# The memory plan (llmc/plan/memplan.h, printed by the trainers' --plan) against the measured peak
 # resident set of the same runs on the CPU backend, in two tables:
 #   bash dev/bench_plan.sh              one training step (--out none) of every configuration that
 #                                       fits this machine's memory (GPT-2 124M and 355M full

@@ -44,7 +44,7 @@ TREE := build/$(BACKEND)$(if $(PORTABLE),-$(ARCH))$(if $(filter 1,$(NO_MPI)),-no
 LIB := $(TREE)/libllmc.a
 # The shared library's folders, by layer, lowest first (docs/ARCHITECTURE.md; test/lint_layers.sh
 # holds includes to this order); llmc/cpu and llmc/cuda are the backends.
-LLMC_LAYERS := base text comm ops model dist run
+LLMC_LAYERS := base text comm ops model dist run plan app
 LLMC_DIRS := $(addprefix llmc/,$(LLMC_LAYERS))
 export LLMC_LAYERS
 # headers the objects depend on (coarsely: any change rebuilds every object of that kind)

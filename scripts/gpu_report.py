@@ -114,7 +114,7 @@ def parse_train_log(text, warmup):
         out["loss_first"], out["loss_last"] = steps[0]["loss"], steps[-1]["loss"]
     m = re.search(r"memory \(this rank\):.*\| total ([0-9.]+) MiB", text)
     out["trainer_mib"] = float(m.group(1)) if m else None
-    # the memory plan (llmc/run/plan_run.h): its peak, and after step 1 what the run took beside it
+    # the memory plan (llmc/plan/plan_run.h): its peak, and after step 1 what the run took beside it
     m = re.search(r"^memory plan \(this rank\): peak ([0-9.]+) MiB", text, re.M)
     out["plan_peak_mib"] = float(m.group(1)) if m else None
     m = re.search(r"^memory after step 1: measured ([0-9.]+) MiB .*\| plan ([0-9.]+) MiB", text, re.M)
@@ -882,7 +882,7 @@ def plan_table(L, rep):
         return
     L.append("### Device memory: the plan against the device")
     L.append("")
-    L.append("The trainers' plan (llmc/run/memplan.c, printed at start-up): its peak (the buffers + the reserve for cuBLASLt, NCCL and"
+    L.append("The trainers' plan (llmc/plan/memplan.c, printed at start-up): its peak (the buffers + the reserve for cuBLASLt, NCCL and"
              " small scratch); after the first step the device memory the run took since start-up (cudaMemGetInfo) against the plan's"
              " buffers; nvidia-smi's peak (the CUDA context included). The auto runs' B is the plan's largest that fits less 5%.")
     L.append("")

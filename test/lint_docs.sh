@@ -6,7 +6,10 @@
 #      of the row's files;
 #   3. the file map of docs/ARCHITECTURE.md names every source file of llmc/ and the programs;
 #   4. no file points readers to a design or formats document outside docs/, or to the shared
-#      folder beside the repository.
+#      folder beside the repository;
+#   5. every repository path a comment under llmc/ names (llmc/..., mk/..., docs/..., test/...,
+#      dev/..., scripts/..., data/...) exists, and the check finds a path planted in a temporary
+#      file, so that it cannot pass by finding no paths at all.
 set -u
 cd "$(dirname "$0")/.."
 BIN_DIR="${BIN_DIR:-.}"
@@ -65,5 +68,67 @@ done
 refs=$(git grep -nE 'DESIGN\.md|FORMATS\.md|\.\./shared' -- . ':!test/lint_docs.sh' | grep -vE 'docs/FORMATS\.md|\]\(FORMATS\.md\)')
 [ -z "$refs" ] || bad "references to documents outside the repository:"$'\n'"$refs"
 [ $fail -eq 0 ] && echo "ok   every reference to a document points into docs/"
+
+
+# ---- 5
+# comment_paths FILE...: prints "file:line: path" for each path named in a comment of the C/CUDA
+# files that is not in the repository, and fails if there is one. A path passes when it is a file
+# or folder of the repository, a glob that matches one, a program built from path.c or path.cu
+# (data/prepare), or a place git ignores (a run's outputs, the user's data under data/mine/).
+comment_paths() {
+  python3 - "$@" <<'PY'
+import glob, os, re, subprocess, sys
+
+PATH = re.compile(r"(?<![A-Za-z0-9_./-])((?:llmc|mk|docs|test|dev|scripts|data)/[A-Za-z0-9_.*/-]*[A-Za-z0-9_*/])")
+
+def comments(text):
+    """(line number, text) of each comment line of a C/CUDA source; strings are skipped."""
+    i, n, line = 0, len(text), 1
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1; i += 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i); j = n if j < 0 else j
+            yield line, text[i:j]; i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2); j = n if j < 0 else j + 2
+            for k, part in enumerate(text[i:j].split("\n")):
+                yield line + k, part
+            line += text.count("\n", i, j); i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] not in (c, "\n"):
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+        else:
+            i += 1
+
+def in_repo(p):
+    p = p.rstrip("/")
+    if glob.glob(p) or any(os.path.isfile(p + ext) for ext in (".c", ".cu")):
+        return True
+    return subprocess.run(["git", "check-ignore", "-q", p]).returncode == 0
+
+missing = 0
+for f in sys.argv[1:]:
+    for ln, text in comments(open(f, encoding="utf-8").read()):
+        for p in PATH.findall(text):
+            if not in_repo(p):
+                print(f"{f}:{ln}: {p}")
+                missing += 1
+sys.exit(1 if missing else 0)
+PY
+}
+
+planted=$(mktemp --suffix=.c)
+printf '// see llmc/ops/ops.h and mk/config.mk\nint x; /* and llmc/ops/no_such_file.h */\n' > "$planted"
+got=$(comment_paths "$planted"); rc=$?
+rm -f "$planted"
+[ $rc -ne 0 ] && [ "$got" = "$planted:2: llmc/ops/no_such_file.h" ] ||
+  bad "the comment path check does not find exactly the path planted in a temporary file (got: '$got')"
+missing=$(comment_paths $(find llmc -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | sort)) ||
+  bad "comments under llmc/ name paths that are not in the repository:"$'\n'"$missing"
+[ $fail -eq 0 ] && echo "ok   every repository path a comment under llmc/ names exists"
 
 exit $fail

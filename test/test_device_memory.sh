@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Out of device memory is a clear start-up error of the CUDA trainers, decided by the run's plan
-# (llmc/run/plan_run.h, memplan.h) before anything is loaded: the plan's peak (the memory report's
+# (llmc/plan/plan_run.h, memplan.h) before anything is loaded: the plan's peak (the memory report's
 # components + a reserve of 1/16 of the device, at most 512 MiB, for workspaces and libraries)
 # against the GPU's free memory. Tested on the harness builds of train_gpt2 / train_lora
 # (mk/gpucheck.mk) with a small fake device (CUDA_CPU_MEM_BYTES: cudaMemGetInfo reports it less

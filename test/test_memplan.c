@@ -1,4 +1,4 @@
-// The memory plan (llmc/run/memplan.h) against what the code allocates. Each case builds a model
+// The memory plan (llmc/plan/memplan.h) against what the code allocates. Each case builds a model
 // the way the trainers do (model_assemble, gradsync_init / gradsync_shard_model, opt_init,
 // opt_offload, gradsync_attach), runs one training step and checks, byte for byte, every
 // component of the plan made beforehand for the same settings against the objects' own counts
@@ -18,7 +18,7 @@
 // list, and refusals of what the run would refuse.
 #include <malloc.h>
 #include <string.h>
-#include "run/memplan.h"
+#include "plan/memplan.h"
 #include "run/checkpoint.h"
 #include "run/run_outputs.h"
 #include "dist/zero.h"
@@ -109,7 +109,7 @@ typedef struct {
 
 static void capture_fp(void* ctx, const ModelFootprint* fp) { Built* b = (Built*)ctx; b->fp = *fp; b->got_fp = 1; }
 
-// As the trainer's build_model and setup_optimizer (llmc/run/trainer.c).
+// As the trainer's build_model and setup_optimizer (llmc/app/trainer.c).
 static void build(Built* b, const Case* k, const PlanSpec* s, Comm* comm) {
     memset(b, 0, sizeof(*b));
     b->comm = comm;
@@ -232,9 +232,9 @@ static size_t plan_heap(const Plan* p) {
     return n;
 }
 
-// What a checkpoint holds beside training (llmc/run/trainer.c save_checkpoint): the staging buffer
+// What a checkpoint holds beside training (llmc/app/trainer_ckpt.c trainer_save_checkpoint): the staging buffer
 // of the optimizer's range; at ZeRO 3 of full training one array in the state file's layout (the
-// ZeRO-1 range, trainer.c state_range); rank 0's fp32 copy of the model (outputs_checkpoint: none
+// ZeRO-1 range, trainer_ckpt.c state_range); rank 0's fp32 copy of the model (outputs_checkpoint: none
 // where the writers read the parameters in place) or of the adapter (peft_save_adapter).
 static void check_save(const char* tag, const Plan* p, Built* b, const Case* k) {
     EQ("checkpoint staging", p->save.staging, ckpt_stage_elems(b->opt.end - b->opt.begin) * sizeof(float));

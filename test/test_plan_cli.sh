@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trainers' plan step on the CPU build (llmc/run/plan_run.h; the GPU side, the refusal and
+# The trainers' plan step on the CPU build (llmc/plan/plan_run.h; the GPU side, the refusal and
 # --batch-size auto on a fake device: test/test_device_memory.sh):
 #   - --plan loads nothing but the model's config: GPT-2 XL's shape (a directory holding only a
 #     config.json for train_lora --qlora; d48 for train_gpt2) is planned in well under a second,

@@ -1,7 +1,7 @@
 // GGUF (version 3), the file format of llama.cpp and everything built on it: a reader and a
 // writer of the container, and the tensor encodings the tool writes (F32, F16, BF16, Q8_0). The
 // rules the reader enforces, and the layout, are in docs/FORMATS.md ("GGUF"). What goes into a
-// GPT-2 model or LoRA adapter file is llmc/model/gguf_export.h's business, not this file's.
+// GPT-2 model or LoRA adapter file is llmc/model/gguf_io.h's business, not this file's.
 //
 // The reader validates everything before a tensor is used, the same way as the safetensors reader:
 // every count, length and offset is checked against the file's size before anything is allocated

@@ -74,7 +74,7 @@ void st_writer_add(StWriter* w, const char* name, StDtype dtype, int ndim, const
 // without a full-size temporary copy.
 typedef void (*StFillFn)(void* ctx, void* dst, uint64_t first, uint64_t count);
 // Elements per fill call (and per chunk of a read): st_writer_save fills one buffer of at most this
-// many at a time (the memory plan counts it, llmc/run/memplan.c).
+// many at a time (the memory plan counts it, llmc/plan/memplan.c).
 #define ST_CHUNK_ELEMS (1u << 20)
 void st_writer_add_fn(StWriter* w, const char* name, StDtype dtype, int ndim, const int64_t* shape,
                       StFillFn fill, void* ctx);

@@ -1,38 +1,21 @@
 // Collective communication between the ranks of one training run.
 //
 // One interface, one mechanism: every call goes through a function table (CommOps,
-// llmc/comm/comm_internal.h) of one of three implementations:
-//   - single process (llmc/comm/comm.c): world = 1, every collective is a copy or a no-op. No MPI at
-//     build or run time. Used when the binary was built without MPI or was not started by mpirun.
-//   - MPI (llmc/comm/comm_mpi.c, compiled only when mk/config.mk finds mpicc): moves host memory. Ranks
-//     are the processes of `mpirun -np N`. A binary built with MPI but started without mpirun runs
-//     as the single-process implementation and never calls MPI_Init (set LLMC_COMM=mpi to force an
-//     OpenMPI singleton instead).
-//   - NCCL (llmc/cuda/comm_nccl.cu, CUDA builds): moves device memory, bootstrapped over the MPI
-//     implementation. comm_nccl_attach installs it as the table of the device calls (comm_dev_*);
-//     host calls keep going through the host table.
-// A Comm holds two table pointers: `ops` for host calls, `dev` for device calls. Without NCCL
-// (CPU backend, CUDA-on-CPU harness, where device memory is host memory) `dev` is `ops`.
+// llmc/comm/comm_internal.h) of one of three implementations: a single process
+// (llmc/comm/comm.c: world = 1, every collective a copy or a no-op, no MPI at build or run time),
+// MPI for host memory (llmc/comm/comm_mpi.c, built when mk/config.mk finds mpicc, used when an MPI
+// launcher started the process; LLMC_COMM=mpi forces an OpenMPI singleton), and NCCL for device
+// memory (llmc/cuda/comm_nccl.cu, CUDA builds, bootstrapped over MPI). A Comm holds two table
+// pointers: `ops` for host calls (comm_allreduce_sum_f32, ...: host memory), `dev` for device calls
+// (comm_dev_*: the backend's device memory and a stream, on which NCCL enqueues them). Without NCCL
+// (CPU backend, CUDA-on-CPU harness) `dev` is `ops`, and the calls run synchronously.
 //
-// Host calls (comm_allreduce_sum_f32, ...) take host memory. Device calls (comm_dev_*) take
-// buffers of the backend's "device" memory and a stream (cudaStream_t, or NULL): NCCL enqueues
-// them on that stream; the host implementations run them synchronously and ignore the stream.
-//
-// Determinism: every floating-point sum of the single-process and MPI implementations is computed
-// in a fixed order that depends only on the world size: for each element, the contributions of
-// ranks 0, 1, ..., N-1 are added in that order in double precision and rounded once to the
-// buffer's type (bf16: rounded to fp32, then to bf16). Results are therefore bit-identical from
-// run to run for the same N, identical on every rank, and independent of message sizes, of
-// blocking or non-blocking calls, and of the MPI library's algorithm choice. Across different N
-// they agree only to rounding (the per-rank partial sums differ), which is expected. NCCL's own
-// reduction order is fixed for a given topology, NCCL version and algorithm (see comm_nccl.cu).
-//
-// Failures: with world > 1, comm_init installs a fatal hook (llmc/base/check.h) that aborts the whole
-// job (MPI_Abort), so a fatal() on any rank ends every rank. A rank that dies any other way
-// (signal, OOM kill) makes mpirun kill the remaining ranks (OpenMPI's default). A rank that stops
-// making progress (SIGSTOP, a hung GPU, a deadlock) is caught by the watchdog (below), which ends
-// every rank with a message naming the stuck rank and the operation. Waiting ranks poll with a
-// back-off sleep instead of spinning, so a rank that waits for a slow peer does not burn a core.
+// Every floating-point sum of the single-process and MPI implementations adds the contributions
+// of ranks 0, 1, ..., N-1 in that order in double precision and rounds once to the buffer's type,
+// so results are bit-identical from run to run for the same N and on every rank. With world > 1 a
+// fatal() on any rank ends every rank (MPI_Abort), and the watchdog (below) ends the job when a
+// rank stops making progress. Determinism and failures in full: docs/MULTINODE.md ("Inside the
+// comm layer").
 //
 // All collectives must be called by every rank in the same order with the same sizes (the MPI
 // rule); sizes are element counts unless the name says bytes.
@@ -58,7 +41,7 @@ typedef enum {
 #define COMM_MAX_REQUESTS 8
 // The MPI implementation's scratch for reductions, one per communicator (comm_split's too): a
 // chunk of every peer's contribution lands there before it is summed; large messages go in chunks
-// that fit, so this bounds memory, not message size (the memory plan counts it, llmc/run/memplan.h).
+// that fit, so this bounds memory, not message size (the memory plan counts it, llmc/plan/memplan.h).
 #define COMM_MPI_SCRATCH_BYTES ((size_t)16 << 20)
 
 // A non-blocking collective in flight; id < 0: none (comm_wait on it does nothing).

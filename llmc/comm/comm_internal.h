@@ -111,9 +111,8 @@ void comm_check_root(const Comm* c, int root, const char* what);
 // Back-off for poll loops: comm_poll_sleep(&b) after each unsuccessful test. The first ~50 us
 // spin (a collective between ranks in step completes there), then the sleep grows with the
 // time waited (1/16 of it, at most 1 ms): the overshoot stays small against the wait, and a
-// rank waiting for a slow peer uses ~4% of a core (measured by test_comm --slow-rank on a
-// 2-core VM: ~900 wake-ups a second, each mostly the context switch) where a spinning wait
-// takes all of one.
+// rank waiting for a slow peer uses a few percent of a core (docs/MULTINODE.md, "Inside the comm
+// layer") where a spinning wait takes all of one.
 typedef struct { double t0; } CommBackoff;
 void comm_poll_begin(CommBackoff* b);
 void comm_poll_sleep(CommBackoff* b);

@@ -1,30 +1,19 @@
-// The MPI implementation of llmc/comm/comm.h (host memory). Its code exists only when the build found
-// MPI (mk/config.mk adds -DLLMC_HAVE_MPI and mpicc's include path; without them this file is an
-// empty unit, so the generic rules for the library's sources need no exception); llmc/comm/comm.c calls comm_mpi_open
-// when an MPI launcher started the process.
+// The MPI implementation of llmc/comm/comm.h (host memory). Its code exists only when the build
+// found MPI (mk/config.mk adds -DLLMC_HAVE_MPI and mpicc's include path; without them this file is
+// an empty unit, so the generic rules for the library's sources need no exception);
+// llmc/comm/comm.c calls comm_mpi_open when an MPI launcher started the process.
 //
-// Floating-point sums do not use MPI_Allreduce / MPI_Reduce_scatter: the MPI library chooses its
-// reduction algorithm (and with it the order of the additions) by message size and process count,
-// and some algorithms differ between ranks. Instead every sum here is a reduce-scatter built from
-// point-to-point messages, where the owner of each element adds the contributions of ranks
-// 0, 1, ..., N-1 in that order in double precision and rounds once (see comm.h). The traffic is
-// that of a ring reduce-scatter / all-gather (each rank sends and receives (N-1)/N of the data per
-// phase); only the message count grows with N, which is fine at the rank counts we run.
-//
-// Waiting: every MPI operation is non-blocking, completed by comm_poll_sleep-paced MPI_Testsome
-// (mpi_wait), so a rank waiting for a slow or stopped peer sleeps instead of spinning in the MPI
-// library, and the watchdog thread (MPI_THREAD_MULTIPLE) can serve status queries meanwhile on
-// its own duplicated communicator (the wd_* functions at the end).
-//
-// Pieces: the data of every collective travels as point-to-point messages of at most
-// COMM_PIECE_BYTES, each its own request. OpenMPI has no progress thread: it moves a message
-// (over shared memory, in 32 KiB fragments) only while the process is inside an MPI call, so a
-// wait that slept between tests of one large message let it crawl (measured on 2 ranks: an
-// all-gather of 31 M floats took 700 ms instead of 16 ms, and steps at ZeRO 1/2 were 20x the
-// compute). A completed piece shows the wait that data is moving, and it restarts its back-off
-// (polls again at once) while pieces keep completing; it sleeps only when nothing arrives.
-// Messages between two ranks match in the order they were posted (MPI's non-overtaking rule), so
-// both sides cut a message into the same pieces and need no tags of their own.
+// Floating-point sums do not use MPI_Allreduce / MPI_Reduce_scatter, whose order of additions
+// follows the MPI library's choice of algorithm: every sum is a reduce-scatter of point-to-point
+// messages, where the owner of each element adds ranks 0, 1, ..., N-1 in order in double precision
+// and rounds once (comm.h). Every MPI operation is non-blocking, completed by comm_poll_sleep-paced
+// MPI_Testsome (mpi_wait), so a waiting rank sleeps instead of spinning, and the watchdog thread
+// (MPI_THREAD_MULTIPLE) serves status queries meanwhile on its own duplicated communicator (the
+// wd_* functions at the end). The data travels in pieces of at most COMM_PIECE_BYTES, each its own
+// request: OpenMPI moves a message only inside an MPI call, so a completed piece restarts the
+// wait's back-off, and the wait sleeps only when nothing arrives. Both sides cut a message into the
+// same pieces (MPI's non-overtaking rule), so they need no tags of their own. Why, with the
+// measurements: docs/MULTINODE.md ("Inside the comm layer").
 #ifdef LLMC_HAVE_MPI
 
 #include <mpi.h>

@@ -1,39 +1,22 @@
-// The watchdog of llmc/comm/comm.h: a helper thread per rank that ends the whole job when a rank stops
-// making progress, with a message naming the stuck rank and what it was doing.
+// The watchdog of llmc/comm/comm.h: a helper thread per rank that ends the whole job when a rank
+// stops making progress, with a message naming the stuck rank and what it was doing.
 //
-// What "stuck" means. Every collective is bracketed (comm.c: enter/leave) so this thread knows
-// whether the main thread is waiting in one, since when, and which. limit = timeout +
-// WD_STEP_FACTOR x the slowest step (comm_watchdog_step intervals): a step's time swings with
-// what else the machine runs (a shared CPU at a load of several times its cores, a GPU shared with
-// another job), so a step a few times slower than the slowest so far is still progress. Each tick (WD_TICK_S) it checks:
-//   1. waiting in a collective (host poll loop, or a device collective not yet completed on the
-//      GPU) for longer than the limit: something is wrong, but this rank is the victim, not the
-//      culprit. It asks every peer for its status over the implementation's side channel (MPI: a
-//      duplicated communicator that only the peers' watchdog threads serve, so a peer whose main
-//      thread is stuck still answers, and a stopped or dead process does not) and judges:
-//        - a peer that does not answer within WD_QUERY_S: stuck (stopped, hung, host unreachable);
-//        - a peer that answers, is outside collectives in a bounded operation (a training step,
-//          comm_watchdog_op), has measured a step and has been busy for longer than its own
-//          limit: stuck in compute;
-//        - a peer whose device collective has been pending for longer than its limit: stuck GPU;
-//        - every rank waiting in a collective for more than half its limit: a deadlock
-//          (collectives called in a different order on different ranks, or a network hang); all
-//          of them are listed.
-//      A peer that answers and is busy but within its limit, still starting up (no step measured
-//      yet, so nothing bounds it) or in an unbounded operation (comm_watchdog_op_unbounded:
-//      evaluation, checkpoint writes, sampling) is alive: this rank keeps waiting and asks again
-//      later. Only a silent peer is stuck there.
-//   2. computing (not in a collective) in a bounded operation for longer than the limit since the
-//      last progress (a step mark, a finished collective), once a step has been measured: this
-//      rank itself is stuck.
-// Time in unbounded operations does not count into the step intervals either.
+// Every collective is bracketed (comm.c: enter/leave), so this thread knows whether the main
+// thread is waiting in one, since when, and which. limit = timeout + WD_STEP_FACTOR x the slowest
+// step (comm_watchdog_step intervals). Each tick (WD_TICK_S) it checks:
+//   1. waiting in a collective for longer than the limit: this rank is the victim, not the culprit.
+//      It asks every peer for its status over the implementation's side channel, and wd_judge
+//      names a peer that does not answer, one busy in a bounded operation past its own limit, one
+//      whose device collective is pending past its limit, or a deadlock (every rank waiting). A
+//      peer that answers and is within its limit, still starting up or in an unbounded operation
+//      (comm_watchdog_op_unbounded) is alive: this rank asks again later.
+//   2. computing in a bounded operation (comm_watchdog_op) for longer than the limit since the last
+//      progress, once a step has been measured: this rank itself is stuck.
 // A verdict prints one message, aborts the device communicator (NCCL: ncclCommAbort) and ends
-// every rank (the fatal hook: MPI_Abort with world > 1), leaving through _exit; should any of
-// that hang (an abort queued behind a stuck kernel), a backstop thread ends the process
-// WD_EXIT_S later (comm_wd_fail).
-//
-// CPU cost: the thread sleeps between ticks; serving a query is a non-blocking test. The waiting
-// main thread sleeps too (comm_poll_sleep).
+// every rank (the fatal hook: MPI_Abort with world > 1), leaving through _exit; a backstop thread
+// ends the process WD_EXIT_S later should any of that hang (comm_wd_fail). The thread sleeps
+// between ticks; serving a query is a non-blocking test. The rules in full: docs/MULTINODE.md
+// ("Inside the comm layer").
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>

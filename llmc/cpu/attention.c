@@ -15,18 +15,14 @@
 // (T, HS) per-thread buffer; the item owns its head's slice of dqkv, so there are no races and
 // the result does not depend on the thread count. Memory: O(T * HS) per thread, no T^2 term.
 //
-// Packed records (doc_start given): query t sees keys doc_start[t] <= k <= t. Records are
-// contiguous runs of the row, so doc_start grows along it: the forward starts each query tile at
-// the key tile holding its first row's record start (the tiles before it are skipped, not
-// masked), and the backward stops a key tile's walk at the first query tile whose first row
-// starts its record after those keys. Inside a tile the record start is masked like the causal
-// diagonal. Without doc_start the loops are the plain causal ones: nothing is skipped, nothing
-// costs more than a compare.
+// Packed records (doc_start given): query t sees keys doc_start[t] <= k <= t. doc_start grows
+// along the row, so the forward starts each query tile at the key tile of its first row's record
+// start and the backward stops a key tile's walk at the first query tile whose records start after
+// those keys; inside a tile the record start is masked like the causal diagonal.
 //
-// The inner products are tiny GEMMs (64 x HS x 64). They are written with GCC/Clang vector
-// extensions (16 floats: one AVX-512 register, two AVX2 ones, four NEON ones) with the head size
-// a compile-time constant for HS in {16, 32, 64, 128} (GPT-2 uses 64 everywhere), so the
-// accumulators stay in registers; other head sizes use plain loops.
+// The inner products are tiny GEMMs (64 x HS x 64) in GCC/Clang vector extensions (16 floats: one
+// AVX-512 register, two AVX2 ones, four NEON ones), with HS a compile-time constant for HS in
+// {16, 32, 64, 128} so the accumulators stay in registers; other head sizes use plain loops.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,7 +314,7 @@ void cpu_attention_backward(float* dqkv, const float* dout, const float* qkv, co
     const int Tp = ((T + BQ - 1) / BQ) * BQ;   // row count of the per-head buffers, whole tiles
     #pragma omp parallel
     {
-        // per-thread, per-head contiguous copies: strided in-place access measured slower
+        // per-thread, per-head contiguous copies: strided in-place access is slower
         float* Qh = (float*)cpu_ops_alloc((size_t)Tp * HS * sizeof(float));   // scale * q
         float* dOh = (float*)cpu_ops_alloc((size_t)Tp * HS * sizeof(float));
         float* dQh = (float*)cpu_ops_alloc((size_t)Tp * HS * sizeof(float));

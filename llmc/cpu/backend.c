@@ -21,21 +21,18 @@
 // main(), so the program cannot make them later:
 // 1. OPENBLAS_CORETYPE. Debian's OpenBLAS is a DYNAMIC_ARCH build: it picks its kernel set once,
 //    from CPUID or from this variable. CPUs it does not recognise (new models, virtual machines
-//    that mask the model number) get Prescott (SSE3) kernels: measured here 29 GFLOP/s per core
-//    instead of 95 with the SkylakeX kernels, i.e. ~55 GFLOP/s on 2 threads. On
-//    CPUs with AVX-512 we name the kernels ourselves: Cooperlake (SkylakeX + bf16) where
-//    AVX512-BF16 is present, SkylakeX otherwise.
+//    that mask the model number) get Prescott (SSE3) kernels, a third of the SkylakeX kernels'
+//    speed (docs/CPU.md, "Threading"). On CPUs with AVX-512 we name the kernels ourselves:
+//    Cooperlake (SkylakeX + bf16) where AVX512-BF16 is present, SkylakeX otherwise.
 // 2. OMP_WAIT_POLICY=passive. Two thread pools share the cores: OpenBLAS' (GEMMs) and OpenMP's
 //    (all other ops). With libgomp's default, an OpenMP thread that finished its part keeps
-//    spinning on its core while the next GEMM's OpenBLAS threads want it: measured 15% of all CPU
-//    time spent in libgomp spin loops over a GPT-2 124M step (11.6 -> 9.6 CPU-s per step with
-//    passive threads). Waking a sleeping thread costs microseconds per op; ops take milliseconds.
-//    With bf16 GEMMs (--dtype bf16, or auto on a CPU with native bf16) OpenBLAS never runs: the
-//    GEMMs are oneDNN's or ours, on the OpenMP threads too, so there is no second pool to make
-//    room for, and a sleeping thread's wake-up (~45 us here) is paid at every parallel loop: it
-//    halved the speed of token-by-token generation (72 vs 124 tokens/s at 2 threads) and took 7%
-//    of a training step. There a short spin (GOMP_SPINCOUNT=3000, a few microseconds) before
-//    sleeping instead; the threads still sleep between steps and while another rank runs.
+//    spinning on its core while the next GEMM's OpenBLAS threads want it. Waking a sleeping
+//    thread costs microseconds per op; ops take milliseconds. With bf16 GEMMs (--dtype bf16, or
+//    auto on a CPU with native bf16) OpenBLAS never runs: the GEMMs are oneDNN's or ours, on the
+//    OpenMP threads too, so there is no second pool to make room for, and a sleeping thread's
+//    wake-up is paid at every parallel loop. There a short spin (GOMP_SPINCOUNT=3000, a few
+//    microseconds) before sleeping instead; the threads still sleep between steps and while
+//    another rank runs. What each setting costs and saves: docs/CPU.md ("Threading").
 // setenv() that early does not stick (libc installs the original environment array when it
 // initialises), so an ELF .preinit_array entry -- it runs before every shared library's
 // constructor and is given argv and envp -- re-executes the program once with the missing

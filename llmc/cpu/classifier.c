@@ -9,10 +9,9 @@
 #include "base/check.h"
 #include "ops/sizes.h"
 
-// Rows per block of classifier_train: 512 x 50304 logits = 103 MB of scratch instead of 206 MB at
-// B*T = 1024 (824 MB at T = 1024). Measured (dev/bench_ops, bf16, B=4 T=256): 128 rows 435 ms,
-// 256 rows 350 ms, 512 rows 325 ms, all 1024 rows 318 ms: below 512 the weight gradient's GEMMs
-// (K = rows) and the passes over the whole dw they each make start to cost.
+// Rows per block of classifier_train: 512 x 50304 logits = 103 MB of scratch, a fraction of the
+// whole batch's logits. Below 512 rows the weight gradient's GEMMs (K = rows) and the passes over
+// the whole dw they each make start to cost (the timings: docs/CPU.md, "The classifier").
 #define CLS_ROWS OPS_CPU_CLS_ROWS // 512 (llmc/ops/sizes.h: the memory plan counts the scratch)
 
 #define CLS_BLOCK 2048   // floats: 8 KB, stays in L1 between the max and the exp-sum loops

@@ -1,14 +1,11 @@
 // CPU backend: bf16 GEMMs with fp32 accumulation through oneDNN's matmul primitive.
 //
-// Why oneDNN: measured on the GPT-2 124M step's shapes (dev/bench_gemm.c: c_attn, attn.c_proj,
-// mlp.c_fc, mlp.c_proj, lm_head at B*T = 1024; forward, dinp, dweight) on an AMD EPYC (Zen 4,
-// AVX512-BF16, no AMX, 2 cores), OpenBLAS sgemm runs the step's GEMMs at ~205 GFLOP/s, oneDNN's
-// bf16 matmul (its brgemm avx512_core_bf16 kernels) at ~390: 3.6-3.7 s of GEMM per step become
-// 1.9 s. Debian's OpenBLAS has no sbgemm (built without BUILD_BFLOAT16), BLIS 0.9 has no bf16
-// GEMM, libxsmm 1.17 only small-matrix bf16 kernels that we would have to block and thread
-// ourselves. oneDNN is also what PyTorch calls for bf16 on the CPU, and Debian's build uses the
-// OpenMP runtime: its threads are our OpenMP threads, so it never competes with the other ops'
-// parallel loops for the cores (OpenBLAS' pthreads pool is the fp32 path's only).
+// Why oneDNN: on the step's GEMM shapes its bf16 matmul (brgemm avx512_core_bf16 kernels) is the
+// fastest GEMM this system's libraries offer, where Debian's OpenBLAS has no sbgemm and BLIS and
+// libxsmm no usable bf16 GEMM (the measurements: docs/CPU.md, "Which GEMM library"). oneDNN is
+// also what PyTorch calls for bf16 on the CPU, and Debian's build uses the OpenMP runtime: its
+// threads are our OpenMP threads, so it never competes with the other ops' parallel loops for the
+// cores (OpenBLAS' pthreads pool is the fp32 path's only).
 //
 // Primitives are created once per shape and orientation and kept (a training step has ~15
 // distinct GEMMs); the accumulating ones (backward: += into gradients) use oneDNN's sum post-op.

@@ -1,11 +1,10 @@
 // CPU backend: the one-row bf16 GEMM (y = x W^T) of token-by-token generation, on AVX512-BF16.
 //
-// Why not oneDNN here: its matmul primitive runs a one-row product at ~40 GB/s of weights out of
-// cache and ~10 GB/s for the lm_head (50304 x 768, 77 MB), well below what one core streams; this
-// loop (VDPBF16PS, four weight rows against one load of x) reads the same weights at ~105-130 GB/s
-// from cache and ~35 GB/s from memory on the Zen 4 of docs/CPU.md: 2.5-3.5x per GEMM, which is
-// most of a generated token's time. The products of bf16 values are exact in fp32, so the result
-// differs from oneDNN's only in the order of the fp32 additions.
+// Why not oneDNN here: its matmul primitive runs a one-row product well below what one core
+// streams; this loop (VDPBF16PS, four weight rows against one load of x) reads the same weights
+// several times faster, and the one-row products are most of a generated token's time (the
+// figures: docs/CPU.md, "Generation"). The products of bf16 values are exact in fp32, so the
+// result differs from oneDNN's only in the order of the fp32 additions.
 #include "cpu/gemv.h"
 #include <stddef.h>
 #if defined(__x86_64__) && defined(__GNUC__)

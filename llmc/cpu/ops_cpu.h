@@ -36,7 +36,7 @@ void cpu_ops_set_deterministic(int on);
 void cpu_ops_set_gemm_dtype(OpsDtype d);   // (matmul.c)
 OpsDtype cpu_ops_gemm_dtype(void);
 // Bytes the bf16 GEMMs' operand scratch holds now (matmul.c's three slots; classifier.c's bf16
-// lm_head): what the memory plan counts as the backend's workspace (llmc/run/memplan.h).
+// lm_head): what the memory plan counts as the backend's workspace (llmc/plan/memplan.h).
 size_t cpu_ops_gemm_scratch_bytes(void);
 size_t cpu_classifier_scratch_bytes(void);
 // Whether bf16 GEMMs run natively here (AVX512-BF16 or AMX-BF16), with why: the hardware alone

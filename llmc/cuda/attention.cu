@@ -86,7 +86,8 @@ static void fa_forward(floatX* out, float* lse, const floatX* qkv, const int* do
 }
 
 // The forward's softmax chunks a key tile (FA_CH): the other count (3 - FA_CH) exists for head
-// size 64 only, for attention_bench to time both and for the test to check both.
+// size 64 only, for attention_bench to time both and for the test to check both (why both stay:
+// FA_CH in attention_fwd.cuh).
 static int g_fwd_chunks = FA_CH;
 extern "C" void attention_set_forward_chunks(int chunks) { g_fwd_chunks = chunks == 1 || chunks == 2 ? chunks : FA_CH; }
 template <int HS>

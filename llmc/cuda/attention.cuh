@@ -19,8 +19,8 @@ size_t attention_backward_scratch_bytes(int B, int T, int C, int NH);
 // The dS tiles' cap in bytes (0: the default 256 MiB); tests set a small one to run the
 // backward in chunks of heads.
 void attention_set_ds_limit(size_t bytes);
-// The forward's softmax steps a 64-key tile at head size 64: 1 or 2 (0: the build's FA_CH, 1).
-// For attention_bench to time both and the test to check both; the faster stays (llmc/cuda/README.md).
+// The forward's softmax steps a 64-key tile at head size 64: 1 or 2 (0: the build's FA_CH, 1),
+// for attention_bench to time both and the test to check both (why both: FA_CH, attention_fwd.cuh).
 void attention_set_forward_chunks(int chunks);
 
 // Simple kernels (attention_simple.cu): fp32 math on CUDA cores, O(T) memory, deterministic.

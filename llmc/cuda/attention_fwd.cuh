@@ -22,9 +22,10 @@
 // same basic block, so that a warp's own MUFU.EX2 and FP32 work can overlap its tensor-core work
 // (with CH 1 a key tile is three serial phases: QK^T, softmax, PV). Registers as one chunk (the S
 // of both chunks, 64 a lane, live at most as the 64 of one step); a chunk costs one more row max
-// and vote; every K and V fragment still serves the MT query tiles. Both stay, CH 1 the build's and
-// CH 2 at head size 64 for attention_bench's A/B (attention_set_forward_chunks), until a GPU run
-// times them: llmc/cuda/README.md has the prediction.
+// and vote; every K and V fragment still serves the MT query tiles. CH 1 is the build's (FA_CH),
+// and CH 2 stays beside it at head size 64 only because no GPU run has timed the two yet
+// (attention_bench's A/B through attention_set_forward_chunks; the prediction, and the rule that
+// the slower one goes, are in llmc/cuda/README.md).
 #ifndef FA_CH
 #define FA_CH 1
 #endif

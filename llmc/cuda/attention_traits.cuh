@@ -3,7 +3,7 @@
 // shared-memory addressing (swizzles, ldmatrix lane offsets, the carving of the dK/dV kernel's
 // dynamic shared memory).
 //
-// Registers follow the PTX ISA's fragment tables (ptx.cuh): lane l holds rows g = l / 4 and
+// Registers follow the PTX ISA's fragment tables (README.md): lane l holds rows g = l / 4 and
 // g + 8 of each 16-row accumulator, columns 2t, 2t + 1 (t = l % 4) of each n8 tile, so a row's
 // max and sum are 2 shuffles over the 4 lanes of a quad, and the accumulators of two adjacent n8
 // tiles, packed to bf16, are the A operand of the next product (fa_pack_a: P V, P^T dO, dS^T Q).
@@ -62,7 +62,7 @@ template <int HS> struct FaCfg {
                   "swizzled tiles at multiples of 256 bytes");
 };
 
-// The accumulator (C/D) layout of mma.m16n8k16 (ptx.cuh's table): element e (0..3) of a lane's
+// The accumulator (C/D) layout of mma.m16n8k16 (README.md's table): element e (0..3) of a lane's
 // 16 x 8 fragment is at row fa_c_row(e), column fa_c_col(e); elements 2h and 2h + 1 share row half
 // h (row g + 8h). g = lane / 4 (group), t = lane % 4 (thread in group).
 __device__ __forceinline__ int fa_lane_g() { return (threadIdx.x % 32) / 4; }
@@ -71,7 +71,7 @@ __device__ __forceinline__ int fa_c_half(int e) { return e >> 1; }
 __device__ __forceinline__ int fa_c_row(int e) { return fa_lane_g() + 8 * fa_c_half(e); }
 __device__ __forceinline__ int fa_c_col(int e) { return 2 * fa_lane_t() + (e & 1); }
 
-// C fragments of two adjacent n8 tiles as the A operand of a k16 step (ptx.cuh's last rule).
+// C fragments of two adjacent n8 tiles as the A operand of a k16 step (README.md: C/D to A).
 __device__ __forceinline__ void fa_pack_a(uint32_t a[4], const float c0[4], const float c1[4]) {
     a[0] = ptx_pack_bf16x2(c0[0], c0[1]);
     a[1] = ptx_pack_bf16x2(c0[2], c0[3]);
@@ -139,7 +139,7 @@ __device__ __forceinline__ ptx_saddr fa_cols(ptx_saddr a, int j) {
     else return a + 32 * j;
 }
 
-// ldmatrix.x4, named by what it loads (p: the tile + this lane's offset, ptx.cuh's recipes):
+// ldmatrix.x4, named by what it loads (p: the tile + this lane's offset, README.md's recipes):
 // A of a k16 step from a row-major tile (rows m, columns k; pattern x)
 __device__ __forceinline__ void fa_ldsm_a(uint32_t a[4], ptx_saddr p) { ptx_ldmatrix_x4_at(a, p); }
 // A of a k16 step from a tile stored transposed (rows k, columns m; pattern y, .trans)

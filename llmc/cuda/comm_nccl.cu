@@ -1,53 +1,22 @@
-// The NCCL implementation of the device calls of llmc/comm/comm.h (CUDA builds): a CommOps table that
-// comm_nccl_attach installs as the device table. Thin on purpose: each call is one NCCL
+// The NCCL implementation of the device calls of llmc/comm/comm.h (CUDA builds): a CommOps table
+// that comm_nccl_attach installs as the device table. Thin on purpose: each call is one NCCL
 // collective on the caller's stream. The communicator is bootstrapped over the host
 // implementation (MPI): rank 0 makes the unique id, comm_broadcast sends it to everyone, every
-// rank joins on its current CUDA device.
-//
-// Usage (trainer, CUDA build; llmc/ops/device.h wraps the attach):
-//   comm_init(&comm, &argc, &argv);
-//   cudaSetDevice(comm.local_rank);     // one GPU per rank
-//   comm_nccl_attach(&comm);            // from here on comm_dev_* take device buffers
-//   ... comm_dev_reduce_scatter_sum(&comm, grads, grads + rank*shard, shard, COMM_F32, stream) ...
-//   comm_nccl_detach(&comm);
-//   comm_finalize(&comm);
-// With one rank no NCCL communicator is created; the calls become device-to-device copies.
-// comm_nccl_attach_local (a single process, no MPI: the unique id is made here) does create one,
-// of 1 rank (the calls go through NCCL) or of more ranks that never join: how the GPU check
+// rank joins on its current CUDA device. With one rank no NCCL communicator is created; the calls
+// become device-to-device copies. comm_nccl_attach_local (a single process, no MPI: the unique id
+// is made here) creates one of 1 rank, or of more ranks that never join: how the GPU check
 // (test/test_nccl_watchdog.cu) runs the watchdog's NCCL path on one GPU.
 //
-// Hangs and errors (the watchdog, llmc/comm/comm_watchdog.c), as PyTorch's ProcessGroupNCCL does:
-//   - the communicator is non-blocking (ncclConfig_t.blocking = 0): its init and every call
-//     return at once, possibly with ncclInProgress, and this file polls ncclCommGetAsyncError
-//     (with comm_poll_sleep) until the call has settled; the poll runs inside the watchdog's
-//     bracket of the collective, so a rank that never joins the init is found like any other;
-//   - every collective records a CUDA event after it on its stream (a ring of NCCL_TRACK events);
-//     the watchdog thread polls them (wd_poll: the age of the oldest one not yet completed) and
-//     ncclCommGetAsyncError (an asynchronous error ends the job with NCCL's message);
-//   - when a device collective has been pending for longer than the limit, the watchdog asks the
-//     peers (over MPI) who is stuck, prints its verdict, calls wd_abort and ends the job. The
-//     abort takes the communicator out of this file's state first, so the main thread never
-//     touches it again (a call caught by the abort parks until the process ends), then calls
-//     ncclCommAbort, which may itself wait behind a hung kernel (NCCL synchronizes its streams
-//     while it cleans up): the watchdog's backstop ends the process regardless.
+// For the watchdog (llmc/comm/comm_watchdog.c) the communicator is non-blocking: every call
+// returns at once and this file polls ncclCommGetAsyncError until the call has settled, inside the
+// watchdog's bracket of the collective; every collective records a CUDA event in a ring of
+// NCCL_TRACK that the watchdog thread polls; wd_abort takes the communicator out of this file's
+// state before it calls ncclCommAbort. Sub-communicators (comm_split) hang off the state of the
+// top communicator, the one the watchdog polls. Non-blocking requests (comm_dev_iallgather,
+// comm_dev_ireduce_scatter_sum) run on a side stream, ordered by events on the caller's stream.
 //
-// Sub-communicators (comm_split: hybrid sharding) get an NCCL communicator of their ranks
-// (ncclCommSplit, bracketed for the watchdog as "nccl_split"). The watchdog polls only the
-// communicator it was started on (the top one), so a sub-communicator's state hangs off the top's:
-// the top's lock guards its communicator handle, its collectives are tracked in the top's ring,
-// and the top's error poll and abort reach it (up to NCCL_MAX_SUBS at once).
-//
-// Non-blocking requests (comm_dev_iallgather / comm_dev_ireduce_scatter_sum) run on a side
-// stream: an event on the caller's stream orders them after the work already enqueued there, and
-// comm_wait makes the caller's stream wait for their completion event (the host does not block).
-//
-// Determinism: NCCL reduces in a fixed order for a given rank count, topology, NCCL version,
-// message size and algorithm/protocol choice, so runs repeat bit for bit on the same machine; pin
-// NCCL_ALGO / NCCL_PROTO in the environment to make it independent of NCCL's tuning. bf16 buffers
-// are summed by NCCL in bf16 steps (rounded at every hop); reduce gradients in fp32 where accuracy
-// matters more than bandwidth. The non-blocking calls are the same NCCL collectives.
-//
-// Compile check without a GPU: make cuda-check (nvcc, warnings as errors, every GPU architecture).
+// The call sequence, the abort path, sub-communicators and determinism in full: llmc/cuda/README.md
+// ("NCCL collectives: comm_nccl.cu"). Compile check without a GPU: make cuda-check.
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <pthread.h>

@@ -4,34 +4,16 @@
 // only through ptx.cuh's wrappers, no device-only intrinsics without a host fallback
 // (test/cuda_cpu/README.md).
 //
-//   cudaCheck(expr)            stop with file:line, the CUDA error name/string and a hint
-//   cudaCheckLast()            cudaCheck(cudaGetLastError()) after a LAUNCH
-//   ceil_div(a, b)             integer ceil(a / b); ops_blocks(work, per_block): the same as an
-//                              unsigned grid size
-//   WARP_SIZE, FULL_MASK       32, the mask of all its lanes
-//   warp_reduce_sum/max(float) sum / max over the 32 lanes (every lane gets the result)
-//   block_reduce<warp_reduce_sum>(val, final_sync = false, out_of_range = 0.0f)
-//                              reduce over a 1-D block whose blockDim.x is a multiple of 32 and
-//                              <= 1024; every thread gets the result. Pass final_sync = true when
-//                              the block calls block_reduce again right away (it reuses the same
-//                              shared scratch).
-//   block_sum(val)             block_reduce of a sum that may be called again right away (a
-//                              leading barrier protects the scratch)
-//   bf16                       __nv_bfloat16 (= floatX: everything under llmc/cuda is the bf16
-//                              backend, compiled with -DLLMC_CUDA)
-//   Packed128<T>               16 bytes of T (8 bf16, 4 float) for 128-bit loads and stores
-//   x128 / f128                Packed128<bf16> / Packed128<float>
-//   load128(p) / load128cs(p)  128-bit load (cs: streaming, evict-first: data read once)
-//   store128(p, v) / store128cs(p, v) / store128cg(p, v)   128-bit stores (cg: bypass L1)
-//                              p must be 16-byte aligned (cudaMalloc gives 256-byte alignment).
-//   ops_aligned16(p)           whether p allows the 128-bit paths
-//   load8f / store8f           8 elements of a bf16 row as fp32, 128-bit or scalar (ragged rows)
-//   ops_round_stochastic(x, sround_hash(seed, i))   deterministic stochastic rounding fp32 -> bf16
-//                              (llmc/base/sround.h)
-//   ops_gelu(x), ops_gelu_grad tanh-approximation GELU and its derivative, shared by kernels and
-//                              the emulated GEMM's epilogues
-//   ops_scratch(slot, bytes)   the op-internal scratch buffers (backend.cu)
-//   ops_colsum_finalize        the fixed-order column sums of layernorm / matmul (reduce.cu)
+//   cudaCheck(expr), cudaCheckLast()   stop with file:line, the CUDA error and a hint
+//   ceil_div, ops_blocks; WARP_SIZE, FULL_MASK
+//   warp_reduce_sum/max, block_reduce<op>, block_sum   reductions over a warp or a 1-D block;
+//                                      every thread gets the result
+//   bf16 (= floatX: everything under llmc/cuda is the bf16 backend, compiled with -DLLMC_CUDA)
+//   Packed128<T> (x128, f128), load128[cs], store128[cs|cg], ops_aligned16, load8f / store8f
+//                                      128-bit loads and stores, and the scalar path of ragged rows
+//   ops_round_stochastic (llmc/base/sround.h), ops_gelu / ops_gelu_grad (kernels and the emulated
+//                                      GEMM's epilogues)
+//   ops_scratch (backend.cu), ops_colsum_finalize (reduce.cu)
 #ifndef LLMC_CUDA_COMMON_CUH
 #define LLMC_CUDA_COMMON_CUH
 
@@ -89,7 +71,9 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
 typedef float (*warp_reduce_fn)(float);
 
 // Two-level reduction: each warp reduces in registers, lane 0 of every warp parks its partial in
-// shared memory, then every warp reduces the partials (so all threads hold the result).
+// shared memory, then every warp reduces the partials (so all threads hold the result). blockDim.x
+// is a multiple of 32 and <= 1024. Pass final_sync = true when the block calls block_reduce again
+// right away (it reuses the same shared scratch).
 template <warp_reduce_fn warp_reduce>
 __device__ inline float block_reduce(float val, bool final_sync = false, float out_of_range = 0.0f) {
     __shared__ float partials[WARP_SIZE];
@@ -111,7 +95,8 @@ __device__ inline float block_sum(float v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 128-bit vectors
+// 128-bit vectors: 16 bytes of T (8 bf16, 4 float). p is 16-byte aligned (cudaMalloc gives
+// 256-byte alignment). cs: streaming, evict-first (data read once); cg: the store bypasses L1.
 
 template <typename T>
 struct alignas(16) Packed128 {

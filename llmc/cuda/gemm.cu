@@ -193,13 +193,9 @@ static void gemm_plan_destroy(GemmPlan* p) {
     (void)cublasLtMatmulDescDestroy(p->op);
 }
 
-// compute-sanitizer's initcheck does not see what cuBLASLt's sm_90 GEMM kernels store: on the first
-// H100 run (dev/reports/gpu_2026-11-26) every one of its hundreds of thousands of reports was a
-// read, by one of our kernels, of a GEMM's output (the test's download of matmul_forward's out,
-// the flash forward's read of qkv, LoRA's add of the adapter product), always from the first
-// element of the buffer on, although the values read were the right ones (every check against
-// the CPU backend passed), and never for the GEMM whose rows are not 16-byte aligned (N x 9, which
-// cuBLASLt cannot serve with its bulk tensor stores). So each GEMM tells the sanitizer, through
+// compute-sanitizer's initcheck does not see what cuBLASLt's sm_90 GEMM kernels store, so it
+// reports our kernels' reads of a GEMM's output as uninitialised although the values are right
+// (what showed it: llmc/cuda/README.md, "Decisions"). So each GEMM tells the sanitizer, through
 // NVTX (a no-op when no tool is attached), what it writes: D and, with GEMM_GELU_AUX, aux, each m
 // x n with leading dimension ldd (every caller passes ldd == m, so the span is exactly the matrix).
 static void gemm_declare_written(const floatX* p, int m, int n, int ldd) {
@@ -234,8 +230,7 @@ void gemm_bf16(int transa, int transb, int m, int n, int k,
     // with beta 0 every element of D is the GEMM's to write, and some algorithms (a main kernel
     // and a separate epilogue kernel, which cuBLASLt picks when n is not a multiple of 8) read back
     // what their first kernel stored: declared before the call too, or initcheck reports each
-    // such read (the second H100 run: 65536 reports, all in cuBLASLt's epilogue globalKernel, for
-    // the DGELU GEMM of a single record of odd length in test_pack)
+    // such read
     if (!accumulate) gemm_declare_written(D, m, n, ldd);
     LT_CHECK(cublasLtMatmul(g_lt, p->op, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld, &p->algo, g_ws,
                             GEMM_WORKSPACE, 0));

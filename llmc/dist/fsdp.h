@@ -1,44 +1,26 @@
-// ZeRO-3 / FSDP: the model's parameters sharded across ranks in units (llmc/model/gpt2.h GPT2Units:
-// one unit per transformer block, plus the embedding/head unit H = wte (tied to lm_head), wpe,
-// ln_f). Each unit is a flat buffer (its tensors packed in table order) padded to a multiple of
-// world * align and split evenly: rank r keeps piece r of every unit (`piece[u]` elements), and
-// the concatenation of its pieces is its parameter shard (pshard) and, for full training, its
-// gradient shard (gshard) and the optimizer's range (fsdp_segments). Nothing else of the model's
-// parameters stays in memory between uses.
+// ZeRO-3 / FSDP: the model's parameters sharded across ranks in units (llmc/model/gpt2.h
+// GPT2Units: one unit per transformer block, plus the embedding/head unit H = wte (tied to
+// lm_head), wpe, ln_f). Each unit is a flat buffer (its tensors packed in table order) padded to a
+// multiple of world * align and split evenly: rank r keeps piece r of every unit (`piece[u]`
+// elements), and the concatenation of its pieces is its parameter shard (pshard) and, for full
+// training, its gradient shard (gshard) and the optimizer's range (fsdp_segments). Nothing else of
+// the model's parameters stays in memory between uses.
 //
-// Buffers: gather slots that hold whole units. Default (reshard after forward): two slots of the
-// largest block, used in turns by the blocks: while one block computes, the next one is gathered
-// into the other slot (comm_dev_iallgather, started by the model's prefetch call, waited for by
-// its need call); and one slot of the head's own. The head (wte alone is 31-65% of a GPT-2) is
-// used whole by the embedding and the classifier, so some buffer must hold all of it then; its
-// slot is that buffer and also where this rank's piece of the head lives (the gather is in place:
-// the piece is the slot's block `rank`), so the head costs one copy and no shard besides, and is
-// gathered once after each update instead of two or three times a micro-step. A rank's
-// parameters are then (P - H) / N + H + 2 Bmax (P: every parameter, H: the head, Bmax: the
-// largest block), below a replica's P whenever the L blocks satisfy L (1 - 1/N) > 2: every GPT-2
-// size from d6 at N >= 2 (the 2-layer `tiny` test model is not).
-// --zero3-keep: one slot per unit, each holding this rank's piece of its unit the same way, so
-// that what forward gathered is still there for backward and for the later micro-steps of the
-// step (one gather per unit per step; the memory of a replica and no shard besides).
-// Slots are invalidated when the optimizer has changed the shards (fsdp_params_changed).
+// Gather slots hold whole units. By default two slots of the largest block take the blocks in
+// turns (the model's prefetch call starts the next block's comm_dev_iallgather into the other
+// slot, its need call waits for it), and the head has a slot of its own that also holds this
+// rank's piece of the head (gathered in place, once after each update). --zero3-keep: one slot per
+// unit, so what forward gathered serves backward and the later micro-steps. Slots are invalidated
+// when the optimizer has changed the shards (fsdp_params_changed).
 //
 // Gradients (full training): backward writes a block's gradients into one of two layer buckets
 // (gpt2_grads_layer_bucket); when the block is done its bucket is reduce-scattered in place
-// (comm_dev_ireduce_scatter_sum: the sum of this rank's piece lands in the bucket's block `rank`)
-// while backward fills the other bucket; the head's bucket is reduce-scattered when backward is
-// over. Each piece is added into gshard (gradient accumulation).
+// (comm_dev_ireduce_scatter_sum) while backward fills the other, and each piece is added into
+// gshard. QLoRA (llmc/dist/fsdp_nf4.c): the NF4 base is sharded in its packed form, as bytes
+// gathered (COMM_U8) beside each block's floatX part: a block's gather is two all-gathers.
 //
-// QLoRA (llmc/dist/fsdp_nf4.c): the NF4 base is sharded in its packed form, as bytes beside each block's
-// floatX part, gathered (COMM_U8) into a byte slot of the same index with it: a block's gather is
-// then two all-gathers (n_gather counts collectives).
-//
-// Collectives per step of M micro-steps with L >= 2 blocks (counted in n_gather / n_rs): reshard
-// mode 2L - 1 all-gathers in the first micro-step (forward: H, which then stays in its slot,
-// blocks 0..L-1; backward: blocks L-3..0, since L-1 and L-2 are still in the two shared slots)
-// and 2L - 4 in each later one (blocks 0 and 1 are still there from the backward before):
-// 2L - 1 + (M - 1)(2L - 4); keep mode L + 1 in all. A frozen base (LoRA, QLoRA) stays gathered
-// across steps: (2L - 4) M in the steps after the first. Reduce-scatters: L + 1 per micro-step,
-// M(L + 1).
+// The memory per rank, the collectives per step (counted in n_gather / n_rs) and why the head
+// stays gathered: docs/ZERO.md ("Memory per rank", "Traffic per step", "How stage 3 works here").
 #ifndef LLMC_FSDP_H
 #define LLMC_FSDP_H
 
@@ -154,7 +136,7 @@ void fsdp_state_from_flat(Fsdp* f, const ZeroLayout* zl, const float* range, flo
 floatX* fsdp_piece(const Fsdp* f, int u);
 // A layout's sizes in elements from the units' real sizes alone (unit_n[nunits], the head last):
 // the arithmetic fsdp_init lays the units out with, for a plan made before anything exists
-// (llmc/run/memplan.h). Each unit is padded to a multiple of world * 64 and split in world pieces.
+// (llmc/plan/memplan.h). Each unit is padded to a multiple of world * 64 and split in world pieces.
 typedef struct {
     size_t shard_n;          // this rank's pieces (the gradient shard, the optimizer's range)
     size_t pshard_n;         // those of them in pshard (not in a unit's own slot)

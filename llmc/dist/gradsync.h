@@ -1,26 +1,17 @@
 // Gradient synchronisation across ranks: after the backward passes of a step, the range of the
 // flat trainable space that this rank's optimizer updates must hold the gradient summed over every
 // rank; after the update, every rank needs the new parameters. The arithmetic of who owns what is
-// llmc/dist/zero.h, the data moves through llmc/comm/comm.h (device collectives, in the parameters' dtype).
+// llmc/dist/zero.h, the data moves through llmc/comm/comm.h (device collectives, in the
+// parameters' dtype). What each ZeRO stage moves and keeps: docs/ZERO.md.
 //
-//   ZeRO 0  every segment's gradients are all-reduced once per step; every rank updates everything.
-//   ZeRO 1  each segment's pieces are reduced to the rank owning them once per step; each owner
-//           updates its shard and broadcasts the new parameters.
-//   ZeRO 2  gradients are reduced while backward runs and only the own shard persists (gshard).
-//           Full training hands gpt2_backward a sink (gradsync_sink) that reduces each layer's
-//           bucket as soon as that layer is done, the model's gradients living in two one-layer
-//           buckets owned here; adapters are reduced after each micro-step instead.
-//   ZeRO 3  the parameters are sharded too (llmc/dist/fsdp.h): each rank keeps a piece of every unit
-//           (block, embedding/head), gathered when the model needs it. Full training: gradients
-//           are reduce-scattered unit by unit as backward leaves them and the optimizer updates
-//           this rank's pieces (its segments are fsdp_segments), which the next gathers read.
-//           Adapters (LoRA) are trained as at ZeRO 2 over a frozen sharded base (QLoRA: the NF4
-//           base sharded in its packed form); base tensors LoRA trains (biases, ln_f) stay whole
-//           on every rank, outside the units, and are trained with the adapters.
-// The global gradient norm: at stage 0 every rank holds the whole sum; at stages 1/2 each rank sums
-// the squares of its shard and one all-reduce of that partial sum gives every rank the same norm;
-// at stage 3 the shards are the units' pieces (with --shard-group each group covers the gradient
-// once, so the sum over all ranks is divided by the number of groups).
+// At ZeRO 2, full training hands gpt2_backward a sink (gradsync_sink) that reduces each layer's
+// bucket as soon as that layer is done, the model's gradients living in two one-layer buckets
+// owned here; adapters are reduced after each micro-step instead. At ZeRO 3 (llmc/dist/fsdp.h)
+// the optimizer updates this rank's pieces of the units (its segments are fsdp_segments);
+// adapters are trained as at ZeRO 2 over the frozen sharded base, and the base tensors LoRA trains
+// (biases, ln_f) stay whole on every rank and are trained with the adapters. The global gradient
+// norm at stage 3 with --shard-group sums over all ranks and divides by the number of groups (each
+// group covers the gradient once).
 //
 // The step's loss and gradient norm stay on the device until gradsync_step_stats reads both at
 // once: the only time a step waits for the device before its update.
@@ -100,7 +91,7 @@ void gradsync_share_params(GradSync* gs);
 size_t gradsync_grad_bytes(const GradSync* gs);
 size_t gradsync_bucket_numel(const GradSync* gs);
 // ZeRO 2 (full training): the elements of bucket b's buffer (zero_gpt2_bucket: 0 = a layer's,
-// L = the embedding / head's), from the table alone (a plan's, llmc/run/memplan.h).
+// L = the embedding / head's), from the table alone (a plan's, llmc/plan/memplan.h).
 size_t gradsync_zero2_bucket_numel(const ParamTable* pt, int bucket);
 
 #ifdef __cplusplus

@@ -3,37 +3,21 @@
 // and how optimizer state written by N ranks is re-sliced for M ranks. Pure functions, no I/O,
 // no communication (llmc/comm/comm.h moves the data).
 //
-// Layout. The trainable parameters are one flat buffer of `total` elements (llmc/model/params.h order).
-// It is padded with zeros to `padded` = total rounded up to a multiple of world*align, so every
+// Layout. The trainable parameters are one flat buffer of `total` elements (llmc/model/params.h
+// order), padded with zeros to `padded` = total rounded up to a multiple of world*align, so every
 // rank's shard is the same size (`shard` = padded / world, a multiple of align) and starts on an
-// aligned element: rank r owns flat elements [r*shard, (r+1)*shard). Parameters, gradients and
-// any buffer that takes part in a reduce-scatter / all-gather are allocated with `padded`
-// elements and the padding stays zero (its gradient is zero, so AdamW leaves it zero too; the
-// optimizer may also skip it, since no tensor covers it).
+// aligned element: rank r owns flat elements [r*shard, (r+1)*shard). Buffers that take part in a
+// reduce-scatter / all-gather have `padded` elements; the padding stays zero (its gradient is
+// zero, so AdamW leaves it zero too; the optimizer may skip it, since no tensor covers it).
 //
-// Stages (what each rank keeps and what crosses the wire every step):
-//   0  every rank: full params, full grads, full AdamW m/v (+ fp32 master). Gradients are
-//      all-reduced (comm_allreduce_sum_f32 / comm_dev_allreduce_sum over `padded` elements), then
-//      every rank runs the same AdamW over all elements. No sharding; world may be anything.
-//   1  full params and full grads, but m, v and master weights only for the own shard (`shard`
-//      elements each). After backward: reduce-scatter the gradients
-//      (comm_reduce_scatter_sum_f32(c, grads, grads + rank*shard, shard): in place, the own shard
-//      then holds the summed gradient), AdamW on the own shard only (per tensor: zero_intersect),
-//      then all-gather the parameters (comm_allgather_f32(c, params + rank*shard, params, shard)).
-//      Same traffic as stage 0 (a ring all-reduce is a reduce-scatter plus an all-gather);
-//      optimizer memory / world.
-//   2  as 1, and gradients are reduced bucket by bucket as backward produces them (the last layer
-//      first), each bucket's segments to their owning ranks (zero_segments + comm_reduce_sum_f32 or
-//      comm_dev_reduce_sum inside comm_dev_group_begin/end), so the communication overlaps backward
-//      and a rank needs to keep only its own gradient shard: the backward of a layer can write its
-//      weight gradients into a packed bucket buffer (ZeroSegment.bucket_off) that is reused for
-//      the next layer, after the owners have accumulated their part into their `shard`-sized
-//      gradient buffer. Total traffic equals stage 1.
-// Gradient norm for clipping: at stage 0 every rank holds the whole summed gradient and computes
-// the norm locally (the same on every rank). At stages 1/2 each rank sums the squares over its own
-// shard and comm_allreduce_sum_f64 of that one partial sum gives every rank the same global value.
-// Gradient accumulation over micro-steps: stages 0/1 accumulate into the full gradient buffer and
-// communicate once per step; stage 2 owners add each reduced bucket into their shard gradients.
+// Stages: 0 all-reduces the gradients and every rank updates everything; 1 keeps AdamW's state
+// for the own shard only (reduce-scatter the gradients in place, update the shard tensor by
+// tensor with zero_intersect, all-gather the parameters: the traffic of stage 0); 2 reduces the
+// gradients bucket by bucket as backward produces them, each bucket's segments to their owners
+// (zero_segments; a layer's weight gradients go to a packed bucket, ZeroSegment.bucket_off), so a
+// rank keeps only its own gradient shard. The gradient norm: stage 0 computes it locally, stages
+// 1/2 all-reduce one partial sum of squares. Stage 3 (llmc/dist/fsdp.h) shards the parameters
+// too. What each stage keeps and moves every step: docs/ZERO.md.
 #ifndef LLMC_ZERO_H
 #define LLMC_ZERO_H
 

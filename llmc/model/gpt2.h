@@ -153,7 +153,7 @@ size_t gpt2_acts_bytes(const GPT2Config* cfg, int B, int T, int recompute, int b
 // The bytes the activations hold now: activations, scratch, the batch arrays and the attention's
 // scratch and the linear layers' adapter scratch (the memory report's "activations").
 size_t gpt2_acts_held(const GPT2* m);
-// The sizes behind gpt2_acts_bytes, for a plan of either backend (llmc/run/memplan.h): the bytes
+// The sizes behind gpt2_acts_bytes, for a plan of either backend (llmc/plan/memplan.h): the bytes
 // of each activation (GPT2Acts order) and backward scratch buffer (GPT2Scratch order) for floatX
 // of X bytes and a classifier scratch of cls_rows rows (ops.h classifier_rows); gpt2_alloc_acts
 // carves each at a 256-byte boundary (gpt2_carved_bytes); gpt2_batch_bytes: the (B, T) int

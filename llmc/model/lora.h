@@ -120,7 +120,7 @@ int lora_parse_layers(const char* s, int num_layers, LoraSpec* spec, char* err, 
 // gradients (zeroed). fatal on an inconsistent spec (no target, rank < 1, ...).
 LoraModel* lora_create(const GPT2Config* cfg, const LoraSpec* spec);
 // The same without backend memory (params, grads and masks NULL): the structure and sizes a plan
-// needs (llmc/run/memplan.h) before anything is allocated. lora_free frees it.
+// needs (llmc/plan/memplan.h) before anything is allocated. lora_free frees it.
 LoraModel* lora_layout(const GPT2Config* cfg, const LoraSpec* spec);
 // The same from adapters already described (lin, wid, layer, in, out, rank, scaling, alpha,
 // blocks set; the rest is laid out here): lm takes ad (calloc'd, n entries) over.

@@ -39,7 +39,7 @@ typedef struct {
 
 // What the assembled model will hold in backend memory, in bytes, known before any of it is
 // allocated: the model's own count, which test/test_memplan.c holds the trainers' plan
-// (llmc/run/memplan.h, whose refusal runs before the model is built) to.
+// (llmc/plan/memplan.h, whose refusal runs before the model is built) to.
 typedef struct {
     size_t params;             // floatX parameters, the adapters' included
     size_t grads;              // floatX gradients, the adapters' included
@@ -73,7 +73,7 @@ typedef struct {
     const LoraSource* lora_src;//   adapters to build
     // called once the footprint is known, before the parameters, the base and the activations are
     // allocated (new adapters already are: a few MiB at most); may be NULL (the trainers plan
-    // before this instead: llmc/run/plan_run.h)
+    // before this instead: llmc/plan/plan_run.h)
     void (*before_alloc)(void* ctx, const ModelFootprint* fp);
     void* before_alloc_ctx;
 } ModelSpec;

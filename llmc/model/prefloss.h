@@ -17,10 +17,7 @@
 //   simpo  z = beta (a_c - a_r) - gamma, loss = -(1 - e) log sig(z) - e log sig(-z) (TRL's
 //          CPOTrainer with loss_type "simpo" and cpo_alpha 0, the SimPO paper's loss)
 // The batch's loss is the mean of the pair terms over the pairs of the (global) batch, plus
-// ORPO's NLL. Logged as TRL logs them: rewards/chosen and /rejected (dpo, ipo: beta (S - R);
-// orpo: lambda a; simpo: beta a), rewards/accuracies (chosen reward > rejected), rewards/margins,
-// logps/chosen and /rejected (dpo, ipo: S; orpo, simpo: a), and for ORPO nll_loss,
-// log_odds_ratio (mean log sig(o)), log_odds_chosen (mean o).
+// ORPO's NLL; the metrics are TRL's (docs/PREFERENCE.md, "What is logged").
 //
 // The gradient goes back to the model through the per-token log-probabilities: pref_pair gives
 // d(pair term) / d(log p of one target token), the same for every token of a completion; the

@@ -11,7 +11,8 @@
 //           (uint16)(int)fma((x + 1) * 0.5, 65535, 0.5) (the shipped binary fuses that multiply-add),
 //           the table mapping each grid point to the first code whose upper midpoint is >= it.
 //   dequant: code4[c] * absmax, with absmax = code8[q] * scale + offset (two roundings, no FMA).
-// The file is compiled with -ffp-contract=off (mk/nf4.mk) so that no other multiply-add is fused.
+// The file is compiled with -ffp-contract=off (NF4_CFLAGS in mk/programs.mk) so that no other
+// multiply-add is fused.
 #include "ops/nf4.h"
 #include "base/check.h"
 #include "base/json.h"

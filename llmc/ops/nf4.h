@@ -106,7 +106,7 @@ void nf4_to_hf_state(NF4Tensor* t, StWriter* w, const char* key, const char* dty
 // an absent one) and the image's bytes:
 typedef struct { size_t packed, absmax, absmax_q, absmax_scale, code8, code4, bytes; } NF4Image;
 void nf4_image_layout(const NF4Tensor* t, NF4Image* img);
-// The image's bytes for a tensor of n weights, from n alone (a plan's, llmc/run/memplan.h).
+// The image's bytes for a tensor of n weights, from n alone (a plan's, llmc/plan/memplan.h).
 size_t nf4_image_bytes_for(int64_t n, int double_quant);
 // Write t's image into out (host memory, nf4_image_layout bytes).
 void nf4_image_pack(const NF4Tensor* t, uint8_t* out);

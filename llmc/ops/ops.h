@@ -3,34 +3,22 @@
 // names only, so they are the same source for both backends.
 //
 // Backends: llmc/cpu/ (fp32 storage, OpenMP, GEMMs in fp32 (OpenBLAS) or bf16 (oneDNN)) and
-// llmc/cuda/ (bf16 storage, fp32 accumulation, cuBLASLt and our own kernels). Each implements
-// every function below under its own prefix (cpu_encoder_forward, cuda_encoder_forward, ...),
-// declared in one header per backend
-// (llmc/cpu/ops_cpu.h, llmc/cuda/ops_cuda.h), in files split the same way in both folders (the
-// groups below name them), and one dispatch file per backend (llmc/cpu/dispatch.c,
-// llmc/cuda/dispatch.cu) defines these names by calling its backend's. A program links one
-// backend, so these names mean that backend; a test that compares the backends links both
-// implementations and calls cpu_* and cuda_* side by side (test/test_cuda_ops.cpp).
-// Why prefixes and a dispatch file rather than a table of function pointers (as ggml has): the
-// backend is chosen when a program is built, not while it runs (floatX differs in size, so the
-// shared C is compiled per backend anyway), and direct calls keep every signature type-checked
-// in its backend's own element type (float on the CPU, __nv_bfloat16 on CUDA), where a table
-// would pass one pointer type for both.
-//
-// floatX, the element type of activations, parameters and gradients, is the one compile-time
-// property of the backend that shared code sees (it sizes and indexes buffers in floatX units),
-// hence the #if below; whatever else shared code must know about the backend it asks at run
-// time: ops_caps(), and llmc/ops/device.h for GPU selection and device collectives.
+// llmc/cuda/ (bf16 storage, fp32 accumulation, cuBLASLt and our own kernels) each implement every
+// function below under their prefix (cpu_*, cuda_*: llmc/cpu/ops_cpu.h, llmc/cuda/ops_cuda.h), and
+// one dispatch file per backend (llmc/cpu/dispatch.c, llmc/cuda/dispatch.cu) defines these names
+// by calling its backend's; docs/ARCHITECTURE.md ("The op interface") says why. floatX, the
+// element type of activations, parameters and gradients, is the one compile-time property of the
+// backend that shared code sees (hence the #if below); the rest it asks at run time: ops_caps(),
+// and llmc/ops/device.h for GPU selection and device collectives.
 //
 // Conventions (all backends):
 // - Row-major. B = batch, T = time, C = channels, N = rows (B*T), OC = output channels.
 // - Matmul weights are [OC, C] (llm.c orientation): out[n, o] = sum_c inp[n, c] * w[o, c] + b[o].
 // - Backward ops ACCUMULATE (+=) into parameter gradients: those are zeroed once per optimizer
-//   step, so micro-steps of gradient accumulation simply keep adding. A gradient of an activation
-//   is written by the op that makes its first contribution and added to by later ones: ops that
-//   produce one take `accumulate` (0: dinp = ..., no need to zero it first; 1: dinp += ...), so
-//   backward zeroes no activation-gradient buffer it is about to fill (as llm.c does). A NULL
-//   gradient pointer means "not needed" (frozen tensor: no weight gradient is computed at all).
+//   step, so micro-steps of gradient accumulation keep adding. An activation's gradient is written
+//   by the op that makes its first contribution and added to by later ones: ops that produce one
+//   take `accumulate` (0: dinp = ..., no need to zero it first; 1: dinp += ...). A NULL gradient
+//   pointer means "not needed" (a frozen tensor: no weight gradient is computed at all).
 // - Targets < 0 are ignored (loss mask / padding): they contribute no loss and no gradient.
 #ifndef LLMC_OPS_H
 #define LLMC_OPS_H
@@ -112,9 +100,8 @@ void ops_upload_f32(floatX* dst, const float* src_host, size_t n);
 void ops_download_f32(float* dst_host, const floatX* src, size_t n);
 void ops_synchronize(void);
 // Deterministic kernels (the default): results identical run to run. Both backends are always
-// deterministic (the CUDA attention backward sums its dS tiles with a dQ kernel in a fixed order;
-// its atomic-dQ variant, which 0 used to allow, was slower on an H100 and is gone:
-// llmc/cuda/README.md, "Flash attention"), so 0 changes nothing today.
+// deterministic (the CUDA attention backward sums its dS tiles with a dQ kernel in a fixed order:
+// llmc/cuda/README.md, "Flash attention"), so 0 changes nothing.
 void ops_set_deterministic(int on);
 // The precision of the GEMMs (matmul_*): OPS_F32, or OPS_BF16 / OPS_F16 = operands rounded to
 // bf16 / fp16 (round to nearest even; fp16 overflows to inf), products accumulated and written

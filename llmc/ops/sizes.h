@@ -1,5 +1,5 @@
 // The backends' own scratch memory as a function of shapes alone: one definition used by the
-// backend that allocates it (llmc/cpu/, llmc/cuda/) and by the memory plan (llmc/run/memplan.h),
+// backend that allocates it (llmc/cpu/, llmc/cuda/) and by the memory plan (llmc/plan/memplan.h),
 // which plans for either backend from either build (docs/MEMORY.md's GPU columns come from the
 // CPU build).
 #ifndef LLMC_OPS_SIZES_H

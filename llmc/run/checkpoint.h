@@ -12,24 +12,16 @@
 // interrupted save or prune leaves is exactly what a PENDING marker names, which the next run in
 // DIR removes (ckpt_clean). Files that merely have a checkpoint's name are never removed.
 //
-// Integrity. The DONE marker is a manifest (JSON): the step, the number of ranks and, for every
-// file of the checkpoint, its name, size in bytes and CRC-32C (llmc/base/crc32c.h). The checksums live
-// there rather than inside the files because model_*.bin and the adapters' safetensors must stay
-// byte-for-byte the formats llm.c, transformers and PEFT read, and because one record written
-// after everything else also proves the checkpoint is complete (every rank's file present, none
-// from another run). Before anything of a checkpoint is read, ckpt_verify checks every file
-// against it; a flipped, truncated, missing or replaced file is refused with its name.
-//   {"format": "llmc-ft checkpoint", "version": 1, "step": 100, "world": 2, "files": [
-//     {"name": "model_00000100.bin", "bytes": 497759232, "crc32c": "1a2b3c4d"},
-//     {"name": "state_00000100_00000.bin", ...}, {"name": "state_00000100_00001.bin", ...}]}
-// files[0] is the model or the adapter's tensors ("adapter_00000100/adapter_model.safetensors";
-// the directory's adapter_config.json and tokenizer files are for other loaders, resuming does not
-// read them), files[1 + r] rank r's state.
-//
-// State file: 128 little-endian int64 (1024 bytes) header, then float32 m, v (and fp32 master
-// weights when has_master) of the rank's range of the flat trainable space. Every header field
-// is range-checked on reading (ckpt_read_state_header), and the headers of all ranks of a
-// checkpoint are cross-checked against each other and the manifest (ckpt_check_states).
+// Integrity. The DONE marker is a JSON manifest: the step, the number of ranks and every file's
+// name, size and CRC-32C (llmc/base/crc32c.h), outside the files so that model_*.bin and the
+// adapters' safetensors stay byte-for-byte the formats llm.c, transformers and PEFT read; written
+// after everything else, it also proves the checkpoint complete. Before anything of a checkpoint
+// is read, ckpt_verify checks every file against it; a flipped, truncated, missing or replaced
+// file is refused with its name. The state file is a 1024-byte header of int64, then float32 m, v
+// (and the fp32 master weights when has_master) of the rank's range of the flat trainable space;
+// ckpt_read_state_header range-checks every field and ckpt_check_states cross-checks the ranks'
+// headers and the manifest. Both layouts: docs/FORMATS.md ("Checkpoint state file", "Checkpoint
+// manifest").
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
@@ -97,7 +89,7 @@ void ckpt_write_state(const char* path, const StateHeader* hdr, const float* m, 
 // m, v (and master when has_master) in order, each as consecutive ckpt_state_put calls of any
 // sizes, then end, which refuses a file whose arrays did not come whole (nothing committed) and
 // commits it atomically. A caller stages each piece through one buffer of
-// ckpt_stage_elems(n) floats (the memory plan counts it, llmc/run/memplan.c).
+// ckpt_stage_elems(n) floats (the memory plan counts it, llmc/plan/memplan.c).
 #define CKPT_STAGE_ELEMS ((size_t)1 << 20)
 typedef struct {
     AtomicFile af;

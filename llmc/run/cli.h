@@ -1,6 +1,6 @@
 // Flag definitions shared by the programs (train_gpt2, train_lora, generate): a flag that more than
 // one program takes is defined here once (name, alias, type, range, help), so it means the same
-// everywhere. Each program lists its own flags (llmc/run/runconfig.c, llmc/run/generate.c) around these.
+// everywhere. Each program lists its own flags (llmc/run/runconfig.c, llmc/app/generate.c) around these.
 #ifndef LLMC_CLI_H
 #define LLMC_CLI_H
 

@@ -1,4 +1,5 @@
-// Token-shard data loader (llm.c shard format: docs/FORMATS.md) with optional loss masks.
+// Token-shard data loader: the llm.c shard format with loss masks, record windows and preference
+// pairs (docs/FORMATS.md, "Token shards").
 //
 // A "global batch" is world * B * T tokens: rank r takes the r-th B*T slice of it (plus one
 // token for the shifted targets). Each shard is cut into chunks of one global batch; batches
@@ -6,38 +7,22 @@
 // With shuffling, the shard order and the chunk order within each shard are permuted per epoch
 // with a seed, so every rank sees the same permutation and the run is reproducible.
 //
-// Shards are checked whole when the loader opens them (llmc/text/shard.h: shard_check), before
-// the first batch: every token below the model's vocabulary, the checksums data/prepare wrote,
-// the loss mask a shard says it has (missing: refused with the file named), every mask byte. A
-// pattern that matches part of a data/prepare output (a shard of it missing, or replaced by one
-// of another run: what an interrupted data/prepare leaves) is refused; files named one by one
-// may be any part of a set. Batches are read from the files that were checked: each shard's
-// files stay open (while the open-file limit leaves room), so a data/prepare that replaces them
-// during the run changes nothing the run reads; a shard read by path again (no room) that is no
-// longer the file checked (device, inode, size, modification time) stops the run naming it.
+// Shards are checked whole when the loader opens them (llmc/text/shard.h: shard_check): tokens,
+// checksums, masks. A pattern that matches part of a data/prepare output (a shard missing, or one
+// of another run) is refused; files named one by one may be any part of a set. Batches are read
+// from the files that were checked: each shard's files stay open while the open-file limit leaves
+// room, and a shard read by path again that is no longer the file checked stops the run.
 //
-// Loss masks: a shard X.bin may have a sidecar X.mask (one uint8 per token). Bit 0 of a token's
-// byte says whether it is a target: 0 makes its target slot -1 (ignored by the loss), 1 trains
-// it. Version 2 (packed shards only) adds bit 1: the token starts a record. Shards without a
-// mask (written without one, by llm.c or an older data/prepare) train on every token.
+// A mask byte's bit 0 makes its token a target (0: the target slot is -1, ignored by the loss);
+// shards without a mask train on every token. Shards of record windows (header field 3 = T) are
+// refused unless the loader's T is that length; packed ones (field 4 = 1) give dl_next's
+// doc_start, the position in its window where each position's record starts. Preference pairs are
+// read with dl_next_pref (which also gives each pair's place in the batch and its number in the
+// data set, for llmc/run/reflogps.h); dl_next refuses them (an SFT step would train on the
+// rejected completions), and a pattern is all pairs or none.
 //
-// Record windows: a shard whose header field 3 is T > 0 (data/prepare --record-windows T or
-// --pack T) holds windows of T tokens; it is refused unless the loader's T is that length. Field 4
-// = 1 (--pack): several records per window, their starts in the mask's bit 1; dl_next turns them
-// into doc_start, for each position the position in its window where its record starts (every
-// window starts a record).
-//
-// Preference pairs (data/prepare on {"prompt", "chosen", "rejected"} records; shard header field
-// 10, mask version 3: docs/FORMATS.md): every window holds whole pairs, a chosen record then its
-// rejected one, so any slice of whole windows (a rank's B rows, a batch) holds whole pairs. They
-// are read with dl_next_pref, which also says where each pair lies in the batch and its number in
-// the data set (for the reference log-probabilities stored before training, llmc/run/reflogps.h);
-// dl_next refuses them (an SFT step would train on the rejected completions). A pattern is all
-// pairs or none.
-//
-// Evaluation (dl_init_eval): every target of the files is read once an epoch; a shard's last
-// chunk may be partial (fewer tokens than a global batch), its missing positions padded with
-// targets -1, so a loss summed over the valid targets counts each once.
+// Evaluation (dl_init_eval): every target is read once an epoch; a shard's last chunk may be
+// partial, its missing positions padded with targets -1, so each valid target counts once.
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
 
@@ -92,7 +77,7 @@ typedef struct {
                                // a file of reference log-probabilities belongs to (llmc/run/reflogps.h)
 } DataLoader;
 
-// pattern: a file, a glob ("data/x_train_*.bin") or several separated by commas.
+// pattern: a file, a glob ("data/mine/x_train_*.bin") or several separated by commas.
 void dl_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int world,
              int vocab_size, int shuffle, uint64_t seed);
 // The same for evaluation: no shuffling, every target read once an epoch (partial last chunks).

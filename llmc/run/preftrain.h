@@ -1,7 +1,7 @@
 // Preference training in the trainers (--objective dpo|ipo|orpo|simpo): the step's batches of
 // pairs, the reference, one micro-step's forward passes, loss and backward, and the evaluation on
 // held-out pairs. The arithmetic is llmc/model/prefloss.h's, the model side prefmodel.h's; this
-// file is what the loop of llmc/run/trainer.c calls instead of the cross-entropy's forward.
+// file is what the loop of llmc/app/trainer.c calls instead of the cross-entropy's forward.
 //
 // The reference model of DPO and IPO, one of three ways (the start-up report says which, with its
 // memory and time):
@@ -9,21 +9,18 @@
 //                  (model_set_adapters), one more forward per micro-step that keeps nothing (the
 //                  policy's forward writes over its activations): no memory, a third more FLOPs;
 //   stored         train_gpt2 (the model before its first step), or --ref-model PATH in either
-//                  trainer: every pair's log-probabilities computed once before training (one
-//                  forward pass over the training and validation data; llmc/run/reflogps.h), kept
-//                  in host memory (16 bytes a pair) and in OUT/ref_logps_train.bin /
-//                  ref_logps_val.bin, read back on resume instead of computed again (only for the
-//                  weights, data and batches they were computed for: reflogps.h's RefKey; with
-//                  --recompute-reference computed again from the model the run started from);
+//                  trainer: every pair's log-probabilities computed once before training
+//                  (llmc/run/reflogps.h), kept in host memory (16 bytes a pair) and in
+//                  OUT/ref_logps_*.bin, read back on resume for the weights, data and batches they
+//                  were computed for (RefKey; --recompute-reference computes them again);
 //   none           orpo and simpo are reference-free.
 //
-// A step reads every micro-batch first (as the cross-entropy's step does for its token count):
-// the loss is the mean of the pair terms over the pairs of the global batch (plus ORPO's NLL over
-// the chosen records' targets), so each micro-batch's backward is scaled by 1 / (the global
-// batch's pairs) and 1 / (its chosen targets), known before the first backward. Pairs are whole
-// in a window, so whole on a rank and in a micro-batch. The metrics are sums (PrefMetrics) added
-// over micro-batches and ranks, then averaged; the loss is computed on the host from the pairs'
-// sequence log-probabilities, which come back from the device with each forward anyway.
+// A step reads every micro-batch first: the loss is the mean of the pair terms over the global
+// batch's pairs (plus ORPO's NLL over the chosen records' targets), so each micro-batch's backward
+// is scaled by 1 / (the global batch's pairs) and 1 / (its chosen targets), known before the first
+// backward. Pairs are whole in a window, so whole on a rank and in a micro-batch. The metrics
+// (PrefMetrics) are sums over micro-batches and ranks, then averaged; the loss is computed on the
+// host from the pairs' sequence log-probabilities, which come back with each forward anyway.
 #ifndef LLMC_PREFTRAIN_H
 #define LLMC_PREFTRAIN_H
 

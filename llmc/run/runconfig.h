@@ -4,7 +4,7 @@
 // the trainer takes a const RunConfig and never rewrites a flag. The flags keep what was given
 // (with the defaults filled in); anything computed from them lives in the derived fields. Two
 // flags may be given as `auto` (ARG_AUTO): --batch-size and --recompute; the trainer's plan step
-// (llmc/run/plan_run.h) replaces the word by the value it chose (runconfig_resolve) before the
+// (llmc/plan/plan_run.h) replaces the word by the value it chose (runconfig_resolve) before the
 // configuration becomes read-only, so the run's record holds what the run used.
 //
 // Sizes and counts are 64-bit with explicit ranges (RUNCFG_MAX_*), so no combination of flags

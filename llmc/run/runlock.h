@@ -9,27 +9,17 @@
 // a new run that finds text there says it takes over from a run that did not end cleanly).
 // Rank 0 takes the whole file and then keeps byte 0; every other rank of the job then holds its
 // own byte (rank r, byte r) where it sees the same file, so a new job is refused while any
-// process of the old one lives (a rank that outlived a killed rank 0 still writing its state
-// file). The result is broadcast: all ranks go on, or all stop with rank 0's message.
-//
-// A new run may make --out itself: if its start-up then fails or a signal ends it, the directory
-// and the lock file it made are removed again (runlock_started marks the end of that window),
-// so an interrupted or refused start-up leaves nothing behind.
+// process of the old one lives. The result is broadcast: all ranks go on, or all stop with rank
+// 0's message. A start-up that made --out and then fails removes it again (runlock_started marks
+// the end of that window).
 //
 // The other programs that write into a directory (convert --out, data/prepare --out-dir, generate
-// --logits-out: the directory of the file, or the directory written) honour the same lock and
-// keep trainers out while they write, without keeping one another out of a directory: a writer
-// holds a shared lock on the bytes the trainers lock ([0, 2^30), a rank's byte is its rank) and
-// an exclusive lock on one byte per name of what it writes (2^30 + a hash of the name). So a
-// writer is refused, with the holder's pid and command, while a trainer runs there or another
-// writer writes the same file; a trainer started meanwhile is refused (its rank 0 first takes the
-// whole file); two writers of different files share a directory. Holding its names, a writer
-// knows that the temporaries of those names ("NAME.tmp.<pid>") are no one's, whatever host or
-// pid wrote them, and removes them (runlock_writer_clean): pid numbers say nothing there, as they
-// are reused and other hosts see the same files. A writer that finds no .lock makes one, with its
-// text and a marker line, and the last writer to end removes a marked or empty file (no stray
-// .lock in a user's folder): a killed writer's goes when the next one ends. One with a trainer's
-// text (a killed run's, which its next run reports) stays.
+// --logits-out) keep trainers out while they write, but not one another: a writer holds a shared
+// lock on the bytes the trainers lock ([0, 2^30)) and an exclusive lock on one byte per name it
+// writes (2^30 + a hash of the name). Holding its names, a writer knows that the temporaries of
+// those names ("NAME.tmp.<pid>") are no one's, whatever host or pid wrote them, and removes them
+// (runlock_writer_clean). The last writer to end removes a .lock that a writer made. The file's
+// text and bytes: docs/FORMATS.md ("The run directory").
 #ifndef LLMC_RUNLOCK_H
 #define LLMC_RUNLOCK_H
 

@@ -1,6 +1,6 @@
 // CUDA-on-CPU harness: the instructions behind llmc/cuda/ptx.cuh's wrappers (the only inline PTX
 // the harness runs). Included by cuda_cpu.h; implemented in cuda_cpu.cpp. Layouts, per lane, are
-// the PTX ISA's (the table in llmc/cuda/ptx.cuh); test/cuda_cpu/test_ptx.cu checks each one
+// the PTX ISA's (the table in llmc/cuda/README.md); test/cuda_cpu/test_ptx.cu checks each one
 // against a reference written from the ISA's tables on its own.
 //
 //  - mma.m16n8k16 (bf16 in, fp32 accumulate) and ldmatrix are collective: a rendezvous of the

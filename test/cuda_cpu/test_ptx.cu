@@ -8,7 +8,7 @@
 //    rows the lanes give in a scrambled order (rows need not be contiguous), bit-exact, per the
 //    ISA's thread-to-row table and fragment figure ("Warp-level matrix load instruction:
 //    ldmatrix"); registers beyond .num stay untouched;
-//  - the recipes of ptx.cuh's comment: A by ldmatrix.x4, B from an n-major tile by x2 and from a
+//  - llmc/cuda/README.md's recipes: A by ldmatrix.x4, B from an n-major tile by x2 and from a
 //    k-major tile by x2.trans, and an accumulator repacked as the next A (FlashAttention's P),
 //    against host products;
 //  - cp.async: data not there before its wait_group, there after; wait_group N leaves the newest
@@ -222,7 +222,7 @@ static void ldmatrix_run(int nmat, int trans) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// the recipes of ptx.cuh: D1 = A Bn (B stored n-major), D2 = A Bk (B stored k-major), and
+// the recipes of llmc/cuda/README.md: D1 = A Bn (B stored n-major), D2 = A Bk (B stored k-major), and
 // D3 = bf16([D1 | D2]) Bk with [D1 | D2] repacked from the accumulators as an A fragment
 
 __device__ __forceinline__ void recipe_stage(uint16_t* s, const uint16_t* g, int n) {

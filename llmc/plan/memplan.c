@@ -1,4 +1,4 @@
-#include "run/memplan.h"
+#include "plan/memplan.h"
 #include "model/prefmodel.h"
 #include "base/check.h"
 #include "base/mfu.h"
@@ -51,9 +51,7 @@ void memplan_backend_cuda(PlanBackend* b, size_t total) {
     b->bf16_gemm = 1;
     // the reserve for what the plan does not list: cuBLASLt's workspace and the kernels it loads,
     // NCCL's buffers, the ops' small scratch (the encoder's buckets, column sums, the norm's
-    // reduction) and the sampler's cache. On the first H100 run (dev/reports/gpu_2026-11-26) the
-    // device held 640-800 MiB more than the memory report's total, the CUDA context included
-    // (the free memory a run is planned against is measured after the context is made).
+    // reduction) and the sampler's cache (what an H100 holds beyond the plan: docs/MEMORY.md).
     const size_t cap = (size_t)512 << 20;
     b->runtime = total / 16 < cap ? total / 16 : cap;
 }
@@ -420,7 +418,7 @@ static void led_logits(Ledger* l, const PlanSpec* s, const GPT2Config* c, const 
 }
 
 // ----------------------------------------------------------------------------
-// the replay: the trainer's start-up (llmc/run/trainer.c), call by call
+// the replay: the trainer's start-up (llmc/app/trainer.c), call by call
 
 // model_assemble's first steps (llmc/model/model.c): the fp32 weights in host memory (model_load,
 // model_init_gpt2), the adapters (lora_create), the NF4 base (qlora_quantize, then
@@ -756,7 +754,7 @@ static void plan_adapter(Ledger* l, const Shape* h, const PlanSpec* s) {
     led_free(l, "adapter being written");
 }
 
-// A checkpoint (trainer.c save_checkpoint, at --save-every and at the end): every rank checks
+// A checkpoint (trainer_ckpt.c trainer_save_checkpoint, at --save-every and at the end): every rank checks
 // and writes its state through one staging buffer; rank 0 writes the model (train_gpt2: from its
 // parameters on the CPU, else from a host copy in fp32) or the adapter; at ZeRO 3 (full training) every rank moves each optimizer
 // array in turn into the file's layout (fsdp_state_to_flat: the array, its ZeRO-1 range, a unit

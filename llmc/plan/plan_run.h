@@ -1,5 +1,5 @@
 // The trainers' plan step (docs/MEMORY.md): right after the backend starts, before anything is
-// loaded, this rank's memory and time plan (llmc/run/memplan.h) made from the run's flags and the
+// loaded, this rank's memory and time plan (llmc/plan/memplan.h) made from the run's flags and the
 // model's config. It chooses --batch-size auto and --recompute auto (the same on every rank: what
 // fits the tightest one), prints the plan and ends the run with --plan, and refuses a run whose
 // planned peak exceeds the GPU's free memory or whose buffers exceed --memory-budget, naming the
@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 #include "comm/comm.h"
-#include "run/memplan.h"
+#include "plan/memplan.h"
 #include "run/runconfig.h"
 
 #ifdef __cplusplus

@@ -116,7 +116,7 @@ typedef struct {
     PlanSource ref_source;
     int64_t pairs;
     // the most rows with a target in a micro-batch of B sequences of T (the data's loss masks:
-    // llmc/run/plan_run.c); the classifier writes its logits on those rows only; NULL: every row
+    // llmc/plan/plan_run.c); the classifier writes its logits on those rows only; NULL: every row
     int (*target_rows)(const void* ctx, int B, int T);
     const void* target_ctx;
 } PlanSpec;

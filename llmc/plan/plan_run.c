@@ -1,4 +1,4 @@
-#include "run/plan_run.h"
+#include "plan/plan_run.h"
 #include "base/check.h"
 #include "base/mfu.h"
 #include "base/timer.h"

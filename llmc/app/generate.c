@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "run/generate.h"
+#include "app/generate.h"
 #include "run/args.h"
 #include "text/chat.h"
 #include "base/check.h"

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
-#include "run/trainer.h"
+#include "app/trainer.h"
+#include "app/trainer_internal.h"
 #include "base/check.h"
 #include "base/timer.h"
 #include "run/checkpoint.h"
@@ -11,412 +12,27 @@
 #include "model/gpt2.h"
 #include "dist/gradsync.h"
 #include "model/lora.h"
-#include "model/loss_scale.h"
-#include "base/mfu.h"
 #include "model/model.h"
 #include "model/model_io.h"
 #include "ops/ops.h"
 #include "model/optimizer.h"
 #include "model/peft_io.h"
 #include "model/qlora.h"
-#include "model/params.h"
 #include "run/runlog.h"
 #include "run/runlock.h"
 #include "run/runrecord.h"
 #include "run/runsignal.h"
 #include "run/run_outputs.h"
-#include "run/plan_run.h"
+#include "plan/plan_run.h"
 #include "run/preftrain.h"
 #include "model/sampler.h"
 #include "model/schedule.h"
 #include "text/textgen.h"
-#include "dist/zero.h"
 #include <math.h>
 #include <signal.h>
 #include <string.h>
 
-// The validation loss across evaluations: the best one (--keep-best) and the evaluations since
-// it last improved by more than --early-stopping-min-delta (early stopping).
-typedef struct {
-    int has_best;
-    double best;
-    long best_step;
-    long since_improved;
-} ValTrack;
-
-typedef struct {
-    const RunConfig* c;        // the validated configuration (read-only)
-    int rank, world;
-    Comm comm;
-    GradSync gs;               // gradients across ranks (ZeRO stages)
-    Model m;                   // the model with its adapters (train_lora) and NF4 base (QLoRA)
-    GPT2* model;               // &m.gpt
-    LoraModel* lora;           // m.lora
-    Nf4Base* nf4;              // m.nf4
-    Optimizer opt;
-    DataLoader train, val;
-    int has_val;
-    int64_t eval_batches;      // validation batches per evaluation (global batches of the split)
-    int *inputs, *targets;     // host, accum * B * T
-    int* docs;                 // host, accum * B * T: record starts of packed data (NULL: none packed)
-    LRSchedule sched;
-    long step;                 // optimizer steps completed
-    long skipped_total;        // steps skipped for a non-finite loss or gradient (whole run)
-    long no_target_total;      // steps without a target (whole run)
-    long consecutive_bad;      // ... in a row, up to now
-    long ckpt_last;            // the newest checkpoint: written by this invocation or resumed from; -1
-    int ckpt_last_here;        // ... written by this invocation
-    int ckpt_last_good;        // ... and a finite step came after it (its weights give finite steps)
-    int state_nonfinite;       // the last checkpoint was refused: a weight or optimizer value is not finite
-    long ckpt_good;            // the newest checkpoint known good; -1 (pruning never removes it)
-    long steps_this_run;       // steps of this invocation (--stop-after)
-    int steps;                 // the run's length: --steps, or --epochs over the training data
-    RunStart start;            // the checkpoint this invocation resumes from, the record, changes
-    RunLog rl;                 // console lines, log.jsonl, the summary
-    ValTrack vtrack;           // the best validation loss so far (kept in checkpoints) ...
-    ValTrack vtrack_pre;       // ... and as it was before the evaluation at step vtrack_pre_step
-    long vtrack_pre_step;
-    double last_val;           // the last evaluation (has_last_val)
-    long last_val_step;
-    int has_last_val;
-    int early_stopped;
-    RunOutputs out;            // what the run writes for people and tools (llmc/run/run_outputs.h)
-    RunPlan plan;              // the run's memory and time plan (llmc/run/plan_run.h)
-    int pref_on;               // a preference objective (--objective dpo|ipo|orpo|simpo) ...
-    PrefTrain pref;            // ... its buffers and reference (llmc/run/preftrain.h)
-    PrefMeans pref_step, pref_val; // the last step's and evaluation's metrics
-    // sampling (rank 0)
-    Tokenizer* tok;
-    int* prompt_ids;
-    int n_prompt;
-    KVCache* kv;
-    char dtype_desc[160];      // --dtype as applied, for the banner
-    int fp16;                  // --dtype fp16: the loss is scaled (ls), overflowing steps skipped
-    LossScale ls;
-    int scale_collapsed;       // the run stops: the loss scale fell below 1
-} Run;
-
 static const char* const HINT_FLAGS = "run with --help to see every flag";
-
-// Console output comes from rank 0 only.
-#define say(r, ...) do { if ((r)->rank == 0) { printf(__VA_ARGS__); fflush(stdout); } } while (0)
-
-// ----------------------------------------------------------------------------
-// checkpoints
-
-// The part of the flat trainable space this rank's state file holds: the optimizer's range; at
-// ZeRO 3 (full training) the ZeRO-1 range, into which the state of the units' pieces is moved, so
-// that a checkpoint reads the same whatever the stage that wrote it.
-static int state_is_fsdp(const Run* r) { return r->gs.fsdp_on && r->gs.fsdp.gshard; }
-static void state_range(const Run* r, size_t* begin, size_t* end, size_t* total) {
-    if (!state_is_fsdp(r)) { *begin = r->opt.begin; *end = r->opt.end; *total = r->opt.total; return; }
-    const ZeroLayout* z = &r->gs.zl;
-    *total = z->total;
-    *begin = zero_shard_begin(z, r->rank) < z->total ? zero_shard_begin(z, r->rank) : z->total;
-    *end = zero_shard_end(z, r->rank) < z->total ? zero_shard_end(z, r->rank) : z->total;
-}
-// One optimizer array (backend memory, or host memory with the offload) -> host, in the file's
-// layout (collective at ZeRO 3).
-static void state_download(Run* r, float* host, const float* state) {
-    const size_t n = r->opt.end - r->opt.begin;
-    if (!state_is_fsdp(r)) { opt_state_to_host(&r->opt, state, host); return; }
-    float* local = (float*)mallocCheck((n ? n : 1) * sizeof(float));
-    opt_state_to_host(&r->opt, state, local);
-    fsdp_state_to_flat(&r->gs.fsdp, &r->gs.zl, local, host);
-    free(local);
-}
-// ... and back (collective at ZeRO 3).
-static void state_upload(Run* r, float* state, const float* host) {
-    const size_t n = r->opt.end - r->opt.begin;
-    if (!state_is_fsdp(r)) { opt_state_from_host(&r->opt, state, host); return; }
-    float* local = (float*)mallocCheck((n ? n : 1) * sizeof(float));
-    fsdp_state_from_flat(&r->gs.fsdp, &r->gs.zl, host, local);
-    opt_state_from_host(&r->opt, state, local);
-    free(local);
-}
-
-// The header of this rank's state file.
-static void state_header(const Run* r, StateHeader* hp) {
-    const TrainFlags* f = &r->c->f;
-    int64_t* h = hp->h;
-    memset(hp, 0, sizeof(*hp));
-    h[SH_MAGIC] = STATE_MAGIC; h[SH_VERSION] = STATE_VERSION;
-    h[SH_WORLD] = r->world; h[SH_RANK] = r->rank; h[SH_HAS_MASTER] = r->opt.master != NULL;
-    h[SH_STEP] = r->step; h[SH_OPT_T] = r->opt.t;
-    DataLoaderState ds = dl_get_state(&r->train);
-    h[SH_DL_EPOCH] = ds.epoch; h[SH_DL_SHARD] = ds.shard_i; h[SH_DL_CHUNK] = ds.chunk_i;
-    size_t begin, end, total;
-    state_range(r, &begin, &end, &total);
-    h[SH_BEGIN] = (int64_t)begin; h[SH_END] = (int64_t)end; h[SH_TOTAL] = (int64_t)total;
-    h[SH_MODE] = r->c->mode; h[SH_B] = f->batch_size; h[SH_T] = f->seq_len; h[SH_ACCUM] = r->c->accum;
-    h[SH_SKIPPED] = r->skipped_total; h[SH_NO_TARGETS] = r->no_target_total; h[SH_ZERO] = f->zero; h[SH_SEED] = f->seed;
-    h[SH_TOKENS_PER_STEP] = r->c->tokens_per_step; h[SH_SHUFFLE] = f->shuffle;
-    // the evaluation at this step (if it ran already, at the end) is run again on resuming
-    const ValTrack* v = r->has_last_val && r->vtrack_pre_step == r->step ? &r->vtrack_pre : &r->vtrack;
-    h[SH_VAL_TRACKED] = v->has_best; h[SH_BEST_STEP] = v->best_step; h[SH_EVALS_SINCE_BEST] = v->since_improved;
-    memcpy(&h[SH_BEST_VAL_BITS], &v->best, sizeof(double));
-    if (r->fp16) { // the loss scale as the next step uses it
-        uint32_t bits;
-        memcpy(&bits, &r->ls.scale, sizeof(bits));
-        h[SH_LOSS_SCALE_BITS] = bits;
-        h[SH_SCALE_GROWTH] = r->ls.growth_tracker;
-    }
-}
-
-static int all_finite(const float* x, size_t n) {
-    for (size_t i = 0; i < n; i++) if (!isfinite(x[i])) return 0;
-    return 1;
-}
-
-// Whether this rank's range of the trainable parameters is finite (read to the host in pieces of
-// at most `piece` elements through stage).
-static int params_finite(const Run* r, float* stage, size_t piece) {
-    const Optimizer* o = &r->opt;
-    int ok = 1;
-    for (int i = 0; i < o->nseg && ok; i++) {
-        const TrainSeg* sg = &o->segs[i];
-        const size_t b = sg->offset > o->begin ? sg->offset : o->begin, e = sg->offset + sg->n < o->end ? sg->offset + sg->n : o->end;
-        for (size_t k = b; k < e && ok; k += piece) {
-            const size_t n = e - k < piece ? e - k : piece;
-            ops_download_f32(stage, sg->p + (k - sg->offset), n);
-            ok = all_finite(stage, n);
-        }
-    }
-    return ok;
-}
-
-// Elements [off, off + n) of one optimizer array of this rank (backend memory, or host memory
-// with the offload) -> host.
-static void state_piece_to_host(const Run* r, const float* state, size_t off, size_t n, float* host) {
-    if (r->opt.offload) memcpy(host, state + off, n * sizeof(float));
-    else ops_to_host(host, state + off, n * sizeof(float));
-}
-
-// The staging buffer of a checkpoint: every piece of this rank's state and parameters on its way
-// to a check or to the state file passes through it (ckpt_stage_elems of the optimizer's range).
-static float* state_stage_alloc(const Run* r) {
-    const size_t n = ckpt_stage_elems(r->opt.end - r->opt.begin);
-    return (float*)mallocCheck((n ? n : 1) * sizeof(float));
-}
-
-// Whether every optimizer value and trainable parameter of every rank is finite (collective),
-// read piece by piece through stage.
-static int state_finite(Run* r, float* stage) {
-    const size_t n = r->opt.end - r->opt.begin, piece = ckpt_stage_elems(n);
-    const float* arrays[3] = { r->opt.m, r->opt.v, r->opt.master };
-    int ok = piece == 0 || params_finite(r, stage, piece);
-    for (int k = 0; k < 3 && ok; k++)
-        for (size_t off = 0; arrays[k] && off < n && ok; off += piece) {
-            const size_t len = n - off < piece ? n - off : piece;
-            state_piece_to_host(r, arrays[k], off, len, stage);
-            ok = all_finite(stage, len);
-        }
-    double bad = !ok;
-    comm_allreduce_max_f64(&r->comm, &bad, 1);
-    return bad == 0.0;
-}
-
-// This rank's state file, m, v (and the master weights) piece by piece through stage; at ZeRO 3
-// (full training) each array in turn moved into the file's layout first (collective).
-static void state_write(Run* r, const char* path, float* stage) {
-    StateHeader h;
-    state_header(r, &h);
-    CkptStateWriter w;
-    ckpt_state_begin(&w, path, &h);
-    const float* arrays[3] = { r->opt.m, r->opt.v, r->opt.master };
-    const size_t piece = ckpt_stage_elems(w.n);
-    float* flat = state_is_fsdp(r) ? (float*)mallocCheck((w.n ? w.n : 1) * sizeof(float)) : NULL;
-    for (int k = 0; k < w.arrays; k++) {
-        if (flat) { state_download(r, flat, arrays[k]); ckpt_state_put(&w, flat, w.n); continue; }
-        for (size_t off = 0; off < w.n; off += piece) {
-            const size_t len = w.n - off < piece ? w.n - off : piece;
-            state_piece_to_host(r, arrays[k], off, len, stage);
-            ckpt_state_put(&w, stage, len);
-        }
-    }
-    free(flat);
-    ckpt_state_end(&w);
-}
-
-// Whether the state of this step may become a checkpoint (every rank gets the same answer): only
-// after a finite step (skipped steps leave the weights as they were, but a run of them says the
-// weights went bad), and only when every weight and optimizer value is finite. The checkpoint of
-// the step this invocation resumed from is there already.
-static int checkpoint_due(Run* r, float* stage) {
-    r->state_nonfinite = 0;
-    if (r->step == r->start.resume_step) return 0;
-    if (r->consecutive_bad > 0) {
-        say(r, "checkpoint: step %ld not written: the last %ld step%s had a non-finite loss or gradient norm\n",
-            r->step, r->consecutive_bad, r->consecutive_bad == 1 ? "" : "s");
-        return 0;
-    }
-    if (state_finite(r, stage)) return 1;
-    r->state_nonfinite = 1;
-    say(r, "checkpoint: step %ld not written: the weights or the optimizer state hold non-finite values\n", r->step);
-    return 0;
-}
-
-// A checkpoint of this step, when checkpoint_due allows it: rank 0's PENDING marker first (the
-// protocol's record of what is in flight), then the model or adapter, every rank's state file,
-// the DONE manifest (written last: the checkpoint is complete only when every rank has written
-// its part), the marker removed, and pruning, which keeps the newest checkpoint known good.
-// Returns whether this step has a checkpoint.
-static int save_checkpoint(Run* r) {
-    const TrainFlags* f = &r->c->f;
-    if (!r->c->write_outputs) return 0;
-    float* stage = state_stage_alloc(r);
-    if (!checkpoint_due(r, stage)) { free(stage); return r->step == r->start.resume_step; }
-    if (r->rank == 0) ckpt_pending_begin(f->out_dir, r->step);
-    comm_barrier(&r->comm); // no rank writes a file of the step before the marker exists
-    char path[LLMC_PATH_MAX];
-    gradsync_unshard_model(&r->gs); // ZeRO 3: rank 0 gathers the whole model
-    outputs_checkpoint(&r->out, &r->m, r->step); // rank 0: the model, or the adapter as a PEFT directory
-    gradsync_reshard_model(&r->gs);
-    ckpt_path(path, sizeof(path), f->out_dir, "state", r->step, r->rank);
-    state_write(r, path, stage);
-    free(stage);
-    ckpt_commit(&r->comm, f->out_dir, r->step, r->lora ? "adapter" : "model");
-    if (r->ckpt_last >= 0 && r->ckpt_last_good) r->ckpt_good = r->ckpt_last;
-    r->ckpt_last = r->step; r->ckpt_last_here = 1; r->ckpt_last_good = 0;
-    if (r->rank == 0) {
-        ckpt_pending_end(f->out_dir, r->step);
-        ckpt_prune(f->out_dir, f->keep_checkpoints, r->ckpt_good);
-        printf("checkpoint: step %ld written to %s\n", r->step, f->out_dir);
-    }
-    comm_barrier(&r->comm);
-    return 1;
-}
-
-// A finite step after the newest checkpoint shows its weights are good: pruning may now take the
-// one kept because it was the newest good one.
-static void confirm_checkpoint(Run* r) {
-    if (r->ckpt_last < 0 || r->ckpt_last_good) return;
-    r->ckpt_last_good = 1;
-    r->ckpt_good = r->ckpt_last;
-    if (r->rank == 0 && r->c->write_outputs) ckpt_prune(r->c->f.out_dir, r->c->f.keep_checkpoints, r->ckpt_good);
-}
-
-// The header of rank 0's state file must describe this run's batch geometry and trainable space.
-static void check_state_matches(Run* r, const char* path, const StateHeader* h0) {
-    const TrainFlags* f = &r->c->f;
-    const char* hint = "resume with the same model, --batch-size, --seq-len and --total-batch-tokens as the checkpointed run";
-    if (h0->h[SH_MODE] != r->c->mode) fatal(hint, "'%s' was written by %s, not by this program", path, h0->h[SH_MODE] ? "train_lora" : "train_gpt2");
-    char exact[256];
-    snprintf(exact, sizeof(exact), "resume with --batch-size %lld --seq-len %lld --total-batch-tokens %lld (the checkpoint's batch; "
-             "any number of ranks that divides it)", (long long)h0->h[SH_B], (long long)h0->h[SH_T], (long long)h0->h[SH_TOKENS_PER_STEP]);
-    if (h0->h[SH_B] != f->batch_size || h0->h[SH_T] != f->seq_len || h0->h[SH_TOKENS_PER_STEP] != r->c->tokens_per_step)
-        fatal(exact, "'%s' was written with batch %lld x %lld and %lld tokens per step; this run has %d x %d and %lld",
-              path, (long long)h0->h[SH_B], (long long)h0->h[SH_T], (long long)h0->h[SH_TOKENS_PER_STEP],
-              f->batch_size, f->seq_len, (long long)r->c->tokens_per_step);
-    size_t begin, end, total;
-    state_range(r, &begin, &end, &total);
-    if ((size_t)h0->h[SH_TOTAL] != total)
-        fatal(hint, "'%s' holds optimizer state for %lld trainable parameters; this run has %zu",
-              path, (long long)h0->h[SH_TOTAL], total);
-    if (h0->h[SH_STEP] > r->steps)
-        fatal("give a --steps (or --epochs) beyond the checkpoint's step to continue the run", "the checkpoint in '%s' is at step %lld, beyond the run's %d steps",
-              f->out_dir, (long long)h0->h[SH_STEP], r->steps);
-}
-
-// Optimizer state, re-sharded by zero_reshard_plan when the ranks or the stage changed: the old
-// run's ranges are the shards of its layout (one shard holding everything when it was not
-// sharded), this rank's range is its shard of this run's layout, and each copy of the plan reads
-// exactly its part of one old rank's file.
-static void restore_optimizer(Run* r, long step, const StateHeader* h0) {
-    const char* dir = r->c->f.out_dir;
-    const int old_world = (int)h0->h[SH_WORLD], old_sharded = h0->h[SH_ZERO] >= 1 && old_world > 1;
-    size_t begin, end, total;
-    state_range(r, &begin, &end, &total);
-    const int sharded = r->gs.sharded || state_is_fsdp(r); // (ZeRO 3 reads the ZeRO-1 range)
-    ZeroLayout from, to;
-    zero_layout_init(&from, total, old_sharded ? old_world : 1, ZERO_ALIGN_DEFAULT);
-    zero_layout_init(&to, total, sharded ? r->world : 1, ZERO_ALIGN_DEFAULT);
-    ZeroCopy* plan = (ZeroCopy*)mallocCheck((size_t)from.world * sizeof(ZeroCopy));
-    const int ncopy = zero_reshard_plan(&from, &to, sharded ? r->rank : 0, plan, from.world);
-    const size_t n = end - begin;
-    float* mh = (float*)mallocCheck(n * sizeof(float));
-    float* vh = (float*)mallocCheck(n * sizeof(float));
-    float* mas = r->opt.master ? (float*)mallocCheck(n * sizeof(float)) : NULL;
-    int have_master = 1;
-    for (int k = 0; k < ncopy; k++) {
-        const ZeroCopy* cp = &plan[k];
-        char path[LLMC_PATH_MAX];
-        StateHeader hq;
-        ckpt_path(path, sizeof(path), dir, "state", step, cp->src_rank);
-        ckpt_read_state_header(path, &hq);
-        if (hq.h[SH_WORLD] != old_world || hq.h[SH_RANK] != cp->src_rank || hq.h[SH_STEP] != step)
-            fatal("the checkpoint directory mixes files of different runs", "'%s' does not belong to step %ld of a %d-rank run", path, step, old_world);
-        have_master &= (int)hq.h[SH_HAS_MASTER];
-        const size_t b = zero_shard_begin(&from, cp->src_rank) + cp->src_off;
-        size_t got = ckpt_read_state_overlap(path, &hq, b, b + cp->n, mh + cp->dst_off, vh + cp->dst_off,
-                                             hq.h[SH_HAS_MASTER] && mas ? mas + cp->dst_off : NULL);
-        if (got != cp->n) fatal("the checkpoint is incomplete", "'%s' holds %zu of the %zu elements of optimizer state this rank needs from it",
-                                path, got, cp->n);
-    }
-    state_upload(r, r->opt.m, mh);
-    state_upload(r, r->opt.v, vh);
-    if (mas && have_master) state_upload(r, r->opt.master, mas);
-    free(mh); free(vh); free(mas); free(plan);
-}
-
-// The data position: the loader walks chunks of one global micro-batch (ranks x B x T tokens), so
-// a checkpoint of another rank count is converted to this run's chunk size.
-static void restore_data_position(Run* r, const StateHeader* h0) {
-    const TrainFlags* f = &r->c->f;
-    const int old_world = (int)h0->h[SH_WORLD];
-    DataLoaderState ds = { h0->h[SH_DL_EPOCH], h0->h[SH_DL_SHARD], h0->h[SH_DL_CHUNK] };
-    if (old_world != r->world) {
-        if (h0->h[SH_SHUFFLE] || f->shuffle)
-            fatal("resume a --shuffle run with the same number of ranks", "the shuffled batch order depends on the number of ranks (%d before, %d now)", old_world, r->world);
-        int64_t tokens = ds.chunk_i * (int64_t)old_world * f->batch_size * f->seq_len;
-        int64_t chunk = (int64_t)r->world * f->batch_size * f->seq_len;
-        if (tokens % chunk) fatal("resume with a number of ranks that divides the position", "the data position (%lld tokens into the shard) is not a multiple of %lld",
-                                  (long long)tokens, (long long)chunk);
-        ds.chunk_i = tokens / chunk;
-        say(r, "re-sharded: %d ranks -> %d ranks (ZeRO %lld -> %d)\n", old_world, r->world, (long long)h0->h[SH_ZERO], f->zero);
-    }
-    dl_set_state(&r->train, ds);
-}
-
-static void restore_checkpoint(Run* r, long step) {
-    char path[LLMC_PATH_MAX];
-    StateHeader h0;
-    ckpt_check_states(r->c->f.out_dir, step, &h0); // every rank's header, validated and cross-checked
-    ckpt_path(path, sizeof(path), r->c->f.out_dir, "state", step, 0);
-    check_state_matches(r, path, &h0);
-    restore_optimizer(r, step, &h0);
-    r->opt.t = (int)h0.h[SH_OPT_T];
-    r->step = (long)h0.h[SH_STEP];
-    r->skipped_total = (long)h0.h[SH_SKIPPED];
-    r->no_target_total = (long)h0.h[SH_NO_TARGETS];
-    if (r->fp16 && h0.h[SH_LOSS_SCALE_BITS]) { // (a checkpoint of another --dtype: the scale starts at its default)
-        const uint32_t bits = (uint32_t)h0.h[SH_LOSS_SCALE_BITS];
-        memcpy(&r->ls.scale, &bits, sizeof(bits));
-        r->ls.growth_tracker = (int)h0.h[SH_SCALE_GROWTH];
-    }
-    if (h0.h[SH_VAL_TRACKED]) {
-        r->vtrack.has_best = 1; r->vtrack.best_step = (long)h0.h[SH_BEST_STEP]; r->vtrack.since_improved = (long)h0.h[SH_EVALS_SINCE_BEST];
-        memcpy(&r->vtrack.best, &h0.h[SH_BEST_VAL_BITS], sizeof(double));
-    }
-    restore_data_position(r, &h0);
-}
-
-// --keep-best: the model of the best validation loss so far, saved like the final model into
-// OUT/best/, and OUT/best/best.json (step, val loss) written last: like a checkpoint's DONE
-// marker, it is removed before the files are replaced, so best/ with best.json is one whole model.
-static void save_best(Run* r) {
-    if (r->rank != 0) return;
-    char dir[LLMC_PATH_MAX], marker[LLMC_PATH_MAX];
-    path_join(dir, sizeof(dir), r->c->f.out_dir, "best");
-    path_join(marker, sizeof(marker), dir, "best.json");
-    mkdir_p(dir);
-    if (file_exists(marker) && remove(marker) != 0) fatal("check the permissions of --out", "cannot remove '%s'", marker);
-    printf("best: val loss %.6f at step %ld (the best so far) -> %s/\n", r->vtrack.best, r->vtrack.best_step, dir);
-    outputs_save(&r->out, &r->m, dir);
-    char text[256];
-    snprintf(text, sizeof(text), "{\"step\": %ld, \"val_loss\": %.9g, \"val_ppl\": %.9g}\n", r->vtrack.best_step, r->vtrack.best, exp(r->vtrack.best));
-    atomic_write_file(marker, text, strlen(text));
-}
 
 // ----------------------------------------------------------------------------
 // sampling (--sample-*): rank 0 continues --prompt with the current model. The vocabulary and
@@ -501,8 +117,6 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
         src->values = values;
     }
 }
-
-static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 // The model: --model (or, resuming full training, the checkpoint's model) with its adapters and
 // NF4 base, activations for --batch-size x --seq-len.
@@ -715,95 +329,6 @@ static void report_changes(Run* r) {
 }
 
 // ----------------------------------------------------------------------------
-// the report printed before training
-
-static void report_model(Run* r) {
-    const TrainFlags* f = &r->c->f;
-    const GPT2Config* cfg = &r->model->cfg;
-    // the vocabulary padding rows of wte are never trained: count what HF would count
-    size_t pad_rows = r->model->g[PT_WTE] ? (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * (size_t)cfg->channels : 0;
-    size_t trainable = r->opt.total - pad_rows, total_params = params_count_unpadded(&r->model->pt);
-    if (r->lora) trainable = r->opt.total - (r->lora->total - r->lora->n_trainable); // without the q/k/v split's structural zeros
-    say(r, "backend: %s\n", ops_backend_name());
-    say(r, "dtype: %s\n", r->dtype_desc);
-    say(r, "model: %s | L=%d C=%d NH=%d vocab=%d (padded %d) max_seq_len=%d | %zu parameters\n", r->m.source,
-           cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len, total_params);
-    if (r->lora) {
-        char what[1024];
-        lora_describe(r->lora, what, sizeof(what));
-        say(r, "lora: %d adapters | %s%s%s\n", r->lora->n, what, f->adapter ? " | initial adapter: " : "", f->adapter ? f->adapter : "");
-        say(r, "trainable: %zu parameters (%.4f%% of %zu)\n", trainable, 100.0 * (double)trainable / (double)total_params, total_params);
-    } else
-        say(r, "trainable: %zu parameters (%.2f%%)\n", trainable, 100.0 * (double)trainable / (double)total_params);
-    char data[2 * LLMC_PATH_MAX];
-    dl_describe(&r->train, r->has_val ? &r->val : NULL, data, sizeof(data));
-    say(r, "data: %s\n", data);
-    say(r, "comm: %s, rank %d of %d\n", comm_impl_name(&r->comm), r->rank, r->world);
-    say(r, "batch: %d x %d per rank x %d ranks x %d accumulation = %lld tokens/step\n",
-           f->batch_size, f->seq_len, r->world, r->c->accum, (long long)r->c->tokens_per_step);
-}
-
-// The model FLOPs of a step on this rank and the device's peak bf16 FLOP/s, for the step line
-// (llmc/run/runlog.h: TFLOP/s and MFU).
-static void setup_mfu(Run* r) {
-    const GPT2Config* cfg = &r->model->cfg;
-    const double per_token = mfu_flops_per_token(params_count_unpadded(&r->model->pt), r->lora != NULL,
-                                                 r->lora ? r->lora->n_trainable : 0, cfg->num_layers, cfg->channels, r->c->f.seq_len);
-    RunLog* l = &r->rl;
-    l->step_flops = per_token * (double)r->c->tokens_per_step / (double)r->world;
-    const char* model = NULL;
-    l->peak_flops = mfu_peak_bf16_flops(ops_backend_name(), &model);
-    if (l->peak_flops > 0)
-        say(r, "mfu: %.3g TFLOP per step per rank, peak %.1f TFLOP/s bf16 (%s)\n", l->step_flops / 1e12, l->peak_flops / 1e12, model);
-}
-
-// Stage 3's sharding in exact element counts, so tests can check it: params per rank = the pieces
-// (total / ranks + padding) plus the gather buffers (two units, or every unit with keep).
-static void report_zero3(Run* r) {
-    const Fsdp* z = &r->gs.fsdp;
-    size_t units_total = 0;
-    for (int u = 0; u < z->nunits; u++) units_total += z->unit_n[u];
-    say(r, "zero3: units %d | parameter elements %zu | sharded over %d ranks x %d groups | per rank: parameter shard %zu elements, "
-           "gather buffers %d x up to %zu elements (%zu in all)%s | gradient shard %zu elements | largest unit %zu elements\n",
-        z->nunits, units_total, z->world, r->gs.groups, z->shard_n, z->nslots, z->max_unit, fsdp_slot_bytes(z) / sizeof(floatX),
-        z->keep ? " (--zero3-keep)" : "", z->gshard ? z->shard_n : 0, z->max_unit);
-    if (z->nf4.base) // bytes, the same way: the packed images (codes, scales, code maps, aligned)
-        say(r, "zero3: NF4 base %zu bytes in packed images | per rank: NF4 shard %zu bytes, NF4 gather buffers %d x up to %zu bytes (%zu in all)\n",
-            z->nf4.total, z->nf4.shard_n, z->nslots, z->nf4.max_unit, fsdp_nf4_slot_bytes(z));
-}
-
-// The memory report: the NF4 base and the optimizer offload from the objects, the memory by
-// component from the plan (llmc/run/plan_run.h: the same accounting as the refusal), and the
-// sharding in exact element counts.
-static void report_memory(Run* r) {
-    const TrainFlags* f = &r->c->f;
-    if (r->nf4) { // the quantized base: codes + 8-bit absmax + nested scales, and the one dequant buffer
-        say(r, "qlora: NF4 base (double quant, blocks of %d) %lld weights in %.3f MiB = %.3f bits/weight (replaces %.1f MiB of %s) "
-               "| dequant scratch %.2f MiB | float params %.1f MiB\n",
-               NF4_BLOCK, (long long)r->nf4->n_quant, mib(r->nf4->bytes), 8.0 * (double)r->nf4->bytes / (double)r->nf4->n_quant,
-               mib(qlora_replaced_numel(&r->model->pt) * sizeof(floatX)), sizeof(floatX) == 4 ? "fp32" : "bf16",
-               mib(r->model->lin->shared.wbuf_n * sizeof(floatX)), mib(gpt2_param_bytes(r->model)));
-    }
-    if (r->opt.offload) { // not in the backend's memory
-        const size_t n = r->opt.end - r->opt.begin;
-        say(r, "optimizer offload: fp32 m, v%s of %zu elements in pinned host memory (%.1f MiB), AdamW on the CPU; "
-               "per step %.1f MiB to the host (gradients%s), %.1f MiB back (parameters)\n",
-            r->opt.master ? ", master" : "", n, mib(opt_state_bytes(&r->opt)), mib(n * sizeof(floatX) * (r->opt.master ? 1 : 2)),
-            r->opt.master ? "" : " and parameters", mib(n * sizeof(floatX)));
-    }
-    plan_run_report(&r->plan, r->c);
-    if (r->gs.fsdp_on) report_zero3(r);
-    if (r->world > 1) {
-        // exact element counts, so tests can check the sharding
-        say(r, "zero: stage %d | ranks %d | trainable elements %zu (padded %zu) | optimizer state per rank %zu elements x %d | "
-               "gradient elements per rank %zu (+ %zu in buckets)\n",
-               f->zero, r->world, r->gs.zl.total, r->gs.zl.padded, r->opt.end - r->opt.begin, r->opt.master ? 3 : 2,
-               r->gs.fsdp_on && r->gs.fsdp.gshard ? r->gs.fsdp.shard_n : r->gs.gshard ? r->opt.end - r->opt.begin : r->model->grads_n,
-               gradsync_bucket_numel(&r->gs));
-    }
-}
-
-// ----------------------------------------------------------------------------
 // the loop
 
 static double evaluate(Run* r) {
@@ -926,7 +451,7 @@ static StepResult pref_train_step(Run* r) {
 // Count a skipped step (too many in a row stop the run: train_loop), or note a finite one.
 static void note_skipped(Run* r, const StepResult* s) {
     if (s->no_targets) { r->no_target_total++; return; } // neither a divergence nor a sign of recovery
-    if (!s->skipped) { r->consecutive_bad = 0; confirm_checkpoint(r); return; }
+    if (!s->skipped) { r->consecutive_bad = 0; trainer_confirm_checkpoint(r); return; }
     r->skipped_total++;
     if (s->overflow) { // fp16: an overflow of the scaled gradients, not a divergence
         say(r, "step %ld: the gradients overflow fp16 at loss scale %g: update skipped, the scale halved to %g (%ld skipped in total)\n",
@@ -952,7 +477,7 @@ static void eval_and_track(Run* r) {
     v->since_improved = improved ? 0 : v->since_improved + 1;
     if (isfinite(vl) && (!v->has_best || vl < v->best)) {
         v->has_best = 1; v->best = vl; v->best_step = r->step;
-        if (f->keep_best) { gradsync_unshard_model(&r->gs); save_best(r); gradsync_reshard_model(&r->gs); }
+        if (f->keep_best) { gradsync_unshard_model(&r->gs); trainer_save_best(r); gradsync_reshard_model(&r->gs); }
     }
     if (f->early_stopping_patience > 0 && v->since_improved >= f->early_stopping_patience) {
         r->early_stopped = 1;
@@ -1021,7 +546,7 @@ static int train_loop(Run* r, int* written) {
         if (stop == STOP_DIVERGED) return stop; // (no checkpoint: the state is not finite)
         comm_watchdog_op_unbounded(&r->comm, "sample / checkpoint after step %ld", r->step);
         if (f->sample_every > 0 && r->step % f->sample_every == 0 && r->step < r->steps) sample_now(r);
-        if (stop || (f->save_every > 0 && r->step % f->save_every == 0 && r->step < r->steps)) *written = save_checkpoint(r);
+        if (stop || (f->save_every > 0 && r->step % f->save_every == 0 && r->step < r->steps)) *written = trainer_save_checkpoint(r);
         comm_watchdog_step(&r->comm);
         if (!stop) continue;
         announce_stop(r, stop, *written);
@@ -1140,13 +665,13 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     r->ckpt_last = r->start.resume_step; // (not yet known good: a finite step after it says so)
     r->ckpt_good = -1;
     if (r->start.resume_step >= 0) {
-        restore_checkpoint(r, r->start.resume_step);
+        trainer_restore_checkpoint(r, r->start.resume_step);
         say(r, "resumed: step %ld from %s\n", r->step, rc.f.out_dir);
         report_changes(r);
     }
-    report_model(r);
-    report_memory(r);
-    setup_mfu(r);
+    trainer_report_model(r);
+    trainer_report_memory(r);
+    trainer_setup_mfu(r);
     runsignal_deferred(r->world > 1); // from the first write on, they stop the loop with a checkpoint
     open_out_dir(r);
     if (r->pref_on) start_pref(r);
@@ -1160,9 +685,9 @@ int trainer_main(int argc, char** argv, TrainMode mode) {
     int diverged = stop == STOP_DIVERGED || (stop <= 0 && r->consecutive_bad > 0) || (stop == STOP_AFTER && rc.write_outputs && !written);
     if (!stop && !diverged) {
         sample_now(r);
-        written = save_checkpoint(r);
+        written = trainer_save_checkpoint(r);
         diverged = rc.write_outputs && !written; // (the weights are not finite)
-        if (!diverged) confirm_checkpoint(r);    // the finished run's last state is its result
+        if (!diverged) trainer_confirm_checkpoint(r); // the finished run's last state is its result
     }
     if (!stop && !diverged && rc.write_outputs) { // (ZeRO 3 gathers the model only to write it)
         gradsync_unshard_model(&r->gs);
