@@ -3,6 +3,7 @@
 #   make                     train_gpt2, train_lora, generate, data/prepare for the CPU backend
 #                            when no GPU is present (CUDA when one is); BACKEND=cpu|cuda overrides
 #   make test                the whole test suite (mk/tests.mk says what it holds)
+#   make test T=NAME         one test of it (e.g. T=test_ops, T=test_resume.sh; SAN=1 for ASan)
 #   make gpu-bundle          build/gpu-bundle/: portable CUDA programs, GPU tests and benchmarks
 #                            for a bare GPU machine (mk/cuda.mk)
 #   make bench-cpu / bench-cuda   benchmark programs (mk/bench.mk)
@@ -38,7 +39,7 @@ all: $(PROGRAMS) $(if $(SAN),,$(ROOT_PROGRAMS))
 ifeq ($(BACKEND),cpu)
 test-build: test-registry-check $(PROGRAMS) $(TEST_PROGS) $(TEST_EXTRA_BUILD)
 test-run: test-build
-	SAN=$(SAN) BUILD=$(TREE) BIN_DIR=$(TREE)/bin bash test/run_tests.sh $(TEST_PROGS) $(TEST_SCRIPTS)
+	$(TEST_RUN) $(TEST_PROGS) $(TEST_SCRIPTS)
 else
 test-build test-run:
 	@echo "the test suite runs in the CPU trees (the CUDA kernels run there under the harness): use 'make test', or BACKEND=cpu; on a GPU: make BACKEND=cuda gpu-tests"; exit 1

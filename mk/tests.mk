@@ -147,7 +147,13 @@ test-list:
 # (test-build and the rule that runs the suite are at the end of the Makefile: they list what
 # every fragment added)
 export PREPARE_BIN := $(TREE)/bin/prepare
+# how the suite runs tests, and `make test T=NAME` one of them
+TEST_RUN = SAN=$(SAN) BUILD=$(TREE) BIN_DIR=$(TREE)/bin bash test/run_tests.sh
 
+ifneq ($(T),)
+test:
+	@$(MAKE) --no-print-directory BACKEND=cpu test-one
+else
 test:
 	@if [ "$(HAVE_NVCC)" = 1 ]; then $(MAKE) --no-print-directory -j$(JOBS) cuda-check; \
 	 else echo "skip: nvcc not found: the CUDA sources were not compiled (install the CUDA toolkit)"; fi
@@ -158,7 +164,24 @@ test:
 	$(MAKE) --no-print-directory -j$(JOBS) test-tsan
 	@if [ "$(HAVE_NVCC)" = 1 ]; then $(MAKE) --no-print-directory cuda-build-check; \
 	 else echo "skip: nvcc not found: the CUDA build was not checked (install the CUDA toolkit)"; fi
+endif
 .PHONY: test
+
+# ---- one test (make test T=NAME): the tests of this tree whose name (as run_tests.sh prints it)
+# or path is T. A program needs itself; a script, the suite's build (the programs, the test
+# programs and TEST_EXTRA_BUILD: scripts use any of them).
+TEST_ONE = $(strip $(foreach t,$(TEST_PROGS) $(TEST_SCRIPTS),$(if $(filter $(T),$(t) $(notdir $(t))),$(t))))
+ifeq ($(BACKEND),cpu)
+test-one:
+	@[ -n "$(TEST_ONE)" ] || { echo "make test T=$(T): no such test in $(TREE); its tests (make test-list):"; \
+	    echo $(notdir $(TEST_PROGS) $(TEST_SCRIPTS)) | fold -s -w 96 | sed 's/^/  /'; exit 1; }
+	@$(MAKE) --no-print-directory -j$(JOBS) $(if $(filter %.sh,$(TEST_ONE)),test-build,$(TEST_ONE))
+	$(TEST_RUN) $(TEST_ONE)
+else
+test-one:
+	@$(MAKE) --no-print-directory BACKEND=cpu test-one
+endif
+.PHONY: test-one
 
 # ---- the clean-tree CUDA build and the portable bundle (test/check_cuda_build.sh)
 cuda-build-check:
