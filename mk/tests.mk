@@ -144,8 +144,8 @@ test-list:
 	@printf '%s\n' $(TEST_PROGS) $(TEST_SCRIPTS) $(GPU_TEST_PROGS)
 .PHONY: test-list
 
-# (test-build and the rule that runs the suite are at the end of the Makefile: they list what
-# every fragment added)
+# (test-build and the rule that runs the suite are at the end of the Makefile, after every
+# fragment's TEST_EXTRA_BUILD)
 export PREPARE_BIN := $(TREE)/bin/prepare
 # how the suite runs tests, and `make test T=NAME` one of them
 TEST_RUN = SAN=$(SAN) BUILD=$(TREE) BIN_DIR=$(TREE)/bin bash test/run_tests.sh
