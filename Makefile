@@ -3,6 +3,7 @@
 #   make                     train_gpt2, train_lora, generate, data/prepare for the CPU backend
 #                            when no GPU is present (CUDA when one is); BACKEND=cpu|cuda overrides
 #   make test                the whole test suite (mk/tests.mk says what it holds)
+#   make test T=NAME         one test of it (e.g. T=test_ops, T=test_resume.sh; SAN=1 for ASan)
 #   make gpu-bundle          build/gpu-bundle/: portable CUDA programs, GPU tests and benchmarks
 #                            for a bare GPU machine (mk/cuda.mk)
 #   make bench-cpu / bench-cuda   benchmark programs (mk/bench.mk)
@@ -19,9 +20,9 @@
 #   mk/harness.mk    the CUDA-on-CPU harness: the CUDA kernels run in CI, TSan
 #   mk/tests.mk      the test suite and the build checks (nvcc -Werror, clean-tree CUDA build)
 #   mk/bench.mk      benchmarks (CPU and dev/cuda)
-# Any other mk/*.mk is included after these (a new area adds its rules there, appending to
-# TEST_PROGS / TEST_SCRIPTS / TEST_EXTRA_BUILD / GPU_TEST_PROGS); the aggregate targets below
-# come last so that they see every addition.
+# Any other mk/*.mk is included after these (a new area adds its rules there, and appends what
+# its tests use to TEST_EXTRA_BUILD); its tests are rows of the test registry in mk/tests.mk. The
+# aggregate targets below come last so that they see every addition.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -36,9 +37,9 @@ include $(filter-out $(MK_CORE),$(sort $(wildcard mk/*.mk)))
 all: $(PROGRAMS) $(if $(SAN),,$(ROOT_PROGRAMS))
 
 ifeq ($(BACKEND),cpu)
-test-build: $(PROGRAMS) $(TEST_PROGS) $(TEST_EXTRA_BUILD)
+test-build: test-registry-check $(PROGRAMS) $(TEST_PROGS) $(TEST_EXTRA_BUILD)
 test-run: test-build
-	SAN=$(SAN) BUILD=$(TREE) BIN_DIR=$(TREE)/bin bash test/run_tests.sh $(TEST_PROGS) $(TEST_SCRIPTS)
+	$(TEST_RUN) $(TEST_PROGS) $(TEST_SCRIPTS)
 else
 test-build test-run:
 	@echo "the test suite runs in the CPU trees (the CUDA kernels run there under the harness): use 'make test', or BACKEND=cpu; on a GPU: make BACKEND=cuda gpu-tests"; exit 1

@@ -31,8 +31,3 @@ CPUREF_OBJS := $(patsubst %.c,$(TREE)/obj/%.o,$(filter-out llmc/cpu/dispatch.c l
 $(CPUREF_LIB): $(CPUREF_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
-
-# ---- the bf16 mode's model tests (the model test programs with their "bf16" argument)
-ifeq ($(BACKEND),cpu)
-TEST_SCRIPTS += test/test_cpu_bf16.sh
-endif

@@ -12,9 +12,9 @@
 #                              libstdc++, libcudart, libcublasLt and libnccl (the GPU tests and
 #                              benchmarks link OpenBLAS, libgomp and utf8proc statically)
 #
-# GPU_TEST_PROGS is the list of GPU test programs (paths in the CUDA tree); a fragment adding one
-# appends to it. test/NAME.cu becomes $(TREE)/test/NAME_gpu by the rule below (nvcc, linked with
-# the library and the CPU backend as reference), unless the fragment gives its own rule.
+# GPU_TEST_PROGS is the list of GPU test programs (paths in the CUDA tree): the test registry's
+# "gpu" rows (mk/tests.mk). test/NAME.cu becomes $(TREE)/test/NAME_gpu by the rule below (nvcc,
+# linked with the library and the CPU backend as reference), unless a fragment gives its own rule.
 CUDA_SRCS := $(wildcard llmc/cuda/*.cu)
 PORTABLE_ARCH ?= x86-64-v3
 GPU_BUNDLE := build/gpu-bundle
@@ -36,8 +36,6 @@ ENTRY_LINK = $(CXX)
 PROGRAM_LIBS = $(CUDA_LIBS) $(HOST_LIBS)
 
 # ---- GPU test programs
-GPU_TEST_PROGS := $(TREE)/test/test_gpt2_gpu $(TREE)/test/test_cuda_ops_gpu $(TREE)/test/test_pack_gpu $(TREE)/test/test_pref_gpu
-
 $(TREE)/test/%_gpu: test/%.cu $(LIB) $(CPUREF_LIB) $(wildcard test/*.h test/*.c)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@.o

@@ -41,6 +41,5 @@ fuzz-long: fuzz-build
 ifeq ($(HAVE_FUZZ),1)
 TEST_EXTRA_BUILD += fuzz-build
 endif
-TEST_SCRIPTS += test/test_fuzz.sh
 
 .PHONY: fuzz-build fuzz-long

@@ -10,7 +10,8 @@
 #               test_flash_attention_gpu (test/test_cuda_flash_attention.cpp on the real
 #               kernels) and test_ptx_gpu (test/cuda_cpu/test_ptx.cu, the harness' test of the PTX
 #               wrappers, on the hardware: whether the emulation's fragment tables are the GPU's),
-#               in GPU_TEST_PROGS and so in `make gpu-bundle`, and test_comm_split_gpu
+#               in GPU_TEST_PROGS (the registry's "gpu" rows, mk/tests.mk) and so in
+#               `make gpu-bundle`, and test_comm_split_gpu
 #               (test/test_comm_split.cu: sub-communicators with NCCL attached; CUDA tree only, the
 #               harness has no NCCL).
 # The watchdog's NCCL path on one GPU: test/test_nccl_watchdog.cu becomes
@@ -24,7 +25,6 @@
 
 ifeq ($(BACKEND),cpu)
 # ---- the model tests under the harness
-GPUCHECK_HARNESS_TESTS := $(TREE)/test/test_lora_cuda $(TREE)/test/test_qlora_model_cuda
 $(TREE)/test/test_lora_cuda: test/test_lora.cu test/test_lora.c $(CUDA_CPU_RT) $(CUDA_CPU_EMU_LIB) $(wildcard test/*.h)
 	@mkdir -p $(dir $@)
 	$(CUDA_CPU_EMU_CU) -c $< -o $@.o
@@ -64,17 +64,10 @@ gpucheck-emu: $(GPUCHECK_EMU_TARGETS)
 gpu-check-emulated: gpucheck-emu
 	BUILD=$(TREE) bash scripts/gpu_check.sh --emulated --bin $(GPUCHECK_EMU_DIR) --out $(TREE)/gpucheck-emu-report
 
+# what the registry's "harness" rows of this area (mk/tests.mk: the two model tests above,
+# test_gpu_check.sh, test_step_syncs.sh, test_device_memory.sh, test_sample_backends.sh) use
 ifeq ($(NO_CUDA_HARNESS),1)
 else ifeq ($(HAVE_CUDA_HEADERS),1)
-TEST_PROGS += $(GPUCHECK_HARNESS_TESTS)
-TEST_SCRIPTS += test/test_gpu_check.sh
-# host stalls of one training step, counted by the harness in its builds of the trainers (both
-# passes: under SAN=1 the step runs with ASan+UBSan too)
-TEST_SCRIPTS += test/test_step_syncs.sh
-# out of device memory refused at start-up, on a small fake device (CUDA_CPU_MEM_BYTES)
-TEST_SCRIPTS += test/test_device_memory.sh
-# greedy sampling with an adapter: the CUDA path's tokens are the CPU path's (harness generate)
-TEST_SCRIPTS += test/test_sample_backends.sh
 TEST_EXTRA_BUILD += $(GPUCHECK_EMU_OBJ)/generate
 TEST_EXTRA_BUILD += $(GPUCHECK_EMU_OBJ)/train_gpt2 $(GPUCHECK_EMU_OBJ)/train_lora
 # (the emulated check runs in the plain pass only: its programs are the suite's own harness
@@ -91,8 +84,6 @@ endif
 
 ifeq ($(BACKEND),cuda)
 # ---- the GPU builds
-GPU_TEST_PROGS += $(TREE)/test/test_lora_gpu $(TREE)/test/test_qlora_gpu $(TREE)/test/test_flash_attention_gpu \
-    $(TREE)/test/test_ptx_gpu $(TREE)/test/test_comm_split_gpu $(TREE)/test/test_nccl_watchdog_gpu
 # flash attention in depth against the CPU backend: host C++ like test_cuda_ops_gpu
 $(TREE)/test/test_flash_attention_gpu: test/test_cuda_flash_attention.cpp $(LIB) $(CPUREF_LIB) test/test.h test/cuda_test.h
 	@mkdir -p $(dir $@)

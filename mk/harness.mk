@@ -11,8 +11,8 @@
 #                         backend's implementation, $(CPUREF_LIB)), test_gpt2_cuda (the GPT-2
 #                         model test on the CUDA kernels), test_pack_cuda (packed records on the
 #                         CUDA kernels), test_pref_cuda (the preference objectives on the CUDA
-#                         kernels), bench_ops at a small size; all in
-#                         TEST_PROGS / TEST_SCRIPTS
+#                         kernels), bench_ops at a small size; their rows in the test
+#                         registry (mk/tests.mk) are "harness"
 #   make test             also: orders.sh reruns every harness program in reverse and random
 #                         fiber order, mutation.sh (a barrier-less mutant is caught), faults.sh
 #                         (faulty kernels are caught), check_cuda_kernels_ran.sh (every __global__
@@ -155,27 +155,22 @@ $(FLASH_MUT_DIR)/test_flash_%: $(FLASH_MUT_DIR)/flash_attention_%.o $(TREE)/test
 ifeq ($(NO_CUDA_HARNESS),1)
 # explicitly skipped
 else ifeq ($(HAVE_CUDA_HEADERS),1)
-CUDA_CPU_PROGS := $(CUDA_CPU_TESTS) $(CUDA_CPU_OP_TESTS) $(TREE)/test/test_gpt2_cuda $(TREE)/test/test_pack_cuda \
-    $(TREE)/test/test_pref_cuda
-TEST_PROGS += $(CUDA_CPU_PROGS)
-TEST_SCRIPTS += test/cuda_cpu/orders.sh test/cuda_cpu/mutation.sh test/cuda_cpu/faults.sh \
-    test/check_cuda_kernels_ran.sh test/test_bench_ops.sh
+# (the tests are the registry's "harness" rows, mk/tests.mk; without the toolkit's headers its
+# "noharness" row says so loudly, a failing test, unless NO_CUDA_HARNESS=1 asks to skip)
 TEST_EXTRA_BUILD += $(CUDA_CPU_MUTANTS) $(CUDA_CPU_FAULTS) $(CUDA_CPU_BENCH_OPS) $(CUDA_CPU_DIR)/tests.list
-else
-# no toolkit headers: say so loudly (a failing test), unless NO_CUDA_HARNESS=1 asks to skip
-TEST_SCRIPTS += test/cuda_cpu/no_toolkit.sh
 endif
 
-# All test programs of this build, for orders.sh, which reruns those that contain the harness
-# runtime (expanded when the recipe runs: programs other fragments add are included).
+# All test programs of this build (the test registry's, mk/tests.mk), for orders.sh, which reruns
+# those that contain the harness runtime.
 $(CUDA_CPU_DIR)/tests.list: FORCE
 	@mkdir -p $(dir $@)
 	@printf '%s\n' $(TEST_PROGS) > $@.tmp && mv $@.tmp $@
 endif # BACKEND=cpu
 
 # ---- TSan: a recursive make in build/cpu-tsan. OpenMP is not TSan-instrumented: the runs use
-# one OpenMP thread. The program list is expanded in the recipe, after every fragment had its
-# say in TEST_PROGS: the harness programs and every test program whose name contains "cuda".
+# one OpenMP thread. The programs, of TEST_PROGS (the test registry, mk/tests.mk, included after
+# this file: the list is expanded in the recipe): the harness programs and every test program
+# whose name contains "cuda".
 CUDA_CPU_TSAN_PROGS = $(sort $(filter $(CUDA_CPU_DIR)/%,$(TEST_PROGS)) \
     $(foreach p,$(TEST_PROGS),$(if $(findstring cuda,$(notdir $(p))),$(p))))
 test-tsan:

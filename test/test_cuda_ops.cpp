@@ -803,10 +803,6 @@ static void test_gemm_plans(void) {
     printf("ok   gemm plan cache (%ld plans built so far)\n", p3);
 }
 
-#include <time.h>
-// runs one test and prints how long it took under the harness (CI time is budgeted)
-#define TIMED(call) do { double t0_ = timer_now_s(); call; printf("time %-40s %.2fs\n", #call, timer_now_s() - t0_); } while (0)
-
 // The LoRA branch's element-wise ops: the dropout mask must be the CPU backend's, element for
 // element (same counter-based RNG), so both backends drop the same inputs.
 static void test_lora_ops(size_t n) {
@@ -864,81 +860,78 @@ static void test_rows_copy(int N, int K, int W, int off) {
     if (dd2.get() == want && cpu == want) printf("ok   %s and vs cpu\n", name);
 }
 
-// TEST_QUICK (compute-sanitizer's initcheck): one case of each op, the GEMMs at shapes whose rows
-// are 16-byte aligned (the GPU's fast path) and not
-static void run_quick(void) {
-    TIMED(test_casts());
-    TIMED(test_elementwise(40, 1));
-    TIMED(test_encoder(2, 5, 24, 4));
-    TIMED(test_layernorm(11, 40));
-    TIMED(test_matmul(5, 7, 9, 1, 1));
-    TIMED(test_matmul(70, 16, 24, 1, 1));
-    TIMED(test_matmul_forward_acc(70, 8, 24));
-    TIMED(test_attention(2, 70, 128, 2));
-    TIMED(test_classifier(4, 37, 40));
-    TIMED(test_classifier_train(600, 32, 200, 256));
-    TIMED(test_classifier_train_rows(600, 32, 200, 256));
-    TIMED(test_seq_logp_sums(1000));
-    TIMED(test_adamw(333, 0));
-    TIMED(test_null_grads());
-    TIMED(test_reductions(7));
-    TIMED(test_lora_ops(1000));
-    TIMED(test_rows_copy(50, 20, 384, 0));
-}
+// ---------------------------------------------------------------------------- the cases
 
-int main(void) {
+// One table, in the order the full run goes through them (the inputs come from one random stream,
+// g_rng). A row: its op, whether it is in the TEST_QUICK subset, the call. The subset (for
+// compute-sanitizer's initcheck) is one case of each op, the GEMMs at shapes whose rows are
+// 16-byte aligned (the GPU's fast path) and not. `test_cuda_ops --op NAME` runs one op's rows
+// (again for more), `--list` names the ops.
+#define OP_CASE(op, quick, call) { op, [] { call; }, quick, #call }
+static const TestCase CASES[] = {
+    OP_CASE("casts", 1, test_casts()),
+    OP_CASE("elementwise", 0, test_elementwise(13, 0)),     // ragged tail
+    OP_CASE("elementwise", 0, test_elementwise(64, 0)),     // 128-bit path
+    OP_CASE("elementwise", 1, test_elementwise(40, 1)),     // misaligned: scalar path
+    OP_CASE("encoder", 0, test_encoder(2, 3, 7, 5)),
+    OP_CASE("encoder", 1, test_encoder(2, 5, 24, 4)),
+    OP_CASE("encoder", 0, test_encoder_positions(3, 17, 72, 11)),
+    OP_CASE("layernorm", 0, test_layernorm(5, 7)),
+    OP_CASE("layernorm", 1, test_layernorm(11, 40)),
+    OP_CASE("layernorm", 0, test_layernorm(3, 264)),      // several chunks per lane
+    OP_CASE("layernorm", 0, test_layernorm(130, 768)),    // GPT-2 width, three column-sum chunks
+    OP_CASE("matmul", 1, test_matmul(5, 7, 9, 1, 1)),  // unaligned OC: GEMM + separate gelu
+    OP_CASE("matmul", 1, test_matmul_forward_acc(70, 8, 24)),   // a LoRA branch: rank 8 in
+    OP_CASE("matmul", 0, test_matmul_forward_acc(1, 8, 40)),    // one row
+    OP_CASE("matmul", 0, test_matmul(5, 7, 9, 0, 0)),
+    OP_CASE("matmul", 1, test_matmul(70, 16, 24, 1, 1)),   // fused GELU epilogue; N > one column-sum chunk
+    OP_CASE("matmul", 0, test_matmul(6, 8, 16, 0, 1)),
+    OP_CASE("matmul", 0, test_matmul(129, 64, 256, 1, 1)),
+    // more row chunks than 2 x SMs (the harness reports 132): each block of the column sums strides
+    // over several chunks (ops_colsum_chunks; layernorm's dweight/dbias loop is the same)
+    OP_CASE("matmul", 0, test_matmul(17000, 8, 8, 1, 0)),
+    OP_CASE("attention", 0, test_attention(2, 5, 8, 2)),      // HS 4
+    OP_CASE("attention", 0, test_attention(1, 35, 48, 1)),    // HS 48: two key tiles, two dims per lane
+    OP_CASE("attention", 1, test_attention(2, 70, 128, 2)),   // HS 64 (GPT-2), three key tiles
+    OP_CASE("attention", 0, test_attention(1, 9, 128, 1)),    // HS 128: the largest supported
+    OP_CASE("attention", 0, test_attention(2, 70, 96, 3)),    // HS 32, two tiles
+    OP_CASE("classifier", 1, test_classifier(4, 37, 40)),      // vector path, padded columns
+    OP_CASE("classifier", 0, test_classifier(3, 13, 13)),      // scalar path
+    OP_CASE("classifier", 0, test_classifier(2, 3000, 3008)),  // several chunks per thread
+    OP_CASE("classifier", 1, test_classifier_train(600, 32, 200, 256)),
+    OP_CASE("classifier", 1, test_classifier_train_rows(600, 32, 200, 256)),
+    OP_CASE("classifier", 0, test_classifier_train_rows(7, 16, 13, 13)),   // scalar path
+    OP_CASE("seq_logp_sums", 1, test_seq_logp_sums(1000)),
+    OP_CASE("adamw", 0, test_adamw(1000, 1)),
+    OP_CASE("adamw", 1, test_adamw(333, 0)),
+    OP_CASE("null_grads", 1, test_null_grads()),
+    OP_CASE("attention", 0, test_attention(2, 1, 8, 2)),      // T = 1
+    OP_CASE("gemm_plans", 0, test_gemm_plans()),
+    OP_CASE("reductions", 1, test_reductions(7)),
+    OP_CASE("lora", 1, test_lora_ops(1000)),
+    OP_CASE("rows_copy", 1, test_rows_copy(50, 20, 384, 0)),   // 16-byte units (a row of 768 bf16 is 1536 bytes)
+    OP_CASE("rows_copy", 0, test_rows_copy(50, 20, 384, 1)),   // the same rows misaligned: 4-byte units
+    OP_CASE("rows_copy", 0, test_rows_copy(300, 299, 1, 0)),   // a float a row (the losses)
+    OP_CASE("rows_copy", 0, test_rows_copy(9, 0, 3, 0)),       // no rows
+    OP_CASE("reductions", 0, test_reductions(300000)),         // more than the fixed grid: grid-stride loop
+};
+#define N_CASES ((int)(sizeof(CASES) / sizeof(CASES[0])))
+
+int main(int argc, char** argv) {
+    unsigned char selected[N_CASES];
+    const int args = test_cases_select("test_cuda_ops", CASES, N_CASES, argc, argv, NULL, selected);
+    if (args) return args == 1 ? 0 : 2;
     cpu_ops_init(1);
     cuda_ops_init(0);
     printf("backend: %s\n", cuda_ops_backend_name());
-    if (test_quick()) {
-        run_quick();
-        return test_finish("test_cuda_ops");
+    const int quick = test_quick();
+    for (int i = 0; i < N_CASES; i++) {
+        if (!selected[i] || (quick && !CASES[i].quick)) continue;
+        // how long each case takes under the harness (CI time is budgeted)
+        const double t0 = timer_now_s();
+        CASES[i].run();
+        printf("time %-40s %.2fs\n", CASES[i].what, timer_now_s() - t0);
     }
-    TIMED(test_casts());
-    TIMED(test_elementwise(13, 0));     // ragged tail
-    TIMED(test_elementwise(64, 0));     // 128-bit path
-    TIMED(test_elementwise(40, 1));     // misaligned: scalar path
-    TIMED(test_encoder(2, 3, 7, 5));
-    TIMED(test_encoder(2, 5, 24, 4));
-    TIMED(test_encoder_positions(3, 17, 72, 11));
-    TIMED(test_layernorm(5, 7));
-    TIMED(test_layernorm(11, 40));
-    TIMED(test_layernorm(3, 264));      // several chunks per lane
-    TIMED(test_layernorm(130, 768));    // GPT-2 width, three column-sum chunks
-    TIMED(test_matmul(5, 7, 9, 1, 1));  // unaligned OC: GEMM + separate gelu
-    TIMED(test_matmul_forward_acc(70, 8, 24));   // a LoRA branch: rank 8 in
-    TIMED(test_matmul_forward_acc(1, 8, 40));    // one row
-    TIMED(test_matmul(5, 7, 9, 0, 0));
-    TIMED(test_matmul(70, 16, 24, 1, 1));   // fused GELU epilogue; N > one column-sum chunk
-    TIMED(test_matmul(6, 8, 16, 0, 1));
-    TIMED(test_matmul(129, 64, 256, 1, 1));
-    // more row chunks than 2 x SMs (the harness reports 132): each block of the column sums strides
-    // over several chunks (ops_colsum_chunks; layernorm's dweight/dbias loop is the same)
-    TIMED(test_matmul(17000, 8, 8, 1, 0));
-    TIMED(test_attention(2, 5, 8, 2));      // HS 4
-    TIMED(test_attention(1, 35, 48, 1));    // HS 48: two key tiles, two dims per lane
-    TIMED(test_attention(2, 70, 128, 2));   // HS 64 (GPT-2), three key tiles
-    TIMED(test_attention(1, 9, 128, 1));    // HS 128: the largest supported
-    TIMED(test_attention(2, 70, 96, 3));    // HS 32, two tiles
-    TIMED(test_classifier(4, 37, 40));      // vector path, padded columns
-    TIMED(test_classifier(3, 13, 13));      // scalar path
-    TIMED(test_classifier(2, 3000, 3008));  // several chunks per thread
-    TIMED(test_classifier_train(600, 32, 200, 256));
-    TIMED(test_classifier_train_rows(600, 32, 200, 256));
-    TIMED(test_classifier_train_rows(7, 16, 13, 13));   // scalar path
-    TIMED(test_seq_logp_sums(1000));
-    TIMED(test_adamw(1000, 1));
-    TIMED(test_adamw(333, 0));
-    TIMED(test_null_grads());
-    TIMED(test_attention(2, 1, 8, 2));      // T = 1
-    TIMED(test_gemm_plans());
-    TIMED(test_reductions(7));
-    TIMED(test_lora_ops(1000));
-    TIMED(test_rows_copy(50, 20, 384, 0));   // 16-byte units (a row of 768 bf16 is 1536 bytes)
-    TIMED(test_rows_copy(50, 20, 384, 1));   // the same rows misaligned: 4-byte units
-    TIMED(test_rows_copy(300, 299, 1, 0));   // a float a row (the losses)
-    TIMED(test_rows_copy(9, 0, 3, 0));       // no rows
-    TIMED(test_reductions(300000));         // more than the fixed grid: grid-stride loop
-    printf("worst error over all checks: %.3f of tolerance, in %s\n", g_worst_rel, g_worst_name);
+    if (!quick) printf("worst error over all checks: %.3f of tolerance, in %s\n", g_worst_rel, g_worst_name);
     return test_finish("test_cuda_ops");
 }

@@ -5,6 +5,9 @@
 // pinned to the forward definitions, not to a second copy of the same derivation. Backward ops
 // are called with random non-zero gradient buffers to check that they accumulate (+=), and with
 // NULL gradients to check that those are skipped.
+//
+// The cases are one table (CASES, at the end): `test_ops` runs them all, `test_ops --op NAME` one
+// op's (again for more), `test_ops --list` names the ops.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1058,7 +1061,8 @@ static void test_determinism(void) {
 // threads where OpenBLAS runs the GEMMs (fp32), a short spin where every GEMM is on OpenMP (bf16).
 static void test_wait_policy(int argc, char** argv) {
     int fp32 = 0;
-    for (int i = 1; i + 1 < argc; i++) fp32 |= strcmp(argv[i], "--dtype") == 0 && strcmp(argv[i + 1], "fp32") == 0;
+    for (int i = 1; i < argc; i++)
+        fp32 |= strcmp(argv[i], "--dtype=fp32") == 0 || (i + 1 < argc && strcmp(argv[i], "--dtype") == 0 && strcmp(argv[i + 1], "fp32") == 0);
     const char* why;
     const int bf16 = !fp32 && ops_bf16_native(&why);
     const char* policy = getenv("OMP_WAIT_POLICY");
@@ -1068,40 +1072,37 @@ static void test_wait_policy(int argc, char** argv) {
     printf("ok   before main(): %s=%s (%s GEMMs)\n", bf16 ? "GOMP_SPINCOUNT" : "OMP_WAIT_POLICY", bf16 ? spin : policy, bf16 ? "bf16" : "fp32");
 }
 
-int main(int argc, char** argv) {
-    ops_init(0);
-    printf("backend: %s\n", ops_backend_name());
-    TEST_CHECK(strncmp(ops_backend_name(), "cpu", 3) == 0, "backend name '%s'", ops_backend_name());
-#if defined(__linux__)
-    // the pre-main re-exec of the CPU backend (ops_cpu.c) put its settings in place
-    if (getenv("LLMC_NO_REEXEC") == NULL && strncmp(ops_backend_name(), "cpu", 3) == 0) {
-        test_wait_policy(argc, argv);
-#if defined(__x86_64__)
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-            TEST_CHECK(getenv("OPENBLAS_CORETYPE") != NULL, "OPENBLAS_CORETYPE was not set before main() on an AVX-512 CPU");
-#endif
-    }
-#endif
+// ----------------------------------------------------------------------------
+// the cases: one table, in the order the full run goes through them (the inputs come from one
+// random stream, g_rng); `test_ops --op NAME` runs one op's rows, `--list` names the ops
+
+static void case_alloc(void) {
     void* p = ops_alloc(1000);
     TEST_CHECK(((uintptr_t)p & 63) == 0, "ops_alloc must return 64-byte aligned memory");
     ops_free(p);
+}
 
-    test_vm_expf();
+static void case_encoder(void) {
     test_encoder(NULL, "");
     static const int packed_pos[10] = {0, 1, 0, 1, 2, 0, 1, 2, 3, 4};
     test_encoder(packed_pos, " with positions");
+}
+
+static void case_layernorm(void) {
     test_layernorm_shape(5, 7, 0.0f);
     test_layernorm_shape(3, 768, 30.0f);   // large mean: two-pass variance needed
     test_layernorm_shape(67, 129, 0.0f);
+}
+
+static void case_matmul(void) {
     test_matmul_shape(5, 7, 9);
     test_matmul_shape(67, 129, 250);
     test_matmul_forward_acc(1, 8, 2304, 0);   // one row (decoding): the GEMV
     test_matmul_forward_acc(67, 8, 250, 0);   // a LoRA branch's shape: rank 8 in
-    test_elementwise();
+}
 
-    // attention: ragged T around the 64-row tiles, vector (16, 64) and plain-loop (24) head sizes
+// ragged T around the 64-row tiles, vector (16, 64) and plain-loop (24) head sizes; packed records
+static void case_attention(void) {
     test_attention_shape(1, 5, 1, 16, 1);
     test_attention_shape(2, 17, 3, 16, 1);
     test_attention_shape(1, 9, 2, 24, 1);
@@ -1125,14 +1126,20 @@ int main(int argc, char** argv) {
     test_attention_docs(3, 150, 1, 24, 0, tiles, 8, " [records 1 70 30 49 | 64 64 22 | 150]");
     static const int ends[] = {100, 29, 1, 1};
     test_attention_docs(1, 131, 3, 16, 0, ends, 4, " [records 100 29 1 1]");
+}
 
+static void case_classifier(void) {
     test_classifier_shape(5, 7, 9, 3.0f);
     test_classifier_shape(3, 1, 4, 3.0f);        // V = 1: loss 0, gradient 0
     test_classifier_shape(37, 1000, 1024, 8.0f);
     test_classifier_shape(7, 50257, 50304, 20.0f);
     test_classifier_train(3, 8, 50, 64, OPS_F32);       // one block
     test_classifier_train(1100, 24, 500, 512, OPS_F32); // blocks of 512, 512 and 76 rows
-    // bf16 GEMMs run on every CPU: oneDNN's where it has a bf16 matmul, widened to fp32 elsewhere
+}
+
+// bf16 GEMMs run on every CPU: oneDNN's where it has a bf16 matmul, widened to fp32 elsewhere;
+// fp16 GEMMs are always widened
+static void case_gemm_16(void) {
     const char* why;
     printf("bf16 GEMMs: %s (%s)\n", cpu_gemm_bf16_widened() ? "widened to fp32" : "oneDNN", ops_bf16_native(&why) ? "native" : why);
     test_gemm_widen(0, 37, 45, 600, 1024, 1);  // K panels of 256, 256, 88; N and M blocks of 2
@@ -1141,16 +1148,61 @@ int main(int argc, char** argv) {
     test_gemm_widen(1, 37, 45, 600, 1024, 1);  // fp16: the same panels
     test_gemm_widen(1, 5, 300, 7, 1024, 1000); // fp16: values up to 1000 (fp16's steps of 0.5 there)
     test_gemm_widen(1, 6, 9, 40, 1024, 1e5f);  // fp16: operands past 65504 are inf
+}
+
+static void case_classifier_16(void) {
     test_classifier_train(1100, 24, 500, 512, OPS_BF16);
     test_classifier_train(1100, 24, 500, 512, OPS_F16);
+}
+
+static void case_matmul_16(void) {
     test_matmul_bf16(1, 100, 131);  // one row: tail of 4 and a one-row remainder
     test_matmul_bf16(1, 768, 2304); // one row, threaded
     test_matmul_bf16(3, 100, 131);  // rows: a GEMM
     test_matmul_forward_acc(1, 8, 2304, 1);
     test_matmul_forward_acc(67, 8, 250, 1);
-    test_adamw(0);
-    test_adamw(1);
-    test_reductions();
-    test_determinism();
+}
+
+static void case_adamw(void) { test_adamw(0); test_adamw(1); }
+
+static const TestCase CASES[] = {
+    {"ops_alloc", case_alloc, 0, NULL},
+    {"vm_expf", test_vm_expf, 0, NULL},
+    {"encoder", case_encoder, 0, NULL},
+    {"layernorm", case_layernorm, 0, NULL},
+    {"matmul", case_matmul, 0, NULL},
+    {"elementwise", test_elementwise, 0, NULL},
+    {"attention", case_attention, 0, NULL},
+    {"classifier", case_classifier, 0, NULL},
+    {"gemm_16", case_gemm_16, 0, NULL},
+    {"classifier", case_classifier_16, 0, NULL},
+    {"matmul", case_matmul_16, 0, NULL},
+    {"adamw", case_adamw, 0, NULL},
+    {"reductions", test_reductions, 0, NULL},
+    {"determinism", test_determinism, 0, NULL},
+};
+#define N_CASES ((int)(sizeof(CASES) / sizeof(CASES[0])))
+
+int main(int argc, char** argv) {
+    static const char* const backend_flags[] = {"--dtype", NULL};   // read by the CPU backend's start-up
+    unsigned char selected[N_CASES];
+    const int args = test_cases_select("test_ops", CASES, N_CASES, argc, argv, backend_flags, selected);
+    if (args) return args == 1 ? 0 : 2;
+    ops_init(0);
+    printf("backend: %s\n", ops_backend_name());
+    TEST_CHECK(strncmp(ops_backend_name(), "cpu", 3) == 0, "backend name '%s'", ops_backend_name());
+#if defined(__linux__)
+    // the pre-main re-exec of the CPU backend (llmc/cpu/backend.c) put its settings in place
+    if (getenv("LLMC_NO_REEXEC") == NULL && strncmp(ops_backend_name(), "cpu", 3) == 0) {
+        test_wait_policy(argc, argv);
+#if defined(__x86_64__)
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+            TEST_CHECK(getenv("OPENBLAS_CORETYPE") != NULL, "OPENBLAS_CORETYPE was not set before main() on an AVX-512 CPU");
+#endif
+    }
+#endif
+    for (int i = 0; i < N_CASES; i++) if (selected[i]) CASES[i].run();
     return test_finish("test_ops");
 }
