@@ -70,7 +70,7 @@ TEST_REGISTRY += \
 # the trainers, their adapters and the other programs from the command line
 TEST_REGISTRY += \
     cpu:test/test_train_cli.sh cpu:test/test_resume.sh cpu:test/test_signals.sh cpu:test/test_masked.sh \
-    cpu:test/test_data_open.sh cpu:test/test_run_end.sh cpu:test/test_out_dir.sh cpu:test/test_save_gguf.sh \
+    cpu:test/test_data_open.sh cpu:test/test_run_end.sh cpu:test/test_fp16_train.sh cpu:test/test_out_dir.sh cpu:test/test_save_gguf.sh \
     cpu:test/test_bad_input.sh cpu:test/test_checkpoint_integrity.sh cpu:test/test_train_mpi.sh \
     cpu:test/test_comm.sh cpu:test/test_watchdog.sh cpu:test/test_multihost.sh \
     cpu:test/test_lora_cli.sh cpu:test/test_pref_train.sh cpu:test/test_qlora_cli.sh cpu:test/test_generate.sh \

@@ -9,6 +9,7 @@
 #include "ref.h"
 #include "../llmc/model/model.h"
 #include "../llmc/model/model_io.h"
+#include "../llmc/model/loss_scale.h"
 #include "../llmc/model/optimizer.h"
 #include "../llmc/model/peft_io.h"
 
@@ -86,8 +87,12 @@ static inline RefAdamW ref_adamw(StFile* ref) {
 }
 
 // Trains m's trainable parameters (the optimizer segments of llmc/model/model.h) for h->steps steps;
-// losses and norms get h->steps entries. Returns 1 if the optimizer kept fp32 master weights.
-static inline int ref_train(Model* m, const RefBatch* b, const RefAdamW* h, float* losses, float* norms) {
+// losses and norms get h->steps entries. With ls, the loss is scaled and a step whose gradients
+// overflow is skipped, as the trainer does with --dtype fp16 (loss_scale_step; norms are of the
+// unscaled gradients, inf or NaN on a skipped step); scales and skipped (may be NULL) get each
+// step's scale and whether it was skipped. Returns 1 if the optimizer kept fp32 master weights.
+static inline int ref_train_scaled(Model* m, const RefBatch* b, const RefAdamW* h, LossScale* ls, float* losses, float* norms,
+                                   float* scales, int* skipped) {
     TrainSeg* segs = (TrainSeg*)mallocCheck((size_t)model_max_segments(m) * sizeof(TrainSeg));
     int nseg = model_segments(m, segs);
     Optimizer opt;
@@ -97,15 +102,25 @@ static inline int ref_train(Model* m, const RefBatch* b, const RefAdamW* h, floa
     for (int s = 0; s < h->steps; s++) {
         gpt2_zero_grads(&m->gpt);
         long nv = 0;
-        double ls = gpt2_forward(&m->gpt, b->inputs, b->targets, NULL, b->B, b->T, 1.0f / (float)b->valid, &nv);
+        const float scale = ls ? ls->scale : 1.0f;
+        double lsum = gpt2_forward(&m->gpt, b->inputs, b->targets, NULL, b->B, b->T, scale / (float)b->valid, &nv);
         gpt2_backward(&m->gpt, NULL);
         double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
-        opt_step(&opt, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, opt_clip_scale(norm, h->grad_clip), 1234u + (uint32_t)s);
-        losses[s] = (float)(ls / (double)nv);
+        float unscale = 1.0f;
+        const int run = ls ? loss_scale_step(ls, !isfinite(lsum), &norm, &unscale) : 1;
+        if (run) opt_step(&opt, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, opt_clip_scale(norm, h->grad_clip) * unscale,
+                          1234u + (uint32_t)s);
+        losses[s] = (float)(lsum / (double)nv);
         norms[s] = (float)norm;
+        if (scales) scales[s] = scale;
+        if (skipped) skipped[s] = !run;
     }
     opt_free(&opt);
     return had_master;
+}
+
+static inline int ref_train(Model* m, const RefBatch* b, const RefAdamW* h, float* losses, float* norms) {
+    return ref_train_scaled(m, b, h, NULL, losses, norms, NULL, NULL);
 }
 
 // The losses (absolute tolerance) and gradient norms (relative) against the reference's

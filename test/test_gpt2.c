@@ -118,6 +118,57 @@ static void check_acts_memory(const TestBase* tb) {
     model_free(&mm);
 }
 
+// --dtype fp16 on the CPU (fp16 GEMM operands, dynamic loss scaling) against torch.autocast("cpu",
+// float16) + torch.amp.GradScaler (test/ref/gpt2_tiny/fp16.safetensors, dev/gen_fp16_ref.py): the
+// scaler starts at 2^24 with a growth interval of 3, so the first steps overflow fp16 and are
+// skipped, and the scale grows, overflows and backs off again later. The loss scale and the
+// skipped steps must be GradScaler's at every step; the losses within FP16_LOSS nats and the
+// norms of the steps taken within FP16_NORM relative (torch also rounds every activation to fp16,
+// the emulation only the GEMM operands).
+#define FP16_LOSS 3e-4
+#define FP16_NORM 2e-3
+static void test_fp16_train(const TestBase* tb) {
+    StFile ref;
+    st_open(&ref, REF_DIR "/fp16.safetensors");
+    const RefAdamW h = ref_adamw(&ref);
+    LossScale ls;
+    loss_scale_init(&ls);
+    ls.scale = (float)atof(st_meta(&ref, "init_scale"));
+    ls.growth_interval = atoi(st_meta(&ref, "growth_interval"));
+    ops_set_gemm_dtype(OPS_F16);
+    Model m;
+    test_model(&m, tb, tb->weights, GPT2_TRAIN_ALL, NULL, 0, GPT2_RECOMPUTE_NONE);
+    float* losses = (float*)mallocCheck((size_t)h.steps * sizeof(float));
+    float* norms = (float*)mallocCheck((size_t)h.steps * sizeof(float));
+    float* scales = (float*)mallocCheck((size_t)h.steps * sizeof(float));
+    int* skipped = (int*)mallocCheck((size_t)h.steps * sizeof(int));
+    ref_train_scaled(&m, &tb->batch, &h, &ls, losses, norms, scales, skipped);
+    ops_set_gemm_dtype(OPS_F32);
+    size_t n;
+    float *want_l = ref_read(&ref, "train_losses", &n), *want_n = ref_read(&ref, "train_grad_norms", NULL);
+    float* want_s = ref_read(&ref, "loss_scales", NULL);
+    float* want_k = ref_read(&ref, "skipped", NULL); // (1.0: skipped)
+    TEST_CHECK((int)n == h.steps, "fp16.safetensors has %zu steps, the run %d", n, h.steps);
+    int taken = 0;
+    double worst_l = 0, worst_n = 0;
+    for (int s = 0; s < h.steps && s < (int)n; s++) {
+        TEST_CHECK(scales[s] == want_s[s] && skipped[s] == (int)want_k[s], "fp16 step %d: scale %g skipped %d; GradScaler: scale %g skipped %d",
+                   s, scales[s], skipped[s], want_s[s], (int)want_k[s]);
+        worst_l = fmax(worst_l, fabs((double)losses[s] - want_l[s]));
+        if (want_k[s] != 0.0f) { TEST_CHECK(!isfinite(norms[s]), "fp16 step %d: skipped by GradScaler, our norm %g is finite", s, norms[s]); continue; }
+        taken++;
+        worst_n = fmax(worst_n, fabs((double)norms[s] - want_n[s]) / want_n[s]);
+    }
+    TEST_CHECK(worst_l <= FP16_LOSS && worst_n <= FP16_NORM, "fp16: worst loss error %.3g (limit %g), norm %.3g (limit %g)",
+               worst_l, FP16_LOSS, worst_n, FP16_NORM);
+    printf("fp16 with loss scaling: %d steps (%d taken, %.0f skipped in all), scales and skips as GradScaler's; loss %.6f -> %.6f "
+           "(torch %.6f -> %.6f), worst loss error %.3g, worst norm error %.3g\n", h.steps, taken, (double)ls.skipped,
+           losses[0], losses[h.steps - 1], want_l[0], want_l[h.steps - 1], worst_l, worst_n);
+    free(losses); free(norms); free(scales); free(skipped); free(want_l); free(want_n); free(want_s); free(want_k);
+    model_free(&m);
+    st_close(&ref);
+}
+
 int main(int argc, char** argv) {
     TestBase tb;
     StFile ref;
@@ -186,6 +237,9 @@ int main(int argc, char** argv) {
         ref_check_train("gpt2_tiny", &ref, losses, norms, h.steps, tols()->step_loss, tols()->norm);
         free(losses); free(norms);
     }
+
+    // (the CPU backend only: the CUDA backend's GEMMs are bf16)
+    if (!test_quick() && argc < 2 && ops_caps().floatx == OPS_F32) test_fp16_train(&tb);
 
     model_free(&model);
     st_close(&ref);

@@ -599,7 +599,9 @@ static void test_matmul_forward_acc(int N, int C, int OC, int bf16) {
 
 // matmul_forward_w16 with a bf16 one, against a double reference of the rounded operands
 // (products of bf16 values are exact in fp32: only the order of the fp32 sums differs). C not a
-// multiple of 32 (the masked tail), OC not of 4 (the one-row loop).
+// multiple of 32 (the masked tail), OC not of 4 (the one-row loop). Then matmul_forward under
+// OPS_F16 against the fp16-rounded operands (fp16 products are exact in fp32 too), within one
+// fp16 step: the product is rounded to fp16 before the bias joins it.
 static void test_matmul_bf16(int N, int C, int OC) {
     const size_t nx = (size_t)N * C, nw = (size_t)OC * C, NO = (size_t)N * OC;
     float* inp = frandbuf(nx, -1, 1);
@@ -616,6 +618,14 @@ static void test_matmul_bf16(int N, int C, int OC) {
     close_mm("matmul_forward bf16", out, want, N, C, OC);
     matmul_forward_w16(out, NULL, inp, w16, bias, N, C, OC);
     close_mm("matmul_forward_w16", out, want, N, C, OC);
+    for (size_t i = 0; i < nx; i++) ind[i] = fp16_to_f32(fp16_from_f32(inp[i]));
+    for (size_t i = 0; i < nw; i++) wd[i] = fp16_to_f32(fp16_from_f32(w[i]));
+    ref_matmul(want, ind, wd, bd, N, C, OC);
+    ops_set_gemm_dtype(OPS_F16);
+    matmul_forward(out, NULL, inp, w, bias, N, C, OC);
+    char what[96];
+    snprintf(what, sizeof(what), "matmul_forward fp16 N=%d C=%d OC=%d", N, C, OC);
+    close_fd(what, out, want, NO, 0.0, ldexp(1.0, -10));
     ops_set_gemm_dtype(OPS_F32);
     float* bufs[] = {inp, w, bias, out};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
@@ -623,40 +633,53 @@ static void test_matmul_bf16(int N, int C, int OC) {
     free(ind); free(wd); free(bd); free(want);
 }
 
-// cpu_gemm_bf16_widen (the bf16 GEMM of a CPU without a bf16 matmul) with a buffer small enough
-// to split K, N and M into several panels, every orientation, with and without accumulating,
-// against a double reference of the bf16 operands; then cpu_gemm_bf16 itself (oneDNN's, or the
-// widened one where there is no bf16 matmul) on the same operands.
-static void test_gemm_widen(int M, int N, int K, size_t buf_floats) {
+// cpu_gemm_widen (the bf16 GEMM of a CPU without a bf16 matmul, and every fp16 GEMM) with a
+// buffer small enough to split K, N and M into several panels, every orientation, with and
+// without accumulating, against a double reference of the 16-bit operands; then cpu_gemm_16
+// itself (oneDNN's bf16, or the widened one) on the same operands: in fp16 its product is
+// rounded to fp16 before it joins C (within one fp16 step of the reference's product). f16:
+// fp16 operands, with values up to `amp` (past 65504 they are inf, and so is the product).
+static void test_gemm_widen(int f16, int M, int N, int K, size_t buf_floats, float amp) {
     const size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
-    float *a = frandbuf(na, -1, 1), *b = frandbuf(nb, -1, 1), *c0 = frandbuf(nc, -1, 1);
+    float *a = frandbuf(na, -amp, amp), *b = frandbuf(nb, -1, 1), *c0 = frandbuf(nc, -1, 1);
     uint16_t *a16 = malloc(na * sizeof(uint16_t)), *b16 = malloc(nb * sizeof(uint16_t));
-    for (size_t i = 0; i < na; i++) a16[i] = bf16_from_f32(a[i]);
-    for (size_t i = 0; i < nb; i++) b16[i] = bf16_from_f32(b[i]);
+    for (size_t i = 0; i < na; i++) a16[i] = f16 ? fp16_from_f32(a[i]) : bf16_from_f32(a[i]);
+    for (size_t i = 0; i < nb; i++) b16[i] = f16 ? fp16_from_f32(b[i]) : bf16_from_f32(b[i]);
+#define W16(x) (f16 ? fp16_to_f32(x) : bf16_to_f32(x))
     float *buf = malloc(buf_floats * sizeof(float)), *got = malloc(nc * sizeof(float));
-    double* want = dbuf(nc);
+    float* want16 = malloc(nc * sizeof(float));
+    double *want = dbuf(nc), *prod = dbuf(nc);
     for (int o = 0; o < 8; o++) {
         const int ta = o & 1, tb = o >> 1 & 1, acc = o >> 2;
         const int lda = ta ? M : K, ldb = tb ? K : N;
         for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) {
-                double sum = acc ? c0[(size_t)m * N + n] : 0.0;
+                double sum = 0.0;
                 for (int k = 0; k < K; k++)
-                    sum += (double)bf16_to_f32(ta ? a16[(size_t)k * lda + m] : a16[(size_t)m * lda + k]) *
-                           bf16_to_f32(tb ? b16[(size_t)n * ldb + k] : b16[(size_t)k * ldb + n]);
-                want[(size_t)m * N + n] = sum;
+                    sum += (double)W16(ta ? a16[(size_t)k * lda + m] : a16[(size_t)m * lda + k]) *
+                           W16(tb ? b16[(size_t)n * ldb + k] : b16[(size_t)k * ldb + n]);
+                const size_t i = (size_t)m * N + n;
+                prod[i] = sum;
+                want[i] = (acc ? c0[i] : 0.0) + sum;
+                want16[i] = (acc ? c0[i] : 0.0f) + fp16_to_f32(fp16_from_f32((float)sum));
             }
         char what[128];
         for (int way = 0; way < 2; way++) {
             memcpy(got, c0, nc * sizeof(float));
-            if (way) cpu_gemm_bf16(ta, tb, M, N, K, a16, lda, b16, ldb, acc, got);
-            else cpu_gemm_bf16_widen(ta, tb, M, N, K, a16, lda, b16, ldb, acc, got, buf, buf_floats);
-            snprintf(what, sizeof(what), "%s M=%d N=%d K=%d ta=%d tb=%d acc=%d", way ? "cpu_gemm_bf16" : "cpu_gemm_bf16_widen",
-                     M, N, K, ta, tb, acc);
-            close_fd(what, got, want, nc, 1e-5, 1e-6 * sqrt((double)K) / (maxabs_d(want, nc) + 1e-30));
+            if (way) cpu_gemm_16(f16, ta, tb, M, N, K, a16, lda, b16, ldb, acc, got);
+            else cpu_gemm_widen(f16, ta, tb, M, N, K, a16, lda, b16, ldb, acc, got, buf, buf_floats);
+            snprintf(what, sizeof(what), "%s %s M=%d N=%d K=%d ta=%d tb=%d acc=%d", way ? "cpu_gemm_16" : "cpu_gemm_widen",
+                     f16 ? "fp16" : "bf16", M, N, K, ta, tb, acc);
+            if (amp > 65504.0f) { // an inf operand: the rows it meets are inf or NaN, as in the reference
+                int same = 1;
+                for (size_t i = 0; i < nc; i++) same &= isfinite(got[i]) == isfinite(want[i]);
+                TEST_CHECK(same, "%s: the non-finite outputs differ from the reference's", what);
+            } else if (way && f16) test_allclose(what, got, want16, nc, 0.0, ldexp(maxabs_d(prod, nc), -10) + 1e-30);
+            else close_fd(what, got, want, nc, 1e-5, 1e-6 * amp * sqrt((double)K) / (maxabs_d(want, nc) + 1e-30));
         }
     }
-    free(a16); free(b16); free(buf); free(got); free(want);
+#undef W16
+    free(a16); free(b16); free(buf); free(got); free(want); free(want16); free(prod);
     ops_free(a); ops_free(b); ops_free(c0);
 }
 
@@ -861,9 +884,11 @@ static void classifier_train_w16(int N, int C, int V, int Vp, const float* x, co
 
 // classifier_train: lm_head + fused classifier + lm_head backward in row blocks (N > the CPU's
 // 512-row block, with a ragged last block), against a double reference of the three ops; in fp32
-// GEMMs and, where the CPU has native bf16, in bf16 GEMMs (bf16 operands: 1e-2 of max |ref|).
-// dx and dw accumulate; NULL dx / dw are skipped.
-static void test_classifier_train(int N, int C, int V, int Vp, int bf16) {
+// GEMMs, bf16 GEMMs (bf16 operands: 1e-2 of max |ref|) and fp16 GEMMs (2e-3: fp16's 11 bits; the
+// dlogits of 1 / N-weighted rows fall in its subnormal range, as without loss scaling). dx and
+// dw accumulate; NULL dx / dw are skipped.
+static void test_classifier_train(int N, int C, int V, int Vp, OpsDtype dtype) {
+    const int bf16 = dtype == OPS_BF16;
     char what[160];
     const size_t nx = (size_t)N * C, nw = (size_t)Vp * C, nl = (size_t)N * Vp;
     float* x = frandbuf(nx, -1.0f, 1.0f);
@@ -900,9 +925,9 @@ static void test_classifier_train(int N, int C, int V, int Vp, int bf16) {
     float* dw = fcopy(dw0, nw);
     float* losses = fbuf(N);
     float* scratch = fbuf((size_t)classifier_rows(N) * Vp);
-    ops_set_gemm_dtype(bf16 ? OPS_BF16 : OPS_F32);
-    const double tol = bf16 ? 1e-2 : 1e-5;
-    const char* mode = bf16 ? "bf16" : "fp32";
+    ops_set_gemm_dtype(dtype);
+    const double tol = bf16 ? 1e-2 : dtype == OPS_F16 ? 2e-3 : 1e-5;
+    const char* mode = bf16 ? "bf16" : dtype == OPS_F16 ? "fp16" : "fp32";
     classifier_train(losses, dx, dw, scratch, x, w, NULL, targets, dloss, N, C, V, Vp);
     snprintf(what, sizeof(what), "classifier_train %s losses N=%d C=%d V=%d", mode, N, C, V);
     close_fd(what, losses, wl, N, tol, tol);
@@ -1108,22 +1133,29 @@ static void case_classifier(void) {
     test_classifier_shape(3, 1, 4, 3.0f);        // V = 1: loss 0, gradient 0
     test_classifier_shape(37, 1000, 1024, 8.0f);
     test_classifier_shape(7, 50257, 50304, 20.0f);
-    test_classifier_train(3, 8, 50, 64, 0);       // one block
-    test_classifier_train(1100, 24, 500, 512, 0); // blocks of 512, 512 and 76 rows
+    test_classifier_train(3, 8, 50, 64, OPS_F32);       // one block
+    test_classifier_train(1100, 24, 500, 512, OPS_F32); // blocks of 512, 512 and 76 rows
 }
 
-// bf16 GEMMs run on every CPU: oneDNN's where it has a bf16 matmul, widened to fp32 elsewhere
-static void case_gemm_bf16(void) {
+// bf16 GEMMs run on every CPU: oneDNN's where it has a bf16 matmul, widened to fp32 elsewhere;
+// fp16 GEMMs are always widened
+static void case_gemm_16(void) {
     const char* why;
     printf("bf16 GEMMs: %s (%s)\n", cpu_gemm_bf16_widened() ? "widened to fp32" : "oneDNN", ops_bf16_native(&why) ? "native" : why);
-    test_gemm_widen(37, 45, 600, 1024);  // K panels of 256, 256, 88; N and M blocks of 2
-    test_gemm_widen(5, 300, 7, 1024);    // one K panel of 7; N blocks of 73
-    test_gemm_widen(3, 4, 0, 1024);      // K = 0: C zeroed, or kept when accumulating
+    test_gemm_widen(0, 37, 45, 600, 1024, 1);  // K panels of 256, 256, 88; N and M blocks of 2
+    test_gemm_widen(0, 5, 300, 7, 1024, 1);    // one K panel of 7; N blocks of 73
+    test_gemm_widen(0, 3, 4, 0, 1024, 1);      // K = 0: C zeroed, or kept when accumulating
+    test_gemm_widen(1, 37, 45, 600, 1024, 1);  // fp16: the same panels
+    test_gemm_widen(1, 5, 300, 7, 1024, 1000); // fp16: values up to 1000 (fp16's steps of 0.5 there)
+    test_gemm_widen(1, 6, 9, 40, 1024, 1e5f);  // fp16: operands past 65504 are inf
 }
 
-static void case_classifier_bf16(void) { test_classifier_train(1100, 24, 500, 512, 1); }
+static void case_classifier_16(void) {
+    test_classifier_train(1100, 24, 500, 512, OPS_BF16);
+    test_classifier_train(1100, 24, 500, 512, OPS_F16);
+}
 
-static void case_matmul_bf16(void) {
+static void case_matmul_16(void) {
     test_matmul_bf16(1, 100, 131);  // one row: tail of 4 and a one-row remainder
     test_matmul_bf16(1, 768, 2304); // one row, threaded
     test_matmul_bf16(3, 100, 131);  // rows: a GEMM
@@ -1142,9 +1174,9 @@ static const TestCase CASES[] = {
     {"elementwise", test_elementwise, 0, NULL},
     {"attention", case_attention, 0, NULL},
     {"classifier", case_classifier, 0, NULL},
-    {"gemm_bf16", case_gemm_bf16, 0, NULL},
-    {"classifier", case_classifier_bf16, 0, NULL},
-    {"matmul", case_matmul_bf16, 0, NULL},
+    {"gemm_16", case_gemm_16, 0, NULL},
+    {"classifier", case_classifier_16, 0, NULL},
+    {"matmul", case_matmul_16, 0, NULL},
     {"adamw", case_adamw, 0, NULL},
     {"reductions", test_reductions, 0, NULL},
     {"determinism", test_determinism, 0, NULL},

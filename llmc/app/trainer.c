@@ -371,11 +371,20 @@ static uint64_t dropout_tick(const Run* r, int k) {
 
 // The end of a step whose gradients are reduced and whose loss is known (s->loss): the gradient
 // norm, and the AdamW update unless the loss or the norm is not finite.
+// With --dtype fp16 the gradients are the loss scale's multiple: the norm is divided by it, the
+// update multiplies them by its inverse (and the clip), and a step with an inf or NaN skips the
+// update and halves the scale (llmc/model/loss_scale.h: torch.amp.GradScaler's rules).
 static void finish_step(Run* r, StepResult* s) {
     const TrainFlags* f = &r->c->f;
     s->skipped = !isfinite(s->loss) || !isfinite(s->norm);
+    float unscale = 1.0f;
+    if (r->fp16) {
+        s->loss_scale = r->ls.scale;
+        s->overflow = !loss_scale_step(&r->ls, !isfinite(s->loss), &s->norm, &unscale) && isfinite(s->loss);
+        s->skipped_total = r->skipped_total + s->skipped;
+    }
     if (s->skipped) return;
-    opt_step(&r->opt, s->lr, f->beta1, f->beta2, f->eps, f->weight_decay, opt_clip_scale(s->norm, f->grad_clip),
+    opt_step(&r->opt, s->lr, f->beta1, f->beta2, f->eps, f->weight_decay, opt_clip_scale(s->norm, f->grad_clip) * unscale,
              (uint32_t)(f->seed + 7919 * r->step));
     gradsync_share_params(&r->gs);
 }
@@ -391,11 +400,11 @@ static StepResult train_step(Run* r) {
     const int B = f->batch_size, T = f->seq_len;
     const size_t BT = (size_t)B * T;
     const int64_t valid = read_step_batches(r);
-    StepResult s = {0.0, 0.0, sched_lr(&r->sched, (int)r->step), 0, 0, NULL};
+    StepResult s = {0.0, 0.0, sched_lr(&r->sched, (int)r->step), 0, 0, NULL, 0.0f, 0, 0};
     if (valid == 0) { s.no_targets = 1; return s; } // (valid is global: every rank returns here)
     gpt2_zero_grads(r->model);
     gradsync_step_begin(&r->gs);
-    const float dloss = 1.0f / (float)valid;
+    const float dloss = (r->fp16 ? r->ls.scale : 1.0f) / (float)valid; // (fp16: the scaled loss's gradient)
     for (int k = 0; k < c->accum; k++) {
         linear_set_training(r->model->lin, 1, dropout_tick(r, k));
         gpt2_forward_acc(r->model, r->inputs + k * BT, r->targets + k * BT, r->train.packed ? r->docs + k * BT : NULL, B, T, dloss,
@@ -417,8 +426,9 @@ static StepResult train_step(Run* r) {
 // and TRL's metrics are summed on the host and across ranks.
 static StepResult pref_train_step(Run* r) {
     const size_t BT = (size_t)r->c->f.batch_size * r->c->f.seq_len;
-    StepResult s = {0.0, 0.0, sched_lr(&r->sched, (int)r->step), 0, 0, NULL};
+    StepResult s = {0.0, 0.0, sched_lr(&r->sched, (int)r->step), 0, 0, NULL, 0.0f, 0, 0};
     if (preftrain_read(&r->pref, &r->train, r->inputs, r->targets, r->docs, &r->comm) == 0) { s.no_targets = 1; return s; }
+    if (r->fp16) { r->pref.pair_scale *= r->ls.scale; r->pref.nll_scale *= r->ls.scale; } // (the scaled loss's gradient)
     gpt2_zero_grads(r->model);
     gradsync_step_begin(&r->gs);
     PrefMetrics acc;
@@ -443,6 +453,11 @@ static void note_skipped(Run* r, const StepResult* s) {
     if (s->no_targets) { r->no_target_total++; return; } // neither a divergence nor a sign of recovery
     if (!s->skipped) { r->consecutive_bad = 0; trainer_confirm_checkpoint(r); return; }
     r->skipped_total++;
+    if (s->overflow) { // fp16: an overflow of the scaled gradients, not a divergence
+        say(r, "step %ld: the gradients overflow fp16 at loss scale %g: update skipped, the scale halved to %g (%ld skipped in total)\n",
+            r->step + 1, s->loss_scale, r->ls.scale, r->skipped_total);
+        return;
+    }
     r->consecutive_bad++;
     say(r, "step %ld: non-finite %s, update skipped (%ld in a row, %ld in total)\n", r->step + 1,
            !isfinite(s->loss) ? "loss" : "gradient norm", r->consecutive_bad, r->skipped_total);
@@ -472,7 +487,7 @@ static void eval_and_track(Run* r) {
 }
 
 #define STOP_AFTER (-1)      // --stop-after: this invocation's steps are done
-#define STOP_DIVERGED (-2)   // --max-skipped-steps non-finite steps in a row
+#define STOP_DIVERGED (-2)   // --max-skipped-steps non-finite steps in a row, or fp16's loss scale collapsed
 
 // Whether this run stops now: the signal number (every rank must stop at the same step, so they
 // agree on the flag), STOP_DIVERGED, STOP_AFTER, or 0 to go on. Every rank sees the same losses.
@@ -482,6 +497,7 @@ static int stop_reason(Run* r) {
     if (r->world > 1) comm_allreduce_max_f64(&r->comm, &sig, 1);
     if (sig > 0) return (int)sig;
     if (r->consecutive_bad >= f->max_skipped) return STOP_DIVERGED;
+    if (r->fp16 && loss_scale_collapsed(&r->ls)) { r->scale_collapsed = 1; return STOP_DIVERGED; }
     return f->stop_after > 0 && r->steps_this_run >= f->stop_after && r->step < r->steps ? STOP_AFTER : 0;
 }
 
@@ -556,9 +572,11 @@ static void end_diverged(Run* r) {
     const long good = r->c->write_outputs ? ckpt_find_latest(f->out_dir) : -1;
     char why[160], next[3 * LLMC_PATH_MAX];
     if (r->state_nonfinite) snprintf(why, sizeof(why), "the weights or the optimizer state hold non-finite values after step %ld", r->step);
+    else if (r->scale_collapsed)
+        snprintf(why, sizeof(why), "the fp16 loss scale collapsed to %g at step %ld: the gradients overflow fp16 even unscaled", r->ls.scale, r->step);
     else snprintf(why, sizeof(why), "the last %ld steps had a non-finite loss or gradient norm (no update since step %ld)",
                   r->consecutive_bad, r->step - r->consecutive_bad);
-    const char* cure = "a lower --lr (or more --warmup-steps, a --grad-clip), or check the data";
+    const char* cure = r->scale_collapsed ? "--dtype bf16 or fp32, or a lower --lr" : "a lower --lr (or more --warmup-steps, a --grad-clip), or check the data";
     if (r->pref_on && preftrain_nonfinite_reference(&r->pref, r->c, next, sizeof(next))) {} // (the reference is the cause: it says what helps)
     else if (!r->c->write_outputs) snprintf(next, sizeof(next), "--out none: no checkpoint; start again with %s", cure);
     else if (good < 0) snprintf(next, sizeof(next), "there is no checkpoint to continue from: start again with %s", cure);
@@ -580,6 +598,7 @@ static void summarize(Run* r, int stop, int diverged, int written) {
     if (diverged) end_diverged(r);
     if (stop > 0) snprintf(ending, sizeof(ending), "interrupted by %s%s", runsignal_name(stop), ckpt);
     else if (diverged && r->state_nonfinite) snprintf(ending, sizeof(ending), "failed: the weights are not finite");
+    else if (diverged && r->scale_collapsed) snprintf(ending, sizeof(ending), "failed: the fp16 loss scale collapsed");
     else if (diverged) snprintf(ending, sizeof(ending), "failed: the last %ld steps were not finite", r->consecutive_bad);
     else if (stop == STOP_AFTER) snprintf(ending, sizeof(ending), "stopped by --stop-after %d%s", f->stop_after, ckpt);
     else if (r->early_stopped) snprintf(ending, sizeof(ending), "stopped early (no improvement of the val loss in %d evaluations)", f->early_stopping_patience);
@@ -598,6 +617,10 @@ static void start_backend(Run* r) {
     ops_init(r->c->f.threads);
     ops_set_deterministic(r->c->f.deterministic);
     cli_apply_dtype(r->c->f.dtype, r->dtype_desc, sizeof(r->dtype_desc));
+    r->fp16 = ops_gemm_dtype() == OPS_F16;
+    loss_scale_init(&r->ls);
+    r->ls.scale = r->c->f.loss_scale_init;
+    r->ls.growth_interval = r->c->f.loss_scale_window;
 }
 
 static void run_free(Run* r) {

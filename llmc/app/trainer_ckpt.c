@@ -63,6 +63,12 @@ static void state_header(const Run* r, StateHeader* hp) {
     const ValTrack* v = r->has_last_val && r->vtrack_pre_step == r->step ? &r->vtrack_pre : &r->vtrack;
     h[SH_VAL_TRACKED] = v->has_best; h[SH_BEST_STEP] = v->best_step; h[SH_EVALS_SINCE_BEST] = v->since_improved;
     memcpy(&h[SH_BEST_VAL_BITS], &v->best, sizeof(double));
+    if (r->fp16) { // the loss scale as the next step uses it
+        uint32_t bits;
+        memcpy(&bits, &r->ls.scale, sizeof(bits));
+        h[SH_LOSS_SCALE_BITS] = bits;
+        h[SH_SCALE_GROWTH] = r->ls.growth_tracker;
+    }
 }
 
 static int all_finite(const float* x, size_t n) {
@@ -291,6 +297,11 @@ void trainer_restore_checkpoint(Run* r, long step) {
     r->step = (long)h0.h[SH_STEP];
     r->skipped_total = (long)h0.h[SH_SKIPPED];
     r->no_target_total = (long)h0.h[SH_NO_TARGETS];
+    if (r->fp16 && h0.h[SH_LOSS_SCALE_BITS]) { // (a checkpoint of another --dtype: the scale starts at --loss-scale-init)
+        const uint32_t bits = (uint32_t)h0.h[SH_LOSS_SCALE_BITS];
+        memcpy(&r->ls.scale, &bits, sizeof(bits));
+        r->ls.growth_tracker = (int)h0.h[SH_SCALE_GROWTH];
+    }
     if (h0.h[SH_VAL_TRACKED]) {
         r->vtrack.has_best = 1; r->vtrack.best_step = (long)h0.h[SH_BEST_STEP]; r->vtrack.since_improved = (long)h0.h[SH_EVALS_SINCE_BEST];
         memcpy(&r->vtrack.best, &h0.h[SH_BEST_VAL_BITS], sizeof(double));

@@ -8,6 +8,7 @@
 #include "run/runconfig.h"
 #include "comm/comm.h"
 #include "dist/gradsync.h"
+#include "model/loss_scale.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "model/sampler.h"
@@ -77,6 +78,9 @@ typedef struct {
     int n_prompt;
     KVCache* kv;
     char dtype_desc[160];      // --dtype as applied, for the banner
+    int fp16;                  // --dtype fp16: the loss is scaled (ls), overflowing steps skipped
+    LossScale ls;
+    int scale_collapsed;       // the run stops: the loss scale fell below 1
 } Run;
 
 // Console output comes from rank 0 only.

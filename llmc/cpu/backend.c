@@ -58,8 +58,9 @@ static int env_has(char** envp, const char* name) {   // getenv() is not usable 
     return 0;
 }
 
-// Whether this run's GEMMs will be bf16, from --dtype as cli_apply_dtype will read it (main()
-// refuses a bad value later; here anything but fp32 / bf16 counts as auto), and for auto
+// Whether this run's GEMMs will be bf16 through oneDNN, from --dtype as cli_apply_dtype will read
+// it (main() refuses a bad value later; here anything but fp32 / bf16 / fp16 counts as auto; fp16
+// runs OpenBLAS' sgemm, as fp32 does), and for auto
 // LLMC_CPU_BF16 as cpu_ops_bf16_native reads it (a bad value is refused later too).
 static int preinit_gemm_bf16(int argc, char** argv, char** envp) {
     const char* dtype = "auto";
@@ -67,7 +68,7 @@ static int preinit_gemm_bf16(int argc, char** argv, char** envp) {
         if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtype = argv[i + 1];
         else if (strncmp(argv[i], "--dtype=", 8) == 0) dtype = argv[i] + 8;
     }
-    if (strcmp(dtype, "fp32") == 0) return 0;
+    if (strcmp(dtype, "fp32") == 0 || strcmp(dtype, "fp16") == 0) return 0;
     if (strcmp(dtype, "bf16") == 0) return 1;
     for (char** e = envp; *e != NULL; e++)
         if (strcmp(*e, "LLMC_CPU_BF16=0") == 0) return 0;
@@ -178,7 +179,8 @@ void cpu_ops_set_deterministic(int on) { (void)on; } // every CPU op is determin
 OpsCaps cpu_ops_caps(void) {
     // fp32 parameters: AdamW updates them directly; attention keeps packed records apart
     OpsCaps caps = { OPS_F32, sizeof(float), 0, 1, 0 };
-    if (cpu_ops_gemm_dtype() == OPS_BF16 && cpu_gemm_bf16_widened()) caps.gemm_widen_bytes = CPU_GEMM_WIDEN_BYTES;
+    const OpsDtype d = cpu_ops_gemm_dtype();
+    if (d == OPS_F16 || (d == OPS_BF16 && cpu_gemm_bf16_widened())) caps.gemm_widen_bytes = CPU_GEMM_WIDEN_BYTES;
     return caps;
 }
 

@@ -113,20 +113,21 @@ static GemmPrim* gemm_lookup(int ta, int tb, int M, int N, int K, int lda, int l
     return g;
 }
 
-// op(X)[r, c] of a bf16 matrix X with leading dimension ld, widened to fp32
-static inline float gemm_at(const uint16_t* X, int ld, int t, int r, int c) {
-    return bf16_to_f32(t ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c]);
+// op(X)[r, c] of a bf16 (or fp16) matrix X with leading dimension ld, widened to fp32
+static inline float gemm_at(const uint16_t* X, int ld, int t, int f16, int r, int c) {
+    const uint16_t h = t ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c];
+    return f16 ? fp16_to_f32(h) : bf16_to_f32(h);
 }
 
 // Widens op(X)[r0 + i, c0 + j] for i < rows, j < cols into out (row-major, rows x cols)
-static void gemm_widen_block(const uint16_t* X, int ld, int t, int r0, int c0, int rows, int cols, float* out) {
+static void gemm_widen_block(const uint16_t* X, int ld, int t, int f16, int r0, int c0, int rows, int cols, float* out) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) out[(size_t)i * cols + j] = gemm_at(X, ld, t, r0 + i, c0 + j);
+        for (int j = 0; j < cols; j++) out[(size_t)i * cols + j] = gemm_at(X, ld, t, f16, r0 + i, c0 + j);
 }
 
-void cpu_gemm_bf16_widen(int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,
-                         const uint16_t* B, int ldb, int accumulate, float* C, float* buf, size_t buf_floats) {
+void cpu_gemm_widen(int f16, int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,
+                    const uint16_t* B, int ldb, int accumulate, float* C, float* buf, size_t buf_floats) {
     if (K == 0) {
         if (!accumulate) for (int m = 0; m < M; m++) memset(C + (size_t)m * N, 0, (size_t)N * sizeof(float));
         return;
@@ -143,10 +144,10 @@ void cpu_gemm_bf16_widen(int ta, int tb, int M, int N, int K, const uint16_t* A,
         const float beta = accumulate || k0 > 0 ? 1.0f : 0.0f;
         for (int n0 = 0; n0 < N; n0 += nb) {
             const int nn = N - n0 < nb ? N - n0 : nb;
-            gemm_widen_block(B, ldb, tb, k0, n0, kn, nn, bp);
+            gemm_widen_block(B, ldb, tb, f16, k0, n0, kn, nn, bp);
             for (int m0 = 0; m0 < M; m0 += mb) {
                 const int mm = M - m0 < mb ? M - m0 : mb;
-                gemm_widen_block(A, lda, ta, m0, k0, mm, kn, ap);
+                gemm_widen_block(A, lda, ta, f16, m0, k0, mm, kn, ap);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mm, nn, kn, 1.0f, ap, kn, bp, nn, beta,
                             C + (size_t)m0 * N + n0, N);
             }
@@ -172,11 +173,11 @@ void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t* A, int l
     // one row times a weight held [N, K] (generation with the KV cache): llmc/cpu/gemv.c
     if (M == 1 && !ta && tb && !accumulate && cpu_gemv_bf16(N, K, A, B, ldb, C)) return;
     if (K == 0) { // (oneDNN divides by K): C = 0, or C as it is
-        cpu_gemm_bf16_widen(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, NULL, 0);
+        cpu_gemm_widen(0, ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, NULL, 0);
         return;
     }
     if (cpu_gemm_bf16_widened()) {
-        cpu_gemm_bf16_widen(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, widen_buf(), CPU_GEMM_WIDEN_BYTES / sizeof(float));
+        cpu_gemm_widen(0, ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, widen_buf(), CPU_GEMM_WIDEN_BYTES / sizeof(float));
         return;
     }
     GemmPrim* g = gemm_lookup(ta, tb, M, N, K, lda, ldb, accumulate ? 1 : 0);
@@ -190,4 +191,38 @@ void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t* A, int l
     dnnl_memory_destroy(ma);
     dnnl_memory_destroy(mb);
     dnnl_memory_destroy(mc);
+}
+
+// The fp16 product before it joins an accumulating C: grown to the largest and kept
+static float* f16_sum;
+static size_t f16_sum_n;
+
+size_t cpu_gemm_f16_scratch_bytes(void) { return f16_sum_n * sizeof(float); }
+
+static inline float round_f16(float x) { return fp16_to_f32(fp16_from_f32(x)); }
+
+void cpu_gemm_16(int f16, int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,
+                 const uint16_t* B, int ldb, int accumulate, float* C) {
+    if (!f16) { cpu_gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C); return; }
+    if (M == 0 || N == 0) return;
+    const size_t n = (size_t)M * N;
+    float* P = C;
+    if (accumulate) {
+        if (f16_sum_n < n) {
+            cpu_ops_free(f16_sum);
+            f16_sum = (float*)cpu_ops_alloc(n * sizeof(float));
+            f16_sum_n = n;
+        }
+        P = f16_sum;
+    }
+    cpu_gemm_widen(1, ta, tb, M, N, K, A, lda, B, ldb, 0, P, K ? widen_buf() : NULL, K ? CPU_GEMM_WIDEN_BYTES / sizeof(float) : 0);
+    // the product as fp16 holds it (an fp16 GEMM's output: inf past 65504, where the loss
+    // scaling's overflow shows), then added in fp32 (the gradients accumulate in fp32)
+    if (accumulate) {
+        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) C[i] += round_f16(P[i]);
+    } else {
+        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) C[i] = round_f16(C[i]);
+    }
 }

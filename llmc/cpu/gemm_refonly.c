@@ -12,3 +12,11 @@ void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t* A, int l
 }
 
 int cpu_gemm_bf16_widened(void) { return 0; }
+
+void cpu_gemm_16(int f16, int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,
+                 const uint16_t* B, int ldb, int accumulate, float* C) {
+    (void)f16;
+    cpu_gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C);
+}
+
+size_t cpu_gemm_f16_scratch_bytes(void) { return 0; }

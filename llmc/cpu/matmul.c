@@ -1,8 +1,8 @@
 // CPU backend: matmul forward (with bias and GELU epilogues) and backward. GEMMs in fp32 through
-// CBLAS (OpenBLAS), or, with the GEMM dtype set to bf16 (--dtype), in bf16 with fp32
-// accumulation through oneDNN (gemm.c): the operands are rounded to bf16 right before the GEMM
-// (fp32 weights, activations and gradients stay fp32 in memory), as torch.autocast("cpu",
-// bfloat16) does. A weight already held in bf16 (the frozen base of LoRA, *_w16) is used as is.
+// CBLAS (OpenBLAS), or, with the GEMM dtype set to bf16 or fp16 (--dtype), in that format with
+// fp32 accumulation (gemm.c): the operands are rounded to it right before the GEMM (fp32 weights,
+// activations and gradients stay fp32 in memory), as torch.autocast("cpu", bfloat16 / float16)
+// does. A weight already held in bf16 (the frozen base of LoRA, *_w16) is used as is.
 // The bias gradient is a deterministic column-block sum.
 #include <stddef.h>
 #include <stdio.h>
@@ -77,17 +77,22 @@ size_t cpu_ops_gemm_scratch_bytes(void) {
     return n * sizeof(uint16_t);
 }
 
-// bf16 copy of an fp32 operand of n elements in scratch slot `slot`, rounded to nearest even
-// (what torch's .to(bfloat16) and autocast do)
-static const uint16_t* rounded(int slot, const float* x, size_t n) {
+// 16-bit copy of an fp32 operand of n elements in scratch slot `slot`, fp16 (f16) or bf16, rounded
+// to nearest even (what torch's .to() and autocast do; fp16 overflows to inf past 65504, as there)
+static const uint16_t* rounded(int slot, const float* x, size_t n, int f16) {
     if (scratch_n[slot] < n) {
         cpu_ops_free(scratch[slot]);
         scratch[slot] = (uint16_t*)cpu_ops_alloc(n * sizeof(uint16_t));
         scratch_n[slot] = n;
     }
     uint16_t* y = scratch[slot];
-    #pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) y[i] = bf16_from_f32(x[i]);
+    if (f16) {
+        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) y[i] = fp16_from_f32(x[i]);
+    } else {
+        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) y[i] = bf16_from_f32(x[i]);
+    }
     return y;
 }
 
@@ -121,14 +126,17 @@ static void bias_backward(float* dbias, const float* dout, int N, int OC) {
             #pragma omp simd
             for (int j = o0; j < o1; j++) acc[j - o0] += g[j];
         }
-        for (int j = o0; j < o1; j++) dbias[j] += acc[j - o0];
+        // (fp16: the column sum as fp16 holds it, as torch.autocast's fp16 bias gradient)
+        if (gemm_dtype == OPS_F16) for (int j = o0; j < o1; j++) dbias[j] += fp16_to_f32(fp16_from_f32(acc[j - o0]));
+        else for (int j = o0; j < o1; j++) dbias[j] += acc[j - o0];
     }
 }
 
-// out[N,OC] (+)= bf16(inp)[N,C] * w16[OC,C]^T, fp32 accumulation
-static void forward_bf16(float* out, const float* inp, const uint16_t* w16, int N, int C, int OC, int accumulate) {
-    const uint16_t* x16 = rounded(0, inp, (size_t)N * C);
-    cpu_gemm_bf16(0, 1, N, OC, C, x16, C, w16, C, accumulate, out);
+// out[N,OC] (+)= r16(inp)[N,C] * w16[OC,C]^T, fp32 accumulation (r16: rounded to w16's format,
+// fp16 when f16, else bf16)
+static void forward_16(int f16, float* out, const float* inp, const uint16_t* w16, int N, int C, int OC, int accumulate) {
+    const uint16_t* x16 = rounded(0, inp, (size_t)N * C, f16);
+    cpu_gemm_16(f16, 0, 1, N, OC, C, x16, C, w16, C, accumulate, out);
 }
 
 // out[N,OC] (+)= inp[N,C] * weight[OC,C]^T in the GEMM precision in force. One row (token-by-token
@@ -136,7 +144,8 @@ static void forward_bf16(float* out, const float* inp, const uint16_t* w16, int 
 // the cost here.
 static void forward_product(float* out, const float* inp, const float* weight, int N, int C, int OC, int accumulate) {
     const float beta = accumulate ? 1.0f : 0.0f;
-    if (gemm_dtype == OPS_BF16) forward_bf16(out, inp, rounded(1, weight, (size_t)OC * C), N, C, OC, accumulate);
+    const int f16 = gemm_dtype == OPS_F16;
+    if (gemm_dtype != OPS_F32) forward_16(f16, out, inp, rounded(1, weight, (size_t)OC * C, f16), N, C, OC, accumulate);
     else if (N == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, beta, out, 1);
     else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
@@ -153,23 +162,24 @@ void cpu_matmul_forward_acc(float* out, const float* inp, const float* weight, i
 
 void cpu_matmul_forward_w16(float* out, float* gelu_out, const float* inp, const uint16_t* weight,
                             const float* bias, int N, int C, int OC) {
-    forward_bf16(out, inp, weight, N, C, OC, 0);
+    forward_16(0, out, inp, weight, N, C, OC, 0);
     forward_epilogue(out, gelu_out, bias, N, OC);
 }
 
-// dinp (+)= bf16(dout) w16, dweight += bf16(dout)^T bf16(inp); either may be NULL
-static void backward_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
-                          const uint16_t* w16, int N, int C, int OC, int accumulate) {
-    const uint16_t* g16 = rounded(0, dout, (size_t)N * OC);
-    if (dinp != NULL) cpu_gemm_bf16(0, 0, N, C, OC, g16, OC, w16, C, accumulate, dinp);
-    if (dweight != NULL) cpu_gemm_bf16(1, 0, OC, C, N, g16, OC, rounded(2, inp, (size_t)N * C), C, 1, dweight);
+// dinp (+)= r16(dout) w16, dweight += r16(dout)^T r16(inp); either may be NULL
+static void backward_16(int f16, float* dinp, float* dweight, const float* dout, const float* inp,
+                        const uint16_t* w16, int N, int C, int OC, int accumulate) {
+    const uint16_t* g16 = rounded(0, dout, (size_t)N * OC, f16);
+    if (dinp != NULL) cpu_gemm_16(f16, 0, 0, N, C, OC, g16, OC, w16, C, accumulate, dinp);
+    if (dweight != NULL) cpu_gemm_16(f16, 1, 0, OC, C, N, g16, OC, rounded(2, inp, (size_t)N * C, f16), C, 1, dweight);
 }
 
 void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                          const float* inp, const float* weight, int N, int C, int OC, int accumulate) {
-    if (gemm_dtype == OPS_BF16) {
+    if (gemm_dtype != OPS_F32) {
+        const int f16 = gemm_dtype == OPS_F16;
         if (dinp != NULL || dweight != NULL)
-            backward_bf16(dinp, dweight, dout, inp, dinp ? rounded(1, weight, (size_t)OC * C) : NULL, N, C, OC,
+            backward_16(f16, dinp, dweight, dout, inp, dinp ? rounded(1, weight, (size_t)OC * C, f16) : NULL, N, C, OC,
                           accumulate);
     } else {
         if (dinp != NULL) // dinp[N,C] (+)= dout[N,OC] * weight[OC,C]
@@ -184,7 +194,7 @@ void cpu_matmul_backward(float* dinp, float* dweight, float* dbias, const float*
 
 void cpu_matmul_backward_w16(float* dinp, float* dbias, const float* dout, const uint16_t* weight,
                              int N, int C, int OC, int accumulate) {
-    if (dinp != NULL) backward_bf16(dinp, NULL, dout, NULL, weight, N, C, OC, accumulate);
+    if (dinp != NULL) backward_16(0, dinp, NULL, dout, NULL, weight, N, C, OC, accumulate);
     if (dbias != NULL) bias_backward(dbias, dout, N, OC);
 }
 

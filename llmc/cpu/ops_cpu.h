@@ -1,6 +1,6 @@
 // The CPU backend (fp32 storage, OpenMP across rows/columns; GEMMs in fp32 through OpenBLAS or, with
-// ops_set_gemm_dtype(OPS_BF16) = --dtype bf16, in bf16 with fp32 accumulation through oneDNN:
-// operands rounded at the GEMM as torch.autocast does, floatX stays fp32; docs/CPU.md has the
+// ops_set_gemm_dtype(OPS_BF16 / OPS_F16) = --dtype bf16 / fp16, in that format with fp32
+// accumulation (oneDNN; fp16 widened to fp32): operands rounded at the GEMM as torch.autocast does, floatX stays fp32; docs/CPU.md has the
 // design and the measurements behind it): every function of llmc/ops/ops.h
 // and llmc/ops/device.h under the cpu_ prefix, with its element type spelled out (float: floatX is
 // float on this backend), so that this backend can sit in one program next to another (the CUDA

@@ -35,7 +35,7 @@ void cpu_ops_profile_print(long steps) {
     for (int i = 0; i < n_prof; i++) total += prof[i].s;
     qsort(prof, (size_t)n_prof, sizeof(prof[0]), by_time);
     printf("profile: time per step by op over %ld step%s (%s GEMMs)\n", steps, steps == 1 ? "" : "s",
-           cpu_ops_gemm_dtype() == OPS_BF16 ? "bf16" : "fp32");
+           cpu_ops_gemm_dtype() == OPS_BF16 ? "bf16" : cpu_ops_gemm_dtype() == OPS_F16 ? "fp16" : "fp32");
     printf("  %-38s %10s %9s %7s\n", "op", "ms/step", "calls", "share");
     for (int i = 0; i < n_prof; i++) {
         char name[64];

@@ -28,12 +28,18 @@ int loss_scale_update(LossScale* s, int found_inf) {
         s->skipped++;
         return 0;
     }
-    if (++s->growth_tracker == s->growth_interval) {
+    if (++s->growth_tracker >= s->growth_interval) { // (>=: a resumed run may have a shorter interval)
         const float grown = s->scale * s->growth;
         if (isfinite(grown)) s->scale = grown;
         s->growth_tracker = 0;
     }
     return 1;
+}
+
+int loss_scale_step(LossScale* s, int loss_bad, double* norm, float* unscale) {
+    *unscale = loss_scale_inv(s);
+    if (isfinite(*norm)) *norm *= *unscale;
+    return loss_scale_update(s, loss_bad || !isfinite(*norm));
 }
 
 int loss_scale_collapsed(const LossScale* s) { return s->scale < 1.0f; }

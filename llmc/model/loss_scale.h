@@ -12,6 +12,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     float scale;          // what the loss is multiplied by (fp32, as GradScaler's scale tensor)
     int growth_tracker;   // steps without inf/NaN in a row since the scale last changed
@@ -28,7 +32,16 @@ int loss_scale_found_inf(const float* g, size_t n);
 // After a step's gradients: found_inf says whether any is inf or NaN. Returns 1 when the optimizer
 // step runs, 0 when it is skipped; updates the scale and the count.
 int loss_scale_update(LossScale* s, int found_inf);
+// The end of a step's backward under loss scaling, as the trainer takes it: *norm is the scaled
+// gradients' norm (inf or NaN when one of them is), loss_bad says the loss was not finite.
+// Returns 1 when the optimizer step runs, with *norm unscaled and *unscale the factor the update
+// multiplies the gradients by (1 / the scale the step ran with); 0 when it is skipped. Updates
+// the scale either way.
+int loss_scale_step(LossScale* s, int loss_bad, double* norm, float* unscale);
 // Whether the scale has collapsed (below 1: every step overflows even unscaled): the run stops.
 int loss_scale_collapsed(const LossScale* s);
 
+#ifdef __cplusplus
+}
+#endif
 #endif // LLMC_MODEL_LOSS_SCALE_H

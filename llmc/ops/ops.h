@@ -52,7 +52,7 @@ extern "C" {
 void ops_init(int threads);           // threads <= 0: backend default (all cores on CPU)
 const char* ops_backend_name(void);   // "cpu (OpenBLAS ...)" / "cuda (...)"
 
-typedef enum { OPS_F32 = 0, OPS_BF16 = 1 } OpsDtype;
+typedef enum { OPS_F32 = 0, OPS_BF16 = 1, OPS_F16 = 2 } OpsDtype;
 typedef struct {
     OpsDtype floatx;        // what floatX holds (the format gradients travel in between ranks)
     size_t floatx_bytes;    // sizeof(floatX)
@@ -103,10 +103,11 @@ void ops_synchronize(void);
 // deterministic (the CUDA attention backward sums its dS tiles with a dQ kernel in a fixed order:
 // llmc/cuda/README.md, "Flash attention"), so 0 changes nothing.
 void ops_set_deterministic(int on);
-// The precision of the GEMMs (matmul_*): OPS_F32, or OPS_BF16 = operands rounded to bf16 (round
-// to nearest even), products accumulated and written in fp32 (floatX). The CPU backend does both
-// (fp32: OpenBLAS; bf16: oneDNN) and starts in fp32; the CUDA backend computes in bf16 only and
-// refuses OPS_F32. ops_bf16_native says whether bf16 GEMMs run natively here (the CPU: AVX512-BF16
+// The precision of the GEMMs (matmul_*): OPS_F32, or OPS_BF16 / OPS_F16 = operands rounded to
+// bf16 / fp16 (round to nearest even; fp16 overflows to inf), products accumulated and written
+// in fp32 (floatX). The CPU backend does all three (fp32: OpenBLAS; bf16: oneDNN; fp16: widened
+// to fp32, an emulation of fp16 training's numerics) and starts in fp32; the CUDA backend
+// computes in bf16 only and refuses the others. ops_bf16_native says whether bf16 GEMMs run natively here (the CPU: AVX512-BF16
 // or AMX-BF16; a GPU: always), with a phrase saying why, for --dtype auto and its banner line.
 void ops_set_gemm_dtype(OpsDtype d);
 OpsDtype ops_gemm_dtype(void);

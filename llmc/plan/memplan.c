@@ -60,7 +60,10 @@ void memplan_backend_this(PlanBackend* b) {
     const OpsCaps c = ops_caps();
     size_t avail = 0, total = 0;
     if (device_memory(&avail, &total)) memplan_backend_cuda(b, total);
-    else memplan_backend_cpu(b, ops_gemm_dtype() == OPS_BF16);
+    else {
+        memplan_backend_cpu(b, ops_gemm_dtype() != OPS_F32);
+        b->f16_gemm = ops_gemm_dtype() == OPS_F16;
+    }
     b->X = c.floatx_bytes;
     b->master = c.master_weights;
     b->gemm_widen = c.gemm_widen_bytes;
@@ -366,9 +369,9 @@ static void shape_build(Shape* h, const PlanSpec* s, const PlanBackend* b) {
     params_build(&h->pt, &s->cfg);
     if (s->lora) h->lm = lora_layout(&s->cfg, &s->lspec);
     h->trainable = (s->lora ? 0u : GPT2_TRAIN_ALL) | (h->lm ? lora_base_trainable_mask(h->lm) : 0u);
-    h->base16 = s->lora && b->bf16_gemm && b->X == sizeof(float) && s->zero < 3 && !s->qlora && !(h->trainable & QLORA_MASK);
+    h->base16 = s->lora && b->bf16_gemm && !b->f16_gemm && b->X == sizeof(float) && s->zero < 3 && !s->qlora && !(h->trainable & QLORA_MASK);
     h->skip = s->qlora || h->base16 ? QLORA_MASK : 0u;
-    h->wte16 = b->bf16_gemm && b->X == sizeof(float) && s->zero < 3 && !(h->trainable & (1u << PT_WTE));
+    h->wte16 = b->bf16_gemm && !b->f16_gemm && b->X == sizeof(float) && s->zero < 3 && !(h->trainable & (1u << PT_WTE));
     gpt2_count(&h->pt, h->trainable, h->skip, &h->params_n, &h->grads_n);
     h->ntrain = h->lm ? lora_trainable_numel(h->lm) : h->grads_n;
     if (s->qlora) shape_nf4(h);
@@ -546,11 +549,18 @@ static void plan_optimizer(Ledger* l, const Shape* h, const PlanSpec* s, const P
     led_free(l, "gradients");
 }
 
+// In fp16 the lm_head's weight is rounded into slot 1 per block, not held in slot 3 (llmc/cpu/classifier.c)
+static void f16_slots(const PlanBackend* b, size_t lm_head, size_t slot[4]) {
+    if (!b->f16_gemm) return;
+    if (lm_head > slot[1]) slot[1] = lm_head;
+    slot[3] = 0;
+}
+
 // The largest operand each bf16 GEMM scratch slot of the CPU backend grows to (llmc/cpu/matmul.c:
 // 0 the activation or output gradient, 1 the weight when it is held in fp32, 2 the input of a
 // weight gradient; 3 llmc/cpu/classifier.c's lm_head in bf16 unless the model holds it), in
 // elements, over one training step.
-static void cpu_gemm_slots(const Shape* h, const PlanSpec* s, size_t slot[4]) {
+static void cpu_gemm_slots(const Shape* h, const PlanSpec* s, const PlanBackend* b, size_t slot[4]) {
     const size_t N = (size_t)s->B * s->T, C = (size_t)s->cfg.channels, Vp = (size_t)s->cfg.padded_vocab_size;
     const size_t rows = cls_written(s, N < OPS_CPU_CLS_ROWS ? N : OPS_CPU_CLS_ROWS);
     slot[0] = N * 4 * C > rows * Vp ? N * 4 * C : rows * Vp; // mlp.c_proj's input / mlp.c_fc's dout; the dlogits
@@ -563,6 +573,7 @@ static void cpu_gemm_slots(const Shape* h, const PlanSpec* s, size_t slot[4]) {
         if (N * (size_t)a->in > slot[2]) slot[2] = N * (size_t)a->in;
     }
     slot[3] = h->wte16 ? 0 : Vp * C;
+    f16_slots(b, Vp * C, slot);
 }
 
 static size_t slots_bytes(const size_t slot[4]) { return (slot[0] + slot[1] + slot[2] + slot[3]) * sizeof(uint16_t); }
@@ -571,7 +582,7 @@ static size_t slots_bytes(const size_t slot[4]) { return (slot[0] + slot[1] + sl
 static void led_widen(Ledger* l, const PlanBackend* b) {
     if (!b->gemm_widen) return;
     for (int i = 0; i < l->n; i++) if (l->e[i].live && strcmp(l->e[i].name, "bf16 widening panels") == 0) return;
-    led_add(l, PLAN_BACKEND, "bf16 widening panels", b->gemm_widen, 0, "fp32 copies of bf16 operands (llmc/cpu/gemm.c)");
+    led_add(l, PLAN_BACKEND, "bf16 widening panels", b->gemm_widen, 0, "fp32 copies of 16-bit operands (llmc/cpu/gemm.c)");
 }
 
 // Sets a live buffer (a backend's scratch that only grows) to at least bytes, written now.
@@ -623,7 +634,9 @@ static void plan_ref_model(Ledger* l, const PlanSpec* s, const PlanBackend* b) {
     if (!b->device) led_grow(l, "attention scratch", ops_cpu_attention_scratch_bytes(s->B, s->T, c->channels));
     led_grow(l, "preference pairs", 0);
     if (!b->device && b->bf16_gemm) {
-        const size_t Vp = (size_t)c->padded_vocab_size, slot[4] = {N * 4 * C, 4 * C * C, 0, Vp * C};
+        const size_t Vp = (size_t)c->padded_vocab_size;
+        size_t slot[4] = {N * 4 * C, 4 * C * C, 0, Vp * C};
+        f16_slots(b, Vp * C, slot);
         for (int i = 0; i < 4; i++) if (slot[i] > l->slot[i]) l->slot[i] = slot[i];
         led_remove(l, "GEMM operand scratch");
         led_add(l, PLAN_BACKEND, "GEMM operand scratch", slots_bytes(l->slot), 0, "bf16 copies (llmc/cpu/matmul.c, classifier.c)");
@@ -654,11 +667,17 @@ static void plan_first_step(Ledger* l, const Shape* h, const PlanSpec* s, const 
     l->phase = "training";
     if (!b->device && b->bf16_gemm) { // (the slots only grow: a reference model's forward may have grown them first)
         size_t slot[4];
-        cpu_gemm_slots(h, s, slot);
+        cpu_gemm_slots(h, s, b, slot);
         for (int i = 0; i < 4; i++) if (l->slot[i] > slot[i]) slot[i] = l->slot[i];
         led_remove(l, "GEMM operand scratch");
         led_add(l, PLAN_BACKEND, "GEMM operand scratch", slots_bytes(slot), 1, "bf16 copies (llmc/cpu/matmul.c, classifier.c)");
         led_widen(l, b);
+        if (b->f16_gemm) { // the largest accumulating product: a weight gradient, the lm_head's, a LoRA branch
+            const size_t C = (size_t)s->cfg.channels, N = (size_t)s->B * s->T, Vp = (size_t)s->cfg.padded_vocab_size;
+            size_t most = 4 * C * C > N * 4 * C ? 4 * C * C : N * 4 * C;
+            if (!s->lora && Vp * C > most) most = Vp * C;
+            led_add(l, PLAN_BACKEND, "fp16 product scratch", most * sizeof(float), 0, "an accumulating GEMM's product rounded to fp16 (llmc/cpu/gemm.c)");
+        }
     }
     if (b->blas && !s->lora) {
         const size_t N = (size_t)s->B * s->T, rows = cls_written(s, N < OPS_CPU_CLS_ROWS ? N : OPS_CPU_CLS_ROWS);

@@ -34,7 +34,8 @@ typedef struct {
                           // (counts when first written: the resident set)
     size_t X;             // bytes of floatX: parameters, gradients, activations
     int master;           // the optimizer keeps fp32 master weights
-    int bf16_gemm;        // CPU: GEMMs in bf16 (operand scratch; LoRA's frozen base held in bf16)
+    int bf16_gemm;        // CPU: GEMMs in bf16 or fp16 (operand scratch; LoRA's frozen base held in bf16)
+    int f16_gemm;         // CPU: those GEMMs in fp16 (no weight held in 16 bits; the lm_head rounded per block)
     size_t gemm_widen;    // CPU without a bf16 matmul: the fp32 panels its bf16 GEMMs widen into
     size_t runtime;       // what the process holds besides the run's buffers: CPU the libraries and
                           // threads (measured, MEMPLAN_CPU_RUNTIME); GPU the reserve for cuBLASLt,

@@ -17,6 +17,7 @@ static const char* const SH_NAMES[SH_NUM_FIELDS] = {
     "dl_epoch", "dl_shard", "dl_chunk", "begin", "end", "total", "mode", "batch_size", "seq_len",
     "accum", "skipped", "zero", "seed", "tokens_per_step", "shuffle",
     "val_tracked", "best_val_bits", "best_step", "evals_since_best", "no_targets",
+    "loss_scale_bits", "scale_growth",
 };
 
 static const char* HINT_CORRUPT = "the checkpoint is corrupt; delete its DONE_* marker to resume from the previous checkpoint";
@@ -112,6 +113,14 @@ static void sh_validate(const char* path, const StateHeader* hdr) {
               (long long)h[SH_ACCUM], (long long)(micro * h[SH_ACCUM]));
     for (int i = SH_NUM_FIELDS; i < 128; i++)
         if (h[i] != 0) fatal(HINT_CORRUPT, "'%s': header word %d is %lld; this version writes 0 there", path, i, (long long)h[i]);
+    // the loss scale: none, or a finite fp32 of at least 1 (a run stops when it falls below)
+    sh_range(path, hdr, SH_LOSS_SCALE_BITS, 0, UINT32_MAX);
+    float scale;
+    const uint32_t bits = (uint32_t)h[SH_LOSS_SCALE_BITS];
+    memcpy(&scale, &bits, sizeof(scale));
+    if (bits && !(isfinite(scale) && scale >= 1.0f))
+        fatal(HINT_CORRUPT, "'%s': header field loss_scale_bits = %#x is no loss scale (a finite fp32 of at least 1)", path, bits);
+    sh_range(path, hdr, SH_SCALE_GROWTH, 0, bits ? INT32_MAX : 0);
 }
 
 // The validation tracking: a best loss (finite, of a step so far) only when tracked; at most one

@@ -53,6 +53,9 @@ typedef enum {
     SH_VAL_TRACKED, SH_BEST_VAL_BITS, SH_BEST_STEP, SH_EVALS_SINCE_BEST,
     // steps whose every target was masked (no update): opt_t + skipped + no_targets = step
     SH_NO_TARGETS,
+    // --dtype fp16's loss scale for the next step (the bits of its fp32; 0 in other runs and in
+    // files of earlier versions) and its count of clean steps since it last changed
+    SH_LOSS_SCALE_BITS, SH_SCALE_GROWTH,
     SH_NUM_FIELDS
 } StateField;
 

@@ -35,10 +35,10 @@ ArgSpec cli_flag_threads(int* dst) {
     return s;
 }
 
-static const char* const DTYPE_NAMES[] = {"auto", "fp32", "bf16", NULL};
+static const char* const DTYPE_NAMES[] = {"auto", "fp32", "bf16", "fp16", NULL};
 
 ArgSpec cli_flag_dtype(const char** dst) {
-    ArgSpec s = {"--dtype", NULL, ARG_STR, dst, "D", "GEMM precision: fp32, bf16 (bf16 operands, fp32 accumulation; with LoRA the frozen base is held in bf16), auto = bf16 where the hardware computes it natively (CPU: AVX512-BF16 or AMX), fp32 otherwise", 1, 0, DTYPE_NAMES};
+    ArgSpec s = {"--dtype", NULL, ARG_STR, dst, "D", "GEMM precision: fp32, bf16 (bf16 operands, fp32 accumulation; with LoRA the frozen base is held in bf16), fp16 (fp16 operands, fp32 accumulation, dynamic loss scaling as torch's GradScaler; on the CPU an emulation of its numerics), auto = bf16 where the hardware computes it natively (CPU: AVX512-BF16 or AMX), fp32 otherwise", 1, 0, DTYPE_NAMES};
     return s;
 }
 
@@ -47,8 +47,9 @@ int cli_apply_dtype(const char* dtype, char* desc, size_t cap) {
     const int native = ops_bf16_native(&why);
     const int autoset = dtype == NULL || strcmp(dtype, "auto") == 0;
     const int bf16 = autoset ? native : strcmp(dtype, "bf16") == 0;
-    ops_set_gemm_dtype(bf16 ? OPS_BF16 : OPS_F32);
-    snprintf(desc, cap, "%s (%s: %s)", bf16 ? "bf16 GEMMs, fp32 accumulation" : "fp32",
-             autoset ? "auto" : "--dtype", why);
-    return bf16;
+    const int fp16 = !autoset && strcmp(dtype, "fp16") == 0;
+    ops_set_gemm_dtype(fp16 ? OPS_F16 : bf16 ? OPS_BF16 : OPS_F32);
+    if (fp16) snprintf(desc, cap, "fp16 GEMMs, fp32 accumulation, dynamic loss scaling (--dtype; %s)", ops_backend_name());
+    else snprintf(desc, cap, "%s (%s: %s)", bf16 ? "bf16 GEMMs, fp32 accumulation" : "fp32", autoset ? "auto" : "--dtype", why);
+    return bf16 && !fp16;
 }

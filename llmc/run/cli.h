@@ -28,11 +28,11 @@ void cli_sample_flags(SampleFlags* f, ArgSpec* out);
 ArgSpec cli_flag_model(const char** dst, const char* help);
 ArgSpec cli_flag_seed(int* dst);
 ArgSpec cli_flag_threads(int* dst);
-// --dtype fp32|bf16|auto: the precision of the GEMMs (llmc/ops/ops.h, ops_set_gemm_dtype).
+// --dtype fp32|bf16|fp16|auto: the precision of the GEMMs (llmc/ops/ops.h, ops_set_gemm_dtype).
 ArgSpec cli_flag_dtype(const char** dst);
 // Apply a --dtype value to the backend (after ops_init): auto is bf16 where ops_bf16_native, fp32
 // otherwise. Writes the banner's phrase into desc, e.g. "bf16 GEMMs, fp32 accumulation (auto:
-// the CPU has AVX512-BF16)", and returns 1 for bf16.
+// the CPU has AVX512-BF16)", and returns 1 for bf16 (0 for fp32 and fp16).
 int cli_apply_dtype(const char* dtype, char* desc, size_t cap);
 
 #ifdef __cplusplus

@@ -33,6 +33,7 @@ static void flag_defaults(TrainFlags* f, TrainMode mode) {
     f->beta1 = 0.9f; f->beta2 = 0.95f; f->eps = 1e-8f;
     f->eval_every = 0; f->eval_batches = "8"; f->save_every = 0; f->keep_checkpoints = 2;
     f->seed = 1337; f->threads = 0; f->shuffle = 0; f->max_skipped = 10;
+    f->loss_scale_init = 65536.0f; f->loss_scale_window = 2000;
     f->save_format = "both"; f->save_gguf = "none"; f->zero = 0; f->deterministic = 1; f->dtype = "auto";
     f->watchdog_timeout = (float)COMM_WATCHDOG_DEFAULT_S;
     f->memory_margin = 0.05f;
@@ -89,6 +90,9 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--shuffle", NULL, ARG_BOOL, &f->shuffle, NULL, "shuffle shard and batch order every epoch (default: sequential)", 1, 0, NULL},
         cli_flag_threads(&f->threads),
         cli_flag_dtype(&f->dtype),
+        {"--loss-scale-init", NULL, ARG_FLOAT, &f->loss_scale_init, "S", "--dtype fp16: the loss scale to start from (torch.amp.GradScaler's init_scale): "
+         "it halves, and the step is skipped, when the gradients overflow fp16, and doubles after --loss-scale-window clean steps in a row", 1, 3.4e38, NULL},
+        {"--loss-scale-window", NULL, ARG_INT, &f->loss_scale_window, "N", "--dtype fp16: clean steps in a row that double the loss scale (GradScaler's growth_interval)", 1, 1e9, NULL},
         {"--profile", NULL, ARG_BOOL, &f->profile, NULL, "time every op and print the step split by op at the end (from the second step on; CPU backend)", 1, 0, NULL},
         {"--watchdog-timeout", NULL, ARG_FLOAT, &f->watchdog_timeout, "SECONDS", "end every rank with a message naming the stuck one when a rank makes no progress (stopped, hung GPU, deadlock) for SECONDS beyond the slowest step seen; 0 = off", 0, 1e6, NULL},
         {"--deterministic", NULL, ARG_INT, &f->deterministic, "0|1", "1: kernels give identical results run to run; 0 allows non-deterministic ones (none today: every kernel of both backends is deterministic; llmc/cuda/README.md)", 0, 1, NULL},

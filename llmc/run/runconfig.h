@@ -72,7 +72,9 @@ typedef struct {
     int seed, threads, shuffle, max_skipped;
     int zero, recompute, deterministic;
     int profile;                 // --profile: the step split by op at the end
-    const char* dtype;           // --dtype fp32|bf16|auto (resolved by cli_apply_dtype at start-up)
+    const char* dtype;           // --dtype fp32|bf16|fp16|auto (resolved by cli_apply_dtype at start-up)
+    float loss_scale_init;       // --dtype fp16: the first loss scale (GradScaler's init_scale)
+    int loss_scale_window;       // ... clean steps that double it (GradScaler's growth_interval)
     int zero3_keep;              // --zero 3: keep gathered units from forward to backward
     int shard_group;             // --zero 3: shard within groups of this many ranks; 0 = all
     float memory_budget;         // MiB per rank the plan's peak must fit in; 0 = none

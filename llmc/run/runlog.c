@@ -181,11 +181,16 @@ void runlog_step(RunLog* l, long step, const StepResult* s, double seconds) {
     const double epoch = l->steps_per_epoch > 0 ? (double)step / l->steps_per_epoch : 0.0;
     const double elapsed = timer_now_s() - l->t0;
     const double eta = step > l->step0 ? elapsed / (double)(step - l->step0) * (double)(l->steps - step) : 0.0;
-    char te[32], tr[32], a[32], b[32], pc[96] = "", pj[640] = "";
+    char te[32], tr[32], a[32], b[32], pc[160] = "", pj[720] = "";
+    if (s->loss_scale > 0) { // --dtype fp16: the scale and the skipped steps, on the line and in log.jsonl
+        snprintf(pc, sizeof(pc), " | scale %g%s (%ld skipped)", s->loss_scale, s->overflow ? ", overflow" : "", s->skipped_total);
+        snprintf(pj, sizeof(pj), ", \"loss_scale\": %.9g, \"skipped_steps\": %ld", s->loss_scale, s->skipped_total);
+    }
     if (s->pref) { // (the step line's short form, at its end where no parser of the fields before it looks:
                    // accuracy and margin; log.jsonl has every metric)
-        snprintf(pc, sizeof(pc), " | acc %.2f | margin %.4f", s->pref->accuracies, s->pref->margins);
-        pref_json(pj, sizeof(pj), "", l->objective, s->pref);
+        const size_t c = strlen(pc), j = strlen(pj);
+        snprintf(pc + c, sizeof(pc) - c, " | acc %.2f | margin %.4f", s->pref->accuracies, s->pref->margins);
+        pref_json(pj + j, sizeof(pj) - j, "", l->objective, s->pref);
     }
     runlog_hms(elapsed, te, sizeof(te));
     runlog_hms(eta, tr, sizeof(tr));

@@ -41,6 +41,9 @@ typedef struct {
     int skipped;        // non-finite loss or gradient: no update
     int no_targets;     // every target of the step masked: no update (loss and norm 0)
     const PrefMeans* pref; // a preference objective's metrics of the step (NULL: cross-entropy)
+    float loss_scale;   // --dtype fp16: the loss scale the step ran with (0: none)
+    int overflow;       // ... and its gradients overflowed: skipped, the scale halved
+    long skipped_total; // ... steps skipped so far, this one included
 } StepResult;
 
 typedef struct {

@@ -37,7 +37,8 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"cooldown_frac", CHANGE_SCHEDULE},
     {"weight_decay", CHANGE_OPTIMIZER}, {"grad_clip", CHANGE_OPTIMIZER}, {"beta1", CHANGE_OPTIMIZER},
     {"beta2", CHANGE_OPTIMIZER}, {"eps", CHANGE_OPTIMIZER}, {"lora_dropout", CHANGE_OPTIMIZER},
-    {"max_skipped_steps", CHANGE_OPTIMIZER},
+    {"max_skipped_steps", CHANGE_OPTIMIZER}, {"loss_scale_window", CHANGE_OPTIMIZER},
+    {"loss_scale_init", CHANGE_HARMLESS}, // (a resumed run takes the scale from its checkpoint)
     {"objective", CHANGE_REFUSED}, {"ref_model", CHANGE_REFUSED}, {"recompute_reference", CHANGE_INVOCATION},
     {"beta", CHANGE_OPTIMIZER}, {"label_smoothing", CHANGE_OPTIMIZER}, {"orpo_lambda", CHANGE_OPTIMIZER}, {"simpo_gamma", CHANGE_OPTIMIZER},
     {"eval_every", CHANGE_HARMLESS}, {"eval_batches", CHANGE_HARMLESS}, {"keep_best", CHANGE_HARMLESS},
