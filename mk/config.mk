@@ -33,10 +33,13 @@ else
 endif
 PORTABLE := $(if $(filter native,$(ARCH)),,1)
 
-# The GPU architectures every CUDA object is compiled for (SASS for each; sm_80 = A100,
-# sm_90 = H100/H200).
+# The GPU architectures every CUDA object is compiled for: SASS for each (sm_80 = A100, and by
+# binary compatibility within Ampere/Ada the RTX 30 / A10 (sm_86) and RTX 40 / L4 (sm_89); sm_90 =
+# H100/H200), and PTX of the newest, which the driver compiles at load time on GPUs newer than
+# every SASS here (Blackwell: B200 sm_100, RTX 50 sm_120). docs/BUILD.md says why not more SASS.
 CUDA_ARCHS := 80 90
-GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+    -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
 export CUDA_ARCHS
 
 TREE := build/$(BACKEND)$(if $(PORTABLE),-$(ARCH))$(if $(filter 1,$(NO_MPI)),-nompi)$(if $(filter 1,$(SAN)),-san)$(if $(filter thread,$(SAN)),-tsan)

@@ -54,3 +54,8 @@ endif
 gpu-bundle:
 	@$(MAKE) --no-print-directory BACKEND=cuda ARCH=$(PORTABLE_ARCH) NO_MPI=1 SAN= gpu-bundle-files
 .PHONY: gpu-bundle
+
+# the architectures of mk/config.mk, for test/check_cuda_build.sh
+print-cuda-archs:
+	@echo $(CUDA_ARCHS)
+.PHONY: print-cuda-archs

@@ -29,10 +29,7 @@ MODE=check
 [ "${1:-}" = "--write-budget" ] && MODE=write
 if [ "${SAN:-}" = "1" ]; then echo "SKIP check_attention_sass under SAN=1 (checked in the plain pass)"; exit 0; fi
 if ! command -v ${NVCC%% *} >/dev/null 2>&1 && ! command -v "$NVCC" >/dev/null 2>&1; then echo "SKIP check_attention_sass: nvcc not found"; exit 0; fi
-CUOBJDUMP="${CUOBJDUMP:-$(command -v cuobjdump || python3 -c '
-import glob, site
-dirs = site.getsitepackages() + [site.getusersitepackages()]
-print(next(iter(sorted(f for d in dirs for f in glob.glob(d + "/nvidia/*/bin/cuobjdump"))), ""))' 2>/dev/null)}"
+CUOBJDUMP=$(bash test/find_cuobjdump.sh)
 if [ -z "$CUOBJDUMP" ] || [ ! -x "$CUOBJDUMP" ]; then
   echo "SKIP check_attention_sass: cuobjdump not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm (the SASS of the attention kernels was NOT checked)"
   exit 0

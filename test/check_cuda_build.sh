@@ -6,7 +6,9 @@
 #      holds only the CUDA tree, so no CPU object or binary stood in for a CUDA one);
 #   2. `make gpu-bundle` must pack the portable, MPI-free programs, GPU tests and dev/cuda
 #      benchmarks, and ldd of each may name nothing a bare GPU machine lacks: glibc's libraries,
-#      libstdc++, libgcc_s, and the CUDA runtime, cuBLASLt and NCCL (attention_bench also cuBLAS).
+#      libstdc++, libgcc_s, and the CUDA runtime, cuBLASLt and NCCL (attention_bench also cuBLAS);
+#   3. cuobjdump lists SASS of every CUDA_ARCHS architecture (mk/config.mk) in the bundle's
+#      train_gpt2 and PTX of the newest alone (what the driver compiles on a newer GPU).
 # The programs in this tree (./train_gpt2 ...) must be untouched. Needs nvcc; no GPU.
 set -u
 cd "$(dirname "$0")/.."
@@ -72,6 +74,20 @@ if [ -f "$bundle.tar.xz" ]; then
   [ $kib -lt 32768 ] || bad "the packed bundle is $kib KiB: it must travel in well under 64 MiB"
 else
   bad "no $bundle.tar.xz"
+fi
+
+cuobjdump=$(bash test/find_cuobjdump.sh)
+archs=$(env -u MAKEFLAGS make -s -C "$dest/src" --no-print-directory print-cuda-archs 2>/dev/null)
+if [ -z "$cuobjdump" ] || [ ! -x "$cuobjdump" ]; then
+  echo "SKIP the architectures of the bundle: cuobjdump not found (pip install nvidia-cuda-cuobjdump)"
+elif [ -x "$bundle/train_gpt2" ] && [ -n "$archs" ]; then
+  sass=$("$cuobjdump" --list-elf "$bundle/train_gpt2" | grep -o 'sm_[0-9]*' | sort -u | tr '\n' ' ')
+  ptx=$("$cuobjdump" --list-ptx "$bundle/train_gpt2" | grep -o 'sm_[0-9]*' | sort -u | tr '\n' ' ')
+  want_sass=$(for a in $archs; do printf 'sm_%s ' "$a"; done)
+  newest=${archs##* }
+  [ "$sass" = "$want_sass" ] && [ "$ptx" = "sm_$newest " ] \
+    && echo "ok   the bundle's train_gpt2 holds SASS for $sass and PTX for compute_$newest only" \
+    || bad "the bundle's train_gpt2 holds SASS '$sass' and PTX '$ptx'; want SASS '$want_sass' and PTX of compute_$newest"
 fi
 
 after=$(stamp)

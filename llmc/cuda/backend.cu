@@ -85,6 +85,15 @@ extern "C" void cuda_ops_init(int threads) {
     (void)threads;
 #ifndef LLMC_CUDA_EMULATED
     (void)ops_device_count();
+    // the kernels use bf16 tensor cores and cp.async (sm_80): an older GPU would fail at its
+    // first launch with "no kernel image", so it is refused here by name
+    int dev = 0;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    if (prop.major < 8)
+        fatal("use a GPU of compute capability 8.0 or newer (A100, RTX 30 / 40, A10, L4, H100), or the CPU build (make BACKEND=cpu)",
+              "GPU %d, %s, is sm_%d%d: this build's kernels need sm_80 or newer (bf16 tensor cores)", dev, prop.name, prop.major, prop.minor);
 #endif
     gemm_init();
 }

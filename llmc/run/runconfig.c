@@ -91,7 +91,7 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         cli_flag_threads(&f->threads),
         cli_flag_dtype(&f->dtype),
         {"--loss-scale-init", NULL, ARG_FLOAT, &f->loss_scale_init, "S", "--dtype fp16: the loss scale to start from (torch.amp.GradScaler's init_scale): "
-         "it halves, and the step is skipped, when the gradients overflow fp16, and doubles after --loss-scale-window clean steps in a row", 1, 3.4e38, NULL},
+         "it halves, and the step is skipped, when the gradients overflow fp16, and doubles after --loss-scale-window clean steps in a row", 1, 1e9, NULL},
         {"--loss-scale-window", NULL, ARG_INT, &f->loss_scale_window, "N", "--dtype fp16: clean steps in a row that double the loss scale (GradScaler's growth_interval)", 1, 1e9, NULL},
         {"--profile", NULL, ARG_BOOL, &f->profile, NULL, "time every op and print the step split by op at the end (from the second step on; CPU backend)", 1, 0, NULL},
         {"--watchdog-timeout", NULL, ARG_FLOAT, &f->watchdog_timeout, "SECONDS", "end every rank with a message naming the stuck one when a rank makes no progress (stopped, hung GPU, deadlock) for SECONDS beyond the slowest step seen; 0 = off", 0, 1e6, NULL},
