@@ -52,12 +52,12 @@ grep -q "sampl" <<<"$h" && ! grep -qE "init|shuffl|dropout" <<<"$h" && ok "gener
 k=$(run --prompt "Once upon a time" -g 12 --top-k 40 --temperature 0.8 --seed 1 --quiet)
 [ -n "$k" ] && ok "top-k 40 at temperature 0.8 runs" || bad "top-k sampling printed nothing"
 # --dtype: the banner says which GEMMs ran (test_sampling checks the bf16 numbers)
-for d in fp32 bf16; do
-  want="fp32 (--dtype"; [ $d = bf16 ] && want="bf16 GEMMs"
+for d in fp32 bf16 fp16; do
+  want="fp32 (--dtype"; [ $d = bf16 ] && want="bf16 GEMMs"; [ $d = fp16 ] && want="fp16 GEMMs"
   o=$(run --prompt "Once upon a time" -g 8 --dtype $d) && grep --quiet "^dtype: $want" "$TMP/err" \
     && ok "--dtype $d: $(grep '^dtype:' "$TMP/err")" || { cat "$TMP/err"; bad "--dtype $d: no 'dtype: $want' line"; }
 done
-expect_fail "--dtype fp16" "--dtype" "$GEN" --model "$M" --dtype fp16
+expect_fail "--dtype fp8" "--dtype" "$GEN" --model "$M" --dtype fp8
 
 # the vocabulary: written next to the model by the trainer (vocab.json + merges.txt), else the
 # bundled data/gpt2 in the working directory or near the program; a copy of the program far from
