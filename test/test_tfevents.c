@@ -167,7 +167,7 @@ static void test_malformed(void) {
     TfEvent e = ref_event(0), got;
     uint8_t data[512];
     const size_t n = tfevents_encode_event(&e, data, sizeof(data));
-    TEST_CHECK(n > 0 && tfevents_decode_event(data, n, &got) == 0 && same_event(&got, &e), "round trip of an event");
+    TEST_CHECK(n != TFEVENTS_NO_FIT && tfevents_decode_event(data, n, &got) == 0 && same_event(&got, &e), "round trip of an event");
     int accepted = 0;
     for (size_t cut = 1; cut < n; cut++) accepted += tfevents_decode_event(data, cut, &got) == 0 && same_event(&got, &e);
     TEST_CHECK(accepted == 0, "%d cut protobufs decoded as the whole event", accepted);
@@ -177,7 +177,11 @@ static void test_malformed(void) {
     TEST_CHECK(tfevents_decode_event(long_len, sizeof(long_len), &got) == -1, "a length past the end is refused");
     TEST_CHECK(tfevents_decode_event(bad_wire, sizeof(bad_wire), &got) == -1, "wire type 3 is refused");
     TEST_CHECK(tfevents_decode_event(endless, sizeof(endless), &got) == -1, "an 11-byte varint is refused");
-    TEST_CHECK(tfevents_encode_event(&e, data, 10) == 0, "an event that does not fit: 0");
+    TEST_CHECK(tfevents_encode_event(&e, data, 10) == TFEVENTS_NO_FIT, "an event that does not fit: TFEVENTS_NO_FIT");
+    TfEvent empty;
+    memset(&empty, 0, sizeof(empty));
+    TEST_CHECK(tfevents_encode_event(&empty, data, sizeof(data)) == 0 && tfevents_decode_event(data, 0, &got) == 0 && same_event(&got, &empty),
+               "an event of defaults only: 0 bytes, and 0 bytes decode to it");
 }
 
 // A file made in a directory as the trainers make it, found again, continued.

@@ -86,7 +86,7 @@ size_t tfevents_encode_event(const TfEvent* e, uint8_t* out, size_t cap) {
         uint8_t sum[TFEVENTS_MAX_VALUES * (TFEVENTS_MAX_TAG + 16)];
         PbOut so = {sum, 0, sizeof(sum), 0};
         for (int i = 0; i < e->nvalues; i++) pb_value(&so, &e->values[i]);
-        if (so.full) return 0;
+        if (so.full) return TFEVENTS_NO_FIT;
         pb_key(&o, 5, 2);
         pb_varint(&o, so.n);
         pb_bytes(&o, sum, so.n);
@@ -97,7 +97,7 @@ size_t tfevents_encode_event(const TfEvent* e, uint8_t* out, size_t cap) {
         pb_varint(&o, 1 + 1 + n); // (its key, its length (< 128), the name)
         pb_string(&o, 1, e->source_writer);
     }
-    return o.full ? 0 : o.n;
+    return o.full ? TFEVENTS_NO_FIT : o.n;
 }
 
 // ---- protobuf decoding
@@ -265,7 +265,7 @@ static void put_le(uint8_t* b, uint64_t v, int bytes) {
 int tfevents_write(TfWriter* w, const TfEvent* e) {
     uint8_t data[TFEVENTS_MAX_VALUES * (TFEVENTS_MAX_TAG + 12) + 128], head[12], foot[4];
     const size_t n = tfevents_encode_event(e, data, sizeof(data));
-    assertCheck(n > 0); // (TfEvent's limits make every event fit)
+    assertCheck(n != TFEVENTS_NO_FIT); // (TfEvent's limits make every event fit)
     put_le(head, n, 8);
     put_le(head + 8, tfevents_masked_crc(head, 8), 4);
     put_le(foot, tfevents_masked_crc(data, n), 4);

@@ -28,6 +28,7 @@ extern "C" {
 #define TFEVENTS_MAX_TAG 64
 #define TFEVENTS_FILE_VERSION "brain.Event:2"
 #define TFEVENTS_WRITER "llmc-ft"   // this tool's SourceMetadata.writer
+#define TFEVENTS_NO_FIT ((size_t)-1)
 
 typedef struct {
     char tag[TFEVENTS_MAX_TAG];
@@ -50,7 +51,8 @@ typedef struct {
 
 // CRC-32C of data[0..n), masked as the record format masks it.
 uint32_t tfevents_masked_crc(const void* data, size_t n);
-// The Event protobuf of e into out[0..cap); returns its length, 0 when it does not fit.
+// The Event protobuf of e into out[0..cap); returns its length (0 for an event of defaults only),
+// TFEVENTS_NO_FIT when it does not fit.
 size_t tfevents_encode_event(const TfEvent* e, uint8_t* out, size_t cap);
 // The protobuf data[0..n) into e; 0, or -1 when it is malformed (a varint or a length running
 // past the end, a wire type protobuf does not have, more values or a longer tag than TfEvent holds).
