@@ -5,7 +5,8 @@
 # (test_tfevents dump: every record's length and CRCs checked) and, where the python of TB_PYTHON
 # (default python3) has the `tensorboard` package, by its EventAccumulator (skipped, loudly,
 # where it has not); test/check_tfevents.py compares both with log.jsonl. The values of a resumed
-# run are the straight run's. train_lora with --dtype fp16 (the loss scale), DPO (TRL's metrics),
+# run are the straight run's; --tensorboard given first on resuming starts a file at the checkpoint.
+# train_lora with --dtype fp16 (the loss scale), DPO (TRL's metrics),
 # a directory that holds another run's file, a directory that cannot be made.
 source "$(dirname "$0")/lib.sh"
 G="$BIN_DIR/train_gpt2"; L="$BIN_DIR/train_lora"
@@ -49,6 +50,13 @@ same() { grep -E " (train/(loss|learning_rate|grad_norm|epoch)|eval/(loss|ppl))"
 [ -n "$(same "$TMP/straight.dump")" ] && diff <(same "$TMP/straight.dump") <(same "$TMP/resumed.dump") > /dev/null \
   && ok "the resumed run's losses, lr, norms, epochs and evaluations are the straight run's: $(same "$TMP/resumed.dump" | wc -l) scalars" \
   || bad "resumed values differ: $(diff <(same "$TMP/straight.dump") <(same "$TMP/resumed.dump") | head -3)"
+
+# ---- --tensorboard given first on resuming (a harmless change): a new file from the next step on
+"$G" "${C[@]}" --out "$TMP/n" --stop-after 4 > /dev/null 2>&1 || bad "first part (no --tensorboard) failed"
+"$G" --resume --out "$TMP/n" --tensorboard "$TMP/n_tb" > "$TMP/n2.log" 2>&1 || { tail -3 "$TMP/n2.log"; bad "resume with --tensorboard failed"; }
+nf=$(events "$TMP/n_tb")
+[ -n "$nf" ] && "$DUMP" dump "$nf" > "$TMP/n.dump" && [ "$(grep -v '^version' "$TMP/n.dump" | cut -d' ' -f1 | sort -n | uniq | tr '\n' ' ')" = "4 5 6 7 8 " ] \
+  && ok "--tensorboard added on resume: a new file, steps 4 (its evaluation again) to 8" || bad "added on resume: $(cut -d' ' -f1 "$TMP/n.dump" 2>/dev/null | uniq | tr '\n' ' ')"
 
 # ---- a crash after step 8 with the checkpoint of step 4: the event file of the whole run left
 # behind, its last record cut short; the resumed run drops what follows the checkpoint
