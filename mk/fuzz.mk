@@ -12,7 +12,7 @@
 #   make fuzz-long FUZZ_MAX_SECONDS=600      ... each for at most that long
 FUZZ_CC ?= clang
 FUZZ_DIR := build/fuzz
-FUZZ_NAMES := json safetensors gguf model hf_config shard state peft vocab tokenizer
+FUZZ_NAMES := json safetensors gguf model hf_config shard state peft vocab tokenizer tfevents
 FUZZ_TARGETS ?= $(FUZZ_NAMES)
 FUZZ_RUNS ?= 10000000
 FUZZ_MAX_SECONDS ?= 0

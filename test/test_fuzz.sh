@@ -4,7 +4,7 @@
 # always sanitized, so the SAN=1 pass of `make test` does not run them again.
 set -u
 if [ "${SAN:-}" = "1" ]; then echo "skip: the fuzzers are sanitized builds already and ran in the plain pass"; exit 0; fi
-names="json safetensors gguf model hf_config shard state peft vocab tokenizer"
+names="json safetensors gguf model hf_config shard state peft vocab tokenizer tfevents"
 if [ ! -x build/fuzz/fuzz_json ]; then
   echo "skip: fuzzers not built: clang with its libFuzzer runtime is needed (Debian: clang, libclang-rt-dev)"; exit 0
 fi

@@ -183,7 +183,7 @@ static void open_out_dir(Run* r) {
     l->step0 = r->step;
     l->has_val = r->has_val; l->eval_every = c->f.eval_every; // (what a resume's log keeps)
     l->objective = (PrefObjective)c->objective;
-    runlog_open(l, c->write_outputs ? c->f.out_dir : NULL, r->rank, r->start.resume_step);
+    runlog_open(l, c->write_outputs ? c->f.out_dir : NULL, c->f.tensorboard, r->rank, r->start.resume_step);
     comm_barrier(&r->comm);
 }
 

@@ -93,6 +93,9 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--loss-scale-init", NULL, ARG_FLOAT, &f->loss_scale_init, "S", "--dtype fp16: the loss scale to start from (torch.amp.GradScaler's init_scale): "
          "it halves, and the step is skipped, when the gradients overflow fp16, and doubles after --loss-scale-window clean steps in a row", 1, 1e9, NULL},
         {"--loss-scale-window", NULL, ARG_INT, &f->loss_scale_window, "N", "--dtype fp16: clean steps in a row that double the loss scale (GradScaler's growth_interval)", 1, 1e9, NULL},
+        {"--tensorboard", NULL, ARG_STR, &f->tensorboard, "DIR", "also write the numbers of log.jsonl (loss, learning rate, gradient norm, tokens/s, MFU, "
+         "val loss, the preference metrics) to a TensorBoard event file in DIR (rank 0), flushed every step: tensorboard --logdir DIR; --resume continues "
+         "the file (docs/TRAINING.md)", 1, 0, NULL},
         {"--profile", NULL, ARG_BOOL, &f->profile, NULL, "time every op and print the step split by op at the end (from the second step on; CPU backend)", 1, 0, NULL},
         {"--watchdog-timeout", NULL, ARG_FLOAT, &f->watchdog_timeout, "SECONDS", "end every rank with a message naming the stuck one when a rank makes no progress (stopped, hung GPU, deadlock) for SECONDS beyond the slowest step seen; 0 = off", 0, 1e6, NULL},
         {"--deterministic", NULL, ARG_INT, &f->deterministic, "0|1", "1: kernels give identical results run to run; 0 allows non-deterministic ones (none today: every kernel of both backends is deterministic; llmc/cuda/README.md)", 0, 1, NULL},

@@ -72,6 +72,7 @@ typedef struct {
     int seed, threads, shuffle, max_skipped;
     int zero, recompute, deterministic;
     int profile;                 // --profile: the step split by op at the end
+    const char* tensorboard;     // --tensorboard DIR: TensorBoard event files there (NULL: none)
     const char* dtype;           // --dtype fp32|bf16|fp16|auto (resolved by cli_apply_dtype at start-up)
     float loss_scale_init;       // --dtype fp16: the first loss scale (GradScaler's init_scale)
     int loss_scale_window;       // ... clean steps that double it (GradScaler's growth_interval)

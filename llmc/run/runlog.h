@@ -22,6 +22,9 @@
 // checkpoint of step S keeps the lines logged up to that checkpoint and drops those a crash left
 // after it, and the evaluation at S where the resumed run evaluates at S again (those steps are
 // trained, evaluated and logged again); a line says what was dropped and what of it runs again.
+// With --tensorboard DIR each line of log.jsonl is also an event of TensorBoard scalars (its
+// numbers that are not null, tagged as HF Trainer tags them: docs/TRAINING.md) in the run's event
+// file (llmc/run/tfevents.h), flushed with the line and cut back the same way on resume.
 #ifndef LLMC_RUNLOG_H
 #define LLMC_RUNLOG_H
 
@@ -29,6 +32,7 @@
 #include <stdio.h>
 #include "base/fileio.h"
 #include "model/prefloss.h"
+#include "run/tfevents.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,6 +63,7 @@ typedef struct {
     long step0;               // the step it started from
     int has_val, eval_every;  // the run's evaluations: --val-data given, every eval_every steps (0: at the end only)
     PrefObjective objective;  // PREF_SFT: losses are cross-entropies (with a perplexity)
+    TfWriter tb;              // --tensorboard (rank 0): the run's event file; tb.fp NULL: none
 } RunLog;
 
 // What the summary at the end says.
@@ -77,8 +82,9 @@ typedef struct {
 
 // Opens dir/log.jsonl for the run: a new one, or after resume_step >= 0 the existing one cut back
 // to what was logged up to that checkpoint (rewritten atomically when a crash left more). dir
-// NULL (--out none): the console only.
-void runlog_open(RunLog* l, const char* dir, int rank, long resume_step);
+// NULL (--out none): the console only. tb_dir (--tensorboard; NULL: none): the run's event file
+// there, new, or after resume_step >= 0 the newest one there cut back the same way.
+void runlog_open(RunLog* l, const char* dir, const char* tb_dir, int rank, long resume_step);
 void runlog_step(RunLog* l, long step, const StepResult* s, double seconds);
 // pref: a preference objective's metrics on the held-out pairs (NULL: cross-entropy).
 void runlog_eval(RunLog* l, long step, double val_loss, const PrefMeans* pref);

@@ -49,7 +49,7 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"prompt", CHANGE_HARMLESS}, {"temperature", CHANGE_HARMLESS}, {"top_k", CHANGE_HARMLESS},
     {"vocab", CHANGE_HARMLESS}, {"threads", CHANGE_HARMLESS}, {"watchdog_timeout", CHANGE_HARMLESS},
     {"deterministic", CHANGE_HARMLESS}, {"zero", CHANGE_HARMLESS}, {"recompute", CHANGE_HARMLESS},
-    {"dtype", CHANGE_HARMLESS}, {"profile", CHANGE_HARMLESS},
+    {"dtype", CHANGE_HARMLESS}, {"profile", CHANGE_HARMLESS}, {"tensorboard", CHANGE_HARMLESS},
     {"zero3_keep", CHANGE_HARMLESS}, {"shard_group", CHANGE_HARMLESS}, {"offload_optimizer", CHANGE_HARMLESS},
     {"memory_budget", CHANGE_HARMLESS}, {"memory_margin", CHANGE_HARMLESS},
     {"out", CHANGE_INVOCATION}, {"resume", CHANGE_INVOCATION}, {"stop_after", CHANGE_INVOCATION}, {"plan", CHANGE_INVOCATION},

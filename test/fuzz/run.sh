@@ -14,12 +14,12 @@ bin="build/fuzz/fuzz_$name"
 [ -x "$bin" ] || { echo "fuzz $name: $bin not built (make fuzz-build)"; exit 1; }
 seeds="test/fuzz/corpus/$name"
 leaks=0; chunk=100000
-case "$name" in json|safetensors|peft|tokenizer) leaks=1; chunk=1000000 ;; esac # no fatal() inside
+case "$name" in json|safetensors|peft|tokenizer|tfevents) leaks=1; chunk=1000000 ;; esac # no fatal() inside
 [ "$name" = vocab ] && chunk=50000 # a refused vocabulary leaves ~30 KB behind: stay under the RSS limit
 case "$name" in
   json|hf_config) maxlen=4096 ;; tokenizer) maxlen=1024 ;; peft|gguf) maxlen=32768 ;; *) maxlen=16384 ;;
 esac
-dict=(); case "$name" in shard|tokenizer) ;; *) dict=(-dict=test/fuzz/json.dict) ;; esac
+dict=(); case "$name" in shard|tokenizer|tfevents) ;; *) dict=(-dict=test/fuzz/json.dict) ;; esac
 # -detect_leaks follows LeakSanitizer: left on where LSan is off, libFuzzer runs every input that
 # mallocs more than it frees (each refusal) a second time to look for a leak it cannot report.
 opts=(-max_len=$maxlen -timeout=20 -rss_limit_mb=4096 -close_fd_mask=3 -print_final_stats=1
