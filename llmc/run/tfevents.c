@@ -155,85 +155,83 @@ static int pb_copy_string(char* out, size_t cap, const uint8_t* b, size_t n) {
     return 0;
 }
 
-static int pb_decode_value(const uint8_t* data, size_t n, TfValue* v) {
+// Walks the fields of one message: field() reads a field it knows (0), ends the walk as malformed
+// (-1), or leaves it to be skipped (1).
+typedef int (*PbField)(void* ctx, PbIn* in, int field, int wire);
+static int pb_walk(const uint8_t* data, size_t n, void* ctx, PbField field_fn) {
     PbIn in = {data, n, 0, 0};
+    while (in.pos < in.n && !in.bad) {
+        const uint64_t key = pb_read_varint(&in);
+        const int r = in.bad ? -1 : field_fn(ctx, &in, (int)(key >> 3), (int)(key & 7));
+        if (r < 0) return -1;
+        if (r > 0) pb_skip(&in, (int)(key & 7));
+    }
+    return in.bad ? -1 : 0;
+}
+
+// Summary.Value: tag (1), simple_value (2)
+static int pb_value_field(void* ctx, PbIn* in, int field, int wire) {
+    TfValue* v = (TfValue*)ctx;
+    size_t len = 0;
+    if (field == 1 && wire == 2) {
+        const uint8_t* b = pb_read_bytes(in, &len);
+        return pb_copy_string(v->tag, sizeof(v->tag), b, len);
+    }
+    if (field == 2 && wire == 5) {
+        const uint32_t bits = (uint32_t)pb_read_fixed(in, 4);
+        memcpy(&v->value, &bits, 4);
+        return 0;
+    }
+    return 1;
+}
+
+// Summary: its values (1)
+static int pb_summary_field(void* ctx, PbIn* in, int field, int wire) {
+    TfEvent* e = (TfEvent*)ctx;
+    size_t len = 0;
+    if (field != 1 || wire != 2) return 1;
+    const uint8_t* b = pb_read_bytes(in, &len);
+    if (!b || e->nvalues >= TFEVENTS_MAX_VALUES) return -1;
+    TfValue* v = &e->values[e->nvalues];
     memset(v, 0, sizeof(*v));
-    while (in.pos < in.n && !in.bad) {
-        const uint64_t key = pb_read_varint(&in);
-        const int field = (int)(key >> 3), wire = (int)(key & 7);
-        size_t len = 0;
-        if (field == 1 && wire == 2) {
-            const uint8_t* b = pb_read_bytes(&in, &len);
-            if (pb_copy_string(v->tag, sizeof(v->tag), b, len)) return -1;
-        } else if (field == 2 && wire == 5) {
-            const uint32_t bits = (uint32_t)pb_read_fixed(&in, 4);
-            memcpy(&v->value, &bits, 4);
-        } else {
-            pb_skip(&in, wire);
-        }
-    }
-    return in.bad ? -1 : 0;
+    if (pb_walk(b, len, v, pb_value_field)) return -1;
+    e->nvalues++;
+    return 0;
 }
 
-static int pb_decode_summary(const uint8_t* data, size_t n, TfEvent* e) {
-    PbIn in = {data, n, 0, 0};
-    while (in.pos < in.n && !in.bad) {
-        const uint64_t key = pb_read_varint(&in);
-        const int field = (int)(key >> 3), wire = (int)(key & 7);
-        size_t len = 0;
-        if (field == 1 && wire == 2) {
-            const uint8_t* b = pb_read_bytes(&in, &len);
-            if (!b || e->nvalues >= TFEVENTS_MAX_VALUES || pb_decode_value(b, len, &e->values[e->nvalues])) return -1;
-            e->nvalues++;
-        } else {
-            pb_skip(&in, wire);
-        }
-    }
-    return in.bad ? -1 : 0;
+// SourceMetadata: writer (1)
+static int pb_source_field(void* ctx, PbIn* in, int field, int wire) {
+    TfEvent* e = (TfEvent*)ctx;
+    size_t len = 0;
+    if (field != 1 || wire != 2) return 1;
+    const uint8_t* b = pb_read_bytes(in, &len);
+    return pb_copy_string(e->source_writer, sizeof(e->source_writer), b, len);
 }
 
-static int pb_decode_source(const uint8_t* data, size_t n, TfEvent* e) {
-    PbIn in = {data, n, 0, 0};
-    while (in.pos < in.n && !in.bad) {
-        const uint64_t key = pb_read_varint(&in);
-        const int field = (int)(key >> 3), wire = (int)(key & 7);
-        size_t len = 0;
-        if (field == 1 && wire == 2) {
-            const uint8_t* b = pb_read_bytes(&in, &len);
-            if (pb_copy_string(e->source_writer, sizeof(e->source_writer), b, len)) return -1;
-        } else {
-            pb_skip(&in, wire);
-        }
+// Event: wall_time (1), step (2), file_version (3), summary (5), source_metadata (10)
+static int pb_event_field(void* ctx, PbIn* in, int field, int wire) {
+    TfEvent* e = (TfEvent*)ctx;
+    size_t len = 0;
+    if (field == 1 && wire == 1) {
+        const uint64_t bits = pb_read_fixed(in, 8);
+        memcpy(&e->wall_time, &bits, 8);
+        return 0;
     }
-    return in.bad ? -1 : 0;
+    if (field == 2 && wire == 0) { e->step = (int64_t)pb_read_varint(in); return 0; }
+    if (field == 3 && wire == 2) {
+        const uint8_t* b = pb_read_bytes(in, &len);
+        return pb_copy_string(e->file_version, sizeof(e->file_version), b, len);
+    }
+    if ((field == 5 || field == 10) && wire == 2) {
+        const uint8_t* b = pb_read_bytes(in, &len);
+        return b && !pb_walk(b, len, e, field == 5 ? pb_summary_field : pb_source_field) ? 0 : -1;
+    }
+    return 1;
 }
 
 int tfevents_decode_event(const uint8_t* data, size_t n, TfEvent* e) {
-    PbIn in = {data, n, 0, 0};
     memset(e, 0, sizeof(*e));
-    while (in.pos < in.n && !in.bad) {
-        const uint64_t key = pb_read_varint(&in);
-        const int field = (int)(key >> 3), wire = (int)(key & 7);
-        size_t len = 0;
-        if (field == 1 && wire == 1) {
-            const uint64_t bits = pb_read_fixed(&in, 8);
-            memcpy(&e->wall_time, &bits, 8);
-        } else if (field == 2 && wire == 0) {
-            e->step = (int64_t)pb_read_varint(&in);
-        } else if (field == 3 && wire == 2) {
-            const uint8_t* b = pb_read_bytes(&in, &len);
-            if (pb_copy_string(e->file_version, sizeof(e->file_version), b, len)) return -1;
-        } else if (field == 5 && wire == 2) {
-            const uint8_t* b = pb_read_bytes(&in, &len);
-            if (!b || pb_decode_summary(b, len, e)) return -1;
-        } else if (field == 10 && wire == 2) {
-            const uint8_t* b = pb_read_bytes(&in, &len);
-            if (!b || pb_decode_source(b, len, e)) return -1;
-        } else {
-            pb_skip(&in, wire);
-        }
-    }
-    return in.bad ? -1 : 0;
+    return pb_walk(data, n, e, pb_event_field);
 }
 
 // ---- records
