@@ -197,8 +197,6 @@ void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t* A, int l
 static float* f16_sum;
 static size_t f16_sum_n;
 
-size_t cpu_gemm_f16_scratch_bytes(void) { return f16_sum_n * sizeof(float); }
-
 static inline float round_f16(float x) { return fp16_to_f32(fp16_from_f32(x)); }
 
 void cpu_gemm_16(int f16, int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,

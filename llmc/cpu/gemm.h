@@ -21,11 +21,10 @@ void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t* A, int l
 // GEMMs are always widened (oneDNN's fp16 matmul needs AVX512-FP16; --dtype fp16 on the CPU is
 // the emulation of a GPU's fp16 training: its numerics, not its speed), and their product is
 // rounded to fp16 before it is written or added to C, as torch.autocast's fp16 GEMMs return
-// fp16 (the accumulating ones through a scratch of M x N floats, grown to the largest and kept:
-// cpu_gemm_f16_scratch_bytes).
+// fp16 (the accumulating ones through a scratch of M x N floats, grown to the largest and kept;
+// the memory plan's "fp16 product scratch").
 void cpu_gemm_16(int f16, int ta, int tb, int M, int N, int K, const uint16_t* A, int lda,
                  const uint16_t* B, int ldb, int accumulate, float* C);
-size_t cpu_gemm_f16_scratch_bytes(void);
 
 // Whether this CPU's oneDNN lacks a bf16 matmul (probed once; gemm_refonly.c: no), so that
 // cpu_gemm_bf16 goes through cpu_gemm_widen with a buffer of CPU_GEMM_WIDEN_BYTES.

@@ -19,4 +19,3 @@ void cpu_gemm_16(int f16, int ta, int tb, int M, int N, int K, const uint16_t* A
     cpu_gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C);
 }
 
-size_t cpu_gemm_f16_scratch_bytes(void) { return 0; }

@@ -12,16 +12,10 @@ void loss_scale_init(LossScale* s) {
 }
 
 // GradScaler computes the reciprocal in double and rounds it to fp32
-float loss_scale_inv(const LossScale* s) { return (float)(1.0 / (double)s->scale); }
+static float loss_scale_inv(const LossScale* s) { return (float)(1.0 / (double)s->scale); }
 
-int loss_scale_found_inf(const float* g, size_t n) {
-    // each value is checked: a sum of finite values can overflow on its own
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) bad |= !isfinite(g[i]);
-    return bad;
-}
-
-int loss_scale_update(LossScale* s, int found_inf) {
+// After a step's gradients (found_inf: any is inf or NaN): 1 when the optimizer step runs
+static int loss_scale_update(LossScale* s, int found_inf) {
     if (found_inf) {
         s->scale *= s->backoff;
         s->growth_tracker = 0;

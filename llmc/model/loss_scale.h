@@ -10,8 +10,6 @@
 #ifndef LLMC_MODEL_LOSS_SCALE_H
 #define LLMC_MODEL_LOSS_SCALE_H
 
-#include <stddef.h>
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -25,13 +23,6 @@ typedef struct {
 } LossScale;
 
 void loss_scale_init(LossScale* s);
-// The factor the gradients are multiplied by before the optimizer step (1 / scale, in fp32).
-float loss_scale_inv(const LossScale* s);
-// Whether n gradients hold an inf or a NaN (the CPU backend's check; a GPU's is its norm pass).
-int loss_scale_found_inf(const float* g, size_t n);
-// After a step's gradients: found_inf says whether any is inf or NaN. Returns 1 when the optimizer
-// step runs, 0 when it is skipped; updates the scale and the count.
-int loss_scale_update(LossScale* s, int found_inf);
 // The end of a step's backward under loss scaling, as the trainer takes it: *norm is the scaled
 // gradients' norm (inf or NaN when one of them is), loss_bad says the loss was not finite.
 // Returns 1 when the optimizer step runs, with *norm unscaled and *unscale the factor the update

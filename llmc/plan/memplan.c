@@ -578,11 +578,12 @@ static void cpu_gemm_slots(const Shape* h, const PlanSpec* s, const PlanBackend*
 
 static size_t slots_bytes(const size_t slot[4]) { return (slot[0] + slot[1] + slot[2] + slot[3]) * sizeof(uint16_t); }
 
-// The fp32 panels of a CPU without a bf16 matmul: written at its first bf16 GEMM, kept
+// The fp32 panels of widened 16-bit GEMMs (fp16, or bf16 without oneDNN's matmul): written at
+// the first such GEMM, kept (one buffer: a later call replaces the entry)
 static void led_widen(Ledger* l, const PlanBackend* b) {
     if (!b->gemm_widen) return;
-    for (int i = 0; i < l->n; i++) if (l->e[i].live && strcmp(l->e[i].name, "bf16 widening panels") == 0) return;
-    led_add(l, PLAN_BACKEND, "bf16 widening panels", b->gemm_widen, 0, "fp32 copies of 16-bit operands (llmc/cpu/gemm.c)");
+    led_remove(l, "GEMM widening panels");
+    led_add(l, PLAN_BACKEND, "GEMM widening panels", b->gemm_widen, 0, "fp32 copies of 16-bit operands (llmc/cpu/gemm.c)");
 }
 
 // Sets a live buffer (a backend's scratch that only grows) to at least bytes, written now.

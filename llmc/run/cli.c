@@ -49,7 +49,7 @@ int cli_apply_dtype(const char* dtype, char* desc, size_t cap) {
     const int bf16 = autoset ? native : strcmp(dtype, "bf16") == 0;
     const int fp16 = !autoset && strcmp(dtype, "fp16") == 0;
     ops_set_gemm_dtype(fp16 ? OPS_F16 : bf16 ? OPS_BF16 : OPS_F32);
-    if (fp16) snprintf(desc, cap, "fp16 GEMMs, fp32 accumulation, dynamic loss scaling (--dtype; %s)", ops_backend_name());
+    if (fp16) snprintf(desc, cap, "fp16 GEMMs, fp32 accumulation, dynamic loss scaling when training (--dtype: an emulation on the CPU)");
     else snprintf(desc, cap, "%s (%s: %s)", bf16 ? "bf16 GEMMs, fp32 accumulation" : "fp32", autoset ? "auto" : "--dtype", why);
     return bf16 && !fp16;
 }
