@@ -13,6 +13,7 @@
 //   made by dev/gen_sample_filter_ref.py), sample_token drawing from that distribution, and greedy
 //   generation with the penalty giving transformers' ids; with these controls off, a seed picks
 //   the token it picked before they existed.
+#define _GNU_SOURCE // qsort_r
 #include "test.h"
 #include "../llmc/model/model.h"
 #include "../llmc/model/sampler.h"
@@ -412,6 +413,53 @@ static void test_filter_draws(void) {
     st_close(&f);
 }
 
+// Top-p restated by brute force (every token sorted by logit, ties by id): the kept flags.
+static int cmp_logit_desc(const void* a, const void* b, void* lg) {
+    const float* l = (const float*)lg;
+    const int x = *(const int*)a, y = *(const int*)b;
+    if (l[x] != l[y]) return l[x] > l[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+static void topp_brute(const float* lg, int V, float t, float top_p, int* kept) {
+    int* ord = (int*)mallocCheck((size_t)V * sizeof(int));
+    float* w = (float*)mallocCheck((size_t)V * sizeof(float));
+    float mx = -INFINITY;
+    double sum = 0.0, above = 0.0;
+    for (int i = 0; i < V; i++) { ord[i] = i; if (lg[i] > mx) mx = lg[i]; }
+    for (int i = 0; i < V; i++) { w[i] = expf((lg[i] - mx) / t); sum += w[i]; }
+    qsort_r(ord, (size_t)V, sizeof(int), cmp_logit_desc, (void*)lg);
+    for (int j = 0; j < V; j++) { kept[ord[j]] = j == 0 || above < (double)top_p * sum; above += w[ord[j]]; }
+    free(ord); free(w);
+}
+
+// sample_probs' top-p (which sorts only the tokens that can matter) keeps what sorting all keeps,
+// on random logits of many spreads, including ones with many ties and tiny weights.
+static void test_topp_brute(void) {
+    const int V = 700;
+    float lg[700];
+    float probs[700];
+    int kept[700], want[700], same = 1, cases = 0;
+    const float ps[] = { 0.05f, 0.3f, 0.9f, 0.999f };
+    for (int r = 0; r < 120; r++) {
+        const double spread = 0.01 * pow(10.0, (r % 6) * 0.7); // 0.01 .. ~30 nats
+        for (int i = 0; i < V; i++) {
+            double x = (rand_uniform(8, 2, (uint64_t)(r * V + i)) * 2.0 - 1.0) * spread;
+            lg[i] = (float)(r % 5 == 0 ? floor(x * 4.0) / 4.0 : x); // (every 5th: on a grid, so ties)
+        }
+        for (int k = 0; k < 4; k++) {
+            SampleParams sp = SP(r % 3 == 0 ? 0.7f : 1.0f, 0, 1);
+            sp.top_p = ps[k];
+            sample_probs(lg, V, &sp, probs, kept);
+            topp_brute(lg, V, sp.temperature, ps[k], want);
+            same &= memcmp(kept, want, sizeof(kept)) == 0;
+            cases++;
+        }
+    }
+    TEST_CHECK(same, "top-p: the kept set differs from sorting every token");
+    if (same) printf("ok   top-p keeps what sorting every token keeps (%d random cases)\n", cases);
+}
+
 // The rule of sample_token before top-p, min-p and the repetition penalty existed, restated:
 // the top k (lower ids first among ties at the boundary) in increasing id order, weights
 // expf((l - max) / T) summed in double, the first whose running sum exceeds u * sum.
@@ -524,6 +572,7 @@ int main(void) {
     test_filter_reference();
     test_filter_tie_rule();
     test_filter_draws();
+    test_topp_brute();
     test_controls_off();
     test_penalty_reference();
     return test_finish("test_sampling");

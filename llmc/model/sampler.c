@@ -165,20 +165,55 @@ static int topp_cmp(const void* a, const void* b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
+// A weight's binade for top-p's candidates: 1 - its binary exponent (frexpf), so a smaller
+// weight never has a smaller binade; 0 and the weights below 2^-62 share the last.
+#define TOPP_BINADES 64
+static int topp_binade(float w) {
+    int e;
+    frexpf(w, &e);
+    const int b = 1 - e;
+    return w > 0.0f && b < TOPP_BINADES - 1 ? b : TOPP_BINADES - 1;
+}
+
+// The candidates of top-p into order (position, logit, id), most likely first: the tokens of the
+// binades up to the first where the mass from the top reaches limit, or all n with all = 1.
+// Every other token has a smaller weight, so a smaller logit, and comes after all of them.
+// Returns how many.
+static int topp_candidates(const float* logits, const int* idx, const float* w, int n, double limit, int all, TopPItem* order) {
+    int last = TOPP_BINADES - 1;
+    if (!all) {
+        double mass[TOPP_BINADES] = {0};
+        for (int j = 0; j < n; j++) mass[topp_binade(w[j])] += w[j];
+        double c = 0.0;
+        for (int b = 0; b < TOPP_BINADES; b++) { c += mass[b]; if (c >= limit) { last = b; break; } }
+    }
+    int m = 0;
+    for (int j = 0; j < n; j++) {
+        if (topp_binade(w[j]) > last) continue;
+        order[m].logit = logits[idx[j]]; order[m].id = idx[j]; order[m].pos = j; m++;
+    }
+    qsort(order, (size_t)m, sizeof(TopPItem), topp_cmp);
+    return m;
+}
+
 // Top-p as transformers' TopPLogitsWarper (min_tokens_to_keep 1): from the most likely down, a
 // token stays while the tokens above it hold less than top_p of the mass sum; the others get
-// weight -1 (removed). w: the weights of idx[0..n).
+// weight -1 (removed). w: the weights of idx[0..n). Only the candidates are sorted; if their
+// mass, summed in order, falls short of the limit by rounding, all n are.
 static void sample_top_p(const float* logits, const int* idx, float* w, int n, double sum, float top_p) {
     TopPItem* order = (TopPItem*)mallocCheck((size_t)n * sizeof(TopPItem));
-    for (int j = 0; j < n; j++) { order[j].logit = logits[idx[j]]; order[j].id = idx[j]; order[j].pos = j; }
-    qsort(order, (size_t)n, sizeof(TopPItem), topp_cmp);
-    double above = 0.0;
     const double limit = (double)top_p * sum;
-    for (int j = 0; j < n; j++) {
-        const int pos = order[j].pos;
-        const float wj = w[pos];
-        if (j > 0 && above >= limit) w[pos] = -1.0f;
-        above += wj;
+    for (int all = 0; all < 2; all++) {
+        const int m = topp_candidates(logits, idx, w, n, limit, all, order);
+        double above = 0.0;
+        int j = 0;
+        for (; j < m && (j == 0 || above < limit); j++) above += w[order[j].pos];
+        if (j == m && m < n && above < limit) continue; // (the boundary lies past the candidates)
+        // the first j stay: their weights aside (in the sort key, no longer needed), all removed, the j back
+        for (int k = 0; k < j; k++) order[k].logit = w[order[k].pos];
+        for (int i = 0; i < n; i++) w[i] = -1.0f;
+        for (int k = 0; k < j; k++) w[order[k].pos] = order[k].logit;
+        break;
     }
     free(order);
 }
