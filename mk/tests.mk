@@ -55,7 +55,7 @@ TEST_REGISTRY += \
     cpu:$(TREE)/test/test_nf4 cpu:$(TREE)/test/test_ops cpu:$(TREE)/test/test_pack \
     cpu:$(TREE)/test/test_pref cpu:$(TREE)/test/test_prefloss cpu:$(TREE)/test/test_qlora \
     cpu:$(TREE)/test/test_recompute cpu:$(TREE)/test/test_runconfig cpu:$(TREE)/test/test_safetensors \
-    cpu:$(TREE)/test/test_sampling cpu:$(TREE)/test/test_schedule cpu:$(TREE)/test/test_tfevents cpu:$(TREE)/test/test_tokenizer \
+    cpu:$(TREE)/test/test_sampling cpu:$(TREE)/test/test_schedule cpu:$(TREE)/test/test_scorer cpu:$(TREE)/test/test_tfevents cpu:$(TREE)/test/test_tokenizer \
     cpu:$(TREE)/test/test_watchdog_exit cpu:$(TREE)/test/test_zero
 # the LoRA and QLoRA model tests on the CUDA kernels (mk/gpucheck.mk)
 TEST_REGISTRY += harness:$(TREE)/test/test_lora_cuda harness:$(TREE)/test/test_qlora_model_cuda
