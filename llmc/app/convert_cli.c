@@ -1,4 +1,5 @@
 // The `convert` program: flags, then load (and merge) -> write (llmc/model/convert.h).
+#include "app/convert_cli.h"
 #include "model/config.h"
 #include "model/convert.h"
 #include "model/gguf_io.h"
