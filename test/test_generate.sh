@@ -72,6 +72,7 @@ run --prompt "Once upon a time" -g 4 --top-p 0.9 --min-p 0.1 --repetition-penalt
 for v in 0 -0.1 1.5 nan; do expect_fail "--top-p $v" "--top-p" "$GEN" --model "$M" --top-p $v; done
 for v in -0.1 1.01 inf; do expect_fail "--min-p $v" "--min-p" "$GEN" --model "$M" --min-p $v; done
 for v in 0 -1 inf nan 1e-300 1e300; do expect_fail "--repetition-penalty $v" "--repetition-penalty" "$GEN" --model "$M" --repetition-penalty $v; done
+expect_fail "llama.cpp's --repeat-penalty" "--repetition-penalty" "$GEN" --model "$M" --repeat-penalty 1.1
 h=$("$GEN" --help)
 for f in --top-p --min-p --repetition-penalty; do grep -q -- "^  $f " <<<"$h" && ok "generate --help lists $f" || bad "generate --help lacks $f"; done
 # --dtype: the banner says which GEMMs ran (test_sampling checks the bf16 numbers)
