@@ -42,7 +42,7 @@ static void flag_defaults(TrainFlags* f, TrainMode mode) {
     f->objective = "sft"; f->pref_beta = 0.1f; f->label_smoothing = 0.0f; f->orpo_lambda = 0.1f; f->simpo_gamma = 0.5f;
     // LoRA: PEFT's defaults where PEFT has one (dropout 0)
     f->lora_rank = 8; f->lora_alpha = 16.0f; f->lora_dropout = 0.0f; f->lora_targets = "c_attn";
-    f->lora_layers = "all"; f->lora_bias = "none";
+    f->lora_layers = "all"; f->lora_bias = "none"; f->lora_plus_ratio = 1.0f;
 }
 
 // The flag table of a mode, pointing into f: the one list behind the parser, --help and the JSON
@@ -134,6 +134,8 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--train-ln-f", NULL, ARG_BOOL, &f->train_ln_f, NULL, "also train the final layernorm (PEFT modules_to_save=[\"ln_f\"])", 1, 0, NULL},
         {"--adapter", NULL, ARG_STR, &f->adapter, "DIR", "start from this PEFT adapter (adapter_config.json + adapter_model.safetensors); its targets, ranks and alphas replace the --lora-* flags", 1, 0, NULL},
         {"--qlora", NULL, ARG_BOOL, &f->qlora, NULL, "QLoRA: hold the frozen matmul weights as NF4 with double quantization (bitsandbytes-compatible, ~4.13 bits per weight), dequantized layer by layer; implied by a 4-bit transformers + bitsandbytes checkpoint", 1, 0, NULL},
+        {"--lora-plus-ratio", NULL, ARG_FLOAT, &f->lora_plus_ratio, "R", "LoRA+ (PEFT create_loraplus_optimizer): lora_B, and every trained bias / layernorm, "
+         "learn at R times --lr, lora_A at --lr; the schedule scales both; 1 = plain LoRA (docs/TRAINING.md)", 0, 1e6, NULL},
         {"--merge", NULL, ARG_BOOL, &f->merge, NULL, "also save the base with the adapter merged in: OUT/merged/ (transformers dir) and OUT/merged/model.bin (llm.c), per --save-format", 1, 0, NULL},
     };
     const int nc = (int)(sizeof(common) / sizeof(common[0])), nl = (int)(sizeof(lora) / sizeof(lora[0]));
@@ -186,6 +188,11 @@ static int runconfig_check_flags(const RunConfig* rc, char* err, size_t cap, con
     }
     if (none && strcmp(f->save_gguf, "none") != 0) { snprintf(err, cap, "--save-gguf needs an --out DIR to write the GGUF file in (not --out none)"); return -1; }
     if (rc->mode != TRAIN_LORA) return 0;
+    if (!(f->lora_plus_ratio > 0.0f)) {
+        *hint = "give B's learning rate over A's, e.g. --lora-plus-ratio 16 (the LoRA+ paper's choice); 1 trains plain LoRA";
+        snprintf(err, cap, "--lora-plus-ratio %g: the ratio of two learning rates must be positive", f->lora_plus_ratio);
+        return -1;
+    }
     if (strcmp(f->save_gguf, "none") != 0 && !f->merge && (strcmp(f->lora_bias, "none") != 0 || f->train_ln_f)) {
         *hint = "add --merge: the merged model is written as GGUF instead (OUT/merged/model-TYPE.gguf)";
         snprintf(err, cap, "--save-gguf: a GGUF LoRA adapter cannot carry the base tensors %s trains", f->train_ln_f ? "--train-ln-f" : "--lora-bias");

@@ -103,6 +103,7 @@ typedef struct {
     const char* adapter;
     const char* lora_bias;
     int qlora;
+    float lora_plus_ratio;       // --lora-plus-ratio: LoRA+, B's learning rate over A's (1: off)
 } TrainFlags;
 
 // One file of the base model as it was when the run started: the adapter in a LoRA checkpoint is
