@@ -198,10 +198,15 @@ LoraModel* lora_from_adapters(const GPT2Config* cfg, const LoraSpec* spec, LoraA
 static LoraAdapter* lora_adapters_for(const GPT2Config* cfg, const LoraSpec* spec, int* n_out) {
     const char* hint = "check the --lora-* flags (run with --help)";
     const int L = cfg->num_layers;
-    if (spec->rank < 1) fatal(hint, "--lora-rank must be at least 1 (got %d)", spec->rank);
+    if (spec->rank < 0) fatal(hint, "--lora-rank must be at least 0 (got %d)", spec->rank);
+    if (L > LORA_MAX_LAYERS) fatal(hint, "models with more than %d layers are not supported", LORA_MAX_LAYERS);
+    *n_out = 0;
+    if (spec->rank == 0) { // BitFit: no adapter, only the base slices of spec.bias
+        if (spec->bias != LORA_BIAS_ALL) fatal("add --lora-bias all (BitFit: every bias)", "--lora-rank 0 makes no adapter, and only --lora-bias all gives it something to train");
+        return NULL;
+    }
     if (!(spec->dropout >= 0.0f && spec->dropout < 1.0f)) fatal(hint, "--lora-dropout must be in [0, 1) (got %g)", spec->dropout);
     if (!spec->targets) fatal(hint, "no LoRA target layers");
-    if (L > LORA_MAX_LAYERS) fatal(hint, "models with more than %d layers are not supported", LORA_MAX_LAYERS);
     int nl = 0;
     for (int l = 0; l < L; l++) nl += spec->layers[l] != 0;
     if (!nl) fatal(hint, "--lora-layers selects no layer of the model (it has %d)", L);
@@ -348,6 +353,7 @@ static void describe_patterns(const LoraModel* lm, char* out, size_t cap) {
 
 void lora_describe(const LoraModel* lm, char* out, size_t cap) {
     const LoraSpec* s = &lm->spec;
+    if (lora_is_bitfit(lm)) { snprintf(out, cap, "BitFit: no adapter | biases trained%s", s->train_ln_f ? " | ln_f trained" : ""); return; }
     char targets[64], layers[LORA_MAX_LAYERS * 5], patterns[512];
     describe_targets(lm, targets, sizeof(targets));
     describe_layers(lm, layers, sizeof(layers));
@@ -396,6 +402,8 @@ size_t lora_scratch_numel(const LoraModel* lm, size_t rows) {
 }
 size_t lora_scratch_bytes(const LoraModel* lm, size_t rows) { return lora_scratch_numel(lm, rows) * sizeof(floatX); }
 
+int lora_is_bitfit(const LoraModel* lm) { return lm->n == 0; }
+
 int lora_max_segments(const LoraModel* lm) { return 1 + 2 * lm->n + lm->n_extra; }
 
 // One decayed segment of the flat adapter buffers: n elements from off.
@@ -407,6 +415,7 @@ static void adapter_segment(const LoraModel* lm, TrainSeg* s, const char* name, 
 // The adapters' segments: one over the whole buffer, or with LoRA+ A and B of each adapter apart
 // (the same elements in the same order: the optimizer state's layout does not change with it).
 static int adapter_segments(const LoraModel* lm, TrainSeg* segs) {
+    if (!lm->total) return 0; // (BitFit: no adapter)
     if (lm->plus_ratio == 1.0f) { adapter_segment(lm, &segs[0], "lora", 0, lm->total, 1.0f); return 1; }
     int n = 0;
     for (int i = 0; i < lm->n; i++) {

@@ -118,7 +118,8 @@ int lora_parse_targets(const char* s, unsigned* out, char* err, size_t errcap);
 int lora_parse_layers(const char* s, int num_layers, LoraSpec* spec, char* err, size_t errcap);
 
 // Build the adapters for spec on a model of config cfg and allocate their parameters and
-// gradients (zeroed). fatal on an inconsistent spec (no target, rank < 1, ...).
+// gradients (zeroed). fatal on an inconsistent spec (no target, rank < 0, ...). Rank 0 is BitFit:
+// no adapter at all, only the base slices of spec.bias (which must be LORA_BIAS_ALL) and ln_f.
 LoraModel* lora_create(const GPT2Config* cfg, const LoraSpec* spec);
 // The same without backend memory (params, grads and masks NULL): the structure and sizes a plan
 // needs (llmc/plan/memplan.h) before anything is allocated. lora_free frees it.
@@ -165,6 +166,8 @@ void lora_put_base_values(LoraModel* lm);
 // needs room for lora_max_segments(lm). Returns the count.
 int lora_segments(const LoraModel* lm, TrainSeg* segs);
 int lora_max_segments(const LoraModel* lm);
+// BitFit (rank 0): no adapter, the trained base slices are all there is.
+int lora_is_bitfit(const LoraModel* lm);
 // The elements of those segments: lm->total and the trained base slices.
 size_t lora_trainable_numel(const LoraModel* lm);
 // Bytes of backend memory the linear layers' adapter scratch will take for batches of rows
