@@ -24,6 +24,8 @@ Both: constant lr 1e-3, betas (0.9, 0.95), eps 1e-8, clip_grad_norm_ 1.0 over ev
 parameter, the same batch every step, fp32, dropout 0; the metadata holds the hyperparameters.
 
 Run from anywhere: /work/venv-torch/bin/python dev/gen_loraplus_ref.py
+`... dev/gen_loraplus_ref.py --check-run build/cpu/loraplus_cli/bf1` (after test/test_loraplus_cli.sh):
+transformers loads BitFit's output directory; only its biases differ from the base.
 """
 import os
 import sys
@@ -121,8 +123,27 @@ def bitfit(x, y):
     print(f"bitfit: {len(trained)} bias tensors, {n_bias} parameters; losses {losses[0]:.5f}..{losses[-1]:.5f}")
 
 
+def check_run(run_dir):
+    # a train_lora --lora-rank 0 --lora-bias all run (test/test_loraplus_cli.sh's OUT): transformers
+    # loads OUT, every parameter but the biases is the base's, and the biases moved
+    base = dict(base_model().named_parameters())
+    out = GPT2LMHeadModel.from_pretrained(run_dir, attn_implementation="eager")
+    frozen, moved = 0.0, []
+    for n, p in out.named_parameters():
+        d = (p - base[n]).abs().max().item()
+        if "bias" in n:
+            moved.append(d)
+        else:
+            frozen = max(frozen, d)
+    print(f"{run_dir}: transformers loads it; frozen weights max |diff| {frozen:.3g}; "
+          f"{len(moved)} biases moved by {min(moved):.3g}..{max(moved):.3g}")
+    return 0 if frozen == 0.0 and len(moved) == 13 and min(moved) > 0 else 1
+
+
 def main():
     os.chdir(ROOT)
+    if len(sys.argv) == 3 and sys.argv[1] == "--check-run":
+        return check_run(sys.argv[2])
     torch.use_deterministic_algorithms(True)
     r = load_file(os.path.join(BASE, "ref.safetensors"))
     x, y = r["input_ids"].long(), r["targets"].long()
