@@ -7,7 +7,7 @@
 #   adapter, byte for byte) and, given again, reported as an optimizer change;
 # - BitFit: no adapter; the output is the model directory (transformers) and model.bin, whose
 #   non-bias tensors are the base's bytes and whose biases moved; the checkpoints hold only the
-#   biases; resuming ends with the same model; the plan runs;
+#   biases; resuming ends with the same model; --save-gguf writes the model as GGUF; the plan runs;
 # - bad input stops with a message naming the flag, exit 1, and nothing written.
 source "$(dirname "$0")/lib.sh"
 BIN="$BIN_DIR/train_lora"
@@ -76,6 +76,15 @@ cmp -s "$D/bf1/model.safetensors" "$D/bf2/model.safetensors" && [ "$(losses "$D/
 [ $rc -eq 0 ] && grep -q "^disk: a checkpoint .* (biases .*final outputs .* (model.safetensors .*, model.bin " "$D/plan.log" \
   && ! grep -q -E "adapter|merged/" "$D/plan.log" && [ ! -e "$D/bfplan" ] \
   && ok "--plan of a BitFit run: no adapter, checkpoints of biases, the model written" || { bad "--plan exit $rc"; grep -E "disk|adapter" "$D/plan.log"; }
+
+# BitFit --save-gguf: the model as GGUF (no GGUF LoRA adapter can hold biases), the weights of
+# model.bin; on a base with GPT-2's vocabulary (a GGUF file carries its tokenizer)
+"$BIN_DIR/train_gpt2" --model tiny --train-data "$D/data/tiny_train_*.bin" -b 2 -t 16 --steps 1 --save-format hf --out "$D/vbase" >/dev/null 2>&1 \
+  || bad "train_gpt2 for a base with a vocabulary exited $?"
+"$BIN" --model "$D/vbase" --train-data "$D/data/tiny_train_*.bin" -b 2 -t 16 --steps 2 --lora-rank 0 --lora-bias all --save-gguf f32 \
+  --out "$D/bfg" >"$D/bfg.log" 2>&1 || { bad "BitFit --save-gguf exited $?"; tail -5 "$D/bfg.log"; }
+"$BIN_DIR/convert" --model "$D/bfg/model-f32.gguf" --out "$D/bfg_back.bin" >/dev/null 2>&1 && cmp -s "$D/bfg_back.bin" "$D/bfg/model.bin" \
+  && ok "BitFit --save-gguf: model-f32.gguf holds the weights of model.bin" || bad "BitFit's GGUF missing or other than model.bin"
 
 # ---- bad input: exit 1, the flag named, no output
 expect_none() { # name, message, args...
