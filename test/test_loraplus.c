@@ -3,7 +3,8 @@
 //   loraplus: from PEFT's saved adapter (attn.c_proj + mlp.c_fc, r=4, bias="lora_only", ln_f trained),
 //     10 AdamW steps with plus_ratio 16 give the losses, gradient norms and every trained tensor
 //     (lora_A, lora_B, the biases, ln_f) of torch's AdamW over PEFT's create_loraplus_optimizer
-//     groups, each element within 1e-5.
+//     groups, each element within 1e-5; the same with the optimizer offload (the update on the
+//     host, in pieces).
 //   bitfit: rank 0 with bias all (no adapter at all), 10 AdamW steps give the losses, norms and
 //     every bias of transformers with only the biases trainable, within 1e-5 (c_attn's key third,
 //     whose gradient is zero but for rounding: check_final), and no frozen weight moves.
@@ -72,8 +73,29 @@ static const char* peft_name(const LoraExtra* e, char* out, size_t cap) { snprin
 
 // ---- LoRA+
 
-static void test_loraplus(void) {
-    printf("---- loraplus\n");
+// h->steps AdamW steps of m's segments as ref_train takes them, with the optimizer offload
+// (opt_offload, --offload-optimizer: the update on the host, in pieces of chunk elements).
+static void train_offloaded(Model* m, const RefAdamW* h, size_t chunk) {
+    TrainSeg* segs = (TrainSeg*)mallocCheck((size_t)model_max_segments(m) * sizeof(TrainSeg));
+    Optimizer opt;
+    opt_init(&opt, segs, model_segments(m, segs), 0, (size_t)-1);
+    free(segs);
+    opt_offload(&opt);
+    opt.offload_chunk = chunk;
+    const RefBatch* b = &g_tb.batch;
+    for (int s = 0; s < h->steps; s++) {
+        gpt2_zero_grads(&m->gpt);
+        long nv = 0;
+        gpt2_forward(&m->gpt, b->inputs, b->targets, NULL, b->B, b->T, 1.0f / (float)b->valid, &nv);
+        gpt2_backward(&m->gpt, NULL);
+        const double norm = sqrt(opt_grad_sumsq(&opt, 0, opt.total));
+        opt_step(&opt, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, opt_clip_scale(norm, h->grad_clip), 1234u + (uint32_t)s);
+    }
+    opt_free(&opt);
+}
+
+static void test_loraplus(int offload) {
+    printf("---- loraplus%s\n", offload ? " with the optimizer offload" : "");
     StFile ref;
     st_open(&ref, "test/ref/lora_tiny/loraplus/ref.safetensors");
     LoraModel* lm = make_spec_lora(4, 8.0f, "attn.c_proj,mlp.c_fc", LORA_BIAS_LORA_ONLY, 1);
@@ -90,8 +112,11 @@ static void test_loraplus(void) {
     RefAdamW h = ref_adamw(&ref);
     float losses[64], norms[64];
     TEST_CHECK(h.steps <= 64, "steps");
-    ref_train(&m, &g_tb.batch, &h, losses, norms);
-    ref_check_train("loraplus", &ref, losses, norms, h.steps, ATOL, 1e-4);
+    if (offload) train_offloaded(&m, &h, 700); // (pieces smaller than a B: every segment in several)
+    else {
+        ref_train(&m, &g_tb.batch, &h, losses, norms);
+        ref_check_train("loraplus", &ref, losses, norms, h.steps, ATOL, 1e-4);
+    }
     float* host = (float*)mallocCheck(lm->total * sizeof(float));
     lora_get_params(lm, host);
     for (int i = 0; i < lm->n; i++) {
@@ -156,7 +181,8 @@ static void test_bitfit(void) {
 int main(void) {
     ops_init(0);
     test_base_load(&g_tb, BASE_DIR);
-    test_loraplus();
+    test_loraplus(0);
+    test_loraplus(1);
     test_bitfit();
     test_base_free(&g_tb);
     return test_finish("test_loraplus");
