@@ -87,7 +87,7 @@ TEST_REGISTRY += cpu:test/test_fuzz.sh
 # start-up on a small fake device; greedy sampling with an adapter, CUDA path against CPU path
 # (harness builds of the programs, mk/gpucheck.mk)
 TEST_REGISTRY += \
-    harness:test/test_gpu_check.sh harness:test/test_step_syncs.sh harness:test/test_device_memory.sh \
+    harness:test/test_gpu_check.sh harness:test/test_step_syncs.sh harness:test/test_loraplus_cuda.sh harness:test/test_device_memory.sh \
     harness:test/test_sample_backends.sh
 # the memory plan (llmc/run/memplan.c) over several ranks (its one-rank cases are test_memplan),
 # the trainers' plan step (--plan, --batch-size auto, resume)
