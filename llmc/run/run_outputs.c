@@ -154,9 +154,10 @@ void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank) {
     outputs_check_gguf(o, m);
     if (!m->lora || lora_is_bitfit(m->lora)) return; // (BitFit writes no adapter: no base to name)
     outputs_resolve_base(o);
-    if (strlen(o->base) >= sizeof(m->lora->base_name))
+    const size_t len = strlen(o->base);
+    if (len >= sizeof(m->lora->base_name))
         fatal("use a shorter --out or --model path", "the base model's path '%s' is too long for adapter_config.json", o->base);
-    snprintf(m->lora->base_name, sizeof(m->lora->base_name), "%s", o->base);
+    memcpy(m->lora->base_name, o->base, len + 1);
 }
 
 // A PEFT directory: the adapter and the tokenizer files.
