@@ -62,6 +62,8 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
                "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n"
                "       generate --adapter DIR [--prompt TEXT] [options]     (the adapter's own base model)\n\n"
                "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout.", given);
+    char err[256];
+    if (cli_sample_check(&g->s, err, sizeof(err))) fatal("run with --help to see every flag and its range", "%s", err);
     if (!g->model && !g->adapter) fatal("run with --help to see every flag", "--model is required (or --adapter, whose base model is used)");
     if (g->system && !g->chat) fatal("add --chat plain|chatml", "--system is for --chat");
     if (g->chat && !given[i_prompt] && !g->score) fatal("with --chat, --prompt is the user's message", "--chat needs --prompt");
@@ -189,8 +191,8 @@ static void gen_report(const Model* m, const GenFlags* g, const Tokenizer* tok, 
     fprintf(stderr, "model: %s | L=%d C=%d NH=%d vocab=%d | backend %s%s%s\n", m->source, cfg->num_layers, cfg->channels,
             cfg->num_heads, cfg->vocab_size, ops_backend_name(), m->lora ? " | adapter " : "", m->lora ? g->adapter : "");
     fprintf(stderr, "dtype: %s\n", dtype);
-    fprintf(stderr, "prompt: %d tokens | temperature %g | top-k %d | seed %d | %s\n", np, g->s.temperature, g->s.top_k, g->seed,
-            g->no_kv ? "no kv cache" : "kv cache");
+    fprintf(stderr, "prompt: %d tokens | temperature %g | top-k %d | top-p %g | min-p %g | repetition penalty %g | seed %d | %s\n",
+            np, g->s.temperature, g->s.top_k, g->s.top_p, g->s.min_p, g->s.repetition_penalty, g->seed, g->no_kv ? "no kv cache" : "kv cache");
     const int skip = chat && tok->eot_id >= 0; // --chat: the rendered prompt without its leading <|endoftext|>
     textgen_echo_prompt(tok, ids + skip, np - skip, stdout, NULL);
 }
@@ -252,7 +254,7 @@ int generate_main(int argc, char** argv) {
     KVCache kv;
     if (!g.no_kv) kv_init(&kv, &m.gpt, 1, need);
     if (!g.quiet) gen_report(&m, &g, &tok, prompt_ids, np, tpl != NULL, dtype);
-    SampleParams sp = { g.s.temperature, g.s.top_k, (uint64_t)g.seed };
+    SampleParams sp = cli_sample_params(&g.s, g.seed);
     ChatStream cs = { { &tok, stdout, NULL, tok.eot_id }, {0} };
     if (tpl) chat_stop_init(&cs.stop, tpl->stop);
     LogitsOut lo = { tpl ? gen_chat_stream_token : textgen_stream_token, tpl ? (void*)&cs : (void*)&cs.ts, NULL, 0, 0 };

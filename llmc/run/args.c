@@ -149,7 +149,7 @@ static const struct { const char* other; const char* flag; const char* note; } A
     {"eval-file", "--val-data", NULL}, {"bf16", "--dtype", "--dtype bf16"}, {"fp32", "--dtype", "--dtype fp32"},
     {"fp16", "--dtype", "bf16 or fp32"}, {"num-threads", "--threads", NULL}, {"zero-stage", "--zero", NULL},
     {"max-tokens", "--max-new-tokens", NULL}, {"max-length", "--max-new-tokens", NULL}, {"num-tokens", "--max-new-tokens", NULL},
-    {"temp", "--temperature", NULL}, {"n", "--max-new-tokens", "-n is the trainers' --save-every, as in llm.c"},
+    {"temp", "--temperature", NULL}, {"repeat-penalty", "--repetition-penalty", NULL}, {"n", "--max-new-tokens", "-n is the trainers' --save-every, as in llm.c"},
     {"q", "--quiet", "-q is the trainers' --final-lr-frac, as in llm.c"}, {"merge-and-unload", "--merge", NULL},
 };
 

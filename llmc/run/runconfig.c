@@ -211,6 +211,7 @@ static int runconfig_check_flags(const RunConfig* rc, char* err, size_t cap, con
     *hint = HINT;
     if (!f->model) { snprintf(err, cap, "--model is required"); return -1; }
     if (!f->train_data && !f->plan) { snprintf(err, cap, "--train-data is required"); return -1; }
+    if (cli_sample_check(&f->sample, err, cap)) return -1;
     const int none = f->out_dir && !strcmp(f->out_dir, "none");
     if (f->resume && (!f->out_dir || none)) { snprintf(err, cap, "--resume needs --out DIR (the directory holding the checkpoints)"); return -1; }
     if (none && f->keep_best) { snprintf(err, cap, "--keep-best needs an --out DIR to keep the model in (not --out none)"); return -1; }

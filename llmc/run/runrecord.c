@@ -48,6 +48,7 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"save_gguf", CHANGE_HARMLESS},
     {"merge", CHANGE_HARMLESS}, {"sample_every", CHANGE_HARMLESS}, {"sample_tokens", CHANGE_HARMLESS},
     {"prompt", CHANGE_HARMLESS}, {"temperature", CHANGE_HARMLESS}, {"top_k", CHANGE_HARMLESS},
+    {"top_p", CHANGE_HARMLESS}, {"min_p", CHANGE_HARMLESS}, {"repetition_penalty", CHANGE_HARMLESS},
     {"vocab", CHANGE_HARMLESS}, {"threads", CHANGE_HARMLESS}, {"watchdog_timeout", CHANGE_HARMLESS},
     {"deterministic", CHANGE_HARMLESS}, {"zero", CHANGE_HARMLESS}, {"recompute", CHANGE_HARMLESS},
     {"dtype", CHANGE_HARMLESS}, {"profile", CHANGE_HARMLESS}, {"tensorboard", CHANGE_HARMLESS},
