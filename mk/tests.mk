@@ -88,7 +88,7 @@ TEST_REGISTRY += cpu:test/test_fuzz.sh
 # (harness builds of the programs, mk/gpucheck.mk)
 TEST_REGISTRY += \
     harness:test/test_gpu_check.sh harness:test/test_step_syncs.sh harness:test/test_device_memory.sh \
-    harness:test/test_sample_backends.sh
+    harness:test/test_sample_backends.sh harness:test/test_generate_batch_cuda.sh
 # the memory plan (llmc/run/memplan.c) over several ranks (its one-rank cases are test_memplan),
 # the trainers' plan step (--plan, --batch-size auto, resume)
 TEST_REGISTRY += cpu:test/test_memplan.sh cpu:test/test_plan_cli.sh
