@@ -53,7 +53,7 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     specs[n] = cli_flag_seed(&g->seed);
     specs[n++].help = "seed of the sampling: the same seed, model and flags give the same text (unused by greedy decoding)";
     specs[n++] = (ArgSpec){"--no-kv-cache", NULL, ARG_BOOL, &g->no_kv, NULL, "recompute the whole sequence for every token (slow; for checking the cache)", 1, 0, NULL};
-    specs[n++] = (ArgSpec){"--chat", NULL, ARG_STR, &g->chat, "TEMPLATE", "--prompt is a user message: render it with this chat template as data/prepare --chat-template does, answer as the assistant", 1, 0, chat_choices};
+    specs[n++] = (ArgSpec){"--chat", NULL, ARG_STR, &g->chat, "TEMPLATE", "--prompt (and --prompts' prompts) is a user message, --prompts' messages a conversation: render it with this chat template as data/prepare --chat-template does, answer as the assistant", 1, 0, chat_choices};
     specs[n++] = (ArgSpec){"--system", NULL, ARG_STR, &g->system, "TEXT", "with --chat: a system message before the user's", 1, 0, NULL};
     specs[n++] = cli_flag_threads(&g->threads);
     specs[n++] = cli_flag_dtype(&g->dtype);
@@ -72,7 +72,8 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     args_parse(argc, argv, specs, n,
                "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n"
                "       generate --adapter DIR [--prompt TEXT] [options]     (the adapter's own base model)\n\n"
-               "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout.", given);
+               "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout. With --num-samples N > 1,\n"
+               "--prompts FILE or --out FILE: N samples of each prompt decoded together, one JSON line per completion (docs/GENERATE.md).", given);
     if (!g->model && !g->adapter) fatal("run with --help to see every flag", "--model is required (or --adapter, whose base model is used)");
     if (g->system && !g->chat) fatal("add --chat plain|chatml", "--system is for --chat");
     if (g->chat && !given[i_prompt] && !g->prompts) fatal("with --chat, --prompt is the user's message", "--chat needs --prompt (or --prompts)");
