@@ -67,6 +67,14 @@ for i, l in enumerate(open(sys.argv[1])):
     assert r["index"] == 0 and r["prompt"] == "!#%" and r["sample"] == i and r["tokens"] == 20
     assert r["finish_reason"] == "length" and isinstance(r["mean_logprob"], float) and r["mean_logprob"] < 0
 PY
+# bytes that are no UTF-8 (ids 94..99 of the tiny vocabulary are lone continuation bytes 0xa1..0xa6)
+# come out as U+FFFD: every line is valid UTF-8 and JSON
+"$GEN" "${S[@]}" --prompt '!#%' -g 24 --seed 5 --num-samples 8 --temperature 1.5 --quiet > "$TMP/u.jsonl" 2>"$TMP/err" || { cat "$TMP/err"; bad "T=1.5 run failed"; }
+py "$TMP/u.jsonl" <<'PY' && ok "text bytes that are not UTF-8 written as U+FFFD (the JSONL reads back strictly)" || bad "UTF-8: $(head -c 300 "$TMP/u.jsonl")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8", errors="strict")]
+sys.exit(0 if len(rows) == 8 and any("\ufffd" in r["text"] for r in rows) else 1)
+PY
 # --stop: the text up to the stop string, which is removed; the streamed text stops there too
 cut=${g1:6:2}; want=${g1%%"$cut"*}
 "$GEN" "${S[@]}" --prompt '!#%' -g 24 --temperature 0 --num-samples 2 --stop "$cut" --quiet > "$TMP/stop.jsonl" 2>"$TMP/err" || { cat "$TMP/err"; bad "--stop failed"; }
