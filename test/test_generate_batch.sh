@@ -117,7 +117,7 @@ first = json.loads(open(sys.argv[2]).readline())
 assert [(r["index"], r["sample"], r["prompt"]) for r in rows] == [(0, 0, "!#%"), (0, 1, "!#%"), (1, 0, "$&"), (1, 1, "$&")], rows
 assert first["text"].startswith(rows[0]["text"]) and len(rows[0]["text"]) == 6   # the seed-5 text, 6 of its 20 tokens
 PY
-ls "$TMP"/out.jsonl.tmp.* > /dev/null 2>&1 && bad "--out left a temporary" || ok "--out: no temporary left"
+! ls "$TMP"/out.jsonl.tmp.* > /dev/null 2>&1 && [ ! -e "$TMP/.lock" ] && ok "--out: no temporary and no .lock left" || bad "--out left $(ls -a "$TMP")"
 PREP="${PREPARE_BIN:-data/prepare}"
 python3 -c "
 import json
