@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "app/generate.h"
 #include "app/generate_batch.h"
+#include "app/gen_score.h"
 #include "run/args.h"
 #include "text/chat.h"
 #include "base/check.h"
@@ -28,6 +29,7 @@ typedef struct {
     const char* prompts;  // --prompts FILE (JSONL)
     const char* out;      // --out FILE (JSONL)
     const char* stop;     // --stop TEXT
+    const char* score;    // --score FILE: score its records instead of generating
     int max_new, seed, no_kv, threads, quiet, num_samples;
 } GenFlags;
 
@@ -68,6 +70,9 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
                            "write the completions as JSONL to FILE (atomically) instead of stdout", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--stop", NULL, ARG_STR, &g->stop, "TEXT",
                            "end a completion where its text contains TEXT (TEXT not printed; finish_reason \"stop\")", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--score", NULL, ARG_STR, &g->score, "FILE",
+                           "score the records of a JSONL file (text, prompt + completion, or --chat conversations) instead of generating: "
+                           "one JSON line each on stdout with the tokens' log-probability and perplexity", 1, 0, NULL};
     unsigned char given[24];
     args_parse(argc, argv, specs, n,
                "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n"
@@ -76,7 +81,12 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
                "--prompts FILE or --out FILE: N samples of each prompt decoded together, one JSON line per completion (docs/GENERATE.md).", given);
     if (!g->model && !g->adapter) fatal("run with --help to see every flag", "--model is required (or --adapter, whose base model is used)");
     if (g->system && !g->chat) fatal("add --chat plain|chatml", "--system is for --chat");
-    if (g->chat && !given[i_prompt] && !g->prompts) fatal("with --chat, --prompt is the user's message", "--chat needs --prompt (or --prompts)");
+    if (g->chat && !given[i_prompt] && !g->prompts && !g->score)
+        fatal("with --chat, --prompt is the user's message", "--chat needs --prompt (or --prompts)");
+    if (g->score && (given[i_prompt] || g->system || g->logits_out || g->no_kv))
+        fatal("--score reads its text from the file", "--score with --prompt, --system, --logits-out or --no-kv-cache");
+    if (g->score && (gen_batched(g) || g->stop))
+        fatal("--score writes one JSON line per record on stdout", "--score with --prompts, --num-samples, --out or --stop");
     if (g->prompts && given[i_prompt]) fatal("put the prompt in the --prompts file", "--prompt and --prompts: give one of them");
     if (gen_batched(g) && g->no_kv) fatal("leave out --no-kv-cache", "--num-samples, --prompts and --out decode with the key/value cache; --no-kv-cache is for one streamed completion");
     if (gen_batched(g) && g->logits_out) fatal("leave out --logits-out", "--logits-out is for one streamed completion, not with --num-samples, --prompts or --out");
@@ -296,6 +306,17 @@ static void gen_batch(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTem
     genbatch_run(m, tok, ps, &spec);
 }
 
+// --score FILE: the log-probability of each record's text, one JSON line each on stdout (llmc/app/gen_score.c).
+static void gen_score(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTemplate* tpl, const char* dtype) {
+    if (!g->quiet) fprintf(stderr, "model: %s | backend %s%s%s | dtype: %s\n", m->source, ops_backend_name(), m->lora ? " | adapter " : "",
+                           m->lora ? g->adapter : "", dtype);
+    size_t len;
+    char* out = gen_score_file(m, tok, g->score, tpl, !g->quiet, &len);
+    fwrite(out, 1, len, stdout);
+    fflush(stdout);
+    free(out);
+}
+
 int generate_main(int argc, char** argv) {
     GenFlags g;
     gen_parse(&g, argc, argv);
@@ -318,7 +339,8 @@ int generate_main(int argc, char** argv) {
     gen_model(&m, &g, bf16);
     Tokenizer tok;
     tok_load(&tok, vpath);
-    if (gen_batched(&g)) { gen_batch(&g, &m, &tok, tpl, &ps, dtype); genbatch_free(&ps); }
+    if (g.score) gen_score(&g, &m, &tok, tpl, dtype);
+    else if (gen_batched(&g)) { gen_batch(&g, &m, &tok, tpl, &ps, dtype); genbatch_free(&ps); }
     else gen_stream(&g, &m, &tok, tpl, dtype);
     tok_free(&tok);
     model_free(&m);

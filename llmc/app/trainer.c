@@ -147,6 +147,7 @@ static void build_model(Run* r, long resume_step) {
     }
     model_assemble(&r->m, &spec);
     r->model = &r->m.gpt; r->lora = r->m.lora; r->nf4 = r->m.nf4;
+    if (r->lora) r->lora->plus_ratio = f->lora_plus_ratio; // (LoRA+: the optimizer's segments, lora_segments)
     outputs_init(&r->out, c, &r->m, r->rank);
     sample_setup(r);
 }

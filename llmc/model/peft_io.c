@@ -37,7 +37,7 @@ static const StTensor* find_extra(const StFile* f, const LoraExtra* e, const cha
 
 // The adapter tensors and the trained base slices (read from the model they are on: extra[i].p)
 // as one safetensors file, atomically.
-static void peft_save_tensors(const LoraModel* lm, const char* path) {
+void peft_save_tensors(const LoraModel* lm, const char* path) {
     float* host = (float*)mallocCheck((lm->total ? lm->total : 1) * sizeof(float));
     lora_get_params(lm, host);
     size_t ne = 0;

@@ -39,6 +39,9 @@ extern "C" {
 void peft_load_tensors(LoraModel* lm, const char* path);
 // dir/adapter_model.safetensors + dir/adapter_config.json (creates dir), each written atomically.
 void peft_save_adapter(const LoraModel* lm, const char* dir);
+// The adapter tensors and the trained base slices alone, as one safetensors file at path (atomic):
+// what peft_load_tensors reads (a BitFit checkpoint, which no adapter_config.json can describe).
+void peft_save_tensors(const LoraModel* lm, const char* path);
 // Load an adapter: path is the adapter directory (or its adapter_model.safetensors). The
 // structure (targets, layers, ranks, scalings, q/k/v split) comes from the files; the trained
 // base slices' values wait in the adapters until lora_put_base_values. fatal with a message

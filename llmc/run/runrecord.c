@@ -37,6 +37,7 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"cooldown_frac", CHANGE_SCHEDULE},
     {"weight_decay", CHANGE_OPTIMIZER}, {"grad_clip", CHANGE_OPTIMIZER}, {"beta1", CHANGE_OPTIMIZER},
     {"beta2", CHANGE_OPTIMIZER}, {"eps", CHANGE_OPTIMIZER}, {"lora_dropout", CHANGE_OPTIMIZER},
+    {"lora_plus_ratio", CHANGE_OPTIMIZER}, // (B's learning rate from the next step on; AdamW's state does not depend on it)
     {"max_skipped_steps", CHANGE_OPTIMIZER}, {"loss_scale_window", CHANGE_OPTIMIZER},
     {"loss_scale_init", CHANGE_HARMLESS}, // (a resumed run takes the scale from its checkpoint)
     {"objective", CHANGE_REFUSED}, {"ref_model", CHANGE_REFUSED}, {"recompute_reference", CHANGE_INVOCATION},
