@@ -160,6 +160,7 @@ expect_fail "--prompt with --prompts" "--prompt and --prompts" "$GEN" "${S[@]}" 
 expect_fail "--no-kv-cache with --num-samples" "--no-kv-cache is for one streamed completion" "$GEN" "${S[@]}" --prompt '!' --num-samples 2 --no-kv-cache
 expect_fail "--logits-out with --num-samples" "--logits-out is for one streamed completion" "$GEN" "${S[@]}" --prompt '!' --num-samples 2 --logits-out "$TMP/lg2"
 expect_fail "--stop empty" "--stop" "$GEN" "${S[@]}" --prompt '!' --stop ""
+expect_fail "--score with --num-samples" "--score with --prompts, --num-samples, --out or --stop" "$GEN" "${S[@]}" --score "$TMP/p.jsonl" --num-samples 2
 
 echo "test_generate_batch.sh: $checks checks, $fails failed"
 [ $fails -eq 0 ]
