@@ -254,6 +254,12 @@ static void gen_lock_out(const char* path, const char* flag, GenOut* o, int argc
     if (runlock_writer_acquire(o->dir, flag, &o->name, 1, argc, argv) == 1) runlock_writer_clean(stderr, o->dir, gen_out_ours, o); // (stdout is the text)
 }
 
+// The token choice of the flags, for the streamed completion and the batched ones alike.
+static SampleParams gen_sample_params(const GenFlags* g) {
+    SampleParams sp = { .temperature = g->s.temperature, .top_k = g->s.top_k, .seed = (uint64_t)g->seed };
+    return sp;
+}
+
 // One completion streamed to stdout as text (with --logits-out, --no-kv-cache, --chat, --stop).
 static void gen_stream(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTemplate* tpl, const char* dtype) {
     const GPT2Config* cfg = &m->gpt.cfg;
@@ -267,7 +273,7 @@ static void gen_stream(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTe
     KVCache kv;
     if (!g->no_kv) kv_init(&kv, &m->gpt, 1, need);
     if (!g->quiet) gen_report(m, g, tok, prompt_ids, np, tpl != NULL, dtype);
-    SampleParams sp = { g->s.temperature, g->s.top_k, (uint64_t)g->seed };
+    SampleParams sp = gen_sample_params(g);
     StopStream cs = { { tok, stdout, NULL, tok->eot_id }, { {0}, {0} }, 0 };
     if (tpl) chat_stop_init(&cs.stop[cs.n_stop++], tpl->stop);
     if (g->stop) chat_stop_init(&cs.stop[cs.n_stop++], g->stop);
@@ -293,7 +299,7 @@ static void gen_stream(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTe
 // --num-samples, --prompts, --out: the completions as JSONL (llmc/app/generate_batch.c).
 static void gen_batch(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTemplate* tpl, GenPrompts* ps, const char* dtype) {
     GenBatchSpec spec = { g->model, g->adapter, tpl, g->system, g->out, g->stop, g->num_samples, g->max_new, g->quiet,
-                          { g->s.temperature, g->s.top_k, (uint64_t)g->seed } };
+                          gen_sample_params(g) };
     genbatch_encode(ps, tok, &spec, &m->gpt.cfg);
     if (!g->quiet) {
         const GPT2Config* cfg = &m->gpt.cfg;
