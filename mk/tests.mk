@@ -74,6 +74,7 @@ TEST_REGISTRY += \
     cpu:test/test_bad_input.sh cpu:test/test_checkpoint_integrity.sh cpu:test/test_train_mpi.sh \
     cpu:test/test_comm.sh cpu:test/test_watchdog.sh cpu:test/test_multihost.sh \
     cpu:test/test_lora_cli.sh cpu:test/test_loraplus_cli.sh cpu:test/test_loraplus_mpi.sh cpu:test/test_pref_train.sh cpu:test/test_qlora_cli.sh cpu:test/test_generate.sh cpu:test/test_score.sh \
+    cpu:test/test_generate_batch.sh \
     cpu:test/test_prepare.sh cpu:test/test_recompute.sh cpu:test/test_plot.sh cpu:test/test_tensorboard.sh
 # the flash attention kernels' SASS and cycle model; the lints of the code, and of the documents
 # in docs/ against the code (lint_docs.sh: every trainer flag in docs/ARCHITECTURE.md's table, the
@@ -88,7 +89,7 @@ TEST_REGISTRY += cpu:test/test_fuzz.sh
 # (harness builds of the programs, mk/gpucheck.mk)
 TEST_REGISTRY += \
     harness:test/test_gpu_check.sh harness:test/test_step_syncs.sh harness:test/test_loraplus_cuda.sh harness:test/test_device_memory.sh \
-    harness:test/test_sample_backends.sh
+    harness:test/test_sample_backends.sh harness:test/test_generate_batch_cuda.sh
 # the memory plan (llmc/run/memplan.c) over several ranks (its one-rank cases are test_memplan),
 # the trainers' plan step (--plan, --batch-size auto, resume)
 TEST_REGISTRY += cpu:test/test_memplan.sh cpu:test/test_plan_cli.sh

@@ -6,6 +6,8 @@
 //   tolerance, for greedy, temperature and top-k sampling;
 // - a fixed seed reproduces a completion; top-k 1 and temperature 0 are greedy; prompts fed in
 //   chunks and B = 2 sequences give the logits of one-at-a-time B = 1;
+// - a batch of 3 rows (sample_generate_batch) is transformers' greedy generation in every row;
+//   sampled, row 0 is sample_generate's completion and the rows differ;
 // - sample_token draws from the right distribution (frequencies of many draws) and never
 //   outside the top k; tiny (denormal) temperatures choose as greedy does;
 // - top-p, min-p and the repetition penalty as transformers' logits processors on fixed logits
@@ -211,6 +213,88 @@ static void test_kv_equals_full(void) {
     test_allclose("cache B=2: sequence 1 vs B=1", other, kv_forward(&kv, two + L, L), (size_t)V, 1e-5, 1e-5);
     kv_free(&kv);
     free(once); free(other);
+    model_free(&x);
+}
+
+// Rows of a batch (sample_generate_batch): per row its ids and logits; row stop_row ends after
+// stop_after tokens (its callback returns 1).
+#define BROWS 3
+typedef struct { Rec r[BROWS]; int stop_row, stop_after; } BatchRec;
+
+static int batch_cb(void* ctx, int row, int tok, const float* logits, int V) {
+    BatchRec* b = (BatchRec*)ctx;
+    rec_cb(&b->r[row], tok, logits, V);
+    return row == b->stop_row && b->r[row].n >= b->stop_after;
+}
+
+static int gen_batch(Model* x, const int* prompt, int np, int n, SampleParams sp, BatchRec* b) {
+    KVCache kv;
+    for (int i = 0; i < BROWS; i++) b->r[i].n = 0;
+    kv_init(&kv, &x->gpt, BROWS, np + n);
+    int got = sample_generate_batch(&x->gpt, &kv, prompt, np, n, &sp, -1, batch_cb, b);
+    kv_free(&kv);
+    return got;
+}
+
+// sample_generate_batch: the prompt fed once and its cache copied to every row, then one
+// kv_forward a step for the rows. Greedy, each row is transformers' generate (ids, and the logits
+// to 1e-4); sampled, row 0 is sample_generate's completion of the seed and the rows differ; a row
+// that ends stops emitting while the others go on.
+static void test_batch_reference(const char* key, const char* model, const char* adapter) {
+    StFile f;
+    st_open(&f, REF);
+    const StTensor* tp = st_find(&f, "prompt");
+    int np = (int)tp->shape[0], prompt[MAXN], want[MAXN];
+    st_read_i32(&f, tp, prompt);
+    char name[128];
+    snprintf(name, sizeof(name), "%s.ids", key);
+    const StTensor* ti = st_find(&f, name);
+    const int n = (int)ti->shape[0];
+    st_read_i32(&f, ti, want);
+    snprintf(name, sizeof(name), "%s.logits", key);
+    const StTensor* tl = st_find(&f, name);
+    const int V = (int)tl->shape[1];
+    float* wl = (float*)mallocCheck((size_t)n * V * sizeof(float));
+    st_read_f32(&f, tl, wl);
+    st_close(&f);
+    Model x;
+    model_open(&x, model, adapter, np + n, 0); // (with the adapter, its scratch makes the prompt chunk np + n over 3 rows)
+    BatchRec b = { .stop_row = -1 };
+    for (int i = 0; i < BROWS; i++) b.r[i].logits = (float*)mallocCheck((size_t)n * V * sizeof(float));
+    SampleParams greedy = SP(0.0f, 0, 0);
+    int got = gen_batch(&x, prompt, np, n, greedy, &b);
+    TEST_CHECK(got == BROWS * n, "%s batch: %d tokens of %d", key, got, BROWS * n);
+    for (int i = 0; i < BROWS; i++) {
+        char what[160];
+        snprintf(what, sizeof(what), "%s batch of %d, greedy row %d: per-step logits vs transformers", key, BROWS, i);
+        TEST_CHECK(b.r[i].n == n && memcmp(b.r[i].ids, want, (size_t)n * sizeof(int)) == 0, "%s: ids differ from transformers' generate", what);
+        test_allclose(what, b.r[i].logits, wl, (size_t)n * V, 1e-4, 1e-4);
+    }
+    Rec one = {0};
+    one.logits = (float*)mallocCheck((size_t)n * V * sizeof(float));
+    // with a repetition penalty every row is penalized over the prompt and its own tokens: greedy,
+    // each row is sample_generate's penalized completion (and sampled, row 0 is)
+    for (int k = 0; k < 2; k++) {
+        SampleParams rp = SP(k ? 1.0f : 0.0f, 0, 4242);
+        rp.repetition_penalty = 1.5f;
+        b.stop_row = -1;
+        gen(&x, 1, prompt, np, n, rp, &one);
+        gen_batch(&x, prompt, np, n, rp, &b);
+        int same = 1;
+        for (int i = 0; i < (k ? 1 : BROWS); i++) same &= b.r[i].n == n && memcmp(b.r[i].ids, one.ids, (size_t)n * sizeof(int)) == 0;
+        TEST_CHECK(same, "%s batch, repetition penalty 1.5, %s: rows differ from sample_generate's", key, k ? "sampled row 0" : "greedy rows");
+    }
+    SampleParams sp = SP(1.0f, 0, 4242);
+    gen(&x, 1, prompt, np, n, sp, &one);
+    b.stop_row = 1; b.stop_after = 4;
+    got = gen_batch(&x, prompt, np, n, sp, &b);
+    TEST_CHECK(memcmp(b.r[0].ids, one.ids, (size_t)n * sizeof(int)) == 0, "%s batch sampled: row 0 is not sample_generate's completion", key);
+    TEST_CHECK(b.r[1].n == 4 && b.r[2].n == n && got == 2 * n + 4, "%s batch: row 1 ended after 4 tokens: rows made %d, %d, %d tokens (%d in all)",
+               key, b.r[0].n, b.r[1].n, b.r[2].n, got);
+    TEST_CHECK(memcmp(b.r[0].ids, b.r[2].ids, (size_t)n * sizeof(int)) != 0, "%s batch sampled: rows 0 and 2 drew the same tokens", key);
+    printf("ok   %s batch: row 0 is the seed's sample, the rows differ, an ended row stops\n", key);
+    for (int i = 0; i < BROWS; i++) free(b.r[i].logits);
+    free(one.logits); free(wl);
     model_free(&x);
 }
 
@@ -566,6 +650,8 @@ int main(void) {
     test_reference("tiny", "test/ref/gpt2_tiny", NULL, 1); // bf16 GEMMs (generate --dtype bf16)
     test_reference("lora.all_linear", "test/ref/gpt2_tiny", "test/ref/lora_tiny/all_linear", 1);
     test_kv_equals_full();
+    test_batch_reference("base", "test/ref/sampling_tiny", NULL);
+    test_batch_reference("lora.all_linear", "test/ref/gpt2_tiny", "test/ref/lora_tiny/all_linear");
     test_sample_token();
     test_sample_tiny_temperature();
     test_penalize();

@@ -4,8 +4,9 @@
 # test_scorer's; here the command line: one line out a record (blank lines skipped, lines named),
 # mean = logprob / tokens and perplexity = exp(-mean), a text record equals the prompt/completion
 # record of the same text with an empty prompt, a record scores the same alone as among others
-# (in one batch or in several), a completion's score is the whole text's minus its prompt's, a
-# conversation needs --chat; bad files and flags get their message.
+# (in one batch or in several), a completion's score is the whole text's minus its prompt's,
+# --out writes the lines to a file, a conversation needs --chat; bad files and flags get their
+# message.
 source "$(dirname "$0")/lib.sh"
 GEN="$BIN_DIR/generate"
 make_shard "$TMP/train.bin" 2000 50257 1
@@ -58,6 +59,8 @@ for k, r in enumerate(many):
     assert r["tokens"] == five[k % 5]["tokens"] and close(r["logprob"], five[k % 5]["logprob"]), (k, r, five[k % 5])
 P
 ! grep -q "^scored" "$TMP/err" && ok "--quiet: no summary" || bad "--quiet printed: $(cat "$TMP/err")"
+score "$TMP/plain.jsonl" --out "$TMP/scores.jsonl" > "$TMP/stdout.txt" && cmp -s "$TMP/scores.jsonl" "$TMP/out.jsonl" && [ ! -s "$TMP/stdout.txt" ] \
+  && ok "--out FILE: the lines written there, not on stdout" || bad "--score --out: $(cat "$TMP/err")"
 
 score "$TMP/a.jsonl" --chat chatml > "$TMP/chat.out" || bad "--score --chat chatml: $(cat "$TMP/err")"
 [ "$(wc -l < "$TMP/chat.out")" = 6 ] && [ "$(sed -n 1p "$TMP/chat.out")" = "$(sed -n 1p "$TMP/out.jsonl")" ] \

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "app/generate.h"
+#include "app/generate_batch.h"
 #include "app/gen_score.h"
 #include "run/args.h"
 #include "text/chat.h"
@@ -25,14 +26,21 @@ typedef struct {
     const char* system;   // --chat: a system message
     const char* dtype;    // --dtype fp32|bf16|auto
     const char* logits_out; // --logits-out FILE
+    const char* prompts;  // --prompts FILE (JSONL)
+    const char* out;      // --out FILE (JSONL)
+    const char* stop;     // --stop TEXT
     const char* score;    // --score FILE: score its records instead of generating
-    int max_new, seed, no_kv, threads, quiet;
+    int max_new, seed, no_kv, threads, quiet, num_samples;
 } GenFlags;
+
+// JSONL out (llmc/app/generate_batch.h) for a prompts file, a --out file or several samples;
+// otherwise the one completion is streamed as text.
+static int gen_batched(const GenFlags* g) { return g->prompts || g->out || g->num_samples > 1; }
 
 static void gen_parse(GenFlags* g, int argc, char** argv) {
     static const char* const chat_choices[] = { "plain", "chatml", NULL };
     memset(g, 0, sizeof(*g));
-    g->max_new = 64; g->seed = 1337;
+    g->max_new = 64; g->seed = 1337; g->num_samples = 1;
     cli_sample_defaults(&g->s);
     ArgSpec specs[24];
     int n = 0;
@@ -47,28 +55,43 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     specs[n] = cli_flag_seed(&g->seed);
     specs[n++].help = "seed of the sampling: the same seed, model and flags give the same text (unused by greedy decoding)";
     specs[n++] = (ArgSpec){"--no-kv-cache", NULL, ARG_BOOL, &g->no_kv, NULL, "recompute the whole sequence for every token (slow; for checking the cache)", 1, 0, NULL};
-    specs[n++] = (ArgSpec){"--chat", NULL, ARG_STR, &g->chat, "TEMPLATE", "--prompt is a user message: render it with this chat template as data/prepare --chat-template does, answer as the assistant", 1, 0, chat_choices};
+    specs[n++] = (ArgSpec){"--chat", NULL, ARG_STR, &g->chat, "TEMPLATE", "--prompt (and --prompts' prompts) is a user message, --prompts' messages a conversation: render it with this chat template as data/prepare --chat-template does, answer as the assistant", 1, 0, chat_choices};
     specs[n++] = (ArgSpec){"--system", NULL, ARG_STR, &g->system, "TEXT", "with --chat: a system message before the user's", 1, 0, NULL};
     specs[n++] = cli_flag_threads(&g->threads);
     specs[n++] = cli_flag_dtype(&g->dtype);
     specs[n++] = (ArgSpec){"--quiet", NULL, ARG_BOOL, &g->quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--logits-out", NULL, ARG_STR, &g->logits_out, "FILE",
                            "also write FILE: per generated token its id and the two largest logits (for comparing backends)", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--num-samples", NULL, ARG_INT, &g->num_samples, "N",
+                           "N completions of each prompt, decoded together (the prompt fed once); more than 1: JSONL out", 1, 1 << 16, NULL};
+    specs[n++] = (ArgSpec){"--prompts", NULL, ARG_STR, &g->prompts, "FILE",
+                           "JSONL, one prompt a line: {\"prompt\": TEXT} or {\"messages\": [...]} (with --chat); JSONL out", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--out", "-o", ARG_STR, &g->out, "FILE",
+                           "write the completions as JSONL to FILE (atomically) instead of stdout", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--stop", NULL, ARG_STR, &g->stop, "TEXT",
+                           "end a completion where its text contains TEXT (TEXT not printed; finish_reason \"stop\")", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--score", NULL, ARG_STR, &g->score, "FILE",
                            "score the records of a JSONL file (text, prompt + completion, or --chat conversations) instead of generating: "
-                           "one JSON line each on stdout with the tokens' log-probability and perplexity", 1, 0, NULL};
+                           "one JSON line each (stdout, or --out) with the tokens' log-probability and perplexity", 1, 0, NULL};
     unsigned char given[24];
     args_parse(argc, argv, specs, n,
                "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n"
                "       generate --adapter DIR [--prompt TEXT] [options]     (the adapter's own base model)\n\n"
-               "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout.", given);
+               "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout. With --num-samples N > 1,\n"
+               "--prompts FILE or --out FILE: N samples of each prompt decoded together, one JSON line per completion (docs/GENERATE.md).", given);
     char err[256];
     if (cli_sample_check(&g->s, err, sizeof(err))) fatal("run with --help to see every flag and its range", "%s", err);
     if (!g->model && !g->adapter) fatal("run with --help to see every flag", "--model is required (or --adapter, whose base model is used)");
     if (g->system && !g->chat) fatal("add --chat plain|chatml", "--system is for --chat");
-    if (g->chat && !given[i_prompt] && !g->score) fatal("with --chat, --prompt is the user's message", "--chat needs --prompt");
+    if (g->chat && !given[i_prompt] && !g->prompts && !g->score)
+        fatal("with --chat, --prompt is the user's message", "--chat needs --prompt (or --prompts)");
     if (g->score && (given[i_prompt] || g->system || g->logits_out || g->no_kv))
         fatal("--score reads its text from the file", "--score with --prompt, --system, --logits-out or --no-kv-cache");
+    if (g->score && (g->prompts || g->num_samples > 1 || g->stop))
+        fatal("--score reads its text from the file and generates nothing", "--score with --prompts, --num-samples or --stop");
+    if (g->prompts && given[i_prompt]) fatal("put the prompt in the --prompts file", "--prompt and --prompts: give one of them");
+    if (gen_batched(g) && g->no_kv) fatal("leave out --no-kv-cache", "--num-samples, --prompts and --out decode with the key/value cache; --no-kv-cache is for one streamed completion");
+    if (gen_batched(g) && g->logits_out) fatal("leave out --logits-out", "--logits-out is for one streamed completion, not with --num-samples, --prompts or --out");
 }
 
 // --adapter without --model: the base the adapter names (base_model_name_or_path in its
@@ -151,21 +174,42 @@ static void gen_check_finite(const FiniteCheck* f, const GenFlags* g) {
           f->bad_id, (double)f->bad_value, g->model, g->adapter ? " with the adapter " : "", g->adapter ? g->adapter : "");
 }
 
-// --chat: the reply is printed up to the template's stop text (held back while it may be
-// starting), and generation ends with the token that completes it.
-typedef struct { TextStream ts; ChatStopFilter stop; } ChatStream;
+// --chat and --stop: the text is printed up to the template's stop text and then up to --stop's
+// (each held back while it may be starting), and generation ends with the token that completes one.
+typedef struct { TextStream ts; ChatStopFilter stop[2]; int n_stop; } StopStream;
 
-static int gen_chat_stream_token(void* ctx, int token, const float* logits, int V) {
-    ChatStream* c = (ChatStream*)ctx;
-    if (token == c->ts.eot || c->stop.stopped) return c->stop.stopped;
+// bytes through the filters in turn; returns non-zero once one has stopped
+static int gen_stop_feed(StopStream* c, const char* bytes, size_t n) {
+    int stopped = 0;
+    for (int f = 0; f < c->n_stop; f++) {
+        n = chat_stop_feed(&c->stop[f], bytes, n, &bytes);
+        stopped |= c->stop[f].stopped;
+    }
+    fwrite(bytes, 1, n, c->ts.out);
+    fflush(c->ts.out);
+    return stopped;
+}
+
+static int gen_stop_stream_token(void* ctx, int token, const float* logits, int V) {
+    StopStream* c = (StopStream*)ctx;
+    (void)logits; (void)V;
+    for (int f = 0; f < c->n_stop; f++) if (c->stop[f].stopped) return 1;
+    if (token == c->ts.eot) return 0;
     size_t len = 0;
     const char* bytes = token < c->ts.tok->vocab_size ? tok_token_bytes(c->ts.tok, token, &len) : NULL;
     if (!bytes) return 0;
-    const char* out;
-    size_t n = chat_stop_feed(&c->stop, bytes, len, &out);
-    fwrite(out, 1, n, c->ts.out);
-    fflush(c->ts.out);
-    return c->stop.stopped;
+    return gen_stop_feed(c, bytes, len);
+}
+
+// At the end: what each filter still holds goes through the ones after it.
+static void gen_stop_finish(StopStream* c) {
+    for (int f = 0; f < c->n_stop; f++) {
+        const char* rest;
+        size_t n = chat_stop_flush(&c->stop[f], &rest);
+        for (int g = f + 1; g < c->n_stop; g++) n = chat_stop_feed(&c->stop[g], rest, n, &rest);
+        fwrite(rest, 1, n, c->ts.out);
+    }
+    for (int f = 0; f < c->n_stop; f++) chat_stop_free(&c->stop[f]);
 }
 
 // The prompt of --chat: --system (if any) and --prompt as the user's message, rendered as
@@ -197,29 +241,95 @@ static void gen_report(const Model* m, const GenFlags* g, const Tokenizer* tok, 
     textgen_echo_prompt(tok, ids + skip, np - skip, stdout, NULL);
 }
 
-// --logits-out FILE: its directory is locked for the file (llmc/run/runlock.h) from the start,
-// refused while a trainer runs there or another program writes FILE; then the temporaries of
-// killed writes of FILE go.
+// --logits-out FILE or --out FILE: its directory is locked for the file (llmc/run/runlock.h) from
+// the start, refused while a trainer runs there or another program writes FILE; then the
+// temporaries of killed writes of FILE go.
 typedef struct { char dir[LLMC_PATH_MAX]; const char* name; } GenOut;
 
 static int gen_out_ours(const char* name, void* ctx) { return !strcmp(name, ((const GenOut*)ctx)->name); }
 
-static void gen_lock_out(const char* path, GenOut* o, int argc, char** argv) {
+static void gen_lock_out(const char* path, const char* flag, GenOut* o, int argc, char** argv) {
     snprintf(o->dir, sizeof(o->dir), "%s", path);
     char* slash = strrchr(o->dir, '/');
     if (slash == o->dir) slash[1] = '\0'; else if (slash) *slash = '\0'; else snprintf(o->dir, sizeof(o->dir), ".");
     o->name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    if (runlock_writer_acquire(o->dir, "--logits-out", &o->name, 1, argc, argv) == 1) runlock_writer_clean(stderr, o->dir, gen_out_ours, o); // (stdout is the text)
+    if (runlock_writer_acquire(o->dir, flag, &o->name, 1, argc, argv) == 1) runlock_writer_clean(stderr, o->dir, gen_out_ours, o); // (stdout is the text)
+}
+
+// One completion streamed to stdout as text (with --logits-out, --no-kv-cache, --chat, --stop).
+static void gen_stream(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTemplate* tpl, const char* dtype) {
+    const GPT2Config* cfg = &m->gpt.cfg;
+    int* prompt_ids = NULL; int np = 0;
+    if (tpl) gen_chat_prompt(tpl, tok, g, cfg, &prompt_ids, &np);
+    else textgen_encode_prompt(tok, g->s.prompt, cfg->vocab_size, cfg->max_seq_len, g->max_new, "--max-new-tokens", &prompt_ids, &np);
+    const int need = np + g->max_new - 1;
+    // without the cache the full forward needs activations for the whole sequence; with it,
+    // only the adapters' scratch (sized by the activations) bounds the prompt chunk
+    model_alloc_acts(m, 1, g->no_kv ? need : (m->lora ? (need < 64 ? need : 64) : 1), 0);
+    KVCache kv;
+    if (!g->no_kv) kv_init(&kv, &m->gpt, 1, need);
+    if (!g->quiet) gen_report(m, g, tok, prompt_ids, np, tpl != NULL, dtype);
+    SampleParams sp = cli_sample_params(&g->s, g->seed);
+    StopStream cs = { { tok, stdout, NULL, tok->eot_id }, { {0}, {0} }, 0 };
+    if (tpl) chat_stop_init(&cs.stop[cs.n_stop++], tpl->stop);
+    if (g->stop) chat_stop_init(&cs.stop[cs.n_stop++], g->stop);
+    LogitsOut lo = { cs.n_stop ? gen_stop_stream_token : textgen_stream_token, cs.n_stop ? (void*)&cs : (void*)&cs.ts, NULL, 0, 0 };
+    if (g->logits_out) { lo.cap = (size_t)g->max_new * LOGITS_LINE; lo.buf = (char*)mallocCheck(lo.cap); }
+    FiniteCheck fc = { g->logits_out ? gen_logits_token : lo.inner, g->logits_out ? (void*)&lo : lo.inner_ctx, 0, 0, 0, 0.0f };
+    double t0 = timer_now_s();
+    int got = sample_generate(&m->gpt, g->no_kv ? NULL : &kv, prompt_ids, np, g->max_new, &sp, tok->eot_id, NULL, gen_finite_token, &fc);
+    double dt = timer_now_s() - t0;
+    gen_check_finite(&fc, g);
+    if (g->logits_out) {
+        atomic_write_file(g->logits_out, lo.buf, lo.len);
+        free(lo.buf);
+    }
+    gen_stop_finish(&cs);
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (!g->quiet) fprintf(stderr, "generated %d tokens in %.3f s (%.2f tokens/s)\n", got, dt, dt > 0 ? got / dt : 0.0);
+    if (!g->no_kv) kv_free(&kv);
+    free(prompt_ids);
+}
+
+// --num-samples, --prompts, --out: the completions as JSONL (llmc/app/generate_batch.c).
+static void gen_batch(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTemplate* tpl, GenPrompts* ps, const char* dtype) {
+    GenBatchSpec spec = { g->model, g->adapter, tpl, g->system, g->out, g->stop, g->num_samples, g->max_new, g->quiet,
+                          cli_sample_params(&g->s, g->seed) };
+    genbatch_encode(ps, tok, &spec, &m->gpt.cfg);
+    if (!g->quiet) {
+        const GPT2Config* cfg = &m->gpt.cfg;
+        fprintf(stderr, "model: %s | L=%d C=%d NH=%d vocab=%d | backend %s%s%s\n", m->source, cfg->num_layers, cfg->channels,
+                cfg->num_heads, cfg->vocab_size, ops_backend_name(), m->lora ? " | adapter " : "", m->lora ? g->adapter : "");
+        fprintf(stderr, "dtype: %s\n", dtype);
+        fprintf(stderr, "prompts: %d | samples %d | temperature %g | top-k %d | seed %d\n", ps->n, g->num_samples, g->s.temperature,
+                g->s.top_k, g->seed);
+    }
+    genbatch_run(m, tok, ps, &spec);
+}
+
+// --score FILE: the log-probability of each record's text, one JSON line each on stdout (llmc/app/gen_score.c).
+static void gen_score(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTemplate* tpl, const char* dtype) {
+    if (!g->quiet) fprintf(stderr, "model: %s | backend %s%s%s | dtype: %s\n", m->source, ops_backend_name(), m->lora ? " | adapter " : "",
+                           m->lora ? g->adapter : "", dtype);
+    size_t len;
+    char* out = gen_score_file(m, tok, g->score, tpl, !g->quiet, &len);
+    if (g->out) atomic_write_file(g->out, out, len);
+    else { fwrite(out, 1, len, stdout); fflush(stdout); }
+    free(out);
 }
 
 int generate_main(int argc, char** argv) {
     GenFlags g;
     gen_parse(&g, argc, argv);
-    GenOut lo_lock;
-    if (g.logits_out) gen_lock_out(g.logits_out, &lo_lock, argc, argv);
+    GenOut out_lock;
+    if (g.logits_out) gen_lock_out(g.logits_out, "--logits-out", &out_lock, argc, argv);
+    if (g.out) gen_lock_out(g.out, "--out", &out_lock, argc, argv);
     char base[LLMC_PATH_MAX];
     if (!g.model) g.model = gen_adapter_base(g.adapter, base, sizeof(base));
     const ChatTemplate* tpl = g.chat ? chat_template_get(g.chat) : NULL;
+    GenPrompts ps;
+    if (gen_batched(&g)) genbatch_read(&ps, g.prompts, g.s.prompt, tpl); // (bad lines refused before the model loads)
     char vpath[LLMC_PATH_MAX];
     if (textgen_find_vocab(g.s.vocab, g.model, vpath, sizeof(vpath)) != 0)
         fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or keep data/gpt2 next to this program",
@@ -229,56 +339,11 @@ int generate_main(int argc, char** argv) {
     const int bf16 = cli_apply_dtype(g.dtype, dtype, sizeof(dtype));
     Model m;
     gen_model(&m, &g, bf16);
-    const GPT2Config* cfg = &m.gpt.cfg;
     Tokenizer tok;
     tok_load(&tok, vpath);
-    if (g.score) {
-        if (!g.quiet) fprintf(stderr, "model: %s | backend %s%s%s | dtype: %s\n", m.source, ops_backend_name(), m.lora ? " | adapter " : "",
-                              m.lora ? g.adapter : "", dtype);
-        size_t len;
-        char* out = gen_score_file(&m, &tok, g.score, tpl, !g.quiet, &len);
-        fwrite(out, 1, len, stdout);
-        fflush(stdout);
-        free(out);
-        tok_free(&tok);
-        model_free(&m);
-        return 0;
-    }
-    int* prompt_ids = NULL; int np = 0;
-    if (tpl) gen_chat_prompt(tpl, &tok, &g, cfg, &prompt_ids, &np);
-    else textgen_encode_prompt(&tok, g.s.prompt, cfg->vocab_size, cfg->max_seq_len, g.max_new, "--max-new-tokens", &prompt_ids, &np);
-    const int need = np + g.max_new - 1;
-    // without the cache the full forward needs activations for the whole sequence; with it,
-    // only the adapters' scratch (sized by the activations) bounds the prompt chunk
-    model_alloc_acts(&m, 1, g.no_kv ? need : (m.lora ? (need < 64 ? need : 64) : 1), 0);
-    KVCache kv;
-    if (!g.no_kv) kv_init(&kv, &m.gpt, 1, need);
-    if (!g.quiet) gen_report(&m, &g, &tok, prompt_ids, np, tpl != NULL, dtype);
-    SampleParams sp = cli_sample_params(&g.s, g.seed);
-    ChatStream cs = { { &tok, stdout, NULL, tok.eot_id }, {0} };
-    if (tpl) chat_stop_init(&cs.stop, tpl->stop);
-    LogitsOut lo = { tpl ? gen_chat_stream_token : textgen_stream_token, tpl ? (void*)&cs : (void*)&cs.ts, NULL, 0, 0 };
-    if (g.logits_out) { lo.cap = (size_t)g.max_new * LOGITS_LINE; lo.buf = (char*)mallocCheck(lo.cap); }
-    FiniteCheck fc = { g.logits_out ? gen_logits_token : lo.inner, g.logits_out ? (void*)&lo : lo.inner_ctx, 0, 0, 0, 0.0f };
-    double t0 = timer_now_s();
-    int got = sample_generate(&m.gpt, g.no_kv ? NULL : &kv, prompt_ids, np, g.max_new, &sp, tok.eot_id, NULL, gen_finite_token, &fc);
-    double dt = timer_now_s() - t0;
-    gen_check_finite(&fc, &g);
-    if (g.logits_out) {
-        atomic_write_file(g.logits_out, lo.buf, lo.len);
-        free(lo.buf);
-    }
-    if (tpl) {
-        const char* rest;
-        size_t n = chat_stop_flush(&cs.stop, &rest);
-        fwrite(rest, 1, n, stdout);
-        chat_stop_free(&cs.stop);
-    }
-    fputc('\n', stdout);
-    fflush(stdout);
-    if (!g.quiet) fprintf(stderr, "generated %d tokens in %.3f s (%.2f tokens/s)\n", got, dt, dt > 0 ? got / dt : 0.0);
-    if (!g.no_kv) kv_free(&kv);
-    free(prompt_ids);
+    if (g.score) gen_score(&g, &m, &tok, tpl, dtype);
+    else if (gen_batched(&g)) { gen_batch(&g, &m, &tok, tpl, &ps, dtype); genbatch_free(&ps); }
+    else gen_stream(&g, &m, &tok, tpl, dtype);
     tok_free(&tok);
     model_free(&m);
     runlock_writer_release();

@@ -454,9 +454,9 @@ static void jw_pre_value(JsonWriter* w) {
 }
 
 // Append s as a quoted, escaped JSON string to w's buffer (no comma logic).
-static void jw_append_escaped(JsonWriter* w, const char* s) {
+static void jw_append_escaped(JsonWriter* w, const char* s, size_t n) {
     jw_raw(w, "\"", 1);
-    for (const unsigned char* p = (const unsigned char*)s; *p; p++) {
+    for (const unsigned char* p = (const unsigned char*)s; p < (const unsigned char*)s + n; p++) {
         char esc[8];
         switch (*p) {
             case '"': jw_raw(w, "\\\"", 2); break;
@@ -499,12 +499,13 @@ void jw_end_array(JsonWriter* w) { jw_close(w, ']'); }
 void jw_key(JsonWriter* w, const char* key) {
     assertCheck(w->depth > 0 && !w->after_key);
     jw_pre_value(w);
-    jw_append_escaped(w, key);
+    jw_append_escaped(w, key, strlen(key));
     jw_str(w, w->pretty ? ": " : ":");
     w->after_key = 1;
 }
 
-void jw_string(JsonWriter* w, const char* s) { jw_pre_value(w); jw_append_escaped(w, s); }
+void jw_string(JsonWriter* w, const char* s) { jw_pre_value(w); jw_append_escaped(w, s, strlen(s)); }
+void jw_string_n(JsonWriter* w, const char* s, size_t n) { jw_pre_value(w); jw_append_escaped(w, s, n); }
 
 void jw_int(JsonWriter* w, int64_t v) {
     char b[32]; snprintf(b, sizeof(b), "%lld", (long long)v);

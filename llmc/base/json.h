@@ -84,6 +84,8 @@ void jw_begin_array(JsonWriter* w);
 void jw_end_array(JsonWriter* w);
 void jw_key(JsonWriter* w, const char* key);
 void jw_string(JsonWriter* w, const char* s);
+// s[0..n): may hold NUL (written as \u0000); must be valid UTF-8 for the JSON to be.
+void jw_string_n(JsonWriter* w, const char* s, size_t n);
 void jw_int(JsonWriter* w, int64_t v);
 void jw_uint(JsonWriter* w, uint64_t v);
 // Shortest text that reads back as the same double; always has a '.' or exponent ("2.0",

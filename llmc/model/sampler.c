@@ -59,55 +59,84 @@ size_t kv_bytes(const KVCache* kv) {
     return cache + N * (size_t)c->channels * 15 * sizeof(floatX) + (size_t)kv->B * c->padded_vocab_size * sizeof(floatX) + wte16;
 }
 
-// One forward over Tn <= chunk new tokens per sequence (ids already checked): the blocks of
-// gpt2_forward (gpt2_block_forward) with attention against the cache, one set of row buffers
-// reused by every layer (each block's output replaces its input in x; ln holds the next
-// layernorm's output), and logits for the last new position of each sequence only.
-static void kv_forward_chunk(KVCache* kv, const int* tokens, int Tn) {
+// One forward over Tn <= chunk new tokens for the first nb <= B sequences (ids already checked):
+// the blocks of gpt2_forward (gpt2_block_forward) with attention against the cache, one set of row
+// buffers reused by every layer (each block's output replaces its input in x; ln holds the next
+// layernorm's output), and logits for the last new position of each sequence only. The cache keeps
+// its layout for B sequences whatever nb is (sequence b of layer l at the same place).
+static void kv_forward_chunk(KVCache* kv, const int* tokens, int Tn, int nb) {
     GPT2* m = kv->m;
-    const int B = kv->B, L = m->cfg.num_layers, C = m->cfg.channels, Vp = m->cfg.padded_vocab_size;
-    const size_t layer_cache = (size_t)B * kv->maxT * C;
-    ops_to_device(kv->tokens_dev, tokens, (size_t)B * Tn * sizeof(int));
-    gpt2_embed_forward(m, kv->x, kv->ln, kv->mean, kv->rstd, kv->tokens_dev, NULL, B, Tn, kv->pos);
+    const int L = m->cfg.num_layers, C = m->cfg.channels, Vp = m->cfg.padded_vocab_size;
+    const size_t layer_cache = (size_t)kv->B * kv->maxT * C;
+    ops_to_device(kv->tokens_dev, tokens, (size_t)nb * Tn * sizeof(int));
+    gpt2_embed_forward(m, kv->x, kv->ln, kv->mean, kv->rstd, kv->tokens_dev, NULL, nb, Tn, kv->pos);
     GPT2BlockIO io = {
         kv->x, kv->ln, kv->qkv, kv->atty, NULL, kv->proj, kv->res2, kv->ln, kv->mean, kv->rstd,
         kv->fch, kv->fch_gelu, kv->fcproj, kv->x, kv->ln, kv->mean, kv->rstd,
     };
     for (int l = 0; l < L; l++) {
         GPT2KVSlot slot = { kv->kcache + l * layer_cache, kv->vcache + l * layer_cache, kv->pos, kv->maxT };
-        gpt2_block_forward(m, l, &io, B, Tn, &slot);
+        gpt2_block_forward(m, l, &io, nb, Tn, &slot);
     }
-    // (lm_head tied to wte; a bf16 copy gives the same products as matmul_forward's rounding)
+    // (lm_head tied to wte; a bf16 copy gives the same products as matmul_forward's rounding).
+    // One new token per sequence: the last rows are the nb rows of ln, one GEMM reads the weight
+    // once for all of them (batched decoding); longer feeds take each sequence's last row.
     const uint16_t* w16 = m->wte16 ? m->wte16 : kv->wte16;
-    for (int b = 0; b < B; b++) {
+    const int calls = Tn == 1 ? 1 : nb, rows = Tn == 1 ? nb : 1;
+    for (int b = 0; b < calls; b++) {
         floatX* out = kv->logits + (size_t)b * Vp;
         const floatX* row = kv->ln + ((size_t)b * Tn + Tn - 1) * C;
-        if (w16) matmul_forward_w16(out, NULL, row, w16, NULL, 1, C, Vp);
-        else matmul_forward(out, NULL, row, m->p[PT_WTE], NULL, 1, C, Vp);
+        if (w16) matmul_forward_w16(out, NULL, row, w16, NULL, rows, C, Vp);
+        else matmul_forward(out, NULL, row, m->p[PT_WTE], NULL, rows, C, Vp);
     }
     kv->pos += Tn;
 }
 
-const float* kv_forward(KVCache* kv, const int* tokens, int Tn) {
+// Feed Tn tokens per sequence to the first nb sequences (tokens: host (nb, Tn)); the logits of
+// their last positions to kv->logits_host (nb rows).
+static const float* kv_forward_rows(KVCache* kv, const int* tokens, int Tn, int nb) {
     GPT2* m = kv->m;
-    const int B = kv->B, V = m->cfg.vocab_size;
+    const int V = m->cfg.vocab_size;
     if (Tn < 1 || kv->pos + Tn > kv->maxT)
         fatal("generate fewer tokens or use a shorter prompt", "%d tokens in all exceed the key/value cache of %d positions",
               kv->pos + Tn, kv->maxT);
-    for (int i = 0; i < B * Tn; i++)
+    for (int i = 0; i < nb * Tn; i++)
         if (tokens[i] < 0 || tokens[i] >= V)
             fatal("the prompt was tokenized with a different vocabulary than the model's",
                   "token id %d is out of range for the model's vocabulary (%d)", tokens[i], V);
     if (kv->wte16 && kv->pos == 0) gpt2_wte_to_bf16(m, kv->wte16); // (a trainer's samples come between optimizer steps)
-    int* part = (int*)mallocCheck((size_t)B * kv->chunk * sizeof(int));
+    int* part = (int*)mallocCheck((size_t)nb * kv->chunk * sizeof(int));
     for (int t0 = 0; t0 < Tn; t0 += kv->chunk) {
         int cn = Tn - t0 < kv->chunk ? Tn - t0 : kv->chunk;
-        for (int b = 0; b < B; b++) memcpy(part + (size_t)b * cn, tokens + (size_t)b * Tn + t0, (size_t)cn * sizeof(int));
-        kv_forward_chunk(kv, part, cn);
+        for (int b = 0; b < nb; b++) memcpy(part + (size_t)b * cn, tokens + (size_t)b * Tn + t0, (size_t)cn * sizeof(int));
+        kv_forward_chunk(kv, part, cn, nb);
     }
     free(part);
-    ops_download_f32(kv->logits_host, kv->logits, (size_t)B * m->cfg.padded_vocab_size);
+    ops_download_f32(kv->logits_host, kv->logits, (size_t)nb * m->cfg.padded_vocab_size);
     return kv->logits_host;
+}
+
+const float* kv_forward(KVCache* kv, const int* tokens, int Tn) { return kv_forward_rows(kv, tokens, Tn, kv->B); }
+
+// Sequence 0's cache copied to sequences 1..B-1, layer by layer, in doubling blocks (sequences
+// [0, k) onto [k, 2k)): log2(B) copies a layer instead of B - 1. Whole sequences are copied, the
+// positions past pos too (unused: each sequence writes its own before attending to them).
+static void kv_copy_row0(KVCache* kv) {
+    const size_t per_seq = (size_t)kv->maxT * kv->m->cfg.channels, layer_cache = (size_t)kv->B * per_seq;
+    for (int l = 0; l < kv->m->cfg.num_layers; l++)
+        for (int k = 1; k < kv->B; k *= 2) {
+            const size_t n = (size_t)(k < kv->B - k ? k : kv->B - k) * per_seq;
+            floatX* kc = kv->kcache + l * layer_cache;
+            floatX* vc = kv->vcache + l * layer_cache;
+            scale_copy(kc + (size_t)k * per_seq, kc, 1.0f, n);
+            scale_copy(vc + (size_t)k * per_seq, vc, 1.0f, n);
+        }
+}
+
+const float* kv_prefill_shared(KVCache* kv, const int* tokens, int Tn) {
+    const float* logits = kv_forward_rows(kv, tokens, Tn, 1);
+    kv_copy_row0(kv);
+    return logits;
 }
 
 // ----------------------------------------------------------------------------
@@ -326,6 +355,88 @@ int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n
         seq[len++] = tok;
     }
     free(seq); free(sf); free(si); free(row); free(pen);
+    linear_set_training(m->lin, was_training, tick);
+    return produced;
+}
+
+// A batch's decoding state: each row's last token, whether it ended, and for the repetition
+// penalty its history (the prompt, then its tokens: n_prompt + i entries at step i).
+typedef struct {
+    int B, V, Vp, stop_id, cap;
+    const SampleParams* sp;
+    int* last;
+    unsigned char* done;
+    int* hist;                  // (B, cap), or NULL without a repetition penalty
+    float *sf, *pen;            // scratch; pen: the penalized copy of a row's logits
+    int* si;
+    SampleRowCallback cb;
+    void* ctx;
+} BatchRun;
+
+// The first token of every row comes from the prompt's logits (one row); later ones from row r of
+// the step's logits. Returns the tokens emitted this step; sets done[r] for the rows that ended.
+static int batch_step(BatchRun* b, const float* logits, int shared, int i, int n_prompt) {
+    int emitted = 0;
+    for (int r = 0; r < b->B; r++) {
+        if (b->done[r]) continue;
+        const float* lg = logits + (shared ? 0 : (size_t)r * b->Vp);
+        const float* choose = lg;
+        int* h = b->hist ? b->hist + (size_t)r * b->cap : NULL;
+        if (h) {
+            memcpy(b->pen, lg, (size_t)b->V * sizeof(float));
+            sample_penalize(b->pen, b->V, h, n_prompt + i, b->sp->repetition_penalty);
+            choose = b->pen;
+        }
+        const int tok = sample_token(choose, b->V, b->sp, SAMPLE_ROW_COUNTER(r, i), b->sf, b->si);
+        emitted++;
+        b->last[r] = tok;
+        if (h) h[n_prompt + i] = tok;
+        if ((b->cb && b->cb(b->ctx, r, tok, lg, b->V)) || tok == b->stop_id) b->done[r] = 1;
+    }
+    return emitted;
+}
+
+static void batch_run_init(BatchRun* b, const KVCache* kv, const int* prompt, int n_prompt, int n_new, const SampleParams* sp) {
+    const int V = kv->m->cfg.vocab_size, B = kv->B;
+    const float R = sp->repetition_penalty;
+    memset(b, 0, sizeof(*b));
+    b->B = B; b->V = V; b->Vp = kv->m->cfg.padded_vocab_size; b->sp = sp; b->cap = n_prompt + n_new;
+    b->sf = (float*)mallocCheck((size_t)V * sizeof(float));
+    b->si = (int*)mallocCheck((size_t)V * sizeof(int));
+    b->last = (int*)mallocCheck((size_t)B * sizeof(int));
+    b->done = (unsigned char*)calloc((size_t)B, 1);
+    if (!b->done) fatal(NULL, "out of memory");
+    if (!(R > 0.0f && R != 1.0f)) return;
+    b->pen = (float*)mallocCheck((size_t)V * sizeof(float));
+    b->hist = (int*)mallocCheck((size_t)B * b->cap * sizeof(int));
+    for (int r = 0; r < B; r++) memcpy(b->hist + (size_t)r * b->cap, prompt, (size_t)n_prompt * sizeof(int));
+}
+
+static void batch_run_free(BatchRun* b) { free(b->sf); free(b->si); free(b->last); free(b->done); free(b->hist); free(b->pen); }
+
+int sample_generate_batch(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n_new,
+                          const SampleParams* sp, int stop_id, SampleRowCallback cb, void* ctx) {
+    if (n_prompt < 1) fatal("give a prompt of at least one token", "sampling needs a prompt (got %d tokens)", n_prompt);
+    if (n_new < 1) return 0;
+    if (n_prompt + n_new - 1 > kv->maxT)
+        fatal("generate fewer tokens or use a shorter prompt", "prompt (%d tokens) + %d new tokens exceed the %d positions available",
+              n_prompt, n_new, kv->maxT);
+    const int was_training = m->lin->shared.training;
+    const uint64_t tick = m->lin->shared.tick;
+    linear_set_training(m->lin, 0, tick); // no dropout
+    BatchRun b;
+    batch_run_init(&b, kv, prompt, n_prompt, n_new, sp);
+    b.stop_id = stop_id; b.cb = cb; b.ctx = ctx;
+    kv_reset(kv);
+    const float* logits = kv_prefill_shared(kv, prompt, n_prompt);
+    int produced = 0, live = b.B;
+    for (int i = 0; i < n_new && live > 0; i++) {
+        if (i > 0) logits = kv_forward(kv, b.last, 1);
+        produced += batch_step(&b, logits, i == 0, i, n_prompt);
+        live = 0;
+        for (int r = 0; r < b.B; r++) live += !b.done[r];
+    }
+    batch_run_free(&b);
     linear_set_training(m->lin, was_training, tick);
     return produced;
 }

@@ -41,6 +41,10 @@ size_t kv_bytes(const KVCache* kv);  // cache + activations, for the memory repo
 // Feed Tn new tokens per sequence (tokens: host (B, Tn)), at positions [pos, pos + Tn).
 // Returns host fp32 logits (B, Vp) of the last new position (valid until the next call).
 const float* kv_forward(KVCache* kv, const int* tokens, int Tn);
+// Feed Tn tokens of one sequence (a prompt every row shares) at [pos, pos + Tn) once, as sequence
+// 0, then copy sequence 0's cache to the other B - 1: every row continues the same prefix.
+// Returns host fp32 logits (1, Vp) of the last position (valid until the next call).
+const float* kv_prefill_shared(KVCache* kv, const int* tokens, int Tn);
 
 // How a token is chosen, in the order transformers' generate applies its logits processors
 // (RepetitionPenalty, Temperature, TopK, TopP, MinP). A field left 0 (a zero-initialized struct)
@@ -51,7 +55,7 @@ typedef struct {
     uint64_t seed;
     float top_p;        // keep the most likely tokens whose mass reaches top_p; <= 0 or >= 1: off
     float min_p;        // drop the tokens less likely than min_p x the most likely; <= 0: off
-    float repetition_penalty; // sample_penalize's R in sample_generate; <= 0 or 1: off
+    float repetition_penalty; // sample_penalize's R in sample_generate(_batch); <= 0 or 1: off
 } SampleParams;
 
 // RNG stream of token choices (llmc/base/rand.h): token i of a completion uses counter i.
@@ -75,6 +79,10 @@ void sample_penalize(float* logits, int V, const int* seq, int n, float R);
 // probs, kept: V entries.
 int sample_probs(const float* logits, int V, const SampleParams* sp, float* probs, int* kept);
 
+// The counter of token i of row r of a batch (sample_generate_batch): row 0 uses sample_generate's
+// counters, so its sample is the single-sequence one; rows apart by 2^32 (n_new < 2^32).
+#define SAMPLE_ROW_COUNTER(r, i) (((uint64_t)(r) << 32) + (uint64_t)(i))
+
 // Choose a token from fp32 logits[0..V). scratch: V floats + V ints (or NULL: allocated here).
 // Greedy picks the first maximum. Otherwise the tokens sample_probs keeps, in increasing id
 // order, and their unnormalized probabilities exp((logit - max) / temperature): one is drawn
@@ -96,6 +104,20 @@ typedef int (*SampleCallback)(void* ctx, int token, const float* logits, int V);
 // sample_token. Writes the generated ids to out (may be NULL); returns how many.
 int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n_new,
                     const SampleParams* sp, int stop_id, int* out, SampleCallback cb, void* ctx);
+
+// Per generated token of row r of a batch: as SampleCallback; non-zero ends that row.
+typedef int (*SampleRowCallback)(void* ctx, int row, int token, const float* logits, int V);
+
+// B = kv->B continuations of prompt[0..n_prompt) at once: the prompt is fed once and shared
+// (kv_prefill_shared), then every step feeds each row's last token in one kv_forward, so the
+// weights are read once a step for all rows. Row r draws token i with counter
+// SAMPLE_ROW_COUNTER(r, i): row 0 is what sample_generate gives (the repetition penalty too: each
+// row over the prompt and its own tokens). A row ends after emitting
+// stop_id (-1: never), when cb asks, or after n_new tokens; the batch ends when every row has
+// ended (ended rows are still fed, their tokens unused). kv: reset here; maxT >= n_prompt + n_new - 1.
+// Returns the tokens emitted over all rows.
+int sample_generate_batch(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n_new,
+                          const SampleParams* sp, int stop_id, SampleRowCallback cb, void* ctx);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,7 @@
 // the end of that window).
 //
 // The other programs that write into a directory (convert --out, data/prepare --out-dir, generate
-// --logits-out) keep trainers out while they write, but not one another: a writer holds a shared
+// --logits-out, --out) keep trainers out while they write, but not one another: a writer holds a shared
 // lock on the bytes the trainers lock ([0, 2^30)) and an exclusive lock on one byte per name it
 // writes (2^30 + a hash of the name). Holding its names, a writer knows that the temporaries of
 // those names ("NAME.tmp.<pid>") are no one's, whatever host or pid wrote them, and removes them
