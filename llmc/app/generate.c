@@ -42,7 +42,7 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     memset(g, 0, sizeof(*g));
     g->max_new = 64; g->seed = 1337; g->num_samples = 1;
     cli_sample_defaults(&g->s);
-    ArgSpec specs[24];
+    ArgSpec specs[32]; // (the flags below: 24)
     int n = 0;
     specs[n++] = cli_flag_model(&g->model, "model: llm.c .bin, .safetensors, sharded index, transformers model dir (also 4-bit bitsandbytes); "
                                            "with --adapter, default: the adapter's base_model_name_or_path");
@@ -73,7 +73,7 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     specs[n++] = (ArgSpec){"--score", NULL, ARG_STR, &g->score, "FILE",
                            "score the records of a JSONL file (text, prompt + completion, or --chat conversations) instead of generating: "
                            "one JSON line each (stdout, or --out) with the tokens' log-probability and perplexity", 1, 0, NULL};
-    unsigned char given[24];
+    unsigned char given[32];
     args_parse(argc, argv, specs, n,
                "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n"
                "       generate --adapter DIR [--prompt TEXT] [options]     (the adapter's own base model)\n\n"
