@@ -85,6 +85,14 @@ sys.exit(0 if all(r["text"] == sys.argv[2] and r["finish_reason"] == "stop" and 
 PY
 st=$("$GEN" "${S[@]}" --prompt '!#%' -g 24 --temperature 0 --stop "$cut" --quiet 2>/dev/null)
 [ "$st" = "$want" ] && ok "--stop on the streamed completion: '$st'" || bad "streamed --stop: '$st' want '$want'"
+# several --stop: the completion ends at the first of them in its text, whichever flag came first
+late=${g1:9:3}
+"$GEN" "${S[@]}" --prompt '!#%' -g 24 --temperature 0 --num-samples 2 --stop "$late" --stop "$cut" --stop "@@@@" --quiet > "$TMP/stop2.jsonl" 2>"$TMP/err" \
+  || { cat "$TMP/err"; bad "three --stop failed"; }
+cmp -s "$TMP/stop.jsonl" "$TMP/stop2.jsonl" && ok "three --stop (one later in the text, one absent): the same completions as --stop '$cut'" \
+  || bad "three --stop: $(cat "$TMP/stop2.jsonl")"
+st=$("$GEN" "${S[@]}" --prompt '!#%' -g 24 --temperature 0 --stop "$late" --stop "$cut" --quiet 2>/dev/null)
+[ "$st" = "$want" ] && ok "two --stop on the streamed completion: '$st'" || bad "streamed two --stop: '$st' want '$want'"
 # eos: a tiny model trained on "<|endoftext|>Hello world." ends its continuation with <|endoftext|>
 python3 - "$TMP/eos.bin" <<'PY'
 import struct, sys

@@ -28,7 +28,7 @@ typedef struct {
     const char* logits_out; // --logits-out FILE
     const char* prompts;  // --prompts FILE (JSONL)
     const char* out;      // --out FILE (JSONL)
-    const char* stop;     // --stop TEXT
+    ArgStrs stops;        // --stop TEXT (each of them)
     const char* score;    // --score FILE: score its records instead of generating
     int max_new, seed, no_kv, threads, quiet, num_samples;
 } GenFlags;
@@ -68,8 +68,8 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
                            "JSONL, one prompt a line: {\"prompt\": TEXT} or {\"messages\": [...]} (with --chat); JSONL out", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--out", "-o", ARG_STR, &g->out, "FILE",
                            "write the completions as JSONL to FILE (atomically) instead of stdout", 1, 0, NULL};
-    specs[n++] = (ArgSpec){"--stop", NULL, ARG_STR, &g->stop, "TEXT",
-                           "end a completion where its text contains TEXT (TEXT not printed; finish_reason \"stop\")", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--stop", NULL, ARG_STRS, &g->stops, "TEXT",
+                           "end a completion where its text contains TEXT (TEXT not printed; finish_reason \"stop\"); given several times, at the first of them", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--score", NULL, ARG_STR, &g->score, "FILE",
                            "score the records of a JSONL file (text, prompt + completion, or --chat conversations) instead of generating: "
                            "one JSON line each (stdout, or --out) with the tokens' log-probability and perplexity", 1, 0, NULL};
@@ -87,7 +87,7 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
         fatal("with --chat, --prompt is the user's message", "--chat needs --prompt (or --prompts)");
     if (g->score && (given[i_prompt] || g->system || g->logits_out || g->no_kv))
         fatal("--score reads its text from the file", "--score with --prompt, --system, --logits-out or --no-kv-cache");
-    if (g->score && (g->prompts || g->num_samples > 1 || g->stop))
+    if (g->score && (g->prompts || g->num_samples > 1 || g->stops.n))
         fatal("--score reads its text from the file and generates nothing", "--score with --prompts, --num-samples or --stop");
     if (g->prompts && given[i_prompt]) fatal("put the prompt in the --prompts file", "--prompt and --prompts: give one of them");
     if (gen_batched(g) && g->no_kv) fatal("leave out --no-kv-cache", "--num-samples, --prompts and --out decode with the key/value cache; --no-kv-cache is for one streamed completion");
@@ -176,7 +176,7 @@ static void gen_check_finite(const FiniteCheck* f, const GenFlags* g) {
 
 // --chat and --stop: the text is printed up to the template's stop text and then up to --stop's
 // (each held back while it may be starting), and generation ends with the token that completes one.
-typedef struct { TextStream ts; ChatStopFilter stop[2]; int n_stop; } StopStream;
+typedef struct { TextStream ts; ChatStopFilter stop[1 + ARG_STRS_MAX]; int n_stop; } StopStream;
 
 // bytes through the filters in turn; returns non-zero once one has stopped
 static int gen_stop_feed(StopStream* c, const char* bytes, size_t n) {
@@ -272,7 +272,7 @@ static void gen_stream(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTe
     SampleParams sp = cli_sample_params(&g->s, g->seed);
     StopStream cs = { { tok, stdout, NULL, tok->eot_id }, { {0}, {0} }, 0 };
     if (tpl) chat_stop_init(&cs.stop[cs.n_stop++], tpl->stop);
-    if (g->stop) chat_stop_init(&cs.stop[cs.n_stop++], g->stop);
+    for (int i = 0; i < g->stops.n; i++) chat_stop_init(&cs.stop[cs.n_stop++], g->stops.v[i]);
     LogitsOut lo = { cs.n_stop ? gen_stop_stream_token : textgen_stream_token, cs.n_stop ? (void*)&cs : (void*)&cs.ts, NULL, 0, 0 };
     if (g->logits_out) { lo.cap = (size_t)g->max_new * LOGITS_LINE; lo.buf = (char*)mallocCheck(lo.cap); }
     FiniteCheck fc = { g->logits_out ? gen_logits_token : lo.inner, g->logits_out ? (void*)&lo : lo.inner_ctx, 0, 0, 0, 0.0f };
@@ -294,7 +294,7 @@ static void gen_stream(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTe
 
 // --num-samples, --prompts, --out: the completions as JSONL (llmc/app/generate_batch.c).
 static void gen_batch(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTemplate* tpl, GenPrompts* ps, const char* dtype) {
-    GenBatchSpec spec = { g->model, g->adapter, tpl, g->system, g->out, g->stop, g->num_samples, g->max_new, g->quiet,
+    GenBatchSpec spec = { g->model, g->adapter, tpl, g->system, g->out, &g->stops, g->num_samples, g->max_new, g->quiet,
                           cli_sample_params(&g->s, g->seed) };
     genbatch_encode(ps, tok, &spec, &m->gpt.cfg);
     if (!g->quiet) {

@@ -159,7 +159,7 @@ typedef struct {
 typedef struct {
     GenRow* rows;
     const Tokenizer* tok;
-    const char* stops[2]; // --stop and the chat template's stop text
+    const char* stops[1 + ARG_STRS_MAX]; // --stop's and the chat template's stop text
     int n_stops;
     const GenBatchSpec* spec;
     const char* where;    // the prompt (for the error on non-finite logits)
@@ -289,7 +289,7 @@ void genbatch_run(Model* m, Tokenizer* tok, GenPrompts* ps, const GenBatchSpec* 
     kv_init(&kv, &m->gpt, N, need);
     GenBatchCtx c = { (GenRow*)calloc((size_t)N, sizeof(GenRow)), tok, { NULL, NULL }, 0, spec, NULL };
     if (!c.rows) fatal(NULL, "out of memory");
-    if (spec->stop) c.stops[c.n_stops++] = spec->stop;
+    for (int i = 0; i < spec->stops->n; i++) c.stops[c.n_stops++] = spec->stops->v[i];
     if (spec->tpl) c.stops[c.n_stops++] = spec->tpl->stop;
     AtomicFile af;
     FILE* out = spec->out_path ? atomic_open(&af, spec->out_path) : stdout;

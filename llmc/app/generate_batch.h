@@ -17,6 +17,7 @@
 #include "base/json.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "run/args.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 
@@ -46,7 +47,7 @@ typedef struct {
     const ChatTemplate* tpl;   // --chat, or NULL
     const char* system;        // --system, or NULL
     const char* out_path;      // --out, or NULL: stdout
-    const char* stop;          // --stop, or NULL
+    const ArgStrs* stops;      // --stop (n may be 0)
     int num_samples, max_new, quiet;
     SampleParams sp;
 } GenBatchSpec;
