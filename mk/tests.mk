@@ -50,7 +50,7 @@ TEST_REGISTRY += \
     cpu:$(TREE)/test/test_chat cpu:$(TREE)/test/test_check cpu:$(TREE)/test/test_checkpoint \
     cpu:$(TREE)/test/test_comm cpu:$(TREE)/test/test_convert cpu:$(TREE)/test/test_dataloader \
     cpu:$(TREE)/test/test_gguf cpu:$(TREE)/test/test_gpt2 cpu:$(TREE)/test/test_gpt2_sizes \
-    cpu:$(TREE)/test/test_json cpu:$(TREE)/test/test_lora cpu:$(TREE)/test/test_loss_scale \
+    cpu:$(TREE)/test/test_json cpu:$(TREE)/test/test_lora cpu:$(TREE)/test/test_lora_init cpu:$(TREE)/test/test_loss_scale \
     cpu:$(TREE)/test/test_memplan cpu:$(TREE)/test/test_mfu cpu:$(TREE)/test/test_model_io \
     cpu:$(TREE)/test/test_nf4 cpu:$(TREE)/test/test_ops cpu:$(TREE)/test/test_pack \
     cpu:$(TREE)/test/test_pref cpu:$(TREE)/test/test_prefloss cpu:$(TREE)/test/test_qlora \

@@ -253,6 +253,7 @@ void lora_free(LoraModel* lm) {
     free(lm->ad);
     free(lm->extra);
     free(lm->extra_host);
+    free(lm->init0);
     free(lm);
 }
 
@@ -416,6 +417,11 @@ int lora_segments(const LoraModel* lm, TrainSeg* segs) {
 void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params) {
     float* host = (float*)mallocCheck((lm->total ? lm->total : 1) * sizeof(float));
     lora_get_params(lm, host);
+    lora_merge_host(lm, pt, host_params, host, 1.0f);
+    free(host);
+}
+
+void lora_merge_host(const LoraModel* lm, const ParamTable* pt, float* host_params, const float* host, float sign) {
     for (int i = 0; i < lm->n; i++) {
         const LoraAdapter* a = &lm->ad[i];
         float* W = host_params + params_layer_offset(pt, a->wid, a->layer);
@@ -425,12 +431,11 @@ void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params) {
         for (int o = 0; o < a->out; o++) {
             float* wrow = W + (size_t)o * a->in;
             for (int j = 0; j < a->rank; j++) {
-                float bj = a->scaling * Bm[(size_t)o * a->rank + j];
+                float bj = sign * a->scaling * Bm[(size_t)o * a->rank + j];
                 if (bj == 0.0f) continue;
                 const float* arow = A + (size_t)j * a->in;
                 for (int c = 0; c < a->in; c++) wrow[c] += bj * arow[c];
             }
         }
     }
-    free(host);
 }

@@ -37,8 +37,20 @@ extern "C" {
 // (and the trained base slices into the model they are on); every tensor must be present with
 // its shape, no other may be. fatal naming the file and tensor otherwise.
 void peft_load_tensors(LoraModel* lm, const char* path);
-// dir/adapter_model.safetensors + dir/adapter_config.json (creates dir), each written atomically.
+// dir/adapter_model.safetensors + dir/adapter_config.json (creates dir), each written atomically:
+// the adapter as it is, with init_lora_weights its --init (true, or "gaussian", "pissa", "olora":
+// for PiSSA / OLoRA, lora_A / lora_B of the rewritten base, as PEFT's save_pretrained writes them).
 void peft_save_adapter(const LoraModel* lm, const char* dir);
+// PiSSA / OLoRA's initial adapter (lm->init0), init_lora_weights true: what PEFT's
+// save_pretrained(path_initial_model_for_weight_conversion=dir) reads, and what a resume takes
+// the residual base from.
+void peft_save_adapter_init(const LoraModel* lm, const char* dir);
+// A run's final adapter: a PiSSA / OLoRA adapter converted to a plain LoRA of the original base
+// (lora_converted: rank 2r, init_lora_weights true); any other as peft_save_adapter writes it.
+void peft_save_adapter_final(const LoraModel* lm, const char* dir);
+// The lora_A / lora_B tensors of an adapter file of lm's structure into host (flat layout); the
+// file's other tensors are not read. fatal naming the file and tensor on a missing or misshapen one.
+void peft_read_factors(const LoraModel* lm, const char* path, float* host);
 // Load an adapter: path is the adapter directory (or its adapter_model.safetensors). The
 // structure (targets, layers, ranks, scalings, q/k/v split) comes from the files; the trained
 // base slices' values wait in the adapters until lora_put_base_values. fatal with a message
