@@ -352,8 +352,10 @@ void lora_describe(const LoraModel* lm, char* out, size_t cap) {
     describe_targets(lm, targets, sizeof(targets));
     describe_layers(lm, layers, sizeof(layers));
     describe_patterns(lm, patterns, sizeof(patterns));
-    snprintf(out, cap, "r=%d alpha=%g%s dropout=%g | targets %s | layers %s%s%s%s", s->rank, s->alpha, s->rslora ? " (rsLoRA)" : "",
-             s->dropout, targets, layers, patterns,
+    char init[32] = "";
+    if (s->init != LORA_INIT_DEFAULT) snprintf(init, sizeof(init), " | init %s", LORA_INIT_NAMES[s->init]);
+    snprintf(out, cap, "r=%d alpha=%g%s dropout=%g | targets %s | layers %s%s%s%s%s", s->rank, s->alpha, s->rslora ? " (rsLoRA)" : "",
+             s->dropout, targets, layers, patterns, init,
              s->bias == LORA_BIAS_ALL ? " | biases trained" : s->bias == LORA_BIAS_LORA_ONLY ? " | biases of adapted layers trained" : "",
              s->train_ln_f ? " | ln_f trained" : "");
 }
