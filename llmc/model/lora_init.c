@@ -16,6 +16,8 @@
 extern void sgesdd_(const char* jobz, const int* m, const int* n, float* a, const int* lda, float* s, float* u,
                     const int* ldu, float* vt, const int* ldvt, float* work, const int* lwork, int* iwork, int* info, size_t jobz_len);
 extern void sgeqrf_(const int* m, const int* n, float* a, const int* lda, float* tau, float* work, const int* lwork, int* info);
+extern int openblas_get_num_threads(void);
+extern void openblas_set_num_threads(int n);
 extern void sorgqr_(const int* m, const int* n, const int* k, float* a, const int* lda, const float* tau, float* work,
                     const int* lwork, int* info);
 
@@ -119,12 +121,17 @@ void lora_init_from_base(LoraModel* lm, const ParamTable* pt, const float* host_
     }
     free(lm->init0);
     lm->init0 = (float*)callocCheck(lm->total ? lm->total : 1, sizeof(float));
+    // one OpenBLAS thread: LAPACK's result then does not depend on --threads, so every rank of a
+    // run factors its copy of the base to the same bits
+    const int threads = openblas_get_num_threads();
+    openblas_set_num_threads(1);
     for (int i = 0; i < lm->n; i++) {
         const LoraAdapter* a = &lm->ad[i];
         const float* W = host_params + params_layer_offset(pt, a->wid, a->layer);
         if (init == LORA_INIT_PISSA) pissa_factors(a, W, lm->init0 + a->a_off, lm->init0 + a->b_off);
         else olora_factors(a, W, lm->init0 + a->a_off, lm->init0 + a->b_off);
     }
+    openblas_set_num_threads(threads);
     lora_set_params(lm, lm->init0);
 }
 
