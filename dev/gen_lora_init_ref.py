@@ -24,7 +24,9 @@ writes it:
   converted/   save_pretrained(..., path_initial_model_for_weight_conversion=init/): rank 4,
                lora_alpha 8, init_lora_weights true, an adapter of the original base
   converted_logits (in ref.safetensors): PeftModel.from_pretrained(original base, converted/)
-               on the batch, which equal the trained PiSSA model's
+               on the batch, which equal the trained PiSSA model's (trained_logits)
+  peft_pissa/  the trained adapter as PEFT's plain save_pretrained writes it (init_lora_weights
+               "pissa": PEFT, loading it on the original base, runs PiSSA on it again first)
 
 `python dev/gen_lora_init_ref.py --check DIR`: PEFT loads the adapter directory DIR (train_lora's
 output, a converted plain LoRA) on test/ref/gpt2_tiny and prints its logits' max difference from
@@ -135,6 +137,11 @@ def conversion(pm, x, ref):
                 trained[n.replace(".default", "")] = p.detach().clone().contiguous()
         trained_logits = pm(x).logits
     save_file(trained, os.path.join(d, "trained.safetensors"))
+    ref["trained_logits"] = trained_logits.contiguous()
+    peft_dir = os.path.join(d, "peft_pissa")
+    shutil.rmtree(peft_dir, ignore_errors=True)
+    pm.save_pretrained(peft_dir)  # PEFT's own form: the trained factors, init_lora_weights "pissa"
+    strip_readme(peft_dir)
     pm.save_pretrained(conv_dir, path_initial_model_for_weight_conversion=init_dir)
     strip_readme(init_dir)
     strip_readme(conv_dir)

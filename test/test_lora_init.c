@@ -10,12 +10,15 @@
 //     the adapter PEFT's save_pretrained(path_initial_model_for_weight_conversion=...) wrote:
 //     the same tensors, r 4, lora_alpha 8, init_lora_weights true; loaded back on the original
 //     base it gives PEFT's logits of that converted adapter. The checkpoint form says
-//     init_lora_weights "pissa", which our reader refuses by name.
+//     init_lora_weights "pissa" and loads, as PEFT loads it (the base rewritten to the PiSSA
+//     residual first), to the same logits; so does PEFT's own save of the trained PiSSA adapter,
+//     assembled on the base and merged by convert. An "olora" adapter is refused by name.
 // The run writes its final adapter to $BUILD/lora_init_export/pissa/adapter/ with our logits in
 // logits.safetensors beside it, for `dev/gen_lora_init_ref.py --check` (PEFT loads ours).
 #include "fixtures.h"
 #include "../llmc/base/fileio.h"
 #include "../llmc/base/json.h"
+#include "../llmc/model/convert.h"
 
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define IREF "test/ref/lora_init"
@@ -159,15 +162,13 @@ static void check_init(const char* init_name, int init) {
     st_open(&ref, path);
     LoraModel* lm = make_lora(TARGETS, 2, 4, init);
     lora_init_from_base(lm, &g_tb.pt, g_tb.weights);
-    float* v = (float*)mallocCheck(lm->total * sizeof(float));
-    lora_get_params(lm, v);
-    TEST_CHECK(memcmp(v, lm->init0, lm->total * sizeof(float)) == 0, "%s: init0 differs from the parameters", init_name);
+    const float* v = lm->init0;
     float* res = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
     memcpy(res, g_tb.weights, g_tb.pt.total * sizeof(float));
     lora_init_residual(lm, &g_tb.pt, res);
     for (int i = 0; i < lm->n; i++) check_adapter(&ref, init_name, &lm->ad[i], v, g_tb.weights, res);
     check_function_kept(init_name, init, &ref);
-    free(v); free(res);
+    free(res);
     lora_free(lm);
     st_close(&ref);
 }
@@ -237,6 +238,54 @@ static void check_converted_logits(const char* dir, StFile* ref, const char* log
     lora_free(lm);
 }
 
+// The model assembled from the base file with the adapter dir (PEFT's PiSSA form: the base
+// rewritten to the residual first, as PEFT loads it): the reference's logits `key`.
+static void check_assembled_logits(const char* what, const char* dir, const char* key) {
+    LoraSource src;
+    memset(&src, 0, sizeof(src));
+    src.adapter = dir;
+    ModelSpec s;
+    memset(&s, 0, sizeof(s));
+    s.path = BASE_DIR; s.lora_src = &src; s.B = g_tb.batch.B; s.T = g_tb.batch.T;
+    Model m;
+    model_assemble(&m, &s);
+    long nv = 0;
+    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 1.0f, &nv);
+    const size_t N = (size_t)g_tb.batch.B * g_tb.batch.T * g_tb.cfg.vocab_size;
+    float* logits = ref_logits_unpadded(&m.gpt, g_tb.batch.B * g_tb.batch.T);
+    StFile ref;
+    st_open(&ref, IREF "/pissa/ref.safetensors");
+    float* want = ref_read(&ref, key, NULL);
+    test_allclose(what, logits, want, N, 1e-4, 1e-4);
+    free(logits); free(want);
+    st_close(&ref);
+    model_free(&m);
+}
+
+// PEFT's own save of a trained PiSSA adapter (init_lora_weights "pissa"), read as PEFT reads it:
+// assembled on the base, and merged by convert into the base, it gives PEFT's logits.
+static void check_peft_pissa_form(void) {
+    const char* dir = IREF "/pissa/peft_pissa";
+    check_assembled_logits("PEFT's PiSSA adapter (init_lora_weights \"pissa\") assembled on the base: PEFT's logits", dir, "trained_logits");
+    HostModel hm;
+    convert_load(&hm, BASE_DIR, 0);
+    convert_merge_adapter(&hm, dir);
+    Model m;
+    test_model(&m, &g_tb, hm.params, 0, NULL, 0, 0);
+    long nv = 0;
+    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 1.0f, &nv);
+    const size_t N = (size_t)g_tb.batch.B * g_tb.batch.T * g_tb.cfg.vocab_size;
+    float* logits = ref_logits_unpadded(&m.gpt, g_tb.batch.B * g_tb.batch.T);
+    StFile ref;
+    st_open(&ref, IREF "/pissa/ref.safetensors");
+    float* want = ref_read(&ref, "trained_logits", NULL);
+    test_allclose("PEFT's PiSSA adapter merged by convert: PEFT's logits", logits, want, N, 1e-4, 1e-4);
+    free(logits); free(want);
+    st_close(&ref);
+    model_free(&m);
+    convert_free(&hm);
+}
+
 static void check_conversion(void) {
     LoraModel* lm = make_lora(TARGETS, 2, 4, LORA_INIT_PISSA);
     lm->init0 = (float*)callocCheck(lm->total, sizeof(float));
@@ -262,9 +311,14 @@ static void check_conversion(void) {
     const char* init = json_as_string(json_get(js, "init_lora_weights"));
     TEST_CHECK(init && !strcmp(init, "pissa"), "checkpoint adapter: init_lora_weights %s, want \"pissa\"", init ? init : "(not a string)");
     json_free(js);
+    check_assembled_logits("our checkpoint form (init_lora_weights \"pissa\") on the original base", ckpt, "converted_logits");
+    // OLoRA's form stays refused: PEFT's olora on GPT-2's Conv1D factors another matrix than ours
+    lm->spec.init = LORA_INIT_OLORA;
+    snprintf(ckpt, sizeof(ckpt), "%s/lora_init_export/olora_checkpoint", g_build);
+    peft_save_adapter(lm, ckpt);
     char err[1024];
     LoraModel* back = peft_try_load_adapter(ckpt, &g_tb.cfg, err, sizeof(err));
-    TEST_CHECK(!back && strstr(err, "pissa"), "the checkpoint form (relative to the residual base) was not refused by name: %s", back ? "loaded" : err);
+    TEST_CHECK(!back && strstr(err, "olora"), "an adapter with init_lora_weights \"olora\" was not refused by name: %s", back ? "loaded" : err);
     if (back) lora_free(back);
     free(trained);
     lora_free(lm);
@@ -282,6 +336,7 @@ int main(int argc, char** argv) {
     check_init("pissa", LORA_INIT_PISSA);
     check_init("olora", LORA_INIT_OLORA);
     check_conversion();
+    check_peft_pissa_form();
     test_base_free(&g_tb);
     return test_finish("test_lora_init");
 }

@@ -4,7 +4,9 @@
 # default init's, whose B = 0), --init pissa writes OUT/init_adapter/ (PEFT's initial adapter,
 # init_lora_weights true), checkpoints whose adapter_config.json says init_lora_weights "pissa",
 # and a final adapter converted to a plain rank-2r LoRA of the original base (r 4, lora_alpha 8,
-# init_lora_weights true) that --merge, convert and generate read; run_config.json records the
+# init_lora_weights true) that --merge, convert and generate read; convert reads the checkpoint
+# form as PEFT does (the same merged model) but not as a GGUF LoRA adapter, and refuses an
+# "olora" one; run_config.json records the
 # init; an interrupted run resumed ends with a byte-identical adapter and the same losses; bad
 # values and combinations stop with one message naming the flag, exit 1, and write no --out.
 source "$(dirname "$0")/lib.sh"
@@ -43,20 +45,38 @@ grep -q '"init_lora_weights": "pissa"' "$P/adapter_00000003/adapter_config.json"
   && ok "checkpoint adapter: init_lora_weights \"pissa\" (the factors of the residual base)" || bad "checkpoint config lacks init pissa"
 grep -q '"r": 4,' "$P/adapter_config.json" && grep -q '"lora_alpha": 8,' "$P/adapter_config.json" && grep -q '"init_lora_weights": true' "$P/adapter_config.json" \
   && ok "final adapter: a plain rank-4 LoRA of the original base (lora_alpha 8)" || bad "final adapter config: $(cat "$P/adapter_config.json")"
-expect_fail "convert on the checkpoint form (relative to the residual base)" 'init_lora_weights "pissa"' \
-  "$BIN_DIR/convert" --model test/ref/gpt2_tiny --adapter "$P/adapter_00000003" --out "$D/conv_ckpt"
-"$BIN_DIR/convert" --model test/ref/gpt2_tiny --adapter "$P" --out "$D/merged_by_convert" >/dev/null 2>&1 \
+"$BIN_DIR/convert" --model test/ref/gpt2_tiny --adapter "$P" --out "$D/merged_final" >/dev/null 2>&1 \
   && ok "convert merges the final adapter" || bad "convert --adapter on the final pissa adapter failed"
+# the checkpoint form (init_lora_weights "pissa") is read as PEFT reads it: the base rewritten to the
+# PiSSA residual first; merged, the last checkpoint is the final adapter's model
+"$BIN_DIR/convert" --model test/ref/gpt2_tiny --adapter "$P/adapter_00000006" --out "$D/merged_ckpt" >/dev/null 2>&1 \
+  && ok "convert merges the checkpoint form" || bad "convert --adapter on the pissa checkpoint failed"
+val_of() { # model dir -> the val loss train_lora reports for it at step 0 (fp32)
+  "$BIN" --model "$1" --train-data "$D/data/tiny_train_*.bin" --val-data "$D/data/tiny_val_*.bin" -b 2 -t 16 --steps 1 \
+    --lr 0 --dtype fp32 --eval-every 1 --lora-rank 2 --lora-alpha 4 --out "$2" >"$2.log" 2>&1 || bad "eval of $1 exited $?"
+  grep '"val_loss"' "$2/log.jsonl" | head -1 | sed 's/.*"val_loss": \([^,}]*\).*/\1/'
+}
+close() { python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" "$1" "$2"; }
+vf=$(val_of "$D/merged_final" "$D/eval_final"); vc=$(val_of "$D/merged_ckpt" "$D/eval_ckpt")
+close "$vc" "$vf" && ok "the merged checkpoint form's val loss $vc = the merged final adapter's $vf" || bad "merged checkpoint $vc, final $vf"
+# train_lora --adapter on the checkpoint form (--lr 0: nothing moves) saves it converted: the same model
+"$BIN" --model test/ref/gpt2_tiny --train-data "$D/data/tiny_train_*.bin" -b 2 -t 16 --steps 1 --lr 0 --dtype fp32 \
+  --adapter "$P/adapter_00000006" --merge --out "$D/cont" >"$D/cont.log" 2>&1 || { bad "--adapter on the pissa checkpoint exited $?"; tail -5 "$D/cont.log"; }
+grep -q '"r": 4,' "$D/cont/adapter_config.json" && grep -q '"init_lora_weights": true' "$D/cont/adapter_config.json" \
+  && ok "continued from the checkpoint form: saved as a plain rank-4 LoRA" || bad "continued adapter config: $(grep -E '"r"|init_lora' "$D/cont/adapter_config.json")"
+vk=$(val_of "$D/cont/merged" "$D/eval_cont")
+close "$vk" "$vf" && ok "continued from the checkpoint form: merged val loss $vk = $vf" || bad "continued: merged val loss $vk, want $vf"
+expect_fail "convert --to gguf-lora of the checkpoint form" "GGUF LoRA adapter cannot carry" \
+  "$BIN_DIR/convert" --model test/ref/gpt2_tiny --adapter "$P/adapter_00000006" --to gguf-lora --out "$D/ckpt.gguf"
+expect_fail "convert on an olora checkpoint (PEFT's olora on GPT-2 is not ours)" 'init_lora_weights "olora"' \
+  "$BIN_DIR/convert" --model test/ref/gpt2_tiny --adapter "$D/olora/adapter_00000003" --out "$D/conv_olora"
 
 # ---- --merge: the merged model's loss on the data equals the adapted model's last eval
 "$BIN" "${COMMON[@]}" --init olora --val-data "$D/data/tiny_val_*.bin" --eval-every 6 --merge --out "$D/olora_merge" >"$D/olora_merge.log" 2>&1 \
   || { bad "--init olora --merge exited $?"; tail -20 "$D/olora_merge.log"; }
 v_run=$(grep '"val_loss"' "$D/olora_merge/log.jsonl" | tail -1 | sed 's/.*"val_loss": \([^,}]*\).*/\1/')
-"$BIN" --model "$D/olora_merge/merged" --train-data "$D/data/tiny_train_*.bin" --val-data "$D/data/tiny_val_*.bin" -b 2 -t 16 --steps 1 \
-  --lr 0 --dtype fp32 --eval-every 1 --lora-rank 2 --lora-alpha 4 --out "$D/merged_eval" >"$D/merged_eval.log" 2>&1 || bad "eval of the merged model exited $?"
-v_merged=$(grep '"val_loss"' "$D/merged_eval/log.jsonl" | head -1 | sed 's/.*"val_loss": \([^,}]*\).*/\1/')
-python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)" "$v_merged" "$v_run" \
-  && ok "olora --merge: the merged model's val loss $v_merged = the run's $v_run" || bad "merged val loss $v_merged, the run's $v_run"
+v_merged=$(val_of "$D/olora_merge/merged" "$D/merged_eval")
+close "$v_merged" "$v_run" && ok "olora --merge: the merged model's val loss $v_merged = the run's $v_run" || bad "merged val loss $v_merged, the run's $v_run"
 
 # ---- interrupted, resumed: the same adapter and losses (the residual base from init_adapter/)
 "$BIN" "${COMMON[@]}" --init pissa --stop-after 3 --out "$D/pissa2" >"$D/pissa2a.log" 2>&1 || bad "pissa2 (first part) exited $?"

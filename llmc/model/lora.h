@@ -142,8 +142,8 @@ void lora_init_gaussian(LoraModel* lm, uint64_t seed);
 // 1 for the initialisations that take the adapter from the base and rewrite it (pissa, olora).
 int lora_init_rewrites_base(int init);
 // PiSSA (SVD) or OLoRA (QR) per lm->spec.init, of each adapted weight in host_params (fp32,
-// table layout): the adapter values, also kept in lm->init0. fatal for a q/k/v split or a rank
-// above the weight's.
+// table layout): the initial adapter values, in lm->init0 (the parameters are not touched). fatal
+// for a q/k/v split or a rank above the weight's.
 void lora_init_from_base(LoraModel* lm, const ParamTable* pt, const float* host_params);
 // The base the adapters start from: W -= scaling * B0 A0 in host_params (lm->init0 set).
 void lora_init_residual(const LoraModel* lm, const ParamTable* pt, float* host_params);

@@ -132,7 +132,6 @@ void lora_init_from_base(LoraModel* lm, const ParamTable* pt, const float* host_
         else olora_factors(a, W, lm->init0 + a->a_off, lm->init0 + a->b_off);
     }
     openblas_set_num_threads(threads);
-    lora_set_params(lm, lm->init0);
 }
 
 void lora_init_residual(const LoraModel* lm, const ParamTable* pt, float* host_params) {

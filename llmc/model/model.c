@@ -55,8 +55,9 @@ static LoraModel* model_build_lora(const LoraSource* src, const GPT2Config* cfg,
     return lm;
 }
 
-// Step 2': PiSSA / OLoRA: the adapters from the base's fp32 weights (or, resuming, from the
-// initial adapter the run wrote), and the base rewritten to the residual in place.
+// Step 2': PiSSA / OLoRA: the initial adapter from the base's fp32 weights (or, resuming, from
+// the one the run wrote), the values of new adapters, and the base rewritten to the residual in
+// place (a loaded PiSSA adapter keeps its values: they are those of that residual).
 static void model_lora_from_base(LoraModel* lm, const LoraSource* src, const GPT2Config* cfg, float* host, int owned) {
     if (!owned || !host) fatal("this is a bug in llmc", "--init %s needs the base's weights read from --model", LORA_INIT_NAMES[lm->spec.init]);
     ParamTable pt;
@@ -67,6 +68,7 @@ static void model_lora_from_base(LoraModel* lm, const LoraSource* src, const GPT
         lora_set_params(lm, lm->init0);
     } else {
         lora_init_from_base(lm, &pt, host);
+        if (!src->adapter) lora_set_params(lm, lm->init0);
     }
     lora_init_residual(lm, &pt, host);
 }
@@ -179,8 +181,10 @@ void model_assemble(Model* m, const ModelSpec* s) {
     model_weights(m, s, &cfg, &host, &owned);
     if (s->lora) m->lora = s->lora;
     else if (s->lora_src) { m->lora = model_build_lora(s->lora_src, &cfg, s->path); m->owns_lora = 1; }
-    if (m->owns_lora && !s->lora_src->adapter && lora_init_rewrites_base(m->lora->spec.init)) {
-        if (m->nf4 || s->qlora) fatal("leave out --qlora, or --init", "--init %s rewrites the base in fp32; a 4-bit (NF4) base is not supported", LORA_INIT_NAMES[m->lora->spec.init]);
+    if (m->owns_lora && lora_init_rewrites_base(m->lora->spec.init)) {
+        if (m->nf4 || s->qlora)
+            fatal("use the base in fp32 or bf16", "%s rewrites the base in fp32; a 4-bit (NF4) base is not supported",
+                  s->lora_src->adapter ? "a PiSSA adapter (init_lora_weights \"pissa\")" : LORA_INIT_NAMES[m->lora->spec.init]);
         model_lora_from_base(m->lora, s->lora_src, &cfg, host, owned);
     }
     ParamTable pt;

@@ -494,9 +494,13 @@ static int read_config_unsupported(PeftReader* P) {
 // ways set values the file then replaces. PiSSA, OLoRA, CorDA, LoftQ and LoRA-GA also rewrite the
 // base weights (minus the initial adapter, or LoftQ's quantized ones), so lora_A / lora_B of such
 // a file hold the change to those rewritten weights, not to the base model's; MiCA keeps lora_B
-// frozen in training.
+// frozen in training. "pissa" is read as PEFT loads it: spec.init says that the base is to be
+// rewritten to the PiSSA residual first (model_assemble, convert_merge_adapter). PEFT's "olora"
+// on GPT-2's Conv1D layers factors the untransposed weight (llmc/model/lora_init.c), which is
+// not ours: refused like the others.
 static int read_config_init(PeftReader* P) {
     const char* s = json_as_string(json_get(P->js, "init_lora_weights"));
+    if (s && !strcmp(s, "pissa")) { P->spec.init = LORA_INIT_PISSA; return 0; }
     static const char* const values_only[] = {"gaussian", "eva", "orthogonal"};
     static const char* const base_rewriting[] = {"pissa", "olora", "corda", "loftq", "lora_ga"};
     if (!s) return 0; // true, false or absent: PEFT's default initialisation, or random values

@@ -11,7 +11,10 @@
 // layers_to_transform, rank_pattern / alpha_pattern keys, regular expressions of the plain kind:
 // names, '.', '\.', '^', '$'), and the LoraConfig fields of other LoRA variants (aLoRA's invocation
 // tokens, target_parameters, DoRA, lora_bias, layer replication, base-rewriting initialisations
-// such as PiSSA, ...) are refused by name rather than applied as a plain LoRA (docs/FORMATS.md).
+// such as OLoRA, ...) are refused by name rather than applied as a plain LoRA (docs/FORMATS.md).
+// A PiSSA adapter (init_lora_weights "pissa") loads with spec.init LORA_INIT_PISSA: its factors
+// are those of the base rewritten to the PiSSA residual, which model_assemble and
+// convert_merge_adapter do first, as PEFT does when it loads one.
 //
 // A q/k/v split of c_attn (llmc/model/lora.h) is a c_attn adapter of rank blocks x r for PEFT, which
 // computes the same function with it. So that continuing from the file keeps the split (the
