@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < np; i++) prompt[i] = (i * 7919 + 13) % cfg.vocab_size;
     int* a = (int*)mallocCheck((size_t)n * sizeof(int));
     int* b = (int*)mallocCheck((size_t)n * sizeof(int));
-    SampleParams sp = { 1.0f, 40, 1 };
+    SampleParams sp = { 1.0f, 40, 1, 1.0f, 0.0f, 1.0f }; // (top-p, min-p, the repetition penalty off)
     printf("backend: %s | d12 (124M) | %s GEMMs | prompt %d tokens, %d new tokens, top-k 40\n", ops_backend_name(), bf16 ? "bf16" : "fp32", np, n);
     KVCache kv;
     kv_init(&kv, m, 1, np + n - 1);

@@ -50,12 +50,12 @@ TEST_REGISTRY += \
     cpu:$(TREE)/test/test_chat cpu:$(TREE)/test/test_check cpu:$(TREE)/test/test_checkpoint \
     cpu:$(TREE)/test/test_comm cpu:$(TREE)/test/test_convert cpu:$(TREE)/test/test_dataloader \
     cpu:$(TREE)/test/test_gguf cpu:$(TREE)/test/test_gpt2 cpu:$(TREE)/test/test_gpt2_sizes \
-    cpu:$(TREE)/test/test_json cpu:$(TREE)/test/test_lora cpu:$(TREE)/test/test_lora_init cpu:$(TREE)/test/test_loss_scale \
+    cpu:$(TREE)/test/test_json cpu:$(TREE)/test/test_lora cpu:$(TREE)/test/test_lora_init cpu:$(TREE)/test/test_loraplus cpu:$(TREE)/test/test_loss_scale \
     cpu:$(TREE)/test/test_memplan cpu:$(TREE)/test/test_mfu cpu:$(TREE)/test/test_model_io \
     cpu:$(TREE)/test/test_nf4 cpu:$(TREE)/test/test_ops cpu:$(TREE)/test/test_pack \
     cpu:$(TREE)/test/test_pref cpu:$(TREE)/test/test_prefloss cpu:$(TREE)/test/test_qlora \
     cpu:$(TREE)/test/test_recompute cpu:$(TREE)/test/test_runconfig cpu:$(TREE)/test/test_safetensors \
-    cpu:$(TREE)/test/test_sampling cpu:$(TREE)/test/test_schedule cpu:$(TREE)/test/test_tfevents cpu:$(TREE)/test/test_tokenizer \
+    cpu:$(TREE)/test/test_sampling cpu:$(TREE)/test/test_schedule cpu:$(TREE)/test/test_scorer cpu:$(TREE)/test/test_tfevents cpu:$(TREE)/test/test_tokenizer \
     cpu:$(TREE)/test/test_watchdog_exit cpu:$(TREE)/test/test_zero
 # the LoRA and QLoRA model tests on the CUDA kernels (mk/gpucheck.mk)
 TEST_REGISTRY += harness:$(TREE)/test/test_lora_cuda harness:$(TREE)/test/test_qlora_model_cuda
@@ -73,7 +73,7 @@ TEST_REGISTRY += \
     cpu:test/test_data_open.sh cpu:test/test_run_end.sh cpu:test/test_fp16_train.sh cpu:test/test_out_dir.sh cpu:test/test_save_gguf.sh \
     cpu:test/test_bad_input.sh cpu:test/test_checkpoint_integrity.sh cpu:test/test_train_mpi.sh \
     cpu:test/test_comm.sh cpu:test/test_watchdog.sh cpu:test/test_multihost.sh \
-    cpu:test/test_lora_cli.sh cpu:test/test_lora_init.sh cpu:test/test_pref_train.sh cpu:test/test_qlora_cli.sh cpu:test/test_generate.sh \
+    cpu:test/test_lora_cli.sh cpu:test/test_lora_init.sh cpu:test/test_loraplus_cli.sh cpu:test/test_loraplus_mpi.sh cpu:test/test_pref_train.sh cpu:test/test_qlora_cli.sh cpu:test/test_generate.sh cpu:test/test_score.sh \
     cpu:test/test_prepare.sh cpu:test/test_recompute.sh cpu:test/test_plot.sh cpu:test/test_tensorboard.sh
 # the flash attention kernels' SASS and cycle model; the lints of the code, and of the documents
 # in docs/ against the code (lint_docs.sh: every trainer flag in docs/ARCHITECTURE.md's table, the
@@ -87,7 +87,7 @@ TEST_REGISTRY += cpu:test/test_fuzz.sh
 # start-up on a small fake device; greedy sampling with an adapter, CUDA path against CPU path
 # (harness builds of the programs, mk/gpucheck.mk)
 TEST_REGISTRY += \
-    harness:test/test_gpu_check.sh harness:test/test_step_syncs.sh harness:test/test_device_memory.sh \
+    harness:test/test_gpu_check.sh harness:test/test_step_syncs.sh harness:test/test_loraplus_cuda.sh harness:test/test_device_memory.sh \
     harness:test/test_sample_backends.sh
 # the memory plan (llmc/run/memplan.c) over several ranks (its one-rank cases are test_memplan),
 # the trainers' plan step (--plan, --batch-size auto, resume)

@@ -1,6 +1,11 @@
 # Helpers for the shell tests (sourced). BIN_DIR: where train_gpt2 / train_lora live.
 set -u
 BIN_DIR="${BIN_DIR:-.}"
+# data/prepare of the same build: make exports PREPARE_BIN; a test run alone finds it beside the
+# programs (BIN_DIR), or as data/prepare for the programs of the repository's root
+if [ -z "${PREPARE_BIN:-}" ]; then
+  if [ "$BIN_DIR" = "." ]; then PREPARE_BIN=data/prepare; else PREPARE_BIN="$BIN_DIR/prepare"; fi
+fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/llmc-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 fails=0; checks=0

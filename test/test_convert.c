@@ -1,6 +1,7 @@
 // llmc/model/convert.h against PEFT and bitsandbytes: a base with a PEFT adapter merged by
 // convert_merge_adapter (every adapter set of test/ref/lora_tiny: q/v split, all-linear, rsLoRA,
-// layers_to_transform, trained biases and ln_f) gives the logits of PEFT's merge_and_unload;
+// layers_to_transform, trained biases and ln_f) gives the logits of PEFT's merge_and_unload, and
+// a chain of them merged in turn the logits of PEFT's merge_and_unload of each in turn;
 // a transformers + bitsandbytes 4-bit checkpoint read by convert_load is dequantized to the
 // weights bitsandbytes computes with (with the test/ref/qlora_tiny adapters merged: the logits of
 // the fp32 GPT-2 on dequant(quant(W)) + the merged adapter). A size descriptor gives the
@@ -43,6 +44,18 @@ static void test_merge(const char* set) {
     TEST_CHECK(strstr(hm.source, "(merged)") != NULL, "source names the merge: %s", hm.source);
     snprintf(what, sizeof(what), "%s: base + adapter merged by convert vs PEFT merge_and_unload logits", set);
     check_logits(what, &hm, dir, "merged_logits", 1e-4);
+    convert_free(&hm);
+}
+
+// A chain of adapters merged one after another (convert --adapter A --adapter B ...) vs PEFT's
+// merge_and_unload of each in turn (test/ref/lora_chain, dev/gen_lora_chain_ref.py).
+static void test_merge_chain(void) {
+    const char* chain[] = { LREF "/all_linear", LREF "/qv", LREF "/bias_all" };
+    HostModel hm;
+    convert_load(&hm, BASE_DIR, 0);
+    for (int i = 0; i < 3; i++) convert_merge_adapter(&hm, chain[i]);
+    check_logits("all_linear, qv, bias_all merged in turn vs PEFT's merge_and_unload of each in turn", &hm, "test/ref/lora_chain",
+                 "merged_logits", 1e-4);
     convert_free(&hm);
 }
 
@@ -100,6 +113,7 @@ int main(void) {
     test_base_load(&g_tb, BASE_DIR);
     const char* sets[] = { "c_attn", "qv", "all_linear", "proj_fc", "layers", "rslora", "bias_all", "bias_lnf" };
     for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) test_merge(sets[i]);
+    test_merge_chain();
     test_4bit("c_attn");
     test_4bit("all_linear");
     test_descriptor();

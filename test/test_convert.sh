@@ -70,6 +70,17 @@ if [ -x "$BIN_DIR/train_lora" ]; then
   grep -q "^converted: .*(merged)" "$TMP/conv.log" && ok "$(grep '^converted' "$TMP/conv.log")" || bad "no merge in: $(cat "$TMP/conv.log")"
 fi
 
+# ---- a chain of adapters in one command == merged one command at a time (test_convert: == PEFT's)
+L=test/ref/lora_tiny
+conv --model test/ref/gpt2_tiny --adapter $L/all_linear --out "$TMP/chain1.bin" \
+  && conv --model "$TMP/chain1.bin" --adapter $L/bias_all --out "$TMP/chain2.bin" \
+  && conv --model test/ref/gpt2_tiny --adapter $L/all_linear --adapter $L/bias_all --out "$TMP/chain.bin" \
+  && same "$TMP/chain.bin" "$TMP/chain2.bin" "convert --adapter A --adapter B == A merged, then B (same bytes)"
+grep -q "^converted: .*all_linear (merged) + adapter .*bias_all (merged)" "$TMP/conv.log" && ok "the source names both merges" \
+  || bad "chain source: $(cat "$TMP/conv.log")"
+expect_fail "--to gguf-lora of two adapters" "needs one --adapter (2 given)" "$BIN_DIR/convert" --model test/ref/gpt2_tiny \
+  --adapter $L/all_linear --adapter $L/qv --to gguf-lora --out "$TMP/two.gguf"
+
 # ---- GGUF (llama.cpp): the files the suite writes are the very files dev/gen_gguf_ref.py ran in
 # llama.cpp (test/ref/gguf/files.sha256; the adapter's but for general.description, which names it
 # instead of giving its path: dev/gen_gguf_ref.py; test_gguf compares the logits); round trips through GGUF
@@ -97,7 +108,7 @@ conv --model test/ref/pack_tiny --out "$TMP/pack.bin" && conv --model "$TMP/pack
   && [ -f "$TMP/lone.safetensors" ] && conv --model "$TMP/lone.safetensors" --out "$TMP/lone_back.bin" \
   && same "$TMP/lone_back.bin" "$TMP/pack.bin" "--out x.safetensors writes one safetensors file that loads back to the same model"
 expect_fail "lone safetensors of a model whose head size is not 64" "n_head" "$CONV" --model test/ref/gpt2_tiny --out "$TMP/x5.safetensors"
-expect_fail "gguf without --adapter for gguf-lora" "--to gguf-lora needs --adapter" "$CONV" --model tiny --to gguf-lora --out "$TMP/x6.gguf"
+expect_fail "gguf without --adapter for gguf-lora" "--to gguf-lora needs one --adapter (0 given)" "$CONV" --model tiny --to gguf-lora --out "$TMP/x6.gguf"
 expect_fail "GGUF of a model without a fitting vocabulary" "a GGUF file carries the tokenizer" "$CONV" --model test/ref/gpt2_tiny --out "$TMP/x7.gguf"
 expect_fail "GGUF LoRA adapter on the wrong base" "wrong base model" "$CONV" --model $REF/hf_hub --adapter test/ref/lora_tiny/qv --to gguf-lora --out "$TMP/x8.gguf"
 expect_fail "GGUF LoRA of an adapter that trains biases" "cannot carry" "$CONV" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/bias_all --to gguf-lora --out "$TMP/x9.gguf"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end `generate`: a tiny model with the GPT-2 vocabulary (train_gpt2 --model tiny, one
-# step) continues a text prompt; a seed reproduces the text; the key/value cache gives the text
+# step) continues a text prompt; a seed reproduces the text (with --top-p, --min-p,
+# --repetition-penalty too, whose off values give the defaults' text); the key/value cache gives the text
 # of the full recomputation; the vocabulary is found next to the model (the trainer writes it
 # there) or in data/gpt2 of the working directory or near the program; a LoRA
 # adapter applies; bad flags and a missing vocabulary get their message.
@@ -51,6 +52,29 @@ h=$("$GEN" --help | grep -- '^  --seed ')
 grep -q "sampl" <<<"$h" && ! grep -qE "init|shuffl|dropout" <<<"$h" && ok "generate --help: --seed is the sampling's seed" || bad "generate --seed help: $h"
 k=$(run --prompt "Once upon a time" -g 12 --top-k 40 --temperature 0.8 --seed 1 --quiet)
 [ -n "$k" ] && ok "top-k 40 at temperature 0.8 runs" || bad "top-k sampling printed nothing"
+# --top-p, --min-p, --repetition-penalty (test_sampling checks the numbers against transformers):
+# at their off values the text of the defaults; on, a seed reproduces the text; bad values refused
+P=(--prompt "The quick brown fox" -g 16 --quiet)
+o1=$(run "${P[@]}" --seed 7 --top-p 1 --min-p 0 --repetition-penalty 1)
+[ -n "$a" ] && [ "$o1" = "$a" ] && ok "--top-p 1 --min-p 0 --repetition-penalty 1: the defaults' text" || bad "controls off: '$o1' vs '$a'"
+for c in "--top-p 0.6" "--min-p 0.2" "--repetition-penalty 1.5" "--top-p 0.9 --min-p 0.05 --repetition-penalty 1.3 --top-k 50"; do
+  s1=$(run "${P[@]}" --seed 7 $c) && s2=$(run "${P[@]}" --seed 7 $c) && s3=$(run "${P[@]}" --seed 7 $c --no-kv-cache) \
+    && [ -n "$s1" ] && [ "$s1" = "$s2" ] && [ "$s1" = "$s3" ] && ok "$c: seed 7 twice and without the cache, the same text" \
+    || { cat "$TMP/err"; bad "$c: '$s1' / '$s2' / no cache '$s3'"; }
+done
+r1=$(run "${P[@]}" --temperature 0 --repetition-penalty 1.5); r0=$(run "${P[@]}" --temperature 0)
+[ -n "$r1" ] && [ "$r1" != "$r0" ] && ok "greedy with --repetition-penalty 1.5 is another text than greedy ('$r0')" || bad "the penalty changed nothing under greedy: '$r1'"
+m1=$(run "${P[@]}" --seed 7 --min-p 1); m0=$(run "${P[@]}" --temperature 0)
+[ -n "$m1" ] && [ "$m1" = "$m0" ] && ok "--min-p 1 keeps only the most likely token: greedy's text" || bad "--min-p 1: '$m1' vs greedy '$m0'"
+run --prompt "Once upon a time" -g 4 --top-p 0.9 --min-p 0.1 --repetition-penalty 1.2 > /dev/null \
+  && grep --quiet "top-p 0.9 | min-p 0.1 | repetition penalty 1.2 |" "$TMP/err" && ok "the banner names top-p, min-p and the penalty" \
+  || { cat "$TMP/err"; bad "banner without the sampling controls"; }
+for v in 0 -0.1 1.5 nan; do expect_fail "--top-p $v" "--top-p" "$GEN" --model "$M" --top-p $v; done
+for v in -0.1 1.01 inf; do expect_fail "--min-p $v" "--min-p" "$GEN" --model "$M" --min-p $v; done
+for v in 0 -1 inf nan 1e-300 1e300; do expect_fail "--repetition-penalty $v" "--repetition-penalty" "$GEN" --model "$M" --repetition-penalty $v; done
+expect_fail "llama.cpp's --repeat-penalty" "--repetition-penalty" "$GEN" --model "$M" --repeat-penalty 1.1
+h=$("$GEN" --help)
+for f in --top-p --min-p --repetition-penalty; do grep -q -- "^  $f " <<<"$h" && ok "generate --help lists $f" || bad "generate --help lacks $f"; done
 # --dtype: the banner says which GEMMs ran (test_sampling checks the bf16 numbers)
 for d in fp32 bf16 fp16; do
   want="fp32 (--dtype"; [ $d = bf16 ] && want="bf16 GEMMs"; [ $d = fp16 ] && want="fp16 GEMMs"
@@ -132,6 +156,14 @@ expect_fail "unknown --chat template" "--chat: 'llama' is not one of: plain, cha
     --sample-every 1 --sample-tokens 8 --prompt "Hello there" --out "$TMP/s" > "$TMP/s.log" 2>&1 || { cat "$TMP/s.log"; bad "train_gpt2 --sample-every failed"; }
 grep --quiet "^sample (step 1):" "$TMP/s.log" && grep --quiet "^sample (step 2):" "$TMP/s.log" && [ "$(grep -c '^Hello there' "$TMP/s/samples.txt")" = 2 ] \
   && ok "train_gpt2 --sample-every 1: samples at steps 1 and 2, in samples.txt" || { cat "$TMP/s.log"; bad "train_gpt2 samples missing"; }
+# the trainers take the same controls, refuse the same bad values, and record them in run_config.json
+"$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --threads 2 --sample-tokens 6 \
+    --top-p 0.8 --min-p 0.05 --repetition-penalty 1.25 --out "$TMP/sp" > "$TMP/sp.log" 2>&1 || { cat "$TMP/sp.log"; bad "train_gpt2 with the sampling controls failed"; }
+python3 -c "import json,sys; f=json.load(open(sys.argv[1]))['flags']; sys.exit(not (abs(f['top_p']-0.8)<1e-6 and abs(f['min_p']-0.05)<1e-6 and abs(f['repetition_penalty']-1.25)<1e-6))" \
+    "$TMP/sp/run_config.json" && ok "run_config.json records top_p, min_p, repetition_penalty" || bad "run_config.json: $(cat "$TMP/sp/run_config.json")"
+expect_fail "train_gpt2 --top-p 0" "--top-p" "$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/train.bin" --batch-size 1 --seq-len 16 --steps 1 --top-p 0
+expect_fail "train_lora --repetition-penalty 0" "--repetition-penalty" "$BIN_DIR/train_lora" --model test/ref/gpt2_tiny --train-data "$TMP/train.bin" \
+    --batch-size 1 --seq-len 16 --steps 1 --repetition-penalty 0
 # train_lora's final sample (kv cache, adapter, seed) is what generate prints with the saved adapter
 LORA=(--model test/ref/gpt2_tiny --train-data "$TMP/train100.bin" --batch-size 2 --seq-len 16 --steps 3 --lr 1e-2 --threads 2
       --lora-targets all-linear --seed 5 --save-format none)

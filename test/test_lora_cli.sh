@@ -145,7 +145,7 @@ expect_fail "tensors of another adapter" "config/tensor disagreement" "${BASEARG
 expect_fail "missing adapter" "does not exist" "${BASEARGS[@]}" --adapter "$D/nope"
 expect_fail "unknown --lora-targets" "unknown target 'foo'" "${BASEARGS[@]}" --lora-targets c_attn,foo
 expect_fail "--lora-layers beyond the model" "outside the model's layers" "${BASEARGS[@]}" --lora-layers 0-7
-expect_fail "--lora-rank 0" "lora-rank" "${BASEARGS[@]}" --lora-rank 0
+expect_fail "--lora-rank 0 without --lora-bias all" "lora-rank 0 makes no adapter" "${BASEARGS[@]}" --lora-rank 0
 expect_fail "LoRA on a from-scratch model" "nothing to adapt" --model d6 --train-data "$D/data/tiny_train_*.bin"
 
 finish

@@ -99,6 +99,7 @@ expect_fail "--init gaussian --adapter" "--adapter" "$BIN" "${COMMON[@]}" --init
 expect_fail "--init pissa --save-gguf" "--merge" "$BIN" "${COMMON[@]}" --init pissa --save-gguf f32 --out "$D/bad5"; nothing_written bad5
 expect_fail "--init pissa --objective dpo" "--ref-model" "$BIN" "${COMMON[@]}" --init pissa --objective dpo --out "$D/bad7"; nothing_written bad7
 grep -q "init pissa" "$D/pissa.log" && ok "the report names the init" || bad "the report does not name the init: $(grep 'lora:' "$D/pissa.log")"
+expect_fail "--init pissa with BitFit (--lora-rank 0)" "BitFit" "$BIN" "${COMMON[@]}" --init pissa --lora-rank 0 --lora-bias all --out "$D/bad8"; nothing_written bad8
 expect_fail "--init pissa rank above the weight's" "--lora-rank" "$BIN" "${COMMON[@]}" --init pissa --lora-rank 65 --out "$D/bad6"; nothing_written bad6
 
 finish

@@ -38,7 +38,7 @@
 typedef struct {
     const char* name;
     int L, C, NH, V, maxT;
-    int lora, qlora, bias, ln_f;
+    int lora, qlora, bias, ln_f;   // lora: 1 LoRA (r = 4), 2 BitFit (r = 0: no adapter, the biases of bias)
     float dropout;
     const char *targets, *layers;
     int B, T, recompute, keep, offload, bf16;
@@ -52,6 +52,7 @@ static const Case CASES[] = {
     {"LoRA c_attn on layers 0,2 fp32", 3, 64, 4, 1000, 64, 1, 0, 0, 0, 0.0f, "c_attn", "0,2", 2, 32, 1, 0, 0, 0},
     {"QLoRA q,v + mlp.c_fc, recompute 1", 3, 128, 4, 700, 64, 1, 1, 0, 0, 0.0f, "q,v,mlp.c_fc", NULL, 2, 32, 1, 0, 0, 0},
     {"QLoRA all-linear bf16 GEMMs, lora_only biases, keep", 2, 128, 2, 700, 64, 1, 1, 2, 0, 0.0f, "all-linear", NULL, 1, 64, 0, 1, 0, 1},
+    {"BitFit (rank 0, every bias), ln_f, bf16 base", 3, 64, 4, 1000, 64, 2, 0, 1, 1, 0.0f, "c_attn", NULL, 2, 32, 0, 0, 0, 1},
 };
 #define NCASES ((int)(sizeof(CASES) / sizeof(CASES[0])))
 
@@ -65,7 +66,7 @@ static GPT2Config case_config(const Case* k) {
 static void case_lora(const Case* k, const GPT2Config* cfg, LoraSpec* spec) {
     char err[256];
     memset(spec, 0, sizeof(*spec));
-    spec->rank = 4; spec->alpha = 8.0f; spec->dropout = k->dropout; spec->bias = k->bias; spec->train_ln_f = k->ln_f;
+    spec->rank = k->lora == 2 ? 0 : 4; spec->alpha = 8.0f; spec->dropout = k->dropout; spec->bias = k->bias; spec->train_ln_f = k->ln_f;
     if (lora_parse_targets(k->targets, &spec->targets, err, sizeof(err)) || lora_parse_layers(k->layers ? k->layers : "all", cfg->num_layers, spec, err, sizeof(err)))
         fatal("test case", "%s", err);
 }
@@ -74,7 +75,7 @@ static int g_group; // --shard-group of the mpirun cases
 static void case_spec(const Case* k, int zero, int world, int rank, PlanSpec* s) {
     const GPT2Config cfg = case_config(k);
     memplan_spec_init(s, &cfg);
-    s->lora = k->lora; s->qlora = k->qlora;
+    s->lora = k->lora != 0; s->qlora = k->qlora; s->bitfit = k->lora == 2;
     if (k->lora) case_lora(k, &cfg, &s->lspec);
     s->B = k->B; s->T = k->T; s->recompute = k->recompute; s->keep = k->keep; s->offload = k->offload;
     s->zero = zero; s->world = world; s->rank = rank; s->shard_group = zero == 3 ? g_group : 0;
@@ -246,7 +247,7 @@ static void check_save(const char* tag, const Plan* p, Built* b, const Case* k) 
     }
     EQ("the state file's layout (ZeRO 3)", p->save.state_layout, layout);
     gradsync_unshard_model(&b->gs); // (ZeRO 3: rank 0 gathers the model to write it)
-    const size_t model = k->lora ? b->m.lora->total : outputs_params_in_place(&b->m) ? 0 : b->m.gpt.pt.total;
+    const size_t model = k->lora == 2 ? lora_trainable_numel(b->m.lora) : k->lora ? b->m.lora->total : outputs_params_in_place(&b->m) ? 0 : b->m.gpt.pt.total;
     EQ("the model's copy written by rank 0", p->save.model, b->comm->rank == 0 ? model * sizeof(float) : 0);
     gradsync_reshard_model(&b->gs);
 }

@@ -233,7 +233,49 @@ static void test_auto(void) {
     printf("ok   auto without --total-batch-tokens, or with one that is not whole sequences of every rank: refused; --plan without data\n");
 }
 
+// A flag given several times (ARG_STRS, llmc/run/args.h): every value kept in order, written as a
+// JSON array and read back from one; one time more than it holds is refused by name.
+static ArgStrs g_list;
+static ArgSpec g_list_spec = {"--adapter", NULL, ARG_STRS, &g_list, "DIR", "a list", 1, 0, NULL};
+
+static void child_list_full(void* arg) {
+    char* argv[2 * ARG_STRS_MAX + 3] = {"prog"};
+    for (int i = 0; i <= ARG_STRS_MAX; i++) { argv[1 + 2 * i] = "--adapter"; argv[2 + 2 * i] = "x"; }
+    memset(&g_list, 0, sizeof(g_list));
+    args_parse(2 * ARG_STRS_MAX + 3, argv, &g_list_spec, 1, "usage", NULL);
+}
+
+static void test_arg_list(void) {
+    char* argv[] = {"prog", "--adapter", "a/b", "--adapter=c", "--adapter", "d"};
+    memset(&g_list, 0, sizeof(g_list));
+    args_parse(ARGC(argv), argv, &g_list_spec, 1, "usage", NULL);
+    TEST_CHECK(g_list.n == 3 && !strcmp(g_list.v[0], "a/b") && !strcmp(g_list.v[1], "c") && !strcmp(g_list.v[2], "d"),
+               "three --adapter values in order: %d", g_list.n);
+    char text[64];
+    args_value_text(&g_list_spec, text, sizeof(text));
+    TEST_CHECK(!strcmp(text, "a/b, c, d"), "value text '%s'", text);
+    JsonWriter w;
+    jw_init(&w, 0);
+    jw_begin_object(&w);
+    args_write_json(&w, &g_list_spec);
+    jw_end_object(&w);
+    TEST_CHECK(!strcmp(w.buf, "{\"adapter\":[\"a/b\",\"c\",\"d\"]}"), "JSON '%s'", w.buf);
+    char err[256];
+    JsonValue* js = json_parse("[\"e\", \"f\"]", 10, err, sizeof(err));
+    TEST_CHECK(js && args_set_json(&g_list_spec, js, err, sizeof(err)) == 0 && g_list.n == 2 && !strcmp(g_list.v[1], "f"),
+               "read back from a JSON array: %d", g_list.n);
+    json_free(js);
+    js = json_parse("[\"e\", 3]", 8, err, sizeof(err));
+    TEST_CHECK(js && args_set_json(&g_list_spec, js, err, sizeof(err)) != 0 && strstr(err, "element 1 is not a string"),
+               "a number in the array refused: %s", err);
+    json_free(js);
+    jw_free(&w);
+    const char* const want[] = {"--adapter: given more than 16 times", NULL};
+    TEST_CHECK(test_expect_fatal("17 --adapter", child_list_full, NULL, want), "17 values not refused");
+}
+
 int main(void) {
+    test_arg_list();
     test_resume_rules();
     test_auto();
     test_derived();

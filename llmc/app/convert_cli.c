@@ -1,4 +1,5 @@
 // The `convert` program: flags, then load (and merge) -> write (llmc/model/convert.h).
+#include "app/convert_cli.h"
 #include "model/config.h"
 #include "model/convert.h"
 #include "model/gguf_io.h"
@@ -15,7 +16,8 @@
 
 typedef struct {
     const char* model;
-    const char* adapter;
+    ArgStrs adapters;     // --adapter, merged in the order given
+    const char* adapter;  // the first of them (NULL: none)
     const char* out;
     const char* format;
     const char* gguf_type;
@@ -38,8 +40,9 @@ static void convert_parse(ConvertFlags* f, int argc, char** argv) {
     int n = 0;
     specs[n++] = cli_flag_model(&f->model, "model: llm.c .bin (fp32/bf16), .safetensors, sharded index, transformers model dir, GGUF, "
                                            "4-bit bitsandbytes dir (dequantized), or d6..d48 / tiny (GPT-2 init from --seed)");
-    specs[n++] = (ArgSpec){"--adapter", NULL, ARG_STR, &f->adapter, "DIR", "merge this LoRA adapter (PEFT directory) into the model "
-                           "(with --to gguf-lora: the adapter to export)", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--adapter", NULL, ARG_STRS, &f->adapters, "DIR", "merge this LoRA adapter (PEFT directory) into the model; "
+                           "given several times, each is merged in turn into the model the ones before made (PEFT's merge_and_unload "
+                           "of each in turn); with --to gguf-lora: the one adapter to export", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--out", "-o", ARG_STR, &f->out, "PATH", "where to write: a .bin, .safetensors or .gguf file, or a directory (transformers)", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--to", NULL, ARG_STR, &f->format, "FMT", fmt_help, 1, 0, formats};
     specs[n++] = (ArgSpec){"--format", NULL, ARG_STR, &f->format, "FMT", "the same as --to", 1, 0, formats};
@@ -57,6 +60,7 @@ static void convert_parse(ConvertFlags* f, int argc, char** argv) {
                "Converts a GPT-2 between the formats this tool reads and writes, optionally merging a LoRA adapter;\n"
                "writes GGUF models and LoRA adapters for llama.cpp. Conversions are exact where the output holds the\n"
                "values (fp32 -> hf -> fp32, bf16 -> hf -> bf16, fp32 -> gguf f32 -> fp32).", NULL);
+    f->adapter = f->adapters.n ? f->adapters.v[0] : NULL;
     if (!f->model) fatal("run with --help to see every flag (with --to gguf-lora, --model is the adapter's base)", "--model is required");
     if (!f->out) fatal("give --out FILE.bin (llm.c), FILE.gguf, FILE.safetensors or --out DIR (transformers)", "--out is required");
 }
@@ -124,8 +128,9 @@ static void convert_check_out(const ConvertFlags* f, ConvertFormat fmt) {
         fatal("leave out --to hf to write that file, or give a directory name", "--out '%s' names a file but --to hf writes a directory", out);
     if (fmt != CONVERT_HF && dir_exists(out))
         fatal("give a file name, e.g. --out model.bin, model.safetensors or model.gguf", "--out '%s' is a directory", out);
-    if (fmt == CONVERT_GGUF_LORA && !f->adapter)
-        fatal("give the PEFT adapter directory to export with --adapter", "--to gguf-lora needs --adapter");
+    if (fmt == CONVERT_GGUF_LORA && f->adapters.n != 1)
+        fatal("give the one PEFT adapter directory to export with --adapter (or merge the others first: convert --adapter A --adapter B)",
+              "--to gguf-lora needs one --adapter (%d given)", f->adapters.n);
 }
 
 // What convert writes: the files of a transformers directory, or the --out file (its directory's
@@ -181,7 +186,12 @@ static void convert_gguf_names(const ConvertFlags* f, char* base, char* init, ch
     gguf_model_name(f->model, base, cap);
     init[0] = adapter[0] = '\0';
     if (gpt2_config_from_descriptor(&scratch, f->model) == 0) snprintf(init, cap, " (GPT-2 init, seed %d)", f->seed);
-    if (f->adapter) gguf_model_name(f->adapter, adapter, cap);
+    for (int i = 0; i < f->adapters.n; i++) {
+        char one[256];
+        gguf_model_name(f->adapters.v[i], one, sizeof(one));
+        const size_t len = strlen(adapter);
+        snprintf(adapter + len, cap - len, "%s%s", i ? " + " : "", one);
+    }
 }
 
 // A GGUF model of hm, with its tokenizer (a vocabulary that fits is required) and provenance.
@@ -190,9 +200,10 @@ static void convert_write_gguf(const ConvertFlags* f, const HostModel* hm, GgmlT
     const int found = textgen_find_vocab(f->vocab, f->model, vpath, sizeof(vpath)) == 0;
     if (convert_vocab_fits(found ? vpath : NULL, &hm->cfg, why, sizeof(why)) != 0)
         fatal("a GGUF file carries the tokenizer: pass the model's vocabulary with --vocab", "%s", why);
-    char base[256], init[256], adapter[256];
+    char base[1024], init[1024], adapter[1024];
     convert_gguf_names(f, base, init, adapter, sizeof(base));
-    if (f->adapter) snprintf(desc, sizeof(desc), "GPT-2 from %s%s with the LoRA adapter %s merged in, written by llmc-ft convert", base, init, adapter);
+    if (f->adapter) snprintf(desc, sizeof(desc), "GPT-2 from %s%s with the LoRA adapter%s %s merged in, written by llmc-ft convert", base, init,
+                             f->adapters.n > 1 ? "s" : "", adapter);
     else snprintf(desc, sizeof(desc), "GPT-2 from %s%s, written by llmc-ft convert", base, init);
     GgufProvenance prov = { NULL, base, f->adapter ? "lora-merged" : NULL, desc };
     gguf_save_gpt2(f->out, &hm->pt, hm->params, type, vpath, &prov);
@@ -205,7 +216,7 @@ static void convert_write_gguf_lora(const ConvertFlags* f, const HostModel* hm, 
     if (lora_init_rewrites_base(lm->spec.init))
         fatal("merge it instead (--to gguf with --adapter), or convert it to a plain LoRA first (PEFT: path_initial_model_for_weight_conversion)",
               "--adapter %s: a PiSSA adapter holds the factors of a rewritten base, which a GGUF LoRA adapter cannot carry", f->adapter);
-    char base[256], init[256], adapter[256];
+    char base[1024], init[1024], adapter[1024];
     convert_gguf_names(f, base, init, adapter, sizeof(base));
     snprintf(desc, sizeof(desc), "LoRA adapter %s for GPT-2 %s%s, written by llmc-ft convert", adapter, base, init);
     GgufProvenance prov = { NULL, base, "lora", desc };
@@ -225,7 +236,7 @@ int convert_main(int argc, char** argv) {
     HostModel hm;
     convert_load(&hm, f.model, (uint64_t)f.seed);
     if (f.adapter) ops_init(f.threads); // the adapter is read into the backend's memory
-    if (f.adapter && fmt != CONVERT_GGUF_LORA) convert_merge_adapter(&hm, f.adapter);
+    for (int i = 0; i < f.adapters.n && fmt != CONVERT_GGUF_LORA; i++) convert_merge_adapter(&hm, f.adapters.v[i]);
     if (fmt == CONVERT_HF) {
         char vpath[LLMC_PATH_MAX];
         const char* vocab = convert_vocab(&f, &hm.cfg, vpath, sizeof(vpath));

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "app/generate.h"
+#include "app/gen_score.h"
 #include "run/args.h"
 #include "text/chat.h"
 #include "base/check.h"
@@ -24,6 +25,7 @@ typedef struct {
     const char* system;   // --chat: a system message
     const char* dtype;    // --dtype fp32|bf16|auto
     const char* logits_out; // --logits-out FILE
+    const char* score;    // --score FILE: score its records instead of generating
     int max_new, seed, no_kv, threads, quiet;
 } GenFlags;
 
@@ -32,7 +34,7 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     memset(g, 0, sizeof(*g));
     g->max_new = 64; g->seed = 1337;
     cli_sample_defaults(&g->s);
-    ArgSpec specs[16];
+    ArgSpec specs[24];
     int n = 0;
     specs[n++] = cli_flag_model(&g->model, "model: llm.c .bin, .safetensors, sharded index, transformers model dir (also 4-bit bitsandbytes); "
                                            "with --adapter, default: the adapter's base_model_name_or_path");
@@ -52,14 +54,21 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     specs[n++] = (ArgSpec){"--quiet", NULL, ARG_BOOL, &g->quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--logits-out", NULL, ARG_STR, &g->logits_out, "FILE",
                            "also write FILE: per generated token its id and the two largest logits (for comparing backends)", 1, 0, NULL};
-    unsigned char given[17];
+    specs[n++] = (ArgSpec){"--score", NULL, ARG_STR, &g->score, "FILE",
+                           "score the records of a JSONL file (text, prompt + completion, or --chat conversations) instead of generating: "
+                           "one JSON line each on stdout with the tokens' log-probability and perplexity", 1, 0, NULL};
+    unsigned char given[24];
     args_parse(argc, argv, specs, n,
                "usage: generate --model PATH [--adapter DIR] [--prompt TEXT] [options]\n"
                "       generate --adapter DIR [--prompt TEXT] [options]     (the adapter's own base model)\n\n"
                "Continues a prompt with a GPT-2 (and optionally a LoRA adapter), streaming the text to stdout.", given);
+    char err[256];
+    if (cli_sample_check(&g->s, err, sizeof(err))) fatal("run with --help to see every flag and its range", "%s", err);
     if (!g->model && !g->adapter) fatal("run with --help to see every flag", "--model is required (or --adapter, whose base model is used)");
     if (g->system && !g->chat) fatal("add --chat plain|chatml", "--system is for --chat");
-    if (g->chat && !given[i_prompt]) fatal("with --chat, --prompt is the user's message", "--chat needs --prompt");
+    if (g->chat && !given[i_prompt] && !g->score) fatal("with --chat, --prompt is the user's message", "--chat needs --prompt");
+    if (g->score && (given[i_prompt] || g->system || g->logits_out || g->no_kv))
+        fatal("--score reads its text from the file", "--score with --prompt, --system, --logits-out or --no-kv-cache");
 }
 
 // --adapter without --model: the base the adapter names (base_model_name_or_path in its
@@ -182,8 +191,8 @@ static void gen_report(const Model* m, const GenFlags* g, const Tokenizer* tok, 
     fprintf(stderr, "model: %s | L=%d C=%d NH=%d vocab=%d | backend %s%s%s\n", m->source, cfg->num_layers, cfg->channels,
             cfg->num_heads, cfg->vocab_size, ops_backend_name(), m->lora ? " | adapter " : "", m->lora ? g->adapter : "");
     fprintf(stderr, "dtype: %s\n", dtype);
-    fprintf(stderr, "prompt: %d tokens | temperature %g | top-k %d | seed %d | %s\n", np, g->s.temperature, g->s.top_k, g->seed,
-            g->no_kv ? "no kv cache" : "kv cache");
+    fprintf(stderr, "prompt: %d tokens | temperature %g | top-k %d | top-p %g | min-p %g | repetition penalty %g | seed %d | %s\n",
+            np, g->s.temperature, g->s.top_k, g->s.top_p, g->s.min_p, g->s.repetition_penalty, g->seed, g->no_kv ? "no kv cache" : "kv cache");
     const int skip = chat && tok->eot_id >= 0; // --chat: the rendered prompt without its leading <|endoftext|>
     textgen_echo_prompt(tok, ids + skip, np - skip, stdout, NULL);
 }
@@ -223,6 +232,18 @@ int generate_main(int argc, char** argv) {
     const GPT2Config* cfg = &m.gpt.cfg;
     Tokenizer tok;
     tok_load(&tok, vpath);
+    if (g.score) {
+        if (!g.quiet) fprintf(stderr, "model: %s | backend %s%s%s | dtype: %s\n", m.source, ops_backend_name(), m.lora ? " | adapter " : "",
+                              m.lora ? g.adapter : "", dtype);
+        size_t len;
+        char* out = gen_score_file(&m, &tok, g.score, tpl, !g.quiet, &len);
+        fwrite(out, 1, len, stdout);
+        fflush(stdout);
+        free(out);
+        tok_free(&tok);
+        model_free(&m);
+        return 0;
+    }
     int* prompt_ids = NULL; int np = 0;
     if (tpl) gen_chat_prompt(tpl, &tok, &g, cfg, &prompt_ids, &np);
     else textgen_encode_prompt(&tok, g.s.prompt, cfg->vocab_size, cfg->max_seq_len, g.max_new, "--max-new-tokens", &prompt_ids, &np);
@@ -233,7 +254,7 @@ int generate_main(int argc, char** argv) {
     KVCache kv;
     if (!g.no_kv) kv_init(&kv, &m.gpt, 1, need);
     if (!g.quiet) gen_report(&m, &g, &tok, prompt_ids, np, tpl != NULL, dtype);
-    SampleParams sp = { g.s.temperature, g.s.top_k, (uint64_t)g.seed };
+    SampleParams sp = cli_sample_params(&g.s, g.seed);
     ChatStream cs = { { &tok, stdout, NULL, tok.eot_id }, {0} };
     if (tpl) chat_stop_init(&cs.stop, tpl->stop);
     LogitsOut lo = { tpl ? gen_chat_stream_token : textgen_stream_token, tpl ? (void*)&cs : (void*)&cs.ts, NULL, 0, 0 };

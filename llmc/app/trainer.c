@@ -76,7 +76,7 @@ static void sample_generate_now(Run* r) {
     }
     printf("sample (step %ld):\n", r->step);
     textgen_echo_prompt(r->tok, r->prompt_ids, r->n_prompt, stdout, copy);
-    SampleParams sp = { f->sample.temperature, f->sample.top_k, (uint64_t)f->seed };
+    SampleParams sp = cli_sample_params(&f->sample, f->seed);
     TextStream gs = { r->tok, stdout, copy, r->tok->eot_id };
     sample_generate(r->model, r->kv, r->prompt_ids, r->n_prompt, r->c->sample_tokens, &sp, r->tok->eot_id, NULL, textgen_stream_token, &gs);
     printf("\n---\n");
@@ -149,6 +149,7 @@ static void build_model(Run* r, long resume_step) {
     }
     model_assemble(&r->m, &spec);
     r->model = &r->m.gpt; r->lora = r->m.lora; r->nf4 = r->m.nf4;
+    if (r->lora) r->lora->plus_ratio = f->lora_plus_ratio; // (LoRA+: the optimizer's segments, lora_segments)
     outputs_init(&r->out, c, &r->m, r->rank);
     sample_setup(r);
 }

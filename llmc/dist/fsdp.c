@@ -297,6 +297,7 @@ int fsdp_segments(const Fsdp* f, TrainSeg* segs) {
             segs[n].g = f->gshard ? f->gshard + f->loc[u] + (b - pb) : NULL;
             segs[n].n = e - b;
             segs[n].weight_decay = pi->weight_decay;
+            segs[n].lr_scale = 1.0f;
             segs[n].offset = 0;
             n++;
         }

@@ -68,9 +68,6 @@ void convert_write_safetensors(const char* path, const ParamTable* pt, const flo
 // The tokenizer files alone (into a PEFT adapter directory), from a vocabulary that fits.
 void convert_write_tokenizer(const char* dir, const char* vocab_path, const GPT2Config* cfg);
 
-// The `convert` program (convert.cu): flags, then load -> merge -> write. Returns the exit code.
-int convert_main(int argc, char** argv);
-
 #ifdef __cplusplus
 }
 #endif

@@ -177,6 +177,7 @@ static LoraModel* lora_structure(const GPT2Config* cfg, const LoraSpec* spec, Lo
     lm->total = off;
     lm->n_trainable = off - zeros;
     lm->masks_n = moff;
+    lm->plus_ratio = 1.0f;
     build_extras(lm);
     return lm;
 }
@@ -197,10 +198,15 @@ LoraModel* lora_from_adapters(const GPT2Config* cfg, const LoraSpec* spec, LoraA
 static LoraAdapter* lora_adapters_for(const GPT2Config* cfg, const LoraSpec* spec, int* n_out) {
     const char* hint = "check the --lora-* flags (run with --help)";
     const int L = cfg->num_layers;
-    if (spec->rank < 1) fatal(hint, "--lora-rank must be at least 1 (got %d)", spec->rank);
+    if (spec->rank < 0) fatal(hint, "--lora-rank must be at least 0 (got %d)", spec->rank);
+    if (L > LORA_MAX_LAYERS) fatal(hint, "models with more than %d layers are not supported", LORA_MAX_LAYERS);
+    *n_out = 0;
+    if (spec->rank == 0) { // BitFit: no adapter, only the base slices of spec.bias
+        if (spec->bias != LORA_BIAS_ALL) fatal("add --lora-bias all (BitFit: every bias)", "--lora-rank 0 makes no adapter, and only --lora-bias all gives it something to train");
+        return NULL;
+    }
     if (!(spec->dropout >= 0.0f && spec->dropout < 1.0f)) fatal(hint, "--lora-dropout must be in [0, 1) (got %g)", spec->dropout);
     if (!spec->targets) fatal(hint, "no LoRA target layers");
-    if (L > LORA_MAX_LAYERS) fatal(hint, "models with more than %d layers are not supported", LORA_MAX_LAYERS);
     int nl = 0;
     for (int l = 0; l < L; l++) nl += spec->layers[l] != 0;
     if (!nl) fatal(hint, "--lora-layers selects no layer of the model (it has %d)", L);
@@ -348,6 +354,7 @@ static void describe_patterns(const LoraModel* lm, char* out, size_t cap) {
 
 void lora_describe(const LoraModel* lm, char* out, size_t cap) {
     const LoraSpec* s = &lm->spec;
+    if (lora_is_bitfit(lm)) { snprintf(out, cap, "BitFit: no adapter | biases trained%s", s->train_ln_f ? " | ln_f trained" : ""); return; }
     char targets[64], layers[LORA_MAX_LAYERS * 5], patterns[512];
     describe_targets(lm, targets, sizeof(targets));
     describe_layers(lm, layers, sizeof(layers));
@@ -398,11 +405,33 @@ size_t lora_scratch_numel(const LoraModel* lm, size_t rows) {
 }
 size_t lora_scratch_bytes(const LoraModel* lm, size_t rows) { return lora_scratch_numel(lm, rows) * sizeof(floatX); }
 
-int lora_segments(const LoraModel* lm, TrainSeg* segs) {
+int lora_is_bitfit(const LoraModel* lm) { return lm->n == 0; }
+
+int lora_max_segments(const LoraModel* lm) { return 1 + 2 * lm->n + lm->n_extra; }
+
+// One decayed segment of the flat adapter buffers: n elements from off.
+static void adapter_segment(const LoraModel* lm, TrainSeg* s, const char* name, size_t off, size_t n, float lr_scale) {
+    s->name = name; s->p = lm->params + off; s->g = lm->grads + off; s->n = n;
+    s->weight_decay = 1; s->lr_scale = lr_scale;
+}
+
+// The adapters' segments: one over the whole buffer, or with LoRA+ A and B of each adapter apart
+// (the same elements in the same order: the optimizer state's layout does not change with it).
+static int adapter_segments(const LoraModel* lm, TrainSeg* segs) {
+    if (!lm->total) return 0; // (BitFit: no adapter)
+    if (lm->plus_ratio == 1.0f) { adapter_segment(lm, &segs[0], "lora", 0, lm->total, 1.0f); return 1; }
     int n = 0;
-    memset(segs, 0, sizeof(TrainSeg) * (size_t)(1 + lm->n_extra));
-    segs[n].name = "lora"; segs[n].p = lm->params; segs[n].g = lm->grads; segs[n].n = lm->total; segs[n].weight_decay = 1;
-    n++;
+    for (int i = 0; i < lm->n; i++) {
+        const LoraAdapter* a = &lm->ad[i];
+        adapter_segment(lm, &segs[n++], "lora_A", a->a_off, (size_t)a->rank * a->in, 1.0f);
+        adapter_segment(lm, &segs[n++], "lora_B", a->b_off, (size_t)a->out * a->rank, lm->plus_ratio);
+    }
+    return n;
+}
+
+int lora_segments(const LoraModel* lm, TrainSeg* segs) {
+    memset(segs, 0, sizeof(TrainSeg) * (size_t)lora_max_segments(lm));
+    int n = adapter_segments(lm, segs);
     for (int i = 0; i < lm->n_extra; i++) {
         const LoraExtra* e = &lm->extra[i];
         if (!e->p || !e->g) fatal("this is a bug in llmc", "trained base slice %s has no parameters or gradient in the model", e->key);
@@ -411,6 +440,7 @@ int lora_segments(const LoraModel* lm, TrainSeg* segs) {
         segs[n].g = e->g;
         segs[n].n = extra_numel(lm, e);
         segs[n].weight_decay = 0;
+        segs[n].lr_scale = lm->plus_ratio; // (1-D: PEFT's LoRA+ puts it in B's group)
         n++;
     }
     return n;

@@ -114,6 +114,7 @@ typedef struct LoraModel {
     float* extra_host;         // values from an adapter file, until lora_put_base_values writes them
     float* init0;              // PiSSA / OLoRA: the initial A and B (host, flat layout), which the
                                // base lost (W_res = W - scaling B0 A0); else NULL
+    float plus_ratio;          // LoRA+: the learning rate of B and of the 1-D trained base slices over A's (1: plain LoRA)
 } LoraModel;
 
 // Parse "--lora-targets": comma list of c_attn, q, k, v, attn.c_proj, mlp.c_fc, mlp.c_proj,
@@ -123,7 +124,8 @@ int lora_parse_targets(const char* s, unsigned* out, char* err, size_t errcap);
 int lora_parse_layers(const char* s, int num_layers, LoraSpec* spec, char* err, size_t errcap);
 
 // Build the adapters for spec on a model of config cfg and allocate their parameters and
-// gradients (zeroed). fatal on an inconsistent spec (no target, rank < 1, ...).
+// gradients (zeroed). fatal on an inconsistent spec (no target, rank < 0, ...). Rank 0 is BitFit:
+// no adapter at all, only the base slices of spec.bias (which must be LORA_BIAS_ALL) and ln_f.
 LoraModel* lora_create(const GPT2Config* cfg, const LoraSpec* spec);
 // The same without backend memory (params, grads and masks NULL): the structure and sizes a plan
 // needs (llmc/plan/memplan.h) before anything is allocated. lora_free frees it.
@@ -180,10 +182,16 @@ unsigned lora_base_trainable_mask(const LoraModel* lm);
 // Once every extra[i].p points into the model: write the values an adapter file gave the
 // trained base slices (no-op for new adapters).
 void lora_put_base_values(LoraModel* lm);
-// Optimizer segments: the adapters (one segment, decayed: all 2-D) then every trained base
-// slice (not decayed: 1-D, as HF Trainer does for biases and LayerNorm; extra[i].p / .g must be
-// set). segs needs room for 1 + lm->n_extra. Returns the count.
+// Optimizer segments: the adapters (decayed: all 2-D) then every trained base slice (not decayed:
+// 1-D, as HF Trainer does for biases and LayerNorm; extra[i].p / .g must be set). The adapters
+// are one segment, or with LoRA+ (plus_ratio != 1) one per A and per B, in the same flat order:
+// B's learning rate is plus_ratio times A's, and so is every trained base slice's, as PEFT's
+// create_loraplus_optimizer groups them (lora_B and every 1-D parameter at lr * ratio). segs
+// needs room for lora_max_segments(lm). Returns the count.
 int lora_segments(const LoraModel* lm, TrainSeg* segs);
+int lora_max_segments(const LoraModel* lm);
+// BitFit (rank 0): no adapter, the trained base slices are all there is.
+int lora_is_bitfit(const LoraModel* lm);
 // The elements of those segments: lm->total and the trained base slices.
 size_t lora_trainable_numel(const LoraModel* lm);
 // Bytes of backend memory the linear layers' adapter scratch will take for batches of rows

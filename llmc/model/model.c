@@ -250,7 +250,7 @@ void model_set_adapters(Model* m, int on) {
     scale_copy(b, from + C, 1.0f, C);
 }
 
-int model_max_segments(const Model* m) { return NUM_PARAM_TENSORS + 1 + (m->lora ? m->lora->n_extra : 0); }
+int model_max_segments(const Model* m) { return m->lora ? lora_max_segments(m->lora) : NUM_PARAM_TENSORS; }
 
 int model_segments(Model* m, TrainSeg* segs) {
     if (m->lora) return lora_segments(m->lora, segs);
@@ -263,6 +263,7 @@ int model_segments(Model* m, TrainSeg* segs) {
         segs[n].g = m->gpt.g[i];
         segs[n].n = m->gpt.pt.t[i].numel;
         segs[n].weight_decay = m->gpt.pt.t[i].weight_decay;
+        segs[n].lr_scale = 1.0f;
         n++;
     }
     return n;

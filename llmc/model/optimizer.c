@@ -11,6 +11,7 @@ void opt_init(Optimizer* o, const TrainSeg* segs, int nseg, size_t begin, size_t
     o->nseg = nseg;
     size_t off = 0;
     for (int i = 0; i < nseg; i++) {
+        if (!(segs[i].lr_scale > 0.0f)) fatal("this is a bug in llmc", "optimizer segment %s has learning-rate scale %g", segs[i].name, segs[i].lr_scale);
         o->segs[i] = segs[i];
         o->segs[i].offset = off;
         off += segs[i].n;
@@ -164,7 +165,7 @@ static void offload_update(Optimizer* o, const OffPiece* p, int k, const AdamwAr
     const TrainSeg* s = &o->segs[p->seg];
     const size_t n = p->e - p->b, i = p->b - o->begin, X = sizeof(floatX);
     char* sp = (char*)o->stage_p + i * X;
-    adamw_host_update(sp, o->master ? o->master + i : NULL, (char*)o->stage_g + i * X, o->m + i, o->v + i, n, a->lr, a->beta1,
+    adamw_host_update(sp, o->master ? o->master + i : NULL, (char*)o->stage_g + i * X, o->m + i, o->v + i, n, a->lr * s->lr_scale, a->beta1,
                       a->beta2, a->eps, s->weight_decay ? a->weight_decay : 0.0f, a->grad_scale, o->t,
                       a->seed + (uint32_t)p->seg, p->b - offload_seg_begin(o, s), ops_caps().floatx == OPS_BF16);
     offload_trace(o, 'U', k);
@@ -210,7 +211,7 @@ void opt_step(Optimizer* o, float lr, float beta1, float beta2, float eps, float
         size_t k = b - o->begin;
         const floatX* g = o->gshard ? o->gshard + k : s->g + (b - s->offset);
         adamw_update(s->p + (b - s->offset), o->master ? o->master + k : NULL, g,
-                     o->m + k, o->v + k, e - b, lr, beta1, beta2, eps,
+                     o->m + k, o->v + k, e - b, lr * s->lr_scale, beta1, beta2, eps,
                      s->weight_decay ? weight_decay : 0.0f, grad_scale, o->t, seed + (uint32_t)i);
     }
 }

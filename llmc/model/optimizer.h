@@ -59,7 +59,8 @@ void opt_state_from_host(const Optimizer* o, float* state, const float* host);
 double opt_grad_sumsq(const Optimizer* o, size_t begin, size_t end);
 // The same sum added into *acc (one double in backend memory), nothing read back.
 void opt_grad_sumsq_acc(const Optimizer* o, size_t begin, size_t end, double* acc);
-// One AdamW update of this rank's range.
+// One AdamW update of this rank's range; each segment's learning rate is lr times its lr_scale
+// (the decoupled decay too, as torch.optim.AdamW's per-group lr).
 void opt_step(Optimizer* o, float lr, float beta1, float beta2, float eps, float weight_decay,
               float grad_scale, uint32_t seed);
 // Gradient scale that clips the global norm to max_norm, exactly as

@@ -37,7 +37,7 @@ static const StTensor* find_extra(const StFile* f, const LoraExtra* e, const cha
 
 // The adapter tensors (values, flat layout; NULL: lm's parameters) and the trained base slices
 // (read from the model they are on: extra[i].p) as one safetensors file, atomically.
-static void peft_save_tensors(const LoraModel* lm, const char* path, const float* values) {
+static void peft_write_tensors(const LoraModel* lm, const char* path, const float* values) {
     float* host = (float*)mallocCheck((lm->total ? lm->total : 1) * sizeof(float));
     if (values) memcpy(host, values, lm->total * sizeof(float));
     else lora_get_params(lm, host);
@@ -77,6 +77,8 @@ static void peft_save_tensors(const LoraModel* lm, const char* path, const float
     free(host);
     free(ehost);
 }
+
+void peft_save_tensors(const LoraModel* lm, const char* path) { peft_write_tensors(lm, path, NULL); }
 
 // The trained base slices of f into the model the adapters are on; returns how many were read.
 static int load_extras(LoraModel* lm, StFile* f, const char* path, const char* hint) {
@@ -235,7 +237,7 @@ static void peft_save_files(const LoraModel* lm, const char* dir, const float* v
     mkdir_p(dir);
     char path[LLMC_PATH_MAX];
     path_join(path, sizeof(path), dir, "adapter_model.safetensors");
-    peft_save_tensors(lm, path, values);
+    peft_write_tensors(lm, path, values);
     const LoraSpec* s = &lm->spec;
     JsonWriter w;
     jw_init(&w, 1);

@@ -54,6 +54,9 @@ void peft_save_adapter_final(const LoraModel* lm, const char* dir);
 // The lora_A / lora_B tensors of an adapter file of lm's structure into host (flat layout); the
 // file's other tensors are not read. fatal naming the file and tensor on a missing or misshapen one.
 void peft_read_factors(const LoraModel* lm, const char* path, float* host);
+// The adapter tensors and the trained base slices alone, as one safetensors file at path (atomic):
+// what peft_load_tensors reads (a BitFit checkpoint, which no adapter_config.json can describe).
+void peft_save_tensors(const LoraModel* lm, const char* path);
 // Load an adapter: path is the adapter directory (or its adapter_model.safetensors). The
 // structure (targets, layers, ranks, scalings, q/k/v split) comes from the files; the trained
 // base slices' values wait in the adapters until lora_put_base_values. fatal with a message

@@ -125,36 +125,158 @@ static void heap_down(int* h, int n, int i, const float* lg) {
         i = s;
     }
 }
-static int cmp_int(const void* a, const void* b) { int x = *(const int*)a, y = *(const int*)b; return (x > y) - (x < y); }
 
-int sample_token(const float* logits, int V, const SampleParams* sp, uint64_t counter, float* scratch_f, int* scratch_i) {
-    if (sp->temperature <= 0.0f || sp->top_k == 1) {
-        int best = 0;
-        for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
-        return best;
+void sample_penalize(float* logits, int V, const int* seq, int n, float R) {
+    if (!(R > 0.0f) || R == 1.0f || n < 1) return;
+    unsigned char* seen = (unsigned char*)calloc((size_t)V, 1);
+    if (!seen) fatal("free some memory", "out of memory for the repetition penalty over %d tokens", V);
+    for (int i = 0; i < n; i++) {
+        const int t = seq[i];
+        if (t < 0 || t >= V || seen[t]) continue; // (each id once, however often it occurs)
+        seen[t] = 1;
+        logits[t] = logits[t] < 0.0f ? logits[t] * R : logits[t] / R;
     }
-    float* p = scratch_f ? scratch_f : (float*)mallocCheck((size_t)V * sizeof(float));
-    int* idx = scratch_i ? scratch_i : (int*)mallocCheck((size_t)V * sizeof(int));
-    int n = V;
-    if (sp->top_k > 0 && sp->top_k < V) {
-        // keep the k largest in a min-heap, then visit them in increasing id order
-        n = sp->top_k;
-        for (int i = 0; i < n; i++) idx[i] = i;
-        for (int i = n / 2 - 1; i >= 0; i--) heap_down(idx, n, i, logits);
-        for (int i = n; i < V; i++)
-            if (heap_less(logits, idx[0], i)) { idx[0] = i; heap_down(idx, n, 0, logits); }
-        qsort(idx, (size_t)n, sizeof(int), cmp_int);
-    } else {
+    free(seen);
+}
+
+// Top-k as transformers' TopKLogitsWarper: the ids whose logit is >= the k-th largest logit
+// (all ties at the boundary), into idx in increasing id order; returns how many.
+static int sample_top_k(const float* logits, int V, int k, int* idx) {
+    if (k <= 0 || k >= V) {
         for (int i = 0; i < V; i++) idx[i] = i;
+        return V;
     }
+    // a min-heap of the k largest: its root is the k-th largest value
+    for (int i = 0; i < k; i++) idx[i] = i;
+    for (int i = k / 2 - 1; i >= 0; i--) heap_down(idx, k, i, logits);
+    for (int i = k; i < V; i++)
+        if (heap_less(logits, idx[0], i)) { idx[0] = i; heap_down(idx, k, 0, logits); }
+    const float kth = logits[idx[0]];
+    int n = 0;
+    for (int i = 0; i < V; i++) if (logits[i] >= kth) idx[n++] = i;
+    return n;
+}
+
+typedef struct { float logit; int id, pos; } TopPItem;
+// more likely first; among equal logits the lower id first
+static int topp_cmp(const void* a, const void* b) {
+    const TopPItem *x = (const TopPItem*)a, *y = (const TopPItem*)b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+// A weight's binade for top-p's candidates: 1 - its binary exponent (frexpf), so a smaller
+// weight never has a smaller binade; 0 and the weights below 2^-62 share the last.
+#define TOPP_BINADES 64
+static int topp_binade(float w) {
+    int e;
+    frexpf(w, &e);
+    const int b = 1 - e;
+    return w > 0.0f && b < TOPP_BINADES - 1 ? b : TOPP_BINADES - 1;
+}
+
+// The candidates of top-p into order (position, logit, id), most likely first: the tokens of the
+// binades up to the first where the mass from the top reaches limit, or all n with all = 1.
+// Every other token has a smaller weight, so a smaller logit, and comes after all of them.
+// Returns how many.
+static int topp_candidates(const float* logits, const int* idx, const float* w, int n, double limit, int all, TopPItem* order) {
+    int last = TOPP_BINADES - 1;
+    if (!all) {
+        double mass[TOPP_BINADES] = {0};
+        for (int j = 0; j < n; j++) mass[topp_binade(w[j])] += w[j];
+        double c = 0.0;
+        for (int b = 0; b < TOPP_BINADES; b++) { c += mass[b]; if (c >= limit) { last = b; break; } }
+    }
+    int m = 0;
+    for (int j = 0; j < n; j++) {
+        if (topp_binade(w[j]) > last) continue;
+        order[m].logit = logits[idx[j]]; order[m].id = idx[j]; order[m].pos = j; m++;
+    }
+    qsort(order, (size_t)m, sizeof(TopPItem), topp_cmp);
+    return m;
+}
+
+// Top-p as transformers' TopPLogitsWarper (min_tokens_to_keep 1): from the most likely down, a
+// token stays while the tokens above it hold less than top_p of the mass sum; the others get
+// weight -1 (removed). w: the weights of idx[0..n). Only the candidates are sorted; if their
+// mass, summed in order, falls short of the limit by rounding, all n are.
+static void sample_top_p(const float* logits, const int* idx, float* w, int n, double sum, float top_p) {
+    TopPItem* order = (TopPItem*)mallocCheck((size_t)n * sizeof(TopPItem));
+    const double limit = (double)top_p * sum;
+    for (int all = 0; all < 2; all++) {
+        const int m = topp_candidates(logits, idx, w, n, limit, all, order);
+        double above = 0.0;
+        int j = 0;
+        for (; j < m && (j == 0 || above < limit); j++) above += w[order[j].pos];
+        if (j == m && m < n && above < limit) continue; // (the boundary lies past the candidates)
+        // the first j stay: their weights aside (in the sort key, no longer needed), all removed, the j back
+        for (int k = 0; k < j; k++) order[k].logit = w[order[k].pos];
+        for (int i = 0; i < n; i++) w[i] = -1.0f;
+        for (int k = 0; k < j; k++) w[order[k].pos] = order[k].logit;
+        break;
+    }
+    free(order);
+}
+
+// The kept tokens (idx, increasing ids) and their weights exp((logit - max) / T) (w) after
+// top-k, top-p and min-p; returns how many, *sum their total. Not for greedy (T <= 0).
+static int sample_filter(const float* logits, int V, const SampleParams* sp, float* w, int* idx, double* sum) {
+    int n = sample_top_k(logits, V, sp->top_k, idx);
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) if (logits[idx[i]] > mx) mx = logits[idx[i]];
     // (l - max) / T, not (l - max) * (1 / T): below T ~ 2.9e-39 the reciprocal is inf, and the
     // maximum's 0 * inf is NaN. Divided, every T > 0 gives the maximum exp(0) = 1 and the others
     // their share, which underflows to 0 as T -> 0: the limit, greedy (ties shared).
-    double sum = 0.0;
     const float t = sp->temperature;
-    for (int i = 0; i < n; i++) { p[i] = expf((logits[idx[i]] - mx) / t); sum += p[i]; }
+    double s = 0.0;
+    for (int i = 0; i < n; i++) { w[i] = expf((logits[idx[i]] - mx) / t); s += w[i]; }
+    const int topp = sp->top_p > 0.0f && sp->top_p < 1.0f, minp = sp->min_p > 0.0f;
+    if (topp) sample_top_p(logits, idx, w, n, s, sp->top_p);
+    // min-p as MinPLogitsWarper: p_i < min_p * p_max removed; p_max's weight is exp(0) = 1
+    if (!topp && !minp) { *sum = s; return n; }
+    int kept = 0;
+    s = 0.0;
+    for (int i = 0; i < n; i++) {
+        if (w[i] < 0.0f || (minp && w[i] < sp->min_p)) continue; // (top-p's removed: -1)
+        idx[kept] = idx[i]; w[kept] = w[i]; s += w[i]; kept++;
+    }
+    *sum = s;
+    return kept;
+}
+
+static int sample_argmax(const float* logits, int V) {
+    int best = 0;
+    for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+int sample_probs(const float* logits, int V, const SampleParams* sp, float* probs, int* kept) {
+    memset(probs, 0, (size_t)V * sizeof(float));
+    if (kept) memset(kept, 0, (size_t)V * sizeof(int));
+    if (sp->temperature <= 0.0f) {
+        const int best = sample_argmax(logits, V);
+        probs[best] = 1.0f;
+        if (kept) kept[best] = 1;
+        return 1;
+    }
+    float* w = (float*)mallocCheck((size_t)V * sizeof(float));
+    int* idx = (int*)mallocCheck((size_t)V * sizeof(int));
+    double sum;
+    const int n = sample_filter(logits, V, sp, w, idx, &sum);
+    for (int i = 0; i < n; i++) {
+        probs[idx[i]] = (float)(w[i] / sum);
+        if (kept) kept[idx[i]] = 1;
+    }
+    free(w); free(idx);
+    return n;
+}
+
+int sample_token(const float* logits, int V, const SampleParams* sp, uint64_t counter, float* scratch_f, int* scratch_i) {
+    if (sp->temperature <= 0.0f) return sample_argmax(logits, V);
+    float* p = scratch_f ? scratch_f : (float*)mallocCheck((size_t)V * sizeof(float));
+    int* idx = scratch_i ? scratch_i : (int*)mallocCheck((size_t)V * sizeof(int));
+    double sum;
+    const int n = sample_filter(logits, V, sp, p, idx, &sum);
     double u = rand_uniform(sp->seed, SAMPLE_RNG_STREAM, counter) * sum, c = 0.0;
     int tok = idx[n - 1];
     for (int i = 0; i < n; i++) { c += p[i]; if (u < c) { tok = idx[i]; break; } }
@@ -181,6 +303,8 @@ int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n
     float* sf = (float*)mallocCheck((size_t)V * sizeof(float));
     int* si = (int*)mallocCheck((size_t)V * sizeof(int));
     float* row = kv ? NULL : (float*)mallocCheck((size_t)Vp * sizeof(float));
+    const float R = sp->repetition_penalty;
+    float* pen = R > 0.0f && R != 1.0f ? (float*)mallocCheck((size_t)V * sizeof(float)) : NULL; // the penalized copy
     int len = n_prompt, produced = 0;
     if (kv) kv_reset(kv);
     for (int i = 0; i < n_new; i++) {
@@ -192,14 +316,16 @@ int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n
             ops_download_f32(row, m->acts.logits + (size_t)(len - 1) * Vp, (size_t)Vp);
             logits = row;
         }
-        int tok = sample_token(logits, V, sp, (uint64_t)i, sf, si);
+        const float* choose = logits;
+        if (pen) { memcpy(pen, logits, (size_t)V * sizeof(float)); sample_penalize(pen, V, seq, len, R); choose = pen; }
+        int tok = sample_token(choose, V, sp, (uint64_t)i, sf, si);
         if (out) out[produced] = tok;
         produced++;
         if (cb && cb(ctx, tok, logits, V)) break;
         if (tok == stop_id) break;
         seq[len++] = tok;
     }
-    free(seq); free(sf); free(si); free(row);
+    free(seq); free(sf); free(si); free(row); free(pen);
     linear_set_training(m->lin, was_training, tick);
     return produced;
 }

@@ -42,29 +42,58 @@ size_t kv_bytes(const KVCache* kv);  // cache + activations, for the memory repo
 // Returns host fp32 logits (B, Vp) of the last new position (valid until the next call).
 const float* kv_forward(KVCache* kv, const int* tokens, int Tn);
 
+// How a token is chosen, in the order transformers' generate applies its logits processors
+// (RepetitionPenalty, Temperature, TopK, TopP, MinP). A field left 0 (a zero-initialized struct)
+// is off, except the temperature (0: greedy).
 typedef struct {
     float temperature;  // <= 0: greedy (argmax)
-    int top_k;          // 0: whole vocabulary; 1: greedy
+    int top_k;          // 0: whole vocabulary
     uint64_t seed;
+    float top_p;        // keep the most likely tokens whose mass reaches top_p; <= 0 or >= 1: off
+    float min_p;        // drop the tokens less likely than min_p x the most likely; <= 0: off
+    float repetition_penalty; // sample_penalize's R in sample_generate; <= 0 or 1: off
 } SampleParams;
 
 // RNG stream of token choices (llmc/base/rand.h): token i of a completion uses counter i.
 #define SAMPLE_RNG_STREAM 0x53414d504c45ull
 
+// transformers' RepetitionPenaltyLogitsProcessor on logits[0..V) in place: every token id present
+// in seq[0..n) (the prompt and the tokens generated so far), each once however often it occurs:
+// a logit < 0 is multiplied by R, any other divided by R. Ids outside [0, V) are ignored.
+// R > 1 discourages repeats, R < 1 encourages them; R = 1 changes nothing.
+void sample_penalize(float* logits, int V, const int* seq, int n, float R);
+
+// The distribution sample_token draws from, as probabilities over all V ids (0 for the tokens
+// filtered out), and kept[i] = 1 for the tokens kept (kept may be NULL; a kept token's
+// probability can underflow to 0); returns how many tokens are kept. Greedy: 1 for the first maximum. Otherwise,
+// as transformers' warpers: top_k keeps every token whose logit is >= the k-th largest (ties at
+// the boundary all kept); the softmax at the temperature over those; top_p keeps, from the most
+// likely down (ties in increasing id order; transformers leaves tied tokens in whatever order
+// torch.sort gives, which is not stable), each token whose more likely tokens hold less than
+// top_p of the mass (so the one that crosses top_p is kept, and the most likely always); min_p
+// keeps the tokens at least min_p times as likely as the most likely; the rest renormalized.
+// probs, kept: V entries.
+int sample_probs(const float* logits, int V, const SampleParams* sp, float* probs, int* kept);
+
 // Choose a token from fp32 logits[0..V). scratch: V floats + V ints (or NULL: allocated here).
-// Greedy picks the first maximum. Otherwise the top_k largest logits (all with top_k 0) are
-// divided by temperature, softmaxed, and one is drawn with u = rand_uniform(seed, stream,
-// counter): the first token, in increasing id order, whose cumulative probability exceeds u.
+// Greedy picks the first maximum. Otherwise the tokens sample_probs keeps, in increasing id
+// order, and their unnormalized probabilities exp((logit - max) / temperature): one is drawn
+// with u = rand_uniform(seed, stream, counter), the first token whose cumulative weight exceeds
+// u times the total. (With every filter off, as before top-p and min-p existed: the same seed
+// gives the same token.)
 int sample_token(const float* logits, int V, const SampleParams* sp, uint64_t counter, float* scratch_f, int* scratch_i);
 
-// Per generated token: its id, and the logits it was drawn from (fp32, V entries). Returns non-zero
-// to end the generation after this token (e.g. a chat reply reached its stop text), 0 to go on.
+// Per generated token: its id, and the model's logits at that step (fp32, V entries; before the
+// repetition penalty). Returns non-zero to end the generation after this token (e.g. a chat reply
+// reached its stop text), 0 to go on.
 typedef int (*SampleCallback)(void* ctx, int token, const float* logits, int V);
 
 // Generate up to n_new tokens after prompt[0..n_prompt) for one sequence (n_prompt >= 1).
 // kv: a cache for B = 1 (reset here) or NULL to recompute the full forward for every token, which needs
 // activations for B >= 1 and T >= n_prompt + n_new - 1 (gpt2_alloc_acts). Stops early after
-// emitting stop_id (-1: never) or when cb asks to. Writes the generated ids to out (may be NULL); returns how many.
+// emitting stop_id (-1: never) or when cb asks to. With sp->repetition_penalty on, each step's
+// logits are penalized (sample_penalize, over the prompt and the tokens so far) before
+// sample_token. Writes the generated ids to out (may be NULL); returns how many.
 int sample_generate(GPT2* m, KVCache* kv, const int* prompt, int n_prompt, int n_new,
                     const SampleParams* sp, int stop_id, int* out, SampleCallback cb, void* ctx);
 

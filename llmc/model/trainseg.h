@@ -17,6 +17,7 @@ typedef struct {
     floatX* g;          // gradients (backend memory)
     size_t n;
     int weight_decay;   // 1: decayed (2-D tensors)
+    float lr_scale;     // the segment's learning rate is the schedule's times this (1; LoRA+: B's ratio)
     size_t offset;      // position in the flat trainable space
 } TrainSeg;
 

@@ -194,6 +194,7 @@ void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* c
     s->budget = (size_t)((double)f->memory_budget * 1048576.0);
     GgmlType gt;
     s->save_hf = rc->save_hf; s->save_llmc = rc->save_llmc; s->merge = f->merge; s->keep_best = f->keep_best;
+    s->bitfit = runconfig_bitfit(rc);
     s->save_gguf = rc->save_gguf && gguf_parse_type(f->save_gguf, &gt) == 0 ? (int)gt + 1 : 0;
     plan_vocab(s, f); // (after s->rank, s->save)
     s->link_llmc = !s->lora && s->save_llmc;
@@ -432,7 +433,7 @@ static void plan_load(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBa
         led_add(l, PLAN_HOST, "transpose buffer", 4 * C * C * sizeof(float), 0, "the largest HF Conv1D weight");
         led_free(l, "transpose buffer");
     }
-    if (h->lm) {
+    if (h->lm && h->lm->n) { // (BitFit: none)
         led_add(l, PLAN_BACKEND, "adapters", 2 * h->lm->total * b->X, 0, "LoRA A, B and their gradients: 2 x %zu", h->lm->total);
         if (h->lm->masks_n) led_add(l, PLAN_BACKEND, "adapter masks", h->lm->masks_n * b->X, 0, "q/k/v split: B's structural zeros");
     }
@@ -465,7 +466,7 @@ static void plan_acts(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBa
                                  : ops_cpu_attention_scratch_bytes(s->B, s->T, cfg->channels);
     led_add(l, PLAN_BACKEND, "attention scratch", att, 1, b->device ? "the backward's row terms and dS tiles" : "K transposed");
     if (s->qlora) led_add(l, PLAN_BACKEND, "dequant buffer", h->wmax * b->X, 1, "the largest NF4 matrix, decoded");
-    if (h->lm) led_add(l, PLAN_BACKEND, "adapter scratch", lora_scratch_numel(h->lm, (size_t)BT) * b->X, 1, "h, dh%s", s->lspec.dropout > 0 ? ", dropped input" : "");
+    if (h->lm && h->lm->n) led_add(l, PLAN_BACKEND, "adapter scratch", lora_scratch_numel(h->lm, (size_t)BT) * b->X, 1, "h, dh%s", s->lspec.dropout > 0 ? ", dropped input" : "");
 }
 
 // The rest of model_assemble: gpt2_init (parameters, gradients), the NF4 base's backend copy
@@ -750,6 +751,11 @@ static void plan_writers(Ledger* l, const Shape* h, const PlanSpec* s, int hf, i
 
 // The adapter's files (peft_save_adapter: its tensors in fp32 on the host; the tokenizer files).
 static void plan_adapter(Ledger* l, const Shape* h, const PlanSpec* s) {
+    if (s->bitfit) { // (a BitFit checkpoint: peft_save_tensors, the biases in fp32)
+        led_add(l, PLAN_HOST, "biases being written", lora_trainable_numel(h->lm) * sizeof(float), 0, "fp32");
+        led_free(l, "biases being written");
+        return;
+    }
     led_add(l, PLAN_HOST, "adapter being written", h->lm->total * sizeof(float), 0, "fp32");
     if (s->vocab) led_while(l, "tokenizer being written", (size_t)s->cfg.vocab_size * MEMPLAN_TOKENIZER_PER_TOKEN, "the vocabulary loaded (measured)");
     led_free(l, "adapter being written");
@@ -786,6 +792,7 @@ static void plan_checkpoint(Ledger* l, const Shape* h, const PlanSpec* s, const 
 static void plan_merge_input(Ledger* l, const Shape* h, const PlanSpec* s) {
     const size_t C = (size_t)s->cfg.channels, n = h->lm->total + h->lm->masks_n;
     if (s->source == PLAN_SRC_HF) led_while(l, "transpose buffer", 4 * C * C * sizeof(float), "the base read again: its largest Conv1D weight");
+    if (s->bitfit) return; // (outputs_bitfit: no adapter to read back, the biases go in from the model)
     led_while(l, "adapter read back", (2 * n + 2 * h->lm->total) * sizeof(float), "parameters, gradients, masks, two host copies");
 }
 
@@ -793,15 +800,15 @@ static void plan_outputs(Ledger* l, const Shape* h, const PlanSpec* s, const Pla
     l->phase = "saving the model";
     plan_gather(l, h, s, b, 1);
     const int model = s->save_hf || s->save_gguf || (s->save_llmc && (!s->link_llmc || s->keep_best));
-    if (s->rank == 0 && s->lora) {
+    if (s->rank == 0 && s->lora && !s->bitfit) {
         plan_adapter(l, h, s);
         if (s->save_gguf && !h->lm->n_extra) led_while(l, "adapter being written", h->lm->total * sizeof(float), "fp32, for GGUF");
     }
-    if (s->rank == 0 && (!s->lora || s->merge) && model) {
+    if (s->rank == 0 && (!s->lora || s->merge || s->bitfit) && model) {
         const int copy = s->lora || !in_place(s, b);
         if (copy) led_add(l, PLAN_HOST, "model being written", h->pt.total * sizeof(float), 0, "fp32");
         if (s->lora && !s->qlora) plan_merge_input(l, h, s);
-        if (s->lora && s->qlora) led_while(l, "adapter being merged", h->lm->total * sizeof(float), "fp32");
+        if (s->lora && s->qlora && !s->bitfit) led_while(l, "adapter being merged", h->lm->total * sizeof(float), "fp32");
         plan_writers(l, h, s, s->save_hf, s->save_gguf);
         if (copy) led_free(l, "model being written");
     }
@@ -900,7 +907,7 @@ static void plan_record_model(Plan* p, const Ledger* l, const Shape* h) {
     p->model.trainable = h->ntrain;
     p->save.staging = led_bytes(l, "checkpoint staging");
     p->save.state_layout = led_bytes(l, "optimizer state in the file's layout");
-    p->save.model = led_bytes(l, h->lm ? "adapter being written" : "model being written");
+    p->save.model = led_bytes(l, "biases being written") + led_bytes(l, h->lm ? "adapter being written" : "model being written"); // (BitFit: the first)
     p->ref.params = led_bytes(l, "reference parameters");
     const char* ref[] = {"reference activations", "reference logits", "reference backward scratch", "reference batch"};
     for (size_t i = 0; i < sizeof(ref) / sizeof(ref[0]); i++) p->ref.acts += led_bytes(l, ref[i]);
@@ -1024,8 +1031,12 @@ void memplan_disk(const Plan* p, PlanDisk* d) {
                                disk_gguf_tensor((uint32_t)s->save_gguf - 1, (uint64_t)a->out, (uint64_t)a->rank);
         }
         if (d->adapter_gguf) d->adapter_gguf += 4096;
-        if (s->merge) { d->hf = s->save_hf ? model_hf : 0; d->llmc = s->save_llmc ? model_bin : 0; d->gguf = model_gguf; }
-        if (s->source != PLAN_SRC_HF) d->base = disk_hf(&h.pt) + s->vocab_bytes;
+        if (s->bitfit) { // (no adapter: the checkpoints hold the biases, the output is the model)
+            d->adapter = 0;
+            d->ckpt_model = 8 + 48 + 104 * (size_t)h.lm->n_extra + lora_trainable_numel(h.lm) * sizeof(float);
+        }
+        if (s->merge || s->bitfit) { d->hf = s->save_hf ? model_hf : 0; d->llmc = s->save_llmc ? model_bin : 0; d->gguf = model_gguf; }
+        if (s->source != PLAN_SRC_HF && !s->bitfit) d->base = disk_hf(&h.pt) + s->vocab_bytes;
     } else {
         d->ckpt_model = model_bin;
         d->hf = s->save_hf ? model_hf : 0;

@@ -107,6 +107,7 @@ typedef struct {
     // (its tokenizer files go into every model directory), and the final model.bin as a second
     // name of the last checkpoint's model file (outputs_save)
     int save_hf, save_llmc, save_gguf, merge, keep_best, vocab, link_llmc;
+    int bitfit;                  // train_lora --lora-rank 0: no adapter; the checkpoints hold the biases, the output is the model
     size_t vocab_bytes;   // with vocab: the tokenizer files of one model directory
     // the stored reference of DPO and IPO (llmc/run/preftrain.h): every pair's log-probabilities,
     // computed before training (ref_pass) with the model itself (train_gpt2) or with a second

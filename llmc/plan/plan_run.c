@@ -402,7 +402,7 @@ static void print_disk(const RunPlan* rp, const RunConfig* rc, long steps) {
     if (!rc->write_outputs) { printf("disk: nothing written (--out none)\n"); return; }
     PlanDisk d;
     memplan_disk(&rp->plan, &d);
-    const int lora = rc->mode == TRAIN_LORA, keep = f->keep_checkpoints;
+    const int lora = rc->mode == TRAIN_LORA && !runconfig_bitfit(rc), keep = f->keep_checkpoints; // (BitFit's model is the output)
     const size_t one = d.ckpt_model + d.ckpt_state, final = d.hf + d.llmc + d.gguf + d.adapter + d.adapter_gguf + d.base;
     const long n = plan_checkpoints(rc, steps, rp->resume_step > 0 ? rp->resume_step : 0);
     const long kept = keep > 0 && n > keep ? keep : n, most = keep > 0 && n > keep ? kept + 1 : n;
@@ -418,7 +418,7 @@ static void print_disk(const RunPlan* rp, const RunConfig* rc, long steps) {
     if (keep) snprintf(count + strlen(count), sizeof(count) - strlen(count), "the newest %d kept", keep);
     else snprintf(count + strlen(count), sizeof(count) - strlen(count), "all kept");
     printf("disk: a checkpoint %.1f MiB (%s %.1f MiB, optimizer state %.1f MiB): %s (--keep-checkpoints %d) | final outputs %.1f MiB (%s)",
-           mib(one), lora ? "adapter" : "model", mib(d.ckpt_model), mib(d.ckpt_state), count, keep, mib(final), list);
+           mib(one), lora ? "adapter" : runconfig_bitfit(rc) ? "biases" : "model", mib(d.ckpt_model), mib(d.ckpt_state), count, keep, mib(final), list);
     if (steps > 0) printf(" | --out: about %.1f MiB at the end, %.1f MiB at most\n", mib((size_t)kept * one + final), mib((size_t)most * one + final));
     else printf("\n");
     if (keep != 1 || (!lora && rc->save_hf))

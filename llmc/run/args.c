@@ -20,12 +20,13 @@ static void args_print_help(const ArgSpec* specs, int n, const char* usage_head)
         case ARG_INT64: printf(" (default %lld)", (long long)*(int64_t*)s->dst); break;
         case ARG_FLOAT: printf(" (default %g)", *(float*)s->dst); break;
         case ARG_STR: if (*(const char**)s->dst) printf(" (default %s)", *(const char**)s->dst); break;
+        case ARG_STRS: printf(" (may be given several times)"); break;
         case ARG_BOOL: case ARG_OPT_STR: break;
         }
         if ((s->type == ARG_INT || s->type == ARG_INT64) && s->min <= s->max)
             printf(" [%.0f, %.0f]%s%s", s->min, s->max, s->choices ? " or " : "", s->choices ? s->choices[0] : "");
         if (s->type == ARG_FLOAT && s->min <= s->max) printf(" [%g, %g]", s->min, s->max);
-        if (s->choices && (s->type == ARG_STR || s->type == ARG_BOOL)) { // (an optional word, an int's word: named above)
+        if (s->choices && (s->type == ARG_STR || s->type == ARG_STRS || s->type == ARG_BOOL)) { // (an optional word, an int's word: named above)
             printf(" [");
             for (int c = 0; s->choices[c]; c++) printf("%s%s", c ? "|" : "", s->choices[c]);
             printf("]");
@@ -75,7 +76,10 @@ static int str_value(const ArgSpec* s, const char* val, char* err, size_t cap) {
     if (s->type == ARG_STR && s->min <= s->max) { // (a range: the lengths allowed, empty included from 0)
         if (len < s->min || len > s->max) { snprintf(err, cap, "%s: %zu bytes, not in [%.0f, %.0f]", s->name, len, s->min, s->max); return -1; }
     } else if (!len) { snprintf(err, cap, "%s: empty value", s->name); return -1; }
-    *(const char**)s->dst = val;
+    if (s->type != ARG_STRS) { *(const char**)s->dst = val; return 0; }
+    ArgStrs* l = (ArgStrs*)s->dst;
+    if (l->n == ARG_STRS_MAX) { snprintf(err, cap, "%s: given more than %d times", s->name, ARG_STRS_MAX); return -1; }
+    l->v[l->n++] = val;
     return 0;
 }
 
@@ -95,7 +99,7 @@ static int set_value(const ArgSpec* s, const char* val, char* err, size_t cap) {
         *(float*)s->dst = (float)v;
         return 0;
     }
-    case ARG_STR: case ARG_OPT_STR: return str_value(s, val, err, cap);
+    case ARG_STR: case ARG_OPT_STR: case ARG_STRS: return str_value(s, val, err, cap);
     case ARG_BOOL:
         if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "yes")) *(int*)s->dst = 1;
         else if (!strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "no")) *(int*)s->dst = 0;
@@ -145,7 +149,7 @@ static const struct { const char* other; const char* flag; const char* note; } A
     {"eval-file", "--val-data", NULL}, {"bf16", "--dtype", "--dtype bf16"}, {"fp32", "--dtype", "--dtype fp32"},
     {"fp16", "--dtype", "bf16 or fp32"}, {"num-threads", "--threads", NULL}, {"zero-stage", "--zero", NULL},
     {"max-tokens", "--max-new-tokens", NULL}, {"max-length", "--max-new-tokens", NULL}, {"num-tokens", "--max-new-tokens", NULL},
-    {"temp", "--temperature", NULL}, {"n", "--max-new-tokens", "-n is the trainers' --save-every, as in llm.c"},
+    {"temp", "--temperature", NULL}, {"repeat-penalty", "--repetition-penalty", NULL}, {"n", "--max-new-tokens", "-n is the trainers' --save-every, as in llm.c"},
     {"q", "--quiet", "-q is the trainers' --final-lr-frac, as in llm.c"}, {"merge-and-unload", "--merge", NULL},
 };
 
@@ -285,6 +289,14 @@ void args_value_text(const ArgSpec* s, char* out, size_t cap) {
         snprintf(out, cap, "%s", v ? v : "none");
         break;
     }
+    case ARG_STRS: {
+        const ArgStrs* l = (const ArgStrs*)s->dst;
+        size_t o = 0;
+        out[0] = '\0';
+        for (int i = 0; i < l->n && o < cap; i++) o += (size_t)snprintf(out + o, cap - o, "%s%s", i ? ", " : "", l->v[i]);
+        if (!l->n) snprintf(out, cap, "none");
+        break;
+    }
     }
 }
 
@@ -298,7 +310,25 @@ void args_write_json(JsonWriter* w, const ArgSpec* s) {
     case ARG_FLOAT: jw_double(w, float_shortest(*(float*)s->dst)); break;
     case ARG_STR: case ARG_OPT_STR: if (*(const char**)s->dst) jw_string(w, *(const char**)s->dst); else jw_null(w); break;
     case ARG_BOOL: jw_bool(w, *(int*)s->dst); break;
+    case ARG_STRS:
+        jw_begin_array(w);
+        for (int i = 0; i < ((const ArgStrs*)s->dst)->n; i++) jw_string(w, ((const ArgStrs*)s->dst)->v[i]);
+        jw_end_array(w);
+        break;
     }
+}
+
+// An ARG_STRS flag from a JSON array of strings (its values replaced).
+static int strs_set_json(const ArgSpec* s, const JsonValue* v, char* err, size_t cap) {
+    if (v->type != JSON_ARRAY) { snprintf(err, cap, "%s: not an array of strings", s->name); return -1; }
+    ((ArgStrs*)s->dst)->n = 0;
+    for (int i = 0; i < v->n; i++) {
+        const JsonValue* e = json_at(v, i);
+        const char* val = json_as_string(e);
+        if (!val || strlen(val) != e->string_len) { snprintf(err, cap, "%s: element %d is not a string (without NUL bytes)", s->name, i); return -1; }
+        if (set_value(s, val, err, cap) != 0) return -1;
+    }
+    return 0;
 }
 
 int args_set_json(const ArgSpec* s, const JsonValue* v, char* err, size_t cap) {
@@ -327,6 +357,7 @@ int args_set_json(const ArgSpec* s, const JsonValue* v, char* err, size_t cap) {
         if (!json_as_bool(v, &b)) { snprintf(err, cap, "%s: not true or false", s->name); return -1; }
         val = b ? "1" : "0";
         break;
+    case ARG_STRS: return strs_set_json(s, v, err, cap);
     }
     return set_value(s, val, err, cap);
 }

@@ -18,13 +18,18 @@ extern "C" {
 // the choices ("--resume auto").
 // ARG_INT with choices (e.g. {"auto", NULL}): besides an integer in the range, the word choices[0],
 // stored as ARG_AUTO (below every range that uses it) and written back as that word (text, JSON).
-typedef enum { ARG_INT, ARG_INT64, ARG_FLOAT, ARG_STR, ARG_BOOL, ARG_OPT_STR } ArgType;
+// ARG_STRS: a string flag that may be given several times, each value kept in order (dst: an
+// ArgStrs; the string rules of ARG_STR, choices too).
+typedef enum { ARG_INT, ARG_INT64, ARG_FLOAT, ARG_STR, ARG_BOOL, ARG_OPT_STR, ARG_STRS } ArgType;
+
+#define ARG_STRS_MAX 16
+typedef struct { const char* v[ARG_STRS_MAX]; int n; } ArgStrs;
 
 typedef struct {
     const char* name;     // "--batch-size"
     const char* alias;    // "-b" or NULL
     ArgType type;
-    void* dst;            // int*, int64_t*, float*, const char** (STR, OPT_STR), int* (bool)
+    void* dst;            // int*, int64_t*, float*, const char** (STR, OPT_STR), int* (bool), ArgStrs*
     const char* metavar;  // "N", "PATH" ...
     const char* help;
     double min, max;      // inclusive range for numbers (ignored when min > max); ARG_STR: of the

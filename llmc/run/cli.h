@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include "run/args.h"
+#include "model/sampler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,13 +17,22 @@ typedef struct {
     const char* prompt;   // text to continue; <|endoftext|> by default
     float temperature;    // 0 = greedy
     int top_k;            // 0 = the whole vocabulary
+    float top_p;          // 1 = off
+    float min_p;          // 0 = off
+    float repetition_penalty; // 1 = off
     const char* vocab;    // NULL: next to the model, else data/gpt2
 } SampleFlags;
 
-#define CLI_SAMPLE_NFLAGS 4
+#define CLI_SAMPLE_NFLAGS 7
 void cli_sample_defaults(SampleFlags* f);
-// --prompt, --temperature, --top-k, --vocab into out[0 .. CLI_SAMPLE_NFLAGS).
+// --prompt, --temperature, --top-k, --top-p, --min-p, --repetition-penalty, --vocab into
+// out[0 .. CLI_SAMPLE_NFLAGS).
 void cli_sample_flags(SampleFlags* f, ArgSpec* out);
+// The checks the table's inclusive ranges cannot make: --top-p in (0, 1], --repetition-penalty
+// > 0 (and each a float once parsed: 1e-300 is 0 in a float). 0, or -1 with the message in err.
+int cli_sample_check(const SampleFlags* f, char* err, size_t cap);
+// The sampler's parameters for these flags and seed.
+SampleParams cli_sample_params(const SampleFlags* f, int seed);
 
 // --model (help: what the program accepts), --seed, --threads.
 ArgSpec cli_flag_model(const char** dst, const char* help);

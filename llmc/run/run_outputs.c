@@ -138,7 +138,7 @@ static void outputs_check_gguf(const RunOutputs* o, const Model* m) {
     if (!o->vocab)
         fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json) with the model's vocabulary, or drop --save-gguf",
               "--save-gguf: a GGUF file carries the tokenizer, and no vocabulary of the model's %d tokens was found", m->gpt.cfg.vocab_size);
-    if (m->lora && m->lora->n_extra > 0 && !c->f.merge)
+    if (m->lora && m->lora->n_extra > 0 && !c->f.merge && !lora_is_bitfit(m->lora)) // (BitFit writes the model as GGUF)
         fatal("add --merge: the merged model is written as GGUF instead",
               "--save-gguf: the adapter trains %d base tensor slice(s) (%s...), which a GGUF LoRA adapter cannot carry",
               m->lora->n_extra, m->lora->extra[0].key);
@@ -152,11 +152,12 @@ void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank) {
     if (rank != 0) return; // rank 0 writes every output (other hosts need not see --out)
     outputs_find_vocab(o, &m->gpt.cfg);
     outputs_check_gguf(o, m);
-    if (!m->lora) return;
+    if (!m->lora || lora_is_bitfit(m->lora)) return; // (BitFit writes no adapter: no base to name)
     outputs_resolve_base(o);
-    if (strlen(o->base) >= sizeof(m->lora->base_name))
+    const size_t len = strlen(o->base);
+    if (len >= sizeof(m->lora->base_name))
         fatal("use a shorter --out or --model path", "the base model's path '%s' is too long for adapter_config.json", o->base);
-    snprintf(m->lora->base_name, sizeof(m->lora->base_name), "%s", o->base);
+    memcpy(m->lora->base_name, o->base, len + 1);
 }
 
 #define INIT_ADAPTER_DIR "init_adapter"
@@ -211,8 +212,16 @@ void outputs_checkpoint(const RunOutputs* o, const Model* m, long step) {
     char path[LLMC_PATH_MAX];
     if (!o->c->write_outputs || o->rank != 0) return;
     if (m->lora) {
-        // the checkpoint's adapter tensors are adapter_model.safetensors of its PEFT directory
+        // the checkpoint's adapter tensors are adapter_model.safetensors of its PEFT directory;
+        // BitFit's are the trained biases alone (r = 0 is no PEFT adapter: no adapter_config.json)
         ckpt_path(path, sizeof(path), out, "adapter", step, 0);
+        if (lora_is_bitfit(m->lora)) {
+            char dir[LLMC_PATH_MAX];
+            snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(path, '/') - path), path);
+            mkdir_p(dir);
+            peft_save_tensors(m->lora, path);
+            return;
+        }
         char* slash = strrchr(path, '/');
         *slash = '\0';
         outputs_write_adapter(o, m, path, 0);
@@ -241,9 +250,10 @@ static void outputs_save_gguf(const RunOutputs* o, const Model* m, const char* d
     if (!c->save_gguf || gguf_parse_type(c->f.save_gguf, &type) != 0) return;
     char base[256], desc[sizeof(base) + 100];
     gguf_model_name(c->f.model, base, sizeof(base));
-    snprintf(desc, sizeof(desc), "%s from %s, written by llmc-ft %s", m->lora ? (host ? "GPT-2 with a LoRA adapter merged in, trained" : "LoRA adapter trained")
-             : "GPT-2 fine-tuned", base, runconfig_program(c->mode));
-    GgufProvenance prov = {NULL, base, m->lora ? (host ? "lora-merged" : "lora") : "full", desc};
+    const int bitfit = m->lora && lora_is_bitfit(m->lora);
+    snprintf(desc, sizeof(desc), "%s from %s, written by llmc-ft %s", bitfit ? "GPT-2 with its biases trained (BitFit)"
+             : m->lora ? (host ? "GPT-2 with a LoRA adapter merged in, trained" : "LoRA adapter trained") : "GPT-2 fine-tuned", base, runconfig_program(c->mode));
+    GgufProvenance prov = {NULL, base, bitfit ? "full" : m->lora ? (host ? "lora-merged" : "lora") : "full", desc};
     if (!host) {
         outputs_gguf_path(o, path, sizeof(path), dir, "adapter");
         gguf_save_lora(path, m->lora, type, &prov);
@@ -281,6 +291,29 @@ static float* outputs_merged(const RunOutputs* o, const Model* m, const char* ad
     return hm.params; // (the only allocation of a HostModel)
 }
 
+// BitFit's model (malloc'd): the fp32 base read again from --model (as outputs_merged does: the
+// frozen weights the run computed with may be bf16 copies) with the trained biases of the run in
+// place; with an NF4 base, the model's own weights (dequant(quant(W)) for the quantized ones).
+static float* outputs_bitfit(const RunOutputs* o, const Model* m) {
+    const ParamTable* pt = &m->gpt.pt;
+    float* host;
+    if (m->nf4) {
+        host = (float*)mallocCheck(pt->total * sizeof(float));
+        gpt2_get_params((GPT2*)&m->gpt, host);
+        return host;
+    }
+    HostModel hm;
+    convert_load(&hm, o->c->f.model, (uint64_t)o->c->f.seed);
+    if (hm.pt.total != pt->total) fatal("this is a bug in llmc", "--model %s read again for the output has another shape", o->c->f.model);
+    host = hm.params; // (the only allocation of a HostModel)
+    for (int i = 0; i < m->lora->n_extra; i++) {
+        const LoraExtra* e = &m->lora->extra[i];
+        ops_download_f32(host + params_layer_offset(pt, e->id, e->layer < 0 ? 0 : e->layer), e->p, params_layer_numel(pt, e->id));
+    }
+    printf("bitfit: the trained biases in the fp32 base read again from %s\n", o->c->f.model);
+    return host;
+}
+
 // model.bin in dir (--out) as a second name of the checkpoint's model file (linked under a
 // temporary name, then renamed over it: atomic like every write); 0 when there is no such
 // checkpoint or the file system refuses the link (the caller writes the file).
@@ -304,7 +337,8 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
     char mdir[LLMC_PATH_MAX], path[LLMC_PATH_MAX];
     const char* adapter_dir = dir;
     if (!c->write_outputs || o->rank != 0) return;
-    if (m->lora) {
+    const int bitfit = m->lora && lora_is_bitfit(m->lora); // (the output is the model, as train_gpt2's)
+    if (m->lora && !bitfit) {
         outputs_write_adapter(o, m, dir, 1);
         printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT; base %s)%s%s\n", dir, o->base,
                o->vocab ? " + tokenizer files" : "", m->lora->init0 ? " (converted to a rank-2r LoRA of the original base)" : "");
@@ -319,7 +353,7 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
     if (linked && !c->save_hf && !c->save_gguf) return;
     const ParamTable* pt = &m->gpt.pt;
     float* copy = NULL;
-    const float* host = m->lora ? (copy = outputs_merged(o, m, adapter_dir)) : outputs_params(m, &copy);
+    const float* host = bitfit ? (copy = outputs_bitfit(o, m)) : m->lora ? (copy = outputs_merged(o, m, adapter_dir)) : outputs_params(m, &copy);
     if (c->save_hf) {
         convert_write_hf(dir, pt, host, o->vocab);
         printf("saved: %s/ config.json + model.safetensors + generation_config.json%s (transformers)\n", dir,

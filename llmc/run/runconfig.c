@@ -42,7 +42,7 @@ static void flag_defaults(TrainFlags* f, TrainMode mode) {
     f->objective = "sft"; f->pref_beta = 0.1f; f->label_smoothing = 0.0f; f->orpo_lambda = 0.1f; f->simpo_gamma = 0.5f;
     // LoRA: PEFT's defaults where PEFT has one (dropout 0)
     f->lora_rank = 8; f->lora_alpha = 16.0f; f->lora_dropout = 0.0f; f->lora_targets = "c_attn";
-    f->lora_layers = "all"; f->lora_bias = "none"; f->lora_init = "default";
+    f->lora_layers = "all"; f->lora_bias = "none"; f->lora_plus_ratio = 1.0f; f->lora_init = "default";
 }
 
 // The flag table of a mode, pointing into f: the one list behind the parser, --help and the JSON
@@ -124,7 +124,8 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
          "OUT/ref_logps_*.bin: how a resume whose files are lost or damaged continues (one forward pass over the data); this invocation only", 1, 0, NULL},
     };
     const ArgSpec lora[] = {
-        {"--lora-rank", NULL, ARG_INT, &f->lora_rank, "R", "LoRA rank r", 1, 65536, NULL},
+        {"--lora-rank", NULL, ARG_INT, &f->lora_rank, "R", "LoRA rank r; 0 = BitFit (with --lora-bias all): no adapter, only the biases train, "
+         "and the output is the whole model (docs/TRAINING.md)", 0, 65536, NULL},
         {"--lora-alpha", NULL, ARG_FLOAT, &f->lora_alpha, "A", "LoRA alpha: the branch is scaled by alpha / r (alpha / sqrt(r) with --rslora)", 0, 1e6, NULL},
         {"--lora-dropout", NULL, ARG_FLOAT, &f->lora_dropout, "P", "dropout on the input of the LoRA branch (PEFT lora_dropout)", 0, 0.999, NULL},
         {"--lora-targets", NULL, ARG_STR, &f->lora_targets, "LIST", "layers to adapt, comma list of c_attn, q, k, v (blocks of c_attn), attn.c_proj, mlp.c_fc, mlp.c_proj, c_proj (both projections), all-linear", 1, 0, NULL},
@@ -137,6 +138,8 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
          "gaussian = A ~ N(0, 1/r^2), B = 0; pissa = the top-r singular vectors of each weight (SVD), olora = its QR factors, the base "
          "left the residual W - scaling B A (fp32 or bf16 bases; the saved adapter a plain rank-2r LoRA of the original base)", 1, 0, LORA_INIT_NAMES},
         {"--qlora", NULL, ARG_BOOL, &f->qlora, NULL, "QLoRA: hold the frozen matmul weights as NF4 with double quantization (bitsandbytes-compatible, ~4.13 bits per weight), dequantized layer by layer; implied by a 4-bit transformers + bitsandbytes checkpoint", 1, 0, NULL},
+        {"--lora-plus-ratio", NULL, ARG_FLOAT, &f->lora_plus_ratio, "R", "LoRA+ (PEFT create_loraplus_optimizer): lora_B, and every trained bias / layernorm, "
+         "learn at R times --lr, lora_A at --lr; the schedule scales both; 1 = plain LoRA (docs/TRAINING.md)", 0, 1e6, NULL},
         {"--merge", NULL, ARG_BOOL, &f->merge, NULL, "also save the base with the adapter merged in: OUT/merged/ (transformers dir) and OUT/merged/model.bin (llm.c), per --save-format", 1, 0, NULL},
     };
     const int nc = (int)(sizeof(common) / sizeof(common[0])), nl = (int)(sizeof(lora) / sizeof(lora[0]));
@@ -173,12 +176,45 @@ static void runconfig_own_strings(RunConfig* rc) {
     rc->strings = store;
 }
 
+int runconfig_bitfit(const RunConfig* rc) { return rc->mode == TRAIN_LORA && rc->f.lora_rank == 0 && !rc->f.adapter; }
+
+// LoRA+ and BitFit (--lora-rank 0): the settings they cannot take. 0, or -1 with err and *hint.
+static int runconfig_check_lora_variant(const RunConfig* rc, char* err, size_t cap, const char** hint) {
+    const TrainFlags* f = &rc->f;
+    if (!(f->lora_plus_ratio > 0.0f)) {
+        *hint = "give B's learning rate over A's, e.g. --lora-plus-ratio 16 (the LoRA+ paper's choice); 1 trains plain LoRA";
+        snprintf(err, cap, "--lora-plus-ratio %g: the ratio of two learning rates must be positive", f->lora_plus_ratio);
+        return -1;
+    }
+    if (!runconfig_bitfit(rc)) return 0;
+    *hint = "BitFit is --lora-rank 0 --lora-bias all; for adapters give --lora-rank 1 or more (docs/TRAINING.md)";
+    if (strcmp(f->lora_bias, "all") != 0) {
+        snprintf(err, cap, "--lora-rank 0 makes no adapter: only --lora-bias all (BitFit) gives it something to train (got --lora-bias %s)", f->lora_bias);
+        return -1;
+    }
+    if (f->lora_plus_ratio != 1.0f) {
+        snprintf(err, cap, "--lora-plus-ratio %g with --lora-rank 0: there is no lora_B whose learning rate it would scale", f->lora_plus_ratio);
+        return -1;
+    }
+    if (f->merge) {
+        snprintf(err, cap, "--merge with --lora-rank 0: there is no adapter to merge; the run's output is the whole model already");
+        return -1;
+    }
+    if (pref_uses_reference(pref_objective_parse(f->objective)) && !f->ref_model) {
+        *hint = "give the reference with --ref-model PATH (e.g. the --model itself)";
+        snprintf(err, cap, "--objective %s with --lora-rank 0: train_lora's reference is the base with the adapters off, and there is no adapter", f->objective);
+        return -1;
+    }
+    return 0;
+}
+
 // The flags' checks that need no model; 0, or -1 with the message in err and a hint in *hint.
 static int runconfig_check_flags(const RunConfig* rc, char* err, size_t cap, const char** hint) {
     const TrainFlags* f = &rc->f;
     *hint = HINT;
     if (!f->model) { snprintf(err, cap, "--model is required"); return -1; }
     if (!f->train_data && !f->plan) { snprintf(err, cap, "--train-data is required"); return -1; }
+    if (cli_sample_check(&f->sample, err, cap)) return -1;
     const int none = f->out_dir && !strcmp(f->out_dir, "none");
     if (f->resume && (!f->out_dir || none)) { snprintf(err, cap, "--resume needs --out DIR (the directory holding the checkpoints)"); return -1; }
     if (none && f->keep_best) { snprintf(err, cap, "--keep-best needs an --out DIR to keep the model in (not --out none)"); return -1; }
@@ -189,7 +225,8 @@ static int runconfig_check_flags(const RunConfig* rc, char* err, size_t cap, con
     }
     if (none && strcmp(f->save_gguf, "none") != 0) { snprintf(err, cap, "--save-gguf needs an --out DIR to write the GGUF file in (not --out none)"); return -1; }
     if (rc->mode != TRAIN_LORA) return 0;
-    if (strcmp(f->save_gguf, "none") != 0 && !f->merge && (strcmp(f->lora_bias, "none") != 0 || f->train_ln_f)) {
+    if (runconfig_check_lora_variant(rc, err, cap, hint)) return -1;
+    if (strcmp(f->save_gguf, "none") != 0 && !f->merge && !runconfig_bitfit(rc) && (strcmp(f->lora_bias, "none") != 0 || f->train_ln_f)) {
         *hint = "add --merge: the merged model is written as GGUF instead (OUT/merged/model-TYPE.gguf)";
         snprintf(err, cap, "--save-gguf: a GGUF LoRA adapter cannot carry the base tensors %s trains", f->train_ln_f ? "--train-ln-f" : "--lora-bias");
         return -1;
@@ -309,6 +346,10 @@ static int runconfig_check_init(RunConfig* rc, char* err, size_t cap, const char
     *hint = "see docs/TRAINING.md (LoRA initialisations)";
     if (rc->lora_init != LORA_INIT_DEFAULT && f->adapter) {
         snprintf(err, cap, "--init %s initialises new adapters; --adapter %s brings its own values", name, f->adapter);
+        return -1;
+    }
+    if (rc->lora_init != LORA_INIT_DEFAULT && f->lora_rank == 0) {
+        snprintf(err, cap, "--init %s initialises adapters; --lora-rank 0 (BitFit) has none", name);
         return -1;
     }
     if (!lora_init_rewrites_base(rc->lora_init)) return 0;

@@ -104,6 +104,7 @@ typedef struct {
     const char* lora_bias;
     int qlora;
     const char* lora_init;       // --init default|gaussian|pissa|olora
+    float lora_plus_ratio;       // --lora-plus-ratio: LoRA+, B's learning rate over A's (1: off)
 } TrainFlags;
 
 // One file of the base model as it was when the run started: the adapter in a LoRA checkpoint is
@@ -168,6 +169,8 @@ void runconfig_resolve(RunConfig* rc, int B, int recompute);
 // Whether a flag ("--lora-rank") was given on the command line.
 int runconfig_given(const RunConfig* rc, const char* flag);
 const char* runconfig_program(TrainMode mode); // "train_gpt2" / "train_lora"
+// train_lora --lora-rank 0 (without --adapter): BitFit, no adapter, only the biases train.
+int runconfig_bitfit(const RunConfig* rc);
 // The flag table of rc's mode, pointing into rc->f (at most RUNCFG_MAX_FLAGS entries; returns
 // the count). The order is that of rc->given.
 int runconfig_flag_table(RunConfig* rc, ArgSpec* out);

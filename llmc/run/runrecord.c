@@ -38,6 +38,7 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"cooldown_frac", CHANGE_SCHEDULE},
     {"weight_decay", CHANGE_OPTIMIZER}, {"grad_clip", CHANGE_OPTIMIZER}, {"beta1", CHANGE_OPTIMIZER},
     {"beta2", CHANGE_OPTIMIZER}, {"eps", CHANGE_OPTIMIZER}, {"lora_dropout", CHANGE_OPTIMIZER},
+    {"lora_plus_ratio", CHANGE_OPTIMIZER}, // (B's learning rate from the next step on; AdamW's state does not depend on it)
     {"max_skipped_steps", CHANGE_OPTIMIZER}, {"loss_scale_window", CHANGE_OPTIMIZER},
     {"loss_scale_init", CHANGE_HARMLESS}, // (a resumed run takes the scale from its checkpoint)
     {"objective", CHANGE_REFUSED}, {"ref_model", CHANGE_REFUSED}, {"recompute_reference", CHANGE_INVOCATION},
@@ -48,6 +49,7 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"save_gguf", CHANGE_HARMLESS},
     {"merge", CHANGE_HARMLESS}, {"sample_every", CHANGE_HARMLESS}, {"sample_tokens", CHANGE_HARMLESS},
     {"prompt", CHANGE_HARMLESS}, {"temperature", CHANGE_HARMLESS}, {"top_k", CHANGE_HARMLESS},
+    {"top_p", CHANGE_HARMLESS}, {"min_p", CHANGE_HARMLESS}, {"repetition_penalty", CHANGE_HARMLESS},
     {"vocab", CHANGE_HARMLESS}, {"threads", CHANGE_HARMLESS}, {"watchdog_timeout", CHANGE_HARMLESS},
     {"deterministic", CHANGE_HARMLESS}, {"zero", CHANGE_HARMLESS}, {"recompute", CHANGE_HARMLESS},
     {"dtype", CHANGE_HARMLESS}, {"profile", CHANGE_HARMLESS}, {"tensorboard", CHANGE_HARMLESS},
