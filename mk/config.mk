@@ -91,9 +91,10 @@ endif
 # categories; Debian libutf8proc-dev ships the .a, so it is always linked statically) and OpenMP.
 # A portable build links OpenBLAS and libgomp statically too: the machines its binaries go to
 # need not have them (Debian's libopenblas.a is a DYNAMIC_ARCH build: it picks its kernels at
-# run time, so it travels).
+# run time, so it travels), with the Fortran runtime its LAPACK needs (the PiSSA / OLoRA
+# factorisations, llmc/model/lora_init.c: libgfortran.a and libquadmath.a of gfortran).
 ifeq ($(PORTABLE),1)
-  HOST_LIBS := -Wl,-Bstatic -lopenblas -lutf8proc -lgomp -Wl,-Bdynamic -lm -lpthread -ldl
+  HOST_LIBS := -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -lutf8proc -lgomp -Wl,-Bdynamic -lm -lpthread -ldl
   LDFLAGS := $(SANFLAGS)
 else
   HOST_LIBS := -lopenblas -l:libutf8proc.a -lm -lpthread

@@ -18,18 +18,18 @@ static int same_str(const char* a, const char* b) { return (!a && !b) || (a && b
 static int same_flags(const TrainFlags* a, const TrainFlags* b) {
     const char* const sa[] = {a->model, a->train_data, a->val_data, a->out_dir, a->schedule, a->save_format, a->sample.prompt,
                               a->sample.vocab, a->lora_targets, a->lora_layers, a->adapter, a->lora_bias, a->resume, a->eval_batches, a->dtype, a->save_gguf,
-                              a->objective, a->ref_model};
+                              a->objective, a->ref_model, a->lora_init};
     const char* const sb[] = {b->model, b->train_data, b->val_data, b->out_dir, b->schedule, b->save_format, b->sample.prompt,
                               b->sample.vocab, b->lora_targets, b->lora_layers, b->adapter, b->lora_bias, b->resume, b->eval_batches, b->dtype, b->save_gguf,
-                              b->objective, b->ref_model};
+                              b->objective, b->ref_model, b->lora_init};
     for (int i = 0; i < ARGC(sa); i++) if (!same_str(sa[i], sb[i])) return 0;
     TrainFlags x = *a, y = *b; // the numbers: blank the pointers and compare the bytes
     const char** px[] = {&x.model, &x.train_data, &x.val_data, &x.out_dir, &x.schedule, &x.save_format, &x.sample.prompt,
                          &x.sample.vocab, &x.lora_targets, &x.lora_layers, &x.adapter, &x.lora_bias, &x.resume, &x.eval_batches, &x.dtype, &x.save_gguf,
-                         &x.objective, &x.ref_model};
+                         &x.objective, &x.ref_model, &x.lora_init};
     const char** py[] = {&y.model, &y.train_data, &y.val_data, &y.out_dir, &y.schedule, &y.save_format, &y.sample.prompt,
                          &y.sample.vocab, &y.lora_targets, &y.lora_layers, &y.adapter, &y.lora_bias, &y.resume, &y.eval_batches, &y.dtype, &y.save_gguf,
-                         &y.objective, &y.ref_model};
+                         &y.objective, &y.ref_model, &y.lora_init};
     for (int i = 0; i < ARGC(px); i++) { *px[i] = NULL; *py[i] = NULL; }
     return memcmp(&x, &y, sizeof(x)) == 0;
 }
@@ -37,7 +37,7 @@ static int same_flags(const TrainFlags* a, const TrainFlags* b) {
 static void test_derived(void) {
     char* lora_args[] = {"train_lora", "--model", "test/ref/qlora_tiny/base_4bit", "--train-data", "x.bin", "-b", "2", "-t", "16",
                          "--sample-every", "5", "--lora-targets", "q,v", "--lora-bias", "lora_only", "--schedule", "wsd",
-                         "--lora-dropout", "0.1", "--prompt", "Hi there", "--save-format", "hf"};
+                         "--lora-dropout", "0.1", "--prompt", "Hi there", "--save-format", "hf", "--init", "gaussian"};
     RunConfig rc;
     runconfig_from_args(&rc, ARGC(lora_args), lora_args, TRAIN_LORA, 2);
     TEST_CHECK(rc.micro_tokens == 64 && rc.tokens_per_step == 64 && rc.accum == 1, "micro %lld step %lld accum %d",
@@ -63,6 +63,8 @@ static void test_derived(void) {
         TEST_CHECK(same_flags(&rc.f, &back.f), "flags differ after the round trip");
         TEST_CHECK(back.mode == rc.mode && back.world == 2 && back.accum == rc.accum && back.qlora == rc.qlora &&
                    back.sample_tokens == rc.sample_tokens && !memcmp(back.given, rc.given, sizeof(rc.given)), "derived values differ");
+        TEST_CHECK(rc.lora_init == LORA_INIT_GAUSSIAN && back.lora_init == LORA_INIT_GAUSSIAN && !strcmp(back.f.lora_init, "gaussian"),
+                   "--init gaussian: %d, read back %d (%s)", rc.lora_init, back.lora_init, back.f.lora_init);
         printf("ok   round trip of a train_lora configuration (%zu bytes of JSON)\n", strlen(j1));
         free(j2);
         // a recorded configuration with command-line flags over it (what a resume reads)

@@ -213,6 +213,9 @@ static void convert_write_gguf(const ConvertFlags* f, const HostModel* hm, GgmlT
 static void convert_write_gguf_lora(const ConvertFlags* f, const HostModel* hm, GgmlType type) {
     char desc[3 * LLMC_PATH_MAX];
     LoraModel* lm = peft_load_adapter(f->adapter, &hm->cfg);
+    if (lora_init_rewrites_base(lm->spec.init))
+        fatal("merge it instead (--to gguf with --adapter), or convert it to a plain LoRA first (PEFT: path_initial_model_for_weight_conversion)",
+              "--adapter %s: a PiSSA adapter holds the factors of a rewritten base, which a GGUF LoRA adapter cannot carry", f->adapter);
     char base[1024], init[1024], adapter[1024];
     convert_gguf_names(f, base, init, adapter, sizeof(base));
     snprintf(desc, sizeof(desc), "LoRA adapter %s for GPT-2 %s%s, written by llmc-ft convert", adapter, base, init);

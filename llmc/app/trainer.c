@@ -95,7 +95,7 @@ static void sample_free(Run* r) {
 
 // train_lora: the adapters for the frozen base: new (PEFT init) or from --adapter. When resuming,
 // the structure comes from the same flags / --adapter and the values from the checkpoint.
-static void lora_source(Run* r, long resume_step, LoraSource* src, char* values, size_t cap) {
+static void lora_source(Run* r, long resume_step, LoraSource* src, char* values, char* init_values, size_t cap) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
     memset(src, 0, sizeof(*src));
@@ -107,7 +107,7 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
     }
     src->spec.rank = f->lora_rank; src->spec.alpha = f->lora_alpha; src->spec.rslora = f->rslora;
     src->spec.dropout = f->lora_dropout; src->spec.bias = c->lora_bias; src->spec.train_ln_f = f->train_ln_f;
-    src->spec.targets = c->lora_targets;
+    src->spec.targets = c->lora_targets; src->spec.init = c->lora_init;
     src->layers = f->lora_layers;
     src->dropout_override = c->lora_dropout_given;
     src->seed = (uint64_t)f->seed;
@@ -115,6 +115,8 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
     if (resume_step >= 0) {
         ckpt_path(values, cap, f->out_dir, "adapter", resume_step, 0);
         src->values = values;
+        // PiSSA / OLoRA: the residual base from the initial adapter the run wrote (outputs_start)
+        if (lora_init_rewrites_base(c->lora_init)) src->init_values = outputs_init_path(init_values, cap, c);
     }
 }
 
@@ -123,7 +125,7 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
 static void build_model(Run* r, long resume_step) {
     const RunConfig* c = r->c;
     const TrainFlags* f = &c->f;
-    char ckpt_model[LLMC_PATH_MAX], ckpt_adapter[LLMC_PATH_MAX];
+    char ckpt_model[LLMC_PATH_MAX], ckpt_adapter[LLMC_PATH_MAX], init_adapter[LLMC_PATH_MAX];
     LoraSource src;
     ModelSpec spec;
     memset(&spec, 0, sizeof(spec));
@@ -142,7 +144,7 @@ static void build_model(Run* r, long resume_step) {
     spec.B = f->batch_size; spec.T = f->seq_len; spec.T_flag = "--seq-len";
     spec.backward = 1;
     if (c->mode == TRAIN_LORA) {
-        lora_source(r, resume_step, &src, ckpt_adapter, sizeof(ckpt_adapter));
+        lora_source(r, resume_step, &src, ckpt_adapter, init_adapter, sizeof(ckpt_adapter));
         spec.lora_src = &src;
     }
     model_assemble(&r->m, &spec);
@@ -176,6 +178,7 @@ static void open_out_dir(Run* r) {
     if (r->rank == 0 && c->write_outputs) {
         mkdir_p(c->f.out_dir);
         if (r->start.resume_step < 0 || !r->start.has_rec || r->start.changes.n > 0 || r->start.rec.world != r->world) runrecord_write(c);
+        if (r->start.resume_step < 0) outputs_start(&r->out, &r->m);
     }
     RunLog* l = &r->rl;
     l->steps = r->steps;

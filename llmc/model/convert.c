@@ -33,6 +33,10 @@ void convert_load(HostModel* hm, const char* path, uint64_t seed) {
 // modules_to_save) replace the base's, then every adapter is merged: W += scaling B A.
 void convert_merge_adapter(HostModel* hm, const char* adapter) {
     LoraModel* lm = peft_load_adapter(adapter, &hm->cfg);
+    if (lora_init_rewrites_base(lm->spec.init)) { // a PiSSA adapter: its values are those of the residual base
+        lora_init_from_base(lm, &hm->pt, hm->params);
+        lora_init_residual(lm, &hm->pt, hm->params);
+    }
     size_t off = 0;
     for (int i = 0; i < lm->n_extra; i++) {
         const LoraExtra* e = &lm->extra[i];

@@ -43,7 +43,8 @@ typedef enum { CONVERT_HF = 0, CONVERT_LLMC_FP32, CONVERT_LLMC_BF16, CONVERT_SAF
 // Load any model the trainers and generate take (see above); seed initializes a size descriptor.
 // Fatal with a message naming the file on anything wrong.
 void convert_load(HostModel* hm, const char* path, uint64_t seed);
-// Merge the PEFT adapter in dir (or its adapter_model.safetensors) into hm. Needs the backend
+// Merge the PEFT adapter in dir (or its adapter_model.safetensors) into hm (a PiSSA adapter,
+// init_lora_weights "pissa", into the PiSSA residual of hm, as PEFT loads it). Needs the backend
 // (ops_init) for reading the adapter.
 void convert_merge_adapter(HostModel* hm, const char* adapter);
 void convert_free(HostModel* hm);

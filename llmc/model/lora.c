@@ -259,6 +259,7 @@ void lora_free(LoraModel* lm) {
     free(lm->ad);
     free(lm->extra);
     free(lm->extra_host);
+    free(lm->init0);
     free(lm);
 }
 
@@ -358,8 +359,10 @@ void lora_describe(const LoraModel* lm, char* out, size_t cap) {
     describe_targets(lm, targets, sizeof(targets));
     describe_layers(lm, layers, sizeof(layers));
     describe_patterns(lm, patterns, sizeof(patterns));
-    snprintf(out, cap, "r=%d alpha=%g%s dropout=%g | targets %s | layers %s%s%s%s", s->rank, s->alpha, s->rslora ? " (rsLoRA)" : "",
-             s->dropout, targets, layers, patterns,
+    char init[32] = "";
+    if (s->init != LORA_INIT_DEFAULT) snprintf(init, sizeof(init), " | init %s", LORA_INIT_NAMES[s->init]);
+    snprintf(out, cap, "r=%d alpha=%g%s dropout=%g | targets %s | layers %s%s%s%s%s", s->rank, s->alpha, s->rslora ? " (rsLoRA)" : "",
+             s->dropout, targets, layers, patterns, init,
              s->bias == LORA_BIAS_ALL ? " | biases trained" : s->bias == LORA_BIAS_LORA_ONLY ? " | biases of adapted layers trained" : "",
              s->train_ln_f ? " | ln_f trained" : "");
 }
@@ -446,6 +449,11 @@ int lora_segments(const LoraModel* lm, TrainSeg* segs) {
 void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params) {
     float* host = (float*)mallocCheck((lm->total ? lm->total : 1) * sizeof(float));
     lora_get_params(lm, host);
+    lora_merge_host(lm, pt, host_params, host, 1.0f);
+    free(host);
+}
+
+void lora_merge_host(const LoraModel* lm, const ParamTable* pt, float* host_params, const float* host, float sign) {
     for (int i = 0; i < lm->n; i++) {
         const LoraAdapter* a = &lm->ad[i];
         float* W = host_params + params_layer_offset(pt, a->wid, a->layer);
@@ -455,12 +463,11 @@ void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params) {
         for (int o = 0; o < a->out; o++) {
             float* wrow = W + (size_t)o * a->in;
             for (int j = 0; j < a->rank; j++) {
-                float bj = a->scaling * Bm[(size_t)o * a->rank + j];
+                float bj = sign * a->scaling * Bm[(size_t)o * a->rank + j];
                 if (bj == 0.0f) continue;
                 const float* arow = A + (size_t)j * a->in;
                 for (int c = 0; c < a->in; c++) wrow[c] += bj * arow[c];
             }
         }
     }
-    free(host);
 }

@@ -59,9 +59,13 @@ typedef struct {
     int all_layers;            // layers[] covers every layer (no layers_to_transform in the export)
     int bias;                  // LORA_BIAS_*: PEFT bias= (which base biases are trained too)
     int train_ln_f;            // PEFT modules_to_save=["ln_f"]: the final layernorm is trained too
+    int init;                  // LORA_INIT_*: how new adapters start (PEFT init_lora_weights)
 } LoraSpec;
 
 enum { LORA_BIAS_NONE = 0, LORA_BIAS_ALL, LORA_BIAS_LORA_ONLY };
+// --init (PEFT init_lora_weights True, "gaussian", "pissa", "olora"); names: LORA_INIT_NAMES.
+enum { LORA_INIT_DEFAULT = 0, LORA_INIT_GAUSSIAN, LORA_INIT_PISSA, LORA_INIT_OLORA };
+extern const char* const LORA_INIT_NAMES[]; // "default", "gaussian", "pissa", "olora", NULL
 
 // A slice of a base tensor trained alongside the adapters (bias="all" / "lora_only",
 // modules_to_save ["ln_f"]): one layer's slice of table tensor id (layer -1: not per layer).
@@ -108,6 +112,8 @@ typedef struct LoraModel {
     int n_extra;               // trained base slices
     LoraExtra* extra;
     float* extra_host;         // values from an adapter file, until lora_put_base_values writes them
+    float* init0;              // PiSSA / OLoRA: the initial A and B (host, flat layout), which the
+                               // base lost (W_res = W - scaling B0 A0); else NULL
     float plus_ratio;          // LoRA+: the learning rate of B and of the 1-D trained base slices over A's (1: plain LoRA)
 } LoraModel;
 
@@ -131,6 +137,24 @@ void lora_free(LoraModel* lm);
 // PEFT init: A ~ U(-1/sqrt(in), 1/sqrt(in)) from the counter RNG (stream = adapter's (layer,
 // linear)), B = 0. Deterministic in seed.
 void lora_init_params(LoraModel* lm, uint64_t seed);
+// ---- initialisations beside the default (llmc/model/lora_init.c)
+// PEFT's "gaussian": A ~ N(0, (1 / r)^2) from the counter RNG (r: the rank of one q/k/v block),
+// B = 0. Deterministic in seed; not torch's numbers.
+void lora_init_gaussian(LoraModel* lm, uint64_t seed);
+// 1 for the initialisations that take the adapter from the base and rewrite it (pissa, olora).
+int lora_init_rewrites_base(int init);
+// PiSSA (SVD) or OLoRA (QR) per lm->spec.init, of each adapted weight in host_params (fp32,
+// table layout): the initial adapter values, in lm->init0 (the parameters are not touched). fatal
+// for a q/k/v split or a rank above the weight's.
+void lora_init_from_base(LoraModel* lm, const ParamTable* pt, const float* host_params);
+// The base the adapters start from: W -= scaling * B0 A0 in host_params (lm->init0 set).
+void lora_init_residual(const LoraModel* lm, const ParamTable* pt, float* host_params);
+// The adapter as a plain LoRA of the original base (PEFT's save_pretrained with
+// path_initial_model_for_weight_conversion): rank 2r, the same scaling, A' = [A; A0],
+// B' = [B, -B0], so that scaling B' A' = scaling (B A - B0 A0). A layout (no backend memory; the
+// trained base slices point at lm's) and its values (*values, malloc'd).
+LoraModel* lora_converted(const LoraModel* lm, float** values);
+
 // Host fp32 copies of the flat parameters (lm->total elements).
 void lora_get_params(const LoraModel* lm, float* host);
 void lora_set_params(LoraModel* lm, const float* host);
@@ -176,6 +200,8 @@ size_t lora_scratch_bytes(const LoraModel* lm, size_t rows);
 size_t lora_scratch_numel(const LoraModel* lm, size_t rows); // (the same in floatX elements)
 // Merge every adapter into host fp32 base parameters (table layout): W += scaling * B A.
 void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params);
+// The same with the adapter values given (host, flat layout) and a sign: W += sign scaling B A.
+void lora_merge_host(const LoraModel* lm, const ParamTable* pt, float* host_params, const float* values, float sign);
 
 #ifdef __cplusplus
 }

@@ -45,12 +45,32 @@ static LoraModel* model_build_lora(const LoraSource* src, const GPT2Config* cfg,
         if (lora_parse_layers(src->layers ? src->layers : "all", cfg->num_layers, &spec, err, sizeof(err)))
             fatal("give layer indices of the base model, e.g. --lora-layers 0-5,8", "%s", err);
         lm = lora_create(cfg, &spec);
-        lora_init_params(lm, src->seed);
+        if (spec.init == LORA_INIT_GAUSSIAN) lora_init_gaussian(lm, src->seed);
+        else if (!lora_init_rewrites_base(spec.init)) lora_init_params(lm, src->seed);
+        // (PiSSA / OLoRA: model_lora_from_base, with the base's weights)
     }
     const char* base = src->base_name ? src->base_name : model_path;
     snprintf(lm->base_name, sizeof(lm->base_name), "%s", base ? base : "");
     lm->dropout_seed = src->seed;
     return lm;
+}
+
+// Step 2': PiSSA / OLoRA: the initial adapter from the base's fp32 weights (or, resuming, from
+// the one the run wrote), the values of new adapters, and the base rewritten to the residual in
+// place (a loaded PiSSA adapter keeps its values: they are those of that residual).
+static void model_lora_from_base(LoraModel* lm, const LoraSource* src, const GPT2Config* cfg, float* host, int owned) {
+    if (!owned || !host) fatal("this is a bug in llmc", "--init %s needs the base's weights read from --model", LORA_INIT_NAMES[lm->spec.init]);
+    ParamTable pt;
+    params_build(&pt, cfg);
+    if (src->init_values) {
+        lm->init0 = (float*)callocCheck(lm->total ? lm->total : 1, sizeof(float));
+        peft_read_factors(lm, src->init_values, lm->init0);
+        lora_set_params(lm, lm->init0);
+    } else {
+        lora_init_from_base(lm, &pt, host);
+        if (!src->adapter) lora_set_params(lm, lm->init0);
+    }
+    lora_init_residual(lm, &pt, host);
 }
 
 // Step 5a: every linear layer's weight from the NF4 base (in backend memory first).
@@ -161,6 +181,12 @@ void model_assemble(Model* m, const ModelSpec* s) {
     model_weights(m, s, &cfg, &host, &owned);
     if (s->lora) m->lora = s->lora;
     else if (s->lora_src) { m->lora = model_build_lora(s->lora_src, &cfg, s->path); m->owns_lora = 1; }
+    if (m->owns_lora && lora_init_rewrites_base(m->lora->spec.init)) {
+        if (m->nf4 || s->qlora)
+            fatal("use the base in fp32 or bf16", "%s rewrites the base in fp32; a 4-bit (NF4) base is not supported",
+                  s->lora_src->adapter ? "a PiSSA adapter (init_lora_weights \"pissa\")" : LORA_INIT_NAMES[m->lora->spec.init]);
+        model_lora_from_base(m->lora, s->lora_src, &cfg, host, owned);
+    }
     ParamTable pt;
     params_build(&pt, &cfg);
     if (s->qlora && !m->nf4) {

@@ -3,7 +3,8 @@
 //      bitsandbytes 4-bit checkpoint (its linear weights stay NF4), a size descriptor (d12, tiny)
 //      initialized from a seed, or fp32 values already in memory;
 //   2. adapters: given by the caller, loaded from a PEFT directory, or new ones (PEFT init), once
-//      the base's shape is known;
+//      the base's shape is known; PiSSA / OLoRA take theirs from the fp32 base weights and leave
+//      the residual W - scaling B0 A0 in their place, before anything is rounded or uploaded;
 //   3. QLoRA: the linear weights quantized to NF4 (always for a 4-bit checkpoint);
 //   4. the GPT2 tensors (gradients for the trainable tensors and the base slices the adapters
 //      train; no floatX copy of NF4 weights) and the parameters;
@@ -35,6 +36,8 @@ typedef struct {
     uint64_t seed;             // PEFT init of new adapters, and the dropout masks
     const char* base_name;     // base_model_name_or_path of the export (NULL: the model path)
     const char* values;        // then load the adapter tensors from this file (a checkpoint)
+    const char* init_values;   // spec.init pissa / olora: the initial adapter from this file (a
+                               // resume: peft_save_adapter_init's) instead of factoring the base
 } LoraSource;
 
 // What the assembled model will hold in backend memory, in bytes, known before any of it is

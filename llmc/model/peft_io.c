@@ -35,11 +35,12 @@ static const StTensor* find_extra(const StFile* f, const LoraExtra* e, const cha
 // ----------------------------------------------------------------------------
 // tensors
 
-// The adapter tensors and the trained base slices (read from the model they are on: extra[i].p)
-// as one safetensors file, atomically.
-void peft_save_tensors(const LoraModel* lm, const char* path) {
+// The adapter tensors (values, flat layout; NULL: lm's parameters) and the trained base slices
+// (read from the model they are on: extra[i].p) as one safetensors file, atomically.
+static void peft_write_tensors(const LoraModel* lm, const char* path, const float* values) {
     float* host = (float*)mallocCheck((lm->total ? lm->total : 1) * sizeof(float));
-    lora_get_params(lm, host);
+    if (values) memcpy(host, values, lm->total * sizeof(float));
+    else lora_get_params(lm, host);
     size_t ne = 0;
     for (int i = 0; i < lm->n_extra; i++) ne += extra_numel(lm, &lm->extra[i]);
     float* ehost = (float*)mallocCheck((ne ? ne : 1) * sizeof(float));
@@ -77,6 +78,8 @@ void peft_save_tensors(const LoraModel* lm, const char* path) {
     free(ehost);
 }
 
+void peft_save_tensors(const LoraModel* lm, const char* path) { peft_write_tensors(lm, path, NULL); }
+
 // The trained base slices of f into the model the adapters are on; returns how many were read.
 static int load_extras(LoraModel* lm, StFile* f, const char* path, const char* hint) {
     for (int i = 0; i < lm->n_extra; i++) {
@@ -95,32 +98,46 @@ static int load_extras(LoraModel* lm, StFile* f, const char* path, const char* h
     return lm->n_extra;
 }
 
-void peft_load_tensors(LoraModel* lm, const char* path) {
-    StFile f;
-    st_open(&f, path);
-    const char* hint = "resume with the same --lora-* flags as the run that wrote the checkpoint";
-    float* host = (float*)callocCheck(lm->total ? lm->total : 1, sizeof(float));
+// Every adapter's lora_A / lora_B of f into host (flat layout), checked for shape; returns how many
+// tensors were read.
+static int read_factors(const LoraModel* lm, StFile* f, const char* path, const char* hint, float* host) {
     int found = 0;
     for (int i = 0; i < lm->n; i++) {
         const LoraAdapter* a = &lm->ad[i];
         for (int w = 0; w < 2; w++) {
             char key[KEY_CAP];
             adapter_key(key, sizeof(key), a, w ? 'B' : 'A');
-            const StTensor* t = st_find(&f, key);
+            const StTensor* t = st_find(f, key);
             if (!t) fatal(hint, "'%s': adapter tensor '%s' is missing", path, key);
             const int64_t r0 = w ? a->out : a->rank, r1 = w ? a->rank : a->in;
             if (t->ndim != 2 || t->shape[0] != r0 || t->shape[1] != r1)
                 fatal(hint, "'%s': tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", path, key,
                       (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)r0, (long long)r1);
-            st_read_f32(&f, t, host + (w ? a->b_off : a->a_off));
+            st_read_f32(f, t, host + (w ? a->b_off : a->a_off));
             found++;
         }
     }
+    return found;
+}
+
+void peft_load_tensors(LoraModel* lm, const char* path) {
+    StFile f;
+    st_open(&f, path);
+    const char* hint = "resume with the same --lora-* flags as the run that wrote the checkpoint";
+    float* host = (float*)callocCheck(lm->total ? lm->total : 1, sizeof(float));
+    int found = read_factors(lm, &f, path, hint, host);
     found += load_extras(lm, &f, path, hint);
     if (found != f.n_tensors)
         fatal(hint, "'%s' holds %d tensors; this run's adapters have %d", path, f.n_tensors, found);
     lora_set_params(lm, host);
     free(host);
+    st_close(&f);
+}
+
+void peft_read_factors(const LoraModel* lm, const char* path, float* host) {
+    StFile f;
+    st_open(&f, path);
+    read_factors(lm, &f, path, "resume with the same --lora-* and --init flags as the run that wrote it", host);
     st_close(&f);
 }
 
@@ -214,11 +231,13 @@ static void write_pattern(JsonWriter* w, const LoraModel* lm, int alpha) {
     jw_end_object(w);
 }
 
-void peft_save_adapter(const LoraModel* lm, const char* dir) {
+// The adapter's files with the adapter values given (NULL: lm's parameters) and
+// init_lora_weights: true, or the name of init (gaussian, pissa, olora).
+static void peft_save_files(const LoraModel* lm, const char* dir, const float* values, int init) {
     mkdir_p(dir);
     char path[LLMC_PATH_MAX];
     path_join(path, sizeof(path), dir, "adapter_model.safetensors");
-    peft_save_tensors(lm, path);
+    peft_write_tensors(lm, path, values);
     const LoraSpec* s = &lm->spec;
     JsonWriter w;
     jw_init(&w, 1);
@@ -235,7 +254,8 @@ void peft_save_adapter(const LoraModel* lm, const char* dir) {
     jw_key(&w, "use_dora"); jw_bool(&w, 0);
     jw_key(&w, "modules_to_save");
     if (s->train_ln_f) { jw_begin_array(&w); jw_string(&w, "ln_f"); jw_end_array(&w); } else jw_null(&w);
-    jw_key(&w, "init_lora_weights"); jw_bool(&w, 1);
+    jw_key(&w, "init_lora_weights");
+    if (init == LORA_INIT_DEFAULT) jw_bool(&w, 1); else jw_string(&w, LORA_INIT_NAMES[init]);
     jw_key(&w, "inference_mode"); jw_bool(&w, 1);
     jw_key(&w, "base_model_name_or_path"); jw_string(&w, lm->base_name);
     jw_key(&w, "revision"); jw_null(&w);
@@ -248,6 +268,22 @@ void peft_save_adapter(const LoraModel* lm, const char* dir) {
     path_join(path, sizeof(path), dir, "adapter_config.json");
     atomic_write_file(path, w.buf, w.len);
     jw_free(&w);
+}
+
+void peft_save_adapter(const LoraModel* lm, const char* dir) { peft_save_files(lm, dir, NULL, lm->spec.init); }
+
+void peft_save_adapter_init(const LoraModel* lm, const char* dir) {
+    if (!lm->init0) fatal("this is a bug in llmc", "peft_save_adapter_init without the initial adapter values");
+    peft_save_files(lm, dir, lm->init0, LORA_INIT_DEFAULT);
+}
+
+void peft_save_adapter_final(const LoraModel* lm, const char* dir) {
+    if (!lm->init0) { peft_save_adapter(lm, dir); return; }
+    float* values;
+    LoraModel* conv = lora_converted(lm, &values);
+    peft_save_files(conv, dir, values, LORA_INIT_DEFAULT);
+    free(values);
+    lora_free(conv);
 }
 
 // ----------------------------------------------------------------------------
@@ -460,9 +496,13 @@ static int read_config_unsupported(PeftReader* P) {
 // ways set values the file then replaces. PiSSA, OLoRA, CorDA, LoftQ and LoRA-GA also rewrite the
 // base weights (minus the initial adapter, or LoftQ's quantized ones), so lora_A / lora_B of such
 // a file hold the change to those rewritten weights, not to the base model's; MiCA keeps lora_B
-// frozen in training.
+// frozen in training. "pissa" is read as PEFT loads it: spec.init says that the base is to be
+// rewritten to the PiSSA residual first (model_assemble, convert_merge_adapter). PEFT's "olora"
+// on GPT-2's Conv1D layers factors the untransposed weight (llmc/model/lora_init.c), which is
+// not ours: refused like the others.
 static int read_config_init(PeftReader* P) {
     const char* s = json_as_string(json_get(P->js, "init_lora_weights"));
+    if (s && !strcmp(s, "pissa")) { P->spec.init = LORA_INIT_PISSA; return 0; }
     static const char* const values_only[] = {"gaussian", "eva", "orthogonal"};
     static const char* const base_rewriting[] = {"pissa", "olora", "corda", "loftq", "lora_ga"};
     if (!s) return 0; // true, false or absent: PEFT's default initialisation, or random values

@@ -11,7 +11,10 @@
 // layers_to_transform, rank_pattern / alpha_pattern keys, regular expressions of the plain kind:
 // names, '.', '\.', '^', '$'), and the LoraConfig fields of other LoRA variants (aLoRA's invocation
 // tokens, target_parameters, DoRA, lora_bias, layer replication, base-rewriting initialisations
-// such as PiSSA, ...) are refused by name rather than applied as a plain LoRA (docs/FORMATS.md).
+// such as OLoRA, ...) are refused by name rather than applied as a plain LoRA (docs/FORMATS.md).
+// A PiSSA adapter (init_lora_weights "pissa") loads with spec.init LORA_INIT_PISSA: its factors
+// are those of the base rewritten to the PiSSA residual, which model_assemble and
+// convert_merge_adapter do first, as PEFT does when it loads one.
 //
 // A q/k/v split of c_attn (llmc/model/lora.h) is a c_attn adapter of rank blocks x r for PEFT, which
 // computes the same function with it. So that continuing from the file keeps the split (the
@@ -37,8 +40,20 @@ extern "C" {
 // (and the trained base slices into the model they are on); every tensor must be present with
 // its shape, no other may be. fatal naming the file and tensor otherwise.
 void peft_load_tensors(LoraModel* lm, const char* path);
-// dir/adapter_model.safetensors + dir/adapter_config.json (creates dir), each written atomically.
+// dir/adapter_model.safetensors + dir/adapter_config.json (creates dir), each written atomically:
+// the adapter as it is, with init_lora_weights its --init (true, or "gaussian", "pissa", "olora":
+// for PiSSA / OLoRA, lora_A / lora_B of the rewritten base, as PEFT's save_pretrained writes them).
 void peft_save_adapter(const LoraModel* lm, const char* dir);
+// PiSSA / OLoRA's initial adapter (lm->init0), init_lora_weights true: what PEFT's
+// save_pretrained(path_initial_model_for_weight_conversion=dir) reads, and what a resume takes
+// the residual base from.
+void peft_save_adapter_init(const LoraModel* lm, const char* dir);
+// A run's final adapter: a PiSSA / OLoRA adapter converted to a plain LoRA of the original base
+// (lora_converted: rank 2r, init_lora_weights true); any other as peft_save_adapter writes it.
+void peft_save_adapter_final(const LoraModel* lm, const char* dir);
+// The lora_A / lora_B tensors of an adapter file of lm's structure into host (flat layout); the
+// file's other tensors are not read. fatal naming the file and tensor on a missing or misshapen one.
+void peft_read_factors(const LoraModel* lm, const char* path, float* host);
 // The adapter tensors and the trained base slices alone, as one safetensors file at path (atomic):
 // what peft_load_tensors reads (a BitFit checkpoint, which no adapter_config.json can describe).
 void peft_save_tensors(const LoraModel* lm, const char* path);

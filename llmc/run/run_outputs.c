@@ -160,9 +160,28 @@ void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank) {
     memcpy(m->lora->base_name, o->base, len + 1);
 }
 
-// A PEFT directory: the adapter and the tokenizer files.
-static void outputs_write_adapter(const RunOutputs* o, const Model* m, const char* dir) {
-    peft_save_adapter(m->lora, dir);
+#define INIT_ADAPTER_DIR "init_adapter"
+
+const char* outputs_init_path(char* out, size_t cap, const RunConfig* c) {
+    char dir[LLMC_PATH_MAX];
+    path_join(dir, sizeof(dir), c->f.out_dir, INIT_ADAPTER_DIR);
+    path_join(out, cap, dir, "adapter_model.safetensors");
+    return out;
+}
+
+void outputs_start(const RunOutputs* o, const Model* m) {
+    if (!o->c->write_outputs || o->rank != 0 || !m->lora || !m->lora->init0) return;
+    char dir[LLMC_PATH_MAX];
+    path_join(dir, sizeof(dir), o->c->f.out_dir, INIT_ADAPTER_DIR);
+    peft_save_adapter_init(m->lora, dir);
+    printf("saved: %s/ (the initial %s adapter: the residual base of a resume, PEFT's path_initial_model_for_weight_conversion)\n", dir,
+           LORA_INIT_NAMES[m->lora->spec.init]);
+}
+
+// A PEFT directory: the adapter (final: as peft_save_adapter_final writes it) and the tokenizer files.
+static void outputs_write_adapter(const RunOutputs* o, const Model* m, const char* dir, int final) {
+    if (final) peft_save_adapter_final(m->lora, dir);
+    else peft_save_adapter(m->lora, dir);
     if (o->vocab) convert_write_tokenizer(dir, o->vocab, &m->gpt.cfg);
 }
 
@@ -205,7 +224,7 @@ void outputs_checkpoint(const RunOutputs* o, const Model* m, long step) {
         }
         char* slash = strrchr(path, '/');
         *slash = '\0';
-        outputs_write_adapter(o, m, path);
+        outputs_write_adapter(o, m, path, 0);
         return;
     }
     float* copy;
@@ -320,9 +339,9 @@ void outputs_save(const RunOutputs* o, const Model* m, const char* dir) {
     if (!c->write_outputs || o->rank != 0) return;
     const int bitfit = m->lora && lora_is_bitfit(m->lora); // (the output is the model, as train_gpt2's)
     if (m->lora && !bitfit) {
-        outputs_write_adapter(o, m, dir);
-        printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT; base %s)%s\n", dir, o->base,
-               o->vocab ? " + tokenizer files" : "");
+        outputs_write_adapter(o, m, dir, 1);
+        printf("saved: %s/adapter_model.safetensors + adapter_config.json (PEFT; base %s)%s%s\n", dir, o->base,
+               o->vocab ? " + tokenizer files" : "", m->lora->init0 ? " (converted to a rank-2r LoRA of the original base)" : "");
         if (m->lora->n_extra == 0) outputs_save_gguf(o, m, dir, NULL);
         if (!c->f.merge || !(c->save_hf || c->save_llmc || c->save_gguf)) return;
         path_join(mdir, sizeof(mdir), dir, "merged");

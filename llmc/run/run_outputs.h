@@ -12,6 +12,9 @@
 //   OUT/adapter_config.json, adapter_model.safetensors, tokenizer files
 //                                   train_lora's final adapter (OUT is a PEFT directory)
 //   OUT/merged/                     train_lora --merge: the merged model, as train_gpt2's final
+//   OUT/init_adapter/               train_lora --init pissa / olora: the initial adapter (init_lora_weights
+//                                   true), PEFT's path_initial_model_for_weight_conversion directory;
+//                                   a resume takes the residual base from it
 //   OUT/base/                       train_lora when --model is not a Hugging Face directory (an
 //                                   llm.c .bin, a lone .safetensors file, a size descriptor): the
 //                                   base as one, for base_model_name_or_path
@@ -49,6 +52,11 @@ void outputs_check_inputs(const RunConfig* c, long from, long to);
 // ranks only keep c and rank): the vocabulary, and for train_lora the base the adapters point to
 // (OUT/base/ written when it is needed and not there yet), recorded in m's adapters.
 void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank);
+// A new run, once --out exists, on rank 0: what stays for the whole run (--init pissa / olora:
+// the initial adapter, OUT/init_adapter/).
+void outputs_start(const RunOutputs* o, const Model* m);
+// The initial adapter's tensor file, OUT/init_adapter/adapter_model.safetensors, in out (cap bytes).
+const char* outputs_init_path(char* out, size_t cap, const RunConfig* c);
 // The model's parameters as fp32 host memory in the table's layout where the model holds them so
 // (the CPU backend's fp32 tensors, each whole and in its place: full training, a ZeRO 3 model once
 // gathered): the writers read them there instead of from a copy (the same bytes gpt2_get_params
@@ -57,7 +65,9 @@ const float* outputs_params_in_place(const Model* m);
 // Rank 0: the model (train_gpt2) or the PEFT adapter directory (train_lora) of the checkpoint of
 // `step`, at the paths ckpt_path gives for "model" / "adapter".
 void outputs_checkpoint(const RunOutputs* o, const Model* m, long step);
-// Rank 0: the adapter as a PEFT directory dir (and with --merge the merged model in dir/merged)
+// Rank 0: the adapter as a PEFT directory dir (--init pissa / olora: converted to a plain LoRA of
+// the original base, peft_save_adapter_final; checkpoints keep the factors of the residual base)
+// (and with --merge the merged model in dir/merged)
 // or the model in dir, in the formats of --save-format: the final model (dir = --out). There,
 // model.bin is a hard link to the model file of the checkpoint of ckpt_step (the same bytes: both
 // are model_save_llmc of the same weights), so the final model takes no disk of its own; it is

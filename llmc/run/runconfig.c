@@ -42,7 +42,7 @@ static void flag_defaults(TrainFlags* f, TrainMode mode) {
     f->objective = "sft"; f->pref_beta = 0.1f; f->label_smoothing = 0.0f; f->orpo_lambda = 0.1f; f->simpo_gamma = 0.5f;
     // LoRA: PEFT's defaults where PEFT has one (dropout 0)
     f->lora_rank = 8; f->lora_alpha = 16.0f; f->lora_dropout = 0.0f; f->lora_targets = "c_attn";
-    f->lora_layers = "all"; f->lora_bias = "none"; f->lora_plus_ratio = 1.0f;
+    f->lora_layers = "all"; f->lora_bias = "none"; f->lora_plus_ratio = 1.0f; f->lora_init = "default";
 }
 
 // The flag table of a mode, pointing into f: the one list behind the parser, --help and the JSON
@@ -134,6 +134,9 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--lora-bias", NULL, ARG_STR, &f->lora_bias, "B", "also train base biases (PEFT bias=): all = every bias incl. layernorm biases, lora_only = the biases of the adapted layers", 1, 0, LORA_BIAS_NAMES},
         {"--train-ln-f", NULL, ARG_BOOL, &f->train_ln_f, NULL, "also train the final layernorm (PEFT modules_to_save=[\"ln_f\"])", 1, 0, NULL},
         {"--adapter", NULL, ARG_STR, &f->adapter, "DIR", "start from this PEFT adapter (adapter_config.json + adapter_model.safetensors); its targets, ranks and alphas replace the --lora-* flags", 1, 0, NULL},
+        {"--init", NULL, ARG_STR, &f->lora_init, "I", "how new adapters start (PEFT init_lora_weights): default = A kaiming-uniform, B = 0; "
+         "gaussian = A ~ N(0, 1/r^2), B = 0; pissa = the top-r singular vectors of each weight (SVD), olora = its QR factors, the base "
+         "left the residual W - scaling B A (fp32 or bf16 bases; the saved adapter a plain rank-2r LoRA of the original base)", 1, 0, LORA_INIT_NAMES},
         {"--qlora", NULL, ARG_BOOL, &f->qlora, NULL, "QLoRA: hold the frozen matmul weights as NF4 with double quantization (bitsandbytes-compatible, ~4.13 bits per weight), dequantized layer by layer; implied by a 4-bit transformers + bitsandbytes checkpoint", 1, 0, NULL},
         {"--lora-plus-ratio", NULL, ARG_FLOAT, &f->lora_plus_ratio, "R", "LoRA+ (PEFT create_loraplus_optimizer): lora_B, and every trained bias / layernorm, "
          "learn at R times --lr, lora_A at --lr; the schedule scales both; 1 = plain LoRA (docs/TRAINING.md)", 0, 1e6, NULL},
@@ -332,6 +335,44 @@ static int runconfig_derive_batch(RunConfig* rc, char* err, size_t cap, const ch
     return 0;
 }
 
+// --init: its LORA_INIT_* in rc->lora_init, and what it cannot go with (the base-rewriting
+// PiSSA / OLoRA need the base in fp32 or bf16, whole layers, and an output that carries the
+// conversion to the original base). 0, or -1 with the message.
+static int runconfig_check_init(RunConfig* rc, char* err, size_t cap, const char** hint) {
+    const TrainFlags* f = &rc->f;
+    rc->lora_init = LORA_INIT_DEFAULT;
+    for (int i = 0; LORA_INIT_NAMES[i]; i++) if (!strcmp(f->lora_init, LORA_INIT_NAMES[i])) rc->lora_init = i;
+    const char* name = LORA_INIT_NAMES[rc->lora_init];
+    *hint = "see docs/TRAINING.md (LoRA initialisations)";
+    if (rc->lora_init != LORA_INIT_DEFAULT && f->adapter) {
+        snprintf(err, cap, "--init %s initialises new adapters; --adapter %s brings its own values", name, f->adapter);
+        return -1;
+    }
+    if (rc->lora_init != LORA_INIT_DEFAULT && f->lora_rank == 0) {
+        snprintf(err, cap, "--init %s initialises adapters; --lora-rank 0 (BitFit) has none", name);
+        return -1;
+    }
+    if (!lora_init_rewrites_base(rc->lora_init)) return 0;
+    if (rc->qlora) {
+        snprintf(err, cap, "--init %s rewrites the base weights in fp32; with --qlora (a 4-bit NF4 base) it is not supported", name);
+        return -1;
+    }
+    if (rc->lora_targets & (LORA_T_Q | LORA_T_K | LORA_T_V)) {
+        snprintf(err, cap, "--init %s factors whole layers: use --lora-targets c_attn instead of the q, k or v blocks", name);
+        return -1;
+    }
+    if (rc->save_gguf && !f->merge) {
+        snprintf(err, cap, "--save-gguf: a GGUF LoRA adapter of --init %s cannot carry its conversion to the original base; add --merge", name);
+        return -1;
+    }
+    if (pref_uses_reference((PrefObjective)rc->objective) && !f->ref_model) {
+        snprintf(err, cap, "--objective %s with --init %s: the reference (the base with the adapters off) would be the residual base, "
+                 "not the model the run starts from; give it with --ref-model", f->objective, name);
+        return -1;
+    }
+    return 0;
+}
+
 int runconfig_derive(RunConfig* rc, int world, char* err, size_t cap, const char** hint) {
     const TrainFlags* f = &rc->f;
     rc->world = world;
@@ -354,7 +395,7 @@ int runconfig_derive(RunConfig* rc, int world, char* err, size_t cap, const char
         *hint = "run with --help to see the LoRA targets";
         return -1;
     }
-    return 0;
+    return rc->mode == TRAIN_LORA ? runconfig_check_init(rc, err, cap, hint) : 0;
 }
 
 void runconfig_resolve(RunConfig* rc, int B, int recompute) {

@@ -103,6 +103,7 @@ typedef struct {
     const char* adapter;
     const char* lora_bias;
     int qlora;
+    const char* lora_init;       // --init default|gaussian|pissa|olora
     float lora_plus_ratio;       // --lora-plus-ratio: LoRA+, B's learning rate over A's (1: off)
 } TrainFlags;
 
@@ -132,6 +133,7 @@ typedef struct {
     int qlora;                   // NF4 base weights: --qlora or a 4-bit checkpoint
     int schedule;                // SchedKind of --schedule
     int lora_bias;               // LORA_BIAS_* of --lora-bias
+    int lora_init;               // LORA_INIT_* of --init
     unsigned lora_targets;       // LORA_T_* of --lora-targets
     int lora_dropout_given;      // --lora-dropout replaces the --adapter's own lora_dropout
     int save_hf, save_llmc;      // --save-format

@@ -32,6 +32,7 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"lora_rank", CHANGE_REFUSED}, {"lora_alpha", CHANGE_REFUSED}, {"lora_targets", CHANGE_REFUSED},
     {"lora_layers", CHANGE_REFUSED}, {"rslora", CHANGE_REFUSED}, {"lora_bias", CHANGE_REFUSED},
     {"train_ln_f", CHANGE_REFUSED}, {"adapter", CHANGE_REFUSED}, {"qlora", CHANGE_REFUSED},
+    {"init", CHANGE_REFUSED},
     {"steps", CHANGE_SCHEDULE}, {"epochs", CHANGE_SCHEDULE}, {"lr", CHANGE_SCHEDULE},
     {"warmup_steps", CHANGE_SCHEDULE}, {"schedule", CHANGE_SCHEDULE}, {"final_lr_frac", CHANGE_SCHEDULE},
     {"cooldown_frac", CHANGE_SCHEDULE},
@@ -64,7 +65,7 @@ static const char* refused_why(const char* key) {
     if (!strcmp(key, "seed") || !strcmp(key, "shuffle")) return WHY_ORDER;
     if (!strcmp(key, "objective") || !strcmp(key, "ref_model")) return WHY_PREF;
     if (!strncmp(key, "lora_", 5) || !strcmp(key, "rslora") || !strcmp(key, "train_ln_f") || !strcmp(key, "adapter") ||
-        !strcmp(key, "qlora")) return WHY_LORA;
+        !strcmp(key, "qlora") || !strcmp(key, "init")) return WHY_LORA;
     return WHY_BATCH;
 }
 
