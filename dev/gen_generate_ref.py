@@ -12,9 +12,10 @@ Writes test/ref/generate_batch_ref.json:
 
 Run from the repo root: /work/venv-torch/bin/python dev/gen_generate_ref.py
 """
-import copy, json, os, shutil, tempfile
+import json, os, shutil, tempfile
 import torch
 from transformers import GPT2LMHeadModel, GPT2Tokenizer
+from gen_sampling_ref import greedy_generate  # (dev/ is the script's folder: on sys.path)
 
 MODEL = "test/ref/sampling_tiny"
 OUT = "test/ref/generate_batch_ref.json"
@@ -31,17 +32,7 @@ def main():
     ids = tok.encode(PROMPT)
     assert max(ids) < 100, ids
     model = GPT2LMHeadModel.from_pretrained(MODEL).eval()
-    gc = copy.deepcopy(model.generation_config)
-    gc.eos_token_id = None
-    gc.bos_token_id = None
-    gc.pad_token_id = 0
-    gc.do_sample = False
-    gc.max_new_tokens = NEW
-    gc.use_cache = True
-    inp = torch.tensor([ids])
-    with torch.no_grad():
-        out = model.generate(input_ids=inp, attention_mask=torch.ones_like(inp), generation_config=gc,
-                             output_logits=True, return_dict_in_generate=True)
+    out = greedy_generate(model, ids, NEW, output_logits=True, return_dict_in_generate=True)
     new = out.sequences[0, len(ids):]
     logits = torch.stack([l[0] for l in out.logits]).double()
     assert new.shape[0] == NEW and torch.equal(logits.argmax(-1), new)

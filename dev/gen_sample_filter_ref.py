@@ -32,11 +32,12 @@ keeps exactly the same set.
 
 Run from the repo root: /work/venv-torch/bin/python dev/gen_sample_filter_ref.py
 """
-import copy
+
 import numpy as np
 import torch
 from safetensors.torch import save_file
 from transformers import GPT2LMHeadModel, GenerationConfig, LogitsProcessorList
+from gen_sampling_ref import greedy_generate  # (dev/ is the script's folder: on sys.path)
 
 STRADDLE = [] # cases where top-p cuts a group of tied tokens
 OUT = "test/ref/sample_filter_ref.safetensors"
@@ -148,16 +149,7 @@ def run_case(model, name, logits, seq, T, top_k, top_p, min_p, R):
 
 
 def greedy(model, penalty):
-    gc = copy.deepcopy(model.generation_config)
-    gc.eos_token_id = None
-    gc.bos_token_id = None
-    gc.pad_token_id = 0
-    gc.do_sample = False
-    gc.max_new_tokens = NEW
-    gc.repetition_penalty = penalty
-    inp = torch.tensor([PROMPT])
-    with torch.no_grad():
-        out = model.generate(input_ids=inp, attention_mask=torch.ones_like(inp), generation_config=gc)
+    out = greedy_generate(model, PROMPT, NEW, repetition_penalty=penalty)
     return out[0, len(PROMPT):].to(torch.int32).contiguous()
 
 

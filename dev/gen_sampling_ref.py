@@ -31,18 +31,26 @@ NEW = 24
 ADAPTERS = ["all_linear", "bias_lnf"]
 
 
-def greedy(model):
+def greedy_generate(model, prompt, new, **extra):
+    """transformers' greedy generate of exactly `new` tokens after the ids `prompt` (no end-of-sequence
+    stop, KV cache on); extra: more GenerationConfig fields (repetition_penalty) or generate()
+    arguments (output_logits, return_dict_in_generate). The dev/gen_*_ref.py scripts share it."""
     gc = copy.deepcopy(model.generation_config)
     gc.eos_token_id = None
     gc.bos_token_id = None
     gc.pad_token_id = 0
     gc.do_sample = False
-    gc.max_new_tokens = NEW
+    gc.max_new_tokens = new
     gc.use_cache = True
-    inp = torch.tensor([PROMPT])
+    for k in [k for k in extra if hasattr(gc, k) and k not in ("output_logits", "return_dict_in_generate")]:
+        setattr(gc, k, extra.pop(k))
+    inp = torch.tensor([prompt])
     with torch.no_grad():
-        out = model.generate(input_ids=inp, attention_mask=torch.ones_like(inp), generation_config=gc,
-                             output_logits=True, return_dict_in_generate=True)
+        return model.generate(input_ids=inp, attention_mask=torch.ones_like(inp), generation_config=gc, **extra)
+
+
+def greedy(model):
+    out = greedy_generate(model, PROMPT, NEW, output_logits=True, return_dict_in_generate=True)
     ids = out.sequences[0, len(PROMPT):].to(torch.int32)
     logits = torch.stack([l[0] for l in out.logits]).float()
     assert ids.shape[0] == NEW, ids.shape
