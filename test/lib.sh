@@ -62,6 +62,20 @@ need_harness_trainers() {
   for p in train_gpt2 train_lora; do [ -x "$EMU/$p" ] || { echo "FAIL: $EMU/$p not built (make gpucheck-emu)"; exit 1; }; done
 }
 
+# chatml_tiny DIR: a tiny GPT-2 (GPT-2 vocabulary) that learned one ChatML exchange ("Capital of
+# France?" -> "Paris."): 50 copies prepared by data/prepare --chat-template chatml, 60 steps of
+# train_gpt2, saved as a transformers directory in DIR.
+chatml_tiny() {
+  python3 -c "
+import json
+for _ in range(50): print(json.dumps({'messages': [{'role': 'user', 'content': 'Capital of France?'}, {'role': 'assistant', 'content': 'Paris.'}]}))
+" > "$TMP/chat.jsonl"
+  "$PREPARE_BIN" --input "$TMP/chat.jsonl" --out-dir "$TMP/chatd" --chat-template chatml --val-tokens 0 --record-windows 48 --quiet \
+    || bad "data/prepare --chat-template chatml"
+  "$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/chatd/chat_train_*.bin" --batch-size 4 --seq-len 48 --steps 60 --lr 1e-2 \
+    --warmup-steps 0 --threads 2 --save-format hf --out "$1" > "$TMP/chat.log" 2>&1 || { cat "$TMP/chat.log"; bad "train_gpt2 on ChatML data failed"; }
+}
+
 finish() {
   echo "$checks checks, $fails failed"
   [ $fails -eq 0 ]

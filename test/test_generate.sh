@@ -129,18 +129,11 @@ expect_fail "bad adapter dir" "$TMP/noadapter" "$GEN" --model test/ref/gpt2_tiny
 # transformers' apply_chat_template, test/ref/prepare_chatml_prompt.txt), and the reply ends at the
 # template's stop text. A tiny model trained on one ChatML conversation (one record per window)
 # answers exactly "Paris." (the <|im_end|> it goes on to write, and everything after, is not printed).
-PREP="${PREPARE_BIN:-data/prepare}"
 cp=$(run --chat chatml --prompt "Capital of France?" -g 1 --seed 1)
 [ "$(head -c "$(stat -c %s test/ref/prepare_chatml_prompt.txt)" <<<"$cp")" = "$(cat test/ref/prepare_chatml_prompt.txt)" ] \
   && grep --quiet "^prompt: 32 tokens" "$TMP/err" && ok "--chat chatml echoes transformers' generation prompt (32 tokens with the leading <|endoftext|>)" \
   || bad "--chat chatml prompt: '$cp' / $(grep '^prompt' "$TMP/err")"
-python3 -c "
-import json
-for _ in range(50): print(json.dumps({'messages': [{'role': 'user', 'content': 'Capital of France?'}, {'role': 'assistant', 'content': 'Paris.'}]}))
-" > "$TMP/chat.jsonl"
-"$PREP" --input "$TMP/chat.jsonl" --out-dir "$TMP/chatd" --chat-template chatml --val-tokens 0 --record-windows 48 --quiet || bad "data/prepare --chat-template chatml"
-"$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/chatd/chat_train_*.bin" --batch-size 4 --seq-len 48 --steps 60 --lr 1e-2 --warmup-steps 0 \
-    --threads 2 --save-format hf --out "$TMP/chatm" > "$TMP/chat.log" 2>&1 || { cat "$TMP/chat.log"; bad "train_gpt2 on ChatML data failed"; }
+chatml_tiny "$TMP/chatm"
 reply=$("$GEN" --model "$TMP/chatm" --chat chatml --prompt "Capital of France?" --temperature 0 -g 30 --quiet --threads 2 2>"$TMP/err")
 [ "$reply" = "Paris." ] && ok "--chat chatml: the trained reply 'Paris.' ends at <|im_end|>" || { cat "$TMP/err"; bad "--chat reply: '$reply'"; }
 rp="$(cat test/ref/prepare_chatml_prompt.txt; printf x)"   # (x keeps the trailing newline)

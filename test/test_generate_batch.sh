@@ -126,14 +126,7 @@ assert [(r["index"], r["sample"], r["prompt"]) for r in rows] == [(0, 0, "!#%"),
 assert first["text"].startswith(rows[0]["text"]) and len(rows[0]["text"]) == 6   # the seed-5 text, 6 of its 20 tokens
 PY
 ! ls "$TMP"/out.jsonl.tmp.* > /dev/null 2>&1 && [ ! -e "$TMP/.lock" ] && ok "--out: no temporary and no .lock left" || bad "--out left $(ls -a "$TMP")"
-PREP="${PREPARE_BIN:-data/prepare}"
-python3 -c "
-import json
-for _ in range(50): print(json.dumps({'messages': [{'role': 'user', 'content': 'Capital of France?'}, {'role': 'assistant', 'content': 'Paris.'}]}))
-" > "$TMP/chat.jsonl"
-"$PREP" --input "$TMP/chat.jsonl" --out-dir "$TMP/chatd" --chat-template chatml --val-tokens 0 --record-windows 48 --quiet || bad "data/prepare --chat-template chatml"
-"$BIN_DIR/train_gpt2" --model tiny --train-data "$TMP/chatd/chat_train_*.bin" --batch-size 4 --seq-len 48 --steps 60 --lr 1e-2 --warmup-steps 0 \
-    --threads 2 --save-format hf --out "$TMP/chatm" > "$TMP/chat.log" 2>&1 || { cat "$TMP/chat.log"; bad "train_gpt2 on ChatML data failed"; }
+chatml_tiny "$TMP/chatm"
 printf '%s\n' '{"messages": [{"role": "user", "content": "Capital of France?"}]}' '{"prompt": "Capital of France?"}' > "$TMP/c.jsonl"
 "$GEN" --model "$TMP/chatm" --threads 2 --chat chatml --prompts "$TMP/c.jsonl" --temperature 0 -g 30 --quiet > "$TMP/c.out" 2>"$TMP/err" || { cat "$TMP/err"; bad "--prompts with messages failed"; }
 py "$TMP/c.out" <<'PY' && ok "--chat chatml --prompts: messages and a prompt (the user's message) answered 'Paris.', finish_reason stop at <|im_end|>" || bad "chat: $(cat "$TMP/c.out")"

@@ -129,6 +129,18 @@ static void check_adapter(StFile* ref, const char* init, const LoraAdapter* a, c
     free(rba); free(ba); free(back); free(ra); free(rb);
 }
 
+// The model assembled from the base file with src (m: kept for the caller, who frees it), and its
+// logits on the base's batch (malloc'd).
+static float* assembled_logits(Model* m, LoraSource* src) {
+    ModelSpec s;
+    memset(&s, 0, sizeof(s));
+    s.path = BASE_DIR; s.lora_src = src; s.B = g_tb.batch.B; s.T = g_tb.batch.T;
+    model_assemble(m, &s);
+    long nv = 0;
+    gpt2_forward(&m->gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 1.0f, &nv);
+    return ref_logits_unpadded(&m->gpt, g_tb.batch.B * g_tb.batch.T);
+}
+
 // The model assembled from the base file with --init: its logits are the base's.
 static void check_function_kept(const char* init_name, int init, StFile* ref) {
     LoraSource src;
@@ -137,15 +149,9 @@ static void check_function_kept(const char* init_name, int init, StFile* ref) {
     char err[256];
     if (lora_parse_targets(TARGETS, &src.spec.targets, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
     src.seed = 1;
-    ModelSpec s;
-    memset(&s, 0, sizeof(s));
-    s.path = BASE_DIR; s.lora_src = &src; s.B = g_tb.batch.B; s.T = g_tb.batch.T;
     Model m;
-    model_assemble(&m, &s);
-    long nv = 0;
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 1.0f, &nv);
     const size_t N = (size_t)g_tb.batch.B * g_tb.batch.T * g_tb.cfg.vocab_size;
-    float* logits = ref_logits_unpadded(&m.gpt, g_tb.batch.B * g_tb.batch.T);
+    float* logits = assembled_logits(&m, &src);
     float* want = ref_read(ref, "logits", NULL);
     char name[128];
     snprintf(name, sizeof(name), "%s: the initialised model's logits = the base's (PEFT)", init_name);
@@ -244,15 +250,9 @@ static void check_assembled_logits(const char* what, const char* dir, const char
     LoraSource src;
     memset(&src, 0, sizeof(src));
     src.adapter = dir;
-    ModelSpec s;
-    memset(&s, 0, sizeof(s));
-    s.path = BASE_DIR; s.lora_src = &src; s.B = g_tb.batch.B; s.T = g_tb.batch.T;
     Model m;
-    model_assemble(&m, &s);
-    long nv = 0;
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 1.0f, &nv);
     const size_t N = (size_t)g_tb.batch.B * g_tb.batch.T * g_tb.cfg.vocab_size;
-    float* logits = ref_logits_unpadded(&m.gpt, g_tb.batch.B * g_tb.batch.T);
+    float* logits = assembled_logits(&m, &src);
     StFile ref;
     st_open(&ref, IREF "/pissa/ref.safetensors");
     float* want = ref_read(&ref, key, NULL);
