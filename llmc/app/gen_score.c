@@ -59,34 +59,28 @@ static void set_add(ScoreSet* s, const Record* r, const ChatTemplate* tpl, const
     s->start[++s->n] = (int)s->ids.n;
 }
 
+typedef struct { ScoreSet* s; const char* path; const ChatTemplate* tpl; RecMapping map; Record rec; } ScoreLines;
+
+static void set_line(void* ctx, const char* line, size_t n, int lineno) {
+    ScoreLines* l = (ScoreLines*)ctx;
+    char where[LLMC_PATH_MAX + 32], err[256];
+    snprintf(where, sizeof(where), "'%s' line %d", l->path, lineno);
+    JsonValue* js = json_parse(line, n, err, sizeof(err));
+    if (!js) fatal("give one JSON object a line", "--score %s: not JSON: %s", where, err);
+    rec_from_json(&l->map, js, where, &l->rec);
+    set_add(l->s, &l->rec, l->tpl, where);
+    l->s->line[l->s->n - 1] = lineno;
+    json_free(js);
+}
+
 // Every line of path as a record (blank lines skipped).
 static void set_read(ScoreSet* s, const char* path, const ChatTemplate* tpl) {
     size_t len;
     char* text = read_file_all(path, &len);
-    RecMapping map;
-    rec_mapping_init(&map);
-    Record rec;
-    memset(&rec, 0, sizeof(rec));
-    char where[LLMC_PATH_MAX + 32], err[256];
-    int lineno = 0;
-    for (size_t p = 0; p < len;) {
-        size_t e = p;
-        while (e < len && text[e] != '\n') e++;
-        lineno++;
-        size_t q = p;
-        while (q < e && (text[q] == ' ' || text[q] == '\t' || text[q] == '\r')) q++;
-        if (q < e) {
-            snprintf(where, sizeof(where), "'%s' line %d", path, lineno);
-            JsonValue* js = json_parse(text + p, e - p, err, sizeof(err));
-            if (!js) fatal("give one JSON object a line", "--score %s: not JSON: %s", where, err);
-            rec_from_json(&map, js, where, &rec);
-            set_add(s, &rec, tpl, where);
-            s->line[s->n - 1] = lineno;
-            json_free(js);
-        }
-        p = e + 1;
-    }
-    rec_free(&rec);
+    ScoreLines l = { s, path, tpl, {0}, {0} };
+    rec_mapping_init(&l.map);
+    jsonl_each_line(text, len, set_line, &l);
+    rec_free(&l.rec);
     free(text);
     if (!s->n) fatal("give one JSON record a line: {\"text\": ...}, {\"prompt\": ..., \"completion\": ...} or {\"messages\": [...]}",
                      "--score '%s' holds no records", path);

@@ -51,9 +51,11 @@ static void genbatch_line(GenPrompts* ps, const char* text, size_t len, int line
     if (!p->prompt) fatal(GB_HINT, "%s: \"prompt\" must be a string, not %s", where, json_type_name(pv->type));
 }
 
-static int genbatch_blank(const char* s, size_t n) {
-    for (size_t i = 0; i < n; i++) if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') return 0;
-    return 1;
+typedef struct { GenPrompts* ps; const ChatTemplate* tpl; } GenLines;
+
+static void genbatch_each(void* ctx, const char* line, size_t n, int lineno) {
+    GenLines* g = (GenLines*)ctx;
+    genbatch_line(g->ps, line, n, lineno, g->tpl);
 }
 
 void genbatch_read(GenPrompts* ps, const char* path, const char* prompt, const ChatTemplate* tpl) {
@@ -75,14 +77,8 @@ void genbatch_read(GenPrompts* ps, const char* path, const char* prompt, const C
     ps->p = (GenPrompt*)calloc(lines, sizeof(GenPrompt));
     ps->trees = (JsonValue**)calloc(lines, sizeof(JsonValue*));
     if (!ps->p || !ps->trees) fatal(NULL, "out of memory");
-    int line = 0;
-    for (size_t at = 0; at < len;) {
-        const char* nl = memchr(text + at, '\n', len - at);
-        const size_t n = nl ? (size_t)(nl - (text + at)) : len - at;
-        line++;
-        if (!genbatch_blank(text + at, n)) genbatch_line(ps, text + at, n, line, tpl);
-        at += n + 1;
-    }
+    GenLines g = { ps, tpl };
+    jsonl_each_line(text, len, genbatch_each, &g);
     free(text);
     if (ps->n == 0) fatal(GB_HINT, "--prompts '%s' is empty: no prompt in it", path);
 }

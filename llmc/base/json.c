@@ -530,3 +530,17 @@ void jw_double(JsonWriter* w, double v) {
 
 void jw_bool(JsonWriter* w, int v) { jw_pre_value(w); jw_str(w, v ? "true" : "false"); }
 void jw_null(JsonWriter* w) { jw_pre_value(w); jw_str(w, "null"); }
+
+int jsonl_each_line(const char* text, size_t len, JsonlLineFn fn, void* ctx) {
+    int lineno = 0, passed = 0;
+    for (size_t at = 0; at < len;) {
+        const char* nl = (const char*)memchr(text + at, '\n', len - at);
+        const size_t n = nl ? (size_t)(nl - (text + at)) : len - at;
+        lineno++;
+        size_t q = 0;
+        while (q < n && (text[at + q] == ' ' || text[at + q] == '\t' || text[at + q] == '\r')) q++;
+        if (q < n) { fn(ctx, text + at, n, lineno); passed++; }
+        at += n + 1;
+    }
+    return passed;
+}

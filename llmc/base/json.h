@@ -42,6 +42,11 @@ struct JsonValue {
 JsonValue* json_parse(const char* text, size_t len, char* err, size_t errcap);
 void json_free(JsonValue* v);
 
+// JSON Lines: fn(ctx, line, n, lineno) for every line of text[0..len) that is not blank (only
+// spaces, tabs or '\r'), lineno counting from 1 over all lines; returns how many were passed.
+typedef void (*JsonlLineFn)(void* ctx, const char* line, size_t n, int lineno);
+int jsonl_each_line(const char* text, size_t len, JsonlLineFn fn, void* ctx);
+
 // Checks that s[0..len) is well-formed UTF-8; on failure returns 0 and the offending byte offset.
 int json_utf8_valid(const char* s, size_t len, size_t* bad_offset);
 
