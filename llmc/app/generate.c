@@ -35,7 +35,7 @@ typedef struct {
 
 // JSONL out (llmc/app/generate_batch.h) for a prompts file, a --out file or several samples;
 // otherwise the one completion is streamed as text.
-static int gen_batched(const GenFlags* g) { return g->prompts || g->out || g->num_samples > 1; }
+static int gen_batched(const GenFlags* g) { return !g->score && (g->prompts || g->out || g->num_samples > 1); }
 
 static void gen_parse(GenFlags* g, int argc, char** argv) {
     static const char* const chat_choices[] = { "plain", "chatml", NULL };
@@ -308,7 +308,7 @@ static void gen_batch(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTem
     genbatch_run(m, tok, ps, &spec);
 }
 
-// --score FILE: the log-probability of each record's text, one JSON line each on stdout (llmc/app/gen_score.c).
+// --score FILE: the log-probability of each record's text, one JSON line each on stdout or in --out (llmc/app/gen_score.c).
 static void gen_score(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTemplate* tpl, const char* dtype) {
     if (!g->quiet) fprintf(stderr, "model: %s | backend %s%s%s | dtype: %s\n", m->source, ops_backend_name(), m->lora ? " | adapter " : "",
                            m->lora ? g->adapter : "", dtype);
