@@ -159,7 +159,7 @@ static inline void ref_note_error(const float* a, const float* b, size_t n, cons
 static inline void ref_check_lora_grads(const char* set, LoraModel* lm, int with_base, StFile* ref, const char* prefix,
                                         double rtol, double atol_frac) {
     double worst = 0;
-    char worst_key[300] = "";
+    char worst_key[320] = "";
     float* g = (float*)mallocCheck(lm->total * sizeof(float));
     lora_get_grads(lm, g);
     for (int i = 0; i < lm->n; i++) {
@@ -180,7 +180,7 @@ static inline void ref_check_lora_grads(const char* set, LoraModel* lm, int with
     free(g);
     for (int i = 0; with_base && i < lm->n_extra; i++) { // trained base slices (PEFT bias= / modules_to_save)
         const LoraExtra* e = &lm->extra[i];
-        char key[256], what[300];
+        char key[320], what[448]; // (the prefix and the tensor name: up to 159 bytes each)
         snprintf(key, sizeof(key), "%s%s", prefix, e->key);
         size_t n;
         float* want = ref_read(ref, key, &n);
