@@ -37,6 +37,11 @@ static void scorer_place(Scorer* s, const ScoreSeq* q, int row0, int p, int* ran
     range[1] = row0 + p + len;
 }
 
+// Positions [p, T) of a row: padding, unscored, one record starting at p.
+static void scorer_pad(Scorer* s, int row, int p) {
+    for (int t = p; t < s->T; t++) { s->in[row * s->T + t] = 0; s->tg[row * s->T + t] = -1; s->ds[row * s->T + t] = p; }
+}
+
 int scorer_run(Scorer* s, GPT2* m, const ScoreSeq* seqs, int n, double* logp) {
     if (s->B > m->B || s->T > m->T)
         fatal("this is a bug in llmc", "scoring %d x %d positions with activations for %d x %d", s->B, s->T, m->B, m->T);
@@ -46,7 +51,7 @@ int scorer_run(Scorer* s, GPT2* m, const ScoreSeq* seqs, int n, double* logp) {
         if (q->first < 1 || q->first >= q->n || q->n - 1 > s->T)
             fatal("this is a bug in llmc", "scoring a sequence of %d tokens from token %d in rows of %d positions", q->n, q->first, s->T);
         if (p + q->n - 1 > s->T) { // the row is full: its rest is padding, a record of its own
-            for (int t = p; t < s->T; t++) { s->in[row * s->T + t] = 0; s->tg[row * s->T + t] = -1; s->ds[row * s->T + t] = p; }
+            scorer_pad(s, row, p);
             if (++row == s->B) break;
             p = 0;
         }
@@ -54,10 +59,7 @@ int scorer_run(Scorer* s, GPT2* m, const ScoreSeq* seqs, int n, double* logp) {
         p += q->n - 1;
         done++;
     }
-    if (row < s->B) {
-        for (int t = p; t < s->T; t++) { s->in[row * s->T + t] = 0; s->tg[row * s->T + t] = -1; s->ds[row * s->T + t] = p; }
-        row++;
-    }
+    if (row < s->B) scorer_pad(s, row++, p);
     const int was_training = m->lin->shared.training;
     const uint64_t tick = m->lin->shared.tick;
     linear_set_training(m->lin, 0, tick);
