@@ -155,16 +155,27 @@ ifneq ($(T),)
 test:
 	@$(MAKE) --no-print-directory BACKEND=cpu test-one
 else
+# each stage's start is printed with the seconds since the first (CI's time limit is the sum)
+test_stage = @echo "== make test: $(1), at $$(( $$(date +%s) - $(TEST_T0) )) s"
+TEST_T0 := $(if $(filter test,$(MAKECMDGOALS)),$(shell date +%s))
 test:
+	$(call test_stage,nvcc compile check)
 	@if [ "$(HAVE_NVCC)" = 1 ]; then $(MAKE) --no-print-directory -j$(JOBS) cuda-check; \
 	 else echo "skip: nvcc not found: the CUDA sources were not compiled (install the CUDA toolkit)"; fi
+	$(call test_stage,plain build)
 	$(MAKE) --no-print-directory -j$(JOBS) BACKEND=cpu SAN= test-build
+	$(call test_stage,plain tests)
 	$(MAKE) --no-print-directory BACKEND=cpu SAN= test-run
+	$(call test_stage,ASan+UBSan build)
 	$(MAKE) --no-print-directory -j$(JOBS) BACKEND=cpu SAN=1 test-build
+	$(call test_stage,ASan+UBSan tests)
 	$(MAKE) --no-print-directory BACKEND=cpu SAN=1 test-run
+	$(call test_stage,TSan build and tests)
 	$(MAKE) --no-print-directory -j$(JOBS) test-tsan
+	$(call test_stage,clean-tree CUDA build and bundle)
 	@if [ "$(HAVE_NVCC)" = 1 ]; then $(MAKE) --no-print-directory cuda-build-check; \
 	 else echo "skip: nvcc not found: the CUDA build was not checked (install the CUDA toolkit)"; fi
+	$(call test_stage,done)
 endif
 .PHONY: test
 
