@@ -51,17 +51,17 @@ gpu-tests: $(GPU_TEST_PROGS)
 
 # the bundle: a copy of everything the GPU check runs, its manifest, and the same packed into one
 # file for the trip (the programs share most of their bytes, the kernels' code: xz packs ~50 MB
-# into a few)
+# into a few; xz on every core, in blocks of 128 MiB: as small as one block, in half the time)
 gpu-bundle-files: $(PROGRAMS) $(GPU_TEST_PROGS) $(DEV_CUDA_PROGS)
 	@[ "$(PORTABLE)$(NO_MPI)" = 11 ] || { echo "gpu-bundle-files is the inside of 'make gpu-bundle' (portable, MPI-free programs only)"; exit 1; }
-	@rm -rf $(GPU_BUNDLE) $(GPU_BUNDLE).tar.xz && mkdir -p $(GPU_BUNDLE)
+	@rm -rf $(GPU_BUNDLE) $(GPU_BUNDLE).tar.xz $(GPU_BUNDLE).tar.xz.tmp && mkdir -p $(GPU_BUNDLE)
 	@cp $^ $(GPU_BUNDLE)/
 	@{ echo "llmc-ft GPU bundle from $(TREE) (ARCH=$(ARCH), NO_MPI=$(NO_MPI), sm $(CUDA_ARCHS)), $$(git describe --always --dirty 2>/dev/null || echo 'no git')"; \
 	   echo "Run from the repository root (the tests read test/ref/, the programs data/gpt2/), with the"; \
 	   echo "directories of libcudart.so.13, libcublasLt.so.13 and libnccl.so.2 (pip: nvidia-cuda-runtime,"; \
 	   echo "nvidia-cublas, nvidia-nccl-cu13) on LD_LIBRARY_PATH."; \
 	   (cd $(GPU_BUNDLE) && for f in $(notdir $^); do printf '%10d %s\n' $$(stat -c %s $$f) $$f; done); } > $(GPU_BUNDLE)/MANIFEST
-	@tar -cJf $(GPU_BUNDLE).tar.xz $(GPU_BUNDLE)
+	@tar -I 'xz -T0 --block-size=128MiB' -cf $(GPU_BUNDLE).tar.xz.tmp $(GPU_BUNDLE) && mv $(GPU_BUNDLE).tar.xz.tmp $(GPU_BUNDLE).tar.xz
 	@echo "gpu-bundle: $(GPU_BUNDLE)/ ($$(du -sh $(GPU_BUNDLE) | cut -f1)), packed $(GPU_BUNDLE).tar.xz ($$(du -h $(GPU_BUNDLE).tar.xz | cut -f1)): $(notdir $^)"
 else
 gpu-tests:
