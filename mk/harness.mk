@@ -16,9 +16,10 @@
 #   make test             also: orders.sh reruns every harness program in reverse and random
 #                         fiber order, mutation.sh (a barrier-less mutant is caught), faults.sh
 #                         (faulty kernels are caught), check_cuda_kernels_ran.sh (every __global__
-#                         was launched); under SAN=1 all of it again with ASan+UBSan
+#                         was launched); under SAN=1 all of it again with ASan+UBSan, but the
+#                         other orders (each program's forward run is its ASan test)
 #   make test-tsan        the harness programs with -fsanitize=thread (build/cpu-tsan), 2 OS
-#                         threads taking blocks, forward and random order: no report allowed; the
+#                         threads taking blocks, the day's random order: no report allowed; the
 #                         mutants (harness self-tests, flash attention) must be reported
 #   make cuda-cpu-bench   fiber switch cost
 # NO_CUDA_HARNESS=1 skips the harness (a missing toolkit otherwise fails the suite, loudly).
