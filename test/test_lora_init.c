@@ -129,6 +129,13 @@ static void check_adapter(StFile* ref, const char* init, const LoraAdapter* a, c
     free(rba); free(ba); free(back); free(ra); free(rb);
 }
 
+// The logits of m on the base's batch (malloc'd, B x T x V).
+static float* batch_logits(Model* m) {
+    long nv = 0;
+    gpt2_forward(&m->gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 1.0f, &nv);
+    return ref_logits_unpadded(&m->gpt, g_tb.batch.B * g_tb.batch.T);
+}
+
 // The model assembled from the base file with src (m: kept for the caller, who frees it), and its
 // logits on the base's batch (malloc'd).
 static float* assembled_logits(Model* m, LoraSource* src) {
@@ -136,9 +143,7 @@ static float* assembled_logits(Model* m, LoraSource* src) {
     memset(&s, 0, sizeof(s));
     s.path = BASE_DIR; s.lora_src = src; s.B = g_tb.batch.B; s.T = g_tb.batch.T;
     model_assemble(m, &s);
-    long nv = 0;
-    gpt2_forward(&m->gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 1.0f, &nv);
-    return ref_logits_unpadded(&m->gpt, g_tb.batch.B * g_tb.batch.T);
+    return batch_logits(m);
 }
 
 // The model assembled from the base file with --init: its logits are the base's.
@@ -227,10 +232,8 @@ static void check_converted_logits(const char* dir, StFile* ref, const char* log
     LoraModel* lm = peft_load_adapter(dir, &g_tb.cfg);
     Model m;
     test_model(&m, &g_tb, g_tb.weights, 0, lm, 0, 0);
-    long nv = 0;
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 1.0f, &nv);
     const size_t N = (size_t)g_tb.batch.B * g_tb.batch.T * g_tb.cfg.vocab_size;
-    float* logits = ref_logits_unpadded(&m.gpt, g_tb.batch.B * g_tb.batch.T);
+    float* logits = batch_logits(&m);
     float* want = ref_read(ref, "converted_logits", NULL);
     test_allclose("pissa converted adapter on the original base: PEFT's logits", logits, want, N, 1e-4, 1e-4);
     StWriter w;
@@ -272,10 +275,8 @@ static void check_peft_pissa_form(void) {
     convert_merge_adapter(&hm, dir);
     Model m;
     test_model(&m, &g_tb, hm.params, 0, NULL, 0, 0);
-    long nv = 0;
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 1.0f, &nv);
     const size_t N = (size_t)g_tb.batch.B * g_tb.batch.T * g_tb.cfg.vocab_size;
-    float* logits = ref_logits_unpadded(&m.gpt, g_tb.batch.B * g_tb.batch.T);
+    float* logits = batch_logits(&m);
     StFile ref;
     st_open(&ref, IREF "/pissa/ref.safetensors");
     float* want = ref_read(&ref, "trained_logits", NULL);
