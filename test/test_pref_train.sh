@@ -67,7 +67,10 @@ run() { # NAME ARGS...: a run into $TMP/NAME (console in $TMP/NAME.log)
   "$@" --out "$TMP/$name" > "$TMP/$name.log" 2>&1 || { bad "$name: exit $? ($(grep -m1 error "$TMP/$name.log"))"; return 1; }
 }
 
-for o in dpo ipo orpo simpo; do
+# Under SAN=1 DPO (a reference) and SimPO (none); IPO is DPO's path with another loss formula and
+# ORPO runs below (acc_orpo): the plain pass compares all four with TRL.
+objectives="dpo ipo orpo simpo"; [ "${SAN:-}" = 1 ] && objectives="dpo simpo"
+for o in $objectives; do
   run "lora_$o" "${LORA[@]}" -b 2 "${COMMON[@]}" --objective $o &&
     { w=$(compare "$TMP/lora_$o/log.jsonl" "lora.$o" steps) && ok "train_lora --objective $o: 10 steps == TRL + PEFT ($w)" || bad "train_lora $o vs TRL ($w)"; }
   run "full_$o" "${FULL[@]}" -b 2 "${COMMON[@]}" --objective $o &&
