@@ -82,7 +82,7 @@ for mode in full lora qlora; do
 done
 # Under SAN=1 the refusals and fits above (every path of the trainers these cases take) are the
 # memory-safety check; what follows checks the plan's arithmetic, which the plain pass covers.
-if [ "${SAN:-}" = 1 ]; then echo "      skip under SAN=1: the plan's arithmetic (--batch-size / --recompute auto, scratch figures), checked in the plain pass"; finish; exit; fi
+if [ "${SAN:-}" = 1 ]; then echo "skip under SAN=1: the plan's arithmetic (--batch-size / --recompute auto, scratch figures), checked in the plain pass"; finish; exit; fi
 
 # --batch-size auto on a device between the needs of B = 6 and B = 7 (--memory-margin 0: the
 # device's whole free memory; a device of C bytes fits a need N when N + C/16 <= C)

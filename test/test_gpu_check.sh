@@ -15,9 +15,7 @@
 #     sanitizer verdicts;
 #   - bad options stop it with one message.
 source "$(dirname "$0")/lib.sh"
-if [ "${SAN:-}" = 1 ]; then
-  echo "skip: the emulated GPU check runs in the plain pass (its harness programs run under ASan+UBSan as tests of their own)"; exit 0
-fi
+san_skip "the emulated GPU check (its harness programs run under ASan+UBSan as tests of their own)"
 EMU="$BUILD/gpucheck-emu"
 [ -x "$EMU/test_gpt2_gpu" ] || { bad "$EMU not built (make gpucheck-emu)"; finish; exit 1; }
 PY=python3

@@ -15,8 +15,8 @@
 #     keeps moving data finishes (it is not taken for a hang).
 # docs/MULTINODE.md shows the same commands for real hosts. Needs root and network namespaces;
 # skipped with a message where they are not permitted.
-if [ "${SAN:-}" = 1 ]; then echo "      skip under SAN=1: the ranks run the code test_train_mpi.sh, test_zero3.sh and test_comm run under ASan+UBSan; here only the transport differs (checked in the plain pass)"; exit 0; fi
 source "$(dirname "$0")/lib.sh"
+san_skip "the ranks run the code test_train_mpi.sh, test_zero3.sh and test_comm run under ASan+UBSan; here only the transport differs"
 BUILD="${BUILD:-build}"
 skip() { echo "skip: $*"; exit 0; }
 command -v mpirun >/dev/null 2>&1 || skip "MPI not installed (apt-get install libopenmpi-dev openmpi-bin)"

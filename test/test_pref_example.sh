@@ -10,7 +10,7 @@
 # figures in README.md and docs/PREFERENCE.md name their machines). Not under SAN=1: it checks
 # what training achieves (test_pref_train.sh runs the same code paths under ASan+UBSan).
 source "$(dirname "$0")/lib.sh"
-if [ "${SAN:-}" = "1" ]; then echo "SKIP test_pref_example under SAN=1 (a training outcome, checked in the plain pass)"; exit 0; fi
+san_skip "a training outcome"
 command -v python3 >/dev/null || { echo "skip: python3 not installed"; exit 0; }
 E="$TMP/ex"
 OUT="$E" BASE_STEPS=300 THREADS=2 BIN_DIR="$BIN_DIR" bash scripts/pref_tiny.sh >"$TMP/job.log" 2>&1

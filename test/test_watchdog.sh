@@ -9,8 +9,8 @@
 # Run by `make test` (mk/tests.mk); test/test_multihost.sh runs the SIGSTOP case across hosts.
 # How a verdict ends one process (message first, _exit, the 15 s backstop) is tested without MPI
 # by test/test_watchdog_exit.c; the NCCL path on a GPU by the GPU check's watchdog section.
-if [ "${SAN:-}" = 1 ]; then echo "      skip under SAN=1: its verdicts wait on the wall clock; under ASan+UBSan the verdict path runs in test_watchdog_exit and the trainers under mpirun in test_train_mpi.sh (checked in the plain pass)"; exit 0; fi
 source "$(dirname "$0")/lib.sh"
+san_skip "its verdicts wait on the wall clock; under ASan+UBSan the verdict path runs in test_watchdog_exit and the trainers under mpirun in test_train_mpi.sh"
 source "$(dirname "$0")/lib_mpi.sh"
 make_shard "$TMP/train.bin" 60000 100 6
 LONG=(--model "$MODEL" --train-data "$TMP/train.bin" --batch-size 4 --seq-len 64 --steps 100000 --threads 1 --save-format none)

@@ -7,7 +7,7 @@
 set -u
 # Under SAN=1 each program's forward run is already a test of its own: a different fiber order
 # changes results only through a race, which the plain pass and TSan (make test-tsan) look for.
-if [ "${SAN:-}" = 1 ]; then echo "      skip under SAN=1: other fiber orders run in the plain pass (and under TSan)"; exit 0; fi
+if [ "${SAN:-}" = 1 ]; then echo "skip under SAN=1: other fiber orders run in the plain pass (and under TSan)"; exit 0; fi
 BUILD="${BUILD:-build/cpu}"
 list="$BUILD/cuda_cpu/tests.list"
 [ -f "$list" ] || { echo "missing $list (built by make test-build)"; exit 1; }

@@ -2,8 +2,9 @@
 # TSan pass of the CUDA-on-CPU harness (make test-tsan): every harness program, built with
 # -fsanitize=thread, runs with 2 OS threads taking blocks (CUDA_CPU_THREADS=2) in one fiber order
 # (the day's random one: TSan finds an unordered pair of accesses whichever runs first, so a second
-# order adds time, not findings; the plain pass tries the others) and must finish without a race report; then the mutant without one barrier must be
-# reported as a data race in block_sum_kernel in every order. Fibers are TSan fibers: only
+# order adds time, not findings; the plain pass tries the others) and must finish without a race
+# report; then the mutant without one barrier must be reported as a data race in
+# block_sum_kernel in every order. Fibers are TSan fibers: only
 # __syncthreads / __syncwarp / atomics / the launch boundary order memory between CUDA threads.
 set -u
 BUILD="${BUILD:-build/cpu-tsan}"
