@@ -94,6 +94,13 @@ void cpu_dropout_forward(float* out, const float* inp, size_t n, float p, uint64
 void cpu_mul_inplace(float* dst, const float* mask, size_t n);
 void cpu_rows_copy(void* dst, const void* src, const int* idx, int K, size_t row_bytes, int scatter);
 
+// ---- DoRA (dora.c)
+void cpu_dora_norm(float* norm, const float* W, const uint16_t* W16, const float* A, const float* B, float scaling,
+                   int OC, int C, int R);
+void cpu_dora_scale(float* out, const float* in, const float* m, const float* norm, float shift, const float* bias,
+                    int N, int OC, int accumulate);
+void cpu_dora_magnitude_backward(float* dm, const float* dout, const float* z, const float* norm, int N, int OC);
+
 // ---- attention (attention.c)
 void cpu_attention_forward(float* out, float* lse, const float* qkv, const int* doc_start, int B,
                            int T, int C, int NH);

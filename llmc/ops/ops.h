@@ -213,6 +213,25 @@ void rows_gather(void* dst, const void* src, const int* idx, int K, size_t row_b
 void rows_scatter(void* dst, const void* src, const int* idx, int K, size_t row_bytes);
 
 // ----------------------------------------------------------------------------
+// DoRA (dora.c / dora.cu): the weight-decomposed adapter of llmc/model/linear.h, whose layer
+// computes y = (m / ||W + scaling B A||_row) * (W x + scaling B A x) + b
+
+// norm[o] = || W[o, :] + scaling * (B A)[o, :] ||_2 for each of OC rows: the row norms of the
+// adapted weight, W [OC, C], A [R, C], B [OC, R], summed in fp32 or wider (norm: OC floats,
+// backend memory). PEFT detaches the norm from the graph, so it has no backward.
+void dora_norm(float* norm, const floatX* W, const floatX* A, const floatX* B, float scaling, int OC, int C, int R);
+// The same with W held in bf16 (raw bit patterns, as matmul_forward_w16 takes it).
+void dora_norm_w16(float* norm, const uint16_t* W, const floatX* A, const floatX* B, float scaling, int OC, int C, int R);
+// out[n, o] = (accumulate ? out[n, o] : 0) + (m[o] / norm[o] + shift) * in[n, o] (+ bias[o]), for N
+// rows of OC channels: the magnitude's scale on a row of the layer (shift -1: the scale minus
+// one, PEFT's form under dropout). bias may be NULL; out may alias in when accumulate is 0.
+void dora_scale(floatX* out, const floatX* in, const floatX* m, const float* norm, float shift,
+                const floatX* bias, int N, int OC, int accumulate);
+// dm[o] += sum_n dout[n, o] * z[n, o] / norm[o]: the magnitude's gradient, z the layer's output
+// before the scale (W x + scaling B A x). Deterministic: each o sums its rows in order.
+void dora_magnitude_backward(floatX* dm, const floatX* dout, const floatX* z, const float* norm, int N, int OC);
+
+// ----------------------------------------------------------------------------
 // attention (attention.c / attention.cu, with attention_simple.cu), and over a key/value cache
 // (attention_kv.c / attention_kv.cu)
 
