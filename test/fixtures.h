@@ -143,7 +143,7 @@ static inline void ref_check_train(const char* what, StFile* ref, const float* l
     free(want_l); free(want_n);
 }
 
-// ---- LoRA: every lora_A / lora_B gradient (and, with_base, those of the trained base slices in
+// ---- LoRA: every lora_A / lora_B gradient (DoRA's magnitude too; and, with_base, those of the trained base slices in
 // the model the adapters are on) against <prefix><PEFT key> of the reference ("grad." or
 // "accum.grad."), each element within rtol * |ref| + atol_frac * max |ref| (+ 1e-7); prints the
 // worst error relative to max |ref|.
@@ -164,16 +164,17 @@ static inline void ref_check_lora_grads(const char* set, LoraModel* lm, int with
     lora_get_grads(lm, g);
     for (int i = 0; i < lm->n; i++) {
         const LoraAdapter* a = &lm->ad[i];
-        for (int w = 0; w < 2; w++) {
+        for (int w = 0; w < (lm->spec.dora ? 3 : 2); w++) { // lora_A, lora_B, DoRA's magnitude
             char key[256], what[300];
-            snprintf(key, sizeof(key), "%s" LORA_KEY_PREFIX "%d.%s.lora_%c.weight", prefix, a->layer,
-                     lora_module_name(a->lin), w ? 'B' : 'A');
+            if (w == 2) snprintf(key, sizeof(key), "%s" LORA_KEY_PREFIX "%d.%s.lora_magnitude_vector", prefix, a->layer, lora_module_name(a->lin));
+            else snprintf(key, sizeof(key), "%s" LORA_KEY_PREFIX "%d.%s.lora_%c.weight", prefix, a->layer, lora_module_name(a->lin), w ? 'B' : 'A');
             size_t n;
             float* want = ref_read(ref, key, &n);
-            TEST_CHECK(n == (size_t)a->rank * (w ? a->out : a->in), "%s size", key);
+            const size_t off = w == 0 ? a->a_off : w == 1 ? a->b_off : a->m_off;
+            TEST_CHECK(n == (w == 2 ? (size_t)a->out : (size_t)a->rank * (w ? a->out : a->in)), "%s size", key);
             snprintf(what, sizeof(what), "%s %s", set, key);
-            test_allclose(what, g + (w ? a->b_off : a->a_off), want, n, rtol, atol_frac * ref_max_abs(want, n) + 1e-7);
-            ref_note_error(g + (w ? a->b_off : a->a_off), want, n, key, &worst, worst_key, sizeof(worst_key));
+            test_allclose(what, g + off, want, n, rtol, atol_frac * ref_max_abs(want, n) + 1e-7);
+            ref_note_error(g + off, want, n, key, &worst, worst_key, sizeof(worst_key));
             free(want);
         }
     }

@@ -2,7 +2,9 @@
 // test/ref/gpt2_tiny). For each target set: the adapter PEFT saved loads (by our flags and by its
 // adapter_config.json, giving the same structure), logits / loss / every lora_A, lora_B gradient
 // and the gradient reaching the embedding match PEFT, the merged model matches PEFT's
-// merge_and_unload, and 10 AdamW steps give PEFT's losses and gradient norms. Then: gradient
+// merge_and_unload, and 10 AdamW steps give PEFT's losses and gradient norms. The same for DoRA
+// adapters (test/ref/dora_tiny, dev/gen_dora_ref.py: the magnitudes' gradients and PEFT's DoRA
+// merge too), exported as dora_<set>. Then: gradient
 // accumulation over 4 micro-batches equals PEFT's 4x larger batch, the dropout mask statistics
 // and its exact regeneration in backward (finite differences), adapters whose structure only
 // their config gives (exclude_modules, rank / alpha pattern keys read as PEFT's regular
@@ -34,6 +36,7 @@
 
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define LREF "test/ref/lora_tiny"
+#define DREF "test/ref/dora_tiny"
 
 // tolerances by the backend's element type (ops_caps()): bf16 storage (CUDA) or fp32 (CPU); the CUDA
 // test writes its exports and bad adapters apart from the CPU test's (out_subdir)
@@ -45,17 +48,24 @@ static const Tols TOL_BF16 = { 2e-2, 0.0, 5e-3, 6e-2, 0.0, 5e-3, 2e-2, 5e-2, 5e-
 static const Tols TOL_F32 = { 1e-4, 1e-4, 1e-5, 1e-4, 1e-3, 1e-4, 1e-3, 1e-2, 1e-2, 1e-6, "" };
 static const Tols* tols(void) { return test_is_bf16() ? &TOL_BF16 : &TOL_F32; }
 
-typedef struct { const char* name; const char* targets; int rank; float alpha; int rslora; const char* layers; int bias, ln_f; } SetSpec;
+typedef struct { const char* name; const char* targets; int rank; float alpha; int rslora; const char* layers; int bias, ln_f, dora; } SetSpec;
 static const SetSpec SETS[] = {
-    {"c_attn", "c_attn", 4, 8, 0, "all", 0, 0},
-    {"proj_fc", "attn.c_proj,mlp.c_fc,mlp.c_proj", 4, 16, 0, "all", 0, 0},
-    {"all_linear", "all-linear", 2, 4, 0, "all", 0, 0},
-    {"rslora", "c_attn,c_proj", 4, 8, 1, "all", 0, 0},
-    {"layers", "c_attn,mlp.c_fc", 3, 6, 0, "1", 0, 0},
-    {"qv", "q,v", 2, 4, 0, "all", 0, 0},
-    {"bias_lnf", "c_attn", 2, 4, 0, "all", LORA_BIAS_LORA_ONLY, 1},
-    {"bias_all", "mlp.c_fc,attn.c_proj", 2, 2, 0, "all", LORA_BIAS_ALL, 0},
+    {"c_attn", "c_attn", 4, 8, 0, "all", 0, 0, 0},
+    {"proj_fc", "attn.c_proj,mlp.c_fc,mlp.c_proj", 4, 16, 0, "all", 0, 0, 0},
+    {"all_linear", "all-linear", 2, 4, 0, "all", 0, 0, 0},
+    {"rslora", "c_attn,c_proj", 4, 8, 1, "all", 0, 0, 0},
+    {"layers", "c_attn,mlp.c_fc", 3, 6, 0, "1", 0, 0, 0},
+    {"qv", "q,v", 2, 4, 0, "all", 0, 0, 0},
+    {"bias_lnf", "c_attn", 2, 4, 0, "all", LORA_BIAS_LORA_ONLY, 1, 0},
+    {"bias_all", "mlp.c_fc,attn.c_proj", 2, 2, 0, "all", LORA_BIAS_ALL, 0, 0},
 };
+// DoRA (PEFT use_dora), dev/gen_dora_ref.py's sets in test/ref/dora_tiny
+static const SetSpec DORA_SETS[] = {
+    {"c_attn", "c_attn", 4, 8, 0, "all", 0, 0, 1},
+    {"all_linear", "all-linear", 2, 4, 0, "all", 0, 0, 1},
+    {"rslora_bias", "c_attn,c_proj", 4, 8, 1, "all", LORA_BIAS_LORA_ONLY, 0, 1},
+};
+static const char* set_dir(const SetSpec* s) { return s->dora ? DREF : LREF; }
 static TestBase g_tb; // the tiny GPT-2 and its reference batch
 static char g_build[512];
 
@@ -65,7 +75,7 @@ static LoraModel* make_lora(const SetSpec* s, float dropout) {
     memset(&spec, 0, sizeof(spec));
     char err[512];
     spec.rank = s->rank; spec.alpha = s->alpha; spec.rslora = s->rslora; spec.dropout = dropout;
-    spec.bias = s->bias; spec.train_ln_f = s->ln_f;
+    spec.bias = s->bias; spec.train_ln_f = s->ln_f; spec.dora = s->dora;
     if (lora_parse_targets(s->targets, &spec.targets, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
     if (lora_parse_layers(s->layers, g_tb.cfg.num_layers, &spec, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
     LoraModel* lm = lora_create(&g_tb.cfg, &spec);
@@ -108,7 +118,7 @@ static void check_counts(const SetSpec* s, StFile* ref, const LoraModel* lm) {
 // (built from our flags) and puts the same base values (start) in place.
 static void check_loaded_by_config(const SetSpec* s, const LoraModel* lm, const float* start) {
     char path[1200];
-    snprintf(path, sizeof(path), LREF "/%s", s->name);
+    snprintf(path, sizeof(path), "%s/%s", set_dir(s), s->name);
     LoraModel* lp = peft_load_adapter(path, &g_tb.cfg);
     TEST_CHECK(lp->n == lm->n && lp->total == lm->total, "%s: loaded by config: %d adapters / %zu params vs %d / %zu",
                s->name, lp->n, lp->total, lm->n, lm->total);
@@ -259,7 +269,7 @@ static void check_export(const char* name, LoraModel* lm) {
 static void test_set(const SetSpec* s) {
     char path[1200], what[256];
     printf("---- %s\n", s->name);
-    snprintf(path, sizeof(path), LREF "/%s/ref.safetensors", s->name);
+    snprintf(path, sizeof(path), "%s/%s/ref.safetensors", set_dir(s), s->name);
     StFile ref;
     st_open(&ref, path);
     LoraModel* lm = make_lora(s, 0.0f);
@@ -270,7 +280,7 @@ static void test_set(const SetSpec* s) {
     Model m;
     float* start = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
     test_model(&m, &g_tb, g_tb.weights, xmask | (1u << PT_WTE), lm, 0, 0);
-    snprintf(path, sizeof(path), LREF "/%s/adapter_model.safetensors", s->name);
+    snprintf(path, sizeof(path), "%s/%s/adapter_model.safetensors", set_dir(s), s->name);
     peft_load_tensors(lm, path);
     gpt2_get_params(&m.gpt, start);
     check_loaded_by_config(s, lm, start);
@@ -292,7 +302,9 @@ static void test_set(const SetSpec* s) {
     ref_train(&m, &g_tb.batch, &h, losses, norms);
     ref_check_train(s->name, &ref, losses, norms, h.steps, tols()->step_loss, tols()->norm);
     if (!strcmp(s->name, "qv")) check_split_zeros("qv after 10 steps", lm);
-    check_export(s->name, lm);
+    char export_name[128];
+    snprintf(export_name, sizeof(export_name), "%s%s", s->dora ? "dora_" : "", s->name);
+    check_export(export_name, lm);
     model_free(&m);
     free(losses); free(norms); free(start);
     lora_free(lm);
@@ -346,6 +358,8 @@ static double loss_at(Model* m) {
     return l / (double)n;
 }
 
+static void check_dropout_backward(const char* dir, int dora);
+
 static void test_dropout(void) {
     printf("---- dropout\n");
     const size_t n = 200000;
@@ -376,16 +390,25 @@ static void test_dropout(void) {
     TEST_CHECK(fabs((double)same_other / n - (p * p + (1 - p) * (1 - p))) < 0.01, "another stream gives an independent mask");
     printf("ok   dropout p=%.1f: kept %.4f, scale 1/(1-p), deterministic, streams independent\n", p, frac);
     free(x); free(y); free(z); ops_free(dx); ops_free(dy);
+    check_dropout_backward(LREF, 0);
+    check_dropout_backward(DREF, 1);
+}
 
-    // Exact regeneration of the mask in backward: with dropout active the loss is a
-    // deterministic function of the adapter, and the analytic gradient must match central
-    // differences along the gradient direction (a wrong mask in backward would not).
-    const SetSpec s = {"all_linear", "all-linear", 2, 4, 0, "all", 0, 0};
+// Exact regeneration of the mask in backward: with dropout active the loss is a deterministic
+// function of the adapter, and the analytic gradient must match central differences along the
+// gradient direction (a wrong mask in backward would not). DoRA (PEFT's other form under dropout):
+// its gradient treats the norms as constants, so the norms are kept at the unperturbed
+// adapter's (linear_set_dora_cache) while the differences are taken.
+static void check_dropout_backward(const char* dir, int dora) {
+    const SetSpec s = {"all_linear", "all-linear", 2, 4, 0, "all", 0, 0, dora};
+    char path[1024];
     LoraModel* lm = make_lora(&s, 0.25f);
-    peft_load_tensors(lm, LREF "/all_linear/adapter_model.safetensors");
+    snprintf(path, sizeof(path), "%s/all_linear/adapter_model.safetensors", dir);
+    peft_load_tensors(lm, path);
     lm->dropout_seed = 99;
     Model m;
     test_model(&m, &g_tb, g_tb.weights, 0, lm, 0, 0);
+    linear_set_dora_cache(m.gpt.lin, dora);
     linear_set_training(m.gpt.lin, 0, 5);
     double l_eval = loss_at(&m);
     linear_set_training(m.gpt.lin, 1, 5);
@@ -411,8 +434,8 @@ static void test_dropout(void) {
     lora_set_params(lm, pp);
     double lmn = loss_at(&m);
     double fd = (lp - lmn) / (2 * h);
-    printf("dropout p=0.25 backward: directional derivative %.6f, finite differences %.6f\n", gn, fd);
-    TEST_CHECK(fabs(fd - gn) < tols()->fd * gn, "dropout backward: |grad| %.6f vs finite differences %.6f", gn, fd);
+    printf("dropout p=0.25 backward%s: directional derivative %.6f, finite differences %.6f\n", dora ? " (DoRA)" : "", gn, fd);
+    TEST_CHECK(fabs(fd - gn) < tols()->fd * gn, "dropout backward%s: |grad| %.6f vs finite differences %.6f", dora ? " (DoRA)" : "", gn, fd);
     linear_set_training(m.gpt.lin, 1, 6);
     lora_set_params(lm, p0);
     double l_other = loss_at(&m);
@@ -592,7 +615,13 @@ static void test_bad_adapters(void) {
 
     snprintf(d, sizeof(d), "%s/lora_bad/dora", g_build);
     write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"use_dora\": true"), 4, ca, good);
-    expect_refused("DoRA", d, "DoRA", (const char*)NULL);
+    expect_refused("a DoRA adapter without its magnitudes", d, "has no DoRA magnitude", "lora_magnitude_vector", "use_dora", (const char*)NULL);
+    const char* dm[6] = {ca[0], ca[1], ca[2], ca[3], "base_model.model.transformer.h.0.attn.c_attn.lora_magnitude_vector",
+                         "base_model.model.transformer.h.1.attn.c_attn.lora_magnitude_vector"};
+    const int64_t dm_s[6][2] = {{4, 64}, {192, 4}, {4, 64}, {192, 4}, {192, 0}, {64, 0}};
+    snprintf(d, sizeof(d), "%s/lora_bad/dora_shape", g_build);
+    write_adapter(d, CFG("[\"c_attn\"]", 4, ", \"use_dora\": true"), 6, dm, dm_s);
+    expect_refused("a DoRA magnitude of the wrong size", d, "h.1.attn.c_attn.lora_magnitude_vector", "192 outputs", (const char*)NULL);
 
     // PEFT fields that change which tokens or modules an adapter acts on (issue 29): refused by
     // name, not loaded as a plain LoRA (aLoRA was applied to every token) nor refused as a
@@ -691,6 +720,7 @@ int main(int argc, char** argv) {
         test_set(&SETS[0]);
     } else {
         for (size_t i = 0; i < sizeof(SETS) / sizeof(SETS[0]); i++) test_set(&SETS[i]);
+        for (size_t i = 0; i < sizeof(DORA_SETS) / sizeof(DORA_SETS[0]); i++) test_set(&DORA_SETS[i]);
         test_config_set("exclude");
         test_config_set("patterns");
         test_dropout();

@@ -132,6 +132,7 @@ static void gen_model(Model* m, const GenFlags* g, int bf16) {
     src.adapter = g->adapter;
     if (g->adapter) spec.lora_src = &src;
     model_assemble(m, &spec);
+    linear_set_dora_cache(m->gpt.lin, 1); // (nothing changes the weights: DoRA's norms once)
 }
 
 // --logits-out: one line per generated token, "id top1 top2" (the two largest logits, the first

@@ -78,7 +78,9 @@ static void sample_generate_now(Run* r) {
     textgen_echo_prompt(r->tok, r->prompt_ids, r->n_prompt, stdout, copy);
     SampleParams sp = cli_sample_params(&f->sample, f->seed);
     TextStream gs = { r->tok, stdout, copy, r->tok->eot_id };
+    linear_set_dora_cache(r->model->lin, 1); // (the weights are fixed while it samples: DoRA's norms once)
     sample_generate(r->model, r->kv, r->prompt_ids, r->n_prompt, r->c->sample_tokens, &sp, r->tok->eot_id, NULL, textgen_stream_token, &gs);
+    linear_set_dora_cache(r->model->lin, 0);
     printf("\n---\n");
     fflush(stdout);
     if (copy) { fputs("\n\n", copy); fclose(copy); }
@@ -101,11 +103,11 @@ static void lora_source(Run* r, long resume_step, LoraSource* src, char* values,
     memset(src, 0, sizeof(*src));
     src->adapter = f->adapter;
     if (f->adapter) {
-        const char* flags[] = {"--lora-rank", "--lora-alpha", "--lora-targets", "--lora-layers", "--rslora", "--lora-bias", "--train-ln-f"};
-        for (int i = 0; i < 7; i++)
+        const char* flags[] = {"--lora-rank", "--lora-alpha", "--lora-targets", "--lora-layers", "--rslora", "--dora", "--lora-bias", "--train-ln-f"};
+        for (int i = 0; i < (int)(sizeof(flags) / sizeof(flags[0])); i++)
             if (runconfig_given(c, flags[i])) say(r, "note: %s is ignored: the structure of the adapter in --adapter %s is used\n", flags[i], f->adapter);
     }
-    src->spec.rank = f->lora_rank; src->spec.alpha = f->lora_alpha; src->spec.rslora = f->rslora;
+    src->spec.rank = f->lora_rank; src->spec.alpha = f->lora_alpha; src->spec.rslora = f->rslora; src->spec.dora = f->dora;
     src->spec.dropout = f->lora_dropout; src->spec.bias = c->lora_bias; src->spec.train_ln_f = f->train_ln_f;
     src->spec.targets = c->lora_targets; src->spec.init = c->lora_init;
     src->layers = f->lora_layers;

@@ -276,6 +276,9 @@ void gguf_save_gpt2(const char* path, const ParamTable* pt, const float* params,
 }
 
 void gguf_save_lora(const char* path, const LoraModel* lm, GgmlType type, const GgufProvenance* prov) {
+    if (lm->spec.dora)
+        fatal("export the merged model instead: convert --to gguf --model BASE --adapter DIR",
+              "the adapter is DoRA (use_dora): a GGUF LoRA adapter (llama.cpp's) has no magnitude vector to carry");
     if (lm->n_extra > 0)
         fatal("export the merged model instead: convert --to gguf --model BASE --adapter DIR",
               "the adapter also trains %d base tensor slice(s) (%s...: bias= or modules_to_save), which a GGUF LoRA adapter cannot carry",

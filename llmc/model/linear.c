@@ -36,7 +36,8 @@ LinearSet* linear_set_create(const ParamTable* pt) {
 static void free_adapter_scratch(LinearShared* sh) {
     if (!sh->xd) return;
     ops_free(sh->xd); ops_free(sh->h); ops_free(sh->dh); ops_free(sh->tmp);
-    sh->xd = sh->h = sh->dh = sh->tmp = NULL;
+    if (sh->z) { ops_free(sh->z); ops_free(sh->dz); }
+    sh->xd = sh->h = sh->dh = sh->tmp = sh->z = sh->dz = NULL;
     sh->scratch_bytes = 0;
 }
 
@@ -57,7 +58,7 @@ Linear* linear_at(LinearSet* s, int layer, int kind) {
 void linear_set_alloc(LinearSet* s, int rows) {
     LinearShared* sh = &s->shared;
     size_t wmax = 0;
-    int max_in = 0, max_r = 0;
+    int max_in = 0, max_r = 0, max_out_dora = 0;
     for (int i = 0; i < s->n_layers * LINEAR_PER_BLOCK; i++) {
         const Linear* x = &s->layers[i];
         const size_t n = (size_t)x->out * x->in;
@@ -65,6 +66,7 @@ void linear_set_alloc(LinearSet* s, int rows) {
         if (!x->has_adapter) continue;
         if (x->in > max_in) max_in = x->in;
         if (x->ad.rank > max_r) max_r = x->ad.rank;
+        if (x->ad.m && x->out > max_out_dora) max_out_dora = x->out;
     }
     if (wmax && !sh->wbuf) {
         sh->wbuf = (floatX*)ops_alloc(wmax * sizeof(floatX));
@@ -80,15 +82,19 @@ void linear_set_alloc(LinearSet* s, int rows) {
     sh->h = (floatX*)ops_alloc(N * max_r * X);
     sh->dh = (floatX*)ops_alloc(N * max_r * X);
     sh->tmp = (floatX*)ops_alloc(nd * X);
+    if (max_out_dora) {
+        sh->z = (floatX*)ops_alloc(N * max_out_dora * X);
+        sh->dz = (floatX*)ops_alloc(N * max_out_dora * X);
+    }
     sh->rows = rows;
-    sh->scratch_bytes = linear_adapter_scratch_bytes(N, max_in, max_r, sh->dropout > 0.0f);
+    sh->scratch_bytes = linear_adapter_scratch_bytes(N, max_in, max_r, max_out_dora, sh->dropout > 0.0f);
 }
 
-size_t linear_adapter_scratch_numel(size_t rows, int max_in, int max_rank, int dropout) {
-    return 2 * (dropout ? rows * (size_t)max_in : 1) + 2 * rows * (size_t)max_rank;
+size_t linear_adapter_scratch_numel(size_t rows, int max_in, int max_rank, int max_out_dora, int dropout) {
+    return 2 * (dropout ? rows * (size_t)max_in : 1) + 2 * rows * (size_t)max_rank + 2 * rows * (size_t)max_out_dora;
 }
-size_t linear_adapter_scratch_bytes(size_t rows, int max_in, int max_rank, int dropout) {
-    return linear_adapter_scratch_numel(rows, max_in, max_rank, dropout) * sizeof(floatX);
+size_t linear_adapter_scratch_bytes(size_t rows, int max_in, int max_rank, int max_out_dora, int dropout) {
+    return linear_adapter_scratch_numel(rows, max_in, max_rank, max_out_dora, dropout) * sizeof(floatX);
 }
 
 int linear_set_rows(const LinearSet* s) { return s->shared.n_adapters ? s->shared.rows : INT_MAX; }
@@ -113,7 +119,14 @@ void linear_set_zero_grads(LinearSet* s) {
         if (!x->has_adapter) continue;
         ops_zero(x->ad.dA, (size_t)x->ad.rank * x->in * sizeof(floatX));
         ops_zero(x->ad.dB, (size_t)x->out * x->ad.rank * sizeof(floatX));
+        if (x->ad.dm) ops_zero(x->ad.dm, (size_t)x->out * sizeof(floatX));
     }
+}
+
+void linear_set_dora_cache(LinearSet* s, int on) {
+    s->shared.dora_cache = on;
+    for (int i = 0; i < s->n_layers * LINEAR_PER_BLOCK; i++)
+        if (s->layers[i].has_adapter && s->layers[i].ad.norm_ready) *s->layers[i].ad.norm_ready = 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -157,6 +170,9 @@ static const floatX* linear_weight(const Linear* x) {
     fatal("this is a bug in llmc", "linear layer [%d, %d] has no weight source", x->out, x->in);
     return NULL;
 }
+
+// The weight for the matmul ops that take floatX, or NULL for a bf16 weight (the _w16 ops).
+static const floatX* layer_weight(const Linear* x) { return x->w.kind == LINEAR_W_BF16 ? NULL : linear_weight(x); }
 
 void linear_weight_to_host(const Linear* x, float* out) {
     switch (x->w.kind) {
@@ -205,13 +221,14 @@ static void adapter_forward(const Linear* x, floatX* out, const floatX* inp, int
     matmul_forward_acc(out, x->sh->h, x->ad.B, N, x->ad.rank, x->out);
 }
 
-static void adapter_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N) {
+// The branch's backward from h (in the scratch, from branch_h) and the branch's input xin: dB, dA,
+// and the input gradient added to dinp, through the dropout mask when xin is the dropped copy
+// (with tmp_acc, added to what the scratch tmp holds first).
+static void adapter_backward_h(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, const floatX* xin,
+                               int N, int tmp_acc) {
     const LinearAdapter* a = &x->ad;
     LinearShared* sh = x->sh;
     const size_t Nr = (size_t)N * a->rank;
-    // h is recomputed (cheaper than keeping it per layer; the dropout mask is regenerated from
-    // the counter RNG, so it is the forward's mask exactly)
-    const floatX* xin = branch_h(x, inp, N);
     // out = h B^T: dB += dout^T h, dh = dout B
     matmul_backward(sh->dh, a->dB, NULL, dout, sh->h, a->B, N, a->rank, x->out, 0);
     if (a->b_mask) mul_inplace(a->dB, a->b_mask, (size_t)x->out * a->rank);
@@ -222,10 +239,94 @@ static void adapter_backward(const Linear* x, floatX* dinp, const floatX* dout, 
         return;
     }
     const size_t nx = (size_t)N * x->in;
-    matmul_backward(sh->tmp, a->dA, NULL, sh->dh, xin, a->A, N, x->in, a->rank, 0);
+    matmul_backward(sh->tmp, a->dA, NULL, sh->dh, xin, a->A, N, x->in, a->rank, tmp_acc);
     // d/dx of drop(x) is the same mask and scale
     dropout_forward(sh->tmp, sh->tmp, nx, sh->dropout, sh->seed ^ DROPOUT_SEED_MIX, dropout_stream(x));
     add_inplace(dinp, sh->tmp, nx);
+}
+
+static void adapter_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N) {
+    // h is recomputed (cheaper than keeping it per layer; the dropout mask is regenerated from
+    // the counter RNG, so it is the forward's mask exactly)
+    const floatX* xin = branch_h(x, inp, N);
+    adapter_backward_h(x, dinp, dout, inp, xin, N, 0);
+}
+
+// ----------------------------------------------------------------------------
+// DoRA
+
+// The base's matmul by the weight W layer_weight gave (NULL: the layer's bf16 weight), with the
+// bias given (DoRA adds the layer's after its scale), and its input gradient.
+static void base_mm(const Linear* x, floatX* out, floatX* gelu_out, const floatX* inp, const floatX* W, const floatX* bias, int N) {
+    if (x->w.kind == LINEAR_W_BF16) matmul_forward_w16(out, gelu_out, inp, x->w.bf16, bias, N, x->in, x->out);
+    else matmul_forward(out, gelu_out, inp, W, bias, N, x->in, x->out);
+}
+static void base_mm_backward(const Linear* x, floatX* dinp, floatX* db, const floatX* dout, const floatX* W, int N, int accumulate) {
+    if (x->w.kind == LINEAR_W_BF16) matmul_backward_w16(dinp, db, dout, x->w.bf16, N, x->in, x->out, accumulate);
+    else matmul_backward(dinp, NULL, db, dout, NULL, W, N, x->in, x->out, accumulate);
+}
+
+// The row norms of W + scaling B A into the adapter's norm (W: layer_weight's); with the set's
+// cache on, once until it is switched again.
+static void dora_norm_of(const Linear* x, const floatX* W) {
+    const LinearAdapter* a = &x->ad;
+    if (x->sh->dora_cache && *a->norm_ready) return;
+    if (W) dora_norm(a->norm, W, a->A, a->B, a->scaling, x->out, x->in, a->rank);
+    else dora_norm_w16(a->norm, x->w.bf16, a->A, a->B, a->scaling, x->out, x->in, a->rank);
+    *a->norm_ready = x->sh->dora_cache;
+}
+
+void linear_dora_norm(const Linear* x) {
+    if (!x->has_adapter || !x->ad.m) fatal("this is a bug in llmc", "linear_dora_norm on a layer without a DoRA adapter");
+    dora_norm_of(x, layer_weight(x));
+}
+
+// y = g (W x + s B A x) + b with g = m / n; under dropout (training), PEFT's form
+// y = W x + b + (g - 1) W xd + g s B A xd, xd = drop(x).
+static void dora_forward(const Linear* x, floatX* out, const floatX* inp, int N) {
+    const LinearAdapter* a = &x->ad;
+    LinearShared* sh = x->sh;
+    const floatX* W = layer_weight(x);
+    dora_norm_of(x, W);
+    const floatX* xin = branch_h(x, inp, N); // h = s xd A^T
+    if (xin == inp) {
+        base_mm(x, out, NULL, inp, W, NULL, N);
+        matmul_forward_acc(out, sh->h, a->B, N, a->rank, x->out);
+        dora_scale(out, out, a->m, a->norm, 0.0f, x->b, N, x->out, 0);
+        return;
+    }
+    base_mm(x, out, NULL, inp, W, x->b, N);
+    base_mm(x, sh->z, NULL, xin, W, NULL, N);
+    dora_scale(out, sh->z, a->m, a->norm, -1.0f, NULL, N, x->out, 1);
+    matmul_forward(sh->z, NULL, sh->h, a->B, NULL, N, a->rank, x->out);
+    dora_scale(out, sh->z, a->m, a->norm, 0.0f, NULL, N, x->out, 1);
+}
+
+// The backward of dora_forward (the norms are the forward's: nothing has changed them since).
+// db += sum dout; dm += sum dout z / n with z = W xd + s B A xd (recomputed); the input gradient
+// g dout W + the branch's with g dout for dout, or under dropout dout W + drop((g - 1) dout W +
+// the branch's).
+static void dora_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N, int accumulate) {
+    const LinearAdapter* a = &x->ad;
+    LinearShared* sh = x->sh;
+    if (x->dw) fatal("this is a bug in llmc", "a DoRA adapter on a trained weight");
+    const floatX* W = layer_weight(x);
+    const floatX* xin = branch_h(x, inp, N);
+    base_mm(x, sh->z, NULL, xin, W, NULL, N);
+    matmul_forward_acc(sh->z, sh->h, a->B, N, a->rank, x->out);
+    dora_magnitude_backward(a->dm, dout, sh->z, a->norm, N, x->out);
+    if (xin == inp) {
+        dora_scale(sh->dz, dout, a->m, a->norm, 0.0f, NULL, N, x->out, 0);
+        if (x->db) base_mm_backward(x, NULL, x->db, dout, W, N, 0);
+        base_mm_backward(x, dinp, NULL, sh->dz, W, N, accumulate);
+        adapter_backward_h(x, dinp, sh->dz, inp, xin, N, 0);
+        return;
+    }
+    base_mm_backward(x, dinp, x->db, dout, W, N, accumulate);
+    dora_scale(sh->dz, dout, a->m, a->norm, -1.0f, NULL, N, x->out, 0);
+    base_mm_backward(x, sh->tmp, NULL, sh->dz, W, N, 0);
+    dora_scale(sh->dz, dout, a->m, a->norm, 0.0f, NULL, N, x->out, 0);
+    adapter_backward_h(x, dinp, sh->dz, inp, xin, N, 1);
 }
 
 // ----------------------------------------------------------------------------
@@ -233,8 +334,7 @@ static void adapter_backward(const Linear* x, floatX* dinp, const floatX* dout, 
 
 // The base matmul, from whichever weight source the layer has.
 static void base_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX* inp, int N) {
-    if (x->w.kind == LINEAR_W_BF16) matmul_forward_w16(out, gelu_out, inp, x->w.bf16, x->b, N, x->in, x->out);
-    else matmul_forward(out, gelu_out, inp, linear_weight(x), x->b, N, x->in, x->out);
+    base_mm(x, out, gelu_out, inp, layer_weight(x), x->b, N);
 }
 
 void linear_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX* inp, int N) {
@@ -244,13 +344,17 @@ void linear_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX
     }
     // the GELU epilogue (mlp.c_fc) must see the pre-activation including the adapter's term,
     // so the base matmul runs without it and GELU is applied after the add
-    base_forward(x, out, NULL, inp, N);
-    adapter_forward(x, out, inp, N);
+    if (x->ad.m) dora_forward(x, out, inp, N);
+    else {
+        base_forward(x, out, NULL, inp, N);
+        adapter_forward(x, out, inp, N);
+    }
     if (gelu_out) gelu_forward(gelu_out, out, (size_t)N * x->out);
 }
 
 void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N, int accumulate) {
     if (x->sh->adapters_off) fatal("this is a bug in llmc", "a backward with the adapters switched off (linear_set_adapters)");
+    if (x->has_adapter && x->ad.m) { dora_backward(x, dinp, dout, inp, N, accumulate); return; }
     // (a frozen weight, dense, NF4 or bf16, has no gradient: dw is NULL)
     if (x->w.kind == LINEAR_W_BF16) matmul_backward_w16(dinp, x->db, dout, x->w.bf16, N, x->in, x->out, accumulate);
     else matmul_backward(dinp, x->dw, x->db, dout, inp, linear_weight(x), N, x->in, x->out, accumulate);

@@ -14,7 +14,9 @@
 //     of B stay exactly zero under AdamW.
 // The layers of a model are one LinearSet (GPT2.lin), which also holds what they share: the
 // decoded-weight buffer, the adapters' scratch (one layer's worth, backward is sequential) and the
-// dropout state. Dropout (PEFT: inverted dropout on the input of the adapter branch, one mask per
+// dropout state. A DoRA adapter (a magnitude m beside A and B, llmc/model/lora.h) scales the
+// layer's output row by m / ||W + scaling B A||_row; the norms are recomputed by every forward, or
+// once while the parameters are fixed (sampling: linear_set_dora_cache). Dropout (PEFT: inverted dropout on the input of the adapter branch, one mask per
 // layer) draws from the counter-based RNG: the mask of a layer at training tick t is a pure
 // function of (seed, t, layer, element), so backward regenerates it instead of storing it and a
 // resumed run draws the same masks.
@@ -63,6 +65,10 @@ typedef struct {
     floatX* dB;
     const floatX* b_mask;     // [out, rank] 0/1: the entries of B that are parameters, or NULL (all)
     uint32_t stream;          // the layer's dropout stream: layer * LINEAR_PER_BLOCK + kind
+    const floatX* m;          // DoRA: the magnitude [out], or NULL (plain LoRA)
+    floatX* dm;               //   its gradient
+    float* norm;              //   [out] fp32: the row norms of W + scaling B A, of the last forward
+    int* norm_ready;          //   host flag: norm holds the current parameters' (linear_set_dora_cache)
 } LinearAdapter;
 
 typedef struct {
@@ -74,12 +80,15 @@ typedef struct {
     floatX* h;                // (rows, max rank)
     floatX* dh;               // (rows, max rank)
     floatX* tmp;              // (rows, max in) the input gradient through the dropout mask, with dropout
-    size_t scratch_bytes;     // xd + h + dh + tmp, for the memory report
+    floatX* z;                // DoRA: (rows, max out) the layer's output before the magnitude's scale
+    floatX* dz;               // DoRA: (rows, max out) the output gradient scaled by m / n
+    size_t scratch_bytes;     // xd + h + dh + tmp (+ z + dz), for the memory report
     float dropout;            // p in [0, 1)
     uint64_t seed;
     uint64_t tick;            // the training micro-step whose masks are drawn
     int training;             // 1: dropout active (a training forward / backward)
     int adapters_off;         // 1: the layers compute without their adapters (linear_set_adapters)
+    int dora_cache;           // 1: DoRA's norms are computed once and kept (linear_set_dora_cache)
 } LinearShared;
 
 typedef struct {
@@ -108,9 +117,10 @@ Linear* linear_at(LinearSet* s, int layer, int kind);
 void linear_set_alloc(LinearSet* s, int rows);
 // The adapters' scratch for rows rows in bytes of floatX: what linear_set_alloc takes for adapters
 // whose largest input and rank are max_in, max_rank (the dropped input and its gradient only
-// with dropout). The memory footprint counts it before the layers exist (lora_scratch_bytes).
-size_t linear_adapter_scratch_bytes(size_t rows, int max_in, int max_rank, int dropout);
-size_t linear_adapter_scratch_numel(size_t rows, int max_in, int max_rank, int dropout); // (in floatX elements)
+// with dropout; DoRA's two outputs with max_out_dora, the largest output of a DoRA adapter, > 0).
+// The memory footprint counts it before the layers exist (lora_scratch_bytes).
+size_t linear_adapter_scratch_bytes(size_t rows, int max_in, int max_rank, int max_out_dora, int dropout);
+size_t linear_adapter_scratch_numel(size_t rows, int max_in, int max_rank, int max_out_dora, int dropout); // (in floatX elements)
 // Rows the adapters' scratch holds (a bound on N of one call), or INT_MAX without adapters.
 int linear_set_rows(const LinearSet* s);
 // Dropout of every adapter: probability p, masks drawn from seed.
@@ -123,6 +133,11 @@ void linear_set_training(LinearSet* s, int training, uint64_t tick);
 void linear_set_adapters(LinearSet* s, int on);
 // Zero the adapters' gradients (the weight / bias gradients are the model's).
 void linear_set_zero_grads(LinearSet* s);
+// on 1: DoRA layers compute their norms once and keep them, for as long as nothing changes the
+// adapters or the weights (sampling, scoring); 0: every forward computes them (training).
+void linear_set_dora_cache(LinearSet* s, int on);
+// A DoRA layer's norms of W + scaling B A now, into its adapter's norm (lora_dora_init).
+void linear_dora_norm(const Linear* x);
 
 // Weight sources (shapes must be the layer's [out, in]).
 void linear_use_dense(Linear* x, const floatX* W);

@@ -168,6 +168,7 @@ static LoraModel* lora_structure(const GPT2Config* cfg, const LoraSpec* spec, Lo
         lm->lookup[a->layer][a->lin] = i;
         a->a_off = off; off += (size_t)a->rank * a->in;
         a->b_off = off; off += (size_t)a->out * a->rank;
+        if (spec->dora) { a->m_off = off; off += (size_t)a->out; a->norm_off = lm->norms_n; lm->norms_n += (size_t)a->out; }
         if (a->blocks) {
             moff += (size_t)a->out * a->rank;
             // each B row of a targeted block keeps r of the nb*r columns; the untargeted rows none
@@ -190,6 +191,11 @@ LoraModel* lora_from_adapters(const GPT2Config* cfg, const LoraSpec* spec, LoraA
     ops_zero(lm->params, off * sizeof(floatX));
     ops_zero(lm->grads, off * sizeof(floatX));
     if (lm->masks_n) upload_masks(lm, lm->masks_n);
+    if (lm->norms_n) {
+        lm->norms = (float*)ops_alloc(lm->norms_n * sizeof(float));
+        ops_zero(lm->norms, lm->norms_n * sizeof(float));
+        lm->norm_ready = (int*)callocCheck((size_t)n, sizeof(int));
+    }
     return lm;
 }
 
@@ -202,6 +208,7 @@ static LoraAdapter* lora_adapters_for(const GPT2Config* cfg, const LoraSpec* spe
     if (L > LORA_MAX_LAYERS) fatal(hint, "models with more than %d layers are not supported", LORA_MAX_LAYERS);
     *n_out = 0;
     if (spec->rank == 0) { // BitFit: no adapter, only the base slices of spec.bias
+        if (spec->dora) fatal("give --lora-rank 1 or more with --dora", "--dora with --lora-rank 0: BitFit has no adapter to decompose");
         if (spec->bias != LORA_BIAS_ALL) fatal("add --lora-bias all (BitFit: every bias)", "--lora-rank 0 makes no adapter, and only --lora-bias all gives it something to train");
         return NULL;
     }
@@ -215,6 +222,12 @@ static LoraAdapter* lora_adapters_for(const GPT2Config* cfg, const LoraSpec* spe
     LoraAdapter* ad = (LoraAdapter*)callocCheck((size_t)L * LINEAR_PER_BLOCK, sizeof(LoraAdapter));
     int n = 0;
     const unsigned qkv_bits = (spec->targets >> 1) & 7u; // q, k, v -> blocks 1, 2, 4
+    if (spec->dora && lora_init_rewrites_base(spec->init))
+        fatal("use --init default or gaussian with --dora", "--dora with --init %s: the adapter PEFT writes for a rewritten base (a plain LoRA of rank 2r) has no DoRA form",
+              LORA_INIT_NAMES[spec->init]);
+    if (spec->dora && qkv_bits)
+        fatal("with --dora, target the whole c_attn (--lora-targets c_attn,...)",
+              "--dora with a q/k/v split of c_attn: DoRA's magnitude covers every output row of the fused layer, so the split is not separate adapters any more");
     const unsigned want[LINEAR_PER_BLOCK] = {(spec->targets & LORA_T_CATTN) | qkv_bits, spec->targets & LORA_T_ATTPROJ,
                                              spec->targets & LORA_T_FC, spec->targets & LORA_T_FCPROJ};
     for (int l = 0; l < L; l++) {
@@ -256,6 +269,8 @@ void lora_free(LoraModel* lm) {
     if (lm->params) ops_free(lm->params); // (NULL: a layout, lora_layout)
     if (lm->grads) ops_free(lm->grads);
     if (lm->masks) ops_free(lm->masks);
+    if (lm->norms) ops_free(lm->norms);
+    free(lm->norm_ready);
     free(lm->ad);
     free(lm->extra);
     free(lm->extra_host);
@@ -292,6 +307,12 @@ LinearAdapter lora_linear_adapter(const LoraModel* lm, int i) {
     v.dA = lm->grads + a->a_off;
     v.dB = lm->grads + a->b_off;
     v.b_mask = a->b_mask;
+    if (lm->spec.dora) {
+        v.m = lm->params + a->m_off;
+        v.dm = lm->grads + a->m_off;
+        v.norm = lm->norms + a->norm_off;
+        v.norm_ready = &lm->norm_ready[i];
+    }
     v.stream = (uint32_t)(a->layer * LINEAR_PER_BLOCK + a->lin);
     return v;
 }
@@ -361,7 +382,7 @@ void lora_describe(const LoraModel* lm, char* out, size_t cap) {
     describe_patterns(lm, patterns, sizeof(patterns));
     char init[32] = "";
     if (s->init != LORA_INIT_DEFAULT) snprintf(init, sizeof(init), " | init %s", LORA_INIT_NAMES[s->init]);
-    snprintf(out, cap, "r=%d alpha=%g%s dropout=%g | targets %s | layers %s%s%s%s%s", s->rank, s->alpha, s->rslora ? " (rsLoRA)" : "",
+    snprintf(out, cap, "r=%d alpha=%g%s%s dropout=%g | targets %s | layers %s%s%s%s%s", s->rank, s->alpha, s->rslora ? " (rsLoRA)" : "", s->dora ? " DoRA" : "",
              s->dropout, targets, layers, patterns, init,
              s->bias == LORA_BIAS_ALL ? " | biases trained" : s->bias == LORA_BIAS_LORA_ONLY ? " | biases of adapted layers trained" : "",
              s->train_ln_f ? " | ln_f trained" : "");
@@ -396,12 +417,13 @@ size_t lora_trainable_numel(const LoraModel* lm) {
 }
 
 size_t lora_scratch_numel(const LoraModel* lm, size_t rows) {
-    int max_in = 0, max_r = 0;
+    int max_in = 0, max_r = 0, max_out = 0;
     for (int i = 0; i < lm->n; i++) {
         if (lm->ad[i].in > max_in) max_in = lm->ad[i].in;
         if (lm->ad[i].rank > max_r) max_r = lm->ad[i].rank;
+        if (lm->ad[i].out > max_out) max_out = lm->ad[i].out;
     }
-    return lm->n ? linear_adapter_scratch_numel(rows, max_in, max_r, lm->spec.dropout > 0.0f) : 0;
+    return lm->n ? linear_adapter_scratch_numel(rows, max_in, max_r, lm->spec.dora ? max_out : 0, lm->spec.dropout > 0.0f) : 0;
 }
 size_t lora_scratch_bytes(const LoraModel* lm, size_t rows) { return lora_scratch_numel(lm, rows) * sizeof(floatX); }
 
@@ -424,7 +446,8 @@ static int adapter_segments(const LoraModel* lm, TrainSeg* segs) {
     for (int i = 0; i < lm->n; i++) {
         const LoraAdapter* a = &lm->ad[i];
         adapter_segment(lm, &segs[n++], "lora_A", a->a_off, (size_t)a->rank * a->in, 1.0f);
-        adapter_segment(lm, &segs[n++], "lora_B", a->b_off, (size_t)a->out * a->rank, lm->plus_ratio);
+        // (DoRA's magnitude follows B: 1-D, it is in B's group, as PEFT's create_loraplus_optimizer puts it)
+        adapter_segment(lm, &segs[n++], "lora_B", a->b_off, (size_t)a->out * a->rank + (lm->spec.dora ? (size_t)a->out : 0), lm->plus_ratio);
     }
     return n;
 }
@@ -453,10 +476,32 @@ void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params) {
     free(host);
 }
 
+// DoRA's merge of adapter a into its weight W [out, in]: W = (m / ||W + scaling B A||_row) * (W + scaling B A).
+static void dora_merge(const LoraAdapter* a, float* W, const float* host) {
+    const float* A = host + a->a_off;
+    const float* Bm = host + a->b_off;
+    const float* m = host + a->m_off;
+    #pragma omp parallel for
+    for (int o = 0; o < a->out; o++) {
+        float* wrow = W + (size_t)o * a->in;
+        for (int j = 0; j < a->rank; j++) {
+            const float bj = a->scaling * Bm[(size_t)o * a->rank + j];
+            const float* arow = A + (size_t)j * a->in;
+            for (int c = 0; c < a->in; c++) wrow[c] += bj * arow[c];
+        }
+        double ss = 0.0;
+        for (int c = 0; c < a->in; c++) ss += (double)wrow[c] * wrow[c];
+        const float g = (float)(m[o] / sqrt(ss));
+        for (int c = 0; c < a->in; c++) wrow[c] *= g;
+    }
+}
+
 void lora_merge_host(const LoraModel* lm, const ParamTable* pt, float* host_params, const float* host, float sign) {
+    if (lm->spec.dora && sign != 1.0f) fatal("this is a bug in llmc", "a DoRA adapter cannot be subtracted from its base");
     for (int i = 0; i < lm->n; i++) {
         const LoraAdapter* a = &lm->ad[i];
         float* W = host_params + params_layer_offset(pt, a->wid, a->layer);
+        if (lm->spec.dora) { dora_merge(a, W, host); continue; }
         const float* A = host + a->a_off;
         const float* Bm = host + a->b_off;
         #pragma omp parallel for
@@ -470,4 +515,13 @@ void lora_merge_host(const LoraModel* lm, const ParamTable* pt, float* host_para
             }
         }
     }
+}
+
+void lora_dora_init(LoraModel* lm, LinearSet* lin) {
+    if (!lm->spec.dora) return;
+    float* h = (float*)mallocCheck(lm->norms_n * sizeof(float));
+    for (int i = 0; i < lm->n; i++) linear_dora_norm(linear_at(lin, lm->ad[i].layer, lm->ad[i].lin));
+    ops_to_host(h, lm->norms, lm->norms_n * sizeof(float));
+    for (int i = 0; i < lm->n; i++) ops_upload_f32(lm->params + lm->ad[i].m_off, h + lm->ad[i].norm_off, (size_t)lm->ad[i].out);
+    free(h);
 }

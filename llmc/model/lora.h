@@ -16,8 +16,14 @@
 // uses rank_pattern / alpha_pattern for c_attn so PEFT applies the same scaling, and names the
 // split in its tensor file so that continuing from it keeps the split (llmc/model/peft_io.h).
 //
-// All adapter parameters live in one flat buffer (A then B per adapter, adapters in (layer,
-// linear) order), with one gradient buffer of the same layout: the optimizer sees one segment.
+// DoRA (PEFT use_dora): each adapter also has a magnitude m [out], and the layer computes
+//     y = (m / n) * (W x + scaling B A x) + b,   n[o] = || W[o, :] + scaling (B A)[o, :] ||_2,
+// n detached from the gradient as PEFT detaches it; m starts as n of the initial adapter
+// (lora_dora_init). GPT-2's Conv1D weights are PEFT's fan_in_fan_out, so its norm is over our
+// [out, in] rows too: one magnitude per output feature.
+//
+// All adapter parameters live in one flat buffer (A, B, and with DoRA m, per adapter, adapters in
+// (layer, linear) order), with one gradient buffer of the same layout: the optimizer sees one segment.
 // Dropout: one mask per adapted layer (the q and v blocks of a split c_attn share theirs), drawn
 // by the linear layers from dropout_seed.
 #ifndef LLMC_LORA_H
@@ -60,6 +66,7 @@ typedef struct {
     int bias;                  // LORA_BIAS_*: PEFT bias= (which base biases are trained too)
     int train_ln_f;            // PEFT modules_to_save=["ln_f"]: the final layernorm is trained too
     int init;                  // LORA_INIT_*: how new adapters start (PEFT init_lora_weights)
+    int dora;                  // PEFT use_dora: each adapter has a magnitude vector (DoRA)
 } LoraSpec;
 
 enum { LORA_BIAS_NONE = 0, LORA_BIAS_ALL, LORA_BIAS_LORA_ONLY };
@@ -91,6 +98,8 @@ typedef struct {
     float alpha;               // as exported (rank_pattern / alpha_pattern when it differs)
     unsigned blocks;           // 0: the whole layer; else q(1) k(2) v(4) rows of c_attn
     size_t a_off, b_off;       // offsets of A [rank, in] and B [out, rank] in the flat buffers
+    size_t m_off;              // DoRA: offset of the magnitude [out] (right after B)
+    size_t norm_off;           // DoRA: offset of the row norms [out] in LoraModel.norms
     floatX* b_mask;            // split adapters: 0/1 mask of B's structural non-zeros, else NULL
 } LoraAdapter;
 
@@ -115,6 +124,9 @@ typedef struct LoraModel {
     float* init0;              // PiSSA / OLoRA: the initial A and B (host, flat layout), which the
                                // base lost (W_res = W - scaling B0 A0); else NULL
     float plus_ratio;          // LoRA+: the learning rate of B and of the 1-D trained base slices over A's (1: plain LoRA)
+    float* norms;              // DoRA: every adapter's row norms of W + scaling B A (fp32, backend memory)
+    size_t norms_n;            // its floats (the adapters' outputs summed)
+    int* norm_ready;           // DoRA, host: adapter i's norms are current (only while linear_set_dora_cache holds them)
 } LoraModel;
 
 // Parse "--lora-targets": comma list of c_attn, q, k, v, attn.c_proj, mlp.c_fc, mlp.c_proj,
@@ -198,7 +210,11 @@ size_t lora_trainable_numel(const LoraModel* lm);
 // tokens (linear_set_alloc): part of the activations in the memory footprint.
 size_t lora_scratch_bytes(const LoraModel* lm, size_t rows);
 size_t lora_scratch_numel(const LoraModel* lm, size_t rows); // (the same in floatX elements)
-// Merge every adapter into host fp32 base parameters (table layout): W += scaling * B A.
+// DoRA: every magnitude set to the row norms of its layer's weight plus the adapter as they are
+// now (PEFT's initialisation), computed by the linear layers the adapters are on.
+void lora_dora_init(LoraModel* lm, LinearSet* lin);
+// Merge every adapter into host fp32 base parameters (table layout): W += scaling * B A (DoRA:
+// W = (m / n) * (W + scaling B A), row by row, as PEFT's merge_and_unload).
 void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params);
 // The same with the adapter values given (host, flat layout) and a sign: W += sign scaling B A.
 void lora_merge_host(const LoraModel* lm, const ParamTable* pt, float* host_params, const float* values, float sign);

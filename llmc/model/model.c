@@ -219,6 +219,10 @@ void model_assemble(Model* m, const ModelSpec* s) {
     if (m->lora) model_bind_lora(m);
     gpt2_set_recompute(&m->gpt, s->recompute);
     if (s->B > 0) gpt2_alloc_acts(&m->gpt, s->B, s->T, s->backward);
+    if (m->owns_lora && m->lora->spec.dora && !s->lora_src->adapter) { // new DoRA adapters: m = ||W + s B A||
+        if (s->B <= 0) linear_set_alloc(m->gpt.lin, 1); // (the decoded-weight buffer of an NF4 base)
+        lora_dora_init(m->lora, m->gpt.lin);
+    }
     if (m->lora && s->lora_src && s->lora_src->values) peft_load_tensors(m->lora, s->lora_src->values);
 }
 

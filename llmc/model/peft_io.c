@@ -11,8 +11,19 @@
 
 #define KEY_CAP 160
 
-static void adapter_key(char* out, size_t cap, const LoraAdapter* a, char which) {
-    snprintf(out, cap, LORA_KEY_PREFIX "%d.%s.lora_%c.weight", a->layer, lora_module_name(a->lin), which);
+// An adapter's tensors in a file: lora_A, lora_B, and with DoRA the magnitude (PEFT's key has no
+// ".weight"), tensor w = 0, 1, 2 of adapter_tensors(lm).
+static void adapter_key(char* out, size_t cap, const LoraAdapter* a, int w) {
+    if (w == 2) snprintf(out, cap, LORA_KEY_PREFIX "%d.%s.lora_magnitude_vector", a->layer, lora_module_name(a->lin));
+    else snprintf(out, cap, LORA_KEY_PREFIX "%d.%s.lora_%c.weight", a->layer, lora_module_name(a->lin), w ? 'B' : 'A');
+}
+static int adapter_tensors(const LoraModel* lm) { return lm->spec.dora ? 3 : 2; }
+static size_t adapter_off(const LoraAdapter* a, int w) { return w == 0 ? a->a_off : w == 1 ? a->b_off : a->m_off; }
+// Tensor w's shape: [rank, in], [out, rank], [out]; returns its dimensions.
+static int adapter_shape(const LoraAdapter* a, int w, int64_t shape[2]) {
+    shape[0] = w == 0 ? a->rank : a->out;
+    shape[1] = w == 0 ? a->in : a->rank;
+    return w == 2 ? 1 : 2;
 }
 
 static size_t extra_numel(const LoraModel* lm, const LoraExtra* e) { return params_layer_numel(&lm->pt, e->id); }
@@ -44,7 +55,8 @@ static void peft_write_tensors(const LoraModel* lm, const char* path, const floa
     size_t ne = 0;
     for (int i = 0; i < lm->n_extra; i++) ne += extra_numel(lm, &lm->extra[i]);
     float* ehost = (float*)mallocCheck((ne ? ne : 1) * sizeof(float));
-    char (*keys)[KEY_CAP] = (char(*)[KEY_CAP])mallocCheck((size_t)lm->n * 2 * KEY_CAP);
+    const int nt = adapter_tensors(lm);
+    char (*keys)[KEY_CAP] = (char(*)[KEY_CAP])mallocCheck((size_t)lm->n * nt * KEY_CAP + 1);
     char split[8];
     StWriter w;
     st_writer_init(&w);
@@ -59,14 +71,14 @@ static void peft_write_tensors(const LoraModel* lm, const char* path, const floa
         st_writer_add(&w, e->key, ST_F32, 1, shape, ehost + off);
         off += n;
     }
-    for (int i = 0; i < lm->n; i++) {
-        const LoraAdapter* a = &lm->ad[i];
-        const int64_t sa[2] = {a->rank, a->in}, sb[2] = {a->out, a->rank};
-        adapter_key(keys[2 * i], KEY_CAP, a, 'A');
-        adapter_key(keys[2 * i + 1], KEY_CAP, a, 'B');
-        st_writer_add(&w, keys[2 * i], ST_F32, 2, sa, host + a->a_off);
-        st_writer_add(&w, keys[2 * i + 1], ST_F32, 2, sb, host + a->b_off);
-    }
+    for (int i = 0; i < lm->n; i++)
+        for (int t = 0; t < nt; t++) {
+            const LoraAdapter* a = &lm->ad[i];
+            int64_t shape[2];
+            const int nd = adapter_shape(a, t, shape);
+            adapter_key(keys[nt * i + t], KEY_CAP, a, t);
+            st_writer_add(&w, keys[nt * i + t], ST_F32, nd, shape, host + adapter_off(a, t));
+        }
     unsigned blocks = 0;
     for (int i = 0; i < lm->n; i++) blocks |= lm->ad[i].blocks;
     lora_split_name(blocks, split, sizeof(split));
@@ -98,22 +110,24 @@ static int load_extras(LoraModel* lm, StFile* f, const char* path, const char* h
     return lm->n_extra;
 }
 
-// Every adapter's lora_A / lora_B of f into host (flat layout), checked for shape; returns how many
-// tensors were read.
-static int read_factors(const LoraModel* lm, StFile* f, const char* path, const char* hint, float* host) {
+// Every adapter's tensors of f (lora_A, lora_B, DoRA's magnitude; nt of them: 2 reads the factors
+// only) into host (flat layout), checked for shape; returns how many were read.
+static int read_factors(const LoraModel* lm, StFile* f, const char* path, const char* hint, float* host, int nt) {
     int found = 0;
     for (int i = 0; i < lm->n; i++) {
         const LoraAdapter* a = &lm->ad[i];
-        for (int w = 0; w < 2; w++) {
+        for (int w = 0; w < nt; w++) {
             char key[KEY_CAP];
-            adapter_key(key, sizeof(key), a, w ? 'B' : 'A');
+            adapter_key(key, sizeof(key), a, w);
             const StTensor* t = st_find(f, key);
             if (!t) fatal(hint, "'%s': adapter tensor '%s' is missing", path, key);
-            const int64_t r0 = w ? a->out : a->rank, r1 = w ? a->rank : a->in;
-            if (t->ndim != 2 || t->shape[0] != r0 || t->shape[1] != r1)
-                fatal(hint, "'%s': tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", path, key,
-                      (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)r0, (long long)r1);
-            st_read_f32(f, t, host + (w ? a->b_off : a->a_off));
+            int64_t shape[2];
+            const int nd = adapter_shape(a, w, shape);
+            if (t->ndim != nd || t->shape[0] != shape[0] || (nd > 1 && t->shape[1] != shape[1]))
+                fatal(hint, "'%s': tensor '%s' has %d dimensions [%lld, %lld], expected %d [%lld, %lld]", path, key, t->ndim,
+                      (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), nd, (long long)shape[0],
+                      (long long)(nd > 1 ? shape[1] : 0));
+            st_read_f32(f, t, host + adapter_off(a, w));
             found++;
         }
     }
@@ -125,7 +139,7 @@ void peft_load_tensors(LoraModel* lm, const char* path) {
     st_open(&f, path);
     const char* hint = "resume with the same --lora-* flags as the run that wrote the checkpoint";
     float* host = (float*)callocCheck(lm->total ? lm->total : 1, sizeof(float));
-    int found = read_factors(lm, &f, path, hint, host);
+    int found = read_factors(lm, &f, path, hint, host, adapter_tensors(lm));
     found += load_extras(lm, &f, path, hint);
     if (found != f.n_tensors)
         fatal(hint, "'%s' holds %d tensors; this run's adapters have %d", path, f.n_tensors, found);
@@ -137,7 +151,7 @@ void peft_load_tensors(LoraModel* lm, const char* path) {
 void peft_read_factors(const LoraModel* lm, const char* path, float* host) {
     StFile f;
     st_open(&f, path);
-    read_factors(lm, &f, path, "resume with the same --lora-* and --init flags as the run that wrote it", host);
+    read_factors(lm, &f, path, "resume with the same --lora-* and --init flags as the run that wrote it", host, 2);
     st_close(&f);
 }
 
@@ -251,7 +265,7 @@ static void peft_save_files(const LoraModel* lm, const char* dir, const float* v
     jw_key(&w, "fan_in_fan_out"); jw_bool(&w, 1);
     jw_key(&w, "bias"); jw_string(&w, s->bias == LORA_BIAS_ALL ? "all" : s->bias == LORA_BIAS_LORA_ONLY ? "lora_only" : "none");
     jw_key(&w, "use_rslora"); jw_bool(&w, s->rslora);
-    jw_key(&w, "use_dora"); jw_bool(&w, 0);
+    jw_key(&w, "use_dora"); jw_bool(&w, s->dora);
     jw_key(&w, "modules_to_save");
     if (s->train_ln_f) { jw_begin_array(&w); jw_string(&w, "ln_f"); jw_end_array(&w); } else jw_null(&w);
     jw_key(&w, "init_lora_weights");
@@ -443,6 +457,8 @@ static int read_config_scalars(PeftReader* P) {
         return refuse(P, "'%s': key \"lora_dropout\" must be a number", c);
     const JsonValue* rs = json_get(js, "use_rslora");
     if (rs && !json_is_null(rs) && !json_as_bool(rs, &P->spec.rslora)) return refuse(P, "'%s': key \"use_rslora\" must be true or false", c);
+    const JsonValue* dora = json_get(js, "use_dora");
+    if (dora && !json_is_null(dora) && !json_as_bool(dora, &P->spec.dora)) return refuse(P, "'%s': key \"use_dora\" must be true or false", c);
     if (dropout < 0.0 || dropout >= 1.0) return refuse(P, "'%s': lora_dropout %g is outside [0, 1)", c, dropout);
     P->spec.alpha = (float)alpha;
     P->spec.dropout = (float)dropout;
@@ -475,7 +491,6 @@ static const struct { const char* key; const char* what; } PEFT_UNSUPPORTED[] = 
     {"trainable_token_indices", "training rows of the token embedding beside the adapter"},
     {"layer_replication", "layer replication (a deeper model built from repeated base layers)"},
     {"lora_bias", "a bias on lora_B"},
-    {"use_dora", "DoRA (weight-decomposed LoRA: a magnitude vector per adapted layer)"},
     {"use_qalora", "QA-LoRA (the adapter's inputs pooled in groups)"},
     {"use_bdlora", "block-diagonal LoRA (BD-LoRA)"},
     {"velora_config", "VeLoRA (lora_A trained on compressed activations)"},
@@ -683,6 +698,19 @@ static int rank_alpha(PeftReader* P, const char* full, int* rank, double* alpha)
     return 0;
 }
 
+// DoRA's magnitude of adapter a (use_dora): present, [out].
+static int read_magnitude(PeftReader* P, const LoraAdapter* a, const char* ka) {
+    char km[KEY_CAP];
+    adapter_key(km, sizeof(km), a, 2);
+    const StTensor* t = st_find(&P->f, km);
+    if (!t) return refuse(P, "'%s': '%s' has no DoRA magnitude '%s', and '%s' says use_dora (config/tensor disagreement)", P->tpath, ka, km, P->cpath);
+    if (t->ndim != 1 || t->shape[0] != a->out)
+        return refuse(P, "'%s': '%s' has %d dimensions [%lld]; the base model's layer has %d outputs (wrong base model?)", P->tpath, km,
+                      t->ndim, (long long)t->shape[0], a->out);
+    P->matched++;
+    return 0;
+}
+
 // The adapter on linear k of layer l, if the file has one (*found), checked against the config
 // and the base's shapes.
 static int read_adapter(PeftReader* P, int l, int k, LoraAdapter* a, int* found) {
@@ -692,8 +720,8 @@ static int read_adapter(PeftReader* P, int l, int k, LoraAdapter* a, int* found)
     a->lin = k; a->wid = linear_weight_id(k); a->layer = l;
     a->out = (int)P->pt.t[a->wid].rows;
     a->in = (int)P->pt.t[a->wid].cols;
-    adapter_key(ka, sizeof(ka), a, 'A');
-    adapter_key(kb, sizeof(kb), a, 'B');
+    adapter_key(ka, sizeof(ka), a, 0);
+    adapter_key(kb, sizeof(kb), a, 1);
     snprintf(full, sizeof(full), "transformer.h.%d.%s", l, lora_module_name(k));
     const StTensor* ta = st_find(&P->f, ka);
     const StTensor* tb = st_find(&P->f, kb);
@@ -723,7 +751,7 @@ static int read_adapter(PeftReader* P, int l, int k, LoraAdapter* a, int* found)
     a->alpha = (float)alpha;
     a->scaling = lora_scaling(a->alpha, a->rank, P->spec.rslora);
     P->matched += 2;
-    return 0;
+    return P->spec.dora ? read_magnitude(P, a, ka) : 0;
 }
 
 // "q,v" -> the block bits 1 | 4 (lora_split_name's inverse); 0 if s names anything else.
@@ -778,7 +806,13 @@ static int read_adapters(PeftReader* P, LoraAdapter* ad, int* n) {
     for (int i = 0; i < *n; i++) P->spec.layers[ad[i].layer] = 1;
     P->spec.all_layers = 1;
     for (int l = 0; l < L; l++) P->spec.all_layers &= P->spec.layers[l];
-    return read_split(P, ad, *n);
+    if (read_split(P, ad, *n)) return -1;
+    if (P->spec.dora && P->spec.init != LORA_INIT_DEFAULT)
+        return refuse(P, "'%s': use_dora with init_lora_weights \"%s\": a DoRA adapter over a rewritten base is not supported", P->cpath,
+                      LORA_INIT_NAMES[P->spec.init]);
+    if (P->spec.dora && (P->spec.targets & (LORA_T_Q | LORA_T_K | LORA_T_V)))
+        return refuse(P, "'%s': use_dora with a q/k/v split (metadata %s): DoRA's magnitude covers the whole c_attn", P->tpath, PEFT_META_QKV_SPLIT);
+    return 0;
 }
 
 // The trained base slices the config announces (bias, modules_to_save) must all be in the file.
@@ -813,9 +847,9 @@ static int known_tensor(const PeftReader* P, const LoraModel* lm, const char* na
         if (find_extra(&P->f, &lm->extra[e], &tname) && !strcmp(tname, name)) return 1;
     }
     for (int i = 0; i < lm->n; i++)
-        for (int w = 0; w < 2; w++) {
+        for (int w = 0; w < adapter_tensors(lm); w++) {
             char key[KEY_CAP];
-            adapter_key(key, sizeof(key), &lm->ad[i], w ? 'B' : 'A');
+            adapter_key(key, sizeof(key), &lm->ad[i], w);
             if (!strcmp(key, name)) return 1;
         }
     return 0;
@@ -825,8 +859,8 @@ static int check_unknown_tensors(PeftReader* P, const LoraModel* lm) {
     if (P->matched == P->f.n_tensors) return 0;
     for (int i = 0; i < P->f.n_tensors; i++)
         if (!known_tensor(P, lm, P->f.tensors[i].name))
-            return refuse(P, "'%s': unknown tensor '%s' (neither a lora_A / lora_B of a GPT-2 linear layer nor a base tensor trained by the "
-                          "config's bias / modules_to_save)", P->tpath, P->f.tensors[i].name);
+            return refuse(P, "'%s': unknown tensor '%s' (neither a lora_A / lora_B%s of a GPT-2 linear layer nor a base tensor trained by the "
+                          "config's bias / modules_to_save)", P->tpath, P->f.tensors[i].name, lm->spec.dora ? " / lora_magnitude_vector" : "");
     return 0;
 }
 
@@ -840,7 +874,7 @@ static int check_split_zeros(PeftReader* P, const LoraAdapter* a, const float* B
     free(mask);
     if (!bad) return 0;
     char kb[KEY_CAP];
-    adapter_key(kb, sizeof(kb), a, 'B');
+    adapter_key(kb, sizeof(kb), a, 1);
     return refuse(P, "'%s': '%s' has %zu non-zero entries outside the q/k/v blocks its metadata %s \"%s\" names", P->tpath, kb, bad,
                   PEFT_META_QKV_SPLIT, st_meta(&P->f, PEFT_META_QKV_SPLIT));
 }
@@ -851,12 +885,12 @@ static int read_values(PeftReader* P, LoraModel* lm) {
     int rc = 0;
     for (int i = 0; i < lm->n && !rc; i++) {
         const LoraAdapter* a = &lm->ad[i];
-        for (int w = 0; w < 2 && !rc; w++) {
+        for (int w = 0; w < adapter_tensors(lm) && !rc; w++) {
             char key[KEY_CAP];
-            adapter_key(key, sizeof(key), a, w ? 'B' : 'A');
+            adapter_key(key, sizeof(key), a, w);
             const StTensor* t = st_find(&P->f, key);
             rc = check_float(P, key, t);
-            if (!rc) st_read_f32(&P->f, t, host + (w ? a->b_off : a->a_off));
+            if (!rc) st_read_f32(&P->f, t, host + adapter_off(a, w));
         }
         if (!rc && a->blocks) rc = check_split_zeros(P, a, host + a->b_off);
     }

@@ -4,13 +4,14 @@
 //                               alpha_pattern, use_rslora, base_model_name_or_path, ...);
 //   adapter_model.safetensors   "base_model.model.transformer.h.<l>.<module>.lora_A.weight"
 //                               [r, in] and ".lora_B.weight" [out, r] (F32; BF16 / F16 read too),
+//                               with use_dora ".lora_magnitude_vector" [out] (no ".weight"),
 //                               plus the base tensors trained with bias= / modules_to_save.
 // PEFT loads what we write (AutoPeftModelForCausalLM / PeftModel.from_pretrained) and we load what
 // PEFT writes, with a message naming the file and key for anything we cannot apply exactly: which
 // modules are adapted is decided as PEFT decides it (target_modules, exclude_modules,
 // layers_to_transform, rank_pattern / alpha_pattern keys, regular expressions of the plain kind:
 // names, '.', '\.', '^', '$'), and the LoraConfig fields of other LoRA variants (aLoRA's invocation
-// tokens, target_parameters, DoRA, lora_bias, layer replication, base-rewriting initialisations
+// tokens, target_parameters, lora_bias, layer replication, base-rewriting initialisations
 // such as OLoRA, ...) are refused by name rather than applied as a plain LoRA (docs/FORMATS.md).
 // A PiSSA adapter (init_lora_weights "pissa") loads with spec.init LORA_INIT_PISSA: its factors
 // are those of the base rewritten to the PiSSA residual, which model_assemble and

@@ -170,7 +170,7 @@ void memplan_spec_from_run(PlanSpec* s, const RunConfig* rc, const GPT2Config* c
     s->qlora = rc->qlora;
     if (s->lora) {
         LoraSpec* l = &s->lspec;
-        l->rank = f->lora_rank; l->alpha = f->lora_alpha; l->rslora = f->rslora; l->dropout = f->lora_dropout;
+        l->rank = f->lora_rank; l->alpha = f->lora_alpha; l->rslora = f->rslora; l->dora = f->dora; l->dropout = f->lora_dropout;
         l->bias = rc->lora_bias; l->train_ln_f = f->train_ln_f; l->targets = rc->lora_targets;
         char err[512];
         // (with --adapter the flags' targets are not parsed for the run: the plan parses them)
@@ -434,8 +434,9 @@ static void plan_load(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBa
         led_free(l, "transpose buffer");
     }
     if (h->lm && h->lm->n) { // (BitFit: none)
-        led_add(l, PLAN_BACKEND, "adapters", 2 * h->lm->total * b->X, 0, "LoRA A, B and their gradients: 2 x %zu", h->lm->total);
+        led_add(l, PLAN_BACKEND, "adapters", 2 * h->lm->total * b->X, 0, "LoRA A, B%s and their gradients: 2 x %zu", h->lm->spec.dora ? ", DoRA's magnitudes" : "", h->lm->total);
         if (h->lm->masks_n) led_add(l, PLAN_BACKEND, "adapter masks", h->lm->masks_n * b->X, 0, "q/k/v split: B's structural zeros");
+        if (h->lm->norms_n) led_add(l, PLAN_BACKEND, "DoRA norms", h->lm->norms_n * sizeof(float), 0, "fp32, one per output of each adapted layer");
     }
     if (!s->qlora) return;
     led_add(l, PLAN_HOST, "NF4 base", h->nf4_host, 0, "codes, 8-bit scales, nested scales (double quantization)");
@@ -466,7 +467,7 @@ static void plan_acts(Ledger* l, const Shape* h, const PlanSpec* s, const PlanBa
                                  : ops_cpu_attention_scratch_bytes(s->B, s->T, cfg->channels);
     led_add(l, PLAN_BACKEND, "attention scratch", att, 1, b->device ? "the backward's row terms and dS tiles" : "K transposed");
     if (s->qlora) led_add(l, PLAN_BACKEND, "dequant buffer", h->wmax * b->X, 1, "the largest NF4 matrix, decoded");
-    if (h->lm && h->lm->n) led_add(l, PLAN_BACKEND, "adapter scratch", lora_scratch_numel(h->lm, (size_t)BT) * b->X, 1, "h, dh%s", s->lspec.dropout > 0 ? ", dropped input" : "");
+    if (h->lm && h->lm->n) led_add(l, PLAN_BACKEND, "adapter scratch", lora_scratch_numel(h->lm, (size_t)BT) * b->X, 1, "h, dh%s%s", s->lspec.dropout > 0 ? ", dropped input" : "", s->lspec.dora ? ", DoRA's output and its gradient" : "");
 }
 
 // The rest of model_assemble: gpt2_init (parameters, gradients), the NF4 base's backend copy

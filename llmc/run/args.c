@@ -141,7 +141,7 @@ static const struct { const char* other; const char* flag; const char* note; } A
     {"resume-from-checkpoint", "--resume", NULL}, {"y", "--resume", "llm.c's -y"}, {"gradient-checkpointing", "--recompute", NULL},
     {"lora-r", "--lora-rank", NULL}, {"r", "--lora-rank", NULL}, {"rank", "--lora-rank", NULL},
     {"target-modules", "--lora-targets", NULL}, {"lora-target-modules", "--lora-targets", NULL},
-    {"lora-target-linear", "--lora-targets", "--lora-targets all-linear"}, {"use-rslora", "--rslora", NULL},
+    {"lora-target-linear", "--lora-targets", "--lora-targets all-linear"}, {"use-rslora", "--rslora", NULL}, {"use-dora", "--dora", NULL},
     {"modules-to-save", "--train-ln-f", "ln_f is the module that can be saved"}, {"load-in-4bit", "--qlora", NULL},
     {"lora-model-dir", "--adapter", NULL}, {"adapter-path", "--adapter", NULL}, {"peft-model", "--adapter", NULL},
     {"model-name-or-path", "--model", NULL}, {"base-model", "--model", NULL}, {"model-name", "--model", NULL},

@@ -131,6 +131,8 @@ static int runconfig_specs(TrainFlags* f, TrainMode mode, ArgSpec* out) {
         {"--lora-targets", NULL, ARG_STR, &f->lora_targets, "LIST", "layers to adapt, comma list of c_attn, q, k, v (blocks of c_attn), attn.c_proj, mlp.c_fc, mlp.c_proj, c_proj (both projections), all-linear", 1, 0, NULL},
         {"--lora-layers", NULL, ARG_STR, &f->lora_layers, "LIST", "blocks to adapt: all, or indices and ranges like 0-5,8", 1, 0, NULL},
         {"--rslora", NULL, ARG_BOOL, &f->rslora, NULL, "rank-stabilized LoRA: scaling alpha / sqrt(r)", 1, 0, NULL},
+        {"--dora", NULL, ARG_BOOL, &f->dora, NULL, "DoRA (PEFT use_dora): a trained magnitude per output of each adapted layer, which scales "
+         "the adapted weight's rows to it (over fp32, bf16 or NF4 bases: QDoRA with --qlora; whole layers, no q/k/v split)", 1, 0, NULL},
         {"--lora-bias", NULL, ARG_STR, &f->lora_bias, "B", "also train base biases (PEFT bias=): all = every bias incl. layernorm biases, lora_only = the biases of the adapted layers", 1, 0, LORA_BIAS_NAMES},
         {"--train-ln-f", NULL, ARG_BOOL, &f->train_ln_f, NULL, "also train the final layernorm (PEFT modules_to_save=[\"ln_f\"])", 1, 0, NULL},
         {"--adapter", NULL, ARG_STR, &f->adapter, "DIR", "start from this PEFT adapter (adapter_config.json + adapter_model.safetensors); its targets, ranks and alphas replace the --lora-* flags", 1, 0, NULL},
@@ -178,7 +180,7 @@ static void runconfig_own_strings(RunConfig* rc) {
 
 int runconfig_bitfit(const RunConfig* rc) { return rc->mode == TRAIN_LORA && rc->f.lora_rank == 0 && !rc->f.adapter; }
 
-// LoRA+ and BitFit (--lora-rank 0): the settings they cannot take. 0, or -1 with err and *hint.
+// LoRA+ and BitFit (--lora-rank 0): the settings they cannot take (DoRA's: runconfig_check_init). 0, or -1 with err and *hint.
 static int runconfig_check_lora_variant(const RunConfig* rc, char* err, size_t cap, const char** hint) {
     const TrainFlags* f = &rc->f;
     if (!(f->lora_plus_ratio > 0.0f)) {
@@ -188,6 +190,10 @@ static int runconfig_check_lora_variant(const RunConfig* rc, char* err, size_t c
     }
     if (!runconfig_bitfit(rc)) return 0;
     *hint = "BitFit is --lora-rank 0 --lora-bias all; for adapters give --lora-rank 1 or more (docs/TRAINING.md)";
+    if (f->dora) {
+        snprintf(err, cap, "--dora with --lora-rank 0: BitFit has no adapter whose weight DoRA would decompose");
+        return -1;
+    }
     if (strcmp(f->lora_bias, "all") != 0) {
         snprintf(err, cap, "--lora-rank 0 makes no adapter: only --lora-bias all (BitFit) gives it something to train (got --lora-bias %s)", f->lora_bias);
         return -1;
@@ -351,6 +357,21 @@ static int runconfig_check_init(RunConfig* rc, char* err, size_t cap, const char
     if (rc->lora_init != LORA_INIT_DEFAULT && f->lora_rank == 0) {
         snprintf(err, cap, "--init %s initialises adapters; --lora-rank 0 (BitFit) has none", name);
         return -1;
+    }
+    if (f->dora && !f->adapter) {
+        *hint = "see docs/TRAINING.md (DoRA)";
+        if (lora_init_rewrites_base(rc->lora_init)) {
+            snprintf(err, cap, "--dora with --init %s: the adapter PEFT writes for a rewritten base (a plain LoRA of rank 2r) has no DoRA form", name);
+            return -1;
+        }
+        if (rc->lora_targets & (LORA_T_Q | LORA_T_K | LORA_T_V)) {
+            snprintf(err, cap, "--dora decomposes whole layers: use --lora-targets c_attn instead of the q, k or v blocks");
+            return -1;
+        }
+        if (rc->save_gguf && !f->merge) {
+            snprintf(err, cap, "--save-gguf: a GGUF LoRA adapter (llama.cpp's) has no DoRA magnitude; add --merge to write the merged model");
+            return -1;
+        }
     }
     if (!lora_init_rewrites_base(rc->lora_init)) return 0;
     if (rc->qlora) {

@@ -36,7 +36,7 @@ typedef enum { TRAIN_FULL = 0, TRAIN_LORA = 1 } TrainMode;
 // there is none).
 typedef enum { RESUME_NO = 0, RESUME_YES = 1, RESUME_AUTO = 2 } ResumeKind;
 
-#define RUNCFG_MAX_FLAGS 80
+#define RUNCFG_MAX_FLAGS 96
 // Micro-steps of gradient accumulation per optimizer step, and the tokens of one rank's
 // micro-batch (B x T): beyond these the host batch buffers or the int row counts of the ops
 // would not fit.
@@ -99,7 +99,7 @@ typedef struct {
     float lora_alpha, lora_dropout;
     const char* lora_targets;
     const char* lora_layers;
-    int rslora, merge, train_ln_f;
+    int rslora, dora, merge, train_ln_f;
     const char* adapter;
     const char* lora_bias;
     int qlora;

@@ -30,7 +30,7 @@ static const struct { const char* key; ChangeKind kind; } RULES[] = {
     {"batch_size", CHANGE_REFUSED}, {"seq_len", CHANGE_REFUSED}, {"total_batch_tokens", CHANGE_REFUSED},
     {"seed", CHANGE_REFUSED}, {"shuffle", CHANGE_REFUSED},
     {"lora_rank", CHANGE_REFUSED}, {"lora_alpha", CHANGE_REFUSED}, {"lora_targets", CHANGE_REFUSED},
-    {"lora_layers", CHANGE_REFUSED}, {"rslora", CHANGE_REFUSED}, {"lora_bias", CHANGE_REFUSED},
+    {"lora_layers", CHANGE_REFUSED}, {"rslora", CHANGE_REFUSED}, {"dora", CHANGE_REFUSED}, {"lora_bias", CHANGE_REFUSED},
     {"train_ln_f", CHANGE_REFUSED}, {"adapter", CHANGE_REFUSED}, {"qlora", CHANGE_REFUSED},
     {"init", CHANGE_REFUSED},
     {"steps", CHANGE_SCHEDULE}, {"epochs", CHANGE_SCHEDULE}, {"lr", CHANGE_SCHEDULE},
@@ -64,7 +64,7 @@ static const char* refused_why(const char* key) {
     if (!strcmp(key, "val_data")) return WHY_VAL;
     if (!strcmp(key, "seed") || !strcmp(key, "shuffle")) return WHY_ORDER;
     if (!strcmp(key, "objective") || !strcmp(key, "ref_model")) return WHY_PREF;
-    if (!strncmp(key, "lora_", 5) || !strcmp(key, "rslora") || !strcmp(key, "train_ln_f") || !strcmp(key, "adapter") ||
+    if (!strncmp(key, "lora_", 5) || !strcmp(key, "rslora") || !strcmp(key, "dora") || !strcmp(key, "train_ln_f") || !strcmp(key, "adapter") ||
         !strcmp(key, "qlora") || !strcmp(key, "init")) return WHY_LORA;
     return WHY_BATCH;
 }
