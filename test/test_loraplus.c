@@ -4,7 +4,8 @@
 //     10 AdamW steps with plus_ratio 16 give the losses, gradient norms and every trained tensor
 //     (lora_A, lora_B, the biases, ln_f) of torch's AdamW over PEFT's create_loraplus_optimizer
 //     groups, each element within 1e-5; the same with the optimizer offload (the update on the
-//     host, in pieces).
+//     host, in pieces). The same with DoRA (dev/gen_dora_ref.py: attn.c_proj + mlp.c_fc, r=4):
+//     the magnitudes learn in B's group, decayed.
 //   bitfit: rank 0 with bias all (no adapter at all), 10 AdamW steps give the losses, norms and
 //     every bias of transformers with only the biases trainable, within 1e-5 (c_attn's key third,
 //     whose gradient is zero but for rounding: check_final), and no frozen weight moves.
@@ -15,11 +16,11 @@
 
 static TestBase g_tb;
 
-static LoraModel* make_spec_lora(int rank, float alpha, const char* targets, int bias, int ln_f) {
+static LoraModel* make_spec_lora(int rank, float alpha, const char* targets, int bias, int ln_f, int dora) {
     LoraSpec spec;
     memset(&spec, 0, sizeof(spec));
     char err[512];
-    spec.rank = rank; spec.alpha = alpha; spec.bias = bias; spec.train_ln_f = ln_f;
+    spec.rank = rank; spec.alpha = alpha; spec.bias = bias; spec.train_ln_f = ln_f; spec.dora = dora;
     if (lora_parse_targets(targets, &spec.targets, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
     if (lora_parse_layers("all", g_tb.cfg.num_layers, &spec, err, sizeof(err))) { fprintf(stderr, "%s\n", err); exit(1); }
     return lora_create(&g_tb.cfg, &spec);
@@ -94,11 +95,16 @@ static void train_offloaded(Model* m, const RefAdamW* h, size_t chunk) {
     opt_free(&opt);
 }
 
-static void test_loraplus(int offload) {
-    printf("---- loraplus%s\n", offload ? " with the optimizer offload" : "");
+static void test_loraplus(int offload, int dora) {
+    const char* dir = dora ? "test/ref/dora_tiny/loraplus" : "test/ref/lora_tiny/loraplus";
+    const char* set = dora ? "loraplus (DoRA)" : "loraplus";
+    char path[256];
+    printf("---- %s%s\n", set, offload ? " with the optimizer offload" : "");
     StFile ref;
-    st_open(&ref, "test/ref/lora_tiny/loraplus/ref.safetensors");
-    LoraModel* lm = make_spec_lora(4, 8.0f, "attn.c_proj,mlp.c_fc", LORA_BIAS_LORA_ONLY, 1);
+    snprintf(path, sizeof(path), "%s/ref.safetensors", dir);
+    st_open(&ref, path);
+    LoraModel* lm = dora ? make_spec_lora(4, 8.0f, "attn.c_proj,mlp.c_fc", LORA_BIAS_NONE, 0, 1)
+                         : make_spec_lora(4, 8.0f, "attn.c_proj,mlp.c_fc", LORA_BIAS_LORA_ONLY, 1, 0);
     lm->plus_ratio = (float)atof(st_meta(&ref, "lora_plus_ratio"));
     TEST_CHECK(lm->plus_ratio > 1.0f, "the reference's ratio %g is not 1 (the test would not see it)", lm->plus_ratio);
     Model m;
@@ -108,14 +114,15 @@ static void test_loraplus(int offload) {
     const int nseg = lora_segments(lm, segs);
     TEST_CHECK(nseg == 2 * lm->n + lm->n_extra && segs[1].lr_scale == lm->plus_ratio && segs[0].lr_scale == 1.0f,
                "LoRA+: one segment per A and per B, %d for %d adapters and %d base slices", nseg, lm->n, lm->n_extra);
-    peft_load_tensors(lm, "test/ref/lora_tiny/loraplus/adapter_model.safetensors");
+    snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
+    peft_load_tensors(lm, path);
     RefAdamW h = ref_adamw(&ref);
     float losses[64], norms[64];
     TEST_CHECK(h.steps <= 64, "steps");
     if (offload) train_offloaded(&m, &h, 700); // (pieces smaller than a B: every segment in several)
     else {
         ref_train(&m, &g_tb.batch, &h, losses, norms);
-        ref_check_train("loraplus", &ref, losses, norms, h.steps, ATOL, 1e-4);
+        ref_check_train(set, &ref, losses, norms, h.steps, ATOL, 1e-4);
     }
     float* host = (float*)mallocCheck(lm->total * sizeof(float));
     lora_get_params(lm, host);
@@ -123,11 +130,15 @@ static void test_loraplus(int offload) {
         const LoraAdapter* a = &lm->ad[i];
         char key[256];
         snprintf(key, sizeof(key), LORA_KEY_PREFIX "%d.%s.lora_A.weight", a->layer, lora_module_name(a->lin));
-        check_final("loraplus", &ref, key, host + a->a_off, (size_t)a->rank * a->in);
+        check_final(set, &ref, key, host + a->a_off, (size_t)a->rank * a->in);
         snprintf(key, sizeof(key), LORA_KEY_PREFIX "%d.%s.lora_B.weight", a->layer, lora_module_name(a->lin));
-        check_final("loraplus", &ref, key, host + a->b_off, (size_t)a->out * a->rank);
+        check_final(set, &ref, key, host + a->b_off, (size_t)a->out * a->rank);
+        if (!dora) continue;
+        // (the magnitude is in B's group, at the ratio, and decayed: PEFT's 1-D parameters, HF Trainer's decay)
+        snprintf(key, sizeof(key), LORA_KEY_PREFIX "%d.%s.lora_magnitude_vector", a->layer, lora_module_name(a->lin));
+        check_final(set, &ref, key, host + a->m_off, (size_t)a->out);
     }
-    check_final_extras("loraplus", &ref, lm, peft_name);
+    check_final_extras(set, &ref, lm, peft_name);
     free(host);
     model_free(&m);
     lora_free(lm);
@@ -147,7 +158,7 @@ static void test_bitfit(void) {
     printf("---- bitfit\n");
     StFile ref;
     st_open(&ref, "test/ref/lora_tiny/bitfit/ref.safetensors");
-    LoraModel* lm = make_spec_lora(0, 0.0f, "c_attn", LORA_BIAS_ALL, 0);
+    LoraModel* lm = make_spec_lora(0, 0.0f, "c_attn", LORA_BIAS_ALL, 0, 0);
     TEST_CHECK(lm->n == 0 && lm->total == 0 && lora_is_bitfit(lm), "rank 0: no adapter (%d adapters, %zu parameters)", lm->n, lm->total);
     TEST_CHECK(lm->n_extra == atoi(st_meta(&ref, "tensors")), "rank 0: %d bias tensors, transformers %s", lm->n_extra, st_meta(&ref, "tensors"));
     TEST_CHECK(lora_trainable_numel(lm) == (size_t)atol(st_meta(&ref, "n_trained")), "rank 0: %zu trained, transformers %s",
@@ -181,8 +192,9 @@ static void test_bitfit(void) {
 int main(void) {
     ops_init(0);
     test_base_load(&g_tb, BASE_DIR);
-    test_loraplus(0);
-    test_loraplus(1);
+    test_loraplus(0, 0);
+    test_loraplus(1, 0);
+    test_loraplus(0, 1);
     test_bitfit();
     test_base_free(&g_tb);
     return test_finish("test_loraplus");
