@@ -165,7 +165,7 @@ static inline void ref_check_lora_grads(const char* set, LoraModel* lm, int with
     for (int i = 0; i < lm->n; i++) {
         const LoraAdapter* a = &lm->ad[i];
         for (int w = 0; w < (lm->spec.dora ? 3 : 2); w++) { // lora_A, lora_B, DoRA's magnitude
-            char key[256], what[300];
+            char key[256], what[384];
             if (w == 2) snprintf(key, sizeof(key), "%s" LORA_KEY_PREFIX "%d.%s.lora_magnitude_vector", prefix, a->layer, lora_module_name(a->lin));
             else snprintf(key, sizeof(key), "%s" LORA_KEY_PREFIX "%d.%s.lora_%c.weight", prefix, a->layer, lora_module_name(a->lin), w ? 'B' : 'A');
             size_t n;

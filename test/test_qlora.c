@@ -8,7 +8,8 @@
 //     backend op nf4_dequantize_op gives nf4_dequantize_rows' values for any row range;
 //   - per target set: logits, loss, every lora_A / lora_B gradient and 10 AdamW steps match PEFT
 //     on the Linear4bit base, and merging into dequant(quant(W)) matches the fp32 model built from
-//     bitsandbytes' dequantized weights.
+//     bitsandbytes' dequantized weights; the same for QDoRA (test/ref/qdora_tiny: DoRA adapters on
+//     that base, whose norms are those of dequant(quant(W)) + scaling B A, the magnitudes' gradients too).
 // Tolerances: logits 1e-5 relative (+ 1e-5 of the largest), loss 2e-6, gradients rtol 1e-3 +
 // 1e-4 of the largest, losses of the 10 steps 1e-5 absolute. Both sides compute in fp32 on
 // bit-identical dequantized weights (the reference keeps bitsandbytes off its bf16 CPU shortcut,
@@ -29,6 +30,7 @@
 
 #define BASE_DIR "test/ref/gpt2_tiny"
 #define QREF "test/ref/qlora_tiny"
+#define QDREF "test/ref/qdora_tiny" // QDoRA: DoRA adapters over the same NF4 base (dev/gen_dora_ref.py)
 
 // tolerances by the backend's element type (ops_caps()): bf16 storage (CUDA) or fp32 (CPU)
 typedef struct { double logits, logits_rel, loss, grad, grad_rel, step_loss, norm; } Tols;
@@ -126,13 +128,15 @@ static void test_quantization(void) {
 
 static float* test_logits(Model* m) { return ref_logits_unpadded(&m->gpt, g_tb.batch.B * g_tb.batch.T); }
 
-static void test_set(const char* name) {
-    char path[512];
+// The set of dir (QREF, or QDREF: QDoRA) named set; name: what the checks say.
+static void test_set(const char* dir, const char* set) {
+    char path[512], name[64];
+    snprintf(name, sizeof(name), "%s%s", strcmp(dir, QDREF) ? "" : "QDoRA ", set);
     printf("---- %s\n", name);
-    snprintf(path, sizeof(path), QREF "/%s/ref.safetensors", name);
+    snprintf(path, sizeof(path), "%s/%s/ref.safetensors", dir, set);
     StFile ref;
     st_open(&ref, path);
-    snprintf(path, sizeof(path), QREF "/%s", name);
+    snprintf(path, sizeof(path), "%s/%s", dir, set);
     LoraModel* lm = peft_load_adapter(path, &g_tb.cfg);
     TEST_CHECK(lm->total == (size_t)atol(st_meta(&ref, "n_trainable")), "%s: %zu adapter parameters vs PEFT %s",
                name, lm->total, st_meta(&ref, "n_trainable"));
@@ -194,8 +198,12 @@ int main(int argc, char** argv) {
     test_base_load(&g_tb, BASE_DIR);
 
     test_quantization();
-    test_set("c_attn");
-    if (!test_quick()) test_set("all_linear"); // (TEST_QUICK: one set)
+    test_set(QREF, "c_attn");
+    if (!test_quick()) { // (TEST_QUICK: one set)
+        test_set(QREF, "all_linear");
+        test_set(QDREF, "c_attn");
+        test_set(QDREF, "all_linear");
+    }
 
     test_base_free(&g_tb);
     return test_finish("test_qlora");
