@@ -42,17 +42,20 @@ typedef struct {
     float dropout;
     const char *targets, *layers;
     int B, T, recompute, keep, offload, bf16;
+    int dora;                      // the adapters are DoRA
 } Case;
 
 static const Case CASES[] = {
-    {"full fp32", 3, 64, 4, 1000, 64, 0, 0, 0, 0, 0.0f, NULL, NULL, 2, 32, 0, 0, 0, 0},
-    {"full bf16 GEMMs, recompute 2, keep", 3, 64, 4, 1000, 64, 0, 0, 0, 0, 0.0f, NULL, NULL, 3, 16, 2, 1, 0, 1},
-    {"full offload, recompute 1", 2, 128, 2, 3000, 32, 0, 0, 0, 0, 0.0f, NULL, NULL, 1, 32, 1, 0, 1, 0},
-    {"LoRA all-linear, dropout, biases, ln_f, bf16 base", 3, 64, 4, 1000, 64, 1, 0, 1, 1, 0.1f, "all-linear", NULL, 2, 32, 0, 0, 0, 1},
-    {"LoRA c_attn on layers 0,2 fp32", 3, 64, 4, 1000, 64, 1, 0, 0, 0, 0.0f, "c_attn", "0,2", 2, 32, 1, 0, 0, 0},
-    {"QLoRA q,v + mlp.c_fc, recompute 1", 3, 128, 4, 700, 64, 1, 1, 0, 0, 0.0f, "q,v,mlp.c_fc", NULL, 2, 32, 1, 0, 0, 0},
-    {"QLoRA all-linear bf16 GEMMs, lora_only biases, keep", 2, 128, 2, 700, 64, 1, 1, 2, 0, 0.0f, "all-linear", NULL, 1, 64, 0, 1, 0, 1},
-    {"BitFit (rank 0, every bias), ln_f, bf16 base", 3, 64, 4, 1000, 64, 2, 0, 1, 1, 0.0f, "c_attn", NULL, 2, 32, 0, 0, 0, 1},
+    {"full fp32", 3, 64, 4, 1000, 64, 0, 0, 0, 0, 0.0f, NULL, NULL, 2, 32, 0, 0, 0, 0, 0},
+    {"full bf16 GEMMs, recompute 2, keep", 3, 64, 4, 1000, 64, 0, 0, 0, 0, 0.0f, NULL, NULL, 3, 16, 2, 1, 0, 1, 0},
+    {"full offload, recompute 1", 2, 128, 2, 3000, 32, 0, 0, 0, 0, 0.0f, NULL, NULL, 1, 32, 1, 0, 1, 0, 0},
+    {"LoRA all-linear, dropout, biases, ln_f, bf16 base", 3, 64, 4, 1000, 64, 1, 0, 1, 1, 0.1f, "all-linear", NULL, 2, 32, 0, 0, 0, 1, 0},
+    {"LoRA c_attn on layers 0,2 fp32", 3, 64, 4, 1000, 64, 1, 0, 0, 0, 0.0f, "c_attn", "0,2", 2, 32, 1, 0, 0, 0, 0},
+    {"QLoRA q,v + mlp.c_fc, recompute 1", 3, 128, 4, 700, 64, 1, 1, 0, 0, 0.0f, "q,v,mlp.c_fc", NULL, 2, 32, 1, 0, 0, 0, 0},
+    {"QLoRA all-linear bf16 GEMMs, lora_only biases, keep", 2, 128, 2, 700, 64, 1, 1, 2, 0, 0.0f, "all-linear", NULL, 1, 64, 0, 1, 0, 1, 0},
+    {"BitFit (rank 0, every bias), ln_f, bf16 base", 3, 64, 4, 1000, 64, 2, 0, 1, 1, 0.0f, "c_attn", NULL, 2, 32, 0, 0, 0, 1, 0},
+    {"DoRA all-linear, dropout, fp32", 3, 64, 4, 1000, 64, 1, 0, 0, 0, 0.1f, "all-linear", NULL, 2, 32, 0, 0, 0, 0, 1},
+    {"QDoRA c_attn + mlp.c_fc, bf16 GEMMs, recompute 1", 3, 128, 4, 700, 64, 1, 1, 0, 0, 0.0f, "c_attn,mlp.c_fc", NULL, 2, 32, 1, 0, 0, 1, 1},
 };
 #define NCASES ((int)(sizeof(CASES) / sizeof(CASES[0])))
 
@@ -66,7 +69,7 @@ static GPT2Config case_config(const Case* k) {
 static void case_lora(const Case* k, const GPT2Config* cfg, LoraSpec* spec) {
     char err[256];
     memset(spec, 0, sizeof(*spec));
-    spec->rank = k->lora == 2 ? 0 : 4; spec->alpha = 8.0f; spec->dropout = k->dropout; spec->bias = k->bias; spec->train_ln_f = k->ln_f;
+    spec->rank = k->lora == 2 ? 0 : 4; spec->alpha = 8.0f; spec->dropout = k->dropout; spec->bias = k->bias; spec->train_ln_f = k->ln_f; spec->dora = k->dora;
     if (lora_parse_targets(k->targets, &spec->targets, err, sizeof(err)) || lora_parse_layers(k->layers ? k->layers : "all", cfg->num_layers, spec, err, sizeof(err)))
         fatal("test case", "%s", err);
 }
@@ -187,6 +190,7 @@ static void check_components(const char* tag, const Plan* p, const Built* b, con
     EQ("dequant buffer", item(p, "dequant buffer"), g->lin->shared.wbuf_n * X);
     EQ("adapters", item(p, "adapters"), b->m.lora ? 2 * b->m.lora->total * X : 0);
     EQ("adapter masks", item(p, "adapter masks"), b->m.lora ? b->m.lora->masks_n * X : 0);
+    EQ("DoRA norms", item(p, "DoRA norms"), b->m.lora ? b->m.lora->norms_n * sizeof(float) : 0);
     EQ("bf16 base", item(p, "bf16 base"), b->m.base16 ? qlora_replaced_numel(&g->pt) * 2 : 0);
     EQ("bf16 lm_head", item(p, "bf16 lm_head"), b->m.wte16 ? params_layer_numel(&g->pt, PT_WTE) * 2 : 0);
     EQ(k->offload ? "optimizer state (host)" : "optimizer state", item(p, k->offload ? "optimizer state (host)" : "optimizer state"), opt_state_bytes(&b->opt));
