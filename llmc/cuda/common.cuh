@@ -206,7 +206,7 @@ __host__ __device__ inline float ops_gelu_grad(float x) {
 // (the model allocates everything up front; these are the few op-internal temporaries).
 enum {
     OPS_SCRATCH_REDUCE = 0,   // per-block partial sums (sum_squares, sum_f32)
-    OPS_SCRATCH_COLSUM,       // per-chunk column partials (layernorm dweight/dbias, matmul dbias)
+    OPS_SCRATCH_COLSUM,       // per-chunk column partials (layernorm dweight/dbias, matmul dbias, DoRA dm)
     OPS_SCRATCH_ENCODER,      // encoder backward buckets
     OPS_SCRATCH_ATTN,         // attention backward row terms
     OPS_SCRATCH_CAST,         // fp32 staging of ops_upload_f32 / ops_download_f32

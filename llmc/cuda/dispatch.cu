@@ -136,6 +136,22 @@ void rows_scatter(void* dst, const void* src, const int* idx, int K, size_t row_
     cuda_rows_copy(dst, src, idx, K, row_bytes, 1);
 }
 
+// ---- DoRA
+void dora_norm(float* norm, const floatX* W, const floatX* A, const floatX* B, float scaling, int OC, int C, int R) {
+    cuda_dora_norm(norm, W, A, B, scaling, OC, C, R);
+}
+// A bf16 weight is a floatX weight on this backend: the same kernel.
+void dora_norm_w16(float* norm, const uint16_t* W, const floatX* A, const floatX* B, float scaling, int OC, int C, int R) {
+    cuda_dora_norm(norm, (const floatX*)W, A, B, scaling, OC, C, R);
+}
+void dora_scale(floatX* out, const floatX* in, const floatX* m, const float* norm, float shift,
+                const floatX* bias, int N, int OC, int accumulate) {
+    cuda_dora_scale(out, in, m, norm, shift, bias, N, OC, accumulate);
+}
+void dora_magnitude_backward(floatX* dm, const floatX* dout, const floatX* z, const float* norm, int N, int OC) {
+    cuda_dora_magnitude_backward(dm, dout, z, norm, N, OC);
+}
+
 // ---- attention
 void attention_forward(floatX* out, float* lse, const floatX* qkv, const int* doc_start, int B, int T,
                        int C, int NH) {

@@ -90,6 +90,14 @@ void cuda_dropout_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, size_t n
 void cuda_mul_inplace(__nv_bfloat16* dst, const __nv_bfloat16* mask, size_t n);
 void cuda_rows_copy(void* dst, const void* src, const int* idx, int K, size_t row_bytes, int scatter);
 
+// ---- DoRA (dora.cu)
+void cuda_dora_norm(float* norm, const __nv_bfloat16* W, const __nv_bfloat16* A, const __nv_bfloat16* B,
+                    float scaling, int OC, int C, int R);
+void cuda_dora_scale(__nv_bfloat16* out, const __nv_bfloat16* in, const __nv_bfloat16* m, const float* norm,
+                     float shift, const __nv_bfloat16* bias, int N, int OC, int accumulate);
+void cuda_dora_magnitude_backward(__nv_bfloat16* dm, const __nv_bfloat16* dout, const __nv_bfloat16* z,
+                                  const float* norm, int N, int OC);
+
 // ---- attention (attention.cu, attention_simple.cu)
 // doc_start: NULL (plain causal attention, ops.h's contract), or packed sequences: device (B, T)
 // int32, for each position the first position of its record (non-decreasing along a row, and
