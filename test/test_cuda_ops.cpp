@@ -860,6 +860,119 @@ static void test_rows_copy(int N, int K, int W, int off) {
     if (dd2.get() == want && cpu == want) printf("ok   %s and vs cpu\n", name);
 }
 
+// DoRA (llmc/ops/ops.h): the row norms of W + scaling B A, the magnitude's scale and its
+// gradient, against double references from the definitions and against the CPU backend's. off:
+// the buffers start an element past 16-byte alignment (scalar paths).
+
+// norm[o] of W + scaling B A, in double
+static vecf dora_norm_ref(const vecf& W, const vecf& A, const vecf& B, float scaling, int OC, int C, int R) {
+    vecf norm(OC);
+    for (int o = 0; o < OC; o++) {
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) {
+            double v = W[(size_t)o * C + c];
+            for (int j = 0; j < R; j++) v += (double)scaling * B[(size_t)o * R + j] * A[(size_t)j * C + c];
+            ss += v * v;
+        }
+        norm[o] = (float)sqrt(ss);
+    }
+    return norm;
+}
+
+// Positive norms near the magnitudes (m / norm near 1, as after DoRA's initialisation).
+static vecf dora_rnd_norm(const vecf& m) {
+    vecf norm(m.size());
+    for (size_t i = 0; i < m.size(); i++) norm[i] = fabsf(m[i]) * (1.0f + 0.25f * rnd_uniform()) + 0.05f;
+    return norm;
+}
+
+// dora_norm, and dora_norm_w16 (the same kernel on W's bf16 bits; the neutral name, from the CUDA
+// dispatch); R > 256 takes B into shared memory in chunks.
+static void test_dora_norm(int OC, int C, int R, int off) {
+    char name[160];
+    const float scaling = 2.0f;   // alpha 16 / rank 8
+    vecf W = rnd_vec((size_t)OC * C, 1.0f), A = rnd_vec((size_t)R * C, 0.5f), B = rnd_vec((size_t)OC * R, 0.5f);
+    Dev dW(W, off), dA(A, off), dB(B, off);
+    DevF dn(OC), dn16(OC);
+    const vecf want = dora_norm_ref(W, A, B, scaling, OC, C, R);
+    cuda_dora_norm(dn.p, dW.p, dA.p, dB.p, scaling, OC, C, R);
+    dora_norm_w16(dn16.p, (const uint16_t*)dW.p, dA.p, dB.p, scaling, OC, C, R);
+    snprintf(name, sizeof(name), "dora_norm (OC=%d C=%d R=%d, offset %d)", OC, C, R, off);
+    check(name, dn.get(), want, 1e-5, 1e-6);
+    vecf got = dn.get(), got16 = dn16.get();
+    TEST_CHECK(got == got16, "%s: dora_norm_w16 differs from dora_norm on the same bf16 weight", name);
+    std::vector<uint16_t> W16(W.size());
+    for (size_t i = 0; i < W.size(); i++) { uint32_t u; memcpy(&u, &W[i], 4); W16[i] = (uint16_t)(u >> 16); }   // W is bf16-exact
+    vecf c(OC), c16(OC);
+    cpu_dora_norm(c.data(), W.data(), NULL, A.data(), B.data(), scaling, OC, C, R);
+    cpu_dora_norm(c16.data(), NULL, W16.data(), A.data(), B.data(), scaling, OC, C, R);
+    snprintf(name, sizeof(name), "vs cpu: dora_norm, dora_norm_w16 (OC=%d C=%d R=%d)", OC, C, R);
+    check(name, got, c, 1e-5, 1e-6);
+    check(name, got16, c16, 1e-5, 1e-6);
+}
+
+// dora_scale with shift 0 and -1, bias and none, accumulate 0 and 1, and in place (out = in).
+static void test_dora_scale(int N, int OC, int off) {
+    char name[160];
+    const size_t n = (size_t)N * OC;
+    vecf x = rnd_vec(n, 2.0f), y0 = rnd_vec(n, 1.0f), m = rnd_vec(OC, 1.0f), bias = rnd_vec(OC, 0.5f);
+    const vecf norm = dora_rnd_norm(m);
+    Dev dx(x, off), dm(m, off), db(bias, off);
+    DevF dnorm(norm);
+    for (int form = 0; form < 8; form++) {
+        const float shift = form & 1 ? -1.0f : 0.0f;
+        const int with_bias = (form >> 1) & 1, acc = (form >> 2) & 1;
+        const float* b = with_bias ? bias.data() : NULL;
+        Dev dy(y0, off);
+        cuda_dora_scale(dy.p, dx.p, dm.p, dnorm.p, shift, with_bias ? db.p : NULL, N, OC, acc);
+        vecf want(n), cpu = y0;
+        for (size_t i = 0; i < n; i++) {
+            const int o = (int)(i % OC);
+            const double v = ((double)m[o] / norm[o] + shift) * x[i] + (b ? b[o] : 0.0);
+            want[i] = (float)(acc ? y0[i] + v : v);
+        }
+        cpu_dora_scale(cpu.data(), x.data(), m.data(), norm.data(), shift, b, N, OC, acc);
+        snprintf(name, sizeof(name), "dora_scale (N=%d OC=%d shift %g, %s, accumulate %d, offset %d)", N, OC, shift,
+                 with_bias ? "bias" : "no bias", acc, off);
+        check(name, dy.get(), want, RT, 1e-3);
+        snprintf(name, sizeof(name), "vs cpu: dora_scale (N=%d OC=%d shift %g, %s, accumulate %d)", N, OC, shift,
+                 with_bias ? "bias" : "no bias", acc);
+        check(name, dy.get(), cpu, RT, 1e-3);
+        if (acc) continue;
+        Dev dio(x, off);   // in place
+        cuda_dora_scale(dio.p, dio.p, dm.p, dnorm.p, shift, with_bias ? db.p : NULL, N, OC, 0);
+        snprintf(name, sizeof(name), "dora_scale in place (N=%d OC=%d shift %g, %s, offset %d)", N, OC, shift,
+                 with_bias ? "bias" : "no bias", off);
+        check(name, dio.get(), want, RT, 1e-3);
+    }
+}
+
+// dora_magnitude_backward: dm += sum_n dout z / norm, accumulated onto dm's values, and the same
+// bits when run again (a fixed order of the sums).
+static void test_dora_magnitude_backward(int N, int OC, int off) {
+    char name[160];
+    const size_t n = (size_t)N * OC;
+    vecf g = rnd_vec(n, 1.0f), z = rnd_vec(n, 2.0f), dm0 = rnd_vec(OC, 0.5f), m = rnd_vec(OC, 1.0f);
+    const vecf norm = dora_rnd_norm(m);
+    Dev dg(g, off), dz(z, off), ddm(dm0, off), ddm2(dm0, off);
+    DevF dnorm(norm);
+    cuda_dora_magnitude_backward(ddm.p, dg.p, dz.p, dnorm.p, N, OC);
+    cuda_dora_magnitude_backward(ddm2.p, dg.p, dz.p, dnorm.p, N, OC);
+    vecf want(OC), cpu = dm0;
+    for (int o = 0; o < OC; o++) {
+        double s = 0.0;
+        for (int r = 0; r < N; r++) s += (double)g[(size_t)r * OC + o] * z[(size_t)r * OC + o];
+        want[o] = (float)(dm0[o] + s / norm[o]);
+    }
+    cpu_dora_magnitude_backward(cpu.data(), g.data(), z.data(), norm.data(), N, OC);
+    snprintf(name, sizeof(name), "dora_magnitude_backward += (N=%d OC=%d, offset %d)", N, OC, off);
+    const vecf got = ddm.get();
+    check(name, got, want, RT, 2e-2);
+    TEST_CHECK(got == ddm2.get(), "%s: a second run gives other bits", name);
+    snprintf(name, sizeof(name), "vs cpu: dora_magnitude_backward (N=%d OC=%d)", N, OC);
+    check(name, got, cpu, RT, 2e-2);
+}
+
 // ---------------------------------------------------------------------------- the cases
 
 // One table, in the order the full run goes through them (the inputs come from one random stream,
@@ -914,6 +1027,15 @@ static const TestCase CASES[] = {
     OP_CASE("rows_copy", 0, test_rows_copy(300, 299, 1, 0)),   // a float a row (the losses)
     OP_CASE("rows_copy", 0, test_rows_copy(9, 0, 3, 0)),       // no rows
     OP_CASE("reductions", 0, test_reductions(300000)),         // more than the fixed grid: grid-stride loop
+    OP_CASE("dora", 1, test_dora_norm(37, 53, 3, 1)),               // ragged, misaligned; a block's rows past OC
+    OP_CASE("dora", 0, test_dora_norm(64, 128, 8, 0)),
+    OP_CASE("dora", 0, test_dora_norm(6, 300, 300, 0)),             // R > 256: B in shared memory in chunks
+    OP_CASE("dora", 0, test_dora_scale(5, 37, 0)),                  // ragged: rows wrap within a thread's 8
+    OP_CASE("dora", 1, test_dora_scale(9, 64, 0)),                  // 128-bit path
+    OP_CASE("dora", 0, test_dora_scale(9, 64, 1)),                  // misaligned: scalar path
+    OP_CASE("dora", 1, test_dora_magnitude_backward(300, 37, 1)),   // 5 row slices, a partial column block
+    OP_CASE("dora", 0, test_dora_magnitude_backward(300, 128, 0)),
+    OP_CASE("dora", 0, test_dora_magnitude_backward(4500, 70, 0)),  // the most slices (64) of 71 rows
 };
 #define N_CASES ((int)(sizeof(CASES) / sizeof(CASES[0])))
 
