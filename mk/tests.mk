@@ -73,7 +73,7 @@ TEST_REGISTRY += \
     cpu:test/test_data_open.sh cpu:test/test_run_end.sh cpu:test/test_fp16_train.sh cpu:test/test_out_dir.sh cpu:test/test_save_gguf.sh \
     cpu:test/test_bad_input.sh cpu:test/test_checkpoint_integrity.sh cpu:test/test_train_mpi.sh \
     cpu:test/test_comm.sh cpu:test/test_watchdog.sh cpu:test/test_multihost.sh \
-    cpu:test/test_lora_cli.sh cpu:test/test_lora_init.sh cpu:test/test_loraplus_cli.sh cpu:test/test_loraplus_mpi.sh cpu:test/test_pref_train.sh \
+    cpu:test/test_lora_cli.sh cpu:test/test_lora_init.sh cpu:test/test_loraplus_cli.sh cpu:test/test_dora_cli.sh cpu:test/test_loraplus_mpi.sh cpu:test/test_pref_train.sh \
     cpu:test/test_qlora_cli.sh cpu:test/test_generate.sh cpu:test/test_score.sh cpu:test/test_generate_batch.sh \
     cpu:test/test_prepare.sh cpu:test/test_recompute.sh cpu:test/test_plot.sh cpu:test/test_tensorboard.sh
 # the flash attention kernels' SASS and cycle model; the lints of the code, and of the documents
