@@ -228,7 +228,7 @@ void dora_norm_w16(float* norm, const uint16_t* W, const floatX* A, const floatX
 void dora_scale(floatX* out, const floatX* in, const floatX* m, const float* norm, float shift,
                 const floatX* bias, int N, int OC, int accumulate);
 // dm[o] += sum_n dout[n, o] * z[n, o] / norm[o]: the magnitude's gradient, z the layer's output
-// before the scale (W x + scaling B A x). Deterministic: each o sums its rows in order.
+// before the scale (W x + scaling B A x). Deterministic: each o sums its rows in a fixed order.
 void dora_magnitude_backward(floatX* dm, const floatX* dout, const floatX* z, const float* norm, int N, int OC);
 
 // ----------------------------------------------------------------------------
