@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LoRA+ and BitFit on the CUDA backend: the harness builds of train_lora (mk/gpucheck.mk: the real
+# LoRA+, BitFit and DoRA (with dropout) on the CUDA backend: the harness builds of train_lora (mk/gpucheck.mk: the real
 # trainer on the CUDA kernels, bf16 storage with fp32 master weights) train the tiny GPT-2 as the
 # CPU backend does in fp32, step losses within 2e-3 (bf16; measured 4e-4), and the LoRA+ ratio
 # reaches the CUDA optimizer (its losses leave plain LoRA's). test/test_loraplus.c holds the CPU
@@ -29,8 +29,10 @@ run() { # NAME ARGS...: the CPU run (fp32) and the CUDA one
 run lp --lora-bias lora_only --lora-plus-ratio 16
 run plain --lora-bias lora_only
 run bitfit --lora-rank 0 --lora-bias all
+run dora --lora-targets c_attn,mlp.c_fc --dora --lora-dropout 0.1
 close "LoRA+ (ratio 16, biases at 16 x lr) on CUDA = the CPU's" "$D/cpu_lp" "$D/cuda_lp" 2e-3
 close "BitFit on CUDA = the CPU's" "$D/cpu_bitfit" "$D/cuda_bitfit" 2e-3
+close "DoRA with dropout (the trainer's CUDA path, PEFT's dropout form) on CUDA = the CPU's" "$D/cpu_dora" "$D/cuda_dora" 2e-3
 paste <(losses "$D/cuda_lp") <(losses "$D/cuda_plain") | awk '{d=$1-$2; if (d<0) d=-d; if (d>m) m=d} END {exit !(m > 1e-2)}' \
   && ok "LoRA+ on CUDA leaves plain LoRA's losses" || bad "LoRA+ on CUDA trains as plain LoRA: $(losses "$D/cuda_lp" | tr '\n' ' ')"
 finish
