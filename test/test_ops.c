@@ -1165,6 +1165,78 @@ static void case_matmul_16(void) {
 
 static void case_adamw(void) { test_adamw(0); test_adamw(1); }
 
+// DoRA's ops against their definitions in double: the row norms of W + scaling B A (fp32 and bf16
+// weights; C past one 256-column chunk), every form of dora_scale (in place too), and the
+// magnitude's gradient (more rows than a thread's column block walks at once, the same sums twice).
+static void test_dora(int OC, int C, int R, int N) {
+    float *W = fbuf((size_t)OC * C), *A = fbuf((size_t)R * C), *B = fbuf((size_t)OC * R), *m = fbuf(OC), *bias = fbuf(OC);
+    float *nrm = fbuf(OC), *nrm16 = fbuf(OC), *x = fbuf((size_t)N * OC), *y = fbuf((size_t)N * OC), *dm = fbuf(OC), *dm2 = fbuf(OC);
+    uint16_t* W16 = (uint16_t*)ops_alloc((size_t)OC * C * sizeof(uint16_t));
+    double* want = (double*)malloc((size_t)N * OC * sizeof(double));
+    for (size_t i = 0; i < (size_t)OC * C; i++) { W[i] = (float)(urand() - 0.5); W16[i] = bf16_from_f32(W[i]); }
+    for (size_t i = 0; i < (size_t)R * C; i++) A[i] = (float)(urand() - 0.5);
+    for (size_t i = 0; i < (size_t)OC * R; i++) B[i] = (float)(urand() - 0.5);
+    for (int o = 0; o < OC; o++) { m[o] = (float)(0.5 + urand()); bias[o] = (float)(urand() - 0.5); dm[o] = dm2[o] = 0.25f; }
+    for (size_t i = 0; i < (size_t)N * OC; i++) { x[i] = (float)(urand() - 0.5); y[i] = (float)(urand() - 0.5); }
+    const float s = 0.75f;
+    dora_norm(nrm, W, A, B, s, OC, C, R);
+    dora_norm_w16(nrm16, W16, A, B, s, OC, C, R);
+    double err = 0, err16 = 0;
+    for (int o = 0; o < OC; o++) {
+        double ss = 0, ss16 = 0;
+        for (int c = 0; c < C; c++) {
+            double ba = 0;
+            for (int j = 0; j < R; j++) ba += (double)B[(size_t)o * R + j] * A[(size_t)j * C + c];
+            const double v = W[(size_t)o * C + c] + s * ba, v16 = bf16_to_f32(W16[(size_t)o * C + c]) + s * ba;
+            ss += v * v; ss16 += v16 * v16;
+        }
+        err = fmax(err, fabs(nrm[o] - sqrt(ss)) / sqrt(ss));
+        err16 = fmax(err16, fabs(nrm16[o] - sqrt(ss16)) / sqrt(ss16));
+    }
+    TEST_CHECK(err < 1e-6 && err16 < 1e-6, "dora_norm (%d x %d, R=%d): relative error %.2g (bf16 weights %.2g)", OC, C, R, err, err16);
+    // dora_scale: shift 0 / -1, bias or not, accumulate or not, and in place
+    for (int form = 0; form < 8; form++) {
+        const float shift = form & 1 ? -1.0f : 0.0f;
+        const float* b = form & 2 ? bias : NULL;
+        const int acc = (form >> 2) & 1;
+        for (size_t i = 0; i < (size_t)N * OC; i++) {
+            const int o = (int)(i % (size_t)OC);
+            want[i] = (acc ? y[i] : 0.0) + ((double)m[o] / nrm[o] + shift) * x[i] + (b ? b[o] : 0.0);
+        }
+        float* out = fbuf((size_t)N * OC);
+        memcpy(out, y, (size_t)N * OC * sizeof(float));
+        dora_scale(out, x, m, nrm, shift, b, N, OC, acc);
+        double e = 0;
+        for (size_t i = 0; i < (size_t)N * OC; i++) e = fmax(e, fabs(out[i] - want[i]));
+        TEST_CHECK(e < 1e-5, "dora_scale (N=%d OC=%d shift %g%s%s): max error %.2g", N, OC, shift, b ? ", bias" : "", acc ? ", accumulate" : "", e);
+        ops_free(out);
+    }
+    float* inplace = fbuf((size_t)N * OC);
+    memcpy(inplace, x, (size_t)N * OC * sizeof(float));
+    dora_scale(inplace, inplace, m, nrm, -1.0f, bias, N, OC, 0);
+    double e = 0;
+    for (size_t i = 0; i < (size_t)N * OC; i++) {
+        const int o = (int)(i % (size_t)OC);
+        e = fmax(e, fabs(inplace[i] - (((double)m[o] / nrm[o] - 1.0) * x[i] + bias[o])));
+    }
+    TEST_CHECK(e < 1e-5, "dora_scale in place (N=%d OC=%d): max error %.2g", N, OC, e);
+    // the magnitude's gradient, added to what dm holds
+    dora_magnitude_backward(dm, x, y, nrm, N, OC);
+    dora_magnitude_backward(dm2, x, y, nrm, N, OC);
+    double eg = 0;
+    for (int o = 0; o < OC; o++) {
+        double g = 0;
+        for (int n = 0; n < N; n++) g += (double)x[(size_t)n * OC + o] * y[(size_t)n * OC + o];
+        eg = fmax(eg, fabs(dm[o] - (0.25 + g / nrm[o])));
+    }
+    TEST_CHECK(eg < 1e-5 && memcmp(dm, dm2, (size_t)OC * sizeof(float)) == 0,
+               "dora_magnitude_backward (N=%d OC=%d): max error %.2g, the same sums twice", N, OC, eg);
+    ops_free(W); ops_free(A); ops_free(B); ops_free(m); ops_free(bias); ops_free(nrm); ops_free(nrm16); ops_free(x);
+    ops_free(y); ops_free(dm); ops_free(dm2); ops_free(W16); ops_free(inplace); free(want);
+}
+
+static void case_dora(void) { test_dora(37, 53, 3, 7); test_dora(130, 600, 9, 300); }
+
 static const TestCase CASES[] = {
     {"ops_alloc", case_alloc, 0, NULL},
     {"vm_expf", test_vm_expf, 0, NULL},
@@ -1178,6 +1250,7 @@ static const TestCase CASES[] = {
     {"classifier", case_classifier_16, 0, NULL},
     {"matmul", case_matmul_16, 0, NULL},
     {"adamw", case_adamw, 0, NULL},
+    {"dora", case_dora, 0, NULL},
     {"reductions", test_reductions, 0, NULL},
     {"determinism", test_determinism, 0, NULL},
 };
