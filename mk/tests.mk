@@ -50,7 +50,7 @@ TEST_REGISTRY += \
     cpu:$(TREE)/test/test_chat cpu:$(TREE)/test/test_check cpu:$(TREE)/test/test_checkpoint \
     cpu:$(TREE)/test/test_comm cpu:$(TREE)/test/test_convert cpu:$(TREE)/test/test_dataloader \
     cpu:$(TREE)/test/test_gguf cpu:$(TREE)/test/test_gpt2 cpu:$(TREE)/test/test_gpt2_sizes \
-    cpu:$(TREE)/test/test_json cpu:$(TREE)/test/test_lora cpu:$(TREE)/test/test_lora_init cpu:$(TREE)/test/test_loraplus cpu:$(TREE)/test/test_loss_scale \
+    cpu:$(TREE)/test/test_json cpu:$(TREE)/test/test_lora cpu:$(TREE)/test/test_lora_init cpu:$(TREE)/test/test_loraplus cpu:$(TREE)/test/test_lora_mix cpu:$(TREE)/test/test_loss_scale \
     cpu:$(TREE)/test/test_memplan cpu:$(TREE)/test/test_mfu cpu:$(TREE)/test/test_model_io \
     cpu:$(TREE)/test/test_nf4 cpu:$(TREE)/test/test_ops cpu:$(TREE)/test/test_pack \
     cpu:$(TREE)/test/test_pref cpu:$(TREE)/test/test_prefloss cpu:$(TREE)/test/test_qlora \
@@ -73,7 +73,7 @@ TEST_REGISTRY += \
     cpu:test/test_data_open.sh cpu:test/test_run_end.sh cpu:test/test_fp16_train.sh cpu:test/test_out_dir.sh cpu:test/test_save_gguf.sh \
     cpu:test/test_bad_input.sh cpu:test/test_checkpoint_integrity.sh cpu:test/test_train_mpi.sh \
     cpu:test/test_comm.sh cpu:test/test_watchdog.sh cpu:test/test_multihost.sh \
-    cpu:test/test_lora_cli.sh cpu:test/test_lora_init.sh cpu:test/test_loraplus_cli.sh cpu:test/test_dora_cli.sh cpu:test/test_loraplus_mpi.sh cpu:test/test_pref_train.sh \
+    cpu:test/test_lora_cli.sh cpu:test/test_lora_init.sh cpu:test/test_loraplus_cli.sh cpu:test/test_dora_cli.sh cpu:test/test_generate_adapters.sh cpu:test/test_loraplus_mpi.sh cpu:test/test_pref_train.sh \
     cpu:test/test_qlora_cli.sh cpu:test/test_generate.sh cpu:test/test_score.sh cpu:test/test_generate_batch.sh \
     cpu:test/test_prepare.sh cpu:test/test_recompute.sh cpu:test/test_plot.sh cpu:test/test_tensorboard.sh
 # the flash attention kernels' SASS and cycle model; the lints of the code, and of the documents

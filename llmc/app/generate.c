@@ -20,7 +20,12 @@
 
 typedef struct {
     const char* model;
-    const char* adapter;
+    const char* adapter;  // the first --adapter (its base_model_name_or_path is the default --model)
+    ArgStrs adapters;     // --adapter, each of them; more than one: combined (lora_mix)
+    const char* adapter_weights; // --adapter-weights W1,W2,...
+    const char* adapter_combine; // --adapter-combine cat|linear
+    float weights[ARG_STRS_MAX];
+    char adapter_desc[2048]; // what the messages call the adapter: its path, or the combination
     SampleFlags s;
     const char* chat;     // chat template name, or NULL: plain continuation
     const char* system;   // --chat: a system message
@@ -37,16 +42,49 @@ typedef struct {
 // otherwise the one completion is streamed as text.
 static int gen_batched(const GenFlags* g) { return !g->score && (g->prompts || g->out || g->num_samples > 1); }
 
+// The adapters: one, or several combined with their weights (default 1 each); adapter_desc names them.
+static void gen_adapters(GenFlags* g) {
+    const int n = g->adapters.n;
+    g->adapter = n ? g->adapters.v[0] : NULL;
+    snprintf(g->adapter_desc, sizeof(g->adapter_desc), "%s", g->adapter ? g->adapter : "");
+    if (n < 2 && (g->adapter_weights || g->adapter_combine))
+        fatal("give two or more --adapter to combine", "--adapter-weights / --adapter-combine with %d --adapter", n);
+    if (n < 2) return;
+    for (int i = 0; i < n; i++) g->weights[i] = 1.0f;
+    if (g->adapter_weights) {
+        const char* p = g->adapter_weights;
+        for (int i = 0; i < n; i++) {
+            char* end;
+            g->weights[i] = strtof(p, &end);
+            if (end == p || !isfinite(g->weights[i]) || (*end != (i + 1 < n ? ',' : '\0')))
+                fatal("give one number per --adapter, e.g. --adapter-weights 0.7,0.3", "--adapter-weights '%s' is not %d comma-separated numbers",
+                      g->adapter_weights, n);
+            p = end + 1;
+        }
+    }
+    size_t len = 0;
+    for (int i = 0; i < n && len < sizeof(g->adapter_desc); i++)
+        len += (size_t)snprintf(g->adapter_desc + len, sizeof(g->adapter_desc) - len, "%s%s x %g", i ? " + " : "", g->adapters.v[i], (double)g->weights[i]);
+    if (len < sizeof(g->adapter_desc))
+        snprintf(g->adapter_desc + len, sizeof(g->adapter_desc) - len, " (%s)", g->adapter_combine ? g->adapter_combine : "cat");
+}
+
 static void gen_parse(GenFlags* g, int argc, char** argv) {
     static const char* const chat_choices[] = { "plain", "chatml", NULL };
     memset(g, 0, sizeof(*g));
     g->max_new = 64; g->seed = 1337; g->num_samples = 1;
     cli_sample_defaults(&g->s);
-    ArgSpec specs[32]; // (the flags below: 24)
+    ArgSpec specs[32]; // (the flags below: 26)
     int n = 0;
     specs[n++] = cli_flag_model(&g->model, "model: llm.c .bin, .safetensors, sharded index, transformers model dir (also 4-bit bitsandbytes); "
                                            "with --adapter, default: the adapter's base_model_name_or_path");
-    specs[n++] = (ArgSpec){"--adapter", NULL, ARG_STR, &g->adapter, "DIR", "apply this LoRA adapter (PEFT: adapter_config.json + adapter_model.safetensors)", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--adapter", NULL, ARG_STRS, &g->adapters, "DIR", "apply this LoRA adapter (PEFT: adapter_config.json + adapter_model.safetensors); "
+                           "given several times, their combination (--adapter-weights, --adapter-combine)", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--adapter-weights", NULL, ARG_STR, &g->adapter_weights, "W1,W2,...", "with several --adapter: the weight of each "
+                           "(default 1 each; negative subtracts), as PEFT's add_weighted_adapter takes them", 1, 0, NULL};
+    specs[n++] = (ArgSpec){"--adapter-combine", NULL, ARG_STR, &g->adapter_combine, "HOW", "with several --adapter, PEFT's combination_type: "
+                           "cat = exactly the weighted sum of their changes (one adapter of the summed ranks), linear = PEFT's linear "
+                           "(adapters of one rank; A and B summed apart, an approximation)", 1, 0, LORA_MIX_NAMES};
     const int i_prompt = n;
     cli_sample_flags(&g->s, specs + n);
     specs[i_prompt].help = "text to continue (<|endoftext|> is the special token; empty = <|endoftext|>); with --chat the user's message";
@@ -81,6 +119,7 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
                "--prompts FILE or --out FILE: N samples of each prompt decoded together, one JSON line per completion (docs/GENERATE.md).", given);
     char err[256];
     if (cli_sample_check(&g->s, err, sizeof(err))) fatal("run with --help to see every flag and its range", "%s", err);
+    gen_adapters(g);
     if (!g->model && !g->adapter) fatal("run with --help to see every flag", "--model is required (or --adapter, whose base model is used)");
     if (g->system && !g->chat) fatal("add --chat plain|chatml", "--system is for --chat");
     if (g->chat && !given[i_prompt] && !g->prompts && !g->score)
@@ -130,6 +169,11 @@ static void gen_model(Model* m, const GenFlags* g, int bf16) {
     spec.B = 1; spec.T = 1;
     spec.base_bf16 = bf16; // nothing is trained: the linear weights held in bf16 only, as train_lora holds its base
     src.adapter = g->adapter;
+    if (g->adapters.n > 1) { // (combined in model_assemble, once the base's shape is known)
+        src.adapter = NULL;
+        src.mix = g->adapters.v; src.n_mix = g->adapters.n; src.mix_weights = g->weights;
+        src.mix_how = g->adapter_combine && !strcmp(g->adapter_combine, "linear") ? LORA_MIX_LINEAR : LORA_MIX_CAT;
+    }
     if (g->adapter) spec.lora_src = &src;
     model_assemble(m, &spec);
     linear_set_dora_cache(m->gpt.lin, 1); // (nothing changes the weights: DoRA's norms once)
@@ -172,7 +216,7 @@ static void gen_check_finite(const FiniteCheck* f, const GenFlags* g) {
     fflush(stdout);
     fatal("check the model's weights (a training run that diverged saves NaN weights; its last good checkpoint is the one to use)",
           "the logits for new token %d are not finite (logit of token %d is %g): '%s'%s%s computes no usable text", f->step + 1,
-          f->bad_id, (double)f->bad_value, g->model, g->adapter ? " with the adapter " : "", g->adapter ? g->adapter : "");
+          f->bad_id, (double)f->bad_value, g->model, g->adapter ? " with the adapter " : "", g->adapter_desc);
 }
 
 // --chat and --stop: the text is printed up to the template's stop text and then up to --stop's
@@ -234,7 +278,7 @@ static void gen_chat_prompt(const ChatTemplate* t, Tokenizer* tok, const GenFlag
 static void gen_report(const Model* m, const GenFlags* g, const Tokenizer* tok, const int* ids, int np, int chat, const char* dtype) {
     const GPT2Config* cfg = &m->gpt.cfg;
     fprintf(stderr, "model: %s | L=%d C=%d NH=%d vocab=%d | backend %s%s%s\n", m->source, cfg->num_layers, cfg->channels,
-            cfg->num_heads, cfg->vocab_size, ops_backend_name(), m->lora ? " | adapter " : "", m->lora ? g->adapter : "");
+            cfg->num_heads, cfg->vocab_size, ops_backend_name(), m->lora ? " | adapter " : "", m->lora ? g->adapter_desc : "");
     fprintf(stderr, "dtype: %s\n", dtype);
     fprintf(stderr, "prompt: %d tokens | temperature %g | top-k %d | top-p %g | min-p %g | repetition penalty %g | seed %d | %s\n",
             np, g->s.temperature, g->s.top_k, g->s.top_p, g->s.min_p, g->s.repetition_penalty, g->seed, g->no_kv ? "no kv cache" : "kv cache");
@@ -295,13 +339,13 @@ static void gen_stream(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTe
 
 // --num-samples, --prompts, --out: the completions as JSONL (llmc/app/generate_batch.c).
 static void gen_batch(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTemplate* tpl, GenPrompts* ps, const char* dtype) {
-    GenBatchSpec spec = { g->model, g->adapter, tpl, g->system, g->out, &g->stops, g->num_samples, g->max_new, g->quiet,
+    GenBatchSpec spec = { g->model, g->adapter ? g->adapter_desc : NULL, tpl, g->system, g->out, &g->stops, g->num_samples, g->max_new, g->quiet,
                           cli_sample_params(&g->s, g->seed) };
     genbatch_encode(ps, tok, &spec, &m->gpt.cfg);
     if (!g->quiet) {
         const GPT2Config* cfg = &m->gpt.cfg;
         fprintf(stderr, "model: %s | L=%d C=%d NH=%d vocab=%d | backend %s%s%s\n", m->source, cfg->num_layers, cfg->channels,
-                cfg->num_heads, cfg->vocab_size, ops_backend_name(), m->lora ? " | adapter " : "", m->lora ? g->adapter : "");
+                cfg->num_heads, cfg->vocab_size, ops_backend_name(), m->lora ? " | adapter " : "", m->lora ? g->adapter_desc : "");
         fprintf(stderr, "dtype: %s\n", dtype);
         fprintf(stderr, "prompts: %d | samples %d | temperature %g | top-k %d | seed %d\n", ps->n, g->num_samples, g->s.temperature,
                 g->s.top_k, g->seed);
@@ -312,7 +356,7 @@ static void gen_batch(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTem
 // --score FILE: the log-probability of each record's text, one JSON line each on stdout or in --out (llmc/app/gen_score.c).
 static void gen_score(const GenFlags* g, Model* m, Tokenizer* tok, const ChatTemplate* tpl, const char* dtype) {
     if (!g->quiet) fprintf(stderr, "model: %s | backend %s%s%s | dtype: %s\n", m->source, ops_backend_name(), m->lora ? " | adapter " : "",
-                           m->lora ? g->adapter : "", dtype);
+                           m->lora ? g->adapter_desc : "", dtype);
     size_t len;
     char* out = gen_score_file(m, tok, g->score, tpl, !g->quiet, &len);
     if (g->out) atomic_write_file(g->out, out, len);

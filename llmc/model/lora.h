@@ -219,6 +219,20 @@ void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params);
 // The same with the adapter values given (host, flat layout) and a sign: W += sign scaling B A.
 void lora_merge_host(const LoraModel* lm, const ParamTable* pt, float* host_params, const float* values, float sign);
 
+// ---- several adapters as one (llmc/model/lora_mix.c): PEFT's add_weighted_adapter
+// LORA_MIX_CAT: the exact weighted sum of the adapters' changes, sum_i w_i scaling_i B_i A_i, as
+// one adapter of the summed ranks (scaling 1); LORA_MIX_LINEAR: PEFT's "linear", for adapters of
+// one rank r: A = sum sign(w_i s_i) sqrt|w_i s_i| A_i, B = sum sqrt|w_i s_i| B_i (the cross terms
+// B_i A_j included, so not the weighted sum). Either combined adapter has r = lora_alpha = its
+// rank and the first adapter's use_rslora, as PEFT configures it; names: LORA_MIX_NAMES.
+enum { LORA_MIX_CAT = 0, LORA_MIX_LINEAR };
+#define LORA_MIX_MAX 16 // adapters one combination takes
+extern const char* const LORA_MIX_NAMES[]; // "cat", "linear", NULL
+// The combination of in[0..n) (adapters of one base, values in their backend buffers) with
+// weights w, as a new LoraModel on no model; NULL with the reason in err for adapters that do not
+// combine (trained base tensors, DoRA, a PiSSA residual, linear over several ranks).
+LoraModel* lora_mix(LoraModel* const* in, const float* w, int n, int how, char* err, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

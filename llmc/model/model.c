@@ -35,7 +35,15 @@ static void model_weights(Model* m, const ModelSpec* s, GPT2Config* cfg, float**
 // Step 2: adapters from a PEFT directory or new ones, now that the base's shape is known.
 static LoraModel* model_build_lora(const LoraSource* src, const GPT2Config* cfg, const char* model_path) {
     LoraModel* lm;
-    if (src->adapter) {
+    if (src->n_mix > 1) {
+        LoraModel* in[LORA_MIX_MAX];
+        char err[1024];
+        if (src->n_mix > LORA_MIX_MAX) fatal("this is a bug in llmc", "%d adapters to combine", src->n_mix);
+        for (int i = 0; i < src->n_mix; i++) in[i] = peft_load_adapter(src->mix[i], cfg);
+        lm = lora_mix(in, src->mix_weights, src->n_mix, src->mix_how, err, sizeof(err));
+        for (int i = 0; i < src->n_mix; i++) lora_free(in[i]);
+        if (!lm) fatal("combine plain LoRA adapters of the base (PEFT's add_weighted_adapter takes the same)", "%s", err);
+    } else if (src->adapter) {
         lm = peft_load_adapter(src->adapter, cfg);
         // else the adapter's own lora_dropout, as PEFT would continue
         if (src->dropout_override) lm->spec.dropout = src->spec.dropout;

@@ -38,6 +38,10 @@ typedef struct {
     const char* values;        // then load the adapter tensors from this file (a checkpoint)
     const char* init_values;   // spec.init pissa / olora: the initial adapter from this file (a
                                // resume: peft_save_adapter_init's) instead of factoring the base
+    const char* const* mix;    // adapter NULL, n_mix >= 2: these PEFT adapters combined (lora_mix)
+    int n_mix;
+    const float* mix_weights;  //   with these weights (n_mix of them)
+    int mix_how;               //   LORA_MIX_*
 } LoraSource;
 
 // What the assembled model will hold in backend memory, in bytes, known before any of it is
