@@ -476,45 +476,36 @@ void lora_merge(const LoraModel* lm, const ParamTable* pt, float* host_params) {
     free(host);
 }
 
-// DoRA's merge of adapter a into its weight W [out, in]: W = (m / ||W + scaling B A||_row) * (W + scaling B A).
-static void dora_merge(const LoraAdapter* a, float* W, const float* host) {
+// Row o of adapter a's weight (wrow) += coef * (B A)[o, :], from the values host (flat layout).
+static void add_ba_row(const LoraAdapter* a, const float* host, float coef, int o, float* wrow) {
     const float* A = host + a->a_off;
     const float* Bm = host + a->b_off;
-    const float* m = host + a->m_off;
+    for (int j = 0; j < a->rank; j++) {
+        const float bj = coef * Bm[(size_t)o * a->rank + j];
+        if (bj == 0.0f) continue;
+        const float* arow = A + (size_t)j * a->in;
+        for (int c = 0; c < a->in; c++) wrow[c] += bj * arow[c];
+    }
+}
+
+// W [out, in] += sign scaling B A, or with DoRA W = (m / ||W + scaling B A||_row) (W + scaling B A).
+static void merge_adapter(const LoraAdapter* a, float* W, const float* host, float sign, int dora) {
     #pragma omp parallel for
     for (int o = 0; o < a->out; o++) {
         float* wrow = W + (size_t)o * a->in;
-        for (int j = 0; j < a->rank; j++) {
-            const float bj = a->scaling * Bm[(size_t)o * a->rank + j];
-            const float* arow = A + (size_t)j * a->in;
-            for (int c = 0; c < a->in; c++) wrow[c] += bj * arow[c];
-        }
+        add_ba_row(a, host, sign * a->scaling, o, wrow);
+        if (!dora) continue;
         double ss = 0.0;
         for (int c = 0; c < a->in; c++) ss += (double)wrow[c] * wrow[c];
-        const float g = (float)(m[o] / sqrt(ss));
+        const float g = (float)(host[a->m_off + o] / sqrt(ss));
         for (int c = 0; c < a->in; c++) wrow[c] *= g;
     }
 }
 
 void lora_merge_host(const LoraModel* lm, const ParamTable* pt, float* host_params, const float* host, float sign) {
     if (lm->spec.dora && sign != 1.0f) fatal("this is a bug in llmc", "a DoRA adapter cannot be subtracted from its base");
-    for (int i = 0; i < lm->n; i++) {
-        const LoraAdapter* a = &lm->ad[i];
-        float* W = host_params + params_layer_offset(pt, a->wid, a->layer);
-        if (lm->spec.dora) { dora_merge(a, W, host); continue; }
-        const float* A = host + a->a_off;
-        const float* Bm = host + a->b_off;
-        #pragma omp parallel for
-        for (int o = 0; o < a->out; o++) {
-            float* wrow = W + (size_t)o * a->in;
-            for (int j = 0; j < a->rank; j++) {
-                float bj = sign * a->scaling * Bm[(size_t)o * a->rank + j];
-                if (bj == 0.0f) continue;
-                const float* arow = A + (size_t)j * a->in;
-                for (int c = 0; c < a->in; c++) wrow[c] += bj * arow[c];
-            }
-        }
-    }
+    for (int i = 0; i < lm->n; i++)
+        merge_adapter(&lm->ad[i], host_params + params_layer_offset(pt, lm->ad[i].wid, lm->ad[i].layer), host, sign, lm->spec.dora);
 }
 
 void lora_dora_init(LoraModel* lm, LinearSet* lin) {
