@@ -73,6 +73,17 @@ static inline void test_model(Model* m, const TestBase* tb, const float* weights
     model_assemble(m, &s);
 }
 
+// The logits (eval, no targets) of a model on weights with the adapters lm (may be NULL) for the
+// base's batch, unpadded (malloc'd).
+static inline float* test_batch_logits(const TestBase* tb, const float* weights, LoraModel* lm) {
+    Model m;
+    test_model(&m, tb, weights, 0, lm, 0, 0);
+    gpt2_forward(&m.gpt, tb->batch.inputs, NULL, NULL, tb->batch.B, tb->batch.T, 0.0f, NULL);
+    float* logits = ref_logits_unpadded(&m.gpt, tb->batch.B * tb->batch.T);
+    model_free(&m);
+    return logits;
+}
+
 // ---- the reference's training loop: `steps` AdamW steps on one batch, the hyperparameters in the
 // reference file's metadata, the losses and gradient norms (before clipping) as it recorded them.
 typedef struct { float lr, beta1, beta2, eps, weight_decay, grad_clip; int steps; } RefAdamW;

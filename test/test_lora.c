@@ -91,11 +91,7 @@ static float* merged_logits(const LoraModel* lm, const float* base) {
     float* merged = (float*)mallocCheck(g_tb.pt.total * sizeof(float));
     memcpy(merged, base, g_tb.pt.total * sizeof(float));
     lora_merge(lm, &g_tb.pt, merged);
-    Model m;
-    test_model(&m, &g_tb, merged, 0, NULL, 0, 0);
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
-    float* logits = test_logits(&m);
-    model_free(&m);
+    float* logits = test_batch_logits(&g_tb, merged, NULL);
     free(merged);
     return logits;
 }

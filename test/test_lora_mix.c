@@ -12,15 +12,6 @@
 
 static TestBase g_tb;
 
-static float* logits_of(const float* weights, LoraModel* lm) {
-    Model m;
-    test_model(&m, &g_tb, weights, 0, lm, 0, 0);
-    gpt2_forward(&m.gpt, g_tb.batch.inputs, NULL, NULL, g_tb.batch.B, g_tb.batch.T, 0.0f, NULL);
-    float* logits = ref_logits_unpadded(&m.gpt, g_tb.batch.B * g_tb.batch.T);
-    model_free(&m);
-    return logits;
-}
-
 // The source adapters of a case (its metadata's comma list), loaded; returns their count.
 static int load_sources(StFile* ref, LoraModel** in, float* w) {
     char list[2048], weights[256];
@@ -71,7 +62,7 @@ static void test_case(const char* name) {
     }
     size_t nl;
     float* want = ref_read(&ref, "logits", &nl);
-    float* got = logits_of(g_tb.weights, lm);
+    float* got = test_batch_logits(&g_tb, g_tb.weights, lm);
     snprintf(what, sizeof(what), "%s: logits with the combined adapter vs PEFT's", name);
     test_allclose(what, got, want, nl, 1e-5, 1e-5 * ref_max_abs(want, nl));
     free(want); free(got);
@@ -79,7 +70,7 @@ static void test_case(const char* name) {
     memcpy(merged, g_tb.weights, g_tb.pt.total * sizeof(float));
     lora_merge(lm, &g_tb.pt, merged);
     want = ref_read(&ref, "merged_logits", &nl);
-    got = logits_of(merged, NULL);
+    got = test_batch_logits(&g_tb, merged, NULL);
     snprintf(what, sizeof(what), "%s: merged logits vs PEFT's merge_and_unload", name);
     test_allclose(what, got, want, nl, 1e-5, 1e-5 * ref_max_abs(want, nl));
     free(want); free(got); free(merged);
