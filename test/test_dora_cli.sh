@@ -10,7 +10,7 @@
 #   and merges;
 # - generate with the adapter (its norms computed once) scores a text as the merged model does;
 # - refusals, each naming the flag: --dora with --lora-rank 0, a q/k/v split, --init pissa,
-#   --save-gguf without --merge; convert --to gguf-lora of a DoRA adapter.
+#   --save-gguf without --merge (also for a DoRA --adapter DIR); convert --to gguf-lora of a DoRA adapter.
 source "$(dirname "$0")/lib.sh"
 BIN="$BIN_DIR/train_lora"
 D="${BUILD:-build}/dora_cli"
@@ -74,7 +74,9 @@ expect_fail "--dora with --lora-rank 0" "--dora with --lora-rank 0" "$BIN" "${BA
 expect_fail "--dora with a q/k/v split" "--dora decomposes whole layers" "$BIN" "${BASE[@]}" --lora-targets q,v --dora --out "$D/bad2"
 expect_fail "--dora with --init pissa" "--dora with --init pissa" "$BIN" "${BASE[@]}" --init pissa --dora --out "$D/bad3"
 expect_fail "--dora --save-gguf without --merge" "has no DoRA magnitude" "$BIN" "${BASE[@]}" --dora --save-gguf f16 --out "$D/bad4"
-for b in bad1 bad2 bad3 bad4; do [ -e "$D/$b" ] && bad "$b: the refused run wrote $D/$b"; done
+expect_fail "--adapter of a DoRA adapter, --save-gguf without --merge (at start, before training)" "the adapter is DoRA" \
+  "$BIN" --model "$D/g0" --train-data "$D/gpt2vocab.bin" -b 1 -t 32 --steps 2 --adapter "$D/g1" --save-gguf f16 --out "$D/bad5"
+for b in bad1 bad2 bad3 bad4 bad5; do [ -e "$D/$b" ] && bad "$b: the refused run wrote $D/$b"; done
 expect_fail "convert --to gguf-lora of a DoRA adapter" "no magnitude vector" \
   "$BIN_DIR/convert" --model test/ref/gpt2_tiny --adapter "$D/d1" --to gguf-lora --out "$D/d1.gguf"
 [ -e "$D/d1.gguf" ] && bad "the refused convert wrote $D/d1.gguf"

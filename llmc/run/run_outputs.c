@@ -142,6 +142,9 @@ static void outputs_check_gguf(const RunOutputs* o, const Model* m) {
         fatal("add --merge: the merged model is written as GGUF instead",
               "--save-gguf: the adapter trains %d base tensor slice(s) (%s...), which a GGUF LoRA adapter cannot carry",
               m->lora->n_extra, m->lora->extra[0].key);
+    if (m->lora && m->lora->spec.dora && !c->f.merge) // (--dora is refused by the flags' check; this is --adapter DIR's)
+        fatal("add --merge: the merged model is written as GGUF instead",
+              "--save-gguf: the adapter is DoRA (use_dora), and a GGUF LoRA adapter (llama.cpp's) has no magnitude vector");
 }
 
 void outputs_init(RunOutputs* o, const RunConfig* c, Model* m, int rank) {
