@@ -4,14 +4,18 @@
 # directory: speed does not depend on the values), the same machine and thread count:
 #   ours --dtype fp32, ours --dtype bf16, PyTorch fp32 eager, PyTorch bf16 torch.autocast
 # for full fine-tuning (train_gpt2 / GPT2LMHeadModel + AdamW), LoRA r=8 on c_attn (train_lora /
-# + PEFT) and QLoRA r=8 on c_attn (train_lora --qlora / + PEFT + bitsandbytes NF4).
-#   bash dev/bench_step.sh [full|lora|qlora|all] [threads]        (default: all, 2 threads)
+# + PEFT) and QLoRA r=8 on c_attn (train_lora --qlora / + PEFT + bitsandbytes NF4); all runs these
+# three. dora runs the lora mode's four runs and, each after its LoRA run, the same with DoRA
+# (train_lora --dora / LoraConfig(use_dora=True)), for the cost of DoRA's step over LoRA's.
+#   bash dev/bench_step.sh [full|lora|qlora|dora|all] [threads]   (default: all, 2 threads)
 #   STEPS=4 (timed steps after one warm-up step), PYTHON=python3 (torch, transformers, peft,
 #   bitsandbytes)
 # Prints per run the median and minimum ms per step and the peak RSS, then ratios (PyTorch time /
 # ours: > 1 means we are faster; our RSS / PyTorch's), the load average before and after each
 # run (take figures only when it stays below 1), and the share of the GEMM limit our bf16 step
-# reaches: the step's GEMMs timed alone (dev/bench_gemm, oneDNN bf16) / our bf16 step.
+# reaches: the step's GEMMs timed alone (dev/bench_gemm, oneDNN bf16) / our bf16 step (DoRA's
+# against the LoRA step's GEMMs: its one extra product, B A for the row norms, is left out). dora
+# also prints DoRA step / LoRA step, ours and PyTorch's, per dtype.
 # Our programs run with OPENBLAS_CORETYPE removed from the environment, so they pick the OpenBLAS
 # kernels they pick by default (llmc/cpu/backend.c).
 set -euo pipefail
@@ -66,6 +70,16 @@ if [ "$WHAT" = lora ] || [ "$WHAT" = all ]; then
   torch_run lora_torch_fp32 --dtype fp32 --lora c_attn --rank 8
   torch_run lora_torch_bf16 --dtype bf16 --lora c_attn --rank 8
 fi
+if [ "$WHAT" = dora ]; then
+  ours lora_ours_fp32 ./train_lora "${lora[@]}" --dtype fp32
+  ours dora_ours_fp32 ./train_lora "${lora[@]}" --dora --dtype fp32
+  ours lora_ours_bf16 ./train_lora "${lora[@]}" --dtype bf16
+  ours dora_ours_bf16 ./train_lora "${lora[@]}" --dora --dtype bf16
+  torch_run lora_torch_fp32 --dtype fp32 --lora c_attn --rank 8
+  torch_run dora_torch_fp32 --dtype fp32 --lora c_attn --rank 8 --dora
+  torch_run lora_torch_bf16 --dtype bf16 --lora c_attn --rank 8
+  torch_run dora_torch_bf16 --dtype bf16 --lora c_attn --rank 8 --dora
+fi
 if [ "$WHAT" = qlora ] || [ "$WHAT" = all ]; then
   ours qlora_ours_fp32 ./train_lora "${lora[@]}" --qlora --dtype fp32
   ours qlora_ours_bf16 ./train_lora "${lora[@]}" --qlora --dtype bf16
@@ -78,14 +92,26 @@ echo
 echo "ratios (PyTorch time / ours: median (min); our peak RSS / PyTorch's):"
 awk '{ split($1, p, "_"); key = p[1] "_" p[2] "_" p[3]; med[key] = $2; mn[key] = $3; rss[key] = $4 }
 END {
-  split("full lora qlora", modes, " ")
-  for (i = 1; i <= 3; i++) { m = modes[i]
+  split("full lora qlora dora", modes, " ")
+  for (i = 1; i <= 4; i++) { m = modes[i]
     if (!((m "_ours_bf16") in med)) continue
     for (o = 1; o <= 2; o++) { od = o == 1 ? "fp32" : "bf16"; ok = m "_ours_" od
       for (t = 1; t <= 2; t++) { td = t == 1 ? "fp32" : "bf16"; tk = m "_torch_" td
         if (!(tk in med) || !(ok in med)) continue
         printf "  %-5s ours %s vs PyTorch %s%s: %.2fx (%.2fx)   RSS %.2f\n", m, od, td, td == "bf16" ? " autocast" : " eager",
                med[tk] / med[ok], mn[tk] / mn[ok], rss[ok] / rss[tk] } } } }' "$tmp/table"
+if [ "$WHAT" = dora ]; then
+  echo
+  echo "DoRA step / LoRA step (median (min); PyTorch = PEFT use_dora=True / False):"
+  awk '{ med[$1] = $2; mn[$1] = $3 }
+  END {
+    split("ours_fp32 ours_bf16 torch_fp32 torch_bf16", runs, " ")
+    for (i = 1; i <= 4; i++) { r = runs[i]
+      if (!(("dora_" r) in med) || !(("lora_" r) in med)) continue
+      printf "  %-22s %.2fx (%.2fx)\n", r == "ours_fp32" ? "ours fp32" : r == "ours_bf16" ? "ours bf16" : \
+             r == "torch_fp32" ? "PyTorch fp32 eager" : "PyTorch bf16 autocast",
+             med["dora_" r] / med["lora_" r], mn["dora_" r] / mn["lora_" r] } }' "$tmp/table"
+fi
 
 # the GEMM limit: the step's GEMMs alone at oneDNN bf16 speed, against our bf16 step's minimum
 env -u OPENBLAS_CORETYPE build/cpu/dev/bench_gemm "$THREADS" 3 > "$tmp/gemm.txt"

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Training steps of GPT-2 in PyTorch on the CPU (transformers GPT2LMHeadModel + torch AdamW, + PEFT
-for LoRA, + bitsandbytes 4-bit NF4 for QLoRA), for comparison with train_gpt2 / train_lora on the
-same model file, machine and thread count (dev/bench_step.sh runs both).
+for LoRA and DoRA, + bitsandbytes 4-bit NF4 for QLoRA), for comparison with train_gpt2 / train_lora
+on the same model file, machine and thread count (dev/bench_step.sh runs both).
 
-  python dev/bench_torch_step.py --model DIR [--dtype fp32|bf16] [--lora c_attn --rank 8] [--qlora]
-      [--threads 2] [--steps 4] [--batch-size 4] [--seq-len 256]
+  python dev/bench_torch_step.py --model DIR [--dtype fp32|bf16] [--lora c_attn --rank 8] [--dora]
+      [--qlora] [--threads 2] [--steps 4] [--batch-size 4] [--seq-len 256]
 
 --dtype bf16 wraps forward and loss in torch.autocast("cpu", dtype=torch.bfloat16) (the one line a
 PyTorch user adds); fp32 is plain eager. --qlora loads the model's linear weights as bitsandbytes
-Linear4bit (nf4, double quantization, compute dtype bf16 under --dtype bf16, else fp32).
+Linear4bit (nf4, double quantization, compute dtype bf16 under --dtype bf16, else fp32). --dora
+sets PEFT's use_dora=True on the same LoraConfig (a trained magnitude per output feature).
 Prints one line per step, then one "pytorch:" line with the median and minimum ms per step (the
 first step is a warm-up and not counted) and the peak RSS.
 """
@@ -30,7 +31,8 @@ def build(a):
         from peft import LoraConfig, get_peft_model
         targets = ["c_attn"] if a.lora == "c_attn" else ["c_attn", "c_proj", "c_fc"]
         model = get_peft_model(model, LoraConfig(r=a.rank, lora_alpha=2 * a.rank, target_modules=targets,
-                                                 lora_dropout=0.0, fan_in_fan_out=True, task_type="CAUSAL_LM"))
+                                                 lora_dropout=0.0, fan_in_fan_out=True, task_type="CAUSAL_LM",
+                                                 use_dora=a.dora))
     return model
 
 
@@ -44,6 +46,7 @@ def main():
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--lora", default=None, help="c_attn or all-linear: train LoRA adapters with PEFT")
     ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--dora", action="store_true", help="PEFT use_dora=True (with --lora)")
     ap.add_argument("--qlora", action="store_true", help="bitsandbytes 4-bit base (with --lora)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -70,7 +73,7 @@ def main():
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     ntrain = sum(p.numel() for p in params)
     print(f"pytorch: {med:.1f} ms/step median, {mn:.1f} min, peak RSS {rss:.0f} MiB, trainable {ntrain}, "
-          f"dtype {a.dtype}, threads {a.threads}, torch {torch.__version__}")
+          f"{'DoRA, ' if a.dora else ''}dtype {a.dtype}, threads {a.threads}, torch {torch.__version__}")
 
 
 if __name__ == "__main__":
