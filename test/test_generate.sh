@@ -13,20 +13,23 @@ make_shard "$TMP/train.bin" 2000 50257 1
     --save-format hf --out "$TMP/m" --threads 2 > "$TMP/train.log" 2>&1 || { cat "$TMP/train.log"; bad "train_gpt2 tiny failed"; }
 M="$TMP/m"
 run() { "$GEN" --model "$M" --threads 2 "$@" 2> "$TMP/err"; }
+# the texts compared with --no-kv-cache in fp32: the cache then holds what the recomputation
+# computes (with bf16 GEMMs it holds bf16 keys and values; test_sampling checks those logits)
+F=(--dtype fp32)
 
 out=$(run --prompt "The quick brown fox" -g 16 --seed 7) || { cat "$TMP/err"; bad "generate failed"; }
 [[ "$out" == "The quick brown fox"* ]] && [ ${#out} -gt 19 ] && ok "text prompt continued: $(head -c 80 <<<"$out" | tr '\n' ' ')" \
   || bad "output does not continue the prompt: '$out'"
 grep --quiet "generated 16 tokens" "$TMP/err" && ok "16 tokens generated" || { cat "$TMP/err"; bad "token count line missing"; }
 
-a=$(run --prompt "The quick brown fox" -g 16 --seed 7 --quiet); b=$(run --prompt "The quick brown fox" -g 16 --seed 7 --quiet)
-c=$(run --prompt "The quick brown fox" -g 16 --seed 8 --quiet)
+a=$(run --prompt "The quick brown fox" -g 16 --seed 7 --quiet "${F[@]}"); b=$(run --prompt "The quick brown fox" -g 16 --seed 7 --quiet "${F[@]}")
+c=$(run --prompt "The quick brown fox" -g 16 --seed 8 --quiet "${F[@]}")
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "same seed, same text" || bad "seed 7 twice: '$a' vs '$b'"
 [ "$a" != "$c" ] && ok "another seed, another text" || bad "seeds 7 and 8 gave the same text"
-d=$(run --prompt "The quick brown fox" -g 16 --seed 7 --quiet --no-kv-cache)
+d=$(run --prompt "The quick brown fox" -g 16 --seed 7 --quiet --no-kv-cache "${F[@]}")
 [ "$a" = "$d" ] && ok "kv cache == full recomputation (sampled, seed 7)" || bad "cache '$a' vs no cache '$d'"
-g1=$(run --prompt "Once upon a time" -g 12 --temperature 0 --quiet); g2=$(run --prompt "Once upon a time" -g 12 --top-k 1 --seed 3 --quiet)
-g3=$(run --prompt "Once upon a time" -g 12 --temperature 0 --quiet --no-kv-cache)
+g1=$(run --prompt "Once upon a time" -g 12 --temperature 0 --quiet "${F[@]}"); g2=$(run --prompt "Once upon a time" -g 12 --top-k 1 --seed 3 --quiet "${F[@]}")
+g3=$(run --prompt "Once upon a time" -g 12 --temperature 0 --quiet --no-kv-cache "${F[@]}")
 [ -n "$g1" ] && [ "$g1" = "$g2" ] && [ "$g1" = "$g3" ] && ok "greedy: temperature 0 == top-k 1 == no cache" || bad "greedy variants differ: '$g1' '$g2' '$g3'"
 # tiny temperatures choose as their limit, greedy, does: --temperature 1e-45 .. 1e-39 passed the
 # range check and emitted <|endoftext|> at once (1 / T overflowed to inf, the maximum's scaled logit
@@ -54,7 +57,7 @@ k=$(run --prompt "Once upon a time" -g 12 --top-k 40 --temperature 0.8 --seed 1 
 [ -n "$k" ] && ok "top-k 40 at temperature 0.8 runs" || bad "top-k sampling printed nothing"
 # --top-p, --min-p, --repetition-penalty (test_sampling checks the numbers against transformers):
 # at their off values the text of the defaults; on, a seed reproduces the text; bad values refused
-P=(--prompt "The quick brown fox" -g 16 --quiet)
+P=(--prompt "The quick brown fox" -g 16 --quiet "${F[@]}")
 o1=$(run "${P[@]}" --seed 7 --top-p 1 --min-p 0 --repetition-penalty 1)
 [ -n "$a" ] && [ "$o1" = "$a" ] && ok "--top-p 1 --min-p 0 --repetition-penalty 1: the defaults' text" || bad "controls off: '$o1' vs '$a'"
 for c in "--top-p 0.6" "--min-p 0.2" "--repetition-penalty 1.5" "--top-p 0.9 --min-p 0.05 --repetition-penalty 1.3 --top-k 50"; do
@@ -119,9 +122,9 @@ done
 
 # LoRA: ids < 100 of the GPT-2 vocabulary are single ASCII characters, so the vocab-100 test
 # model continues a prompt of them
-la=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear --vocab data/gpt2 --prompt '!#%' -g 10 --seed 2 --quiet 2>"$TMP/err") \
+la=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear --vocab data/gpt2 --prompt '!#%' -g 10 --seed 2 --quiet "${F[@]}" 2>"$TMP/err") \
   || { cat "$TMP/err"; bad "generate with --adapter failed"; }
-lb=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear --vocab data/gpt2 --prompt '!#%' -g 10 --seed 2 --quiet --no-kv-cache 2>"$TMP/err")
+lb=$("$GEN" --model test/ref/gpt2_tiny --adapter test/ref/lora_tiny/all_linear --vocab data/gpt2 --prompt '!#%' -g 10 --seed 2 --quiet --no-kv-cache "${F[@]}" 2>"$TMP/err")
 [ ${#la} -eq 10 ] && [ "$la" = "$lb" ] && ok "adapter: 10 characters, cache == no cache ('$la')" || bad "adapter: '$la' vs '$lb'"
 expect_fail "bad adapter dir" "$TMP/noadapter" "$GEN" --model test/ref/gpt2_tiny --adapter "$TMP/noadapter" --vocab data/gpt2 --prompt '!'
 

@@ -1165,6 +1165,56 @@ static void case_matmul_16(void) {
 
 static void case_adamw(void) { test_adamw(0); test_adamw(1); }
 
+// attention_forward_kv over caches fed in pieces (a prompt of 5, then one token at a time) equals
+// the causal attention of the whole sequence (fp32 caches); with bf16 caches
+// (attention_forward_kv16) it equals that of the sequence whose keys and values are rounded to
+// bf16, and the caches hold those bits.
+static void test_attention_kv(int B, int T, int NH, int HS, int k16) {
+    const int C = NH * HS, maxT = T + 3;
+    float *qkv = fbuf((size_t)B * T * 3 * C), *full = fbuf((size_t)B * T * C), *lse = fbuf((size_t)B * NH * T);
+    float *part = fbuf((size_t)B * T * 3 * C), *out = fbuf((size_t)B * T * C);
+    const size_t nc = (size_t)B * NH * maxT * HS;
+    float *k32 = fbuf(nc), *v32 = fbuf(nc);
+    uint16_t* k16c = (uint16_t*)ops_alloc(nc * sizeof(uint16_t));
+    uint16_t* v16c = (uint16_t*)ops_alloc(nc * sizeof(uint16_t));
+    for (size_t i = 0; i < (size_t)B * T * 3 * C; i++) {
+        const float x = (float)(2.0 * urand() - 1.0);
+        const int kv_part = (int)((i % (3 * (size_t)C)) / (size_t)C) > 0; // keys and values
+        qkv[i] = k16 && kv_part ? bf16_to_f32(bf16_from_f32(x)) : x;
+        part[i] = x;
+    }
+    attention_forward(full, lse, qkv, NULL, B, T, C, NH);
+    double err = 0;
+    for (int t0 = 0; t0 < T;) {
+        const int Tn = t0 == 0 ? (T < 5 ? T : 5) : 1;
+        float* in = fbuf((size_t)B * Tn * 3 * C);
+        float* o = fbuf((size_t)B * Tn * C);
+        for (int b = 0; b < B; b++) memcpy(in + (size_t)b * Tn * 3 * C, part + ((size_t)b * T + t0) * 3 * C, (size_t)Tn * 3 * C * sizeof(float));
+        if (k16) attention_forward_kv16(o, in, k16c, v16c, B, t0, Tn, maxT, C, NH);
+        else attention_forward_kv(o, in, k32, v32, B, t0, Tn, maxT, C, NH);
+        for (int b = 0; b < B; b++)
+            for (size_t i = 0; i < (size_t)Tn * C; i++) err = fmax(err, fabs(o[(size_t)b * Tn * C + i] - full[((size_t)b * T + t0) * C + i]));
+        ops_free(in); ops_free(o);
+        t0 += Tn;
+    }
+    size_t wrong = 0; // the cache's keys: the sequence's, rounded to bf16 with k16
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < HS; i++) {
+                    const size_t c = (((size_t)b * NH + h) * maxT + t) * HS + i;
+                    const float want = qkv[((size_t)b * T + t) * 3 * C + C + h * HS + i];
+                    wrong += (k16 ? bf16_to_f32(k16c[c]) : k32[c]) != want;
+                }
+    TEST_CHECK(err < 1e-5 && wrong == 0, "attention_forward_kv%s (B=%d T=%d NH=%d HS=%d): max error %.2g against the whole sequence's, %zu cached keys wrong",
+               k16 ? "16" : "", B, T, NH, HS, err, wrong);
+    ops_free(qkv); ops_free(full); ops_free(lse); ops_free(part); ops_free(out); ops_free(k32); ops_free(v32); ops_free(k16c); ops_free(v16c);
+}
+
+static void case_attention_kv(void) {
+    for (int k16 = 0; k16 <= 1; k16++) { test_attention_kv(1, 9, 2, 16, k16); test_attention_kv(2, 17, 3, 24, k16); }
+}
+
 // DoRA's ops against their definitions in double: the row norms of W + scaling B A (fp32 and bf16
 // weights; C past one 256-column chunk), every form of dora_scale (in place too), and the
 // magnitude's gradient (more rows than a thread's column block walks at once, the same sums twice).
@@ -1245,6 +1295,7 @@ static const TestCase CASES[] = {
     {"matmul", case_matmul, 0, NULL},
     {"elementwise", test_elementwise, 0, NULL},
     {"attention", case_attention, 0, NULL},
+    {"attention_kv", case_attention_kv, 0, NULL},
     {"classifier", case_classifier, 0, NULL},
     {"gemm_16", case_gemm_16, 0, NULL},
     {"classifier", case_classifier_16, 0, NULL},

@@ -168,6 +168,7 @@ void cpu_ops_free(void* p) { free(p); }
 void cpu_ops_zero(void* p, size_t bytes) { if (bytes) memset(p, 0, bytes); }
 void cpu_ops_to_device(void* dst, const void* src_host, size_t bytes) { if (bytes) memcpy(dst, src_host, bytes); }
 void cpu_ops_to_host(void* dst_host, const void* src, size_t bytes) { if (bytes) memcpy(dst_host, src, bytes); }
+void cpu_ops_memcpy(void* dst, const void* src, size_t bytes) { if (bytes) memcpy(dst, src, bytes); }
 void cpu_ops_to_device_async(void* dst, const void* src_host, size_t bytes) { if (bytes) memcpy(dst, src_host, bytes); }
 // the offload's copies (ops_copy_*): host memory both sides, done at once
 void cpu_ops_copy(void* dst, const void* src, size_t bytes) { if (bytes) memcpy(dst, src, bytes); }

@@ -19,6 +19,7 @@ void ops_to_device(void* dst, const void* src_host, size_t bytes) {
 void ops_to_host(void* dst_host, const void* src, size_t bytes) {
     cpu_ops_to_host(dst_host, src, bytes);
 }
+void ops_memcpy(void* dst, const void* src, size_t bytes) { cpu_ops_memcpy(dst, src, bytes); }
 void ops_to_device_async(void* dst, const void* src_host, size_t bytes) {
     cpu_ops_to_device_async(dst, src_host, bytes);
 }
@@ -156,7 +157,11 @@ void attention_reserve(int B, int T, int C, int NH, int backward) { cpu_attentio
 // ---- attention over a key/value cache
 void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, floatX* vcache, int B,
                           int pos, int Tn, int maxT, int C, int NH) {
-    CPU_PROF("attention_forward_kv", 0, 0, cpu_attention_forward_kv(out, qkv_new, kcache, vcache, B, pos, Tn, maxT, C, NH));
+    CPU_PROF("attention_forward_kv", 0, 0, cpu_attention_forward_kv(out, qkv_new, kcache, vcache, NULL, NULL, B, pos, Tn, maxT, C, NH));
+}
+void attention_forward_kv16(floatX* out, const floatX* qkv_new, uint16_t* kcache, uint16_t* vcache, int B,
+                            int pos, int Tn, int maxT, int C, int NH) {
+    CPU_PROF("attention_forward_kv", 0, 0, cpu_attention_forward_kv(out, qkv_new, NULL, NULL, kcache, vcache, B, pos, Tn, maxT, C, NH));
 }
 
 // ---- classifier

@@ -27,6 +27,7 @@ void cpu_ops_free(void* p);
 void cpu_ops_zero(void* p, size_t bytes);
 void cpu_ops_to_device(void* dst, const void* src_host, size_t bytes);
 void cpu_ops_to_host(void* dst_host, const void* src, size_t bytes);
+void cpu_ops_memcpy(void* dst, const void* src, size_t bytes);
 void cpu_ops_to_device_async(void* dst, const void* src_host, size_t bytes);
 void cpu_ops_copy(void* dst, const void* src, size_t bytes);
 void cpu_ops_upload_f32(float* dst, const float* src_host, size_t n);
@@ -111,8 +112,9 @@ size_t cpu_attention_scratch_bytes(int B, int T, int C, int NH, int backward);
 void cpu_attention_reserve(int B, int T, int C, int NH, int backward);
 
 // ---- attention over a key/value cache (attention_kv.c)
-void cpu_attention_forward_kv(float* out, const float* qkv_new, float* kcache, float* vcache, int B,
-                              int pos, int Tn, int maxT, int C, int NH);
+// (the caches: fp32 k32 / v32, or bf16 k16 / v16, the others NULL)
+void cpu_attention_forward_kv(float* out, const float* qkv_new, float* k32, float* v32, uint16_t* k16, uint16_t* v16,
+                              int B, int pos, int Tn, int maxT, int C, int NH);
 
 // ---- classifier (classifier.c)
 void cpu_fused_classifier(float* losses, float* logits, const int* targets, float dloss, int N,

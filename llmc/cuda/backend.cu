@@ -140,6 +140,9 @@ extern "C" void cuda_ops_to_host(void* dst_host, const void* src, size_t bytes) 
     cudaCheck(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost)); // waits for the default stream
     stage_drained();
 }
+extern "C" void cuda_ops_memcpy(void* dst, const void* src, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+}
 extern "C" void cuda_ops_to_device_async(void* dst, const void* src_host, size_t bytes) {
     if (!bytes) return;
     void* staged = ops_stage_host(bytes);

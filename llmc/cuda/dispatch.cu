@@ -35,6 +35,7 @@ void ops_to_device(void* dst, const void* src_host, size_t bytes) {
 void ops_to_host(void* dst_host, const void* src, size_t bytes) {
     cuda_ops_to_host(dst_host, src, bytes);
 }
+void ops_memcpy(void* dst, const void* src, size_t bytes) { cuda_ops_memcpy(dst, src, bytes); }
 void ops_to_device_async(void* dst, const void* src_host, size_t bytes) {
     cuda_ops_to_device_async(dst, src_host, bytes);
 }
@@ -170,6 +171,11 @@ void attention_reserve(int B, int T, int C, int NH, int backward) { cuda_attenti
 void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, floatX* vcache, int B,
                           int pos, int Tn, int maxT, int C, int NH) {
     cuda_attention_forward_kv(out, qkv_new, kcache, vcache, B, pos, Tn, maxT, C, NH);
+}
+// (floatX is bf16 here: the bf16 caches are attention_forward_kv's own)
+void attention_forward_kv16(floatX* out, const floatX* qkv_new, uint16_t* kcache, uint16_t* vcache, int B,
+                            int pos, int Tn, int maxT, int C, int NH) {
+    cuda_attention_forward_kv(out, qkv_new, (floatX*)kcache, (floatX*)vcache, B, pos, Tn, maxT, C, NH);
 }
 
 // ---- classifier

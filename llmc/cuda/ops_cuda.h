@@ -25,6 +25,7 @@ void cuda_ops_zero(void* p, size_t bytes);
 void* cuda_ops_alloc_host(size_t bytes);
 void cuda_ops_free_host(void* p);
 void cuda_ops_to_device(void* dst, const void* src_host, size_t bytes);
+void cuda_ops_memcpy(void* dst, const void* src, size_t bytes);
 void cuda_ops_to_host(void* dst_host, const void* src, size_t bytes);
 void cuda_ops_to_device_async(void* dst, const void* src_host, size_t bytes);
 void cuda_ops_copy_begin(void);

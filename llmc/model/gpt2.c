@@ -378,7 +378,8 @@ void gpt2_block_forward(GPT2* m, int l, const GPT2BlockIO* io, int B, int T, con
     UNIT_NEED(m, l);
     UNIT_PREFETCH(m, next);
     linear_forward(LIN(m, l, LINEAR_QKV), io->qkv, NULL, io->ln1, N);
-    if (kv) attention_forward_kv(io->atty, io->qkv, kv->k, kv->v, B, kv->pos, T, kv->maxT, C, NH);
+    if (kv && kv->k16) attention_forward_kv16(io->atty, io->qkv, kv->k16, kv->v16, B, kv->pos, T, kv->maxT, C, NH);
+    else if (kv) attention_forward_kv(io->atty, io->qkv, kv->k, kv->v, B, kv->pos, T, kv->maxT, C, NH);
     else attention_forward(io->atty, io->lse, io->qkv, m->packed ? m->doc_start : NULL, B, T, C, NH);
     linear_forward(LIN(m, l, LINEAR_ATTPROJ), io->attproj, NULL, io->atty, N);
     fused_residual_layernorm_forward(io->residual2, io->ln2, io->ln2_mean, io->ln2_rstd, io->residual, io->attproj,

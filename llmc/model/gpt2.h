@@ -285,7 +285,8 @@ typedef struct {
 
 // Attention against a key/value cache: the T new rows of each of B sequences are positions
 // [pos, pos + T); k / v hold this layer's cache for up to maxT positions.
-typedef struct { floatX* k; floatX* v; int pos; int maxT; } GPT2KVSlot;
+// A layer's key/value cache: floatX, or bf16 (k16 / v16, the others NULL: attention_forward_kv16).
+typedef struct { floatX* k; floatX* v; uint16_t* k16; uint16_t* v16; int pos; int maxT; } GPT2KVSlot;
 
 // kv NULL: causal attention over the T rows themselves (training / full forward).
 void gpt2_block_forward(GPT2* m, int l, const GPT2BlockIO* io, int B, int T, const GPT2KVSlot* kv);

@@ -7,6 +7,11 @@
 
 #define KV_MAX_CHUNK 256 // prompt tokens per forward call: bounds the activations, not the prompt
 
+// The bytes of a cached key or value: bf16 where the GEMMs are (the CPU's --dtype bf16), else floatX's.
+static size_t kv_elem_bytes(void) {
+    return ops_caps().floatx == OPS_F32 && ops_gemm_dtype() == OPS_BF16 ? sizeof(uint16_t) : sizeof(floatX);
+}
+
 void kv_init(KVCache* kv, GPT2* m, int B, int maxT) {
     memset(kv, 0, sizeof(*kv));
     if (B < 1 || maxT < 1 || maxT > m->cfg.max_seq_len)
@@ -18,9 +23,14 @@ void kv_init(KVCache* kv, GPT2* m, int B, int maxT) {
     if (rows < 1) fatal("this is a bug in llmc", "adapter scratch of %d rows for a cache of %d sequences", linear_set_rows(m->lin), B);
     if (kv->chunk > rows) kv->chunk = rows;
     const size_t L = (size_t)m->cfg.num_layers, C = (size_t)m->cfg.channels, Vp = (size_t)m->cfg.padded_vocab_size;
-    const size_t cache = L * (size_t)B * (size_t)maxT * C * sizeof(floatX);
-    kv->kcache = (floatX*)ops_alloc(cache);
-    kv->vcache = (floatX*)ops_alloc(cache);
+    const size_t cache = L * (size_t)B * (size_t)maxT * C * kv_elem_bytes();
+    if (kv_elem_bytes() == sizeof(floatX)) {
+        kv->kcache = (floatX*)ops_alloc(cache);
+        kv->vcache = (floatX*)ops_alloc(cache);
+    } else {
+        kv->kcache16 = (uint16_t*)ops_alloc(cache);
+        kv->vcache16 = (uint16_t*)ops_alloc(cache);
+    }
     const size_t N = (size_t)B * kv->chunk, X = sizeof(floatX);
     void** ptr[] = { (void**)&kv->x, (void**)&kv->res2, (void**)&kv->ln, (void**)&kv->qkv, (void**)&kv->atty, (void**)&kv->proj,
                      (void**)&kv->fch, (void**)&kv->fch_gelu, (void**)&kv->fcproj, (void**)&kv->logits, (void**)&kv->mean,
@@ -43,7 +53,9 @@ void kv_init(KVCache* kv, GPT2* m, int B, int maxT) {
 }
 
 void kv_free(KVCache* kv) {
-    if (kv->kcache) { ops_free(kv->kcache); ops_free(kv->vcache); ops_free(kv->mem); }
+    if (kv->kcache) { ops_free(kv->kcache); ops_free(kv->vcache); }
+    if (kv->kcache16) { ops_free(kv->kcache16); ops_free(kv->vcache16); }
+    if (kv->mem) ops_free(kv->mem);
     if (kv->wte16) ops_free(kv->wte16);
     free(kv->logits_host);
     memset(kv, 0, sizeof(*kv));
@@ -53,7 +65,7 @@ void kv_reset(KVCache* kv) { kv->pos = 0; }
 
 size_t kv_bytes(const KVCache* kv) {
     const GPT2Config* c = &kv->m->cfg;
-    size_t cache = 2 * (size_t)c->num_layers * kv->B * kv->maxT * c->channels * sizeof(floatX);
+    size_t cache = 2 * (size_t)c->num_layers * kv->B * kv->maxT * c->channels * (kv->kcache16 ? sizeof(uint16_t) : sizeof(floatX));
     size_t N = (size_t)kv->B * kv->chunk;
     const size_t wte16 = kv->wte16 ? (size_t)c->padded_vocab_size * c->channels * sizeof(uint16_t) : 0;
     return cache + N * (size_t)c->channels * 15 * sizeof(floatX) + (size_t)kv->B * c->padded_vocab_size * sizeof(floatX) + wte16;
@@ -75,7 +87,9 @@ static void kv_forward_chunk(KVCache* kv, const int* tokens, int Tn, int nb) {
         kv->fch, kv->fch_gelu, kv->fcproj, kv->x, kv->ln, kv->mean, kv->rstd,
     };
     for (int l = 0; l < L; l++) {
-        GPT2KVSlot slot = { kv->kcache + l * layer_cache, kv->vcache + l * layer_cache, kv->pos, kv->maxT };
+        GPT2KVSlot slot = { NULL, NULL, NULL, NULL, kv->pos, kv->maxT };
+        if (kv->kcache16) { slot.k16 = kv->kcache16 + l * layer_cache; slot.v16 = kv->vcache16 + l * layer_cache; }
+        else { slot.k = kv->kcache + l * layer_cache; slot.v = kv->vcache + l * layer_cache; }
         gpt2_block_forward(m, l, &io, nb, Tn, &slot);
     }
     // (lm_head tied to wte; a bf16 copy gives the same products as matmul_forward's rounding).
@@ -122,14 +136,17 @@ const float* kv_forward(KVCache* kv, const int* tokens, int Tn) { return kv_forw
 // [0, k) onto [k, 2k)): log2(B) copies a layer instead of B - 1. Whole sequences are copied, the
 // positions past pos too (unused: each sequence writes its own before attending to them).
 static void kv_copy_row0(KVCache* kv) {
-    const size_t per_seq = (size_t)kv->maxT * kv->m->cfg.channels, layer_cache = (size_t)kv->B * per_seq;
+    const size_t E = kv->kcache16 ? sizeof(uint16_t) : sizeof(floatX);
+    const size_t per_seq = (size_t)kv->maxT * kv->m->cfg.channels * E, layer_cache = (size_t)kv->B * per_seq; // (bytes)
+    char* kbase = kv->kcache16 ? (char*)kv->kcache16 : (char*)kv->kcache;
+    char* vbase = kv->kcache16 ? (char*)kv->vcache16 : (char*)kv->vcache;
     for (int l = 0; l < kv->m->cfg.num_layers; l++)
         for (int k = 1; k < kv->B; k *= 2) {
             const size_t n = (size_t)(k < kv->B - k ? k : kv->B - k) * per_seq;
-            floatX* kc = kv->kcache + l * layer_cache;
-            floatX* vc = kv->vcache + l * layer_cache;
-            scale_copy(kc + (size_t)k * per_seq, kc, 1.0f, n);
-            scale_copy(vc + (size_t)k * per_seq, vc, 1.0f, n);
+            char* kc = kbase + l * layer_cache;
+            char* vc = vbase + l * layer_cache;
+            ops_memcpy(kc + (size_t)k * per_seq, kc, n);
+            ops_memcpy(vc + (size_t)k * per_seq, vc, n);
         }
 }
 

@@ -23,6 +23,8 @@ typedef struct {
     int pos;            // tokens already in the cache
     floatX* kcache;     // (L, B, NH, maxT, HS)
     floatX* vcache;
+    uint16_t* kcache16; // instead, with bf16 GEMMs on an fp32 backend (the CPU's --dtype bf16): the
+    uint16_t* vcache16; //   caches in bf16, half the bytes each token reads (attention_forward_kv16)
     void* mem;          // one allocation for the per-call activations below
     floatX *x, *res2, *ln, *qkv, *atty, *proj, *fch, *fch_gelu, *fcproj, *logits; // rows: B * chunk
     float *mean, *rstd;

@@ -74,6 +74,8 @@ void ops_free_host(void* p);
 // Host <-> backend copies (plain memcpy on the CPU backend).
 void ops_to_device(void* dst, const void* src_host, size_t bytes);
 void ops_to_host(void* dst_host, const void* src, size_t bytes);
+// Backend -> backend copy, in order with the ops issued before and after it.
+void ops_memcpy(void* dst, const void* src, size_t bytes);
 // Host -> backend copy that does not wait for the device: src is taken at once (it may be reused
 // as soon as this returns) and reaches the device in order with the ops issued after it. For the
 // batches of a training step (the CUDA backend stages them in pinned memory).
@@ -266,6 +268,11 @@ void attention_reserve(int B, int T, int C, int NH, int backward);
 // out: (B, Tn, C), heads concatenated. Requires pos + Tn <= maxT.
 void attention_forward_kv(floatX* out, const floatX* qkv_new, floatX* kcache, floatX* vcache,
                           int B, int pos, int Tn, int maxT, int C, int NH);
+// The same with the caches in bf16 (raw bit patterns; the new keys and values rounded to nearest
+// even as they are written): half the cache's memory and of the bytes a token reads where floatX
+// is fp32 (the CPU backend's --dtype bf16); where floatX is bf16, attention_forward_kv itself.
+void attention_forward_kv16(floatX* out, const floatX* qkv_new, uint16_t* kcache, uint16_t* vcache,
+                            int B, int pos, int Tn, int maxT, int C, int NH);
 
 // ----------------------------------------------------------------------------
 // classifier (classifier.c / classifier.cu)

@@ -49,7 +49,7 @@ static void run_case(int B, int C, int NH, int maxT, const int* steps, int nstep
             qkv[i] = is_bf16 ? bf16_round(x) : x;   // both sides see the same stored inputs
             qkv_t[i] = to_t<T>(x);
         }
-        cpu_attention_forward_kv(want, qkv, kc, vc, B, pos, Tn, maxT, C, NH);
+        cpu_attention_forward_kv(want, qkv, kc, vc, NULL, NULL, B, pos, Tn, maxT, C, NH);
         cudaCheck(cudaMemcpy(d_qkv, qkv_t, nq * sizeof(T), cudaMemcpyHostToDevice));
         attention_forward_kv_cuda(d_out, d_qkv, d_k, d_v, B, pos, Tn, maxT, C, NH, 0);
         cudaCheck(cudaDeviceSynchronize());
