@@ -4,7 +4,7 @@
 #
 # 1. On a CPU machine with this repository and the CUDA toolkit (no GPU needed):
 #      make gpu-bundle
-#    builds build/gpu-bundle/ (~90 MB) and the same packed as build/gpu-bundle.tar.xz (~5 MB):
+#    builds build/gpu-bundle/ (~340 MB) and the same packed as build/gpu-bundle.tar.xz (~11 MB):
 #    portable (ARCH=x86-64-v3), MPI-free CUDA binaries of every program the check runs
 #    (train_gpt2, train_lora, the GPU test programs, the dev/cuda kernel programs, gpu_info). They
 #    need nothing beyond libc/libstdc++, libcudart, libcublasLt, libnccl (and libcublas for

@@ -71,7 +71,8 @@ echo "ldd of the portable CUDA train_gpt2:"; ldd "$bundle/train_gpt2" | sed 's/ 
 if [ -f "$bundle.tar.xz" ]; then
   kib=$(( $(stat -c %s "$bundle.tar.xz") / 1024 ))
   echo "bundle: $(du -sh "$bundle" | cut -f1) in $(ls "$bundle" | wc -l) files, $kib KiB packed ($bundle.tar.xz)"
-  [ $kib -lt 32768 ] || bad "the packed bundle is $kib KiB: it must travel in well under 64 MiB"
+  # carry takes 64 MiB in all, and shares it with a llm.c build and a report; ~10.5 MiB today
+  [ $kib -lt 20480 ] || bad "the packed bundle is $kib KiB: over 20 MiB (see the gpu-bundle-files rule in Makefile)"
 else
   bad "no $bundle.tar.xz"
 fi
