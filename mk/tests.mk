@@ -74,7 +74,7 @@ TEST_REGISTRY += \
     cpu:test/test_bad_input.sh cpu:test/test_checkpoint_integrity.sh cpu:test/test_train_mpi.sh \
     cpu:test/test_comm.sh cpu:test/test_watchdog.sh cpu:test/test_multihost.sh \
     cpu:test/test_lora_cli.sh cpu:test/test_lora_init.sh cpu:test/test_loraplus_cli.sh cpu:test/test_dora_cli.sh cpu:test/test_generate_adapters.sh cpu:test/test_loraplus_mpi.sh cpu:test/test_pref_train.sh \
-    cpu:test/test_qlora_cli.sh cpu:test/test_generate.sh cpu:test/test_score.sh cpu:test/test_generate_batch.sh \
+    cpu:test/test_qlora_cli.sh cpu:test/test_generate.sh cpu:test/test_generate_q8.sh cpu:test/test_score.sh cpu:test/test_generate_batch.sh \
     cpu:test/test_prepare.sh cpu:test/test_recompute.sh cpu:test/test_plot.sh cpu:test/test_tensorboard.sh
 # the flash attention kernels' SASS and cycle model; the lints of the code, and of the documents
 # in docs/ against the code (lint_docs.sh: every trainer flag in docs/ARCHITECTURE.md's table, the

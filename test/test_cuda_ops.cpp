@@ -28,6 +28,7 @@
 #include "test/cuda_test.h"
 #include "test/ref_ops.h"
 #include "base/timer.h"
+#include "base/gguf.h"
 
 // ---------------------------------------------------------------------------- helpers
 
@@ -399,6 +400,39 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_gelu) {
     check(name, dgw.get(), cw, RT, 2e-2);
     check(name, dgb.get(), cb, RT, 2e-2);
     test_matmul_backward_write(N, C, OC, x, w, g, gi, gw, gb);
+}
+
+// matmul_forward_q8 on blocks that gguf_quantize_q8_0 (ggml's reference quantizer) made: against a
+// double reference on their exact values d * q and against the CPU backend's op. C of 1 to 5
+// blocks (a warp step covers 4: idle lanes), N past one pass of 4 rows, OC not a multiple of the
+// block's 4 warps.
+static void test_matmul_q8(int N, int C, int OC, int with_bias, int with_gelu) {
+    char name[160];
+    vecf x = rnd_vec((size_t)N * C, 1.0f), w = rnd_vec((size_t)OC * C, 0.5f), b = rnd_vec(OC, 0.5f);
+    std::vector<uint8_t> q((size_t)OC * C / OPS_Q8_BLOCK * OPS_Q8_BLOCK_BYTES);
+    gguf_quantize_q8_0(w.data(), q.data(), w.size());
+    gguf_dequantize_q8_0(q.data(), w.data(), w.size());
+    vecf want((size_t)N * OC), wgelu((size_t)N * OC);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double sum = with_bias ? b[o] : 0.0;
+            for (int c = 0; c < C; c++) sum += (double)x[(size_t)n * C + c] * w[(size_t)o * C + c];
+            want[(size_t)n * OC + o] = (float)sum;
+            wgelu[(size_t)n * OC + o] = (float)ref_gelu(sum);
+        }
+    uint8_t* dq = (uint8_t*)cuda_ops_alloc(q.size());
+    cuda_ops_to_device(dq, q.data(), q.size());
+    Dev dx(x), db(b), dout((size_t)N * OC), dgelu((size_t)N * OC);
+    cuda_matmul_forward_q8(dout.p, with_gelu ? dgelu.p : NULL, dx.p, dq, with_bias ? db.p : NULL, N, C, OC);
+    snprintf(name, sizeof(name), "matmul_forward_q8 out (N=%d C=%d OC=%d bias=%d gelu=%d)", N, C, OC, with_bias, with_gelu);
+    check(name, dout.get(), want, RT, 1e-2);
+    if (with_gelu) check(name, dgelu.get(), wgelu, RT, 1e-2);
+    vecf co((size_t)N * OC), cg((size_t)N * OC);
+    cpu_matmul_forward_q8(co.data(), with_gelu ? cg.data() : NULL, x.data(), q.data(), with_bias ? b.data() : NULL, N, C, OC);
+    snprintf(name, sizeof(name), "vs cpu: matmul_forward_q8 (N=%d C=%d OC=%d bias=%d gelu=%d)", N, C, OC, with_bias, with_gelu);
+    check(name, dout.get(), co, RT, 1e-2);
+    if (with_gelu) check(name, dgelu.get(), cg, RT, 1e-2);
+    cuda_ops_free(dq);
 }
 
 static void test_attention(int B, int T, int C, int NH) {
@@ -1003,6 +1037,9 @@ static const TestCase CASES[] = {
     // more row chunks than 2 x SMs (the harness reports 132): each block of the column sums strides
     // over several chunks (ops_colsum_chunks; layernorm's dweight/dbias loop is the same)
     OP_CASE("matmul", 0, test_matmul(17000, 8, 8, 1, 0)),
+    OP_CASE("matmul_q8", 1, test_matmul_q8(1, 96, 7, 1, 0)),     // one row (sampling), idle lanes
+    OP_CASE("matmul_q8", 1, test_matmul_q8(9, 160, 37, 1, 1)),   // passes of 4, 4, 1 rows; GELU
+    OP_CASE("matmul_q8", 0, test_matmul_q8(4, 32, 64, 0, 0)),    // one block a row
     OP_CASE("attention", 0, test_attention(2, 5, 8, 2)),      // HS 4
     OP_CASE("attention", 0, test_attention(1, 35, 48, 1)),    // HS 48: two key tiles, two dims per lane
     OP_CASE("attention", 1, test_attention(2, 70, 128, 2)),   // HS 64 (GPT-2), three key tiles

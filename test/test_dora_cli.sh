@@ -9,6 +9,7 @@
 # - --merge writes convert --model BASE --adapter DIR's merge, byte for byte; QDoRA (--qlora) trains
 #   and merges;
 # - generate with the adapter (its norms computed once) scores a text as the merged model does;
+#   over a Q8_0 GGUF base --weights q8_0 is refused and auto runs the base dense;
 # - refusals, each naming the flag: --dora with --lora-rank 0, a q/k/v split, --init pissa,
 #   --save-gguf without --merge (also for a DoRA --adapter DIR); convert --to gguf-lora of a DoRA adapter.
 source "$(dirname "$0")/lib.sh"
@@ -68,6 +69,12 @@ a, m, b = (json.loads(open(p).readline())["logprob"] for p in sys.argv[1:4])
 print("adapter %.6f merged %.6f base %.6f" % (a, m, b))
 sys.exit(0 if abs(a - m) < 1e-4 * abs(m) and abs(a - b) > 1e-3 else 1)
 PY
+# over a Q8_0 base: --weights q8_0 refused (the norms need the dense weight), auto runs dense
+"$BIN_DIR/convert" --model "$D/g0" --out "$D/g0_q8.gguf" --gguf-type q8_0 >"$D/q8.log" 2>&1 || bad "convert to Q8_0 GGUF: $(tail -2 "$D/q8.log")"
+expect_fail "generate --weights q8_0 under a DoRA adapter" "DoRA adapter over Q8_0" \
+  "$BIN_DIR/generate" --model "$D/g0_q8.gguf" --adapter "$D/g1" --prompt hi -g 2 --weights q8_0
+"$BIN_DIR/generate" --model "$D/g0_q8.gguf" --adapter "$D/g1" --prompt hi -g 2 >/dev/null 2>"$D/q8auto.err" && grep -q "dtype" "$D/q8auto.err" \
+  && ! grep -q "in Q8_0" "$D/q8auto.err" && ok "--weights auto under a DoRA adapter over a Q8_0 file: dense" || bad "auto with DoRA: $(tail -3 "$D/q8auto.err")"
 
 # refusals
 expect_fail "--dora with --lora-rank 0" "--dora with --lora-rank 0" "$BIN" "${BASE[@]}" --lora-rank 0 --lora-bias all --dora --out "$D/bad1"

@@ -18,6 +18,7 @@
 //     (7.2e-4), grad norms 2e-2 relative (3.9e-3): about 3x the harness' errors, since a GPU rounds
 //     in other places (cuBLASLt's accumulation order, FMA contraction) with the same storage.
 #include "fixtures.h"
+#include "../llmc/base/gguf.h"
 #include "../llmc/ops/device.h"
 
 #define REF_DIR "test/ref/gpt2_tiny"
@@ -169,6 +170,48 @@ static void test_fp16_train(const TestBase* tb) {
     st_close(&ref);
 }
 
+// Q8_0 linear weights and lm_head (ModelSpec.base_q8, generate --weights q8_0): on weights whose
+// linear matrices and wte are already Q8_0 values (ggml's quantizer, then its dequantization), the
+// logits are the dense model's on the same values to rounding, and gpt2_get_params gives those
+// values back exactly (the blocks quantized at load are the values' own: Q8_0 values quantize to
+// themselves), where the backend holds them in fp32.
+static void test_q8_weights(const TestBase* tb) {
+    const ParamTable* pt = &tb->pt;
+    float* w = (float*)mallocCheck(pt->total * sizeof(float));
+    memcpy(w, tb->weights, pt->total * sizeof(float));
+    const ParamId ids[] = {PT_WTE, PT_QKVW, PT_ATTPROJW, PT_FCW, PT_FCPROJW};
+    for (int k = 0; k < 5; k++) {
+        const size_t n = pt->t[ids[k]].numel;
+        uint8_t* q = (uint8_t*)mallocCheck(n / OPS_Q8_BLOCK * OPS_Q8_BLOCK_BYTES);
+        gguf_quantize_q8_0(w + pt->t[ids[k]].offset, q, n);
+        gguf_dequantize_q8_0(q, w + pt->t[ids[k]].offset, n);
+        free(q);
+    }
+    float* dense = test_batch_logits(tb, w, NULL);
+    Model mq;
+    ModelSpec s;
+    memset(&s, 0, sizeof(s));
+    s.cfg = &tb->cfg; s.host = w; s.base_q8 = MODEL_Q8_ON; s.B = tb->batch.B; s.T = tb->batch.T;
+    model_assemble(&mq, &s);
+    TEST_CHECK(mq.base_q8 && mq.wte_q8 && !mq.gpt.p[PT_QKVW], "base_q8: Q8_0 blocks held, the fp32 linear weights not allocated");
+    gpt2_forward(&mq.gpt, tb->batch.inputs, NULL, NULL, tb->batch.B, tb->batch.T, 0.0f, NULL);
+    const size_t nl = (size_t)tb->batch.B * tb->batch.T * tb->cfg.vocab_size;
+    float* q8 = ref_logits_unpadded(&mq.gpt, tb->batch.B * tb->batch.T);
+    printf("Q8_0 weights: logits max error %.3g of max |dense|\n", rel_to_max(q8, dense, nl));
+    test_allclose("Q8_0 weights: logits vs dense on the same values", q8, dense, nl, tols()->rel, tols()->logits * ref_max_abs(dense, nl));
+    if (ops_caps().floatx == OPS_F32) {
+        float* back = (float*)mallocCheck(pt->total * sizeof(float));
+        gpt2_get_params(&mq.gpt, back);
+        int same = 1;
+        for (int k = 1; k < 5; k++)
+            same &= !memcmp(back + pt->t[ids[k]].offset, w + pt->t[ids[k]].offset, pt->t[ids[k]].numel * sizeof(float));
+        TEST_CHECK(same, "gpt2_get_params of Q8_0 linear weights: not the values they were quantized from");
+        free(back);
+    }
+    model_free(&mq);
+    free(w); free(dense); free(q8);
+}
+
 int main(int argc, char** argv) {
     TestBase tb;
     StFile ref;
@@ -240,6 +283,7 @@ int main(int argc, char** argv) {
 
     // (the CPU backend only: the CUDA backend's GEMMs are bf16)
     if (!test_quick() && argc < 2 && ops_caps().floatx == OPS_F32) test_fp16_train(&tb);
+    test_q8_weights(&tb);
 
     model_free(&model);
     st_close(&ref);

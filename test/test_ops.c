@@ -18,6 +18,8 @@
 #include "cpu/gemm.h"
 #include "cpu/vecmath.h"
 #include "base/bf16.h"
+#include "base/gguf.h"
+#include "cpu/ops_cpu.h"
 #include "test/test.h"
 #include "test/ref_ops.h"
 
@@ -633,6 +635,38 @@ static void test_matmul_bf16(int N, int C, int OC) {
     free(ind); free(wd); free(bd); free(want);
 }
 
+// matmul_forward_q8 against a double reference on the exact values d * q of the blocks that
+// gguf_quantize_q8_0 (ggml's reference quantizer) makes of random weights: bias, GELU, the few-row
+// kernel (AVX-512 where the CPU has it, and the plain C one every CPU without it runs) and the
+// many-row one (dequantized panels), OC past one panel and not a multiple of 4.
+static void test_matmul_q8(int N, int C, int OC) {
+    const size_t nx = (size_t)N * C, nw = (size_t)OC * C, NO = (size_t)N * OC;
+    float* inp = frandbuf(nx, -1, 1);
+    float* w = frandbuf(nw, -1, 1);
+    float* bias = frandbuf(OC, -1, 1);
+    uint8_t* q = (uint8_t*)ops_alloc(nw / OPS_Q8_BLOCK * OPS_Q8_BLOCK_BYTES);
+    gguf_quantize_q8_0(w, q, nw);
+    gguf_dequantize_q8_0(q, w, nw);
+    double *ind = to_d(inp, nx), *wd = to_d(w, nw), *bd = to_d(bias, OC), *want = dbuf(NO), *want_gelu = dbuf(NO);
+    ref_matmul(want, ind, wd, bd, N, C, OC);
+    for (size_t i = 0; i < NO; i++) want_gelu[i] = ref_gelu(want[i]);
+    float *out = fbuf(NO), *gout = fbuf(NO);
+    for (int scalar = 0; scalar < 2; scalar++) {
+        cpu_q8_force_scalar(scalar);
+        matmul_forward_q8(out, gout, inp, q, bias, N, C, OC);
+        close_mm(scalar ? "matmul_forward_q8 (plain C) pre-activation" : "matmul_forward_q8 pre-activation", out, want, N, C, OC);
+        close_mm(scalar ? "matmul_forward_q8 (plain C) +gelu" : "matmul_forward_q8 +gelu", gout, want_gelu, N, C, OC);
+    }
+    cpu_q8_force_scalar(0);
+    ref_matmul(want, ind, wd, NULL, N, C, OC);
+    matmul_forward_q8(out, NULL, inp, q, NULL, N, C, OC);
+    close_mm("matmul_forward_q8 no bias", out, want, N, C, OC);
+    float* bufs[] = {inp, w, bias, out, gout};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ops_free(bufs[i]);
+    ops_free(q);
+    free(ind); free(wd); free(bd); free(want); free(want_gelu);
+}
+
 // cpu_gemm_widen (the bf16 GEMM of a CPU without a bf16 matmul, and every fp16 GEMM) with a
 // buffer small enough to split K, N and M into several panels, every orientation, with and
 // without accumulating, against a double reference of the 16-bit operands; then cpu_gemm_16
@@ -1157,6 +1191,11 @@ static void case_classifier_16(void) {
 
 static void case_matmul_16(void) {
     test_matmul_bf16(1, 100, 131);  // one row: tail of 4 and a one-row remainder
+    for (int n = 1; n <= 5; n++) test_matmul_q8(n, 96, 7); // the few-row tiles, OC % 4 = 3
+    test_matmul_q8(1, 768, 2304);   // one row, threaded
+    test_matmul_q8(9, 64, 300);     // two passes of four rows and one
+    test_matmul_q8(16, 96, 300);    // the panels: one full, one of 44 rows
+    test_matmul_q8(40, 32, 513);
     test_matmul_bf16(1, 768, 2304); // one row, threaded
     test_matmul_bf16(3, 100, 131);  // rows: a GEMM
     test_matmul_forward_acc(1, 8, 2304, 1);

@@ -10,6 +10,7 @@
 #include "base/fileio.h"
 #include "base/json.h"
 #include "model/model.h"
+#include "model/gguf_io.h"
 #include "ops/ops.h"
 #include "model/sampler.h"
 #include "text/textgen.h"
@@ -30,6 +31,7 @@ typedef struct {
     const char* chat;     // chat template name, or NULL: plain continuation
     const char* system;   // --chat: a system message
     const char* dtype;    // --dtype fp32|bf16|auto
+    const char* wtype;    // --weights auto|q8_0|dense
     const char* logits_out; // --logits-out FILE
     const char* prompts;  // --prompts FILE (JSONL)
     const char* out;      // --out FILE (JSONL)
@@ -97,6 +99,11 @@ static void gen_parse(GenFlags* g, int argc, char** argv) {
     specs[n++] = (ArgSpec){"--system", NULL, ARG_STR, &g->system, "TEXT", "with --chat: a system message before the user's", 1, 0, NULL};
     specs[n++] = cli_flag_threads(&g->threads);
     specs[n++] = cli_flag_dtype(&g->dtype);
+    static const char* const weight_choices[] = {"auto", "q8_0", "dense", NULL};
+    specs[n++] = (ArgSpec){"--weights", NULL, ARG_STR, &g->wtype, "W",
+                           "the linear weights and the lm_head: q8_0 = in llama.cpp's 8-bit blocks, multiplied as they are (a token reads ~half of bf16's bytes; "
+                           "from a Q8_0 GGUF file exactly its blocks, from others quantized as llama.cpp does), dense = --dtype's, "
+                           "auto = q8_0 for a Q8_0 GGUF model on the CPU (not under a DoRA adapter), dense otherwise", 1, 0, weight_choices};
     specs[n++] = (ArgSpec){"--quiet", NULL, ARG_BOOL, &g->quiet, NULL, "print only the text (no prompt echo, no statistics)", 1, 0, NULL};
     specs[n++] = (ArgSpec){"--logits-out", NULL, ARG_STR, &g->logits_out, "FILE",
                            "also write FILE: per generated token its id and the two largest logits (for comparing backends)", 1, 0, NULL};
@@ -161,6 +168,7 @@ static const char* gen_adapter_base(const char* adapter, char* out, size_t cap) 
 // The model (any kind the trainers write, incl. 4-bit NF4 checkpoints) and its adapter; the
 // activations are sized once the prompt is known (model_alloc_acts).
 static void gen_model(Model* m, const GenFlags* g, int bf16) {
+    const int autow = !g->wtype || !strcmp(g->wtype, "auto");
     LoraSource src;
     ModelSpec spec;
     memset(&src, 0, sizeof(src));
@@ -168,6 +176,8 @@ static void gen_model(Model* m, const GenFlags* g, int bf16) {
     spec.path = g->model;
     spec.B = 1; spec.T = 1;
     spec.base_bf16 = bf16; // nothing is trained: the linear weights held in bf16 only, as train_lora holds its base
+    if (autow) spec.base_q8 = ops_caps().floatx == OPS_F32 && gguf_gpt2_linear_q8_0(g->model) ? MODEL_Q8_WHERE_ABLE : 0;
+    else spec.base_q8 = !strcmp(g->wtype, "q8_0");
     src.adapter = g->adapter;
     if (g->adapters.n > 1) { // (combined in model_assemble, once the base's shape is known)
         src.adapter = NULL;
@@ -380,10 +390,11 @@ int generate_main(int argc, char** argv) {
         fatal("pass --vocab DIR (encoder.json + vocab.bpe, vocab.json + merges.txt, or tokenizer.json), or keep data/gpt2 next to this program",
               "no vocabulary found for --model %s", g.model);
     ops_init(g.threads);
-    char dtype[160];
+    char dtype[224];
     const int bf16 = cli_apply_dtype(g.dtype, dtype, sizeof(dtype));
     Model m;
     gen_model(&m, &g, bf16);
+    if (m.base_q8) snprintf(dtype + strlen(dtype), sizeof(dtype) - strlen(dtype), "; linear weights and lm_head in Q8_0");
     Tokenizer tok;
     tok_load(&tok, vpath);
     if (g.score) gen_score(&g, &m, &tok, tpl, dtype);

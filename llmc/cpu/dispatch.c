@@ -96,6 +96,10 @@ void matmul_forward_w16(floatX* out, floatX* gelu_out, const floatX* inp, const 
                         const floatX* bias, int N, int C, int OC) {
     CPU_PROF("matmul_forward_w16", C, OC, cpu_matmul_forward_w16(out, gelu_out, inp, weight, bias, N, C, OC));
 }
+void matmul_forward_q8(floatX* out, floatX* gelu_out, const floatX* inp, const uint8_t* weight,
+                       const floatX* bias, int N, int C, int OC) {
+    CPU_PROF("matmul_forward_q8", C, OC, cpu_matmul_forward_q8(out, gelu_out, inp, weight, bias, N, C, OC));
+}
 void matmul_backward_w16(floatX* dinp, floatX* dbias, const floatX* dout, const uint16_t* weight,
                          int N, int C, int OC, int accumulate) {
     CPU_PROF("matmul_backward_w16", C, OC, cpu_matmul_backward_w16(dinp, dbias, dout, weight, N, C, OC, accumulate));

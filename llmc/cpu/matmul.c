@@ -97,7 +97,7 @@ static const uint16_t* rounded(int slot, const float* x, size_t n, int f16) {
 }
 
 // one pass over the output while it is still warm in L2/L3
-static void forward_epilogue(float* out, float* gelu_out, const float* bias, int N, int OC) {
+void cpu_matmul_epilogue(float* out, float* gelu_out, const float* bias, int N, int OC) {
     if (bias == NULL && gelu_out == NULL) return;
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -153,7 +153,7 @@ static void forward_product(float* out, const float* inp, const float* weight, i
 void cpu_matmul_forward(float* out, float* gelu_out, const float* inp, const float* weight,
                         const float* bias, int N, int C, int OC) {
     forward_product(out, inp, weight, N, C, OC, 0);
-    forward_epilogue(out, gelu_out, bias, N, OC);
+    cpu_matmul_epilogue(out, gelu_out, bias, N, OC);
 }
 
 void cpu_matmul_forward_acc(float* out, const float* inp, const float* weight, int N, int C, int OC) {
@@ -163,7 +163,7 @@ void cpu_matmul_forward_acc(float* out, const float* inp, const float* weight, i
 void cpu_matmul_forward_w16(float* out, float* gelu_out, const float* inp, const uint16_t* weight,
                             const float* bias, int N, int C, int OC) {
     forward_16(0, out, inp, weight, N, C, OC, 0);
-    forward_epilogue(out, gelu_out, bias, N, OC);
+    cpu_matmul_epilogue(out, gelu_out, bias, N, OC);
 }
 
 // dinp (+)= r16(dout) w16, dweight += r16(dout)^T r16(inp); either may be NULL

@@ -83,6 +83,13 @@ void cpu_matmul_forward_w16(float* out, float* gelu_out, const float* inp, const
                             const float* bias, int N, int C, int OC);
 void cpu_matmul_backward_w16(float* dinp, float* dbias, const float* dout, const uint16_t* weight,
                              int N, int C, int OC, int accumulate);
+// out += bias, then gelu_out = gelu(out) where given: the forward GEMMs' epilogue (matmul.c)
+void cpu_matmul_epilogue(float* out, float* gelu_out, const float* bias, int N, int OC);
+// ---- Q8_0 weights (q8.c)
+void cpu_matmul_forward_q8(float* out, float* gelu_out, const float* inp, const uint8_t* weight,
+                           const float* bias, int N, int C, int OC);
+// 1: the few-row product in plain C on any CPU (what a CPU without AVX-512 runs), for the tests
+void cpu_q8_force_scalar(int on);
 
 // ---- element-wise (elementwise.c)
 void cpu_gelu_forward(float* out, const float* inp, size_t n);

@@ -112,6 +112,10 @@ void matmul_backward_w16(floatX* dinp, floatX* dbias, const floatX* dout, const 
                          int N, int C, int OC, int accumulate) {
     cuda_matmul_backward(dinp, NULL, dbias, dout, NULL, (const floatX*)weight, N, C, OC, accumulate);
 }
+void matmul_forward_q8(floatX* out, floatX* gelu_out, const floatX* inp, const uint8_t* weight,
+                       const floatX* bias, int N, int C, int OC) {
+    cuda_matmul_forward_q8(out, gelu_out, inp, weight, bias, N, C, OC);
+}
 
 // ---- element-wise
 void gelu_forward(floatX* out, const floatX* inp, size_t n) { cuda_gelu_forward(out, inp, n); }

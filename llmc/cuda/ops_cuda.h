@@ -91,6 +91,9 @@ void cuda_dropout_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, size_t n
 void cuda_mul_inplace(__nv_bfloat16* dst, const __nv_bfloat16* mask, size_t n);
 void cuda_rows_copy(void* dst, const void* src, const int* idx, int K, size_t row_bytes, int scatter);
 
+// ---- Q8_0 weights (q8.cu)
+void cuda_matmul_forward_q8(__nv_bfloat16* out, __nv_bfloat16* gelu_out, const __nv_bfloat16* inp, const uint8_t* w,
+                            const __nv_bfloat16* bias, int N, int C, int OC);
 // ---- DoRA (dora.cu)
 void cuda_dora_norm(float* norm, const __nv_bfloat16* W, const __nv_bfloat16* A, const __nv_bfloat16* B,
                     float scaling, int OC, int C, int R);

@@ -430,6 +430,20 @@ void gguf_read_gpt2_config(const char* path, GPT2Config* cfg_out) {
     gguf_reading_release();
 }
 
+int gguf_gpt2_linear_q8_0(const char* path) {
+    if (!gguf_is_gguf(path)) return 0;
+    GgufFile f;
+    GPT2Config cfg;
+    ParamTable pt;
+    gguf_open_gpt2(&f, path, &cfg, &pt);
+    const ParamId ids[] = {PT_QKVW, PT_ATTPROJW, PT_FCW, PT_FCPROJW};
+    int q8 = 1;
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < cfg.num_layers; l++) q8 &= gguf_param_tensor(&f, &pt, ids[k], l)->type == GGML_TYPE_Q8_0;
+    gguf_reading_release();
+    return q8;
+}
+
 void gguf_load_gpt2(const char* path, GPT2Config* cfg_out, ParamTable* pt_out, float** params_out) {
     GgufFile f;
     gguf_open_gpt2(&f, path, cfg_out, pt_out);

@@ -78,6 +78,9 @@ void gguf_load_gpt2(const char* path, GPT2Config* cfg_out, ParamTable* pt_out, f
 // metadata, gpt2.* and the vocabulary's size), checked as gguf_load_gpt2 checks it, tensor shapes
 // included; no weight is read (but an output.weight, compared with token_embd.weight).
 void gguf_read_gpt2_config(const char* path, GPT2Config* cfg_out);
+// Whether path is a GGUF GPT-2 whose four linear weights are Q8_0 in every layer (0 for any other
+// file; a GGUF file that is not a GPT-2 of ours stops with gguf_load_gpt2's message).
+int gguf_gpt2_linear_q8_0(const char* path);
 
 // The GGUF name of (tensor id, layer), e.g. "blk.3.attn_qkv.weight".
 void gguf_tensor_name(char* out, size_t cap, ParamId id, int layer);

@@ -444,7 +444,8 @@ static void gpt2_logits_forward(GPT2* m, int N) {
     GPT2Acts* a = &m->acts;
     const size_t rows = (size_t)m->B * m->T, Vp = (size_t)m->cfg.padded_vocab_size;
     if (!a->logits) a->logits = (floatX*)ops_alloc(rows * Vp * sizeof(floatX));
-    if (m->wte16) matmul_forward_w16(a->logits, NULL, a->lnf, m->wte16, NULL, N, m->cfg.channels, (int)Vp);
+    if (m->wte_q8) matmul_forward_q8(a->logits, NULL, a->lnf, m->wte_q8, NULL, N, m->cfg.channels, (int)Vp);
+    else if (m->wte16) matmul_forward_w16(a->logits, NULL, a->lnf, m->wte16, NULL, N, m->cfg.channels, (int)Vp);
     else matmul_forward(a->logits, NULL, a->lnf, m->p[PT_WTE], NULL, N, m->cfg.channels, (int)Vp);
 }
 

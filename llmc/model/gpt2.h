@@ -95,6 +95,8 @@ typedef struct GPT2 {
     const uint16_t* wte16;             // the frozen lm_head (wte) in bf16, owned by llmc/model/model.c,
                                        // for an fp32 backend's bf16 GEMMs (ops.h classifier_train), or NULL
                                        // (made with gpt2_wte_to_bf16)
+    const uint8_t* wte_q8;             // the lm_head in Q8_0 blocks (ops.h matmul_forward_q8) for
+                                       // sampling and scoring, owned by llmc/model/model.c, or NULL
     floatX* g[NUM_PARAM_TENSORS];      // tensor views into grads (NULL entries = frozen)
     size_t g_stride[NUM_PARAM_TENSORS];// elements between layer slices of g[i]: the layer size,
                                        // or 0 when g[i] is a one-layer bucket (gpt2_grads_into_buckets)

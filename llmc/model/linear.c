@@ -1,6 +1,7 @@
 #include "model/linear.h"
 #include "base/check.h"
 #include "base/bf16.h"
+#include "base/gguf.h"
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,12 @@ void linear_use_bf16(Linear* x, const uint16_t* W) {
     x->w.bf16 = W;
 }
 
+void linear_use_q8(Linear* x, const uint8_t* W) {
+    if (x->in % OPS_Q8_BLOCK) fatal("this is a bug in llmc", "Q8_0 weight for a layer of %d inputs (not a multiple of %d)", x->in, OPS_Q8_BLOCK);
+    x->w.kind = LINEAR_W_Q8;
+    x->w.q8 = W;
+}
+
 void linear_set_adapter(Linear* x, const LinearAdapter* a) {
     if (!x->has_adapter) x->sh->n_adapters++;
     x->ad = *a;
@@ -171,8 +178,10 @@ static const floatX* linear_weight(const Linear* x) {
     return NULL;
 }
 
-// The weight for the matmul ops that take floatX, or NULL for a bf16 weight (the _w16 ops).
-static const floatX* layer_weight(const Linear* x) { return x->w.kind == LINEAR_W_BF16 ? NULL : linear_weight(x); }
+// The weight for the matmul ops that take floatX, or NULL for a bf16 or Q8_0 weight (their own ops).
+static const floatX* layer_weight(const Linear* x) {
+    return x->w.kind == LINEAR_W_BF16 || x->w.kind == LINEAR_W_Q8 ? NULL : linear_weight(x);
+}
 
 void linear_weight_to_host(const Linear* x, float* out) {
     switch (x->w.kind) {
@@ -183,6 +192,14 @@ void linear_weight_to_host(const Linear* x, float* out) {
         uint16_t* h = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         ops_to_host(h, x->w.bf16, n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32(h[i]);
+        free(h);
+        return;
+    }
+    case LINEAR_W_Q8: {
+        const size_t n = (size_t)x->out * x->in, bytes = n / OPS_Q8_BLOCK * OPS_Q8_BLOCK_BYTES;
+        uint8_t* h = (uint8_t*)mallocCheck(bytes);
+        ops_to_host(h, x->w.q8, bytes);
+        gguf_dequantize_q8_0(h, out, n);
         free(h);
         return;
     }
@@ -252,16 +269,23 @@ static void adapter_backward(const Linear* x, floatX* dinp, const floatX* dout, 
     adapter_backward_h(x, dinp, dout, inp, xin, N, 0);
 }
 
+// A Q8_0 weight is for sampling and scoring only.
+static void linear_check_backward(const Linear* x) {
+    if (x->w.kind == LINEAR_W_Q8) fatal("this is a bug in llmc", "a backward through a Q8_0 weight [%d, %d]", x->out, x->in);
+}
+
 // ----------------------------------------------------------------------------
 // DoRA
 
-// The base's matmul by the weight W layer_weight gave (NULL: the layer's bf16 weight), with the
-// bias given (DoRA adds the layer's after its scale), and its input gradient.
+// The base's matmul by the weight W layer_weight gave (NULL: the layer's bf16 or Q8_0 weight), with
+// the bias given (DoRA adds the layer's after its scale), and its input gradient.
 static void base_mm(const Linear* x, floatX* out, floatX* gelu_out, const floatX* inp, const floatX* W, const floatX* bias, int N) {
     if (x->w.kind == LINEAR_W_BF16) matmul_forward_w16(out, gelu_out, inp, x->w.bf16, bias, N, x->in, x->out);
+    else if (x->w.kind == LINEAR_W_Q8) matmul_forward_q8(out, gelu_out, inp, x->w.q8, bias, N, x->in, x->out);
     else matmul_forward(out, gelu_out, inp, W, bias, N, x->in, x->out);
 }
 static void base_mm_backward(const Linear* x, floatX* dinp, floatX* db, const floatX* dout, const floatX* W, int N, int accumulate) {
+    linear_check_backward(x);
     if (x->w.kind == LINEAR_W_BF16) matmul_backward_w16(dinp, db, dout, x->w.bf16, N, x->in, x->out, accumulate);
     else matmul_backward(dinp, NULL, db, dout, NULL, W, N, x->in, x->out, accumulate);
 }
@@ -271,6 +295,7 @@ static void base_mm_backward(const Linear* x, floatX* dinp, floatX* db, const fl
 static void dora_norm_of(const Linear* x, const floatX* W) {
     const LinearAdapter* a = &x->ad;
     if (x->sh->dora_cache && *a->norm_ready) return;
+    if (x->w.kind == LINEAR_W_Q8) fatal("this is a bug in llmc", "DoRA norms of a Q8_0 weight (generate refuses the pair)");
     if (W) dora_norm(a->norm, W, a->A, a->B, a->scaling, x->out, x->in, a->rank);
     else dora_norm_w16(a->norm, x->w.bf16, a->A, a->B, a->scaling, x->out, x->in, a->rank);
     *a->norm_ready = x->sh->dora_cache;
@@ -356,6 +381,7 @@ void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const fl
     if (x->sh->adapters_off) fatal("this is a bug in llmc", "a backward with the adapters switched off (linear_set_adapters)");
     if (x->has_adapter && x->ad.m) { dora_backward(x, dinp, dout, inp, N, accumulate); return; }
     // (a frozen weight, dense, NF4 or bf16, has no gradient: dw is NULL)
+    linear_check_backward(x);
     if (x->w.kind == LINEAR_W_BF16) matmul_backward_w16(dinp, x->db, dout, x->w.bf16, N, x->in, x->out, accumulate);
     else matmul_backward(dinp, x->dw, x->db, dout, inp, linear_weight(x), N, x->in, x->out, accumulate);
     if (x->has_adapter) adapter_backward(x, dinp, dout, inp, N);

@@ -46,6 +46,8 @@ typedef enum {
     LINEAR_W_NF4,         // NF4 [out, in], dequantized into the shared buffer for each matmul
     LINEAR_W_BF16,        // bf16 [out, in] (raw bit patterns) in backend memory: a frozen weight at
                           // half the memory where floatX is fp32 (LoRA with --dtype bf16 on the CPU)
+    LINEAR_W_Q8,          // Q8_0 blocks [out, in / 32] (ops.h matmul_forward_q8) in backend memory:
+                          // a frozen weight for sampling and scoring (generate --weights q8_0)
 } LinearWeightKind;
 
 typedef struct {
@@ -54,6 +56,7 @@ typedef struct {
     const NF4Tensor* nf4;     // LINEAR_W_NF4: the host tensor (host copies of the weight) ...
     const Nf4Op* nf4_op;      //   ... and its backend handle (the matmuls)
     const uint16_t* bf16;     // LINEAR_W_BF16
+    const uint8_t* q8;        // LINEAR_W_Q8
 } LinearWeight;
 
 typedef struct {
@@ -143,6 +146,8 @@ void linear_dora_norm(const Linear* x);
 void linear_use_dense(Linear* x, const floatX* W);
 void linear_use_nf4(Linear* x, const NF4Tensor* t, const Nf4Op* op);
 void linear_use_bf16(Linear* x, const uint16_t* W);
+// A weight in Q8_0 blocks (in a multiple of 32): forward only (a backward through it is a bug).
+void linear_use_q8(Linear* x, const uint8_t* W);
 // Put an adapter on the layer (copied; its buffers stay the caller's).
 void linear_set_adapter(Linear* x, const LinearAdapter* a);
 

@@ -4,6 +4,7 @@
 #include "model/model_io.h"
 #include "model/peft_io.h"
 #include "base/bf16.h"
+#include "base/gguf.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,6 +118,46 @@ static void model_bind_bf16(Model* m, const ParamTable* pt, const float* host) {
     free(tmp);
 }
 
+// Q8_0 bytes of n values (n a multiple of the block)
+static size_t model_q8_bytes(size_t n) { return n / OPS_Q8_BLOCK * OPS_Q8_BLOCK_BYTES; }
+
+// Step 5a' with base_q8: the linear weights in llama.cpp's Q8_0 blocks (gguf_quantize_q8_0, which
+// gives back the same blocks from a Q8_0 file's dequantized values), in backend memory, as every
+// layer's weight source; the fp32 copies are never allocated.
+static void model_bind_q8(Model* m, const ParamTable* pt, const float* host) {
+    const int L = pt->cfg.num_layers;
+    uint8_t* tmp = (uint8_t*)mallocCheck(model_q8_bytes(model_bf16_stage(pt)));
+    m->base_q8 = (uint8_t*)ops_alloc(model_q8_bytes(qlora_replaced_numel(pt)));
+    size_t off = 0;
+    for (int k = 0; k < LINEAR_PER_BLOCK; k++)
+        for (int l = 0; l < L; l++) {
+            const ParamId id = linear_weight_id(k);
+            const size_t bytes = model_q8_bytes(params_layer_numel(pt, id));
+            gguf_quantize_q8_0(host + params_layer_offset(pt, id, l), tmp, params_layer_numel(pt, id));
+            ops_to_device(m->base_q8 + off, tmp, bytes);
+            linear_use_q8(linear_at(m->gpt.lin, l, k), m->base_q8 + off);
+            off += bytes;
+        }
+    free(tmp);
+}
+
+// Step 5a'' with base_q8: wte in Q8_0 for the lm_head, from the model's own copy (as wte16).
+static void model_bind_wte_q8(Model* m) {
+    const GPT2Config* c = &m->gpt.cfg;
+    const size_t C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size;
+    float* f = (float*)mallocCheck(C * sizeof(float));
+    uint8_t* q = (uint8_t*)mallocCheck(model_q8_bytes(C));
+    m->wte_q8 = (uint8_t*)ops_alloc(model_q8_bytes(Vp * C));
+    for (size_t r = 0; r < Vp; r++) {
+        ops_download_f32(f, m->gpt.p[PT_WTE] + r * C, C);
+        gguf_quantize_q8_0(f, q, C);
+        ops_to_device(m->wte_q8 + r * model_q8_bytes(C), q, model_q8_bytes(C));
+    }
+    free(f);
+    free(q);
+    m->gpt.wte_q8 = m->wte_q8;
+}
+
 // Step 5a'': a frozen wte rounded to bf16 for the lm_head (its fp32 copy stays: the embedding reads
 // it), from the model's own copy once the host weights are gone, so that the build's peak (the
 // host weights beside the model) does not grow by it.
@@ -157,7 +198,7 @@ void model_lora_extras_rebind(Model* m) {
 // Step 4': the bytes steps 4 and 5 will take in backend memory (ModelFootprint), for the spec's
 // before_alloc check. The same sums as the trainers' memory report.
 static ModelFootprint model_footprint(const Model* m, const ModelSpec* s, const ParamTable* pt, unsigned trainable,
-                                      unsigned skip, int base16, int wte16) {
+                                      unsigned skip, int base16, int wte16, int q8) {
     ModelFootprint fp;
     memset(&fp, 0, sizeof(fp));
     const size_t X = ops_caps().floatx_bytes;
@@ -172,6 +213,8 @@ static ModelFootprint model_footprint(const Model* m, const ModelSpec* s, const 
         for (int i = 0; i < NUM_PARAM_TENSORS; i++)
             if (qlora_is_quantized((ParamId)i) && params_layer_numel(pt, (ParamId)i) > wmax) wmax = params_layer_numel(pt, (ParamId)i);
         fp.base = m->nf4->bytes + wmax * X;
+    } else if (q8) {
+        fp.base = model_q8_bytes(qlora_replaced_numel(pt)) + model_q8_bytes(params_layer_numel(pt, PT_WTE));
     } else if (base16) {
         fp.base = qlora_replaced_numel(pt) * sizeof(uint16_t);
     }
@@ -204,20 +247,31 @@ void model_assemble(Model* m, const ModelSpec* s) {
     }
     const unsigned trainable = s->trainable | (m->lora ? lora_base_trainable_mask(m->lora) : 0u);
     // bf16 base weights only where no gradient flows into them (adapters, or no training at all)
-    const int base16 = s->base_bf16 && !(trainable & QLORA_MASK) && !m->nf4 && ops_caps().floatx == OPS_F32;
-    const unsigned skip = m->nf4 || base16 ? QLORA_MASK : 0u;
+    // Q8_0 weights where nothing trains
+    const int q8_unable = cfg.channels % OPS_Q8_BLOCK || (m->lora && m->lora->spec.dora);
+    const int q8 = s->base_q8 == MODEL_Q8_ON || (s->base_q8 == MODEL_Q8_WHERE_ABLE && !q8_unable);
+    if (q8 && (trainable || m->nf4)) fatal("this is a bug in llmc", "a Q8_0 base for a model that trains or has an NF4 base");
+    if (q8 && cfg.channels % OPS_Q8_BLOCK)
+        fatal("use --weights dense", "%s: Q8_0 weights need a channel count that is a multiple of %d; this model has %d",
+              m->source, OPS_Q8_BLOCK, cfg.channels);
+    if (q8 && m->lora && m->lora->spec.dora)
+        fatal("use --weights dense with a DoRA adapter", "a DoRA adapter over Q8_0 weights: its norms need the dense weight");
+    const int base16 = !q8 && s->base_bf16 && !(trainable & QLORA_MASK) && !m->nf4 && ops_caps().floatx == OPS_F32;
+    const unsigned skip = m->nf4 || base16 || q8 ? QLORA_MASK : 0u;
     // the lm_head's weight in bf16 once, where wte has no gradient (NF4 bases too)
-    const int wte16 = s->base_bf16 && !(trainable & (1u << PT_WTE)) && ops_caps().floatx == OPS_F32;
+    const int wte16 = !q8 && s->base_bf16 && !(trainable & (1u << PT_WTE)) && ops_caps().floatx == OPS_F32;
     if (s->before_alloc) {
-        const ModelFootprint fp = model_footprint(m, s, &pt, trainable, skip, base16, wte16);
+        const ModelFootprint fp = model_footprint(m, s, &pt, trainable, skip, base16, wte16, q8);
         s->before_alloc(s->before_alloc_ctx, &fp);
     }
     gpt2_init(&m->gpt, &cfg, trainable, skip);
     if (m->nf4) model_bind_nf4(m);
     if (base16) model_bind_bf16(m, &pt, host);
+    if (q8) model_bind_q8(m, &pt, host);
     gpt2_set_params(&m->gpt, host);
     if (owned) free(host);
     if (wte16) model_bind_wte16(m);
+    if (q8) model_bind_wte_q8(m);
     if (s->B > 0 && s->T > cfg.max_seq_len) {
         const char* what = s->T_flag ? s->T_flag : "sequence length";
         char hint[128];
@@ -243,6 +297,8 @@ void model_free(Model* m) {
     qlora_free(m->nf4);
     if (m->base16) ops_free(m->base16);
     if (m->wte16) ops_free(m->wte16);
+    if (m->base_q8) ops_free(m->base_q8);
+    if (m->wte_q8) ops_free(m->wte_q8);
     if (m->ref_lnf) ops_free(m->ref_lnf);
     if (m->owns_lora) lora_free(m->lora);
     memset(m, 0, sizeof(*m));

@@ -50,14 +50,18 @@ typedef struct {
 typedef struct {
     size_t params;             // floatX parameters, the adapters' included
     size_t grads;              // floatX gradients, the adapters' included
-    size_t base;               // the frozen base held apart: NF4 blocks + the dequant buffer, or bf16;
-                               // and the frozen lm_head in bf16 (Model.wte16)
+    size_t base;               // the frozen base held apart: NF4 blocks + the dequant buffer, bf16 or
+                               // Q8_0; and the frozen lm_head in bf16 (Model.wte16) or Q8_0
     size_t acts;               // activations and scratch at the spec's B x T, recompute level and
                                // backward (gpt2_acts_bytes: the attention's scratch included), and
                                // the adapters' scratch (lora_scratch_bytes)
     size_t trainable;          // elements the optimizer updates (adapters + the base slices they train,
                                // or every trainable tensor)
 } ModelFootprint;
+
+// ModelSpec.base_q8: dense weights; Q8_0 (a DoRA adapter or a channel count that is not a
+// multiple of 32 refused); Q8_0 where those allow it, dense otherwise.
+enum { MODEL_Q8_OFF = 0, MODEL_Q8_ON = 1, MODEL_Q8_WHERE_ABLE = 2 };
 
 typedef struct {
     const char* path;          // model file / directory, or a size descriptor (d12, tiny); or
@@ -69,6 +73,9 @@ typedef struct {
                                // NF4, on a backend whose floatX is fp32: held in bf16 only (half
                                // the memory; --dtype bf16 on the CPU), their matmuls in bf16;
                                // and a frozen wte's bf16 copy for the lm_head (Model.wte16)
+    int base_q8;               // MODEL_Q8_*: nothing trains (generate): the linear weights and the
+                               // lm_head in Q8_0 blocks (Model.base_q8, wte_q8; ops.h
+                               // matmul_forward_q8), their fp32 copies never allocated; over base_bf16
     unsigned trainable;        // table tensors with gradients (GPT2_TRAIN_ALL, or 0); the base
                                // slices the adapters train are added
     int recompute;             // GPT2_RECOMPUTE_*
@@ -92,6 +99,8 @@ typedef struct {
     uint16_t* base16;          // the bf16 base weights (ModelSpec.base_bf16), or NULL
     uint16_t* wte16;           // with base_bf16 and wte frozen: wte in bf16, the lm_head's GEMM
                                // operand (gpt2.wte16), rounded once instead of at every step
+    uint8_t* base_q8;          // the Q8_0 linear weights (ModelSpec.base_q8), or NULL
+    uint8_t* wte_q8;           // with base_q8: wte in Q8_0 for the lm_head (gpt2.wte_q8)
     floatX* ref_lnf;           // the base's ln_f (weight, bias: 2 C) where the adapters train it,
     floatX* lnf_keep;          //   and room for the trained one while the adapters are off
     int adapters_off;          // model_set_adapters(m, 0) is in force

@@ -48,7 +48,7 @@ void kv_init(KVCache* kv, GPT2* m, int B, int maxT) {
     // the lm_head is the largest GEMM of a token: rounding its 50257 x C weight to bf16 for every
     // token took longer than the GEMM itself
     // (a frozen wte: the model's own bf16 copy, gpt2.wte16, serves)
-    if (ops_gemm_dtype() == OPS_BF16 && ops_caps().floatx == OPS_F32 && !m->wte16)
+    if (ops_gemm_dtype() == OPS_BF16 && ops_caps().floatx == OPS_F32 && !m->wte16 && !m->wte_q8)
         kv->wte16 = (uint16_t*)ops_alloc(Vp * C * sizeof(uint16_t));
 }
 
@@ -100,7 +100,8 @@ static void kv_forward_chunk(KVCache* kv, const int* tokens, int Tn, int nb) {
     for (int b = 0; b < calls; b++) {
         floatX* out = kv->logits + (size_t)b * Vp;
         const floatX* row = kv->ln + ((size_t)b * Tn + Tn - 1) * C;
-        if (w16) matmul_forward_w16(out, NULL, row, w16, NULL, rows, C, Vp);
+        if (m->wte_q8) matmul_forward_q8(out, NULL, row, m->wte_q8, NULL, rows, C, Vp);
+        else if (w16) matmul_forward_w16(out, NULL, row, w16, NULL, rows, C, Vp);
         else matmul_forward(out, NULL, row, m->p[PT_WTE], NULL, rows, C, Vp);
     }
     kv->pos += Tn;

@@ -182,6 +182,15 @@ void matmul_forward_w16(floatX* out, floatX* gelu_out, const floatX* inp, const 
                         const floatX* bias, int N, int C, int OC);
 void matmul_backward_w16(floatX* dinp, floatX* dbias, const floatX* dout, const uint16_t* weight,
                          int N, int C, int OC, int accumulate);
+// The same with the weight in llama.cpp's Q8_0 blocks (GGUF's GGML_TYPE_Q8_0): each run of 32
+// values of a row is an fp16 scale d and 32 int8 q (34 bytes), value = d * q; a row of C values
+// (C a multiple of 32) is C / 32 blocks. The products are of the exact values d * q (exact in
+// fp32) and inp, summed in fp32, so the result is matmul_forward's on the dequantized weight up
+// to the order of the sums. A frozen weight for sampling and scoring: there is no backward.
+#define OPS_Q8_BLOCK 32
+#define OPS_Q8_BLOCK_BYTES 34
+void matmul_forward_q8(floatX* out, floatX* gelu_out, const floatX* inp, const uint8_t* weight,
+                       const floatX* bias, int N, int C, int OC);
 
 // ----------------------------------------------------------------------------
 // element-wise (elementwise.c / elementwise.cu)
