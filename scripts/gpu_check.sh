@@ -277,7 +277,8 @@ if [ "$EMULATED" = 1 ]; then
   T=64; BATCHES="1 2 4"; STEPS=5; WARMUP=2; VOCAB=100; FULL_MODEL=test/ref/gpt2_tiny; LORA_BASE=test/ref/gpt2_tiny
   GEN_TOKENS=16
   TORCH_SHAPE=(--seq-len 64 --layers 2 --channels 64 --heads 4 --vocab 100 --steps 3 --warmup 1)
-  QS_ENV=(BASE_STEPS=20 LORA_STEPS=10)   # the fewest the job's warm-ups allow (~90 s under the harness)
+  QS_ENV=(BASE_STEPS=20 LORA_STEPS=10 STYLE_SEEDS=2)   # the fewest the job's warm-ups allow; 2 samples
+                                         # counted, not 40 (~1.4 s each under the harness)
   OUTPUTS_ARGS=(--min-compared 0)        # so little trained, its choices are all close calls
   XL_MODEL=tiny; XL_B=1                  # the GPT-2 XL run's path on a model the harness can afford
   AUTO_MODELS=tiny; AUTO_SEQS=4          # --batch-size auto's path (the fake device is 80 GB: B = 4)

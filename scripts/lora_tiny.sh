@@ -18,7 +18,8 @@
 #      many of 40 samples (seeds 1-40) of each have a " / " on their first line, both losses (the
 #      job fails if fine-tuning did not lower the loss), the loss plots.
 # Environment: OUT (out/lora_tiny), BASE_STEPS (1500), LORA_STEPS (450), THREADS (0 = all cores),
-# SPLIT (32000), BIN_DIR (take the programs from there instead of building them: tests), BASE_ONLY
+# SPLIT (32000), STYLE_SEEDS (40: the samples counted in step 4), BIN_DIR (take the programs from
+# there instead of building them: tests), BASE_ONLY
 # (1: stop after step 2, the data and the base: scripts/pref_tiny.sh starts from them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -105,7 +106,7 @@ echo "== sample of the fine-tuned model (base + adapter $OUT/lora), same prompt 
 printf '%s' "$NAME"; sample 42 --adapter "$OUT/lora"
 base_styled=$(styled --model "$OUT/base")
 lora_styled=$(styled --adapter "$OUT/lora")
-echo "samples with ' / ' on the first line (seeds 1-40): base model $base_styled/40, fine-tuned $lora_styled/40"
+echo "samples with ' / ' on the first line (seeds 1-$STYLE_SEEDS): base model $base_styled/$STYLE_SEEDS, fine-tuned $lora_styled/$STYLE_SEEDS"
 rm -f "$OUT/sample.err"
 echo
 awk -v b="$before" -v a="$after" -v n="$LORA_STEPS" 'BEGIN {

@@ -86,8 +86,8 @@ read -r base_styled base_line < <(SAME_LINE=1 styled --model "$OUT/base")
 read -r tuned_styled tuned_line < <(SAME_LINE=1 styled --adapter "$OUT/dpo")
 rm -f "$OUT/sample.err"
 echo
-echo "samples going on from the name on its line (seeds 1-40): base model $base_line/40, preference-tuned $tuned_line/40"
-echo "samples with the speech on one line (' / ' on the first line; seeds 1-40): base model $base_styled/40, preference-tuned $tuned_styled/40"
+echo "samples going on from the name on its line (seeds 1-$STYLE_SEEDS): base model $base_line/$STYLE_SEEDS, preference-tuned $tuned_line/$STYLE_SEEDS"
+echo "samples with the speech on one line (' / ' on the first line; seeds 1-$STYLE_SEEDS): base model $base_styled/$STYLE_SEEDS, preference-tuned $tuned_styled/$STYLE_SEEDS"
 awk -v a0="$acc0" -v a1="$acc1" -v m0="$mar0" -v m1="$mar1" -v n="$DPO_STEPS" -v o="$OBJECTIVE" \
     -v c0="${lpc%%$'\n'*}" -v c1="${lpc##*$'\n'}" -v r0="${lpr%%$'\n'*}" -v r1="${lpr##*$'\n'}" 'BEGIN {
   printf "held-out pairs (%s, TRL'"'"'s metrics):\n", o
