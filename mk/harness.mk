@@ -13,14 +13,15 @@
 #                         CUDA kernels), test_pref_cuda (the preference objectives on the CUDA
 #                         kernels), bench_ops at a small size; their rows in the test
 #                         registry (mk/tests.mk) are "harness"
-#   make test             also: orders.sh reruns every harness program in reverse and random
-#                         fiber order, mutation.sh (a barrier-less mutant is caught), faults.sh
+#   make test             also: orders.sh reruns every harness program's quick set in reverse and
+#                         random fiber order (every kernel launched), mutation.sh (a barrier-less mutant is caught), faults.sh
 #                         (faulty kernels are caught), check_cuda_kernels_ran.sh (every __global__
 #                         was launched); under SAN=1 all of it again with ASan+UBSan, but the
 #                         other orders (each program's forward run is its ASan test)
-#   make test-tsan        the harness programs with -fsanitize=thread (build/cpu-tsan), 2 OS
-#                         threads taking blocks, the day's random order: no report allowed; the
-#                         mutants (harness self-tests, flash attention) must be reported
+#   make test-tsan        the harness programs' quick sets with -fsanitize=thread (build/cpu-tsan),
+#                         2 OS threads taking blocks, the day's random order: no report allowed,
+#                         every kernel launched; the mutants (harness self-tests, flash attention)
+#                         must be reported
 #   make cuda-cpu-bench   fiber switch cost
 # NO_CUDA_HARNESS=1 skips the harness (a missing toolkit otherwise fails the suite, loudly).
 

@@ -9,8 +9,8 @@ cd "$(dirname "$0")/.."
 BUILD="${BUILD:-build/cpu}"
 prog="$BUILD/test/test_cuda_ops"
 [ -x "$prog" ] || { echo "FAIL: $prog not built"; exit 1; }
-# (a kernel's name is the identifier before its parameter list, __launch_bounds__(...) set aside)
-defined=$(sed -E 's/__launch_bounds__\([^)]*\)//g' llmc/cuda/*.cu llmc/cuda/*.cuh | grep -o '__global__[^(]*(' | sed -E 's/.*[[:space:]]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*\($/\1/' | sort -u)
+source test/cuda_cpu/kernel_names.sh
+defined=$(kernels_defined)
 [ -n "$defined" ] || { echo "FAIL: found no __global__ kernels in llmc/cuda/*.cu, *.cuh"; exit 1; }
 if [ "${SAN:-}" = "1" ]; then
   echo "skip: kernel coverage is checked in the plain pass (same program, same launches)"; exit 0
@@ -24,8 +24,7 @@ for p in "$prog" $(ls "$BUILD"/cuda_cpu/test/cuda/test_* 2>/dev/null | grep -v '
   fi
   cat "$one" >> "$log"
 done
-# "cuda_cpu: launch NAME <<<...>>>" (harness log) or "ran kernel: NAME" (either is accepted)
-ran=$(sed -n -e 's/^cuda_cpu: launch \([A-Za-z_][A-Za-z0-9_]*\).*/\1/p' -e 's/^ran kernel: \([A-Za-z_][A-Za-z0-9_]*\).*/\1/p' "$log" | sort -u)
+ran=$(kernels_launched "$log")
 missing=0
 for k in $defined; do
   if grep -qx "$k" <<<"$ran"; then echo "ran kernel: $k"; else echo "MISSING $k (defined in llmc/cuda but never launched under the harness)"; missing=1; fi

@@ -4,7 +4,10 @@
 # (the day's random one: TSan finds an unordered pair of accesses whichever runs first, so a second
 # order adds time, not findings; the plain pass tries the others) and must finish without a race
 # report; then the mutant without one barrier must be reported as a data race in
-# block_sum_kernel in every order. Fibers are TSan fibers: only
+# block_sum_kernel in every order. The programs run their quick sets (TEST_QUICK=1): a race is
+# between two accesses of one launch, and the quick sets launch every kernel of llmc/cuda (checked
+# at the end) at shapes that give each kernel several blocks and warps; the full sets, several
+# times longer under TSan, run in the plain and ASan passes. Fibers are TSan fibers: only
 # __syncthreads / __syncwarp / atomics / the launch boundary order memory between CUDA threads.
 set -u
 BUILD="${BUILD:-build/cpu-tsan}"
@@ -21,12 +24,14 @@ if "$probe" 2>&1 | grep -q 'FATAL: ThreadSanitizer'; then
   CUDA_CPU_RUN_PREFIX="setarch $(uname -m) -R"
   echo "note: TSan needs ASLR off on this kernel: running under '$CUDA_CPU_RUN_PREFIX'"
 fi
-pass=0; fail=0
+source "$(dirname "$0")/kernel_names.sh"
+pass=0; fail=0; logs=()
 for prog in "$@"; do
   for o in $orders; do
     log="$logdir/$(basename "$prog").tsan.${o/:/-}.log"
     start=$(date +%s.%N)
-    CUDA_CPU_ORDER=$o $CUDA_CPU_RUN_PREFIX "$prog" >"$log" 2>&1; rc=$?
+    CUDA_CPU_ORDER=$o TEST_QUICK=1 CUDA_CPU_VERBOSE=1 $CUDA_CPU_RUN_PREFIX "$prog" >"$log" 2>&1; rc=$?
+    logs+=("$log")
     secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')
     if [ $rc -eq 0 ] && ! grep -q 'ThreadSanitizer' "$log"; then
       pass=$((pass+1)); echo "PASS  tsan $(basename "$prog") order $o (${secs}s)"
@@ -36,6 +41,9 @@ for prog in "$@"; do
     fi
   done
 done
+unrun=$(comm -23 <(kernels_defined) <(kernels_launched "${logs[@]}") | tr '\n' ' ')
+if [ -z "$unrun" ]; then pass=$((pass+1)); echo "PASS  tsan: the runs launched every kernel of llmc/cuda"
+else fail=$((fail+1)); echo "FAIL  tsan: the quick sets launch no $unrun (mark a case that does quick)"; fi
 # the mutants (one barrier deleted): a race report naming the kernel in every order
 for m in test_harness_kernels:block_sum_kernel test_harness_wmma:wmma_gemm_kernel; do
   mut="$BUILD/cuda_cpu/mutation/${m%%:*}_nosync"; kernel=${m##*:}
