@@ -22,6 +22,7 @@
 #define Q8_X 4          // input rows a pass
 #define Q8_GEMM_ROWS 16 // from this many input rows on, dequantized panels and sgemm
 #define Q8_PANEL 256    // weight rows a panel
+#define Q8_PREFETCH 640 // bytes ahead in each of a tile's four weight rows
 
 static float q8_d(const uint8_t* blk) {
     uint16_t h;
@@ -54,6 +55,14 @@ static void q8_tile_ref(float* out, int ldo, const float* x, int ldx, int nx, co
 }
 
 #ifdef Q8_X86
+// a block's scale d, by the F16C instruction (every AVX-512 CPU has it; fp16_to_f32's bit
+// arithmetic, once a block and weight row, was the one-row product's bottleneck)
+__attribute__((target("avx512f,f16c"))) static inline float q8_d_f16c(const uint8_t* blk) {
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return _cvtsh_ss(h);
+}
+
 // 16 int8 values widened to fp32 and scaled by d
 __attribute__((target("avx512f"))) static inline __m512 q8_half(const uint8_t* q, __m512 d) {
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)q))), d);
@@ -62,7 +71,8 @@ __attribute__((target("avx512f"))) static inline __m512 q8_half(const uint8_t* q
 // a block of four weight rows, widened and scaled: l = values 0-15, h = 16-31
 #define Q8_LOAD(r) \
     const uint8_t* b##r = w + r * ldw + (size_t)b * OPS_Q8_BLOCK_BYTES; \
-    const __m512 d##r = _mm512_set1_ps(q8_d(b##r)), l##r = q8_half(b##r + 2, d##r), h##r = q8_half(b##r + 18, d##r);
+    _mm_prefetch((const char*)b##r + Q8_PREFETCH, _MM_HINT_T0); \
+    const __m512 d##r = _mm512_set1_ps(q8_d_f16c(b##r)), l##r = q8_half(b##r + 2, d##r), h##r = q8_half(b##r + 18, d##r);
 // input row j against the four: one accumulator per (weight row, input row), named (an array
 // indexed by a loop variable goes through the stack)
 #define Q8_FMA(j) \
@@ -83,7 +93,7 @@ __attribute__((target("avx512f"))) static inline __m512 q8_half(const uint8_t* q
 
 // q8_tile_ref for four weight rows and nx <= 4 input rows on AVX-512 (inlined into the
 // instances below with nx constant, so the untaken rows fold away)
-__attribute__((target("avx512f"), always_inline)) static inline void q8_tile4(float* out, int ldo, const float* x, int ldx,
+__attribute__((target("avx512f,f16c"), always_inline)) static inline void q8_tile4(float* out, int ldo, const float* x, int ldx,
                                                                               int nx, const uint8_t* w, size_t ldw, int C) {
     const __m512 z = _mm512_setzero_ps();
     __m512 a00 = z, a10 = z, a20 = z, a30 = z, a01 = z, a11 = z, a21 = z, a31 = z;
@@ -96,18 +106,18 @@ __attribute__((target("avx512f"), always_inline)) static inline void q8_tile4(fl
 }
 
 #define Q8_TILE_FN(NX) \
-    __attribute__((target("avx512f"))) static void q8_tile4_##NX(float* out, int ldo, const float* x, int ldx, \
+    __attribute__((target("avx512f,f16c"))) static void q8_tile4_##NX(float* out, int ldo, const float* x, int ldx, \
                                                                const uint8_t* w, size_t ldw, int C) { \
         q8_tile4(out, ldo, x, ldx, NX, w, ldw, C); \
     }
 Q8_TILE_FN(4) Q8_TILE_FN(3) Q8_TILE_FN(2) Q8_TILE_FN(1)
 
 // one weight row against one input row (the OC % 4 rows at the end)
-__attribute__((target("avx512f"))) static float q8_dot1(const float* x, const uint8_t* w, int C) {
+__attribute__((target("avx512f,f16c"))) static float q8_dot1(const float* x, const uint8_t* w, int C) {
     __m512 a = _mm512_setzero_ps();
     for (int b = 0; b < C / OPS_Q8_BLOCK; b++) {
         const uint8_t* blk = w + (size_t)b * OPS_Q8_BLOCK_BYTES;
-        const __m512 d = _mm512_set1_ps(q8_d(blk));
+        const __m512 d = _mm512_set1_ps(q8_d_f16c(blk));
         const float* xb = x + (size_t)b * OPS_Q8_BLOCK;
         a = _mm512_fmadd_ps(q8_half(blk + 18, d), _mm512_loadu_ps(xb + 16), _mm512_fmadd_ps(q8_half(blk + 2, d), _mm512_loadu_ps(xb), a));
     }
