@@ -177,7 +177,7 @@ static void gen_model(Model* m, const GenFlags* g, int bf16) {
     spec.B = 1; spec.T = 1;
     spec.base_bf16 = bf16; // nothing is trained: the linear weights held in bf16 only, as train_lora holds its base
     if (autow) spec.base_q8 = ops_caps().floatx == OPS_F32 && gguf_gpt2_linear_q8_0(g->model) ? MODEL_Q8_WHERE_ABLE : 0;
-    else spec.base_q8 = !strcmp(g->wtype, "q8_0");
+    else spec.base_q8 = !strcmp(g->wtype, "q8_0") ? MODEL_Q8_ON : MODEL_Q8_OFF;
     src.adapter = g->adapter;
     if (g->adapters.n > 1) { // (combined in model_assemble, once the base's shape is known)
         src.adapter = NULL;

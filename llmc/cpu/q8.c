@@ -13,6 +13,7 @@
 #include <cblas.h>
 #include "cpu/ops_cpu.h"
 #include "base/bf16.h"
+#include "base/gguf.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define Q8_X86 1
@@ -28,14 +29,6 @@ static float q8_d(const uint8_t* blk) {
     uint16_t h;
     memcpy(&h, blk, 2);
     return fp16_to_f32(h);
-}
-
-static void q8_dequant_row(float* dst, const uint8_t* w, int C) {
-    for (int b = 0; b < C / OPS_Q8_BLOCK; b++) {
-        const uint8_t* blk = w + (size_t)b * OPS_Q8_BLOCK_BYTES;
-        const float d = q8_d(blk);
-        for (int j = 0; j < OPS_Q8_BLOCK; j++) dst[b * OPS_Q8_BLOCK + j] = (float)(int8_t)blk[2 + j] * d;
-    }
 }
 
 // out[j, r] = x[j, :] . dequant(w[r, :]) for nx input rows and nw weight rows (any CPU)
@@ -187,7 +180,7 @@ static void q8_forward_panels(float* out, const float* inp, const uint8_t* w, in
     for (int o0 = 0; o0 < OC; o0 += Q8_PANEL) {
         const int P = OC - o0 < Q8_PANEL ? OC - o0 : Q8_PANEL;
         #pragma omp parallel for schedule(static)
-        for (int r = 0; r < P; r++) q8_dequant_row(q8_panel + (size_t)r * C, w + (size_t)(o0 + r) * ldw, C);
+        for (int r = 0; r < P; r++) gguf_dequantize_q8_0(w + (size_t)(o0 + r) * ldw, q8_panel + (size_t)r * C, (size_t)C);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, P, C, 1.0f, inp, C, q8_panel, C, 0.0f, out + o0, OC);
     }
 }

@@ -285,7 +285,6 @@ static void base_mm(const Linear* x, floatX* out, floatX* gelu_out, const floatX
     else matmul_forward(out, gelu_out, inp, W, bias, N, x->in, x->out);
 }
 static void base_mm_backward(const Linear* x, floatX* dinp, floatX* db, const floatX* dout, const floatX* W, int N, int accumulate) {
-    linear_check_backward(x);
     if (x->w.kind == LINEAR_W_BF16) matmul_backward_w16(dinp, db, dout, x->w.bf16, N, x->in, x->out, accumulate);
     else matmul_backward(dinp, NULL, db, dout, NULL, W, N, x->in, x->out, accumulate);
 }
@@ -379,9 +378,9 @@ void linear_forward(const Linear* x, floatX* out, floatX* gelu_out, const floatX
 
 void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const floatX* inp, int N, int accumulate) {
     if (x->sh->adapters_off) fatal("this is a bug in llmc", "a backward with the adapters switched off (linear_set_adapters)");
+    linear_check_backward(x);
     if (x->has_adapter && x->ad.m) { dora_backward(x, dinp, dout, inp, N, accumulate); return; }
     // (a frozen weight, dense, NF4 or bf16, has no gradient: dw is NULL)
-    linear_check_backward(x);
     if (x->w.kind == LINEAR_W_BF16) matmul_backward_w16(dinp, x->db, dout, x->w.bf16, N, x->in, x->out, accumulate);
     else matmul_backward(dinp, x->dw, x->db, dout, inp, linear_weight(x), N, x->in, x->out, accumulate);
     if (x->has_adapter) adapter_backward(x, dinp, dout, inp, N);
@@ -389,6 +388,7 @@ void linear_backward(const Linear* x, floatX* dinp, const floatX* dout, const fl
 
 void linear_backward_gelu(const Linear* x, floatX* dpre, floatX* dact, const floatX* dout, const floatX* inp,
                           const floatX* pre, int N) {
+    linear_check_backward(x);
     if (!x->has_adapter && x->w.kind != LINEAR_W_BF16) {
         matmul_backward_gelu(dpre, x->dw, x->db, dout, inp, pre, linear_weight(x), N, x->in, x->out);
         return;

@@ -118,7 +118,8 @@ static void model_bind_bf16(Model* m, const ParamTable* pt, const float* host) {
     free(tmp);
 }
 
-// Q8_0 bytes of n values (n a multiple of the block)
+// Q8_0 bytes of n values (n a multiple of the block); ops.h's block is GGUF's
+_Static_assert(OPS_Q8_BLOCK == GGUF_QK8_0 && OPS_Q8_BLOCK_BYTES == GGUF_Q8_0_BYTES, "ops.h's Q8_0 block is GGUF's");
 static size_t model_q8_bytes(size_t n) { return n / OPS_Q8_BLOCK * OPS_Q8_BLOCK_BYTES; }
 
 // Step 5a' with base_q8: the linear weights in llama.cpp's Q8_0 blocks (gguf_quantize_q8_0, which
@@ -141,17 +142,19 @@ static void model_bind_q8(Model* m, const ParamTable* pt, const float* host) {
     free(tmp);
 }
 
-// Step 5a'' with base_q8: wte in Q8_0 for the lm_head, from the model's own copy (as wte16).
+// Step 5a'' with base_q8: wte in Q8_0 for the lm_head, from the model's own copy (as wte16, through
+// a host staging of GPT2_WTE16_ROWS rows).
 static void model_bind_wte_q8(Model* m) {
     const GPT2Config* c = &m->gpt.cfg;
-    const size_t C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size;
-    float* f = (float*)mallocCheck(C * sizeof(float));
-    uint8_t* q = (uint8_t*)mallocCheck(model_q8_bytes(C));
+    const size_t C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size, rows = GPT2_WTE16_ROWS;
+    float* f = (float*)mallocCheck(rows * C * sizeof(float));
+    uint8_t* q = (uint8_t*)mallocCheck(model_q8_bytes(rows * C));
     m->wte_q8 = (uint8_t*)ops_alloc(model_q8_bytes(Vp * C));
-    for (size_t r = 0; r < Vp; r++) {
-        ops_download_f32(f, m->gpt.p[PT_WTE] + r * C, C);
-        gguf_quantize_q8_0(f, q, C);
-        ops_to_device(m->wte_q8 + r * model_q8_bytes(C), q, model_q8_bytes(C));
+    for (size_t r0 = 0; r0 < Vp; r0 += rows) {
+        const size_t n = (Vp - r0 < rows ? Vp - r0 : rows) * C;
+        ops_download_f32(f, m->gpt.p[PT_WTE] + r0 * C, n);
+        gguf_quantize_q8_0(f, q, n);
+        ops_to_device(m->wte_q8 + model_q8_bytes(r0 * C), q, model_q8_bytes(n));
     }
     free(f);
     free(q);
